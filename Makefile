@@ -1,0 +1,29 @@
+# The two commands a new user runs (see README.md):
+#   make compare   create .venv/ (pinned CPU torch first) and run the default comparison
+#   make test      run the whole test suite (creates .venv/ first if needed)
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+# torch is installed first and pinned, so pip never resolves a multi-GB CUDA build on a CPU machine.
+TORCH   ?= torch==2.13.0
+
+.PHONY: setup compare test clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -c "import torch; print('torch', torch.__version__, 'cuda' if torch.cuda.is_available() else 'cpu')"
+	touch $@
+
+compare: setup
+	$(BIN)/compare run
+
+test: setup
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,85 @@
+"""DistributedDataParallel + torch.amp: the modern, built-in replacement for apex.amp.
+
+Precision "auto" resolves to bf16 on CPU (CPU autocast has no fp16 GradScaler path worth comparing) and fp16 with
+a GradScaler on CUDA; bf16 on CUDA needs no scaler. Parameters and optimizer state stay fp32 (autocast only
+changes the dtype of the ops inside the forward pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from adapters.base import Availability, Precision
+from adapters.ddp import DDPAdapter
+
+
+class AmpAdapter(DDPAdapter):
+    name = "amp"
+    summary = "DistributedDataParallel + torch.amp autocast (bf16 on CPU; fp16+GradScaler or bf16 on CUDA)"
+    launcher = "torchrun"
+
+    @dataclass
+    class Knobs(DDPAdapter.Knobs):
+        precision: str = "auto"
+        """auto | bf16 | fp16: autocast dtype (auto: bf16 on CPU, fp16 on CUDA)."""
+        init_scale: float = 65536.0
+        """GradScaler's initial loss scale (fp16 only)."""
+
+    @classmethod
+    def availability(cls, device: str, world_size: int) -> Availability:
+        import torch
+
+        base = super().availability(device, world_size)
+        if not base:
+            return base
+        if device == "cpu" and not hasattr(torch, "autocast"):
+            return Availability(False, "this torch has no torch.autocast", "install torch >= 1.10")
+        return Availability(True)
+
+    def precision(self) -> Precision:
+        p = self.knobs.precision
+        if p == "auto":
+            return Precision.FP16 if self.device_kind == "cuda" else Precision.BF16
+        if p not in ("bf16", "fp16"):
+            from adapters.base import KnobError
+
+            raise KnobError(f"knob 'precision' must be one of auto, bf16, fp16; got '{p}'")
+        if p == "fp16" and self.device_kind == "cpu":
+            from adapters.base import KnobError
+
+            raise KnobError("knob 'precision' fp16 needs CUDA here; use bf16 on CPU")
+        return Precision(p)
+
+    def setup(self, spec):
+        import torch
+
+        info = super().setup(spec)
+        self.dtype = torch.float16 if self.precision() is Precision.FP16 else torch.bfloat16
+        self.scaler = (torch.amp.GradScaler("cuda", init_scale=self.knobs.init_scale)
+                       if self.precision() is Precision.FP16 else None)
+        return info
+
+    def autocast(self):
+        import torch
+
+        return torch.autocast(device_type=self.info.device.split(":")[0], dtype=self.dtype)
+
+    def backward(self, loss):
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def step(self):
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def describe(self):
+        d = super().describe()
+        d["precision"] = self.precision().value
+        d["grad_scaler"] = self.scaler is not None
+        d["knobs"] = asdict(self.knobs)
+        return d
+
+
+ADAPTER = AmpAdapter

@@ -1,0 +1,89 @@
+"""torch.nn.parallel.DistributedDataParallel, one process per device, ranks started by torchrun."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from adapters.base import (Adapter, Availability, LaunchPlan, cuda_world_check, init_process_group_from_env,
+                           torchrun)
+
+
+class DDPAdapter(Adapter):
+    name = "ddp"
+    summary = "DistributedDataParallel, one process per device, launched by torchrun"
+    launcher = "torchrun"
+
+    @dataclass
+    class Knobs:
+        bucket_cap_mb: float = 25.0
+        """Gradient bucket size: buckets are all-reduced as soon as they fill, overlapping backward."""
+        gradient_as_bucket_view: bool = False
+        """Let .grad alias the communication buckets (saves one gradient copy of memory)."""
+        static_graph: bool = False
+        """Declare that the graph is the same every step (enables extra DDP optimisations)."""
+        broadcast_buffers: bool = True
+        """Broadcast rank 0's buffers (e.g. BatchNorm running stats) at every forward."""
+
+    @classmethod
+    def availability(cls, device: str, world_size: int) -> Availability:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return Availability(False, "this torch build has no torch.distributed",
+                                "install a torch build with distributed support (every PyPI build has it)")
+        if device == "cpu" and not dist.is_gloo_available():
+            return Availability(False, "this torch build has no gloo backend", "install torch from PyPI")
+        if device == "cuda" and not dist.is_nccl_available():
+            return Availability(False, "this torch build has no NCCL backend", "install a CUDA build of torch")
+        return cuda_world_check(device, world_size)
+
+    def launch(self, spec_path: Path, spec) -> LaunchPlan:
+        return LaunchPlan(torchrun(spec.world_size, "harness.worker", str(spec_path)), processes=spec.world_size)
+
+    def setup(self, spec):
+        self.info = init_process_group_from_env(spec.device)
+        return self.info
+
+    def wrap(self, model, optimizer):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        device_ids = [self.info.local_rank] if self.info.device.startswith("cuda") else None
+        k = self.knobs
+        model = DDP(model, device_ids=device_ids, bucket_cap_mb=k.bucket_cap_mb,
+                    gradient_as_bucket_view=k.gradient_as_bucket_view, static_graph=k.static_graph,
+                    broadcast_buffers=k.broadcast_buffers)
+        return super().wrap(model, optimizer)
+
+    def all_reduce_mean(self, tensor):
+        import torch.distributed as dist
+
+        out = tensor.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out / self.info.world_size
+
+    def barrier(self):
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def teardown(self):
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    @classmethod
+    def environment(cls):
+        import torch.distributed as dist
+
+        return {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available()}
+
+    def describe(self):
+        import torch
+
+        return {"framework": f"torch {torch.__version__}", "backend": self.info.backend if self.info else None,
+                "knobs": asdict(self.knobs)}
+
+
+ADAPTER = DDPAdapter

@@ -1,0 +1,54 @@
+"""DistributedDataParallel with ranks started by torch.multiprocessing.spawn instead of torchrun.
+
+The launch command is this module: `python -m adapters.spawn SPEC` picks a free port, then spawns one process
+per rank, each of which sets the env:// variables torchrun would have set and runs the shared per-rank loop.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+from adapters.base import LaunchPlan, python_module
+from adapters.ddp import DDPAdapter
+
+
+class SpawnAdapter(DDPAdapter):
+    name = "spawn"
+    summary = "DistributedDataParallel, ranks started by torch.multiprocessing.spawn"
+    launcher = "torch.multiprocessing.spawn"
+
+    def launch(self, spec_path: Path, spec) -> LaunchPlan:
+        return LaunchPlan(python_module("adapters.spawn", str(spec_path)), processes=spec.world_size)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_entry(local_rank: int, world_size: int, port: int, spec_path: str) -> None:
+    from harness import worker
+
+    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    worker.run(spec_path)
+
+
+def main(spec_path: str) -> None:
+    import torch.multiprocessing as mp
+
+    from harness.spec import RunSpec
+
+    spec = RunSpec.load(spec_path)
+    # join=True: if any rank dies, spawn terminates the others and raises, so the launch exits non-zero.
+    mp.spawn(_rank_entry, args=(spec.world_size, _free_port(), spec_path), nprocs=spec.world_size, join=True)
+
+
+ADAPTER = SpawnAdapter
+
+if __name__ == "__main__":
+    main(sys.argv[1])

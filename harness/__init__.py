@@ -1,0 +1,1 @@
+"""compare's harness: CLI, launching, the per-rank loop, timing, records and reports (see README.md)."""

@@ -1,0 +1,93 @@
+"""What machine and software a result came from: recorded in every row and printed by `compare env`."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def collect(device: str = "cpu") -> dict[str, Any]:
+    """The environment shared by every row of one comparison (cheap: no framework imports beyond torch)."""
+    import torch
+    import torch.distributed as dist
+
+    import psutil
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_cores_usable": usable_cores(),
+        "cpu_count_logical": os.cpu_count(),
+        "memory_total_bytes": psutil.virtual_memory().total,
+        "torch_default_threads": torch.get_num_threads(),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "distributed": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
+                        "mpi": dist.is_mpi_available()},
+        "cuda_available": torch.cuda.is_available(),
+        "git_commit": git_commit(),
+    }
+    if torch.cuda.is_available():
+        env["cuda"] = torch.version.cuda
+        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        try:
+            env["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - informational only
+            env["nccl_version"] = None
+    return env
+
+
+def hardware_slug(device: str) -> str:
+    """Short hardware name for result directories: cpu2 (2 usable cores), h100x1, ..."""
+    if device == "cuda":
+        import torch
+
+        name = torch.cuda.get_device_name(0).lower()
+        for word in name.replace("-", " ").split():
+            if any(c.isdigit() for c in word) and word[0].isalpha():
+                return f"{word}x{torch.cuda.device_count()}"
+        return f"gpux{torch.cuda.device_count()}"
+    return f"cpu{usable_cores()}"
+
+
+def launchers() -> dict[str, str | None]:
+    """Launch tools on PATH (and torchrun as a module, which is how the harness calls it)."""
+    found = {name: shutil.which(name) for name in ("torchrun", "horovodrun", "deepspeed", "mpirun")}
+    found["torch.distributed.run"] = f"{sys.executable} -m torch.distributed.run"
+    return found

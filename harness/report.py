@@ -1,0 +1,276 @@
+"""Render a comparison from its records alone: report.md, throughput/loss/step-time PNGs, a console table.
+
+`compare report DIR` calls `render(DIR, read_records(DIR/records.jsonl))`; nothing here looks at anything but
+the records, so an old run re-renders identically.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
+
+
+def _mib(b: float | None) -> str:
+    return "–" if b is None else f"{b / 2**20:,.0f} MiB"
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def group(records: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]]]:
+    rows: OrderedDict[str, list[dict]] = OrderedDict()
+    for rec in records:
+        rows.setdefault(rec["label"], []).append(rec)
+    return rows
+
+
+def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row from an adapter's repeats: medians across repeats, spread, pooled step percentiles."""
+    ok = [r for r in recs if r["status"] == "ok" and r.get("samples_per_s")]
+    first = ok[0] if ok else recs[0]
+    row: dict[str, Any] = {"adapter": first["label"], "launcher": first.get("launcher"),
+                           "status": first["status"] if not ok else "ok", "repeats": len(recs), "ok_repeats": len(ok),
+                           "reasons": sorted({r["reason"] for r in recs if r["status"] != "ok" and r["reason"]}),
+                           "first": first}
+    if not ok:
+        row["status"] = recs[0]["status"]
+        return row
+    sps = [r["samples_per_s"] for r in ok]
+    pooled = sorted(t for r in ok for t in r["step_times_s"])
+    from harness.timing import percentile
+
+    row.update(
+        samples_per_s=statistics.median(sps),
+        samples_per_s_per_device=statistics.median(r["samples_per_s_per_device"] for r in ok),
+        spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None,
+        step_median=percentile(pooled, 50), step_p10=percentile(pooled, 10), step_p90=percentile(pooled, 90),
+        step_n=len(pooled), peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in ok) or None,
+        final_loss=statistics.median(r["final_loss"] for r in ok),
+        accuracy=(statistics.median(r["eval"]["accuracy"] for r in ok) if first.get("eval") else None),
+        target=first["eval"]["target"] if first.get("eval") else None,
+        target_met=(all(r["eval"]["target_met"] for r in ok) if first.get("eval") and first["eval"]["target"]
+                    is not None else None),
+        max_param_diff=(max(r["max_param_diff"] for r in ok) if all(r.get("max_param_diff") is not None
+                                                                      for r in ok) else None),
+        time_to_first_step_s=statistics.median(r["time_to_first_step_s"] for r in ok),
+    )
+    return row
+
+
+def _acc(row) -> str:
+    if row.get("accuracy") is None:
+        return "–"
+    mark = "" if row["target_met"] is None else (" ✓" if row["target_met"] else " ✗")
+    return f"{row['accuracy']:.4f}{mark}"
+
+
+def _diff(row, short: bool = False) -> str:
+    d = row.get("max_param_diff")
+    if d is None:
+        return "–"
+    eq = row["first"]["equivalence"]
+    if not eq["checked"]:
+        return f"{d:.1e} (not checked{'' if short else ': ' + eq['why_not_checked']})"
+    return f"{d:.1e} {'✓' if d <= eq['tolerance'] else '✗'}"
+
+
+def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [summarise(recs) for recs in group(records).values()]
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    head = ("| adapter | launcher | processes × devices | precision | batch global (per device) | samples/s "
+            "| samples/s per device | step time ms median [p10–p90] (n) | peak memory per rank | final loss "
+            "| test accuracy | max_param_diff | status |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in rows:
+        f = row["first"]
+        if row["status"] != "ok":
+            reason = "; ".join(row["reasons"]) or row["status"]
+            lines.append(f"| {row['adapter']} | {row['launcher']} | | | | | | | | | | | **{row['status']}**: "
+                         f"{reason.replace('|', '/')} |")
+            continue
+        topo, ctl = f["topology"], f["controls"]
+        spread = row["spread"]
+        flag = f" ⚠ spread {spread:.0%}" if spread is not None and spread > SPREAD_FLAG else (
+            f" (±{spread / 2:.0%})" if spread is not None else "")
+        status = "ok" if row["ok_repeats"] == row["repeats"] else f"ok {row['ok_repeats']}/{row['repeats']}"
+        lines.append(
+            f"| {row['adapter']} | {row['launcher']} | {topo['processes']} × {topo['devices_used']} "
+            f"| {ctl['precision']} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
+            f"| {row['samples_per_s']:,.0f}{flag} | {row['samples_per_s_per_device']:,.0f} "
+            f"| {row['step_median'] * 1e3:.2f} [{row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f}] "
+            f"({row['step_n']}) | {_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
+            f"| {_acc(row)} | {_diff(row)} | {status} |")
+    return "\n".join(lines)
+
+
+def _notes(rows, records) -> list[str]:
+    notes = []
+    for row in rows:
+        f = row["first"]
+        info = f.get("adapter_info") or {}
+        if info.get("note"):
+            notes.append(f"**{row['adapter']}**: {info['note']}.")
+        if row["status"] == "ok" and f["controls"]["precision"] != "fp32":
+            notes.append(f"**{row['adapter']}** runs in {f['controls']['precision']} (mixed precision): compare it "
+                         f"with other {f['controls']['precision']} rows, not silently with fp32 ones.")
+        if row.get("spread") is not None and row["spread"] > SPREAD_FLAG:
+            notes.append(f"**{row['adapter']}**: samples/s varied by {row['spread']:.0%} across "
+                         f"{row['ok_repeats']} repeats (> {SPREAD_FLAG:.0%}): treat its figure with care.")
+        for r in records:
+            if r["label"] == row["adapter"] and r["status"] in ("failed", "timeout") and r.get("log_tail"):
+                tail = "\n".join(r["log_tail"].splitlines()[-15:])
+                notes.append(f"**{r['label']}** repeat {r['repeat']} {r['status']}: {r['reason']}\n\n"
+                             f"  ```\n{_indent(tail)}\n  ```")
+    return notes
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _controls(rows) -> list[str]:
+    ok = [r for r in rows if r["status"] == "ok"]
+    if not ok:
+        return ["No adapter ran."]
+    f = ok[0]["first"]
+    ctl, eq = f["controls"], f["equivalence"]
+    lines = [
+        f"- Workload `{f['workload']}`: {f.get('data', {}).get('source', '')}; {f.get('param_count', 0):,} "
+        f"parameters; options {ctl['workload_options']}.",
+        f"- Global batch {ctl['global_batch']} for every adapter; learning rate {ctl['lr']:g} ({ctl['lr_rule']}); "
+        f"seed {ctl['seed']}; same initial weights and data order everywhere.",
+        f"- {ctl['warmup']} warm-up steps discarded, then {ctl['steps']} timed steps per repeat; per-step time is "
+        f"the slowest rank's; samples/s = global batch / median step time.",
+        f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
+        f"{eq['tolerance']:g}.",
+        f"- Peak memory: {f['peak_memory_kind']} per rank over the timed steps (max over ranks shown).",
+        "- Threads per rank (torch intra-op), set explicitly for every launcher:",
+    ]
+    for row in ok:
+        c = row["first"]["controls"]
+        knobs = ", ".join(f"{k}={v}" for k, v in c["knobs"].items()) or "defaults"
+        lines.append(f"  - {row['adapter']}: threads {c['threads_per_rank']}, OMP_NUM_THREADS="
+                     f"{c['omp_num_threads_env']}; knobs: {knobs}")
+    return lines
+
+
+def _provenance(records) -> list[str]:
+    r = records[0]
+    e = r["env"]
+    gpus = ", ".join(e.get("gpus", [])) or "none"
+    return [
+        f"- Command: `{r['command']}`",
+        f"- Run: {r['run_id']} at {r['time_utc']}; git commit {e.get('git_commit')}",
+        f"- Hardware: {e['cpu_model']}, {e['cpu_cores_usable']} usable cores, "
+        f"{e['memory_total_bytes'] / 2**30:.0f} GiB RAM; GPUs: {gpus}",
+        f"- Software: Python {e['python']}, torch {e['torch']}"
+        + (f", CUDA {e['cuda']}, NCCL {e.get('nccl_version')}" if e.get("cuda") else "")
+        + f"; distributed backends built in: {', '.join(k for k, v in e['distributed'].items() if v)}; "
+        f"{e['platform']}",
+    ]
+
+
+def render(out: Path, records: list[dict[str, Any]]) -> Path:
+    rows = table_rows(records)
+    plots = plot(out, records, rows)
+    r0 = records[0]
+    ws = r0["world_size"]
+    hw = r0["env"]["gpus"][0] if r0["env"].get("gpus") else f"{r0['env']['cpu_cores_usable']}-core CPU"
+    md = [f"# {r0['workload']}: {', '.join(group(records))} at world size {ws} on {hw}", "",
+          markdown_table(rows), ""]
+    notes = _notes(rows, records)
+    if notes:
+        md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    md += ["## Controls", ""] + _controls(rows) + [""]
+    md += ["## Provenance", ""] + _provenance(records) + [""]
+    if plots:
+        md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    path = out / "report.md"
+    tmp = path.with_name("report.md.tmp")
+    tmp.write_text("\n".join(md))
+    tmp.replace(path)
+    return path
+
+
+def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r["status"] == "ok"]
+    if not ok:
+        return []
+    r0 = records[0]
+    title = f"{r0['workload']}, world size {r0['world_size']}, {r0['env']['cpu_cores_usable']}-core " + (
+        r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
+    labels = [f"{r['adapter']} ({r['first']['controls']['precision']})" for r in ok]
+    sps = [r["samples_per_s"] for r in ok]
+    gb = [r["first"]["controls"]["global_batch"] for r in ok]
+    lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
+    hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]
+    ax.barh(labels, sps, xerr=[lo, hi], color="#4C72B0", capsize=4)
+    for i, s in enumerate(sps):
+        ax.text(s, i, f" {s:,.0f}", va="center", ha="left", fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("samples/s (global; whiskers: p90..p10 step time)")
+    ax.set_title(f"Throughput: {title}", fontsize=10)
+    ax.margins(x=0.2)
+    fig.tight_layout()
+    paths.append(out / "throughput.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in ok:
+        curve = r["first"]["loss_curve"]
+        ax.plot(range(1, len(curve) + 1), curve, label=r["adapter"], linewidth=1)
+    ax.set_xlabel("step (warm-up included)")
+    ax.set_ylabel("training loss (global batch)")
+    ax.set_title(f"Loss: {title}", fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "loss.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
+    data = [[t * 1e3 for rec in records if rec["label"] == r["adapter"] and rec["status"] == "ok"
+             for t in rec["step_times_s"]] for r in ok]
+    ax.boxplot(data, vert=False, tick_labels=[r["adapter"] for r in ok], whis=(10, 90), showfliers=False)
+    ax.invert_yaxis()
+    ax.set_xlabel("step time, ms (slowest rank; box: p25..p75, whiskers: p10..p90)")
+    ax.set_title(f"Step times: {title}", fontsize=10)
+    fig.tight_layout()
+    paths.append(out / "step_times.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def console_table(records: list[dict[str, Any]]):
+    from rich.table import Table
+
+    t = Table(title=f"{records[0]['workload']} — world size {records[0]['world_size']}")
+    for col in ("adapter", "precision", "samples/s", "step ms (p10–p90)", "peak mem/rank", "final loss",
+                "accuracy", "max_param_diff", "status"):
+        t.add_column(col, justify="right" if col not in ("adapter", "status") else "left")
+    for row in table_rows(records):
+        if row["status"] != "ok":
+            t.add_row(row["adapter"], "", "", "", "", "", "", "", f"{row['status']}: {'; '.join(row['reasons'])}")
+            continue
+        f = row["first"]
+        t.add_row(row["adapter"], f["controls"]["precision"], f"{row['samples_per_s']:,.0f}",
+                  f"{row['step_median'] * 1e3:.2f} ({row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f})",
+                  _mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row), _diff(row, short=True), "ok")
+    return t

@@ -1,0 +1,119 @@
+"""ResNet-18/50 on ImageNet-shaped synthetic data: the seed blog's throughput comparison.
+
+The model is a compact re-statement of torchvision's ResNet (same layers, same parameter count: 11,689,512 for
+resnet18 and 25,557,032 for resnet50, checked by a test) rather than torchvision itself: PyPI has no CPU build of
+torchvision, and the CUDA build only imports next to CPU torch after patching operator schemas. Throughput, not
+accuracy, is the point: inputs are random 3x224x224 tensors with random labels, materialised before timing.
+BatchNorm statistics are per process (as in the blog, without SyncBatchNorm), so the batch split changes the
+maths and the equivalence check is reported but not expected to hold to float rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads.base import Data, Workload, synthetic_classification
+
+
+def _resnet(arch: str, num_classes: int = 1000):
+    import torch.nn as nn
+
+    def conv_bn(cin, cout, k, stride=1):
+        return [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout)]
+
+    class Basic(nn.Module):
+        expansion = 1
+
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            cout = width * self.expansion
+            self.body = nn.Sequential(*conv_bn(cin, width, 3, stride), nn.ReLU(inplace=True), *conv_bn(width, cout, 3))
+            self.short = (nn.Sequential(*conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout
+                          else nn.Identity())
+
+        def forward(self, x):
+            return (self.body(x) + self.short(x)).relu_()
+
+    class Bottleneck(Basic):
+        expansion = 4
+
+        def __init__(self, cin, width, stride):
+            nn.Module.__init__(self)
+            cout = width * self.expansion
+            self.body = nn.Sequential(*conv_bn(cin, width, 1), nn.ReLU(inplace=True),
+                                      *conv_bn(width, width, 3, stride), nn.ReLU(inplace=True),
+                                      *conv_bn(width, cout, 1))
+            self.short = (nn.Sequential(*conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout
+                          else nn.Identity())
+
+    block, counts = {"resnet18": (Basic, [2, 2, 2, 2]), "resnet34": (Basic, [3, 4, 6, 3]),
+                     "resnet50": (Bottleneck, [3, 4, 6, 3])}[arch]
+    layers, cin = [*conv_bn(3, 64, 7, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)], 64
+    for i, n in enumerate(counts):
+        width = 64 * 2 ** i
+        for j in range(n):
+            layers.append(block(cin, width, 2 if (j == 0 and i > 0) else 1))
+            cin = width * block.expansion
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)]
+    return nn.Sequential(*layers)
+
+
+ARCHS = ("resnet18", "resnet34", "resnet50")
+
+
+class ResNet(Workload):
+    name = "resnet"
+    summary = "ResNet-18 (or -50) on ImageNet-shaped synthetic data (3x224x224, 1000 classes): throughput"
+    global_batch = 32
+    base_lr = 0.1
+    base_batch = 256
+    steps = 10
+    warmup = 2
+    seed = 0
+    equiv_steps = 2
+    target = None
+    batch_independent = False
+
+    @dataclass
+    class Options:
+        arch: str = "resnet18"
+        """resnet18 | resnet34 | resnet50"""
+        image_size: int = 224
+        pool_batches: int = 2
+        """Distinct global batches materialised in memory (the data is synthetic; this bounds RAM)."""
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        if self.options.arch not in ARCHS:
+            from adapters.base import KnobError
+
+            raise KnobError(f"option 'arch' must be one of {', '.join(ARCHS)}; got '{self.options.arch}'")
+
+    def build_model(self):
+        return _resnet(self.options.arch)
+
+    def make_optimizer(self, model, lr):
+        import torch
+
+        return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
+
+    def materialize(self, device: str, global_batch: int) -> Data:
+        o = self.options
+        n = o.pool_batches * global_batch
+        x, y = synthetic_classification(n, (3, o.image_size, o.image_size), 1000, self.seed, teacher=False)
+        return Data(x.to(device), y.to(device), meta={"source": f"synthetic N(0,1) images, {n} in memory"})
+
+    def batch_indices(self, step, global_batch, n_train, data_rank=0, data_world=1):
+        # Synthetic pool: cycle through it in order (no shuffle needed); the pool holds whole global batches.
+        import torch
+
+        n_batches = max(1, n_train // global_batch)
+        start = (step % n_batches) * global_batch
+        per = global_batch // data_world
+        return torch.arange(start + data_rank * per, start + (data_rank + 1) * per)
+
+    def describe(self):
+        return {**super().describe(), "model": "compact torchvision-equivalent ResNet (see workloads/resnet.py)"}
+
+
+WORKLOAD = ResNet
