@@ -143,6 +143,19 @@ class Adapter:
         """The user's module inside whatever `wrap` returned (for comparing parameters)."""
         return getattr(model, "module", model)
 
+    def cast_input(self, x: torch.Tensor) -> torch.Tensor:
+        """Input batch as the wrapped model expects it (e.g. bf16 when a framework casts the whole model)."""
+        return x
+
+    def gather_parameters(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Full fp32 CPU copies of every parameter, by the user module's names. Called on every rank at the
+        same point (a collective for frameworks that partition parameters, e.g. ZeRO-3); rank 0's is kept."""
+        return {n: p.detach().float().cpu().clone() for n, p in self.unwrap(model).named_parameters()}
+
+    def eval_module(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module to run evaluation forwards with (every rank calls it exactly once)."""
+        return self.unwrap(model)
+
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the forward pass and loss (mixed precision adapters override)."""
         return contextlib.nullcontext()
@@ -168,6 +181,10 @@ class Adapter:
 
     def precision(self) -> Precision:
         return Precision.FP32
+
+    def compression(self) -> str:
+        """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
+        return "none"
 
     def describe(self) -> dict[str, Any]:
         """Versions and resolved knobs, recorded in every row."""

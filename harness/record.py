@@ -57,6 +57,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["controls"].update({
         "per_device_batch": spec.global_batch // devices, "per_process_batch": r0["per_process_batch"],
         "lr": r0["lr"], "lr_rule": r0["lr_rule"], "precision": r0["precision"],
+        "compression": r0.get("compression", "none"),
         "threads_per_rank": [r["threads"] for r in ranks],
         "interop_threads_per_rank": [r["interop_threads"] for r in ranks],
         "omp_num_threads_env": r0["omp_num_threads_env"],
@@ -83,7 +84,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["final_loss"] = sum(window) / len(window) if window else None
     rec["final_loss_window"] = len(window)
     rec["eval"] = _eval(r0, ranks, workload)
-    checked = r0["precision"] == "fp32" and workload.batch_independent
+    exact = r0["precision"] == "fp32" and r0.get("compression", "none") == "none"
+    checked = exact and workload.batch_independent
     diff = max_param_diff(Path(spec.rank_dir) / "params.pt", reference)
     rec["max_param_diff"] = diff
     rec["equivalence"] = {
@@ -92,6 +94,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         "reference": f"single process, fp32, global batch {spec.global_batch}, same init and data order",
         "why_not_checked": None if checked else (
             f"{r0['precision']} arithmetic" if r0["precision"] != "fp32"
+            else f"{r0['compression']} gradient compression" if not exact
             else "model is batch-dependent (BatchNorm statistics per process)"),
     }
     return rec

@@ -62,6 +62,12 @@ def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
+def precision_label(controls: dict) -> str:
+    """Precision, plus wire compression when on: an fp16-compressed row never passes for plain fp32."""
+    c = controls.get("compression", "none")
+    return controls["precision"] + ("" if c == "none" else f" + {c} wire")
+
+
 def _acc(row) -> str:
     if row.get("accuracy") is None:
         return "–"
@@ -102,7 +108,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         status = "ok" if row["ok_repeats"] == row["repeats"] else f"ok {row['ok_repeats']}/{row['repeats']}"
         lines.append(
             f"| {row['adapter']} | {row['launcher']} | {topo['processes']} × {topo['devices_used']} "
-            f"| {ctl['precision']} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
+            f"| {precision_label(ctl)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
             f"| {row['samples_per_s']:,.0f}{flag} | {row['samples_per_s_per_device']:,.0f} "
             f"| {row['step_median'] * 1e3:.2f} [{row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f}] "
             f"({row['step_n']}) | {_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
@@ -117,9 +123,9 @@ def _notes(rows, records) -> list[str]:
         info = f.get("adapter_info") or {}
         if info.get("note"):
             notes.append(f"**{row['adapter']}**: {info['note']}.")
-        if row["status"] == "ok" and f["controls"]["precision"] != "fp32":
-            notes.append(f"**{row['adapter']}** runs in {f['controls']['precision']} (mixed precision): compare it "
-                         f"with other {f['controls']['precision']} rows, not silently with fp32 ones.")
+        if row["status"] == "ok" and precision_label(f["controls"]) != "fp32":
+            notes.append(f"**{row['adapter']}** runs in {precision_label(f['controls'])}: compare it with rows of "
+                         f"the same precision and compression, not silently with plain fp32 ones.")
         if row.get("spread") is not None and row["spread"] > SPREAD_FLAG:
             notes.append(f"**{row['adapter']}**: samples/s varied by {row['spread']:.0%} across "
                          f"{row['ok_repeats']} repeats (> {SPREAD_FLAG:.0%}): treat its figure with care.")
@@ -214,7 +220,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     paths = []
 
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
-    labels = [f"{r['adapter']} ({r['first']['controls']['precision']})" for r in ok]
+    labels = [f"{r['adapter']} ({precision_label(r['first']['controls'])})" for r in ok]
     sps = [r["samples_per_s"] for r in ok]
     gb = [r["first"]["controls"]["global_batch"] for r in ok]
     lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
@@ -270,7 +276,7 @@ def console_table(records: list[dict[str, Any]]):
             t.add_row(row["adapter"], "", "", "", "", "", "", "", f"{row['status']}: {'; '.join(row['reasons'])}")
             continue
         f = row["first"]
-        t.add_row(row["adapter"], f["controls"]["precision"], f"{row['samples_per_s']:,.0f}",
+        t.add_row(row["adapter"], precision_label(f["controls"]), f"{row['samples_per_s']:,.0f}",
                   f"{row['step_median'] * 1e3:.2f} ({row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f})",
                   _mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row), _diff(row, short=True), "ok")
     return t

@@ -104,7 +104,7 @@ def run(spec_path: str | Path) -> None:
         if fault and step == fault[1]:
             _inject(*fault)
         idx = batches[step]
-        x, y = data.train_x[idx], data.train_y[idx]
+        x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
         sync()
         t0 = time.perf_counter()
         adapter.zero_grad()
@@ -117,16 +117,18 @@ def run(spec_path: str | Path) -> None:
         losses[step] = loss.detach()
         if first_step_end_wall is None:
             first_step_end_wall = time.time()
-        if spec.equiv_steps and step + 1 == spec.equiv_steps and info.rank == 0:
-            params = {n: p.detach().float().cpu().clone() for n, p in adapter.unwrap(model).named_parameters()}
-            torch.save(params, rank_dir / "params.pt")
+        if spec.equiv_steps and step + 1 == spec.equiv_steps:
+            params = adapter.gather_parameters(model)  # on every rank: may be a collective
+            if info.rank == 0:
+                torch.save(params, rank_dir / "params.pt")
         progress("warmup" if step < spec.warmup else "timed", step + 1)
 
     peak = memory.read() if spec.steps > 0 else None
     progress("eval", total, force=True)
     evaluation = None
     if spec.eval:
-        local = workload.evaluate(adapter.unwrap(model), data, info.data_rank, info.data_world, adapter.autocast())
+        local = workload.evaluate(adapter.eval_module(model), data, info.data_rank, info.data_world,
+                                  adapter.autocast(), adapter.cast_input)
         if local is not None:
             reduced = adapter.all_reduce_mean(torch.tensor(local, dtype=torch.float64, device=info.device))
             evaluation = {"local": list(local), "reduced_mean": reduced.cpu().tolist()}
@@ -141,7 +143,8 @@ def run(spec_path: str | Path) -> None:
         "end_wall": time.time(), "warmup": spec.warmup, "step_times_s": step_times,
         "losses": losses.cpu().tolist(), "peak_memory_bytes": peak, "peak_memory_kind": memory.kind,
         "eval": evaluation, "lr": lr, "lr_rule": workload.lr_rule(), "param_count": n_params,
-        "precision": adapter.precision().value, "adapter": adapter.describe(), "workload": workload.describe(),
+        "precision": adapter.precision().value,
+        "compression": adapter.compression(), "adapter": adapter.describe(), "workload": workload.describe(),
         "data": data.meta, "per_process_batch": spec.global_batch // info.data_world,
     }
     _atomic_write(rank_dir / f"rank{info.rank}.json", json.dumps(result))
@@ -151,4 +154,6 @@ def run(spec_path: str | Path) -> None:
 
 
 if __name__ == "__main__":
-    run(sys.argv[1])
+    # Some launchers append their own flags (the deepspeed launcher adds --local_rank=N): the spec is the
+    # first positional argument.
+    run(next(a for a in sys.argv[1:] if not a.startswith("--")))

@@ -108,20 +108,23 @@ class Workload:
         per = math.ceil(n_test / world)
         return slice(min(rank * per, n_test), min((rank + 1) * per, n_test))
 
-    def evaluate(self, model, data: Data, rank: int, world: int, autocast) -> tuple[float, float, float] | None:
-        """(correct, count, loss_sum) over this process's slice of the test set, or None without a test set."""
+    def evaluate(self, model, data: Data, rank: int, world: int, autocast,
+                 cast_input=lambda x: x) -> tuple[float, float, float] | None:
+        """(correct, count, loss_sum) over this process's slice of the test set, or None without a test set.
+        Every rank runs exactly one forward, even on an empty slice (frameworks that gather partitioned
+        parameters in forward need every rank to take part)."""
         import torch
 
         if data.test_x is None:
             return None
         sl = self.eval_slice(len(data.test_x), rank, world)
         x, y = data.test_x[sl], data.test_y[sl]
-        if len(x) == 0:
-            return 0.0, 0.0, 0.0
         model.eval()
         with torch.no_grad(), autocast:
-            out = model(x)
+            out = model(cast_input(x))
         model.train()
+        if len(y) == 0:
+            return 0.0, 0.0, 0.0
         loss_sum = torch.nn.functional.cross_entropy(out.float(), y, reduction="sum").item()
         return float((out.argmax(1) == y).sum().item()), float(len(y)), loss_sum
 

@@ -1,0 +1,50 @@
+"""Shared test helpers: run the real CLI in a subprocess and read the records it wrote.
+
+Distributed tests launch real processes (torchrun, mp.spawn, ...) with gloo on loopback; nothing is mocked.
+On a GPU machine, COMPARE_TEST_GPU=1 turns the GPU skips into failures (as Horovod's HOROVOD_TEST_GPU does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def compare_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600):
+    """Run `python -m harness ARGS` as a user would; returns the CompletedProcess."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+
+
+def read_records(out: Path) -> dict[str, dict]:
+    """records.jsonl of a run, keyed by row label (repeat 0)."""
+    rows = {}
+    for line in (out / "records.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["repeat"] == 0:
+            rows[rec["label"]] = rec
+    return rows
+
+
+def run_compare(out: Path, *args: str, env: dict[str, str] | None = None, expect_rc: int = 0, timeout: float = 600):
+    """`compare run --out OUT ARGS`, asserting its exit code; returns (records by label, CompletedProcess)."""
+    proc = compare_cli("run", "--out", str(out), *args, env=env, timeout=timeout)
+    assert proc.returncode == expect_rc, f"exit {proc.returncode}\nSTDOUT\n{proc.stdout}\nSTDERR\n{proc.stderr}"
+    return read_records(out), proc
+
+
+def require_gpu():
+    import torch
+
+    if not torch.cuda.is_available():
+        if os.environ.get("COMPARE_TEST_GPU") == "1":
+            pytest.fail("COMPARE_TEST_GPU=1 but torch sees no GPU")
+        pytest.skip("Requires: CUDA GPU (set COMPARE_TEST_GPU=1 on a GPU machine to make this a failure)")
