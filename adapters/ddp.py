@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,7 +24,8 @@ class DDPAdapter(Adapter):
         static_graph: bool = False
         """Declare that the graph is the same every step (enables extra DDP optimisations)."""
         broadcast_buffers: bool = True
-        """Broadcast rank 0's buffers (e.g. BatchNorm running stats) at every forward."""
+        """Broadcast rank 0's buffers (e.g. BatchNorm running stats) at every forward (passed as
+        forward_sync_buffers on torch versions that renamed it)."""
 
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
@@ -34,9 +36,10 @@ class DDPAdapter(Adapter):
                                 "install a torch build with distributed support (every PyPI build has it)")
         if device == "cpu" and not dist.is_gloo_available():
             return Availability(False, "this torch build has no gloo backend", "install torch from PyPI")
-        if device == "cuda" and not dist.is_nccl_available():
+        gpus = cuda_world_check(device, world_size)
+        if gpus and device == "cuda" and not dist.is_nccl_available():
             return Availability(False, "this torch build has no NCCL backend", "install a CUDA build of torch")
-        return cuda_world_check(device, world_size)
+        return gpus
 
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
         return LaunchPlan(torchrun(spec.world_size, "harness.worker", str(spec_path)), processes=spec.world_size)
@@ -50,9 +53,12 @@ class DDPAdapter(Adapter):
 
         device_ids = [self.info.local_rank] if self.info.device.startswith("cuda") else None
         k = self.knobs
+        # torch >= 2.12 deprecates broadcast_buffers in favour of forward_sync_buffers (same meaning per forward).
+        sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+                else "broadcast_buffers")
         model = DDP(model, device_ids=device_ids, bucket_cap_mb=k.bucket_cap_mb,
                     gradient_as_bucket_view=k.gradient_as_bucket_view, static_graph=k.static_graph,
-                    broadcast_buffers=k.broadcast_buffers)
+                    **{sync: k.broadcast_buffers})
         return super().wrap(model, optimizer)
 
     def all_reduce_mean(self, tensor):

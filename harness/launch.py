@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -33,6 +34,8 @@ class Outcome:
     log_path: Path
     argv: list[str]
     processes: int
+    pid: int
+    """The launch's process id, which is also its process group id."""
     ranks: list[dict] = field(default_factory=list)
     log_tail: str = ""
 
@@ -54,6 +57,20 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         except ProcessLookupError:
             pass
         return
+
+
+_ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Segmentation fault|error:")
+
+
+def first_error(path: Path) -> str | None:
+    """The first line of a log that looks like the root cause (launchers print their own summary last)."""
+    try:
+        for line in path.read_text(errors="replace").splitlines():
+            if _ERROR.search(line) and "FutureWarning" not in line:
+                return line.strip()[:300]
+    except OSError:
+        pass
+    return None
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -105,6 +122,9 @@ def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
                         pass
                 if time.monotonic() - t0 > timeout_s:
                     status, reason = "timeout", f"no result after {timeout_s:g} s (--timeout); process group killed"
+                    cause = first_error(log_path)
+                    if cause:
+                        reason += f"; first error: {cause}"
                     _kill_group(proc)
                     break
         except BaseException:
@@ -123,11 +143,14 @@ def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
             status, reason = "failed", f"launch exited with code {rc}"
             if rc is not None and rc < 0:
                 reason = f"launch killed by signal {signal.Signals(-rc).name}"
+            cause = first_error(log_path)
+            if cause:
+                reason += f"; first error: {cause}"
         elif len(ranks) != plan.processes:
             missing = sorted(set(range(plan.processes)) - {r["rank"] for r in ranks})
             status, reason = "failed", f"launch exited 0 but rank(s) {missing} wrote no result"
         else:
             status = "ok"
     return Outcome(status=status, reason=reason, returncode=rc, wall_time_s=wall, launch_wall=launch_wall,
-                   log_path=log_path, argv=plan.argv, processes=plan.processes, ranks=ranks,
+                   log_path=log_path, argv=plan.argv, processes=plan.processes, pid=proc.pid, ranks=ranks,
                    log_tail="" if status == "ok" else tail(log_path))

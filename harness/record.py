@@ -38,7 +38,8 @@ def max_param_diff(params_path: Path, reference: dict | None) -> float | None:
 
 def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, workload) -> dict[str, Any]:
     """Fill a base record with everything measured by one launch."""
-    rec["topology"] = {"device": spec.device, "processes": outcome.processes, "launcher_argv": outcome.argv}
+    rec["topology"] = {"device": spec.device, "processes": outcome.processes, "launcher_argv": outcome.argv,
+                       "launch_pgid": outcome.pid}
     rec["wall_time_s"] = outcome.wall_time_s
     rec["controls"] = {"global_batch": spec.global_batch, "steps": spec.steps, "warmup": spec.warmup,
                        "seed": workload.seed, "threads_requested": spec.threads, "knobs": spec.knobs,

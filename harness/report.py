@@ -253,7 +253,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
     data = [[t * 1e3 for rec in records if rec["label"] == r["adapter"] and rec["status"] == "ok"
              for t in rec["step_times_s"]] for r in ok]
-    ax.boxplot(data, vert=False, tick_labels=[r["adapter"] for r in ok], whis=(10, 90), showfliers=False)
+    ax.boxplot(data, orientation="horizontal", tick_labels=[r["adapter"] for r in ok], whis=(10, 90), showfliers=False)
     ax.invert_yaxis()
     ax.set_xlabel("step time, ms (slowest rank; box: p25..p75, whiskers: p10..p90)")
     ax.set_title(f"Step times: {title}", fontsize=10)

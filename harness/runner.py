@@ -87,6 +87,9 @@ def parse_label(label: str) -> tuple[str, dict[str, str]]:
 
 
 def _check_writable(out: Path, force: bool) -> None:
+    """Refuse an output path that exists with results (without --force) or cannot be written, writing nothing.
+    Writability is proven by creating and removing a probe directory: permission bits lie for root and for
+    read-only mounts."""
     if out.exists():
         if not out.is_dir():
             raise BadInput(f"output path {out} exists and is not a directory")
@@ -94,14 +97,17 @@ def _check_writable(out: Path, force: bool) -> None:
         if existing and not force:
             raise BadInput(f"output directory {out} already holds results ({', '.join(existing)}); "
                            f"use --force to overwrite or choose another --out")
-        if not os.access(out, os.W_OK | os.X_OK):
-            raise BadInput(f"output directory {out} is not writable")
-        return
-    parent = out.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise BadInput(f"cannot create output directory {out}: {parent} is not writable")
+        probe_in = out
+    else:
+        probe_in = out.parent
+        while not probe_in.exists():
+            probe_in = probe_in.parent
+        if not probe_in.is_dir():
+            raise BadInput(f"cannot create output directory {out}: {probe_in} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".compare-probe-", dir=probe_in))
+    except OSError as exc:
+        raise BadInput(f"output directory {out} is not writable: {exc.strerror} ({probe_in})") from None
 
 
 def plan(req: Request) -> Plan:

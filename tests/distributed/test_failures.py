@@ -1,0 +1,94 @@
+"""A crash, a hang or Ctrl-C in one adapter never loses the rows of the others.
+
+Faults are injected with COMPARE_FAULT="ADAPTER:RANK:KIND:STEP" (harness/worker.py). Nothing here sleeps to
+synchronise: hangs are ended by the harness's own --timeout, and the Ctrl-C test waits for a condition (the
+first row on disk) with a deadline.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import REPO, read_records, run_compare
+
+pytestmark = pytest.mark.distributed
+SHORT = ("--steps", "30", "--warmup", "2", "--equiv-steps", "2")
+
+
+def _gone(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_rank_crash_under_torchrun_is_a_failed_row_and_the_next_adapter_runs(tmp_path):
+    rows, proc = run_compare(tmp_path / "o", "-a", "ddp,spawn", *SHORT, env={"COMPARE_FAULT": "ddp:1:exit:5"})
+    ddp, spawn = rows["ddp"], rows["spawn"]
+    assert ddp["status"] == "failed"
+    assert ddp["reason"] == "launch exited with code 1; first error: [fault injection] exit at step 5"
+    assert "ChildFailedError" in ddp["log_tail"]  # torchrun's own summary of the failed rank
+    assert spawn["status"] == "ok" and spawn["max_param_diff"] <= 1e-5
+    assert _gone(ddp["topology"]["launch_pgid"])
+    assert "**ddp** repeat 0 failed" in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_exception_in_the_in_process_adapter_is_a_failed_row(tmp_path):
+    rows, _ = run_compare(tmp_path / "o", "-a", "dp,ddp", *SHORT, env={"COMPARE_FAULT": "dp:0:raise:3"})
+    assert rows["dp"]["status"] == "failed"
+    assert rows["dp"]["reason"] == "launch exited with code 1; first error: [fault injection] raise at step 3"
+    assert "RuntimeError: injected fault at step 3" in rows["dp"]["log_tail"]
+    assert rows["ddp"]["status"] == "ok"
+
+
+def test_rank_hang_under_spawn_is_a_timeout_row_and_its_processes_are_killed(tmp_path):
+    rows, _ = run_compare(tmp_path / "o", "-a", "spawn,ddp", *SHORT, "--timeout", "25",
+                          env={"COMPARE_FAULT": "spawn:1:hang:4"})
+    spawn = rows["spawn"]
+    assert spawn["status"] == "timeout"
+    assert spawn["reason"] == ("no result after 25 s (--timeout); process group killed; "
+                               "first error: [fault injection] hang at step 4")
+    assert _gone(spawn["topology"]["launch_pgid"])
+    assert rows["ddp"]["status"] == "ok"
+
+
+def test_every_adapter_failing_exits_non_zero_but_keeps_rows(tmp_path):
+    rows, _ = run_compare(tmp_path / "o", "-a", "dp", *SHORT, env={"COMPARE_FAULT": "dp:0:exit:1"}, expect_rc=1)
+    assert rows["dp"]["status"] == "failed"
+
+
+def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path):
+    out = tmp_path / "o"
+    env = {**os.environ, "COMPARE_FAULT": "spawn:1:hang:3"}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "ddp,spawn", *SHORT, "--out", str(out),
+                             "--timeout", "300"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    harness = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 240
+    children = []
+    # Wait for the condition "ddp's row is on disk and spawn's ranks are running", polling with a deadline.
+    while time.monotonic() < deadline:
+        rows = read_records(out) if (out / "records.jsonl").exists() else {}
+        children = [c for c in harness.children(recursive=True) if "adapters.spawn" in " ".join(c.cmdline())
+                    or "multiprocessing" in " ".join(c.cmdline())] if "ddp" in rows else []
+        if len(children) >= 3:  # the spawn launcher and its two ranks
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    assert len(children) >= 3, "spawn's ranks never started"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted: children stopped; 1 finished row(s) kept in" in stderr
+    psutil.wait_procs(children, timeout=10)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [(r["label"], r["status"]) for r in rows] == [("ddp", "ok")]
+    assert (out / "report.md").exists()

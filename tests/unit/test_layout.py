@@ -1,0 +1,39 @@
+"""The packages import from this repository, not from the unrelated PyPI packages of the same names."""
+
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_packages_resolve_inside_this_repo():
+    import adapters
+    import harness
+    import workloads
+
+    for module in (adapters, harness, workloads):
+        assert REPO in __import__("pathlib").Path(module.__file__).resolve().parents, module.__file__
+
+
+def test_registries_do_not_import_frameworks_at_import_time():
+    code = "import sys, adapters, workloads; adapters.names(); workloads.names(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_console_script_is_the_same_cli(tmp_path):
+    compare = REPO / ".venv" / "bin" / "compare"
+    exe = compare if compare.exists() else __import__("pathlib").Path(sys.executable).parent / "compare"
+    listed = subprocess.run([str(exe), "list"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    for name in ("dp", "ddp", "spawn", "amp", "digits", "resnet", "widemlp"):
+        assert name in listed.stdout
+    bad = subprocess.run([str(exe), "run", "--adapters", "nope", "--out", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: unknown adapter 'nope'")
+    assert "Traceback" not in bad.stderr
+    module = subprocess.run([sys.executable, "-m", "harness", "run", "--adapters", "nope", "--out",
+                             str(tmp_path / "x")], capture_output=True, text=True, timeout=120, cwd="/")
+    assert module.returncode == 2 and module.stderr == bad.stderr
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,60 @@
+"""Statistics, slowest-rank step times, knob parsing and adapter availability."""
+
+import numpy as np
+import pytest
+
+import adapters
+from adapters.base import KnobError, build_knobs
+from adapters.ddp import DDPAdapter
+from harness.timing import percentile, slowest_rank_steps, step_stats
+
+
+@pytest.mark.parametrize("q", [0, 10, 50, 90, 100])
+def test_percentile_matches_numpy(q):
+    values = [0.3, 0.1, 0.7, 0.2, 0.9, 0.4, 0.05]
+    assert percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def test_step_time_is_the_slowest_rank_per_step():
+    assert slowest_rank_steps([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]]) == [3.0, 5.0, 2.5]
+    stats = step_stats([1.0, 2.0, 3.0, 4.0])
+    assert (stats["median"], stats["n"]) == (2.5, 4)
+
+
+def test_knobs_are_coerced_to_their_declared_types():
+    k = build_knobs(DDPAdapter.Knobs, {"bucket_cap_mb": "50", "static_graph": "true"})
+    assert k.bucket_cap_mb == 50.0 and k.static_graph is True
+
+
+def test_bad_knobs_are_named_with_the_valid_choices():
+    with pytest.raises(KnobError) as exc:
+        build_knobs(DDPAdapter.Knobs, {"bucket": "1"})
+    assert str(exc.value) == ("unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, "
+                              "gradient_as_bucket_view, static_graph")
+    with pytest.raises(KnobError, match="knob 'bucket_cap_mb' expects a float, got 'big'"):
+        build_knobs(DDPAdapter.Knobs, {"bucket_cap_mb": "big"})
+
+
+def test_amp_precision_resolves_per_device():
+    amp = adapters.get("amp")
+    assert amp({}, "cpu").precision().value == "bf16"
+    assert amp({}, "cuda").precision().value == "fp16"
+    assert amp({"precision": "bf16"}, "cuda").precision().value == "bf16"
+    with pytest.raises(KnobError, match="fp16 needs CUDA"):
+        amp({"precision": "fp16"}, "cpu").precision()
+
+
+def test_torch_adapters_are_available_on_cpu_and_explain_cuda_without_gpu():
+    import torch
+
+    for name in ("dp", "ddp", "spawn", "amp"):
+        assert adapters.availability(name, "cpu", 2), name
+    if not torch.cuda.is_available():
+        a = adapters.availability("ddp", "cuda", 1)
+        assert not a and a.reason == "CUDA requested but torch sees no GPU"
+
+
+def test_unknown_adapter_message():
+    with pytest.raises(adapters.UnknownAdapter) as exc:
+        adapters.get("nccl")
+    assert str(exc.value) == f"unknown adapter 'nccl'; valid choices: {', '.join(adapters.names())}"

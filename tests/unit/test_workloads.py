@@ -1,0 +1,72 @@
+"""Workload contracts: shards recompose the global batch, evaluation counts each sample once, models match."""
+
+import pytest
+import torch
+
+import workloads
+from adapters.base import KnobError
+from workloads.resnet import _resnet
+
+
+@pytest.mark.parametrize("name", ["digits", "widemlp", "resnet"])
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_rank_slices_recompose_the_single_process_batch(name, world):
+    w = workloads.get(name)
+    gb, n = 32, 1000
+    for step in (0, 1, n // gb - 1, n // gb, 3 * n // gb + 5):
+        full = w.batch_indices(step, gb, n)
+        parts = [w.batch_indices(step, gb, n, r, world) for r in range(world)]
+        assert torch.equal(torch.cat(parts), full)
+        assert all(len(p) == gb // world for p in parts)
+
+
+def test_data_order_is_deterministic_and_an_epoch_is_a_permutation():
+    w = workloads.get("digits")
+    n, gb = 1437, 64
+    epoch = torch.cat([w.batch_indices(s, gb, n) for s in range(n // gb)])
+    assert len(set(epoch.tolist())) == len(epoch) == (n // gb) * gb
+    assert torch.equal(epoch, torch.cat([workloads.get("digits").batch_indices(s, gb, n) for s in range(n // gb)]))
+    assert not torch.equal(w.batch_indices(0, gb, n), w.batch_indices(n // gb, gb, n))  # reshuffled per epoch
+
+
+@pytest.mark.parametrize("n_test,world", [(360, 2), (361, 2), (5, 4), (3, 4), (0, 2)])
+def test_eval_slices_count_every_sample_exactly_once(n_test, world):
+    w = workloads.get("digits")
+    covered = [i for r in range(world) for i in range(n_test)[w.eval_slice(n_test, r, world)]]
+    assert covered == list(range(n_test))
+
+
+def test_digits_is_the_real_embedded_dataset_with_a_fixed_split():
+    d = workloads.get("digits").materialize("cpu", 64)
+    assert (len(d.train_x), len(d.test_x)) == (1437, 360)
+    assert d.train_x.shape[1] == 64 and 0.0 <= float(d.train_x.min()) and float(d.train_x.max()) <= 1.0
+    assert sorted(d.test_y.unique().tolist()) == list(range(10))
+
+
+@pytest.mark.parametrize("arch,params", [("resnet18", 11_689_512), ("resnet50", 25_557_032)])
+def test_resnet_matches_torchvision_parameter_counts(arch, params):
+    assert sum(p.numel() for p in _resnet(arch).parameters()) == params
+    assert workloads.get(arch).options.arch == arch
+
+
+def test_resnet_forward_shape_and_bad_arch():
+    assert _resnet("resnet18")(torch.randn(2, 3, 64, 64)).shape == (2, 1000)
+    with pytest.raises(KnobError, match="option 'arch' must be one of resnet18, resnet34, resnet50; got 'vgg'"):
+        workloads.get("resnet", {"arch": "vgg"})
+
+
+def test_widemlp_is_communication_heavy():
+    params = sum(p.numel() for p in workloads.get("widemlp").build_model().parameters())
+    assert params > 30_000_000
+
+
+def test_lr_follows_the_linear_rule_and_is_independent_of_adapters():
+    w = workloads.get("digits")
+    assert w.lr(64) == pytest.approx(w.base_lr)
+    assert w.lr(128) == pytest.approx(2 * w.base_lr)
+
+
+def test_unknown_workload_names_the_choices():
+    with pytest.raises(workloads.UnknownWorkload) as exc:
+        workloads.get("mnist")
+    assert str(exc.value) == f"unknown workload 'mnist'; valid choices: {', '.join(workloads.names())}"
