@@ -172,6 +172,16 @@ def report_cmd(directory: Path = typer.Argument(..., help="A run directory holdi
     console.print(f"wrote {directory}/report.md and plots")
 
 
+@app.command("index")
+def index_cmd(directory: Path = typer.Argument(Path("results"), help="Directory of runs (default: results).")):
+    """Regenerate DIR/README.md, the index of the runs under DIR, from their records."""
+    from harness import report
+
+    if not directory.is_dir():
+        _fail(f"{directory} is not a directory")
+    console.print(f"wrote {report.index(directory)}")
+
+
 @app.command("list")
 def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu or cuda."),
              world_size: int = typer.Option(2, "--world-size", "-n")):
@@ -208,6 +218,7 @@ def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
 
     info = envmod.collect()
     info["launchers"] = envmod.launchers()
+    info["torch_parallel_info"] = envmod.parallel_info()
     info["adapters"] = {}
     for name in adapters.names():
         entry = {"available_cpu": adapters.availability(name, "cpu", 2).message() or "yes"}

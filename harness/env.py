@@ -57,6 +57,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "cpu_count_logical": os.cpu_count(),
         "memory_total_bytes": psutil.virtual_memory().total,
         "torch_default_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
         "distributed": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
                         "mpi": dist.is_mpi_available()},
@@ -88,6 +89,20 @@ def hardware_slug(device: str) -> str:
 
 def launchers() -> dict[str, str | None]:
     """Launch tools on PATH (and torchrun as a module, which is how the harness calls it)."""
-    found = {name: shutil.which(name) for name in ("torchrun", "horovodrun", "deepspeed", "mpirun")}
+    bindir = Path(sys.executable).parent  # the venv's own scripts, whether or not it is activated
+    found = {name: str(bindir / name) if (bindir / name).exists() else shutil.which(name)
+             for name in ("torchrun", "horovodrun", "deepspeed", "mpirun")}
     found["torch.distributed.run"] = f"{sys.executable} -m torch.distributed.run"
     return found
+
+
+def parallel_info() -> dict[str, str]:
+    """torch's own account of its threading back ends (OpenMP, MKL, ...), for `compare env`."""
+    import torch
+
+    info = {}
+    for line in torch.__config__.parallel_info().splitlines():
+        key, sep, value = line.rpartition(":")  # keys contain "::" (at::get_num_threads())
+        if sep and value.strip():
+            info[key.strip()] = value.strip()
+    return info

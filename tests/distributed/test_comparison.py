@@ -153,3 +153,11 @@ def test_report_rerenders_identically_from_records_alone(default_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (copy / "report.md").read_text() == (out / "report.md").read_text()
     assert (copy / "throughput.png").exists()
+
+
+def test_results_index_is_generated_from_records(default_run):
+    out = default_run[0]
+    proc = compare_cli("index", str(out.parent))
+    assert proc.returncode == 0, proc.stderr
+    index = (out.parent / "README.md").read_text()
+    assert f"| [{out.name}]({out.name}/report.md) | digits | dp, ddp, spawn, amp | 2 |" in index
