@@ -30,6 +30,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_flags() -> list[str]:
+    """The vector/matrix extensions that decide CPU throughput, bf16 above all (emulated without avx512_bf16/AMX)."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "neon", "sve")
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in wanted if f in have]
+    except OSError:
+        pass
+    return []
+
+
 def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -53,6 +66,7 @@ def collect(device: str = "cpu") -> dict[str, Any]:
         "torch": torch.__version__,
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
+        "cpu_flags": cpu_flags(),
         "cpu_cores_usable": usable_cores(),
         "cpu_count_logical": os.cpu_count(),
         "memory_total_bytes": psutil.virtual_memory().total,

@@ -126,6 +126,12 @@ def _notes(rows, records) -> list[str]:
         if row["status"] == "ok" and precision_label(f["controls"]) != "fp32":
             notes.append(f"**{row['adapter']}** runs in {precision_label(f['controls'])}: compare it with rows of "
                          f"the same precision and compression, not silently with plain fp32 ones.")
+        flags = records[0]["env"].get("cpu_flags", [])
+        if (row["status"] == "ok" and f["controls"]["precision"] == "bf16" and f["topology"]["device"] == "cpu"
+                and not {"avx512_bf16", "amx_bf16"} & set(flags)):
+            notes.append(f"**{row['adapter']}**: this CPU has no native bf16 (no avx512_bf16 or AMX), so bf16 "
+                         "arithmetic is emulated and slower than fp32 here; on such a CPU mixed precision "
+                         "measures the emulation, not what it does on a GPU.")
         if row.get("spread") is not None and row["spread"] > SPREAD_FLAG:
             notes.append(f"**{row['adapter']}**: samples/s varied by {row['spread']:.0%} across "
                          f"{row['ok_repeats']} repeats (> {SPREAD_FLAG:.0%}): treat its figure with care.")
@@ -174,7 +180,8 @@ def _provenance(records) -> list[str]:
     return [
         f"- Command: `{r['command']}`",
         f"- Run: {r['run_id']} at {r['time_utc']}; git commit {e.get('git_commit')}",
-        f"- Hardware: {e['cpu_model']}, {e['cpu_cores_usable']} usable cores, "
+        f"- Hardware: {e['cpu_model']} ({' '.join(e.get('cpu_flags', [])) or 'no flags read'}), "
+        f"{e['cpu_cores_usable']} usable cores, "
         f"{e['memory_total_bytes'] / 2**30:.0f} GiB RAM; GPUs: {gpus}",
         f"- Software: Python {e['python']}, torch {e['torch']}"
         + (f", CUDA {e['cuda']}, NCCL {e.get('nccl_version')}" if e.get("cuda") else "")
