@@ -234,11 +234,11 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]
     ax.barh(labels, sps, xerr=[lo, hi], color="#4C72B0", capsize=4)
     for i, s in enumerate(sps):
-        ax.text(s, i, f" {s:,.0f}", va="center", ha="left", fontsize=9)
+        ax.text(s + hi[i], i, f"  {s:,.0f}", va="center", ha="left", fontsize=9)  # right of the whisker
     ax.invert_yaxis()
     ax.set_xlabel("samples/s (global; whiskers: p90..p10 step time)")
     ax.set_title(f"Throughput: {title}", fontsize=10)
-    ax.margins(x=0.2)
+    ax.margins(x=0.25)
     fig.tight_layout()
     paths.append(out / "throughput.png")
     fig.savefig(paths[-1], dpi=110)
