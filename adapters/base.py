@@ -182,6 +182,12 @@ class Adapter:
     def precision(self) -> Precision:
         return Precision.FP32
 
+    def comm(self):
+        """The framework's communication primitives for `compare comm` (see harness/comm.py for the methods:
+        all_reduce, broadcast, reduce, all_gather, gather, scatter, reduce_scatter, all_to_all, send, recv,
+        isend, irecv, all_reduce_async, all_reduce_coalesced, batch_sendrecv, barrier). None: not offered."""
+        return None
+
     def compression(self) -> str:
         """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
         return "none"

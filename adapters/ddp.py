@@ -79,6 +79,9 @@ class DDPAdapter(Adapter):
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    def comm(self):
+        return TorchComm()
+
     @classmethod
     def environment(cls):
         import torch.distributed as dist
@@ -90,6 +93,69 @@ class DDPAdapter(Adapter):
 
         return {"framework": f"torch {torch.__version__}", "backend": self.info.backend if self.info else None,
                 "knobs": asdict(self.knobs)}
+
+
+class TorchComm:
+    """torch.distributed primitives for `compare comm` (sum reductions; blocking unless the name says async)."""
+
+    def __init__(self):
+        import torch.distributed as dist
+
+        self.dist = dist
+
+    def all_reduce(self, t):
+        self.dist.all_reduce(t)
+
+    def all_reduce_async(self, t):
+        return self.dist.all_reduce(t, async_op=True)
+
+    def all_reduce_coalesced(self, ts):
+        # One coalesced call for several tensors: the NCCL group-call idea (gloo coalesces too).
+        with self.dist._coalescing_manager(async_ops=True) as cm:
+            for t in ts:
+                self.dist.all_reduce(t)
+        cm.wait()
+
+    def broadcast(self, t, src):
+        self.dist.broadcast(t, src)
+
+    def reduce(self, t, dst):
+        self.dist.reduce(t, dst)
+
+    def all_gather(self, out, t):
+        self.dist.all_gather_into_tensor(out, t)
+
+    def gather(self, outs, t, dst):
+        self.dist.gather(t, outs, dst=dst)
+
+    def scatter(self, out, ins, src):
+        self.dist.scatter(out, ins, src=src)
+
+    def reduce_scatter(self, out, t):
+        self.dist.reduce_scatter_tensor(out, t)
+
+    def all_to_all(self, out, t):
+        self.dist.all_to_all_single(out, t)
+
+    def send(self, t, dst):
+        self.dist.send(t, dst)
+
+    def recv(self, t, src):
+        self.dist.recv(t, src)
+
+    def isend(self, t, dst):
+        return self.dist.isend(t, dst)
+
+    def irecv(self, t, src):
+        return self.dist.irecv(t, src)
+
+    def batch_sendrecv(self, send, dst, recv, src):
+        ops = [self.dist.P2POp(self.dist.isend, send, dst), self.dist.P2POp(self.dist.irecv, recv, src)]
+        for handle in self.dist.batch_isend_irecv(ops):
+            handle.wait()
+
+    def barrier(self):
+        self.dist.barrier()
 
 
 ADAPTER = DDPAdapter

@@ -153,6 +153,44 @@ def _resolved_command(plan) -> str:
     return shlex.join(args)
 
 
+@app.command("comm")
+def comm_cmd(
+    backends: Optional[str] = typer.Option(None, help="Comma-separated backends (default: all; unavailable ones "
+                                                      "listed with their reason)."),
+    ops: Optional[str] = typer.Option(None, help="Comma-separated ops (default: all)."),
+    sizes: str = typer.Option("1K:64M", help="LO:HI (doubling), or a comma list; units K, M, G (binary)."),
+    world_size: int = typer.Option(2, "--world-size", "-n"),
+    device: str = typer.Option("cpu", "--device"),
+    dtype: str = typer.Option("fp32"),
+    iters: int = typer.Option(50, help="Most timed iterations per cell (fewer for large sizes, at least 5)."),
+    timeout: float = typer.Option(900.0, help="Seconds before a backend's launch is killed."),
+    out: Optional[Path] = typer.Option(None, help="Output directory (default: results/comm_<hw>_n<N>_<time>)."),
+    force: bool = typer.Option(False, help="Overwrite results already in --out."),
+):
+    """Benchmark and check collective and point-to-point primitives per backend."""
+    from harness import commrun
+
+    req = commrun.CommRequest(backends=_split(backends), ops=_split(ops), sizes=sizes, world_size=world_size,
+                              device=device, dtype=dtype, max_iters=iters, timeout_s=timeout, out=out, force=force)
+    try:
+        plan = commrun.plan(req)
+    except BadInput as exc:
+        _fail(str(exc))
+    req.command = "compare " + shlex.join(_TYPED_ARGV) if _TYPED_ARGV else "compare comm (API)"
+    console.print(f"[bold]compare comm[/]: {len(plan['ops'])} ops x {len(plan['sizes'])} sizes, "
+                  f"{world_size} ranks, {dtype} -> {plan['out']}")
+    try:
+        records = commrun.execute(plan, ui=lambda line: console.print("  " + line))
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: children stopped; finished backends kept in {plan['out']}", err=True)
+        raise typer.Exit(130)
+    for line in commrun.summary_lines(records):
+        console.print(line)
+    console.print(f"wrote {plan['out']}/report.md, records.jsonl and busbw.png")
+    if not any(r["status"] == "ok" for r in records):
+        raise typer.Exit(1)
+
+
 @app.command("report")
 def report_cmd(directory: Path = typer.Argument(..., help="A run directory holding records.jsonl.")):
     """Re-render report.md and the plots of a run from its records.jsonl alone."""
@@ -167,8 +205,13 @@ def report_cmd(directory: Path = typer.Argument(..., help="A run directory holdi
         _fail(f"cannot read {path}: {exc}")
     if not records:
         _fail(f"{path} holds no records")
-    report.render(directory, records)
-    console.print(report.console_table(records))
+    if records[0].get("kind") == "comm":
+        from harness import commrun
+
+        commrun.render(directory, records)
+    else:
+        report.render(directory, records)
+        console.print(report.console_table(records))
     console.print(f"wrote {directory}/report.md and plots")
 
 

@@ -32,6 +32,10 @@ class RunSpec:
     fault: str | None = None
     """Fault injection for tests: "ADAPTER:RANK:exit|hang|raise:STEP" (see harness.worker)."""
     eval: bool = True
+    mode: str = "train"
+    """train: the training loop; comm: the communication benchmark (harness.comm.run_rank)."""
+    comm: dict[str, Any] = field(default_factory=dict)
+    """For mode comm: ops, sizes (bytes), dtype, max_iters."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

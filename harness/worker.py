@@ -75,6 +75,14 @@ def run(spec_path: str | Path) -> None:
     info = adapter.setup(spec)
     setup_s = time.time() - start_wall
     rank_dir = Path(spec.rank_dir)
+    if spec.mode == "comm":
+        from harness import comm
+
+        result = comm.run_rank(spec, adapter, info)
+        result["setup_s"] = setup_s
+        _atomic_write(rank_dir / f"rank{info.rank}.json", json.dumps(result))
+        adapter.teardown()
+        return
     total = spec.warmup + spec.steps
     progress = _Progress(rank_dir, info.rank == 0, total)
     progress("setup", force=True)

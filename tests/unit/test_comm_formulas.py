@@ -1,0 +1,53 @@
+"""`compare comm` arithmetic: nccl-tests' bus bandwidth factors, size parsing, iteration rule, wrong results."""
+
+import pytest
+
+from harness import comm, commrun
+from harness.launch import Outcome
+
+
+@pytest.mark.parametrize("op,n,factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
+    ("all_gather", 4, 0.75), ("reduce_scatter", 4, 0.75), ("all_to_all", 2, 0.5),
+    ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("sendrecv", 2, 1.0), ("gather", 4, 0.75), ("scatter", 4, 0.75),
+])
+def test_busbw_factors_follow_nccl_tests(op, n, factor):
+    assert comm.busbw_factor(op, n) == pytest.approx(factor)
+
+
+def test_sizes():
+    assert comm.parse_sizes("1K:8K") == [1024, 2048, 4096, 8192]
+    assert comm.parse_sizes("4096,1M,1G") == [4096, 2**20, 2**30]
+    assert comm.parse_sizes("1K:256M")[-1] == 256 * 2**20 and len(comm.parse_sizes("1K:256M")) == 19
+    with pytest.raises(ValueError, match="size 'lots' is not a byte count such as 4096, 1K, 64M or 1G"):
+        comm.parse_sizes("lots")
+
+
+def test_iterations_shrink_with_size_but_never_below_five():
+    assert comm.iterations(1024, 50) == (5, 50)
+    assert comm.iterations(64 * 2**20, 50) == (5, 16)
+    assert comm.iterations(2**30, 50) == (5, 5)
+
+
+def _outcome(cells_per_rank):
+    ranks = [{"rank": r, "backend": "gloo", "framework": {"framework": "torch x"}, "cells": cells}
+             for r, cells in enumerate(cells_per_rank)]
+    return Outcome(status="ok", reason="", returncode=0, wall_time_s=1.0, launch_wall=0.0, log_path=None,
+                   argv=["x"], processes=2, pid=1, ranks=ranks)
+
+
+class _Adapter:
+    name, launcher = "ddp", "torchrun"
+
+
+def test_a_wrong_result_on_any_rank_fails_the_cell_and_bandwidth_uses_the_slowest_rank():
+    cell = {"op": "all_reduce", "size_bytes": 1_000_000, "elements": 250_000}
+    good = [{**cell, "correct": True, "times_s": [0.001, 0.002, 0.003]}]
+    bad = [{**cell, "correct": False, "times_s": [0.002, 0.001, 0.004]}]
+    ok = commrun.cells_to_records({}, "torch", _Adapter(), _outcome([good, good]))[0]
+    assert ok["status"] == "ok" and ok["time_s"]["median"] == 0.002
+    assert ok["algbw_GBps"] == pytest.approx(1_000_000 / 0.002 / 1e9)
+    assert ok["busbw_GBps"] == pytest.approx(ok["algbw_GBps"] * 1.0)  # 2(n-1)/n with n=2
+    wrong = commrun.cells_to_records({}, "torch", _Adapter(), _outcome([good, bad]))[0]
+    assert wrong["status"] == "failed" and wrong["reason"] == "wrong result on 1 of 2 ranks"
+    assert wrong["time_s"]["median"] == 0.002  # max per iteration: [0.002, 0.002, 0.004]
