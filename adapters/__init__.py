@@ -21,6 +21,18 @@ _MODULES: dict[str, str] = {
 _HIDDEN: dict[str, str] = {"reference": "adapters.reference"}
 
 
+# `compare comm` backends -> the adapter whose launcher and comm() object they use.
+_COMM: dict[str, str] = {"torch": "ddp"}
+
+
+def comm_backends() -> list[str]:
+    return [backend for backend, adapter in _COMM.items() if adapter in _MODULES]
+
+
+def comm_backend_adapter(backend: str) -> str:
+    return _COMM[backend]
+
+
 class UnknownAdapter(KeyError):
     def __init__(self, name: str):
         super().__init__(name)
