@@ -128,7 +128,7 @@ def execute(p, ui=None) -> list[dict[str, Any]]:
 
 def cells_to_records(base, name, adapter, outcome) -> list[dict[str, Any]]:
     common = {**base, "backend": name, "adapter": adapter.name, "launcher": adapter.launcher,
-              "launcher_argv": outcome.argv}
+              "launcher_argv": outcome.argv, "load_avg_before": outcome.load_avg_before}
     if outcome.status != "ok":
         return [{**common, "op": None, "size_bytes": None, "status": outcome.status, "reason": outcome.reason,
                  "log_tail": outcome.log_tail}]

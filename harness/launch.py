@@ -36,6 +36,8 @@ class Outcome:
     processes: int
     pid: int
     """The launch's process id, which is also its process group id."""
+    load_avg_before: list[float] = field(default_factory=list)
+    """1, 5 and 15 minute load averages just before the launch."""
     ranks: list[dict] = field(default_factory=list)
     log_tail: str = ""
 
@@ -103,6 +105,7 @@ def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
     spec.save(spec_path)
     plan = adapter.launch(spec_path, spec)
     log_path = rank_dir / "launch.log"
+    load = [round(x, 2) for x in os.getloadavg()]
     launch_wall, t0 = time.time(), time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -152,5 +155,5 @@ def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
         else:
             status = "ok"
     return Outcome(status=status, reason=reason, returncode=rc, wall_time_s=wall, launch_wall=launch_wall,
-                   log_path=log_path, argv=plan.argv, processes=plan.processes, pid=proc.pid, ranks=ranks,
+                   log_path=log_path, argv=plan.argv, processes=plan.processes, pid=proc.pid, load_avg_before=load, ranks=ranks,
                    log_tail="" if status == "ok" else tail(log_path))

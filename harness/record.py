@@ -41,6 +41,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["topology"] = {"device": spec.device, "processes": outcome.processes, "launcher_argv": outcome.argv,
                        "launch_pgid": outcome.pid}
     rec["wall_time_s"] = outcome.wall_time_s
+    rec["load_avg_before"] = outcome.load_avg_before  # other load on the machine: a busy machine shows here
     rec["controls"] = {"global_batch": spec.global_batch, "steps": spec.steps, "warmup": spec.warmup,
                        "seed": workload.seed, "threads_requested": spec.threads, "knobs": spec.knobs,
                        "workload_options": workload.describe()["options"]}

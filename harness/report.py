@@ -187,6 +187,8 @@ def _provenance(records) -> list[str]:
         + (f", CUDA {e['cuda']}, NCCL {e.get('nccl_version')}" if e.get("cuda") else "")
         + f"; distributed backends built in: {', '.join(k for k, v in e['distributed'].items() if v)}; "
         f"{e['platform']}",
+        "- Load average (1 min) before each launch: " + ", ".join(
+            f"{r['label']}#{r['repeat']} {r['load_avg_before'][0]:.2f}" for r in records if r.get("load_avg_before")),
     ]
 
 
