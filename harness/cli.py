@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -282,8 +283,14 @@ def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
             console.print(f"[bold]{key}[/]: {value}")
 
 
+def _sigterm_as_interrupt(signum, frame):
+    # A CI job runner or `timeout` sends SIGTERM: stop the children and keep finished rows, as for Ctrl-C.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     global _TYPED_ARGV
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     _TYPED_ARGV = list(sys.argv[1:] if argv is None else argv)
     app(args=_TYPED_ARGV, prog_name="compare")
 

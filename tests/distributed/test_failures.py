@@ -64,7 +64,8 @@ def test_every_adapter_failing_exits_non_zero_but_keeps_rows(tmp_path):
     assert rows["dp"]["status"] == "failed"
 
 
-def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path, sig):
     out = tmp_path / "o"
     env = {**os.environ, "COMPARE_FAULT": "spawn:1:hang:3"}
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "ddp,spawn", *SHORT, "--out", str(out),
@@ -83,7 +84,7 @@ def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path):
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
     assert len(children) >= 3, "spawn's ranks never started"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "interrupted: children stopped; 1 finished row(s) kept in" in stderr
