@@ -16,6 +16,7 @@ _MODULES: dict[str, str] = {
     "ddp": "adapters.ddp",
     "spawn": "adapters.spawn",
     "amp": "adapters.amp",
+    "apex": "adapters.apex",
 }
 # Not a comparison row: the single-process fp32 run every adapter's parameters are checked against.
 _HIDDEN: dict[str, str] = {"reference": "adapters.reference"}

@@ -1,0 +1,300 @@
+"""NVIDIA apex: `apex.amp.initialize` + `apex.parallel.DistributedDataParallel`, ranks started by torchrun.
+
+The seed blog's fastest row. It is built the way apex's own ImageNet example (examples/imagenet/main_amp.py, apex
+<= 25.05) does it: `amp.initialize(model, optimizer, opt_level=...)` first, then `apex.parallel.DDP(model)`, then
+`with amp.scale_loss(loss, optimizer) as scaled: scaled.backward()` and a plain `optimizer.step()`.
+
+Facts this adapter is built on (and reports when they bite):
+- apex.amp and apex DDP were deprecated in 2022 and removed upstream in May 2025; the last tag with them is 25.05.
+- Both need CUDA: on CPU `amp.initialize` fails with "expected torch.cuda.FloatTensor" and apex DDP asserts
+  "Torch not compiled with CUDA enabled". So this adapter only runs with `--device cuda`.
+- PyPI's `apex` is an unrelated Pyramid web toolkit; NVIDIA apex is built from source:
+
+      git clone --branch 25.05 https://github.com/NVIDIA/apex && cd apex
+      pip install -v --disable-pip-version-check --no-cache-dir --no-build-isolation \\
+          --config-settings "--build-option=--cpp_ext" --config-settings "--build-option=--cuda_ext" ./
+
+apex's amp is fp16-only: O0 is fp32, O1 patches torch functions to run in fp16 where safe, O2 casts the model to
+fp16 with fp32 master weights in the optimizer (batchnorm kept fp32), O3 is pure fp16. The `amp` adapter
+(torch.amp autocast + GradScaler, fp16 on CUDA) is the modern equivalent of O1, and `ddp` of O0; run them side by
+side so apex's own contribution is seen apart from mixed precision itself (the blog conflated apex with AMP, a 2x
+batch and a data prefetcher):
+
+    compare run --device cuda -n 1 -a ddp,apex:opt_level=O0,amp,apex:opt_level=O1,apex:opt_level=O2
+    compare run --device cuda -n 1 -w resnet -a ddp,apex:opt_level=O0,amp,apex:opt_level=O1,apex:opt_level=O2
+
+(One GPU: NCCL refuses two ranks on one GPU, so a one-GPU machine runs world size 1.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import io
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from adapters.base import Adapter, Availability, KnobError, Precision, cuda_world_check
+from adapters.ddp import DDPAdapter
+
+LAST_TAG = "25.05"
+"""Last NVIDIA apex tag that still has apex.amp and apex.parallel.DistributedDataParallel (removed in PR 1896)."""
+
+BUILD = (f"build NVIDIA apex {LAST_TAG}, the last tag with amp and DDP, from source on a machine with an NVIDIA "
+         "GPU, nvcc and a CUDA build of torch: "
+         f"git clone --branch {LAST_TAG} https://github.com/NVIDIA/apex && cd apex && pip install -v "
+         "--disable-pip-version-check --no-cache-dir --no-build-isolation --config-settings "
+         "\"--build-option=--cpp_ext\" --config-settings \"--build-option=--cuda_ext\" ./")
+GPU_RUN = "run on a GPU machine: compare run --device cuda -n 1 -a amp,apex"
+CUDA_FAILURES = ("amp.initialize raises 'expected torch.cuda.FloatTensor', apex DDP asserts 'Torch not compiled "
+                 "with CUDA enabled'")
+
+NOT_INSTALLED = ("NVIDIA apex is not installed (it is not on PyPI, whose `apex` is an unrelated web toolkit: it is "
+                 "built from source)")
+NEEDS_CUDA_CPU = f"apex needs CUDA and this run is on CPU ({CUDA_FAILURES})"
+NEEDS_CUDA_NO_GPU = "apex needs CUDA and torch {torch} sees no GPU here ({failures})"
+
+# Subpackages only NVIDIA apex has (any release): one of them present means the package is NVIDIA's.
+_NVIDIA_MARKERS = ("amp", "parallel", "optimizers", "normalization", "fp16_utils", "multi_tensor_apply",
+                   "transformer", "contrib", "mlp", "fused_dense")
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+
+
+@dataclass
+class ApexInstall:
+    """What is installed under the name `apex`, found without importing it (see `probe_install`)."""
+
+    found: bool
+    location: str = ""
+    distribution: str | None = None
+    """Distribution that provides the `apex` import name, with its version (NVIDIA builds say "apex 0.1")."""
+    summary: str | None = None
+    nvidia: bool = False
+    has_amp: bool = False
+    has_parallel: bool = False
+    namespace: bool = False
+    """A directory named apex without __init__.py (e.g. an apex source checkout in the working directory)."""
+
+
+def probe_install() -> ApexInstall:
+    """Locate `apex` on sys.path and tell NVIDIA's from the PyPI web toolkit by its files and metadata, without
+    importing it (PyPI's apex imports pyramid at import time, NVIDIA's imports torch and its CUDA extensions)."""
+    try:
+        spec = importlib.util.find_spec("apex")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return ApexInstall(found=False)
+    dirs = [Path(d) for d in (spec.submodule_search_locations or [])]
+    location = str(dirs[0]) if dirs else str(spec.origin)
+    namespace = bool(dirs) and spec.origin in (None, "namespace")
+
+    def has(name: str) -> bool:
+        return any((d / name / "__init__.py").is_file() or (d / f"{name}.py").is_file() for d in dirs)
+
+    distribution = summary = None
+    try:
+        from importlib import metadata
+
+        names = metadata.packages_distributions().get("apex", [])
+        if names:
+            meta = metadata.distribution(names[0]).metadata
+            distribution = f"{meta['Name']} {meta['Version']}"
+            summary = meta["Summary"]
+    except Exception:  # noqa: BLE001 - metadata only sharpens the message; files decide
+        pass
+    nvidia = any(has(m) for m in _NVIDIA_MARKERS) or "nvidia" in (summary or "").lower()
+    return ApexInstall(found=True, location=location, distribution=distribution, summary=summary, nvidia=nvidia,
+                       has_amp=has("amp"), has_parallel=has("parallel"), namespace=namespace)
+
+
+def _import_apex() -> tuple[Any, Any]:
+    """Import apex.amp and apex.parallel quietly (old apex prints its syncBN choice at import)."""
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return importlib.import_module("apex.amp"), importlib.import_module("apex.parallel")
+
+
+def _package_problem(inst: ApexInstall) -> tuple[str, str] | None:
+    """(reason, fix) when what is installed as `apex` cannot give amp + DDP, else None."""
+    if not inst.found:
+        return NOT_INSTALLED, BUILD
+    dist = f" ({inst.distribution})" if inst.distribution else ""
+    if not inst.nvidia:
+        what = (f"'{inst.distribution}: {inst.summary}'" if inst.distribution and inst.summary
+                else "a directory without __init__.py (e.g. an apex source checkout in the working directory)"
+                if inst.namespace else "a package with none of NVIDIA apex's modules (amp, parallel, optimizers, ...)")
+        return (f"the package named apex at {inst.location} is not NVIDIA apex but {what} (PyPI's `apex` is an "
+                "unrelated Pyramid web toolkit)", f"pip uninstall apex, then {BUILD}")
+    missing = [m for m, ok in (("apex.amp", inst.has_amp), ("apex.parallel.DistributedDataParallel",
+                                                            inst.has_parallel)) if not ok]
+    if not missing:
+        try:
+            amp, parallel = _import_apex()
+        except Exception as exc:  # noqa: BLE001 - any import failure is the reason
+            first = (str(exc).strip().splitlines() or [""])[0]
+            return (f"NVIDIA apex at {inst.location}{dist} does not import: `import apex.amp, apex.parallel` "
+                    f"raised {type(exc).__name__}: {first}",
+                    f"rebuild it against this torch: pip uninstall apex, then {BUILD}")
+        missing = [f"apex.amp.{a}" for a in ("initialize", "scale_loss", "master_params") if not hasattr(amp, a)]
+        if not hasattr(parallel, "DistributedDataParallel"):
+            missing.append("apex.parallel.DistributedDataParallel")
+    if missing:
+        return (f"NVIDIA apex at {inst.location}{dist} has no {' or '.join(missing)}: apex.amp and "
+                "apex.parallel.DistributedDataParallel were removed upstream in May 2025 (last tag with them: "
+                f"{LAST_TAG})", f"replace it with tag {LAST_TAG}: pip uninstall apex, then {BUILD}")
+    return None
+
+
+def _cuda_problem(device: str, world_size: int) -> tuple[str, str] | None:
+    if device != "cuda":
+        return NEEDS_CUDA_CPU, GPU_RUN
+    import torch
+
+    if not torch.cuda.is_available():
+        return NEEDS_CUDA_NO_GPU.format(torch=torch.__version__, failures=CUDA_FAILURES), GPU_RUN
+    gpus = cuda_world_check(device, world_size)
+    return None if gpus else (gpus.reason, gpus.fix)
+
+
+class ApexAdapter(DDPAdapter):
+    name = "apex"
+    summary = "NVIDIA apex: amp.initialize (O0-O3) + apex.parallel.DistributedDataParallel, launched by torchrun"
+    launcher = "torchrun"
+
+    @dataclass
+    class Knobs:
+        opt_level: str = "O1"
+        """apex amp optimisation level (letter O): O0 fp32, O1 fp16 casts around torch functions (the blog's),
+        O2 fp16 model with fp32 master weights, O3 pure fp16."""
+        loss_scale: str = "auto"
+        """auto (the opt level's default: dynamic for O1/O2, 1.0 for O0/O3), dynamic, or a fixed number."""
+        keep_batchnorm_fp32: str = "auto"
+        """auto (the opt level's default), true or false: keep batchnorm in fp32 (O2/O3 only)."""
+        delay_allreduce: bool = False
+        """apex DDP: all-reduce every gradient after backward instead of overlapping buckets with it."""
+        message_size: int = 10_000_000
+        """apex DDP: minimum number of elements in a communication bucket (apex's default, 1e7)."""
+
+    # ---- parent side -------------------------------------------------------------------------------------
+    @classmethod
+    def availability(cls, device: str, world_size: int) -> Availability:
+        """Both facts when both are missing: a user on a CPU machine without apex must learn that installing
+        apex alone will not do (it needs CUDA too)."""
+        try:
+            problems = [p for p in (_package_problem(probe_install()), _cuda_problem(device, world_size)) if p]
+        except Exception as exc:  # noqa: BLE001 - availability never raises
+            return Availability(False, f"apex availability check failed: {type(exc).__name__}: {exc}")
+        if not problems:
+            return Availability(True)
+        return Availability(False, "; also, ".join(r for r, _ in problems), "; then ".join(f for _, f in problems))
+
+    def precision(self) -> Precision:
+        self._validate()
+        return Precision.FP32 if self.knobs.opt_level == "O0" else Precision.FP16
+
+    def _validate(self) -> None:
+        k = self.knobs
+        if k.opt_level not in OPT_LEVELS:
+            raise KnobError(f"knob 'opt_level' must be one of {', '.join(OPT_LEVELS)} (the letter O); "
+                            f"got '{k.opt_level}'")
+        if k.loss_scale not in ("auto", "dynamic"):
+            try:
+                ok = float(k.loss_scale) > 0
+            except ValueError:
+                ok = False
+            if not ok:
+                raise KnobError(f"knob 'loss_scale' must be auto, dynamic or a positive number; got '{k.loss_scale}'")
+        if k.keep_batchnorm_fp32.lower() not in ("auto", "true", "false"):
+            raise KnobError(f"knob 'keep_batchnorm_fp32' must be auto, true or false; got '{k.keep_batchnorm_fp32}'")
+        if k.keep_batchnorm_fp32.lower() != "auto" and k.opt_level in ("O0", "O1"):
+            raise KnobError(f"knob 'keep_batchnorm_fp32' applies to opt_level O2 and O3 only (O0 is all fp32; "
+                            f"apex refuses it with O1, which runs batchnorm in fp32 itself); got {k.opt_level}")
+        if k.message_size < 1:
+            raise KnobError(f"knob 'message_size' must be a positive number of elements; got {k.message_size}")
+
+    def _initialize_kwargs(self) -> dict[str, Any]:
+        """amp.initialize overrides: only what the user set, so each opt level keeps apex's own defaults."""
+        k, kwargs = self.knobs, {"opt_level": self.knobs.opt_level}
+        if k.loss_scale != "auto":
+            kwargs["loss_scale"] = k.loss_scale  # apex parses "dynamic" or a number string itself
+        if k.keep_batchnorm_fp32.lower() != "auto":
+            kwargs["keep_batchnorm_fp32"] = k.keep_batchnorm_fp32.lower() == "true"
+        return kwargs
+
+    @classmethod
+    def environment(cls) -> dict[str, Any]:
+        return {"apex": asdict(probe_install())}
+
+    # ---- rank side ---------------------------------------------------------------------------------------
+    def wrap(self, model, optimizer):
+        from apex import amp
+        from apex.parallel import DistributedDataParallel as ApexDDP
+
+        self._validate()
+        # O2 swaps the optimizer's fp16 params for fp32 masters in place, position for position: remember which
+        # user parameter each position holds, to return the masters by name.
+        names = {id(p): n for n, p in model.named_parameters()}
+        self._master_names = [names.get(id(p)) for g in optimizer.param_groups for p in g["params"]]
+        model, optimizer = amp.initialize(model, optimizer, **self._initialize_kwargs())
+        # After amp.initialize, never before: it may recast parameters, which would break DDP's hooks.
+        model = ApexDDP(model, delay_allreduce=self.knobs.delay_allreduce, message_size=self.knobs.message_size)
+        return Adapter.wrap(self, model, optimizer)
+
+    # No cast_input: amp.initialize patches the model's forward to cast floating inputs to fp16 for O2/O3 (and
+    # outputs back to fp32), which is why apex's example feeds fp32 batches at every opt level.
+
+    def zero_grad(self):
+        # With master weights (O2) apex replaces zero_grad by one that takes no set_to_none argument.
+        self.optimizer.zero_grad()
+
+    def backward(self, loss):
+        from apex import amp
+
+        with amp.scale_loss(loss, self.optimizer) as scaled:
+            scaled.backward()
+
+    def step(self):
+        # Looked up at call time: after an fp16 overflow apex swaps in a one-shot skip_step.
+        self.optimizer.step()
+
+    def gather_parameters(self, model):
+        """fp32 masters by the user module's names: for O2 the optimizer's fp32 master weights (the fp16 model
+        weights are their rounding); for O0/O1 the model's own fp32 weights; for O3 the fp16 weights, widened."""
+        from apex import amp
+
+        masters = {n: p.detach().float().cpu().clone()
+                   for n, p in zip(self._master_names, amp.master_params(self.optimizer)) if n is not None}
+        return {n: masters[n] if n in masters else p.detach().float().cpu().clone()
+                for n, p in self.unwrap(model).named_parameters()}
+
+    def comm(self):
+        return None  # apex has no collectives of its own: its DDP calls torch.distributed
+
+    def describe(self):
+        import torch
+
+        inst = probe_install()
+        k = self.knobs
+        d = {"framework": f"apex ({inst.distribution or 'no distribution metadata'}), torch {torch.__version__}",
+             "backend": self.info.backend if self.info else None, "apex": asdict(inst),
+             "extensions": {m: importlib.util.find_spec(m) is not None for m in ("apex_C", "amp_C")},
+             "precision": self.precision().value, "opt_level": k.opt_level, "knobs": asdict(k)}
+        with contextlib.suppress(Exception):  # the loss scale apex ended with (dynamic scaling moves it)
+            from apex.amp._amp_state import _amp_state
+
+            d["final_loss_scale"] = float(_amp_state.loss_scalers[0].loss_scale())
+        if k.opt_level == "O0":
+            d["note"] = ("apex O0 is fp32: set it beside the `ddp` row (torch DDP, fp32) to see what apex DDP "
+                         "alone changes")
+        else:
+            d["note"] = (f"apex {k.opt_level} is fp16, the same precision as the `amp` row on CUDA (torch.amp "
+                         "fp16 + GradScaler): the difference between those two rows is apex's own contribution, "
+                         "not mixed precision itself")
+        return d
+
+
+ADAPTER = ApexAdapter
