@@ -118,6 +118,15 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 def _notes(rows, records) -> list[str]:
     notes = []
+    by_precision: dict[str, list[str]] = {}
+    for row in rows:
+        if row["status"] == "ok":
+            by_precision.setdefault(precision_label(row["first"]["controls"]), []).append(row["adapter"])
+    for label, names in by_precision.items():
+        frameworks = {r["first"]["adapter"] for r in rows if r["adapter"] in names}
+        if label != "fp32" and len(frameworks) > 1:
+            notes.append(f"Same precision ({label}): {', '.join(names)}: differences between these rows come from "
+                         "the frameworks, not from mixed precision itself.")
     for row in rows:
         f = row["first"]
         info = f.get("adapter_info") or {}
