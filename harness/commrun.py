@@ -140,6 +140,10 @@ def cells_to_records(base, name, adapter, outcome) -> list[dict[str, Any]]:
         rec = {**common, "op": cell["op"], "group": commmod.OPS[cell["op"]].group, "size_bytes": cell["size_bytes"],
                "elements": cell["elements"], "backend_name": ranks[0]["backend"],
                "framework": ranks[0]["framework"].get("framework")}
+        unsupported = [c["unsupported"] for c in per_rank if "unsupported" in c]
+        if unsupported:
+            recs.append({**rec, "status": "unsupported", "reason": unsupported[0]})
+            continue
         errors = [c["error"] for c in per_rank if "error" in c]
         if errors:
             recs.append({**rec, "status": "failed", "reason": errors[0]})
@@ -188,6 +192,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
                 c = next((r for r in cells if r["backend"] == b and r["size_bytes"] == size), None)
                 if c is None:
                     row += ["–"] * 3
+                elif c["status"] == "unsupported":
+                    row += [f"n/a: {c['reason']}".replace("|", "/"), "", ""]
                 elif c["status"] != "ok" and "time_s" not in c:
                     row += [f"failed: {c['reason']}".replace("|", "/"), "", ""]
                 else:
@@ -259,9 +265,10 @@ def summary_lines(records) -> list[str]:
             lines.append(f"{b}: {r['status']} - {r['reason']}")
             continue
         ok = [c for c in cells if c["status"] == "ok"]
+        na = sum(c["status"] == "unsupported" for c in cells)
         big = [c for c in ok if c["op"] == "all_reduce"]
         best = max((c["busbw_GBps"] for c in big), default=None)
-        lines.append(f"{b}: {len(ok)}/{len(cells)} cells ok" + (f"; all_reduce peak busbw {best:.3f} GB/s" if best
+        lines.append(f"{b}: {len(ok)}/{len(cells) - na} cells ok" + (f" ({na} unsupported)" if na else "") + (f"; all_reduce peak busbw {best:.3f} GB/s" if best
                                                                  else "") + (
             f"; median of medians {statistics.median(c['time_s']['median'] for c in ok) * 1e6:.0f} µs" if ok else ""))
     return lines

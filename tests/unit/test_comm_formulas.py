@@ -51,3 +51,9 @@ def test_a_wrong_result_on_any_rank_fails_the_cell_and_bandwidth_uses_the_slowes
     wrong = commrun.cells_to_records({}, "torch", _Adapter(), _outcome([good, bad]))[0]
     assert wrong["status"] == "failed" and wrong["reason"] == "wrong result on 1 of 2 ranks"
     assert wrong["time_s"]["median"] == 0.002  # max per iteration: [0.002, 0.002, 0.004]
+
+
+def test_an_op_the_framework_lacks_is_unsupported_not_failed():
+    cell = {"op": "sendrecv", "size_bytes": 4096, "elements": 1024, "unsupported": "horovod has no send/recv"}
+    rec = commrun.cells_to_records({}, "horovod", _Adapter(), _outcome([[cell], [cell]]))[0]
+    assert rec["status"] == "unsupported" and rec["reason"] == "horovod has no send/recv"
