@@ -14,7 +14,6 @@ from typing import Any
 from harness.timing import slowest_rank_steps, step_stats
 
 SCHEMA_VERSION = 1
-EQUIV_TOLERANCE_FP32 = 1e-5
 FINAL_LOSS_WINDOW = 10
 
 
@@ -91,8 +90,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     diff = max_param_diff(Path(spec.rank_dir) / "params.pt", reference)
     rec["max_param_diff"] = diff
     rec["equivalence"] = {
-        "steps": spec.equiv_steps, "tolerance": EQUIV_TOLERANCE_FP32, "checked": checked,
-        "passed": (diff is not None and diff <= EQUIV_TOLERANCE_FP32) if checked else None,
+        "steps": spec.equiv_steps, "tolerance": workload.equiv_tolerance, "checked": checked,
+        "passed": (diff is not None and diff <= workload.equiv_tolerance) if checked else None,
         "reference": f"single process, fp32, global batch {spec.global_batch}, same init and data order",
         "why_not_checked": None if checked else (
             f"{r0['precision']} arithmetic" if r0["precision"] != "fp32"

@@ -16,6 +16,7 @@ _MODULES: dict[str, tuple[str, dict[str, Any]]] = {
     "resnet18": ("workloads.resnet", {"arch": "resnet18"}),
     "resnet50": ("workloads.resnet", {"arch": "resnet50"}),
     "widemlp": ("workloads.widemlp", {}),
+    "tinygpt": ("workloads.tinygpt", {}),
 }
 DEFAULT = "digits"
 

@@ -47,6 +47,8 @@ class Workload:
     seed: ClassVar[int] = 0
     equiv_steps: ClassVar[int] = 10
     """Steps after which parameters are compared with the single-process reference (max_param_diff)."""
+    equiv_tolerance: ClassVar[float] = 1e-5
+    """Largest max_param_diff an fp32 adapter may show after `equiv_steps` steps."""
     target: ClassVar[float | None] = None
     """Eval accuracy the default settings really reach (None: not a learning benchmark)."""
     batch_independent: ClassVar[bool] = True

@@ -70,3 +70,20 @@ def test_unknown_workload_names_the_choices():
     with pytest.raises(workloads.UnknownWorkload) as exc:
         workloads.get("mnist")
     assert str(exc.value) == f"unknown workload 'mnist'; valid choices: {', '.join(workloads.names())}"
+
+
+def test_tinygpt_trains_on_real_text_shipped_with_python():
+    w = workloads.get("tinygpt")
+    d = w.materialize("cpu", 32)
+    assert d.train_x.shape[1] == 64 and len(d.train_x) > 5000 and len(d.test_x) == 512
+    assert torch.equal(d.train_x[0, 1:], d.train_y[0, :-1])  # targets are the next bytes
+    text = bytes(d.train_x[:4].flatten().tolist()).decode("utf-8", errors="replace")
+    assert sum(c.isalpha() for c in text) > len(text) // 2  # English prose, not noise
+    model = w.build_model()
+    out = model(d.train_x[:2])
+    assert out.shape == (2, 64, 256)
+    # Causal: the output at position t does not depend on later bytes.
+    x = d.train_x[:1].clone()
+    x2 = x.clone()
+    x2[0, 40:] = 0
+    assert torch.allclose(model(x)[0, :40], model(x2)[0, :40], atol=1e-6)
