@@ -20,6 +20,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 import adapters
 import workloads
@@ -61,7 +62,7 @@ class RunUI:
                       f"device {req.device}, adapters {names}; {plan.warmup} warm-up + {plan.steps} timed steps, "
                       f"{req.repeats} repeat(s) -> {plan.out}")
         for name, _, reason in plan.unavailable:
-            console.print(f"  [yellow]{name}: unavailable[/] - {reason}")
+            console.print(f"  [yellow]{name}: unavailable[/] - {escape(reason)}")
         self.bar.start()
 
     def begin(self, name, repeat, total):
@@ -76,7 +77,7 @@ class RunUI:
         if outcome.status == "ok":
             self.bar.update(task, completed=self.bar.tasks[task].total, phase="[green]reference ok[/]")
         else:
-            self.bar.update(task, phase=f"[red]{outcome.status}[/]: {outcome.reason} "
+            self.bar.update(task, phase=f"[red]{outcome.status}[/]: {escape(outcome.reason)} "
                                              "(max_param_diff will be empty)")
 
     def finished(self, rec):
@@ -85,7 +86,7 @@ class RunUI:
             self.bar.update(task, completed=self.bar.tasks[task].total,
                                  phase=f"[green]ok[/] {rec['samples_per_s']:,.0f} samples/s")
         else:
-            self.bar.update(task, phase=f"[red]{rec['status']}[/]: {rec['reason']}")
+            self.bar.update(task, phase=f"[red]{rec['status']}[/]: {escape(rec['reason'])}")
 
     def interrupted(self):
         self.bar.stop()

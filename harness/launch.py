@@ -40,6 +40,9 @@ class Outcome:
     """1, 5 and 15 minute load averages just before the launch."""
     ranks: list[dict] = field(default_factory=list)
     log_tail: str = ""
+    shutdown_error: str = ""
+    """Set when every rank had written its result and only the launch's shutdown then failed or hung (a gloo
+    peer closing first, say): the measurement stands, and this says what went wrong afterwards."""
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
@@ -61,15 +64,22 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         return
 
 
-_ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Segmentation fault|error:")
+# A C++ exception escaping a communication thread (gloo's "Connection reset by peer", say) aborts the rank with
+# "terminate called after throwing an instance of '...'", then "what():  <the reason>".
+_ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Segmentation fault|error:"
+                    r"|terminate called|\bwhat\(\):")
 
 
 def first_error(path: Path) -> str | None:
     """The first line of a log that looks like the root cause (launchers print their own summary last)."""
     try:
-        for line in path.read_text(errors="replace").splitlines():
+        lines = path.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines):
             if _ERROR.search(line) and "FutureWarning" not in line:
-                return line.strip()[:300]
+                found = line.strip()
+                if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:
+                    found += " " + lines[i + 1].strip()  # the exception's type, then its message
+                return found[:300]
     except OSError:
         pass
     return None
@@ -141,6 +151,17 @@ def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
         if f.exists():
             ranks.append(json.loads(f.read_text()))
     rc = proc.returncode
+    shutdown_error = ""
+    if len(ranks) == plan.processes and (status == "timeout" or (status is None and rc != 0)):
+        # Each rank writes its result before the final barrier and teardown: all of them are here, so the
+        # training and its measurement finished, and only the shutdown went wrong. Keep the row, say so.
+        if status is None:
+            reason = (f"launch exited with code {rc}" if rc is None or rc >= 0
+                      else f"launch killed by signal {signal.Signals(-rc).name}")
+            cause = first_error(log_path)
+            reason += f"; first error: {cause}" if cause else ""
+        shutdown_error = f"after every rank had written its result: {reason}"
+        status, reason = "ok", ""
     if status is None:
         if rc != 0:
             status, reason = "failed", f"launch exited with code {rc}"
@@ -156,4 +177,5 @@ def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
             status = "ok"
     return Outcome(status=status, reason=reason, returncode=rc, wall_time_s=wall, launch_wall=launch_wall,
                    log_path=log_path, argv=plan.argv, processes=plan.processes, pid=proc.pid, load_avg_before=load, ranks=ranks,
-                   log_tail="" if status == "ok" else tail(log_path))
+                   log_tail="" if status == "ok" and not shutdown_error else tail(log_path),
+                   shutdown_error=shutdown_error)

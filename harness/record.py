@@ -47,6 +47,9 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     if outcome.status != "ok":
         rec["log_tail"] = outcome.log_tail
         return rec
+    if outcome.shutdown_error:
+        rec["shutdown_error"] = outcome.shutdown_error
+        rec["log_tail"] = outcome.log_tail
     ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
     r0 = ranks[0]
     devices = sum(r["devices_used"] for r in ranks)

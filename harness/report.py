@@ -145,6 +145,9 @@ def _notes(rows, records) -> list[str]:
             notes.append(f"**{row['adapter']}**: samples/s varied by {row['spread']:.0%} across "
                          f"{row['ok_repeats']} repeats (> {SPREAD_FLAG:.0%}): treat its figure with care.")
         for r in records:
+            if r["label"] == row["adapter"] and r.get("shutdown_error"):
+                notes.append(f"**{r['label']}** repeat {r['repeat']}: the launch ended badly {r['shutdown_error']}"
+                             f" (its measurements are complete and kept).")
             if r["label"] == row["adapter"] and r["status"] in ("failed", "timeout") and r.get("log_tail"):
                 tail = "\n".join(r["log_tail"].splitlines()[-15:])
                 notes.append(f"**{r['label']}** repeat {r['repeat']} {r['status']}: {r['reason']}\n\n"
@@ -283,6 +286,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
 
 
 def console_table(records: list[dict[str, Any]]):
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=f"{records[0]['workload']} — world size {records[0]['world_size']}")
@@ -291,7 +295,8 @@ def console_table(records: list[dict[str, Any]]):
         t.add_column(col, justify="right" if col not in ("adapter", "status") else "left")
     for row in table_rows(records):
         if row["status"] != "ok":
-            t.add_row(row["adapter"], "", "", "", "", "", "", "", f"{row['status']}: {'; '.join(row['reasons'])}")
+            status = escape(f"{row['status']}: {'; '.join(row['reasons'])}")  # "[fault injection]" is not markup
+            t.add_row(row["adapter"], "", "", "", "", "", "", "", status)
             continue
         f = row["first"]
         t.add_row(row["adapter"], precision_label(f["controls"]), f"{row['samples_per_s']:,.0f}",

@@ -5,7 +5,8 @@ adapter's own entry point (mp.spawn). The rank writes what it measured to `<rank
 (harness.launch) turns the rank files into one result record. Nothing here knows which adapter it runs.
 
 Fault injection for tests: COMPARE_FAULT / spec.fault = "ADAPTER:RANK:KIND:STEP", KIND one of
-exit (os._exit(3)), raise (RuntimeError), hang (block forever) at the start of step STEP.
+exit (os._exit(3)), raise (RuntimeError), hang (block forever) at the start of step STEP; STEP "end" injects
+it after the rank has written its result, during shutdown.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ def _fault(spec: RunSpec, adapter: str, rank: int):
         return None
     name, frank, kind, step = text.split(":")
     if name == adapter and int(frank) == rank:
-        return kind, int(step)
+        return kind, (step if step == "end" else int(step))
     return None
 
 
-def _inject(kind: str, step: int) -> None:
+def _inject(kind: str, step: int | str) -> None:
     print(f"[fault injection] {kind} at step {step}", file=sys.stderr, flush=True)
     if kind == "exit":
         os._exit(3)
@@ -157,6 +158,8 @@ def run(spec_path: str | Path) -> None:
     }
     _atomic_write(rank_dir / f"rank{info.rank}.json", json.dumps(result))
     adapter.barrier()
+    if fault and fault[1] == "end":
+        _inject(*fault)
     adapter.teardown()
     progress("done", total, force=True)
 

@@ -40,6 +40,21 @@ def test_rank_crash_under_torchrun_is_a_failed_row_and_the_next_adapter_runs(tmp
     assert "**ddp** repeat 0 failed" in (tmp_path / "o" / "report.md").read_text()
 
 
+def test_a_crash_after_every_rank_reported_keeps_the_row_and_says_so(tmp_path):
+    # Rank 1 dies during shutdown, after its result is on disk (as a gloo peer closing first can make it abort):
+    # the measurement is complete, so the row stays ok, and the record and report say what happened.
+    rows, _ = run_compare(tmp_path / "o", "-a", "spawn", *SHORT, env={"COMPARE_FAULT": "spawn:1:exit:end"})
+    rec = rows["spawn"]
+    assert rec["status"] == "ok" and rec["max_param_diff"] <= 1e-5 and rec["samples_per_s"] > 0
+    assert rec["shutdown_error"] == ("after every rank had written its result: launch exited with code 1; "
+                                     "first error: [fault injection] exit at step end")
+    assert "ProcessExitedException: process 1 terminated with exit code 3" in rec["log_tail"]
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert ("**spawn** repeat 0: the launch ended badly after every rank had written its result: launch exited "
+            "with code 1; first error: [fault injection] exit at step end (its measurements are complete and "
+            "kept).") in report
+
+
 def test_exception_in_the_in_process_adapter_is_a_failed_row(tmp_path):
     rows, _ = run_compare(tmp_path / "o", "-a", "dp,ddp", *SHORT, env={"COMPARE_FAULT": "dp:0:raise:3"})
     assert rows["dp"]["status"] == "failed"
