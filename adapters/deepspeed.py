@@ -1,0 +1,385 @@
+"""DeepSpeed: the engine's backward/step, ZeRO stages 0-3, ranks started by the `deepspeed` launcher.
+
+    compare run --adapters ddp,deepspeed:zero_stage=0,deepspeed:zero_stage=3
+    compare run --adapters deepspeed --knob deepspeed.precision=bf16 --knob deepspeed.offload_optimizer=true
+
+On CPU the launcher runs with DS_ACCELERATOR=cpu; without oneCCL bindings DeepSpeed's CPU accelerator picks gloo.
+The workload's own optimizer and LR stay in charge: the ds config has no "optimizer" and no "scheduler" block,
+and `wrap` checks after `deepspeed.initialize` that the LR and the batch sizes are exactly the workload's.
+
+First use JIT-compiles C++ ops (deepspeed_shm_comm ~35 s on 2 cores, at `init_distributed` on CPU) into
+TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), which later runs reuse. The launch log says when that
+happens, and `describe()` records the seconds spent in `init_distributed` and `initialize`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from adapters.base import Adapter, Availability, KnobError, LaunchPlan, Precision, RankInfo, cuda_world_check
+
+PINNED_VERSION = "0.19.8"
+INSTALL_FIX = (f"run `make setup` (adapters/install/deepspeed.sh), or "
+               f".venv/bin/pip install deepspeed=={PINNED_VERSION} \"torch==$(.venv/bin/python -c "
+               f"'import torch; print(torch.__version__)')\"")
+# Ops DeepSpeed JIT-compiles on the paths this adapter uses, for the "first run" log line.
+_JIT_OPS_AT_INIT = ("deepspeed_shm_comm",)
+
+
+def _installed_version_info() -> dict[str, Any] | None:
+    """deepspeed/git_version_info_installed.py (written by DeepSpeed's setup.py), loaded as a lone file: the
+    version, accelerator and AOT-built ops, without running deepspeed/__init__.py (which imports torch and
+    probes accelerators). None when the file is missing: not a real DeepSpeed install."""
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "git_version_info_installed.py"
+    if not path.is_file():
+        return None
+    file_spec = importlib.util.spec_from_file_location("_compare_deepspeed_version", path)
+    module = importlib.util.module_from_spec(file_spec)
+    file_spec.loader.exec_module(module)
+    return {k: getattr(module, k, None) for k in ("version", "accelerator_name", "installed_ops")}
+
+
+def launcher_path() -> str | None:
+    """The `deepspeed` launcher script of this venv (whether or not it is activated), else the one on PATH."""
+    local = Path(sys.executable).parent / "deepspeed"
+    return str(local) if local.exists() else shutil.which("deepspeed")
+
+
+def jit_cache_dir() -> Path:
+    """Where torch.utils.cpp_extension puts (and finds) DeepSpeed's JIT-built ops, as torch computes it."""
+    import torch
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root:
+        return Path(root)
+    from torch.utils.cpp_extension import get_default_build_root
+
+    accel = (f"rocm{torch.version.hip.replace('.', '')}" if torch.version.hip
+             else f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu")
+    return Path(get_default_build_root()) / f"py{sys.version_info.major}{sys.version_info.minor}_{accel}"
+
+
+def jit_cached_ops() -> list[str]:
+    """Ops that have a built shared library in the JIT cache."""
+    root = jit_cache_dir()
+    return sorted(d.name for d in root.iterdir() if (d / f"{d.name}.so").exists()) if root.is_dir() else []
+
+
+def _free_port() -> int:
+    # The port is released before the launcher binds it; a collision in that window fails the launch loudly.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_fp16_supported() -> bool:
+    """DeepSpeed's CPU accelerator's own test (cpu_accelerator.is_fp16_supported): oneDNN fp16 kernels."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except Exception:  # noqa: BLE001 - an older torch without the probe has no fp16 CPU kernels either
+        return False
+
+
+class DeepSpeedAdapter(Adapter):
+    name = "deepspeed"
+    summary = "DeepSpeed engine (ZeRO 0-3), launched by the deepspeed launcher"
+    launcher = "deepspeed"
+
+    @dataclass
+    class Knobs:
+        zero_stage: int = 0
+        """ZeRO stage: 0 plain data parallel, 1 partition optimizer state, 2 + gradients, 3 + parameters."""
+        precision: str = "fp32"
+        """fp32 | bf16 | fp16: DeepSpeed casts the model to this dtype and keeps fp32 master weights
+        (fp16 adds dynamic loss scaling; DeepSpeed's CPU accelerator refuses it without oneDNN fp16)."""
+        offload_optimizer: bool = False
+        """ZeRO-Offload: keep optimizer state and its step on the CPU (needs zero_stage >= 1)."""
+        reduce_bucket_elems: int = 500_000_000
+        """Gradient reduction bucket size in elements (ds config reduce_bucket_size; DeepSpeed's default),
+        the counterpart of ddp's bucket_cap_mb."""
+
+    def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
+        super().__init__(knobs, device)
+        k = self.knobs
+        if k.zero_stage not in (0, 1, 2, 3):
+            raise KnobError(f"knob 'zero_stage' must be 0, 1, 2 or 3; got {k.zero_stage}")
+        if k.offload_optimizer and k.zero_stage == 0:
+            raise KnobError("knob 'offload_optimizer' needs zero_stage 1, 2 or 3 (ZeRO-Offload partitions the "
+                            "optimizer); got zero_stage 0")
+        if k.reduce_bucket_elems < 1:
+            raise KnobError(f"knob 'reduce_bucket_elems' must be positive; got {k.reduce_bucket_elems}")
+        self.engine = None
+        self.timings_s: dict[str, float] = {}
+        self.jit_built: list[str] = []
+
+    # ---- parent side -------------------------------------------------------------------------------------
+    @classmethod
+    def availability(cls, device: str, world_size: int) -> Availability:
+        if importlib.util.find_spec("deepspeed") is None:
+            return Availability(False, "deepspeed is not installed", INSTALL_FIX)
+        try:
+            info = _installed_version_info()
+        except Exception as exc:  # noqa: BLE001 - a broken install is a reason, not a crash
+            return Availability(False, f"deepspeed's version file does not load: {type(exc).__name__}: {exc}",
+                                INSTALL_FIX)
+        if info is None or not info.get("version"):
+            where = importlib.util.find_spec("deepspeed").submodule_search_locations
+            return Availability(False, f"'deepspeed' at {list(where or [])} is not an installed DeepSpeed "
+                                       f"(no deepspeed/git_version_info_installed.py)", INSTALL_FIX)
+        if launcher_path() is None:
+            return Availability(False, f"deepspeed {info['version']} is installed but its `deepspeed` launcher "
+                                       f"is neither next to {sys.executable} nor on PATH", INSTALL_FIX)
+        if device == "cpu":
+            import torch.distributed as dist
+
+            if not dist.is_available() or not dist.is_gloo_available():
+                return Availability(False, "this torch build has no gloo backend (DeepSpeed's CPU fallback)",
+                                    "install torch from PyPI")
+        return cuda_world_check(device, world_size)
+
+    def precision(self) -> Precision:
+        p = self.knobs.precision
+        if p not in ("fp32", "bf16", "fp16"):
+            raise KnobError(f"knob 'precision' must be one of fp32, bf16, fp16; got '{p}'")
+        if p == "fp16" and self.device_kind == "cpu" and not cpu_fp16_supported():
+            raise KnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
+                            "(no oneDNN fp16 support); use bf16 or fp32")
+        return Precision(p)
+
+    def launch(self, spec_path: Path, spec) -> LaunchPlan:
+        # --num_gpus is DeepSpeed's name for processes per node on any accelerator (alias --num_accelerators);
+        # on CPU the launcher would otherwise start one rank per NUMA node. Its children get --local_rank=N,
+        # which harness.worker ignores.
+        argv = [launcher_path(), "--num_gpus", str(spec.world_size), "--master_addr", "127.0.0.1",
+                "--master_port", str(_free_port()), "--module", "harness.worker", str(spec_path)]
+        env = {"DS_ACCELERATOR": "cpu" if spec.device == "cpu" else "cuda"}
+        return LaunchPlan(argv, env=env, processes=spec.world_size)
+
+    @classmethod
+    def environment(cls) -> dict[str, Any]:
+        """What `ds_report` tells, from DeepSpeed's own objects: version, accelerator, and per op whether it
+        was built at install time, can be JIT-built here, and is already in the JIT cache."""
+        # DeepSpeed's logger writes to stdout (bound at import) and would corrupt `compare env --json`.
+        with contextlib.redirect_stdout(sys.stderr):
+            return cls._environment()
+
+    @classmethod
+    def _environment(cls) -> dict[str, Any]:
+        import deepspeed
+        from deepspeed.accelerator import get_accelerator
+        from deepspeed.git_version_info import accelerator_name, installed_ops
+        from deepspeed.ops.op_builder.all_ops import ALL_OPS
+        from deepspeed.ops.op_builder.builder import probe_is_compatible
+        from torch.utils.cpp_extension import is_ninja_available
+
+        accel = get_accelerator()
+        cached = set(jit_cached_ops())
+        ops: dict[str, list[str]] = {"installed": [], "jit_cached": [], "jit_compatible": [], "incompatible": []}
+        for op_name, builder in ALL_OPS.items():
+            # The same tests as ds_report's op table (installed = built at install time for this accelerator).
+            if installed_ops.get(op_name) and accelerator_name == accel._name:
+                ops["installed"].append(op_name)
+            elif op_name in cached:
+                ops["jit_cached"].append(op_name)
+            elif probe_is_compatible(builder, False):
+                ops["jit_compatible"].append(op_name)  # would be JIT-compiled on first use
+            else:
+                ops["incompatible"].append(op_name)
+        return {"deepspeed": deepspeed.__version__, "pinned": PINNED_VERSION, "accelerator": accel._name,
+                "communication_backend": accel.communication_backend_name(), "launcher": launcher_path(),
+                "ninja": is_ninja_available(), "jit_cache_dir": str(jit_cache_dir()), "ops": ops}
+
+    # ---- rank side ---------------------------------------------------------------------------------------
+    def setup(self, spec) -> RankInfo:
+        import torch
+
+        cached_before = set(jit_cached_ops())
+        missing = [op for op in _JIT_OPS_AT_INIT if op not in cached_before]
+        if missing and os.environ.get("RANK", "0") == "0":
+            print(f"[deepspeed] first run: JIT-compiling {', '.join(missing)} into {jit_cache_dir()} "
+                  f"(~35 s on 2 cores; cached for later runs)", flush=True)
+        t0 = time.perf_counter()
+        import deepspeed
+        import deepspeed.comm as ds_dist
+
+        # No dist_backend: DeepSpeed picks its accelerator's (ccl with oneCCL bindings, else gloo on CPU).
+        deepspeed.init_distributed(dist_init_required=True)
+        self.timings_s["init_distributed_s"] = time.perf_counter() - t0
+        rank, world = ds_dist.get_rank(), ds_dist.get_world_size()
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        if spec.device == "cuda":
+            torch.cuda.set_device(local_rank)
+            device = f"cuda:{local_rank}"
+        else:
+            device = "cpu"
+        self.jit_built = sorted(set(jit_cached_ops()) - cached_before)
+        self.info = RankInfo(rank=rank, world_size=world, local_rank=local_rank, device=device,
+                             backend=torch.distributed.get_backend(), data_rank=rank, data_world=world)
+        self.global_batch = spec.global_batch
+        return self.info
+
+    def ds_config(self) -> dict[str, Any]:
+        """The DeepSpeed config: batch sizes equal to the workload's, no optimizer/scheduler/clipping blocks, so
+        the workload's optimizer and LR are used untouched."""
+        k, world = self.knobs, self.info.world_size
+        zero: dict[str, Any] = {"stage": k.zero_stage, "reduce_bucket_size": k.reduce_bucket_elems}
+        if k.offload_optimizer:
+            # pin_memory only helps host<->GPU copies; on CPU it would only lock pages.
+            zero["offload_optimizer"] = {"device": "cpu", "pin_memory": self.info.device != "cpu"}
+        return {
+            "train_batch_size": self.global_batch,
+            "train_micro_batch_size_per_gpu": self.global_batch // world,
+            "gradient_accumulation_steps": 1,
+            "gradient_clipping": 0.0,
+            "zero_optimization": zero,
+            "bf16": {"enabled": k.precision == "bf16"},
+            "fp16": {"enabled": k.precision == "fp16"},
+            # The workload's torch optimizer (e.g. SGD) is not on DeepSpeed's tested list for ZeRO >= 1.
+            "zero_allow_untested_optimizer": True,
+            # ZeRO-Offload otherwise insists on DeepSpeedCPUAdam, which would replace the workload's optimizer.
+            "zero_force_ds_cpu_optimizer": False,
+            # No periodic log lines inside the timed loop.
+            "steps_per_print": 2**31 - 1,
+            "wall_clock_breakdown": False,
+        }
+
+    def wrap(self, model, optimizer):
+        import deepspeed
+
+        lrs_before = [g["lr"] for g in optimizer.param_groups]
+        cached_before = set(jit_cached_ops())
+        self.config = self.ds_config()
+        t0 = time.perf_counter()
+        engine, ds_optimizer, _, scheduler = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                                  config=self.config)
+        self.timings_s["initialize_s"] = time.perf_counter() - t0
+        self.jit_built += sorted(set(jit_cached_ops()) - cached_before)
+        # An adapter never changes LR or batch (fairness protocol): prove DeepSpeed did not either.
+        lrs_after = [g["lr"] for g in optimizer.param_groups]
+        if lrs_after != lrs_before or scheduler is not None:
+            raise RuntimeError(f"DeepSpeed changed the workload's learning rate {lrs_before} -> {lrs_after} "
+                               f"(scheduler {scheduler!r})")
+        batches = (engine.train_batch_size(), engine.train_micro_batch_size_per_gpu(),
+                   engine.gradient_accumulation_steps())
+        want = (self.global_batch, self.global_batch // self.info.world_size, 1)
+        if batches != want:
+            raise RuntimeError(f"DeepSpeed resolved (train_batch, micro_batch, grad_accum) {batches}, expected {want}")
+        self.engine = engine
+        self.client_optimizer = type(optimizer).__name__
+        return super().wrap(engine, ds_optimizer)
+
+    def cast_input(self, x):
+        # DeepSpeed casts the whole model to bf16/fp16, so float inputs must match (integer token ids stay).
+        dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(self.knobs.precision)
+        if dtype and x.is_floating_point():
+            import torch
+
+            return x.to(getattr(torch, dtype))
+        return x
+
+    def zero_grad(self) -> None:
+        # engine.step() already zeroes the gradients after its optimizer step (and ZeRO owns the gradient
+        # buffers from stage 2 on), so zeroing again here would be wasted work inside the timed step.
+        pass
+
+    def backward(self, loss):
+        self.engine.backward(loss)
+
+    def step(self):
+        self.engine.step()
+
+    def gather_parameters(self, model):
+        """fp32 master weights by name: a collective from ZeRO-1 on (ZeRO-1/2 all-reduce the owner's fp32
+        partition, ZeRO-3 all-gathers it), so every rank calls it, parameters in the same order."""
+        import deepspeed
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        out = {}
+        for name, p in self.unwrap(model).named_parameters():
+            full = safe_get_full_fp32_param(p)  # None when DeepSpeed keeps no separate fp32 copy (ZeRO-0 fp32)
+            if full is None and hasattr(p, "ds_id"):  # a ZeRO-3 parameter with no optimizer link: gather it
+                with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+                    full = p.detach().clone()
+            out[name] = (p if full is None else full).detach().float().cpu().clone()
+        return out
+
+    def eval_module(self, model):
+        # The engine: under ZeRO-3 its forward hooks gather the partitioned parameters on every rank.
+        return model
+
+    def all_reduce_mean(self, tensor):
+        import deepspeed.comm as ds_dist
+
+        out = tensor.clone()
+        ds_dist.all_reduce(out, op=ds_dist.ReduceOp.SUM)
+        return out / self.info.world_size
+
+    def barrier(self):
+        import deepspeed.comm as ds_dist
+
+        ds_dist.barrier()
+
+    def comm(self):
+        from adapters.ddp import TorchComm
+
+        class DeepSpeedComm(TorchComm):
+            """deepspeed.comm mirrors torch.distributed's API (through its own wrapper, which is what is timed)."""
+
+            def __init__(self):
+                import deepspeed.comm as ds_dist
+
+                self.dist = ds_dist
+
+            def all_reduce_coalesced(self, ts):
+                self.dist.all_reduce_coalesced(ts)
+
+        return DeepSpeedComm()
+
+    def teardown(self):
+        import torch.distributed as dist
+
+        if self.engine is not None:
+            self.engine.destroy()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def describe(self) -> dict[str, Any]:
+        import deepspeed
+        import torch
+        from deepspeed.accelerator import get_accelerator
+
+        d: dict[str, Any] = {
+            "framework": f"deepspeed {deepspeed.__version__}", "torch": torch.__version__,
+            "accelerator": get_accelerator()._name, "backend": self.info.backend if self.info else None,
+            "zero_stage": self.knobs.zero_stage, "precision": self.precision().value,
+            "offload_optimizer": self.knobs.offload_optimizer, "knobs": asdict(self.knobs),
+            "setup_timings_s": dict(self.timings_s),
+            "jit_ops_built_this_run": self.jit_built, "jit_cache_dir": str(jit_cache_dir()),
+        }
+        if self.engine is not None:
+            e = self.engine
+            d.update({"ds_config": self.config, "client_optimizer": self.client_optimizer,
+                      "engine_optimizer": type(e.optimizer).__name__,
+                      "resolved": {"zero_stage": e.zero_optimization_stage(), "train_batch_size": e.train_batch_size(),
+                                   "micro_batch_per_rank": e.train_micro_batch_size_per_gpu(),
+                                   "gradient_accumulation_steps": e.gradient_accumulation_steps(),
+                                   "bf16": e.bfloat16_enabled(), "fp16": e.fp16_enabled(),
+                                   "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr()}})
+        return d
+
+
+ADAPTER = DeepSpeedAdapter

@@ -1,0 +1,168 @@
+"""The deepspeed adapter without launching anything: availability reasons, knob validation, the launch command
+and the ds config. None of these import deepspeed (which would probe accelerators and log to stdout)."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import adapters
+from adapters import deepspeed as ds
+from adapters.base import KnobError, Precision, RankInfo
+from conftest import REPO
+
+FP16_REFUSED = ("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
+                "(no oneDNN fp16 support); use bf16 or fp32")
+
+
+def fake_deepspeed(root: Path, version_file: bool) -> Path:
+    """A `deepspeed` package on sys.path: importable by name, and a real install only with its version file."""
+    pkg = root / "deepspeed"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise ImportError('the fake deepspeed must never be imported')\n")
+    if version_file:
+        (pkg / "git_version_info_installed.py").write_text(
+            "version='9.9.9'\naccelerator_name='cpu'\ninstalled_ops={}\n")
+    return root
+
+
+@pytest.fixture
+def shadow(monkeypatch, tmp_path):
+    """Put a fake deepspeed first on sys.path (and forget any imported one) for one test."""
+    def install(version_file: bool):
+        monkeypatch.delitem(sys.modules, "deepspeed", raising=False)
+        monkeypatch.syspath_prepend(str(fake_deepspeed(tmp_path, version_file)))
+    return install
+
+
+def test_registered_after_amp():
+    names = adapters.names()
+    assert "deepspeed" in names and names.index("deepspeed") > names.index("amp")
+    assert adapters.get("deepspeed") is ds.DeepSpeedAdapter
+
+
+def test_missing_module_says_how_to_install(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    avail = ds.DeepSpeedAdapter.availability("cpu", 2)
+    assert not avail and avail.reason == "deepspeed is not installed"
+    assert "make setup" in avail.fix and f"deepspeed=={ds.PINNED_VERSION}" in avail.fix
+
+
+def test_a_package_named_deepspeed_without_its_version_file_is_not_deepspeed(shadow):
+    shadow(version_file=False)
+    avail = ds.DeepSpeedAdapter.availability("cpu", 2)
+    assert not avail and "is not an installed DeepSpeed" in avail.reason and "make setup" in avail.fix
+
+
+def test_missing_launcher_is_named(shadow, monkeypatch, tmp_path):
+    shadow(version_file=True)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "nowhere" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    avail = ds.DeepSpeedAdapter.availability("cpu", 2)
+    assert not avail
+    assert avail.reason.startswith("deepspeed 9.9.9 is installed but its `deepspeed` launcher is neither next to")
+
+
+def test_availability_reads_the_version_without_importing_deepspeed(shadow, monkeypatch, tmp_path):
+    shadow(version_file=True)  # the fake's __init__ raises if anything imports it
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "deepspeed").write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "executable", str(bindir / "python"))
+    assert ds.DeepSpeedAdapter.availability("cpu", 2).ok
+    assert ds.launcher_path() == str(bindir / "deepspeed")
+
+
+def test_importing_the_adapter_and_checking_availability_do_not_import_deepspeed():
+    code = ("import sys, adapters; adapters.availability('deepspeed', 'cpu', 2); "
+            "import adapters.deepspeed; print('deepspeed' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_default_knobs():
+    a = ds.DeepSpeedAdapter({}, "cpu")
+    assert (a.knobs.zero_stage, a.knobs.precision, a.knobs.offload_optimizer) == (0, "fp32", False)
+    assert a.precision() is Precision.FP32
+
+
+def test_knobs_from_row_labels_are_coerced():
+    a = ds.DeepSpeedAdapter({"zero_stage": "2", "offload_optimizer": "true", "precision": "bf16"}, "cpu")
+    assert a.knobs.zero_stage == 2 and a.knobs.offload_optimizer is True and a.precision() is Precision.BF16
+
+
+@pytest.mark.parametrize("knobs, message", [
+    ({"zero_stage": "4"}, "knob 'zero_stage' must be 0, 1, 2 or 3; got 4"),
+    ({"offload_optimizer": "on"}, "knob 'offload_optimizer' needs zero_stage 1, 2 or 3"),
+    ({"reduce_bucket_elems": "0"}, "knob 'reduce_bucket_elems' must be positive; got 0"),
+    ({"zero_stage": "two"}, "knob 'zero_stage' expects a int, got 'two'"),
+    ({"stage": "1"}, "unknown knob 'stage'; valid knobs: offload_optimizer, precision, reduce_bucket_elems, "
+                     "zero_stage"),
+])
+def test_bad_knobs_are_refused_before_launch(knobs, message):
+    with pytest.raises(KnobError) as exc:
+        ds.DeepSpeedAdapter(knobs, "cpu")
+    assert str(exc.value).startswith(message)
+
+
+def test_unknown_precision_is_refused():
+    with pytest.raises(KnobError, match="knob 'precision' must be one of fp32, bf16, fp16; got 'fp8'"):
+        ds.DeepSpeedAdapter({"precision": "fp8"}, "cpu").precision()
+
+
+def test_fp16_follows_deepspeeds_cpu_probe(monkeypatch):
+    monkeypatch.setattr(ds, "cpu_fp16_supported", lambda: False)
+    with pytest.raises(KnobError) as exc:
+        ds.DeepSpeedAdapter({"precision": "fp16"}, "cpu").precision()
+    assert str(exc.value) == FP16_REFUSED and "\n" not in str(exc.value)
+    monkeypatch.setattr(ds, "cpu_fp16_supported", lambda: True)
+    assert ds.DeepSpeedAdapter({"precision": "fp16"}, "cpu").precision() is Precision.FP16
+    assert ds.DeepSpeedAdapter({"precision": "fp16"}, "cuda").precision() is Precision.FP16
+
+
+def test_launch_uses_the_deepspeed_launcher(monkeypatch, tmp_path):
+    monkeypatch.setattr(ds, "launcher_path", lambda: "/venv/bin/deepspeed")
+    spec = SimpleNamespace(world_size=2, device="cpu")
+    plan = ds.DeepSpeedAdapter({}, "cpu").launch(tmp_path / "spec.json", spec)
+    argv = plan.argv
+    assert argv[0] == "/venv/bin/deepspeed" and argv[argv.index("--num_gpus") + 1] == "2"
+    assert argv[-3:] == ["--module", "harness.worker", str(tmp_path / "spec.json")]
+    assert 0 < int(argv[argv.index("--master_port") + 1]) < 65536
+    assert plan.env == {"DS_ACCELERATOR": "cpu"} and plan.processes == 2
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_ds_config_keeps_the_workloads_batch_and_optimizer(stage):
+    a = ds.DeepSpeedAdapter({"zero_stage": stage}, "cpu")
+    a.info = RankInfo(rank=0, world_size=2, local_rank=0, device="cpu", backend="gloo", data_rank=0, data_world=2)
+    a.global_batch = 64
+    cfg = a.ds_config()
+    assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) \
+        == (64, 32, 1)
+    assert "optimizer" not in cfg and "scheduler" not in cfg and cfg["gradient_clipping"] == 0.0
+    assert cfg["zero_optimization"]["stage"] == stage and cfg["zero_allow_untested_optimizer"] is True
+    assert not cfg["bf16"]["enabled"] and not cfg["fp16"]["enabled"]
+    assert "offload_optimizer" not in cfg["zero_optimization"]
+
+
+def test_ds_config_offload_and_bf16():
+    a = ds.DeepSpeedAdapter({"zero_stage": 2, "offload_optimizer": True, "precision": "bf16"}, "cpu")
+    a.info = RankInfo(rank=0, world_size=4, local_rank=0, device="cpu", backend="gloo", data_rank=0, data_world=4)
+    a.global_batch = 32
+    cfg = a.ds_config()
+    assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": False}
+    assert cfg["bf16"]["enabled"] and cfg["train_micro_batch_size_per_gpu"] == 8
+    # ZeRO-Offload would otherwise insist on swapping the workload's optimizer for DeepSpeedCPUAdam.
+    assert cfg["zero_force_ds_cpu_optimizer"] is False
+
+
+def test_jit_cache_dir_follows_torch_extensions_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    (tmp_path / "deepspeed_shm_comm").mkdir()
+    (tmp_path / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
+    (tmp_path / "half_built").mkdir()
+    assert ds.jit_cache_dir() == tmp_path and ds.jit_cached_ops() == ["deepspeed_shm_comm"]
