@@ -1,0 +1,152 @@
+"""The horovod adapter says precisely why it cannot run, checks its knobs before launch, and launches horovodrun.
+
+Detection is tested against fake `horovod` trees written into tmp_path and put first on sys.path and PYTHONPATH
+(the availability probe imports horovod.torch in a child process). The real build is exercised by
+tests/distributed/test_horovod.py.
+"""
+
+import importlib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import adapters
+from adapters import horovod as hv
+from adapters.base import KnobError
+from conftest import REPO
+
+GOOD_TORCH = ("def gloo_built(): return {gloo}\ndef mpi_built(): return False\n"
+              "def nccl_built(): return False\ndef cuda_built(): return False\n")
+
+
+@pytest.fixture(autouse=True)
+def fresh_probe(tmp_path, monkeypatch):
+    """Every test starts with no cached probe, an empty wheel cache and no horovod module imported."""
+    monkeypatch.setenv("COMPARE_WHEEL_CACHE", str(tmp_path / "cache"))
+    hv.probe.cache_clear()
+    for name in [m for m in sys.modules if m == "horovod" or m.startswith("horovod.")]:
+        monkeypatch.delitem(sys.modules, name)
+    yield
+    hv.probe.cache_clear()
+
+
+@pytest.fixture
+def not_installed(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "horovod" else real(name, *a))
+
+
+@pytest.fixture
+def fake_horovod(tmp_path, monkeypatch):
+    """A directory first on sys.path and PYTHONPATH; write(relpath, text) puts a fake horovod file into it."""
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    importlib.invalidate_caches()
+
+    def write(rel: str, text: str = "") -> Path:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    write("horovod/__init__.py", "__version__ = '0.28.1'\n")
+    return write
+
+
+def test_not_installed_says_how_to_build_it(not_installed):
+    a = hv.HorovodAdapter.availability("cpu", 2)
+    assert not a
+    assert a.reason == "horovod is not installed"
+    assert "make setup" in a.fix and "adapters/install/horovod.sh" in a.fix and "0.28.1" in a.fix
+
+
+def test_a_failed_build_is_the_reason_with_the_log(not_installed, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "horovod-build-failed.txt").write_text(
+        "horovod 0.28.1 build failed for torch 2.13.0+cpu (cp311): pip wheel exited non-zero\n"
+        "--- last lines ---\n#error C++17 or later compatible compiler is required\n")
+    a = hv.HorovodAdapter.availability("cpu", 2)
+    assert not a
+    assert a.reason == "horovod 0.28.1 build failed for torch 2.13.0+cpu (cp311): pip wheel exited non-zero"
+    assert f"build log at {cache / 'horovod-build.log'}" in a.fix and "make setup" in a.fix
+    # The registry (what `compare list` and `compare run` use) shows the same.
+    assert adapters.availability("horovod", "cpu", 2).reason == a.reason
+
+
+def test_an_import_error_of_horovod_torch_becomes_the_reason(fake_horovod):
+    # What a wheel built for another torch does at import.
+    fake_horovod("horovod/torch/__init__.py",
+                 "raise ImportError('mpi_lib.cpython-311-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda')\n")
+    a = hv.HorovodAdapter.availability("cpu", 2)
+    assert not a
+    assert a.reason.startswith("horovod is installed but horovod.torch does not import: ImportError: ")
+    assert "undefined symbol: _ZN3c104cuda" in a.reason
+    assert "rebuild it against this torch" in a.fix
+
+
+def test_a_build_without_gloo_is_refused(fake_horovod):
+    fake_horovod("horovod/torch/__init__.py", GOOD_TORCH.format(gloo=False))
+    a = hv.HorovodAdapter.availability("cpu", 2)
+    assert not a and a.reason == "horovod 0.28.1 was built without Gloo"
+    assert "HOROVOD_WITH_GLOO=1" in a.fix
+
+
+def test_horovodrun_must_exist(fake_horovod, monkeypatch):
+    fake_horovod("horovod/torch/__init__.py", GOOD_TORCH.format(gloo=True))
+    monkeypatch.setattr(hv, "horovodrun_path", lambda: None)
+    a = hv.HorovodAdapter.availability("cpu", 2)
+    assert not a and a.reason == "horovodrun is not next to this python nor on PATH"
+
+
+def test_a_cpu_build_is_not_offered_for_cuda(fake_horovod, monkeypatch):
+    fake_horovod("horovod/torch/__init__.py", GOOD_TORCH.format(gloo=True))
+    monkeypatch.setattr(hv, "horovodrun_path", lambda: "/usr/bin/horovodrun")
+    assert hv.HorovodAdapter.availability("cpu", 2)
+    a = hv.HorovodAdapter.availability("cuda", 1)
+    assert not a and a.reason == "horovod 0.28.1 here is a CPU build (no CUDA/NCCL operations)"
+
+
+def test_importing_the_adapter_or_listing_adapters_does_not_import_horovod():
+    code = ("import sys, adapters, adapters.horovod; adapters.names(); "
+            "assert 'horovod' not in sys.modules, sorted(m for m in sys.modules if 'horovod' in m)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("knobs, message", [
+    ({"compression": "bf16"}, "knob 'compression' must be one of none, fp16; got 'bf16'"),
+    ({"controller": "nccl"}, "knob 'controller' must be one of gloo, mpi; got 'nccl'"),
+    ({"stall_check_warning_s": "30", "stall_check_shutdown_s": "20"},
+     "knob 'stall_check_shutdown_s' (20) must be 0 or greater than stall_check_warning_s (30)"),
+    ({"fusion_threshold_mb": "big"}, "knob 'fusion_threshold_mb' expects a int, got 'big'"),
+])
+def test_bad_knobs_are_refused_with_the_valid_choices(knobs, message):
+    with pytest.raises(KnobError) as exc:
+        hv.HorovodAdapter(knobs)
+    assert str(exc.value) == message
+
+
+def test_compression_is_what_the_table_shows():
+    assert hv.HorovodAdapter({}).compression() == "none"
+    assert hv.HorovodAdapter({"compression": "fp16"}).compression() == "fp16"
+
+
+def test_launch_is_horovodrun_with_gloo_stall_check_and_fusion(monkeypatch):
+    monkeypatch.setattr(hv, "horovodrun_path", lambda: "/venv/bin/horovodrun")
+    a = hv.HorovodAdapter({"fusion_threshold_mb": "32", "cycle_time_ms": "2.5", "stall_check_shutdown_s": "45"})
+    plan = a.launch(Path("/tmp/spec.json"), SimpleNamespace(world_size=2))
+    argv = plan.argv
+    assert argv[:6] == ["/venv/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo"]
+    flags = dict(zip(argv[6:-4:2], argv[7:-4:2]))
+    assert flags == {"--network-interfaces": "lo", "--start-timeout": "60", "--fusion-threshold-mb": "32",
+                     "--cycle-time-ms": "2.5", "--stall-check-warning-time-seconds": "30",
+                     "--stall-check-shutdown-time-seconds": "45"}
+    assert argv[-4:] == [sys.executable, "-m", "harness.worker", "/tmp/spec.json"]
+    assert plan.processes == 2
