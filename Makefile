@@ -11,11 +11,15 @@ TORCH   ?= torch==2.13.0
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml Makefile
+$(VENV)/.installed: pyproject.toml Makefile adapters/install/deepspeed.sh adapters/install/horovod.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# Optional frameworks: each script leaves torch alone and, if it cannot install, says why and exits 0,
+	# so its adapter is reported unavailable with that reason and everything else still works.
+	bash adapters/install/deepspeed.sh $(BIN)/python
+	bash adapters/install/horovod.sh $(BIN)/python
 	$(BIN)/python -c "import torch; print('torch', torch.__version__, 'cuda' if torch.cuda.is_available() else 'cpu')"
 	touch $@
 

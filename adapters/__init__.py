@@ -17,13 +17,15 @@ _MODULES: dict[str, str] = {
     "spawn": "adapters.spawn",
     "amp": "adapters.amp",
     "apex": "adapters.apex",
+    "horovod": "adapters.horovod",
+    "deepspeed": "adapters.deepspeed",
 }
 # Not a comparison row: the single-process fp32 run every adapter's parameters are checked against.
 _HIDDEN: dict[str, str] = {"reference": "adapters.reference"}
 
 
 # `compare comm` backends -> the adapter whose launcher and comm() object they use.
-_COMM: dict[str, str] = {"torch": "ddp"}
+_COMM: dict[str, str] = {"torch": "ddp", "horovod": "horovod", "deepspeed": "deepspeed"}
 
 
 def comm_backends() -> list[str]:
