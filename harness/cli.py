@@ -276,12 +276,24 @@ def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
         typer.echo(json.dumps(info, indent=2, default=str))
         return
     for key, value in info.items():
-        if isinstance(value, dict):
-            console.print(f"[bold]{key}[/]")
-            for k, v in value.items():
-                console.print(f"  {k}: {v}")
-        else:
-            console.print(f"[bold]{key}[/]: {value}")
+        _print_tree(key, value, 0)
+
+
+def _print_tree(key: str, value, depth: int) -> None:
+    """Nested dicts as indented sections, multi-line text (horovodrun --check-build) as an indented block."""
+    pad = "  " * depth
+    name = f"[bold]{escape(str(key))}[/]" if depth == 0 else escape(str(key))
+    if isinstance(value, dict):
+        console.print(f"{pad}{name}", highlight=False)
+        for k, v in value.items():
+            _print_tree(k, v, depth + 1)
+    elif isinstance(value, str) and "\n" in value:
+        console.print(f"{pad}{name}:", highlight=False)
+        for line in value.splitlines():
+            if line.strip():
+                console.print(f"{pad}  | {escape(line)}", highlight=False)
+    else:
+        console.print(f"{pad}{name}: {escape(str(value))}", highlight=False)
 
 
 def _sigterm_as_interrupt(signum, frame):
