@@ -1,7 +1,8 @@
 """Render a comparison from its records alone: report.md, throughput/loss/step-time PNGs, a console table.
 
 `compare report DIR` calls `render(DIR, read_records(DIR/records.jsonl))`; nothing here looks at anything but
-the records, so an old run re-renders identically.
+the records (and, for records older than their `row_order` field, the adapter registry's order of rows), so an
+old run re-renders identically.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import statistics
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+
+import adapters
 
 SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
 
@@ -26,7 +29,18 @@ def group(records: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]
     rows: OrderedDict[str, list[dict]] = OrderedDict()
     for rec in records:
         rows.setdefault(rec["label"], []).append(rec)
-    return rows
+    # Rows in the order they were asked for (unavailable rows are recorded first, at plan time); records written
+    # before `row_order` existed fall back to the registry's order. Ties keep the order of appearance.
+    order = records[0].get("row_order") if records else None
+    registry = adapters.names()
+
+    def key(item):
+        label, recs = item
+        if order:
+            return order.index(label) if label in order else len(order)
+        return registry.index(recs[0]["adapter"]) if recs[0]["adapter"] in registry else len(registry)
+
+    return OrderedDict(sorted(rows.items(), key=key))
 
 
 def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -320,9 +334,21 @@ def index(results_dir: Path) -> Path:
         r0, run = records[0], records_path.parent.name
         e = r0["env"]
         hw = (", ".join(e["gpus"]) if e.get("gpus") else f"{e['cpu_model']}, {e['cpu_cores_usable']} cores")
-        rows = ", ".join(f"{label} ({recs[0]['status']})" if recs[0]["status"] != "ok" else label
-                         for label, recs in group(records).items())
-        lines.append(f"| [{run}]({run}/report.md) | {r0['workload']} | {rows} | {r0['world_size']} | {hw} "
+        if r0.get("kind") == "comm":  # a `compare comm` run: its rows are backends, its "workload" the primitives
+            bad: dict[str, set[str]] = {}
+            for r in records:
+                bad.setdefault(r["backend"], set()).update({r["status"]} - {"ok", "unsupported"})
+            rows = ", ".join(f"{b} ({', '.join(sorted(st))})" if st else b for b, st in bad.items())
+            from harness.commrun import _size
+
+            ops, sizes = {r["op"] for r in records if r.get("op")}, [r["size_bytes"] for r in records if r.get("op")]
+            workload = f"comm: {len(ops)} primitives, {_size(min(sizes))}–{_size(max(sizes))}, {r0.get('dtype')}"
+            world = f"{r0['world_size']}" + (" (oversubscribed)" if r0.get("oversubscribed") else "")
+        else:
+            rows = ", ".join(f"{label} ({recs[0]['status']})" if recs[0]["status"] != "ok" else label
+                             for label, recs in group(records).items())
+            workload, world = r0["workload"], r0["world_size"]
+        lines.append(f"| [{run}]({run}/report.md) | {workload} | {rows} | {world} | {hw} "
                      f"| {r0['time_utc']} | `{r0['command']}` |")
     path = results_dir / "README.md"
     path.write_text("\n".join(lines) + "\n")

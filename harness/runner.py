@@ -62,6 +62,8 @@ class Plan:
     steps: int
     warmup: int
     equiv_steps: int
+    order: list[str] = field(default_factory=list)
+    """Every row's label in the order asked for (the registry's by default): the order of the tables."""
 
 
 def _pairs(items: list[str], what: str) -> list[tuple[str, str]]:
@@ -180,7 +182,8 @@ def plan(req: Request) -> Plan:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}_{stamp}"
     _check_writable(out, req.force)
-    return Plan(req, workload, runnable, unavailable, out, gb, steps, warmup, equiv)
+    return Plan(req, workload, runnable, unavailable, out, gb, steps, warmup, equiv,
+                order=[label for label, _, _ in rows])
 
 
 def default_threads(processes: int, override: int | None) -> int:
@@ -197,7 +200,7 @@ def execute(p: Plan, ui) -> list[dict[str, Any]]:
     (p.out / "logs").mkdir(exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="compare-"))
     run_info = {"run_id": p.out.name, "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "command": req.command, "env": envmod.collect(req.device)}
+                "command": req.command, "row_order": p.order, "env": envmod.collect(req.device)}
     records: list[dict[str, Any]] = []
     records_path = p.out / "records.jsonl"
     ui.start(p)

@@ -56,3 +56,25 @@ def test_rows_of_the_same_mixed_precision_from_different_frameworks_are_called_o
 def test_compression_is_shown_beside_precision():
     assert report.precision_label({"precision": "fp32", "compression": "fp16"}) == "fp32 + fp16 wire"
     assert report.precision_label({"precision": "bf16"}) == "bf16"
+
+
+def test_rows_keep_the_order_asked_for_even_when_unavailable_rows_are_recorded_first():
+    records = _records()
+    unavailable = copy.deepcopy(records[0])
+    unavailable.update(adapter="apex", label="apex", status="unavailable", reason="no CUDA")
+    order = ["dp", "apex", "ddp", "spawn", "amp"]
+    stored = [unavailable] + records  # the runner writes unavailable rows at plan time, before any launch
+    for r in stored:
+        r["row_order"] = order
+    assert [r["adapter"] for r in report.table_rows(stored)] == order
+
+
+def test_index_lists_training_and_comm_runs(tmp_path):
+    comm_run = REPO / "results" / "comm_cpu2_n4_20261123-122029"
+    for run in (RUN, comm_run):
+        (tmp_path / run.name).mkdir()
+        (tmp_path / run.name / "records.jsonl").write_text((run / "records.jsonl").read_text())
+    lines = report.index(tmp_path).read_text().splitlines()
+    assert lines[-2].startswith(f"| [{comm_run.name}]({comm_run.name}/report.md) | comm: 13 primitives, 1K–16M, fp32 "
+                                f"| torch, horovod, deepspeed | 4 (oversubscribed) | AMD EPYC, 2 cores |")
+    assert lines[-1].startswith(f"| [{RUN.name}]({RUN.name}/report.md) | digits | dp, ddp, spawn, amp | 2 |")
