@@ -28,6 +28,7 @@ import enum
 import os
 import sys
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -110,6 +111,9 @@ class Adapter:
         self.info: RankInfo | None = None
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
+        self.phase: Callable[[str], None] = lambda text: None
+        """Set by the worker: call it with a short text to show in the live progress line (e.g. a one-time
+        build during setup, so a user sees why the first launch is slow)."""
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod

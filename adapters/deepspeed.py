@@ -209,9 +209,12 @@ class DeepSpeedAdapter(Adapter):
 
         cached_before = set(jit_cached_ops())
         missing = [op for op in _JIT_OPS_AT_INIT if op not in cached_before]
-        if missing and os.environ.get("RANK", "0") == "0":
-            print(f"[deepspeed] first run: JIT-compiling {', '.join(missing)} into {jit_cache_dir()} "
-                  f"(~35 s on 2 cores; cached for later runs)", flush=True)
+        if missing:
+            note = (f"first run: JIT-compiling {', '.join(missing)} (~35-65 s on 2 cores, once; cached in "
+                    f"{jit_cache_dir()})")
+            self.phase(note)  # the live progress line, so a user sees why this launch is slow
+            if os.environ.get("RANK", "0") == "0":
+                print(f"[deepspeed] {note}", flush=True)
         t0 = time.perf_counter()
         import deepspeed
         import deepspeed.comm as ds_dist

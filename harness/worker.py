@@ -25,7 +25,7 @@ from harness.timing import PeakMemory, device_sync
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: ranks may write the same file
     tmp.write_text(text)
     os.replace(tmp, path)
 
@@ -73,9 +73,15 @@ def run(spec_path: str | Path) -> None:
     # Threads are fixed explicitly for every launcher (torchrun exports OMP_NUM_THREADS=1, mp.spawn does not).
     torch.set_num_threads(spec.threads)
     adapter = adapters.get(spec.adapter)(spec.knobs, spec.device)
-    info = adapter.setup(spec)
-    setup_s = time.time() - start_wall
     rank_dir = Path(spec.rank_dir)
+    total = spec.warmup + spec.steps
+    # Before setup the rank is not known yet: every rank may write the (same) phase, atomically.
+    progress = _Progress(rank_dir, spec.mode != "comm", total)
+    adapter.phase = lambda text: progress(text, force=True)
+    progress("setup", force=True)
+    info = adapter.setup(spec)
+    progress.enabled = progress.enabled and info.rank == 0
+    setup_s = time.time() - start_wall
     if spec.mode == "comm":
         from harness import comm
 
@@ -84,8 +90,6 @@ def run(spec_path: str | Path) -> None:
         _atomic_write(rank_dir / f"rank{info.rank}.json", json.dumps(result))
         adapter.teardown()
         return
-    total = spec.warmup + spec.steps
-    progress = _Progress(rank_dir, info.rank == 0, total)
     progress("setup", force=True)
 
     workload = workloads.get(spec.workload, spec.workload_options)
