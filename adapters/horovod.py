@@ -92,6 +92,12 @@ class HorovodAdapter(Adapter):
         """gloo | mpi: how ranks are started and coordinated (mpi needs a Horovod built with MPI)."""
         start_timeout_s: int = 60
         """horovodrun gives up if the ranks have not all started within this (its default is 30)."""
+        broadcast_optimizer_state: bool = True
+        """Call hvd.broadcast_optimizer_state after broadcasting the parameters, as Horovod's examples do. On a
+        fresh optimizer Horovod initialises the state by running optimizer.step() once with zero gradients:
+        harmless for SGD, but for Adam-family optimizers it advances the step count and applies weight decay
+        once, so training departs from the single-process run (the row records by how much). False skips it
+        (every rank starts from the same empty state anyway, because the workload seeds every process alike)."""
         stall_check_warning_s: int = 30
         """Horovod logs which rank is missing which tensor after a collective waits this long."""
         stall_check_shutdown_s: int = 60
@@ -192,7 +198,17 @@ class HorovodAdapter(Adapter):
         hvd = self.hvd
         # Same start everywhere: rank 0's parameters and buffers, and its optimizer state.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        self.state_init_change = None
+        if self.knobs.broadcast_optimizer_state:
+            import torch
+
+            fresh = len(optimizer.state_dict()["state"]) == 0
+            before = [p.detach().clone() for p in model.parameters()]
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+            if fresh:
+                with torch.no_grad():
+                    self.state_init_change = max(float((p - b).abs().max()) for p, b in zip(model.parameters(), before))
+                optimizer.zero_grad()  # the zero gradients Horovod left on the parameters
         compression = hvd.Compression.fp16 if self.knobs.compression == "fp16" else hvd.Compression.none
         # op=Average: the mean of the ranks' gradients, as a single process over the global batch computes.
         # The LR is deliberately left alone (no `lr * hvd.size()` as in Horovod's examples).
@@ -224,6 +240,14 @@ class HorovodAdapter(Adapter):
         import horovod
 
         d = {"framework": f"horovod {horovod.__version__}", "knobs": asdict(self.knobs), "lr_scaling": "none"}
+        change = getattr(self, "state_init_change", None)
+        if change is not None:
+            d["optimizer_state_init_param_change"] = change
+            if change > 0:
+                d["note"] = (f"hvd.broadcast_optimizer_state initialised the fresh optimizer's state with one "
+                             f"optimizer.step() on zero gradients (Horovod's own code), which moved the parameters "
+                             f"by up to {change:.1e} before training (weight decay, and Adam's step count); knob "
+                             f"broadcast_optimizer_state=false skips it")
         if getattr(self, "hvd", None) is not None and self.info is not None:
             hvd = self.hvd
             d.update(controller="gloo" if hvd.gloo_enabled() else "mpi", backend=self.info.backend,

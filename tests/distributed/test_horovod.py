@@ -107,3 +107,10 @@ def test_a_hung_rank_is_stopped_by_horovods_stall_check_or_our_timeout(tmp_path)
         assert "stalled" in rec["log_tail"] or "shut down" in rec["log_tail"]
     assert rec["log_tail"]
     assert rows["ddp"]["status"] == "ok"
+
+
+@requires_horovod
+def test_sgds_state_broadcast_leaves_the_parameters_alone(digits_run):
+    # With SGD (momentum) Horovod's zero-gradient initialisation step moves nothing: no note, exact equivalence.
+    info = digits_run[1]["horovod"]["adapter_info"]
+    assert info["optimizer_state_init_param_change"] == 0.0 and "note" not in info
