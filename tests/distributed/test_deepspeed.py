@@ -122,3 +122,15 @@ def test_env_reports_version_accelerator_and_ops(zero_run):
     assert set(info["ops"]) == {"installed", "jit_cached", "jit_compatible", "incompatible"}
     # The ZeRO run above used (and so built or found) the shm comm op.
     assert "deepspeed_shm_comm" in info["ops"]["jit_cached"] + info["ops"]["installed"]
+
+
+def test_optimizer_offload_keeps_the_workloads_optimizer_and_matches_the_reference(tmp_path):
+    label = "deepspeed:zero_stage=2:offload_optimizer=true"
+    rows, _ = run_compare(tmp_path / "o", "--adapters", label, "--steps", "30", "--warmup", "2")
+    rec = rows[label]
+    assert rec["status"] == "ok", (rec.get("reason"), rec.get("log_tail"))
+    assert rec["controls"]["knobs"]["offload_optimizer"] is True
+    assert rec["adapter_info"]["ds_config"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    # ZeRO-Offload did not swap in DeepSpeedCPUAdam: the workload's SGD and LR are what ran.
+    assert rec["adapter_info"]["client_optimizer"] == "SGD" and rec["adapter_info"]["resolved"]["lr"] == [0.1]
+    assert rec["equivalence"]["checked"] is True and rec["max_param_diff"] <= 1e-5
