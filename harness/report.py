@@ -309,7 +309,11 @@ def console_table(records: list[dict[str, Any]]):
         t.add_column(col, justify="right" if col not in ("adapter", "status") else "left")
     for row in table_rows(records):
         if row["status"] != "ok":
-            status = escape(f"{row['status']}: {'; '.join(row['reasons'])}")  # "[fault injection]" is not markup
+            reason = "; ".join(row["reasons"])
+            if row["status"] == "unavailable":  # the terminal gets the reason; report.md and `compare list` the fix
+                reason = reason.split(" (fix: ")[0]
+                reason = reason if len(reason) <= 160 else reason[:159] + "…"
+            status = escape(f"{row['status']}: {reason}")  # "[fault injection]" is not markup
             t.add_row(row["adapter"], "", "", "", "", "", "", "", status)
             continue
         f = row["first"]
