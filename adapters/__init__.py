@@ -6,9 +6,8 @@ add one line to `_MODULES` below. Everything else (CLI, launch, records, report)
 
 from __future__ import annotations
 
-from importlib import import_module
-
 from adapters.base import Adapter, Availability
+from harness.registry import Registry, UnknownName
 
 # name -> module; order is the order of rows in a default comparison.
 _MODULES: dict[str, str] = {
@@ -21,46 +20,42 @@ _MODULES: dict[str, str] = {
     "deepspeed": "adapters.deepspeed",
 }
 # Not a comparison row: the single-process fp32 run every adapter's parameters are checked against.
-_HIDDEN: dict[str, str] = {"reference": "adapters.reference"}
-
+_REGISTRY = Registry("adapter", _MODULES, "ADAPTER", hidden={"reference": "adapters.reference"})
 
 # `compare comm` backends -> the adapter whose launcher and comm() object they use.
 _COMM: dict[str, str] = {"torch": "ddp", "horovod": "horovod", "deepspeed": "deepspeed"}
 
-
-def comm_backends() -> list[str]:
-    return [backend for backend, adapter in _COMM.items() if adapter in _MODULES]
-
-
-def comm_backend_adapter(backend: str) -> str:
-    return _COMM[backend]
-
-
-class UnknownAdapter(KeyError):
-    def __init__(self, name: str):
-        super().__init__(name)
-        self.message = f"unknown adapter '{name}'; valid choices: {', '.join(names())}"
-
-    def __str__(self) -> str:
-        return self.message
+__all__ = ["Adapter", "Availability", "UnknownName", "names", "get", "availability", "comm_backends",
+           "comm_backend_adapter"]
 
 
 def names() -> list[str]:
-    return list(_MODULES)
+    """Every comparison row's adapter name, in the order of a default comparison."""
+    return _REGISTRY.names()
 
 
 def get(name: str) -> type[Adapter]:
-    module = _MODULES.get(name) or _HIDDEN.get(name)
-    if module is None:
-        raise UnknownAdapter(name)
-    return import_module(module).ADAPTER
+    """The adapter class registered as `name` (UnknownName, naming the valid choices, if there is none)."""
+    return _REGISTRY.entry(name)[0]
+
+
+def comm_backends() -> list[str]:
+    """`compare comm` backend names."""
+    return list(_COMM)
+
+
+def comm_backend_adapter(backend: str) -> str:
+    """The adapter whose launcher and comm() a `compare comm` backend uses (UnknownName if none)."""
+    if backend not in _COMM:
+        raise UnknownName("backend", backend, comm_backends())
+    return _COMM[backend]
 
 
 def availability(name: str, device: str, world_size: int) -> Availability:
-    """Availability that also covers an adapter module that fails to import."""
+    """Availability that also covers an adapter module that fails to import; UnknownName for an unknown name."""
     try:
         cls = get(name)
-    except UnknownAdapter:
+    except UnknownName:
         raise
     except Exception as exc:  # an adapter file must not take the registry down with it
         return Availability(False, f"adapter module failed to import: {type(exc).__name__}: {exc}")
@@ -68,3 +63,10 @@ def availability(name: str, device: str, world_size: int) -> Availability:
         return cls.availability(device, world_size)
     except Exception as exc:
         return Availability(False, f"availability check raised {type(exc).__name__}: {exc}")
+
+
+
+def availability_all(device: str, world_size: int, names_: list[str] | None = None) -> dict[str, Availability]:
+    """`availability` of several adapters (every listed one by default), in registry order."""
+    wanted = names() if names_ is None else list(dict.fromkeys(names_))
+    return {n: availability(n, device, world_size) for n in wanted}

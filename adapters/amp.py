@@ -7,9 +7,10 @@ changes the dtype of the ops inside the forward pass).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Literal
 
-from adapters.base import Availability, Precision
+from adapters.base import KnobError, Precision
 from adapters.ddp import DDPAdapter
 
 
@@ -20,33 +21,16 @@ class AmpAdapter(DDPAdapter):
 
     @dataclass
     class Knobs(DDPAdapter.Knobs):
-        precision: str = "auto"
-        """auto | bf16 | fp16: autocast dtype (auto: bf16 on CPU, fp16 on CUDA)."""
-        init_scale: float = 65536.0
-        """GradScaler's initial loss scale (fp16 only)."""
-
-    @classmethod
-    def availability(cls, device: str, world_size: int) -> Availability:
-        import torch
-
-        base = super().availability(device, world_size)
-        if not base:
-            return base
-        if device == "cpu" and not hasattr(torch, "autocast"):
-            return Availability(False, "this torch has no torch.autocast", "install torch >= 1.10")
-        return Availability(True)
+        precision: Literal["auto", "bf16", "fp16"] = "auto"
+        """autocast dtype (auto: bf16 on CPU, fp16 on CUDA)."""
+        init_scale: float | None = None
+        """GradScaler's initial loss scale (fp16 only; unset: GradScaler's default, 2**16)."""
 
     def precision(self) -> Precision:
         p = self.knobs.precision
         if p == "auto":
             return Precision.FP16 if self.device_kind == "cuda" else Precision.BF16
-        if p not in ("bf16", "fp16"):
-            from adapters.base import KnobError
-
-            raise KnobError(f"knob 'precision' must be one of auto, bf16, fp16; got '{p}'")
         if p == "fp16" and self.device_kind == "cpu":
-            from adapters.base import KnobError
-
             raise KnobError("knob 'precision' fp16 needs CUDA here; use bf16 on CPU")
         return Precision(p)
 
@@ -55,8 +39,8 @@ class AmpAdapter(DDPAdapter):
 
         info = super().setup(spec)
         self.dtype = torch.float16 if self.precision() is Precision.FP16 else torch.bfloat16
-        self.scaler = (torch.amp.GradScaler("cuda", init_scale=self.knobs.init_scale)
-                       if self.precision() is Precision.FP16 else None)
+        scale = {} if self.knobs.init_scale is None else {"init_scale": self.knobs.init_scale}
+        self.scaler = torch.amp.GradScaler("cuda", **scale) if self.precision() is Precision.FP16 else None
         return info
 
     def autocast(self):
@@ -78,7 +62,8 @@ class AmpAdapter(DDPAdapter):
         d = super().describe()
         d["precision"] = self.precision().value
         d["grad_scaler"] = self.scaler is not None
-        d["knobs"] = asdict(self.knobs)
+        if self.scaler is not None:
+            d["grad_scaler_final_scale"] = float(self.scaler.get_scale())
         return d
 
 

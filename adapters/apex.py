@@ -35,7 +35,7 @@ import io
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from adapters.base import Adapter, Availability, KnobError, Precision, cuda_world_check
 from adapters.ddp import DDPAdapter
@@ -60,7 +60,6 @@ NEEDS_CUDA_NO_GPU = "apex needs CUDA and torch {torch} sees no GPU here ({failur
 # Subpackages only NVIDIA apex has (any release): one of them present means the package is NVIDIA's.
 _NVIDIA_MARKERS = ("amp", "parallel", "optimizers", "normalization", "fp16_utils", "multi_tensor_apply",
                    "transformer", "contrib", "mlp", "fused_dense")
-OPT_LEVELS = ("O0", "O1", "O2", "O3")
 
 
 @dataclass
@@ -167,17 +166,33 @@ class ApexAdapter(DDPAdapter):
 
     @dataclass
     class Knobs:
-        opt_level: str = "O1"
+        opt_level: Annotated[Literal["O0", "O1", "O2", "O3"], "the letter O"] = "O1"
         """apex amp optimisation level (letter O): O0 fp32, O1 fp16 casts around torch functions (the blog's),
         O2 fp16 model with fp32 master weights, O3 pure fp16."""
         loss_scale: str = "auto"
         """auto (the opt level's default: dynamic for O1/O2, 1.0 for O0/O3), dynamic, or a fixed number."""
-        keep_batchnorm_fp32: str = "auto"
-        """auto (the opt level's default), true or false: keep batchnorm in fp32 (O2/O3 only)."""
-        delay_allreduce: bool = False
-        """apex DDP: all-reduce every gradient after backward instead of overlapping buckets with it."""
-        message_size: int = 10_000_000
-        """apex DDP: minimum number of elements in a communication bucket (apex's default, 1e7)."""
+        keep_batchnorm_fp32: bool | None = None
+        """Keep batchnorm in fp32 (O2/O3 only; unset: the opt level's default)."""
+        delay_allreduce: bool | None = None
+        """apex DDP: all-reduce every gradient after backward instead of overlapping buckets with it (unset:
+        apex's default, off)."""
+        message_size: int | None = None
+        """apex DDP: minimum number of elements in a communication bucket (unset: apex's default, 1e7)."""
+
+        def __post_init__(self):
+            if self.loss_scale not in ("auto", "dynamic"):
+                try:
+                    ok = float(self.loss_scale) > 0
+                except ValueError:
+                    ok = False
+                if not ok:
+                    raise KnobError(f"knob 'loss_scale' must be auto, dynamic or a positive number; "
+                                    f"got '{self.loss_scale}'")
+            if self.keep_batchnorm_fp32 is not None and self.opt_level in ("O0", "O1"):
+                raise KnobError(f"knob 'keep_batchnorm_fp32' applies to opt_level O2 and O3 only (O0 is all fp32; "
+                                f"apex refuses it with O1, which runs batchnorm in fp32 itself); got {self.opt_level}")
+            if self.message_size is not None and self.message_size < 1:
+                raise KnobError(f"knob 'message_size' must be a positive number of elements; got {self.message_size}")
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
@@ -193,36 +208,15 @@ class ApexAdapter(DDPAdapter):
         return Availability(False, "; also, ".join(r for r, _ in problems), "; then ".join(f for _, f in problems))
 
     def precision(self) -> Precision:
-        self._validate()
         return Precision.FP32 if self.knobs.opt_level == "O0" else Precision.FP16
-
-    def _validate(self) -> None:
-        k = self.knobs
-        if k.opt_level not in OPT_LEVELS:
-            raise KnobError(f"knob 'opt_level' must be one of {', '.join(OPT_LEVELS)} (the letter O); "
-                            f"got '{k.opt_level}'")
-        if k.loss_scale not in ("auto", "dynamic"):
-            try:
-                ok = float(k.loss_scale) > 0
-            except ValueError:
-                ok = False
-            if not ok:
-                raise KnobError(f"knob 'loss_scale' must be auto, dynamic or a positive number; got '{k.loss_scale}'")
-        if k.keep_batchnorm_fp32.lower() not in ("auto", "true", "false"):
-            raise KnobError(f"knob 'keep_batchnorm_fp32' must be auto, true or false; got '{k.keep_batchnorm_fp32}'")
-        if k.keep_batchnorm_fp32.lower() != "auto" and k.opt_level in ("O0", "O1"):
-            raise KnobError(f"knob 'keep_batchnorm_fp32' applies to opt_level O2 and O3 only (O0 is all fp32; "
-                            f"apex refuses it with O1, which runs batchnorm in fp32 itself); got {k.opt_level}")
-        if k.message_size < 1:
-            raise KnobError(f"knob 'message_size' must be a positive number of elements; got {k.message_size}")
 
     def _initialize_kwargs(self) -> dict[str, Any]:
         """amp.initialize overrides: only what the user set, so each opt level keeps apex's own defaults."""
         k, kwargs = self.knobs, {"opt_level": self.knobs.opt_level}
         if k.loss_scale != "auto":
             kwargs["loss_scale"] = k.loss_scale  # apex parses "dynamic" or a number string itself
-        if k.keep_batchnorm_fp32.lower() != "auto":
-            kwargs["keep_batchnorm_fp32"] = k.keep_batchnorm_fp32.lower() == "true"
+        if k.keep_batchnorm_fp32 is not None:
+            kwargs["keep_batchnorm_fp32"] = k.keep_batchnorm_fp32
         return kwargs
 
     @classmethod
@@ -230,18 +224,22 @@ class ApexAdapter(DDPAdapter):
         return {"apex": asdict(probe_install())}
 
     # ---- rank side ---------------------------------------------------------------------------------------
+    def import_framework(self) -> None:
+        super().import_framework()
+        _import_apex()
+
     def wrap(self, model, optimizer):
         from apex import amp
         from apex.parallel import DistributedDataParallel as ApexDDP
 
-        self._validate()
         # O2 swaps the optimizer's fp16 params for fp32 masters in place, position for position: remember which
         # user parameter each position holds, to return the masters by name.
         names = {id(p): n for n, p in model.named_parameters()}
         self._master_names = [names.get(id(p)) for g in optimizer.param_groups for p in g["params"]]
         model, optimizer = amp.initialize(model, optimizer, **self._initialize_kwargs())
         # After amp.initialize, never before: it may recast parameters, which would break DDP's hooks.
-        model = ApexDDP(model, delay_allreduce=self.knobs.delay_allreduce, message_size=self.knobs.message_size)
+        given = {"delay_allreduce": self.knobs.delay_allreduce, "message_size": self.knobs.message_size}
+        model = ApexDDP(model, **{key: v for key, v in given.items() if v is not None})  # unset: apex's defaults
         return Adapter.wrap(self, model, optimizer)
 
     # No cast_input: amp.initialize patches the model's forward to cast floating inputs to fp16 for O2/O3 (and
@@ -283,6 +281,9 @@ class ApexAdapter(DDPAdapter):
              "backend": self.info.backend if self.info else None, "apex": asdict(inst),
              "extensions": {m: importlib.util.find_spec(m) is not None for m in ("apex_C", "amp_C")},
              "precision": self.precision().value, "opt_level": k.opt_level, "knobs": asdict(k)}
+        if self.model is not None:
+            d["resolved"] = {"delay_allreduce": getattr(self.model, "delay_allreduce", None),
+                             "message_size": getattr(self.model, "message_size", None)}
         with contextlib.suppress(Exception):  # the loss scale apex ended with (dynamic scaling moves it)
             from apex.amp._amp_state import _amp_state
 

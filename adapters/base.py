@@ -3,21 +3,26 @@
 An adapter is one data-parallel backend (DataParallel, DDP under torchrun, DDP under mp.spawn, ...). The harness
 drives every adapter through this class alone and never branches on which one it is running:
 
-    parent process (harness.launch)          every rank (harness.worker)
-    -------------------------------          ---------------------------
-    Adapter.availability(device, world)      info = adapter.setup(spec)
-    adapter.launch(spec_path, spec)          model, opt = adapter.wrap(model, opt)
-      -> LaunchPlan(argv, env)               with adapter.autocast(): loss = ...
-                                             adapter.backward(loss); adapter.step()
-                                             adapter.all_reduce_mean(metrics)
-                                             adapter.barrier(); adapter.teardown()
+    parent process (harness/launch.py)         every rank (harness/rank/)
+    ----------------------------------         --------------------------
+    Adapter.availability(device, world)        adapter.import_framework()
+    adapter.processes(world)                   info = adapter.setup(spec)
+    adapter.launch(spec_path, spec)            model, opt = adapter.wrap(model, opt)
+      -> LaunchPlan(argv, env, hold)           with adapter.autocast(): loss = ...
+                                               adapter.backward(loss); adapter.step()
+                                               adapter.all_reduce_mean(metrics)
+                                               adapter.barrier(); adapter.teardown()
 
-Rules every adapter keeps:
+Rules every adapter keeps (the class checks the mechanical ones when it is defined):
+- `launch` and `setup` are abstract: an adapter that forgets one cannot be instantiated.
+- `name`, `summary` and `launcher` are set; `Knobs` is a dataclass (options are checked by harness/options.py:
+  a `Literal[...]` field for choices, `X | None = None` for "the framework's own default, not passed to it",
+  `__post_init__` for rules between fields).
+- A public method an adapter defines must be part of this contract (a typo in an override name is an error,
+  not a silently unused method); helpers are private (`_name`).
 - `availability` never raises and never imports the framework at module import time; its reason says what is
   missing and how to get it.
 - An adapter never changes learning rate, batch size, seeds or data: those belong to the workload.
-- Framework knobs (bucket size, precision, compression, ...) are a dataclass `Knobs` with attribute docstrings;
-  `describe()` reports them, resolved, in every result row.
 """
 
 from __future__ import annotations
@@ -25,17 +30,24 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import inspect
 import os
 import sys
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from harness import options
 
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
     import torch
 
     from harness.spec import RunSpec
+
+KnobError = options.OptionError
+"""A knob the adapter refuses (unknown name, wrong type, a choice not offered, a rule between knobs)."""
 
 
 class Precision(str, enum.Enum):
@@ -70,8 +82,8 @@ class LaunchPlan:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment on top of the harness's own (threads, loopback interface)."""
-    processes: int = 1
-    """How many training processes the command creates (for the record and the thread budget)."""
+    hold: list[Any] = field(default_factory=list)
+    """Objects the parent keeps alive until the launch has ended (e.g. a rendezvous store it bound itself)."""
 
 
 @dataclass
@@ -93,11 +105,14 @@ class RankInfo:
     """Devices this process computes on (DataParallel: all of them; DDP: one)."""
 
 
-class Adapter:
-    """Base class: subclasses set the class attributes and override what their framework changes."""
+class Adapter(ABC):
+    """Base class: subclasses set the class attributes, implement `launch` and `setup`, and override what their
+    framework changes. Instantiated in the parent (to validate knobs and build the launch) and in every rank."""
 
     name: ClassVar[str]
+    """Registry name, e.g. "ddp"."""
     summary: ClassVar[str]
+    """One line for `compare list` and the records."""
     launcher: ClassVar[str]
     """How its ranks are started, e.g. "torchrun", "torch.multiprocessing.spawn", "in-process"."""
 
@@ -105,14 +120,34 @@ class Adapter:
     class Knobs:
         """Framework options; subclasses replace this with their own dataclass."""
 
+    def __init_subclass__(cls, partial: bool = False, **kwargs):
+        """Check the contract when a subclass is defined. `partial=True`: a shared base, not an adapter."""
+        super().__init_subclass__(**kwargs)
+        contract = set(dir(Adapter))
+        for attr, value in vars(cls).items():
+            if attr.startswith("_") or not (inspect.isfunction(value) or isinstance(value, (classmethod,
+                                                                                            staticmethod))):
+                continue
+            if attr not in contract:
+                raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{attr} is not part of the Adapter contract "
+                                f"(adapters/base.py): a misspelt override, or a helper that should be private "
+                                f"(_{attr})")
+        if not dataclasses.is_dataclass(cls.Knobs):
+            raise TypeError(f"{cls.__qualname__}.Knobs must be a dataclass")
+        if not partial:
+            missing = [a for a in ("name", "summary", "launcher") if not isinstance(getattr(cls, a, None), str)]
+            if missing:
+                raise TypeError(f"{cls.__qualname__} must set {', '.join(missing)}")
+
     def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
-        self.knobs = build_knobs(self.Knobs, knobs or {})
+        """Build the knobs from `knobs` (text or typed values; KnobError if refused) for `device` (cpu|cuda)."""
+        self.knobs = options.build(self.Knobs, knobs or {}, what="knob")
         self.device_kind = device
         self.info: RankInfo | None = None
         self.model: torch.nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.phase: Callable[[str], None] = lambda text: None
-        """Set by the worker: call it with a short text to show in the live progress line (e.g. a one-time
+        """Set by the rank: call it with a short text to show in the live progress line (e.g. a one-time
         build during setup, so a user sees why the first launch is slow)."""
 
     # ---- parent side -------------------------------------------------------------------------------------
@@ -125,18 +160,33 @@ class Adapter:
         """Training processes a launch of `world_size` creates (one per device unless overridden)."""
         return world_size
 
+    @abstractmethod
     def launch(self, spec_path: Path, spec: RunSpec) -> LaunchPlan:
-        """The command that starts every rank; each rank ends up in `harness.worker.run(spec_path, adapter)`."""
-        raise NotImplementedError
+        """The command that starts every rank; each rank ends up in `harness.rank.main.run(spec_path)` (use
+        `rank_command(spec_path)` for the per-rank command line)."""
 
     @classmethod
     def environment(cls) -> dict[str, Any]:
         """Framework versions and build facts for `compare env` (may import the framework)."""
         return {}
 
+    def precision(self) -> Precision:
+        """The training step's precision with these knobs on this device (KnobError when the pair is refused:
+        the parent calls it before launching)."""
+        return Precision.FP32
+
+    def compression(self) -> str:
+        """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
+        return "none"
+
     # ---- rank side ---------------------------------------------------------------------------------------
+    def import_framework(self) -> None:
+        """Import the framework's modules (timed as the launch's import phase, apart from its set-up)."""
+
+    @abstractmethod
     def setup(self, spec: RunSpec) -> RankInfo:
-        raise NotImplementedError
+        """Join the process group (init_process_group, hvd.init, deepspeed.init_distributed, ...) and say who
+        this process is. Sets and returns `self.info`."""
 
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         """Wrap model and optimizer for this framework; return what the training loop should call."""
@@ -165,12 +215,15 @@ class Adapter:
         return contextlib.nullcontext()
 
     def zero_grad(self) -> None:
+        """Clear the gradients before a step's forward."""
         self.optimizer.zero_grad(set_to_none=True)
 
     def backward(self, loss: torch.Tensor) -> None:
+        """Backward of the step's loss (loss scaling, the engine's own backward, ...)."""
         loss.backward()
 
     def step(self) -> None:
+        """The optimizer step, after gradients are averaged over the ranks."""
         self.optimizer.step()
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -178,82 +231,109 @@ class Adapter:
         return tensor
 
     def barrier(self) -> None:
-        pass
+        """Wait until every rank has reached this point."""
 
     def teardown(self) -> None:
-        pass
+        """Leave the process group (the last call in a rank)."""
 
-    def precision(self) -> Precision:
-        return Precision.FP32
-
-    def comm(self):
-        """The framework's communication primitives for `compare comm` (see harness/comm.py for the methods:
-        all_reduce, broadcast, reduce, all_gather, gather, scatter, reduce_scatter, all_to_all, send, recv,
-        isend, irecv, all_reduce_async, all_reduce_coalesced, batch_sendrecv, barrier). None: not offered."""
+    def comm(self) -> Comm | None:
+        """The framework's communication primitives for `compare comm`, or None when it has none of its own."""
         return None
-
-    def compression(self) -> str:
-        """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
-        return "none"
 
     def describe(self) -> dict[str, Any]:
         """Versions and resolved knobs, recorded in every row."""
         return {"knobs": dataclasses.asdict(self.knobs)}
 
 
+class Comm:
+    """A framework's communication primitives, as `compare comm` calls them (sum reductions; blocking unless the
+    name says async). A primitive the framework lacks raises NotImplementedError, which becomes an `unsupported`
+    cell with the message: never a fallback to another library."""
+
+    framework: str = "this framework"
+    """Named in the message of a missing primitive, e.g. "horovod 0.28.1"."""
+    missing: ClassVar[dict[str, str]] = {}
+    """Primitive -> how to say what is missing ("reduce to one rank (only allreduce)")."""
+
+    def _missing(self, op: str):
+        raise NotImplementedError(f"{self.framework} has no {self.missing.get(op, op)}")
+
+    def all_reduce(self, t):
+        self._missing("all_reduce")
+
+    def all_reduce_async(self, t):
+        """Start an all-reduce; return a handle with wait()."""
+        self._missing("all_reduce_async")
+
+    def all_reduce_coalesced(self, ts):
+        """All-reduce several tensors in one coalesced call."""
+        self._missing("all_reduce_coalesced")
+
+    def broadcast(self, t, src):
+        self._missing("broadcast")
+
+    def reduce(self, t, dst):
+        self._missing("reduce")
+
+    def all_gather(self, out, t):
+        self._missing("all_gather")
+
+    def gather(self, outs, t, dst):
+        self._missing("gather")
+
+    def scatter(self, out, ins, src):
+        self._missing("scatter")
+
+    def reduce_scatter(self, out, t):
+        self._missing("reduce_scatter")
+
+    def all_to_all(self, out, t):
+        self._missing("all_to_all")
+
+    def send(self, t, dst):
+        self._missing("send")
+
+    def recv(self, t, src):
+        self._missing("recv")
+
+    def isend(self, t, dst):
+        self._missing("isend")
+
+    def irecv(self, t, src):
+        self._missing("irecv")
+
+    def batch_sendrecv(self, send, dst, recv, src):
+        """One batched send to `dst` and receive from `src`."""
+        self._missing("batch_sendrecv")
+
+    def barrier(self):
+        self._missing("barrier")
+
+
 # ---- helpers shared by adapters ----------------------------------------------------------------------------
-
-def build_knobs(knobs_type: type, values: dict[str, Any]):
-    """Instantiate a knobs dataclass from strings or values, coercing to the declared field types."""
-    fields = {f.name: f for f in dataclasses.fields(knobs_type)}
-    kwargs = {}
-    for key, raw in values.items():
-        if key not in fields:
-            valid = ", ".join(sorted(fields)) or "none"
-            raise KnobError(f"unknown knob '{key}'; valid knobs: {valid}")
-        default = getattr(knobs_type(), key)
-        kwargs[key] = coerce(raw, default, key)
-    return knobs_type(**kwargs)
-
-
-class KnobError(ValueError):
-    pass
-
-
-def coerce(raw: Any, default: Any, key: str) -> Any:
-    if not isinstance(raw, str):
-        return raw
-    try:
-        if isinstance(default, bool):
-            if raw.lower() in ("1", "true", "yes", "on"):
-                return True
-            if raw.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-    except ValueError:
-        raise KnobError(f"knob '{key}' expects a {type(default).__name__}, got '{raw}'") from None
-    return raw
-
 
 def python_module(module: str, *args: str) -> list[str]:
     """argv that runs `python -m module args...` with this interpreter."""
     return [sys.executable, "-m", module, *args]
 
 
-def torchrun(nproc: int, module: str, *args: str) -> list[str]:
-    """argv for torchrun (torch.distributed.run) on one node: a free rendezvous port, no restarts."""
+def rank_command(spec_path: Path) -> list[str]:
+    """argv of one rank: the entry point every launcher starts (harness/rank/main.py)."""
+    return python_module("harness.rank", str(spec_path))
+
+
+def torchrun(nproc: int, spec_path: Path) -> list[str]:
+    """argv for torchrun (torch.distributed.run) on one node: a rendezvous on a port it binds itself, no
+    restarts, `nproc` ranks of the harness's rank entry point."""
     return python_module(
         "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
-        "--module", module, *args,
+        "--module", "harness.rank", str(spec_path),
     )
 
 
-def init_process_group_from_env(device: str, backend: str | None = None) -> RankInfo:
-    """torch.distributed init from the env:// variables that torchrun, our spawn entry and others set."""
+def init_process_group_from_env(device: str) -> RankInfo:
+    """torch.distributed init from the env:// variables that torchrun, our spawn entry and others set; gloo on
+    CPU, NCCL on CUDA."""
     import torch
     import torch.distributed as dist
 
@@ -261,16 +341,72 @@ def init_process_group_from_env(device: str, backend: str | None = None) -> Rank
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     if device == "cuda":
         torch.cuda.set_device(local_rank)
-        dev, backend = f"cuda:{local_rank}", backend or "nccl"
+        dev, backend = f"cuda:{local_rank}", "nccl"
     else:
-        dev, backend = "cpu", backend or "gloo"
+        dev, backend = "cpu", "gloo"
     dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world)
     return RankInfo(rank=rank, world_size=world, local_rank=local_rank, device=dev, backend=backend,
                     data_rank=rank, data_world=world)
 
 
-def cuda_world_check(device: str, world_size: int, one_process_per_gpu: bool = True) -> Availability:
-    """NCCL refuses two ranks on one GPU: a one-rank-per-GPU adapter needs world_size GPUs."""
+def agent_store(world_size: int):
+    """A rendezvous store bound by the parent on a port the kernel picks and held for the whole launch, as
+    torchrun's agent does: no window in which another job can take a "free" port between picking and binding it.
+    Ranks join it as clients (env TORCHELASTIC_USE_AGENT_STORE=True, MASTER_PORT=store.port)."""
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", 0, world_size=world_size, is_master=True, wait_for_workers=False)
+
+
+AGENT_STORE_ENV = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+"""With this, torch's env:// rendezvous joins the store at MASTER_ADDR:MASTER_PORT as a client (torchrun's agent)."""
+
+
+def torch_build() -> dict[str, Any]:
+    """Build facts of the installed torch that never change for one installation: version and which
+    torch.distributed backends it was built with. Cached on disk, keyed by torch's files, so `compare list` and
+    CPU availability checks need not import torch (two seconds) after the first time."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {"installed": False}
+    root = Path(list(spec.submodule_search_locations)[0])
+    parts = [sys.executable]
+    for f in [root / "version.py", *sorted((root / "lib").glob("libtorch*.so"))]:
+        try:
+            st = f.stat()
+            parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            pass
+    key = "|".join(parts)
+    cache = Path(os.environ.get("COMPARE_CACHE", Path.home() / ".cache" / "compare")) / "torch-build.json"
+    try:
+        cached = json.loads(cache.read_text())
+        if cached.get("key") == key:
+            return cached["facts"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    import torch
+    import torch.distributed as dist
+
+    facts = {"installed": True, "version": torch.__version__, "distributed": dist.is_available(),
+             "gloo": dist.is_available() and dist.is_gloo_available(),
+             "nccl": dist.is_available() and dist.is_nccl_available(),
+             "mpi": dist.is_available() and dist.is_mpi_available()}
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "facts": facts}))
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return facts
+
+
+def cuda_world_check(device: str, world_size: int) -> Availability:
+    """On CUDA, one device per rank (NCCL refuses two ranks on one GPU; DataParallel needs world_size GPUs)."""
     if device != "cuda":
         return Availability(True)
     import torch
@@ -279,7 +415,31 @@ def cuda_world_check(device: str, world_size: int, one_process_per_gpu: bool = T
         return Availability(False, "CUDA requested but torch sees no GPU",
                             "run on a machine with an NVIDIA GPU and a CUDA build of torch, or use --device cpu")
     n = torch.cuda.device_count()
-    if one_process_per_gpu and world_size > n:
+    if world_size > n:
         return Availability(False, f"world size {world_size} needs {world_size} GPUs, this machine has {n}",
                             f"use --world-size {n} or fewer, or --device cpu")
     return Availability(True)
+
+
+class SingleProcess(Adapter, partial=True):
+    """One process started directly (no launcher, no process group): the reference run, and DataParallel,
+    which drives every device from that one process."""
+
+    def processes(self, world_size: int) -> int:
+        return 1
+
+    def launch(self, spec_path: Path, spec: RunSpec) -> LaunchPlan:
+        return LaunchPlan(rank_command(spec_path))
+
+    def setup(self, spec: RunSpec) -> RankInfo:
+        device = "cuda:0" if spec.device == "cuda" else "cpu"
+        if spec.device == "cuda":
+            import torch
+
+            torch.cuda.set_device(0)
+        self.info = RankInfo(rank=0, world_size=1, local_rank=0, device=device, backend=None, data_rank=0,
+                             data_world=1, devices_used=self._devices(spec))
+        return self.info
+
+    def _devices(self, spec: RunSpec) -> int:
+        return 1

@@ -1,13 +1,18 @@
-"""torch.nn.parallel.DistributedDataParallel, one process per device, ranks started by torchrun."""
+"""torch.nn.parallel.DistributedDataParallel, one process per device, ranks started by torchrun.
+
+Knobs left unset are not passed to DDP, so a plain `DDP(model)`'s defaults apply (in torch 2.13 a 25 MiB bucket
+cap with a smaller 1 MiB first bucket, which an explicit `bucket_cap_mb=25` would turn off); the record shows
+what DDP resolved them to.
+"""
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.base import (Adapter, Availability, LaunchPlan, cuda_world_check, init_process_group_from_env,
-                           torchrun)
+from adapters.base import (Adapter, Availability, Comm, LaunchPlan, cuda_world_check, init_process_group_from_env,
+                           torch_build, torchrun)
 
 
 class DDPAdapter(Adapter):
@@ -17,32 +22,36 @@ class DDPAdapter(Adapter):
 
     @dataclass
     class Knobs:
-        bucket_cap_mb: float = 25.0
-        """Gradient bucket size: buckets are all-reduced as soon as they fill, overlapping backward."""
-        gradient_as_bucket_view: bool = False
-        """Let .grad alias the communication buckets (saves one gradient copy of memory)."""
-        static_graph: bool = False
-        """Declare that the graph is the same every step (enables extra DDP optimisations)."""
-        broadcast_buffers: bool = True
-        """Broadcast rank 0's buffers (e.g. BatchNorm running stats) at every forward (passed as
+        bucket_cap_mb: float | None = None
+        """Gradient bucket size in MiB: buckets are all-reduced as soon as they fill, overlapping backward (unset:
+        DDP's default, 25 MiB with a 1 MiB first bucket; set, every bucket including the first has this cap)."""
+        gradient_as_bucket_view: bool | None = None
+        """Let .grad alias the communication buckets (saves one gradient copy of memory; DDP's default: off)."""
+        static_graph: bool | None = None
+        """Declare that the graph is the same every step (enables extra DDP optimisations; default: off)."""
+        broadcast_buffers: bool | None = None
+        """Broadcast rank 0's buffers (e.g. BatchNorm running stats) at every forward (default: on; passed as
         forward_sync_buffers on torch versions that renamed it)."""
 
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
-        import torch.distributed as dist
-
-        if not dist.is_available():
+        build = torch_build()
+        if not build.get("distributed"):
             return Availability(False, "this torch build has no torch.distributed",
                                 "install a torch build with distributed support (every PyPI build has it)")
-        if device == "cpu" and not dist.is_gloo_available():
+        if device == "cpu" and not build["gloo"]:
             return Availability(False, "this torch build has no gloo backend", "install torch from PyPI")
         gpus = cuda_world_check(device, world_size)
-        if gpus and device == "cuda" and not dist.is_nccl_available():
+        if gpus and device == "cuda" and not build["nccl"]:
             return Availability(False, "this torch build has no NCCL backend", "install a CUDA build of torch")
         return gpus
 
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
-        return LaunchPlan(torchrun(spec.world_size, "harness.worker", str(spec_path)), processes=spec.world_size)
+        return LaunchPlan(torchrun(spec.world_size, spec_path))
+
+    def import_framework(self) -> None:
+        import torch.distributed  # noqa: F401
+        import torch.nn.parallel  # noqa: F401
 
     def setup(self, spec):
         self.info = init_process_group_from_env(spec.device)
@@ -56,9 +65,9 @@ class DDPAdapter(Adapter):
         # torch >= 2.12 deprecates broadcast_buffers in favour of forward_sync_buffers (same meaning per forward).
         sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
                 else "broadcast_buffers")
-        model = DDP(model, device_ids=device_ids, bucket_cap_mb=k.bucket_cap_mb,
-                    gradient_as_bucket_view=k.gradient_as_bucket_view, static_graph=k.static_graph,
-                    **{sync: k.broadcast_buffers})
+        given = {"bucket_cap_mb": k.bucket_cap_mb, "gradient_as_bucket_view": k.gradient_as_bucket_view,
+                 "static_graph": k.static_graph, sync: k.broadcast_buffers}
+        model = DDP(model, device_ids=device_ids, **{key: v for key, v in given.items() if v is not None})
         return super().wrap(model, optimizer)
 
     def all_reduce_mean(self, tensor):
@@ -91,17 +100,28 @@ class DDPAdapter(Adapter):
     def describe(self):
         import torch
 
-        return {"framework": f"torch {torch.__version__}", "backend": self.info.backend if self.info else None,
-                "knobs": asdict(self.knobs)}
+        d = {**super().describe(), "framework": f"torch {torch.__version__}",
+             "backend": self.info.backend if self.info else None}
+        ddp = self.model
+        if ddp is not None and hasattr(ddp, "bucket_bytes_cap"):
+            config = getattr(ddp, "_bucket_config", None)
+            d["resolved"] = {
+                "bucket_cap_mb": ddp.bucket_bytes_cap / 2**20,
+                "first_bucket_cap_mb": (config.first_bucket_bytes_cap / 2**20 if config is not None else None),
+                "gradient_as_bucket_view": ddp.gradient_as_bucket_view, "static_graph": ddp.static_graph,
+                "broadcast_buffers": getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", None)),
+            }
+        return d
 
 
-class TorchComm:
+class TorchComm(Comm):
     """torch.distributed primitives for `compare comm` (sum reductions; blocking unless the name says async)."""
 
     def __init__(self):
+        import torch
         import torch.distributed as dist
 
-        self.dist = dist
+        self.dist, self.framework = dist, f"torch {torch.__version__}"
 
     def all_reduce(self, t):
         self.dist.all_reduce(t)

@@ -18,14 +18,14 @@ import contextlib
 import importlib.util
 import os
 import shutil
-import socket
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from adapters.base import Adapter, Availability, KnobError, LaunchPlan, Precision, RankInfo, cuda_world_check
+from adapters.base import (AGENT_STORE_ENV, Adapter, Availability, KnobError, LaunchPlan, Precision, RankInfo,
+                           agent_store, cuda_world_check, rank_command, torch_build)
 
 PINNED_VERSION = "0.19.8"
 INSTALL_FIX = (f"run `make setup` (adapters/install/deepspeed.sh), or "
@@ -77,13 +77,6 @@ def jit_cached_ops() -> list[str]:
     return sorted(d.name for d in root.iterdir() if (d / f"{d.name}.so").exists()) if root.is_dir() else []
 
 
-def _free_port() -> int:
-    # The port is released before the launcher binds it; a collision in that window fails the launch loudly.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def cpu_fp16_supported() -> bool:
     """DeepSpeed's CPU accelerator's own test (cpu_accelerator.is_fp16_supported): oneDNN fp16 kernels."""
     import torch
@@ -101,27 +94,26 @@ class DeepSpeedAdapter(Adapter):
 
     @dataclass
     class Knobs:
-        zero_stage: int = 0
+        zero_stage: Literal[0, 1, 2, 3] = 0
         """ZeRO stage: 0 plain data parallel, 1 partition optimizer state, 2 + gradients, 3 + parameters."""
-        precision: str = "fp32"
-        """fp32 | bf16 | fp16: DeepSpeed casts the model to this dtype and keeps fp32 master weights
-        (fp16 adds dynamic loss scaling; DeepSpeed's CPU accelerator refuses it without oneDNN fp16)."""
+        precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+        """DeepSpeed casts the model to this dtype and keeps fp32 master weights (fp16 adds dynamic loss
+        scaling; DeepSpeed's CPU accelerator refuses it without oneDNN fp16)."""
         offload_optimizer: bool = False
         """ZeRO-Offload: keep optimizer state and its step on the CPU (needs zero_stage >= 1)."""
-        reduce_bucket_elems: int = 500_000_000
-        """Gradient reduction bucket size in elements (ds config reduce_bucket_size; DeepSpeed's default),
-        the counterpart of ddp's bucket_cap_mb."""
+        reduce_bucket_elems: int | None = None
+        """Gradient reduction bucket size in elements (ds config reduce_bucket_size), the counterpart of ddp's
+        bucket_cap_mb (unset: DeepSpeed's default, 5e8)."""
+
+        def __post_init__(self):
+            if self.offload_optimizer and self.zero_stage == 0:
+                raise KnobError("knob 'offload_optimizer' needs zero_stage 1, 2 or 3 (ZeRO-Offload partitions the "
+                                "optimizer); got zero_stage 0")
+            if self.reduce_bucket_elems is not None and self.reduce_bucket_elems < 1:
+                raise KnobError(f"knob 'reduce_bucket_elems' must be positive; got {self.reduce_bucket_elems}")
 
     def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
         super().__init__(knobs, device)
-        k = self.knobs
-        if k.zero_stage not in (0, 1, 2, 3):
-            raise KnobError(f"knob 'zero_stage' must be 0, 1, 2 or 3; got {k.zero_stage}")
-        if k.offload_optimizer and k.zero_stage == 0:
-            raise KnobError("knob 'offload_optimizer' needs zero_stage 1, 2 or 3 (ZeRO-Offload partitions the "
-                            "optimizer); got zero_stage 0")
-        if k.reduce_bucket_elems < 1:
-            raise KnobError(f"knob 'reduce_bucket_elems' must be positive; got {k.reduce_bucket_elems}")
         self.engine = None
         self.timings_s: dict[str, float] = {}
         self.jit_built: list[str] = []
@@ -144,30 +136,30 @@ class DeepSpeedAdapter(Adapter):
             return Availability(False, f"deepspeed {info['version']} is installed but its `deepspeed` launcher "
                                        f"is neither next to {sys.executable} nor on PATH", INSTALL_FIX)
         if device == "cpu":
-            import torch.distributed as dist
-
-            if not dist.is_available() or not dist.is_gloo_available():
+            if not torch_build().get("gloo"):
                 return Availability(False, "this torch build has no gloo backend (DeepSpeed's CPU fallback)",
                                     "install torch from PyPI")
         return cuda_world_check(device, world_size)
 
     def precision(self) -> Precision:
         p = self.knobs.precision
-        if p not in ("fp32", "bf16", "fp16"):
-            raise KnobError(f"knob 'precision' must be one of fp32, bf16, fp16; got '{p}'")
         if p == "fp16" and self.device_kind == "cpu" and not cpu_fp16_supported():
             raise KnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
                             "(no oneDNN fp16 support); use bf16 or fp32")
         return Precision(p)
 
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
+        # The rendezvous store is bound by the parent and held for the whole launch; the ranks join it as
+        # clients, as under torchrun's agent (a port picked free and released before the launcher binds it could
+        # be taken by another job in between).
+        store = agent_store(spec.world_size)
         # --num_gpus is DeepSpeed's name for processes per node on any accelerator (alias --num_accelerators);
         # on CPU the launcher would otherwise start one rank per NUMA node. Its children get --local_rank=N,
-        # which harness.worker ignores.
+        # which the rank entry point ignores.
         argv = [launcher_path(), "--num_gpus", str(spec.world_size), "--master_addr", "127.0.0.1",
-                "--master_port", str(_free_port()), "--module", "harness.worker", str(spec_path)]
-        env = {"DS_ACCELERATOR": "cpu" if spec.device == "cpu" else "cuda"}
-        return LaunchPlan(argv, env=env, processes=spec.world_size)
+                "--master_port", str(store.port), "--module", *rank_command(spec_path)[2:]]
+        env = {"DS_ACCELERATOR": "cpu" if spec.device == "cpu" else "cuda", **AGENT_STORE_ENV}
+        return LaunchPlan(argv, env=env, hold=[store])
 
     @classmethod
     def environment(cls) -> dict[str, Any]:
@@ -204,6 +196,11 @@ class DeepSpeedAdapter(Adapter):
                 "ninja": is_ninja_available(), "jit_cache_dir": str(jit_cache_dir()), "ops": ops}
 
     # ---- rank side ---------------------------------------------------------------------------------------
+    def import_framework(self) -> None:
+        with contextlib.redirect_stdout(sys.stderr):  # its accelerator banner
+            import deepspeed  # noqa: F401
+            import deepspeed.comm  # noqa: F401
+
     def setup(self, spec) -> RankInfo:
         import torch
 
@@ -235,11 +232,13 @@ class DeepSpeedAdapter(Adapter):
         self.global_batch = spec.global_batch
         return self.info
 
-    def ds_config(self) -> dict[str, Any]:
+    def _ds_config(self) -> dict[str, Any]:
         """The DeepSpeed config: batch sizes equal to the workload's, no optimizer/scheduler/clipping blocks, so
         the workload's optimizer and LR are used untouched."""
         k, world = self.knobs, self.info.world_size
-        zero: dict[str, Any] = {"stage": k.zero_stage, "reduce_bucket_size": k.reduce_bucket_elems}
+        zero: dict[str, Any] = {"stage": k.zero_stage}
+        if k.reduce_bucket_elems is not None:  # unset: DeepSpeed's own default
+            zero["reduce_bucket_size"] = k.reduce_bucket_elems
         if k.offload_optimizer:
             # pin_memory only helps host<->GPU copies; on CPU it would only lock pages.
             zero["offload_optimizer"] = {"device": "cpu", "pin_memory": self.info.device != "cpu"}
@@ -265,7 +264,7 @@ class DeepSpeedAdapter(Adapter):
 
         lrs_before = [g["lr"] for g in optimizer.param_groups]
         cached_before = set(jit_cached_ops())
-        self.config = self.ds_config()
+        self.config = self._ds_config()
         t0 = time.perf_counter()
         engine, ds_optimizer, _, scheduler = deepspeed.initialize(model=model, optimizer=optimizer,
                                                                   config=self.config)
@@ -369,7 +368,7 @@ class DeepSpeedAdapter(Adapter):
             "framework": f"deepspeed {deepspeed.__version__}", "torch": torch.__version__,
             "accelerator": get_accelerator()._name, "backend": self.info.backend if self.info else None,
             "zero_stage": self.knobs.zero_stage, "precision": self.precision().value,
-            "offload_optimizer": self.knobs.offload_optimizer, "knobs": asdict(self.knobs),
+            "offload_optimizer": self.knobs.offload_optimizer, "knobs": super().describe()["knobs"],
             "setup_timings_s": dict(self.timings_s),
             "jit_ops_built_this_run": self.jit_built, "jit_cache_dir": str(jit_cache_dir()),
         }
@@ -381,7 +380,9 @@ class DeepSpeedAdapter(Adapter):
                                    "micro_batch_per_rank": e.train_micro_batch_size_per_gpu(),
                                    "gradient_accumulation_steps": e.gradient_accumulation_steps(),
                                    "bf16": e.bfloat16_enabled(), "fp16": e.fp16_enabled(),
-                                   "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr()}})
+                                   "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
+                                   "reduce_bucket_size": e.zero_reduce_bucket_size(),
+                                   "overlap_comm": e.zero_overlap_comm()}})
         return d
 
 

@@ -20,15 +20,15 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from adapters.base import Adapter, Availability, KnobError, LaunchPlan, RankInfo, cuda_world_check, python_module
+from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check,
+                           rank_command)
 
 VERSION = "0.28.1"
 INSTALL_SCRIPT = "adapters/install/horovod.sh"
-COMPRESSIONS = ("none", "fp16")
-CONTROLLERS = ("gloo", "mpi")
 
 
 def wheel_cache() -> Path:
@@ -60,9 +60,40 @@ print(json.dumps({"version": horovod.__version__, "gloo": hvd.gloo_built(), "mpi
 """
 
 
+def _probe_key() -> str | None:
+    """What the probe's answer depends on: the built extension and the torch it links against (their paths,
+    sizes and modification times) and this interpreter. None when horovod is not installed."""
+    spec = importlib.util.find_spec("horovod")
+    torch_spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations or torch_spec is None:
+        return None
+    files = sorted(Path(list(spec.submodule_search_locations)[0], "torch").glob("mpi_lib*.so"))
+    files += sorted(Path(list(torch_spec.submodule_search_locations)[0], "lib").glob("libtorch_cpu*.so"))
+    files.append(Path(list(torch_spec.submodule_search_locations)[0], "version.py"))
+    parts = [sys.executable]
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        parts.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
+    return "|".join(parts)
+
+
 @functools.lru_cache(maxsize=1)
 def probe() -> dict:
-    """What the installed horovod.torch says about itself, or {"error": ...} when it does not import."""
+    """What the installed horovod.torch says about itself, or {"error": ...} when it does not import.
+
+    Importing it takes seconds (a child process, since a wheel built for another torch can crash the importer), so
+    a successful answer is cached on disk next to the wheel cache, keyed by the files it depends on."""
+    key = _probe_key()
+    cache = wheel_cache() / "horovod-probe.json"
+    try:
+        cached = json.loads(cache.read_text())
+        if key is not None and cached.get("key") == key:
+            return cached["info"]
+    except (OSError, ValueError, AttributeError):
+        pass
     try:
         proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -70,7 +101,16 @@ def probe() -> dict:
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         return {"error": lines[-1] if lines else f"exit code {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    if key is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"key": key, "info": info}))
+            os.replace(tmp, cache)
+        except OSError:
+            pass  # a cache we cannot write only costs the next run the same seconds
+    return info
 
 
 class HorovodAdapter(Adapter):
@@ -80,45 +120,46 @@ class HorovodAdapter(Adapter):
 
     @dataclass
     class Knobs:
-        compression: str = "none"
-        """none | fp16: gradients cast to fp16 on the wire (hvd.Compression.fp16); off by default, and a row
-        with it on is shown as "fp32 + fp16 wire" and not checked for fp32 equivalence."""
-        fusion_threshold_mb: int = 128
+        compression: Literal["none", "fp16"] = "none"
+        """Gradients cast to fp16 on the wire (hvd.Compression.fp16); off by default, and a row with it on is
+        shown as "fp32 + fp16 wire" and not checked for fp32 equivalence."""
+        fusion_threshold_mb: int | None = None
         """Tensor fusion buffer: gradients ready in one cycle are packed into one all-reduce up to this size
-        (horovodrun --fusion-threshold-mb; 0 disables fusion; Horovod's default 128)."""
-        cycle_time_ms: float = 1.0
-        """Delay between the background thread's fusion cycles (horovodrun --cycle-time-ms; default 1)."""
-        controller: str = "gloo"
-        """gloo | mpi: how ranks are started and coordinated (mpi needs a Horovod built with MPI)."""
-        start_timeout_s: int = 60
-        """horovodrun gives up if the ranks have not all started within this (its default is 30)."""
+        (horovodrun --fusion-threshold-mb; 0 disables fusion; unset: Horovod's default, 128)."""
+        cycle_time_ms: float | None = None
+        """Delay between the background thread's fusion cycles (horovodrun --cycle-time-ms; unset: its default,
+        1)."""
+        controller: Literal["gloo", "mpi"] = "gloo"
+        """How ranks are started and coordinated (mpi needs a Horovod built with MPI)."""
+        start_timeout_s: int | None = None
+        """horovodrun gives up if the ranks have not all started within this (unset: its default, 30)."""
         broadcast_optimizer_state: bool = True
         """Call hvd.broadcast_optimizer_state after broadcasting the parameters, as Horovod's examples do. On a
         fresh optimizer Horovod initialises the state by running optimizer.step() once with zero gradients:
         harmless for SGD, but for Adam-family optimizers it advances the step count and applies weight decay
         once, so training departs from the single-process run (the row records by how much). False skips it
         (every rank starts from the same empty state anyway, because the workload seeds every process alike)."""
-        stall_check_warning_s: int = 30
-        """Horovod logs which rank is missing which tensor after a collective waits this long."""
-        stall_check_shutdown_s: int = 60
-        """Horovod shuts the job down after a collective waits this long (0: never; must exceed the warning
-        time). Passed on, but with 0.28.1 on CPU under the Gloo controller its stall inspector was not seen to
-        fire (neither for a hung rank nor for ranks submitting different tensors): the harness's --timeout is
-        what turns a hang into a `timeout` row. A dead rank is caught by horovodrun itself (`failed`)."""
+        stall_check_warning_s: int | None = None
+        """Horovod logs which rank is missing which tensor after a collective waits this long (unset: its
+        default, 60)."""
+        stall_check_shutdown_s: int | None = None
+        """Horovod shuts the job down after a collective waits this long (0: never, its default; must exceed the
+        warning time). With 0.28.1 on CPU under the Gloo controller its stall inspector was not seen to fire
+        (neither for a hung rank nor for ranks submitting different tensors): the harness's --timeout is what
+        turns a hang into a `timeout` row. A dead rank is caught by horovodrun itself (`failed`)."""
 
-    def __init__(self, knobs=None, device: str = "cpu"):
-        super().__init__(knobs, device)
-        k = self.knobs
-        if k.compression not in COMPRESSIONS:
-            raise KnobError(f"knob 'compression' must be one of {', '.join(COMPRESSIONS)}; got '{k.compression}'")
-        if k.controller not in CONTROLLERS:
-            raise KnobError(f"knob 'controller' must be one of {', '.join(CONTROLLERS)}; got '{k.controller}'")
-        if k.fusion_threshold_mb < 0 or k.cycle_time_ms <= 0 or k.start_timeout_s < 1:
-            raise KnobError("knobs need fusion_threshold_mb >= 0, cycle_time_ms > 0 and start_timeout_s >= 1")
-        if k.stall_check_shutdown_s and k.stall_check_shutdown_s <= k.stall_check_warning_s:
-            # Horovod itself would silently ignore such a shutdown time.
-            raise KnobError(f"knob 'stall_check_shutdown_s' ({k.stall_check_shutdown_s}) must be 0 or greater "
-                            f"than stall_check_warning_s ({k.stall_check_warning_s})")
+        def __post_init__(self):
+            if self.fusion_threshold_mb is not None and self.fusion_threshold_mb < 0:
+                raise KnobError(f"knob 'fusion_threshold_mb' must be 0 or more; got {self.fusion_threshold_mb}")
+            if self.cycle_time_ms is not None and self.cycle_time_ms <= 0:
+                raise KnobError(f"knob 'cycle_time_ms' must be positive; got {self.cycle_time_ms:g}")
+            if self.start_timeout_s is not None and self.start_timeout_s < 1:
+                raise KnobError(f"knob 'start_timeout_s' must be at least 1; got {self.start_timeout_s}")
+            warning = 60 if self.stall_check_warning_s is None else self.stall_check_warning_s
+            if self.stall_check_shutdown_s and self.stall_check_shutdown_s <= warning:
+                # Horovod itself would silently ignore such a shutdown time.
+                raise KnobError(f"knob 'stall_check_shutdown_s' ({self.stall_check_shutdown_s}) must be 0 or "
+                                f"greater than stall_check_warning_s ({warning})")
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
@@ -152,13 +193,15 @@ class HorovodAdapter(Adapter):
         k, n = self.knobs, spec.world_size
         argv = [horovodrun_path() or "horovodrun", "-np", str(n), "-H", f"localhost:{n}", f"--{k.controller}",
                 # loopback, like GLOO_SOCKET_IFNAME=lo for torch: interface discovery is flaky on CI machines
-                "--network-interfaces", "lo",
-                "--start-timeout", str(k.start_timeout_s),
-                "--fusion-threshold-mb", str(k.fusion_threshold_mb), "--cycle-time-ms", f"{k.cycle_time_ms:g}",
-                "--stall-check-warning-time-seconds", str(k.stall_check_warning_s),
-                "--stall-check-shutdown-time-seconds", str(k.stall_check_shutdown_s),
-                *python_module("harness.worker", str(spec_path))]
-        return LaunchPlan(argv, processes=n)
+                "--network-interfaces", "lo"]
+        # Only what the user set: everything else stays at horovodrun's own defaults.
+        for flag, value in (("--start-timeout", k.start_timeout_s), ("--fusion-threshold-mb", k.fusion_threshold_mb),
+                            ("--cycle-time-ms", k.cycle_time_ms),
+                            ("--stall-check-warning-time-seconds", k.stall_check_warning_s),
+                            ("--stall-check-shutdown-time-seconds", k.stall_check_shutdown_s)):
+            if value is not None:
+                argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        return LaunchPlan(argv + rank_command(spec_path))
 
     @classmethod
     def environment(cls):
@@ -175,6 +218,9 @@ class HorovodAdapter(Adapter):
         return info
 
     # ---- rank side ---------------------------------------------------------------------------------------
+    def import_framework(self) -> None:
+        import horovod.torch  # noqa: F401
+
     def setup(self, spec) -> RankInfo:
         import horovod.torch as hvd
         import torch
@@ -239,7 +285,10 @@ class HorovodAdapter(Adapter):
     def describe(self):
         import horovod
 
-        d = {"framework": f"horovod {horovod.__version__}", "knobs": asdict(self.knobs), "lr_scaling": "none"}
+        d = {**super().describe(), "framework": f"horovod {horovod.__version__}", "lr_scaling": "none",
+             # What horovodrun handed the ranks (it exports the tunables it was given), else its documented default.
+             "resolved": {"fusion_threshold_mb": int(os.environ.get("HOROVOD_FUSION_THRESHOLD", 128 * 2**20))
+                          / 2**20, "cycle_time_ms": float(os.environ.get("HOROVOD_CYCLE_TIME", 1.0))}}
         change = getattr(self, "state_init_change", None)
         if change is not None:
             d["optimizer_state_init_param_change"] = change
@@ -263,16 +312,19 @@ class _Handle:
         self.hvd.synchronize(self.handle)
 
 
-class HorovodComm:
+class HorovodComm(Comm):
     """Horovod's own ops for `compare comm` (sum reductions). Horovod has no reduce or gather to one rank, no
     scatter and no point-to-point: those cells are `unsupported` with that reason. Its out-of-place ops
     (allgather, reducescatter, alltoall) return a new tensor, copied into the harness's output buffer, which is
     part of what a Horovod user pays."""
 
+    missing = {"reduce": "reduce to one rank (only allreduce)", "gather": "gather to one rank (only allgather)",
+               **{op: "point-to-point send/recv" for op in ("send", "recv", "isend", "irecv", "batch_sendrecv")}}
+
     def __init__(self, hvd):
         import horovod
 
-        self.hvd, self.version = hvd, horovod.__version__
+        self.hvd, self.framework = hvd, f"horovod {horovod.__version__}"
 
     def all_reduce(self, t):
         self.hvd.allreduce_(t, op=self.hvd.Sum)
@@ -297,33 +349,6 @@ class HorovodComm:
 
     def barrier(self):
         self.hvd.barrier()
-
-    def _missing(self, what):
-        raise NotImplementedError(f"horovod {self.version} has no {what}")
-
-    def reduce(self, t, dst):
-        self._missing("reduce to one rank (only allreduce)")
-
-    def gather(self, outs, t, dst):
-        self._missing("gather to one rank (only allgather)")
-
-    def scatter(self, out, ins, src):
-        self._missing("scatter")
-
-    def send(self, t, dst):
-        self._missing("point-to-point send/recv")
-
-    def recv(self, t, src):
-        self._missing("point-to-point send/recv")
-
-    def isend(self, t, dst):
-        self._missing("point-to-point send/recv")
-
-    def irecv(self, t, src):
-        self._missing("point-to-point send/recv")
-
-    def batch_sendrecv(self, send, dst, recv, src):
-        self._missing("point-to-point send/recv")
 
 
 ADAPTER = HorovodAdapter

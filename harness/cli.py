@@ -1,12 +1,17 @@
 """The `compare` command line (also `python -m harness`).
 
+Runs in: the parent.
+
     compare list                       every adapter and workload, with availability and the reason
     compare env                        versions, devices, threads and launchers, for a bug report
     compare run                        default workload, every adapter, world size 2 on this machine
     compare run --adapters ddp,spawn --workload resnet --steps 20 --repeats 3
+    compare comm                       collectives and point-to-point per backend
     compare report results/<run>/      re-render report.md and the plots from records.jsonl
+    compare index                      regenerate results/README.md
 
-Bad input exits with code 2 and one line on stderr naming the problem and the valid choices; nothing is written.
+Exit codes: 0 done; 1 no row ran or the results could not be written; 2 bad input (one line on stderr naming the
+problem and the valid choices; nothing written); 130 interrupted (Ctrl-C / SIGTERM; finished rows kept).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import shlex
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -24,82 +30,123 @@ from rich.markup import escape
 
 import adapters
 import workloads
-from harness.runner import BadInput, Request
+from harness.inputs import DEVICES, BadInput, CommRequest, RunRequest, first_sentence, split
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Run one PyTorch workload through interchangeable data-parallel backends and compare them.")
 # Wide enough for the results table when output is piped (CI logs, `| tee`), where rich would assume 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 _TYPED_ARGV: list[str] | None = None
+_STARTED: float | None = None
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = 2) -> None:
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
-def _split(value: Optional[str]) -> Optional[list[str]]:
-    if value is None:
+def _out(text: str | None) -> Path | None:
+    """--out as given: "" stays recognisably empty (Path("") would silently mean the current directory)."""
+    if text is None:
         return None
-    return [v.strip() for v in value.split(",") if v.strip()]
+    if not text.strip():
+        _fail("--out is empty; give a directory, or leave --out out for results/<name>_<hardware>_<time>")
+    return Path(text)
+
+
+def _typed(fallback: str) -> str:
+    return "compare " + shlex.join(_TYPED_ARGV) if _TYPED_ARGV else fallback
 
 
 class RunUI:
-    """Live progress: one line per launch, with phase and step, then a line with its result."""
+    """Progress of a run: on a terminal one live line per launch (phase, step), redrawn at most once a second and
+    only when it changed; elsewhere (CI logs, pipes) one printed line when a launch starts and one when it ends."""
 
     def __init__(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("{task.description:<18}"), BarColumn(bar_width=30),
-                                 MofNCompleteColumn(), TextColumn("{task.fields[phase]}"), TimeElapsedColumn(),
-                                 console=console, transient=False)
+        self.live = console.is_terminal
         self.tasks: dict[tuple[str, int], int] = {}
+        self.bar = None
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description:<18}"), BarColumn(bar_width=30), MofNCompleteColumn(),
+                                TextColumn("{task.fields[phase]}"), TimeElapsedColumn(), console=console,
+                                transient=False, auto_refresh=False)
 
     def start(self, plan):
         req = plan.request
-        names = ", ".join(n for n, _ in plan.runnable)
-        console.print(f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}, "
-                      f"device {req.device}, adapters {names}; {plan.warmup} warm-up + {plan.steps} timed steps, "
-                      f"{req.repeats} repeat(s) -> {plan.out}")
-        for name, _, reason in plan.unavailable:
-            console.print(f"  [yellow]{name}: unavailable[/] - {escape(reason)}")
-        self.bar.start()
+        names = ", ".join(r.label for r in plan.runnable)
+        over = " (oversubscribed: more processes than cores)" if plan.oversubscribed else ""
+        console.print(f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}{over}, "
+                      f"device {req.device}, adapters {escape(names)}; {plan.warmup} warm-up + {plan.steps} timed "
+                      f"steps, {req.repeats} repeat(s) -> {plan.out}")
+        for row in plan.unavailable:
+            console.print(f"  [yellow]{escape(row.label)}: unavailable[/] - {escape(first_sentence(row.reason))}")
+        if self.bar:
+            self.bar.start()
+
+    def _label(self, name, repeat):
+        return name if repeat == 0 else f"{name} (repeat {repeat + 1})"
 
     def begin(self, name, repeat, total):
-        label = name if repeat == 0 else f"{name} (repeat {repeat + 1})"
-        self.tasks[(name, repeat)] = self.bar.add_task(label, total=total, phase="launching")
+        if self.bar:
+            self.tasks[(name, repeat)] = self.bar.add_task(self._label(name, repeat), total=total, phase="launching")
+            self.bar.refresh()
+        else:
+            console.print(f"  {escape(self._label(name, repeat))}: launching")
 
     def progress(self, name, repeat, pr):
-        self.bar.update(self.tasks[(name, repeat)], completed=pr.get("step", 0), phase=pr.get("phase", ""))
+        if self.bar:
+            self.bar.update(self.tasks[(name, repeat)], completed=pr.get("step", 0), phase=escape(pr.get("phase", "")))
+            self.bar.refresh()
+
+    def _done(self, name, repeat, text, complete):
+        if self.bar:
+            task = self.tasks[(name, repeat)]
+            self.bar.update(task, phase=text, **({"completed": self.bar.tasks[task].total} if complete else {}))
+            self.bar.refresh()
+        else:
+            console.print(f"  {escape(self._label(name, repeat))}: {text}")
 
     def reference_done(self, outcome):
-        task = self.tasks[("reference", 0)]
         if outcome.status == "ok":
-            self.bar.update(task, completed=self.bar.tasks[task].total, phase="[green]reference ok[/]")
+            self._done("reference", 0, "[green]reference ok[/]", True)
         else:
-            self.bar.update(task, phase=f"[red]{outcome.status}[/]: {escape(outcome.reason)} "
-                                             "(max_param_diff will be empty)")
+            self._done("reference", 0, f"[red]{outcome.status}[/]: {escape(outcome.reason)} (max_param_diff will "
+                                       f"be empty)", False)
 
     def finished(self, rec):
-        task = self.tasks[(rec["label"], rec["repeat"])]
         if rec["status"] == "ok":
-            self.bar.update(task, completed=self.bar.tasks[task].total,
-                                 phase=f"[green]ok[/] {rec['samples_per_s']:,.0f} samples/s")
+            self._done(rec["label"], rec["repeat"], f"[green]ok[/] {rec['samples_per_s']:,.0f} samples/s", True)
         else:
-            self.bar.update(task, phase=f"[red]{rec['status']}[/]: {escape(rec['reason'])}")
+            self._done(rec["label"], rec["repeat"], f"[red]{rec['status']}[/]: {escape(rec['reason'])}", False)
 
     def interrupted(self):
-        self.bar.stop()
+        self.stop()
 
     def stop(self):
-        self.bar.stop()
+        if self.bar:
+            self.bar.stop()
+
+
+def _execute(execute, plan, *args):
+    """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
+    from harness.session import SessionError
+
+    try:
+        return execute(plan, *args)
+    except BadInput as exc:
+        _fail(str(exc))
+    except SessionError as exc:
+        _fail(str(exc), 1)
 
 
 @app.command()
 def run(
     adapters_: Optional[str] = typer.Option(None, "--adapters", "-a",
-                                            help="Comma-separated adapters (default: every adapter, unavailable "
-                                                 "ones listed with their reason)."),
+                                            help="Comma-separated adapters; an entry NAME:KNOB=VALUE:... is one row "
+                                                 "with those knobs (default: every adapter; unavailable ones become "
+                                                 "rows with their reason)."),
     workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="Workload name (see `compare list`)."),
     world_size: int = typer.Option(2, "--world-size", "-n", help="Ranks (devices for DataParallel)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
@@ -112,40 +159,41 @@ def run(
     equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps",
                                               help="Steps compared with the single-process reference (0: skip)."),
     timeout: float = typer.Option(900.0, help="Seconds before a launch is killed and recorded as timeout."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: results/<workload>_<hw>_<time>)."),
+    out: Optional[str] = typer.Option(None, help="Output directory (default: results/<workload>_<hw>_<time>)."),
     force: bool = typer.Option(False, help="Overwrite results already in --out."),
+    strict: bool = typer.Option(False, help="A named adapter that cannot run here is an error (exit 2), not an "
+                                            "unavailable row."),
+    oversubscribe: bool = typer.Option(False, help="Allow more processes than usable cores (rows are labelled)."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE, e.g. arch=resnet50."),
 ):
     """Run the comparison and write records.jsonl, report.md and plots."""
-    from harness import report, runner
+    from harness import run as runmod
+    from harness.report import run as report_run
 
-    typed = "compare " + shlex.join(_TYPED_ARGV) if _TYPED_ARGV else None
-    req = Request(adapters=_split(adapters_), workload=workload, world_size=world_size, device=device,
-                  steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
-                  equiv_steps=equiv_steps, timeout_s=timeout, out=out, force=force, knobs=knob, options=option)
+    req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
+                     steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
+                     equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
+                     oversubscribe=oversubscribe, knobs=knob, options=option)
     try:
-        plan = runner.plan(req)
+        plan = runmod.plan(req)
     except BadInput as exc:
         _fail(str(exc))
-    req.command = typed or _resolved_command(plan)
-    ui = RunUI()
-    try:
-        records = runner.execute(plan, ui)
-    except KeyboardInterrupt:
-        done = len(list((plan.out / "records.jsonl").open())) if (plan.out / "records.jsonl").exists() else 0
-        typer.echo(f"interrupted: children stopped; {done} finished row(s) kept in {plan.out}", err=True)
-        raise typer.Exit(130)
-    ui.stop()
-    console.print(report.console_table(records))
+    req.command = _typed(_resolved_command(plan))
+    records, interrupted = _execute(runmod.execute, plan, RunUI(), _STARTED)
+    console.print(report_run.console_table(records))
     console.print(f"wrote {plan.out}/report.md, records.jsonl and plots")
+    if interrupted:
+        done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
+        typer.echo(f"interrupted: children stopped; {done} row(s) kept in {plan.out}", err=True)
+        raise typer.Exit(130)
     if not any(r["status"] == "ok" for r in records):
         raise typer.Exit(1)
 
 
 def _resolved_command(plan) -> str:
     r = plan.request
-    args = ["compare", "run", "--adapters", ",".join(n for n, _ in plan.runnable), "--workload", r.workload,
+    args = ["compare", "run", "--adapters", ",".join(row.label for row in plan.rows), "--workload", r.workload,
             "--world-size", str(r.world_size), "--device", r.device, "--steps", str(plan.steps),
             "--warmup", str(plan.warmup), "--global-batch", str(plan.global_batch), "--repeats", str(r.repeats)]
     for k in r.knobs:
@@ -158,37 +206,44 @@ def _resolved_command(plan) -> str:
 @app.command("comm")
 def comm_cmd(
     backends: Optional[str] = typer.Option(None, help="Comma-separated backends (default: all; unavailable ones "
-                                                      "listed with their reason)."),
+                                                      "become rows with their reason)."),
     ops: Optional[str] = typer.Option(None, help="Comma-separated ops (default: all)."),
     sizes: str = typer.Option("1K:64M", help="LO:HI (doubling), or a comma list; units K, M, G (binary)."),
     world_size: int = typer.Option(2, "--world-size", "-n"),
     device: str = typer.Option("cpu", "--device"),
     dtype: str = typer.Option("fp32"),
     iters: int = typer.Option(50, help="Most timed iterations per cell (fewer for large sizes, at least 5)."),
+    threads: Optional[int] = typer.Option(None, help="Threads per process (default: usable cores / processes)."),
     timeout: float = typer.Option(900.0, help="Seconds before a backend's launch is killed."),
-    out: Optional[Path] = typer.Option(None, help="Output directory (default: results/comm_<hw>_n<N>_<time>)."),
+    out: Optional[str] = typer.Option(None, help="Output directory (default: results/comm_<hw>_n<N>_<time>)."),
     force: bool = typer.Option(False, help="Overwrite results already in --out."),
+    strict: bool = typer.Option(False, help="A named backend that cannot run here is an error (exit 2)."),
+    oversubscribe: bool = typer.Option(False, help="Allow more ranks than usable cores (labelled)."),
 ):
     """Benchmark and check collective and point-to-point primitives per backend."""
-    from harness import commrun
+    from harness import comm as commmod
+    from harness.report import comm as report_comm
 
-    req = commrun.CommRequest(backends=_split(backends), ops=_split(ops), sizes=sizes, world_size=world_size,
-                              device=device, dtype=dtype, max_iters=iters, timeout_s=timeout, out=out, force=force)
+    req = CommRequest(backends=split(backends), ops=split(ops), sizes=sizes, world_size=world_size, device=device,
+                      dtype=dtype, max_iters=iters, threads=threads, timeout_s=timeout, out=_out(out), force=force,
+                      strict=strict, oversubscribe=oversubscribe)
     try:
-        plan = commrun.plan(req)
+        plan = commmod.plan(req)
     except BadInput as exc:
         _fail(str(exc))
-    req.command = "compare " + shlex.join(_TYPED_ARGV) if _TYPED_ARGV else "compare comm (API)"
-    console.print(f"[bold]compare comm[/]: {len(plan['ops'])} ops x {len(plan['sizes'])} sizes, "
-                  f"{world_size} ranks, {dtype} -> {plan['out']}")
-    try:
-        records = commrun.execute(plan, ui=lambda line: console.print("  " + line))
-    except KeyboardInterrupt:
-        typer.echo(f"interrupted: children stopped; finished backends kept in {plan['out']}", err=True)
+    req.command = _typed("compare comm (API)")
+    over = " (oversubscribed)" if plan.oversubscribed else ""
+    console.print(f"[bold]compare comm[/]: {len(plan.ops)} ops x {len(plan.sizes)} sizes, {world_size} ranks{over}, "
+                  f"{dtype} -> {plan.out}")
+    for row in plan.unavailable:
+        console.print(f"  [yellow]{escape(row.label)}: unavailable[/] - {escape(first_sentence(row.reason))}")
+    records, interrupted = _execute(commmod.execute, plan, lambda line: console.print("  " + escape(line)))
+    for line in report_comm.summary_lines(records):
+        console.print(escape(line))
+    console.print(f"wrote {plan.out}/report.md, records.jsonl and busbw.png")
+    if interrupted:
+        typer.echo(f"interrupted: children stopped; finished backends kept in {plan.out}", err=True)
         raise typer.Exit(130)
-    for line in commrun.summary_lines(records):
-        console.print(line)
-    console.print(f"wrote {plan['out']}/report.md, records.jsonl and busbw.png")
     if not any(r["status"] == "ok" for r in records):
         raise typer.Exit(1)
 
@@ -196,24 +251,24 @@ def comm_cmd(
 @app.command("report")
 def report_cmd(directory: Path = typer.Argument(..., help="A run directory holding records.jsonl.")):
     """Re-render report.md and the plots of a run from its records.jsonl alone."""
-    from harness import record, report
+    from harness import report
+    from harness.record import read_records
 
     path = directory / "records.jsonl"
     if not path.is_file():
-        _fail(f"no records.jsonl in {directory}; give a directory written by `compare run`")
+        _fail(f"no records.jsonl in {directory}; give a directory written by `compare run` or `compare comm`")
     try:
-        records = record.read_records(path)
-    except (ValueError, KeyError) as exc:
+        records = read_records(path)
+    except (OSError, ValueError) as exc:
         _fail(f"cannot read {path}: {exc}")
     if not records:
         _fail(f"{path} holds no records")
-    if records[0].get("kind") == "comm":
-        from harness import commrun
-
-        commrun.render(directory, records)
-    else:
+    try:
         report.render(directory, records)
-        console.print(report.console_table(records))
+    except OSError as exc:
+        _fail(f"could not write the report in {directory}: {exc.strerror or exc}", 1)
+    if report.kind(records) == "run":
+        console.print(report.run.console_table(records))
     console.print(f"wrote {directory}/report.md and plots")
 
 
@@ -224,7 +279,8 @@ def index_cmd(directory: Path = typer.Argument(Path("results"), help="Directory 
 
     if not directory.is_dir():
         _fail(f"{directory} is not a directory")
-    console.print(f"wrote {report.index(directory)}")
+    path = report.index(directory, warn=lambda line: typer.echo(f"warning: {line}", err=True))
+    console.print(f"wrote {path}")
 
 
 @app.command("list")
@@ -233,18 +289,21 @@ def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu 
     """Every adapter and workload, with availability and the reason."""
     from rich.table import Table
 
+    if device not in DEVICES:
+        _fail(f"unknown device '{device}'; valid choices: {', '.join(DEVICES)}")
+    if world_size < 1:
+        _fail(f"world size must be at least 1, got {world_size}")
     t = Table(title=f"Adapters (device {device}, world size {world_size})")
     for col in ("adapter", "launcher", "available", "what it is / why not"):
         t.add_column(col)
-    for name in adapters.names():
-        avail = adapters.availability(name, device, world_size)
+    for name, avail in adapters.availability_all(device, world_size).items():
         try:
             cls = adapters.get(name)
             launcher, summary = cls.launcher, cls.summary
         except Exception:  # noqa: BLE001 - shown as the reason below
             launcher, summary = "?", ""
         t.add_row(name, launcher, "[green]yes[/]" if avail else "[red]no[/]",
-                  summary if avail else avail.message())
+                  escape(summary if avail else avail.message()))
     console.print(t)
     w = Table(title="Workloads")
     for col in ("workload", "global batch", "steps", "target", "what it is"):
@@ -296,14 +355,20 @@ def _print_tree(key: str, value, depth: int) -> None:
         console.print(f"{pad}{name}: {escape(str(value))}", highlight=False)
 
 
-def _sigterm_as_interrupt(signum, frame):
-    # A CI job runner or `timeout` sends SIGTERM: stop the children and keep finished rows, as for Ctrl-C.
+def _stop_as_interrupt(signum, frame):
+    # A CI job runner or `timeout` sends SIGTERM, a closed terminal SIGHUP: stop the children and keep finished
+    # rows, as for Ctrl-C.
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> None:
-    global _TYPED_ARGV
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    global _TYPED_ARGV, _STARTED
+    from harness.launch import become_subreaper
+
+    _STARTED = time.time()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_as_interrupt)
+    become_subreaper()
     _TYPED_ARGV = list(sys.argv[1:] if argv is None else argv)
     app(args=_TYPED_ARGV, prog_name="compare")
 

@@ -1,219 +1,137 @@
-"""`compare comm`: collective and point-to-point primitives, timed and checked per backend.
+"""`compare comm` in the parent: check the request, launch each backend through its adapter, write records.
 
-    compare comm --backends torch --ops all_reduce,broadcast --sizes 1K:64M --world-size 2
-
-Each backend is started by its adapter's own launcher (torch: torchrun; horovod: horovodrun; deepspeed: its
-launcher) and runs `run_rank` below through the adapter's `comm()` object, which holds the framework's calls.
-For every (op, size) cell every rank first checks one result against the expected values (a wrong result is a
-failed cell, like nccl-tests' #wrong), then times warm-up + timed iterations on zero-filled buffers (so repeated
-sums cannot overflow); per-iteration time is the slowest rank's. Bandwidths follow nccl-tests
-(doc/PERFORMANCE.md): algbw = size / time; busbw = algbw x factor, with factor 2(n-1)/n for all_reduce, (n-1)/n
-for all_gather, reduce_scatter, all_to_all, gather and scatter, and 1 for broadcast, reduce and point-to-point.
-Size S is the full buffer as nccl-tests counts it (all_gather: the gathered output; reduce_scatter: the input).
+Runs in: the parent (each rank runs harness/rank/comm.py). One record per (backend, op, size) cell,
+`kind: "comm"`, in the same records.jsonl / report.md / PNG layout as `compare run`; `compare report DIR`
+re-renders either kind (harness/report/).
 """
 
 from __future__ import annotations
 
-import re
-import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from datetime import datetime, timezone
+from typing import Any
 
-DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
-_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+import adapters
+from harness import collectives
+from harness import env as envmod
+from harness import outdir
+from harness.inputs import BadInput, CommPlan, CommRequest, build_rows, check_common, check_cores, check_list
+from harness.launch import run_launch
+from harness.record import SCHEMA_VERSION
+from harness.run import default_threads
+from harness.session import Session
+from harness.sizes import parse_sizes
+from harness.spec import RunSpec
+from harness.stats import slowest_rank_steps, step_stats
 
-
-def parse_size(text: str) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise ValueError(f"size '{text}' is not a byte count such as 4096, 1K, 64M or 1G")
-    return int(m.group(1)) * _UNITS[m.group(2).upper()]
-
-
-def parse_sizes(text: str, factor: int = 2) -> list[int]:
-    """"1K:256M" -> 1K, 2K, ... 256M (x factor); "4K,1M" -> those; "64M" -> one size."""
-    if ":" in text:
-        lo, hi = (parse_size(p) for p in text.split(":", 1))
-        if lo < 1 or hi < lo:
-            raise ValueError(f"size range '{text}' must go from a positive size up")
-        sizes, s = [], lo
-        while s <= hi:
-            sizes.append(s)
-            s *= factor
-        return sizes
-    return [parse_size(p) for p in text.split(",") if p.strip()]
+RESULT_FILES = ("records.jsonl", "report.md", "busbw.png")
 
 
-def busbw_factor(op: str, n: int) -> float:
-    return OPS[op].factor(n)
+def plan(req: CommRequest) -> CommPlan:
+    check_common(req, min_world=2)
+    if req.dtype not in collectives.DTYPES:
+        raise BadInput(f"unknown dtype '{req.dtype}'; valid choices: {', '.join(collectives.DTYPES)}")
+    if req.max_iters < 1:
+        raise BadInput(f"--iters must be at least 1, got {req.max_iters}")
+    ops = req.ops if req.ops is not None else list(collectives.DEFAULT_OPS)
+    check_list(req.ops, list(collectives.OPS), "op")
+    for op in ops:
+        if op not in collectives.OPS:
+            raise BadInput(f"unknown op '{op}'; valid choices: {', '.join(collectives.OPS)}")
+    try:
+        sizes = parse_sizes(req.sizes)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if not sizes:
+        raise BadInput("no sizes given; use e.g. --sizes 1K:64M")
+    check_list(req.backends, adapters.comm_backends(), "backend")
+    names = req.backends if req.backends is not None else adapters.comm_backends()
+    for name in names:
+        if name not in adapters.comm_backends():
+            raise BadInput(f"unknown backend '{name}'; valid choices: {', '.join(adapters.comm_backends())}")
+    rows = build_rows(req, [(n, adapters.comm_backend_adapter(n), {}) for n in names], req.backends is not None,
+                      "backend")
+    over = check_cores(req, req.world_size)
+    out = req.out or req.results_dir / (f"comm_{envmod.hardware_slug(req.device)}_n{req.world_size}_"
+                                        f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    outdir.check(out, req.force)
+    return CommPlan(req, out, rows, oversubscribed=over, ops=ops, sizes=sizes)
 
 
-@dataclass(frozen=True)
-class Op:
-    """How to set up, run and check one primitive. `run(comm, bufs)` is the timed part."""
+def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
+    """Run every backend; `ui(line)` gets progress lines. Returns (records, interrupted)."""
+    from harness import report
 
-    name: str
-    factor: Callable[[int], float]
-    prepare: Callable[..., dict]
-    run: Callable[[Any, dict], None]
-    check: Callable[[dict, int, int], bool]
-    group: str = "collective"
-    """collective | async | batched | p2p: for the report's grouping."""
-
-
-def _t(n, value, dtype, device):
-    import torch
-
-    return torch.full((n,), float(value), dtype=dtype, device=device)
-
-
-def _close(t, expected) -> bool:
-    import torch
-
-    return bool(torch.allclose(t.double(), torch.as_tensor(expected, dtype=torch.float64, device=t.device).expand_as(t),
-                               rtol=1e-2, atol=0))
-
-
-def _peer_order(rank: int, world: int):
-    """Ring neighbours; even ranks send first so blocking send/recv pairs cannot deadlock."""
-    return (rank + 1) % world, (rank - 1) % world, rank % 2 == 0
-
-
-def _p2p_prepare(n, rank, world, dtype, device, zero):
-    to, frm, first = _peer_order(rank, world)
-    return {"send": _t(n, 0 if zero else rank + 1, dtype, device), "recv": _t(n, -1, dtype, device),
-            "to": to, "from": frm, "send_first": first}
-
-
-def _p2p_check(b, rank, world):
-    return _close(b["recv"], b["from"] + 1)
-
-
-def _blocking_sendrecv(comm, b):
-    if b["send_first"]:
-        comm.send(b["send"], b["to"])
-        comm.recv(b["recv"], b["from"])
-    else:
-        comm.recv(b["recv"], b["from"])
-        comm.send(b["send"], b["to"])
+    req = p.request
+    base = {"schema_version": SCHEMA_VERSION, "kind": "comm", "run_id": p.out.name,
+            "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": req.command,
+            "env": envmod.collect(req.device), "world_size": req.world_size, "device": req.device,
+            "dtype": req.dtype, "oversubscribed": p.oversubscribed}
+    interrupted = False
+    with Session(p.out, RESULT_FILES) as session:
+        try:
+            session.save([{**base, "backend": row.label, "adapter": row.name, "op": None, "size_bytes": None,
+                           "status": "unavailable", "reason": row.reason} for row in p.unavailable])
+            for row in p.runnable:
+                adapter = row.adapter
+                spec = RunSpec(adapter=adapter.name, workload="-", world_size=req.world_size, device=req.device,
+                               global_batch=0, steps=0, warmup=0,
+                               threads=default_threads(req.world_size, req.threads),
+                               rank_dir=str(session.scratch / row.label), mode="comm",
+                               comm={"ops": p.ops, "sizes": p.sizes, "dtype": req.dtype, "max_iters": req.max_iters})
+                if ui:
+                    ui(f"{row.label}: launching {req.world_size} ranks with {adapter.launcher} "
+                       f"({len(p.ops)} ops x {len(p.sizes)} sizes)")
+                outcome = run_launch(adapter, spec, req.timeout_s)
+                session.keep_log(outcome.log_path, f"{row.label}.log")
+                recs = cells_to_records(base, row.label, adapter, outcome)
+                session.save(recs)
+                if ui:
+                    ok = sum(r["status"] == "ok" for r in recs)
+                    ui(f"{row.label}: {outcome.status} {outcome.reason} - {ok} cells ok")
+                if outcome.status == "interrupted":
+                    interrupted = True
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+        if interrupted:
+            ran = {r["backend"] for r in session.records}
+            session.save([{**base, "backend": row.label, "adapter": row.name, "op": None, "size_bytes": None,
+                           "status": "not_run", "reason": "not run: the run was interrupted"}
+                          for row in p.runnable if row.label not in ran])
+        session.finish(report.render)
+    return session.records, interrupted
 
 
-def _chunks(n, world):
-    return n // world
+def cells_to_records(base, name, adapter, outcome) -> list[dict[str, Any]]:
+    common = {**base, "backend": name, "adapter": adapter.name, "launcher": adapter.launcher,
+              "launcher_argv": outcome.argv, "load_avg_before": outcome.load_avg_before}
+    if outcome.status != "ok":
+        return [{**common, "op": None, "size_bytes": None, "status": outcome.status, "reason": outcome.reason,
+                 "log_tail": outcome.log_tail}]
+    ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
+    n = len(ranks)
+    recs = []
+    for i, cell in enumerate(ranks[0]["cells"]):
+        per_rank = [r["cells"][i] for r in ranks]
+        rec = {**common, "op": cell["op"], "group": collectives.OPS[cell["op"]].group, "size_bytes": cell["size_bytes"],
+               "elements": cell["elements"], "backend_name": ranks[0]["backend"],
+               "framework": ranks[0]["framework"].get("framework")}
+        unsupported = [c["unsupported"] for c in per_rank if "unsupported" in c]
+        if unsupported:
+            recs.append({**rec, "status": "unsupported", "reason": unsupported[0]})
+            continue
+        errors = [c["error"] for c in per_rank if "error" in c]
+        if errors:
+            recs.append({**rec, "status": "failed", "reason": errors[0]})
+            continue
+        wrong = sum(not c["correct"] for c in per_rank)
+        stats = step_stats(slowest_rank_steps([c["times_s"] for c in per_rank]))
+        algbw = cell["size_bytes"] / stats["median"] / 1e9
+        factor = collectives.busbw_factor(cell["op"], n)
+        recs.append({**rec, "status": "ok" if wrong == 0 else "failed",
+                     "reason": "" if wrong == 0 else f"wrong result on {wrong} of {n} ranks",
+                     "wrong_ranks": wrong, "time_s": stats, "algbw_GBps": algbw, "busbw_factor": factor,
+                     "busbw_GBps": algbw * factor})
+    return recs
 
 
-OPS: dict[str, Op] = {op.name: op for op in [
-    Op("all_reduce", lambda n: 2 * (n - 1) / n,
-       lambda n, r, w, dt, dev, z: {"t": _t(n, 0 if z else r + 1, dt, dev)},
-       lambda c, b: c.all_reduce(b["t"]),
-       lambda b, r, w: _close(b["t"], w * (w + 1) / 2)),
-    Op("all_reduce_async", lambda n: 2 * (n - 1) / n,
-       lambda n, r, w, dt, dev, z: {"t": _t(n, 0 if z else r + 1, dt, dev)},
-       lambda c, b: c.all_reduce_async(b["t"]).wait(),
-       lambda b, r, w: _close(b["t"], w * (w + 1) / 2), group="async"),
-    Op("all_reduce_coalesced", lambda n: 2 * (n - 1) / n,
-       lambda n, r, w, dt, dev, z: {"ts": [_t(max(1, n // 8), 0 if z else r + 1, dt, dev) for _ in range(8)]},
-       lambda c, b: c.all_reduce_coalesced(b["ts"]),
-       lambda b, r, w: all(_close(t, w * (w + 1) / 2) for t in b["ts"]), group="batched"),
-    Op("broadcast", lambda n: 1.0,
-       lambda n, r, w, dt, dev, z: {"t": _t(n, 0 if z else (7 if r == 0 else -1), dt, dev)},
-       lambda c, b: c.broadcast(b["t"], 0),
-       lambda b, r, w: _close(b["t"], 7)),
-    Op("reduce", lambda n: 1.0,
-       lambda n, r, w, dt, dev, z: {"t": _t(n, 0 if z else r + 1, dt, dev)},
-       lambda c, b: c.reduce(b["t"], 0),
-       lambda b, r, w: r != 0 or _close(b["t"], w * (w + 1) / 2)),
-    Op("all_gather", lambda n: (n - 1) / n,
-       lambda n, r, w, dt, dev, z: {"in": _t(_chunks(n, w), 0 if z else r + 1, dt, dev),
-                                    "out": _t(_chunks(n, w) * w, -1, dt, dev)},
-       lambda c, b: c.all_gather(b["out"], b["in"]),
-       lambda b, r, w: all(_close(ch, i + 1) for i, ch in enumerate(b["out"].chunk(w)))),
-    Op("gather", lambda n: (n - 1) / n,
-       lambda n, r, w, dt, dev, z: {"in": _t(_chunks(n, w), 0 if z else r + 1, dt, dev),
-                                    "out": [_t(_chunks(n, w), -1, dt, dev) for _ in range(w)] if r == 0 else None},
-       lambda c, b: c.gather(b["out"], b["in"], 0),
-       lambda b, r, w: r != 0 or all(_close(t, i + 1) for i, t in enumerate(b["out"]))),
-    Op("scatter", lambda n: (n - 1) / n,
-       lambda n, r, w, dt, dev, z: {"in": [_t(_chunks(n, w), 0 if z else i + 1, dt, dev) for i in range(w)]
-                                    if r == 0 else None, "out": _t(_chunks(n, w), -1, dt, dev)},
-       lambda c, b: c.scatter(b["out"], b["in"], 0),
-       lambda b, r, w: _close(b["out"], r + 1)),
-    Op("reduce_scatter", lambda n: (n - 1) / n,
-       lambda n, r, w, dt, dev, z: {"in": _t(_chunks(n, w) * w, 0 if z else r + 1, dt, dev),
-                                    "out": _t(_chunks(n, w), -1, dt, dev)},
-       lambda c, b: c.reduce_scatter(b["out"], b["in"]),
-       lambda b, r, w: _close(b["out"], w * (w + 1) / 2)),
-    Op("all_to_all", lambda n: (n - 1) / n,
-       lambda n, r, w, dt, dev, z: _a2a_prepare(n, r, w, dt, dev, z),
-       lambda c, b: c.all_to_all(b["out"], b["in"]),
-       lambda b, r, w: all(_close(ch, j * w + r) for j, ch in enumerate(b["out"].chunk(w)))),
-    Op("sendrecv", lambda n: 1.0, _p2p_prepare, _blocking_sendrecv, _p2p_check, group="p2p"),
-    Op("isend_irecv", lambda n: 1.0, _p2p_prepare,
-       lambda c, b: [h.wait() for h in (c.isend(b["send"], b["to"]), c.irecv(b["recv"], b["from"]))],
-       _p2p_check, group="async"),
-    Op("sendrecv_batched", lambda n: 1.0, _p2p_prepare,
-       lambda c, b: c.batch_sendrecv(b["send"], b["to"], b["recv"], b["from"]),
-       _p2p_check, group="batched"),
-]}
-DEFAULT_OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "gather",
-               "scatter", "sendrecv", "isend_irecv", "all_reduce_async", "all_reduce_coalesced", "sendrecv_batched")
-
-
-def _a2a_prepare(n, r, w, dt, dev, z):
-    import torch
-
-    per = _chunks(n, w)
-    src = torch.cat([_t(per, 0 if z else r * w + j, dt, dev) for j in range(w)])
-    return {"in": src, "out": _t(per * w, -1, dt, dev)}
-
-
-def iterations(size_bytes: int, max_iters: int) -> tuple[int, int]:
-    """(warm-up, timed) iterations: many for small messages, at least 5 timed for the largest. Deterministic, so
-    every rank agrees without communicating."""
-    timed = max(5, min(max_iters, 2**30 // max(size_bytes, 1)))
-    return min(5, timed), timed
-
-
-def run_rank(spec, adapter, info) -> dict:
-    """Every (op, size) cell on this rank: correctness once, then warm-up and timed iterations."""
-    import torch
-
-    from harness.timing import device_sync
-
-    c = spec.comm
-    comm = adapter.comm()
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}[c["dtype"]]
-    sync = device_sync(info.device)
-    rank, world = info.rank, info.world_size
-    cells = []
-    for op_name in c["ops"]:
-        op = OPS[op_name]
-        for size in c["sizes"]:
-            n = max(world, size // DTYPES[c["dtype"]] // world * world)  # divisible by the world size
-            cell = {"op": op_name, "size_bytes": n * DTYPES[c["dtype"]], "elements": n}
-            try:
-                bufs = op.prepare(n, rank, world, dtype, info.device, False)
-                op.run(comm, bufs)
-                sync()
-                cell["correct"] = bool(op.check(bufs, rank, world))
-                bufs = op.prepare(n, rank, world, dtype, info.device, True)
-                warm, timed = iterations(size, c["max_iters"])
-                for _ in range(warm):
-                    op.run(comm, bufs)
-                sync()
-                comm.barrier()
-                times = []
-                for _ in range(timed):
-                    t0 = time.perf_counter()
-                    op.run(comm, bufs)
-                    sync()
-                    times.append(time.perf_counter() - t0)
-                cell["times_s"] = times
-            except NotImplementedError as exc:  # the framework has no such primitive (Horovod has no send/recv)
-                cell["unsupported"] = str(exc)[:300]
-            except Exception as exc:  # a failing op is a failed cell, not a failed backend
-                cell["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            cells.append(cell)
-            comm.barrier()
-    return {"rank": rank, "world_size": world, "device": info.device, "backend": info.backend, "cells": cells,
-            "framework": adapter.describe()}

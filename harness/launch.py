@@ -1,14 +1,28 @@
 """Start one adapter's ranks in their own process group, bounded in time, and collect what they wrote.
 
-A crash, a non-zero exit or a hang of one launch becomes an outcome with a status and the tail of its log; it
-never raises into the comparison, so the next adapter still runs. Ctrl-C kills the whole group, then re-raises.
+Runs in: the parent. A crash, a non-zero exit or a hang of one launch becomes an outcome with a status and the
+tail of its log; it never raises into the comparison, so the next adapter still runs. Ctrl-C or SIGTERM kill the
+whole launch and give an `interrupted` outcome, after which the caller stops.
+
+Nothing a launch starts may outlive it or the `compare` process:
+- the launcher (torchrun's agent, horovodrun, ...) gets a parent-death signal (`setpriv --pdeathsig KILL`), so a
+  `kill -9` of compare takes it down at once;
+- every rank watches compare's pid (harness/rank/main.py) and kills its own process group when compare is gone;
+- after a launch ends, whatever it left behind (processes marked with this launch's id, re-parented to compare,
+  which is a child subreaper) is killed, including ranks a launcher put in sessions of their own (Horovod does).
+
+The parent waits on the launch with a blocking poll on a pidfd (no busy polling) and wakes only to redraw the
+progress line, at most once a second.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
+import select
+import shutil
 import signal
 import subprocess
 import time
@@ -16,21 +30,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from adapters.base import Adapter
+from harness import progress as progress_file
 from harness.env import REPO
-from harness.spec import RunSpec
+from harness.spec import PARENT_PGID_ENV, PARENT_PID_ENV, RunSpec
 
 LOG_TAIL_LINES = 40
+LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"
+"""Set in a launch's environment (inherited by everything it starts): how leftovers of that launch are found."""
+UI_INTERVAL_S = 1.0
+"""How often the parent wakes to redraw the progress line while a launch runs."""
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass
 class Outcome:
     status: str
-    """ok | failed | timeout"""
+    """ok | failed | timeout | interrupted"""
     reason: str
     returncode: int | None
     wall_time_s: float
     launch_wall: float
+    """Wall-clock time the launch command was started."""
+    end_wall: float
+    """Wall-clock time the launch had ended (its process group gone)."""
     log_path: Path
     argv: list[str]
     processes: int
@@ -43,6 +68,26 @@ class Outcome:
     shutdown_error: str = ""
     """Set when every rank had written its result and only the launch's shutdown then failed or hung (a gloo
     peer closing first, say): the measurement stands, and this says what went wrong afterwards."""
+    progress: dict | None = None
+    """Rank 0's last reported phase and step (what an interrupted or hung launch had reached)."""
+    leftovers_killed: int = 0
+    """Processes of this launch still alive after it ended, killed by the harness."""
+
+
+def become_subreaper() -> None:
+    """Orphans of our launches (a launcher killed before its ranks) are re-parented to this process, so they can
+    be found and killed, instead of to init. Linux only; elsewhere this does nothing."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _parent_death_prefix() -> list[str]:
+    """argv prefix that makes the launcher die with compare (setpriv, from util-linux, sets PR_SET_PDEATHSIG and
+    execs the command: nothing of ours runs between fork and exec, unlike a preexec_fn in a threaded parent)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
@@ -62,6 +107,39 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         except ProcessLookupError:
             pass
         return
+
+
+def _kill_leftovers(launch_id: str, patience_s: float = 5.0) -> int:
+    """Kill every process still carrying this launch's id in its environment (ours, or orphans re-parented to us
+    as the subreaper) and reap the ones that end up as our zombies. Returns how many were still alive."""
+    me = psutil.Process()
+    killed: set[int] = set()
+    deadline = time.monotonic() + patience_s
+    while True:
+        living, zombies = [], []
+        for child in me.children(recursive=True):
+            try:
+                if child.status() == psutil.STATUS_ZOMBIE:
+                    if child.ppid() == me.pid:
+                        zombies.append(child.pid)
+                elif child.environ().get(LAUNCH_ID_ENV) == launch_id:
+                    living.append(child)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        for pid in zombies:  # a rank whose launcher died before it: re-parented to us, now dead
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        if not living or time.monotonic() > deadline:
+            return len(killed)
+        for p in living:
+            killed.add(p.pid)
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(living, timeout=max(0.0, deadline - time.monotonic()))
 
 
 # A C++ exception escaping a communication thread (gloo's "Connection reset by peer", say) aborts the rank with
@@ -92,7 +170,7 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
-def child_env(spec: RunSpec, extra: dict[str, str]) -> dict[str, str]:
+def child_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
     env = dict(os.environ)
     threads = str(spec.threads)
     env.update({
@@ -102,9 +180,37 @@ def child_env(spec: RunSpec, extra: dict[str, str]) -> dict[str, str]:
         "GLOO_SOCKET_IFNAME": env.get("GLOO_SOCKET_IFNAME", "lo"), "MASTER_ADDR": "127.0.0.1",
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+        PARENT_PID_ENV: str(os.getpid()), PARENT_PGID_ENV: str(os.getpgrp()), LAUNCH_ID_ENV: launch_id,
     })
     env.update(extra)
     return env
+
+
+def _exit_reason(rc: int | None) -> str:
+    if rc is not None and rc < 0:
+        return f"launch killed by signal {signal.Signals(-rc).name}"
+    return f"launch exited with code {rc}"
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Block until the launch exits or `timeout_s` passes; True if it exited."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (OSError, AttributeError):  # no pidfd: wait with a timeout instead (still no busy loop)
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if poller.poll(max(0, int(timeout_s * 1000))):
+            proc.wait()
+            return True
+        return False
+    finally:
+        os.close(fd)
 
 
 def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
@@ -113,69 +219,76 @@ def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
     rank_dir.mkdir(parents=True, exist_ok=True)
     spec_path = rank_dir / "spec.json"
     spec.save(spec_path)
+    progress_file.create(spec.progress_path, spec.warmup + spec.steps)
     plan = adapter.launch(spec_path, spec)
+    processes = adapter.processes(spec.world_size)
     log_path = rank_dir / "launch.log"
+    launch_id = f"{os.getpid()}:{rank_dir}"
     load = [round(x, 2) for x in os.getloadavg()]
+    status, reason = None, ""
     launch_wall, t0 = time.time(), time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(plan.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=child_env(spec, plan.env), cwd=REPO, start_new_session=True)
-        status, reason = None, ""
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=0.2)  # UI refresh interval, not synchronisation: exit is observed by wait
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                if on_progress:
-                    try:
-                        on_progress(json.loads((rank_dir / "progress.json").read_text()))
-                    except (OSError, ValueError):
-                        pass
-                if time.monotonic() - t0 > timeout_s:
-                    status, reason = "timeout", f"no result after {timeout_s:g} s (--timeout); process group killed"
-                    cause = first_error(log_path)
-                    if cause:
-                        reason += f"; first error: {cause}"
-                    _kill_group(proc)
-                    break
-        except BaseException:
-            _kill_group(proc)
-            raise
-        _kill_group(proc, grace_s=2.0)  # a launcher may leave a straggler rank behind: the group goes too
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(_parent_death_prefix() + plan.argv, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=child_env(spec, plan.env, launch_id), cwd=REPO,
+                                    start_new_session=True)
+            try:
+                while True:
+                    left = timeout_s - (time.monotonic() - t0)
+                    if left <= 0:
+                        status, reason = "timeout", f"no result after {timeout_s:g} s (--timeout); process group killed"
+                        cause = first_error(log_path)
+                        if cause:
+                            reason += f"; first error: {cause}"
+                        break
+                    if _wait(proc, min(left, UI_INTERVAL_S) if on_progress else left):
+                        break
+                    if on_progress:
+                        pr = progress_file.read(spec.progress_path)
+                        if pr:
+                            on_progress(pr)
+            except KeyboardInterrupt:
+                status = "interrupted"
+            _kill_group(proc, grace_s=2.0 if status is None else 5.0)
+    finally:
+        plan.hold.clear()  # release what the launch needed held (a rendezvous store) only once it has ended
+    leftovers = _kill_leftovers(launch_id)
+    end_wall = time.time()
     wall = time.monotonic() - t0
+    last = progress_file.read(spec.progress_path)
     ranks = []
-    for k in range(plan.processes):
-        f = rank_dir / f"rank{k}.json"
+    for k in range(processes):
+        f = spec.rank_result_path(k)
         if f.exists():
             ranks.append(json.loads(f.read_text()))
     rc = proc.returncode
+    if status == "interrupted":
+        at = (f" at step {last['step']} of {last['total']} ({last['phase']})" if last and last["phase"]
+              else " while its processes were starting")
+        reason = f"interrupted{at}; process group killed"
     shutdown_error = ""
-    if len(ranks) == plan.processes and (status == "timeout" or (status is None and rc != 0)):
+    if len(ranks) == processes and (status == "timeout" or (status is None and rc != 0)):
         # Each rank writes its result before the final barrier and teardown: all of them are here, so the
         # training and its measurement finished, and only the shutdown went wrong. Keep the row, say so.
         if status is None:
-            reason = (f"launch exited with code {rc}" if rc is None or rc >= 0
-                      else f"launch killed by signal {signal.Signals(-rc).name}")
+            reason = _exit_reason(rc)
             cause = first_error(log_path)
             reason += f"; first error: {cause}" if cause else ""
         shutdown_error = f"after every rank had written its result: {reason}"
         status, reason = "ok", ""
     if status is None:
         if rc != 0:
-            status, reason = "failed", f"launch exited with code {rc}"
-            if rc is not None and rc < 0:
-                reason = f"launch killed by signal {signal.Signals(-rc).name}"
+            status, reason = "failed", _exit_reason(rc)
             cause = first_error(log_path)
             if cause:
                 reason += f"; first error: {cause}"
-        elif len(ranks) != plan.processes:
-            missing = sorted(set(range(plan.processes)) - {r["rank"] for r in ranks})
+        elif len(ranks) != processes:
+            missing = sorted(set(range(processes)) - {r["rank"] for r in ranks})
             status, reason = "failed", f"launch exited 0 but rank(s) {missing} wrote no result"
         else:
             status = "ok"
     return Outcome(status=status, reason=reason, returncode=rc, wall_time_s=wall, launch_wall=launch_wall,
-                   log_path=log_path, argv=plan.argv, processes=plan.processes, pid=proc.pid, load_avg_before=load, ranks=ranks,
+                   end_wall=end_wall, log_path=log_path, argv=plan.argv, processes=processes, pid=proc.pid,
+                   load_avg_before=load, ranks=ranks,
                    log_tail="" if status == "ok" and not shutdown_error else tail(log_path),
-                   shutdown_error=shutdown_error)
+                   shutdown_error=shutdown_error, progress=last, leftovers_killed=leftovers)

@@ -1,7 +1,8 @@
 """Result records: one JSON object per (adapter, workload, world size, repeat), schema-versioned.
 
-`records.jsonl` is rewritten atomically (temp file + rename) after every adapter finishes, so a crash, a hang or
-Ctrl-C later in the run never loses or truncates a finished row. `compare report` renders from these alone.
+Runs in: the parent. `records.jsonl` is rewritten atomically (temp file + rename) after every launch, so a crash,
+a hang or Ctrl-C later in the run never loses or truncates a finished row. `compare report` renders from these
+alone.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.timing import slowest_rank_steps, step_stats
+from harness.stats import slowest_rank_steps, step_stats
 
 SCHEMA_VERSION = 1
 FINAL_LOSS_WINDOW = 10
@@ -40,12 +41,17 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["topology"] = {"device": spec.device, "processes": outcome.processes, "launcher_argv": outcome.argv,
                        "launch_pgid": outcome.pid}
     rec["wall_time_s"] = outcome.wall_time_s
+    rec["launch_wall"] = outcome.launch_wall
+    if outcome.leftovers_killed:
+        rec["leftover_processes_killed"] = outcome.leftovers_killed
     rec["load_avg_before"] = outcome.load_avg_before  # other load on the machine: a busy machine shows here
     rec["controls"] = {"global_batch": spec.global_batch, "steps": spec.steps, "warmup": spec.warmup,
                        "seed": workload.seed, "threads_requested": spec.threads, "knobs": spec.knobs,
                        "workload_options": workload.describe()["options"]}
     if outcome.status != "ok":
         rec["log_tail"] = outcome.log_tail
+        if outcome.progress:
+            rec["reached"] = outcome.progress  # the phase and step rank 0 had reached
         return rec
     if outcome.shutdown_error:
         rec["shutdown_error"] = outcome.shutdown_error
@@ -76,6 +82,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["step_times_s"] = steps
         rec["step_time_spread_ranks_s"] = [step_stats(t)["median"] for t in timed]
     rec["time_to_first_step_s"] = r0["first_step_end_wall"] - outcome.launch_wall
+    rec["phases_s"] = phases(outcome, ranks)
     rec["setup_s"] = max(r["setup_s"] for r in ranks)
     rec["peak_memory_bytes_per_rank"] = [r["peak_memory_bytes"] for r in ranks]
     rec["peak_memory_bytes"] = max((m for m in rec["peak_memory_bytes_per_rank"] if m is not None), default=None)
@@ -89,8 +96,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["final_loss_window"] = len(window)
     rec["eval"] = _eval(r0, ranks, workload)
     exact = r0["precision"] == "fp32" and r0.get("compression", "none") == "none"
-    checked = exact and workload.batch_independent
-    diff = max_param_diff(Path(spec.rank_dir) / "params.pt", reference)
+    checked = exact and workload.batch_dependence is None
+    diff = max_param_diff(spec.params_path, reference)
     rec["max_param_diff"] = diff
     rec["equivalence"] = {
         "steps": spec.equiv_steps, "tolerance": workload.equiv_tolerance, "checked": checked,
@@ -99,9 +106,43 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         "why_not_checked": None if checked else (
             f"{r0['precision']} arithmetic" if r0["precision"] != "fp32"
             else f"{r0['compression']} gradient compression" if not exact
-            else "model is batch-dependent (BatchNorm statistics per process)"),
+            else f"model is batch-dependent ({workload.batch_dependence})"),
     }
     return rec
+
+
+MILESTONES = (("python", "entry"), ("imports", "imports_done"), ("init", "init_done"),
+              ("setup", "setup_done"), ("warmup", "warmup_done"), ("timed", "timed_done"), ("eval", "eval_done"),
+              ("write", "result_written"))
+"""Phase name -> the rank milestone that ends it (harness/rank/main.py), in order. "python" is interpreter start-up
+(process created -> our code runs: entry); "init" is the framework joining its group (rendezvous, process group,
+JIT builds); "setup" is model, wrapper and data; "write" is building the rank's result."""
+PHASES = ("launcher", "python", "imports", "init", "setup", "warmup", "timed", "eval", "write", "shutdown")
+"""Every phase of one launch, in order: `launcher` from starting the command until the first rank process exists,
+`shutdown` from the last rank's result until the launch has ended. They add up to the launch's wall time."""
+
+
+def phases(outcome, ranks: list[dict]) -> dict[str, float]:
+    """Seconds per phase of one launch; each milestone is the slowest rank's (the next phase waits for it)."""
+    marks = [r.get("marks") or {} for r in ranks]
+
+    def last(name):
+        values = [m.get(name) for m in marks]
+        return max(values) if values and all(v is not None for v in values) else None
+
+    out, prev = {}, outcome.launch_wall
+    starts = [m.get("process_start") for m in marks]
+    first_process = min((s for s in starts if s is not None), default=None)
+    if first_process is not None:
+        out["launcher"] = max(0.0, first_process - prev)
+        prev = first_process
+    for phase, milestone in MILESTONES:
+        t = last(milestone)
+        if t is not None:
+            out[phase] = max(0.0, t - prev)
+            prev = t
+    out["shutdown"] = max(0.0, outcome.end_wall - prev)
+    return out
 
 
 def _eval(r0, ranks, workload) -> dict[str, Any] | None:
@@ -116,22 +157,78 @@ def _eval(r0, ranks, workload) -> dict[str, Any] | None:
 
 
 def write_records(path: Path, records: list[dict[str, Any]]) -> None:
+    """Replace `path` with `records`, atomically: a reader sees the old file or the new one, never a part; on
+    failure (a full disk) the old file stays and no temp file is left."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        for rec in records:
-            f.write(json.dumps(rec, sort_keys=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            for rec in records:
+                f.write(json.dumps(rec, sort_keys=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+_NUM = (int, float)
+_ENV = {"python": str, "torch": str, "platform": str, "cpu_model": str, "cpu_cores_usable": int,
+        "memory_total_bytes": int, "distributed": dict}
+_COMMON = {"schema_version": int, "run_id": str, "time_utc": str, "command": str, "status": str, "env": dict,
+           "world_size": int}
+_RUN = {"adapter": str, "label": str, "workload": str, "repeat": int, "reason": str}
+_RUN_OK = {"controls": dict, "topology": dict, "step_time_s": dict, "step_times_s": list, "samples_per_s": _NUM,
+           "samples_per_s_per_device": _NUM, "loss_curve": list, "final_loss": _NUM, "equivalence": dict,
+           "time_to_first_step_s": _NUM, "peak_memory_kind": str}
+_RUN_CONTROLS = {"global_batch": int, "lr": _NUM, "lr_rule": str, "precision": str, "steps": int, "warmup": int,
+                 "seed": int, "knobs": dict, "threads_per_rank": list, "workload_options": dict}
+_STEP = {"median": _NUM, "p10": _NUM, "p90": _NUM, "n": int}
+_COMM = {"backend": str, "dtype": str, "device": str}
+_COMM_OK = {"op": str, "size_bytes": int, "time_s": dict, "algbw_GBps": _NUM, "busbw_GBps": _NUM,
+            "busbw_factor": _NUM}
+
+
+def _check(obj: Any, fields: dict[str, Any], where: str) -> None:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is not an object")
+    for key, types in fields.items():
+        if key not in obj:
+            raise ValueError(f"{where} has no '{key}'")
+        if not isinstance(obj[key], types) or (types in (int, _NUM) and isinstance(obj[key], bool)):
+            raise ValueError(f"{where}: '{key}' is {type(obj[key]).__name__}, expected "
+                             f"{getattr(types, '__name__', 'a number')}")
+
+
+def check_record(rec: Any, where: str = "record") -> None:
+    """Raise ValueError naming the first missing or mistyped field of a record that `compare report` needs."""
+    _check(rec, _COMMON, where)
+    if rec["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(f"{where}: schema_version {rec['schema_version']!r}, this compare reads {SCHEMA_VERSION}")
+    _check(rec["env"], _ENV, f"{where}: env")
+    if rec.get("kind") == "comm":
+        _check(rec, _COMM, where)
+        if rec["status"] == "ok":
+            _check(rec, _COMM_OK, where)
+            _check(rec["time_s"], _STEP, f"{where}: time_s")
+        return
+    _check(rec, _RUN, where)
+    if rec["status"] == "ok":
+        _check(rec, _RUN_OK, where)
+        _check(rec["controls"], _RUN_CONTROLS, f"{where}: controls")
+        _check(rec["step_time_s"], _STEP, f"{where}: step_time_s")
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every record of a records.jsonl, each checked to have the shape the reports need (ValueError, naming the
+    line and the field, otherwise)."""
     records = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         if line.strip():
-            rec = json.loads(line)
-            if rec.get("schema_version") != SCHEMA_VERSION:
-                raise ValueError(f"{path}:{n}: schema_version {rec.get('schema_version')!r}, "
-                                 f"this compare reads {SCHEMA_VERSION}")
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+            check_record(rec, f"{path}:{n}")
             records.append(rec)
     return records

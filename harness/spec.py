@@ -1,4 +1,7 @@
-"""RunSpec: everything one adapter launch needs, written to JSON by the parent and read by every rank."""
+"""RunSpec: everything one launch's ranks need, written to JSON by the parent and read by every rank.
+
+Runs in: both (the parent writes it, every rank reads it).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +10,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+PARENT_PID_ENV = "COMPARE_PARENT_PID"
+"""Set by the parent in every launch's environment: its pid. A rank whose `compare` is gone kills itself."""
+PARENT_PGID_ENV = "COMPARE_PARENT_PGID"
+"""The parent's process group, which a rank must never signal."""
+
 
 @dataclass
 class RunSpec:
     adapter: str
+    """Registry name of the adapter whose ranks read this spec."""
     workload: str
+    """Registry name of the workload ("-" for a communication benchmark)."""
     world_size: int
     """Requested parallelism: ranks for process-per-device adapters, devices for DataParallel."""
     device: str
@@ -22,7 +32,6 @@ class RunSpec:
     warmup: int
     threads: int
     """torch intra-op threads per training process, set explicitly for every launcher."""
-    seed: int
     rank_dir: str
     """Directory where every rank writes rank<k>.json (and rank 0 the parameter snapshot)."""
     equiv_steps: int = 0
@@ -30,10 +39,10 @@ class RunSpec:
     knobs: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
     fault: str | None = None
-    """Fault injection for tests: "ADAPTER:RANK:exit|hang|raise:STEP" (see harness.worker)."""
+    """Fault injection for tests: "ADAPTER:RANK:exit|hang|raise:STEP" (see harness/rank/main.py)."""
     eval: bool = True
     mode: str = "train"
-    """train: the training loop; comm: the communication benchmark (harness.comm.run_rank)."""
+    """train: the training loop (harness/rank/train.py); comm: the communication benchmark (harness/rank/comm.py)."""
     comm: dict[str, Any] = field(default_factory=dict)
     """For mode comm: ops, sizes (bytes), dtype, max_iters."""
 
@@ -43,3 +52,16 @@ class RunSpec:
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
         return cls(**json.loads(Path(path).read_text()))
+
+    @property
+    def progress_path(self) -> Path:
+        """The small shared-memory file through which rank 0 tells the parent its phase and step."""
+        return Path(self.rank_dir) / "progress.bin"
+
+    def rank_result_path(self, rank: int) -> Path:
+        return Path(self.rank_dir) / f"rank{rank}.json"
+
+    @property
+    def params_path(self) -> Path:
+        """Rank 0's parameter snapshot after `equiv_steps` steps (for max_param_diff)."""
+        return Path(self.rank_dir) / "params.pt"

@@ -4,38 +4,31 @@ workloads.base.Workload>`, plus one line in `_MODULES`. Variants (resnet18/resne
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
 
+from harness.registry import Registry, UnknownName
 from workloads.base import Workload
 
-# name -> (module, preset options)
-_MODULES: dict[str, tuple[str, dict[str, Any]]] = {
-    "digits": ("workloads.digits", {}),
-    "resnet": ("workloads.resnet", {}),
+# name -> module, or (module, preset options)
+_MODULES: dict[str, str | tuple[str, dict[str, Any]]] = {
+    "digits": "workloads.digits",
+    "resnet": "workloads.resnet",
     "resnet18": ("workloads.resnet", {"arch": "resnet18"}),
     "resnet50": ("workloads.resnet", {"arch": "resnet50"}),
-    "widemlp": ("workloads.widemlp", {}),
-    "tinygpt": ("workloads.tinygpt", {}),
+    "widemlp": "workloads.widemlp",
+    "tinygpt": "workloads.tinygpt",
 }
 DEFAULT = "digits"
+_REGISTRY = Registry("workload", _MODULES, "WORKLOAD")
 
-
-class UnknownWorkload(KeyError):
-    def __init__(self, name: str):
-        super().__init__(name)
-        self.message = f"unknown workload '{name}'; valid choices: {', '.join(names())}"
-
-    def __str__(self) -> str:
-        return self.message
+__all__ = ["DEFAULT", "UnknownName", "Workload", "get", "names"]
 
 
 def names() -> list[str]:
-    return list(_MODULES)
+    return _REGISTRY.names()
 
 
 def get(name: str, options: dict[str, Any] | None = None) -> Workload:
-    if name not in _MODULES:
-        raise UnknownWorkload(name)
-    module, preset = _MODULES[name]
-    return import_module(module).WORKLOAD({**preset, **(options or {})})
+    """The workload `name` with `options` over its preset (UnknownName, OptionError on bad input)."""
+    cls, preset = _REGISTRY.entry(name)
+    return cls({**preset, **(options or {})})

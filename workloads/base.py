@@ -1,27 +1,36 @@
 """The workload contract: model, data, loss, evaluation metric and hyperparameters.
 
 A workload is identical for every adapter. It owns the global batch, the learning rate and its scaling rule,
-the seed and the number of steps; adapters never touch any of them. The harness asks it for:
+the seed and the number of steps; adapters never touch any of them. The harness (harness/rank/train.py) asks it
+for:
 
-    model = workload.build_model()                 # after torch.manual_seed(seed): same init everywhere
+    model = workload.build_model()                 # after torch.manual_seed(workload.seed): same init everywhere
     opt = workload.make_optimizer(model, lr)       # lr = workload.lr(global_batch)
-    data = workload.materialize(device, B)         # whole dataset in memory before anything is timed
-    idx = workload.batch_indices(step, global_batch, data_rank, data_world)
+    data = workload.materialize(device, global_batch)   # whole dataset in memory before anything is timed
+    idx = workload.batch_indices(step, global_batch, n_train, data_rank, data_world)
     loss = workload.loss(model(x), y)
-    correct, count, loss_sum = workload.evaluate(model, data, rank, world)   # exact: each test sample once
+    correct, count, loss_sum = workload.evaluate(model, data, rank, world, autocast, cast_input)
 
 Sharding: every step's global batch is a fixed index list; process `r` of `W` gets the contiguous slice
 `[r*B/W, (r+1)*B/W)`. The union of one step's slices is exactly the single-process batch, in the same order.
+
+A subclass must implement `build_model` and `materialize` (abstract) and set the class attributes without a
+default below (checked when the class is defined); it may override the rest.
 """
 
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from harness.options import build as build_options
+
 if TYPE_CHECKING:
     import torch
+
+_REQUIRED = ("name", "summary", "global_batch", "base_lr", "base_batch", "steps", "warmup")
 
 
 @dataclass
@@ -35,7 +44,7 @@ class Data:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-class Workload:
+class Workload(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     global_batch: ClassVar[int]
@@ -43,7 +52,9 @@ class Workload:
     """Learning rate at `base_batch`; scaled linearly with the global batch (Goyal et al. 2017)."""
     base_batch: ClassVar[int]
     steps: ClassVar[int]
+    """Timed steps of a default run."""
     warmup: ClassVar[int]
+    """Warm-up steps of a default run (discarded from the timings)."""
     seed: ClassVar[int] = 0
     equiv_steps: ClassVar[int] = 10
     """Steps after which parameters are compared with the single-process reference (max_param_diff)."""
@@ -51,43 +62,60 @@ class Workload:
     """Largest max_param_diff an fp32 adapter may show after `equiv_steps` steps."""
     target: ClassVar[float | None] = None
     """Eval accuracy the default settings really reach (None: not a learning benchmark)."""
-    batch_independent: ClassVar[bool] = True
-    """False when the model's output for a sample depends on the rest of its batch (BatchNorm): then sharding the
-    batch changes the maths and per-rank results are not expected to equal the single-process reference."""
+    batch_dependence: ClassVar[str | None] = None
+    """Why the model's output for a sample depends on the rest of its batch (e.g. "BatchNorm statistics per
+    process"), or None. When set, sharding the batch changes the maths: per-rank results are not expected to equal
+    the single-process reference, and the report gives this reason."""
 
     @dataclass
     class Options:
         """Workload-specific options (`--option key=value`); subclasses replace this."""
 
-    def __init__(self, options: dict[str, Any] | None = None):
-        from adapters.base import build_knobs
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        missing = [a for a in _REQUIRED if not hasattr(cls, a)]
+        if missing:
+            raise TypeError(f"workload {cls.__qualname__} must set {', '.join(missing)}")
 
-        self.options = build_knobs(self.Options, options or {})
+    def __init__(self, options: dict[str, Any] | None = None):
+        """Build the options from `options` (text or typed values); harness.options.OptionError if refused."""
+        self.options = build_options(self.Options, options or {}, what="option")
 
     # ---- hyperparameters -----------------------------------------------------------------------------------
     def lr(self, global_batch: int) -> float:
+        """The learning rate for `global_batch` (linear scaling rule unless overridden)."""
         return self.base_lr * global_batch / self.base_batch
 
     def lr_rule(self) -> str:
+        """The scaling rule in words, for the records."""
         return f"linear: {self.base_lr} x global_batch / {self.base_batch}"
 
     # ---- model, optimizer, loss -----------------------------------------------------------------------------
+    @abstractmethod
     def build_model(self) -> torch.nn.Module:
-        raise NotImplementedError
+        """The model, on the CPU; the caller seeds torch first, so every process builds the same weights."""
 
     def make_optimizer(self, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
+        """The optimizer over `model`'s parameters (SGD with momentum 0.9 unless overridden)."""
         import torch
 
         return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The training loss of one (per-process) batch, mean-reduced."""
         import torch.nn.functional as F
 
         return F.cross_entropy(output.float(), target)
 
     # ---- data ----------------------------------------------------------------------------------------------
+    @abstractmethod
     def materialize(self, device: str, global_batch: int) -> Data:
-        raise NotImplementedError
+        """The whole dataset as tensors on `device`, before anything is timed."""
+
+    def train_samples(self, global_batch: int) -> int:
+        """How many training samples the data holds (checked against the global batch before launching). The
+        default materialises the data on the CPU; a workload that can say it more cheaply overrides this."""
+        return len(self.materialize("cpu", global_batch).train_x)
 
     def batch_indices(self, step: int, global_batch: int, n_train: int, data_rank: int = 0,
                       data_world: int = 1) -> torch.Tensor:
@@ -125,12 +153,20 @@ class Workload:
         with torch.no_grad(), autocast:
             out = model(cast_input(x))
         model.train()
-        if len(y) == 0:
+        if y.numel() == 0:
             return 0.0, 0.0, 0.0
-        loss_sum = torch.nn.functional.cross_entropy(out.float(), y, reduction="sum").item()
-        return float((out.argmax(1) == y).sum().item()), float(len(y)), loss_sum
+        return self.score(out, y)
+
+    def score(self, output: torch.Tensor, target: torch.Tensor) -> tuple[float, float, float]:
+        """(correct, count, loss_sum) of one evaluation batch: per sample for classification; a sequence model
+        overrides it to count per token."""
+        import torch.nn.functional as F
+
+        loss_sum = F.cross_entropy(output.float(), target, reduction="sum").item()
+        return float((output.argmax(1) == target).sum().item()), float(len(target)), loss_sum
 
     def describe(self) -> dict[str, Any]:
+        """The resolved options, recorded in every row."""
         from dataclasses import asdict
 
         return {"options": asdict(self.options)}

@@ -8,9 +8,16 @@ must match every fp32 adapter to float rounding.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from harness.options import OptionError
 from workloads.base import Data, Workload
+
+
+DIGITS = 1797
+"""Images in scikit-learn's load_digits."""
+TEST_FRACTION = 0.2
 
 
 class Digits(Workload):
@@ -29,11 +36,18 @@ class Digits(Workload):
         hidden: int = 256
         """Width of the two hidden layers."""
 
+        def __post_init__(self):
+            if self.hidden < 1:
+                raise OptionError(f"option 'hidden' must be at least 1; got {self.hidden}")
+
     def build_model(self):
         import torch.nn as nn
 
         h = self.options.hidden
         return nn.Sequential(nn.Linear(64, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 10))
+
+    def train_samples(self, global_batch: int) -> int:
+        return DIGITS - math.ceil(TEST_FRACTION * DIGITS)  # train_test_split rounds the test share up
 
     def materialize(self, device: str, global_batch: int) -> Data:
         import torch
@@ -41,7 +55,7 @@ class Digits(Workload):
         from sklearn.model_selection import train_test_split
 
         x, y = load_digits(return_X_y=True)
-        x_tr, x_te, y_tr, y_te = train_test_split(x / 16.0, y, test_size=0.2, random_state=0, stratify=y)
+        x_tr, x_te, y_tr, y_te = train_test_split(x / 16.0, y, test_size=TEST_FRACTION, random_state=0, stratify=y)
 
         def t(a, dtype):
             return torch.tensor(a, dtype=dtype, device=device)

@@ -11,6 +11,9 @@ maths and the equivalence check is reported but not expected to hold to float ro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+from harness.options import OptionError
 
 from workloads.base import Data, Workload, synthetic_classification
 
@@ -58,9 +61,6 @@ def _resnet(arch: str, num_classes: int = 1000):
     return nn.Sequential(*layers)
 
 
-ARCHS = ("resnet18", "resnet34", "resnet50")
-
-
 class ResNet(Workload):
     name = "resnet"
     summary = "ResNet-18 (or -50) on ImageNet-shaped synthetic data (3x224x224, 1000 classes): throughput"
@@ -72,22 +72,19 @@ class ResNet(Workload):
     seed = 0
     equiv_steps = 2
     target = None
-    batch_independent = False
+    batch_dependence = "BatchNorm statistics per process"
 
     @dataclass
     class Options:
-        arch: str = "resnet18"
-        """resnet18 | resnet34 | resnet50"""
+        arch: Literal["resnet18", "resnet34", "resnet50"] = "resnet18"
         image_size: int = 224
         pool_batches: int = 2
         """Distinct global batches materialised in memory (the data is synthetic; this bounds RAM)."""
 
-    def __init__(self, options=None):
-        super().__init__(options)
-        if self.options.arch not in ARCHS:
-            from adapters.base import KnobError
-
-            raise KnobError(f"option 'arch' must be one of {', '.join(ARCHS)}; got '{self.options.arch}'")
+        def __post_init__(self):
+            for name in ("image_size", "pool_batches"):
+                if getattr(self, name) < 1:
+                    raise OptionError(f"option '{name}' must be at least 1; got {getattr(self, name)}")
 
     def build_model(self):
         return _resnet(self.options.arch)
@@ -96,6 +93,9 @@ class ResNet(Workload):
         import torch
 
         return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
+
+    def train_samples(self, global_batch: int) -> int:
+        return self.options.pool_batches * global_batch
 
     def materialize(self, device: str, global_batch: int) -> Data:
         o = self.options

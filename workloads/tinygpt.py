@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from harness.options import OptionError
 from workloads.base import Data, Workload
 
 
@@ -78,6 +79,13 @@ class TinyGPT(Workload):
         eval_windows: int = 512
         """Held-out windows evaluated (each `context` bytes)."""
 
+        def __post_init__(self):
+            for name in ("context", "width", "depth", "heads", "eval_windows"):
+                if getattr(self, name) < 1:
+                    raise OptionError(f"option '{name}' must be at least 1; got {getattr(self, name)}")
+            if self.width % self.heads:
+                raise OptionError(f"option 'width' ({self.width}) must be a multiple of 'heads' ({self.heads})")
+
     def build_model(self):
         o = self.options
         return _model(256, o.context, o.width, o.depth, o.heads)
@@ -94,6 +102,9 @@ class TinyGPT(Workload):
         import torch.nn.functional as F
 
         return F.cross_entropy(output.float().flatten(0, 1), target.flatten())
+
+    def train_samples(self, global_batch: int) -> int:
+        return (int(len(corpus()) * 0.9) - 1) // self.options.context  # windows in the first 90%
 
     def materialize(self, device: str, global_batch: int) -> Data:
         import torch
@@ -114,20 +125,12 @@ class TinyGPT(Workload):
                                     f"{hashlib.sha256(text).hexdigest()[:16]}), 90/10 split",
                           "train_windows": len(x_tr), "test_windows": len(x_te)})
 
-    def evaluate(self, model, data, rank, world, autocast, cast_input=lambda x: x):
-        """Next-byte accuracy and loss over this rank's slice of held-out windows; counts are bytes."""
-        import torch
+    def score(self, output, target):
+        """Next-byte accuracy and loss over the held-out windows: counts are bytes (tokens), not windows."""
+        import torch.nn.functional as F
 
-        sl = self.eval_slice(len(data.test_x), rank, world)
-        x, y = data.test_x[sl], data.test_y[sl]
-        model.eval()
-        with torch.no_grad(), autocast:
-            out = model(cast_input(x))
-        model.train()
-        if y.numel() == 0:
-            return 0.0, 0.0, 0.0
-        loss_sum = torch.nn.functional.cross_entropy(out.float().flatten(0, 1), y.flatten(), reduction="sum")
-        return float((out.argmax(-1) == y).sum()), float(y.numel()), float(loss_sum)
+        loss_sum = F.cross_entropy(output.float().flatten(0, 1), target.flatten(), reduction="sum")
+        return float((output.argmax(-1) == target).sum()), float(target.numel()), float(loss_sum)
 
 
 WORKLOAD = TinyGPT

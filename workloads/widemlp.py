@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.options import OptionError
 from workloads.base import Data, Workload, synthetic_classification
 
 
@@ -34,6 +35,11 @@ class WideMLP(Workload):
         train_samples: int = 1024
         test_samples: int = 512
 
+        def __post_init__(self):
+            for name in ("width", "depth", "in_features", "train_samples", "test_samples"):
+                if getattr(self, name) < 1:
+                    raise OptionError(f"option '{name}' must be at least 1; got {getattr(self, name)}")
+
     def build_model(self):
         import torch.nn as nn
 
@@ -43,6 +49,9 @@ class WideMLP(Workload):
             layers += [nn.Linear(o.width, o.width), nn.ReLU()]
         layers.append(nn.Linear(o.width, 10))
         return nn.Sequential(*layers)
+
+    def train_samples(self, global_batch: int) -> int:
+        return self.options.train_samples
 
     def materialize(self, device: str, global_batch: int) -> Data:
         o = self.options

@@ -1,10 +1,11 @@
-"""`compare comm` for real: every op's result checked on 2 gloo ranks for each available backend."""
+"""`compare comm` for real: every op's result checked on 2 gloo ranks for each available backend, and a backend
+that cannot run here is a row with its reason."""
 
 import pytest
 
 import adapters
 from conftest import compare_cli
-from harness import comm
+from harness import collectives
 from harness.record import read_records as read_all
 
 pytestmark = pytest.mark.distributed
@@ -28,7 +29,7 @@ def test_every_op_is_correct_on_every_available_backend(comm_run):
     assert "torch" in ran and ran == available
     for backend in ran:
         cells = {(r["op"], r["size_bytes"]): r for r in records if r["backend"] == backend and r["op"]}
-        assert {op for op, _ in cells} == set(comm.DEFAULT_OPS)
+        assert {op for op, _ in cells} == set(collectives.DEFAULT_OPS)
         for key, r in cells.items():
             if backend in UNSUPPORTED and key[0] in UNSUPPORTED[backend]:
                 # A primitive the framework does not have is a cell that says so, never a failure or a fallback.
@@ -37,14 +38,37 @@ def test_every_op_is_correct_on_every_available_backend(comm_run):
                 continue
             assert r["status"] == "ok", (backend, key, r["reason"])
             assert r["wrong_ranks"] == 0 and r["time_s"]["n"] >= 5
-            assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * comm.busbw_factor(r["op"], 2))
+            assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * collectives.busbw_factor(r["op"], 2))
 
 
-def test_unavailable_backends_appear_with_their_reason(comm_run):
+def test_records_are_stamped_in_utc(comm_run):
     _, records = comm_run
-    for r in records:
-        if r["status"] == "unavailable":
-            assert r["reason"] and r["op"] is None
+    assert all(r["time_utc"].endswith("+00:00") for r in records)
+
+
+def test_a_backend_that_cannot_run_here_is_a_row_with_its_reason(tmp_path):
+    # A `deepspeed` directory first on the path that is not an installed DeepSpeed (a source checkout, say):
+    # the backend is really unavailable, and the run goes on without it.
+    shadow = tmp_path / "shadow" / "deepspeed"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    out = tmp_path / "o"
+    proc = compare_cli("comm", "--backends", "torch,deepspeed", "--ops", "all_reduce", "--sizes", "4K",
+                       "--iters", "5", "--out", str(out), env={"PYTHONPATH": str(shadow.parent)})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    records = read_all(out / "records.jsonl")
+    gone = [r for r in records if r["backend"] == "deepspeed"]
+    assert [(r["status"], r["op"]) for r in gone] == [("unavailable", None)]
+    assert gone[0]["reason"].startswith(f"'deepspeed' at ['{shadow}'] is not an installed DeepSpeed")
+    assert "deepspeed: unavailable - 'deepspeed' at" in proc.stdout
+    assert f"- **deepspeed**: unavailable — {gone[0]['reason']}" in (out / "report.md").read_text()
+    assert [r["status"] for r in records if r["backend"] == "torch"] == ["ok"]
+    # --strict makes the same request an error naming the backend, and writes nothing.
+    strict = compare_cli("comm", "--backends", "torch,deepspeed", "--strict", "--out", str(tmp_path / "s"),
+                         env={"PYTHONPATH": str(shadow.parent)})
+    assert strict.returncode == 2
+    assert strict.stderr.startswith("error: backend 'deepspeed' cannot run here: 'deepspeed' at")
+    assert not (tmp_path / "s").exists()
 
 
 def test_comm_report_and_rerender(comm_run, tmp_path):
@@ -59,14 +83,18 @@ def test_comm_report_and_rerender(comm_run, tmp_path):
     assert (copy / "report.md").read_text() == report
 
 
-def test_comm_bad_input(tmp_path):
-    for args, message in [
-        (["--ops", "allreduce"], f"unknown op 'allreduce'; valid choices: {', '.join(comm.OPS)}"),
-        (["--backends", "mpi"], f"unknown backend 'mpi'; valid choices: {', '.join(adapters.comm_backends())}"),
-        (["-n", "1"], "world size must be at least 2 for communication, got 1"),
-        (["--dtype", "int8"], "unknown dtype 'int8'; valid choices: fp32, fp16, bf16, fp64"),
-        (["--sizes", "big"], "size 'big' is not a byte count such as 4096, 1K, 64M or 1G"),
-    ]:
-        proc = compare_cli("comm", *args, "--out", str(tmp_path / "o"))
-        assert proc.returncode == 2 and proc.stderr == f"error: {message}\n", (args, proc.stderr)
-        assert not (tmp_path / "o").exists()
+def test_index_of_a_comm_run_where_no_cell_ran(comm_run, tmp_path):
+    """A comm run whose every backend failed has no cell with a size: the index says so instead of crashing."""
+    import json
+
+    out, records = comm_run
+    run = tmp_path / "runs" / "failed_comm"
+    run.mkdir(parents=True)
+    base = {k: v for k, v in records[0].items() if k not in ("op", "size_bytes", "time_s")}
+    failed = {**base, "op": None, "size_bytes": None, "status": "failed", "reason": "launch exited with code 1"}
+    (run / "records.jsonl").write_text(json.dumps(failed) + "\n")
+    proc = compare_cli("index", str(tmp_path / "runs"))
+    assert proc.returncode == 0, proc.stderr
+    line = (tmp_path / "runs" / "README.md").read_text().splitlines()[-1]
+    assert line.startswith("| [failed_comm](failed_comm/report.md) | comm: 0 primitives, no cell ran, fp32 | "
+                           "torch (failed) | 2 |")

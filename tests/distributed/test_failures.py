@@ -1,6 +1,6 @@
 """A crash, a hang or Ctrl-C in one adapter never loses the rows of the others.
 
-Faults are injected with COMPARE_FAULT="ADAPTER:RANK:KIND:STEP" (harness/worker.py). Nothing here sleeps to
+Faults are injected with COMPARE_FAULT="ADAPTER:RANK:KIND:STEP" (harness/rank/faults.py). Nothing here sleeps to
 synchronise: hangs are ended by the harness's own --timeout, and the Ctrl-C test waits for a condition (the
 first row on disk) with a deadline.
 """
@@ -11,9 +11,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
+
+from harness import progress as progress_file
 
 from conftest import REPO, read_records, run_compare
 
@@ -79,6 +82,13 @@ def test_every_adapter_failing_exits_non_zero_but_keeps_rows(tmp_path):
     assert rows["dp"]["status"] == "failed"
 
 
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:  # gone, or a zombie
+        return ""
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path, sig):
     out = tmp_path / "o"
@@ -88,23 +98,31 @@ def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path, sig):
                             text=True)
     harness = psutil.Process(proc.pid)
     deadline = time.monotonic() + 240
-    children = []
-    # Wait for the condition "ddp's row is on disk and spawn's ranks are running", polling with a deadline.
+    children, reached = [], None
+    # Wait for the condition "ddp's row is on disk and spawn's rank 0 has reached the hung step", polling with a
+    # deadline: rank 0 reports its step through the launch's progress file, next to the spec the launcher got.
     while time.monotonic() < deadline:
         rows = read_records(out) if (out / "records.jsonl").exists() else {}
-        children = [c for c in harness.children(recursive=True) if "adapters.spawn" in " ".join(c.cmdline())
-                    or "multiprocessing" in " ".join(c.cmdline())] if "ddp" in rows else []
-        if len(children) >= 3:  # the spawn launcher and its two ranks
-            break
+        launcher = [c for c in harness.children(recursive=True) if "adapters.spawn" in _cmdline(c)]
+        if "ddp" in rows and launcher:
+            children = [launcher[0], *launcher[0].children(recursive=True)]
+            reached = progress_file.read(Path(launcher[0].cmdline()[-1]).parent / "progress.bin")
+            if reached and reached["step"] >= 3:
+                break
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
-    assert len(children) >= 3, "spawn's ranks never started"
+    assert reached and reached["step"] == 3 and len(children) >= 3, f"spawn's ranks never reached step 3: {reached}"
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
-    assert "interrupted: children stopped; 1 finished row(s) kept in" in stderr
+    assert "interrupted: children stopped; 2 row(s) kept in" in stderr
     psutil.wait_procs(children, timeout=10)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert [(r["label"], r["status"]) for r in rows] == [("ddp", "ok")]
-    assert (out / "report.md").exists()
+    assert [(r["label"], r["status"]) for r in rows] == [("ddp", "ok"), ("spawn", "interrupted")]
+    # The interrupted row says how far it got (rank 1 hangs at the start of step 3; rank 0 finished 3 steps).
+    assert rows[1]["reason"] == "interrupted at step 3 of 32 (timed); process group killed"
+    assert rows[1]["reached"] == {"phase": "timed", "step": 3, "total": 32}
+    assert all(r["run_interrupted"] == "during spawn (repeat 1)" for r in rows)
+    report = (out / "report.md").read_text()
+    assert "| spawn |" in report and "interrupted" in report

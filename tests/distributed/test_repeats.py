@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import run_compare
-from harness import report
+from harness.report import run as report
 
 pytestmark = pytest.mark.distributed
 

@@ -19,7 +19,8 @@ from adapters.apex import (BUILD, GPU_RUN, LAST_TAG, NEEDS_CUDA_CPU, NOT_INSTALL
 from adapters.base import KnobError, Precision
 from conftest import REPO
 from harness.cli import app
-from harness.runner import Request, plan
+from harness.inputs import RunRequest, first_sentence
+from harness.run import plan
 
 NVIDIA_INIT = "import torch\nfrom . import optimizers\nfrom . import normalization\n"
 AMP_INIT = ("def initialize(models, optimizers=None, **kw):\n    return models, optimizers\n"
@@ -222,7 +223,7 @@ def test_defaults_are_the_blogs_and_apexs():
     adapter = ApexAdapter({}, "cuda")
     k = adapter.knobs
     assert (k.opt_level, k.loss_scale, k.keep_batchnorm_fp32, k.delay_allreduce, k.message_size) == (
-        "O1", "auto", "auto", False, 10_000_000)
+        "O1", "auto", None, None, None)  # None: not passed, apex's own default applies
     assert adapter._initialize_kwargs() == {"opt_level": "O1"}  # apex's own per-level defaults apply
 
 
@@ -232,11 +233,12 @@ def test_overrides_reach_amp_initialize():
 
 
 @pytest.mark.parametrize("knobs, message", [
-    ({"opt_level": "O4"}, "knob 'opt_level' must be one of O0, O1, O2, O3 (the letter O); got 'O4'"),
-    ({"opt_level": "01"}, "knob 'opt_level' must be one of O0, O1, O2, O3 (the letter O); got '01'"),
+    ({"opt_level": "O4"}, "knob 'opt_level' must be O0, O1, O2 or O3 (the letter O); got 'O4'"),
+    ({"opt_level": "01"}, "knob 'opt_level' must be O0, O1, O2 or O3 (the letter O); got '01'"),
     ({"loss_scale": "big"}, "knob 'loss_scale' must be auto, dynamic or a positive number; got 'big'"),
     ({"loss_scale": "0"}, "knob 'loss_scale' must be auto, dynamic or a positive number; got '0'"),
-    ({"keep_batchnorm_fp32": "maybe"}, "knob 'keep_batchnorm_fp32' must be auto, true or false; got 'maybe'"),
+    ({"keep_batchnorm_fp32": "maybe"}, "knob 'keep_batchnorm_fp32' expects a bool or none (the framework's "
+                                       "default), got 'maybe'"),
     ({"keep_batchnorm_fp32": "true"}, "knob 'keep_batchnorm_fp32' applies to opt_level O2 and O3 only (O0 is all "
                                       "fp32; apex refuses it with O1, which runs batchnorm in fp32 itself); got O1"),
     ({"message_size": "0"}, "knob 'message_size' must be a positive number of elements; got 0"),
@@ -250,7 +252,7 @@ def test_bad_knobs_are_refused(knobs, message):
 def test_knob_types_are_coerced_by_the_contract():
     with pytest.raises(KnobError) as exc:
         ApexAdapter({"delay_allreduce": "sometimes"}, "cuda")
-    assert str(exc.value) == "knob 'delay_allreduce' expects a bool, got 'sometimes'"
+    assert str(exc.value) == "knob 'delay_allreduce' expects a bool or none (the framework's default), got 'sometimes'"
     assert ApexAdapter({"delay_allreduce": "true", "message_size": "5"}, "cuda").knobs.message_size == 5
 
 
@@ -262,22 +264,34 @@ def test_registered_with_the_torchrun_launcher():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
-def test_explicit_apex_here_exits_2_with_the_reason(tmp_path):
+def test_explicit_apex_alone_here_exits_2_with_the_reason(tmp_path):
     out = tmp_path / "o"
     result = CliRunner().invoke(app, ["run", "-a", "apex", "--out", str(out)])
     assert result.exit_code == 2, result.output
-    reason = adapters.availability("apex", "cpu", 2).message()
-    ok = [n for n in adapters.names() if adapters.availability(n, "cpu", 2)]
-    assert result.stderr == f"error: adapter 'apex' cannot run here: {reason}; available here: {', '.join(ok)}\n"
-    assert NEEDS_CUDA_CPU in result.stderr and "Traceback" not in result.output
+    first = first_sentence(adapters.availability("apex", "cpu", 2).message())
+    assert first in (NOT_INSTALLED, NEEDS_CUDA_CPU)  # what is missing first: the package, or CUDA
+    assert result.stderr == (f"error: no adapter can run here: {first}; see `compare list --device cpu "
+                             f"--world-size 2` for the reasons and fixes\n")
+    assert "Traceback" not in result.output and not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_strict_makes_a_named_unavailable_apex_an_error(tmp_path):
+    out = tmp_path / "o"
+    result = CliRunner().invoke(app, ["run", "-a", "ddp,apex", "--strict", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    first = first_sentence(adapters.availability("apex", "cpu", 2).message())
+    assert result.stderr == (f"error: adapter 'apex' cannot run here: {first}; see `compare list --device "
+                             f"cpu --world-size 2` for every reason and fix\n")
     assert not out.exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the default plan on a machine without a GPU")
-def test_default_run_lists_apex_as_unavailable_with_its_reason(tmp_path):
-    p = plan(Request(out=tmp_path / "o"))
-    rows = {label: reason for label, _, reason in p.unavailable}
+@pytest.mark.parametrize("named", [None, ["ddp", "apex"]], ids=["default", "named"])
+def test_a_run_lists_apex_as_unavailable_with_its_reason(tmp_path, named):
+    p = plan(RunRequest(adapters=named, out=tmp_path / "o"))
+    rows = {row.label: row.reason for row in p.unavailable}
     assert rows["apex"] == adapters.availability("apex", "cpu", 2).message()
     assert NEEDS_CUDA_CPU in rows["apex"]
-    assert "apex" not in [label for label, _ in p.runnable]
+    assert "apex" not in [row.label for row in p.runnable] and "ddp" in [row.label for row in p.runnable]
     assert not (tmp_path / "o").exists()

@@ -1,8 +1,11 @@
-"""Every bad input: one line naming the problem and the valid choices, exit code 2, no traceback, nothing written.
+"""Every bad input of every subcommand: one line naming the problem and the valid choices, exit code 2, no
+traceback, nothing written.
 
-Runs the CLI in process through typer's CliRunner (the console script itself is exercised in test_layout.py).
+One table (`CASES`) covers run, comm, report, index and list; the CLI runs in process through typer's CliRunner
+(the console script itself is exercised in test_layout.py).
 """
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,122 +14,209 @@ from typer.testing import CliRunner
 
 import adapters
 import workloads
+from harness import collectives
 from harness.cli import app
+from harness.env import usable_cores
+
+CORES = usable_cores()
+ADAPTERS = ", ".join(adapters.names())
+WORKLOADS = ", ".join(workloads.names())
+OPS = ", ".join(collectives.OPS)
+BACKENDS = ", ".join(adapters.comm_backends())
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, list(args))
+    return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def assert_refused(result, message, out):
+# (id, argv after the subcommand with {out} for the output directory, the whole expected error line)
+CASES = [
+    # ---- run ------------------------------------------------------------------------------------------------
+    ("run-unknown-adapter", ["run", "-a", "ddp,horovd"], f"unknown adapter 'horovd'; valid choices: {ADAPTERS}"),
+    ("run-unknown-workload", ["run", "-w", "imagenet"], f"unknown workload 'imagenet'; valid choices: {WORKLOADS}"),
+    ("run-world-size-0", ["run", "-n", "0"], "world size must be at least 1, got 0"),
+    ("run-world-size-negative", ["run", "-n", "-1"], "world size must be at least 1, got -1"),
+    ("run-unknown-device", ["run", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
+    ("run-batch-indivisible", ["run", "--global-batch", "63", "-n", "2"],
+     "global batch 63 is not divisible by world size 2; choose a --global-batch that is a multiple of 2"),
+    ("run-batch-0", ["run", "--global-batch", "0"], "--global-batch must be at least 1, got 0"),
+    ("run-batch-negative", ["run", "--global-batch", "-64"], "--global-batch must be at least 1, got -64"),
+    ("run-batch-above-train-set", ["run", "--global-batch", "2048"],
+     "global batch 2048 is larger than workload digits's training set (1437 samples); choose a --global-batch of "
+     "at most 1437"),
+    ("run-steps-0", ["run", "--steps", "0"], "--steps must be at least 1, got 0"),
+    ("run-warmup-negative", ["run", "--warmup", "-1"], "--warmup must be at least 0, got -1"),
+    ("run-equiv-negative", ["run", "--equiv-steps", "-2"], "--equiv-steps must be at least 0, got -2"),
+    ("run-equiv-beyond-run", ["run", "--steps", "5", "--warmup", "1", "--equiv-steps", "7"],
+     "--equiv-steps 7 is more than the 1 + 5 steps the run takes"),
+    ("run-repeats-0", ["run", "--repeats", "0"], "repeats must be at least 1, got 0"),
+    ("run-threads-0", ["run", "--threads", "0"], "threads must be at least 1, got 0"),
+    ("run-timeout-0", ["run", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+    ("run-timeout-negative", ["run", "--timeout", "-5"], "--timeout must be a positive number of seconds, got -5"),
+    ("run-empty-out", ["run", "--out", ""],
+     "--out is empty; give a directory, or leave --out out for results/<name>_<hardware>_<time>"),
+    ("run-oversubscribed", ["run", "-a", "ddp", "-n", str(CORES + 1), "--global-batch", str(16 * (CORES + 1))],
+     f"world size {CORES + 1} needs {CORES + 1} processes but this machine has {CORES} usable cores; use "
+     f"--world-size {CORES} or fewer, or --oversubscribe to run it anyway (every row is then labelled "
+     f"oversubscribed)"),
+    ("run-unknown-knob", ["run", "-a", "ddp", "-k", "ddp.bucket=3"],
+     "adapter ddp: unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, gradient_as_bucket_view, "
+     "static_graph"),
+    ("run-knob-type", ["run", "-a", "ddp:bucket_cap_mb=big"],
+     "adapter ddp:bucket_cap_mb=big: knob 'bucket_cap_mb' expects a number or none (the framework's default), got "
+     "'big'"),
+    ("run-knob-choice", ["run", "-a", "deepspeed:zero_stage=4"],
+     "adapter deepspeed:zero_stage=4: knob 'zero_stage' must be 0, 1, 2 or 3; got '4'"),
+    ("run-bad-variant", ["run", "-a", "ddp:bucket_cap_mb"],
+     "adapter row 'ddp:bucket_cap_mb': 'bucket_cap_mb' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...)"),
+    ("run-knob-for-absent-adapter", ["run", "-a", "ddp", "-k", "spawn.bucket_cap_mb=3"],
+     "knob 'spawn.bucket_cap_mb' is for adapter 'spawn', which is not in this run (ddp)"),
+    ("run-knob-without-adapter", ["run", "-a", "ddp", "-k", "bucket_cap_mb=3"],
+     "knob 'bucket_cap_mb' must be ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50"),
+    ("run-knob-not-pair", ["run", "-a", "ddp", "-k", "ddp.bucket_cap_mb"], "knob 'ddp.bucket_cap_mb' is not KEY=VALUE"),
+    ("run-fp16-amp-on-cpu", ["run", "-a", "amp:precision=fp16"],
+     "adapter amp:precision=fp16: knob 'precision' fp16 needs CUDA here; use bf16 on CPU"),
+    ("run-duplicate-adapter", ["run", "-a", "ddp,ddp"], "adapter 'ddp' listed twice"),
+    ("run-empty-adapters", ["run", "-a", ","], f"no adapters given; valid choices: {ADAPTERS}"),
+    ("run-bad-option", ["run", "-w", "resnet", "-o", "arch=vgg16"],
+     "workload resnet: option 'arch' must be resnet18, resnet34 or resnet50; got 'vgg16'"),
+    ("run-option-type", ["run", "-o", "hidden=wide"], "workload digits: option 'hidden' expects an int, got 'wide'"),
+    ("run-option-range", ["run", "-o", "hidden=0"], "workload digits: option 'hidden' must be at least 1; got 0"),
+    ("run-option-not-pair", ["run", "-o", "hidden"], "option 'hidden' is not KEY=VALUE"),
+    # ---- comm -----------------------------------------------------------------------------------------------
+    ("comm-unknown-op", ["comm", "--ops", "allreduce"], f"unknown op 'allreduce'; valid choices: {OPS}"),
+    ("comm-duplicate-op", ["comm", "--ops", "all_reduce,all_reduce"], "op 'all_reduce' listed twice"),
+    ("comm-empty-ops", ["comm", "--ops", ","], f"no ops given; valid choices: {OPS}"),
+    ("comm-unknown-backend", ["comm", "--backends", "mpi"], f"unknown backend 'mpi'; valid choices: {BACKENDS}"),
+    ("comm-world-size-1", ["comm", "-n", "1"], "world size must be at least 2 for communication, got 1"),
+    ("comm-oversubscribed", ["comm", "--backends", "torch", "-n", str(max(2, CORES + 1))],
+     f"world size {max(2, CORES + 1)} needs {max(2, CORES + 1)} processes but this machine has {CORES} usable "
+     f"cores; use --world-size {CORES} or fewer, or --oversubscribe to run it anyway (every row is then labelled "
+     f"oversubscribed)"),
+    ("comm-unknown-dtype", ["comm", "--dtype", "int8"], "unknown dtype 'int8'; valid choices: fp32, fp16, bf16, fp64"),
+    ("comm-bad-size", ["comm", "--sizes", "big"], "size 'big' is not a byte count such as 4096, 1K, 64M or 1G"),
+    ("comm-zero-size", ["comm", "--sizes", "0"], "size '0' must be at least 1 byte"),
+    ("comm-bad-range", ["comm", "--sizes", "1M:1K"], "size range '1M:1K' must go from a positive size up"),
+    ("comm-iters-0", ["comm", "--iters", "0"], "--iters must be at least 1, got 0"),
+    ("comm-timeout-0", ["comm", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+    ("comm-unknown-device", ["comm", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
+    # ---- list -----------------------------------------------------------------------------------------------
+    ("list-unknown-device", ["list", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
+    ("list-world-size-0", ["list", "-n", "0"], "world size must be at least 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
+    out = tmp_path / "o"
+    if argv[0] in ("run", "comm") and "--out" not in argv:
+        argv = [*argv, "--out", str(out)]
+    result = invoke(*argv)
     assert result.exit_code == 2, result.output
     assert result.stderr == f"error: {message}\n"
     assert "Traceback" not in result.output
     assert not out.exists(), "nothing may be written for bad input"
 
 
-def test_unknown_adapter(tmp_path):
-    out = tmp_path / "o"
-    assert_refused(invoke("run", "-a", "ddp,horovd", "--out", str(out)),
-                   f"unknown adapter 'horovd'; valid choices: {', '.join(adapters.names())}", out)
-
-
-def test_unknown_workload(tmp_path):
-    out = tmp_path / "o"
-    assert_refused(invoke("run", "-w", "imagenet", "--out", str(out)),
-                   f"unknown workload 'imagenet'; valid choices: {', '.join(workloads.names())}", out)
-
-
-@pytest.mark.parametrize("n", ["0", "-1"])
-def test_world_size_below_one(tmp_path, n):
-    out = tmp_path / "o"
-    assert_refused(invoke("run", "-n", n, "--out", str(out)), f"world size must be at least 1, got {n}", out)
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
-def test_world_size_the_adapter_cannot_run(tmp_path):
+def test_cuda_on_a_machine_without_a_gpu_says_what_is_missing_in_one_readable_line(tmp_path):
     out = tmp_path / "o"
-    ok = [n for n in adapters.names() if adapters.availability(n, "cuda", 2)]
-    assert_refused(invoke("run", "-a", "ddp", "--device", "cuda", "--out", str(out)),
-                   "adapter 'ddp' cannot run here: CUDA requested but torch sees no GPU (fix: run on a machine "
-                   "with an NVIDIA GPU and a CUDA build of torch, or use --device cpu); available here: "
-                   + (", ".join(ok) or "none"), out)
-
-
-def test_batch_not_divisible_by_world_size(tmp_path):
-    out = tmp_path / "o"
-    assert_refused(invoke("run", "--global-batch", "63", "-n", "2", "--out", str(out)),
-                   "global batch 63 is not divisible by world size 2; choose a --global-batch that is a "
-                   "multiple of 2", out)
-
-
-def test_unknown_device(tmp_path):
-    out = tmp_path / "o"
-    assert_refused(invoke("run", "--device", "tpu", "--out", str(out)),
-                   "unknown device 'tpu'; valid choices: cpu, cuda", out)
+    result = invoke("run", "--device", "cuda", "--out", out)
+    assert result.exit_code == 2
+    line = result.stderr
+    assert line.startswith("error: no adapter can run here: CUDA requested but torch sees no GPU")
+    assert line.endswith("see `compare list --device cuda --world-size 2` for the reasons and fixes\n")
+    assert line.count("\n") == 1 and len(line) < 250 and not out.exists()
 
 
 def test_unwritable_output_directory(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     out = blocker / "run"
-    assert_refused(invoke("run", "--out", str(out)),
-                   f"cannot create output directory {out}: {blocker} is not a directory", out)
+    for sub in ("run", "comm"):
+        result = invoke(sub, "--out", out)
+        assert result.exit_code == 2
+        assert result.stderr == f"error: cannot create output directory {out}: {blocker} is not a directory\n"
 
 
 def test_read_only_output_directory():
     # /proc refuses new directories even for root, for whom permission bits are no test.
     out = Path("/proc/compare-test")
-    result = invoke("run", "--out", str(out))
+    result = invoke("run", "--out", out)
     assert result.exit_code == 2 and result.stderr.startswith(f"error: output directory {out} is not writable")
     assert result.stderr.count("\n") == 1
 
 
-def test_existing_output_without_force(tmp_path):
+@pytest.mark.parametrize("files", [("records.jsonl",), ("report.md",), ("records.jsonl", "report.md", "busbw.png")],
+                         ids=["records", "report", "comm-run"])
+@pytest.mark.parametrize("sub", ["run", "comm"])
+def test_existing_results_are_not_overwritten_without_force(tmp_path, sub, files):
+    # Either kind's results directory is protected from either subcommand (a comm run's dir used to be overwritable).
     out = tmp_path / "o"
     out.mkdir()
-    (out / "records.jsonl").write_text("{}\n")
-    result = invoke("run", "--out", str(out))
+    for f in files:
+        (out / f).write_text("{}\n")
+    result = invoke(sub, "--out", out)
     assert result.exit_code == 2
-    assert result.stderr == (f"error: output directory {out} already holds results (records.jsonl); use --force "
-                             "to overwrite or choose another --out\n")
-    assert (out / "records.jsonl").read_text() == "{}\n" and sorted(p.name for p in out.iterdir()) == [
-        "records.jsonl"]
+    held = ", ".join(f for f in ("records.jsonl", "report.md") if f in files)
+    assert result.stderr == (f"error: output directory {out} already holds results ({held}); use --force to "
+                             "overwrite or choose another --out\n")
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)
 
 
-def test_unknown_knob_and_bad_variant(tmp_path):
-    out = tmp_path / "o"
-    assert_refused(invoke("run", "-a", "ddp", "-k", "ddp.bucket=3", "--out", str(out)),
-                   "adapter ddp: unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, "
-                   "gradient_as_bucket_view, static_graph", out)
-    assert_refused(invoke("run", "-a", "ddp:bucket_cap_mb", "--out", str(out)),
-                   "adapter row 'ddp:bucket_cap_mb': 'bucket_cap_mb' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...)",
-                   out)
-    assert_refused(invoke("run", "-a", "ddp", "-k", "spawn.bucket_cap_mb=3", "--out", str(out)),
-                   "knob 'spawn.bucket_cap_mb' is for adapter 'spawn', which is not in this run (ddp)", out)
-
-
-def test_fp16_amp_on_cpu_is_refused_before_launch(tmp_path):
-    out = tmp_path / "o"
-    assert_refused(invoke("run", "-a", "amp:precision=fp16", "--out", str(out)),
-                   "adapter amp:precision=fp16: knob 'precision' fp16 needs CUDA here; use bf16 on CPU", out)
-
-
-def test_duplicate_and_empty_adapter_lists(tmp_path):
-    out = tmp_path / "o"
-    assert_refused(invoke("run", "-a", "ddp,ddp", "--out", str(out)), "adapter listed twice in --adapters ddp,ddp",
-                   out)
-    assert_refused(invoke("run", "-a", ",", "--out", str(out)),
-                   f"no adapters given; valid choices: {', '.join(adapters.names())}", out)
-
-
-def test_bad_workload_option(tmp_path):
-    out = tmp_path / "o"
-    assert_refused(invoke("run", "-w", "resnet", "-o", "arch=vgg16", "--out", str(out)),
-                   "workload resnet: option 'arch' must be one of resnet18, resnet34, resnet50; got 'vgg16'", out)
-
+# ---- report and index on records of the wrong shape ------------------------------------------------------------
 
 def test_report_of_a_directory_without_records(tmp_path):
-    result = invoke("report", str(tmp_path))
+    result = invoke("report", tmp_path)
     assert result.exit_code == 2
-    assert result.stderr == f"error: no records.jsonl in {tmp_path}; give a directory written by `compare run`\n"
+    assert result.stderr == (f"error: no records.jsonl in {tmp_path}; give a directory written by `compare run` or "
+                             f"`compare comm`\n")
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("not json\n", ":1: not JSON"),
+    ('{"a": 1}\n', ":1 has no 'schema_version'"),
+    ('[1, 2]\n', ":1 is not an object"),
+    ('{"schema_version": 1, "run_id": "x", "time_utc": "t", "command": "c", "status": "ok", "env": {}, '
+     '"world_size": 2}\n', ":1: env has no 'python'"),
+], ids=["not-json", "no-schema", "not-object", "wrong-env"])
+def test_report_of_records_of_the_wrong_shape_is_one_line(tmp_path, content, problem):
+    (tmp_path / "records.jsonl").write_text(content)
+    result = invoke("report", tmp_path)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: cannot read {tmp_path / 'records.jsonl'}: {tmp_path / 'records.jsonl'}"
+                                    f"{problem}")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_report_of_a_committed_run_with_one_field_mistyped(tmp_path):
+    from conftest import REPO
+
+    lines = (REPO / "results" / "digits_cpu2_20261123-101734" / "records.jsonl").read_text().splitlines()
+    rec = json.loads(lines[1])
+    rec["step_time_s"]["median"] = "fast"
+    (tmp_path / "records.jsonl").write_text("\n".join([lines[0], json.dumps(rec)]) + "\n")
+    result = invoke("report", tmp_path)
+    assert result.exit_code == 2
+    assert result.stderr.endswith(":2: step_time_s: 'median' is str, expected a number\n")
+
+
+def test_index_of_something_that_is_not_a_directory(tmp_path):
+    result = invoke("index", tmp_path / "missing")
+    assert result.exit_code == 2 and result.stderr == f"error: {tmp_path / 'missing'} is not a directory\n"
+
+
+def test_index_skips_a_bad_run_with_a_warning_and_indexes_the_good_ones(tmp_path):
+    from conftest import REPO
+
+    good = REPO / "results" / "digits_cpu2_20261123-101734"
+    (tmp_path / good.name).mkdir()
+    (tmp_path / good.name / "records.jsonl").write_text((good / "records.jsonl").read_text())
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "records.jsonl").write_text('{"schema_version": 1}\n')
+    result = invoke("index", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"warning: skipped {tmp_path / 'broken'}: ")
+    index = (tmp_path / "README.md").read_text()
+    assert f"[{good.name}]" in index and "broken" not in index

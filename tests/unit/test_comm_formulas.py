@@ -2,8 +2,9 @@
 
 import pytest
 
-from harness import comm, commrun
+from harness import collectives, comm
 from harness.launch import Outcome
+from harness.sizes import format_size, parse_sizes
 
 
 @pytest.mark.parametrize("op,n,factor", [
@@ -12,28 +13,35 @@ from harness.launch import Outcome
     ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("sendrecv", 2, 1.0), ("gather", 4, 0.75), ("scatter", 4, 0.75),
 ])
 def test_busbw_factors_follow_nccl_tests(op, n, factor):
-    assert comm.busbw_factor(op, n) == pytest.approx(factor)
+    assert collectives.busbw_factor(op, n) == pytest.approx(factor)
 
 
 def test_sizes():
-    assert comm.parse_sizes("1K:8K") == [1024, 2048, 4096, 8192]
-    assert comm.parse_sizes("4096,1M,1G") == [4096, 2**20, 2**30]
-    assert comm.parse_sizes("1K:256M")[-1] == 256 * 2**20 and len(comm.parse_sizes("1K:256M")) == 19
+    assert parse_sizes("1K:8K") == [1024, 2048, 4096, 8192]
+    assert parse_sizes("4096,1M,1G") == [4096, 2**20, 2**30]
+    assert parse_sizes("1K:256M")[-1] == 256 * 2**20 and len(parse_sizes("1K:256M")) == 19
     with pytest.raises(ValueError, match="size 'lots' is not a byte count such as 4096, 1K, 64M or 1G"):
-        comm.parse_sizes("lots")
+        parse_sizes("lots")
+    with pytest.raises(ValueError, match="size '0' must be at least 1 byte"):
+        parse_sizes("0,4K")
+
+
+@pytest.mark.parametrize("text", ["1K", "64M", "1G", "1000B", "3K"])
+def test_size_formatting_is_the_inverse_of_parsing(text):
+    assert format_size(parse_sizes(text)[0]) == text
 
 
 def test_iterations_shrink_with_size_but_never_below_five():
-    assert comm.iterations(1024, 50) == (5, 50)
-    assert comm.iterations(64 * 2**20, 50) == (5, 16)
-    assert comm.iterations(2**30, 50) == (5, 5)
+    assert collectives.iterations(1024, 50) == (5, 50)
+    assert collectives.iterations(64 * 2**20, 50) == (5, 16)
+    assert collectives.iterations(2**30, 50) == (5, 5)
 
 
 def _outcome(cells_per_rank):
     ranks = [{"rank": r, "backend": "gloo", "framework": {"framework": "torch x"}, "cells": cells}
              for r, cells in enumerate(cells_per_rank)]
-    return Outcome(status="ok", reason="", returncode=0, wall_time_s=1.0, launch_wall=0.0, log_path=None,
-                   argv=["x"], processes=2, pid=1, ranks=ranks)
+    return Outcome(status="ok", reason="", returncode=0, wall_time_s=1.0, launch_wall=0.0, end_wall=1.0,
+                   log_path=None, argv=["x"], processes=2, pid=1, ranks=ranks)
 
 
 class _Adapter:
@@ -44,16 +52,16 @@ def test_a_wrong_result_on_any_rank_fails_the_cell_and_bandwidth_uses_the_slowes
     cell = {"op": "all_reduce", "size_bytes": 1_000_000, "elements": 250_000}
     good = [{**cell, "correct": True, "times_s": [0.001, 0.002, 0.003]}]
     bad = [{**cell, "correct": False, "times_s": [0.002, 0.001, 0.004]}]
-    ok = commrun.cells_to_records({}, "torch", _Adapter(), _outcome([good, good]))[0]
+    ok = comm.cells_to_records({}, "torch", _Adapter(), _outcome([good, good]))[0]
     assert ok["status"] == "ok" and ok["time_s"]["median"] == 0.002
     assert ok["algbw_GBps"] == pytest.approx(1_000_000 / 0.002 / 1e9)
     assert ok["busbw_GBps"] == pytest.approx(ok["algbw_GBps"] * 1.0)  # 2(n-1)/n with n=2
-    wrong = commrun.cells_to_records({}, "torch", _Adapter(), _outcome([good, bad]))[0]
+    wrong = comm.cells_to_records({}, "torch", _Adapter(), _outcome([good, bad]))[0]
     assert wrong["status"] == "failed" and wrong["reason"] == "wrong result on 1 of 2 ranks"
     assert wrong["time_s"]["median"] == 0.002  # max per iteration: [0.002, 0.002, 0.004]
 
 
 def test_an_op_the_framework_lacks_is_unsupported_not_failed():
     cell = {"op": "sendrecv", "size_bytes": 4096, "elements": 1024, "unsupported": "horovod has no send/recv"}
-    rec = commrun.cells_to_records({}, "horovod", _Adapter(), _outcome([[cell], [cell]]))[0]
+    rec = comm.cells_to_records({}, "horovod", _Adapter(), _outcome([[cell], [cell]]))[0]
     assert rec["status"] == "unsupported" and rec["reason"] == "horovod has no send/recv"

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import socket
+
 import pytest
 
 import adapters
@@ -96,10 +98,10 @@ def test_knobs_from_row_labels_are_coerced():
 
 
 @pytest.mark.parametrize("knobs, message", [
-    ({"zero_stage": "4"}, "knob 'zero_stage' must be 0, 1, 2 or 3; got 4"),
+    ({"zero_stage": "4"}, "knob 'zero_stage' must be 0, 1, 2 or 3; got '4'"),
     ({"offload_optimizer": "on"}, "knob 'offload_optimizer' needs zero_stage 1, 2 or 3"),
     ({"reduce_bucket_elems": "0"}, "knob 'reduce_bucket_elems' must be positive; got 0"),
-    ({"zero_stage": "two"}, "knob 'zero_stage' expects a int, got 'two'"),
+    ({"zero_stage": "two"}, "knob 'zero_stage' must be 0, 1, 2 or 3; got 'two'"),
     ({"stage": "1"}, "unknown knob 'stage'; valid knobs: offload_optimizer, precision, reduce_bucket_elems, "
                      "zero_stage"),
 ])
@@ -110,8 +112,8 @@ def test_bad_knobs_are_refused_before_launch(knobs, message):
 
 
 def test_unknown_precision_is_refused():
-    with pytest.raises(KnobError, match="knob 'precision' must be one of fp32, bf16, fp16; got 'fp8'"):
-        ds.DeepSpeedAdapter({"precision": "fp8"}, "cpu").precision()
+    with pytest.raises(KnobError, match="knob 'precision' must be fp32, bf16 or fp16; got 'fp8'"):
+        ds.DeepSpeedAdapter({"precision": "fp8"}, "cpu")
 
 
 def test_fp16_follows_deepspeeds_cpu_probe(monkeypatch):
@@ -124,15 +126,23 @@ def test_fp16_follows_deepspeeds_cpu_probe(monkeypatch):
     assert ds.DeepSpeedAdapter({"precision": "fp16"}, "cuda").precision() is Precision.FP16
 
 
-def test_launch_uses_the_deepspeed_launcher(monkeypatch, tmp_path):
+def test_launch_uses_the_deepspeed_launcher_with_a_store_the_parent_holds(monkeypatch, tmp_path):
     monkeypatch.setattr(ds, "launcher_path", lambda: "/venv/bin/deepspeed")
     spec = SimpleNamespace(world_size=2, device="cpu")
     plan = ds.DeepSpeedAdapter({}, "cpu").launch(tmp_path / "spec.json", spec)
     argv = plan.argv
     assert argv[0] == "/venv/bin/deepspeed" and argv[argv.index("--num_gpus") + 1] == "2"
-    assert argv[-3:] == ["--module", "harness.worker", str(tmp_path / "spec.json")]
-    assert 0 < int(argv[argv.index("--master_port") + 1]) < 65536
-    assert plan.env == {"DS_ACCELERATOR": "cpu"} and plan.processes == 2
+    assert argv[-3:] == ["--module", "harness.rank", str(tmp_path / "spec.json")]
+    # No bind-then-release race: the port is the one a store the parent holds is listening on, and the ranks
+    # join it as clients (as under torchrun's agent).
+    port = int(argv[argv.index("--master_port") + 1])
+    [store] = plan.hold
+    assert store.port == port
+    with socket.socket() as s:
+        with pytest.raises(OSError):
+            s.bind(("127.0.0.1", port))
+    assert plan.env == {"DS_ACCELERATOR": "cpu", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    assert ds.DeepSpeedAdapter({}, "cpu").processes(2) == 2
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
@@ -140,20 +150,21 @@ def test_ds_config_keeps_the_workloads_batch_and_optimizer(stage):
     a = ds.DeepSpeedAdapter({"zero_stage": stage}, "cpu")
     a.info = RankInfo(rank=0, world_size=2, local_rank=0, device="cpu", backend="gloo", data_rank=0, data_world=2)
     a.global_batch = 64
-    cfg = a.ds_config()
+    cfg = a._ds_config()
     assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) \
         == (64, 32, 1)
     assert "optimizer" not in cfg and "scheduler" not in cfg and cfg["gradient_clipping"] == 0.0
     assert cfg["zero_optimization"]["stage"] == stage and cfg["zero_allow_untested_optimizer"] is True
     assert not cfg["bf16"]["enabled"] and not cfg["fp16"]["enabled"]
     assert "offload_optimizer" not in cfg["zero_optimization"]
+    assert "reduce_bucket_size" not in cfg["zero_optimization"]  # unset knob: DeepSpeed's own default
 
 
 def test_ds_config_offload_and_bf16():
     a = ds.DeepSpeedAdapter({"zero_stage": 2, "offload_optimizer": True, "precision": "bf16"}, "cpu")
     a.info = RankInfo(rank=0, world_size=4, local_rank=0, device="cpu", backend="gloo", data_rank=0, data_world=4)
     a.global_batch = 32
-    cfg = a.ds_config()
+    cfg = a._ds_config()
     assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": False}
     assert cfg["bf16"]["enabled"] and cfg["train_micro_batch_size_per_gpu"] == 8
     # ZeRO-Offload would otherwise insist on swapping the workload's optimizer for DeepSpeedCPUAdam.

@@ -121,11 +121,14 @@ def test_importing_the_adapter_or_listing_adapters_does_not_import_horovod():
 
 
 @pytest.mark.parametrize("knobs, message", [
-    ({"compression": "bf16"}, "knob 'compression' must be one of none, fp16; got 'bf16'"),
-    ({"controller": "nccl"}, "knob 'controller' must be one of gloo, mpi; got 'nccl'"),
+    ({"compression": "bf16"}, "knob 'compression' must be none or fp16; got 'bf16'"),
+    ({"controller": "nccl"}, "knob 'controller' must be gloo or mpi; got 'nccl'"),
     ({"stall_check_warning_s": "30", "stall_check_shutdown_s": "20"},
      "knob 'stall_check_shutdown_s' (20) must be 0 or greater than stall_check_warning_s (30)"),
-    ({"fusion_threshold_mb": "big"}, "knob 'fusion_threshold_mb' expects a int, got 'big'"),
+    ({"fusion_threshold_mb": "big"}, "knob 'fusion_threshold_mb' expects an int or none (the framework's default), "
+                                     "got 'big'"),
+    ({"stall_check_shutdown_s": "45"},
+     "knob 'stall_check_shutdown_s' (45) must be 0 or greater than stall_check_warning_s (60)"),
 ])
 def test_bad_knobs_are_refused_with_the_valid_choices(knobs, message):
     with pytest.raises(KnobError) as exc:
@@ -140,13 +143,19 @@ def test_compression_is_what_the_table_shows():
 
 def test_launch_is_horovodrun_with_gloo_stall_check_and_fusion(monkeypatch):
     monkeypatch.setattr(hv, "horovodrun_path", lambda: "/venv/bin/horovodrun")
-    a = hv.HorovodAdapter({"fusion_threshold_mb": "32", "cycle_time_ms": "2.5", "stall_check_shutdown_s": "45"})
+    a = hv.HorovodAdapter({"fusion_threshold_mb": "32", "cycle_time_ms": "2.5", "stall_check_shutdown_s": "75"})
     plan = a.launch(Path("/tmp/spec.json"), SimpleNamespace(world_size=2))
     argv = plan.argv
     assert argv[:6] == ["/venv/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo"]
     flags = dict(zip(argv[6:-4:2], argv[7:-4:2]))
-    assert flags == {"--network-interfaces": "lo", "--start-timeout": "60", "--fusion-threshold-mb": "32",
-                     "--cycle-time-ms": "2.5", "--stall-check-warning-time-seconds": "30",
-                     "--stall-check-shutdown-time-seconds": "45"}
-    assert argv[-4:] == [sys.executable, "-m", "harness.worker", "/tmp/spec.json"]
-    assert plan.processes == 2
+    assert flags == {"--network-interfaces": "lo", "--fusion-threshold-mb": "32", "--cycle-time-ms": "2.5",
+                     "--stall-check-shutdown-time-seconds": "75"}
+    assert argv[-4:] == [sys.executable, "-m", "harness.rank", "/tmp/spec.json"]
+    assert a.processes(2) == 2
+
+
+def test_unset_knobs_are_not_passed_to_horovodrun(monkeypatch):
+    monkeypatch.setattr(hv, "horovodrun_path", lambda: "/venv/bin/horovodrun")
+    argv = hv.HorovodAdapter({}).launch(Path("/tmp/spec.json"), SimpleNamespace(world_size=2)).argv
+    assert argv == ["/venv/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "--network-interfaces", "lo",
+                    sys.executable, "-m", "harness.rank", "/tmp/spec.json"]

@@ -5,6 +5,7 @@ import json
 
 from conftest import REPO
 from harness import report
+from harness.report import run as run_report
 
 RUN = REPO / "results" / "digits_cpu2_20261123-101734"
 
@@ -20,7 +21,7 @@ def test_committed_report_rerenders_identically(tmp_path):
 
 
 def test_table_rows_summarise_repeats():
-    rows = {r["adapter"]: r for r in report.table_rows(_records())}
+    rows = {r["adapter"]: r for r in run_report.table_rows(_records())}
     assert list(rows) == ["dp", "ddp", "spawn", "amp"]
     ddp = [r for r in _records() if r["label"] == "ddp"]
     sps = sorted(r["samples_per_s"] for r in ddp)
@@ -36,10 +37,10 @@ def test_failed_and_unavailable_rows_show_their_reason(tmp_path):
                   "error: boom", log_tail="Traceback\nRuntimeError: boom")
     gone = {**copy.deepcopy(records[0]), "label": "apex", "adapter": "apex", "status": "unavailable",
             "reason": "apex needs CUDA"}
-    text = report.markdown_table(report.table_rows(records + [failed, gone]))
+    text = run_report.markdown_table(run_report.table_rows(records + [failed, gone]))
     assert "| horovod | torchrun | | | | | | | | | | | **failed**: launch exited with code 1; first error: boom |" in text
     assert "**unavailable**: apex needs CUDA |" in text
-    notes = report._notes(report.table_rows(records + [failed]), records + [failed])
+    notes = run_report._notes(run_report.table_rows(records + [failed]), records + [failed])
     assert any("RuntimeError: boom" in n for n in notes)
 
 
@@ -47,15 +48,15 @@ def test_rows_of_the_same_mixed_precision_from_different_frameworks_are_called_o
     records = _records()
     other = copy.deepcopy(next(r for r in records if r["label"] == "amp"))
     other.update(label="apex", adapter="apex")
-    notes = report._notes(report.table_rows(records + [other]), records + [other])
+    notes = run_report._notes(run_report.table_rows(records + [other]), records + [other])
     assert ("Same precision (bf16): amp, apex: differences between these rows come from the frameworks, not from "
             "mixed precision itself.") in notes
-    assert not any(n.startswith("Same precision") for n in report._notes(report.table_rows(records), records))
+    assert not any(n.startswith("Same precision") for n in run_report._notes(run_report.table_rows(records), records))
 
 
 def test_compression_is_shown_beside_precision():
-    assert report.precision_label({"precision": "fp32", "compression": "fp16"}) == "fp32 + fp16 wire"
-    assert report.precision_label({"precision": "bf16"}) == "bf16"
+    assert run_report.precision_label({"precision": "fp32", "compression": "fp16"}) == "fp32 + fp16 wire"
+    assert run_report.precision_label({"precision": "bf16"}) == "bf16"
 
 
 def test_rows_keep_the_order_asked_for_even_when_unavailable_rows_are_recorded_first():
@@ -66,7 +67,7 @@ def test_rows_keep_the_order_asked_for_even_when_unavailable_rows_are_recorded_f
     stored = [unavailable] + records  # the runner writes unavailable rows at plan time, before any launch
     for r in stored:
         r["row_order"] = order
-    assert [r["adapter"] for r in report.table_rows(stored)] == order
+    assert [r["adapter"] for r in run_report.table_rows(stored)] == order
 
 
 def test_index_lists_training_and_comm_runs(tmp_path):

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 import adapters
-from adapters.base import KnobError, build_knobs
+from adapters.base import KnobError
 from adapters.ddp import DDPAdapter
-from harness.timing import percentile, slowest_rank_steps, step_stats
+from harness.options import build
+from harness.stats import percentile, slowest_rank_steps, step_stats
 
 
 @pytest.mark.parametrize("q", [0, 10, 50, 90, 100])
@@ -22,17 +23,18 @@ def test_step_time_is_the_slowest_rank_per_step():
 
 
 def test_knobs_are_coerced_to_their_declared_types():
-    k = build_knobs(DDPAdapter.Knobs, {"bucket_cap_mb": "50", "static_graph": "true"})
+    k = build(DDPAdapter.Knobs, {"bucket_cap_mb": "50", "static_graph": "true"}, "knob")
     assert k.bucket_cap_mb == 50.0 and k.static_graph is True
 
 
 def test_bad_knobs_are_named_with_the_valid_choices():
     with pytest.raises(KnobError) as exc:
-        build_knobs(DDPAdapter.Knobs, {"bucket": "1"})
+        build(DDPAdapter.Knobs, {"bucket": "1"}, "knob")
     assert str(exc.value) == ("unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, "
                               "gradient_as_bucket_view, static_graph")
-    with pytest.raises(KnobError, match="knob 'bucket_cap_mb' expects a float, got 'big'"):
-        build_knobs(DDPAdapter.Knobs, {"bucket_cap_mb": "big"})
+    with pytest.raises(KnobError) as exc:
+        build(DDPAdapter.Knobs, {"bucket_cap_mb": "big"}, "knob")
+    assert str(exc.value) == "knob 'bucket_cap_mb' expects a number or none (the framework's default), got 'big'"
 
 
 def test_amp_precision_resolves_per_device():
@@ -55,6 +57,6 @@ def test_torch_adapters_are_available_on_cpu_and_explain_cuda_without_gpu():
 
 
 def test_unknown_adapter_message():
-    with pytest.raises(adapters.UnknownAdapter) as exc:
+    with pytest.raises(adapters.UnknownName) as exc:
         adapters.get("nccl")
     assert str(exc.value) == f"unknown adapter 'nccl'; valid choices: {', '.join(adapters.names())}"

@@ -1,0 +1,248 @@
+"""What a user asks for (one request shape per subcommand, sharing one base) and the checks every request passes
+before anything is launched or written.
+
+Runs in: the parent. A refused request raises BadInput: one line for the user, exit code 2, nothing written.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import adapters
+import workloads
+from adapters.base import Adapter
+from harness import env as envmod
+from harness.options import OptionError
+from harness.registry import UnknownName
+
+DEVICES = ("cpu", "cuda")
+
+
+class BadInput(Exception):
+    """A request the harness refuses: one line for the user, exit code 2, nothing written."""
+
+
+@dataclass
+class Request:
+    """The options every subcommand shares."""
+
+    device: str = "cpu"
+    world_size: int = 2
+    """Ranks (devices for DataParallel)."""
+    timeout_s: float = 900.0
+    """Seconds before a launch is killed and recorded as a timeout."""
+    out: Path | None = None
+    """Output directory (None: results/<name>_<hardware>_<time>)."""
+    results_dir: Path = Path("results")
+    force: bool = False
+    """Overwrite results already in `out`."""
+    strict: bool = False
+    """A named adapter/backend that cannot run here is an error (exit 2) instead of an `unavailable` row."""
+    oversubscribe: bool = False
+    """Allow more processes than usable cores (labelled "oversubscribed" in every row)."""
+    threads: int | None = None
+    """Threads per process (None: usable cores / processes of the launch)."""
+    command: str = ""
+    """The command line as typed, recorded in every row."""
+
+
+@dataclass
+class RunRequest(Request):
+    """`compare run`."""
+
+    adapters: list[str] | None = None
+    """Row labels, "NAME" or "NAME:KNOB=VALUE:..." (None: every registered adapter)."""
+    workload: str = workloads.DEFAULT
+    steps: int | None = None
+    warmup: int | None = None
+    global_batch: int | None = None
+    repeats: int = 1
+    equiv_steps: int | None = None
+    knobs: list[str] = field(default_factory=list)
+    """ADAPTER.KNOB=VALUE, applied to every row of that adapter."""
+    options: list[str] = field(default_factory=list)
+    """Workload options KEY=VALUE."""
+    fault: str | None = None
+
+
+@dataclass
+class CommRequest(Request):
+    """`compare comm`."""
+
+    backends: list[str] | None = None
+    ops: list[str] | None = None
+    sizes: str = "1K:64M"
+    dtype: str = "fp32"
+    max_iters: int = 50
+
+
+@dataclass
+class Row:
+    """One row of a comparison: an adapter with its knobs (a comm backend is the adapter it runs through)."""
+
+    label: str
+    """As the user wrote it: "ddp", "deepspeed:zero_stage=3", or a comm backend "torch"."""
+    name: str
+    """Registry name of the adapter."""
+    cls: type[Adapter] | None
+    """None only when the adapter's module fails to import (its reason says so)."""
+    adapter: Adapter | None = None
+    """The configured adapter; None when it cannot run here."""
+    reason: str = ""
+    """Why it cannot run here (with the fix), when `adapter` is None."""
+
+
+@dataclass
+class Plan:
+    """A checked request, ready to run: every number resolved, every row built, the output directory chosen."""
+
+    request: Request
+    out: Path
+    rows: list[Row]
+    oversubscribed: bool = False
+    """More processes than usable cores (only with --oversubscribe)."""
+
+    @property
+    def runnable(self) -> list[Row]:
+        return [r for r in self.rows if r.adapter is not None]
+
+    @property
+    def unavailable(self) -> list[Row]:
+        return [r for r in self.rows if r.adapter is None]
+
+
+@dataclass
+class RunPlan(Plan):
+    workload: Any = None
+    global_batch: int = 0
+    steps: int = 0
+    warmup: int = 0
+    equiv_steps: int = 0
+
+
+@dataclass
+class CommPlan(Plan):
+    ops: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+
+
+# ---- checks shared by every subcommand ------------------------------------------------------------------------
+
+def check_common(req: Request, min_world: int = 1) -> None:
+    """Device, world size, timeout, threads and --out, each refused with one line naming the valid values."""
+    if req.device not in DEVICES:
+        raise BadInput(f"unknown device '{req.device}'; valid choices: {', '.join(DEVICES)}")
+    if req.world_size < min_world:
+        what = " for communication" if min_world > 1 else ""
+        raise BadInput(f"world size must be at least {min_world}{what}, got {req.world_size}")
+    if not req.timeout_s > 0:
+        raise BadInput(f"--timeout must be a positive number of seconds, got {req.timeout_s:g}")
+    if req.threads is not None and req.threads < 1:
+        raise BadInput(f"threads must be at least 1, got {req.threads}")
+
+
+def check_cores(req: Request, processes: int) -> bool:
+    """Whether `processes` CPU processes oversubscribe the usable cores; refused unless --oversubscribe."""
+    if req.device != "cpu":
+        return False
+    cores = envmod.usable_cores()
+    if processes <= cores:
+        return False
+    if not req.oversubscribe:
+        raise BadInput(f"world size {processes} needs {processes} processes but this machine has {cores} usable "
+                       f"cores; use --world-size {cores} or fewer, or --oversubscribe to run it anyway (every row is "
+                       f"then labelled oversubscribed)")
+    return True
+
+
+def pairs(items: list[str], what: str) -> list[tuple[str, str]]:
+    """["k=v", ...] -> [("k", "v"), ...], refusing an item that is not KEY=VALUE."""
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"{what} '{item}' is not KEY=VALUE")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def parse_label(label: str) -> tuple[str, dict[str, str]]:
+    """"deepspeed:zero_stage=3:offload_optimizer=true" -> ("deepspeed", {...}): one row per knob variant."""
+    name, *parts = label.split(":")
+    variant = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise BadInput(f"adapter row '{label}': '{part}' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...)")
+        variant[key] = value
+    return name, variant
+
+
+def check_list(given: list[str] | None, valid: list[str], what: str) -> None:
+    """An explicit list must be non-empty and without duplicates."""
+    if given is None:
+        return
+    if not given:
+        raise BadInput(f"no {what}s given; valid choices: {', '.join(valid)}")
+    seen = set()
+    for name in given:
+        if name in seen:
+            raise BadInput(f"{what} '{name}' listed twice")
+        seen.add(name)
+
+
+def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], explicit: bool, kind: str,
+               knobs: dict[str, dict[str, str]] | None = None) -> list[Row]:
+    """Rows for (label, adapter name, knob variant) triples: each adapter configured and its knobs checked, or
+    marked unavailable with its reason. A named row that cannot run is an error only with --strict."""
+    rows = []
+    for _, name, _ in labels:
+        if name not in adapters.names():
+            raise BadInput(str(UnknownName("adapter", name, adapters.names())))
+    avails = adapters.availability_all(req.device, req.world_size, [name for _, name, _ in labels])
+    for label, name, variant in labels:
+        avail = avails[name]
+        try:
+            cls = adapters.get(name)
+        except Exception:  # noqa: BLE001 - an adapter file that fails to import: its availability says why
+            cls = None
+        if not avail or cls is None:
+            if explicit and req.strict:
+                raise BadInput(unavailable_message(kind, label, avail.message(), req.device, req.world_size))
+            rows.append(Row(label, name, cls, reason=avail.message()))
+            continue
+        try:
+            adapter = cls({**(knobs or {}).get(name, {}), **variant}, req.device)
+            adapter.precision()  # resolves (and so checks) precision knobs against the device
+        except OptionError as exc:
+            raise BadInput(f"{kind} {label}: {exc}") from None
+        rows.append(Row(label, name, cls, adapter))
+    if not any(r.adapter for r in rows):
+        reasons = Counter(first_sentence(r.reason) for r in rows)
+        what, n = reasons.most_common(1)[0]
+        share = "" if n == len(rows) else f" ({n} of the {len(rows)}; the others for reasons of their own)"
+        raise BadInput(f"no {kind} can run here: {what}{share}; see `compare list --device {req.device} "
+                       f"--world-size {req.world_size}` for the reasons and fixes")
+    return rows
+
+
+def split(value: str | None) -> list[str] | None:
+    """"a,b, c" -> ["a", "b", "c"]; None stays None (the option was not given)."""
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def first_sentence(reason: str) -> str:
+    """The part of an availability reason a terminal line shows (the fix and any second problem are left to
+    report.md and `compare list`)."""
+    return reason.split(" (fix: ")[0].split("; also, ")[0]
+
+
+def unavailable_message(kind: str, name: str, reason: str, device: str, world_size: int) -> str:
+    """One readable line for a named adapter/backend that cannot run (with --strict)."""
+    return (f"{kind} '{name}' cannot run here: {first_sentence(reason)}; see `compare list --device {device} "
+            f"--world-size {world_size}` for every reason and fix")

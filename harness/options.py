@@ -1,0 +1,125 @@
+"""Typed option dataclasses (adapter knobs, workload options) built from what the user typed, checked once.
+
+Runs in: the parent (to refuse bad input before anything is launched) and every rank (to rebuild the same
+object from the spec). Shared by adapters/ and workloads/, so it lives here rather than in either.
+
+A dataclass declares its options; this module turns {"name": "text"} into an instance, generically:
+
+    @dataclass
+    class Knobs:
+        zero_stage: Literal[0, 1, 2, 3] = 0
+        \"\"\"ZeRO stage.\"\"\"
+        bucket_cap_mb: float | None = None
+        \"\"\"None: the framework's own default, not passed to it.\"\"\"
+
+        def __post_init__(self):          # cross-field rules live in the dataclass itself
+            if ...: raise OptionError("...")
+
+- an unknown name is refused with the valid names;
+- text is coerced to the declared type (bool, int, float, str; `X | None` accepts "none"/"default" as None);
+- a `Literal[...]` field accepts only its choices (typed text is matched against each choice's text form);
+- `__post_init__` may raise OptionError for rules that involve several fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+_NONE = ("none", "default")
+
+
+class OptionError(ValueError):
+    """An option the user gave that the dataclass refuses; the message names the option and the valid values."""
+
+
+def _fields(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+def _hint(tp: Any) -> tuple[Any, str]:
+    """(the type, a hint for error messages) from `Annotated[T, "hint"]`; plain types have no hint."""
+    if typing.get_origin(tp) is typing.Annotated:
+        args = typing.get_args(tp)
+        return args[0], " ".join(str(a) for a in args[1:])
+    return tp, ""
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """(inner type, whether None is allowed) for `X | None` / Optional[X]."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(args) != len(typing.get_args(tp)):
+            return args[0], True
+    return tp, False
+
+
+_ARTICLE = {bool: "a bool", int: "an int", float: "a number", str: "a string"}
+
+
+def describe_type(tp: Any) -> str:
+    """Human form of a field's type, for messages: "0, 1, 2 or 3", "a number", "a bool or none (...)"."""
+    tp, _ = _hint(tp)
+    inner, optional = _unwrap_optional(tp)
+    if typing.get_origin(inner) is Literal:
+        choices = [str(c) for c in typing.get_args(inner)]
+        text = choices[0] if len(choices) == 1 else ", ".join(choices[:-1]) + " or " + choices[-1]
+    else:
+        text = _ARTICLE.get(inner, getattr(inner, "__name__", str(inner)))
+    return text + (" or none (the framework's default)" if optional else "")
+
+
+def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
+    """`raw` (text from the command line, or an already typed value from a spec file) as type `tp`."""
+    tp, hint = _hint(tp)
+    hint = f" ({hint})" if hint else ""
+    inner, optional = _unwrap_optional(tp)
+    if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in _NONE):
+        if optional:
+            return None
+        raise OptionError(f"{what} '{name}' cannot be none; it expects {describe_type(tp)}")
+    if typing.get_origin(inner) is Literal:
+        choices = typing.get_args(inner)
+        for choice in choices:
+            if raw == choice and type(raw) is type(choice):
+                return choice
+            if isinstance(raw, str) and raw.strip().lower() == str(choice).lower():
+                return choice
+        raise OptionError(f"{what} '{name}' must be {describe_type(inner)}{hint}; got '{raw}'")
+    if not isinstance(raw, str):
+        if inner is float and isinstance(raw, int) and not isinstance(raw, bool):
+            return float(raw)
+        return raw
+    text = raw.strip()
+    try:
+        if inner is bool:
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise ValueError
+        if inner is int:
+            return int(text)
+        if inner is float:
+            return float(text)
+    except ValueError:
+        raise OptionError(f"{what} '{name}' expects {describe_type(tp)}{hint}, got '{raw}'") from None
+    return text
+
+
+def build(cls: type, values: dict[str, Any] | None = None, what: str = "option"):
+    """An instance of the options dataclass `cls` from `values` (text or typed); OptionError on anything wrong.
+    `what` names the kind in messages ("knob" for adapters, "option" for workloads)."""
+    fields = _fields(cls)
+    kwargs = {}
+    for key, raw in (values or {}).items():
+        if key not in fields:
+            valid = ", ".join(sorted(fields)) or "none"
+            raise OptionError(f"unknown {what} '{key}'; valid {what}s: {valid}")
+        kwargs[key] = coerce(key, raw, fields[key][1], what)
+    return cls(**kwargs)

@@ -1,0 +1,138 @@
+"""The results directory: checked before a run (nothing written), claimed with a lock while a run writes it.
+
+Runs in: the parent. Every subcommand that writes results (run, comm, ...) goes through here, so the rules are
+the same for all: an existing directory with results is only overwritten with --force, one that cannot be
+written is refused up front, and two runs never write the same directory at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from harness.inputs import BadInput
+
+RESULT_FILES = ("records.jsonl", "report.md")
+"""Files whose presence means "this directory holds results" (plots and logs always come with them)."""
+LOCK_NAME = ".compare.lock"
+
+
+def holder(out: Path) -> int | None:
+    """The pid of a live compare process that holds `out`'s lock, else None (never creates anything)."""
+    path = out / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 64).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _busy(out: Path, pid: int) -> BadInput:
+    who = f"pid {pid}" if pid > 0 else "a process whose pid is not recorded"
+    return BadInput(f"output directory {out} is in use by another compare run ({who}); wait for it to finish or "
+                    f"choose another --out")
+
+
+def check(out: Path, force: bool) -> None:
+    """Refuse an output path that another run is writing, that holds results (without --force) or that cannot be
+    written, writing nothing. Writability is proven by creating and removing a probe directory: permission bits
+    lie for root and for read-only mounts."""
+    if out.exists():
+        if not out.is_dir():
+            raise BadInput(f"output path {out} exists and is not a directory")
+        pid = holder(out)
+        if pid is not None:
+            raise _busy(out, pid)
+        existing = [f for f in RESULT_FILES if (out / f).exists()]
+        if existing and not force:
+            raise BadInput(f"output directory {out} already holds results ({', '.join(existing)}); "
+                           f"use --force to overwrite or choose another --out")
+        probe_in = out
+    else:
+        probe_in = out.parent
+        while not probe_in.exists():
+            probe_in = probe_in.parent
+        if not probe_in.is_dir():
+            raise BadInput(f"cannot create output directory {out}: {probe_in} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".compare-probe-", dir=probe_in))
+    except OSError as exc:
+        raise BadInput(f"output directory {out} is not writable: {exc.strerror} ({probe_in})") from None
+
+
+class Claim:
+    """Exclusive use of a results directory for one run: an flock held until `release()` (the kernel drops it if
+    the process dies, even by SIGKILL), with the holder's pid in the lock file for the refusal message."""
+
+    def __init__(self, out: Path):
+        out.mkdir(parents=True, exist_ok=True)
+        self.out = out
+        self.path = out / LOCK_NAME
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                text = os.read(fd, 64).decode(errors="replace").strip()
+                os.close(fd)
+                raise _busy(out, int(text) if text.isdigit() else -1) from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not a lock file that its holder unlinked between our open and our flock
+                break
+            os.close(fd)
+        self.fd = fd
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+
+def clear(out: Path, files: tuple[str, ...]) -> None:
+    """Remove a previous run's result files (only reached with --force, or when there were none)."""
+    for f in files:
+        (out / f).unlink(missing_ok=True)
+
+
+def scratch_dir() -> Path:
+    """A private temporary directory for the ranks' files (named with our pid), after removing any left behind
+    by a compare process that no longer exists (one killed with SIGKILL cannot clean up after itself)."""
+    tmp = Path(tempfile.gettempdir())
+    for old in tmp.glob("compare-*-scratch-*"):
+        pid = old.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"compare-{os.getpid()}-scratch-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,33 @@
+"""Fault injection for tests: COMPARE_FAULT / spec.fault = "ADAPTER:RANK:KIND:STEP".
+
+Runs in: every rank. KIND is exit (os._exit(3)), raise (RuntimeError) or hang (block forever), injected at the
+start of step STEP; STEP "end" injects it after the rank has written its result, during shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+
+def fault_for(spec, rank: int):
+    """(kind, step) if a fault is injected into this rank, else None."""
+    text = spec.fault or os.environ.get("COMPARE_FAULT")
+    if not text:
+        return None
+    name, frank, kind, step = text.split(":")
+    if name == spec.adapter and int(frank) == rank:
+        return kind, (step if step == "end" else int(step))
+    return None
+
+
+def inject(kind: str, step: int | str) -> None:
+    print(f"[fault injection] {kind} at step {step}", file=sys.stderr, flush=True)
+    if kind == "exit":
+        os._exit(3)
+    if kind == "raise":
+        raise RuntimeError(f"injected fault at step {step}")
+    if kind == "hang":
+        threading.Event().wait()  # never set: this rank stops answering, its peers block in the collective
+    raise ValueError(f"unknown fault kind {kind!r}")

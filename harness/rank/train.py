@@ -1,0 +1,100 @@
+"""The per-rank training loop, identical for every adapter.
+
+Runs in: every rank (called by harness/rank/main.py after the adapter's setup). Nothing here knows which adapter
+or workload it runs: the adapter wraps, steps and reduces; the workload builds, shards, scores.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import workloads
+from harness.rank.faults import inject
+from harness.rank.measure import PeakMemory, device_sync
+
+
+def run(spec, adapter, info, marks, progress, fault) -> dict:
+    import torch
+
+    workload = workloads.get(spec.workload, spec.workload_options)
+    total = spec.warmup + spec.steps
+    torch.manual_seed(workload.seed)  # identical initial weights in every process and every adapter
+    model = workload.build_model().to(info.device)
+    n_params = sum(p.numel() for p in model.parameters())
+    lr = workload.lr(spec.global_batch)
+    optimizer = workload.make_optimizer(model, lr)
+    model, optimizer = adapter.wrap(model, optimizer)
+    data = workload.materialize(info.device, spec.global_batch)
+    n_train = len(data.train_x)
+    batches = [workload.batch_indices(s, spec.global_batch, n_train, info.data_rank, info.data_world).to(info.device)
+               for s in range(total)]
+    sync = device_sync(info.device)
+    memory = PeakMemory(info.device)
+    losses = torch.zeros(total, device=info.device)
+    step_times: list[float] = []
+    first_step_end_wall = None
+    progress.phase("warmup" if spec.warmup else "timed", 0)
+    adapter.barrier()  # every rank starts the clock together
+    marks("setup_done")
+
+    for step in range(total):
+        if step == spec.warmup:
+            memory.reset()  # peak memory covers the timed steps, not start-up transients
+            marks("warmup_done")
+            if step:
+                progress.phase("timed", step)
+        if fault and step == fault[1]:
+            inject(*fault)
+        idx = batches[step]
+        x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
+        sync()
+        t0 = time.perf_counter()
+        adapter.zero_grad()
+        with adapter.autocast():
+            loss = workload.loss(model(x), y)
+        adapter.backward(loss)
+        adapter.step()
+        sync()
+        step_times.append(time.perf_counter() - t0)
+        losses[step] = loss.detach()
+        if first_step_end_wall is None:
+            first_step_end_wall = time.time()
+        if spec.equiv_steps and step + 1 == spec.equiv_steps:
+            params = adapter.gather_parameters(model)  # on every rank: may be a collective
+            if info.rank == 0:
+                torch.save(params, spec.params_path)
+            # Rank 0's save (151 MB on widemlp) must not delay the next step of the other ranks, whose wait for
+            # it in the next collective would otherwise be timed as a slow step.
+            adapter.barrier()
+        progress.step(step + 1)
+    if "warmup_done" not in marks:  # no timed steps
+        marks("warmup_done")
+    marks("timed_done")
+
+    peak = memory.read() if spec.steps > 0 else None
+    progress.phase("eval", total)
+    evaluation = None
+    if spec.eval:
+        local = workload.evaluate(adapter.eval_module(model), data, info.data_rank, info.data_world,
+                                  adapter.autocast(), adapter.cast_input)
+        if local is not None:
+            reduced = adapter.all_reduce_mean(torch.tensor(local, dtype=torch.float64, device=info.device))
+            evaluation = {"local": list(local), "reduced_mean": reduced.cpu().tolist()}
+    marks("eval_done")
+
+    return {
+        "rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
+        "data_rank": info.data_rank, "data_world": info.data_world, "devices_used": info.devices_used,
+        "device": info.device, "backend": info.backend, "pid": os.getpid(),
+        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "start_wall": marks["entry"], "setup_s": marks["init_done"] - marks["entry"],
+        "first_step_end_wall": first_step_end_wall,
+        "end_wall": time.time(), "warmup": spec.warmup, "step_times_s": step_times,
+        "losses": losses.cpu().tolist(), "peak_memory_bytes": peak, "peak_memory_kind": memory.kind,
+        "eval": evaluation, "lr": lr, "lr_rule": workload.lr_rule(), "param_count": n_params,
+        "precision": adapter.precision().value,
+        "compression": adapter.compression(), "adapter": adapter.describe(), "workload": workload.describe(),
+        "data": data.meta, "per_process_batch": spec.global_batch // info.data_world,
+    }

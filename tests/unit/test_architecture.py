@@ -1,0 +1,252 @@
+"""The shape of the code: no import cycles, no private names across modules, rank code apart from parent code,
+contracts that enforce themselves, committed reports that re-render identically."""
+
+import ast
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+import adapters
+import workloads
+from adapters.base import Adapter, LaunchPlan
+from conftest import REPO
+from workloads.base import Workload
+
+PACKAGES = ("adapters", "workloads", "harness")
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg in PACKAGES:
+        for path in (REPO / pkg).rglob("*.py"):
+            rel = path.relative_to(REPO).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join(parts)] = path
+    return mods
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The project module an import refers to (longest match), or None for a third-party one."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str, path: Path):
+    """(imported project module, names taken from it, line) for every import outside `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            skip.update(id(n) for n in ast.walk(node))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _resolve(alias.name)
+                if target:
+                    yield target, [], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                sub = _resolve(f"{base}.{alias.name}")
+                if sub and sub != _resolve(base):  # `from harness import report`: the submodule itself
+                    yield sub, [], node.lineno
+                elif _resolve(base):
+                    yield _resolve(base), [alias.name], node.lineno
+
+
+def _graph():
+    return {m: {t for t, _, _ in _imports(m, p) if t != m} for m, p in MODULES.items()}
+
+
+def test_there_is_no_import_cycle():
+    graph = _graph()
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                cycle = stack[stack.index(n):] + [n]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_no_private_name_is_imported_across_modules():
+    found = []
+    for m, path in MODULES.items():
+        for target, names, line in _imports(m, path):
+            found += [f"{path.relative_to(REPO)}:{line}: {target}.{n}" for n in names
+                      if n.startswith("_") and not n.startswith("__")]
+        # module._private attribute access on an imported project module
+        tree = ast.parse(path.read_text())
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if _resolve(a.name):
+                        aliases[a.asname or a.name.split(".")[0]] = a.name
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    if _resolve(f"{node.module}.{a.name}") == f"{node.module}.{a.name}":
+                        aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {aliases[node.value.id]}.{node.attr}")
+    assert not found, "private names used across modules:\n" + "\n".join(found)
+
+
+def test_rank_code_never_imports_parent_code():
+    """As torchrun's agent never imports training code and the training code never imports the agent: what runs
+    in a rank (harness.rank.*) reaches only the shared modules, adapters and workloads."""
+    parent = {"harness.cli", "harness.run", "harness.comm", "harness.launch", "harness.session", "harness.outdir",
+              "harness.inputs", "harness.record", "harness.report", "harness.report.run", "harness.report.comm",
+              "harness.env", "harness.stats"}
+    graph = _graph()
+    seen, todo = set(), [m for m in MODULES if m.startswith("harness.rank")]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        todo += graph[m]
+    reached = sorted(seen & parent)
+    assert not reached, f"rank code reaches parent modules: {reached}"
+
+
+# ---- contracts that enforce themselves ---------------------------------------------------------------------
+
+def test_a_misspelt_override_is_an_error_when_the_adapter_is_defined():
+    with pytest.raises(TypeError, match=r"\.stepp is not part of the Adapter contract"):
+        class Typo(Adapter):  # noqa: F841
+            name, summary, launcher = "typo", "x", "x"
+
+            def stepp(self):
+                pass
+
+
+def test_an_adapter_without_launch_or_setup_cannot_be_instantiated():
+    class NoSetup(Adapter):
+        name, summary, launcher = "nosetup", "x", "x"
+
+        def launch(self, spec_path, spec):
+            return LaunchPlan(["true"])
+
+    with pytest.raises(TypeError, match="abstract method.*setup"):
+        NoSetup()
+
+
+def test_an_adapter_must_name_itself_and_declare_knobs_as_a_dataclass():
+    with pytest.raises(TypeError, match="must set launcher"):
+        class Nameless(Adapter):  # noqa: F841
+            name, summary = "n", "x"
+
+    with pytest.raises(TypeError, match="Knobs must be a dataclass"):
+        class BadKnobs(Adapter):  # noqa: F841
+            name, summary, launcher = "b", "x", "x"
+
+            class Knobs:
+                pass
+
+
+def test_a_workload_must_set_its_hyperparameters_and_implement_model_and_data():
+    with pytest.raises(TypeError, match="must set global_batch, base_lr"):
+        class Half(Workload):  # noqa: F841
+            name, summary = "half", "x"
+
+    class NoData(Workload):
+        name, summary, global_batch, base_lr, base_batch, steps, warmup = "n", "x", 8, 0.1, 8, 1, 0
+
+        def build_model(self):
+            return None
+
+    with pytest.raises(TypeError, match="abstract method.*materialize"):
+        NoData()
+
+
+@pytest.mark.parametrize("base", [Adapter, Workload])
+def test_every_contract_method_is_documented(base):
+    undocumented = [n for n, f in vars(base).items() if callable(getattr(base, n)) and not n.startswith("_")
+                    and inspect.isfunction(inspect.unwrap(getattr(f, "__func__", f))) and not inspect.getdoc(f)]
+    assert not undocumented, f"{base.__name__} methods without a docstring: {undocumented}"
+
+
+def test_every_registered_adapter_and_workload_satisfies_its_contract():
+    for name in adapters.names():
+        cls = adapters.get(name)
+        assert not inspect.isabstract(cls), name
+        assert cls.name == name
+    for name in workloads.names():
+        w = workloads.get(name)
+        assert not inspect.isabstract(type(w))
+        assert w.train_samples(w.global_batch) == len(w.materialize("cpu", w.global_batch).train_x), name
+
+
+def test_knob_choices_are_checked_once_generically():
+    """No adapter checks its choices by hand: a Literal field is refused by harness/options.py for every one."""
+    for name in adapters.names():
+        source = inspect.getsource(adapters.get(name))
+        assert "must be one of" not in source, name
+
+    from harness.options import OptionError, build
+    with pytest.raises(OptionError, match="knob 'mode' must be a or b; got 'c'"):
+        build(_Modes, {"mode": "c"}, "knob")
+
+
+@dataclass
+class _Modes:
+    mode: Literal["a", "b"] = "a"
+
+
+# ---- behaviour unchanged: the committed results re-render to the committed reports ------------------------------
+
+@pytest.mark.parametrize("run", sorted(p.parent.name for p in (REPO / "results").glob("*/records.jsonl")))
+def test_committed_reports_rerender_identically(tmp_path, run):
+    from harness import report
+    from harness.record import read_records
+
+    records = read_records(REPO / "results" / run / "records.jsonl")
+    report.render(tmp_path, records)
+    assert (tmp_path / "report.md").read_text() == (REPO / "results" / run / "report.md").read_text()
+
+
+def test_committed_index_regenerates_identically(tmp_path):
+    from harness import report
+
+    for p in (REPO / "results").glob("*/records.jsonl"):
+        (tmp_path / p.parent.name).mkdir()
+        (tmp_path / p.parent.name / "records.jsonl").write_text(p.read_text())
+    assert report.index(tmp_path).read_text() == (REPO / "results" / "README.md").read_text()
+
+
+def test_records_of_every_kind_pass_the_shape_check():
+    from harness.record import check_record
+
+    for p in (REPO / "results").glob("*/records.jsonl"):
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            check_record(json.loads(line), f"{p}:{n}")
