@@ -121,9 +121,6 @@ class RunUI:
         else:
             self._done(rec["label"], rec["repeat"], f"[red]{rec['status']}[/]: {escape(rec['reason'])}", False)
 
-    def interrupted(self):
-        self.stop()
-
     def stop(self):
         if self.bar:
             self.bar.stop()

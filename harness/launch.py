@@ -186,6 +186,37 @@ def child_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str,
     return env
 
 
+def dead_rank(rank_dir: Path) -> tuple[str, bool] | None:
+    """Which rank ended the launch, and how, from what each rank's supervisor recorded (harness/rank/main.py):
+    ("rank 1 killed by SIGKILL", False) or ("rank 1 exited with code 3", True); the flag says whether the first
+    error line of the log belongs with it (an exception does; a signal leaves no line of its own, and the first
+    line is then a surviving rank's "Connection reset by peer"). None when every rank ended cleanly."""
+    def load(pattern):
+        out = {}
+        for f in rank_dir.glob(pattern):
+            try:
+                rec = json.loads(f.read_text())
+                out[rec["rank"]] = rec
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
+
+    started, ended = load("start-rank*.json"), load("exit-rank*.json")
+    failed = sorted((e for e in ended.values() if e.get("signal") or e.get("code")), key=lambda e: e["time"])
+    vanished = sorted(set(started) - set(ended))
+    if vanished:
+        # Its supervisor was killed by an uncatchable signal before it could record anything; the others' ends
+        # (the launcher's SIGTERM, a broken connection) followed from it.
+        ranks = ", ".join(map(str, vanished))
+        return (f"rank {ranks} killed from outside (no exit status recorded: SIGKILL, or the OOM killer)", False)
+    if not failed:
+        return None
+    first = failed[0]
+    if first.get("signal"):
+        return f"rank {first['rank']} killed by {first['signal']}", False
+    return f"rank {first['rank']} exited with code {first['code']}", True
+
+
 def _exit_reason(rc: int | None) -> str:
     if rc is not None and rc < 0:
         return f"launch killed by signal {signal.Signals(-rc).name}"
@@ -271,15 +302,16 @@ def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
         # Each rank writes its result before the final barrier and teardown: all of them are here, so the
         # training and its measurement finished, and only the shutdown went wrong. Keep the row, say so.
         if status is None:
-            reason = _exit_reason(rc)
-            cause = first_error(log_path)
+            reason, with_error = dead_rank(rank_dir) or (_exit_reason(rc), True)
+            cause = first_error(log_path) if with_error else None
             reason += f"; first error: {cause}" if cause else ""
         shutdown_error = f"after every rank had written its result: {reason}"
         status, reason = "ok", ""
     if status is None:
         if rc != 0:
-            status, reason = "failed", _exit_reason(rc)
-            cause = first_error(log_path)
+            reason, with_error = dead_rank(rank_dir) or (_exit_reason(rc), True)
+            status = "failed"
+            cause = first_error(log_path) if with_error else None
             if cause:
                 reason += f"; first error: {cause}"
         elif len(ranks) != processes:

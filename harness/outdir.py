@@ -96,8 +96,11 @@ class Claim:
                 break
             os.close(fd)
         self.fd = fd
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:  # the pid is only for the refusal message: a full disk must not stop the run here
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError:
+            pass
 
     def release(self) -> None:
         if self.fd is None:
@@ -109,6 +112,28 @@ class Claim:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = None
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically; on failure (a full disk) the old file stays and no temp file is left."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def save_figure(fig, path: Path, dpi: int) -> None:
+    """A matplotlib figure as PNG at `path`, atomically like write_text (never a half-written plot)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, dpi=dpi, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def clear(out: Path, files: tuple[str, ...]) -> None:

@@ -97,42 +97,38 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
                 "oversubscribed": p.oversubscribed}
     if started is not None:
         run_info["started_wall"] = started
-    interrupted = False
+    stopped: str | None = None
+    """When the run was interrupted (Ctrl-C, SIGTERM): "during the reference run", "during ddp (repeat 1)", ..."""
     with Session(p.out, RESULT_FILES) as session:
         ui.start(p)
         try:
             try:
                 reference = _reference(p, session, ui)
             except _Interrupted as stop:
-                run_info["interrupted"] = stop.args[0]
-                reference = None
+                stopped, reference = stop.args[0], None
             session.save([_plain(run_info, req, row, repeat, "unavailable", row.reason)
                           for row in p.unavailable for repeat in range(req.repeats)])
             # Repeats are interleaved (all adapters, then all again) so slow drift of the machine hits all alike.
-            todo = [(repeat, row) for repeat in range(req.repeats) for row in p.runnable]
-            for repeat, row in todo:
-                if "interrupted" in run_info:
+            for repeat, row in [(repeat, row) for repeat in range(req.repeats) for row in p.runnable]:
+                if stopped:
                     break
                 rec = _run_one(p, row, repeat, session, reference, run_info, ui)
                 if rec["status"] == "interrupted":
-                    run_info["interrupted"] = f"during {row.label} (repeat {repeat + 1})"
+                    stopped = f"during {row.label} (repeat {repeat + 1})"
                 session.save([rec])
                 ui.finished(rec)
         except KeyboardInterrupt:
-            run_info.setdefault("interrupted", "between launches")
-        if "interrupted" in run_info:
-            interrupted = True
-            done = {(r["label"], r["repeat"]) for r in session.records}
-            session.records = [{**r, "run_interrupted": run_info["interrupted"]} for r in session.records]
-            session.save([_plain(run_info, req, row, repeat, "not_run",
-                                 f"not run: the run was interrupted {run_info['interrupted']}")
-                          for repeat in range(req.repeats) for row in p.runnable
-                          if (row.label, repeat) not in done])
-            ui.interrupted()
-        else:
+            stopped = stopped or "between launches"
+        finally:
             ui.stop()
+        if stopped:
+            done = {(r["label"], r["repeat"]) for r in session.records}
+            never = [_plain(run_info, req, row, repeat, "not_run", f"the run was interrupted {stopped}")
+                     for repeat in range(req.repeats) for row in p.runnable if (row.label, repeat) not in done]
+            session.records = [{**r, "run_interrupted": stopped} for r in session.records + never]
+            session.save()
         session.finish(report.render)
-    return session.records, interrupted
+    return session.records, stopped is not None
 
 
 class _Interrupted(Exception):

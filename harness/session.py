@@ -30,13 +30,16 @@ class Session:
         self.scratch: Path | None = None
 
     def __enter__(self) -> Session:
-        self.claim = outdir.Claim(self.out)  # BadInput if another run holds it
         try:
+            self.claim = outdir.Claim(self.out)  # BadInput if another run holds it
             outdir.clear(self.out, self.files)
             (self.out / "logs").mkdir(exist_ok=True)
             self.scratch = outdir.scratch_dir()
+        except OSError as exc:
+            self.close()
+            raise SessionError(f"could not prepare {self.out}: {exc.strerror or exc}") from None
         except BaseException:
-            self.claim.release()
+            self.close()
             raise
         return self
 
@@ -50,6 +53,8 @@ class Session:
     def save(self, new: list[dict[str, Any]] = ()) -> None:
         """Add `new` records and rewrite records.jsonl (SessionError if it cannot be written)."""
         self.records += list(new)
+        if not self.records:
+            return
         try:
             record.write_records(self.records_path, self.records)
         except OSError as exc:

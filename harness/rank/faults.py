@@ -1,7 +1,7 @@
 """Fault injection for tests: COMPARE_FAULT / spec.fault = "ADAPTER:RANK:KIND:STEP".
 
-Runs in: every rank. KIND is exit (os._exit(3)), raise (RuntimeError) or hang (block forever), injected at the
-start of step STEP; STEP "end" injects it after the rank has written its result, during shutdown.
+Runs in: every rank. KIND is exit (os._exit(3)), raise (RuntimeError), hang (block forever) or kill (SIGKILL
+to itself, as the OOM killer or a `kill -9` would), injected at the start of step STEP; STEP "end" injects it after the rank has written its result, during shutdown.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ def inject(kind: str, step: int | str) -> None:
         os._exit(3)
     if kind == "raise":
         raise RuntimeError(f"injected fault at step {step}")
+    if kind == "kill":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
     if kind == "hang":
         threading.Event().wait()  # never set: this rank stops answering, its peers block in the collective
     raise ValueError(f"unknown fault kind {kind!r}")

@@ -4,6 +4,14 @@ Runs in: every rank. The rank writes what it measured to `<rank_dir>/rank<k>.jso
 teardown; the parent (harness/launch.py) turns the rank files into one record. Nothing here knows which adapter
 or workload it runs.
 
+How a rank ended is known for certain, whatever killed it: the process a launcher starts forks at once (before
+torch is imported) into a tiny supervisor, which stays the process the launcher knows, and the worker, which does
+the work. The supervisor forwards signals to the worker, waits for it, writes `exit-rank<k>.json` (exit code, or
+the signal that killed it, and when) and then ends the same way, so the launcher sees what it would have seen. A
+launch whose rank 1 was killed by SIGKILL is then reported as exactly that, not as the surviving rank's
+"Connection reset by peer". The worker leaves with os._exit once its result is written and its process group
+left: the interpreter's teardown of torch (about a second) is not worth waiting for.
+
 Phase marks: every rank records wall-clock times of its milestones (process created, entry, imports done,
 process group ready, set-up done, warm-up done, timed steps done, eval done, result written) in `marks`, so the
 parent can show where a launch's time goes.
@@ -85,13 +93,84 @@ def write_result(path: Path, result: dict) -> None:
     os.replace(tmp, path)
 
 
+_RANK_ENV = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+"""Where launchers put a process's rank before it has joined its group (torchrun, mp.spawn here and the deepspeed
+launcher: RANK; horovodrun: HOROVOD_RANK; MPI; SLURM); none of them: a single process, rank 0."""
+_FORWARD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_PR_SET_PDEATHSIG = 1
+
+
+def launcher_rank() -> int:
+    for name in _RANK_ENV:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def exit_path(rank_dir: Path, rank: int) -> Path:
+    return rank_dir / f"exit-rank{rank}.json"
+
+
+def _supervise(rank_dir: Path) -> None:
+    """Fork; return in the worker. The supervisor never returns: it waits, records and mirrors the worker's end."""
+    rank, me = launcher_rank(), os.getpid()
+    started = {"rank": rank, "supervisor_pid": me, "start": time.time()}
+    worker = os.fork()
+    if worker == 0:
+        try:  # the worker dies with its supervisor (a kill -9 of the process the launcher knows)
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != me:
+            os._exit(137)
+        return
+    for sig in _FORWARD:
+        signal.signal(sig, lambda n, f: os.kill(worker, n))
+    write_result(rank_dir / f"start-rank{rank}.json", {**started, "worker_pid": worker})
+    _, status = os.waitpid(worker, 0)
+    ended = {**started, "worker_pid": worker, "time": time.time()}
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        ended.update(signal=signal.Signals(sig).name, code=None)
+    else:
+        sig, ended["signal"], ended["code"] = None, None, os.WEXITSTATUS(status)
+    try:
+        write_result(exit_path(rank_dir, rank), ended)
+    except OSError:
+        pass
+    if sig is not None:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(me, sig)
+        os._exit(128 + sig)
+    os._exit(ended["code"])
+
+
 def run(spec_path: str | Path) -> None:
     marks = Marks(process_start=process_start_wall())
     marks("entry")
+    spec = RunSpec.load(spec_path)
+    _supervise(Path(spec.rank_dir))
+    code = 0
+    try:
+        _work(spec, marks)
+    except BaseException:  # noqa: BLE001 - the worker always leaves through os._exit below
+        import traceback
+
+        traceback.print_exc()
+        code = 130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _work(spec: RunSpec, marks: Marks) -> None:
     watch_parent()
     from harness import progress as progress_file
 
-    spec = RunSpec.load(spec_path)
     progress = progress_file.Writer(spec.progress_path)
     progress.phase("importing")
     import torch

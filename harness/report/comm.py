@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from harness.outdir import save_figure, write_text
 from harness.sizes import format_size
 
 
@@ -62,7 +63,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     if png:
         md += ["![busbw](busbw.png)", ""]
     path = out / "report.md"
-    path.write_text("\n".join(md))
+    write_text(path, "\n".join(md))
     return path
 
 
@@ -97,7 +98,7 @@ def plot(out: Path, records, ops, backends) -> Path | None:
                  + (" (oversubscribed)" if r0.get("oversubscribed") else ""), fontsize=10)
     fig.tight_layout()
     path = out / "busbw.png"
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, 100)
     plt.close(fig)
     return path
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import adapters
+from harness.inputs import first_sentence
+from harness.outdir import save_figure, write_text
 from harness.stats import percentile
 
 SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
@@ -133,6 +135,16 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 def _notes(rows, records) -> list[str]:
     notes = []
+    stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)
+    if stopped:
+        never = [row["adapter"] for row in rows if row["status"] == "not_run"]
+        notes.append(f"**The run was interrupted {stopped}**: "
+                     + (f"{', '.join(never)} never ran." if never else "every adapter had run at least once."))
+    if any(r.get("oversubscribed") for r in records):
+        f = records[0]
+        notes.append(f"**Oversubscribed**: more processes than the {f['env']['cpu_cores_usable']} usable cores "
+                     f"(--oversubscribe): the ranks time-share the cores, so throughput and efficiency here are not "
+                     f"what {f['world_size']} real devices would give.")
     by_precision: dict[str, list[str]] = {}
     for row in rows:
         if row["status"] == "ok":
@@ -225,7 +237,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     r0 = records[0]
     ws = r0["world_size"]
     hw = r0["env"]["gpus"][0] if r0["env"].get("gpus") else f"{r0['env']['cpu_cores_usable']}-core CPU"
-    md = [f"# {r0['workload']}: {', '.join(group(records))} at world size {ws} on {hw}", "",
+    over = " (oversubscribed)" if r0.get("oversubscribed") else ""
+    md = [f"# {r0['workload']}: {', '.join(group(records))} at world size {ws}{over} on {hw}", "",
           markdown_table(rows), ""]
     notes = _notes(rows, records)
     if notes:
@@ -235,9 +248,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     if plots:
         md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     path = out / "report.md"
-    tmp = path.with_name("report.md.tmp")
-    tmp.write_text("\n".join(md))
-    tmp.replace(path)
+    write_text(path, "\n".join(md))
     return path
 
 
@@ -270,7 +281,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     ax.margins(x=0.25)
     fig.tight_layout()
     paths.append(out / "throughput.png")
-    fig.savefig(paths[-1], dpi=110)
+    save_figure(fig, paths[-1], 110)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -283,7 +294,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     ax.legend()
     fig.tight_layout()
     paths.append(out / "loss.png")
-    fig.savefig(paths[-1], dpi=110)
+    save_figure(fig, paths[-1], 110)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
@@ -295,7 +306,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     ax.set_title(f"Step times: {title}", fontsize=10)
     fig.tight_layout()
     paths.append(out / "step_times.png")
-    fig.savefig(paths[-1], dpi=110)
+    save_figure(fig, paths[-1], 110)
     plt.close(fig)
     return paths
 
@@ -312,8 +323,7 @@ def console_table(records: list[dict[str, Any]]):
         if row["status"] != "ok":
             reason = "; ".join(row["reasons"])
             if row["status"] == "unavailable":  # the terminal gets the reason; report.md and `compare list` the fix
-                reason = reason.split(" (fix: ")[0]
-                reason = reason if len(reason) <= 160 else reason[:159] + "…"
+                reason = first_sentence(reason)
             status = escape(f"{row['status']}: {reason}")  # "[fault injection]" is not markup
             t.add_row(row["adapter"], "", "", "", "", "", "", "", status)
             continue

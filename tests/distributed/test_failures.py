@@ -36,7 +36,7 @@ def test_rank_crash_under_torchrun_is_a_failed_row_and_the_next_adapter_runs(tmp
     rows, proc = run_compare(tmp_path / "o", "-a", "ddp,spawn", *SHORT, env={"COMPARE_FAULT": "ddp:1:exit:5"})
     ddp, spawn = rows["ddp"], rows["spawn"]
     assert ddp["status"] == "failed"
-    assert ddp["reason"] == "launch exited with code 1; first error: [fault injection] exit at step 5"
+    assert ddp["reason"] == "rank 1 exited with code 3; first error: [fault injection] exit at step 5"
     assert "ChildFailedError" in ddp["log_tail"]  # torchrun's own summary of the failed rank
     assert spawn["status"] == "ok" and spawn["max_param_diff"] <= 1e-5
     assert _gone(ddp["topology"]["launch_pgid"])
@@ -49,19 +49,19 @@ def test_a_crash_after_every_rank_reported_keeps_the_row_and_says_so(tmp_path):
     rows, _ = run_compare(tmp_path / "o", "-a", "spawn", *SHORT, env={"COMPARE_FAULT": "spawn:1:exit:end"})
     rec = rows["spawn"]
     assert rec["status"] == "ok" and rec["max_param_diff"] <= 1e-5 and rec["samples_per_s"] > 0
-    assert rec["shutdown_error"] == ("after every rank had written its result: launch exited with code 1; "
+    assert rec["shutdown_error"] == ("after every rank had written its result: rank 1 exited with code 3; "
                                      "first error: [fault injection] exit at step end")
     assert "ProcessExitedException: process 1 terminated with exit code 3" in rec["log_tail"]
     report = (tmp_path / "o" / "report.md").read_text()
-    assert ("**spawn** repeat 0: the launch ended badly after every rank had written its result: launch exited "
-            "with code 1; first error: [fault injection] exit at step end (its measurements are complete and "
+    assert ("**spawn** repeat 0: the launch ended badly after every rank had written its result: rank 1 exited "
+            "with code 3; first error: [fault injection] exit at step end (its measurements are complete and "
             "kept).") in report
 
 
 def test_exception_in_the_in_process_adapter_is_a_failed_row(tmp_path):
     rows, _ = run_compare(tmp_path / "o", "-a", "dp,ddp", *SHORT, env={"COMPARE_FAULT": "dp:0:raise:3"})
     assert rows["dp"]["status"] == "failed"
-    assert rows["dp"]["reason"] == "launch exited with code 1; first error: [fault injection] raise at step 3"
+    assert rows["dp"]["reason"] == "rank 0 exited with code 1; first error: [fault injection] raise at step 3"
     assert "RuntimeError: injected fault at step 3" in rows["dp"]["log_tail"]
     assert rows["ddp"]["status"] == "ok"
 

@@ -1,0 +1,241 @@
+"""Nothing is ever lost and nothing outlives `compare`: each fault performed for real, from outside the process.
+
+- `kill -9` of compare itself: every process it launched (launcher, ranks, a hung rank included) dies within
+  seconds;
+- two runs on the same --out: the second is refused at start, naming the first one's pid;
+- a full disk (a small tmpfs): one line, exit 1, every finished row kept (or the rank results kept and named);
+- Ctrl-C during the very first launch still leaves records and a report;
+- a rank killed by a signal is named, with its signal, in the row's reason.
+
+Waits are for conditions (a progress file's step, a file's existence) with deadlines, never fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import adapters
+from conftest import REPO, read_records
+from harness import progress as progress_file
+
+pytestmark = pytest.mark.distributed
+SHORT = ("--steps", "30", "--warmup", "2", "--equiv-steps", "2")
+
+
+def _start(*args, env=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def _wait_for(condition, what: str, proc: subprocess.Popen, deadline_s: float = 240):
+    """Poll `condition()` until it returns something truthy; fail with `what` at the deadline or if the run ends."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"compare ended before {what}: rc {proc.returncode}\n{out}\n{err}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _launch_progress(root: psutil.Process, label_in_spec: str):
+    """Rank 0's progress of the running launch whose spec path contains `label_in_spec`."""
+    for p in root.children(recursive=True):
+        for arg in p.cmdline() if _cmdline(p) else []:
+            if arg.endswith("spec.json") and label_in_spec in arg:
+                return progress_file.read(Path(arg).parent / "progress.bin")
+    return None
+
+
+def _launch_processes(root: psutil.Process) -> list[psutil.Process]:
+    return [p for p in root.children(recursive=True) if _cmdline(p)]
+
+
+CHILD_ADAPTERS = [a for a in ("ddp", "spawn", "horovod", "deepspeed")]
+
+
+@pytest.mark.parametrize("adapter", CHILD_ADAPTERS)
+def test_kill_9_of_compare_takes_every_launched_process_with_it(tmp_path, adapter):
+    if not adapters.availability(adapter, "cpu", 2):
+        pytest.skip(f"{adapter} is not available here: {adapters.availability(adapter, 'cpu', 2).reason}")
+    # Rank 1 hangs at step 3: without the watchdogs its peers and launcher would wait forever.
+    proc = _start("run", "-a", adapter, "--steps", "100000", "--warmup", "2", "--equiv-steps", "0",
+                  "--out", str(tmp_path / "o"), env={"COMPARE_FAULT": f"{adapter}:1:hang:3"})
+    root = psutil.Process(proc.pid)
+    _wait_for(lambda: (_launch_progress(root, "-r0") or {}).get("step", 0) >= 3, f"{adapter}'s ranks at step 3",
+              proc)
+    launched = _launch_processes(root)
+    assert len(launched) >= 3, [_cmdline(p) for p in launched]  # the launcher and two ranks at least
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    gone, alive = psutil.wait_procs(launched, timeout=20)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"still running {time.monotonic() - t0:.1f} s after kill -9: {[_cmdline(p) for p in alive]}"
+
+
+def test_a_second_run_on_the_same_out_is_refused_naming_the_first(tmp_path):
+    out = tmp_path / "o"
+    first = _start("run", "-a", "ddp", "--steps", "100000", "--warmup", "0", "--equiv-steps", "0", "--out", str(out))
+    try:
+        _wait_for(lambda: (out / ".compare.lock").exists() and (out / ".compare.lock").read_text().strip(),
+                  "the first run's lock", first)
+        second = subprocess.run([sys.executable, "-m", "harness", "run", "-a", "ddp", "--out", str(out), "--force"],
+                                cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2
+        assert second.stderr == (f"error: output directory {out} is in use by another compare run (pid "
+                                 f"{first.pid}); wait for it to finish or choose another --out\n")
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert first.returncode == 130
+    # The first run's rows are intact (an interrupted row) and the lock is gone with it.
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["interrupted"]
+    assert not (out / ".compare.lock").exists()
+
+
+def test_ctrl_c_during_the_first_launch_still_leaves_records_and_a_report(tmp_path):
+    out = tmp_path / "o"
+    proc = _start("run", "-a", "dp,ddp", *SHORT, "--out", str(out), env={"COMPARE_FAULT": "reference:0:hang:1"})
+    root = psutil.Process(proc.pid)
+    _wait_for(lambda: (_launch_progress(root, "reference") or {}).get("step", 0) >= 1, "the reference at step 1",
+              proc)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [(r["label"], r["status"]) for r in rows] == [("dp", "not_run"), ("ddp", "not_run")]
+    assert rows[0]["reason"] == "the run was interrupted during the reference run"
+    report = (out / "report.md").read_text()
+    assert "**The run was interrupted during the reference run**: dp, ddp never ran." in report
+    assert "| dp |" in report and "| ddp |" in report
+
+
+# ---- a full disk --------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs, mounted for the test and unmounted after; `fill(free_bytes)` leaves that much room."""
+    if os.geteuid() != 0:
+        pytest.skip("Requires: root (to mount a small tmpfs that runs out of space)")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"Requires: a tmpfs mount ({exc})")
+
+    def fill(free_bytes: int) -> None:
+        st = os.statvfs(mnt)
+        (mnt / "filler").write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - free_bytes))
+
+    fill.path = mnt
+    yield fill
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _scratch_dirs(pid: int) -> list[Path]:
+    return sorted(Path(tempfile.gettempdir()).glob(f"compare-{pid}-*"))
+
+
+def test_disk_full_for_the_plots_keeps_every_row_and_says_so(small_disk):
+    small_disk(96 * 1024)  # room for the records of two short rows and their logs, not for three PNG plots
+    out = small_disk.path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "dp,ddp", *SHORT, "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 1, stderr
+    assert stderr == (f"error: could not write the report and plots in {out}: No space left on device; "
+                      f"records.jsonl holds every finished row (2 records)\n")
+    rows = read_records(out)
+    assert [rows[k]["status"] for k in ("dp", "ddp")] == ["ok", "ok"]
+    assert not list(out.glob("*.tmp")) and not _scratch_dirs(proc.pid)
+
+
+def test_disk_full_for_the_records_names_where_the_rank_results_are(small_disk):
+    small_disk(0)
+    out = small_disk.path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "dp", *SHORT, "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 1, stderr
+    [kept] = _scratch_dirs(proc.pid)
+    try:
+        assert stderr == (f"error: could not write {out / 'records.jsonl'}: No space left on device; the rank "
+                          f"results are kept in {kept}\n")
+        assert "-kept-" in kept.name and (kept / "dp-r0" / "rank0.json").exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(kept, ignore_errors=True)
+    assert not list(out.glob("*.tmp")) if out.exists() else True
+
+
+# ---- a rank killed by a signal -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("adapter", CHILD_ADAPTERS)
+def test_a_rank_killed_by_a_signal_is_named_with_its_signal(tmp_path, adapter):
+    if not adapters.availability(adapter, "cpu", 2):
+        pytest.skip(f"{adapter} is not available here: {adapters.availability(adapter, 'cpu', 2).reason}")
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "-a", f"{adapter},dp", *SHORT, "--out",
+                           str(tmp_path / "o")], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COMPARE_FAULT": f"{adapter}:1:kill:5"})
+    assert proc.returncode == 0, proc.stderr
+    rows = read_records(tmp_path / "o")
+    assert rows[adapter]["status"] == "failed"
+    assert rows[adapter]["reason"] == "rank 1 killed by SIGKILL"  # not rank 0's "Connection reset by peer"
+    assert rows["dp"]["status"] == "ok"
+
+
+def _rank_processes(root: psutil.Process, rank: int) -> list[psutil.Process]:
+    """The processes of one rank (its supervisor, then its worker), found from outside by their environment."""
+    found = []
+    for p in root.children(recursive=True):
+        try:
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if "harness.rank" in _cmdline(p) and env.get("RANK") == str(rank):
+            found.append(p)
+    return sorted(found, key=lambda p: p.create_time())
+
+
+@pytest.mark.parametrize("target, reason", [
+    ("worker", "rank 1 killed by SIGKILL"),
+    ("supervisor", "rank 1 killed from outside (no exit status recorded: SIGKILL, or the OOM killer)"),
+    ("worker-term", "rank 1 killed by SIGTERM"),
+])
+def test_a_rank_killed_from_outside_is_named(tmp_path, target, reason):
+    out = tmp_path / "o"
+    proc = _start("run", "-a", "ddp", "--steps", "100000", "--warmup", "2", "--equiv-steps", "0", "--out", str(out))
+    root = psutil.Process(proc.pid)
+    _wait_for(lambda: (_launch_progress(root, "-r0") or {}).get("step", 0) >= 3, "ddp at step 3", proc)
+    supervisor, worker = _rank_processes(root, 1)
+    victim = supervisor if target == "supervisor" else worker
+    victim.send_signal(signal.SIGTERM if target.endswith("term") else signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr  # the only row failed
+    [row] = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert (row["status"], row["reason"]) == ("failed", reason)
