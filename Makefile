@@ -1,13 +1,15 @@
 # The two commands a new user runs (see README.md):
 #   make compare   create .venv/ (pinned CPU torch first) and run the default comparison
-#   make test      run the whole test suite (creates .venv/ first if needed)
+#   make test      run the whole test suite (creates .venv/ first if needed); this is what CI runs
+# For development:
+#   make test-fast the tests that start no training processes (-m "not distributed"), in well under a minute
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 # torch is installed first and pinned, so pip never resolves a multi-GB CUDA build on a CPU machine.
 TORCH   ?= torch==2.13.0
 
-.PHONY: setup compare test clean
+.PHONY: setup compare test test-fast clean
 
 setup: $(VENV)/.installed
 
@@ -28,6 +30,9 @@ compare: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not distributed"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness import options
+from harness import cache, options
 
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
     import torch
@@ -367,42 +367,23 @@ def torch_build() -> dict[str, Any]:
     torch.distributed backends it was built with. Cached on disk, keyed by torch's files, so `compare list` and
     CPU availability checks need not import torch (two seconds) after the first time."""
     import importlib.util
-    import json
 
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         return {"installed": False}
     root = Path(list(spec.submodule_search_locations)[0])
-    parts = [sys.executable]
-    for f in [root / "version.py", *sorted((root / "lib").glob("libtorch*.so"))]:
-        try:
-            st = f.stat()
-            parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-        except OSError:
-            pass
-    key = "|".join(parts)
-    cache = Path(os.environ.get("COMPARE_CACHE", Path.home() / ".cache" / "compare")) / "torch-build.json"
-    try:
-        cached = json.loads(cache.read_text())
-        if cached.get("key") == key:
-            return cached["facts"]
-    except (OSError, ValueError, AttributeError):
-        pass
-    import torch
-    import torch.distributed as dist
 
-    facts = {"installed": True, "version": torch.__version__, "distributed": dist.is_available(),
-             "gloo": dist.is_available() and dist.is_gloo_available(),
-             "nccl": dist.is_available() and dist.is_nccl_available(),
-             "mpi": dist.is_available() and dist.is_mpi_available()}
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "facts": facts}))
-        os.replace(tmp, cache)
-    except OSError:
-        pass
-    return facts
+    def probe() -> dict[str, Any]:
+        import torch
+        import torch.distributed as dist
+
+        on = dist.is_available()
+        return {"installed": True, "version": torch.__version__, "distributed": on,
+                "gloo": on and dist.is_gloo_available(), "nccl": on and dist.is_nccl_available(),
+                "mpi": on and dist.is_mpi_available()}
+
+    key = cache.files_key([root / "version.py", *sorted((root / "lib").glob("libtorch*.so"))])
+    return cache.cached_json("torch-build", key, probe)
 
 
 def cuda_world_check(device: str, world_size: int) -> Availability:

@@ -26,6 +26,7 @@ from typing import Literal
 
 from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check,
                            rank_command)
+from harness import cache
 
 VERSION = "0.28.1"
 INSTALL_SCRIPT = "adapters/install/horovod.sh"
@@ -60,40 +61,18 @@ print(json.dumps({"version": horovod.__version__, "gloo": hvd.gloo_built(), "mpi
 """
 
 
-def _probe_key() -> str | None:
-    """What the probe's answer depends on: the built extension and the torch it links against (their paths,
-    sizes and modification times) and this interpreter. None when horovod is not installed."""
-    spec = importlib.util.find_spec("horovod")
-    torch_spec = importlib.util.find_spec("torch")
+def _probe_files() -> list[Path] | None:
+    """What the probe's answer depends on: the built extension and the torch it links against. None when horovod
+    or torch is not installed."""
+    spec, torch_spec = importlib.util.find_spec("horovod"), importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations or torch_spec is None:
         return None
-    files = sorted(Path(list(spec.submodule_search_locations)[0], "torch").glob("mpi_lib*.so"))
-    files += sorted(Path(list(torch_spec.submodule_search_locations)[0], "lib").glob("libtorch_cpu*.so"))
-    files.append(Path(list(torch_spec.submodule_search_locations)[0], "version.py"))
-    parts = [sys.executable]
-    for f in files:
-        try:
-            st = f.stat()
-        except OSError:
-            continue
-        parts.append(f"{f}:{st.st_size}:{st.st_mtime_ns}")
-    return "|".join(parts)
+    torch_root, root = Path(list(torch_spec.submodule_search_locations)[0]), Path(list(spec.submodule_search_locations)[0])
+    return [root / "__init__.py", root / "torch" / "__init__.py", *sorted((root / "torch").glob("mpi_lib*.so")),
+            *sorted((torch_root / "lib").glob("libtorch_cpu*.so")), torch_root / "version.py"]
 
 
-@functools.lru_cache(maxsize=1)
-def probe() -> dict:
-    """What the installed horovod.torch says about itself, or {"error": ...} when it does not import.
-
-    Importing it takes seconds (a child process, since a wheel built for another torch can crash the importer), so
-    a successful answer is cached on disk next to the wheel cache, keyed by the files it depends on."""
-    key = _probe_key()
-    cache = wheel_cache() / "horovod-probe.json"
-    try:
-        cached = json.loads(cache.read_text())
-        if key is not None and cached.get("key") == key:
-            return cached["info"]
-    except (OSError, ValueError, AttributeError):
-        pass
+def _import_in_child() -> dict:
     try:
         proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -101,16 +80,20 @@ def probe() -> dict:
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         return {"error": lines[-1] if lines else f"exit code {proc.returncode}"}
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    if key is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"key": key, "info": info}))
-            os.replace(tmp, cache)
-        except OSError:
-            pass  # a cache we cannot write only costs the next run the same seconds
-    return info
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> dict:
+    """What the installed horovod.torch says about itself, or {"error": ...} when it does not import.
+
+    Importing it takes seconds (in a child process, since a wheel built for another torch can crash the
+    importer), so a successful answer is cached, keyed by the files it depends on."""
+    files = _probe_files()
+    if files is None:
+        return _import_in_child()
+    return cache.cached_json("horovod-probe", cache.files_key(files), _import_in_child,
+                             keep=lambda info: "error" not in info)
 
 
 class HorovodAdapter(Adapter):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import signal
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from rich.markup import escape
 
 import adapters
 import workloads
+from harness import interrupt
 from harness.inputs import DEVICES, BadInput, CommRequest, RunRequest, first_sentence, split
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
@@ -38,6 +38,15 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 _TYPED_ARGV: list[str] | None = None
 _STARTED: float | None = None
+_MAIN = False
+"""True when run as the `compare` command (not in process, as the tests' CliRunner does)."""
+
+
+def _stop_on_signals() -> None:
+    """For the commands that launch processes: Ctrl-C, and the SIGTERM of a CI job runner or `timeout`, and a
+    closed terminal's SIGHUP, stop the children and keep finished rows (harness/interrupt.py)."""
+    if _MAIN:
+        interrupt.install()
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -177,9 +186,11 @@ def run(
     except BadInput as exc:
         _fail(str(exc))
     req.command = _typed(_resolved_command(plan))
+    _stop_on_signals()
     records, interrupted = _execute(runmod.execute, plan, RunUI(), _STARTED)
     console.print(report_run.console_table(records))
-    console.print(f"wrote {plan.out}/report.md, records.jsonl and plots")
+    took = f" ({time.time() - _STARTED:.0f} s)" if _STARTED else ""
+    console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took}")
     if interrupted:
         done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
         typer.echo(f"interrupted: children stopped; {done} row(s) kept in {plan.out}", err=True)
@@ -229,6 +240,7 @@ def comm_cmd(
     except BadInput as exc:
         _fail(str(exc))
     req.command = _typed("compare comm (API)")
+    _stop_on_signals()
     over = " (oversubscribed)" if plan.oversubscribed else ""
     console.print(f"[bold]compare comm[/]: {len(plan.ops)} ops x {len(plan.sizes)} sizes, {world_size} ranks{over}, "
                   f"{dtype} -> {plan.out}")
@@ -352,19 +364,18 @@ def _print_tree(key: str, value, depth: int) -> None:
         console.print(f"{pad}{name}: {escape(str(value))}", highlight=False)
 
 
-def _stop_as_interrupt(signum, frame):
-    # A CI job runner or `timeout` sends SIGTERM, a closed terminal SIGHUP: stop the children and keep finished
-    # rows, as for Ctrl-C.
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> None:
     global _TYPED_ARGV, _STARTED
     from harness.launch import become_subreaper
 
-    _STARTED = time.time()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stop_as_interrupt)
+    try:  # from the process's creation, so interpreter start-up and imports count too
+        import psutil
+
+        _STARTED = psutil.Process().create_time()
+    except Exception:  # noqa: BLE001 - a clock reading is not worth failing for
+        _STARTED = time.time()
+    global _MAIN
+    _MAIN = True
     become_subreaper()
     _TYPED_ARGV = list(sys.argv[1:] if argv is None else argv)
     app(args=_TYPED_ARGV, prog_name="compare")

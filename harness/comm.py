@@ -13,7 +13,7 @@ from typing import Any
 import adapters
 from harness import collectives
 from harness import env as envmod
-from harness import outdir
+from harness import interrupt, outdir
 from harness.inputs import BadInput, CommPlan, CommRequest, build_rows, check_common, check_cores, check_list
 from harness.launch import run_launch
 from harness.record import SCHEMA_VERSION
@@ -72,6 +72,7 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
             session.save([{**base, "backend": row.label, "adapter": row.name, "op": None, "size_bytes": None,
                            "status": "unavailable", "reason": row.reason} for row in p.unavailable])
             for row in p.runnable:
+                interrupt.check()
                 adapter = row.adapter
                 spec = RunSpec(adapter=adapter.name, workload="-", world_size=req.world_size, device=req.device,
                                global_batch=0, steps=0, warmup=0,

@@ -54,30 +54,43 @@ def git_commit() -> str | None:
         return None
 
 
-def collect(device: str = "cpu") -> dict[str, Any]:
-    """The environment shared by every row of one comparison (cheap: no framework imports beyond torch)."""
-    import torch
-    import torch.distributed as dist
-
+def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
+    """The environment shared by every row of one comparison (cheap: no framework imports beyond torch).
+    `import_torch=False` (a run interrupted while torch was being imported: importing it again could fail
+    half-way) reads torch's version from its package metadata and leaves out what only torch itself can say."""
     import psutil
 
     env: dict[str, Any] = {
         "python": platform.python_version(),
-        "torch": torch.__version__,
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_flags": cpu_flags(),
         "cpu_cores_usable": usable_cores(),
         "cpu_count_logical": os.cpu_count(),
         "memory_total_bytes": psutil.virtual_memory().total,
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "git_commit": git_commit(),
+    }
+    if not import_torch:
+        from importlib import metadata
+
+        try:
+            env["torch"] = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            env["torch"] = "not installed"
+        env["distributed"] = {}
+        return env
+    import torch
+    import torch.distributed as dist
+
+    env.update({
+        "torch": torch.__version__,
         "torch_default_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
-        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
         "distributed": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
                         "mpi": dist.is_mpi_available()},
         "cuda_available": torch.cuda.is_available(),
-        "git_commit": git_commit(),
-    }
+    })
     if torch.cuda.is_available():
         env["cuda"] = torch.version.cuda
         env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

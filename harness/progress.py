@@ -67,3 +67,50 @@ class Writer:
     def step(self, n: int) -> None:
         if self.enabled:
             struct.pack_into("<q", self._map, 8, n)  # one aligned 8-byte store: never torn
+
+
+# ---- the gate and the events channel ---------------------------------------------------------------------------
+# While one launch ends (eval, teardown, its launcher's exit), the parent already starts the next one, so the next
+# launch's start-up (imports, rendezvous, model, data: seconds, none of it timed) overlaps the previous launch's
+# tail. Two small signals keep every timed phase alone on the machine:
+# - the gate: after set-up, before warm-up, every rank takes a shared flock on `gate.lock`, which the parent holds
+#   exclusively until the previous launch has ended (a blocking wait, no CPU; a rank that arrives after the
+#   parent let go passes at once);
+# - the events FIFO: rank 0 writes "timed_done" into `events.fifo` when its timed steps are over, which wakes the
+#   parent's poll at once, so it can start the next launch (no polling either side).
+GATE = "gate.lock"
+EVENTS = "events.fifo"
+
+
+def pass_gate(rank_dir: Path) -> float:
+    """Rank side: wait until the parent opens this launch's gate; seconds waited (0 when there is no gate)."""
+    import fcntl
+    import os
+    import time
+
+    try:
+        fd = os.open(rank_dir / GATE, os.O_RDONLY)
+    except OSError:
+        return 0.0
+    t0 = time.monotonic()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    finally:
+        os.close(fd)
+    return time.monotonic() - t0
+
+
+def send_event(rank_dir: Path, event: str) -> None:
+    """Rank side: one line to the parent through the events FIFO (nothing happens if nobody listens)."""
+    import os
+
+    try:
+        fd = os.open(rank_dir / EVENTS, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # no FIFO (a rank started by hand) or no reader
+        return
+    try:
+        os.write(fd, (event + "\n").encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -7,7 +7,7 @@ finished rows are kept.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,10 +15,10 @@ from typing import Any
 import adapters
 import workloads
 from harness import env as envmod
-from harness import outdir, record
+from harness import interrupt, outdir, record
 from harness.inputs import (BadInput, Row, RunPlan, RunRequest, build_rows, check_common, check_cores, check_list,
                             pairs, parse_label)
-from harness.launch import run_launch
+from harness.launch import Launch
 from harness.options import OptionError
 from harness.registry import UnknownName
 from harness.session import Session
@@ -87,13 +87,19 @@ def default_threads(processes: int, override: int | None) -> int:
 
 def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str, Any]], bool]:
     """Run the plan; `ui` receives progress (see harness.cli.RunUI). Returns (records, interrupted). Raises
-    SessionError when the results cannot be written (exit 1) and BadInput when another run holds the directory."""
+    SessionError when the results cannot be written (exit 1) and BadInput when another run holds the directory.
+
+    Launches are pipelined, never their measurements: once a launch's timed steps are over (rank 0 says so), the
+    next launch starts and does its untimed start-up (interpreter, imports, rendezvous, model, data) while the
+    previous one evaluates and shuts down; its ranks then wait at the gate (harness/progress.py) until the
+    previous launch has ended entirely, so no other launch's process runs during any warm-up or timed step.
+    Every launch is still a fresh set of processes, started by its own launcher."""
     from harness import report
 
     req = p.request
     run_info = {"kind": "run", "run_id": p.out.name,
                 "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "command": req.command, "row_order": [r.label for r in p.rows], "env": envmod.collect(req.device),
+                "command": req.command, "row_order": [r.label for r in p.rows], "env": None,
                 "oversubscribed": p.oversubscribed}
     if started is not None:
         run_info["started_wall"] = started
@@ -101,27 +107,42 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
     """When the run was interrupted (Ctrl-C, SIGTERM): "during the reference run", "during ddp (repeat 1)", ..."""
     with Session(p.out, RESULT_FILES) as session:
         ui.start(p)
+        state = _State(p, session, ui, run_info)
+        live: list[_Job] = []  # started and not yet finished, oldest first
         try:
-            try:
-                reference = _reference(p, session, ui)
-            except _Interrupted as stop:
-                stopped, reference = stop.args[0], None
+            prev = state.start_reference()
+            if prev:
+                live.append(prev)
+            run_info["env"] = envmod.collect(req.device)  # while the reference starts up
+            interrupt.check()
             session.save([_plain(run_info, req, row, repeat, "unavailable", row.reason)
                           for row in p.unavailable for repeat in range(req.repeats)])
+            if prev:
+                prev.launch.wait_for("timed_done")
             # Repeats are interleaved (all adapters, then all again) so slow drift of the machine hits all alike.
             for repeat, row in [(repeat, row) for repeat in range(req.repeats) for row in p.runnable]:
-                if stopped:
-                    break
-                rec = _run_one(p, row, repeat, session, reference, run_info, ui)
-                if rec["status"] == "interrupted":
-                    stopped = f"during {row.label} (repeat {repeat + 1})"
-                session.save([rec])
-                ui.finished(rec)
+                job = state.start(row, repeat, gated=prev is not None)
+                live.append(job)
+                if prev:
+                    live.remove(prev)
+                    stopped = state.done(prev, prev.launch.finish())
+                    if stopped:
+                        break
+                job.launch.open_gate()
+                job.launch.wait_for("timed_done")
+                prev = job
+            if prev and not stopped:
+                live.remove(prev)
+                stopped = state.done(prev, prev.launch.finish())
         except KeyboardInterrupt:
-            stopped = stopped or "between launches"
+            stopped = stopped or (f"during {live[0].what}" if live else "between launches")
         finally:
+            for job in live:  # a Ctrl-C while two launches were alive (one ending, the next starting)
+                state.done(job, job.launch.interrupt())
             ui.stop()
         if stopped:
+            if run_info["env"] is None:  # interrupted before the environment was read (importing torch)
+                run_info["env"] = envmod.collect(req.device, import_torch=False)
             done = {(r["label"], r["repeat"]) for r in session.records}
             never = [_plain(run_info, req, row, repeat, "not_run", f"the run was interrupted {stopped}")
                      for repeat in range(req.repeats) for row in p.runnable if (row.label, repeat) not in done]
@@ -131,14 +152,77 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
     return session.records, stopped is not None
 
 
-class _Interrupted(Exception):
-    pass
+@dataclass
+class _Job:
+    launch: Launch
+    spec: RunSpec
+    row: Row | None
+    """None for the reference run."""
+    repeat: int
+    slug: str
+
+    @property
+    def what(self) -> str:
+        return "the reference run" if self.row is None else f"{self.row.label} (repeat {self.repeat + 1})"
+
+
+class _State:
+    """What the launches of one run share: the plan, the session, the UI, and the reference's parameters."""
+
+    def __init__(self, p: RunPlan, session: Session, ui, run_info: dict[str, Any]):
+        self.p, self.session, self.ui, self.run_info = p, session, ui, run_info
+        self.reference: dict | None = None
+        self.reference_run: dict | None = None
+        """When the reference launch ran and how long it took (for the report's time breakdown)."""
+
+    def start_reference(self) -> _Job | None:
+        """Start the single-process fp32 reference for `equiv_steps` steps (None when there is nothing to check)."""
+        p = self.p
+        if p.equiv_steps < 1:
+            return None
+        ref = adapters.get("reference")({}, p.request.device)
+        spec = _spec(p, "reference", self.session.scratch / "reference", processes=1, steps=p.equiv_steps,
+                     warmup=0, equiv=p.equiv_steps, knobs={}, do_eval=False)
+        self.ui.begin("reference", 0, p.equiv_steps)
+        launch = Launch(ref, spec, p.request.timeout_s, lambda pr: self.ui.progress("reference", 0, pr)).start()
+        return _Job(launch, spec, None, 0, "reference")
+
+    def start(self, row: Row, repeat: int, gated: bool) -> _Job:
+        p, adapter = self.p, row.adapter
+        slug = row.label.replace(":", "_").replace("=", "-").replace("/", "_")
+        spec = _spec(p, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
+                     processes=adapter.processes(p.request.world_size), steps=p.steps, warmup=p.warmup,
+                     equiv=p.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True)
+        self.ui.begin(row.label, repeat, p.steps + p.warmup)
+        launch = Launch(adapter, spec, p.request.timeout_s,
+                        lambda pr: self.ui.progress(row.label, repeat, pr)).start(gated=gated)
+        return _Job(launch, spec, row, repeat, slug)
+
+    def done(self, job: _Job, outcome) -> str | None:
+        """Record a finished launch; "during ..." if it was interrupted (the run stops), else None."""
+        self.session.keep_log(outcome.log_path, f"{job.slug}.log" if job.row is None else f"{job.slug}-r{job.repeat}.log")
+        if job.row is None:
+            self.ui.reference_done(outcome)
+            self.reference_run = {"status": outcome.status, "launch_wall": outcome.launch_wall,
+                                  "wall_time_s": outcome.wall_time_s}
+            if outcome.status == "ok":
+                import torch
+
+                self.reference = torch.load(job.spec.params_path)
+        else:
+            rec = _record(self.p, job, outcome, self.reference, self.run_info)
+            if self.reference_run:
+                rec["reference_run"] = self.reference_run
+            self.session.save([rec])
+            self.ui.finished(rec)
+        return f"during {job.what}" if outcome.status == "interrupted" else None
 
 
 def _plain(run_info, req, row: Row, repeat: int, status: str, reason: str) -> dict[str, Any]:
     return record.base_record(run=run_info, adapter=row.name, label=row.label,
-                              summary=getattr(row.cls, "summary", ""), launcher=getattr(row.cls, "launcher", "?"), workload=req.workload, world_size=req.world_size,
-                              repeat=repeat, status=status, reason=reason)
+                              summary=getattr(row.cls, "summary", ""), launcher=getattr(row.cls, "launcher", "?"),
+                              workload=req.workload, world_size=req.world_size, repeat=repeat, status=status,
+                              reason=reason)
 
 
 def _spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
@@ -151,41 +235,13 @@ def _spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: in
                    fault=req.fault, eval=do_eval)
 
 
-def _reference(p: RunPlan, session: Session, ui) -> dict | None:
-    """Run the single-process fp32 reference for `equiv_steps` steps; its parameters, or None if it failed."""
-    if p.equiv_steps < 1:
-        return None
-    ref = adapters.get("reference")({}, p.request.device)
-    rank_dir = session.scratch / "reference"
-    spec = _spec(p, "reference", rank_dir, processes=1, steps=p.equiv_steps, warmup=0, equiv=p.equiv_steps,
-                 knobs={}, do_eval=False)
-    ui.begin("reference", 0, p.equiv_steps)
-    outcome = run_launch(ref, spec, p.request.timeout_s, lambda pr: ui.progress("reference", 0, pr))
-    session.keep_log(outcome.log_path, "reference.log")
-    ui.reference_done(outcome)
-    if outcome.status == "interrupted":
-        raise _Interrupted("during the reference run")
-    if outcome.status != "ok":
-        return None
-    import torch
-
-    return torch.load(spec.params_path)
-
-
-def _run_one(p: RunPlan, row: Row, repeat: int, session: Session, reference, run_info, ui) -> dict[str, Any]:
-    req, adapter = p.request, row.adapter
-    slug = row.label.replace(":", "_").replace("=", "-").replace("/", "_")
-    rank_dir = session.scratch / f"{slug}-r{repeat}"
-    spec = _spec(p, adapter.name, rank_dir, processes=adapter.processes(req.world_size), steps=p.steps,
-                 warmup=p.warmup, equiv=p.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True)
-    ui.begin(row.label, repeat, p.steps + p.warmup)
-    outcome = run_launch(adapter, spec, req.timeout_s, lambda pr: ui.progress(row.label, repeat, pr))
-    session.keep_log(outcome.log_path, f"{slug}-r{repeat}.log")
-    rec = record.base_record(run=run_info, adapter=adapter.name, label=row.label, summary=adapter.summary,
+def _record(p: RunPlan, job: _Job, outcome, reference, run_info) -> dict[str, Any]:
+    req, adapter = p.request, job.row.adapter
+    rec = record.base_record(run=run_info, adapter=adapter.name, label=job.row.label, summary=adapter.summary,
                              launcher=adapter.launcher, workload=req.workload, world_size=req.world_size,
-                             repeat=repeat, status=outcome.status, reason=outcome.reason)
+                             repeat=job.repeat, status=outcome.status, reason=outcome.reason)
     try:
-        return record.from_outcome(rec, outcome, spec, reference, p.workload)
+        return record.from_outcome(rec, outcome, job.spec, reference, p.workload)
     except Exception as exc:  # a malformed rank file must not lose the other rows
         rec.update(status="failed", reason=f"could not build the record: {type(exc).__name__}: {exc}",
                    log_tail=outcome.log_tail)

@@ -8,8 +8,10 @@ must match every fp32 adapter to float rounding.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.options import OptionError
 from workloads.base import Data, Workload
@@ -51,17 +53,46 @@ class Digits(Workload):
 
     def materialize(self, device: str, global_batch: int) -> Data:
         import torch
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
 
-        x, y = load_digits(return_X_y=True)
-        x_tr, x_te, y_tr, y_te = train_test_split(x / 16.0, y, test_size=TEST_FRACTION, random_state=0, stratify=y)
+        x_tr, x_te, y_tr, y_te = split()
 
         def t(a, dtype):
             return torch.tensor(a, dtype=dtype, device=device)
 
         return Data(t(x_tr, torch.float32), t(y_tr, torch.long), t(x_te, torch.float32), t(y_te, torch.long),
                     meta={"source": "sklearn.datasets.load_digits", "train": len(x_tr), "test": len(x_te)})
+
+
+def split():
+    """(x_train, x_test, y_train, y_test) as numpy arrays: load_digits / 16, stratified 80/20, random_state 0.
+
+    Importing scikit-learn takes over a second in every rank of every launch, so the split is computed once and
+    kept, as the exact arrays, in the cache directory, keyed by the scikit-learn installation it came from."""
+    import io
+    from importlib import metadata, util
+
+    import numpy as np
+
+    from harness import cache
+
+    spec = util.find_spec("sklearn")
+    data_file = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
+    key = cache.files_key([data_file]) + f"|scikit-learn {metadata.version('scikit-learn')}|{TEST_FRACTION}|0"
+    path = cache.cache_dir() / f"digits-split-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
+    try:
+        with np.load(path) as z:
+            return z["x_tr"], z["x_te"], z["y_tr"], z["y_te"]
+    except (OSError, KeyError, ValueError):
+        pass
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    x_tr, x_te, y_tr, y_te = train_test_split(x / 16.0, y, test_size=TEST_FRACTION, random_state=0, stratify=y)
+    buf = io.BytesIO()
+    np.savez(buf, x_tr=x_tr, x_te=x_te, y_tr=y_tr, y_te=y_te)
+    cache.write_atomic(path, buf.getvalue())
+    return x_tr, x_te, y_tr, y_te
 
 
 WORKLOAD = Digits

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import workloads
+from harness import progress as progress_file
 from harness.rank.faults import inject
 from harness.rank.measure import PeakMemory, device_sync
 
@@ -34,9 +36,12 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
     losses = torch.zeros(total, device=info.device)
     step_times: list[float] = []
     first_step_end_wall = None
+    marks("setup_done")
+    progress.phase("waiting for the previous launch to end", 0)
+    progress_file.pass_gate(Path(spec.rank_dir))  # no other launch runs while this one is measured
+    marks("gate_passed")
     progress.phase("warmup" if spec.warmup else "timed", 0)
     adapter.barrier()  # every rank starts the clock together
-    marks("setup_done")
 
     for step in range(total):
         if step == spec.warmup:
@@ -71,6 +76,8 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
     if "warmup_done" not in marks:  # no timed steps
         marks("warmup_done")
     marks("timed_done")
+    if info.rank == 0:
+        progress_file.send_event(Path(spec.rank_dir), "timed_done")  # the parent may start the next launch
 
     peak = memory.read() if spec.steps > 0 else None
     progress.phase("eval", total)

@@ -231,6 +231,45 @@ def _provenance(records) -> list[str]:
     ]
 
 
+_PHASE_HEADS = {"launcher": "launcher", "python": "python", "imports": "imports", "init": "init", "setup": "setup",
+                "gate": "gate", "warmup": "warm-up", "timed": "timed", "eval": "eval", "write": "result",
+                "shutdown": "shutdown"}
+
+
+def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
+    """Seconds per phase of each row's launches (median over repeats), and the run's own wall time, from the
+    phase marks the ranks and the parent recorded. Records written before phases were recorded: nothing."""
+    timed = [r for r in records if r.get("phases_s")]
+    if not timed:
+        return []
+    lines = ["Seconds per phase of one launch (median over repeats; each phase ends when its slowest rank is done; "
+             "`launcher`: from starting the command until the first rank process exists; `init`: joining the "
+             "group; `setup`: model, wrapper, data; `gate`: waiting for the previous launch to end, since each "
+             "launch starts while the previous one evaluates and shuts down, and is let into its warm-up only when "
+             "that one has ended; `shutdown`: from the last result until every process of the launch is gone).",
+             "", "| adapter | " + " | ".join(_PHASE_HEADS.values()) + " | launch wall |",
+             "|---|" + "---|" * (len(_PHASE_HEADS) + 1)]
+    for label, recs in group(timed).items():
+        med = {k: statistics.median(r["phases_s"].get(k, 0.0) for r in recs) for k in _PHASE_HEADS}
+        wall = statistics.median(r["wall_time_s"] for r in recs)
+        lines.append(f"| {label} | " + " | ".join(f"{med[k]:.2f}" for k in _PHASE_HEADS) + f" | {wall:.2f} |")
+    starts = [r["launch_wall"] for r in records if r.get("launch_wall")]
+    ends = [r["launch_wall"] + r["wall_time_s"] for r in records if r.get("launch_wall")]
+    first = records[0]
+    if starts and first.get("started_wall"):
+        total = max(ends) - first["started_wall"]
+        measured = sum(r["phases_s"].get("warmup", 0) + r["phases_s"].get("timed", 0) for r in timed)
+        launches = sum(r["wall_time_s"] for r in timed)
+        ref = next((r["reference_run"] for r in records if r.get("reference_run")), None)
+        lines += ["", f"From `compare` starting to its last launch ending: {total:.1f} s (the report and plots come "
+                      f"after). Warm-up and timed steps: {measured:.1f} s of it."
+                  + (f" Checking the request and the adapters: {ref['launch_wall'] - first['started_wall']:.1f} s; "
+                     f"the single-process reference run: {ref['wall_time_s']:.1f} s." if ref else "")
+                  + f" The {len(timed)} launches of the table took {launches:.1f} s together, more than their share "
+                    f"of the run because each one's start-up overlapped the previous one's end."]
+    return lines
+
+
 def render(out: Path, records: list[dict[str, Any]]) -> Path:
     rows = table_rows(records)
     plots = plot(out, records, rows)
@@ -244,6 +283,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     if notes:
         md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     md += ["## Controls", ""] + _controls(rows) + [""]
+    timing = time_breakdown(records)
+    if timing:
+        md += ["## Where the time went", ""] + timing + [""]
     md += ["## Provenance", ""] + _provenance(records) + [""]
     if plots:
         md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]

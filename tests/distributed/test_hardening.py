@@ -32,9 +32,32 @@ pytestmark = pytest.mark.distributed
 SHORT = ("--steps", "30", "--warmup", "2", "--equiv-steps", "2")
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_run_outlives_its_test():
+    """Whatever a test started is gone when it ends, even when it failed half-way (a run left training would
+    slow every later test down)."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            tree = psutil.Process(proc.pid).children(recursive=True)
+            proc.kill()
+            for p in tree:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            proc.communicate()
+
+
 def _start(*args, env=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env={**os.environ, **(env or {})},
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env={**os.environ, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _STARTED.append(proc)
+    return proc
 
 
 def _cmdline(p: psutil.Process) -> str:
@@ -98,8 +121,9 @@ def test_a_second_run_on_the_same_out_is_refused_naming_the_first(tmp_path):
     out = tmp_path / "o"
     first = _start("run", "-a", "ddp", "--steps", "100000", "--warmup", "0", "--equiv-steps", "0", "--out", str(out))
     try:
-        _wait_for(lambda: (out / ".compare.lock").exists() and (out / ".compare.lock").read_text().strip(),
-                  "the first run's lock", first)
+        root = psutil.Process(first.pid)
+        _wait_for(lambda: (out / ".compare.lock").exists() and (_launch_progress(root, "-r0") or {}).get("step"),
+                  "the first run's lock and its training", first)
         second = subprocess.run([sys.executable, "-m", "harness", "run", "-a", "ddp", "--out", str(out), "--force"],
                                 cwd=REPO, capture_output=True, text=True, timeout=120)
         assert second.returncode == 2
@@ -160,10 +184,25 @@ def _scratch_dirs(pid: int) -> list[Path]:
     return sorted(Path(tempfile.gettempdir()).glob(f"compare-{pid}-*"))
 
 
-def test_disk_full_for_the_plots_keeps_every_row_and_says_so(small_disk):
-    small_disk(96 * 1024)  # room for the records of two short rows and their logs, not for three PNG plots
+def _pages(n: int) -> int:
+    return -(-n // 4096) * 4096
+
+
+def test_disk_full_for_the_plots_keeps_every_row_and_says_so(small_disk, tmp_path):
+    # The same run on a roomy disk first, to size the small one: room for the lock, the logs and the records
+    # (twice: records.jsonl is rewritten through a temp file), not for the PNG plots.
+    args = ["-a", "dp,ddp", *SHORT]
+    sizing = tmp_path / "sizing"
+    subprocess.run([sys.executable, "-m", "harness", "run", *args, "--out", str(sizing)], cwd=REPO, check=True,
+                   capture_output=True, timeout=600)
+    records = _pages((sizing / "records.jsonl").stat().st_size)
+    logs = sum(_pages(f.stat().st_size) for f in (sizing / "logs").iterdir())
+    plots = sum(f.stat().st_size for f in sizing.glob("*.png"))
+    room = 4096 + logs + 2 * records + 8192
+    assert plots > room - 2 * records + 16384, "the plots must not fit where the records do"
+    small_disk(room)
     out = small_disk.path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "dp,ddp", *SHORT, "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", *args, "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stderr

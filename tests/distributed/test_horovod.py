@@ -80,12 +80,12 @@ def test_a_dead_rank_is_a_failed_row_and_the_next_adapter_runs(tmp_path):
                           env={"COMPARE_FAULT": "horovod:1:exit:5"})
     rec = rows["horovod"]
     assert rec["status"] == "failed"
-    assert rec["reason"].startswith("launch exited with code ")
-    # horovodrun prefixes each rank's lines with [rank]<stream>: the reason names the rank that died.
-    assert rec["reason"].endswith("first error: [1]<stderr>:[fault injection] exit at step 5")
-    # horovodrun's own account of which process died first.
+    # The rank that died and how, then its own error line (horovodrun prefixes each rank's lines with
+    # [rank]<stream>).
+    assert rec["reason"] == "rank 1 exited with code 3; first error: [1]<stderr>:[fault injection] exit at step 5"
+    # horovodrun's own account is in the log tail; it names the first exit it noticed, which is not always the
+    # rank that died first (seen here: rank 0, whose collective failed after rank 1 was gone).
     assert "one or more processes exited with non-zero status" in rec["log_tail"]
-    assert "Process name: 1\nExit code: 3" in rec["log_tail"]
     assert rows["ddp"]["status"] == "ok"
 
 

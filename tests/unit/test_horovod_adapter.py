@@ -27,6 +27,7 @@ GOOD_TORCH = ("def gloo_built(): return {gloo}\ndef mpi_built(): return False\n"
 def fresh_probe(tmp_path, monkeypatch):
     """Every test starts with no cached probe, an empty wheel cache and no horovod module imported."""
     monkeypatch.setenv("COMPARE_WHEEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "probe-cache"))
     hv.probe.cache_clear()
     for name in [m for m in sys.modules if m == "horovod" or m.startswith("horovod.")]:
         monkeypatch.delitem(sys.modules, name)
@@ -159,3 +160,15 @@ def test_unset_knobs_are_not_passed_to_horovodrun(monkeypatch):
     argv = hv.HorovodAdapter({}).launch(Path("/tmp/spec.json"), SimpleNamespace(world_size=2)).argv
     assert argv == ["/venv/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "--network-interfaces", "lo",
                     sys.executable, "-m", "harness.rank", "/tmp/spec.json"]
+
+
+def test_a_successful_probe_is_cached_and_a_changed_build_is_probed_again(fake_horovod, monkeypatch, tmp_path):
+    init = fake_horovod("horovod/torch/__init__.py", GOOD_TORCH.format(gloo=True))
+    assert hv.probe()["gloo"] is True
+    hv.probe.cache_clear()
+    calls = []
+    monkeypatch.setattr(hv, "_import_in_child", lambda: calls.append(1) or {"gloo": False})
+    assert hv.probe()["gloo"] is True and not calls  # same files: the stored answer, no child process
+    hv.probe.cache_clear()
+    init.write_text(GOOD_TORCH.format(gloo=False) + "# rebuilt\n")
+    assert hv.probe() == {"gloo": False} and calls == [1]  # the build changed: probed again

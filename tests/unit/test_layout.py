@@ -37,3 +37,14 @@ def test_console_script_is_the_same_cli(tmp_path):
                              str(tmp_path / "x")], capture_output=True, text=True, timeout=120, cwd="/")
     assert module.returncode == 2 and module.stderr == bad.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_listing_adapters_on_cpu_does_not_import_torch_once_its_build_is_known(tmp_path):
+    code = ("import sys, adapters; a = adapters.availability_all('cpu', 2); "
+            "print('torch' in sys.modules, sorted(n for n, v in a.items() if v))")
+    env = {**__import__("os").environ, "COMPARE_CACHE": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+    second = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+    assert first.stdout.split(" ", 1)[0] == "True"  # the first time, torch is imported to learn its build
+    assert second.stdout.startswith("False ")  # then never again: `compare list` takes a fraction of a second
+    assert first.stdout.split(" ", 1)[1] == second.stdout.split(" ", 1)[1]  # with the same answer

@@ -87,3 +87,25 @@ def test_tinygpt_trains_on_real_text_shipped_with_python():
     x2 = x.clone()
     x2[0, 40:] = 0
     assert torch.allclose(model(x)[0, :40], model(x2)[0, :40], atol=1e-6)
+
+
+def test_the_cached_digits_split_is_exactly_scikit_learns(tmp_path, monkeypatch):
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from workloads import digits
+
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path))
+    x, y = load_digits(return_X_y=True)
+    fresh = train_test_split(x / 16.0, y, test_size=0.2, random_state=0, stratify=y)
+    first = digits.split()  # computes and stores it
+    assert len(list(tmp_path.glob("digits-split-*.npz"))) == 1
+    second = digits.split()  # reads it back
+    for a, b, c in zip(fresh, first, second):
+        assert np.array_equal(a, b) and np.array_equal(a, c) and a.dtype == c.dtype
+
+
+def test_train_samples_needs_no_data(tmp_path):
+    w = workloads.get("digits")
+    assert w.train_samples(64) == 1437 == len(w.materialize("cpu", 64).train_x)

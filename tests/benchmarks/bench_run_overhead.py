@@ -1,0 +1,200 @@
+"""Benchmark (not a test): does `compare run` measure training steps exactly as a hand-written script would?
+
+    .venv/bin/python tests/benchmarks/bench_run_overhead.py [--pairs 5] [--cases ddp:digits,horovod:widemlp]
+
+For each case (framework x workload: ddp, horovod and deepspeed on digits, where steps are short and any
+per-step overhead shows, and on widemlp, which is communication-bound) it alternates, in one run, a minimal
+hand-written training script of that framework with `compare run` on the same work, raw-first and harness-first
+in turn, for several pairs. The raw scripts below share no code with the harness: each is a plain user's loop
+(the framework's own launcher, the framework's defaults, the same model, data, global batch, LR, warm-up, steps
+and threads), timing each step with perf_counter and taking the slowest rank per step, as the harness does. It
+prints, per case, the median step time of each side and the harness/raw throughput ratio per pair, with its
+median and spread. Target: a median ratio of at least 0.99 (check the load average first: this VM is noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+BIN = Path(PY).parent
+
+# ---- the hand-written scripts -------------------------------------------------------------------------------
+# One file, three frameworks: what a user would write to train these two models data-parallel and time the steps.
+RAW = r'''
+import json, os, statistics, sys, time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+framework, workload, steps, warmup, out = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
+steps, warmup = int(steps), int(warmup)
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+if framework == "horovod":
+    import horovod.torch as hvd
+    hvd.init()
+    rank, world = hvd.rank(), hvd.size()
+elif framework == "deepspeed":
+    import deepspeed
+    deepspeed.init_distributed()
+    import torch.distributed as dist
+    rank, world = dist.get_rank(), dist.get_world_size()
+else:
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+torch.manual_seed(0)
+if workload == "digits":
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    x, y = load_digits(return_X_y=True)
+    x, _, y, _ = train_test_split(x / 16.0, y, test_size=0.2, random_state=0, stratify=y)
+    x, y = torch.tensor(x, dtype=torch.float32), torch.tensor(y)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    batch, lr = 64, 0.1
+else:  # a wide MLP: 38 M parameters, little compute per sample
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1024, 1024, generator=g)
+    y = (x @ torch.randn(1024, 10, generator=g)).argmax(1)
+    torch.manual_seed(0)
+    layers = [nn.Linear(1024, 4096), nn.ReLU()]
+    for _ in range(2):
+        layers += [nn.Linear(4096, 4096), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(4096, 10))
+    batch, lr = 32, 0.01
+
+optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+if framework == "horovod":
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+elif framework == "deepspeed":
+    model, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config={
+        "train_batch_size": batch, "train_micro_batch_size_per_gpu": batch // world})
+else:
+    model = nn.parallel.DistributedDataParallel(model)
+
+per = batch // world
+g = torch.Generator().manual_seed(1)
+slices = [torch.randperm(len(x), generator=g)[:batch][rank * per:(rank + 1) * per] for _ in range(warmup + steps)]
+if framework == "horovod":
+    hvd.barrier()
+else:
+    dist.barrier()
+times = []
+for step in range(warmup + steps):
+    xb, yb = x[slices[step]], y[slices[step]]
+    t0 = time.perf_counter()
+    if framework == "deepspeed":
+        loss = F.cross_entropy(model(xb), yb)
+        model.backward(loss)
+        model.step()
+    else:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+    times.append(time.perf_counter() - t0)
+timed = times[warmup:]
+every = hvd.allgather_object(timed) if framework == "horovod" else [None] * world
+if framework != "horovod":
+    dist.all_gather_object(every, timed)
+if rank == 0:
+    slowest = [max(ts) for ts in zip(*every)]
+    with open(out, "w") as f:
+        json.dump({"median_step_s": statistics.median(slowest), "n": len(slowest)}, f)
+if framework == "horovod":
+    hvd.shutdown()
+else:
+    dist.destroy_process_group()
+'''
+
+STEPS = {"digits": (20, 280), "widemlp": (3, 30)}
+"""(warm-up, timed) steps per workload: the digits default, and widemlp with more timed steps than its default 20."""
+
+
+def raw_command(framework: str, script: Path, args: list[str]) -> tuple[list[str], dict[str, str]]:
+    if framework == "horovod":
+        return [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", "--network-interfaces", "lo",
+                PY, str(script), *args], {}
+    if framework == "deepspeed":
+        return [str(BIN / "deepspeed"), "--num_gpus", "2", str(script), *args], {"DS_ACCELERATOR": "cpu"}
+    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *args], {}
+
+
+def run_raw(framework: str, workload: str, tmp: Path) -> float:
+    script = tmp / "raw_train.py"
+    script.write_text(RAW)
+    out = tmp / "raw.json"
+    out.unlink(missing_ok=True)
+    warmup, steps = STEPS[workload]
+    argv, extra = raw_command(framework, script, [framework, workload, str(steps), str(warmup), str(out)])
+    # The same threads as the harness gives each of 2 ranks on this machine (its default: usable cores / 2).
+    threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GLOO_SOCKET_IFNAME": "lo",
+           "MASTER_ADDR": "127.0.0.1", **extra}
+    proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0 or not out.exists():
+        sys.exit(f"raw {framework}/{workload} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(out.read_text())["median_step_s"]
+
+
+def run_harness(framework: str, workload: str, tmp: Path) -> float:
+    out = tmp / "harness"
+    shutil.rmtree(out, ignore_errors=True)
+    warmup, steps = STEPS[workload]
+    proc = subprocess.run([PY, "-m", "harness", "run", "-a", framework, "-w", workload, "--steps", str(steps),
+                           "--warmup", str(warmup), "--equiv-steps", "0", "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
+    rec = json.loads((out / "records.jsonl").read_text().splitlines()[0]) if (out / "records.jsonl").exists() else {}
+    if proc.returncode != 0 or rec.get("status") != "ok":
+        sys.exit(f"compare run {framework}/{workload} failed ({proc.returncode}): {rec.get('reason')}\n{proc.stderr}")
+    return rec["step_time_s"]["median"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--cases", default="ddp:digits,horovod:digits,deepspeed:digits,ddp:widemlp,horovod:widemlp,"
+                                       "deepspeed:widemlp")
+    a = ap.parse_args()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    summary = []
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        for case in a.cases.split(","):
+            framework, workload = case.split(":")
+            ratios = []
+            raws, harnesses = [], []
+            for i in range(a.pairs):
+                order = ("raw", "harness") if i % 2 == 0 else ("harness", "raw")
+                got = {}
+                for side in order:
+                    got[side] = (run_raw if side == "raw" else run_harness)(framework, workload, tmp)
+                raws.append(got["raw"])
+                harnesses.append(got["harness"])
+                ratios.append(got["raw"] / got["harness"])  # harness throughput / raw throughput
+                print(f"{case} pair {i + 1} ({order[0]} first): raw {got['raw'] * 1e3:.2f} ms, harness "
+                      f"{got['harness'] * 1e3:.2f} ms, ratio {ratios[-1]:.3f}", flush=True)
+            med = statistics.median(ratios)
+            summary.append((case, statistics.median(raws), statistics.median(harnesses), med, min(ratios),
+                            max(ratios)))
+    print("\ncase                 raw ms/step  harness ms/step  harness/raw throughput: median [min-max]")
+    for case, raw, har, med, lo, hi in summary:
+        print(f"{case:20s} {raw * 1e3:11.2f} {har * 1e3:16.2f}  {med:.3f} [{lo:.3f}-{hi:.3f}]")
+
+
+if __name__ == "__main__":
+    main()
