@@ -81,8 +81,9 @@ if framework == "horovod":
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 elif framework == "deepspeed":
+    # No clipping, as in the other two scripts (DeepSpeed 0.19.8 would clip at norm 1.0 by default).
     model, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config={
-        "train_batch_size": batch, "train_micro_batch_size_per_gpu": batch // world})
+        "train_batch_size": batch, "train_micro_batch_size_per_gpu": batch // world, "gradient_clipping": 0.0})
 else:
     model = nn.parallel.DistributedDataParallel(model)
 

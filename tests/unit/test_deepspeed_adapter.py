@@ -158,6 +158,10 @@ def test_ds_config_keeps_the_workloads_batch_and_optimizer(stage):
     assert not cfg["bf16"]["enabled"] and not cfg["fp16"]["enabled"]
     assert "offload_optimizer" not in cfg["zero_optimization"]
     assert "reduce_bucket_size" not in cfg["zero_optimization"]  # unset knob: DeepSpeed's own default
+    # Nothing beyond what the workload's rule and the client optimizer need: DeepSpeed's defaults for the rest.
+    assert set(cfg) == {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                        "gradient_clipping", "zero_optimization", "bf16", "fp16", "zero_allow_untested_optimizer",
+                        "zero_force_ds_cpu_optimizer"}
 
 
 def test_ds_config_offload_and_bf16():

@@ -60,3 +60,29 @@ def test_unknown_adapter_message():
     with pytest.raises(adapters.UnknownName) as exc:
         adapters.get("nccl")
     assert str(exc.value) == f"unknown adapter 'nccl'; valid choices: {', '.join(adapters.names())}"
+
+
+@pytest.mark.parametrize("knobs, resolved", [
+    # Unset: DDP(model) as a user writes it, with torch 2.13's smaller first bucket.
+    ({}, {"bucket_cap_mb": 25.0, "first_bucket_cap_mb": 1.0, "gradient_as_bucket_view": False,
+          "static_graph": False, "broadcast_buffers": True}),
+    # Set: passed on, and DDP then uses the cap for every bucket, the first included.
+    ({"bucket_cap_mb": "10", "gradient_as_bucket_view": "true"},
+     {"bucket_cap_mb": 10.0, "first_bucket_cap_mb": 10.0, "gradient_as_bucket_view": True, "static_graph": False,
+      "broadcast_buffers": True}),
+], ids=["unset", "set"])
+def test_unset_ddp_knobs_are_not_passed_and_the_resolved_values_are_recorded(tmp_path, knobs, resolved):
+    import torch
+    import torch.distributed as dist
+
+    from adapters.base import RankInfo
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        a = DDPAdapter(knobs, "cpu")
+        a.info = RankInfo(rank=0, world_size=1, local_rank=0, device="cpu", backend="gloo", data_rank=0, data_world=1)
+        model = torch.nn.Linear(4, 4)
+        a.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        assert a.describe()["resolved"] == resolved
+    finally:
+        dist.destroy_process_group()
