@@ -69,6 +69,27 @@ class RunRequest(Request):
 
 
 @dataclass
+class ScaleRequest(RunRequest):
+    """`compare scale`: the same comparison at several world sizes."""
+
+    world_sizes: list[int] | None = None
+    """Increasing, distinct, each >= 1 (None: 1 and every size up to the usable cores)."""
+    scaling: str = "strong"
+    """strong: the global batch stays fixed; weak: the per-rank batch stays fixed (global = per-rank x N)."""
+    straggler: str | None = None
+    """"RANK:FACTOR": that rank computes FACTOR times slower at every world size that has it."""
+    comm_dirs: list[Path] = field(default_factory=list)
+    """`compare comm` results to calibrate the model with (none: the sweep measures its own)."""
+    model: bool = True
+    """Calibrate the performance model (a `compare comm` sweep per world size) and predict."""
+    profiles: list[str] = field(default_factory=lambda: ["h100-sxm-ndr400"])
+    """Hardware profiles the model extrapolates to."""
+    predict_to: int = 1024
+    profile_steps: int = 10
+    """Steps per batch size of the compute profile."""
+
+
+@dataclass
 class CommRequest(Request):
     """`compare comm`."""
 
@@ -100,7 +121,8 @@ class Plan:
     """A checked request, ready to run: every number resolved, every row built, the output directory chosen."""
 
     request: Request
-    out: Path
+    out: Path | None
+    """None only while a sub-plan is being built (`compare scale` plans each world size, then picks one out)."""
     rows: list[Row]
     oversubscribed: bool = False
     """More processes than usable cores (only with --oversubscribe)."""
@@ -121,6 +143,12 @@ class RunPlan(Plan):
     steps: int = 0
     warmup: int = 0
     equiv_steps: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Added to every record of this plan (`compare scale`: which point of the sweep it is)."""
+    tag: str = ""
+    """Appended to row names in progress lines and to log names when one run holds several plans (" n=4")."""
+    spec_extra: dict[str, Any] = field(default_factory=dict)
+    """RunSpec fields for every launch of this plan beyond the common ones (profile, straggler)."""
 
 
 @dataclass
@@ -144,8 +172,9 @@ def check_common(req: Request, min_world: int = 1) -> None:
         raise BadInput(f"threads must be at least 1, got {req.threads}")
 
 
-def check_cores(req: Request, processes: int) -> bool:
-    """Whether `processes` CPU processes oversubscribe the usable cores; refused unless --oversubscribe."""
+def check_cores(req: Request, processes: int, fix: str | None = None) -> bool:
+    """Whether `processes` CPU processes oversubscribe the usable cores; refused unless --oversubscribe. `fix`:
+    what to say instead of "--world-size N or fewer" (`compare scale` has --world-sizes)."""
     if req.device != "cpu":
         return False
     cores = envmod.usable_cores()
@@ -153,8 +182,8 @@ def check_cores(req: Request, processes: int) -> bool:
         return False
     if not req.oversubscribe:
         raise BadInput(f"world size {processes} needs {processes} processes but this machine has {cores} usable "
-                       f"cores; use --world-size {cores} or fewer, or --oversubscribe to run it anyway (every row is "
-                       f"then labelled oversubscribed)")
+                       f"cores; use {fix or f'--world-size {cores} or fewer'}, or --oversubscribe to run it anyway "
+                       f"(every row is then labelled oversubscribed)")
     return True
 
 

@@ -28,6 +28,20 @@ RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "ste
 
 
 def plan(req: RunRequest) -> RunPlan:
+    """Check `req` and resolve it into a plan, refusing anything wrong (BadInput) before anything is written."""
+    p = plan_rows(req)
+    if req.out is not None:
+        p.out = req.out
+    else:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        p.out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}_{stamp}"
+    outdir.check(p.out, req.force)
+    return p
+
+
+def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
+    """Everything of `plan` but the output directory (`out` is left None): numbers resolved, rows built, cores
+    checked. `compare scale` calls it once per world size."""
     check_common(req)
     if req.repeats < 1:
         raise BadInput(f"repeats must be at least 1, got {req.repeats}")
@@ -69,14 +83,8 @@ def plan(req: RunRequest) -> RunPlan:
                            f"({', '.join(labels)})")
         knobs.setdefault(name, {})[knob] = value
     built = build_rows(req, rows, explicit, "adapter", knobs)
-    over = check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter))
-    if req.out is not None:
-        out = req.out
-    else:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}_{stamp}"
-    outdir.check(out, req.force)
-    return RunPlan(req, out, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
+    over = check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix)
+    return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv)
 
 
@@ -87,45 +95,107 @@ def default_threads(processes: int, override: int | None) -> int:
 
 def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str, Any]], bool]:
     """Run the plan; `ui` receives progress (see harness.cli.RunUI). Returns (records, interrupted). Raises
-    SessionError when the results cannot be written (exit 1) and BadInput when another run holds the directory.
+    SessionError when the results cannot be written (exit 1) and BadInput when another run holds the directory."""
+    from harness import report
+
+    req = p.request
+    run_info = run_header(p, "run", [r.label for r in p.rows], started)
+    with Session(p.out, RESULT_FILES) as session:
+        ui.start(p)
+        runner = Runner(session, ui, run_info)
+
+        def first_started():  # while the first launch starts up
+            run_info["env"] = envmod.collect(req.device)
+            session.save([plain_record(run_info, p, row, repeat, "unavailable", row.reason)
+                          for row in p.unavailable for repeat in range(req.repeats)])
+
+        # Repeats are interleaved (all adapters, then all again) so slow drift of the machine hits all alike.
+        jobs = [(p, row, repeat) for repeat in range(req.repeats) for row in p.runnable]
+        stopped = runner.run(jobs, first_started)
+        if stopped:
+            runner.close_interrupted(stopped, jobs, req.device)
+        session.finish(report.render)
+    return session.records, stopped is not None
+
+
+def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | None) -> dict[str, Any]:
+    """The fields every record of one run shares (env is filled in once the first launch is under way)."""
+    req = p.request
+    info = {"kind": kind, "run_id": p.out.name, "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": req.command, "row_order": row_order, "env": None, "oversubscribed": p.oversubscribed}
+    if started is not None:
+        info["started_wall"] = started
+    return info
+
+
+@dataclass
+class Job:
+    """One launch: a row of a plan (or, with `row` None, the single-process reference for that plan)."""
+
+    launch: Launch
+    spec: RunSpec
+    plan: RunPlan
+    row: Row | None
+    repeat: int
+    slug: str
+
+    @property
+    def name(self) -> str:
+        """The row as progress lines and logs show it ("ddp", "ddp n=4", "reference")."""
+        return ("reference" if self.row is None else self.row.label) + self.plan.tag
+
+    @property
+    def what(self) -> str:
+        return "the reference run" + self.plan.tag if self.row is None else f"{self.name} (repeat {self.repeat + 1})"
+
+
+def _reference_key(p: RunPlan) -> tuple:
+    """Plans that share this key share one reference run (same workload, options, batch and steps)."""
+    return (p.request.workload, tuple(p.request.options), p.global_batch, p.equiv_steps, p.request.device)
+
+
+class Runner:
+    """Runs launches into one Session, in order, each plan's single-process reference first.
 
     Launches are pipelined, never their measurements: once a launch's timed steps are over (rank 0 says so), the
     next launch starts and does its untimed start-up (interpreter, imports, rendezvous, model, data) while the
     previous one evaluates and shuts down; its ranks then wait at the gate (harness/progress.py) until the
     previous launch has ended entirely, so no other launch's process runs during any warm-up or timed step.
     Every launch is still a fresh set of processes, started by its own launcher."""
-    from harness import report
 
-    req = p.request
-    run_info = {"kind": "run", "run_id": p.out.name,
-                "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "command": req.command, "row_order": [r.label for r in p.rows], "env": None,
-                "oversubscribed": p.oversubscribed}
-    if started is not None:
-        run_info["started_wall"] = started
-    stopped: str | None = None
-    """When the run was interrupted (Ctrl-C, SIGTERM): "during the reference run", "during ddp (repeat 1)", ..."""
-    with Session(p.out, RESULT_FILES) as session:
-        ui.start(p)
-        state = _State(p, session, ui, run_info)
-        live: list[_Job] = []  # started and not yet finished, oldest first
+    def __init__(self, session: Session, ui, run_info: dict[str, Any]):
+        self.session, self.ui, self.run_info = session, ui, run_info
+        self.references: dict[tuple, dict | None] = {}
+        """Reference parameters per reference key (None: that reference failed)."""
+        self.reference_runs: dict[tuple, dict] = {}
+        """When each reference launch ran and how long it took (for the report's time breakdown)."""
+        self.finished: set[tuple[int, str, int]] = set()
+        """(id of the plan, row label, repeat) of every row launch that has ended."""
+
+    def run(self, jobs: list[tuple[RunPlan, Row, int]], first_started=lambda: None) -> str | None:
+        """Launch `jobs` (plan, row, repeat) in order; returns "during ..." if the run was interrupted, else None.
+        `first_started()` is called once the first launch is under way (work that can overlap its start-up)."""
+        items: list[tuple[RunPlan, Row | None, int]] = []
+        scheduled = set()
+        for plan, row, repeat in jobs:
+            key = _reference_key(plan)
+            if plan.equiv_steps >= 1 and key not in scheduled:
+                scheduled.add(key)
+                items.append((plan, None, 0))
+            items.append((plan, row, repeat))
+        stopped: str | None = None
+        live: list[Job] = []  # started and not yet finished, oldest first
+        prev: Job | None = None
         try:
-            prev = state.start_reference()
-            if prev:
-                live.append(prev)
-            run_info["env"] = envmod.collect(req.device)  # while the reference starts up
-            interrupt.check()
-            session.save([_plain(run_info, req, row, repeat, "unavailable", row.reason)
-                          for row in p.unavailable for repeat in range(req.repeats)])
-            if prev:
-                prev.launch.wait_for("timed_done")
-            # Repeats are interleaved (all adapters, then all again) so slow drift of the machine hits all alike.
-            for repeat, row in [(repeat, row) for repeat in range(req.repeats) for row in p.runnable]:
-                job = state.start(row, repeat, gated=prev is not None)
+            for i, (plan, row, repeat) in enumerate(items):
+                job = self._start(plan, row, repeat, gated=prev is not None)
                 live.append(job)
+                if i == 0:
+                    first_started()
+                    interrupt.check()
                 if prev:
                     live.remove(prev)
-                    stopped = state.done(prev, prev.launch.finish())
+                    stopped = self._done(prev, prev.launch.finish())
                     if stopped:
                         break
                 job.launch.open_gate()
@@ -133,113 +203,100 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
                 prev = job
             if prev and not stopped:
                 live.remove(prev)
-                stopped = state.done(prev, prev.launch.finish())
+                stopped = self._done(prev, prev.launch.finish())
         except KeyboardInterrupt:
             stopped = stopped or (f"during {live[0].what}" if live else "between launches")
         finally:
             for job in live:  # a Ctrl-C while two launches were alive (one ending, the next starting)
-                state.done(job, job.launch.interrupt())
-            ui.stop()
-        if stopped:
-            if run_info["env"] is None:  # interrupted before the environment was read (importing torch)
-                run_info["env"] = envmod.collect(req.device, import_torch=False)
-            done = {(r["label"], r["repeat"]) for r in session.records}
-            never = [_plain(run_info, req, row, repeat, "not_run", f"the run was interrupted {stopped}")
-                     for repeat in range(req.repeats) for row in p.runnable if (row.label, repeat) not in done]
-            session.records = [{**r, "run_interrupted": stopped} for r in session.records + never]
-            session.save()
-        session.finish(report.render)
-    return session.records, stopped is not None
+                self._done(job, job.launch.interrupt())
+            self.ui.stop()
+        return stopped
 
+    def close_interrupted(self, stopped: str, jobs: list[tuple[RunPlan, Row, int]], device: str) -> None:
+        """After an interruption: a `not_run` record for every job that never ran, and every record marked."""
+        if self.run_info["env"] is None:  # interrupted before the environment was read (importing torch)
+            self.run_info["env"] = envmod.collect(device, import_torch=False)
+        never = [plain_record(self.run_info, plan, row, repeat, "not_run", f"the run was interrupted {stopped}")
+                 for plan, row, repeat in jobs if (id(plan), row.label, repeat) not in self.finished]
+        self.session.records = [{**r, "run_interrupted": stopped} for r in self.session.records + never]
+        self.session.save()
 
-@dataclass
-class _Job:
-    launch: Launch
-    spec: RunSpec
-    row: Row | None
-    """None for the reference run."""
-    repeat: int
-    slug: str
+    def _start(self, plan: RunPlan, row: Row | None, repeat: int, gated: bool) -> Job:
+        req = plan.request
+        if row is None:
+            adapter, slug = adapters.get("reference")({}, req.device), "reference" + _slug(plan.tag)
+            spec = make_spec(plan, "reference", self.session.scratch / slug, processes=1, steps=plan.equiv_steps,
+                             warmup=0, equiv=plan.equiv_steps, knobs={}, do_eval=False, extra={})
+            total = plan.equiv_steps
+        else:
+            adapter = row.adapter
+            slug = _slug(row.label + plan.tag)
+            spec = make_spec(plan, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
+                             processes=adapter.processes(req.world_size), steps=plan.steps, warmup=plan.warmup,
+                             equiv=plan.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True,
+                             extra=plan.spec_extra)
+            total = plan.steps + plan.warmup
+        job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
+        self.ui.begin(job.name, repeat, total)
+        job.launch = Launch(adapter, spec, req.timeout_s,
+                            lambda pr: self.ui.progress(job.name, repeat, pr)).start(gated=gated)
+        return job
 
-    @property
-    def what(self) -> str:
-        return "the reference run" if self.row is None else f"{self.row.label} (repeat {self.repeat + 1})"
-
-
-class _State:
-    """What the launches of one run share: the plan, the session, the UI, and the reference's parameters."""
-
-    def __init__(self, p: RunPlan, session: Session, ui, run_info: dict[str, Any]):
-        self.p, self.session, self.ui, self.run_info = p, session, ui, run_info
-        self.reference: dict | None = None
-        self.reference_run: dict | None = None
-        """When the reference launch ran and how long it took (for the report's time breakdown)."""
-
-    def start_reference(self) -> _Job | None:
-        """Start the single-process fp32 reference for `equiv_steps` steps (None when there is nothing to check)."""
-        p = self.p
-        if p.equiv_steps < 1:
-            return None
-        ref = adapters.get("reference")({}, p.request.device)
-        spec = _spec(p, "reference", self.session.scratch / "reference", processes=1, steps=p.equiv_steps,
-                     warmup=0, equiv=p.equiv_steps, knobs={}, do_eval=False)
-        self.ui.begin("reference", 0, p.equiv_steps)
-        launch = Launch(ref, spec, p.request.timeout_s, lambda pr: self.ui.progress("reference", 0, pr)).start()
-        return _Job(launch, spec, None, 0, "reference")
-
-    def start(self, row: Row, repeat: int, gated: bool) -> _Job:
-        p, adapter = self.p, row.adapter
-        slug = row.label.replace(":", "_").replace("=", "-").replace("/", "_")
-        spec = _spec(p, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
-                     processes=adapter.processes(p.request.world_size), steps=p.steps, warmup=p.warmup,
-                     equiv=p.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True)
-        self.ui.begin(row.label, repeat, p.steps + p.warmup)
-        launch = Launch(adapter, spec, p.request.timeout_s,
-                        lambda pr: self.ui.progress(row.label, repeat, pr)).start(gated=gated)
-        return _Job(launch, spec, row, repeat, slug)
-
-    def done(self, job: _Job, outcome) -> str | None:
+    def _done(self, job: Job, outcome) -> str | None:
         """Record a finished launch; "during ..." if it was interrupted (the run stops), else None."""
+        key = _reference_key(job.plan)
         self.session.keep_log(outcome.log_path, f"{job.slug}.log" if job.row is None else f"{job.slug}-r{job.repeat}.log")
         if job.row is None:
-            self.ui.reference_done(outcome)
-            self.reference_run = {"status": outcome.status, "launch_wall": outcome.launch_wall,
-                                  "wall_time_s": outcome.wall_time_s}
+            self.ui.reference_done(outcome, job.name)
+            self.reference_runs[key] = {"status": outcome.status, "launch_wall": outcome.launch_wall,
+                                        "wall_time_s": outcome.wall_time_s}
+            self.references[key] = None
             if outcome.status == "ok":
                 import torch
 
-                self.reference = torch.load(job.spec.params_path)
+                self.references[key] = torch.load(job.spec.params_path)
         else:
-            rec = _record(self.p, job, outcome, self.reference, self.run_info)
-            if self.reference_run:
-                rec["reference_run"] = self.reference_run
+            self.finished.add((id(job.plan), job.row.label, job.repeat))
+            rec = build_record(job, outcome, self.references.get(key), self.run_info)
+            if key in self.reference_runs:
+                rec["reference_run"] = self.reference_runs[key]
             self.session.save([rec])
-            self.ui.finished(rec)
+            self.ui.finished(rec, job.name)
         return f"during {job.what}" if outcome.status == "interrupted" else None
 
 
-def _plain(run_info, req, row: Row, repeat: int, status: str, reason: str) -> dict[str, Any]:
-    return record.base_record(run=run_info, adapter=row.name, label=row.label,
-                              summary=getattr(row.cls, "summary", ""), launcher=getattr(row.cls, "launcher", "?"),
-                              workload=req.workload, world_size=req.world_size, repeat=repeat, status=status,
-                              reason=reason)
+def _slug(text: str) -> str:
+    return text.strip().replace(" ", "-").replace(":", "_").replace("=", "-").replace("/", "_")
 
 
-def _spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
-          knobs: dict, do_eval: bool) -> RunSpec:
+def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reason: str) -> dict[str, Any]:
+    """A record with no measurement (unavailable, not run)."""
+    rec = record.base_record(run=run_info, adapter=row.name, label=row.label,
+                             summary=getattr(row.cls, "summary", ""), launcher=getattr(row.cls, "launcher", "?"),
+                             workload=p.request.workload, world_size=p.request.world_size, repeat=repeat,
+                             status=status, reason=reason)
+    rec.update(p.extra)
+    return rec
+
+
+def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
+              knobs: dict, do_eval: bool, extra: dict[str, Any]) -> RunSpec:
     req = p.request
     return RunSpec(adapter=adapter, workload=req.workload, world_size=req.world_size, device=req.device,
                    global_batch=p.global_batch, steps=steps, warmup=warmup,
                    threads=default_threads(processes, req.threads), rank_dir=str(rank_dir),
                    equiv_steps=equiv, knobs=knobs, workload_options=dict(pairs(req.options, "option")),
-                   fault=req.fault, eval=do_eval)
+                   fault=req.fault, eval=do_eval, **extra)
 
 
-def _record(p: RunPlan, job: _Job, outcome, reference, run_info) -> dict[str, Any]:
-    req, adapter = p.request, job.row.adapter
+def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:
+    p, adapter = job.plan, job.row.adapter
     rec = record.base_record(run=run_info, adapter=adapter.name, label=job.row.label, summary=adapter.summary,
-                             launcher=adapter.launcher, workload=req.workload, world_size=req.world_size,
-                             repeat=job.repeat, status=outcome.status, reason=outcome.reason)
+                             launcher=adapter.launcher, workload=p.request.workload,
+                             world_size=p.request.world_size, repeat=job.repeat, status=outcome.status,
+                             reason=outcome.reason)
+    rec.update(p.extra)
+    rec["comm_schedule"] = adapter.comm_schedule()
     try:
         return record.from_outcome(rec, outcome, job.spec, reference, p.workload)
     except Exception as exc:  # a malformed rank file must not lose the other rows
