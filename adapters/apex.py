@@ -272,6 +272,16 @@ class ApexAdapter(DDPAdapter):
     def comm(self):
         return None  # apex has no collectives of its own: its DDP calls torch.distributed
 
+    def comm_schedule(self):
+        k = self.knobs
+        # apex DDP's defaults: buckets of message_size = 1e7 elements, overlapped with backward unless
+        # delay_allreduce; O2/O3 keep an fp16 model, so its gradients (and the wire) are half the fp32 bytes.
+        elements = 10_000_000 if k.message_size is None else k.message_size
+        half = k.opt_level in ("O2", "O3")
+        size = elements * (2 if half else 4)
+        return {"kind": "buckets", "comm_backend": "torch", "wire_scale": 0.5 if half else 1.0,
+                "overlap": not k.delay_allreduce, "bucket_bytes": size, "first_bucket_bytes": size}
+
     def describe(self):
         import torch
 

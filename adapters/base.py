@@ -179,6 +179,18 @@ class Adapter(ABC):
         """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
         return "none"
 
+    def comm_schedule(self) -> dict[str, Any] | None:
+        """How this framework moves gradients in one training step with these knobs (its defaults where a knob is
+        unset), for the scaling model (harness/costmodel.py); recorded in every row. None: no communication.
+
+        One of: {"kind": "buckets", "bucket_bytes", "first_bucket_bytes", "overlap"} (all-reduce each bucket as
+        its gradients are ready, DDP-style); {"kind": "fusion", "fusion_bytes", "cycle_s"} (a background cycle
+        fuses what is ready, Horovod-style); {"kind": "zero", "stage", "overlap", "bucket_elems"} (DeepSpeed);
+        {"kind": "replicate"} (one process broadcasting to and reducing from several devices). Every kind also
+        has "comm_backend" (the `compare comm` backend whose measured collectives it uses) and "wire_scale"
+        (bytes on the wire per gradient byte: 0.5 with fp16 compression of fp32 gradients)."""
+        return None
+
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
         """Import the framework's modules (timed as the launch's import phase, apart from its set-up)."""

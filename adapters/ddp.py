@@ -91,6 +91,13 @@ class DDPAdapter(Adapter):
     def comm(self):
         return TorchComm()
 
+    def comm_schedule(self):
+        cap = self.knobs.bucket_cap_mb
+        # DDP's defaults: 25 MiB buckets, and a 1 MiB first bucket unless bucket_cap_mb is given.
+        return {"kind": "buckets", "comm_backend": "torch", "wire_scale": 1.0, "overlap": True,
+                "bucket_bytes": int((25 if cap is None else cap) * 2**20),
+                "first_bucket_bytes": int((1 if cap is None else cap) * 2**20)}
+
     @classmethod
     def environment(cls):
         import torch.distributed as dist

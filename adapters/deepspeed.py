@@ -334,6 +334,15 @@ class DeepSpeedAdapter(Adapter):
 
         ds_dist.barrier()
 
+    def comm_schedule(self):
+        k = self.knobs
+        # DeepSpeed 0.19's defaults: reduce_bucket_size 5e8 elements; overlap_comm on only for ZeRO-3. ZeRO-0
+        # all-reduces every gradient after backward; ZeRO-1/2 reduce-scatter them and all-gather the updated
+        # parameters after the step; ZeRO-3 also all-gathers parameters in forward and backward.
+        return {"kind": "zero", "comm_backend": "deepspeed", "wire_scale": 1.0, "stage": k.zero_stage,
+                "overlap": k.zero_stage == 3,
+                "bucket_elems": 500_000_000 if k.reduce_bucket_elems is None else k.reduce_bucket_elems}
+
     def comm(self):
         from adapters.ddp import TorchComm
 

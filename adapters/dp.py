@@ -27,6 +27,11 @@ class DPAdapter(SingleProcess):
         ids = list(range(self.info.devices_used)) if self.info.device.startswith("cuda") else None
         return super().wrap(DataParallel(model, device_ids=ids), optimizer)
 
+    def comm_schedule(self):
+        # Every step replicates the module from device 0 and reduces the gradients back to it; no communication
+        # at all where there is one device (the CPU).
+        return {"kind": "replicate", "comm_backend": "torch", "wire_scale": 1.0}
+
     def describe(self):
         import torch
 

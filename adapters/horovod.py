@@ -265,6 +265,14 @@ class HorovodAdapter(Adapter):
     def comm(self):
         return HorovodComm(self.hvd)
 
+    def comm_schedule(self):
+        k = self.knobs
+        # Horovod >= 0.21's defaults: a 128 MB fusion buffer and a 1 ms cycle (horovod PR 2468).
+        return {"kind": "fusion", "comm_backend": "horovod",
+                "wire_scale": 0.5 if k.compression == "fp16" else 1.0,
+                "fusion_bytes": int((128 if k.fusion_threshold_mb is None else k.fusion_threshold_mb) * 2**20),
+                "cycle_s": (1.0 if k.cycle_time_ms is None else k.cycle_time_ms) / 1e3}
+
     def describe(self):
         import horovod
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,14 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["samples_per_s_per_device"] = rec["samples_per_s"] / devices
         rec["step_times_s"] = steps
         rec["step_time_spread_ranks_s"] = [step_stats(t)["median"] for t in timed]
+    if all(r.get("profile") for r in ranks):
+        rec["compute_profile"] = [r["profile"] for r in ranks]
+        if stats:
+            rec["load_balance"] = load_balance(rec["step_time_spread_ranks_s"], rec["compute_profile"])
+    if r0.get("straggler"):
+        rec["straggler"] = {**{k: r0["straggler"][k] for k in ("rank", "factor")},
+                            "delay_s_per_rank": [r["straggler"]["delay_s"] for r in ranks],
+                            "calibrated_compute_s_per_rank": [r["straggler"]["calibrated_compute_s"] for r in ranks]}
     rec["phases_s"] = phases(outcome, ranks)
     # What a user starting this launch alone would wait for its first step: without the wait at the gate.
     rec["time_to_first_step_s"] = r0["first_step_end_wall"] - outcome.launch_wall - rec["phases_s"].get("gate", 0.0)
@@ -112,14 +121,42 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     return rec
 
 
+LOAD_BALANCE_METHOD = (
+    "per rank: step = the rank's own median step time over the timed steps; compute = the median forward + "
+    "backward + optimizer step of a plain local copy of the model (no wrapper, no communication) on the rank's "
+    "own per-rank batch, timed on every rank at once right after the timed steps; wait = step - compute "
+    "(communication the step could not hide, and waiting for slower peers), the same measure for every backend")
+
+
+def load_balance(step_s_per_rank: list[float], profiles: list[dict]) -> dict[str, Any]:
+    """Per rank, how much of its step is its own compute and how much is waiting (LOAD_BALANCE_METHOD), and the
+    spread of each across ranks ((max - min) / median)."""
+    ranks = []
+    for k, (step, prof) in enumerate(zip(step_s_per_rank, profiles)):
+        compute = prof["batches"][0]["compute_s"]
+        ranks.append({"rank": k, "step_s": step, "compute_s": compute, "wait_s": max(0.0, step - compute),
+                      "wait_fraction": max(0.0, step - compute) / step if step > 0 else None})
+
+    def spread(key):
+        values = [r[key] for r in ranks]
+        mid = statistics.median(values)
+        return (max(values) - min(values)) / mid if mid > 0 else None
+
+    return {"method": LOAD_BALANCE_METHOD, "per_rank": ranks, "compute_spread": spread("compute_s"),
+            "wait_spread": spread("wait_s")}
+
+
 MILESTONES = (("python", "entry"), ("imports", "imports_done"), ("init", "init_done"),
-              ("setup", "setup_done"), ("gate", "gate_passed"), ("warmup", "warmup_done"), ("timed", "timed_done"), ("eval", "eval_done"),
+              ("setup", "setup_done"), ("gate", "gate_passed"), ("warmup", "warmup_done"), ("timed", "timed_done"), ("profile", "profile_done"),
+              ("eval", "eval_done"),
               ("write", "result_written"))
 """Phase name -> the rank milestone that ends it (harness/rank/main.py), in order. "python" is interpreter start-up
 (process created -> our code runs: entry); "init" is the framework joining its group (rendezvous, process group,
 JIT builds); "setup" is model, wrapper and data; "gate" is waiting for the previous launch to end (this one started
-while it did); "write" is building the rank's result."""
-PHASES = ("launcher", "python", "imports", "init", "setup", "gate", "warmup", "timed", "eval", "write", "shutdown")
+while it did); "profile" is the compute profile of `compare scale` (absent otherwise); "write" is building the
+rank's result."""
+PHASES = ("launcher", "python", "imports", "init", "setup", "gate", "warmup", "timed", "profile", "eval", "write",
+          "shutdown")
 """Every phase of one launch, in order: `launcher` from starting the command until the first rank process exists,
 `shutdown` from the last rank's result until the launch has ended. They add up to the launch's wall time."""
 

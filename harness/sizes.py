@@ -42,3 +42,8 @@ def format_size(b: int) -> str:
         if b >= scale and b % scale == 0:
             return f"{b // scale}{unit}"
     return f"{b}B"
+
+
+def format_mib(b: float | None) -> str:
+    """Memory for tables: "1,234 MiB", or "–" when not measured."""
+    return "–" if b is None else f"{b / 2**20:,.0f} MiB"

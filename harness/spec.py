@@ -45,6 +45,13 @@ class RunSpec:
     """train: the training loop (harness/rank/train.py); comm: the communication benchmark (harness/rank/comm.py)."""
     comm: dict[str, Any] = field(default_factory=dict)
     """For mode comm: ops, sizes (bytes), dtype, max_iters."""
+    profile: dict[str, Any] = field(default_factory=dict)
+    """After the timed steps, time forward, backward and optimizer step of a plain local copy of the model on
+    each rank (harness/rank/profile.py): {"batches": per-rank batch sizes, "steps": n, "flops": bool}; empty:
+    no profile (`compare run`)."""
+    straggler: dict[str, Any] = field(default_factory=dict)
+    """{"rank": r, "factor": f}: rank r computes f times slower (a known delay added to each of its steps);
+    empty: none."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

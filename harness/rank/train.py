@@ -12,6 +12,7 @@ from pathlib import Path
 
 import workloads
 from harness import progress as progress_file
+from harness.rank import profile as compute_profile
 from harness.rank.faults import inject
 from harness.rank.measure import PeakMemory, device_sync
 
@@ -40,6 +41,9 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
     progress.phase("waiting for the previous launch to end", 0)
     progress_file.pass_gate(Path(spec.rank_dir))  # no other launch runs while this one is measured
     marks("gate_passed")
+    per_rank_batch = spec.global_batch // info.data_world
+    straggler = _straggler(spec, workload, info, data, adapter, per_rank_batch, progress)
+    delay_s = straggler["delay_s"] if straggler else 0.0
     progress.phase("warmup" if spec.warmup else "timed", 0)
     adapter.barrier()  # every rank starts the clock together
 
@@ -55,6 +59,8 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
         sync()
         t0 = time.perf_counter()
+        if delay_s:
+            compute_profile.spin(delay_s)  # a slower device: this rank's compute takes `factor` times as long
         adapter.zero_grad()
         with adapter.autocast():
             loss = workload.loss(model(x), y)
@@ -76,10 +82,21 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
     if "warmup_done" not in marks:  # no timed steps
         marks("warmup_done")
     marks("timed_done")
+    peak = memory.read() if spec.steps > 0 else None
+    own = None
+    if spec.profile:
+        progress.phase("profiling compute", total)
+        adapter.barrier()  # every rank profiles at once, sharing the machine as while training
+        own = compute_profile.measure(workload, spec, info, data, adapter,
+                                      [per_rank_batch] + [b for b in spec.profile.get("curve", [])
+                                                          if b != per_rank_batch],
+                                      spec.profile.get("steps", 10), delay_s=delay_s, grads=True,
+                                      flops=spec.profile.get("flops", False))
+        adapter.barrier()
+        marks("profile_done")
     if info.rank == 0:
         progress_file.send_event(Path(spec.rank_dir), "timed_done")  # the parent may start the next launch
 
-    peak = memory.read() if spec.steps > 0 else None
     progress.phase("eval", total)
     evaluation = None
     if spec.eval:
@@ -103,5 +120,20 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         "eval": evaluation, "lr": lr, "lr_rule": workload.lr_rule(), "param_count": n_params,
         "precision": adapter.precision().value,
         "compression": adapter.compression(), "adapter": adapter.describe(), "workload": workload.describe(),
-        "data": data.meta, "per_process_batch": spec.global_batch // info.data_world,
+        "data": data.meta, "per_process_batch": per_rank_batch, "profile": own, "straggler": straggler,
     }
+
+
+def _straggler(spec, workload, info, data, adapter, per_rank_batch, progress) -> dict | None:
+    """With `spec.straggler` {"rank", "factor"}: every rank times a few local steps (at once, as in training),
+    and the straggler rank's delay per step is (factor - 1) x its own compute time."""
+    if not spec.straggler:
+        return None
+    progress.phase("calibrating the straggler", 0)
+    adapter.barrier()
+    own = compute_profile.measure(workload, spec, info, data, adapter, [per_rank_batch], 5)
+    adapter.barrier()
+    compute_s = own["batches"][0]["compute_s"]
+    slow = info.rank == spec.straggler["rank"]
+    return {"rank": spec.straggler["rank"], "factor": spec.straggler["factor"], "calibrated_compute_s": compute_s,
+            "delay_s": (spec.straggler["factor"] - 1.0) * compute_s if slow else 0.0}

@@ -16,13 +16,10 @@ from typing import Any
 import adapters
 from harness.inputs import first_sentence
 from harness.outdir import save_figure, write_text
+from harness.sizes import format_mib
 from harness.stats import percentile
 
 SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
-
-
-def _mib(b: float | None) -> str:
-    return "–" if b is None else f"{b / 2**20:,.0f} MiB"
 
 
 def _fmt(x: float | None, spec: str = ".3g") -> str:
@@ -128,7 +125,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"| {precision_label(ctl)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
             f"| {row['samples_per_s']:,.0f}{flag} | {row['samples_per_s_per_device']:,.0f} "
             f"| {row['step_median'] * 1e3:.2f} [{row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f}] "
-            f"({row['step_n']}) | {_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
+            f"({row['step_n']}) | {format_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
             f"| {_acc(row)} | {_diff(row)} | {status} |")
     return "\n".join(lines)
 
@@ -232,8 +229,8 @@ def _provenance(records) -> list[str]:
 
 
 _PHASE_HEADS = {"launcher": "launcher", "python": "python", "imports": "imports", "init": "init", "setup": "setup",
-                "gate": "gate", "warmup": "warm-up", "timed": "timed", "eval": "eval", "write": "result",
-                "shutdown": "shutdown"}
+                "gate": "gate", "warmup": "warm-up", "timed": "timed", "profile": "profile", "eval": "eval",
+                "write": "result", "shutdown": "shutdown"}
 
 
 def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
@@ -242,17 +239,18 @@ def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
     timed = [r for r in records if r.get("phases_s")]
     if not timed:
         return []
+    heads = {k: v for k, v in _PHASE_HEADS.items() if k != "profile" or any("profile" in r["phases_s"] for r in timed)}
     lines = ["Seconds per phase of one launch (median over repeats; each phase ends when its slowest rank is done; "
              "`launcher`: from starting the command until the first rank process exists; `init`: joining the "
              "group; `setup`: model, wrapper, data; `gate`: waiting for the previous launch to end, since each "
              "launch starts while the previous one evaluates and shuts down, and is let into its warm-up only when "
              "that one has ended; `shutdown`: from the last result until every process of the launch is gone).",
-             "", "| adapter | " + " | ".join(_PHASE_HEADS.values()) + " | launch wall |",
-             "|---|" + "---|" * (len(_PHASE_HEADS) + 1)]
+             "", "| adapter | " + " | ".join(heads.values()) + " | launch wall |",
+             "|---|" + "---|" * (len(heads) + 1)]
     for label, recs in group(timed).items():
-        med = {k: statistics.median(r["phases_s"].get(k, 0.0) for r in recs) for k in _PHASE_HEADS}
+        med = {k: statistics.median(r["phases_s"].get(k, 0.0) for r in recs) for k in heads}
         wall = statistics.median(r["wall_time_s"] for r in recs)
-        lines.append(f"| {label} | " + " | ".join(f"{med[k]:.2f}" for k in _PHASE_HEADS) + f" | {wall:.2f} |")
+        lines.append(f"| {label} | " + " | ".join(f"{med[k]:.2f}" for k in heads) + f" | {wall:.2f} |")
     starts = [r["launch_wall"] for r in records if r.get("launch_wall")]
     ends = [r["launch_wall"] + r["wall_time_s"] for r in records if r.get("launch_wall")]
     first = records[0]
@@ -372,5 +370,5 @@ def console_table(records: list[dict[str, Any]]):
         f = row["first"]
         t.add_row(row["adapter"], precision_label(f["controls"]), f"{row['samples_per_s']:,.0f}",
                   f"{row['step_median'] * 1e3:.2f} ({row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f})",
-                  _mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row), _diff(row, short=True), "ok")
+                  format_mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row), _diff(row, short=True), "ok")
     return t

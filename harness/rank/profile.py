@@ -1,0 +1,125 @@
+"""A rank's own compute, measured apart from any communication: the load-balance split of `compare scale` and the
+compute input of its performance model (harness/costmodel.py).
+
+Runs in: every rank of a launch whose spec asks for it (`spec.profile`), after the timed steps and before rank 0
+tells the parent that the measurement is over, so no other launch runs meanwhile.
+
+Each rank builds a plain local copy of the workload's model (same seed, optimizer and learning rate; no wrapper,
+no process group, no hooks of any framework) and times, on its own slice of the same training data and with the
+same threads as the training step, the three parts of a step separately: forward with the loss (inside the
+adapter's autocast, so a mixed-precision row is profiled in its precision), backward, and the optimizer step.
+Every rank does this at the same time, so the ranks share the machine as they did while training. Whatever a
+rank's training step takes beyond its own compute is communication and waiting for its peers: that is how the
+wait of every backend is measured, the same way for all of them.
+
+Backward also records when each parameter's gradient is ready (a post-accumulate-grad hook) and its size: the
+order and times at which DDP buckets or Horovod fusion buffers can start their all-reduce, which the model needs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from harness.rank.measure import device_sync
+
+BUDGET_S = 5.0
+"""Timed steps per batch size stop after this many seconds (but never fewer than MIN_STEPS)."""
+MIN_STEPS = 3
+
+
+def spin(seconds: float) -> None:
+    """Keep this core busy for `seconds`, as a slower device's compute would (a sleep would free the core)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def measure(workload, spec, info, data, adapter, batches: list[int], steps: int, delay_s: float = 0.0,
+            grads: bool = False, flops: bool = False) -> dict:
+    """Median forward, backward and optimizer seconds of a local copy of the model at each per-rank batch size in
+    `batches` (the first is this rank's training batch); `delay_s` is spun before each forward (a straggler);
+    `grads`: the gradient-ready profile at the first batch size; `flops`: FLOPs of one forward+backward."""
+    import torch
+
+    torch.manual_seed(workload.seed)
+    model = workload.build_model().to(info.device)
+    optimizer = workload.make_optimizer(model, workload.lr(spec.global_batch))
+    sync = device_sync(info.device)
+    n_train = len(data.train_x)
+    params = [p for p in model.parameters() if p.requires_grad]
+    ready: list[float | None] = [None] * len(params)
+    hooks = []
+    if grads:
+        # On CUDA this is when the gradient's kernels were issued, not finished: close enough for bucket order.
+        hooks = [p.register_post_accumulate_grad_hook(lambda _p, i=i: ready.__setitem__(i, time.perf_counter()))
+                 for i, p in enumerate(params)]
+
+    def one_step(idx) -> tuple[float, float, float, float]:
+        x, y = data.train_x[idx], data.train_y[idx]
+        sync()
+        t0 = time.perf_counter()
+        if delay_s:
+            spin(delay_s)
+        optimizer.zero_grad(set_to_none=True)
+        with adapter.autocast():
+            loss = workload.loss(model(x), y)
+        sync()
+        t1 = time.perf_counter()
+        loss.backward()
+        sync()
+        t2 = time.perf_counter()
+        optimizer.step()
+        sync()
+        return t0, t1, t2, time.perf_counter()
+
+    out: dict = {"batches": [], "threads": torch.get_num_threads(), "delay_s": delay_s}
+    for k, b in enumerate(batches):
+        if b > spec.global_batch:
+            raise ValueError(f"profile batch {b} is larger than the global batch {spec.global_batch}")
+        indices = [workload.batch_indices(s, spec.global_batch, n_train, 0, 1)[:b].to(info.device)
+                   for s in range(steps + 1)]
+        one_step(indices[0])  # untimed: first-touch allocations at this batch size
+        fwd, bwd, opt = [], [], []
+        started = time.perf_counter()
+        for s in range(1, steps + 1):
+            t0, t1, t2, t3 = one_step(indices[s])
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+            opt.append(t3 - t2)
+            if s >= MIN_STEPS and time.perf_counter() - started > BUDGET_S:
+                break
+            if k == 0 and grads and s == 1:
+                backward_start = t1
+                out["grads"] = sorted(([p.numel() * p.element_size(), ready[i] - backward_start]
+                                       for i, p in enumerate(params) if ready[i] is not None), key=lambda g: g[1])
+        total = [a + b_ + c for a, b_, c in zip(fwd, bwd, opt)]
+        out["batches"].append({"per_rank_batch": b, "fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd),
+                               "opt_s": statistics.median(opt), "compute_s": statistics.median(total),
+                               "n": len(total)})
+    for h in hooks:
+        h.remove()
+    # What the optimizer keeps per parameter (momentum: 4 bytes; Adam: 8), for the memory model.
+    out["optimizer_state_bytes"] = sum(t.numel() * t.element_size() for state in optimizer.state.values()
+                                       for t in state.values() if torch.is_tensor(t) and t.dim() > 0)
+    out["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
+    if flops:
+        out["flops_per_sample"] = _flops_per_sample(model, workload, data, adapter, batches[0], info.device)
+    return out
+
+
+def _flops_per_sample(model, workload, data, adapter, b: int, device: str) -> float | None:
+    """FLOPs of one forward + backward per sample, counted by torch's own FlopCounterMode (matmuls and
+    convolutions; what scales the compute to another device)."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+    except ImportError:
+        return None
+    x, y = data.train_x[:b], data.train_y[:b]
+    counter = FlopCounterMode(display=False)
+    with counter:
+        with adapter.autocast():
+            loss = workload.loss(model(x), y)
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / b
