@@ -82,13 +82,16 @@ class RunUI:
                                 TextColumn("{task.fields[phase]}"), TimeElapsedColumn(), console=console,
                                 transient=False, auto_refresh=False)
 
-    def start(self, plan):
+    def header(self, plan) -> str:
         req = plan.request
         names = ", ".join(r.label for r in plan.runnable)
         over = " (oversubscribed: more processes than cores)" if plan.oversubscribed else ""
-        console.print(f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}{over}, "
-                      f"device {req.device}, adapters {escape(names)}; {plan.warmup} warm-up + {plan.steps} timed "
-                      f"steps, {req.repeats} repeat(s) -> {plan.out}")
+        return (f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}{over}, "
+                f"device {req.device}, adapters {escape(names)}; {plan.warmup} warm-up + {plan.steps} timed "
+                f"steps, {req.repeats} repeat(s) -> {plan.out}")
+
+    def start(self, plan):
+        console.print(self.header(plan))
         for row in plan.unavailable:
             console.print(f"  [yellow]{escape(row.label)}: unavailable[/] - {escape(first_sentence(row.reason))}")
         if self.bar:
@@ -117,22 +120,37 @@ class RunUI:
         else:
             console.print(f"  {escape(self._label(name, repeat))}: {text}")
 
-    def reference_done(self, outcome):
+    def reference_done(self, outcome, name="reference"):
         if outcome.status == "ok":
-            self._done("reference", 0, "[green]reference ok[/]", True)
+            self._done(name, 0, "[green]reference ok[/]", True)
         else:
-            self._done("reference", 0, f"[red]{outcome.status}[/]: {escape(outcome.reason)} (max_param_diff will "
-                                       f"be empty)", False)
+            self._done(name, 0, f"[red]{outcome.status}[/]: {escape(outcome.reason)} (max_param_diff will "
+                                f"be empty)", False)
 
-    def finished(self, rec):
+    def finished(self, rec, name=None):
+        name = rec["label"] if name is None else name
         if rec["status"] == "ok":
-            self._done(rec["label"], rec["repeat"], f"[green]ok[/] {rec['samples_per_s']:,.0f} samples/s", True)
+            self._done(name, rec["repeat"], f"[green]ok[/] {rec['samples_per_s']:,.0f} samples/s", True)
         else:
-            self._done(rec["label"], rec["repeat"], f"[red]{rec['status']}[/]: {escape(rec['reason'])}", False)
+            self._done(name, rec["repeat"], f"[red]{rec['status']}[/]: {escape(rec['reason'])}", False)
 
     def stop(self):
         if self.bar:
             self.bar.stop()
+
+
+class ScaleUI(RunUI):
+    def header(self, plan) -> str:
+        req, first = plan.request, plan.points[0]
+        names = ", ".join(r.label for r in first.runnable)
+        over = [p.request.world_size for p in plan.points if p.oversubscribed]
+        over_text = f" (oversubscribed: {', '.join(map(str, over))})" if over else ""
+        straggler = (f"; straggler: rank {plan.straggler['rank']} x{plan.straggler['factor']:g}"
+                     if plan.straggler else "")
+        return (f"[bold]compare scale[/]: workload [bold]{req.workload}[/], {plan.scaling} scaling, world sizes "
+                f"{', '.join(map(str, plan.world_sizes))}{over_text}, {plan.threads} thread(s) per rank, device "
+                f"{req.device}, adapters {escape(names)} + the single-process baseline; {first.warmup} warm-up + "
+                f"{first.steps} timed steps, {req.repeats} repeat(s){straggler} -> {plan.out}")
 
 
 def _execute(execute, plan, *args):
@@ -211,6 +229,157 @@ def _resolved_command(plan) -> str:
     return shlex.join(args)
 
 
+@app.command()
+def scale(
+    adapters_: Optional[str] = typer.Option(None, "--adapters", "-a",
+                                            help="Comma-separated adapters (NAME:KNOB=VALUE:... for a variant; "
+                                                 "default: every adapter)."),
+    workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="Workload name (see `compare list`)."),
+    world_sizes: Optional[str] = typer.Option(None, "--world-sizes",
+                                              help="Increasing comma list, e.g. 1,2,4 (default: 1 and every size "
+                                                   "up to the usable cores)."),
+    scaling: str = typer.Option("strong", help="strong: fixed global batch; weak: fixed per-rank batch (global "
+                                               "batch grows with N, LR by the workload's rule)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    steps: Optional[int] = typer.Option(None, help="Timed steps per point (default: the workload's)."),
+    warmup: Optional[int] = typer.Option(None, help="Warm-up steps per point (default: the workload's)."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch",
+                                               help="Strong: the global batch; weak: the per-rank batch (default: "
+                                                    "the workload's global batch)."),
+    repeats: int = typer.Option(1, help="Fresh launches per point; the spread is reported."),
+    threads: Optional[int] = typer.Option(None, help="Threads per rank at every point (default: usable cores / "
+                                                     "the largest world size that fits)."),
+    equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps",
+                                              help="Steps compared with the single-process reference (0: skip)."),
+    timeout: float = typer.Option(900.0, help="Seconds before a launch is killed and recorded as timeout."),
+    out: Optional[str] = typer.Option(None, help="Output directory (default: results/scale_<workload>_<hw>_<time>)."),
+    force: bool = typer.Option(False, help="Overwrite results already in --out."),
+    strict: bool = typer.Option(False, help="A named adapter that cannot run here is an error (exit 2)."),
+    oversubscribe: bool = typer.Option(False, help="Allow world sizes above the usable cores (labelled "
+                                                   "oversubscribed everywhere)."),
+    straggler: Optional[str] = typer.Option(None, help="RANK:FACTOR: that rank computes FACTOR times slower."),
+    knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE."),
+    comm: list[Path] = typer.Option([], "--comm", help="`compare comm` results to calibrate the model with "
+                                                       "(default: measure them here)."),
+    model: bool = typer.Option(True, help="Calibrate the performance model and predict (--no-model: skip the "
+                                          "comm sweep and the prediction)."),
+    profile: list[str] = typer.Option(["h100-sxm-ndr400"], "--profile",
+                                      help="Hardware profile(s) to extrapolate to (see `compare predict --list`)."),
+    predict_to: int = typer.Option(1024, "--predict-to", help="Largest world size predicted."),
+    profile_steps: int = typer.Option(10, "--profile-steps", help="Steps per batch size of the compute profile."),
+):
+    """Sweep world sizes: speed-up, efficiency, memory and load balance, and the model's prediction."""
+    from harness import scale as scalemod
+    from harness.inputs import ScaleRequest
+    from harness.report import scale as report_scale
+
+    try:
+        sizes = scalemod.parse_world_sizes(world_sizes)
+    except BadInput as exc:
+        _fail(str(exc))
+    req = ScaleRequest(adapters=split(adapters_), workload=workload, world_sizes=sizes, scaling=scaling,
+                       device=device, steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats,
+                       threads=threads, equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force,
+                       strict=strict, oversubscribe=oversubscribe, straggler=straggler, knobs=knob, options=option,
+                       comm_dirs=comm, model=model, profiles=profile, predict_to=predict_to,
+                       profile_steps=profile_steps)
+    try:
+        plan = scalemod.plan(req)
+    except BadInput as exc:
+        _fail(str(exc))
+    req.command = _typed("compare scale (API)")
+    _stop_on_signals()
+    records, interrupted = _execute(scalemod.execute, plan, ScaleUI(), lambda line: console.print("  " + escape(line)),
+                                    _STARTED)
+    for line in report_scale.console_lines(plan.out, records):
+        console.print(line)
+    took = f" ({time.time() - _STARTED:.0f} s)" if _STARTED else ""
+    console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took}")
+    if interrupted:
+        typer.echo(f"interrupted: children stopped; finished points kept in {plan.out}", err=True)
+        raise typer.Exit(130)
+    if not any(r["status"] == "ok" for r in records):
+        raise typer.Exit(1)
+
+
+@app.command()
+def predict(
+    directory: Optional[Path] = typer.Argument(None, help="A `compare scale` results directory (omit: only the "
+                                                          "published checks)."),
+    profile: list[str] = typer.Option([], "--profile", help="Hardware profile(s) to extrapolate to (default: the "
+                                                            "sweep's)."),
+    to: int = typer.Option(1024, "--to", help="Largest world size predicted."),
+    list_profiles: bool = typer.Option(False, "--list", help="List the hardware profiles and exit."),
+):
+    """The performance model: predicted vs measured for a scale sweep, extrapolation to a hardware profile, and
+    the check against published scaling results."""
+    from harness import costmodel
+    from harness.report import scale as report_scale
+    from harness.report import scale_model
+
+    names = costmodel.profiles()
+    if list_profiles:
+        for name in names:
+            f = costmodel.load_profile(name)
+            console.print(f"{name}: {f.device}, {f.devices_per_node} per node, all-reduce busbw "
+                          f"{f.intra_busbw_Bps / 1e9:g} GB/s in a node, {f.inter_busbw_Bps / 1e9:g} GB/s across nodes")
+        return
+    for name in profile:
+        if name not in names:
+            _fail(f"unknown hardware profile '{name}'; valid choices: {', '.join(names)}")
+    if to < 1:
+        _fail(f"--to must be at least 1, got {to}")
+    if directory is not None:
+        records = _read_run(directory)
+        if records[0].get("kind") != "scale":
+            _fail(f"{directory} holds `compare {records[0].get('kind', 'run')}` results; give a directory written by "
+                  f"`compare scale`")
+        tab = report_scale.table(records)
+        cal = scale_model.calibrate(records, scale_model.comm_records(directory))
+        console.print(f"[bold]predicted vs measured[/] ({directory})")
+        for r in scale_model.predict_measured(records, tab, cal):
+            over = " (oversubscribed)" if r["oversubscribed"] else ""
+            pred = (f"{r['predicted_s'] * 1e3:.2f} ms ({r['error']:+.0%})" if "predicted_s" in r
+                    else f"– ({r['why_not']})")
+            console.print(f"  {escape(r['label'])} n={r['n']}{over}: measured {r['measured_s'] * 1e3:.2f} ms, "
+                          f"predicted {escape(pred)}")
+        sweep = records[0].get("scale_sweep") or {}
+        for name in profile or sweep.get("profiles") or ["h100-sxm-ndr400"]:
+            fabric = costmodel.load_profile(name)
+            console.print(f"[bold]{name}[/] ({fabric.device}), weak scaling, parallel efficiency "
+                          f"(utilisation {scale_model.UTILISATION[0]:.0%} / {scale_model.UTILISATION[1]:.0%} / "
+                          f"{scale_model.UTILISATION[2]:.0%} of peak):")
+            for label, c in cal.items():
+                batch = c["profile"]["batches"][0]["per_rank_batch"]
+                rows = scale_model.extrapolate(c, fabric, batch, to)
+                if not rows:
+                    console.print(f"  {escape(label)}: no FLOP count or no peak for its precision on this profile")
+                    continue
+                cells = [f"N={r['n']}: " + (f"{r['low']:.0%}–{r['high']:.0%}" if r["n"] > costmodel.BOUNDS_FROM
+                                            else f"{r['mid']:.0%}") for r in rows if r["n"] >= 8]
+                console.print(f"  {escape(label)} (batch {batch}/GPU): " + ", ".join(cells))
+    console.print("[bold]published results vs the model[/]")
+    for line in scale_model.published_lines(scale_model.published_checks()):
+        console.print(escape(line))
+
+
+def _read_run(directory: Path) -> list[dict]:
+    """The records of a results directory, or a one-line error (exit 2)."""
+    from harness.record import read_records
+
+    path = directory / "records.jsonl"
+    if not path.is_file():
+        _fail(f"no records.jsonl in {directory}; give a directory written by `compare run`, `comm` or `scale`")
+    try:
+        records = read_records(path)
+    except (OSError, ValueError) as exc:
+        _fail(f"cannot read {path}: {exc}")
+    if not records:
+        _fail(f"{path} holds no records")
+    return records
+
+
 @app.command("comm")
 def comm_cmd(
     backends: Optional[str] = typer.Option(None, help="Comma-separated backends (default: all; unavailable ones "
@@ -261,17 +430,8 @@ def comm_cmd(
 def report_cmd(directory: Path = typer.Argument(..., help="A run directory holding records.jsonl.")):
     """Re-render report.md and the plots of a run from its records.jsonl alone."""
     from harness import report
-    from harness.record import read_records
 
-    path = directory / "records.jsonl"
-    if not path.is_file():
-        _fail(f"no records.jsonl in {directory}; give a directory written by `compare run` or `compare comm`")
-    try:
-        records = read_records(path)
-    except (OSError, ValueError) as exc:
-        _fail(f"cannot read {path}: {exc}")
-    if not records:
-        _fail(f"{path} holds no records")
+    records = _read_run(directory)
     try:
         report.render(directory, records)
     except OSError as exc:

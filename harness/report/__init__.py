@@ -12,17 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.report import comm, run
+from harness.report import comm, run, scale
 
 
 def kind(records: list[dict[str, Any]]) -> str:
-    """"run" or "comm" (records written before `kind` existed are runs)."""
+    """"run", "comm" or "scale" (records written before `kind` existed are runs)."""
     return records[0].get("kind", "run") if records else "run"
 
 
 def render(out: Path, records: list[dict[str, Any]]) -> Path:
     """report.md (and plots) of one run into `out`."""
-    return {"run": run.render, "comm": comm.render}[kind(records)](out, records)
+    return {"run": run.render, "comm": comm.render, "scale": scale.render}[kind(records)](out, records)
 
 
 def index(results_dir: Path, warn=lambda line: None) -> Path:
@@ -57,10 +57,16 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
             span = f"{format_size(min(sizes))}–{format_size(max(sizes))}, " if sizes else "no cell ran, "
             workload = f"comm: {len(ops)} primitives, {span}{r0.get('dtype')}"
         else:
-            rows = ", ".join(f"{label} ({recs[0]['status']})" if recs[0]["status"] != "ok" else label
+            rows = ", ".join(f"{label} ({recs[0]['status']})" if all(r["status"] != "ok" for r in recs) else label
                              for label, recs in run.group(records).items())
             workload = r0["workload"]
         world = f"{r0['world_size']}" + (" (oversubscribed)" if r0.get("oversubscribed") else "")
+        if kind(records) == "scale":
+            sweep = r0.get("scale_sweep") or {}
+            over = sorted({r["world_size"] for r in records if r.get("oversubscribed")})
+            world = ", ".join(map(str, sweep.get("world_sizes", []))) + (
+                f" (oversubscribed: {', '.join(map(str, over))})" if over else "")
+            workload = f"{r0['workload']}: {sweep.get('scaling', 'strong')} scaling"
         lines.append(f"| [{name}]({name}/report.md) | {workload} | {rows} | {world} | {hw} "
                      f"| {r0['time_utc']} | `{r0['command']}` |")
     path = results_dir / "README.md"

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import adapters
 import workloads
-from harness import collectives
+from harness import collectives, costmodel
 from harness.cli import app
 from harness.env import usable_cores
 
@@ -23,6 +23,7 @@ ADAPTERS = ", ".join(adapters.names())
 WORKLOADS = ", ".join(workloads.names())
 OPS = ", ".join(collectives.OPS)
 BACKENDS = ", ".join(adapters.comm_backends())
+PROFILES = ", ".join(costmodel.profiles())
 
 
 def invoke(*args):
@@ -100,6 +101,47 @@ CASES = [
     ("comm-iters-0", ["comm", "--iters", "0"], "--iters must be at least 1, got 0"),
     ("comm-timeout-0", ["comm", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
     ("comm-unknown-device", ["comm", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
+    # ---- scale ----------------------------------------------------------------------------------------------
+    ("scale-world-sizes-unsorted", ["scale", "--world-sizes", "2,1"],
+     "--world-sizes must be in increasing order, got 2,1; e.g. 1,2"),
+    ("scale-world-sizes-duplicate", ["scale", "--world-sizes", "1,2,2"], "world size 2 listed twice in --world-sizes 1,2,2"),
+    ("scale-world-size-0", ["scale", "--world-sizes", "0,1"], "world sizes must be at least 1, got 0"),
+    ("scale-world-size-not-a-number", ["scale", "--world-sizes", "1,two"],
+     "world size 'two' is not a whole number; e.g. --world-sizes 1,2,4"),
+    ("scale-world-sizes-empty", ["scale", "--world-sizes", ","], "no world sizes given; e.g. --world-sizes 1,2,4"),
+    ("scale-oversubscribed", ["scale", "-a", "ddp", "--world-sizes", f"1,{CORES + 1}", "--global-batch",
+                              str(64 * (CORES + 1))],
+     f"world size {CORES + 1} needs {CORES + 1} processes but this machine has {CORES} usable cores; use "
+     f"--world-sizes up to {CORES}, or --oversubscribe to run it anyway (every row is then labelled oversubscribed)"),
+    ("scale-unknown-profile", ["scale", "--profile", "tpu9"],
+     f"unknown hardware profile 'tpu9'; valid choices: {PROFILES} (or add harness/profiles/tpu9.json: see "
+     f"harness/profiles/README.md)"),
+    ("scale-unknown-scaling", ["scale", "--scaling", "linear"], "unknown scaling 'linear'; valid choices: strong, weak"),
+    ("scale-straggler-form", ["scale", "--straggler", "1"],
+     "--straggler '1' is not RANK:FACTOR, e.g. 1:2.0 (rank 1 computes twice as slowly)"),
+    ("scale-straggler-factor", ["scale", "--straggler", "1:0.5"],
+     "straggler factor must be at least 1 (how many times slower the rank computes), got 0.5"),
+    ("scale-straggler-rank", ["scale", "--world-sizes", "1,2", "--straggler", "2:2"],
+     "straggler rank 2 does not exist at any world size of the sweep (the largest is 2, ranks 0-1)"),
+    ("scale-batch-indivisible", ["scale", "--world-sizes", "1,2", "--global-batch", "63"],
+     "global batch 63 is not divisible by world size 2; choose a --global-batch that is a multiple of 2"),
+    ("scale-weak-batch-too-large", ["scale", "--scaling", "weak", "--world-sizes", "1,2", "--global-batch", "1024"],
+     "weak scaling at world size 2 needs a global batch of 1024 x 2 = 2048, more than workload digits's training "
+     "set (1437 samples); use smaller world sizes or a smaller --global-batch"),
+    ("scale-predict-to-below", ["scale", "--world-sizes", "1,2", "--predict-to", "1"],
+     "--predict-to 1 is below the largest world size measured (2)"),
+    ("scale-profile-steps", ["scale", "--profile-steps", "2"], "--profile-steps must be at least 3, got 2"),
+    ("scale-unknown-adapter", ["scale", "-a", "ddp,horovd"], f"unknown adapter 'horovd'; valid choices: {ADAPTERS}"),
+    ("scale-timeout-0", ["scale", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+    ("scale-comm-not-results", ["scale", "--comm", "/nonexistent-comm"],
+     "--comm /nonexistent-comm: not readable `compare comm` results ([Errno 2] No such file or directory: "
+     "'/nonexistent-comm/records.jsonl')"),
+    # ---- predict --------------------------------------------------------------------------------------------
+    ("predict-unknown-profile", ["predict", "--profile", "tpu9"],
+     f"unknown hardware profile 'tpu9'; valid choices: {PROFILES}"),
+    ("predict-to-0", ["predict", "--to", "0"], "--to must be at least 1, got 0"),
+    ("predict-no-records", ["predict", "/nonexistent-scale"],
+     "no records.jsonl in /nonexistent-scale; give a directory written by `compare run`, `comm` or `scale`"),
     # ---- list -----------------------------------------------------------------------------------------------
     ("list-unknown-device", ["list", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
     ("list-world-size-0", ["list", "-n", "0"], "world size must be at least 1, got 0"),
@@ -109,7 +151,7 @@ CASES = [
 @pytest.mark.parametrize("argv, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
     out = tmp_path / "o"
-    if argv[0] in ("run", "comm") and "--out" not in argv:
+    if argv[0] in ("run", "comm", "scale") and "--out" not in argv:
         argv = [*argv, "--out", str(out)]
     result = invoke(*argv)
     assert result.exit_code == 2, result.output
@@ -133,7 +175,7 @@ def test_unwritable_output_directory(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     out = blocker / "run"
-    for sub in ("run", "comm"):
+    for sub in ("run", "comm", "scale"):
         result = invoke(sub, "--out", out)
         assert result.exit_code == 2
         assert result.stderr == f"error: cannot create output directory {out}: {blocker} is not a directory\n"
@@ -149,7 +191,7 @@ def test_read_only_output_directory():
 
 @pytest.mark.parametrize("files", [("records.jsonl",), ("report.md",), ("records.jsonl", "report.md", "busbw.png")],
                          ids=["records", "report", "comm-run"])
-@pytest.mark.parametrize("sub", ["run", "comm"])
+@pytest.mark.parametrize("sub", ["run", "comm", "scale"])
 def test_existing_results_are_not_overwritten_without_force(tmp_path, sub, files):
     # Either kind's results directory is protected from either subcommand (a comm run's dir used to be overwritable).
     out = tmp_path / "o"
@@ -169,8 +211,8 @@ def test_existing_results_are_not_overwritten_without_force(tmp_path, sub, files
 def test_report_of_a_directory_without_records(tmp_path):
     result = invoke("report", tmp_path)
     assert result.exit_code == 2
-    assert result.stderr == (f"error: no records.jsonl in {tmp_path}; give a directory written by `compare run` or "
-                             f"`compare comm`\n")
+    assert result.stderr == (f"error: no records.jsonl in {tmp_path}; give a directory written by `compare run`, "
+                             f"`comm` or `scale`\n")
 
 
 @pytest.mark.parametrize("content, problem", [

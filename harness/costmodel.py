@@ -1,0 +1,456 @@
+"""A model of one data-parallel training step: compute, collectives (alpha-beta) and each backend's overlap rules.
+
+Runs in: the parent. Pure arithmetic, no torch. Its inputs are measurements this tool makes (a compute profile at
+world size 1, a `compare comm` sweep) or published single-device figures, and hardware profiles
+(harness/profiles/*.json, each number with its source).
+
+One step of a backend on N ranks, per-rank batch b:
+
+    forward(b) -> backward(b), during which gradients become ready (sizes and times from the compute profile)
+    -> the backend's communication, overlapped with backward as its schedule dictates
+    -> optimizer step (on 1/N of the parameters from ZeRO-1 on)
+    + the backend's own per-step cost beyond the plain loop, measured at world size 1 ("overhead")
+
+Collectives follow nccl-tests' accounting: an all-reduce of S bytes moves 2(N-1)/N x S per rank, so
+t = latency + 2(N-1)/N x S / busbw; reduce-scatter and all-gather move (N-1)/N x S. On a hardware profile the
+latency is NCCL's: a ring of 2(N-1) steps or a tree of 2 log2(nodes) network steps (plus the steps inside a node),
+each step priced by where it goes, plus a base latency per call; all-reduce takes the cheaper, as NCCL's tuner
+does. Measured here, latency and bandwidth are fitted per collective, backend and N to a `compare comm` sweep.
+
+Schedules (declared by each adapter's `comm_schedule()`, so the framework knowledge stays in adapters/):
+- buckets (torch DDP, apex DDP): gradients fill buckets in the order they become ready (DDP: first 1 MiB, then
+  25 MiB); each bucket is all-reduced when its last gradient is ready, one after another, during backward;
+- fusion (Horovod): a background cycle (1 ms) fuses whatever is ready into all-reduces of at most the fusion
+  buffer (128 MiB), each after a small coordination round;
+- zero (DeepSpeed): ZeRO-0 all-reduces every gradient after backward; ZeRO-1/2 reduce-scatter them after backward
+  and all-gather the updated parameters after the step (overlap_comm is off for 1/2 by default); ZeRO-3 also
+  all-gathers the parameters in forward and again in backward (1.5x DDP's bytes), overlapped with compute;
+- replicate (DataParallel): broadcast the module and reduce the gradients through device 0, every step, serially.
+
+Where communication runs on the same cores as the compute (a CPU with every core computing), "overlapped"
+communication cannot hide: it is added to the step. That is the case on this project's CPU test machine.
+
+Memory per rank (bytes): parameters, gradients and optimizer state per the ZeRO paper (Rajbhandari et al.
+2019, section 3: 2+2+K bytes per parameter in mixed precision), each partitioned over N from the ZeRO stage that
+partitions it, plus what the world-size-1 measurement shows beyond them (activations, buffers, the process).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+PUBLISHED = PROFILES_DIR / "published.json"
+MiB = 2**20
+BOUNDS_FROM = 64
+"""Beyond this many workers predictions are given as bounds, not points (published predictors stop being
+reliable there: contention, stragglers and topology effects a step model does not see)."""
+
+
+# ---- compute ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Compute:
+    """One rank's compute for one step at one per-rank batch (seconds), and its gradients."""
+
+    fwd_s: float
+    bwd_s: float
+    opt_s: float
+    grads: list[tuple[float, float]] = field(default_factory=list)
+    """(bytes, seconds after the start of backward when that gradient is ready), in the order they become ready."""
+    overhead_s: float = 0.0
+    """What the backend itself costs per step beyond the plain loop, measured at world size 1."""
+
+    @property
+    def grad_bytes(self) -> float:
+        return sum(b for b, _ in self.grads)
+
+    @property
+    def total_s(self) -> float:
+        return self.fwd_s + self.bwd_s + self.opt_s
+
+
+def interpolate(points: list[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear through (x, y) points (sorted by x), extended linearly beyond both ends (through the
+    nearest two points), never below zero."""
+    pts = sorted(points)
+    if len(pts) == 1:
+        return pts[0][1] * x / pts[0][0] if pts[0][0] else pts[0][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x <= x1 or (x1, y1) == pts[-1]:
+            if x < pts[0][0]:
+                (x0, y0), (x1, y1) = pts[0], pts[1]
+            return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    return pts[-1][1]
+
+
+@dataclass
+class ComputeCurve:
+    """Compute at any per-rank batch from a profile at several: forward and backward interpolated over the batch,
+    the optimizer step fixed (it does not depend on the batch), ready times scaled with backward."""
+
+    fwd: list[tuple[float, float]]
+    bwd: list[tuple[float, float]]
+    opt_s: float
+    grads: list[tuple[float, float]]
+    grads_batch: float
+    overhead_s: float = 0.0
+    flops_per_sample: float | None = None
+
+    def at(self, batch: float) -> Compute:
+        bwd = interpolate(self.bwd, batch)
+        ref = interpolate(self.bwd, self.grads_batch)
+        scale = bwd / ref if ref > 0 else 1.0
+        return Compute(interpolate(self.fwd, batch), bwd, self.opt_s, [(b, t * scale) for b, t in self.grads],
+                       self.overhead_s)
+
+    @classmethod
+    def from_profile(cls, profile: dict[str, Any], overhead_s: float = 0.0) -> ComputeCurve:
+        """From a rank's compute profile (harness/rank/profile.py)."""
+        batches = profile["batches"]
+        return cls(fwd=[(b["per_rank_batch"], b["fwd_s"]) for b in batches],
+                   bwd=[(b["per_rank_batch"], b["bwd_s"]) for b in batches],
+                   opt_s=batches[0]["opt_s"], grads=[tuple(g) for g in profile.get("grads", [])],
+                   grads_batch=batches[0]["per_rank_batch"], overhead_s=overhead_s,
+                   flops_per_sample=profile.get("flops_per_sample"))
+
+
+def layered_grads(layers: list[tuple[float, float]], bwd_s: float) -> list[tuple[float, float]]:
+    """Gradient-ready profile from layers given in forward order as (gradient bytes, share of backward compute):
+    backward runs them last to first, and a layer's gradient is ready when its own backward is done."""
+    total = sum(w for _, w in layers) or 1.0
+    out, t = [], 0.0
+    for nbytes, w in reversed(layers):
+        t += bwd_s * w / total
+        if nbytes:
+            out.append((nbytes, t))
+    return out
+
+
+# ---- collectives --------------------------------------------------------------------------------------------
+
+BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+                "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+"""nccl-tests' bus-bandwidth factors: bytes each rank moves per byte of the buffer."""
+
+
+class Collectives:
+    """Seconds of one collective of `nbytes` (the full buffer, as nccl-tests counts it) on n ranks; `name` says
+    where the figures come from."""
+
+    def time(self, op: str, nbytes: float, n: int) -> float:
+        raise NotImplementedError
+
+    def control(self, n: int) -> float:
+        """A tiny coordination round among n ranks (Horovod's per-cycle negotiation)."""
+        return self.time("all_reduce", 8, n)
+
+
+def fit_alpha_beta(points: list[tuple[float, float]], factor: float) -> tuple[float, float]:
+    """(latency s, busbw B/s) of t = latency + factor x S / busbw from (bytes, seconds) points, by least squares
+    on the relative error (every size counts alike, small ones as much as large ones); latency >= 0."""
+    if len(points) < 2:
+        raise ValueError("need at least two sizes to fit latency and bandwidth")
+    # minimise sum ((a + c x - y) / y)^2 over a, c: weighted least squares with weights 1/y^2
+    w = [1.0 / (t * t) for _, t in points]
+    xs = [factor * s for s, _ in points]
+    ys = [t for _, t in points]
+    sw = sum(w)
+    sx = sum(wi * x for wi, x in zip(w, xs))
+    sy = sum(wi * y for wi, y in zip(w, ys))
+    sxx = sum(wi * x * x for wi, x in zip(w, xs))
+    sxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys))
+    det = sw * sxx - sx * sx
+    slope = (sw * sxy - sx * sy) / det
+    latency = (sy - slope * sx) / sw
+    if latency < 0:  # refit through the origin
+        latency, slope = 0.0, sxy / sxx
+    if slope <= 0:
+        raise ValueError("time does not grow with size: no bandwidth to fit")
+    return latency, 1.0 / slope
+
+
+class Fitted(Collectives):
+    """Collectives of one backend on this machine, fitted per (op, N) to `compare comm` cells."""
+
+    def __init__(self, backend: str, fits: dict[tuple[str, int], tuple[float, float]],
+                 points: dict[tuple[str, int], list[tuple[float, float]]] | None = None):
+        self.name, self.backend, self.fits, self.points = f"{backend} (fitted here)", backend, fits, points or {}
+
+    @classmethod
+    def from_records(cls, backend: str, records: list[dict[str, Any]]) -> Fitted:
+        pts: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for r in records:
+            if r.get("backend") == backend and r.get("status") == "ok" and r.get("op") in BUSBW_FACTOR:
+                pts.setdefault((r["op"], r["world_size"]), []).append((r["size_bytes"], r["time_s"]["median"]))
+        fits = {}
+        for (op, n), p in pts.items():
+            try:
+                fits[(op, n)] = fit_alpha_beta(p, BUSBW_FACTOR[op](n))
+            except (ValueError, ZeroDivisionError):
+                continue
+        return cls(backend, fits, pts)
+
+    def time(self, op: str, nbytes: float, n: int) -> float:
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        if (op, n) not in self.fits:
+            raise KeyError(f"no {op} measured for {self.backend} at world size {n}")
+        latency, busbw = self.fits[(op, n)]
+        return latency + BUSBW_FACTOR[op](n) * nbytes / busbw
+
+
+@dataclass
+class Protocol:
+    """One of NCCL's protocols: its latencies (per call, per ring step inside a node and across the network, per
+    tree step) and the share of the bus bandwidth it reaches (NCCL src/graph/tuning.cc: LL 1/4 on rings, 1/3.8 on
+    trees; trees 0.9 of the ring's)."""
+
+    name: str
+    base_s: float
+    intra_s: float
+    inter_s: float
+    tree_intra_s: float | None
+    tree_inter_s: float | None
+    ring_bw: float
+    tree_bw: float
+
+
+@dataclass
+class Fabric(Collectives):
+    """A hardware profile: nccl-tests bus bandwidths and NCCL's latencies (harness/profiles/*.json)."""
+
+    name: str
+    devices_per_node: int
+    intra_busbw_Bps: float
+    inter_busbw_Bps: float
+    """All-reduce busbw once a collective spans nodes (nccl-tests: the node's aggregate NIC bandwidth)."""
+    protocols: list[Protocol]
+    tree: bool = True
+    """False: rings only (NCCL before 2.4, gloo)."""
+    device: str = ""
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+    sources: list[dict[str, str]] = field(default_factory=list)
+    notes: str = ""
+
+    def busbw(self, n: int) -> float:
+        return self.intra_busbw_Bps if n <= self.devices_per_node else min(self.intra_busbw_Bps, self.inter_busbw_Bps)
+
+    def _nodes(self, n: int) -> tuple[int, int]:
+        nodes = math.ceil(n / self.devices_per_node)
+        return nodes, min(n, self.devices_per_node)
+
+    def ring_latency(self, op: str, n: int, p: Protocol) -> float:
+        """NCCL's ring latency: 2(n-1) steps for all-reduce, n-1 for reduce-scatter and all-gather, n for a
+        broadcast, of which the ones that cross the network (2 x nodes for all-reduce, nodes - 1 otherwise) are
+        priced as network steps."""
+        nodes, _ = self._nodes(n)
+        steps = {"all_reduce": 2 * (n - 1), "broadcast": n}.get(op, n - 1)
+        inter = 0 if nodes == 1 else min(steps, 2 * nodes if op == "all_reduce" else nodes - 1)
+        return p.base_s + (steps - inter) * p.intra_s + inter * p.inter_s
+
+    def tree_latency(self, n: int, p: Protocol) -> float | None:
+        """NCCL's tree all-reduce latency: 2 x ((ranks per node - 1) intra steps + log2(nodes) network steps)."""
+        if not self.tree or p.tree_inter_s is None:
+            return None
+        nodes, per_node = self._nodes(n)
+        intra = p.tree_intra_s if p.tree_intra_s is not None else p.intra_s
+        return p.base_s + 2 * ((per_node - 1) * intra + math.ceil(math.log2(nodes)) * p.tree_inter_s)
+
+    def time(self, op: str, nbytes: float, n: int) -> float:
+        """The cheapest (algorithm, protocol) for this size, as NCCL's tuner picks: ring or tree (all-reduce only)
+        x Simple or LL."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        moved = BUSBW_FACTOR[op](n) * nbytes
+        best = math.inf
+        for p in self.protocols:
+            best = min(best, self.ring_latency(op, n, p) + moved / (self.busbw(n) * p.ring_bw))
+            tree = self.tree_latency(n, p) if op == "all_reduce" else None
+            if tree is not None:
+                best = min(best, tree + moved / (self.busbw(n) * p.tree_bw))
+        return best
+
+    def latency(self, op: str, n: int) -> float:
+        """The smallest latency of one collective on n ranks (what a tiny message costs)."""
+        return self.time(op, 1.0, n) if n > 1 else 0.0
+
+    def control(self, n: int) -> float:
+        """A tiny coordination message gathered to one rank and broadcast back (Horovod's negotiation, done by MPI
+        or Gloo with a tree): 2 log2(n) steps of the lowest-latency protocol."""
+        if n <= 1:
+            return 0.0
+        nodes, _ = self._nodes(n)
+        p = min(self.protocols, key=lambda q: q.inter_s if nodes > 1 else q.intra_s)
+        return p.base_s + 2 * math.ceil(math.log2(n)) * (p.inter_s if nodes > 1 else p.intra_s)
+
+
+def load_profile(name: str) -> Fabric:
+    """The hardware profile harness/profiles/<name>.json (KeyError if there is none)."""
+    if name not in profiles():
+        raise KeyError(name)
+    d = json.loads((PROFILES_DIR / f"{name}.json").read_text())
+    us = 1e-6
+
+    def opt(key):
+        return None if d.get(key) is None else d[key] * us
+
+    protocols = [Protocol("Simple", d["base_latency_us"] * us, d["intra_hop_latency_us"] * us,
+                          d["inter_hop_latency_us"] * us, opt("tree_intra_hop_latency_us"),
+                          opt("tree_inter_hop_latency_us"), 1.0, 0.9)]
+    if d.get("ll_base_latency_us") is not None:
+        protocols.append(Protocol("LL", d["ll_base_latency_us"] * us, d["ll_intra_hop_latency_us"] * us,
+                                  d["ll_inter_hop_latency_us"] * us, opt("ll_intra_hop_latency_us"),
+                                  opt("ll_tree_inter_hop_latency_us"), 1 / 4, 0.9 / 3.8))
+    return Fabric(name=name, devices_per_node=d["devices_per_node"], intra_busbw_Bps=d["intra_busbw_GBps"] * 1e9,
+                  inter_busbw_Bps=d["inter_busbw_GBps"] * 1e9, protocols=protocols, tree=d.get("tree", True),
+                  device=d.get("device", ""), peak_tflops=d.get("peak_tflops", {}), sources=d.get("sources", []),
+                  notes=d.get("notes", ""))
+
+
+def profiles() -> list[str]:
+    """Names of the hardware profiles (every JSON in harness/profiles/ but the published results)."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.json") if p != PUBLISHED)
+
+
+# ---- the step ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Step:
+    """A predicted step: its time and where it goes."""
+
+    step_s: float
+    compute_s: float
+    comm_s: float
+    """Communication time, whether hidden or not."""
+    exposed_s: float
+    """What communication adds to the step (not hidden behind compute)."""
+    overhead_s: float
+
+
+def _serial(jobs: list[tuple[float, float]]) -> float:
+    """End time of collectives issued one after another: (ready time, duration) each, in issue order."""
+    free = 0.0
+    for at, dur in jobs:
+        free = max(free, at) + dur
+    return free
+
+
+def buckets_of(grads: list[tuple[float, float]], first_cap: float, cap: float) -> list[tuple[float, float]]:
+    """(bytes, ready time) of each bucket: gradients in ready order, a bucket closes once it holds `cap` bytes
+    (the first one `first_cap`)."""
+    out, size, last, limit = [], 0.0, 0.0, first_cap
+    for b, t in grads:
+        size, last = size + b, t
+        if size >= limit:
+            out.append((size, last))
+            size, limit = 0.0, cap
+    if size:
+        out.append((size, last))
+    return out
+
+
+def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives, n: int,
+                 shares_cores: bool = False) -> Step:
+    """The step of a backend with `schedule` (an adapter's comm_schedule()) on n ranks. `shares_cores`:
+    communication runs on the cores that compute (a CPU), so nothing overlaps."""
+    compute = c.total_s
+    if schedule is None or n <= 1:
+        return Step(compute + c.overhead_s, compute, 0.0, 0.0, c.overhead_s)
+    kind, wire = schedule["kind"], schedule.get("wire_scale", 1.0)
+    grads = [(b * wire, t) for b, t in c.grads] or [(0.0, c.bwd_s)]
+    total_bytes = sum(b for b, _ in grads)
+
+    def overlapped(jobs: list[tuple[float, float]], window: float) -> tuple[float, float]:
+        """(comm time, exposed time) of collectives issued during a compute window of `window` seconds."""
+        comm = sum(d for _, d in jobs)
+        if shares_cores:
+            return comm, comm
+        return comm, max(0.0, _serial(jobs) - window)
+
+    opt = c.opt_s
+    if kind == "buckets":
+        jobs = [(t, coll.time("all_reduce", b, n)) for b, t in
+                buckets_of(grads, schedule["first_bucket_bytes"], schedule["bucket_bytes"])]
+        if schedule.get("overlap", True):
+            comm, exposed = overlapped(jobs, c.bwd_s)
+        else:
+            comm = exposed = sum(d for _, d in jobs)
+    elif kind == "fusion":
+        # Horovod's background thread: each cycle it negotiates whatever gradients are ready, fuses them into
+        # all-reduces of at most the fusion buffer, runs them, then sleeps out the rest of its cycle; what became
+        # ready while it was busy is fused into the next cycle's buffer.
+        cycle, cap = schedule["cycle_s"], schedule["fusion_bytes"] or float("inf")
+        jobs, pending, tick = [], sorted(grads, key=lambda g: g[1]), cycle
+        while pending:
+            ready = [g for g in pending if g[1] <= tick]
+            if not ready:
+                tick = cycle * math.ceil(pending[0][1] / cycle)
+                continue
+            pending = pending[len(ready):]
+            size, start, busy = 0.0, tick, coll.control(n)
+            for b, _ in ready:
+                if size and size + b > cap:
+                    busy += coll.time("all_reduce", size, n)
+                    size = 0.0
+                size += b
+            busy += coll.time("all_reduce", size, n)
+            jobs.append((start, busy))
+            tick = max(start + cycle, start + busy)
+        comm, exposed = overlapped(jobs, c.bwd_s)
+    elif kind == "zero":
+        stage = schedule["stage"]
+        if stage == 0:
+            comm = exposed = coll.time("all_reduce", total_bytes, n)
+        elif stage in (1, 2):
+            opt = c.opt_s / n  # each rank steps its 1/N partition
+            comm = exposed = coll.time("reduce_scatter", total_bytes, n) + coll.time("all_gather", total_bytes, n)
+        else:
+            opt = c.opt_s / n
+            gather = coll.time("all_gather", total_bytes, n)
+            scatter = coll.time("reduce_scatter", total_bytes, n)
+            comm = 2 * gather + scatter  # parameters gathered for forward and again for backward
+            if shares_cores or not schedule.get("overlap", True):
+                exposed = comm
+            else:  # prefetched: hidden behind forward and backward where it fits
+                exposed = max(0.0, gather - c.fwd_s) + max(0.0, gather + scatter - c.bwd_s)
+    elif kind == "replicate":
+        # every step: the module broadcast from device 0 to the others, gradients reduced back, no overlap
+        comm = exposed = (n - 1) * 2 * coll.time("broadcast", total_bytes, 2)
+    else:
+        raise KeyError(f"unknown schedule kind '{kind}'")
+    step = c.fwd_s + c.bwd_s + opt + exposed + c.overhead_s
+    return Step(step, c.fwd_s + c.bwd_s + opt, comm, exposed, c.overhead_s)
+
+
+# ---- memory --------------------------------------------------------------------------------------------------
+
+def model_state_bytes(params: float, n: int, stage: int, *, param_bytes: float = 4, grad_bytes: float = 4,
+                      optim_bytes: float = 4, master_bytes: float = 0) -> float:
+    """Bytes of model states per rank (ZeRO paper): parameters, gradients and optimizer state (with fp32 master
+    weights under mixed precision), each divided by n from the stage that partitions it (1: optimizer state,
+    2: + gradients, 3: + parameters). K = optim_bytes + master_bytes (12 for mixed-precision Adam)."""
+    p, g, o = params * param_bytes, params * grad_bytes, params * (optim_bytes + master_bytes)
+    if stage >= 1:
+        o /= n
+    if stage >= 2:
+        g /= n
+    if stage >= 3:
+        p /= n
+    return p + g + o
+
+
+# ---- parallel efficiency ---------------------------------------------------------------------------------------
+
+def efficiency(t1: float, tn: float, n: int, scaling: str) -> float:
+    """T(N) / (N T(1)) from step times: weak scaling (per-rank batch fixed) t1 / tN; strong scaling (global batch
+    fixed, so each rank does 1/N of the work) t1 / (N tN)."""
+    return t1 / tn if scaling == "weak" else t1 / (n * tn)
+
+
+def published() -> list[dict[str, Any]]:
+    return json.loads(PUBLISHED.read_text())

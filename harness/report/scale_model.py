@@ -1,0 +1,411 @@
+"""The performance model's part of a scale report, and `compare predict`: calibration, predicted vs measured,
+extrapolation to a hardware profile, and the check against published scaling results.
+
+Runs in: the parent; reads the sweep's records, the `compare comm` records kept in `comm_n<N>/`, the hardware
+profiles and harness/profiles/published.json. The arithmetic is harness/costmodel.py.
+
+Calibration, per adapter row, only from what this tool measured:
+- compute: the row's own world-size-1 point: its compute profile (forward and backward over per-rank batch sizes,
+  the optimizer step, the gradients' sizes and ready times) and its framework overhead (that point's median step
+  minus the profile's compute); a row without a world-size-1 point uses the single-process baseline's profile
+  and no overhead;
+- collectives: latency and bus bandwidth per (collective, world size) of the row's comm backend, fitted to the
+  `compare comm` sweep at that world size;
+- the schedule: what the adapter declared for its knobs (`comm_schedule` in every record).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from harness import costmodel as cm
+from harness.outdir import save_figure
+from harness.sizes import format_mib
+
+BASELINE = "single-process"
+UTILISATION = (0.1, 0.3, 0.5)
+"""Fractions of the target device's peak FLOP/s assumed for the extrapolated compute (low, middle, high). Large
+well-tuned training reaches 0.4-0.55 of peak; small models far less. The prediction is given for all three."""
+TORCHVISION_GMACS = {"Inception V3": 5.71, "ResNet-101": 7.80, "ResNet-50": 4.09, "VGG-16": 15.47}
+"""Multiply-adds per 224x224 (Inception: 299x299) image, torchvision's model documentation ("GFLOPS" column of
+https://pytorch.org/vision/stable/models.html): only used to derive a single-GPU rate that was not published."""
+LEGACY_HOROVOD = {"kind": "fusion", "comm_backend": "horovod", "wire_scale": 1.0, "fusion_bytes": 64 * 2**20,
+                  "cycle_s": 5e-3}
+"""Horovod's defaults before 0.21 (64 MB fusion buffer, 5 ms cycle; changed by horovod PR 2468), which the
+published 2017-2018 Horovod benchmarks ran with."""
+
+
+def comm_records(out: Path) -> list[dict[str, Any]]:
+    from harness.record import read_records
+
+    recs = []
+    for path in sorted(out.glob("comm_n*/records.jsonl")):
+        try:
+            recs += read_records(path)
+        except (OSError, ValueError):
+            continue
+    return recs
+
+
+def _ok(records, label, n):
+    return [r for r in records if r["label"] == label and r.get("scale") and r["scale"]["point"] == n
+            and r["status"] == "ok" and r.get("step_time_s")]
+
+
+def _median_step(recs) -> float:
+    return statistics.median(r["step_time_s"]["median"] for r in recs)
+
+
+def shares_cores(rec: dict[str, Any]) -> bool:
+    """Communication runs on cores that also compute: a CPU whose every core has a training thread."""
+    if rec["topology"]["device"] != "cpu":
+        return False
+    threads = sum(rec["controls"]["threads_per_rank"])
+    return threads >= rec["env"]["cpu_cores_usable"]
+
+
+def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """label -> {"schedule", "curve", "collectives", "source", "optimizer_state_bytes", ...}."""
+    out: dict[str, dict[str, Any]] = {}
+    base = _ok(records, BASELINE, 1)
+    base_profile = base[0]["compute_profile"][0] if base and base[0].get("compute_profile") else None
+    labels = list(dict.fromkeys(r["label"] for r in records if r.get("scale") and r["label"] != BASELINE))
+    for label in labels:
+        one = _ok(records, label, 1)
+        any_ok = [r for r in records if r["label"] == label and r["status"] == "ok" and r.get("scale")]
+        if not any_ok:
+            continue
+        schedule = any_ok[0].get("comm_schedule")
+        if one and one[0].get("compute_profile"):
+            prof = one[0]["compute_profile"][0]
+            overhead = max(0.0, _median_step(one) - prof["batches"][0]["compute_s"])
+            source = "its own world-size-1 point"
+        elif base_profile:
+            prof, overhead, source = base_profile, 0.0, "the single-process baseline (no world-size-1 point)"
+        else:
+            continue
+        entry = {"schedule": schedule, "curve": cm.ComputeCurve.from_profile(prof, overhead), "source": source,
+                 "profile": prof, "overhead_s": overhead, "precision": any_ok[0]["controls"]["precision"],
+                 "peak_1": max(one[0]["peak_memory_bytes_per_rank"]) if one else None,
+                 "param_count": any_ok[0].get("param_count")}
+        backend = (schedule or {}).get("comm_backend")
+        entry["collectives"] = cm.Fitted.from_records(backend, comm) if backend and comm else None
+        out[label] = entry
+    return out
+
+
+def _stage(schedule) -> int:
+    return schedule["stage"] if schedule and schedule.get("kind") == "zero" else 0
+
+
+def predicted_memory(cal: dict[str, Any], n: int) -> float | None:
+    """Peak memory per rank at n: the world-size-1 peak, with the model states ZeRO partitions divided by n."""
+    if cal.get("peak_1") is None or not cal.get("param_count"):
+        return None
+    prof, params = cal["profile"], cal["param_count"]
+    optim = (prof.get("optimizer_state_bytes") or 0) / params
+    stage = _stage(cal["schedule"])
+    states = lambda k: cm.model_state_bytes(params, k, stage, optim_bytes=optim)  # noqa: E731
+    return cal["peak_1"] - states(1) + states(n)
+
+
+def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
+    """Every measured (adapter, world size): measured and predicted step, error, and memory."""
+    rows = []
+    for label, points in tab.items():
+        if label == BASELINE or label not in cal:
+            continue
+        c = cal[label]
+        for p in points:
+            if p["status"] != "ok":
+                continue
+            rec = p["first"]
+            n = rec["topology"]["processes"]
+            if c["schedule"] and c["schedule"]["kind"] == "replicate":
+                n = rec["topology"]["devices_used"]
+            row = {"label": label, "n": p["n"], "oversubscribed": p["oversubscribed"],
+                   "measured_s": p["step_median"], "measured_mem": p.get("peak_memory_bytes")}
+            try:
+                if n > 1 and c["collectives"] is None:
+                    raise KeyError("no comm sweep to calibrate with (--no-model, or no comm results)")
+                step = cm.predict_step(c["schedule"], c["curve"].at(rec["controls"]["per_process_batch"]),
+                                       c["collectives"], n, shares_cores(rec))
+                row.update(predicted_s=step.step_s, error=step.step_s / p["step_median"] - 1, step=step)
+            except KeyError as exc:
+                row["why_not"] = str(exc).strip("'\"")
+            mem = predicted_memory(c, p["n"])
+            if mem is not None and p.get("peak_memory_bytes"):
+                row.update(predicted_mem=mem, mem_error=mem / p["peak_memory_bytes"] - 1)
+            rows.append(row)
+    return rows
+
+
+def target_compute(cal: dict[str, Any], fabric: cm.Fabric, batch: float, utilisation: float) -> cm.Compute | None:
+    """One step's compute on the profile's device: FLOPs measured here / (peak x utilisation), split into forward,
+    backward and optimizer in the proportions measured here; no framework overhead carried over."""
+    curve = cal["curve"]
+    flops = curve.flops_per_sample
+    precision = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}.get(cal["precision"], "fp32")
+    peak = fabric.peak_tflops.get(precision)
+    if not flops or not peak:
+        return None
+    here = curve.at(batch)
+    total = flops * batch / (peak * 1e12 * utilisation)
+    scale = total / here.total_s
+    return cm.Compute(here.fwd_s * scale, here.bwd_s * scale, here.opt_s * scale,
+                      [(b, t * scale) for b, t in here.grads], 0.0)
+
+
+def extrapolate(cal: dict[str, Any], fabric: cm.Fabric, batch: float, to: int) -> list[dict[str, Any]]:
+    """Weak scaling at `batch` per device on `fabric`: efficiency t(1)/t(N) at N = 1, 2, 4, ... `to`, for each
+    assumed utilisation (low, mid, high)."""
+    rows = []
+    ns = [2**k for k in range(int(math.log2(to)) + 1)]
+    for n in ns:
+        effs = []
+        for u in UTILISATION:
+            c = target_compute(cal, fabric, batch, u)
+            if c is None:
+                return []
+            t1 = cm.predict_step(cal["schedule"], c, fabric, 1).step_s
+            tn = cm.predict_step(cal["schedule"], c, fabric, n).step_s
+            effs.append(t1 / tn)
+        rows.append({"n": n, "low": min(effs), "mid": effs[1], "high": max(effs)})
+    return rows
+
+
+# ---- published checks ------------------------------------------------------------------------------------------
+
+def published_compute(entry: dict[str, Any]) -> tuple[cm.Compute, str]:
+    """The single-device step of a published result: batch / published rate, forward 1/3 and backward 2/3 of it
+    (backward costs twice the forward's FLOPs), gradients as 100 equal tensors ready evenly through backward."""
+    rate, note = entry.get("single_device_samples_per_s"), ""
+    if rate is None:
+        ref = next(e for e in cm.published() if e["model"] == "Inception V3"
+                   and e.get("single_device_samples_per_s") and e["profile"] == entry["profile"])
+        rate = ref["single_device_samples_per_s"] * TORCHVISION_GMACS["Inception V3"] / TORCHVISION_GMACS[entry["model"]]
+        note = (f"single-GPU rate not published: derived as Inception V3's {ref['single_device_samples_per_s']} img/s "
+                f"x the ratio of multiply-adds per image (torchvision: {TORCHVISION_GMACS['Inception V3']} / "
+                f"{TORCHVISION_GMACS[entry['model']]} G) = {rate:.0f} img/s")
+    t = entry["per_device_batch"] / rate
+    overhead = 0.0
+    one = next((p for p in entry["points"] if p["n"] == 1 and "samples_per_s_per_device" in p), None)
+    if one:  # the framework's own cost at one GPU, published beside the no-framework rate
+        overhead = max(0.0, entry["per_device_batch"] / one["samples_per_s_per_device"] - t)
+    grad_bytes = entry["params"] * entry.get("gradient_bytes_per_param", 4)
+    bwd = 2 * t / 3
+    grads = [(grad_bytes / 100, bwd * (i + 1) / 100) for i in range(100)]
+    return cm.Compute(t / 3, bwd, 0.0, grads, overhead), note
+
+
+def published_checks() -> list[dict[str, Any]]:
+    """Predicted vs published, per published point."""
+    import adapters
+
+    ddp = adapters.get("ddp")({}).comm_schedule()
+    rows = []
+    for e in cm.published():
+        fabric = cm.load_profile(e["profile"])
+        schedule = ddp if e["backend"] == "ddp" else LEGACY_HOROVOD
+        c, note = published_compute(e)
+        b = e["per_device_batch"]
+        t1 = c.total_s  # without the framework: what "efficiency" and "without DDP" are relative to
+        for p in e["points"]:
+            n = p["n"]
+            if n == 1 and "samples_per_s_per_device" in p:
+                continue  # the overhead came from it
+            tn = cm.predict_step(schedule, c, fabric, n).step_s
+            row = {"id": e["id"], "model": e["model"], "backend": e["backend"], "profile": e["profile"], "n": n,
+                   "note": note, "sources": e.get("sources", []), "precision": e["precision"]}
+            if "efficiency" in p:
+                row.update(metric="efficiency", published=p["efficiency"], predicted=t1 / tn)
+            elif "samples_per_s_per_device" in p:
+                row.update(metric="img/s per GPU", published=p["samples_per_s_per_device"], predicted=b / tn)
+            elif "samples_per_s" in p:
+                if n == 1:
+                    continue
+                row.update(metric="img/s", published=p["samples_per_s"], predicted=n * b / tn)
+            row["published_efficiency"] = _published_efficiency(e, p)
+            row["predicted_efficiency"] = t1 / tn
+            rows.append(row)
+    return rows
+
+
+def _published_efficiency(e, p) -> float | None:
+    n, rate = p["n"], e.get("single_device_samples_per_s")
+    if "efficiency" in p:
+        return p["efficiency"]
+    if rate is None:
+        return None
+    if "samples_per_s_per_device" in p:
+        return p["samples_per_s_per_device"] / rate
+    return p["samples_per_s"] / (n * rate)
+
+
+def published_lines(rows: list[dict[str, Any]]) -> list[str]:
+    md = ["| published result | GPUs | metric | published | predicted | efficiency published → predicted "
+          "| Δ points |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pub, pred = r["published"], r["predicted"]
+        fmt = (lambda v: f"{v:.0%}") if r["metric"] == "efficiency" else (lambda v: f"{v:,.0f}")
+        pe, qe = r["published_efficiency"], r["predicted_efficiency"]
+        delta = f"{(qe - pe) * 100:+.1f}" if pe is not None else "–"
+        eff = f"{pe:.0%} → {qe:.0%}" if pe is not None else f"– → {qe:.0%}"
+        md.append(f"| {r['id']} ({r['model']}, {r['backend']}, {r['precision']}, {r['profile']}) | {r['n']} "
+                  f"| {r['metric']} | {fmt(pub)} | {fmt(pred)} | {eff} | {delta} |")
+    within = [r for r in rows if r["published_efficiency"] is not None]
+    ok = sum(abs(r["predicted_efficiency"] - r["published_efficiency"]) <= 0.10 for r in within)
+    md += ["", f"Within ±10 points of the published efficiency: {ok} of {len(within)}."]
+    vgg = [r for r in rows if r["model"] == "VGG-16" and r["n"] == 512]
+    rn = [r for r in rows if r["model"] == "ResNet-101" and r["n"] == 512 and r["backend"] == "horovod"]
+    if vgg and rn:
+        order = "below" if vgg[0]["predicted_efficiency"] < rn[0]["predicted_efficiency"] else "NOT below"
+        md.append(f"Ranking at 512 GPUs: the model puts VGG-16 ({vgg[0]['predicted_efficiency']:.0%}) {order} "
+                  f"ResNet-101 ({rn[0]['predicted_efficiency']:.0%}), as published (68% vs 90%).")
+    notes = sorted({r["note"] for r in rows if r["note"]})
+    md += [f"- {n}" for n in notes]
+    md += ["", "Sources: " + "; ".join(sorted({s["url"] for r in rows for s in r["sources"] if s.get("url")}))]
+    return md
+
+
+# ---- the report section ------------------------------------------------------------------------------------------
+
+def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], list[Path]]:
+    sweep = records[0].get("scale_sweep") or {}
+    comm = comm_records(out)
+    cal = calibrate(records, comm)
+    md = ["## The model: predicted vs measured", ""]
+    if not cal:
+        return md + ["No point has a compute profile to calibrate with.", ""], []
+    md += [f"One step per backend = forward + backward + optimizer (from the world-size-1 compute profile, at the "
+           f"point's per-rank batch) + the communication its schedule cannot hide (collectives priced with latency "
+           f"and bus bandwidth fitted to the `compare comm` sweep in `comm_n<N>/`) + the framework's own overhead "
+           f"measured at world size 1 (harness/costmodel.py; " + (
+               "on this CPU every core computes, so communication cannot overlap compute and is added to the step"
+               if any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
+               else "communication overlaps backward as each schedule allows") + ").", ""]
+    md += ["| adapter | world size | measured step ms | predicted ms | error | of which exposed comm ms "
+           "| overhead ms | peak memory/rank measured → predicted |", "|---|---|---|---|---|---|---|---|"]
+    rows = predict_measured(records, tab, cal)
+    for r in rows:
+        over = " (oversubscribed)" if r["oversubscribed"] else ""
+        mem = (f"{format_mib(r['measured_mem'])} → {format_mib(r['predicted_mem'])} ({r['mem_error']:+.0%})"
+               if "predicted_mem" in r else "–")
+        if "predicted_s" not in r:
+            md.append(f"| {r['label']} | {r['n']}{over} | {r['measured_s'] * 1e3:.2f} | – ({r['why_not']}) | | | | "
+                      f"{mem} |")
+            continue
+        s = r["step"]
+        md.append(f"| {r['label']} | {r['n']}{over} | {r['measured_s'] * 1e3:.2f} | {r['predicted_s'] * 1e3:.2f} "
+                  f"| {r['error']:+.0%} | {s.exposed_s * 1e3:.2f} | {s.overhead_s * 1e3:.2f} | {mem} |")
+    real = [r for r in rows if "predicted_s" in r and not r["oversubscribed"]]
+    if real:
+        worst = max(real, key=lambda r: abs(r["error"]))
+        within = sum(abs(r["error"]) <= 0.10 for r in real)
+        md += ["", f"Step time within ±10% at {within} of {len(real)} measured points (not oversubscribed); the "
+                   f"largest error is {worst['error']:+.0%} ({worst['label']} at {worst['n']})."]
+    md += ["", "Calibration per adapter:", ""]
+    for label, c in cal.items():
+        prof = c["profile"]["batches"][0]
+        sched = c["schedule"] or {"kind": "none"}
+        fits = ""
+        if c["collectives"] is not None:
+            fits = "; ".join(f"{op} n={n}: {lat * 1e6:,.0f} µs + busbw {bw / 1e9:.2f} GB/s"
+                             for (op, n), (lat, bw) in sorted(c["collectives"].fits.items()))
+        md.append(f"- **{label}** ({sched['kind']}{', stage ' + str(sched['stage']) if 'stage' in sched else ''}): "
+                  f"compute from {c['source']}: forward {prof['fwd_s'] * 1e3:.2f} ms, backward "
+                  f"{prof['bwd_s'] * 1e3:.2f} ms, optimizer {prof['opt_s'] * 1e3:.2f} ms at per-rank batch "
+                  f"{prof['per_rank_batch']}; overhead {c['overhead_s'] * 1e3:.2f} ms; "
+                  f"{sum(b for b, _ in c['curve'].grads) / 2**20:.1f} MiB of gradients"
+                  + (f"; {(sched.get('comm_backend'))} collectives: {fits}" if fits else ""))
+    md.append("")
+    plots = []
+    profiles = sweep.get("profiles") or []
+    to = sweep.get("predict_to", 1024)
+    ext = {}
+    for name in profiles:
+        try:
+            fabric = cm.load_profile(name)
+        except KeyError:
+            md += [f"Unknown hardware profile {name}: no extrapolation.", ""]
+            continue
+        md += [f"## Extrapolation: {name} ({fabric.device}), weak scaling up to {to} GPUs", "",
+               f"Compute on the {fabric.device}: the FLOPs of one step counted here (torch's FlopCounterMode) at the "
+               f"profile's peak for the row's precision x {UTILISATION[0]:.0%} / {UTILISATION[1]:.0%} / "
+               f"{UTILISATION[2]:.0%} utilisation (the middle figure, and the range); no framework overhead carried "
+               f"over from this machine. Collectives: the profile's bus bandwidths and NCCL's latencies (sources in "
+               f"harness/profiles/). Beyond {cm.BOUNDS_FROM} GPUs only the range is given: a step model does not see "
+               f"contention, stragglers or topology effects that dominate there.", "",
+               "| adapter | per-GPU batch | " + " | ".join(f"N={n}" for n in _ext_ns(to)) + " |",
+               "|---|---|" + "---|" * len(_ext_ns(to))]
+        for label, c in cal.items():
+            batch = c["profile"]["batches"][0]["per_rank_batch"]
+            rows_e = extrapolate(c, fabric, batch, to)
+            if not rows_e:
+                md.append(f"| {label} | {batch} | " + " | ".join("–" for _ in _ext_ns(to)) + " |")
+                continue
+            ext.setdefault(name, {})[label] = rows_e
+            cells = []
+            for n in _ext_ns(to):
+                r = next(x for x in rows_e if x["n"] == n)
+                cells.append(f"{r['low']:.0%}–{r['high']:.0%}" if n > cm.BOUNDS_FROM
+                             else f"{r['mid']:.0%} ({r['low']:.0%}–{r['high']:.0%})")
+            md.append(f"| {label} | {batch} | " + " | ".join(cells) + " |")
+        md.append("")
+    checks = published_checks()
+    md += ["## The model against published results", "",
+           "The same model, fed each published result's single-GPU throughput (forward 1/3, backward 2/3 of the "
+           "step; 100 equal gradient tensors ready evenly through backward; fp32 gradients), the framework's "
+           "schedule of the time (DDP's buckets; Horovod's 64 MB / 5 ms fusion before 0.21) and the cluster's "
+           "profile:", ""]
+    md += published_lines(checks) + [""]
+    plots += plot(out, ext, checks, to)
+    return md, plots
+
+
+def _ext_ns(to: int) -> list[int]:
+    return [n for n in (8, 16, 64, 256, 1024, 4096) if n <= to]
+
+
+def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], to: int) -> list[Path]:
+    if not ext:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    name, rows = next(iter(ext.items()))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    for label, rs in rows.items():
+        ns = [r["n"] for r in rs]
+        line, = ax.plot([n for n in ns if n <= cm.BOUNDS_FROM], [r["mid"] for r in rs if r["n"] <= cm.BOUNDS_FROM],
+                        marker="o", markersize=3, label=label)
+        ax.fill_between(ns, [r["low"] for r in rs], [r["high"] for r in rs], color=line.get_color(), alpha=0.15)
+    ax.axvline(cm.BOUNDS_FROM, color="grey", linestyle=":", linewidth=1)
+    ax.text(cm.BOUNDS_FROM * 1.1, 0.02, "bounds only beyond", fontsize=7, color="grey")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("predicted parallel efficiency (weak scaling)")
+    ax.set_title(f"This workload on {name} (band: {UTILISATION[0]:.0%}–{UTILISATION[2]:.0%} of peak)", fontsize=9)
+    ax.legend(fontsize=7)
+    pts = [c for c in checks if c["published_efficiency"] is not None]
+    labels = [f"{c['model']} {c['backend']} n={c['n']}" for c in pts]
+    y = range(len(pts))
+    ax2.scatter([c["published_efficiency"] for c in pts], y, marker="o", label="published", color="black")
+    ax2.scatter([c["predicted_efficiency"] for c in pts], y, marker="x", label="predicted", color="#C44E52")
+    ax2.set_yticks(list(y), labels, fontsize=6)
+    ax2.invert_yaxis()
+    ax2.set_xlim(0, 1.05)
+    ax2.set_xlabel("parallel efficiency")
+    ax2.set_title("Published scaling results vs the model", fontsize=9)
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "prediction.png"
+    save_figure(fig, path, 110)
+    plt.close(fig)
+    return [path]

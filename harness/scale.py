@@ -1,0 +1,286 @@
+"""`compare scale`: the same comparison at several world sizes, and what the performance model is calibrated with.
+
+Runs in: the parent. Every point of the sweep (adapter, world size, repeat) is a normal launch of that adapter at
+that world size, through the same Runner, fairness protocol and records as `compare run` (harness/run.py), with
+a `scale` block added to each record. On top of a run it adds:
+- a single-process baseline (the plain model, no wrapper, no process group) at the first point's global batch,
+  for speed-up against "no data parallelism at all";
+- the same threads per rank at every point (a rank is one worker: one core each on a CPU), so that N workers
+  really are N times the compute of one;
+- a compute profile on every rank after its timed steps (harness/rank/profile.py): forward, backward and
+  optimizer time of a plain local copy of the model, which splits each rank's step into compute and waiting (the
+  load balance) and, at world size 1, gives the model its compute curve over batch sizes and the gradients' sizes
+  and ready times;
+- a `compare comm` sweep per world size above 1 of the collectives the backends use (or given comm results):
+  the model's latency and bandwidth per collective and backend, kept in `comm_n<N>/` inside the results.
+`compare report DIR` re-renders everything from the records (harness/report/scale.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import adapters
+import workloads
+from harness import comm as commmod
+from harness import costmodel
+from harness import env as envmod
+from harness import outdir, run
+from harness.inputs import BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common, pairs
+from harness.options import OptionError
+from harness.registry import UnknownName
+from harness.session import Session
+
+RESULT_FILES = ("records.jsonl", "report.md", "speedup.png", "efficiency.png", "memory.png", "balance.png",
+                "prediction.png")
+COMM_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+"""The collectives the model prices (DDP and Horovod all-reduce; ZeRO reduce-scatters and all-gathers)."""
+COMM_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
+SCALINGS = ("strong", "weak")
+BASELINE = "single-process"
+"""Label of the baseline row: the plain model in one process, no wrapper (the equivalence reference's adapter)."""
+
+
+@dataclass
+class ScalePlan(Plan):
+    points: list[RunPlan] = field(default_factory=list)
+    """One plan per world size, in increasing order."""
+    baseline: RunPlan | None = None
+    world_sizes: list[int] = field(default_factory=list)
+    scaling: str = "strong"
+    threads: int = 1
+    """Threads per rank at every point."""
+    straggler: dict[str, Any] | None = None
+    comm: list[tuple[int, Any]] = field(default_factory=list)
+    """(world size, CommPlan to run or a Path of given comm results) for the model's calibration."""
+    profiles: list[str] = field(default_factory=list)
+    predict_to: int = 1024
+
+    @property
+    def labels(self) -> list[str]:
+        return [r.label for r in self.points[0].rows]
+
+
+def parse_world_sizes(text: str | None) -> list[int] | None:
+    """"1,2,4" -> [1, 2, 4], refusing what is not an increasing list of distinct whole numbers >= 1."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise BadInput("no world sizes given; e.g. --world-sizes 1,2,4")
+    sizes = []
+    for part in parts:
+        if not part.lstrip("-").isdigit():
+            raise BadInput(f"world size '{part}' is not a whole number; e.g. --world-sizes 1,2,4")
+        sizes.append(int(part))
+    for n in sizes:
+        if n < 1:
+            raise BadInput(f"world sizes must be at least 1, got {n}")
+    seen = set()
+    for n in sizes:
+        if n in seen:
+            raise BadInput(f"world size {n} listed twice in --world-sizes {text}")
+        seen.add(n)
+    if sizes != sorted(sizes):
+        raise BadInput(f"--world-sizes must be in increasing order, got {text}; e.g. "
+                       f"{','.join(map(str, sorted(sizes)))}")
+    return sizes
+
+
+def parse_straggler(text: str | None, world_sizes: list[int]) -> dict[str, Any] | None:
+    """"1:2.0" -> {"rank": 1, "factor": 2.0}."""
+    if text is None:
+        return None
+    rank, sep, factor = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        r, f = int(rank), float(factor)
+    except ValueError:
+        raise BadInput(f"--straggler '{text}' is not RANK:FACTOR, e.g. 1:2.0 (rank 1 computes twice as slowly)") \
+            from None
+    if r < 0:
+        raise BadInput(f"straggler rank must be 0 or more, got {r}")
+    if not f >= 1.0:
+        raise BadInput(f"straggler factor must be at least 1 (how many times slower the rank computes), got {f:g}")
+    if r >= max(world_sizes):
+        raise BadInput(f"straggler rank {r} does not exist at any world size of the sweep (the largest is "
+                       f"{max(world_sizes)}, ranks 0-{max(world_sizes) - 1})")
+    return {"rank": r, "factor": f}
+
+
+def plan(req: ScaleRequest) -> ScalePlan:
+    """Check the request and plan every point, writing nothing (BadInput otherwise)."""
+    cores = envmod.usable_cores()
+    sizes = req.world_sizes or list(range(1, cores + 1))
+    if req.world_sizes is None and req.device == "cuda":
+        sizes = [1]
+    check_common(dataclasses.replace(req, world_size=min(sizes)))
+    if req.scaling not in SCALINGS:
+        raise BadInput(f"unknown scaling '{req.scaling}'; valid choices: {', '.join(SCALINGS)}")
+    straggler = parse_straggler(req.straggler, sizes)
+    for name in req.profiles:
+        if name not in costmodel.profiles():
+            raise BadInput(f"unknown hardware profile '{name}'; valid choices: {', '.join(costmodel.profiles())} "
+                           f"(or add harness/profiles/{name}.json: see harness/profiles/README.md)")
+    if req.predict_to < max(sizes):
+        raise BadInput(f"--predict-to {req.predict_to} is below the largest world size measured ({max(sizes)})")
+    if req.profile_steps < 3:
+        raise BadInput(f"--profile-steps must be at least 3, got {req.profile_steps}")
+    try:
+        workload = workloads.get(req.workload, dict(pairs(req.options, "option")))
+    except UnknownName as exc:
+        raise BadInput(str(exc)) from None
+    except OptionError as exc:
+        raise BadInput(f"workload {req.workload}: {exc}") from None
+    batch = workload.global_batch if req.global_batch is None else req.global_batch
+    if batch < 1:
+        raise BadInput(f"--global-batch must be at least 1, got {batch}")
+    # One worker = one rank with the same threads at every point, so N workers are N times one worker's compute.
+    fitting = [n for n in sizes if n <= cores] or [1]
+    threads = req.threads or max(1, cores // max(fitting))
+
+    points = []
+    for n in sizes:
+        gb = batch if req.scaling == "strong" else batch * n
+        sub = dataclasses.replace(req, world_size=n, global_batch=gb, threads=threads, out=None)
+        if req.scaling == "weak" and gb > workload.train_samples(gb):
+            raise BadInput(f"weak scaling at world size {n} needs a global batch of {batch} x {n} = {gb}, more than "
+                           f"workload {req.workload}'s training set ({workload.train_samples(gb)} samples); use "
+                           f"smaller world sizes or a smaller --global-batch")
+        p = run.plan_rows(sub, f"--world-sizes up to {cores}")
+        per_rank = gb // n
+        p.tag = f" n={n}"
+        p.extra = {"oversubscribed": p.oversubscribed,
+                   "scale": {"scaling": req.scaling, "world_sizes": sizes, "point": n, "per_rank_batch": per_rank,
+                             "baseline": False}}
+        p.spec_extra = {"profile": {"steps": req.profile_steps,
+                                    "curve": _curve(batch if req.scaling == "strong" else per_rank, n),
+                                    "flops": n == sizes[0]},
+                        "straggler": straggler if straggler and straggler["rank"] < n else {}}
+        points.append(p)
+    first = points[0]
+    if sizes[0] == 1:
+        base = dataclasses.replace(first)
+    else:
+        base = run.plan_rows(dataclasses.replace(req, world_size=1, global_batch=first.global_batch // sizes[0]
+                                                 if req.scaling == "weak" else first.global_batch,
+                                                 threads=threads, out=None))
+    ref_cls = adapters.get("reference")
+    base.rows = [Row(BASELINE, "reference", ref_cls, ref_cls({}, req.device))]
+    base.tag = " (baseline)"
+    base.oversubscribed = False
+    base.extra = {"oversubscribed": False,
+                  "scale": {"scaling": req.scaling, "world_sizes": sizes, "point": 1,
+                            "per_rank_batch": base.global_batch, "baseline": True}}
+    base.spec_extra = {"profile": {"steps": req.profile_steps,
+                                   "curve": _curve(base.global_batch, 1), "flops": True}, "straggler": {}}
+
+    out = req.out or req.results_dir / (f"scale_{req.workload}_{envmod.hardware_slug(req.device)}_"
+                                        f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    outdir.check(out, req.force)
+    comm: list[tuple[int, Any]] = []
+    if req.model:
+        given = _read_comm_dirs(req.comm_dirs)
+        backends = sorted({r.adapter.comm_schedule()["comm_backend"] for p in points for r in p.runnable
+                           if r.adapter.comm_schedule() and r.adapter.processes(p.request.world_size) > 1})
+        for n in sizes:
+            if n == 1:
+                continue
+            if n in given:
+                comm.append((n, given[n]))
+            elif backends and not req.comm_dirs:
+                creq = CommRequest(backends=backends, ops=list(COMM_OPS), sizes=COMM_SIZES, world_size=n,
+                                   device=req.device, dtype="fp32", max_iters=20, threads=threads,
+                                   timeout_s=req.timeout_s, out=out / f"comm_n{n}", force=True, strict=False,
+                                   oversubscribe=req.oversubscribe)
+                comm.append((n, commmod.plan(creq)))
+    return ScalePlan(req, out, first.rows, oversubscribed=any(p.oversubscribed for p in points), points=points,
+                     baseline=base, world_sizes=sizes, scaling=req.scaling, threads=threads, straggler=straggler,
+                     comm=comm, profiles=list(req.profiles), predict_to=req.predict_to)
+
+
+def _curve(batch: int, n: int) -> list[int]:
+    """Per-rank batch sizes the compute profile covers: at the first world size, the whole strong-scaling range
+    (batch, batch/2, ..., 1), so the model can price a smaller per-rank batch; elsewhere only the rank's own."""
+    if n != 1:
+        return []
+    out, b = [], batch
+    while b >= 1:
+        out.append(b)
+        b //= 2
+    return out
+
+
+def _read_comm_dirs(dirs: list[Path]) -> dict[int, Path]:
+    """Given `compare comm` results by world size (BadInput when a directory is not one)."""
+    from harness.record import read_records
+
+    found: dict[int, Path] = {}
+    for d in dirs:
+        path = d / "records.jsonl"
+        try:
+            recs = read_records(path)
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"--comm {d}: not readable `compare comm` results ({exc})") from None
+        if not recs or recs[0].get("kind") != "comm":
+            raise BadInput(f"--comm {d}: holds no `compare comm` records")
+        n = recs[0]["world_size"]
+        if n in found:
+            raise BadInput(f"--comm {d}: a second comm result for world size {n} (also {found[n]})")
+        found[n] = d
+    return found
+
+
+def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """Run every point (interleaved: each repeat runs the baseline and every world size), then the model's comm
+    sweeps; write records after every launch and the report at the end. Returns (records, interrupted)."""
+    from harness import report
+
+    req = p.request
+    run_info = run.run_header(p, "scale", [BASELINE] + p.labels, started)
+    run_info["scale_sweep"] = {"scaling": p.scaling, "world_sizes": p.world_sizes, "threads_per_rank": p.threads,
+                               "straggler": p.straggler, "profiles": p.profiles, "predict_to": p.predict_to,
+                               "comm_dirs": [f"comm_n{n}" for n, _ in p.comm]}
+    with Session(p.out, RESULT_FILES) as session:
+        ui.start(p)
+        runner = run.Runner(session, ui, run_info)
+
+        def first_started():
+            run_info["env"] = envmod.collect(req.device)
+            session.save([run.plain_record(run_info, point, row, repeat, "unavailable", row.reason)
+                          for point in p.points for row in point.unavailable for repeat in range(req.repeats)])
+
+        jobs = [(plan, row, repeat) for repeat in range(req.repeats)
+                for plan in [p.baseline] + p.points for row in plan.runnable]
+        stopped = runner.run(jobs, first_started)
+        if stopped:
+            runner.close_interrupted(stopped, jobs, req.device)
+        else:
+            stopped = _calibrate(p, comm_ui)
+            if stopped:
+                session.records = [{**r, "run_interrupted": stopped} for r in session.records]
+                session.save()
+        session.finish(report.render)
+    return session.records, stopped is not None
+
+
+def _calibrate(p: ScalePlan, comm_ui) -> str | None:
+    """The model's comm sweeps (each a `compare comm` into comm_n<N>/), or a copy of the given results there."""
+    for n, what in p.comm:
+        dest = p.out / f"comm_n{n}"
+        if isinstance(what, Path):
+            dest.mkdir(exist_ok=True)
+            shutil.copy(what / "records.jsonl", dest / "records.jsonl")
+            continue
+        if comm_ui:
+            comm_ui(f"calibrating the model: collectives at world size {n} ({', '.join(COMM_OPS)})")
+        _, interrupted = commmod.execute(what, comm_ui)
+        if interrupted:
+            return f"during the comm sweep at world size {n}"
+    return None

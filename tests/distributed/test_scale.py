@@ -1,0 +1,115 @@
+"""`compare scale` for real: 1- and 2-rank gloo launches through the real CLI, the single-process baseline, a
+straggler, the model calibrated from a real `compare comm` sweep, and oversubscribed points labelled."""
+
+import json
+
+import pytest
+
+from conftest import compare_cli
+from harness.env import usable_cores
+
+pytestmark = pytest.mark.distributed
+SHORT = ["-w", "digits", "--steps", "20", "--warmup", "3", "--profile-steps", "4"]
+
+
+def records(out):
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+
+
+def point(recs, label, n):
+    (r,) = [r for r in recs if r["label"] == label and r["scale"]["point"] == n and r["repeat"] == 0]
+    return r
+
+
+@pytest.fixture(scope="module")
+def straggler_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("scale") / "sweep"
+    proc = compare_cli("scale", "-a", "ddp,horovod", "--world-sizes", "1,2", "--straggler", "1:3", "--no-model",
+                       "--out", str(out), *SHORT, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, records(out), proc
+
+
+def test_every_point_and_the_baseline_ran_with_the_same_threads_per_rank(straggler_sweep):
+    _, recs, _ = straggler_sweep
+    assert {(r["label"], r["scale"]["point"]) for r in recs} == {
+        ("single-process", 1), ("ddp", 1), ("ddp", 2), ("horovod", 1), ("horovod", 2)}
+    for r in recs:
+        assert r["status"] == "ok", (r["label"], r["reason"])
+        assert r["kind"] == "scale" and r["world_size"] == r["scale"]["point"]
+        assert set(r["controls"]["threads_per_rank"]) == {1}, "one worker = one rank with the same threads"
+        assert r["controls"]["global_batch"] == 64  # strong scaling: the same global batch everywhere
+    assert point(recs, "single-process", 1)["adapter"] == "reference" and point(recs, "single-process", 1)[
+        "scale"]["baseline"]
+
+
+def test_the_straggler_computes_slower_and_its_peers_wait_for_it(straggler_sweep):
+    _, recs, _ = straggler_sweep
+    for label in ("ddp", "horovod"):
+        r = point(recs, label, 2)
+        assert r["straggler"]["rank"] == 1 and r["straggler"]["factor"] == 3.0
+        assert r["straggler"]["delay_s_per_rank"][0] == 0.0 and r["straggler"]["delay_s_per_rank"][1] > 0
+        fast, slow = r["load_balance"]["per_rank"]
+        assert slow["compute_s"] > 2 * fast["compute_s"], (label, fast, slow)
+        assert fast["wait_s"] > slow["wait_s"], (label, fast, slow)
+        # every rank's step is at least as long as the slowest rank's own compute
+        assert r["step_time_s"]["median"] >= 0.9 * slow["compute_s"]
+        assert r["equivalence"]["passed"] is True  # a slow rank changes the time, never the maths
+        assert "straggler" not in point(recs, label, 1)  # rank 1 does not exist at world size 1
+
+
+def test_the_compute_profile_has_the_batch_curve_at_world_size_1_and_gradient_ready_times(straggler_sweep):
+    _, recs, _ = straggler_sweep
+    prof = point(recs, "ddp", 1)["compute_profile"][0]
+    assert [b["per_rank_batch"] for b in prof["batches"]] == [64, 32, 16, 8, 4, 2, 1]
+    assert prof["flops_per_sample"] > 0
+    sizes = sorted(g[0] for g in prof["grads"])
+    assert sum(sizes) == prof["param_bytes"] == 4 * point(recs, "ddp", 1)["param_count"]
+    assert [b["per_rank_batch"] for b in point(recs, "ddp", 2)["compute_profile"][1]["batches"]] == [32]
+
+
+def test_the_report_has_every_metric_and_plot_and_rerenders_identically(straggler_sweep):
+    out, _, proc = straggler_sweep
+    md = (out / "report.md").read_text()
+    for needle in ("speed-up vs N=1", "speed-up vs single process", "efficiency", "compute / wait per rank",
+                   "Straggler", "How wait is measured"):
+        assert needle in md, needle
+    for png in ("speedup.png", "efficiency.png", "memory.png", "balance.png"):
+        assert (out / png).stat().st_size > 0
+    assert "ddp n=2:" in proc.stdout
+    before = md
+    again = compare_cli("report", str(out))
+    assert again.returncode == 0, again.stderr
+    assert (out / "report.md").read_text() == before
+
+
+def test_the_model_is_calibrated_from_a_real_comm_sweep(tmp_path):
+    comm = tmp_path / "comm"
+    proc = compare_cli("comm", "--backends", "torch", "--ops", "all_reduce,reduce_scatter,all_gather",
+                       "--sizes", "4K,64K,1M", "--iters", "5", "--out", str(comm))
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "scale"
+    proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "1,2", "--comm", str(comm), "--out", str(out), *SHORT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (out / "comm_n2" / "records.jsonl").read_text() == (comm / "records.jsonl").read_text()
+    md = (out / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| ddp | 2 |"))
+    measured, predicted = (float(c) for c in row.split("|")[3:5])
+    assert measured > 0 and predicted > 0  # a prediction, not a placeholder
+    assert "torch collectives: all_gather n=2:" in md
+    assert "## The model against published results" in md and (out / "prediction.png").exists()
+    shown = compare_cli("predict", str(out), "--to", "64")
+    assert shown.returncode == 0 and "ddp n=2: measured" in shown.stdout and "h100-sxm-ndr400" in shown.stdout
+
+
+@pytest.mark.skipif(usable_cores() > 2, reason="oversubscription is labelled where the ranks exceed the cores (2)")
+def test_oversubscribed_points_are_labelled_everywhere(tmp_path):
+    out = tmp_path / "over"
+    proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "2,4", "--oversubscribe", "--no-model", "--out",
+                       str(out), "--equiv-steps", "0", *SHORT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recs = records(out)
+    assert point(recs, "ddp", 4)["oversubscribed"] is True and point(recs, "ddp", 2)["oversubscribed"] is False
+    md = (out / "report.md").read_text()
+    assert "| 4 (oversubscribed) |" in md and "**Oversubscribed** world sizes 4" in md
+    assert "ddp n=4 (oversubscribed)" in proc.stdout

@@ -1,0 +1,154 @@
+"""The performance model's formulas against values computed by hand (harness/costmodel.py), and the published
+checks it is held to."""
+
+import math
+
+import pytest
+
+from harness import costmodel as cm
+
+MiB = 2**20
+
+
+class PerMiB(cm.Collectives):
+    """A stub fabric: every collective costs `s_per_mib` seconds per MiB of buffer, nothing else."""
+
+    name = "stub"
+
+    def __init__(self, s_per_mib: float):
+        self.s = s_per_mib
+
+    def time(self, op, nbytes, n):
+        return 0.0 if n <= 1 else nbytes / MiB * self.s
+
+    def control(self, n):
+        return 0.0
+
+
+def fabric(tree=True):
+    return cm.Fabric(name="hand", devices_per_node=8, intra_busbw_Bps=100e9, inter_busbw_Bps=50e9, tree=tree,
+                     protocols=[cm.Protocol("Simple", 10e-6, 2e-6, 10e-6, 20e-6, 30e-6, 1.0, 0.9)])
+
+
+def test_fit_recovers_latency_and_bandwidth():
+    n, lat, busbw = 4, 50e-6, 2e9
+    factor = 2 * (n - 1) / n
+    points = [(s, lat + factor * s / busbw) for s in (1024, 65536, 2**20, 2**24)]
+    got_lat, got_bw = cm.fit_alpha_beta(points, factor)
+    assert got_lat == pytest.approx(lat, rel=1e-9) and got_bw == pytest.approx(busbw, rel=1e-9)
+
+
+def test_nccl_ring_and_tree_latencies():
+    f = fabric()
+    p = f.protocols[0]
+    # one node of 8: a ring of 2(8-1) = 14 steps of 2 us, plus 10 us per call
+    assert f.ring_latency("all_reduce", 8, p) == pytest.approx(38e-6)
+    # two nodes: 30 steps, of which 2 x 2 cross the network: 10 + 26 x 2 + 4 x 10
+    assert f.ring_latency("all_reduce", 16, p) == pytest.approx(102e-6)
+    assert f.tree_latency(16, p) == pytest.approx(10e-6 + 2 * (7 * 20e-6 + 1 * 30e-6))
+    # 128 nodes: the ring's 2046 steps (256 across the network) lose to the tree's 2 x (7 + 7) steps
+    assert f.ring_latency("all_reduce", 1024, p) == pytest.approx(10e-6 + 1790 * 2e-6 + 256 * 10e-6)
+    assert f.latency("all_reduce", 1024) == pytest.approx(10e-6 + 2 * (7 * 20e-6 + 7 * 30e-6))
+    assert fabric(tree=False).latency("all_reduce", 1024) == pytest.approx(6150e-6)
+    # reduce-scatter: n - 1 ring steps, nodes - 1 of them across the network
+    assert f.ring_latency("reduce_scatter", 16, p) == pytest.approx(10e-6 + 14 * 2e-6 + 1 * 10e-6)
+
+
+def test_all_reduce_time_takes_the_cheaper_algorithm_and_the_bottleneck_bandwidth():
+    f = fabric()
+    ring = 102e-6 + 2 * 15 / 16 * 1e8 / 50e9   # two nodes: the network's 50 GB/s is the bottleneck
+    tree = 350e-6 + 2 * 15 / 16 * 1e8 / (50e9 * 0.9)
+    assert f.time("all_reduce", 1e8, 16) == pytest.approx(min(ring, tree))
+    assert f.time("all_gather", 1e8, 8) == pytest.approx(10e-6 + 7 * 2e-6 + 7 / 8 * 1e8 / 100e9)
+    assert f.time("all_reduce", 1e8, 1) == 0.0
+
+
+def test_ddp_buckets_fill_in_ready_order_and_overlap_backward():
+    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.5, overhead_s=0.1,
+                   grads=[(1 * MiB, 0.5), (2 * MiB, 1.0), (25 * MiB, 1.5), (1 * MiB, 2.0)])
+    assert cm.buckets_of(c.grads, 1 * MiB, 25 * MiB) == [(1 * MiB, 0.5), (27 * MiB, 1.5), (1 * MiB, 2.0)]
+    ddp = {"kind": "buckets", "first_bucket_bytes": 1 * MiB, "bucket_bytes": 25 * MiB, "overlap": True}
+    # all-reduces of 0.1, 2.7 and 0.1 s issued at 0.5, 1.5 and 2.0 end at 0.6, 4.2 and 4.3: 2.3 s after backward
+    step = cm.predict_step(ddp, c, PerMiB(0.1), 2)
+    assert step.exposed_s == pytest.approx(2.3) and step.step_s == pytest.approx(1 + 2 + 0.5 + 2.3 + 0.1)
+    # where communication shares the computing cores nothing hides: all 2.9 s are added
+    assert cm.predict_step(ddp, c, PerMiB(0.1), 2, shares_cores=True).step_s == pytest.approx(1 + 2 + 0.5 + 2.9 + 0.1)
+    # delay_allreduce-style: everything after backward
+    assert cm.predict_step({**ddp, "overlap": False}, c, PerMiB(0.1), 2).exposed_s == pytest.approx(2.9)
+
+
+def test_horovod_fuses_what_became_ready_while_its_thread_was_busy():
+    c = cm.Compute(fwd_s=1e-3, bwd_s=2e-3, opt_s=0.0, grads=[(MiB, 0.5e-3), (MiB, 1.5e-3), (MiB, 1.6e-3)])
+    hvd = {"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3}
+    # cycle at 1 ms: 1 MiB (1 ms of comm); next cycle at 2 ms: the other two fused (2 ms); ends at 4 ms
+    step = cm.predict_step(hvd, c, PerMiB(1e-3), 2)
+    assert step.comm_s == pytest.approx(3e-3) and step.exposed_s == pytest.approx(2e-3)
+    assert step.step_s == pytest.approx(1e-3 + 2e-3 + 2e-3)
+    # a fusion buffer smaller than two gradients splits them into separate all-reduces (same bytes, same time here)
+    assert cm.predict_step({**hvd, "fusion_bytes": MiB}, c, PerMiB(1e-3), 2).comm_s == pytest.approx(3e-3)
+
+
+def test_zero_stages_move_and_hide_what_deepspeed_does():
+    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
+    coll = PerMiB(0.1)
+    z = lambda stage, overlap=False: {"kind": "zero", "stage": stage, "overlap": overlap}  # noqa: E731
+    assert cm.predict_step(z(0), c, coll, 3).step_s == pytest.approx(1 + 2 + 0.6 + 0.3)  # one all-reduce after
+    # ZeRO-1/2: reduce-scatter + all-gather after backward, the optimizer on a third of the parameters
+    assert cm.predict_step(z(2), c, coll, 3).step_s == pytest.approx(1 + 2 + 0.2 + 0.3 + 0.3)
+    # ZeRO-3: gathered for forward and backward, reduce-scattered: 0.9 s, all hidden behind 3 s of compute
+    s3 = cm.predict_step(z(3, True), c, coll, 3)
+    assert s3.comm_s == pytest.approx(0.9) and s3.step_s == pytest.approx(1 + 2 + 0.2)
+    assert cm.predict_step(z(3, True), c, coll, 3, shares_cores=True).step_s == pytest.approx(1 + 2 + 0.2 + 0.9)
+
+
+def test_zero_memory_matches_the_papers_table():
+    # ZeRO paper, Figure 1: 7.5B parameters, 64 GPUs, mixed-precision Adam (K = 12)
+    psi, n = 7.5e9, 64
+    gb = lambda stage: cm.model_state_bytes(psi, n, stage, param_bytes=2, grad_bytes=2, optim_bytes=12) / 1e9  # noqa
+    assert gb(0) == pytest.approx(120)
+    assert gb(1) == pytest.approx(31.4, abs=0.05)
+    assert gb(2) == pytest.approx(16.6, abs=0.05)
+    assert gb(3) == pytest.approx(1.88, abs=0.01)
+
+
+def test_efficiency_and_interpolation():
+    assert cm.efficiency(1.0, 0.6, 2, "strong") == pytest.approx(1 / 1.2)
+    assert cm.efficiency(1.0, 1.25, 2, "weak") == pytest.approx(0.8)
+    pts = [(1, 1.0), (2, 3.0), (4, 5.0)]
+    assert cm.interpolate(pts, 3) == pytest.approx(4.0)
+    assert cm.interpolate(pts, 8) == pytest.approx(9.0)   # beyond: through the last two points
+    assert cm.interpolate(pts, 0.25) == 0.0               # below: through the first two, never negative
+
+
+def test_compute_curve_scales_ready_times_with_backward():
+    curve = cm.ComputeCurve(fwd=[(16, 1.0), (32, 2.0)], bwd=[(16, 2.0), (32, 4.0)], opt_s=0.5,
+                            grads=[(100, 1.0), (200, 4.0)], grads_batch=32)
+    c = curve.at(16)
+    assert (c.fwd_s, c.bwd_s, c.opt_s) == (1.0, 2.0, 0.5)
+    assert c.grads == [(100, 0.5), (200, 2.0)]
+
+
+def test_every_profile_loads_with_its_sources():
+    for name in cm.profiles():
+        f = cm.load_profile(name)
+        assert f.intra_busbw_Bps > 0 and f.inter_busbw_Bps > 0 and f.sources, name
+        assert all(s.get("url") for s in f.sources), name
+    with pytest.raises(KeyError):
+        cm.load_profile("published")  # the published results are not a hardware profile
+
+
+def test_the_model_reproduces_published_scaling():
+    """Every published point whose gap is communication, within 10 points of efficiency; VGG-16 below ResNet-101."""
+    from harness.report.scale_model import published_checks
+
+    rows = published_checks()
+    assert len(rows) >= 20
+    for r in rows:
+        assert not math.isnan(r["predicted_efficiency"])
+        # NVIDIA's AMP runs read real ImageNet through DALI: their shortfall at 8 GPUs is the input pipeline, which
+        # a step model has no term for; the TCP runs of the Horovod paper are checked against the RoCE profile.
+        if r["published_efficiency"] is None or (r["precision"] == "amp") or "tcp" in r["id"]:
+            continue
+        assert abs(r["predicted_efficiency"] - r["published_efficiency"]) <= 0.10, r
+    at512 = {r["model"]: r["predicted_efficiency"] for r in rows if r["n"] == 512}
+    assert at512["VGG-16"] < at512["ResNet-101"]

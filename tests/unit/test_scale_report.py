@@ -1,0 +1,62 @@
+"""The arithmetic of a scale report from records: speed-ups, efficiency, load balance, oversubscribed points."""
+
+import pytest
+
+from harness.record import load_balance
+from harness.report import scale
+
+
+def rec(label, n, sps, *, gb=64, step=None, over=False, balance=None, status="ok", processes=None):
+    step = step or gb / sps
+    r = {"label": label, "adapter": label, "status": status, "reason": "", "repeat": 0, "oversubscribed": over,
+         "scale": {"point": n, "per_rank_batch": gb // n, "scaling": "strong", "world_sizes": [1, 2, 4]},
+         "samples_per_s": sps, "step_times_s": [step] * 5, "controls": {"global_batch": gb},
+         "topology": {"processes": processes or n}, "peak_memory_bytes": 100 * 2**20,
+         "peak_memory_bytes_per_rank": [100 * 2**20] * n, "max_param_diff": 1e-8,
+         "equivalence": {"checked": True, "tolerance": 1e-5}}
+    if balance:
+        r["load_balance"] = load_balance([step] * n, [{"batches": [{"compute_s": c}]} for c in balance])
+    return r
+
+
+def test_speedup_and_efficiency_against_itself_and_the_single_process():
+    records = [rec("single-process", 1, 1000.0), rec("ddp", 1, 900.0), rec("ddp", 2, 1500.0),
+               rec("ddp", 4, 2700.0, over=True)]
+    records[0]["row_order"] = ["single-process", "ddp"]
+    tab = scale.table(records)
+    ddp = {r["n"]: r for r in tab["ddp"]}
+    assert ddp[2]["speedup_self"] == pytest.approx(1500 / 900)
+    assert ddp[2]["efficiency"] == pytest.approx(1500 / 900 / 2)
+    assert ddp[2]["speedup_baseline"] == pytest.approx(1.5)
+    assert ddp[2]["efficiency_baseline"] == pytest.approx(0.75)
+    assert ddp[4]["oversubscribed"] and ddp[4]["efficiency"] == pytest.approx(3.0 / 4)
+    md = "\n".join(scale.markdown_tables(tab))
+    assert "| 4 (oversubscribed) |" in md and "75%†" in md
+    # the summary sentence is about the largest point that is not oversubscribed
+    (line,) = scale.summary_lines(tab)
+    assert line.startswith("**ddp** at 2 ranks") and "parallel efficiency 83%" in line
+
+
+def test_load_balance_splits_each_ranks_step_into_compute_and_wait():
+    lb = load_balance([2.0, 2.0], [{"batches": [{"compute_s": 0.5}]}, {"batches": [{"compute_s": 1.5}]}])
+    assert [r["wait_s"] for r in lb["per_rank"]] == [1.5, 0.5]
+    assert [r["wait_fraction"] for r in lb["per_rank"]] == [0.75, 0.25]
+    assert lb["compute_spread"] == pytest.approx(1.0) and lb["wait_spread"] == pytest.approx(1.0)
+    # a rank whose compute exceeds its step (noise) waits 0, not a negative time
+    assert load_balance([1.0], [{"batches": [{"compute_s": 1.2}]}])["per_rank"][0]["wait_s"] == 0.0
+
+
+def test_exposed_is_the_step_beyond_the_slowest_ranks_compute():
+    records = [rec("ddp", 1, 100.0), rec("ddp", 2, 64 / 0.003, step=0.003, balance=[0.001, 0.002])]
+    records[0]["row_order"] = ["ddp"]
+    (one, two) = scale.table(records)["ddp"]
+    assert two["exposed_s"] == pytest.approx(0.001)
+    assert [p["wait_s"] for p in two["balance"]] == pytest.approx([0.002, 0.001])
+
+
+def test_a_failed_point_keeps_its_reason_and_no_efficiency():
+    records = [rec("ddp", 1, 100.0), {**rec("ddp", 2, 1.0), "status": "timeout", "reason": "no result after 5 s"}]
+    records[0]["row_order"] = ["ddp"]
+    two = scale.table(records)["ddp"][1]
+    assert two["status"] == "timeout" and two["reasons"] == ["no result after 5 s"] and "efficiency" not in two
+    assert "**timeout**: no result after 5 s" in "\n".join(scale.markdown_tables(scale.table(records)))
