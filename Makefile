@@ -36,3 +36,19 @@ test-fast: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# A simulated multi-host cluster on this machine (network namespaces h1, h2 ...; needs root) for trying the
+# frameworks' multi-node launchers: see harness/cluster/NOTES.md.
+#   make cluster-deps [SLURM=1]   apt-get what it needs (SLURM=1: also slurmctld, slurmd, munge)
+#   make simhosts [SLURM=1] [HOSTS=2]   bring it up;   make simhosts-down   remove every trace of it
+HOSTS ?= 2
+.PHONY: cluster-deps simhosts simhosts-down
+
+cluster-deps:
+	harness/cluster/install-deps $(if $(filter 1,$(SLURM)),--slurm)
+
+simhosts:
+	harness/cluster/simhosts up --hosts $(HOSTS) $(if $(filter 1,$(SLURM)),--slurm)
+
+simhosts-down:
+	harness/cluster/simhosts down
