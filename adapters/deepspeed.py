@@ -8,8 +8,11 @@ The workload's own optimizer and LR stay in charge: the ds config has no "optimi
 and `wrap` checks after `deepspeed.initialize` that the LR and the batch sizes are exactly the workload's.
 
 First use JIT-compiles C++ ops (deepspeed_shm_comm ~35 s on 2 cores, at `init_distributed` on CPU) into
-TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), which later runs reuse. The launch log says when that
-happens, and `describe()` records the seconds spent in `init_distributed` and `initialize`.
+TORCH_EXTENSIONS_DIR, which later runs reuse. The launch log says when that happens, and `describe()` records the
+seconds spent in `init_distributed` and `initialize`. Unless the user sets TORCH_EXTENSIONS_DIR, the launch sets it
+to `<venv>/torch_extensions`: torch's own default (~/.cache/torch_extensions/py311_cpu) is shared by every venv of
+the same Python, and keys a build by the op's name alone while its command line holds the venv's paths, so two
+venvs take turns rebuilding the op (35-65 s each time), which would land in another row's time to first step.
 """
 
 from __future__ import annotations
@@ -58,17 +61,9 @@ def launcher_path() -> str | None:
 
 
 def jit_cache_dir() -> Path:
-    """Where torch.utils.cpp_extension puts (and finds) DeepSpeed's JIT-built ops, as torch computes it."""
-    import torch
-
-    root = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if root:
-        return Path(root)
-    from torch.utils.cpp_extension import get_default_build_root
-
-    accel = (f"rocm{torch.version.hip.replace('.', '')}" if torch.version.hip
-             else f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu")
-    return Path(get_default_build_root()) / f"py{sys.version_info.major}{sys.version_info.minor}_{accel}"
+    """Where torch.utils.cpp_extension puts (and finds) DeepSpeed's JIT-built ops for this venv: the user's
+    TORCH_EXTENSIONS_DIR, else the venv's own (set for the ranks by `launch`; see the module docstring)."""
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(sys.prefix) / "torch_extensions")
 
 
 def jit_cached_ops() -> list[str]:
@@ -158,7 +153,8 @@ class DeepSpeedAdapter(Adapter):
         # which the rank entry point ignores.
         argv = [launcher_path(), "--num_gpus", str(spec.world_size), "--master_addr", "127.0.0.1",
                 "--master_port", str(store.port), "--module", *rank_command(spec_path)[2:]]
-        env = {"DS_ACCELERATOR": "cpu" if spec.device == "cpu" else "cuda", **AGENT_STORE_ENV}
+        env = {"DS_ACCELERATOR": "cpu" if spec.device == "cpu" else "cuda", **AGENT_STORE_ENV,
+               "TORCH_EXTENSIONS_DIR": str(jit_cache_dir())}
         return LaunchPlan(argv, env=env, hold=[store])
 
     @classmethod

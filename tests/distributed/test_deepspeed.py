@@ -2,7 +2,7 @@
 row checked against the single-process fp32 reference, the accuracy target and the fairness controls; then bf16,
 fp16 refusal and `compare env`.
 
-The first run on a machine JIT-compiles deepspeed_shm_comm (~35-65 s on 2 cores) into ~/.cache/torch_extensions;
+The first run in a venv JIT-compiles deepspeed_shm_comm (~35-65 s on 2 cores) into <venv>/torch_extensions;
 later runs reuse it."""
 
 import json

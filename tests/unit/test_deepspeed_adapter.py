@@ -141,8 +141,15 @@ def test_launch_uses_the_deepspeed_launcher_with_a_store_the_parent_holds(monkey
     with socket.socket() as s:
         with pytest.raises(OSError):
             s.bind(("127.0.0.1", port))
-    assert plan.env == {"DS_ACCELERATOR": "cpu", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    assert plan.env == {"DS_ACCELERATOR": "cpu", "TORCHELASTIC_USE_AGENT_STORE": "True",
+                        "TORCH_EXTENSIONS_DIR": str(ds.jit_cache_dir())}
     assert ds.DeepSpeedAdapter({}, "cpu").processes(2) == 2
+
+
+def test_the_jit_cache_is_this_venvs_own_unless_the_user_chose_one(monkeypatch):
+    # torch's default cache is shared by every venv of one Python and rebuilt whenever another venv used it last
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    assert ds.jit_cache_dir() == Path(sys.prefix) / "torch_extensions"
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
