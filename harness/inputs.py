@@ -187,6 +187,16 @@ def check_cores(req: Request, processes: int, fix: str | None = None) -> bool:
     return True
 
 
+def load_workload(req: RunRequest):
+    """The request's workload with its options (BadInput naming the valid choices otherwise)."""
+    try:
+        return workloads.get(req.workload, dict(pairs(req.options, "option")))
+    except UnknownName as exc:
+        raise BadInput(str(exc)) from None
+    except OptionError as exc:
+        raise BadInput(f"workload {req.workload}: {exc}") from None
+
+
 def pairs(items: list[str], what: str) -> list[tuple[str, str]]:
     """["k=v", ...] -> [("k", "v"), ...], refusing an item that is not KEY=VALUE."""
     out = []

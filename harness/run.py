@@ -13,14 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import adapters
-import workloads
 from harness import env as envmod
 from harness import interrupt, outdir, record
 from harness.inputs import (BadInput, Row, RunPlan, RunRequest, build_rows, check_common, check_cores, check_list,
-                            pairs, parse_label)
+                            load_workload, pairs, parse_label)
 from harness.launch import Launch
-from harness.options import OptionError
-from harness.registry import UnknownName
 from harness.session import Session
 from harness.spec import RunSpec
 
@@ -49,12 +46,7 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
                                ("--global-batch", req.global_batch, 1), ("--equiv-steps", req.equiv_steps, 0)):
         if value is not None and value < least:
             raise BadInput(f"{name} must be at least {least}, got {value}")
-    try:
-        workload = workloads.get(req.workload, dict(pairs(req.options, "option")))
-    except UnknownName as exc:
-        raise BadInput(str(exc)) from None
-    except OptionError as exc:
-        raise BadInput(f"workload {req.workload}: {exc}") from None
+    workload = load_workload(req)
     gb = workload.global_batch if req.global_batch is None else req.global_batch
     if gb % req.world_size:
         raise BadInput(f"global batch {gb} is not divisible by world size {req.world_size}; "

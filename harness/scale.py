@@ -26,14 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import adapters
-import workloads
 from harness import comm as commmod
 from harness import costmodel
 from harness import env as envmod
 from harness import outdir, run
-from harness.inputs import BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common, pairs
-from harness.options import OptionError
-from harness.registry import UnknownName
+from harness.inputs import BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common, load_workload
 from harness.session import Session
 
 RESULT_FILES = ("records.jsonl", "report.md", "speedup.png", "efficiency.png", "memory.png", "balance.png",
@@ -132,12 +129,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
         raise BadInput(f"--predict-to {req.predict_to} is below the largest world size measured ({max(sizes)})")
     if req.profile_steps < 3:
         raise BadInput(f"--profile-steps must be at least 3, got {req.profile_steps}")
-    try:
-        workload = workloads.get(req.workload, dict(pairs(req.options, "option")))
-    except UnknownName as exc:
-        raise BadInput(str(exc)) from None
-    except OptionError as exc:
-        raise BadInput(f"workload {req.workload}: {exc}") from None
+    workload = load_workload(req)
     batch = workload.global_batch if req.global_batch is None else req.global_batch
     if batch < 1:
         raise BadInput(f"--global-batch must be at least 1, got {batch}")

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.outdir import save_figure, write_text
-from harness.report.run import precision_label
 from harness.sizes import format_mib
 from harness.stats import percentile
 

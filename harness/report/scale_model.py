@@ -280,10 +280,10 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
     md = ["## The model: predicted vs measured", ""]
     if not cal:
         return md + ["No point has a compute profile to calibrate with.", ""], []
-    md += [f"One step per backend = forward + backward + optimizer (from the world-size-1 compute profile, at the "
-           f"point's per-rank batch) + the communication its schedule cannot hide (collectives priced with latency "
-           f"and bus bandwidth fitted to the `compare comm` sweep in `comm_n<N>/`) + the framework's own overhead "
-           f"measured at world size 1 (harness/costmodel.py; " + (
+    md += ["One step per backend = forward + backward + optimizer (from the world-size-1 compute profile, at the "
+           "point's per-rank batch) + the communication its schedule cannot hide (collectives priced with latency "
+           "and bus bandwidth fitted to the `compare comm` sweep in `comm_n<N>/`) + the framework's own overhead "
+           "measured at world size 1 (harness/costmodel.py; " + (
                "on this CPU every core computes, so communication cannot overlap compute and is added to the step"
                if any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
                else "communication overlaps backward as each schedule allows") + ").", ""]
