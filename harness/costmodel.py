@@ -203,6 +203,31 @@ class Fitted(Collectives):
         latency, busbw = self.fits[(op, n)]
         return latency + BUSBW_FACTOR[op](n) * nbytes / busbw
 
+    def extended(self) -> Collectives:
+        """This machine's fitted collectives at any N: each op's bus bandwidth as measured at the largest N, its
+        latency per ring step (2(N-1) for all-reduce, N-1 otherwise) as measured there."""
+        return _Extended(self)
+
+
+def ring_steps(op: str, n: int) -> int:
+    return {"all_reduce": 2 * (n - 1), "broadcast": n}.get(op, n - 1)
+
+
+class _Extended(Collectives):
+    def __init__(self, fitted: Fitted):
+        self.name = f"{fitted.backend} (fitted here, extended by ring steps)"
+        self.per_op = {}
+        for (op, n), (latency, busbw) in sorted(fitted.fits.items()):
+            self.per_op[op] = (latency / ring_steps(op, n), busbw)  # the largest N wins (sorted)
+
+    def time(self, op: str, nbytes: float, n: int) -> float:
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        if op not in self.per_op:
+            raise KeyError(f"no {op} measured")
+        step, busbw = self.per_op[op]
+        return step * ring_steps(op, n) + BUSBW_FACTOR[op](n) * nbytes / busbw
+
 
 @dataclass
 class Protocol:

@@ -159,6 +159,24 @@ def target_compute(cal: dict[str, Any], fabric: cm.Fabric, batch: float, utilisa
                       [(b, t * scale) for b, t in here.grads], 0.0)
 
 
+def extrapolate_here(cal: dict[str, Any], batch: float, to: int, shares: bool) -> list[dict[str, Any]]:
+    """Weak scaling on this machine's fitted collectives (extended by ring steps) with the compute measured here:
+    efficiency t(1)/t(N) at N = 1, 2, 4, ... `to` (one figure: no utilisation assumption)."""
+    if cal["collectives"] is None or not cal["collectives"].fits:
+        return []
+    coll = cal["collectives"].extended()
+    c = cal["curve"].at(batch)
+    t1 = cm.predict_step(cal["schedule"], c, coll, 1, shares).step_s
+    rows = []
+    for n in [2**k for k in range(int(math.log2(to)) + 1)]:
+        try:
+            e = t1 / cm.predict_step(cal["schedule"], c, coll, n, shares).step_s
+        except KeyError:
+            return []
+        rows.append({"n": n, "low": e, "mid": e, "high": e})
+    return rows
+
+
 def extrapolate(cal: dict[str, Any], fabric: cm.Fabric, batch: float, to: int) -> list[dict[str, Any]]:
     """Weak scaling at `batch` per device on `fabric`: efficiency t(1)/t(N) at N = 1, 2, 4, ... `to`, for each
     assumed utilisation (low, mid, high)."""
@@ -322,6 +340,25 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                   f"{sum(b for b, _ in c['curve'].grads) / 2**20:.1f} MiB of gradients"
                   + (f"; {(sched.get('comm_backend'))} collectives: {fits}" if fits else ""))
     md.append("")
+    shares = any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
+    here = {label: extrapolate_here(c, c["profile"]["batches"][0]["per_rank_batch"], sweep.get("predict_to", 1024),
+                                    shares) for label, c in cal.items()}
+    if any(here.values()):
+        to = sweep.get("predict_to", 1024)
+        md += [f"## Extrapolation: this machine's fitted collectives, weak scaling up to {to} ranks", "",
+               "Many workers like the ones measured here: each op's bus bandwidth as fitted at the largest world "
+               "size measured, its latency per ring step as measured there (2(N-1) steps per all-reduce), the "
+               "compute measured here" + (", and communication added to the step (it shares the cores)"
+                                          if shares else "") + f". Beyond {cm.BOUNDS_FROM} ranks a ring of "
+               "gloo over loopback is not a machine anyone has: read it as what latency alone does.", "",
+               "| adapter | per-rank batch | " + " | ".join(f"N={n}" for n in _ext_ns(to)) + " |",
+               "|---|---|" + "---|" * len(_ext_ns(to))]
+        for label, rows_h in here.items():
+            if rows_h:
+                batch = cal[label]["profile"]["batches"][0]["per_rank_batch"]
+                md.append(f"| {label} | {batch} | " + " | ".join(
+                    f"{next(r for r in rows_h if r['n'] == n)['mid']:.0%}" for n in _ext_ns(to)) + " |")
+        md.append("")
     plots = []
     profiles = sweep.get("profiles") or []
     to = sweep.get("predict_to", 1024)

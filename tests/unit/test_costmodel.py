@@ -152,3 +152,14 @@ def test_the_model_reproduces_published_scaling():
         assert abs(r["predicted_efficiency"] - r["published_efficiency"]) <= 0.10, r
     at512 = {r["model"]: r["predicted_efficiency"] for r in rows if r["n"] == 512}
     assert at512["VGG-16"] < at512["ResNet-101"]
+
+
+def test_this_machines_fit_extends_to_more_ranks_by_ring_steps():
+    fitted = cm.Fitted("torch", {("all_reduce", 2): (100e-6, 1e9), ("all_gather", 2): (40e-6, 2e9)})
+    ext = fitted.extended()
+    # 100 us over the 2 ring steps of a 2-rank all-reduce = 50 us a step; 8 ranks take 14 steps
+    assert ext.time("all_reduce", 1e6, 8) == pytest.approx(14 * 50e-6 + 2 * 7 / 8 * 1e6 / 1e9)
+    assert ext.time("all_gather", 1e6, 8) == pytest.approx(7 * 40e-6 + 7 / 8 * 1e6 / 2e9)
+    assert fitted.time("all_reduce", 1e6, 2) == pytest.approx(100e-6 + 1e6 / 1e9)
+    with pytest.raises(KeyError):
+        fitted.time("all_reduce", 1e6, 4)  # nothing measured at 4: no silent guess
