@@ -16,15 +16,16 @@ import adapters
 import workloads
 from harness import env as envmod
 from harness import interrupt, outdir, record
-from harness.inputs import (BadInput, Row, RunPlan, RunRequest, build_rows, check_common, check_cores, check_list,
-                            pairs, parse_label)
+from harness.inputs import (BadInput, Row, RunPlan, RunRequest, UntilTarget, build_rows, check_common, check_cores,
+                            check_list, pairs, parse_label)
 from harness.launch import Launch
 from harness.options import OptionError
 from harness.registry import UnknownName
 from harness.session import Session
 from harness.spec import RunSpec
 
-RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png")
+RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "epoch_time.png",
+                "ttt_curve.png", "ttt_time.png")
 
 
 def plan(req: RunRequest) -> RunPlan:
@@ -32,9 +33,11 @@ def plan(req: RunRequest) -> RunPlan:
     if req.repeats < 1:
         raise BadInput(f"repeats must be at least 1, got {req.repeats}")
     for name, value, least in (("--steps", req.steps, 1), ("--warmup", req.warmup, 0),
-                               ("--global-batch", req.global_batch, 1), ("--equiv-steps", req.equiv_steps, 0)):
+                               ("--global-batch", req.global_batch, 1), ("--equiv-steps", req.equiv_steps, 0),
+                               ("--eval-every", req.eval_every, 1), ("--max-steps", req.max_steps, 1)):
         if value is not None and value < least:
             raise BadInput(f"{name} must be at least {least}, got {value}")
+    _check_until_target_flags(req)
     try:
         workload = workloads.get(req.workload, dict(pairs(req.options, "option")))
     except UnknownName as exc:
@@ -49,8 +52,14 @@ def plan(req: RunRequest) -> RunPlan:
     if gb > n_train:
         raise BadInput(f"global batch {gb} is larger than workload {req.workload}'s training set ({n_train} "
                        f"samples); choose a --global-batch of at most {n_train}")
-    steps = workload.steps if req.steps is None else req.steps
-    warmup = workload.warmup if req.warmup is None else req.warmup
+    until = _until_target(req, workload)
+    if until:
+        steps, warmup = until.max_steps, 0
+        if req.equiv_steps is not None and req.equiv_steps > steps:
+            raise BadInput(f"--equiv-steps {req.equiv_steps} is more than the {steps}-step budget (--max-steps)")
+    else:
+        steps = workload.steps if req.steps is None else req.steps
+        warmup = workload.warmup if req.warmup is None else req.warmup
     if req.equiv_steps is not None and req.equiv_steps > steps + warmup:
         raise BadInput(f"--equiv-steps {req.equiv_steps} is more than the {warmup} + {steps} steps the run takes")
     equiv = min(workload.equiv_steps, steps + warmup) if req.equiv_steps is None else req.equiv_steps
@@ -77,7 +86,40 @@ def plan(req: RunRequest) -> RunPlan:
         out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}_{stamp}"
     outdir.check(out, req.force)
     return RunPlan(req, out, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
-                   warmup=warmup, equiv_steps=equiv)
+                   warmup=warmup, equiv_steps=equiv, until_target=until)
+
+
+def _check_until_target_flags(req: RunRequest) -> None:
+    """Options that belong to one mode only, refused in the other (before anything is built)."""
+    if not req.until_target:
+        for name, value in (("--eval-every", req.eval_every), ("--max-steps", req.max_steps)):
+            if value is not None:
+                raise BadInput(f"{name} only applies with --until-target; add --until-target, or leave {name} out")
+        return
+    if req.steps is not None:
+        raise BadInput("--steps sets the length of a fixed-length run, but an --until-target run lasts until the "
+                       "target or the step budget; use --max-steps for the budget")
+    if req.warmup:
+        raise BadInput("--until-target counts every step from the first as training (no warm-up is discarded); "
+                       "leave --warmup out")
+
+
+def _until_target(req: RunRequest, workload) -> UntilTarget | None:
+    """The resolved until-target settings (None for a fixed-length run); BadInput for a workload without a target
+    or a cadence that the budget never reaches."""
+    if not req.until_target:
+        return None
+    if workload.target is None:
+        with_target = [n for n in workloads.names() if workloads.get(n).target is not None]
+        raise BadInput(f"workload {req.workload} has no accuracy target, so it cannot be trained until one; "
+                       f"workloads with a target: {', '.join(with_target)}")
+    every = workload.eval_every if req.eval_every is None else req.eval_every
+    budget = workload.max_steps_to_target if req.max_steps is None else req.max_steps
+    if every > budget:
+        raise BadInput(f"--eval-every {every} is more than the {budget}-step budget, so the target would be checked "
+                       f"only once, after the last step; choose --eval-every of at most {budget} or a larger "
+                       f"--max-steps")
+    return UntilTarget(target=workload.target, metric=workload.metric_name, eval_every=every, max_steps=budget)
 
 
 def default_threads(processes: int, override: int | None) -> int:
@@ -93,7 +135,10 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
     next launch starts and does its untimed start-up (interpreter, imports, rendezvous, model, data) while the
     previous one evaluates and shuts down; its ranks then wait at the gate (harness/progress.py) until the
     previous launch has ended entirely, so no other launch's process runs during any warm-up or timed step.
-    Every launch is still a fresh set of processes, started by its own launcher."""
+    Every launch is still a fresh set of processes, started by its own launcher.
+
+    Until-target runs are not pipelined: their end-to-end time counts the start-up too, so each launch starts
+    only once the previous one (the reference run included) has ended entirely."""
     from harness import report
 
     req = p.request
@@ -101,6 +146,8 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
                 "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "command": req.command, "row_order": [r.label for r in p.rows], "env": None,
                 "oversubscribed": p.oversubscribed}
+    if p.until_target:
+        run_info["until_target"] = asdict(p.until_target)
     if started is not None:
         run_info["started_wall"] = started
     stopped: str | None = None
@@ -117,10 +164,17 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
             interrupt.check()
             session.save([_plain(run_info, req, row, repeat, "unavailable", row.reason)
                           for row in p.unavailable for repeat in range(req.repeats)])
-            if prev:
+            pipelined = p.until_target is None
+            if prev and not pipelined:
+                live.remove(prev)
+                stopped = state.done(prev, prev.launch.finish())
+                prev = None
+            elif prev:
                 prev.launch.wait_for("timed_done")
             # Repeats are interleaved (all adapters, then all again) so slow drift of the machine hits all alike.
             for repeat, row in [(repeat, row) for repeat in range(req.repeats) for row in p.runnable]:
+                if stopped:
+                    break
                 job = state.start(row, repeat, gated=prev is not None)
                 live.append(job)
                 if prev:
@@ -129,8 +183,12 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
                     if stopped:
                         break
                 job.launch.open_gate()
-                job.launch.wait_for("timed_done")
-                prev = job
+                if pipelined:
+                    job.launch.wait_for("timed_done")
+                    prev = job
+                else:
+                    live.remove(job)
+                    stopped = state.done(job, job.launch.finish())
             if prev and not stopped:
                 live.remove(prev)
                 stopped = state.done(prev, prev.launch.finish())
@@ -193,6 +251,8 @@ class _State:
         spec = _spec(p, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
                      processes=adapter.processes(p.request.world_size), steps=p.steps, warmup=p.warmup,
                      equiv=p.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True)
+        if p.until_target:
+            spec.eval_every, spec.target = p.until_target.eval_every, p.until_target.target
         self.ui.begin(row.label, repeat, p.steps + p.warmup)
         launch = Launch(adapter, spec, p.request.timeout_s,
                         lambda pr: self.ui.progress(row.label, repeat, pr)).start(gated=gated)
