@@ -59,7 +59,8 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
         else:
             rows = ", ".join(f"{label} ({recs[0]['status']})" if recs[0]["status"] != "ok" else label
                              for label, recs in run.group(records).items())
-            workload = r0["workload"]
+            cfg = run.ttt.settings(records)
+            workload = r0["workload"] + (f", until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else "")
         world = f"{r0['world_size']}" + (" (oversubscribed)" if r0.get("oversubscribed") else "")
         lines.append(f"| [{name}]({name}/report.md) | {workload} | {rows} | {world} | {hw} "
                      f"| {r0['time_utc']} | `{r0['command']}` |")
