@@ -53,8 +53,10 @@ def reached(tmp_path_factory):
 @pytest.fixture(scope="module")
 def missed(tmp_path_factory):
     out = tmp_path_factory.mktemp("ttt-missed") / "run"
-    # Digits is near 0.88 after 30 steps: a budget too small for the 0.95 target, evaluated every 7 steps.
-    rows, proc = run_compare(out, "--until-target", "-a", "spawn", "--eval-every", "7", "--max-steps", "30")
+    # Digits is near 0.88 after 30 steps: a budget too small for the 0.95 target, evaluated every 7 steps. The ddp
+    # row's rank 1 dies at step 5: launches run one after the other here, and the next one must still run.
+    rows, proc = run_compare(out, "--until-target", "-a", "ddp,spawn", "--eval-every", "7", "--max-steps", "30",
+                             env={"COMPARE_FAULT": "ddp:1:exit:5"})
     return out, rows, proc
 
 
@@ -167,3 +169,17 @@ def test_a_row_that_misses_its_target_keeps_its_measurements(missed):
     assert f"**not reached** 1/1 (best {t['best_metric']:.4f} after step 30 of 30)" in report
     assert "No backend reached test accuracy 0.95 within the 30-step budget." in report
     assert "| spawn | torch.multiprocessing.spawn | 2 × 2 |" in report  # the throughput table keeps the row
+    index = compare_cli("index", str(out.parent))
+    assert index.returncode == 0, index.stderr
+    assert (f"| [{out.name}]({out.name}/report.md) | digits, until test accuracy ≥ 0.95 | ddp (failed), "
+            f"spawn (not_reached) | 2 |") in (out.parent / "README.md").read_text()
+
+
+def test_a_crashed_launch_is_a_failed_row_and_the_next_one_still_runs(missed):
+    out, rows, _ = missed
+    ddp = rows["ddp"]
+    assert ddp["status"] == "failed" and "ttt" not in ddp
+    assert ddp["reason"] == "rank 1 exited with code 3; first error: [fault injection] exit at step 5"
+    assert rows["spawn"]["status"] == "not_reached" and rows["spawn"]["ttt"]["steps_run"] == 30
+    report = (out / "report.md").read_text()
+    assert "| ddp | | | | | | | | **failed**: rank 1 exited with code 3" in report
