@@ -300,8 +300,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     if cfg:
         trows = ttt.table_rows(records, group(records))
         plots = ttt.plots(out, records, trows, cfg) + plots
-        md += [ttt.markdown_table(trows, cfg), ""] + ttt.verdict(trows, cfg) + [
-            "", "## Throughput, memory and equivalence", ""]
+        md += [ttt.markdown_table(trows, cfg), ""] + [x for line in ttt.verdict(trows, cfg) for x in (line, "")]
+        md += ["## Throughput, memory and equivalence", ""]
     md += [markdown_table(rows), ""]
     notes = _notes(rows, records)
     if notes:
