@@ -102,8 +102,11 @@ def _ahead(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
     if len(ranked) > 1:
         nxt = ranked[1]
         gap = nxt[key]["median"] - best[key]["median"]
-        text += (f", {format(gap, fmt)} s ({gap / nxt[key]['median']:.0%}) ahead of {_name(nxt)} "
+        share = format(gap / nxt[key]["median"], ".0%" if gap >= 0.01 * nxt[key]["median"] else ".1%")
+        text += (f", {format(gap, fmt)} s ({share}) ahead of {_name(nxt)} "
                  f"({format(nxt[key]['median'], fmt)} s)")
+        if len(best[key]["values"]) > 1 and nxt[key]["min"] <= best[key]["max"]:
+            text += " — but their ranges over the repeats overlap, so this is no clear lead"
     return text
 
 

@@ -146,10 +146,15 @@ def test_verdict_when_fp32_rows_need_the_same_steps():
     lines = ttt.verdict(ttt.table_rows(records, run_report.group(records)), cfg)
     assert lines[0] == ("First to test accuracy 0.95 in training time (median of 3 repeats): **ddp**, 0.300 s, "
                         "0.010 s (3%) ahead of spawn (0.310 s). End to end, from starting the launch command "
-                        "(start-up included): **ddp**, 3.30 s, 0.01 s (0%) ahead of spawn (3.31 s).")
+                        "(start-up included): **ddp**, 3.30 s, 0.01 s (0.3%) ahead of spawn (3.31 s).")
     assert any(line.startswith("Every fp32 row needed exactly 100 steps in every repeat") for line in lines)
     for r in records:
         check_record(r)
+    # One slow ddp repeat: its median still leads, but the ranges overlap and the sentence says so.
+    records[0]["ttt"]["train_time_to_target_s"] = 0.5
+    lines = ttt.verdict(ttt.table_rows(records, run_report.group(records)), cfg)
+    assert ("**ddp**, 0.300 s, 0.010 s (3%) ahead of spawn (0.310 s) — but their ranges over the repeats overlap, so "
+            "this is no clear lead.") in lines[0]
 
 
 def test_a_difference_in_fp32_steps_is_reported_as_a_finding_and_mixed_precision_is_set_apart():
