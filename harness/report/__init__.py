@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.report import comm, run
+from harness.report import comm, run, ttt
 
 
 def kind(records: list[dict[str, Any]]) -> str:
@@ -59,7 +59,7 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
         else:
             rows = ", ".join(f"{label} ({recs[0]['status']})" if recs[0]["status"] != "ok" else label
                              for label, recs in run.group(records).items())
-            cfg = run.ttt.settings(records)
+            cfg = ttt.settings(records)
             workload = r0["workload"] + (f", until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else "")
         world = f"{r0['world_size']}" + (" (oversubscribed)" if r0.get("oversubscribed") else "")
         lines.append(f"| [{name}]({name}/report.md) | {workload} | {rows} | {world} | {hw} "

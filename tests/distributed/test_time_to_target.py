@@ -106,11 +106,13 @@ def test_time_accounting(reached):
         snapshot = t["snapshot"]["seconds"] if t["snapshot"]["after_step"] < n else 0.0
         assert t["e2e_time_to_target_s"] == pytest.approx(
             t["target_step_end_s"] - t["eval_time_before_target_s"] - snapshot, rel=1e-9)
-        # End to end holds the whole start-up and every step after the first one ended (a lower bound measured
-        # apart from the evaluations; the slack covers the microseconds by which the ranks' clocks for one step
-        # differ), and fits inside the launch.
+        # End to end holds the start-up before the first step (measured apart, from the launch to rank 0's first
+        # step end) as well as the training, and fits inside the launch. The sum of per-step maxima over ranks can
+        # exceed the wall time spent in steps by the ranks' skew (whichever rank waited, in each step), so the
+        # start-up part is bounded with a margin rather than to the microsecond.
         assert t["e2e_time_to_target_s"] >= t["train_time_to_target_s"], name
-        assert t["e2e_time_to_target_s"] >= rec["time_to_first_step_s"] + sum(steps[1:n]) - 0.05, name
+        assert t["e2e_time_to_target_s"] > rec["time_to_first_step_s"], name
+        assert t["startup_to_target_s"] >= 0.9 * (rec["time_to_first_step_s"] - steps[0]), name
         assert t["e2e_time_to_target_s"] + t["eval_time_before_target_s"] < rec["wall_time_s"], name
         assert t["startup_to_target_s"] == pytest.approx(t["e2e_time_to_target_s"] - t["train_time_to_target_s"])
 
