@@ -6,11 +6,13 @@ Runs in: the parent.
     compare env                        versions, devices, threads and launchers, for a bug report
     compare run                        default workload, every adapter, world size 2 on this machine
     compare run --adapters ddp,spawn --workload resnet --steps 20 --repeats 3
+    compare run --until-target         every adapter trains until the workload's target: time to target
     compare comm                       collectives and point-to-point per backend
     compare report results/<run>/      re-render report.md and the plots from records.jsonl
     compare index                      regenerate results/README.md
 
-Exit codes: 0 done; 1 no row ran or the results could not be written; 2 bad input (one line on stderr naming the
+Exit codes: 0 done (an until-target row that missed its target is a result, not a failure); 1 no row ran or the
+results could not be written; 2 bad input (one line on stderr naming the
 problem and the valid choices; nothing written); 130 interrupted (Ctrl-C / SIGTERM; finished rows kept).
 """
 
@@ -31,6 +33,7 @@ import adapters
 import workloads
 from harness import interrupt
 from harness.inputs import DEVICES, BadInput, CommRequest, RunRequest, first_sentence, split
+from harness.record import MEASURED
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Run one PyTorch workload through interchangeable data-parallel backends and compare them.")
@@ -86,9 +89,12 @@ class RunUI:
         req = plan.request
         names = ", ".join(r.label for r in plan.runnable)
         over = " (oversubscribed: more processes than cores)" if plan.oversubscribed else ""
+        until = plan.until_target
+        length = (f"{plan.warmup} warm-up + {plan.steps} timed steps" if until is None else
+                  f"until {until.metric} ≥ {until.target:g} (evaluated every {until.eval_every} steps, at most "
+                  f"{until.max_steps} steps; launches one at a time)")
         return (f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}{over}, "
-                f"device {req.device}, adapters {escape(names)}; {plan.warmup} warm-up + {plan.steps} timed "
-                f"steps, {req.repeats} repeat(s) -> {plan.out}")
+                f"device {req.device}, adapters {escape(names)}; {length}, {req.repeats} repeat(s) -> {plan.out}")
 
     def start(self, plan):
         console.print(self.header(plan))
@@ -129,8 +135,15 @@ class RunUI:
 
     def finished(self, rec, name=None):
         name = rec["label"] if name is None else name
-        if rec["status"] == "ok":
+        ttt = rec.get("ttt")
+        if rec["status"] == "ok" and ttt:
+            self._done(name, rec["repeat"], f"[green]target[/] at step {ttt['steps_to_target']}: "
+                                            f"{ttt['train_time_to_target_s']:.2f} s training, "
+                                            f"{ttt['e2e_time_to_target_s']:.2f} s end to end", True)
+        elif rec["status"] == "ok":
             self._done(name, rec["repeat"], f"[green]ok[/] {rec['samples_per_s']:,.0f} samples/s", True)
+        elif rec["status"] == "not_reached":
+            self._done(name, rec["repeat"], f"[yellow]not reached[/]: {escape(rec['reason'])}", True)
         else:
             self._done(name, rec["repeat"], f"[red]{rec['status']}[/]: {escape(rec['reason'])}", False)
 
@@ -190,6 +203,14 @@ def run(
     oversubscribe: bool = typer.Option(False, help="Allow more processes than usable cores (rows are labelled)."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE, e.g. arch=resnet50."),
+    until_target: bool = typer.Option(False, "--until-target",
+                                      help="Train every adapter until the workload's accuracy target (time to "
+                                           "target); no warm-up is discarded."),
+    eval_every: Optional[int] = typer.Option(None, "--eval-every",
+                                             help="With --until-target: evaluate every K steps (default: the "
+                                                  "workload's)."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps",
+                                            help="With --until-target: the step budget (default: the workload's)."),
 ):
     """Run the comparison and write records.jsonl, report.md and plots."""
     from harness import run as runmod
@@ -198,7 +219,8 @@ def run(
     req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
                      equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
-                     oversubscribe=oversubscribe, knobs=knob, options=option)
+                     oversubscribe=oversubscribe, knobs=knob, options=option, until_target=until_target,
+                     eval_every=eval_every, max_steps=max_steps)
     try:
         plan = runmod.plan(req)
     except BadInput as exc:
@@ -213,15 +235,17 @@ def run(
         done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
         typer.echo(f"interrupted: children stopped; {done} row(s) kept in {plan.out}", err=True)
         raise typer.Exit(130)
-    if not any(r["status"] == "ok" for r in records):
+    if not any(r["status"] in MEASURED for r in records):
         raise typer.Exit(1)
 
 
 def _resolved_command(plan) -> str:
-    r = plan.request
+    r, until = plan.request, plan.until_target
+    length = (["--steps", str(plan.steps), "--warmup", str(plan.warmup)] if until is None else
+              ["--until-target", "--eval-every", str(until.eval_every), "--max-steps", str(until.max_steps)])
     args = ["compare", "run", "--adapters", ",".join(row.label for row in plan.rows), "--workload", r.workload,
-            "--world-size", str(r.world_size), "--device", r.device, "--steps", str(plan.steps),
-            "--warmup", str(plan.warmup), "--global-batch", str(plan.global_batch), "--repeats", str(r.repeats)]
+            "--world-size", str(r.world_size), "--device", r.device, *length,
+            "--global-batch", str(plan.global_batch), "--repeats", str(r.repeats)]
     for k in r.knobs:
         args += ["--knob", k]
     for o in r.options:
@@ -480,7 +504,8 @@ def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu 
     for name in workloads.names():
         wl = workloads.get(name)
         w.add_row(name, str(wl.global_batch), f"{wl.warmup}+{wl.steps}",
-                  "–" if wl.target is None else f"acc ≥ {wl.target}", wl.summary)
+                  "–" if wl.target is None else f"acc ≥ {wl.target} (--until-target: every {wl.eval_every} steps, "
+                                                f"≤ {wl.max_steps_to_target})", wl.summary)
     console.print(w)
 
 

@@ -66,6 +66,12 @@ class RunRequest(Request):
     options: list[str] = field(default_factory=list)
     """Workload options KEY=VALUE."""
     fault: str | None = None
+    until_target: bool = False
+    """Train every adapter until the workload's target is reached (or the step budget runs out)."""
+    eval_every: int | None = None
+    """With until_target: evaluate every this many steps (None: the workload's default)."""
+    max_steps: int | None = None
+    """With until_target: the step budget (None: the workload's default)."""
 
 
 @dataclass
@@ -137,10 +143,24 @@ class Plan:
 
 
 @dataclass
+class UntilTarget:
+    """The resolved settings of an until-target run."""
+
+    target: float
+    """The workload's accuracy target."""
+    metric: str
+    """What the accuracy counts, in words ("test accuracy", "next-byte accuracy")."""
+    eval_every: int
+    max_steps: int
+    """The step budget."""
+
+
+@dataclass
 class RunPlan(Plan):
     workload: Any = None
     global_batch: int = 0
     steps: int = 0
+    """Timed steps; in an until-target run, the step budget."""
     warmup: int = 0
     equiv_steps: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -149,6 +169,8 @@ class RunPlan(Plan):
     """Appended to row names in progress lines and to log names when one run holds several plans (" n=4")."""
     spec_extra: dict[str, Any] = field(default_factory=dict)
     """RunSpec fields for every launch of this plan beyond the common ones (profile, straggler)."""
+    until_target: UntilTarget | None = None
+    """Set for `compare run --until-target`: launches then run one at a time, never overlapping."""
 
 
 @dataclass

@@ -17,6 +17,15 @@ from harness.stats import slowest_rank_steps, step_stats
 
 SCHEMA_VERSION = 1
 FINAL_LOSS_WINDOW = 10
+MEASURED = ("ok", "not_reached")
+"""Statuses of a record that carries a full measurement: `not_reached` is an until-target row that trained its
+whole step budget without reaching the target (its timings, memory and metrics are all there)."""
+
+
+def precision_label(controls: dict) -> str:
+    """Precision, plus wire compression when on: an fp16-compressed row never passes for plain fp32."""
+    c = controls.get("compression", "none")
+    return controls["precision"] + ("" if c == "none" else f" + {c} wire")
 
 
 def base_record(*, run: dict[str, Any], adapter: str, label: str, summary: str, launcher: str, workload: str,
@@ -66,6 +75,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["topology"].update({"backend": r0["backend"], "devices_used": devices, "world_size_processes":
                             r0["world_size"], "device_names": sorted({r["device"] for r in ranks})})
     rec["controls"].update({
+        "train_samples": r0.get("train_samples"),
         "per_device_batch": spec.global_batch // devices, "per_process_batch": r0["per_process_batch"],
         "lr": r0["lr"], "lr_rule": r0["lr_rule"], "precision": r0["precision"],
         "compression": r0.get("compression", "none"),
@@ -118,6 +128,13 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
             else f"{r0['compression']} gradient compression" if not exact
             else f"model is batch-dependent ({workload.batch_dependence})"),
     }
+    if spec.eval_every and spec.target is not None:
+        rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
+        if not rec["ttt"]["reached"]:
+            t = rec["ttt"]
+            rec["status"] = "not_reached"
+            rec["reason"] = (f"best {t['metric']} {t['best_metric']:.4f} (after step {t['best_step']}) is below the "
+                             f"target {t['target']:g} within the {t['budget_steps']}-step budget")
     return rec
 
 
@@ -144,6 +161,53 @@ def load_balance(step_s_per_rank: list[float], profiles: list[dict]) -> dict[str
 
     return {"method": LOAD_BALANCE_METHOD, "per_rank": ranks, "compute_spread": spread("compute_s"),
             "wait_spread": spread("wait_s")}
+
+
+def until_target(spec, outcome, ranks: list[dict], steps: list[float], workload) -> dict[str, Any]:
+    """The `ttt` object of an until-target row, from what every rank recorded (harness/rank/evaluation.py).
+
+    Training time to target: the sum of the per-step times (the slowest rank's) of every step up to and including
+    the one after which an evaluation first reached the target; no step is discarded. End-to-end time to target:
+    from starting the launch command to the end of that step (the latest rank's clock), less the evaluation time
+    spent before it and the harness's parameter snapshot if it came before it: launcher, interpreter, imports,
+    rendezvous, framework set-up and any JIT build are in it, evaluations are not."""
+    evals = []
+    for per_rank in zip(*(r["evals"] for r in ranks)):
+        e0 = per_rank[0]
+        correct, count, _ = e0["reduced_mean"]
+        # The step ends when its last rank is done; the evaluation, when its last rank is. A rank that finished
+        # the step early waits for the others inside the evaluation's all-reduce: that wait is step time (the
+        # slowest rank's), so an evaluation's seconds are counted from the last rank's step end.
+        step_end = max(e["step_end_wall"] for e in per_rank)
+        evals.append({"step": e0["step"], "metric": correct / count, "step_end_wall": step_end,
+                      "eval_s": max(e["eval_end_wall"] for e in per_rank) - step_end})
+    cumulative = [0.0]
+    for t in steps:
+        cumulative.append(cumulative[-1] + t)
+    hit = next((e for e in evals if e["metric"] >= spec.target), None)
+    best = max(evals, key=lambda e: e["metric"])  # the first of equals
+    snapshot_s = max((r["snapshot_s"] for r in ranks if r.get("snapshot_s") is not None), default=None)
+    out: dict[str, Any] = {
+        "target": spec.target, "metric": workload.metric_name, "eval_every": spec.eval_every,
+        "budget_steps": spec.steps, "reached": hit is not None, "steps_run": len(steps),
+        "steps_to_target": None, "train_time_to_target_s": None, "e2e_time_to_target_s": None,
+        "startup_to_target_s": None, "target_step_end_s": None, "eval_time_before_target_s": None,
+        "evals": len(evals), "eval_time_s": sum(e["eval_s"] for e in evals),
+        "eval_s_each": [e["eval_s"] for e in evals],
+        "best_metric": best["metric"], "best_step": best["step"], "final_metric": evals[-1]["metric"],
+        "train_time_s": cumulative[-1],
+        "snapshot": None if snapshot_s is None else {"after_step": spec.equiv_steps, "seconds": snapshot_s},
+        "curve": [[e["step"], cumulative[e["step"]], e["metric"]] for e in evals],
+    }
+    if hit is not None:
+        before = sum(e["eval_s"] for e in evals if e["step"] < hit["step"])
+        excluded = before + (snapshot_s if snapshot_s is not None and spec.equiv_steps < hit["step"] else 0.0)
+        end_s = hit["step_end_wall"] - outcome.launch_wall - outcome.gate_wait_s
+        out.update(steps_to_target=hit["step"], train_time_to_target_s=cumulative[hit["step"]],
+                   target_step_end_s=end_s, eval_time_before_target_s=before,
+                   e2e_time_to_target_s=end_s - excluded)
+        out["startup_to_target_s"] = out["e2e_time_to_target_s"] - out["train_time_to_target_s"]
+    return out
 
 
 MILESTONES = (("python", "entry"), ("imports", "imports_done"), ("init", "init_done"),
@@ -223,6 +287,10 @@ _RUN_OK = {"controls": dict, "topology": dict, "step_time_s": dict, "step_times_
 _RUN_CONTROLS = {"global_batch": int, "lr": _NUM, "lr_rule": str, "precision": str, "steps": int, "warmup": int,
                  "seed": int, "knobs": dict, "threads_per_rank": list, "workload_options": dict}
 _STEP = {"median": _NUM, "p10": _NUM, "p90": _NUM, "n": int}
+_TTT = {"target": _NUM, "metric": str, "eval_every": int, "budget_steps": int, "reached": bool, "steps_run": int,
+        "evals": int, "eval_time_s": _NUM, "best_metric": _NUM, "final_metric": _NUM, "curve": list}
+_TTT_REACHED = {"steps_to_target": int, "train_time_to_target_s": _NUM, "e2e_time_to_target_s": _NUM,
+                "startup_to_target_s": _NUM}
 _COMM = {"backend": str, "dtype": str, "device": str}
 _COMM_OK = {"op": str, "size_bytes": int, "time_s": dict, "algbw_GBps": _NUM, "busbw_GBps": _NUM,
             "busbw_factor": _NUM}
@@ -252,10 +320,15 @@ def check_record(rec: Any, where: str = "record") -> None:
             _check(rec["time_s"], _STEP, f"{where}: time_s")
         return
     _check(rec, _RUN, where)
-    if rec["status"] == "ok":
+    if rec["status"] in MEASURED:
         _check(rec, _RUN_OK, where)
         _check(rec["controls"], _RUN_CONTROLS, f"{where}: controls")
         _check(rec["step_time_s"], _STEP, f"{where}: step_time_s")
+        if rec.get("until_target") or rec["status"] == "not_reached":
+            _check(rec, {"ttt": dict}, where)
+            _check(rec["ttt"], _TTT, f"{where}: ttt")
+            if rec["ttt"]["reached"]:
+                _check(rec["ttt"], _TTT_REACHED, f"{where}: ttt")
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -13,15 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import adapters
+import workloads
 from harness import env as envmod
 from harness import interrupt, outdir, record
-from harness.inputs import (BadInput, Row, RunPlan, RunRequest, build_rows, check_common, check_cores, check_list,
-                            load_workload, pairs, parse_label)
+from harness.inputs import (BadInput, Row, RunPlan, RunRequest, UntilTarget, build_rows, check_common, check_cores,
+                            check_list, load_workload, pairs, parse_label)
 from harness.launch import Launch
 from harness.session import Session
 from harness.spec import RunSpec
 
-RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png")
+RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "epoch_time.png",
+                "ttt_curve.png", "ttt_time.png")
 
 
 def plan(req: RunRequest) -> RunPlan:
@@ -43,9 +45,11 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     if req.repeats < 1:
         raise BadInput(f"repeats must be at least 1, got {req.repeats}")
     for name, value, least in (("--steps", req.steps, 1), ("--warmup", req.warmup, 0),
-                               ("--global-batch", req.global_batch, 1), ("--equiv-steps", req.equiv_steps, 0)):
+                               ("--global-batch", req.global_batch, 1), ("--equiv-steps", req.equiv_steps, 0),
+                               ("--eval-every", req.eval_every, 1), ("--max-steps", req.max_steps, 1)):
         if value is not None and value < least:
             raise BadInput(f"{name} must be at least {least}, got {value}")
+    _check_until_target_flags(req)
     workload = load_workload(req)
     gb = workload.global_batch if req.global_batch is None else req.global_batch
     if gb % req.world_size:
@@ -55,8 +59,14 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     if gb > n_train:
         raise BadInput(f"global batch {gb} is larger than workload {req.workload}'s training set ({n_train} "
                        f"samples); choose a --global-batch of at most {n_train}")
-    steps = workload.steps if req.steps is None else req.steps
-    warmup = workload.warmup if req.warmup is None else req.warmup
+    until = _until_target(req, workload)
+    if until:
+        steps, warmup = until.max_steps, 0
+        if req.equiv_steps is not None and req.equiv_steps > steps:
+            raise BadInput(f"--equiv-steps {req.equiv_steps} is more than the {steps}-step budget (--max-steps)")
+    else:
+        steps = workload.steps if req.steps is None else req.steps
+        warmup = workload.warmup if req.warmup is None else req.warmup
     if req.equiv_steps is not None and req.equiv_steps > steps + warmup:
         raise BadInput(f"--equiv-steps {req.equiv_steps} is more than the {warmup} + {steps} steps the run takes")
     equiv = min(workload.equiv_steps, steps + warmup) if req.equiv_steps is None else req.equiv_steps
@@ -77,7 +87,40 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     built = build_rows(req, rows, explicit, "adapter", knobs)
     over = check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix)
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
-                   warmup=warmup, equiv_steps=equiv)
+                   warmup=warmup, equiv_steps=equiv, until_target=until)
+
+
+def _check_until_target_flags(req: RunRequest) -> None:
+    """Options that belong to one mode only, refused in the other (before anything is built)."""
+    if not req.until_target:
+        for name, value in (("--eval-every", req.eval_every), ("--max-steps", req.max_steps)):
+            if value is not None:
+                raise BadInput(f"{name} only applies with --until-target; add --until-target, or leave {name} out")
+        return
+    if req.steps is not None:
+        raise BadInput("--steps sets the length of a fixed-length run, but an --until-target run lasts until the "
+                       "target or the step budget; use --max-steps for the budget")
+    if req.warmup:
+        raise BadInput("--until-target counts every step from the first as training (no warm-up is discarded); "
+                       "leave --warmup out")
+
+
+def _until_target(req: RunRequest, workload) -> UntilTarget | None:
+    """The resolved until-target settings (None for a fixed-length run); BadInput for a workload without a target
+    or a cadence that the budget never reaches."""
+    if not req.until_target:
+        return None
+    if workload.target is None:
+        with_target = [n for n in workloads.names() if workloads.get(n).target is not None]
+        raise BadInput(f"workload {req.workload} has no accuracy target, so it cannot be trained until one; "
+                       f"workloads with a target: {', '.join(with_target)}")
+    every = workload.eval_every if req.eval_every is None else req.eval_every
+    budget = workload.max_steps_to_target if req.max_steps is None else req.max_steps
+    if every > budget:
+        raise BadInput(f"--eval-every {every} is more than the {budget}-step budget, so the target would be checked "
+                       f"only once, after the last step; choose --eval-every of at most {budget} or a larger "
+                       f"--max-steps")
+    return UntilTarget(target=workload.target, metric=workload.metric_name, eval_every=every, max_steps=budget)
 
 
 def default_threads(processes: int, override: int | None) -> int:
@@ -94,7 +137,7 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
     run_info = run_header(p, "run", [r.label for r in p.rows], started)
     with Session(p.out, RESULT_FILES) as session:
         ui.start(p)
-        runner = Runner(session, ui, run_info)
+        runner = Runner(session, ui, run_info, pipelined=p.until_target is None)
 
         def first_started():  # while the first launch starts up
             run_info["env"] = envmod.collect(req.device)
@@ -115,6 +158,9 @@ def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | Non
     req = p.request
     info = {"kind": kind, "run_id": p.out.name, "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": req.command, "row_order": row_order, "env": None, "oversubscribed": p.oversubscribed}
+    until = getattr(p, "until_target", None)
+    if until:
+        info["until_target"] = asdict(until)
     if started is not None:
         info["started_wall"] = started
     return info
@@ -153,10 +199,13 @@ class Runner:
     next launch starts and does its untimed start-up (interpreter, imports, rendezvous, model, data) while the
     previous one evaluates and shuts down; its ranks then wait at the gate (harness/progress.py) until the
     previous launch has ended entirely, so no other launch's process runs during any warm-up or timed step.
-    Every launch is still a fresh set of processes, started by its own launcher."""
+    Every launch is still a fresh set of processes, started by its own launcher.
 
-    def __init__(self, session: Session, ui, run_info: dict[str, Any]):
-        self.session, self.ui, self.run_info = session, ui, run_info
+    `pipelined=False` (until-target runs, whose end-to-end time counts the start-up too): each launch starts only
+    once the previous one (the reference run included) has ended entirely."""
+
+    def __init__(self, session: Session, ui, run_info: dict[str, Any], pipelined: bool = True):
+        self.session, self.ui, self.run_info, self.pipelined = session, ui, run_info, pipelined
         self.references: dict[tuple, dict | None] = {}
         """Reference parameters per reference key (None: that reference failed)."""
         self.reference_runs: dict[tuple, dict] = {}
@@ -191,8 +240,14 @@ class Runner:
                     if stopped:
                         break
                 job.launch.open_gate()
-                job.launch.wait_for("timed_done")
-                prev = job
+                if self.pipelined:
+                    job.launch.wait_for("timed_done")
+                    prev = job
+                else:
+                    live.remove(job)
+                    stopped = self._done(job, job.launch.finish())
+                    if stopped:
+                        break
             if prev and not stopped:
                 live.remove(prev)
                 stopped = self._done(prev, prev.launch.finish())
@@ -274,11 +329,14 @@ def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reaso
 def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
               knobs: dict, do_eval: bool, extra: dict[str, Any]) -> RunSpec:
     req = p.request
-    return RunSpec(adapter=adapter, workload=req.workload, world_size=req.world_size, device=req.device,
+    spec = RunSpec(adapter=adapter, workload=req.workload, world_size=req.world_size, device=req.device,
                    global_batch=p.global_batch, steps=steps, warmup=warmup,
                    threads=default_threads(processes, req.threads), rank_dir=str(rank_dir),
                    equiv_steps=equiv, knobs=knobs, workload_options=dict(pairs(req.options, "option")),
                    fault=req.fault, eval=do_eval, **extra)
+    if p.until_target and do_eval:
+        spec.eval_every, spec.target = p.until_target.eval_every, p.until_target.target
+    return spec
 
 
 def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:

@@ -41,6 +41,10 @@ class RunSpec:
     fault: str | None = None
     """Fault injection for tests: "ADAPTER:RANK:exit|hang|raise:STEP" (see harness/rank/main.py)."""
     eval: bool = True
+    eval_every: int = 0
+    """Also evaluate after every this many steps and after the last one (0: only once, after training)."""
+    target: float | None = None
+    """With eval_every: stop at the first of those evaluations whose accuracy reaches this (until-target runs)."""
     mode: str = "train"
     """train: the training loop (harness/rank/train.py); comm: the communication benchmark (harness/rank/comm.py)."""
     comm: dict[str, Any] = field(default_factory=dict)

@@ -62,6 +62,13 @@ class Workload(ABC):
     """Largest max_param_diff an fp32 adapter may show after `equiv_steps` steps."""
     target: ClassVar[float | None] = None
     """Eval accuracy the default settings really reach (None: not a learning benchmark)."""
+    metric_name: ClassVar[str] = "test accuracy"
+    """What the evaluation's accuracy counts, in words for reports (a language model: "next-byte accuracy")."""
+    eval_every: ClassVar[int | None] = None
+    """Until-target runs (`compare run --until-target`): evaluate every this many steps. Required with a target."""
+    max_steps_to_target: ClassVar[int | None] = None
+    """Until-target runs: the step budget; a run that has not reached `target` by then is `not_reached`. Required
+    with a target."""
     batch_dependence: ClassVar[str | None] = None
     """Why the model's output for a sample depends on the rest of its batch (e.g. "BatchNorm statistics per
     process"), or None. When set, sharding the batch changes the maths: per-rank results are not expected to equal
@@ -76,6 +83,9 @@ class Workload(ABC):
         missing = [a for a in _REQUIRED if not hasattr(cls, a)]
         if missing:
             raise TypeError(f"workload {cls.__qualname__} must set {', '.join(missing)}")
+        if cls.target is not None and not (cls.eval_every and cls.max_steps_to_target):
+            raise TypeError(f"workload {cls.__qualname__} has a target, so it must set eval_every and "
+                            f"max_steps_to_target (the defaults of `compare run --until-target`)")
 
     def __init__(self, options: dict[str, Any] | None = None):
         """Build the options from `options` (text or typed values); harness.options.OptionError if refused."""

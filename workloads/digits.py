@@ -32,6 +32,10 @@ class Digits(Workload):
     warmup = 20
     seed = 0
     target = 0.95
+    # Measured here: the first evaluation at or above 0.95 comes at step 100 (0.9667; 0.9222 at step 90), a margin
+    # of six test images, so float rounding between fp32 backends cannot move the step it is reached at.
+    eval_every = 10
+    max_steps_to_target = 500
 
     @dataclass
     class Options:

@@ -64,6 +64,11 @@ class TinyGPT(Workload):
     warmup = 20
     seed = 0
     target = 0.45
+    metric_name = "next-byte accuracy"
+    # Measured here (single process): 0.4402 at step 150, 0.4507 at 160, 0.4633 at 170. Every 25 steps puts the
+    # first evaluation past the target at step 175, well clear of it, rather than at 160, 23 bytes above it.
+    eval_every = 25
+    max_steps_to_target = 600
     equiv_steps = 3
     # AdamW divides each update by sqrt(v) + eps: for near-zero gradients, float-rounding differences in the
     # all-reduce's summation order are amplified (up to lr when they flip a sign), unlike SGD's. Gradient

@@ -13,6 +13,7 @@ from pathlib import Path
 import workloads
 from harness import progress as progress_file
 from harness.rank import profile as compute_profile
+from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
 from harness.rank.measure import PeakMemory, device_sync
 
@@ -37,6 +38,10 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
     losses = torch.zeros(total, device=info.device)
     step_times: list[float] = []
     first_step_end_wall = None
+    snapshot_s = None
+    # Until-target runs evaluate every K steps and stop at the target (harness/rank/evaluation.py).
+    periodic = (PeriodicEval(spec, workload, adapter, model, data, info, sync, progress, total)
+                if spec.eval_every else None)
     marks("setup_done")
     progress.phase("waiting for the previous launch to end", 0)
     progress_file.pass_gate(Path(spec.rank_dir))  # no other launch runs while this one is measured
@@ -71,14 +76,20 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         losses[step] = loss.detach()
         if first_step_end_wall is None:
             first_step_end_wall = time.time()
+        stop = periodic is not None and periodic.after_step(step + 1)
         if spec.equiv_steps and step + 1 == spec.equiv_steps:
+            snapshot_t0 = time.perf_counter()  # harness work: an until-target run leaves it out of its times
             params = adapter.gather_parameters(model)  # on every rank: may be a collective
             if info.rank == 0:
                 torch.save(params, spec.params_path)
             # Rank 0's save (151 MB on widemlp) must not delay the next step of the other ranks, whose wait for
             # it in the next collective would otherwise be timed as a slow step.
             adapter.barrier()
+            snapshot_s = time.perf_counter() - snapshot_t0
         progress.step(step + 1)
+        if stop:
+            break
+    steps_run = len(step_times)
     if "warmup_done" not in marks:  # no timed steps
         marks("warmup_done")
     marks("timed_done")
@@ -97,14 +108,10 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
     if info.rank == 0:
         progress_file.send_event(Path(spec.rank_dir), "timed_done")  # the parent may start the next launch
 
-    progress.phase("eval", total)
+    progress.phase("eval", steps_run)
     evaluation = None
     if spec.eval:
-        local = workload.evaluate(adapter.eval_module(model), data, info.data_rank, info.data_world,
-                                  adapter.autocast(), adapter.cast_input)
-        if local is not None:
-            reduced = adapter.all_reduce_mean(torch.tensor(local, dtype=torch.float64, device=info.device))
-            evaluation = {"local": list(local), "reduced_mean": reduced.cpu().tolist()}
+        evaluation = (periodic and periodic.last(steps_run)) or evaluate(workload, adapter, model, data, info)
     marks("eval_done")
 
     return {
@@ -116,11 +123,13 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         "start_wall": marks["entry"], "setup_s": marks["init_done"] - marks["entry"],
         "first_step_end_wall": first_step_end_wall,
         "end_wall": time.time(), "warmup": spec.warmup, "step_times_s": step_times,
-        "losses": losses.cpu().tolist(), "peak_memory_bytes": peak, "peak_memory_kind": memory.kind,
+        "losses": losses[:steps_run].cpu().tolist(), "peak_memory_bytes": peak, "peak_memory_kind": memory.kind,
         "eval": evaluation, "lr": lr, "lr_rule": workload.lr_rule(), "param_count": n_params,
         "precision": adapter.precision().value,
         "compression": adapter.compression(), "adapter": adapter.describe(), "workload": workload.describe(),
-        "data": data.meta, "per_process_batch": per_rank_batch, "profile": own, "straggler": straggler,
+        "data": data.meta, "per_process_batch": per_rank_batch, "train_samples": n_train,
+        "evals": periodic.evals if periodic else None, "snapshot_s": snapshot_s, "profile": own,
+        "straggler": straggler,
     }
 
 

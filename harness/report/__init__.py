@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.report import comm, run, scale
+from harness.report import comm, run, scale, ttt
 
 
 def kind(records: list[dict[str, Any]]) -> str:
@@ -59,7 +59,8 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
         else:
             rows = ", ".join(f"{label} ({recs[0]['status']})" if all(r["status"] != "ok" for r in recs) else label
                              for label, recs in run.group(records).items())
-            workload = r0["workload"]
+            cfg = ttt.settings(records)
+            workload = r0["workload"] + (f", until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else "")
         world = f"{r0['world_size']}" + (" (oversubscribed)" if r0.get("oversubscribed") else "")
         if kind(records) == "scale":
             sweep = r0.get("scale_sweep") or {}

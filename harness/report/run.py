@@ -17,6 +17,8 @@ import adapters
 from harness.inputs import first_sentence
 from harness.outdir import save_figure, write_text
 from harness.sizes import format_mib
+from harness.report import epoch, ttt
+from harness.record import MEASURED, precision_label
 from harness.stats import percentile
 
 SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
@@ -45,11 +47,14 @@ def group(records: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]
 
 
 def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row from an adapter's repeats: medians across repeats, spread, pooled step percentiles."""
-    ok = [r for r in recs if r["status"] == "ok" and r.get("samples_per_s")]
+    """One table row from an adapter's repeats: medians across repeats, spread, pooled step percentiles. Repeats
+    with a measurement (`MEASURED`: ok, or an until-target run that missed its target) all count."""
+    ok = [r for r in recs if r["status"] in MEASURED and r.get("samples_per_s")]
     first = ok[0] if ok else recs[0]
     row: dict[str, Any] = {"adapter": first["label"], "launcher": first.get("launcher"),
                            "status": first["status"] if not ok else "ok", "repeats": len(recs), "ok_repeats": len(ok),
+                           "measured": bool(ok),
+                           "not_reached": sum(r["status"] == "not_reached" for r in ok),
                            "reasons": sorted({r["reason"] for r in recs if r["status"] != "ok" and r["reason"]}),
                            "first": first}
     if not ok:
@@ -74,12 +79,6 @@ def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
         time_to_first_step_s=statistics.median(r["time_to_first_step_s"] for r in ok),
     )
     return row
-
-
-def precision_label(controls: dict) -> str:
-    """Precision, plus wire compression when on: an fp16-compressed row never passes for plain fp32."""
-    c = controls.get("compression", "none")
-    return controls["precision"] + ("" if c == "none" else f" + {c} wire")
 
 
 def _acc(row) -> str:
@@ -110,7 +109,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in rows:
         f = row["first"]
-        if row["status"] != "ok":
+        if not row["measured"]:
             reason = "; ".join(row["reasons"]) or row["status"]
             lines.append(f"| {row['adapter']} | {row['launcher']} | | | | | | | | | | | **{row['status']}**: "
                          f"{reason.replace('|', '/')} |")
@@ -119,7 +118,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         spread = row["spread"]
         flag = f" ⚠ spread {spread:.0%}" if spread is not None and spread > SPREAD_FLAG else (
             f" (±{spread / 2:.0%})" if spread is not None else "")
-        status = "ok" if row["ok_repeats"] == row["repeats"] else f"ok {row['ok_repeats']}/{row['repeats']}"
+        status = _status(row)
         lines.append(
             f"| {row['adapter']} | {row['launcher']} | {topo['processes']} × {topo['devices_used']} "
             f"| {precision_label(ctl)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
@@ -128,6 +127,15 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"({row['step_n']}) | {format_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
             f"| {_acc(row)} | {_diff(row)} | {status} |")
     return "\n".join(lines)
+
+
+def _status(row) -> str:
+    """"ok", or how many repeats of how many were ok / missed the target (until-target runs)."""
+    reached = row["ok_repeats"] - row["not_reached"]
+    if not row["not_reached"]:
+        return "ok" if reached == row["repeats"] else f"ok {reached}/{row['repeats']}"
+    return ", ".join(([f"ok {reached}/{row['repeats']}"] if reached else [])
+                     + [f"not reached {row['not_reached']}/{row['repeats']}"])
 
 
 def _notes(rows, records) -> list[str]:
@@ -144,7 +152,7 @@ def _notes(rows, records) -> list[str]:
                      f"what {f['world_size']} real devices would give.")
     by_precision: dict[str, list[str]] = {}
     for row in rows:
-        if row["status"] == "ok":
+        if row["measured"]:
             by_precision.setdefault(precision_label(row["first"]["controls"]), []).append(row["adapter"])
     for label, names in by_precision.items():
         frameworks = {r["first"]["adapter"] for r in rows if r["adapter"] in names}
@@ -156,11 +164,11 @@ def _notes(rows, records) -> list[str]:
         info = f.get("adapter_info") or {}
         if info.get("note"):
             notes.append(f"**{row['adapter']}**: {info['note']}.")
-        if row["status"] == "ok" and precision_label(f["controls"]) != "fp32":
+        if row["measured"] and precision_label(f["controls"]) != "fp32":
             notes.append(f"**{row['adapter']}** runs in {precision_label(f['controls'])}: compare it with rows of "
                          f"the same precision and compression, not silently with plain fp32 ones.")
         flags = records[0]["env"].get("cpu_flags", [])
-        if (row["status"] == "ok" and f["controls"]["precision"] == "bf16" and f["topology"]["device"] == "cpu"
+        if (row["measured"] and f["controls"]["precision"] == "bf16" and f["topology"]["device"] == "cpu"
                 and not {"avx512_bf16", "amx_bf16"} & set(flags)):
             notes.append(f"**{row['adapter']}**: this CPU has no native bf16 (no avx512_bf16 or AMX), so bf16 "
                          "arithmetic is emulated and slower than fp32 here; on such a CPU mixed precision "
@@ -184,16 +192,18 @@ def _indent(text: str) -> str:
 
 
 def _controls(rows) -> list[str]:
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r["measured"]]
     if not ok:
         return ["No adapter ran."]
     f = ok[0]["first"]
     ctl, eq = f["controls"], f["equivalence"]
+    cfg = f.get("until_target")
     lines = [
         f"- Workload `{f['workload']}`: {f.get('data', {}).get('source', '')}; {f.get('param_count', 0):,} "
         f"parameters; options {ctl['workload_options']}.",
         f"- Global batch {ctl['global_batch']} for every adapter; learning rate {ctl['lr']:g} ({ctl['lr_rule']}); "
         f"seed {ctl['seed']}; same initial weights and data order everywhere.",
+        ttt.controls(cfg, (f.get("eval") or {}).get("test_samples")) if cfg else
         f"- {ctl['warmup']} warm-up steps discarded, then {ctl['steps']} timed steps per repeat; per-step time is "
         f"the slowest rank's; samples/s = global batch / median step time.",
         f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
@@ -240,11 +250,15 @@ def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
     if not timed:
         return []
     heads = {k: v for k, v in _PHASE_HEADS.items() if k != "profile" or any("profile" in r["phases_s"] for r in timed)}
+    pipelined = ttt.settings(records) is None
+    gate = ("`gate`: waiting for the previous launch to end, since each launch starts while the previous one "
+            "evaluates and shuts down, and is let into its warm-up only when that one has ended" if pipelined else
+            "`gate`: zero, since in an until-target run each launch starts only once the previous one has ended; "
+            "`timed`: every step, the periodic evaluations between them included")
     lines = ["Seconds per phase of one launch (median over repeats; each phase ends when its slowest rank is done; "
              "`launcher`: from starting the command until the first rank process exists; `init`: joining the "
-             "group; `setup`: model, wrapper, data; `gate`: waiting for the previous launch to end, since each "
-             "launch starts while the previous one evaluates and shuts down, and is let into its warm-up only when "
-             "that one has ended; `shutdown`: from the last result until every process of the launch is gone).",
+             f"group; `setup`: model, wrapper, data; {gate}; `shutdown`: from the last result until every process "
+             "of the launch is gone).",
              "", "| adapter | " + " | ".join(heads.values()) + " | launch wall |",
              "|---|" + "---|" * (len(heads) + 1)]
     for label, recs in group(timed).items():
@@ -263,23 +277,36 @@ def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
                       f"after). Warm-up and timed steps: {measured:.1f} s of it."
                   + (f" Checking the request and the adapters: {ref['launch_wall'] - first['started_wall']:.1f} s; "
                      f"the single-process reference run: {ref['wall_time_s']:.1f} s." if ref else "")
-                  + f" The {len(timed)} launches of the table took {launches:.1f} s together, more than their share "
-                    f"of the run because each one's start-up overlapped the previous one's end."]
+                  + f" The {len(timed)} launches of the table took {launches:.1f} s together"
+                  + (", more than their share of the run because each one's start-up overlapped the previous one's "
+                     "end." if pipelined else ", one after the other.")]
     return lines
 
 
 def render(out: Path, records: list[dict[str, Any]]) -> Path:
     rows = table_rows(records)
+    cfg = ttt.settings(records)
     plots = plot(out, records, rows)
+    epochs = epoch.epoch_rows(records, rows)
+    epoch_png = epoch.plot(out, records, epochs)
     r0 = records[0]
     ws = r0["world_size"]
     hw = r0["env"]["gpus"][0] if r0["env"].get("gpus") else f"{r0['env']['cpu_cores_usable']}-core CPU"
     over = " (oversubscribed)" if r0.get("oversubscribed") else ""
-    md = [f"# {r0['workload']}: {', '.join(group(records))} at world size {ws}{over} on {hw}", "",
-          markdown_table(rows), ""]
+    until = f" until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else ""
+    md = [f"# {r0['workload']}{until}: {', '.join(group(records))} at world size {ws}{over} on {hw}", ""]
+    if cfg:
+        trows = ttt.table_rows(records, group(records))
+        plots = ttt.plots(out, records, trows, cfg) + plots
+        md += [ttt.markdown_table(trows, cfg), ""] + [x for line in ttt.verdict(trows, cfg) for x in (line, "")]
+        md += ["## Throughput, memory and equivalence", ""]
+    md += [markdown_table(rows), ""]
     notes = _notes(rows, records)
     if notes:
         md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    if epochs:
+        md += ["## Time per epoch", ""] + epoch.section(epochs) + [""]
+        plots.append(epoch_png)
     md += ["## Controls", ""] + _controls(rows) + [""]
     timing = time_breakdown(records)
     if timing:
@@ -298,7 +325,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r["measured"]]
     if not ok:
         return []
     r0 = records[0]
@@ -338,7 +365,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
-    data = [[t * 1e3 for rec in records if rec["label"] == r["adapter"] and rec["status"] == "ok"
+    data = [[t * 1e3 for rec in records if rec["label"] == r["adapter"] and rec["status"] in MEASURED
              for t in rec["step_times_s"]] for r in ok]
     ax.boxplot(data, orientation="horizontal", tick_labels=[r["adapter"] for r in ok], whis=(10, 90), showfliers=False)
     ax.invert_yaxis()
@@ -355,12 +382,16 @@ def console_table(records: list[dict[str, Any]]):
     from rich.markup import escape
     from rich.table import Table
 
+    cfg = ttt.settings(records)
+    if cfg:
+        return ttt.console_table(records, group(records), cfg)
+
     t = Table(title=f"{records[0]['workload']} — world size {records[0]['world_size']}")
     for col in ("adapter", "precision", "samples/s", "step ms (p10–p90)", "peak mem/rank", "final loss",
                 "accuracy", "max_param_diff", "status"):
         t.add_column(col, justify="right" if col not in ("adapter", "status") else "left")
     for row in table_rows(records):
-        if row["status"] != "ok":
+        if not row["measured"]:
             reason = "; ".join(row["reasons"])
             if row["status"] == "unavailable":  # the terminal gets the reason; report.md and `compare list` the fix
                 reason = first_sentence(reason)
@@ -370,5 +401,6 @@ def console_table(records: list[dict[str, Any]]):
         f = row["first"]
         t.add_row(row["adapter"], precision_label(f["controls"]), f"{row['samples_per_s']:,.0f}",
                   f"{row['step_median'] * 1e3:.2f} ({row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f})",
-                  format_mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row), _diff(row, short=True), "ok")
+                  format_mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row),
+                  _diff(row, short=True), _status(row))
     return t

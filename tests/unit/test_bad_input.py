@@ -84,6 +84,31 @@ CASES = [
     ("run-option-type", ["run", "-o", "hidden=wide"], "workload digits: option 'hidden' expects an int, got 'wide'"),
     ("run-option-range", ["run", "-o", "hidden=0"], "workload digits: option 'hidden' must be at least 1; got 0"),
     ("run-option-not-pair", ["run", "-o", "hidden"], "option 'hidden' is not KEY=VALUE"),
+    # ---- run --until-target ---------------------------------------------------------------------------------
+    ("run-ttt-no-target", ["run", "--until-target", "-w", "widemlp"],
+     "workload widemlp has no accuracy target, so it cannot be trained until one; workloads with a target: digits, "
+     "tinygpt"),
+    ("run-ttt-eval-every-0", ["run", "--until-target", "--eval-every", "0"], "--eval-every must be at least 1, got 0"),
+    ("run-ttt-eval-every-negative", ["run", "--until-target", "--eval-every", "-5"],
+     "--eval-every must be at least 1, got -5"),
+    ("run-ttt-max-steps-0", ["run", "--until-target", "--max-steps", "0"], "--max-steps must be at least 1, got 0"),
+    ("run-ttt-max-steps-negative", ["run", "--until-target", "--max-steps", "-100"],
+     "--max-steps must be at least 1, got -100"),
+    ("run-eval-every-without-ttt", ["run", "--eval-every", "10"],
+     "--eval-every only applies with --until-target; add --until-target, or leave --eval-every out"),
+    ("run-max-steps-without-ttt", ["run", "--max-steps", "100"],
+     "--max-steps only applies with --until-target; add --until-target, or leave --max-steps out"),
+    ("run-ttt-with-steps", ["run", "--until-target", "--steps", "100"],
+     "--steps sets the length of a fixed-length run, but an --until-target run lasts until the target or the step "
+     "budget; use --max-steps for the budget"),
+    ("run-ttt-with-warmup", ["run", "--until-target", "--warmup", "5"],
+     "--until-target counts every step from the first as training (no warm-up is discarded); leave --warmup out"),
+    ("run-ttt-eval-beyond-budget", ["run", "--until-target", "--eval-every", "50", "--max-steps", "20"],
+     "--eval-every 50 is more than the 20-step budget, so the target would be checked only once, after the last "
+     "step; choose --eval-every of at most 20 or a larger --max-steps"),
+    ("run-ttt-equiv-beyond-budget", ["run", "--until-target", "--eval-every", "5", "--max-steps", "5",
+                                     "--equiv-steps", "10"],
+     "--equiv-steps 10 is more than the 5-step budget (--max-steps)"),
     # ---- comm -----------------------------------------------------------------------------------------------
     ("comm-unknown-op", ["comm", "--ops", "allreduce"], f"unknown op 'allreduce'; valid choices: {OPS}"),
     ("comm-duplicate-op", ["comm", "--ops", "all_reduce,all_reduce"], "op 'all_reduce' listed twice"),
