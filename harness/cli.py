@@ -7,6 +7,7 @@ Runs in: the parent.
     compare run                        default workload, every adapter, world size 2 on this machine
     compare run --adapters ddp,spawn --workload resnet --steps 20 --repeats 3
     compare comm                       collectives and point-to-point per backend
+    compare run --hosts h1:2,h2:2      the same comparison across hosts (each framework's own multi-node launcher)
     compare report results/<run>/      re-render report.md and the plots from records.jsonl
     compare index                      regenerate results/README.md
 
@@ -86,7 +87,8 @@ class RunUI:
         req = plan.request
         names = ", ".join(r.label for r in plan.runnable)
         over = " (oversubscribed: more processes than cores)" if plan.oversubscribed else ""
-        return (f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}{over}, "
+        return (f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}"
+                f"{_where(plan)}{over}, "
                 f"device {req.device}, adapters {escape(names)}; {plan.warmup} warm-up + {plan.steps} timed "
                 f"steps, {req.repeats} repeat(s) -> {plan.out}")
 
@@ -153,6 +155,18 @@ class ScaleUI(RunUI):
                 f"{first.steps} timed steps, {req.repeats} repeat(s){straggler} -> {plan.out}")
 
 
+def _where(plan) -> str:
+    """", on 2 nodes (h1:1, h2:1; ssh, iface mn0)" for a multi-node plan, else nothing."""
+    topo = plan.topology
+    if topo is None:
+        return ""
+    from harness.hosts import describe_slots
+
+    same = "; simulated hosts or node ranks on this machine" if topo.one_machine else ""
+    return escape(f", on {len(topo.nodes)} nodes ({describe_slots(topo.nodes)}; {topo.launcher}, iface "
+                  f"{topo.iface or 'auto'}{same})")
+
+
 def _execute(execute, plan, *args):
     """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
     from harness.session import SessionError
@@ -172,7 +186,8 @@ def run(
                                                  "with those knobs (default: every adapter; unavailable ones become "
                                                  "rows with their reason)."),
     workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="Workload name (see `compare list`)."),
-    world_size: int = typer.Option(2, "--world-size", "-n", help="Ranks (devices for DataParallel)."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Ranks (devices for DataParallel; "
+                                                                            "default 2, or the hosts' slots)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     steps: Optional[int] = typer.Option(None, help="Timed steps (default: the workload's)."),
     warmup: Optional[int] = typer.Option(None, help="Warm-up steps, discarded (default: the workload's)."),
@@ -190,6 +205,17 @@ def run(
     oversubscribe: bool = typer.Option(False, help="Allow more processes than usable cores (rows are labelled)."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE, e.g. arch=resnet50."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
+                                                               "(the world size is the sum of the slots)."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Hosts from a file of `HOST slots=N` lines "
+                                                                     "(DeepSpeed/MPI syntax)."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
+                                                                "the SLURM allocation)."),
+    iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank (GLOO/NCCL_SOCKET_"
+                                                              "IFNAME; default: lo on one machine, else the "
+                                                              "frameworks' choice)."),
+    host_launcher: str = typer.Option("ssh", "--launcher", help="How other hosts are reached: ssh, or slurm (srun, "
+                                                                "inside an allocation; hosts from SLURM)."),
 ):
     """Run the comparison and write records.jsonl, report.md and plots."""
     from harness import run as runmod
@@ -198,7 +224,8 @@ def run(
     req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
                      equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
-                     oversubscribe=oversubscribe, knobs=knob, options=option)
+                     oversubscribe=oversubscribe, knobs=knob, options=option, hosts=hosts, hostfile=hostfile,
+                     nnodes=nnodes, iface=iface, launcher=host_launcher)
     try:
         plan = runmod.plan(req)
     except BadInput as exc:
@@ -226,6 +253,14 @@ def _resolved_command(plan) -> str:
         args += ["--knob", k]
     for o in r.options:
         args += ["--option", o]
+    topo = plan.topology
+    if topo is not None:
+        if topo.launcher == "slurm":
+            args += ["--launcher", "slurm", "--nnodes", str(len(topo.nodes))]
+        else:
+            args += ["--hosts", ",".join(f"{n.host}:{n.slots}" for n in topo.nodes)]
+        if topo.iface:
+            args += ["--iface", topo.iface]
     return shlex.join(args)
 
 
@@ -386,7 +421,8 @@ def comm_cmd(
                                                       "become rows with their reason)."),
     ops: Optional[str] = typer.Option(None, help="Comma-separated ops (default: all)."),
     sizes: str = typer.Option("1K:64M", help="LO:HI (doubling), or a comma list; units K, M, G (binary)."),
-    world_size: int = typer.Option(2, "--world-size", "-n"),
+    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Ranks (default 2, or the hosts' "
+                                                                            "slots)."),
     device: str = typer.Option("cpu", "--device"),
     dtype: str = typer.Option("fp32"),
     iters: int = typer.Option(50, help="Most timed iterations per cell (fewer for large sizes, at least 5)."),
@@ -396,6 +432,17 @@ def comm_cmd(
     force: bool = typer.Option(False, help="Overwrite results already in --out."),
     strict: bool = typer.Option(False, help="A named backend that cannot run here is an error (exit 2)."),
     oversubscribe: bool = typer.Option(False, help="Allow more ranks than usable cores (labelled)."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
+                                                               "(the world size is the sum of the slots)."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Hosts from a file of `HOST slots=N` lines "
+                                                                     "(DeepSpeed/MPI syntax)."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
+                                                                "the SLURM allocation)."),
+    iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank (GLOO/NCCL_SOCKET_"
+                                                              "IFNAME; default: lo on one machine, else the "
+                                                              "frameworks' choice)."),
+    host_launcher: str = typer.Option("ssh", "--launcher", help="How other hosts are reached: ssh, or slurm (srun, "
+                                                                "inside an allocation; hosts from SLURM)."),
 ):
     """Benchmark and check collective and point-to-point primitives per backend."""
     from harness import comm as commmod
@@ -403,7 +450,8 @@ def comm_cmd(
 
     req = CommRequest(backends=split(backends), ops=split(ops), sizes=sizes, world_size=world_size, device=device,
                       dtype=dtype, max_iters=iters, threads=threads, timeout_s=timeout, out=_out(out), force=force,
-                      strict=strict, oversubscribe=oversubscribe)
+                      strict=strict, oversubscribe=oversubscribe, hosts=hosts, hostfile=hostfile, nnodes=nnodes,
+                      iface=iface, launcher=host_launcher)
     try:
         plan = commmod.plan(req)
     except BadInput as exc:
@@ -411,8 +459,8 @@ def comm_cmd(
     req.command = _typed("compare comm (API)")
     _stop_on_signals()
     over = " (oversubscribed)" if plan.oversubscribed else ""
-    console.print(f"[bold]compare comm[/]: {len(plan.ops)} ops x {len(plan.sizes)} sizes, {world_size} ranks{over}, "
-                  f"{dtype} -> {plan.out}")
+    console.print(f"[bold]compare comm[/]: {len(plan.ops)} ops x {len(plan.sizes)} sizes, {req.world_size} ranks"
+                  f"{_where(plan)}{over}, {dtype} -> {plan.out}")
     for row in plan.unavailable:
         console.print(f"  [yellow]{escape(row.label)}: unavailable[/] - {escape(first_sentence(row.reason))}")
     records, interrupted = _execute(commmod.execute, plan, lambda line: console.print("  " + escape(line)))

@@ -15,7 +15,7 @@ from typing import Any
 import adapters
 import workloads
 from harness import env as envmod
-from harness import interrupt, outdir, record
+from harness import hosts, interrupt, outdir, record
 from harness.inputs import (BadInput, Row, RunPlan, RunRequest, build_rows, check_common, check_cores, check_list,
                             pairs, parse_label)
 from harness.launch import Launch
@@ -30,6 +30,9 @@ RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "ste
 def plan(req: RunRequest) -> RunPlan:
     """Check `req` and resolve it into a plan, refusing anything wrong (BadInput) before anything is written."""
     p = plan_rows(req)
+    if p.topology is not None:
+        p.topology = hosts.probe(p.topology)  # every remote host answers, or one line and exit 2
+        p.oversubscribed = hosts.check_cores(p.topology, req.oversubscribe)
     if req.out is not None:
         p.out = req.out
     else:
@@ -42,6 +45,7 @@ def plan(req: RunRequest) -> RunPlan:
 def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     """Everything of `plan` but the output directory (`out` is left None): numbers resolved, rows built, cores
     checked. `compare scale` calls it once per world size."""
+    topology = hosts.resolve(req)
     check_common(req)
     if req.repeats < 1:
         raise BadInput(f"repeats must be at least 1, got {req.repeats}")
@@ -82,15 +86,21 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
             raise BadInput(f"knob '{key}' is for adapter '{name}', which is not in this run "
                            f"({', '.join(labels)})")
         knobs.setdefault(name, {})[knob] = value
-    built = build_rows(req, rows, explicit, "adapter", knobs)
-    over = check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix)
+    built = build_rows(req, rows, explicit, "adapter", knobs, topology)
+    over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
+            else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
-                   warmup=warmup, equiv_steps=equiv)
+                   warmup=warmup, equiv_steps=equiv, topology=topology)
 
 
-def default_threads(processes: int, override: int | None) -> int:
-    """Threads per training process: the machine's usable cores shared equally by the processes of a launch."""
-    return override or max(1, envmod.usable_cores() // processes)
+def default_threads(processes: int, override: int | None, topology=None) -> int:
+    """Threads per training process: the machine's usable cores shared equally by the processes of a launch
+    (across hosts: by the processes on each machine)."""
+    if override:
+        return override
+    if topology is not None:
+        return hosts.default_threads(topology)
+    return max(1, envmod.usable_cores() // processes)
 
 
 def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str, Any]], bool]:
@@ -100,9 +110,10 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
 
     req = p.request
     run_info = run_header(p, "run", [r.label for r in p.rows], started)
-    with Session(p.out, RESULT_FILES) as session:
+    remote = p.topology is not None and p.topology.remote
+    with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
         ui.start(p)
-        runner = Runner(session, ui, run_info)
+        runner = Runner(session, ui, run_info, pipelined=not remote)
 
         def first_started():  # while the first launch starts up
             run_info["env"] = envmod.collect(req.device)
@@ -161,10 +172,14 @@ class Runner:
     next launch starts and does its untimed start-up (interpreter, imports, rendezvous, model, data) while the
     previous one evaluates and shuts down; its ranks then wait at the gate (harness/progress.py) until the
     previous launch has ended entirely, so no other launch's process runs during any warm-up or timed step.
-    Every launch is still a fresh set of processes, started by its own launcher."""
+    Every launch is still a fresh set of processes, started by its own launcher.
 
-    def __init__(self, session: Session, ui, run_info: dict[str, Any]):
-        self.session, self.ui, self.run_info = session, ui, run_info
+    `pipelined=False`: each launch starts only once the previous one has ended, and nothing waits for rank 0's
+    events. Launches with ranks on other hosts run that way: the gate (an flock) and the events FIFO assume one
+    kernel and a local filesystem."""
+
+    def __init__(self, session: Session, ui, run_info: dict[str, Any], pipelined: bool = True):
+        self.session, self.ui, self.run_info, self.pipelined = session, ui, run_info, pipelined
         self.references: dict[tuple, dict | None] = {}
         """Reference parameters per reference key (None: that reference failed)."""
         self.reference_runs: dict[tuple, dict] = {}
@@ -193,6 +208,12 @@ class Runner:
                 if i == 0:
                     first_started()
                     interrupt.check()
+                if not self.pipelined:
+                    live.remove(job)
+                    stopped = self._done(job, job.launch.finish())
+                    if stopped:
+                        break
+                    continue
                 if prev:
                     live.remove(prev)
                     stopped = self._done(prev, prev.launch.finish())
@@ -282,11 +303,13 @@ def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reaso
 def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
               knobs: dict, do_eval: bool, extra: dict[str, Any]) -> RunSpec:
     req = p.request
+    # The reference is one process on this machine, whatever the rows' hosts.
+    topology = p.topology if adapter != "reference" else None
     return RunSpec(adapter=adapter, workload=req.workload, world_size=req.world_size, device=req.device,
                    global_batch=p.global_batch, steps=steps, warmup=warmup,
-                   threads=default_threads(processes, req.threads), rank_dir=str(rank_dir),
+                   threads=default_threads(processes, req.threads, topology), rank_dir=str(rank_dir),
                    equiv_steps=equiv, knobs=knobs, workload_options=dict(pairs(req.options, "option")),
-                   fault=req.fault, eval=do_eval, **extra)
+                   fault=req.fault, eval=do_eval, topology=topology, **extra)
 
 
 def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:
