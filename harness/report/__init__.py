@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report import comm, run, scale
+from harness.report import hosts as hosts_report
 
 
 def kind(records: list[dict[str, Any]]) -> str:
@@ -60,7 +61,8 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
             rows = ", ".join(f"{label} ({recs[0]['status']})" if all(r["status"] != "ok" for r in recs) else label
                              for label, recs in run.group(records).items())
             workload = r0["workload"]
-        world = f"{r0['world_size']}" + (" (oversubscribed)" if r0.get("oversubscribed") else "")
+        world = (f"{r0['world_size']}" + hosts_report.index_label(records)
+                 + (" (oversubscribed)" if r0.get("oversubscribed") else ""))
         if kind(records) == "scale":
             sweep = r0.get("scale_sweep") or {}
             over = sorted({r["world_size"] for r in records if r.get("oversubscribed")})
