@@ -8,6 +8,7 @@ Runs in: the parent.
     compare run --adapters ddp,spawn --workload resnet --steps 20 --repeats 3
     compare comm                       collectives and point-to-point per backend
     compare run --hosts h1:2,h2:2      the same comparison across hosts (each framework's own multi-node launcher)
+    compare sbatch --nodes 2 --ntasks-per-node 4 -a ddp,deepspeed | sbatch     the same under SLURM
     compare report results/<run>/      re-render report.md and the plots from records.jsonl
     compare index                      regenerate results/README.md
 
@@ -262,6 +263,65 @@ def _resolved_command(plan) -> str:
         if topo.iface:
             args += ["--iface", topo.iface]
     return shlex.join(args)
+
+
+@app.command("sbatch")
+def sbatch_cmd(
+    adapters_: Optional[str] = typer.Option(None, "--adapters", "-a", help="As for `compare run`."),
+    workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="As for `compare run`."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", help="Nodes of the allocation (required)."),
+    ntasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help="Ranks per node (required)."),
+    time_limit: Optional[str] = typer.Option(None, "--time", help="SLURM time limit, e.g. 00:30:00."),
+    partition: Optional[str] = typer.Option(None, "--partition", help="SLURM partition."),
+    job_name: str = typer.Option("compare", "--job-name", help="SLURM job name."),
+    exclusive: bool = typer.Option(True, help="Ask for whole nodes (--no-exclusive: share them)."),
+    script: Optional[Path] = typer.Option(None, "--script", help="Write the script here (default: print it)."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Must equal nodes x ntasks."),
+    device: str = typer.Option("cpu", "--device"),
+    steps: Optional[int] = typer.Option(None), warmup: Optional[int] = typer.Option(None),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch"),
+    repeats: int = typer.Option(1), threads: Optional[int] = typer.Option(None),
+    equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps"),
+    timeout: float = typer.Option(900.0), out: Optional[str] = typer.Option(None),
+    force: bool = typer.Option(False, help="Replace --script, and pass --force to the run."),
+    strict: bool = typer.Option(False), oversubscribe: bool = typer.Option(False),
+    knob: list[str] = typer.Option([], "--knob", "-k"), option: list[str] = typer.Option([], "--option", "-o"),
+    iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank."),
+):
+    """Write a ready sbatch script that runs this comparison across the nodes of a SLURM allocation."""
+    from harness import run as runmod
+    from harness import sbatch
+
+    req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
+                     steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
+                     equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
+                     oversubscribe=oversubscribe, knobs=knob, options=option, iface=iface, launcher="slurm")
+    try:
+        sbatch.check(req, nodes, ntasks_per_node, time_limit, partition, job_name)
+        runmod.plan_rows(req)  # the run's own options, checked as `compare run` checks them
+    except BadInput as exc:
+        _fail(str(exc))
+    run_args: list[str] = []
+    for flag, value, default in (("--adapters", adapters_, None), ("--workload", workload, workloads.DEFAULT),
+                                 ("--device", device, "cpu"), ("--steps", steps, None), ("--warmup", warmup, None),
+                                 ("--global-batch", global_batch, None), ("--repeats", repeats, 1),
+                                 ("--threads", threads, None), ("--equiv-steps", equiv_steps, None),
+                                 ("--timeout", timeout, 900.0), ("--out", out, None), ("--iface", iface, None)):
+        if value != default:
+            run_args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    run_args += [a for flag, on in (("--force", force), ("--strict", strict), ("--oversubscribe", oversubscribe))
+                 if on for a in [flag]]
+    run_args += [a for k in knob for a in ("--knob", k)] + [a for o in option for a in ("--option", o)]
+    text = sbatch.render(run_args, _typed("compare sbatch (API)"), nodes, ntasks_per_node, time_limit, partition,
+                         job_name, exclusive)
+    if script is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        sbatch.write(script, text, force)
+    except BadInput as exc:
+        _fail(str(exc))
+    console.print(f"wrote {script}: submit it with `sbatch {script}`")
 
 
 @app.command()
