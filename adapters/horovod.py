@@ -6,6 +6,9 @@ Installed by `adapters/install/horovod.sh` (part of `make setup`): Horovod's las
 the venv's torch with C++17 (see that script). Its row is `unavailable`, with the build's reason, when the build
 failed or the build in the venv does not load with this torch.
 
+Across hosts: `horovodrun -np N -H h1:n1,h2:n2 --gloo [--network-interfaces IFACE]`, run on this machine (which
+must be one the other hosts can reach: horovodrun's driver listens here), reaching the others over ssh itself.
+
 Horovod never scales the learning rate here (its examples multiply it by hvd.size(); the workload owns the LR).
 Model buffers (BatchNorm running statistics) are broadcast from rank 0 once at start, as Horovod's examples do;
 DDP instead re-broadcasts them at every forward, so batch-dependent models differ slightly between the two.

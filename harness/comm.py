@@ -56,7 +56,8 @@ def plan(req: CommRequest) -> CommPlan:
         over = hosts.check_cores(topology, req.oversubscribe)
     else:
         over = check_cores(req, req.world_size)
-    out = req.out or req.results_dir / (f"comm_{envmod.hardware_slug(req.device)}_n{req.world_size}_"
+    nodes = f"_{len(topology.nodes)}nodes" if topology is not None else ""
+    out = req.out or req.results_dir / (f"comm_{envmod.hardware_slug(req.device)}_n{req.world_size}{nodes}_"
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     outdir.check(out, req.force)
     return CommPlan(req, out, rows, oversubscribed=over, topology=topology, ops=ops, sizes=sizes)

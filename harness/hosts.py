@@ -42,6 +42,8 @@ SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=5")
 _HOST = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?$")
 _IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_IFACE_ALONE = ("--iface chooses the network between hosts (with --hosts, --hostfile or --launcher slurm); ranks on "
+                "one host talk over loopback (lo)")
 
 
 def boot_id() -> str | None:
@@ -212,6 +214,8 @@ def resolve(req) -> Topology | None:
         if nnodes is not None:
             raise BadInput("--nnodes picks the first nodes of --hosts, --hostfile or a SLURM allocation "
                            "(--launcher slurm); give one of them")
+        if req.iface is not None:
+            raise BadInput(_IFACE_ALONE)
         if req.world_size is None:
             req.world_size = 2
         return None
@@ -238,6 +242,8 @@ def resolve(req) -> Topology | None:
             raise BadInput(f"{loopback[0]} means this machine, which {remote[0].host} cannot reach by that name; "
                            f"name this machine by its hostname ({socket.gethostname()}) in {what}")
     if req.launcher == "ssh" and len(nodes) == 1 and nodes[0].local:
+        if req.iface is not None:
+            raise BadInput(_IFACE_ALONE)
         return None  # one node, this machine: the plain single-host launch
     all_local = req.launcher == "ssh" and not remote
     iface = req.iface if req.iface is not None else ("lo" if all_local else None)

@@ -37,7 +37,8 @@ def plan(req: RunRequest) -> RunPlan:
         p.out = req.out
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        p.out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}_{stamp}"
+        nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
+        p.out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
     outdir.check(p.out, req.force)
     return p
 

@@ -141,6 +141,9 @@ CASES = [
      f"--iface nosuch0: this machine has no such interface ({IFACES})"),
     ("run-bad-interface-name", ["run", "--hosts", "h1:1,h2:1", "--iface", "eth 0"],
      "--iface 'eth 0' is not a network interface name"),
+    ("run-iface-on-one-host", ["run", "--iface", "eth0"],
+     "--iface chooses the network between hosts (with --hosts, --hostfile or --launcher slurm); ranks on one host "
+     "talk over loopback (lo)"),
     ("run-unknown-host", ["run", "-a", "ddp", "--hosts", "goodhost:1,nosuchhost:1"],
      "host nosuchhost is unreachable: ssh: Could not resolve hostname nosuchhost: Name or service not known "
      "(checked with `ssh -o BatchMode=yes -o ConnectTimeout=5 nosuchhost ...`)"),
