@@ -36,7 +36,8 @@ class Session:
             self.claim = outdir.Claim(self.out)  # BadInput if another run holds it
             outdir.clear(self.out, self.files)
             (self.out / "logs").mkdir(exist_ok=True)
-            self.scratch = outdir.scratch_dir(self.out if self.shared_scratch else None)
+            # Absolute: commands on other hosts start in the repository, not in our working directory.
+            self.scratch = outdir.scratch_dir(self.out.resolve() if self.shared_scratch else None)
         except OSError as exc:
             self.close()
             raise SessionError(f"could not prepare {self.out}: {exc.strerror or exc}") from None
