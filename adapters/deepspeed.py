@@ -196,7 +196,13 @@ class DeepSpeedAdapter(Adapter):
         if topo.launcher == "slurm":
             # DeepSpeed's slurm launcher runs `srun -n N python -u SCRIPT ARGS` (no --module, and no
             # deepspeed.launcher.launch on the nodes): ranks map SLURM_PROCID/NTASKS/LOCALID in `setup`.
-            argv += ["--launcher", "slurm", "--num_nodes", str(len(topo.nodes)), str(RANK_SCRIPT), str(spec_path)]
+            # As the harness's own srun steps: a failed rank ends the step, and each rank gets its share of the
+            # node's CPUs rather than the one CPU a task gets by default where SLURM binds tasks to cores.
+            srun_args = ["--kill-on-bad-exit=1"]
+            if topo.cores:
+                srun_args.append(f"--cpus-per-task={max(1, min(topo.cores) // topo.nodes[0].slots)}")
+            argv += ["--launcher", "slurm", "--launcher_args", " ".join(srun_args), "--num_nodes",
+                     str(len(topo.nodes)), str(RANK_SCRIPT), str(spec_path)]
         else:
             # pdsh reaches every host over ssh (this one too); --venv_script puts the venv first on PATH there,
             # or remote ranks use the system's ninja and rebuild the JIT-compiled op (100-200 s).

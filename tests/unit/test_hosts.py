@@ -194,8 +194,8 @@ def test_deepspeed_on_one_machine_uses_no_ssh_per_node_rank_with_a_store_the_par
 def test_deepspeed_under_slurm_runs_its_slurm_launcher_with_the_rank_script(tmp_path, monkeypatch):
     monkeypatch.setattr(ds, "launcher_path", lambda: "/venv/bin/deepspeed")
     plan = ds.DeepSpeedAdapter({}, "cpu").launch(tmp_path / "spec.json", spec(tmp_path, SLURM))
-    assert plan.argv[-6:] == ["--launcher", "slurm", "--num_nodes", "2", str(ds.RANK_SCRIPT),
-                              str(tmp_path / "spec.json")]
+    assert plan.argv[-8:] == ["--launcher", "slurm", "--launcher_args", "--kill-on-bad-exit=1 --cpus-per-task=4",
+                              "--num_nodes", "2", str(ds.RANK_SCRIPT), str(tmp_path / "spec.json")]
     assert plan.env["MASTER_ADDR"] == "n1" and plan.env["MASTER_PORT"] == "29556"
     assert ds.RANK_SCRIPT.is_file()
 
