@@ -41,7 +41,8 @@ def note(records: list[dict[str, Any]]) -> list[str]:
     if rec is None:
         return []
     topo = rec["topology"]
-    via = {"ssh": "started over ssh where not this machine", "slurm": "started through SLURM (srun)"}
+    via = {"ssh": "started over ssh where not this machine",
+           "slurm": "started inside a SLURM allocation (by srun; horovodrun reaches its nodes over ssh)"}
     hosts = ", ".join(f"{h['host']}:{h['slots']}" for h in topo["hosts"])
     line = (f"**Hosts**: {nodes_label(topo)} ({hosts}, from {topo.get('hosts_from')}), "
             f"{via.get(topo.get('host_launcher'), topo.get('host_launcher'))}; network interface "
