@@ -29,6 +29,7 @@ import pytest
 import adapters
 from conftest import REPO, read_records
 from harness import progress as progress_file
+from harness.spec import Node, Topology
 
 pytestmark = pytest.mark.distributed
 SIMHOSTS = REPO / "harness" / "cluster" / "simhosts"
@@ -105,17 +106,18 @@ def compare_on_h1(info, *args, env=None, python=sys.executable, timeout=600):
     return proc
 
 
-def _skip_unless_available(name):
-    avail = adapters.availability(name, "cpu", 2)
-    if not avail:
-        pytest.skip(f"{name} is not available here: {avail.reason}")
+def _can_run(name: str, launcher: str) -> bool:
+    """Whether `name` can run across h1 and h2 here (installed, and what its multi-node launch needs: pdsh for
+    DeepSpeed over ssh); a row of one that cannot is `unavailable` with the reason, which is all there is to check."""
+    topo = Topology(nodes=[Node("h1", 1, local=True), Node("h2", 1)], launcher=launcher)
+    return bool(adapters.availability(name, "cpu", 2) and adapters.multinode(name, topo))
 
 
 def _check_rows(rows, host_launcher):
     for name in ADAPTERS:
         rec = rows[name]
-        if rec["status"] == "unavailable":  # not installed here (its reason says so): nothing to check
-            assert not adapters.availability(name, "cpu", 2), rec["reason"]
+        if rec["status"] == "unavailable":
+            assert not _can_run(name, host_launcher), rec["reason"]
             continue
         assert rec["status"] == "ok", (name, rec["reason"], rec.get("log_tail"))
         assert rec["equivalence"]["passed"] is True and rec["max_param_diff"] <= 1e-5, name
@@ -156,8 +158,7 @@ def test_comm_across_two_hosts_checks_every_cell(cluster, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     ran = {r["backend"] for r in records if r["op"]}
-    available = {b for b in adapters.comm_backends()
-                 if adapters.availability(adapters.comm_backend_adapter(b), "cpu", 2)}
+    available = {b for b in adapters.comm_backends() if _can_run(adapters.comm_backend_adapter(b), "ssh")}
     assert ran == available and "torch" in ran
     for r in records:
         if r["op"]:
