@@ -247,8 +247,9 @@ class Runner:
         req = plan.request
         if row is None:
             adapter, slug = adapters.get("reference")({}, req.device), "reference" + _slug(plan.tag)
+            # One process on this machine, whatever the rows' hosts.
             spec = make_spec(plan, "reference", self.session.scratch / slug, processes=1, steps=plan.equiv_steps,
-                             warmup=0, equiv=plan.equiv_steps, knobs={}, do_eval=False, extra={})
+                             warmup=0, equiv=plan.equiv_steps, knobs={}, do_eval=False, extra={}, topology=None)
             total = plan.equiv_steps
         else:
             adapter = row.adapter
@@ -256,7 +257,7 @@ class Runner:
             spec = make_spec(plan, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
                              processes=adapter.processes(req.world_size), steps=plan.steps, warmup=plan.warmup,
                              equiv=plan.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True,
-                             extra=plan.spec_extra)
+                             extra=plan.spec_extra, topology=plan.topology)
             total = plan.steps + plan.warmup
         job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
         self.ui.begin(job.name, repeat, total)
@@ -302,10 +303,8 @@ def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reaso
 
 
 def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
-              knobs: dict, do_eval: bool, extra: dict[str, Any]) -> RunSpec:
+              knobs: dict, do_eval: bool, extra: dict[str, Any], topology=None) -> RunSpec:
     req = p.request
-    # The reference is one process on this machine, whatever the rows' hosts.
-    topology = p.topology if adapter != "reference" else None
     return RunSpec(adapter=adapter, workload=req.workload, world_size=req.world_size, device=req.device,
                    global_batch=p.global_batch, steps=steps, warmup=warmup,
                    threads=default_threads(processes, req.threads, topology), rank_dir=str(rank_dir),
