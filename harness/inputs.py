@@ -246,7 +246,9 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
     for _, name, _ in labels:
         if name not in adapters.names():
             raise BadInput(str(UnknownName("adapter", name, adapters.names())))
-    avails = adapters.availability_all(req.device, req.world_size, [name for _, name, _ in labels])
+    # Across hosts each machine holds only its own node's ranks (and devices): check the largest node here.
+    per_machine = req.world_size if topology is None else max(n.slots for n in topology.nodes)
+    avails = adapters.availability_all(req.device, per_machine, [name for _, name, _ in labels])
     if topology is not None:
         avails = {name: avail and adapters.multinode(name, topology) for name, avail in avails.items()}
     for label, name, variant in labels:
