@@ -25,7 +25,7 @@ _REGISTRY = Registry("adapter", _MODULES, "ADAPTER", hidden={"reference": "adapt
 # `compare comm` backends -> the adapter whose launcher and comm() object they use.
 _COMM: dict[str, str] = {"torch": "ddp", "horovod": "horovod", "deepspeed": "deepspeed"}
 
-__all__ = ["Adapter", "Availability", "UnknownName", "names", "get", "availability", "comm_backends",
+__all__ = ["Adapter", "Availability", "UnknownName", "names", "get", "availability", "multinode", "comm_backends",
            "comm_backend_adapter"]
 
 
@@ -64,6 +64,14 @@ def availability(name: str, device: str, world_size: int) -> Availability:
     except Exception as exc:
         return Availability(False, f"availability check raised {type(exc).__name__}: {exc}")
 
+
+
+def multinode(name: str, topology) -> Availability:
+    """Whether the adapter can run across these hosts (its `multinode`), never raising."""
+    try:
+        return get(name).multinode(topology)
+    except Exception as exc:  # noqa: BLE001 - a broken adapter file is a reason, not a crash
+        return Availability(False, f"multi-node check raised {type(exc).__name__}: {exc}")
 
 
 def availability_all(device: str, world_size: int, names_: list[str] | None = None) -> dict[str, Availability]:

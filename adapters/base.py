@@ -8,7 +8,7 @@ drives every adapter through this class alone and never branches on which one it
     Adapter.availability(device, world)        adapter.import_framework()
     adapter.processes(world)                   info = adapter.setup(spec)
     adapter.launch(spec_path, spec)            model, opt = adapter.wrap(model, opt)
-      -> LaunchPlan(argv, env, hold)           with adapter.autocast(): loss = ...
+      -> LaunchPlan(argv, env, hold, nodes)    with adapter.autocast(): loss = ...
                                                adapter.backward(loss); adapter.step()
                                                adapter.all_reduce_mean(metrics)
                                                adapter.barrier(); adapter.teardown()
@@ -22,6 +22,9 @@ Rules every adapter keeps (the class checks the mechanical ones when it is defin
   not a silently unused method); helpers are private (`_name`).
 - `availability` never raises and never imports the framework at module import time; its reason says what is
   missing and how to get it.
+- Across hosts (`spec.topology` set: --hosts, --hostfile, --launcher slurm) `launch` uses the framework's own
+  multi-node launcher (torchrun on every node, horovodrun -H, deepspeed --hostfile, ...), never a home-made one;
+  an adapter that cannot span hosts says so in `multinode()`.
 - An adapter never changes learning rate, batch size, seeds or data: those belong to the workload.
 """
 
@@ -44,7 +47,7 @@ from harness import cache, options
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
     import torch
 
-    from harness.spec import RunSpec
+    from harness.spec import Node, RunSpec, Topology
 
 KnobError = options.OptionError
 """A knob the adapter refuses (unknown name, wrong type, a choice not offered, a rule between knobs)."""
@@ -76,14 +79,42 @@ class Availability:
 
 
 @dataclass
+class HostCommand:
+    """One command of a multi-node launch and the node it runs on."""
+
+    argv: list[str]
+    host: str | None = None
+    """The node, as the user named it (None: this machine, for a launcher that reaches the others itself)."""
+    remote: bool = False
+    """Started over ssh (`ssh HOST 'cd REPO && env ... ARGV'`); False: started here directly."""
+
+
+@dataclass
 class LaunchPlan:
-    """How the harness starts an adapter's ranks: one command, run in its own process group."""
+    """How the harness starts an adapter's ranks: one command (or one per node), each in its own process group."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment on top of the harness's own (threads, loopback interface)."""
     hold: list[Any] = field(default_factory=list)
     """Objects the parent keeps alive until the launch has ended (e.g. a rendezvous store it bound itself)."""
+    nodes: list[HostCommand] = field(default_factory=list)
+    """A multi-node launch that starts a command on every node (torchrun, mp.spawn): started together, and when
+    one fails the others are stopped after a short grace. Empty: `argv` is the one command, run here. Use
+    `LaunchPlan.per_node` to build one."""
+    env_file: Path | None = None
+    """For a launcher that starts remote ranks itself and reads their environment from a file (DeepSpeed's
+    DS_ENV_FILE): the harness writes there, as KEY=VALUE lines, what every rank needs (its own variables, `env`,
+    TORCH_EXTENSIONS_DIR), before it starts the command."""
+
+    @classmethod
+    def per_node(cls, commands: list[HostCommand], **kwargs) -> LaunchPlan:
+        return cls(argv=commands[0].argv, nodes=commands, **kwargs)
+
+    @property
+    def commands(self) -> list[HostCommand]:
+        """Every command of the launch (the one `argv`, run here, unless there is one per node)."""
+        return self.nodes or [HostCommand(self.argv)]
 
 
 @dataclass
@@ -154,6 +185,12 @@ class Adapter(ABC):
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
         """Can this adapter run `world_size` ranks on `device` ("cpu" or "cuda") here? Never raises."""
+        return Availability(True)
+
+    @classmethod
+    def multinode(cls, topology: Topology) -> Availability:
+        """Can its ranks run across these hosts (--hosts, --hostfile, --launcher slurm)? Never raises. `launch`
+        then builds the framework's own multi-node launch from `spec.topology`."""
         return Availability(True)
 
     def processes(self, world_size: int) -> int:
@@ -341,6 +378,50 @@ def torchrun(nproc: int, spec_path: Path) -> list[str]:
         "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
         "--module", "harness.rank", str(spec_path),
     )
+
+
+def on_node(node: Node, argv: list[str]) -> HostCommand:
+    """`argv` to run on `node`: directly when it is this machine, else over ssh."""
+    return HostCommand(argv, host=node.host, remote=not node.local)
+
+
+def srun(topology: Topology, *, per_node: int) -> list[str]:
+    """argv prefix of one SLURM job step over the topology's nodes with `per_node` tasks on each (inside the
+    allocation): a failed task ends the whole step at once, as one dead node ends the launch under ssh."""
+    n = len(topology.nodes)
+    argv = ["srun", f"--nodes={n}", f"--ntasks={n * per_node}", f"--ntasks-per-node={per_node}",
+            f"--nodelist={','.join(node.host for node in topology.nodes)}", "--kill-on-bad-exit=1"]
+    if per_node == 1 and topology.cores:
+        # One launcher task per node starts all of that node's ranks: it must get the node's CPUs, not the
+        # single CPU a task gets by default where SLURM binds tasks to cores.
+        argv.append(f"--cpus-per-task={min(topology.cores)}")
+    return argv
+
+
+def torchrun_nodes(spec: RunSpec, spec_path: Path) -> LaunchPlan:
+    """torchrun on every node of `spec.topology`, one c10d rendezvous on node 0 (torchrun's own multi-node
+    launch): over ssh, one command per node; under SLURM, one `srun` step with one torchrun per node. Ranks
+    follow rendezvous order (torchrun ignores --node-rank with c10d, and says so), so it is not passed."""
+    topo = spec.topology
+    # The same id on every node and a fresh one per launch (several launches may share one SLURM job).
+    common = [f"--nnodes={len(topo.nodes)}", "--max-restarts=0", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint={topo.master}:{topo.port}", f"--rdzv-id=compare-{topo.port}"]
+    tail = ["--module", "harness.rank", str(spec_path)]
+    if topo.launcher == "slurm":
+        per = topo.nodes[0].slots
+        return LaunchPlan(srun(topo, per_node=1)
+                          + python_module("torch.distributed.run", *common, f"--nproc-per-node={per}", *tail))
+    return LaunchPlan.per_node([
+        on_node(node, python_module("torch.distributed.run", *common, f"--nproc-per-node={node.slots}", *tail))
+        for node in topo.nodes])
+
+
+def ranks_from_slurm() -> None:
+    """Under `srun` alone (no torchrun agent), a rank knows its place only from SLURM's variables: map them to
+    the env:// ones (RANK, WORLD_SIZE, LOCAL_RANK) where the launcher did not set those."""
+    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
+                          LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"))
 
 
 def init_process_group_from_env(device: str) -> RankInfo:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.base import (Adapter, Availability, Comm, LaunchPlan, cuda_world_check, init_process_group_from_env,
-                           torch_build, torchrun)
+                           torch_build, torchrun, torchrun_nodes)
 
 
 class DDPAdapter(Adapter):
@@ -47,6 +47,8 @@ class DDPAdapter(Adapter):
         return gpus
 
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
+        if spec.topology is not None:
+            return torchrun_nodes(spec, spec_path)
         return LaunchPlan(torchrun(spec.world_size, spec_path))
 
     def import_framework(self) -> None:

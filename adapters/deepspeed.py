@@ -7,6 +7,12 @@ On CPU the launcher runs with DS_ACCELERATOR=cpu; without oneCCL bindings DeepSp
 The workload's own optimizer and LR stay in charge: the ds config has no "optimizer" and no "scheduler" block,
 and `wrap` checks after `deepspeed.initialize` that the LR and the batch sizes are exactly the workload's.
 
+Across hosts (harness/hosts.py): `deepspeed --hostfile` with its pdsh launcher and `--venv_script` (remote ranks
+get the variables the harness writes into the file named by DS_ENV_FILE, since pdsh forwards almost nothing);
+node ranks that are all on this machine use DeepSpeed's own `--no_ssh --node_rank r`, one launcher per node rank;
+inside a SLURM allocation `--launcher slurm`, whose `srun` starts the ranks without RANK/WORLD_SIZE/LOCAL_RANK,
+so `setup` maps SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID to them.
+
 First use JIT-compiles C++ ops (deepspeed_shm_comm ~35 s on 2 cores, at `init_distributed` on CPU) into
 TORCH_EXTENSIONS_DIR, which later runs reuse. The launch log says when that happens, and `describe()` records the
 seconds spent in `init_distributed` and `initialize`. Unless the user sets TORCH_EXTENSIONS_DIR, the launch sets it
@@ -28,12 +34,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.base import (AGENT_STORE_ENV, Adapter, Availability, KnobError, LaunchPlan, Precision, RankInfo,
-                           agent_store, cuda_world_check, rank_command, torch_build)
+                           agent_store, cuda_world_check, on_node, rank_command, ranks_from_slurm, torch_build)
 
 PINNED_VERSION = "0.19.8"
 INSTALL_FIX = (f"run `make setup` (adapters/install/deepspeed.sh), or "
                f".venv/bin/pip install deepspeed=={PINNED_VERSION} \"torch==$(.venv/bin/python -c "
                f"'import torch; print(torch.__version__)')\"")
+RANK_SCRIPT = Path(__file__).resolve().parent.parent / "harness" / "rank" / "entry.py"
+"""The rank entry point as a script file, for DeepSpeed's slurm launcher (which cannot start a module)."""
 # Ops DeepSpeed JIT-compiles on the paths this adapter uses, for the "first run" log line.
 _JIT_OPS_AT_INIT = ("deepspeed_shm_comm",)
 
@@ -143,19 +151,65 @@ class DeepSpeedAdapter(Adapter):
                             "(no oneDNN fp16 support); use bf16 or fp32")
         return Precision(p)
 
+    @classmethod
+    def multinode(cls, topology) -> Availability:
+        if topology.launcher == "ssh" and topology.remote and shutil.which("pdsh") is None:
+            return Availability(False, "pdsh is not on PATH: DeepSpeed's launcher starts the ranks on other hosts "
+                                       "with pdsh", "install pdsh (Debian: apt-get install pdsh, or `make "
+                                                    "cluster-deps`)")
+        return Availability(True)
+
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
-        # The rendezvous store is bound by the parent and held for the whole launch; the ranks join it as
-        # clients, as under torchrun's agent (a port picked free and released before the launcher binds it could
-        # be taken by another job in between).
-        store = agent_store(spec.world_size)
-        # --num_gpus is DeepSpeed's name for processes per node on any accelerator (alias --num_accelerators);
-        # on CPU the launcher would otherwise start one rank per NUMA node. Its children get --local_rank=N,
-        # which the rank entry point ignores.
-        argv = [launcher_path(), "--num_gpus", str(spec.world_size), "--master_addr", "127.0.0.1",
-                "--master_port", str(store.port), "--module", *rank_command(spec_path)[2:]]
-        env = {"DS_ACCELERATOR": "cpu" if spec.device == "cpu" else "cuda", **AGENT_STORE_ENV,
-               "TORCH_EXTENSIONS_DIR": str(jit_cache_dir())}
-        return LaunchPlan(argv, env=env, hold=[store])
+        accelerator = {"DS_ACCELERATOR": "cpu" if spec.device == "cpu" else "cuda",
+                       "TORCH_EXTENSIONS_DIR": str(jit_cache_dir())}
+        module = ["--module", *rank_command(spec_path)[2:]]
+        topo = spec.topology
+        if topo is None or not topo.remote:
+            # The rendezvous store is bound by the parent and held for the whole launch; the ranks join it as
+            # clients, as under torchrun's agent (a port picked free and released before the launcher binds it
+            # could be taken by another job in between).
+            store = agent_store(spec.world_size)
+            env = {**accelerator, **AGENT_STORE_ENV}
+            if topo is None:
+                # --num_gpus is DeepSpeed's name for processes per node on any accelerator (alias
+                # --num_accelerators); on CPU the launcher would otherwise start one rank per NUMA node. Its
+                # children get --local_rank=N, which the rank entry point ignores.
+                argv = [launcher_path(), "--num_gpus", str(spec.world_size), "--master_addr", "127.0.0.1",
+                        "--master_port", str(store.port), *module]
+                return LaunchPlan(argv, env=env, hold=[store])
+            # Node ranks that are all on this machine: DeepSpeed's own no-ssh mode, one launcher per node rank.
+            hostfile = self._hostfile(spec)
+            return LaunchPlan.per_node([
+                on_node(node, [launcher_path(), "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(r),
+                               "--master_addr", topo.master, "--master_port", str(store.port), *module])
+                for r, node in enumerate(topo.nodes)], env=env, hold=[store])
+        # Across hosts rank 0 binds the store at the master address (no parent there to hold it). DeepSpeed
+        # forwards almost nothing to remote ranks but the file named by DS_ENV_FILE, which the harness fills.
+        env_file = Path(spec.rank_dir) / "deepspeed_env"
+        env = {**accelerator, "DS_ENV_FILE": str(env_file), "MASTER_ADDR": topo.master, "MASTER_PORT": str(topo.port)}
+        argv = [launcher_path(), "--hostfile", str(self._hostfile(spec)), "--master_addr", topo.master,
+                "--master_port", str(topo.port)]
+        if topo.launcher == "slurm":
+            # DeepSpeed's slurm launcher runs `srun -n N python -u SCRIPT ARGS` (no --module, and no
+            # deepspeed.launcher.launch on the nodes): ranks map SLURM_PROCID/NTASKS/LOCALID in `setup`.
+            # As the harness's own srun steps: a failed rank ends the step, and each rank gets its share of the
+            # node's CPUs rather than the one CPU a task gets by default where SLURM binds tasks to cores.
+            srun_args = ["--kill-on-bad-exit=1"]
+            if topo.cores:
+                srun_args.append(f"--cpus-per-task={max(1, min(topo.cores) // topo.nodes[0].slots)}")
+            argv += ["--launcher", "slurm", "--launcher_args", " ".join(srun_args), "--num_nodes",
+                     str(len(topo.nodes)), str(RANK_SCRIPT), str(spec_path)]
+        else:
+            # pdsh reaches every host over ssh (this one too); --venv_script puts the venv first on PATH there,
+            # or remote ranks use the system's ninja and rebuild the JIT-compiled op (100-200 s).
+            argv += ["--launcher", "pdsh", "--venv_script", str(Path(sys.executable).parent / "activate"), *module]
+        return LaunchPlan(argv, env=env, env_file=env_file)
+
+    @staticmethod
+    def _hostfile(spec) -> Path:
+        path = Path(spec.rank_dir) / "hostfile"
+        path.write_text("".join(f"{n.host} slots={n.slots}\n" for n in spec.topology.nodes))
+        return path
 
     @classmethod
     def environment(cls) -> dict[str, Any]:
@@ -209,6 +263,7 @@ class DeepSpeedAdapter(Adapter):
             if os.environ.get("RANK", "0") == "0":
                 print(f"[deepspeed] {note}", flush=True)
         t0 = time.perf_counter()
+        ranks_from_slurm()  # DeepSpeed's slurm launcher leaves that to the script
         import deepspeed
         import deepspeed.comm as ds_dist
 

@@ -18,6 +18,12 @@ class DPAdapter(SingleProcess):
     def availability(cls, device: str, world_size: int) -> Availability:
         return cuda_world_check(device, world_size)
 
+    @classmethod
+    def multinode(cls, topology) -> Availability:
+        return Availability(False, "torch.nn.DataParallel drives the devices of one process on one machine, so it "
+                                   "cannot run on other hosts or span several",
+                            "leave --hosts out for dp; across hosts, compare ddp (one process per device)")
+
     def _devices(self, spec) -> int:
         return spec.world_size if spec.device == "cuda" else 1
 

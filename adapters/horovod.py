@@ -6,6 +6,9 @@ Installed by `adapters/install/horovod.sh` (part of `make setup`): Horovod's las
 the venv's torch with C++17 (see that script). Its row is `unavailable`, with the build's reason, when the build
 failed or the build in the venv does not load with this torch.
 
+Across hosts: `horovodrun -np N -H h1:n1,h2:n2 --gloo [--network-interfaces IFACE]`, run on this machine (which
+must be one the other hosts can reach: horovodrun's driver listens here), reaching the others over ssh itself.
+
 Horovod never scales the learning rate here (its examples multiply it by hvd.size(); the workload owns the LR).
 Model buffers (BatchNorm running statistics) are broadcast from rank 0 once at start, as Horovod's examples do;
 DDP instead re-broadcasts them at every forward, so batch-dependent models differ slightly between the two.
@@ -173,10 +176,18 @@ class HorovodAdapter(Adapter):
         return cuda_world_check(device, world_size)
 
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
-        k, n = self.knobs, spec.world_size
-        argv = [horovodrun_path() or "horovodrun", "-np", str(n), "-H", f"localhost:{n}", f"--{k.controller}",
-                # loopback, like GLOO_SOCKET_IFNAME=lo for torch: interface discovery is flaky on CI machines
-                "--network-interfaces", "lo"]
+        k, n, topo = self.knobs, spec.world_size, spec.topology
+        if topo is None:
+            hosts, iface = f"localhost:{n}", "lo"  # loopback, like GLOO_SOCKET_IFNAME=lo for torch: interface
+            # discovery is flaky on CI machines
+        else:
+            # Across hosts horovodrun reaches every other host over ssh itself (it must run where they can reach
+            # its driver: on one of the hosts, which is where compare runs), forwarding its whole environment;
+            # without an interface it looks for one that every host has.
+            hosts, iface = ",".join(f"{node.host}:{node.slots}" for node in topo.nodes), topo.iface
+        argv = [horovodrun_path() or "horovodrun", "-np", str(n), "-H", hosts, f"--{k.controller}"]
+        if iface is not None:
+            argv += ["--network-interfaces", iface]
         # Only what the user set: everything else stays at horovodrun's own defaults.
         for flag, value in (("--start-timeout", k.start_timeout_s), ("--fusion-threshold-mb", k.fusion_threshold_mb),
                             ("--cycle-time-ms", k.cycle_time_ms),

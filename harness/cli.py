@@ -8,6 +8,8 @@ Runs in: the parent.
     compare run --adapters ddp,spawn --workload resnet --steps 20 --repeats 3
     compare run --until-target         every adapter trains until the workload's target: time to target
     compare comm                       collectives and point-to-point per backend
+    compare run --hosts h1:2,h2:2      the same comparison across hosts (each framework's own multi-node launcher)
+    compare sbatch --nodes 2 --ntasks-per-node 4 -a ddp,deepspeed | sbatch     the same under SLURM
     compare report results/<run>/      re-render report.md and the plots from records.jsonl
     compare index                      regenerate results/README.md
 
@@ -93,8 +95,9 @@ class RunUI:
         length = (f"{plan.warmup} warm-up + {plan.steps} timed steps" if until is None else
                   f"until {until.metric} ≥ {until.target:g} (evaluated every {until.eval_every} steps, at most "
                   f"{until.max_steps} steps; launches one at a time)")
-        return (f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}{over}, "
-                f"device {req.device}, adapters {escape(names)}; {length}, {req.repeats} repeat(s) -> {plan.out}")
+        return (f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}"
+                f"{_where(plan)}{over}, device {req.device}, adapters {escape(names)}; {length}, {req.repeats} "
+                f"repeat(s) -> {plan.out}")
 
     def start(self, plan):
         console.print(self.header(plan))
@@ -166,6 +169,18 @@ class ScaleUI(RunUI):
                 f"{first.steps} timed steps, {req.repeats} repeat(s){straggler} -> {plan.out}")
 
 
+def _where(plan) -> str:
+    """", on 2 nodes (h1:1, h2:1; ssh, iface mn0)" for a multi-node plan, else nothing."""
+    topo = plan.topology
+    if topo is None:
+        return ""
+    from harness.hosts import describe_slots
+
+    same = "; simulated hosts or node ranks on this machine" if topo.one_machine else ""
+    return escape(f", on {len(topo.nodes)} nodes ({describe_slots(topo.nodes)}; {topo.launcher}, iface "
+                  f"{topo.iface or 'auto'}{same})")
+
+
 def _execute(execute, plan, *args):
     """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
     from harness.session import SessionError
@@ -185,7 +200,8 @@ def run(
                                                  "with those knobs (default: every adapter; unavailable ones become "
                                                  "rows with their reason)."),
     workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="Workload name (see `compare list`)."),
-    world_size: int = typer.Option(2, "--world-size", "-n", help="Ranks (devices for DataParallel)."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Ranks (devices for DataParallel; "
+                                                                            "default 2, or the hosts' slots)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     steps: Optional[int] = typer.Option(None, help="Timed steps (default: the workload's)."),
     warmup: Optional[int] = typer.Option(None, help="Warm-up steps, discarded (default: the workload's)."),
@@ -211,6 +227,17 @@ def run(
                                                   "workload's)."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps",
                                             help="With --until-target: the step budget (default: the workload's)."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
+                                                               "(the world size is the sum of the slots)."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Hosts from a file of `HOST slots=N` lines "
+                                                                     "(DeepSpeed/MPI syntax)."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
+                                                                "the SLURM allocation)."),
+    iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank (GLOO/NCCL_SOCKET_"
+                                                              "IFNAME; default: lo on one machine, else the "
+                                                              "frameworks' choice)."),
+    host_launcher: str = typer.Option("ssh", "--launcher", help="How other hosts are reached: ssh, or slurm (srun, "
+                                                                "inside an allocation; hosts from SLURM)."),
 ):
     """Run the comparison and write records.jsonl, report.md and plots."""
     from harness import run as runmod
@@ -220,7 +247,8 @@ def run(
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
                      equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
                      oversubscribe=oversubscribe, knobs=knob, options=option, until_target=until_target,
-                     eval_every=eval_every, max_steps=max_steps)
+                     eval_every=eval_every, max_steps=max_steps, hosts=hosts, hostfile=hostfile, nnodes=nnodes,
+                     iface=iface, launcher=host_launcher)
     try:
         plan = runmod.plan(req)
     except BadInput as exc:
@@ -250,7 +278,74 @@ def _resolved_command(plan) -> str:
         args += ["--knob", k]
     for o in r.options:
         args += ["--option", o]
+    topo = plan.topology
+    if topo is not None:
+        if topo.launcher == "slurm":
+            args += ["--launcher", "slurm", "--nnodes", str(len(topo.nodes))]
+        else:
+            args += ["--hosts", ",".join(f"{n.host}:{n.slots}" for n in topo.nodes)]
+        if topo.iface:
+            args += ["--iface", topo.iface]
     return shlex.join(args)
+
+
+@app.command("sbatch")
+def sbatch_cmd(
+    adapters_: Optional[str] = typer.Option(None, "--adapters", "-a", help="As for `compare run`."),
+    workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="As for `compare run`."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", help="Nodes of the allocation (required)."),
+    ntasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help="Ranks per node (required)."),
+    time_limit: Optional[str] = typer.Option(None, "--time", help="SLURM time limit, e.g. 00:30:00."),
+    partition: Optional[str] = typer.Option(None, "--partition", help="SLURM partition."),
+    job_name: str = typer.Option("compare", "--job-name", help="SLURM job name."),
+    exclusive: bool = typer.Option(True, help="Ask for whole nodes (--no-exclusive: share them)."),
+    script: Optional[Path] = typer.Option(None, "--script", help="Write the script here (default: print it)."),
+    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Must equal nodes x ntasks."),
+    device: str = typer.Option("cpu", "--device"),
+    steps: Optional[int] = typer.Option(None), warmup: Optional[int] = typer.Option(None),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch"),
+    repeats: int = typer.Option(1), threads: Optional[int] = typer.Option(None),
+    equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps"),
+    timeout: float = typer.Option(900.0), out: Optional[str] = typer.Option(None),
+    force: bool = typer.Option(False, help="Replace --script, and pass --force to the run."),
+    strict: bool = typer.Option(False), oversubscribe: bool = typer.Option(False),
+    knob: list[str] = typer.Option([], "--knob", "-k"), option: list[str] = typer.Option([], "--option", "-o"),
+    iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank."),
+):
+    """Write a ready sbatch script that runs this comparison across the nodes of a SLURM allocation."""
+    from harness import run as runmod
+    from harness import sbatch
+
+    req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
+                     steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
+                     equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
+                     oversubscribe=oversubscribe, knobs=knob, options=option, iface=iface, launcher="slurm")
+    try:
+        sbatch.check(req, nodes, ntasks_per_node, time_limit, partition, job_name)
+        runmod.plan_rows(req)  # the run's own options, checked as `compare run` checks them
+    except BadInput as exc:
+        _fail(str(exc))
+    run_args: list[str] = []
+    for flag, value, default in (("--adapters", adapters_, None), ("--workload", workload, workloads.DEFAULT),
+                                 ("--device", device, "cpu"), ("--steps", steps, None), ("--warmup", warmup, None),
+                                 ("--global-batch", global_batch, None), ("--repeats", repeats, 1),
+                                 ("--threads", threads, None), ("--equiv-steps", equiv_steps, None),
+                                 ("--timeout", timeout, 900.0), ("--out", out, None), ("--iface", iface, None)):
+        if value != default:
+            run_args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    run_args += [a for flag, on in (("--force", force), ("--strict", strict), ("--oversubscribe", oversubscribe))
+                 if on for a in [flag]]
+    run_args += [a for k in knob for a in ("--knob", k)] + [a for o in option for a in ("--option", o)]
+    text = sbatch.render(run_args, _typed("compare sbatch (API)"), nodes, ntasks_per_node, time_limit, partition,
+                         job_name, exclusive)
+    if script is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        sbatch.write(script, text, force)
+    except BadInput as exc:
+        _fail(str(exc))
+    console.print(f"wrote {script}: submit it with `sbatch {script}`")
 
 
 @app.command()
@@ -410,7 +505,8 @@ def comm_cmd(
                                                       "become rows with their reason)."),
     ops: Optional[str] = typer.Option(None, help="Comma-separated ops (default: all)."),
     sizes: str = typer.Option("1K:64M", help="LO:HI (doubling), or a comma list; units K, M, G (binary)."),
-    world_size: int = typer.Option(2, "--world-size", "-n"),
+    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Ranks (default 2, or the hosts' "
+                                                                            "slots)."),
     device: str = typer.Option("cpu", "--device"),
     dtype: str = typer.Option("fp32"),
     iters: int = typer.Option(50, help="Most timed iterations per cell (fewer for large sizes, at least 5)."),
@@ -420,6 +516,17 @@ def comm_cmd(
     force: bool = typer.Option(False, help="Overwrite results already in --out."),
     strict: bool = typer.Option(False, help="A named backend that cannot run here is an error (exit 2)."),
     oversubscribe: bool = typer.Option(False, help="Allow more ranks than usable cores (labelled)."),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
+                                                               "(the world size is the sum of the slots)."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Hosts from a file of `HOST slots=N` lines "
+                                                                     "(DeepSpeed/MPI syntax)."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
+                                                                "the SLURM allocation)."),
+    iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank (GLOO/NCCL_SOCKET_"
+                                                              "IFNAME; default: lo on one machine, else the "
+                                                              "frameworks' choice)."),
+    host_launcher: str = typer.Option("ssh", "--launcher", help="How other hosts are reached: ssh, or slurm (srun, "
+                                                                "inside an allocation; hosts from SLURM)."),
 ):
     """Benchmark and check collective and point-to-point primitives per backend."""
     from harness import comm as commmod
@@ -427,7 +534,8 @@ def comm_cmd(
 
     req = CommRequest(backends=split(backends), ops=split(ops), sizes=sizes, world_size=world_size, device=device,
                       dtype=dtype, max_iters=iters, threads=threads, timeout_s=timeout, out=_out(out), force=force,
-                      strict=strict, oversubscribe=oversubscribe)
+                      strict=strict, oversubscribe=oversubscribe, hosts=hosts, hostfile=hostfile, nnodes=nnodes,
+                      iface=iface, launcher=host_launcher)
     try:
         plan = commmod.plan(req)
     except BadInput as exc:
@@ -435,8 +543,8 @@ def comm_cmd(
     req.command = _typed("compare comm (API)")
     _stop_on_signals()
     over = " (oversubscribed)" if plan.oversubscribed else ""
-    console.print(f"[bold]compare comm[/]: {len(plan.ops)} ops x {len(plan.sizes)} sizes, {world_size} ranks{over}, "
-                  f"{dtype} -> {plan.out}")
+    console.print(f"[bold]compare comm[/]: {len(plan.ops)} ops x {len(plan.sizes)} sizes, {req.world_size} ranks"
+                  f"{_where(plan)}{over}, {dtype} -> {plan.out}")
     for row in plan.unavailable:
         console.print(f"  [yellow]{escape(row.label)}: unavailable[/] - {escape(first_sentence(row.reason))}")
     records, interrupted = _execute(commmod.execute, plan, lambda line: console.print("  " + escape(line)))

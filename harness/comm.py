@@ -13,7 +13,7 @@ from typing import Any
 import adapters
 from harness import collectives
 from harness import env as envmod
-from harness import interrupt, outdir
+from harness import hosts, interrupt, outdir
 from harness.inputs import BadInput, CommPlan, CommRequest, build_rows, check_common, check_cores, check_list
 from harness.launch import run_launch
 from harness.record import SCHEMA_VERSION
@@ -27,6 +27,7 @@ RESULT_FILES = ("records.jsonl", "report.md", "busbw.png")
 
 
 def plan(req: CommRequest) -> CommPlan:
+    topology = hosts.resolve(req)
     check_common(req, min_world=2)
     if req.dtype not in collectives.DTYPES:
         raise BadInput(f"unknown dtype '{req.dtype}'; valid choices: {', '.join(collectives.DTYPES)}")
@@ -49,12 +50,17 @@ def plan(req: CommRequest) -> CommPlan:
         if name not in adapters.comm_backends():
             raise BadInput(f"unknown backend '{name}'; valid choices: {', '.join(adapters.comm_backends())}")
     rows = build_rows(req, [(n, adapters.comm_backend_adapter(n), {}) for n in names], req.backends is not None,
-                      "backend")
-    over = check_cores(req, req.world_size)
-    out = req.out or req.results_dir / (f"comm_{envmod.hardware_slug(req.device)}_n{req.world_size}_"
+                      "backend", topology=topology)
+    if topology is not None:
+        topology = hosts.probe(topology)  # every remote host answers, or one line and exit 2
+        over = hosts.check_cores(topology, req.oversubscribe)
+    else:
+        over = check_cores(req, req.world_size)
+    nodes = f"_{len(topology.nodes)}nodes" if topology is not None else ""
+    out = req.out or req.results_dir / (f"comm_{envmod.hardware_slug(req.device)}_n{req.world_size}{nodes}_"
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     outdir.check(out, req.force)
-    return CommPlan(req, out, rows, oversubscribed=over, ops=ops, sizes=sizes)
+    return CommPlan(req, out, rows, oversubscribed=over, topology=topology, ops=ops, sizes=sizes)
 
 
 def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
@@ -67,7 +73,8 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
             "env": envmod.collect(req.device), "world_size": req.world_size, "device": req.device,
             "dtype": req.dtype, "oversubscribed": p.oversubscribed}
     interrupted = False
-    with Session(p.out, RESULT_FILES) as session:
+    remote = p.topology is not None and p.topology.remote
+    with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
         try:
             session.save([{**base, "backend": row.label, "adapter": row.name, "op": None, "size_bytes": None,
                            "status": "unavailable", "reason": row.reason} for row in p.unavailable])
@@ -76,15 +83,16 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
                 adapter = row.adapter
                 spec = RunSpec(adapter=adapter.name, workload="-", world_size=req.world_size, device=req.device,
                                global_batch=0, steps=0, warmup=0,
-                               threads=default_threads(req.world_size, req.threads),
-                               rank_dir=str(session.scratch / row.label), mode="comm",
+                               threads=default_threads(req.world_size, req.threads, p.topology),
+                               rank_dir=str(session.scratch / row.label), mode="comm", topology=p.topology,
                                comm={"ops": p.ops, "sizes": p.sizes, "dtype": req.dtype, "max_iters": req.max_iters})
                 if ui:
-                    ui(f"{row.label}: launching {req.world_size} ranks with {adapter.launcher} "
+                    where = "" if p.topology is None else f" on {hosts.describe_slots(p.topology.nodes)}"
+                    ui(f"{row.label}: launching {req.world_size} ranks{where} with {adapter.launcher} "
                        f"({len(p.ops)} ops x {len(p.sizes)} sizes)")
                 outcome = run_launch(adapter, spec, req.timeout_s)
                 session.keep_log(outcome.log_path, f"{row.label}.log")
-                recs = cells_to_records(base, row.label, adapter, outcome)
+                recs = cells_to_records(base, row.label, adapter, outcome, spec)
                 session.save(recs)
                 if ui:
                     ok = sum(r["status"] == "ok" for r in recs)
@@ -103,9 +111,12 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
     return session.records, interrupted
 
 
-def cells_to_records(base, name, adapter, outcome) -> list[dict[str, Any]]:
+def cells_to_records(base, name, adapter, outcome, spec=None) -> list[dict[str, Any]]:
     common = {**base, "backend": name, "adapter": adapter.name, "launcher": adapter.launcher,
               "launcher_argv": outcome.argv, "load_avg_before": outcome.load_avg_before}
+    if spec is not None and spec.topology is not None:  # where the ranks ran (single-host records stay as they were)
+        common["topology"] = {**hosts.describe(spec.topology, outcome.ranks, outcome.processes),
+                              "node_commands": outcome.node_commands}
     if outcome.status != "ok":
         return [{**common, "op": None, "size_bytes": None, "status": outcome.status, "reason": outcome.reason,
                  "log_tail": outcome.log_tail}]

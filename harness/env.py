@@ -119,6 +119,8 @@ def launchers() -> dict[str, str | None]:
     bindir = Path(sys.executable).parent  # the venv's own scripts, whether or not it is activated
     found = {name: str(bindir / name) if (bindir / name).exists() else shutil.which(name)
              for name in ("torchrun", "horovodrun", "deepspeed", "mpirun")}
+    # What runs across hosts needs (README, Multi-node): ssh for remote hosts, pdsh for DeepSpeed, SLURM's tools.
+    found.update({name: shutil.which(name) for name in ("ssh", "pdsh", "srun", "sbatch", "scontrol")})
     found["torch.distributed.run"] = f"{sys.executable} -m torch.distributed.run"
     return found
 

@@ -30,8 +30,8 @@ class Request:
     """The options every subcommand shares."""
 
     device: str = "cpu"
-    world_size: int = 2
-    """Ranks (devices for DataParallel)."""
+    world_size: int | None = 2
+    """Ranks (devices for DataParallel); None: the hosts' slots (harness/hosts.py), 2 without hosts."""
     timeout_s: float = 900.0
     """Seconds before a launch is killed and recorded as a timeout."""
     out: Path | None = None
@@ -47,6 +47,18 @@ class Request:
     """Threads per process (None: usable cores / processes of the launch)."""
     command: str = ""
     """The command line as typed, recorded in every row."""
+    hosts: str | None = None
+    """--hosts "h1:2,h2:2" (harness/hosts.py)."""
+    hostfile: Path | None = None
+    """--hostfile: `HOST slots=N` lines."""
+    nnodes: int | None = None
+    """Use the first N hosts."""
+    iface: str | None = None
+    """Network interface for every rank (None: lo when every host is this machine, else the frameworks')."""
+    launcher: str = "ssh"
+    """How remote hosts are reached: ssh, or slurm (srun, inside an allocation)."""
+    topology: Any = None
+    """A topology given whole instead of the options above (`compare sbatch`, planning for an allocation)."""
 
 
 @dataclass
@@ -132,6 +144,8 @@ class Plan:
     rows: list[Row]
     oversubscribed: bool = False
     """More processes than usable cores (only with --oversubscribe)."""
+    topology: Any = None
+    """Where the ranks run (harness.spec.Topology; None: this machine, one single-node launch)."""
 
     @property
     def runnable(self) -> list[Row]:
@@ -256,14 +270,19 @@ def check_list(given: list[str] | None, valid: list[str], what: str) -> None:
 
 
 def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], explicit: bool, kind: str,
-               knobs: dict[str, dict[str, str]] | None = None) -> list[Row]:
+               knobs: dict[str, dict[str, str]] | None = None, topology=None) -> list[Row]:
     """Rows for (label, adapter name, knob variant) triples: each adapter configured and its knobs checked, or
-    marked unavailable with its reason. A named row that cannot run is an error only with --strict."""
+    marked unavailable with its reason (across hosts also when it cannot span them). A named row that cannot run
+    is an error only with --strict."""
     rows = []
     for _, name, _ in labels:
         if name not in adapters.names():
             raise BadInput(str(UnknownName("adapter", name, adapters.names())))
-    avails = adapters.availability_all(req.device, req.world_size, [name for _, name, _ in labels])
+    # Across hosts each machine holds only its own node's ranks (and devices): check the largest node here.
+    per_machine = req.world_size if topology is None else max(n.slots for n in topology.nodes)
+    avails = adapters.availability_all(req.device, per_machine, [name for _, name, _ in labels])
+    if topology is not None:
+        avails = {name: avail and adapters.multinode(name, topology) for name, avail in avails.items()}
     for label, name, variant in labels:
         avail = avails[name]
         try:

@@ -13,6 +13,15 @@ Nothing a launch starts may outlive it or the `compare` process:
 
 The parent waits on the launch with a blocking poll on a pidfd (no busy polling) and wakes only to redraw the
 progress line, at most once a second.
+
+A multi-node launch may be several commands, one per node (torchrun on every node, mp.spawn per node), each with
+the host it runs on (adapters/base.py: LaunchPlan.nodes). They start together, each in its own process group;
+a command for another host runs as `ssh HOST 'cd REPO && env K=V ... python -m harness.nodeguard ... ARGV'`,
+passing only the harness's variables, the plan's env and PATH with the venv first (ssh gives a fresh environment,
+as on a real cluster), under a guard that is to that host what compare is to this one (harness/nodeguard.py).
+The parent waits for all of them; when one fails, the others get a short grace to fail by themselves (their own
+error lines are the useful ones) and are then stopped, so a dead node fails the row at once, not at --timeout.
+Each command logs to its own file, joined into launch.log (one section per node) when the launch has ended.
 """
 
 from __future__ import annotations
@@ -20,30 +29,40 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import json
+import math
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import IO, NamedTuple
 
 import psutil
 
-from adapters.base import Adapter
-from harness import interrupt
+from adapters.base import Adapter, HostCommand
+from harness import hosts, interrupt
 from harness import progress as progress_file
 from harness.env import REPO
-from harness.spec import PARENT_PGID_ENV, PARENT_PID_ENV, RunSpec
+from harness.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
 
 LOG_TAIL_LINES = 40
 LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"
 """Set in a launch's environment (inherited by everything it starts): how leftovers of that launch are found."""
 UI_INTERVAL_S = 1.0
 """How often the parent wakes to redraw the progress line while a launch runs."""
+NODE_GRACE_S = 5.0
+"""After one command of a multi-node launch failed: how long the others may take to fail by themselves."""
+PASSED_TO_REMOTE = ("TORCH_EXTENSIONS_DIR", "COMPARE_FAULT")
+"""Variables of compare's own environment that remote ranks get too (beyond the harness's): the JIT cache a
+DeepSpeed rank would otherwise rebuild, and the tests' fault injection."""
 _PR_SET_CHILD_SUBREAPER = 36
 _LEADERS: set[int] = set()
 """Pids of launches this process has started and not yet waited for: never reaped behind their Popen's back."""
@@ -74,6 +93,9 @@ class Outcome:
     peer closing first, say): the measurement stands, and this says what went wrong afterwards."""
     progress: dict | None = None
     """Rank 0's last reported phase and step (what an interrupted or hung launch had reached)."""
+    node_commands: list[dict] = field(default_factory=list)
+    """For a launch of one command per node: each node's host, how it was started (here or over ssh), its argv
+    and exit code."""
     leftovers_killed: int = 0
     """Processes of this launch still alive after it ended, killed by the harness."""
     gate_opened: float | None = None
@@ -98,23 +120,32 @@ def _parent_death_prefix() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM the launch's whole process group, then SIGKILL whatever is left after `grace_s`."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_groups(procs: list[subprocess.Popen], grace_s: float = 5.0, asked: tuple = ()) -> None:
+    """SIGTERM each command's whole process group (except the `asked` ones, already asked to stop another way),
+    then SIGKILL whatever is left after `grace_s`; once a leader is gone, its group is swept with SIGKILL."""
+    for proc in procs:
+        if proc not in asked:
+            _killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        _killpg(proc.pid, signal.SIGKILL)  # the group's leftovers, or a leader that ignored SIGTERM
+    for proc in procs:
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            continue
-        # The leader is gone; sweep any child it left behind in the group.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
             pass
-        return
 
 
 def _kill_leftovers(launch_id: str, patience_s: float = 5.0) -> int:
@@ -180,57 +211,166 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
-def child_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
-    env = dict(os.environ)
-    threads = str(spec.threads)
-    env.update({
+def _pid_namespace() -> str:
+    """This process's PID namespace, as its inode number ("pid:[4026531836]" -> "4026531836": plain digits
+    survive every launcher's quoting of the environment it forwards)."""
+    try:
+        return os.readlink("/proc/self/ns/pid").strip("pid:[]")
+    except OSError:
+        return ""
+
+
+def harness_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
+    """The variables the harness sets for every rank of a launch (and `extra`, the plan's)."""
+    threads, topo = str(spec.threads), spec.topology
+    env = {
         # Set for every launcher; torchrun would otherwise force OMP_NUM_THREADS=1 and mp.spawn leave it unset.
         "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-        # Loopback only: hostname-based interface selection is flaky on CI machines (as accelerate does).
-        "GLOO_SOCKET_IFNAME": env.get("GLOO_SOCKET_IFNAME", "lo"), "MASTER_ADDR": "127.0.0.1",
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+        "MASTER_ADDR": "127.0.0.1" if topo is None else topo.master, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
         PARENT_PID_ENV: str(os.getpid()), PARENT_PGID_ENV: str(os.getpgrp()), LAUNCH_ID_ENV: launch_id,
-    })
+        # A rank elsewhere (another host, or another PID namespace on this one) must not watch our pid.
+        PARENT_PIDNS_ENV: _pid_namespace(), PARENT_BOOT_ENV: hosts.boot_id() or "",
+    }
+    if topo is None:
+        # Loopback only: hostname-based interface selection is flaky on CI machines (as accelerate does).
+        env["GLOO_SOCKET_IFNAME"] = os.environ.get("GLOO_SOCKET_IFNAME", "lo")
+    elif topo.iface is not None:  # chosen explicitly (--iface, or lo when every host is this machine)
+        env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = topo.iface
     env.update(extra)
     return env
 
 
-def dead_rank(rank_dir: Path) -> tuple[str, bool] | None:
-    """Which rank ended the launch, and how, from what each rank's supervisor recorded (harness/rank/main.py):
-    ("rank 1 killed by SIGKILL", False) or ("rank 1 exited with code 3", True); the flag says whether the first
-    error line of the log belongs with it (an exception does; a signal leaves no line of its own, and the first
-    line is then a surviving rank's "Connection reset by peer"). None when every rank ended cleanly."""
-    def load(pattern):
-        out = {}
-        for f in rank_dir.glob(pattern):
-            try:
-                rec = json.loads(f.read_text())
-                out[rec["rank"]] = rec
-            except (OSError, ValueError, KeyError):
-                continue
-        return out
+def child_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
+    """The environment of a command started here: compare's own, plus the harness's variables."""
+    env = dict(os.environ)
+    ours = harness_env(spec, extra, launch_id)
+    if "PYTHONPATH" not in extra:
+        ours["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    # The venv's tools first, here as on every other host (ssh_argv, DeepSpeed's --venv_script): torch JIT-builds
+    # DeepSpeed's op with the `ninja` it finds on PATH, and the system's and the venv's disagree about the same
+    # build log, so alternating between them rebuilds the op (35-65 s) inside a launch's time to first step.
+    venv_bin = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if path.split(os.pathsep)[0] != venv_bin:
+        ours["PATH"] = os.pathsep.join(p for p in (venv_bin, path) if p)
+    env.update(ours)
+    return env
 
-    started, ended = load("start-rank*.json"), load("exit-rank*.json")
+
+def remote_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
+    """The environment a rank on another host gets: the harness's variables and the few of compare's own that
+    matter there (PASSED_TO_REMOTE), never the whole environment."""
+    env = {k: os.environ[k] for k in PASSED_TO_REMOTE if k in os.environ}
+    env.update(harness_env(spec, extra, launch_id))
+    return env
+
+
+def ssh_argv(host: str, argv: list[str], env: dict[str, str], launch_id: str) -> list[str]:
+    """`ssh HOST 'cd REPO && exec env K=V ... PATH=VENV/bin:$PATH python -m harness.nodeguard ID -- ARGV'`: the
+    repository and the venv are at the same path on every host (as torchrun, horovodrun and deepspeed assume)."""
+    assigns = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
+    assigns.append(f'PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"')
+    remote = (f"cd {shlex.quote(str(REPO))} && exec env {' '.join(assigns)} {shlex.quote(sys.executable)} -m "
+              f"harness.nodeguard {shlex.quote(launch_id)} -- {shlex.join(argv)}")
+    return [shutil.which("ssh") or "ssh", *hosts.SSH_OPTIONS, host, remote]
+
+
+def _rank_records(rank_dir: Path, pattern: str) -> dict[int, dict]:
+    out = {}
+    for f in rank_dir.glob(pattern):
+        try:
+            rec = json.loads(f.read_text())
+            out[rec["rank"]] = rec
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+class DeadRank(NamedTuple):
+    reason: str
+    """"rank 1 killed by SIGKILL", "rank 1 on h2 exited with code 3", ..."""
+    with_error: bool
+    """Whether the log's first error line belongs with it (an exception does; a signal leaves no line of its own,
+    and the first line is then a surviving rank's "Connection reset by peer")."""
+    time: float | None
+    """When it ended (wall clock; None when its supervisor was killed too and recorded nothing)."""
+    host: str | None
+    """The hostname it reported."""
+
+
+def dead_rank(rank_dir: Path, name_hosts: bool = False) -> DeadRank | None:
+    """Which rank ended the launch, and how, from what each rank's supervisor recorded (harness/rank/main.py);
+    None when every rank ended cleanly. `name_hosts`: say where it ran ("rank 1 on h2 ...")."""
+    started, ended = _rank_records(rank_dir, "start-rank*.json"), _rank_records(rank_dir, "exit-rank*.json")
     failed = sorted((e for e in ended.values() if e.get("signal") or e.get("code")), key=lambda e: e["time"])
     vanished = sorted(set(started) - set(ended))
+
+    def on(ranks: list[int]) -> str:
+        where = sorted({started[r].get("host") for r in ranks if started.get(r, {}).get("host")})
+        return f" on {', '.join(where)}" if name_hosts and where else ""
+
     if vanished:
         # Its supervisor was killed by an uncatchable signal before it could record anything; the others' ends
         # (the launcher's SIGTERM, a broken connection) followed from it.
         ranks = ", ".join(map(str, vanished))
-        return (f"rank {ranks} killed from outside (no exit status recorded: SIGKILL, or the OOM killer)", False)
+        return DeadRank(f"rank {ranks}{on(vanished)} killed from outside (no exit status recorded: SIGKILL, or "
+                        f"the OOM killer)", False, None, started[vanished[0]].get("host"))
     if not failed:
         return None
     first = failed[0]
+    where, host = on([first["rank"]]), first.get("host")
     if first.get("signal"):
-        return f"rank {first['rank']} killed by {first['signal']}", False
-    return f"rank {first['rank']} exited with code {first['code']}", True
+        return DeadRank(f"rank {first['rank']}{where} killed by {first['signal']}", False, first["time"], host)
+    return DeadRank(f"rank {first['rank']}{where} exited with code {first['code']}", True, first["time"], host)
+
+
+def _matches(node_host: str | None, local: bool, hostname: str | None) -> bool:
+    """Whether a rank that reported `hostname` ran on the node named `node_host`."""
+    if not hostname:
+        return False
+    name = socket.gethostname() if local or node_host is None else node_host
+    return name == hostname or name.split(".")[0] == hostname.split(".")[0]
+
+
+def _looks_like_address(host: str) -> bool:
+    return all(part.isdigit() for part in host.split(".")) or ":" in host
+
+
+def silent_hosts(rank_dir: Path, topology) -> list[str]:
+    """Hosts of the topology where no rank ever started (by the hostnames the ranks reported; hosts given as
+    addresses cannot be told apart that way and are never named)."""
+    reported = {r.get("host") for r in _rank_records(rank_dir, "start-rank*.json").values()}
+    return [node.host for node in topology.nodes
+            if (node.local or not _looks_like_address(node.host))
+            and not any(_matches(node.host, node.local, h) for h in reported)]
+
+
+def last_line(path: Path) -> str | None:
+    lines = [ln.strip() for ln in tail(path, 5).splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else None
 
 
 def _exit_reason(rc: int | None) -> str:
     if rc is not None and rc < 0:
         return f"launch killed by signal {signal.Signals(-rc).name}"
     return f"launch exited with code {rc}"
+
+
+@dataclass
+class _Running:
+    """One command of a launch, started."""
+
+    command: HostCommand
+    proc: subprocess.Popen
+    log: Path
+    pidfd: int | None
+    stdin: IO[bytes] | None
+    """The write end of a remote command's stdin: closing it tells the command's guard to stop it."""
+    exited_at: float | None = None
+
+    @property
+    def where(self) -> str:
+        return self.command.host or "this machine"
 
 
 class Launch:
@@ -249,42 +389,61 @@ class Launch:
         self.adapter, self.spec, self.timeout_s, self.on_progress = adapter, spec, timeout_s, on_progress
         self.rank_dir = Path(spec.rank_dir)
         self.log_path = self.rank_dir / "launch.log"
-        self.proc: subprocess.Popen | None = None
+        self.running: list[_Running] = []
         self.events: list[str] = []
         self.status: str | None = None
         self.reason = ""
+        self.failed: _Running | None = None
+        """The first command that exited non-zero."""
+        self.failed_at = 0.0
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        """The launch's first command (the only one, except in a launch of one command per node)."""
+        return self.running[0].proc if self.running else None
 
     # ---- starting -------------------------------------------------------------------------------------------
     def start(self, gated: bool = False) -> Launch:
         spec, rank_dir = self.spec, self.rank_dir
         rank_dir.mkdir(parents=True, exist_ok=True)
+        if spec.topology is not None and not spec.topology.port:
+            spec.topology = replace(spec.topology, port=hosts.free_port())  # a fresh rendezvous port per launch
         spec_path = rank_dir / "spec.json"
         spec.save(spec_path)
         progress_file.create(spec.progress_path, spec.warmup + spec.steps)
-        self._gate = os.open(rank_dir / progress_file.GATE, os.O_RDWR | os.O_CREAT, 0o644)
-        if gated:
+        self._gate = None
+        if gated:  # an ungated launch has no gate file at all, so its ranks never take an flock (NFS may refuse)
+            self._gate = os.open(rank_dir / progress_file.GATE, os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(self._gate, fcntl.LOCK_EX)
-        else:
-            self._close_gate_fd()
         os.mkfifo(rank_dir / progress_file.EVENTS)
         # Read and write: the parent is a writer too, so the FIFO never reports hang-up between rank messages.
         self._events = os.open(rank_dir / progress_file.EVENTS, os.O_RDWR | os.O_NONBLOCK)
         self.plan = self.adapter.launch(spec_path, spec)
         self.processes = self.adapter.processes(spec.world_size)
         self.launch_id = f"{os.getpid()}:{rank_dir}"
+        if self.plan.env_file is not None:
+            env = remote_env(spec, self.plan.env, self.launch_id)
+            self.plan.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
         self.load = [round(x, 2) for x in os.getloadavg()]
         self.launch_wall, self.t0 = time.time(), time.monotonic()
         self.deadline = None if gated else self.t0 + self.timeout_s
         self.gate_opened = None if gated else self.launch_wall
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(_parent_death_prefix() + self.plan.argv, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=child_env(spec, self.plan.env, self.launch_id),
-                                         cwd=REPO, start_new_session=True)
-        _LEADERS.add(self.proc.pid)
-        try:
-            self._pidfd = os.pidfd_open(self.proc.pid)
-        except (OSError, AttributeError):
-            self._pidfd = None
+        commands = self.plan.commands
+        local_env = child_env(spec, self.plan.env, self.launch_id)
+        for i, command in enumerate(commands):
+            log_path = self.log_path if len(commands) == 1 else rank_dir / f"launch-node{i}.log"
+            argv = (ssh_argv(command.host, command.argv, remote_env(spec, self.plan.env, self.launch_id),
+                             self.launch_id) if command.remote else command.argv)
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(_parent_death_prefix() + argv, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.PIPE if command.remote else subprocess.DEVNULL,
+                                        env=local_env, cwd=REPO, start_new_session=True)
+            _LEADERS.add(proc.pid)
+            try:
+                pidfd = os.pidfd_open(proc.pid)
+            except (OSError, AttributeError):
+                pidfd = None
+            self.running.append(_Running(command, proc, log_path, pidfd, proc.stdin))
         return self
 
     def _close_gate_fd(self) -> None:
@@ -302,21 +461,37 @@ class Launch:
         self.deadline = time.monotonic() + self.timeout_s
 
     # ---- waiting --------------------------------------------------------------------------------------------
+    def _ended(self) -> bool:
+        return all(r.proc.returncode is not None for r in self.running)
+
+    def _reap(self) -> None:
+        """Note the commands that have exited (never blocks), and the first one that failed."""
+        for r in self.running:
+            if r.exited_at is None and r.proc.poll() is not None:
+                r.exited_at = time.monotonic()
+                if r.proc.returncode != 0 and self.failed is None:
+                    self.failed, self.failed_at = r, r.exited_at
+
     def _poll(self, until: float | None) -> str:
-        """Block until the launch exits ("exited"), rank 0 sends an event ("event"), `until` passes ("time") or
+        """Block until a command exits ("exited"), rank 0 sends an event ("event"), `until` passes ("time") or
         the UI is due a redraw ("ui")."""
         timeout = None if until is None else max(0.0, until - time.monotonic())
         if self.on_progress:
             timeout = UI_INTERVAL_S if timeout is None else min(timeout, UI_INTERVAL_S)
-        if self._pidfd is None:  # no pidfd: a timed wait on the process (no events: they arrive with the exit)
+        live = [r for r in self.running if r.proc.returncode is None]
+        if any(r.pidfd is None for r in live):  # no pidfd: a timed wait (no events: they arrive with the exit)
             interrupt.check()
             try:
-                self.proc.wait(timeout=1.0 if timeout is None else min(timeout, 1.0))
-                return "exited"
+                live[0].proc.wait(timeout=(1.0 if timeout is None else min(timeout, 1.0)) / len(live))
             except subprocess.TimeoutExpired:
-                return "time" if until is not None and time.monotonic() >= until else "ui"
+                pass
+            self._reap()
+            if any(r.proc.returncode is not None for r in live):
+                return "exited"
+            return "time" if until is not None and time.monotonic() >= until else "ui"
         poller = select.poll()
-        poller.register(self._pidfd, select.POLLIN)
+        for r in live:
+            poller.register(r.pidfd, select.POLLIN)
         poller.register(self._events, select.POLLIN)
         if interrupt.wakeup_fd() is not None:
             poller.register(interrupt.wakeup_fd(), select.POLLIN)
@@ -325,8 +500,11 @@ class Launch:
         if self._events in ready:
             self._read_events()
             return "event"
-        if self._pidfd in ready:
-            self.proc.wait()
+        exited = [r for r in live if r.pidfd in ready]
+        if exited:
+            for r in exited:
+                r.proc.wait()
+            self._reap()
             return "exited"
         return "time" if until is not None and time.monotonic() >= until else "ui"
 
@@ -344,9 +522,9 @@ class Launch:
                 self.on_progress(pr)
 
     def wait_for(self, event: str) -> bool:
-        """Block until rank 0 sends `event` (True), or the launch ends or runs out of time (False)."""
+        """Block until rank 0 sends `event` (True), or the launch ends, fails or runs out of time (False)."""
         while event not in self.events:
-            if self.proc.returncode is not None:
+            if self._ended() or self.failed is not None:
                 return False
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return False
@@ -356,17 +534,21 @@ class Launch:
         return True
 
     def finish(self) -> Outcome:
-        """Wait for the launch to end (until its deadline), kill whatever is left, and say how it went."""
+        """Wait for the launch to end (until its deadline), kill whatever is left, and say how it went. When one
+        command of several fails, the others get NODE_GRACE_S to end by themselves, then are stopped."""
         try:
-            while self.proc.returncode is None:
-                if self.deadline is not None and time.monotonic() >= self.deadline:
+            while not self._ended():
+                now = time.monotonic()
+                if self.deadline is not None and now >= self.deadline:
                     self.status = "timeout"
                     self.reason = f"no result after {self.timeout_s:g} s (--timeout); process group killed"
-                    cause = first_error(self.log_path)
-                    if cause:
-                        self.reason += f"; first error: {cause}"
                     break
-                if self._poll(self.deadline) == "ui":
+                if self.failed is not None and now >= self.failed_at + NODE_GRACE_S:
+                    break  # a node failed and the others are still running: stopped below
+                until = self.deadline
+                if self.failed is not None:
+                    until = min(until or math.inf, self.failed_at + NODE_GRACE_S)
+                if self._poll(until) == "ui":
                     self._progress()
         except KeyboardInterrupt:
             self.status = "interrupted"
@@ -378,28 +560,59 @@ class Launch:
         return self._collect()
 
     # ---- ending ---------------------------------------------------------------------------------------------
+    def _stop(self) -> None:
+        """Stop every command still running. A remote one is asked first by closing its stdin (its guard then
+        stops the command on that host, SIGTERM before SIGKILL, and exits), the others get SIGTERM; whatever is
+        left after the grace gets SIGKILL, process group by process group."""
+        remote = [r for r in self.running if r.stdin is not None]
+        for r in remote:
+            try:
+                r.stdin.close()
+            except OSError:
+                pass
+        grace = 2.0 if self.status is None else 5.0
+        if any(r.proc.returncode is None for r in remote):
+            grace = max(grace, nodeguard_grace() + 2.0)
+        _kill_groups([r.proc for r in self.running], grace_s=grace, asked=tuple(r.proc for r in remote))
+
     def _collect(self) -> Outcome:
-        proc, spec, rank_dir, processes = self.proc, self.spec, self.rank_dir, self.processes
+        spec, rank_dir, processes = self.spec, self.rank_dir, self.processes
         try:
-            _kill_group(proc, grace_s=2.0 if self.status is None else 5.0)
+            self._stop()
         finally:
-            _LEADERS.discard(proc.pid)
+            for r in self.running:
+                _LEADERS.discard(r.proc.pid)
+            self._reap()
             self.plan.hold.clear()  # what the launch needed held (a rendezvous store), only once it has ended
             self._close_gate_fd()
-            for fd in (self._events, self._pidfd):
+            for fd in [self._events] + [r.pidfd for r in self.running]:
                 if fd is not None:
                     os.close(fd)
-            self._events = self._pidfd = None
+            self._events = None
+            for r in self.running:
+                r.pidfd = None
         leftovers = _kill_leftovers(self.launch_id)
         end_wall = time.time()
         wall = time.monotonic() - self.t0
+        several = len(self.running) > 1
+        if several:
+            self._join_logs()
         last = progress_file.read(spec.progress_path)
         ranks = []
         for k in range(processes):
             f = spec.rank_result_path(k)
             if f.exists():
                 ranks.append(json.loads(f.read_text()))
-        rc, status, reason = proc.returncode, self.status, self.reason
+        failed = self.failed or next((r for r in self.running if r.proc.returncode), None)
+        rc = (failed or self.running[0]).proc.returncode
+        status, reason = self.status, self.reason
+        if status == "timeout":
+            silent = silent_hosts(rank_dir, spec.topology) if spec.topology is not None else []
+            if silent:
+                reason = f"no rank started on {', '.join(silent)}; {reason}"
+            cause = first_error(self.log_path)
+            if cause:
+                reason += f"; first error: {cause}"
         if status == "interrupted":
             at = (f" at step {last['step']} of {last['total']} ({last['phase']})" if last and last["phase"]
                   else " while its processes were starting")
@@ -409,31 +622,71 @@ class Launch:
             # Each rank writes its result before the final barrier and teardown: all of them are here, so the
             # training and its measurement finished, and only the shutdown went wrong. Keep the row, say so.
             if status is None:
-                reason = _failure(rank_dir, rc, self.log_path)
+                reason = self._failure(rc, failed)
             shutdown_error = f"after every rank had written its result: {reason}"
             status, reason = "ok", ""
         if status is None:
             if rc != 0:
-                status, reason = "failed", _failure(rank_dir, rc, self.log_path)
+                status, reason = "failed", self._failure(rc, failed)
             elif len(ranks) != processes:
                 missing = sorted(set(range(processes)) - {r["rank"] for r in ranks})
                 status, reason = "failed", f"launch exited 0 but rank(s) {missing} wrote no result"
             else:
                 status = "ok"
         gate_wait = 0.0 if self.gate_opened is None else max(0.0, self.gate_opened - self.launch_wall)
+        nodes = [{"host": r.command.host, "via": "ssh" if r.command.remote else "here", "argv": r.command.argv,
+                  "returncode": r.proc.returncode} for r in self.running] if several else []
         return Outcome(status=status, reason=reason, returncode=rc, wall_time_s=wall, launch_wall=self.launch_wall,
                        end_wall=end_wall, log_path=self.log_path, argv=self.plan.argv, processes=processes,
-                       pid=proc.pid, load_avg_before=self.load, ranks=ranks,
+                       pid=self.running[0].proc.pid, load_avg_before=self.load, ranks=ranks,
                        log_tail="" if status == "ok" and not shutdown_error else tail(self.log_path),
                        shutdown_error=shutdown_error, progress=last, leftovers_killed=leftovers,
-                       gate_opened=self.gate_opened, gate_wait_s=gate_wait)
+                       gate_opened=self.gate_opened, gate_wait_s=gate_wait, node_commands=nodes)
+
+    def _join_logs(self) -> None:
+        """launch.log of a launch of one command per node: each node's log under a header that says where it ran
+        and how it ended."""
+        with open(self.log_path, "w") as out:
+            for i, r in enumerate(self.running):
+                how = "over ssh" if r.command.remote else "here"
+                out.write(f"==== node {i}: {r.where} ({how}), exit code {r.proc.returncode}: "
+                          f"{shlex.join(r.command.argv)}\n")
+                try:
+                    out.write(r.log.read_text(errors="replace"))
+                except OSError:
+                    pass
+
+    def _failure(self, rc: int | None, failed: _Running | None) -> str:
+        """Why a launch failed: the rank that ended it and how, with the log's first error where it belongs;
+        across hosts, where that rank ran, or the node whose command failed first (before any rank did), and
+        the hosts where no rank ever started."""
+        topo = self.spec.topology
+        dead = dead_rank(self.rank_dir, name_hosts=topo is not None)
+        silent = silent_hosts(self.rank_dir, topo) if topo is not None else []
+        if len(self.running) > 1 and failed is not None and failed.exited_at is not None:
+            failed_wall = self.launch_wall + (failed.exited_at - self.t0)
+            if dead is None or (dead.time is not None and failed_wall < dead.time):
+                before = " before any rank started there" if failed.command.host in silent else ""
+                cause = first_error(failed.log) or last_line(failed.log)
+                return (f"{failed.where}: {_exit_reason(rc)}{before}"
+                        + (f"; first error: {cause}" if cause else ""))
+        if dead:
+            reason = dead.reason
+            # Its own node's log first: in the joined log another node's consequence may come before the cause.
+            own = [r.log for r in self.running if len(self.running) > 1
+                   and _matches(r.command.host, not r.command.remote, dead.host)]
+            cause = (first_error(own[0]) if own else None) or first_error(self.log_path) if dead.with_error else None
+        else:
+            reason, cause = _exit_reason(rc), first_error(self.log_path)
+        if silent:
+            reason = f"no rank started on {', '.join(silent)}; {reason}"
+        return reason + (f"; first error: {cause}" if cause else "")
 
 
-def _failure(rank_dir: Path, rc: int | None, log_path: Path) -> str:
-    """Why a launch failed: the rank that ended it and how, with the log's first error where it belongs."""
-    reason, with_error = dead_rank(rank_dir) or (_exit_reason(rc), True)
-    cause = first_error(log_path) if with_error else None
-    return reason + (f"; first error: {cause}" if cause else "")
+def nodeguard_grace() -> float:
+    from harness import nodeguard
+
+    return nodeguard.GRACE_S
 
 
 def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,

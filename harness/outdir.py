@@ -142,15 +142,19 @@ def clear(out: Path, files: tuple[str, ...]) -> None:
         (out / f).unlink(missing_ok=True)
 
 
-def scratch_dir() -> Path:
+def scratch_dir(within: Path | None = None) -> Path:
     """A private temporary directory for the ranks' files (named with our pid), after removing any left behind
-    by a compare process that no longer exists (one killed with SIGKILL cannot clean up after itself)."""
-    tmp = Path(tempfile.gettempdir())
-    for old in tmp.glob("compare-*-scratch-*"):
-        pid = old.name.split("-")[1]
+    by a compare process that no longer exists (one killed with SIGKILL cannot clean up after itself). `within`:
+    hidden in that directory instead of the temp directory (ranks on other hosts must see it: a results
+    directory on a shared filesystem, where every host's /tmp is its own)."""
+    tmp = Path(tempfile.gettempdir()) if within is None else within
+    pattern = "compare-*-scratch-*" if within is None else ".compare-*-scratch-*"
+    for old in tmp.glob(pattern):
+        pid = old.name.lstrip(".").split("-")[1]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"compare-{os.getpid()}-scratch-"))
+    prefix = f"compare-{os.getpid()}-scratch-" if within is None else f".compare-{os.getpid()}-scratch-"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=within))
 
 
 def _alive(pid: int) -> bool:

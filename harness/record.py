@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from harness import hosts
 from harness.stats import slowest_rank_steps, step_stats
 
 SCHEMA_VERSION = 1
@@ -49,7 +50,11 @@ def max_param_diff(params_path: Path, reference: dict | None) -> float | None:
 def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, workload) -> dict[str, Any]:
     """Fill a base record with everything measured by one launch."""
     rec["topology"] = {"device": spec.device, "processes": outcome.processes, "launcher_argv": outcome.argv,
-                       "launch_pgid": outcome.pid}
+                       "launch_pgid": outcome.pid,
+                       # nodes x processes per node, and every rank's hostname, interface and boot id
+                       **hosts.describe(spec.topology, outcome.ranks, outcome.processes)}
+    if outcome.node_commands:
+        rec["topology"]["node_commands"] = outcome.node_commands
     rec["wall_time_s"] = outcome.wall_time_s
     rec["launch_wall"] = outcome.launch_wall
     if outcome.leftovers_killed:

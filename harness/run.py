@@ -15,7 +15,7 @@ from typing import Any
 import adapters
 import workloads
 from harness import env as envmod
-from harness import interrupt, outdir, record
+from harness import hosts, interrupt, outdir, record
 from harness.inputs import (BadInput, Row, RunPlan, RunRequest, UntilTarget, build_rows, check_common, check_cores,
                             check_list, load_workload, pairs, parse_label)
 from harness.launch import Launch
@@ -29,11 +29,15 @@ RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "ste
 def plan(req: RunRequest) -> RunPlan:
     """Check `req` and resolve it into a plan, refusing anything wrong (BadInput) before anything is written."""
     p = plan_rows(req)
+    if p.topology is not None:
+        p.topology = hosts.probe(p.topology)  # every remote host answers, or one line and exit 2
+        p.oversubscribed = hosts.check_cores(p.topology, req.oversubscribe)
     if req.out is not None:
         p.out = req.out
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        p.out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}_{stamp}"
+        nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
+        p.out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
     outdir.check(p.out, req.force)
     return p
 
@@ -41,6 +45,7 @@ def plan(req: RunRequest) -> RunPlan:
 def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     """Everything of `plan` but the output directory (`out` is left None): numbers resolved, rows built, cores
     checked. `compare scale` calls it once per world size."""
+    topology = hosts.resolve(req)
     check_common(req)
     if req.repeats < 1:
         raise BadInput(f"repeats must be at least 1, got {req.repeats}")
@@ -84,10 +89,11 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
             raise BadInput(f"knob '{key}' is for adapter '{name}', which is not in this run "
                            f"({', '.join(labels)})")
         knobs.setdefault(name, {})[knob] = value
-    built = build_rows(req, rows, explicit, "adapter", knobs)
-    over = check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix)
+    built = build_rows(req, rows, explicit, "adapter", knobs, topology)
+    over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
+            else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
-                   warmup=warmup, equiv_steps=equiv, until_target=until)
+                   warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology)
 
 
 def _check_until_target_flags(req: RunRequest) -> None:
@@ -123,9 +129,14 @@ def _until_target(req: RunRequest, workload) -> UntilTarget | None:
     return UntilTarget(target=workload.target, metric=workload.metric_name, eval_every=every, max_steps=budget)
 
 
-def default_threads(processes: int, override: int | None) -> int:
-    """Threads per training process: the machine's usable cores shared equally by the processes of a launch."""
-    return override or max(1, envmod.usable_cores() // processes)
+def default_threads(processes: int, override: int | None, topology=None) -> int:
+    """Threads per training process: the machine's usable cores shared equally by the processes of a launch
+    (across hosts: by the processes on each machine)."""
+    if override:
+        return override
+    if topology is not None:
+        return hosts.default_threads(topology)
+    return max(1, envmod.usable_cores() // processes)
 
 
 def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str, Any]], bool]:
@@ -135,9 +146,10 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
 
     req = p.request
     run_info = run_header(p, "run", [r.label for r in p.rows], started)
-    with Session(p.out, RESULT_FILES) as session:
+    remote = p.topology is not None and p.topology.remote
+    with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
         ui.start(p)
-        runner = Runner(session, ui, run_info, pipelined=p.until_target is None)
+        runner = Runner(session, ui, run_info, pipelined=p.until_target is None and not remote)
 
         def first_started():  # while the first launch starts up
             run_info["env"] = envmod.collect(req.device)
@@ -201,8 +213,10 @@ class Runner:
     previous launch has ended entirely, so no other launch's process runs during any warm-up or timed step.
     Every launch is still a fresh set of processes, started by its own launcher.
 
-    `pipelined=False` (until-target runs, whose end-to-end time counts the start-up too): each launch starts only
-    once the previous one (the reference run included) has ended entirely."""
+    `pipelined=False`: each launch starts only once the previous one (the reference run included) has ended
+    entirely, and nothing waits for rank 0's events. Until-target runs run that way (their end-to-end time counts
+    the start-up too), and so do launches with ranks on other hosts (the gate, an flock, and the events FIFO assume
+    one kernel and a local filesystem)."""
 
     def __init__(self, session: Session, ui, run_info: dict[str, Any], pipelined: bool = True):
         self.session, self.ui, self.run_info, self.pipelined = session, ui, run_info, pipelined
@@ -234,6 +248,12 @@ class Runner:
                 if i == 0:
                     first_started()
                     interrupt.check()
+                if not self.pipelined:
+                    live.remove(job)
+                    stopped = self._done(job, job.launch.finish())
+                    if stopped:
+                        break
+                    continue
                 if prev:
                     live.remove(prev)
                     stopped = self._done(prev, prev.launch.finish())
@@ -272,8 +292,9 @@ class Runner:
         req = plan.request
         if row is None:
             adapter, slug = adapters.get("reference")({}, req.device), "reference" + _slug(plan.tag)
+            # One process on this machine, whatever the rows' hosts.
             spec = make_spec(plan, "reference", self.session.scratch / slug, processes=1, steps=plan.equiv_steps,
-                             warmup=0, equiv=plan.equiv_steps, knobs={}, do_eval=False, extra={})
+                             warmup=0, equiv=plan.equiv_steps, knobs={}, do_eval=False, extra={}, topology=None)
             total = plan.equiv_steps
         else:
             adapter = row.adapter
@@ -281,7 +302,7 @@ class Runner:
             spec = make_spec(plan, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
                              processes=adapter.processes(req.world_size), steps=plan.steps, warmup=plan.warmup,
                              equiv=plan.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True,
-                             extra=plan.spec_extra)
+                             extra=plan.spec_extra, topology=plan.topology)
             total = plan.steps + plan.warmup
         job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
         self.ui.begin(job.name, repeat, total)
@@ -327,13 +348,13 @@ def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reaso
 
 
 def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
-              knobs: dict, do_eval: bool, extra: dict[str, Any]) -> RunSpec:
+              knobs: dict, do_eval: bool, extra: dict[str, Any], topology=None) -> RunSpec:
     req = p.request
     spec = RunSpec(adapter=adapter, workload=req.workload, world_size=req.world_size, device=req.device,
                    global_batch=p.global_batch, steps=steps, warmup=warmup,
-                   threads=default_threads(processes, req.threads), rank_dir=str(rank_dir),
+                   threads=default_threads(processes, req.threads, topology), rank_dir=str(rank_dir),
                    equiv_steps=equiv, knobs=knobs, workload_options=dict(pairs(req.options, "option")),
-                   fault=req.fault, eval=do_eval, **extra)
+                   fault=req.fault, eval=do_eval, topology=topology, **extra)
     if p.until_target and do_eval:
         spec.eval_every, spec.target = p.until_target.eval_every, p.until_target.target
     return spec

@@ -3,7 +3,9 @@
 Runs in: the parent. `compare run` and `compare comm` (and every later mode) write through a Session, so the
 rules hold for all of them:
 - the directory is claimed with a lock for the whole run (a second run on it is refused, naming this one's pid);
-- the ranks write into a private scratch directory; `records.jsonl` is rewritten atomically after every launch;
+- the ranks write into a private scratch directory (in the temp directory, or, when ranks run on other hosts,
+  hidden in the results directory, which every host must see at the same path); `records.jsonl` is rewritten
+  atomically after every launch;
 - records are written before the report and plots; a failure to write either is one line and exit code 1, with
   every finished row still on disk (or, if even records.jsonl cannot be written, the line says where the rank
   results were kept); otherwise the scratch directory is removed.
@@ -23,8 +25,8 @@ class SessionError(Exception):
 
 
 class Session:
-    def __init__(self, out: Path, files: tuple[str, ...]):
-        self.out, self.files = out, files
+    def __init__(self, out: Path, files: tuple[str, ...], shared_scratch: bool = False):
+        self.out, self.files, self.shared_scratch = out, files, shared_scratch
         self.records: list[dict[str, Any]] = []
         self.claim: outdir.Claim | None = None
         self.scratch: Path | None = None
@@ -34,7 +36,8 @@ class Session:
             self.claim = outdir.Claim(self.out)  # BadInput if another run holds it
             outdir.clear(self.out, self.files)
             (self.out / "logs").mkdir(exist_ok=True)
-            self.scratch = outdir.scratch_dir()
+            # Absolute: commands on other hosts start in the repository, not in our working directory.
+            self.scratch = outdir.scratch_dir(self.out.resolve() if self.shared_scratch else None)
         except OSError as exc:
             self.close()
             raise SessionError(f"could not prepare {self.out}: {exc.strerror or exc}") from None

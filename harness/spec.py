@@ -14,6 +14,63 @@ PARENT_PID_ENV = "COMPARE_PARENT_PID"
 """Set by the parent in every launch's environment: its pid. A rank whose `compare` is gone kills itself."""
 PARENT_PGID_ENV = "COMPARE_PARENT_PGID"
 """The parent's process group, which a rank must never signal."""
+PARENT_PIDNS_ENV = "COMPARE_PARENT_PIDNS"
+"""The parent's PID namespace (`readlink /proc/self/ns/pid`) and its machine's boot id: a rank in another PID
+namespace or on another machine must not look for the parent's pid (it is someone else's there, or nobody's)."""
+PARENT_BOOT_ENV = "COMPARE_PARENT_BOOT_ID"
+
+
+@dataclass
+class Node:
+    """One host of a multi-node launch."""
+
+    host: str
+    """As the user named it (--hosts, --hostfile, the SLURM allocation)."""
+    slots: int
+    """Processes (ranks) on it."""
+    local: bool = False
+    """This machine: its commands start here directly, not over ssh."""
+
+
+@dataclass
+class Topology:
+    """Where the ranks of a multi-node launch run (harness/hosts.py builds it from what the user gave)."""
+
+    nodes: list[Node]
+    launcher: str = "ssh"
+    """How remote commands start: "ssh" (`ssh HOST CMD`, as the frameworks do themselves) or "slurm" (`srun`
+    inside an allocation)."""
+    iface: str | None = None
+    """Network interface for every rank (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME; horovodrun
+    --network-interfaces); None: left to the frameworks ("auto")."""
+    master: str = "127.0.0.1"
+    """Node 0 as every node reaches it: where rendezvous stores listen."""
+    port: int = 0
+    """Rendezvous port on `master`, picked free by the parent for each launch (multi-node launchers bind it
+    themselves on node 0, so unlike a single-host launch it cannot be held by the parent in between)."""
+    source: str = ""
+    """Where the hosts came from, for messages and records ("--hosts h1:1,h2:1", "SLURM job 12")."""
+    one_machine: bool | None = None
+    """Every host is this machine (same boot id: loopback node ranks, or simulated hosts); None: not known."""
+    cores: list[int] = field(default_factory=list)
+    """Usable cores per node, as probed before the run (empty: not known)."""
+
+    @property
+    def world_size(self) -> int:
+        return sum(n.slots for n in self.nodes)
+
+    @property
+    def remote(self) -> bool:
+        """Some rank runs on another host (or wherever SLURM puts it): no shared kernel or local disk assumed."""
+        return self.launcher == "slurm" or not all(n.local for n in self.nodes)
+
+    def rank_offset(self, node_rank: int) -> int:
+        """Global rank of the first process on node `node_rank`."""
+        return sum(n.slots for n in self.nodes[:node_rank])
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Topology:
+        return cls(**{**d, "nodes": [Node(**n) for n in d["nodes"]]})
 
 
 @dataclass
@@ -56,13 +113,18 @@ class RunSpec:
     straggler: dict[str, Any] = field(default_factory=dict)
     """{"rank": r, "factor": f}: rank r computes f times slower (a known delay added to each of its steps);
     empty: none."""
+    topology: Topology | None = None
+    """The hosts of a multi-node launch; None: every rank on this machine, started by one single-node launcher."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
-        return cls(**json.loads(Path(path).read_text()))
+        d = json.loads(Path(path).read_text())
+        if d.get("topology"):
+            d["topology"] = Topology.from_dict(d["topology"])
+        return cls(**d)
 
     @property
     def progress_path(self) -> Path:

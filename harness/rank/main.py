@@ -25,13 +25,14 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 import time
 from pathlib import Path
 
 from harness.rank.faults import fault_for, inject
-from harness.spec import PARENT_PGID_ENV, PARENT_PID_ENV, RunSpec
+from harness.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
 
 
 def process_start_wall() -> float | None:
@@ -46,15 +47,45 @@ def process_start_wall() -> float | None:
         return None
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace, as its inode number ("pid:[4026531836]" -> "4026531836": plain digits
+    survive every launcher's quoting of the environment it forwards)."""
+    try:
+        return os.readlink("/proc/self/ns/pid").strip("pid:[]")
+    except OSError:
+        return ""
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def host_facts() -> dict:
+    """Where this rank runs, for the record: hostname, the interface it was told to use, the machine's boot id
+    (ranks that report the same one share one kernel: simulated hosts, or node ranks on loopback)."""
+    return {"hostname": socket.gethostname(), "iface": os.environ.get("GLOO_SOCKET_IFNAME") or "auto",
+            "boot_id": _boot_id() or None}
+
+
 def watch_parent() -> None:
     """If `compare` dies (even by SIGKILL), kill this rank's whole process group within a moment.
 
     The launcher (torchrun's agent, horovodrun, ...) gets a parent-death signal from harness/launch.py, but ranks
     are its children, not compare's: without this, a `kill -9` of compare leaves them training to the end, and a
-    hung rank forever. A pidfd makes the wait a blocking poll in a daemon thread: no CPU while compare lives."""
+    hung rank forever. A pidfd makes the wait a blocking poll in a daemon thread: no CPU while compare lives.
+
+    Only where compare's pid means compare: on its machine and in its PID namespace. A rank on another host, or
+    started there in a PID namespace of its own (the simulated hosts), or by slurmd, would find another process
+    or none under that number; it is stopped by its launcher's end instead (harness/nodeguard.py, srun)."""
     pid = os.environ.get(PARENT_PID_ENV)
     if not pid:
         return  # started by hand, not by compare
+    ns, boot = os.environ.get(PARENT_PIDNS_ENV), os.environ.get(PARENT_BOOT_ENV)
+    if (ns is not None and ns != _pid_namespace()) or (boot is not None and boot != _boot_id()):
+        return
     try:
         fd = os.pidfd_open(int(pid))
     except ProcessLookupError:
@@ -115,7 +146,7 @@ def exit_path(rank_dir: Path, rank: int) -> Path:
 def _supervise(rank_dir: Path) -> None:
     """Fork; return in the worker. The supervisor never returns: it waits, records and mirrors the worker's end."""
     rank, me = launcher_rank(), os.getpid()
-    started = {"rank": rank, "supervisor_pid": me, "start": time.time()}
+    started = {"rank": rank, "supervisor_pid": me, "start": time.time(), "host": socket.gethostname()}
     worker = os.fork()
     if worker == 0:
         try:  # the worker dies with its supervisor (a kill -9 of the process the launcher knows)
@@ -198,6 +229,7 @@ def _work(spec: RunSpec, marks: Marks) -> None:
         result = train.run(spec, adapter, info, marks, progress, fault)
     marks("result_written")
     result["marks"] = dict(marks)
+    result["host"] = host_facts()
     write_result(spec.rank_result_path(info.rank), result)
     adapter.barrier()
     if fault and fault[1] == "end":

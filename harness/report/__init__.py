@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report import comm, run, scale, ttt
+from harness.report import hosts as hosts_report
 
 
 def kind(records: list[dict[str, Any]]) -> str:
@@ -61,7 +62,8 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
                              for label, recs in run.group(records).items())
             cfg = ttt.settings(records)
             workload = r0["workload"] + (f", until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else "")
-        world = f"{r0['world_size']}" + (" (oversubscribed)" if r0.get("oversubscribed") else "")
+        world = (f"{r0['world_size']}" + hosts_report.index_label(records)
+                 + (" (oversubscribed)" if r0.get("oversubscribed") else ""))
         if kind(records) == "scale":
             sweep = r0.get("scale_sweep") or {}
             over = sorted({r["world_size"] for r in records if r.get("oversubscribed")})

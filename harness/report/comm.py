@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.outdir import save_figure, write_text
+from harness.report import hosts as hosts_report
 from harness.sizes import format_size
 
 
@@ -19,8 +20,14 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     backends = list(dict.fromkeys(r["backend"] for r in records))
     ok_backends = [b for b in backends if any(r["backend"] == b and r["op"] for r in records)]
     over = " (oversubscribed: more ranks than cores)" if r0.get("oversubscribed") else ""
-    md = [f"# compare comm: {', '.join(backends)}, {r0['world_size']} ranks{over}, {r0['dtype']}, "
+    where = next((f" on {hosts_report.nodes_label(r['topology'])}" for r in records
+                  if hosts_report.spans_hosts(r.get("topology"))), "")
+    md = [f"# compare comm: {', '.join(backends)}, {r0['world_size']} ranks{where}{over}, {r0['dtype']}, "
           f"{e['cpu_cores_usable']}-core {'CPU' if r0['device'] == 'cpu' else ', '.join(e.get('gpus', []))}", ""]
+    for line in hosts_report.note(records):
+        md += [f"- {line}"]
+    if where:
+        md.append("")
     for r in records:
         if not r["op"]:
             md.append(f"- **{r['backend']}**: {r['status']} — {r['reason']}")
@@ -118,4 +125,7 @@ def summary_lines(records) -> list[str]:
         lines.append(f"{b}: {len(ok)}/{len(cells) - na} cells ok" + (f" ({na} unsupported)" if na else "") + (f"; all_reduce peak busbw {best:.3f} GB/s" if best
                                                                  else "") + (
             f"; median of medians {statistics.median(c['time_s']['median'] for c in ok) * 1e6:.0f} µs" if ok else ""))
+        ranks = (cells[0].get("topology") or {}).get("rank_hosts")
+        if ranks:
+            lines[-1] += "; ranks on " + ", ".join(h["hostname"] for h in ranks)
     return lines

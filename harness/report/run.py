@@ -16,6 +16,7 @@ from typing import Any
 import adapters
 from harness.inputs import first_sentence
 from harness.outdir import save_figure, write_text
+from harness.report import hosts as hosts_report
 from harness.sizes import format_mib
 from harness.report import epoch, ttt
 from harness.record import MEASURED, precision_label
@@ -120,7 +121,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f" (±{spread / 2:.0%})" if spread is not None else "")
         status = _status(row)
         lines.append(
-            f"| {row['adapter']} | {row['launcher']} | {topo['processes']} × {topo['devices_used']} "
+            f"| {row['adapter']} | {row['launcher']} | {topo['processes']} × {topo['devices_used']}"
+            f"{f' ({hosts_report.nodes_label(topo)})' if hosts_report.spans_hosts(topo) else ''} "
             f"| {precision_label(ctl)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
             f"| {row['samples_per_s']:,.0f}{flag} | {row['samples_per_s_per_device']:,.0f} "
             f"| {row['step_median'] * 1e3:.2f} [{row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f}] "
@@ -145,6 +147,7 @@ def _notes(rows, records) -> list[str]:
         never = [row["adapter"] for row in rows if row["status"] == "not_run"]
         notes.append(f"**The run was interrupted {stopped}**: "
                      + (f"{', '.join(never)} never ran." if never else "every adapter had run at least once."))
+    notes += hosts_report.note(records)
     if any(r.get("oversubscribed") for r in records):
         f = records[0]
         notes.append(f"**Oversubscribed**: more processes than the {f['env']['cpu_cores_usable']} usable cores "
@@ -386,7 +389,10 @@ def console_table(records: list[dict[str, Any]]):
     if cfg:
         return ttt.console_table(records, group(records), cfg)
 
-    t = Table(title=f"{records[0]['workload']} — world size {records[0]['world_size']}")
+    where = next((hosts_report.nodes_label(r.get("topology")) for r in records
+                  if hosts_report.spans_hosts(r.get("topology"))), "")
+    t = Table(title=f"{records[0]['workload']} — world size {records[0]['world_size']}"
+                    + (f" on {where}" if where else ""))
     for col in ("adapter", "precision", "samples/s", "step ms (p10–p90)", "peak mem/rank", "final loss",
                 "accuracy", "max_param_diff", "status"):
         t.add_column(col, justify="right" if col not in ("adapter", "status") else "left")

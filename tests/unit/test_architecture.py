@@ -126,7 +126,7 @@ def test_rank_code_never_imports_parent_code():
     in a rank (harness.rank.*) reaches only the shared modules, adapters and workloads."""
     parent = {"harness.cli", "harness.run", "harness.comm", "harness.launch", "harness.session", "harness.outdir",
               "harness.inputs", "harness.record", "harness.report", "harness.report.run", "harness.report.comm",
-              "harness.env", "harness.stats"}
+              "harness.env", "harness.stats", "harness.hosts", "harness.sbatch", "harness.nodeguard"}
     graph = _graph()
     seen, todo = set(), [m for m in MODULES if m.startswith("harness.rank")]
     while todo:

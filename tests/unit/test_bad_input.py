@@ -1,11 +1,12 @@
 """Every bad input of every subcommand: one line naming the problem and the valid choices, exit code 2, no
 traceback, nothing written.
 
-One table (`CASES`) covers run, comm, report, index and list; the CLI runs in process through typer's CliRunner
+One table (`CASES`) covers run (on one host and across hosts), comm, sbatch, scale, report, index and list; the CLI runs in process through typer's CliRunner
 (the console script itself is exercised in test_layout.py).
 """
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,27 @@ WORKLOADS = ", ".join(workloads.names())
 OPS = ", ".join(collectives.OPS)
 BACKENDS = ", ".join(adapters.comm_backends())
 PROFILES = ", ".join(costmodel.profiles())
+HERE = socket.gethostname()
+IFACES = ", ".join(sorted(name for _, name in socket.if_nameindex()))
+MALFORMED_HOSTFILE = Path(__file__).parent / "hostfiles" / "malformed"
+DP_ACROSS_HOSTS = ("no adapter can run here: torch.nn.DataParallel drives the devices of one process on one machine, "
+                   "so it cannot run on other hosts or span several; see `compare list --device cpu --world-size 2` "
+                   "for the reasons and fixes")
+
+
+@pytest.fixture(autouse=True)
+def _network_answers(tmp_path, monkeypatch):
+    """An `ssh` first on PATH that answers as the network would: `goodhost` is reachable, every other host is
+    unknown (a real unknown host across the simulated cluster: tests/distributed/test_simhosts.py). And no SLURM
+    allocation around the tests."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift 2; done\n'
+                                 'if [ "$1" = goodhost ]; then echo boot-of-goodhost; echo 2; exit 0; fi\n'
+                                 'echo "ssh: Could not resolve hostname $1: Name or service not known" >&2; exit 255\n')
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
 
 
 def invoke(*args):
@@ -109,6 +131,81 @@ CASES = [
     ("run-ttt-equiv-beyond-budget", ["run", "--until-target", "--eval-every", "5", "--max-steps", "5",
                                      "--equiv-steps", "10"],
      "--equiv-steps 10 is more than the 5-step budget (--max-steps)"),
+    # ---- run across hosts -------------------------------------------------------------------------------------
+    ("run-hosts-with-dp", ["run", "-a", "dp", "--hosts", "h1:1,h2:1"], DP_ACROSS_HOSTS),
+    ("run-hosts-slots-not-world-size", ["run", "-a", "ddp", "--hosts", "h1:1,h2:1", "-n", "4"],
+     "--hosts gives 2 slots (h1:1, h2:1) but --world-size is 4; leave --world-size out, or make the slots add up "
+     "to it"),
+    ("run-hostfile-malformed", ["run", "--hostfile", str(MALFORMED_HOSTFILE)],
+     f"{MALFORMED_HOSTFILE}:3: 'h2 slots=two' is not `HOST slots=N` with N at least 1"),
+    ("run-hostfile-missing", ["run", "--hostfile", "/nonexistent-hostfile"],
+     "--hostfile /nonexistent-hostfile: cannot read it (No such file or directory)"),
+    ("run-hostfile-empty", ["run", "--hostfile", "/dev/null"],
+     "--hostfile /dev/null names no host (lines are `HOST slots=N`)"),
+    ("run-hosts-and-hostfile", ["run", "--hosts", "h1:1", "--hostfile", "/dev/null"],
+     "give --hosts or --hostfile, not both"),
+    ("run-hosts-bad-slots", ["run", "--hosts", "h1:x,h2:1"],
+     "--hosts entry 'h1:x': the slots must be a whole number of at least 1 (HOST:SLOTS, e.g. h1:2)"),
+    ("run-hosts-zero-slots", ["run", "--hosts", "h1:0"],
+     "--hosts entry 'h1:0': the slots must be a whole number of at least 1 (HOST:SLOTS, e.g. h1:2)"),
+    ("run-hosts-empty-entry", ["run", "--hosts", "h1:1,,h2:1"],
+     "--hosts 'h1:1,,h2:1' has an empty entry; use HOST:SLOTS,HOST:SLOTS, e.g. h1:2,h2:2"),
+    ("run-hosts-bad-name", ["run", "--hosts", "h1:1,h$2:1"], "--hosts: 'h$2' is not a host name"),
+    ("run-hosts-twice", ["run", "--hosts", "h1:1,h2:1,h1:2"],
+     "--hosts lists host h1 twice; give it once with all its slots (h1:3)"),
+    ("run-nnodes-beyond-hosts", ["run", "--hosts", "h1:1,h2:1", "--nnodes", "3"],
+     "--nnodes 3 but --hosts gives only 2 host(s) (h1, h2)"),
+    ("run-nnodes-0", ["run", "--hosts", "h1:1,h2:1", "--nnodes", "0"], "--nnodes must be at least 1, got 0"),
+    ("run-nnodes-without-hosts", ["run", "--nnodes", "2"],
+     "--nnodes picks the first nodes of --hosts, --hostfile or a SLURM allocation (--launcher slurm); give one of "
+     "them"),
+    ("run-localhost-beside-remote-hosts", ["run", "--hosts", "localhost:1,h2:1"],
+     f"localhost means this machine, which h2 cannot reach by that name; name this machine by its hostname "
+     f"({HERE}) in --hosts"),
+    ("run-unknown-interface-here", ["run", "-a", "ddp", "--hosts", "127.0.0.1:1,localhost:1", "--iface", "nosuch0"],
+     f"--iface nosuch0: this machine has no such interface ({IFACES})"),
+    ("run-bad-interface-name", ["run", "--hosts", "h1:1,h2:1", "--iface", "eth 0"],
+     "--iface 'eth 0' is not a network interface name"),
+    ("run-iface-on-one-host", ["run", "--iface", "eth0"],
+     "--iface chooses the network between hosts (with --hosts, --hostfile or --launcher slurm); ranks on one host "
+     "talk over loopback (lo)"),
+    ("run-unknown-host", ["run", "-a", "ddp", "--hosts", "goodhost:1,nosuchhost:1"],
+     "host nosuchhost is unreachable: ssh: Could not resolve hostname nosuchhost: Name or service not known "
+     "(checked with `ssh -o BatchMode=yes -o ConnectTimeout=5 nosuchhost ...`)"),
+    ("run-unknown-launcher", ["run", "--hosts", "h1:1,h2:1", "--launcher", "mpirun"],
+     "unknown launcher 'mpirun'; valid choices: ssh, slurm"),
+    ("run-slurm-outside-an-allocation", ["run", "--launcher", "slurm"],
+     "--launcher slurm runs inside a SLURM allocation and there is none here (no SLURM_JOB_ID): run it under "
+     "`salloc -N 2 --ntasks-per-node=1 ...`, or in an sbatch script (`compare sbatch ... --nodes 2 "
+     "--ntasks-per-node 1` writes one)"),
+    ("run-slurm-with-hosts", ["run", "--launcher", "slurm", "--hosts", "h1:1,h2:1"],
+     "--launcher slurm takes the hosts from the SLURM allocation; leave --hosts out (--nnodes N uses the first N "
+     "nodes of the allocation)"),
+    ("comm-hosts-slots-not-world-size", ["comm", "--hosts", "h1:1,h2:1", "-n", "3"],
+     "--hosts gives 2 slots (h1:1, h2:1) but --world-size is 3; leave --world-size out, or make the slots add up "
+     "to it"),
+    ("comm-one-slot-across-hosts", ["comm", "--hosts", "h1:1"], "world size must be at least 2 for communication, got 1"),
+    ("comm-unknown-host", ["comm", "--backends", "torch", "--hosts", "goodhost:1,nosuchhost:1"],
+     "host nosuchhost is unreachable: ssh: Could not resolve hostname nosuchhost: Name or service not known "
+     "(checked with `ssh -o BatchMode=yes -o ConnectTimeout=5 nosuchhost ...`)"),
+    ("comm-slurm-outside-an-allocation", ["comm", "--launcher", "slurm"],
+     "--launcher slurm runs inside a SLURM allocation and there is none here (no SLURM_JOB_ID): run it under "
+     "`salloc -N 2 --ntasks-per-node=1 ...`, or in an sbatch script (`compare sbatch ... --nodes 2 "
+     "--ntasks-per-node 1` writes one)"),
+    # ---- sbatch ---------------------------------------------------------------------------------------------
+    ("sbatch-without-shape", ["sbatch", "-a", "ddp"],
+     "compare sbatch needs the allocation's shape: --nodes N --ntasks-per-node K (ranks per node)"),
+    ("sbatch-nodes-0", ["sbatch", "--nodes", "0", "--ntasks-per-node", "1"], "--nodes must be at least 1, got 0"),
+    ("sbatch-bad-time", ["sbatch", "--nodes", "2", "--ntasks-per-node", "1", "--time", "1h"],
+     "--time '1h' is not a SLURM time limit (MM, HH:MM:SS or D-HH:MM:SS, e.g. 00:30:00)"),
+    ("sbatch-world-size-disagrees", ["sbatch", "--nodes", "2", "--ntasks-per-node", "2", "-n", "2"],
+     "--nodes 2 x --ntasks-per-node 2 gives 4 ranks but --world-size is 2; leave --world-size out, or make them "
+     "agree"),
+    ("sbatch-dp", ["sbatch", "-a", "dp", "--nodes", "2", "--ntasks-per-node", "1"], DP_ACROSS_HOSTS),
+    ("sbatch-unknown-adapter", ["sbatch", "-a", "horovd", "--nodes", "2", "--ntasks-per-node", "1"],
+     f"unknown adapter 'horovd'; valid choices: {ADAPTERS}"),
+    ("sbatch-batch-indivisible", ["sbatch", "-a", "ddp", "--nodes", "3", "--ntasks-per-node", "1"],
+     "global batch 64 is not divisible by world size 3; choose a --global-batch that is a multiple of 3"),
     # ---- comm -----------------------------------------------------------------------------------------------
     ("comm-unknown-op", ["comm", "--ops", "allreduce"], f"unknown op 'allreduce'; valid choices: {OPS}"),
     ("comm-duplicate-op", ["comm", "--ops", "all_reduce,all_reduce"], "op 'all_reduce' listed twice"),

@@ -128,7 +128,7 @@ def test_fp16_follows_deepspeeds_cpu_probe(monkeypatch):
 
 def test_launch_uses_the_deepspeed_launcher_with_a_store_the_parent_holds(monkeypatch, tmp_path):
     monkeypatch.setattr(ds, "launcher_path", lambda: "/venv/bin/deepspeed")
-    spec = SimpleNamespace(world_size=2, device="cpu")
+    spec = SimpleNamespace(world_size=2, device="cpu", topology=None)
     plan = ds.DeepSpeedAdapter({}, "cpu").launch(tmp_path / "spec.json", spec)
     argv = plan.argv
     assert argv[0] == "/venv/bin/deepspeed" and argv[argv.index("--num_gpus") + 1] == "2"
