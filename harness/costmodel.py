@@ -64,6 +64,8 @@ class Compute:
     """(bytes, seconds after the start of backward when that gradient is ready), in the order they become ready."""
     overhead_s: float = 0.0
     """What the backend itself costs per step beyond the plain loop, measured at world size 1."""
+    copy_Bps: float | None = None
+    """Bytes per second of copying one buffer into another on this device (None: copies not priced)."""
 
     @property
     def grad_bytes(self) -> float:
@@ -100,13 +102,14 @@ class ComputeCurve:
     grads_batch: float
     overhead_s: float = 0.0
     flops_per_sample: float | None = None
+    copy_Bps: float | None = None
 
     def at(self, batch: float) -> Compute:
         bwd = interpolate(self.bwd, batch)
         ref = interpolate(self.bwd, self.grads_batch)
         scale = bwd / ref if ref > 0 else 1.0
         return Compute(interpolate(self.fwd, batch), bwd, self.opt_s, [(b, t * scale) for b, t in self.grads],
-                       self.overhead_s)
+                       self.overhead_s, self.copy_Bps)
 
     @classmethod
     def from_profile(cls, profile: dict[str, Any], overhead_s: float = 0.0) -> ComputeCurve:
@@ -116,7 +119,8 @@ class ComputeCurve:
                    bwd=[(b["per_rank_batch"], b["bwd_s"]) for b in batches],
                    opt_s=batches[0]["opt_s"], grads=[tuple(g) for g in profile.get("grads", [])],
                    grads_batch=batches[0]["per_rank_batch"], overhead_s=overhead_s,
-                   flops_per_sample=profile.get("flops_per_sample"))
+                   flops_per_sample=profile.get("flops_per_sample"),
+                   copy_Bps=profile["copy_GBps"] * 1e9 if profile.get("copy_GBps") else None)
 
 
 def layered_grads(layers: list[tuple[float, float]], bwd_s: float) -> list[tuple[float, float]]:
@@ -259,6 +263,8 @@ class Fabric(Collectives):
     """False: rings only (NCCL before 2.4, gloo)."""
     device: str = ""
     peak_tflops: dict[str, float] = field(default_factory=dict)
+    copy_Bps: float | None = None
+    """Bytes per second of a copy in device memory: half the memory bandwidth (every byte is read and written)."""
     sources: list[dict[str, str]] = field(default_factory=list)
     notes: str = ""
 
@@ -334,7 +340,8 @@ def load_profile(name: str) -> Fabric:
     return Fabric(name=name, devices_per_node=d["devices_per_node"], intra_busbw_Bps=d["intra_busbw_GBps"] * 1e9,
                   inter_busbw_Bps=d["inter_busbw_GBps"] * 1e9, protocols=protocols, tree=d.get("tree", True),
                   device=d.get("device", ""), peak_tflops=d.get("peak_tflops", {}), sources=d.get("sources", []),
-                  notes=d.get("notes", ""))
+                  notes=d.get("notes", ""),
+                  copy_Bps=d["memory_bandwidth_GBps"] * 1e9 / 2 if d.get("memory_bandwidth_GBps") else None)
 
 
 def profiles() -> list[str]:
@@ -379,6 +386,57 @@ def buckets_of(grads: list[tuple[float, float]], first_cap: float, cap: float) -
     return out
 
 
+def fusion_cycles(grads: list[tuple[float, float]], schedule: dict[str, Any],
+                  busy=lambda buffers: 0.0) -> list[tuple[float, list[tuple[float, int]]]]:
+    """Horovod's cycles with work: (start time, [(fused bytes, tensors) per all-reduce]) in order. The next cycle
+    starts a cycle time after this one, or when this one's work (`busy(buffers)`) is done if that is later."""
+    cycle, cap = schedule["cycle_s"], schedule["fusion_bytes"] or float("inf")
+    out, pending, tick = [], sorted(grads, key=lambda g: g[1]), cycle
+    while pending:
+        ready = [g for g in pending if g[1] <= tick]
+        if not ready:
+            tick = cycle * math.ceil(pending[0][1] / cycle)
+            continue
+        pending = pending[len(ready):]
+        buffers, size, count = [], 0.0, 0
+        for b, _ in ready:
+            if count and size + b > cap:
+                buffers.append((size, count))
+                size, count = 0.0, 0
+            size, count = size + b, count + 1
+        buffers.append((size, count))
+        out.append((tick, buffers))
+        tick = max(tick + cycle, tick + busy(buffers))
+    return out
+
+
+def fusion_copy(c: Compute, size: float, count: int) -> float:
+    """Seconds to pack `count` tensors of `size` bytes into the fusion buffer and unpack them (none for one)."""
+    return 0.0 if count < 2 or not c.copy_Bps else 2 * size / c.copy_Bps
+
+
+def fusion_plan(schedule: dict[str, Any], c: Compute, coll: Collectives,
+                n: int) -> list[tuple[float, list[tuple[float, int]], float]]:
+    """Horovod's cycles for this step: (start, [(fused bytes, tensors)], seconds of work) each."""
+    wire = schedule.get("wire_scale", 1.0)
+    grads = [(b * wire, t) for b, t in c.grads] or [(0.0, c.bwd_s)]
+
+    def busy(buffers):
+        return coll.control(n) + sum(coll.time("all_reduce", size, n) + fusion_copy(c, size, count)
+                                     for size, count in buffers)
+
+    return [(start, buffers, busy(buffers)) for start, buffers in fusion_cycles(grads, schedule, busy)]
+
+
+def fusion_buffer_bytes(schedule: dict[str, Any] | None, c: Compute, coll: Collectives, n: int) -> float:
+    """Memory a fusion buffer adds on each rank: Horovod allocates it once several tensors are fused, and the
+    pages its largest fused all-reduce touches stay resident (at most the fusion threshold)."""
+    if not schedule or schedule.get("kind") != "fusion" or n <= 1:
+        return 0.0
+    sizes = [size for _, buffers, _ in fusion_plan(schedule, c, coll, n) for size, count in buffers if count > 1]
+    return min(max(sizes, default=0.0), schedule["fusion_bytes"] or float("inf"))
+
+
 def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives, n: int,
                  shares_cores: bool = False) -> Step:
     """The step of a backend with `schedule` (an adapter's comm_schedule()) on n ranks. `shares_cores`:
@@ -408,24 +466,9 @@ def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives,
     elif kind == "fusion":
         # Horovod's background thread: each cycle it negotiates whatever gradients are ready, fuses them into
         # all-reduces of at most the fusion buffer, runs them, then sleeps out the rest of its cycle; what became
-        # ready while it was busy is fused into the next cycle's buffer.
-        cycle, cap = schedule["cycle_s"], schedule["fusion_bytes"] or float("inf")
-        jobs, pending, tick = [], sorted(grads, key=lambda g: g[1]), cycle
-        while pending:
-            ready = [g for g in pending if g[1] <= tick]
-            if not ready:
-                tick = cycle * math.ceil(pending[0][1] / cycle)
-                continue
-            pending = pending[len(ready):]
-            size, start, busy = 0.0, tick, coll.control(n)
-            for b, _ in ready:
-                if size and size + b > cap:
-                    busy += coll.time("all_reduce", size, n)
-                    size = 0.0
-                size += b
-            busy += coll.time("all_reduce", size, n)
-            jobs.append((start, busy))
-            tick = max(start + cycle, start + busy)
+        # ready while it was busy is fused into the next cycle's buffer. A buffer of several tensors is packed
+        # (copied in) and unpacked (copied out); a single tensor is reduced where it is.
+        jobs = [(start, busy) for start, _, busy in fusion_plan(schedule, c, coll, n)]
         comm, exposed = overlapped(jobs, c.bwd_s)
     elif kind == "zero":
         stage = schedule["stage"]

@@ -103,9 +103,28 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
     out["optimizer_state_bytes"] = sum(t.numel() * t.element_size() for state in optimizer.state.values()
                                        for t in state.values() if torch.is_tensor(t) and t.dim() > 0)
     out["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
+    out["copy_GBps"] = _copy_bandwidth(info.device, sync)
     if flops:
         out["flops_per_sample"] = _flops_per_sample(model, workload, data, adapter, batches[0], info.device)
     return out
+
+
+def _copy_bandwidth(device: str, sync, nbytes: int = 64 * 2**20) -> float:
+    """GB/s of copying one buffer into another (the buffer's size per second) with this rank's threads: what a
+    framework that packs gradients into a fusion buffer and back out pays per byte."""
+    import torch
+
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # first touch
+    times = []
+    for _ in range(5):
+        sync()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return nbytes / statistics.median(times) / 1e9
 
 
 def _flops_per_sample(model, workload, data, adapter, b: int, device: str) -> float | None:

@@ -101,15 +101,16 @@ def _stage(schedule) -> int:
     return schedule["stage"] if schedule and schedule.get("kind") == "zero" else 0
 
 
-def predicted_memory(cal: dict[str, Any], n: int) -> float | None:
-    """Peak memory per rank at n: the world-size-1 peak, with the model states ZeRO partitions divided by n."""
+def predicted_memory(cal: dict[str, Any], n: int, extra_bytes: float = 0.0) -> float | None:
+    """Peak memory per rank at n: the world-size-1 peak, with the model states ZeRO partitions divided by n, plus
+    `extra_bytes` a schedule only needs with several ranks (Horovod's fusion buffer)."""
     if cal.get("peak_1") is None or not cal.get("param_count"):
         return None
     prof, params = cal["profile"], cal["param_count"]
     optim = (prof.get("optimizer_state_bytes") or 0) / params
     stage = _stage(cal["schedule"])
     states = lambda k: cm.model_state_bytes(params, k, stage, optim_bytes=optim)  # noqa: E731
-    return cal["peak_1"] - states(1) + states(n)
+    return cal["peak_1"] - states(1) + states(n) + extra_bytes
 
 
 def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
@@ -128,15 +129,17 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
                 n = rec["topology"]["devices_used"]
             row = {"label": label, "n": p["n"], "oversubscribed": p["oversubscribed"],
                    "measured_s": p["step_median"], "measured_mem": p.get("peak_memory_bytes")}
+            fusion = 0.0
             try:
                 if n > 1 and c["collectives"] is None:
                     raise KeyError("no comm sweep to calibrate with (--no-model, or no comm results)")
-                step = cm.predict_step(c["schedule"], c["curve"].at(rec["controls"]["per_process_batch"]),
-                                       c["collectives"], n, shares_cores(rec))
+                compute = c["curve"].at(rec["controls"]["per_process_batch"])
+                step = cm.predict_step(c["schedule"], compute, c["collectives"], n, shares_cores(rec))
                 row.update(predicted_s=step.step_s, error=step.step_s / p["step_median"] - 1, step=step)
+                fusion = cm.fusion_buffer_bytes(c["schedule"], compute, c["collectives"], n)
             except KeyError as exc:
                 row["why_not"] = str(exc).strip("'\"")
-            mem = predicted_memory(c, p["n"])
+            mem = predicted_memory(c, p["n"], fusion)
             if mem is not None and p.get("peak_memory_bytes"):
                 row.update(predicted_mem=mem, mem_error=mem / p["peak_memory_bytes"] - 1)
             rows.append(row)
@@ -156,7 +159,7 @@ def target_compute(cal: dict[str, Any], fabric: cm.Fabric, batch: float, utilisa
     total = flops * batch / (peak * 1e12 * utilisation)
     scale = total / here.total_s
     return cm.Compute(here.fwd_s * scale, here.bwd_s * scale, here.opt_s * scale,
-                      [(b, t * scale) for b, t in here.grads], 0.0)
+                      [(b, t * scale) for b, t in here.grads], 0.0, fabric.copy_Bps)
 
 
 def extrapolate_here(cal: dict[str, Any], batch: float, to: int, shares: bool) -> list[dict[str, Any]]:

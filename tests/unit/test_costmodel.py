@@ -163,3 +163,20 @@ def test_this_machines_fit_extends_to_more_ranks_by_ring_steps():
     assert fitted.time("all_reduce", 1e6, 2) == pytest.approx(100e-6 + 1e6 / 1e9)
     with pytest.raises(KeyError):
         fitted.time("all_reduce", 1e6, 4)  # nothing measured at 4: no silent guess
+
+
+def test_horovod_packs_and_unpacks_a_fusion_buffer_of_several_tensors():
+    grads = [(MiB, 0.5e-3), (MiB, 0.6e-3)]  # both ready before the first cycle: one fused buffer of 2 MiB
+    hvd = {"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3}
+    plain = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads)
+    copied = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads, copy_Bps=MiB / 1e-3)  # 1 MiB per ms
+    # all-reduce of 2 MiB: 2 ms; packing and unpacking 2 MiB at 1 MiB/ms: 4 ms more
+    assert cm.predict_step(hvd, plain, PerMiB(1e-3), 2).comm_s == pytest.approx(2e-3)
+    assert cm.predict_step(hvd, copied, PerMiB(1e-3), 2).comm_s == pytest.approx(6e-3)
+    # a single tensor is reduced where it is: no copy
+    one = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=[(2 * MiB, 0.5e-3)], copy_Bps=MiB / 1e-3)
+    assert cm.predict_step(hvd, one, PerMiB(1e-3), 2).comm_s == pytest.approx(2e-3)
+    # the buffer stays resident: the largest fused all-reduce, at most the threshold; none on one rank
+    assert cm.fusion_buffer_bytes(hvd, copied, PerMiB(1e-3), 2) == 2 * MiB
+    assert cm.fusion_buffer_bytes({**hvd, "fusion_bytes": MiB}, copied, PerMiB(1e-3), 2) == 0  # split: 1 each
+    assert cm.fusion_buffer_bytes(hvd, copied, PerMiB(1e-3), 1) == 0
