@@ -128,7 +128,8 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
             if c["schedule"] and c["schedule"]["kind"] == "replicate":
                 n = rec["topology"]["devices_used"]
             row = {"label": label, "n": p["n"], "oversubscribed": p["oversubscribed"],
-                   "measured_s": p["step_median"], "measured_mem": p.get("peak_memory_bytes")}
+                   "measured_s": p["step_median"], "measured_p10_s": p["step_p10"],
+                   "measured_mem": p.get("peak_memory_bytes")}
             fusion = 0.0
             try:
                 if n > 1 and c["collectives"] is None:
@@ -136,6 +137,16 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
                 compute = c["curve"].at(rec["controls"]["per_process_batch"])
                 step = cm.predict_step(c["schedule"], compute, c["collectives"], n, shares_cores(rec))
                 row.update(predicted_s=step.step_s, error=step.step_s / p["step_median"] - 1, step=step)
+                if p.get("balance") and n > 1:
+                    # Diagnosis, not prediction: the same model with the compute the ranks measured at this world
+                    # size (their slowest), which separates compute contention from the communication model.
+                    at_n = max(b["compute_s"] for b in p["balance"])
+                    k = at_n / compute.total_s
+                    seen = cm.Compute(compute.fwd_s * k, compute.bwd_s * k, compute.opt_s * k,
+                                      [(b, t * k) for b, t in compute.grads], compute.overhead_s, compute.copy_Bps)
+                    with_n = cm.predict_step(c["schedule"], seen, c["collectives"], n, shares_cores(rec)).step_s
+                    row.update(compute_ratio=k, with_measured_compute_s=with_n,
+                               with_measured_compute_error=with_n / p["step_median"] - 1)
                 fusion = cm.fusion_buffer_bytes(c["schedule"], compute, c["collectives"], n)
             except KeyError as exc:
                 row["why_not"] = str(exc).strip("'\"")
@@ -308,26 +319,51 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                "on this CPU every core computes, so communication cannot overlap compute and is added to the step"
                if any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
                else "communication overlaps backward as each schedule allows") + ").", ""]
-    md += ["| adapter | world size | measured step ms | predicted ms | error | of which exposed comm ms "
-           "| overhead ms | peak memory/rank measured → predicted |", "|---|---|---|---|---|---|---|---|"]
+    md += ["| adapter | world size | measured step ms: median (p10) | predicted ms | error vs median "
+           "| of which exposed comm ms | overhead ms | compute at N vs alone | with the compute measured at N "
+           "| peak memory/rank measured → predicted |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     rows = predict_measured(records, tab, cal)
     for r in rows:
         over = " (oversubscribed)" if r["oversubscribed"] else ""
         mem = (f"{format_mib(r['measured_mem'])} → {format_mib(r['predicted_mem'])} ({r['mem_error']:+.0%})"
                if "predicted_mem" in r else "–")
         if "predicted_s" not in r:
-            md.append(f"| {r['label']} | {r['n']}{over} | {r['measured_s'] * 1e3:.2f} | – ({r['why_not']}) | | | | "
-                      f"{mem} |")
+            md.append(f"| {r['label']} | {r['n']}{over} | {r['measured_s'] * 1e3:.2f} ({r['measured_p10_s'] * 1e3:.2f}) "
+                      f"| – ({r['why_not']}) | | | | | | {mem} |")
             continue
         s = r["step"]
-        md.append(f"| {r['label']} | {r['n']}{over} | {r['measured_s'] * 1e3:.2f} | {r['predicted_s'] * 1e3:.2f} "
-                  f"| {r['error']:+.0%} | {s.exposed_s * 1e3:.2f} | {s.overhead_s * 1e3:.2f} | {mem} |")
-    real = [r for r in rows if "predicted_s" in r and not r["oversubscribed"]]
+        md.append(f"| {r['label']} | {r['n']}{over} | {r['measured_s'] * 1e3:.2f} ({r['measured_p10_s'] * 1e3:.2f}) "
+                  f"| {r['predicted_s'] * 1e3:.2f} | {r['error']:+.0%} | {s.exposed_s * 1e3:.2f} "
+                  f"| {s.overhead_s * 1e3:.2f} | " + (f"{r['compute_ratio']:.2f}x | {r['with_measured_compute_s'] * 1e3:.2f} "
+                                                       f"({r['with_measured_compute_error']:+.0%})"
+                                                       if "compute_ratio" in r else "– | –") + f" | {mem} |")
+    # World-size-1 points are the calibration itself (their error is only how the profile's compute and the
+    # timed steps differ): the model is judged on the points above it.
+    real = [r for r in rows if "predicted_s" in r and not r["oversubscribed"] and r["n"] > 1]
     if real:
         worst = max(real, key=lambda r: abs(r["error"]))
         within = sum(abs(r["error"]) <= 0.10 for r in real)
-        md += ["", f"Step time within ±10% at {within} of {len(real)} measured points (not oversubscribed); the "
-                   f"largest error is {worst['error']:+.0%} ({worst['label']} at {worst['n']})."]
+        md += ["", f"Step time within ±10% of the measured median at {within} of the {len(real)} measured points "
+                   f"above world size 1 (not oversubscribed; world size 1 is the calibration itself); the largest "
+                   f"error is {worst['error']:+.0%} ({worst['label']} at {worst['n']})."]
+        diag = [r for r in real if "with_measured_compute_error" in r]
+        if diag:
+            ok_n = sum(abs(r["with_measured_compute_error"]) <= 0.10 for r in diag)
+            slow = [r["compute_ratio"] for r in diag]
+            md += ["", f"Compute at N vs alone: each rank's own compute measured at that world size (the load-balance "
+                       f"profile, all ranks at once) against the world-size-1 profile the prediction uses: "
+                       f"{min(slow):.2f}x to {max(slow):.2f}x here, ranks computing at once share the machine's "
+                       f"memory bandwidth and caches, which a world-size-1 calibration cannot see. Fed that measured "
+                       f"compute instead (a diagnosis, not a prediction: it uses the point itself), the same model is "
+                       f"within ±10% at {ok_n} of {len(diag)} points above world size 1: what remains is the "
+                       f"communication model's own error."]
+        jitter = [r for r in real if r["measured_p10_s"] < 0.7 * r["measured_s"]]
+        if jitter:
+            md += ["", f"At {len(jitter)} of them the median step is more than 1.4x the 10th percentile: steps of a "
+                       f"few milliseconds on shared cores collect scheduling delays (every process and communication "
+                       f"thread of the step must be on a core), which the model has no term for; there it predicts "
+                       f"closer to the undisturbed steps (p10) than to the median."]
     md += ["", "Calibration per adapter:", ""]
     for label, c in cal.items():
         prof = c["profile"]["batches"][0]
