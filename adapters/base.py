@@ -106,6 +106,9 @@ class LaunchPlan:
     """For a launcher that starts remote ranks itself and reads their environment from a file (DeepSpeed's
     DS_ENV_FILE): the harness writes there, as KEY=VALUE lines, what every rank needs (its own variables, `env`,
     TORCH_EXTENSIONS_DIR), before it starts the command."""
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
+    """Called by the parent once the launch has ended, however it ended (after its processes are gone): removes
+    what the framework itself leaves behind on this machine (DeepSpeed's shared-memory segments)."""
 
     @classmethod
     def per_node(cls, commands: list[HostCommand], **kwargs) -> LaunchPlan:

@@ -29,6 +29,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -60,6 +61,36 @@ def _installed_version_info() -> dict[str, Any] | None:
     module = importlib.util.module_from_spec(file_spec)
     file_spec.loader.exec_module(module)
     return {k: getattr(module, k, None) for k in ("version", "accelerator_name", "installed_ops")}
+
+
+_SHM_DIR = Path("/dev/shm")
+
+
+def _shm_prefix(addr: str, port: int | str) -> str:
+    # deepspeed/ops/csrc/cpu/comm/shm.cpp: "%s_%d_%s_%s" % (SHM_BUFFER_NAME, getuid(), MASTER_ADDR, MASTER_PORT),
+    # then "_%d" % rank
+    return f"deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_"
+
+
+def shm_segment(rank: int) -> Path | None:
+    """This rank's shared-memory all-reduce segment, which DeepSpeed's CPU backend (deepspeed_shm_comm, used when
+    every rank is on one machine) creates at init and never unlinks: about 66 MiB per rank left in /dev/shm by
+    every launch, until /dev/shm (RAM) is full."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port:
+        return None
+    return _SHM_DIR / f"{_shm_prefix(addr, port)}{rank}"
+
+
+def shm_sweeper(addr: str, port: int) -> Callable[[], None]:
+    """For the parent, after the launch: remove any segment of this launch still there (a rank that died before
+    it could unlink its own)."""
+
+    def sweep() -> None:
+        for f in _SHM_DIR.glob(_shm_prefix(addr, port) + "*"):
+            f.unlink(missing_ok=True)
+
+    return sweep
 
 
 def launcher_path() -> str | None:
@@ -176,13 +207,14 @@ class DeepSpeedAdapter(Adapter):
                 # children get --local_rank=N, which the rank entry point ignores.
                 argv = [launcher_path(), "--num_gpus", str(spec.world_size), "--master_addr", "127.0.0.1",
                         "--master_port", str(store.port), *module]
-                return LaunchPlan(argv, env=env, hold=[store])
+                return LaunchPlan(argv, env=env, hold=[store], cleanup=[shm_sweeper("127.0.0.1", store.port)])
             # Node ranks that are all on this machine: DeepSpeed's own no-ssh mode, one launcher per node rank.
             hostfile = self._hostfile(spec)
             return LaunchPlan.per_node([
                 on_node(node, [launcher_path(), "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(r),
                                "--master_addr", topo.master, "--master_port", str(store.port), *module])
-                for r, node in enumerate(topo.nodes)], env=env, hold=[store])
+                for r, node in enumerate(topo.nodes)], env=env, hold=[store],
+                cleanup=[shm_sweeper(topo.master, store.port)])
         # Across hosts rank 0 binds the store at the master address (no parent there to hold it). DeepSpeed
         # forwards almost nothing to remote ranks but the file named by DS_ENV_FILE, which the harness fills.
         env_file = Path(spec.rank_dir) / "deepspeed_env"
@@ -271,6 +303,12 @@ class DeepSpeedAdapter(Adapter):
         deepspeed.init_distributed(dist_init_required=True)
         self.timings_s["init_distributed_s"] = time.perf_counter() - t0
         rank, world = ds_dist.get_rank(), ds_dist.get_world_size()
+        own = shm_segment(rank)
+        if own is not None and int(os.environ.get("LOCAL_SIZE", "0")) == world:  # DeepSpeed's own test for shm
+            # Every rank has mapped every peer's segment once all are past init: the names can go then (the
+            # mappings stay), so nothing is left in /dev/shm even if a rank is killed later.
+            torch.distributed.barrier()
+            own.unlink(missing_ok=True)
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
         if spec.device == "cuda":
             torch.cuda.set_device(local_rank)

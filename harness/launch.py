@@ -592,6 +592,11 @@ class Launch:
             for r in self.running:
                 r.pidfd = None
         leftovers = _kill_leftovers(self.launch_id)
+        for clean in self.plan.cleanup:  # the framework's own leftovers, now that no process of it is left
+            try:
+                clean()
+            except OSError:
+                pass
         end_wall = time.time()
         wall = time.monotonic() - self.t0
         several = len(self.running) > 1

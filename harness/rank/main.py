@@ -173,7 +173,10 @@ def _supervise(rank_dir: Path) -> None:
     except OSError:
         pass
     if sig is not None:
-        signal.signal(sig, signal.SIG_DFL)
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+            pass
         os.kill(me, sig)
         os._exit(128 + sig)
     os._exit(ended["code"])

@@ -6,6 +6,7 @@ The first run in a venv JIT-compiles deepspeed_shm_comm (~35-65 s on 2 cores) in
 later runs reuse it."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -21,15 +22,26 @@ FP16_REFUSED = ("error: adapter deepspeed:precision=fp16: knob 'precision' fp16 
                 "accelerator on this CPU (no oneDNN fp16 support); use bf16 or fp32")
 
 
+def _shm_segments() -> set[str]:
+    return {f.name for f in Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")}
+
+
 @pytest.fixture(scope="module")
 def zero_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("deepspeed") / "run"
+    before = _shm_segments()
     rows, proc = run_compare(out, "--adapters", ",".join(LABELS))
-    return rows, proc
+    return rows, proc, _shm_segments() - before
+
+
+def test_no_shared_memory_segment_is_left_behind(zero_run):
+    # DeepSpeed's CPU shm all-reduce creates ~66 MiB per rank in /dev/shm and never unlinks it: four launches
+    # here would leave eight, and a day of runs fills the RAM that /dev/shm lives in.
+    assert zero_run[2] == set()
 
 
 def test_every_stage_ran(zero_run):
-    rows, proc = zero_run
+    rows, proc, _ = zero_run
     assert list(rows) == LABELS
     for label, rec in rows.items():
         assert rec["status"] == "ok", (label, rec.get("reason"), rec.get("log_tail"))

@@ -2,12 +2,12 @@
 and the ds config. None of these import deepspeed (which would probe accelerators and log to stdout)."""
 
 import importlib.util
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-
-import socket
 
 import pytest
 
@@ -144,6 +144,28 @@ def test_launch_uses_the_deepspeed_launcher_with_a_store_the_parent_holds(monkey
     assert plan.env == {"DS_ACCELERATOR": "cpu", "TORCHELASTIC_USE_AGENT_STORE": "True",
                         "TORCH_EXTENSIONS_DIR": str(ds.jit_cache_dir())}
     assert ds.DeepSpeedAdapter({}, "cpu").processes(2) == 2
+
+
+def test_the_launch_sweeps_its_own_shared_memory_segments_and_no_other(monkeypatch, tmp_path):
+    # deepspeed_shm_comm names a rank's segment deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>
+    # and never unlinks it
+    monkeypatch.setattr(ds, "launcher_path", lambda: "/venv/bin/deepspeed")
+    monkeypatch.setattr(ds, "_SHM_DIR", tmp_path)
+    plan = ds.DeepSpeedAdapter({}, "cpu").launch(tmp_path / "spec.json",
+                                                 SimpleNamespace(world_size=2, device="cpu", topology=None))
+    port = plan.argv[plan.argv.index("--master_port") + 1]
+    uid = os.getuid()
+    ours = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_{port}_{r}" for r in (0, 1)]
+    other = tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_{int(port) + 1}_0"  # another job's
+    for f in [*ours, other]:
+        f.write_bytes(b"x")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", port)
+    assert ds.shm_segment(1) == ours[1]  # the name a rank unlinks once every peer has mapped it
+    [sweep] = plan.cleanup
+    sweep()
+    assert [f.exists() for f in ours] == [False, False] and other.exists()
+    plan.hold.clear()
 
 
 def test_the_jit_cache_is_this_venvs_own_unless_the_user_chose_one(monkeypatch):
