@@ -231,6 +231,9 @@ def test_committed_reports_rerender_identically(tmp_path, run):
     from harness.record import read_records
 
     records = read_records(REPO / "results" / run / "records.jsonl")
+    for comm in (REPO / "results" / run).glob("comm_n*/records.jsonl"):  # a scale sweep's own collectives
+        (tmp_path / comm.parent.name).mkdir()
+        (tmp_path / comm.parent.name / "records.jsonl").write_text(comm.read_text())
     report.render(tmp_path, records)
     assert (tmp_path / "report.md").read_text() == (REPO / "results" / run / "report.md").read_text()
 
