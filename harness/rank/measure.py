@@ -18,6 +18,17 @@ def device_sync(device: str):
     return lambda: None
 
 
+def release_freed_memory() -> None:
+    """Return memory freed by this process to the OS now (glibc's malloc_trim): freed tensors below glibc's mmap
+    threshold stay in its heap, resident, and an RSS high-water mark taken later would still count them."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 class PeakMemory:
     """Peak memory of this process since `reset()`: max allocated on CUDA, peak RSS (VmHWM) on CPU.
 
@@ -29,6 +40,11 @@ class PeakMemory:
     def __init__(self, device: str):
         self.device = device
         self.kind = "cuda_max_allocated" if device.startswith("cuda") else "rss_vmhwm"
+        self._held = 0
+
+    def hold(self, peak: int) -> None:
+        """Keep `peak` (read before a reset) as the floor of what `read` returns."""
+        self._held = max(self._held, peak)
 
     def reset(self) -> None:
         if self.device.startswith("cuda"):
@@ -42,6 +58,9 @@ class PeakMemory:
             self.kind = "rss_ru_maxrss_since_start"
 
     def read(self) -> int:
+        return max(self._held, self._read())
+
+    def _read(self) -> int:
         if self.device.startswith("cuda"):
             import torch
 
