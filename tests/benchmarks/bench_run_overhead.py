@@ -150,7 +150,11 @@ def run_raw(framework: str, workload: str, tmp: Path) -> tuple[float, float]:
     threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GLOO_SOCKET_IFNAME": "lo",
            "MASTER_ADDR": "127.0.0.1", **extra}
+    shm = Path("/dev/shm")
+    before = set(shm.glob("deepspeed_allreduce_buffer_*"))
     proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+    for leftover in set(shm.glob("deepspeed_allreduce_buffer_*")) - before:
+        leftover.unlink(missing_ok=True)  # DeepSpeed never unlinks its CPU all-reduce segments (66 MiB per rank)
     if not out.exists():  # a crash after rank 0 wrote its result (a gloo peer closing first) still measured
         sys.exit(f"raw {framework}/{workload} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     got = json.loads(out.read_text())

@@ -9,6 +9,7 @@ import pytest
 
 import adapters
 from conftest import run_compare
+from harness.inputs import first_sentence
 
 pytestmark = pytest.mark.distributed
 
@@ -114,3 +115,21 @@ def test_sgds_state_broadcast_leaves_the_parameters_alone(digits_run):
     # With SGD (momentum) Horovod's zero-gradient initialisation step moves nothing: no note, exact equivalence.
     info = digits_run[1]["horovod"]["adapter_info"]
     assert info["optimizer_state_init_param_change"] == 0.0 and "note" not in info
+
+
+@requires_horovod
+def test_the_missions_command_runs_ddp_and_horovod_and_lists_apex_as_unavailable(tmp_path):
+    # `compare run --adapters ddp,horovod,apex` on a machine without a CUDA build of apex (most machines): the two
+    # that can run are rows, apex is a row that says why not, and the exit code is 0.
+    apex = adapters.availability("apex", "cpu", 2)
+    if apex:
+        pytest.skip("apex can run here")
+    rows, proc = run_compare(tmp_path / "run", "--adapters", "ddp,horovod,apex", *SHORT)
+    assert {label: rec["status"] for label, rec in rows.items()} == {"ddp": "ok", "horovod": "ok",
+                                                                     "apex": "unavailable"}
+    assert rows["apex"]["reason"] == apex.message()
+    assert rows["ddp"]["max_param_diff"] <= 1e-5 and rows["horovod"]["max_param_diff"] <= 1e-5
+    # the console: the reason's first sentence
+    assert f"apex: unavailable - {first_sentence(apex.message())}" in " ".join(proc.stdout.split())
+    assert "(fix:" not in proc.stdout  # report.md and `compare list` keep the fix
+    assert apex.message() in (tmp_path / "run" / "report.md").read_text()
