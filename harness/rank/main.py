@@ -158,8 +158,21 @@ def _supervise(rank_dir: Path) -> None:
         if os.getppid() != me:
             os._exit(137)
         return
+    def forward(signum, frame):
+        # Asked to stop (by its launcher, as horovodrun and torchrun do to every rank once one has failed): say so
+        # now, in case a SIGKILL follows before the worker has ended. Without it this rank would look like the
+        # one that was killed first, not the one stopped after a peer's failure. The worker's end replaces it.
+        if not exit_path(rank_dir, rank).exists():
+            try:
+                write_result(exit_path(rank_dir, rank), {**started, "worker_pid": worker, "time": time.time(),
+                                                         "signal": signal.Signals(signum).name, "code": None,
+                                                         "asked_to_stop": True})
+            except OSError:
+                pass
+        os.kill(worker, signum)
+
     for sig in _FORWARD:
-        signal.signal(sig, lambda n, f: os.kill(worker, n))
+        signal.signal(sig, forward)
     write_result(rank_dir / f"start-rank{rank}.json", {**started, "worker_pid": worker})
     _, status = os.waitpid(worker, 0)
     ended = {**started, "worker_pid": worker, "time": time.time()}
