@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.sizes import format_size
+
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 PUBLISHED = PROFILES_DIR / "published.json"
 MiB = 2**20
@@ -182,8 +184,12 @@ class Fitted(Collectives):
     """Collectives of one backend on this machine, fitted per (op, N) to `compare comm` cells."""
 
     def __init__(self, backend: str, fits: dict[tuple[str, int], tuple[float, float]],
-                 points: dict[tuple[str, int], list[tuple[float, float]]] | None = None):
+                 points: dict[tuple[str, int], list[tuple[float, float]]] | None = None,
+                 unfitted: dict[tuple[str, int], str] | None = None):
         self.name, self.backend, self.fits, self.points = f"{backend} (fitted here)", backend, fits, points or {}
+        self.unfitted = unfitted or {}
+        """(op, N) measured but not fitted, with why and the medians it had (noise on shared cores can make a
+        small sweep's times not grow with size)."""
 
     @classmethod
     def from_records(cls, backend: str, records: list[dict[str, Any]]) -> Fitted:
@@ -191,17 +197,21 @@ class Fitted(Collectives):
         for r in records:
             if r.get("backend") == backend and r.get("status") == "ok" and r.get("op") in BUSBW_FACTOR:
                 pts.setdefault((r["op"], r["world_size"]), []).append((r["size_bytes"], r["time_s"]["median"]))
-        fits = {}
+        fits, unfitted = {}, {}
         for (op, n), p in pts.items():
             try:
                 fits[(op, n)] = fit_alpha_beta(p, BUSBW_FACTOR[op](n))
-            except (ValueError, ZeroDivisionError):
-                continue
-        return cls(backend, fits, pts)
+            except (ValueError, ZeroDivisionError) as exc:
+                medians = ", ".join(f"{format_size(int(s))}: {t * 1e3:.2f} ms" for s, t in sorted(p))
+                unfitted[(op, n)] = f"{exc} ({medians})"
+        return cls(backend, fits, pts, unfitted)
 
     def time(self, op: str, nbytes: float, n: int) -> float:
         if n <= 1 or nbytes <= 0:
             return 0.0
+        if (op, n) in self.unfitted:
+            raise KeyError(f"{op} for {self.backend} at world size {n} measured but not fitted: "
+                           f"{self.unfitted[(op, n)]}; re-run compare comm with more --iters or larger --sizes")
         if (op, n) not in self.fits:
             raise KeyError(f"no {op} measured for {self.backend} at world size {n}")
         latency, busbw = self.fits[(op, n)]

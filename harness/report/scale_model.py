@@ -370,8 +370,11 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
         sched = c["schedule"] or {"kind": "none"}
         fits = ""
         if c["collectives"] is not None:
-            fits = "; ".join(f"{op} n={n}: {lat * 1e6:,.0f} µs + busbw {bw / 1e9:.2f} GB/s"
-                             for (op, n), (lat, bw) in sorted(c["collectives"].fits.items()))
+            coll = c["collectives"]
+            fits = "; ".join([f"{op} n={n}: {lat * 1e6:,.0f} µs + busbw {bw / 1e9:.2f} GB/s"
+                              for (op, n), (lat, bw) in sorted(coll.fits.items())]
+                             + [f"{op} n={n}: not fitted ({why})"
+                                for (op, n), why in sorted(coll.unfitted.items())])
         md.append(f"- **{label}** ({sched['kind']}{', stage ' + str(sched['stage']) if 'stage' in sched else ''}): "
                   f"compute from {c['source']}: forward {prof['fwd_s'] * 1e3:.2f} ms, backward "
                   f"{prof['bwd_s'] * 1e3:.2f} ms, optimizer {prof['opt_s'] * 1e3:.2f} ms at per-rank batch "

@@ -180,3 +180,22 @@ def test_horovod_packs_and_unpacks_a_fusion_buffer_of_several_tensors():
     assert cm.fusion_buffer_bytes(hvd, copied, PerMiB(1e-3), 2) == 2 * MiB
     assert cm.fusion_buffer_bytes({**hvd, "fusion_bytes": MiB}, copied, PerMiB(1e-3), 2) == 0  # split: 1 each
     assert cm.fusion_buffer_bytes(hvd, copied, PerMiB(1e-3), 1) == 0
+
+
+def test_a_cell_that_cannot_be_fitted_says_why_with_its_medians():
+    def rec(op, size, t):
+        return {"backend": "torch", "status": "ok", "op": op, "world_size": 2, "size_bytes": size,
+                "time_s": {"median": t}}
+    # all_gather grows with size; all_reduce got slower at smaller sizes (scheduler delays on shared cores)
+    recs = [rec("all_gather", 4096, 1e-4), rec("all_gather", 2**20, 1e-3),
+            rec("all_reduce", 4096, 3e-3), rec("all_reduce", 65536, 2e-3), rec("all_reduce", 2**20, 1e-3)]
+    fitted = cm.Fitted.from_records("torch", recs)
+    assert set(fitted.fits) == {("all_gather", 2)}
+    assert fitted.time("all_gather", 2**20, 2) == pytest.approx(1e-3, rel=0.01)
+    with pytest.raises(KeyError) as err:
+        fitted.time("all_reduce", 2**20, 2)
+    assert err.value.args[0] == ("all_reduce for torch at world size 2 measured but not fitted: time does not grow "
+                                 "with size: no bandwidth to fit (4K: 3.00 ms, 64K: 2.00 ms, 1M: 1.00 ms); re-run "
+                                 "compare comm with more --iters or larger --sizes")
+    with pytest.raises(KeyError, match="no broadcast measured for torch at world size 2"):
+        fitted.time("broadcast", 2**20, 2)
