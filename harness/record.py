@@ -112,6 +112,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["peak_memory_bytes_per_rank"] = [r["peak_memory_bytes"] for r in ranks]
     rec["peak_memory_bytes"] = max((m for m in rec["peak_memory_bytes_per_rank"] if m is not None), default=None)
     rec["peak_memory_kind"] = r0["peak_memory_kind"]
+    if any(r.get("peak_memory_file_bytes") is not None for r in ranks):  # CPU: the file-backed pages left out
+        rec["peak_memory_file_bytes_per_rank"] = [r.get("peak_memory_file_bytes") for r in ranks]
     # Every process fed an equal slice of the global batch with a mean-reduced loss, so the global batch loss
     # is the mean of the processes' losses.
     curve = [sum(ls) / len(ls) for ls in zip(*(r["losses"] for r in ranks))]

@@ -25,6 +25,34 @@ from harness.stats import percentile
 SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
 
 
+MEMORY_KINDS = {
+    "cuda_max_allocated": "torch.cuda.max_memory_allocated (reset after warm-up)",
+    "rss_vmhwm_minus_file": ("the resident set's high-water mark (VmHWM, reset after warm-up) minus its file-backed "
+                             "pages (RssFile: shared libraries' code, which depends on what a framework imports and "
+                             "on the page cache, not on training), i.e. anonymous + shared memory"),
+    "rss_maxrss_since_start_minus_file": ("the resident set's peak since the process started (ru_maxrss: resetting "
+                                          "VmHWM was not allowed) minus its file-backed pages"),
+    "rss_vmhwm": ("the resident set's high-water mark (VmHWM, reset after warm-up), including the pages of shared "
+                  "libraries (reports before the file-backed pages were left out)"),
+}
+
+
+MEMORY_SHORT = {"cuda_max_allocated": "CUDA max allocated", "rss_vmhwm_minus_file": "RSS peak less file pages",
+                "rss_maxrss_since_start_minus_file": "RSS peak since start less file pages",
+                "rss_vmhwm": "RSS high-water mark"}
+
+
+def memory_kind(firsts: list[dict]) -> str:
+    """How the rows' peak memory was measured, and on CPU how much file-backed memory it left out per row."""
+    kind = firsts[0].get("peak_memory_kind")
+    text = MEMORY_KINDS.get(kind, f"`{kind}`")
+    left = [f"{r.get('label') or r['adapter']} {max(b) / 2**20:,.0f}" for r in firsts
+            if (b := [x for x in r.get("peak_memory_file_bytes_per_rank") or [] if x is not None])]
+    if left:
+        text += f"; left out, MiB per rank (max): {', '.join(left)}"
+    return text
+
+
 def _fmt(x: float | None, spec: str = ".3g") -> str:
     return "–" if x is None else format(x, spec)
 
@@ -211,7 +239,8 @@ def _controls(rows) -> list[str]:
         f"the slowest rank's; samples/s = global batch / median step time.",
         f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
         f"{eq['tolerance']:g}.",
-        f"- Peak memory: {f['peak_memory_kind']} per rank over the timed steps (max over ranks shown).",
+        f"- Peak memory per rank over the timed steps (the table shows the largest rank's): "
+        f"{memory_kind([r['first'] for r in ok])}.",
         "- Threads per rank (torch intra-op), set explicitly for every launcher:",
     ]
     for row in ok:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.outdir import save_figure, write_text
+from harness.report.run import MEMORY_KINDS, MEMORY_SHORT
 from harness.sizes import format_mib
 from harness.stats import percentile
 
@@ -256,7 +257,8 @@ def _controls(records, sweep) -> list[str]:
             f"discarded, then {ctl['steps']} timed steps; step time = the slowest rank's; repeats interleaved "
             f"(each repeat runs every point once).",
             "- Equivalence: each fp32 point's parameters after the same steps are compared with a single-process "
-            "run over the same global batch (max_param_diff)."]
+            "run over the same global batch (max_param_diff).",
+            f"- Peak memory per rank: {MEMORY_KINDS.get(f.get('peak_memory_kind'), f.get('peak_memory_kind'))}."]
 
 
 def _provenance(records) -> list[str]:
@@ -335,8 +337,8 @@ def plot(out: Path, records, tab) -> list[Path]:
         for p in r:
             p["peak_mib"] = (p["peak_memory_bytes"] or 0) / 2**20
     lines(ax, "peak_mib")
-    ax.set_ylabel("peak memory per rank, MiB (max over ranks; " + (
-        "CUDA max allocated)" if r0["env"].get("gpus") else "RSS high-water mark)"))
+    kind = next((p["first"].get("peak_memory_kind") for r in rows.values() for p in r), None)
+    ax.set_ylabel(f"peak memory per rank, MiB (max over ranks; {MEMORY_SHORT.get(kind, kind)})")
     ax.set_title(f"Memory per rank: {title}", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
