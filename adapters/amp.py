@@ -26,6 +26,12 @@ class AmpAdapter(DDPAdapter):
         init_scale: float | None = None
         """GradScaler's initial loss scale (fp16 only; unset: GradScaler's default, 2**16)."""
 
+        def __post_init__(self):
+            super().__post_init__()
+            if self.init_scale is not None and not self.init_scale > 0:
+                raise KnobError(f"knob 'init_scale' must be a positive loss scale (GradScaler's default: 65536); "
+                                f"got {self.init_scale:g}")
+
     def precision(self) -> Precision:
         p = self.knobs.precision
         if p == "auto":

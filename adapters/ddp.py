@@ -11,7 +11,7 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.base import (Adapter, Availability, Comm, LaunchPlan, cuda_world_check, init_process_group_from_env,
+from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, cuda_world_check, init_process_group_from_env,
                            torch_build, torchrun, torchrun_nodes)
 
 
@@ -32,6 +32,12 @@ class DDPAdapter(Adapter):
         broadcast_buffers: bool | None = None
         """Broadcast rank 0's buffers (e.g. BatchNorm running stats) at every forward (default: on; passed as
         forward_sync_buffers on torch versions that renamed it)."""
+
+        def __post_init__(self):
+            # DDP itself takes any number here (a negative cap silently gives every gradient its own bucket)
+            if self.bucket_cap_mb is not None and not self.bucket_cap_mb > 0:
+                raise KnobError(f"knob 'bucket_cap_mb' must be a positive number of MiB (DDP's default: 25); "
+                                f"got {self.bucket_cap_mb:g}")
 
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:

@@ -37,7 +37,54 @@ from harness import interrupt
 from harness.inputs import DEVICES, BadInput, CommRequest, RunRequest, first_sentence, split
 from harness.record import MEASURED
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+try:  # typer vendors click from 0.20 on
+    from typer._click import exceptions as _clickerr
+except ImportError:  # pragma: no cover - older typer on a stand-alone click
+    from click import exceptions as _clickerr
+from typer.core import TyperGroup
+
+
+def _usage_line(exc) -> str:
+    """A usage error (unknown option or command, a value of the wrong type, a missing argument) as one line that
+    names the problem and the valid choices."""
+    ctx = exc.ctx
+    where = "`" + " ".join(["compare", *(ctx.command_path.split()[1:] if ctx else [])]) + "`"
+    if isinstance(exc, _clickerr.NoSuchOption) and ctx is not None:
+        valid = sorted({max(p.opts, key=len) for p in ctx.command.params if max(p.opts, key=len).startswith("--")}
+                       | {"--help"})
+        close = [p for p in exc.possibilities or [] if p != "--help"]
+        guess = f" (did you mean {' or '.join(close)}?)" if close else ""
+        return f"no such option {exc.option_name} for {where}{guess}; valid options: {', '.join(valid)}"
+    message = " ".join(exc.format_message().split())
+    if message.startswith("No such command") and ctx is not None and hasattr(ctx.command, "list_commands"):
+        return f"{message.rstrip('.')}; valid commands: {', '.join(ctx.command.list_commands(ctx))}"
+    return f"{message.rstrip('.')} (see {where[:-1]} --help`)"
+
+
+class _OneLineUsageErrors(TyperGroup):
+    """Click's usage errors as one line on stderr and exit code 2, like every other bad input (click's own form is
+    a usage line, a hint and a framed box)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not (sys.argv[1:] if args is None else list(args)):  # bare `compare`: the help, as before
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _clickerr.UsageError as exc:
+            typer.echo(f"error: {_usage_line(exc)}", err=True)
+            sys.exit(2)
+        except _clickerr.ClickException as exc:
+            typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except _clickerr.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)  # the commands return nothing; typer.Exit(n) returns n
+
+
+app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Run one PyTorch workload through interchangeable data-parallel backends and compare them.")
 # Wide enough for the results table when output is piped (CI logs, `| tee`), where rich would assume 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)

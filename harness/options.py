@@ -24,6 +24,7 @@ A dataclass declares its options; this module turns {"name": "text"} into an ins
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal
@@ -106,9 +107,13 @@ def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
         if inner is int:
             return int(text)
         if inner is float:
-            return float(text)
+            value = float(text)
     except ValueError:
         raise OptionError(f"{what} '{name}' expects {describe_type(tp)}{hint}, got '{raw}'") from None
+    if inner is float:
+        if not math.isfinite(value):  # no knob or option means anything at nan or inf
+            raise OptionError(f"{what} '{name}' expects a finite number{hint}, got '{raw}'")
+        return value
     return text
 
 

@@ -88,6 +88,25 @@ CASES = [
     ("run-knob-type", ["run", "-a", "ddp:bucket_cap_mb=big"],
      "adapter ddp:bucket_cap_mb=big: knob 'bucket_cap_mb' expects a number or none (the framework's default), got "
      "'big'"),
+    # DDP itself accepts any bucket cap (a negative one silently gives every gradient its own bucket), GradScaler
+    # any initial scale; nan and inf mean nothing for any knob or option
+    ("run-knob-negative-bucket", ["run", "-a", "spawn:bucket_cap_mb=-1"],
+     "adapter spawn:bucket_cap_mb=-1: knob 'bucket_cap_mb' must be a positive number of MiB (DDP's default: 25); "
+     "got -1"),
+    ("run-knob-zero-init-scale", ["run", "-a", "amp:init_scale=0"],
+     "adapter amp:init_scale=0: knob 'init_scale' must be a positive loss scale (GradScaler's default: 65536); "
+     "got 0"),
+    ("run-knob-inf", ["run", "-a", "ddp:bucket_cap_mb=inf"],
+     "adapter ddp:bucket_cap_mb=inf: knob 'bucket_cap_mb' expects a finite number, got 'inf'"),
+    ("run-knob-nan", ["run", "-a", "horovod:cycle_time_ms=nan"],
+     "adapter horovod:cycle_time_ms=nan: knob 'cycle_time_ms' expects a finite number, got 'nan'"),
+    # click's own usage errors, as one line too
+    ("cli-unknown-command", ["bench"],
+     "No such command 'bench'; valid commands: run, sbatch, scale, predict, comm, report, index, list, env"),
+    ("cli-missing-argument", ["report"], "Missing argument 'directory' (see `compare report --help`)"),
+    ("cli-not-an-integer", ["run", "--steps", "many"],
+     "Invalid value for '--steps': Input should be a valid integer, unable to parse string as an integer (see "
+     "`compare run --help`)"),
     ("run-knob-choice", ["run", "-a", "deepspeed:zero_stage=4"],
      "adapter deepspeed:zero_stage=4: knob 'zero_stage' must be 0, 1, 2 or 3; got '4'"),
     ("run-bad-variant", ["run", "-a", "ddp:bucket_cap_mb"],
@@ -280,6 +299,20 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
     assert result.stderr == f"error: {message}\n"
     assert "Traceback" not in result.output
     assert not out.exists(), "nothing may be written for bad input"
+
+
+def test_an_unknown_option_is_one_line_with_the_guess_and_every_valid_option(tmp_path):
+    from harness.cli import app as cli_app
+    import typer.main
+
+    run = typer.main.get_command(cli_app).commands["run"]
+    options = sorted({max(p.opts, key=len) for p in run.params if max(p.opts, key=len).startswith("--")} | {"--help"})
+    assert "--adapters" in options and "--world-size" in options
+    result = invoke("run", "--adaptrs", "ddp", "--out", tmp_path / "o")
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: no such option --adaptrs for `compare run` (did you mean --adapters?); valid "
+                             f"options: {', '.join(options)}\n")
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
