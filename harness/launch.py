@@ -612,6 +612,9 @@ class Launch:
         rc = (failed or self.running[0]).proc.returncode
         status, reason = self.status, self.reason
         if status == "timeout":
+            if last and last["phase"]:  # where rank 0 was stuck (in a collective, when a peer hung)
+                reason = reason.replace(" (--timeout)", f" (--timeout), rank 0 at step {last['step']} of "
+                                                        f"{last['total']} ({last['phase']})")
             silent = silent_hosts(rank_dir, spec.topology) if spec.topology is not None else []
             if silent:
                 reason = f"no rank started on {', '.join(silent)}; {reason}"

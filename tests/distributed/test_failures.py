@@ -71,8 +71,9 @@ def test_rank_hang_under_spawn_is_a_timeout_row_and_its_processes_are_killed(tmp
                           env={"COMPARE_FAULT": "spawn:1:hang:4"})
     spawn = rows["spawn"]
     assert spawn["status"] == "timeout"
-    assert spawn["reason"] == ("no result after 25 s (--timeout); process group killed; "
-                               "first error: [fault injection] hang at step 4")
+    # rank 0 finished steps 0-3 and waits in step 4's all-reduce for the rank that hung
+    assert spawn["reason"] == ("no result after 25 s (--timeout), rank 0 at step 4 of 32 (timed); process group "
+                               "killed; first error: [fault injection] hang at step 4")
     assert _gone(spawn["topology"]["launch_pgid"])
     assert rows["ddp"]["status"] == "ok"
 

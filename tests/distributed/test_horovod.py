@@ -103,7 +103,8 @@ def test_a_hung_rank_is_stopped_by_horovods_stall_check_or_our_timeout(tmp_path)
     # Either way the reason names the rank that stopped answering and where.
     assert "[1]<stderr>:[fault injection] hang at step 5" in rec["reason"]
     if rec["status"] == "timeout":
-        assert rec["reason"].startswith("no result after 40 s (--timeout); process group killed")
+        assert rec["reason"].startswith("no result after 40 s (--timeout), rank 0 at step 5 of 32 (timed); process "
+                                        "group killed")
     else:
         assert "stalled" in rec["log_tail"] or "shut down" in rec["log_tail"]
     assert rec["log_tail"]
