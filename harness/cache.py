@@ -41,17 +41,28 @@ def write_atomic(path: Path, data: bytes) -> None:
         pass
 
 
+KEEP_ENTRIES = 8
+"""Answers kept per cache file: one per interpreter and file set, so two checkouts (two venvs) used in turn do not
+evict each other's answer on every run."""
+
+
 def cached_json(name: str, key: str, compute: Callable[[], Any], keep: Callable[[Any], bool] = lambda v: True):
     """compute() once per `key`; the answer is stored as JSON in the cache directory under `name` (only when
-    `keep(answer)`, so a transient failure is not remembered)."""
+    `keep(answer)`, so a transient failure is not remembered), beside the answers for other keys (the last
+    KEEP_ENTRIES used)."""
     path = cache_dir() / f"{name}.json"
+    entries: dict[str, Any] = {}
     try:
         stored = json.loads(path.read_text())
-        if stored.get("key") == key:
-            return stored["value"]
-    except (OSError, ValueError, AttributeError):
-        pass
+        entries = stored.get("entries") or ({stored["key"]: stored["value"]} if "key" in stored else {})
+        if key in entries:
+            return entries[key]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        entries = {}
     value = compute()
     if keep(value):
-        write_atomic(path, json.dumps({"key": key, "value": value}).encode())
+        entries.pop(key, None)
+        entries[key] = value  # the newest last; the oldest go first
+        kept = dict(list(entries.items())[-KEEP_ENTRIES:])
+        write_atomic(path, json.dumps({"entries": kept}).encode())
     return value
