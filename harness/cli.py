@@ -264,6 +264,8 @@ def run(
     strict: bool = typer.Option(False, help="A named adapter that cannot run here is an error (exit 2), not an "
                                             "unavailable row."),
     oversubscribe: bool = typer.Option(False, help="Allow more processes than usable cores (rows are labelled)."),
+    bind_cores: bool = typer.Option(False, "--bind-cores", help="Bind each process to its own share of the usable "
+                                    "cores (every adapter alike; recorded). Default: the OS places the threads."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE, e.g. arch=resnet50."),
     until_target: bool = typer.Option(False, "--until-target",
@@ -293,8 +295,9 @@ def run(
     req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
                      equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
-                     oversubscribe=oversubscribe, knobs=knob, options=option, until_target=until_target,
-                     eval_every=eval_every, max_steps=max_steps, hosts=hosts, hostfile=hostfile, nnodes=nnodes,
+                     oversubscribe=oversubscribe, bind_cores=bind_cores, knobs=knob, options=option,
+                     until_target=until_target, eval_every=eval_every, max_steps=max_steps, hosts=hosts,
+                     hostfile=hostfile, nnodes=nnodes,
                      iface=iface, launcher=host_launcher)
     try:
         plan = runmod.plan(req)
@@ -423,6 +426,8 @@ def scale(
     strict: bool = typer.Option(False, help="A named adapter that cannot run here is an error (exit 2)."),
     oversubscribe: bool = typer.Option(False, help="Allow world sizes above the usable cores (labelled "
                                                    "oversubscribed everywhere)."),
+    bind_cores: bool = typer.Option(False, "--bind-cores", help="Bind each process to its own share of the usable "
+                                    "cores (every adapter alike; recorded). Default: the OS places the threads."),
     straggler: Optional[str] = typer.Option(None, help="RANK:FACTOR: that rank computes FACTOR times slower."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE."),
@@ -447,8 +452,8 @@ def scale(
     req = ScaleRequest(adapters=split(adapters_), workload=workload, world_sizes=sizes, scaling=scaling,
                        device=device, steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats,
                        threads=threads, equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force,
-                       strict=strict, oversubscribe=oversubscribe, straggler=straggler, knobs=knob, options=option,
-                       comm_dirs=comm, model=model, profiles=profile, predict_to=predict_to,
+                       strict=strict, oversubscribe=oversubscribe, bind_cores=bind_cores, straggler=straggler,
+                       knobs=knob, options=option, comm_dirs=comm, model=model, profiles=profile, predict_to=predict_to,
                        profile_steps=profile_steps)
     try:
         plan = scalemod.plan(req)
@@ -563,6 +568,8 @@ def comm_cmd(
     force: bool = typer.Option(False, help="Overwrite results already in --out."),
     strict: bool = typer.Option(False, help="A named backend that cannot run here is an error (exit 2)."),
     oversubscribe: bool = typer.Option(False, help="Allow more ranks than usable cores (labelled)."),
+    bind_cores: bool = typer.Option(False, "--bind-cores", help="Bind each process to its own share of the usable "
+                                    "cores (every adapter alike; recorded). Default: the OS places the threads."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
                                                                "(the world size is the sum of the slots)."),
     hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Hosts from a file of `HOST slots=N` lines "
@@ -581,8 +588,8 @@ def comm_cmd(
 
     req = CommRequest(backends=split(backends), ops=split(ops), sizes=sizes, world_size=world_size, device=device,
                       dtype=dtype, max_iters=iters, threads=threads, timeout_s=timeout, out=_out(out), force=force,
-                      strict=strict, oversubscribe=oversubscribe, hosts=hosts, hostfile=hostfile, nnodes=nnodes,
-                      iface=iface, launcher=host_launcher)
+                      strict=strict, oversubscribe=oversubscribe, bind_cores=bind_cores, hosts=hosts,
+                      hostfile=hostfile, nnodes=nnodes, iface=iface, launcher=host_launcher)
     try:
         plan = commmod.plan(req)
     except BadInput as exc:

@@ -71,7 +71,8 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
     base = {"schema_version": SCHEMA_VERSION, "kind": "comm", "run_id": p.out.name,
             "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": req.command,
             "env": envmod.collect(req.device), "world_size": req.world_size, "device": req.device,
-            "dtype": req.dtype, "oversubscribed": p.oversubscribed}
+            "dtype": req.dtype, "oversubscribed": p.oversubscribed,
+            "bind_cores": req.bind_cores}
     interrupted = False
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
@@ -85,6 +86,7 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
                                global_batch=0, steps=0, warmup=0,
                                threads=default_threads(req.world_size, req.threads, p.topology),
                                rank_dir=str(session.scratch / row.label), mode="comm", topology=p.topology,
+                               bind_cores=req.bind_cores,
                                comm={"ops": p.ops, "sizes": p.sizes, "dtype": req.dtype, "max_iters": req.max_iters})
                 if ui:
                     where = "" if p.topology is None else f" on {hosts.describe_slots(p.topology.nodes)}"

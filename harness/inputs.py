@@ -45,6 +45,9 @@ class Request:
     """Allow more processes than usable cores (labelled "oversubscribed" in every row)."""
     threads: int | None = None
     """Threads per process (None: usable cores / processes of the launch)."""
+    bind_cores: bool = False
+    """Bind every process (all its threads) to its own share of the usable cores: local rank k gets `threads`
+    cores from the k x threads-th on (wrapping round when oversubscribed). Off: the OS places the threads."""
     command: str = ""
     """The command line as typed, recorded in every row."""
     hosts: str | None = None

@@ -61,7 +61,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["leftover_processes_killed"] = outcome.leftovers_killed
     rec["load_avg_before"] = outcome.load_avg_before  # other load on the machine: a busy machine shows here
     rec["controls"] = {"global_batch": spec.global_batch, "steps": spec.steps, "warmup": spec.warmup,
-                       "seed": workload.seed, "threads_requested": spec.threads, "knobs": spec.knobs,
+                       "seed": workload.seed, "threads_requested": spec.threads, "bind_cores": spec.bind_cores,
+                       "knobs": spec.knobs,
                        "workload_options": workload.describe()["options"]}
     if outcome.status != "ok":
         rec["log_tail"] = outcome.log_tail
@@ -112,6 +113,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["peak_memory_bytes_per_rank"] = [r["peak_memory_bytes"] for r in ranks]
     rec["peak_memory_bytes"] = max((m for m in rec["peak_memory_bytes_per_rank"] if m is not None), default=None)
     rec["peak_memory_kind"] = r0["peak_memory_kind"]
+    rec["cpu_affinity_per_rank"] = [r.get("cpu_affinity") for r in ranks]
+    rec["cpu_affinity_any_thread_per_rank"] = [r.get("cpu_affinity_any_thread") for r in ranks]
     if any(r.get("peak_memory_file_bytes") is not None for r in ranks):  # CPU: the file-backed pages left out
         rec["peak_memory_file_bytes_per_rank"] = [r.get("peak_memory_file_bytes") for r in ranks]
     # Every process fed an equal slice of the global batch with a mean-reduced loss, so the global batch loss

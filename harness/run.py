@@ -354,7 +354,7 @@ def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps
                    global_batch=p.global_batch, steps=steps, warmup=warmup,
                    threads=default_threads(processes, req.threads, topology), rank_dir=str(rank_dir),
                    equiv_steps=equiv, knobs=knobs, workload_options=dict(pairs(req.options, "option")),
-                   fault=req.fault, eval=do_eval, topology=topology, **extra)
+                   fault=req.fault, eval=do_eval, topology=topology, bind_cores=req.bind_cores, **extra)
     if p.until_target and do_eval:
         spec.eval_every, spec.target = p.until_target.eval_every, p.until_target.target
     return spec

@@ -190,7 +190,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
                 creq = CommRequest(backends=backends, ops=list(COMM_OPS), sizes=COMM_SIZES, world_size=n,
                                    device=req.device, dtype="fp32", max_iters=20, threads=threads,
                                    timeout_s=req.timeout_s, out=out / f"comm_n{n}", force=True, strict=False,
-                                   oversubscribe=req.oversubscribe)
+                                   oversubscribe=req.oversubscribe, bind_cores=req.bind_cores)
                 comm.append((n, commmod.plan(creq)))
     return ScalePlan(req, out, first.rows, oversubscribed=any(p.oversubscribed for p in points), points=points,
                      baseline=base, world_sizes=sizes, scaling=req.scaling, threads=threads, straggler=straggler,

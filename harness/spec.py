@@ -95,6 +95,8 @@ class RunSpec:
     """Snapshot parameters after this many steps for the equivalence check (0: no snapshot)."""
     knobs: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
+    bind_cores: bool = False
+    """Bind this process's threads to its own `threads` cores (harness/rank/main.py: bind_cores)."""
     fault: str | None = None
     """Fault injection for tests: "ADAPTER:RANK:exit|hang|raise:STEP" (see harness/rank/main.py)."""
     eval: bool = True

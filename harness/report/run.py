@@ -246,8 +246,17 @@ def _controls(rows) -> list[str]:
     for row in ok:
         c = row["first"]["controls"]
         knobs = ", ".join(f"{k}={v}" for k, v in c["knobs"].items()) or "defaults"
+        bound = ""
+        if c.get("bind_cores"):
+            bound = "; cores per rank " + " | ".join(",".join(map(str, a or [])) for a in
+                                                      row["first"].get("cpu_affinity_per_rank") or [])
         lines.append(f"  - {row['adapter']}: threads {c['threads_per_rank']}, OMP_NUM_THREADS="
-                     f"{c['omp_num_threads_env']}; knobs: {knobs}")
+                     f"{c['omp_num_threads_env']}{bound}; knobs: {knobs}")
+    bind = {row["first"]["controls"].get("bind_cores") for row in ok} - {None}
+    if bind == {True}:
+        lines.append("- Every process bound to its own share of the usable cores (--bind-cores), all its threads.")
+    elif bind == {False}:
+        lines.append("- Processes not bound to cores: the OS places their threads (--bind-cores binds them).")
     return lines
 
 
