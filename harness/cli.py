@@ -359,6 +359,7 @@ def sbatch_cmd(
     timeout: float = typer.Option(900.0), out: Optional[str] = typer.Option(None),
     force: bool = typer.Option(False, help="Replace --script, and pass --force to the run."),
     strict: bool = typer.Option(False), oversubscribe: bool = typer.Option(False),
+    bind_cores: bool = typer.Option(False, "--bind-cores", help="As for `compare run`."),
     knob: list[str] = typer.Option([], "--knob", "-k"), option: list[str] = typer.Option([], "--option", "-o"),
     iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank."),
 ):
@@ -369,7 +370,8 @@ def sbatch_cmd(
     req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
                      equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
-                     oversubscribe=oversubscribe, knobs=knob, options=option, iface=iface, launcher="slurm")
+                     oversubscribe=oversubscribe, bind_cores=bind_cores, knobs=knob, options=option, iface=iface,
+                     launcher="slurm")
     try:
         sbatch.check(req, nodes, ntasks_per_node, time_limit, partition, job_name)
         runmod.plan_rows(req)  # the run's own options, checked as `compare run` checks them
@@ -383,8 +385,8 @@ def sbatch_cmd(
                                  ("--timeout", timeout, 900.0), ("--out", out, None), ("--iface", iface, None)):
         if value != default:
             run_args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    run_args += [a for flag, on in (("--force", force), ("--strict", strict), ("--oversubscribe", oversubscribe))
-                 if on for a in [flag]]
+    run_args += [flag for flag, on in (("--force", force), ("--strict", strict), ("--oversubscribe", oversubscribe),
+                                       ("--bind-cores", bind_cores)) if on]
     run_args += [a for k in knob for a in ("--knob", k)] + [a for o in option for a in ("--option", o)]
     text = sbatch.render(run_args, _typed("compare sbatch (API)"), nodes, ntasks_per_node, time_limit, partition,
                          job_name, exclusive)

@@ -309,7 +309,7 @@ def test_sbatch_writes_a_script_that_runs_the_same_comparison_under_slurm(tmp_pa
     result = CliRunner().invoke(app, ["sbatch", "-a", "ddp,deepspeed:zero_stage=1", "--nodes", "2",
                                       "--ntasks-per-node", "4", "--time", "01:00:00", "--partition", "cpu",
                                       "--steps", "20", "-k", "ddp.bucket_cap_mb=10", "--iface", "ib0",
-                                      "--script", str(script)])
+                                      "--bind-cores", "--script", str(script)])
     assert result.exit_code == 0, result.output
     text = script.read_text()
     lines = text.splitlines()
@@ -318,7 +318,7 @@ def test_sbatch_writes_a_script_that_runs_the_same_comparison_under_slurm(tmp_pa
                  "#SBATCH --partition=cpu", "#SBATCH --exclusive", f"cd {REPO}"):
         assert line in lines
     assert lines[-1] == ("exec .venv/bin/compare run --launcher slurm --adapters ddp,deepspeed:zero_stage=1 "
-                         "--steps 20 --iface ib0 --knob ddp.bucket_cap_mb=10")
+                         "--steps 20 --iface ib0 --bind-cores --knob ddp.bucket_cap_mb=10")
     # bash accepts it
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     again = CliRunner().invoke(app, ["sbatch", "-a", "ddp", "--nodes", "2", "--ntasks-per-node", "1", "--script",
