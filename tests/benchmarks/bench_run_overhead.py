@@ -1,6 +1,7 @@
 """Benchmark (not a test): does `compare run` measure training steps exactly as a hand-written script would?
 
     .venv/bin/python tests/benchmarks/bench_run_overhead.py [--pairs 5] [--cases ddp:digits,horovod:widemlp]
+                                                            [--bind-cores]
 
 For each case (framework x workload: ddp, horovod and deepspeed on digits, where steps are short and any
 per-step overhead shows, and on widemlp, which is communication-bound) it alternates, in one run, a minimal
@@ -11,7 +12,9 @@ and threads), timing each step with perf_counter and taking the slowest rank per
 prints, per case, the median step time of each side and the harness/raw throughput ratio per pair, with its
 median and spread, computed at the median step and at the 10th-percentile step (the fast steps no neighbour
 disturbed: a per-step cost the harness added would show there too, while the VM's noise mostly does not).
-Target: a median ratio of at least 0.99 (check the load average first: this VM is noisy).
+Target: a median ratio of at least 0.99 (check the load average first: this VM is noisy). With --bind-cores both
+sides bind each rank, all its threads, to its own share of the cores (the raw script by its own few lines), which
+takes most scheduler-tick waits out of the 2-4 ms digits steps and so most of the noise out of the ratio.
 """
 
 from __future__ import annotations
@@ -56,6 +59,14 @@ else:
     import torch.distributed as dist
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+
+if os.environ.get("BIND_CORES"):  # one share of the cores per local rank, every thread (gloo's included)
+    local = hvd.local_rank() if framework == "horovod" else int(os.environ["LOCAL_RANK"])
+    cores = sorted(os.sched_getaffinity(0))
+    n = torch.get_num_threads()
+    mine = {cores[(local * n + i) % len(cores)] for i in range(n)}
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), mine)
 
 torch.manual_seed(0)
 if workload == "digits":
@@ -139,7 +150,7 @@ def raw_command(framework: str, script: Path, args: list[str]) -> tuple[list[str
     return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *args], {}
 
 
-def run_raw(framework: str, workload: str, tmp: Path) -> tuple[float, float]:
+def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float]:
     script = tmp / "raw_train.py"
     script.write_text(RAW)
     out = tmp / "raw.json"
@@ -149,7 +160,7 @@ def run_raw(framework: str, workload: str, tmp: Path) -> tuple[float, float]:
     # The same threads as the harness gives each of 2 ranks on this machine (its default: usable cores / 2).
     threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GLOO_SOCKET_IFNAME": "lo",
-           "MASTER_ADDR": "127.0.0.1", **extra}
+           "MASTER_ADDR": "127.0.0.1", **extra, **({"BIND_CORES": "1"} if bind else {})}
     shm = Path("/dev/shm")
     before = set(shm.glob("deepspeed_allreduce_buffer_*"))
     proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
@@ -161,12 +172,13 @@ def run_raw(framework: str, workload: str, tmp: Path) -> tuple[float, float]:
     return got["median_step_s"], got["p10_step_s"]
 
 
-def run_harness(framework: str, workload: str, tmp: Path) -> tuple[float, float]:
+def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float]:
     out = tmp / "harness"
     shutil.rmtree(out, ignore_errors=True)
     warmup, steps = STEPS[workload]
     proc = subprocess.run([PY, "-m", "harness", "run", "-a", framework, "-w", workload, "--steps", str(steps),
-                           "--warmup", str(warmup), "--equiv-steps", "0", "--out", str(out)], cwd=REPO,
+                           "--warmup", str(warmup), "--equiv-steps", "0", "--out", str(out),
+                           *(["--bind-cores"] if bind else [])], cwd=REPO,
                           capture_output=True, text=True, timeout=900)
     rec = json.loads((out / "records.jsonl").read_text().splitlines()[0]) if (out / "records.jsonl").exists() else {}
     if proc.returncode != 0 or rec.get("status") != "ok":
@@ -178,10 +190,14 @@ def run_harness(framework: str, workload: str, tmp: Path) -> tuple[float, float]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--bind-cores", action="store_true",
+                    help="Both sides bind each rank to its own cores (the harness with --bind-cores, the raw script "
+                         "by its own sched_setaffinity): less scheduler noise, the same work.")
     ap.add_argument("--cases", default="ddp:digits,horovod:digits,deepspeed:digits,ddp:widemlp,horovod:widemlp,"
                                        "deepspeed:widemlp")
     a = ap.parse_args()
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+          f"{'; both sides bound to cores' if a.bind_cores else ''}")
     summary = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
@@ -192,7 +208,7 @@ def main() -> None:
                 order = ("raw", "harness") if i % 2 == 0 else ("harness", "raw")
                 got = {}
                 for side in order:
-                    got[side] = (run_raw if side == "raw" else run_harness)(framework, workload, tmp)
+                    got[side] = (run_raw if side == "raw" else run_harness)(framework, workload, tmp, a.bind_cores)
                 (raw, raw_p10), (har, har_p10) = got["raw"], got["harness"]
                 raws.append(raw)
                 harnesses.append(har)
