@@ -190,12 +190,18 @@ def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) ->
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="Timed steps per run instead of the case's (digits 280: about one second, short enough for "
+                         "the VM's drift to move a run's median by 30%%).")
     ap.add_argument("--bind-cores", action="store_true",
                     help="Both sides bind each rank to its own cores (the harness with --bind-cores, the raw script "
                          "by its own sched_setaffinity): less scheduler noise, the same work.")
     ap.add_argument("--cases", default="ddp:digits,horovod:digits,deepspeed:digits,ddp:widemlp,horovod:widemlp,"
                                        "deepspeed:widemlp")
     a = ap.parse_args()
+    if a.steps:
+        for w, (warm, _) in STEPS.items():
+            STEPS[w] = (warm, a.steps)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
           f"{'; both sides bound to cores' if a.bind_cores else ''}")
     summary = []
