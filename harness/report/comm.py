@@ -20,6 +20,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     backends = list(dict.fromkeys(r["backend"] for r in records))
     ok_backends = [b for b in backends if any(r["backend"] == b and r["op"] for r in records)]
     over = " (oversubscribed: more ranks than cores)" if r0.get("oversubscribed") else ""
+    over += ", each rank bound to its own cores" if r0.get("bind_cores") else ""
     where = next((f" on {hosts_report.nodes_label(r['topology'])}" for r in records
                   if hosts_report.spans_hosts(r.get("topology"))), "")
     md = [f"# compare comm: {', '.join(backends)}, {r0['world_size']} ranks{where}{over}, {r0['dtype']}, "

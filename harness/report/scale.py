@@ -258,7 +258,11 @@ def _controls(records, sweep) -> list[str]:
             f"(each repeat runs every point once).",
             "- Equivalence: each fp32 point's parameters after the same steps are compared with a single-process "
             "run over the same global batch (max_param_diff).",
-            f"- Peak memory per rank: {MEMORY_KINDS.get(f.get('peak_memory_kind'), f.get('peak_memory_kind'))}."]
+            f"- Peak memory per rank: {MEMORY_KINDS.get(f.get('peak_memory_kind'), f.get('peak_memory_kind'))}.",
+            *([] if "bind_cores" not in ctl else
+              ["- Every process bound to its own share of the usable cores (--bind-cores), all its threads."]
+              if ctl["bind_cores"] else ["- Processes not bound to cores: the OS places their threads "
+                                         "(--bind-cores binds them)."])]
 
 
 def _provenance(records) -> list[str]:

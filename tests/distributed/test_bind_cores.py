@@ -36,3 +36,18 @@ def test_without_the_option_nothing_is_bound(tmp_path):
     assert rec["controls"]["bind_cores"] is False
     assert rec["cpu_affinity_any_thread_per_rank"] == [USABLE, USABLE]
     assert "- Processes not bound to cores: the OS places their threads" in (tmp_path / "free" / "report.md").read_text()
+
+
+@pytest.mark.skipif(len(USABLE) < 2, reason="needs 2 usable cores to give 2 ranks one each")
+def test_the_comm_benchmark_binds_too_and_says_so(tmp_path):
+    import json
+
+    from conftest import compare_cli
+
+    out = tmp_path / "comm"
+    proc = compare_cli("comm", "--backends", "torch", "--ops", "all_reduce", "--sizes", "4K", "--iters", "5",
+                       "--bind-cores", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert records and all(r["bind_cores"] is True for r in records)
+    assert ", each rank bound to its own cores, fp32," in (out / "report.md").read_text().splitlines()[0]
