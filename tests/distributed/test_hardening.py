@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,8 +68,9 @@ def _cmdline(p: psutil.Process) -> str:
         return ""
 
 
-def _wait_for(condition, what: str, proc: subprocess.Popen, deadline_s: float = 240):
-    """Poll `condition()` until it returns something truthy; fail with `what` at the deadline or if the run ends."""
+def _wait_for(condition, what: str, proc: subprocess.Popen, deadline_s: float = 240, fail: bool = True):
+    """Poll `condition()` until it returns something truthy; fail with `what` at the deadline (or return None when
+    not `fail`) or if the run ends."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         found = condition()
@@ -78,6 +80,8 @@ def _wait_for(condition, what: str, proc: subprocess.Popen, deadline_s: float = 
             out, err = proc.communicate()
             pytest.fail(f"compare ended before {what}: rc {proc.returncode}\n{out}\n{err}")
         time.sleep(0.2)
+    if not fail:
+        return None
     pytest.fail(f"timed out waiting for {what}")
 
 
@@ -102,11 +106,28 @@ def test_kill_9_of_compare_takes_every_launched_process_with_it(tmp_path, adapte
     if not adapters.availability(adapter, "cpu", 2):
         pytest.skip(f"{adapter} is not available here: {adapters.availability(adapter, 'cpu', 2).reason}")
     # Rank 1 hangs at step 3: without the watchdogs its peers and launcher would wait forever.
-    proc = _start("run", "-a", adapter, "--steps", "100000", "--warmup", "2", "--equiv-steps", "0",
-                  "--out", str(tmp_path / "o"), env={"COMPARE_FAULT": f"{adapter}:1:hang:3"})
-    root = psutil.Process(proc.pid)
-    _wait_for(lambda: (_launch_progress(root, "-r0") or {}).get("step", 0) >= 3, f"{adapter}'s ranks at step 3",
-              proc)
+    # Once in a full suite a Horovod launch never reached step 3 in 240 s (not reproduced in 10 runs since); what
+    # this test checks starts after that, so a launch that does not start in 120 s is stopped and tried once more,
+    # and its launch log is printed.
+    for attempt in (1, 2):
+        proc = _start("run", "-a", adapter, "--steps", "100000", "--warmup", "2", "--equiv-steps", "0",
+                      "--out", str(tmp_path / f"o{attempt}"), env={"COMPARE_FAULT": f"{adapter}:1:hang:3"})
+        root = psutil.Process(proc.pid)
+        started = _wait_for(lambda: (_launch_progress(root, "-r0") or {}).get("step", 0) >= 3,
+                            f"{adapter}'s ranks at step 3", proc, deadline_s=120 if attempt == 1 else 240,
+                            fail=attempt == 2)
+        if started:
+            break
+        for log in Path(tempfile.gettempdir()).glob(f"compare-{proc.pid}-scratch-*/launch.log"):
+            print(f"attempt 1 did not reach step 3 in 120 s; {log}:\n{log.read_text()[-3000:]}")
+        tree = root.children(recursive=True)
+        proc.kill()
+        for p in tree:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        proc.communicate()
     launched = _launch_processes(root)
     assert len(launched) >= 3, [_cmdline(p) for p in launched]  # the launcher and two ranks at least
     t0 = time.monotonic()
@@ -115,6 +136,9 @@ def test_kill_9_of_compare_takes_every_launched_process_with_it(tmp_path, adapte
     gone, alive = psutil.wait_procs(launched, timeout=20)
     alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"still running {time.monotonic() - t0:.1f} s after kill -9: {[_cmdline(p) for p in alive]}"
+    # what a process killed by SIGKILL cannot remove itself: its scratch directory
+    for scratch in Path(tempfile.gettempdir()).glob(f"compare-{proc.pid}-scratch-*"):
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_a_second_run_on_the_same_out_is_refused_naming_the_first(tmp_path):
