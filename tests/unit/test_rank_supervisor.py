@@ -39,6 +39,8 @@ def test_a_rank_asked_to_stop_and_then_killed_says_it_was_asked(tmp_path):
     start = {}
     try:
         assert proc.stdout.readline().strip() == "worker ready"
+        # the worker runs on from the fork while the supervisor writes its start record: wait for it, bounded
+        _wait_for((tmp_path / "start-rank1.json").exists, "the supervisor's start record")
         start = json.loads((tmp_path / "start-rank1.json").read_text())
         assert start["supervisor_pid"] == proc.pid
         proc.send_signal(signal.SIGTERM)  # the launcher asks; the worker does not end
