@@ -34,7 +34,7 @@ from rich.markup import escape
 import adapters
 import workloads
 from harness import interrupt
-from harness.inputs import DEVICES, BadInput, CommRequest, RunRequest, first_sentence, split
+from harness.inputs import DEVICES, BadInput, CommRequest, Request, RunRequest, check_cores, first_sentence, split
 from harness.record import MEASURED
 
 try:  # typer vendors click from 0.20 on
@@ -642,7 +642,9 @@ def index_cmd(directory: Path = typer.Argument(Path("results"), help="Directory 
 
 @app.command("list")
 def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu or cuda."),
-             world_size: int = typer.Option(2, "--world-size", "-n")):
+             world_size: int = typer.Option(2, "--world-size", "-n"),
+             oversubscribe: bool = typer.Option(False, help="Check a world size above the usable cores, as "
+                                                              "`compare run --oversubscribe` would run it.")):
     """Every adapter and workload, with availability and the reason."""
     from rich.table import Table
 
@@ -650,7 +652,11 @@ def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu 
         _fail(f"unknown device '{device}'; valid choices: {', '.join(DEVICES)}")
     if world_size < 1:
         _fail(f"world size must be at least 1, got {world_size}")
-    t = Table(title=f"Adapters (device {device}, world size {world_size})")
+    try:  # the world size `compare run` would refuse is refused here too, in the same words
+        over = check_cores(Request(device=device, world_size=world_size, oversubscribe=oversubscribe), world_size)
+    except BadInput as e:
+        _fail(str(e))
+    t = Table(title=f"Adapters (device {device}, world size {world_size}{', oversubscribed' if over else ''})")
     for col in ("adapter", "launcher", "available", "what it is / why not"):
         t.add_column(col)
     for name, avail in adapters.availability_all(device, world_size).items():

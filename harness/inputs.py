@@ -307,8 +307,8 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
         reasons = Counter(first_sentence(r.reason) for r in rows)
         what, n = reasons.most_common(1)[0]
         share = "" if n == len(rows) else f" ({n} of the {len(rows)}; the others for reasons of their own)"
-        raise BadInput(f"no {kind} can run here: {what}{share}; see `compare list --device {req.device} "
-                       f"--world-size {req.world_size}` for the reasons and fixes")
+        raise BadInput(f"no {kind} can run here: {what}{share}; see `{list_command(req.device, req.world_size)}` "
+                       f"for the reasons and fixes")
     return rows
 
 
@@ -327,5 +327,12 @@ def first_sentence(reason: str) -> str:
 
 def unavailable_message(kind: str, name: str, reason: str, device: str, world_size: int) -> str:
     """One readable line for a named adapter/backend that cannot run (with --strict)."""
-    return (f"{kind} '{name}' cannot run here: {first_sentence(reason)}; see `compare list --device {device} "
-            f"--world-size {world_size}` for every reason and fix")
+    return (f"{kind} '{name}' cannot run here: {first_sentence(reason)}; see `{list_command(device, world_size)}` "
+            f"for every reason and fix")
+
+
+def list_command(device: str, world_size: int | None) -> str:
+    """The `compare list` line that shows the same availability (a world size above the usable cores got this far
+    only with --oversubscribe, which `compare list` then needs too)."""
+    over = device == "cpu" and world_size is not None and world_size > envmod.usable_cores()
+    return f"compare list --device {device} --world-size {world_size}{' --oversubscribe' if over else ''}"

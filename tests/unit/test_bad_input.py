@@ -18,6 +18,7 @@ import workloads
 from harness import collectives, costmodel
 from harness.cli import app
 from harness.env import usable_cores
+from harness.inputs import unavailable_message
 
 CORES = usable_cores()
 ADAPTERS = ", ".join(adapters.names())
@@ -286,6 +287,10 @@ CASES = [
     # ---- list -----------------------------------------------------------------------------------------------
     ("list-unknown-device", ["list", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
     ("list-world-size-0", ["list", "-n", "0"], "world size must be at least 1, got 0"),
+    ("list-oversubscribed", ["list", "-n", str(CORES + 1)],
+     f"world size {CORES + 1} needs {CORES + 1} processes but this machine has {CORES} usable cores; use "
+     f"--world-size {CORES} or fewer, or --oversubscribe to run it anyway (every row is then labelled "
+     f"oversubscribed)"),
 ]
 
 
@@ -417,3 +422,14 @@ def test_index_skips_a_bad_run_with_a_warning_and_indexes_the_good_ones(tmp_path
     assert result.stderr.startswith(f"warning: skipped {tmp_path / 'broken'}: ")
     index = (tmp_path / "README.md").read_text()
     assert f"[{good.name}]" in index and "broken" not in index
+
+
+def test_list_checks_an_oversubscribed_world_size_when_asked_and_run_points_there():
+    result = invoke("list", "-n", str(CORES + 1), "--oversubscribe")
+    assert result.exit_code == 0, result.output
+    assert f"world size {CORES + 1}, oversubscribed" in result.stdout
+    assert unavailable_message("adapter", "apex", "apex is missing (fix: build it)", "cpu", CORES + 1) == (
+        f"adapter 'apex' cannot run here: apex is missing; see `compare list --device cpu --world-size {CORES + 1} "
+        f"--oversubscribe` for every reason and fix")
+    assert unavailable_message("adapter", "apex", "apex is missing", "cpu", CORES).endswith(
+        f"`compare list --device cpu --world-size {CORES}` for every reason and fix")
