@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import hosts
-from harness.stats import slowest_rank_steps, step_stats
+from harness.stats import slowest_rank_steps, step_stats, worst
 
 SCHEMA_VERSION = 1
 FINAL_LOSS_WINDOW = 10
@@ -44,7 +44,9 @@ def max_param_diff(params_path: Path, reference: dict | None) -> float | None:
     params = torch.load(params_path)
     if set(params) != set(reference):
         raise ValueError(f"parameter names differ from the reference: {sorted(set(params) ^ set(reference))[:4]}")
-    return max(float((params[n] - reference[n]).abs().max()) for n in params)
+    # NaN anywhere (a diverged parameter, on either side) makes the whole difference NaN, which fails every
+    # tolerance (stats.worst; max() would drop a NaN that is not first and pass the check).
+    return worst(float((params[n] - reference[n]).abs().max()) for n in params)
 
 
 def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, workload) -> dict[str, Any]:

@@ -17,6 +17,16 @@ def percentile(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def worst(values) -> float:
+    """The largest of `values`, or NaN if any is NaN: for differences and errors, where a NaN (a diverged
+    parameter or loss) is the worst value there is. Python's max() keeps a NaN only when it comes first
+    (max(0.1, nan) == 0.1, max(nan, 0.1) is nan), so a check `max(...) <= tolerance` could pass over one."""
+    values = list(values)
+    if not values:
+        raise ValueError("no values")
+    return float("nan") if any(v != v for v in values) else max(values)
+
+
 def step_stats(step_times_s: list[float]) -> dict[str, float | int]:
     """median, p10, p90, mean and n of a list of step times."""
     return {"median": percentile(step_times_s, 50), "p10": percentile(step_times_s, 10),

@@ -20,7 +20,7 @@ from harness.report import hosts as hosts_report
 from harness.sizes import format_mib
 from harness.report import epoch, ttt
 from harness.record import MEASURED, precision_label
-from harness.stats import percentile
+from harness.stats import percentile, worst
 
 SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
 
@@ -103,7 +103,7 @@ def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
         target=first["eval"]["target"] if first.get("eval") else None,
         target_met=(all(r["eval"]["target_met"] for r in ok) if first.get("eval") and first["eval"]["target"]
                     is not None else None),
-        max_param_diff=(max(r["max_param_diff"] for r in ok) if all(r.get("max_param_diff") is not None
+        max_param_diff=(worst(r["max_param_diff"] for r in ok) if all(r.get("max_param_diff") is not None
                                                                       for r in ok) else None),
         time_to_first_step_s=statistics.median(r["time_to_first_step_s"] for r in ok),
     )

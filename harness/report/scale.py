@@ -26,7 +26,7 @@ from typing import Any
 from harness.outdir import save_figure, write_text
 from harness.report.run import MEMORY_KINDS, MEMORY_SHORT
 from harness.sizes import format_mib
-from harness.stats import percentile
+from harness.stats import percentile, worst
 
 BASELINE = "single-process"
 
@@ -67,7 +67,7 @@ def summarise_point(recs: list[dict[str, Any]]) -> dict[str, Any]:
                per_rank_batch=first["scale"]["per_rank_batch"], processes=first["topology"]["processes"],
                peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in ok) or None,
                peak_memory_per_rank=[statistics.median(m) for m in zip(*(r["peak_memory_bytes_per_rank"] for r in ok))],
-               max_param_diff=(max(r["max_param_diff"] for r in ok)
+               max_param_diff=(worst(r["max_param_diff"] for r in ok)
                                if all(r.get("max_param_diff") is not None for r in ok) else None),
                equivalence=first.get("equivalence"))
     balanced = [r["load_balance"] for r in ok if r.get("load_balance")]

@@ -1,0 +1,42 @@
+"""A diverged parameter (NaN) fails the equivalence check wherever it is: in any tensor, on either side, in any
+repeat. Python's max() keeps a NaN only when it comes first, so a `max(...) <= tolerance` check passed over one."""
+
+import math
+
+import pytest
+import torch
+
+from harness.record import max_param_diff
+from harness.stats import worst
+
+
+def _save(tmp_path, params):
+    path = tmp_path / "params.pt"
+    torch.save(params, path)
+    return path
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+@pytest.mark.parametrize("side", ["adapter", "reference"])
+def test_a_nan_parameter_makes_the_difference_nan_and_fails_the_tolerance(tmp_path, where, side):
+    reference = {"a.weight": torch.zeros(3), "b.weight": torch.zeros(4), "c.bias": torch.zeros(2)}
+    params = {n: t + 1e-7 for n, t in reference.items()}
+    bad = "a.weight" if where == "first" else "c.bias"
+    target = params if side == "adapter" else reference
+    target[bad] = torch.tensor([0.0, float("nan")] + [0.0] * (len(target[bad]) - 2))
+    diff = max_param_diff(_save(tmp_path, params), reference)
+    assert math.isnan(diff)
+    assert not diff <= 1e-5  # the record's check: passed is False
+
+
+def test_finite_differences_are_the_largest_one(tmp_path):
+    reference = {"a": torch.zeros(3), "b": torch.zeros(2)}
+    params = {"a": torch.tensor([0.0, 2e-6, -3e-6]), "b": torch.tensor([1e-6, 0.0])}
+    assert max_param_diff(_save(tmp_path, params), reference) == pytest.approx(3e-6)
+
+
+def test_worst_of_repeats_keeps_a_nan_wherever_it_is():
+    assert math.isnan(worst([1e-7, float("nan")])) and math.isnan(worst([float("nan"), 1e-7]))
+    assert worst([1e-7, 3e-7, 2e-7]) == 3e-7
+    with pytest.raises(ValueError):
+        worst([])
