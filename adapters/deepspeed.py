@@ -111,6 +111,53 @@ def jit_cached_ops() -> list[str]:
     return sorted(d.name for d in root.iterdir() if (d / f"{d.name}.so").exists()) if root.is_dir() else []
 
 
+STALE_LOCKS_ENV = "COMPARE_DS_STALE_JIT_LOCKS"
+"""Set by `launch` for the ranks: the stale JIT build locks it removed before starting them (rank 0 logs them)."""
+
+
+def _open_files() -> tuple[set[str], bool]:
+    """The paths of every file some process on this machine has open, and whether every process could be read
+    (another user's /proc/PID/fd is not readable without privilege)."""
+    held, complete = set(), True
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            fds = list(fd_dir.iterdir())
+        except PermissionError:
+            complete = False
+            continue
+        except OSError:  # the process ended meanwhile
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                held.add(os.readlink(fd))
+    return held, complete
+
+
+def clear_stale_jit_locks(root: Path | None = None) -> list[Path]:
+    """Remove JIT build locks that no process holds; the ones removed. torch.utils.cpp_extension takes
+    `<cache>/<op>/lock` (a FileBaton: created with O_EXCL, kept open while building, removed at the end), and a
+    process that finds the file waits, polling, until it is gone. A build that was killed (a timeout, kill -9 of
+    the run, a crash during a first launch's 35-65 s compile) leaves the file behind, and every later launch
+    would then wait for it until its --timeout. A lock is stale when no process has it open; one created by
+    another user is left alone unless every process could be checked."""
+    root = root if root is not None else jit_cache_dir()
+    locks = sorted(root.glob("*/lock")) if root.is_dir() else []
+    if not locks:
+        return []
+    held, complete = _open_files()
+    removed = []
+    for lock in locks:
+        try:
+            owner = lock.stat().st_uid
+        except FileNotFoundError:  # released meanwhile
+            continue
+        if os.path.realpath(lock) in held or (not complete and owner != os.getuid()):
+            continue
+        lock.unlink(missing_ok=True)
+        removed.append(lock)
+    return removed
+
+
 def cpu_fp16_supported() -> bool:
     """DeepSpeed's CPU accelerator's own test (cpu_accelerator.is_fp16_supported): oneDNN fp16 kernels."""
     import torch
@@ -151,6 +198,7 @@ class DeepSpeedAdapter(Adapter):
         self.engine = None
         self.timings_s: dict[str, float] = {}
         self.jit_built: list[str] = []
+        self.stale_locks_removed: list[str] = []
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
@@ -194,6 +242,9 @@ class DeepSpeedAdapter(Adapter):
         accelerator = {"DS_ACCELERATOR": "cpu" if spec.device == "cpu" else "cuda",
                        "TORCH_EXTENSIONS_DIR": str(jit_cache_dir())}
         module = ["--module", *rank_command(spec_path)[2:]]
+        stale = clear_stale_jit_locks()  # before any rank of this launch exists: none of them can hold one
+        if stale:
+            accelerator[STALE_LOCKS_ENV] = os.pathsep.join(map(str, stale))
         topo = spec.topology
         if topo is None or not topo.remote:
             # The rendezvous store is bound by the parent and held for the whole launch; the ranks join it as
@@ -287,6 +338,10 @@ class DeepSpeedAdapter(Adapter):
         import torch
 
         cached_before = set(jit_cached_ops())
+        self.stale_locks_removed = [p for p in os.environ.get(STALE_LOCKS_ENV, "").split(os.pathsep) if p]
+        if self.stale_locks_removed and os.environ.get("RANK", "0") == "0":
+            print(f"[deepspeed] removed a stale JIT build lock no process held (left by a build that was stopped): "
+                  f"{', '.join(self.stale_locks_removed)}", flush=True)
         missing = [op for op in _JIT_OPS_AT_INIT if op not in cached_before]
         if missing:
             note = (f"first run: JIT-compiling {', '.join(missing)} (~35-65 s on 2 cores, once; cached in "
@@ -468,6 +523,7 @@ class DeepSpeedAdapter(Adapter):
             "offload_optimizer": self.knobs.offload_optimizer, "knobs": super().describe()["knobs"],
             "setup_timings_s": dict(self.timings_s),
             "jit_ops_built_this_run": self.jit_built, "jit_cache_dir": str(jit_cache_dir()),
+            "stale_jit_locks_removed": self.stale_locks_removed,
         }
         if self.engine is not None:
             e = self.engine

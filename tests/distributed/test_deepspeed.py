@@ -146,3 +146,27 @@ def test_optimizer_offload_keeps_the_workloads_optimizer_and_matches_the_referen
     # ZeRO-Offload did not swap in DeepSpeedCPUAdam: the workload's SGD and LR are what ran.
     assert rec["adapter_info"]["client_optimizer"] == "SGD" and rec["adapter_info"]["resolved"]["lr"] == [0.1]
     assert rec["equivalence"]["checked"] is True and rec["max_param_diff"] <= 1e-5
+
+
+def test_a_stale_jit_build_lock_does_not_stall_the_next_launch(zero_run, tmp_path):
+    # A build killed mid-compile (a timeout, kill -9 of the run) leaves torch's FileBaton `<cache>/<op>/lock`,
+    # and every later build of that op would wait for it forever, cached .so or not: each DeepSpeed launch would
+    # end as a timeout. The launch removes a lock that no process holds, and rank 0 says so.
+    from adapters.deepspeed import jit_cache_dir
+
+    lock = jit_cache_dir() / "deepspeed_shm_comm" / "lock"
+    assert not lock.exists()
+    lock.write_text("")
+    try:
+        rows, proc = run_compare(tmp_path / "run", "--adapters", "deepspeed", "--steps", "5", "--warmup", "1",
+                                 "--equiv-steps", "0", "--timeout", "240")
+    finally:
+        stale_left = lock.exists()
+        lock.unlink(missing_ok=True)
+    rec = rows["deepspeed"]
+    assert rec["status"] == "ok", (rec.get("reason"), rec.get("log_tail"))
+    assert not stale_left
+    assert rec["adapter_info"]["stale_jit_locks_removed"] == [str(lock)]
+    logs = "".join(p.read_text() for p in (tmp_path / "run").rglob("*.log"))
+    assert f"[deepspeed] removed a stale JIT build lock no process held (left by a build that was stopped): {lock}" \
+        in logs

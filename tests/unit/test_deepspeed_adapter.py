@@ -210,3 +210,36 @@ def test_jit_cache_dir_follows_torch_extensions_dir(monkeypatch, tmp_path):
     (tmp_path / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
     (tmp_path / "half_built").mkdir()
     assert ds.jit_cache_dir() == tmp_path and ds.jit_cached_ops() == ["deepspeed_shm_comm"]
+
+
+def test_a_jit_build_lock_that_no_process_holds_is_removed_before_a_launch(tmp_path, monkeypatch):
+    # torch's FileBaton: `<cache>/<op>/lock`, created and held open by the building process; a killed build
+    # leaves it, and every later build would poll for it forever.
+    held, stale = tmp_path / "op_a" / "lock", tmp_path / "op_b" / "lock"
+    for lock in (held, stale):
+        lock.parent.mkdir()
+        lock.write_text("")
+    (tmp_path / "op_b" / "op_b.so").write_text("")  # a built op: the lock is stale all the same
+    holder = subprocess.Popen([sys.executable, "-c", f"import os, sys; fd = os.open({str(held)!r}, os.O_RDONLY); "
+                               "print('holding', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        assert ds.clear_stale_jit_locks(tmp_path) == [stale]
+        assert held.exists() and not stale.exists()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert ds.clear_stale_jit_locks(tmp_path) == [held]  # its builder is gone
+    assert ds.clear_stale_jit_locks(tmp_path) == []
+    # The launch clears them (before any of its ranks exists) and tells rank 0, which logs and records them.
+    lock = tmp_path / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir()
+    lock.write_text("")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(ds, "launcher_path", lambda: "/venv/bin/deepspeed")
+    plan = ds.DeepSpeedAdapter({}, "cpu").launch(tmp_path / "spec.json",
+                                                 SimpleNamespace(world_size=2, device="cpu", topology=None))
+    plan.hold.clear()
+    assert not lock.exists()
+    assert plan.env[ds.STALE_LOCKS_ENV] == str(lock)
