@@ -21,7 +21,8 @@ Schedules (declared by each adapter's `comm_schedule()`, so the framework knowle
 - buckets (torch DDP, apex DDP): gradients fill buckets in the order they become ready (DDP: first 1 MiB, then
   25 MiB); each bucket is all-reduced when its last gradient is ready, one after another, during backward;
 - fusion (Horovod): a background cycle (1 ms) fuses whatever is ready into all-reduces of at most the fusion
-  buffer (128 MiB), each after a small coordination round;
+  buffer (128 MiB), each after a small coordination round (on a hardware profile; a latency fitted here to
+  Horovod's own synchronous calls already holds its cycle wait and negotiation, so nothing is added to it);
 - zero (DeepSpeed): ZeRO-0 all-reduces every gradient after backward; ZeRO-1/2 reduce-scatter them after backward
   and all-gather the updated parameters after the step (overlap_comm is off for 1/2 by default); ZeRO-3 also
   all-gathers the parameters in forward and again in backward (1.5x DDP's bytes), overlapped with compute;
@@ -217,6 +218,12 @@ class Fitted(Collectives):
         latency, busbw = self.fits[(op, n)]
         return latency + BUSBW_FACTOR[op](n) * nbytes / busbw
 
+    def control(self, n: int) -> float:
+        """None on top: a fitted latency comes from synchronous calls through the backend's own API, each of
+        which already went through whatever coordination the backend does per call (Horovod: it waited for its
+        next cycle and negotiated there, so its fitted all-reduce latency is about one cycle time)."""
+        return 0.0
+
     def extended(self) -> Collectives:
         """This machine's fitted collectives at any N: each op's bus bandwidth as measured at the largest N, its
         latency per ring step (2(N-1) for all-reduce, N-1 otherwise) as measured there."""
@@ -241,6 +248,9 @@ class _Extended(Collectives):
             raise KeyError(f"no {op} measured")
         step, busbw = self.per_op[op]
         return step * ring_steps(op, n) + BUSBW_FACTOR[op](n) * nbytes / busbw
+
+    def control(self, n: int) -> float:
+        return 0.0  # inside the fitted latency, as in Fitted
 
 
 @dataclass

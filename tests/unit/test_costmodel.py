@@ -182,6 +182,22 @@ def test_horovod_packs_and_unpacks_a_fusion_buffer_of_several_tensors():
     assert cm.fusion_buffer_bytes(hvd, copied, PerMiB(1e-3), 1) == 0
 
 
+def test_horovods_cycle_and_negotiation_are_counted_once():
+    grads = [(MiB, 0.5e-3)]
+    hvd = {"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3}
+    c = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads)
+    # Fitted to Horovod's own synchronous all-reduces, whose latency (1.1 ms) holds the cycle wait and the
+    # negotiation: the step's comm is that all-reduce alone, no second round on top.
+    fitted = cm.Fitted("horovod", {("all_reduce", 2): (1.1e-3, 1e9)})
+    assert fitted.control(2) == 0 and fitted.extended().control(8) == 0
+    assert cm.predict_step(hvd, c, fitted, 2, shares_cores=True).comm_s == pytest.approx(1.1e-3 + MiB / 1e9)
+    # On a hardware profile the latency is NCCL's alone, so the negotiation round is added: 2 log2(n) tree steps.
+    f = fabric()
+    assert f.control(2) == pytest.approx(10e-6 + 2 * 2e-6)
+    assert cm.predict_step(hvd, c, f, 2, shares_cores=True).comm_s == pytest.approx(
+        f.control(2) + f.time("all_reduce", MiB, 2))
+
+
 def test_a_cell_that_cannot_be_fitted_says_why_with_its_medians():
     def rec(op, size, t):
         return {"backend": "torch", "status": "ok", "op": op, "world_size": 2, "size_bytes": size,
