@@ -10,8 +10,19 @@ in turn, for several pairs. The raw scripts below share no code with the harness
 (the framework's own launcher, the framework's defaults, the same model, data, global batch, LR, warm-up, steps
 and threads), timing each step with perf_counter and taking the slowest rank per step, as the harness does. It
 prints, per case, the median step time of each side and the harness/raw throughput ratio per pair, with its
-median and spread, computed at the median step and at the 10th-percentile step (the fast steps no neighbour
-disturbed: a per-step cost the harness added would show there too, while the VM's noise mostly does not).
+median and spread, computed at the median step (what the harness's samples/s column uses), at the 10th-percentile
+step (the fast steps no neighbour disturbed: a per-step cost the harness added would show there too, while the
+VM's noise mostly does not) and at the mean step (samples over the whole run's step time). On this VM a digits
+step time is multi-modal (a fast mode near 1.5 ms, others whole milliseconds later, where a rank waiting in a
+collective was woken late), and the median can sit between modes, where a few percent more steps in one mode
+move it by a millisecond: then the mean is the steadier figure.
+
+What the VM's scheduling cannot blur is the work itself: with --cpu-rounds K it also runs each side K times at
+two lengths and reports the CPU time and context switches of its whole process tree per timed step (the long
+run's minus the short run's, over the steps between them; start-up cancels). A per-step cost the harness added
+(a poll, a redraw, a write, a wake-up) would show there even when the step times scatter.
+
+    .venv/bin/python tests/benchmarks/bench_run_overhead.py --pairs 0 --cpu-rounds 2 --cases deepspeed:digits
 Target: a median ratio of at least 0.99 (check the load average first: this VM is noisy). With --bind-cores both
 sides bind each rank, all its threads, to its own share of the cores (the raw script by its own few lines), which
 takes most scheduler-tick waits out of the 2-4 ms digits steps and so most of the noise out of the ratio.
@@ -22,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -129,7 +141,7 @@ if rank == 0:
     slowest = sorted(max(ts) for ts in zip(*every))
     with open(out, "w") as f:
         json.dump({"median_step_s": statistics.median(slowest), "p10_step_s": slowest[len(slowest) // 10],
-                   "n": len(slowest)}, f)
+                   "mean_step_s": statistics.mean(slowest), "n": len(slowest)}, f)
 if framework == "horovod":
     hvd.shutdown()
 else:
@@ -139,6 +151,23 @@ else:
 
 STEPS = {"digits": (20, 280), "widemlp": (3, 30)}
 """(warm-up, timed) steps per workload: the digits default, and widemlp with more timed steps than its default 20."""
+CPU_STEPS = {"digits": (500, 5500), "widemlp": (5, 45)}
+"""Timed steps of the short and the long run of the CPU-cost measurement (--cpu-rounds): 5000 digits steps are
+about 30 s of CPU, 40 widemlp steps about 25 s, against a second or so of start-up that varies between launches."""
+COUNTED = {"cpu_s": 0.0, "switches": 0}
+"""CPU seconds and context switches of the last command run by `_run`, over its whole process tree."""
+
+
+def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run, counting the command's CPU time and context switches: getrusage(RUSAGE_CHILDREN) covers
+    every process of the tree that was waited for (the launchers, the ranks, the harness's parent), user and
+    system time, voluntary and involuntary switches."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(argv, **kwargs)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    COUNTED["cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    COUNTED["switches"] = (after.ru_nvcsw + after.ru_nivcsw) - (before.ru_nvcsw + before.ru_nivcsw)
+    return proc
 
 
 def raw_command(framework: str, script: Path, args: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -150,7 +179,7 @@ def raw_command(framework: str, script: Path, args: list[str]) -> tuple[list[str
     return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *args], {}
 
 
-def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float]:
+def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float, float]:
     script = tmp / "raw_train.py"
     script.write_text(RAW)
     out = tmp / "raw.json"
@@ -163,28 +192,27 @@ def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tup
            "MASTER_ADDR": "127.0.0.1", **extra, **({"BIND_CORES": "1"} if bind else {})}
     shm = Path("/dev/shm")
     before = set(shm.glob("deepspeed_allreduce_buffer_*"))
-    proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+    proc = _run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
     for leftover in set(shm.glob("deepspeed_allreduce_buffer_*")) - before:
         leftover.unlink(missing_ok=True)  # DeepSpeed never unlinks its CPU all-reduce segments (66 MiB per rank)
     if not out.exists():  # a crash after rank 0 wrote its result (a gloo peer closing first) still measured
         sys.exit(f"raw {framework}/{workload} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     got = json.loads(out.read_text())
-    return got["median_step_s"], got["p10_step_s"]
+    return got["median_step_s"], got["p10_step_s"], got["mean_step_s"]
 
 
-def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float]:
+def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float, float]:
     out = tmp / "harness"
     shutil.rmtree(out, ignore_errors=True)
     warmup, steps = STEPS[workload]
-    proc = subprocess.run([PY, "-m", "harness", "run", "-a", framework, "-w", workload, "--steps", str(steps),
-                           "--warmup", str(warmup), "--equiv-steps", "0", "--out", str(out),
-                           *(["--bind-cores"] if bind else [])], cwd=REPO,
-                          capture_output=True, text=True, timeout=900)
+    proc = _run([PY, "-m", "harness", "run", "-a", framework, "-w", workload, "--steps", str(steps),
+                 "--warmup", str(warmup), "--equiv-steps", "0", "--out", str(out),
+                 *(["--bind-cores"] if bind else [])], cwd=REPO, capture_output=True, text=True, timeout=900)
     rec = json.loads((out / "records.jsonl").read_text().splitlines()[0]) if (out / "records.jsonl").exists() else {}
     if proc.returncode != 0 or rec.get("status") != "ok":
         sys.exit(f"compare run {framework}/{workload} failed ({proc.returncode}): {rec.get('reason')}\n{proc.stderr}")
     steps = sorted(rec["step_times_s"])
-    return rec["step_time_s"]["median"], steps[len(steps) // 10]
+    return rec["step_time_s"]["median"], steps[len(steps) // 10], rec["step_time_s"]["mean"]
 
 
 def main() -> None:
@@ -196,6 +224,11 @@ def main() -> None:
     ap.add_argument("--bind-cores", action="store_true",
                     help="Both sides bind each rank to its own cores (the harness with --bind-cores, the raw script "
                          "by its own sched_setaffinity): less scheduler noise, the same work.")
+    ap.add_argument("--cpu-rounds", type=int, default=0,
+                    help="Also measure what each side costs the machine per timed step, independent of the VM's "
+                         "scheduling noise: CPU time and context switches of the whole process tree, from a short "
+                         "and a long run of each side (their difference divided by the steps between them), this "
+                         "many rounds, alternating the order. 0: skip.")
     ap.add_argument("--cases", default="ddp:digits,horovod:digits,deepspeed:digits,ddp:widemlp,horovod:widemlp,"
                                        "deepspeed:widemlp")
     a = ap.parse_args()
@@ -204,31 +237,74 @@ def main() -> None:
             STEPS[w] = (warm, a.steps)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
           f"{'; both sides bound to cores' if a.bind_cores else ''}")
-    summary = []
+    summary, cpu_summary = [], []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         for case in a.cases.split(","):
             framework, workload = case.split(":")
-            ratios, fast_ratios, raws, harnesses = [], [], [], []
+            ratios, fast_ratios, mean_ratios, raws, harnesses = [], [], [], [], []
             for i in range(a.pairs):
                 order = ("raw", "harness") if i % 2 == 0 else ("harness", "raw")
                 got = {}
                 for side in order:
                     got[side] = (run_raw if side == "raw" else run_harness)(framework, workload, tmp, a.bind_cores)
-                (raw, raw_p10), (har, har_p10) = got["raw"], got["harness"]
+                (raw, raw_p10, raw_mean), (har, har_p10, har_mean) = got["raw"], got["harness"]
                 raws.append(raw)
                 harnesses.append(har)
                 ratios.append(raw / har)  # harness throughput / raw throughput, at the median step
                 fast_ratios.append(raw_p10 / har_p10)  # the same at the 10th-percentile (fast, undisturbed) step
+                mean_ratios.append(raw_mean / har_mean)  # the same over the whole run (samples / total step time)
                 print(f"{case} pair {i + 1} ({order[0]} first): median step raw {raw * 1e3:.2f} ms, harness "
-                      f"{har * 1e3:.2f} ms, ratio {ratios[-1]:.3f}; p10 step ratio {fast_ratios[-1]:.3f}", flush=True)
-            summary.append((case, statistics.median(raws), statistics.median(harnesses), ratios, fast_ratios))
-    print("\ncase                 raw ms/step  harness ms/step  harness/raw throughput, median step: median [min-max]"
-          "   p10 step: median [min-max]")
-    for case, raw, har, ratios, fast in summary:
-        print(f"{case:20s} {raw * 1e3:11.2f} {har * 1e3:16.2f}  {statistics.median(ratios):.3f} "
-              f"[{min(ratios):.3f}-{max(ratios):.3f}]{'':27s}{statistics.median(fast):.3f} "
-              f"[{min(fast):.3f}-{max(fast):.3f}]")
+                      f"{har * 1e3:.2f} ms, ratio {ratios[-1]:.3f}; p10 step ratio {fast_ratios[-1]:.3f}; mean step raw "
+                      f"{raw_mean * 1e3:.2f} ms, harness {har_mean * 1e3:.2f} ms, ratio {mean_ratios[-1]:.3f}",
+                      flush=True)
+            if ratios:
+                summary.append((case, statistics.median(raws), statistics.median(harnesses), ratios, fast_ratios,
+                                mean_ratios))
+            if a.cpu_rounds:
+                cpu_summary.append((case, cpu_per_step(framework, workload, tmp, a.bind_cores, a.cpu_rounds)))
+    if summary:
+        print("\ncase                 raw ms/step  harness ms/step  harness/raw throughput: at the median step   "
+              "at the p10 step   over the run (mean step), each median [min-max] over pairs")
+    for case, raw, har, ratios, fast, mean in summary:
+        print(f"{case:20s} {raw * 1e3:11.2f} {har * 1e3:16.2f}  {_spread(ratios):37s}{_spread(fast):20s}"
+              f"{_spread(mean)}")
+    if cpu_summary:
+        print("\ncase                 CPU ms per timed step: raw  harness  harness/raw    context switches per timed "
+              "step: raw  harness")
+        for case, c in cpu_summary:
+            print(f"{case:20s} {c['raw'][0] * 1e3:27.3f} {c['harness'][0] * 1e3:8.3f} {c['harness'][0] / c['raw'][0]:12.4f}"
+                  f" {c['raw'][1]:37.2f} {c['harness'][1]:8.2f}")
+
+
+def cpu_per_step(framework: str, workload: str, tmp: Path, bind: bool, rounds: int) -> dict[str, tuple[float, float]]:
+    """{side: (CPU seconds, context switches) per timed step}: the mean over `rounds` of (long run - short run) /
+    (their difference in steps), for the same warm-up; every round runs the four in a different order."""
+    short, long = CPU_STEPS[workload]
+    warmup = STEPS[workload][0]
+    runs = [(side, n) for n in (short, long) for side in ("raw", "harness")]
+    got: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    saved = STEPS[workload]
+    try:
+        for r in range(rounds):
+            for side, n in (runs if r % 2 == 0 else runs[::-1]):
+                STEPS[workload] = (warmup, n)
+                (run_raw if side == "raw" else run_harness)(framework, workload, tmp, bind)
+                got.setdefault((side, n), []).append((COUNTED["cpu_s"], COUNTED["switches"]))
+                print(f"{framework}:{workload} {side} {n} timed steps: {COUNTED['cpu_s']:.2f} s of CPU, "
+                      f"{COUNTED['switches']} context switches", flush=True)
+    finally:
+        STEPS[workload] = saved
+    out = {}
+    for side in ("raw", "harness"):
+        per = [((lc - sc) / (long - short), (lw - sw) / (long - short))
+               for (lc, lw), (sc, sw) in zip(got[(side, long)], got[(side, short)])]
+        out[side] = (statistics.mean(c for c, _ in per), statistics.mean(w for _, w in per))
+    return out
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]"
 
 
 if __name__ == "__main__":
