@@ -228,6 +228,14 @@ def _where(plan) -> str:
                   f"{topo.iface or 'auto'}{same})")
 
 
+def _warn_shared(records, name) -> None:
+    """A warning line when rows were measured while another compare run was running here (the report says it too)."""
+    from harness import machine
+
+    for line in machine.note(records, name):
+        console.print(f"[yellow]warning[/]: {escape(line.replace('**', ''))}")
+
+
 def _execute(execute, plan, *args):
     """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
     from harness.session import SessionError
@@ -307,6 +315,7 @@ def run(
     _stop_on_signals()
     records, interrupted = _execute(runmod.execute, plan, RunUI(), _STARTED)
     console.print(report_run.console_table(records))
+    _warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
     took = f" ({time.time() - _STARTED:.0f} s)" if _STARTED else ""
     console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took}")
     if interrupted:
@@ -467,6 +476,7 @@ def scale(
                                     _STARTED)
     for line in report_scale.console_lines(plan.out, records):
         console.print(line)
+    _warn_shared(records, lambda r: f"{r['label']}@{r['scale']['point']}#{r['repeat']}")
     took = f" ({time.time() - _STARTED:.0f} s)" if _STARTED else ""
     console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took}")
     if interrupted:
@@ -606,6 +616,7 @@ def comm_cmd(
     records, interrupted = _execute(commmod.execute, plan, lambda line: console.print("  " + escape(line)))
     for line in report_comm.summary_lines(records):
         console.print(escape(line))
+    _warn_shared(records, lambda r: r["backend"])
     console.print(f"wrote {plan.out}/report.md, records.jsonl and busbw.png")
     if interrupted:
         typer.echo(f"interrupted: children stopped; finished backends kept in {plan.out}", err=True)

@@ -116,6 +116,8 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
 def cells_to_records(base, name, adapter, outcome, spec=None) -> list[dict[str, Any]]:
     common = {**base, "backend": name, "adapter": adapter.name, "launcher": adapter.launcher,
               "launcher_argv": outcome.argv, "load_avg_before": outcome.load_avg_before}
+    if outcome.concurrent_runs:  # another compare run measured at the same time (harness/machine.py)
+        common["concurrent_compare_runs"] = outcome.concurrent_runs
     if spec is not None and spec.topology is not None:  # where the ranks ran (single-host records stay as they were)
         common["topology"] = {**hosts.describe(spec.topology, outcome.ranks, outcome.processes),
                               "node_commands": outcome.node_commands}

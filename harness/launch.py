@@ -48,7 +48,7 @@ from typing import IO, NamedTuple
 import psutil
 
 from adapters.base import Adapter, HostCommand
-from harness import hosts, interrupt
+from harness import hosts, interrupt, machine
 from harness import progress as progress_file
 from harness.env import REPO
 from harness.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
@@ -98,6 +98,9 @@ class Outcome:
     and exit code."""
     leftovers_killed: int = 0
     """Processes of this launch still alive after it ended, killed by the harness."""
+    concurrent_runs: list[dict] = field(default_factory=list)
+    """Other compare runs that were alive on this machine when the timed steps began or when the launch ended
+    ({pid, command, out, started}): their ranks shared the cores with this launch's."""
     gate_opened: float | None = None
     """Wall-clock time the launch's ranks were let past the gate into warm-up (None: never)."""
     gate_wait_s: float = 0.0
@@ -396,6 +399,8 @@ class Launch:
         self.failed: _Running | None = None
         """The first command that exited non-zero."""
         self.failed_at = 0.0
+        self.concurrent: list[dict] = []
+        """Other compare runs alive on this machine when the timed steps began (harness/machine.py)."""
 
     @property
     def proc(self) -> subprocess.Popen | None:
@@ -428,6 +433,8 @@ class Launch:
         self.launch_wall, self.t0 = time.time(), time.monotonic()
         self.deadline = None if gated else self.t0 + self.timeout_s
         self.gate_opened = None if gated else self.launch_wall
+        if not gated:
+            self.concurrent = machine.others()
         commands = self.plan.commands
         local_env = child_env(spec, self.plan.env, self.launch_id)
         for i, command in enumerate(commands):
@@ -457,6 +464,7 @@ class Launch:
             return
         self._close_gate_fd()
         self.load = [round(x, 2) for x in os.getloadavg()]
+        self.concurrent = machine.others()
         self.gate_opened = time.time()
         self.deadline = time.monotonic() + self.timeout_s
 
@@ -599,6 +607,7 @@ class Launch:
                 pass
         end_wall = time.time()
         wall = time.monotonic() - self.t0
+        concurrent = machine.merge(self.concurrent, machine.others())
         several = len(self.running) > 1
         if several:
             self._join_logs()
@@ -649,7 +658,8 @@ class Launch:
                        pid=self.running[0].proc.pid, load_avg_before=self.load, ranks=ranks,
                        log_tail="" if status == "ok" and not shutdown_error else tail(self.log_path),
                        shutdown_error=shutdown_error, progress=last, leftovers_killed=leftovers,
-                       gate_opened=self.gate_opened, gate_wait_s=gate_wait, node_commands=nodes)
+                       gate_opened=self.gate_opened, gate_wait_s=gate_wait, node_commands=nodes,
+                       concurrent_runs=concurrent)
 
     def _join_logs(self) -> None:
         """launch.log of a launch of one command per node: each node's log under a header that says where it ran

@@ -62,6 +62,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     if outcome.leftovers_killed:
         rec["leftover_processes_killed"] = outcome.leftovers_killed
     rec["load_avg_before"] = outcome.load_avg_before  # other load on the machine: a busy machine shows here
+    if outcome.concurrent_runs:  # another compare run measured at the same time (harness/machine.py)
+        rec["concurrent_compare_runs"] = outcome.concurrent_runs
     rec["controls"] = {"global_batch": spec.global_batch, "steps": spec.steps, "warmup": spec.warmup,
                        "seed": workload.seed, "threads_requested": spec.threads, "bind_cores": spec.bind_cores,
                        "knobs": spec.knobs,

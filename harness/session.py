@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import outdir, record
+from harness import machine, outdir, record
 
 
 class SessionError(Exception):
@@ -29,11 +29,13 @@ class Session:
         self.out, self.files, self.shared_scratch = out, files, shared_scratch
         self.records: list[dict[str, Any]] = []
         self.claim: outdir.Claim | None = None
+        self.registration: machine.Registration | None = None
         self.scratch: Path | None = None
 
     def __enter__(self) -> Session:
         try:
             self.claim = outdir.Claim(self.out)  # BadInput if another run holds it
+            self.registration = machine.Registration(self.out)  # other runs can see that this one measures
             outdir.clear(self.out, self.files)
             (self.out / "logs").mkdir(exist_ok=True)
             # Absolute: commands on other hosts start in the repository, not in our working directory.
@@ -97,6 +99,9 @@ class Session:
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
+        if self.registration is not None:
+            self.registration.release()
+            self.registration = None
         if self.claim is not None:
             self.claim.release()
             self.claim = None

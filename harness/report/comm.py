@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.outdir import save_figure, write_text
+from harness import machine
 from harness.report import hosts as hosts_report
 from harness.sizes import format_size
 
@@ -25,9 +26,10 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
                   if hosts_report.spans_hosts(r.get("topology"))), "")
     md = [f"# compare comm: {', '.join(backends)}, {r0['world_size']} ranks{where}{over}, {r0['dtype']}, "
           f"{e['cpu_cores_usable']}-core {'CPU' if r0['device'] == 'cpu' else ', '.join(e.get('gpus', []))}", ""]
-    for line in hosts_report.note(records):
+    shared = machine.note(records, lambda r: r["backend"])
+    for line in hosts_report.note(records) + shared:
         md += [f"- {line}"]
-    if where:
+    if where or shared:
         md.append("")
     for r in records:
         if not r["op"]:

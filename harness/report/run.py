@@ -16,6 +16,7 @@ from typing import Any
 import adapters
 from harness.inputs import first_sentence
 from harness.outdir import save_figure, write_text
+from harness import machine
 from harness.report import hosts as hosts_report
 from harness.sizes import format_mib
 from harness.report import epoch, ttt
@@ -176,6 +177,7 @@ def _notes(rows, records) -> list[str]:
         notes.append(f"**The run was interrupted {stopped}**: "
                      + (f"{', '.join(never)} never ran." if never else "every adapter had run at least once."))
     notes += hosts_report.note(records)
+    notes += machine.note(records, lambda r: f"{r['label']}#{r['repeat']}")
     if any(r.get("oversubscribed") for r in records):
         f = records[0]
         notes.append(f"**Oversubscribed**: more processes than the {f['env']['cpu_cores_usable']} usable cores "

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from harness import machine
 from harness.outdir import save_figure, write_text
 from harness.report.run import MEMORY_KINDS, MEMORY_SHORT
 from harness.sizes import format_mib
@@ -220,6 +221,7 @@ def _notes(records, tab, sweep, over) -> list[str]:
                       f"{records[0]['env']['cpu_cores_usable']} usable cores, so ranks time-share cores: their "
                       f"throughput and efficiency (marked †) are not what that many real workers would give, and no "
                       f"summary above includes them.")
+    notes += machine.note(records, lambda r: f"{r['label']}@{r['scale']['point']}#{r['repeat']}")
     straggler = sweep.get("straggler")
     if straggler:
         notes.append(f"**Straggler**: rank {straggler['rank']} computes {straggler['factor']:g}x slower at every "

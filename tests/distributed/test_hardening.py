@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 import adapters
-from conftest import REPO, read_records
+from conftest import REPO, read_records, run_compare
 from harness import progress as progress_file
 
 pytestmark = pytest.mark.distributed
@@ -182,6 +182,39 @@ def test_a_second_run_on_the_same_out_is_refused_naming_the_first(tmp_path):
     rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert [r["status"] for r in rows] == ["interrupted"]
     assert not (out / ".compare.lock").exists()
+
+
+def test_a_run_measured_while_another_run_trains_says_so(tmp_path):
+    # Two runs on the same 2 cores disturb each other's figures and the load average lags by a minute: the row
+    # measured while the other run was training names it, in the record, the report and the terminal.
+    first, _ = _start_training(tmp_path, "the first run's training", 1, "run", "-a", "ddp", "--steps", "100000",
+                               "--warmup", "0", "--equiv-steps", "0")
+    try:
+        out = tmp_path / "second"
+        second = subprocess.run([sys.executable, "-m", "harness", "run", "-a", "ddp", "--steps", "5", "--warmup", "1",
+                                 "--equiv-steps", "0", "--out", str(out)],
+                                cwd=REPO, capture_output=True, text=True, timeout=300)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    assert second.returncode == 0, second.stdout + second.stderr
+    [rec] = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert rec["status"] == "ok"
+    [other] = rec["concurrent_compare_runs"]
+    first_out = first.args[first.args.index("--out") + 1]
+    assert other["pid"] == first.pid and other["out"] == str(Path(first_out).resolve())
+    assert other["command"] == ("compare run -a ddp --steps 100000 --warmup 0 --equiv-steps 0 --out " + first_out)
+    note = (f"**Measured while another compare run was running on this machine** (pid {first.pid}: "
+            f"`{other['command']}`): ddp#0. Its processes shared these cores, so the times and throughput of these "
+            f"rows are not this machine's alone; measure them again on a quiet machine.")
+    assert f"- {note}" in (out / "report.md").read_text()
+    assert "warning: Measured while another compare run was running on this machine" in \
+        " ".join(second.stdout.split())  # rich may wrap the line
+    # A run alone on the machine carries no such field (the first run has ended now).
+    alone = tmp_path / "alone"
+    rows, _ = run_compare(alone, "-a", "ddp", "--steps", "5", "--warmup", "1", "--equiv-steps", "0")
+    assert "concurrent_compare_runs" not in rows["ddp"]
+    assert "Measured while another compare run" not in (alone / "report.md").read_text()
 
 
 def test_ctrl_c_during_the_first_launch_still_leaves_records_and_a_report(tmp_path):
