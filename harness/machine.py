@@ -35,9 +35,11 @@ class Registration:
         self.fd: int | None = None
         root = registry()
         try:
-            if not root.is_dir():
-                root.mkdir(parents=True, exist_ok=True)
+            try:
+                root.mkdir(parents=True)
                 os.chmod(root, 0o1777)  # like /tmp: every user registers, only the owner removes its own file
+            except FileExistsError:  # made by an earlier run (perhaps another user's, whose mode we leave alone)
+                pass
             path = root / f"{os.getpid()}.json"
             while True:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
