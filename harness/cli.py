@@ -238,8 +238,13 @@ def _warn_shared(records, name) -> None:
 
 def _execute(execute, plan, *args):
     """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
+    from harness import machine
     from harness.session import SessionError
 
+    for other in machine.others():  # said now, before minutes of measuring; the rows it overlaps are marked too
+        console.print(f"[yellow]warning[/]: another compare run is running on this machine (pid {other['pid']}"
+                      + (f": {escape(other['command'])}" if other.get("command") else "") + "); the rows measured "
+                      "while it runs share the cores with it and will be marked")
     try:
         return execute(plan, *args)
     except BadInput as exc:

@@ -208,8 +208,10 @@ def test_a_run_measured_while_another_run_trains_says_so(tmp_path):
             f"`{other['command']}`): ddp#0. Its processes shared these cores, so the times and throughput of these "
             f"rows are not this machine's alone; measure them again on a quiet machine.")
     assert f"- {note}" in (out / "report.md").read_text()
-    assert "warning: Measured while another compare run was running on this machine" in \
-        " ".join(second.stdout.split())  # rich may wrap the line
+    said = " ".join(second.stdout.split())  # rich may wrap the lines
+    assert (f"warning: another compare run is running on this machine (pid {first.pid}: {other['command']}); the "
+            f"rows measured while it runs share the cores with it and will be marked") in said
+    assert "warning: Measured while another compare run was running on this machine" in said
     # A run alone on the machine carries no such field (the first run has ended now).
     alone = tmp_path / "alone"
     rows, _ = run_compare(alone, "-a", "ddp", "--steps", "5", "--warmup", "1", "--equiv-steps", "0")
