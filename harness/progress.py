@@ -56,13 +56,16 @@ class Writer:
         if not self.enabled:
             return
         m = self._map
-        seq = _HEAD.unpack_from(m)[0]
-        struct.pack_into("<Q", m, 0, seq + 1)
+        # Odd while writing, even when done, forced rather than counted: until set-up says which rank is 0, every
+        # rank writes here, and two ranks counting from the same value could leave it odd for good (a seq of 3
+        # after both), after which every finished write would read as half-written.
+        writing = _HEAD.unpack_from(m)[0] | 1
+        struct.pack_into("<Q", m, 0, writing)
         data = text.encode("utf-8")[:_TEXT - 1]
         m[_HEAD.size:_HEAD.size + _TEXT] = data + b"\0" * (_TEXT - len(data))
         if step is not None:
             struct.pack_into("<q", m, 8, step)
-        struct.pack_into("<Q", m, 0, seq + 2)
+        struct.pack_into("<Q", m, 0, writing + 1)
 
     def step(self, n: int) -> None:
         if self.enabled:

@@ -86,3 +86,23 @@ def test_unset_ddp_knobs_are_not_passed_and_the_resolved_values_are_recorded(tmp
         assert a.describe()["resolved"] == resolved
     finally:
         dist.destroy_process_group()
+
+
+def test_progress_reads_after_two_ranks_raced_on_its_sequence_number(tmp_path):
+    # Until set-up says which rank is 0 every rank writes its phase here. Two writers that both read seq 0 and
+    # counted on from it left seq at 3 (odd: "mid-write") in a full suite: from then on every finished phase read
+    # as half-written, and a timed-out launch could not say where rank 0 was stuck.
+    import struct
+
+    from harness import progress
+
+    path = tmp_path / "progress.bin"
+    progress.create(path, 32)
+    a, b = progress.Writer(path), progress.Writer(path)
+    a.phase("importing")
+    struct.pack_into("<Q", b._map, 0, 3)  # what the race left
+    assert progress.read(path) is None  # a reader cannot tell it from a write in progress...
+    b.phase("timed", 5)
+    assert progress.read(path) == {"phase": "timed", "step": 5, "total": 32}  # ...but the next write ends even
+    b.step(6)
+    assert progress.read(path) == {"phase": "timed", "step": 6, "total": 32}
