@@ -530,8 +530,8 @@ def predict(
             over = " (oversubscribed)" if r["oversubscribed"] else ""
             pred = (f"{r['predicted_s'] * 1e3:.2f} ms ({r['error']:+.0%})" if "predicted_s" in r
                     else f"– ({r['why_not']})")
-            console.print(f"  {escape(r['label'])} n={r['n']}{over}: measured {r['measured_s'] * 1e3:.2f} ms, "
-                          f"predicted {escape(pred)}")
+            console.print(f"  {escape(r['label'])} n={r['n']}{over}: measured {r['measured_s'] * 1e3:.2f} ms "
+                          f"(mean step; median {r['measured_median_s'] * 1e3:.2f}), predicted {escape(pred)}")
         sweep = records[0].get("scale_sweep") or {}
         for name in profile or sweep.get("profiles") or ["h100-sxm-ndr400"]:
             fabric = costmodel.load_profile(name)

@@ -64,7 +64,7 @@ def summarise_point(recs: list[dict[str, Any]]) -> dict[str, Any]:
     row.update(samples_per_s=statistics.median(sps),
                spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None,
                step_median=percentile(pooled, 50), step_p10=percentile(pooled, 10), step_p90=percentile(pooled, 90),
-               step_n=len(pooled), global_batch=first["controls"]["global_batch"],
+               step_mean=statistics.fmean(pooled), step_n=len(pooled), global_batch=first["controls"]["global_batch"],
                per_rank_batch=first["scale"]["per_rank_batch"], processes=first["topology"]["processes"],
                peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in ok) or None,
                peak_memory_per_rank=[statistics.median(m) for m in zip(*(r["peak_memory_bytes_per_rank"] for r in ok))],

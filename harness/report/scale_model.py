@@ -6,11 +6,16 @@ profiles and harness/profiles/published.json. The arithmetic is harness/costmode
 
 Calibration, per adapter row, only from what this tool measured:
 - compute: the row's own world-size-1 point: its compute profile (forward and backward over per-rank batch sizes,
-  the optimizer step, the gradients' sizes and ready times) and its framework overhead (that point's median step
+  the optimizer step, the gradients' sizes and ready times) and its framework overhead (that point's mean step
   minus the profile's compute); a row without a world-size-1 point uses the single-process baseline's profile
   and no overhead;
-- collectives: latency and bus bandwidth per (collective, world size) of the row's comm backend, fitted to the
-  `compare comm` sweep at that world size;
+- collectives: the row's comm backend's mean time per (collective, world size, size) in the `compare comm` sweep
+  at that world size, and latency and bus bandwidth fitted to them;
+
+The model predicts the mean step, and is judged against it: it adds a step's parts, and means add where medians
+do not (a step with several collectives, each delayed now and then on shared cores, has a median above the sum of
+their medians); the mean step is also what throughput over a run and time to train are made of. The error
+against the median step is shown beside it.
 - the schedule: what the adapter declared for its knobs (`comm_schedule` in every record).
 """
 
@@ -55,8 +60,10 @@ def _ok(records, label, n):
             and r["status"] == "ok" and r.get("step_time_s")]
 
 
-def _median_step(recs) -> float:
-    return statistics.median(r["step_time_s"]["median"] for r in recs)
+def _mean_step(recs) -> float:
+    """The mean step over every timed step of these runs (a run without a mean gives its median)."""
+    total = sum(r["step_time_s"].get("mean", r["step_time_s"]["median"]) * r["step_time_s"].get("n", 1) for r in recs)
+    return total / sum(r["step_time_s"].get("n", 1) for r in recs)
 
 
 def shares_cores(rec: dict[str, Any]) -> bool:
@@ -81,7 +88,7 @@ def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict
         schedule = any_ok[0].get("comm_schedule")
         if one and one[0].get("compute_profile"):
             prof = one[0]["compute_profile"][0]
-            overhead = max(0.0, _median_step(one) - prof["batches"][0]["compute_s"])
+            overhead = max(0.0, _mean_step(one) - prof["batches"][0]["compute_s"])
             source = "its own world-size-1 point"
         elif base_profile:
             prof, overhead, source = base_profile, 0.0, "the single-process baseline (no world-size-1 point)"
@@ -128,7 +135,8 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
             if c["schedule"] and c["schedule"]["kind"] == "replicate":
                 n = rec["topology"]["devices_used"]
             row = {"label": label, "n": p["n"], "oversubscribed": p["oversubscribed"],
-                   "measured_s": p["step_median"], "measured_p10_s": p["step_p10"],
+                   "measured_s": p["step_mean"], "measured_median_s": p["step_median"],
+                   "measured_p10_s": p["step_p10"],
                    "measured_mem": p.get("peak_memory_bytes")}
             fusion = 0.0
             try:
@@ -136,7 +144,8 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
                     raise KeyError("no comm sweep to calibrate with (--no-model, or no comm results)")
                 compute = c["curve"].at(rec["controls"]["per_process_batch"])
                 step = cm.predict_step(c["schedule"], compute, c["collectives"], n, shares_cores(rec))
-                row.update(predicted_s=step.step_s, error=step.step_s / p["step_median"] - 1, step=step)
+                row.update(predicted_s=step.step_s, error=step.step_s / p["step_mean"] - 1,
+                           error_median=step.step_s / p["step_median"] - 1, step=step)
                 if p.get("balance") and n > 1:
                     # Diagnosis, not prediction: the same model with the compute the ranks measured at this world
                     # size (their slowest), which separates compute contention from the communication model.
@@ -146,7 +155,7 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
                                       [(b, t * k) for b, t in compute.grads], compute.overhead_s, compute.copy_Bps)
                     with_n = cm.predict_step(c["schedule"], seen, c["collectives"], n, shares_cores(rec)).step_s
                     row.update(compute_ratio=k, with_measured_compute_s=with_n,
-                               with_measured_compute_error=with_n / p["step_median"] - 1)
+                               with_measured_compute_error=with_n / p["step_mean"] - 1)
                 fusion = cm.fusion_buffer_bytes(c["schedule"], compute, c["collectives"], n)
             except KeyError as exc:
                 row["why_not"] = str(exc).strip("'\"")
@@ -313,28 +322,34 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
     if not cal:
         return md + ["No point has a compute profile to calibrate with.", ""], []
     md += ["One step per backend = forward + backward + optimizer (from the world-size-1 compute profile, at the "
-           "point's per-rank batch) + the communication its schedule cannot hide (collectives priced with latency "
-           "and bus bandwidth fitted to the `compare comm` sweep in `comm_n<N>/`) + the framework's own overhead "
-           "measured at world size 1 (harness/costmodel.py; " + (
+           "point's per-rank batch) + the communication its schedule cannot hide (each collective priced at its "
+           "size from the mean times of the `compare comm` sweep in `comm_n<N>/`, non-decreasing in size) + the "
+           "framework's own overhead measured at world size 1 (harness/costmodel.py; " + (
                "on this CPU every core computes, so communication cannot overlap compute and is added to the step"
                if any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
-               else "communication overlaps backward as each schedule allows") + ").", ""]
-    md += ["| adapter | world size | measured step ms: median (p10) | predicted ms | error vs median "
-           "| of which exposed comm ms | overhead ms | compute at N vs alone | with the compute measured at N "
-           "| peak memory/rank measured → predicted |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+               else "communication overlaps backward as each schedule allows") + "). It predicts the mean step "
+           "and is judged against it: the model adds a step's parts, and means add where medians do not (a step "
+           "with several collectives, each delayed now and then, has a median above the sum of their medians); "
+           "the mean step is also what a run's throughput and time to train are made of. The error against the "
+           "median step is beside it.", ""]
+    md += ["| adapter | world size | measured step ms: mean (median, p10) | predicted ms | error vs mean "
+           "| vs median | of which exposed comm ms | overhead ms | compute at N vs alone "
+           "| with the compute measured at N | peak memory/rank measured → predicted |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = predict_measured(records, tab, cal)
     for r in rows:
         over = " (oversubscribed)" if r["oversubscribed"] else ""
         mem = (f"{format_mib(r['measured_mem'])} → {format_mib(r['predicted_mem'])} ({r['mem_error']:+.0%})"
                if "predicted_mem" in r else "–")
+        measured = (f"{r['measured_s'] * 1e3:.2f} ({r['measured_median_s'] * 1e3:.2f}, "
+                    f"{r['measured_p10_s'] * 1e3:.2f})")
         if "predicted_s" not in r:
-            md.append(f"| {r['label']} | {r['n']}{over} | {r['measured_s'] * 1e3:.2f} ({r['measured_p10_s'] * 1e3:.2f}) "
-                      f"| – ({r['why_not']}) | | | | | | {mem} |")
+            md.append(f"| {r['label']} | {r['n']}{over} | {measured} | – ({r['why_not']}) | | | | | | | {mem} |")
             continue
         s = r["step"]
-        md.append(f"| {r['label']} | {r['n']}{over} | {r['measured_s'] * 1e3:.2f} ({r['measured_p10_s'] * 1e3:.2f}) "
-                  f"| {r['predicted_s'] * 1e3:.2f} | {r['error']:+.0%} | {s.exposed_s * 1e3:.2f} "
+        md.append(f"| {r['label']} | {r['n']}{over} | {measured} "
+                  f"| {r['predicted_s'] * 1e3:.2f} | {r['error']:+.0%} | {r['error_median']:+.0%} "
+                  f"| {s.exposed_s * 1e3:.2f} "
                   f"| {s.overhead_s * 1e3:.2f} | " + (f"{r['compute_ratio']:.2f}x | {r['with_measured_compute_s'] * 1e3:.2f} "
                                                        f"({r['with_measured_compute_error']:+.0%})"
                                                        if "compute_ratio" in r else "– | –") + f" | {mem} |")
@@ -344,9 +359,11 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
     if real:
         worst = max(real, key=lambda r: abs(r["error"]))
         within = sum(abs(r["error"]) <= 0.10 for r in real)
-        md += ["", f"Step time within ±10% of the measured median at {within} of the {len(real)} measured points "
+        within_median = sum(abs(r["error_median"]) <= 0.10 for r in real)
+        md += ["", f"Step time within ±10% of the measured mean step at {within} of the {len(real)} measured points "
                    f"above world size 1 (not oversubscribed; world size 1 is the calibration itself); the largest "
-                   f"error is {worst['error']:+.0%} ({worst['label']} at {worst['n']})."]
+                   f"error is {worst['error']:+.0%} ({worst['label']} at {worst['n']}). Against the median step: "
+                   f"{within_median} of {len(real)}."]
         diag = [r for r in real if "with_measured_compute_error" in r]
         if diag:
             ok_n = sum(abs(r["with_measured_compute_error"]) <= 0.10 for r in diag)
@@ -358,12 +375,15 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        f"compute instead (a diagnosis, not a prediction: it uses the point itself), the same model is "
                        f"within ±10% at {ok_n} of {len(diag)} points above world size 1: what remains is the "
                        f"communication model's own error."]
-        jitter = [r for r in real if r["measured_p10_s"] < 0.7 * r["measured_s"]]
+        jitter = [r for r in real if r["measured_p10_s"] < 0.7 * r["measured_median_s"]]
         if jitter:
             md += ["", f"At {len(jitter)} of them the median step is more than 1.4x the 10th percentile: steps of a "
                        f"few milliseconds on shared cores collect scheduling delays (every process and communication "
-                       f"thread of the step must be on a core), which the model has no term for; there it predicts "
-                       f"closer to the undisturbed steps (p10) than to the median."]
+                       f"thread of the step must be on a core), in whole milliseconds, so the steps fall into modes "
+                       f"and the median jumps from one mode to another between runs. The model carries such delays "
+                       f"only as far as the comm sweep's mean times hold them: a collective timed back to back, with "
+                       f"nothing computed between calls, is delayed less often than one called after a step's "
+                       f"compute."]
     md += ["", "Calibration per adapter:", ""]
     for label, c in cal.items():
         prof = c["profile"]["batches"][0]
@@ -380,7 +400,9 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                   f"{prof['bwd_s'] * 1e3:.2f} ms, optimizer {prof['opt_s'] * 1e3:.2f} ms at per-rank batch "
                   f"{prof['per_rank_batch']}; overhead {c['overhead_s'] * 1e3:.2f} ms; "
                   f"{sum(b for b, _ in c['curve'].grads) / 2**20:.1f} MiB of gradients"
-                  + (f"; {(sched.get('comm_backend'))} collectives: {fits}" if fits else ""))
+                  + (f"; {(sched.get('comm_backend'))} collectives (priced from the sweep's mean time per size at "
+                     f"a measured world size; the latency + bus bandwidth fitted to those means carries them past "
+                     f"the largest size and to other world sizes): {fits}" if fits else ""))
     md.append("")
     shares = any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
     here = {label: extrapolate_here(c, c["profile"]["batches"][0]["per_rank_batch"], sweep.get("predict_to", 1024),

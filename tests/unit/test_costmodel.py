@@ -215,3 +215,26 @@ def test_a_cell_that_cannot_be_fitted_says_why_with_its_medians():
                                  "compare comm with more --iters or larger --sizes")
     with pytest.raises(KeyError, match="no broadcast measured for torch at world size 2"):
         fitted.time("broadcast", 2**20, 2)
+
+
+def test_a_measured_world_size_is_priced_from_the_sweeps_mean_times_non_decreasing_in_size():
+    def rec(size, median, mean):
+        return {"backend": "torch", "status": "ok", "op": "all_reduce", "world_size": 2, "size_bytes": size,
+                "time_s": {"median": median, "mean": mean}}
+    # means: 1K 2 ms, 4K 1 ms (a scheduler delay made the smaller size slower), 1M 3 ms, 4M 9 ms
+    recs = [rec(1024, 0.1e-3, 2e-3), rec(4096, 0.1e-3, 1e-3), rec(2**20, 1e-3, 3e-3), rec(4 * 2**20, 4e-3, 9e-3)]
+    assert cm.monotone([(1, 2.0), (2, 1.0), (3, 3.0), (4, 9.0)]) == [(1, 1.5), (2, 1.5), (3, 3.0), (4, 9.0)]
+    assert cm.monotone([(1, 3.0), (2, 2.0), (3, 1.0)]) == [(1, 2.0), (2, 2.0), (3, 2.0)]
+    fitted = cm.Fitted.from_records("torch", recs)
+    assert fitted.curve("all_reduce", 2) == [(1024, 1.5e-3), (4096, 1.5e-3), (2**20, 3e-3), (4 * 2**20, 9e-3)]
+    assert fitted.time("all_reduce", 512, 2) == pytest.approx(1.5e-3)  # below the smallest size: its time
+    assert fitted.time("all_reduce", 2 * 2**20, 2) == pytest.approx(3e-3 + 6e-3 / 3)  # linear between sizes
+    latency, busbw = fitted.fits[("all_reduce", 2)]
+    # beyond the largest size: its time plus the fitted bandwidth's share of the rest (all-reduce factor 1 at n=2)
+    assert fitted.time("all_reduce", 8 * 2**20, 2) == pytest.approx(9e-3 + 4 * 2**20 / busbw)
+    assert fitted.line("all_reduce", 2**20, 2) == pytest.approx(latency + 2**20 / busbw)
+    # the medians are there to be chosen, and a record without a mean gives its median
+    by_median = cm.Fitted.from_records("torch", recs, stat="median")
+    assert by_median.curve("all_reduce", 2)[-1] == (4 * 2**20, 4e-3)
+    plain = [{**r, "time_s": {"median": r["time_s"]["median"]}} for r in recs]
+    assert cm.Fitted.from_records("torch", plain).curve("all_reduce", 2) == by_median.curve("all_reduce", 2)
