@@ -27,12 +27,23 @@ def registry() -> Path:
     return Path(os.environ.get(REGISTRY_ENV) or Path(tempfile.gettempdir()) / "compare-runs")
 
 
+_held: dict[str, Any] = {"path": None, "fd": None, "count": 0}
+"""This process's registration, shared by every Registration in it (a scale sweep's comm sweeps run in its
+process): one file and one flock per process, released when the last of them is. A second open and flock of the
+same file in the same process would wait for the first for ever: flock locks belong to the open file."""
+
+
 class Registration:
-    """This run, registered until `release()` (or the process's end)."""
+    """This run, registered until `release()` (or the process's end). A registration made while this process is
+    already registered shares that one (its command and output directory stay the first's)."""
 
     def __init__(self, out: Path | None, command: str | None = None):
         self.path: Path | None = None
         self.fd: int | None = None
+        if _held["fd"] is not None:
+            _held["count"] += 1
+            self.path, self.fd = _held["path"], _held["fd"]
+            return
         root = registry()
         try:
             try:
@@ -56,16 +67,21 @@ class Registration:
         except OSError:  # a registry we cannot write (a read-only or full /tmp): no detection, the run goes on
             return
         self.path, self.fd = path, fd
+        _held.update(path=path, fd=fd, count=1)
 
     def release(self) -> None:
         if self.fd is None:
             return
+        self.fd = None
+        _held["count"] -= 1
+        if _held["count"] > 0:
+            return
         try:
-            self.path.unlink(missing_ok=True)
+            _held["path"].unlink(missing_ok=True)
         except OSError:
             pass
-        os.close(self.fd)  # drops the flock
-        self.fd = None
+        os.close(_held["fd"])  # drops the flock
+        _held.update(path=None, fd=None, count=0)
 
 
 def others() -> list[dict[str, Any]]:

@@ -86,6 +86,23 @@ def test_the_report_has_every_metric_and_plot_and_rerenders_identically(straggle
     assert (out / "report.md").read_text() == before
 
 
+def test_a_sweep_runs_its_own_comm_sweep_and_predicts_from_it(tmp_path):
+    # The default path (no --comm, no --no-model): the comm sweep runs inside the scale sweep's process, as a
+    # session of its own. It once waited for ever on its own process's registration lock, at "calibrating the
+    # model", with every point already measured.
+    out, runs = tmp_path / "scale", tmp_path / "runs"
+    proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "1,2", "--out", str(out), *SHORT,
+                       env={"COMPARE_RUNS_DIR": str(runs)}, timeout=420)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "calibrating the model: collectives at world size 2" in proc.stdout
+    comm = [json.loads(line) for line in (out / "comm_n2" / "records.jsonl").read_text().splitlines()]
+    assert {(r["backend"], r["op"]) for r in comm if r["status"] == "ok"} == {
+        ("torch", "all_reduce"), ("torch", "reduce_scatter"), ("torch", "all_gather")}
+    row = next(line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ddp | 2 |"))
+    assert float(row.split("|")[4]) > 0  # predicted from that sweep
+    assert list(runs.iterdir()) == []  # the run's registration went with it
+
+
 def test_the_model_is_calibrated_from_a_real_comm_sweep(tmp_path):
     # Sizes up to 16M, as the sweep compare scale runs itself (1K-64M, 20 iterations): on 2 shared cores ~30% of
     # gloo calls wait a scheduler tick (~4 ms, in a raw torchrun script too), so 5 iterations of 4K-1M could have

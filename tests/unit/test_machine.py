@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -52,6 +53,37 @@ def test_a_live_run_is_seen_by_others_and_not_by_itself(registry, tmp_path):
     assert [p.name for p in registry.iterdir()] == [own.path.name]
     own.release()
     assert list(registry.iterdir()) == []
+
+
+def test_a_run_inside_a_run_shares_its_processs_registration(registry, tmp_path):
+    # compare scale runs its comm sweeps in its own process, each a session of its own: a second open and flock of
+    # the process's file waited for the first for ever (the scale sweep hung at "calibrating the model").
+    outer = machine.Registration(tmp_path / "scale", command="compare scale")
+    done = []
+    inner_thread = threading.Thread(target=lambda: done.append(machine.Registration(tmp_path / "scale/comm_n2")),
+                                    daemon=True)
+    inner_thread.start()
+    inner_thread.join(timeout=30)
+    assert not inner_thread.is_alive() and done, "a nested registration waited for its own process's flock"
+    inner = done[0]
+    assert inner.path == outer.path
+    assert json.loads(outer.path.read_text())["command"] == "compare scale"  # the first's, not overwritten
+    other = _other_run(tmp_path, "release")
+    try:
+        inner.release()  # the comm sweep ends: the scale sweep is still registered and seen
+        assert outer.path.exists()
+        probe = subprocess.run([sys.executable, "-c", "from harness import machine; "
+                                "print(sorted(r['command'] for r in machine.others()))"], cwd=REPO,
+                               capture_output=True, text=True, timeout=60)
+        assert probe.stdout.strip() == str(sorted(["compare scale", "compare run -a ddp --out elsewhere"]))
+    finally:
+        other.stdin.close()
+        other.wait(timeout=30)
+        outer.release()
+    assert list(registry.iterdir()) == []
+    again = machine.Registration(tmp_path / "next")  # and the process can register afresh
+    assert again.path.exists()
+    again.release()
 
 
 def test_a_run_killed_by_sigkill_is_not_seen_and_its_file_goes(registry, tmp_path):
