@@ -38,6 +38,11 @@ RESULT_FILES = ("records.jsonl", "report.md", "speedup.png", "efficiency.png", "
 COMM_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 """The collectives the model prices (DDP and Horovod all-reduce; ZeRO reduce-scatters and all-gathers)."""
 COMM_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
+COMM_ITERS = 200
+"""Timed iterations per cell at most (harness/collectives.py: iterations(), 16 at 64 MB): the model prices a
+collective at its mean time, and on shared cores a few calls in a hundred stall for tens of milliseconds, so 20
+iterations (the sweep's size before 2026-11-24) moved a small message's mean by whole milliseconds between
+sweeps."""
 SCALINGS = ("strong", "weak")
 BASELINE = "single-process"
 """Label of the baseline row: the plain model in one process, no wrapper (the equivalence reference's adapter)."""
@@ -188,7 +193,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
                 comm.append((n, given[n]))
             elif backends and not req.comm_dirs:
                 creq = CommRequest(backends=backends, ops=list(COMM_OPS), sizes=COMM_SIZES, world_size=n,
-                                   device=req.device, dtype="fp32", max_iters=20, threads=threads,
+                                   device=req.device, dtype="fp32", max_iters=COMM_ITERS, threads=threads,
                                    timeout_s=req.timeout_s, out=out / f"comm_n{n}", force=True, strict=False,
                                    oversubscribe=req.oversubscribe, bind_cores=req.bind_cores)
                 comm.append((n, commmod.plan(creq)))

@@ -104,7 +104,7 @@ def test_a_sweep_runs_its_own_comm_sweep_and_predicts_from_it(tmp_path):
 
 
 def test_the_model_is_calibrated_from_a_real_comm_sweep(tmp_path):
-    # Sizes up to 16M, as the sweep compare scale runs itself (1K-64M, 20 iterations): on 2 shared cores ~30% of
+    # Sizes up to 16M, as the sweep compare scale runs itself (1K-64M, up to 200 iterations): on 2 shared cores ~30% of
     # gloo calls wait a scheduler tick (~4 ms, in a raw torchrun script too), so 5 iterations of 4K-1M could have
     # medians that do not grow with size, which the model rightly refuses to fit (seen in CI).
     comm = tmp_path / "comm"
