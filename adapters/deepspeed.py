@@ -482,9 +482,11 @@ class DeepSpeedAdapter(Adapter):
         k = self.knobs
         # DeepSpeed 0.19's defaults: reduce_bucket_size 5e8 elements; overlap_comm on only for ZeRO-3. ZeRO-0
         # all-reduces every gradient after backward; ZeRO-1/2 reduce-scatter them and all-gather the updated
-        # parameters after the step; ZeRO-3 also all-gathers parameters in forward and backward.
+        # parameters after the step; ZeRO-3 also all-gathers parameters in forward and backward. From ZeRO-1 on the
+        # step all-reduces the gradient norm first (zero_optimization.compute_grad_norm, default true; stage 3
+        # always: stage_1_and_2.py scaled_global_norm, stage3.py _get_norm_groups).
         return {"kind": "zero", "comm_backend": "deepspeed", "wire_scale": 1.0, "stage": k.zero_stage,
-                "overlap": k.zero_stage == 3,
+                "overlap": k.zero_stage == 3, "norm_allreduce": k.zero_stage >= 1,
                 "bucket_elems": 500_000_000 if k.reduce_bucket_elems is None else k.reduce_bucket_elems}
 
     def comm(self):

@@ -25,9 +25,10 @@ Schedules (declared by each adapter's `comm_schedule()`, so the framework knowle
 - fusion (Horovod): a background cycle (1 ms) fuses whatever is ready into all-reduces of at most the fusion
   buffer (128 MiB), each after a small coordination round (on a hardware profile; a latency fitted here to
   Horovod's own synchronous calls already holds its cycle wait and negotiation, so nothing is added to it);
-- zero (DeepSpeed): ZeRO-0 all-reduces every gradient after backward; ZeRO-1/2 reduce-scatter them after backward
-  and all-gather the updated parameters after the step (overlap_comm is off for 1/2 by default); ZeRO-3 also
-  all-gathers the parameters in forward and again in backward (1.5x DDP's bytes), overlapped with compute;
+- zero (DeepSpeed): ZeRO-0 all-reduces every gradient after backward; ZeRO-1/2 reduce-scatter them after backward,
+  all-reduce the gradient norm (one float, `compute_grad_norm` on by default) and all-gather the updated
+  parameters after the step (overlap_comm is off for 1/2 by default); ZeRO-3 also all-gathers the parameters in
+  forward and again in backward (1.5x DDP's bytes), overlapped with compute, and all-reduces the norm too;
 - replicate (DataParallel): broadcast the module and reduce the gradients through device 0, every step, serially.
 
 Where communication runs on the same cores as the compute (a CPU with every core computing), "overlapped"
@@ -535,20 +536,24 @@ def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives,
         comm, exposed = overlapped(jobs, c.bwd_s)
     elif kind == "zero":
         stage = schedule["stage"]
+        # From ZeRO-1 on, the optimizer step all-reduces the gradient norm (one float) before stepping, every step
+        # (DeepSpeed's zero_optimization.compute_grad_norm, on by default): a latency on the step's critical path.
+        norm = coll.time("all_reduce", 4, n) if stage >= 1 and schedule.get("norm_allreduce", True) else 0.0
         if stage == 0:
             comm = exposed = coll.time("all_reduce", total_bytes, n)
         elif stage in (1, 2):
             opt = c.opt_s / n  # each rank steps its 1/N partition
-            comm = exposed = coll.time("reduce_scatter", total_bytes, n) + coll.time("all_gather", total_bytes, n)
+            comm = exposed = (coll.time("reduce_scatter", total_bytes, n) + norm
+                              + coll.time("all_gather", total_bytes, n))
         else:
             opt = c.opt_s / n
             gather = coll.time("all_gather", total_bytes, n)
             scatter = coll.time("reduce_scatter", total_bytes, n)
-            comm = 2 * gather + scatter  # parameters gathered for forward and again for backward
+            comm = 2 * gather + scatter + norm  # parameters gathered for forward and again for backward
             if shares_cores or not schedule.get("overlap", True):
                 exposed = comm
-            else:  # prefetched: hidden behind forward and backward where it fits
-                exposed = max(0.0, gather - c.fwd_s) + max(0.0, gather + scatter - c.bwd_s)
+            else:  # prefetched: hidden behind forward and backward where it fits; the norm waits for backward
+                exposed = max(0.0, gather - c.fwd_s) + max(0.0, gather + scatter - c.bwd_s) + norm
     elif kind == "replicate":
         # every step: the module broadcast from device 0 to the others, gradients reduced back, no overlap
         comm = exposed = (n - 1) * 2 * coll.time("broadcast", total_bytes, 2)

@@ -101,6 +101,23 @@ def test_zero_stages_move_and_hide_what_deepspeed_does():
     assert cm.predict_step(z(3, True), c, coll, 3, shares_cores=True).step_s == pytest.approx(1 + 2 + 0.2 + 0.9)
 
 
+def test_zero_from_stage_1_all_reduces_the_gradient_norm_every_step():
+    class Calls(cm.Collectives):  # every call costs 1 ms of latency and nothing per byte: counts the calls
+        def time(self, op, nbytes, n):
+            return 0.0 if n <= 1 else 1e-3
+
+    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
+    z = lambda stage, **k: {"kind": "zero", "stage": stage, "overlap": False, **k}  # noqa: E731
+    assert cm.predict_step(z(0), c, Calls(), 2).comm_s == pytest.approx(1e-3)  # the gradients' all-reduce
+    # reduce-scatter, the norm's all-reduce, all-gather
+    assert cm.predict_step(z(2), c, Calls(), 2).comm_s == pytest.approx(3e-3)
+    assert cm.predict_step(z(2, norm_allreduce=False), c, Calls(), 2).comm_s == pytest.approx(2e-3)
+    # ZeRO-3 overlapped: its gathers and scatter hide behind compute, the norm waits for backward to end
+    s3 = cm.predict_step(z(3, overlap=True), c, Calls(), 2)
+    assert s3.comm_s == pytest.approx(4e-3) and s3.exposed_s == pytest.approx(1e-3)
+    assert cm.predict_step(z(1), c, Calls(), 1).comm_s == 0  # one rank: nothing
+
+
 def test_zero_memory_matches_the_papers_table():
     # ZeRO paper, Figure 1: 7.5B parameters, 64 GPUs, mixed-precision Adam (K = 12)
     psi, n = 7.5e9, 64
