@@ -225,10 +225,11 @@ class Adapter(ABC):
 
         One of: {"kind": "buckets", "bucket_bytes", "first_bucket_bytes", "overlap"} (all-reduce each bucket as
         its gradients are ready, DDP-style); {"kind": "fusion", "fusion_bytes", "cycle_s"} (a background cycle
-        fuses what is ready, Horovod-style); {"kind": "zero", "stage", "overlap", "bucket_elems"} (DeepSpeed);
-        {"kind": "replicate"} (one process broadcasting to and reducing from several devices). Every kind also
-        has "comm_backend" (the `compare comm` backend whose measured collectives it uses) and "wire_scale"
-        (bytes on the wire per gradient byte: 0.5 with fp16 compression of fp32 gradients)."""
+        fuses what is ready, Horovod-style); {"kind": "zero", "stage", "overlap", "bucket_elems", "grad_reduce",
+        "norm_allreduce", "reuse_elems"} (DeepSpeed: harness/costmodel.py zero_calls); {"kind": "replicate"}
+        (one process broadcasting to and reducing from several devices). Every kind also has "comm_backend" (the
+        `compare comm` backend whose measured collectives it uses) and "wire_scale" (bytes on the wire per
+        gradient byte: 0.5 with fp16 compression of fp32 gradients)."""
         return None
 
     # ---- rank side ---------------------------------------------------------------------------------------

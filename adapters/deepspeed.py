@@ -480,13 +480,19 @@ class DeepSpeedAdapter(Adapter):
 
     def comm_schedule(self):
         k = self.knobs
-        # DeepSpeed 0.19's defaults: reduce_bucket_size 5e8 elements; overlap_comm on only for ZeRO-3. ZeRO-0
-        # all-reduces every gradient after backward; ZeRO-1/2 reduce-scatter them and all-gather the updated
-        # parameters after the step; ZeRO-3 also all-gathers parameters in forward and backward. From ZeRO-1 on the
-        # step all-reduces the gradient norm first (zero_optimization.compute_grad_norm, default true; stage 3
-        # always: stage_1_and_2.py scaled_global_norm, stage3.py _get_norm_groups).
+        # DeepSpeed 0.19's defaults, and the collectives it issues per step as counted in a real 2-rank run
+        # (tests/distributed/test_deepspeed_collectives.py): reduce_bucket_size 5e8 elements; overlap_comm on only
+        # for ZeRO-3. ZeRO-0 all-reduces every gradient after backward. ZeRO-1/2 all-reduce the gradients too
+        # (stage_1_and_2.py average_tensor: use_multi_rank_bucket_allreduce, on by default, all-reduces each
+        # bucket and each rank keeps its partition), then all-reduce the gradient norm (compute_grad_norm, on by
+        # default: scaled_global_norm) and all-gather the updated parameters. ZeRO-3 all-gathers each parameter
+        # for forward, keeps it for backward within stage3_max_reuse_distance (1e9 elements), reduce-scatters the
+        # gradients and all-reduces the norm (stage3.py _get_norm_groups). ZeRO-0 has no norm reduction here:
+        # gradient_clipping is 0 (_ds_config).
         return {"kind": "zero", "comm_backend": "deepspeed", "wire_scale": 1.0, "stage": k.zero_stage,
                 "overlap": k.zero_stage == 3, "norm_allreduce": k.zero_stage >= 1,
+                "grad_reduce": "reduce_scatter" if k.zero_stage == 3 else "all_reduce",
+                "reuse_elems": 1_000_000_000,
                 "bucket_elems": 500_000_000 if k.reduce_bucket_elems is None else k.reduce_bucket_elems}
 
     def comm(self):

@@ -25,10 +25,12 @@ Schedules (declared by each adapter's `comm_schedule()`, so the framework knowle
 - fusion (Horovod): a background cycle (1 ms) fuses whatever is ready into all-reduces of at most the fusion
   buffer (128 MiB), each after a small coordination round (on a hardware profile; a latency fitted here to
   Horovod's own synchronous calls already holds its cycle wait and negotiation, so nothing is added to it);
-- zero (DeepSpeed): ZeRO-0 all-reduces every gradient after backward; ZeRO-1/2 reduce-scatter them after backward,
-  all-reduce the gradient norm (one float, `compute_grad_norm` on by default) and all-gather the updated
-  parameters after the step (overlap_comm is off for 1/2 by default); ZeRO-3 also all-gathers the parameters in
-  forward and again in backward (1.5x DDP's bytes), overlapped with compute, and all-reduces the norm too;
+- zero (DeepSpeed, as counted in a real run of 0.19: `zero_calls`): ZeRO-0 all-reduces every gradient after
+  backward; ZeRO-1/2 all-reduce them after backward (each rank keeps its partition), all-reduce the gradient norm
+  (one float, `compute_grad_norm` on by default) and all-gather the updated parameters after the step
+  (overlap_comm is off for 1/2 by default); ZeRO-3 all-gathers each parameter for forward (and again for backward
+  only beyond stage3_max_reuse_distance), overlapped with compute, reduce-scatters the gradients and all-reduces
+  the norm;
 - replicate (DataParallel): broadcast the module and reduce the gradients through device 0, every step, serially.
 
 Where communication runs on the same cores as the compute (a CPU with every core computing), "overlapped"
@@ -501,6 +503,38 @@ def fusion_buffer_bytes(schedule: dict[str, Any] | None, c: Compute, coll: Colle
     return min(max(sizes, default=0.0), schedule["fusion_bytes"] or float("inf"))
 
 
+def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
+               n: int) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[tuple[str, float]]]:
+    """DeepSpeed's collectives in one step as (op, bytes), in three phases: during forward, during backward, and
+    after backward (before or around the optimizer step). `grads`: (bytes, ready time) per parameter, in the order
+    backward makes them ready (the reverse of forward's). Keys a schedule may leave out take DeepSpeed 0.19's
+    behaviour, counted in a real run (tests/distributed/test_deepspeed_collectives.py):
+    - ZeRO-0 all-reduces the gradients after backward;
+    - ZeRO-1/2 reduce them with `grad_reduce` (DeepSpeed: an all-reduce, each rank keeping its partition:
+      stage_1_and_2.py average_tensor with use_multi_rank_bucket_allreduce on by default), in buckets of
+      `bucket_elems`, then all-reduce the gradient norm (`norm_allreduce`) and all-gather the updated parameters;
+    - ZeRO-3 all-gathers each parameter for forward, and again for backward only when its next use is further
+      than `reuse_elems` elements of other parameters away (stage3_max_reuse_distance, 1e9: below it the gathered
+      parameter stays until backward), reduce-scatters the gradients and all-reduces the norm."""
+    stage = schedule["stage"]
+    sizes = [b for b, _ in grads]
+    total = sum(sizes)
+    op = schedule.get("grad_reduce", "reduce_scatter" if stage == 3 else "all_reduce")
+    bucket = schedule.get("bucket_elems", 0) * 4  # fp32 gradient elements
+    calls = max(1, math.ceil(total / bucket)) if bucket and stage >= 1 else 1
+    reduce = [(op, total / calls)] * calls if total else []
+    norm = [("all_reduce", 4)] if stage >= 1 and schedule.get("norm_allreduce", True) else []
+    if stage == 0:
+        return [], [], reduce
+    if stage in (1, 2):
+        return [], [], reduce + norm + [("all_gather", total)]
+    order = sizes[::-1]  # forward's order
+    forward = [("all_gather", b) for b in order]
+    reuse = schedule.get("reuse_elems", 1e9) * 4
+    again = [("all_gather", b) for i, b in enumerate(order) if 2 * sum(order[i + 1:]) >= reuse]
+    return forward, again[::-1] + reduce, norm
+
+
 def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives, n: int,
                  shares_cores: bool = False) -> Step:
     """The step of a backend with `schedule` (an adapter's comm_schedule()) on n ranks. `shares_cores`:
@@ -535,25 +569,16 @@ def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives,
         jobs = [(start, busy) for start, _, busy in fusion_plan(schedule, c, coll, n)]
         comm, exposed = overlapped(jobs, c.bwd_s)
     elif kind == "zero":
-        stage = schedule["stage"]
-        # From ZeRO-1 on, the optimizer step all-reduces the gradient norm (one float) before stepping, every step
-        # (DeepSpeed's zero_optimization.compute_grad_norm, on by default): a latency on the step's critical path.
-        norm = coll.time("all_reduce", 4, n) if stage >= 1 and schedule.get("norm_allreduce", True) else 0.0
-        if stage == 0:
-            comm = exposed = coll.time("all_reduce", total_bytes, n)
-        elif stage in (1, 2):
+        if schedule["stage"] >= 1:
             opt = c.opt_s / n  # each rank steps its 1/N partition
-            comm = exposed = (coll.time("reduce_scatter", total_bytes, n) + norm
-                              + coll.time("all_gather", total_bytes, n))
+        forward, backward, after = zero_calls(schedule, grads, n)
+        priced = [sum(coll.time(op, b, n) for op, b in calls) for calls in (forward, backward, after)]
+        comm = sum(priced)
+        if schedule["stage"] == 3 and schedule.get("overlap", True) and not shares_cores:
+            # prefetched: the gathers hide behind forward and backward where they fit; the rest waits for backward
+            exposed = max(0.0, priced[0] - c.fwd_s) + max(0.0, priced[1] - c.bwd_s) + priced[2]
         else:
-            opt = c.opt_s / n
-            gather = coll.time("all_gather", total_bytes, n)
-            scatter = coll.time("reduce_scatter", total_bytes, n)
-            comm = 2 * gather + scatter + norm  # parameters gathered for forward and again for backward
-            if shares_cores or not schedule.get("overlap", True):
-                exposed = comm
-            else:  # prefetched: hidden behind forward and backward where it fits; the norm waits for backward
-                exposed = max(0.0, gather - c.fwd_s) + max(0.0, gather + scatter - c.bwd_s) + norm
+            exposed = comm
     elif kind == "replicate":
         # every step: the module broadcast from device 0 to the others, gradients reduced back, no overlap
         comm = exposed = (n - 1) * 2 * coll.time("broadcast", total_bytes, 2)

@@ -93,12 +93,36 @@ def test_zero_stages_move_and_hide_what_deepspeed_does():
     coll = PerMiB(0.1)
     z = lambda stage, overlap=False: {"kind": "zero", "stage": stage, "overlap": overlap}  # noqa: E731
     assert cm.predict_step(z(0), c, coll, 3).step_s == pytest.approx(1 + 2 + 0.6 + 0.3)  # one all-reduce after
-    # ZeRO-1/2: reduce-scatter + all-gather after backward, the optimizer on a third of the parameters
+    # ZeRO-1/2: all-reduce + all-gather after backward, the optimizer on a third of the parameters
     assert cm.predict_step(z(2), c, coll, 3).step_s == pytest.approx(1 + 2 + 0.2 + 0.3 + 0.3)
-    # ZeRO-3: gathered for forward and backward, reduce-scattered: 0.9 s, all hidden behind 3 s of compute
+    # ZeRO-3: each parameter gathered once for forward (kept for backward), reduce-scattered: 0.6 s, all hidden
+    # behind 3 s of compute
     s3 = cm.predict_step(z(3, True), c, coll, 3)
-    assert s3.comm_s == pytest.approx(0.9) and s3.step_s == pytest.approx(1 + 2 + 0.2)
-    assert cm.predict_step(z(3, True), c, coll, 3, shares_cores=True).step_s == pytest.approx(1 + 2 + 0.2 + 0.9)
+    assert s3.comm_s == pytest.approx(0.6) and s3.step_s == pytest.approx(1 + 2 + 0.2)
+    assert cm.predict_step(z(3, True), c, coll, 3, shares_cores=True).step_s == pytest.approx(1 + 2 + 0.2 + 0.6)
+    # beyond the reuse distance a parameter is gathered again for backward: forward runs the 2 MiB layer first,
+    # 1 MiB of others lies between its uses each way (2 MiB >= 256 Ki elements of 4 bytes); the last layer's is 0
+    far = cm.predict_step({**z(3, True), "reuse_elems": MiB / 4}, c, coll, 3, shares_cores=True)
+    assert far.comm_s == pytest.approx(0.6 + 0.2)
+
+
+def test_zero_calls_are_the_collectives_deepspeed_issues_per_step():
+    grads = [(2 * MiB, 1.0), (MiB, 2.0)]  # backward order: the last layer's 2 MiB first
+    z = lambda stage, **k: {"kind": "zero", "stage": stage, **k}  # noqa: E731
+    assert cm.zero_calls(z(0), grads, 2) == ([], [], [("all_reduce", 3 * MiB)])
+    for stage in (1, 2):
+        assert cm.zero_calls(z(stage), grads, 2) == (
+            [], [], [("all_reduce", 3 * MiB), ("all_reduce", 4), ("all_gather", 3 * MiB)])
+    assert cm.zero_calls(z(1, grad_reduce="reduce_scatter", norm_allreduce=False), grads, 2) == (
+        [], [], [("reduce_scatter", 3 * MiB), ("all_gather", 3 * MiB)])
+    # buckets of reduce_bucket_size elements: 3 MiB of fp32 gradients in buckets of 256 Ki elements (1 MiB)
+    assert cm.zero_calls(z(2, bucket_elems=MiB // 4), grads, 2)[2][:3] == [("all_reduce", MiB)] * 3
+    # ZeRO-3: forward gathers in forward order (the first layer's 1 MiB first), backward reduce-scatters
+    assert cm.zero_calls(z(3), grads, 2) == (
+        [("all_gather", MiB), ("all_gather", 2 * MiB)], [("reduce_scatter", 3 * MiB)], [("all_reduce", 4)])
+    # beyond the reuse distance only the first layer (4 MiB of others between its uses) is gathered again
+    assert cm.zero_calls(z(3, reuse_elems=MiB // 4), grads, 2)[1] == [("all_gather", MiB),
+                                                                         ("reduce_scatter", 3 * MiB)]
 
 
 def test_zero_from_stage_1_all_reduces_the_gradient_norm_every_step():
@@ -112,7 +136,8 @@ def test_zero_from_stage_1_all_reduces_the_gradient_norm_every_step():
     # reduce-scatter, the norm's all-reduce, all-gather
     assert cm.predict_step(z(2), c, Calls(), 2).comm_s == pytest.approx(3e-3)
     assert cm.predict_step(z(2, norm_allreduce=False), c, Calls(), 2).comm_s == pytest.approx(2e-3)
-    # ZeRO-3 overlapped: its gathers and scatter hide behind compute, the norm waits for backward to end
+    # ZeRO-3 overlapped: its gathers (one per parameter) and scatter hide behind compute, the norm waits for
+    # backward to end
     s3 = cm.predict_step(z(3, overlap=True), c, Calls(), 2)
     assert s3.comm_s == pytest.approx(4e-3) and s3.exposed_s == pytest.approx(1e-3)
     assert cm.predict_step(z(1), c, Calls(), 1).comm_s == 0  # one rank: nothing
