@@ -503,6 +503,23 @@ def fusion_buffer_bytes(schedule: dict[str, Any] | None, c: Compute, coll: Colle
     return min(max(sizes, default=0.0), schedule["fusion_bytes"] or float("inf"))
 
 
+def ipg_buckets(sizes: list[float], cap: float) -> list[float]:
+    """DeepSpeed's gradient buckets (reduce_bucket_size, here `cap` bytes; 0: no cap): gradients join the bucket in
+    the order backward makes them ready, and the bucket is reduced before a gradient that would take it past the
+    cap joins (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads); a gradient larger than the cap
+    is a bucket of its own. (DeepSpeed also splits a bucket where two ranks' partitions meet, and ZeRO-3 may
+    reorder a small gradient into a later bucket: the bytes are the same, a call more or less.)"""
+    out, size = [], 0.0
+    for b in sizes:
+        if cap and size and size + b > cap:
+            out.append(size)
+            size = 0.0
+        size += b
+    if size:
+        out.append(size)
+    return out
+
+
 def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
                n: int) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[tuple[str, float]]]:
     """DeepSpeed's collectives in one step as (op, bytes), in three phases: during forward, during backward, and
@@ -511,8 +528,8 @@ def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
     behaviour, counted in a real run (tests/distributed/test_deepspeed_collectives.py):
     - ZeRO-0 all-reduces the gradients after backward;
     - ZeRO-1/2 reduce them with `grad_reduce` (DeepSpeed: an all-reduce, each rank keeping its partition:
-      stage_1_and_2.py average_tensor with use_multi_rank_bucket_allreduce on by default), in buckets of
-      `bucket_elems`, then all-reduce the gradient norm (`norm_allreduce`) and all-gather the updated parameters;
+      stage_1_and_2.py average_tensor with use_multi_rank_bucket_allreduce on by default), bucket by bucket
+      (`ipg_buckets`), then all-reduce the gradient norm (`norm_allreduce`) and all-gather the updated parameters;
     - ZeRO-3 all-gathers each parameter for forward, and again for backward only when its next use is further
       than `reuse_elems` elements of other parameters away (stage3_max_reuse_distance, 1e9: below it the gathered
       parameter stays until backward), reduce-scatters the gradients and all-reduces the norm."""
@@ -520,9 +537,8 @@ def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
     sizes = [b for b, _ in grads]
     total = sum(sizes)
     op = schedule.get("grad_reduce", "reduce_scatter" if stage == 3 else "all_reduce")
-    bucket = schedule.get("bucket_elems", 0) * 4  # fp32 gradient elements
-    calls = max(1, math.ceil(total / bucket)) if bucket and stage >= 1 else 1
-    reduce = [(op, total / calls)] * calls if total else []
+    cap = schedule.get("bucket_elems", 0) * 4 if stage >= 1 else 0  # reduce_bucket_size, fp32 elements
+    reduce = [(op, b) for b in ipg_buckets(sizes, cap)]
     norm = [("all_reduce", 4)] if stage >= 1 and schedule.get("norm_allreduce", True) else []
     if stage == 0:
         return [], [], reduce

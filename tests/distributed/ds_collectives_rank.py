@@ -1,7 +1,7 @@
 """Run by tests/distributed/test_deepspeed_collectives.py under the `deepspeed` launcher (2 ranks, CPU, gloo):
 for each ZeRO stage, the collectives DeepSpeed issues in one training step with the adapter's own config, counted
 where DeepSpeed's comm layer hands them to torch.distributed. Rank 0 prints one JSON line:
-{"<stage>": [[op, bytes], ...]} (op as the model names it; bytes of the full buffer, as nccl-tests counts them)."""
+{"<config>": {"calls": [[op, bytes], ...], "params": [bytes, ...]}} (op as the model names it; bytes of the full buffer, as nccl-tests counts them)."""
 
 import json
 import os
@@ -16,6 +16,11 @@ from torch import nn  # noqa: E402
 from adapters import deepspeed as ds  # noqa: E402
 from adapters.base import RankInfo  # noqa: E402
 
+CONFIGS = {**{str(stage): {"zero_stage": stage} for stage in (0, 1, 2, 3)},
+           **{f"{stage}:reduce_bucket_elems=50000": {"zero_stage": stage, "reduce_bucket_elems": 50000}
+              for stage in (2, 3)}}
+"""Each ZeRO stage with DeepSpeed's defaults, and ZeRO-2/3 with gradient buckets smaller than the model (85,002
+elements), which DeepSpeed reduces bucket by bucket."""
 SEEN: list[list] | None = None
 FULL = {"all_reduce": ("all_reduce", 0), "all_gather_into_tensor": ("all_gather", 0),
         "reduce_scatter_tensor": ("reduce_scatter", 1), "all_gather": ("all_gather", 0),
@@ -50,8 +55,9 @@ if own is not None:
 torch.manual_seed(0)
 torch.set_num_threads(1)
 out = {}
-for stage in (0, 1, 2, 3):
-    adapter = ds.DeepSpeedAdapter({"zero_stage": stage}, "cpu")
+for key, knobs in CONFIGS.items():
+    stage = knobs["zero_stage"]
+    adapter = ds.DeepSpeedAdapter(knobs, "cpu")
     adapter.info = RankInfo(rank=dist.get_rank(), world_size=2, local_rank=dist.get_rank(), device="cpu",
                             backend="gloo", data_rank=dist.get_rank(), data_world=2)
     adapter.global_batch = 64
@@ -65,7 +71,7 @@ for stage in (0, 1, 2, 3):
         loss = nn.functional.cross_entropy(engine(x), y)
         engine.backward(loss)
         engine.step()
-    out[str(stage)] = {"calls": SEEN, "params": sizes}
+    out[key] = {"calls": SEEN, "params": sizes}
     SEEN = None
     dist.barrier()
 if dist.get_rank() == 0:

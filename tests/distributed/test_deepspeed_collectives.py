@@ -67,6 +67,28 @@ def test_the_model_issues_the_collectives_deepspeed_issues(counted, stage):
         f"issued {Counter(c[0] for c in run['calls'])}")
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_small_gradient_buckets_cost_the_calls_deepspeed_makes(counted, stage):
+    # reduce_bucket_size below the model's size: DeepSpeed reduces bucket by bucket. Same op, same number of calls,
+    # same bytes; single sizes may differ (it splits where partitions meet and may defer a small gradient).
+    run = counted[f"{stage}:reduce_bucket_elems=50000"]
+    schedule = ds.DeepSpeedAdapter({"zero_stage": stage, "reduce_bucket_elems": 50000}, "cpu").comm_schedule()
+    grads = [(b, 0.0) for b in reversed(run["params"])]
+    modelled = [call for phase in cm.zero_calls(schedule, grads, 2) for call in phase]
+
+    def per_op(calls):
+        return {op: (sum(1 for o, _ in calls if o == op), sum(b for o, b in calls if o == op))
+                for op in {o for o, _ in calls}}
+
+    issued, model = per_op([tuple(c) for c in run["calls"]]), per_op(modelled)
+    assert issued.keys() == model.keys()
+    for op in issued:
+        assert issued[op][0] == model[op][0], (op, run["calls"], modelled)
+        assert abs(issued[op][1] - model[op][1]) <= SLACK * issued[op][0], (op, run["calls"], modelled)
+    # the gradients (85,002 elements) in three buckets of at most 50,000 (the norm's 4-byte all-reduce aside)
+    assert sum(1 for op, size in run["calls"] if op == schedule["grad_reduce"] and size > SLACK) == 3
+
+
 def test_zero_3_gathers_each_parameter_once_and_zero_1_2_all_reduce(counted):
     # the two facts the old schedule had wrong (2 gathers of every parameter; a reduce-scatter for ZeRO-1/2)
     params = counted["3"]["params"]

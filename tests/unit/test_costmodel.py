@@ -115,8 +115,11 @@ def test_zero_calls_are_the_collectives_deepspeed_issues_per_step():
             [], [], [("all_reduce", 3 * MiB), ("all_reduce", 4), ("all_gather", 3 * MiB)])
     assert cm.zero_calls(z(1, grad_reduce="reduce_scatter", norm_allreduce=False), grads, 2) == (
         [], [], [("reduce_scatter", 3 * MiB), ("all_gather", 3 * MiB)])
-    # buckets of reduce_bucket_size elements: 3 MiB of fp32 gradients in buckets of 256 Ki elements (1 MiB)
-    assert cm.zero_calls(z(2, bucket_elems=MiB // 4), grads, 2)[2][:3] == [("all_reduce", MiB)] * 3
+    # buckets of reduce_bucket_size elements (fp32): a gradient that would overflow the bucket waits for the next
+    assert cm.zero_calls(z(2, bucket_elems=MiB // 2), grads, 2)[2][:2] == [("all_reduce", 2 * MiB)] * 1 + [
+        ("all_reduce", MiB)]
+    assert cm.ipg_buckets([40, 10240, 1024, 262144, 1024, 65536], 200_000) == [11304, 262144, 66560]
+    assert cm.ipg_buckets([1.0, 2.0, 3.0], 0) == [6.0]
     # ZeRO-3: forward gathers in forward order (the first layer's 1 MiB first), backward reduce-scatters
     assert cm.zero_calls(z(3), grads, 2) == (
         [("all_gather", MiB), ("all_gather", 2 * MiB)], [("reduce_scatter", 3 * MiB)], [("all_reduce", 4)])
