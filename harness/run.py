@@ -291,14 +291,14 @@ class Runner:
     def _start(self, plan: RunPlan, row: Row | None, repeat: int, gated: bool) -> Job:
         req = plan.request
         if row is None:
-            adapter, slug = adapters.get("reference")({}, req.device), "reference" + _slug(plan.tag)
+            adapter, slug = adapters.get("reference")({}, req.device), "reference" + file_slug(plan.tag)
             # One process on this machine, whatever the rows' hosts.
             spec = make_spec(plan, "reference", self.session.scratch / slug, processes=1, steps=plan.equiv_steps,
                              warmup=0, equiv=plan.equiv_steps, knobs={}, do_eval=False, extra={}, topology=None)
             total = plan.equiv_steps
         else:
             adapter = row.adapter
-            slug = _slug(row.label + plan.tag)
+            slug = file_slug(row.label + plan.tag)
             spec = make_spec(plan, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
                              processes=adapter.processes(req.world_size), steps=plan.steps, warmup=plan.warmup,
                              equiv=plan.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True,
@@ -333,7 +333,7 @@ class Runner:
         return f"during {job.what}" if outcome.status == "interrupted" else None
 
 
-def _slug(text: str) -> str:
+def file_slug(text: str) -> str:
     return text.strip().replace(" ", "-").replace(":", "_").replace("=", "-").replace("/", "_")
 
 

@@ -12,7 +12,12 @@ a `scale` block added to each record. On top of a run it adds:
   load balance) and, at world size 1, gives the model its compute curve over batch sizes and the gradients' sizes
   and ready times;
 - a `compare comm` sweep per world size above 1 of the collectives the backends use (or given comm results):
-  the model's latency and bandwidth per collective and backend, kept in `comm_n<N>/` inside the results.
+  the model's latency and bandwidth per collective and backend, kept in `comm_n<N>/` inside the results;
+- a compute-contention calibration per adapter and world size above 1 (harness/rank/profile.py: contention): a
+  launch of the adapter's ranks that runs no training step, only the plain model's compute, rank 0 alone and then
+  every rank at once, in alternating rounds. How much slower the slowest rank computes when all compute together
+  is what ranks sharing one machine's memory bandwidth and caches cost, which the world-size-1 compute profile
+  cannot see; the model multiplies that profile by it. Kept as `contention` in the point's records.
 `compare report DIR` re-renders everything from the records (harness/report/scale.py).
 """
 
@@ -43,6 +48,12 @@ COMM_ITERS = 200
 collective at its mean time, and on shared cores a few calls in a hundred stall for tens of milliseconds, so 20
 iterations (the sweep's size before 2026-11-24) moved a small message's mean by whole milliseconds between
 sweeps."""
+CONTENTION_ROUNDS = 4
+CONTENTION_S = 1.0
+"""Rounds of the compute-contention calibration, each rank 0 alone and every rank together (the order swapped
+every round), each phase a compute profile of at least --profile-steps steps and CONTENTION_S seconds (a
+sub-millisecond step needs hundreds for a median that holds); the calibration is the median of the rounds'
+together/alone ratios, each from two adjacent phases."""
 SCALINGS = ("strong", "weak")
 BASELINE = "single-process"
 """Label of the baseline row: the plain model in one process, no wrapper (the equivalence reference's adapter)."""
@@ -259,7 +270,7 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tup
         if stopped:
             runner.close_interrupted(stopped, jobs, req.device)
         else:
-            stopped = _calibrate(p, comm_ui)
+            stopped = _calibrate(p, comm_ui) or _calibrate_contention(p, session, comm_ui)
             if stopped:
                 session.records = [{**r, "run_interrupted": stopped} for r in session.records]
                 session.save()
@@ -280,4 +291,67 @@ def _calibrate(p: ScalePlan, comm_ui) -> str | None:
         _, interrupted = commmod.execute(what, comm_ui)
         if interrupted:
             return f"during the comm sweep at world size {n}"
+    return None
+
+
+def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
+    """One contention launch per (adapter row, world size above 1 with several processes); its result goes into
+    every record of that row at that world size as `contention` (harness/rank/profile.py: contention)."""
+    import statistics
+    from dataclasses import asdict
+
+    from harness.launch import run_launch
+
+    if not p.request.model:
+        return None
+    for point in p.points:
+        n = point.request.world_size
+        for row in point.runnable:
+            adapter = row.adapter
+            procs = adapter.processes(n)
+            if procs < 2:
+                continue
+            if ui:
+                ui(f"calibrating the model: compute contention of {row.label} at world size {n} "
+                   f"({CONTENTION_ROUNDS} rounds of rank 0 alone and all {procs} ranks at once)")
+            name = f"contention-{run.file_slug(row.label)}-n{n}"
+            spec = run.make_spec(point, adapter.name, session.scratch / name,
+                                 processes=procs, steps=0, warmup=0, equiv=0, knobs=asdict(adapter.knobs),
+                                 do_eval=False, extra={"mode": "contention",
+                                                       "profile": {"steps": p.request.profile_steps,
+                                                                   "rounds": CONTENTION_ROUNDS,
+                                                                   "min_s": CONTENTION_S}},
+                                 topology=point.topology)
+            spec.fault = None  # injected faults are for the training launches
+            outcome = run_launch(adapter, spec, p.request.timeout_s)
+            session.keep_log(outcome.log_path, f"{name}.log")
+            result: dict[str, Any] = {"status": outcome.status, "reason": outcome.reason,
+                                      "rounds": CONTENTION_ROUNDS, "min_s_per_phase": CONTENTION_S,
+                                      "launcher_argv": outcome.argv,
+                                      "wall_time_s": outcome.wall_time_s, "load_avg_before": outcome.load_avg_before}
+            if outcome.concurrent_runs:
+                result["concurrent_compare_runs"] = outcome.concurrent_runs
+            ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
+            if outcome.status == "ok" and ranks and ranks[0].get("alone"):
+                # Mean compute per step: the model predicts the mean step, and ranks that outnumber the cores are
+                # time-sliced in whole scheduler ticks, which a sub-millisecond step's median never shows.
+                alone = [b["mean_s"] for b in ranks[0]["alone"]]
+                together = [max(r["together"][i]["mean_s"] for r in ranks) for i in range(len(alone))]
+                ratios = [t / a for t, a in zip(together, alone)]
+                result.update(per_rank_batch=ranks[0]["per_process_batch"], processes=len(ranks),
+                              alone_s=alone, together_s=together,
+                              together_per_rank_s=[[b["mean_s"] for b in r["together"]] for r in ranks],
+                              round_ratios=ratios, ratio=statistics.median(ratios))
+            elif outcome.status == "ok":
+                result.update(status="failed", reason="the ranks wrote no contention profile")
+            if ui:
+                ui(f"{row.label} n={n}: {result['status']} " + (f"compute {result['ratio']:.2f}x alone"
+                                                                 if "ratio" in result else result["reason"]))
+            for rec in session.records:
+                if rec.get("label") == row.label and (rec.get("scale") or {}).get("point") == n \
+                        and not rec["scale"].get("baseline"):
+                    rec["contention"] = result
+            session.save()
+            if outcome.status == "interrupted":
+                return f"during the compute-contention calibration of {row.label} at world size {n}"
     return None

@@ -105,7 +105,8 @@ class RunSpec:
     target: float | None = None
     """With eval_every: stop at the first of those evaluations whose accuracy reaches this (until-target runs)."""
     mode: str = "train"
-    """train: the training loop (harness/rank/train.py); comm: the communication benchmark (harness/rank/comm.py)."""
+    """train: the training loop (harness/rank/train.py); comm: the communication benchmark (harness/rank/comm.py);
+    contention: the compute-contention calibration of `compare scale` (harness/rank/profile.py: contention)."""
     comm: dict[str, Any] = field(default_factory=dict)
     """For mode comm: ops, sizes (bytes), dtype, max_iters."""
     profile: dict[str, Any] = field(default_factory=dict)

@@ -267,6 +267,10 @@ def _work(spec: RunSpec, marks: Marks) -> None:
         from harness.rank import comm
 
         result = comm.run(spec, adapter, info)
+    elif spec.mode == "contention":
+        from harness.rank import profile
+
+        result = profile.contention(spec, adapter, info)
     else:
         from harness.rank import train
 

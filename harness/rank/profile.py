@@ -36,10 +36,11 @@ def spin(seconds: float) -> None:
 
 
 def measure(workload, spec, info, data, adapter, batches: list[int], steps: int, delay_s: float = 0.0,
-            grads: bool = False, flops: bool = False) -> dict:
+            grads: bool = False, flops: bool = False, min_s: float = 0.0) -> dict:
     """Median forward, backward and optimizer seconds of a local copy of the model at each per-rank batch size in
     `batches` (the first is this rank's training batch); `delay_s` is spun before each forward (a straggler);
-    `grads`: the gradient-ready profile at the first batch size; `flops`: FLOPs of one forward+backward."""
+    `grads`: the gradient-ready profile at the first batch size; `flops`: FLOPs of one forward+backward;
+    `min_s`: keep stepping (over the same `steps` batches again) until this many seconds have passed."""
     import torch
 
     torch.manual_seed(workload.seed)
@@ -82,12 +83,16 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
         one_step(indices[0])  # untimed: first-touch allocations at this batch size
         fwd, bwd, opt = [], [], []
         started = time.perf_counter()
-        for s in range(1, steps + 1):
-            t0, t1, t2, t3 = one_step(indices[s])
+        s = 0
+        while True:
+            s += 1
+            if s > steps and time.perf_counter() - started >= min_s:
+                break
+            t0, t1, t2, t3 = one_step(indices[1 + (s - 1) % steps])
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
             opt.append(t3 - t2)
-            if s >= MIN_STEPS and time.perf_counter() - started > BUDGET_S:
+            if s >= MIN_STEPS and time.perf_counter() - started > max(BUDGET_S, min_s):
                 break
             if k == 0 and grads and s == 1:
                 backward_start = t1
@@ -96,6 +101,7 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
         total = [a + b_ + c for a, b_, c in zip(fwd, bwd, opt)]
         out["batches"].append({"per_rank_batch": b, "fwd_s": statistics.median(fwd), "bwd_s": statistics.median(bwd),
                                "opt_s": statistics.median(opt), "compute_s": statistics.median(total),
+                               "mean_s": statistics.fmean(total),
                                "n": len(total)})
     for h in hooks:
         h.remove()
@@ -142,3 +148,42 @@ def _flops_per_sample(model, workload, data, adapter, b: int, device: str) -> fl
         loss.backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops() / b
+
+
+def contention(spec, adapter, info) -> dict:
+    """The compute-contention calibration of `compare scale`'s model (spec.mode "contention"): how much slower a
+    rank's compute is while every rank of the launch computes at once than while it computes alone.
+
+    After one untimed pass with every rank at once, rounds of: rank 0 alone (every other rank waits in the
+    adapter's barrier) and every rank at once, the order swapped every round (a machine whose speed drifts during
+    the launch then biases neither); each a `measure` of a plain local copy of the model at this rank's
+    training batch for at least `min_s` seconds (a step of under a millisecond needs hundreds of steps for a
+    median that holds), with no communication inside it.
+    No training step runs in this launch: the measurement is apart from any point of the sweep."""
+    import workloads
+
+    workload = workloads.get(spec.workload, spec.workload_options)
+    data = workload.materialize(info.device, spec.global_batch)
+    per_rank_batch = spec.global_batch // info.data_world
+    steps, min_s = spec.profile.get("steps", 10), spec.profile.get("min_s", 1.0)
+    alone, together = [], []
+    adapter.barrier()
+    measure(workload, spec, info, data, adapter, [per_rank_batch], steps, min_s=min_s)  # untimed: warm the machine
+    for i in range(spec.profile.get("rounds", 4)):
+        for phase in ("alone", "together") if i % 2 == 0 else ("together", "alone"):
+            adapter.barrier()
+            if phase == "together":
+                together.append(measure(workload, spec, info, data, adapter, [per_rank_batch], steps,
+                                        min_s=min_s)["batches"][0])
+            elif info.rank == 0:
+                alone.append(measure(workload, spec, info, data, adapter, [per_rank_batch], steps,
+                                     min_s=min_s)["batches"][0])
+        adapter.barrier()
+    return {"rank": info.rank, "world_size": info.world_size, "data_world": info.data_world,
+            "per_process_batch": per_rank_batch, "threads": _threads(), "alone": alone, "together": together}
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()

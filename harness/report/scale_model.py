@@ -120,6 +120,28 @@ def predicted_memory(cal: dict[str, Any], n: int, extra_bytes: float = 0.0) -> f
     return cal["peak_1"] - states(1) + states(n) + extra_bytes
 
 
+def contention_ratio(rec: dict[str, Any]) -> float | None:
+    """How many times slower the slowest rank computed with every rank computing at once than rank 0 alone, from
+    the point's own contention calibration launch (harness/scale.py); None: none was made, or it failed."""
+    cal = rec.get("contention") or {}
+    return cal.get("ratio") if cal.get("status") == "ok" else None
+
+
+def scaled(c: cm.Compute, k: float) -> cm.Compute:
+    """The same step's compute, every part (and every gradient's ready time) k times as long."""
+    return cm.Compute(c.fwd_s * k, c.bwd_s * k, c.opt_s * k, [(b, t * k) for b, t in c.grads], c.overhead_s,
+                      c.copy_Bps)
+
+
+def _rounds(rows) -> str:
+    return "/".join(sorted({str(r["first_contention"]["rounds"]) for r in rows}))
+
+
+def _ratio_cell(r: dict[str, Any]) -> str:
+    cal = f"{r['contention']:.2f}x" if r.get("contention") else ("–" if r["n"] == 1 else "none")
+    return cal + (f" ({r['compute_ratio']:.2f}x)" if "compute_ratio" in r else "")
+
+
 def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
     """Every measured (adapter, world size): measured and predicted step, error, and memory."""
     rows = []
@@ -142,18 +164,24 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
             try:
                 if n > 1 and c["collectives"] is None:
                     raise KeyError("no comm sweep to calibrate with (--no-model, or no comm results)")
-                compute = c["curve"].at(rec["controls"]["per_process_batch"])
-                step = cm.predict_step(c["schedule"], compute, c["collectives"], n, shares_cores(rec))
+                alone = c["curve"].at(rec["controls"]["per_process_batch"])
+                shares = shares_cores(rec)
+                ratio = contention_ratio(rec) if n > 1 else None
+                compute = scaled(alone, ratio) if ratio else alone
+                step = cm.predict_step(c["schedule"], compute, c["collectives"], n, shares)
                 row.update(predicted_s=step.step_s, error=step.step_s / p["step_mean"] - 1,
-                           error_median=step.step_s / p["step_median"] - 1, step=step)
+                           error_median=step.step_s / p["step_median"] - 1, step=step, contention=ratio,
+                           first_contention=rec.get("contention"))
+                if ratio:
+                    # What the model predicted before it had the contention calibration: the compute alone.
+                    plain = cm.predict_step(c["schedule"], alone, c["collectives"], n, shares).step_s
+                    row.update(without_contention_s=plain, without_contention_error=plain / p["step_mean"] - 1)
                 if p.get("balance") and n > 1:
                     # Diagnosis, not prediction: the same model with the compute the ranks measured at this world
                     # size (their slowest), which separates compute contention from the communication model.
                     at_n = max(b["compute_s"] for b in p["balance"])
-                    k = at_n / compute.total_s
-                    seen = cm.Compute(compute.fwd_s * k, compute.bwd_s * k, compute.opt_s * k,
-                                      [(b, t * k) for b, t in compute.grads], compute.overhead_s, compute.copy_Bps)
-                    with_n = cm.predict_step(c["schedule"], seen, c["collectives"], n, shares_cores(rec)).step_s
+                    k = at_n / alone.total_s
+                    with_n = cm.predict_step(c["schedule"], scaled(alone, k), c["collectives"], n, shares).step_s
                     row.update(compute_ratio=k, with_measured_compute_s=with_n,
                                with_measured_compute_error=with_n / p["step_mean"] - 1)
                 fusion = cm.fusion_buffer_bytes(c["schedule"], compute, c["collectives"], n)
@@ -333,8 +361,8 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
            "the mean step is also what a run's throughput and time to train are made of. The error against the "
            "median step is beside it.", ""]
     md += ["| adapter | world size | measured step ms: mean (median, p10) | predicted ms | error vs mean "
-           "| vs median | of which exposed comm ms | overhead ms | compute at N vs alone "
-           "| with the compute measured at N | peak memory/rank measured → predicted |",
+           "| vs median | of which exposed comm ms | overhead ms | compute at N vs alone: calibrated (in the point) "
+           "| with the compute measured in the point | peak memory/rank measured → predicted |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = predict_measured(records, tab, cal)
     for r in rows:
@@ -350,9 +378,9 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
         md.append(f"| {r['label']} | {r['n']}{over} | {measured} "
                   f"| {r['predicted_s'] * 1e3:.2f} | {r['error']:+.0%} | {r['error_median']:+.0%} "
                   f"| {s.exposed_s * 1e3:.2f} "
-                  f"| {s.overhead_s * 1e3:.2f} | " + (f"{r['compute_ratio']:.2f}x | {r['with_measured_compute_s'] * 1e3:.2f} "
-                                                       f"({r['with_measured_compute_error']:+.0%})"
-                                                       if "compute_ratio" in r else "– | –") + f" | {mem} |")
+                  f"| {s.overhead_s * 1e3:.2f} | " + _ratio_cell(r) + " | "
+                  + (f"{r['with_measured_compute_s'] * 1e3:.2f} ({r['with_measured_compute_error']:+.0%})"
+                     if "compute_ratio" in r else "–") + f" | {mem} |")
     # World-size-1 points are the calibration itself (their error is only how the profile's compute and the
     # timed steps differ): the model is judged on the points above it.
     real = [r for r in rows if "predicted_s" in r and not r["oversubscribed"] and r["n"] > 1]
@@ -364,17 +392,30 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                    f"above world size 1 (not oversubscribed; world size 1 is the calibration itself); the largest "
                    f"error is {worst['error']:+.0%} ({worst['label']} at {worst['n']}). Against the median step: "
                    f"{within_median} of {len(real)}."]
+        calibrated = [r for r in real if r.get("contention")]
+        if calibrated:
+            ks = [r["contention"] for r in calibrated]
+            plain_ok = sum(abs(r["without_contention_error"]) <= 0.10 for r in calibrated)
+            md += ["", f"Compute contention, calibrated: ranks computing at once share the machine's memory bandwidth "
+                       f"and caches, which the world-size-1 profile cannot see. A launch of each adapter's ranks at "
+                       f"each world size, apart from the sweep's points and with no training step in it, timed the "
+                       f"plain model's compute of rank 0 alone and of every rank at once in {_rounds(calibrated)} "
+                       f"rounds (the order swapped every round); the median over rounds of the slowest rank "
+                       f"together against rank 0 alone, {min(ks):.2f}x to {max(ks):.2f}x here, multiplies the world-size-1 compute (forward, backward, optimizer and "
+                       f"the gradients' ready times) in the prediction. Without it (the world-size-1 compute as it "
+                       f"is), the same model is within ±10% at {plain_ok} of {len(calibrated)} of these points."]
+        elif any(r["n"] > 1 for r in rows):
+            md += ["", "No compute-contention calibration in these records (a sweep made before it existed, 2026-11-24, or "
+                       "`--no-model`): the prediction uses the world-size-1 compute as it is."]
         diag = [r for r in real if "with_measured_compute_error" in r]
         if diag:
             ok_n = sum(abs(r["with_measured_compute_error"]) <= 0.10 for r in diag)
             slow = [r["compute_ratio"] for r in diag]
-            md += ["", f"Compute at N vs alone: each rank's own compute measured at that world size (the load-balance "
-                       f"profile, all ranks at once) against the world-size-1 profile the prediction uses: "
-                       f"{min(slow):.2f}x to {max(slow):.2f}x here, ranks computing at once share the machine's "
-                       f"memory bandwidth and caches, which a world-size-1 calibration cannot see. Fed that measured "
-                       f"compute instead (a diagnosis, not a prediction: it uses the point itself), the same model is "
-                       f"within ±10% at {ok_n} of {len(diag)} points above world size 1: what remains is the "
-                       f"communication model's own error."]
+            md += ["", f"Compute in the point (in brackets): each rank's own compute measured after the point's timed "
+                       f"steps (the load-balance profile, all ranks at once) against the world-size-1 profile: "
+                       f"{min(slow):.2f}x to {max(slow):.2f}x. Fed that compute instead (a diagnosis, not a "
+                       f"prediction: it uses the point itself), the same model is within ±10% at {ok_n} of "
+                       f"{len(diag)} points above world size 1: what remains is the communication model's own error."]
         jitter = [r for r in real if r["measured_p10_s"] < 0.7 * r["measured_median_s"]]
         if jitter:
             md += ["", f"At {len(jitter)} of them the median step is more than 1.4x the 10th percentile: steps of a "

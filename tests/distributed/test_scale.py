@@ -2,6 +2,7 @@
 straggler, the model calibrated from a real `compare comm` sweep, and oversubscribed points labelled."""
 
 import json
+import statistics
 
 import pytest
 
@@ -125,6 +126,12 @@ def test_the_model_is_calibrated_from_a_real_comm_sweep(tmp_path):
     shown = [float(c.rstrip("%")) / 100 for c in cells[5:7]]
     assert shown == pytest.approx([predicted / mean - 1, predicted / median - 1], abs=0.011)
     assert "torch collectives (priced from the sweep's mean time per size" in md and "all_gather n=2:" in md
+    # the compute-contention calibration: its own launch of ddp's 2 ranks, in both n=2 records, its ratio in the row
+    cal = point(records(out), "ddp", 2)["contention"]
+    assert cal["status"] == "ok" and cal["processes"] == 2 and len(cal["alone_s"]) == cal["rounds"] == 4
+    assert cells[9].startswith(f"{cal['ratio']:.2f}x (") and "Compute contention, calibrated:" in md
+    assert "contention" not in point(records(out), "ddp", 1)
+    assert (out / "logs" / "contention-ddp-n2.log").exists()
     assert "## The model against published results" in md and (out / "prediction.png").exists()
     shown = compare_cli("predict", str(out), "--to", "64")
     assert shown.returncode == 0 and "ddp n=2: measured" in shown.stdout and "h100-sxm-ndr400" in shown.stdout
@@ -141,3 +148,25 @@ def test_oversubscribed_points_are_labelled_everywhere(tmp_path):
     md = (out / "report.md").read_text()
     assert "| 4 (oversubscribed) |" in md and "**Oversubscribed** world sizes 4" in md
     assert "ddp n=4 (oversubscribed)" in proc.stdout
+
+
+@pytest.mark.skipif(usable_cores() > 2, reason="4 ranks outnumber the cores only on a 2-core machine")
+def test_the_contention_calibration_sees_ranks_that_share_cores(tmp_path):
+    # 4 one-thread ranks on 2 cores: every rank computing at once gets half a core at most, so the slowest of them
+    # computes at least ~2x as long as rank 0 alone (more: switching and caches). A calibration that measured
+    # "together" one rank after another, or "alone" while its peers spun, would not see it.
+    comm = tmp_path / "comm"
+    assert compare_cli("comm", "--backends", "torch", "--ops", "all_reduce", "--sizes", "1K", "--iters", "5",
+                       "--out", str(comm)).returncode == 0
+    out = tmp_path / "scale"
+    proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "4", "--oversubscribe", "--threads", "1", "--comm",
+                       str(comm), "--out", str(out), "--equiv-steps", "0", *SHORT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cal = point(records(out), "ddp", 4)["contention"]
+    assert cal["status"] == "ok" and cal["processes"] == 4 and cal["per_rank_batch"] == 16
+    assert len(cal["together_per_rank_s"]) == 4 and all(len(r) == 4 for r in cal["together_per_rank_s"])
+    assert cal["together_s"] == [max(r[i] for r in cal["together_per_rank_s"]) for i in range(4)]
+    assert cal["round_ratios"] == pytest.approx([t / a for t, a in zip(cal["together_s"], cal["alone_s"])])
+    assert cal["ratio"] == pytest.approx(statistics.median(cal["round_ratios"]))
+    assert cal["ratio"] > 1.5, cal
+    assert "compute contention of ddp at world size 4 (4 rounds" in proc.stdout

@@ -60,3 +60,45 @@ def test_a_failed_point_keeps_its_reason_and_no_efficiency():
     two = scale.table(records)["ddp"][1]
     assert two["status"] == "timeout" and two["reasons"] == ["no result after 5 s"] and "efficiency" not in two
     assert "**timeout**: no result after 5 s" in "\n".join(scale.markdown_tables(scale.table(records)))
+
+
+def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_nothing_else():
+    # A committed sweep's real records, with a contention calibration of 1.5x given to ddp at world size 2.
+    from pathlib import Path
+
+    from harness import costmodel as cm
+    from harness.record import read_records
+    from harness.report import scale_model as sm
+
+    out = Path(__file__).resolve().parents[2] / "results" / "scale_digits_cpu2_20261124-184152"
+    records = read_records(out / "records.jsonl")
+    comm = sm.comm_records(out)
+
+    def predictions(recs):
+        tab = scale.table(recs)
+        return {(r["label"], r["n"]): r for r in sm.predict_measured(recs, tab, sm.calibrate(recs, comm))}
+
+    before = predictions(records)
+    ok = {"status": "ok", "ratio": 1.5, "rounds": 4}
+    with_cal = [{**r, "contention": ok} if r["label"] == "ddp" and r["scale"]["point"] == 2 else r for r in records]
+    after = predictions(with_cal)
+    two = after[("ddp", 2)]
+    cal = sm.calibrate(with_cal, comm)["ddp"]
+    rec2 = next(r for r in with_cal if r["label"] == "ddp" and r["scale"]["point"] == 2 and r["status"] == "ok")
+    alone = cal["curve"].at(rec2["controls"]["per_process_batch"])
+    expected = cm.predict_step(cal["schedule"], sm.scaled(alone, 1.5), cal["collectives"], 2, sm.shares_cores(rec2))
+    assert two["contention"] == 1.5 and two["predicted_s"] == pytest.approx(expected.step_s)
+    # on these shared cores communication adds to the step: 1.5x the compute adds half the compute
+    assert two["predicted_s"] - before[("ddp", 2)]["predicted_s"] == pytest.approx(0.5 * alone.total_s)
+    assert two["without_contention_s"] == pytest.approx(before[("ddp", 2)]["predicted_s"])
+    assert sm.scaled(alone, 1.5).grads == [(b, 1.5 * t) for b, t in alone.grads]
+    # every other point, and world size 1, is predicted as before
+    for key, row in after.items():
+        if key != ("ddp", 2) and "predicted_s" in row:
+            assert row["predicted_s"] == before[key]["predicted_s"] and row["contention"] is None
+    # a failed calibration is not used
+    failed = [{**r, "contention": {**ok, "status": "failed"}} if "contention" in r else r for r in with_cal]
+    assert predictions(failed)[("ddp", 2)]["predicted_s"] == before[("ddp", 2)]["predicted_s"]
+    md = "\n".join(sm.section(out, with_cal, scale.table(with_cal))[0])
+    row = next(line for line in md.splitlines() if line.startswith("| ddp | 2 |"))
+    assert "| 1.50x (" in row and "Compute contention, calibrated:" in md and "4 rounds" in md
