@@ -18,8 +18,10 @@ order and times at which DDP buckets or Horovod fusion buffers can start their a
 
 from __future__ import annotations
 
+import fcntl
 import statistics
 import time
+from pathlib import Path
 
 from harness.rank.measure import device_sync
 
@@ -154,8 +156,8 @@ def contention(spec, adapter, info) -> dict:
     """The compute-contention calibration of `compare scale`'s model (spec.mode "contention"): how much slower a
     rank's compute is while every rank of the launch computes at once than while it computes alone.
 
-    After one untimed pass with every rank at once, rounds of: rank 0 alone (every other rank waits in the
-    adapter's barrier) and every rank at once, the order swapped every round (a machine whose speed drifts during
+    After one untimed pass with every rank at once, rounds of: rank 0 alone (every other rank asleep until it is
+    done) and every rank at once, the order swapped every round (a machine whose speed drifts during
     the launch then biases neither); each a `measure` of a plain local copy of the model at this rank's
     training batch for at least `min_s` seconds (a step of under a millisecond needs hundreds of steps for a
     median that holds), with no communication inside it.
@@ -169,15 +171,33 @@ def contention(spec, adapter, info) -> dict:
     alone, together = [], []
     adapter.barrier()
     measure(workload, spec, info, data, adapter, [per_rank_batch], steps, min_s=min_s)  # untimed: warm the machine
+    local = spec.topology is None
     for i in range(spec.profile.get("rounds", 4)):
         for phase in ("alone", "together") if i % 2 == 0 else ("together", "alone"):
-            adapter.barrier()
             if phase == "together":
+                adapter.barrier()
                 together.append(measure(workload, spec, info, data, adapter, [per_rank_batch], steps,
                                         min_s=min_s)["batches"][0])
-            elif info.rank == 0:
+                continue
+            # While rank 0 computes alone, its peers on this machine block on a file lock that rank 0 holds
+            # (asleep in the kernel): a framework's barrier may keep a core busy while it waits (Horovod's polls its
+            # handle every millisecond, and its background thread runs negotiation cycles until the barrier is done),
+            # which would take a core from the rank that should have the machine to itself. The lock goes with
+            # rank 0's process if it dies. Ranks on other hosts (no shared directory assumed) wait in the barrier.
+            lock = Path(spec.rank_dir) / f"alone-{i}.lock"
+            held = None
+            if info.rank == 0 and local:
+                held = open(lock, "w")
+                fcntl.flock(held, fcntl.LOCK_EX)
+            adapter.barrier()
+            if info.rank == 0:
                 alone.append(measure(workload, spec, info, data, adapter, [per_rank_batch], steps,
                                      min_s=min_s)["batches"][0])
+                if held:
+                    held.close()
+            elif local:
+                with open(lock) as f:
+                    fcntl.flock(f, fcntl.LOCK_SH)
         adapter.barrier()
     return {"rank": info.rank, "world_size": info.world_size, "data_world": info.data_world,
             "per_process_batch": per_rank_batch, "threads": _threads(), "alone": alone, "together": together}
