@@ -133,6 +133,23 @@ def scaled(c: cm.Compute, k: float) -> cm.Compute:
                       c.copy_Bps)
 
 
+def _contention_note(records, label: str) -> str:
+    """"; compute contention at N=2: 1.10x (alone 160-165 ms, together 176-186 ms per round)" for a row."""
+    cals: dict[int, dict[str, Any]] = {}
+    for r in records:
+        if r["label"] == label and r.get("contention") and r["scale"]["point"] > 1:
+            cals.setdefault(r["scale"]["point"], r["contention"])
+    parts = []
+    for n, c in sorted(cals.items()):
+        if c.get("status") != "ok":
+            parts.append(f"N={n}: not calibrated ({c.get('status')}: {c.get('reason')})")
+            continue
+        span = lambda v: f"{min(v) * 1e3:.2f}-{max(v) * 1e3:.2f} ms"  # noqa: E731
+        parts.append(f"N={n}: {c['ratio']:.2f}x (rank 0 alone {span(c['alone_s'])}, the slowest rank together "
+                     f"{span(c['together_s'])}, mean compute per round)")
+    return "; compute contention " + ", ".join(parts) if parts else ""
+
+
 def _rounds(rows) -> str:
     return "/".join(sorted({str(r["first_contention"]["rounds"]) for r in rows}))
 
@@ -441,6 +458,7 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                   f"{prof['bwd_s'] * 1e3:.2f} ms, optimizer {prof['opt_s'] * 1e3:.2f} ms at per-rank batch "
                   f"{prof['per_rank_batch']}; overhead {c['overhead_s'] * 1e3:.2f} ms; "
                   f"{sum(b for b, _ in c['curve'].grads) / 2**20:.1f} MiB of gradients"
+                  + _contention_note(records, label)
                   + (f"; {(sched.get('comm_backend'))} collectives (priced from the sweep's mean time per size at "
                      f"a measured world size; the latency + bus bandwidth fitted to those means carries them past "
                      f"the largest size and to other world sizes): {fits}" if fits else ""))
