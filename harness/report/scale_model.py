@@ -145,8 +145,9 @@ def _contention_note(records, label: str) -> str:
             parts.append(f"N={n}: not calibrated ({c.get('status')}: {c.get('reason')})")
             continue
         span = lambda v: f"{min(v) * 1e3:.2f}-{max(v) * 1e3:.2f} ms"  # noqa: E731
-        parts.append(f"N={n}: {c['ratio']:.2f}x (rank 0 alone {span(c['alone_s'])}, the slowest rank together "
-                     f"{span(c['together_s'])}, mean compute per round)")
+        parts.append(f"N={n}: {c['ratio']:.2f}x" + (f" (rank 0 alone {span(c['alone_s'])}, the slowest rank "
+                                                   f"together {span(c['together_s'])}, mean compute per round)"
+                                                   if c.get("alone_s") and c.get("together_s") else ""))
     return "; compute contention " + ", ".join(parts) if parts else ""
 
 
