@@ -155,6 +155,19 @@ def _rounds(rows) -> str:
     return "/".join(sorted({str(r["first_contention"]["rounds"]) for r in rows}))
 
 
+def repeat_spread(r: dict[str, Any]) -> float:
+    """(largest - smallest) / mean of a point's per-repeat mean steps."""
+    reps = r["measured_repeats_s"]
+    return (max(reps) - min(reps)) / statistics.fmean(reps)
+
+
+def _repeats_cell(r: dict[str, Any]) -> str:
+    reps = r.get("measured_repeats_s") or []
+    if len(reps) < 2:
+        return ""
+    return f" [{min(reps) * 1e3:.2f}–{max(reps) * 1e3:.2f}]"
+
+
 def _ratio_cell(r: dict[str, Any]) -> str:
     cal = f"{r['contention']:.2f}x" if r.get("contention") else ("–" if r["n"] == 1 else "none")
     return cal + (f" ({r['compute_ratio']:.2f}x)" if "compute_ratio" in r else "")
@@ -176,7 +189,7 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
                 n = rec["topology"]["devices_used"]
             row = {"label": label, "n": p["n"], "oversubscribed": p["oversubscribed"],
                    "measured_s": p["step_mean"], "measured_median_s": p["step_median"],
-                   "measured_p10_s": p["step_p10"],
+                   "measured_p10_s": p["step_p10"], "measured_repeats_s": p.get("step_mean_repeats") or [],
                    "measured_mem": p.get("peak_memory_bytes")}
             fusion = 0.0
             try:
@@ -378,7 +391,8 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
            "with several collectives, each delayed now and then, has a median above the sum of their medians); "
            "the mean step is also what a run's throughput and time to train are made of. The error against the "
            "median step is beside it.", ""]
-    md += ["| adapter | world size | measured step ms: mean (median, p10) | predicted ms | error vs mean "
+    md += ["| adapter | world size | measured step ms: mean (median, p10) [repeats' means] | predicted ms "
+           "| error vs mean "
            "| vs median | of which exposed comm ms | overhead ms | compute at N vs alone: calibrated (in the point) "
            "| with the compute measured in the point | peak memory/rank measured → predicted |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -388,7 +402,7 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
         mem = (f"{format_mib(r['measured_mem'])} → {format_mib(r['predicted_mem'])} ({r['mem_error']:+.0%})"
                if "predicted_mem" in r else "–")
         measured = (f"{r['measured_s'] * 1e3:.2f} ({r['measured_median_s'] * 1e3:.2f}, "
-                    f"{r['measured_p10_s'] * 1e3:.2f})")
+                    f"{r['measured_p10_s'] * 1e3:.2f})" + _repeats_cell(r))
         if "predicted_s" not in r:
             md.append(f"| {r['label']} | {r['n']}{over} | {measured} | – ({r['why_not']}) | | | | | | | {mem} |")
             continue
@@ -410,6 +424,16 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                    f"above world size 1 (not oversubscribed; world size 1 is the calibration itself); the largest "
                    f"error is {worst['error']:+.0%} ({worst['label']} at {worst['n']}). Against the median step: "
                    f"{within_median} of {len(real)}."]
+        spread = [r for r in real if len(r["measured_repeats_s"]) > 1]
+        if spread:
+            widths = [repeat_spread(r) for r in spread]
+            inside = sum(min(r["measured_repeats_s"]) <= r["predicted_s"] <= max(r["measured_repeats_s"])
+                         for r in spread)
+            md += ["", f"How far the measurement itself moves: between a point's interleaved repeats (separate "
+                       f"launches of the same point, minutes apart) its mean step moved by {min(widths):.0%} to "
+                       f"{max(widths):.0%} of the mean (median {statistics.median(widths):.0%}; the bracket in the "
+                       f"measured column): the model cannot be judged more finely than a point's own spread. The "
+                       f"prediction falls inside its point's range of repeats at {inside} of {len(spread)} points."]
         calibrated = [r for r in real if r.get("contention")]
         if calibrated:
             ks = [r["contention"] for r in calibrated]
@@ -442,7 +466,9 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        f"and the median jumps from one mode to another between runs. The model carries such delays "
                        f"only as far as the comm sweep's mean times hold them: a collective timed back to back, with "
                        f"nothing computed between calls, is delayed less often than one called after a step's "
-                       f"compute."]
+                       f"compute (tests/benchmarks/bench_step_parts.py times compute, the collective back to back and "
+                       f"the two in a row, interleaved in one launch, and prints how far the step is from the sum of "
+                       f"its parts on the machine it runs on)."]
     md += ["", "Calibration per adapter:", ""]
     for label, c in cal.items():
         prof = c["profile"]["batches"][0]

@@ -102,3 +102,38 @@ def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_noth
     md = "\n".join(sm.section(out, with_cal, scale.table(with_cal))[0])
     row = next(line for line in md.splitlines() if line.startswith("| ddp | 2 |"))
     assert "| 1.50x (" in row and "Compute contention, calibrated:" in md and "4 rounds" in md
+
+
+def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_error():
+    # Three repeats of a 2-rank point whose mean steps are 2, 3 and 4 ms (each repeat's steps alike), and a single
+    # repeat of world size 1: the bracket is the range of the repeats' means, the spread (max - min) / mean.
+    from harness.report import scale_model as sm
+
+    records = [rec("ddp", 1, 64 / 0.001, step=0.001)]
+    for k, ms in enumerate((2.0, 4.0, 3.0)):
+        r = rec("ddp", 2, 64 / (ms / 1e3), step=ms / 1e3)
+        r["step_times_s"] = [ms / 1e3 - 0.0005, ms / 1e3 + 0.0005]
+        r["repeat"] = k
+        records.append(r)
+    records[0]["row_order"] = ["ddp"]
+    two = scale.table(records)["ddp"][1]
+    assert two["step_mean_repeats"] == pytest.approx([0.002, 0.004, 0.003])
+    assert two["step_mean"] == pytest.approx(0.003)
+    row = {"measured_repeats_s": two["step_mean_repeats"]}
+    assert sm.repeat_spread(row) == pytest.approx((0.004 - 0.002) / 0.003)
+    assert sm._repeats_cell(row) == " [2.00–4.00]"
+    assert sm._repeats_cell({"measured_repeats_s": [0.002]}) == ""  # one repeat: no range to give
+    # On a committed sweep's real records: the sentence counts the points whose prediction is inside their range.
+    from pathlib import Path
+
+    from harness.record import read_records
+
+    out = Path(__file__).resolve().parents[2] / "results" / "scale_digits_cpu2_20261124-184152"
+    records = read_records(out / "records.jsonl")
+    tab = scale.table(records)
+    rows = [r for r in sm.predict_measured(records, tab, sm.calibrate(records, sm.comm_records(out)))
+            if r["n"] > 1 and "predicted_s" in r and not r["oversubscribed"]]
+    inside = sum(min(r["measured_repeats_s"]) <= r["predicted_s"] <= max(r["measured_repeats_s"]) for r in rows)
+    assert 0 < inside < len(rows) == 7  # measured: ddp and horovod inside, the other five outside
+    md = "\n".join(sm.section(out, records, tab)[0])
+    assert f"The prediction falls inside its point's range of repeats at {inside} of 7 points." in md
