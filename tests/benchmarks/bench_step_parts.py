@@ -13,6 +13,8 @@ point, and, interleaved in rounds (the order rotated every round), blocks of at 
 - collective: an all_reduce of one flat buffer of the gradients' bytes, back to back (as `compare comm` times it);
 - step: the compute, then that all_reduce (what DDP does with one bucket, without DDP).
 
+`--bytes B` all-reduces B bytes instead of the gradients (a latency-bound size: how much of the extra cost depends on the message).
+
 Per call, the slowest rank's time (as the harness takes it). It prints per round and pooled: the mean of each, the
 sum compute + collective, the step's mean and how far it is from the sum, and the share of collective calls that
 took over 2 ms (on this VM a small collective is bimodal: under a millisecond, or a few milliseconds when a rank's
@@ -39,6 +41,7 @@ import torch, torch.distributed as dist
 torch.set_num_threads(1)
 import workloads
 workload_name, rounds, seconds, out = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+nbytes = int(sys.argv[6])
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 workload = workloads.get(workload_name, {})
@@ -48,7 +51,7 @@ torch.manual_seed(workload.seed)
 model = workload.build_model()
 opt = torch.optim.SGD(model.parameters(), lr=workload.lr(workload.global_batch), momentum=0.9)
 x, y = data.train_x[rank * b:(rank + 1) * b], data.train_y[rank * b:(rank + 1) * b]
-flat = torch.zeros(sum(p.numel() for p in model.parameters()))
+flat = torch.zeros(nbytes // 4 if nbytes else sum(p.numel() for p in model.parameters()))
 
 def compute():
     opt.zero_grad(set_to_none=True)
@@ -102,6 +105,7 @@ def main() -> int:
     ap.add_argument("--workload", default="digits")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--seconds", type=float, default=1.5, help="least seconds per block")
+    ap.add_argument("--bytes", type=int, default=0, help="the all_reduce's size (default: the gradients')")
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="bench-step-parts-") as tmp:
@@ -109,12 +113,13 @@ def main() -> int:
         script.write_text(RANK)
         env = dict(os.environ, OMP_NUM_THREADS="1")
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(script), str(REPO), args.workload, str(args.rounds), str(args.seconds), str(out)]
+               str(script), str(REPO), args.workload, str(args.rounds), str(args.seconds), str(out), str(args.bytes)]
         subprocess.run(cmd, check=True, env=env, cwd=tmp, timeout=120 + 4 * args.rounds * args.seconds * 3)
         res = json.loads(out.read_text())
     blocks = res["blocks"]
-    print(f"workload {args.workload}: per-rank batch {res['per_rank_batch']}, all_reduce of "
-          f"{res['grad_bytes'] / 2**20:.2f} MiB (the gradients), 2 ranks, gloo, 1 thread each")
+    what = f"{res['grad_bytes']:,} bytes" if args.bytes else f"{res['grad_bytes'] / 2**20:.2f} MiB (the gradients)"
+    print(f"workload {args.workload}: per-rank batch {res['per_rank_batch']}, all_reduce of {what}, 2 ranks, "
+          f"gloo, 1 thread each")
     print(f"{'round':>5} {'compute':>9} {'collective':>10} {'sum':>8} {'step':>8} {'step-sum':>9} "
           f"{'':>6} {'coll >2ms':>9} {'in step':>8}")
     print("(means in ms, each call the slowest rank's; 'coll >2ms': share of back-to-back collective calls over 2 ms, "
