@@ -515,7 +515,8 @@ def predict(
         return
     for name in profile:
         if name not in names:
-            _fail(f"unknown hardware profile '{name}'; valid choices: {', '.join(names)}")
+            _fail(f"unknown hardware profile '{name}'; valid choices: {', '.join(names)} "
+                  f"(or add harness/profiles/{name}.json: see harness/profiles/README.md)")
     if to < 1:
         _fail(f"--to must be at least 1, got {to}")
     if directory is not None:

@@ -280,7 +280,8 @@ CASES = [
      "'/nonexistent-comm/records.jsonl')"),
     # ---- predict --------------------------------------------------------------------------------------------
     ("predict-unknown-profile", ["predict", "--profile", "tpu9"],
-     f"unknown hardware profile 'tpu9'; valid choices: {PROFILES}"),
+     f"unknown hardware profile 'tpu9'; valid choices: {PROFILES} (or add harness/profiles/tpu9.json: see "
+     "harness/profiles/README.md)"),
     ("predict-to-0", ["predict", "--to", "0"], "--to must be at least 1, got 0"),
     ("predict-no-records", ["predict", "/nonexistent-scale"],
      "no records.jsonl in /nonexistent-scale; give a directory written by `compare run`, `comm` or `scale`"),
