@@ -294,6 +294,26 @@ def _calibrate(p: ScalePlan, comm_ui) -> str | None:
     return None
 
 
+def parts_summary(per_rank: list[dict[str, Any]], together_s: list[float]) -> dict[str, Any]:
+    """The ranks' parts check (harness/rank/profile.py: parts) per round, each figure the slowest rank's mean:
+    the step (compute then the all-reduce) against the parts as the model takes them, measured apart: the compute
+    of every rank at once with no collective between steps (`together_s`, the same launch's round) + the same
+    all-reduce timed back to back. `compute_in_step_s`: the compute as timed inside the step loop."""
+    import statistics
+
+    rounds = min(len(per_rank[0]["rounds"]), len(together_s))
+    out: dict[str, Any] = {"bytes": per_rank[0]["bytes"], "calls": per_rank[0]["calls"]}
+    for key in ("collective_s", "step_s"):
+        out[key] = [max(r["rounds"][i][key] for r in per_rank) for i in range(rounds)]
+    out["compute_in_step_s"] = [max(r["rounds"][i]["compute_s"] for r in per_rank) for i in range(rounds)]
+    out["compute_s"] = list(together_s[:rounds])
+    out["excess_s"] = [s - c - a for s, c, a in zip(out["step_s"], out["compute_s"], out["collective_s"])]
+    out["excess_share"] = [e / s for e, s in zip(out["excess_s"], out["step_s"])]
+    out["median_excess_s"] = statistics.median(out["excess_s"])
+    out["median_excess_share"] = statistics.median(out["excess_share"])
+    return out
+
+
 def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
     """One contention launch per (adapter row, world size above 1 with several processes); its result goes into
     every record of that row at that world size as `contention` (harness/rank/profile.py: contention)."""
@@ -313,7 +333,7 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                 continue
             if ui:
                 ui(f"calibrating the model: compute contention of {row.label} at world size {n} "
-                   f"({CONTENTION_ROUNDS} rounds of rank 0 alone and all {procs} ranks at once)")
+                   f"({CONTENTION_ROUNDS} rounds of rank 0 alone and all {procs} ranks at once; then the step's parts)")
             name = f"contention-{run.file_slug(row.label)}-n{n}"
             spec = run.make_spec(point, adapter.name, session.scratch / name,
                                  processes=procs, steps=0, warmup=0, equiv=0, knobs=asdict(adapter.knobs),
@@ -342,11 +362,15 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                               alone_s=alone, together_s=together,
                               together_per_rank_s=[[b["mean_s"] for b in r["together"]] for r in ranks],
                               round_ratios=ratios, ratio=statistics.median(ratios))
+                if all(r.get("parts") for r in ranks):
+                    result["parts"] = parts_summary([r["parts"] for r in ranks], together)
             elif outcome.status == "ok":
                 result.update(status="failed", reason="the ranks wrote no contention profile")
             if ui:
                 ui(f"{row.label} n={n}: {result['status']} " + (f"compute {result['ratio']:.2f}x alone"
-                                                                 if "ratio" in result else result["reason"]))
+                                                                 if "ratio" in result else result["reason"])
+                   + (f"; a step {result['parts']['median_excess_share']:+.0%} over compute + all-reduce"
+                      if "parts" in result else ""))
             for rec in session.records:
                 if rec.get("label") == row.label and (rec.get("scale") or {}).get("point") == n \
                         and not rec["scale"].get("baseline"):

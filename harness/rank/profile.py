@@ -38,11 +38,13 @@ def spin(seconds: float) -> None:
 
 
 def measure(workload, spec, info, data, adapter, batches: list[int], steps: int, delay_s: float = 0.0,
-            grads: bool = False, flops: bool = False, min_s: float = 0.0) -> dict:
+            grads: bool = False, flops: bool = False, min_s: float = 0.0, after=None) -> dict:
     """Median forward, backward and optimizer seconds of a local copy of the model at each per-rank batch size in
     `batches` (the first is this rank's training batch); `delay_s` is spun before each forward (a straggler);
     `grads`: the gradient-ready profile at the first batch size; `flops`: FLOPs of one forward+backward;
-    `min_s`: keep stepping (over the same `steps` batches again) until this many seconds have passed."""
+    `min_s`: keep stepping (over the same `steps` batches again) until this many seconds have passed;
+    `after`: a call (a collective) made right after each step's optimizer step and timed apart; the loop then runs
+    exactly `steps` timed steps, whatever the time, so that every rank makes the same calls."""
     import torch
 
     torch.manual_seed(workload.seed)
@@ -74,8 +76,14 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
         t2 = time.perf_counter()
         optimizer.step()
         sync()
-        return t0, t1, t2, time.perf_counter()
+        t3 = time.perf_counter()
+        if after is not None:
+            after()
+            sync()
+            extra.append(time.perf_counter() - t3)
+        return t0, t1, t2, t3
 
+    extra: list[float] = []
     out: dict = {"batches": [], "threads": torch.get_num_threads(), "delay_s": delay_s}
     for k, b in enumerate(batches):
         if b > spec.global_batch:
@@ -84,17 +92,18 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
                    for s in range(steps + 1)]
         one_step(indices[0])  # untimed: first-touch allocations at this batch size
         fwd, bwd, opt = [], [], []
+        extra.clear()
         started = time.perf_counter()
         s = 0
         while True:
             s += 1
-            if s > steps and time.perf_counter() - started >= min_s:
+            if s > steps and (after is not None or time.perf_counter() - started >= min_s):
                 break
             t0, t1, t2, t3 = one_step(indices[1 + (s - 1) % steps])
             fwd.append(t1 - t0)
             bwd.append(t2 - t1)
             opt.append(t3 - t2)
-            if s >= MIN_STEPS and time.perf_counter() - started > max(BUDGET_S, min_s):
+            if after is None and s >= MIN_STEPS and time.perf_counter() - started > max(BUDGET_S, min_s):
                 break
             if k == 0 and grads and s == 1:
                 backward_start = t1
@@ -105,6 +114,9 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
                                "opt_s": statistics.median(opt), "compute_s": statistics.median(total),
                                "mean_s": statistics.fmean(total),
                                "n": len(total)})
+        if after is not None:
+            out["batches"][-1].update(after_mean_s=statistics.fmean(extra),
+                                      step_mean_s=statistics.fmean(t + e for t, e in zip(total, extra)))
     for h in hooks:
         h.remove()
     # What the optimizer keeps per parameter (momentum: 4 bytes; Adam: 8), for the memory model.
@@ -199,8 +211,62 @@ def contention(spec, adapter, info) -> dict:
                 with open(lock) as f:
                     fcntl.flock(f, fcntl.LOCK_SH)
         adapter.barrier()
-    return {"rank": info.rank, "world_size": info.world_size, "data_world": info.data_world,
-            "per_process_batch": per_rank_batch, "threads": _threads(), "alone": alone, "together": together}
+    out = {"rank": info.rank, "world_size": info.world_size, "data_world": info.data_world,
+           "per_process_batch": per_rank_batch, "threads": _threads(), "alone": alone, "together": together}
+    comm = adapter.comm() if info.world_size > 1 and spec.profile.get("parts", True) else None
+    if comm is not None:
+        out["parts"] = parts(workload, spec, info, data, adapter, comm, per_rank_batch, steps, min_s,
+                             spec.profile.get("rounds", 4), together[-1]["mean_s"] if together else 0.0)
+    return out
+
+
+def parts(workload, spec, info, data, adapter, comm, batch: int, steps: int, min_s: float, rounds: int,
+          compute_s: float) -> dict:
+    """Is a step the sum of its parts on this machine? The model adds the compute and each collective at its mean
+    time in a comm sweep (timed back to back). In rounds (the order swapped every round), every rank at once:
+    the framework's all-reduce of one buffer of the gradients' bytes back to back, and a plain local step of the
+    model followed by that all-reduce (a one-bucket step with no framework around it). Both loops run the same
+    number of calls on every rank (the mean of the ranks' own estimates for `min_s` seconds), so no collective
+    goes out of step. A diagnosis of the machine, kept beside the model's errors; no prediction uses it."""
+    import torch
+
+    from harness.collectives import OPS
+
+    op = OPS["all_reduce"]
+    elements = sum(p.numel() for p in workload.build_model().parameters() if p.requires_grad)
+    bufs = op.prepare(elements, info.rank, info.world_size, torch.float32, info.device, True)
+    sync = device_sync(info.device)
+
+    def collective():
+        op.run(comm, bufs)
+
+    def timed(calls: int) -> list[float]:
+        times = []
+        for _ in range(calls):
+            sync()
+            t0 = time.perf_counter()
+            collective()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return times
+
+    probe = statistics.fmean(timed(5)[1:])  # the same 5 calls on every rank
+    own = torch.tensor([max(steps, min_s / max(probe, 1e-6)), max(steps, min_s / max(probe + compute_s, 1e-6))],
+                       dtype=torch.float64, device=info.device)
+    n_coll, n_step = (max(steps, int(round(float(v)))) for v in adapter.all_reduce_mean(own).cpu())
+    out = []
+    for i in range(rounds):
+        r: dict = {}
+        for phase in ("collective", "step") if i % 2 == 0 else ("step", "collective"):
+            adapter.barrier()
+            if phase == "collective":
+                r["collective_s"] = statistics.fmean(timed(n_coll))
+            else:
+                b = measure(workload, spec, info, data, adapter, [batch], n_step, after=collective)["batches"][0]
+                r.update(compute_s=b["mean_s"], after_s=b["after_mean_s"], step_s=b["step_mean_s"])
+        out.append(r)
+    adapter.barrier()
+    return {"bytes": elements * 4, "calls": [n_coll, n_step], "rounds": out}
 
 
 def _threads() -> int:

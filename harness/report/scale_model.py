@@ -148,7 +148,24 @@ def _contention_note(records, label: str) -> str:
         parts.append(f"N={n}: {c['ratio']:.2f}x" + (f" (rank 0 alone {span(c['alone_s'])}, the slowest rank "
                                                    f"together {span(c['together_s'])}, mean compute per round)"
                                                    if c.get("alone_s") and c.get("together_s") else ""))
-    return "; compute contention " + ", ".join(parts) if parts else ""
+    note = "; compute contention " + ", ".join(parts) if parts else ""
+    checks = [f"N={n}: " + parts_note(c["parts"]) for n, c in sorted(cals.items())
+              if c.get("status") == "ok" and c.get("parts")]
+    return note + ("; the step's parts (a plain step, then the framework's all-reduce of the gradients' bytes, "
+                   "against the two timed apart) " + ", ".join(checks) if checks else "")
+
+
+def parts_note(p: dict[str, Any]) -> str:
+    """"compute 0.57 (0.90 as timed inside the step) + all-reduce 1.30 = 1.87 ms, in a row 2.40 ms: +22% (per
+    round -1% to +39%)"."""
+    import statistics as st
+
+    c, a, s = (st.median(p[k]) * 1e3 for k in ("compute_s", "collective_s", "step_s"))
+    inner = (f" ({st.median(p['compute_in_step_s']) * 1e3:.2f} as timed inside the step)"
+             if p.get("compute_in_step_s") else "")
+    return (f"compute {c:.2f}{inner} + all-reduce {a:.2f} = {c + a:.2f} ms, in a row {s:.2f} ms: "
+            f"{p['median_excess_share']:+.0%} (per round {min(p['excess_share']):+.0%} to "
+            f"{max(p['excess_share']):+.0%})")
 
 
 def _rounds(rows) -> str:
@@ -446,7 +463,19 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        f"together against rank 0 alone, {min(ks):.2f}x to {max(ks):.2f}x here, multiplies the world-size-1 compute (forward, backward, optimizer and "
                        f"the gradients' ready times) in the prediction. Without it (the world-size-1 compute as it "
                        f"is), the same model is within ±10% at {plain_ok} of {len(calibrated)} of these points."]
-        elif any(r["n"] > 1 for r in rows):
+        checked = {(r["label"], r["n"]): r["first_contention"]["parts"] for r in real
+                   if (r.get("first_contention") or {}).get("parts") and r.get("contention")}
+        if checked:
+            shares = [p["median_excess_share"] for p in checked.values()]
+            md += ["", f"Is a step the sum of its parts on this machine? The same launches then timed, every rank at "
+                       f"once and in rounds with the order swapped, a plain step of the model followed by the "
+                       f"framework's own all-reduce of the gradients' bytes, and that all-reduce back to back (as the "
+                       f"comm sweep times it). The two in a row took {min(shares):+.0%} to {max(shares):+.0%} "
+                       f"(median over rounds, per adapter) longer than the compute plus the all-reduce timed apart: "
+                       f"a model that adds parts measured apart from the step is off by about that much here, however "
+                       f"well it prices each part (per adapter and round: the calibration lines below). A diagnosis of "
+                       f"the machine, not used in any prediction."]
+        if not calibrated and any(r["n"] > 1 for r in rows):
             md += ["", "No compute-contention calibration in these records (a sweep made before it existed, 2026-11-24, or "
                        "`--no-model`): the prediction uses the world-size-1 compute as it is."]
         diag = [r for r in real if "with_measured_compute_error" in r]

@@ -132,6 +132,16 @@ def test_the_model_is_calibrated_from_a_real_comm_sweep(tmp_path):
     assert cells[9].startswith(f"{cal['ratio']:.2f}x (") and "Compute contention, calibrated:" in md
     assert "contention" not in point(records(out), "ddp", 1)
     assert (out / "logs" / "contention-ddp-n2.log").exists()
+    # the same launch's parts check: digits' 85,002 fp32 gradients all-reduced by torch, 4 rounds, the compute
+    # being the contention rounds' "together" (no collective between steps), the step holding its all-reduce
+    parts = cal["parts"]
+    assert parts["bytes"] == 4 * 85_002 and len(parts["step_s"]) == len(parts["collective_s"]) == 4
+    assert parts["compute_s"] == cal["together_s"] and all(c >= 10 for c in parts["calls"])
+    assert all(s > c for s, c in zip(parts["step_s"], parts["compute_in_step_s"]))
+    assert parts["excess_s"] == pytest.approx([s - c - a for s, c, a in
+                                               zip(parts["step_s"], parts["compute_s"], parts["collective_s"])])
+    assert "Is a step the sum of its parts on this machine?" in md
+    assert f"{parts['median_excess_share']:+.0%} (per round" in md
     assert "## The model against published results" in md and (out / "prediction.png").exists()
     shown = compare_cli("predict", str(out), "--to", "64")
     assert shown.returncode == 0 and "ddp n=2: measured" in shown.stdout and "h100-sxm-ndr400" in shown.stdout

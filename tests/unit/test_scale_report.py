@@ -137,3 +137,23 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
     assert 0 < inside < len(rows) == 7  # measured: ddp and horovod inside, the other five outside
     md = "\n".join(sm.section(out, records, tab)[0])
     assert f"The prediction falls inside its point's range of repeats at {inside} of 7 points." in md
+
+
+def test_the_parts_check_takes_the_slowest_rank_per_round_and_the_compute_measured_apart():
+    from harness.report import scale_model as sm
+    from harness.scale import parts_summary
+
+    ranks = [{"bytes": 400, "calls": [100, 50], "rounds": [
+        {"collective_s": 0.0010, "step_s": 0.0030, "compute_s": 0.0009},
+        {"collective_s": 0.0012, "step_s": 0.0024, "compute_s": 0.0008}]},
+             {"bytes": 400, "calls": [100, 50], "rounds": [
+        {"collective_s": 0.0011, "step_s": 0.0029, "compute_s": 0.0010},
+        {"collective_s": 0.0009, "step_s": 0.0025, "compute_s": 0.0007}]}]
+    p = parts_summary(ranks, [0.0005, 0.0006])
+    assert p["collective_s"] == [0.0011, 0.0012] and p["step_s"] == [0.0030, 0.0025]
+    assert p["compute_in_step_s"] == [0.0010, 0.0008] and p["compute_s"] == [0.0005, 0.0006]
+    assert p["excess_s"] == pytest.approx([0.0030 - 0.0005 - 0.0011, 0.0025 - 0.0006 - 0.0012])
+    assert p["excess_share"] == pytest.approx([0.0014 / 0.0030, 0.0007 / 0.0025])
+    assert p["median_excess_share"] == pytest.approx((0.0014 / 0.0030 + 0.0007 / 0.0025) / 2)
+    assert sm.parts_note(p) == ("compute 0.55 (0.90 as timed inside the step) + all-reduce 1.15 = 1.70 ms, in a row "
+                                "2.75 ms: +37% (per round +28% to +47%)")
