@@ -1,6 +1,6 @@
 """`python -m harness ...` is the same CLI as `compare ...` (for when another `compare`, e.g. ImageMagick's, is first
 on PATH)."""
 
-from harness.cli import main
+from harness.entry import main
 
 main()

@@ -76,7 +76,7 @@ class _OneLineUsageErrors(TyperGroup):
         except _clickerr.ClickException as exc:
             typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
             sys.exit(exc.exit_code)
-        except _clickerr.Abort:
+        except typer.Abort:  # (not in typer's vendored click.exceptions: typer.Abort is the class it raises)
             typer.echo("Aborted!", err=True)
             sys.exit(1)
         if not standalone_mode:
@@ -503,8 +503,7 @@ def predict(
     """The performance model: predicted vs measured for a scale sweep, extrapolation to a hardware profile, and
     the check against published scaling results."""
     from harness import costmodel
-    from harness.report import scale as report_scale
-    from harness.report import scale_model
+    from harness.report import MALFORMED, scale_model
 
     names = costmodel.profiles()
     if list_profiles:
@@ -524,33 +523,55 @@ def predict(
         if records[0].get("kind") != "scale":
             _fail(f"{directory} holds `compare {records[0].get('kind', 'run')}` results; give a directory written by "
                   f"`compare scale`")
-        tab = report_scale.table(records)
-        cal = scale_model.calibrate(records, scale_model.comm_records(directory))
-        console.print(f"[bold]predicted vs measured[/] ({directory})")
-        for r in scale_model.predict_measured(records, tab, cal):
-            over = " (oversubscribed)" if r["oversubscribed"] else ""
-            pred = (f"{r['predicted_s'] * 1e3:.2f} ms ({r['error']:+.0%})" if "predicted_s" in r
-                    else f"– ({r['why_not']})")
-            console.print(f"  {escape(r['label'])} n={r['n']}{over}: measured {r['measured_s'] * 1e3:.2f} ms "
-                          f"(mean step; median {r['measured_median_s'] * 1e3:.2f}), predicted {escape(pred)}")
-        sweep = records[0].get("scale_sweep") or {}
-        for name in profile or sweep.get("profiles") or ["h100-sxm-ndr400"]:
-            fabric = costmodel.load_profile(name)
-            console.print(f"[bold]{name}[/] ({fabric.device}), weak scaling, parallel efficiency "
-                          f"(utilisation {scale_model.UTILISATION[0]:.0%} / {scale_model.UTILISATION[1]:.0%} / "
-                          f"{scale_model.UTILISATION[2]:.0%} of peak):")
-            for label, c in cal.items():
-                batch = c["profile"]["batches"][0]["per_rank_batch"]
-                rows = scale_model.extrapolate(c, fabric, batch, to)
-                if not rows:
-                    console.print(f"  {escape(label)}: no FLOP count or no peak for its precision on this profile")
-                    continue
-                cells = [f"N={r['n']}: " + (f"{r['low']:.0%}–{r['high']:.0%}" if r["n"] > costmodel.BOUNDS_FROM
-                                            else f"{r['mid']:.0%}") for r in rows if r["n"] >= 8]
-                console.print(f"  {escape(label)} (batch {batch}/GPU): " + ", ".join(cells))
+        try:
+            _predict_sweep(directory, records, profile, to)
+        except MALFORMED as exc:
+            _fail(_malformed(directory, exc, "predict from"))
     console.print("[bold]published results vs the model[/]")
     for line in scale_model.published_lines(scale_model.published_checks()):
         console.print(escape(line))
+
+
+def _predict_sweep(directory: Path, records: list[dict], profile: list[str], to: int) -> None:
+    """`compare predict DIR`: predicted vs measured, then the extrapolation to each profile."""
+    from harness import costmodel
+    from harness.report import scale as report_scale
+    from harness.report import scale_model
+
+    tab = report_scale.table(records)
+    cal = scale_model.calibrate(records, scale_model.comm_records(directory))
+    console.print(f"[bold]predicted vs measured[/] ({directory})")
+    for r in scale_model.predict_measured(records, tab, cal):
+        over = " (oversubscribed)" if r["oversubscribed"] else ""
+        pred = (f"{r['predicted_s'] * 1e3:.2f} ms ({r['error']:+.0%})" if "predicted_s" in r
+                else f"– ({r['why_not']})")
+        console.print(f"  {escape(r['label'])} n={r['n']}{over}: measured {r['measured_s'] * 1e3:.2f} ms "
+                      f"(mean step; median {r['measured_median_s'] * 1e3:.2f}), predicted {escape(pred)}")
+    sweep = records[0].get("scale_sweep") or {}
+    for name in profile or sweep.get("profiles") or ["h100-sxm-ndr400"]:
+        if name not in costmodel.profiles():  # named by the sweep's records, not typed (that is checked)
+            console.print(f"unknown hardware profile {escape(name)} named by the sweep: no extrapolation to it")
+            continue
+        fabric = costmodel.load_profile(name)
+        console.print(f"[bold]{name}[/] ({fabric.device}), weak scaling, parallel efficiency "
+                      f"(utilisation {scale_model.UTILISATION[0]:.0%} / {scale_model.UTILISATION[1]:.0%} / "
+                      f"{scale_model.UTILISATION[2]:.0%} of peak):")
+        for label, c in cal.items():
+            batch = c["profile"]["batches"][0]["per_rank_batch"]
+            rows = scale_model.extrapolate(c, fabric, batch, to)
+            if not rows:
+                console.print(f"  {escape(label)}: no FLOP count or no peak for its precision on this profile")
+                continue
+            cells = [f"N={r['n']}: " + (f"{r['low']:.0%}–{r['high']:.0%}" if r["n"] > costmodel.BOUNDS_FROM
+                                        else f"{r['mid']:.0%}") for r in rows if r["n"] >= 8]
+            console.print(f"  {escape(label)} (batch {batch}/GPU): " + ", ".join(cells))
+
+
+def _malformed(directory: Path, exc: Exception, doing: str = "make a report of") -> str:
+    """One line for records that pass the field check but that a report cannot be made of (nothing was written)."""
+    return (f"cannot {doing} {directory}: its records.jsonl holds a record of a shape this compare cannot read "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())})" + ("; nothing was written" if "report" in doing
+                                                                        else ""))
 
 
 def _read_run(directory: Path) -> list[dict]:
@@ -641,6 +662,8 @@ def report_cmd(directory: Path = typer.Argument(..., help="A run directory holdi
         report.render(directory, records)
     except OSError as exc:
         _fail(f"could not write the report in {directory}: {exc.strerror or exc}", 1)
+    except report.MALFORMED as exc:
+        _fail(_malformed(directory, exc))
     if report.kind(records) == "run":
         console.print(report.run.console_table(records))
     console.print(f"wrote {directory}/report.md and plots")
@@ -653,7 +676,10 @@ def index_cmd(directory: Path = typer.Argument(Path("results"), help="Directory 
 
     if not directory.is_dir():
         _fail(f"{directory} is not a directory")
-    path = report.index(directory, warn=lambda line: typer.echo(f"warning: {line}", err=True))
+    try:
+        path = report.index(directory, warn=lambda line: typer.echo(f"warning: {line}", err=True))
+    except OSError as exc:
+        _fail(f"cannot write the index {directory / 'README.md'}: {exc.strerror or exc}")
     console.print(f"wrote {path}")
 
 

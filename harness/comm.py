@@ -19,7 +19,7 @@ from harness.launch import run_launch
 from harness.record import SCHEMA_VERSION
 from harness.run import default_threads
 from harness.session import Session
-from harness.sizes import parse_sizes
+from harness.sizes import format_mib, format_size, parse_sizes
 from harness.spec import RunSpec
 from harness.stats import slowest_rank_steps, step_stats
 
@@ -44,6 +44,14 @@ def plan(req: CommRequest) -> CommPlan:
         raise BadInput(str(exc)) from None
     if not sizes:
         raise BadInput("no sizes given; use e.g. --sizes 1K:64M")
+    dup = next((x for i, x in enumerate(sizes) if x in sizes[:i]), None)
+    if dup is not None:
+        raise BadInput(f"size {format_size(dup)} listed twice in --sizes {req.sizes}")
+    memory = envmod.memory_total_bytes()
+    if max(sizes) > memory:
+        raise BadInput(f"size {format_size(max(sizes))} is more than this machine's memory "
+                       f"({format_mib(memory)}); choose --sizes up to a fraction of it (every rank holds "
+                       f"a buffer of the size, and all_gather world size times it)")
     check_list(req.backends, adapters.comm_backends(), "backend")
     names = req.backends if req.backends is not None else adapters.comm_backends()
     for name in names:
@@ -59,7 +67,7 @@ def plan(req: CommRequest) -> CommPlan:
     nodes = f"_{len(topology.nodes)}nodes" if topology is not None else ""
     out = req.out or req.results_dir / (f"comm_{envmod.hardware_slug(req.device)}_n{req.world_size}{nodes}_"
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    outdir.check(out, req.force)
+    outdir.check(out, req.force, RESULT_FILES)
     return CommPlan(req, out, rows, oversubscribed=over, topology=topology, ops=ops, sizes=sizes)
 
 

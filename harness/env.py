@@ -20,6 +20,13 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def memory_total_bytes() -> int:
+    """This machine's physical memory."""
+    import psutil
+
+    return psutil.virtual_memory().total
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -58,8 +65,6 @@ def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
     """The environment shared by every row of one comparison (cheap: no framework imports beyond torch).
     `import_torch=False` (a run interrupted while torch was being imported: importing it again could fail
     half-way) reads torch's version from its package metadata and leaves out what only torch itself can say."""
-    import psutil
-
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -67,7 +72,7 @@ def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
         "cpu_flags": cpu_flags(),
         "cpu_cores_usable": usable_cores(),
         "cpu_count_logical": os.cpu_count(),
-        "memory_total_bytes": psutil.virtual_memory().total,
+        "memory_total_bytes": memory_total_bytes(),
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
         "git_commit": git_commit(),
     }

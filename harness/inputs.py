@@ -198,6 +198,10 @@ class CommPlan(Plan):
 
 # ---- checks shared by every subcommand ------------------------------------------------------------------------
 
+MAX_THREADS = 4096
+"""--threads above this is a typo, not a machine: refused before torch.set_num_threads() would overflow in a rank."""
+
+
 def check_common(req: Request, min_world: int = 1) -> None:
     """Device, world size, timeout, threads and --out, each refused with one line naming the valid values."""
     if req.device not in DEVICES:
@@ -209,6 +213,8 @@ def check_common(req: Request, min_world: int = 1) -> None:
         raise BadInput(f"--timeout must be a positive number of seconds, got {req.timeout_s:g}")
     if req.threads is not None and req.threads < 1:
         raise BadInput(f"threads must be at least 1, got {req.threads}")
+    if req.threads is not None and req.threads > MAX_THREADS:
+        raise BadInput(f"threads must be at most {MAX_THREADS} (more than any machine's cores), got {req.threads}")
 
 
 def check_cores(req: Request, processes: int, fix: str | None = None) -> bool:
@@ -218,7 +224,14 @@ def check_cores(req: Request, processes: int, fix: str | None = None) -> bool:
         return False
     cores = envmod.usable_cores()
     if processes <= cores:
-        return False
+        if req.threads is None or processes * req.threads <= cores:
+            return False
+        if not req.oversubscribe:  # more compute threads than cores: oversubscribed as surely as more processes
+            raise BadInput(f"world size {processes} x --threads {req.threads} needs {processes * req.threads} cores "
+                           f"but this machine has {cores} usable cores; use --threads {max(1, cores // processes)} "
+                           f"or fewer, or --oversubscribe to run it anyway (every row is then labelled "
+                           f"oversubscribed)")
+        return True
     if not req.oversubscribe:
         raise BadInput(f"world size {processes} needs {processes} processes but this machine has {cores} usable "
                        f"cores; use {fix or f'--world-size {cores} or fewer'}, or --oversubscribe to run it anyway "
@@ -243,6 +256,8 @@ def pairs(items: list[str], what: str) -> list[tuple[str, str]]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise BadInput(f"{what} '{item}' is not KEY=VALUE")
+        if key.strip() in {k for k, _ in out}:
+            raise BadInput(f"{what} '{key.strip()}' given twice")
         out.append((key.strip(), value.strip()))
     return out
 
@@ -250,13 +265,32 @@ def pairs(items: list[str], what: str) -> list[tuple[str, str]]:
 def parse_label(label: str) -> tuple[str, dict[str, str]]:
     """"deepspeed:zero_stage=3:offload_optimizer=true" -> ("deepspeed", {...}): one row per knob variant."""
     name, *parts = label.split(":")
+    if parts:  # a misspelt adapter is named as such, before its knobs are read
+        try:
+            adapters.get(name)
+        except UnknownName as exc:
+            raise BadInput(str(exc)) from None
     variant = {}
     for part in parts:
         key, sep, value = part.partition("=")
         if not sep or not key:
-            raise BadInput(f"adapter row '{label}': '{part}' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...)")
+            raise BadInput(f"adapter row '{label}': '{part}' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...)"
+                           + _knobs_of(name))
+        if key in variant:
+            raise BadInput(f"adapter row '{label}': knob '{key}' given twice")
         variant[key] = value
     return name, variant
+
+
+def _knobs_of(name: str) -> str:
+    """"; valid knobs of ddp: bucket_cap_mb, ..." for an error message ("" if the adapter cannot be loaded)."""
+    import dataclasses
+
+    try:
+        knobs = sorted(f.name for f in dataclasses.fields(adapters.get(name).Knobs))
+    except Exception:  # noqa: BLE001 - only a hint in a message that is already an error
+        return ""
+    return f"; valid knobs of {name}: {', '.join(knobs) or 'none'}"
 
 
 def check_list(given: list[str] | None, valid: list[str], what: str) -> None:

@@ -45,10 +45,24 @@ def _busy(out: Path, pid: int) -> BadInput:
                     f"choose another --out")
 
 
-def check(out: Path, force: bool) -> None:
-    """Refuse an output path that another run is writing, that holds results (without --force) or that cannot be
-    written, writing nothing. Writability is proven by creating and removing a probe directory: permission bits
-    lie for root and for read-only mounts."""
+def check(out: Path, force: bool, files: tuple[str, ...] = RESULT_FILES) -> None:
+    """Refuse an output path that another run is writing, that holds results or other files this run would
+    overwrite (`files`, its logs/ and a sweep's comm_n*/; without --force), that is not a UTF-8 name or that
+    cannot be written, writing nothing. Writability is proven by creating and removing a probe directory:
+    permission bits lie for root and for read-only mounts."""
+    try:
+        str(out).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = str(out).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise BadInput(f"output path {shown} is not a UTF-8 name; choose another --out (reports name their "
+                       f"directory in UTF-8 text)") from None
+    try:
+        _check(out, force, files)
+    except OSError as exc:  # a name too long for the filesystem, a path through a file, ...
+        raise BadInput(f"output path {out} cannot be used: {exc.strerror or exc}") from None
+
+
+def _check(out: Path, force: bool, files: tuple[str, ...]) -> None:
     if out.exists():
         if not out.is_dir():
             raise BadInput(f"output path {out} exists and is not a directory")
@@ -59,6 +73,12 @@ def check(out: Path, force: bool) -> None:
         if existing and not force:
             raise BadInput(f"output directory {out} already holds results ({', '.join(existing)}); "
                            f"use --force to overwrite or choose another --out")
+        clobbered = ([f for f in files if f not in RESULT_FILES and (out / f).exists()]
+                     + (["logs/"] if (out / "logs").is_dir() and any((out / "logs").iterdir()) else [])
+                     + sorted(f"{d.name}/" for d in out.glob("comm_n*") if d.is_dir()))
+        if clobbered and not force:
+            raise BadInput(f"output directory {out} holds files this run would overwrite ({', '.join(clobbered)}); "
+                           f"use --force to overwrite them or choose another --out")
         probe_in = out
     else:
         probe_in = out.parent

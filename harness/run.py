@@ -38,7 +38,7 @@ def plan(req: RunRequest) -> RunPlan:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
         p.out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
-    outdir.check(p.out, req.force)
+    outdir.check(p.out, req.force, RESULT_FILES)
     return p
 
 

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.env import REPO
-from harness.inputs import BadInput, RunRequest
+from harness.inputs import BadInput, RunRequest, load_workload
 from harness.spec import Node, Topology
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")
@@ -47,6 +47,11 @@ def check(req: RunRequest, nodes: int | None, ntasks_per_node: int | None, time:
         raise BadInput(f"--nodes {nodes} x --ntasks-per-node {ntasks_per_node} gives {world} ranks but "
                        f"--world-size is {req.world_size}; leave --world-size out, or make them agree")
     req.world_size = world
+    batch = load_workload(req).global_batch if req.global_batch is None else req.global_batch
+    if 1 <= batch < world:  # before a node list is built for it: --nodes 10**20 must not take the memory
+        raise BadInput(f"--nodes {nodes} x --ntasks-per-node {ntasks_per_node} gives {world} ranks, more than the "
+                       f"global batch of {batch} samples (every rank needs at least one); choose fewer ranks or a "
+                       f"larger --global-batch")
     # Placeholder names: the allocation's nodes are known only inside it, where the job plans the run again.
     req.topology = Topology(nodes=[Node(f"node{i + 1}", ntasks_per_node) for i in range(nodes)], launcher="slurm",
                             iface=req.iface, master="node1", source="compare sbatch")

@@ -105,6 +105,11 @@ def parse_world_sizes(text: str | None) -> list[int] | None:
     return sizes
 
 
+MAX_STRAGGLER = 100.0
+"""The slowest straggler a sweep takes: the rank spins (factor - 1) x its compute before every step, so a larger
+factor (or inf) would only hold the point until its --timeout."""
+
+
 def parse_straggler(text: str | None, world_sizes: list[int]) -> dict[str, Any] | None:
     """"1:2.0" -> {"rank": 1, "factor": 2.0}."""
     if text is None:
@@ -119,8 +124,9 @@ def parse_straggler(text: str | None, world_sizes: list[int]) -> dict[str, Any] 
             from None
     if r < 0:
         raise BadInput(f"straggler rank must be 0 or more, got {r}")
-    if not f >= 1.0:
-        raise BadInput(f"straggler factor must be at least 1 (how many times slower the rank computes), got {f:g}")
+    if not 1.0 <= f <= MAX_STRAGGLER:
+        raise BadInput(f"straggler factor must be from 1 to {MAX_STRAGGLER:g} (how many times slower the rank "
+                       f"computes), got {f:g}")
     if r >= max(world_sizes):
         raise BadInput(f"straggler rank {r} does not exist at any world size of the sweep (the largest is "
                        f"{max(world_sizes)}, ranks 0-{max(world_sizes) - 1})")
@@ -191,7 +197,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
 
     out = req.out or req.results_dir / (f"scale_{req.workload}_{envmod.hardware_slug(req.device)}_"
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    outdir.check(out, req.force)
+    outdir.check(out, req.force, RESULT_FILES)
     comm: list[tuple[int, Any]] = []
     if req.model:
         given = _read_comm_dirs(req.comm_dirs)

@@ -48,10 +48,15 @@ def run(spec, adapter, info) -> dict:
                     times.append(time.perf_counter() - t0)
                 cell["times_s"] = times
             except NotImplementedError as exc:  # the framework has no such primitive (Horovod has no send/recv)
-                cell["unsupported"] = str(exc)[:300]
+                cell["unsupported"] = _line(str(exc))
             except Exception as exc:  # a failing op is a failed cell, not a failed backend
-                cell["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                cell["error"] = _line(f"{type(exc).__name__}: {exc}")
             cells.append(cell)
             comm.barrier()
     return {"rank": rank, "world_size": world, "device": info.device, "backend": info.backend, "cells": cells,
             "framework": adapter.describe()}
+
+
+def _line(message: str) -> str:
+    """An exception's message as one table cell: its first line (torch appends a C++ stack trace), 300 chars."""
+    return (message.strip().splitlines() or [""])[0][:300]

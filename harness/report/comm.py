@@ -50,9 +50,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
                 if c is None:
                     row += ["–"] * 3
                 elif c["status"] == "unsupported":
-                    row += [f"n/a: {c['reason']}".replace("|", "/"), "", ""]
+                    row += [_cell(f"n/a: {c['reason']}"), "", ""]
                 elif c["status"] != "ok" and "time_s" not in c:
-                    row += [f"failed: {c['reason']}".replace("|", "/"), "", ""]
+                    row += [_cell(f"failed: {c['reason']}"), "", ""]
                 else:
                     t = c["time_s"]
                     mark = "" if c["status"] == "ok" else " ✗"
@@ -132,3 +132,9 @@ def summary_lines(records) -> list[str]:
         if ranks:
             lines[-1] += "; ranks on " + ", ".join(h["hostname"] for h in ranks)
     return lines
+
+
+def _cell(text: str) -> str:
+    """Text for one Markdown table cell: on one line, without the column separator (records written before the
+    ranks kept only a message's first line may hold a C++ stack trace)."""
+    return " ".join(text.split()).replace("|", "/")

@@ -17,7 +17,8 @@ import adapters
 import workloads
 from harness import collectives, costmodel
 from harness.cli import app
-from harness.env import usable_cores
+from harness.env import memory_total_bytes, usable_cores
+from harness.sizes import format_mib
 from harness.inputs import unavailable_message
 
 CORES = usable_cores()
@@ -75,6 +76,27 @@ CASES = [
      "--equiv-steps 7 is more than the 1 + 5 steps the run takes"),
     ("run-repeats-0", ["run", "--repeats", "0"], "repeats must be at least 1, got 0"),
     ("run-threads-0", ["run", "--threads", "0"], "threads must be at least 1, got 0"),
+    ("run-threads-huge", ["run", "-a", "dp", "--threads", "99999999999999999999", "--oversubscribe"],
+     "threads must be at most 4096 (more than any machine's cores), got 99999999999999999999"),
+    ("run-threads-oversubscribe", ["run", "-a", "ddp", "--threads", str(CORES)],
+     f"world size 2 x --threads {CORES} needs {2 * CORES} cores but this machine has {CORES} usable cores; use "
+     f"--threads {max(1, CORES // 2)} or fewer, or --oversubscribe to run it anyway (every row is then labelled "
+     f"oversubscribed)"),
+    ("run-knob-twice-in-a-row", ["run", "-a", "ddp:bucket_cap_mb=1:bucket_cap_mb=2"],
+     "adapter row 'ddp:bucket_cap_mb=1:bucket_cap_mb=2': knob 'bucket_cap_mb' given twice"),
+    ("run-knob-twice", ["run", "-a", "ddp", "-k", "ddp.bucket_cap_mb=1", "-k", "ddp.bucket_cap_mb=2"],
+     "knob 'ddp.bucket_cap_mb' given twice"),
+    ("run-option-twice", ["run", "-a", "ddp", "-o", "hidden=8", "-o", "hidden=16"], "option 'hidden' given twice"),
+    ("run-empty-knob", ["run", "-a", "ddp:"],
+     "adapter row 'ddp:': '' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...); valid knobs of ddp: "
+     "broadcast_buffers, bucket_cap_mb, gradient_as_bucket_view, static_graph"),
+    ("run-unknown-adapter-with-knobs", ["run", "-a", "horovd:fusion=1"],
+     f"unknown adapter 'horovd'; valid choices: {ADAPTERS}"),
+    ("run-out-too-long", ["run", "-a", "ddp", "--out", "/tmp/" + "a" * 300],
+     f"output path /tmp/{'a' * 300} cannot be used: File name too long"),
+    ("run-out-not-utf8", ["run", "-a", "ddp", "--out", __import__("os").fsdecode(b"/tmp/compare-\xff\xfe")],
+     "output path /tmp/compare-\\xff\\xfe is not a UTF-8 name; choose another --out (reports name their directory "
+     "in UTF-8 text)"),
     ("run-timeout-0", ["run", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
     ("run-timeout-negative", ["run", "--timeout", "-5"], "--timeout must be a positive number of seconds, got -5"),
     ("run-empty-out", ["run", "--out", ""],
@@ -111,7 +133,8 @@ CASES = [
     ("run-knob-choice", ["run", "-a", "deepspeed:zero_stage=4"],
      "adapter deepspeed:zero_stage=4: knob 'zero_stage' must be 0, 1, 2 or 3; got '4'"),
     ("run-bad-variant", ["run", "-a", "ddp:bucket_cap_mb"],
-     "adapter row 'ddp:bucket_cap_mb': 'bucket_cap_mb' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...)"),
+     "adapter row 'ddp:bucket_cap_mb': 'bucket_cap_mb' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...); valid knobs "
+     "of ddp: broadcast_buffers, bucket_cap_mb, gradient_as_bucket_view, static_graph"),
     ("run-knob-for-absent-adapter", ["run", "-a", "ddp", "-k", "spawn.bucket_cap_mb=3"],
      "knob 'spawn.bucket_cap_mb' is for adapter 'spawn', which is not in this run (ddp)"),
     ("run-knob-without-adapter", ["run", "-a", "ddp", "-k", "bucket_cap_mb=3"],
@@ -224,6 +247,10 @@ CASES = [
     ("sbatch-dp", ["sbatch", "-a", "dp", "--nodes", "2", "--ntasks-per-node", "1"], DP_ACROSS_HOSTS),
     ("sbatch-unknown-adapter", ["sbatch", "-a", "horovd", "--nodes", "2", "--ntasks-per-node", "1"],
      f"unknown adapter 'horovd'; valid choices: {ADAPTERS}"),
+    ("sbatch-nodes-beyond-the-batch", ["sbatch", "-a", "ddp", "--nodes", "99999999999999999999",
+                                       "--ntasks-per-node", "1"],
+     "--nodes 99999999999999999999 x --ntasks-per-node 1 gives 99999999999999999999 ranks, more than the global "
+     "batch of 64 samples (every rank needs at least one); choose fewer ranks or a larger --global-batch"),
     ("sbatch-batch-indivisible", ["sbatch", "-a", "ddp", "--nodes", "3", "--ntasks-per-node", "1"],
      "global batch 64 is not divisible by world size 3; choose a --global-batch that is a multiple of 3"),
     # ---- comm -----------------------------------------------------------------------------------------------
@@ -241,6 +268,10 @@ CASES = [
     ("comm-zero-size", ["comm", "--sizes", "0"], "size '0' must be at least 1 byte"),
     ("comm-bad-range", ["comm", "--sizes", "1M:1K"], "size range '1M:1K' must go from a positive size up"),
     ("comm-iters-0", ["comm", "--iters", "0"], "--iters must be at least 1, got 0"),
+    ("comm-duplicate-size", ["comm", "--sizes", "1K,4K,1024"], "size 1K listed twice in --sizes 1K,4K,1024"),
+    ("comm-size-beyond-memory", ["comm", "--sizes", "4K,99999999999G"],
+     f"size 99999999999G is more than this machine's memory ({format_mib(memory_total_bytes())}); choose --sizes "
+     f"up to a fraction of it (every rank holds a buffer of the size, and all_gather world size times it)"),
     ("comm-timeout-0", ["comm", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
     ("comm-unknown-device", ["comm", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
     # ---- scale ----------------------------------------------------------------------------------------------
@@ -262,7 +293,15 @@ CASES = [
     ("scale-straggler-form", ["scale", "--straggler", "1"],
      "--straggler '1' is not RANK:FACTOR, e.g. 1:2.0 (rank 1 computes twice as slowly)"),
     ("scale-straggler-factor", ["scale", "--straggler", "1:0.5"],
-     "straggler factor must be at least 1 (how many times slower the rank computes), got 0.5"),
+     "straggler factor must be from 1 to 100 (how many times slower the rank computes), got 0.5"),
+    ("scale-straggler-factor-inf", ["scale", "--straggler", "1:inf"],
+     "straggler factor must be from 1 to 100 (how many times slower the rank computes), got inf"),
+    ("scale-straggler-factor-huge", ["scale", "--straggler", "1:1e309"],
+     "straggler factor must be from 1 to 100 (how many times slower the rank computes), got inf"),
+    ("scale-threads-oversubscribe", ["scale", "-a", "ddp", "--world-sizes", "1,2", "--threads", str(CORES)],
+     f"world size 2 x --threads {CORES} needs {2 * CORES} cores but this machine has {CORES} usable cores; use "
+     f"--threads {max(1, CORES // 2)} or fewer, or --oversubscribe to run it anyway (every row is then labelled "
+     f"oversubscribed)"),
     ("scale-straggler-rank", ["scale", "--world-sizes", "1,2", "--straggler", "2:2"],
      "straggler rank 2 does not exist at any world size of the sweep (the largest is 2, ranks 0-1)"),
     ("scale-batch-indivisible", ["scale", "--world-sizes", "1,2", "--global-batch", "63"],
@@ -367,6 +406,23 @@ def test_existing_results_are_not_overwritten_without_force(tmp_path, sub, files
     assert sorted(p.name for p in out.iterdir()) == sorted(files)
 
 
+@pytest.mark.parametrize("sub, files", [("run", ("throughput.png",)), ("run", ("logs/ddp-r0.log",)),
+                                        ("comm", ("busbw.png",)), ("scale", ("speedup.png", "comm_n2/x"))])
+def test_files_a_run_would_overwrite_are_not_overwritten_without_force(tmp_path, sub, files):
+    # A directory with no results but with a plot, a log or a sweep's comm dir of the same name: a user's own
+    # files there would be replaced (a plot redrawn, a log emptied), so it is refused like results are.
+    out = tmp_path / "o"
+    for f in files:
+        (out / f).parent.mkdir(parents=True, exist_ok=True)
+        (out / f).write_text("mine\n")
+    result = invoke(sub, "--out", out)
+    assert result.exit_code == 2
+    shown = ", ".join(f.split("/")[0] + "/" if "/" in f else f for f in files)
+    assert result.stderr == (f"error: output directory {out} holds files this run would overwrite ({shown}); use "
+                             f"--force to overwrite them or choose another --out\n")
+    assert all((out / f).read_text() == "mine\n" for f in files)
+
+
 # ---- report and index on records of the wrong shape ------------------------------------------------------------
 
 def test_report_of_a_directory_without_records(tmp_path):
@@ -403,6 +459,79 @@ def test_report_of_a_committed_run_with_one_field_mistyped(tmp_path):
     result = invoke("report", tmp_path)
     assert result.exit_code == 2
     assert result.stderr.endswith(":2: step_time_s: 'median' is str, expected a number\n")
+
+
+def _committed_with(tmp_path, run, change):
+    """A copy of a committed run's records (with its report and plots) whose records pass the field check but
+    are changed by `change(records)`."""
+    from conftest import REPO
+
+    src = REPO / "results" / run
+    dst = tmp_path / run
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.is_file():
+            (dst / f.name).write_bytes(f.read_bytes())
+    records = [json.loads(line) for line in (src / "records.jsonl").read_text().splitlines() if line.strip()]
+    change(records)
+    (dst / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return dst
+
+
+def _set(where, key, value):
+    def change(records):
+        target = records[1] if where == "row" else records[0]
+        target[key] = value
+    return change
+
+
+@pytest.mark.parametrize("change, problem", [
+    (_set("row", "equivalence", {}), "(KeyError: 'checked')"),
+    (_set("row", "topology", {}), "(KeyError: 'processes')"),
+    (_set("row", "loss_curve", ["x", None]), "(TypeError: "),
+    (_set("row", "kind", "bogus"), "(ValueError: records of kind bogus among records of kind run)"),
+    (_set("first", "kind", "bogus"), "(ValueError: records of kind 'bogus'; this compare renders run, comm, scale)"),
+], ids=["equivalence-empty", "topology-empty", "loss-not-numbers", "mixed-kinds", "unknown-kind"])
+def test_report_of_records_a_report_cannot_be_made_of_is_one_line_and_writes_nothing(tmp_path, change, problem):
+    # Records that pass the field check but not the renderer: one line, exit 2, and the directory exactly as it
+    # was (the renderer had already redrawn plots before it failed: they are put back).
+    d = _committed_with(tmp_path, "digits_cpu2_20261123-101734", change)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    result = invoke("report", d)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: cannot make a report of {d}: its records.jsonl holds a record of a "
+                                    f"shape this compare cannot read {problem}")
+    assert result.stderr.endswith("; nothing was written\n") and result.stderr.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+def test_index_skips_a_run_a_report_cannot_be_made_of_and_refuses_an_unwritable_directory(tmp_path):
+    _committed_with(tmp_path, "digits_cpu2_20261123-101734", lambda recs: None)
+    bad = _committed_with(tmp_path, "comm_cpu2_n2_20261123-121520", lambda recs: recs[0]["env"].update(gpus=5))
+    result = invoke("index", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (f"warning: skipped {bad}: a record of a shape this compare cannot read "
+                             f"(TypeError: can only join an iterable)\n")
+    assert "digits_cpu2_20261123-101734" in (tmp_path / "README.md").read_text()
+    (tmp_path / "README.md").unlink()
+    (tmp_path / "README.md").mkdir()
+    result = invoke("index", tmp_path)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == f"error: cannot write the index {tmp_path / 'README.md'}: Is a directory"
+
+
+def test_predict_skips_a_profile_the_sweep_names_that_does_not_exist(tmp_path):
+    run = "scale_digits_cpu2_20261124-041536"
+
+    def change(records):
+        for r in records:
+            if r.get("scale_sweep"):
+                r["scale_sweep"]["profiles"] = ["nosuch"]
+    d = _committed_with(tmp_path, run, change)
+    result = invoke("predict", d)
+    assert result.exit_code == 0, result.output
+    assert "unknown hardware profile nosuch named by the sweep: no extrapolation to it" in result.stdout
+    assert "published results vs the model" in result.stdout
 
 
 def test_index_of_something_that_is_not_a_directory(tmp_path):

@@ -65,3 +65,15 @@ def test_an_op_the_framework_lacks_is_unsupported_not_failed():
     cell = {"op": "sendrecv", "size_bytes": 4096, "elements": 1024, "unsupported": "horovod has no send/recv"}
     rec = comm.cells_to_records({}, "horovod", _Adapter(), _outcome([[cell], [cell]]))[0]
     assert rec["status"] == "unsupported" and rec["reason"] == "horovod has no send/recv"
+
+
+def test_a_failed_cells_reason_stays_one_table_cell():
+    # torch appends a C++ stack trace to some messages ("Exception raised from ..."): a cell keeps the first line,
+    # and the report keeps even an old record's multi-line reason on one line, without the column separator.
+    from harness.rank.comm import _line
+    from harness.report.comm import _cell
+
+    message = "TypeError: Overflow when unpacking long long\nException raised from unpack at x.cpp:1 (most recent)\n"
+    assert _line(message) == "TypeError: Overflow when unpacking long long"
+    assert _line("x" * 400) == "x" * 300 and _line("") == ""
+    assert _cell("failed: a | b\n  c") == "failed: a / b c"

@@ -1,5 +1,6 @@
 """The packages import from this repository, not from the unrelated PyPI packages of the same names."""
 
+import shlex
 import subprocess
 import sys
 
@@ -37,6 +38,32 @@ def test_console_script_is_the_same_cli(tmp_path):
                              str(tmp_path / "x")], capture_output=True, text=True, timeout=120, cwd="/")
     assert module.returncode == 2 and module.stderr == bad.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_output_cut_short_by_a_closed_pipe_ends_quietly():
+    # `compare env | head -c 10`: the reader goes away mid-output. Python raises BrokenPipeError in the print;
+    # typer ends the command with exit 1, which must pass through the CLI's own error handling without a
+    # traceback (an `except` naming a class that typer's vendored click lacks once turned it into three).
+    proc = subprocess.run(f"{shlex.quote(sys.executable)} -m harness env | head -c 10", shell=True, cwd=REPO,
+                          capture_output=True, text=True, timeout=120, executable="/bin/bash")
+    assert len(proc.stdout) == 10
+    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
+
+
+def test_the_entry_point_is_the_guarded_one():
+    # A Ctrl-C while the CLI is still being imported ends with exit 130 and one line (harness/entry.py).
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"compare": "harness.entry:main"}
+    code = ("import builtins, sys; real = builtins.__import__\n"
+            "def imp(name, *a, **k):\n"
+            "    if name == 'harness.cli': raise KeyboardInterrupt\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = imp\n"
+            "from harness.entry import main; main()")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (130, "interrupted\n")
 
 
 def test_listing_adapters_on_cpu_does_not_import_torch_once_its_build_is_known(tmp_path):
