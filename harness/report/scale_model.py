@@ -6,9 +6,9 @@ profiles and harness/profiles/published.json. The arithmetic is harness/costmode
 
 Calibration, per adapter row, only from what this tool measured:
 - compute: the row's own world-size-1 point: its compute profile (forward and backward over per-rank batch sizes,
-  the optimizer step, the gradients' sizes and ready times) and its framework overhead (that point's mean step
-  minus the profile's compute); a row without a world-size-1 point uses the single-process baseline's profile
-  and no overhead;
+  the optimizer step, the gradients' sizes and ready times; of the repeat with the median compute) and its
+  framework overhead (that point's mean step minus the profile's compute); a row without a world-size-1 point
+  uses the single-process baseline's profile and no overhead;
 - collectives: the row's comm backend's mean time per (collective, world size, size) in the `compare comm` sweep
   at that world size, and latency and bus bandwidth fitted to them;
 
@@ -66,6 +66,16 @@ def _mean_step(recs) -> float:
     return total / sum(r["step_time_s"].get("n", 1) for r in recs)
 
 
+def median_profile(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Rank 0's compute profile of the repeat whose compute is the median of the repeats' (the lower middle one of
+    an even number): one disturbed profile must not become the whole model's compute. (In the committed sweeps
+    Horovod's first world-size-1 repeat profiled 24-60% slower than the other two, and slower than its own
+    step, which contains that compute.)"""
+    profiles = sorted((r["compute_profile"][0] for r in recs if r.get("compute_profile")),
+                      key=lambda p: p["batches"][0]["compute_s"])
+    return profiles[(len(profiles) - 1) // 2] if profiles else None
+
+
 def shares_cores(rec: dict[str, Any]) -> bool:
     """Communication runs on cores that also compute: a CPU whose every core has a training thread."""
     if rec["topology"]["device"] != "cpu":
@@ -77,8 +87,7 @@ def shares_cores(rec: dict[str, Any]) -> bool:
 def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """label -> {"schedule", "curve", "collectives", "source", "optimizer_state_bytes", ...}."""
     out: dict[str, dict[str, Any]] = {}
-    base = _ok(records, BASELINE, 1)
-    base_profile = base[0]["compute_profile"][0] if base and base[0].get("compute_profile") else None
+    base_profile = median_profile(_ok(records, BASELINE, 1))
     labels = list(dict.fromkeys(r["label"] for r in records if r.get("scale") and r["label"] != BASELINE))
     for label in labels:
         one = _ok(records, label, 1)
@@ -86,10 +95,12 @@ def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict
         if not any_ok:
             continue
         schedule = any_ok[0].get("comm_schedule")
-        if one and one[0].get("compute_profile"):
-            prof = one[0]["compute_profile"][0]
+        prof = median_profile(one)
+        if prof is not None:
             overhead = max(0.0, _mean_step(one) - prof["batches"][0]["compute_s"])
-            source = "its own world-size-1 point"
+            n_prof = sum(1 for r in one if r.get("compute_profile"))
+            source = "its own world-size-1 point" + (f" (the median of its {n_prof} repeats' profiles)"
+                                                     if n_prof > 1 else "")
         elif base_profile:
             prof, overhead, source = base_profile, 0.0, "the single-process baseline (no world-size-1 point)"
         else:

@@ -157,3 +157,16 @@ def test_the_parts_check_takes_the_slowest_rank_per_round_and_the_compute_measur
     assert p["median_excess_share"] == pytest.approx((0.0014 / 0.0030 + 0.0007 / 0.0025) / 2)
     assert sm.parts_note(p) == ("compute 0.55 (0.90 as timed inside the step) + all-reduce 1.15 = 1.70 ms, in a row "
                                 "2.75 ms: +37% (per round +28% to +47%)")
+
+
+def test_the_model_takes_the_median_repeats_compute_profile_not_the_first():
+    # Horovod's first world-size-1 repeat profiled 1.29 ms in a committed digits sweep, the other two 0.80 and
+    # 0.81 ms, with a mean step of 0.85 ms: the first alone made the compute longer than the step containing it.
+    from harness.report.scale_model import median_profile
+
+    def rec(compute_ms):
+        return {"compute_profile": [{"batches": [{"compute_s": compute_ms}]}, {"batches": []}]}
+    recs = [rec(1.289), rec(0.801), rec(0.814)]
+    assert median_profile(recs)["batches"][0]["compute_s"] == 0.814
+    assert median_profile(recs[:2])["batches"][0]["compute_s"] == 0.801  # the lower middle of two
+    assert median_profile([{"status": "ok"}]) is None and median_profile([]) is None
