@@ -17,6 +17,9 @@ from harness.options import OptionError
 
 from workloads.base import Data, Workload, synthetic_classification
 
+MAX_IMAGE_SIZE = 4096
+"""Largest `image_size` option (ImageNet models train at 224-600)."""
+
 
 def _resnet(arch: str, num_classes: int = 1000):
     import torch.nn as nn
@@ -85,6 +88,10 @@ class ResNet(Workload):
             for name in ("image_size", "pool_batches"):
                 if getattr(self, name) < 1:
                     raise OptionError(f"option '{name}' must be at least 1; got {getattr(self, name)}")
+            if self.image_size > MAX_IMAGE_SIZE:  # a typo: the synthetic pool would not fit in any memory
+                raise OptionError(f"option 'image_size' must be at most {MAX_IMAGE_SIZE} (one 3x{MAX_IMAGE_SIZE}x"
+                                  f"{MAX_IMAGE_SIZE} fp32 image is {3 * 4 * MAX_IMAGE_SIZE ** 2 // 2**20} MiB); got "
+                                  f"{self.image_size}")
 
     def build_model(self):
         return _resnet(self.options.arch)

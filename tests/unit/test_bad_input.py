@@ -86,6 +86,9 @@ CASES = [
      "adapter row 'ddp:bucket_cap_mb=1:bucket_cap_mb=2': knob 'bucket_cap_mb' given twice"),
     ("run-knob-twice", ["run", "-a", "ddp", "-k", "ddp.bucket_cap_mb=1", "-k", "ddp.bucket_cap_mb=2"],
      "knob 'ddp.bucket_cap_mb' given twice"),
+    ("run-image-size-huge", ["run", "-a", "ddp", "-w", "resnet", "-o", "image_size=99999999999999"],
+     "workload resnet: option 'image_size' must be at most 4096 (one 3x4096x4096 fp32 image is 192 MiB); got "
+     "99999999999999"),
     ("run-option-twice", ["run", "-a", "ddp", "-o", "hidden=8", "-o", "hidden=16"], "option 'hidden' given twice"),
     ("run-empty-knob", ["run", "-a", "ddp:"],
      "adapter row 'ddp:': '' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...); valid knobs of ddp: "
