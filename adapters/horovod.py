@@ -278,19 +278,23 @@ class HorovodAdapter(Adapter):
 
     def comm_schedule(self):
         k = self.knobs
-        # Horovod >= 0.21's defaults: a 128 MB fusion buffer and a 1 ms cycle (horovod PR 2468).
+        # A knob becomes horovodrun's flag, which sets the variable for the ranks; without it they inherit
+        # HOROVOD_FUSION_THRESHOLD (bytes) / HOROVOD_CYCLE_TIME (ms) from compare's environment, else Horovod >=
+        # 0.21's defaults: a 128 MB fusion buffer and a 1 ms cycle (horovod PR 2468).
+        fusion = (k.fusion_threshold_mb * 2**20 if k.fusion_threshold_mb is not None
+                  else _env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20))
+        cycle_ms = k.cycle_time_ms if k.cycle_time_ms is not None else _env_number("HOROVOD_CYCLE_TIME", 1.0)
         return {"kind": "fusion", "comm_backend": "horovod",
                 "wire_scale": 0.5 if k.compression == "fp16" else 1.0,
-                "fusion_bytes": int((128 if k.fusion_threshold_mb is None else k.fusion_threshold_mb) * 2**20),
-                "cycle_s": (1.0 if k.cycle_time_ms is None else k.cycle_time_ms) / 1e3}
+                "fusion_bytes": int(fusion), "cycle_s": cycle_ms / 1e3}
 
     def describe(self):
         import horovod
 
         d = {**super().describe(), "framework": f"horovod {horovod.__version__}", "lr_scaling": "none",
              # What horovodrun handed the ranks (it exports the tunables it was given), else its documented default.
-             "resolved": {"fusion_threshold_mb": int(os.environ.get("HOROVOD_FUSION_THRESHOLD", 128 * 2**20))
-                          / 2**20, "cycle_time_ms": float(os.environ.get("HOROVOD_CYCLE_TIME", 1.0))}}
+             "resolved": {"fusion_threshold_mb": int(_env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20)) / 2**20,
+                          "cycle_time_ms": _env_number("HOROVOD_CYCLE_TIME", 1.0)}}
         change = getattr(self, "state_init_change", None)
         if change is not None:
             d["optimizer_state_init_param_change"] = change
@@ -304,6 +308,14 @@ class HorovodAdapter(Adapter):
             d.update(controller="gloo" if hvd.gloo_enabled() else "mpi", backend=self.info.backend,
                      built={"gloo": hvd.gloo_built(), "mpi": hvd.mpi_built(), "nccl": bool(hvd.nccl_built())})
         return d
+
+
+def _env_number(name: str, default: float) -> float:
+    """A Horovod tunable from the environment the ranks inherit (Horovod parses it as a number), else `default`."""
+    try:
+        return float(os.environ[name])
+    except (KeyError, ValueError):
+        return default
 
 
 class _Handle:

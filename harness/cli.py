@@ -119,6 +119,16 @@ def _typed(fallback: str) -> str:
     return "compare " + shlex.join(_TYPED_ARGV) if _TYPED_ARGV else fallback
 
 
+def tuning_note() -> None:
+    """One line naming the framework tuning variables the ranks will inherit from this shell (also in the report)."""
+    from harness.env import tuning_env
+
+    t = tuning_env()
+    if t:
+        console.print("  [yellow]note[/]: set in this environment and inherited by the ranks (recorded in the "
+                      "report): " + escape(", ".join(f"{k}={v}" for k, v in t.items())))
+
+
 class RunUI:
     """Progress of a run: on a terminal one live line per launch (phase, step), redrawn at most once a second and
     only when it changed; elsewhere (CI logs, pipes) one printed line when a launch starts and one when it ends."""
@@ -148,6 +158,7 @@ class RunUI:
 
     def start(self, plan):
         console.print(self.header(plan))
+        tuning_note()
         for row in plan.unavailable:
             console.print(f"  [yellow]{escape(row.label)}: unavailable[/] - {escape(first_sentence(row.reason))}")
         if self.bar:
@@ -638,6 +649,7 @@ def comm_cmd(
     over = " (oversubscribed)" if plan.oversubscribed else ""
     console.print(f"[bold]compare comm[/]: {len(plan.ops)} ops x {len(plan.sizes)} sizes, {req.world_size} ranks"
                   f"{_where(plan)}{over}, {dtype} -> {plan.out}")
+    tuning_note()
     for row in plan.unavailable:
         console.print(f"  [yellow]{escape(row.label)}: unavailable[/] - {escape(first_sentence(row.reason))}")
     records, interrupted = _execute(commmod.execute, plan, lambda line: console.print("  " + escape(line)))

@@ -50,6 +50,37 @@ def cpu_flags() -> list[str]:
     return []
 
 
+TUNING_PREFIXES = ("HOROVOD_", "NCCL_", "GLOO_", "TORCH_", "PYTORCH_", "TORCHELASTIC_", "DS_", "DEEPSPEED_", "OMP_",
+                   "KMP_", "MKL_", "GOMP_", "OPENBLAS_", "CUDA_", "CUBLAS_", "CUDNN_", "MALLOC_", "UCX_", "FI_",
+                   "OMPI_MCA_")
+"""Variables that change what a framework or its libraries do (fusion, cycle time, algorithms, threads, memory
+allocation, transports). Every rank inherits compare's environment, so one of these set in the user's shell
+applies to the rows it concerns: recorded, printed at the start and shown in the report, never silently."""
+TUNING_NAMES = ("LD_PRELOAD",)  # e.g. jemalloc or tcmalloc, which change a step's time
+HARNESS_SET = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""Set by the harness for every rank (threads per rank, recorded as such), so a value in the shell is not used."""
+
+
+def tuning_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The tuning variables set in this environment (TUNING_PREFIXES), that every rank inherits."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in sorted(environ)
+            if (k.startswith(TUNING_PREFIXES) or k in TUNING_NAMES) and k not in HARNESS_SET}
+
+
+def tuning_line(env: dict[str, Any]) -> list[str]:
+    """The report's provenance line for the tuning variables a run's ranks inherited ([] for records made before
+    they were recorded)."""
+    if "tuning_env" not in env:
+        return []
+    t = env["tuning_env"]
+    if not t:
+        return [f"- Tuning variables: none of {', '.join(p + '*' for p in TUNING_PREFIXES[:6])}... set in compare's "
+                "environment; every framework ran with its defaults and the knobs shown."]
+    return ["- Tuning variables set in compare's environment, which the ranks on this machine inherit (they change "
+            "what the frameworks do, on top of the knobs shown): " + ", ".join(f"`{k}={v}`" for k, v in t.items())]
+
+
 def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -74,6 +105,7 @@ def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
         "cpu_count_logical": os.cpu_count(),
         "memory_total_bytes": memory_total_bytes(),
         "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "tuning_env": tuning_env(),
         "git_commit": git_commit(),
     }
     if not import_torch:

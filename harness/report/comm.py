@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.outdir import save_figure, write_text
 from harness import machine
+from harness.env import tuning_line
 from harness.report import hosts as hosts_report
 from harness.sizes import format_size
 
@@ -66,7 +67,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
            f"{', '.join(e.get('gpus', [])) or 'none'}",
            f"- Software: Python {e['python']}, torch {e['torch']}; " + "; ".join(
                sorted({f"{r['backend']}: {r.get('framework')} via {r.get('launcher')}" for r in records
-                       if r.get("framework")})),
+                       if r.get("framework")})), *tuning_line(e),
            "- Every rank checks one result of every cell against the expected values before timing; timed "
            "iterations run on zero-filled buffers after warm-up, with a barrier before each cell.", ""]
     png = plot(out, records, ops, ok_backends)

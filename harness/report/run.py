@@ -17,6 +17,7 @@ import adapters
 from harness.inputs import first_sentence
 from harness.outdir import save_figure, write_text
 from harness import machine
+from harness.env import tuning_line
 from harness.report import hosts as hosts_report
 from harness.sizes import format_mib
 from harness.report import epoch, ttt
@@ -252,8 +253,11 @@ def _controls(rows) -> list[str]:
         if c.get("bind_cores"):
             bound = "; cores per rank " + " | ".join(",".join(map(str, a or [])) for a in
                                                       row["first"].get("cpu_affinity_per_rank") or [])
+        resolved = (row["first"].get("adapter_info") or {}).get("resolved")
+        used = ("; as the framework resolved them in rank 0: " + ", ".join(f"{k}={v}" for k, v in resolved.items())
+                if isinstance(resolved, dict) and resolved else "")
         lines.append(f"  - {row['adapter']}: threads {c['threads_per_rank']}, OMP_NUM_THREADS="
-                     f"{c['omp_num_threads_env']}{bound}; knobs: {knobs}")
+                     f"{c['omp_num_threads_env']}{bound}; knobs: {knobs}{used}")
     bind = {row["first"]["controls"].get("bind_cores") for row in ok} - {None}
     if bind == {True}:
         lines.append("- Every process bound to its own share of the usable cores (--bind-cores), all its threads.")
@@ -276,6 +280,7 @@ def _provenance(records) -> list[str]:
         + (f", CUDA {e['cuda']}, NCCL {e.get('nccl_version')}" if e.get("cuda") else "")
         + f"; distributed backends built in: {', '.join(k for k, v in e['distributed'].items() if v)}; "
         f"{e['platform']}",
+        *tuning_line(e),
         "- Load average (1 min) before each launch: " + ", ".join(
             f"{r['label']}#{r['repeat']} {r['load_avg_before'][0]:.2f}" for r in records if r.get("load_avg_before")),
     ]

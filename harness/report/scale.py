@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import machine
+from harness.env import tuning_line
 from harness.outdir import save_figure, write_text
 from harness.report.run import MEMORY_KINDS, MEMORY_SHORT
 from harness.sizes import format_mib
@@ -277,7 +278,7 @@ def _provenance(records) -> list[str]:
             f"- Hardware: {e['cpu_model']} ({' '.join(e.get('cpu_flags', []))}), {e['cpu_cores_usable']} usable "
             f"cores, {e['memory_total_bytes'] / 2**30:.0f} GiB RAM; GPUs: {', '.join(e.get('gpus', [])) or 'none'}",
             f"- Software: Python {e['python']}, torch {e['torch']}; frameworks: {', '.join(versions)}; "
-            f"{e['platform']}",
+            f"{e['platform']}", *tuning_line(e),
             "- Load average (1 min) before each launch: " + ", ".join(
                 f"{r['label']}@{r['scale']['point']}#{r['repeat']} {r['load_avg_before'][0]:.2f}" for r in records
                 if r.get("load_avg_before") and r.get("scale"))]

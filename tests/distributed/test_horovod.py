@@ -20,9 +20,28 @@ SHORT = ("--steps", "30", "--warmup", "2", "--equiv-steps", "2")
 
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):
+    """Run with HOROVOD_CYCLE_TIME=2 in compare's environment, as a user's shell might have it: the ranks inherit
+    it (Horovod's cycle time changes when tensors are fused, never the arithmetic), and the run must say so."""
     out = tmp_path_factory.mktemp("horovod") / "run"
-    rows, proc = run_compare(out, "--adapters", "horovod,horovod:compression=fp16")
+    rows, proc = run_compare(out, "--adapters", "horovod,horovod:compression=fp16,horovod:cycle_time_ms=3",
+                             env={"HOROVOD_CYCLE_TIME": "2"})
     return out, rows, proc
+
+
+@requires_horovod
+def test_a_tuning_variable_in_the_environment_is_used_recorded_and_shown(digits_run):
+    out, rows, proc = digits_run
+    rec, knob = rows["horovod"], rows["horovod:cycle_time_ms=3"]
+    assert rec["env"]["tuning_env"] == {"HOROVOD_CYCLE_TIME": "2"}
+    # what the ranks saw, what the model is given, and a knob still winning over the environment
+    assert rec["adapter_info"]["resolved"]["cycle_time_ms"] == 2.0
+    assert rec["comm_schedule"]["cycle_s"] == 0.002
+    assert knob["adapter_info"]["resolved"]["cycle_time_ms"] == 3.0 and knob["comm_schedule"]["cycle_s"] == 0.003
+    assert "note: set in this environment and inherited by the ranks (recorded in the report): " \
+           "HOROVOD_CYCLE_TIME=2" in proc.stdout
+    report = (out / "report.md").read_text()
+    assert "inherit (they change what the frameworks do, on top of the knobs shown): `HOROVOD_CYCLE_TIME=2`" in report
+    assert "as the framework resolved them in rank 0: fusion_threshold_mb=128.0, cycle_time_ms=2.0" in report
 
 
 @requires_horovod

@@ -79,3 +79,18 @@ def test_index_lists_training_and_comm_runs(tmp_path):
     assert lines[-2].startswith(f"| [{comm_run.name}]({comm_run.name}/report.md) | comm: 13 primitives, 1K–16M, fp32 "
                                 f"| torch, horovod, deepspeed | 4 (oversubscribed) | AMD EPYC, 2 cores |")
     assert lines[-1].startswith(f"| [{RUN.name}]({RUN.name}/report.md) | digits | dp, ddp, spawn, amp | 2 |")
+
+
+def test_tuning_variables_are_picked_from_the_environment_and_named_in_the_provenance():
+    from harness.env import tuning_env, tuning_line
+
+    env = {"HOROVOD_FUSION_THRESHOLD": "0", "NCCL_ALGO": "Tree", "OMP_NUM_THREADS": "8", "OMP_PROC_BIND": "true",
+           "LD_PRELOAD": "/usr/lib/libjemalloc.so", "PATH": "/bin", "COMPARE_CACHE": "/tmp/c", "HOME": "/root"}
+    # OMP_NUM_THREADS is the harness's own (threads per rank, set for every rank): not inherited, not listed
+    assert tuning_env(env) == {"HOROVOD_FUSION_THRESHOLD": "0", "LD_PRELOAD": "/usr/lib/libjemalloc.so",
+                               "NCCL_ALGO": "Tree", "OMP_PROC_BIND": "true"}
+    assert tuning_line({"tuning_env": {"NCCL_ALGO": "Tree"}}) == [
+        "- Tuning variables set in compare's environment, which the ranks on this machine inherit (they change what "
+        "the frameworks do, on top of the knobs shown): `NCCL_ALGO=Tree`"]
+    assert tuning_line({"tuning_env": {}})[0].startswith("- Tuning variables: none of HOROVOD_*, NCCL_*, GLOO_*")
+    assert tuning_line({}) == []  # records made before the variables were recorded
