@@ -466,8 +466,10 @@ def torch_build() -> dict[str, Any]:
     import importlib.util
 
     spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None:
         return {"installed": False}
+    if not spec.submodule_search_locations:  # a torch.py somewhere on the path, in front of the real one
+        return {"installed": True, "broken": "a module that is not the torch package shadows it", "where": spec.origin}
     root = Path(list(spec.submodule_search_locations)[0])
 
     def probe() -> dict[str, Any]:
@@ -480,7 +482,11 @@ def torch_build() -> dict[str, Any]:
                 "mpi": on and dist.is_mpi_available()}
 
     key = cache.files_key([root / "version.py", *sorted((root / "lib").glob("libtorch*.so"))])
-    return cache.cached_json("torch-build", key, probe)
+    try:
+        return cache.cached_json("torch-build", key, probe)
+    except Exception as exc:  # noqa: BLE001 - a torch that fails to import (a missing library, a shadowing module)
+        text = " ".join(str(exc).split())[:300]
+        return {"installed": True, "broken": f"{type(exc).__name__}: {text}", "where": str(root)}
 
 
 def cuda_world_check(device: str, world_size: int) -> Availability:

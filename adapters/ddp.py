@@ -42,6 +42,9 @@ class DDPAdapter(Adapter):
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
         build = torch_build()
+        if build.get("broken"):
+            return Availability(False, f"torch fails to import here ({build['broken']})",
+                                "reinstall it (`make clean setup`), or remove what shadows it from PYTHONPATH")
         if not build.get("distributed"):
             return Availability(False, "this torch build has no torch.distributed",
                                 "install a torch build with distributed support (every PyPI build has it)")

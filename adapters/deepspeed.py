@@ -217,6 +217,9 @@ class DeepSpeedAdapter(Adapter):
         if launcher_path() is None:
             return Availability(False, f"deepspeed {info['version']} is installed but its `deepspeed` launcher "
                                        f"is neither next to {sys.executable} nor on PATH", INSTALL_FIX)
+        if torch_build().get("broken"):
+            return Availability(False, f"torch fails to import here ({torch_build()['broken']})",
+                                "reinstall it (`make clean setup`), or remove what shadows it from PYTHONPATH")
         if device == "cpu":
             if not torch_build().get("gloo"):
                 return Availability(False, "this torch build has no gloo backend (DeepSpeed's CPU fallback)",

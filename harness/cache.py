@@ -53,7 +53,7 @@ def cached_json(name: str, key: str, compute: Callable[[], Any], keep: Callable[
     path = cache_dir() / f"{name}.json"
     entries: dict[str, Any] = {}
     try:
-        stored = json.loads(path.read_text())
+        stored = json.loads(path.read_text(encoding="utf-8"))
         entries = stored.get("entries") or ({stored["key"]: stored["value"]} if "key" in stored else {})
         if key in entries:
             return entries[key]

@@ -79,6 +79,14 @@ class _OneLineUsageErrors(TyperGroup):
         except typer.Abort:  # (not in typer's vendored click.exceptions: typer.Abort is the class it raises)
             typer.echo("Aborted!", err=True)
             sys.exit(1)
+        except MemoryError:  # compare itself (not a rank) out of memory: what was written stays written
+            import resource
+
+            limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+            shown = "" if limit == resource.RLIM_INFINITY else f" (this process may map {limit / 2**20:,.0f} MiB: " \
+                                                                "raise `ulimit -v`)"
+            sys.stderr.write(f"error: compare ran out of memory{shown}\n")
+            sys.exit(1)
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)  # the commands return nothing; typer.Exit(n) returns n
@@ -739,9 +747,16 @@ def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
     """Versions, devices, threads and launchers: paste this into a bug report."""
     from harness import env as envmod
 
-    info = envmod.collect()
+    from harness.inputs import BadInput, require_torch
+
+    try:
+        require_torch()
+    except BadInput as exc:  # still print what can be known: this is what a bug report about it needs
+        info = {**envmod.collect(import_torch=False), "torch_error": str(exc)}
+    else:
+        info = envmod.collect()
+        info["torch_parallel_info"] = envmod.parallel_info()
     info["launchers"] = envmod.launchers()
-    info["torch_parallel_info"] = envmod.parallel_info()
     info["adapters"] = {}
     for name in adapters.names():
         entry = {"available_cpu": adapters.availability(name, "cpu", 2).message() or "yes"}

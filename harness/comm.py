@@ -78,7 +78,7 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
     req = p.request
     base = {"schema_version": SCHEMA_VERSION, "kind": "comm", "run_id": p.out.name,
             "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": req.command,
-            "env": envmod.collect(req.device), "world_size": req.world_size, "device": req.device,
+            "env": envmod.collect_safely(req.device), "world_size": req.world_size, "device": req.device,
             "dtype": req.dtype, "oversubscribed": p.oversubscribed,
             "bind_cores": req.bind_cores}
     interrupted = False

@@ -390,7 +390,7 @@ def load_profile(name: str) -> Fabric:
     """The hardware profile harness/profiles/<name>.json (KeyError if there is none)."""
     if name not in profiles():
         raise KeyError(name)
-    d = json.loads((PROFILES_DIR / f"{name}.json").read_text())
+    d = json.loads((PROFILES_DIR / f"{name}.json").read_text(encoding="utf-8"))
     us = 1e-6
 
     def opt(key):
@@ -630,4 +630,4 @@ def efficiency(t1: float, tn: float, n: int, scaling: str) -> float:
 
 
 def published() -> list[dict[str, Any]]:
-    return json.loads(PUBLISHED.read_text())
+    return json.loads(PUBLISHED.read_text(encoding="utf-8"))

@@ -7,13 +7,87 @@ the middle of an import.
 
 from __future__ import annotations
 
+import os
 import sys
 
 
+def _tolerant_streams() -> None:
+    """In a locale whose encoding is not UTF-8 (LC_ALL=C without Python's coercion, ISO-8859-1, ...) a character
+    the terminal cannot show (≥, ✓, –) is printed as '?' instead of ending the command; files are always UTF-8."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding != "utf8" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="replace")
+            except (ValueError, OSError):
+                pass
+
+
+class _LossyStdout:
+    """Standard output that may fail to take what is printed (`> /dev/full`, a vanished terminal: ENOSPC, EIO)
+    without ending the command: a run keeps measuring and writes its files. From the first failed write on, the
+    descriptor points to /dev/null, so nothing fails again, not even the flush at exit. A closed pipe (EPIPE)
+    still ends the command quietly, as `compare ... | head` expects."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _guard(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, self._stream.fileno())
+                os.close(null)
+            except (OSError, ValueError):
+                pass
+            return len(args[0]) if args else None
+
+    def write(self, text):
+        return self._guard(self._stream.write, text)
+
+    def flush(self):
+        return self._guard(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main() -> None:
+    _tolerant_streams()
+    if sys.stdout is not None:
+        sys.stdout = _LossyStdout(sys.stdout)
     try:
         from harness.cli import main as cli_main
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+    except Exception:
+        shadow = _shadowed()
+        if shadow is None:
+            raise
+        sys.stderr.write(f"error: {shadow}\n")
+        sys.exit(2)
     cli_main()
+
+
+def _shadowed() -> str | None:
+    """When importing the CLI failed: a module of this project that was loaded from somewhere else (a file of the
+    same name earlier on PYTHONPATH), named with where it came from."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    for name in ("adapters", "workloads", "harness"):
+        mod = sys.modules.get(name)
+        if mod is None:
+            continue
+        where = [Path(p) for p in (getattr(mod, "__path__", None) or [])] or (
+            [Path(mod.__file__)] if getattr(mod, "__file__", None) else [])
+        if not where or not any(p.resolve() == repo / name for p in where):
+            shown = ", ".join(map(str, where)) or "a namespace with no files"
+            return (f"the module '{name}' was loaded from {shown}, not from this project ({repo / name}): something "
+                    f"on PYTHONPATH shadows it; remove it from there")
+    return None

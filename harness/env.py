@@ -92,6 +92,17 @@ def git_commit() -> str | None:
         return None
 
 
+def collect_safely(device: str = "cpu") -> dict[str, Any]:
+    """`collect`, for a run already under way: if torch cannot be imported in this process after all (a memory
+    limit, say), what can be read without it, with the error; the rows then fail with their own reasons and the
+    run still writes them."""
+    try:
+        return collect(device)
+    except Exception as exc:  # noqa: BLE001 - the environment is provenance: it must not cost the run
+        return {**collect(device, import_torch=False),
+                "collect_error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+
+
 def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
     """The environment shared by every row of one comparison (cheap: no framework imports beyond torch).
     `import_torch=False` (a run interrupted while torch was being imported: importing it again could fail

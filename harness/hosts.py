@@ -97,9 +97,11 @@ def parse_hosts(text: str) -> list[Node]:
 def parse_hostfile(path: Path) -> list[Node]:
     """DeepSpeed/MPI hostfile: `HOST slots=N` per line (`HOST` alone: one slot), `#` comments, blank lines."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"--hostfile {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"--hostfile {path}: not a text file (not UTF-8)") from None
     nodes: list[Node] = []
     for n, line in enumerate(text.splitlines(), 1):
         body = line.split("#", 1)[0].strip()

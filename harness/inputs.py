@@ -202,8 +202,23 @@ MAX_THREADS = 4096
 """--threads above this is a typo, not a machine: refused before torch.set_num_threads() would overflow in a rank."""
 
 
+def require_torch() -> None:
+    """torch imports here (every adapter and the reference need it): one line otherwise, before anything runs.
+    Cheap: the answer is cached, keyed by torch's files (adapters/base.py: torch_build)."""
+    from adapters.base import torch_build
+
+    build = torch_build()
+    if not build.get("installed"):
+        raise BadInput("torch is not installed in this environment; `make setup` installs the pinned CPU build "
+                       "(torch==2.13.0) into .venv/")
+    if build.get("broken"):
+        raise BadInput(f"torch in {build['where']} fails to import ({build['broken']}); every adapter needs it: "
+                       "reinstall it with `make clean setup`, or remove what shadows it from PYTHONPATH")
+
+
 def check_common(req: Request, min_world: int = 1) -> None:
     """Device, world size, timeout, threads and --out, each refused with one line naming the valid values."""
+    require_torch()
     if req.device not in DEVICES:
         raise BadInput(f"unknown device '{req.device}'; valid choices: {', '.join(DEVICES)}")
     if req.world_size < min_world:

@@ -27,6 +27,7 @@ Each command logs to its own file, joined into launch.log (one section per node)
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import json
 import math
@@ -40,6 +41,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,7 +49,7 @@ from typing import IO, NamedTuple
 
 import psutil
 
-from adapters.base import Adapter, HostCommand
+from adapters.base import Adapter, HostCommand, LaunchPlan
 from harness import hosts, interrupt, machine
 from harness import progress as progress_file
 from harness.env import REPO
@@ -192,12 +194,30 @@ _ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Seg
                     r"|terminate called|\bwhat\(\):")
 
 
+_FRAME = re.compile(r"\bframe #\d+:")
+"""A line of a C++ stack trace (c10's "frame #1: c10::DistError::DistError(...)"): never the cause itself."""
+
+
+def start_error(exc: BaseException) -> str:
+    """One line for a launch that could not be started: the error, and for a resource limit, which one."""
+    text = " ".join(str(exc).split()) or "(no message)"
+    line = f"the launch could not be started here: {type(exc).__name__}: {text[:300]}"
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        line += f" (this process may open {soft} files: raise `ulimit -n`)"
+    elif isinstance(exc, OSError) and exc.errno == errno.EAGAIN:
+        line += " (no more processes or threads allowed: `ulimit -u`, or the cgroup's pids.max)"
+    return line
+
+
 def first_error(path: Path) -> str | None:
     """The first line of a log that looks like the root cause (launchers print their own summary last)."""
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         for i, line in enumerate(lines):
-            if _ERROR.search(line) and "FutureWarning" not in line:
+            if _ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line):
                 found = line.strip()
                 if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:
                     found += " " + lines[i + 1].strip()  # the exception's type, then its message
@@ -209,7 +229,7 @@ def first_error(path: Path) -> str | None:
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
 
@@ -401,6 +421,16 @@ class Launch:
         self.failed_at = 0.0
         self.concurrent: list[dict] = []
         """Other compare runs alive on this machine when the timed steps began (harness/machine.py)."""
+        self.plan: LaunchPlan | None = None
+        self.processes = 0
+        self.launch_id = ""
+        self.load: list[float] = []
+        self.deadline: float | None = None
+        self.gate_opened: float | None = None
+        self._gate: int | None = None
+        self._events: int | None = None
+        self.start_error: str | None = None
+        """Why the launch could not be started (start() caught it): finish() then says `failed` with it."""
 
     @property
     def proc(self) -> subprocess.Popen | None:
@@ -409,6 +439,32 @@ class Launch:
 
     # ---- starting -------------------------------------------------------------------------------------------
     def start(self, gated: bool = False) -> Launch:
+        """Start the launch and return at once. A launch that cannot even be started here (no file descriptor or
+        port left, a framework's rendezvous store refused, its launcher missing from PATH) does not raise: what
+        it had started is stopped, and finish() says `failed` with the reason, so the run goes on to the next."""
+        self.launch_wall, self.t0 = time.time(), time.monotonic()
+        try:
+            return self._start(gated)
+        except Exception as exc:  # noqa: BLE001 - any failure here is this launch's, never the run's
+            self.start_error = start_error(exc)
+            try:
+                with open(self.log_path, "a", encoding="utf-8") as log:
+                    log.write("compare: the launch could not be started:\n" + traceback.format_exc())
+            except OSError:
+                pass
+            self.status, self.reason = "failed", self.start_error
+            if self.plan is None:
+                self.plan = LaunchPlan(argv=[])
+            self._gate_and_events_closed()
+            return self
+
+    def _gate_and_events_closed(self) -> None:
+        self._close_gate_fd()
+        if self._events is not None:
+            os.close(self._events)
+            self._events = None
+
+    def _start(self, gated: bool) -> Launch:
         spec, rank_dir = self.spec, self.rank_dir
         rank_dir.mkdir(parents=True, exist_ok=True)
         if spec.topology is not None and not spec.topology.port:
@@ -428,7 +484,7 @@ class Launch:
         self.launch_id = f"{os.getpid()}:{rank_dir}"
         if self.plan.env_file is not None:
             env = remote_env(spec, self.plan.env, self.launch_id)
-            self.plan.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+            self.plan.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
         self.load = [round(x, 2) for x in os.getloadavg()]
         self.launch_wall, self.t0 = time.time(), time.monotonic()
         self.deadline = None if gated else self.t0 + self.timeout_s
@@ -437,6 +493,11 @@ class Launch:
             self.concurrent = machine.others()
         commands = self.plan.commands
         local_env = child_env(spec, self.plan.env, self.launch_id)
+        # The launch's temporary files (torchrun's torchelastic_* directory of error files, any framework's) go
+        # into its own directory, removed with the run's scratch: a launch leaves nothing in /tmp.
+        tmp = rank_dir / "tmp"
+        tmp.mkdir(exist_ok=True)
+        local_env["TMPDIR"] = str(tmp)
         for i, command in enumerate(commands):
             log_path = self.log_path if len(commands) == 1 else rank_dir / f"launch-node{i}.log"
             argv = (ssh_argv(command.host, command.argv, remote_env(spec, self.plan.env, self.launch_id),
@@ -544,6 +605,8 @@ class Launch:
     def finish(self) -> Outcome:
         """Wait for the launch to end (until its deadline), kill whatever is left, and say how it went. When one
         command of several fails, the others get NODE_GRACE_S to end by themselves, then are stopped."""
+        if self.start_error is not None:
+            return self._collect()
         try:
             while not self._ended():
                 now = time.monotonic()
@@ -564,7 +627,8 @@ class Launch:
 
     def interrupt(self) -> Outcome:
         """Stop the launch now (Ctrl-C / SIGTERM of compare): an `interrupted` outcome."""
-        self.status = "interrupted"
+        if self.start_error is None:
+            self.status = "interrupted"
         return self._collect()
 
     # ---- ending ---------------------------------------------------------------------------------------------
@@ -584,6 +648,8 @@ class Launch:
         _kill_groups([r.proc for r in self.running], grace_s=grace, asked=tuple(r.proc for r in remote))
 
     def _collect(self) -> Outcome:
+        if not self.running:
+            return self._unstarted()
         spec, rank_dir, processes = self.spec, self.rank_dir, self.processes
         try:
             self._stop()
@@ -661,16 +727,32 @@ class Launch:
                        gate_opened=self.gate_opened, gate_wait_s=gate_wait, node_commands=nodes,
                        concurrent_runs=concurrent)
 
+    def _unstarted(self) -> Outcome:
+        """The outcome of a launch none of whose commands started (start() failed before the first)."""
+        self._gate_and_events_closed()
+        if self.plan is not None:
+            self.plan.hold.clear()
+            for clean in self.plan.cleanup:
+                try:
+                    clean()
+                except OSError:
+                    pass
+        end_wall = time.time()
+        return Outcome(status="failed", reason=self.start_error or "the launch was never started", returncode=None,
+                       wall_time_s=time.monotonic() - self.t0, launch_wall=self.launch_wall, end_wall=end_wall,
+                       log_path=self.log_path, argv=self.plan.argv if self.plan else [], processes=self.processes,
+                       pid=0, load_avg_before=self.load, log_tail=tail(self.log_path))
+
     def _join_logs(self) -> None:
         """launch.log of a launch of one command per node: each node's log under a header that says where it ran
         and how it ended."""
-        with open(self.log_path, "w") as out:
+        with open(self.log_path, "w", encoding="utf-8") as out:
             for i, r in enumerate(self.running):
                 how = "over ssh" if r.command.remote else "here"
                 out.write(f"==== node {i}: {r.where} ({how}), exit code {r.proc.returncode}: "
                           f"{shlex.join(r.command.argv)}\n")
                 try:
-                    out.write(r.log.read_text(errors="replace"))
+                    out.write(r.log.read_text(encoding="utf-8", errors="replace"))
                 except OSError:
                     pass
 

@@ -63,6 +63,9 @@ def check(out: Path, force: bool, files: tuple[str, ...] = RESULT_FILES) -> None
 
 
 def _check(out: Path, force: bool, files: tuple[str, ...]) -> None:
+    if out.is_symlink() and not out.exists():
+        raise BadInput(f"output path {out} is a symbolic link to {os.readlink(out)}, which does not exist; create "
+                       f"that directory, or choose another --out")
     if out.exists():
         if not out.is_dir():
             raise BadInput(f"output path {out} exists and is not a directory")
@@ -138,7 +141,7 @@ def write_text(path: Path, text: str) -> None:
     """Replace `path` with `text` atomically; on failure (a full disk) the old file stays and no temp file is left."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -278,7 +278,7 @@ def write_records(path: Path, records: list[dict[str, Any]]) -> None:
     failure (a full disk) the old file stays and no temp file is left."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             for rec in records:
                 f.write(json.dumps(rec, sort_keys=False) + "\n")
             f.flush()
@@ -349,12 +349,16 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """Every record of a records.jsonl, each checked to have the shape the reports need (ValueError, naming the
     line and the field, otherwise)."""
     records = []
-    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    if path.exists() and not path.is_file():  # a FIFO would block the read for ever, a directory cannot be read
+        raise ValueError(f"{path}: not a regular file")
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if line.strip():
             try:
                 rec = json.loads(line)
             except ValueError as exc:
                 raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+            except RecursionError:
+                raise ValueError(f"{path}:{n}: not a record (JSON nested too deep to read)") from None
             check_record(rec, f"{path}:{n}")
             records.append(rec)
     return records

@@ -152,7 +152,7 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
         runner = Runner(session, ui, run_info, pipelined=p.until_target is None and not remote)
 
         def first_started():  # while the first launch starts up
-            run_info["env"] = envmod.collect(req.device)
+            run_info["env"] = envmod.collect_safely(req.device)
             session.save([plain_record(run_info, p, row, repeat, "unavailable", row.reason)
                           for row in p.unavailable for repeat in range(req.repeats)])
 

@@ -266,7 +266,7 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tup
         runner = run.Runner(session, ui, run_info)
 
         def first_started():
-            run_info["env"] = envmod.collect(req.device)
+            run_info["env"] = envmod.collect_safely(req.device)
             session.save([run.plain_record(run_info, point, row, repeat, "unavailable", row.reason)
                           for point in p.points for row in point.unavailable for repeat in range(req.repeats)])
 

@@ -120,11 +120,11 @@ class RunSpec:
     """The hosts of a multi-node launch; None: every rank on this machine, started by one single-node launcher."""
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1))
+        path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> RunSpec:
-        d = json.loads(Path(path).read_text())
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
         if d.get("topology"):
             d["topology"] = Topology.from_dict(d["topology"])
         return cls(**d)

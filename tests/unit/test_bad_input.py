@@ -566,3 +566,70 @@ def test_list_checks_an_oversubscribed_world_size_when_asked_and_run_points_ther
         f"--oversubscribe` for every reason and fix")
     assert unavailable_message("adapter", "apex", "apex is missing", "cpu", CORES).endswith(
         f"`compare list --device cpu --world-size {CORES}` for every reason and fix")
+
+
+def test_a_torch_that_fails_to_import_is_one_line_before_anything_is_written(tmp_path):
+    """A torch whose library is gone (or a module shadowing it on PYTHONPATH): one line naming it and the fix, exit
+    2, no output directory; `compare env` still prints what it can, for the bug report."""
+    from conftest import compare_cli
+
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise OSError("libtorch_cpu.so: cannot open shared object file")\n')
+    env = {"PYTHONPATH": str(tmp_path / "site"), "COMPARE_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "out"
+    proc = compare_cli("run", "-a", "ddp", "--out", str(out), env=env, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"error: torch in {fake} fails to import (OSError: libtorch_cpu.so: cannot open shared "
+                           "object file); every adapter needs it: reinstall it with `make clean setup`, or remove "
+                           "what shadows it from PYTHONPATH\n")
+    assert not out.exists()
+    for args in (("scale", "-a", "ddp", "--world-sizes", "1,2"), ("comm", "--backends", "torch")):
+        proc = compare_cli(*args, "--out", str(out), env=env, timeout=120)
+        assert proc.returncode == 2 and "fails to import (OSError: libtorch_cpu.so" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and not out.exists()
+    proc = compare_cli("env", env=env, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    assert "torch_error: torch in" in proc.stdout
+    assert "ddp\n    available_cpu: torch fails to import here (OSError: libtorch_cpu.so" in proc.stdout
+
+
+def test_a_fifo_or_a_bottomless_records_file_is_skipped_by_index_and_refused_by_report(tmp_path):
+    """A FIFO named records.jsonl used to block `index` for ever; JSON nested 200,000 deep was a RecursionError
+    traceback in report, predict and index."""
+    import os
+
+    from conftest import REPO
+
+    good = REPO / "results" / "digits_cpu2_20261123-101734"
+    (tmp_path / good.name).mkdir()
+    (tmp_path / good.name / "records.jsonl").write_text((good / "records.jsonl").read_text())
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "records.jsonl")
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "records.jsonl").write_text("[" * 200_000 + "]" * 200_000 + "\n")
+    result = invoke("index", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        f"warning: skipped {tmp_path / 'deep'}: {tmp_path / 'deep' / 'records.jsonl'}:1: not a record (JSON nested "
+        f"too deep to read)\nwarning: skipped {tmp_path / 'fifo'}: {tmp_path / 'fifo' / 'records.jsonl'}: not a "
+        "regular file\n")
+    assert f"[{good.name}]" in (tmp_path / "README.md").read_text()
+    for command in ("report", "predict"):
+        result = invoke(command, tmp_path / "deep")
+        assert result.exit_code == 2 and result.stderr == (
+            f"error: cannot read {tmp_path / 'deep' / 'records.jsonl'}: {tmp_path / 'deep' / 'records.jsonl'}:1: "
+            "not a record (JSON nested too deep to read)\n")
+    result = invoke("report", tmp_path / "fifo")
+    assert result.exit_code == 2 and "records.jsonl" in result.stderr
+
+
+def test_a_dangling_symlink_as_out_is_named_with_its_target(tmp_path):
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "nowhere" / "x")
+    for command in (["run", "-a", "ddp"], ["scale", "-a", "ddp", "--world-sizes", "1,2"], ["comm"]):
+        result = invoke(*command, "--out", link)
+        assert result.exit_code == 2 and result.stderr == (
+            f"error: output path {link} is a symbolic link to {tmp_path / 'nowhere' / 'x'}, which does not exist; "
+            "create that directory, or choose another --out\n"), result.output
+        assert link.is_symlink() and not (tmp_path / "nowhere").exists()

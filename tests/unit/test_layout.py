@@ -75,3 +75,56 @@ def test_listing_adapters_on_cpu_does_not_import_torch_once_its_build_is_known(t
     assert first.stdout.split(" ", 1)[0] == "True"  # the first time, torch is imported to learn its build
     assert second.stdout.startswith("False ")  # then never again: `compare list` takes a fraction of a second
     assert first.stdout.split(" ", 1)[1] == second.stdout.split(" ", 1)[1]  # with the same answer
+
+
+def _committed_run(tmp_path):
+    import shutil
+
+    src = REPO / "results" / "digits_cpu2_20261124-083538"
+    dst = tmp_path / src.name
+    shutil.copytree(src, dst)
+    return src, dst
+
+
+def test_a_locale_that_is_not_utf8_degrades_the_terminal_and_writes_the_same_files(tmp_path):
+    # LC_ALL=POSIX without Python's locale coercion: stdout is ASCII. The report file is UTF-8 all the same, byte
+    # for byte what the committed one is, and the terminal gets '?' for what it cannot show.
+    import os
+
+    src, dst = _committed_run(tmp_path)
+    env = {**os.environ, "LC_ALL": "POSIX", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    for args in (["report", str(dst)], ["list"]):
+        proc = subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert (dst / "report.md").read_bytes() == (src / "report.md").read_bytes()
+
+
+def test_a_full_standard_output_loses_the_printing_not_the_files(tmp_path):
+    src, dst = _committed_run(tmp_path)
+    (dst / "report.md").unlink()
+    for args in (f"report {dst}", "list", "env"):
+        proc = subprocess.run(f"{shlex.quote(sys.executable)} -m harness {args} > /dev/full", shell=True, cwd=REPO,
+                              capture_output=True, text=True, timeout=120, executable="/bin/bash")
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr and "Errno" not in proc.stderr, proc.stderr
+    assert (dst / "report.md").read_bytes() == (src / "report.md").read_bytes()
+
+
+def test_a_module_shadowing_the_projects_own_is_named_in_one_line(tmp_path):
+    import os
+    from pathlib import Path
+
+    compare = Path(sys.executable).parent / "compare"
+    (tmp_path / "site" / "workloads").mkdir(parents=True)
+    (tmp_path / "site" / "workloads" / "__init__.py").write_text("")
+    (tmp_path / "site" / "adapters.py").write_text("x = 1\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"}
+    proc = subprocess.run([str(compare), "list"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"error: the module 'adapters' was loaded from {tmp_path / 'site' / 'adapters.py'}, not "
+                           f"from this project ({REPO / 'adapters'}): something on PYTHONPATH shadows it; remove it "
+                           "from there\n")
+    (tmp_path / "site" / "adapters.py").unlink()
+    proc = subprocess.run([str(compare), "list"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        f"error: the module 'workloads' was loaded from {tmp_path / 'site' / 'workloads'}, not from this project")

@@ -1,0 +1,73 @@
+"""A launch that cannot even be started in the parent (no file descriptor or port left, a rendezvous store
+refused) is a `failed` outcome with the reason, never an exception that ends the whole run: the run goes on to the
+next adapter (harness/run.py), and the launch leaves no descriptor, lock or process behind."""
+
+import errno
+import os
+import resource
+
+from harness.launch import Launch
+from harness.spec import RunSpec
+
+
+class _Refuses:
+    """An adapter whose launch fails in the parent the way the frameworks' do when the process is out of files."""
+
+    name = "x"
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def launch(self, spec_path, spec):
+        raise self.exc
+
+    def processes(self, world_size):
+        return world_size
+
+
+def _spec(tmp_path):
+    return RunSpec(adapter="x", workload="digits", world_size=2, device="cpu", global_batch=64, steps=5, warmup=1,
+                   threads=1, rank_dir=str(tmp_path / "r"))
+
+
+def _fds():
+    return sorted(os.listdir("/proc/self/fd"))
+
+
+def test_a_launch_that_cannot_start_is_a_failed_row_with_the_limit_named(tmp_path):
+    before = _fds()
+    launch = Launch(_Refuses(OSError(errno.EMFILE, "Too many open files")), _spec(tmp_path), 30).start(gated=True)
+    assert launch.wait_for("timed_done") is False  # the run's pipeline asks, and is told at once
+    launch.open_gate()
+    out = launch.finish()
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert out.status == "failed"
+    assert out.reason == ("the launch could not be started here: OSError: [Errno 24] Too many open files "
+                          f"(this process may open {soft} files: raise `ulimit -n`)")
+    assert "Traceback" in out.log_tail and "raise self.exc" in out.log_tail  # the whole story, in its log
+    assert out.returncode is None and out.ranks == []
+    assert _fds() == before  # the gate's lock and the events FIFO are closed again
+
+
+def test_an_interrupt_of_a_launch_that_never_started_keeps_its_reason(tmp_path):
+    launch = Launch(_Refuses(RuntimeError("The server socket has failed to listen on any local network address.\n"
+                                          "port: 29500, useIpv6: false")), _spec(tmp_path), 30).start()
+    out = launch.interrupt()
+    assert (out.status, out.reason) == ("failed", "the launch could not be started here: RuntimeError: The server "
+                                        "socket has failed to listen on any local network address. port: 29500, "
+                                        "useIpv6: false")
+
+
+def test_the_first_error_of_a_log_is_the_cause_not_a_cpp_stack_frame(tmp_path):
+    from harness.launch import first_error
+
+    log = tmp_path / "launch.log"
+    log.write_text(
+        "[W1125 04:01:02.1 socket.cpp:752] [c10d] The server socket has failed to bind to [::]:40000.\n"
+        "[rank0]: frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9e\n"
+        "[rank0]: frame #1: c10::DistError::DistError(c10::SourceLocation, std::__cxx11::basic_string<char>) + 0x6a\n"
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 40000, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n")
+    assert first_error(log) == (
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 40000, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
