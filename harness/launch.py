@@ -253,6 +253,10 @@ def harness_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[st
         PARENT_PID_ENV: str(os.getpid()), PARENT_PGID_ENV: str(os.getpgrp()), LAUNCH_ID_ENV: launch_id,
         # A rank elsewhere (another host, or another PID namespace on this one) must not watch our pid.
         PARENT_PIDNS_ENV: _pid_namespace(), PARENT_BOOT_ENV: hosts.boot_id() or "",
+        # The launch's temporary files (torchrun's torchelastic_* directory of error files, any framework's) go
+        # into its own directory, removed with the run's scratch, on every host (the ranks share that directory
+        # already: they write their results there): a launch leaves nothing in /tmp.
+        "TMPDIR": str(Path(spec.rank_dir) / "tmp"),
     }
     if topo is None:
         # Loopback only: hostname-based interface selection is flaky on CI machines (as accelerate does).
@@ -492,12 +496,8 @@ class Launch:
         if not gated:
             self.concurrent = machine.others()
         commands = self.plan.commands
+        (rank_dir / "tmp").mkdir(exist_ok=True)  # the launch's TMPDIR (harness_env)
         local_env = child_env(spec, self.plan.env, self.launch_id)
-        # The launch's temporary files (torchrun's torchelastic_* directory of error files, any framework's) go
-        # into its own directory, removed with the run's scratch: a launch leaves nothing in /tmp.
-        tmp = rank_dir / "tmp"
-        tmp.mkdir(exist_ok=True)
-        local_env["TMPDIR"] = str(tmp)
         for i, command in enumerate(commands):
             log_path = self.log_path if len(commands) == 1 else rank_dir / f"launch-node{i}.log"
             argv = (ssh_argv(command.host, command.argv, remote_env(spec, self.plan.env, self.launch_id),
