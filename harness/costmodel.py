@@ -145,7 +145,8 @@ def layered_grads(layers: list[tuple[float, float]], bwd_s: float) -> list[tuple
 
 # ---- collectives --------------------------------------------------------------------------------------------
 
-BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_reduce_coalesced": lambda n: 2 * (n - 1) / n,
+                "reduce_scatter": lambda n: (n - 1) / n,
                 "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 """nccl-tests' bus-bandwidth factors: bytes each rank moves per byte of the buffer."""
 
@@ -160,6 +161,11 @@ class Collectives:
     def control(self, n: int) -> float:
         """A tiny coordination round among n ranks (Horovod's per-cycle negotiation)."""
         return self.time("all_reduce", 8, n)
+
+    def has(self, op: str, n: int) -> bool:
+        """Whether `op` at n ranks is priced from measurements of that op itself (an op a hardware profile does
+        not describe is priced another way by its caller)."""
+        return False
 
 
 def fit_alpha_beta(points: list[tuple[float, float]], factor: float) -> tuple[float, float]:
@@ -252,6 +258,9 @@ class Fitted(Collectives):
             return interpolate(pts, nbytes)
         return self.line(op, nbytes, n)
 
+    def has(self, op: str, n: int) -> bool:
+        return (op, n) in self.fits
+
     def line(self, op: str, nbytes: float, n: int) -> float:
         """The fitted latency + size x factor / bus bandwidth."""
         if n <= 1 or nbytes <= 0:
@@ -297,6 +306,9 @@ class _Extended(Collectives):
 
     def control(self, n: int) -> float:
         return 0.0  # inside the fitted latency, as in Fitted
+
+    def has(self, op: str, n: int) -> bool:
+        return op in self.per_op
 
 
 @dataclass
@@ -481,6 +493,17 @@ def fusion_copy(c: Compute, size: float, count: int) -> float:
     return 0.0 if count < 2 or not c.copy_Bps else 2 * size / c.copy_Bps
 
 
+def fused_all_reduce(c: Compute, coll: Collectives, size: float, count: int, n: int) -> float:
+    """Seconds of one all-reduce of `count` tensors, `size` bytes in all, fused into one buffer. Where the comm
+    sweep timed the backend's own fused call of several tensors (all_reduce_coalesced: Horovod's
+    grouped_allreduce packs them into its fusion buffer, all-reduces it and unpacks it, as in training), that
+    time; otherwise (a hardware profile, a sweep made before 2026-11-25) the all-reduce of one buffer of `size`
+    plus its packing and unpacking at the rank's copy bandwidth. A single tensor is reduced where it is."""
+    if count > 1 and coll.has("all_reduce_coalesced", n):
+        return coll.time("all_reduce_coalesced", size, n)
+    return coll.time("all_reduce", size, n) + fusion_copy(c, size, count)
+
+
 def fusion_plan(schedule: dict[str, Any], c: Compute, coll: Collectives,
                 n: int) -> list[tuple[float, list[tuple[float, int]], float]]:
     """Horovod's cycles for this step: (start, [(fused bytes, tensors)], seconds of work) each."""
@@ -488,8 +511,7 @@ def fusion_plan(schedule: dict[str, Any], c: Compute, coll: Collectives,
     grads = [(b * wire, t) for b, t in c.grads] or [(0.0, c.bwd_s)]
 
     def busy(buffers):
-        return coll.control(n) + sum(coll.time("all_reduce", size, n) + fusion_copy(c, size, count)
-                                     for size, count in buffers)
+        return coll.control(n) + sum(fused_all_reduce(c, coll, size, count, n) for size, count in buffers)
 
     return [(start, buffers, busy(buffers)) for start, buffers in fusion_cycles(grads, schedule, busy)]
 

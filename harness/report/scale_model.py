@@ -144,6 +144,19 @@ def scaled(c: cm.Compute, k: float) -> cm.Compute:
                       c.copy_Bps)
 
 
+def _fused_note(sched: dict, c: dict) -> str:
+    """How a fusion schedule's fused buffers are priced in this report."""
+    if sched.get("kind") != "fusion" or c["collectives"] is None:
+        return ""
+    if any(op == "all_reduce_coalesced" for op, _ in c["collectives"].fits):
+        return ("; a fused buffer of several tensors is priced from the sweep's all_reduce_coalesced, the "
+                "framework's own fused call (packing, all-reduce and unpacking as in training)")
+    copy = c["curve"].copy_Bps
+    return ("; a fused buffer of several tensors is priced as one all-reduce plus its packing and unpacking at the "
+            "rank's copy bandwidth" + (f" ({copy / 1e9:.1f} GB/s)" if copy else "")
+            + " (the sweep has no all_reduce_coalesced: made before 2026-11-25)")
+
+
 def _contention_note(records, label: str) -> str:
     """"; compute contention at N=2: 1.10x (alone 160-165 ms, together 176-186 ms per round)" for a row."""
     cals: dict[int, dict[str, Any]] = {}
@@ -528,7 +541,8 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                   + _contention_note(records, label)
                   + (f"; {(sched.get('comm_backend'))} collectives (priced from the sweep's mean time per size at "
                      f"a measured world size; the latency + bus bandwidth fitted to those means carries them past "
-                     f"the largest size and to other world sizes): {fits}" if fits else ""))
+                     f"the largest size and to other world sizes): {fits}" if fits else "")
+                  + _fused_note(sched, c))
     md.append("")
     shares = any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
     here = {label: extrapolate_here(c, c["profile"]["batches"][0]["per_rank_batch"], sweep.get("predict_to", 1024),

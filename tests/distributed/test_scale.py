@@ -98,7 +98,8 @@ def test_a_sweep_runs_its_own_comm_sweep_and_predicts_from_it(tmp_path):
     assert "calibrating the model: collectives at world size 2" in proc.stdout
     comm = [json.loads(line) for line in (out / "comm_n2" / "records.jsonl").read_text().splitlines()]
     assert {(r["backend"], r["op"]) for r in comm if r["status"] == "ok"} == {
-        ("torch", "all_reduce"), ("torch", "reduce_scatter"), ("torch", "all_gather")}
+        ("torch", "all_reduce"), ("torch", "reduce_scatter"), ("torch", "all_gather"),
+        ("torch", "all_reduce_coalesced")}
     row = next(line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ddp | 2 |"))
     assert float(row.split("|")[4]) > 0  # predicted from that sweep
     assert list(runs.iterdir()) == []  # the run's registration went with it

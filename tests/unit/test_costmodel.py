@@ -227,6 +227,51 @@ def test_horovod_packs_and_unpacks_a_fusion_buffer_of_several_tensors():
     assert cm.fusion_buffer_bytes(hvd, copied, PerMiB(1e-3), 1) == 0
 
 
+def test_a_fused_buffer_is_priced_by_the_backends_own_fused_call_where_the_sweep_timed_it():
+    def rec(op, size, t):
+        return {"backend": "horovod", "status": "ok", "op": op, "world_size": 2, "size_bytes": size,
+                "time_s": {"mean": t, "median": t}}
+    # the sweep: one tensor 1 ms per MiB; several tensors in one fused call (pack, all-reduce, unpack) 1.5 ms per MiB
+    recs = [rec("all_reduce", MiB, 1e-3), rec("all_reduce", 4 * MiB, 4e-3),
+            rec("all_reduce_coalesced", MiB, 1.5e-3), rec("all_reduce_coalesced", 4 * MiB, 6e-3)]
+    fitted = cm.Fitted.from_records("horovod", recs)
+    hvd = {"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3}
+    grads = [(MiB, 0.5e-3), (MiB, 0.6e-3)]  # one fused buffer of 2 MiB, both ready before the first cycle
+    c = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads, copy_Bps=MiB / 1e-3)
+    # 2 MiB between the measured 1 and 4 MiB of the fused call: 1.5 + (6 - 1.5) / 3 = 3 ms; no copy added on top
+    assert cm.fused_all_reduce(c, fitted, 2 * MiB, 2, 2) == pytest.approx(3e-3)
+    assert cm.predict_step(hvd, c, fitted, 2, shares_cores=True).comm_s == pytest.approx(3e-3)
+    # a single tensor is the plain all-reduce where it is: 2 ms
+    assert cm.fused_all_reduce(c, fitted, 2 * MiB, 1, 2) == pytest.approx(2e-3)
+    # a sweep without the fused call (before 2026-11-25): the all-reduce plus packing and unpacking at the copy
+    # bandwidth, 2 ms + 2 x 2 MiB at 1 MiB/ms = 6 ms
+    plain = cm.Fitted.from_records("horovod", recs[:2])
+    assert not plain.has("all_reduce_coalesced", 2) and fitted.has("all_reduce_coalesced", 2)
+    assert cm.fused_all_reduce(c, plain, 2 * MiB, 2, 2) == pytest.approx(6e-3)
+    # carried to 8 ranks by ring steps like any fitted op, and never claimed by a hardware profile
+    assert fitted.extended().has("all_reduce_coalesced", 8) and not fabric().has("all_reduce_coalesced", 8)
+
+
+def test_the_scale_comm_sweep_reaches_the_workloads_gradients():
+    import torch
+
+    from harness.scale import comm_sizes, gradient_bytes
+
+    class W:
+        def __init__(self, params):
+            self.params = params
+
+        def build_model(self):
+            return torch.nn.Linear(self.params, 1, bias=False)
+
+    base = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
+    assert gradient_bytes(W(1000)) == 4000
+    assert comm_sizes(W(1000)) == base  # within 64 MB
+    assert comm_sizes(W(16 * 2**20)) == base  # 64 MiB exactly
+    assert comm_sizes(W(16 * 2**20 + 1)) == base + ",256M"  # just over: the next factor of 4
+    assert comm_sizes(W(100 * 2**20)) == base + ",256M,1024M"  # 400 MiB
+
+
 def test_horovods_cycle_and_negotiation_are_counted_once():
     grads = [(MiB, 0.5e-3)]
     hvd = {"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3}
