@@ -191,7 +191,9 @@ def _kill_leftovers(launch_id: str, patience_s: float = 5.0) -> int:
 # A C++ exception escaping a communication thread (gloo's "Connection reset by peer", say) aborts the rank with
 # "terminate called after throwing an instance of '...'", then "what():  <the reason>".
 _ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Segmentation fault|error:"
-                    r"|terminate called|\bwhat\(\):")
+                    r"|terminate called|\bwhat\(\):"
+                    # a shell or env(1) that could not find the program a launcher runs on each host
+                    r"|: (command )?not found$|: No such file or directory$")
 
 
 _FRAME = re.compile(r"\bframe #\d+:")

@@ -71,3 +71,18 @@ def test_the_first_error_of_a_log_is_the_cause_not_a_cpp_stack_frame(tmp_path):
     assert first_error(log) == (
         "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
         "port: 40000, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+
+
+def test_a_program_the_launcher_could_not_find_is_the_cause_not_the_launchers_summary(tmp_path):
+    from harness.launch import first_error
+
+    log = tmp_path / "launch.log"
+    for missing in ("env: 'python': No such file or directory", "/bin/sh: 1: python: not found",
+                    "bash: line 1: python: command not found"):
+        log.write_text(f"[1]<stderr>:{missing}\n"
+                       "Process 1 exit with status code 127.\n"
+                       "Terminating remaining workers after failure of Process 1.\n"
+                       "RuntimeError: Horovod detected that one or more processes exited with non-zero status\n")
+        assert first_error(log) == f"[1]<stderr>:{missing}"
+    log.write_text("cannot open /etc/nccl.conf: No such file or directory (not used)\nRuntimeError: boom\n")
+    assert first_error(log) == "RuntimeError: boom"  # not at the end of its line: not a missing program
