@@ -620,6 +620,9 @@ def comm_cmd(
     device: str = typer.Option("cpu", "--device"),
     dtype: str = typer.Option("fp32"),
     iters: int = typer.Option(50, help="Most timed iterations per cell (fewer for large sizes, at least 5)."),
+    gap: float = typer.Option(0.0, "--gap", help="Milliseconds of busy work on every rank before each timed call, "
+                                                "untimed, as a training step calls collectives after its compute "
+                                                "(default 0: back to back, as nccl-tests)."),
     threads: Optional[int] = typer.Option(None, help="Threads per process (default: usable cores / processes)."),
     timeout: float = typer.Option(900.0, help="Seconds before a backend's launch is killed."),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/comm_<hw>_n<N>_<time>)."),
@@ -645,7 +648,8 @@ def comm_cmd(
     from harness.report import comm as report_comm
 
     req = CommRequest(backends=split(backends), ops=split(ops), sizes=sizes, world_size=world_size, device=device,
-                      dtype=dtype, max_iters=iters, threads=threads, timeout_s=timeout, out=_out(out), force=force,
+                      dtype=dtype, max_iters=iters, gap_s=gap / 1e3, threads=threads, timeout_s=timeout, out=_out(out),
+                      force=force,
                       strict=strict, oversubscribe=oversubscribe, bind_cores=bind_cores, hosts=hosts,
                       hostfile=hostfile, nnodes=nnodes, iface=iface, launcher=host_launcher)
     try:

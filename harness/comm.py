@@ -24,6 +24,8 @@ from harness.spec import RunSpec
 from harness.stats import slowest_rank_steps, step_stats
 
 RESULT_FILES = ("records.jsonl", "report.md", "busbw.png")
+MAX_GAP_S = 1.0
+"""The longest --gap: a second of busy work before each of up to --iters calls per cell is already minutes."""
 
 
 def plan(req: CommRequest) -> CommPlan:
@@ -33,6 +35,8 @@ def plan(req: CommRequest) -> CommPlan:
         raise BadInput(f"unknown dtype '{req.dtype}'; valid choices: {', '.join(collectives.DTYPES)}")
     if req.max_iters < 1:
         raise BadInput(f"--iters must be at least 1, got {req.max_iters}")
+    if not 0 <= req.gap_s <= MAX_GAP_S:  # also refuses nan and inf
+        raise BadInput(f"--gap must be between 0 and {MAX_GAP_S * 1e3:g} ms, got {req.gap_s * 1e3:g}")
     ops = req.ops if req.ops is not None else list(collectives.DEFAULT_OPS)
     check_list(req.ops, list(collectives.OPS), "op")
     for op in ops:
@@ -80,7 +84,7 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
             "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": req.command,
             "env": envmod.collect_safely(req.device), "world_size": req.world_size, "device": req.device,
             "dtype": req.dtype, "oversubscribed": p.oversubscribed,
-            "bind_cores": req.bind_cores}
+            "bind_cores": req.bind_cores, "gap_s": req.gap_s}
     interrupted = False
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
@@ -95,7 +99,8 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
                                threads=default_threads(req.world_size, req.threads, p.topology),
                                rank_dir=str(session.scratch / row.label), mode="comm", topology=p.topology,
                                bind_cores=req.bind_cores,
-                               comm={"ops": p.ops, "sizes": p.sizes, "dtype": req.dtype, "max_iters": req.max_iters})
+                               comm={"ops": p.ops, "sizes": p.sizes, "dtype": req.dtype, "max_iters": req.max_iters,
+                                     "gap_s": req.gap_s})
                 if ui:
                     where = "" if p.topology is None else f" on {hosts.describe_slots(p.topology.nodes)}"
                     ui(f"{row.label}: launching {req.world_size} ranks{where} with {adapter.launcher} "

@@ -119,6 +119,8 @@ class CommRequest(Request):
     sizes: str = "1K:64M"
     dtype: str = "fp32"
     max_iters: int = 50
+    gap_s: float = 0.0
+    """Seconds of local busy work every rank does before each timed call (not timed); 0: back to back."""
 
 
 @dataclass

@@ -4,7 +4,9 @@ Runs in: every rank of a `compare comm` launch (harness/rank/main.py calls `run`
 through the adapter's `comm()` object, which holds the framework's own calls. For every cell every rank first
 checks one result against the expected values (a wrong result is a failed cell, like nccl-tests' #wrong), then
 times warm-up + timed iterations on zero-filled buffers (so repeated sums cannot overflow); the parent takes the
-slowest rank per iteration.
+slowest rank per iteration. With a gap (`compare comm --gap`), every rank keeps its core busy for that long
+before each call, untimed, as a training step calls its collectives after its compute: on shared cores a
+collective called back to back finds its peers' communication threads awake, one called after compute may not.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 
 from harness.collectives import DTYPES, OPS, iterations
 from harness.rank.measure import device_sync
+from harness.rank.profile import spin
 
 
 def run(spec, adapter, info) -> dict:
@@ -23,6 +26,7 @@ def run(spec, adapter, info) -> dict:
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}[c["dtype"]]
     sync = device_sync(info.device)
     rank, world = info.rank, info.world_size
+    gap = float(c.get("gap_s") or 0.0)
     cells = []
     for op_name in c["ops"]:
         op = OPS[op_name]
@@ -37,11 +41,13 @@ def run(spec, adapter, info) -> dict:
                 bufs = op.prepare(n, rank, world, dtype, info.device, True)
                 warm, timed = iterations(size, c["max_iters"])
                 for _ in range(warm):
+                    spin(gap)
                     op.run(comm, bufs)
                 sync()
                 comm.barrier()
                 times = []
                 for _ in range(timed):
+                    spin(gap)
                     t0 = time.perf_counter()
                     op.run(comm, bufs)
                     sync()

@@ -35,8 +35,12 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     for r in records:
         if not r["op"]:
             md.append(f"- **{r['backend']}**: {r['status']} — {r['reason']}")
+    gap = r0.get("gap_s") or 0.0
     md += ["", "Time per op: median [p10–p90] of the slowest rank, µs. algbw = size / time; busbw = algbw × "
-           "factor (nccl-tests). ✗: wrong result (a failed cell).", ""]
+           "factor (nccl-tests). ✗: wrong result (a failed cell)." + (
+               f" Each call came after {gap * 1e3:g} ms of busy work on every rank, untimed (`--gap`), as a training "
+               "step calls its collectives after compute." if gap else ""),
+           ""]
     ops = list(dict.fromkeys(r["op"] for r in records if r["op"]))
     for op in ops:
         cells = [r for r in records if r["op"] == op]

@@ -271,6 +271,9 @@ CASES = [
     ("comm-zero-size", ["comm", "--sizes", "0"], "size '0' must be at least 1 byte"),
     ("comm-bad-range", ["comm", "--sizes", "1M:1K"], "size range '1M:1K' must go from a positive size up"),
     ("comm-iters-0", ["comm", "--iters", "0"], "--iters must be at least 1, got 0"),
+    ("comm-gap-negative", ["comm", "--gap", "-1"], "--gap must be between 0 and 1000 ms, got -1"),
+    ("comm-gap-nan", ["comm", "--gap", "nan"], "--gap must be between 0 and 1000 ms, got nan"),
+    ("comm-gap-too-long", ["comm", "--gap", "1e6"], "--gap must be between 0 and 1000 ms, got 1e+06"),
     ("comm-duplicate-size", ["comm", "--sizes", "1K,4K,1024"], "size 1K listed twice in --sizes 1K,4K,1024"),
     ("comm-size-beyond-memory", ["comm", "--sizes", "4K,99999999999G"],
      f"size 99999999999G is more than this machine's memory ({format_mib(memory_total_bytes())}); choose --sizes "

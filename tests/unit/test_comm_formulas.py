@@ -77,3 +77,47 @@ def test_a_failed_cells_reason_stays_one_table_cell():
     assert _line(message) == "TypeError: Overflow when unpacking long long"
     assert _line("x" * 400) == "x" * 300 and _line("") == ""
     assert _cell("failed: a | b\n  c") == "failed: a / b c"
+
+
+def test_a_gap_keeps_every_rank_busy_before_each_call_and_is_not_timed(monkeypatch):
+    # `compare comm --gap`: busy work before every warm-up and timed call, outside the timed part; 0 keeps the
+    # calls back to back (nccl-tests' way), with no busy work at all.
+    from types import SimpleNamespace
+
+    from harness import collectives
+    from harness.rank import comm as rank_comm
+
+    events = []
+    clock = [0.0]
+
+    class Comm:
+        def all_reduce(self, t):
+            events.append("call")
+            clock[0] += 0.001  # each call "takes" 1 ms on the fake clock
+
+        def barrier(self):
+            pass
+
+    def fake_spin(seconds):
+        if seconds:
+            events.append(("spin", seconds))
+            clock[0] += seconds  # busy work moves the clock, which must not reach the timed call
+
+    monkeypatch.setattr(rank_comm, "spin", fake_spin)
+    monkeypatch.setattr(rank_comm.time, "perf_counter", lambda: clock[0])
+    adapter = SimpleNamespace(comm=Comm, describe=lambda: {"framework": "fake"})
+    info = SimpleNamespace(rank=0, world_size=2, device="cpu", backend="fake")
+    for gap in (0.0, 0.005):
+        events.clear()
+        spec = SimpleNamespace(comm={"ops": ["all_reduce"], "sizes": [4096], "dtype": "fp32", "max_iters": 6,
+                                     "gap_s": gap})
+        cell = rank_comm.run(spec, adapter, info)["cells"][0]
+        warm, timed = collectives.iterations(4096, 6)
+        calls = 1 + warm + timed  # the checked call, then warm-up and timed calls
+        assert events.count("call") == calls and cell["correct"] is False  # a fake sum: never the right one
+        assert cell["times_s"] == pytest.approx([0.001] * timed)  # the busy work is outside every timed call
+        if gap:
+            # the checked call runs alone; each warm-up and timed call follows the gap
+            assert events[1:] == [("spin", gap), "call"] * (warm + timed)
+        else:
+            assert events == ["call"] * calls
