@@ -52,6 +52,11 @@ COMM_ITERS = 200
 collective at its mean time, and on shared cores a few calls in a hundred stall for tens of milliseconds, so 20
 iterations (the sweep's size before 2026-11-24) moved a small message's mean by whole milliseconds between
 sweeps."""
+COMM_GAP_S = 1e-3
+"""Busy work on every rank before each timed call of the comm sweep (`compare comm --gap`), untimed. A training
+step calls its collectives after compute, never back to back; on this VM a gloo all-reduce of digits' gradients
+took a mean 1.5 ms back to back and 1.9 ms after 1 ms of busy work, as long as inside a step (harness/rank/comm.py).
+Sweeps made before 2026-11-25 timed the calls back to back (their records have no gap_s)."""
 CONTENTION_ROUNDS = 4
 CONTENTION_S = 1.0
 """Rounds of the compute-contention calibration, each rank 0 alone and every rank together (the order swapped
@@ -214,7 +219,8 @@ def plan(req: ScaleRequest) -> ScalePlan:
                 comm.append((n, given[n]))
             elif backends and not req.comm_dirs:
                 creq = CommRequest(backends=backends, ops=list(COMM_OPS), sizes=comm_sizes(workload), world_size=n,
-                                   device=req.device, dtype="fp32", max_iters=COMM_ITERS, threads=threads,
+                                   device=req.device, dtype="fp32", max_iters=COMM_ITERS, gap_s=COMM_GAP_S,
+                                   threads=threads,
                                    timeout_s=req.timeout_s, out=out / f"comm_n{n}", force=True, strict=False,
                                    oversubscribe=req.oversubscribe, bind_cores=req.bind_cores)
                 comm.append((n, commmod.plan(creq)))
@@ -337,7 +343,8 @@ def parts_summary(per_rank: list[dict[str, Any]], together_s: list[float]) -> di
     import statistics
 
     rounds = min(len(per_rank[0]["rounds"]), len(together_s))
-    out: dict[str, Any] = {"bytes": per_rank[0]["bytes"], "calls": per_rank[0]["calls"]}
+    out: dict[str, Any] = {"bytes": per_rank[0]["bytes"], "calls": per_rank[0]["calls"],
+                           "gap_s": per_rank[0].get("gap_s", 0.0)}
     for key in ("collective_s", "step_s"):
         out[key] = [max(r["rounds"][i][key] for r in per_rank) for i in range(rounds)]
     out["compute_in_step_s"] = [max(r["rounds"][i]["compute_s"] for r in per_rank) for i in range(rounds)]
@@ -375,7 +382,8 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                                  do_eval=False, extra={"mode": "contention",
                                                        "profile": {"steps": p.request.profile_steps,
                                                                    "rounds": CONTENTION_ROUNDS,
-                                                                   "min_s": CONTENTION_S}},
+                                                                   "min_s": CONTENTION_S,
+                                                                   "gap_s": COMM_GAP_S}},
                                  topology=point.topology)
             spec.fault = None  # injected faults are for the training launches
             outcome = run_launch(adapter, spec, p.request.timeout_s)

@@ -224,7 +224,8 @@ def parts(workload, spec, info, data, adapter, comm, batch: int, steps: int, min
           compute_s: float) -> dict:
     """Is a step the sum of its parts on this machine? The model adds the compute and each collective at its mean
     time in a comm sweep (timed back to back). In rounds (the order swapped every round), every rank at once:
-    the framework's all-reduce of one buffer of the gradients' bytes back to back, and a plain local step of the
+    the framework's all-reduce of one buffer of the gradients' bytes as the comm sweep times it (back to back, or
+    each call after `gap_s` of busy work, untimed), and a plain local step of the
     model followed by that all-reduce (a one-bucket step with no framework around it). Both loops run the same
     number of calls on every rank (the mean of the ranks' own estimates for `min_s` seconds), so no collective
     goes out of step. A diagnosis of the machine, kept beside the model's errors; no prediction uses it."""
@@ -240,9 +241,12 @@ def parts(workload, spec, info, data, adapter, comm, batch: int, steps: int, min
     def collective():
         op.run(comm, bufs)
 
+    gap = float(spec.profile.get("gap_s") or 0.0)  # as the comm sweep times its calls (harness/rank/comm.py)
+
     def timed(calls: int) -> list[float]:
         times = []
         for _ in range(calls):
+            spin(gap)
             sync()
             t0 = time.perf_counter()
             collective()
@@ -251,7 +255,7 @@ def parts(workload, spec, info, data, adapter, comm, batch: int, steps: int, min
         return times
 
     probe = statistics.fmean(timed(5)[1:])  # the same 5 calls on every rank
-    own = torch.tensor([max(steps, min_s / max(probe, 1e-6)), max(steps, min_s / max(probe + compute_s, 1e-6))],
+    own = torch.tensor([max(steps, min_s / max(probe + gap, 1e-6)), max(steps, min_s / max(probe + compute_s, 1e-6))],
                        dtype=torch.float64, device=info.device)
     n_coll, n_step = (max(steps, int(round(float(v)))) for v in adapter.all_reduce_mean(own).cpu())
     out = []
@@ -266,7 +270,7 @@ def parts(workload, spec, info, data, adapter, comm, batch: int, steps: int, min
                 r.update(compute_s=b["mean_s"], after_s=b["after_mean_s"], step_s=b["step_mean_s"])
         out.append(r)
     adapter.barrier()
-    return {"bytes": elements * 4, "calls": [n_coll, n_step], "rounds": out}
+    return {"bytes": elements * 4, "calls": [n_coll, n_step], "rounds": out, "gap_s": gap}
 
 
 def _threads() -> int:

@@ -55,6 +55,21 @@ def comm_records(out: Path) -> list[dict[str, Any]]:
     return recs
 
 
+def _gap_note(comm: list[dict[str, Any]]) -> str:
+    """How the comm sweep timed its calls: after busy work on every rank (`compare comm --gap`, as `compare scale`
+    has since 2026-11-25), or back to back."""
+    gaps = sorted({r.get("gap_s") or 0.0 for r in comm if r.get("op") and r.get("status") == "ok"})
+    if not gaps:
+        return ""
+    if gaps == [0.0]:
+        return (" The comm sweep timed its calls back to back, as nccl-tests does (a sweep made before 2026-11-25, "
+                "or given with --comm): a step calls its collectives after compute, and on shared cores such a "
+                "call can take longer.")
+    return (f" The comm sweep timed each call after {'/'.join(f'{g * 1e3:g}' for g in gaps)} ms of busy work on "
+            "every rank, untimed, as a step calls its collectives after its compute (`compare comm --gap`; until "
+            "2026-11-25 back to back, as nccl-tests does).")
+
+
 def _ok(records, label, n):
     return [r for r in records if r["label"] == label and r.get("scale") and r["scale"]["point"] == n
             and r["status"] == "ok" and r.get("step_time_s")]
@@ -177,6 +192,12 @@ def _contention_note(records, label: str) -> str:
               if c.get("status") == "ok" and c.get("parts")]
     return note + ("; the step's parts (a plain step, then the framework's all-reduce of the gradients' bytes, "
                    "against the two timed apart) " + ", ".join(checks) if checks else "")
+
+
+def _parts_timing(parts) -> str:
+    gaps = sorted({p.get("gap_s") or 0.0 for p in parts})
+    return ("back to back" if gaps == [0.0] else
+            f"each call after {'/'.join(f'{g * 1e3:g}' for g in gaps)} ms of busy work, untimed")
 
 
 def parts_note(p: dict[str, Any]) -> str:
@@ -431,7 +452,7 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
            "and is judged against it: the model adds a step's parts, and means add where medians do not (a step "
            "with several collectives, each delayed now and then, has a median above the sum of their medians); "
            "the mean step is also what a run's throughput and time to train are made of. The error against the "
-           "median step is beside it.", ""]
+           "median step is beside it." + _gap_note(comm), ""]
     md += ["| adapter | world size | measured step ms: mean (median, p10) [repeats' means] | predicted ms "
            "| error vs mean "
            "| vs median | of which exposed comm ms | overhead ms | compute at N vs alone: calibrated (in the point) "
@@ -493,8 +514,8 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
             shares = [p["median_excess_share"] for p in checked.values()]
             md += ["", f"Is a step the sum of its parts on this machine? The same launches then timed, every rank at "
                        f"once and in rounds with the order swapped, a plain step of the model followed by the "
-                       f"framework's own all-reduce of the gradients' bytes, and that all-reduce back to back (as the "
-                       f"comm sweep times it). The two in a row took {min(shares):+.0%} to {max(shares):+.0%} "
+                       f"framework's own all-reduce of the gradients' bytes, and that all-reduce alone, "
+                       f"{_parts_timing(checked.values())} (as the comm sweep times it). The two in a row took {min(shares):+.0%} to {max(shares):+.0%} "
                        f"(median over rounds, per adapter) longer than the compute plus the all-reduce timed apart: "
                        f"a model that adds parts measured apart from the step is off by about that much here, however "
                        f"well it prices each part (per adapter and round: the calibration lines below). A diagnosis of "
@@ -519,9 +540,11 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        f"and the median jumps from one mode to another between runs. The model carries such delays "
                        f"only as far as the comm sweep's mean times hold them: a collective timed back to back, with "
                        f"nothing computed between calls, is delayed less often than one called after a step's "
-                       f"compute (tests/benchmarks/bench_step_parts.py times compute, the collective back to back and "
-                       f"the two in a row, interleaved in one launch, and prints how far the step is from the sum of "
-                       f"its parts on the machine it runs on)."]
+                       f"compute" + (", which is why the sweep times each call after busy work" if any(
+                           r.get("gap_s") for r in comm if r.get("op")) else "") +
+                       f" (tests/benchmarks/bench_step_parts.py times compute, the collective back to back and "
+                       f"after busy work, and the two in a row, interleaved in one launch, and prints how far the "
+                       f"step is from the sum of its parts on the machine it runs on)."]
     md += ["", "Calibration per adapter:", ""]
     for label, c in cal.items():
         prof = c["profile"]["batches"][0]
