@@ -200,6 +200,12 @@ class Adapter(ABC):
         """Training processes a launch of `world_size` creates (one per device unless overridden)."""
         return world_size
 
+    def scale_limit(self, device: str, world_size: int) -> str | None:
+        """Why a `compare scale` point of this adapter at `world_size` would not be `world_size` workers computing
+        in parallel on `device`, with the fix; None when it would. Such a point is not run (it has no speed-up to
+        measure) and its row says why."""
+        return None
+
     @abstractmethod
     def launch(self, spec_path: Path, spec: RunSpec) -> LaunchPlan:
         """The command that starts every rank; each rank ends up in `harness.rank.main.run(spec_path)` (use

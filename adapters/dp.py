@@ -24,6 +24,13 @@ class DPAdapter(SingleProcess):
                                    "cannot run on other hosts or span several",
                             "leave --hosts out for dp; across hosts, compare ddp (one process per device)")
 
+    def scale_limit(self, device: str, world_size: int) -> str | None:
+        if device == "cuda" or world_size == 1:
+            return None
+        return (f"on a CPU torch.nn.DataParallel is one process calling the module once with the whole batch, so "
+                f"world size {world_size} would be 1 worker, with no speed-up to measure (fix: scale it with "
+                f"--device cuda on a machine with {world_size} GPUs, or compare ddp on CPU)")
+
     def _devices(self, spec) -> int:
         return spec.world_size if spec.device == "cuda" else 1
 

@@ -186,6 +186,9 @@ class HorovodAdapter(Adapter):
             # without an interface it looks for one that every host has.
             hosts, iface = ",".join(f"{node.host}:{node.slots}" for node in topo.nodes), topo.iface
         argv = [horovodrun_path() or "horovodrun", "-np", str(n), "-H", hosts, f"--{k.controller}"]
+        # horovodrun caches its host checks for an hour in ~/.horovod: a launch must neither fail on a HOME it cannot
+        # write (it did, with a FileNotFoundError) nor rest on a check made before this run. Training is unchanged.
+        argv.append("--disable-cache")
         if iface is not None:
             argv += ["--network-interfaces", iface]
         # Only what the user set: everything else stays at horovodrun's own defaults.

@@ -104,7 +104,12 @@ _MAIN = False
 
 def _stop_on_signals() -> None:
     """For the commands that launch processes: Ctrl-C, and the SIGTERM of a CI job runner or `timeout`, and a
-    closed terminal's SIGHUP, stop the children and keep finished rows (harness/interrupt.py)."""
+    closed terminal's SIGHUP, stop the children and keep finished rows (harness/interrupt.py); and a closed pipe
+    on stdout (`compare run | head -1`) no longer ends the command: the rest of its output is dropped and the
+    measurement is written (harness/entry.py)."""
+    from harness import entry
+
+    entry.keep_running_on_closed_pipe()
     if _MAIN:
         interrupt.install()
 
@@ -230,7 +235,7 @@ class ScaleUI(RunUI):
         straggler = (f"; straggler: rank {plan.straggler['rank']} x{plan.straggler['factor']:g}"
                      if plan.straggler else "")
         return (f"[bold]compare scale[/]: workload [bold]{req.workload}[/], {plan.scaling} scaling, world sizes "
-                f"{', '.join(map(str, plan.world_sizes))}{over_text}, {plan.threads} thread(s) per rank, device "
+                f"{','.join(map(str, plan.world_sizes))}{over_text}; {plan.threads} thread(s) per rank, device "
                 f"{req.device}, adapters {escape(names)} + the single-process baseline; {first.warmup} warm-up + "
                 f"{first.steps} timed steps, {req.repeats} repeat(s){straggler} -> {plan.out}")
 
@@ -488,8 +493,8 @@ def scale(
                        device=device, steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats,
                        threads=threads, equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force,
                        strict=strict, oversubscribe=oversubscribe, bind_cores=bind_cores, straggler=straggler,
-                       knobs=knob, options=option, comm_dirs=comm, model=model, profiles=profile, predict_to=predict_to,
-                       profile_steps=profile_steps)
+                       knobs=knob, options=option, comm_dirs=comm, model=model,
+                       profiles=list(dict.fromkeys(profile)), predict_to=predict_to, profile_steps=profile_steps)
     try:
         plan = scalemod.plan(req)
     except BadInput as exc:
@@ -535,8 +540,11 @@ def predict(
         if name not in names:
             _fail(f"unknown hardware profile '{name}'; valid choices: {', '.join(names)} "
                   f"(or add harness/profiles/{name}.json: see harness/profiles/README.md)")
-    if to < 1:
-        _fail(f"--to must be at least 1, got {to}")
+    lo, hi = costmodel.PREDICT_TO
+    if not lo <= to <= hi:
+        _fail(f"--to must be from {lo} to {hi:,} (the extrapolation gives 8, 16, 64, 256, ... workers up to it), "
+              f"got {to}")
+    profile = list(dict.fromkeys(profile))  # a profile named twice is extrapolated once
     if directory is not None:
         records = _read_run(directory)
         if records[0].get("kind") != "scale":
@@ -558,7 +566,10 @@ def _predict_sweep(directory: Path, records: list[dict], profile: list[str], to:
     from harness.report import scale_model
 
     tab = report_scale.table(records)
-    cal = scale_model.calibrate(records, scale_model.comm_records(directory))
+    problems: list[str] = []
+    cal = scale_model.calibrate(records, scale_model.comm_records(directory, problems))
+    for line in problems:
+        console.print(f"[yellow]warning[/]: {escape(line)}: the model has no collectives from it")
     console.print(f"[bold]predicted vs measured[/] ({directory})")
     for r in scale_model.predict_measured(records, tab, cal):
         over = " (oversubscribed)" if r["oversubscribed"] else ""
@@ -694,12 +705,22 @@ def report_cmd(directory: Path = typer.Argument(..., help="A run directory holdi
 
 
 @app.command("index")
-def index_cmd(directory: Path = typer.Argument(Path("results"), help="Directory of runs (default: results).")):
+def index_cmd(directory: Path = typer.Argument(Path("results"), help="Directory of runs (default: results)."),
+              force: bool = typer.Option(False, help="Replace a DIR/README.md that `compare index` did not write.")):
     """Regenerate DIR/README.md, the index of the runs under DIR, from their records."""
     from harness import report
 
     if not directory.is_dir():
         _fail(f"{directory} is not a directory")
+    if (directory / "records.jsonl").exists():
+        _fail(f"{directory} is a run's own directory (it holds records.jsonl); give the directory that holds the "
+              f"runs, e.g. {directory.parent}")
+    if not any(directory.glob("*/records.jsonl")):
+        _fail(f"no runs under {directory} (no {directory}/*/records.jsonl); give the directory that holds them, "
+              f"e.g. results")
+    readme = directory / "README.md"
+    if readme.is_file() and not force and not report.is_index(readme):
+        _fail(f"{readme} exists and was not written by `compare index`; use --force to replace it")
     try:
         path = report.index(directory, warn=lambda line: typer.echo(f"warning: {line}", err=True))
     except OSError as exc:

@@ -14,7 +14,7 @@ import adapters
 from harness import collectives
 from harness import env as envmod
 from harness import hosts, interrupt, outdir
-from harness.inputs import BadInput, CommPlan, CommRequest, build_rows, check_common, check_cores, check_list
+from harness.inputs import MAX_ITERS, BadInput, CommPlan, CommRequest, build_rows, check_common, check_cores, check_list
 from harness.launch import run_launch
 from harness.record import SCHEMA_VERSION
 from harness.run import default_threads
@@ -35,6 +35,8 @@ def plan(req: CommRequest) -> CommPlan:
         raise BadInput(f"unknown dtype '{req.dtype}'; valid choices: {', '.join(collectives.DTYPES)}")
     if req.max_iters < 1:
         raise BadInput(f"--iters must be at least 1, got {req.max_iters}")
+    if req.max_iters > MAX_ITERS:
+        raise BadInput(f"--iters must be at most {MAX_ITERS:,}, got {req.max_iters}")
     if not 0 <= req.gap_s <= MAX_GAP_S:  # also refuses nan and inf
         raise BadInput(f"--gap must be between 0 and {MAX_GAP_S * 1e3:g} ms, got {req.gap_s * 1e3:g}")
     ops = req.ops if req.ops is not None else list(collectives.DEFAULT_OPS)
@@ -48,6 +50,10 @@ def plan(req: CommRequest) -> CommPlan:
         raise BadInput(str(exc)) from None
     if not sizes:
         raise BadInput("no sizes given; use e.g. --sizes 1K:64M")
+    least = collectives.DTYPES[req.dtype] * req.world_size  # one element per rank
+    if min(sizes) < least:
+        raise BadInput(f"size {format_size(min(sizes))} is less than one {req.dtype} element per rank ({least} bytes "
+                       f"at {req.world_size} ranks); choose --sizes of at least {least}")
     dup = next((x for i, x in enumerate(sizes) if x in sizes[:i]), None)
     if dup is not None:
         raise BadInput(f"size {format_size(dup)} listed twice in --sizes {req.sizes}")
@@ -111,7 +117,9 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
                 session.save(recs)
                 if ui:
                     ok = sum(r["status"] == "ok" for r in recs)
-                    ui(f"{row.label}: {outcome.status} {outcome.reason} - {ok} cells ok")
+                    said = outcome.reason if outcome.reason.startswith(outcome.status) else \
+                        f"{outcome.status} {outcome.reason}".strip()
+                    ui(f"{row.label}: {said} - {ok} cells ok")
                 if outcome.status == "interrupted":
                     interrupted = True
                     break

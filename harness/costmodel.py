@@ -57,6 +57,9 @@ MiB = 2**20
 BOUNDS_FROM = 64
 """Beyond this many workers predictions are given as bounds, not points (published predictors stop being
 reliable there: contention, stragglers and topology effects a step model does not see)."""
+PREDICT_TO = (8, 65536)
+"""The range of --to / --predict-to: the extrapolation's table starts at 8 workers (one node of a profile), and
+past 65,536 a one-step model has nothing to say."""
 
 
 # ---- compute ------------------------------------------------------------------------------------------------

@@ -23,11 +23,23 @@ def _tolerant_streams() -> None:
                 pass
 
 
+_KEEP_ON_CLOSED_PIPE = False
+
+
+def keep_running_on_closed_pipe() -> None:
+    """From now on a closed pipe on stdout or stderr (`compare run | head -1`) does not end the command either:
+    called by the commands that measure (run, scale, comm) once their input is checked, so that minutes of
+    measurement are written to their results directory rather than abandoned half-made."""
+    global _KEEP_ON_CLOSED_PIPE
+    _KEEP_ON_CLOSED_PIPE = True
+
+
 class _LossyStdout:
     """Standard output that may fail to take what is printed (`> /dev/full`, a vanished terminal: ENOSPC, EIO)
     without ending the command: a run keeps measuring and writes its files. From the first failed write on, the
     descriptor points to /dev/null, so nothing fails again, not even the flush at exit. A closed pipe (EPIPE)
-    still ends the command quietly, as `compare ... | head` expects."""
+    ends the command quietly, as `compare list | head` expects, except in a command that measures
+    (`keep_running_on_closed_pipe`)."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -36,15 +48,20 @@ class _LossyStdout:
         try:
             return call(*args)
         except BrokenPipeError:
-            raise
+            if not _KEEP_ON_CLOSED_PIPE:
+                raise
+            return self._to_null(args)
         except OSError:
-            try:
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, self._stream.fileno())
-                os.close(null)
-            except (OSError, ValueError):
-                pass
-            return len(args[0]) if args else None
+            return self._to_null(args)
+
+    def _to_null(self, args):
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError):
+            pass
+        return len(args[0]) if args else None
 
     def write(self, text):
         return self._guard(self._stream.write, text)
@@ -60,6 +77,8 @@ def main() -> None:
     _tolerant_streams()
     if sys.stdout is not None:
         sys.stdout = _LossyStdout(sys.stdout)
+    if sys.stderr is not None:
+        sys.stderr = _LossyStdout(sys.stderr)
     try:
         from harness.cli import main as cli_main
     except KeyboardInterrupt:

@@ -202,6 +202,13 @@ class CommPlan(Plan):
 
 MAX_THREADS = 4096
 """--threads above this is a typo, not a machine: refused before torch.set_num_threads() would overflow in a rank."""
+MAX_STEPS = 10**7
+"""--steps, --warmup, --max-steps (and the step counts that follow them) above this are refused: every rank keeps
+one time and one loss per step (0.3 GB at this bound), and 2**63 overflowed the progress file's counters."""
+MAX_REPEATS = 1000
+"""--repeats above this is refused: the plan lists every launch up front (10**20 of them took all the memory)."""
+MAX_ITERS = 10**6
+"""`compare comm --iters` above this is refused (a cell of 10**20 calls would never end)."""
 
 
 def require_torch() -> None:
@@ -316,6 +323,9 @@ def check_list(given: list[str] | None, valid: list[str], what: str) -> None:
         return
     if not given:
         raise BadInput(f"no {what}s given; valid choices: {', '.join(valid)}")
+    if "" in given:
+        raise BadInput(f"an empty {what} in '{','.join(given)}' (two commas in a row, or one at an end); valid "
+                       f"choices: {', '.join(valid)}")
     seen = set()
     for name in given:
         if name in seen:
@@ -364,10 +374,12 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
 
 
 def split(value: str | None) -> list[str] | None:
-    """"a,b, c" -> ["a", "b", "c"]; None stays None (the option was not given)."""
+    """"a,b, c" -> ["a", "b", "c"]; None stays None (the option was not given); "" or "," -> [] (refused by
+    check_list as an empty list); "a,,b" keeps its empty entry, which check_list refuses (a typo, not a list)."""
     if value is None:
         return None
-    return [v.strip() for v in value.split(",") if v.strip()]
+    parts = [v.strip() for v in value.split(",")]
+    return parts if any(parts) else []
 
 
 def first_sentence(reason: str) -> str:

@@ -160,9 +160,22 @@ def save_figure(fig, path: Path, dpi: int) -> None:
 
 
 def clear(out: Path, files: tuple[str, ...]) -> None:
-    """Remove a previous run's result files (only reached with --force, or when there were none)."""
-    for f in files:
+    """Remove a previous run's result files (only reached with --force, or when there were none): this command's
+    `files`, and whatever any compare command writes there (another command's plots, the logs in logs/, a scale
+    sweep's comm_n*/), so that the directory holds this run's files and nothing its records do not account for.
+    Files compare does not write are left alone."""
+    from harness import comm, run, scale  # here: they import this module
+
+    for f in dict.fromkeys(files + run.RESULT_FILES + scale.RESULT_FILES + comm.RESULT_FILES):
         (out / f).unlink(missing_ok=True)
+    logs = out / "logs"
+    if logs.is_dir() and not logs.is_symlink():
+        for f in logs.iterdir():
+            if f.is_file() or f.is_symlink():
+                f.unlink(missing_ok=True)
+    for d in out.glob("comm_n*"):
+        if d.is_dir() and not d.is_symlink() and (d / "records.jsonl").is_file():
+            shutil.rmtree(d)
 
 
 def scratch_dir(within: Path | None = None) -> Path:

@@ -16,8 +16,8 @@ import adapters
 import workloads
 from harness import env as envmod
 from harness import hosts, interrupt, outdir, record
-from harness.inputs import (BadInput, Row, RunPlan, RunRequest, UntilTarget, build_rows, check_common, check_cores,
-                            check_list, load_workload, pairs, parse_label)
+from harness.inputs import (MAX_REPEATS, MAX_STEPS, BadInput, Row, RunPlan, RunRequest, UntilTarget, build_rows,
+                            check_common, check_cores, check_list, load_workload, pairs, parse_label)
 from harness.launch import Launch
 from harness.session import Session
 from harness.spec import RunSpec
@@ -49,11 +49,15 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     check_common(req)
     if req.repeats < 1:
         raise BadInput(f"repeats must be at least 1, got {req.repeats}")
+    if req.repeats > MAX_REPEATS:
+        raise BadInput(f"repeats must be at most {MAX_REPEATS}, got {req.repeats}")
     for name, value, least in (("--steps", req.steps, 1), ("--warmup", req.warmup, 0),
                                ("--global-batch", req.global_batch, 1), ("--equiv-steps", req.equiv_steps, 0),
                                ("--eval-every", req.eval_every, 1), ("--max-steps", req.max_steps, 1)):
         if value is not None and value < least:
             raise BadInput(f"{name} must be at least {least}, got {value}")
+        if value is not None and name != "--global-batch" and value > MAX_STEPS:
+            raise BadInput(f"{name} must be at most {MAX_STEPS:,} steps, got {value}")
     _check_until_target_flags(req)
     workload = load_workload(req)
     gb = workload.global_batch if req.global_batch is None else req.global_batch

@@ -92,9 +92,12 @@ def parse_world_sizes(text: str | None) -> list[int] | None:
     """"1,2,4" -> [1, 2, 4], refusing what is not an increasing list of distinct whole numbers >= 1."""
     if text is None:
         return None
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
         raise BadInput("no world sizes given; e.g. --world-sizes 1,2,4")
+    if "" in parts:
+        raise BadInput(f"an empty world size in --world-sizes {text} (two commas in a row, or one at an end); e.g. "
+                       f"--world-sizes 1,2,4")
     sizes = []
     for part in parts:
         if not part.lstrip("-").isdigit():
@@ -158,6 +161,10 @@ def plan(req: ScaleRequest) -> ScalePlan:
                            f"(or add harness/profiles/{name}.json: see harness/profiles/README.md)")
     if req.predict_to < max(sizes):
         raise BadInput(f"--predict-to {req.predict_to} is below the largest world size measured ({max(sizes)})")
+    lo, hi = costmodel.PREDICT_TO
+    if not lo <= req.predict_to <= hi:
+        raise BadInput(f"--predict-to must be from {lo} to {hi:,} (the extrapolation gives 8, 16, 64, 256, ... "
+                       f"workers up to it), got {req.predict_to}")
     if req.profile_steps < 3:
         raise BadInput(f"--profile-steps must be at least 3, got {req.profile_steps}")
     workload = load_workload(req)
@@ -177,6 +184,12 @@ def plan(req: ScaleRequest) -> ScalePlan:
                            f"workload {req.workload}'s training set ({workload.train_samples(gb)} samples); use "
                            f"smaller world sizes or a smaller --global-batch")
         p = run.plan_rows(sub, f"--world-sizes up to {cores}")
+        for row in p.runnable:
+            why = row.adapter.scale_limit(req.device, n)
+            if why:
+                if req.strict and req.adapters is not None:
+                    raise BadInput(f"adapter '{row.label}' cannot be scaled here: {why}")
+                row.adapter, row.reason = None, why
         per_rank = gb // n
         p.tag = f" n={n}"
         p.extra = {"oversubscribed": p.oversubscribed,
@@ -208,10 +221,33 @@ def plan(req: ScaleRequest) -> ScalePlan:
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     outdir.check(out, req.force, RESULT_FILES)
     comm: list[tuple[int, Any]] = []
+    if req.comm_dirs and not req.model:
+        raise BadInput("--comm gives results to calibrate the model with, which --no-model skips; leave one out")
     if req.model:
         given = _read_comm_dirs(req.comm_dirs)
+        if req.comm_dirs:
+            for n, d in given.items():
+                if n not in sizes:
+                    raise BadInput(f"--comm {d}: world size {n}, which is not one of --world-sizes "
+                                   f"{','.join(map(str, sizes))}; give comm results at a world size the sweep "
+                                   f"measures")
         backends = sorted({r.adapter.comm_schedule()["comm_backend"] for p in points for r in p.runnable
                            if r.adapter.comm_schedule() and r.adapter.processes(p.request.world_size) > 1})
+        if req.comm_dirs and backends:
+            missing = [n for n in sizes if n > 1 and n not in given]
+            if missing:
+                raise BadInput(f"--comm gives no results at world size {', '.join(map(str, missing))}; add a "
+                               f"`compare comm -n {missing[0]}` run, or leave --comm out to measure them here")
+            from harness.record import read_records
+
+            for n, d in given.items():
+                have = {r["backend"] for r in read_records(d / "records.jsonl")
+                        if r.get("op") and r.get("status") == "ok"}
+                lacking = [b for b in backends if b not in have]
+                if lacking:
+                    raise BadInput(f"--comm {d}: no timings of backend {', '.join(lacking)}, whose collectives "
+                                   f"the sweep's adapters use; add it (`compare comm --backends "
+                                   f"{','.join(backends)} -n {n}`), or leave --comm out to measure them here")
         for n in sizes:
             if n == 1:
                 continue
@@ -279,6 +315,12 @@ def _read_comm_dirs(dirs: list[Path]) -> dict[int, Path]:
             raise BadInput(f"--comm {d}: not readable `compare comm` results ({exc})") from None
         if not recs or recs[0].get("kind") != "comm":
             raise BadInput(f"--comm {d}: holds no `compare comm` records")
+        if recs[0].get("dtype", "fp32") != "fp32":
+            raise BadInput(f"--comm {d}: timed in {recs[0]['dtype']}, but the model prices fp32 gradients; give "
+                           f"the results of a `compare comm --dtype fp32` run")
+        if not any(r.get("op") and r.get("status") == "ok" for r in recs):
+            raise BadInput(f"--comm {d}: no cell of it ran ({', '.join(sorted({r['status'] for r in recs}))}); "
+                           f"give a finished `compare comm` run")
         n = recs[0]["world_size"]
         if n in found:
             raise BadInput(f"--comm {d}: a second comm result for world size {n} (also {found[n]})")
@@ -295,7 +337,7 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tup
     run_info = run.run_header(p, "scale", [BASELINE] + p.labels, started)
     run_info["scale_sweep"] = {"scaling": p.scaling, "world_sizes": p.world_sizes, "threads_per_rank": p.threads,
                                "straggler": p.straggler, "profiles": p.profiles, "predict_to": p.predict_to,
-                               "comm_dirs": [f"comm_n{n}" for n, _ in p.comm]}
+                               "comm_dirs": [f"comm_n{n}" for n, _ in p.comm], "model": p.request.model}
     with Session(p.out, RESULT_FILES) as session:
         ui.start(p)
         runner = run.Runner(session, ui, run_info)

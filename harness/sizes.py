@@ -29,6 +29,8 @@ def parse_sizes(text: str, factor: int = 2) -> list[int]:
             sizes.append(s)
             s *= factor
         return sizes
+    if "," in text and not all(p.strip() for p in text.split(",")) and any(p.strip() for p in text.split(",")):
+        raise ValueError(f"an empty size in '{text}' (two commas in a row, or one at an end); e.g. 4K,1M")
     sizes = [parse_size(p) for p in text.split(",") if p.strip()]
     for p, s in zip((p for p in text.split(",") if p.strip()), sizes):
         if s < 1:

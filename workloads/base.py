@@ -136,11 +136,16 @@ class Workload(ABC):
         if per_epoch == 0:
             raise ValueError(f"global batch {global_batch} is larger than the training set ({n_train})")
         epoch, within = divmod(step, per_epoch)
-        gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        perm = torch.randperm(n_train, generator=gen)
-        batch = perm[within * global_batch:(within + 1) * global_batch]
+        key = (self.seed, epoch, n_train)
+        cached = getattr(self, "_epoch_perm", None)
+        if cached is None or cached[0] != key:  # one permutation per epoch, kept while the steps walk through it
+            gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+            self._epoch_perm = cached = (key, torch.randperm(n_train, generator=gen))
+        batch = cached[1][within * global_batch:(within + 1) * global_batch]
         per_rank = global_batch // data_world
-        return batch[data_rank * per_rank:(data_rank + 1) * per_rank]
+        # A copy: a view would keep the epoch's whole permutation alive with every step's indices (12 KB a step on
+        # digits, which a run that kept every step's indices counted in its peak memory).
+        return batch[data_rank * per_rank:(data_rank + 1) * per_rank].clone()
 
     # ---- evaluation ----------------------------------------------------------------------------------------
     def eval_slice(self, n_test: int, rank: int, world: int) -> slice:

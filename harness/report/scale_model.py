@@ -43,14 +43,18 @@ LEGACY_HOROVOD = {"kind": "fusion", "comm_backend": "horovod", "wire_scale": 1.0
 published 2017-2018 Horovod benchmarks ran with."""
 
 
-def comm_records(out: Path) -> list[dict[str, Any]]:
+def comm_records(out: Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
+    """The records of a sweep's comm_n*/ directories; one that cannot be read is skipped, and named in `problems`
+    (so that a report says why a world size has no collectives, rather than that none were measured)."""
     from harness.record import read_records
 
     recs = []
     for path in sorted(out.glob("comm_n*/records.jsonl")):
         try:
             recs += read_records(path)
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            if problems is not None:
+                problems.append(f"{path.relative_to(out)} cannot be read ({exc})")
             continue
     return recs
 
@@ -437,9 +441,14 @@ def published_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], list[Path]]:
     sweep = records[0].get("scale_sweep") or {}
-    comm = comm_records(out)
+    if sweep.get("model") is False:
+        return ["## The model", "", "Not evaluated: the sweep ran with `--no-model` (no comm sweep, no compute-"
+                "contention calibration, no prediction).", ""], []
+    problems: list[str] = []
+    comm = comm_records(out, problems)
     cal = calibrate(records, comm)
     md = ["## The model: predicted vs measured", ""]
+    md += [f"- {p}: the model has no collectives from it." for p in problems] + ([""] if problems else [])
     if not cal:
         return md + ["No point has a compute profile to calibrate with.", ""], []
     md += ["One step per backend = forward + backward + optimizer (from the world-size-1 compute profile, at the "

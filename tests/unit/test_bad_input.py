@@ -75,6 +75,15 @@ CASES = [
     ("run-equiv-beyond-run", ["run", "--steps", "5", "--warmup", "1", "--equiv-steps", "7"],
      "--equiv-steps 7 is more than the 1 + 5 steps the run takes"),
     ("run-repeats-0", ["run", "--repeats", "0"], "repeats must be at least 1, got 0"),
+    ("run-repeats-huge", ["run", "--repeats", "99999999999999999999"],
+     "repeats must be at most 1000, got 99999999999999999999"),
+    ("run-steps-huge", ["run", "--steps", "99999999999999999999"],
+     "--steps must be at most 10,000,000 steps, got 99999999999999999999"),
+    ("run-warmup-huge", ["run", "--warmup", "9223372036854775807"],
+     "--warmup must be at most 10,000,000 steps, got 9223372036854775807"),
+    ("run-ttt-max-steps-huge", ["run", "--until-target", "--max-steps", "99999999999999999999"],
+     "--max-steps must be at most 10,000,000 steps, got 99999999999999999999"),
+    ("scale-repeats-huge", ["scale", "--repeats", "5000"], "repeats must be at most 1000, got 5000"),
     ("run-threads-0", ["run", "--threads", "0"], "threads must be at least 1, got 0"),
     ("run-threads-huge", ["run", "-a", "dp", "--threads", "99999999999999999999", "--oversubscribe"],
      "threads must be at most 4096 (more than any machine's cores), got 99999999999999999999"),
@@ -271,6 +280,19 @@ CASES = [
     ("comm-zero-size", ["comm", "--sizes", "0"], "size '0' must be at least 1 byte"),
     ("comm-bad-range", ["comm", "--sizes", "1M:1K"], "size range '1M:1K' must go from a positive size up"),
     ("comm-iters-0", ["comm", "--iters", "0"], "--iters must be at least 1, got 0"),
+    ("comm-iters-huge", ["comm", "--iters", "99999999999999999999"],
+     "--iters must be at most 1,000,000, got 99999999999999999999"),
+    ("comm-size-below-an-element", ["comm", "--sizes", "3,1K"],
+     "size 3B is less than one fp32 element per rank (8 bytes at 2 ranks); choose --sizes of at least 8"),
+    ("comm-empty-size", ["comm", "--sizes", "1K,,4K"],
+     "an empty size in '1K,,4K' (two commas in a row, or one at an end); e.g. 4K,1M"),
+    ("comm-empty-backend", ["comm", "--backends", "torch,,horovod"],
+     f"an empty backend in 'torch,,horovod' (two commas in a row, or one at an end); valid choices: {BACKENDS}"),
+    ("run-empty-adapter", ["run", "-a", "ddp,,horovod"],
+     "an empty adapter in 'ddp,,horovod' (two commas in a row, or one at an end); valid choices: "
+     + ", ".join(__import__("adapters").names())),
+    ("scale-empty-world-size", ["scale", "--world-sizes", "1,,2"],
+     "an empty world size in --world-sizes 1,,2 (two commas in a row, or one at an end); e.g. --world-sizes 1,2,4"),
     ("comm-gap-negative", ["comm", "--gap", "-1"], "--gap must be between 0 and 1000 ms, got -1"),
     ("comm-gap-nan", ["comm", "--gap", "nan"], "--gap must be between 0 and 1000 ms, got nan"),
     ("comm-gap-too-long", ["comm", "--gap", "1e6"], "--gap must be between 0 and 1000 ms, got 1e+06"),
@@ -327,7 +349,15 @@ CASES = [
     ("predict-unknown-profile", ["predict", "--profile", "tpu9"],
      f"unknown hardware profile 'tpu9'; valid choices: {PROFILES} (or add harness/profiles/tpu9.json: see "
      "harness/profiles/README.md)"),
-    ("predict-to-0", ["predict", "--to", "0"], "--to must be at least 1, got 0"),
+    ("predict-to-0", ["predict", "--to", "0"],
+     "--to must be from 8 to 65,536 (the extrapolation gives 8, 16, 64, 256, ... workers up to it), got 0"),
+    ("predict-to-7", ["predict", "--to", "7"],
+     "--to must be from 8 to 65,536 (the extrapolation gives 8, 16, 64, 256, ... workers up to it), got 7"),
+    ("predict-to-huge", ["predict", "--to", "99999999999999999999"],
+     "--to must be from 8 to 65,536 (the extrapolation gives 8, 16, 64, 256, ... workers up to it), got "
+     "99999999999999999999"),
+    ("scale-predict-to-4", ["scale", "--world-sizes", "1,2", "--predict-to", "4"],
+     "--predict-to must be from 8 to 65,536 (the extrapolation gives 8, 16, 64, 256, ... workers up to it), got 4"),
     ("predict-no-records", ["predict", "/nonexistent-scale"],
      "no records.jsonl in /nonexistent-scale; give a directory written by `compare run`, `comm` or `scale`"),
     # ---- list -----------------------------------------------------------------------------------------------
@@ -636,3 +666,108 @@ def test_a_dangling_symlink_as_out_is_named_with_its_target(tmp_path):
             f"error: output path {link} is a symbolic link to {tmp_path / 'nowhere' / 'x'}, which does not exist; "
             "create that directory, or choose another --out\n"), result.output
         assert link.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+def test_index_never_replaces_a_readme_it_did_not_write_nor_writes_into_a_run(tmp_path):
+    """`compare index .` from the project's root used to replace the project's README with an empty index."""
+    from conftest import REPO
+
+    good = REPO / "results" / "digits_cpu2_20261123-101734"
+    (tmp_path / good.name).mkdir()
+    (tmp_path / good.name / "records.jsonl").write_text((good / "records.jsonl").read_text())
+    (tmp_path / "README.md").write_text("# my notes\n")
+    result = invoke("index", tmp_path)
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: {tmp_path / 'README.md'} exists and was not written by `compare index`; use --force to replace it\n")
+    assert (tmp_path / "README.md").read_text() == "# my notes\n"
+    result = invoke("index", tmp_path, "--force")
+    assert result.exit_code == 0, result.output
+    assert f"[{good.name}]" in (tmp_path / "README.md").read_text()
+    result = invoke("index", tmp_path)  # its own index it replaces without --force
+    assert result.exit_code == 0, result.output
+    result = invoke("index", tmp_path / good.name)
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: {tmp_path / good.name} is a run's own directory (it holds records.jsonl); give the directory that "
+        f"holds the runs, e.g. {tmp_path}\n")
+    assert not (tmp_path / good.name / "README.md").exists()
+    (tmp_path / "empty").mkdir()
+    result = invoke("index", tmp_path / "empty")
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: no runs under {tmp_path / 'empty'} (no {tmp_path / 'empty'}/*/records.jsonl); give the directory "
+        "that holds them, e.g. results\n")
+    assert not (tmp_path / "empty" / "README.md").exists()
+
+
+def test_force_leaves_nothing_of_the_previous_run_but_keeps_files_compare_does_not_write(tmp_path):
+    """`--force` over another command's results used to keep its plots, its logs/ and a sweep's comm_n*/, so the
+    directory no longer matched its records."""
+    from harness import outdir, run
+
+    out = tmp_path / "out"
+    (out / "logs").mkdir(parents=True)
+    (out / "comm_n2").mkdir()
+    for name in ("records.jsonl", "report.md", "speedup.png", "busbw.png", "logs/horovod-r0.log",
+                 "comm_n2/records.jsonl", "notes.txt"):
+        (out / name).write_text("x")
+    (out / "mine").mkdir()
+    (out / "mine" / "records.jsonl").write_text("x")
+    outdir.clear(out, run.RESULT_FILES)
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert left == ["logs", "mine", "mine/records.jsonl", "notes.txt"]
+
+
+def test_scale_refuses_comm_results_that_cannot_calibrate_the_sweep(tmp_path):
+    """They used to be accepted, and the rows said after minutes of measuring that there was no comm sweep."""
+    import json
+
+    from conftest import REPO
+
+    n4 = REPO / "results" / "comm_cpu2_n4_20261123-122029"
+    n2 = REPO / "results" / "comm_cpu2_n2_20261123-121520"
+    result = invoke("scale", "-a", "ddp", "--world-sizes", "1,2", "--comm", str(n4), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: --comm {n4}: world size 4, which is not one of --world-sizes 1,2; give comm results at a world size "
+        "the sweep measures\n")
+    result = invoke("scale", "-a", "ddp", "--world-sizes", "1,2", "--comm", str(n2), "--no-model")
+    assert result.exit_code == 2 and result.stderr == (
+        "error: --comm gives results to calibrate the model with, which --no-model skips; leave one out\n")
+    fp16 = tmp_path / "fp16"
+    fp16.mkdir()
+    recs = [json.loads(line) for line in (n2 / "records.jsonl").read_text().splitlines()]
+    (fp16 / "records.jsonl").write_text("".join(json.dumps({**r, "dtype": "fp16"}) + "\n" for r in recs))
+    result = invoke("scale", "-a", "ddp", "--world-sizes", "1,2", "--comm", str(fp16))
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: --comm {fp16}: timed in fp16, but the model prices fp32 gradients; give the results of a `compare "
+        "comm --dtype fp32` run\n")
+    none = tmp_path / "none"
+    none.mkdir()
+    (none / "records.jsonl").write_text("".join(json.dumps({**r, "op": None, "status": "interrupted"}) + "\n"
+                                                for r in recs[:1]))
+    result = invoke("scale", "-a", "ddp", "--world-sizes", "1,2", "--comm", str(none))
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: --comm {none}: no cell of it ran (interrupted); give a finished `compare comm` run\n")
+    result = invoke("scale", "-a", "ddp", "--world-sizes", "1,2,4", "--oversubscribe", "--global-batch", "64",
+                    "--comm", str(n2))
+    assert result.exit_code == 2 and result.stderr == (
+        "error: --comm gives no results at world size 4; add a `compare comm -n 4` run, or leave --comm out to "
+        "measure them here\n")
+    assert not (tmp_path / "o").exists()
+
+
+def test_scale_does_not_run_a_point_that_would_not_be_parallel():
+    """DataParallel on a CPU is one process calling the module once: its "2-rank" point used to be reported with a
+    speed-up and an efficiency."""
+    from harness.inputs import ScaleRequest
+    from harness.scale import plan
+
+    p = plan(ScaleRequest(adapters=["dp", "ddp"], world_sizes=[1, 2], out=None))
+    at1, at2 = p.points
+    assert [r.label for r in at1.runnable] == ["dp", "ddp"]
+    assert [r.label for r in at2.runnable] == ["ddp"]
+    assert [(r.label, r.reason) for r in at2.unavailable] == [
+        ("dp", "on a CPU torch.nn.DataParallel is one process calling the module once with the whole batch, so world "
+               "size 2 would be 1 worker, with no speed-up to measure (fix: scale it with --device cuda on a machine "
+               "with 2 GPUs, or compare ddp on CPU)")]
+    result = invoke("scale", "-a", "dp", "--world-sizes", "1,2", "--strict")
+    assert result.exit_code == 2 and result.stderr.startswith(
+        "error: adapter 'dp' cannot be scaled here: on a CPU torch.nn.DataParallel is one process")

@@ -147,8 +147,8 @@ def test_launch_is_horovodrun_with_gloo_stall_check_and_fusion(monkeypatch):
     a = hv.HorovodAdapter({"fusion_threshold_mb": "32", "cycle_time_ms": "2.5", "stall_check_shutdown_s": "75"})
     plan = a.launch(Path("/tmp/spec.json"), SimpleNamespace(world_size=2, topology=None))
     argv = plan.argv
-    assert argv[:6] == ["/venv/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo"]
-    flags = dict(zip(argv[6:-4:2], argv[7:-4:2]))
+    assert argv[:7] == ["/venv/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "--disable-cache"]
+    flags = dict(zip(argv[7:-4:2], argv[8:-4:2]))
     assert flags == {"--network-interfaces": "lo", "--fusion-threshold-mb": "32", "--cycle-time-ms": "2.5",
                      "--stall-check-shutdown-time-seconds": "75"}
     assert argv[-4:] == [sys.executable, "-m", "harness.rank", "/tmp/spec.json"]
@@ -158,7 +158,8 @@ def test_launch_is_horovodrun_with_gloo_stall_check_and_fusion(monkeypatch):
 def test_unset_knobs_are_not_passed_to_horovodrun(monkeypatch):
     monkeypatch.setattr(hv, "horovodrun_path", lambda: "/venv/bin/horovodrun")
     argv = hv.HorovodAdapter({}).launch(Path("/tmp/spec.json"), SimpleNamespace(world_size=2, topology=None)).argv
-    assert argv == ["/venv/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "--network-interfaces", "lo",
+    assert argv == ["/venv/bin/horovodrun", "-np", "2", "-H", "localhost:2", "--gloo", "--disable-cache",
+                    "--network-interfaces", "lo",
                     sys.executable, "-m", "harness.rank", "/tmp/spec.json"]
 
 

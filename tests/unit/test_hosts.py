@@ -162,7 +162,8 @@ def test_spawn_runs_per_node_with_its_node_rank(tmp_path):
 def test_horovodrun_gets_every_host_and_the_interface(tmp_path, monkeypatch):
     monkeypatch.setattr(hv, "horovodrun_path", lambda: "/venv/bin/horovodrun")
     argv = hv.HorovodAdapter({}).launch(Path("/s.json"), spec(tmp_path, SSH)).argv
-    assert argv == ["/venv/bin/horovodrun", "-np", "3", "-H", "h1:1,h2:2", "--gloo", "--network-interfaces", "mn0",
+    assert argv == ["/venv/bin/horovodrun", "-np", "3", "-H", "h1:1,h2:2", "--gloo", "--disable-cache",
+                    "--network-interfaces", "mn0",
                     sys.executable, "-m", "harness.rank", "/s.json"]
     auto = hv.HorovodAdapter({}).launch(Path("/s.json"), spec(tmp_path, replace(SSH, iface=None))).argv
     assert "--network-interfaces" not in auto  # no --iface across hosts: horovodrun finds a common one itself

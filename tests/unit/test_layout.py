@@ -50,6 +50,22 @@ def test_output_cut_short_by_a_closed_pipe_ends_quietly():
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
 
 
+def test_a_run_whose_output_pipe_closes_still_writes_its_results(tmp_path):
+    # `compare run | head -1`: the reader goes away after the first line. A command that measures drops the rest of
+    # its printing and finishes, as with a full disk on stdout; it used to end there with exit 1 and leave a
+    # results directory holding only an empty logs/.
+    import json
+
+    out = tmp_path / "run"
+    proc = subprocess.run(f"{shlex.quote(sys.executable)} -m harness run -a dp --steps 3 --warmup 1 --equiv-steps 0 "
+                          f"--out {shlex.quote(str(out))} 2>&1 | head -1", shell=True, cwd=REPO, capture_output=True,
+                          text=True, timeout=300, executable="/bin/bash")
+    assert proc.stdout.startswith("compare run:") and proc.stdout.count("\n") == 1, proc.stdout
+    rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [(r["adapter"], r["status"]) for r in rows] == [("dp", "ok")]
+    assert (out / "report.md").is_file() and not (out / ".compare.lock").exists()
+
+
 def test_the_entry_point_is_the_guarded_one():
     # A Ctrl-C while the CLI is still being imported ends with exit 130 and one line (harness/entry.py).
     import tomllib

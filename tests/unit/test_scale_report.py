@@ -170,3 +170,24 @@ def test_the_model_takes_the_median_repeats_compute_profile_not_the_first():
     assert median_profile(recs)["batches"][0]["compute_s"] == 0.814
     assert median_profile(recs[:2])["batches"][0]["compute_s"] == 0.801  # the lower middle of two
     assert median_profile([{"status": "ok"}]) is None and median_profile([]) is None
+
+
+def test_a_sweep_run_with_no_model_says_so_and_predicts_nothing(tmp_path):
+    # `--no-model` skips the comm sweep and the calibration; its report used to extrapolate to the H100 profile
+    # and check the published results all the same.
+    from harness.report import scale_model
+
+    md, plots = scale_model.section(tmp_path, [{"scale_sweep": {"model": False}}], {})
+    assert plots == [] and md == [
+        "## The model", "", "Not evaluated: the sweep ran with `--no-model` (no comm sweep, no compute-contention "
+        "calibration, no prediction).", ""]
+
+
+def test_an_unreadable_comm_sweep_is_named(tmp_path):
+    from harness.report import scale_model
+
+    (tmp_path / "comm_n2").mkdir()
+    (tmp_path / "comm_n2" / "records.jsonl").write_text("garbage\n")
+    problems = []
+    assert scale_model.comm_records(tmp_path, problems) == []
+    assert len(problems) == 1 and problems[0].startswith("comm_n2/records.jsonl cannot be read (")
