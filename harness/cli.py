@@ -106,10 +106,10 @@ def _stop_on_signals() -> None:
     """For the commands that launch processes: Ctrl-C, and the SIGTERM of a CI job runner or `timeout`, and a
     closed terminal's SIGHUP, stop the children and keep finished rows (harness/interrupt.py); and a closed pipe
     on stdout (`compare run | head -1`) no longer ends the command: the rest of its output is dropped and the
-    measurement is written (harness/entry.py)."""
-    from harness import entry
-
-    entry.keep_running_on_closed_pipe()
+    measurement is written (harness/entry.py: _LossyStdout)."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "keep_on_closed_pipe"):
+            stream.keep_on_closed_pipe = True
     if _MAIN:
         interrupt.install()
 

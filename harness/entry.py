@@ -23,32 +23,23 @@ def _tolerant_streams() -> None:
                 pass
 
 
-_KEEP_ON_CLOSED_PIPE = False
-
-
-def keep_running_on_closed_pipe() -> None:
-    """From now on a closed pipe on stdout or stderr (`compare run | head -1`) does not end the command either:
-    called by the commands that measure (run, scale, comm) once their input is checked, so that minutes of
-    measurement are written to their results directory rather than abandoned half-made."""
-    global _KEEP_ON_CLOSED_PIPE
-    _KEEP_ON_CLOSED_PIPE = True
-
-
 class _LossyStdout:
     """Standard output that may fail to take what is printed (`> /dev/full`, a vanished terminal: ENOSPC, EIO)
     without ending the command: a run keeps measuring and writes its files. From the first failed write on, the
     descriptor points to /dev/null, so nothing fails again, not even the flush at exit. A closed pipe (EPIPE)
-    ends the command quietly, as `compare list | head` expects, except in a command that measures
-    (`keep_running_on_closed_pipe`)."""
+    ends the command quietly, as `compare list | head` expects, except once `keep_on_closed_pipe` is set: the
+    commands that measure (run, scale, comm) set it once their input is checked (harness/cli.py), so that minutes
+    of measurement are written to their results directory rather than abandoned half-made."""
 
     def __init__(self, stream):
         self._stream = stream
+        self.keep_on_closed_pipe = False
 
     def _guard(self, call, *args):
         try:
             return call(*args)
         except BrokenPipeError:
-            if not _KEEP_ON_CLOSED_PIPE:
+            if not self.keep_on_closed_pipe:
                 raise
             return self._to_null(args)
         except OSError:

@@ -18,6 +18,11 @@ from harness.inputs import BadInput
 RESULT_FILES = ("records.jsonl", "report.md")
 """Files whose presence means "this directory holds results" (plots and logs always come with them)."""
 LOCK_NAME = ".compare.lock"
+WRITTEN = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "epoch_time.png",
+           "ttt_curve.png", "ttt_time.png", "speedup.png", "efficiency.png", "memory.png", "balance.png",
+           "prediction.png", "busbw.png")
+"""Every file a compare command writes at the top of its results directory (run, scale and comm's RESULT_FILES;
+a test keeps the lists together): what --force removes besides logs/ and a sweep's comm_n*/."""
 
 
 def holder(out: Path) -> int | None:
@@ -164,9 +169,7 @@ def clear(out: Path, files: tuple[str, ...]) -> None:
     `files`, and whatever any compare command writes there (another command's plots, the logs in logs/, a scale
     sweep's comm_n*/), so that the directory holds this run's files and nothing its records do not account for.
     Files compare does not write are left alone."""
-    from harness import comm, run, scale  # here: they import this module
-
-    for f in dict.fromkeys(files + run.RESULT_FILES + scale.RESULT_FILES + comm.RESULT_FILES):
+    for f in dict.fromkeys(files + WRITTEN):
         (out / f).unlink(missing_ok=True)
     logs = out / "logs"
     if logs.is_dir() and not logs.is_symlink():

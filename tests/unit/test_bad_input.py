@@ -714,6 +714,9 @@ def test_force_leaves_nothing_of_the_previous_run_but_keeps_files_compare_does_n
     outdir.clear(out, run.RESULT_FILES)
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
     assert left == ["logs", "mine", "mine/records.jsonl", "notes.txt"]
+    from harness import comm, scale
+
+    assert set(run.RESULT_FILES + scale.RESULT_FILES + comm.RESULT_FILES) == set(outdir.WRITTEN)
 
 
 def test_scale_refuses_comm_results_that_cannot_calibrate_the_sweep(tmp_path):
