@@ -168,7 +168,7 @@ def test_the_contention_calibration_sees_ranks_that_share_cores(tmp_path):
     # "together" one rank after another, or "alone" while its peers spun, would not see it.
     comm = tmp_path / "comm"
     assert compare_cli("comm", "--backends", "torch", "--ops", "all_reduce", "--sizes", "1K", "--iters", "5",
-                       "--out", str(comm)).returncode == 0
+                       "-n", "4", "--oversubscribe", "--out", str(comm)).returncode == 0  # calibrates world size 4
     out = tmp_path / "scale"
     proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "4", "--oversubscribe", "--threads", "1", "--comm",
                        str(comm), "--out", str(out), "--equiv-steps", "0", *SHORT)
