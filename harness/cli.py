@@ -609,6 +609,10 @@ def _read_run(directory: Path) -> list[dict]:
     from harness.record import read_records
 
     path = directory / "records.jsonl"
+    if not directory.exists():
+        _fail(f"{directory} does not exist; give a directory written by `compare run`, `comm` or `scale`")
+    if not directory.is_dir():
+        _fail(f"{directory} is not a directory; give a directory written by `compare run`, `comm` or `scale`")
     if not path.is_file():
         _fail(f"no records.jsonl in {directory}; give a directory written by `compare run`, `comm` or `scale`")
     try:
@@ -692,7 +696,13 @@ def report_cmd(directory: Path = typer.Argument(..., help="A run directory holdi
     """Re-render report.md and the plots of a run from its records.jsonl alone."""
     from harness import report
 
+    from harness import outdir
+
     records = _read_run(directory)
+    pid = outdir.holder(directory)
+    if pid is not None:  # its records are half written, and the run renders its own report when it ends
+        _fail(f"{directory} is being written by a compare run that has not finished "
+              f"({f'pid {pid}' if pid > 0 else 'its pid is not recorded'}); its report is written when it ends")
     try:
         report.render(directory, records)
     except OSError as exc:

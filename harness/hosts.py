@@ -187,6 +187,8 @@ def describe_slots(nodes: list[Node]) -> str:
 def resolve(req) -> Topology | None:
     """The topology a request asks for, checked without touching the network (BadInput otherwise); None for a
     plain single-host run. Sets `req.world_size` to the number of slots when the request left it open (None)."""
+    if req.iface is not None and not _IFACE.match(req.iface):  # `compare sbatch` too, before writing a script
+        raise BadInput(f"--iface '{req.iface}' is not a network interface name")
     if getattr(req, "topology", None) is not None:  # given whole (`compare sbatch` plans for a future allocation)
         if req.world_size is None:
             req.world_size = req.topology.world_size
@@ -194,8 +196,6 @@ def resolve(req) -> Topology | None:
     hosts, hostfile, nnodes = req.hosts, req.hostfile, req.nnodes
     if req.launcher not in LAUNCHERS:
         raise BadInput(f"unknown launcher '{req.launcher}'; valid choices: {', '.join(LAUNCHERS)}")
-    if req.iface is not None and not _IFACE.match(req.iface):
-        raise BadInput(f"--iface '{req.iface}' is not a network interface name")
     given = [name for name, value in (("--hosts", hosts), ("--hostfile", hostfile)) if value is not None]
     cores: list[int] = []
     if req.launcher == "slurm":

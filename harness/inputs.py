@@ -358,8 +358,13 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
                 raise BadInput(unavailable_message(kind, label, avail.message(), req.device, req.world_size))
             rows.append(Row(label, name, cls, reason=avail.message()))
             continue
+        given = (knobs or {}).get(name, {})
+        for key in variant:
+            if key in given and given[key] != variant[key]:
+                raise BadInput(f"knob {key} of {label} is given twice with different values: {variant[key]} in the "
+                               f"row and {given[key]} in --knob {name}.{key}; give it once")
         try:
-            adapter = cls({**(knobs or {}).get(name, {}), **variant}, req.device)
+            adapter = cls({**given, **variant}, req.device)
             adapter.precision()  # resolves (and so checks) precision knobs against the device
         except OptionError as exc:
             raise BadInput(f"{kind} {label}: {exc}") from None

@@ -75,6 +75,9 @@ CASES = [
     ("run-equiv-beyond-run", ["run", "--steps", "5", "--warmup", "1", "--equiv-steps", "7"],
      "--equiv-steps 7 is more than the 1 + 5 steps the run takes"),
     ("run-repeats-0", ["run", "--repeats", "0"], "repeats must be at least 1, got 0"),
+    ("run-knob-conflict", ["run", "-a", "ddp:bucket_cap_mb=1", "--knob", "ddp.bucket_cap_mb=2"],
+     "knob bucket_cap_mb of ddp:bucket_cap_mb=1 is given twice with different values: 1 in the row and 2 in --knob "
+     "ddp.bucket_cap_mb; give it once"),
     ("run-repeats-huge", ["run", "--repeats", "99999999999999999999"],
      "repeats must be at most 1000, got 99999999999999999999"),
     ("run-steps-huge", ["run", "--steps", "99999999999999999999"],
@@ -359,7 +362,13 @@ CASES = [
     ("scale-predict-to-4", ["scale", "--world-sizes", "1,2", "--predict-to", "4"],
      "--predict-to must be from 8 to 65,536 (the extrapolation gives 8, 16, 64, 256, ... workers up to it), got 4"),
     ("predict-no-records", ["predict", "/nonexistent-scale"],
-     "no records.jsonl in /nonexistent-scale; give a directory written by `compare run`, `comm` or `scale`"),
+     "/nonexistent-scale does not exist; give a directory written by `compare run`, `comm` or `scale`"),
+    ("report-a-file", ["report", "/etc/hostname"],
+     "/etc/hostname is not a directory; give a directory written by `compare run`, `comm` or `scale`"),
+    ("report-no-records", ["report", "/tmp"],
+     "no records.jsonl in /tmp; give a directory written by `compare run`, `comm` or `scale`"),
+    ("sbatch-empty-iface", ["sbatch", "-a", "ddp", "--nodes", "2", "--ntasks-per-node", "1", "--iface", ""],
+     "--iface '' is not a network interface name"),
     # ---- list -----------------------------------------------------------------------------------------------
     ("list-unknown-device", ["list", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
     ("list-world-size-0", ["list", "-n", "0"], "world size must be at least 1, got 0"),
@@ -774,3 +783,23 @@ def test_scale_does_not_run_a_point_that_would_not_be_parallel():
     result = invoke("scale", "-a", "dp", "--world-sizes", "1,2", "--strict")
     assert result.exit_code == 2 and result.stderr.startswith(
         "error: adapter 'dp' cannot be scaled here: on a CPU torch.nn.DataParallel is one process")
+
+
+def test_report_leaves_a_directory_a_live_run_holds_alone(tmp_path):
+    """`compare report` on the directory of a run still measuring used to rewrite its report with the rows finished
+    so far."""
+    import os
+
+    from harness import outdir
+
+    d = _committed_with(tmp_path, "digits_cpu2_20261123-101734", lambda recs: None)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    claim = outdir.Claim(d)
+    try:
+        result = invoke("report", d)
+    finally:
+        claim.release()
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: {d} is being written by a compare run that has not finished (pid {os.getpid()}); its report is "
+        "written when it ends\n")
+    assert {p.name: p.read_bytes() for p in d.iterdir() if p.name != outdir.LOCK_NAME} == before
