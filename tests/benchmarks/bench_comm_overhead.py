@@ -48,7 +48,7 @@ def raw(size_bytes: int, iters: int) -> float:
         out = Path(d) / "raw.json"
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                         __file__, "--rank-mode", str(size_bytes), str(iters), str(out)], check=True, cwd=REPO,
-                       env={**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": d},
                        capture_output=True)
         return statistics.median(json.loads(out.read_text()))
 

@@ -189,7 +189,7 @@ def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tup
     # The same threads as the harness gives each of 2 ranks on this machine (its default: usable cores / 2).
     threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GLOO_SOCKET_IFNAME": "lo",
-           "MASTER_ADDR": "127.0.0.1", **extra, **({"BIND_CORES": "1"} if bind else {})}
+           "MASTER_ADDR": "127.0.0.1", "TMPDIR": str(tmp), **extra, **({"BIND_CORES": "1"} if bind else {})}
     shm = Path("/dev/shm")
     before = set(shm.glob("deepspeed_allreduce_buffer_*"))
     proc = _run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)

@@ -126,7 +126,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-step-parts-") as tmp:
         script, out = Path(tmp) / "rank.py", Path(tmp) / "out.json"
         script.write_text(RANK)
-        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=tmp)  # torchrun's torchelastic_* dir goes with tmp
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                str(script), str(REPO), args.workload, str(args.rounds), str(args.seconds), str(out), str(args.bytes),
                str(args.gap / 1e3)]
