@@ -6,7 +6,8 @@ drives every adapter through this class alone and never branches on which one it
     parent process (harness/launch.py)         every rank (harness/rank/)
     ----------------------------------         --------------------------
     Adapter.availability(device, world)        adapter.import_framework()
-    adapter.processes(world)                   info = adapter.setup(spec)
+    adapter.knob_availability(device, world)   info = adapter.setup(spec)
+    adapter.processes(world)
     adapter.launch(spec_path, spec)            model, opt = adapter.wrap(model, opt)
       -> LaunchPlan(argv, env, hold, nodes)    with adapter.autocast(): loss = ...
                                                adapter.backward(loss); adapter.step()
@@ -20,8 +21,8 @@ Rules every adapter keeps (the class checks the mechanical ones when it is defin
   `__post_init__` for rules between fields).
 - A public method an adapter defines must be part of this contract (a typo in an override name is an error,
   not a silently unused method); helpers are private (`_name`).
-- `availability` never raises and never imports the framework at module import time; its reason says what is
-  missing and how to get it.
+- `availability` (and `knob_availability`, for what one knob needs) never raises and never imports the framework
+  at module import time; its reason says what is missing and how to get it.
 - Across hosts (`spec.topology` set: --hosts, --hostfile, --launcher slurm) `launch` uses the framework's own
   multi-node launcher (torchrun on every node, horovodrun -H, deepspeed --hostfile, ...), never a home-made one;
   an adapter that cannot span hosts says so in `multinode()`.
@@ -188,6 +189,11 @@ class Adapter(ABC):
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
         """Can this adapter run `world_size` ranks on `device` ("cpu" or "cuda") here? Never raises."""
+        return Availability(True)
+
+    def knob_availability(self, device: str, world_size: int) -> Availability:
+        """Can it run with these knobs here, once `availability` said the adapter can (a knob may need what the
+        installed framework was built without)? Never raises."""
         return Availability(True)
 
     @classmethod

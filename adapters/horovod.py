@@ -166,6 +166,9 @@ class HorovodAdapter(Adapter):
         if not info["gloo"]:
             return Availability(False, f"horovod {info['version']} was built without Gloo",
                                 f"rebuild with HOROVOD_WITH_GLOO=1: `bash {INSTALL_SCRIPT}`")
+        if shutil.which("env") is None:
+            return Availability(False, "horovodrun starts every rank through `env` in a shell, and `env` is not on "
+                                       "PATH", "put /usr/bin (coreutils) on PATH")
         if horovodrun_path() is None:
             return Availability(False, "horovodrun is not next to this python nor on PATH",
                                 f"reinstall horovod into this venv: `bash {INSTALL_SCRIPT}` (horovodrun comes "
@@ -174,6 +177,21 @@ class HorovodAdapter(Adapter):
             return Availability(False, f"horovod {info['version']} here is a CPU build (no CUDA/NCCL operations)",
                                 "on a GPU machine rebuild with HOROVOD_GPU_OPERATIONS=NCCL")
         return cuda_world_check(device, world_size)
+
+    def knob_availability(self, device: str, world_size: int) -> Availability:
+        if self.knobs.controller != "mpi":
+            return Availability(True)
+        info = probe()
+        if not info.get("mpi"):
+            return Availability(False, f"horovod {info.get('version', VERSION)} here was built without MPI "
+                                       f"(knob controller=mpi)",
+                                f"use controller=gloo (the default), or install an MPI (Debian: apt-get install "
+                                f"openmpi-bin libopenmpi-dev) and rebuild: `bash {INSTALL_SCRIPT}` (it builds MPI "
+                                f"in where mpicxx is on PATH)")
+        if shutil.which("mpirun") is None:
+            return Availability(False, "controller=mpi starts the ranks with mpirun, which is not on PATH",
+                                "put the MPI that Horovod was built with on PATH, or use controller=gloo")
+        return Availability(True)
 
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
         k, n, topo = self.knobs, spec.world_size, spec.topology

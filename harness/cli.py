@@ -234,8 +234,8 @@ class ScaleUI(RunUI):
         over_text = f" (oversubscribed: {', '.join(map(str, over))})" if over else ""
         straggler = (f"; straggler: rank {plan.straggler['rank']} x{plan.straggler['factor']:g}"
                      if plan.straggler else "")
-        return (f"[bold]compare scale[/]: workload [bold]{req.workload}[/], {plan.scaling} scaling, world sizes "
-                f"{','.join(map(str, plan.world_sizes))}{over_text}; {plan.threads} thread(s) per rank, device "
+        return (f"[bold]compare scale[/]: workload [bold]{req.workload}[/], {plan.scaling} scaling at world sizes "
+                f"{','.join(map(str, plan.world_sizes))}{over_text} with {plan.threads} thread(s) per rank, device "
                 f"{req.device}, adapters {escape(names)} + the single-process baseline; {first.warmup} warm-up + "
                 f"{first.steps} timed steps, {req.repeats} repeat(s){straggler} -> {plan.out}")
 
@@ -538,15 +538,14 @@ def predict(
         return
     for name in profile:
         if name not in names:
-            _fail(f"unknown hardware profile '{name}'; valid choices: {', '.join(names)} "
-                  f"(or add harness/profiles/{name}.json: see harness/profiles/README.md)")
+            _fail(costmodel.unknown_profile(name))
     lo, hi = costmodel.PREDICT_TO
     if not lo <= to <= hi:
         _fail(f"--to must be from {lo} to {hi:,} (the extrapolation gives 8, 16, 64, 256, ... workers up to it), "
               f"got {to}")
     profile = list(dict.fromkeys(profile))  # a profile named twice is extrapolated once
     if directory is not None:
-        records = _read_run(directory)
+        records = _read_run(directory, "`compare scale`")
         if records[0].get("kind") != "scale":
             _fail(f"{directory} holds `compare {records[0].get('kind', 'run')}` results; give a directory written by "
                   f"`compare scale`")
@@ -604,17 +603,18 @@ def _malformed(directory: Path, exc: Exception, doing: str = "make a report of")
                                                                         else ""))
 
 
-def _read_run(directory: Path) -> list[dict]:
-    """The records of a results directory, or a one-line error (exit 2)."""
+def _read_run(directory: Path, written_by: str = "`compare run`, `comm` or `scale`") -> list[dict]:
+    """The records of a results directory, or a one-line error (exit 2). `written_by`: which commands' results
+    the caller takes."""
     from harness.record import read_records
 
     path = directory / "records.jsonl"
     if not directory.exists():
-        _fail(f"{directory} does not exist; give a directory written by `compare run`, `comm` or `scale`")
+        _fail(f"{directory} does not exist; give a directory written by {written_by}")
     if not directory.is_dir():
-        _fail(f"{directory} is not a directory; give a directory written by `compare run`, `comm` or `scale`")
+        _fail(f"{directory} is not a directory; give a directory written by {written_by}")
     if not path.is_file():
-        _fail(f"no records.jsonl in {directory}; give a directory written by `compare run`, `comm` or `scale`")
+        _fail(f"no records.jsonl in {directory}; give a directory written by {written_by}")
     try:
         records = read_records(path)
     except (OSError, ValueError) as exc:

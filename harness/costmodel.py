@@ -235,7 +235,8 @@ class Fitted(Collectives):
                 fits[(op, n)] = fit_alpha_beta(p, BUSBW_FACTOR[op](n))
             except (ValueError, ZeroDivisionError) as exc:
                 medians = ", ".join(f"{format_size(int(s))}: {t * 1e3:.2f} ms" for s, t in sorted(p))
-                unfitted[(op, n)] = f"{exc} ({medians})"
+                fix = "at least two --sizes" if len(p) < 2 else "more --iters or larger --sizes"
+                unfitted[(op, n)] = f"{exc} ({medians}); re-run compare comm with {fix}"
         return cls(backend, fits, pts, unfitted)
 
     def curve(self, op: str, n: int) -> list[tuple[float, float]]:
@@ -270,7 +271,7 @@ class Fitted(Collectives):
             return 0.0
         if (op, n) in self.unfitted:
             raise KeyError(f"{op} for {self.backend} at world size {n} measured but not fitted: "
-                           f"{self.unfitted[(op, n)]}; re-run compare comm with more --iters or larger --sizes")
+                           f"{self.unfitted[(op, n)]}")
         if (op, n) not in self.fits:
             raise KeyError(f"no {op} measured for {self.backend} at world size {n}")
         latency, busbw = self.fits[(op, n)]
@@ -428,6 +429,15 @@ def load_profile(name: str) -> Fabric:
 def profiles() -> list[str]:
     """Names of the hardware profiles (every JSON in harness/profiles/ but the published results)."""
     return sorted(p.stem for p in PROFILES_DIR.glob("*.json") if p != PUBLISHED)
+
+
+def unknown_profile(name: str) -> str:
+    """The one-line error for a --profile that names no profile."""
+    valid = ", ".join(profiles())
+    if not name.strip():
+        return f"an empty --profile name; valid choices: {valid}"
+    return (f"unknown hardware profile '{name}'; valid choices: {valid} (or add harness/profiles/{name}.json: see "
+            f"harness/profiles/README.md)")
 
 
 # ---- the step ------------------------------------------------------------------------------------------------

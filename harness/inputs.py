@@ -13,7 +13,7 @@ from typing import Any
 
 import adapters
 import workloads
-from adapters.base import Adapter
+from adapters.base import Adapter, Availability
 from harness import env as envmod
 from harness.options import OptionError
 from harness.registry import UnknownName
@@ -201,6 +201,9 @@ class CommPlan(Plan):
 # ---- checks shared by every subcommand ------------------------------------------------------------------------
 
 MAX_THREADS = 4096
+MAX_WORLD = 65536
+"""A world size above this is a typo, not a cluster (the largest the model extrapolates to, too): refused before
+any other check would name it in a less helpful message."""
 """--threads above this is a typo, not a machine: refused before torch.set_num_threads() would overflow in a rank."""
 MAX_STEPS = 10**7
 """--steps, --warmup, --max-steps (and the step counts that follow them) above this are refused: every rank keeps
@@ -233,6 +236,8 @@ def check_common(req: Request, min_world: int = 1) -> None:
     if req.world_size < min_world:
         what = " for communication" if min_world > 1 else ""
         raise BadInput(f"world size must be at least {min_world}{what}, got {req.world_size}")
+    if req.world_size > MAX_WORLD:
+        raise BadInput(f"world size must be at most {MAX_WORLD:,}, got {req.world_size}")
     if not req.timeout_s > 0:
         raise BadInput(f"--timeout must be a positive number of seconds, got {req.timeout_s:g}")
     if req.threads is not None and req.threads < 1:
@@ -273,13 +278,14 @@ def load_workload(req: RunRequest):
         raise BadInput(f"workload {req.workload}: {exc}") from None
 
 
-def pairs(items: list[str], what: str) -> list[tuple[str, str]]:
-    """["k=v", ...] -> [("k", "v"), ...], refusing an item that is not KEY=VALUE."""
+def pairs(items: list[str], what: str, form: str = "KEY=VALUE") -> list[tuple[str, str]]:
+    """["k=v", ...] -> [("k", "v"), ...], refusing an item that is not KEY=VALUE (`form`: how the message shows
+    the expected form)."""
     out = []
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise BadInput(f"{what} '{item}' is not KEY=VALUE")
+            raise BadInput(f"{what} '{item}' is not {form}")
         if key.strip() in {k for k, _ in out}:
             raise BadInput(f"{what} '{key.strip()}' given twice")
         out.append((key.strip(), value.strip()))
@@ -347,6 +353,7 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
     avails = adapters.availability_all(req.device, per_machine, [name for _, name, _ in labels])
     if topology is not None:
         avails = {name: avail and adapters.multinode(name, topology) for name, avail in avails.items()}
+    knob_reasons = set()
     for label, name, variant in labels:
         avail = avails[name]
         try:
@@ -368,8 +375,21 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
             adapter.precision()  # resolves (and so checks) precision knobs against the device
         except OptionError as exc:
             raise BadInput(f"{kind} {label}: {exc}") from None
+        try:
+            avail = adapter.knob_availability(req.device, per_machine)
+        except Exception as exc:  # noqa: BLE001 - a broken check is a reason, not a crash
+            avail = Availability(False, f"knob check raised {type(exc).__name__}: {exc}")
+        if not avail:  # `compare list` does not know the row's knobs: the line says the fix itself
+            if explicit and req.strict:
+                raise BadInput(f"{kind} '{label}' cannot run here: {avail.message()}")
+            rows.append(Row(label, name, cls, reason=avail.message()))
+            knob_reasons.add(avail.message())
+            continue
         rows.append(Row(label, name, cls, adapter))
     if not any(r.adapter for r in rows):
+        if all(r.reason in knob_reasons for r in rows):
+            raise BadInput(f"no {kind} can run here: {rows[0].reason}"
+                           + (f" (and {len(rows) - 1} more row(s) for their knobs)" if len(rows) > 1 else ""))
         reasons = Counter(first_sentence(r.reason) for r in rows)
         what, n = reasons.most_common(1)[0]
         share = "" if n == len(rows) else f" ({n} of the {len(rows)}; the others for reasons of their own)"

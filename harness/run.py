@@ -85,7 +85,7 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     check_list(req.adapters, adapters.names(), "adapter")
     rows = [(label, *parse_label(label)) for label in labels]
     knobs: dict[str, dict[str, str]] = {}
-    for key, value in pairs(req.knobs, "knob"):
+    for key, value in pairs(req.knobs, "knob", "ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50"):
         name, dot, knob = key.partition(".")
         if not dot:
             raise BadInput(f"knob '{key}' must be ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50")

@@ -35,7 +35,8 @@ from harness import comm as commmod
 from harness import costmodel
 from harness import env as envmod
 from harness import outdir, run
-from harness.inputs import BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common, load_workload
+from harness.inputs import (MAX_WORLD, BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common,
+                            load_workload)
 from harness.session import Session
 
 RESULT_FILES = ("records.jsonl", "report.md", "speedup.png", "efficiency.png", "memory.png", "balance.png",
@@ -106,6 +107,8 @@ def parse_world_sizes(text: str | None) -> list[int] | None:
     for n in sizes:
         if n < 1:
             raise BadInput(f"world sizes must be at least 1, got {n}")
+        if n > MAX_WORLD:
+            raise BadInput(f"world sizes must be at most {MAX_WORLD:,}, got {n}")
     seen = set()
     for n in sizes:
         if n in seen:
@@ -157,8 +160,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
     straggler = parse_straggler(req.straggler, sizes)
     for name in req.profiles:
         if name not in costmodel.profiles():
-            raise BadInput(f"unknown hardware profile '{name}'; valid choices: {', '.join(costmodel.profiles())} "
-                           f"(or add harness/profiles/{name}.json: see harness/profiles/README.md)")
+            raise BadInput(costmodel.unknown_profile(name))
     if req.predict_to < max(sizes):
         raise BadInput(f"--predict-to {req.predict_to} is below the largest world size measured ({max(sizes)})")
     lo, hi = costmodel.PREDICT_TO

@@ -44,7 +44,8 @@ fi
 TORCH=$("$PY" -c "import torch; print(torch.__version__)") || { say "torch is not importable by $PY" >&2; exit 1; }
 PYTAG=$("$PY" -c "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")
 # The wheel links against libtorch, so it is only valid for the exact torch build and python it was built with.
-KEY_DIR="$CACHE/horovod-$VERSION/torch-$TORCH-$PYTAG"
+# A build with MPI (where an MPI compiler is installed, below) is cached apart from one without.
+KEY_DIR="$CACHE/horovod-$VERSION/torch-$TORCH-$PYTAG$(command -v mpicxx > /dev/null && echo -mpi)"
 
 pip_q() { "$PY" -m pip --disable-pip-version-check "$@"; }
 

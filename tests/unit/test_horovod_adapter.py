@@ -114,6 +114,48 @@ def test_a_cpu_build_is_not_offered_for_cuda(fake_horovod, monkeypatch):
     assert not a and a.reason == "horovod 0.28.1 here is a CPU build (no CUDA/NCCL operations)"
 
 
+def test_without_env_on_path_horovodrun_cannot_start_its_ranks(fake_horovod, monkeypatch):
+    # horovodrun runs every rank as `env VAR=... python ...` through a shell: without `env` each rank dies with
+    # "/bin/sh: 1: env: not found", so the row is unavailable up front, saying what to put back.
+    fake_horovod("horovod/torch/__init__.py", GOOD_TORCH.format(gloo=True))
+    monkeypatch.setattr(hv, "horovodrun_path", lambda: "/usr/bin/horovodrun")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    a = hv.HorovodAdapter.availability("cpu", 2)
+    assert not a
+    assert a.message() == ("horovodrun starts every rank through `env` in a shell, and `env` is not on PATH (fix: put "
+                           "/usr/bin (coreutils) on PATH)")
+
+
+def test_the_mpi_controller_needs_a_build_with_mpi(fake_horovod, monkeypatch):
+    fake_horovod("horovod/torch/__init__.py", GOOD_TORCH.format(gloo=True))  # mpi_built() is False
+    monkeypatch.setattr(hv, "horovodrun_path", lambda: "/usr/bin/horovodrun")
+    assert hv.HorovodAdapter({}).knob_availability("cpu", 2)
+    a = hv.HorovodAdapter({"controller": "mpi"}).knob_availability("cpu", 2)
+    assert not a
+    assert a.reason == "horovod 0.28.1 here was built without MPI (knob controller=mpi)"
+    assert a.fix.startswith("use controller=gloo (the default), or install an MPI")
+
+
+def test_a_row_whose_knob_the_build_lacks_is_unavailable_and_with_strict_an_error(fake_horovod, monkeypatch):
+    from harness.inputs import BadInput, RunRequest, build_rows
+
+    fake_horovod("horovod/torch/__init__.py", GOOD_TORCH.format(gloo=True))
+    monkeypatch.setattr(hv, "horovodrun_path", lambda: "/usr/bin/horovodrun")
+    labels = [("horovod", "horovod", {}), ("horovod:controller=mpi", "horovod", {"controller": "mpi"})]
+    rows = build_rows(RunRequest(adapters=["horovod", "horovod:controller=mpi"]), labels, True, "adapter")
+    assert [bool(r.adapter) for r in rows] == [True, False]
+    assert rows[1].reason.startswith("horovod 0.28.1 here was built without MPI (knob controller=mpi) (fix: use "
+                                     "controller=gloo")
+    with pytest.raises(BadInput) as err:
+        build_rows(RunRequest(adapters=["horovod", "horovod:controller=mpi"], strict=True), labels, True, "adapter")
+    assert str(err.value).startswith("adapter 'horovod:controller=mpi' cannot run here: horovod 0.28.1 here was "
+                                     "built without MPI (knob controller=mpi) (fix: use controller=gloo")
+    with pytest.raises(BadInput) as err:  # the only row: its own fix, not `compare list` (which has no knobs)
+        build_rows(RunRequest(adapters=["horovod:controller=mpi"]), labels[1:], True, "adapter")
+    assert str(err.value).startswith("no adapter can run here: horovod 0.28.1 here was built without MPI")
+    assert "compare list" not in str(err.value)
+
+
 def test_importing_the_adapter_or_listing_adapters_does_not_import_horovod():
     code = ("import sys, adapters, adapters.horovod; adapters.names(); "
             "assert 'horovod' not in sys.modules, sorted(m for m in sys.modules if 'horovod' in m)")
