@@ -31,6 +31,8 @@ class Session:
         self.claim: outdir.Claim | None = None
         self.registration: machine.Registration | None = None
         self.scratch: Path | None = None
+        self.kept: Path | None = None
+        """Where the rank results were kept once records.jsonl could not be written."""
 
     def __enter__(self) -> Session:
         try:
@@ -64,13 +66,16 @@ class Session:
             record.write_records(self.records_path, self.records)
         except OSError as exc:
             kept, self.scratch = self.scratch, None  # the rank files may be all there is: never remove them now
-            if kept is not None:
+            if kept is None:  # a second failure (a launch finishing after the first): the same place
+                kept = self.kept
+            else:
                 # renamed out of the pattern that later runs clean up (harness/outdir.py: scratch_dir)
                 named = kept.with_name(kept.name.replace("-scratch-", "-kept-"))
                 try:
                     kept = kept.rename(named)
                 except OSError:
                     pass
+            self.kept = kept
             raise SessionError(f"could not write {self.records_path}: {exc.strerror or exc}; the rank results are "
                                f"kept in {kept}") from None
 

@@ -294,9 +294,11 @@ def test_disk_full_for_the_plots_keeps_every_row_and_says_so(small_disk, tmp_pat
 
 
 def test_disk_full_for_the_records_names_where_the_rank_results_are(small_disk):
+    # Several rows: the next launch is already running when the first save fails, and its own failed save while
+    # stopping must name the same place (it once said "kept in None").
     small_disk(0)
     out = small_disk.path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "dp", *SHORT, "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "dp,ddp,spawn", *SHORT, "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stderr
