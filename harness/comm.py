@@ -119,7 +119,9 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
                     ok = sum(r["status"] == "ok" for r in recs)
                     said = outcome.reason if outcome.reason.startswith(outcome.status) else \
                         f"{outcome.status} {outcome.reason}".strip()
-                    ui(f"{row.label}: {said} - {ok} cells ok")
+                    ended = (f"; the launch then ended badly {outcome.shutdown_error}" if outcome.shutdown_error
+                             else "")
+                    ui(f"{row.label}: {said} - {ok} cells ok{ended}")
                 if outcome.status == "interrupted":
                     interrupted = True
                     break
@@ -142,6 +144,8 @@ def cells_to_records(base, name, adapter, outcome, spec=None) -> list[dict[str, 
     if spec is not None and spec.topology is not None:  # where the ranks ran (single-host records stay as they were)
         common["topology"] = {**hosts.describe(spec.topology, outcome.ranks, outcome.processes),
                               "node_commands": outcome.node_commands}
+    if outcome.shutdown_error:  # every cell was measured and written; only the launch's ending went wrong
+        common["shutdown_error"] = outcome.shutdown_error
     if outcome.status != "ok":
         return [{**common, "op": None, "size_bytes": None, "status": outcome.status, "reason": outcome.reason,
                  "log_tail": outcome.log_tail}]

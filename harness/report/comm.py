@@ -35,6 +35,10 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     for r in records:
         if not r["op"]:
             md.append(f"- **{r['backend']}**: {r['status']} — {r['reason']}")
+    for b in backends:
+        ended = next((r["shutdown_error"] for r in records if r["backend"] == b and r.get("shutdown_error")), None)
+        if ended:
+            md.append(f"- **{b}**: its cells were measured and checked, then the launch ended badly {ended}")
     gap = r0.get("gap_s") or 0.0
     md += ["", "Time per op: median [p10–p90] of the slowest rank, µs. algbw = size / time; busbw = algbw × "
            "factor (nccl-tests). ✗: wrong result (a failed cell)." + (
@@ -130,8 +134,10 @@ def summary_lines(records) -> list[str]:
         na = sum(c["status"] == "unsupported" for c in cells)
         big = [c for c in ok if c["op"] == "all_reduce"]
         best = max((c["busbw_GBps"] for c in big), default=None)
-        lines.append(f"{b}: {len(ok)}/{len(cells) - na} cells ok" + (f" ({na} unsupported)" if na else "") + (f"; all_reduce peak busbw {best:.3f} GB/s" if best
-                                                                 else "") + (
+        ended = next((c["shutdown_error"] for c in cells if c.get("shutdown_error")), None)
+        lines.append(f"{b}: {len(ok)}/{len(cells) - na} cells ok" + (f" ({na} unsupported)" if na else "")
+                     + (f"; the launch then ended badly {ended}" if ended else "")
+                     + (f"; all_reduce peak busbw {best:.3f} GB/s" if best else "") + (
             f"; median of medians {statistics.median(c['time_s']['median'] for c in ok) * 1e6:.0f} µs" if ok else ""))
         ranks = (cells[0].get("topology") or {}).get("rank_hosts")
         if ranks:

@@ -98,3 +98,19 @@ def test_index_of_a_comm_run_where_no_cell_ran(comm_run, tmp_path):
     line = (tmp_path / "runs" / "README.md").read_text().splitlines()[-1]
     assert line.startswith("| [failed_comm](failed_comm/report.md) | comm: 0 primitives, no cell ran, fp32 | "
                            "torch (failed) | 2 |")
+
+
+def test_a_launch_that_ends_badly_after_its_cells_is_said_so(tmp_path):
+    # Rank 1 exits with an error after every cell was measured and checked (the torch backend runs under the ddp
+    # adapter's launcher): the cells stay ok, and every record, the terminal and the report say how it ended.
+    out = tmp_path / "o"
+    proc = compare_cli("comm", "--backends", "torch", "--ops", "all_reduce", "--sizes", "4K,64K", "--iters", "5",
+                       "--out", str(out), env={"COMPARE_FAULT": "ddp:1:exit:end"})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    records = read_all(out / "records.jsonl")
+    ended = ("after every rank had written its result: rank 1 exited with code 3; first error: [fault injection] "
+             "exit at step end")
+    assert [(r["status"], r["shutdown_error"]) for r in records] == [("ok", ended)] * 2
+    assert f"torch: ok - 2 cells ok; the launch then ended badly {ended}" in " ".join(proc.stdout.split())
+    assert (f"- **torch**: its cells were measured and checked, then the launch ended badly {ended}"
+            in (out / "report.md").read_text())
