@@ -218,6 +218,14 @@ def _notes(records, tab, sweep, over) -> list[str]:
     notes = [f"How wait is measured ({'the same for every backend'}): {LOAD_BALANCE_METHOD}. `exposed` is the "
              f"median step minus the slowest rank's compute: what communication and framework overhead add beyond "
              f"the slowest worker."]
+    stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)
+    if stopped:
+        never = sum(r["status"] == "not_run" for r in records)
+        notes.append(f"**The sweep was interrupted {stopped}**: "
+                     + (f"{never} launch(es) never ran; " if never else "every point had run; ")
+                     + ("the model below has only the calibration that finished before it (a backend's comm cells "
+                        "or a row's compute contention that is missing leaves its predictions out or uncalibrated)."
+                        if "comm sweep" in stopped or "calibration" in stopped else "what ran is kept."))
     if over:
         notes.append(f"**Oversubscribed** world sizes {', '.join(map(str, over))}: more ranks than the "
                       f"{records[0]['env']['cpu_cores_usable']} usable cores, so ranks time-share cores: their "

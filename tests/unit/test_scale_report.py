@@ -191,3 +191,18 @@ def test_an_unreadable_comm_sweep_is_named(tmp_path):
     problems = []
     assert scale_model.comm_records(tmp_path, problems) == []
     assert len(problems) == 1 and problems[0].startswith("comm_n2/records.jsonl cannot be read (")
+
+
+@pytest.mark.parametrize("stopped, never, says", [
+    ("during the comm sweep at world size 2", 0,
+     "every point had run; the model below has only the calibration that finished before it"),
+    ("during ddp at world size 2 (repeat 0)", 1, "1 launch(es) never ran; what ran is kept."),
+])
+def test_an_interrupted_sweep_says_when_it_stopped_and_what_that_leaves(stopped, never, says):
+    # A sweep stopped in its calibration once read as if a collective had simply not been measured.
+    records = [{**rec("ddp", 1, 100.0), "run_interrupted": stopped},
+               {**rec("ddp", 2, 150.0, status="not_run" if never else "ok"), "run_interrupted": stopped}]
+    records[0]["env"] = {"cpu_cores_usable": 2}
+    notes = scale._notes(records, scale.table(records), {}, [])
+    [line] = [n for n in notes if "interrupted" in n]
+    assert line.startswith(f"- **The sweep was interrupted {stopped}**: {says}")
