@@ -765,6 +765,9 @@ class Launch:
         topo = self.spec.topology
         dead = dead_rank(self.rank_dir, name_hosts=topo is not None)
         silent = silent_hosts(self.rank_dir, topo) if topo is not None else []
+        launcher = self._launcher_killed(rc, dead)
+        if launcher:
+            return launcher
         if len(self.running) > 1 and failed is not None and failed.exited_at is not None:
             failed_wall = self.launch_wall + (failed.exited_at - self.t0)
             if dead is None or (dead.time is not None and failed_wall < dead.time):
@@ -783,6 +786,23 @@ class Launch:
         if silent:
             reason = f"no rank started on {', '.join(silent)}; {reason}"
         return reason + (f"; first error: {cause}" if cause else "")
+
+
+    def _launcher_killed(self, rc: int | None, dead: DeadRank | None) -> str | None:
+        """When the launcher itself (torchrun, horovodrun, mp.spawn's parent: not a rank) was killed by a signal
+        that compare did not send, before any rank ended: the ranks' ends that follow (compare stopping what the
+        launcher left) are not the cause."""
+        if len(self.running) != 1 or rc is None or rc >= 0:
+            return None
+        r = self.running[0]
+        supervisors = {rec.get("supervisor_pid") for rec in _rank_records(self.rank_dir, "start-rank*.json").values()}
+        if r.proc.pid in supervisors:  # the launcher is a rank (a single process): its own record says it
+            return None
+        killed = None if r.exited_at is None else self.launch_wall + (r.exited_at - self.t0)
+        if dead is not None and dead.time is not None and (killed is None or dead.time < killed):
+            return None  # a rank ended first: that is the cause
+        return (f"the launcher ({self.adapter.launcher}) was killed by {signal.Signals(-rc).name} from outside "
+                f"while its ranks ran; compare then stopped the ranks it left")
 
 
 def nodeguard_grace() -> float:

@@ -85,6 +85,27 @@ def _wait_for(condition, what: str, proc: subprocess.Popen, deadline_s: float = 
     pytest.fail(f"timed out waiting for {what}")
 
 
+@pytest.mark.parametrize("adapter, launcher, command", [("ddp", "torchrun", "torch.distributed.run")])
+def test_a_launcher_killed_from_outside_is_named_not_the_ranks_compare_then_stopped(tmp_path, adapter, launcher,
+                                                                                     command):
+    # kill -9 of torchrun: the ranks it leaves are stopped by compare, and their ends (a supervisor with no
+    # record) once took the blame. (horovodrun gives the same reason, but a kill -9 of it leaves its
+    # multiprocessing semaphores in /dev/shm, which a test must not.)
+    out = tmp_path / "o"
+    proc = _start("run", "-a", adapter, "--steps", "100000", "--warmup", "2", "--equiv-steps", "0",
+                  "--timeout", "300", "--out", str(out))
+    root = psutil.Process(proc.pid)
+    _wait_for(lambda: (_launch_progress(root, "-r0") or {}).get("step", 0) >= 3, f"{adapter} at step 3", proc)
+    [victim] = [p for p in root.children() if command in _cmdline(p)]
+    victim.kill()
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr  # the only row failed
+    rows = read_records(out)
+    assert (rows[adapter]["status"], rows[adapter]["reason"]) == (
+        "failed", f"the launcher ({launcher}) was killed by SIGKILL from outside while its ranks ran; compare then "
+                  f"stopped the ranks it left")
+
+
 def _launch_progress(root: psutil.Process, label_in_spec: str):
     """Rank 0's progress of the running launch whose spec path contains `label_in_spec`."""
     for p in root.children(recursive=True):
