@@ -71,6 +71,12 @@ def main() -> None:
     if sys.stderr is not None:
         sys.stderr = _LossyStdout(sys.stderr)
     try:
+        os.getcwd()
+    except FileNotFoundError:  # torch, launchers and relative --out paths all fail later in obscure ways
+        sys.stderr.write("error: the current directory no longer exists; cd to an existing directory and run "
+                         "again\n")
+        sys.exit(2)
+    try:
         from harness.cli import main as cli_main
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

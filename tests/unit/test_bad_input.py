@@ -811,3 +811,20 @@ def test_report_leaves_a_directory_a_live_run_holds_alone(tmp_path):
         f"error: {d} is being written by a compare run that has not finished (pid {os.getpid()}); its report is "
         "written when it ends\n")
     assert {p.name: p.read_bytes() for p in d.iterdir() if p.name != outdir.LOCK_NAME} == before
+
+
+def test_a_working_directory_that_no_longer_exists_is_one_line(tmp_path):
+    # Run from a deleted directory, torch's import once failed with "Intel oneMKL FATAL ERROR" mid-run, leaving
+    # a scratch directory and an empty logs/ behind.
+    import subprocess
+    import sys
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = (f"import os, sys; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); "
+            f"sys.argv = ['compare', 'run', '-a', 'ddp', '--out', 'o']; "
+            f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+            f"from harness.entry import main; main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "error: the current directory no longer exists; cd to an existing directory and run again\n"
