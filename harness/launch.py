@@ -132,9 +132,52 @@ def _killpg(pid: int, sig: int) -> None:
         pass
 
 
+TRACKER_MARK = "from multiprocessing.resource_tracker import main"
+"""The command line of Python's multiprocessing resource tracker (a launcher's helper: horovodrun, mp.spawn). It
+ignores SIGTERM, and once every process holding its pipe has ended it unlinks the named semaphores and shared
+memory that were not released (a launcher killed by a signal leaves them in /dev/shm), then exits."""
+TRACKER_GRACE_S = 3.0
+
+
+def _is_tracker(p: psutil.Process) -> bool:
+    try:
+        return TRACKER_MARK in " ".join(p.cmdline())
+    except psutil.Error:
+        return False
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _spare_trackers(pgids: set[int], grace_s: float = TRACKER_GRACE_S) -> None:
+    """SIGKILL every process of these process groups but the resource trackers, then give the trackers `grace_s`
+    to release what the dead left and end on their own (they are killed with the groups after it)."""
+    trackers, others = [], []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if os.getpgid(p.pid) in pgids:
+                (trackers if _is_tracker(p) else others).append(p)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    if not trackers:
+        return
+    for p in others:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(others, timeout=grace_s)
+    psutil.wait_procs(trackers, timeout=grace_s)
+
+
 def _kill_groups(procs: list[subprocess.Popen], grace_s: float = 5.0, asked: tuple = ()) -> None:
     """SIGTERM each command's whole process group (except the `asked` ones, already asked to stop another way),
-    then SIGKILL whatever is left after `grace_s`; once a leader is gone, its group is swept with SIGKILL."""
+    then SIGKILL whatever is left after `grace_s`; once a leader is gone, its group is swept with SIGKILL (a
+    multiprocessing resource tracker after a short grace to clean up: see TRACKER_MARK)."""
     for proc in procs:
         if proc not in asked:
             _killpg(proc.pid, signal.SIGTERM)
@@ -144,6 +187,7 @@ def _kill_groups(procs: list[subprocess.Popen], grace_s: float = 5.0, asked: tup
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
+    _spare_trackers({proc.pid for proc in procs})
     for proc in procs:
         _killpg(proc.pid, signal.SIGKILL)  # the group's leftovers, or a leader that ignored SIGTERM
     for proc in procs:
@@ -179,6 +223,12 @@ def _kill_leftovers(launch_id: str, patience_s: float = 5.0) -> int:
                 pass
         if not living or time.monotonic() > deadline:
             return len(killed)
+        if all(_is_tracker(p) for p in living) and not killed:
+            # a resource tracker outlives its launcher by a moment (it ends once it has read its pipe's end)
+            psutil.wait_procs(living, timeout=min(TRACKER_GRACE_S, max(0.0, deadline - time.monotonic())))
+            living = [p for p in living if _alive(p)]
+            if not living:
+                continue
         for p in living:
             killed.add(p.pid)
             try:
