@@ -18,9 +18,17 @@ _fd: int | None = None
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+SECOND = (b"interrupted again: stopping at once, with no report; records.jsonl keeps the rows that had finished, "
+          b"and a launch still running is not recorded\n")
+
+
 def _handler(signum, frame):
     global _requested
     if _requested:
+        try:
+            os.write(2, SECOND)
+        except OSError:
+            pass
         raise KeyboardInterrupt
     _requested = signal.Signals(signum).name
 

@@ -6,6 +6,8 @@ import errno
 import os
 import resource
 
+import pytest
+
 from harness.launch import Launch
 from harness.spec import RunSpec
 
@@ -86,3 +88,18 @@ def test_a_program_the_launcher_could_not_find_is_the_cause_not_the_launchers_su
         assert first_error(log) == f"[1]<stderr>:{missing}"
     log.write_text("cannot open /etc/nccl.conf: No such file or directory (not used)\nRuntimeError: boom\n")
     assert first_error(log) == "RuntimeError: boom"  # not at the end of its line: not a missing program
+
+
+def test_a_second_stop_signal_says_what_stopping_at_once_loses(monkeypatch, capfd):
+    # The first signal is a request acted on at a safe point; the second stops at once, and once did so silently.
+    import signal
+
+    from harness import interrupt
+
+    monkeypatch.setattr(interrupt, "_requested", None)
+    interrupt._handler(signal.SIGINT, None)
+    assert interrupt._requested == "SIGINT" and capfd.readouterr().err == ""
+    with pytest.raises(KeyboardInterrupt):
+        interrupt._handler(signal.SIGINT, None)
+    assert capfd.readouterr().err == ("interrupted again: stopping at once, with no report; records.jsonl keeps the "
+                                      "rows that had finished, and a launch still running is not recorded\n")
