@@ -766,6 +766,9 @@ class Launch:
             elif len(ranks) != processes:
                 missing = sorted(set(range(processes)) - {r["rank"] for r in ranks})
                 status, reason = "failed", f"launch exited 0 but rank(s) {missing} wrote no result"
+                if self._outlived_launch(missing):
+                    reason += ("; they were still running when it exited (its own launcher killed from outside, "
+                               "say), and compare stopped them")
             else:
                 status = "ok"
         gate_wait = 0.0 if self.gate_opened is None else max(0.0, self.gate_opened - self.launch_wall)
@@ -837,6 +840,16 @@ class Launch:
             reason = f"no rank started on {', '.join(silent)}; {reason}"
         return reason + (f"; first error: {cause}" if cause else "")
 
+
+    def _outlived_launch(self, ranks: list[int]) -> bool:
+        """Whether these ranks were still running when the launch's one command exited: each ended only after it
+        (compare's sweep of the group asked it to stop, or killed it before it could record anything)."""
+        if len(self.running) != 1 or self.running[0].exited_at is None:
+            return False
+        exited = self.launch_wall + (self.running[0].exited_at - self.t0)
+        ended = _rank_records(self.rank_dir, "exit-rank*.json")
+        started = _rank_records(self.rank_dir, "start-rank*.json")
+        return all(k in started and (k not in ended or ended[k].get("time", 0.0) >= exited) for k in ranks)
 
     def _launcher_killed(self, rc: int | None, dead: DeadRank | None) -> str | None:
         """When the launcher itself (torchrun, horovodrun, mp.spawn's parent: not a rank) was killed by a signal

@@ -85,10 +85,20 @@ def _wait_for(condition, what: str, proc: subprocess.Popen, deadline_s: float = 
     pytest.fail(f"timed out waiting for {what}")
 
 
-@pytest.mark.parametrize("adapter, launcher, command", [("ddp", "torchrun", "torch.distributed.run"),
-                                                        ("horovod", "horovodrun", "horovodrun")])
-def test_a_launcher_killed_from_outside_is_named_not_the_ranks_compare_then_stopped(tmp_path, adapter, launcher,
-                                                                                     command):
+KILLED_LAUNCHER = ("the launcher ({}) was killed by SIGKILL from outside while its ranks ran; compare then stopped "
+                   "the ranks it left")
+
+
+@pytest.mark.parametrize("adapter, command, reason", [
+    ("ddp", "torch.distributed.run", KILLED_LAUNCHER.format("torchrun")),
+    ("horovod", "horovodrun", KILLED_LAUNCHER.format("horovodrun")),
+    # The deepspeed runner outlives its per-node launcher and exits 0 when that is killed.
+    ("deepspeed", "deepspeed.launcher.launch", "launch exited 0 but rank(s) [0, 1] wrote no result; they were still "
+                                               "running when it exited (its own launcher killed from outside, say), "
+                                               "and compare stopped them"),
+])
+def test_a_launcher_killed_from_outside_is_named_not_the_ranks_compare_then_stopped(tmp_path, adapter, command,
+                                                                                     reason):
     # kill -9 of torchrun or horovodrun: the ranks it leaves are stopped by compare, and their ends (a supervisor
     # with no record, a SIGTERM from compare's cleanup) once took the blame. horovodrun's multiprocessing
     # semaphores (10 in /dev/shm) were left behind: its resource tracker, which unlinks them once the launcher
@@ -101,14 +111,12 @@ def test_a_launcher_killed_from_outside_is_named_not_the_ranks_compare_then_stop
                   "--timeout", "300", "--out", str(out))
     root = psutil.Process(proc.pid)
     _wait_for(lambda: (_launch_progress(root, "-r0") or {}).get("step", 0) >= 3, f"{adapter} at step 3", proc)
-    [victim] = [p for p in root.children() if command in _cmdline(p)]
+    victim = min((p for p in root.children(recursive=True) if command in _cmdline(p)), key=lambda p: p.create_time())
     victim.kill()
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr  # the only row failed
     rows = read_records(out)
-    assert (rows[adapter]["status"], rows[adapter]["reason"]) == (
-        "failed", f"the launcher ({launcher}) was killed by SIGKILL from outside while its ranks ran; compare then "
-                  f"stopped the ranks it left")
+    assert (rows[adapter]["status"], rows[adapter]["reason"]) == ("failed", reason)
     assert set(Path("/dev/shm").glob("sem.mp-*")) <= before
 
 
