@@ -227,6 +227,18 @@ def repeat_spread(r: dict[str, Any]) -> float:
     return (max(reps) - min(reps)) / statistics.fmean(reps)
 
 
+def judged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points the model is judged on: predicted, above world size 1 (world size 1 is the calibration itself:
+    its error is only how the profile's compute and the timed steps differ) and not oversubscribed."""
+    return [r for r in rows if "predicted_s" in r and not r["oversubscribed"] and r["n"] > 1]
+
+
+def within(rows: list[dict[str, Any]], key: str = "error", bound: float = 0.10) -> int:
+    """How many of `rows` the model predicts within ±bound (of the mean step: key "error"; of the median:
+    "error_median")."""
+    return sum(abs(r[key]) <= bound for r in rows)
+
+
 def _repeats_cell(r: dict[str, Any]) -> str:
     reps = r.get("measured_repeats_s") or []
     if len(reps) < 2:
@@ -484,17 +496,13 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                   f"| {s.overhead_s * 1e3:.2f} | " + _ratio_cell(r) + " | "
                   + (f"{r['with_measured_compute_s'] * 1e3:.2f} ({r['with_measured_compute_error']:+.0%})"
                      if "compute_ratio" in r else "–") + f" | {mem} |")
-    # World-size-1 points are the calibration itself (their error is only how the profile's compute and the
-    # timed steps differ): the model is judged on the points above it.
-    real = [r for r in rows if "predicted_s" in r and not r["oversubscribed"] and r["n"] > 1]
+    real = judged(rows)
     if real:
         worst = max(real, key=lambda r: abs(r["error"]))
-        within = sum(abs(r["error"]) <= 0.10 for r in real)
-        within_median = sum(abs(r["error_median"]) <= 0.10 for r in real)
-        md += ["", f"Step time within ±10% of the measured mean step at {within} of the {len(real)} measured points "
-                   f"above world size 1 (not oversubscribed; world size 1 is the calibration itself); the largest "
-                   f"error is {worst['error']:+.0%} ({worst['label']} at {worst['n']}). Against the median step: "
-                   f"{within_median} of {len(real)}."]
+        md += ["", f"Step time within ±10% of the measured mean step at {within(real)} of the {len(real)} measured "
+                   f"points above world size 1 (not oversubscribed; world size 1 is the calibration itself); the "
+                   f"largest error is {worst['error']:+.0%} ({worst['label']} at {worst['n']}). Against the median "
+                   f"step: {within(real, 'error_median')} of {len(real)}."]
         spread = [r for r in real if len(r["measured_repeats_s"]) > 1]
         if spread:
             widths = [repeat_spread(r) for r in spread]
@@ -508,7 +516,7 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
         calibrated = [r for r in real if r.get("contention")]
         if calibrated:
             ks = [r["contention"] for r in calibrated]
-            plain_ok = sum(abs(r["without_contention_error"]) <= 0.10 for r in calibrated)
+            plain_ok = within(calibrated, "without_contention_error")
             md += ["", f"Compute contention, calibrated: ranks computing at once share the machine's memory bandwidth "
                        f"and caches, which the world-size-1 profile cannot see. A launch of each adapter's ranks at "
                        f"each world size, apart from the sweep's points and with no training step in it, timed the "
@@ -534,7 +542,7 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        "`--no-model`): the prediction uses the world-size-1 compute as it is."]
         diag = [r for r in real if "with_measured_compute_error" in r]
         if diag:
-            ok_n = sum(abs(r["with_measured_compute_error"]) <= 0.10 for r in diag)
+            ok_n = within(diag, "with_measured_compute_error")
             slow = [r["compute_ratio"] for r in diag]
             md += ["", f"Compute in the point (in brackets): each rank's own compute measured after the point's timed "
                        f"steps (the load-balance profile, all ranks at once) against the world-size-1 profile: "

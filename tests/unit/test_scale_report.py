@@ -206,3 +206,45 @@ def test_an_interrupted_sweep_says_when_it_stopped_and_what_that_leaves(stopped,
     notes = scale._notes(records, scale.table(records), {}, [])
     [line] = [n for n in notes if "interrupted" in n]
     assert line.startswith(f"- **The sweep was interrupted {stopped}**: {says}")
+
+
+def test_predict_over_several_sweeps_sums_each_sweeps_points_and_groups_them_by_kind(tmp_path):
+    # `compare predict DIR DIR ...`: each sweep's own count, then the total and one line per kind of sweep
+    # (workload, scaling, bound or not), over committed sweeps: two unbound digits, one bound digits, one widemlp.
+    import re
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.record import read_records
+    from harness.report import scale_model as sm
+
+    results = Path(__file__).resolve().parents[2] / "results"
+    names = ["scale_digits_cpu2_20261124-184152", "scale_digits_cpu2_20261125-085608",
+             "scale_digits_cpu2_20261125-011706", "scale_widemlp_cpu2_20261125-092354"]
+    expect = {}
+    for name in names:
+        records = read_records(results / name / "records.jsonl")
+        rows = sm.judged(sm.predict_measured(records, scale.table(records),
+                                             sm.calibrate(records, sm.comm_records(results / name))))
+        assert len(rows) == 7
+        expect[name] = sum(abs(r["error"]) <= 0.10 for r in rows)
+    # the same directory named twice counts once, and no extrapolation is printed for several sweeps
+    shown = CliRunner().invoke(app, ["predict", *[str(results / n) for n in names], str(results / names[0])])
+    assert shown.exit_code == 0, shown.output
+    out = " ".join(shown.stdout.split())  # rich folds long lines
+    per = [int(k) for k in re.findall(r"within ±10% of the mean step at (\d) of 7 points", out)]
+    assert per == [expect[n] for n in names]
+    total = sum(expect.values())
+    assert f"the model across 4 sweeps: the step time within ±10% of the measured mean step at {total} of 28" in out
+    unbound = expect[names[0]] + expect[names[1]]
+    assert (f"digits, strong scaling (2 sweeps): {unbound} of 14; per sweep {min(expect[n] for n in names[:2])} to "
+            f"{max(expect[n] for n in names[:2])};") in out
+    assert f"digits, strong scaling, bound to cores (1 sweep): {expect[names[2]]} of 7;" in out
+    assert f"widemlp, strong scaling (1 sweep): {expect[names[3]]} of 7;" in out
+    assert "h100-sxm-ndr400" not in out and "published results vs the model" in out
+    # a directory that is not a scale sweep among good ones: one line, before anything is printed
+    bad = CliRunner().invoke(app, ["predict", str(results / names[0]), str(tmp_path)])
+    assert bad.exit_code == 2 and bad.stdout == ""
+    assert bad.stderr == f"error: no records.jsonl in {tmp_path}; give a directory written by `compare scale`\n"
