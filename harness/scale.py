@@ -44,7 +44,7 @@ RESULT_FILES = ("records.jsonl", "report.md", "speedup.png", "efficiency.png", "
 COMM_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_reduce_coalesced")
 """The collectives the model prices (DDP and Horovod all-reduce; ZeRO reduce-scatters and all-gathers; a backend's
 fused all-reduce of several tensors, which prices Horovod's fusion buffer: packing, all-reduce and unpacking as the
-framework does them, since 2026-11-25)."""
+framework does them, since commit 115e299)."""
 COMM_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M"
 """The sizes of the comm sweep, continued by factors of 4 until one holds the workload's gradients
 (`comm_sizes`): a step may all-reduce them in one call (ZeRO's bucket, Horovod's 128 MB fusion buffer)."""
@@ -57,7 +57,7 @@ COMM_GAP_S = 1e-3
 """Busy work on every rank before each timed call of the comm sweep (`compare comm --gap`), untimed. A training
 step calls its collectives after compute, never back to back; on this VM a gloo all-reduce of digits' gradients
 took a mean 1.5 ms back to back and 1.9 ms after 1 ms of busy work, as long as inside a step (harness/rank/comm.py).
-Sweeps made before 2026-11-25 timed the calls back to back (their records have no gap_s)."""
+Sweeps made before commit 49ac1de timed the calls back to back (their records have no gap_s)."""
 CONTENTION_ROUNDS = 4
 CONTENTION_S = 1.0
 """Rounds of the compute-contention calibration, each rank 0 alone and every rank together (the order swapped
@@ -268,8 +268,8 @@ def plan(req: ScaleRequest) -> ScalePlan:
 
 
 def comm_sizes(workload) -> str:
-    """COMM_SIZES, continued by factors of 4 up to the first size that holds the workload's fp32 gradients. Until
-    2026-11-25 the sweep stopped at 64 MB and the fitted line priced anything larger; on this VM it under-priced a
+    """COMM_SIZES, continued by factors of 4 up to the first size that holds the workload's fp32 gradients. Before
+    commit 115e299 the sweep stopped at 64 MB and the fitted line priced anything larger; on this VM it under-priced a
     144 MiB all-reduce by 45% (82 ms against 149 ms measured)."""
     sizes = COMM_SIZES.split(",")
     grads = gradient_bytes(workload)

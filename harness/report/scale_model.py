@@ -61,17 +61,17 @@ def comm_records(out: Path, problems: list[str] | None = None) -> list[dict[str,
 
 def _gap_note(comm: list[dict[str, Any]]) -> str:
     """How the comm sweep timed its calls: after busy work on every rank (`compare comm --gap`, as `compare scale`
-    has since 2026-11-25), or back to back."""
+    has since commit 49ac1de), or back to back."""
     gaps = sorted({r.get("gap_s") or 0.0 for r in comm if r.get("op") and r.get("status") == "ok"})
     if not gaps:
         return ""
     if gaps == [0.0]:
-        return (" The comm sweep timed its calls back to back, as nccl-tests does (a sweep made before 2026-11-25, "
-                "or given with --comm): a step calls its collectives after compute, and on shared cores such a "
+        return (" The comm sweep timed its calls back to back, as nccl-tests does (a sweep made by compare before "
+                "commit 49ac1de, or given with --comm): a step calls its collectives after compute, and on shared cores such a "
                 "call can take longer.")
     return (f" The comm sweep timed each call after {'/'.join(f'{g * 1e3:g}' for g in gaps)} ms of busy work on "
-            "every rank, untimed, as a step calls its collectives after its compute (`compare comm --gap`; until "
-            "2026-11-25 back to back, as nccl-tests does).")
+            "every rank, untimed, as a step calls its collectives after its compute (`compare comm --gap`; before "
+            "commit 49ac1de back to back, as nccl-tests does).")
 
 
 def _ok(records, label, n):
@@ -173,7 +173,7 @@ def _fused_note(sched: dict, c: dict) -> str:
     copy = c["curve"].copy_Bps
     return ("; a fused buffer of several tensors is priced as one all-reduce plus its packing and unpacking at the "
             "rank's copy bandwidth" + (f" ({copy / 1e9:.1f} GB/s)" if copy else "")
-            + " (the sweep has no all_reduce_coalesced: made before 2026-11-25)")
+            + " (the sweep has no all_reduce_coalesced cells: made by compare before commit 115e299)")
 
 
 def _contention_note(records, label: str) -> str:
@@ -538,8 +538,8 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        f"well it prices each part (per adapter and round: the calibration lines below). A diagnosis of "
                        f"the machine, not used in any prediction."]
         if not calibrated and any(r["n"] > 1 for r in rows):
-            md += ["", "No compute-contention calibration in these records (a sweep made before it existed, 2026-11-24, or "
-                       "`--no-model`): the prediction uses the world-size-1 compute as it is."]
+            md += ["", "No compute-contention calibration in these records (a sweep made by compare before commit ab7976f, "
+                       "or `--no-model`): the prediction uses the world-size-1 compute as it is."]
         diag = [r for r in real if "with_measured_compute_error" in r]
         if diag:
             ok_n = within(diag, "with_measured_compute_error")
