@@ -536,13 +536,18 @@ def predict(
     names = costmodel.profiles()
     if list_profiles:
         for name in names:
-            f = costmodel.load_profile(name)
+            try:
+                f = costmodel.load_profile(name)
+            except costmodel.BadProfile as exc:
+                console.print(f"{name}: [yellow]cannot be used[/]: {escape(str(exc))}")
+                continue
             console.print(f"{name}: {f.device}, {f.devices_per_node} per node, all-reduce busbw "
                           f"{f.intra_busbw_Bps / 1e9:g} GB/s in a node, {f.inter_busbw_Bps / 1e9:g} GB/s across nodes")
         return
     for name in profile:
-        if name not in names:
-            _fail(costmodel.unknown_profile(name))
+        problem = costmodel.profile_problem(name)
+        if problem:
+            _fail(problem)
     lo, hi = costmodel.PREDICT_TO
     if not lo <= to <= hi:
         _fail(f"--to must be from {lo} to {hi:,} (the extrapolation gives 8, 16, 64, 256, ... workers up to it), "
@@ -566,7 +571,11 @@ def predict(
         for line in _accuracy_lines(judged):
             console.print(escape(line))
     console.print("[bold]published results vs the model[/]")
-    for line in scale_model.published_lines(scale_model.published_checks()):
+    problems: list[str] = []
+    checks = scale_model.published_checks(problems)
+    for line in problems:
+        console.print(f"[yellow]warning[/]: {escape(line)}")
+    for line in scale_model.published_lines(checks):
         console.print(escape(line))
 
 
@@ -603,7 +612,11 @@ def _predict_sweep(directory: Path, records: list[dict], profile: list[str], to:
         if name not in costmodel.profiles():  # named by the sweep's records, not typed (that is checked)
             console.print(f"unknown hardware profile {escape(name)} named by the sweep: no extrapolation to it")
             continue
-        fabric = costmodel.load_profile(name)
+        try:
+            fabric = costmodel.load_profile(name)
+        except costmodel.BadProfile as exc:
+            console.print(f"{escape(str(exc))}: no extrapolation to it")
+            continue
         console.print(f"[bold]{name}[/] ({fabric.device}), weak scaling, parallel efficiency "
                       f"(utilisation {scale_model.UTILISATION[0]:.0%} / {scale_model.UTILISATION[1]:.0%} / "
                       f"{scale_model.UTILISATION[2]:.0%} of peak):")

@@ -402,11 +402,76 @@ class Fabric(Collectives):
         return p.base_s + 2 * math.ceil(math.log2(n)) * (p.inter_s if nodes > 1 else p.intra_s)
 
 
+class BadProfile(ValueError):
+    """A hardware profile file that exists but cannot be used; the message is one line naming the file."""
+
+
+_PROFILE_NUMBERS = {  # key: (required, what it must be)
+    "devices_per_node": (True, "count"), "intra_busbw_GBps": (True, "positive"),
+    "inter_busbw_GBps": (True, "positive"), "base_latency_us": (True, "non-negative"),
+    "intra_hop_latency_us": (True, "non-negative"), "inter_hop_latency_us": (True, "non-negative"),
+    "tree_intra_hop_latency_us": (False, "non-negative"), "tree_inter_hop_latency_us": (False, "non-negative"),
+    "ll_base_latency_us": (False, "non-negative"), "ll_intra_hop_latency_us": (False, "non-negative"),
+    "ll_inter_hop_latency_us": (False, "non-negative"), "ll_tree_inter_hop_latency_us": (False, "non-negative"),
+    "memory_bandwidth_GBps": (False, "positive"),
+}
+
+
+def _profile_data(name: str) -> dict[str, Any]:
+    """The checked contents of harness/profiles/<name>.json, or BadProfile saying what is wrong with it."""
+    path = PROFILES_DIR / f"{name}.json"
+    repo = Path(__file__).resolve().parents[1]
+    where = f"hardware profile {name} ({path.relative_to(repo) if path.is_relative_to(repo) else path})"
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadProfile(f"{where} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    except ValueError as exc:
+        raise BadProfile(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(d, dict):
+        raise BadProfile(f"{where} holds a JSON {type(d).__name__}, not an object of the fields in "
+                         f"harness/profiles/README.md")
+    for key, (required, kind) in _PROFILE_NUMBERS.items():
+        v = d.get(key)
+        if v is None:
+            if required:
+                raise BadProfile(f"{where} lacks \"{key}\" (see harness/profiles/README.md)")
+            continue
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if kind == "count":
+            ok = number and v == int(v) and v >= 1
+        else:
+            ok = number and (v > 0 if kind == "positive" else v >= 0)
+        if not ok:
+            need = {"count": "a whole number of at least 1", "positive": "a finite number above 0",
+                    "non-negative": "a finite number of at least 0"}[kind]
+            raise BadProfile(f"{where}: \"{key}\" must be {need}, got {json.dumps(v)}")
+    peaks = d.get("peak_tflops", {})
+    if not isinstance(peaks, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+            for v in peaks.values()):
+        raise BadProfile(f"{where}: \"peak_tflops\" must map each precision to a finite number above 0, got "
+                         f"{json.dumps(peaks)}")
+    return d
+
+
+def profile_problem(name: str) -> str | None:
+    """Why the profile `name` cannot be used (no such file, or a file that does not load), or None."""
+    if name not in profiles():
+        return unknown_profile(name)
+    try:
+        _profile_data(name)
+    except BadProfile as exc:
+        return str(exc)
+    return None
+
+
 def load_profile(name: str) -> Fabric:
-    """The hardware profile harness/profiles/<name>.json (KeyError if there is none)."""
+    """The hardware profile harness/profiles/<name>.json (KeyError if there is none, BadProfile if it is not
+    usable)."""
     if name not in profiles():
         raise KeyError(name)
-    d = json.loads((PROFILES_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    d = _profile_data(name)
     us = 1e-6
 
     def opt(key):
@@ -436,6 +501,8 @@ def unknown_profile(name: str) -> str:
     valid = ", ".join(profiles())
     if not name.strip():
         return f"an empty --profile name; valid choices: {valid}"
+    if name.endswith(".json") and name[:-5] in profiles():
+        return f"unknown hardware profile '{name}'; a profile is named without .json: --profile {name[:-5]}"
     return (f"unknown hardware profile '{name}'; valid choices: {valid} (or add harness/profiles/{name}.json: see "
             f"harness/profiles/README.md)")
 

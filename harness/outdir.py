@@ -50,6 +50,15 @@ def _busy(out: Path, pid: int) -> BadInput:
                     f"choose another --out")
 
 
+def one_line(out: Path) -> None:
+    """Refuse an output path with a control character in it (a newline, a tab): reports, logs and scripts name
+    their directory on one line."""
+    bad = next((ch for ch in str(out) if not ch.isprintable() and ch != " "), None)
+    if bad is not None:
+        raise BadInput(f"output path {ascii(str(out))} holds a control character ({ascii(bad)}); choose another "
+                       f"--out (a report names its directory on one line)")
+
+
 def check(out: Path, force: bool, files: tuple[str, ...] = RESULT_FILES) -> None:
     """Refuse an output path that another run is writing, that holds results or other files this run would
     overwrite (`files`, its logs/ and a sweep's comm_n*/; without --force), that is not a UTF-8 name or that
@@ -61,6 +70,7 @@ def check(out: Path, force: bool, files: tuple[str, ...] = RESULT_FILES) -> None
         shown = str(out).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         raise BadInput(f"output path {shown} is not a UTF-8 name; choose another --out (reports name their "
                        f"directory in UTF-8 text)") from None
+    one_line(out)
     try:
         _check(out, force, files)
     except OSError as exc:  # a name too long for the filesystem, a path through a file, ...
@@ -91,6 +101,9 @@ def _check(out: Path, force: bool, files: tuple[str, ...]) -> None:
     else:
         probe_in = out.parent
         while not probe_in.exists():
+            if probe_in.is_symlink():  # a link to nowhere, or a loop of links: nothing can be created under it
+                raise BadInput(f"cannot create output directory {out}: {probe_in} is a symbolic link that leads "
+                               f"nowhere (a missing target or a loop); choose another --out")
             probe_in = probe_in.parent
         if not probe_in.is_dir():
             raise BadInput(f"cannot create output directory {out}: {probe_in} is not a directory")

@@ -42,6 +42,10 @@ def check(req: RunRequest, nodes: int | None, ntasks_per_node: int | None, time:
     for option, value in (("--partition", partition), ("--job-name", job_name)):
         if value is not None and not _NAME.match(value):
             raise BadInput(f"{option} '{value}' is not a SLURM name (letters, digits, _ . , -)")
+    if req.out:
+        from harness.outdir import one_line
+
+        one_line(Path(req.out))
     world = nodes * ntasks_per_node
     if req.world_size is not None and req.world_size != world:
         raise BadInput(f"--nodes {nodes} x --ntasks-per-node {ntasks_per_node} gives {world} ranks but "
@@ -57,12 +61,19 @@ def check(req: RunRequest, nodes: int | None, ntasks_per_node: int | None, time:
                             iface=req.iface, master="node1", source="compare sbatch")
 
 
+def one_line(text: str) -> str:
+    """`text` with its control characters written as escapes (a newline as \\n), so that it stays inside the one
+    comment line it is put in: a newline in a typed argument would end the comment and run the rest as code."""
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
 def render(run_args: list[str], typed: str, nodes: int, ntasks_per_node: int, time: str | None,
            partition: str | None, job_name: str, exclusive: bool) -> str:
     """The script: #SBATCH lines, then `cd REPO && exec .venv/bin/compare run --launcher slurm RUN_ARGS`."""
     lines = [
         "#!/bin/bash",
-        f"# Written by `{typed}` on {datetime.now(timezone.utc).isoformat(timespec='seconds')}.",
+        f"# Written by `{one_line(typed)}` on {datetime.now(timezone.utc).isoformat(timespec='seconds')}.",
         "# Submit with `sbatch THIS_FILE`. The job runs `compare run --launcher slurm` on the first node of its",
         "# allocation: every adapter's ranks start through srun (torchrun and mp.spawn per node, DeepSpeed's",
         "# --launcher slurm) or, for horovodrun, over ssh to the allocated nodes. The repository, its venv and the",

@@ -159,8 +159,9 @@ def plan(req: ScaleRequest) -> ScalePlan:
         raise BadInput(f"unknown scaling '{req.scaling}'; valid choices: {', '.join(SCALINGS)}")
     straggler = parse_straggler(req.straggler, sizes)
     for name in req.profiles:
-        if name not in costmodel.profiles():
-            raise BadInput(costmodel.unknown_profile(name))
+        problem = costmodel.profile_problem(name)  # a file that does not load fails now, not after the sweep
+        if problem:
+            raise BadInput(problem)
     if req.predict_to < max(sizes):
         raise BadInput(f"--predict-to {req.predict_to} is below the largest world size measured ({max(sizes)})")
     lo, hi = costmodel.PREDICT_TO

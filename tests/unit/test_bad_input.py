@@ -828,3 +828,96 @@ def test_a_working_directory_that_no_longer_exists_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == "error: the current directory no longer exists; cd to an existing directory and run again\n"
+
+
+@pytest.fixture
+def own_profiles(tmp_path, monkeypatch):
+    """A copy of harness/profiles/ that a test may damage, in place of the real one."""
+    import shutil
+
+    d = tmp_path / "profiles"
+    shutil.copytree(costmodel.PROFILES_DIR, d)
+    monkeypatch.setattr(costmodel, "PROFILES_DIR", d)
+    monkeypatch.setattr(costmodel, "PUBLISHED", d / "published.json")
+    return d
+
+
+def _h100_with(d, **change):
+    good = json.loads((d / "h100-sxm-ndr400.json").read_text())
+    for k, v in change.items():
+        good.pop(k) if v is None else good.__setitem__(k, v)
+    return json.dumps(good)
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"name": ', "is not valid JSON: Expecting value: line 1 column 10 (char 9)"),
+    ("[1, 2]", "holds a JSON list, not an object of the fields in harness/profiles/README.md"),
+    (dict(base_latency_us=None), 'lacks "base_latency_us" (see harness/profiles/README.md)'),
+    (dict(intra_busbw_GBps=-1), ': "intra_busbw_GBps" must be a finite number above 0, got -1'),
+    (dict(inter_busbw_GBps=0), ': "inter_busbw_GBps" must be a finite number above 0, got 0'),
+    (dict(intra_hop_latency_us="3"), ': "intra_hop_latency_us" must be a finite number of at least 0, got "3"'),
+    (dict(devices_per_node=2.5), ': "devices_per_node" must be a whole number of at least 1, got 2.5'),
+    (dict(devices_per_node=True), ': "devices_per_node" must be a whole number of at least 1, got true'),
+    (dict(peak_tflops={"fp32": -5}), ': "peak_tflops" must map each precision to a finite number above 0, got '
+                                     '{"fp32": -5}'),
+])
+def test_a_hardware_profile_that_does_not_load_is_one_line_naming_its_file(own_profiles, text, why):
+    # A user's own profile with a typo used to crash `predict` with a traceback, or (a missing field) be blamed on
+    # the sweep's records; a negative or NaN bandwidth gave 100% or 0% efficiency at every N.
+    if isinstance(text, dict):
+        text = _h100_with(own_profiles, **text)
+    (own_profiles / "mine.json").write_text(text)
+    where = f"hardware profile mine ({own_profiles / 'mine.json'})"
+    expected = f"error: {where}{'' if why.startswith(':') else ' '}{why}\n"
+    for argv in (["predict", "--profile", "mine"], ["scale", "-a", "ddp", "--profile", "mine", "--out",
+                                                    str(own_profiles.parent / "never")]):
+        result = invoke(*argv)
+        assert result.exit_code == 2 and result.stderr == expected, (argv, result.output)
+    assert not (own_profiles.parent / "never").exists()  # refused before the sweep, not after it
+    listed = invoke("predict", "--list")
+    assert listed.exit_code == 0 and f"mine: cannot be used: {where}" in " ".join(listed.stdout.split())
+
+
+def test_a_nan_bandwidth_is_refused_too(own_profiles):
+    (own_profiles / "mine.json").write_text(_h100_with(own_profiles).replace('"intra_busbw_GBps": 370',
+                                                                             '"intra_busbw_GBps": NaN'))
+    result = invoke("predict", "--profile", "mine")
+    assert result.exit_code == 2 and result.stderr.endswith('"intra_busbw_GBps" must be a finite number above 0, '
+                                                            'got NaN\n')
+
+
+def test_a_profile_named_with_its_json_suffix_is_told_the_name():
+    result = invoke("predict", "--profile", "a100-sxm-hdr200.json")
+    assert result.exit_code == 2 and result.stderr == (
+        "error: unknown hardware profile 'a100-sxm-hdr200.json'; a profile is named without .json: --profile "
+        "a100-sxm-hdr200\n")
+
+
+def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(own_profiles, tmp_path):
+    from harness.report import scale_model
+
+    (own_profiles / "p100-25gbe-roce.json").write_text("{}")
+    problems = []
+    checks = scale_model.published_checks(problems)
+    horovod = [e["id"] for e in costmodel.published() if e["profile"] == "p100-25gbe-roce"]
+    assert horovod and not any(r["id"] in horovod for r in checks) and checks
+    assert problems == [f"published result {i} left out: hardware profile p100-25gbe-roce "
+                        f"({own_profiles / 'p100-25gbe-roce.json'}) lacks \"devices_per_node\" (see "
+                        f"harness/profiles/README.md)" for i in horovod]
+    shown = invoke("predict")
+    assert shown.exit_code == 0 and f"warning: published result {horovod[0]} left out" in shown.stdout
+    # a sweep's report keeps its measured tables and its own model; only the broken profile's parts are left out
+    from conftest import REPO
+    from harness.record import read_records
+    from harness.report import scale
+
+    import shutil
+
+    run = tmp_path / "sweep"  # a copy: the section writes its plots into the directory it is given
+    shutil.copytree(REPO / "results" / "scale_digits_cpu2_20261125-085608", run)
+    records = read_records(run / "records.jsonl")
+    (own_profiles / "h100-sxm-ndr400.json").write_text("{")
+    md = "\n".join(scale_model.section(run, records, scale.table(records))[0])
+    assert "The hardware profile h100-sxm-ndr400 (" in md and "is not valid JSON" in md
+    assert "## The model" in md and "Step time within ±10% of the measured mean step" in md
+    assert f"published result {horovod[0]} left out" in md
