@@ -137,8 +137,12 @@ class HorovodAdapter(Adapter):
         def __post_init__(self):
             if self.fusion_threshold_mb is not None and self.fusion_threshold_mb < 0:
                 raise KnobError(f"knob 'fusion_threshold_mb' must be 0 or more; got {self.fusion_threshold_mb}")
-            if self.cycle_time_ms is not None and self.cycle_time_ms <= 0:
-                raise KnobError(f"knob 'cycle_time_ms' must be positive; got {self.cycle_time_ms:g}")
+            if self.cycle_time_ms is not None and not 0 < self.cycle_time_ms <= 1000:
+                # every fused all-reduce waits for the next cycle: a cycle of hours hangs the row until --timeout
+                raise KnobError(f"knob 'cycle_time_ms' must be above 0 and at most 1000 (a second); got "
+                                f"{self.cycle_time_ms:g}")
+            if self.stall_check_warning_s is not None and self.stall_check_warning_s < 0:
+                raise KnobError(f"knob 'stall_check_warning_s' must be 0 or more; got {self.stall_check_warning_s}")
             if self.start_timeout_s is not None and self.start_timeout_s < 1:
                 raise KnobError(f"knob 'start_timeout_s' must be at least 1; got {self.start_timeout_s}")
             warning = 60 if self.stall_check_warning_s is None else self.stall_check_warning_s

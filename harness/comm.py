@@ -57,6 +57,16 @@ def plan(req: CommRequest) -> CommPlan:
     dup = next((x for i, x in enumerate(sizes) if x in sizes[:i]), None)
     if dup is not None:
         raise BadInput(f"size {format_size(dup)} listed twice in --sizes {req.sizes}")
+    elem = collectives.DTYPES[req.dtype]
+    timed: dict[int, list[int]] = {}  # the bytes each size is timed at (harness/rank/comm.py): whole elements,
+    for size in sizes:                # a multiple of the world size
+        timed.setdefault(max(req.world_size, size // elem // req.world_size * req.world_size) * elem, []).append(size)
+    same = next((v for v in timed.values() if len(v) > 1), None)
+    if same is not None:
+        at = max(req.world_size, same[0] // elem // req.world_size * req.world_size) * elem
+        raise BadInput(f"sizes {', '.join(format_size(x) for x in same)} would all be timed as {format_size(at)} "
+                       f"(whole {req.dtype} elements, a multiple of {req.world_size} ranks); give sizes at least "
+                       f"{least} bytes apart")
     memory = envmod.memory_total_bytes()
     if max(sizes) > memory:
         raise BadInput(f"size {format_size(max(sizes))} is more than this machine's memory "

@@ -616,7 +616,8 @@ class Launch:
         poller.register(self._events, select.POLLIN)
         if interrupt.wakeup_fd() is not None:
             poller.register(interrupt.wakeup_fd(), select.POLLIN)
-        ready = {fd for fd, _ in poller.poll(None if timeout is None else int(timeout * 1000))}
+        # poll() takes whole milliseconds in a C int: a wait of --timeout inf (or 1e12 s) is a day at a time.
+        ready = {fd for fd, _ in poller.poll(None if timeout is None else int(min(timeout, 86400.0) * 1000))}
         interrupt.check()  # Ctrl-C / SIGTERM: stop here, where it is safe
         if self._events in ready:
             self._read_events()

@@ -296,6 +296,16 @@ CASES = [
      + ", ".join(__import__("adapters").names())),
     ("scale-empty-world-size", ["scale", "--world-sizes", "1,,2"],
      "an empty world size in --world-sizes 1,,2 (two commas in a row, or one at an end); e.g. --world-sizes 1,2,4"),
+    ("comm-sizes-timed-alike", ["comm", "--sizes", "9,10,11"],
+     "sizes 9B, 10B, 11B would all be timed as 8B (whole fp32 elements, a multiple of 2 ranks); give sizes at "
+     "least 8 bytes apart"),
+    ("run-out-with-a-newline", ["run", "-a", "dp", "--out", "/tmp/compare-probe/a\nb"],
+     "output path '/tmp/compare-probe/a\\nb' holds a control character ('\\n'); choose another --out (a report "
+     "names its directory on one line)"),
+    ("sbatch-out-with-a-newline", ["sbatch", "--nodes", "2", "--ntasks-per-node", "1", "--out",
+                                   "/tmp/x\ntouch /tmp/compare-pwned #"],
+     "output path '/tmp/x\\ntouch /tmp/compare-pwned #' holds a control character ('\\n'); choose another --out "
+     "(a report names its directory on one line)"),
     ("comm-gap-negative", ["comm", "--gap", "-1"], "--gap must be between 0 and 1000 ms, got -1"),
     ("comm-gap-nan", ["comm", "--gap", "nan"], "--gap must be between 0 and 1000 ms, got nan"),
     ("comm-gap-too-long", ["comm", "--gap", "1e6"], "--gap must be between 0 and 1000 ms, got 1e+06"),
@@ -921,3 +931,24 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
     assert "The hardware profile h100-sxm-ndr400 (" in md and "is not valid JSON" in md
     assert "## The model" in md and "Step time within ±10% of the measured mean step" in md
     assert f"published result {horovod[0]} left out" in md
+
+
+def test_an_out_under_a_loop_of_symbolic_links_is_one_line(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    result = invoke("run", "-a", "dp", "--out", tmp_path / "loop" / "sub")
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: cannot create output directory {tmp_path / 'loop' / 'sub'}: {tmp_path / 'loop'} is a symbolic link "
+        f"that leads nowhere (a missing target or a loop); choose another --out\n")
+
+
+def test_the_sbatch_header_keeps_every_typed_argument_on_its_comment_line():
+    # A newline in any argument (here a workload option's value, refused later inside the job) used to end the
+    # "# Written by" comment and run the rest of the line as code.
+    from harness.sbatch import one_line, render
+
+    assert one_line("a\nb\tc é \x7f") == "a\\nb\\tc é \\x7f"
+    text = render(["-a", "ddp"], "compare sbatch -o 'hidden=1\ntouch /tmp/compare-pwned #'", 2, 1, None, None, "x",
+                  False)
+    comment = [line for line in text.splitlines() if line.startswith("# Written by")]
+    assert len(comment) == 1 and "hidden=1\\ntouch" in comment[0]
+    assert not any(line.startswith("touch") for line in text.splitlines())

@@ -172,6 +172,11 @@ def test_importing_the_adapter_or_listing_adapters_does_not_import_horovod():
                                      "got 'big'"),
     ({"stall_check_shutdown_s": "45"},
      "knob 'stall_check_shutdown_s' (45) must be 0 or greater than stall_check_warning_s (60)"),
+    # horovodrun refuses these only once a row launches (its own ValueError), or never (a cycle of 1e9 ms hangs
+    # every fused all-reduce until --timeout)
+    ({"stall_check_warning_s": "-1"}, "knob 'stall_check_warning_s' must be 0 or more; got -1"),
+    ({"cycle_time_ms": "1e9"}, "knob 'cycle_time_ms' must be above 0 and at most 1000 (a second); got 1e+09"),
+    ({"cycle_time_ms": "0"}, "knob 'cycle_time_ms' must be above 0 and at most 1000 (a second); got 0"),
 ])
 def test_bad_knobs_are_refused_with_the_valid_choices(knobs, message):
     with pytest.raises(KnobError) as exc:
