@@ -21,6 +21,7 @@ problem and the valid choices; nothing written); 130 interrupted (Ctrl-C / SIGTE
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import statistics
@@ -99,6 +100,16 @@ app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, pretty_exceptio
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 _TYPED_ARGV: list[str] | None = None
 _STARTED: float | None = None
+
+
+def _path(value: str) -> Path:
+    """A path argument as typed: an empty one ('') would otherwise become '.', the current directory."""
+    if isinstance(value, Path):
+        return value
+    if value == "":
+        raise typer.BadParameter("an empty path ('')")
+    return Path(value)
+
 _MAIN = False
 """True when run as the `compare` command (not in process, as the tests' CliRunner does)."""
 
@@ -316,7 +327,7 @@ def run(
                                             help="With --until-target: the step budget (default: the workload's)."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
                                                                "(the world size is the sum of the slots)."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Hosts from a file of `HOST slots=N` lines "
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", parser=_path, help="Hosts from a file of `HOST slots=N` lines "
                                                                      "(DeepSpeed/MPI syntax)."),
     nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
                                                                 "the SLURM allocation)."),
@@ -388,7 +399,7 @@ def sbatch_cmd(
     partition: Optional[str] = typer.Option(None, "--partition", help="SLURM partition."),
     job_name: str = typer.Option("compare", "--job-name", help="SLURM job name."),
     exclusive: bool = typer.Option(True, help="Ask for whole nodes (--no-exclusive: share them)."),
-    script: Optional[Path] = typer.Option(None, "--script", help="Write the script here (default: print it)."),
+    script: Optional[Path] = typer.Option(None, "--script", parser=_path, help="Write the script here (default: print it)."),
     world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Must equal nodes x ntasks."),
     device: str = typer.Option("cpu", "--device"),
     steps: Optional[int] = typer.Option(None), warmup: Optional[int] = typer.Option(None),
@@ -472,7 +483,7 @@ def scale(
     straggler: Optional[str] = typer.Option(None, help="RANK:FACTOR: that rank computes FACTOR times slower."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE."),
-    comm: list[Path] = typer.Option([], "--comm", help="`compare comm` results to calibrate the model with "
+    comm: list[Path] = typer.Option([], "--comm", parser=_path, help="`compare comm` results to calibrate the model with "
                                                        "(default: measure them here)."),
     model: bool = typer.Option(True, help="Calibrate the performance model and predict (--no-model: skip the "
                                           "comm sweep and the prediction)."),
@@ -519,7 +530,7 @@ def scale(
 @app.command()
 def predict(
     directories: Optional[list[Path]] = typer.Argument(
-        None, metavar="DIRECTORY", show_default=False,
+        None, metavar="DIRECTORY", show_default=False, parser=_path,
         help="`compare scale` results directories (omit: only the published checks; several: each sweep's predicted "
              "vs measured, then the model's accuracy across them)."),
     profile: list[str] = typer.Option([], "--profile", help="Hardware profile(s) to extrapolate to (default: the "
@@ -728,7 +739,7 @@ def comm_cmd(
                                     "cores (every adapter alike; recorded). Default: the OS places the threads."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
                                                                "(the world size is the sum of the slots)."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", help="Hosts from a file of `HOST slots=N` lines "
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", parser=_path, help="Hosts from a file of `HOST slots=N` lines "
                                                                      "(DeepSpeed/MPI syntax)."),
     nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
                                                                 "the SLURM allocation)."),
@@ -772,7 +783,7 @@ def comm_cmd(
 
 
 @app.command("report")
-def report_cmd(directory: Path = typer.Argument(..., help="A run directory holding records.jsonl.")):
+def report_cmd(directory: Path = typer.Argument(..., parser=_path, help="A run directory holding records.jsonl.")):
     """Re-render report.md and the plots of a run from its records.jsonl alone."""
     from harness import report
 
@@ -785,8 +796,11 @@ def report_cmd(directory: Path = typer.Argument(..., help="A run directory holdi
               f"({f'pid {pid}' if pid > 0 else 'its pid is not recorded'}); its report is written when it ends")
     try:
         report.render(directory, records)
-    except OSError as exc:
-        _fail(f"could not write the report in {directory}: {exc.strerror or exc}", 1)
+    except OSError as exc:  # a directory it may not write to is bad input (2); a full disk is not (1)
+        import errno
+
+        _fail(f"could not write the report in {directory}: {exc.strerror or exc}",
+              2 if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else 1)
     except report.MALFORMED as exc:
         _fail(_malformed(directory, exc))
     if report.kind(records) == "run":
@@ -795,7 +809,8 @@ def report_cmd(directory: Path = typer.Argument(..., help="A run directory holdi
 
 
 @app.command("index")
-def index_cmd(directory: Path = typer.Argument(Path("results"), help="Directory of runs (default: results)."),
+def index_cmd(directory: Path = typer.Argument(Path("results"), parser=_path,
+                                              help="Directory of runs (default: results)."),
               force: bool = typer.Option(False, help="Replace a DIR/README.md that `compare index` did not write.")):
     """Regenerate DIR/README.md, the index of the runs under DIR, from their records."""
     from harness import report
@@ -809,6 +824,8 @@ def index_cmd(directory: Path = typer.Argument(Path("results"), help="Directory 
         _fail(f"no runs under {directory} (no {directory}/*/records.jsonl); give the directory that holds them, "
               f"e.g. results")
     readme = directory / "README.md"
+    if readme.is_symlink() and not force:  # writing through it would put the index wherever the link points
+        _fail(f"{readme} is a symbolic link to {os.readlink(readme)}; use --force to replace the link with the index")
     if readme.is_file() and not force and not report.is_index(readme):
         _fail(f"{readme} exists and was not written by `compare index`; use --force to replace it")
     try:

@@ -103,7 +103,9 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
             warn(f"skipped {records_path.parent}: a record of a shape this compare cannot read "
                  f"({type(exc).__name__}: {exc})")
     path = results_dir / "README.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    from harness.outdir import write_text
+
+    write_text(path, "\n".join(lines) + "\n")  # atomic, and a link at README.md is replaced, never followed
     return path
 
 

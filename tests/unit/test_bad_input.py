@@ -306,6 +306,19 @@ CASES = [
                                    "/tmp/x\ntouch /tmp/compare-pwned #"],
      "output path '/tmp/x\\ntouch /tmp/compare-pwned #' holds a control character ('\\n'); choose another --out "
      "(a report names its directory on one line)"),
+    # an empty path ('') used to become '.', the current directory, with messages about '.'
+    ("report-empty-path", ["report", ""], "Invalid value for 'directory': an empty path ('') (see `compare report "
+                                          "--help`)"),
+    ("predict-empty-path", ["predict", ""], "Invalid value for 'DIRECTORY': an empty path ('') (see `compare "
+                                            "predict --help`)"),
+    ("index-empty-path", ["index", ""], "Invalid value for 'directory': an empty path ('') (see `compare index "
+                                        "--help`)"),
+    ("sbatch-empty-script", ["sbatch", "--nodes", "1", "--ntasks-per-node", "1", "--script", ""],
+     "Invalid value for '--script': an empty path ('') (see `compare sbatch --help`)"),
+    ("run-empty-hostfile", ["run", "--hostfile", ""], "Invalid value for '--hostfile': an empty path ('') (see "
+                                                      "`compare run --help`)"),
+    ("scale-empty-comm", ["scale", "--comm", ""], "Invalid value for '--comm': an empty path ('') (see `compare "
+                                                  "scale --help`)"),
     ("comm-gap-negative", ["comm", "--gap", "-1"], "--gap must be between 0 and 1000 ms, got -1"),
     ("comm-gap-nan", ["comm", "--gap", "nan"], "--gap must be between 0 and 1000 ms, got nan"),
     ("comm-gap-too-long", ["comm", "--gap", "1e6"], "--gap must be between 0 and 1000 ms, got 1e+06"),
@@ -952,3 +965,41 @@ def test_the_sbatch_header_keeps_every_typed_argument_on_its_comment_line():
     comment = [line for line in text.splitlines() if line.startswith("# Written by")]
     assert len(comment) == 1 and "hidden=1\\ntouch" in comment[0]
     assert not any(line.startswith("touch") for line in text.splitlines())
+
+
+def test_index_never_writes_through_a_symbolic_link_at_readme(tmp_path):
+    # It used to follow the link and create whatever file it pointed to, outside DIR.
+    from conftest import REPO
+
+    run = REPO / "results" / "digits_cpu2_20261123-101734"
+    (tmp_path / run.name).mkdir()
+    (tmp_path / run.name / "records.jsonl").write_text((run / "records.jsonl").read_text())
+    target = tmp_path / "elsewhere" / "notes.md"
+    (tmp_path / "README.md").symlink_to(target)
+    result = invoke("index", tmp_path)
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: {tmp_path / 'README.md'} is a symbolic link to {target}; use --force to replace the link with the "
+        f"index\n")
+    assert not target.exists() and not target.parent.exists()
+    forced = invoke("index", tmp_path, "--force")  # replaces the link itself, still writing nothing through it
+    assert forced.exit_code == 0 and not (tmp_path / "README.md").is_symlink() and not target.exists()
+    assert f"[{run.name}]" in (tmp_path / "README.md").read_text()
+
+
+@pytest.mark.parametrize("err, code", [(13, 2), (30, 2), (28, 1)])  # EACCES, EROFS: bad input; ENOSPC: not
+def test_report_into_a_directory_it_may_not_write_is_exit_2(tmp_path, monkeypatch, err, code):
+    import os
+    import shutil
+
+    from conftest import REPO
+    from harness import report
+
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "results" / "comm_cpu2_n2_20261123-121520", run)
+
+    def refuse(directory, records):
+        raise OSError(err, os.strerror(err))
+    monkeypatch.setattr(report, "render", refuse)
+    result = invoke("report", run)
+    assert result.exit_code == code and result.stderr == (
+        f"error: could not write the report in {run}: {os.strerror(err)}\n")
