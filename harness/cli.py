@@ -570,6 +570,12 @@ def predict(
         if records[0].get("kind") != "scale":
             _fail(f"{directory} holds `compare {records[0].get('kind', 'run')}` results; give a directory written by "
                   f"`compare scale`")
+        try:
+            from harness import report
+
+            report.check_kind(records)
+        except ValueError as exc:
+            _fail(_malformed(directory, exc, "predict from"))
         sweeps.setdefault(directory.resolve(), (directory, records))  # a directory named twice counts once
     judged: list[tuple[Path, list[dict], list[dict]]] = []
     for directory, records in sweeps.values():

@@ -8,6 +8,7 @@ alone.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from pathlib import Path
@@ -310,6 +311,19 @@ _COMM_OK = {"op": str, "size_bytes": int, "time_s": dict, "algbw_GBps": _NUM, "b
             "busbw_factor": _NUM}
 
 
+_SCALE = {"point": int, "world_sizes": list, "scaling": str}
+
+
+def _measured(obj: dict[str, Any], keys: tuple[str, ...], where: str, positive: bool = False) -> None:
+    """A measurement is a finite number, at least 0 (above 0 where `positive`): a NaN or negative throughput or
+    step time cannot come from a run, and would be rendered as a figure."""
+    for key in keys:
+        v = obj[key]
+        if not math.isfinite(v) or v < 0 or (positive and v == 0):
+            raise ValueError(f"{where}: '{key}' is {v!r}, which no measurement gives (a finite number "
+                             f"{'above' if positive else 'of at least'} 0)")
+
+
 def _check(obj: Any, fields: dict[str, Any], where: str) -> None:
     if not isinstance(obj, dict):
         raise ValueError(f"{where} is not an object")
@@ -332,12 +346,18 @@ def check_record(rec: Any, where: str = "record") -> None:
         if rec["status"] == "ok":
             _check(rec, _COMM_OK, where)
             _check(rec["time_s"], _STEP, f"{where}: time_s")
+            _measured(rec["time_s"], ("median", "p10", "p90"), f"{where}: time_s")
         return
     _check(rec, _RUN, where)
+    if rec.get("kind") == "scale":
+        _check(rec, {"scale": dict}, where)
+        _check(rec["scale"], _SCALE, f"{where}: scale")
     if rec["status"] in MEASURED:
         _check(rec, _RUN_OK, where)
         _check(rec["controls"], _RUN_CONTROLS, f"{where}: controls")
         _check(rec["step_time_s"], _STEP, f"{where}: step_time_s")
+        _measured(rec, ("samples_per_s", "samples_per_s_per_device"), where, positive=True)
+        _measured(rec["step_time_s"], ("median", "p10", "p90"), f"{where}: step_time_s")
         if rec.get("until_target") or rec["status"] == "not_reached":
             _check(rec, {"ttt": dict}, where)
             _check(rec["ttt"], _TTT, f"{where}: ttt")

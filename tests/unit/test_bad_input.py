@@ -1003,3 +1003,69 @@ def test_report_into_a_directory_it_may_not_write_is_exit_2(tmp_path, monkeypatc
     result = invoke("report", run)
     assert result.exit_code == code and result.stderr == (
         f"error: could not write the report in {run}: {os.strerror(err)}\n")
+
+
+def _every(change_one):
+    def change(records):
+        for r in records:
+            change_one(r)
+    return change
+
+
+@pytest.mark.parametrize("run, change, problem", [
+    # numbers no measurement gives: a report rendered them as "nan (±nan%)" or "-1 samples/s, efficiency 50%"
+    ("digits_cpu2_20261123-101734", _set("row", "samples_per_s", float("nan")),
+     "'samples_per_s' is nan, which no measurement gives (a finite number above 0)"),
+    ("scale_digits_cpu2_20261125-085608", _set("row", "samples_per_s", -1.0),
+     "'samples_per_s' is -1.0, which no measurement gives (a finite number above 0)"),
+    ("comm_cpu2_n2_20261123-121520",
+     lambda records: records[0]["time_s"].__setitem__("median", float("inf")),
+     "time_s: 'median' is inf, which no measurement gives (a finite number of at least 0)"),
+    # a scale record without its point: the report and predict rendered empty sections from it
+    ("scale_digits_cpu2_20261125-085608", _every(lambda r: r.pop("scale", None)), "has no 'scale'"),
+])
+def test_records_no_run_could_write_are_refused_by_report_and_predict(tmp_path, run, change, problem):
+    d = _committed_with(tmp_path, run, change)
+    for command in ("report", "predict") if run.startswith("scale") else ("report",):
+        result = invoke(command, d)
+        assert result.exit_code == 2 and result.stderr.startswith(f"error: cannot read {d / 'records.jsonl'}:")
+        assert problem in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_predict_refuses_a_sweep_with_records_of_another_kind_as_report_does(tmp_path):
+    def change(records):
+        records.append({**records[1], "kind": "run"})
+    d = _committed_with(tmp_path, "scale_digits_cpu2_20261125-085608", change)
+    result = invoke("predict", d)
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: cannot predict from {d}: its records.jsonl holds a record of a shape this compare cannot read "
+        f"(ValueError: records of kind run among records of kind scale)\n")
+
+
+def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhere(tmp_path):
+    from conftest import REPO
+
+    good = REPO / "results" / "digits_cpu2_20261123-101734"
+    idx = tmp_path / "idx"
+    idx.mkdir()
+
+    def banana(records):
+        records[0]["kind"] = "banana"
+    bad = _committed_with(tmp_path, good.name, banana)
+    bad.rename(idx / "banana")
+    (idx / "ok").mkdir()
+    recs = [json.loads(x) for x in (good / "records.jsonl").read_text().splitlines()]
+    recs[1]["label"] = "odd|label\nwith a break"
+    (idx / "ok" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (idx / "loop").mkdir()
+    (idx / "loop" / "records.jsonl").symlink_to(idx / "loop" / "records.jsonl")
+    result = invoke("index", idx)
+    assert result.exit_code == 0, result.output
+    assert (f"warning: skipped {idx / 'banana'}: a record of a shape this compare cannot read (ValueError: records "
+            f"of kind 'banana'; this compare renders run, comm, scale)") in result.stderr
+    assert (f"warning: skipped {idx / 'loop'}: records.jsonl is a symbolic link that leads nowhere (a missing "
+            f"target or a loop)") in result.stderr
+    text = (idx / "README.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| [ok]"))
+    assert "odd\\|label with a break" in row and row.count(" | ") == 6  # still one row of seven cells
+    assert "[banana]" not in text and "[loop]" not in text
