@@ -15,6 +15,7 @@ import adapters
 import workloads
 from adapters.base import Adapter, Availability
 from harness import env as envmod
+from harness import options
 from harness.options import OptionError
 from harness.registry import UnknownName
 
@@ -360,12 +361,17 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
             cls = adapters.get(name)
         except Exception:  # noqa: BLE001 - an adapter file that fails to import: its availability says why
             cls = None
+        given = (knobs or {}).get(name, {})
         if not avail or cls is None:
+            if cls is not None:  # a knob that could never be right is bad input, whether or not it can run here
+                try:
+                    options.build(cls.Knobs, {**given, **variant}, what="knob")
+                except OptionError as exc:
+                    raise BadInput(f"{kind} {label}: {exc}") from None
             if explicit and req.strict:
                 raise BadInput(unavailable_message(kind, label, avail.message(), req.device, req.world_size))
             rows.append(Row(label, name, cls, reason=avail.message()))
             continue
-        given = (knobs or {}).get(name, {})
         for key in variant:
             if key in given and given[key] != variant[key]:
                 raise BadInput(f"knob {key} of {label} is given twice with different values: {variant[key]} in the "
@@ -385,6 +391,11 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
             rows.append(Row(label, name, cls, reason=avail.message()))
             knob_reasons.add(avail.message())
             continue
+        same = next((r for r in rows if r.adapter is not None and r.name == name and r.adapter.knobs == adapter.knobs),
+                    None)
+        if same is not None:  # `ddp:bucket_cap_mb=1,ddp:bucket_cap_mb=1.0`: one row twice, under two spellings
+            raise BadInput(f"{kind}s {same.label} and {label} are the same row (the same knobs, spelled "
+                           f"differently); give it once")
         rows.append(Row(label, name, cls, adapter))
     if not any(r.adapter for r in rows):
         if all(r.reason in knob_reasons for r in rows):

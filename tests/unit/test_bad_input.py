@@ -319,6 +319,13 @@ CASES = [
                                                       "`compare run --help`)"),
     ("scale-empty-comm", ["scale", "--comm", ""], "Invalid value for '--comm': an empty path ('') (see `compare "
                                                   "scale --help`)"),
+    # a knob that can never be right is refused even where its adapter cannot run (apex: no CUDA here); it used
+    # to pass as an `unavailable` row, the bad value never mentioned
+    ("run-unavailable-adapter-bad-knob", ["run", "-a", "ddp,apex:opt_level=O4"],
+     "adapter apex:opt_level=O4: knob 'opt_level' must be O0, O1, O2 or O3 (the letter O); got 'O4'"),
+    ("run-same-row-spelled-twice", ["run", "-a", "ddp:bucket_cap_mb=1,ddp:bucket_cap_mb=1.0"],
+     "adapters ddp:bucket_cap_mb=1 and ddp:bucket_cap_mb=1.0 are the same row (the same knobs, spelled "
+     "differently); give it once"),
     ("comm-gap-negative", ["comm", "--gap", "-1"], "--gap must be between 0 and 1000 ms, got -1"),
     ("comm-gap-nan", ["comm", "--gap", "nan"], "--gap must be between 0 and 1000 ms, got nan"),
     ("comm-gap-too-long", ["comm", "--gap", "1e6"], "--gap must be between 0 and 1000 ms, got 1e+06"),
