@@ -279,6 +279,32 @@ def load_workload(req: RunRequest):
         raise BadInput(f"workload {req.workload}: {exc}") from None
 
 
+def check_fits(workload, req: RunRequest, ranks: int) -> None:
+    """Refuse a workload whose model states alone (fp32 parameters, gradients and one optimizer buffer, a lower
+    bound on what training holds) for `ranks` ranks on this machine exceed its memory: `-o hidden=99999999999`
+    used to fail at launch, out of memory. The model is built on torch's meta device, which allocates nothing."""
+    if req.device != "cpu":
+        return
+    import torch
+
+    given = ", ".join(req.options) or "its defaults"
+    try:
+        with torch.device("meta"):
+            params = sum(p.numel() for p in workload.build_model().parameters())
+    except RuntimeError as exc:
+        if "overflow" in str(exc):  # a tensor larger than any address space
+            raise BadInput(f"workload {req.workload} ({given}) cannot be built: {' '.join(str(exc).split())}; "
+                           f"choose smaller workload options") from None
+        return
+    except Exception:  # noqa: BLE001 - a model that cannot be built on meta is left to the launch
+        return
+    need, total = 12 * params * ranks, envmod.memory_total_bytes()
+    if need > total:
+        raise BadInput(f"workload {req.workload} ({given}) has {params:,} parameters: their fp32 values, gradients "
+                       f"and one optimizer buffer alone take {need / 2**30:,.1f} GiB for {ranks} rank(s), more than "
+                       f"this machine's {total / 2**30:,.1f} GiB; choose smaller workload options")
+
+
 def pairs(items: list[str], what: str, form: str = "KEY=VALUE") -> list[tuple[str, str]]:
     """["k=v", ...] -> [("k", "v"), ...], refusing an item that is not KEY=VALUE (`form`: how the message shows
     the expected form)."""

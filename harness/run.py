@@ -17,7 +17,7 @@ import workloads
 from harness import env as envmod
 from harness import hosts, interrupt, outdir, record
 from harness.inputs import (MAX_REPEATS, MAX_STEPS, BadInput, Row, RunPlan, RunRequest, UntilTarget, build_rows,
-                            check_common, check_cores, check_list, load_workload, pairs, parse_label)
+                            check_common, check_cores, check_fits, check_list, load_workload, pairs, parse_label)
 from harness.launch import Launch
 from harness.session import Session
 from harness.spec import RunSpec
@@ -60,6 +60,7 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
             raise BadInput(f"{name} must be at most {MAX_STEPS:,} steps, got {value}")
     _check_until_target_flags(req)
     workload = load_workload(req)
+    check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology else req.world_size)
     gb = workload.global_batch if req.global_batch is None else req.global_batch
     if gb % req.world_size:
         raise BadInput(f"global batch {gb} is not divisible by world size {req.world_size}; "

@@ -36,7 +36,7 @@ from harness import costmodel
 from harness import env as envmod
 from harness import outdir, run
 from harness.inputs import (MAX_WORLD, BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common,
-                            load_workload)
+                            check_fits, load_workload)
 from harness.session import Session
 
 RESULT_FILES = ("records.jsonl", "report.md", "speedup.png", "efficiency.png", "memory.png", "balance.png",
@@ -171,6 +171,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
     if req.profile_steps < 3:
         raise BadInput(f"--profile-steps must be at least 3, got {req.profile_steps}")
     workload = load_workload(req)
+    check_fits(workload, req, max(sizes))
     batch = workload.global_batch if req.global_batch is None else req.global_batch
     if batch < 1:
         raise BadInput(f"--global-batch must be at least 1, got {batch}")

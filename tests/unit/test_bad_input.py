@@ -326,6 +326,14 @@ CASES = [
     ("run-same-row-spelled-twice", ["run", "-a", "ddp:bucket_cap_mb=1,ddp:bucket_cap_mb=1.0"],
      "adapters ddp:bucket_cap_mb=1 and ddp:bucket_cap_mb=1.0 are the same row (the same knobs, spelled "
      "differently); give it once"),
+    # a model that cannot fit: it used to fail at launch, out of memory (counted on torch's meta device)
+    ("run-workload-cannot-be-built", ["run", "-a", "ddp", "-o", "hidden=99999999999"],
+     "workload digits (hidden=99999999999) cannot be built: Storage size calculation overflowed with "
+     "sizes=[99999999999, 99999999999]; choose smaller workload options"),
+    ("run-workload-too-large", ["run", "-a", "ddp", "-o", "hidden=300000"],
+     f"workload digits (hidden=300000) has 90,022,800,010 parameters: their fp32 values, gradients and one optimizer "
+     f"buffer alone take {12 * 90_022_800_010 * 2 / 2**30:,.1f} GiB for 2 rank(s), more than this machine's "
+     f"{memory_total_bytes() / 2**30:,.1f} GiB; choose smaller workload options"),
     ("comm-gap-negative", ["comm", "--gap", "-1"], "--gap must be between 0 and 1000 ms, got -1"),
     ("comm-gap-nan", ["comm", "--gap", "nan"], "--gap must be between 0 and 1000 ms, got nan"),
     ("comm-gap-too-long", ["comm", "--gap", "1e6"], "--gap must be between 0 and 1000 ms, got 1e+06"),
