@@ -91,13 +91,15 @@ def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
                 return choice
             if isinstance(raw, str) and raw.strip().lower() == str(choice).lower():
                 return choice
-        raise OptionError(f"{what} '{name}' must be {describe_type(inner)}{hint}; got '{raw}'")
+        raise OptionError(f"{what} '{name}' must be {describe_type(inner)}{hint}; got '{_shown(raw)}'")
     if not isinstance(raw, str):
         if inner is float and isinstance(raw, int) and not isinstance(raw, bool):
             return float(raw)
         return raw
     text = raw.strip()
     try:
+        if not text.isascii():  # int() and float() also take other scripts' digits ("１" is 1)
+            raise ValueError
         if inner is bool:
             if text.lower() in _TRUE:
                 return True
@@ -109,12 +111,17 @@ def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
         if inner is float:
             value = float(text)
     except ValueError:
-        raise OptionError(f"{what} '{name}' expects {describe_type(tp)}{hint}, got '{raw}'") from None
+        raise OptionError(f"{what} '{name}' expects {describe_type(tp)}{hint}, got '{_shown(raw)}'") from None
     if inner is float:
         if not math.isfinite(value):  # no knob or option means anything at nan or inf
-            raise OptionError(f"{what} '{name}' expects a finite number{hint}, got '{raw}'")
+            raise OptionError(f"{what} '{name}' expects a finite number{hint}, got '{_shown(raw)}'")
         return value
     return text
+
+
+def _shown(raw: Any) -> str:
+    """A value as the one-line error shows it: control characters (a newline) written as escapes."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in str(raw))
 
 
 def build(cls: type, values: dict[str, Any] | None = None, what: str = "option"):

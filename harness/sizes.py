@@ -12,7 +12,7 @@ _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
 def parse_size(text: str) -> int:
     """"4096", "1K", "64M", "1G" (binary units; "KiB"/"MB" spellings too) -> bytes."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", text, re.IGNORECASE)
+    m = re.fullmatch(r"\s*([0-9]+)\s*([KMG]?)(i?B)?\s*", text, re.IGNORECASE | re.ASCII)  # not "１K"
     if not m:
         raise ValueError(f"size '{text}' is not a byte count such as 4096, 1K, 64M or 1G")
     return int(m.group(1)) * _UNITS[m.group(2).upper()]

@@ -49,13 +49,22 @@ def comm_records(out: Path, problems: list[str] | None = None) -> list[dict[str,
     from harness.record import read_records
 
     recs = []
-    for path in sorted(out.glob("comm_n*/records.jsonl")):
+    for d in sorted(p for p in out.glob("comm_n*") if p.is_dir()):
+        path = d / "records.jsonl"
         try:
-            recs += read_records(path)
+            if not path.exists() and not path.is_symlink():
+                raise ValueError("it is missing")
+            got = read_records(path)
+            if not got:
+                raise ValueError("no records")
+            kinds = sorted({str(r.get("kind", "run")) for r in got} - {"comm"})
+            if kinds:
+                raise ValueError(f"records of kind {', '.join(kinds)}, not `compare comm` results")
         except (OSError, ValueError) as exc:
             if problems is not None:
                 problems.append(f"{path.relative_to(out)} cannot be read ({exc})")
             continue
+        recs += got
     return recs
 
 

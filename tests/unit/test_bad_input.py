@@ -334,6 +334,12 @@ CASES = [
      f"workload digits (hidden=300000) has 90,022,800,010 parameters: their fp32 values, gradients and one optimizer "
      f"buffer alone take {12 * 90_022_800_010 * 2 / 2**30:,.1f} GiB for 2 rank(s), more than this machine's "
      f"{memory_total_bytes() / 2**30:,.1f} GiB; choose smaller workload options"),
+    # digits of other scripts (int() takes "１" as 1) and control characters in a value, shown escaped
+    ("comm-size-full-width", ["comm", "--sizes", "１K"], "size '１K' is not a byte count such as 4096, 1K, 64M or 1G"),
+    ("run-option-full-width", ["run", "-o", "hidden=１２８"],
+     "workload digits: option 'hidden' expects an int, got '１２８'"),
+    ("run-option-with-a-newline", ["run", "-o", "hidden=64\ntouch"],
+     "workload digits: option 'hidden' expects an int, got '64\\ntouch'"),
     ("comm-gap-negative", ["comm", "--gap", "-1"], "--gap must be between 0 and 1000 ms, got -1"),
     ("comm-gap-nan", ["comm", "--gap", "nan"], "--gap must be between 0 and 1000 ms, got nan"),
     ("comm-gap-too-long", ["comm", "--gap", "1e6"], "--gap must be between 0 and 1000 ms, got 1e+06"),

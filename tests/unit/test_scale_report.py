@@ -191,6 +191,20 @@ def test_an_unreadable_comm_sweep_is_named(tmp_path):
     problems = []
     assert scale_model.comm_records(tmp_path, problems) == []
     assert len(problems) == 1 and problems[0].startswith("comm_n2/records.jsonl cannot be read (")
+    # empty, missing, or another command's records: named too (they used to leave the rows saying only that no
+    # all_reduce was measured)
+    from conftest import REPO
+
+    (tmp_path / "comm_n2" / "records.jsonl").write_text("")
+    (tmp_path / "comm_n4").mkdir()
+    (tmp_path / "comm_n8").mkdir()
+    run = REPO / "results" / "digits_cpu2_20261123-101734" / "records.jsonl"
+    (tmp_path / "comm_n8" / "records.jsonl").write_text(run.read_text())
+    problems = []
+    assert scale_model.comm_records(tmp_path, problems) == []
+    assert problems == ["comm_n2/records.jsonl cannot be read (no records)",
+                        "comm_n4/records.jsonl cannot be read (it is missing)",
+                        "comm_n8/records.jsonl cannot be read (records of kind run, not `compare comm` results)"]
 
 
 @pytest.mark.parametrize("stopped, never, says", [
