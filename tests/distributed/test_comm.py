@@ -53,8 +53,9 @@ def test_a_backend_that_cannot_run_here_is_a_row_with_its_reason(tmp_path):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("")
     out = tmp_path / "o"
+    # (--timeout inf: no time limit, as for run and scale; it used to overflow poll()'s milliseconds)
     proc = compare_cli("comm", "--backends", "torch,deepspeed", "--ops", "all_reduce", "--sizes", "4K",
-                       "--iters", "5", "--out", str(out), env={"PYTHONPATH": str(shadow.parent)})
+                       "--iters", "5", "--timeout", "inf", "--out", str(out), env={"PYTHONPATH": str(shadow.parent)})
     assert proc.returncode == 0, proc.stderr + proc.stdout
     records = read_all(out / "records.jsonl")
     gone = [r for r in records if r["backend"] == "deepspeed"]
