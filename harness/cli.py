@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -100,6 +100,8 @@ app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, pretty_exceptio
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 _TYPED_ARGV: list[str] | None = None
 _STARTED: float | None = None
+_MAIN = False
+"""True when run as the `compare` command (not in process, as the tests' CliRunner does)."""
 
 
 def _path(value: str) -> Path:
@@ -109,9 +111,6 @@ def _path(value: str) -> Path:
     if value == "":
         raise typer.BadParameter("an empty path ('')")
     return Path(value)
-
-_MAIN = False
-"""True when run as the `compare` command (not in process, as the tests' CliRunner does)."""
 
 
 def _stop_on_signals() -> None:
@@ -327,8 +326,8 @@ def run(
                                             help="With --until-target: the step budget (default: the workload's)."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
                                                                "(the world size is the sum of the slots)."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", parser=_path, help="Hosts from a file of `HOST slots=N` lines "
-                                                                     "(DeepSpeed/MPI syntax)."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", parser=_path,
+                                            help="Hosts from a file of `HOST slots=N` lines (DeepSpeed/MPI syntax)."),
     nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
                                                                 "the SLURM allocation)."),
     iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank (GLOO/NCCL_SOCKET_"
@@ -399,7 +398,8 @@ def sbatch_cmd(
     partition: Optional[str] = typer.Option(None, "--partition", help="SLURM partition."),
     job_name: str = typer.Option("compare", "--job-name", help="SLURM job name."),
     exclusive: bool = typer.Option(True, help="Ask for whole nodes (--no-exclusive: share them)."),
-    script: Optional[Path] = typer.Option(None, "--script", parser=_path, help="Write the script here (default: print it)."),
+    script: Optional[Path] = typer.Option(None, "--script", parser=_path,
+                                          help="Write the script here (default: print it)."),
     world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Must equal nodes x ntasks."),
     device: str = typer.Option("cpu", "--device"),
     steps: Optional[int] = typer.Option(None), warmup: Optional[int] = typer.Option(None),
@@ -483,8 +483,8 @@ def scale(
     straggler: Optional[str] = typer.Option(None, help="RANK:FACTOR: that rank computes FACTOR times slower."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE."),
-    comm: list[Path] = typer.Option([], "--comm", parser=_path, help="`compare comm` results to calibrate the model with "
-                                                       "(default: measure them here)."),
+    comm: list[Path] = typer.Option([], "--comm", parser=_path, help="`compare comm` results to calibrate the model "
+                                                                     "with (default: measure them here)."),
     model: bool = typer.Option(True, help="Calibrate the performance model and predict (--no-model: skip the "
                                           "comm sweep and the prediction)."),
     profile: list[str] = typer.Option(["h100-sxm-ndr400"], "--profile",
@@ -745,8 +745,8 @@ def comm_cmd(
                                     "cores (every adapter alike; recorded). Default: the OS places the threads."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
                                                                "(the world size is the sum of the slots)."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", parser=_path, help="Hosts from a file of `HOST slots=N` lines "
-                                                                     "(DeepSpeed/MPI syntax)."),
+    hostfile: Optional[Path] = typer.Option(None, "--hostfile", parser=_path,
+                                            help="Hosts from a file of `HOST slots=N` lines (DeepSpeed/MPI syntax)."),
     nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
                                                                 "the SLURM allocation)."),
     iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank (GLOO/NCCL_SOCKET_"

@@ -577,8 +577,8 @@ def fused_all_reduce(c: Compute, coll: Collectives, size: float, count: int, n: 
     """Seconds of one all-reduce of `count` tensors, `size` bytes in all, fused into one buffer. Where the comm
     sweep timed the backend's own fused call of several tensors (all_reduce_coalesced: Horovod's
     grouped_allreduce packs them into its fusion buffer, all-reduces it and unpacks it, as in training), that
-    time; otherwise (a hardware profile, a sweep made by compare before commit 115e299) the all-reduce of one buffer of `size`
-    plus its packing and unpacking at the rank's copy bandwidth. A single tensor is reduced where it is."""
+    time; otherwise (a hardware profile, a sweep made by compare before commit 115e299) the all-reduce of one buffer
+    of `size` plus its packing and unpacking at the rank's copy bandwidth. A single tensor is reduced where it is."""
     if count > 1 and coll.has("all_reduce_coalesced", n):
         return coll.time("all_reduce_coalesced", size, n)
     return coll.time("all_reduce", size, n) + fusion_copy(c, size, count)

@@ -76,8 +76,8 @@ def _gap_note(comm: list[dict[str, Any]]) -> str:
         return ""
     if gaps == [0.0]:
         return (" The comm sweep timed its calls back to back, as nccl-tests does (a sweep made by compare before "
-                "commit 49ac1de, or given with --comm): a step calls its collectives after compute, and on shared cores such a "
-                "call can take longer.")
+                "commit 49ac1de, or given with --comm): a step calls its collectives after compute, and on shared "
+                "cores such a call can take longer.")
     return (f" The comm sweep timed each call after {'/'.join(f'{g * 1e3:g}' for g in gaps)} ms of busy work on "
             "every rank, untimed, as a step calls its collectives after its compute (`compare comm --gap`; before "
             "commit 49ac1de back to back, as nccl-tests does).")
@@ -554,8 +554,8 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        f"well it prices each part (per adapter and round: the calibration lines below). A diagnosis of "
                        f"the machine, not used in any prediction."]
         if not calibrated and any(r["n"] > 1 for r in rows):
-            md += ["", "No compute-contention calibration in these records (a sweep made by compare before commit ab7976f, "
-                       "or `--no-model`): the prediction uses the world-size-1 compute as it is."]
+            md += ["", "No compute-contention calibration in these records (a sweep made by compare before commit "
+                       "ab7976f, or `--no-model`): the prediction uses the world-size-1 compute as it is."]
         diag = [r for r in real if "with_measured_compute_error" in r]
         if diag:
             ok_n = within(diag, "with_measured_compute_error")
