@@ -226,7 +226,9 @@ class RunUI:
                                             f"{ttt['train_time_to_target_s']:.2f} s training, "
                                             f"{ttt['e2e_time_to_target_s']:.2f} s end to end", True)
         elif rec["status"] == "ok":
-            self._done(name, rec["repeat"], f"[green]ok[/] {rec['samples_per_s']:,.0f} samples/s", True)
+            ended = (f" [yellow](the launch then ended badly {escape(rec['shutdown_error'])}; the measurements are "
+                     f"kept)[/]" if rec.get("shutdown_error") else "")
+            self._done(name, rec["repeat"], f"[green]ok[/] {rec['samples_per_s']:,.0f} samples/s{ended}", True)
         elif rec["status"] == "not_reached":
             self._done(name, rec["repeat"], f"[yellow]not reached[/]: {escape(rec['reason'])}", True)
         else:

@@ -741,8 +741,9 @@ class Launch:
         status, reason = self.status, self.reason
         if status == "timeout":
             if last and last["phase"]:  # where rank 0 was stuck (in a collective, when a peer hung)
-                reason = reason.replace(" (--timeout)", f" (--timeout), rank 0 at step {last['step']} of "
-                                                        f"{last['total']} ({last['phase']})")
+                where = (f"at step {last['step']} of {last['total']} ({last['phase']})" if last["total"]
+                         else f"in {last['phase']}")  # a comm or calibration launch has no steps
+                reason = reason.replace(" (--timeout)", f" (--timeout), rank 0 {where}")
             silent = silent_hosts(rank_dir, spec.topology) if spec.topology is not None else []
             if silent:
                 reason = f"no rank started on {', '.join(silent)}; {reason}"
@@ -750,8 +751,8 @@ class Launch:
             if cause:
                 reason += f"; first error: {cause}"
         if status == "interrupted":
-            at = (f" at step {last['step']} of {last['total']} ({last['phase']})" if last and last["phase"]
-                  else " while its processes were starting")
+            at = ((f" at step {last['step']} of {last['total']} ({last['phase']})" if last["total"]
+                   else f" in {last['phase']}") if last and last["phase"] else " while its processes were starting")
             reason = f"interrupted{at}; process group killed"
         shutdown_error = ""
         if len(ranks) == processes and (status == "timeout" or (status is None and rc != 0)):

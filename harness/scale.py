@@ -37,7 +37,7 @@ from harness import env as envmod
 from harness import outdir, run
 from harness.inputs import (MAX_WORLD, BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common,
                             check_fits, load_workload)
-from harness.session import Session
+from harness.session import Session, SessionError
 
 RESULT_FILES = ("records.jsonl", "report.md", "speedup.png", "efficiency.png", "memory.png", "balance.png",
                 "prediction.png")
@@ -357,7 +357,14 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tup
         if stopped:
             runner.close_interrupted(stopped, jobs, req.device)
         else:
-            stopped = _calibrate(p, comm_ui) or _calibrate_contention(p, session, comm_ui)
+            try:
+                stopped = _calibrate(p, comm_ui) or _calibrate_contention(p, session, comm_ui)
+            except SessionError as exc:  # a full disk in the comm sweep: say what the sweep's own results hold
+                done = sum(r["status"] == "ok" for r in session.records)
+                raise SessionError(f"{exc}; the sweep stopped there: {session.records_path} holds its {done} "
+                                   f"finished point launch(es), without the rest of the model's calibration and "
+                                   f"without a report (`compare report {p.out}` makes one once there is room)") \
+                    from None
             if stopped:
                 session.records = [{**r, "run_interrupted": stopped} for r in session.records]
                 session.save()
@@ -431,7 +438,7 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                                                                    "min_s": CONTENTION_S,
                                                                    "gap_s": COMM_GAP_S}},
                                  topology=point.topology)
-            spec.fault = None  # injected faults are for the training launches
+            spec.fault = ""  # injected faults (spec or COMPARE_FAULT) are for the training and comm launches
             outcome = run_launch(adapter, spec, p.request.timeout_s)
             session.keep_log(outcome.log_path, f"{name}.log")
             result: dict[str, Any] = {"status": outcome.status, "reason": outcome.reason,
@@ -440,6 +447,8 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                                       "wall_time_s": outcome.wall_time_s, "load_avg_before": outcome.load_avg_before}
             if outcome.concurrent_runs:
                 result["concurrent_compare_runs"] = outcome.concurrent_runs
+            if outcome.shutdown_error:  # measured in full, then the launch failed or hung while ending
+                result["shutdown_error"] = outcome.shutdown_error
             ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
             if outcome.status == "ok" and ranks and ranks[0].get("alone"):
                 # Mean compute per step: the model predicts the mean step, and ranks that outnumber the cores are
@@ -459,7 +468,9 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                 ui(f"{row.label} n={n}: {result['status']} " + (f"compute {result['ratio']:.2f}x alone"
                                                                  if "ratio" in result else result["reason"])
                    + (f"; a step {result['parts']['median_excess_share']:+.0%} over compute + all-reduce"
-                      if "parts" in result else ""))
+                      if "parts" in result else "")
+                   + (f" (the launch then ended badly {result['shutdown_error']})" if "shutdown_error" in result
+                      else ""))
             for rec in session.records:
                 if rec.get("label") == row.label and (rec.get("scale") or {}).get("point") == n \
                         and not rec["scale"].get("baseline"):

@@ -18,7 +18,8 @@ from harness.rank.measure import device_sync
 from harness.rank.profile import spin
 
 
-def run(spec, adapter, info) -> dict:
+def run(spec, adapter, info, phase=lambda text: None) -> dict:
+    """Every (op, size) cell: checked, then timed. `phase(text)` says which cell rank 0 is in (a --timeout names it)."""
     import torch
 
     c = spec.comm
@@ -33,6 +34,7 @@ def run(spec, adapter, info) -> dict:
         for size in c["sizes"]:
             n = max(world, size // DTYPES[c["dtype"]] // world * world)  # divisible by the world size
             cell = {"op": op_name, "size_bytes": n * DTYPES[c["dtype"]], "elements": n}
+            phase(f"{op_name} of {cell['size_bytes']:,} bytes")
             try:
                 bufs = op.prepare(n, rank, world, dtype, info.device, False)
                 op.run(comm, bufs)

@@ -12,8 +12,9 @@ import threading
 
 
 def fault_for(spec, rank: int):
-    """(kind, step) if a fault is injected into this rank, else None."""
-    text = spec.fault or os.environ.get("COMPARE_FAULT")
+    """(kind, step) if a fault is injected into this rank, else None. spec.fault None: COMPARE_FAULT decides;
+    "" (a calibration launch of `compare scale`): no fault, whatever the environment says."""
+    text = os.environ.get("COMPARE_FAULT") if spec.fault is None else spec.fault
     if not text:
         return None
     name, frank, kind, step = text.split(":")

@@ -266,10 +266,11 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     if spec.mode == "comm":
         from harness.rank import comm
 
-        result = comm.run(spec, adapter, info)
+        result = comm.run(spec, adapter, info, progress.phase)
     elif spec.mode == "contention":
         from harness.rank import profile
 
+        progress.phase("compute contention and the step's parts")  # where a --timeout finds rank 0
         result = profile.contention(spec, adapter, info)
     else:
         from harness.rank import train

@@ -247,6 +247,10 @@ def _notes(records, tab, sweep, over) -> list[str]:
                 if r["spread"] > 0.05:
                     notes.append(f"**{label}** at N={r['n']}: samples/s varied by {r['spread']:.0%} across "
                                  f"{r['ok_repeats']} repeats (> 5%).")
+    for r in records:  # a point measured in full whose launch then failed or hung while shutting down
+        if r.get("shutdown_error") and r.get("scale"):
+            notes.append(f"**{r['label']}** at N={r['scale']['point']} repeat {r['repeat']}: the launch ended badly "
+                         f"{r['shutdown_error']} (its measurements are complete and kept).")
     return ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
 
 

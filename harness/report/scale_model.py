@@ -64,6 +64,10 @@ def comm_records(out: Path, problems: list[str] | None = None) -> list[dict[str,
             if problems is not None:
                 problems.append(f"{path.relative_to(out)} cannot be read ({exc})")
             continue
+        if problems is not None:  # a backend's launch that measured no cell: say why, not only that none is there
+            problems += [f"{d.name}: the {r.get('backend')} launch at world size {r.get('world_size')} ended "
+                         f"{r['status']} ({' '.join(str(r.get('reason') or 'no reason recorded').split())}; "
+                         f"{d.name}/report.md)" for r in got if r.get("op") is None and r.get("status") != "ok"]
         recs += got
     return recs
 
@@ -199,7 +203,8 @@ def _contention_note(records, label: str) -> str:
         span = lambda v: f"{min(v) * 1e3:.2f}-{max(v) * 1e3:.2f} ms"  # noqa: E731
         parts.append(f"N={n}: {c['ratio']:.2f}x" + (f" (rank 0 alone {span(c['alone_s'])}, the slowest rank "
                                                    f"together {span(c['together_s'])}, mean compute per round)"
-                                                   if c.get("alone_s") and c.get("together_s") else ""))
+                                                   if c.get("alone_s") and c.get("together_s") else "")
+                     + (f" (its launch then ended badly {c['shutdown_error']})" if c.get("shutdown_error") else ""))
     note = "; compute contention " + ", ".join(parts) if parts else ""
     checks = [f"N={n}: " + parts_note(c["parts"]) for n, c in sorted(cals.items())
               if c.get("status") == "ok" and c.get("parts")]
@@ -553,7 +558,11 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        f"a model that adds parts measured apart from the step is off by about that much here, however "
                        f"well it prices each part (per adapter and round: the calibration lines below). A diagnosis of "
                        f"the machine, not used in any prediction."]
-        if not calibrated and any(r["n"] > 1 for r in rows):
+        tried = [r for r in real if r.get("first_contention")]
+        if not calibrated and tried:
+            md += ["", "The compute-contention calibration did not succeed at any point (why, per adapter: the "
+                       "calibration lines below): the prediction uses the world-size-1 compute as it is."]
+        elif not calibrated and any(r["n"] > 1 for r in rows):
             md += ["", "No compute-contention calibration in these records (a sweep made by compare before commit "
                        "ab7976f, or `--no-model`): the prediction uses the world-size-1 compute as it is."]
         diag = [r for r in real if "with_measured_compute_error" in r]

@@ -262,3 +262,81 @@ def test_predict_over_several_sweeps_sums_each_sweeps_points_and_groups_them_by_
     bad = CliRunner().invoke(app, ["predict", str(results / names[0]), str(tmp_path)])
     assert bad.exit_code == 2 and bad.stdout == ""
     assert bad.stderr == f"error: no records.jsonl in {tmp_path}; give a directory written by `compare scale`\n"
+
+
+def _committed(tmp_path, name="scale_digits_cpu2_20261125-085608"):
+    """A copy of a committed sweep (records, comm_n*/), which a test may change and render."""
+    import shutil
+    from pathlib import Path
+
+    from harness.record import read_records
+
+    dst = tmp_path / name
+    shutil.copytree(Path(__file__).resolve().parents[2] / "results" / name, dst)
+    return dst, read_records(dst / "records.jsonl")
+
+
+def test_a_point_whose_launch_ended_badly_after_measuring_is_noted_and_shown(tmp_path):
+    # It read as a plain `ok` in the terminal and the report, though its record said how the launch ended.
+    from harness.cli import RunUI
+
+    out, records = _committed(tmp_path)
+    bad = next(r for r in records if r["label"] == "ddp" and r["scale"]["point"] == 2)
+    bad["shutdown_error"] = "after every rank had written its result: rank 1 exited with code 3"
+    notes = "\n".join(scale._notes(records, scale.table(records), records[0]["scale_sweep"], []))
+    assert (f"- **ddp** at N=2 repeat {bad['repeat']}: the launch ended badly after every rank had written its "
+            f"result: rank 1 exited with code 3 (its measurements are complete and kept).") in notes
+    shown = []
+    ui = RunUI.__new__(RunUI)
+    ui.bar, ui._label = None, lambda name, repeat: name
+    ui._done = lambda name, repeat, text, complete: shown.append(text)
+    ui.finished(bad)
+    assert "(the launch then ended badly after every rank had written its result: rank 1 exited with code 3; " \
+           "the measurements are kept)" in shown[0]
+
+
+def test_a_calibration_launch_takes_no_injected_fault_from_the_environment(monkeypatch):
+    # COMPARE_FAULT reached the contention launch (spec.fault None fell back to it), whose result then hid it.
+    from types import SimpleNamespace
+
+    from harness.rank.faults import fault_for
+
+    monkeypatch.setenv("COMPARE_FAULT", "ddp:1:exit:end")
+    assert fault_for(SimpleNamespace(fault=None, adapter="ddp"), 1) == ("exit", "end")
+    assert fault_for(SimpleNamespace(fault="", adapter="ddp"), 1) is None
+    assert fault_for(SimpleNamespace(fault="ddp:0:hang:3", adapter="ddp"), 0) == ("hang", 3)
+
+
+def test_a_failed_calibration_is_not_blamed_on_an_old_commit(tmp_path):
+    from harness.report import scale_model
+
+    out, records = _committed(tmp_path)
+    for r in records:
+        if r.get("contention"):
+            r["contention"] = {"status": "failed", "reason": "rank 1 killed by SIGKILL"}
+    md = "\n".join(scale_model.section(out, records, scale.table(records))[0])
+    assert "The compute-contention calibration did not succeed at any point (why, per adapter: the calibration " \
+           "lines below)" in md
+    assert "before commit ab7976f" not in md and "not calibrated (failed: rank 1 killed by SIGKILL)" in md
+
+
+def test_a_comm_launch_that_measured_nothing_is_named_with_its_reason(tmp_path):
+    import json
+
+    from harness.report import scale_model
+
+    out, records = _committed(tmp_path)
+    path = out / "comm_n2" / "records.jsonl"
+    comm = [json.loads(x) for x in path.read_text().splitlines()]
+    torch_rows = [c for c in comm if c["backend"] == "torch"]
+    failed = {**torch_rows[0], "op": None, "size_bytes": None, "status": "timeout",
+              "reason": "no result after 60 s (--timeout), rank 0 in all_reduce of 4,194,304 bytes"}
+    for k in ("time_s", "algbw_GBps", "busbw_GBps", "busbw_factor", "group", "elements", "wrong_ranks"):
+        failed.pop(k, None)
+    path.write_text("".join(json.dumps(c) + "\n" for c in [c for c in comm if c["backend"] != "torch"] + [failed]))
+    problems = []
+    scale_model.comm_records(out, problems)
+    assert problems == ["comm_n2: the torch launch at world size 2 ended timeout (no result after 60 s (--timeout), "
+                        "rank 0 in all_reduce of 4,194,304 bytes; comm_n2/report.md)"]
+    md = "\n".join(scale_model.section(out, records, scale.table(records))[0])
+    assert f"- {problems[0]}: the model has no collectives from it." in md
