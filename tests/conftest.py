@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Copies of committed runs (records and reports, no plots) that tests read and render. Tests never read the
+# working tree's results/: a user's own `compare run` lands there, and results/ is curated for readers.
+RUNS = REPO / "tests" / "fixtures" / "runs"
 
 
 def compare_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600):

@@ -4,6 +4,7 @@ contracts that enforce themselves, committed reports that re-render identically.
 import ast
 import inspect
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -13,7 +14,7 @@ import pytest
 import adapters
 import workloads
 from adapters.base import Adapter, LaunchPlan
-from conftest import REPO
+from conftest import REPO, RUNS
 from workloads.base import Workload
 
 PACKAGES = ("adapters", "workloads", "harness")
@@ -223,33 +224,45 @@ class _Modes:
     mode: Literal["a", "b"] = "a"
 
 
-# ---- behaviour unchanged: the committed results re-render to the committed reports ------------------------------
+# ---- behaviour unchanged: the fixture runs re-render to their reports --------------------------------------------
+# tests/fixtures/runs/ holds copies of committed runs of every kind (run, repeats, time to target, two nodes, SLURM,
+# comm at 2 and 4 ranks and over two nodes, scale sweeps with their comm_n*/ and an oversubscribed one). A change to
+# how reports render shows here as a diff; regenerate a fixture's report.md only for a deliberate change.
 
-@pytest.mark.parametrize("run", sorted(p.parent.name for p in (REPO / "results").glob("*/records.jsonl")))
-def test_committed_reports_rerender_identically(tmp_path, run):
+@pytest.mark.parametrize("run", sorted(p.parent.name for p in RUNS.glob("*/records.jsonl")))
+def test_fixture_reports_rerender_identically(tmp_path, run):
     from harness import report
     from harness.record import read_records
 
-    records = read_records(REPO / "results" / run / "records.jsonl")
-    for comm in (REPO / "results" / run).glob("comm_n*/records.jsonl"):  # a scale sweep's own collectives
+    records = read_records(RUNS / run / "records.jsonl")
+    for comm in (RUNS / run).glob("comm_n*/records.jsonl"):  # a scale sweep's own collectives
         (tmp_path / comm.parent.name).mkdir()
         (tmp_path / comm.parent.name / "records.jsonl").write_text(comm.read_text())
     report.render(tmp_path, records)
-    assert (tmp_path / "report.md").read_text() == (REPO / "results" / run / "report.md").read_text()
+    assert (tmp_path / "report.md").read_text() == (RUNS / run / "report.md").read_text()
 
 
-def test_committed_index_regenerates_identically(tmp_path):
+def test_fixture_index_regenerates_identically(tmp_path):
     from harness import report
 
-    for p in (REPO / "results").glob("*/records.jsonl"):
+    for p in RUNS.glob("*/records.jsonl"):
         (tmp_path / p.parent.name).mkdir()
         (tmp_path / p.parent.name / "records.jsonl").write_text(p.read_text())
-    assert report.index(tmp_path).read_text() == (REPO / "results" / "README.md").read_text()
+    assert report.index(tmp_path).read_text() == (RUNS / "README.md").read_text()
+
+
+def test_no_test_reads_the_working_trees_results_directory():
+    """A user's own `compare run` writes into results/ (`make compare` before `make test` is what a newcomer does),
+    so a test that globbed results/ failed on the first run a user made. Tests read tests/fixtures/runs/."""
+    pattern = re.compile(r"""(REPO|parents\[\d\]|parent\.parent)\s*/\s*["']results["']""")
+    found = [f"{p.relative_to(REPO)}:{n}" for p in (REPO / "tests").rglob("*.py")
+             for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, "tests that read the working tree's results/: " + ", ".join(found)
 
 
 def test_records_of_every_kind_pass_the_shape_check():
     from harness.record import check_record
 
-    for p in (REPO / "results").glob("*/records.jsonl"):
+    for p in RUNS.glob("*/records.jsonl"):
         for n, line in enumerate(p.read_text().splitlines(), 1):
             check_record(json.loads(line), f"{p}:{n}")

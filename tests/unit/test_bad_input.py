@@ -20,6 +20,7 @@ from harness.cli import app
 from harness.env import memory_total_bytes, usable_cores
 from harness.sizes import format_mib
 from harness.inputs import unavailable_message
+from conftest import RUNS
 
 CORES = usable_cores()
 ADAPTERS = ", ".join(adapters.names())
@@ -547,9 +548,7 @@ def test_report_of_records_of_the_wrong_shape_is_one_line(tmp_path, content, pro
 
 
 def test_report_of_a_committed_run_with_one_field_mistyped(tmp_path):
-    from conftest import REPO
-
-    lines = (REPO / "results" / "digits_cpu2_20261123-101734" / "records.jsonl").read_text().splitlines()
+    lines = (RUNS / "digits_cpu2_20261123-101734" / "records.jsonl").read_text().splitlines()
     rec = json.loads(lines[1])
     rec["step_time_s"]["median"] = "fast"
     (tmp_path / "records.jsonl").write_text("\n".join([lines[0], json.dumps(rec)]) + "\n")
@@ -561,9 +560,7 @@ def test_report_of_a_committed_run_with_one_field_mistyped(tmp_path):
 def _committed_with(tmp_path, run, change):
     """A copy of a committed run's records (with its report and plots) whose records pass the field check but
     are changed by `change(records)`."""
-    from conftest import REPO
-
-    src = REPO / "results" / run
+    src = RUNS / run
     dst = tmp_path / run
     dst.mkdir()
     for f in src.iterdir():
@@ -637,9 +634,7 @@ def test_index_of_something_that_is_not_a_directory(tmp_path):
 
 
 def test_index_skips_a_bad_run_with_a_warning_and_indexes_the_good_ones(tmp_path):
-    from conftest import REPO
-
-    good = REPO / "results" / "digits_cpu2_20261123-101734"
+    good = RUNS / "digits_cpu2_20261123-101734"
     (tmp_path / good.name).mkdir()
     (tmp_path / good.name / "records.jsonl").write_text((good / "records.jsonl").read_text())
     (tmp_path / "broken").mkdir()
@@ -693,9 +688,7 @@ def test_a_fifo_or_a_bottomless_records_file_is_skipped_by_index_and_refused_by_
     traceback in report, predict and index."""
     import os
 
-    from conftest import REPO
-
-    good = REPO / "results" / "digits_cpu2_20261123-101734"
+    good = RUNS / "digits_cpu2_20261123-101734"
     (tmp_path / good.name).mkdir()
     (tmp_path / good.name / "records.jsonl").write_text((good / "records.jsonl").read_text())
     (tmp_path / "fifo").mkdir()
@@ -731,9 +724,7 @@ def test_a_dangling_symlink_as_out_is_named_with_its_target(tmp_path):
 
 def test_index_never_replaces_a_readme_it_did_not_write_nor_writes_into_a_run(tmp_path):
     """`compare index .` from the project's root used to replace the project's README with an empty index."""
-    from conftest import REPO
-
-    good = REPO / "results" / "digits_cpu2_20261123-101734"
+    good = RUNS / "digits_cpu2_20261123-101734"
     (tmp_path / good.name).mkdir()
     (tmp_path / good.name / "records.jsonl").write_text((good / "records.jsonl").read_text())
     (tmp_path / "README.md").write_text("# my notes\n")
@@ -784,10 +775,8 @@ def test_scale_refuses_comm_results_that_cannot_calibrate_the_sweep(tmp_path):
     """They used to be accepted, and the rows said after minutes of measuring that there was no comm sweep."""
     import json
 
-    from conftest import REPO
-
-    n4 = REPO / "results" / "comm_cpu2_n4_20261123-122029"
-    n2 = REPO / "results" / "comm_cpu2_n2_20261123-121520"
+    n4 = RUNS / "comm_cpu2_n4_20261123-122029"
+    n2 = RUNS / "comm_cpu2_n2_20261123-121520"
     result = invoke("scale", "-a", "ddp", "--world-sizes", "1,2", "--comm", str(n4), "--out", str(tmp_path / "o"))
     assert result.exit_code == 2 and result.stderr == (
         f"error: --comm {n4}: world size 4, which is not one of --world-sizes 1,2; give comm results at a world size "
@@ -951,14 +940,13 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
     shown = invoke("predict")
     assert shown.exit_code == 0 and f"warning: published result {horovod[0]} left out" in shown.stdout
     # a sweep's report keeps its measured tables and its own model; only the broken profile's parts are left out
-    from conftest import REPO
     from harness.record import read_records
     from harness.report import scale
 
     import shutil
 
     run = tmp_path / "sweep"  # a copy: the section writes its plots into the directory it is given
-    shutil.copytree(REPO / "results" / "scale_digits_cpu2_20261125-085608", run)
+    shutil.copytree(RUNS / "scale_digits_cpu2_20261125-085608", run)
     records = read_records(run / "records.jsonl")
     (own_profiles / "h100-sxm-ndr400.json").write_text("{")
     md = "\n".join(scale_model.section(run, records, scale.table(records))[0])
@@ -990,9 +978,7 @@ def test_the_sbatch_header_keeps_every_typed_argument_on_its_comment_line():
 
 def test_index_never_writes_through_a_symbolic_link_at_readme(tmp_path):
     # It used to follow the link and create whatever file it pointed to, outside DIR.
-    from conftest import REPO
-
-    run = REPO / "results" / "digits_cpu2_20261123-101734"
+    run = RUNS / "digits_cpu2_20261123-101734"
     (tmp_path / run.name).mkdir()
     (tmp_path / run.name / "records.jsonl").write_text((run / "records.jsonl").read_text())
     target = tmp_path / "elsewhere" / "notes.md"
@@ -1012,11 +998,10 @@ def test_report_into_a_directory_it_may_not_write_is_exit_2(tmp_path, monkeypatc
     import os
     import shutil
 
-    from conftest import REPO
     from harness import report
 
     run = tmp_path / "run"
-    shutil.copytree(REPO / "results" / "comm_cpu2_n2_20261123-121520", run)
+    shutil.copytree(RUNS / "comm_cpu2_n2_20261123-121520", run)
 
     def refuse(directory, records):
         raise OSError(err, os.strerror(err))
@@ -1064,9 +1049,7 @@ def test_predict_refuses_a_sweep_with_records_of_another_kind_as_report_does(tmp
 
 
 def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhere(tmp_path):
-    from conftest import REPO
-
-    good = REPO / "results" / "digits_cpu2_20261123-101734"
+    good = RUNS / "digits_cpu2_20261123-101734"
     idx = tmp_path / "idx"
     idx.mkdir()
 

@@ -4,7 +4,7 @@ import shlex
 import subprocess
 import sys
 
-from conftest import REPO
+from conftest import REPO, RUNS
 
 
 def test_packages_resolve_inside_this_repo():
@@ -96,7 +96,7 @@ def test_listing_adapters_on_cpu_does_not_import_torch_once_its_build_is_known(t
 def _committed_run(tmp_path):
     import shutil
 
-    src = REPO / "results" / "digits_cpu2_20261124-083538"
+    src = RUNS / "digits_cpu2_20261124-083538"
     dst = tmp_path / src.name
     shutil.copytree(src, dst)
     return src, dst

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, RUNS
 from harness import machine
 
 CHILD = """
@@ -129,7 +129,7 @@ def test_every_report_kind_notes_the_rows_measured_beside_another_run(tmp_path, 
     from harness import report
     from harness.record import read_records
 
-    src = REPO / "results" / committed
+    src = RUNS / committed
     records = read_records(src / "records.jsonl")
     other = {"pid": 4242, "command": "compare run -a horovod", "out": "/tmp/x", "started": 1.0}
     names = {"comm": lambda r: r["backend"], "scale": lambda r: f"{r['label']}@{r['scale']['point']}#{r['repeat']}",

@@ -3,11 +3,11 @@
 import copy
 import json
 
-from conftest import REPO
+from conftest import RUNS
 from harness import report
 from harness.report import run as run_report
 
-RUN = REPO / "results" / "digits_cpu2_20261123-101734"
+RUN = RUNS / "digits_cpu2_20261123-101734"
 
 
 def _records():
@@ -71,7 +71,7 @@ def test_rows_keep_the_order_asked_for_even_when_unavailable_rows_are_recorded_f
 
 
 def test_index_lists_training_and_comm_runs(tmp_path):
-    comm_run = REPO / "results" / "comm_cpu2_n4_20261123-122029"
+    comm_run = RUNS / "comm_cpu2_n4_20261123-122029"
     for run in (RUN, comm_run):
         (tmp_path / run.name).mkdir()
         (tmp_path / run.name / "records.jsonl").write_text((run / "records.jsonl").read_text())

@@ -4,6 +4,7 @@ import pytest
 
 from harness.record import load_balance
 from harness.report import scale
+from conftest import RUNS
 
 
 def rec(label, n, sps, *, gb=64, step=None, over=False, balance=None, status="ok", processes=None):
@@ -64,13 +65,11 @@ def test_a_failed_point_keeps_its_reason_and_no_efficiency():
 
 def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_nothing_else():
     # A committed sweep's real records, with a contention calibration of 1.5x given to ddp at world size 2.
-    from pathlib import Path
-
     from harness import costmodel as cm
     from harness.record import read_records
     from harness.report import scale_model as sm
 
-    out = Path(__file__).resolve().parents[2] / "results" / "scale_digits_cpu2_20261124-184152"
+    out = RUNS / "scale_digits_cpu2_20261124-184152"
     records = read_records(out / "records.jsonl")
     comm = sm.comm_records(out)
 
@@ -124,11 +123,9 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
     assert sm._repeats_cell(row) == " [2.00–4.00]"
     assert sm._repeats_cell({"measured_repeats_s": [0.002]}) == ""  # one repeat: no range to give
     # On a committed sweep's real records: the sentence counts the points whose prediction is inside their range.
-    from pathlib import Path
-
     from harness.record import read_records
 
-    out = Path(__file__).resolve().parents[2] / "results" / "scale_digits_cpu2_20261124-184152"
+    out = RUNS / "scale_digits_cpu2_20261124-184152"
     records = read_records(out / "records.jsonl")
     tab = scale.table(records)
     rows = [r for r in sm.predict_measured(records, tab, sm.calibrate(records, sm.comm_records(out)))
@@ -193,12 +190,12 @@ def test_an_unreadable_comm_sweep_is_named(tmp_path):
     assert len(problems) == 1 and problems[0].startswith("comm_n2/records.jsonl cannot be read (")
     # empty, missing, or another command's records: named too (they used to leave the rows saying only that no
     # all_reduce was measured)
-    from conftest import REPO
+    from conftest import RUNS
 
     (tmp_path / "comm_n2" / "records.jsonl").write_text("")
     (tmp_path / "comm_n4").mkdir()
     (tmp_path / "comm_n8").mkdir()
-    run = REPO / "results" / "digits_cpu2_20261123-101734" / "records.jsonl"
+    run = RUNS / "digits_cpu2_20261123-101734" / "records.jsonl"
     (tmp_path / "comm_n8" / "records.jsonl").write_text(run.read_text())
     problems = []
     assert scale_model.comm_records(tmp_path, problems) == []
@@ -226,15 +223,13 @@ def test_predict_over_several_sweeps_sums_each_sweeps_points_and_groups_them_by_
     # `compare predict DIR DIR ...`: each sweep's own count, then the total and one line per kind of sweep
     # (workload, scaling, bound or not), over committed sweeps: two unbound digits, one bound digits, one widemlp.
     import re
-    from pathlib import Path
-
     from typer.testing import CliRunner
 
     from harness.cli import app
     from harness.record import read_records
     from harness.report import scale_model as sm
 
-    results = Path(__file__).resolve().parents[2] / "results"
+    results = RUNS
     names = ["scale_digits_cpu2_20261124-184152", "scale_digits_cpu2_20261125-085608",
              "scale_digits_cpu2_20261125-011706", "scale_widemlp_cpu2_20261125-092354"]
     expect = {}
@@ -267,12 +262,10 @@ def test_predict_over_several_sweeps_sums_each_sweeps_points_and_groups_them_by_
 def _committed(tmp_path, name="scale_digits_cpu2_20261125-085608"):
     """A copy of a committed sweep (records, comm_n*/), which a test may change and render."""
     import shutil
-    from pathlib import Path
-
     from harness.record import read_records
 
     dst = tmp_path / name
-    shutil.copytree(Path(__file__).resolve().parents[2] / "results" / name, dst)
+    shutil.copytree(RUNS / name, dst)
     return dst, read_records(dst / "records.jsonl")
 
 

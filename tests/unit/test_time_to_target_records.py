@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO
+from conftest import RUNS
 from harness import report
 from harness.record import check_record, until_target
 from harness.report import epoch, run as run_report, ttt
 from workloads.base import Workload
 
-BLOG_RUN = REPO / "results" / "digits_cpu2_20261123-113816"  # dp, ddp, spawn, amp, apex (unavailable), horovod, ds
+BLOG_RUN = RUNS / "digits_cpu2_20261123-113816"  # dp, ddp, spawn, amp, apex (unavailable), horovod, ds
 
 
 def _records(run=BLOG_RUN, train_samples=1437):
@@ -118,7 +118,7 @@ def test_the_chart_is_always_written_and_records_without_a_training_set_size_get
 # ---- the verdict ----------------------------------------------------------------------------------------------
 
 def _ttt_records(steps_by_label: dict[str, list[int | None]], precision=None):
-    base = next(r for r in _records(REPO / "results" / "digits_cpu2_20261123-101734") if r["label"] == "ddp")
+    base = next(r for r in _records(RUNS / "digits_cpu2_20261123-101734") if r["label"] == "ddp")
     records = []
     for label, per_repeat in steps_by_label.items():
         for repeat, n in enumerate(per_repeat):
