@@ -416,8 +416,7 @@ def sbatch_cmd(
     iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank."),
 ):
     """Write a ready sbatch script that runs this comparison across the nodes of a SLURM allocation."""
-    from harness import run as runmod
-    from harness import sbatch
+    from harness import runner, sbatch
 
     req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
@@ -426,7 +425,7 @@ def sbatch_cmd(
                      launcher="slurm")
     try:
         sbatch.check(req, nodes, ntasks_per_node, time_limit, partition, job_name)
-        runmod.plan_rows(req)  # the run's own options, checked as `compare run` checks them
+        runner.plan_rows(req)  # the run's own options, checked as `compare run` checks them
     except BadInput as exc:
         _fail(str(exc))
     run_args: list[str] = []

@@ -17,7 +17,6 @@ from harness import hosts, interrupt, outdir
 from harness.inputs import MAX_ITERS, BadInput, CommPlan, CommRequest, build_rows, check_common, check_cores, check_list
 from harness.launch import run_launch
 from harness.record import SCHEMA_VERSION
-from harness.run import default_threads
 from harness.session import Session
 from harness.sizes import format_mib, format_size, parse_sizes
 from harness.spec import RunSpec
@@ -112,7 +111,7 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
                 adapter = row.adapter
                 spec = RunSpec(adapter=adapter.name, workload="-", world_size=req.world_size, device=req.device,
                                global_batch=0, steps=0, warmup=0,
-                               threads=default_threads(req.world_size, req.threads, p.topology),
+                               threads=hosts.threads_per_process(req.world_size, req.threads, p.topology),
                                rank_dir=str(session.scratch / row.label), mode="comm", topology=p.topology,
                                bind_cores=req.bind_cores,
                                comm={"ops": p.ops, "sizes": p.sizes, "dtype": req.dtype, "max_iters": req.max_iters,

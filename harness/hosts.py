@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.env import usable_cores
-from harness.inputs import BadInput
+from harness.errors import BadInput
 from harness.spec import Node, Topology
 
 LAUNCHERS = ("ssh", "slurm")
@@ -314,6 +314,16 @@ def default_threads(topology: Topology) -> int:
     if topology.cores:
         return max(1, min(c // n.slots for c, n in zip(topology.cores, topology.nodes)))
     return max(1, usable_cores() // processes_per_machine(topology))
+
+
+def threads_per_process(processes: int, override: int | None, topology: Topology | None = None) -> int:
+    """Threads per training process: `override` if given, else the machine's usable cores shared equally by the
+    processes of a launch (across hosts: by the processes on each machine)."""
+    if override:
+        return override
+    if topology is not None:
+        return default_threads(topology)
+    return max(1, usable_cores() // processes)
 
 
 def check_cores(topology: Topology, oversubscribe: bool) -> bool:

@@ -16,14 +16,11 @@ import workloads
 from adapters.base import Adapter, Availability
 from harness import env as envmod
 from harness import options
+from harness.errors import BadInput, first_sentence  # noqa: F401  (re-exported: what requests raise)
 from harness.options import OptionError
 from harness.registry import UnknownName
 
 DEVICES = ("cpu", "cuda")
-
-
-class BadInput(Exception):
-    """A request the harness refuses: one line for the user, exit code 2, nothing written."""
 
 
 @dataclass
@@ -202,10 +199,10 @@ class CommPlan(Plan):
 # ---- checks shared by every subcommand ------------------------------------------------------------------------
 
 MAX_THREADS = 4096
+"""--threads above this is a typo, not a machine: refused before torch.set_num_threads() would overflow in a rank."""
 MAX_WORLD = 65536
 """A world size above this is a typo, not a cluster (the largest the model extrapolates to, too): refused before
 any other check would name it in a less helpful message."""
-"""--threads above this is a typo, not a machine: refused before torch.set_num_threads() would overflow in a rank."""
 MAX_STEPS = 10**7
 """--steps, --warmup, --max-steps (and the step counts that follow them) above this are refused: every rank keeps
 one time and one loss per step (0.3 GB at this bound), and 2**63 overflowed the progress file's counters."""
@@ -442,12 +439,6 @@ def split(value: str | None) -> list[str] | None:
         return None
     parts = [v.strip() for v in value.split(",")]
     return parts if any(parts) else []
-
-
-def first_sentence(reason: str) -> str:
-    """The part of an availability reason a terminal line shows (the fix and any second problem are left to
-    report.md and `compare list`)."""
-    return reason.split(" (fix: ")[0].split("; also, ")[0]
 
 
 def unavailable_message(kind: str, name: str, reason: str, device: str, world_size: int) -> str:

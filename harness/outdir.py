@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.inputs import BadInput
+from harness.errors import BadInput
 
 RESULT_FILES = ("records.jsonl", "report.md")
 """Files whose presence means "this directory holds results" (plots and logs always come with them)."""

@@ -34,7 +34,8 @@ import adapters
 from harness import comm as commmod
 from harness import costmodel
 from harness import env as envmod
-from harness import outdir, run
+from harness import outdir
+from harness import runner as core
 from harness.inputs import (MAX_WORLD, BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common,
                             check_fits, load_workload)
 from harness.session import Session, SessionError
@@ -187,7 +188,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
             raise BadInput(f"weak scaling at world size {n} needs a global batch of {batch} x {n} = {gb}, more than "
                            f"workload {req.workload}'s training set ({workload.train_samples(gb)} samples); use "
                            f"smaller world sizes or a smaller --global-batch")
-        p = run.plan_rows(sub, f"--world-sizes up to {cores}")
+        p = core.plan_rows(sub, f"--world-sizes up to {cores}")
         for row in p.runnable:
             why = row.adapter.scale_limit(req.device, n)
             if why:
@@ -208,7 +209,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
     if sizes[0] == 1:
         base = dataclasses.replace(first)
     else:
-        base = run.plan_rows(dataclasses.replace(req, world_size=1, global_batch=first.global_batch // sizes[0]
+        base = core.plan_rows(dataclasses.replace(req, world_size=1, global_batch=first.global_batch // sizes[0]
                                                  if req.scaling == "weak" else first.global_batch,
                                                  threads=threads, out=None))
     ref_cls = adapters.get("reference")
@@ -338,17 +339,17 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tup
     from harness import report
 
     req = p.request
-    run_info = run.run_header(p, "scale", [BASELINE] + p.labels, started)
+    run_info = core.run_header(p, "scale", [BASELINE] + p.labels, started)
     run_info["scale_sweep"] = {"scaling": p.scaling, "world_sizes": p.world_sizes, "threads_per_rank": p.threads,
                                "straggler": p.straggler, "profiles": p.profiles, "predict_to": p.predict_to,
                                "comm_dirs": [f"comm_n{n}" for n, _ in p.comm], "model": p.request.model}
     with Session(p.out, RESULT_FILES) as session:
         ui.start(p)
-        runner = run.Runner(session, ui, run_info)
+        runner = core.Runner(session, ui, run_info)
 
         def first_started():
             run_info["env"] = envmod.collect_safely(req.device)
-            session.save([run.plain_record(run_info, point, row, repeat, "unavailable", row.reason)
+            session.save([core.plain_record(run_info, point, row, repeat, "unavailable", row.reason)
                           for point in p.points for row in point.unavailable for repeat in range(req.repeats)])
 
         jobs = [(plan, row, repeat) for repeat in range(req.repeats)
@@ -429,15 +430,15 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
             if ui:
                 ui(f"calibrating the model: compute contention of {row.label} at world size {n} "
                    f"({CONTENTION_ROUNDS} rounds of rank 0 alone and all {procs} ranks at once; then the step's parts)")
-            name = f"contention-{run.file_slug(row.label)}-n{n}"
-            spec = run.make_spec(point, adapter.name, session.scratch / name,
-                                 processes=procs, steps=0, warmup=0, equiv=0, knobs=asdict(adapter.knobs),
-                                 do_eval=False, extra={"mode": "contention",
-                                                       "profile": {"steps": p.request.profile_steps,
-                                                                   "rounds": CONTENTION_ROUNDS,
-                                                                   "min_s": CONTENTION_S,
-                                                                   "gap_s": COMM_GAP_S}},
-                                 topology=point.topology)
+            name = f"contention-{core.file_slug(row.label)}-n{n}"
+            spec = core.make_spec(point, adapter.name, session.scratch / name,
+                                  processes=procs, steps=0, warmup=0, equiv=0, knobs=asdict(adapter.knobs),
+                                  do_eval=False, extra={"mode": "contention",
+                                                        "profile": {"steps": p.request.profile_steps,
+                                                                    "rounds": CONTENTION_ROUNDS,
+                                                                    "min_s": CONTENTION_S,
+                                                                    "gap_s": COMM_GAP_S}},
+                                  topology=point.topology)
             spec.fault = ""  # injected faults (spec or COMPARE_FAULT) are for the training and comm launches
             outcome = run_launch(adapter, spec, p.request.timeout_s)
             session.keep_log(outcome.log_path, f"{name}.log")

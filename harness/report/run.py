@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import adapters
-from harness.inputs import first_sentence
+from harness.errors import first_sentence
 from harness.outdir import save_figure, write_text
 from harness import machine
 from harness.env import tuning_line

@@ -122,12 +122,17 @@ def test_no_private_name_is_imported_across_modules():
     assert not found, "private names used across modules:\n" + "\n".join(found)
 
 
+# The modules a rank may use besides harness.rank.*, adapters and workloads: what both sides share. Everything else
+# under harness/ is parent code, found from the tree (a hand-written list of parent modules once missed 11).
+SHARED_WITH_RANKS = {"harness", "harness.cache", "harness.collectives", "harness.options", "harness.progress",
+                     "harness.registry", "harness.spec"}
+
+
 def test_rank_code_never_imports_parent_code():
     """As torchrun's agent never imports training code and the training code never imports the agent: what runs
     in a rank (harness.rank.*) reaches only the shared modules, adapters and workloads."""
-    parent = {"harness.cli", "harness.run", "harness.comm", "harness.launch", "harness.session", "harness.outdir",
-              "harness.inputs", "harness.record", "harness.report", "harness.report.run", "harness.report.comm",
-              "harness.env", "harness.stats", "harness.hosts", "harness.sbatch", "harness.nodeguard"}
+    parent = {m for m in MODULES if m.startswith("harness") and not m.startswith("harness.rank")} - SHARED_WITH_RANKS
+    assert {"harness.runner", "harness.cli", "harness.report.scale_model", "harness.costmodel"} <= parent
     graph = _graph()
     seen, todo = set(), [m for m in MODULES if m.startswith("harness.rank")]
     while todo:
@@ -138,6 +143,37 @@ def test_rank_code_never_imports_parent_code():
         todo += graph[m]
     reached = sorted(seen & parent)
     assert not reached, f"rank code reaches parent modules: {reached}"
+
+
+def test_the_shared_modules_import_no_parent_module():
+    """A shared module that imported parent code would carry it into every rank."""
+    graph = _graph()
+    parent = {m for m in MODULES if m.startswith("harness") and not m.startswith("harness.rank")} - SHARED_WITH_RANKS
+    leaks = {m: sorted(graph[m] & parent) for m in SHARED_WITH_RANKS if m in graph and graph[m] & parent}
+    assert not leaks, f"shared modules importing parent code: {leaks}"
+
+
+def _floors() -> dict[str, int]:
+    graph = _graph()
+    height: dict[str, int] = {}
+
+    def h(m):
+        if m not in height:
+            height[m] = 1 + max((h(n) for n in graph[m]), default=0)
+        return height[m]
+
+    return {m: h(m) for m in graph}
+
+
+def test_the_parent_side_stands_in_layers():
+    """Errors at the bottom (writing a file does not depend on every adapter), the commands as siblings over the
+    runner core. Floors: the longest chain of imports below a module, itself included."""
+    floors, graph = _floors(), _graph()
+    assert floors["harness.errors"] == 1
+    assert "harness.inputs" not in graph["harness.outdir"] | graph["harness.hosts"]
+    assert floors["harness.run"] > floors["harness.runner"] and floors["harness.scale"] > floors["harness.runner"]
+    assert "harness.run" not in graph["harness.comm"] | graph["harness.scale"] | graph["harness.sbatch"]
+    assert floors["harness.cli"] <= 11, floors["harness.cli"]
 
 
 # ---- contracts that enforce themselves ---------------------------------------------------------------------
