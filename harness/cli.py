@@ -234,8 +234,14 @@ class RunUI:
         else:
             self._done(name, rec["repeat"], f"[red]{rec['status']}[/]: {escape(rec['reason'])}", False)
 
+    def round_done(self, k: int, widest, target: float) -> None:
+        """After each round of `--precision`: the widest ratio interval so far against the target."""
+        now = ("no interval yet (fewer than 3 launches per row)" if widest is None else
+               f"widest interval ±{widest[1]:.1%} ({escape(widest[0])} against the baseline)")
+        console.print(f"  round {k}: {now}; target ±{target * 100:g}%")
+
     def stop(self):
-        if self.bar:
+        if self.bar and self.bar.live.is_started:
             self.bar.stop()
 
 
@@ -337,6 +343,16 @@ def run(
                                                               "frameworks' choice)."),
     host_launcher: str = typer.Option("ssh", "--launcher", help="How other hosts are reached: ssh, or slurm (srun, "
                                                                 "inside an allocation; hosts from SLURM)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="The row every other row is compared with, as a "
+                                           "ratio with its 95% interval (default: the first row that runs on the "
+                                           "whole world size)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="Add interleaved rounds until every ratio's "
+                                            "95% interval is this narrow (half-width), e.g. 5%, or the --budget is "
+                                            "spent; at least 3 rounds."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="With --precision: time the rounds may take, e.g. "
+                                         "600s, 10m, 2h (default 10m)."),
+    order_seed: Optional[int] = typer.Option(None, "--order-seed", help="Seed of the shuffled order of rows within "
+                                             "each round (default: a fresh one; every record keeps it)."),
 ):
     """Run the comparison and write records.jsonl, report.md and plots."""
     from harness import run as runmod
@@ -348,7 +364,8 @@ def run(
                      oversubscribe=oversubscribe, bind_cores=bind_cores, knobs=knob, options=option,
                      until_target=until_target, eval_every=eval_every, max_steps=max_steps, hosts=hosts,
                      hostfile=hostfile, nnodes=nnodes,
-                     iface=iface, launcher=host_launcher)
+                     iface=iface, launcher=host_launcher, baseline=baseline, precision=precision, budget=budget,
+                     order_seed=order_seed)
     try:
         plan = runmod.plan(req)
     except BadInput as exc:
@@ -356,6 +373,8 @@ def run(
     req.command = _typed(_resolved_command(plan))
     _stop_on_signals()
     records, interrupted = _execute(runmod.execute, plan, RunUI(), _STARTED)
+    for line in report_run.console_verdict(records):
+        console.print(line)
     console.print(report_run.console_table(records))
     _warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
     took = f" ({time.time() - _STARTED:.0f} s)" if _STARTED else ""
@@ -375,6 +394,10 @@ def _resolved_command(plan) -> str:
     args = ["compare", "run", "--adapters", ",".join(row.label for row in plan.rows), "--workload", r.workload,
             "--world-size", str(r.world_size), "--device", r.device, *length,
             "--global-batch", str(plan.global_batch), "--repeats", str(r.repeats)]
+    if r.baseline is not None:
+        args += ["--baseline", r.baseline]
+    if plan.precision is not None:
+        args += ["--precision", f"{plan.precision * 100:g}%", "--budget", f"{plan.budget_s:g}s"]
     for k in r.knobs:
         args += ["--knob", k]
     for o in r.options:

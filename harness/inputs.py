@@ -85,6 +85,16 @@ class RunRequest(Request):
     """With until_target: evaluate every this many steps (None: the workload's default)."""
     max_steps: int | None = None
     """With until_target: the step budget (None: the workload's default)."""
+    baseline: str | None = None
+    """The row every other row is compared with (a ratio with its interval); None: the first row that runs on the
+    whole world size."""
+    precision: str | None = None
+    """"5%": add interleaved rounds until every ratio's 95% interval has at most this half-width, or the budget is
+    spent (None: exactly `repeats` rounds)."""
+    budget: str | None = None
+    """With precision: the time the rounds may take, "600s", "10m", "1.5h" (None: 10m)."""
+    order_seed: int | None = None
+    """Seed of the shuffled order of the rows within each round (None: a fresh one, recorded)."""
 
 
 @dataclass
@@ -188,6 +198,10 @@ class RunPlan(Plan):
     """RunSpec fields for every launch of this plan beyond the common ones (profile, straggler)."""
     until_target: UntilTarget | None = None
     """Set for `compare run --until-target`: launches then run one at a time, never overlapping."""
+    precision: float | None = None
+    """Relative half-width every ratio's interval must reach (`compare run --precision`), or None."""
+    budget_s: float | None = None
+    """Seconds the rounds may take in precision mode."""
 
 
 @dataclass
@@ -208,6 +222,9 @@ MAX_STEPS = 10**7
 one time and one loss per step (0.3 GB at this bound), and 2**63 overflowed the progress file's counters."""
 MAX_REPEATS = 1000
 """--repeats above this is refused: the plan lists every launch up front (10**20 of them took all the memory)."""
+MAX_BUDGET_S = 7 * 24 * 3600.0
+"""--budget above a week is a typo."""
+DEFAULT_BUDGET = "10m"
 MAX_ITERS = 10**6
 """`compare comm --iters` above this is refused (a cell of 10**20 calls would never end)."""
 
@@ -430,6 +447,28 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
         raise BadInput(f"no {kind} can run here: {what}{share}; see `{list_command(req.device, req.world_size)}` "
                        f"for the reasons and fixes")
     return rows
+
+
+def parse_precision(text: str) -> float:
+    """"5%" -> 0.05: a percentage above 0 and below 100 (BadInput otherwise)."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*", text or "")
+    value = float(m.group(1)) / 100.0 if m else None
+    if value is None or not 0.0 < value < 1.0:
+        raise BadInput(f"--precision must be a percentage above 0% and below 100%, e.g. 5%; got {text!r}")
+    return value
+
+
+def parse_duration(text: str, option: str = "--budget") -> float:
+    """"10m" -> 600.0: a number of seconds (s, the default), minutes (m) or hours (h), above 0 and at most a week."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smh]?)\s*", text or "")
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else None
+    if seconds is None or not 0.0 < seconds <= MAX_BUDGET_S:
+        raise BadInput(f"{option} must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got {text!r}")
+    return seconds
 
 
 def split(value: str | None) -> list[str] | None:

@@ -17,7 +17,17 @@ from typing import Any
 from harness import hosts
 from harness.stats import slowest_rank_steps, step_stats, worst
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: samples/s from the mean step of the timed window (1: the median step); CPU time per rank over the timed window;
+the machine's noise over it; the round order's seed and each launch's place in its round; the run's baseline row."""
+READABLE_SCHEMAS = (1, 2)
+"""Versions `compare report` renders: 1 as it always was (median step, spread across repeats, no intervals)."""
+NOISE_STEAL = 0.05
+"""A launch whose timed window lost this share of the machine's CPU time to steal (the hypervisor) is flagged."""
+NOISE_OTHER = 0.10
+"""A launch during whose timed window processes other than its ranks used this share of the CPUs is flagged."""
+NOISE_MIN_TICKS = 50
+"""/proc/stat counts in clock ticks (10 ms): a window of fewer ticks (all CPUs together) is too short to flag from."""
 FINAL_LOSS_WINDOW = 10
 MEASURED = ("ok", "not_reached")
 """Statuses of a record that carries a full measurement: `not_reached` is an until-target row that trained its
@@ -99,7 +109,10 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["data"] = r0["data"]
     if stats:
         rec["step_time_s"] = stats
-        rec["samples_per_s"] = spec.global_batch / stats["median"]
+        # What a training job gets: samples over the whole timed window (the summed slowest-rank steps), i.e. the
+        # mean step. The median of a multi-modal step-time distribution jumps between its modes from launch to launch.
+        rec["samples_per_s"] = spec.global_batch / stats["mean"]
+        rec["samples_per_s_median_step"] = spec.global_batch / stats["median"]
         rec["samples_per_s_per_device"] = rec["samples_per_s"] / devices
         rec["step_times_s"] = steps
         rec["step_time_spread_ranks_s"] = [step_stats(t)["median"] for t in timed]
@@ -111,6 +124,11 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["straggler"] = {**{k: r0["straggler"][k] for k in ("rank", "factor")},
                             "delay_s_per_rank": [r["straggler"]["delay_s"] for r in ranks],
                             "calibrated_compute_s_per_rank": [r["straggler"]["calibrated_compute_s"] for r in ranks]}
+    windows = [r.get("timed_window") for r in ranks]
+    if steps and all(windows):
+        rec["cpu_time_s_per_rank"] = [w["cpu_s"] for w in windows]
+        rec["cpu_s_per_step"] = sum(rec["cpu_time_s_per_rank"]) / len(windows) / len(steps)
+        rec["noise"] = noise(windows, ranks, outcome)
     rec["phases_s"] = phases(outcome, ranks)
     # What a user starting this launch alone would wait for its first step: without the wait at the gate.
     rec["time_to_first_step_s"] = r0["first_step_end_wall"] - outcome.launch_wall - rec["phases_s"].get("gate", 0.0)
@@ -158,6 +176,32 @@ LOAD_BALANCE_METHOD = (
     "backward + optimizer step of a plain local copy of the model (no wrapper, no communication) on the rank's "
     "own per-rank batch, timed on every rank at once right after the timed steps; wait = step - compute "
     "(communication the step could not hide, and waiting for slower peers), the same measure for every backend")
+
+
+def noise(windows: list[dict], ranks: list[dict], outcome) -> dict[str, Any]:
+    """What else the machine did during the timed window, from rank 0's /proc/stat before and after it: the share of
+    the CPUs' time lost to steal and the share used by processes other than the ranks on rank 0's machine (the
+    launcher's own process counts as other); and another compare run measured meanwhile. `flags` names what passed
+    NOISE_STEAL / NOISE_OTHER, for the report to mark the launch."""
+    out: dict[str, Any] = {"method": "rank 0's /proc/stat over its timed window; ranks' CPU: CLOCK_PROCESS_CPUTIME_ID",
+                           "flags": []}
+    delta = windows[0].get("proc_stat")
+    if delta and sum(delta) > 0:
+        f = dict(zip(("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"), delta))
+        total = sum(delta)
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        boot = (ranks[0].get("host") or {}).get("boot_id")
+        here = sum(w["cpu_s"] for w, r in zip(windows, ranks) if (r.get("host") or {}).get("boot_id") == boot)
+        busy = total - f["idle"] - f["iowait"] - f["steal"]
+        out.update(window_ticks=total, steal_share=f["steal"] / total,
+                   other_cpu_share=max(0.0, busy - here * tick) / total)
+        if total >= NOISE_MIN_TICKS and out["steal_share"] >= NOISE_STEAL:
+            out["flags"].append(f"CPU steal {out['steal_share']:.0%}")
+        if total >= NOISE_MIN_TICKS and out["other_cpu_share"] >= NOISE_OTHER:
+            out["flags"].append(f"other processes used {out['other_cpu_share']:.0%} of the CPUs")
+    if outcome.concurrent_runs:
+        out["flags"].append("another compare run")
+    return out
 
 
 def load_balance(step_s_per_rank: list[float], profiles: list[dict]) -> dict[str, Any]:
@@ -338,8 +382,9 @@ def _check(obj: Any, fields: dict[str, Any], where: str) -> None:
 def check_record(rec: Any, where: str = "record") -> None:
     """Raise ValueError naming the first missing or mistyped field of a record that `compare report` needs."""
     _check(rec, _COMMON, where)
-    if rec["schema_version"] != SCHEMA_VERSION:
-        raise ValueError(f"{where}: schema_version {rec['schema_version']!r}, this compare reads {SCHEMA_VERSION}")
+    if rec["schema_version"] not in READABLE_SCHEMAS:
+        raise ValueError(f"{where}: schema_version {rec['schema_version']!r}, this compare reads "
+                         f"{' and '.join(map(str, READABLE_SCHEMAS))}")
     _check(rec["env"], _ENV, f"{where}: env")
     if rec.get("kind") == "comm":
         _check(rec, _COMM, where)

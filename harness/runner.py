@@ -7,6 +7,7 @@ anything is written) -> `Runner.run` (launch, collect) -> `build_record` / `plai
 
 from __future__ import annotations
 
+import random
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -116,6 +117,14 @@ def _until_target(req: RunRequest, workload) -> UntilTarget | None:
     return UntilTarget(target=workload.target, metric=workload.metric_name, eval_every=every, max_steps=budget)
 
 
+def round_order(rows: list, seed: int, round_index: int) -> list:
+    """The rows of one round in the order they run: shuffled by a generator seeded with (seed, round), so the same
+    seed gives the same order on any machine and Python (a str seed is hashed with SHA-512, not hash())."""
+    order = list(rows)
+    random.Random(f"{seed}:{round_index}").shuffle(order)
+    return order
+
+
 def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | None) -> dict[str, Any]:
     """The fields every record of one run shares (env is filled in once the first launch is under way)."""
     req = p.request
@@ -177,18 +186,23 @@ class Runner:
         """When each reference launch ran and how long it took (for the report's time breakdown)."""
         self.finished: set[tuple[int, str, int]] = set()
         """(id of the plan, row label, repeat) of every row launch that has ended."""
+        self.scheduled: set[tuple] = set()
+        """Reference keys whose reference run is already planned (once per run, however many calls to `run`)."""
+        self.positions: dict[tuple[int, str, int], int] = {}
+        """(id of the plan, row label, repeat) -> its place in its round (0: first), as it ran."""
 
-    def run(self, jobs: list[tuple[RunPlan, Row, int]], first_started=lambda: None) -> str | None:
+    def run(self, jobs: list[tuple[RunPlan, Row, int]], first_started=lambda: None, stop_ui: bool = True) -> str | None:
         """Launch `jobs` (plan, row, repeat) in order; returns "during ..." if the run was interrupted, else None.
-        `first_started()` is called once the first launch is under way (work that can overlap its start-up)."""
+        `first_started()` is called once the first launch is under way (work that can overlap its start-up).
+        `stop_ui=False` leaves the progress display running for a later call (rounds added one at a time)."""
         items: list[tuple[RunPlan, Row | None, int]] = []
-        scheduled = set()
         for plan, row, repeat in jobs:
             key = _reference_key(plan)
-            if plan.equiv_steps >= 1 and key not in scheduled:
-                scheduled.add(key)
+            if plan.equiv_steps >= 1 and key not in self.scheduled:
+                self.scheduled.add(key)
                 items.append((plan, None, 0))
             items.append((plan, row, repeat))
+            self.positions[(id(plan), row.label, repeat)] = sum(1 for k in self.positions if k[2] == repeat)
         stopped: str | None = None
         live: list[Job] = []  # started and not yet finished, oldest first
         prev: Job | None = None
@@ -227,7 +241,8 @@ class Runner:
         finally:
             for job in live:  # a Ctrl-C while two launches were alive (one ending, the next starting)
                 self._done(job, job.launch.interrupt())
-            self.ui.stop()
+            if stop_ui or stopped:
+                self.ui.stop()
         return stopped
 
     def close_interrupted(self, stopped: str, jobs: list[tuple[RunPlan, Row, int]], device: str) -> None:
@@ -277,6 +292,7 @@ class Runner:
         else:
             self.finished.add((id(job.plan), job.row.label, job.repeat))
             rec = build_record(job, outcome, self.references.get(key), self.run_info)
+            rec["position"] = self.positions.get((id(job.plan), job.row.label, job.repeat))
             if key in self.reference_runs:
                 rec["reference_run"] = self.reference_runs[key]
             self.session.save([rec])

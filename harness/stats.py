@@ -37,3 +37,153 @@ def step_stats(step_times_s: list[float]) -> dict[str, float | int]:
 def slowest_rank_steps(per_rank: list[list[float]]) -> list[float]:
     """Per-step time = the slowest rank's time for that step (a step is done when every rank is done)."""
     return [max(ts) for ts in zip(*per_rank)]
+
+
+# ---- intervals over launches ----------------------------------------------------------------------------------
+# The launch is the unit of replication (the variance is between launches, not between the steps of one), so every
+# interval below is over per-launch values. Throughputs are compared as ratios: the intervals are Student t on the
+# logarithm (the row's estimate is then the geometric mean of its launches) and, for a ratio of two rows, Welch's t
+# on the difference of their log means (unequal variances; Welch-Satterthwaite degrees of freedom). Measured here, a
+# percentile bootstrap at 3 launches was too narrow (it once called the same DDP under two launchers different).
+
+CONFIDENCE = 0.95
+MIN_LAUNCHES = 3
+"""Below this many launches a row gets no interval ("n=2: no interval"), not a number that looks exact."""
+INTERVAL_METHOD = ("95% Student t interval over launches on log samples/s (geometric mean); ratios: Welch t on the "
+                   "difference of log means")
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b)."""
+    import math
+
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with `df` degrees of freedom (df may be fractional: Welch)."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The `p` quantile of Student's t (bisection on t_cdf; 4.303 for p=0.975, df=2)."""
+    if not 0.0 < p < 1.0 or df <= 0:
+        raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return (lo + hi) / 2.0
+
+
+def _log_moments(values: list[float]) -> tuple[float, float, int]:
+    """Mean and sample variance of log(values), and n."""
+    import math
+
+    logs = [math.log(v) for v in values]
+    n = len(logs)
+    mean = sum(logs) / n
+    var = sum((x - mean) ** 2 for x in logs) / (n - 1) if n > 1 else 0.0
+    return mean, var, n
+
+
+def geomean_interval(values: list[float], confidence: float = CONFIDENCE) -> dict:
+    """{"estimate", "lo", "hi", "n"} of positive per-launch values: the geometric mean and its Student t interval on
+    the log scale; "lo"/"hi" are None below MIN_LAUNCHES launches."""
+    import math
+
+    if not values or any(not v > 0 for v in values):
+        raise ValueError(f"geomean_interval needs positive values, got {values}")
+    mean, var, n = _log_moments(values)
+    out = {"estimate": math.exp(mean), "lo": None, "hi": None, "n": n}
+    if n >= MIN_LAUNCHES:
+        half = t_quantile(0.5 + confidence / 2.0, n - 1) * math.sqrt(var / n)
+        out.update(lo=math.exp(mean - half), hi=math.exp(mean + half))
+    return out
+
+
+def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> dict:
+    """{"estimate", "lo", "hi", "n_a", "n_b", "df"} for geomean(a) / geomean(b), with Welch's t interval on the
+    difference of log means; "lo"/"hi" are None unless both sides have MIN_LAUNCHES launches."""
+    import math
+
+    ma, va, na = _log_moments(a)
+    mb, vb, nb = _log_moments(b)
+    out = {"estimate": math.exp(ma - mb), "lo": None, "hi": None, "n_a": na, "n_b": nb, "df": None}
+    if na < MIN_LAUNCHES or nb < MIN_LAUNCHES:
+        return out
+    se2 = va / na + vb / nb
+    if se2 == 0.0:  # identical launches on both sides: no spread to speak of
+        out.update(lo=out["estimate"], hi=out["estimate"], df=float(na + nb - 2))
+        return out
+    df = se2 ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+    half = t_quantile(0.5 + confidence / 2.0, df) * math.sqrt(se2)
+    out.update(lo=math.exp(ma - mb - half), hi=math.exp(ma - mb + half), df=df)
+    return out
+
+
+def half_width(interval: dict) -> float | None:
+    """Relative half-width of an interval: (hi - lo) / 2 / estimate (None without an interval)."""
+    if interval.get("lo") is None:
+        return None
+    return (interval["hi"] - interval["lo"]) / 2.0 / interval["estimate"]
+
+
+def tiers(rows: dict[str, list[float]], confidence: float = CONFIDENCE) -> list[list[str]]:
+    """Rows (label -> per-launch throughputs) grouped into tiers, fastest first: a tier is the fastest row left (by
+    geometric mean) and every other row left whose ratio interval against it contains 1 (no difference resolvable);
+    rows whose interval excludes 1 go to a later tier. Without intervals (fewer than MIN_LAUNCHES launches) every row
+    is one tier: nothing can be ranked."""
+    left = sorted(rows, key=lambda k: -geomean_interval(rows[k])["estimate"])
+    out: list[list[str]] = []
+    while left:
+        top = left[0]
+        tier = [top] + [k for k in left[1:] if not _excludes_one(ratio_interval(rows[top], rows[k], confidence))]
+        out.append(tier)
+        left = [k for k in left if k not in tier]
+    return out
+
+
+def _excludes_one(interval: dict) -> bool:
+    return interval["lo"] is not None and (interval["lo"] > 1.0 or interval["hi"] < 1.0)

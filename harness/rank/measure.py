@@ -6,7 +6,50 @@ Runs in: every rank.
 from __future__ import annotations
 
 import resource
+import time
 from pathlib import Path
+
+PROC_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def proc_stat(path: str = "/proc/stat") -> list[int] | None:
+    """The machine's CPU time so far (all CPUs, in clock ticks), per PROC_STAT_FIELDS; None where unreadable."""
+    try:
+        with open(path) as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    if not first or first[0] != "cpu":
+        return None
+    values = [int(v) for v in first[1:1 + len(PROC_STAT_FIELDS)]]
+    return values + [0] * (len(PROC_STAT_FIELDS) - len(values))
+
+
+class CpuWindow:
+    """This process's CPU time (every thread: CLOCK_PROCESS_CPUTIME_ID) and the machine's /proc/stat over a window,
+    less the parts the harness excludes (the equivalence snapshot): work added per step shows here apart from
+    scheduling noise, and the machine's counters show what else ran meanwhile (steal, other processes)."""
+
+    def __init__(self):
+        self.cpu0 = self.wall0 = None
+        self.stat0 = None
+        self.excluded_cpu = self.excluded_wall = 0.0
+        self.result: dict | None = None
+
+    def start(self) -> None:
+        self.stat0, self.cpu0, self.wall0 = proc_stat(), time.process_time(), time.perf_counter()
+
+    def exclude(self, cpu_s: float, wall_s: float) -> None:
+        self.excluded_cpu += cpu_s
+        self.excluded_wall += wall_s
+
+    def stop(self) -> None:
+        if self.cpu0 is None:
+            return
+        cpu, wall, stat = time.process_time(), time.perf_counter(), proc_stat()
+        self.result = {"cpu_s": cpu - self.cpu0 - self.excluded_cpu, "wall_s": wall - self.wall0 - self.excluded_wall,
+                       "proc_stat": (None if stat is None or self.stat0 is None
+                                     else [b - a for a, b in zip(self.stat0, stat)])}
 
 
 def device_sync(device: str):

@@ -15,7 +15,7 @@ from harness import progress as progress_file
 from harness.rank import profile as compute_profile
 from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
-from harness.rank.measure import PeakMemory, device_sync, release_freed_memory
+from harness.rank.measure import CpuWindow, PeakMemory, device_sync, release_freed_memory
 
 
 def run(spec, adapter, info, marks, progress, fault) -> dict:
@@ -55,10 +55,12 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
     progress.phase("warmup" if spec.warmup else "timed", 0)
     adapter.barrier()  # every rank starts the clock together
 
+    window = CpuWindow()
     for step in range(total):
         if step == spec.warmup:
             memory.reset()  # peak memory covers the timed steps, not start-up transients
             marks("warmup_done")
+            window.start()
             if step:
                 progress.phase("timed", step)
         if fault and step == fault[1]:
@@ -82,6 +84,7 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         stop = periodic is not None and periodic.after_step(step + 1)
         if spec.equiv_steps and step + 1 == spec.equiv_steps:
             snapshot_t0 = time.perf_counter()  # harness work: an until-target run leaves it out of its times
+            snapshot_cpu0 = time.process_time()
             timed_peak = memory.read() if step >= spec.warmup else None
             params = adapter.gather_parameters(model)  # on every rank: may be a collective
             if info.rank == 0:
@@ -97,9 +100,12 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
             # it in the next collective would otherwise be timed as a slow step.
             adapter.barrier()
             snapshot_s = time.perf_counter() - snapshot_t0
+            if step >= spec.warmup:  # inside the timed window: its CPU time is the harness's, not the training's
+                window.exclude(time.process_time() - snapshot_cpu0, snapshot_s)
         progress.step(step + 1)
         if stop:
             break
+    window.stop()
     steps_run = len(step_times)
     if "warmup_done" not in marks:  # no timed steps
         marks("warmup_done")
@@ -141,7 +147,7 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         "compression": adapter.compression(), "adapter": adapter.describe(), "workload": workload.describe(),
         "data": data.meta, "per_process_batch": per_rank_batch, "train_samples": n_train,
         "evals": periodic.evals if periodic else None, "snapshot_s": snapshot_s, "profile": own,
-        "straggler": straggler,
+        "straggler": straggler, "timed_window": window.result,
     }
 
 

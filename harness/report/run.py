@@ -21,8 +21,9 @@ from harness.env import tuning_line
 from harness.report import hosts as hosts_report
 from harness.sizes import format_mib
 from harness.report import epoch, ttt
+from harness.report import verdict as verdict_mod
 from harness.record import MEASURED, precision_label
-from harness.stats import percentile, worst
+from harness.stats import geomean_interval, percentile, worst
 
 SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
 
@@ -93,11 +94,18 @@ def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
         return row
     sps = [r["samples_per_s"] for r in ok]
     pooled = sorted(t for r in ok for t in r["step_times_s"])
+    if all(r.get("schema_version", 1) >= 2 for r in ok):
+        # Throughput of the whole timed window per launch; the row: their geometric mean with its interval.
+        interval = geomean_interval(sps)
+        devices = ok[0]["topology"]["devices_used"]
+        row.update(samples_per_s=interval["estimate"], interval=interval, spread=None,
+                   samples_per_s_per_device=interval["estimate"] / devices)
+    else:  # schema 1: as it was always rendered (median of the repeats, their spread)
+        row.update(samples_per_s=statistics.median(sps), interval=None,
+                   samples_per_s_per_device=statistics.median(r["samples_per_s_per_device"] for r in ok),
+                   spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None)
 
     row.update(
-        samples_per_s=statistics.median(sps),
-        samples_per_s_per_device=statistics.median(r["samples_per_s_per_device"] for r in ok),
-        spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None,
         step_median=percentile(pooled, 50), step_p10=percentile(pooled, 10), step_p90=percentile(pooled, 90),
         step_n=len(pooled), peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in ok) or None,
         final_loss=statistics.median(r["final_loss"] for r in ok),
@@ -149,6 +157,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         spread = row["spread"]
         flag = f" ⚠ spread {spread:.0%}" if spread is not None and spread > SPREAD_FLAG else (
             f" (±{spread / 2:.0%})" if spread is not None else "")
+        if row.get("interval"):
+            flag = " " + verdict_mod.interval_text(row["interval"]).split(" ", 1)[1]
         status = _status(row)
         lines.append(
             f"| {row['adapter']} | {row['launcher']} | {topo['processes']} × {topo['devices_used']}"
@@ -179,6 +189,11 @@ def _notes(rows, records) -> list[str]:
                      + (f"{', '.join(never)} never ran." if never else "every adapter had run at least once."))
     notes += hosts_report.note(records)
     notes += machine.note(records, lambda r: f"{r['label']}#{r['repeat']}")
+    noisy = [f"{r['label']}#{r['repeat']} ({', '.join(r['noise']['flags'])})" for r in records
+             if (r.get("noise") or {}).get("flags")]
+    if noisy:
+        notes.append("**Launches measured under interference** (read from /proc/stat over each timed window; kept in "
+                     "every figure, so their rows' intervals are wider): " + "; ".join(noisy) + ".")
     if any(r.get("oversubscribed") for r in records):
         f = records[0]
         notes.append(f"**Oversubscribed**: more processes than the {f['env']['cpu_cores_usable']} usable cores "
@@ -239,7 +254,12 @@ def _controls(rows) -> list[str]:
         f"seed {ctl['seed']}; same initial weights and data order everywhere.",
         ttt.controls(cfg, (f.get("eval") or {}).get("test_samples")) if cfg else
         f"- {ctl['warmup']} warm-up steps discarded, then {ctl['steps']} timed steps per repeat; per-step time is "
-        f"the slowest rank's; samples/s = global batch / median step time.",
+        + ("the slowest rank's; samples/s of a launch = samples over its whole timed window (global batch / mean "
+           "step time: what a training job gets; the median of a multi-modal step-time distribution jumps between "
+           "its modes); a row's samples/s is the geometric mean over its launches with a "
+           f"{verdict_mod.INTERVAL_METHOD}; the step-time column describes the distribution." if ok[0].get("interval")
+           is not None or ok[0]["first"].get("schema_version", 1) >= 2 else
+           "the slowest rank's; samples/s = global batch / median step time."),
         f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
         f"{eq['tolerance']:g}.",
         f"- Peak memory per rank over the timed steps (the table shows the largest rank's): "
@@ -343,6 +363,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     over = " (oversubscribed)" if r0.get("oversubscribed") else ""
     until = f" until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else ""
     md = [f"# {r0['workload']}{until}: {', '.join(group(records))} at world size {ws}{over} on {hw}", ""]
+    if not cfg and verdict_mod.has_intervals(records):
+        md += ["## Verdict", ""] + verdict_mod.markdown(verdict_mod.analyse(records)) + precision_lines(records)
     if cfg:
         trows = ttt.table_rows(records, group(records))
         plots = ttt.plots(out, records, trows, cfg) + plots
@@ -367,6 +389,37 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
+def precision_lines(records: list[dict[str, Any]]) -> list[str]:
+    """How a `--precision` run ended: the rounds it took, and whether every ratio reached the target."""
+    mode = records[0].get("precision_mode")
+    if not mode:
+        return []
+    target = f"±{mode['target'] * 100:g}%"
+    widest = mode.get("widest")
+    how = {"resolved": f"every ratio's interval reached {target}",
+           "budget": f"the budget of {mode['budget_s']:g} s was spent before every ratio's interval reached {target}",
+           "max_rounds": "the most rounds a run may take were run",
+           "interrupted": "the run was interrupted"}.get(mode["ended"], mode["ended"])
+    a = verdict_mod.analyse(records)
+    open_ = [k for k, r in a["ratios"].items() if (verdict_mod.half_width(r) or 1.0) > mode["target"]]
+    lines = [f"Precision mode (`--precision {mode['target'] * 100:g}%`): {mode['rounds']} round(s) in "
+             f"{mode['elapsed_s']:.0f} s; {how}"
+             + (f" (widest: {widest[0]} ±{widest[1]:.1%})." if widest else ".")]
+    if open_:
+        lines[0] += f" Not resolved to {target}: {', '.join(open_)}."
+    return lines + [""]
+
+
+def console_verdict(records: list[dict[str, Any]]) -> list[str]:
+    """The verdict's lines for the terminal, first thing after the progress (markup-escaped)."""
+    from rich.markup import escape
+
+    if ttt.settings(records) or not verdict_mod.has_intervals(records):
+        return []
+    return [escape(line.replace("**", "")) for line in verdict_mod.analyse(records)["lines"] + precision_lines(records)
+            if line]
+
+
 def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
     import matplotlib
 
@@ -385,13 +438,19 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     labels = [f"{r['adapter']} ({precision_label(r['first']['controls'])})" for r in ok]
     sps = [r["samples_per_s"] for r in ok]
     gb = [r["first"]["controls"]["global_batch"] for r in ok]
-    lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
-    hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]
+    if all(r.get("interval") for r in ok):  # schema 2: the 95% interval over launches (none below 3 launches)
+        lo = [s - (r["interval"]["lo"] or s) for s, r in zip(sps, ok)]
+        hi = [(r["interval"]["hi"] or s) - s for s, r in zip(sps, ok)]
+        whiskers = "whiskers: 95% interval over launches, where a row has 3 or more"
+    else:
+        lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
+        hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]
+        whiskers = "whiskers: p90..p10 step time"
     ax.barh(labels, sps, xerr=[lo, hi], color="#4C72B0", capsize=4)
     for i, s in enumerate(sps):
         ax.text(s + hi[i], i, f"  {s:,.0f}", va="center", ha="left", fontsize=9)  # right of the whisker
     ax.invert_yaxis()
-    ax.set_xlabel("samples/s (global; whiskers: p90..p10 step time)")
+    ax.set_xlabel(f"samples/s (global; {whiskers})")
     ax.set_title(f"Throughput: {title}", fontsize=10)
     ax.margins(x=0.25)
     fig.tight_layout()
@@ -450,7 +509,9 @@ def console_table(records: list[dict[str, Any]]):
             t.add_row(row["adapter"], "", "", "", "", "", "", "", status)
             continue
         f = row["first"]
-        t.add_row(row["adapter"], precision_label(f["controls"]), f"{row['samples_per_s']:,.0f}",
+        sps = (verdict_mod.interval_text(row["interval"]).replace(" (", "\n(") if row.get("interval")
+               else f"{row['samples_per_s']:,.0f}")
+        t.add_row(row["adapter"], precision_label(f["controls"]), sps,
                   f"{row['step_median'] * 1e3:.2f} ({row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f})",
                   format_mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row),
                   _diff(row, short=True), _status(row))

@@ -106,7 +106,16 @@ def test_timing_fields_are_consistent(default_run):
         st = rec["step_time_s"]
         assert st["n"] == 280 == len(rec["step_times_s"])
         assert st["p10"] <= st["median"] <= st["p90"]
-        assert rec["samples_per_s"] == pytest.approx(64 / st["median"])
+        # throughput of the whole timed window (the mean step); the median step's figure is kept beside it
+        assert st["mean"] == pytest.approx(sum(rec["step_times_s"]) / 280)
+        assert rec["samples_per_s"] == pytest.approx(64 / st["mean"])
+        assert rec["samples_per_s_median_step"] == pytest.approx(64 / st["median"])
+        # every rank's process CPU time over the timed window, and the machine's noise over it
+        assert len(rec["cpu_time_s_per_rank"]) == rec["topology"]["processes"]
+        assert all(c > 0 for c in rec["cpu_time_s_per_rank"])
+        cpu = rec["cpu_time_s_per_rank"]
+        assert rec["cpu_s_per_step"] == pytest.approx(sum(cpu) / len(cpu) / 280)
+        assert rec["noise"]["window_ticks"] > 0 and 0 <= rec["noise"]["other_cpu_share"] <= 1
         assert rec["samples_per_s_per_device"] == pytest.approx(rec["samples_per_s"] / rec["topology"]["devices_used"])
         assert 0 < rec["time_to_first_step_s"] < rec["wall_time_s"]
         assert rec["peak_memory_bytes"] > 50 * 2**20 and rec["peak_memory_kind"] == "rss_vmhwm_minus_file"
@@ -123,7 +132,14 @@ def test_record_schema(default_run):
                     "world_size", "status", "reason", "samples_per_s", "step_time_s", "peak_memory_bytes",
                     "final_loss", "eval", "max_param_diff", "env", "controls", "topology"):
             assert key in rec, key
-        assert rec["schema_version"] == 1 and rec["world_size"] == 2
+        assert rec["schema_version"] == 2 and rec["world_size"] == 2
+        assert isinstance(rec["order_seed"], int) and rec["position"] in range(4)
+    # the launches ran in the order the recorded seed gives back (harness/runner.py round_order)
+    from harness.runner import round_order
+
+    recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    ran = [r["label"] for r in sorted(recs, key=lambda r: r["position"])]
+    assert ran == round_order(recs[0]["row_order"], recs[0]["order_seed"], 0)
         assert {"python", "torch", "cpu_model", "cpu_cores_usable", "distributed"} <= set(rec["env"])
 
 

@@ -422,6 +422,27 @@ CASES = [
      "no records.jsonl in /tmp; give a directory written by `compare run`, `comm` or `scale`"),
     ("sbatch-empty-iface", ["sbatch", "-a", "ddp", "--nodes", "2", "--ntasks-per-node", "1", "--iface", ""],
      "--iface '' is not a network interface name"),
+    # ---- run: verdict options (--precision, --budget, --baseline, --order-seed) -------------------------------
+    *[(f"run-precision-{i}", ["run", "-a", "ddp,spawn", "--precision", bad],
+       f"--precision must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
+      for i, bad in enumerate(["0", "0%", "-5%", "150%", "100%", "abc", "5", ""])],
+    *[(f"run-budget-{i}", ["run", "-a", "ddp,spawn", "--precision", "5%", "--budget", bad],
+       f"--budget must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got '{bad}'")
+      for i, bad in enumerate(["0", "-1m", "0s", "abc", "8d", "2w", ""])],
+    ("run-budget-alone", ["run", "-a", "ddp,spawn", "--budget", "10m"],
+     "--budget only applies with --precision (the time the rounds may take to reach it); add --precision, e.g. 5%, "
+     "or leave --budget out"),
+    ("run-precision-one-row", ["run", "-a", "ddp", "--precision", "5%"],
+     "--precision compares rows with each other, and only 1 row can run here (ddp); name at least two with "
+     "--adapters"),
+    ("run-precision-until-target", ["run", "-a", "ddp,spawn", "--precision", "5%", "--until-target"],
+     "--precision narrows throughput intervals; it does not apply to --until-target runs"),
+    ("run-baseline-not-a-row", ["run", "-a", "ddp,spawn", "--baseline", "horovod"],
+     "--baseline 'horovod' is not among the rows of this run; choose one of: ddp, spawn"),
+    ("run-baseline-unavailable", ["run", "-a", "ddp,spawn,apex", "--baseline", "apex"],
+     "--baseline apex cannot run here (unavailable); choose one of: ddp, spawn"),
+    ("run-order-seed-negative", ["run", "-a", "ddp,spawn", "--order-seed", "-1"],
+     "--order-seed must be between 0 and 2**63 - 1, got -1"),
     # ---- list -----------------------------------------------------------------------------------------------
     ("list-unknown-device", ["list", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
     ("list-world-size-0", ["list", "-n", "0"], "world size must be at least 1, got 0"),
