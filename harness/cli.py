@@ -904,6 +904,55 @@ def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu 
     console.print(w)
 
 
+@app.command("doctor")
+def doctor_cmd(
+    launches: int = typer.Option(5, "--launches", help="Launches of the row whose variation is measured (3 to 50)."),
+    adapter: str = typer.Option("ddp", "--adapter", "-a", help="The row to launch (an adapter, with knobs if any)."),
+    workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="Workload name (see `compare list`)."),
+    steps: Optional[int] = typer.Option(None, help="Timed steps per launch (default: the workload's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+):
+    """This machine's noise floor: what it is doing, how much one row varies from launch to launch, and what
+    precision a comparison can reach here in what time (nothing is written)."""
+    from harness import doctor
+
+    try:
+        planned, scratch = doctor.plan(adapter, workload, launches, steps)
+    except BadInput as exc:
+        _fail(str(exc))
+    machine = doctor.sample_machine()
+    if not as_json:
+        for line in doctor.lines(machine, None):
+            console.print(escape(line))
+    _stop_on_signals()
+    records = _execute(doctor.measure, planned, scratch, _QuietUI() if as_json else RunUI())
+    try:
+        floor = doctor.noise_floor(records)
+    except RuntimeError as exc:
+        _fail(f"cannot measure the noise floor: {exc}", 1)
+    if as_json:
+        typer.echo(json.dumps({"machine": machine, "noise_floor": floor}, indent=2, default=str))
+        return
+    for line in doctor.lines(machine, floor)[3:]:
+        console.print(escape(line))
+
+
+class _QuietUI(RunUI):
+    """Progress for nobody (`--json` prints only the JSON)."""
+
+    def __init__(self):
+        self.live, self.tasks, self.bar = False, {}, None
+
+    def start(self, plan):
+        pass
+
+    def begin(self, name, repeat, total):
+        pass
+
+    def _done(self, name, repeat, text, complete):
+        pass
+
+
 @app.command("env")
 def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")):
     """Versions, devices, threads and launchers: paste this into a bug report."""

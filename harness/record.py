@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness import hosts
+from harness import hosts, procstat
 from harness.stats import slowest_rank_steps, step_stats, worst
 
 SCHEMA_VERSION = 2
@@ -186,15 +186,14 @@ def noise(windows: list[dict], ranks: list[dict], outcome) -> dict[str, Any]:
     out: dict[str, Any] = {"method": "rank 0's /proc/stat over its timed window; ranks' CPU: CLOCK_PROCESS_CPUTIME_ID",
                            "flags": []}
     delta = windows[0].get("proc_stat")
-    if delta and sum(delta) > 0:
-        f = dict(zip(("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"), delta))
-        total = sum(delta)
+    window = procstat.shares(delta) if delta else None
+    if window:
         tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         boot = (ranks[0].get("host") or {}).get("boot_id")
         here = sum(w["cpu_s"] for w, r in zip(windows, ranks) if (r.get("host") or {}).get("boot_id") == boot)
-        busy = total - f["idle"] - f["iowait"] - f["steal"]
-        out.update(window_ticks=total, steal_share=f["steal"] / total,
-                   other_cpu_share=max(0.0, busy - here * tick) / total)
+        total = window["ticks"]
+        out.update(window_ticks=total, steal_share=window["steal"],
+                   other_cpu_share=max(0.0, window["busy"] - here * tick / total))
         if total >= NOISE_MIN_TICKS and out["steal_share"] >= NOISE_STEAL:
             out["flags"].append(f"CPU steal {out['steal_share']:.0%}")
         if total >= NOISE_MIN_TICKS and out["other_cpu_share"] >= NOISE_OTHER:

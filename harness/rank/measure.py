@@ -9,21 +9,7 @@ import resource
 import time
 from pathlib import Path
 
-PROC_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-
-
-def proc_stat(path: str = "/proc/stat") -> list[int] | None:
-    """The machine's CPU time so far (all CPUs, in clock ticks), per PROC_STAT_FIELDS; None where unreadable."""
-    try:
-        with open(path) as f:
-            first = f.readline().split()
-    except OSError:
-        return None
-    if not first or first[0] != "cpu":
-        return None
-    values = [int(v) for v in first[1:1 + len(PROC_STAT_FIELDS)]]
-    return values + [0] * (len(PROC_STAT_FIELDS) - len(values))
-
+from harness import procstat
 
 class CpuWindow:
     """This process's CPU time (every thread: CLOCK_PROCESS_CPUTIME_ID) and the machine's /proc/stat over a window,
@@ -37,7 +23,7 @@ class CpuWindow:
         self.result: dict | None = None
 
     def start(self) -> None:
-        self.stat0, self.cpu0, self.wall0 = proc_stat(), time.process_time(), time.perf_counter()
+        self.stat0, self.cpu0, self.wall0 = procstat.read(), time.process_time(), time.perf_counter()
 
     def exclude(self, cpu_s: float, wall_s: float) -> None:
         self.excluded_cpu += cpu_s
@@ -46,7 +32,7 @@ class CpuWindow:
     def stop(self) -> None:
         if self.cpu0 is None:
             return
-        cpu, wall, stat = time.process_time(), time.perf_counter(), proc_stat()
+        cpu, wall, stat = time.process_time(), time.perf_counter(), procstat.read()
         self.result = {"cpu_s": cpu - self.cpu0 - self.excluded_cpu, "wall_s": wall - self.wall0 - self.excluded_wall,
                        "proc_stat": (None if stat is None or self.stat0 is None
                                      else [b - a for a, b in zip(self.stat0, stat)])}

@@ -443,6 +443,13 @@ CASES = [
      "--baseline apex cannot run here (unavailable); choose one of: ddp, spawn"),
     ("run-order-seed-negative", ["run", "-a", "ddp,spawn", "--order-seed", "-1"],
      "--order-seed must be between 0 and 2**63 - 1, got -1"),
+    # ---- doctor: refused before it samples the machine or launches anything -----------------------------------
+    ("doctor-launches-2", ["doctor", "--launches", "2"],
+     "--launches must be between 3 (an interval needs 3) and 50, got 2"),
+    ("doctor-launches-many", ["doctor", "--launches", "51"],
+     "--launches must be between 3 (an interval needs 3) and 50, got 51"),
+    ("doctor-unknown-adapter", ["doctor", "-a", "horovd"], f"unknown adapter 'horovd'; valid choices: {ADAPTERS}"),
+    ("doctor-unknown-workload", ["doctor", "-w", "mnist"], f"unknown workload 'mnist'; valid choices: {WORKLOADS}"),
     # ---- list -----------------------------------------------------------------------------------------------
     ("list-unknown-device", ["list", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
     ("list-world-size-0", ["list", "-n", "0"], "world size must be at least 1, got 0"),

@@ -122,7 +122,7 @@ def test_the_order_of_a_round_is_shuffled_and_reproducible_from_its_seed():
 
 
 def test_noise_is_read_from_proc_stat_over_the_timed_window(tmp_path):
-    from harness.rank.measure import proc_stat
+    from harness.procstat import read as proc_stat
 
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 50 0 25 400 5 0 0 20 0 0\n")
@@ -183,3 +183,28 @@ def test_precision_mode_adds_rounds_until_resolved_or_out_of_budget(monkeypatch,
     assert [k for k, _ in said] == list(range(1, rounds + 1))
     assert said[0][1] is None and said[-1][1][0] == "horovod"
     assert (said[-1][1][1] <= 0.05) == (ended == "resolved")
+
+
+def test_the_doctor_turns_launch_to_launch_variation_into_reachable_precision():
+    from harness import doctor
+
+    # sd 0.1 on the log scale, 3 launches per row: t(0.975, 4) x 0.1 x sqrt(2/3) = 0.2266958, sinh of it 0.2286425
+    assert doctor.ratio_half_width(0.1, 3) == pytest.approx(0.2286425, abs=1e-6)
+    n = doctor.launches_for(0.05, 0.1)
+    assert doctor.ratio_half_width(0.1, n) <= 0.05 < doctor.ratio_half_width(0.1, n - 1)
+    assert doctor.launches_for(0.05, 0.0) == 3 and doctor.launches_for(0.01, 2.0) is None
+    recs = [{"status": "ok", "samples_per_s": v, "wall_time_s": 4.0, "repeat": k, "label": "ddp", "workload": "digits",
+             "controls": {"steps": 280}, "noise": {"flags": ["CPU steal 9%"] if k == 1 else []}}
+            for k, v in enumerate([1.0, math.exp(0.1), math.exp(0.2)])]
+    floor = doctor.noise_floor(recs)
+    assert floor["sd_log"] == pytest.approx(0.1) and floor["flagged"] == [1] and floor["launch_s"] == 4.0
+    assert floor["reachable"][0] == {"launches": 3, "half_width": pytest.approx(0.2286425, abs=1e-6),
+                                     "seconds_per_row": 12.0}
+    text = "\n".join(doctor.lines({"cores": 2, "sample_s": 2.0, "load_avg": [0.5, 0.4, 0.3], "steal_share": 0.0,
+                                   "busy_share": 0.02, "cpu_ghz": None, "governors": None,
+                                   "other_compare_runs": []}, floor))
+    assert "launch-to-launch variation (standard deviation of log samples/s): 10.0%; launches flagged for " \
+           "interference: 2" in text
+    assert f"±5%: {n} launches per row" in text and "CPU frequency: not readable here" in text
+    with pytest.raises(RuntimeError, match="only 2 of 3 launches measured \\(failed: boom\\)"):
+        doctor.noise_floor(recs[:2] + [{"status": "failed", "reason": "boom"}])
