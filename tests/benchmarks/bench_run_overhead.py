@@ -23,7 +23,11 @@ run's minus the short run's, over the steps between them; start-up cancels). A p
 (a poll, a redraw, a write, a wake-up) would show there even when the step times scatter.
 
     .venv/bin/python tests/benchmarks/bench_run_overhead.py --pairs 0 --cpu-rounds 2 --cases deepspeed:digits
-Target: a median ratio of at least 0.99 (check the load average first: this VM is noisy). With --bind-cores both
+Last it prints, per case, the harness/raw throughput ratio over the whole timed window with its 95% interval over
+the launches (harness/stats.py: the ratio of geometric means, Welch's interval on the log scale) and the same for
+the ranks' own CPU time per timed step, which scheduling noise barely moves.
+Target: the interval contains 1 and its lower bound is at least 0.97 (check the load average first: this VM is
+noisy; 20 pairs per case narrow it to a few percent). With --bind-cores both
 sides bind each rank, all its threads, to its own share of the cores (the raw script by its own few lines), which
 takes most scheduler-tick waits out of the 2-4 ms digits steps and so most of the noise out of the ratio.
 """
@@ -42,6 +46,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from harness.stats import INTERVAL_METHOD, ratio_interval  # noqa: E402
 PY = sys.executable
 BIN = Path(PY).parent
 
@@ -121,6 +127,8 @@ else:
     dist.barrier()
 times = []
 for step in range(warmup + steps):
+    if step == warmup:
+        cpu0 = time.process_time()  # this process's CPU time (every thread) over the timed steps
     xb, yb = x[slices[step]], y[slices[step]]
     t0 = time.perf_counter()
     if framework == "deepspeed":
@@ -133,15 +141,17 @@ for step in range(warmup + steps):
         loss.backward()
         optimizer.step()
     times.append(time.perf_counter() - t0)
+cpu_s = time.process_time() - cpu0
 timed = times[warmup:]
-every = hvd.allgather_object(timed) if framework == "horovod" else [None] * world
+every = hvd.allgather_object((timed, cpu_s)) if framework == "horovod" else [None] * world
 if framework != "horovod":
-    dist.all_gather_object(every, timed)
+    dist.all_gather_object(every, (timed, cpu_s))
 if rank == 0:
-    slowest = sorted(max(ts) for ts in zip(*every))
+    slowest = sorted(max(ts) for ts in zip(*(e[0] for e in every)))
     with open(out, "w") as f:
         json.dump({"median_step_s": statistics.median(slowest), "p10_step_s": slowest[len(slowest) // 10],
-                   "mean_step_s": statistics.mean(slowest), "n": len(slowest)}, f)
+                   "mean_step_s": statistics.mean(slowest), "n": len(slowest),
+                   "cpu_s_per_step": sum(e[1] for e in every) / world / len(slowest)}, f)
 if framework == "horovod":
     hvd.shutdown()
 else:
@@ -179,7 +189,7 @@ def raw_command(framework: str, script: Path, args: list[str]) -> tuple[list[str
     return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *args], {}
 
 
-def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float, float]:
+def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float, float, float]:
     script = tmp / "raw_train.py"
     script.write_text(RAW)
     out = tmp / "raw.json"
@@ -198,10 +208,10 @@ def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tup
     if not out.exists():  # a crash after rank 0 wrote its result (a gloo peer closing first) still measured
         sys.exit(f"raw {framework}/{workload} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     got = json.loads(out.read_text())
-    return got["median_step_s"], got["p10_step_s"], got["mean_step_s"]
+    return got["median_step_s"], got["p10_step_s"], got["mean_step_s"], got["cpu_s_per_step"]
 
 
-def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float, float]:
+def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float, float, float]:
     out = tmp / "harness"
     shutil.rmtree(out, ignore_errors=True)
     warmup, steps = STEPS[workload]
@@ -212,7 +222,7 @@ def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) ->
     if proc.returncode != 0 or rec.get("status") != "ok":
         sys.exit(f"compare run {framework}/{workload} failed ({proc.returncode}): {rec.get('reason')}\n{proc.stderr}")
     steps = sorted(rec["step_times_s"])
-    return rec["step_time_s"]["median"], steps[len(steps) // 10], rec["step_time_s"]["mean"]
+    return rec["step_time_s"]["median"], steps[len(steps) // 10], rec["step_time_s"]["mean"], rec["cpu_s_per_step"]
 
 
 def main() -> None:
@@ -243,12 +253,18 @@ def main() -> None:
         for case in a.cases.split(","):
             framework, workload = case.split(":")
             ratios, fast_ratios, mean_ratios, raws, harnesses = [], [], [], [], []
+            tput = {"raw": [], "harness": []}  # samples/s over the timed window (1 / mean step), per launch
+            cpu = {"raw": [], "harness": []}  # CPU seconds per timed step per rank, per launch
             for i in range(a.pairs):
                 order = ("raw", "harness") if i % 2 == 0 else ("harness", "raw")
                 got = {}
                 for side in order:
                     got[side] = (run_raw if side == "raw" else run_harness)(framework, workload, tmp, a.bind_cores)
-                (raw, raw_p10, raw_mean), (har, har_p10, har_mean) = got["raw"], got["harness"]
+                (raw, raw_p10, raw_mean, raw_cpu), (har, har_p10, har_mean, har_cpu) = got["raw"], got["harness"]
+                tput["raw"].append(1 / raw_mean)
+                tput["harness"].append(1 / har_mean)
+                cpu["raw"].append(raw_cpu)
+                cpu["harness"].append(har_cpu)
                 raws.append(raw)
                 harnesses.append(har)
                 ratios.append(raw / har)  # harness throughput / raw throughput, at the median step
@@ -266,9 +282,17 @@ def main() -> None:
     if summary:
         print("\ncase                 raw ms/step  harness ms/step  harness/raw throughput: at the median step   "
               "at the p10 step   over the run (mean step), each median [min-max] over pairs")
-    for case, raw, har, ratios, fast, mean in summary:
+    for case, raw, har, ratios, fast, mean, _, _ in summary:
         print(f"{case:20s} {raw * 1e3:11.2f} {har * 1e3:16.2f}  {_spread(ratios):37s}{_spread(fast):20s}"
               f"{_spread(mean)}")
+    if summary:
+        # The verdict's statistics (harness/stats.py): launches are the replicates, the ratio of geometric means of
+        # samples/s over the timed window with Welch's 95% interval on the log scale; the same for CPU per step.
+        print(f"\ncase                 pairs  harness/raw samples/s [95% interval]  CPU per step harness/raw [95% "
+              f"interval]  ({INTERVAL_METHOD})")
+        for case, _, _, _, _, _, tput, cpu in summary:
+            print(f"{case:20s} {len(tput['raw']):5d}  {_interval(ratio_interval(tput['harness'], tput['raw'])):36s}  "
+                  f"{_interval(ratio_interval(cpu['harness'], cpu['raw']))}")
     if cpu_summary:
         print("\ncase                 CPU ms per timed step: raw  harness  harness/raw    context switches per timed "
               "step: raw  harness")
@@ -301,6 +325,12 @@ def cpu_per_step(framework: str, workload: str, tmp: Path, bind: bool, rounds: i
                for (lc, lw), (sc, sw) in zip(got[(side, long)], got[(side, short)])]
         out[side] = (statistics.mean(c for c, _ in per), statistics.mean(w for _, w in per))
     return out
+
+
+def _interval(r: dict) -> str:
+    if r["lo"] is None:
+        return f"{r['estimate']:.3f} (fewer than 3 pairs: no interval)"
+    return f"{r['estimate']:.3f} [{r['lo']:.3f}-{r['hi']:.3f}]"
 
 
 def _spread(xs: list[float]) -> str:
