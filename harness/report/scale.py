@@ -6,7 +6,10 @@ Runs in: the parent; reads nothing but the sweep's records and the `compare comm
 `comm_n<N>/`, so `compare report DIR` re-renders it.
 
 Definitions (the same for every backend):
-- throughput T(N) = global batch / median step time (slowest rank per step), median over repeats;
+- throughput T(N) = global batch / median step time (slowest rank per step), median over repeats; in records of
+  schema 2, global batch / mean step time (the whole timed window) per launch, geometric mean over repeats with its
+  95% interval, and the speed-ups and efficiencies below with Welch's 95% interval over the launches of both points
+  (harness/stats.py);
 - speed-up against the same adapter at world size 1: T(N) / T_adapter(1); against the single-process baseline
   (the plain model, no wrapper, one process, the same threads as one rank): T(N) / T_baseline;
 - parallel efficiency = T(N) / (N x T_adapter(1)): 1.0 is perfect scaling, in strong scaling (fixed global batch,
@@ -28,7 +31,7 @@ from harness.env import tuning_line
 from harness.outdir import save_figure, write_text
 from harness.report.run import MEMORY_KINDS, MEMORY_SHORT
 from harness.sizes import format_mib
-from harness.stats import percentile, worst
+from harness.stats import geomean_interval, percentile, ratio_interval, worst
 
 BASELINE = "single-process"
 
@@ -62,8 +65,13 @@ def summarise_point(recs: list[dict[str, Any]]) -> dict[str, Any]:
         return row
     sps = [r["samples_per_s"] for r in ok]
     pooled = sorted(t for r in ok for t in r["step_times_s"])
-    row.update(samples_per_s=statistics.median(sps),
-               spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None,
+    if all(r.get("schema_version", 1) >= 2 for r in ok):  # the whole window per launch, with intervals
+        row.update(interval=geomean_interval(sps), sps_values=sps)
+        row.update(samples_per_s=row["interval"]["estimate"], spread=None)
+    else:
+        row.update(samples_per_s=statistics.median(sps),
+                   spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None)
+    row.update(
                step_median=percentile(pooled, 50), step_p10=percentile(pooled, 10), step_p90=percentile(pooled, 90),
                step_mean=statistics.fmean(pooled), step_n=len(pooled),
                step_mean_repeats=[statistics.fmean(r["step_times_s"]) for r in ok if r["step_times_s"]], global_batch=first["controls"]["global_batch"],
@@ -102,6 +110,8 @@ def table(records: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]
             r["speedup_baseline"] = r["samples_per_s"] / base_sps if base_sps else None
             r["efficiency"] = r["speedup_self"] / r["n"] if one else None
             r["efficiency_baseline"] = r["speedup_baseline"] / r["n"] if base_sps else None
+            if one and r.get("sps_values") and one.get("sps_values"):
+                r["speedup_interval"] = ratio_interval(r["sps_values"], one["sps_values"])
         out[label] = rows
     return out
 
@@ -127,11 +137,20 @@ def markdown_tables(tab: OrderedDict[str, list[dict[str, Any]]]) -> list[str]:
                 continue
             spread = f" (±{r['spread'] / 2:.0%})" if r["spread"] is not None else ""
             flag = " ⚠" if r["spread"] is not None and r["spread"] > 0.05 else ""
+            if r.get("interval"):
+                iv = r["interval"]
+                spread = (f" [{iv['lo']:,.0f}–{iv['hi']:,.0f}]" if iv["lo"] is not None
+                          else f" (n={iv['n']}: no interval)")
             bal = ", ".join(f"{p['compute_s'] * 1e3:.2f} / {p['wait_s'] * 1e3:.2f}" for p in r.get("balance", []))
             eff = _x(r["efficiency"], ".0%") + ("†" if r["oversubscribed"] else "")
+            speedup = _x(r["speedup_self"])
+            si = r.get("speedup_interval")
+            if si and si["lo"] is not None and r["n"] > 1:
+                speedup += f" [{si['lo']:.2f}–{si['hi']:.2f}]"
+                eff += f" [{si['lo'] / r['n']:.0%}–{si['hi'] / r['n']:.0%}]"
             status = "ok" if r["ok_repeats"] == r["repeats"] else f"ok {r['ok_repeats']}/{r['repeats']}"
             md.append(f"| {r['n']}{over} | {r['global_batch']} ({r['per_rank_batch']}) | {r['samples_per_s']:,.0f}"
-                      f"{spread}{flag} | {_x(r['speedup_self'])} | {_x(r['speedup_baseline'])} | {eff} "
+                      f"{spread}{flag} | {speedup} | {_x(r['speedup_baseline'])} | {eff} "
                       f"| {r['step_median'] * 1e3:.2f} [{r['step_p10'] * 1e3:.2f}–{r['step_p90'] * 1e3:.2f}] "
                       f"({r['step_n']}) | {format_mib(r['peak_memory_bytes'])} | {bal or '–'} "
                       f"| {_x(r.get('exposed_s') and r['exposed_s'] * 1e3)} | {_diff(r)} "

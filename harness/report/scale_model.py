@@ -253,6 +253,26 @@ def within(rows: list[dict[str, Any]], key: str = "error", bound: float = 0.10) 
     return sum(abs(r[key]) <= bound for r in rows)
 
 
+JUDGE_BOUND = 0.10
+"""The model passes a point within ±10% of its measured mean step."""
+
+
+def judgement(r: dict[str, Any]) -> str:
+    """PASS within ±JUDGE_BOUND of the measured mean step; FAIL beyond JUDGE_BOUND plus the point's own 95% interval
+    (relative half-width of the Student t interval of its repeats' mean steps); UNDECIDABLE between the two, or
+    beyond the bound with fewer than 3 repeats (no interval): the measurement cannot tell."""
+    from harness.stats import geomean_interval, half_width
+
+    err = abs(r["error"])
+    if err <= JUDGE_BOUND:
+        return "pass"
+    reps = r.get("measured_repeats_s") or []
+    half = half_width(geomean_interval(reps)) if reps else None
+    if half is None:
+        return "undecidable"
+    return "fail" if err > JUDGE_BOUND + half else "undecidable"
+
+
 def _repeats_cell(r: dict[str, Any]) -> str:
     reps = r.get("measured_repeats_s") or []
     if len(reps) < 2:
@@ -524,6 +544,12 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                    f"points above world size 1 (not oversubscribed; world size 1 is the calibration itself); the "
                    f"largest error is {worst['error']:+.0%} ({worst['label']} at {worst['n']}). Against the median "
                    f"step: {within(real, 'error_median')} of {len(real)}."]
+        if all(rec.get("schema_version", 1) >= 2 for rec in records):
+            verdicts = [judgement(r) for r in real]
+            md += ["", f"Judged against each point's own 95% interval over its repeats (pass: within ±10%; fail: "
+                       f"beyond 10% plus the interval's half-width; undecidable: between, or fewer than 3 repeats): "
+                       f"{verdicts.count('pass')} pass, {verdicts.count('fail')} fail, "
+                       f"{verdicts.count('undecidable')} undecidable of {len(real)}."]
         spread = [r for r in real if len(r["measured_repeats_s"]) > 1]
         if spread:
             widths = [repeat_spread(r) for r in spread]

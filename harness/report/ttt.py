@@ -105,7 +105,19 @@ def _ahead(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
         share = format(gap / nxt[key]["median"], ".0%" if gap >= 0.01 * nxt[key]["median"] else ".1%")
         text += (f", {format(gap, fmt)} s ({share}) ahead of {_name(nxt)} "
                  f"({format(nxt[key]['median'], fmt)} s)")
-        if len(best[key]["values"]) > 1 and nxt[key]["min"] <= best[key]["max"]:
+        if best["first"].get("schema_version", 1) >= 2 and nxt["first"].get("schema_version", 1) >= 2:
+            # Schema 2: the lead with Welch's 95% interval on the ratio of times (harness/stats.py); a lead whose
+            # interval contains 1 is not one.
+            from harness.stats import ratio_interval
+
+            r = ratio_interval(nxt[key]["values"], best[key]["values"])
+            if r["lo"] is None:
+                text += " (fewer than 3 repeats each: no interval, so no lead is established)"
+            else:
+                text += (f"; {_name(nxt)} takes {r['estimate']:.2f}× [{r['lo']:.2f}–{r['hi']:.2f}] as long"
+                         + (" (95% interval): a resolved lead" if r["lo"] > 1 else
+                            " (95% interval contains 1): no lead resolvable"))
+        elif len(best[key]["values"]) > 1 and nxt[key]["min"] <= best[key]["max"]:
             text += " — but their ranges over the repeats overlap, so this is no clear lead"
     return text
 

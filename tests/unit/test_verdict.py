@@ -208,3 +208,34 @@ def test_the_doctor_turns_launch_to_launch_variation_into_reachable_precision():
     assert f"±5%: {n} launches per row" in text and "CPU frequency: not readable here" in text
     with pytest.raises(RuntimeError, match="only 2 of 3 launches measured \\(failed: boom\\)"):
         doctor.noise_floor(recs[:2] + [{"status": "failed", "reason": "boom"}])
+
+
+def test_the_model_is_judged_against_each_points_own_interval():
+    from harness.report.scale_model import judgement
+
+    tight = [0.0100, 0.0101, 0.0099]  # half-width ~2.5%: 10% + 2.5% is the line for a fail
+    wide = [0.008, 0.010, 0.013]
+    assert judgement({"error": 0.09, "measured_repeats_s": tight}) == "pass"
+    assert judgement({"error": -0.10, "measured_repeats_s": []}) == "pass"
+    assert judgement({"error": 0.20, "measured_repeats_s": tight}) == "fail"
+    assert judgement({"error": -0.11, "measured_repeats_s": tight}) == "undecidable"
+    assert judgement({"error": 0.30, "measured_repeats_s": wide}) == "undecidable"  # its interval is ±60%
+    assert judgement({"error": 0.30, "measured_repeats_s": [0.01, 0.011]}) == "undecidable"  # no interval at n=2
+
+
+def test_a_schema_2_sweep_gives_speed_up_and_efficiency_with_intervals():
+    from conftest import RUNS
+    from harness.record import read_records
+    from harness.report import scale
+
+    records = read_records(RUNS / "scale_digits_cpu2_20261125-085608" / "records.jsonl")
+    for r in records:
+        r["schema_version"] = 2
+    ddp = {p["n"]: p for p in scale.table(records)["ddp"]}
+    one, two = ddp[1]["sps_values"], ddp[2]["sps_values"]
+    assert len(one) == len(two) == 3
+    assert ddp[2]["speedup_interval"] == stats.ratio_interval(two, one)
+    assert ddp[2]["samples_per_s"] == pytest.approx(stats.geomean_interval(two)["estimate"])
+    md = "\n".join(scale.markdown_tables(scale.table(records)))
+    si = ddp[2]["speedup_interval"]
+    assert f"| {ddp[2]['speedup_self']:.2f} [{si['lo']:.2f}–{si['hi']:.2f}] |" in md
