@@ -389,10 +389,12 @@ def rank_command(spec_path: Path) -> list[str]:
 
 def torchrun(nproc: int, spec_path: Path) -> list[str]:
     """argv for torchrun (torch.distributed.run) on one node: a rendezvous on a port it binds itself, no
-    restarts, `nproc` ranks of the harness's rank entry point."""
+    restarts, `nproc` ranks of the harness's rank entry point. `--local-addr 127.0.0.1`: without it the workers
+    get socket.getfqdn() as MASTER_ADDR, which on a machine without DNS (a lent GPU node) may not resolve, and the
+    ranks never reach the agent's store (pytorch#150532); spawn, DeepSpeed and Horovod use 127.0.0.1 already."""
     return python_module(
-        "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
-        "--module", "harness.rank", str(spec_path),
+        "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", f"--nproc-per-node={nproc}",
+        "--max-restarts=0", "--module", "harness.rank", str(spec_path),
     )
 
 
@@ -447,13 +449,22 @@ def init_process_group_from_env(device: str) -> RankInfo:
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if device == "cuda" and world > 1 and "LOCAL_RANK" not in os.environ:
+        # The global rank is the wrong GPU on every node but the first of a multi-node start.
+        raise RuntimeError("LOCAL_RANK is not set: on CUDA each rank needs it to pick its GPU")
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    extra = {}
     if device == "cuda":
         torch.cuda.set_device(local_rank)
         dev, backend = f"cuda:{local_rank}", "nccl"
+        # NCCL's communicator starts eagerly on this GPU, and barrier() no longer guesses the device (torch >= 2.3).
+        import inspect
+
+        if "device_id" in inspect.signature(dist.init_process_group).parameters:
+            extra["device_id"] = torch.device(dev)
     else:
         dev, backend = "cpu", "gloo"
-    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world)
+    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world, **extra)
     return RankInfo(rank=rank, world_size=world, local_rank=local_rank, device=dev, backend=backend,
                     data_rank=rank, data_world=world)
 

@@ -345,7 +345,8 @@ class DeepSpeedAdapter(Adapter):
         if self.stale_locks_removed and os.environ.get("RANK", "0") == "0":
             print(f"[deepspeed] removed a stale JIT build lock no process held (left by a build that was stopped): "
                   f"{', '.join(self.stale_locks_removed)}", flush=True)
-        missing = [op for op in _JIT_OPS_AT_INIT if op not in cached_before]
+        # The shared-memory all-reduce op is DeepSpeed's CPU accelerator's: a CUDA launch never builds it.
+        missing = [op for op in _JIT_OPS_AT_INIT if op not in cached_before] if spec.device != "cuda" else []
         if missing:
             note = (f"first run: JIT-compiling {', '.join(missing)} (~35-65 s on 2 cores, once; cached in "
                     f"{jit_cache_dir()})")
@@ -357,11 +358,14 @@ class DeepSpeedAdapter(Adapter):
         import deepspeed
         import deepspeed.comm as ds_dist
 
+        if spec.device == "cuda":  # each rank on its own GPU before NCCL starts (it binds to the current device)
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
         # No dist_backend: DeepSpeed picks its accelerator's (ccl with oneCCL bindings, else gloo on CPU).
         deepspeed.init_distributed(dist_init_required=True)
         self.timings_s["init_distributed_s"] = time.perf_counter() - t0
         rank, world = ds_dist.get_rank(), ds_dist.get_world_size()
-        own = shm_segment(rank)
+        own = shm_segment(rank) if spec.device != "cuda" else None  # the CPU accelerator's segment only
         if own is not None and int(os.environ.get("LOCAL_SIZE", "0")) == world:  # DeepSpeed's own test for shm
             # Every rank has mapped every peer's segment once all are past init: the names can go then (the
             # mappings stay), so nothing is left in /dev/shm even if a rank is killed later.

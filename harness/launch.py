@@ -313,6 +313,7 @@ def harness_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[st
     if topo is None:
         # Loopback only: hostname-based interface selection is flaky on CI machines (as accelerate does).
         env["GLOO_SOCKET_IFNAME"] = os.environ.get("GLOO_SOCKET_IFNAME", "lo")
+        env["NCCL_SOCKET_IFNAME"] = os.environ.get("NCCL_SOCKET_IFNAME", "lo")  # NCCL's bootstrap, one machine
     elif topo.iface is not None:  # chosen explicitly (--iface, or lo when every host is this machine)
         env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = topo.iface
     env.update(extra)

@@ -35,9 +35,15 @@ whole step budget without reaching the target (its timings, memory and metrics a
 
 
 def precision_label(controls: dict) -> str:
-    """Precision, plus wire compression when on: an fp16-compressed row never passes for plain fp32."""
+    """Precision, plus wire compression when on: an fp16-compressed row never passes for plain fp32; and on CUDA an
+    fp32 row that ran TF32 convolutions or matmuls says so (cuDNN's default)."""
     c = controls.get("compression", "none")
-    return controls["precision"] + ("" if c == "none" else f" + {c} wire")
+    label = controls["precision"]
+    math = controls.get("cuda_math") or {}
+    tf32 = [k for k, on in (("conv", math.get("cudnn_allow_tf32")), ("matmul", math.get("matmul_allow_tf32"))) if on]
+    if label == "fp32" and tf32:
+        label += f" (TF32 {'/'.join(tf32)})"
+    return label + ("" if c == "none" else f" + {c} wire")
 
 
 def base_record(*, run: dict[str, Any], adapter: str, label: str, summary: str, launcher: str, workload: str,
@@ -104,6 +110,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         "interop_threads_per_rank": [r["interop_threads"] for r in ranks],
         "omp_num_threads_env": r0["omp_num_threads_env"],
     })
+    if r0.get("cuda_math"):
+        rec["controls"]["cuda_math"] = r0["cuda_math"]
     rec["adapter_info"] = r0["adapter"]
     rec["param_count"] = r0["param_count"]
     rec["data"] = r0["data"]

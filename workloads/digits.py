@@ -8,7 +8,6 @@ must match every fp32 adapter to float rounding.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,36 +66,30 @@ class Digits(Workload):
                     meta={"source": "sklearn.datasets.load_digits", "train": len(x_tr), "test": len(x_te)})
 
 
+SPLIT_FILE = Path(__file__).parent / "data" / "digits_split.npz"
+"""The split, shipped with the project (47 KB): pixel values 0-16 as uint8 and labels, exactly scikit-learn's
+`train_test_split(load_digits().data / 16, ..., test_size=0.2, random_state=0, stratify=y)` (tests/unit/
+test_workloads.py checks it against scikit-learn wherever that is installed). Shipped so that no rank imports
+scikit-learn (over a second per rank per launch) and a machine without it (a lent GPU node with no package registry)
+still runs the default workload."""
+
+
 def split():
-    """(x_train, x_test, y_train, y_test) as numpy arrays: load_digits / 16, stratified 80/20, random_state 0.
-
-    Importing scikit-learn takes over a second in every rank of every launch, so the split is computed once and
-    kept, as the exact arrays, in the cache directory, keyed by the scikit-learn installation it came from."""
-    import io
-    from importlib import metadata, util
-
+    """(x_train, x_test, y_train, y_test) as numpy arrays: load_digits / 16 (float64), stratified 80/20,
+    random_state 0, labels int64 — the arrays scikit-learn gives, from the shipped file."""
     import numpy as np
 
-    from harness import cache
+    with np.load(SPLIT_FILE) as z:
+        return (z["x_tr"] / 16.0, z["x_te"] / 16.0, z["y_tr"].astype(np.int64), z["y_te"].astype(np.int64))
 
-    spec = util.find_spec("sklearn")
-    data_file = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "digits.csv.gz"
-    key = cache.files_key([data_file]) + f"|scikit-learn {metadata.version('scikit-learn')}|{TEST_FRACTION}|0"
-    path = cache.cache_dir() / f"digits-split-{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
-    try:
-        with np.load(path) as z:
-            return z["x_tr"], z["x_te"], z["y_tr"], z["y_te"]
-    except (OSError, KeyError, ValueError):
-        pass
+
+def sklearn_split():
+    """The same split made by scikit-learn itself (for the test that the shipped file is exactly it)."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
     x, y = load_digits(return_X_y=True)
-    x_tr, x_te, y_tr, y_te = train_test_split(x / 16.0, y, test_size=TEST_FRACTION, random_state=0, stratify=y)
-    buf = io.BytesIO()
-    np.savez(buf, x_tr=x_tr, x_te=x_te, y_tr=y_tr, y_te=y_te)
-    cache.write_atomic(path, buf.getvalue())
-    return x_tr, x_te, y_tr, y_te
+    return train_test_split(x / 16.0, y, test_size=TEST_FRACTION, random_state=0, stratify=y)
 
 
 WORKLOAD = Digits

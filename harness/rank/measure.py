@@ -11,6 +11,16 @@ from pathlib import Path
 
 from harness import procstat
 
+def cuda_math(torch) -> dict:
+    """The math settings that decide what an "fp32" row computes on CUDA, as they were during the timed steps:
+    cuDNN's and matmul's TF32 switches (cuDNN convolutions run TF32 by default), cuDNN autotuning, the float32
+    matmul precision, and the cuDNN version. Recorded, never changed: every adapter runs under the same defaults."""
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    return {"cudnn_allow_tf32": bool(cudnn.allow_tf32), "matmul_allow_tf32": bool(matmul.allow_tf32),
+            "cudnn_benchmark": bool(cudnn.benchmark), "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cudnn_version": cudnn.version() if cudnn.is_available() else None}
+
+
 class CpuWindow:
     """This process's CPU time (every thread: CLOCK_PROCESS_CPUTIME_ID) and the machine's /proc/stat over a window,
     less the parts the harness excludes (the equivalence snapshot): work added per step shows here apart from

@@ -15,7 +15,7 @@ from harness import progress as progress_file
 from harness.rank import profile as compute_profile
 from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
-from harness.rank.measure import CpuWindow, PeakMemory, device_sync, release_freed_memory
+from harness.rank.measure import CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory
 
 
 def run(spec, adapter, info, marks, progress, fault) -> dict:
@@ -148,6 +148,7 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         "data": data.meta, "per_process_batch": per_rank_batch, "train_samples": n_train,
         "evals": periodic.evals if periodic else None, "snapshot_s": snapshot_s, "profile": own,
         "straggler": straggler, "timed_window": window.result,
+        "cuda_math": cuda_math(torch) if str(info.device).startswith("cuda") else None,
     }
 
 

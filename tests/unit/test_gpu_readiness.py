@@ -1,0 +1,65 @@
+"""What a first CUDA run needs, checked on CPU (shared/GPU_REVIEW.md): the parts that can fail or mismeasure before
+a GPU is ever seen. What only a GPU can show is listed in the README's GPU section."""
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+import adapters
+from harness.launch import harness_env
+from harness.rank.measure import cuda_math
+from harness.record import precision_label
+from harness.spec import RunSpec
+
+
+def _spec(tmp_path, device="cpu"):
+    return RunSpec(adapter="x", workload="digits", world_size=2, device=device, global_batch=64, steps=1, warmup=0,
+                   threads=1, rank_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["ddp", "amp"])
+def test_single_node_torchrun_hands_its_workers_a_loopback_address(tmp_path, name):
+    # Without --local-addr the workers' MASTER_ADDR is socket.getfqdn(), which on a node without DNS may not resolve.
+    plan = adapters.get(name)({}, "cpu").launch(tmp_path / "spec.json", _spec(tmp_path))
+    assert plan.argv[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1",
+                             "--nproc-per-node=2"]
+
+
+def test_a_single_machine_launch_pins_gloo_and_nccl_to_loopback(tmp_path, monkeypatch):
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    env = harness_env(_spec(tmp_path, "cuda"), {}, "id")
+    assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "lo"
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")  # a user's own choice wins
+    assert harness_env(_spec(tmp_path, "cuda"), {}, "id")["NCCL_SOCKET_IFNAME"] == "ib0"
+
+
+def test_a_cuda_rank_without_local_rank_is_refused_before_it_picks_the_wrong_gpu(monkeypatch):
+    from adapters.base import init_process_group_from_env
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with pytest.raises(RuntimeError, match="LOCAL_RANK is not set: on CUDA each rank needs it to pick its GPU"):
+        init_process_group_from_env("cuda")
+
+
+def _fake_torch(conv_tf32, matmul_tf32):
+    cudnn = SimpleNamespace(allow_tf32=conv_tf32, benchmark=False, version=lambda: 91002, is_available=lambda: True)
+    return SimpleNamespace(backends=SimpleNamespace(cudnn=cudnn, cuda=SimpleNamespace(
+        matmul=SimpleNamespace(allow_tf32=matmul_tf32))), get_float32_matmul_precision=lambda: "highest")
+
+
+def test_tf32_on_cuda_is_recorded_and_shown_in_the_precision():
+    # cuDNN runs fp32 convolutions in TF32 by default: an "fp32" resnet row on a GPU is not plain fp32.
+    math = cuda_math(_fake_torch(True, False))
+    assert math == {"cudnn_allow_tf32": True, "matmul_allow_tf32": False, "cudnn_benchmark": False,
+                    "float32_matmul_precision": "highest", "cudnn_version": 91002}
+    assert precision_label({"precision": "fp32", "cuda_math": math}) == "fp32 (TF32 conv)"
+    both = cuda_math(_fake_torch(True, True))
+    assert precision_label({"precision": "fp32", "cuda_math": both, "compression": "fp16"}) == \
+        "fp32 (TF32 conv/matmul) + fp16 wire"
+    assert precision_label({"precision": "bf16", "cuda_math": both}) == "bf16"
+    assert precision_label({"precision": "fp32", "cuda_math": cuda_math(_fake_torch(False, False))}) == "fp32"
+    assert precision_label({"precision": "fp32"}) == "fp32"  # CPU rows and older records
