@@ -57,6 +57,69 @@ def device_sync(device: str):
     return lambda: None
 
 
+class HostClock:
+    """Each step timed between two device syncs on the host clock (on CPU there is nothing to sync): a step's own
+    time. On CUDA this drains the queue every step, so each step also pays the host's launch latency with the GPU
+    idle: kept there only as a diagnostic (COMPARE_CUDA_SYNC_EVERY_STEP=1)."""
+
+    kind = "host_sync"
+
+    def __init__(self, sync):
+        self.sync, self.times, self.t0 = sync, [], 0.0
+
+    def start(self, step: int) -> None:
+        self.sync()
+        self.t0 = time.perf_counter()
+
+    def stop(self, step: int) -> None:
+        self.sync()
+        self.times.append(time.perf_counter() - self.t0)
+
+    def read(self) -> list[float]:
+        return self.times
+
+
+class CudaEventClock:
+    """On CUDA: a pair of timing events around each step on the current stream and no sync between steps, as a
+    training loop runs; the device is synchronised only where a window starts (the first step, the first timed
+    step) and once the steps are over, when the events are read. The timed window as a whole is what the GPU did,
+    and each step's time is its share of it (the per-step distribution)."""
+
+    kind = "cuda_events"
+
+    def __init__(self, torch, warmup: int):
+        self.torch, self.warmup, self.pairs = torch, warmup, []
+
+    def start(self, step: int) -> None:
+        if step in (0, self.warmup):
+            self.torch.cuda.synchronize()  # the window starts on an idle device
+        begin = self.torch.cuda.Event(enable_timing=True)
+        begin.record()
+        self.pairs.append([begin, None])
+
+    def stop(self, step: int) -> None:
+        end = self.torch.cuda.Event(enable_timing=True)
+        end.record()
+        self.pairs[-1][1] = end
+        if step == 0:
+            self.torch.cuda.synchronize()  # so the first step's end (time to first step) is when it really ended
+
+    def read(self) -> list[float]:
+        self.torch.cuda.synchronize()
+        return [begin.elapsed_time(end) / 1e3 for begin, end in self.pairs]  # ms -> s
+
+
+def step_clock(device: str, warmup: int):
+    """The clock a rank's training loop times its steps with (CudaEventClock on CUDA, HostClock elsewhere)."""
+    import os
+
+    if device.startswith("cuda") and os.environ.get("COMPARE_CUDA_SYNC_EVERY_STEP") != "1":
+        import torch
+
+        return CudaEventClock(torch, warmup)
+    return HostClock(device_sync(device))
+
+
 def release_freed_memory() -> None:
     """Return memory freed by this process to the OS now (glibc's malloc_trim): freed tensors below glibc's mmap
     threshold stay in its heap, resident, and an RSS high-water mark taken later would still count them."""

@@ -15,7 +15,7 @@ from harness import progress as progress_file
 from harness.rank import profile as compute_profile
 from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
-from harness.rank.measure import CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory
+from harness.rank.measure import CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory, step_clock
 
 
 def run(spec, adapter, info, marks, progress, fault) -> dict:
@@ -39,7 +39,6 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
     sync = device_sync(info.device)
     memory = PeakMemory(info.device)
     losses = torch.zeros(total, device=info.device)
-    step_times: list[float] = []
     first_step_end_wall = None
     snapshot_s = None
     # Until-target runs evaluate every K steps and stop at the target (harness/rank/evaluation.py).
@@ -56,6 +55,8 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
     adapter.barrier()  # every rank starts the clock together
 
     window = CpuWindow()
+    clock = step_clock(str(info.device), spec.warmup)
+    steps_done = 0
     for step in range(total):
         if step == spec.warmup:
             memory.reset()  # peak memory covers the timed steps, not start-up transients
@@ -67,8 +68,7 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
             inject(*fault)
         idx = batch(step)
         x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
-        sync()
-        t0 = time.perf_counter()
+        clock.start(step)
         if delay_s:
             compute_profile.spin(delay_s)  # a slower device: this rank's compute takes `factor` times as long
         adapter.zero_grad()
@@ -76,8 +76,8 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
             loss = workload.loss(model(x), y)
         adapter.backward(loss)
         adapter.step()
-        sync()
-        step_times.append(time.perf_counter() - t0)
+        clock.stop(step)
+        steps_done += 1
         losses[step] = loss.detach()
         if first_step_end_wall is None:
             first_step_end_wall = time.time()
@@ -105,8 +105,9 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         progress.step(step + 1)
         if stop:
             break
+    step_times = clock.read()  # on CUDA: the events, read once the steps are over
     window.stop()
-    steps_run = len(step_times)
+    steps_run = steps_done
     if "warmup_done" not in marks:  # no timed steps
         marks("warmup_done")
     marks("timed_done")
@@ -147,7 +148,7 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         "compression": adapter.compression(), "adapter": adapter.describe(), "workload": workload.describe(),
         "data": data.meta, "per_process_batch": per_rank_batch, "train_samples": n_train,
         "evals": periodic.evals if periodic else None, "snapshot_s": snapshot_s, "profile": own,
-        "straggler": straggler, "timed_window": window.result,
+        "straggler": straggler, "timed_window": window.result, "step_clock": clock.kind,
         "cuda_math": cuda_math(torch) if str(info.device).startswith("cuda") else None,
     }
 

@@ -63,3 +63,40 @@ def test_tf32_on_cuda_is_recorded_and_shown_in_the_precision():
     assert precision_label({"precision": "bf16", "cuda_math": both}) == "bf16"
     assert precision_label({"precision": "fp32", "cuda_math": cuda_math(_fake_torch(False, False))}) == "fp32"
     assert precision_label({"precision": "fp32"}) == "fp32"  # CPU rows and older records
+
+
+def test_on_cuda_steps_are_timed_by_events_with_no_sync_between_them():
+    # A sync after every step drains the queue and times the host's launch latency with the GPU idle; a training
+    # loop syncs nowhere. The clock syncs where a window starts and once when it reads the events.
+    from harness.rank.measure import CudaEventClock, HostClock
+
+    calls = []
+
+    class Event:
+        made = 0
+
+        def __init__(self, enable_timing):
+            assert enable_timing
+            Event.made += 1
+            self.at = Event.made
+
+        def record(self):
+            calls.append("record")
+
+        def elapsed_time(self, end):  # ms between two events: 1 ms per event made in between, here
+            return float(end.at - self.at)
+
+    cuda = SimpleNamespace(Event=Event, synchronize=lambda: calls.append("sync"))
+    clock = CudaEventClock(SimpleNamespace(cuda=cuda), warmup=2)
+    for step in range(6):
+        clock.start(step)
+        clock.stop(step)
+    assert clock.read() == [0.001] * 6
+    # syncs: before step 0, after step 0 (its end wall is real), before the first timed step, and at the read
+    assert [i for i, c in enumerate(calls) if c == "sync"] == [0, 3, 6, 15]
+    assert calls.count("record") == 12
+
+    host = HostClock(lambda: calls.append("host sync"))
+    host.start(0)
+    host.stop(0)
+    assert calls[-2:] == ["host sync", "host sync"] and len(host.read()) == 1 and host.read()[0] >= 0
