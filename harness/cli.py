@@ -304,7 +304,8 @@ def run(
                                                  "rows with their reason)."),
     workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="Workload name (see `compare list`)."),
     world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Ranks (devices for DataParallel; "
-                                                                            "default 2, or the hosts' slots)."),
+                                                                            "default 2 on CPU, every GPU on cuda, or "
+                                                                            "the hosts' slots)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     steps: Optional[int] = typer.Option(None, help="Timed steps (default: the workload's)."),
     warmup: Optional[int] = typer.Option(None, help="Warm-up steps, discarded (default: the workload's)."),

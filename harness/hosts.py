@@ -184,6 +184,16 @@ def describe_slots(nodes: list[Node]) -> str:
     return ", ".join(f"{n.host}:{n.slots}" for n in nodes)
 
 
+def default_world_size(device: str) -> int:
+    """The world size when none is given on one machine: 2 ranks on CPU; every GPU on CUDA (a lent machine has one,
+    and 2 would refuse every row there)."""
+    if device != "cuda":
+        return 2
+    import torch
+
+    return max(1, torch.cuda.device_count())
+
+
 def resolve(req) -> Topology | None:
     """The topology a request asks for, checked without touching the network (BadInput otherwise); None for a
     plain single-host run. Sets `req.world_size` to the number of slots when the request left it open (None)."""
@@ -219,7 +229,7 @@ def resolve(req) -> Topology | None:
         if req.iface is not None:
             raise BadInput(_IFACE_ALONE)
         if req.world_size is None:
-            req.world_size = 2
+            req.world_size = default_world_size(getattr(req, "device", "cpu"))
         return None
     if nnodes is not None:
         if nnodes < 1:

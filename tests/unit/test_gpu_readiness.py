@@ -100,3 +100,21 @@ def test_on_cuda_steps_are_timed_by_events_with_no_sync_between_them():
     host.start(0)
     host.stop(0)
     assert calls[-2:] == ["host sync", "host sync"] and len(host.read()) == 1 and host.read()[0] >= 0
+
+
+def test_the_default_world_size_on_cuda_is_the_number_of_gpus(monkeypatch):
+    import torch
+
+    from harness import hosts
+    from harness.inputs import RunRequest
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    req = RunRequest(device="cuda", world_size=None)
+    assert hosts.resolve(req) is None and req.world_size == 1
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    req = RunRequest(device="cuda", world_size=None)
+    hosts.resolve(req)
+    assert req.world_size == 8
+    req = RunRequest(device="cpu", world_size=None)
+    hosts.resolve(req)
+    assert req.world_size == 2
