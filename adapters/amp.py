@@ -47,6 +47,7 @@ class AmpAdapter(DDPAdapter):
         self.dtype = torch.float16 if self.precision() is Precision.FP16 else torch.bfloat16
         scale = {} if self.knobs.init_scale is None else {"init_scale": self.knobs.init_scale}
         self.scaler = torch.amp.GradScaler("cuda", **scale) if self.precision() is Precision.FP16 else None
+        self.skips = None  # a device-side count of skipped steps, so counting never syncs inside a step
         return info
 
     def autocast(self):
@@ -59,10 +60,23 @@ class AmpAdapter(DDPAdapter):
 
     def step(self):
         if self.scaler:
+            # GradScaler skips the optimizer step and lowers the scale when the gradients overflowed: a lower scale
+            # after update() is a skipped step. Compared on the device (get_scale() would sync every step).
+            before = getattr(self.scaler, "_scale", None)
+            before = before.clone() if before is not None else None
             self.scaler.step(self.optimizer)
             self.scaler.update()
+            after = getattr(self.scaler, "_scale", None)
+            if before is not None and after is not None:
+                dropped = (after < before).to(after.dtype)
+                self.skips = dropped if self.skips is None else self.skips + dropped
         else:
             self.optimizer.step()
+
+    def skipped_steps(self):
+        if self.scaler is None:
+            return None
+        return 0 if self.skips is None else int(self.skips.item())
 
     def describe(self):
         d = super().describe()

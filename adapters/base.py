@@ -295,6 +295,12 @@ class Adapter(ABC):
         """Mean of `tensor` over all processes (metrics only, outside the timed region)."""
         return tensor
 
+    def skipped_steps(self) -> int | None:
+        """Optimizer steps a dynamic loss scaler has skipped so far (fp16 overflow: such a step is cheaper, so one
+        inside the timed window flatters the row); None without a loss scaler. Read only where a window starts and
+        ends: it may sync the device."""
+        return None
+
     def barrier(self) -> None:
         """Wait until every rank has reached this point."""
 

@@ -526,6 +526,12 @@ class DeepSpeedAdapter(Adapter):
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    def skipped_steps(self):
+        # DeepSpeed counts the steps its fp16 loss scaler skipped; bf16 and fp32 have no scaler.
+        if self.engine is None or not self.engine.fp16_enabled():
+            return None
+        return int(self.engine.skipped_steps)
+
     def describe(self) -> dict[str, Any]:
         import deepspeed
         import torch

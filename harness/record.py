@@ -132,6 +132,9 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["straggler"] = {**{k: r0["straggler"][k] for k in ("rank", "factor")},
                             "delay_s_per_rank": [r["straggler"]["delay_s"] for r in ranks],
                             "calibrated_compute_s_per_rank": [r["straggler"]["calibrated_compute_s"] for r in ranks]}
+    skipped = [r.get("skipped_steps_timed") for r in ranks if r.get("skipped_steps_timed") is not None]
+    if skipped:  # fp16 loss-scale overflows inside the timed window (every rank skips the same steps)
+        rec["skipped_steps_timed"] = max(skipped)
     windows = [r.get("timed_window") for r in ranks]
     if steps and all(windows):
         rec["cpu_time_s_per_rank"] = [w["cpu_s"] for w in windows]

@@ -56,11 +56,12 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
 
     window = CpuWindow()
     clock = step_clock(str(info.device), spec.warmup)
-    steps_done = 0
+    steps_done, skipped_before = 0, None
     for step in range(total):
         if step == spec.warmup:
             memory.reset()  # peak memory covers the timed steps, not start-up transients
             marks("warmup_done")
+            skipped_before = adapter.skipped_steps()  # before the window's clock: it may sync
             window.start()
             if step:
                 progress.phase("timed", step)
@@ -107,6 +108,8 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
             break
     step_times = clock.read()  # on CUDA: the events, read once the steps are over
     window.stop()
+    skipped_after = adapter.skipped_steps()
+    skipped_timed = skipped_after - skipped_before if None not in (skipped_before, skipped_after) else None
     steps_run = steps_done
     if "warmup_done" not in marks:  # no timed steps
         marks("warmup_done")
@@ -149,6 +152,7 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         "data": data.meta, "per_process_batch": per_rank_batch, "train_samples": n_train,
         "evals": periodic.evals if periodic else None, "snapshot_s": snapshot_s, "profile": own,
         "straggler": straggler, "timed_window": window.result, "step_clock": clock.kind,
+        "skipped_steps_timed": skipped_timed,
         "cuda_math": cuda_math(torch) if str(info.device).startswith("cuda") else None,
     }
 

@@ -222,6 +222,13 @@ def _notes(rows, records) -> list[str]:
             notes.append(f"**{row['adapter']}**: this CPU has no native bf16 (no avx512_bf16 or AMX), so bf16 "
                          "arithmetic is emulated and slower than fp32 here; on such a CPU mixed precision "
                          "measures the emulation, not what it does on a GPU.")
+        skipped = [r.get("skipped_steps_timed") or 0 for r in records if r["label"] == row["adapter"]
+                   and r["status"] in MEASURED]
+        if any(skipped):
+            notes.append(f"**{row['adapter']}**: its fp16 loss scaler skipped the optimizer step at "
+                         f"{', '.join(map(str, skipped))} of the {f['controls']['steps']} timed steps of its launches "
+                         f"(gradient overflow while the scale settles): skipped steps are cheaper, so its samples/s "
+                         f"is optimistic; more warm-up (`--warmup`) lets the scale settle before the clock starts.")
         if row.get("spread") is not None and row["spread"] > SPREAD_FLAG:
             notes.append(f"**{row['adapter']}**: samples/s varied by {row['spread']:.0%} across "
                          f"{row['ok_repeats']} repeats (> {SPREAD_FLAG:.0%}): treat its figure with care.")

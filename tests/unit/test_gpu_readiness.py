@@ -118,3 +118,43 @@ def test_the_default_world_size_on_cuda_is_the_number_of_gpus(monkeypatch):
     req = RunRequest(device="cpu", world_size=None)
     hosts.resolve(req)
     assert req.world_size == 2
+
+
+def test_fp16_steps_skipped_by_the_loss_scaler_are_counted_without_a_sync_and_noted(tmp_path):
+    # GradScaler skips the optimizer step and halves the scale when gradients overflow; such a step inside the
+    # timed window is cheaper and flatters the row. Counted on the device, from the scale dropping.
+    import torch
+
+    from harness.report import run as run_report
+
+    drops = iter([False, True, False, True, False])
+
+    class Scaler:
+        _scale = torch.tensor(65536.0)
+
+        def step(self, optimizer):
+            optimizer.steps += 1
+
+        def update(self):
+            if next(drops):
+                self._scale = self._scale / 2
+
+    amp = adapters.get("amp")({}, "cpu")
+    amp.scaler, amp.skips, amp.optimizer = Scaler(), None, SimpleNamespace(steps=0)
+    assert amp.skipped_steps() == 0
+    for _ in range(5):
+        amp.step()
+    assert amp.skipped_steps() == 2 and amp.optimizer.steps == 5
+    amp.scaler = None
+    assert amp.skipped_steps() is None  # bf16: no scaler, nothing to skip
+
+    from conftest import RUNS
+    from harness.record import read_records
+
+    records = read_records(RUNS / "digits_cpu2_20261123-101734" / "records.jsonl")
+    for r in records:
+        if r["label"] == "amp":
+            r["skipped_steps_timed"] = 3 if r["repeat"] == 0 else 0
+    notes = "\n".join(run_report._notes(run_report.table_rows(records), records))
+    assert ("**amp**: its fp16 loss scaler skipped the optimizer step at 3, 0, 0 of the 280 timed steps of its "
+            "launches (gradient overflow while the scale settles)") in notes
