@@ -147,6 +147,10 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["peak_memory_bytes_per_rank"] = [r["peak_memory_bytes"] for r in ranks]
     rec["peak_memory_bytes"] = max((m for m in rec["peak_memory_bytes_per_rank"] if m is not None), default=None)
     rec["peak_memory_kind"] = r0["peak_memory_kind"]
+    if any(r.get("peak_memory_cuda_extra") for r in ranks):  # CUDA: reserved and host peaks beside the allocated
+        extra = [r.get("peak_memory_cuda_extra") or {} for r in ranks]
+        rec["peak_memory_cuda_reserved_bytes_per_rank"] = [e.get("cuda_reserved_bytes") for e in extra]
+        rec["peak_memory_host_bytes_per_rank"] = [e.get("host_bytes") for e in extra]
     rec["cpu_affinity_per_rank"] = [r.get("cpu_affinity") for r in ranks]
     rec["cpu_affinity_any_thread_per_rank"] = [r.get("cpu_affinity_any_thread") for r in ranks]
     if any(r.get("peak_memory_file_bytes") is not None for r in ranks):  # CPU: the file-backed pages left out

@@ -172,11 +172,24 @@ class PeakMemory:
             import torch
 
             torch.cuda.reset_peak_memory_stats()
-            return
-        try:
+        try:  # on CUDA too: host memory (ZeRO-Offload's pinned optimizer state lives there) is read beside it
             Path("/proc/self/clear_refs").write_text("5")
         except OSError:
-            self.kind = "rss_maxrss_since_start_minus_file"
+            if not self.device.startswith("cuda"):
+                self.kind = "rss_maxrss_since_start_minus_file"
+
+    def cuda_extra(self) -> dict[str, int | None]:
+        """On CUDA, beside the allocated peak: the allocator's reserved peak (what runs out first: cached blocks and
+        fragmentation) and this process's host memory peak less file-backed pages (offloaded optimizer state,
+        pinned buffers); empty elsewhere."""
+        if not self.device.startswith("cuda"):
+            return {}
+        import torch
+
+        st = _status_bytes("VmHWM", "RssFile", "RssAnon", "RssShmem")
+        host = (max(st["VmHWM"] - st["RssFile"], st.get("RssAnon", 0) + st.get("RssShmem", 0))
+                if "VmHWM" in st and "RssFile" in st else None)
+        return {"cuda_reserved_bytes": int(torch.cuda.max_memory_reserved()), "host_bytes": host}
 
     def read(self) -> int:
         return max(self._held, self._read())

@@ -115,6 +115,7 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         marks("warmup_done")
     marks("timed_done")
     peak = memory.read() if spec.steps > 0 else None
+    memory_extra = memory.cuda_extra() if spec.steps > 0 else {}
     own = None
     if spec.profile:
         progress.phase("profiling compute", total)
@@ -152,7 +153,7 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         "data": data.meta, "per_process_batch": per_rank_batch, "train_samples": n_train,
         "evals": periodic.evals if periodic else None, "snapshot_s": snapshot_s, "profile": own,
         "straggler": straggler, "timed_window": window.result, "step_clock": clock.kind,
-        "skipped_steps_timed": skipped_timed,
+        "skipped_steps_timed": skipped_timed, "peak_memory_cuda_extra": memory_extra or None,
         "cuda_math": cuda_math(torch) if str(info.device).startswith("cuda") else None,
     }
 

@@ -222,6 +222,16 @@ def _notes(rows, records) -> list[str]:
             notes.append(f"**{row['adapter']}**: this CPU has no native bf16 (no avx512_bf16 or AMX), so bf16 "
                          "arithmetic is emulated and slower than fp32 here; on such a CPU mixed precision "
                          "measures the emulation, not what it does on a GPU.")
+        reserved = [max(b) for r in records if r["label"] == row["adapter"] and r["status"] in MEASURED
+                    and (b := [x for x in r.get("peak_memory_cuda_reserved_bytes_per_rank") or [] if x is not None])]
+        host = [max(b) for r in records if r["label"] == row["adapter"] and r["status"] in MEASURED
+                and (b := [x for x in r.get("peak_memory_host_bytes_per_rank") or [] if x is not None])]
+        if reserved or host:
+            notes.append(f"**{row['adapter']}** memory beside the allocated peak (largest rank, largest launch): "
+                         + ", ".join(part for part in (
+                             f"CUDA reserved by the allocator {format_mib(max(reserved))}" if reserved else "",
+                             f"host (RSS peak less file pages: offloaded state, pinned buffers) "
+                             f"{format_mib(max(host))}" if host else "") if part) + ".")
         skipped = [r.get("skipped_steps_timed") or 0 for r in records if r["label"] == row["adapter"]
                    and r["status"] in MEASURED]
         if any(skipped):

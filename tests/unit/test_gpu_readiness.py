@@ -158,3 +158,22 @@ def test_fp16_steps_skipped_by_the_loss_scaler_are_counted_without_a_sync_and_no
     notes = "\n".join(run_report._notes(run_report.table_rows(records), records))
     assert ("**amp**: its fp16 loss scaler skipped the optimizer step at 3, 0, 0 of the 280 timed steps of its "
             "launches (gradient overflow while the scale settles)") in notes
+
+
+def test_cuda_memory_keeps_the_reserved_and_host_peaks_beside_the_allocated_one(monkeypatch):
+    # ZeRO-Offload moves optimizer state into pinned host memory that the allocated figure never shows, and the
+    # allocator's reserve is what runs out: both are recorded on CUDA.
+    import torch
+
+    from harness.rank.measure import PeakMemory
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 3 * 2**20)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 8 * 2**20)
+    mem = PeakMemory("cuda:0")
+    mem.reset()
+    assert calls == ["reset"] and mem.kind == "cuda_max_allocated" and mem.read() == 3 * 2**20
+    extra = mem.cuda_extra()
+    assert extra["cuda_reserved_bytes"] == 8 * 2**20 and extra["host_bytes"] > 10 * 2**20  # this process's RSS
+    assert PeakMemory("cpu").cuda_extra() == {}
