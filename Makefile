@@ -9,7 +9,7 @@ BIN     := $(VENV)/bin
 # torch is installed first and pinned, so pip never resolves a multi-GB CUDA build on a CPU machine.
 TORCH   ?= torch==2.13.0
 
-.PHONY: setup compare test test-fast clean
+.PHONY: setup compare test test-fast clean gpu-wheelhouse gpu-check
 
 setup: $(VENV)/.installed
 
@@ -36,6 +36,17 @@ test-fast: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# A lent GPU machine (one CUDA GPU, its own PyTorch, no package registry): see README, "On a GPU".
+#   make gpu-wheelhouse   here: .wheelhouse/ with the cp312 wheels it lacks, DeepSpeed, this project, apex's source
+#   make gpu-check        there (with .wheelhouse carried): every CUDA path once, results/gpu_<gpu>_<time>/
+GPU_PY ?= python3
+
+gpu-wheelhouse: setup
+	bash harness/gpu/wheelhouse $(BIN)/python
+
+gpu-check:
+	bash harness/gpu/check $(GPU_PY)
 
 # A simulated multi-host cluster on this machine (network namespaces h1, h2 ...; needs root) for trying the
 # frameworks' multi-node launchers: see harness/cluster/NOTES.md.

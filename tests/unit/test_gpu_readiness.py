@@ -177,3 +177,44 @@ def test_cuda_memory_keeps_the_reserved_and_host_peaks_beside_the_allocated_one(
     extra = mem.cuda_extra()
     assert extra["cuda_reserved_bytes"] == 8 * 2**20 and extra["host_bytes"] > 10 * 2**20  # this process's RSS
     assert PeakMemory("cpu").cuda_extra() == {}
+
+
+def test_gpu_check_without_a_cuda_device_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    # `make gpu-check` on this CPU machine (or a GPU machine whose torch cannot see its GPU).
+    import shutil
+    import subprocess
+
+    from conftest import REPO
+
+    (tmp_path / "harness" / "gpu").mkdir(parents=True)
+    shutil.copy(REPO / "harness" / "gpu" / "check", tmp_path / "harness" / "gpu" / "check")
+    proc = subprocess.run(["bash", str(tmp_path / "harness" / "gpu" / "check"), sys.executable],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    import torch
+
+    assert proc.stderr == (f"gpu-check: no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is "
+                           f"False); run it on a machine with an NVIDIA GPU\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["harness"]  # no results/, no venv
+
+
+def test_the_amp_c_build_takes_apex_25_05s_own_sources():
+    # harness/gpu/build_amp_c.py builds amp_C alone; its source list must be 25.05's amp_C block, file for file.
+    import importlib.util
+    import re
+    import tarfile
+
+    from conftest import REPO
+
+    tar = REPO.parent / "shared" / "vendor" / "apex-25.05.tar.gz"
+    if not tar.exists():
+        pytest.skip(f"Requires: {tar} (shared/vendor beside the checkout)")
+    spec = importlib.util.spec_from_file_location("build_amp_c", REPO / "harness" / "gpu" / "build_amp_c.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with tarfile.open(tar) as tf:
+        setup = next(m for m in tf.getmembers() if m.name.count("/") == 1 and m.name.endswith("/setup.py"))
+        text = tf.extractfile(setup).read().decode()
+    block = text[text.index('name="amp_C"'):]
+    block = block[:block.index("]")]
+    assert re.findall(r'"csrc/([^"]+)"', block) == module.SOURCES
