@@ -132,6 +132,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["straggler"] = {**{k: r0["straggler"][k] for k in ("rank", "factor")},
                             "delay_s_per_rank": [r["straggler"]["delay_s"] for r in ranks],
                             "calibrated_compute_s_per_rank": [r["straggler"]["calibrated_compute_s"] for r in ranks]}
+    if r0.get("step_clock"):
+        rec["step_clock"] = r0["step_clock"]  # host_sync (a sync around every step) or cuda_events
     skipped = [r.get("skipped_steps_timed") for r in ranks if r.get("skipped_steps_timed") is not None]
     if skipped:  # fp16 loss-scale overflows inside the timed window (every rank skips the same steps)
         rec["skipped_steps_timed"] = max(skipped)
