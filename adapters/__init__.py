@@ -18,6 +18,7 @@ _MODULES: dict[str, str] = {
     "apex": "adapters.apex",
     "horovod": "adapters.horovod",
     "deepspeed": "adapters.deepspeed",
+    "fsdp": "adapters.fsdp",
 }
 # Not a comparison row: the single-process fp32 run every adapter's parameters are checked against.
 _REGISTRY = Registry("adapter", _MODULES, "ADAPTER", hidden={"reference": "adapters.reference"})

@@ -227,6 +227,10 @@ class Adapter(ABC):
         the parent calls it before launching)."""
         return Precision.FP32
 
+    def check_knobs(self, world_size: int) -> None:
+        """Refuse (KnobError) knobs that cannot work at this world size, e.g. a device mesh that does not divide
+        it: the parent calls it before launching, so such a row is one line and exit 2, not a failed launch."""
+
     def compression(self) -> str:
         """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
         return "none"
@@ -238,8 +242,9 @@ class Adapter(ABC):
         One of: {"kind": "buckets", "bucket_bytes", "first_bucket_bytes", "overlap"} (all-reduce each bucket as
         its gradients are ready, DDP-style); {"kind": "fusion", "fusion_bytes", "cycle_s"} (a background cycle
         fuses what is ready, Horovod-style); {"kind": "zero", "stage", "overlap", "bucket_elems", "grad_reduce",
-        "norm_allreduce", "reuse_elems"} (DeepSpeed: harness/costmodel.py zero_calls); {"kind": "replicate"}
-        (one process broadcasting to and reducing from several devices). Every kind also has "comm_backend" (the
+        "norm_allreduce", "reuse_elems"} (DeepSpeed: harness/costmodel.py zero_calls); {"kind": "fsdp",
+        "reshard_after_forward", "gather_scale", "replicas", "overlap"} (FSDP2: per-unit all-gathers and
+        reduce-scatters); {"kind": "replicate"} (one process broadcasting to and reducing from several devices). Every kind also has "comm_backend" (the
         `compare comm` backend whose measured collectives it uses) and "wire_scale" (bytes on the wire per
         gradient byte: 0.5 with fp16 compression of fp32 gradients)."""
         return None
@@ -252,6 +257,10 @@ class Adapter(ABC):
     def setup(self, spec: RunSpec) -> RankInfo:
         """Join the process group (init_process_group, hvd.init, deepspeed.init_distributed, ...) and say who
         this process is. Sets and returns `self.info`."""
+
+    units: list | None = None
+    """The modules the workload declares as its units (`Workload.shard_units`), set by the training loop before
+    `wrap`: what a sharding framework wraps one by one. Others ignore it."""
 
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         """Wrap model and optimizer for this framework; return what the training loop should call."""

@@ -697,6 +697,24 @@ def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives,
             exposed = max(0.0, priced[0] - c.fwd_s) + max(0.0, priced[1] - c.bwd_s) + priced[2]
         else:
             exposed = comm
+    elif kind == "fsdp":
+        # FSDP2: each rank steps its 1/N shard; every unit's parameters are all-gathered (in param_dtype:
+        # gather_scale bytes per fp32 byte) for forward and, resharded after forward, again for backward; its
+        # gradients are reduce-scattered (in reduce_dtype: wire_scale) in backward. Priced per gradient tensor, the
+        # finest units FSDP could have (a workload's units group several: fewer, larger calls); prefetching hides
+        # the gathers behind forward and backward where they fit, as ZeRO-3's. HSDP's all-reduce across replicas
+        # is not priced.
+        opt = c.opt_s / n
+        gather = schedule.get("gather_scale", 1.0)
+        fp32 = [b / wire for b, _ in grads] if wire else [0.0 for _ in grads]
+        forward = sum(coll.time("all_gather", b * gather, n) for b in fp32[::-1])
+        again = forward if schedule.get("reshard_after_forward", True) else 0.0
+        backward = again + sum(coll.time("reduce_scatter", b, n) for b, _ in grads)
+        comm = forward + backward
+        if schedule.get("overlap", True) and not shares_cores:
+            exposed = max(0.0, forward - c.fwd_s) + max(0.0, backward - c.bwd_s)
+        else:
+            exposed = comm
     elif kind == "replicate":
         # every step: the module broadcast from device 0 to the others, gradients reduced back, no overlap
         comm = exposed = (n - 1) * 2 * coll.time("broadcast", total_bytes, 2)

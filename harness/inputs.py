@@ -419,6 +419,7 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
         try:
             adapter = cls({**given, **variant}, req.device)
             adapter.precision()  # resolves (and so checks) precision knobs against the device
+            adapter.check_knobs(req.world_size)  # and knobs that depend on the world size (a mesh)
         except OptionError as exc:
             raise BadInput(f"{kind} {label}: {exc}") from None
         try:

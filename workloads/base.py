@@ -111,6 +111,18 @@ class Workload(ABC):
 
         return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
+    def shard_units(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """The model's units, in forward order: what a sharding backend (FSDP) wraps one by one, gathering each
+        unit's parameters for its own forward and backward. Default: every direct child that holds parameters,
+        looking inside ModuleList and ModuleDict (never called themselves); override to group layers into blocks."""
+        import torch.nn as nn
+
+        units = []
+        for child in model.children():
+            inner = list(child.children()) if isinstance(child, (nn.ModuleList, nn.ModuleDict)) else [child]
+            units += [m for m in inner if any(True for _ in m.parameters())]
+        return units
+
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The training loss of one (per-process) batch, mean-reduced."""
         import torch.nn.functional as F

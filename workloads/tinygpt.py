@@ -95,6 +95,11 @@ class TinyGPT(Workload):
         o = self.options
         return _model(256, o.context, o.width, o.depth, o.heads)
 
+    def shard_units(self, model):
+        """Each transformer block, as torchtitan shards its models; the embeddings, final norm and head stay with
+        the root unit."""
+        return list(model.blocks)
+
     def make_optimizer(self, model, lr):
         import torch
 

@@ -134,13 +134,13 @@ def test_record_schema(default_run):
             assert key in rec, key
         assert rec["schema_version"] == 2 and rec["world_size"] == 2
         assert isinstance(rec["order_seed"], int) and rec["position"] in range(4)
+        assert {"python", "torch", "cpu_model", "cpu_cores_usable", "distributed"} <= set(rec["env"])
     # the launches ran in the order the recorded seed gives back (harness/runner.py round_order)
     from harness.runner import round_order
 
     recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     ran = [r["label"] for r in sorted(recs, key=lambda r: r["position"])]
     assert ran == round_order(recs[0]["row_order"], recs[0]["order_seed"], 0)
-        assert {"python", "torch", "cpu_model", "cpu_cores_usable", "distributed"} <= set(rec["env"])
 
 
 def _png_size(path):

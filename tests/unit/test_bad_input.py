@@ -141,7 +141,7 @@ CASES = [
      "adapter horovod:cycle_time_ms=nan: knob 'cycle_time_ms' expects a finite number, got 'nan'"),
     # click's own usage errors, as one line too
     ("cli-unknown-command", ["bench"],
-     "No such command 'bench'; valid commands: run, sbatch, scale, predict, comm, report, index, list, env"),
+     "No such command 'bench'; valid commands: run, sbatch, scale, predict, comm, report, index, list, doctor, env"),
     ("cli-missing-argument", ["report"], "Missing argument 'directory' (see `compare report --help`)"),
     ("cli-not-an-integer", ["run", "--steps", "many"],
      "Invalid value for '--steps': Input should be a valid integer, unable to parse string as an integer (see "
@@ -443,6 +443,20 @@ CASES = [
      "--baseline apex cannot run here (unavailable); choose one of: ddp, spawn"),
     ("run-order-seed-negative", ["run", "-a", "ddp,spawn", "--order-seed", "-1"],
      "--order-seed must be between 0 and 2**63 - 1, got -1"),
+    # ---- fsdp knobs that cannot work here or at this world size ------------------------------------------------
+    ("run-fsdp-replicas-3", ["run", "-a", "fsdp:replicas=3"],
+     "adapter fsdp:replicas=3: knob 'replicas' 3 does not divide world size 2 (HSDP needs an R x N/R mesh); choose "
+     "a divisor of 2"),
+    ("run-fsdp-replicas-0", ["run", "-a", "fsdp:replicas=0"],
+     "adapter fsdp:replicas=0: knob 'replicas' must be at least 1 (1: plain FSDP); got 0"),
+    ("run-fsdp-fp16-cpu", ["run", "-a", "fsdp:param_dtype=fp16"],
+     "adapter fsdp:param_dtype=fp16: knob 'param_dtype'/'reduce_dtype' fp16 needs CUDA here; use bf16 or fp32 on "
+     "CPU"),
+    ("run-fsdp-offload-cpu", ["run", "-a", "fsdp:cpu_offload=true"],
+     "adapter fsdp:cpu_offload=true: knob 'cpu_offload' moves sharded state from the GPU to the CPU; on CPU it is "
+     "already there (leave it out)"),
+    ("run-fsdp-unknown-dtype", ["run", "-a", "fsdp:reduce_dtype=fp8"],
+     "adapter fsdp:reduce_dtype=fp8: knob 'reduce_dtype' must be fp32, bf16 or fp16; got 'fp8'"),
     # ---- doctor: refused before it samples the machine or launches anything -----------------------------------
     ("doctor-launches-2", ["doctor", "--launches", "2"],
      "--launches must be between 3 (an interval needs 3) and 50, got 2"),
@@ -493,7 +507,8 @@ def test_cuda_on_a_machine_without_a_gpu_says_what_is_missing_in_one_readable_li
     assert result.exit_code == 2
     line = result.stderr
     assert line.startswith("error: no adapter can run here: CUDA requested but torch sees no GPU")
-    assert line.endswith("see `compare list --device cuda --world-size 2` for the reasons and fixes\n")
+    # the default world size on cuda is the GPU count (here none: 1)
+    assert line.endswith("see `compare list --device cuda --world-size 1` for the reasons and fixes\n")
     assert line.count("\n") == 1 and len(line) < 250 and not out.exists()
 
 

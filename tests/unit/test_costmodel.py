@@ -328,3 +328,24 @@ def test_a_measured_world_size_is_priced_from_the_sweeps_mean_times_non_decreasi
     assert by_median.curve("all_reduce", 2)[-1] == (4 * 2**20, 4e-3)
     plain = [{**r, "time_s": {"median": r["time_s"]["median"]}} for r in recs]
     assert cm.Fitted.from_records("torch", plain).curve("all_reduce", 2) == by_median.curve("all_reduce", 2)
+
+
+def test_fsdp_gathers_each_unit_for_forward_and_again_for_backward_and_reduce_scatters_its_gradients():
+    # Hand-computed: 1 and 2 MiB of gradients, 0.1 s per MiB for any collective, 3 ranks.
+    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
+    coll = PerMiB(0.1)
+    f = lambda **k: {"kind": "fsdp", "comm_backend": "torch", "wire_scale": 1.0, "gather_scale": 1.0,  # noqa: E731
+                     "reshard_after_forward": True, "overlap": True, **k}
+    # forward: gathers of 2 MiB and 1 MiB (0.3 s); backward: the same again (resharded) + reduce-scatters (0.3 s)
+    s = cm.predict_step(f(), c, coll, 3)
+    assert s.comm_s == pytest.approx(0.9) and s.exposed_s == pytest.approx(0.0)
+    assert s.step_s == pytest.approx(1 + 2 + 0.6 / 3)  # all hidden; each rank steps a third of the parameters
+    assert cm.predict_step(f(), c, coll, 3, shares_cores=True).step_s == pytest.approx(1 + 2 + 0.2 + 0.9)
+    # kept from forward to backward (ZeRO-2-like): one gather per unit per step
+    assert cm.predict_step(f(reshard_after_forward=False), c, coll, 3, shares_cores=True).comm_s == pytest.approx(0.6)
+    # bf16 parameters and gradients: half the bytes each way
+    half = cm.predict_step(f(wire_scale=0.5, gather_scale=0.5), c, coll, 3, shares_cores=True)
+    assert half.comm_s == pytest.approx(0.45)
+    # what does not fit behind compute is exposed: 10x slower collectives
+    slow = cm.predict_step(f(), c, PerMiB(1.0), 3)
+    assert slow.exposed_s == pytest.approx((3.0 - 1.0) + (6.0 - 2.0))

@@ -1,0 +1,136 @@
+"""FSDP2 (`torch.distributed.fsdp.fully_shard`), one process per device, ranks started by torchrun.
+
+Every unit the workload declares (`Workload.shard_units`: by default each block or layer that holds parameters) is
+sharded on its own, then the root: a unit's parameters are all-gathered for its forward (and, resharded after
+forward, again for its backward), and its gradients reduce-scattered in backward, so each rank keeps 1/N of the
+parameters, gradients and optimizer state. `reshard_after_forward=false` keeps the gathered parameters from forward
+to backward (ZeRO-2-like: less communication, more memory); true is ZeRO-3-like. `replicas=R` is HSDP: a R x (N/R)
+mesh, sharded within a group of N/R ranks and replicated (all-reduced) across the R groups.
+
+The optimizer is rebuilt over the sharded (DTensor) parameters with the workload's hyperparameters: FSDP2 replaces
+the module's parameters, so an optimizer made before it would update tensors no forward uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from adapters.base import Availability, KnobError, Precision, torch_build
+from adapters.ddp import DDPAdapter
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+class FSDPAdapter(DDPAdapter):
+    name = "fsdp"
+    summary = "FSDP2 (fully_shard per declared unit, then the root), one process per device, launched by torchrun"
+    launcher = "torchrun"
+
+    @dataclass
+    class Knobs:
+        reshard_after_forward: bool = True
+        """Free each unit's gathered parameters after its forward and gather them again for backward (ZeRO-3-like);
+        false keeps them until backward (ZeRO-2-like: one all-gather per unit per step, more memory)."""
+        param_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+        """The dtype parameters are gathered and computed in (MixedPrecisionPolicy; the sharded fp32 copy stays)."""
+        reduce_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+        """The dtype gradients are reduce-scattered in."""
+        cpu_offload: bool = False
+        """Keep the sharded parameters, gradients and optimizer step on the CPU (CPUOffloadPolicy; CUDA only)."""
+        replicas: int = 1
+        """HSDP: replicate across this many groups, shard within each (must divide the world size)."""
+
+        def __post_init__(self):
+            if self.replicas < 1:
+                raise KnobError(f"knob 'replicas' must be at least 1 (1: plain FSDP); got {self.replicas}")
+
+    @classmethod
+    def availability(cls, device: str, world_size: int) -> Availability:
+        base = super().availability(device, world_size)
+        if not base:
+            return base
+        version = torch_build().get("version", "0")
+        major, minor = (int(x) for x in version.split("+")[0].split(".")[:2])
+        if (major, minor) < (2, 6):  # fully_shard became public API in torch.distributed.fsdp in 2.6
+            return Availability(False, f"torch {version} has no public FSDP2 (torch.distributed.fsdp.fully_shard, "
+                                       f"torch >= 2.6)", "install torch 2.6 or newer")
+        return base
+
+    def precision(self) -> Precision:
+        k = self.knobs
+        if "fp16" in (k.param_dtype, k.reduce_dtype) and self.device_kind == "cpu":
+            raise KnobError("knob 'param_dtype'/'reduce_dtype' fp16 needs CUDA here; use bf16 or fp32 on CPU")
+        if k.cpu_offload and self.device_kind == "cpu":
+            raise KnobError("knob 'cpu_offload' moves sharded state from the GPU to the CPU; on CPU it is already "
+                            "there (leave it out)")
+        return Precision(k.param_dtype)
+
+    def compression(self) -> str:
+        r = self.knobs.reduce_dtype
+        return "none" if r == self.knobs.param_dtype or r == "fp32" else r
+
+    def check_knobs(self, world_size: int) -> None:
+        r = self.knobs.replicas
+        if world_size % r:
+            raise KnobError(f"knob 'replicas' {r} does not divide world size {world_size} (HSDP needs an R x N/R "
+                            f"mesh); choose a divisor of {world_size}")
+
+    def wrap(self, model, optimizer):
+        import torch
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+        k = self.knobs
+        mesh = None
+        if k.replicas > 1:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh(self.info.device.split(":")[0], (k.replicas, self.info.world_size // k.replicas),
+                                    mesh_dim_names=("replicate", "shard"))
+        mp = MixedPrecisionPolicy(param_dtype=getattr(torch, DTYPES[k.param_dtype]),
+                                  reduce_dtype=getattr(torch, DTYPES[k.reduce_dtype]))
+        common = {"mesh": mesh, "mp_policy": mp, "offload_policy": CPUOffloadPolicy() if k.cpu_offload
+                  else OffloadPolicy()}
+        units = list(self.units or [])
+        for unit in units:
+            fully_shard(unit, reshard_after_forward=k.reshard_after_forward, **common)
+        # The root last (its own parameters, if any); it is not resharded after forward: backward starts with it.
+        fully_shard(model, reshard_after_forward=False, **common)
+        self.units = len(units)
+        if len(optimizer.param_groups) != 1:
+            raise KnobError("fsdp rebuilds the optimizer over the sharded parameters and supports one param group; "
+                            f"this workload's optimizer has {len(optimizer.param_groups)}")
+        group = {key: v for key, v in optimizer.param_groups[0].items() if key != "params"}
+        optimizer = type(optimizer)(model.parameters(), **group)
+        self.model, self.optimizer = model, optimizer
+        return model, optimizer
+
+    def gather_parameters(self, model):
+        # DTensor shards -> the full tensor on every rank (an all-gather per parameter: every rank calls this).
+        return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float().cpu().clone()
+                for n, p in model.named_parameters()}
+
+    def unwrap(self, model):
+        return model
+
+    def comm_schedule(self):
+        k = self.knobs
+        wire = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}
+        return {"kind": "fsdp", "comm_backend": "torch", "wire_scale": wire[k.reduce_dtype],
+                "gather_scale": wire[k.param_dtype], "reshard_after_forward": k.reshard_after_forward,
+                "replicas": k.replicas, "overlap": True}
+
+    def describe(self):
+        import torch
+
+        d = {"knobs": dataclasses.asdict(self.knobs), "framework": f"torch {torch.__version__}",
+             "backend": self.info.backend if self.info else None}
+        if getattr(self, "units", None) is not None:
+            d["resolved"] = {"units": self.units, "mesh": (f"{self.knobs.replicas} x "
+                                                           f"{self.info.world_size // self.knobs.replicas}"
+                                                           if self.knobs.replicas > 1 else f"{self.info.world_size}")}
+        return d
+
+
+ADAPTER = FSDPAdapter
