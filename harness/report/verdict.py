@@ -37,7 +37,11 @@ def _launches(records: list[dict[str, Any]]) -> dict[str, list[dict]]:
 
 def analyse(records: list[dict[str, Any]], baseline: str | None = None) -> dict[str, Any]:
     """Per-row intervals, ratios against the baseline, tiers and the verdict's lines (markdown)."""
-    order = list(dict.fromkeys(r["label"] for r in records))
+    # Rows in the order asked for (records are written in the shuffled order they ran): the default baseline is the
+    # first row asked for that runs on the whole world size, whatever order the launches took.
+    asked_order = records[0].get("row_order") or []
+    order = [k for k in asked_order if any(r["label"] == k for r in records)]
+    order += [k for k in dict.fromkeys(r["label"] for r in records) if k not in order]
     launches = _launches(records)
     ranked, left_out = [], []
     for label in order:
@@ -127,7 +131,8 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
             tied = (f"{' ≈ '.join(_name(a, k) for k in top)} (no difference resolvable among them)"
                     if len(top) > 1 else _name(a, top[0]))
             parts = [f"**Verdict — fastest: {tied}**"]
-            lead = top[0]
+            # Ratios from the baseline when it ties for fastest (the same ratios as the table), else the fastest row.
+            lead = a["baseline"] if a["baseline"] in top else top[0]
             values = {k: [r["samples_per_s"] for r in launches[k]] for k in ranked}
             for tier in a["tiers"][1:]:
                 said = ", ".join(f"{ratio_text(ratio_interval(values[lead], values[k]))} ahead of {_name(a, k)}"

@@ -239,3 +239,18 @@ def test_a_schema_2_sweep_gives_speed_up_and_efficiency_with_intervals():
     md = "\n".join(scale.markdown_tables(scale.table(records)))
     si = ddp[2]["speedup_interval"]
     assert f"| {ddp[2]['speedup_self']:.2f} [{si['lo']:.2f}–{si['hi']:.2f}] |" in md
+
+
+def test_the_default_baseline_is_the_first_row_asked_for_not_the_first_that_ran():
+    # Records are written in the shuffled order the launches ran; the baseline is the first row of the command.
+    recs = _records({"spawn": [99.0, 100.0, 98.0], "dp": [300.0] * 3, "ddp": [100.0, 101.0, 99.0]}, {"dp": 1})
+    for r in recs:
+        r["row_order"] = ["dp", "ddp", "spawn"]
+    a = verdict.analyse(recs)
+    assert a["baseline"] == "ddp" and a["ranked"] == ["ddp", "spawn"]
+    # a tie for fastest that holds the baseline: the later tiers' ratios are from the baseline, as in the table
+    recs += _records({"horovod": [50.0, 51.0, 49.0]})
+    for r in recs:
+        r["row_order"] = ["dp", "ddp", "spawn", "horovod"]
+    lines = verdict.analyse(recs)["lines"]
+    assert "; then ddp " in lines[0] and "ahead of horovod" in lines[0]
