@@ -23,6 +23,8 @@ from harness.inputs import unavailable_message
 from conftest import RUNS
 
 CORES = usable_cores()
+DDP_KNOBS = ("broadcast_buffers, bucket_cap_mb, comm_hook, gradient_as_bucket_view, powersgd_rank, "
+             "powersgd_start_iter, powersgd_warm_start, static_graph")
 ADAPTERS = ", ".join(adapters.names())
 WORKLOADS = ", ".join(workloads.names())
 OPS = ", ".join(collectives.OPS)
@@ -105,7 +107,7 @@ CASES = [
     ("run-option-twice", ["run", "-a", "ddp", "-o", "hidden=8", "-o", "hidden=16"], "option 'hidden' given twice"),
     ("run-empty-knob", ["run", "-a", "ddp:"],
      "adapter row 'ddp:': '' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...); valid knobs of ddp: "
-     "broadcast_buffers, bucket_cap_mb, gradient_as_bucket_view, static_graph"),
+     f"{DDP_KNOBS}"),
     ("run-unknown-adapter-with-knobs", ["run", "-a", "horovd:fusion=1"],
      f"unknown adapter 'horovd'; valid choices: {ADAPTERS}"),
     ("run-out-too-long", ["run", "-a", "ddp", "--out", "/tmp/" + "a" * 300],
@@ -122,8 +124,7 @@ CASES = [
      f"--world-size {CORES} or fewer, or --oversubscribe to run it anyway (every row is then labelled "
      f"oversubscribed)"),
     ("run-unknown-knob", ["run", "-a", "ddp", "-k", "ddp.bucket=3"],
-     "adapter ddp: unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, gradient_as_bucket_view, "
-     "static_graph"),
+     f"adapter ddp: unknown knob 'bucket'; valid knobs: {DDP_KNOBS}"),
     ("run-knob-type", ["run", "-a", "ddp:bucket_cap_mb=big"],
      "adapter ddp:bucket_cap_mb=big: knob 'bucket_cap_mb' expects a number or none (the framework's default), got "
      "'big'"),
@@ -150,7 +151,7 @@ CASES = [
      "adapter deepspeed:zero_stage=4: knob 'zero_stage' must be 0, 1, 2 or 3; got '4'"),
     ("run-bad-variant", ["run", "-a", "ddp:bucket_cap_mb"],
      "adapter row 'ddp:bucket_cap_mb': 'bucket_cap_mb' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...); valid knobs "
-     "of ddp: broadcast_buffers, bucket_cap_mb, gradient_as_bucket_view, static_graph"),
+     f"of ddp: {DDP_KNOBS}"),
     ("run-knob-for-absent-adapter", ["run", "-a", "ddp", "-k", "spawn.bucket_cap_mb=3"],
      "knob 'spawn.bucket_cap_mb' is for adapter 'spawn', which is not in this run (ddp)"),
     ("run-knob-without-adapter", ["run", "-a", "ddp", "-k", "bucket_cap_mb=3"],
@@ -443,6 +444,10 @@ CASES = [
      "--baseline apex cannot run here (unavailable); choose one of: ddp, spawn"),
     ("run-order-seed-negative", ["run", "-a", "ddp,spawn", "--order-seed", "-1"],
      "--order-seed must be between 0 and 2**63 - 1, got -1"),
+    ("run-powersgd-rank-0", ["run", "-a", "ddp:comm_hook=powersgd:powersgd_rank=0"],
+     "adapter ddp:comm_hook=powersgd:powersgd_rank=0: knob 'powersgd_rank' must be at least 1; got 0"),
+    ("run-unknown-hook", ["run", "-a", "ddp:comm_hook=int8"],
+     "adapter ddp:comm_hook=int8: knob 'comm_hook' must be none, fp16, bf16 or powersgd; got 'int8'"),
     # ---- fsdp knobs that cannot work here or at this world size ------------------------------------------------
     ("run-fsdp-replicas-3", ["run", "-a", "fsdp:replicas=3"],
      "adapter fsdp:replicas=3: knob 'replicas' 3 does not divide world size 2 (HSDP needs an R x N/R mesh); choose "

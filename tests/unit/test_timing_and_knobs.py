@@ -30,8 +30,9 @@ def test_knobs_are_coerced_to_their_declared_types():
 def test_bad_knobs_are_named_with_the_valid_choices():
     with pytest.raises(KnobError) as exc:
         build(DDPAdapter.Knobs, {"bucket": "1"}, "knob")
-    assert str(exc.value) == ("unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, "
-                              "gradient_as_bucket_view, static_graph")
+    assert str(exc.value) == ("unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, comm_hook, "
+                              "gradient_as_bucket_view, powersgd_rank, powersgd_start_iter, powersgd_warm_start, "
+                              "static_graph")
     with pytest.raises(KnobError) as exc:
         build(DDPAdapter.Knobs, {"bucket_cap_mb": "big"}, "knob")
     assert str(exc.value) == "knob 'bucket_cap_mb' expects a number or none (the framework's default), got 'big'"

@@ -1,0 +1,33 @@
+"""DDP communication hooks for real (2 ranks, gloo, CPU): fp16 / bf16 compression and PowerSGD train, are labelled
+as compressed (their difference from the reference reported, not judged at fp32 tolerance), and say what they do to
+the bytes sent."""
+
+import pytest
+
+from conftest import run_compare
+
+pytestmark = pytest.mark.distributed
+HOOKS = ("ddp:comm_hook=fp16", "ddp:comm_hook=bf16", "ddp:comm_hook=powersgd")
+
+
+@pytest.fixture(scope="module")
+def hook_run(tmp_path_factory):
+    rows, _ = run_compare(tmp_path_factory.mktemp("hooks") / "run", "-a", ",".join(("ddp", *HOOKS)),
+                          "--steps", "60", "--warmup", "5")
+    return rows
+
+
+@pytest.mark.parametrize("label", HOOKS)
+def test_every_hook_trains_and_is_labelled_inexact(hook_run, label):
+    rec = hook_run[label]
+    assert rec["status"] == "ok", (rec.get("reason"), rec.get("log_tail"))
+    assert rec["controls"]["compression"] != "none"
+    assert rec["equivalence"]["checked"] is False and "gradient compression" in rec["equivalence"]["why_not_checked"]
+    assert 0 < rec["max_param_diff"] < 0.05  # close to the reference, not equal: what the report shows
+    assert "bytes" in rec["adapter_info"]["note"] or "values" in rec["adapter_info"]["note"]
+
+
+def test_half_precision_hooks_halve_the_modelled_bytes(hook_run):
+    assert hook_run["ddp"]["comm_schedule"]["wire_scale"] == 1.0
+    assert hook_run["ddp:comm_hook=fp16"]["comm_schedule"]["wire_scale"] == 0.5
+    assert hook_run["ddp:comm_hook=powersgd"]["controls"]["compression"] == "powersgd rank 1"
