@@ -96,6 +96,24 @@ class _OneLineUsageErrors(TyperGroup):
 
 app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Run one PyTorch workload through interchangeable data-parallel backends and compare them.")
+def _version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("compare-dp")
+        except metadata.PackageNotFoundError:  # run from a checkout that was never installed (python -m harness)
+            version = "unknown (not installed: run `make setup`)"
+        typer.echo(f"compare {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print compare's version and exit.")):
+    """Run one PyTorch workload through interchangeable data-parallel backends and compare them."""
+
+
 # Wide enough for the results table when output is piped (CI logs, `| tee`), where rich would assume 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
 _TYPED_ARGV: list[str] | None = None
@@ -903,6 +921,36 @@ def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu 
                   "–" if wl.target is None else f"acc ≥ {wl.target} (--until-target: every {wl.eval_every} steps, "
                                                 f"≤ {wl.max_steps_to_target})", wl.summary)
     console.print(w)
+
+
+@app.command("knobs")
+def knobs_cmd(name: Optional[str] = typer.Argument(None, help="An adapter or a workload (default: every adapter).")):
+    """Every knob of an adapter (or option of a workload): the values it takes, its default and what it does, read
+    from the declaration that checks them."""
+    from harness.options import catalogue
+
+    if name is None:
+        names = [("adapter", n) for n in adapters.names()]
+    elif name in adapters.names():
+        names = [("adapter", name)]
+    elif name in workloads.names():
+        names = [("workload", name)]
+    else:
+        _fail(f"unknown adapter or workload '{name}'; valid choices: {', '.join(adapters.names())} (adapters), "
+              f"{', '.join(workloads.names())} (workloads)")
+    for kind, n in names:
+        try:
+            cls = adapters.get(n).Knobs if kind == "adapter" else type(workloads.get(n)).Options
+        except Exception as exc:  # noqa: BLE001 - an adapter whose module fails to import still lists the others
+            console.print(f"[bold]{escape(n)}[/]: cannot read its knobs ({escape(type(exc).__name__)}: {escape(str(exc))})")
+            continue
+        rows = catalogue(cls)
+        how = f"compare run -a {n}:KNOB=VALUE" if kind == "adapter" else f"compare run -w {n} -o OPTION=VALUE"
+        console.print(f"[bold]{escape(n)}[/] ({kind}; {escape(how)})" + ("" if rows else ": none"))
+        for r in rows:
+            console.print(f"  [bold]{escape(r['name'])}[/]: {escape(r['values'])}; default {escape(r['default'])}")
+            if r["doc"]:
+                console.print(f"      {escape(r['doc'])}")
 
 
 @app.command("doctor")

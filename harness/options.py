@@ -135,3 +135,41 @@ def build(cls: type, values: dict[str, Any] | None = None, what: str = "option")
             raise OptionError(f"unknown {what} '{key}'; valid {what}s: {valid}")
         kwargs[key] = coerce(key, raw, fields[key][1], what)
     return cls(**kwargs)
+
+
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """The docstrings written under each field of a dataclass (and of the dataclasses it extends), by field name:
+    the string literal right after the annotated assignment, as torchtitan's job_config documents its fields."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def catalogue(cls: type) -> list[dict[str, str]]:
+    """Every field of an option dataclass: name, accepted values, default and its documentation, for `compare
+    knobs`; read from the declaration itself, so it cannot drift from what `build` accepts."""
+    docs = _attribute_docs(cls)
+    out = []
+    for name, (f, tp) in _fields(cls).items():
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        out.append({"name": name, "values": describe_type(tp),
+                    "default": ("unset (the framework's own)" if default is None else str(default).lower()
+                                if isinstance(default, bool) else _shown(default)),
+                    "doc": docs.get(name, "")})
+    return out

@@ -142,7 +142,7 @@ CASES = [
      "adapter horovod:cycle_time_ms=nan: knob 'cycle_time_ms' expects a finite number, got 'nan'"),
     # click's own usage errors, as one line too
     ("cli-unknown-command", ["bench"],
-     "No such command 'bench'; valid commands: run, sbatch, scale, predict, comm, report, index, list, doctor, env"),
+     "No such command 'bench'; valid commands: run, sbatch, scale, predict, comm, report, index, list, knobs, doctor, env"),
     ("cli-missing-argument", ["report"], "Missing argument 'directory' (see `compare report --help`)"),
     ("cli-not-an-integer", ["run", "--steps", "many"],
      "Invalid value for '--steps': Input should be a valid integer, unable to parse string as an integer (see "
@@ -462,6 +462,8 @@ CASES = [
      "already there (leave it out)"),
     ("run-fsdp-unknown-dtype", ["run", "-a", "fsdp:reduce_dtype=fp8"],
      "adapter fsdp:reduce_dtype=fp8: knob 'reduce_dtype' must be fp32, bf16 or fp16; got 'fp8'"),
+    ("knobs-unknown", ["knobs", "horovd"],
+     f"unknown adapter or workload 'horovd'; valid choices: {ADAPTERS} (adapters), {WORKLOADS} (workloads)"),
     # ---- doctor: refused before it samples the machine or launches anything -----------------------------------
     ("doctor-launches-2", ["doctor", "--launches", "2"],
      "--launches must be between 3 (an interval needs 3) and 50, got 2"),

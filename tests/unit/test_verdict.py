@@ -254,3 +254,23 @@ def test_the_default_baseline_is_the_first_row_asked_for_not_the_first_that_ran(
         r["row_order"] = ["dp", "ddp", "spawn", "horovod"]
     lines = verdict.analyse(recs)["lines"]
     assert "; then ddp " in lines[0] and "ahead of horovod" in lines[0]
+
+
+def test_compare_knobs_lists_every_knob_from_its_declaration_and_version_prints_one_line():
+    from typer.testing import CliRunner
+
+    import adapters
+    from harness.cli import app
+    from harness.options import catalogue
+
+    out = CliRunner().invoke(app, ["knobs", "ddp"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.stdout.split())
+    for row in catalogue(adapters.get("ddp").Knobs):
+        assert f"{row['name']}: {row['values']}; default {row['default']}" in text
+        assert " ".join(row["doc"].split()) in text
+    assert "comm_hook: none, fp16, bf16 or powersgd; default none" in text
+    every = CliRunner().invoke(app, ["knobs"])
+    assert all(f"{n} (adapter;" in every.stdout for n in adapters.names())
+    version = CliRunner().invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.stdout.startswith("compare ") and version.stdout.count("\n") == 1
