@@ -163,6 +163,7 @@ class ApexAdapter(DDPAdapter):
     name = "apex"
     summary = "NVIDIA apex: amp.initialize (O0-O3) + apex.parallel.DistributedDataParallel, launched by torchrun"
     launcher = "torchrun"
+    seed_name = (3, "apex")
 
     @dataclass
     class Knobs:

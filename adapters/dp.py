@@ -13,6 +13,7 @@ class DPAdapter(SingleProcess):
     name = "dp"
     summary = "torch.nn.DataParallel: one process, batch scattered over the devices (pass-through without GPUs)"
     launcher = "in-process"
+    seed_name = (0, "nn.DataParallel")
 
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:

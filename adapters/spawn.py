@@ -24,6 +24,7 @@ class SpawnAdapter(DDPAdapter):
     name = "spawn"
     summary = "DistributedDataParallel, ranks started by torch.multiprocessing.spawn"
     launcher = "torch.multiprocessing.spawn"
+    seed_name = (2, "torch.multiprocessing")
 
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
         topo = spec.topology

@@ -165,8 +165,12 @@ def hardware_slug(device: str) -> str:
 def launchers() -> dict[str, str | None]:
     """Launch tools on PATH (and torchrun as a module, which is how the harness calls it)."""
     bindir = Path(sys.executable).parent  # the venv's own scripts, whether or not it is activated
-    found = {name: str(bindir / name) if (bindir / name).exists() else shutil.which(name)
-             for name in ("torchrun", "horovodrun", "deepspeed", "mpirun")}
+    import adapters
+
+    # The adapters' own launchers that are programs (not "in-process" or a Python API), and MPI's.
+    names = [adapters.get(n).launcher for n in adapters.names()]
+    tools = [n for n in dict.fromkeys(names) if " " not in n and "." not in n and n != "in-process"] + ["mpirun"]
+    found = {name: str(bindir / name) if (bindir / name).exists() else shutil.which(name) for name in tools}
     # What runs across hosts needs (README, Multi-node): ssh for remote hosts, pdsh for DeepSpeed, SLURM's tools.
     found.update({name: shutil.which(name) for name in ("ssh", "pdsh", "srun", "sbatch", "scontrol")})
     found["torch.distributed.run"] = f"{sys.executable} -m torch.distributed.run"

@@ -23,10 +23,15 @@ from typing import Any
 from harness.outdir import save_figure
 from harness.record import MEASURED, precision_label
 
-SEED_ORDER = {"dp": "nn.DataParallel", "ddp": "torch.distributed", "spawn": "torch.multiprocessing",
-              "apex": "apex", "horovod": "horovod"}
-"""Our adapter -> the seed figure's backend, in the seed's order (torch.distributed.launch there; torchrun, its
-successor, here). Report data only: nothing is run differently for any of them."""
+def seed_name(adapter: str) -> tuple[int, str] | None:
+    """(place, name) of an adapter in the seed figure, as the adapter declares it (`Adapter.seed_name`;
+    torch.distributed.launch there is torchrun, its successor, here); None for one the seed did not have."""
+    import adapters
+
+    try:
+        return adapters.get(adapter).seed_name
+    except Exception:  # noqa: BLE001 - an unknown adapter in old records, or one whose module fails to import
+        return None
 
 
 def samples_per_epoch(train_samples: int, global_batch: int) -> tuple[int, int]:
@@ -42,13 +47,13 @@ def epoch_rows(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> lis
     measured = [r for r in rows if r["measured"]]
     if not measured or any(r["first"]["controls"].get("train_samples") is None for r in measured):
         return []
-    seed = list(SEED_ORDER)
-    ordered = sorted(rows, key=lambda r: seed.index(r["first"]["adapter"]) if r["first"]["adapter"] in seed
-                     else len(seed))  # sorted() is stable: our other rows keep their order
+    places = {r["first"]["adapter"]: seed_name(r["first"]["adapter"]) for r in rows}
+    ordered = sorted(rows, key=lambda r: places[r["first"]["adapter"]][0] if places[r["first"]["adapter"]]
+                     else float("inf"))  # sorted() is stable: our other rows keep their order
     out = []
     for row in ordered:
         f = row["first"]
-        entry = {"label": row["adapter"], "adapter": f["adapter"], "seed_name": SEED_ORDER.get(f["adapter"]),
+        entry = {"label": row["adapter"], "adapter": f["adapter"], "seed_name": (places[f["adapter"]] or (0, None))[1],
                  "measured": row["measured"], "status": row["status"],
                  "reason": "; ".join(row["reasons"]) or row["status"]}
         if row["measured"]:

@@ -302,3 +302,19 @@ def test_records_of_every_kind_pass_the_shape_check():
     for p in RUNS.glob("*/records.jsonl"):
         for n, line in enumerate(p.read_text().splitlines(), 1):
             check_record(json.loads(line), f"{p}:{n}")
+
+
+def test_no_report_or_environment_code_names_an_adapter():
+    """What a report or `compare env` needs to know of a backend it reads from what the adapter declares (its
+    seed-figure name, its launcher) or from the records, never from an `if name == "horovod"`. The published
+    checks' backend names ("ddp" and "horovod" in harness/profiles/published.json) are data about other people's
+    runs, not our adapters, and are left out here."""
+    names = set(adapters.names())
+    found = []
+    for path in [*(REPO / "harness" / "report").glob("*.py"), REPO / "harness" / "env.py"]:
+        if path.name == "scale_model.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
+    assert not found, "report/env code naming adapters: " + ", ".join(found)
