@@ -137,7 +137,9 @@ def summary_lines(records) -> list[str]:
         ended = next((c["shutdown_error"] for c in cells if c.get("shutdown_error")), None)
         lines.append(f"{b}: {len(ok)}/{len(cells) - na} cells ok" + (f" ({na} unsupported)" if na else "")
                      + (f"; the launch then ended badly {ended}" if ended else "")
-                     + (f"; all_reduce peak busbw {best:.3f} GB/s" if best else "") + (
+                     + (f"; all_reduce peak busbw {best:.3f} GB/s, average over its {len(big)} sizes "
+                        f"{statistics.fmean(c['busbw_GBps'] for c in big):.3f} GB/s (nccl-tests' \"Avg bus "
+                        f"bandwidth\")" if best else "") + (
             f"; median of medians {statistics.median(c['time_s']['median'] for c in ok) * 1e6:.0f} µs" if ok else ""))
         ranks = (cells[0].get("topology") or {}).get("rank_hosts")
         if ranks:
