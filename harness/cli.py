@@ -1003,8 +1003,10 @@ class _QuietUI(RunUI):
 
 
 @app.command("env")
-def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")):
-    """Versions, devices, threads and launchers: paste this into a bug report."""
+def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
+            full: bool = typer.Option(False, "--full", help="Print everything (torch's parallel info, each "
+                                                            "framework's build check) instead of the summary.")):
+    """Versions, devices, threads and launchers in a few lines: paste this into a bug report (--full: all of it)."""
     from harness import env as envmod
 
     from harness.inputs import BadInput, require_torch
@@ -1027,6 +1029,10 @@ def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON inste
         info["adapters"][name] = entry
     if as_json:
         typer.echo(json.dumps(info, indent=2, default=str))
+        return
+    if not full:
+        for line in envmod.summary_lines(info):
+            console.print(escape(line))
         return
     for key, value in info.items():
         _print_tree(key, value, 0)

@@ -187,3 +187,38 @@ def parallel_info() -> dict[str, str]:
         if sep and value.strip():
             info[key.strip()] = value.strip()
     return info
+
+
+def summary_lines(info: dict[str, Any]) -> list[str]:
+    """`compare env` in a few paste-ready lines (the whole of it: --full or --json)."""
+    from harness.sizes import format_mib
+
+    dist = info.get("distributed") or {}
+    backends = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in dist.items()) or "torch.distributed missing"
+    gpus = ", ".join(info.get("gpus") or []) or "none"
+    cuda = f"CUDA {info['cuda']}" if info.get("cuda") else "no CUDA"
+    torch = info.get("torch", "?") + (f" (it fails to import: {info['torch_error']})" if info.get("torch_error")
+                                      else f" ({cuda}; {backends})")
+    lines = [f"python {info.get('python')}, torch {torch}",
+             f"machine: {info.get('cpu_model')} ({' '.join(info.get('cpu_flags') or []) or 'no flags read'}), "
+             f"{info.get('cpu_cores_usable')} usable of {info.get('cpu_count_logical')} cores, "
+             f"{format_mib(info.get('memory_total_bytes'))} RAM; GPUs: {gpus}",
+             f"platform: {info.get('platform')}; git commit {info.get('git_commit') or 'unknown'}",
+             f"threads: torch {info.get('torch_default_threads')} intra-op, {info.get('torch_interop_threads')} "
+             f"inter-op; OMP_NUM_THREADS {info.get('omp_num_threads_env') or 'unset'}"]
+    tuning = info.get("tuning_env") or {}
+    lines.append("tuning variables the ranks would inherit: "
+                 + (", ".join(f"{k}={v}" for k, v in tuning.items()) if tuning else "none"))
+    found = info.get("launchers") or {}
+    lines.append("launchers: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in found.items()
+                                           if k != "torch.distributed.run"))
+    for name, entry in (info.get("adapters") or {}).items():
+        ok = entry.get("available_cpu") == "yes"
+        version = entry.get("version")
+        from harness.errors import first_sentence
+
+        said = "available" if ok else "unavailable: " + first_sentence(str(entry.get("available_cpu")))
+        version = version or entry.get("deepspeed")
+        lines.append(f"  {name}: {said}" + (f" ({version})" if version else "")
+                     + (f"; error {entry['error']}" if entry.get("error") else ""))
+    return lines

@@ -727,10 +727,14 @@ def test_a_torch_that_fails_to_import_is_one_line_before_anything_is_written(tmp
         proc = compare_cli(*args, "--out", str(out), env=env, timeout=120)
         assert proc.returncode == 2 and "fails to import (OSError: libtorch_cpu.so" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr and not out.exists()
-    proc = compare_cli("env", env=env, timeout=120)
+    proc = compare_cli("env", "--full", env=env, timeout=120)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
     assert "torch_error: torch in" in proc.stdout
     assert "ddp\n    available_cpu: torch fails to import here (OSError: libtorch_cpu.so" in proc.stdout
+    proc = compare_cli("env", env=env, timeout=120)  # the summary: a few lines, the same facts
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and len(proc.stdout.splitlines()) <= 20
+    assert proc.stdout.startswith("python ") and "(it fails to import: torch in " in proc.stdout.splitlines()[0]
+    assert "  ddp: unavailable: torch fails to import here (OSError: libtorch_cpu.so" in proc.stdout
 
 
 def test_a_fifo_or_a_bottomless_records_file_is_skipped_by_index_and_refused_by_report(tmp_path):
