@@ -1032,7 +1032,7 @@ def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print everything
         return
     if not full:
         for line in envmod.summary_lines(info):
-            console.print(escape(line))
+            typer.echo(line)  # whole lines, never folded: this is pasted into issues
         return
     for key, value in info.items():
         _print_tree(key, value, 0)

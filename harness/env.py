@@ -220,5 +220,5 @@ def summary_lines(info: dict[str, Any]) -> list[str]:
         said = "available" if ok else "unavailable: " + first_sentence(str(entry.get("available_cpu")))
         version = version or entry.get("deepspeed")
         lines.append(f"  {name}: {said}" + (f" ({version})" if version else "")
-                     + (f"; error {entry['error']}" if entry.get("error") else ""))
+                     + (f"; error {entry['error']}" if entry.get("error") and entry["error"] not in said else ""))
     return lines
