@@ -115,6 +115,12 @@ class DDPAdapter(Adapter):
                                                 warm_start=k.powersgd_warm_start, random_seed=0)
             model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 
+    def check_knobs(self, world_size: int) -> None:
+        if getattr(self.knobs, "comm_hook", "none") == "bf16" and self.device_kind != "cuda":
+            # torch's bf16_compress_hook raises at the first step unless CUDA 11+ and NCCL 2.10+: refused up front.
+            raise KnobError("knob 'comm_hook' bf16 needs CUDA with NCCL 2.10+ (torch's bf16_compress_hook); on CPU "
+                            "use fp16 or powersgd")
+
     def compression(self) -> str:
         hook = self.knobs.comm_hook
         if hook == "powersgd":

@@ -1,4 +1,4 @@
-"""DDP communication hooks for real (2 ranks, gloo, CPU): fp16 / bf16 compression and PowerSGD train, are labelled
+"""DDP communication hooks for real (2 ranks, gloo, CPU): fp16 compression and PowerSGD train, are labelled
 as compressed (their difference from the reference reported, not judged at fp32 tolerance), and say what they do to
 the bytes sent."""
 
@@ -7,7 +7,7 @@ import pytest
 from conftest import run_compare
 
 pytestmark = pytest.mark.distributed
-HOOKS = ("ddp:comm_hook=fp16", "ddp:comm_hook=bf16", "ddp:comm_hook=powersgd")
+HOOKS = ("ddp:comm_hook=fp16", "ddp:comm_hook=powersgd")  # bf16's hook needs CUDA + NCCL: refused on CPU
 
 
 @pytest.fixture(scope="module")

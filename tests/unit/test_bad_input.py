@@ -446,6 +446,12 @@ CASES = [
      "--order-seed must be between 0 and 2**63 - 1, got -1"),
     ("run-powersgd-rank-0", ["run", "-a", "ddp:comm_hook=powersgd:powersgd_rank=0"],
      "adapter ddp:comm_hook=powersgd:powersgd_rank=0: knob 'powersgd_rank' must be at least 1; got 0"),
+    ("run-bf16-hook-cpu", ["run", "-a", "ddp:comm_hook=bf16"],
+     "adapter ddp:comm_hook=bf16: knob 'comm_hook' bf16 needs CUDA with NCCL 2.10+ (torch's bf16_compress_hook); on "
+     "CPU use fp16 or powersgd"),
+    ("run-bf16-hook-cpu-amp", ["run", "-a", "amp:comm_hook=bf16"],
+     "adapter amp:comm_hook=bf16: knob 'comm_hook' bf16 needs CUDA with NCCL 2.10+ (torch's bf16_compress_hook); on "
+     "CPU use fp16 or powersgd"),
     ("run-unknown-hook", ["run", "-a", "ddp:comm_hook=int8"],
      "adapter ddp:comm_hook=int8: knob 'comm_hook' must be none, fp16, bf16 or powersgd; got 'int8'"),
     # ---- fsdp knobs that cannot work here or at this world size ------------------------------------------------
