@@ -51,3 +51,25 @@ def require_gpu():
         if os.environ.get("COMPARE_TEST_GPU") == "1":
             pytest.fail("COMPARE_TEST_GPU=1 but torch sees no GPU")
         pytest.skip("Requires: CUDA GPU (set COMPARE_TEST_GPU=1 on a GPU machine to make this a failure)")
+
+
+def pytest_sessionstart(session):
+    """COMPARE_REQUIRE=horovod,deepspeed (set by .ci/run): a named framework that is unavailable fails the run at
+    once, with its reason and the last lines of its install log, instead of turning its tests into ~25 skips and CI
+    green over a broken build."""
+    import adapters
+
+    required = [n.strip() for n in os.environ.get("COMPARE_REQUIRE", "").split(",") if n.strip()]
+    problems = []
+    for name in required:
+        try:
+            avail = adapters.availability(name, "cpu", 2)
+        except Exception as exc:  # noqa: BLE001 - an unknown name or a broken module is a failure too
+            problems.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        if not avail:
+            log = Path.home() / ".cache" / "compare" / "wheels" / f"{name}-build.log"
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
+            problems.append(f"{name}: {avail.message()}" + (f"\n--- last lines of {log} ---\n{tail}" if tail else ""))
+    if problems:
+        pytest.exit("COMPARE_REQUIRE names frameworks that cannot run here:\n" + "\n".join(problems), returncode=1)
