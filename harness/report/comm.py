@@ -13,6 +13,7 @@ from harness.outdir import save_figure, write_text
 from harness import machine
 from harness.env import tuning_line
 from harness.report import hosts as hosts_report
+from harness.report import palette
 from harness.sizes import format_size
 
 
@@ -103,7 +104,7 @@ def plot(out: Path, records, ops, backends) -> Path | None:
                            key=lambda r: r["size_bytes"])
             if cells:
                 ax.plot([c["size_bytes"] for c in cells], [c["busbw_GBps"] for c in cells], marker="o",
-                        markersize=3, label=b)
+                        markersize=3, label=b, color=palette.colour(b))
         ax.set_xscale("log", base=2)
         ax.set_title(op, fontsize=9)
         ax.set_xlabel("size (bytes)", fontsize=8)

@@ -20,7 +20,7 @@ from harness import machine
 from harness.env import tuning_line
 from harness.report import hosts as hosts_report
 from harness.sizes import format_mib
-from harness.report import epoch, ttt
+from harness.report import epoch, palette, ttt
 from harness.report import verdict as verdict_mod
 from harness.record import MEASURED, precision_label
 from harness.stats import geomean_interval, percentile, worst
@@ -463,7 +463,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
         lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
         hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]
         whiskers = "whiskers: p90..p10 step time"
-    ax.barh(labels, sps, xerr=[lo, hi], color="#4C72B0", capsize=4)
+    ax.barh(labels, sps, xerr=[lo, hi], color=[palette.colour(r["adapter"]) for r in ok], capsize=4)
     for i, s in enumerate(sps):
         ax.text(s + hi[i], i, f"  {s:,.0f}", va="center", ha="left", fontsize=9)  # right of the whisker
     ax.invert_yaxis()
@@ -476,9 +476,15 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
+    style = palette.styles([r["adapter"] for r in ok])
+    curves: dict[tuple, str] = {}
     for r in ok:
         curve = r["first"]["loss_curve"]
-        ax.plot(range(1, len(curve) + 1), curve, label=r["adapter"], linewidth=1)
+        same = curves.setdefault(tuple(round(v, 4) for v in curve), r["adapter"])
+        # rows that trained alike (every fp32 backend does, to rounding) overlap: the legend says so
+        label = r["adapter"] if same == r["adapter"] else f"{r['adapter']} (same curve as {same})"
+        ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1, color=palette.colour(r["adapter"]),
+                linestyle=style[r["adapter"]])
     ax.set_xlabel("step (warm-up included)")
     ax.set_ylabel("training loss (global batch)")
     ax.set_title(f"Loss: {title}", fontsize=10)

@@ -29,6 +29,7 @@ from typing import Any
 from harness import machine
 from harness.env import tuning_line
 from harness.outdir import save_figure, write_text
+from harness.report import palette
 from harness.report.run import MEMORY_KINDS, MEMORY_SHORT
 from harness.sizes import format_mib
 from harness.stats import geomean_interval, percentile, ratio_interval, worst
@@ -331,13 +332,15 @@ def plot(out: Path, records, tab) -> list[Path]:
         r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
     sizes = sorted({r["n"] for rs in rows.values() for r in rs})
     paths = []
+    style = palette.styles(list(rows))
 
     def lines(ax, key):
         for label, rs in rows.items():
             pts = [(r["n"], r[key], r["oversubscribed"]) for r in rs if r.get(key) is not None]
             if not pts:
                 continue
-            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, linewidth=1.2)
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, linewidth=1.2,
+                            color=palette.colour(label), linestyle=style[label])
             for n, v, o in pts:
                 if o:  # hollow marker: time-shared cores
                     ax.plot([n], [v], marker="o", markerfacecolor="white", markeredgecolor=line.get_color())
