@@ -327,7 +327,7 @@ class DeepSpeedAdapter(Adapter):
                 ops["jit_compatible"].append(op_name)  # would be JIT-compiled on first use
             else:
                 ops["incompatible"].append(op_name)
-        return {"deepspeed": deepspeed.__version__, "pinned": PINNED_VERSION, "accelerator": accel._name,
+        return {"deepspeed": deepspeed.__version__, "version": deepspeed.__version__, "pinned": PINNED_VERSION, "accelerator": accel._name,
                 "communication_backend": accel.communication_backend_name(), "launcher": launcher_path(),
                 "ninja": is_ninja_available(), "jit_cache_dir": str(jit_cache_dir()), "ops": ops}
 

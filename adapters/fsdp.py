@@ -93,17 +93,19 @@ class FSDPAdapter(DDPAdapter):
                                   reduce_dtype=getattr(torch, DTYPES[k.reduce_dtype]))
         common = {"mesh": mesh, "mp_policy": mp, "offload_policy": CPUOffloadPolicy() if k.cpu_offload
                   else OffloadPolicy()}
+        names = {id(p): n for n, p in model.named_parameters()}  # to rebuild the optimizer's groups after sharding
         units = list(self.units or [])
         for unit in units:
             fully_shard(unit, reshard_after_forward=k.reshard_after_forward, **common)
         # The root last (its own parameters, if any); it is not resharded after forward: backward starts with it.
         fully_shard(model, reshard_after_forward=False, **common)
         self.units = len(units)
-        if len(optimizer.param_groups) != 1:
-            raise KnobError("fsdp rebuilds the optimizer over the sharded parameters and supports one param group; "
-                            f"this workload's optimizer has {len(optimizer.param_groups)}")
-        group = {key: v for key, v in optimizer.param_groups[0].items() if key != "params"}
-        optimizer = type(optimizer)(model.parameters(), **group)
+        # The same optimizer class and param groups, every hyperparameter of each group kept as it was (AdamW's
+        # groups carry keys its constructor does not take), over the sharded parameters of the same names.
+        sharded = dict(model.named_parameters())
+        groups = [{**{k: v for k, v in group.items() if k != "params"},
+                   "params": [sharded[names[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
+        optimizer = type(optimizer)(groups)
         self.model, self.optimizer = model, optimizer
         return model, optimizer
 

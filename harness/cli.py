@@ -1018,7 +1018,7 @@ def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print everything
     else:
         info = envmod.collect()
         info["torch_parallel_info"] = envmod.parallel_info()
-    info["launchers"] = envmod.launchers()
+    info["launchers"] = envmod.launchers([adapters.get(n).launcher for n in adapters.names()])
     info["adapters"] = {}
     for name in adapters.names():
         entry = {"available_cpu": adapters.availability(name, "cpu", 2).message() or "yes"}

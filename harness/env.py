@@ -162,14 +162,12 @@ def hardware_slug(device: str) -> str:
     return f"cpu{usable_cores()}"
 
 
-def launchers() -> dict[str, str | None]:
-    """Launch tools on PATH (and torchrun as a module, which is how the harness calls it)."""
+def launchers(declared: list[str]) -> dict[str, str | None]:
+    """Launch tools on PATH (and torchrun as a module, which is how the harness calls it). `declared`: the
+    adapters' own launchers (Adapter.launcher); those that are programs (not "in-process" or a Python API) are
+    looked for, and MPI's."""
     bindir = Path(sys.executable).parent  # the venv's own scripts, whether or not it is activated
-    import adapters
-
-    # The adapters' own launchers that are programs (not "in-process" or a Python API), and MPI's.
-    names = [adapters.get(n).launcher for n in adapters.names()]
-    tools = [n for n in dict.fromkeys(names) if " " not in n and "." not in n and n != "in-process"] + ["mpirun"]
+    tools = [n for n in dict.fromkeys(declared) if " " not in n and "." not in n and n != "in-process"] + ["mpirun"]
     found = {name: str(bindir / name) if (bindir / name).exists() else shutil.which(name) for name in tools}
     # What runs across hosts needs (README, Multi-node): ssh for remote hosts, pdsh for DeepSpeed, SLURM's tools.
     found.update({name: shutil.which(name) for name in ("ssh", "pdsh", "srun", "sbatch", "scontrol")})
@@ -218,7 +216,6 @@ def summary_lines(info: dict[str, Any]) -> list[str]:
         from harness.errors import first_sentence
 
         said = "available" if ok else "unavailable: " + first_sentence(str(entry.get("available_cpu")))
-        version = version or entry.get("deepspeed")
         lines.append(f"  {name}: {said}" + (f" ({version})" if version else "")
                      + (f"; error {entry['error']}" if entry.get("error") and entry["error"] not in said else ""))
     return lines

@@ -458,7 +458,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     if all(r.get("interval") for r in ok):  # schema 2: the 95% interval over launches (none below 3 launches)
         lo = [s - (r["interval"]["lo"] or s) for s, r in zip(sps, ok)]
         hi = [(r["interval"]["hi"] or s) - s for s, r in zip(sps, ok)]
-        whiskers = "whiskers: 95% interval over launches, where a row has 3 or more"
+        whiskers = "whiskers: 95% interval over launches"
     else:
         lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
         hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]

@@ -42,7 +42,7 @@ def test_no_shared_memory_segment_is_left_behind(zero_run):
 
 def test_every_stage_ran(zero_run):
     rows, proc, _ = zero_run
-    assert list(rows) == LABELS
+    assert sorted(rows) == sorted(LABELS)  # in the shuffled order they ran; the report keeps the order asked for
     for label, rec in rows.items():
         assert rec["status"] == "ok", (label, rec.get("reason"), rec.get("log_tail"))
     assert "samples/s" in proc.stdout

@@ -30,7 +30,9 @@ from conftest import REPO, read_records, run_compare
 from harness import progress as progress_file
 
 pytestmark = pytest.mark.distributed
-SHORT = ("--steps", "30", "--warmup", "2", "--equiv-steps", "2")
+# --order-seed 263 runs the first round's rows in the order asked for (2, 3 or 4 rows): a fault or a signal aimed at
+# one row then meets the launches these tests expect to have finished before it.
+SHORT = ("--steps", "30", "--warmup", "2", "--equiv-steps", "2", "--order-seed", "263")
 
 
 _STARTED: list[subprocess.Popen] = []

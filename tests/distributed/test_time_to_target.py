@@ -65,7 +65,7 @@ def test_fp32_rows_reach_the_target_after_the_steps_a_single_process_run_needs(r
     w = workloads.get("digits")
     oracle = single_process_curve(w.eval_every, w.max_steps_to_target, w.target)
     assert oracle[-1][1] >= 0.95 and all(acc < 0.95 for _, acc in oracle[:-1])
-    assert list(rows) == list(ROWS)
+    assert sorted(rows) == sorted(ROWS)  # in the shuffled order they ran
     for name, rec in rows.items():
         t = rec["ttt"]
         assert rec["status"] == "ok", (name, rec["reason"], rec.get("log_tail"))

@@ -274,3 +274,8 @@ def test_compare_knobs_lists_every_knob_from_its_declaration_and_version_prints_
     assert all(f"{n} (adapter;" in every.stdout for n in adapters.names())
     version = CliRunner().invoke(app, ["--version"])
     assert version.exit_code == 0 and version.stdout.startswith("compare ") and version.stdout.count("\n") == 1
+
+
+def test_the_seed_the_fault_tests_use_keeps_the_first_round_in_the_order_asked_for():
+    # tests/distributed/test_failures.py and test_hardening.py rely on it
+    assert all(round_order(list(range(n)), 263, 0) == list(range(n)) for n in (2, 3, 4))
