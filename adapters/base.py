@@ -150,6 +150,9 @@ class Adapter(ABC):
     """One line for `compare list` and the records."""
     launcher: ClassVar[str]
     """How its ranks are started, e.g. "torchrun", "torch.multiprocessing.spawn", "in-process"."""
+    distribution: ClassVar[str | None] = None
+    """The installed distribution that is this framework ("deepspeed", "horovod"), whose version `compare env`
+    shows without importing it; None for torch's own backends."""
     seed_name: ClassVar[tuple[int, str] | None] = None
     """(place, name) of this backend in the seed figure the epoch chart reproduces (the "DataParallel vs
     torch.distributed vs torch.multiprocessing vs apex vs horovod" comparison): report data only, never behaviour."""

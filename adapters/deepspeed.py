@@ -172,6 +172,7 @@ class DeepSpeedAdapter(Adapter):
     name = "deepspeed"
     summary = "DeepSpeed engine (ZeRO 0-3), launched by the deepspeed launcher"
     launcher = "deepspeed"
+    distribution = "deepspeed"
 
     @dataclass
     class Knobs:

@@ -103,6 +103,7 @@ class HorovodAdapter(Adapter):
     name = "horovod"
     summary = "Horovod 0.28.1 DistributedOptimizer (gradient averaging), launched by horovodrun --gloo"
     launcher = "horovodrun"
+    distribution = "horovod"
     seed_name = (4, "horovod")
 
     @dataclass

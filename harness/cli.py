@@ -1023,7 +1023,16 @@ def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print everything
     for name in adapters.names():
         entry = {"available_cpu": adapters.availability(name, "cpu", 2).message() or "yes"}
         try:
-            entry.update(adapters.get(name).environment())
+            cls = adapters.get(name)
+            if full or as_json:  # each framework's own report (imports it: seconds for DeepSpeed and Horovod)
+                entry.update(cls.environment())
+            elif cls.distribution:
+                from importlib import metadata
+
+                try:
+                    entry["version"] = metadata.version(cls.distribution)
+                except metadata.PackageNotFoundError:  # not installed: its availability already says so
+                    pass
         except Exception as exc:  # noqa: BLE001 - report, don't crash: this is for bug reports
             entry["error"] = f"{type(exc).__name__}: {exc}"
         info["adapters"][name] = entry

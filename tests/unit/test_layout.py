@@ -4,6 +4,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, RUNS
 
 
@@ -50,6 +52,7 @@ def test_output_cut_short_by_a_closed_pipe_ends_quietly():
     assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.distributed  # it starts a training launch: `make test` runs it, `make test-fast` leaves it out
 def test_a_run_whose_output_pipe_closes_still_writes_its_results(tmp_path):
     # `compare run | head -1`: the reader goes away after the first line. A command that measures drops the rest of
     # its printing and finishes, as with a full disk on stdout; it used to end there with exit 1 and leave a
