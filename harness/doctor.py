@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import BadInput
-from harness.stats import CONFIDENCE, geomean_interval, t_quantile
+from harness.stats import CONFIDENCE, geomean_interval, log_moments, t_quantile
 
 LAUNCH_COUNTS = (3, 5, 10, 20, 40, 80)
 TARGETS = (0.10, 0.05, 0.02)
@@ -82,9 +82,7 @@ def noise_floor(records: list[dict[str, Any]]) -> dict[str, Any]:
         bad = [f"{r['status']}: {r.get('reason', '')}" for r in records if r["status"] != "ok"]
         raise RuntimeError(f"only {len(ok)} of {len(records)} launches measured" + (f" ({bad[0]})" if bad else ""))
     sps = [r["samples_per_s"] for r in ok]
-    logs = [math.log(v) for v in sps]
-    mean = sum(logs) / len(logs)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    sd = math.sqrt(log_moments(sps)[1])  # the same log scale the verdict's intervals use
     launch_s = sum(r["wall_time_s"] for r in ok) / len(ok)
     flagged = [r["repeat"] for r in ok if (r.get("noise") or {}).get("flags")]
     return {"samples_per_s": sps, "interval": geomean_interval(sps), "sd_log": sd, "launch_s": launch_s,

@@ -189,6 +189,7 @@ def parallel_info() -> dict[str, str]:
 
 def summary_lines(info: dict[str, Any]) -> list[str]:
     """`compare env` in a few paste-ready lines (the whole of it: --full or --json)."""
+    from harness.errors import first_sentence
     from harness.sizes import format_mib
 
     dist = info.get("distributed") or {}
@@ -213,8 +214,6 @@ def summary_lines(info: dict[str, Any]) -> list[str]:
     for name, entry in (info.get("adapters") or {}).items():
         ok = entry.get("available_cpu") == "yes"
         version = entry.get("version")
-        from harness.errors import first_sentence
-
         said = "available" if ok else "unavailable: " + first_sentence(str(entry.get("available_cpu")))
         lines.append(f"  {name}: {said}" + (f" ({version})" if version else "")
                      + (f"; error {entry['error']}" if entry.get("error") and entry["error"] not in said else ""))

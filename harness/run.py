@@ -117,8 +117,9 @@ def _until_precise(p: RunPlan, runner: Runner, session: Session, ui, round_jobs,
     stopped, ended, widest, k = None, "max_rounds", None, 0
     while k < MAX_REPEATS:
         round_start = time.monotonic()
-        jobs += round_jobs(k)
-        stopped = runner.run(round_jobs(k), first_started if k == 0 else (lambda: None), stop_ui=False)
+        this_round = round_jobs(k)
+        jobs += this_round
+        stopped = runner.run(this_round, first_started if k == 0 else (lambda: None), stop_ui=False)
         k += 1
         if stopped:
             ended = "interrupted"

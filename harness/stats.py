@@ -117,7 +117,7 @@ def t_quantile(p: float, df: float) -> float:
     return (lo + hi) / 2.0
 
 
-def _log_moments(values: list[float]) -> tuple[float, float, int]:
+def log_moments(values: list[float]) -> tuple[float, float, int]:
     """Mean and sample variance of log(values), and n."""
     import math
 
@@ -135,7 +135,7 @@ def geomean_interval(values: list[float], confidence: float = CONFIDENCE) -> dic
 
     if not values or any(not v > 0 for v in values):
         raise ValueError(f"geomean_interval needs positive values, got {values}")
-    mean, var, n = _log_moments(values)
+    mean, var, n = log_moments(values)
     out = {"estimate": math.exp(mean), "lo": None, "hi": None, "n": n}
     if n >= MIN_LAUNCHES:
         half = t_quantile(0.5 + confidence / 2.0, n - 1) * math.sqrt(var / n)
@@ -148,8 +148,8 @@ def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENC
     difference of log means; "lo"/"hi" are None unless both sides have MIN_LAUNCHES launches."""
     import math
 
-    ma, va, na = _log_moments(a)
-    mb, vb, nb = _log_moments(b)
+    ma, va, na = log_moments(a)
+    mb, vb, nb = log_moments(b)
     out = {"estimate": math.exp(ma - mb), "lo": None, "hi": None, "n_a": na, "n_b": nb, "df": None}
     if na < MIN_LAUNCHES or nb < MIN_LAUNCHES:
         return out

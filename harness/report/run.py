@@ -381,7 +381,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     until = f" until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else ""
     md = [f"# {r0['workload']}{until}: {', '.join(group(records))} at world size {ws}{over} on {hw}", ""]
     if not cfg and verdict_mod.has_intervals(records):
-        md += ["## Verdict", ""] + verdict_mod.markdown(verdict_mod.analyse(records)) + precision_lines(records)
+        analysis = verdict_mod.analyse(records)
+        md += ["## Verdict", ""] + verdict_mod.markdown(analysis) + precision_lines(records, analysis)
     if cfg:
         trows = ttt.table_rows(records, group(records))
         plots = ttt.plots(out, records, trows, cfg) + plots
@@ -406,7 +407,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-def precision_lines(records: list[dict[str, Any]]) -> list[str]:
+def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> list[str]:
     """How a `--precision` run ended: the rounds it took, and whether every ratio reached the target."""
     mode = records[0].get("precision_mode")
     if not mode:
@@ -417,8 +418,7 @@ def precision_lines(records: list[dict[str, Any]]) -> list[str]:
            "budget": f"the budget of {mode['budget_s']:g} s was spent before every ratio's interval reached {target}",
            "max_rounds": "the most rounds a run may take were run",
            "interrupted": "the run was interrupted"}.get(mode["ended"], mode["ended"])
-    a = verdict_mod.analyse(records)
-    open_ = [k for k, r in a["ratios"].items() if (verdict_mod.half_width(r) or 1.0) > mode["target"]]
+    open_ = [k for k, r in analysis["ratios"].items() if (verdict_mod.half_width(r) or 1.0) > mode["target"]]
     lines = [f"Precision mode (`--precision {mode['target'] * 100:g}%`): {mode['rounds']} round(s) in "
              f"{mode['elapsed_s']:.0f} s; {how}"
              + (f" (widest: {widest[0]} ±{widest[1]:.1%})." if widest else ".")]
@@ -433,8 +433,8 @@ def console_verdict(records: list[dict[str, Any]]) -> list[str]:
 
     if ttt.settings(records) or not verdict_mod.has_intervals(records):
         return []
-    return [escape(line.replace("**", "")) for line in verdict_mod.analyse(records)["lines"] + precision_lines(records)
-            if line]
+    analysis = verdict_mod.analyse(records)
+    return [escape(line.replace("**", "")) for line in analysis["lines"] + precision_lines(records, analysis) if line]
 
 
 def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
