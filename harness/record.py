@@ -141,6 +141,9 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     if steps and all(windows):
         rec["cpu_time_s_per_rank"] = [w["cpu_s"] for w in windows]
         rec["cpu_s_per_step"] = sum(rec["cpu_time_s_per_rank"]) / len(windows) / len(steps)
+        # The timed window by the wall clock (synchronised at both ends on CUDA), slowest rank: against the summed
+        # step times it shows what falls between steps (a host that cannot keep the GPU fed).
+        rec["timed_window_wall_s"] = max(w["wall_s"] for w in windows)
         rec["noise"] = noise(windows, ranks, outcome)
     rec["phases_s"] = phases(outcome, ranks)
     # What a user starting this launch alone would wait for its first step: without the wait at the gate.

@@ -63,6 +63,9 @@ import torch.nn.functional as F
 framework, workload, steps, warmup, out = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
 steps, warmup = int(steps), int(warmup)
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+CUDA = os.environ.get("RAW_DEVICE") == "cuda"  # one GPU per rank, NCCL; RAW_PRECISION=bf16: autocast to bf16
+if CUDA:
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 
 if framework == "horovod":
     import horovod.torch as hvd
@@ -75,7 +78,7 @@ elif framework == "deepspeed":
     rank, world = dist.get_rank(), dist.get_world_size()
 else:
     import torch.distributed as dist
-    dist.init_process_group("gloo")
+    dist.init_process_group("nccl" if CUDA else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
 
 if os.environ.get("BIND_CORES"):  # one share of the cores per local rank, every thread (gloo's included)
@@ -95,6 +98,11 @@ if workload == "digits":
     x, y = torch.tensor(x, dtype=torch.float32), torch.tensor(y)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
     batch, lr = 64, 0.1
+elif workload == "resnet50":  # torchvision's ResNet-50 on ImageNet-shaped random images, 2 global batches of them
+    import torchvision
+    batch, lr = int(os.environ["RAW_BATCH"]), 0.1
+    x, y = torch.randn(2 * batch, 3, 224, 224), torch.randint(0, 1000, (2 * batch,))
+    model = torchvision.models.resnet50()
 else:  # a wide MLP: 38 M parameters, little compute per sample
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1024, 1024, generator=g)
@@ -106,7 +114,10 @@ else:  # a wide MLP: 38 M parameters, little compute per sample
     model = nn.Sequential(*layers, nn.Linear(4096, 10))
     batch, lr = 32, 0.01
 
-optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+if CUDA:
+    model, x, y = model.cuda(), x.cuda(), y.cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9,
+                            weight_decay=1e-4 if workload == "resnet50" else 0)
 if framework == "horovod":
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -116,41 +127,58 @@ elif framework == "deepspeed":
     model, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config={
         "train_batch_size": batch, "train_micro_batch_size_per_gpu": batch // world, "gradient_clipping": 0.0})
 else:
-    model = nn.parallel.DistributedDataParallel(model)
+    model = nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if CUDA else None)
 
 per = batch // world
 g = torch.Generator().manual_seed(1)
 slices = [torch.randperm(len(x), generator=g)[:batch][rank * per:(rank + 1) * per] for _ in range(warmup + steps)]
+if CUDA:
+    slices = [s.cuda() for s in slices]
+half = torch.bfloat16 if os.environ.get("RAW_PRECISION") == "bf16" else None
 if framework == "horovod":
     hvd.barrier()
 else:
     dist.barrier()
-times = []
+times, events = [], []
 for step in range(warmup + steps):
     if step == warmup:
+        if CUDA:
+            torch.cuda.synchronize()
         cpu0 = time.process_time()  # this process's CPU time (every thread) over the timed steps
+        wall0 = time.perf_counter()
     xb, yb = x[slices[step]], y[slices[step]]
     t0 = time.perf_counter()
+    if CUDA:  # a GPU user's loop: events around each step, no sync until the end
+        events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+        events[-1][0].record()
     if framework == "deepspeed":
         loss = F.cross_entropy(model(xb), yb)
         model.backward(loss)
         model.step()
     else:
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(xb), yb)
+        with torch.autocast("cuda" if CUDA else "cpu", dtype=half, enabled=half is not None):
+            loss = F.cross_entropy(model(xb), yb)
         loss.backward()
         optimizer.step()
+    if CUDA:
+        events[-1][1].record()
     times.append(time.perf_counter() - t0)
+if CUDA:
+    torch.cuda.synchronize()
+    times = [a.elapsed_time(b) / 1e3 for a, b in events]
+wall_step = (time.perf_counter() - wall0) / steps  # the whole timed window by the wall clock, synchronised
 cpu_s = time.process_time() - cpu0
 timed = times[warmup:]
-every = hvd.allgather_object((timed, cpu_s)) if framework == "horovod" else [None] * world
+every = hvd.allgather_object((timed, cpu_s, wall_step)) if framework == "horovod" else [None] * world
 if framework != "horovod":
-    dist.all_gather_object(every, (timed, cpu_s))
+    dist.all_gather_object(every, (timed, cpu_s, wall_step))
 if rank == 0:
     slowest = sorted(max(ts) for ts in zip(*(e[0] for e in every)))
     with open(out, "w") as f:
         json.dump({"median_step_s": statistics.median(slowest), "p10_step_s": slowest[len(slowest) // 10],
                    "mean_step_s": statistics.mean(slowest), "n": len(slowest),
+                   "wall_step_s": max(e[2] for e in every),
                    "cpu_s_per_step": sum(e[1] for e in every) / world / len(slowest)}, f)
 if framework == "horovod":
     hvd.shutdown()
@@ -159,12 +187,16 @@ else:
     dist.destroy_process_group()
 '''
 
-STEPS = {"digits": (20, 280), "widemlp": (3, 30)}
+STEPS = {"digits": (20, 280), "widemlp": (3, 30), "resnet50": (10, 50)}
 """(warm-up, timed) steps per workload: the digits default, and widemlp with more timed steps than its default 20."""
 CPU_STEPS = {"digits": (500, 5500), "widemlp": (5, 45)}
 """Timed steps of the short and the long run of the CPU-cost measurement (--cpu-rounds): 5000 digits steps are
 about 30 s of CPU, 40 widemlp steps about 25 s, against a second or so of start-up that varies between launches."""
+GPU = {"device": "cpu", "precision": "fp32", "batch": 256}
+"""--device cuda: every GPU one rank (NCCL), ResNet-50 at this global batch, autocast to --precision bf16 or not."""
 COUNTED = {"cpu_s": 0.0, "switches": 0}
+WALL = {"raw": 0.0, "harness": 0.0}
+"""The last launch's timed window by the wall clock per step (synchronised at both ends on CUDA)."""
 """CPU seconds and context switches of the last command run by `_run`, over its whole process tree."""
 
 
@@ -186,6 +218,12 @@ def raw_command(framework: str, script: Path, args: list[str]) -> tuple[list[str
                 PY, str(script), *args], {}
     if framework == "deepspeed":
         return [str(BIN / "deepspeed"), "--num_gpus", "2", str(script), *args], {"DS_ACCELERATOR": "cpu"}
+    if GPU["device"] == "cuda":
+        import torch
+
+        return [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torch.cuda.device_count()}",
+                str(script), *args], {"RAW_DEVICE": "cuda", "RAW_PRECISION": GPU["precision"],
+                                      "RAW_BATCH": str(GPU["batch"]), "NCCL_SOCKET_IFNAME": "lo"}
     return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *args], {}
 
 
@@ -208,6 +246,7 @@ def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tup
     if not out.exists():  # a crash after rank 0 wrote its result (a gloo peer closing first) still measured
         sys.exit(f"raw {framework}/{workload} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     got = json.loads(out.read_text())
+    WALL["raw"] = got["wall_step_s"]
     return got["median_step_s"], got["p10_step_s"], got["mean_step_s"], got["cpu_s_per_step"]
 
 
@@ -215,13 +254,19 @@ def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) ->
     out = tmp / "harness"
     shutil.rmtree(out, ignore_errors=True)
     warmup, steps = STEPS[workload]
-    proc = _run([PY, "-m", "harness", "run", "-a", framework, "-w", workload, "--steps", str(steps),
+    where = ["-a", framework, "-w", workload]
+    if GPU["device"] == "cuda":  # the same work as the raw script: DDP, with autocast when it asks for bf16
+        where = ["-a", "amp:precision=bf16" if GPU["precision"] == "bf16" else framework, "--device", "cuda",
+                 "--global-batch", str(GPU["batch"]),
+                 *(["-w", "resnet", "-o", "arch=resnet50"] if workload == "resnet50" else ["-w", workload])]
+    proc = _run([PY, "-m", "harness", "run", *where, "--steps", str(steps),
                  "--warmup", str(warmup), "--equiv-steps", "0", "--out", str(out),
                  *(["--bind-cores"] if bind else [])], cwd=REPO, capture_output=True, text=True, timeout=900)
     rec = json.loads((out / "records.jsonl").read_text().splitlines()[0]) if (out / "records.jsonl").exists() else {}
     if proc.returncode != 0 or rec.get("status") != "ok":
         sys.exit(f"compare run {framework}/{workload} failed ({proc.returncode}): {rec.get('reason')}\n{proc.stderr}")
     steps = sorted(rec["step_times_s"])
+    WALL["harness"] = rec.get("timed_window_wall_s", 0.0) / len(steps)
     return rec["step_time_s"]["median"], steps[len(steps) // 10], rec["step_time_s"]["mean"], rec["cpu_s_per_step"]
 
 
@@ -239,9 +284,16 @@ def main() -> None:
                          "scheduling noise: CPU time and context switches of the whole process tree, from a short "
                          "and a long run of each side (their difference divided by the steps between them), this "
                          "many rounds, alternating the order. 0: skip.")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: each GPU one rank over NCCL (the raw script torchvision's ResNet-50, the harness "
+                         "-w resnet -o arch=resnet50); use with --cases ddp:resnet50")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="With --device cuda: bf16 autocast on both sides (the harness's amp:precision=bf16 row)")
+    ap.add_argument("--global-batch", type=int, default=256, help="With --device cuda: ResNet-50's global batch")
     ap.add_argument("--cases", default="ddp:digits,horovod:digits,deepspeed:digits,ddp:widemlp,horovod:widemlp,"
                                        "deepspeed:widemlp")
     a = ap.parse_args()
+    GPU.update(device=a.device, precision=a.precision, batch=a.global_batch)
     if a.steps:
         for w, (warm, _) in STEPS.items():
             STEPS[w] = (warm, a.steps)
@@ -253,6 +305,7 @@ def main() -> None:
         for case in a.cases.split(","):
             framework, workload = case.split(":")
             ratios, fast_ratios, mean_ratios, raws, harnesses = [], [], [], [], []
+            walls = {"raw": [], "harness": []}  # samples/s by the wall clock over the timed window, per launch
             tput = {"raw": [], "harness": []}  # samples/s over the timed window (1 / mean step), per launch
             cpu = {"raw": [], "harness": []}  # CPU seconds per timed step per rank, per launch
             for i in range(a.pairs):
@@ -261,6 +314,9 @@ def main() -> None:
                 for side in order:
                     got[side] = (run_raw if side == "raw" else run_harness)(framework, workload, tmp, a.bind_cores)
                 (raw, raw_p10, raw_mean, raw_cpu), (har, har_p10, har_mean, har_cpu) = got["raw"], got["harness"]
+                if GPU["device"] == "cuda":
+                    for side in ("raw", "harness"):
+                        walls[side].append(1 / WALL[side])
                 tput["raw"].append(1 / raw_mean)
                 tput["harness"].append(1 / har_mean)
                 cpu["raw"].append(raw_cpu)
@@ -276,13 +332,13 @@ def main() -> None:
                       flush=True)
             if ratios:
                 summary.append((case, statistics.median(raws), statistics.median(harnesses), ratios, fast_ratios,
-                                mean_ratios))
+                                mean_ratios, tput, cpu, walls))
             if a.cpu_rounds:
                 cpu_summary.append((case, cpu_per_step(framework, workload, tmp, a.bind_cores, a.cpu_rounds)))
     if summary:
         print("\ncase                 raw ms/step  harness ms/step  harness/raw throughput: at the median step   "
               "at the p10 step   over the run (mean step), each median [min-max] over pairs")
-    for case, raw, har, ratios, fast, mean, _, _ in summary:
+    for case, raw, har, ratios, fast, mean, _, _, _ in summary:
         print(f"{case:20s} {raw * 1e3:11.2f} {har * 1e3:16.2f}  {_spread(ratios):37s}{_spread(fast):20s}"
               f"{_spread(mean)}")
     if summary:
@@ -290,9 +346,17 @@ def main() -> None:
         # samples/s over the timed window with Welch's 95% interval on the log scale; the same for CPU per step.
         print(f"\ncase                 pairs  harness/raw samples/s [95% interval]  CPU per step harness/raw [95% "
               f"interval]  ({INTERVAL_METHOD})")
-        for case, _, _, _, _, _, tput, cpu in summary:
+        for case, _, _, _, _, _, tput, cpu, _ in summary:
             print(f"{case:20s} {len(tput['raw']):5d}  {_interval(ratio_interval(tput['harness'], tput['raw'])):36s}  "
                   f"{_interval(ratio_interval(cpu['harness'], cpu['raw']))}")
+    if summary and GPU["device"] == "cuda":
+        # On a GPU the summed step events leave out what falls between steps; both sides' timed windows by the
+        # wall clock (synchronised at both ends) hold it: the harness/raw ratio of those is what a job would get.
+        print(f"\ncase                 pairs  harness/raw samples/s by the wall clock over the timed window [95% "
+              f"interval]; the harness's step events / its own wall clock")
+        for case, _, _, _, _, _, tput, _, walls in summary:
+            print(f"{case:20s} {len(walls['raw']):5d}  {_interval(ratio_interval(walls['harness'], walls['raw'])):36s}"
+                  f"  {_interval(ratio_interval(tput['harness'], walls['harness']))}")
     if cpu_summary:
         print("\ncase                 CPU ms per timed step: raw  harness  harness/raw    context switches per timed "
               "step: raw  harness")
