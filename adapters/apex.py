@@ -270,6 +270,9 @@ class ApexAdapter(DDPAdapter):
         return {n: masters[n] if n in masters else p.detach().float().cpu().clone()
                 for n, p in self.unwrap(model).named_parameters()}
 
+    def compression(self) -> str:
+        return "none"  # apex DDP has no communication hooks (DDPAdapter's reads a knob apex does not have)
+
     def comm(self):
         return None  # apex has no collectives of its own: its DDP calls torch.distributed
 

@@ -40,13 +40,15 @@ def test_amp_fp16_uses_a_grad_scaler_and_bf16_does_not(gpu_run):
 
 @pytest.fixture(scope="module")
 def gpu_frameworks(tmp_path_factory):
-    """spawn and DeepSpeed ZeRO 0-3 (fp32, bf16, fp16) on the one GPU, 3 repeats so the verdict has intervals."""
+    """spawn and DeepSpeed ZeRO 0-3 (fp32, bf16, fp16) on the one GPU, once each; ddp, spawn and DeepSpeed 3 times
+    so that the verdict has intervals (all of them 3 times took over 4 minutes of a 15-minute GPU lease)."""
     require_gpu()
     out = tmp_path_factory.mktemp("gpu") / "frameworks"
-    rows, _ = run_compare(out, "--device", "cuda", "-n", "1", "--repeats", "3", "-a",
-                          "ddp,spawn,deepspeed,deepspeed:zero_stage=1,deepspeed:zero_stage=2,deepspeed:zero_stage=3,"
+    rows, _ = run_compare(out, "--device", "cuda", "-n", "1", "--repeats", "3", "-a", "ddp,spawn,deepspeed")
+    once, _ = run_compare(out.with_name("zero"), "--device", "cuda", "-n", "1", "-a",
+                          "ddp,deepspeed:zero_stage=1,deepspeed:zero_stage=2,deepspeed:zero_stage=3,"
                           "deepspeed:precision=bf16,deepspeed:precision=fp16")
-    return rows, out
+    return {**once, **rows}, out
 
 
 def test_every_fp32_framework_matches_the_reference_on_cuda(gpu_frameworks):
@@ -67,6 +69,9 @@ def test_deepspeed_half_precision_rows_run_and_count_their_skipped_steps(gpu_fra
     for label, prec in (("deepspeed:precision=bf16", "bf16"), ("deepspeed:precision=fp16", "fp16")):
         assert rows[label]["status"] == "ok", rows[label].get("log_tail")
         assert rows[label]["controls"]["precision"] == prec
+        # On the first GPU (H200, DeepSpeed 0.19.8) the fp16 row ran but never learned: loss ln 10 throughout,
+        # accuracy 0.11, no skipped step counted in the timed window (docs/gpu.md). A row that runs is not enough.
+        assert rows[label]["eval"]["target_met"] is True, (label, rows[label]["final_loss"])
     assert rows["deepspeed:precision=fp16"]["skipped_steps_timed"] >= 0
 
 
