@@ -168,6 +168,28 @@ def cpu_fp16_supported() -> bool:
         return False
 
 
+def fp16_zero0_scales_its_loss() -> bool | None:
+    """Whether the installed DeepSpeed's engine.backward() scales the loss for fp16 at ZeRO stage 0. 0.19.8's does
+    not (it scales only for a ZeRO optimizer or torch autocast's scaler), while FP16_(Unfused)Optimizer.step()
+    still divides the gradients by the loss scale (2^16 to start): every update is that many times too small and the
+    model does not learn (seen on an H200: loss ln 10 for 300 digits steps; deepspeedai/DeepSpeed#8393 adds the
+    missing branch). Read from engine.py's source without importing DeepSpeed; None where it cannot be read."""
+    spec = importlib.util.find_spec("deepspeed")
+    where = list(spec.submodule_search_locations or []) if spec else []
+    try:
+        text = (Path(where[0]) / "runtime" / "engine.py").read_text()
+    except (IndexError, OSError):
+        return None
+    start = text.find("    def backward(self, loss")
+    if start < 0:
+        return None
+    end = text.find("\n    def ", start + 1)
+    body = text[start:end if end > 0 else len(text)]
+    if "scale_if_loss" not in body:
+        return None  # a different engine.backward: not the one this check knows
+    return "fp16_enabled()" in body
+
+
 class DeepSpeedAdapter(Adapter):
     name = "deepspeed"
     summary = "DeepSpeed engine (ZeRO 0-3), launched by the deepspeed launcher"
@@ -233,6 +255,21 @@ class DeepSpeedAdapter(Adapter):
             raise KnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
                             "(no oneDNN fp16 support); use bf16 or fp32")
         return Precision(p)
+
+    def knob_availability(self, device: str, world_size: int) -> Availability:
+        k = self.knobs
+        try:
+            broken = k.precision == "fp16" and k.zero_stage == 0 and fp16_zero0_scales_its_loss() is False
+            version = (_installed_version_info() or {}).get("version", "?") if broken else ""
+        except Exception:  # noqa: BLE001 - never raises: an unreadable install is not this check's to judge
+            return Availability(True)
+        if broken:
+            return Availability(False, f"precision=fp16 with zero_stage=0 does not train on deepspeed {version}: its "
+                                       f"engine.backward() leaves the loss unscaled while its FP16 optimizer divides "
+                                       f"the gradients by the loss scale, 2^16 at first (deepspeedai/DeepSpeed#8393)",
+                                "use zero_stage=1, 2 or 3 (engine.backward() scales the loss for a ZeRO "
+                                "optimizer) or precision=bf16, or a DeepSpeed with that fix")
+        return Availability(True)
 
     @classmethod
     def multinode(cls, topology) -> Availability:

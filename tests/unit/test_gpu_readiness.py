@@ -1,6 +1,7 @@
 """What a first CUDA run needs, checked on CPU (shared/GPU_REVIEW.md): the parts that can fail or mismeasure before
 a GPU is ever seen. What only a GPU can show is listed in the README's GPU section."""
 
+import importlib.util
 import sys
 from types import SimpleNamespace
 
@@ -249,3 +250,43 @@ def test_a_steps_indices_reach_the_gpu_without_waiting_for_it():
     step_indices(Indices(), "cuda:0")
     assert calls == [("cuda:0", {"non_blocking": True})]
     assert torch.equal(step_indices(torch.arange(5), "cpu"), torch.arange(5))
+
+
+def test_deepspeed_fp16_at_zero_stage_0_is_refused_where_its_engine_never_scales_the_loss(tmp_path, monkeypatch):
+    # Seen on the first GPU: deepspeed:precision=fp16 (ZeRO-0) ran 300 digits steps at loss ln 10. DeepSpeed 0.19.8's
+    # engine.backward() scales the loss only for a ZeRO optimizer, while FP16_UnfusedOptimizer.step() divides the
+    # gradients by the loss scale. The row is refused with the reason and the fix where the installed engine lacks
+    # the branch, and runs where it has it.
+    from adapters import deepspeed as ds
+
+    engine = tmp_path / "deepspeed" / "runtime" / "engine.py"
+    engine.parent.mkdir(parents=True)
+    unfixed = ("class DeepSpeedEngine:\n    def backward(self, loss, retain_graph=False):\n"
+               "        if isinstance(self.optimizer, ZeROOptimizer):\n            loss = self.optimizer.scale_if_loss(loss)\n"
+               "        loss.backward()\n\n    def step(self):\n        pass\n")
+    fixed = unfixed.replace("        loss.backward()", "        elif self.fp16_enabled():\n            pass\n        loss.backward()")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        SimpleNamespace(submodule_search_locations=[str(engine.parent.parent)]) if name == "deepspeed"
+        else real_find_spec(name, *a)))
+    monkeypatch.setattr(ds, "_installed_version_info", lambda: {"version": "0.19.8"})
+    engine.write_text(unfixed)
+    assert ds.fp16_zero0_scales_its_loss() is False
+    refused = ds.DeepSpeedAdapter({"precision": "fp16"}, "cuda").knob_availability("cuda", 1)
+    assert not refused and "does not train on deepspeed 0.19.8" in refused.reason
+    assert "DeepSpeed#8393" in refused.reason and "zero_stage=1, 2 or 3" in refused.message()
+    assert ds.DeepSpeedAdapter({"precision": "fp16", "zero_stage": 1}, "cuda").knob_availability("cuda", 1)
+    assert ds.DeepSpeedAdapter({"precision": "bf16"}, "cuda").knob_availability("cuda", 1)
+    engine.write_text(fixed)
+    assert ds.fp16_zero0_scales_its_loss() is True
+    assert ds.DeepSpeedAdapter({"precision": "fp16"}, "cuda").knob_availability("cuda", 1)
+    engine.write_text("class DeepSpeedEngine:\n    pass\n")  # an engine this check does not know: not judged
+    assert ds.fp16_zero0_scales_its_loss() is None
+
+
+def test_the_fp16_check_reads_the_installed_deepspeeds_engine():
+    from adapters import deepspeed as ds
+
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("Requires: deepspeed (make setup)")
+    assert ds.fp16_zero0_scales_its_loss() is not None  # the pinned DeepSpeed's engine.backward is the one it knows
