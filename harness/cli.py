@@ -148,6 +148,13 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _stall_option():
+    """--stall-timeout, one definition for every command that launches ranks."""
+    return typer.Option(300.0, "--stall-timeout",
+                        help="Seconds without progress (no new phase or step from rank 0) after which a launch is "
+                             "stopped as stalled, each rank's Python stacks written to its log first (0: never).")
+
+
 def _out(text: str | None) -> Path | None:
     """--out as given: "" stays recognisably empty (Path("") would silently mean the current directory)."""
     if text is None:
@@ -334,6 +341,7 @@ def run(
     equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps",
                                               help="Steps compared with the single-process reference (0: skip)."),
     timeout: float = typer.Option(900.0, help="Seconds before a launch is killed and recorded as timeout."),
+    stall_timeout: float = _stall_option(),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/<workload>_<hw>_<time>)."),
     force: bool = typer.Option(False, help="Overwrite results already in --out."),
     strict: bool = typer.Option(False, help="A named adapter that cannot run here is an error (exit 2), not an "
@@ -379,7 +387,8 @@ def run(
 
     req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
-                     equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
+                     equiv_steps=equiv_steps, timeout_s=timeout,
+                     stall_s=stall_timeout, out=_out(out), force=force, strict=strict,
                      oversubscribe=oversubscribe, bind_cores=bind_cores, knobs=knob, options=option,
                      until_target=until_target, eval_every=eval_every, max_steps=max_steps, hosts=hosts,
                      hostfile=hostfile, nnodes=nnodes,
@@ -450,7 +459,8 @@ def sbatch_cmd(
     global_batch: Optional[int] = typer.Option(None, "--global-batch"),
     repeats: int = typer.Option(1), threads: Optional[int] = typer.Option(None),
     equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps"),
-    timeout: float = typer.Option(900.0), out: Optional[str] = typer.Option(None),
+    timeout: float = typer.Option(900.0), stall_timeout: float = _stall_option(),
+    out: Optional[str] = typer.Option(None),
     force: bool = typer.Option(False, help="Replace --script, and pass --force to the run."),
     strict: bool = typer.Option(False), oversubscribe: bool = typer.Option(False),
     bind_cores: bool = typer.Option(False, "--bind-cores", help="As for `compare run`."),
@@ -462,7 +472,8 @@ def sbatch_cmd(
 
     req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
-                     equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force, strict=strict,
+                     equiv_steps=equiv_steps, timeout_s=timeout,
+                     stall_s=stall_timeout, out=_out(out), force=force, strict=strict,
                      oversubscribe=oversubscribe, bind_cores=bind_cores, knobs=knob, options=option, iface=iface,
                      launcher="slurm")
     try:
@@ -475,7 +486,8 @@ def sbatch_cmd(
                                  ("--device", device, "cpu"), ("--steps", steps, None), ("--warmup", warmup, None),
                                  ("--global-batch", global_batch, None), ("--repeats", repeats, 1),
                                  ("--threads", threads, None), ("--equiv-steps", equiv_steps, None),
-                                 ("--timeout", timeout, 900.0), ("--out", out, None), ("--iface", iface, None)):
+                                 ("--timeout", timeout, 900.0), ("--stall-timeout", stall_timeout, 300.0),
+                                 ("--out", out, None), ("--iface", iface, None)):
         if value != default:
             run_args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     run_args += [flag for flag, on in (("--force", force), ("--strict", strict), ("--oversubscribe", oversubscribe),
@@ -516,6 +528,7 @@ def scale(
     equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps",
                                               help="Steps compared with the single-process reference (0: skip)."),
     timeout: float = typer.Option(900.0, help="Seconds before a launch is killed and recorded as timeout."),
+    stall_timeout: float = _stall_option(),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/scale_<workload>_<hw>_<time>)."),
     force: bool = typer.Option(False, help="Overwrite results already in --out."),
     strict: bool = typer.Option(False, help="A named adapter that cannot run here is an error (exit 2)."),
@@ -546,7 +559,8 @@ def scale(
         _fail(str(exc))
     req = ScaleRequest(adapters=split(adapters_), workload=workload, world_sizes=sizes, scaling=scaling,
                        device=device, steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats,
-                       threads=threads, equiv_steps=equiv_steps, timeout_s=timeout, out=_out(out), force=force,
+                       threads=threads, equiv_steps=equiv_steps, timeout_s=timeout,
+                       stall_s=stall_timeout, out=_out(out), force=force,
                        strict=strict, oversubscribe=oversubscribe, bind_cores=bind_cores, straggler=straggler,
                        knobs=knob, options=option, comm_dirs=comm, model=model,
                        profiles=list(dict.fromkeys(profile)), predict_to=predict_to, profile_steps=profile_steps)
@@ -780,6 +794,7 @@ def comm_cmd(
                                                 "(default 0: back to back, as nccl-tests)."),
     threads: Optional[int] = typer.Option(None, help="Threads per process (default: usable cores / processes)."),
     timeout: float = typer.Option(900.0, help="Seconds before a backend's launch is killed."),
+    stall_timeout: float = _stall_option(),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/comm_<hw>_n<N>_<time>)."),
     force: bool = typer.Option(False, help="Overwrite results already in --out."),
     strict: bool = typer.Option(False, help="A named backend that cannot run here is an error (exit 2)."),
@@ -803,7 +818,8 @@ def comm_cmd(
     from harness.report import comm as report_comm
 
     req = CommRequest(backends=split(backends), ops=split(ops), sizes=sizes, world_size=world_size, device=device,
-                      dtype=dtype, max_iters=iters, gap_s=gap / 1e3, threads=threads, timeout_s=timeout, out=_out(out),
+                      dtype=dtype, max_iters=iters, gap_s=gap / 1e3, threads=threads, timeout_s=timeout,
+                      stall_s=stall_timeout, out=_out(out),
                       force=force,
                       strict=strict, oversubscribe=oversubscribe, bind_cores=bind_cores, hosts=hosts,
                       hostfile=hostfile, nnodes=nnodes, iface=iface, launcher=host_launcher)

@@ -120,7 +120,7 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
                     where = "" if p.topology is None else f" on {hosts.describe_slots(p.topology.nodes)}"
                     ui(f"{row.label}: launching {req.world_size} ranks{where} with {adapter.launcher} "
                        f"({len(p.ops)} ops x {len(p.sizes)} sizes)")
-                outcome = run_launch(adapter, spec, req.timeout_s)
+                outcome = run_launch(adapter, spec, req.timeout_s, stall_s=req.stall_s)
                 session.keep_log(outcome.log_path, f"{row.label}.log")
                 recs = cells_to_records(base, row.label, adapter, outcome, spec)
                 session.save(recs)

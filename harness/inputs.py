@@ -32,6 +32,8 @@ class Request:
     """Ranks (devices for DataParallel); None: the hosts' slots (harness/hosts.py), 2 without hosts."""
     timeout_s: float = 900.0
     """Seconds before a launch is killed and recorded as a timeout."""
+    stall_s: float = 300.0
+    """Seconds without progress (rank 0's phase or step) before a launch is stopped as stalled (0: never)."""
     out: Path | None = None
     """Output directory (None: results/<name>_<hardware>_<time>)."""
     results_dir: Path = Path("results")
@@ -255,6 +257,8 @@ def check_common(req: Request, min_world: int = 1) -> None:
         raise BadInput(f"world size must be at most {MAX_WORLD:,}, got {req.world_size}")
     if not req.timeout_s > 0:
         raise BadInput(f"--timeout must be a positive number of seconds, got {req.timeout_s:g}")
+    if not req.stall_s >= 0:
+        raise BadInput(f"--stall-timeout must be a number of seconds, at least 0 (0: never), got {req.stall_s:g}")
     if req.threads is not None and req.threads < 1:
         raise BadInput(f"threads must be at least 1, got {req.threads}")
     if req.threads is not None and req.threads > MAX_THREADS:

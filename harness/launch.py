@@ -61,6 +61,11 @@ LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"
 UI_INTERVAL_S = 1.0
 """How often the parent wakes to redraw the progress line while a launch runs."""
 NODE_GRACE_S = 5.0
+STALL_S = 300.0
+"""Default --stall-timeout: a launch whose rank 0 has not moved (phase or step) for this long after its gate opened
+is stopped as stalled, each local rank's Python stacks first written to its log."""
+STACK_DUMP_WAIT_S = 5.0
+"""How long the stacks a stall asked for may take to reach the log (until it stops growing)."""
 """After one command of a multi-node launch failed: how long the others may take to fail by themselves."""
 PASSED_TO_REMOTE = ("TORCH_EXTENSIONS_DIR", "COMPARE_FAULT")
 """Variables of compare's own environment that remote ranks get too (beyond the harness's): the JIT cache a
@@ -461,12 +466,24 @@ class Launch:
         launch.wait_for("timed_done")       # rank 0 says its timed steps are over (or the launch ended)
         outcome = launch.finish()           # wait for the end (bounded), kill what is left, collect
 
-    The timeout counts from the moment the gate opens (a launch waiting at the gate is waiting for another).
+    The timeout counts from the moment the gate opens (a launch waiting at the gate is waiting for another), and so
+    does the stall watch: a launch whose rank 0 reports no new phase or step for `stall_s` is stopped as a timeout
+    ("stalled: ..."), every local rank's Python stacks written to the log first (SIGUSR1, which each rank's worker
+    answers with faulthandler), so a hang says where it hung instead of waiting out the whole timeout.
     """
 
     def __init__(self, adapter: Adapter, spec: RunSpec, timeout_s: float,
-                 on_progress: Callable[[dict], None] | None = None):
+                 on_progress: Callable[[dict], None] | None = None, stall_s: float | None = STALL_S):
         self.adapter, self.spec, self.timeout_s, self.on_progress = adapter, spec, timeout_s, on_progress
+        self.stall_s = stall_s if stall_s and math.isfinite(stall_s) else None
+        self._seen: tuple | None = None
+        """Rank 0's last (phase, step) seen, and since when (monotonic); None until the gate opens."""
+        self._seen_at: float | None = None
+        self.stalled = False
+        self.stall_cause: str | None = None
+        self.stacks = ""
+        """The stalled ranks' stacks, appended to the launch log once every process of the launch has ended (a
+        launcher still writing to it would overwrite them)."""
         self.rank_dir = Path(spec.rank_dir)
         self.log_path = self.rank_dir / "launch.log"
         self.running: list[_Running] = []
@@ -545,6 +562,7 @@ class Launch:
         self.load = [round(x, 2) for x in os.getloadavg()]
         self.launch_wall, self.t0 = time.time(), time.monotonic()
         self.deadline = None if gated else self.t0 + self.timeout_s
+        self._seen_at = None if gated else self.t0
         self.gate_opened = None if gated else self.launch_wall
         if not gated:
             self.concurrent = machine.others()
@@ -581,6 +599,7 @@ class Launch:
         self.concurrent = machine.others()
         self.gate_opened = time.time()
         self.deadline = time.monotonic() + self.timeout_s
+        self._seen_at = time.monotonic()
 
     # ---- waiting --------------------------------------------------------------------------------------------
     def _ended(self) -> bool:
@@ -644,14 +663,87 @@ class Launch:
             if pr:
                 self.on_progress(pr)
 
+    def _until(self) -> float | None:
+        """When the next wait must end: the deadline, or the moment rank 0 would count as stalled."""
+        due = None if self.stall_s is None or self._seen_at is None else self._seen_at + self.stall_s
+        if due is None:
+            return self.deadline
+        return due if self.deadline is None else min(due, self.deadline)
+
+    def _watch(self) -> bool:
+        """Note rank 0's progress; True once it has stood still for stall_s (then the launch is marked stalled,
+        with each local rank's stacks in the log)."""
+        if self.stalled:
+            return True
+        if self.stall_s is None or self._seen_at is None or self.status is not None:
+            return False
+        pr = progress_file.read(self.spec.progress_path)
+        now = time.monotonic()
+        if pr is not None and (pr["phase"], pr["step"]) != self._seen:
+            self._seen, self._seen_at = (pr["phase"], pr["step"]), now
+            return False
+        if self._seen in (None, ("", 0)):  # rank 0 has said nothing here yet (a rank 0 on another host never may):
+            self._seen_at = now           # the watch starts with its first word; --timeout covers what comes before
+            return False
+        if now < self._seen_at + self.stall_s:
+            return False
+        dumped = self._dump_stacks()
+        where = ""
+        if pr is not None and pr["phase"]:
+            where = (f", rank 0 at step {pr['step']} of {pr['total']} ({pr['phase']})" if pr["total"]
+                     else f", rank 0 in {pr['phase']}")
+        self.status, self.stalled = "timeout", True
+        self.stall_cause = first_error(self.log_path)  # before the stop: what stopping the launch prints is not it
+        self.reason = (f"stalled: no progress for {self.stall_s:g} s (--stall-timeout){where}; "
+                       + (f"the Python stacks of {dumped} rank(s) are in the log; " if dumped else "")
+                       + "process group killed")
+        return True
+
+    def _dump_stacks(self) -> int:
+        """SIGUSR1 to the worker of every rank of this launch on this machine; each writes every thread's Python
+        stack into its stacks-rank<k>.txt, which is then appended to the launch log under a heading of its own.
+        Returns how many ranks answered. Waits at most STACK_DUMP_WAIT_S for the files to stop growing."""
+        here, asked = socket.gethostname(), []
+        for f in sorted(self.rank_dir.glob("start-rank*.json")):
+            try:
+                started = json.loads(f.read_text())
+                if started.get("host") != here:
+                    continue
+                worker = psutil.Process(int(started["worker_pid"]))
+                if worker.ppid() != int(started["supervisor_pid"]):
+                    continue  # gone, and its pid reused
+                worker.send_signal(signal.SIGUSR1)
+                asked.append(int(started["rank"]))
+            except (OSError, ValueError, KeyError, psutil.Error):
+                continue
+        files = [self.rank_dir / f"stacks-rank{k}.txt" for k in sorted(asked)]
+        size, end = -1, time.monotonic() + STACK_DUMP_WAIT_S
+        while asked and time.monotonic() < end:
+            sizes = [f.stat().st_size if f.exists() else 0 for f in files]
+            if all(sizes) and sum(sizes) == size:
+                break
+            size = sum(sizes)
+            time.sleep(0.25)  # not a synchronisation: the ranks write their stacks at their own pace
+        answered = 0
+        for k, f in zip(sorted(asked), files):
+            text = f.read_text(errors="replace") if f.exists() else ""
+            if text:
+                answered += 1
+                self.stacks += (f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python "
+                                f"stacks:\n{text}")
+        return answered
+
     def wait_for(self, event: str) -> bool:
-        """Block until rank 0 sends `event` (True), or the launch ends, fails or runs out of time (False)."""
+        """Block until rank 0 sends `event` (True), or the launch ends, fails, runs out of time or stalls
+        (False)."""
         while event not in self.events:
             if self._ended() or self.failed is not None:
                 return False
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return False
-            why = self._poll(self.deadline)
+            if self._watch():
+                return False
+            why = self._poll(self._until())
             if why == "ui":
                 self._progress()
         return True
@@ -664,13 +756,15 @@ class Launch:
         try:
             while not self._ended():
                 now = time.monotonic()
-                if self.deadline is not None and now >= self.deadline:
+                if self.deadline is not None and now >= self.deadline and not self.stalled:
                     self.status = "timeout"
                     self.reason = f"no result after {self.timeout_s:g} s (--timeout); process group killed"
                     break
+                if self._watch():
+                    break
                 if self.failed is not None and now >= self.failed_at + NODE_GRACE_S:
                     break  # a node failed and the others are still running: stopped below
-                until = self.deadline
+                until = self._until()
                 if self.failed is not None:
                     until = min(until or math.inf, self.failed_at + NODE_GRACE_S)
                 if self._poll(until) == "ui":
@@ -731,6 +825,9 @@ class Launch:
         several = len(self.running) > 1
         if several:
             self._join_logs()
+        if self.stacks:
+            with open(self.log_path, "a", encoding="utf-8") as log:
+                log.write(self.stacks)
         last = progress_file.read(spec.progress_path)
         ranks = []
         for k in range(processes):
@@ -748,7 +845,7 @@ class Launch:
             silent = silent_hosts(rank_dir, spec.topology) if spec.topology is not None else []
             if silent:
                 reason = f"no rank started on {', '.join(silent)}; {reason}"
-            cause = first_error(self.log_path)
+            cause = self.stall_cause if self.stalled else first_error(self.log_path)
             if cause:
                 reason += f"; first error: {cause}"
         if status == "interrupted":
@@ -878,6 +975,6 @@ def nodeguard_grace() -> float:
 
 
 def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
-               on_progress: Callable[[dict], None] | None = None) -> Outcome:
+               on_progress: Callable[[dict], None] | None = None, stall_s: float | None = STALL_S) -> Outcome:
     """One launch on its own, start to end (Ctrl-C gives an `interrupted` outcome)."""
-    return Launch(adapter, spec, timeout_s, on_progress).start().finish()
+    return Launch(adapter, spec, timeout_s, on_progress, stall_s).start().finish()

@@ -272,8 +272,8 @@ class Runner:
             total = plan.steps + plan.warmup
         job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
         self.ui.begin(job.name, repeat, total)
-        job.launch = Launch(adapter, spec, req.timeout_s,
-                            lambda pr: self.ui.progress(job.name, repeat, pr)).start(gated=gated)
+        job.launch = Launch(adapter, spec, req.timeout_s, lambda pr: self.ui.progress(job.name, repeat, pr),
+                            stall_s=req.stall_s).start(gated=gated)
         return job
 
     def _done(self, job: Job, outcome) -> str | None:

@@ -440,7 +440,7 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                                                                     "gap_s": COMM_GAP_S}},
                                   topology=point.topology)
             spec.fault = ""  # injected faults (spec or COMPARE_FAULT) are for the training and comm launches
-            outcome = run_launch(adapter, spec, p.request.timeout_s)
+            outcome = run_launch(adapter, spec, p.request.timeout_s, stall_s=p.request.stall_s)
             session.keep_log(outcome.log_path, f"{name}.log")
             result: dict[str, Any] = {"status": outcome.status, "reason": outcome.reason,
                                       "rounds": CONTENTION_ROUNDS, "min_s_per_phase": CONTENTION_S,

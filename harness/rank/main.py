@@ -129,6 +129,8 @@ _RANK_ENV = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_
 launcher: RANK; horovodrun: HOROVOD_RANK; MPI; SLURM); none of them: a single process, rank 0."""
 _FORWARD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
+_STACKS = None
+"""The open file faulthandler writes this rank's stacks into on SIGUSR1 (kept open for the process's life)."""
 
 
 def launcher_rank() -> int:
@@ -200,6 +202,17 @@ def run(spec_path: str | Path) -> None:
     marks("entry")
     spec = RunSpec.load(spec_path)
     _supervise(Path(spec.rank_dir))
+    import faulthandler
+
+    # The parent's stall watch (harness/launch.py) asks a rank that stopped progressing where it is: every thread's
+    # Python stack, written from the signal handler itself (so a thread blocked in C code answers too) into this
+    # rank's own file, which the parent copies into the launch log (ranks writing at once to one log interleave).
+    global _STACKS
+    try:
+        _STACKS = open(Path(spec.rank_dir) / f"stacks-rank{launcher_rank()}.txt", "w")  # noqa: SIM115 - kept open
+        faulthandler.register(signal.SIGUSR1, file=_STACKS, all_threads=True)
+    except OSError:
+        pass
     code = 0
     try:
         _work(spec, marks)

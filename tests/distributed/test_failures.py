@@ -80,6 +80,26 @@ def test_rank_hang_under_spawn_is_a_timeout_row_and_its_processes_are_killed(tmp
     assert rows["ddp"]["status"] == "ok"
 
 
+def test_a_stalled_launch_is_stopped_early_with_each_ranks_stack_and_the_next_row_runs(tmp_path):
+    # Rank 1 hangs at the start of step 4; rank 0 waits in that step's all-reduce. Nothing moves for 20 s: the
+    # launch is stopped long before --timeout, and the log kept for the row holds both ranks' Python stacks, the
+    # hung one inside the fault injection.
+    t0 = time.monotonic()
+    rows, _ = run_compare(tmp_path / "o", "-a", "ddp,spawn", *SHORT, "--timeout", "300", "--stall-timeout", "20",
+                          env={"COMPARE_FAULT": "ddp:1:hang:4"})
+    ddp = rows["ddp"]
+    assert ddp["status"] == "timeout"
+    assert ddp["reason"] == ("stalled: no progress for 20 s (--stall-timeout), rank 0 at step 4 of 32 (timed); the "
+                             "Python stacks of 2 rank(s) are in the log; process group killed; first error: [fault "
+                             "injection] hang at step 4")
+    log = (tmp_path / "o" / "logs" / "ddp-r0.log").read_text()
+    assert log.count("(most recent call first)") >= 2  # faulthandler's header, a thread at a time, both ranks
+    assert "harness/rank/faults.py" in log and " in inject" in log
+    assert _gone(ddp["topology"]["launch_pgid"])
+    assert rows["spawn"]["status"] == "ok"
+    assert time.monotonic() - t0 < 200  # stopped by the stall watch, not by --timeout 300
+
+
 def test_every_adapter_failing_exits_non_zero_but_keeps_rows(tmp_path):
     rows, _ = run_compare(tmp_path / "o", "-a", "dp", *SHORT, env={"COMPARE_FAULT": "dp:0:exit:1"}, expect_rc=1)
     assert rows["dp"]["status"] == "failed"

@@ -117,6 +117,8 @@ CASES = [
      "in UTF-8 text)"),
     ("run-timeout-0", ["run", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
     ("run-timeout-negative", ["run", "--timeout", "-5"], "--timeout must be a positive number of seconds, got -5"),
+    ("run-stall-negative", ["run", "--stall-timeout", "-1"],
+     "--stall-timeout must be a number of seconds, at least 0 (0: never), got -1"),
     ("run-empty-out", ["run", "--out", ""],
      "--out is empty; give a directory, or leave --out out for results/<name>_<hardware>_<time>"),
     ("run-oversubscribed", ["run", "-a", "ddp", "-n", str(CORES + 1), "--global-batch", str(16 * (CORES + 1))],
@@ -350,6 +352,8 @@ CASES = [
      f"size 99999999999G is more than this machine's memory ({format_mib(memory_total_bytes())}); choose --sizes "
      f"up to a fraction of it (every rank holds a buffer of the size, and all_gather world size times it)"),
     ("comm-timeout-0", ["comm", "--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+    ("comm-stall-nan", ["comm", "--stall-timeout", "nan"],
+     "--stall-timeout must be a number of seconds, at least 0 (0: never), got nan"),
     ("comm-unknown-device", ["comm", "--device", "tpu"], "unknown device 'tpu'; valid choices: cpu, cuda"),
     # ---- scale ----------------------------------------------------------------------------------------------
     ("scale-world-sizes-unsorted", ["scale", "--world-sizes", "2,1"],
