@@ -109,11 +109,32 @@ class DDPAdapter(Adapter):
         elif k.comm_hook == "powersgd":
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
+            self._refuse_powersgd_over_buckets_on_gloo(model)
             # min_compression_rate 2 (torch's default): a tensor PowerSGD would not halve is all-reduced as it is.
             state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=k.powersgd_rank,
                                                 start_powerSGD_iter=k.powersgd_start_iter,
                                                 warm_start=k.powersgd_warm_start, random_seed=0)
             model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+    def _refuse_powersgd_over_buckets_on_gloo(self, model) -> None:
+        """PowerSGD over gloo with more than one DDP bucket breaks here: on widemlp (144 MiB of gradients) with 25
+        MiB buckets every launch stopped at the first compressed step (the stall watch's stacks: rank 0 in the
+        hook's second phase, compute_qs, on one bucket while rank 1 was all-reducing the first phase of two others),
+        and with two buckets (bucket_cap_mb=100) gloo itself aborted: "Received data size doesn't match expected
+        size. Is there a distributed collective mismatch". The hook chains its all-reduces from future callbacks,
+        which gloo completes on its own threads, so the ranks issue them in different orders. With one bucket
+        (bucket_cap_mb=200) it runs. Refused at once, with the fix."""
+        if self.info is None or self.info.backend != "gloo":
+            return
+        grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        cap = self.knobs.bucket_cap_mb
+        first = (1 if cap is None else cap) * 2**20  # DDP's first bucket: 1 MiB unless bucket_cap_mb is set
+        if grad_bytes > first:
+            need = grad_bytes / 2**20
+            raise KnobError(f"knob 'comm_hook' powersgd over gloo hangs or aborts when the gradients ({need:.1f} "
+                            f"MiB here) span more than one DDP bucket (the first holds {first / 2**20:g} MiB): the "
+                            f"ranks issue the hook's all-reduces in different orders; set bucket_cap_mb to at least "
+                            f"{int(need) + 1} for one bucket, or use NCCL")
 
     def check_knobs(self, world_size: int) -> None:
         if getattr(self.knobs, "comm_hook", "none") == "bf16" and self.device_kind != "cuda":
