@@ -1,0 +1,69 @@
+"""The README and docs/ hold together: every relative link and anchor resolves, and no commit hash appears outside
+CHANGELOG.md and results/ (a reader gets dates and descriptions; git keeps the hashes)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+
+
+def _prose(text: str) -> list[str]:
+    """The lines outside fenced code blocks."""
+    out, fence = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        elif not fence:
+            out.append(line)
+    return out
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, repeats numbered."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in _prose(path.read_text()):
+        m = re.match(r"^#{1,6} (.+)$", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_the_slug_rule_matches_githubs():
+    assert re.sub(r"[^\w\- ]", "", "Verdicts: intervals, ties and `--precision`".lower()).replace(" ", "-") == \
+        "verdicts-intervals-ties-and---precision"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_and_anchor_resolves(page):
+    broken = []
+    for line in _prose(page.read_text()):
+        for target in LINK.findall(line):
+            if re.match(r"^[a-z]+:", target):
+                continue  # http(s), mailto
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{target}: no such file")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{target}: no heading with that anchor in {dest.relative_to(REPO)}")
+    assert not broken, "\n".join(broken)
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name != "CHANGELOG.md"], ids=lambda p: str(p.relative_to(REPO)))
+def test_no_commit_hash_outside_the_changelog(page):
+    found = [h for line in _prose(page.read_text()) for h in HASH.findall(line)]
+    assert not found, f"{page.relative_to(REPO)} names commits {found}: say a date or what changed instead"
+
+
+def test_the_readme_is_read_in_five_minutes():
+    assert len((REPO / "README.md").read_text().splitlines()) <= 200
