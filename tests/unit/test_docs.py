@@ -67,3 +67,15 @@ def test_no_commit_hash_outside_the_changelog(page):
 
 def test_the_readme_is_read_in_five_minutes():
     assert len((REPO / "README.md").read_text().splitlines()) <= 200
+
+
+def test_every_option_of_every_subcommand_is_documented():
+    import typer
+
+    from harness.cli import app
+
+    text = "\n".join(p.read_text() for p in PAGES)
+    missing = [f"{name} {opt}" for name, sub in typer.main.get_command(app).commands.items() for prm in sub.params
+               for opt in prm.opts if opt.startswith("--") and opt != "--help"
+               and not re.search(re.escape(opt) + r"(?![\w-])", text)]
+    assert not missing, f"options no page of README.md or docs/ names: {missing}"
