@@ -309,6 +309,12 @@ class ApexAdapter(DDPAdapter):
             d["note"] = (f"apex {k.opt_level} is fp16, the same precision as the `amp` row on CUDA (torch.amp "
                          "fp16 + GradScaler): the difference between those two rows is apex's own contribution, "
                          "not mixed precision itself")
+        ext = d["extensions"]
+        built = [m for m, ok in ext.items() if ok]
+        d["note"] += ("; compiled extensions " + (", ".join(built) if built else "none")
+                      + ("" if all(ext.values()) else
+                         f" (without {', '.join(m for m, ok in ext.items() if not ok)} apex falls back to slower "
+                         f"Python paths: `make gpu-check` builds both)"))
         return d
 
 

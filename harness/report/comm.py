@@ -15,6 +15,7 @@ from harness.env import tuning_line
 from harness.report import hosts as hosts_report
 from harness.report import palette
 from harness.sizes import format_size
+from harness.report import figures
 
 
 def render(out: Path, records: list[dict[str, Any]]) -> Path:
@@ -82,16 +83,17 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     png = plot(out, records, ops, ok_backends)
     if png:
         md += ["![busbw](busbw.png)", ""]
+    elif not figures.available():
+        md += [figures.NO_PLOTS, ""]
     path = out / "report.md"
     write_text(path, "\n".join(md))
     return path
 
 
 def plot(out: Path, records, ops, backends) -> Path | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
+    if plt is None:
+        return None
 
     if not ops or not backends:
         return None

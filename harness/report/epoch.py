@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.outdir import save_figure
 from harness.record import MEASURED, precision_label
+from harness.report import figures
 
 def seed_name(adapter: str) -> tuple[int, str] | None:
     """(place, name) of an adapter in the seed figure, as the adapter declares it (`Adapter.seed_name`;
@@ -122,10 +123,9 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
     """epoch_time.png: one bar per backend (unavailable and failed ones named, without a bar)."""
     if not entries:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
+    if plt is None:
+        return None
 
     labels = [(f"{e['seed_name']} ({e['label']})" if e["seed_name"] else e["label"])
               + (f" [{e['precision']}]" if e.get("precision", "fp32") != "fp32" else "") for e in entries]

@@ -24,6 +24,7 @@ from harness.report import epoch, palette, ttt
 from harness.report import verdict as verdict_mod
 from harness.record import MEASURED, precision_label
 from harness.stats import geomean_interval, percentile, worst
+from harness.report import figures
 
 SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
 
@@ -394,7 +395,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
         md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     if epochs:
         md += ["## Time per epoch", ""] + epoch.section(epochs) + [""]
-        plots.append(epoch_png)
+        if epoch_png is not None:
+            plots.append(epoch_png)
     md += ["## Controls", ""] + _controls(rows) + [""]
     timing = time_breakdown(records)
     if timing:
@@ -402,6 +404,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     md += ["## Provenance", ""] + _provenance(records) + [""]
     if plots:
         md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    elif not figures.available():
+        md += ["## Plots", "", figures.NO_PLOTS, ""]
     path = out / "report.md"
     write_text(path, "\n".join(md))
     return path
@@ -438,10 +442,9 @@ def console_verdict(records: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
+    if plt is None:
+        return []
 
     ok = [r for r in rows if r["measured"]]
     if not ok:

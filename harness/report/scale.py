@@ -33,6 +33,7 @@ from harness.report import palette
 from harness.report.run import MEMORY_KINDS, MEMORY_SHORT
 from harness.sizes import format_mib
 from harness.stats import geomean_interval, percentile, ratio_interval, worst
+from harness.report import figures
 
 BASELINE = "single-process"
 
@@ -226,7 +227,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     md += model_md
     md += ["## Controls", ""] + _controls(records, sweep) + [""]
     md += ["## Provenance", ""] + _provenance(records) + [""]
-    md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots + model_plots] + [""]
+    md += ["## Plots", ""] + ([f"![{p.stem}]({p.name})" for p in plots + model_plots] if figures.available()
+                              else [figures.NO_PLOTS]) + [""]
     path = out / "report.md"
     write_text(path, "\n".join(md))
     return path
@@ -317,10 +319,9 @@ def _provenance(records) -> list[str]:
 
 
 def plot(out: Path, records, tab) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
+    if plt is None:
+        return []
 
     rows = {label: [r for r in rs if r["status"] == "ok"] for label, rs in tab.items() if label != BASELINE}
     rows = {k: v for k, v in rows.items() if v}

@@ -29,6 +29,7 @@ from typing import Any
 from harness import costmodel as cm
 from harness.outdir import save_figure
 from harness.sizes import format_mib
+from harness.report import figures
 
 BASELINE = "single-process"
 UTILISATION = (0.1, 0.3, 0.5)
@@ -709,10 +710,9 @@ def _ext_ns(to: int) -> list[int]:
 def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], to: int) -> list[Path]:
     if not ext:
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
+    if plt is None:
+        return []
 
     name, rows = next(iter(ext.items()))
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})

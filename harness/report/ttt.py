@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.outdir import save_figure
 from harness.record import MEASURED, precision_label
+from harness.report import figures
 
 
 def settings(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -195,10 +196,9 @@ def controls(cfg: dict[str, Any], test_samples: int | None) -> str:
 
 def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[Path]:
     """ttt_curve.png (metric vs training time, target line) and ttt_time.png (time to target, start-up stacked)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
+    if plt is None:
+        return []
 
     shown = [r for r in rows if r["measured"]]
     if not shown:

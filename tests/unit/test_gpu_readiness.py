@@ -290,3 +290,18 @@ def test_the_fp16_check_reads_the_installed_deepspeeds_engine():
     if importlib.util.find_spec("deepspeed") is None:
         pytest.skip("Requires: deepspeed (make setup)")
     assert ds.fp16_zero0_scales_its_loss() is not None  # the pinned DeepSpeed's engine.backward is the one it knows
+
+
+def test_an_apex_row_says_which_compiled_extensions_it_ran_with(monkeypatch):
+    # The apex build makes apex_C and amp_C; a row run without them takes apex's Python fallbacks, which are slower:
+    # the row's note says which it had (GPU_REVIEW finding 5).
+    from adapters.apex import ApexAdapter
+
+    real = importlib.util.find_spec
+    for have, says in (((), "compiled extensions none (without apex_C, amp_C apex falls back to slower Python paths"),
+                       (("apex_C", "amp_C"), "compiled extensions apex_C, amp_C")):
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a, have=have: SimpleNamespace() if name in have else
+                            (None if name in ("apex_C", "amp_C") else real(name, *a)))
+        note = ApexAdapter({"opt_level": "O1"}, "cuda").describe()["note"]
+        assert says in note and note.startswith("apex O1 is fp16")

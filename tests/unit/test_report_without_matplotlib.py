@@ -1,0 +1,27 @@
+"""A machine without matplotlib (the lent GPU image had one; a minimal container may not) still gets every report:
+the same report.md, no figures, and a line saying why and how to draw them later."""
+
+import shutil
+import sys
+
+import pytest
+
+from harness import report
+from harness.record import read_records
+from harness.report import figures
+
+from conftest import RUNS as FIXTURE_RUNS
+
+
+@pytest.mark.parametrize("kind", ["digits_cpu2", "comm_cpu2", "scale_digits_cpu2"])
+def test_every_report_kind_renders_without_matplotlib(tmp_path, monkeypatch, kind):
+    src = sorted(p for p in FIXTURE_RUNS.iterdir() if p.name.startswith(kind + "_"))[-1]
+    out = tmp_path / src.name
+    out.mkdir()
+    shutil.copy(src / "records.jsonl", out / "records.jsonl")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    assert figures.pyplot() is None and not figures.available()
+    report.render(out, read_records(out / "records.jsonl"))
+    md = (out / "report.md").read_text()
+    assert figures.NO_PLOTS in md and "](" not in md.split(figures.NO_PLOTS)[0].split("## Plots")[-1]
+    assert not list(out.glob("*.png"))
