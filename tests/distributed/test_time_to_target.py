@@ -126,7 +126,9 @@ def test_launches_run_one_at_a_time(reached):
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end  # each launch started after the previous one had ended (no pipelining)
     for r in records:
-        assert r["phases_s"]["gate"] < 0.05 and r["until_target"]["eval_every"] == 10
+        # no gate to wait at (a pipelined launch waits there for the previous one: seconds); the bound leaves room
+        # for a loaded 2-core machine's scheduling, not for a wait
+        assert r["phases_s"]["gate"] < 1.0 and r["until_target"]["eval_every"] == 10
 
 
 def test_report_records_and_rerender(reached, tmp_path):

@@ -226,19 +226,15 @@ def test_predict_over_several_sweeps_sums_each_sweeps_points_and_groups_them_by_
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.record import read_records
-    from harness.report import scale_model as sm
 
     results = RUNS
     names = ["scale_digits_cpu2_20261124-184152", "scale_digits_cpu2_20261125-085608",
              "scale_digits_cpu2_20261125-011706", "scale_widemlp_cpu2_20261125-092354"]
-    expect = {}
-    for name in names:
-        records = read_records(results / name / "records.jsonl")
-        rows = sm.judged(sm.predict_measured(records, scale.table(records),
-                                             sm.calibrate(records, sm.comm_records(results / name))))
-        assert len(rows) == 7
-        expect[name] = sum(abs(r["error"]) <= 0.10 for r in rows)
+    # Each sweep's points within ±10%, fixed here rather than recomputed with the functions under test (the model's
+    # errors at its 7 points, as this code prices them: -9.3 -24.4 +18.6 -21.4 -12.4 -21.3 -30.3%; -9.2 -20.8
+    # +33.8 -11.7 +2.1 +6.6 +10.7%; -4.1 -9.9 +6.5 +1.5 +10.2 +4.4 -6.3%; -5.9 -1.2 -16.4 -10.6 +4.0 -4.4 +3.7%).
+    # A change of the model's pricing moves them, and must be looked at, not absorbed.
+    expect = dict(zip(names, (1, 3, 6, 5)))
     # the same directory named twice counts once, and no extrapolation is printed for several sweeps
     shown = CliRunner().invoke(app, ["predict", *[str(results / n) for n in names], str(results / names[0])])
     assert shown.exit_code == 0, shown.output
