@@ -32,6 +32,13 @@ def test_every_torch_adapter_ran(default_run):
     assert "samples/s" in proc.stdout
 
 
+def test_every_field_a_fresh_run_writes_is_in_the_schema(default_run):
+    from harness import schema
+
+    known = schema.fields("run")
+    assert not {k for rec in default_run[1].values() for k in rec if k not in known}
+
+
 @pytest.mark.parametrize("name", FP32_EXACT)
 def test_fp32_adapters_match_the_single_process_reference(default_run, name):
     rec = default_run[1][name]
