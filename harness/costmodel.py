@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.sizes import format_size
 
@@ -653,6 +654,106 @@ def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
     return forward, again[::-1] + reduce, norm
 
 
+class Pricing(NamedTuple):
+    """What a schedule kind's pricer returns: all communication seconds, the part not hidden behind compute, and the
+    optimizer step's seconds (a sharded backend steps only its 1/N)."""
+
+    comm_s: float
+    exposed_s: float
+    opt_s: float
+
+
+PRICERS: dict[str, Callable[..., Pricing]] = {}
+"""Schedule kind (an adapter's comm_schedule()["kind"]) -> its pricer: a new communication pattern is one more
+function registered with @schedule_kind, not a branch in predict_step."""
+
+
+def schedule_kind(kind: str):
+    def register(fn):
+        PRICERS[kind] = fn
+        return fn
+    return register
+
+
+def _overlapped(jobs: list[tuple[float, float]], window: float, shares_cores: bool) -> tuple[float, float]:
+    """(comm time, exposed time) of collectives issued during a compute window of `window` seconds."""
+    comm = sum(d for _, d in jobs)
+    if shares_cores:
+        return comm, comm
+    return comm, max(0.0, _serial(jobs) - window)
+
+
+@schedule_kind("buckets")
+def _buckets(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+    """DDP (and apex DDP): gradients all-reduced bucket by bucket as backward fills them (unless overlap is off).
+    Keys: first_bucket_bytes, bucket_bytes, overlap, wire_scale."""
+    jobs = [(t, coll.time("all_reduce", b, n)) for b, t in
+            buckets_of(grads, schedule["first_bucket_bytes"], schedule["bucket_bytes"])]
+    if schedule.get("overlap", True):
+        comm, exposed = _overlapped(jobs, c.bwd_s, shares_cores)
+    else:
+        comm = exposed = sum(d for _, d in jobs)
+    return Pricing(comm, exposed, c.opt_s)
+
+
+@schedule_kind("fusion")
+def _fusion(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+    """Horovod's background thread: each cycle it negotiates whatever gradients are ready, fuses them into
+    all-reduces of at most the fusion buffer, runs them, then sleeps out the rest of its cycle; what became ready
+    while it was busy is fused into the next cycle's buffer. A buffer of several tensors is packed (copied in) and
+    unpacked (copied out); a single tensor is reduced where it is. Keys: see fusion_plan."""
+    jobs = [(start, busy) for start, _, busy in fusion_plan(schedule, c, coll, n)]
+    comm, exposed = _overlapped(jobs, c.bwd_s, shares_cores)
+    return Pricing(comm, exposed, c.opt_s)
+
+
+@schedule_kind("zero")
+def _zero(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+    """DeepSpeed ZeRO stage 0-3 (zero_calls says which collectives each stage issues when). Keys: stage,
+    bucket_elems, grad_reduce, norm_allreduce, reuse_elems, overlap, wire_scale."""
+    opt = c.opt_s / n if schedule["stage"] >= 1 else c.opt_s  # each rank steps its 1/N partition
+    forward, backward, after = zero_calls(schedule, grads, n)
+    priced = [sum(coll.time(op, b, n) for op, b in calls) for calls in (forward, backward, after)]
+    comm = sum(priced)
+    if schedule["stage"] == 3 and schedule.get("overlap", True) and not shares_cores:
+        # prefetched: the gathers hide behind forward and backward where they fit; the rest waits for backward
+        exposed = max(0.0, priced[0] - c.fwd_s) + max(0.0, priced[1] - c.bwd_s) + priced[2]
+    else:
+        exposed = comm
+    return Pricing(comm, exposed, opt)
+
+
+@schedule_kind("fsdp")
+def _fsdp(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+    """FSDP2: each rank steps its 1/N shard; every unit's parameters are all-gathered (in param_dtype: gather_scale
+    bytes per fp32 byte) for forward and, resharded after forward, again for backward; its gradients are
+    reduce-scattered (in reduce_dtype: wire_scale) in backward. Priced per gradient tensor, the finest units FSDP
+    could have (a workload's units group several: fewer, larger calls); prefetching hides the gathers behind forward
+    and backward where they fit, as ZeRO-3's. HSDP's all-reduce across replicas is not priced. Keys: gather_scale,
+    reshard_after_forward, overlap, wire_scale."""
+    wire = schedule.get("wire_scale", 1.0)
+    gather = schedule.get("gather_scale", 1.0)
+    fp32 = [b / wire for b, _ in grads] if wire else [0.0 for _ in grads]
+    forward = sum(coll.time("all_gather", b * gather, n) for b in fp32[::-1])
+    again = forward if schedule.get("reshard_after_forward", True) else 0.0
+    backward = again + sum(coll.time("reduce_scatter", b, n) for b, _ in grads)
+    comm = forward + backward
+    if schedule.get("overlap", True) and not shares_cores:
+        exposed = max(0.0, forward - c.fwd_s) + max(0.0, backward - c.bwd_s)
+    else:
+        exposed = comm
+    return Pricing(comm, exposed, c.opt_s / n)
+
+
+@schedule_kind("replicate")
+def _replicate(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+    """DataParallel: every step the module is broadcast from device 0 to the others and the gradients reduced back,
+    with no overlap."""
+    total_bytes = sum(b for b, _ in grads)
+    comm = (n - 1) * 2 * coll.time("broadcast", total_bytes, 2)
+    return Pricing(comm, comm, c.opt_s)
+
+
 def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives, n: int,
                  shares_cores: bool = False) -> Step:
     """The step of a backend with `schedule` (an adapter's comm_schedule()) on n ranks. `shares_cores`:
@@ -661,65 +762,10 @@ def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives,
     if schedule is None or n <= 1:
         return Step(compute + c.overhead_s, compute, 0.0, 0.0, c.overhead_s)
     kind, wire = schedule["kind"], schedule.get("wire_scale", 1.0)
-    grads = [(b * wire, t) for b, t in c.grads] or [(0.0, c.bwd_s)]
-    total_bytes = sum(b for b, _ in grads)
-
-    def overlapped(jobs: list[tuple[float, float]], window: float) -> tuple[float, float]:
-        """(comm time, exposed time) of collectives issued during a compute window of `window` seconds."""
-        comm = sum(d for _, d in jobs)
-        if shares_cores:
-            return comm, comm
-        return comm, max(0.0, _serial(jobs) - window)
-
-    opt = c.opt_s
-    if kind == "buckets":
-        jobs = [(t, coll.time("all_reduce", b, n)) for b, t in
-                buckets_of(grads, schedule["first_bucket_bytes"], schedule["bucket_bytes"])]
-        if schedule.get("overlap", True):
-            comm, exposed = overlapped(jobs, c.bwd_s)
-        else:
-            comm = exposed = sum(d for _, d in jobs)
-    elif kind == "fusion":
-        # Horovod's background thread: each cycle it negotiates whatever gradients are ready, fuses them into
-        # all-reduces of at most the fusion buffer, runs them, then sleeps out the rest of its cycle; what became
-        # ready while it was busy is fused into the next cycle's buffer. A buffer of several tensors is packed
-        # (copied in) and unpacked (copied out); a single tensor is reduced where it is.
-        jobs = [(start, busy) for start, _, busy in fusion_plan(schedule, c, coll, n)]
-        comm, exposed = overlapped(jobs, c.bwd_s)
-    elif kind == "zero":
-        if schedule["stage"] >= 1:
-            opt = c.opt_s / n  # each rank steps its 1/N partition
-        forward, backward, after = zero_calls(schedule, grads, n)
-        priced = [sum(coll.time(op, b, n) for op, b in calls) for calls in (forward, backward, after)]
-        comm = sum(priced)
-        if schedule["stage"] == 3 and schedule.get("overlap", True) and not shares_cores:
-            # prefetched: the gathers hide behind forward and backward where they fit; the rest waits for backward
-            exposed = max(0.0, priced[0] - c.fwd_s) + max(0.0, priced[1] - c.bwd_s) + priced[2]
-        else:
-            exposed = comm
-    elif kind == "fsdp":
-        # FSDP2: each rank steps its 1/N shard; every unit's parameters are all-gathered (in param_dtype:
-        # gather_scale bytes per fp32 byte) for forward and, resharded after forward, again for backward; its
-        # gradients are reduce-scattered (in reduce_dtype: wire_scale) in backward. Priced per gradient tensor, the
-        # finest units FSDP could have (a workload's units group several: fewer, larger calls); prefetching hides
-        # the gathers behind forward and backward where they fit, as ZeRO-3's. HSDP's all-reduce across replicas
-        # is not priced.
-        opt = c.opt_s / n
-        gather = schedule.get("gather_scale", 1.0)
-        fp32 = [b / wire for b, _ in grads] if wire else [0.0 for _ in grads]
-        forward = sum(coll.time("all_gather", b * gather, n) for b in fp32[::-1])
-        again = forward if schedule.get("reshard_after_forward", True) else 0.0
-        backward = again + sum(coll.time("reduce_scatter", b, n) for b, _ in grads)
-        comm = forward + backward
-        if schedule.get("overlap", True) and not shares_cores:
-            exposed = max(0.0, forward - c.fwd_s) + max(0.0, backward - c.bwd_s)
-        else:
-            exposed = comm
-    elif kind == "replicate":
-        # every step: the module broadcast from device 0 to the others, gradients reduced back, no overlap
-        comm = exposed = (n - 1) * 2 * coll.time("broadcast", total_bytes, 2)
-    else:
+    if kind not in PRICERS:
         raise KeyError(f"unknown schedule kind '{kind}'")
+    grads = [(b * wire, t) for b, t in c.grads] or [(0.0, c.bwd_s)]
+    comm, exposed, opt = PRICERS[kind](schedule, c, coll, n, grads, shares_cores)
     step = c.fwd_s + c.bwd_s + opt + exposed + c.overhead_s
     return Step(step, c.fwd_s + c.bwd_s + opt, comm, exposed, c.overhead_s)
 
