@@ -1082,7 +1082,7 @@ def _print_tree(key: str, value, depth: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     global _TYPED_ARGV, _STARTED
-    from harness.launch import become_subreaper
+    from harness.proc import become_subreaper
 
     try:  # from the process's creation, so interpreter start-up and imports count too
         import psutil

@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness import proc
 from harness.env import usable_cores
 from harness.errors import BadInput
 from harness.spec import Node, Topology
@@ -41,17 +42,14 @@ SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=5")
 """Never prompt for a password (a launch must not hang on one), and give up on a dead host within seconds."""
 _HOST = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?$")
 _IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+BOOT_ID = proc.BOOT_ID
 _IFACE_ALONE = ("--iface chooses the network between hosts (with --hosts, --hostfile or --launcher slurm); ranks on "
                 "one host talk over loopback (lo)")
 
 
 def boot_id() -> str | None:
     """This machine's boot id: two ranks that report the same one share one kernel (one machine)."""
-    try:
-        return BOOT_ID.read_text().strip()
-    except OSError:
-        return None
+    return proc.boot_id() or None
 
 
 def this_machine() -> set[str]:

@@ -26,7 +26,6 @@ Each command logs to its own file, joined into launch.log (one section per node)
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import json
@@ -51,6 +50,7 @@ import psutil
 
 from adapters.base import Adapter, HostCommand, LaunchPlan
 from harness import hosts, interrupt, machine
+from harness.proc import pid_namespace
 from harness import progress as progress_file
 from harness.env import REPO
 from harness.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
@@ -70,7 +70,6 @@ STACK_DUMP_WAIT_S = 5.0
 PASSED_TO_REMOTE = ("TORCH_EXTENSIONS_DIR", "COMPARE_FAULT")
 """Variables of compare's own environment that remote ranks get too (beyond the harness's): the JIT cache a
 DeepSpeed rank would otherwise rebuild, and the tests' fault injection."""
-_PR_SET_CHILD_SUBREAPER = 36
 _LEADERS: set[int] = set()
 """Pids of launches this process has started and not yet waited for: never reaped behind their Popen's back."""
 
@@ -112,15 +111,6 @@ class Outcome:
     """Wall-clock time the launch's ranks were let past the gate into warm-up (None: never)."""
     gate_wait_s: float = 0.0
     """Seconds from starting the launch to opening its gate (it started while the previous launch ended)."""
-
-
-def become_subreaper() -> None:
-    """Orphans of our launches (a launcher killed before its ranks) are re-parented to this process, so they can
-    be found and killed, instead of to init. Linux only; elsewhere this does nothing."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _parent_death_prefix() -> list[str]:
@@ -291,15 +281,6 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
-def _pid_namespace() -> str:
-    """This process's PID namespace, as its inode number ("pid:[4026531836]" -> "4026531836": plain digits
-    survive every launcher's quoting of the environment it forwards)."""
-    try:
-        return os.readlink("/proc/self/ns/pid").strip("pid:[]")
-    except OSError:
-        return ""
-
-
 def harness_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
     """The variables the harness sets for every rank of a launch (and `extra`, the plan's)."""
     threads, topo = str(spec.threads), spec.topology
@@ -309,7 +290,7 @@ def harness_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[st
         "MASTER_ADDR": "127.0.0.1" if topo is None else topo.master, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
         PARENT_PID_ENV: str(os.getpid()), PARENT_PGID_ENV: str(os.getpgrp()), LAUNCH_ID_ENV: launch_id,
         # A rank elsewhere (another host, or another PID namespace on this one) must not watch our pid.
-        PARENT_PIDNS_ENV: _pid_namespace(), PARENT_BOOT_ENV: hosts.boot_id() or "",
+        PARENT_PIDNS_ENV: pid_namespace(), PARENT_BOOT_ENV: hosts.boot_id() or "",
         # The launch's temporary files (torchrun's torchelastic_* directory of error files, any framework's) go
         # into its own directory, removed with the run's scratch, on every host (the ranks share that directory
         # already: they write their results there): a launch leaves nothing in /tmp.

@@ -16,7 +16,6 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import signal
@@ -26,10 +25,11 @@ import time
 
 import psutil
 
+from harness.proc import become_subreaper
+
 GRACE_S = 3.0
 """From SIGTERM to SIGKILL for the command's process group."""
 LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"  # the same name as harness/launch.py's (a rank-side module may not import it)
-_PR_SET_CHILD_SUBREAPER = 36
 _stop = False
 
 
@@ -74,10 +74,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m harness.nodeguard LAUNCH_ID -- COMMAND...", file=sys.stderr)
         return 2
     launch_id, command = argv[0], argv[2:]
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    become_subreaper()
     r, w = os.pipe()
     os.set_blocking(r, False)
     os.set_blocking(w, False)

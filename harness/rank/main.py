@@ -31,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from harness.proc import boot_id, pid_namespace
 from harness.rank.faults import fault_for, inject
 from harness.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
 
@@ -47,27 +48,11 @@ def process_start_wall() -> float | None:
         return None
 
 
-def _pid_namespace() -> str:
-    """This process's PID namespace, as its inode number ("pid:[4026531836]" -> "4026531836": plain digits
-    survive every launcher's quoting of the environment it forwards)."""
-    try:
-        return os.readlink("/proc/self/ns/pid").strip("pid:[]")
-    except OSError:
-        return ""
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
 def host_facts() -> dict:
     """Where this rank runs, for the record: hostname, the interface it was told to use, the machine's boot id
     (ranks that report the same one share one kernel: simulated hosts, or node ranks on loopback)."""
     return {"hostname": socket.gethostname(), "iface": os.environ.get("GLOO_SOCKET_IFNAME") or "auto",
-            "boot_id": _boot_id() or None}
+            "boot_id": boot_id() or None}
 
 
 def watch_parent() -> None:
@@ -84,7 +69,7 @@ def watch_parent() -> None:
     if not pid:
         return  # started by hand, not by compare
     ns, boot = os.environ.get(PARENT_PIDNS_ENV), os.environ.get(PARENT_BOOT_ENV)
-    if (ns is not None and ns != _pid_namespace()) or (boot is not None and boot != _boot_id()):
+    if (ns is not None and ns != pid_namespace()) or (boot is not None and boot != boot_id()):
         return
     try:
         fd = os.pidfd_open(int(pid))
