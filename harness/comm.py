@@ -20,7 +20,7 @@ from harness.record import SCHEMA_VERSION
 from harness.session import Session
 from harness.sizes import format_mib, format_size, parse_sizes
 from harness.spec import RunSpec
-from harness.stats import slowest_rank_steps, step_stats
+from harness.stats import median_interval, slowest_rank_steps, step_stats
 
 RESULT_FILES = ("records.jsonl", "report.md", "busbw.png")
 MAX_GAP_S = 1.0
@@ -175,13 +175,18 @@ def cells_to_records(base, name, adapter, outcome, spec=None) -> list[dict[str, 
             recs.append({**rec, "status": "failed", "reason": errors[0]})
             continue
         wrong = sum(not c["correct"] for c in per_rank)
-        stats = step_stats(slowest_rank_steps([c["times_s"] for c in per_rank]))
+        slowest = slowest_rank_steps([c["times_s"] for c in per_rank])
+        stats = step_stats(slowest)
         algbw = cell["size_bytes"] / stats["median"] / 1e9
         factor = collectives.busbw_factor(cell["op"], n)
+        # The median call's interval over the iterations (distribution-free): busbw's bounds from its time's
+        within = median_interval(slowest)
+        bounds = (None if within["lo"] is None else
+                  [cell["size_bytes"] * factor / within["hi"] / 1e9, cell["size_bytes"] * factor / within["lo"] / 1e9])
         recs.append({**rec, "status": "ok" if wrong == 0 else "failed",
                      "reason": "" if wrong == 0 else f"wrong result on {wrong} of {n} ranks",
                      "wrong_ranks": wrong, "time_s": stats, "algbw_GBps": algbw, "busbw_factor": factor,
-                     "busbw_GBps": algbw * factor})
+                     "busbw_GBps": algbw * factor, "busbw_interval_GBps": bounds})
     return recs
 
 

@@ -15,6 +15,7 @@ from harness.env import tuning_line
 from harness.report import hosts as hosts_report
 from harness.report import palette
 from harness.sizes import format_size
+from harness.stats import MEDIAN_INTERVAL_METHOD
 from harness.report import figures
 
 
@@ -43,7 +44,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
             md.append(f"- **{b}**: its cells were measured and checked, then the launch ended badly {ended}")
     gap = r0.get("gap_s") or 0.0
     md += ["", "Time per op: median [p10–p90] of the slowest rank, µs. algbw = size / time; busbw = algbw × "
-           "factor (nccl-tests). ✗: wrong result (a failed cell)." + (
+           "factor (nccl-tests)" + (f"; busbw's [interval] is the {MEDIAN_INTERVAL_METHOD} call over the iterations"
+                                    if any(r.get("busbw_interval_GBps") for r in records) else "")
+           + ". ✗: wrong result (a failed cell)." + (
                f" Each call came after {gap * 1e3:g} ms of busy work on every rank, untimed (`--gap`), as a training "
                "step calls its collectives after compute." if gap else ""),
            ""]
@@ -67,8 +70,12 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
                 else:
                     t = c["time_s"]
                     mark = "" if c["status"] == "ok" else " ✗"
+                    bus = f"{c['busbw_GBps']:.3f}"
+                    if c.get("busbw_interval_GBps"):  # records made before it was kept render as they were
+                        lo, hi = c["busbw_interval_GBps"]
+                        bus += f" [{lo:.3f}–{hi:.3f}]"
                     row += [f"{t['median'] * 1e6:,.1f} [{t['p10'] * 1e6:,.1f}–{t['p90'] * 1e6:,.1f}]{mark}",
-                            f"{c['algbw_GBps']:.3f}", f"{c['busbw_GBps']:.3f}"]
+                            f"{c['algbw_GBps']:.3f}", bus]
             md.append("| " + " | ".join(row) + " |")
         md.append("")
     md += ["## Provenance", "", f"- Command: `{r0['command']}`", f"- Run: {r0['run_id']} at {r0['time_utc']}; "
@@ -105,8 +112,14 @@ def plot(out: Path, records, ops, backends) -> Path | None:
             cells = sorted((r for r in records if r["op"] == op and r["backend"] == b and "busbw_GBps" in r),
                            key=lambda r: r["size_bytes"])
             if cells:
-                ax.plot([c["size_bytes"] for c in cells], [c["busbw_GBps"] for c in cells], marker="o",
-                        markersize=3, label=b, color=palette.colour(b))
+                xs, ys = [c["size_bytes"] for c in cells], [c["busbw_GBps"] for c in cells]
+                ax.plot(xs, ys, marker="o", markersize=3, label=b, color=palette.colour(b))
+                spans = [(c, c["busbw_interval_GBps"]) for c in cells if c.get("busbw_interval_GBps")]
+                if spans:  # the median call's interval over the iterations, as whiskers
+                    ax.errorbar([c["size_bytes"] for c, _ in spans], [c["busbw_GBps"] for c, _ in spans],
+                                yerr=[[c["busbw_GBps"] - lo for c, (lo, _) in spans],
+                                      [hi - c["busbw_GBps"] for c, (_, hi) in spans]],
+                                fmt="none", ecolor=palette.colour(b), elinewidth=0.8, capsize=2)
         ax.set_xscale("log", base=2)
         ax.set_title(op, fontsize=9)
         ax.set_xlabel("size (bytes)", fontsize=8)

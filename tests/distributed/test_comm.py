@@ -1,6 +1,8 @@
 """`compare comm` for real: every op's result checked on 2 gloo ranks for each available backend, and a backend
 that cannot run here is a row with its reason."""
 
+import re
+
 import pytest
 
 import adapters
@@ -39,6 +41,16 @@ def test_every_op_is_correct_on_every_available_backend(comm_run):
             assert r["status"] == "ok", (backend, key, r["reason"])
             assert r["wrong_ranks"] == 0 and r["time_s"]["n"] >= 5
             assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * collectives.busbw_factor(r["op"], 2))
+            # 8 iterations: the median call's interval is x(2)..x(7) of their times, so it holds the median's busbw
+            lo, hi = r["busbw_interval_GBps"]
+            assert lo <= r["busbw_GBps"] <= hi
+
+
+def test_the_report_gives_busbw_with_its_interval(comm_run):
+    out, _ = comm_run
+    md = (out / "report.md").read_text()
+    assert "busbw's [interval] is the 95% distribution-free interval for the median" in md
+    assert re.search(r"\| \d+\.\d{3} \[\d+\.\d{3}–\d+\.\d{3}\] \|", md)
 
 
 def test_records_are_stamped_in_utc(comm_run):
