@@ -124,6 +124,8 @@ FIELDS: list[tuple[str, tuple[str, ...], str]] = [
     ("algbw_GBps", (COMM,), "Size over the median time."),
     ("busbw_factor", (COMM,), "nccl-tests' factor from algorithm to bus bandwidth for this op and world size."),
     ("busbw_GBps", (COMM,), "algbw × busbw_factor."),
+    ("busbw_interval_GBps", (COMM,), "busbw's 95% distribution-free interval for the median call over the "
+                                     "iterations ([lo, hi]; None below 6 iterations)."),
 ]
 
 
