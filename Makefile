@@ -2,7 +2,8 @@
 #   make compare   create .venv/ (pinned CPU torch first) and run the default comparison
 #   make test      run the whole test suite (creates .venv/ first if needed); this is what CI runs
 # For development:
-#   make test-fast the tests that start no training processes (-m "not distributed"), in well under a minute
+#   make test-fast the tests that start no training processes and are not slow (-m "not distributed and not slow"),
+#                  in under a minute
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -32,7 +33,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not distributed"
+	$(BIN)/python -m pytest -m "not distributed and not slow"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -381,7 +381,7 @@ def plot(out: Path, records, tab) -> list[Path]:
             p["peak_mib"] = (p["peak_memory_bytes"] or 0) / 2**20
     lines(ax, "peak_mib")
     kind = next((p["first"].get("peak_memory_kind") for r in rows.values() for p in r), None)
-    ax.set_ylabel(f"peak memory per rank, MiB (max over ranks; {MEMORY_SHORT.get(kind, kind)})")
+    ax.set_ylabel(f"peak memory per rank, MiB\n(max over ranks; {MEMORY_SHORT.get(kind, kind)})", fontsize=9)
     ax.set_title(f"Memory per rank: {title}", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -194,6 +194,13 @@ def controls(cfg: dict[str, Any], test_samples: int | None) -> str:
             f"{cfg['metric']} and all its measurements.")
 
 
+def _wrapped(text: str, width: int = 90) -> str:
+    """A title that fits a 7-inch figure at 9 points: wrapped at `width` characters."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+
+
 def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[Path]:
     """ttt_curve.png (metric vs training time, target line) and ttt_time.png (time to target, start-up stacked)."""
     plt = figures.pyplot()
@@ -219,10 +226,10 @@ def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], 
                     marker="*", markersize=12, color=line.get_color())
     ax.axhline(cfg["target"], color="#444444", linestyle="--", linewidth=1)
     ax.text(ax.get_xlim()[0], cfg["target"], f" target {cfg['target']:g}", va="bottom", fontsize=8)
-    ax.set_xlabel("training time, s (sum of step times; evaluations and start-up excluded)")
+    ax.set_xlabel("training time, s\n(sum of step times; evaluations and start-up excluded)", fontsize=9)
     ax.set_ylabel(cfg["metric"])
-    ax.set_title(f"{cfg['metric'].capitalize()} vs training time (median repeat by training time; ★ target): {title}",
-                 fontsize=9)
+    ax.set_title(_wrapped(f"{cfg['metric'].capitalize()} vs training time (median repeat by training time; ★ "
+                          f"target): {title}"), fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(out / "ttt_curve.png")
@@ -243,8 +250,9 @@ def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], 
         ax.text(train[i] + start[i], i, text, va="center", ha="left", fontsize=8)
     ax.invert_yaxis()
     ax.margins(x=0.35)
-    ax.set_xlabel("seconds to target: end to end = training + start-up (the repeat with the median end to end)")
-    ax.set_title(f"Time to {cfg['metric']} {cfg['target']:g}: {title}", fontsize=9)
+    ax.set_xlabel("seconds to target: end to end = training + start-up\n(the repeat with the median end to end)",
+                  fontsize=9)
+    ax.set_title(_wrapped(f"Time to {cfg['metric']} {cfg['target']:g}: {title}"), fontsize=9)
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.07 if len(shown) > 3 else 0.1, 1, 1))
     paths.append(out / "ttt_time.png")

@@ -1,5 +1,6 @@
-"""Nothing in a figure is cut off: every report's every figure is drawn at its saved size, and each text (titles,
-labels, tick labels, legends, notes) must lie inside the canvas. Rendered from the fixture runs of every kind."""
+"""Nothing in a figure is cut off: every report's every figure is drawn at its saved size, and everything matplotlib
+draws (titles, labels, tick labels, legends, notes) must lie inside the canvas. Rendered from the fixture runs of
+every kind."""
 
 import shutil
 
@@ -10,23 +11,26 @@ from harness.record import read_records
 
 from conftest import RUNS
 
+pytestmark = pytest.mark.slow  # draws every figure: seconds, so not in make test-fast
 KINDS = sorted({p.name.rsplit("_", 1)[0] for p in RUNS.iterdir() if (p / "records.jsonl").exists()})
 
 
 def _outside(fig) -> list[str]:
-    from matplotlib.text import Text
-
+    """What of the drawn figure lies outside its canvas: matplotlib's own tight box of every artist it draws (tick
+    labels outside an axis's view are not drawn, and not counted), against the canvas, in pixels."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     width, height = fig.canvas.get_width_height()
+    box = fig.get_tightbbox(renderer).transformed(fig.dpi_scale_trans)  # inches -> pixels
     cut = []
-    for t in fig.findobj(Text):
-        if not t.get_visible() or not t.get_text().strip():
-            continue
-        box = t.get_window_extent(renderer)
-        if box.x0 < -1 or box.y0 < -1 or box.x1 > width + 1 or box.y1 > height + 1:
-            cut.append(f"{t.get_text()[:60]!r} at x {box.x0:.0f}..{box.x1:.0f}, y {box.y0:.0f}..{box.y1:.0f} "
-                       f"of {width}x{height}")
+    if box.x0 < -1:
+        cut.append(f"{-box.x0:.0f} px cut on the left")
+    if box.y0 < -1:
+        cut.append(f"{-box.y0:.0f} px cut at the bottom")
+    if box.x1 > width + 1:
+        cut.append(f"{box.x1 - width:.0f} px cut on the right")
+    if box.y1 > height + 1:
+        cut.append(f"{box.y1 - height:.0f} px cut at the top")
     return cut
 
 
