@@ -61,12 +61,12 @@ LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"
 UI_INTERVAL_S = 1.0
 """How often the parent wakes to redraw the progress line while a launch runs."""
 NODE_GRACE_S = 5.0
+"""After one command of a multi-node launch failed: how long the others may take to fail by themselves."""
 STALL_S = 300.0
 """Default --stall-timeout: a launch whose rank 0 has not moved (phase or step) for this long after its gate opened
 is stopped as stalled, each local rank's Python stacks first written to its log."""
 STACK_DUMP_WAIT_S = 5.0
 """How long the stacks a stall asked for may take to reach the log (until it stops growing)."""
-"""After one command of a multi-node launch failed: how long the others may take to fail by themselves."""
 PASSED_TO_REMOTE = ("TORCH_EXTENSIONS_DIR", "COMPARE_FAULT")
 """Variables of compare's own environment that remote ranks get too (beyond the harness's): the JIT cache a
 DeepSpeed rank would otherwise rebuild, and the tests' fault injection."""

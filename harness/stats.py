@@ -82,8 +82,6 @@ def _betacf(a: float, b: float, x: float) -> float:
 
 def _betainc(a: float, b: float, x: float) -> float:
     """Regularized incomplete beta I_x(a, b)."""
-    import math
-
     if x <= 0.0:
         return 0.0
     if x >= 1.0:
@@ -122,8 +120,6 @@ def t_quantile(p: float, df: float) -> float:
 
 def log_moments(values: list[float]) -> tuple[float, float, int]:
     """Mean and sample variance of log(values), and n."""
-    import math
-
     logs = [math.log(v) for v in values]
     n = len(logs)
     mean = sum(logs) / n
@@ -134,8 +130,6 @@ def log_moments(values: list[float]) -> tuple[float, float, int]:
 def geomean_interval(values: list[float], confidence: float = CONFIDENCE) -> dict:
     """{"estimate", "lo", "hi", "n"} of positive per-launch values: the geometric mean and its Student t interval on
     the log scale; "lo"/"hi" are None below MIN_LAUNCHES launches."""
-    import math
-
     if not values or any(not v > 0 for v in values):
         raise ValueError(f"geomean_interval needs positive values, got {values}")
     mean, var, n = log_moments(values)
@@ -149,8 +143,6 @@ def geomean_interval(values: list[float], confidence: float = CONFIDENCE) -> dic
 def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> dict:
     """{"estimate", "lo", "hi", "n_a", "n_b", "df"} for geomean(a) / geomean(b), with Welch's t interval on the
     difference of log means; "lo"/"hi" are None unless both sides have MIN_LAUNCHES launches."""
-    import math
-
     ma, va, na = log_moments(a)
     mb, vb, nb = log_moments(b)
     out = {"estimate": math.exp(ma - mb), "lo": None, "hi": None, "n_a": na, "n_b": nb, "df": None}
