@@ -39,6 +39,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -270,6 +271,43 @@ def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) ->
     return rec["step_time_s"]["median"], steps[len(steps) // 10], rec["step_time_s"]["mean"], rec["cpu_s_per_step"]
 
 
+class Stopped(Exception):
+    """SIGTERM (a time box such as make gpu-check's) arrived: main() prints what the finished pairs measured."""
+
+
+def _stopped(signum, _frame) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def pairs(a, framework, workload, tmp, ratios, fast_ratios, mean_ratios, raws, harnesses, walls, tput, cpu) -> None:
+    """a.pairs interleaved launches of each side (the raw script first in odd pairs), appending to the lists."""
+    case = f"{framework}:{workload}"
+    for i in range(a.pairs):
+        order = ("raw", "harness") if i % 2 == 0 else ("harness", "raw")
+        got = {}
+        for side in order:
+            got[side] = (run_raw if side == "raw" else run_harness)(framework, workload, tmp, a.bind_cores)
+        (raw, raw_p10, raw_mean, raw_cpu), (har, har_p10, har_mean, har_cpu) = got["raw"], got["harness"]
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # a pair is recorded whole or not at all
+        if GPU["device"] == "cuda":
+            for side in ("raw", "harness"):
+                walls[side].append(1 / WALL[side])
+        tput["raw"].append(1 / raw_mean)
+        tput["harness"].append(1 / har_mean)
+        cpu["raw"].append(raw_cpu)
+        cpu["harness"].append(har_cpu)
+        raws.append(raw)
+        harnesses.append(har)
+        ratios.append(raw / har)  # harness throughput / raw throughput, at the median step
+        fast_ratios.append(raw_p10 / har_p10)  # the same at the 10th-percentile (fast, undisturbed) step
+        mean_ratios.append(raw_mean / har_mean)  # the same over the whole run (samples / total step time)
+        print(f"{case} pair {i + 1} ({order[0]} first): median step raw {raw * 1e3:.2f} ms, harness "
+              f"{har * 1e3:.2f} ms, ratio {ratios[-1]:.3f}; p10 step ratio {fast_ratios[-1]:.3f}; mean step raw "
+              f"{raw_mean * 1e3:.2f} ms, harness {har_mean * 1e3:.2f} ms, ratio {mean_ratios[-1]:.3f}",
+              flush=True)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=6)
@@ -299,7 +337,8 @@ def main() -> None:
             STEPS[w] = (warm, a.steps)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
           f"{'; both sides bound to cores' if a.bind_cores else ''}")
-    summary, cpu_summary = [], []
+    signal.signal(signal.SIGTERM, _stopped)
+    summary, cpu_summary, stopped = [], [], None
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         for case in a.cases.split(","):
@@ -308,33 +347,20 @@ def main() -> None:
             walls = {"raw": [], "harness": []}  # samples/s by the wall clock over the timed window, per launch
             tput = {"raw": [], "harness": []}  # samples/s over the timed window (1 / mean step), per launch
             cpu = {"raw": [], "harness": []}  # CPU seconds per timed step per rank, per launch
-            for i in range(a.pairs):
-                order = ("raw", "harness") if i % 2 == 0 else ("harness", "raw")
-                got = {}
-                for side in order:
-                    got[side] = (run_raw if side == "raw" else run_harness)(framework, workload, tmp, a.bind_cores)
-                (raw, raw_p10, raw_mean, raw_cpu), (har, har_p10, har_mean, har_cpu) = got["raw"], got["harness"]
-                if GPU["device"] == "cuda":
-                    for side in ("raw", "harness"):
-                        walls[side].append(1 / WALL[side])
-                tput["raw"].append(1 / raw_mean)
-                tput["harness"].append(1 / har_mean)
-                cpu["raw"].append(raw_cpu)
-                cpu["harness"].append(har_cpu)
-                raws.append(raw)
-                harnesses.append(har)
-                ratios.append(raw / har)  # harness throughput / raw throughput, at the median step
-                fast_ratios.append(raw_p10 / har_p10)  # the same at the 10th-percentile (fast, undisturbed) step
-                mean_ratios.append(raw_mean / har_mean)  # the same over the whole run (samples / total step time)
-                print(f"{case} pair {i + 1} ({order[0]} first): median step raw {raw * 1e3:.2f} ms, harness "
-                      f"{har * 1e3:.2f} ms, ratio {ratios[-1]:.3f}; p10 step ratio {fast_ratios[-1]:.3f}; mean step raw "
-                      f"{raw_mean * 1e3:.2f} ms, harness {har_mean * 1e3:.2f} ms, ratio {mean_ratios[-1]:.3f}",
-                      flush=True)
+            try:
+                pairs(a, framework, workload, tmp, ratios, fast_ratios, mean_ratios, raws, harnesses, walls, tput,
+                      cpu)
+            except Stopped as e:  # a time box's SIGTERM: what the finished pairs measured is still printed
+                stopped = f"stopped by {e} during pair {len(ratios) + 1} of {case}: the tables hold the pairs finished"
             if ratios:
                 summary.append((case, statistics.median(raws), statistics.median(harnesses), ratios, fast_ratios,
                                 mean_ratios, tput, cpu, walls))
+            if stopped:
+                break
             if a.cpu_rounds:
                 cpu_summary.append((case, cpu_per_step(framework, workload, tmp, a.bind_cores, a.cpu_rounds)))
+    if stopped:
+        print(f"\n{stopped}")
     if summary:
         print("\ncase                 raw ms/step  harness ms/step  harness/raw throughput: at the median step   "
               "at the p10 step   over the run (mean step), each median [min-max] over pairs")
@@ -352,8 +378,8 @@ def main() -> None:
     if summary and GPU["device"] == "cuda":
         # On a GPU the summed step events leave out what falls between steps; both sides' timed windows by the
         # wall clock (synchronised at both ends) hold it: the harness/raw ratio of those is what a job would get.
-        print(f"\ncase                 pairs  harness/raw samples/s by the wall clock over the timed window [95% "
-              f"interval]; the harness's step events / its own wall clock")
+        print("\ncase                 pairs  harness/raw samples/s by the wall clock over the timed window [95% "
+              "interval]; the harness's step events / its own wall clock")
         for case, _, _, _, _, _, tput, _, walls in summary:
             print(f"{case:20s} {len(walls['raw']):5d}  {_interval(ratio_interval(walls['harness'], walls['raw'])):36s}"
                   f"  {_interval(ratio_interval(tput['harness'], walls['harness']))}")

@@ -98,15 +98,16 @@ def test_a_step_that_only_queues_work_is_timed_with_its_kernels():
 
     clock = CudaEventClock(torch, warmup=0)
     host = []
-    for cycles in (1_000, 200_000_000):
+    # the first short one loads the kernel (CUDA's lazy module loading: ~9 ms on the H200), and is not compared
+    for cycles in (1_000, 1_000, 200_000_000):
         t0 = time.perf_counter()
         clock.start(1)
         torch.cuda._sleep(cycles)
         clock.stop(1)
         host.append(time.perf_counter() - t0)
-    short, long = clock.read()
+    _, short, long = clock.read()
     assert long > 20 * short and long > 0.01  # ~0.1 s at ~2 GHz
-    assert host[1] < long / 2  # the host did not wait for it: only the events saw the kernel
+    assert host[2] < long / 2  # the host did not wait for it: only the events saw the kernel
 
 
 def test_more_ranks_than_gpus_is_refused_up_front():
