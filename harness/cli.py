@@ -885,7 +885,7 @@ def index_cmd(directory: Path = typer.Argument(Path("results"), parser=_path,
     if (directory / "records.jsonl").exists():
         _fail(f"{directory} is a run's own directory (it holds records.jsonl); give the directory that holds the "
               f"runs, e.g. {directory.parent}")
-    if not any(directory.glob("*/records.jsonl")):
+    if not report.has_runs(directory):
         _fail(f"no runs under {directory} (no {directory}/*/records.jsonl); give the directory that holds them, "
               f"e.g. results")
     readme = directory / "README.md"

@@ -94,3 +94,31 @@ def test_tuning_variables_are_picked_from_the_environment_and_named_in_the_prove
         "the frameworks do, on top of the knobs shown): `NCCL_ALGO=Tree`"]
     assert tuning_line({"tuning_env": {}})[0].startswith("- Tuning variables: none of HOROVOD_*, NCCL_*, GLOO_*")
     assert tuning_line({}) == []  # records made before the variables were recorded
+
+
+def test_index_shows_each_runs_question_nested_runs_an_archive_and_a_benchmark_log(tmp_path):
+    # results/ as curated: a run with the question it answers, a GPU check holding two runs, an archive with its
+    # own index (left to it), and a benchmark's directory that is not a run
+    records = (RUN / "records.jsonl").read_text()
+    for name in ("a_run", "gpu_check/resnet50", "gpu_check/resnet50_apex", "archive/old_run"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "records.jsonl").write_text(records)
+    (tmp_path / "a_run" / "QUESTION").write_text("Which backend is fastest?\nsecond line ignored\n")
+    (tmp_path / "gpu_check" / "QUESTION").write_text("What a GPU | does")
+    report.index(tmp_path / "archive")
+    (tmp_path / "archive" / "QUESTION").write_text("Runs kept as a record")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "README.md").write_text("# how it was run\n")
+    (tmp_path / "bench" / "QUESTION").write_text("What does the harness cost?")
+    (tmp_path / "scratch").mkdir()  # neither a run nor a question: not listed
+    lines = report.index(tmp_path).read_text().splitlines()
+    assert lines[4] == "| question | run | workload | rows | world size | hardware | date (UTC) | command |"
+    rows = [line.split(" | ")[:3] for line in lines[6:]]
+    assert rows == [
+        ["| Which backend is fastest?", "[a_run](a_run/report.md)", "digits"],
+        ["| What a GPU \\| does", "[gpu_check/resnet50](gpu_check/resnet50/report.md)", "digits"],
+        ["| What a GPU \\| does", "[gpu_check/resnet50_apex](gpu_check/resnet50_apex/report.md)", "digits"],
+        ["| Runs kept as a record", "[archive/](archive/README.md)", "1 run, with an index of their own"],
+        ["| What does the harness cost?", "[bench/](bench/README.md)", "not a `compare` run: README.md says what "
+                                                                        "made it"],
+    ]
