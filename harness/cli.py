@@ -43,7 +43,7 @@ try:  # typer vendors click from 0.20 on
     from typer._click import exceptions as _clickerr
 except ImportError:  # pragma: no cover - older typer on a stand-alone click
     from click import exceptions as _clickerr
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 
 def _usage_line(exc) -> str:
@@ -63,7 +63,22 @@ def _usage_line(exc) -> str:
     return f"{message.rstrip('.')} (see {where[:-1]} --help`)"
 
 
-class _OneLineUsageErrors(TyperGroup):
+class _PlainHelpFlag:
+    """--help as a plain flag in --help itself (typer shows a `<bool>` placeholder beside it, as beside every flag
+    not declared with _flag)."""
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class _Command(_PlainHelpFlag, TyperCommand):
+    """Every subcommand."""
+
+
+class _OneLineUsageErrors(_PlainHelpFlag, TyperGroup):
     """Click's usage errors as one line on stderr and exit code 2, like every other bad input (click's own form is
     a usage line, a hint and a framed box)."""
 
@@ -94,8 +109,14 @@ class _OneLineUsageErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)  # the commands return nothing; typer.Exit(n) returns n
 
 
-app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Run one PyTorch workload through interchangeable data-parallel backends and compare them.")
+def _flag(default: bool, *decls: str, **kwargs) -> Any:
+    """A boolean option as a plain flag in --help: typer would show a `<bool>` placeholder beside it, which reads as
+    if `--bind-cores true` were accepted (it is not: a flag takes no value)."""
+    return typer.Option(default, *decls, metavar="", **kwargs)
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib import metadata
@@ -109,7 +130,7 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+def _root(version: bool = _flag(False, "--version", callback=_version, is_eager=True,
                                        help="Print compare's version and exit.")):
     """Run one PyTorch workload through interchangeable data-parallel backends and compare them."""
 
@@ -321,7 +342,7 @@ def _execute(execute, plan, *args):
         _fail(str(exc), 1)
 
 
-@app.command()
+@app.command(cls=_Command)
 def run(
     adapters_: Optional[str] = typer.Option(None, "--adapters", "-a",
                                             help="Comma-separated adapters; an entry NAME:KNOB=VALUE:... is one row "
@@ -343,15 +364,15 @@ def run(
     timeout: float = typer.Option(900.0, help="Seconds before a launch is killed and recorded as timeout."),
     stall_timeout: float = _stall_option(),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/<workload>_<hw>_<time>)."),
-    force: bool = typer.Option(False, help="Overwrite results already in --out."),
-    strict: bool = typer.Option(False, help="A named adapter that cannot run here is an error (exit 2), not an "
+    force: bool = _flag(False, help="Overwrite results already in --out."),
+    strict: bool = _flag(False, help="A named adapter that cannot run here is an error (exit 2), not an "
                                             "unavailable row."),
-    oversubscribe: bool = typer.Option(False, help="Allow more processes than usable cores (rows are labelled)."),
-    bind_cores: bool = typer.Option(False, "--bind-cores", help="Bind each process to its own share of the usable "
+    oversubscribe: bool = _flag(False, help="Allow more processes than usable cores (rows are labelled)."),
+    bind_cores: bool = _flag(False, "--bind-cores", help="Bind each process to its own share of the usable "
                                     "cores (every adapter alike; recorded). Default: the OS places the threads."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE, e.g. arch=resnet50."),
-    until_target: bool = typer.Option(False, "--until-target",
+    until_target: bool = _flag(False, "--until-target",
                                       help="Train every adapter until the workload's accuracy target (time to "
                                            "target); no warm-up is discarded."),
     eval_every: Optional[int] = typer.Option(None, "--eval-every",
@@ -441,7 +462,7 @@ def _resolved_command(plan) -> str:
     return shlex.join(args)
 
 
-@app.command("sbatch")
+@app.command("sbatch", cls=_Command, short_help="A ready sbatch script that runs this comparison under SLURM.")
 def sbatch_cmd(
     adapters_: Optional[str] = typer.Option(None, "--adapters", "-a", help="As for `compare run`."),
     workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="As for `compare run`."),
@@ -450,7 +471,7 @@ def sbatch_cmd(
     time_limit: Optional[str] = typer.Option(None, "--time", help="SLURM time limit, e.g. 00:30:00."),
     partition: Optional[str] = typer.Option(None, "--partition", help="SLURM partition."),
     job_name: str = typer.Option("compare", "--job-name", help="SLURM job name."),
-    exclusive: bool = typer.Option(True, help="Ask for whole nodes (--no-exclusive: share them)."),
+    exclusive: bool = _flag(True, help="Ask for whole nodes (--no-exclusive: share them)."),
     script: Optional[Path] = typer.Option(None, "--script", parser=_path,
                                           help="Write the script here (default: print it)."),
     world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="Must equal nodes x ntasks."),
@@ -461,9 +482,10 @@ def sbatch_cmd(
     equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps"),
     timeout: float = typer.Option(900.0), stall_timeout: float = _stall_option(),
     out: Optional[str] = typer.Option(None),
-    force: bool = typer.Option(False, help="Replace --script, and pass --force to the run."),
-    strict: bool = typer.Option(False), oversubscribe: bool = typer.Option(False),
-    bind_cores: bool = typer.Option(False, "--bind-cores", help="As for `compare run`."),
+    force: bool = _flag(False, help="Replace --script, and pass --force to the run."),
+    strict: bool = _flag(False, help="As for `compare run`."),
+    oversubscribe: bool = _flag(False, help="As for `compare run`."),
+    bind_cores: bool = _flag(False, "--bind-cores", help="As for `compare run`."),
     knob: list[str] = typer.Option([], "--knob", "-k"), option: list[str] = typer.Option([], "--option", "-o"),
     iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank."),
 ):
@@ -505,7 +527,7 @@ def sbatch_cmd(
     console.print(f"wrote {script}: submit it with `sbatch {script}`")
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Sweep world sizes: speed-up, efficiency, memory, prediction.")
 def scale(
     adapters_: Optional[str] = typer.Option(None, "--adapters", "-a",
                                             help="Comma-separated adapters (NAME:KNOB=VALUE:... for a variant; "
@@ -530,18 +552,18 @@ def scale(
     timeout: float = typer.Option(900.0, help="Seconds before a launch is killed and recorded as timeout."),
     stall_timeout: float = _stall_option(),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/scale_<workload>_<hw>_<time>)."),
-    force: bool = typer.Option(False, help="Overwrite results already in --out."),
-    strict: bool = typer.Option(False, help="A named adapter that cannot run here is an error (exit 2)."),
-    oversubscribe: bool = typer.Option(False, help="Allow world sizes above the usable cores (labelled "
+    force: bool = _flag(False, help="Overwrite results already in --out."),
+    strict: bool = _flag(False, help="A named adapter that cannot run here is an error (exit 2)."),
+    oversubscribe: bool = _flag(False, help="Allow world sizes above the usable cores (labelled "
                                                    "oversubscribed everywhere)."),
-    bind_cores: bool = typer.Option(False, "--bind-cores", help="Bind each process to its own share of the usable "
+    bind_cores: bool = _flag(False, "--bind-cores", help="Bind each process to its own share of the usable "
                                     "cores (every adapter alike; recorded). Default: the OS places the threads."),
     straggler: Optional[str] = typer.Option(None, help="RANK:FACTOR: that rank computes FACTOR times slower."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE."),
     comm: list[Path] = typer.Option([], "--comm", parser=_path, help="`compare comm` results to calibrate the model "
                                                                      "with (default: measure them here)."),
-    model: bool = typer.Option(True, help="Calibrate the performance model and predict (--no-model: skip the "
+    model: bool = _flag(True, help="Calibrate the performance model and predict (--no-model: skip the "
                                           "comm sweep and the prediction)."),
     profile: list[str] = typer.Option(["h100-sxm-ndr400"], "--profile",
                                       help="Hardware profile(s) to extrapolate to (see `compare predict --list`)."),
@@ -584,7 +606,7 @@ def scale(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="The performance model: predicted against measured, extrapolated.")
 def predict(
     directories: Optional[list[Path]] = typer.Argument(
         None, metavar="DIRECTORY", show_default=False, parser=_path,
@@ -594,7 +616,7 @@ def predict(
                                                             "sweep's; with several directories, only those "
                                                             "given)."),
     to: int = typer.Option(1024, "--to", help="Largest world size predicted."),
-    list_profiles: bool = typer.Option(False, "--list", help="List the hardware profiles and exit."),
+    list_profiles: bool = _flag(False, "--list", help="List the hardware profiles and exit."),
 ):
     """The performance model: predicted vs measured for scale sweeps (and its accuracy over several), extrapolation
     to a hardware profile, and the check against published scaling results."""
@@ -778,7 +800,7 @@ def _read_run(directory: Path, written_by: str = "`compare run`, `comm` or `scal
     return records
 
 
-@app.command("comm")
+@app.command("comm", cls=_Command, short_help="Benchmark and check collectives per backend.")
 def comm_cmd(
     backends: Optional[str] = typer.Option(None, help="Comma-separated backends (default: all; unavailable ones "
                                                       "become rows with their reason)."),
@@ -796,10 +818,10 @@ def comm_cmd(
     timeout: float = typer.Option(900.0, help="Seconds before a backend's launch is killed."),
     stall_timeout: float = _stall_option(),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/comm_<hw>_n<N>_<time>)."),
-    force: bool = typer.Option(False, help="Overwrite results already in --out."),
-    strict: bool = typer.Option(False, help="A named backend that cannot run here is an error (exit 2)."),
-    oversubscribe: bool = typer.Option(False, help="Allow more ranks than usable cores (labelled)."),
-    bind_cores: bool = typer.Option(False, "--bind-cores", help="Bind each process to its own share of the usable "
+    force: bool = _flag(False, help="Overwrite results already in --out."),
+    strict: bool = _flag(False, help="A named backend that cannot run here is an error (exit 2)."),
+    oversubscribe: bool = _flag(False, help="Allow more ranks than usable cores (labelled)."),
+    bind_cores: bool = _flag(False, "--bind-cores", help="Bind each process to its own share of the usable "
                                     "cores (every adapter alike; recorded). Default: the OS places the threads."),
     hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
                                                                "(the world size is the sum of the slots)."),
@@ -847,7 +869,7 @@ def comm_cmd(
         raise typer.Exit(1)
 
 
-@app.command("report")
+@app.command("report", cls=_Command, short_help="Re-render a run's report.md and plots from its records.")
 def report_cmd(directory: Path = typer.Argument(..., parser=_path, help="A run directory holding records.jsonl.")):
     """Re-render report.md and the plots of a run from its records.jsonl alone."""
     from harness import report
@@ -873,10 +895,10 @@ def report_cmd(directory: Path = typer.Argument(..., parser=_path, help="A run d
     console.print(f"wrote {directory}/report.md and plots")
 
 
-@app.command("index")
+@app.command("index", cls=_Command, short_help="Regenerate DIR/README.md, the index of the runs under DIR.")
 def index_cmd(directory: Path = typer.Argument(Path("results"), parser=_path,
                                               help="Directory of runs (default: results)."),
-              force: bool = typer.Option(False, help="Replace a DIR/README.md that `compare index` did not write.")):
+              force: bool = _flag(False, help="Replace a DIR/README.md that `compare index` did not write.")):
     """Regenerate DIR/README.md, the index of the runs under DIR, from their records."""
     from harness import report
 
@@ -900,10 +922,10 @@ def index_cmd(directory: Path = typer.Argument(Path("results"), parser=_path,
     console.print(f"wrote {path}")
 
 
-@app.command("list")
+@app.command("list", cls=_Command)
 def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu or cuda."),
              world_size: int = typer.Option(2, "--world-size", "-n"),
-             oversubscribe: bool = typer.Option(False, help="Check a world size above the usable cores, as "
+             oversubscribe: bool = _flag(False, help="Check a world size above the usable cores, as "
                                                               "`compare run --oversubscribe` would run it.")):
     """Every adapter and workload, with availability and the reason."""
     from rich.table import Table
@@ -939,7 +961,7 @@ def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu 
     console.print(w)
 
 
-@app.command("knobs")
+@app.command("knobs", cls=_Command, short_help="Every knob of an adapter (or option of a workload).")
 def knobs_cmd(name: Optional[str] = typer.Argument(None, help="An adapter or a workload (default: every adapter).")):
     """Every knob of an adapter (or option of a workload): the values it takes, its default and what it does, read
     from the declaration that checks them."""
@@ -969,13 +991,13 @@ def knobs_cmd(name: Optional[str] = typer.Argument(None, help="An adapter or a w
                 console.print(f"      {escape(r['doc'])}")
 
 
-@app.command("doctor")
+@app.command("doctor", cls=_Command, short_help="This machine's noise floor and the precision reachable here.")
 def doctor_cmd(
     launches: int = typer.Option(5, "--launches", help="Launches of the row whose variation is measured (3 to 50)."),
     adapter: str = typer.Option("ddp", "--adapter", "-a", help="The row to launch (an adapter, with knobs if any)."),
     workload: str = typer.Option(workloads.DEFAULT, "--workload", "-w", help="Workload name (see `compare list`)."),
     steps: Optional[int] = typer.Option(None, help="Timed steps per launch (default: the workload's)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    as_json: bool = _flag(False, "--json", help="Print JSON instead of text."),
 ):
     """This machine's noise floor: what it is doing, how much one row varies from launch to launch, and what
     precision a comparison can reach here in what time (nothing is written)."""
@@ -1018,9 +1040,9 @@ class _QuietUI(RunUI):
         pass
 
 
-@app.command("env")
-def env_cmd(as_json: bool = typer.Option(False, "--json", help="Print everything as JSON."),
-            full: bool = typer.Option(False, "--full", help="Print everything (torch's parallel info, each "
+@app.command("env", cls=_Command, short_help="Versions, devices, launchers: paste into a bug report.")
+def env_cmd(as_json: bool = _flag(False, "--json", help="Print everything as JSON."),
+            full: bool = _flag(False, "--full", help="Print everything (torch's parallel info, each "
                                                             "framework's build check) instead of the summary.")):
     """Versions, devices, threads and launchers in a few lines: paste this into a bug report (--full: all of it)."""
     from harness import env as envmod

@@ -79,3 +79,25 @@ def test_every_option_of_every_subcommand_is_documented():
                for opt in prm.opts if opt.startswith("--") and opt != "--help"
                and not re.search(re.escape(opt) + r"(?![\w-])", text)]
     assert not missing, f"options no page of README.md or docs/ names: {missing}"
+
+
+def test_help_is_whole_at_80_columns_and_shows_flags_without_a_value_placeholder():
+    # typer put `<bool>` beside every flag, which reads as if `--bind-cores true` were accepted (a flag takes no
+    # value), and its boxed tables cut descriptions at 80 columns with "…"; click's plain layout wraps them
+    import typer
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    runner = CliRunner()
+    names = [""] + list(typer.main.get_command(app).commands)
+    for name in names:
+        got = runner.invoke(app, [name, "--help"] if name else ["--help"], env={"COLUMNS": "80"})
+        assert got.exit_code == 0, (name, got.output)
+        assert "--help" in got.output and "<bool>" not in got.output, (name, got.output)
+        lines = got.output.splitlines()
+        assert all(len(line) <= 80 for line in lines), (name, max(lines, key=len))
+        assert "…" not in got.output, (name, got.output)
+        if not name:  # click shortens a command's line in the list with "..."
+            commands = lines[lines.index("Commands:") + 1:]
+            assert len(commands) >= 10 and not any(line.endswith("...") for line in commands), got.output
