@@ -189,7 +189,8 @@ class Adapter(ABC):
         self.optimizer: torch.optim.Optimizer | None = None
         self.phase: Callable[[str], None] = lambda text: None
         """Set by the rank: call it with a short text to show in the live progress line (e.g. a one-time
-        build during setup, so a user sees why the first launch is slow)."""
+        build during setup, so a user sees why the first launch is slow); without a terminal the parent prints it
+        once."""
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod

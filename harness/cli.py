@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -206,6 +206,7 @@ class RunUI:
     def __init__(self):
         self.live = console.is_terminal
         self.tasks: dict[tuple[str, int], int] = {}
+        self.said: dict[tuple[str, int], set[str]] = {}
         self.bar = None
         if self.live:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -248,6 +249,12 @@ class RunUI:
         if self.bar:
             self.bar.update(self.tasks[(name, repeat)], completed=pr.get("step", 0), phase=escape(pr.get("phase", "")))
             self.bar.refresh()
+            return
+        said = self.said.setdefault((name, repeat), set())
+        for note in pr.get("notes", []):  # an adapter's word on a slow set-up: no live line here to show it
+            if note not in said:
+                said.add(note)
+                console.print(f"  {escape(self._label(name, repeat))}: {escape(note)}")
 
     def _done(self, name, repeat, text, complete):
         if self.bar:

@@ -642,6 +642,8 @@ class Launch:
         if self.on_progress:
             pr = progress_file.read(self.spec.progress_path)
             if pr:
+                pr["notes"] = list(dict.fromkeys(e[len(progress_file.NOTE):] for e in self.events
+                                                 if e.startswith(progress_file.NOTE)))  # every rank may say it
                 self.on_progress(pr)
 
     def _until(self) -> float | None:

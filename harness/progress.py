@@ -83,6 +83,9 @@ class Writer:
 #   parent's poll at once, so it can start the next launch (no polling either side).
 GATE = "gate.lock"
 EVENTS = "events.fifo"
+NOTE = "note "
+"""The events a rank sends that start with this are an adapter's words for the user (e.g. "first run:
+JIT-compiling ..."): the parent hands them to its progress display, which prints each once without a terminal."""
 
 
 def pass_gate(rank_dir: Path) -> float:

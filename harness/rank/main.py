@@ -254,7 +254,14 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     adapter = adapters.get(spec.adapter)(spec.knobs, spec.device)
     adapter.import_framework()
     marks("imports_done")
-    adapter.phase = progress.phase  # an adapter may say what a slow set-up is doing (a one-time JIT build)
+
+    def adapter_phase(text: str) -> None:
+        """An adapter's word on what a slow set-up is doing (a one-time JIT build): the live progress line shows
+        it, and the parent prints it once where there is no live line (CI logs, pipes)."""
+        progress.phase(text)
+        progress_file.send_event(Path(spec.rank_dir), progress_file.NOTE + text)
+
+    adapter.phase = adapter_phase
     progress.phase("setup")
     info = adapter.setup(spec)
     cores = bind_cores(info.local_rank, spec.threads) if spec.bind_cores else None

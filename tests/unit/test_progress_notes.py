@@ -1,0 +1,52 @@
+"""An adapter's word on a slow set-up (DeepSpeed's one-time JIT build: ~35-65 s on 2 cores) reaches a user who has
+no terminal: the rank sends it as a note event beside the live phase, the launch hands the notes to the progress
+display, and without a live line the display prints each once (CI logs and pipes used to show ~30 s of silence
+after "launching")."""
+
+import io
+import os
+
+from rich.console import Console
+
+from harness import progress as progress_file
+from harness.launch import Launch
+from harness.spec import RunSpec
+
+
+def test_a_note_sent_by_ranks_reaches_the_display_once(tmp_path):
+    spec = RunSpec(adapter="x", workload="digits", world_size=2, device="cpu", global_batch=64, steps=10, warmup=2,
+                   threads=1, rank_dir=str(tmp_path))
+    progress_file.create(spec.progress_path, 12)
+    seen = []
+    launch = Launch(None, spec, timeout_s=900, on_progress=seen.append)
+    os.mkfifo(tmp_path / progress_file.EVENTS)
+    launch._events = os.open(tmp_path / progress_file.EVENTS, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        for rank in range(2):  # every rank says it: the note is one
+            progress_file.send_event(tmp_path, progress_file.NOTE + "first run: JIT-compiling deepspeed_shm_comm")
+        progress_file.send_event(tmp_path, "timed_done")
+        launch._read_events()
+    finally:
+        os.close(launch._events)
+    progress_file.Writer(spec.progress_path).phase("first run: JIT-compiling deepspeed_shm_comm")
+    launch._progress()
+    assert seen[-1]["notes"] == ["first run: JIT-compiling deepspeed_shm_comm"]
+    assert "timed_done" in launch.events
+
+
+def test_without_a_terminal_each_note_is_printed_once_per_launch(monkeypatch):
+    from harness import cli
+
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=out, force_terminal=False, width=150))
+    ui = cli.RunUI()
+    assert ui.bar is None
+    note = {"phase": "setup", "step": 0, "total": 12, "notes": ["first run: JIT-compiling deepspeed_shm_comm"]}
+    for _ in range(3):  # redrawn every second while the build runs
+        ui.progress("deepspeed", 0, note)
+    ui.progress("deepspeed", 1, note)  # a second launch that builds again says so again
+    ui.progress("ddp", 0, {"phase": "timed", "step": 3, "total": 12, "notes": []})
+    assert out.getvalue().splitlines() == [
+        "  deepspeed: first run: JIT-compiling deepspeed_shm_comm",
+        "  deepspeed (repeat 2): first run: JIT-compiling deepspeed_shm_comm",
+    ]
