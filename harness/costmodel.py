@@ -627,8 +627,9 @@ def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
                n: int) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[tuple[str, float]]]:
     """DeepSpeed's collectives in one step as (op, bytes), in three phases: during forward, during backward, and
     after backward (before or around the optimizer step). `grads`: (bytes, ready time) per parameter, in the order
-    backward makes them ready (the reverse of forward's). Keys a schedule may leave out take DeepSpeed 0.19's
-    behaviour, counted in a real run (tests/distributed/test_deepspeed_collectives.py):
+    backward makes them ready (the reverse of forward's). What DeepSpeed 0.19 does, as
+    counted in a real run (tests/distributed/test_deepspeed_collectives.py), read from the schedule's keys (each
+    declared by the adapter, with DeepSpeed's defaults resolved there, never restated here):
     - ZeRO-0 all-reduces the gradients after backward;
     - ZeRO-1/2 reduce them with `grad_reduce` (DeepSpeed: an all-reduce, each rank keeping its partition:
       stage_1_and_2.py average_tensor with use_multi_rank_bucket_allreduce on by default), bucket by bucket
@@ -639,17 +640,17 @@ def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
     stage = schedule["stage"]
     sizes = [b for b, _ in grads]
     total = sum(sizes)
-    op = schedule.get("grad_reduce", "reduce_scatter" if stage == 3 else "all_reduce")
-    cap = schedule.get("bucket_elems", 0) * 4 if stage >= 1 else 0  # reduce_bucket_size, fp32 elements
+    op = schedule["grad_reduce"]
+    cap = schedule["bucket_elems"] * 4 if stage >= 1 else 0  # reduce_bucket_size, fp32 elements
     reduce = [(op, b) for b in ipg_buckets(sizes, cap)]
-    norm = [("all_reduce", 4)] if stage >= 1 and schedule.get("norm_allreduce", True) else []
+    norm = [("all_reduce", 4)] if stage >= 1 and schedule["norm_allreduce"] else []
     if stage == 0:
         return [], [], reduce
     if stage in (1, 2):
         return [], [], reduce + norm + [("all_gather", total)]
     order = sizes[::-1]  # forward's order
     forward = [("all_gather", b) for b in order]
-    reuse = schedule.get("reuse_elems", 1e9) * 4
+    reuse = schedule["reuse_elems"] * 4
     again = [("all_gather", b) for i, b in enumerate(order) if 2 * sum(order[i + 1:]) >= reuse]
     return forward, again[::-1] + reduce, norm
 

@@ -117,6 +117,22 @@ def shares_cores(rec: dict[str, Any]) -> bool:
     return threads >= rec["env"]["cpu_cores_usable"]
 
 
+def comm_schedule_of(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The schedule a record keeps (what its adapter declared for its knobs when it ran), with any key that a record
+    made before the key existed lacks taken from what the same adapter declares for the same knobs today: a
+    framework's defaults are written once, in its adapter, and never restated by the model."""
+    recorded = record.get("comm_schedule")
+    if not recorded:
+        return recorded
+    import adapters
+
+    try:
+        declared = adapters.get(record["adapter"])((record.get("controls") or {}).get("knobs") or {}).comm_schedule()
+    except Exception:  # noqa: BLE001 - an adapter or knob gone since: the record's own schedule, as it was
+        return recorded
+    return {**declared, **recorded} if declared and declared.get("kind") == recorded.get("kind") else recorded
+
+
 def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """label -> {"schedule", "curve", "collectives", "source", "optimizer_state_bytes", ...}."""
     out: dict[str, dict[str, Any]] = {}
@@ -127,7 +143,7 @@ def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict
         any_ok = [r for r in records if r["label"] == label and r["status"] == "ok" and r.get("scale")]
         if not any_ok:
             continue
-        schedule = any_ok[0].get("comm_schedule")
+        schedule = comm_schedule_of(any_ok[0])
         prof = median_profile(one)
         if prof is not None:
             overhead = max(0.0, _mean_step(one) - prof["batches"][0]["compute_s"])

@@ -88,10 +88,24 @@ def test_horovod_fuses_what_became_ready_while_its_thread_was_busy():
     assert cm.predict_step({**hvd, "fusion_bytes": MiB}, c, PerMiB(1e-3), 2).comm_s == pytest.approx(3e-3)
 
 
+def zero(stage, **keys):
+    """A ZeRO schedule with every key the model reads, as the DeepSpeed adapter declares them (one reduce bucket
+    here), `keys` overriding."""
+    return {"kind": "zero", "stage": stage, "overlap": False, "grad_reduce": "reduce_scatter" if stage == 3 else
+            "all_reduce", "norm_allreduce": stage >= 1, "reuse_elems": 1e9, "bucket_elems": 0, **keys}
+
+
+def test_the_model_restates_no_framework_default():
+    # DeepSpeed's defaults (reduce_bucket_size 5e8, stage3_max_reuse_distance 1e9, ...) live in its adapter: a
+    # schedule without them is refused by the model, not completed with a copy
+    with pytest.raises(KeyError):
+        cm.zero_calls({"kind": "zero", "stage": 2, "overlap": False}, [(MiB, 1.0)], 2)
+
+
 def test_zero_stages_move_and_hide_what_deepspeed_does():
     c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
     coll = PerMiB(0.1)
-    z = lambda stage, overlap=False: {"kind": "zero", "stage": stage, "overlap": overlap}  # noqa: E731
+    z = lambda stage, overlap=False: zero(stage, overlap=overlap)  # noqa: E731
     assert cm.predict_step(z(0), c, coll, 3).step_s == pytest.approx(1 + 2 + 0.6 + 0.3)  # one all-reduce after
     # ZeRO-1/2: all-reduce + all-gather after backward, the optimizer on a third of the parameters
     assert cm.predict_step(z(2), c, coll, 3).step_s == pytest.approx(1 + 2 + 0.2 + 0.3 + 0.3)
@@ -108,7 +122,7 @@ def test_zero_stages_move_and_hide_what_deepspeed_does():
 
 def test_zero_calls_are_the_collectives_deepspeed_issues_per_step():
     grads = [(2 * MiB, 1.0), (MiB, 2.0)]  # backward order: the last layer's 2 MiB first
-    z = lambda stage, **k: {"kind": "zero", "stage": stage, **k}  # noqa: E731
+    z = zero
     assert cm.zero_calls(z(0), grads, 2) == ([], [], [("all_reduce", 3 * MiB)])
     for stage in (1, 2):
         assert cm.zero_calls(z(stage), grads, 2) == (
@@ -134,7 +148,7 @@ def test_zero_from_stage_1_all_reduces_the_gradient_norm_every_step():
             return 0.0 if n <= 1 else 1e-3
 
     c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
-    z = lambda stage, **k: {"kind": "zero", "stage": stage, "overlap": False, **k}  # noqa: E731
+    z = zero
     assert cm.predict_step(z(0), c, Calls(), 2).comm_s == pytest.approx(1e-3)  # the gradients' all-reduce
     # reduce-scatter, the norm's all-reduce, all-gather
     assert cm.predict_step(z(2), c, Calls(), 2).comm_s == pytest.approx(3e-3)

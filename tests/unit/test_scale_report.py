@@ -329,3 +329,18 @@ def test_a_comm_launch_that_measured_nothing_is_named_with_its_reason(tmp_path):
                         "rank 0 in all_reduce of 4,194,304 bytes; comm_n2/report.md)"]
     md = "\n".join(scale_model.section(out, records, scale.table(records))[0])
     assert f"- {problems[0]}: the model has no collectives from it." in md
+
+
+def test_a_schedule_recorded_before_a_key_existed_takes_it_from_the_adapter_not_from_the_model():
+    from harness.record import read_records
+    from harness.report.scale_model import comm_schedule_of
+
+    records = read_records(RUNS / "scale_digits_cpu2_20261124-041536" / "records.jsonl")
+    old = next(r for r in records if r["label"] == "deepspeed:zero_stage=3")
+    assert "reuse_elems" not in old["comm_schedule"]  # recorded before DeepSpeed's reuse distance was modelled
+    got = comm_schedule_of(old)
+    import adapters
+
+    today = adapters.get("deepspeed")({"zero_stage": 3}).comm_schedule()
+    assert got == {**today, **old["comm_schedule"]} and got["reuse_elems"] == today["reuse_elems"]
+    assert comm_schedule_of({**old, "adapter": "gone"}) == old["comm_schedule"]  # an adapter removed since
