@@ -244,12 +244,12 @@ class Adapter(ABC):
 
     def comm_schedule(self) -> dict[str, Any] | None:
         """How this framework moves gradients in one training step with these knobs (its defaults where a knob is
-        unset), for the scaling model (harness/costmodel.py); recorded in every row. None: no communication.
+        unset), for the scaling model (harness/model/costmodel.py); recorded in every row. None: no communication.
 
         One of: {"kind": "buckets", "bucket_bytes", "first_bucket_bytes", "overlap"} (all-reduce each bucket as
         its gradients are ready, DDP-style); {"kind": "fusion", "fusion_bytes", "cycle_s"} (a background cycle
         fuses what is ready, Horovod-style); {"kind": "zero", "stage", "overlap", "bucket_elems", "grad_reduce",
-        "norm_allreduce", "reuse_elems"} (DeepSpeed: harness/costmodel.py zero_calls); {"kind": "fsdp",
+        "norm_allreduce", "reuse_elems"} (DeepSpeed: harness/model/costmodel.py zero_calls); {"kind": "fsdp",
         "reshard_after_forward", "gather_scale", "replicas", "overlap"} (FSDP2: per-unit all-gathers and
         reduce-scatters); {"kind": "replicate"} (one process broadcasting to and reducing from several devices). Every kind also has "comm_backend" (the
         `compare comm` backend whose measured collectives it uses) and "wire_scale" (bytes on the wire per

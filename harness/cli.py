@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -627,8 +626,10 @@ def predict(
 ):
     """The performance model: predicted vs measured for scale sweeps (and its accuracy over several), extrapolation
     to a hardware profile, and the check against published scaling results."""
-    from harness import costmodel
-    from harness.report import MALFORMED, scale_model
+    from harness.model import calibration as scale_model
+    from harness.model import costmodel, render
+    from harness.report import MALFORMED
+    from harness.report import scale as report_scale
 
     names = costmodel.profiles()
     if list_profiles:
@@ -666,12 +667,13 @@ def predict(
     judged: list[tuple[Path, list[dict], list[dict]]] = []
     for directory, records in sweeps.values():
         try:
-            rows = _predict_sweep(directory, records, profile, to, extrapolate=len(sweeps) == 1 or bool(profile))
+            rows = render.predict_sweep(console.print, directory, records, report_scale.table(records), profile, to,
+                                        extrapolate=len(sweeps) == 1 or bool(profile))
         except MALFORMED as exc:
             _fail(_malformed(directory, exc, "predict from"))
         judged.append((directory, records, scale_model.judged(rows)))
     if len(sweeps) > 1:
-        for line in _accuracy_lines(judged):
+        for line in render.accuracy_lines(judged):
             console.print(escape(line))
     console.print("[bold]published results vs the model[/]")
     problems: list[str] = []
@@ -680,103 +682,6 @@ def predict(
         console.print(f"[yellow]warning[/]: {escape(line)}")
     for line in scale_model.published_lines(checks):
         console.print(escape(line))
-
-
-def _predict_sweep(directory: Path, records: list[dict], profile: list[str], to: int, *,
-                   extrapolate: bool = True) -> list[dict]:
-    """`compare predict DIR`: predicted vs measured, then (`extrapolate`) the extrapolation to each profile. Returns
-    the predicted-vs-measured rows."""
-    from harness import costmodel
-    from harness.report import scale as report_scale
-    from harness.report import scale_model
-
-    tab = report_scale.table(records)
-    problems: list[str] = []
-    cal = scale_model.calibrate(records, scale_model.comm_records(directory, problems))
-    for line in problems:
-        console.print(f"[yellow]warning[/]: {escape(line)}: the model has no collectives from it")
-    console.print(f"[bold]predicted vs measured[/] ({directory})")
-    rows = scale_model.predict_measured(records, tab, cal)
-    for r in rows:
-        over = " (oversubscribed)" if r["oversubscribed"] else ""
-        pred = (f"{r['predicted_s'] * 1e3:.2f} ms ({r['error']:+.0%})" if "predicted_s" in r
-                else f"– ({r['why_not']})")
-        console.print(f"  {escape(r['label'])} n={r['n']}{over}: measured {r['measured_s'] * 1e3:.2f} ms "
-                      f"(mean step; median {r['measured_median_s'] * 1e3:.2f}), predicted {escape(pred)}")
-    real = scale_model.judged(rows)
-    if real:
-        console.print(f"  within ±10% of the mean step at {scale_model.within(real)} of {len(real)} points above "
-                      f"world size 1, not oversubscribed (of the median step: "
-                      f"{scale_model.within(real, 'error_median')})")
-    if not extrapolate:
-        return rows
-    sweep = records[0].get("scale_sweep") or {}
-    for name in profile or sweep.get("profiles") or ["h100-sxm-ndr400"]:
-        if name not in costmodel.profiles():  # named by the sweep's records, not typed (that is checked)
-            console.print(f"unknown hardware profile {escape(name)} named by the sweep: no extrapolation to it")
-            continue
-        try:
-            fabric = costmodel.load_profile(name)
-        except costmodel.BadProfile as exc:
-            console.print(f"{escape(str(exc))}: no extrapolation to it")
-            continue
-        console.print(f"[bold]{name}[/] ({fabric.device}), weak scaling, parallel efficiency "
-                      f"(utilisation {scale_model.UTILISATION[0]:.0%} / {scale_model.UTILISATION[1]:.0%} / "
-                      f"{scale_model.UTILISATION[2]:.0%} of peak):")
-        for label, c in cal.items():
-            batch = c["profile"]["batches"][0]["per_rank_batch"]
-            rows = scale_model.extrapolate(c, fabric, batch, to)
-            if not rows:
-                console.print(f"  {escape(label)}: no FLOP count or no peak for its precision on this profile")
-                continue
-            cells = [f"N={r['n']}: " + (f"{r['low']:.0%}–{r['high']:.0%}" if r["n"] > costmodel.BOUNDS_FROM
-                                        else f"{r['mid']:.0%}") for r in rows if r["n"] >= 8]
-            console.print(f"  {escape(label)} (batch {batch}/GPU): " + ", ".join(cells))
-    return rows
-
-
-def _sweep_kind(records: list[dict]) -> str:
-    """"digits, strong scaling, bound to cores": what a sweep's points have in common, to group sweeps by."""
-    first = records[0]
-    bound = any((r.get("controls") or {}).get("bind_cores") for r in records)
-    return (f"{first.get('workload', '?')}, {(first.get('scale') or {}).get('scaling', 'strong')} scaling"
-            + (", bound to cores" if bound else ""))
-
-
-def _accuracy_lines(judged: list[tuple[Path, list[dict], list[dict]]]) -> list[str]:
-    """`compare predict DIR DIR ...`: the model's step-time accuracy over every sweep given, per kind of sweep,
-    beside how far the measurement itself moved between a point's repeats."""
-    from harness.report import scale_model
-
-    def share(rows, key="error"):
-        return f"{scale_model.within(rows, key)} of {len(rows)}"
-
-    every = [r for _, _, rows in judged for r in rows]
-    lines = [f"the model across {len(judged)} sweeps: the step time within ±10% of the measured mean step at "
-             f"{share(every)} points above world size 1, not oversubscribed (of the median step: "
-             f"{share(every, 'error_median')})"]
-    kinds: dict[str, list[list[dict]]] = {}
-    for _, records, rows in judged:
-        kinds.setdefault(_sweep_kind(records), []).append(rows)
-    for kind, sweeps in sorted(kinds.items()):
-        rows = [r for s in sweeps for r in s]
-        if not rows:
-            lines.append(f"  {kind} ({len(sweeps)} sweeps): no point above world size 1 predicted")
-            continue
-        per = [scale_model.within(s) for s in sweeps if s]
-        errors = [abs(r["error"]) for r in rows]
-        lines.append(f"  {kind} ({len(sweeps)} sweep{'s' if len(sweeps) > 1 else ''}): {share(rows)}; per sweep "
-                     f"{min(per)} to {max(per)}; |error| median {statistics.median(errors):.0%}, largest "
-                     f"{max(errors):.0%}")
-    spread = [r for r in every if len(r["measured_repeats_s"]) > 1]
-    if spread:
-        widths = [scale_model.repeat_spread(r) for r in spread]
-        inside = sum(min(r["measured_repeats_s"]) <= r["predicted_s"] <= max(r["measured_repeats_s"]) for r in spread)
-        lines.append(f"how far the measurement itself moved: at the {len(spread)} points with repeats, the repeats' "
-                     f"mean steps spread over a median {statistics.median(widths):.0%} of the point's mean (up to "
-                     f"{max(widths):.0%}); the prediction fell inside its point's range of repeats at {inside} of "
-                     f"{len(spread)}")
-    return lines
 
 
 def _malformed(directory: Path, exc: Exception, doing: str = "make a report of") -> str:

@@ -32,7 +32,7 @@ from typing import Any
 
 import adapters
 from harness import comm as commmod
-from harness import costmodel
+from harness.model import costmodel
 from harness import env as envmod
 from harness import outdir
 from harness import runner as core

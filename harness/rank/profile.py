@@ -1,5 +1,5 @@
 """A rank's own compute, measured apart from any communication: the load-balance split of `compare scale` and the
-compute input of its performance model (harness/costmodel.py).
+compute input of its performance model (harness/model/costmodel.py).
 
 Runs in: every rank of a launch whose spec asks for it (`spec.profile`), after the timed steps and before rank 0
 tells the parent that the measurement is over, so no other launch runs meanwhile.

@@ -1,6 +1,6 @@
 """The report of a `compare scale` sweep (records of kind "scale"): per adapter and world size, throughput,
 speed-up, parallel efficiency, step times, memory per rank and load balance; the performance model's calibration,
-its predicted-vs-measured table and its extrapolation to a hardware profile (harness/costmodel.py); plots.
+its predicted-vs-measured table and its extrapolation to a hardware profile (harness/model/costmodel.py); plots.
 
 Runs in: the parent; reads nothing but the sweep's records and the `compare comm` records it kept in
 `comm_n<N>/`, so `compare report DIR` re-renders it.
@@ -218,9 +218,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     md += _notes(records, tab, sweep, over)
     model_md, model_plots = [], []
     try:
-        from harness.report import scale_model
+        from harness.model import render
 
-        model_md, model_plots = scale_model.section(out, records, tab)
+        model_md, model_plots = render.section(out, records, tab)
     except Exception as exc:  # noqa: BLE001 - the measured tables must never be lost to the model
         model_md = [f"The performance model could not be evaluated: {type(exc).__name__}: {exc}", ""]
     plots = plot(out, records, tab)

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/benchmarks/bench_step_parts.py [--workload digits] [--rounds 6] [--seconds 1.5]
 
-`compare scale`'s model (harness/costmodel.py) predicts a step as the sum of its parts: the compute measured alone,
+`compare scale`'s model (harness/model/costmodel.py) predicts a step as the sum of its parts: the compute measured alone,
 plus each collective at its mean time in a `compare comm` sweep (timed back to back), plus the framework's
 overhead. This checks that sum against the step it stands for, with no framework in the way and at one time, so
 that the drift of the machine between the sweep's launches is not in it: one launch (torchrun, 2 ranks, gloo, one

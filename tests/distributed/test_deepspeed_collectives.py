@@ -1,4 +1,4 @@
-"""The scale model's DeepSpeed schedule (harness/costmodel.py zero_calls, from the adapter's comm_schedule) against
+"""The scale model's DeepSpeed schedule (harness/model/costmodel.py zero_calls, from the adapter's comm_schedule) against
 the collectives DeepSpeed really issues in one step, counted in a 2-rank run of each ZeRO stage with the adapter's
 own config (tests/distributed/ds_collectives_rank.py, under the `deepspeed` launcher). A DeepSpeed release that
 changes how a stage communicates fails here instead of silently mispricing the stage."""
@@ -14,7 +14,7 @@ import pytest
 
 import adapters
 from adapters import deepspeed as ds
-from harness import costmodel as cm
+from harness.model import costmodel as cm
 from harness.hosts import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 import adapters
 import workloads
-from harness import collectives, costmodel
+from harness import collectives
+from harness.model import costmodel
 from harness.cli import app
 from harness.env import memory_total_bytes, usable_cores
 from harness.sizes import format_mib
@@ -368,8 +369,8 @@ CASES = [
      f"world size {CORES + 1} needs {CORES + 1} processes but this machine has {CORES} usable cores; use "
      f"--world-sizes up to {CORES}, or --oversubscribe to run it anyway (every row is then labelled oversubscribed)"),
     ("scale-unknown-profile", ["scale", "--profile", "tpu9"],
-     f"unknown hardware profile 'tpu9'; valid choices: {PROFILES} (or add harness/profiles/tpu9.json: see "
-     f"harness/profiles/README.md)"),
+     f"unknown hardware profile 'tpu9'; valid choices: {PROFILES} (or add harness/model/profiles/tpu9.json: see "
+     f"harness/model/profiles/README.md)"),
     ("scale-unknown-scaling", ["scale", "--scaling", "linear"], "unknown scaling 'linear'; valid choices: strong, weak"),
     ("scale-straggler-form", ["scale", "--straggler", "1"],
      "--straggler '1' is not RANK:FACTOR, e.g. 1:2.0 (rank 1 computes twice as slowly)"),
@@ -400,8 +401,8 @@ CASES = [
      "'/nonexistent-comm/records.jsonl')"),
     # ---- predict --------------------------------------------------------------------------------------------
     ("predict-unknown-profile", ["predict", "--profile", "tpu9"],
-     f"unknown hardware profile 'tpu9'; valid choices: {PROFILES} (or add harness/profiles/tpu9.json: see "
-     "harness/profiles/README.md)"),
+     f"unknown hardware profile 'tpu9'; valid choices: {PROFILES} (or add harness/model/profiles/tpu9.json: see "
+     "harness/model/profiles/README.md)"),
     ("predict-to-0", ["predict", "--to", "0"],
      "--to must be from 8 to 65,536 (the extrapolation gives 8, 16, 64, 256, ... workers up to it), got 0"),
     ("predict-to-7", ["predict", "--to", "7"],
@@ -929,7 +930,7 @@ def test_a_working_directory_that_no_longer_exists_is_one_line(tmp_path):
 
 @pytest.fixture
 def own_profiles(tmp_path, monkeypatch):
-    """A copy of harness/profiles/ that a test may damage, in place of the real one."""
+    """A copy of harness/model/profiles/ that a test may damage, in place of the real one."""
     import shutil
 
     d = tmp_path / "profiles"
@@ -948,8 +949,8 @@ def _h100_with(d, **change):
 
 @pytest.mark.parametrize("text, why", [
     ('{"name": ', "is not valid JSON: Expecting value: line 1 column 10 (char 9)"),
-    ("[1, 2]", "holds a JSON list, not an object of the fields in harness/profiles/README.md"),
-    (dict(base_latency_us=None), 'lacks "base_latency_us" (see harness/profiles/README.md)'),
+    ("[1, 2]", "holds a JSON list, not an object of the fields in harness/model/profiles/README.md"),
+    (dict(base_latency_us=None), 'lacks "base_latency_us" (see harness/model/profiles/README.md)'),
     (dict(intra_busbw_GBps=-1), ': "intra_busbw_GBps" must be a finite number above 0, got -1'),
     (dict(inter_busbw_GBps=0), ': "inter_busbw_GBps" must be a finite number above 0, got 0'),
     (dict(intra_hop_latency_us="3"), ': "intra_hop_latency_us" must be a finite number of at least 0, got "3"'),
@@ -991,7 +992,8 @@ def test_a_profile_named_with_its_json_suffix_is_told_the_name():
 
 
 def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(own_profiles, tmp_path):
-    from harness.report import scale_model
+    from harness.model import calibration as scale_model
+    from harness.model import render
 
     (own_profiles / "p100-25gbe-roce.json").write_text("{}")
     problems = []
@@ -1000,7 +1002,7 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
     assert horovod and not any(r["id"] in horovod for r in checks) and checks
     assert problems == [f"published result {i} left out: hardware profile p100-25gbe-roce "
                         f"({own_profiles / 'p100-25gbe-roce.json'}) lacks \"devices_per_node\" (see "
-                        f"harness/profiles/README.md)" for i in horovod]
+                        f"harness/model/profiles/README.md)" for i in horovod]
     shown = invoke("predict")
     assert shown.exit_code == 0 and f"warning: published result {horovod[0]} left out" in shown.stdout
     # a sweep's report keeps its measured tables and its own model; only the broken profile's parts are left out
@@ -1013,7 +1015,7 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
     shutil.copytree(RUNS / "scale_digits_cpu2_20261125-085608", run)
     records = read_records(run / "records.jsonl")
     (own_profiles / "h100-sxm-ndr400.json").write_text("{")
-    md = "\n".join(scale_model.section(run, records, scale.table(records))[0])
+    md = "\n".join(render.section(run, records, scale.table(records))[0])
     assert "The hardware profile h100-sxm-ndr400 (" in md and "is not valid JSON" in md
     assert "## The model" in md and "Step time within ±10% of the measured mean step" in md
     assert f"published result {horovod[0]} left out" in md

@@ -1,11 +1,11 @@
-"""The performance model's formulas against values computed by hand (harness/costmodel.py), and the published
+"""The performance model's formulas against values computed by hand (harness/model/costmodel.py), and the published
 checks it is held to."""
 
 import math
 
 import pytest
 
-from harness import costmodel as cm
+from harness.model import costmodel as cm
 
 MiB = 2**20
 
@@ -198,7 +198,7 @@ def test_every_profile_loads_with_its_sources():
 
 def test_the_model_reproduces_published_scaling():
     """Every published point whose gap is communication, within 10 points of efficiency; VGG-16 below ResNet-101."""
-    from harness.report.scale_model import published_checks
+    from harness.model.calibration import published_checks
 
     rows = published_checks()
     assert len(rows) >= 20

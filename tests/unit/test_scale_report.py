@@ -65,9 +65,10 @@ def test_a_failed_point_keeps_its_reason_and_no_efficiency():
 
 def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_nothing_else():
     # A committed sweep's real records, with a contention calibration of 1.5x given to ddp at world size 2.
-    from harness import costmodel as cm
+    from harness.model import costmodel as cm
     from harness.record import read_records
-    from harness.report import scale_model as sm
+    from harness.model import calibration as sm
+    from harness.model import render
 
     out = RUNS / "scale_digits_cpu2_20261124-184152"
     records = read_records(out / "records.jsonl")
@@ -98,7 +99,7 @@ def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_noth
     # a failed calibration is not used
     failed = [{**r, "contention": {**ok, "status": "failed"}} if "contention" in r else r for r in with_cal]
     assert predictions(failed)[("ddp", 2)]["predicted_s"] == before[("ddp", 2)]["predicted_s"]
-    md = "\n".join(sm.section(out, with_cal, scale.table(with_cal))[0])
+    md = "\n".join(render.section(out, with_cal, scale.table(with_cal))[0])
     row = next(line for line in md.splitlines() if line.startswith("| ddp | 2 |"))
     assert "| 1.50x (" in row and "Compute contention, calibrated:" in md and "4 rounds" in md
 
@@ -106,7 +107,8 @@ def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_noth
 def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_error():
     # Three repeats of a 2-rank point whose mean steps are 2, 3 and 4 ms (each repeat's steps alike), and a single
     # repeat of world size 1: the bracket is the range of the repeats' means, the spread (max - min) / mean.
-    from harness.report import scale_model as sm
+    from harness.model import calibration as sm
+    from harness.model import render
 
     records = [rec("ddp", 1, 64 / 0.001, step=0.001)]
     for k, ms in enumerate((2.0, 4.0, 3.0)):
@@ -120,8 +122,8 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
     assert two["step_mean"] == pytest.approx(0.003)
     row = {"measured_repeats_s": two["step_mean_repeats"]}
     assert sm.repeat_spread(row) == pytest.approx((0.004 - 0.002) / 0.003)
-    assert sm._repeats_cell(row) == " [2.00–4.00]"
-    assert sm._repeats_cell({"measured_repeats_s": [0.002]}) == ""  # one repeat: no range to give
+    assert render._repeats_cell(row) == " [2.00–4.00]"
+    assert render._repeats_cell({"measured_repeats_s": [0.002]}) == ""  # one repeat: no range to give
     # On a committed sweep's real records: the sentence counts the points whose prediction is inside their range.
     from harness.record import read_records
 
@@ -132,12 +134,12 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
             if r["n"] > 1 and "predicted_s" in r and not r["oversubscribed"]]
     inside = sum(min(r["measured_repeats_s"]) <= r["predicted_s"] <= max(r["measured_repeats_s"]) for r in rows)
     assert 0 < inside < len(rows) == 7  # measured: ddp and horovod inside, the other five outside
-    md = "\n".join(sm.section(out, records, tab)[0])
+    md = "\n".join(render.section(out, records, tab)[0])
     assert f"The prediction falls inside its point's range of repeats at {inside} of 7 points." in md
 
 
 def test_the_parts_check_takes_the_slowest_rank_per_round_and_the_compute_measured_apart():
-    from harness.report import scale_model as sm
+    from harness.model import render
     from harness.scale import parts_summary
 
     ranks = [{"bytes": 400, "calls": [100, 50], "rounds": [
@@ -152,14 +154,14 @@ def test_the_parts_check_takes_the_slowest_rank_per_round_and_the_compute_measur
     assert p["excess_s"] == pytest.approx([0.0030 - 0.0005 - 0.0011, 0.0025 - 0.0006 - 0.0012])
     assert p["excess_share"] == pytest.approx([0.0014 / 0.0030, 0.0007 / 0.0025])
     assert p["median_excess_share"] == pytest.approx((0.0014 / 0.0030 + 0.0007 / 0.0025) / 2)
-    assert sm.parts_note(p) == ("compute 0.55 (0.90 as timed inside the step) + all-reduce 1.15 = 1.70 ms, in a row "
+    assert render.parts_note(p) == ("compute 0.55 (0.90 as timed inside the step) + all-reduce 1.15 = 1.70 ms, in a row "
                                 "2.75 ms: +37% (per round +28% to +47%)")
 
 
 def test_the_model_takes_the_median_repeats_compute_profile_not_the_first():
     # Horovod's first world-size-1 repeat profiled 1.29 ms in a committed digits sweep, the other two 0.80 and
     # 0.81 ms, with a mean step of 0.85 ms: the first alone made the compute longer than the step containing it.
-    from harness.report.scale_model import median_profile
+    from harness.model.calibration import median_profile
 
     def rec(compute_ms):
         return {"compute_profile": [{"batches": [{"compute_s": compute_ms}]}, {"batches": []}]}
@@ -172,16 +174,16 @@ def test_the_model_takes_the_median_repeats_compute_profile_not_the_first():
 def test_a_sweep_run_with_no_model_says_so_and_predicts_nothing(tmp_path):
     # `--no-model` skips the comm sweep and the calibration; its report used to extrapolate to the H100 profile
     # and check the published results all the same.
-    from harness.report import scale_model
+    from harness.model import render
 
-    md, plots = scale_model.section(tmp_path, [{"scale_sweep": {"model": False}}], {})
+    md, plots = render.section(tmp_path, [{"scale_sweep": {"model": False}}], {})
     assert plots == [] and md == [
         "## The model", "", "Not evaluated: the sweep ran with `--no-model` (no comm sweep, no compute-contention "
         "calibration, no prediction).", ""]
 
 
 def test_an_unreadable_comm_sweep_is_named(tmp_path):
-    from harness.report import scale_model
+    from harness.model import calibration as scale_model
 
     (tmp_path / "comm_n2").mkdir()
     (tmp_path / "comm_n2" / "records.jsonl").write_text("garbage\n")
@@ -297,13 +299,13 @@ def test_a_calibration_launch_takes_no_injected_fault_from_the_environment(monke
 
 
 def test_a_failed_calibration_is_not_blamed_on_an_old_commit(tmp_path):
-    from harness.report import scale_model
+    from harness.model import render
 
     out, records = _committed(tmp_path)
     for r in records:
         if r.get("contention"):
             r["contention"] = {"status": "failed", "reason": "rank 1 killed by SIGKILL"}
-    md = "\n".join(scale_model.section(out, records, scale.table(records))[0])
+    md = "\n".join(render.section(out, records, scale.table(records))[0])
     assert "The compute-contention calibration did not succeed at any point (why, per adapter: the calibration " \
            "lines below)" in md
     assert "before commit ab7976f" not in md and "not calibrated (failed: rank 1 killed by SIGKILL)" in md
@@ -312,7 +314,8 @@ def test_a_failed_calibration_is_not_blamed_on_an_old_commit(tmp_path):
 def test_a_comm_launch_that_measured_nothing_is_named_with_its_reason(tmp_path):
     import json
 
-    from harness.report import scale_model
+    from harness.model import calibration as scale_model
+    from harness.model import render
 
     out, records = _committed(tmp_path)
     path = out / "comm_n2" / "records.jsonl"
@@ -327,13 +330,13 @@ def test_a_comm_launch_that_measured_nothing_is_named_with_its_reason(tmp_path):
     scale_model.comm_records(out, problems)
     assert problems == ["comm_n2: the torch launch at world size 2 ended timeout (no result after 60 s (--timeout), "
                         "rank 0 in all_reduce of 4,194,304 bytes; comm_n2/report.md)"]
-    md = "\n".join(scale_model.section(out, records, scale.table(records))[0])
+    md = "\n".join(render.section(out, records, scale.table(records))[0])
     assert f"- {problems[0]}: the model has no collectives from it." in md
 
 
 def test_a_schedule_recorded_before_a_key_existed_takes_it_from_the_adapter_not_from_the_model():
     from harness.record import read_records
-    from harness.report.scale_model import comm_schedule_of
+    from harness.model.calibration import comm_schedule_of
 
     records = read_records(RUNS / "scale_digits_cpu2_20261124-041536" / "records.jsonl")
     old = next(r for r in records if r["label"] == "deepspeed:zero_stage=3")

@@ -211,7 +211,7 @@ def test_the_doctor_turns_launch_to_launch_variation_into_reachable_precision():
 
 
 def test_the_model_is_judged_against_each_points_own_interval():
-    from harness.report.scale_model import judgement
+    from harness.model.calibration import judgement
 
     tight = [0.0100, 0.0101, 0.0099]  # half-width ~2.5%: 10% + 2.5% is the line for a fail
     wide = [0.008, 0.010, 0.013]

@@ -2,7 +2,7 @@
 
 Runs in: the parent. Pure arithmetic, no torch. Its inputs are measurements this tool makes (a compute profile at
 world size 1, a `compare comm` sweep) or published single-device figures, and hardware profiles
-(harness/profiles/*.json, each number with its source).
+(harness/model/profiles/*.json, each number with its source).
 
 One step of a backend on N ranks, per-rank batch b:
 
@@ -334,7 +334,7 @@ class Protocol:
 
 @dataclass
 class Fabric(Collectives):
-    """A hardware profile: nccl-tests bus bandwidths and NCCL's latencies (harness/profiles/*.json)."""
+    """A hardware profile: nccl-tests bus bandwidths and NCCL's latencies (harness/model/profiles/*.json)."""
 
     name: str
     devices_per_node: int
@@ -419,9 +419,9 @@ _PROFILE_NUMBERS = {  # key: (required, what it must be)
 
 
 def _profile_data(name: str) -> dict[str, Any]:
-    """The checked contents of harness/profiles/<name>.json, or BadProfile saying what is wrong with it."""
+    """The checked contents of harness/model/profiles/<name>.json, or BadProfile saying what is wrong with it."""
     path = PROFILES_DIR / f"{name}.json"
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     where = f"hardware profile {name} ({path.relative_to(repo) if path.is_relative_to(repo) else path})"
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
@@ -431,12 +431,12 @@ def _profile_data(name: str) -> dict[str, Any]:
         raise BadProfile(f"{where} is not valid JSON: {exc}") from None
     if not isinstance(d, dict):
         raise BadProfile(f"{where} holds a JSON {type(d).__name__}, not an object of the fields in "
-                         f"harness/profiles/README.md")
+                         f"harness/model/profiles/README.md")
     for key, (required, kind) in _PROFILE_NUMBERS.items():
         v = d.get(key)
         if v is None:
             if required:
-                raise BadProfile(f"{where} lacks \"{key}\" (see harness/profiles/README.md)")
+                raise BadProfile(f"{where} lacks \"{key}\" (see harness/model/profiles/README.md)")
             continue
         number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         if kind == "count":
@@ -468,7 +468,7 @@ def profile_problem(name: str) -> str | None:
 
 
 def load_profile(name: str) -> Fabric:
-    """The hardware profile harness/profiles/<name>.json (KeyError if there is none, BadProfile if it is not
+    """The hardware profile harness/model/profiles/<name>.json (KeyError if there is none, BadProfile if it is not
     usable)."""
     if name not in profiles():
         raise KeyError(name)
@@ -493,7 +493,7 @@ def load_profile(name: str) -> Fabric:
 
 
 def profiles() -> list[str]:
-    """Names of the hardware profiles (every JSON in harness/profiles/ but the published results)."""
+    """Names of the hardware profiles (every JSON in harness/model/profiles/ but the published results)."""
     return sorted(p.stem for p in PROFILES_DIR.glob("*.json") if p != PUBLISHED)
 
 
@@ -504,8 +504,8 @@ def unknown_profile(name: str) -> str:
         return f"an empty --profile name; valid choices: {valid}"
     if name.endswith(".json") and name[:-5] in profiles():
         return f"unknown hardware profile '{name}'; a profile is named without .json: --profile {name[:-5]}"
-    return (f"unknown hardware profile '{name}'; valid choices: {valid} (or add harness/profiles/{name}.json: see "
-            f"harness/profiles/README.md)")
+    return (f"unknown hardware profile '{name}'; valid choices: {valid} (or add harness/model/profiles/{name}.json: see "
+            f"harness/model/profiles/README.md)")
 
 
 # ---- the step ------------------------------------------------------------------------------------------------

@@ -1,0 +1,460 @@
+"""The performance model's words and pictures: the "The model" section of a scale report and `compare predict`'s
+terminal output, both from harness/model/calibration.py.
+
+Runs in: the parent."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from harness.model import costmodel as cm
+from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate,
+                                       extrapolate_here, judged, judgement, predict_measured, published_checks,
+                                       published_lines, repeat_spread, shares_cores, within)
+from harness.outdir import save_figure
+from harness.report import figures
+from harness.sizes import format_mib
+
+
+def _gap_note(comm: list[dict[str, Any]]) -> str:
+    """How the comm sweep timed its calls: after busy work on every rank (`compare comm --gap`, as `compare scale`
+    has since commit 49ac1de), or back to back."""
+    gaps = sorted({r.get("gap_s") or 0.0 for r in comm if r.get("op") and r.get("status") == "ok"})
+    if not gaps:
+        return ""
+    if gaps == [0.0]:
+        return (" The comm sweep timed its calls back to back, as nccl-tests does (a sweep made by compare before "
+                "commit 49ac1de, or given with --comm): a step calls its collectives after compute, and on shared "
+                "cores such a call can take longer.")
+    return (f" The comm sweep timed each call after {'/'.join(f'{g * 1e3:g}' for g in gaps)} ms of busy work on "
+            "every rank, untimed, as a step calls its collectives after its compute (`compare comm --gap`; before "
+            "commit 49ac1de back to back, as nccl-tests does).")
+
+
+def _fused_note(sched: dict, c: dict) -> str:
+    """How a fusion schedule's fused buffers are priced in this report."""
+    if sched.get("kind") != "fusion" or c["collectives"] is None:
+        return ""
+    if any(op == "all_reduce_coalesced" for op, _ in c["collectives"].fits):
+        return ("; a fused buffer of several tensors is priced from the sweep's all_reduce_coalesced, the "
+                "framework's own fused call (packing, all-reduce and unpacking as in training)")
+    copy = c["curve"].copy_Bps
+    return ("; a fused buffer of several tensors is priced as one all-reduce plus its packing and unpacking at the "
+            "rank's copy bandwidth" + (f" ({copy / 1e9:.1f} GB/s)" if copy else "")
+            + " (the sweep has no all_reduce_coalesced cells: made by compare before commit 115e299)")
+
+
+def _contention_note(records, label: str) -> str:
+    """"; compute contention at N=2: 1.10x (alone 160-165 ms, together 176-186 ms per round)" for a row."""
+    cals: dict[int, dict[str, Any]] = {}
+    for r in records:
+        if r["label"] == label and r.get("contention") and r["scale"]["point"] > 1:
+            cals.setdefault(r["scale"]["point"], r["contention"])
+    parts = []
+    for n, c in sorted(cals.items()):
+        if c.get("status") != "ok":
+            parts.append(f"N={n}: not calibrated ({c.get('status')}: {c.get('reason')})")
+            continue
+        span = lambda v: f"{min(v) * 1e3:.2f}-{max(v) * 1e3:.2f} ms"  # noqa: E731
+        parts.append(f"N={n}: {c['ratio']:.2f}x" + (f" (rank 0 alone {span(c['alone_s'])}, the slowest rank "
+                                                   f"together {span(c['together_s'])}, mean compute per round)"
+                                                   if c.get("alone_s") and c.get("together_s") else "")
+                     + (f" (its launch then ended badly {c['shutdown_error']})" if c.get("shutdown_error") else ""))
+    note = "; compute contention " + ", ".join(parts) if parts else ""
+    checks = [f"N={n}: " + parts_note(c["parts"]) for n, c in sorted(cals.items())
+              if c.get("status") == "ok" and c.get("parts")]
+    return note + ("; the step's parts (a plain step, then the framework's all-reduce of the gradients' bytes, "
+                   "against the two timed apart) " + ", ".join(checks) if checks else "")
+
+
+def _parts_timing(parts) -> str:
+    gaps = sorted({p.get("gap_s") or 0.0 for p in parts})
+    return ("back to back" if gaps == [0.0] else
+            f"each call after {'/'.join(f'{g * 1e3:g}' for g in gaps)} ms of busy work, untimed")
+
+
+def _rounds(rows) -> str:
+    return "/".join(sorted({str(r["first_contention"]["rounds"]) for r in rows}))
+
+
+def _repeats_cell(r: dict[str, Any]) -> str:
+    reps = r.get("measured_repeats_s") or []
+    if len(reps) < 2:
+        return ""
+    return f" [{min(reps) * 1e3:.2f}–{max(reps) * 1e3:.2f}]"
+
+
+def _ratio_cell(r: dict[str, Any]) -> str:
+    cal = f"{r['contention']:.2f}x" if r.get("contention") else ("–" if r["n"] == 1 else "none")
+    return cal + (f" ({r['compute_ratio']:.2f}x)" if "compute_ratio" in r else "")
+
+
+def parts_note(p: dict[str, Any]) -> str:
+    """"compute 0.57 (0.90 as timed inside the step) + all-reduce 1.30 = 1.87 ms, in a row 2.40 ms: +22% (per
+    round -1% to +39%)"."""
+    import statistics as st
+
+    c, a, s = (st.median(p[k]) * 1e3 for k in ("compute_s", "collective_s", "step_s"))
+    inner = (f" ({st.median(p['compute_in_step_s']) * 1e3:.2f} as timed inside the step)"
+             if p.get("compute_in_step_s") else "")
+    return (f"compute {c:.2f}{inner} + all-reduce {a:.2f} = {c + a:.2f} ms, in a row {s:.2f} ms: "
+            f"{p['median_excess_share']:+.0%} (per round {min(p['excess_share']):+.0%} to "
+            f"{max(p['excess_share']):+.0%})")
+
+
+# ---- the report section ------------------------------------------------------------------------------------------
+
+def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], list[Path]]:
+    sweep = records[0].get("scale_sweep") or {}
+    if sweep.get("model") is False:
+        return ["## The model", "", "Not evaluated: the sweep ran with `--no-model` (no comm sweep, no compute-"
+                "contention calibration, no prediction).", ""], []
+    problems: list[str] = []
+    comm = comm_records(out, problems)
+    cal = calibrate(records, comm)
+    md = ["## The model: predicted vs measured", ""]
+    md += [f"- {p}: the model has no collectives from it." for p in problems] + ([""] if problems else [])
+    if not cal:
+        return md + ["No point has a compute profile to calibrate with.", ""], []
+    md += ["One step per backend = forward + backward + optimizer (from the world-size-1 compute profile, at the "
+           "point's per-rank batch) + the communication its schedule cannot hide (each collective priced at its "
+           "size from the mean times of the `compare comm` sweep in `comm_n<N>/`, non-decreasing in size) + the "
+           "framework's own overhead measured at world size 1 (harness/model/costmodel.py; " + (
+               "on this CPU every core computes, so communication cannot overlap compute and is added to the step"
+               if any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
+               else "communication overlaps backward as each schedule allows") + "). It predicts the mean step "
+           "and is judged against it: the model adds a step's parts, and means add where medians do not (a step "
+           "with several collectives, each delayed now and then, has a median above the sum of their medians); "
+           "the mean step is also what a run's throughput and time to train are made of. The error against the "
+           "median step is beside it." + _gap_note(comm), ""]
+    md += ["| adapter | world size | measured step ms: mean (median, p10) [repeats' means] | predicted ms "
+           "| error vs mean "
+           "| vs median | of which exposed comm ms | overhead ms | compute at N vs alone: calibrated (in the point) "
+           "| with the compute measured in the point | peak memory/rank measured → predicted |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = predict_measured(records, tab, cal)
+    for r in rows:
+        over = " (oversubscribed)" if r["oversubscribed"] else ""
+        mem = (f"{format_mib(r['measured_mem'])} → {format_mib(r['predicted_mem'])} ({r['mem_error']:+.0%})"
+               if "predicted_mem" in r else "–")
+        measured = (f"{r['measured_s'] * 1e3:.2f} ({r['measured_median_s'] * 1e3:.2f}, "
+                    f"{r['measured_p10_s'] * 1e3:.2f})" + _repeats_cell(r))
+        if "predicted_s" not in r:
+            md.append(f"| {r['label']} | {r['n']}{over} | {measured} | – ({r['why_not']}) | | | | | | | {mem} |")
+            continue
+        s = r["step"]
+        md.append(f"| {r['label']} | {r['n']}{over} | {measured} "
+                  f"| {r['predicted_s'] * 1e3:.2f} | {r['error']:+.0%} | {r['error_median']:+.0%} "
+                  f"| {s.exposed_s * 1e3:.2f} "
+                  f"| {s.overhead_s * 1e3:.2f} | " + _ratio_cell(r) + " | "
+                  + (f"{r['with_measured_compute_s'] * 1e3:.2f} ({r['with_measured_compute_error']:+.0%})"
+                     if "compute_ratio" in r else "–") + f" | {mem} |")
+    real = judged(rows)
+    if real:
+        worst = max(real, key=lambda r: abs(r["error"]))
+        md += ["", f"Step time within ±10% of the measured mean step at {within(real)} of the {len(real)} measured "
+                   f"points above world size 1 (not oversubscribed; world size 1 is the calibration itself); the "
+                   f"largest error is {worst['error']:+.0%} ({worst['label']} at {worst['n']}). Against the median "
+                   f"step: {within(real, 'error_median')} of {len(real)}."]
+        if all(rec.get("schema_version", 1) >= 2 for rec in records):
+            verdicts = [judgement(r) for r in real]
+            md += ["", f"Judged against each point's own 95% interval over its repeats (pass: within ±10%; fail: "
+                       f"beyond 10% plus the interval's half-width; undecidable: between, or fewer than 3 repeats): "
+                       f"{verdicts.count('pass')} pass, {verdicts.count('fail')} fail, "
+                       f"{verdicts.count('undecidable')} undecidable of {len(real)}."]
+        spread = [r for r in real if len(r["measured_repeats_s"]) > 1]
+        if spread:
+            widths = [repeat_spread(r) for r in spread]
+            inside = sum(min(r["measured_repeats_s"]) <= r["predicted_s"] <= max(r["measured_repeats_s"])
+                         for r in spread)
+            md += ["", f"How far the measurement itself moves: between a point's interleaved repeats (separate "
+                       f"launches of the same point, minutes apart) its mean step moved by {min(widths):.0%} to "
+                       f"{max(widths):.0%} of the mean (median {statistics.median(widths):.0%}; the bracket in the "
+                       f"measured column): the model cannot be judged more finely than a point's own spread. The "
+                       f"prediction falls inside its point's range of repeats at {inside} of {len(spread)} points."]
+        calibrated = [r for r in real if r.get("contention")]
+        if calibrated:
+            ks = [r["contention"] for r in calibrated]
+            plain_ok = within(calibrated, "without_contention_error")
+            md += ["", f"Compute contention, calibrated: ranks computing at once share the machine's memory bandwidth "
+                       f"and caches, which the world-size-1 profile cannot see. A launch of each adapter's ranks at "
+                       f"each world size, apart from the sweep's points and with no training step in it, timed the "
+                       f"plain model's compute of rank 0 alone and of every rank at once in {_rounds(calibrated)} "
+                       f"rounds (the order swapped every round); the median over rounds of the slowest rank "
+                       f"together against rank 0 alone, {min(ks):.2f}x to {max(ks):.2f}x here, multiplies the world-size-1 compute (forward, backward, optimizer and "
+                       f"the gradients' ready times) in the prediction. Without it (the world-size-1 compute as it "
+                       f"is), the same model is within ±10% at {plain_ok} of {len(calibrated)} of these points."]
+        checked = {(r["label"], r["n"]): r["first_contention"]["parts"] for r in real
+                   if (r.get("first_contention") or {}).get("parts") and r.get("contention")}
+        if checked:
+            shares = [p["median_excess_share"] for p in checked.values()]
+            md += ["", f"Is a step the sum of its parts on this machine? The same launches then timed, every rank at "
+                       f"once and in rounds with the order swapped, a plain step of the model followed by the "
+                       f"framework's own all-reduce of the gradients' bytes, and that all-reduce alone, "
+                       f"{_parts_timing(checked.values())} (as the comm sweep times it). The two in a row took {min(shares):+.0%} to {max(shares):+.0%} "
+                       f"(median over rounds, per adapter) longer than the compute plus the all-reduce timed apart: "
+                       f"a model that adds parts measured apart from the step is off by about that much here, however "
+                       f"well it prices each part (per adapter and round: the calibration lines below). A diagnosis of "
+                       f"the machine, not used in any prediction."]
+        tried = [r for r in real if r.get("first_contention")]
+        if not calibrated and tried:
+            md += ["", "The compute-contention calibration did not succeed at any point (why, per adapter: the "
+                       "calibration lines below): the prediction uses the world-size-1 compute as it is."]
+        elif not calibrated and any(r["n"] > 1 for r in rows):
+            md += ["", "No compute-contention calibration in these records (a sweep made by compare before commit "
+                       "ab7976f, or `--no-model`): the prediction uses the world-size-1 compute as it is."]
+        diag = [r for r in real if "with_measured_compute_error" in r]
+        if diag:
+            ok_n = within(diag, "with_measured_compute_error")
+            slow = [r["compute_ratio"] for r in diag]
+            md += ["", f"Compute in the point (in brackets): each rank's own compute measured after the point's timed "
+                       f"steps (the load-balance profile, all ranks at once) against the world-size-1 profile: "
+                       f"{min(slow):.2f}x to {max(slow):.2f}x. Fed that compute instead (a diagnosis, not a "
+                       f"prediction: it uses the point itself), the same model is within ±10% at {ok_n} of "
+                       f"{len(diag)} points above world size 1: what remains is the communication model's own error."]
+        jitter = [r for r in real if r["measured_p10_s"] < 0.7 * r["measured_median_s"]]
+        if jitter:
+            md += ["", f"At {len(jitter)} of them the median step is more than 1.4x the 10th percentile: steps of a "
+                       f"few milliseconds on shared cores collect scheduling delays (every process and communication "
+                       f"thread of the step must be on a core), in whole milliseconds, so the steps fall into modes "
+                       f"and the median jumps from one mode to another between runs. The model carries such delays "
+                       f"only as far as the comm sweep's mean times hold them: a collective timed back to back, with "
+                       f"nothing computed between calls, is delayed less often than one called after a step's "
+                       f"compute" + (", which is why the sweep times each call after busy work" if any(
+                           r.get("gap_s") for r in comm if r.get("op")) else "") +
+                       f" (tests/benchmarks/bench_step_parts.py times compute, the collective back to back and "
+                       f"after busy work, and the two in a row, interleaved in one launch, and prints how far the "
+                       f"step is from the sum of its parts on the machine it runs on)."]
+    md += ["", "Calibration per adapter:", ""]
+    for label, c in cal.items():
+        prof = c["profile"]["batches"][0]
+        sched = c["schedule"] or {"kind": "none"}
+        fits = ""
+        if c["collectives"] is not None:
+            coll = c["collectives"]
+            fits = "; ".join([f"{op} n={n}: {lat * 1e6:,.0f} µs + busbw {bw / 1e9:.2f} GB/s"
+                              for (op, n), (lat, bw) in sorted(coll.fits.items())]
+                             + [f"{op} n={n}: not fitted ({why})"
+                                for (op, n), why in sorted(coll.unfitted.items())])
+        md.append(f"- **{label}** ({sched['kind']}{', stage ' + str(sched['stage']) if 'stage' in sched else ''}): "
+                  f"compute from {c['source']}: forward {prof['fwd_s'] * 1e3:.2f} ms, backward "
+                  f"{prof['bwd_s'] * 1e3:.2f} ms, optimizer {prof['opt_s'] * 1e3:.2f} ms at per-rank batch "
+                  f"{prof['per_rank_batch']}; overhead {c['overhead_s'] * 1e3:.2f} ms; "
+                  f"{sum(b for b, _ in c['curve'].grads) / 2**20:.1f} MiB of gradients"
+                  + _contention_note(records, label)
+                  + (f"; {(sched.get('comm_backend'))} collectives (priced from the sweep's mean time per size at "
+                     f"a measured world size; the latency + bus bandwidth fitted to those means carries them past "
+                     f"the largest size and to other world sizes): {fits}" if fits else "")
+                  + _fused_note(sched, c))
+    md.append("")
+    shares = any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
+    here = {label: extrapolate_here(c, c["profile"]["batches"][0]["per_rank_batch"], sweep.get("predict_to", 1024),
+                                    shares) for label, c in cal.items()}
+    if any(here.values()):
+        to = sweep.get("predict_to", 1024)
+        md += [f"## Extrapolation: this machine's fitted collectives, weak scaling up to {to} ranks", "",
+               "Many workers like the ones measured here: each op's bus bandwidth as fitted at the largest world "
+               "size measured, its latency per ring step as measured there (2(N-1) steps per all-reduce), the "
+               "compute measured here" + (", and communication added to the step (it shares the cores)"
+                                          if shares else "") + f". Beyond {cm.BOUNDS_FROM} ranks a ring of "
+               "gloo over loopback is not a machine anyone has: read it as what latency alone does.", "",
+               "| adapter | per-rank batch | " + " | ".join(f"N={n}" for n in _ext_ns(to)) + " |",
+               "|---|---|" + "---|" * len(_ext_ns(to))]
+        for label, rows_h in here.items():
+            if rows_h:
+                batch = cal[label]["profile"]["batches"][0]["per_rank_batch"]
+                md.append(f"| {label} | {batch} | " + " | ".join(
+                    f"{next(r for r in rows_h if r['n'] == n)['mid']:.0%}" for n in _ext_ns(to)) + " |")
+        md.append("")
+    plots = []
+    profiles = sweep.get("profiles") or []
+    to = sweep.get("predict_to", 1024)
+    ext = {}
+    for name in profiles:
+        try:
+            fabric = cm.load_profile(name)
+        except KeyError:
+            md += [f"Unknown hardware profile {name}: no extrapolation.", ""]
+            continue
+        except cm.BadProfile as exc:
+            md += [f"The {exc}: no extrapolation to it.", ""]
+            continue
+        md += [f"## Extrapolation: {name} ({fabric.device}), weak scaling up to {to} GPUs", "",
+               f"Compute on the {fabric.device}: the FLOPs of one step counted here (torch's FlopCounterMode) at the "
+               f"profile's peak for the row's precision x {UTILISATION[0]:.0%} / {UTILISATION[1]:.0%} / "
+               f"{UTILISATION[2]:.0%} utilisation (the middle figure, and the range); no framework overhead carried "
+               f"over from this machine. Collectives: the profile's bus bandwidths and NCCL's latencies (sources in "
+               f"harness/model/profiles/). Beyond {cm.BOUNDS_FROM} GPUs only the range is given: a step model does not see "
+               f"contention, stragglers or topology effects that dominate there.", "",
+               "| adapter | per-GPU batch | " + " | ".join(f"N={n}" for n in _ext_ns(to)) + " |",
+               "|---|---|" + "---|" * len(_ext_ns(to))]
+        for label, c in cal.items():
+            batch = c["profile"]["batches"][0]["per_rank_batch"]
+            rows_e = extrapolate(c, fabric, batch, to)
+            if not rows_e:
+                md.append(f"| {label} | {batch} | " + " | ".join("–" for _ in _ext_ns(to)) + " |")
+                continue
+            ext.setdefault(name, {})[label] = rows_e
+            cells = []
+            for n in _ext_ns(to):
+                r = next(x for x in rows_e if x["n"] == n)
+                cells.append(f"{r['low']:.0%}–{r['high']:.0%}" if n > cm.BOUNDS_FROM
+                             else f"{r['mid']:.0%} ({r['low']:.0%}–{r['high']:.0%})")
+            md.append(f"| {label} | {batch} | " + " | ".join(cells) + " |")
+        md.append("")
+    problems: list[str] = []
+    checks = published_checks(problems)
+    md += ["## The model against published results", "", *[x for line in problems for x in (f"{line}.", "")],
+           "The same model, fed each published result's single-GPU throughput (forward 1/3, backward 2/3 of the "
+           "step; 100 equal gradient tensors ready evenly through backward; fp32 gradients), the framework's "
+           "schedule of the time (DDP's buckets; Horovod's 64 MB / 5 ms fusion before 0.21) and the cluster's "
+           "profile:", ""]
+    md += published_lines(checks) + [""]
+    plots += plot(out, ext, checks, to)
+    return md, plots
+
+
+def _ext_ns(to: int) -> list[int]:
+    return [n for n in (8, 16, 64, 256, 1024, 4096) if n <= to]
+
+
+def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], to: int) -> list[Path]:
+    if not ext:
+        return []
+    plt = figures.pyplot()
+    if plt is None:
+        return []
+
+    name, rows = next(iter(ext.items()))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    for label, rs in rows.items():
+        ns = [r["n"] for r in rs]
+        line, = ax.plot([n for n in ns if n <= cm.BOUNDS_FROM], [r["mid"] for r in rs if r["n"] <= cm.BOUNDS_FROM],
+                        marker="o", markersize=3, label=label)
+        ax.fill_between(ns, [r["low"] for r in rs], [r["high"] for r in rs], color=line.get_color(), alpha=0.15)
+    ax.axvline(cm.BOUNDS_FROM, color="grey", linestyle=":", linewidth=1)
+    ax.text(cm.BOUNDS_FROM * 1.1, 0.02, "bounds only beyond", fontsize=7, color="grey")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("predicted parallel efficiency (weak scaling)")
+    ax.set_title(f"This workload on {name} (band: {UTILISATION[0]:.0%}–{UTILISATION[2]:.0%} of peak)", fontsize=9)
+    ax.legend(fontsize=7)
+    pts = [c for c in checks if c["published_efficiency"] is not None]
+    labels = [f"{c['model']} {c['backend']} n={c['n']}" for c in pts]
+    y = range(len(pts))
+    ax2.scatter([c["published_efficiency"] for c in pts], y, marker="o", label="published", color="black")
+    ax2.scatter([c["predicted_efficiency"] for c in pts], y, marker="x", label="predicted", color="#C44E52")
+    ax2.set_yticks(list(y), labels, fontsize=6)
+    ax2.invert_yaxis()
+    ax2.set_xlim(0, 1.05)
+    ax2.set_xlabel("parallel efficiency")
+    ax2.set_title("Published scaling results vs the model", fontsize=9)
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "prediction.png"
+    save_figure(fig, path, 110)
+    plt.close(fig)
+    return [path]
+
+
+# ---- compare predict -------------------------------------------------------------------------------------------
+
+def predict_sweep(print_line, directory: Path, records: list[dict], tab, profile: list[str], to: int, *,
+                  extrapolate: bool = True) -> list[dict]:
+    """`compare predict DIR`: predicted vs measured, then (`extrapolate`) the extrapolation to each profile, each
+    line given to `print_line` (rich markup; user text escaped). `tab`: the sweep's table (harness/report/scale.py
+    table()). Returns the predicted-vs-measured rows."""
+    from rich.markup import escape
+
+    from harness.model import calibration as scale_model
+    from harness.model import costmodel
+
+    problems: list[str] = []
+    cal = scale_model.calibrate(records, scale_model.comm_records(directory, problems))
+    for line in problems:
+        print_line(f"[yellow]warning[/]: {escape(line)}: the model has no collectives from it")
+    print_line(f"[bold]predicted vs measured[/] ({directory})")
+    rows = scale_model.predict_measured(records, tab, cal)
+    for r in rows:
+        over = " (oversubscribed)" if r["oversubscribed"] else ""
+        pred = (f"{r['predicted_s'] * 1e3:.2f} ms ({r['error']:+.0%})" if "predicted_s" in r
+                else f"– ({r['why_not']})")
+        print_line(f"  {escape(r['label'])} n={r['n']}{over}: measured {r['measured_s'] * 1e3:.2f} ms "
+                      f"(mean step; median {r['measured_median_s'] * 1e3:.2f}), predicted {escape(pred)}")
+    real = scale_model.judged(rows)
+    if real:
+        print_line(f"  within ±10% of the mean step at {scale_model.within(real)} of {len(real)} points above "
+                      f"world size 1, not oversubscribed (of the median step: "
+                      f"{scale_model.within(real, 'error_median')})")
+    if not extrapolate:
+        return rows
+    sweep = records[0].get("scale_sweep") or {}
+    for name in profile or sweep.get("profiles") or ["h100-sxm-ndr400"]:
+        if name not in costmodel.profiles():  # named by the sweep's records, not typed (that is checked)
+            print_line(f"unknown hardware profile {escape(name)} named by the sweep: no extrapolation to it")
+            continue
+        try:
+            fabric = costmodel.load_profile(name)
+        except costmodel.BadProfile as exc:
+            print_line(f"{escape(str(exc))}: no extrapolation to it")
+            continue
+        print_line(f"[bold]{name}[/] ({fabric.device}), weak scaling, parallel efficiency "
+                      f"(utilisation {scale_model.UTILISATION[0]:.0%} / {scale_model.UTILISATION[1]:.0%} / "
+                      f"{scale_model.UTILISATION[2]:.0%} of peak):")
+        for label, c in cal.items():
+            batch = c["profile"]["batches"][0]["per_rank_batch"]
+            rows = scale_model.extrapolate(c, fabric, batch, to)
+            if not rows:
+                print_line(f"  {escape(label)}: no FLOP count or no peak for its precision on this profile")
+                continue
+            cells = [f"N={r['n']}: " + (f"{r['low']:.0%}–{r['high']:.0%}" if r["n"] > costmodel.BOUNDS_FROM
+                                        else f"{r['mid']:.0%}") for r in rows if r["n"] >= 8]
+            print_line(f"  {escape(label)} (batch {batch}/GPU): " + ", ".join(cells))
+    return rows
+
+
+def sweep_kind(records: list[dict]) -> str:
+    """"digits, strong scaling, bound to cores": what a sweep's points have in common, to group sweeps by."""
+    first = records[0]
+    bound = any((r.get("controls") or {}).get("bind_cores") for r in records)
+    return (f"{first.get('workload', '?')}, {(first.get('scale') or {}).get('scaling', 'strong')} scaling"
+            + (", bound to cores" if bound else ""))
+
+
+def accuracy_lines(judged: list[tuple[Path, list[dict], list[dict]]]) -> list[str]:
+    """`compare predict DIR DIR ...`: the model's step-time accuracy over every sweep given, per kind of sweep,
+    beside how far the measurement itself moved between a point's repeats."""
+    from harness.model import calibration as scale_model
+
+    def share(rows, key="error"):
+        return f"{scale_model.within(rows, key)} of {len(rows)}"
+
+    every = [r for _, _, rows in judged for r in rows]
+    lines = [f"the model across {len(judged)} sweeps: the step time within ±10% of the measured mean step at "
+             f"{share(every)} points above world size 1, not oversubscribed (of the median step: "
+             f"{share(every, 'error_median')})"]
+    kinds: dict[str, list[list[dict]]] = {}
+    for _, records, rows in judged:
+        kinds.setdefault(sweep_kind(records), []).append(rows)
+    for kind, sweeps in sorted(kinds.items()):
+        rows = [r for s in sweeps for r in s]
+        if not rows:
+            lines.append(f"  {kind} ({len(sweeps)} sweeps): no point above world size 1 predicted")
+            continue
+        per = [scale_model.within(s) for s in sweeps if s]
+        errors = [abs(r["error"]) for r in rows]
+        lines.append(f"  {kind} ({len(sweeps)} sweep{'s' if len(sweeps) > 1 else ''}): {share(rows)}; per sweep "
+                     f"{min(per)} to {max(per)}; |error| median {statistics.median(errors):.0%}, largest "
+                     f"{max(errors):.0%}")
+    spread = [r for r in every if len(r["measured_repeats_s"]) > 1]
+    if spread:
+        widths = [scale_model.repeat_spread(r) for r in spread]
+        inside = sum(min(r["measured_repeats_s"]) <= r["predicted_s"] <= max(r["measured_repeats_s"]) for r in spread)
+        lines.append(f"how far the measurement itself moved: at the {len(spread)} points with repeats, the repeats' "
+                     f"mean steps spread over a median {statistics.median(widths):.0%} of the point's mean (up to "
+                     f"{max(widths):.0%}); the prediction fell inside its point's range of repeats at {inside} of "
+                     f"{len(spread)}")
+    return lines
