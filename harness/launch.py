@@ -22,42 +22,41 @@ as on a real cluster), under a guard that is to that host what compare is to thi
 The parent waits for all of them; when one fails, the others get a short grace to fail by themselves (their own
 error lines are the useful ones) and are then stopped, so a dead node fails the row at once, not at --timeout.
 Each command logs to its own file, joined into launch.log (one section per node) when the launch has ended.
+
+This module supervises and assembles the outcome; the commands' environments are harness/launchenv.py's, reading
+logs and rank files is harness/launchlogs.py's, and stopping processes is harness/reaper.py's.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import math
 import os
-import re
 import select
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO
 
 import psutil
 
 from adapters.base import Adapter, HostCommand, LaunchPlan
 from harness import hosts, interrupt, machine
-from harness.proc import pid_namespace
 from harness import progress as progress_file
 from harness.env import REPO
-from harness.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
+from harness.launchenv import child_env, remote_env, ssh_argv
+from harness.launchlogs import (DeadRank, dead_rank, exit_reason, first_error, last_line, matches_host,
+                                rank_records, silent_hosts, start_error, tail)
+from harness.reaper import LEADERS, kill_groups, kill_leftovers, parent_death_prefix
+from harness.spec import RunSpec
 
-LOG_TAIL_LINES = 40
-LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"
-"""Set in a launch's environment (inherited by everything it starts): how leftovers of that launch are found."""
 UI_INTERVAL_S = 1.0
 """How often the parent wakes to redraw the progress line while a launch runs."""
 NODE_GRACE_S = 5.0
@@ -67,13 +66,6 @@ STALL_S = 300.0
 is stopped as stalled, each local rank's Python stacks first written to its log."""
 STACK_DUMP_WAIT_S = 5.0
 """How long the stacks a stall asked for may take to reach the log (until it stops growing)."""
-PASSED_TO_REMOTE = ("TORCH_EXTENSIONS_DIR", "COMPARE_FAULT")
-"""Variables of compare's own environment that remote ranks get too (beyond the harness's): the JIT cache a
-DeepSpeed rank would otherwise rebuild, and the tests' fault injection."""
-_LEADERS: set[int] = set()
-"""Pids of launches this process has started and not yet waited for: never reaped behind their Popen's back."""
-
-
 @dataclass
 class Outcome:
     status: str
@@ -111,315 +103,6 @@ class Outcome:
     """Wall-clock time the launch's ranks were let past the gate into warm-up (None: never)."""
     gate_wait_s: float = 0.0
     """Seconds from starting the launch to opening its gate (it started while the previous launch ended)."""
-
-
-def _parent_death_prefix() -> list[str]:
-    """argv prefix that makes the launcher die with compare (setpriv, from util-linux, sets PR_SET_PDEATHSIG and
-    execs the command: nothing of ours runs between fork and exec, unlike a preexec_fn in a threaded parent)."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-TRACKER_MARK = "from multiprocessing.resource_tracker import main"
-"""The command line of Python's multiprocessing resource tracker (a launcher's helper: horovodrun, mp.spawn). It
-ignores SIGTERM, and once every process holding its pipe has ended it unlinks the named semaphores and shared
-memory that were not released (a launcher killed by a signal leaves them in /dev/shm), then exits."""
-TRACKER_GRACE_S = 3.0
-
-
-def _is_tracker(p: psutil.Process) -> bool:
-    try:
-        return TRACKER_MARK in " ".join(p.cmdline())
-    except psutil.Error:
-        return False
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _spare_trackers(pgids: set[int], grace_s: float = TRACKER_GRACE_S) -> None:
-    """SIGKILL every process of these process groups but the resource trackers, then give the trackers `grace_s`
-    to release what the dead left and end on their own (they are killed with the groups after it)."""
-    trackers, others = [], []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if os.getpgid(p.pid) in pgids:
-                (trackers if _is_tracker(p) else others).append(p)
-        except (ProcessLookupError, psutil.Error):
-            continue
-    if not trackers:
-        return
-    for p in others:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(others, timeout=grace_s)
-    psutil.wait_procs(trackers, timeout=grace_s)
-
-
-def _kill_groups(procs: list[subprocess.Popen], grace_s: float = 5.0, asked: tuple = ()) -> None:
-    """SIGTERM each command's whole process group (except the `asked` ones, already asked to stop another way),
-    then SIGKILL whatever is left after `grace_s`; once a leader is gone, its group is swept with SIGKILL (a
-    multiprocessing resource tracker after a short grace to clean up: see TRACKER_MARK)."""
-    for proc in procs:
-        if proc not in asked:
-            _killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    _spare_trackers({proc.pid for proc in procs})
-    for proc in procs:
-        _killpg(proc.pid, signal.SIGKILL)  # the group's leftovers, or a leader that ignored SIGTERM
-    for proc in procs:
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-def _kill_leftovers(launch_id: str, patience_s: float = 5.0) -> int:
-    """Kill every process still carrying this launch's id in its environment (ours, or orphans re-parented to us
-    as the subreaper) and reap the ones that end up as our zombies. Returns how many were still alive."""
-    me = psutil.Process()
-    killed: set[int] = set()
-    deadline = time.monotonic() + patience_s
-    while True:
-        living, zombies = [], []
-        for child in me.children(recursive=True):
-            try:
-                if child.status() == psutil.STATUS_ZOMBIE:
-                    if child.ppid() == me.pid:
-                        zombies.append(child.pid)
-                elif child.environ().get(LAUNCH_ID_ENV) == launch_id:
-                    living.append(child)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        for pid in zombies:  # a rank whose launcher died before it: re-parented to us, now dead
-            if pid in _LEADERS:
-                continue
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-        if not living or time.monotonic() > deadline:
-            return len(killed)
-        if all(_is_tracker(p) for p in living) and not killed:
-            # a resource tracker outlives its launcher by a moment (it ends once it has read its pipe's end)
-            psutil.wait_procs(living, timeout=min(TRACKER_GRACE_S, max(0.0, deadline - time.monotonic())))
-            living = [p for p in living if _alive(p)]
-            if not living:
-                continue
-        for p in living:
-            killed.add(p.pid)
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(living, timeout=max(0.0, deadline - time.monotonic()))
-
-
-# A C++ exception escaping a communication thread (gloo's "Connection reset by peer", say) aborts the rank with
-# "terminate called after throwing an instance of '...'", then "what():  <the reason>".
-_ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Segmentation fault|error:"
-                    r"|terminate called|\bwhat\(\):"
-                    # a shell or env(1) that could not find the program a launcher runs on each host
-                    r"|: (command )?not found$|: No such file or directory$")
-
-
-_FRAME = re.compile(r"\bframe #\d+:")
-"""A line of a C++ stack trace (c10's "frame #1: c10::DistError::DistError(...)"): never the cause itself."""
-
-
-def start_error(exc: BaseException) -> str:
-    """One line for a launch that could not be started: the error, and for a resource limit, which one."""
-    text = " ".join(str(exc).split()) or "(no message)"
-    line = f"the launch could not be started here: {type(exc).__name__}: {text[:300]}"
-    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        line += f" (this process may open {soft} files: raise `ulimit -n`)"
-    elif isinstance(exc, OSError) and exc.errno == errno.EAGAIN:
-        line += " (no more processes or threads allowed: `ulimit -u`, or the cgroup's pids.max)"
-    return line
-
-
-def first_error(path: Path) -> str | None:
-    """The first line of a log that looks like the root cause (launchers print their own summary last)."""
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        for i, line in enumerate(lines):
-            if _ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line):
-                found = line.strip()
-                if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:
-                    found += " " + lines[i + 1].strip()  # the exception's type, then its message
-                return found[:300]
-    except OSError:
-        pass
-    return None
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def harness_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
-    """The variables the harness sets for every rank of a launch (and `extra`, the plan's)."""
-    threads, topo = str(spec.threads), spec.topology
-    env = {
-        # Set for every launcher; torchrun would otherwise force OMP_NUM_THREADS=1 and mp.spawn leave it unset.
-        "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-        "MASTER_ADDR": "127.0.0.1" if topo is None else topo.master, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
-        PARENT_PID_ENV: str(os.getpid()), PARENT_PGID_ENV: str(os.getpgrp()), LAUNCH_ID_ENV: launch_id,
-        # A rank elsewhere (another host, or another PID namespace on this one) must not watch our pid.
-        PARENT_PIDNS_ENV: pid_namespace(), PARENT_BOOT_ENV: hosts.boot_id() or "",
-        # The launch's temporary files (torchrun's torchelastic_* directory of error files, any framework's) go
-        # into its own directory, removed with the run's scratch, on every host (the ranks share that directory
-        # already: they write their results there): a launch leaves nothing in /tmp.
-        "TMPDIR": str(Path(spec.rank_dir) / "tmp"),
-    }
-    if topo is None:
-        # Loopback only: hostname-based interface selection is flaky on CI machines (as accelerate does).
-        env["GLOO_SOCKET_IFNAME"] = os.environ.get("GLOO_SOCKET_IFNAME", "lo")
-        env["NCCL_SOCKET_IFNAME"] = os.environ.get("NCCL_SOCKET_IFNAME", "lo")  # NCCL's bootstrap, one machine
-    elif topo.iface is not None:  # chosen explicitly (--iface, or lo when every host is this machine)
-        env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = topo.iface
-    env.update(extra)
-    return env
-
-
-def child_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
-    """The environment of a command started here: compare's own, plus the harness's variables."""
-    env = dict(os.environ)
-    ours = harness_env(spec, extra, launch_id)
-    if "PYTHONPATH" not in extra:
-        ours["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    # The venv's tools first, here as on every other host (ssh_argv, DeepSpeed's --venv_script): torch JIT-builds
-    # DeepSpeed's op with the `ninja` it finds on PATH, and the system's and the venv's disagree about the same
-    # build log, so alternating between them rebuilds the op (35-65 s) inside a launch's time to first step.
-    venv_bin = str(Path(sys.executable).parent)
-    path = env.get("PATH", "")
-    if path.split(os.pathsep)[0] != venv_bin:
-        ours["PATH"] = os.pathsep.join(p for p in (venv_bin, path) if p)
-    env.update(ours)
-    return env
-
-
-def remote_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
-    """The environment a rank on another host gets: the harness's variables and the few of compare's own that
-    matter there (PASSED_TO_REMOTE), never the whole environment."""
-    env = {k: os.environ[k] for k in PASSED_TO_REMOTE if k in os.environ}
-    env.update(harness_env(spec, extra, launch_id))
-    return env
-
-
-def ssh_argv(host: str, argv: list[str], env: dict[str, str], launch_id: str) -> list[str]:
-    """`ssh HOST 'cd REPO && exec env K=V ... PATH=VENV/bin:$PATH python -m harness.nodeguard ID -- ARGV'`: the
-    repository and the venv are at the same path on every host (as torchrun, horovodrun and deepspeed assume)."""
-    assigns = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
-    assigns.append(f'PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"')
-    remote = (f"cd {shlex.quote(str(REPO))} && exec env {' '.join(assigns)} {shlex.quote(sys.executable)} -m "
-              f"harness.nodeguard {shlex.quote(launch_id)} -- {shlex.join(argv)}")
-    return [shutil.which("ssh") or "ssh", *hosts.SSH_OPTIONS, host, remote]
-
-
-def _rank_records(rank_dir: Path, pattern: str) -> dict[int, dict]:
-    out = {}
-    for f in rank_dir.glob(pattern):
-        try:
-            rec = json.loads(f.read_text())
-            out[rec["rank"]] = rec
-        except (OSError, ValueError, KeyError):
-            continue
-    return out
-
-
-class DeadRank(NamedTuple):
-    reason: str
-    """"rank 1 killed by SIGKILL", "rank 1 on h2 exited with code 3", ..."""
-    with_error: bool
-    """Whether the log's first error line belongs with it (an exception does; a signal leaves no line of its own,
-    and the first line is then a surviving rank's "Connection reset by peer")."""
-    time: float | None
-    """When it ended (wall clock; None when its supervisor was killed too and recorded nothing)."""
-    host: str | None
-    """The hostname it reported."""
-
-
-def dead_rank(rank_dir: Path, name_hosts: bool = False) -> DeadRank | None:
-    """Which rank ended the launch, and how, from what each rank's supervisor recorded (harness/rank/main.py);
-    None when every rank ended cleanly. `name_hosts`: say where it ran ("rank 1 on h2 ...")."""
-    started, ended = _rank_records(rank_dir, "start-rank*.json"), _rank_records(rank_dir, "exit-rank*.json")
-    failed = sorted((e for e in ended.values() if e.get("signal") or e.get("code")), key=lambda e: e["time"])
-    vanished = sorted(set(started) - set(ended))
-
-    def on(ranks: list[int]) -> str:
-        where = sorted({started[r].get("host") for r in ranks if started.get(r, {}).get("host")})
-        return f" on {', '.join(where)}" if name_hosts and where else ""
-
-    if vanished:
-        # Its supervisor was killed by an uncatchable signal before it could record anything; the others' ends
-        # (the launcher's SIGTERM, a broken connection) followed from it.
-        ranks = ", ".join(map(str, vanished))
-        return DeadRank(f"rank {ranks}{on(vanished)} killed from outside (no exit status recorded: SIGKILL, or "
-                        f"the OOM killer)", False, None, started[vanished[0]].get("host"))
-    if not failed:
-        return None
-    first = failed[0]
-    where, host = on([first["rank"]]), first.get("host")
-    if first.get("signal"):
-        return DeadRank(f"rank {first['rank']}{where} killed by {first['signal']}", False, first["time"], host)
-    return DeadRank(f"rank {first['rank']}{where} exited with code {first['code']}", True, first["time"], host)
-
-
-def _matches(node_host: str | None, local: bool, hostname: str | None) -> bool:
-    """Whether a rank that reported `hostname` ran on the node named `node_host`."""
-    if not hostname:
-        return False
-    name = socket.gethostname() if local or node_host is None else node_host
-    return name == hostname or name.split(".")[0] == hostname.split(".")[0]
-
-
-def _looks_like_address(host: str) -> bool:
-    return all(part.isdigit() for part in host.split(".")) or ":" in host
-
-
-def silent_hosts(rank_dir: Path, topology) -> list[str]:
-    """Hosts of the topology where no rank ever started (by the hostnames the ranks reported; hosts given as
-    addresses cannot be told apart that way and are never named)."""
-    reported = {r.get("host") for r in _rank_records(rank_dir, "start-rank*.json").values()}
-    return [node.host for node in topology.nodes
-            if (node.local or not _looks_like_address(node.host))
-            and not any(_matches(node.host, node.local, h) for h in reported)]
-
-
-def last_line(path: Path) -> str | None:
-    lines = [ln.strip() for ln in tail(path, 5).splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else None
-
-
-def _exit_reason(rc: int | None) -> str:
-    if rc is not None and rc < 0:
-        return f"launch killed by signal {signal.Signals(-rc).name}"
-    return f"launch exited with code {rc}"
 
 
 @dataclass
@@ -555,10 +238,10 @@ class Launch:
             argv = (ssh_argv(command.host, command.argv, remote_env(spec, self.plan.env, self.launch_id),
                              self.launch_id) if command.remote else command.argv)
             with open(log_path, "wb") as log:
-                proc = subprocess.Popen(_parent_death_prefix() + argv, stdout=log, stderr=subprocess.STDOUT,
+                proc = subprocess.Popen(parent_death_prefix() + argv, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.PIPE if command.remote else subprocess.DEVNULL,
                                         env=local_env, cwd=REPO, start_new_session=True)
-            _LEADERS.add(proc.pid)
+            LEADERS.add(proc.pid)
             try:
                 pidfd = os.pidfd_open(proc.pid)
             except (OSError, AttributeError):
@@ -776,7 +459,7 @@ class Launch:
         grace = 2.0 if self.status is None else 5.0
         if any(r.proc.returncode is None for r in remote):
             grace = max(grace, nodeguard_grace() + 2.0)
-        _kill_groups([r.proc for r in self.running], grace_s=grace, asked=tuple(r.proc for r in remote))
+        kill_groups([r.proc for r in self.running], grace_s=grace, asked=tuple(r.proc for r in remote))
 
     def _collect(self) -> Outcome:
         if not self.running:
@@ -786,7 +469,7 @@ class Launch:
             self._stop()
         finally:
             for r in self.running:
-                _LEADERS.discard(r.proc.pid)
+                LEADERS.discard(r.proc.pid)
             self._reap()
             self.plan.hold.clear()  # what the launch needed held (a rendezvous store), only once it has ended
             self._close_gate_fd()
@@ -796,7 +479,7 @@ class Launch:
             self._events = None
             for r in self.running:
                 r.pidfd = None
-        leftovers = _kill_leftovers(self.launch_id)
+        leftovers = kill_leftovers(self.launch_id)
         for clean in self.plan.cleanup:  # the framework's own leftovers, now that no process of it is left
             try:
                 clean()
@@ -909,16 +592,16 @@ class Launch:
             if dead is None or (dead.time is not None and failed_wall < dead.time):
                 before = " before any rank started there" if failed.command.host in silent else ""
                 cause = first_error(failed.log) or last_line(failed.log)
-                return (f"{failed.where}: {_exit_reason(rc)}{before}"
+                return (f"{failed.where}: {exit_reason(rc)}{before}"
                         + (f"; first error: {cause}" if cause else ""))
         if dead:
             reason = dead.reason
             # Its own node's log first: in the joined log another node's consequence may come before the cause.
             own = [r.log for r in self.running if len(self.running) > 1
-                   and _matches(r.command.host, not r.command.remote, dead.host)]
+                   and matches_host(r.command.host, not r.command.remote, dead.host)]
             cause = (first_error(own[0]) if own else None) or first_error(self.log_path) if dead.with_error else None
         else:
-            reason, cause = _exit_reason(rc), first_error(self.log_path)
+            reason, cause = exit_reason(rc), first_error(self.log_path)
         if silent:
             reason = f"no rank started on {', '.join(silent)}; {reason}"
         return reason + (f"; first error: {cause}" if cause else "")
@@ -930,8 +613,8 @@ class Launch:
         if len(self.running) != 1 or self.running[0].exited_at is None:
             return False
         exited = self.launch_wall + (self.running[0].exited_at - self.t0)
-        ended = _rank_records(self.rank_dir, "exit-rank*.json")
-        started = _rank_records(self.rank_dir, "start-rank*.json")
+        ended = rank_records(self.rank_dir, "exit-rank*.json")
+        started = rank_records(self.rank_dir, "start-rank*.json")
         return all(k in started and (k not in ended or ended[k].get("time", 0.0) >= exited) for k in ranks)
 
     def _launcher_killed(self, rc: int | None, dead: DeadRank | None) -> str | None:
@@ -941,7 +624,7 @@ class Launch:
         if len(self.running) != 1 or rc is None or rc >= 0:
             return None
         r = self.running[0]
-        supervisors = {rec.get("supervisor_pid") for rec in _rank_records(self.rank_dir, "start-rank*.json").values()}
+        supervisors = {rec.get("supervisor_pid") for rec in rank_records(self.rank_dir, "start-rank*.json").values()}
         if r.proc.pid in supervisors:  # the launcher is a rank (a single process): its own record says it
             return None
         killed = None if r.exited_at is None else self.launch_wall + (r.exited_at - self.t0)

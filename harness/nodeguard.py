@@ -29,7 +29,7 @@ from harness.proc import become_subreaper
 
 GRACE_S = 3.0
 """From SIGTERM to SIGKILL for the command's process group."""
-LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"  # the same name as harness/launch.py's (a rank-side module may not import it)
+LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"  # the same name as harness/launchenv.py's (a rank-side module may not import it)
 _stop = False
 
 

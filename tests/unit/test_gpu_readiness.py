@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import adapters
-from harness.launch import harness_env
+from harness.launchenv import harness_env
 from harness.rank.measure import cuda_math
 from harness.record import precision_label
 from harness.spec import RunSpec

@@ -26,7 +26,7 @@ from adapters import horovod as hv
 from conftest import REPO
 from harness import hosts
 from harness.inputs import BadInput, RunRequest
-from harness.launch import remote_env, ssh_argv
+from harness.launchenv import remote_env, ssh_argv
 from harness.spec import Node, RunSpec, Topology
 
 HERE = socket.gethostname()

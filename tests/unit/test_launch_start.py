@@ -61,7 +61,7 @@ def test_an_interrupt_of_a_launch_that_never_started_keeps_its_reason(tmp_path):
 
 
 def test_the_first_error_of_a_log_is_the_cause_not_a_cpp_stack_frame(tmp_path):
-    from harness.launch import first_error
+    from harness.launchlogs import first_error
 
     log = tmp_path / "launch.log"
     log.write_text(
@@ -76,7 +76,7 @@ def test_the_first_error_of_a_log_is_the_cause_not_a_cpp_stack_frame(tmp_path):
 
 
 def test_a_program_the_launcher_could_not_find_is_the_cause_not_the_launchers_summary(tmp_path):
-    from harness.launch import first_error
+    from harness.launchlogs import first_error
 
     log = tmp_path / "launch.log"
     for missing in ("env: 'python': No such file or directory", "/bin/sh: 1: python: not found",
