@@ -168,11 +168,18 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _stall_option():
-    """--stall-timeout, one definition for every command that launches ranks."""
-    return typer.Option(300.0, "--stall-timeout",
-                        help="Seconds without progress (no new phase or step from rank 0) after which a launch is "
-                             "stopped as stalled, each rank's Python stacks written to its log first (0: never).")
+def _shared(field: str, *decls: str, **kwargs) -> Any:
+    """An option every command that launches ranks shares, made from the Request field it fills
+    (harness/inputs.py): its default and its help are the field's own, written once there."""
+    import dataclasses
+
+    from harness.options import attribute_docs
+
+    default = {f.name: f.default for f in dataclasses.fields(Request)}[field]
+    help_text = attribute_docs(Request)[field]
+    if isinstance(default, bool):
+        return _flag(default, *decls, help=help_text, **kwargs)
+    return typer.Option(default, *decls, help=help_text, **kwargs)
 
 
 def _out(text: str | None) -> Path | None:
@@ -364,18 +371,16 @@ def run(
     global_batch: Optional[int] = typer.Option(None, "--global-batch",
                                                help="Global batch (default: the workload's); LR follows its rule."),
     repeats: int = typer.Option(1, help="Fresh launches per adapter; the spread is reported."),
-    threads: Optional[int] = typer.Option(None, help="Threads per process (default: usable cores / processes)."),
+    threads: Optional[int] = _shared("threads"),
     equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps",
                                               help="Steps compared with the single-process reference (0: skip)."),
-    timeout: float = typer.Option(900.0, help="Seconds before a launch is killed and recorded as timeout."),
-    stall_timeout: float = _stall_option(),
+    timeout: float = _shared("timeout_s", "--timeout"),
+    stall_timeout: float = _shared("stall_s", "--stall-timeout"),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/<workload>_<hw>_<time>)."),
-    force: bool = _flag(False, help="Overwrite results already in --out."),
-    strict: bool = _flag(False, help="A named adapter that cannot run here is an error (exit 2), not an "
-                                            "unavailable row."),
-    oversubscribe: bool = _flag(False, help="Allow more processes than usable cores (rows are labelled)."),
-    bind_cores: bool = _flag(False, "--bind-cores", help="Bind each process to its own share of the usable "
-                                    "cores (every adapter alike; recorded). Default: the OS places the threads."),
+    force: bool = _shared("force"),
+    strict: bool = _shared("strict"),
+    oversubscribe: bool = _shared("oversubscribe"),
+    bind_cores: bool = _shared("bind_cores", "--bind-cores"),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE, e.g. arch=resnet50."),
     until_target: bool = _flag(False, "--until-target",
@@ -386,17 +391,11 @@ def run(
                                                   "workload's)."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps",
                                             help="With --until-target: the step budget (default: the workload's)."),
-    hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
-                                                               "(the world size is the sum of the slots)."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", parser=_path,
-                                            help="Hosts from a file of `HOST slots=N` lines (DeepSpeed/MPI syntax)."),
-    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
-                                                                "the SLURM allocation)."),
-    iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank (GLOO/NCCL_SOCKET_"
-                                                              "IFNAME; default: lo on one machine, else the "
-                                                              "frameworks' choice)."),
-    host_launcher: str = typer.Option("ssh", "--launcher", help="How other hosts are reached: ssh, or slurm (srun, "
-                                                                "inside an allocation; hosts from SLURM)."),
+    hosts: Optional[str] = _shared("hosts", "--hosts"),
+    hostfile: Optional[Path] = _shared("hostfile", "--hostfile", parser=_path),
+    nnodes: Optional[int] = _shared("nnodes", "--nnodes"),
+    iface: Optional[str] = _shared("iface", "--iface"),
+    host_launcher: str = _shared("launcher", "--launcher"),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="The row every other row is compared with, as a "
                                            "ratio with its 95% interval (default: the first row that runs on the "
                                            "whole world size)."),
@@ -484,16 +483,16 @@ def sbatch_cmd(
     device: str = typer.Option("cpu", "--device"),
     steps: Optional[int] = typer.Option(None), warmup: Optional[int] = typer.Option(None),
     global_batch: Optional[int] = typer.Option(None, "--global-batch"),
-    repeats: int = typer.Option(1), threads: Optional[int] = typer.Option(None),
+    repeats: int = typer.Option(1), threads: Optional[int] = _shared("threads"),
     equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps"),
-    timeout: float = typer.Option(900.0), stall_timeout: float = _stall_option(),
+    timeout: float = _shared("timeout_s", "--timeout"), stall_timeout: float = _shared("stall_s", "--stall-timeout"),
     out: Optional[str] = typer.Option(None),
     force: bool = _flag(False, help="Replace --script, and pass --force to the run."),
-    strict: bool = _flag(False, help="As for `compare run`."),
-    oversubscribe: bool = _flag(False, help="As for `compare run`."),
-    bind_cores: bool = _flag(False, "--bind-cores", help="As for `compare run`."),
+    strict: bool = _shared("strict"),
+    oversubscribe: bool = _shared("oversubscribe"),
+    bind_cores: bool = _shared("bind_cores", "--bind-cores"),
     knob: list[str] = typer.Option([], "--knob", "-k"), option: list[str] = typer.Option([], "--option", "-o"),
-    iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank."),
+    iface: Optional[str] = _shared("iface", "--iface"),
 ):
     """Write a ready sbatch script that runs this comparison across the nodes of a SLURM allocation."""
     from harness import runner, sbatch
@@ -514,7 +513,8 @@ def sbatch_cmd(
                                  ("--device", device, "cpu"), ("--steps", steps, None), ("--warmup", warmup, None),
                                  ("--global-batch", global_batch, None), ("--repeats", repeats, 1),
                                  ("--threads", threads, None), ("--equiv-steps", equiv_steps, None),
-                                 ("--timeout", timeout, 900.0), ("--stall-timeout", stall_timeout, 300.0),
+                                 ("--timeout", timeout, Request.timeout_s),
+                                 ("--stall-timeout", stall_timeout, Request.stall_s),
                                  ("--out", out, None), ("--iface", iface, None)):
         if value != default:
             run_args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
@@ -555,15 +555,13 @@ def scale(
                                                      "the largest world size that fits)."),
     equiv_steps: Optional[int] = typer.Option(None, "--equiv-steps",
                                               help="Steps compared with the single-process reference (0: skip)."),
-    timeout: float = typer.Option(900.0, help="Seconds before a launch is killed and recorded as timeout."),
-    stall_timeout: float = _stall_option(),
+    timeout: float = _shared("timeout_s", "--timeout"),
+    stall_timeout: float = _shared("stall_s", "--stall-timeout"),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/scale_<workload>_<hw>_<time>)."),
-    force: bool = _flag(False, help="Overwrite results already in --out."),
-    strict: bool = _flag(False, help="A named adapter that cannot run here is an error (exit 2)."),
-    oversubscribe: bool = _flag(False, help="Allow world sizes above the usable cores (labelled "
-                                                   "oversubscribed everywhere)."),
-    bind_cores: bool = _flag(False, "--bind-cores", help="Bind each process to its own share of the usable "
-                                    "cores (every adapter alike; recorded). Default: the OS places the threads."),
+    force: bool = _shared("force"),
+    strict: bool = _shared("strict"),
+    oversubscribe: bool = _shared("oversubscribe"),
+    bind_cores: bool = _shared("bind_cores", "--bind-cores"),
     straggler: Optional[str] = typer.Option(None, help="RANK:FACTOR: that rank computes FACTOR times slower."),
     knob: list[str] = typer.Option([], "--knob", "-k", help="ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50."),
     option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE."),
@@ -726,26 +724,19 @@ def comm_cmd(
     gap: float = typer.Option(0.0, "--gap", help="Milliseconds of busy work on every rank before each timed call, "
                                                 "untimed, as a training step calls collectives after its compute "
                                                 "(default 0: back to back, as nccl-tests)."),
-    threads: Optional[int] = typer.Option(None, help="Threads per process (default: usable cores / processes)."),
-    timeout: float = typer.Option(900.0, help="Seconds before a backend's launch is killed."),
-    stall_timeout: float = _stall_option(),
+    threads: Optional[int] = _shared("threads"),
+    timeout: float = _shared("timeout_s", "--timeout"),
+    stall_timeout: float = _shared("stall_s", "--stall-timeout"),
     out: Optional[str] = typer.Option(None, help="Output directory (default: results/comm_<hw>_n<N>_<time>)."),
-    force: bool = _flag(False, help="Overwrite results already in --out."),
-    strict: bool = _flag(False, help="A named backend that cannot run here is an error (exit 2)."),
-    oversubscribe: bool = _flag(False, help="Allow more ranks than usable cores (labelled)."),
-    bind_cores: bool = _flag(False, "--bind-cores", help="Bind each process to its own share of the usable "
-                                    "cores (every adapter alike; recorded). Default: the OS places the threads."),
-    hosts: Optional[str] = typer.Option(None, "--hosts", help="Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 "
-                                                               "(the world size is the sum of the slots)."),
-    hostfile: Optional[Path] = typer.Option(None, "--hostfile", parser=_path,
-                                            help="Hosts from a file of `HOST slots=N` lines (DeepSpeed/MPI syntax)."),
-    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Use the first N hosts (of --hosts, --hostfile or "
-                                                                "the SLURM allocation)."),
-    iface: Optional[str] = typer.Option(None, "--iface", help="Network interface for every rank (GLOO/NCCL_SOCKET_"
-                                                              "IFNAME; default: lo on one machine, else the "
-                                                              "frameworks' choice)."),
-    host_launcher: str = typer.Option("ssh", "--launcher", help="How other hosts are reached: ssh, or slurm (srun, "
-                                                                "inside an allocation; hosts from SLURM)."),
+    force: bool = _shared("force"),
+    strict: bool = _shared("strict"),
+    oversubscribe: bool = _shared("oversubscribe"),
+    bind_cores: bool = _shared("bind_cores", "--bind-cores"),
+    hosts: Optional[str] = _shared("hosts", "--hosts"),
+    hostfile: Optional[Path] = _shared("hostfile", "--hostfile", parser=_path),
+    nnodes: Optional[int] = _shared("nnodes", "--nnodes"),
+    iface: Optional[str] = _shared("iface", "--iface"),
+    host_launcher: str = _shared("launcher", "--launcher"),
 ):
     """Benchmark and check collective and point-to-point primitives per backend."""
     from harness import comm as commmod
@@ -837,8 +828,7 @@ def index_cmd(directory: Path = typer.Argument(Path("results"), parser=_path,
 @app.command("list", cls=_Command)
 def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu or cuda."),
              world_size: int = typer.Option(2, "--world-size", "-n"),
-             oversubscribe: bool = _flag(False, help="Check a world size above the usable cores, as "
-                                                              "`compare run --oversubscribe` would run it.")):
+             oversubscribe: bool = _shared("oversubscribe")):
     """Every adapter and workload, with availability and the reason."""
     from rich.table import Table
 

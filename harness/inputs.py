@@ -33,33 +33,36 @@ class Request:
     timeout_s: float = 900.0
     """Seconds before a launch is killed and recorded as a timeout."""
     stall_s: float = 300.0
-    """Seconds without progress (rank 0's phase or step) before a launch is stopped as stalled (0: never)."""
+    """Seconds without progress (no new phase or step from rank 0) after which a launch is stopped as stalled, each
+    rank's Python stacks written to its log first (0: never)."""
     out: Path | None = None
     """Output directory (None: results/<name>_<hardware>_<time>)."""
     results_dir: Path = Path("results")
     force: bool = False
-    """Overwrite results already in `out`."""
+    """Overwrite results already in --out."""
     strict: bool = False
-    """A named adapter/backend that cannot run here is an error (exit 2) instead of an `unavailable` row."""
+    """A named adapter (or backend) that cannot run here is an error (exit 2), not an unavailable row."""
     oversubscribe: bool = False
-    """Allow more processes than usable cores (labelled "oversubscribed" in every row)."""
+    """Allow more processes than usable cores (every row so run is labelled oversubscribed)."""
     threads: int | None = None
-    """Threads per process (None: usable cores / processes of the launch)."""
+    """Threads per process (default: usable cores / processes)."""
     bind_cores: bool = False
-    """Bind every process (all its threads) to its own share of the usable cores: local rank k gets `threads`
-    cores from the k x threads-th on (wrapping round when oversubscribed). Off: the OS places the threads."""
+    """Bind each process to its own share of the usable cores (every adapter alike; recorded): local rank k gets
+    its threads' cores from the k x threads-th on, wrapping round when oversubscribed. Default: the OS places the
+    threads."""
     command: str = ""
     """The command line as typed, recorded in every row."""
     hosts: str | None = None
-    """--hosts "h1:2,h2:2" (harness/hosts.py)."""
+    """Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 (the world size is the sum of the slots)."""
     hostfile: Path | None = None
-    """--hostfile: `HOST slots=N` lines."""
+    """Hosts from a file of `HOST slots=N` lines (DeepSpeed/MPI syntax)."""
     nnodes: int | None = None
-    """Use the first N hosts."""
+    """Use the first N hosts (of --hosts, --hostfile or the SLURM allocation)."""
     iface: str | None = None
-    """Network interface for every rank (None: lo when every host is this machine, else the frameworks')."""
+    """Network interface for every rank (GLOO/NCCL_SOCKET_IFNAME; default: lo on one machine, else the frameworks'
+    choice)."""
     launcher: str = "ssh"
-    """How remote hosts are reached: ssh, or slurm (srun, inside an allocation)."""
+    """How other hosts are reached: ssh, or slurm (srun, inside an allocation; hosts from SLURM)."""
     topology: Any = None
     """A topology given whole instead of the options above (`compare sbatch`, planning for an allocation)."""
 

@@ -137,7 +137,7 @@ def build(cls: type, values: dict[str, Any] | None = None, what: str = "option")
     return cls(**kwargs)
 
 
-def _attribute_docs(cls: type) -> dict[str, str]:
+def attribute_docs(cls: type) -> dict[str, str]:
     """The docstrings written under each field of a dataclass (and of the dataclasses it extends), by field name:
     the string literal right after the annotated assignment, as torchtitan's job_config documents its fields."""
     import ast
@@ -163,7 +163,7 @@ def _attribute_docs(cls: type) -> dict[str, str]:
 def catalogue(cls: type) -> list[dict[str, str]]:
     """Every field of an option dataclass: name, accepted values, default and its documentation, for `compare
     knobs`; read from the declaration itself, so it cannot drift from what `build` accepts."""
-    docs = _attribute_docs(cls)
+    docs = attribute_docs(cls)
     out = []
     for name, (f, tp) in _fields(cls).items():
         default = f.default if f.default is not dataclasses.MISSING else (
