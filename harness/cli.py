@@ -621,6 +621,10 @@ def predict(
                                                             "given)."),
     to: int = typer.Option(1024, "--to", help="Largest world size predicted."),
     list_profiles: bool = _flag(False, "--list", help="List the hardware profiles and exit."),
+    validate: bool = _flag(False, "--validate", help="Score the sweeps made with the current model version "
+                           "(pass, fail or undecidable per point, beside the naive sum of parts and the world-size-1 "
+                           "step, and the ranking's rho) and list the others as the data the model was developed "
+                           "on."),
 ):
     """The performance model: predicted vs measured for scale sweeps (and its accuracy over several), extrapolation
     to a hardware profile, and the check against published scaling results."""
@@ -662,6 +666,21 @@ def predict(
         except ValueError as exc:
             _fail(_malformed(directory, exc, "predict from"))
         sweeps.setdefault(directory.resolve(), (directory, records))  # a directory named twice counts once
+    if validate and not sweeps:
+        _fail("--validate needs the `compare scale` directories to score, e.g. compare predict --validate "
+              "results/scale_*")
+    if validate:
+        judged_sweeps = []
+        for directory, records in sweeps.values():
+            try:
+                rows = render.predict_sweep(lambda line: None, directory, records, report_scale.table(records),
+                                            profile, to, extrapolate=False)
+            except MALFORMED as exc:
+                _fail(_malformed(directory, exc, "predict from"))
+            judged_sweeps.append((directory, records, rows))
+        for line in render.validation_lines(judged_sweeps):
+            console.print(escape(line), soft_wrap=True)  # one line per sweep, whatever the width
+        return
     judged: list[tuple[Path, list[dict], list[dict]]] = []
     for directory, records in sweeps.values():
         try:

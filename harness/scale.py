@@ -32,6 +32,7 @@ from typing import Any
 
 import adapters
 from harness import comm as commmod
+from harness.model import VERSION as MODEL_VERSION
 from harness.model import costmodel
 from harness import env as envmod
 from harness import outdir
@@ -342,7 +343,8 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tup
     run_info = core.run_header(p, "scale", [BASELINE] + p.labels, started)
     run_info["scale_sweep"] = {"scaling": p.scaling, "world_sizes": p.world_sizes, "threads_per_rank": p.threads,
                                "straggler": p.straggler, "profiles": p.profiles, "predict_to": p.predict_to,
-                               "comm_dirs": [f"comm_n{n}" for n, _ in p.comm], "model": p.request.model}
+                               "comm_dirs": [f"comm_n{n}" for n, _ in p.comm], "model": p.request.model,
+                               "model_version": MODEL_VERSION}
     with Session(p.out, RESULT_FILES) as session:
         ui.start(p)
         runner = core.Runner(session, ui, run_info)

@@ -203,3 +203,30 @@ def median_interval(values: list[float], confidence: float = CONFIDENCE) -> dict
     if j >= 1:
         out["lo"], out["hi"] = xs[j - 1], xs[n - j]
     return out
+
+
+def ranks(values: list[float]) -> list[float]:
+    """1-based ranks of `values`, ties sharing the mean of the ranks they span."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in order[i:j + 1]:
+            out[k] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(a: list[float], b: list[float]) -> float | None:
+    """Spearman's rank correlation of two paired lists (Pearson's r of their ranks); None below 3 pairs or where one
+    side has no spread."""
+    if len(a) != len(b) or len(a) < 3:
+        return None
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
+    return None if va == 0 or vb == 0 else cov / math.sqrt(va * vb)

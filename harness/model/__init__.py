@@ -7,3 +7,33 @@
 - render.py: its words and pictures, for a scale report's "The model" section and for `compare predict`.
 
 Runs in: the parent (a rank measures the model's inputs with harness/rank/profile.py, which imports none of it)."""
+
+import ast
+import hashlib
+from pathlib import Path
+
+VERSION = 1
+"""The model's version, kept in every sweep it judges (scale_sweep.model_version) and named in every prediction.
+Sweeps made with the current version are its validation; sweeps made before are the data it was developed on."""
+FINGERPRINT = "9683a170b4e69866"
+"""fingerprint() of the code VERSION names. A test holds them equal: a change to how the model prices or calibrates
+(not to its comments or docstrings) must come with a new VERSION, so a sweep is never scored by a model that was
+tuned after it."""
+PRICED_BY = ("costmodel.py", "calibration.py")
+
+
+def fingerprint() -> str:
+    """sha256 of the model's code as Python sees it (the syntax trees of PRICED_BY without their docstrings and
+    comments), its first 16 hex digits."""
+    digest = hashlib.sha256()
+    for name in PRICED_BY:
+        tree = ast.parse((Path(__file__).parent / name).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            for key in ("body", "orelse", "finalbody"):
+                body = getattr(node, key, None)
+                if isinstance(body, list) and body and all(isinstance(n, ast.stmt) for n in body):
+                    kept = [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                                                    and isinstance(n.value.value, str))]
+                    setattr(node, key, kept or [ast.Pass()])
+        digest.update(ast.dump(tree, annotate_fields=False).encode())
+    return digest.hexdigest()[:16]

@@ -214,6 +214,28 @@ def judgement(r: dict[str, Any]) -> str:
     return "fail" if err > JUDGE_BOUND + half else "undecidable"
 
 
+def scores(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The model's marks over judged points (above world size 1, not oversubscribed): PASS / FAIL / UNDECIDABLE
+    (judgement), the median |error|, how many points the model, the naive sum of parts and "the same as world size
+    1" each get within ±JUDGE_BOUND, and per world size Spearman's rho between the measured and the predicted
+    ranking of the rows (None below 3 rows)."""
+    from harness.stats import spearman
+
+    real = judged(rows)
+    marks = {k: 0 for k in ("pass", "fail", "undecidable")}
+    for r in real:
+        marks[judgement(r)] += 1
+    rho = {}
+    for n in sorted({r["n"] for r in real}):
+        at_n = [r for r in real if r["n"] == n]
+        rho[n] = spearman([r["measured_s"] for r in at_n], [r["predicted_s"] for r in at_n])
+    return {"points": len(real), **marks,
+            "median_abs_error": statistics.median(abs(r["error"]) for r in real) if real else None,
+            "within": within(real), "naive_within": within([r for r in real if "naive_error" in r], "naive_error"),
+            "same_as_1_within": within([r for r in real if "same_as_1_error" in r], "same_as_1_error"),
+            "rho": rho}
+
+
 def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
     """Every measured (adapter, world size): measured and predicted step, error, and memory."""
     rows = []
@@ -221,6 +243,7 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
         if label == BASELINE or label not in cal:
             continue
         c = cal[label]
+        at_1 = [p["step_mean"] for p in points if p["status"] == "ok" and p["n"] == 1]
         for p in points:
             if p["status"] != "ok":
                 continue
@@ -244,6 +267,14 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
                 row.update(predicted_s=step.step_s, error=step.step_s / p["step_mean"] - 1,
                            error_median=step.step_s / p["step_median"] - 1, step=step, contention=ratio,
                            first_contention=rec.get("contention"))
+                # The baselines the model must beat: the naive sum of its parts (the world-size-1 compute at this
+                # batch, then one all-reduce of every gradient, nothing hidden, no overhead, no contention), and the
+                # world-size-1 step as it was measured.
+                naive = alone.fwd_s + alone.bwd_s + alone.opt_s + (
+                    c["collectives"].time("all_reduce", alone.grad_bytes, n) if n > 1 else 0.0)
+                row.update(naive_s=naive, naive_error=naive / p["step_mean"] - 1)
+                if at_1:
+                    row.update(same_as_1_s=at_1[0], same_as_1_error=at_1[0] / p["step_mean"] - 1)
                 if ratio:
                     # What the model predicted before it had the contention calibration: the compute alone.
                     plain = cm.predict_step(c["schedule"], alone, c["collectives"], n, shares).step_s

@@ -115,6 +115,14 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
     comm = comm_records(out, problems)
     cal = calibrate(records, comm)
     md = ["## The model: predicted vs measured", ""]
+    from harness.model import VERSION
+
+    made = sweep_version(records)
+    md += [f"Model version {VERSION}; this sweep was made with "
+           + ("it: a validation of the model, which was frozen before the sweep ran." if made == VERSION else
+              f"version {made}: data the model was developed on, not its validation." if made is not None else
+              "no model version (before the model was versioned): data the model was developed on, not its "
+              "validation."), ""]
     md += [f"- {p}: the model has no collectives from it." for p in problems] + ([""] if problems else [])
     if not cal:
         return md + ["No point has a compute profile to calibrate with.", ""], []
@@ -457,4 +465,41 @@ def accuracy_lines(judged: list[tuple[Path, list[dict], list[dict]]]) -> list[st
                      f"mean steps spread over a median {statistics.median(widths):.0%} of the point's mean (up to "
                      f"{max(widths):.0%}); the prediction fell inside its point's range of repeats at {inside} of "
                      f"{len(spread)}")
+    return lines
+
+
+def sweep_version(records: list[dict]) -> int | None:
+    """The model version a sweep was made with (None: made before the model was versioned)."""
+    return (records[0].get("scale_sweep") or {}).get("model_version")
+
+
+def _score_line(s: dict) -> str:
+    if not s["points"]:
+        return "no point above world size 1 predicted"
+    rho = ", ".join(f"N={n} {'–' if r is None else f'{r:.2f}'}" for n, r in s["rho"].items())
+    return (f"{s['points']} points: {s['pass']} pass, {s['fail']} fail, {s['undecidable']} undecidable; median "
+            f"|error| {s['median_abs_error']:.0%}; within ±10%: the model {s['within']}, the naive sum of parts "
+            f"{s['naive_within']}, the world-size-1 step {s['same_as_1_within']}; ranking rho {rho}")
+
+
+def validation_lines(judged_sweeps: list[tuple[Path, list[dict], list[dict]]]) -> list[str]:
+    """`compare predict --validate DIR...`: the sweeps made with the current model version scored (its validation:
+    the model was frozen before they were made), the others listed as the data it was developed on."""
+    from harness.model import FINGERPRINT, VERSION
+    from harness.model.calibration import scores
+
+    current = [(d, rec, rows) for d, rec, rows in judged_sweeps if sweep_version(rec) == VERSION]
+    older = [(d, rec) for d, rec, _ in judged_sweeps if sweep_version(rec) != VERSION]
+    lines = [f"model version {VERSION} (fingerprint {FINGERPRINT}): validation on the {len(current)} sweep(s) made "
+             f"with it (PASS: within ±10% of the measured mean step; FAIL: beyond 10% plus the point's own 95% "
+             f"half-width; UNDECIDABLE: between, or fewer than 3 repeats)"]
+    for d, _, rows in current:
+        lines.append(f"  {d}: {_score_line(scores(rows))}")
+    if len(current) > 1:
+        lines.append(f"  all of them: {_score_line(scores([r for _, _, rows in current for r in rows]))}")
+    if older:
+        made = ", ".join(f"{d} ({'before versioning' if sweep_version(rec) is None else f'version {sweep_version(rec)}'})"
+                         for d, rec in older)
+        lines.append(f"development data, not scored as validation ({len(older)} sweep(s) made with another model): "
+                     f"{made}")
     return lines

@@ -363,3 +363,48 @@ def test_fsdp_gathers_each_unit_for_forward_and_again_for_backward_and_reduce_sc
     # what does not fit behind compute is exposed: 10x slower collectives
     slow = cm.predict_step(f(), c, PerMiB(1.0), 3)
     assert slow.exposed_s == pytest.approx((3.0 - 1.0) + (6.0 - 2.0))
+
+
+def test_the_model_is_frozen_under_its_version():
+    # A change to how the model prices or calibrates must come with a new harness.model.VERSION (and the new
+    # fingerprint), so that no sweep is scored as validation by a model tuned after it was made.
+    from harness import model
+
+    assert model.fingerprint() == model.FINGERPRINT, (
+        f"the model's code changed: raise harness.model.VERSION to {model.VERSION + 1} and set FINGERPRINT = "
+        f"\"{model.fingerprint()}\"")
+
+
+def test_spearman_against_hand_computed_ranks():
+    from harness.stats import ranks, spearman
+
+    assert ranks([3.0, 1.0, 2.0, 2.0]) == [4.0, 1.0, 2.5, 2.5]
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # d = (0, 1, -1, 0): rho = 1 - 6 * 2 / (4 * 15) = 0.8
+    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    assert spearman([1, 2], [1, 2]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_scores_mark_each_point_and_the_baselines_on_known_rows():
+    from harness.model.calibration import scores
+
+    def row(label, n, measured, predicted, repeats=(), naive=None, same=None, over=False):
+        r = {"label": label, "n": n, "oversubscribed": over, "measured_s": measured, "predicted_s": predicted,
+             "error": predicted / measured - 1, "measured_repeats_s": list(repeats)}
+        if naive is not None:
+            r["naive_error"] = naive / measured - 1
+        if same is not None:
+            r["same_as_1_error"] = same / measured - 1
+        return r
+
+    rows = [row("a", 2, 1.0, 1.05, naive=1.5, same=0.5),                      # pass (5%)
+            row("b", 2, 2.0, 2.6, repeats=(2.0, 2.0, 2.0), naive=2.1, same=1.0),  # 30%, no spread: fail
+            row("c", 2, 3.0, 3.6, naive=3.1),                                 # 20%, no repeats: undecidable
+            row("d", 1, 1.0, 5.0),                                            # world size 1: not judged
+            row("e", 4, 1.0, 5.0, over=True)]                                 # oversubscribed: not judged
+    s = scores(rows)
+    assert (s["points"], s["pass"], s["fail"], s["undecidable"]) == (3, 1, 1, 1)
+    assert s["median_abs_error"] == pytest.approx(0.2)
+    assert (s["within"], s["naive_within"], s["same_as_1_within"]) == (1, 2, 0)
+    assert s["rho"] == {2: pytest.approx(1.0)}  # measured 1 < 2 < 3, predicted 1.05 < 2.6 < 3.6

@@ -347,3 +347,37 @@ def test_a_schedule_recorded_before_a_key_existed_takes_it_from_the_adapter_not_
     today = adapters.get("deepspeed")({"zero_stage": 3}).comm_schedule()
     assert got == {**today, **old["comm_schedule"]} and got["reuse_elems"] == today["reuse_elems"]
     assert comm_schedule_of({**old, "adapter": "gone"}) == old["comm_schedule"]  # an adapter removed since
+
+
+def test_validate_scores_only_the_sweeps_made_with_the_current_model(tmp_path):
+    import json
+
+    from conftest import compare_cli
+    from harness.model import FINGERPRINT, VERSION
+
+    frozen = tmp_path / "made_with_it"
+    frozen.mkdir()
+    src = RUNS / "scale_widemlp_cpu2_20261125-092354"
+    lines = []
+    for line in (src / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        r["scale_sweep"]["model_version"] = VERSION  # as if swept after the model was frozen
+        lines.append(json.dumps(r))
+    (frozen / "records.jsonl").write_text("\n".join(lines) + "\n")
+    for comm in src.glob("comm_n*/records.jsonl"):
+        (frozen / comm.parent.name).mkdir()
+        (frozen / comm.parent.name / "records.jsonl").write_text(comm.read_text())
+    older = RUNS / "scale_digits_cpu2_20261125-085608"
+    proc = compare_cli("predict", "--validate", str(frozen), str(older), env={"COLUMNS": "300"})
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert out[0].startswith(f"model version {VERSION} (fingerprint {FINGERPRINT}): validation on the 1 sweep(s) "
+                             f"made with it")
+    assert out[1] == (f"  {frozen}: 7 points: 5 pass, 1 fail, 1 undecidable; median |error| 4%; within ±10%: the "
+                      f"model 5, the naive sum of parts 0, the world-size-1 step 0; ranking rho N=2 1.00")
+    assert out[2] == (f"development data, not scored as validation (1 sweep(s) made with another model): {older} "
+                      f"(before versioning)")
+    bad = compare_cli("predict", "--validate")
+    assert bad.returncode == 2 and bad.stdout == "" and bad.stderr == (
+        "error: --validate needs the `compare scale` directories to score, e.g. compare predict --validate "
+        "results/scale_*\n")
