@@ -22,6 +22,13 @@ SCHEMA_VERSION = 2
 the machine's noise over it; the round order's seed and each launch's place in its round; the run's baseline row."""
 READABLE_SCHEMAS = (1, 2)
 """Versions `compare report` renders: 1 as it always was (median step, spread across repeats, no intervals)."""
+
+
+def has_intervals(records: list[dict[str, Any]]) -> bool:
+    """Whether every record is of schema 2 or later (throughput over the whole timed window per launch): reports
+    give those intervals and a verdict. Every reader asks this, not the version number, so what each version holds
+    is known here alone; records of schema 1 render as they always did (median step, spread, no verdict)."""
+    return bool(records) and all(r.get("schema_version", 1) >= 2 for r in records)
 NOISE_STEAL = 0.05
 """A launch whose timed window lost this share of the machine's CPU time to steal (the hypervisor) is flagged."""
 NOISE_OTHER = 0.10

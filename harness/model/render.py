@@ -15,6 +15,7 @@ from harness.model.calibration import (UTILISATION, calibrate, comm_records, ext
                                        published_lines, repeat_spread, shares_cores, within)
 from harness.outdir import save_figure
 from harness.report import figures
+from harness.record import has_intervals
 from harness.sizes import format_mib
 
 
@@ -166,7 +167,7 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                    f"points above world size 1 (not oversubscribed; world size 1 is the calibration itself); the "
                    f"largest error is {worst['error']:+.0%} ({worst['label']} at {worst['n']}). Against the median "
                    f"step: {within(real, 'error_median')} of {len(real)}."]
-        if all(rec.get("schema_version", 1) >= 2 for rec in records):
+        if has_intervals(records):
             verdicts = [judgement(r) for r in real]
             md += ["", f"Judged against each point's own 95% interval over its repeats (pass: within ±10%; fail: "
                        f"beyond 10% plus the interval's half-width; undecidable: between, or fewer than 3 repeats): "

@@ -22,7 +22,7 @@ from harness.report import hosts as hosts_report
 from harness.sizes import format_mib
 from harness.report import epoch, palette, ttt
 from harness.report import verdict as verdict_mod
-from harness.record import MEASURED, precision_label
+from harness.record import MEASURED, has_intervals, precision_label
 from harness.stats import geomean_interval, percentile, worst
 from harness.report import figures
 
@@ -95,7 +95,7 @@ def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
         return row
     sps = [r["samples_per_s"] for r in ok]
     pooled = sorted(t for r in ok for t in r["step_times_s"])
-    if all(r.get("schema_version", 1) >= 2 for r in ok):
+    if has_intervals(ok):
         # Throughput of the whole timed window per launch; the row: their geometric mean with its interval.
         interval = geomean_interval(sps)
         devices = ok[0]["topology"]["devices_used"]
@@ -276,7 +276,7 @@ def _controls(rows) -> list[str]:
            "step time: what a training job gets; the median of a multi-modal step-time distribution jumps between "
            "its modes); a row's samples/s is the geometric mean over its launches with a "
            f"{verdict_mod.INTERVAL_METHOD}; the step-time column describes the distribution." if ok[0].get("interval")
-           is not None or ok[0]["first"].get("schema_version", 1) >= 2 else
+           is not None or has_intervals([ok[0]["first"]]) else
            "the slowest rank's; samples/s = global batch / median step time."),
         f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
         f"{eq['tolerance']:g}.",
@@ -381,7 +381,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     over = " (oversubscribed)" if r0.get("oversubscribed") else ""
     until = f" until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else ""
     md = [f"# {r0['workload']}{until}: {', '.join(group(records))} at world size {ws}{over} on {hw}", ""]
-    if not cfg and verdict_mod.has_intervals(records):
+    if not cfg and has_intervals(records):
         analysis = verdict_mod.analyse(records)
         md += ["## Verdict", ""] + verdict_mod.markdown(analysis) + precision_lines(records, analysis)
     if cfg:
@@ -435,7 +435,7 @@ def console_verdict(records: list[dict[str, Any]]) -> list[str]:
     """The verdict's lines for the terminal, first thing after the progress (markup-escaped)."""
     from rich.markup import escape
 
-    if ttt.settings(records) or not verdict_mod.has_intervals(records):
+    if ttt.settings(records) or not has_intervals(records):
         return []
     analysis = verdict_mod.analyse(records)
     return [escape(line.replace("**", "")) for line in analysis["lines"] + precision_lines(records, analysis) if line]

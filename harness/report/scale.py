@@ -31,6 +31,7 @@ from harness.env import tuning_line
 from harness.outdir import save_figure, write_text
 from harness.report import palette
 from harness.report.run import MEMORY_KINDS, MEMORY_SHORT
+from harness.record import has_intervals
 from harness.sizes import format_mib
 from harness.stats import geomean_interval, percentile, ratio_interval, worst
 from harness.report import figures
@@ -67,7 +68,7 @@ def summarise_point(recs: list[dict[str, Any]]) -> dict[str, Any]:
         return row
     sps = [r["samples_per_s"] for r in ok]
     pooled = sorted(t for r in ok for t in r["step_times_s"])
-    if all(r.get("schema_version", 1) >= 2 for r in ok):  # the whole window per launch, with intervals
+    if has_intervals(ok):  # the whole window per launch, with intervals
         row.update(interval=geomean_interval(sps), sps_values=sps)
         row.update(samples_per_s=row["interval"]["estimate"], spread=None)
     else:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.outdir import save_figure
-from harness.record import MEASURED, precision_label
+from harness.record import MEASURED, has_intervals, precision_label
 from harness.report import figures
 
 
@@ -106,7 +106,7 @@ def _ahead(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
         share = format(gap / nxt[key]["median"], ".0%" if gap >= 0.01 * nxt[key]["median"] else ".1%")
         text += (f", {format(gap, fmt)} s ({share}) ahead of {_name(nxt)} "
                  f"({format(nxt[key]['median'], fmt)} s)")
-        if best["first"].get("schema_version", 1) >= 2 and nxt["first"].get("schema_version", 1) >= 2:
+        if has_intervals([best["first"], nxt["first"]]):
             # Schema 2: the lead with Welch's 95% interval on the ratio of times (harness/stats.py); a lead whose
             # interval contains 1 is not one.
             from harness.stats import ratio_interval

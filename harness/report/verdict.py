@@ -21,11 +21,6 @@ from harness.stats import (CONFIDENCE, INTERVAL_METHOD, MIN_LAUNCHES, geomean_in
                            tiers)
 
 
-def has_intervals(records: list[dict[str, Any]]) -> bool:
-    """Records written since throughput is taken from the whole timed window (schema 2): intervals and a verdict.
-    Older records render as they always did (median step, spread across repeats, no verdict)."""
-    return bool(records) and all(r.get("schema_version", 1) >= 2 for r in records)
-
 
 def _launches(records: list[dict[str, Any]]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
