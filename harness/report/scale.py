@@ -346,6 +346,13 @@ def plot(out: Path, records, tab) -> list[Path]:
             for n, v, o in pts:
                 if o:  # hollow marker: time-shared cores
                     ax.plot([n], [v], marker="o", markerfacecolor="white", markeredgecolor=line.get_color())
+            for r in rs:  # the speed-up's 95% interval over both points' launches (an efficiency is it over N)
+                si = r.get("speedup_interval")
+                if r.get(key) is not None and si and si.get("lo") is not None and si["estimate"]:
+                    v = r[key]
+                    ax.errorbar([r["n"]], [v], yerr=[[v - v * si["lo"] / si["estimate"]],
+                                                     [v * si["hi"] / si["estimate"] - v]],
+                                fmt="none", ecolor=line.get_color(), elinewidth=1, capsize=3)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(s) + ("*" if any(r["n"] == s and r["oversubscribed"] for rs in rows.values()
                                                      for r in rs) else "") for s in sizes])
@@ -356,7 +363,9 @@ def plot(out: Path, records, tab) -> list[Path]:
     ax.plot(sizes, sizes, "k--", linewidth=1, label="ideal (N)")
     lines(ax, "speedup_self")
     ax.set_yscale("log", base=2)
-    ax.set_ylabel("speed-up over the same adapter at N=1")
+    whiskers = any((r.get("speedup_interval") or {}).get("lo") is not None for rs in rows.values() for r in rs)
+    ax.set_ylabel("speed-up over the same adapter at N=1" + ("\n(whiskers: 95% interval over the launches)"
+                                                            if whiskers else ""))
     ax.set_title(f"Speed-up: {title}", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -368,7 +377,8 @@ def plot(out: Path, records, tab) -> list[Path]:
     ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="ideal")
     lines(ax, "efficiency")
     ax.set_ylim(0, max(1.1, max((r["efficiency"] or 0) for rs in rows.values() for r in rs) * 1.1))
-    ax.set_ylabel("parallel efficiency = T(N) / (N T(1))")
+    ax.set_ylabel("parallel efficiency = T(N) / (N T(1))" + ("\n(whiskers: 95% interval over the launches)"
+                                                               if whiskers else ""))
     ax.set_title(f"Efficiency: {title}", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()

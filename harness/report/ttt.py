@@ -243,18 +243,27 @@ def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], 
     ax.barh(labels, train, color="#4C72B0", label="training (sum of step times)")
     ax.barh(labels, start, left=train, color="#C44E52", label="start-up and time between steps (end to end "
                                                               "minus training)")
+    ranged = False
     for i, r in enumerate(shown):
         t = r["shown_e2e"]["ttt"]
+        e2e = r.get("e2e_time_to_target_s")
+        end = train[i] + start[i]
+        if t["reached"] and e2e and len(e2e["values"]) > 1:  # the spread over repeats, as the table gives it
+            ax.errorbar([end], [i], xerr=[[max(0.0, end - e2e["min"])], [max(0.0, e2e["max"] - end)]], fmt="none",
+                        ecolor="#222222", elinewidth=1, capsize=3,
+                        label=None if ranged else "end to end: range over the repeats")
+            ranged, end = True, max(end, e2e["max"])
         text = (f"  {t['e2e_time_to_target_s']:.2f} s (step {t['steps_to_target']})" if t["reached"]
                 else f"  not reached (best {t['best_metric']:.4f} in {t['budget_steps']} steps)")
-        ax.text(train[i] + start[i], i, text, va="center", ha="left", fontsize=8)
+        ax.text(end, i, text, va="center", ha="left", fontsize=8)
     ax.invert_yaxis()
     ax.margins(x=0.35)
-    ax.set_xlabel("seconds to target: end to end = training + start-up\n(the repeat with the median end to end)",
-                  fontsize=9)
+    ax.set_xlabel("seconds to target: end to end = training + start-up\n(the repeat with the median end to end"
+                  + ("; whiskers: the range over the repeats)" if ranged else ")"), fontsize=9)
     ax.set_title(_wrapped(f"Time to {cfg['metric']} {cfg['target']:g}: {title}"), fontsize=9)
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.07 if len(shown) > 3 else 0.1, 1, 1))
+    room = (0.07 if len(shown) > 3 else 0.1) + (0.04 if ranged else 0.0)  # a second legend row for the whiskers
+    fig.tight_layout(rect=(0, room, 1, 1))
     paths.append(out / "ttt_time.png")
     save_figure(fig, paths[-1], 110)
     plt.close(fig)
