@@ -42,6 +42,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
         ended = next((r["shutdown_error"] for r in records if r["backend"] == b and r.get("shutdown_error")), None)
         if ended:
             md.append(f"- **{b}**: its cells were measured and checked, then the launch ended badly {ended}")
+    md += ([""] if md[-1] else []) + ["## Summary", ""] + [f"- {line}" for line in summary_lines(records)]
     gap = r0.get("gap_s") or 0.0
     md += ["", "Time per op: median [p10–p90] of the slowest rank, µs. algbw = size / time; busbw = algbw × "
            "factor (nccl-tests)" + (f"; busbw's [interval] is the {MEDIAN_INTERVAL_METHOD} call over the iterations"
