@@ -174,13 +174,13 @@ def tiers(rows: dict[str, list[float]], confidence: float = CONFIDENCE) -> list[
     out: list[list[str]] = []
     while left:
         top = left[0]
-        tier = [top] + [k for k in left[1:] if not _excludes_one(ratio_interval(rows[top], rows[k], confidence))]
+        tier = [top] + [k for k in left[1:] if not excludes_one(ratio_interval(rows[top], rows[k], confidence))]
         out.append(tier)
         left = [k for k in left if k not in tier]
     return out
 
 
-def _excludes_one(interval: dict) -> bool:
+def excludes_one(interval: dict) -> bool:
     return interval["lo"] is not None and (interval["lo"] > 1.0 or interval["hi"] < 1.0)
 
 

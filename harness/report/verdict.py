@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness.record import MEASURED, precision_label
-from harness.stats import (CONFIDENCE, INTERVAL_METHOD, MIN_LAUNCHES, geomean_interval, half_width, ratio_interval,
-                           tiers)
+from harness.stats import (CONFIDENCE, INTERVAL_METHOD, MIN_LAUNCHES, excludes_one, geomean_interval, half_width,
+                           ratio_interval, tiers)
 
 
 
@@ -127,12 +127,29 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
                     if len(top) > 1 else _name(a, top[0]))
             parts = [f"**Verdict — fastest: {tied}**"]
             # Ratios from the baseline when it ties for fastest (the same ratios as the table), else the fastest row.
+            # A tie is not transitive: a row is in a later tier because its interval against the fastest row of
+            # the tier before excludes 1, which need not hold against every faster row; where it does not, the
+            # verdict says so and names the comparison that did resolve it.
             lead = a["baseline"] if a["baseline"] in top else top[0]
             values = {k: [r["samples_per_s"] for r in launches[k]] for k in ranked}
-            for tier in a["tiers"][1:]:
-                said = ", ".join(f"{ratio_text(ratio_interval(values[lead], values[k]))} ahead of {_name(a, k)}"
-                                 for k in tier)
-                parts.append(f"{lead} {said}" + (" (these tie with each other)" if len(tier) > 1 else ""))
+            for i, tier in enumerate(a["tiers"][1:], 1):
+                said = []
+                for k in tier:
+                    ratio = ratio_interval(values[lead], values[k])
+                    text = f"{ratio_text(ratio)} ahead of {_name(a, k)}"
+                    if not excludes_one(ratio):
+                        by = a["tiers"][i - 1][0]
+                        text += (f" (not resolved; resolved behind {_name(a, by)}: "
+                                 f"{ratio_text(ratio_interval(values[by], values[k]))})")
+                    else:
+                        open_ = [j for t in a["tiers"][:i] for j in t
+                                 if j != lead and not excludes_one(ratio_interval(values[j], values[k]))]
+                        if open_:
+                            text += " (not resolved against " + ", ".join(
+                                f"{_name(a, j)}: {ratio_text(ratio_interval(values[j], values[k]))}"
+                                for j in open_) + ")"
+                    said.append(text)
+                parts.append(f"{lead} {', '.join(said)}" + (" (these tie with each other)" if len(tier) > 1 else ""))
             out.append("; then ".join(parts) + f". ({n} launches per row, {CONFIDENCE:.0%} intervals.)")
     if a["left_out"]:
         out.append("Left out of the ranking: " + ", ".join(

@@ -248,12 +248,29 @@ def test_the_default_baseline_is_the_first_row_asked_for_not_the_first_that_ran(
         r["row_order"] = ["dp", "ddp", "spawn"]
     a = verdict.analyse(recs)
     assert a["baseline"] == "ddp" and a["ranked"] == ["ddp", "spawn"]
-    # a tie for fastest that holds the baseline: the later tiers' ratios are from the baseline, as in the table
+    # a later tier is given with the comparison that resolved it: against the fastest row of the tier before
     recs += _records({"horovod": [50.0, 51.0, 49.0]})
     for r in recs:
         r["row_order"] = ["dp", "ddp", "spawn", "horovod"]
     lines = verdict.analyse(recs)["lines"]
     assert "; then ddp " in lines[0] and "ahead of horovod" in lines[0]
+
+
+def test_a_tie_is_not_transitive_and_the_verdict_says_which_faster_row_a_later_one_is_not_resolved_against():
+    # a ≈ b and b ≈ c, but a > c resolved: c is in a later tier because of a, and the verdict must not read as if b
+    # were resolved ahead of it too (it once printed the baseline's unresolved ratio there)
+    a_, b_, c_ = [100.0, 101.0, 99.0, 100.5, 99.5], [85.0, 115.0, 80.0, 110.0, 95.0], [90.0, 91.0, 89.0, 90.5, 89.5]
+    an = verdict.analyse(_records({"a": a_, "b": b_, "c": c_}))
+    assert an["tiers"] == [["a", "b"], ["c"]]
+    assert not stats.excludes_one(stats.ratio_interval(b_, c_))
+    first = an["lines"][0]
+    assert (f"; then a {verdict.ratio_text(stats.ratio_interval(a_, c_))} ahead of c (not resolved against b: "
+            f"{verdict.ratio_text(stats.ratio_interval(b_, c_))})") in first
+    # with b as the baseline, its own ratio to c is the one given (as in the table), said to be unresolved, with
+    # the comparison that did resolve c's place
+    first = verdict.analyse(_records({"a": a_, "b": b_, "c": c_}, baseline="b"))["lines"][0]
+    assert (f"; then b {verdict.ratio_text(stats.ratio_interval(b_, c_))} ahead of c (not resolved; resolved behind "
+            f"a: {verdict.ratio_text(stats.ratio_interval(a_, c_))})") in first
 
 
 def test_compare_knobs_lists_every_knob_from_its_declaration_and_version_prints_one_line():
