@@ -8,7 +8,10 @@ chart from our records, in the same order, our other backends after, with our co
 The arithmetic (records alone): the data pipeline drops the last partial batch (workloads/base.py
 `batch_indices`), so an epoch is floor(train samples / global batch) steps of the global batch, and
 
-    time per epoch = steps per epoch x global batch / samples/s     (samples/s = global batch / median step time)
+    time per epoch = steps per epoch x global batch / samples/s
+
+with samples/s as the run report gives it (records of schema 2: over the whole timed window, the geometric mean over
+launches with its 95% interval, which the time per epoch then carries; schema 1: global batch / median step time).
 
 In an until-target run, evaluation is measured too: evaluation per epoch = (steps per epoch / K) evaluations x the
 median seconds of one, which is the measured per-epoch cost when K is one epoch's steps.
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.outdir import save_figure
-from harness.record import MEASURED, precision_label
+from harness.record import MEASURED, has_intervals, precision_label
 from harness.report import figures
 
 def seed_name(adapter: str) -> tuple[int, str] | None:
@@ -64,6 +67,9 @@ def epoch_rows(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> lis
             entry.update(train_samples=ctl["train_samples"], global_batch=ctl["global_batch"], steps=steps,
                          samples=samples, samples_per_s=row["samples_per_s"],
                          epoch_s=samples / row["samples_per_s"], eval_per_epoch_s=None)
+            iv = row.get("interval") or {}
+            if iv.get("lo"):  # the samples/s interval over launches, turned into seconds per epoch
+                entry.update(epoch_interval=(samples / iv["hi"], samples / iv["lo"]))
             reps = [r for r in records if r["label"] == row["adapter"] and r["status"] in MEASURED and r.get("ttt")]
             if reps:
                 every = reps[0]["ttt"]["eval_every"]
@@ -97,7 +103,8 @@ def section(entries: list[dict[str, Any]]) -> list[str]:
         if with_eval:
             extra = (" – |" if e.get("eval_per_epoch_s") is None else
                      f" {e['eval_per_epoch_s']:.3g} ({e['steps'] / e['eval_every']:.3g} × {e['eval_s'] * 1e3:.3g} ms) |")
-        lines.append(f"| {e['label']} | {name} | {e['samples_per_s']:,.0f} | {e['epoch_s']:.3g} |{extra}")
+        span = f" [{e['epoch_interval'][0]:.3g}–{e['epoch_interval'][1]:.3g}]" if e.get("epoch_interval") else ""
+        lines.append(f"| {e['label']} | {name} | {e['samples_per_s']:,.0f} | {e['epoch_s']:.3g}{span} |{extra}")
     return lines
 
 
@@ -113,8 +120,11 @@ def controls_text(records: list[dict[str, Any]], entries: list[dict[str, Any]]) 
     return (f"Ours: {r0['workload']}, {m['train_samples']:,} training samples, global batch {m['global_batch']} "
             f"for every backend, {m['steps']} steps = 1 epoch; world size {r0['world_size']} on {hw}; "
             f"torch {env['torch']}; fp32 unless the label says otherwise;\n"
-            f"seconds per epoch = {m['samples']:,} samples / samples/s, samples/s from the median step time "
-            f"(slowest rank), {timed}; same seed, data order and LR everywhere.\n"
+            f"seconds per epoch = {m['samples']:,} samples / samples/s, "
+            + ("samples/s over the whole timed window (the slowest rank's mean step), the geometric mean over "
+               "launches, whiskers its 95% interval" if has_intervals([r for r in records if r["status"] in MEASURED])
+               else "samples/s from the median step time (slowest rank)")
+            + f", {timed}; same seed, data order and LR everywhere.\n"
             "The seed's figure: ImageNet on 4 Tesla V100 (PCIe); its scripts read JPEGs with 2 loader workers per "
             "process and validate after every epoch: compare the shape of the comparison, not the seconds.")
 
@@ -141,8 +151,13 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
                    ncol=2, fontsize=8, frameon=False)
     top = max(t + v for t, v in zip(train, ev)) or 1.0
     for i, e in enumerate(entries):
+        if e.get("epoch_interval"):
+            lo, hi = e["epoch_interval"]
+            ax.errorbar([train[i]], [i], xerr=[[max(0.0, train[i] - lo)], [max(0.0, hi - train[i])]], fmt="none",
+                        ecolor="#222222", elinewidth=1, capsize=3, zorder=3)
         if e["measured"]:
-            ax.text(train[i] + ev[i], i, f"  {train[i] + ev[i]:.3g} s", va="center", ha="left", fontsize=9)
+            end = max(train[i] + ev[i], e["epoch_interval"][1] if e.get("epoch_interval") else 0.0)
+            ax.text(end, i, f"  {train[i] + ev[i]:.3g} s", va="center", ha="left", fontsize=9)
         else:
             ax.text(top * 0.02, i, f"{e['status']}: {e['reason'][:70]}", va="center", ha="left", fontsize=8,
                     color="#888888")
