@@ -53,8 +53,8 @@ def test_no_text_of_any_figure_is_cut_off(tmp_path, monkeypatch, kind):
         real(fig, path, dpi)
 
     monkeypatch.setattr(outdir, "save_figure", checked)
-    for module in ("run", "epoch", "comm", "scale", "scale_model", "ttt"):
-        mod = __import__(f"harness.report.{module}", fromlist=["save_figure"])
+    for module in ("report.run", "report.epoch", "report.comm", "report.scale", "model.render", "report.ttt"):
+        mod = __import__(f"harness.{module}", fromlist=["save_figure"])
         if hasattr(mod, "save_figure"):
             monkeypatch.setattr(mod, "save_figure", checked)
     report.render(out, read_records(out / "records.jsonl"))
