@@ -24,6 +24,7 @@ def test_registries_do_not_import_frameworks_at_import_time():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow  # several interpreters started: seconds, so in make test, not in make test-fast
 def test_console_script_is_the_same_cli(tmp_path):
     compare = REPO / ".venv" / "bin" / "compare"
     exe = compare if compare.exists() else __import__("pathlib").Path(sys.executable).parent / "compare"
@@ -119,6 +120,7 @@ def test_a_locale_that_is_not_utf8_degrades_the_terminal_and_writes_the_same_fil
     assert (dst / "report.md").read_bytes() == (src / "report.md").read_bytes()
 
 
+@pytest.mark.slow  # several interpreters started: seconds, so in make test, not in make test-fast
 def test_a_full_standard_output_loses_the_printing_not_the_files(tmp_path):
     src, dst = _committed_run(tmp_path)
     (dst / "report.md").unlink()
