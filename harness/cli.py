@@ -108,7 +108,8 @@ class _OneLineUsageErrors(_PlainHelpFlag, TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)  # the commands return nothing; typer.Exit(n) returns n
 
 
-app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False, no_args_is_help=True,
+app = typer.Typer(cls=_OneLineUsageErrors, add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
+                  no_args_is_help=True,
                   help="Run one PyTorch workload through interchangeable data-parallel backends and compare them.")
 def _flag(default: bool, *decls: str, **kwargs) -> Any:
     """A boolean option as a plain flag in --help: typer would show a `<bool>` placeholder beside it, which reads as

@@ -29,6 +29,8 @@ def has_intervals(records: list[dict[str, Any]]) -> bool:
     give those intervals and a verdict. Every reader asks this, not the version number, so what each version holds
     is known here alone; records of schema 1 render as they always did (median step, spread, no verdict)."""
     return bool(records) and all(r.get("schema_version", 1) >= 2 for r in records)
+
+
 NOISE_STEAL = 0.05
 """A launch whose timed window lost this share of the machine's CPU time to steal (the hypervisor) is flagged."""
 NOISE_OTHER = 0.10

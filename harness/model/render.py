@@ -9,10 +9,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from harness.model import FINGERPRINT, VERSION
 from harness.model import costmodel as cm
 from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate,
                                        extrapolate_here, judged, judgement, predict_measured, published_checks,
-                                       published_lines, repeat_spread, shares_cores, within)
+                                       published_lines, repeat_spread, scores, shares_cores, within)
 from harness.outdir import save_figure
 from harness.report import figures
 from harness.record import has_intervals
@@ -116,8 +117,6 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
     comm = comm_records(out, problems)
     cal = calibrate(records, comm)
     md = ["## The model: predicted vs measured", ""]
-    from harness.model import VERSION
-
     made = sweep_version(records)
     md += [f"Model version {VERSION}; this sweep was made with "
            + ("it: a validation of the model, which was frozen before the sweep ran." if made == VERSION else
@@ -378,48 +377,45 @@ def predict_sweep(print_line, directory: Path, records: list[dict], tab, profile
     table()). Returns the predicted-vs-measured rows."""
     from rich.markup import escape
 
-    from harness.model import calibration as scale_model
-    from harness.model import costmodel
-
     problems: list[str] = []
-    cal = scale_model.calibrate(records, scale_model.comm_records(directory, problems))
+    cal = calibrate(records, comm_records(directory, problems))
     for line in problems:
         print_line(f"[yellow]warning[/]: {escape(line)}: the model has no collectives from it")
     print_line(f"[bold]predicted vs measured[/] ({directory})")
-    rows = scale_model.predict_measured(records, tab, cal)
+    rows = predict_measured(records, tab, cal)
     for r in rows:
         over = " (oversubscribed)" if r["oversubscribed"] else ""
         pred = (f"{r['predicted_s'] * 1e3:.2f} ms ({r['error']:+.0%})" if "predicted_s" in r
                 else f"– ({r['why_not']})")
         print_line(f"  {escape(r['label'])} n={r['n']}{over}: measured {r['measured_s'] * 1e3:.2f} ms "
                       f"(mean step; median {r['measured_median_s'] * 1e3:.2f}), predicted {escape(pred)}")
-    real = scale_model.judged(rows)
+    real = judged(rows)
     if real:
-        print_line(f"  within ±10% of the mean step at {scale_model.within(real)} of {len(real)} points above "
+        print_line(f"  within ±10% of the mean step at {within(real)} of {len(real)} points above "
                       f"world size 1, not oversubscribed (of the median step: "
-                      f"{scale_model.within(real, 'error_median')})")
+                      f"{within(real, 'error_median')})")
     if not extrapolate:
         return rows
     sweep = records[0].get("scale_sweep") or {}
     for name in profile or sweep.get("profiles") or ["h100-sxm-ndr400"]:
-        if name not in costmodel.profiles():  # named by the sweep's records, not typed (that is checked)
+        if name not in cm.profiles():  # named by the sweep's records, not typed (that is checked)
             print_line(f"unknown hardware profile {escape(name)} named by the sweep: no extrapolation to it")
             continue
         try:
-            fabric = costmodel.load_profile(name)
-        except costmodel.BadProfile as exc:
+            fabric = cm.load_profile(name)
+        except cm.BadProfile as exc:
             print_line(f"{escape(str(exc))}: no extrapolation to it")
             continue
         print_line(f"[bold]{name}[/] ({fabric.device}), weak scaling, parallel efficiency "
-                      f"(utilisation {scale_model.UTILISATION[0]:.0%} / {scale_model.UTILISATION[1]:.0%} / "
-                      f"{scale_model.UTILISATION[2]:.0%} of peak):")
+                      f"(utilisation {UTILISATION[0]:.0%} / {UTILISATION[1]:.0%} / "
+                      f"{UTILISATION[2]:.0%} of peak):")
         for label, c in cal.items():
             batch = c["profile"]["batches"][0]["per_rank_batch"]
-            rows = scale_model.extrapolate(c, fabric, batch, to)
+            rows = extrapolate(c, fabric, batch, to)
             if not rows:
                 print_line(f"  {escape(label)}: no FLOP count or no peak for its precision on this profile")
                 continue
-            cells = [f"N={r['n']}: " + (f"{r['low']:.0%}–{r['high']:.0%}" if r["n"] > costmodel.BOUNDS_FROM
+            cells = [f"N={r['n']}: " + (f"{r['low']:.0%}–{r['high']:.0%}" if r["n"] > cm.BOUNDS_FROM
                                         else f"{r['mid']:.0%}") for r in rows if r["n"] >= 8]
             print_line(f"  {escape(label)} (batch {batch}/GPU): " + ", ".join(cells))
     return rows
@@ -436,10 +432,8 @@ def sweep_kind(records: list[dict]) -> str:
 def accuracy_lines(judged: list[tuple[Path, list[dict], list[dict]]]) -> list[str]:
     """`compare predict DIR DIR ...`: the model's step-time accuracy over every sweep given, per kind of sweep,
     beside how far the measurement itself moved between a point's repeats."""
-    from harness.model import calibration as scale_model
-
     def share(rows, key="error"):
-        return f"{scale_model.within(rows, key)} of {len(rows)}"
+        return f"{within(rows, key)} of {len(rows)}"
 
     every = [r for _, _, rows in judged for r in rows]
     lines = [f"the model across {len(judged)} sweeps: the step time within ±10% of the measured mean step at "
@@ -453,14 +447,14 @@ def accuracy_lines(judged: list[tuple[Path, list[dict], list[dict]]]) -> list[st
         if not rows:
             lines.append(f"  {kind} ({len(sweeps)} sweeps): no point above world size 1 predicted")
             continue
-        per = [scale_model.within(s) for s in sweeps if s]
+        per = [within(s) for s in sweeps if s]
         errors = [abs(r["error"]) for r in rows]
         lines.append(f"  {kind} ({len(sweeps)} sweep{'s' if len(sweeps) > 1 else ''}): {share(rows)}; per sweep "
                      f"{min(per)} to {max(per)}; |error| median {statistics.median(errors):.0%}, largest "
                      f"{max(errors):.0%}")
     spread = [r for r in every if len(r["measured_repeats_s"]) > 1]
     if spread:
-        widths = [scale_model.repeat_spread(r) for r in spread]
+        widths = [repeat_spread(r) for r in spread]
         inside = sum(min(r["measured_repeats_s"]) <= r["predicted_s"] <= max(r["measured_repeats_s"]) for r in spread)
         lines.append(f"how far the measurement itself moved: at the {len(spread)} points with repeats, the repeats' "
                      f"mean steps spread over a median {statistics.median(widths):.0%} of the point's mean (up to "
@@ -486,9 +480,6 @@ def _score_line(s: dict) -> str:
 def validation_lines(judged_sweeps: list[tuple[Path, list[dict], list[dict]]]) -> list[str]:
     """`compare predict --validate DIR...`: the sweeps made with the current model version scored (its validation:
     the model was frozen before they were made), the others listed as the data it was developed on."""
-    from harness.model import FINGERPRINT, VERSION
-    from harness.model.calibration import scores
-
     current = [(d, rec, rows) for d, rec, rows in judged_sweeps if sweep_version(rec) == VERSION]
     older = [(d, rec) for d, rec, _ in judged_sweeps if sweep_version(rec) != VERSION]
     lines = [f"model version {VERSION} (fingerprint {FINGERPRINT}): validation on the {len(current)} sweep(s) made "
@@ -499,8 +490,8 @@ def validation_lines(judged_sweeps: list[tuple[Path, list[dict], list[dict]]]) -
     if len(current) > 1:
         lines.append(f"  all of them: {_score_line(scores([r for _, _, rows in current for r in rows]))}")
     if older:
-        made = ", ".join(f"{d} ({'before versioning' if sweep_version(rec) is None else f'version {sweep_version(rec)}'})"
-                         for d, rec in older)
+        made = ", ".join(f"{d} (" + ("before versioning" if sweep_version(rec) is None
+                                      else f"version {sweep_version(rec)}") + ")" for d, rec in older)
         lines.append(f"development data, not scored as validation ({len(older)} sweep(s) made with another model): "
                      f"{made}")
     return lines

@@ -117,8 +117,9 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
     wrong shape is skipped with a `warn(line)`."""
     from harness.record import read_records
 
-    entries, lines = [], []
-    for name, records_path in _index_entries(results_dir, warn):
+    entries = []
+    runs = _index_entries(results_dir, warn)
+    for name, records_path in runs:
         try:
             records = read_records(records_path)
         except (OSError, ValueError) as exc:
@@ -133,13 +134,14 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
         except MALFORMED as exc:
             warn(f"skipped {records_path.parent}: a record of a shape this compare cannot read "
                  f"({type(exc).__name__}: {exc})")
-    listed = {name.split("/")[0] for name, _ in _index_entries(results_dir, lambda line: None)}
+    listed = {name.split("/")[0] for name, _ in runs}
     for d in sorted(results_dir.glob("*/")):
         if is_index(d / "README.md"):
             n = sum(1 for line in (d / "README.md").read_text(errors="replace").splitlines()
                     if line.startswith("| ["))
-            entries.append((_question(results_dir, d.name), f"| [{d.name}/]({d.name}/README.md) | {n} run{'s' if n != 1 else ''}, "
-                                                            f"with an index of their own | – | – | – | – | – |"))
+            entries.append((_question(results_dir, d.name),
+                            f"| [{d.name}/]({d.name}/README.md) | {n} run{'s' if n != 1 else ''}, with an index of "
+                            f"their own | – | – | – | – | – |"))
         elif d.name not in listed and (d / QUESTION).is_file():  # a benchmark's log, a GPU check's test runs
             about = next((f for f in ("README.md", "summary.txt") if (d / f).is_file()), "")
             entries.append((_question(results_dir, d.name),
@@ -161,13 +163,12 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
 
 def _question(results_dir: Path, name: str) -> str:
     """The first line of the run's QUESTION file, or of the one in the directory that holds it ('' if none)."""
-    for d in (results_dir / name, (results_dir / name).parent):
+    run = results_dir / name
+    for d in [run] + ([run.parent] if run.parent != results_dir else []):
         try:
             text = (d / QUESTION).read_text(errors="replace").strip().splitlines()
         except OSError:
             continue
-        if d == results_dir:
-            break
         if text:
             return " ".join(text[0].split()).replace("|", "\\|")
     return ""

@@ -21,7 +21,6 @@ from harness.stats import (CONFIDENCE, INTERVAL_METHOD, MIN_LAUNCHES, excludes_o
                            ratio_interval, tiers)
 
 
-
 def _launches(records: list[dict[str, Any]]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for r in records:
