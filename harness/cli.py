@@ -675,7 +675,7 @@ def predict(
         for directory, records in sweeps.values():
             try:
                 rows = render.predict_sweep(lambda line: None, directory, records, report_scale.table(records),
-                                            profile, to, extrapolate=False)
+                                            profile, to, to_profiles=False)
             except MALFORMED as exc:
                 _fail(_malformed(directory, exc, "predict from"))
             judged_sweeps.append((directory, records, rows))
@@ -686,7 +686,7 @@ def predict(
     for directory, records in sweeps.values():
         try:
             rows = render.predict_sweep(console.print, directory, records, report_scale.table(records), profile, to,
-                                        extrapolate=len(sweeps) == 1 or bool(profile))
+                                        to_profiles=len(sweeps) == 1 or bool(profile))
         except MALFORMED as exc:
             _fail(_malformed(directory, exc, "predict from"))
         judged.append((directory, records, scale_model.judged(rows)))

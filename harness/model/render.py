@@ -371,8 +371,8 @@ def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], t
 # ---- compare predict -------------------------------------------------------------------------------------------
 
 def predict_sweep(print_line, directory: Path, records: list[dict], tab, profile: list[str], to: int, *,
-                  extrapolate: bool = True) -> list[dict]:
-    """`compare predict DIR`: predicted vs measured, then (`extrapolate`) the extrapolation to each profile, each
+                  to_profiles: bool = True) -> list[dict]:
+    """`compare predict DIR`: predicted vs measured, then (`to_profiles`) the extrapolation to each profile, each
     line given to `print_line` (rich markup; user text escaped). `tab`: the sweep's table (harness/report/scale.py
     table()). Returns the predicted-vs-measured rows."""
     from rich.markup import escape
@@ -394,7 +394,7 @@ def predict_sweep(print_line, directory: Path, records: list[dict], tab, profile
         print_line(f"  within ±10% of the mean step at {within(real)} of {len(real)} points above "
                       f"world size 1, not oversubscribed (of the median step: "
                       f"{within(real, 'error_median')})")
-    if not extrapolate:
+    if not to_profiles:
         return rows
     sweep = records[0].get("scale_sweep") or {}
     for name in profile or sweep.get("profiles") or ["h100-sxm-ndr400"]:

@@ -251,6 +251,13 @@ def test_predict_over_several_sweeps_sums_each_sweeps_points_and_groups_them_by_
     assert f"digits, strong scaling, bound to cores (1 sweep): {expect[names[2]]} of 7;" in out
     assert f"widemlp, strong scaling (1 sweep): {expect[names[3]]} of 7;" in out
     assert "h100-sxm-ndr400" not in out and "published results vs the model" in out
+    # one sweep: its points, then the extrapolation to the profiles its records name (and to N=64)
+    one = CliRunner().invoke(app, ["predict", str(results / names[3]), "--to", "64"])
+    assert one.exit_code == 0, one.output
+    out = " ".join(one.stdout.split())
+    assert "within ±10% of the mean step at 5 of 7 points" in out
+    assert re.search(r"h100-sxm-ndr400 \(.*\), weak scaling, parallel efficiency", out)
+    assert re.search(r"ddp \(batch \d+/GPU\): N=8: \d+%.*N=64: \d+%", out)
     # a directory that is not a scale sweep among good ones: one line, before anything is printed
     bad = CliRunner().invoke(app, ["predict", str(results / names[0]), str(tmp_path)])
     assert bad.exit_code == 2 and bad.stdout == ""
