@@ -33,6 +33,10 @@ class AmpAdapter(DDPAdapter):
                 raise KnobError(f"knob 'init_scale' must be a positive loss scale (GradScaler's default: 65536); "
                                 f"got {self.init_scale:g}")
 
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return [{"precision": dtype}] if dtype in ("bf16", "fp16") else "mixed precision only; ddp is its fp32 row"
+
     def precision(self) -> Precision:
         p = self.knobs.precision
         if p == "auto":

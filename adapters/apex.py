@@ -165,6 +165,10 @@ class ApexAdapter(DDPAdapter):
     launcher = "torchrun"
     seed_name = (3, "apex")
 
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return "superseded by torch.amp; priced as amp, the same bucketed all-reduce"
+
     @dataclass
     class Knobs:
         opt_level: Annotated[Literal["O0", "O1", "O2", "O3"], "the letter O"] = "O1"

@@ -256,6 +256,26 @@ class Adapter(ABC):
         gradient byte: 0.5 with fp16 compression of fp32 gradients)."""
         return None
 
+    # ---- compare plan ----------------------------------------------------------------------------------
+    @classmethod
+    def plan_knobs(cls, dtype: str) -> list[dict[str, Any]] | str:
+        """`compare plan`: the knob sets of this framework worth pricing for training in `dtype` (fp32, bf16 or
+        fp16) on GPUs, one row each; or why it has no row at that dtype (a launcher variant of another row, a
+        single-process backend, a precision it does not train in), as a few words."""
+        return "declares no planned configuration"
+
+    def gradient_bytes(self) -> float:
+        """Bytes per parameter of the gradients its collectives carry, before the schedule's wire_scale."""
+        return 4.0
+
+    def model_state_bytes(self, params: float, largest: dict[str, float], n: int, optimizer_bytes: float) -> float:
+        """Bytes per device of parameters, gradients and optimizer state with these knobs on n devices (what
+        DeepSpeed's memory estimators count; activations are not). `optimizer_bytes`: optimizer state per parameter
+        in fp32 (AdamW 8, SGD with momentum 4); `largest`: {"module": parameters of the largest module,
+        "unit": of the largest shard unit}. Default: every rank holds fp32 parameters, gradients and the
+        optimizer state, as autocast leaves them."""
+        return params * (4 + 4 + optimizer_bytes)
+
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
         """Import the framework's modules (timed as the launch's import phase, apart from its set-up)."""

@@ -169,6 +169,17 @@ class DDPAdapter(Adapter):
     def comm(self):
         return TorchComm()
 
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return [{}] if dtype == "fp32" else "trains in fp32; amp is DDP under autocast"
+
+    def model_state_bytes(self, params, largest, n, optimizer_bytes):
+        # Without gradient_as_bucket_view (off by default) DDP copies every gradient into its flat buckets: one
+        # more fp32 copy of the gradients ("the saved memory size will be equal to the total gradients size",
+        # DistributedDataParallel's docstring).
+        buckets = 0 if self.knobs.gradient_as_bucket_view else 4
+        return params * (4 + 4 + buckets + optimizer_bytes)
+
     def comm_schedule(self):
         cap = self.knobs.bucket_cap_mb
         # DDP's defaults: 25 MiB buckets, and a 1 MiB first bucket unless bucket_cap_mb is given.

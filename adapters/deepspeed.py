@@ -523,6 +523,36 @@ class DeepSpeedAdapter(Adapter):
 
         ds_dist.barrier()
 
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return [{"zero_stage": stage, "precision": dtype} for stage in (1, 2, 3)]
+
+    def _bits(self) -> int:
+        """Bytes of the model's own (bit16) copy: 2 under bf16/fp16, 4 when DeepSpeed trains in fp32."""
+        return 4 if self.knobs.precision == "fp32" else 2
+
+    def gradient_bytes(self):
+        return float(self._bits())  # DeepSpeed reduces the model's own gradients, in its dtype
+
+    def model_state_bytes(self, params, largest, n, optimizer_bytes):
+        # DeepSpeed's own accounting (estimate_zero2/3_model_states_mem_needs, no offload): the model's bit16
+        # parameters (b bytes) and gradients, an fp32 master copy, fp32 gradients for the step and the optimizer
+        # state, each partitioned from the stage that partitions it. ZeRO-2 is its estimator's 2P + 18P/N under
+        # bf16/fp16 AdamW. ZeRO-3 adds the largest module's gathered parameters and gradients (its 4 x
+        # largest_layer_params) and counts the bit16 parameter partition too (stage3.py fp16_partitioned_groups_flat
+        # beside grad_partitions_flat_buffer), which the estimator's 18P/N leaves out: 2P/N above it. Stage 0 keeps
+        # the master copy only with a 16-bit model (BF16_Optimizer / FP16_Optimizer); in fp32 the model is the
+        # master. Its reduce bucket (reduce_bucket_size) is not counted, as the estimators do not.
+        b, stage = self._bits(), self.knobs.zero_stage
+        fp32 = 4 + 4 + optimizer_bytes  # master weights, fp32 gradients, optimizer state
+        if stage == 0:
+            return params * (4 + 4 + optimizer_bytes if b == 4 else 2 * b + fp32)
+        if stage == 1:
+            return params * (2 * b + fp32 / n)
+        if stage == 2:
+            return params * (b + (b + fp32) / n)
+        return params * (2 * b + fp32) / n + 2 * b * largest["module"]
+
     def comm_schedule(self):
         k = self.knobs
         # DeepSpeed 0.19's defaults, and the collectives it issues per step as counted in a real 2-rank run

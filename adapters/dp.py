@@ -16,6 +16,10 @@ class DPAdapter(SingleProcess):
     seed_name = (0, "nn.DataParallel")
 
     @classmethod
+    def plan_knobs(cls, dtype):
+        return "one process for the GPUs of one node, which PyTorch's docs advise ddp over"
+
+    @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
         return cuda_world_check(device, world_size)
 

@@ -59,6 +59,20 @@ class FSDPAdapter(DDPAdapter):
                                        f"torch >= 2.6)", "install torch 2.6 or newer")
         return base
 
+    @classmethod
+    def plan_knobs(cls, dtype):
+        mixed = {} if dtype == "fp32" else {"param_dtype": dtype}  # gradients reduce-scattered in fp32
+        return [{**mixed, "reshard_after_forward": True}, {**mixed, "reshard_after_forward": False}]
+
+    def model_state_bytes(self, params, largest, n, optimizer_bytes):
+        # Sharded: the fp32 parameters, their fp32 gradients and the optimizer state, 1/N each. Unsharded while a
+        # unit computes: its parameters gathered in param_dtype and its gradients before the reduce-scatter; with
+        # reshard_after_forward=false every unit's gathered parameters stay from forward to backward. One unit at
+        # a time is counted (FSDP2 prefetches the next: up to one unit more).
+        b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
+        gathered = largest["unit"] if self.knobs.reshard_after_forward else params
+        return params * (4 + 4 + optimizer_bytes) / n + b * gathered + b * largest["unit"]
+
     def precision(self) -> Precision:
         k = self.knobs
         if "fp16" in (k.param_dtype, k.reduce_dtype) and self.device_kind == "cpu":

@@ -303,6 +303,16 @@ class HorovodAdapter(Adapter):
     def comm(self):
         return HorovodComm(self.hvd)
 
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return [{}] if dtype == "fp32" else "trains in fp32 here; its fp16 compression is a wire format"
+
+    def model_state_bytes(self, params, largest, n, optimizer_bytes):
+        # fp32 parameters, gradients and optimizer state on every rank, and the fusion buffer (allocated once
+        # gradients of more than one tensor are fused; at most the whole gradient).
+        fusion = self.comm_schedule()["fusion_bytes"]
+        return params * (4 + 4 + optimizer_bytes) + min(fusion, 4 * params)
+
     def comm_schedule(self):
         k = self.knobs
         # A knob becomes horovodrun's flag, which sets the variable for the ranks; without it they inherit
