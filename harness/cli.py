@@ -702,6 +702,76 @@ def predict(
         console.print(escape(line))
 
 
+@app.command(cls=_Command, short_help="Which backend for a cluster: step time, memory, a recommendation.")
+def plan(
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Plan this workload's model (see `compare "
+                                                                          "list`); or describe one with --params."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Workload option KEY=VALUE."),
+    params: Optional[float] = typer.Option(None, "--params", help="A transformer's parameter count, e.g. 7e9 (with "
+                                                                  "--layers)."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="Its transformer blocks."),
+    hidden: Optional[int] = typer.Option(None, "--hidden", help="Its hidden size (gives per-matrix gradients, the "
+                                                                "embedding and attention's FLOPs)."),
+    seq_len: int = typer.Option(2048, "--seq-len", help="Tokens per sample of a model given by --params."),
+    gpu: str = typer.Option("h100", "--gpu", help="The GPU, as a hardware profile (`compare predict --list`): "
+                                                  "h100, a100, v100, p100 or a profile's full name."),
+    nodes: int = typer.Option(1, "--nodes", help="Nodes."),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the "
+                                                                              "profile's)."),
+    nic_gbps: Optional[float] = typer.Option(None, "--nic-gbps", help="Line rate of each NIC in Gb/s (default: the "
+                                                                      "profile's network)."),
+    nics_per_node: int = typer.Option(1, "--nics-per-node", help="NICs per node, with --nic-gbps."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Training precision: bf16, fp16 or fp32."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="Samples per GPU per step (default: the workload's "
+                                                              "global batch, or 8 sequences)."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", help="Samples per step over all GPUs "
+                                                                            "(instead of --batch)."),
+    optimizer: Optional[str] = typer.Option(None, "--optimizer", help="adamw or sgd (default: the workload's; "
+                                                                      "adamw with --params)."),
+    memory: Optional[float] = typer.Option(None, "--gpu-memory-gb", help="Memory per GPU (default: the "
+                                                                         "profile's)."),
+    as_json: bool = _flag(False, "--json", help="Print the plan as JSON."),
+):
+    """Which backend for a cluster that is not here: each framework's step time and samples/s on it (over an
+    assumed range of utilisation), the model states each holds per GPU and whether they fit, and a recommendation
+    with its margin."""
+    import json as jsonmod
+
+    from harness.model import plan as planmod
+
+    if (workload is None) == (params is None):
+        _fail("give a workload (-w, one of " + ", ".join(workloads.names()) + ") or a transformer's size "
+              "(--params with --layers), not both")
+    if params is not None and (layers is None or layers < 1 or not params > 0):
+        _fail("--params needs --layers: a parameter count above 0 and at least 1 block, e.g. --params 7e9 "
+              "--layers 32")
+    if hidden is not None and hidden < 1 or seq_len < 1:
+        _fail("--hidden and --seq-len must be at least 1")
+    if optimizer is not None and optimizer not in planmod.OPTIMIZERS:
+        _fail(f"unknown --optimizer {optimizer}; choose from {', '.join(planmod.OPTIMIZERS)}")
+    from harness.inputs import pairs
+    from harness.options import OptionError
+    from harness.registry import UnknownName
+
+    try:
+        cluster = planmod.cluster(gpu, nodes, gpus_per_node, dtype, nic_gbps, nics_per_node, memory)
+        per_gpu = planmod.check(cluster, batch, global_batch)
+        if workload is not None:
+            shape = planmod.of_workload(workload, dict(pairs(option, "option")), optimizer)
+        else:
+            shape = planmod.transformer(params, layers, hidden, seq_len, optimizer or "adamw")
+    except (planmod.BadPlan, BadInput, UnknownName) as exc:
+        _fail(str(exc).strip("'\""))
+    except OptionError as exc:
+        _fail(f"workload {workload}: {exc}")
+    result = planmod.make(shape, cluster, per_gpu or shape.default_batch)
+    if as_json:
+        typer.echo(jsonmod.dumps(planmod.as_json(result), indent=2))
+        return
+    for line in planmod.lines(result):
+        console.print(escape(line), soft_wrap=True)
+
+
 def _malformed(directory: Path, exc: Exception, doing: str = "make a report of") -> str:
     """One line for records that pass the field check but that a report cannot be made of (nothing was written)."""
     return (f"cannot {doing} {directory}: its records.jsonl holds a record of a shape this compare cannot read "

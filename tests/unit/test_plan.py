@@ -1,0 +1,192 @@
+"""`compare plan` (harness/model/plan.py and each adapter's plan_knobs / model_state_bytes): its formulas against
+values computed by hand, the memory against DeepSpeed's own estimators, the recommendation on rows of known
+order, and bad input as one line and exit 2."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import adapters
+from harness.cli import app
+from harness.model import plan
+
+P = 7e9
+
+
+def states(label: str, n: int, *, params=P, module=0.0, unit=0.0, optimizer=8.0) -> float:
+    name, _, rest = label.partition(":")
+    knobs = dict(kv.split("=") for kv in rest.split(":")) if rest else {}
+    return adapters.get(name)(knobs, "cuda").model_state_bytes(params, {"module": module, "unit": unit}, n,
+                                                               optimizer)
+
+
+def test_model_states_per_gpu_as_each_framework_holds_them():
+    # fp32 AdamW: parameters 4 + gradients 4 + two moments 8 bytes; DDP copies the gradients into its buckets
+    # unless gradient_as_bucket_view, Horovod adds its 128 MiB fusion buffer
+    assert states("ddp", 8) == P * 20
+    assert states("ddp:gradient_as_bucket_view=true", 8) == P * 16
+    assert states("amp:precision=bf16", 8) == P * 20  # autocast leaves parameters and gradients fp32
+    assert states("horovod", 8) == P * 16 + 128 * 2**20
+    # DeepSpeed bf16: bit16 parameters 2 and gradients 2, fp32 master 4 and gradients 4, moments 8
+    assert states("deepspeed:zero_stage=1:precision=bf16", 8) == P * (4 + 16 / 8)
+    assert states("deepspeed:zero_stage=2:precision=bf16", 8) == P * (2 + 18 / 8)
+    assert states("deepspeed:zero_stage=3:precision=bf16", 8, module=1e8) == P * 20 / 8 + 4 * 1e8
+    assert states("deepspeed:zero_stage=0:precision=bf16", 8) == P * 20
+    assert states("deepspeed:zero_stage=0:precision=fp32", 8) == P * 16  # the fp32 model is its own master
+    # FSDP2: 16 bytes sharded; one unit gathered (bf16 parameters and gradients), or every unit when not
+    # resharding after forward
+    assert states("fsdp:param_dtype=bf16:reshard_after_forward=true", 8, unit=1e8) == P * 16 / 8 + 4e8
+    assert states("fsdp:param_dtype=bf16:reshard_after_forward=false", 8, unit=1e8) == P * 16 / 8 + 2 * P + 2e8
+    assert states("fsdp:reshard_after_forward=true", 8, unit=1e8) == P * 16 / 8 + 8e8
+
+
+@pytest.mark.slow
+def test_deepspeed_memory_is_what_its_own_estimators_say():
+    # DeepSpeed's estimators (no offload; their 1.5 buffer factor is for CPU memory only): ZeRO-2 exactly; ZeRO-3
+    # exactly that plus the bit16 parameter partition its estimator leaves out (2 bytes per parameter over N:
+    # 20P/N against its 18P/N beside 4 x the largest layer)
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    for params, layer, per_node, nodes in ((7e9, 2.6e8, 8, 1), (7e9, 2.6e8, 8, 8), (1.3e9, 5e7, 4, 2),
+                                           (70e9, 1.0e9, 8, 16)):
+        n = per_node * nodes
+        _, ds2 = estimate_zero2_model_states_mem_needs(int(params), per_node, nodes, cpu_offload=False)
+        ours2 = states("deepspeed:zero_stage=2:precision=bf16", n, params=params)
+        assert ours2 == pytest.approx(ds2, rel=1e-6)
+        _, ds3, _ = estimate_zero3_model_states_mem_needs(int(params), int(layer), per_node, nodes,
+                                                           cpu_offload=False, cpu_offload_params=False)
+        ours3 = states("deepspeed:zero_stage=3:precision=bf16", n, params=params, module=layer)
+        assert ours3 - 2 * params / n == pytest.approx(ds3, rel=1e-6)
+
+
+def test_a_transformer_given_by_its_size():
+    s = plan.transformer(7e9, 32, 4096, 2048, "adamw")
+    block = 12 * 4096**2
+    assert s.tensors[0] == 7e9 - 32 * block and len(s.tensors) == 1 + 4 * 32 and sum(s.tensors) == 7e9
+    assert s.largest == {"module": 7e9 - 32 * block, "unit": 7e9 - 32 * block}  # the embedding
+    assert s.flops_per_sample == 6 * 7e9 * 2048 + 12 * 32 * 4096 * 2048**2
+    bare = plan.transformer(7e9, 28, None, 1024, "sgd")
+    assert bare.tensors == [7e9 / 28] * 28 and bare.flops_per_sample == 6 * 7e9 * 1024
+    with pytest.raises(plan.BadPlan, match="fewer than --layers 32 blocks"):
+        plan.transformer(1e9, 32, 4096, 2048, "adamw")
+
+
+def test_a_workloads_model_is_counted_not_assumed():
+    s = plan.of_workload("digits", None, None)
+    # digits: three linear layers as the workload builds them, SGD with momentum. FLOPs per sample: 2 per weight
+    # forward, 4 backward (the gradients of the weight and of the input), but the first layer's input needs no
+    # gradient: 6 W - 2 W_first (biases and activations are not matmuls; torch counts matmuls)
+    assert s.params == 85_002 and s.optimizer == "sgd" and len(s.tensors) == 6
+    weights = s.tensors[0::2]
+    assert s.flops_per_sample == 6 * sum(weights) - 2 * weights[0]
+    assert plan.of_workload("digits", None, "adamw").optimizer == "adamw"
+
+
+def test_compute_and_network_of_the_target():
+    c = plan.cluster("a100", 2, None, "bf16", nic_gbps=100, nics_per_node=2)
+    f = c.fabric()
+    assert c.gpus == 16 and f.devices_per_node == 8
+    assert f.inter_busbw_Bps == 2 * 100 / 8 * 1e9 * 0.96  # 24 GB/s: two NICs at 96% of their line rate
+    # a 1 GB all-reduce on 16 GPUs across the two nodes: the bandwidth term, 2 x 15/16 x 1 GB / 24 GB/s
+    assert f.time("all_reduce", 1e9, 16) == pytest.approx(2 * 15 / 16 * 1e9 / 24e9, rel=0.01)
+    assert plan.cluster("a100", 1, 8, "bf16").fabric().inter_busbw_Bps == 192e9  # the profile's own
+    shape = plan.Shape("hand", 1e6, [5e5, 5e5], {"module": 5e5, "unit": 5e5}, 1e9, "adamw", "by hand", 8)
+    comp = plan.compute(shape, f, "bf16", 10, 0.3, 2.0)
+    total = 1e9 * 10 / (312e12 * 0.3)
+    assert comp.fwd_s == pytest.approx(total / 3) and comp.bwd_s == pytest.approx(2 * total / 3)
+    assert comp.opt_s == pytest.approx(1e6 * 28 / 2039e9)  # AdamW's 28 bytes per parameter at memory bandwidth
+    # the last layer's gradient (1 MB of bf16) is ready half-way through backward, the first's at its end
+    assert comp.grads == [(1e6, pytest.approx(total / 3)), (1e6, pytest.approx(2 * total / 3))]
+
+
+def _row(label, steps, states=1.0, fits=True):
+    return {"label": label, "_steps": steps, "step_s": {"mid": steps[1]}, "model_state_bytes": states, "fits": fits}
+
+
+def test_the_recommendation_ranks_only_what_every_assumed_utilisation_supports():
+    # B is slower than A at every utilisation: A, with B's margin
+    rec = plan.recommend([_row("B", [1.2, 1.3, 1.4]), _row("A", [1.0, 1.0, 1.0], states=5.0)])
+    assert rec["label"] == "A" and rec["tied"] == [] and rec["next"] == "B"
+    assert rec["ratio"] == {"low": pytest.approx(1.2), "mid": pytest.approx(1.3), "high": pytest.approx(1.4)}
+    # within 2% everywhere: not ranked, and the one holding less memory is recommended
+    rec = plan.recommend([_row("A", [1.0, 1.0, 1.0], states=5.0), _row("B", [1.01, 1.01, 1.0], states=2.0)])
+    assert rec["label"] == "B" and rec["tied"] == ["A"] and rec["next"] is None
+    # faster at one utilisation, slower at another: not ranked either
+    rec = plan.recommend([_row("A", [0.9, 1.0, 1.1], states=5.0), _row("B", [1.0, 1.05, 1.0], states=2.0),
+                          _row("C", [2.0, 2.0, 2.0])])
+    assert rec["label"] == "B" and rec["tied"] == ["A"] and rec["next"] == "C"
+    # what does not fit is never recommended; nothing fits: no recommendation
+    rec = plan.recommend([_row("A", [1.0, 1.0, 1.0], fits=False), _row("B", [3.0, 3.0, 3.0])])
+    assert rec["label"] == "B" and rec["next"] is None
+    assert plan.recommend([_row("A", [1.0, 1.0, 1.0], fits=False)]) is None
+
+
+def test_every_planned_knob_set_is_one_compare_run_takes():
+    for dtype in plan.DTYPES:
+        planned = 0
+        for name in adapters.names():
+            knob_sets = adapters.get(name).plan_knobs(dtype)
+            if isinstance(knob_sets, str):
+                assert knob_sets and "\n" not in knob_sets
+                continue
+            for knobs in knob_sets:
+                adapter = adapters.get(name)(knobs, "cuda")
+                assert adapter.precision().value == dtype  # each row trains in the dtype asked for
+                assert adapter.comm_schedule()["kind"]
+                planned += 1
+        assert planned >= 5
+
+
+def test_the_plan_of_the_issue(tmp_path):
+    args = ["plan", "-w", "widemlp", "--gpu", "a100", "--nodes", "8", "--gpus-per-node", "8", "--nic-gbps", "100",
+            "--dtype", "bf16"]
+    shown = CliRunner().invoke(app, args)
+    assert shown.exit_code == 0, shown.output
+    out = shown.stdout
+    assert "on 64 x NVIDIA A100" in out and "1 x 100 Gb/s NIC per node (12 GB/s" in out
+    assert "| backend | step (ms) | samples/s |" in out and "| deepspeed:zero_stage=2:precision=bf16 |" in out
+    assert "| fsdp:param_dtype=bf16:reshard_after_forward=true |" in out and "| amp:precision=bf16 |" in out
+    assert "\nrecommendation: " in out and "horovod (trains in fp32 here" in out
+    data = json.loads(CliRunner().invoke(app, args + ["--json"]).stdout)
+    assert data["cluster"]["gpus"] == 64 and data["per_gpu_batch"] == 32 and data["model"]["params"] == 37_801_994
+    labels = {r["label"] for r in data["rows"]}
+    assert data["recommendation"]["label"] in labels and len(labels) == 6
+    for r in data["rows"]:
+        assert r["step_s"]["low"] <= r["step_s"]["mid"] <= r["step_s"]["high"] and r["fits"] is True
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nodes", "0"], "--nodes must be at least 1, got 0"),
+    (["--gpus-per-node", "-2"], "--gpus-per-node must be at least 1, got -2"),
+    (["--gpu", "tpu"], "unknown --gpu tpu; choose from "),
+    (["--nic-gbps", "0"], "--nic-gbps must be a NIC's line rate in Gb/s above 0 (e.g. 100, 200, 400), got 0"),
+    (["--nodes", "3", "--global-batch", "100"],
+     "--global-batch 100 cannot be split evenly over 24 GPUs (3 nodes x 8); give a multiple of 24"),
+    (["--batch", "0"], "--batch (per GPU) must be at least 1, got 0"),
+    (["--gpu", "v100"], "v100-dgx1-edr100 (NVIDIA Tesla V100 SXM2 (16GB or 32GB)) has no bf16 peak in its profile; "
+                        "choose --dtype from fp32, fp16"),
+    (["--gpus-per-node", "16"], "--gpus-per-node 16 is more than the 8 GPUs a node of h100-sxm-ndr400 connects"),
+    (["--dtype", "int8"], "unknown --dtype int8; choose from bf16, fp16, fp32"),
+    (["--optimizer", "lamb"], "unknown --optimizer lamb; choose from adamw, sgd"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    shown = CliRunner().invoke(app, ["plan", "-w", "digits", *args])
+    assert shown.exit_code == 2 and shown.stdout == ""
+    assert shown.stderr.startswith(f"error: {message}") and shown.stderr.count("\n") == 1
+
+
+def test_a_model_is_a_workload_or_a_size():
+    both = CliRunner().invoke(app, ["plan", "-w", "digits", "--params", "7e9", "--layers", "32"])
+    neither = CliRunner().invoke(app, ["plan"])
+    for shown in (both, neither):
+        assert shown.exit_code == 2
+        assert shown.stderr.startswith("error: give a workload (-w, one of ") and "not both" in shown.stderr
+    bad = CliRunner().invoke(app, ["plan", "-w", "nosuch"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: unknown workload 'nosuch'; valid choices: digits, ")
+    option = CliRunner().invoke(app, ["plan", "-w", "tinygpt", "-o", "nosuch=1"])
+    assert option.exit_code == 2 and option.stderr.startswith("error: workload tinygpt: unknown option 'nosuch'; ")
+    no_layers = CliRunner().invoke(app, ["plan", "--params", "7e9"])
+    assert no_layers.exit_code == 2 and "--params needs --layers" in no_layers.stderr
