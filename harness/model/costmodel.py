@@ -650,9 +650,49 @@ def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
         return [], [], reduce + norm + [("all_gather", total)]
     order = sizes[::-1]  # forward's order
     forward = [("all_gather", b) for b in order]
-    reuse = schedule["reuse_elems"] * 4
-    again = [("all_gather", b) for i, b in enumerate(order) if 2 * sum(order[i + 1:]) >= reuse]
+    again = [("all_gather", b) for b, far in zip(order, regathered(order, schedule["reuse_elems"] * 4)) if far]
     return forward, again[::-1] + reduce, norm
+
+
+def regathered(order: list[float], reuse: float) -> list[bool]:
+    """ZeRO-3, per parameter in forward order: gathered again for backward, its next use being `reuse` bytes or
+    more of other parameters away (the rest of forward, then the same back)."""
+    return [2 * sum(order[i + 1:]) >= reuse for i in range(len(order))]
+
+
+def units_of(grads: list[tuple[float, float]], fwd_s: float, bwd_s: float) -> list[tuple[float, float, float]]:
+    """Per gradient tensor, in backward order: (bytes, its share of forward's seconds, of backward's): backward's
+    from the ready times (a tensor's share is the time since the one before it was ready), forward's in the same
+    proportion. What backward does after the last gradient is ready is the last tensor's."""
+    out, last = [], 0.0
+    for i, (b, t) in enumerate(grads):
+        end = bwd_s if i == len(grads) - 1 else t
+        out.append((b, end - last, 0.0))
+        last = end
+    total = sum(d for _, d, _ in out) or 1.0
+    return [(b, fwd_s * d / total, d) for b, d, _ in out]
+
+
+def prefetched(units: list[tuple[float, float, float]]) -> float:
+    """The end of a phase whose units compute one after another: (compute, gather, after) seconds each, in order. A
+    unit computes once its parameters are gathered; the gather of the next unit is issued as this one starts to
+    compute (one unit of prefetch: FSDP2's default, and DeepSpeed's once units are larger than its prefetch
+    bucket), and the `after` collective (its gradients' reduce-scatter) as this one's compute ends, all on one
+    communication stream in the order they are issued."""
+    stream = clock = 0.0
+    ready = []
+    if units:
+        stream = units[0][1]
+        ready.append(stream)
+    for k, (compute, _, after) in enumerate(units):
+        start = max(clock, ready[k])
+        if k + 1 < len(units):
+            stream = max(stream, start) + units[k + 1][1]
+            ready.append(stream)
+        clock = start + compute
+        if after:
+            stream = max(stream, clock) + after
+    return max(clock, stream)
 
 
 class Pricing(NamedTuple):
@@ -717,8 +757,22 @@ def _zero(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: 
     priced = [sum(coll.time(op, b, n) for op, b in calls) for calls in (forward, backward, after)]
     comm = sum(priced)
     if schedule["stage"] == 3 and schedule.get("overlap", True) and not shares_cores:
-        # prefetched: the gathers hide behind forward and backward where they fit; the rest waits for backward
-        exposed = max(0.0, priced[0] - c.fwd_s) + max(0.0, priced[1] - c.bwd_s) + priced[2]
+        # unit by unit: each parameter's gather prefetched one ahead of its forward (and, beyond the reuse
+        # distance, of its backward); each reduce bucket reduce-scattered once backward has filled it
+        units = units_of(grads, c.fwd_s, c.bwd_s)
+        far = regathered([b for b, _, _ in units][::-1], schedule["reuse_elems"] * 4)[::-1]
+        cap = schedule["bucket_elems"] * 4
+        closes, size = [0.0] * len(units), 0.0  # the bucket reduced after each parameter's backward, if any
+        for i, (b, _, _) in enumerate(units):
+            if cap and size and size + b > cap:
+                closes[i - 1], size = size, 0.0
+            size += b
+        closes[-1] = size
+        fwd = prefetched([(f, coll.time("all_gather", b, n), 0.0) for b, f, _ in units[::-1]])
+        bwd = prefetched([(d, coll.time("all_gather", b, n) if again else 0.0,
+                           coll.time(schedule["grad_reduce"], closed, n) if closed else 0.0)
+                          for (b, _, d), again, closed in zip(units, far, closes)])
+        exposed = (fwd - c.fwd_s) + (bwd - c.bwd_s) + priced[2]
     else:
         exposed = comm
     return Pricing(comm, exposed, opt)
@@ -734,13 +788,17 @@ def _fsdp(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: 
     reshard_after_forward, overlap, wire_scale."""
     wire = schedule.get("wire_scale", 1.0)
     gather = schedule.get("gather_scale", 1.0)
-    fp32 = [b / wire for b, _ in grads] if wire else [0.0 for _ in grads]
-    forward = sum(coll.time("all_gather", b * gather, n) for b in fp32[::-1])
-    again = forward if schedule.get("reshard_after_forward", True) else 0.0
-    backward = again + sum(coll.time("reduce_scatter", b, n) for b, _ in grads)
-    comm = forward + backward
+    reshard = schedule.get("reshard_after_forward", True)
+    units = units_of(grads, c.fwd_s, c.bwd_s)
+    gathers = [coll.time("all_gather", (b / wire if wire else 0.0) * gather, n) for b, _, _ in units]
+    scatters = [coll.time("reduce_scatter", b, n) for b, _, _ in units]
+    comm = sum(gathers) * (2 if reshard else 1) + sum(scatters)
     if schedule.get("overlap", True) and not shares_cores:
-        exposed = max(0.0, forward - c.fwd_s) + max(0.0, backward - c.bwd_s)
+        # unit by unit: each unit's gather prefetched one ahead of its compute, its reduce-scatter issued once its
+        # backward is done
+        fwd = prefetched([(f, g, 0.0) for (_, f, _), g in zip(units[::-1], gathers[::-1])])
+        bwd = prefetched([(d, g if reshard else 0.0, r) for (_, _, d), g, r in zip(units, gathers, scatters)])
+        exposed = (fwd - c.fwd_s) + (bwd - c.bwd_s)
     else:
         exposed = comm
     return Pricing(comm, exposed, c.opt_s / n)

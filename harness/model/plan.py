@@ -365,9 +365,8 @@ def lines(plan: Plan) -> list[str]:
         out.append(f"not planned at {c.dtype}: " + "; ".join(f"{k} ({v})" for k, v in plan.skipped.items()))
     out.append("memory: parameters, gradients and optimizer state only (as DeepSpeed's estimators count); "
                "activations, buffers and the framework's own allocations come on top")
-    out.append(f"how: {s.source}; no framework overhead (none was measured on the target); ZeRO-3's and FSDP's "
-               f"gathers are hidden behind compute as totals, not unit by unit as DDP's buckets are (model version "
-               f"{VERSION}: optimistic for them where communication and compute are close)")
+    out.append(f"how: {s.source}; no framework overhead (none was measured on the target); communication "
+               f"overlapping compute is taken not to slow it")
     return out
 
 

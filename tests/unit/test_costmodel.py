@@ -109,10 +109,16 @@ def test_zero_stages_move_and_hide_what_deepspeed_does():
     assert cm.predict_step(z(0), c, coll, 3).step_s == pytest.approx(1 + 2 + 0.6 + 0.3)  # one all-reduce after
     # ZeRO-1/2: all-reduce + all-gather after backward, the optimizer on a third of the parameters
     assert cm.predict_step(z(2), c, coll, 3).step_s == pytest.approx(1 + 2 + 0.2 + 0.3 + 0.3)
-    # ZeRO-3: each parameter gathered once for forward (kept for backward), reduce-scattered: 0.6 s, all hidden
-    # behind 3 s of compute
+    # ZeRO-3: each parameter gathered once for forward (kept for backward), reduce-scattered: 0.6 s. Unit by unit:
+    # forward runs the 2 MiB layer first (0.5 s of compute each, in proportion to backward's 1 s each), whose gather
+    # (0.2 s) nothing can hide; the 1 MiB gather is prefetched behind it. One reduce bucket, filled when backward
+    # ends: its 0.3 s is exposed too. The norm's 4 bytes cost nothing here.
     s3 = cm.predict_step(z(3, True), c, coll, 3)
-    assert s3.comm_s == pytest.approx(0.6) and s3.step_s == pytest.approx(1 + 2 + 0.2)
+    assert s3.comm_s == pytest.approx(0.6) and s3.step_s == pytest.approx(1 + 2 + 0.2 + 0.2 + 0.3)
+    # buckets of 1 MiB: the first (the 1 MiB gradient, ready at 1 s) is reduced behind the 2 MiB layer's backward,
+    # only the last (0.2 s) waits
+    small = cm.predict_step({**z(3, True), "bucket_elems": MiB / 4}, c, coll, 3)
+    assert small.exposed_s == pytest.approx(0.2 + 0.2)
     assert cm.predict_step(z(3, True), c, coll, 3, shares_cores=True).step_s == pytest.approx(1 + 2 + 0.2 + 0.6)
     # beyond the reuse distance a parameter is gathered again for backward: forward runs the 2 MiB layer first,
     # 1 MiB of others lies between its uses each way (2 MiB >= 256 Ki elements of 4 bytes); the last layer's is 0
@@ -153,10 +159,10 @@ def test_zero_from_stage_1_all_reduces_the_gradient_norm_every_step():
     # reduce-scatter, the norm's all-reduce, all-gather
     assert cm.predict_step(z(2), c, Calls(), 2).comm_s == pytest.approx(3e-3)
     assert cm.predict_step(z(2, norm_allreduce=False), c, Calls(), 2).comm_s == pytest.approx(2e-3)
-    # ZeRO-3 overlapped: its gathers (one per parameter) and scatter hide behind compute, the norm waits for
-    # backward to end
+    # ZeRO-3 overlapped: of its gathers (one per parameter), the first is exposed and the second prefetched behind
+    # the first layer; its one reduce bucket fills as backward ends, and the norm waits for it
     s3 = cm.predict_step(z(3, overlap=True), c, Calls(), 2)
-    assert s3.comm_s == pytest.approx(4e-3) and s3.exposed_s == pytest.approx(1e-3)
+    assert s3.comm_s == pytest.approx(4e-3) and s3.exposed_s == pytest.approx(3e-3)
     assert cm.predict_step(z(1), c, Calls(), 1).comm_s == 0  # one rank: nothing
 
 
@@ -350,19 +356,25 @@ def test_fsdp_gathers_each_unit_for_forward_and_again_for_backward_and_reduce_sc
     coll = PerMiB(0.1)
     f = lambda **k: {"kind": "fsdp", "comm_backend": "torch", "wire_scale": 1.0, "gather_scale": 1.0,  # noqa: E731
                      "reshard_after_forward": True, "overlap": True, **k}
-    # forward: gathers of 2 MiB and 1 MiB (0.3 s); backward: the same again (resharded) + reduce-scatters (0.3 s)
+    # forward: gathers of 2 MiB and 1 MiB (0.3 s); backward: the same again (resharded) + reduce-scatters (0.3 s).
+    # Unit by unit, one unit of prefetch: forward's first gather (the 2 MiB layer, 0.2 s) is exposed, the second
+    # hides behind that layer's 0.5 s; backward's first gather (0.1 s) is exposed, the second and the first
+    # reduce-scatter hide behind the 1 s of each layer's backward, the last reduce-scatter (0.2 s) is exposed.
     s = cm.predict_step(f(), c, coll, 3)
-    assert s.comm_s == pytest.approx(0.9) and s.exposed_s == pytest.approx(0.0)
-    assert s.step_s == pytest.approx(1 + 2 + 0.6 / 3)  # all hidden; each rank steps a third of the parameters
+    assert s.comm_s == pytest.approx(0.9) and s.exposed_s == pytest.approx(0.2 + 0.1 + 0.2)
+    assert s.step_s == pytest.approx(1 + 2 + 0.6 / 3 + 0.5)  # each rank steps a third of the parameters
     assert cm.predict_step(f(), c, coll, 3, shares_cores=True).step_s == pytest.approx(1 + 2 + 0.2 + 0.9)
     # kept from forward to backward (ZeRO-2-like): one gather per unit per step
     assert cm.predict_step(f(reshard_after_forward=False), c, coll, 3, shares_cores=True).comm_s == pytest.approx(0.6)
     # bf16 parameters and gradients: half the bytes each way
     half = cm.predict_step(f(wire_scale=0.5, gather_scale=0.5), c, coll, 3, shares_cores=True)
     assert half.comm_s == pytest.approx(0.45)
-    # what does not fit behind compute is exposed: 10x slower collectives
+    # what does not fit behind compute is exposed: 10x slower collectives. Forward: gathers of 2 s and 1 s, the
+    # layers' compute at 2-2.5 s and 3-3.5 s (2.5 s exposed). Backward: gathers of 1 s and 2 s on the stream by 3 s,
+    # the first reduce-scatter (1 s) after them, the layers at 1-2 s and 3-4 s, the last reduce-scatter (2 s) from
+    # 4 s: done at 6 s (4 s exposed)
     slow = cm.predict_step(f(), c, PerMiB(1.0), 3)
-    assert slow.exposed_s == pytest.approx((3.0 - 1.0) + (6.0 - 2.0))
+    assert slow.exposed_s == pytest.approx(2.5 + 4.0)
 
 
 def test_the_model_is_frozen_under_its_version():
