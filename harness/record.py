@@ -386,6 +386,21 @@ _COMM_OK = {"op": str, "size_bytes": int, "time_s": dict, "algbw_GBps": _NUM, "b
 _SCALE = {"point": int, "world_sizes": list, "scaling": str}
 
 
+def checked_fields() -> dict[str, str]:
+    """Top-level field -> what `check_record` requires of it ("int, every record"), for docs/records.md: the
+    types are written once, in the dictionaries above that the check itself reads."""
+    def name(types):
+        return "number" if types == _NUM else types.__name__
+
+    out: dict[str, str] = {}
+    for fields, when in ((_COMMON, "every record"), (_RUN, "every run and scale record"),
+                         (_RUN_OK, "every measured run and scale record"), (_COMM, "every comm record"),
+                         (_COMM_OK, "every measured comm record"), ({"scale": dict}, "every scale record")):
+        for key, types in fields.items():
+            out.setdefault(key, f"{name(types)}, {when}")
+    return out
+
+
 def _measured(obj: dict[str, Any], keys: tuple[str, ...], where: str, positive: bool = False) -> None:
     """A measurement is a finite number, at least 0 (above 0 where `positive`): a NaN or negative throughput or
     step time cannot come from a run, and would be rendered as a figure."""

@@ -7,7 +7,7 @@ schema cannot grow in the code without growing here. Nested fields are described
 
 from __future__ import annotations
 
-from harness.record import READABLE_SCHEMAS, SCHEMA_VERSION
+from harness.record import READABLE_SCHEMAS, SCHEMA_VERSION, checked_fields
 
 RUN, SCALE, COMM = "run", "scale", "comm"
 ALL = (RUN, SCALE, COMM)
@@ -138,10 +138,13 @@ def markdown() -> str:
              "Every run writes `records.jsonl`: one JSON object per row and launch (`compare run`, `compare scale`) "
              "or per backend, op and size (`compare comm`). `compare report DIR` renders a report from these alone. "
              "This page is generated from `harness/schema.py` (`python -m harness.schema > docs/records.md`); a "
-             "test keeps the two equal and every field of the committed fixture records listed.", "",
-             "| field | in | what it holds |", "|---|---|---|"]
+             "test keeps the two equal and every field of the committed fixture records listed. The `required` "
+             "column is what `compare report` checks before it renders anything (harness/record.py "
+             "`check_record`; nested fields are checked too); a field without it is optional.", "",
+             "| field | in | required | what it holds |", "|---|---|---|---|"]
+    required = checked_fields()
     for name, kinds, doc in FIELDS:
-        lines.append(f"| `{name}` | {', '.join(kinds)} | {doc} |")
+        lines.append(f"| `{name}` | {', '.join(kinds)} | {required.get(name, '')} | {doc} |")
     return "\n".join(lines) + "\n"
 
 

@@ -29,3 +29,23 @@ def test_every_field_of_every_fixture_record_is_documented_for_its_kind():
 def test_each_field_is_written_once():
     names = [name for name, _, _ in schema.FIELDS]
     assert len(names) == len(set(names))
+
+
+def test_every_field_the_reader_requires_is_documented_with_what_it_requires():
+    # the types check_record holds a record to are written once, in harness/record.py, and shown in docs/records.md
+    from harness.record import check_record, checked_fields
+
+    required = checked_fields()
+    assert set(required) <= {name for name, _, _ in schema.FIELDS}
+    assert required["samples_per_s"] == "number, every measured run and scale record"
+    assert required["run_id"] == "str, every record" and required["op"] == "str, every measured comm record"
+    rec = json.loads((RUNS / "digits_cpu2_20261126-045209" / "records.jsonl").read_text().splitlines()[0])
+    for field, what in required.items():
+        if field in rec and what.startswith("int"):
+            broken = {**rec, field: "1"}
+            try:
+                check_record(broken)
+            except ValueError as exc:
+                assert f"'{field}' is str, expected int" in str(exc)
+            else:
+                raise AssertionError(f"{field} as a string passed the check")
