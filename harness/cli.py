@@ -630,7 +630,7 @@ def predict(
     """The performance model: predicted vs measured for scale sweeps (and its accuracy over several), extrapolation
     to a hardware profile, and the check against published scaling results."""
     from harness.model import calibration as scale_model
-    from harness.model import costmodel, render
+    from harness.model import costmodel, published, render
     from harness.report import MALFORMED
     from harness.report import scale as report_scale
 
@@ -695,11 +695,11 @@ def predict(
             console.print(escape(line))
     console.print("[bold]published results vs the model[/]")
     problems: list[str] = []
-    checks = scale_model.published_checks(problems)
+    checks = published.configurations(problems)
     for line in problems:
         console.print(f"[yellow]warning[/]: {escape(line)}")
-    for line in scale_model.published_lines(checks):
-        console.print(escape(line))
+    for line in published.lines(checks, published.slowdowns()):
+        console.print(escape(line), soft_wrap=True)
 
 
 @app.command(cls=_Command, short_help="Which backend for a cluster: step time, memory, a recommendation.")
@@ -742,8 +742,8 @@ def plan(
     if (workload is None) == (params is None):
         _fail("give a workload (-w, one of " + ", ".join(workloads.names()) + ") or a transformer's size "
               "(--params with --layers), not both")
-    if params is not None and (layers is None or layers < 1 or not params > 0):
-        _fail("--params needs --layers: a parameter count above 0 and at least 1 block, e.g. --params 7e9 "
+    if params is not None and (layers is None or layers < 1 or not 0 < params < float("inf")):
+        _fail("--params needs --layers: a finite parameter count above 0 and at least 1 block, e.g. --params 7e9 "
               "--layers 32")
     if hidden is not None and hidden < 1 or seq_len < 1:
         _fail("--hidden and --seq-len must be at least 1")

@@ -85,12 +85,19 @@ def memory_gb(profile: str) -> float | None:
     return json.loads((cm.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8")).get("memory_GB")
 
 
+MAX_LAYERS = 10_000
+"""More blocks than any model trained (the largest have a few hundred): a typo, refused before a list of that many
+tensors is made."""
+
+
 def transformer(params: float, layers: int, hidden: int | None, seq_len: int, optimizer: str) -> Shape:
     """A decoder-only transformer given by its size: `layers` blocks of 12 h^2 parameters (attention 4 h^2 in
     two tensors of 3 h^2 and h^2, MLP 8 h^2 in two of 4 h^2) and the rest as the embedding, the first tensor; with
     no --hidden, `layers` equal tensors. FLOPs per sample (a sequence): 6 x parameters x tokens, plus attention's
     12 x layers x hidden x tokens^2 when the hidden size is known (Narayanan et al. 2021, eq. 3, without
     recomputation)."""
+    if not 1 <= layers <= MAX_LAYERS:
+        raise BadPlan(f"--layers must be from 1 to {MAX_LAYERS:,}, got {layers}")
     if hidden:
         block = 12 * hidden**2
         embed = params - layers * block
@@ -122,8 +129,13 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     import workloads
 
     w = workloads.get(name, options)
-    with torch.device("meta"):  # nothing allocated: a model larger than this machine can still be planned
-        model = w.build_model()
+    try:
+        with torch.device("meta"):  # nothing allocated: a model larger than this machine can still be planned
+            model = w.build_model()
+    except (RuntimeError, OverflowError, ValueError) as exc:  # e.g. a tensor larger than any address space
+        given = ", ".join(f"{k}={v}" for k, v in (options or {}).items()) or "its defaults"
+        raise BadPlan(f"workload {name} ({given}) cannot be built: {' '.join(str(exc).split())}; choose smaller "
+                      f"workload options") from None
     tensors = [float(p.numel()) for p in model.parameters()]
     module = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     units = w.shard_units(model) or [model]
@@ -183,6 +195,9 @@ def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int 
                     ("--nics-per-node", cluster.nics_per_node)):
         if v < 1:
             raise BadPlan(f"{what} must be at least 1, got {v}")
+    if cluster.gpus > cm.PREDICT_TO[1]:
+        raise BadPlan(f"{cluster.nodes} nodes x {cluster.gpus_per_node} GPUs is {cluster.gpus:,} GPUs; past "
+                      f"{cm.PREDICT_TO[1]:,} a one-step model has nothing to say")
     if cluster.nic_gbps is not None and not (math.isfinite(cluster.nic_gbps) and cluster.nic_gbps > 0):
         raise BadPlan(f"--nic-gbps must be a NIC's line rate in Gb/s above 0 (e.g. 100, 200, 400), got "
                       f"{cluster.nic_gbps:g}")

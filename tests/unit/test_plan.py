@@ -190,3 +190,13 @@ def test_a_model_is_a_workload_or_a_size():
     assert option.exit_code == 2 and option.stderr.startswith("error: workload tinygpt: unknown option 'nosuch'; ")
     no_layers = CliRunner().invoke(app, ["plan", "--params", "7e9"])
     assert no_layers.exit_code == 2 and "--params needs --layers" in no_layers.stderr
+    for args, message in ((["--params", "inf", "--layers", "2"], "--params needs --layers: a finite parameter"),
+                          (["--params", "7e9", "--layers", "1000000000"], "--layers must be from 1 to 10,000, got "
+                                                                          "1000000000"),
+                          (["--params", "7e9", "--layers", "32", "--nodes", "100000"],
+                           "100000 nodes x 8 GPUs is 800,000 GPUs; past 65,536 a one-step model has nothing to say")):
+        shown = CliRunner().invoke(app, ["plan", *args])
+        assert shown.exit_code == 2 and shown.stderr.startswith(f"error: {message}"), shown.output
+    huge = CliRunner().invoke(app, ["plan", "-w", "widemlp", "-o", "width=100000000000"])
+    assert huge.exit_code == 2 and huge.stderr.startswith("error: workload widemlp (width=100000000000) cannot be "
+                                                          "built: "), huge.output
