@@ -53,7 +53,7 @@ def _resnet(arch: str, num_classes: int = 1000):
                           else nn.Identity())
 
     block, counts = {"resnet18": (Basic, [2, 2, 2, 2]), "resnet34": (Basic, [3, 4, 6, 3]),
-                     "resnet50": (Bottleneck, [3, 4, 6, 3])}[arch]
+                     "resnet50": (Bottleneck, [3, 4, 6, 3]), "resnet101": (Bottleneck, [3, 4, 23, 3])}[arch]
     layers, cin = [*conv_bn(3, 64, 7, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)], 64
     for i, n in enumerate(counts):
         width = 64 * 2 ** i

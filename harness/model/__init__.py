@@ -3,7 +3,10 @@
 - costmodel.py: the arithmetic (compute, collectives, each schedule kind's pricer, memory) and its inputs: the
   hardware profiles and published scaling results in profiles/;
 - calibration.py: the model fitted to what this tool measured (a `compare scale` sweep and its `compare comm`
-  sweeps), predicted vs measured, extrapolation to a profile, the published checks;
+  sweeps), predicted vs measured, extrapolation to a profile;
+- published.py: the model against published scaling results (distinct configurations, a constant baseline, the
+  DDP benchmark's slowdown, each prediction's range);
+- plan.py: `compare plan`, the model on a cluster that is not here, with each framework's memory;
 - render.py: its words and pictures, for a scale report's "The model" section and for `compare predict`.
 
 Runs in: the parent (a rank measures the model's inputs with harness/rank/profile.py, which imports none of it)."""
@@ -15,7 +18,7 @@ from pathlib import Path
 VERSION = 2
 """The model's version, kept in every sweep it judges (scale_sweep.model_version) and named in every prediction.
 Sweeps made with the current version are its validation; sweeps made before are the data it was developed on."""
-FINGERPRINT = "5a0a4413641a49fa"
+FINGERPRINT = "d5ef81ee7f210150"
 """fingerprint() of the code VERSION names. A test holds them equal: a change to how the model prices or calibrates
 (not to its comments or docstrings) must come with a new VERSION, so a sweep is never scored by a model that was
 tuned after it."""

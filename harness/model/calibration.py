@@ -1,9 +1,9 @@
-"""The performance model fitted to what this tool measured: calibration, predicted vs measured, extrapolation to a
-hardware profile, and the check against published scaling results (harness/model/render.py puts them in a scale
-report and in `compare predict`'s output).
+"""The performance model fitted to what this tool measured: calibration, predicted vs measured, and extrapolation to
+a hardware profile (harness/model/render.py puts them in a scale report and in `compare predict`'s output; the
+check against published scaling results is harness/model/published.py).
 
-Runs in: the parent; reads the sweep's records, the `compare comm` records kept in `comm_n<N>/`, the hardware
-profiles and harness/model/profiles/published.json. The arithmetic is harness/model/costmodel.py.
+Runs in: the parent; reads the sweep's records, the `compare comm` records kept in `comm_n<N>/` and the hardware
+profiles. The arithmetic is harness/model/costmodel.py.
 
 Calibration, per adapter row, only from what this tool measured:
 - compute: the row's own world-size-1 point: its compute profile (forward and backward over per-rank batch sizes,
@@ -33,15 +33,6 @@ BASELINE = "single-process"
 UTILISATION = (0.1, 0.3, 0.5)
 """Fractions of the target device's peak FLOP/s assumed for the extrapolated compute (low, middle, high). Large
 well-tuned training reaches 0.4-0.55 of peak; small models far less. The prediction is given for all three."""
-TORCHVISION_GMACS = {"Inception V3": 5.71, "ResNet-101": 7.80, "ResNet-50": 4.09, "VGG-16": 15.47}
-"""Multiply-adds per 224x224 (Inception: 299x299) image, torchvision's model documentation ("GFLOPS" column of
-https://pytorch.org/vision/stable/models.html): only used to derive a single-GPU rate that was not published."""
-LEGACY_HOROVOD = {"kind": "fusion", "comm_backend": "horovod", "wire_scale": 1.0, "fusion_bytes": 64 * 2**20,
-                  "cycle_s": 5e-3}
-"""Horovod's defaults before 0.21 (64 MB fusion buffer, 5 ms cycle; changed by horovod PR 2468), which the
-published 2017-2018 Horovod benchmarks ran with."""
-
-
 def comm_records(out: Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
     """The records of a sweep's comm_n*/ directories; one that cannot be read is skipped, and named in `problems`
     (so that a report says why a world size has no collectives, rather than that none were measured)."""
@@ -347,104 +338,3 @@ def extrapolate(cal: dict[str, Any], fabric: cm.Fabric, batch: float, to: int) -
             effs.append(t1 / tn)
         rows.append({"n": n, "low": min(effs), "mid": effs[1], "high": max(effs)})
     return rows
-
-
-# ---- published checks ------------------------------------------------------------------------------------------
-
-def published_compute(entry: dict[str, Any]) -> tuple[cm.Compute, str]:
-    """The single-device step of a published result: batch / published rate, forward 1/3 and backward 2/3 of it
-    (backward costs twice the forward's FLOPs), gradients as 100 equal tensors ready evenly through backward."""
-    rate, note = entry.get("single_device_samples_per_s"), ""
-    if rate is None:
-        ref = next(e for e in cm.published() if e["model"] == "Inception V3"
-                   and e.get("single_device_samples_per_s") and e["profile"] == entry["profile"])
-        rate = ref["single_device_samples_per_s"] * TORCHVISION_GMACS["Inception V3"] / TORCHVISION_GMACS[entry["model"]]
-        note = (f"single-GPU rate not published: derived as Inception V3's {ref['single_device_samples_per_s']} img/s "
-                f"x the ratio of multiply-adds per image (torchvision: {TORCHVISION_GMACS['Inception V3']} / "
-                f"{TORCHVISION_GMACS[entry['model']]} G) = {rate:.0f} img/s")
-    t = entry["per_device_batch"] / rate
-    overhead = 0.0
-    one = next((p for p in entry["points"] if p["n"] == 1 and "samples_per_s_per_device" in p), None)
-    if one:  # the framework's own cost at one GPU, published beside the no-framework rate
-        overhead = max(0.0, entry["per_device_batch"] / one["samples_per_s_per_device"] - t)
-    grad_bytes = entry["params"] * entry.get("gradient_bytes_per_param", 4)
-    bwd = 2 * t / 3
-    grads = [(grad_bytes / 100, bwd * (i + 1) / 100) for i in range(100)]
-    return cm.Compute(t / 3, bwd, 0.0, grads, overhead), note
-
-
-def published_checks(problems: list[str] | None = None) -> list[dict[str, Any]]:
-    """Predicted vs published, per published point. A published result whose hardware profile cannot be used is
-    left out, and why goes to `problems`."""
-    import adapters
-
-    ddp = adapters.get("ddp")({}).comm_schedule()
-    rows = []
-    for e in cm.published():
-        try:
-            fabric = cm.load_profile(e["profile"])
-        except (KeyError, cm.BadProfile) as exc:
-            if problems is not None:
-                why = str(exc) if isinstance(exc, cm.BadProfile) else cm.unknown_profile(e["profile"])
-                problems.append(f"published result {e['id']} left out: {why}")
-            continue
-        schedule = ddp if e["backend"] == "ddp" else LEGACY_HOROVOD
-        c, note = published_compute(e)
-        b = e["per_device_batch"]
-        t1 = c.total_s  # without the framework: what "efficiency" and "without DDP" are relative to
-        for p in e["points"]:
-            n = p["n"]
-            if n == 1 and "samples_per_s_per_device" in p:
-                continue  # the overhead came from it
-            tn = cm.predict_step(schedule, c, fabric, n).step_s
-            row = {"id": e["id"], "model": e["model"], "backend": e["backend"], "profile": e["profile"], "n": n,
-                   "note": note, "sources": e.get("sources", []), "precision": e["precision"]}
-            if "efficiency" in p:
-                row.update(metric="efficiency", published=p["efficiency"], predicted=t1 / tn)
-            elif "samples_per_s_per_device" in p:
-                row.update(metric="img/s per GPU", published=p["samples_per_s_per_device"], predicted=b / tn)
-            elif "samples_per_s" in p:
-                if n == 1:
-                    continue
-                row.update(metric="img/s", published=p["samples_per_s"], predicted=n * b / tn)
-            row["published_efficiency"] = _published_efficiency(e, p)
-            row["predicted_efficiency"] = t1 / tn
-            rows.append(row)
-    return rows
-
-
-def _published_efficiency(e, p) -> float | None:
-    n, rate = p["n"], e.get("single_device_samples_per_s")
-    if "efficiency" in p:
-        return p["efficiency"]
-    if rate is None:
-        return None
-    if "samples_per_s_per_device" in p:
-        return p["samples_per_s_per_device"] / rate
-    return p["samples_per_s"] / (n * rate)
-
-
-def published_lines(rows: list[dict[str, Any]]) -> list[str]:
-    md = ["| published result | GPUs | metric | published | predicted | efficiency published → predicted "
-          "| Δ points |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        pub, pred = r["published"], r["predicted"]
-        fmt = (lambda v: f"{v:.0%}") if r["metric"] == "efficiency" else (lambda v: f"{v:,.0f}")
-        pe, qe = r["published_efficiency"], r["predicted_efficiency"]
-        delta = f"{(qe - pe) * 100:+.1f}" if pe is not None else "–"
-        eff = f"{pe:.0%} → {qe:.0%}" if pe is not None else f"– → {qe:.0%}"
-        md.append(f"| {r['id']} ({r['model']}, {r['backend']}, {r['precision']}, {r['profile']}) | {r['n']} "
-                  f"| {r['metric']} | {fmt(pub)} | {fmt(pred)} | {eff} | {delta} |")
-    within = [r for r in rows if r["published_efficiency"] is not None]
-    ok = sum(abs(r["predicted_efficiency"] - r["published_efficiency"]) <= 0.10 for r in within)
-    md += ["", f"Within ±10 points of the published efficiency: {ok} of {len(within)}."]
-    vgg = [r for r in rows if r["model"] == "VGG-16" and r["n"] == 512]
-    rn = [r for r in rows if r["model"] == "ResNet-101" and r["n"] == 512 and r["backend"] == "horovod"]
-    if vgg and rn:
-        order = "below" if vgg[0]["predicted_efficiency"] < rn[0]["predicted_efficiency"] else "NOT below"
-        md.append(f"Ranking at 512 GPUs: the model puts VGG-16 ({vgg[0]['predicted_efficiency']:.0%}) {order} "
-                  f"ResNet-101 ({rn[0]['predicted_efficiency']:.0%}), as published (68% vs 90%).")
-    notes = sorted({r["note"] for r in rows if r["note"]})
-    md += [f"- {n}" for n in notes]
-    md += ["", "Sources: " + "; ".join(sorted({s["url"] for r in rows for s in r["sources"] if s.get("url")}))]
-    return md

@@ -11,9 +11,10 @@ from typing import Any
 
 from harness.model import FINGERPRINT, VERSION
 from harness.model import costmodel as cm
+from harness.model import published
 from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate,
-                                       extrapolate_here, judged, judgement, predict_measured, published_checks,
-                                       published_lines, repeat_spread, scores, shares_cores, within)
+                                       extrapolate_here, judged, judgement, predict_measured, repeat_spread, scores,
+                                       shares_cores, within)
 from harness.outdir import save_figure
 from harness.report import figures
 from harness.record import has_intervals
@@ -232,9 +233,9 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        f"nothing computed between calls, is delayed less often than one called after a step's "
                        f"compute" + (", which is why the sweep times each call after busy work" if any(
                            r.get("gap_s") for r in comm if r.get("op")) else "") +
-                       f" (tests/benchmarks/bench_step_parts.py times compute, the collective back to back and "
-                       f"after busy work, and the two in a row, interleaved in one launch, and prints how far the "
-                       f"step is from the sum of its parts on the machine it runs on)."]
+                       " (tests/benchmarks/bench_step_parts.py times compute, the collective back to back and "
+                       "after busy work, and the two in a row, interleaved in one launch, and prints how far the "
+                       "step is from the sum of its parts on the machine it runs on)."]
     md += ["", "Calibration per adapter:", ""]
     for label, c in cal.items():
         prof = c["profile"]["batches"][0]
@@ -313,13 +314,13 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
             md.append(f"| {label} | {batch} | " + " | ".join(cells) + " |")
         md.append("")
     problems: list[str] = []
-    checks = published_checks(problems)
+    checks = published.configurations(problems)
     md += ["## The model against published results", "", *[x for line in problems for x in (f"{line}.", "")],
            "The same model, fed each published result's single-GPU throughput (forward 1/3, backward 2/3 of the "
-           "step; 100 equal gradient tensors ready evenly through backward; fp32 gradients), the framework's "
-           "schedule of the time (DDP's buckets; Horovod's 64 MB / 5 ms fusion before 0.21) and the cluster's "
-           "profile:", ""]
-    md += published_lines(checks) + [""]
+           "step; each layer's gradient ready as backward reaches it, for the CNNs built here with torchvision's "
+           "layer sizes, else 100 equal tensors; fp32 gradients), the framework's schedule of the time (DDP's "
+           "buckets; Horovod's 64 MB / 5 ms fusion before 0.21) and the cluster's profile:", ""]
+    md += published.lines(checks, published.slowdowns()) + [""]
     plots += plot(out, ext, checks, to)
     return md, plots
 
@@ -351,10 +352,13 @@ def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], t
     ax.set_title(f"This workload on {name} (band: {UTILISATION[0]:.0%}–{UTILISATION[2]:.0%} of peak)", fontsize=9)
     ax.legend(fontsize=7)
     pts = [c for c in checks if c["published_efficiency"] is not None]
-    labels = [f"{c['model']} {c['backend']} n={c['n']}" for c in pts]
+    labels = [f"{c['model']} {c['backend']} {c['precision']} n={c['n']}" for c in pts]
     y = range(len(pts))
     ax2.scatter([c["published_efficiency"] for c in pts], y, marker="o", label="published", color="black")
-    ax2.scatter([c["predicted_efficiency"] for c in pts], y, marker="x", label="predicted", color="#C44E52")
+    predicted = [c["predicted_efficiency"] for c in pts]
+    ax2.errorbar(predicted, y, xerr=[[p - c["range"][0] for p, c in zip(predicted, pts)],
+                                     [c["range"][1] - p for p, c in zip(predicted, pts)]],
+                 fmt="x", color="#C44E52", elinewidth=0.8, capsize=2, label="predicted (range of inputs)")
     ax2.set_yticks(list(y), labels, fontsize=6)
     ax2.invert_yaxis()
     ax2.set_xlim(0, 1.05)
