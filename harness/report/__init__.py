@@ -138,7 +138,7 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
     for d in sorted(results_dir.glob("*/")):
         if is_index(d / "README.md"):
             n = sum(1 for line in (d / "README.md").read_text(errors="replace").splitlines()
-                    if line.startswith("| ["))
+                    if line.startswith("| ") and "](" in line)  # a run's row links its report
             entries.append((_question(results_dir, d.name),
                             f"| [{d.name}/]({d.name}/README.md) | {n} run{'s' if n != 1 else ''}, with an index of "
                             f"their own | – | – | – | – | – |"))
