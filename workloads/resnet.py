@@ -21,7 +21,9 @@ MAX_IMAGE_SIZE = 4096
 """Largest `image_size` option (ImageNet models train at 224-600)."""
 
 
-def _resnet(arch: str, num_classes: int = 1000):
+def resnet_model(arch: str, num_classes: int = 1000):
+    """torchvision's ResNet-18/34/50/101 (v1.5: the stride in the 3x3 convolution), the same layers and parameter
+    counts, built here (torchvision has no CPU build on PyPI); also the published checks' layer tables."""
     import torch.nn as nn
 
     def conv_bn(cin, cout, k, stride=1):
@@ -94,7 +96,7 @@ class ResNet(Workload):
                                   f"{self.image_size}")
 
     def build_model(self):
-        return _resnet(self.options.arch)
+        return resnet_model(self.options.arch)
 
     def make_optimizer(self, model, lr):
         import torch

@@ -57,10 +57,10 @@ def _vgg16():
 def _architecture(model: str):
     """torchvision's architecture of a published model, built here (torchvision has no CPU build on PyPI), or
     None where this project has no definition of it."""
-    from workloads.resnet import _resnet
+    from workloads.resnet import resnet_model
 
-    builders = {"VGG-16": _vgg16, "ResNet-50": lambda: _resnet("resnet50"),
-                "ResNet-50 v1.5": lambda: _resnet("resnet50"), "ResNet-101": lambda: _resnet("resnet101")}
+    builders = {"VGG-16": _vgg16, "ResNet-50": lambda: resnet_model("resnet50"),
+                "ResNet-50 v1.5": lambda: resnet_model("resnet50"), "ResNet-101": lambda: resnet_model("resnet101")}
     return builders.get(model)
 
 

@@ -5,7 +5,7 @@ import torch
 
 import workloads
 from adapters.base import KnobError
-from workloads.resnet import _resnet
+from workloads.resnet import resnet_model
 from conftest import REPO
 
 
@@ -46,12 +46,12 @@ def test_digits_is_the_real_embedded_dataset_with_a_fixed_split():
 
 @pytest.mark.parametrize("arch,params", [("resnet18", 11_689_512), ("resnet50", 25_557_032)])
 def test_resnet_matches_torchvision_parameter_counts(arch, params):
-    assert sum(p.numel() for p in _resnet(arch).parameters()) == params
+    assert sum(p.numel() for p in resnet_model(arch).parameters()) == params
     assert workloads.get(arch).options.arch == arch
 
 
 def test_resnet_forward_shape_and_bad_arch():
-    assert _resnet("resnet18")(torch.randn(2, 3, 64, 64)).shape == (2, 1000)
+    assert resnet_model("resnet18")(torch.randn(2, 3, 64, 64)).shape == (2, 1000)
     with pytest.raises(KnobError, match="option 'arch' must be resnet18, resnet34 or resnet50; got 'vgg'"):
         workloads.get("resnet", {"arch": "vgg"})
 
