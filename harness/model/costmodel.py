@@ -606,21 +606,27 @@ def fusion_buffer_bytes(schedule: dict[str, Any] | None, c: Compute, coll: Colle
     return min(max(sizes, default=0.0), schedule["fusion_bytes"] or float("inf"))
 
 
-def ipg_buckets(sizes: list[float], cap: float) -> list[float]:
-    """DeepSpeed's gradient buckets (reduce_bucket_size, here `cap` bytes; 0: no cap): gradients join the bucket in
-    the order backward makes them ready, and the bucket is reduced before a gradient that would take it past the
-    cap joins (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads); a gradient larger than the cap
-    is a bucket of its own. (DeepSpeed also splits a bucket where two ranks' partitions meet, and ZeRO-3 may
-    reorder a small gradient into a later bucket: the bytes are the same, a call more or less.)"""
-    out, size = [], 0.0
-    for b in sizes:
+def ipg_closes(sizes: list[float], cap: float) -> list[float]:
+    """DeepSpeed's gradient buckets (reduce_bucket_size, here `cap` bytes; 0: no cap), per gradient in the order
+    backward makes them ready: the bytes of the bucket reduced once that gradient has joined it (0: the bucket stays
+    open). Gradients join the bucket in that order, and the bucket is reduced before a gradient that would take it
+    past the cap joins (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads); a gradient larger than
+    the cap is a bucket of its own; the last bucket is reduced after the last gradient. (DeepSpeed also splits a
+    bucket where two ranks' partitions meet, and ZeRO-3 may reorder a small gradient into a later bucket: the bytes
+    are the same, a call more or less.)"""
+    out, size = [0.0] * len(sizes), 0.0
+    for i, b in enumerate(sizes):
         if cap and size and size + b > cap:
-            out.append(size)
-            size = 0.0
+            out[i - 1], size = size, 0.0
         size += b
-    if size:
-        out.append(size)
+    if sizes:
+        out[-1] = size
     return out
+
+
+def ipg_buckets(sizes: list[float], cap: float) -> list[float]:
+    """The bytes of each of DeepSpeed's gradient buckets, in the order they are reduced (see ipg_closes)."""
+    return [size for size in ipg_closes(sizes, cap) if size]
 
 
 def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
@@ -656,21 +662,23 @@ def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
 
 def regathered(order: list[float], reuse: float) -> list[bool]:
     """ZeRO-3, per parameter in forward order: gathered again for backward, its next use being `reuse` bytes or
-    more of other parameters away (the rest of forward, then the same back)."""
-    return [2 * sum(order[i + 1:]) >= reuse for i in range(len(order))]
+    more of other parameters away (the rest of forward, then the same back). Linear in the parameters: a planned
+    model may have tens of thousands."""
+    out, after = [False] * len(order), 0.0  # after: the bytes of the parameters after this one
+    for i in range(len(order) - 1, -1, -1):
+        out[i] = 2 * after >= reuse
+        after += order[i]
+    return out
 
 
 def units_of(grads: list[tuple[float, float]], fwd_s: float, bwd_s: float) -> list[tuple[float, float, float]]:
     """Per gradient tensor, in backward order: (bytes, its share of forward's seconds, of backward's): backward's
     from the ready times (a tensor's share is the time since the one before it was ready), forward's in the same
     proportion. What backward does after the last gradient is ready is the last tensor's."""
-    out, last = [], 0.0
-    for i, (b, t) in enumerate(grads):
-        end = bwd_s if i == len(grads) - 1 else t
-        out.append((b, end - last, 0.0))
-        last = end
-    total = sum(d for _, d, _ in out) or 1.0
-    return [(b, fwd_s * d / total, d) for b, d, _ in out]
+    ends = [t for _, t in grads[:-1]] + [bwd_s]
+    shares = [end - start for start, end in zip([0.0] + ends[:-1], ends)]
+    total = sum(shares) or 1.0
+    return [(b, fwd_s * d / total, d) for (b, _), d in zip(grads, shares)]
 
 
 def prefetched(units: list[tuple[float, float, float]]) -> float:
@@ -761,13 +769,7 @@ def _zero(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: 
         # distance, of its backward); each reduce bucket reduce-scattered once backward has filled it
         units = units_of(grads, c.fwd_s, c.bwd_s)
         far = regathered([b for b, _, _ in units][::-1], schedule["reuse_elems"] * 4)[::-1]
-        cap = schedule["bucket_elems"] * 4
-        closes, size = [0.0] * len(units), 0.0  # the bucket reduced after each parameter's backward, if any
-        for i, (b, _, _) in enumerate(units):
-            if cap and size and size + b > cap:
-                closes[i - 1], size = size, 0.0
-            size += b
-        closes[-1] = size
+        closes = ipg_closes([b for b, _, _ in units], schedule["bucket_elems"] * 4)
         fwd = prefetched([(f, coll.time("all_gather", b, n), 0.0) for b, f, _ in units[::-1]])
         bwd = prefetched([(d, coll.time("all_gather", b, n) if again else 0.0,
                            coll.time(schedule["grad_reduce"], closed, n) if closed else 0.0)
