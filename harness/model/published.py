@@ -175,7 +175,7 @@ def sensitivity(entry, fabric, n) -> tuple[float, float]:
 def published_efficiency(entry, point) -> float | None:
     """Efficiency as the result states it, or from its rates against the single-GPU rate without the
     framework."""
-    n, rate = point["n"], single_rate(entry)[0] if entry.get("single_device_samples_per_s") else None
+    n, rate = point["n"], entry.get("single_device_samples_per_s")
     if "efficiency" in point:
         return point["efficiency"]
     if rate is None:

@@ -351,13 +351,12 @@ def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], t
     ax.set_ylabel("predicted parallel efficiency (weak scaling)")
     ax.set_title(f"This workload on {name} (band: {UTILISATION[0]:.0%}–{UTILISATION[2]:.0%} of peak)", fontsize=9)
     ax.legend(fontsize=7)
-    pts = [c for c in checks if c["published_efficiency"] is not None]
-    labels = [f"{c['model']} {c['backend']} {c['precision']} n={c['n']}" for c in pts]
-    y = range(len(pts))
-    ax2.scatter([c["published_efficiency"] for c in pts], y, marker="o", label="published", color="black")
-    predicted = [c["predicted_efficiency"] for c in pts]
-    ax2.errorbar(predicted, y, xerr=[[p - c["range"][0] for p, c in zip(predicted, pts)],
-                                     [c["range"][1] - p for p, c in zip(predicted, pts)]],
+    labels = [f"{c['model']} {c['backend']} {c['precision']} n={c['n']}" for c in checks]
+    y = range(len(checks))
+    ax2.scatter([c["published_efficiency"] for c in checks], y, marker="o", label="published", color="black")
+    predicted = [c["predicted_efficiency"] for c in checks]
+    ax2.errorbar(predicted, y, xerr=[[p - c["range"][0] for p, c in zip(predicted, checks)],
+                                     [c["range"][1] - p for p, c in zip(predicted, checks)]],
                  fmt="x", color="#C44E52", elinewidth=0.8, capsize=2, label="predicted (range of inputs)")
     ax2.set_yticks(list(y), labels, fontsize=6)
     ax2.invert_yaxis()
