@@ -34,7 +34,10 @@ Schedules (declared by each adapter's `comm_schedule()`, so the framework knowle
 - replicate (DataParallel): broadcast the module and reduce the gradients through device 0, every step, serially.
 
 Where communication runs on the same cores as the compute (a CPU with every core computing), "overlapped"
-communication cannot hide: it is added to the step. That is the case on this project's CPU test machine.
+communication cannot hide: it is added to the step. That is the case on this project's CPU test machine. On a GPU
+it hides, but not for free: compute that runs while a collective is in flight takes (1 + overlap_slowdown) as long
+(the hardware profile's overlap_compute_slowdown, 18.9% on average where it was measured), and each phase is
+simulated event by event (timeline) so that a slowed compute also issues its later collectives later.
 
 Memory per rank (bytes): parameters, gradients and optimizer state per the ZeRO paper (Rajbhandari et al.
 2019, section 3: 2+2+K bytes per parameter in mixed precision), each partitioned over N from the ZeRO stage that
@@ -158,6 +161,11 @@ BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_reduce_coalesced":
 class Collectives:
     """Seconds of one collective of `nbytes` (the full buffer, as nccl-tests counts it) on n ranks; `name` says
     where the figures come from."""
+
+    overlap_slowdown: float = 0.0
+    """Compute that runs while a collective is in flight takes (1 + this) times as long: on a GPU the collective's
+    kernels take SMs and memory bandwidth from it. 0 for collectives measured here (what a CPU's compute loses to
+    them is measured by the contention launch instead)."""
 
     def time(self, op: str, nbytes: float, n: int) -> float:
         raise NotImplementedError
@@ -350,6 +358,7 @@ class Fabric(Collectives):
     """Bytes per second of a copy in device memory: half the memory bandwidth (every byte is read and written)."""
     sources: list[dict[str, str]] = field(default_factory=list)
     notes: str = ""
+    overlap_slowdown: float = 0.0
 
     def busbw(self, n: int) -> float:
         return self.intra_busbw_Bps if n <= self.devices_per_node else min(self.intra_busbw_Bps, self.inter_busbw_Bps)
@@ -488,7 +497,7 @@ def load_profile(name: str) -> Fabric:
     return Fabric(name=name, devices_per_node=d["devices_per_node"], intra_busbw_Bps=d["intra_busbw_GBps"] * 1e9,
                   inter_busbw_Bps=d["inter_busbw_GBps"] * 1e9, protocols=protocols, tree=d.get("tree", True),
                   device=d.get("device", ""), peak_tflops=d.get("peak_tflops", {}), sources=d.get("sources", []),
-                  notes=d.get("notes", ""),
+                  notes=d.get("notes", ""), overlap_slowdown=d.get("overlap_compute_slowdown", 0.0),
                   copy_Bps=d["memory_bandwidth_GBps"] * 1e9 / 2 if d.get("memory_bandwidth_GBps") else None)
 
 
@@ -519,16 +528,9 @@ class Step:
     comm_s: float
     """Communication time, whether hidden or not."""
     exposed_s: float
-    """What communication adds to the step (not hidden behind compute)."""
+    """What communication adds to the step: what is not hidden behind compute, and what the compute it overlaps
+    loses to it (Collectives.overlap_slowdown)."""
     overhead_s: float
-
-
-def _serial(jobs: list[tuple[float, float]]) -> float:
-    """End time of collectives issued one after another: (ready time, duration) each, in issue order."""
-    free = 0.0
-    for at, dur in jobs:
-        free = max(free, at) + dur
-    return free
 
 
 def buckets_of(grads: list[tuple[float, float]], first_cap: float, cap: float) -> list[tuple[float, float]]:
@@ -681,26 +683,92 @@ def units_of(grads: list[tuple[float, float]], fwd_s: float, bwd_s: float) -> li
     return [(b, fwd_s * d / total, d) for (b, _), d in zip(grads, shares)]
 
 
-def prefetched(units: list[tuple[float, float, float]]) -> float:
+class Segment(NamedTuple):
+    """One piece of a phase for timeline(): `compute` seconds (at full speed), the collective it waits for before it
+    starts (None: none), the collectives (name, seconds) issued as it starts and as it ends. An `idle` segment is a
+    wait, not compute: it takes its seconds whatever the stream does."""
+
+    compute: float
+    waits: str | None = None
+    start: tuple[tuple[str, float], ...] = ()
+    end: tuple[tuple[str, float], ...] = ()
+    idle: bool = False
+
+
+def timeline(segments: list[Segment], first: tuple[tuple[str, float], ...] = (), slowdown: float = 0.0) -> float:
+    """The end of a phase of segments run one after another beside one communication stream that runs the
+    collectives in the order they are issued (`first` before the first segment). A collective of 0 s is done when
+    issued. While the stream is busy, compute runs at 1 / (1 + slowdown) of its speed (Collectives.overlap_slowdown).
+    Exact for piecewise-constant speeds: one event (a segment or a collective ending) at a time."""
+    queue: list[list] = []  # [name, seconds left] in issue order; queue[head] is running
+    head, done, clock, k, left = 0, set(), 0.0, 0, None
+
+    def issue(calls):
+        for name, seconds in calls:
+            if seconds > 0:
+                queue.append([name, seconds])
+            else:
+                done.add(name)
+
+    issue(first)
+    while True:
+        if left is None and k < len(segments) and (segments[k].waits is None or segments[k].waits in done):
+            issue(segments[k].start)
+            left = segments[k].compute
+        busy = head < len(queue)
+        rate = 1.0 / (1.0 + slowdown) if busy and left is not None and not segments[k].idle else 1.0
+        to_compute = left / rate if left is not None else math.inf
+        to_stream = queue[head][1] if busy else math.inf
+        if to_compute == math.inf and to_stream == math.inf:
+            if k < len(segments):
+                raise ValueError(f"segment {k} waits for '{segments[k].waits}', which is never issued")
+            return clock
+        dt = min(to_compute, to_stream)
+        clock += dt
+        if busy:
+            if to_stream <= to_compute:
+                done.add(queue[head][0])
+                head += 1
+            else:
+                queue[head][1] -= dt
+        if left is not None:
+            if to_compute <= to_stream:
+                issue(segments[k].end)
+                left, k = None, k + 1
+            else:
+                left -= dt * rate
+
+
+def prefetched(units: list[tuple[float, float, float]], slowdown: float = 0.0) -> float:
     """The end of a phase whose units compute one after another: (compute, gather, after) seconds each, in order. A
-    unit computes once its parameters are gathered; the gather of the next unit is issued as this one starts to
-    compute (one unit of prefetch: FSDP2's default, and DeepSpeed's once units are larger than its prefetch
-    bucket), and the `after` collective (its gradients' reduce-scatter) as this one's compute ends, all on one
-    communication stream in the order they are issued."""
-    stream = clock = 0.0
-    ready = []
-    if units:
-        stream = units[0][1]
-        ready.append(stream)
-    for k, (compute, _, after) in enumerate(units):
-        start = max(clock, ready[k])
-        if k + 1 < len(units):
-            stream = max(stream, start) + units[k + 1][1]
-            ready.append(stream)
-        clock = start + compute
-        if after:
-            stream = max(stream, clock) + after
-    return max(clock, stream)
+    unit computes once its parameters are gathered (a unit with nothing to gather does not wait); the gather of the
+    next unit is issued as this one starts to compute (one unit of prefetch: FSDP2's default, and DeepSpeed's once
+    units are larger than its prefetch bucket), and the `after` collective (its gradients' reduce-scatter) as this
+    one's compute ends, all on one communication stream in the order they are issued."""
+    if not units:
+        return 0.0
+    segments = [Segment(compute, f"g{k}", ((f"g{k + 1}", units[k + 1][1]),) if k + 1 < len(units) else (),
+                        ((f"a{k}", after),)) for k, (compute, _, after) in enumerate(units)]
+    return timeline(segments, (("g0", units[0][1]),), slowdown)
+
+
+def issued_during(jobs: list[tuple[float, float]], window: float, slowdown: float = 0.0) -> float:
+    """The end of a compute window of `window` seconds during which collectives are issued: (issue time, seconds)
+    each, in issue order, an issue time being how far the compute has got (past the window: that long after the
+    window began, a wait: Horovod's cycles). Without slowdown: max(window, the collectives' serial end)."""
+    segments, at = [], 0.0
+    for k, (ready, seconds) in enumerate(jobs):
+        if ready > at and at < window:
+            upto = min(ready, window)
+            segments.append(Segment(upto - at))
+            at = upto
+        if ready > at:
+            segments.append(Segment(ready - at, idle=True))
+            at = ready
+        segments.append(Segment(0.0, end=((f"j{k}", seconds),)))
+    if at < window:
+        segments.append(Segment(window - at))
+    return timeline(segments, (), slowdown)
 
 
 class Pricing(NamedTuple):
@@ -724,12 +792,13 @@ def schedule_kind(kind: str):
     return register
 
 
-def _overlapped(jobs: list[tuple[float, float]], window: float, shares_cores: bool) -> tuple[float, float]:
+def _overlapped(jobs: list[tuple[float, float]], window: float, shares_cores: bool,
+                slowdown: float = 0.0) -> tuple[float, float]:
     """(comm time, exposed time) of collectives issued during a compute window of `window` seconds."""
     comm = sum(d for _, d in jobs)
     if shares_cores:
         return comm, comm
-    return comm, max(0.0, _serial(jobs) - window)
+    return comm, issued_during(jobs, window, slowdown) - window
 
 
 @schedule_kind("buckets")
@@ -739,7 +808,7 @@ def _buckets(schedule, c: Compute, coll: Collectives, n: int, grads, shares_core
     jobs = [(t, coll.time("all_reduce", b, n)) for b, t in
             buckets_of(grads, schedule["first_bucket_bytes"], schedule["bucket_bytes"])]
     if schedule.get("overlap", True):
-        comm, exposed = _overlapped(jobs, c.bwd_s, shares_cores)
+        comm, exposed = _overlapped(jobs, c.bwd_s, shares_cores, coll.overlap_slowdown)
     else:
         comm = exposed = sum(d for _, d in jobs)
     return Pricing(comm, exposed, c.opt_s)
@@ -752,7 +821,7 @@ def _fusion(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores
     while it was busy is fused into the next cycle's buffer. A buffer of several tensors is packed (copied in) and
     unpacked (copied out); a single tensor is reduced where it is. Keys: see fusion_plan."""
     jobs = [(start, busy) for start, _, busy in fusion_plan(schedule, c, coll, n)]
-    comm, exposed = _overlapped(jobs, c.bwd_s, shares_cores)
+    comm, exposed = _overlapped(jobs, c.bwd_s, shares_cores, coll.overlap_slowdown)
     return Pricing(comm, exposed, c.opt_s)
 
 
@@ -770,10 +839,11 @@ def _zero(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: 
         units = units_of(grads, c.fwd_s, c.bwd_s)
         far = regathered([b for b, _, _ in units][::-1], schedule["reuse_elems"] * 4)[::-1]
         closes = ipg_closes([b for b, _, _ in units], schedule["bucket_elems"] * 4)
-        fwd = prefetched([(f, coll.time("all_gather", b, n), 0.0) for b, f, _ in units[::-1]])
+        slow = coll.overlap_slowdown
+        fwd = prefetched([(f, coll.time("all_gather", b, n), 0.0) for b, f, _ in units[::-1]], slow)
         bwd = prefetched([(d, coll.time("all_gather", b, n) if again else 0.0,
                            coll.time(schedule["grad_reduce"], closed, n) if closed else 0.0)
-                          for (b, _, d), again, closed in zip(units, far, closes)])
+                          for (b, _, d), again, closed in zip(units, far, closes)], slow)
         exposed = (fwd - c.fwd_s) + (bwd - c.bwd_s) + priced[2]
     else:
         exposed = comm
@@ -798,8 +868,9 @@ def _fsdp(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: 
     if schedule.get("overlap", True) and not shares_cores:
         # unit by unit: each unit's gather prefetched one ahead of its compute, its reduce-scatter issued once its
         # backward is done
-        fwd = prefetched([(f, g, 0.0) for (_, f, _), g in zip(units[::-1], gathers[::-1])])
-        bwd = prefetched([(d, g if reshard else 0.0, r) for (_, _, d), g, r in zip(units, gathers, scatters)])
+        slow = coll.overlap_slowdown
+        fwd = prefetched([(f, g, 0.0) for (_, f, _), g in zip(units[::-1], gathers[::-1])], slow)
+        bwd = prefetched([(d, g if reshard else 0.0, r) for (_, _, d), g, r in zip(units, gathers, scatters)], slow)
         exposed = (fwd - c.fwd_s) + (bwd - c.bwd_s)
     else:
         exposed = comm

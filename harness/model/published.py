@@ -30,9 +30,11 @@ from harness.model import costmodel as cm
 TORCHVISION_GMACS = {"Inception V3": 5.71, "ResNet-101": 7.80, "ResNet-50": 4.09, "VGG-16": 15.47}
 """Multiply-adds per 224x224 (Inception: 299x299) image, torchvision's model documentation ("GFLOPS" column of
 https://pytorch.org/vision/stable/models.html): only used to derive a single-GPU rate that was not published."""
-SENSITIVITY = {"bus bandwidth": (0.8, 1.25), "latency": (0.5, 2.0), "single-GPU rate": (0.9, 1.1)}
+SENSITIVITY = {"bus bandwidth": (0.8, 1.25), "latency": (0.5, 2.0), "single-GPU rate": (0.9, 1.1),
+               "overlap slowdown": (0.0, 0.40)}
 """The inputs no published result states for its own cluster, each moved by these factors one at a time (and the
-gradient layout: per layer or 100 equal tensors): the range shown beside each prediction."""
+gradient layout: per layer or 100 equal tensors): the range shown beside each prediction. The overlap slowdown is
+set, not scaled: from none to the largest its source measured (the profile's overlap_compute_slowdown)."""
 SLOWDOWN_TARGET = 0.02
 """The DDP benchmark's 1 -> 16 GPU slowdown is met when predicted within 2 points."""
 
@@ -165,6 +167,8 @@ def sensitivity(entry, fabric, n) -> tuple[float, float]:
                 values.append(efficiency(entry, _scaled(fabric, bandwidth=f), n))
             elif what == "latency":
                 values.append(efficiency(entry, _scaled(fabric, latency=f), n))
+            elif what == "overlap slowdown":
+                values.append(efficiency(entry, dataclasses.replace(fabric, overlap_slowdown=f), n))
             else:
                 values.append(efficiency(entry, fabric, n, rate_scale=f))
     if layer_table(entry["model"]):

@@ -77,6 +77,43 @@ def test_ddp_buckets_fill_in_ready_order_and_overlap_backward():
     assert cm.predict_step({**ddp, "overlap": False}, c, PerMiB(0.1), 2).exposed_s == pytest.approx(2.9)
 
 
+def test_compute_overlapped_with_a_collective_is_slowed_by_the_stated_factor():
+    # compute 0-4 s at full speed; a 4 s collective from 4 s, during which compute runs at 1/1.25: 3.2 s of work
+    # by 8 s; the last 2.8 s at full speed: 10.8 s, where free overlap ends at 10 s
+    assert cm.issued_during([(4.0, 4.0)], 10.0) == pytest.approx(10.0)
+    assert cm.issued_during([(4.0, 4.0)], 10.0, 0.25) == pytest.approx(10.8)
+    # communication-bound: compute (8 s, then 2 s of work at 0.8: 10.5 s) ends before the collective (12 s)
+    assert cm.issued_during([(8.0, 4.0)], 10.0, 0.25) == pytest.approx(12.0)
+    # issued past the window (Horovod's next cycle): a wait, not compute, so nothing is slowed
+    assert cm.issued_during([(11.0, 1.0)], 10.0, 0.25) == pytest.approx(12.0)
+    # one unit of prefetch: the first gather (0.5 s) exposed, the second runs during the first unit's first 0.5 s,
+    # which does 0.4 s of work there and 0.6 s after: 0.5 + 1.1 + 1.0
+    assert cm.prefetched([(1.0, 0.5, 0.0), (1.0, 0.5, 0.0)]) == pytest.approx(2.5)
+    assert cm.prefetched([(1.0, 0.5, 0.0), (1.0, 0.5, 0.0)], 0.25) == pytest.approx(2.6)
+    # a unit with nothing to gather does not queue behind the reduce-scatters before it: the last two units compute
+    # at 1-3 s while the first unit's 2 s reduce-scatter runs
+    assert cm.prefetched([(1.0, 0.0, 2.0), (1.0, 0.0, 0.0), (1.0, 0.0, 0.0)]) == pytest.approx(3.0)
+
+
+def test_ddp_on_a_gpu_profile_pays_the_overlap_slowdown_and_a_later_issue():
+    class Slowed(PerMiB):
+        overlap_slowdown = 0.25
+
+    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.5, overhead_s=0.1,
+                   grads=[(1 * MiB, 0.5), (2 * MiB, 1.0), (25 * MiB, 1.5), (1 * MiB, 2.0)])
+    ddp = {"kind": "buckets", "first_bucket_bytes": 1 * MiB, "bucket_bytes": 25 * MiB, "overlap": True}
+    # 0.1 s all-reduce at 0.5 s: backward does 0.08 s of work by 0.6 s, reaches 1.5 s of work at 1.52 s and issues
+    # the 2.7 s bucket (to 4.22 s); its last 0.5 s of work at 0.8 ends at 2.145 s; the last 0.1 s bucket: 4.32 s
+    step = cm.predict_step(ddp, c, Slowed(0.1), 2)
+    assert step.exposed_s == pytest.approx(2.32) and step.step_s == pytest.approx(1 + 2 + 0.5 + 2.32 + 0.1)
+    # on cores that compute and communicate (a CPU) nothing overlaps, so nothing is slowed: the contention launch
+    # measures what compute loses there
+    assert cm.predict_step(ddp, c, Slowed(0.1), 2, shares_cores=True).exposed_s == pytest.approx(2.9)
+    assert cm.load_profile("a100-sxm-hdr200").overlap_slowdown == 0.189
+    assert cm.load_profile("gloo-40gbe").overlap_slowdown == 0.0
+    assert cm.Fitted("torch", {}).overlap_slowdown == 0.0
+
+
 def test_horovod_fuses_what_became_ready_while_its_thread_was_busy():
     c = cm.Compute(fwd_s=1e-3, bwd_s=2e-3, opt_s=0.0, grads=[(MiB, 0.5e-3), (MiB, 1.5e-3), (MiB, 1.6e-3)])
     hvd = {"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3}
