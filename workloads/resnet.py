@@ -22,12 +22,13 @@ MAX_IMAGE_SIZE = 4096
 
 
 def resnet_model(arch: str, num_classes: int = 1000):
-    """torchvision's ResNet-18/34/50/101 (v1.5: the stride in the 3x3 convolution), the same layers and parameter
+    """torchvision's ResNet-18/34/50/101 (v1.5: the stride in the 3x3 convolution) and ResNeXt-50 32x4d / 101 32x8d
+    (the 3x3 convolution grouped: 32 groups of 4 or 8 channels per 64 of width), the same layers and parameter
     counts, built here (torchvision has no CPU build on PyPI); also the published checks' layer tables."""
     import torch.nn as nn
 
-    def conv_bn(cin, cout, k, stride=1):
-        return [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout)]
+    def conv_bn(cin, cout, k, stride=1, groups=1):
+        return [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
 
     class Basic(nn.Module):
         expansion = 1
@@ -48,14 +49,18 @@ def resnet_model(arch: str, num_classes: int = 1000):
         def __init__(self, cin, width, stride):
             nn.Module.__init__(self)
             cout = width * self.expansion
-            self.body = nn.Sequential(*conv_bn(cin, width, 1), nn.ReLU(inplace=True),
-                                      *conv_bn(width, width, 3, stride), nn.ReLU(inplace=True),
-                                      *conv_bn(width, cout, 1))
+            inner = width * per_group // 64 * groups
+            self.body = nn.Sequential(*conv_bn(cin, inner, 1), nn.ReLU(inplace=True),
+                                      *conv_bn(inner, inner, 3, stride, groups), nn.ReLU(inplace=True),
+                                      *conv_bn(inner, cout, 1))
             self.short = (nn.Sequential(*conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout
                           else nn.Identity())
 
     block, counts = {"resnet18": (Basic, [2, 2, 2, 2]), "resnet34": (Basic, [3, 4, 6, 3]),
-                     "resnet50": (Bottleneck, [3, 4, 6, 3]), "resnet101": (Bottleneck, [3, 4, 23, 3])}[arch]
+                     "resnet50": (Bottleneck, [3, 4, 6, 3]), "resnet101": (Bottleneck, [3, 4, 23, 3]),
+                     "resnext50_32x4d": (Bottleneck, [3, 4, 6, 3]),
+                     "resnext101_32x8d": (Bottleneck, [3, 4, 23, 3])}[arch]
+    groups, per_group = {"resnext50_32x4d": (32, 4), "resnext101_32x8d": (32, 8)}.get(arch, (1, 64))
     layers, cin = [*conv_bn(3, 64, 7, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)], 64
     for i, n in enumerate(counts):
         width = 64 * 2 ** i

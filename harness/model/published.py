@@ -27,9 +27,13 @@ from urllib.parse import urlparse
 
 from harness.model import costmodel as cm
 
-TORCHVISION_GMACS = {"Inception V3": 5.71, "ResNet-101": 7.80, "ResNet-50": 4.09, "VGG-16": 15.47}
+TORCHVISION_GMACS = {"Inception V3": 5.71, "ResNet-101": 7.80, "ResNet-50": 4.09, "VGG-16": 15.47,
+                     "ResNeXt-50 32x4d": 4.23, "ResNeXt-101 32x8d": 16.41}
 """Multiply-adds per 224x224 (Inception: 299x299) image, torchvision's model documentation ("GFLOPS" column of
-https://pytorch.org/vision/stable/models.html): only used to derive a single-GPU rate that was not published."""
+https://pytorch.org/vision/stable/models.html): used to derive a single-GPU rate that was not published, and held
+by a test to the layer tables built here."""
+INPUT_SIDE = {"Inception V3": 299}
+"""The image side each architecture is trained and counted at (others: 224)."""
 SENSITIVITY = {"bus bandwidth": (0.8, 1.25), "latency": (0.5, 2.0), "single-GPU rate": (0.9, 1.1),
                "overlap slowdown": (0.0, 0.40)}
 """The inputs no published result states for its own cluster, each moved by these factors one at a time (and the
@@ -56,21 +60,113 @@ def _vgg16():
     return nn.Sequential(*layers)
 
 
+def _inception_v3():
+    """torchvision's Inception3 (aux_logits on, as in training), the same modules in the same order; its forward
+    runs the auxiliary head after Mixed_6e, as training does."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def conv(cin, cout, kernel, stride=1, padding=0):
+        return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride, padding, bias=False),
+                             nn.BatchNorm2d(cout, eps=0.001), nn.ReLU(inplace=True))
+
+    class Block(nn.Module):
+        """Branches (each a sequence of convolutions, some after a pooling) whose outputs are concatenated."""
+
+        def __init__(self, branches, pools):
+            super().__init__()
+            self.branches = nn.ModuleList(nn.Sequential(*b) for b in branches)
+            self.pools = pools  # per branch: None, "avg" (3x3, stride 1) or "max" (3x3, stride 2)
+
+        def forward(self, x):
+            outs = []
+            for branch, pool in zip(self.branches, self.pools):
+                y = (F.avg_pool2d(x, 3, 1, 1) if pool == "avg" else F.max_pool2d(x, 3, 2) if pool == "max" else x)
+                outs.append(branch(y))
+            return torch.cat(outs, 1)
+
+    def a(cin, pool):
+        return Block([[conv(cin, 64, 1)], [conv(cin, 48, 1), conv(48, 64, 5, padding=2)],
+                      [conv(cin, 64, 1), conv(64, 96, 3, padding=1), conv(96, 96, 3, padding=1)],
+                      [conv(cin, pool, 1)]], [None, None, None, "avg"])
+
+    def b(cin):
+        return Block([[conv(cin, 384, 3, 2)], [conv(cin, 64, 1), conv(64, 96, 3, padding=1), conv(96, 96, 3, 2)],
+                      []], [None, None, "max"])
+
+    def c(cin, c7):
+        return Block([[conv(cin, 192, 1)],
+                      [conv(cin, c7, 1), conv(c7, c7, (1, 7), padding=(0, 3)), conv(c7, 192, (7, 1), padding=(3, 0))],
+                      [conv(cin, c7, 1), conv(c7, c7, (7, 1), padding=(3, 0)), conv(c7, c7, (1, 7), padding=(0, 3)),
+                       conv(c7, c7, (7, 1), padding=(3, 0)), conv(c7, 192, (1, 7), padding=(0, 3))],
+                      [conv(cin, 192, 1)]], [None, None, None, "avg"])
+
+    def d(cin):
+        return Block([[conv(cin, 192, 1), conv(192, 320, 3, 2)],
+                      [conv(cin, 192, 1), conv(192, 192, (1, 7), padding=(0, 3)),
+                       conv(192, 192, (7, 1), padding=(3, 0)), conv(192, 192, 3, 2)], []], [None, None, "max"])
+
+    class E(nn.Module):
+        def __init__(self, cin):
+            super().__init__()
+            self.b1 = conv(cin, 320, 1)
+            self.b3 = conv(cin, 384, 1)
+            self.b3a, self.b3b = conv(384, 384, (1, 3), padding=(0, 1)), conv(384, 384, (3, 1), padding=(1, 0))
+            self.d1, self.d2 = conv(cin, 448, 1), conv(448, 384, 3, padding=1)
+            self.d3a, self.d3b = conv(384, 384, (1, 3), padding=(0, 1)), conv(384, 384, (3, 1), padding=(1, 0))
+            self.pool = conv(cin, 192, 1)
+
+        def forward(self, x):
+            y, z = self.b3(x), self.d2(self.d1(x))
+            return torch.cat([self.b1(x), self.b3a(y), self.b3b(y), self.d3a(z), self.d3b(z),
+                              self.pool(F.avg_pool2d(x, 3, 1, 1))], 1)
+
+    class Aux(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv0, self.conv1, self.fc = conv(768, 128, 1), conv(128, 768, 5), nn.Linear(768, 1000)
+
+        def forward(self, x):
+            y = self.conv1(self.conv0(F.avg_pool2d(x, 5, 3)))
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+    class Inception3(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(conv(3, 32, 3, 2), conv(32, 32, 3), conv(32, 64, 3, padding=1),
+                                      nn.MaxPool2d(3, 2), conv(64, 80, 1), conv(80, 192, 3), nn.MaxPool2d(3, 2))
+            self.mixed6 = nn.Sequential(a(192, 32), a(256, 64), a(288, 64), b(288), c(768, 128), c(768, 160),
+                                        c(768, 160), c(768, 192))
+            self.aux = Aux()
+            self.mixed7 = nn.Sequential(d(768), E(1280), E(2048))
+            self.fc = nn.Linear(2048, 1000)
+
+        def forward(self, x):
+            x = self.mixed6(self.stem(x))
+            aux = self.aux(x)
+            return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.mixed7(x), 1), 1)), aux
+
+    return Inception3()
+
+
 def _architecture(model: str):
     """torchvision's architecture of a published model, built here (torchvision has no CPU build on PyPI), or
     None where this project has no definition of it."""
     from workloads.resnet import resnet_model
 
     builders = {"VGG-16": _vgg16, "ResNet-50": lambda: resnet_model("resnet50"),
-                "ResNet-50 v1.5": lambda: resnet_model("resnet50"), "ResNet-101": lambda: resnet_model("resnet101")}
+                "ResNet-50 v1.5": lambda: resnet_model("resnet50"), "ResNet-101": lambda: resnet_model("resnet101"),
+                "ResNeXt-50 32x4d": lambda: resnet_model("resnext50_32x4d"),
+                "ResNeXt-101 32x8d": lambda: resnet_model("resnext101_32x8d"), "Inception V3": _inception_v3}
     return builders.get(model)
 
 
 @functools.cache
 def layer_table(model: str) -> tuple[tuple[int, float], ...] | None:
-    """Each parameter-holding layer of `model` in forward order: (parameters, forward FLOPs of one 224x224 image),
-    convolutions and linear layers counted from their output shapes (2 x multiply-adds), normalisation layers
-    0 FLOPs; None where there is no definition (Inception V3, the ResNeXts)."""
+    """Each parameter-holding layer of `model` in forward order: (parameters, forward FLOPs of one image at its
+    INPUT_SIDE), convolutions and linear layers counted from their output shapes (2 x multiply-adds), normalisation
+    layers 0 FLOPs; None where there is no definition."""
     build = _architecture(model)
     if build is None:
         return None
@@ -91,7 +187,8 @@ def layer_table(model: str) -> tuple[tuple[int, float], ...] | None:
         for m in net.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 m.register_forward_hook(hook)
-        net(torch.empty(1, 3, 224, 224))
+        side = INPUT_SIDE.get(model, 224)
+        net.eval()(torch.empty(1, 3, side, side))  # eval: one image's statistics are not normalisable
     return tuple((sum(p.numel() for p in m.parameters(recurse=False)), flops.get(m, 0.0)) for m in net.modules()
                  if any(True for _ in m.parameters(recurse=False)))
 
