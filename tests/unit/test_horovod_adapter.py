@@ -233,3 +233,16 @@ def test_a_successful_probe_is_cached_and_a_changed_build_is_probed_again(fake_h
     hv.probe.cache_clear()
     init.write_text(GOOD_TORCH.format(gloo=False) + "# rebuilt\n")
     assert hv.probe() == {"gloo": False} and calls == [1]  # the build changed: probed again
+
+
+def test_compare_comm_names_each_buffer_as_a_training_step_names_each_gradient():
+    # An unnamed Horovod call is "<op>.noname.<handle>", new every call: each would miss the response cache and pay
+    # a negotiation no training step pays after its first. One op on one buffer keeps one name; the names of two
+    # buffers that could be in flight together (different ops, sizes or dtypes) differ, as Horovod requires.
+    import torch
+
+    name = hv.HorovodComm._name
+    t = torch.zeros(256)
+    assert name("allreduce", t) == name("allreduce", torch.ones(256)) == "compare.allreduce.256.float32"
+    assert len({name("allreduce", t), name("allgather", t), name("allreduce", torch.zeros(512)),
+                name("allreduce", torch.zeros(256, dtype=torch.bfloat16))}) == 4
