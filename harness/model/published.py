@@ -273,6 +273,14 @@ def sensitivity(entry, fabric, n) -> tuple[float, float]:
     return min(values), max(values)
 
 
+def _moved() -> str:
+    """SENSITIVITY in words: "bus bandwidth x0.8-1.25, ..., overlap slowdown 0-40%"."""
+    def words(what, lo, hi):
+        return f"{what} {lo:.0%}-{hi:.0%}" if what == "overlap slowdown" else f"{what} x{lo:g}-{hi:g}"
+
+    return ", ".join(words(what, *factors) for what, factors in SENSITIVITY.items())
+
+
 def published_efficiency(entry, point) -> float | None:
     """Efficiency as the result states it, or from its rates against the single-GPU rate without the
     framework."""
@@ -395,8 +403,8 @@ def lines(rows: list[dict[str, Any]], slow: list[dict[str, Any]]) -> list[str]:
                    f"(each configuration predicted by the mean of the others) {s['baseline_mae'] * 100:.1f}: the model "
                    f"{verdict} it. Within ±10 points: the model {s['model_within']}, the baseline "
                    f"{s['baseline_within']}. The published figure lies inside the model's range at "
-                   f"{s['inside_range']} of {s['configurations']} (range: bus bandwidth x0.8-1.25, latency x0.5-2, "
-                   f"single-GPU rate x0.9-1.1, and the other gradient layout, one at a time)."]
+                   f"{s['inside_range']} of {s['configurations']} (range: {_moved()}, and the other gradient layout, "
+                   f"one at a time)."]
     if slow:
         md += ["", "The DDP benchmark's slowdown from 1 GPU under DDP to n (1 - rate(n) / rate(1)), where only "
                    "communication can move it:", "", "| result | GPUs | published | predicted | Δ points |",
