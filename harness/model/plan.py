@@ -380,8 +380,11 @@ def lines(plan: Plan) -> list[str]:
         out.append(f"not planned at {c.dtype}: " + "; ".join(f"{k} ({v})" for k, v in plan.skipped.items()))
     out.append("memory: parameters, gradients and optimizer state only (as DeepSpeed's estimators count); "
                "activations, buffers and the framework's own allocations come on top")
-    out.append(f"how: {s.source}; no framework overhead (none was measured on the target); communication "
-               f"overlapping compute is taken not to slow it")
+    slow = c.fabric().overlap_slowdown
+    overlap = (f"compute overlapping communication takes {1 + slow:.3g}x as long (the profile's "
+               f"overlap_compute_slowdown)" if slow else "communication overlapping compute is taken not to slow it "
+               "(the profile states no slowdown)")
+    out.append(f"how: {s.source}; no framework overhead (none was measured on the target); {overlap}")
     return out
 
 
