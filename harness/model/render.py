@@ -295,7 +295,7 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                f"profile's peak for the row's precision x {UTILISATION[0]:.0%} / {UTILISATION[1]:.0%} / "
                f"{UTILISATION[2]:.0%} utilisation (the middle figure, and the range); no framework overhead carried "
                f"over from this machine. Collectives: the profile's bus bandwidths and NCCL's latencies (sources in "
-               f"harness/model/profiles/). Beyond {cm.BOUNDS_FROM} GPUs only the range is given: a step model does not see "
+               f"harness/model/profiles/){_slowdown_note(fabric)}. Beyond {cm.BOUNDS_FROM} GPUs only the range is given: a step model does not see "
                f"contention, stragglers or topology effects that dominate there.", "",
                "| adapter | per-GPU batch | " + " | ".join(f"N={n}" for n in _ext_ns(to)) + " |",
                "|---|---|" + "---|" * len(_ext_ns(to))]
@@ -323,6 +323,14 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
     md += published.lines(checks, published.slowdowns()) + [""]
     plots += plot(out, ext, checks, to)
     return md, plots
+
+
+def _slowdown_note(fabric: cm.Fabric) -> str:
+    """How the profile prices compute that overlaps communication (model version 3 on)."""
+    if not fabric.overlap_slowdown:
+        return "; compute that overlaps communication is not slowed (the profile states no slowdown)"
+    return (f"; compute that overlaps communication takes {1 + fabric.overlap_slowdown:.3g}x as long (the profile's "
+            f"overlap_compute_slowdown)")
 
 
 def _ext_ns(to: int) -> list[int]:
