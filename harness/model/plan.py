@@ -13,8 +13,10 @@ compute and network, each assumption stated where it is made:
   No framework overhead is carried over (none was measured on the target);
 - network: the profile's bus bandwidth inside a node; across nodes, the node's NICs at NIC_EFFICIENCY of their
   line rate when --nic-gbps is given, else the profile's own measured figure;
-- memory: model states only (parameters, gradients, optimizer state), as each adapter counts them
-  (`model_state_bytes`) and as DeepSpeed's estimators do; activations are not counted.
+- memory: model states (parameters, gradients, optimizer state), as each adapter counts them
+  (`model_state_bytes`) and as DeepSpeed's estimators do, plus the activations one GPU's batch keeps for backward
+  (Activations: counted by autograd on the meta device for a workload, Korthikanti et al.'s count for a
+  transformer given by its size), the same under every data-parallel backend.
 
 The ranges are over the assumed utilisation, not confidence intervals: nothing on the target was measured.
 """
@@ -44,10 +46,49 @@ parameter and moments written; SGD with momentum: parameter, gradient, buffer re
 written)."""
 SEQ_LEN = 2048
 """Tokens per sample of a transformer given by --params (--seq-len)."""
+HEAD_DIM = 128
+"""A transformer given by --hidden has hidden / HEAD_DIM attention heads (GPT-3's and Llama's head size)."""
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
 class BadPlan(ValueError):
     """Inputs `compare plan` cannot price; the message is one line naming the problem and the valid choices."""
+
+
+@dataclass
+class Activations:
+    """What one sample's forward leaves for backward (activations), beside the model states."""
+
+    float_elements: float
+    """Floating-point elements, held at the step's dtype."""
+    other_bytes: float
+    """Everything else (integer indices, boolean and dropout masks)."""
+    source: str
+
+    def bytes(self, dtype: str, batch: int) -> float:
+        return batch * (self.float_elements * DTYPE_BYTES[dtype] + self.other_bytes)
+
+
+def saved_for_backward(model, run) -> tuple[float, float]:
+    """(floating-point elements, other bytes) that autograd saves for backward while `run()` executes: each tensor
+    once (a tensor saved by two ops, or a view of it, is one), the model's parameters and their views left out
+    (they are model states)."""
+    import torch
+
+    params = {id(p) for p in model.parameters()}
+    kept: dict[int, tuple[bool, float]] = {}
+
+    def pack(t):
+        base = t if t._base is None else t._base
+        if id(t) not in params and id(base) not in params:
+            kept[id(base)] = (base.is_floating_point(), base.numel() * (1 if base.is_floating_point() else
+                                                                         base.element_size()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
+    return (sum(n for floating, n in kept.values() if floating),
+            sum(n for floating, n in kept.values() if not floating))
 
 
 @dataclass
@@ -66,6 +107,8 @@ class Shape:
     source: str
     default_batch: int
     """Per-GPU batch when none is given: the workload's global batch, or 8 sequences."""
+    activations: Activations | None = None
+    """None: not known (a transformer given without --hidden)."""
 
 
 def gpu_choices() -> dict[str, str]:
@@ -109,14 +152,21 @@ def transformer(params: float, layers: int, hidden: int | None, seq_len: int, op
         largest = {"module": max(embed, 4 * hidden**2), "unit": max(embed, block)}
         flops = 6 * params * seq_len + 12 * layers * hidden * seq_len**2
         desc = f"{layers} layers, hidden {hidden}"
+        heads = max(1, hidden // HEAD_DIM)
+        acts = Activations(layers * (16 * seq_len * hidden + 2 * heads * seq_len**2),
+                           layers * (2 * seq_len * hidden + heads * seq_len**2),
+                           f"per block 34 s h + 5 a s^2 bytes at 16 bits (Korthikanti et al. 2022: no recomputation, "
+                           f"no FlashAttention, which drops the s^2 terms; {heads} heads of {HEAD_DIM} assumed), "
+                           f"s = {seq_len}")
     else:
         tensors = [params / layers] * layers
         largest = {"module": params / layers, "unit": params / layers}
         flops = 6 * params * seq_len
         desc = f"{layers} layers"
+        acts = None
     return Shape(f"transformer ({desc})", params, tensors, largest, flops, optimizer,
                  f"FLOPs per sequence of {seq_len} tokens: 6 x parameters x tokens"
-                 + (" + 12 x layers x hidden x tokens^2" if hidden else ""), 8)
+                 + (" + 12 x layers x hidden x tokens^2" if hidden else ""), 8, acts)
 
 
 def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None) -> Shape:
@@ -147,11 +197,16 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     x, y = data.train_x[:2].to("meta"), data.train_y[:2].to("meta")
     counter = FlopCounterMode(display=False)
     with counter:
-        w.loss(model(x), y).backward()
+        loss = []
+        floats, other = saved_for_backward(model, lambda: loss.append(w.loss(model(x), y)))
+        loss[0].backward()
+    acts = Activations(floats / len(x), other / len(x),
+                       "what autograd saved for backward in one forward on the meta device, parameters left out; "
+                       "floating-point tensors at the step's dtype, though autocast keeps some in fp32")
     return Shape(name, sum(tensors), tensors, {"module": float(module), "unit": float(unit)},
                  counter.get_total_flops() / len(x), optimizer,
                  "FLOPs of one forward and backward counted by torch's FlopCounterMode on the workload's model",
-                 w.global_batch)
+                 w.global_batch, acts)
 
 
 @dataclass
@@ -258,6 +313,7 @@ def make(shape: Shape, cluster: Cluster, batch: int) -> Plan:
     capacity = cluster.memory_gb if cluster.memory_gb is not None else memory_gb(cluster.profile)
     plan = Plan(shape, cluster, batch)
     n = cluster.gpus
+    activations = shape.activations.bytes(cluster.dtype, batch) if shape.activations else None
     for name in adapters.names():
         cls = adapters.get(name)
         knob_sets = cls.plan_knobs(cluster.dtype)
@@ -272,6 +328,7 @@ def make(shape: Shape, cluster: Cluster, batch: int) -> Plan:
                 c = compute(shape, fabric, cluster.dtype, batch, u, adapter.gradient_bytes())
                 steps.append(cm.predict_step(schedule, c, fabric, n))
             states = adapter.model_state_bytes(shape.params, shape.largest, n, OPTIMIZERS[shape.optimizer])
+            held = states + (activations or 0.0)
             mid = steps[1]
             plan.rows.append({
                 "label": _label(name, knobs), "adapter": name, "knobs": knobs,
@@ -279,8 +336,8 @@ def make(shape: Shape, cluster: Cluster, batch: int) -> Plan:
                 "samples_per_s": {"low": n * batch / steps[0].step_s, "mid": n * batch / mid.step_s,
                                   "high": n * batch / steps[2].step_s},
                 "compute_s": mid.compute_s, "comm_s": mid.comm_s, "exposed_s": mid.exposed_s,
-                "model_state_bytes": states,
-                "fits": None if capacity is None else states <= capacity * 1e9,
+                "model_state_bytes": states, "activation_bytes": activations,
+                "fits": None if capacity is None else held <= capacity * 1e9,
                 "_steps": [s.step_s for s in steps]})
     plan.recommendation = recommend(plan.rows)
     return plan
@@ -358,7 +415,7 @@ def lines(plan: Plan) -> list[str]:
     too_big = [r for r in plan.rows if r["fits"] is False]
     memory = {r["label"]: r["model_state_bytes"] for r in plan.rows}
     if rec is None:
-        out.append("recommendation: none: no configuration's model states fit in "
+        out.append("recommendation: none: no configuration's model states and activations fit in "
                    f"{capacity:g} GB per GPU; more GPUs, a smaller model or a dtype with fewer bytes")
     else:
         text = f"recommendation: {rec['label']}"
@@ -374,12 +431,21 @@ def lines(plan: Plan) -> list[str]:
             text += " (the only configuration that fits)"
         out.append(text)
     if too_big:
-        out.append("does not fit: " + "; ".join(f"{r['label']} ({_gb(r['model_state_bytes'])} GB of model states)"
-                                                for r in too_big))
+        extra = (lambda r: f" + {_gb(r['activation_bytes'])} GB of activations" if r["activation_bytes"] else "")
+        out.append("does not fit: " + "; ".join(f"{r['label']} ({_gb(r['model_state_bytes'])} GB of model states"
+                                                f"{extra(r)})" for r in too_big))
     if plan.skipped:
         out.append(f"not planned at {c.dtype}: " + "; ".join(f"{k} ({v})" for k, v in plan.skipped.items()))
-    out.append("memory: parameters, gradients and optimizer state only (as DeepSpeed's estimators count); "
-               "activations, buffers and the framework's own allocations come on top")
+    acts = s.activations
+    if acts:
+        out.append(f"memory: model states (parameters, gradients and optimizer state, as DeepSpeed's estimators "
+                   f"count) + activations, {_gb(acts.bytes(c.dtype, plan.batch))} GB per GPU at {plan.batch} per GPU "
+                   f"under every backend ({acts.source}); fits holds both; buffers, temporaries and the framework's "
+                   f"own allocations come on top")
+    else:
+        out.append("memory: model states only (parameters, gradients and optimizer state, as DeepSpeed's estimators "
+                   "count): activations are not known without --hidden, and they, buffers and the framework's own "
+                   "allocations come on top")
     slow = c.fabric().overlap_slowdown
     overlap = (f"compute overlapping communication takes {1 + slow:.3g}x as long (the profile's "
                f"overlap_compute_slowdown)" if slow else "communication overlapping compute is taken not to slow it "

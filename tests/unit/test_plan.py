@@ -74,6 +74,40 @@ def test_a_transformer_given_by_its_size():
         plan.transformer(1e9, 32, 4096, 2048, "adamw")
 
 
+def test_activations_are_what_autograd_saves_and_korthikantis_count():
+    import torch
+    import torch.nn as nn
+
+    with torch.device("meta"):
+        m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        x = torch.empty(3, 4)
+        # the first linear keeps its input (3 x 4); ReLU keeps its output (3 x 8), which the second linear keeps
+        # too (once); the weights are model states
+        assert plan.saved_for_backward(m, lambda: m(x).sum()) == (3 * 4 + 3 * 8, 0)
+    # a transformer by size: per block and sequence 34 s h + 5 a s^2 bytes at 16 bits (Korthikanti et al. 2022,
+    # eq. 1), a = hidden / 128 heads; at fp32 its 16 s h + 2 a s^2 floats take 4 bytes, its masks 1
+    s, h, a = 2048, 4096, 32
+    t = plan.transformer(7e9, 32, h, s, "adamw")
+    assert t.activations.bytes("bf16", 1) == 32 * (34 * s * h + 5 * a * s**2)
+    assert t.activations.bytes("fp32", 2) == 2 * 32 * (4 * (16 * s * h + 2 * a * s**2) + 2 * s * h + a * s**2)
+    assert plan.transformer(7e9, 28, None, 1024, "sgd").activations is None
+
+
+def test_what_fits_holds_the_activations_too():
+    # 7B on 64 H100s (80 GB): ZeRO-3's model states are ~2 GB per GPU; one sequence's activations are ~31 GB, so it
+    # fits at 1 per GPU and nothing fits at 4 (~122 GB)
+    shape = plan.transformer(7e9, 32, 4096, 2048, "adamw")
+    c = plan.cluster("h100", 8, None, "bf16", nic_gbps=100)
+    one = {r["label"]: r for r in plan.make(shape, c, 1).rows}
+    z3 = one["deepspeed:zero_stage=3:precision=bf16"]
+    assert z3["activation_bytes"] == shape.activations.bytes("bf16", 1) and z3["fits"] is True
+    four = plan.make(shape, c, 4)
+    assert all(r["fits"] is False for r in four.rows) and four.recommendation is None
+    text = "\n".join(plan.lines(four))
+    assert "recommendation: none: no configuration's model states and activations fit in 80 GB" in text
+    assert "GB of activations)" in text
+
+
 def test_a_workloads_model_is_counted_not_assumed():
     s = plan.of_workload("digits", None, None)
     # digits: three linear layers as the workload builds them, SGD with momentum. FLOPs per sample: 2 per weight
