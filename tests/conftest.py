@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,30 @@ def run_compare(out: Path, *args: str, env: dict[str, str] | None = None, expect
     proc = compare_cli("run", "--out", str(out), *args, env=env, timeout=timeout)
     assert proc.returncode == expect_rc, f"exit {proc.returncode}\nSTDOUT\n{proc.stdout}\nSTDERR\n{proc.stderr}"
     return read_records(out), proc
+
+
+def wait_until(condition, what: str, *, timeout: float, proc: subprocess.Popen | None = None,
+               interval: float = 0.2, fail: bool = True):
+    """Poll `condition()` every `interval` seconds until it returns something truthy, and return that: polling a
+    condition, bounded, not synchronising by sleeping. At `timeout` seconds fail naming `what` (or return None when
+    not `fail`); if `proc` ends first, fail with its exit code and output (or print them and return None)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            said = f"compare ended before {what}: rc {proc.returncode}\n{out}\n{err}"
+            if fail:
+                pytest.fail(said)
+            print(said)
+            return None
+        if time.monotonic() >= deadline:
+            if fail:
+                pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+            return None
+        time.sleep(interval)
 
 
 def require_gpu():

@@ -6,7 +6,6 @@ changes how a stage communicates fails here instead of silently mispricing the s
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 

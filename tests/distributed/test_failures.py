@@ -18,7 +18,7 @@ import pytest
 
 from harness import progress as progress_file
 
-from conftest import REPO, read_records, run_compare
+from conftest import REPO, read_records, run_compare, wait_until
 
 pytestmark = pytest.mark.distributed
 # --order-seed 263 runs the first round's rows in the order asked for (2, 3 or 4 rows): a fault or a signal aimed at
@@ -120,21 +120,22 @@ def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path, sig):
                              "--timeout", "300"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     harness = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 240
-    children, reached = [], None
-    # Wait for the condition "ddp's row is on disk and spawn's rank 0 has reached the hung step", polling with a
-    # deadline: rank 0 reports its step through the launch's progress file, next to the spec the launcher got.
-    while time.monotonic() < deadline:
+    seen = {"children": [], "reached": None}
+
+    def hung():
+        # ddp's row is on disk and spawn's rank 0 has reached the hung step: rank 0 reports its step through the
+        # launch's progress file, next to the spec the launcher got
         rows = read_records(out) if (out / "records.jsonl").exists() else {}
         launcher = [c for c in harness.children(recursive=True) if "adapters.spawn" in _cmdline(c)]
         if "ddp" in rows and launcher:
-            children = [launcher[0], *launcher[0].children(recursive=True)]
-            reached = progress_file.read(Path(launcher[0].cmdline()[-1]).parent / "progress.bin")
-            if reached and reached["step"] >= 3:
-                break
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    assert reached and reached["step"] == 3 and len(children) >= 3, f"spawn's ranks never reached step 3: {reached}"
+            seen["children"] = [launcher[0], *launcher[0].children(recursive=True)]
+            seen["reached"] = progress_file.read(Path(launcher[0].cmdline()[-1]).parent / "progress.bin")
+            return seen["reached"] and seen["reached"]["step"] >= 3
+        return False
+
+    wait_until(hung, "ddp's row on disk and spawn's rank 0 at step 3", timeout=240, proc=proc)
+    children, reached = seen["children"], seen["reached"]
+    assert reached["step"] == 3 and len(children) >= 3, f"spawn's ranks never reached step 3: {reached}"
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr

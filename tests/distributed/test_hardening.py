@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 import adapters
-from conftest import REPO, read_records, run_compare
+from conftest import REPO, read_records, run_compare, wait_until
 from harness import progress as progress_file
 
 pytestmark = pytest.mark.distributed
@@ -74,21 +74,7 @@ def _cmdline(p: psutil.Process) -> str:
 def _wait_for(condition, what: str, proc: subprocess.Popen, deadline_s: float = 240, fail: bool = True):
     """Poll `condition()` until it returns something truthy; fail with `what` at the deadline (or return None when
     not `fail`) or if the run ends."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            if not fail:
-                print(f"compare ended before {what}: rc {proc.returncode}\n{out}\n{err}")
-                return None
-            pytest.fail(f"compare ended before {what}: rc {proc.returncode}\n{out}\n{err}")
-        time.sleep(0.2)
-    if not fail:
-        return None
-    pytest.fail(f"timed out waiting for {what}")
+    return wait_until(condition, what, timeout=deadline_s, proc=proc, fail=fail)
 
 
 KILLED_LAUNCHER = ("the launcher ({}) was killed by SIGKILL from outside while its ranks ran; compare then stopped "

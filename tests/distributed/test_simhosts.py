@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 import adapters
-from conftest import REPO, read_records
+from conftest import REPO, read_records, wait_until
 from harness import progress as progress_file
 from harness.spec import Node, Topology
 
@@ -88,9 +88,7 @@ def _leftovers(info) -> dict[str, list[str]]:
 
 
 def assert_nothing_left(info, within_s: float = 15.0):
-    deadline = time.monotonic() + within_s
-    while _leftovers(info) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: not _leftovers(info), "the hosts to have nothing left", timeout=within_s, fail=False)
     assert not _leftovers(info), f"left running on the hosts: {_leftovers(info)}"
 
 
@@ -197,16 +195,11 @@ def test_a_rank_killed_on_h2_is_named_with_its_host(cluster, tmp_path):
 
 
 def _wait_for_step(proc: subprocess.Popen, out: Path, step: int, deadline_s: float = 240):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        for f in out.glob(".compare-*-scratch-*/*/progress.bin"):
-            pr = progress_file.read(f)
-            if pr and pr["step"] >= step:
-                return
-        if proc.poll() is not None:
-            pytest.fail(f"compare ended before step {step}: {proc.communicate()}")
-        time.sleep(0.2)
-    pytest.fail(f"no rank reached step {step} within {deadline_s} s")
+    def reached():
+        return any((pr := progress_file.read(f)) and pr["step"] >= step
+                   for f in out.glob(".compare-*-scratch-*/*/progress.bin"))
+
+    wait_until(reached, f"a rank at step {step}", timeout=deadline_s, proc=proc)
 
 
 def test_a_whole_node_dying_fails_the_row_naming_it_within_the_timeout(cluster, tmp_path):

@@ -12,10 +12,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -23,7 +21,7 @@ import pytest
 import adapters
 from adapters import deepspeed as ds
 from adapters import horovod as hv
-from conftest import REPO
+from conftest import REPO, wait_until
 from harness import hosts
 from harness.inputs import BadInput, RunRequest
 from harness.launchenv import remote_env, ssh_argv
@@ -287,9 +285,8 @@ def test_the_end_of_its_stdin_stops_the_command_and_everything_of_the_launch_it_
     g = _guard("sh", "-c", "setsid sleep 300 & echo $!; exec sleep 300", env={"COMPARE_LAUNCH_ID": "LID"})
     escaped = int(g.stdout.readline())
     me = psutil.Process(g.pid)
-    deadline = time.monotonic() + 30
-    while len(me.children(recursive=True)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(me.children(recursive=True)) >= 2, "the command and the process it started", timeout=30,
+               interval=0.05)
     tree = me.children(recursive=True)
     assert psutil.pid_exists(escaped)
     g.stdin.close()

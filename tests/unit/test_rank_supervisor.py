@@ -10,9 +10,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-from conftest import REPO
+from conftest import REPO, wait_until
 
 # The worker ignores SIGTERM and blocks, as a worker stuck in a gloo collective does.
 CHILD = r"""
@@ -27,10 +26,7 @@ threading.Event().wait()
 
 
 def _wait_for(predicate, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)  # polling a condition, bounded: not synchronisation by sleeping
+    wait_until(predicate, what, timeout=timeout, interval=0.02)
 
 
 def test_a_rank_asked_to_stop_and_then_killed_says_it_was_asked(tmp_path):
