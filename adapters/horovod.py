@@ -382,7 +382,8 @@ class HorovodComm(Comm):
         """The same name for every call of one op on one buffer, as hvd.DistributedOptimizer names each gradient
         after its parameter: an unnamed call is "<op>.noname.<handle>" (torch/mpi_ops_v2.cc GetOpName), a new name
         each time, which misses Horovod's response cache and pays a full negotiation that no training step pays
-        after its first."""
+        after its first. Horovod refuses two ops in flight under one name: compare comm waits for each call
+        (all_reduce_async included) before the next, so one op on one buffer is never in flight twice."""
         return f"compare.{op}.{t.numel()}.{str(t.dtype).removeprefix('torch.')}"
 
     def all_reduce(self, t):

@@ -736,7 +736,7 @@ def timeline(segments: list[Segment], first: tuple[tuple[str, float], ...] = (),
                 issue(segments[k].end)
                 left, k = None, k + 1
             else:
-                left -= dt * rate
+                left = max(0.0, left - dt * rate)
 
 
 def prefetched(units: list[tuple[float, float, float]], slowdown: float = 0.0) -> float:
@@ -755,7 +755,9 @@ def prefetched(units: list[tuple[float, float, float]], slowdown: float = 0.0) -
 def issued_during(jobs: list[tuple[float, float]], window: float, slowdown: float = 0.0) -> float:
     """The end of a compute window of `window` seconds during which collectives are issued: (issue time, seconds)
     each, in issue order, an issue time being how far the compute has got (past the window: that long after the
-    window began, a wait: Horovod's cycles). Without slowdown: max(window, the collectives' serial end)."""
+    window began, a wait: Horovod's cycles). Without slowdown: max(window, the collectives' serial end). With it,
+    an issue time inside the window moves with the compute, so Horovod's cycle ticks, which are wall-clock, are
+    taken to slip with it: an approximation, at most one cycle per collective."""
     segments, at = [], 0.0
     for k, (ready, seconds) in enumerate(jobs):
         if ready > at and at < window:
@@ -798,7 +800,7 @@ def _overlapped(jobs: list[tuple[float, float]], window: float, shares_cores: bo
     comm = sum(d for _, d in jobs)
     if shares_cores:
         return comm, comm
-    return comm, issued_during(jobs, window, slowdown) - window
+    return comm, max(0.0, issued_during(jobs, window, slowdown) - window)  # the window's pieces re-add to it +-1 ulp
 
 
 @schedule_kind("buckets")

@@ -71,11 +71,11 @@ class Activations:
 
 def saved_for_backward(model, run) -> tuple[float, float]:
     """(floating-point elements, other bytes) that autograd saves for backward while `run()` executes: each tensor
-    once (a tensor saved by two ops, or a view of it, is one), the model's parameters and their views left out
-    (they are model states)."""
+    once (a tensor saved by two ops, or a view of it, is one), the model's parameters and buffers and their views
+    left out (they are model states)."""
     import torch
 
-    params = {id(p) for p in model.parameters()}
+    params = {id(p) for p in model.parameters()} | {id(b) for b in model.buffers()}  # BatchNorm's running stats
     kept: dict[int, tuple[bool, float]] = {}
 
     def pack(t):
@@ -401,7 +401,7 @@ def lines(plan: Plan) -> list[str]:
            f"assumption, not confidence intervals",
            "",
            f"| backend | step (ms) | samples/s | communication exposed (ms) | model states per GPU (GB) | "
-           f"fits in {capacity:g} GB |" if capacity else
+           f"fits in {capacity:g} GB{' with activations' if s.activations else ''} |" if capacity else
            "| backend | step (ms) | samples/s | communication exposed (ms) | model states per GPU (GB) | fits |",
            "|---|---|---|---|---|---|"]
     for r in sorted(plan.rows, key=lambda r: r["step_s"]["mid"]):
@@ -415,8 +415,10 @@ def lines(plan: Plan) -> list[str]:
     too_big = [r for r in plan.rows if r["fits"] is False]
     memory = {r["label"]: r["model_state_bytes"] for r in plan.rows}
     if rec is None:
-        out.append("recommendation: none: no configuration's model states and activations fit in "
-                   f"{capacity:g} GB per GPU; more GPUs, a smaller model or a dtype with fewer bytes")
+        held, cures = (("model states and activations", "more GPUs, a smaller model, a dtype with fewer bytes or a "
+                        "smaller per-GPU batch") if s.activations else
+                       ("model states", "more GPUs, a smaller model or a dtype with fewer bytes"))
+        out.append(f"recommendation: none: no configuration's {held} fit in {capacity:g} GB per GPU; {cures}")
     else:
         text = f"recommendation: {rec['label']}"
         if rec["tied"]:

@@ -274,7 +274,7 @@ def sensitivity(entry, fabric, n) -> tuple[float, float]:
 
 
 def _moved() -> str:
-    """SENSITIVITY in words: "bus bandwidth x0.8-1.25, ..., overlap slowdown 0-40%"."""
+    """SENSITIVITY in words: "bus bandwidth x0.8-1.25, ..., overlap slowdown 0%-40%"."""
     def words(what, lo, hi):
         return f"{what} {lo:.0%}-{hi:.0%}" if what == "overlap slowdown" else f"{what} x{lo:g}-{hi:g}"
 

@@ -1,7 +1,6 @@
 """The performance model's formulas against values computed by hand (harness/model/costmodel.py), and the published
 checks it is held to."""
 
-
 import pytest
 
 from harness.model import costmodel as cm
