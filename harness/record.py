@@ -7,12 +7,13 @@ alone.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, get_origin, get_type_hints, is_typeddict
 
 from harness import hosts, procstat
 from harness.stats import slowest_rank_steps, step_stats, worst
@@ -362,41 +363,186 @@ def write_records(path: Path, records: list[dict[str, Any]]) -> None:
         raise
 
 
+Number = int | float
+"""A JSON number: an int or a float (a bool is neither)."""
 _NUM = (int, float)
-_ENV = {"python": str, "torch": str, "platform": str, "cpu_model": str, "cpu_cores_usable": int,
-        "memory_total_bytes": int, "distributed": dict}
-_COMMON = {"schema_version": int, "run_id": str, "time_utc": str, "command": str, "status": str, "env": dict,
-           "world_size": int}
-_RUN = {"adapter": str, "label": str, "workload": str, "repeat": int, "reason": str}
-_RUN_OK = {"controls": dict, "topology": dict, "step_time_s": dict, "step_times_s": list, "samples_per_s": _NUM,
-           "samples_per_s_per_device": _NUM, "loss_curve": list, "final_loss": _NUM, "equivalence": dict,
-           "time_to_first_step_s": _NUM, "peak_memory_kind": str}
-_RUN_CONTROLS = {"global_batch": int, "lr": _NUM, "lr_rule": str, "precision": str, "steps": int, "warmup": int,
-                 "seed": int, "knobs": dict, "threads_per_rank": list, "workload_options": dict}
-_STEP = {"median": _NUM, "p10": _NUM, "p90": _NUM, "n": int}
-_TTT = {"target": _NUM, "metric": str, "eval_every": int, "budget_steps": int, "reached": bool, "steps_run": int,
-        "evals": int, "eval_time_s": _NUM, "best_metric": _NUM, "final_metric": _NUM, "curve": list}
-_TTT_REACHED = {"steps_to_target": int, "train_time_to_target_s": _NUM, "e2e_time_to_target_s": _NUM,
-                "startup_to_target_s": _NUM}
-_COMM = {"backend": str, "dtype": str, "device": str}
-_COMM_OK = {"op": str, "size_bytes": int, "time_s": dict, "algbw_GBps": _NUM, "busbw_GBps": _NUM,
-            "busbw_factor": _NUM}
 
 
-_SCALE = {"point": int, "world_sizes": list, "scaling": str}
+class Env(TypedDict):
+    """`env`: the machine and software a record was made on (the rest of env is optional: docs/records.md)."""
+
+    python: str
+    torch: str
+    platform: str
+    cpu_model: str
+    cpu_cores_usable: int
+    memory_total_bytes: int
+    distributed: dict[str, Any]
+
+
+class Base(TypedDict):
+    """What every record holds, whatever its kind."""
+
+    schema_version: int
+    run_id: str
+    time_utc: str
+    command: str
+    status: str
+    env: Env
+    world_size: int
+
+
+class Run(TypedDict):
+    """What a run or scale record holds beside Base, measured or not."""
+
+    adapter: str
+    label: str
+    workload: str
+    repeat: int
+    reason: str
+
+
+class StepTime(TypedDict):
+    """`step_time_s` (the slowest rank's step) and a comm cell's `time_s` (one call)."""
+
+    median: Number
+    p10: Number
+    p90: Number
+    n: int
+
+
+class Controls(TypedDict):
+    """`controls`: the conditions every row of a run shares (or states where it differs)."""
+
+    global_batch: int
+    lr: Number
+    lr_rule: str
+    precision: str
+    steps: int
+    warmup: int
+    seed: int
+    knobs: dict[str, Any]
+    threads_per_rank: list[int]
+    workload_options: dict[str, Any]
+
+
+class Measured(TypedDict):
+    """What a run or scale record adds once it was measured (status ok, or not_reached)."""
+
+    controls: Controls
+    topology: dict[str, Any]
+    step_time_s: StepTime
+    step_times_s: list[float]
+    samples_per_s: Number
+    samples_per_s_per_device: Number
+    loss_curve: list[float]
+    final_loss: Number
+    equivalence: dict[str, Any]
+    time_to_first_step_s: Number
+    peak_memory_kind: str
+
+
+class TimeToTarget(TypedDict):
+    """`ttt`: a run until a target (--until-target, or status not_reached)."""
+
+    target: Number
+    metric: str
+    eval_every: int
+    budget_steps: int
+    reached: bool
+    steps_run: int
+    evals: int
+    eval_time_s: Number
+    best_metric: Number
+    final_metric: Number
+    curve: list[Any]
+
+
+class Reached(TypedDict):
+    """What `ttt` adds once the target was reached."""
+
+    steps_to_target: int
+    train_time_to_target_s: Number
+    e2e_time_to_target_s: Number
+    startup_to_target_s: Number
+
+
+class ScalePoint(TypedDict):
+    """`scale`: where a compare scale record sits in its sweep."""
+
+    point: int
+    world_sizes: list[int]
+    scaling: str
+
+
+class Scale(TypedDict):
+    """What a scale record adds to a run record."""
+
+    scale: ScalePoint
+
+
+class Comm(TypedDict):
+    """What a comm record (kind "comm", one op at one size on one backend) holds beside Base."""
+
+    backend: str
+    dtype: str
+    device: str
+
+
+class CommMeasured(TypedDict):
+    """What a comm record adds once measured (status ok)."""
+
+    op: str
+    size_bytes: int
+    time_s: StepTime
+    algbw_GBps: Number
+    busbw_GBps: Number
+    busbw_factor: Number
+
+
+class RunRecord(Base, Run):
+    """A record of `compare run` or `compare scale` as readers see it (Measured's fields once measured)."""
+
+
+class CommRecord(Base, Comm):
+    """A record of `compare comm` as readers see it (CommMeasured's fields once measured)."""
+
+
+Record = RunRecord | CommRecord
+"""What read_records returns: every field these types name is there, with its type; the others are optional
+(docs/records.md)."""
+
+WHEN: tuple[tuple[type, str], ...] = (
+    (Base, "every record"), (Run, "every run and scale record"), (Measured, "every measured run and scale record"),
+    (Comm, "every comm record"), (CommMeasured, "every measured comm record"), (Scale, "every scale record"))
+"""Which records each layer's fields are required of, for docs/records.md."""
+
+
+def _runtime(t: Any) -> type | tuple[type, ...]:
+    """What isinstance checks a field's declared type against: a number is an int or a float, a nested TypedDict a
+    dict, list[int] a list."""
+    if t == Number:
+        return _NUM
+    if is_typeddict(t):
+        return dict
+    return get_origin(t) or t
+
+
+@functools.cache
+def _fields(layer: type) -> dict[str, type | tuple[type, ...]]:
+    """A layer's fields and their runtime types, in declaration order."""
+    return {key: _runtime(t) for key, t in get_type_hints(layer).items()}
 
 
 def checked_fields() -> dict[str, str]:
     """Top-level field -> what `check_record` requires of it ("int, every record"), for docs/records.md: the
-    types are written once, in the dictionaries above that the check itself reads."""
+    types are written once, in the TypedDicts above that the check itself reads."""
     def name(types):
         return "number" if types == _NUM else types.__name__
 
     out: dict[str, str] = {}
-    for fields, when in ((_COMMON, "every record"), (_RUN, "every run and scale record"),
-                         (_RUN_OK, "every measured run and scale record"), (_COMM, "every comm record"),
-                         (_COMM_OK, "every measured comm record"), ({"scale": dict}, "every scale record")):
-        for key, types in fields.items():
+    for layer, when in WHEN:
+        for key, types in _fields(layer).items():
             out.setdefault(key, f"{name(types)}, {when}")
     return out
 
@@ -411,10 +557,12 @@ def _measured(obj: dict[str, Any], keys: tuple[str, ...], where: str, positive: 
                              f"{'above' if positive else 'of at least'} 0)")
 
 
-def _check(obj: Any, fields: dict[str, Any], where: str) -> None:
+def _check(obj: Any, layer: type, where: str) -> None:
+    """Every field `layer` declares is in `obj`, with its type (a nested object's own fields are checked by the
+    caller, in the order its messages promise)."""
     if not isinstance(obj, dict):
         raise ValueError(f"{where} is not an object")
-    for key, types in fields.items():
+    for key, types in _fields(layer).items():
         if key not in obj:
             raise ValueError(f"{where} has no '{key}'")
         if not isinstance(obj[key], types) or (types in (int, _NUM) and isinstance(obj[key], bool)):
@@ -424,36 +572,40 @@ def _check(obj: Any, fields: dict[str, Any], where: str) -> None:
 
 def check_record(rec: Any, where: str = "record") -> None:
     """Raise ValueError naming the first missing or mistyped field of a record that `compare report` needs."""
-    _check(rec, _COMMON, where)
+    _check(rec, Base, where)
     if rec["schema_version"] not in READABLE_SCHEMAS:
         raise ValueError(f"{where}: schema_version {rec['schema_version']!r}, this compare reads "
                          f"{' and '.join(map(str, READABLE_SCHEMAS))}")
-    _check(rec["env"], _ENV, f"{where}: env")
+    _check(rec["env"], Env, f"{where}: env")
     if rec.get("kind") == "comm":
-        _check(rec, _COMM, where)
+        _check(rec, Comm, where)
         if rec["status"] == "ok":
-            _check(rec, _COMM_OK, where)
-            _check(rec["time_s"], _STEP, f"{where}: time_s")
+            _check(rec, CommMeasured, where)
+            _check(rec["time_s"], StepTime, f"{where}: time_s")
             _measured(rec["time_s"], ("median", "p10", "p90"), f"{where}: time_s")
         return
-    _check(rec, _RUN, where)
+    _check(rec, Run, where)
     if rec.get("kind") == "scale":
-        _check(rec, {"scale": dict}, where)
-        _check(rec["scale"], _SCALE, f"{where}: scale")
+        _check(rec, Scale, where)
+        _check(rec["scale"], ScalePoint, f"{where}: scale")
     if rec["status"] in MEASURED:
-        _check(rec, _RUN_OK, where)
-        _check(rec["controls"], _RUN_CONTROLS, f"{where}: controls")
-        _check(rec["step_time_s"], _STEP, f"{where}: step_time_s")
+        _check(rec, Measured, where)
+        _check(rec["controls"], Controls, f"{where}: controls")
+        _check(rec["step_time_s"], StepTime, f"{where}: step_time_s")
         _measured(rec, ("samples_per_s", "samples_per_s_per_device"), where, positive=True)
         _measured(rec["step_time_s"], ("median", "p10", "p90"), f"{where}: step_time_s")
         if rec.get("until_target") or rec["status"] == "not_reached":
-            _check(rec, {"ttt": dict}, where)
-            _check(rec["ttt"], _TTT, f"{where}: ttt")
+            _check(rec, _Ttt, where)
+            _check(rec["ttt"], TimeToTarget, f"{where}: ttt")
             if rec["ttt"]["reached"]:
-                _check(rec["ttt"], _TTT_REACHED, f"{where}: ttt")
+                _check(rec["ttt"], Reached, f"{where}: ttt")
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
+class _Ttt(TypedDict):
+    ttt: TimeToTarget
+
+
+def read_records(path: Path) -> list[Record]:
     """Every record of a records.jsonl, each checked to have the shape the reports need (ValueError, naming the
     line and the field, otherwise)."""
     records = []

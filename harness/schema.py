@@ -140,7 +140,11 @@ def markdown() -> str:
              "This page is generated from `harness/schema.py` (`python -m harness.schema > docs/records.md`); a "
              "test keeps the two equal and every field of the committed fixture records listed. The `required` "
              "column is what `compare report` checks before it renders anything (harness/record.py "
-             "`check_record`; nested fields are checked too); a field without it is optional.", "",
+             "`check_record`; nested fields are checked too); a field without it is optional. Those fields and "
+             "their types are declared once, as TypedDicts in harness/record.py (`Base`, `Run`, `Measured`, "
+             "`Scale`, `Comm`, `CommMeasured`; nested: `Env`, `Controls`, `StepTime`, `ScalePoint`, "
+             "`TimeToTarget`, `Reached`), which the check reads and readers are typed with (`RunRecord`, "
+             "`CommRecord`).", "",
              "| field | in | required | what it holds |", "|---|---|---|---|"]
     required = checked_fields()
     for name, kinds, doc in FIELDS:
