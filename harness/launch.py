@@ -54,7 +54,7 @@ from harness.env import REPO
 from harness.launchenv import child_env, remote_env, ssh_argv
 from harness.launchlogs import (DeadRank, dead_rank, exit_reason, first_error, last_line, matches_host,
                                 rank_records, silent_hosts, start_error, tail)
-from harness.reaper import LEADERS, kill_groups, kill_leftovers, parent_death_prefix
+from harness.reaper import LEADERS, describe_launch, kill_groups, kill_leftovers, parent_death_prefix
 from harness.spec import RunSpec
 
 UI_INTERVAL_S = 1.0
@@ -63,7 +63,8 @@ NODE_GRACE_S = 5.0
 """After one command of a multi-node launch failed: how long the others may take to fail by themselves."""
 STALL_S = 300.0
 """Default --stall-timeout: a launch whose rank 0 has not moved (phase or step) for this long after its gate opened
-is stopped as stalled, each local rank's Python stacks first written to its log."""
+is stopped as stalled, each local rank's Python stacks first written to its log. On one machine, a rank 0 that has
+said nothing at all by then (a launcher or a rendezvous stuck before its worker began) counts as stalled too."""
 STACK_DUMP_WAIT_S = 5.0
 """How long the stacks a stall asked for may take to reach the log (until it stops growing)."""
 @dataclass
@@ -133,7 +134,10 @@ class Launch:
     The timeout counts from the moment the gate opens (a launch waiting at the gate is waiting for another), and so
     does the stall watch: a launch whose rank 0 reports no new phase or step for `stall_s` is stopped as a timeout
     ("stalled: ..."), every local rank's Python stacks written to the log first (SIGUSR1, which each rank's worker
-    answers with faulthandler), so a hang says where it hung instead of waiting out the whole timeout.
+    answers with faulthandler) and every process of the launch listed with its state, so a hang says where it hung
+    instead of waiting out the whole timeout. On one machine the watch counts from the gate, so a launch whose rank
+    0 never says a word (stuck before its worker began) is caught too; on several hosts, where rank 0 may run
+    elsewhere and never write here, it starts with rank 0's first word.
     """
 
     def __init__(self, adapter: Adapter, spec: RunSpec, timeout_s: float,
@@ -348,27 +352,37 @@ class Launch:
         if pr is not None and (pr["phase"], pr["step"]) != self._seen:
             self._seen, self._seen_at = (pr["phase"], pr["step"]), now
             return False
-        if self._seen in (None, ("", 0)):  # rank 0 has said nothing here yet (a rank 0 on another host never may):
-            self._seen_at = now           # the watch starts with its first word; --timeout covers what comes before
+        silent = self._seen in (None, ("", 0))
+        if silent and not self._rank0_here():  # a rank 0 on another host never writes here: the watch starts
+            self._seen_at = now                # with its first word, and --timeout covers what comes before
             return False
         if now < self._seen_at + self.stall_s:
             return False
-        dumped = self._dump_stacks()
+        dumped, listed = self._dump_stacks()
         where = ""
         if pr is not None and pr["phase"]:
             where = (f", rank 0 at step {pr['step']} of {pr['total']} ({pr['phase']})" if pr["total"]
                      else f", rank 0 in {pr['phase']}")
         self.status, self.stalled = "timeout", True
         self.stall_cause = first_error(self.log_path)  # before the stop: what stopping the launch prints is not it
-        self.reason = (f"stalled: no progress for {self.stall_s:g} s (--stall-timeout){where}; "
-                       + (f"the Python stacks of {dumped} rank(s) are in the log; " if dumped else "")
-                       + "process group killed")
+        what = "no word from rank 0" if silent else "no progress"
+        in_log = [f"the Python stacks of {dumped} rank(s)" if dumped else "",
+                  f"the state of {listed} process(es)" if listed else ""]
+        in_log = " and ".join(x for x in in_log if x)
+        self.reason = (f"stalled: {what} for {self.stall_s:g} s (--stall-timeout){where}; "
+                       + (f"{in_log} are in the log; " if in_log else "") + "process group killed")
         return True
 
-    def _dump_stacks(self) -> int:
+    def _rank0_here(self) -> bool:
+        """Whether rank 0 runs on this machine, so that its silence means something: a launch on this machine
+        alone (one on several hosts may start its rank 0 elsewhere, by ssh or through its launcher)."""
+        return self.spec.topology is None
+
+    def _dump_stacks(self) -> tuple[int, int]:
         """SIGUSR1 to the worker of every rank of this launch on this machine; each writes every thread's Python
-        stack into its stacks-rank<k>.txt, which is then appended to the launch log under a heading of its own.
-        Returns how many ranks answered. Waits at most STACK_DUMP_WAIT_S for the files to stop growing."""
+        stack into its stacks-rank<k>.txt, which is then appended to the launch log under a heading of its own,
+        followed by every process of the launch with its state (reaper.describe_launch). Returns how many ranks
+        answered and how many processes were listed. Waits at most STACK_DUMP_WAIT_S for the files to stop growing."""
         here, asked = socket.gethostname(), []
         for f in sorted(self.rank_dir.glob("start-rank*.json")):
             try:
@@ -397,7 +411,11 @@ class Launch:
                 answered += 1
                 self.stacks += (f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python "
                                 f"stacks:\n{text}")
-        return answered
+        processes = describe_launch(self.launch_id) if self.launch_id else []
+        if processes:
+            self.stacks += ("\ncompare: the launch's processes when it was stopped as stalled:\n"
+                            + "\n".join(processes) + "\n")
+        return answered, len(processes)
 
     def wait_for(self, event: str) -> bool:
         """Block until rank 0 sends `event` (True), or the launch ends, fails, runs out of time or stalls

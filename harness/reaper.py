@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 
@@ -146,3 +147,23 @@ def kill_leftovers(launch_id: str, patience_s: float = 5.0) -> int:
 
 LEADERS: set[int] = set()
 """Pids of launches this process has started and not yet waited for: never reaped behind their Popen's back."""
+
+
+def describe_launch(launch_id: str) -> list[str]:
+    """Every process of this launch still alive here, one line each: pid, state, the kernel function it waits in
+    (/proc/<pid>/wchan) and its command line. What a stalled launch shows of the processes that cannot write their
+    Python stacks (a launcher, a rank that has not started its worker yet)."""
+    lines = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.environ().get(LAUNCH_ID_ENV) != launch_id:
+                continue
+            try:
+                wchan = Path(f"/proc/{p.pid}/wchan").read_text().strip() or "-"
+            except OSError:
+                wchan = "?"
+            lines.append(f"  pid {p.pid} {p.status()}, waiting in {wchan}, {p.num_threads()} thread(s): "
+                         f"{' '.join(p.cmdline())[:300]}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return lines

@@ -244,6 +244,13 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     from harness import progress as progress_file
 
     progress = progress_file.Writer(spec.progress_path)
+    # Only rank 0 speaks in the progress file: before its group is joined, the rank its launcher gave it says which
+    # (a peer's "setup" read as rank 0's would hide a rank 0 that never said a word from the parent's stall watch).
+    opened = progress.enabled
+    progress.enabled = opened and launcher_rank() == 0
+    early = fault_for(spec, launcher_rank())
+    if early and early[1] == "start":  # before this rank's first word (tests of the stall watch's start-up case)
+        inject(*early)
     progress.phase("importing")
     import torch
 
@@ -266,7 +273,7 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     info = adapter.setup(spec)
     cores = bind_cores(info.local_rank, spec.threads) if spec.bind_cores else None
     marks("init_done")
-    progress.enabled = progress.enabled and info.rank == 0
+    progress.enabled = opened and info.rank == 0
     fault = fault_for(spec, info.rank)
     if spec.mode == "comm":
         from harness.rank import comm

@@ -7,6 +7,7 @@ first row on disk) with a deadline.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,13 +90,42 @@ def test_a_stalled_launch_is_stopped_early_with_each_ranks_stack_and_the_next_ro
                           env={"COMPARE_FAULT": "ddp:1:hang:4"})
     ddp = rows["ddp"]
     assert ddp["status"] == "timeout"
-    assert ddp["reason"] == ("stalled: no progress for 20 s (--stall-timeout), rank 0 at step 4 of 32 (timed); the "
-                             "Python stacks of 2 rank(s) are in the log; process group killed; first error: [fault "
-                             "injection] hang at step 4")
+    # torchrun, and each rank's supervisor and worker
+    assert re.fullmatch(r"stalled: no progress for 20 s \(--stall-timeout\), rank 0 at step 4 of 32 \(timed\); the "
+                        r"Python stacks of 2 rank\(s\) and the state of ([5-9]|\d\d) process\(es\) are in the log; "
+                        r"process group killed; first error: \[fault injection\] hang at step 4", ddp["reason"])
     log = (tmp_path / "o" / "logs" / "ddp-r0.log").read_text()
     assert log.count("(most recent call first)") >= 2  # faulthandler's header, a thread at a time, both ranks
     assert "harness/rank/faults.py" in log and " in inject" in log
+    listed = log.split("compare: the launch's processes when it was stopped as stalled:\n")[1]
+    assert "torch.distributed.run" in listed and ", waiting in " in listed
     assert _gone(ddp["topology"]["launch_pgid"])
+    assert rows["spawn"]["status"] == "ok"
+    assert time.monotonic() - t0 < 200  # stopped by the stall watch, not by --timeout 300
+
+
+@pytest.mark.parametrize("adapter", ["ddp", "horovod"])
+def test_a_launch_whose_rank_0_never_says_a_word_is_stopped_as_stalled_with_each_ranks_stack(tmp_path, adapter):
+    # Rank 0 hangs before its first word (as a launcher or rendezvous stuck before its worker began would look);
+    # rank 1 waits for it to join the group. The stall watch counts from the gate on one machine: the row is a
+    # timeout long before --timeout, with both ranks' stacks and every process's state in its log.
+    import adapters
+
+    if not adapters.availability(adapter, "cpu", 2):
+        pytest.skip(f"{adapter} is not available here: {adapters.availability(adapter, 'cpu', 2).reason}")
+    t0 = time.monotonic()
+    rows, _ = run_compare(tmp_path / "o", "-a", f"{adapter},spawn", *SHORT, "--timeout", "300", "--stall-timeout",
+                          "20", env={"COMPARE_FAULT": f"{adapter}:0:hang:start"})
+    row = rows[adapter]
+    assert row["status"] == "timeout"
+    assert re.fullmatch(r"stalled: no word from rank 0 for 20 s \(--stall-timeout\); the Python stacks of 2 "
+                        r"rank\(s\) and the state of \d+ process\(es\) are in the log; process group killed; "
+                        r"first error: (\[0\]<stderr>:)?\[fault injection\] hang at start-up",
+                        row["reason"]), row["reason"]
+    log = (tmp_path / "o" / "logs" / f"{adapter}-r0.log").read_text()
+    assert "compare: rank 0 made no progress for 20 s" in log and " in inject" in log
+    assert "compare: rank 1 made no progress for 20 s" in log
+    assert _gone(row["topology"]["launch_pgid"])
     assert rows["spawn"]["status"] == "ok"
     assert time.monotonic() - t0 < 200  # stopped by the stall watch, not by --timeout 300
 
