@@ -56,9 +56,10 @@ class Writer:
         if not self.enabled:
             return
         m = self._map
-        # Odd while writing, even when done, forced rather than counted: until set-up says which rank is 0, every
-        # rank writes here, and two ranks counting from the same value could leave it odd for good (a seq of 3
-        # after both), after which every finished write would read as half-written.
+        # Odd while writing, even when done, forced rather than counted: should two processes ever write here (a
+        # launcher that gives no rank makes every rank say it is 0 until set-up), two counting from the same value
+        # could leave it odd for good (a seq of 3 after both), after which every finished write would read as
+        # half-written.
         writing = _HEAD.unpack_from(m)[0] | 1
         struct.pack_into("<Q", m, 0, writing)
         data = text.encode("utf-8")[:_TEXT - 1]
