@@ -366,9 +366,8 @@ class Launch:
         self.status, self.stalled = "timeout", True
         self.stall_cause = first_error(self.log_path)  # before the stop: what stopping the launch prints is not it
         what = "no word from rank 0" if silent else "no progress"
-        in_log = [f"the Python stacks of {dumped} rank(s)" if dumped else "",
-                  f"the state of {listed} process(es)" if listed else ""]
-        in_log = " and ".join(x for x in in_log if x)
+        in_log = " and ".join(([f"the Python stacks of {dumped} rank(s)"] if dumped else [])
+                              + ([f"the state of {listed} process(es)"] if listed else []))
         self.reason = (f"stalled: {what} for {self.stall_s:g} s (--stall-timeout){where}; "
                        + (f"{in_log} are in the log; " if in_log else "") + "process group killed")
         return True
