@@ -34,53 +34,15 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import adapters  # noqa: E402
-from harness import progress as progress_file  # noqa: E402
+from launchwatch import cmdline, describe, launch_progress  # noqa: E402
 
 LAUNCHERS = {"ddp": "torch.distributed.run", "horovod": "horovodrun", "deepspeed": "deepspeed.launcher.launch",
              "spawn": "adapters.spawn"}
 """What --kill launcher kills, per adapter (spawn's is the process that calls torch.multiprocessing.spawn)."""
 SLOW_S, GIVE_UP_S = 60.0, 400.0
-
-
-def _cmdline(p: psutil.Process) -> str:
-    try:
-        return " ".join(p.cmdline())
-    except psutil.Error:
-        return ""
-
-
-def _rank0(root: psutil.Process) -> tuple[dict | None, Path | None]:
-    try:
-        children = root.children(recursive=True)
-    except psutil.Error:  # compare has ended
-        return None, None
-    for p in children:
-        for arg in _cmdline(p).split():  # a process that ends meanwhile has an empty command line
-            if arg.endswith("spec.json") and "-r0" in arg:
-                return progress_file.read(Path(arg).parent / "progress.bin"), Path(arg).parent
-    return None, None
-
-
-def _describe(root: psutil.Process) -> str:
-    lines = []
-    try:
-        tree = [root, *root.children(recursive=True)]
-    except psutil.Error:  # compare has ended
-        tree = []
-    for p in tree:
-        try:
-            wchan = Path(f"/proc/{p.pid}/wchan").read_text()
-            lines.append(f"  {p.pid} {p.status()} wchan={wchan} threads={p.num_threads()} {_cmdline(p)[:300]}")
-        except (psutil.Error, OSError):
-            pass
-    progress, rank_dir = _rank0(root)
-    lines.append(f"  rank 0 progress: {progress}")
-    for log in sorted(rank_dir.glob("*.log")) if rank_dir else []:
-        lines.append(f"{log}:\n{log.read_text(errors='replace')[-4000:]}")
-    return "\n".join(lines)
 
 
 def one_launch(adapter: str, kill: str, keep: Path, i: int) -> dict:
@@ -94,26 +56,26 @@ def one_launch(adapter: str, kill: str, keep: Path, i: int) -> dict:
     reached, described = None, False
     try:
         while time.monotonic() - t0 < GIVE_UP_S and proc.poll() is None:
-            progress, _ = _rank0(root)
+            progress = launch_progress(root)
             if progress and progress.get("step", 0) >= 3:
                 reached = time.monotonic() - t0
                 break
             if not described and time.monotonic() - t0 > SLOW_S:
                 described = True
-                (keep / f"slow-{i}-{adapter}.txt").write_text(_describe(root))
+                (keep / f"slow-{i}-{adapter}.txt").write_text(describe(root, log_chars=4000))
             time.sleep(0.2)  # polling a condition with a deadline, not synchronising
     except BaseException:  # Ctrl-C or SIGTERM of the stress loop: the run in flight goes with it (kill -9 of
         proc.kill()        # compare takes every process it launched)
         raise
     tree = root.children(recursive=True) if proc.poll() is None else []
     if reached is None:
-        (keep / f"hang-{i}-{adapter}.txt").write_text(_describe(root) if proc.poll() is None else "")
+        (keep / f"hang-{i}-{adapter}.txt").write_text(describe(root, log_chars=4000) if proc.poll() is None else "")
     killed = None
     if proc.poll() is None:
         victim, killed = proc.pid, "compare"
         if kill == "launcher" and reached is not None:
             mark = LAUNCHERS[adapter]
-            found = [p for p in tree if mark in _cmdline(p)]
+            found = [p for p in tree if mark in cmdline(p)]
             if found:
                 victim, killed = min(found, key=lambda p: p.create_time()).pid, mark
         os.kill(victim, signal.SIGKILL)

@@ -20,6 +20,7 @@ import pytest
 from harness import progress as progress_file
 
 from conftest import REPO, read_records, run_compare, wait_until
+from launchwatch import cmdline
 
 pytestmark = pytest.mark.distributed
 # --order-seed 263 runs the first round's rows in the order asked for (2, 3 or 4 rows): a fault or a signal aimed at
@@ -135,13 +136,6 @@ def test_every_adapter_failing_exits_non_zero_but_keeps_rows(tmp_path):
     assert rows["dp"]["status"] == "failed"
 
 
-def _cmdline(p: psutil.Process) -> str:
-    try:
-        return " ".join(p.cmdline())
-    except psutil.Error:  # gone, or a zombie
-        return ""
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path, sig):
     out = tmp_path / "o"
@@ -156,7 +150,7 @@ def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path, sig):
         # ddp's row is on disk and spawn's rank 0 has reached the hung step: rank 0 reports its step through the
         # launch's progress file, next to the spec the launcher got
         rows = read_records(out) if (out / "records.jsonl").exists() else {}
-        launcher = [c for c in harness.children(recursive=True) if "adapters.spawn" in _cmdline(c)]
+        launcher = [c for c in harness.children(recursive=True) if "adapters.spawn" in cmdline(c)]
         if "ddp" in rows and launcher:
             seen["children"] = [launcher[0], *launcher[0].children(recursive=True)]
             seen["reached"] = progress_file.read(Path(launcher[0].cmdline()[-1]).parent / "progress.bin")

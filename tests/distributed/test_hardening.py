@@ -27,7 +27,7 @@ import pytest
 
 import adapters
 from conftest import REPO, read_records, run_compare, wait_until
-from harness import progress as progress_file
+from launchwatch import cmdline, describe, launch_progress
 
 pytestmark = pytest.mark.distributed
 # --order-seed 263 runs the first round's rows in the order asked for (2, 3 or 4 rows): a fault or a signal aimed at
@@ -63,13 +63,6 @@ def _start(*args, env=None) -> subprocess.Popen:
     return proc
 
 
-def _cmdline(p: psutil.Process) -> str:
-    try:
-        return " ".join(p.cmdline())
-    except psutil.Error:
-        return ""
-
-
 def _wait_for(condition, what: str, proc: subprocess.Popen, deadline_s: float = 240, fail: bool = True):
     """Poll `condition()` until it returns something truthy; fail with `what` at the deadline (or return None when
     not `fail`) or if the run ends."""
@@ -101,23 +94,14 @@ def test_a_launcher_killed_from_outside_is_named_not_the_ranks_compare_then_stop
     proc = _start("run", "-a", adapter, "--steps", "100000", "--warmup", "2", "--equiv-steps", "0",
                   "--timeout", "300", "--out", str(out))
     root = psutil.Process(proc.pid)
-    _wait_for(lambda: (_launch_progress(root, "-r0") or {}).get("step", 0) >= 3, f"{adapter} at step 3", proc)
-    victim = min((p for p in root.children(recursive=True) if command in _cmdline(p)), key=lambda p: p.create_time())
+    _wait_for(lambda: (launch_progress(root, "-r0") or {}).get("step", 0) >= 3, f"{adapter} at step 3", proc)
+    victim = min((p for p in root.children(recursive=True) if command in cmdline(p)), key=lambda p: p.create_time())
     victim.kill()
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr  # the only row failed
     rows = read_records(out)
     assert (rows[adapter]["status"], rows[adapter]["reason"]) == ("failed", reason)
     assert set(Path("/dev/shm").glob("sem.mp-*")) <= before
-
-
-def _launch_progress(root: psutil.Process, label_in_spec: str):
-    """Rank 0's progress of the running launch whose spec path contains `label_in_spec`."""
-    for p in root.children(recursive=True):
-        for arg in p.cmdline() if _cmdline(p) else []:
-            if arg.endswith("spec.json") and label_in_spec in arg:
-                return progress_file.read(Path(arg).parent / "progress.bin")
-    return None
 
 
 def _start_training(tmp_path: Path, what: str, step: int, *args, env=None) -> tuple[subprocess.Popen, psutil.Process]:
@@ -130,32 +114,17 @@ def _start_training(tmp_path: Path, what: str, step: int, *args, env=None) -> tu
     out = tmp_path / "o"
     proc = _start(*args, "--stall-timeout", "90", "--out", str(out), env=env)
     root = psutil.Process(proc.pid)
-    if _wait_for(lambda: (_launch_progress(root, "-r0") or {}).get("step", 0) >= step, what, proc, deadline_s=240,
+    if _wait_for(lambda: (launch_progress(root, "-r0") or {}).get("step", 0) >= step, what, proc, deadline_s=240,
                  fail=False):
         return proc, root
-    where = "compare had ended" if proc.poll() is not None else f"compare still running:\n{_describe(root)}"
+    where = "compare had ended" if proc.poll() is not None else f"compare still running:\n{describe(root)}"
     kept = "\n".join(f"{log}:\n{log.read_text(errors='replace')[-6000:]}"
                      for log in sorted((out / "logs").glob("*.log")))
     pytest.fail(f"not {what}: {where}\n{kept}")
 
 
-def _describe(root: psutil.Process) -> str:
-    """Every process of a run (state, kernel wait channel, command line), rank 0's progress and the launch logs."""
-    lines = []
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            wchan = Path(f"/proc/{p.pid}/wchan").read_text()
-            lines.append(f"  {p.pid} {p.status()} wchan={wchan} threads={p.num_threads()} {_cmdline(p)[:200]}")
-        except (psutil.Error, OSError):
-            pass
-    lines.append(f"  rank 0 progress: {_launch_progress(root, '-r0')}")
-    for log in Path(tempfile.gettempdir()).glob(f"compare-{root.pid}-scratch-*/*/launch.log"):
-        lines.append(f"  {log}:\n{log.read_text(errors='replace')[-3000:]}")
-    return "\n".join(lines)
-
-
 def _launch_processes(root: psutil.Process) -> list[psutil.Process]:
-    return [p for p in root.children(recursive=True) if _cmdline(p)]
+    return [p for p in root.children(recursive=True) if cmdline(p)]
 
 
 CHILD_ADAPTERS = [a for a in ("ddp", "spawn", "horovod", "deepspeed")]
@@ -170,13 +139,13 @@ def test_kill_9_of_compare_takes_every_launched_process_with_it(tmp_path, adapte
                                  "100000", "--warmup", "2", "--equiv-steps", "0",
                                  env={"COMPARE_FAULT": f"{adapter}:1:hang:3"})
     launched = _launch_processes(root)
-    assert len(launched) >= 3, [_cmdline(p) for p in launched]  # the launcher and two ranks at least
+    assert len(launched) >= 3, [cmdline(p) for p in launched]  # the launcher and two ranks at least
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     gone, alive = psutil.wait_procs(launched, timeout=20)
     alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"still running {time.monotonic() - t0:.1f} s after kill -9: {[_cmdline(p) for p in alive]}"
+    assert not alive, f"still running {time.monotonic() - t0:.1f} s after kill -9: {[cmdline(p) for p in alive]}"
     # what a process killed by SIGKILL cannot remove itself: its scratch directory
     for scratch in Path(tempfile.gettempdir()).glob(f"compare-{proc.pid}-scratch-*"):
         shutil.rmtree(scratch, ignore_errors=True)
@@ -243,7 +212,7 @@ def test_ctrl_c_during_the_first_launch_still_leaves_records_and_a_report(tmp_pa
     out = tmp_path / "o"
     proc = _start("run", "-a", "dp,ddp", *SHORT, "--out", str(out), env={"COMPARE_FAULT": "reference:0:hang:1"})
     root = psutil.Process(proc.pid)
-    _wait_for(lambda: (_launch_progress(root, "reference") or {}).get("step", 0) >= 1, "the reference at step 1",
+    _wait_for(lambda: (launch_progress(root, "reference") or {}).get("step", 0) >= 1, "the reference at step 1",
               proc)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
@@ -358,7 +327,7 @@ def _rank_processes(root: psutil.Process, rank: int) -> list[psutil.Process]:
             env = p.environ()
         except psutil.Error:
             continue
-        if "harness.rank" in _cmdline(p) and env.get("RANK") == str(rank):
+        if "harness.rank" in cmdline(p) and env.get("RANK") == str(rank):
             found.append(p)
     return sorted(found, key=lambda p: p.create_time())
 
@@ -372,7 +341,7 @@ def test_a_rank_killed_from_outside_is_named(tmp_path, target, reason):
     out = tmp_path / "o"
     proc = _start("run", "-a", "ddp", "--steps", "100000", "--warmup", "2", "--equiv-steps", "0", "--out", str(out))
     root = psutil.Process(proc.pid)
-    _wait_for(lambda: (_launch_progress(root, "-r0") or {}).get("step", 0) >= 3, "ddp at step 3", proc)
+    _wait_for(lambda: (launch_progress(root, "-r0") or {}).get("step", 0) >= 3, "ddp at step 3", proc)
     supervisor, worker = _rank_processes(root, 1)
     victim = supervisor if target == "supervisor" else worker
     victim.send_signal(signal.SIGTERM if target.endswith("term") else signal.SIGKILL)
