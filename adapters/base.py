@@ -445,6 +445,21 @@ def on_node(node: Node, argv: list[str]) -> HostCommand:
     return HostCommand(argv, host=node.host, remote=not node.local)
 
 
+SRUN_STOPPED = "srun: forcing job termination"
+"""What srun prints when it gets SIGTERM, SIGHUP or SIGQUIT. It then SIGKILLs every task of its step at once
+(SLURM's src/srun/srun_job.c, _srun_signal_mgr), so its ranks die without a word: this line is the only fact that
+says the launcher, not a rank, was asked to stop."""
+
+
+def launcher_stopped(argv: list[str], log: str) -> str | None:
+    """What a launch command says of a request to stop that it received itself (and acted on by killing its ranks),
+    from its own log; None when it says nothing of the kind. Only srun needs it: the other launchers stop their ranks
+    with a signal the ranks witness (harness/witness.py), or die of the signal themselves."""
+    if argv and Path(argv[0]).name == "srun" and SRUN_STOPPED in log:
+        return f"was asked to stop (SIGTERM, SIGHUP or SIGQUIT: it says \"{SRUN_STOPPED}\") and killed its ranks"
+    return None
+
+
 def srun(topology: Topology, *, per_node: int) -> list[str]:
     """argv prefix of one SLURM job step over the topology's nodes with `per_node` tasks on each (inside the
     allocation): a failed task ends the whole step at once, as one dead node ends the launch under ssh."""

@@ -47,15 +47,16 @@ from typing import IO
 
 import psutil
 
-from adapters.base import Adapter, HostCommand, LaunchPlan
+from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped
 from harness import hosts, interrupt, machine
 from harness import progress as progress_file
 from harness.env import REPO
 from harness.launchenv import child_env, remote_env, ssh_argv
-from harness.launchlogs import (DeadRank, dead_rank, exit_reason, first_error, last_line, matches_host,
-                                rank_records, silent_hosts, start_error, tail)
+from harness.culprit import Command, culprit, describe, outlived
+from harness.launchlogs import first_error, rank_records, silent_hosts, start_error, tail
 from harness.reaper import LEADERS, describe_launch, kill_groups, kill_leftovers, parent_death_prefix
 from harness.spec import RunSpec
+from harness.witness import launch_id, note_stopping
 
 UI_INTERVAL_S = 1.0
 """How often the parent wakes to redraw the progress line while a launch runs."""
@@ -171,6 +172,8 @@ class Launch:
         self.gate_opened: float | None = None
         self._gate: int | None = None
         self._events: int | None = None
+        self.stopping_at = math.inf
+        """When compare began stopping the launch (monotonic), once it has."""
         self.start_error: str | None = None
         """Why the launch could not be started (start() caught it): finish() then says `failed` with it."""
 
@@ -223,7 +226,7 @@ class Launch:
         self._events = os.open(rank_dir / progress_file.EVENTS, os.O_RDWR | os.O_NONBLOCK)
         self.plan = self.adapter.launch(spec_path, spec)
         self.processes = self.adapter.processes(spec.world_size)
-        self.launch_id = f"{os.getpid()}:{rank_dir}"
+        self.launch_id = launch_id(rank_dir)
         if self.plan.env_file is not None:
             env = remote_env(spec, self.plan.env, self.launch_id)
             self.plan.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
@@ -482,6 +485,11 @@ class Launch:
         if not self.running:
             return self._unstarted()
         spec, rank_dir, processes = self.spec, self.rank_dir, self.processes
+        # Before compare's first signal: which commands had ended by themselves, and which ranks here still ran
+        # (harness/culprit.py: nothing that follows this moment is a cause).
+        self._reap()
+        self.stopping_at = time.monotonic()
+        note_stopping(rank_dir)
         try:
             self._stop()
         finally:
@@ -540,18 +548,18 @@ class Launch:
             # Each rank writes its result before the final barrier and teardown: all of them are here, so the
             # training and its measurement finished, and only the shutdown went wrong. Keep the row, say so.
             if status is None:
-                reason = self._failure(rc, failed)
+                reason = self._failure()
             shutdown_error = f"after every rank had written its result: {reason}"
             status, reason = "ok", ""
         if status is None:
             if rc != 0:
-                status, reason = "failed", self._failure(rc, failed)
+                status, reason = "failed", self._failure()
             elif len(ranks) != processes:
                 missing = sorted(set(range(processes)) - {r["rank"] for r in ranks})
                 status, reason = "failed", f"launch exited 0 but rank(s) {missing} wrote no result"
-                if self._outlived_launch(missing):
-                    reason += ("; they were still running when it exited (its own launcher killed from outside, "
-                               "say), and compare stopped them")
+                why = outlived(rank_dir, missing)
+                if why:
+                    reason += f": {why}"
             else:
                 status = "ok"
         gate_wait = 0.0 if self.gate_opened is None else max(0.0, self.gate_opened - self.launch_wall)
@@ -594,61 +602,39 @@ class Launch:
                 except OSError:
                     pass
 
-    def _failure(self, rc: int | None, failed: _Running | None) -> str:
-        """Why a launch failed: the rank that ended it and how, with the log's first error where it belongs;
-        across hosts, where that rank ran, or the node whose command failed first (before any rank did), and
-        the hosts where no rank ever started."""
+    def _failure(self) -> str:
+        """Why a launch that ended by itself failed: harness/culprit.py, from the facts its processes recorded in
+        order and how each command ended, before or after compare began stopping the launch."""
         topo = self.spec.topology
-        dead = dead_rank(self.rank_dir, name_hosts=topo is not None)
-        silent = silent_hosts(self.rank_dir, topo) if topo is not None else []
-        launcher = self._launcher_killed(rc, dead)
-        if launcher:
-            return launcher
-        if len(self.running) > 1 and failed is not None and failed.exited_at is not None:
-            failed_wall = self.launch_wall + (failed.exited_at - self.t0)
-            if dead is None or (dead.time is not None and failed_wall < dead.time):
-                before = " before any rank started there" if failed.command.host in silent else ""
-                cause = first_error(failed.log) or last_line(failed.log)
-                return (f"{failed.where}: {exit_reason(rc)}{before}"
-                        + (f"; first error: {cause}" if cause else ""))
-        if dead:
-            reason = dead.reason
-            # Its own node's log first: in the joined log another node's consequence may come before the cause.
-            own = [r.log for r in self.running if len(self.running) > 1
-                   and matches_host(r.command.host, not r.command.remote, dead.host)]
-            cause = (first_error(own[0]) if own else None) or first_error(self.log_path) if dead.with_error else None
-        else:
-            reason, cause = exit_reason(rc), first_error(self.log_path)
-        if silent:
-            reason = f"no rank started on {', '.join(silent)}; {reason}"
-        return reason + (f"; first error: {cause}" if cause else "")
-
-
-    def _outlived_launch(self, ranks: list[int]) -> bool:
-        """Whether these ranks were still running when the launch's one command exited: each ended only after it
-        (compare's sweep of the group asked it to stop, or killed it before it could record anything)."""
-        if len(self.running) != 1 or self.running[0].exited_at is None:
-            return False
-        exited = self.launch_wall + (self.running[0].exited_at - self.t0)
-        ended = rank_records(self.rank_dir, "exit-rank*.json")
-        started = rank_records(self.rank_dir, "start-rank*.json")
-        return all(k in started and (k not in ended or ended[k].get("time", 0.0) >= exited) for k in ranks)
-
-    def _launcher_killed(self, rc: int | None, dead: DeadRank | None) -> str | None:
-        """When the launcher itself (torchrun, horovodrun, mp.spawn's parent: not a rank) was killed by a signal
-        that compare did not send, before any rank ended: the ranks' ends that follow (compare stopping what the
-        launcher left) are not the cause."""
-        if len(self.running) != 1 or rc is None or rc >= 0:
-            return None
-        r = self.running[0]
+        silent = set(silent_hosts(self.rank_dir, topo)) if topo is not None else set()
         supervisors = {rec.get("supervisor_pid") for rec in rank_records(self.rank_dir, "start-rank*.json").values()}
-        if r.proc.pid in supervisors:  # the launcher is a rank (a single process): its own record says it
-            return None
-        killed = None if r.exited_at is None else self.launch_wall + (r.exited_at - self.t0)
-        if dead is not None and dead.time is not None and (killed is None or dead.time < killed):
-            return None  # a rank ended first: that is the cause
-        return (f"the launcher ({self.adapter.launcher}) was killed by {signal.Signals(-rc).name} from outside "
-                f"while its ranks ran; compare then stopped the ranks it left")
+        commands = [Command(launcher=_launcher_name(r.command.argv, self.adapter.launcher),
+                            returncode=r.proc.returncode,
+                            ended=(None if r.exited_at is None or r.exited_at > self.stopping_at
+                                   else self.launch_wall + (r.exited_at - self.t0)),
+                            log=r.log, host=r.command.host, local=not r.command.remote,
+                            silent=r.command.host in silent, is_rank=r.proc.pid in supervisors,
+                            stopped=launcher_stopped(r.command.argv, _read(r.log)))
+                    for r in self.running]
+        reason = culprit(self.rank_dir, commands, name_hosts=topo is not None)
+        try:  # the facts behind the reason, for whoever reads the kept log
+            with open(self.log_path, "a", encoding="utf-8") as log:
+                log.write(describe(self.rank_dir, commands, reason))
+        except OSError:
+            pass
+        return reason
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _launcher_name(argv: list[str], launcher: str) -> str:
+    """What a reason calls a launch command: the adapter's launcher, or srun where SLURM starts it."""
+    return "srun" if argv and Path(argv[0]).name == "srun" else launcher
 
 
 def nodeguard_grace() -> float:

@@ -15,10 +15,7 @@ from harness import hosts
 from harness.env import REPO
 from harness.proc import pid_namespace
 from harness.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
-
-
-LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"
-"""Set in a launch's environment (inherited by everything it starts): how leftovers of that launch are found."""
+from harness.witness import LAUNCH_ID_ENV
 
 
 PASSED_TO_REMOTE = ("TORCH_EXTENSIONS_DIR", "COMPARE_FAULT")

@@ -1,5 +1,5 @@
-"""Reading what a launch left: the first error and the tail of its log, the rank files each rank wrote (which rank
-died first, which hosts never answered), and how a process ended.
+"""Reading what a launch left: the first error and the tail of its log, the rank files each rank wrote (which hosts
+never answered; which rank ended the launch is harness/culprit.py's), and how a process ended.
 
 Runs in: the parent (harness/launch.py)."""
 
@@ -11,7 +11,6 @@ import re
 import signal
 import socket
 from pathlib import Path
-from typing import NamedTuple
 
 
 LOG_TAIL_LINES = 40
@@ -77,46 +76,6 @@ def rank_records(rank_dir: Path, pattern: str) -> dict[int, dict]:
         except (OSError, ValueError, KeyError):
             continue
     return out
-
-
-
-class DeadRank(NamedTuple):
-    reason: str
-    """"rank 1 killed by SIGKILL", "rank 1 on h2 exited with code 3", ..."""
-    with_error: bool
-    """Whether the log's first error line belongs with it (an exception does; a signal leaves no line of its own,
-    and the first line is then a surviving rank's "Connection reset by peer")."""
-    time: float | None
-    """When it ended (wall clock; None when its supervisor was killed too and recorded nothing)."""
-    host: str | None
-    """The hostname it reported."""
-
-
-
-def dead_rank(rank_dir: Path, name_hosts: bool = False) -> DeadRank | None:
-    """Which rank ended the launch, and how, from what each rank's supervisor recorded (harness/rank/main.py);
-    None when every rank ended cleanly. `name_hosts`: say where it ran ("rank 1 on h2 ...")."""
-    started, ended = rank_records(rank_dir, "start-rank*.json"), rank_records(rank_dir, "exit-rank*.json")
-    failed = sorted((e for e in ended.values() if e.get("signal") or e.get("code")), key=lambda e: e["time"])
-    vanished = sorted(set(started) - set(ended))
-
-    def on(ranks: list[int]) -> str:
-        where = sorted({started[r].get("host") for r in ranks if started.get(r, {}).get("host")})
-        return f" on {', '.join(where)}" if name_hosts and where else ""
-
-    if vanished:
-        # Its supervisor was killed by an uncatchable signal before it could record anything; the others' ends
-        # (the launcher's SIGTERM, a broken connection) followed from it.
-        ranks = ", ".join(map(str, vanished))
-        return DeadRank(f"rank {ranks}{on(vanished)} killed from outside (no exit status recorded: SIGKILL, or "
-                        f"the OOM killer)", False, None, started[vanished[0]].get("host"))
-    if not failed:
-        return None
-    first = failed[0]
-    where, host = on([first["rank"]]), first.get("host")
-    if first.get("signal"):
-        return DeadRank(f"rank {first['rank']}{where} killed by {first['signal']}", False, first["time"], host)
-    return DeadRank(f"rank {first['rank']}{where} exited with code {first['code']}", True, first["time"], host)
 
 
 

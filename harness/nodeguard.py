@@ -26,10 +26,10 @@ import time
 import psutil
 
 from harness.proc import become_subreaper
+from harness.witness import LAUNCH_ID_ENV, note_stopping, rank_dir_of
 
 GRACE_S = 3.0
 """From SIGTERM to SIGKILL for the command's process group."""
-LAUNCH_ID_ENV = "COMPARE_LAUNCH_ID"  # the same name as harness/launchenv.py's (a rank-side module may not import it)
 _stop = False
 
 
@@ -109,6 +109,10 @@ def main(argv: list[str]) -> int:
                       file=sys.stderr, flush=True)
                 break
     t0 = time.monotonic()
+    # Before the first signal: which of this host's ranks still ran (harness/culprit.py).
+    rank_dir = rank_dir_of(launch_id)
+    if rank_dir is not None and rank_dir.is_dir():
+        note_stopping(rank_dir)
     _end(proc, launch_id)
     if proc.returncode is None:  # survived SIGKILL for the whole grace (uninterruptible sleep): report, not hang
         print(f"[nodeguard] {command[0]} still running {time.monotonic() - t0:.0f} s after SIGKILL",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.launchenv import LAUNCH_ID_ENV
+from harness.witness import LAUNCH_ID_ENV
 
 
 def parent_death_prefix() -> list[str]:

@@ -9,7 +9,9 @@ torch is imported) into a tiny supervisor, which stays the process the launcher 
 the work. The supervisor forwards signals to the worker, waits for it, writes `exit-rank<k>.json` (exit code, or
 the signal that killed it, and when) and then ends the same way, so the launcher sees what it would have seen. A
 launch whose rank 1 was killed by SIGKILL is then reported as exactly that, not as the surviving rank's
-"Connection reset by peer". The worker leaves with os._exit once its result is written and its process group
+"Connection reset by peer". Both the supervisor and the worker record the first request to stop they receive and
+who sent it, and the worker its own failure, each before acting on it (harness/witness.py), so the parent can tell
+the rank that ended a launch from the ranks that its launcher or compare then stopped (harness/culprit.py). The worker leaves with os._exit once its result is written and its process group
 left: the interpreter's teardown of torch (about a second) is not worth waiting for.
 
 Phase marks: every rank records wall-clock times of its milestones (process created, entry, imports done,
@@ -21,7 +23,6 @@ Fault injection for tests: see harness/rank/faults.py.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -34,6 +35,7 @@ from pathlib import Path
 from harness.proc import boot_id, pid_namespace
 from harness.rank.faults import fault_for, inject
 from harness.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
+from harness.witness import STOP_SIGNALS, Witness, command_of, failed_path, launch_lineage, write_json
 
 
 def process_start_wall() -> float | None:
@@ -102,17 +104,10 @@ class Marks(dict):
         self[name] = time.time()
 
 
-def write_result(path: Path, result: dict) -> None:
-    """Atomically (a per-process temp name: ranks may share a directory)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, path)
-
-
 _RANK_ENV = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 """Where launchers put a process's rank before it has joined its group (torchrun, mp.spawn here and the deepspeed
 launcher: RANK; horovodrun: HOROVOD_RANK; MPI; SLURM); none of them: a single process, rank 0."""
-_FORWARD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_FORWARD = (*STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
 _STACKS = None
 """The open file faulthandler writes this rank's stacks into on SIGUSR1 (kept open for the process's life)."""
@@ -130,12 +125,24 @@ def exit_path(rank_dir: Path, rank: int) -> Path:
     return rank_dir / f"exit-rank{rank}.json"
 
 
-def _supervise(rank_dir: Path) -> None:
-    """Fork; return in the worker. The supervisor never returns: it waits, records and mirrors the worker's end."""
+def _supervise(rank_dir: Path) -> set[int]:
+    """Fork; return in the worker (the launch's processes above the supervisor: harness/witness.py). The supervisor
+    never returns: it waits, records and mirrors the worker's end.
+
+    It takes its signals synchronously (sigwaitinfo), which tells it who sent each: a request to stop is recorded
+    with its sender before it is forwarded (harness/witness.py), and the worker's end is read only after every
+    request already pending (the kernel hands over the lowest-numbered pending signal first, and every stop signal
+    is numbered below SIGCHLD), so a rank stopped by its launcher or by compare never looks like one that died of
+    its own accord."""
     rank, me = launcher_rank(), os.getpid()
-    started = {"rank": rank, "supervisor_pid": me, "start": time.time(), "host": socket.gethostname()}
+    started = {"rank": rank, "supervisor_pid": me, "start": time.time(), "host": socket.gethostname(),
+               "parent_pid": os.getppid(), "parent": command_of(os.getppid())}
+    lineage = launch_lineage()
+    watched = {*_FORWARD, signal.SIGCHLD}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, watched)  # from before the fork: no request is missed
     worker = os.fork()
     if worker == 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
         try:  # the worker dies with its supervisor (a kill -9 of the process the launcher knows)
             import ctypes
 
@@ -144,24 +151,22 @@ def _supervise(rank_dir: Path) -> None:
             pass
         if os.getppid() != me:
             os._exit(137)
-        return
-    def forward(signum, frame):
-        # Asked to stop (by its launcher, as horovodrun and torchrun do to every rank once one has failed): say so
-        # now, in case a SIGKILL follows before the worker has ended. Without it this rank would look like the
-        # one that was killed first, not the one stopped after a peer's failure. The worker's end replaces it.
-        if not exit_path(rank_dir, rank).exists():
-            try:
-                write_result(exit_path(rank_dir, rank), {**started, "worker_pid": worker, "time": time.time(),
-                                                         "signal": signal.Signals(signum).name, "code": None,
-                                                         "asked_to_stop": True})
-            except OSError:
-                pass
-        os.kill(worker, signum)
-
-    for sig in _FORWARD:
-        signal.signal(sig, forward)
-    write_result(rank_dir / f"start-rank{rank}.json", {**started, "worker_pid": worker})
-    _, status = os.waitpid(worker, 0)
+        return lineage
+    witness = Witness(rank_dir, rank, "supervisor", lineage)
+    write_json(rank_dir / f"start-rank{rank}.json", {**started, "worker_pid": worker})
+    while True:
+        info = signal.sigwaitinfo(watched)
+        if info.si_signo == signal.SIGCHLD:
+            pid, status = os.waitpid(worker, os.WNOHANG)
+            if pid:
+                break
+            continue  # stopped or continued, not ended
+        if info.si_signo in STOP_SIGNALS:
+            witness.record(info)
+        try:
+            os.kill(worker, info.si_signo)
+        except ProcessLookupError:
+            pass
     ended = {**started, "worker_pid": worker, "time": time.time()}
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -169,7 +174,7 @@ def _supervise(rank_dir: Path) -> None:
     else:
         sig, ended["signal"], ended["code"] = None, None, os.WEXITSTATUS(status)
     try:
-        write_result(exit_path(rank_dir, rank), ended)
+        write_json(exit_path(rank_dir, rank), ended)
     except OSError:
         pass
     if sig is not None:
@@ -177,16 +182,41 @@ def _supervise(rank_dir: Path) -> None:
             signal.signal(sig, signal.SIG_DFL)
         except (OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
             pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
         os.kill(me, sig)
         os._exit(128 + sig)
     os._exit(ended["code"])
+
+
+def _witness_stop_requests(rank_dir: Path, rank: int, lineage: set[int]) -> None:
+    """In the worker, before any other thread exists: every request to stop is taken by one thread of its own
+    (sigwaitinfo: every other thread, started later, inherits the blocked mask), which records it and who sent it
+    (a launcher's helper signals workers directly: Horovod's middleman, the DeepSpeed launcher's process-tree
+    terminate), then lets it end the process as it would have. A child that Python forks gets the mask back
+    (os.register_at_fork); a program the worker execs keeps it, and is stopped by compare's SIGKILL instead."""
+    supervisor = os.getppid()
+    witness = Witness(rank_dir, rank, "worker", lineage | {supervisor}, supervisor=supervisor)
+    stop = set(STOP_SIGNALS)
+    for sig in stop:  # what the signal does once recorded: end the process (no KeyboardInterrupt)
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    os.register_at_fork(after_in_child=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, stop))
+
+    def wait() -> None:
+        info = signal.sigwaitinfo(stop)
+        witness.record(info)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)  # this thread alone: the pending signal ends the process
+        os.kill(os.getpid(), info.si_signo)
+
+    threading.Thread(target=wait, name="compare-stop-witness", daemon=True).start()
 
 
 def run(spec_path: str | Path) -> None:
     marks = Marks(process_start=process_start_wall())
     marks("entry")
     spec = RunSpec.load(spec_path)
-    _supervise(Path(spec.rank_dir))
+    rank_dir = Path(spec.rank_dir)
+    _witness_stop_requests(rank_dir, launcher_rank(), _supervise(rank_dir))
     import faulthandler
 
     # The parent's stall watch (harness/launch.py) asks a rank that stopped progressing where it is: every thread's
@@ -201,11 +231,16 @@ def run(spec_path: str | Path) -> None:
     code = 0
     try:
         _work(spec, marks)
-    except BaseException:  # noqa: BLE001 - the worker always leaves through os._exit below
+    except BaseException as exc:  # noqa: BLE001 - the worker always leaves through os._exit below
         import traceback
 
+        try:  # before the traceback and the exit: a peer's failure that this one causes comes after it
+            write_json(failed_path(rank_dir, launcher_rank()),
+                       {"rank": launcher_rank(), "time": time.time(), "error": f"{type(exc).__name__}: {exc}"[:300]})
+        except OSError:
+            pass
         traceback.print_exc()
-        code = 130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -293,7 +328,7 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     result["cpu_affinity"] = cores if cores is not None else sorted(os.sched_getaffinity(0))
     result["cpu_affinity_any_thread"] = _any_thread_affinity()
     result["host"] = host_facts()
-    write_result(spec.rank_result_path(info.rank), result)
+    write_json(spec.rank_result_path(info.rank), result)
     adapter.barrier()
     if fault and fault[1] == "end":
         inject(*fault)

@@ -69,24 +69,38 @@ def _wait_for(condition, what: str, proc: subprocess.Popen, deadline_s: float = 
     return wait_until(condition, what, timeout=deadline_s, proc=proc, fail=fail)
 
 
-KILLED_LAUNCHER = ("the launcher ({}) was killed by SIGKILL from outside while its ranks ran; compare then stopped "
-                   "the ranks it left")
+KILLED_LAUNCHER = ("the launcher ({}) was killed by SIGKILL from outside while its ranks ran; the ranks it left were "
+                   "then stopped")
+
+
+def _brief(argv: list[str]) -> str:
+    """A command line as reasons quote it: whole up to 120 characters, cut with "..." beyond."""
+    text = " ".join(argv)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+# A SIGTERM is witnessed (harness/witness.py): the row names who sent it, here this test's own process.
+FROM_HERE = f"from outside (pid {os.getpid()}: {_brief(psutil.Process().cmdline())})"
 
 
 @pytest.mark.parametrize("adapter, command, reason", [
     ("ddp", "torch.distributed.run", KILLED_LAUNCHER.format("torchrun")),
     ("horovod", "horovodrun", KILLED_LAUNCHER.format("horovodrun")),
-    # The deepspeed runner outlives its per-node launcher and exits 0 when that is killed.
-    ("deepspeed", "deepspeed.launcher.launch", "launch exited 0 but rank(s) [0, 1] wrote no result; they were still "
-                                               "running when it exited (its own launcher killed from outside, say), "
-                                               "and compare stopped them"),
+    ("spawn", "adapters.spawn", KILLED_LAUNCHER.format("torch.multiprocessing.spawn")),
+    ("deepspeed", "bin/deepspeed ", KILLED_LAUNCHER.format("deepspeed")),
+    # The deepspeed runner outlives its per-node launcher and exits 0 when that is killed: the ranks' own start
+    # records name the process that started them, which compare then found gone.
+    ("deepspeed", "deepspeed.launcher.launch", "launch exited 0 but rank(s) [0, 1] wrote no result: the process that "
+                                               "started them (pid {pid}: {argv}) ended while they ran, and compare "
+                                               "then stopped them"),
 ])
 def test_a_launcher_killed_from_outside_is_named_not_the_ranks_compare_then_stopped(tmp_path, adapter, command,
                                                                                      reason):
-    # kill -9 of torchrun or horovodrun: the ranks it leaves are stopped by compare, and their ends (a supervisor
-    # with no record, a SIGTERM from compare's cleanup) once took the blame. horovodrun's multiprocessing
-    # semaphores (10 in /dev/shm) were left behind: its resource tracker, which unlinks them once the launcher
-    # is gone, was killed with the process group before it could.
+    # kill -9 of the launcher: the ranks it leaves are stopped by its helpers (Horovod's middleman) or by compare,
+    # and their ends (a supervisor with no record, a SIGTERM, a peer's "Connection reset") once took the blame, by
+    # a race (issue: "rank 0 killed by SIGTERM" in a CI run). horovodrun's multiprocessing semaphores (10 in
+    # /dev/shm) were left behind: its resource tracker, which unlinks them once the launcher is gone, was killed
+    # with the process group before it could.
     if not adapters.availability(adapter, "cpu", 2):
         pytest.skip(f"{adapter} is not available here: {adapters.availability(adapter, 'cpu', 2).reason}")
     before = set(Path("/dev/shm").glob("sem.mp-*"))
@@ -96,6 +110,7 @@ def test_a_launcher_killed_from_outside_is_named_not_the_ranks_compare_then_stop
     root = psutil.Process(proc.pid)
     _wait_for(lambda: (launch_progress(root, "-r0") or {}).get("step", 0) >= 3, f"{adapter} at step 3", proc)
     victim = min((p for p in root.children(recursive=True) if command in cmdline(p)), key=lambda p: p.create_time())
+    reason = reason.format(pid=victim.pid, argv=_brief(victim.cmdline()))
     victim.kill()
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr  # the only row failed
@@ -332,10 +347,14 @@ def _rank_processes(root: psutil.Process, rank: int) -> list[psutil.Process]:
     return sorted(found, key=lambda p: p.create_time())
 
 
+# A SIGTERM is witnessed (harness/witness.py): the row names who sent it, here this test's own process.
+
+
 @pytest.mark.parametrize("target, reason", [
     ("worker", "rank 1 killed by SIGKILL"),
     ("supervisor", "rank 1 killed from outside (no exit status recorded: SIGKILL, or the OOM killer)"),
-    ("worker-term", "rank 1 killed by SIGTERM"),
+    ("worker-term", f"rank 1 killed by SIGTERM {FROM_HERE}"),
+    ("supervisor-term", f"rank 1 killed by SIGTERM {FROM_HERE}"),
 ])
 def test_a_rank_killed_from_outside_is_named(tmp_path, target, reason):
     out = tmp_path / "o"
@@ -343,7 +362,7 @@ def test_a_rank_killed_from_outside_is_named(tmp_path, target, reason):
     root = psutil.Process(proc.pid)
     _wait_for(lambda: (launch_progress(root, "-r0") or {}).get("step", 0) >= 3, "ddp at step 3", proc)
     supervisor, worker = _rank_processes(root, 1)
-    victim = supervisor if target == "supervisor" else worker
+    victim = supervisor if target.startswith("supervisor") else worker
     victim.send_signal(signal.SIGTERM if target.endswith("term") else signal.SIGKILL)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr  # the only row failed

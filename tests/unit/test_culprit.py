@@ -1,0 +1,289 @@
+"""What ended a launch (harness/culprit.py), decided from the facts its processes wrote (harness/witness.py), written
+here by hand: each rule on the shape that once took the wrong culprit, then many launches whose consequences reach
+the parent in every order that causality allows."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from harness.culprit import Command, culprit, outlived, rank_ends
+
+T = 1_000_000.0  # a wall-clock origin for the hand-written facts
+
+
+def _write(rank_dir: Path, name: str, rec: dict) -> None:
+    (rank_dir / name).write_text(json.dumps(rec))
+
+
+def _start(rank_dir: Path, rank: int, host: str = "vm", parent: int = 50, t: float = T) -> None:
+    _write(rank_dir, f"start-rank{rank}.json", {"rank": rank, "supervisor_pid": 100 + rank, "worker_pid": 200 + rank,
+                                                "start": t, "host": host, "parent_pid": parent,
+                                                "parent": "python -m torch.distributed.run"})
+
+
+def _exit(rank_dir: Path, rank: int, t: float, code: int | None = None, sig: str | None = None,
+          host: str = "vm") -> None:
+    _write(rank_dir, f"exit-rank{rank}.json", {"rank": rank, "time": t, "code": code, "signal": sig, "host": host})
+
+
+def _asked(rank_dir: Path, rank: int, t: float, by: str, role: str = "supervisor", sender_pid: int = 50,
+           sender: str = "python -m torch.distributed.run", sig: str = "SIGTERM") -> None:
+    _write(rank_dir, f"asked-rank{rank}-{role}.json", {"rank": rank, "role": role, "pid": 100 + rank, "time": t,
+                                                        "signal": sig, "by": by, "sender_pid": sender_pid,
+                                                        "sender": sender})
+
+
+def _failed(rank_dir: Path, rank: int, t: float, error: str = "RuntimeError: boom") -> None:
+    _write(rank_dir, f"failed-rank{rank}.json", {"rank": rank, "time": t, "error": error})
+
+
+def _stopping(rank_dir: Path, t: float, alive: list[int], host: str = "vm", orphaned: list[int] = ()) -> None:
+    _write(rank_dir, f"stopping-{host}.json", {"host": host, "time": t, "alive": alive, "orphaned": list(orphaned),
+                                               "pid": 1})
+
+
+def _launcher(rank_dir: Path, rc: int | None, ended: float | None, name: str = "torchrun", **kw) -> Command:
+    log = rank_dir / "launch.log"
+    if not log.exists():
+        log.write_text("")
+    return Command(launcher=name, returncode=rc, ended=ended, log=log, **kw)
+
+
+@pytest.fixture
+def rd(tmp_path):
+    return tmp_path
+
+
+# ---- each rule on its own ---------------------------------------------------------------------------------------
+
+def test_a_killed_launcher_is_named_though_a_rank_it_left_reported_first(rd):
+    # The CI failure: horovodrun killed with SIGKILL; its middleman asked rank 0 to stop 10 ms before compare saw
+    # the launcher's end, and rank 1 then failed with "Connection reset by peer". Neither is the cause.
+    _start(rd, 0), _start(rd, 1)
+    _asked(rd, 0, T + 5.00, "launch", sender="python -c from multiprocessing.spawn import spawn_main")
+    _exit(rd, 0, T + 5.02, sig="SIGTERM")
+    _failed(rd, 1, T + 5.03, "RuntimeError: Connection reset by peer")
+    _exit(rd, 1, T + 5.04, code=1)
+    _stopping(rd, T + 5.2, alive=[])
+    reason = culprit(rd, [_launcher(rd, -9, T + 5.01, name="horovodrun")])
+    assert reason == ("the launcher (horovodrun) was killed by SIGKILL from outside while its ranks ran; the ranks it "
+                      "left were then stopped")
+
+
+def test_a_killed_launcher_before_any_rank_started_says_so(rd):
+    _stopping(rd, T + 1, alive=[])
+    assert culprit(rd, [_launcher(rd, -9, T + 0.5)]) == ("the launcher (torchrun) was killed by SIGKILL from outside "
+                                                         "before any of its ranks started")
+
+
+def test_a_rank_killed_by_sigkill_is_named_not_the_peer_whose_connection_it_reset(rd):
+    _start(rd, 0), _start(rd, 1)
+    _exit(rd, 1, T + 3.0, sig="SIGKILL")
+    _failed(rd, 0, T + 3.1, "RuntimeError: Connection reset by peer")
+    _exit(rd, 0, T + 3.2, code=1)
+    _stopping(rd, T + 4, alive=[])
+    assert culprit(rd, [_launcher(rd, 1, T + 3.5)]) == "rank 1 killed by SIGKILL"
+
+
+def test_a_supervisor_gone_before_compare_stopped_is_named(rd):
+    _start(rd, 0), _start(rd, 1)
+    _asked(rd, 0, T + 3.0, "launch")  # torchrun stops the survivor
+    _exit(rd, 0, T + 3.1, sig="SIGTERM")
+    _stopping(rd, T + 4, alive=[])  # rank 1 was already gone, without a word
+    assert culprit(rd, [_launcher(rd, 1, T + 3.5)]) == ("rank 1 killed from outside (no exit status recorded: SIGKILL, "
+                                                        "or the OOM killer)")
+
+
+def test_a_supervisor_alive_when_compare_began_stopping_is_not_blamed_for_vanishing(rd):
+    # torchrun killed: its ranks (own sessions) run on until compare's SIGKILL, which leaves no record.
+    _start(rd, 0), _start(rd, 1)
+    _stopping(rd, T + 4, alive=[0, 1])
+    assert culprit(rd, [_launcher(rd, -9, T + 3.9)]).startswith("the launcher (torchrun) was killed by SIGKILL")
+
+
+def test_a_sigkill_compare_sent_after_it_began_stopping_is_not_blamed(rd):
+    _start(rd, 0), _start(rd, 1)
+    _stopping(rd, T + 4, alive=[0, 1])
+    _exit(rd, 1, T + 4.01, sig="SIGKILL")  # compare's sweep reached the worker before its supervisor
+    _asked(rd, 0, T + 4.02, "compare", sender_pid=1, sender="compare run")
+    _exit(rd, 0, T + 4.03, sig="SIGTERM")
+    assert culprit(rd, [_launcher(rd, -9, T + 3.9)]).startswith("the launcher (torchrun) was killed by SIGKILL")
+
+
+def test_a_request_from_outside_names_its_sender(rd):
+    _start(rd, 0), _start(rd, 1)
+    _asked(rd, 1, T + 2.0, "outside", role="worker", sender_pid=4242, sender="kill -TERM 201")
+    _exit(rd, 1, T + 2.01, sig="SIGTERM")
+    _asked(rd, 0, T + 2.5, "launch")
+    _exit(rd, 0, T + 2.6, sig="SIGTERM")
+    _stopping(rd, T + 4, alive=[])
+    assert culprit(rd, [_launcher(rd, 1, T + 3)]) == "rank 1 killed by SIGTERM from outside (pid 4242: kill -TERM 201)"
+
+
+def test_a_request_from_another_pid_namespace_says_so(rd):
+    _start(rd, 1)
+    _asked(rd, 1, T + 2.0, "outside", sender_pid=0, sender="")
+    _exit(rd, 1, T + 2.01, sig="SIGTERM")
+    _stopping(rd, T + 4, alive=[])
+    assert culprit(rd, [_launcher(rd, 1, T + 3)]) == ("rank 1 killed by SIGTERM from outside (the kernel, or a process "
+                                                      "in another PID namespace)")
+
+
+def test_the_first_rank_to_fail_by_itself_is_named_by_when_it_failed_not_when_its_end_was_read(rd):
+    # rank 1's supervisor wrote its end late (the machine was busy); its worker had recorded the failure first.
+    _start(rd, 0), _start(rd, 1)
+    (rd / "launch.log").write_text("[fault injection] raise at step 5\nRuntimeError: Connection reset by peer\n")
+    _failed(rd, 1, T + 5.0, "RuntimeError: injected fault at step 5")
+    _failed(rd, 0, T + 5.1, "RuntimeError: Connection reset by peer")
+    _exit(rd, 0, T + 5.2, code=1)
+    _exit(rd, 1, T + 5.3, code=1)
+    _stopping(rd, T + 6, alive=[])
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == ("rank 1 exited with code 1; first error: [fault injection] "
+                                                        "raise at step 5")
+
+
+def test_a_crash_signal_is_a_failure_of_its_own_and_orders_by_time(rd):
+    # gloo's "Connection reset by peer" escaping a C++ thread aborts the peer (SIGABRT) after the rank that exited.
+    _start(rd, 0), _start(rd, 1)
+    _exit(rd, 1, T + 5.0, code=3)
+    _exit(rd, 0, T + 5.1, sig="SIGABRT")
+    _stopping(rd, T + 6, alive=[])
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 exited with code 3"
+
+
+def test_a_launcher_that_stopped_its_ranks_by_itself_is_named(rd):
+    # torchrun asked to stop from outside: it forwards SIGTERM to its ranks and exits 1 with its own words.
+    _start(rd, 0), _start(rd, 1)
+    (rd / "launch.log").write_text("torch.distributed.elastic.multiprocessing.api.SignalException: Process 50 got "
+                                   "signal: 15\n")
+    _asked(rd, 0, T + 2.0, "launch"), _asked(rd, 1, T + 2.0, "launch")
+    _exit(rd, 0, T + 2.1, sig="SIGTERM"), _exit(rd, 1, T + 2.1, sig="SIGTERM")
+    _stopping(rd, T + 3, alive=[])
+    assert culprit(rd, [_launcher(rd, 1, T + 2.5)]) == (
+        "the launcher (torchrun) exited with code 1 and stopped its ranks; first error: "
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 50 got signal: 15")
+
+
+def test_a_node_whose_command_failed_first_is_named_with_its_host(rd):
+    _start(rd, 0, host="h1")
+    (rd / "h2.log").write_text("env: '/x/venv/bin/python': No such file or directory\n")
+    _stopping(rd, T + 9, alive=[0], host="h1")
+    h1 = _launcher(rd, None, None, host="h1", local=True)
+    h2 = Command(launcher="torchrun", returncode=127, ended=T + 1, log=rd / "h2.log", host="h2", local=False,
+                 silent=True)
+    assert culprit(rd, [h1, h2], name_hosts=True) == (
+        "h2: launch exited with code 127 before any rank started there; first error: env: '/x/venv/bin/python': "
+        "No such file or directory")
+
+
+def test_a_rank_gone_with_its_node_is_named_with_its_host(rd):
+    # Everything on h2 killed at once: its guard too, so no stop was recorded there.
+    _start(rd, 0, host="h1"), _start(rd, 1, host="h2")
+    _failed(rd, 0, T + 5.1, "RuntimeError: Connection closed by peer")
+    _exit(rd, 0, T + 5.2, code=1, host="h1")
+    _stopping(rd, T + 9, alive=[], host="h1")
+    h1 = _launcher(rd, 1, T + 5.5, host="h1", local=True)
+    h2 = Command(launcher="torchrun", returncode=255, ended=T + 5.0, log=rd / "launch.log", host="h2", local=False)
+    assert culprit(rd, [h1, h2], name_hosts=True) == ("rank 1 on h2 killed from outside (no exit status recorded: "
+                                                      "SIGKILL, or the OOM killer)")
+
+
+def test_ranks_left_by_a_per_node_launcher_name_it(rd):
+    _start(rd, 0, parent=77), _start(rd, 1, parent=77)
+    _stopping(rd, T + 4, alive=[0, 1], orphaned=[0, 1])
+    assert outlived(rd, [0, 1]) == ("the process that started them (pid 77: python -m torch.distributed.run) ended "
+                                    "while they ran, and compare then stopped them")
+    _stopping(rd, T + 4, alive=[0, 1])
+    assert outlived(rd, [0, 1]) == "they were still running when it exited, and compare then stopped them"
+    _stopping(rd, T + 4, alive=[0])
+    assert outlived(rd, [0, 1]) is None
+
+
+def test_every_rank_accounted_for(rd):
+    _start(rd, 0), _start(rd, 1), _start(rd, 2)
+    _exit(rd, 0, T + 1, code=0)
+    _asked(rd, 1, T + 1, "compare")
+    _stopping(rd, T + 0.5, alive=[2])
+    kinds = [(e.rank, e.kind) for e in rank_ends(rd)]
+    assert kinds == [(0, "clean"), (1, "consequence"), (2, "consequence")]
+
+
+# ---- many launches, every order of their consequences ------------------------------------------------------------
+
+CAUSES = ("launcher_killed", "worker_killed", "supervisor_killed", "term_from_outside", "raised")
+
+
+def _scenario(rd: Path, cause: str, rng: random.Random) -> tuple[list[Command], str]:
+    """One 2- to 4-rank launch whose cause is `cause` (a victim chosen at random), followed by what it can bring
+    about in the other ranks, each at a time that causality allows but in no particular order against the
+    launcher's end as compare saw it."""
+    n = rng.randint(2, 4)
+    victim = rng.randrange(n)
+    for k in range(n):
+        _start(rd, k)
+    t0 = T + rng.uniform(1, 100)  # when the cause happened
+    stop = t0 + rng.uniform(0.05, 3.0)  # when compare began stopping
+    launcher_end = t0 + rng.uniform(0.0, stop - t0)  # when compare saw the launcher end (before it stopped)
+    alive = []
+    if cause == "launcher_killed":
+        command, expected = _launcher(rd, -9, launcher_end), ("the launcher (torchrun) was killed by SIGKILL from "
+                                                              "outside while its ranks ran; the ranks it left were "
+                                                              "then stopped")
+        first_peer = t0 + rng.uniform(0.0, 0.02)  # a helper of the launcher stops ranks at once
+        peers = range(n)
+    else:
+        command = _launcher(rd, 1, launcher_end)  # a launcher exits 1 once one of its ranks failed
+        first_peer = t0 + rng.uniform(0.001, 0.05)
+        peers = [k for k in range(n) if k != victim]
+        if cause == "worker_killed":
+            _exit(rd, victim, t0, sig="SIGKILL")
+            expected = f"rank {victim} killed by SIGKILL"
+        elif cause == "supervisor_killed":
+            expected = f"rank {victim} killed from outside (no exit status recorded: SIGKILL, or the OOM killer)"
+        elif cause == "term_from_outside":
+            role = rng.choice(["supervisor", "worker"])
+            _asked(rd, victim, t0, "outside", role=role, sender_pid=999, sender="kill")
+            _exit(rd, victim, t0 + rng.uniform(0.001, 0.01), sig="SIGTERM")
+            expected = f"rank {victim} killed by SIGTERM from outside (pid 999: kill)"
+        else:
+            _failed(rd, victim, t0)
+            _exit(rd, victim, t0 + rng.uniform(0.001, 0.5), code=1)  # its supervisor may write late
+            expected = f"rank {victim} exited with code 1"
+    for k in peers:
+        t = first_peer + rng.uniform(0.0, 0.3)
+        what = rng.choice(["launch", "compare", "reset", "abort", "vanish_late", "clean_late"])
+        if what == "launch":
+            _asked(rd, k, t, "launch", role=rng.choice(["supervisor", "worker"]))
+            if rng.random() < 0.7:  # else SIGKILLed after its grace, with no end recorded
+                _exit(rd, k, t + 0.01, sig="SIGTERM")
+        elif what == "compare":
+            _asked(rd, k, stop + 0.01, "compare", sender_pid=1)
+            _exit(rd, k, stop + 0.02, sig="SIGTERM")
+        elif what == "reset":  # its peer ended first: a consequence failing "by itself", always after the cause
+            _failed(rd, k, t, "RuntimeError: Connection reset by peer")
+            _exit(rd, k, t + 0.01, code=1)
+        elif what == "abort":
+            _exit(rd, k, t, sig="SIGABRT")
+        elif what == "vanish_late":  # alive when compare began stopping, then SIGKILLed without a word
+            alive.append(k)
+        else:
+            _exit(rd, k, stop + 0.5, sig="SIGKILL")  # compare's sweep reached its worker first
+    _stopping(rd, stop, alive=alive)
+    return [command], expected
+
+
+@pytest.mark.parametrize("cause", CAUSES)
+def test_the_culprit_is_the_cause_in_any_order_of_its_consequences(tmp_path, cause):
+    rng = random.Random(f"culprit-{cause}")
+    wrong = []
+    for i in range(200):
+        rd = tmp_path / f"{cause}-{i}"
+        rd.mkdir()
+        (rd / "launch.log").write_text("")
+        commands, expected = _scenario(rd, cause, rng)
+        got = culprit(rd, commands)
+        if not got.startswith(expected):
+            wrong.append((i, expected, got))
+    assert not wrong, wrong[:5]
