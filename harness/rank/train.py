@@ -142,6 +142,8 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         progress_file.send_event(Path(spec.rank_dir), "timed_done")  # the parent may start the next launch
 
     progress.phase("eval", steps_run)
+    if fault and fault[1] == "eval":
+        inject(*fault)
     evaluation = None
     if spec.eval:
         evaluation = (periodic and periodic.last(steps_run)) or evaluate(workload, adapter, model, data, info)
