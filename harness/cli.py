@@ -739,14 +739,14 @@ def plan(
 
     from harness.model import plan as planmod
 
-    if (workload is None) == (params is None):
-        _fail("give a workload (-w, one of " + ", ".join(workloads.names()) + ") or a transformer's size "
-              "(--params with --layers), not both")
-    if params is not None and (layers is None or layers < 1 or not 0 < params < float("inf")):
-        _fail("--params needs --layers: a finite parameter count above 0 and at least 1 block, e.g. --params 7e9 "
-              "--layers 32")
-    if hidden is not None and hidden < 1 or seq_len < 1:
-        _fail("--hidden and --seq-len must be at least 1")
+    model = ("a workload (-w, one of " + ", ".join(workloads.names()) + ") or a transformer's size (--params with "
+             "--layers)")
+    if workload is None and params is None:
+        _fail(f"give the model to plan: {model}")
+    if workload is not None and params is not None:
+        _fail(f"give {model}, not both")
+    if params is not None and layers is None:
+        _fail("--params needs --layers (its transformer blocks), e.g. --params 7e9 --layers 32")
     if optimizer is not None and optimizer not in planmod.OPTIMIZERS:
         _fail(f"unknown --optimizer {optimizer}; choose from {', '.join(planmod.OPTIMIZERS)}")
     from harness.inputs import pairs

@@ -47,6 +47,7 @@ partitions it, plus what the world-size-1 measurement shows beyond them (activat
 from __future__ import annotations
 
 import json
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -552,13 +553,14 @@ def fusion_cycles(grads: list[tuple[float, float]], schedule: dict[str, Any],
     """Horovod's cycles with work: (start time, [(fused bytes, tensors) per all-reduce]) in order. The next cycle
     starts a cycle time after this one, or when this one's work (`busy(buffers)`) is done if that is later."""
     cycle, cap = schedule["cycle_s"], schedule["fusion_bytes"] or float("inf")
-    out, pending, tick = [], sorted(grads, key=lambda g: g[1]), cycle
-    while pending:
-        ready = [g for g in pending if g[1] <= tick]
-        if not ready:
-            tick = cycle * math.ceil(pending[0][1] / cycle)
-            continue
-        pending = pending[len(ready):]
+    pending, out, tick, first = sorted(grads, key=lambda g: g[1]), [], cycle, 0
+    times = [t for _, t in pending]
+    while first < len(pending):
+        if times[first] > tick:  # nothing ready: the first cycle that finds the next gradient ready
+            # (past ~10^12 s a cycle is below a float's resolution: the gradient's own time then)
+            tick = max(cycle * math.ceil(times[first] / cycle), times[first])
+        last = bisect.bisect_right(times, tick, lo=first)
+        ready, first = pending[first:last], last
         buffers, size, count = [], 0.0, 0
         for b, _ in ready:
             if count and size + b > cap:
@@ -720,6 +722,8 @@ def timeline(segments: list[Segment], first: tuple[tuple[str, float], ...] = (),
         to_compute = left / rate if left is not None else math.inf
         to_stream = queue[head][1] if busy else math.inf
         if to_compute == math.inf and to_stream == math.inf:
+            if busy or left is not None:  # an infinite duration (a size that overflows): the phase never ends
+                return math.inf
             if k < len(segments):
                 raise ValueError(f"segment {k} waits for '{segments[k].waits}', which is never issued")
             return clock

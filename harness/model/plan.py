@@ -26,8 +26,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.model import VERSION
 from harness.model import costmodel as cm
@@ -128,9 +129,43 @@ def memory_gb(profile: str) -> float | None:
     return json.loads((cm.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8")).get("memory_GB")
 
 
-MAX_LAYERS = 10_000
-"""More blocks than any model trained (the largest have a few hundred): a typo, refused before a list of that many
-tensors is made."""
+class Bound(NamedTuple):
+    low: float
+    high: float
+    why: str
+    """Where the bounds come from: what real models and clusters have (a size outside them is a typo, and the cost
+    model prices only what it was written for)."""
+
+
+BOUNDS = {
+    "--params": Bound(1e6, 1e13, "from 10^6 (TinyStories-1M, Eldan & Li 2023, the smallest published language "
+                                 "model) to 10^13, about six times the largest published (Switch-C, 1.6 x 10^12)"),
+    "--layers": Bound(1, 1_000, "up to DeepNet's 1,000 blocks (Wang et al. 2022), the deepest transformer trained"),
+    "--hidden": Bound(64, 65_536, "from TinyStories-1M's 64 to 65,536, three times the widest published "
+                                  "(MT-NLG 530B's 20,480)"),
+    "--seq-len": Bound(1, 10_000_000, "up to ten million tokens, the longest context published (Llama 4 Scout)"),
+    "--batch": Bound(1, 65_536, "per GPU, up to 65,536, the largest global batch published (BERT with LAMB, You et "
+                                "al. 2020)"),
+    "--gpu-memory-gb": Bound(1, 1_024, "up to 1,024, over three times the largest GPU memory (288 GB)"),
+    "--nic-gbps": Bound(1, 3_200, "up to 3,200 Gb/s, twice the fastest NIC announced (1.6 Tb/s)"),
+    "--nics-per-node": Bound(1, 32, "up to 32, four times the eight compute NICs of a DGX node"),
+}
+"""What `compare plan` prices. Cluster sizes are bounded by costmodel.PREDICT_TO."""
+
+
+def within(name: str, value: float | None) -> None:
+    """BadPlan naming the bound and where it comes from when `value` (given, not None) is outside BOUNDS[name]."""
+    if value is None:
+        return
+    b = BOUNDS[name]
+    if not (math.isfinite(value) and b.low <= value <= b.high):
+        got = str(value) if isinstance(value, int) else _count(value)  # an integer as the user typed it
+        raise BadPlan(f"{name} must be from {_count(b.low)} to {_count(b.high)} ({b.why}), got {got}")
+
+
+def _count(v: float) -> str:
+    """1,000,000 and 65,536 as they are; 1e13 and 1e200 (as a user types them) from 10^7 on."""
+    return f"{v:,.0f}" if abs(v) < 1e7 else re.sub(r"e\+0*", "e", f"{v:g}")
 
 
 def transformer(params: float, layers: int, hidden: int | None, seq_len: int, optimizer: str) -> Shape:
@@ -139,8 +174,8 @@ def transformer(params: float, layers: int, hidden: int | None, seq_len: int, op
     no --hidden, `layers` equal tensors. FLOPs per sample (a sequence): 6 x parameters x tokens, plus attention's
     12 x layers x hidden x tokens^2 when the hidden size is known (Narayanan et al. 2021, eq. 3, without
     recomputation)."""
-    if not 1 <= layers <= MAX_LAYERS:
-        raise BadPlan(f"--layers must be from 1 to {MAX_LAYERS:,}, got {layers}")
+    for name, value in (("--params", params), ("--layers", layers), ("--hidden", hidden), ("--seq-len", seq_len)):
+        within(name, value)
     if hidden:
         block = 12 * hidden**2
         embed = params - layers * block
@@ -246,16 +281,16 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int | None, dtype: str, nic_gbp
 
 def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int | None:
     """The per-GPU batch (None: not given), or BadPlan naming what cannot be priced."""
-    for what, v in (("--nodes", cluster.nodes), ("--gpus-per-node", cluster.gpus_per_node),
-                    ("--nics-per-node", cluster.nics_per_node)):
+    for what, v in (("--nodes", cluster.nodes), ("--gpus-per-node", cluster.gpus_per_node)):
         if v < 1:
             raise BadPlan(f"{what} must be at least 1, got {v}")
+    within("--nics-per-node", cluster.nics_per_node)
+    within("--nic-gbps", cluster.nic_gbps)
+    within("--gpu-memory-gb", cluster.memory_gb)
+    within("--batch", batch)
     if cluster.gpus > cm.PREDICT_TO[1]:
         raise BadPlan(f"{cluster.nodes} nodes x {cluster.gpus_per_node} GPUs is {cluster.gpus:,} GPUs; past "
                       f"{cm.PREDICT_TO[1]:,} a one-step model has nothing to say")
-    if cluster.nic_gbps is not None and not (math.isfinite(cluster.nic_gbps) and cluster.nic_gbps > 0):
-        raise BadPlan(f"--nic-gbps must be a NIC's line rate in Gb/s above 0 (e.g. 100, 200, 400), got "
-                      f"{cluster.nic_gbps:g}")
     f = cm.load_profile(cluster.profile)
     if cluster.gpus_per_node > f.devices_per_node:
         raise BadPlan(f"--gpus-per-node {cluster.gpus_per_node} is more than the {f.devices_per_node} GPUs a node of "
@@ -267,17 +302,18 @@ def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int 
         have = ", ".join(k for k in f.peak_tflops if k in DTYPES)
         raise BadPlan(f"{cluster.profile} ({f.device}) has no {cluster.dtype} peak in its profile; choose "
                       f"--dtype from {have}")
-    if cluster.memory_gb is not None and not (math.isfinite(cluster.memory_gb) and cluster.memory_gb > 0):
-        raise BadPlan(f"--gpu-memory-gb must be above 0, got {cluster.memory_gb:g}")
     if batch is not None and global_batch is not None:
         raise BadPlan("give --batch (per GPU) or --global-batch, not both")
     if global_batch is not None:
         if global_batch < 1 or global_batch % cluster.gpus:
             raise BadPlan(f"--global-batch {global_batch} cannot be split evenly over {cluster.gpus} GPUs "
                           f"({cluster.nodes} nodes x {cluster.gpus_per_node}); give a multiple of {cluster.gpus}")
-        return global_batch // cluster.gpus
-    if batch is not None and batch < 1:
-        raise BadPlan(f"--batch (per GPU) must be at least 1, got {batch}")
+        per_gpu = global_batch // cluster.gpus
+        b = BOUNDS["--batch"]
+        if per_gpu > b.high:
+            raise BadPlan(f"--global-batch {global_batch} is {per_gpu:,} per GPU; the batch per GPU must be at most "
+                          f"{b.high:,g} ({b.why})")
+        return per_gpu
     return batch
 
 
