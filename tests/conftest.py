@@ -78,15 +78,30 @@ def require_gpu():
         pytest.skip("Requires: CUDA GPU (set COMPARE_TEST_GPU=1 on a GPU machine to make this a failure)")
 
 
+REQUIRABLE = ("simhosts", "slurm")
+"""What COMPARE_REQUIRE may name besides adapters: the simulated cluster (harness/cluster/simhosts) and SLURM in it."""
+
+
+def _simhosts_problem(slurm: bool) -> str | None:
+    check = subprocess.run([str(REPO / "harness" / "cluster" / "simhosts"), "check", *(["--slurm"] if slurm else [])],
+                           capture_output=True, text=True, timeout=60)
+    return None if check.returncode == 0 else (check.stdout or check.stderr).strip() or f"exit {check.returncode}"
+
+
 def pytest_sessionstart(session):
-    """COMPARE_REQUIRE=horovod,deepspeed (set by .ci/run): a named framework that is unavailable fails the run at
-    once, with its reason and the last lines of its install log, instead of turning its tests into ~25 skips and CI
-    green over a broken build."""
+    """COMPARE_REQUIRE=horovod,deepspeed,simhosts,slurm (set by .ci/run): a named framework that is unavailable, or
+    simulated hosts (with SLURM) that cannot come up, fail the run at once, with the reason (and the last lines of a
+    framework's install log), instead of turning their tests into skips and CI green over a broken set-up."""
     import adapters
 
     required = [n.strip() for n in os.environ.get("COMPARE_REQUIRE", "").split(",") if n.strip()]
     problems = []
     for name in required:
+        if name in REQUIRABLE:
+            problem = _simhosts_problem(slurm=name == "slurm")
+            if problem:
+                problems.append(f"{name}: {problem} (`make cluster-deps SLURM=1` as root installs what it needs)")
+            continue
         try:
             avail = adapters.availability(name, "cpu", 2)
         except Exception as exc:  # noqa: BLE001 - an unknown name or a broken module is a failure too
@@ -97,4 +112,16 @@ def pytest_sessionstart(session):
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
             problems.append(f"{name}: {avail.message()}" + (f"\n--- last lines of {log} ---\n{tail}" if tail else ""))
     if problems:
-        pytest.exit("COMPARE_REQUIRE names frameworks that cannot run here:\n" + "\n".join(problems), returncode=1)
+        pytest.exit("COMPARE_REQUIRE names what cannot run here:\n" + "\n".join(problems), returncode=1)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Every skipped test by name, with its reason (-ra groups them by the line that skipped): what a green run did
+    not check is read off its log."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    terminalreporter.section(f"{len(skipped)} skipped, by name")
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        terminalreporter.write_line(f"{report.nodeid}: {reason.removeprefix('Skipped: ')}")
