@@ -7,7 +7,7 @@ add one line to `_MODULES` below. Everything else (CLI, launch, records, report)
 from __future__ import annotations
 
 from adapters.base import Adapter, Availability
-from harness.registry import Registry, UnknownName
+from harness.shared.registry import Registry, UnknownName
 
 # name -> module; order is the order of rows in a default comparison.
 _MODULES: dict[str, str] = {

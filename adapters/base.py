@@ -3,7 +3,7 @@
 An adapter is one data-parallel backend (DataParallel, DDP under torchrun, DDP under mp.spawn, ...). The harness
 drives every adapter through this class alone and never branches on which one it is running:
 
-    parent process (harness/launch.py)         every rank (harness/rank/)
+    parent process (harness/launching/launch.py)         every rank (harness/rank/)
     ----------------------------------         --------------------------
     Adapter.availability(device, world)        adapter.import_framework()
     adapter.knob_availability(device, world)   info = adapter.setup(spec)
@@ -16,7 +16,7 @@ drives every adapter through this class alone and never branches on which one it
 
 Rules every adapter keeps (the class checks the mechanical ones when it is defined):
 - `launch` and `setup` are abstract: an adapter that forgets one cannot be instantiated.
-- `name`, `summary` and `launcher` are set; `Knobs` is a dataclass (options are checked by harness/options.py:
+- `name`, `summary` and `launcher` are set; `Knobs` is a dataclass (options are checked by harness/shared/options.py:
   a `Literal[...]` field for choices, `X | None = None` for "the framework's own default, not passed to it",
   `__post_init__` for rules between fields).
 - A public method an adapter defines must be part of this contract (a typo in an override name is an error,
@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness import cache, options
+from harness.shared import cache, options
 
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
     import torch
 
-    from harness.spec import Node, RunSpec, Topology
+    from harness.shared.spec import Node, RunSpec, Topology
 
 KnobError = options.OptionError
 """A knob the adapter refuses (unknown name, wrong type, a choice not offered, a rule between knobs)."""
@@ -221,7 +221,7 @@ class Adapter(ABC):
 
     @abstractmethod
     def launch(self, spec_path: Path, spec: RunSpec) -> LaunchPlan:
-        """The command that starts every rank; each rank ends up in `harness.rank.main.run(spec_path)` (use
+        """The command that starts every rank; each rank ends up in `harness.rank.life.run(spec_path)` (use
         `rank_command(spec_path)` for the per-rank command line)."""
 
     @classmethod
@@ -425,7 +425,7 @@ def python_module(module: str, *args: str) -> list[str]:
 
 
 def rank_command(spec_path: Path) -> list[str]:
-    """argv of one rank: the entry point every launcher starts (harness/rank/main.py)."""
+    """argv of one rank: the entry point every launcher starts (harness/rank/life.py)."""
     return python_module("harness.rank", str(spec_path))
 
 
@@ -454,7 +454,7 @@ says the launcher, not a rank, was asked to stop."""
 def launcher_stopped(argv: list[str], log: str) -> str | None:
     """What a launch command says of a request to stop that it received itself (and acted on by killing its ranks),
     from its own log; None when it says nothing of the kind. Only srun needs it: the other launchers stop their ranks
-    with a signal the ranks witness (harness/witness.py), or die of the signal themselves."""
+    with a signal the ranks witness (harness/shared/witness.py), or die of the signal themselves."""
     if argv and Path(argv[0]).name == "srun" and SRUN_STOPPED in log:
         return f"was asked to stop (SIGTERM, SIGHUP or SIGQUIT: it says \"{SRUN_STOPPED}\") and killed its ranks"
     return None

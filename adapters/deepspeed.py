@@ -7,11 +7,11 @@ On CPU the launcher runs with DS_ACCELERATOR=cpu; without oneCCL bindings DeepSp
 The workload's own optimizer and LR stay in charge: the ds config has no "optimizer" and no "scheduler" block,
 and `wrap` checks after `deepspeed.initialize` that the LR and the batch sizes are exactly the workload's.
 
-Across hosts (harness/hosts.py): `deepspeed --hostfile` with its pdsh launcher and `--venv_script` (remote ranks
-get the variables the harness writes into the file named by DS_ENV_FILE, since pdsh forwards almost nothing);
-node ranks that are all on this machine use DeepSpeed's own `--no_ssh --node_rank r`, one launcher per node rank;
-inside a SLURM allocation `--launcher slurm`, whose `srun` starts the ranks without RANK/WORLD_SIZE/LOCAL_RANK,
-so `setup` maps SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID to them.
+Across hosts (harness/launching/hosts.py): `deepspeed --hostfile` with its pdsh launcher and `--venv_script` (remote
+ranks get the variables the harness writes into the file named by DS_ENV_FILE, since pdsh forwards almost nothing); node
+ranks that are all on this machine use DeepSpeed's own `--no_ssh --node_rank r`, one launcher per node rank; inside a
+SLURM allocation `--launcher slurm`, whose `srun` starts the ranks without RANK/WORLD_SIZE/LOCAL_RANK, so `setup` maps
+SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID to them.
 
 First use JIT-compiles C++ ops (deepspeed_shm_comm ~35 s on 2 cores, at `init_distributed` on CPU) into
 TORCH_EXTENSIONS_DIR, which later runs reuse. The launch log says when that happens, and `describe()` records the
@@ -41,7 +41,7 @@ PINNED_VERSION = "0.19.8"
 INSTALL_FIX = (f"run `make setup` (adapters/install/deepspeed.sh), or "
                f".venv/bin/pip install deepspeed=={PINNED_VERSION} \"torch==$(.venv/bin/python -c "
                f"'import torch; print(torch.__version__)')\"")
-RANK_SCRIPT = Path(__file__).resolve().parent.parent / "harness" / "rank" / "entry.py"
+RANK_SCRIPT = Path(__file__).resolve().parent.parent / "harness" / "rank" / "as_script.py"
 """The rank entry point as a script file, for DeepSpeed's slurm launcher (which cannot start a module)."""
 # Ops DeepSpeed JIT-compiles on the paths this adapter uses, for the "first run" log line.
 _JIT_OPS_AT_INIT = ("deepspeed_shm_comm",)

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check,
-                           rank_command)
-from harness import cache
+from adapters.base import Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check, rank_command
+from harness.shared import cache
 
 VERSION = "0.28.1"
 INSTALL_SCRIPT = "adapters/install/horovod.sh"

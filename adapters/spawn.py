@@ -42,7 +42,7 @@ class SpawnAdapter(DDPAdapter):
 
 def _rank_entry(local_rank: int, first_rank: int, local_world: int, world_size: int, addr: str, port: int,
                 spec_path: str) -> None:
-    from harness.rank.main import run
+    from harness.rank.life import run
 
     rank = first_rank + local_rank
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size),
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> None:
     from torch.distributed import TCPStore
 
     from adapters.base import agent_store
-    from harness.spec import RunSpec
+    from harness.shared.spec import RunSpec
 
     spec_path = argv[0]
     spec = RunSpec.load(spec_path)

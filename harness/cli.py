@@ -34,9 +34,10 @@ from rich.markup import escape
 
 import adapters
 import workloads
-from harness import interrupt
-from harness.inputs import DEVICES, BadInput, CommRequest, Request, RunRequest, check_cores, first_sentence, split
-from harness.record import MEASURED
+from harness.core.record import MEASURED
+from harness.core.requests import (DEVICES, BadInput, CommRequest, Request, RunRequest, check_cores, first_sentence,
+                                   split)
+from harness.launching import interrupt
 
 try:  # typer vendors click from 0.20 on
     from typer._click import exceptions as _clickerr
@@ -154,8 +155,8 @@ def _path(value: str) -> Path:
 
 def _stop_on_signals() -> None:
     """For the commands that launch processes: Ctrl-C, and the SIGTERM of a CI job runner or `timeout`, and a
-    closed terminal's SIGHUP, stop the children and keep finished rows (harness/interrupt.py); and a closed pipe
-    on stdout (`compare run | head -1`) no longer ends the command: the rest of its output is dropped and the
+    closed terminal's SIGHUP, stop the children and keep finished rows (harness/launching/interrupt.py); and a closed
+    pipe on stdout (`compare run | head -1`) no longer ends the command: the rest of its output is dropped and the
     measurement is written (harness/entry.py: _LossyStdout)."""
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "keep_on_closed_pipe"):
@@ -171,10 +172,10 @@ def _fail(message: str, code: int = 2) -> None:
 
 def _shared(field: str, *decls: str, **kwargs) -> Any:
     """An option every command that launches ranks shares, made from the Request field it fills
-    (harness/inputs.py): its default and its help are the field's own, written once there."""
+    (harness/core/requests.py): its default and its help are the field's own, written once there."""
     import dataclasses
 
-    from harness.options import attribute_docs
+    from harness.shared.options import attribute_docs
 
     default = {f.name: f.default for f in dataclasses.fields(Request)}[field]
     help_text = attribute_docs(Request)[field]
@@ -198,7 +199,7 @@ def _typed(fallback: str) -> str:
 
 def tuning_note() -> None:
     """One line naming the framework tuning variables the ranks will inherit from this shell (also in the report)."""
-    from harness.env import tuning_env
+    from harness.core.provenance import tuning_env
 
     t = tuning_env()
     if t:
@@ -324,7 +325,7 @@ def _where(plan) -> str:
     topo = plan.topology
     if topo is None:
         return ""
-    from harness.hosts import describe_slots
+    from harness.launching.hosts import describe_slots
 
     same = "; simulated hosts or node ranks on this machine" if topo.one_machine else ""
     return escape(f", on {len(topo.nodes)} nodes ({describe_slots(topo.nodes)}; {topo.launcher}, iface "
@@ -333,7 +334,7 @@ def _where(plan) -> str:
 
 def _warn_shared(records, name) -> None:
     """A warning line when rows were measured while another compare run was running here (the report says it too)."""
-    from harness import machine
+    from harness.launching import machine
 
     for line in machine.note(records, name):
         console.print(f"[yellow]warning[/]: {escape(line.replace('**', ''))}")
@@ -341,8 +342,8 @@ def _warn_shared(records, name) -> None:
 
 def _execute(execute, plan, *args):
     """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
-    from harness import machine
-    from harness.session import SessionError
+    from harness.core.session import SessionError
+    from harness.launching import machine
 
     for other in machine.others():  # said now, before minutes of measuring; the rows it overlaps are marked too
         console.print(f"[yellow]warning[/]: another compare run is running on this machine (pid {other['pid']}"
@@ -409,8 +410,8 @@ def run(
                                              "each round (default: a fresh one; every record keeps it)."),
 ):
     """Run the comparison and write records.jsonl, report.md and plots."""
-    from harness import run as runmod
-    from harness.report import run as report_run
+    from harness.core import comparison as runmod
+    from harness.reports import run_report as report_run
 
     req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
@@ -496,7 +497,8 @@ def sbatch_cmd(
     iface: Optional[str] = _shared("iface", "--iface"),
 ):
     """Write a ready sbatch script that runs this comparison across the nodes of a SLURM allocation."""
-    from harness import runner, sbatch
+    from harness.core import runner
+    from harness.core import slurm_script as sbatch
 
     req = RunRequest(adapters=split(adapters_), workload=workload, world_size=world_size, device=device,
                      steps=steps, warmup=warmup, global_batch=global_batch, repeats=repeats, threads=threads,
@@ -576,9 +578,9 @@ def scale(
     profile_steps: int = typer.Option(10, "--profile-steps", help="Steps per batch size of the compute profile."),
 ):
     """Sweep world sizes: speed-up, efficiency, memory and load balance, and the model's prediction."""
-    from harness import scale as scalemod
-    from harness.inputs import ScaleRequest
-    from harness.report import scale as report_scale
+    from harness.core import sweep as scalemod
+    from harness.core.requests import ScaleRequest
+    from harness.reports import scale_report as report_scale
 
     try:
         sizes = scalemod.parse_world_sizes(world_sizes)
@@ -631,8 +633,8 @@ def predict(
     to a hardware profile, and the check against published scaling results."""
     from harness.model import calibration as scale_model
     from harness.model import costmodel, published, render
-    from harness.report import MALFORMED
-    from harness.report import scale as report_scale
+    from harness.reports import MALFORMED
+    from harness.reports import scale_report as report_scale
 
     names = costmodel.profiles()
     if list_profiles:
@@ -661,7 +663,7 @@ def predict(
             _fail(f"{directory} holds `compare {records[0].get('kind', 'run')}` results; give a directory written by "
                   f"`compare scale`")
         try:
-            from harness import report
+            from harness import reports as report
 
             report.check_kind(records)
         except ValueError as exc:
@@ -737,7 +739,7 @@ def plan(
     with its margin."""
     import json as jsonmod
 
-    from harness.model import plan as planmod
+    from harness.model import planner as planmod
 
     model = ("a workload (-w, one of " + ", ".join(workloads.names()) + ") or a transformer's size (--params with "
              "--layers)")
@@ -749,9 +751,9 @@ def plan(
         _fail("--params needs --layers (its transformer blocks), e.g. --params 7e9 --layers 32")
     if optimizer is not None and optimizer not in planmod.OPTIMIZERS:
         _fail(f"unknown --optimizer {optimizer}; choose from {', '.join(planmod.OPTIMIZERS)}")
-    from harness.inputs import pairs
-    from harness.options import OptionError
-    from harness.registry import UnknownName
+    from harness.core.requests import pairs
+    from harness.shared.options import OptionError
+    from harness.shared.registry import UnknownName
 
     try:
         cluster = planmod.cluster(gpu, nodes, gpus_per_node, dtype, nic_gbps, nics_per_node, memory)
@@ -782,7 +784,7 @@ def _malformed(directory: Path, exc: Exception, doing: str = "make a report of")
 def _read_run(directory: Path, written_by: str = "`compare run`, `comm` or `scale`") -> list[dict]:
     """The records of a results directory, or a one-line error (exit 2). `written_by`: which commands' results
     the caller takes."""
-    from harness.record import read_records
+    from harness.core.record import read_records
 
     path = directory / "records.jsonl"
     if not directory.exists():
@@ -829,8 +831,8 @@ def comm_cmd(
     host_launcher: str = _shared("launcher", "--launcher"),
 ):
     """Benchmark and check collective and point-to-point primitives per backend."""
-    from harness import comm as commmod
-    from harness.report import comm as report_comm
+    from harness.core import comm_bench as commmod
+    from harness.reports import comm_report as report_comm
 
     req = CommRequest(backends=split(backends), ops=split(ops), sizes=sizes, world_size=world_size, device=device,
                       dtype=dtype, max_iters=iters, gap_s=gap / 1e3, threads=threads, timeout_s=timeout,
@@ -865,9 +867,8 @@ def comm_cmd(
 @app.command("report", cls=_Command, short_help="Re-render a run's report.md and plots from its records.")
 def report_cmd(directory: Path = typer.Argument(..., parser=_path, help="A run directory holding records.jsonl.")):
     """Re-render report.md and the plots of a run from its records.jsonl alone."""
-    from harness import report
-
-    from harness import outdir
+    from harness import reports as report
+    from harness.core import outdir
 
     records = _read_run(directory)
     pid = outdir.holder(directory)
@@ -893,7 +894,7 @@ def index_cmd(directory: Path = typer.Argument(Path("results"), parser=_path,
                                               help="Directory of runs (default: results)."),
               force: bool = _flag(False, help="Replace a DIR/README.md that `compare index` did not write.")):
     """Regenerate DIR/README.md, the index of the runs under DIR, from their records."""
-    from harness import report
+    from harness import reports as report
 
     if not directory.is_dir():
         _fail(f"{directory} is not a directory")
@@ -957,7 +958,7 @@ def list_cmd(device: str = typer.Option("cpu", help="Check availability for cpu 
 def knobs_cmd(name: Optional[str] = typer.Argument(None, help="An adapter or a workload (default: every adapter).")):
     """Every knob of an adapter (or option of a workload): the values it takes, its default and what it does, read
     from the declaration that checks them."""
-    from harness.options import catalogue
+    from harness.shared.options import catalogue
 
     if name is None:
         names = [("adapter", n) for n in adapters.names()]
@@ -993,7 +994,7 @@ def doctor_cmd(
 ):
     """This machine's noise floor: what it is doing, how much one row varies from launch to launch, and what
     precision a comparison can reach here in what time (nothing is written)."""
-    from harness import doctor
+    from harness.core import noise_floor as doctor
 
     try:
         planned, scratch = doctor.plan(adapter, workload, launches, steps)
@@ -1037,9 +1038,8 @@ def env_cmd(as_json: bool = _flag(False, "--json", help="Print everything as JSO
             full: bool = _flag(False, "--full", help="Print everything (torch's parallel info, each "
                                                             "framework's build check) instead of the summary.")):
     """Versions, devices, threads and launchers in a few lines: paste this into a bug report (--full: all of it)."""
-    from harness import env as envmod
-
-    from harness.inputs import BadInput, require_torch
+    from harness.core import provenance as envmod
+    from harness.core.requests import BadInput, require_torch
 
     try:
         require_torch()
@@ -1096,7 +1096,7 @@ def _print_tree(key: str, value, depth: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     global _TYPED_ARGV, _STARTED
-    from harness.proc import become_subreaper
+    from harness.shared.proc import become_subreaper
 
     try:  # from the process's creation, so interpreter start-up and imports count too
         import psutil

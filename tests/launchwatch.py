@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from harness import progress as progress_file
+from harness.shared import progress as progress_file
 
 
 def cmdline(p: psutil.Process) -> str:

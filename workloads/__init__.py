@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.registry import Registry, UnknownName
+from harness.shared.registry import Registry, UnknownName
 from workloads.base import Workload
 
 # name -> module, or (module, preset options)

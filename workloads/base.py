@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness.options import build as build_options
+from harness.shared.options import build as build_options
 
 if TYPE_CHECKING:
     import torch
@@ -88,7 +88,7 @@ class Workload(ABC):
                             f"max_steps_to_target (the defaults of `compare run --until-target`)")
 
     def __init__(self, options: dict[str, Any] | None = None):
-        """Build the options from `options` (text or typed values); harness.options.OptionError if refused."""
+        """Build the options from `options` (text or typed values); harness.shared.options.OptionError if refused."""
         self.options = build_options(self.Options, options or {}, what="option")
 
     # ---- hyperparameters -----------------------------------------------------------------------------------

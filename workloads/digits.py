@@ -12,9 +12,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.options import OptionError
+from harness.shared.options import OptionError
 from workloads.base import Data, Workload
-
 
 DIGITS = 1797
 """Images in scikit-learn's load_digits."""

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.options import OptionError
-
+from harness.shared.options import OptionError
 from workloads.base import Data, Workload, synthetic_classification
 
 MAX_IMAGE_SIZE = 4096

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from harness.options import OptionError
+from harness.shared.options import OptionError
 from workloads.base import Data, Workload
 
 

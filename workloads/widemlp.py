@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.options import OptionError
+from harness.shared.options import OptionError
 from workloads.base import Data, Workload, synthetic_classification
 
 

@@ -9,7 +9,8 @@
 - plan.py: `compare plan`, the model on a cluster that is not here, with each framework's memory;
 - render.py: its words and pictures, for a scale report's "The model" section and for `compare predict`.
 
-Runs in: the parent (a rank measures the model's inputs with harness/rank/profile.py, which imports none of it)."""
+Runs in: the parent (a rank measures the model's inputs with harness/rank/compute_profile.py, which imports none of
+it)."""
 
 import ast
 import hashlib
@@ -18,7 +19,7 @@ from pathlib import Path
 VERSION = 3
 """The model's version, kept in every sweep it judges (scale_sweep.model_version) and named in every prediction.
 Sweeps made with the current version are its validation; sweeps made before are the data it was developed on."""
-FINGERPRINT = "5a9f2939b39c68de"
+FINGERPRINT = "7013a773f9016ab5"
 """fingerprint() of the code VERSION names. A test holds them equal: a change to how the model prices or calibrates
 (not to its comments or docstrings) must come with a new VERSION, so a sweep is never scored by a model that was
 tuned after it."""

@@ -36,7 +36,7 @@ well-tuned training reaches 0.4-0.55 of peak; small models far less. The predict
 def comm_records(out: Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
     """The records of a sweep's comm_n*/ directories; one that cannot be read is skipped, and named in `problems`
     (so that a report says why a world size has no collectives, rather than that none were measured)."""
-    from harness.record import read_records
+    from harness.core.record import read_records
 
     recs = []
     for d in sorted(p for p in out.glob("comm_n*") if p.is_dir()):
@@ -156,7 +156,7 @@ def predicted_memory(cal: dict[str, Any], n: int, extra_bytes: float = 0.0) -> f
 
 def contention_ratio(rec: dict[str, Any]) -> float | None:
     """How many times slower the slowest rank computed with every rank computing at once than rank 0 alone, from
-    the point's own contention calibration launch (harness/scale.py); None: none was made, or it failed."""
+    the point's own contention calibration launch (harness/core/sweep.py); None: none was made, or it failed."""
     cal = rec.get("contention") or {}
     return cal.get("ratio") if cal.get("status") == "ok" else None
 
@@ -193,7 +193,7 @@ def judgement(r: dict[str, Any]) -> str:
     """PASS within ±JUDGE_BOUND of the measured mean step; FAIL beyond JUDGE_BOUND plus the point's own 95% interval
     (relative half-width of the Student t interval of its repeats' mean steps); UNDECIDABLE between the two, or
     beyond the bound with fewer than 3 repeats (no interval): the measurement cannot tell."""
-    from harness.stats import geomean_interval, half_width
+    from harness.core.stats import geomean_interval, half_width
 
     err = abs(r["error"])
     if err <= JUDGE_BOUND:
@@ -210,7 +210,7 @@ def scores(rows: list[dict[str, Any]]) -> dict[str, Any]:
     (judgement), the median |error|, how many points the model, the naive sum of parts and "the same as world size
     1" each get within ±JUDGE_BOUND, and per world size Spearman's rho between the measured and the predicted
     ranking of the rows (None below 3 rows)."""
-    from harness.stats import spearman
+    from harness.core.stats import spearman
 
     real = judged(rows)
     marks = {k: 0 for k in ("pass", "fail", "undecidable")}

@@ -46,15 +46,15 @@ partitions it, plus what the world-size-1 measurement shows beyond them (activat
 
 from __future__ import annotations
 
-import json
 import bisect
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.sizes import format_size
+from harness.core.sizes import format_size
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 PUBLISHED = PROFILES_DIR / "published.json"
@@ -129,7 +129,7 @@ class ComputeCurve:
 
     @classmethod
     def from_profile(cls, profile: dict[str, Any], overhead_s: float = 0.0) -> ComputeCurve:
-        """From a rank's compute profile (harness/rank/profile.py)."""
+        """From a rank's compute profile (harness/rank/compute_profile.py)."""
         batches = profile["batches"]
         return cls(fwd=[(b["per_rank_batch"], b["fwd_s"]) for b in batches],
                    bwd=[(b["per_rank_batch"], b["bwd_s"]) for b in batches],

@@ -9,16 +9,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.model import FINGERPRINT, VERSION
+from harness.core.outdir import save_figure
+from harness.core.record import has_intervals
+from harness.core.sizes import format_mib
+from harness.model import FINGERPRINT, VERSION, published
 from harness.model import costmodel as cm
-from harness.model import published
-from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate,
-                                       extrapolate_here, judged, judgement, predict_measured, repeat_spread, scores,
-                                       shares_cores, within)
-from harness.outdir import save_figure
-from harness.report import figures
-from harness.record import has_intervals
-from harness.sizes import format_mib
+from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate, extrapolate_here, judged,
+                                       judgement, predict_measured, repeat_spread, scores, shares_cores, within)
+from harness.reports import figures
 
 
 def _gap_note(comm: list[dict[str, Any]]) -> str:
@@ -384,7 +382,8 @@ def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], t
 def predict_sweep(print_line, directory: Path, records: list[dict], tab, profile: list[str], to: int, *,
                   to_profiles: bool = True) -> list[dict]:
     """`compare predict DIR`: predicted vs measured, then (`to_profiles`) the extrapolation to each profile, each
-    line given to `print_line` (rich markup; user text escaped). `tab`: the sweep's table (harness/report/scale.py
+    line given to `print_line` (rich markup; user text escaped). `tab`: the sweep's table
+    (harness/reports/scale_report.py
     table()). Returns the predicted-vs-measured rows."""
     from rich.markup import escape
 

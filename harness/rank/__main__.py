@@ -2,7 +2,7 @@
 
 import sys
 
-from harness.rank.main import run
+from harness.rank.life import run
 
 # Some launchers append their own flags (the deepspeed launcher adds --local_rank=N): the spec is the first
 # positional argument.

@@ -9,7 +9,8 @@ import resource
 import time
 from pathlib import Path
 
-from harness import procstat
+from harness.shared import procstat
+
 
 def cuda_math(torch) -> dict:
     """The math settings that decide what an "fp32" row computes on CUDA, as they were during the timed steps:

@@ -1,6 +1,6 @@
 """The per-rank training loop, identical for every adapter.
 
-Runs in: every rank (called by harness/rank/main.py after the adapter's setup). Nothing here knows which adapter
+Runs in: every rank (called by harness/rank/life.py after the adapter's setup). Nothing here knows which adapter
 or workload it runs: the adapter wraps, steps and reduces; the workload builds, shards, scores.
 """
 
@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import workloads
-from harness import progress as progress_file
-from harness.rank import profile as compute_profile
+from harness.rank import compute_profile
 from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
 from harness.rank.measure import CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory, step_clock
+from harness.shared import progress as progress_file
 
 
 def step_indices(indices, device):

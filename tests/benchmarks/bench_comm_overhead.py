@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    from harness.comm import iterations, parse_size
+    from harness.core.comm_bench import iterations, parse_size
 
     size_bytes = parse_size(a.size)
     iters = iterations(size_bytes, a.iters)[1]

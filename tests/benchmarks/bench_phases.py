@@ -5,7 +5,7 @@
 Runs `compare run` (the default comparison unless arguments follow `--`) R times in fresh processes, each into a
 temporary directory, and prints the wall time of each run (from the command's start to its exit: what a user
 waits for, report included) and, per row, the median seconds of every launch phase recorded in its records
-(harness/record.py: PHASES). Check the load average first: this 2-core VM is noisy.
+(harness/core/record.py: PHASES). Check the load average first: this 2-core VM is noisy.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from harness.record import PHASES  # noqa: E402
+from harness.core.record import PHASES  # noqa: E402
 
 
 def main() -> None:

@@ -44,7 +44,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import adapters  # noqa: E402
-from harness import progress as progress_file  # noqa: E402
+from harness.shared import progress as progress_file  # noqa: E402
+
 from launchwatch import cmdline  # noqa: E402
 
 SIMHOSTS = REPO / "harness" / "cluster" / "simhosts"

@@ -78,7 +78,7 @@ if dist.get_rank() == 0:
     print("COLLECTIVES " + json.dumps(out), flush=True)
 dist.barrier()
 dist.destroy_process_group()
-# Leave as the harness's ranks do (harness/rank/main.py): the interpreter's teardown of DeepSpeed's and gloo's native
+# Leave as the harness's ranks do (harness/rank/life.py): the interpreter's teardown of DeepSpeed's and gloo's native
 # threads once aborted a rank ("terminate called without an active exception", SIGABRT) after its work was done.
 sys.stdout.flush()
 sys.stderr.flush()

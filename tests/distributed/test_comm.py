@@ -6,9 +6,10 @@ import re
 import pytest
 
 import adapters
+from harness.core.record import read_records as read_all
+from harness.shared import collectives
+
 from conftest import compare_cli
-from harness import collectives
-from harness.record import read_records as read_all
 
 pytestmark = pytest.mark.distributed
 # What each framework lacks (torch has every primitive): Horovod has only collectives that end on every rank.

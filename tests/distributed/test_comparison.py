@@ -7,8 +7,9 @@ import struct
 
 import pytest
 
+from harness.core.provenance import usable_cores
+
 from conftest import compare_cli, run_compare
-from harness.env import usable_cores
 
 pytestmark = pytest.mark.distributed
 FP32_EXACT = ("dp", "ddp", "spawn")
@@ -33,7 +34,7 @@ def test_every_torch_adapter_ran(default_run):
 
 
 def test_every_field_a_fresh_run_writes_is_in_the_schema(default_run):
-    from harness import schema
+    from harness.core import schema
 
     known = schema.fields("run")
     assert not {k for rec in default_run[1].values() for k in rec if k not in known}
@@ -144,8 +145,8 @@ def test_record_schema(default_run):
         assert rec["schema_version"] == 2 and rec["world_size"] == 2
         assert isinstance(rec["order_seed"], int) and rec["position"] in range(4)
         assert {"python", "torch", "cpu_model", "cpu_cores_usable", "distributed"} <= set(rec["env"])
-    # the launches ran in the order the recorded seed gives back (harness/runner.py round_order)
-    from harness.runner import round_order
+    # the launches ran in the order the recorded seed gives back (harness/core/runner.py round_order)
+    from harness.core.runner import round_order
 
     recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     ran = [r["label"] for r in sorted(recs, key=lambda r: r["position"])]

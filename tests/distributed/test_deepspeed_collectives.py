@@ -13,8 +13,8 @@ import pytest
 
 import adapters
 from adapters import deepspeed as ds
+from harness.launching.hosts import free_port
 from harness.model import costmodel as cm
-from harness.hosts import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 _AVAIL = adapters.availability("deepspeed", "cpu", 2)

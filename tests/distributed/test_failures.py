@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import progress as progress_file
+from harness.shared import progress as progress_file
 
 from conftest import REPO, read_records, run_compare, wait_until
 from launchwatch import cmdline

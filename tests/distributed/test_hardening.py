@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 import adapters
+
 from conftest import REPO, read_records, run_compare, wait_until
 from launchwatch import cmdline, describe, launch_progress
 
@@ -79,7 +80,7 @@ def _brief(argv: list[str]) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-# A SIGTERM is witnessed (harness/witness.py): the row names who sent it, here this test's own process.
+# A SIGTERM is witnessed (harness/shared/witness.py): the row names who sent it, here this test's own process.
 FROM_HERE = f"from outside (pid {os.getpid()}: {_brief(psutil.Process().cmdline())})"
 
 
@@ -347,7 +348,7 @@ def _rank_processes(root: psutil.Process, rank: int) -> list[psutil.Process]:
     return sorted(found, key=lambda p: p.create_time())
 
 
-# A SIGTERM is witnessed (harness/witness.py): the row names who sent it, here this test's own process.
+# A SIGTERM is witnessed (harness/shared/witness.py): the row names who sent it, here this test's own process.
 
 
 @pytest.mark.parametrize("target, reason", [

@@ -8,8 +8,9 @@ Skipped, with the availability reason, where the Horovod build is missing or bro
 import pytest
 
 import adapters
+from harness.core.requests import first_sentence
+
 from conftest import run_compare
-from harness.inputs import first_sentence
 
 pytestmark = pytest.mark.distributed
 

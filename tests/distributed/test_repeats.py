@@ -5,10 +5,11 @@ import json
 
 import pytest
 
+from harness.core.runner import round_order
+from harness.core.stats import geomean_interval
+from harness.reports import run_report as report
+
 from conftest import run_compare
-from harness.report import run as report
-from harness.runner import round_order
-from harness.stats import geomean_interval
 
 pytestmark = pytest.mark.distributed
 

@@ -6,8 +6,9 @@ import statistics
 
 import pytest
 
+from harness.core.provenance import usable_cores
+
 from conftest import compare_cli
-from harness.env import usable_cores
 
 pytestmark = pytest.mark.distributed
 SHORT = ["-w", "digits", "--steps", "20", "--warmup", "3", "--profile-steps", "4"]

@@ -27,9 +27,10 @@ import psutil
 import pytest
 
 import adapters
+from harness.shared import progress as progress_file
+from harness.shared.spec import Node, Topology
+
 from conftest import REPO, read_records, wait_until
-from harness import progress as progress_file
-from harness.spec import Node, Topology
 
 pytestmark = pytest.mark.distributed
 SIMHOSTS = REPO / "harness" / "cluster" / "simhosts"

@@ -9,8 +9,9 @@ import pytest
 
 import adapters
 import workloads
+from harness.core.record import check_record
+
 from conftest import compare_cli, run_compare
-from harness.record import check_record
 
 pytestmark = pytest.mark.distributed
 

@@ -15,12 +15,13 @@ import torch
 from typer.testing import CliRunner
 
 import adapters
-from adapters.apex import (BUILD, GPU_RUN, LAST_TAG, NEEDS_CUDA_CPU, NOT_INSTALLED, ApexAdapter, probe_install)
+from adapters.apex import BUILD, GPU_RUN, LAST_TAG, NEEDS_CUDA_CPU, NOT_INSTALLED, ApexAdapter, probe_install
 from adapters.base import KnobError, Precision
-from conftest import REPO
 from harness.cli import app
-from harness.inputs import RunRequest, first_sentence
-from harness.run import plan
+from harness.core.comparison import plan
+from harness.core.requests import RunRequest, first_sentence
+
+from conftest import REPO
 
 NVIDIA_INIT = "import torch\nfrom . import optimizers\nfrom . import normalization\n"
 AMP_INIT = ("def initialize(models, optimizers=None, **kw):\n    return models, optimizers\n"

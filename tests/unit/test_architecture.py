@@ -14,8 +14,9 @@ import pytest
 import adapters
 import workloads
 from adapters.base import Adapter, LaunchPlan
-from conftest import REPO, RUNS
 from workloads.base import Workload
+
+from conftest import REPO, RUNS
 
 PACKAGES = ("adapters", "workloads", "harness")
 
@@ -122,17 +123,16 @@ def test_no_private_name_is_imported_across_modules():
     assert not found, "private names used across modules:\n" + "\n".join(found)
 
 
-# The modules a rank may use besides harness.rank.*, adapters and workloads: what both sides share. Everything else
-# under harness/ is parent code, found from the tree (a hand-written list of parent modules once missed 11).
-SHARED_WITH_RANKS = {"harness", "harness.cache", "harness.collectives", "harness.options", "harness.proc",
-                     "harness.procstat", "harness.progress", "harness.registry", "harness.spec", "harness.witness"}
+# The modules a rank may use besides harness.rank.*, adapters and workloads: what both sides share, the package
+# harness.shared. Everything else under harness/ is parent code, found from the tree.
+SHARED_WITH_RANKS = {"harness"} | {m for m in MODULES if m == "harness.shared" or m.startswith("harness.shared.")}
 
 
 def test_rank_code_never_imports_parent_code():
     """As torchrun's agent never imports training code and the training code never imports the agent: what runs
     in a rank (harness.rank.*) reaches only the shared modules, adapters and workloads."""
     parent = {m for m in MODULES if m.startswith("harness") and not m.startswith("harness.rank")} - SHARED_WITH_RANKS
-    assert {"harness.runner", "harness.cli", "harness.model.calibration", "harness.model.costmodel"} <= parent
+    assert {"harness.core.runner", "harness.cli", "harness.model.calibration", "harness.model.costmodel"} <= parent
     graph = _graph()
     seen, todo = set(), [m for m in MODULES if m.startswith("harness.rank")]
     while todo:
@@ -169,11 +169,30 @@ def test_the_parent_side_stands_in_layers():
     """Errors at the bottom (writing a file does not depend on every adapter), the commands as siblings over the
     runner core. Floors: the longest chain of imports below a module, itself included."""
     floors, graph = _floors(), _graph()
-    assert floors["harness.errors"] == 1
-    assert "harness.inputs" not in graph["harness.outdir"] | graph["harness.hosts"]
-    assert floors["harness.run"] > floors["harness.runner"] and floors["harness.scale"] > floors["harness.runner"]
-    assert "harness.run" not in graph["harness.comm"] | graph["harness.scale"] | graph["harness.sbatch"]
+    assert floors["harness.core.errors"] == 1
+    assert "harness.core.requests" not in graph["harness.core.outdir"] | graph["harness.launching.hosts"]
+    assert floors["harness.core.comparison"] > floors["harness.core.runner"]
+    assert floors["harness.core.sweep"] > floors["harness.core.runner"]
+    assert "harness.core.comparison" not in (graph["harness.core.comm_bench"] | graph["harness.core.sweep"]
+                                             | graph["harness.core.slurm_script"])
     assert floors["harness.cli"] <= 11, floors["harness.cli"]
+
+
+def test_the_tree_shows_the_layers_and_no_module_name_is_used_twice():
+    """harness/ is its packages, each one layer (shared: both sides; rank: every rank; launching, core, model,
+    reports: the parent), and a module's name says what it is wherever it is met: no two modules (or a module and a
+    package) share one, so "run", "comm", "plan" and "profile" mean one thing each."""
+    ours = [m for m in MODULES if m.startswith("harness.")]
+    flat = sorted(m for m in ours if m.count(".") == 1 and m not in ("harness.cli", "harness.entry", "harness.__main__")
+                  and not (REPO / Path(*m.split("."))).is_dir())
+    assert not flat, f"modules outside the layers' packages: {flat}"
+    names: dict[str, list[str]] = {}
+    for m in ours:
+        last = m.rpartition(".")[2]
+        if last not in ("__main__", "harness"):
+            names.setdefault(last, []).append(m)
+    twice = {n: ms for n, ms in names.items() if len(ms) > 1}
+    assert not twice, f"module names used more than once: {twice}"
 
 
 # ---- contracts that enforce themselves ---------------------------------------------------------------------
@@ -245,12 +264,12 @@ def test_every_registered_adapter_and_workload_satisfies_its_contract():
 
 
 def test_knob_choices_are_checked_once_generically():
-    """No adapter checks its choices by hand: a Literal field is refused by harness/options.py for every one."""
+    """No adapter checks its choices by hand: a Literal field is refused by harness/shared/options.py for every one."""
     for name in adapters.names():
         source = inspect.getsource(adapters.get(name))
         assert "must be one of" not in source, name
 
-    from harness.options import OptionError, build
+    from harness.shared.options import OptionError, build
     with pytest.raises(OptionError, match="knob 'mode' must be a or b; got 'c'"):
         build(_Modes, {"mode": "c"}, "knob")
 
@@ -267,8 +286,8 @@ class _Modes:
 
 @pytest.mark.parametrize("run", sorted(p.parent.name for p in RUNS.glob("*/records.jsonl")))
 def test_fixture_reports_rerender_identically(tmp_path, run):
-    from harness import report
-    from harness.record import read_records
+    from harness import reports as report
+    from harness.core.record import read_records
 
     records = read_records(RUNS / run / "records.jsonl")
     for comm in (RUNS / run).glob("comm_n*/records.jsonl"):  # a scale sweep's own collectives
@@ -279,7 +298,7 @@ def test_fixture_reports_rerender_identically(tmp_path, run):
 
 
 def test_fixture_index_regenerates_identically(tmp_path):
-    from harness import report
+    from harness import reports as report
 
     for p in RUNS.glob("*/records.jsonl"):
         (tmp_path / p.parent.name).mkdir()
@@ -297,7 +316,7 @@ def test_no_test_reads_the_working_trees_results_directory():
 
 
 def test_records_of_every_kind_pass_the_shape_check():
-    from harness.record import check_record
+    from harness.core.record import check_record
 
     for p in RUNS.glob("*/records.jsonl"):
         for n, line in enumerate(p.read_text().splitlines(), 1):
@@ -311,7 +330,7 @@ def test_no_report_or_environment_code_names_an_adapter():
     runs, not our adapters: the model's package (harness/model/) is not among the modules read here."""
     names = set(adapters.names())
     found = []
-    for path in [*(REPO / "harness" / "report").glob("*.py"), REPO / "harness" / "env.py"]:
+    for path in [*(REPO / "harness" / "reports").glob("*.py"), REPO / "harness" / "core" / "provenance.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and node.value in names:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")

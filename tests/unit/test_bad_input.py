@@ -15,12 +15,13 @@ from typer.testing import CliRunner
 
 import adapters
 import workloads
-from harness import collectives
-from harness.model import costmodel
 from harness.cli import app
-from harness.env import memory_total_bytes, usable_cores
-from harness.sizes import format_mib
-from harness.inputs import unavailable_message
+from harness.core.provenance import memory_total_bytes, usable_cores
+from harness.core.requests import unavailable_message
+from harness.core.sizes import format_mib
+from harness.model import costmodel
+from harness.shared import collectives
+
 from conftest import RUNS
 
 CORES = usable_cores()
@@ -505,8 +506,9 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
 
 
 def test_an_unknown_option_is_one_line_with_the_guess_and_every_valid_option(tmp_path):
-    from harness.cli import app as cli_app
     import typer.main
+
+    from harness.cli import app as cli_app
 
     run = typer.main.get_command(cli_app).commands["run"]
     options = sorted({max(p.opts, key=len) for p in run.params if max(p.opts, key=len).startswith("--")} | {"--help"})
@@ -818,7 +820,8 @@ def test_index_never_replaces_a_readme_it_did_not_write_nor_writes_into_a_run(tm
 def test_force_leaves_nothing_of_the_previous_run_but_keeps_files_compare_does_not_write(tmp_path):
     """`--force` over another command's results used to keep its plots, its logs/ and a sweep's comm_n*/, so the
     directory no longer matched its records."""
-    from harness import outdir, run
+    from harness.core import comparison as run
+    from harness.core import outdir
 
     out = tmp_path / "out"
     (out / "logs").mkdir(parents=True)
@@ -831,7 +834,8 @@ def test_force_leaves_nothing_of_the_previous_run_but_keeps_files_compare_does_n
     outdir.clear(out, run.RESULT_FILES)
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
     assert left == ["logs", "mine", "mine/records.jsonl", "notes.txt"]
-    from harness import comm, scale
+    from harness.core import comm_bench as comm
+    from harness.core import sweep as scale
 
     assert set(run.RESULT_FILES + scale.RESULT_FILES + comm.RESULT_FILES) == set(outdir.WRITTEN)
 
@@ -875,8 +879,8 @@ def test_scale_refuses_comm_results_that_cannot_calibrate_the_sweep(tmp_path):
 def test_scale_does_not_run_a_point_that_would_not_be_parallel():
     """DataParallel on a CPU is one process calling the module once: its "2-rank" point used to be reported with a
     speed-up and an efficiency."""
-    from harness.inputs import ScaleRequest
-    from harness.scale import plan
+    from harness.core.requests import ScaleRequest
+    from harness.core.sweep import plan
 
     p = plan(ScaleRequest(adapters=["dp", "ddp"], world_sizes=[1, 2], out=None))
     at1, at2 = p.points
@@ -896,7 +900,7 @@ def test_report_leaves_a_directory_a_live_run_holds_alone(tmp_path):
     so far."""
     import os
 
-    from harness import outdir
+    from harness.core import outdir
 
     d = _committed_with(tmp_path, "digits_cpu2_20261123-101734", lambda recs: None)
     before = {p.name: p.read_bytes() for p in d.iterdir()}
@@ -1005,10 +1009,10 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
     shown = invoke("predict")
     assert shown.exit_code == 0 and f"warning: published result {horovod[0]} left out" in shown.stdout
     # a sweep's report keeps its measured tables and its own model; only the broken profile's parts are left out
-    from harness.record import read_records
-    from harness.report import scale
-
     import shutil
+
+    from harness.core.record import read_records
+    from harness.reports import scale_report as scale
 
     run = tmp_path / "sweep"  # a copy: the section writes its plots into the directory it is given
     shutil.copytree(RUNS / "scale_digits_cpu2_20261125-085608", run)
@@ -1031,7 +1035,7 @@ def test_an_out_under_a_loop_of_symbolic_links_is_one_line(tmp_path):
 def test_the_sbatch_header_keeps_every_typed_argument_on_its_comment_line():
     # A newline in any argument (here a workload option's value, refused later inside the job) used to end the
     # "# Written by" comment and run the rest of the line as code.
-    from harness.sbatch import one_line, render
+    from harness.core.slurm_script import one_line, render
 
     assert one_line("a\nb\tc é \x7f") == "a\\nb\\tc é \\x7f"
     text = render(["-a", "ddp"], "compare sbatch -o 'hidden=1\ntouch /tmp/compare-pwned #'", 2, 1, None, None, "x",
@@ -1063,7 +1067,7 @@ def test_report_into_a_directory_it_may_not_write_is_exit_2(tmp_path, monkeypatc
     import os
     import shutil
 
-    from harness import report
+    from harness import reports as report
 
     run = tmp_path / "run"
     shutil.copytree(RUNS / "comm_cpu2_n2_20261123-121520", run)

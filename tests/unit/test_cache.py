@@ -1,6 +1,6 @@
 """The on-disk caches: an answer per key, kept beside the answers of other interpreters (two checkouts' venvs)."""
 
-from harness import cache
+from harness.shared import cache
 
 
 def test_answers_of_several_keys_live_side_by_side_and_the_oldest_go(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """Each fact about an option written once: an option of `run`, `scale`, `comm` or `sbatch` that fills a field of
-harness/inputs.py's Request takes that field's default, and its help is the field's docstring, except where a
+harness/core/requests.py's Request takes that field's default, and its help is the field's docstring, except where a
 command means something of its own by it (listed here, each with why)."""
 
 import dataclasses
@@ -7,8 +7,8 @@ import dataclasses
 import typer
 
 from harness.cli import app
-from harness.inputs import Request
-from harness.options import attribute_docs
+from harness.core.requests import Request
+from harness.shared.options import attribute_docs
 
 FIELD = {"--timeout": "timeout_s", "--stall-timeout": "stall_s", "--launcher": "launcher"}
 OWN_HELP = {

@@ -2,9 +2,10 @@
 
 import pytest
 
-from harness import collectives, comm
-from harness.launch import Outcome
-from harness.sizes import format_size, parse_sizes
+from harness.core import comm_bench as comm
+from harness.core.sizes import format_size, parse_sizes
+from harness.launching.launch import Outcome
+from harness.shared import collectives
 
 
 @pytest.mark.parametrize("op,n,factor", [
@@ -70,8 +71,8 @@ def test_an_op_the_framework_lacks_is_unsupported_not_failed():
 def test_a_failed_cells_reason_stays_one_table_cell():
     # torch appends a C++ stack trace to some messages ("Exception raised from ..."): a cell keeps the first line,
     # and the report keeps even an old record's multi-line reason on one line, without the column separator.
-    from harness.rank.comm import _line
-    from harness.report.comm import _cell
+    from harness.rank.comm_cells import _line
+    from harness.reports.comm_report import _cell
 
     message = "TypeError: Overflow when unpacking long long\nException raised from unpack at x.cpp:1 (most recent)\n"
     assert _line(message) == "TypeError: Overflow when unpacking long long"
@@ -84,8 +85,8 @@ def test_a_gap_keeps_every_rank_busy_before_each_call_and_is_not_timed(monkeypat
     # calls back to back (nccl-tests' way), with no busy work at all.
     from types import SimpleNamespace
 
-    from harness import collectives
-    from harness.rank import comm as rank_comm
+    from harness.rank import comm_cells as rank_comm
+    from harness.shared import collectives
 
     events = []
     clock = [0.0]

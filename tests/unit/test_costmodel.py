@@ -293,7 +293,7 @@ def test_a_fused_buffer_is_priced_by_the_backends_own_fused_call_where_the_sweep
 def test_the_scale_comm_sweep_reaches_the_workloads_gradients():
     import torch
 
-    from harness.scale import comm_sizes, gradient_bytes
+    from harness.core.sweep import comm_sizes, gradient_bytes
 
     class W:
         def __init__(self, params):
@@ -406,7 +406,7 @@ def test_the_model_is_frozen_under_its_version():
 
 
 def test_spearman_against_hand_computed_ranks():
-    from harness.stats import ranks, spearman
+    from harness.core.stats import ranks, spearman
 
     assert ranks([3.0, 1.0, 2.0, 2.0]) == [4.0, 1.0, 2.5, 2.5]
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)

@@ -1,6 +1,6 @@
-"""What ended a launch (harness/culprit.py), decided from the facts its processes wrote (harness/witness.py), written
-here by hand: each rule on the shape that once took the wrong culprit, then many launches whose consequences reach
-the parent in every order that causality allows."""
+"""What ended a launch (harness/launching/culprit.py), decided from the facts its processes wrote
+(harness/shared/witness.py), written here by hand: each rule on the shape that once took the wrong culprit, then many
+launches whose consequences reach the parent in every order that causality allows."""
 
 import json
 import random
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.culprit import Command, culprit, outlived, rank_ends
+from harness.launching.culprit import Command, culprit, outlived, rank_ends
 
 T = 1_000_000.0  # a wall-clock origin for the hand-written facts
 

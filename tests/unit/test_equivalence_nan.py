@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from harness.record import max_param_diff
-from harness.stats import worst
+from harness.core.record import max_param_diff
+from harness.core.stats import worst
 
 
 def _save(tmp_path, params):

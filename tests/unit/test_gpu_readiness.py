@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 import adapters
-from harness.launchenv import harness_env
+from harness.core.record import precision_label
+from harness.launching.rank_env import harness_env
 from harness.rank.measure import cuda_math
-from harness.record import precision_label
-from harness.spec import RunSpec
+from harness.shared.spec import RunSpec
 
 
 def _spec(tmp_path, device="cpu"):
@@ -106,8 +106,8 @@ def test_on_cuda_steps_are_timed_by_events_with_no_sync_between_them():
 def test_the_default_world_size_on_cuda_is_the_number_of_gpus(monkeypatch):
     import torch
 
-    from harness import hosts
-    from harness.inputs import RunRequest
+    from harness.core.requests import RunRequest
+    from harness.launching import hosts
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     req = RunRequest(device="cuda", world_size=None)
@@ -126,7 +126,7 @@ def test_fp16_steps_skipped_by_the_loss_scaler_are_counted_without_a_sync_and_no
     # timed window is cheaper and flatters the row. Counted on the device, from the scale dropping.
     import torch
 
-    from harness.report import run as run_report
+    from harness.reports import run_report
 
     drops = iter([False, True, False, True, False])
 
@@ -149,8 +149,9 @@ def test_fp16_steps_skipped_by_the_loss_scaler_are_counted_without_a_sync_and_no
     amp.scaler = None
     assert amp.skipped_steps() is None  # bf16: no scaler, nothing to skip
 
+    from harness.core.record import read_records
+
     from conftest import RUNS
-    from harness.record import read_records
 
     records = read_records(RUNS / "digits_cpu2_20261123-101734" / "records.jsonl")
     for r in records:

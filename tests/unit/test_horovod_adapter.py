@@ -17,6 +17,7 @@ import pytest
 import adapters
 from adapters import horovod as hv
 from adapters.base import KnobError
+
 from conftest import REPO
 
 GOOD_TORCH = ("def gloo_built(): return {gloo}\ndef mpi_built(): return False\n"
@@ -137,7 +138,7 @@ def test_the_mpi_controller_needs_a_build_with_mpi(fake_horovod, monkeypatch):
 
 
 def test_a_row_whose_knob_the_build_lacks_is_unavailable_and_with_strict_an_error(fake_horovod, monkeypatch):
-    from harness.inputs import BadInput, RunRequest, build_rows
+    from harness.core.requests import BadInput, RunRequest, build_rows
 
     fake_horovod("horovod/torch/__init__.py", GOOD_TORCH.format(gloo=True))
     monkeypatch.setattr(hv, "horovodrun_path", lambda: "/usr/bin/horovodrun")

@@ -21,11 +21,12 @@ import pytest
 import adapters
 from adapters import deepspeed as ds
 from adapters import horovod as hv
+from harness.core.requests import BadInput, RunRequest
+from harness.launching import hosts
+from harness.launching.rank_env import remote_env, ssh_argv
+from harness.shared.spec import Node, RunSpec, Topology
+
 from conftest import REPO, wait_until
-from harness import hosts
-from harness.inputs import BadInput, RunRequest
-from harness.launchenv import remote_env, ssh_argv
-from harness.spec import Node, RunSpec, Topology
 
 HERE = socket.gethostname()
 
@@ -200,7 +201,7 @@ def test_deepspeed_under_slurm_runs_its_slurm_launcher_with_the_rank_script(tmp_
 
 
 def test_the_rank_script_runs_the_rank_entry_point_as_a_file():
-    # As a script its own directory would come first on sys.path (harness/rank/profile.py shadowing the standard
+    # As a script its own directory would come first on sys.path (harness/rank/compute_profile.py shadowing the standard
     # library's `profile`); it puts the repository there and reaches the rank's entry point: here, reading a spec.
     out = subprocess.run([sys.executable, str(ds.RANK_SCRIPT), "--local_rank=0", "/nonexistent/spec.json"],
                          capture_output=True, text=True, cwd="/", timeout=120)
@@ -248,7 +249,7 @@ def test_a_remote_command_gets_only_the_harness_variables_and_the_venv_first(tmp
     words = shlex.split(argv[6])
     assert words[:4] == ["cd", str(REPO), "&&", "exec"] and words[4] == "env"
     assert f"PATH={Path(sys.executable).parent}:$PATH" in words
-    assert words[-9:] == [sys.executable, "-m", "harness.nodeguard", "L1", "--", "python", "-m", "x", "a b"]
+    assert words[-9:] == [sys.executable, "-m", "harness.launching.nodeguard", "L1", "--", "python", "-m", "x", "a b"]
 
 
 def test_without_an_interface_the_frameworks_choose():
@@ -267,7 +268,7 @@ def test_the_spec_round_trips_its_topology(tmp_path):
 # ---- the guard of a remote command -----------------------------------------------------------------------------
 
 def _guard(*cmd, env=None):
-    return subprocess.Popen([sys.executable, "-m", "harness.nodeguard", "LID", "--", *cmd], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "harness.launching.nodeguard", "LID", "--", *cmd], cwd=REPO,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, **(env or {})})
 

@@ -1,6 +1,6 @@
 """A launch that cannot even be started in the parent (no file descriptor or port left, a rendezvous store
 refused) is a `failed` outcome with the reason, never an exception that ends the whole run: the run goes on to the
-next adapter (harness/run.py), and the launch leaves no descriptor, lock or process behind."""
+next adapter (harness/core/comparison.py), and the launch leaves no descriptor, lock or process behind."""
 
 import errno
 import os
@@ -8,8 +8,8 @@ import resource
 
 import pytest
 
-from harness.launch import Launch
-from harness.spec import RunSpec
+from harness.launching.launch import Launch
+from harness.shared.spec import RunSpec
 
 
 class _Refuses:
@@ -61,7 +61,7 @@ def test_an_interrupt_of_a_launch_that_never_started_keeps_its_reason(tmp_path):
 
 
 def test_the_first_error_of_a_log_is_the_cause_not_a_cpp_stack_frame(tmp_path):
-    from harness.launchlogs import first_error
+    from harness.launching.launch_logs import first_error
 
     log = tmp_path / "launch.log"
     log.write_text(
@@ -76,7 +76,7 @@ def test_the_first_error_of_a_log_is_the_cause_not_a_cpp_stack_frame(tmp_path):
 
 
 def test_a_program_the_launcher_could_not_find_is_the_cause_not_the_launchers_summary(tmp_path):
-    from harness.launchlogs import first_error
+    from harness.launching.launch_logs import first_error
 
     log = tmp_path / "launch.log"
     for missing in ("env: 'python': No such file or directory", "/bin/sh: 1: python: not found",
@@ -94,7 +94,7 @@ def test_a_second_stop_signal_says_what_stopping_at_once_loses(monkeypatch, capf
     # The first signal is a request acted on at a safe point; the second stops at once, and once did so silently.
     import signal
 
-    from harness import interrupt
+    from harness.launching import interrupt
 
     monkeypatch.setattr(interrupt, "_requested", None)
     interrupt._handler(signal.SIGINT, None)

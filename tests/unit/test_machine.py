@@ -1,5 +1,5 @@
-"""Other compare runs on this machine (harness/machine.py): a run registers for its lifetime, others see it while
-it lives, a dead run's file is removed, and the reports name the rows measured meanwhile."""
+"""Other compare runs on this machine (harness/launching/machine.py): a run registers for its lifetime, others see it
+while it lives, a dead run's file is removed, and the reports name the rows measured meanwhile."""
 
 import json
 import shutil
@@ -10,13 +10,14 @@ import threading
 
 import pytest
 
+from harness.launching import machine
+
 from conftest import REPO, RUNS
-from harness import machine
 
 CHILD = """
 import sys
 from pathlib import Path
-from harness import machine
+from harness.launching import machine
 reg = machine.Registration(Path(sys.argv[1]), command="compare run -a ddp --out elsewhere")
 print("registered", flush=True)
 sys.stdin.read()
@@ -72,7 +73,7 @@ def test_a_run_inside_a_run_shares_its_processs_registration(registry, tmp_path)
     try:
         inner.release()  # the comm sweep ends: the scale sweep is still registered and seen
         assert outer.path.exists()
-        probe = subprocess.run([sys.executable, "-c", "from harness import machine; "
+        probe = subprocess.run([sys.executable, "-c", "from harness.launching import machine; "
                                 "print(sorted(r['command'] for r in machine.others()))"], cwd=REPO,
                                capture_output=True, text=True, timeout=60)
         assert probe.stdout.strip() == str(sorted(["compare scale", "compare run -a ddp --out elsewhere"]))
@@ -126,8 +127,8 @@ def test_the_reports_note_names_the_rows_and_the_other_runs():
     ("comm_cpu2_n2_20261123-121520", "torch"),
 ])
 def test_every_report_kind_notes_the_rows_measured_beside_another_run(tmp_path, committed, name):
-    from harness import report
-    from harness.record import read_records
+    from harness import reports as report
+    from harness.core.record import read_records
 
     src = RUNS / committed
     records = read_records(src / "records.jsonl")

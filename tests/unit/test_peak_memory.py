@@ -53,7 +53,7 @@ def test_a_held_peak_is_the_floor():
 
 
 def test_the_report_says_how_peak_memory_was_measured_and_what_it_left_out():
-    from harness.report.run import memory_kind
+    from harness.reports.run_report import memory_kind
 
     rows = [{"adapter": "ddp", "label": "ddp", "peak_memory_kind": "rss_vmhwm_minus_file",
              "peak_memory_file_bytes_per_rank": [200 * MiB, 210 * MiB]},

@@ -1,4 +1,4 @@
-"""`compare plan` (harness/model/plan.py and each adapter's plan_knobs / model_state_bytes): its formulas against
+"""`compare plan` (harness/model/planner.py and each adapter's plan_knobs / model_state_bytes): its formulas against
 values computed by hand, the memory against DeepSpeed's own estimators, the recommendation on rows of known
 order, and bad input as one line and exit 2."""
 
@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 import adapters
 from harness.cli import app
-from harness.model import plan
+from harness.model import planner as plan
 
 P = 7e9
 

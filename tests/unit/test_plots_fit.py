@@ -6,8 +6,9 @@ import shutil
 
 import pytest
 
-from harness import outdir, report
-from harness.record import read_records
+from harness import reports as report
+from harness.core import outdir
+from harness.core.record import read_records
 
 from conftest import RUNS
 
@@ -53,7 +54,8 @@ def test_no_text_of_any_figure_is_cut_off(tmp_path, monkeypatch, kind):
         real(fig, path, dpi)
 
     monkeypatch.setattr(outdir, "save_figure", checked)
-    for module in ("report.run", "report.epoch", "report.comm", "report.scale", "model.render", "report.ttt"):
+    for module in ("reports.run_report", "reports.epoch", "reports.comm_report", "reports.scale_report", "model.render",
+                   "reports.ttt"):
         mod = __import__(f"harness.{module}", fromlist=["save_figure"])
         if hasattr(mod, "save_figure"):
             monkeypatch.setattr(mod, "save_figure", checked)

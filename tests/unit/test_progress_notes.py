@@ -8,9 +8,9 @@ import os
 
 from rich.console import Console
 
-from harness import progress as progress_file
-from harness.launch import Launch
-from harness.spec import RunSpec
+from harness.launching.launch import Launch
+from harness.shared import progress as progress_file
+from harness.shared.spec import RunSpec
 
 
 def test_a_note_sent_by_ranks_reaches_the_display_once(tmp_path):

@@ -1,5 +1,5 @@
-"""The supervisor every rank forks into, and its worker (harness/rank/main.py): what each records when it is asked to
-stop, and who the request came from (harness/witness.py), for real, in processes started here.
+"""The supervisor every rank forks into, and its worker (harness/rank/life.py): what each records when it is asked to
+stop, and who the request came from (harness/shared/witness.py), for real, in processes started here.
 
 Launchers stop the surviving ranks once one has failed (horovodrun: SIGTERM, then SIGKILL after 5 s; torchrun
 alike), and some signal a rank's worker directly (Horovod's middleman, the DeepSpeed launcher's process-tree
@@ -18,7 +18,7 @@ from conftest import REPO, wait_until
 DEAF = r"""
 import signal, sys, threading
 from pathlib import Path
-from harness.rank.main import _supervise
+from harness.rank.life import _supervise
 _supervise(Path(sys.argv[1]))
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print("worker ready", flush=True)
@@ -28,7 +28,7 @@ threading.Event().wait()
 WITNESSED = r"""
 import os, sys, threading
 from pathlib import Path
-from harness.rank.main import _supervise, _witness_stop_requests
+from harness.rank.life import _supervise, _witness_stop_requests
 rank_dir = Path(sys.argv[1])
 _witness_stop_requests(rank_dir, 1, _supervise(rank_dir))
 print("worker ready", os.getpid(), flush=True)

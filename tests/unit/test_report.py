@@ -3,9 +3,10 @@
 import copy
 import json
 
+from harness import reports as report
+from harness.reports import run_report
+
 from conftest import RUNS
-from harness import report
-from harness.report import run as run_report
 
 RUN = RUNS / "digits_cpu2_20261123-101734"
 
@@ -82,7 +83,7 @@ def test_index_lists_training_and_comm_runs(tmp_path):
 
 
 def test_tuning_variables_are_picked_from_the_environment_and_named_in_the_provenance():
-    from harness.env import tuning_env, tuning_line
+    from harness.core.provenance import tuning_env, tuning_line
 
     env = {"HOROVOD_FUSION_THRESHOLD": "0", "NCCL_ALGO": "Tree", "OMP_NUM_THREADS": "8", "OMP_PROC_BIND": "true",
            "LD_PRELOAD": "/usr/lib/libjemalloc.so", "PATH": "/bin", "COMPARE_CACHE": "/tmp/c", "HOME": "/root"}

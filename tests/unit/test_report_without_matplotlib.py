@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from harness import report
-from harness.record import read_records
-from harness.report import figures
+from harness import reports as report
+from harness.core.record import read_records
+from harness.reports import figures
 
 from conftest import RUNS as FIXTURE_RUNS
 

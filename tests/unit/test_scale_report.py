@@ -2,8 +2,9 @@
 
 import pytest
 
-from harness.record import load_balance
-from harness.report import scale
+from harness.core.record import load_balance
+from harness.reports import scale_report as scale
+
 from conftest import RUNS
 
 
@@ -65,9 +66,9 @@ def test_a_failed_point_keeps_its_reason_and_no_efficiency():
 
 def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_nothing_else():
     # A committed sweep's real records, with a contention calibration of 1.5x given to ddp at world size 2.
-    from harness.model import costmodel as cm
-    from harness.record import read_records
+    from harness.core.record import read_records
     from harness.model import calibration as sm
+    from harness.model import costmodel as cm
     from harness.model import render
 
     out = RUNS / "scale_digits_cpu2_20261124-184152"
@@ -125,7 +126,7 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
     assert render._repeats_cell(row) == " [2.00–4.00]"
     assert render._repeats_cell({"measured_repeats_s": [0.002]}) == ""  # one repeat: no range to give
     # On a committed sweep's real records: the sentence counts the points whose prediction is inside their range.
-    from harness.record import read_records
+    from harness.core.record import read_records
 
     out = RUNS / "scale_digits_cpu2_20261124-184152"
     records = read_records(out / "records.jsonl")
@@ -139,8 +140,8 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
 
 
 def test_the_parts_check_takes_the_slowest_rank_per_round_and_the_compute_measured_apart():
+    from harness.core.sweep import parts_summary
     from harness.model import render
-    from harness.scale import parts_summary
 
     ranks = [{"bytes": 400, "calls": [100, 50], "rounds": [
         {"collective_s": 0.0010, "step_s": 0.0030, "compute_s": 0.0009},
@@ -225,6 +226,7 @@ def test_predict_over_several_sweeps_sums_each_sweeps_points_and_groups_them_by_
     # `compare predict DIR DIR ...`: each sweep's own count, then the total and one line per kind of sweep
     # (workload, scaling, bound or not), over committed sweeps: two unbound digits, one bound digits, one widemlp.
     import re
+
     from typer.testing import CliRunner
 
     from harness.cli import app
@@ -267,7 +269,8 @@ def test_predict_over_several_sweeps_sums_each_sweeps_points_and_groups_them_by_
 def _committed(tmp_path, name="scale_digits_cpu2_20261125-085608"):
     """A copy of a committed sweep (records, comm_n*/), which a test may change and render."""
     import shutil
-    from harness.record import read_records
+
+    from harness.core.record import read_records
 
     dst = tmp_path / name
     shutil.copytree(RUNS / name, dst)
@@ -342,7 +345,7 @@ def test_a_comm_launch_that_measured_nothing_is_named_with_its_reason(tmp_path):
 
 
 def test_a_schedule_recorded_before_a_key_existed_takes_it_from_the_adapter_not_from_the_model():
-    from harness.record import read_records
+    from harness.core.record import read_records
     from harness.model.calibration import comm_schedule_of
 
     records = read_records(RUNS / "scale_digits_cpu2_20261124-041536" / "records.jsonl")
@@ -359,8 +362,9 @@ def test_a_schedule_recorded_before_a_key_existed_takes_it_from_the_adapter_not_
 def test_validate_scores_only_the_sweeps_made_with_the_current_model(tmp_path):
     import json
 
-    from conftest import compare_cli
     from harness.model import FINGERPRINT, VERSION
+
+    from conftest import compare_cli
 
     frozen = tmp_path / "made_with_it"
     frozen.mkdir()

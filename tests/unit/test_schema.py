@@ -1,10 +1,11 @@
-"""The record schema is written once (harness/schema.py): docs/records.md is its rendering, and every field of every
+"""The record schema is written once (harness/core/schema.py): docs/records.md is its rendering, and every field of
+every
 committed fixture record is listed there for its kind (a field added in the code without a line there fails here)."""
 
 import json
 from pathlib import Path
 
-from harness import schema
+from harness.core import schema
 
 from conftest import RUNS
 
@@ -13,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_docs_records_md_is_the_schemas_rendering():
     assert (REPO / "docs" / "records.md").read_text() == schema.markdown(), \
-        "regenerate it: .venv/bin/python -m harness.schema > docs/records.md"
+        "regenerate it: .venv/bin/python -m harness.core.schema > docs/records.md"
 
 
 def test_every_field_of_every_fixture_record_is_documented_for_its_kind():
@@ -32,8 +33,8 @@ def test_each_field_is_written_once():
 
 
 def test_every_field_the_reader_requires_is_documented_with_what_it_requires():
-    # the types check_record holds a record to are written once, in harness/record.py, and shown in docs/records.md
-    from harness.record import check_record, checked_fields
+    # the types check_record holds a record to are written once, in harness/core/record.py, and shown in docs/records.md
+    from harness.core.record import check_record, checked_fields
 
     required = checked_fields()
     assert set(required) <= {name for name, _, _ in schema.FIELDS}

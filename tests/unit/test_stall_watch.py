@@ -1,14 +1,13 @@
-"""The stall watch (harness/launch.py): a launch whose rank 0 reports no new phase or step for --stall-timeout is
-stopped as a timeout. On one machine a rank 0 that never says a word counts too; on several hosts the watch starts
-only once rank 0 has said something (a rank 0 on another host may never write the progress file here). The
-end-to-end cases, with each rank's stack and every process's state in the log, are in
-tests/distributed/test_failures.py."""
+"""The stall watch (harness/launching/launch.py): a launch whose rank 0 reports no new phase or step for --stall-timeout
+is stopped as a timeout. On one machine a rank 0 that never says a word counts too; on several hosts the watch starts
+only once rank 0 has said something (a rank 0 on another host may never write the progress file here). The end-to-end
+cases, with each rank's stack and every process's state in the log, are in tests/distributed/test_failures.py."""
 
 import time
 
-from harness import progress as progress_file
-from harness.launch import Launch
-from harness.spec import Node, RunSpec, Topology
+from harness.launching.launch import Launch
+from harness.shared import progress as progress_file
+from harness.shared.spec import Node, RunSpec, Topology
 
 
 def _launch(tmp_path, stall_s, topology=None):

@@ -7,11 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import RUNS
-from harness import report
-from harness.record import check_record, until_target
-from harness.report import epoch, run as run_report, ttt
+from harness import reports as report
+from harness.core.record import check_record, until_target
+from harness.reports import epoch, run_report, ttt
 from workloads.base import Workload
+
+from conftest import RUNS
 
 BLOG_RUN = RUNS / "digits_cpu2_20261123-113816"  # dp, ddp, spawn, amp, apex (unavailable), horovod, ds
 

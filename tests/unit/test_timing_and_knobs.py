@@ -6,8 +6,8 @@ import pytest
 import adapters
 from adapters.base import KnobError
 from adapters.ddp import DDPAdapter
-from harness.options import build
-from harness.stats import percentile, slowest_rank_steps, step_stats
+from harness.core.stats import percentile, slowest_rank_steps, step_stats
+from harness.shared.options import build
 
 
 @pytest.mark.parametrize("q", [0, 10, 50, 90, 100])
@@ -95,7 +95,7 @@ def test_progress_reads_after_two_ranks_raced_on_its_sequence_number(tmp_path):
     # as half-written, and a timed-out launch could not say where rank 0 was stuck.
     import struct
 
-    from harness import progress
+    from harness.shared import progress
 
     path = tmp_path / "progress.bin"
     progress.create(path, 32)

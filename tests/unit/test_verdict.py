@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import record, stats
-from harness.report import verdict
-from harness.runner import round_order
+from harness.core import record, stats
+from harness.core.runner import round_order
+from harness.reports import verdict
 
 
 @pytest.mark.parametrize("df, expected", [(1, 12.706205), (2, 4.302653), (4, 2.776445), (10, 2.228139),
@@ -122,7 +122,7 @@ def test_the_order_of_a_round_is_shuffled_and_reproducible_from_its_seed():
 
 
 def test_noise_is_read_from_proc_stat_over_the_timed_window(tmp_path):
-    from harness.procstat import read as proc_stat
+    from harness.shared.procstat import read as proc_stat
 
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 50 0 25 400 5 0 0 20 0 0\n")
@@ -162,7 +162,7 @@ class _FakeRunner:
     (0.30, 100.0, "budget", 3),  # 30% noise: the next 30 s round would overrun the 100 s budget after round 3
 ])
 def test_precision_mode_adds_rounds_until_resolved_or_out_of_budget(monkeypatch, noise, budget_s, ended, rounds):
-    from harness import run as runmod
+    from harness.core import comparison as runmod
 
     clock = [0.0]
     monkeypatch.setattr(runmod.time, "monotonic", lambda: clock[0])
@@ -186,7 +186,7 @@ def test_precision_mode_adds_rounds_until_resolved_or_out_of_budget(monkeypatch,
 
 
 def test_the_doctor_turns_launch_to_launch_variation_into_reachable_precision():
-    from harness import doctor
+    from harness.core import noise_floor as doctor
 
     # sd 0.1 on the log scale, 3 launches per row: t(0.975, 4) x 0.1 x sqrt(2/3) = 0.2266958, sinh of it 0.2286425
     assert doctor.ratio_half_width(0.1, 3) == pytest.approx(0.2286425, abs=1e-6)
@@ -224,9 +224,10 @@ def test_the_model_is_judged_against_each_points_own_interval():
 
 
 def test_a_schema_2_sweep_gives_speed_up_and_efficiency_with_intervals():
+    from harness.core.record import read_records
+    from harness.reports import scale_report as scale
+
     from conftest import RUNS
-    from harness.record import read_records
-    from harness.report import scale
 
     records = read_records(RUNS / "scale_digits_cpu2_20261125-085608" / "records.jsonl")
     for r in records:
@@ -278,7 +279,7 @@ def test_compare_knobs_lists_every_knob_from_its_declaration_and_version_prints_
 
     import adapters
     from harness.cli import app
-    from harness.options import catalogue
+    from harness.shared.options import catalogue
 
     out = CliRunner().invoke(app, ["knobs", "ddp"])
     assert out.exit_code == 0, out.output

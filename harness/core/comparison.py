@@ -1,0 +1,142 @@
+"""`compare run`: check the request, run the reference and every adapter, write records, report and plots.
+
+Runs in: the parent. Everything that can be refused is refused in `plan()`, before anything is created on disk.
+`execute()` then writes `records.jsonl` after every launch (harness/core/session.py), so whatever happens later,
+finished rows are kept.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import datetime
+from typing import Any
+
+from harness.core import outdir
+from harness.core import provenance as envmod
+from harness.core.errors import BadInput
+from harness.core.requests import DEFAULT_BUDGET, MAX_REPEATS, RunPlan, RunRequest, parse_duration, parse_precision
+from harness.core.runner import Runner, plain_record, plan_rows, round_order, run_header
+from harness.core.session import Session
+from harness.launching import hosts
+
+MIN_PRECISION_ROUNDS = 3
+"""Precision mode runs at least this many rounds: below it no row has an interval."""
+
+RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "epoch_time.png",
+                "ttt_curve.png", "ttt_time.png")
+
+
+def plan(req: RunRequest) -> RunPlan:
+    """Check `req` and resolve it into a plan, refusing anything wrong (BadInput) before anything is written."""
+    p = plan_rows(req)
+    _check_verdict_options(req, p)
+    if p.topology is not None:
+        p.topology = hosts.probe(p.topology)  # every remote host answers, or one line and exit 2
+        p.oversubscribed = hosts.check_cores(p.topology, req.oversubscribe)
+    if req.out is not None:
+        p.out = req.out
+    else:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
+        p.out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
+    outdir.check(p.out, req.force, RESULT_FILES)
+    return p
+
+
+def _check_verdict_options(req: RunRequest, p: RunPlan) -> None:
+    """--baseline, --precision, --budget and --order-seed, refused (BadInput) before anything is written."""
+    labels = [r.label for r in p.rows]
+    if req.baseline is not None:
+        if req.baseline not in labels:
+            raise BadInput(f"--baseline {req.baseline!r} is not among the rows of this run; choose one of: "
+                           f"{', '.join(labels)}")
+        if req.baseline not in [r.label for r in p.runnable]:
+            raise BadInput(f"--baseline {req.baseline} cannot run here (unavailable); choose one of: "
+                           f"{', '.join(r.label for r in p.runnable)}")
+    if req.order_seed is not None and not 0 <= req.order_seed < 2**63:
+        raise BadInput(f"--order-seed must be between 0 and 2**63 - 1, got {req.order_seed}")
+    if req.precision is None:
+        if req.budget is not None:
+            raise BadInput("--budget only applies with --precision (the time the rounds may take to reach it); "
+                           "add --precision, e.g. 5%, or leave --budget out")
+        return
+    p.precision = parse_precision(req.precision)
+    p.budget_s = parse_duration(req.budget if req.budget is not None else DEFAULT_BUDGET)
+    if req.until_target:
+        raise BadInput("--precision narrows throughput intervals; it does not apply to --until-target runs")
+    if len(p.runnable) < 2:
+        raise BadInput(f"--precision compares rows with each other, and only {len(p.runnable)} row can run here "
+                       f"({', '.join(r.label for r in p.runnable) or 'none'}); name at least two with --adapters")
+
+
+def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """Run the plan; `ui` receives progress (see harness.cli.RunUI). Returns (records, interrupted). Raises
+    SessionError when the results cannot be written (exit 1) and BadInput when another run holds the directory."""
+    from harness import reports as report
+
+    req = p.request
+    run_info = run_header(p, "run", [r.label for r in p.rows], started)
+    seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
+    run_info.update(order_seed=seed, baseline=req.baseline)
+    remote = p.topology is not None and p.topology.remote
+    with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
+        ui.start(p)
+        runner = Runner(session, ui, run_info, pipelined=p.until_target is None and not remote)
+
+        def first_started():  # while the first launch starts up
+            run_info["env"] = envmod.collect_safely(req.device)
+            session.save([plain_record(run_info, p, row, repeat, "unavailable", row.reason)
+                          for row in p.unavailable for repeat in range(req.repeats)])
+
+        def round_jobs(k: int):
+            # Rounds are interleaved (every row, then every row again) so slow drift of the machine hits all alike,
+            # and the rows of each round come in an order shuffled from the recorded seed, so a periodic disturbance
+            # does not always hit the same row.
+            return [(p, row, k) for row in round_order(p.runnable, seed, k)]
+
+        if p.precision is None:
+            jobs = [job for k in range(req.repeats) for job in round_jobs(k)]
+            stopped = runner.run(jobs, first_started)
+        else:
+            jobs, stopped = _until_precise(p, runner, session, ui, round_jobs, first_started)
+        if stopped:
+            runner.close_interrupted(stopped, jobs, req.device)
+        session.finish(report.render)
+    return session.records, stopped is not None
+
+
+def _until_precise(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_started):
+    """Precision mode: rounds until every ratio's interval is at most p.precision wide (relative half-width), or
+    until the next round would overrun the budget (the last round's duration is the estimate). Every record then
+    says how it ended. Returns (every job planned so far, "during ..." if interrupted)."""
+    from harness.reports import verdict
+
+    req, start = p.request, time.monotonic()
+    least = max(MIN_PRECISION_ROUNDS, req.repeats)
+    jobs: list = []
+    stopped, ended, widest, k = None, "max_rounds", None, 0
+    while k < MAX_REPEATS:
+        round_start = time.monotonic()
+        this_round = round_jobs(k)
+        jobs += this_round
+        stopped = runner.run(this_round, first_started if k == 0 else (lambda: None), stop_ui=False)
+        k += 1
+        if stopped:
+            ended = "interrupted"
+            break
+        widest = verdict.widest(verdict.analyse(session.records, req.baseline))
+        ui.round_done(k, widest, p.precision)
+        if k >= least and widest is not None and widest[1] <= p.precision:
+            ended = "resolved"
+            break
+        now = time.monotonic()
+        if now - start + (now - round_start) > p.budget_s:
+            ended = "budget"
+            break
+    ui.stop()
+    outcome = {"target": p.precision, "budget_s": p.budget_s, "rounds": k, "ended": ended,
+               "elapsed_s": time.monotonic() - start, "widest": list(widest) if widest else None}
+    session.records = [{**r, "precision_mode": outcome} for r in session.records]
+    session.save()
+    return jobs, stopped

@@ -1,0 +1,219 @@
+"""The results directory: checked before a run (nothing written), claimed with a lock while a run writes it.
+
+Runs in: the parent. Every subcommand that writes results (run, comm, ...) goes through here, so the rules are
+the same for all: an existing directory with results is only overwritten with --force, one that cannot be
+written is refused up front, and two runs never write the same directory at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from harness.core.errors import BadInput
+
+RESULT_FILES = ("records.jsonl", "report.md")
+"""Files whose presence means "this directory holds results" (plots and logs always come with them)."""
+LOCK_NAME = ".compare.lock"
+WRITTEN = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "epoch_time.png",
+           "ttt_curve.png", "ttt_time.png", "speedup.png", "efficiency.png", "memory.png", "balance.png",
+           "prediction.png", "busbw.png")
+"""Every file a compare command writes at the top of its results directory (run, scale and comm's RESULT_FILES;
+a test keeps the lists together): what --force removes besides logs/ and a sweep's comm_n*/."""
+
+
+def holder(out: Path) -> int | None:
+    """The pid of a live compare process that holds `out`'s lock, else None (never creates anything)."""
+    path = out / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 64).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _busy(out: Path, pid: int) -> BadInput:
+    who = f"pid {pid}" if pid > 0 else "a process whose pid is not recorded"
+    return BadInput(f"output directory {out} is in use by another compare run ({who}); wait for it to finish or "
+                    f"choose another --out")
+
+
+def one_line(out: Path) -> None:
+    """Refuse an output path with a control character in it (a newline, a tab): reports, logs and scripts name
+    their directory on one line."""
+    bad = next((ch for ch in str(out) if not ch.isprintable() and ch != " "), None)
+    if bad is not None:
+        raise BadInput(f"output path {ascii(str(out))} holds a control character ({ascii(bad)}); choose another "
+                       f"--out (a report names its directory on one line)")
+
+
+def check(out: Path, force: bool, files: tuple[str, ...] = RESULT_FILES) -> None:
+    """Refuse an output path that another run is writing, that holds results or other files this run would
+    overwrite (`files`, its logs/ and a sweep's comm_n*/; without --force), that is not a UTF-8 name or that
+    cannot be written, writing nothing. Writability is proven by creating and removing a probe directory:
+    permission bits lie for root and for read-only mounts."""
+    try:
+        str(out).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = str(out).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise BadInput(f"output path {shown} is not a UTF-8 name; choose another --out (reports name their "
+                       f"directory in UTF-8 text)") from None
+    one_line(out)
+    try:
+        _check(out, force, files)
+    except OSError as exc:  # a name too long for the filesystem, a path through a file, ...
+        raise BadInput(f"output path {out} cannot be used: {exc.strerror or exc}") from None
+
+
+def _check(out: Path, force: bool, files: tuple[str, ...]) -> None:
+    if out.is_symlink() and not out.exists():
+        raise BadInput(f"output path {out} is a symbolic link to {os.readlink(out)}, which does not exist; create "
+                       f"that directory, or choose another --out")
+    if out.exists():
+        if not out.is_dir():
+            raise BadInput(f"output path {out} exists and is not a directory")
+        pid = holder(out)
+        if pid is not None:
+            raise _busy(out, pid)
+        existing = [f for f in RESULT_FILES if (out / f).exists()]
+        if existing and not force:
+            raise BadInput(f"output directory {out} already holds results ({', '.join(existing)}); "
+                           f"use --force to overwrite or choose another --out")
+        clobbered = ([f for f in files if f not in RESULT_FILES and (out / f).exists()]
+                     + (["logs/"] if (out / "logs").is_dir() and any((out / "logs").iterdir()) else [])
+                     + sorted(f"{d.name}/" for d in out.glob("comm_n*") if d.is_dir()))
+        if clobbered and not force:
+            raise BadInput(f"output directory {out} holds files this run would overwrite ({', '.join(clobbered)}); "
+                           f"use --force to overwrite them or choose another --out")
+        probe_in = out
+    else:
+        probe_in = out.parent
+        while not probe_in.exists():
+            if probe_in.is_symlink():  # a link to nowhere, or a loop of links: nothing can be created under it
+                raise BadInput(f"cannot create output directory {out}: {probe_in} is a symbolic link that leads "
+                               f"nowhere (a missing target or a loop); choose another --out")
+            probe_in = probe_in.parent
+        if not probe_in.is_dir():
+            raise BadInput(f"cannot create output directory {out}: {probe_in} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".compare-probe-", dir=probe_in))
+    except OSError as exc:
+        raise BadInput(f"output directory {out} is not writable: {exc.strerror} ({probe_in})") from None
+
+
+class Claim:
+    """Exclusive use of a results directory for one run: an flock held until `release()` (the kernel drops it if
+    the process dies, even by SIGKILL), with the holder's pid in the lock file for the refusal message."""
+
+    def __init__(self, out: Path):
+        out.mkdir(parents=True, exist_ok=True)
+        self.out = out
+        self.path = out / LOCK_NAME
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                text = os.read(fd, 64).decode(errors="replace").strip()
+                os.close(fd)
+                raise _busy(out, int(text) if text.isdigit() else -1) from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not a lock file that its holder unlinked between our open and our flock
+                break
+            os.close(fd)
+        self.fd = fd
+        try:  # the pid is only for the refusal message: a full disk must not stop the run here
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError:
+            pass
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically; on failure (a full disk) the old file stays and no temp file is left."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def save_figure(fig, path: Path, dpi: int) -> None:
+    """A matplotlib figure as PNG at `path`, atomically like write_text (never a half-written plot)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, dpi=dpi, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def clear(out: Path, files: tuple[str, ...]) -> None:
+    """Remove a previous run's result files (only reached with --force, or when there were none): this command's
+    `files`, and whatever any compare command writes there (another command's plots, the logs in logs/, a scale
+    sweep's comm_n*/), so that the directory holds this run's files and nothing its records do not account for.
+    Files compare does not write are left alone."""
+    for f in dict.fromkeys(files + WRITTEN):
+        (out / f).unlink(missing_ok=True)
+    logs = out / "logs"
+    if logs.is_dir() and not logs.is_symlink():
+        for f in logs.iterdir():
+            if f.is_file() or f.is_symlink():
+                f.unlink(missing_ok=True)
+    for d in out.glob("comm_n*"):
+        if d.is_dir() and not d.is_symlink() and (d / "records.jsonl").is_file():
+            shutil.rmtree(d)
+
+
+def scratch_dir(within: Path | None = None) -> Path:
+    """A private temporary directory for the ranks' files (named with our pid), after removing any left behind
+    by a compare process that no longer exists (one killed with SIGKILL cannot clean up after itself). `within`:
+    hidden in that directory instead of the temp directory (ranks on other hosts must see it: a results
+    directory on a shared filesystem, where every host's /tmp is its own)."""
+    tmp = Path(tempfile.gettempdir()) if within is None else within
+    pattern = "compare-*-scratch-*" if within is None else ".compare-*-scratch-*"
+    for old in tmp.glob(pattern):
+        pid = old.name.lstrip(".").split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    prefix = f"compare-{os.getpid()}-scratch-" if within is None else f".compare-{os.getpid()}-scratch-"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=within))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

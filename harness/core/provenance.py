@@ -1,0 +1,220 @@
+"""What machine and software a result came from: recorded in every row and printed by `compare env`."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def memory_total_bytes() -> int:
+    """This machine's physical memory."""
+    import psutil
+
+    return psutil.virtual_memory().total
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    """The vector/matrix extensions that decide CPU throughput, bf16 above all (emulated without avx512_bf16/AMX)."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "neon", "sve")
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in wanted if f in have]
+    except OSError:
+        pass
+    return []
+
+
+TUNING_PREFIXES = ("HOROVOD_", "NCCL_", "GLOO_", "TORCH_", "PYTORCH_", "TORCHELASTIC_", "DS_", "DEEPSPEED_", "OMP_",
+                   "KMP_", "MKL_", "GOMP_", "OPENBLAS_", "CUDA_", "CUBLAS_", "CUDNN_", "MALLOC_", "UCX_", "FI_",
+                   "OMPI_MCA_")
+"""Variables that change what a framework or its libraries do (fusion, cycle time, algorithms, threads, memory
+allocation, transports). Every rank inherits compare's environment, so one of these set in the user's shell
+applies to the rows it concerns: recorded, printed at the start and shown in the report, never silently."""
+TUNING_NAMES = ("LD_PRELOAD",)  # e.g. jemalloc or tcmalloc, which change a step's time
+HARNESS_SET = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""Set by the harness for every rank (threads per rank, recorded as such), so a value in the shell is not used."""
+
+
+def tuning_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The tuning variables set in this environment (TUNING_PREFIXES), that every rank inherits."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in sorted(environ)
+            if (k.startswith(TUNING_PREFIXES) or k in TUNING_NAMES) and k not in HARNESS_SET}
+
+
+def tuning_line(env: dict[str, Any]) -> list[str]:
+    """The report's provenance line for the tuning variables a run's ranks inherited ([] for records made before
+    they were recorded)."""
+    if "tuning_env" not in env:
+        return []
+    t = env["tuning_env"]
+    if not t:
+        return [f"- Tuning variables: none of {', '.join(p + '*' for p in TUNING_PREFIXES[:6])}... set in compare's "
+                "environment; every framework ran with its defaults and the knobs shown."]
+    return ["- Tuning variables set in compare's environment, which the ranks on this machine inherit (they change "
+            "what the frameworks do, on top of the knobs shown): " + ", ".join(f"`{k}={v}`" for k, v in t.items())]
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def collect_safely(device: str = "cpu") -> dict[str, Any]:
+    """`collect`, for a run already under way: if torch cannot be imported in this process after all (a memory
+    limit, say), what can be read without it, with the error; the rows then fail with their own reasons and the
+    run still writes them."""
+    try:
+        return collect(device)
+    except Exception as exc:  # noqa: BLE001 - the environment is provenance: it must not cost the run
+        return {**collect(device, import_torch=False),
+                "collect_error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+
+
+def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
+    """The environment shared by every row of one comparison (cheap: no framework imports beyond torch).
+    `import_torch=False` (a run interrupted while torch was being imported: importing it again could fail
+    half-way) reads torch's version from its package metadata and leaves out what only torch itself can say."""
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "cpu_cores_usable": usable_cores(),
+        "cpu_count_logical": os.cpu_count(),
+        "memory_total_bytes": memory_total_bytes(),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "tuning_env": tuning_env(),
+        "git_commit": git_commit(),
+    }
+    if not import_torch:
+        from importlib import metadata
+
+        try:
+            env["torch"] = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            env["torch"] = "not installed"
+        env["distributed"] = {}
+        return env
+    import torch
+    import torch.distributed as dist
+
+    env.update({
+        "torch": torch.__version__,
+        "torch_default_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "distributed": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
+                        "mpi": dist.is_mpi_available()},
+        "cuda_available": torch.cuda.is_available(),
+    })
+    if torch.cuda.is_available():
+        env["cuda"] = torch.version.cuda
+        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        try:
+            env["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - informational only
+            env["nccl_version"] = None
+    return env
+
+
+def hardware_slug(device: str) -> str:
+    """Short hardware name for result directories: cpu2 (2 usable cores), h100x1, ..."""
+    if device == "cuda":
+        import torch
+
+        name = torch.cuda.get_device_name(0).lower()
+        for word in name.replace("-", " ").split():
+            if any(c.isdigit() for c in word) and word[0].isalpha():
+                return f"{word}x{torch.cuda.device_count()}"
+        return f"gpux{torch.cuda.device_count()}"
+    return f"cpu{usable_cores()}"
+
+
+def launchers(declared: list[str]) -> dict[str, str | None]:
+    """Launch tools on PATH (and torchrun as a module, which is how the harness calls it). `declared`: the
+    adapters' own launchers (Adapter.launcher); those that are programs (not "in-process" or a Python API) are
+    looked for, and MPI's."""
+    bindir = Path(sys.executable).parent  # the venv's own scripts, whether or not it is activated
+    tools = [n for n in dict.fromkeys(declared) if " " not in n and "." not in n and n != "in-process"] + ["mpirun"]
+    found = {name: str(bindir / name) if (bindir / name).exists() else shutil.which(name) for name in tools}
+    # What runs across hosts needs (README, Multi-node): ssh for remote hosts, pdsh for DeepSpeed, SLURM's tools.
+    found.update({name: shutil.which(name) for name in ("ssh", "pdsh", "srun", "sbatch", "scontrol")})
+    found["torch.distributed.run"] = f"{sys.executable} -m torch.distributed.run"
+    return found
+
+
+def parallel_info() -> dict[str, str]:
+    """torch's own account of its threading back ends (OpenMP, MKL, ...), for `compare env`."""
+    import torch
+
+    info = {}
+    for line in torch.__config__.parallel_info().splitlines():
+        key, sep, value = line.rpartition(":")  # keys contain "::" (at::get_num_threads())
+        if sep and value.strip():
+            info[key.strip()] = value.strip()
+    return info
+
+
+def summary_lines(info: dict[str, Any]) -> list[str]:
+    """`compare env` in a few paste-ready lines (the whole of it: --full or --json)."""
+    from harness.core.errors import first_sentence
+    from harness.core.sizes import format_mib
+
+    dist = info.get("distributed") or {}
+    backends = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in dist.items()) or "torch.distributed missing"
+    gpus = ", ".join(info.get("gpus") or []) or "none"
+    cuda = f"CUDA {info['cuda']}" if info.get("cuda") else "no CUDA"
+    torch = info.get("torch", "?") + (f" (it fails to import: {info['torch_error']})" if info.get("torch_error")
+                                      else f" ({cuda}; {backends})")
+    lines = [f"python {info.get('python')}, torch {torch}",
+             f"machine: {info.get('cpu_model')} ({' '.join(info.get('cpu_flags') or []) or 'no flags read'}), "
+             f"{info.get('cpu_cores_usable')} usable of {info.get('cpu_count_logical')} cores, "
+             f"{format_mib(info.get('memory_total_bytes'))} RAM; GPUs: {gpus}",
+             f"platform: {info.get('platform')}; git commit {info.get('git_commit') or 'unknown'}",
+             f"threads: torch {info.get('torch_default_threads')} intra-op, {info.get('torch_interop_threads')} "
+             f"inter-op; OMP_NUM_THREADS {info.get('omp_num_threads_env') or 'unset'}"]
+    tuning = info.get("tuning_env") or {}
+    lines.append("tuning variables the ranks would inherit: "
+                 + (", ".join(f"{k}={v}" for k, v in tuning.items()) if tuning else "none"))
+    found = info.get("launchers") or {}
+    lines.append("launchers: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in found.items()
+                                           if k != "torch.distributed.run"))
+    for name, entry in (info.get("adapters") or {}).items():
+        ok = entry.get("available_cpu") == "yes"
+        version = entry.get("version")
+        said = "available" if ok else "unavailable: " + first_sentence(str(entry.get("available_cpu")))
+        lines.append(f"  {name}: {said}" + (f" ({version})" if version else "")
+                     + (f"; error {entry['error']}" if entry.get("error") and entry["error"] not in said else ""))
+    return lines

@@ -1,0 +1,501 @@
+"""What a user asks for (one request shape per subcommand, sharing one base) and the checks every request passes
+before anything is launched or written.
+
+Runs in: the parent. A refused request raises BadInput: one line for the user, exit code 2, nothing written.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import adapters
+import workloads
+from adapters.base import Adapter, Availability
+from harness.core import provenance as envmod
+from harness.core.errors import BadInput, first_sentence  # noqa: F401  (re-exported: what requests raise)
+from harness.shared import options
+from harness.shared.options import OptionError
+from harness.shared.registry import UnknownName
+
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass
+class Request:
+    """The options every subcommand shares."""
+
+    device: str = "cpu"
+    world_size: int | None = 2
+    """Ranks (devices for DataParallel); None: the hosts' slots (harness/launching/hosts.py), 2 without hosts."""
+    timeout_s: float = 900.0
+    """Seconds before a launch is killed and recorded as a timeout."""
+    stall_s: float = 300.0
+    """Seconds without progress (no new phase or step from rank 0) after which a launch is stopped as stalled, each
+    rank's Python stacks written to its log first (0: never)."""
+    out: Path | None = None
+    """Output directory (None: results/<name>_<hardware>_<time>)."""
+    results_dir: Path = Path("results")
+    force: bool = False
+    """Overwrite results already in --out."""
+    strict: bool = False
+    """A named adapter (or backend) that cannot run here is an error (exit 2), not an unavailable row."""
+    oversubscribe: bool = False
+    """Allow more processes than usable cores (every row so run is labelled oversubscribed)."""
+    threads: int | None = None
+    """Threads per process (default: usable cores / processes)."""
+    bind_cores: bool = False
+    """Bind each process to its own share of the usable cores (every adapter alike; recorded): local rank k gets
+    its threads' cores from the k x threads-th on, wrapping round when oversubscribed. Default: the OS places the
+    threads."""
+    command: str = ""
+    """The command line as typed, recorded in every row."""
+    hosts: str | None = None
+    """Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 (the world size is the sum of the slots)."""
+    hostfile: Path | None = None
+    """Hosts from a file of `HOST slots=N` lines (DeepSpeed/MPI syntax)."""
+    nnodes: int | None = None
+    """Use the first N hosts (of --hosts, --hostfile or the SLURM allocation)."""
+    iface: str | None = None
+    """Network interface for every rank (GLOO/NCCL_SOCKET_IFNAME; default: lo on one machine, else the frameworks'
+    choice)."""
+    launcher: str = "ssh"
+    """How other hosts are reached: ssh, or slurm (srun, inside an allocation; hosts from SLURM)."""
+    topology: Any = None
+    """A topology given whole instead of the options above (`compare sbatch`, planning for an allocation)."""
+
+
+@dataclass
+class RunRequest(Request):
+    """`compare run`."""
+
+    adapters: list[str] | None = None
+    """Row labels, "NAME" or "NAME:KNOB=VALUE:..." (None: every registered adapter)."""
+    workload: str = workloads.DEFAULT
+    steps: int | None = None
+    warmup: int | None = None
+    global_batch: int | None = None
+    repeats: int = 1
+    equiv_steps: int | None = None
+    knobs: list[str] = field(default_factory=list)
+    """ADAPTER.KNOB=VALUE, applied to every row of that adapter."""
+    options: list[str] = field(default_factory=list)
+    """Workload options KEY=VALUE."""
+    fault: str | None = None
+    until_target: bool = False
+    """Train every adapter until the workload's target is reached (or the step budget runs out)."""
+    eval_every: int | None = None
+    """With until_target: evaluate every this many steps (None: the workload's default)."""
+    max_steps: int | None = None
+    """With until_target: the step budget (None: the workload's default)."""
+    baseline: str | None = None
+    """The row every other row is compared with (a ratio with its interval); None: the first row that runs on the
+    whole world size."""
+    precision: str | None = None
+    """"5%": add interleaved rounds until every ratio's 95% interval has at most this half-width, or the budget is
+    spent (None: exactly `repeats` rounds)."""
+    budget: str | None = None
+    """With precision: the time the rounds may take, "600s", "10m", "1.5h" (None: 10m)."""
+    order_seed: int | None = None
+    """Seed of the shuffled order of the rows within each round (None: a fresh one, recorded)."""
+
+
+@dataclass
+class ScaleRequest(RunRequest):
+    """`compare scale`: the same comparison at several world sizes."""
+
+    world_sizes: list[int] | None = None
+    """Increasing, distinct, each >= 1 (None: 1 and every size up to the usable cores)."""
+    scaling: str = "strong"
+    """strong: the global batch stays fixed; weak: the per-rank batch stays fixed (global = per-rank x N)."""
+    straggler: str | None = None
+    """"RANK:FACTOR": that rank computes FACTOR times slower at every world size that has it."""
+    comm_dirs: list[Path] = field(default_factory=list)
+    """`compare comm` results to calibrate the model with (none: the sweep measures its own)."""
+    model: bool = True
+    """Calibrate the performance model (a `compare comm` sweep per world size) and predict."""
+    profiles: list[str] = field(default_factory=lambda: ["h100-sxm-ndr400"])
+    """Hardware profiles the model extrapolates to."""
+    predict_to: int = 1024
+    profile_steps: int = 10
+    """Steps per batch size of the compute profile."""
+
+
+@dataclass
+class CommRequest(Request):
+    """`compare comm`."""
+
+    backends: list[str] | None = None
+    ops: list[str] | None = None
+    sizes: str = "1K:64M"
+    dtype: str = "fp32"
+    max_iters: int = 50
+    gap_s: float = 0.0
+    """Seconds of local busy work every rank does before each timed call (not timed); 0: back to back."""
+
+
+@dataclass
+class Row:
+    """One row of a comparison: an adapter with its knobs (a comm backend is the adapter it runs through)."""
+
+    label: str
+    """As the user wrote it: "ddp", "deepspeed:zero_stage=3", or a comm backend "torch"."""
+    name: str
+    """Registry name of the adapter."""
+    cls: type[Adapter] | None
+    """None only when the adapter's module fails to import (its reason says so)."""
+    adapter: Adapter | None = None
+    """The configured adapter; None when it cannot run here."""
+    reason: str = ""
+    """Why it cannot run here (with the fix), when `adapter` is None."""
+
+
+@dataclass
+class Plan:
+    """A checked request, ready to run: every number resolved, every row built, the output directory chosen."""
+
+    request: Request
+    out: Path | None
+    """None only while a sub-plan is being built (`compare scale` plans each world size, then picks one out)."""
+    rows: list[Row]
+    oversubscribed: bool = False
+    """More processes than usable cores (only with --oversubscribe)."""
+    topology: Any = None
+    """Where the ranks run (harness.shared.spec.Topology; None: this machine, one single-node launch)."""
+
+    @property
+    def runnable(self) -> list[Row]:
+        return [r for r in self.rows if r.adapter is not None]
+
+    @property
+    def unavailable(self) -> list[Row]:
+        return [r for r in self.rows if r.adapter is None]
+
+
+@dataclass
+class UntilTarget:
+    """The resolved settings of an until-target run."""
+
+    target: float
+    """The workload's accuracy target."""
+    metric: str
+    """What the accuracy counts, in words ("test accuracy", "next-byte accuracy")."""
+    eval_every: int
+    max_steps: int
+    """The step budget."""
+
+
+@dataclass
+class RunPlan(Plan):
+    workload: Any = None
+    global_batch: int = 0
+    steps: int = 0
+    """Timed steps; in an until-target run, the step budget."""
+    warmup: int = 0
+    equiv_steps: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Added to every record of this plan (`compare scale`: which point of the sweep it is)."""
+    tag: str = ""
+    """Appended to row names in progress lines and to log names when one run holds several plans (" n=4")."""
+    spec_extra: dict[str, Any] = field(default_factory=dict)
+    """RunSpec fields for every launch of this plan beyond the common ones (profile, straggler)."""
+    until_target: UntilTarget | None = None
+    """Set for `compare run --until-target`: launches then run one at a time, never overlapping."""
+    precision: float | None = None
+    """Relative half-width every ratio's interval must reach (`compare run --precision`), or None."""
+    budget_s: float | None = None
+    """Seconds the rounds may take in precision mode."""
+
+
+@dataclass
+class CommPlan(Plan):
+    ops: list[str] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+
+
+# ---- checks shared by every subcommand ------------------------------------------------------------------------
+
+MAX_THREADS = 4096
+"""--threads above this is a typo, not a machine: refused before torch.set_num_threads() would overflow in a rank."""
+MAX_WORLD = 65536
+"""A world size above this is a typo, not a cluster (the largest the model extrapolates to, too): refused before
+any other check would name it in a less helpful message."""
+MAX_STEPS = 10**7
+"""--steps, --warmup, --max-steps (and the step counts that follow them) above this are refused: every rank keeps
+one time and one loss per step (0.3 GB at this bound), and 2**63 overflowed the progress file's counters."""
+MAX_REPEATS = 1000
+"""--repeats above this is refused: the plan lists every launch up front (10**20 of them took all the memory)."""
+MAX_BUDGET_S = 7 * 24 * 3600.0
+"""--budget above a week is a typo."""
+DEFAULT_BUDGET = "10m"
+MAX_ITERS = 10**6
+"""`compare comm --iters` above this is refused (a cell of 10**20 calls would never end)."""
+
+
+def require_torch() -> None:
+    """torch imports here (every adapter and the reference need it): one line otherwise, before anything runs.
+    Cheap: the answer is cached, keyed by torch's files (adapters/base.py: torch_build)."""
+    from adapters.base import torch_build
+
+    build = torch_build()
+    if not build.get("installed"):
+        raise BadInput("torch is not installed in this environment; `make setup` installs the pinned CPU build "
+                       "(torch==2.13.0) into .venv/")
+    if build.get("broken"):
+        raise BadInput(f"torch in {build['where']} fails to import ({build['broken']}); every adapter needs it: "
+                       "reinstall it with `make clean setup`, or remove what shadows it from PYTHONPATH")
+
+
+def check_common(req: Request, min_world: int = 1) -> None:
+    """Device, world size, timeout, threads and --out, each refused with one line naming the valid values."""
+    require_torch()
+    if req.device not in DEVICES:
+        raise BadInput(f"unknown device '{req.device}'; valid choices: {', '.join(DEVICES)}")
+    if req.world_size < min_world:
+        what = " for communication" if min_world > 1 else ""
+        raise BadInput(f"world size must be at least {min_world}{what}, got {req.world_size}")
+    if req.world_size > MAX_WORLD:
+        raise BadInput(f"world size must be at most {MAX_WORLD:,}, got {req.world_size}")
+    if not req.timeout_s > 0:
+        raise BadInput(f"--timeout must be a positive number of seconds, got {req.timeout_s:g}")
+    if not req.stall_s >= 0:
+        raise BadInput(f"--stall-timeout must be a number of seconds, at least 0 (0: never), got {req.stall_s:g}")
+    if req.threads is not None and req.threads < 1:
+        raise BadInput(f"threads must be at least 1, got {req.threads}")
+    if req.threads is not None and req.threads > MAX_THREADS:
+        raise BadInput(f"threads must be at most {MAX_THREADS} (more than any machine's cores), got {req.threads}")
+
+
+def check_cores(req: Request, processes: int, fix: str | None = None) -> bool:
+    """Whether `processes` CPU processes oversubscribe the usable cores; refused unless --oversubscribe. `fix`:
+    what to say instead of "--world-size N or fewer" (`compare scale` has --world-sizes)."""
+    if req.device != "cpu":
+        return False
+    cores = envmod.usable_cores()
+    if processes <= cores:
+        if req.threads is None or processes * req.threads <= cores:
+            return False
+        if not req.oversubscribe:  # more compute threads than cores: oversubscribed as surely as more processes
+            raise BadInput(f"world size {processes} x --threads {req.threads} needs {processes * req.threads} cores "
+                           f"but this machine has {cores} usable cores; use --threads {max(1, cores // processes)} "
+                           f"or fewer, or --oversubscribe to run it anyway (every row is then labelled "
+                           f"oversubscribed)")
+        return True
+    if not req.oversubscribe:
+        raise BadInput(f"world size {processes} needs {processes} processes but this machine has {cores} usable "
+                       f"cores; use {fix or f'--world-size {cores} or fewer'}, or --oversubscribe to run it anyway "
+                       f"(every row is then labelled oversubscribed)")
+    return True
+
+
+def load_workload(req: RunRequest):
+    """The request's workload with its options (BadInput naming the valid choices otherwise)."""
+    try:
+        return workloads.get(req.workload, dict(pairs(req.options, "option")))
+    except UnknownName as exc:
+        raise BadInput(str(exc)) from None
+    except OptionError as exc:
+        raise BadInput(f"workload {req.workload}: {exc}") from None
+
+
+def check_fits(workload, req: RunRequest, ranks: int) -> None:
+    """Refuse a workload whose model states alone (fp32 parameters, gradients and one optimizer buffer, a lower
+    bound on what training holds) for `ranks` ranks on this machine exceed its memory: `-o hidden=99999999999`
+    used to fail at launch, out of memory. The model is built on torch's meta device, which allocates nothing."""
+    if req.device != "cpu":
+        return
+    import torch
+
+    given = ", ".join(req.options) or "its defaults"
+    try:
+        with torch.device("meta"):
+            params = sum(p.numel() for p in workload.build_model().parameters())
+    except RuntimeError as exc:
+        if "overflow" in str(exc):  # a tensor larger than any address space
+            raise BadInput(f"workload {req.workload} ({given}) cannot be built: {' '.join(str(exc).split())}; "
+                           f"choose smaller workload options") from None
+        return
+    except Exception:  # noqa: BLE001 - a model that cannot be built on meta is left to the launch
+        return
+    need, total = 12 * params * ranks, envmod.memory_total_bytes()
+    if need > total:
+        raise BadInput(f"workload {req.workload} ({given}) has {params:,} parameters: their fp32 values, gradients "
+                       f"and one optimizer buffer alone take {need / 2**30:,.1f} GiB for {ranks} rank(s), more than "
+                       f"this machine's {total / 2**30:,.1f} GiB; choose smaller workload options")
+
+
+def pairs(items: list[str], what: str, form: str = "KEY=VALUE") -> list[tuple[str, str]]:
+    """["k=v", ...] -> [("k", "v"), ...], refusing an item that is not KEY=VALUE (`form`: how the message shows
+    the expected form)."""
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"{what} '{item}' is not {form}")
+        if key.strip() in {k for k, _ in out}:
+            raise BadInput(f"{what} '{key.strip()}' given twice")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def parse_label(label: str) -> tuple[str, dict[str, str]]:
+    """"deepspeed:zero_stage=3:offload_optimizer=true" -> ("deepspeed", {...}): one row per knob variant."""
+    name, *parts = label.split(":")
+    if parts:  # a misspelt adapter is named as such, before its knobs are read
+        try:
+            adapters.get(name)
+        except UnknownName as exc:
+            raise BadInput(str(exc)) from None
+    variant = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise BadInput(f"adapter row '{label}': '{part}' is not KNOB=VALUE (form: ADAPTER:KNOB=VALUE:...)"
+                           + _knobs_of(name))
+        if key in variant:
+            raise BadInput(f"adapter row '{label}': knob '{key}' given twice")
+        variant[key] = value
+    return name, variant
+
+
+def _knobs_of(name: str) -> str:
+    """"; valid knobs of ddp: bucket_cap_mb, ..." for an error message ("" if the adapter cannot be loaded)."""
+    import dataclasses
+
+    try:
+        knobs = sorted(f.name for f in dataclasses.fields(adapters.get(name).Knobs))
+    except Exception:  # noqa: BLE001 - only a hint in a message that is already an error
+        return ""
+    return f"; valid knobs of {name}: {', '.join(knobs) or 'none'}"
+
+
+def check_list(given: list[str] | None, valid: list[str], what: str) -> None:
+    """An explicit list must be non-empty and without duplicates."""
+    if given is None:
+        return
+    if not given:
+        raise BadInput(f"no {what}s given; valid choices: {', '.join(valid)}")
+    if "" in given:
+        raise BadInput(f"an empty {what} in '{','.join(given)}' (two commas in a row, or one at an end); valid "
+                       f"choices: {', '.join(valid)}")
+    seen = set()
+    for name in given:
+        if name in seen:
+            raise BadInput(f"{what} '{name}' listed twice")
+        seen.add(name)
+
+
+def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], explicit: bool, kind: str,
+               knobs: dict[str, dict[str, str]] | None = None, topology=None) -> list[Row]:
+    """Rows for (label, adapter name, knob variant) triples: each adapter configured and its knobs checked, or
+    marked unavailable with its reason (across hosts also when it cannot span them). A named row that cannot run
+    is an error only with --strict."""
+    rows = []
+    for _, name, _ in labels:
+        if name not in adapters.names():
+            raise BadInput(str(UnknownName("adapter", name, adapters.names())))
+    # Across hosts each machine holds only its own node's ranks (and devices): check the largest node here.
+    per_machine = req.world_size if topology is None else max(n.slots for n in topology.nodes)
+    avails = adapters.availability_all(req.device, per_machine, [name for _, name, _ in labels])
+    if topology is not None:
+        avails = {name: avail and adapters.multinode(name, topology) for name, avail in avails.items()}
+    knob_reasons = set()
+    for label, name, variant in labels:
+        avail = avails[name]
+        try:
+            cls = adapters.get(name)
+        except Exception:  # noqa: BLE001 - an adapter file that fails to import: its availability says why
+            cls = None
+        given = (knobs or {}).get(name, {})
+        if not avail or cls is None:
+            if cls is not None:  # a knob that could never be right is bad input, whether or not it can run here
+                try:
+                    options.build(cls.Knobs, {**given, **variant}, what="knob")
+                except OptionError as exc:
+                    raise BadInput(f"{kind} {label}: {exc}") from None
+            if explicit and req.strict:
+                raise BadInput(unavailable_message(kind, label, avail.message(), req.device, req.world_size))
+            rows.append(Row(label, name, cls, reason=avail.message()))
+            continue
+        for key in variant:
+            if key in given and given[key] != variant[key]:
+                raise BadInput(f"knob {key} of {label} is given twice with different values: {variant[key]} in the "
+                               f"row and {given[key]} in --knob {name}.{key}; give it once")
+        try:
+            adapter = cls({**given, **variant}, req.device)
+            adapter.precision()  # resolves (and so checks) precision knobs against the device
+            adapter.check_knobs(req.world_size)  # and knobs that depend on the world size (a mesh)
+        except OptionError as exc:
+            raise BadInput(f"{kind} {label}: {exc}") from None
+        try:
+            avail = adapter.knob_availability(req.device, per_machine)
+        except Exception as exc:  # noqa: BLE001 - a broken check is a reason, not a crash
+            avail = Availability(False, f"knob check raised {type(exc).__name__}: {exc}")
+        if not avail:  # `compare list` does not know the row's knobs: the line says the fix itself
+            if explicit and req.strict:
+                raise BadInput(f"{kind} '{label}' cannot run here: {avail.message()}")
+            rows.append(Row(label, name, cls, reason=avail.message()))
+            knob_reasons.add(avail.message())
+            continue
+        same = next((r for r in rows if r.adapter is not None and r.name == name and r.adapter.knobs == adapter.knobs),
+                    None)
+        if same is not None:  # `ddp:bucket_cap_mb=1,ddp:bucket_cap_mb=1.0`: one row twice, under two spellings
+            raise BadInput(f"{kind}s {same.label} and {label} are the same row (the same knobs, spelled "
+                           f"differently); give it once")
+        rows.append(Row(label, name, cls, adapter))
+    if not any(r.adapter for r in rows):
+        if all(r.reason in knob_reasons for r in rows):
+            raise BadInput(f"no {kind} can run here: {rows[0].reason}"
+                           + (f" (and {len(rows) - 1} more row(s) for their knobs)" if len(rows) > 1 else ""))
+        reasons = Counter(first_sentence(r.reason) for r in rows)
+        what, n = reasons.most_common(1)[0]
+        share = "" if n == len(rows) else f" ({n} of the {len(rows)}; the others for reasons of their own)"
+        raise BadInput(f"no {kind} can run here: {what}{share}; see `{list_command(req.device, req.world_size)}` "
+                       f"for the reasons and fixes")
+    return rows
+
+
+def parse_precision(text: str) -> float:
+    """"5%" -> 0.05: a percentage above 0 and below 100 (BadInput otherwise)."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*", text or "")
+    value = float(m.group(1)) / 100.0 if m else None
+    if value is None or not 0.0 < value < 1.0:
+        raise BadInput(f"--precision must be a percentage above 0% and below 100%, e.g. 5%; got {text!r}")
+    return value
+
+
+def parse_duration(text: str, option: str = "--budget") -> float:
+    """"10m" -> 600.0: a number of seconds (s, the default), minutes (m) or hours (h), above 0 and at most a week."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smh]?)\s*", text or "")
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else None
+    if seconds is None or not 0.0 < seconds <= MAX_BUDGET_S:
+        raise BadInput(f"{option} must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got {text!r}")
+    return seconds
+
+
+def split(value: str | None) -> list[str] | None:
+    """"a,b, c" -> ["a", "b", "c"]; None stays None (the option was not given); "" or "," -> [] (refused by
+    check_list as an empty list); "a,,b" keeps its empty entry, which check_list refuses (a typo, not a list)."""
+    if value is None:
+        return None
+    parts = [v.strip() for v in value.split(",")]
+    return parts if any(parts) else []
+
+
+def unavailable_message(kind: str, name: str, reason: str, device: str, world_size: int) -> str:
+    """One readable line for a named adapter/backend that cannot run (with --strict)."""
+    return (f"{kind} '{name}' cannot run here: {first_sentence(reason)}; see `{list_command(device, world_size)}` "
+            f"for every reason and fix")
+
+
+def list_command(device: str, world_size: int | None) -> str:
+    """The `compare list` line that shows the same availability (a world size above the usable cores got this far
+    only with --oversubscribe, which `compare list` then needs too)."""
+    over = device == "cpu" and world_size is not None and world_size > envmod.usable_cores()
+    return f"compare list --device {device} --world-size {world_size}{' --oversubscribe' if over else ''}"

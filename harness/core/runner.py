@@ -1,0 +1,344 @@
+"""The runner core: plan a run's rows, launch them one after another into a Session, and build their records.
+
+Runs in: the parent. `compare run`, `compare scale` (and `compare sbatch`, which only plans) stand on this module as
+siblings; a helper two commands need lives here, never in one of them. Order of work: `plan_rows` (every check, before
+anything is written) -> `Runner.run` (launch, collect) -> `build_record` / `plain_record` (records).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import adapters
+import workloads
+from harness.core import provenance as envmod
+from harness.core import record
+from harness.core.errors import BadInput
+from harness.core.requests import (MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest, UntilTarget, build_rows,
+                                   check_common, check_cores, check_fits, check_list, load_workload, pairs, parse_label)
+from harness.core.session import Session
+from harness.launching import hosts, interrupt
+from harness.launching.launch import Launch
+from harness.shared.spec import RunSpec
+
+
+def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
+    """Everything of `plan` but the output directory (`out` is left None): numbers resolved, rows built, cores
+    checked. `compare scale` calls it once per world size."""
+    topology = hosts.resolve(req)
+    check_common(req)
+    if req.repeats < 1:
+        raise BadInput(f"repeats must be at least 1, got {req.repeats}")
+    if req.repeats > MAX_REPEATS:
+        raise BadInput(f"repeats must be at most {MAX_REPEATS}, got {req.repeats}")
+    for name, value, least in (("--steps", req.steps, 1), ("--warmup", req.warmup, 0),
+                               ("--global-batch", req.global_batch, 1), ("--equiv-steps", req.equiv_steps, 0),
+                               ("--eval-every", req.eval_every, 1), ("--max-steps", req.max_steps, 1)):
+        if value is not None and value < least:
+            raise BadInput(f"{name} must be at least {least}, got {value}")
+        if value is not None and name != "--global-batch" and value > MAX_STEPS:
+            raise BadInput(f"{name} must be at most {MAX_STEPS:,} steps, got {value}")
+    _check_until_target_flags(req)
+    workload = load_workload(req)
+    check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology else req.world_size)
+    gb = workload.global_batch if req.global_batch is None else req.global_batch
+    if gb % req.world_size:
+        raise BadInput(f"global batch {gb} is not divisible by world size {req.world_size}; "
+                       f"choose a --global-batch that is a multiple of {req.world_size}")
+    n_train = workload.train_samples(gb)
+    if gb > n_train:
+        raise BadInput(f"global batch {gb} is larger than workload {req.workload}'s training set ({n_train} "
+                       f"samples); choose a --global-batch of at most {n_train}")
+    until = _until_target(req, workload)
+    if until:
+        steps, warmup = until.max_steps, 0
+        if req.equiv_steps is not None and req.equiv_steps > steps:
+            raise BadInput(f"--equiv-steps {req.equiv_steps} is more than the {steps}-step budget (--max-steps)")
+    else:
+        steps = workload.steps if req.steps is None else req.steps
+        warmup = workload.warmup if req.warmup is None else req.warmup
+    if req.equiv_steps is not None and req.equiv_steps > steps + warmup:
+        raise BadInput(f"--equiv-steps {req.equiv_steps} is more than the {warmup} + {steps} steps the run takes")
+    equiv = min(workload.equiv_steps, steps + warmup) if req.equiv_steps is None else req.equiv_steps
+
+    explicit = req.adapters is not None
+    labels = req.adapters if explicit else adapters.names()
+    check_list(req.adapters, adapters.names(), "adapter")
+    rows = [(label, *parse_label(label)) for label in labels]
+    knobs: dict[str, dict[str, str]] = {}
+    for key, value in pairs(req.knobs, "knob", "ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50"):
+        name, dot, knob = key.partition(".")
+        if not dot:
+            raise BadInput(f"knob '{key}' must be ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50")
+        if name not in {n for _, n, _ in rows}:
+            raise BadInput(f"knob '{key}' is for adapter '{name}', which is not in this run "
+                           f"({', '.join(labels)})")
+        knobs.setdefault(name, {})[knob] = value
+    built = build_rows(req, rows, explicit, "adapter", knobs, topology)
+    over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
+            else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
+    return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
+                   warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology)
+
+
+def _check_until_target_flags(req: RunRequest) -> None:
+    """Options that belong to one mode only, refused in the other (before anything is built)."""
+    if not req.until_target:
+        for name, value in (("--eval-every", req.eval_every), ("--max-steps", req.max_steps)):
+            if value is not None:
+                raise BadInput(f"{name} only applies with --until-target; add --until-target, or leave {name} out")
+        return
+    if req.steps is not None:
+        raise BadInput("--steps sets the length of a fixed-length run, but an --until-target run lasts until the "
+                       "target or the step budget; use --max-steps for the budget")
+    if req.warmup:
+        raise BadInput("--until-target counts every step from the first as training (no warm-up is discarded); "
+                       "leave --warmup out")
+
+
+def _until_target(req: RunRequest, workload) -> UntilTarget | None:
+    """The resolved until-target settings (None for a fixed-length run); BadInput for a workload without a target
+    or a cadence that the budget never reaches."""
+    if not req.until_target:
+        return None
+    if workload.target is None:
+        with_target = [n for n in workloads.names() if workloads.get(n).target is not None]
+        raise BadInput(f"workload {req.workload} has no accuracy target, so it cannot be trained until one; "
+                       f"workloads with a target: {', '.join(with_target)}")
+    every = workload.eval_every if req.eval_every is None else req.eval_every
+    budget = workload.max_steps_to_target if req.max_steps is None else req.max_steps
+    if every > budget:
+        raise BadInput(f"--eval-every {every} is more than the {budget}-step budget, so the target would be checked "
+                       f"only once, after the last step; choose --eval-every of at most {budget} or a larger "
+                       f"--max-steps")
+    return UntilTarget(target=workload.target, metric=workload.metric_name, eval_every=every, max_steps=budget)
+
+
+def round_order(rows: list, seed: int, round_index: int) -> list:
+    """The rows of one round in the order they run: shuffled by a generator seeded with (seed, round), so the same
+    seed gives the same order on any machine and Python (a str seed is hashed with SHA-512, not hash())."""
+    order = list(rows)
+    random.Random(f"{seed}:{round_index}").shuffle(order)
+    return order
+
+
+def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | None) -> dict[str, Any]:
+    """The fields every record of one run shares (env is filled in once the first launch is under way)."""
+    req = p.request
+    info = {"kind": kind, "run_id": p.out.name, "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": req.command, "row_order": row_order, "env": None, "oversubscribed": p.oversubscribed}
+    until = getattr(p, "until_target", None)
+    if until:
+        info["until_target"] = asdict(until)
+    if started is not None:
+        info["started_wall"] = started
+    return info
+
+
+@dataclass
+class Job:
+    """One launch: a row of a plan (or, with `row` None, the single-process reference for that plan)."""
+
+    launch: Launch
+    spec: RunSpec
+    plan: RunPlan
+    row: Row | None
+    repeat: int
+    slug: str
+
+    @property
+    def name(self) -> str:
+        """The row as progress lines and logs show it ("ddp", "ddp n=4", "reference")."""
+        return ("reference" if self.row is None else self.row.label) + self.plan.tag
+
+    @property
+    def what(self) -> str:
+        return "the reference run" + self.plan.tag if self.row is None else f"{self.name} (repeat {self.repeat + 1})"
+
+
+def _reference_key(p: RunPlan) -> tuple:
+    """Plans that share this key share one reference run (same workload, options, batch and steps)."""
+    return (p.request.workload, tuple(p.request.options), p.global_batch, p.equiv_steps, p.request.device)
+
+
+class Runner:
+    """Runs launches into one Session, in order, each plan's single-process reference first.
+
+    Launches are pipelined, never their measurements: once a launch's timed steps are over (rank 0 says so), the
+    next launch starts and does its untimed start-up (interpreter, imports, rendezvous, model, data) while the
+    previous one evaluates and shuts down; its ranks then wait at the gate (harness/shared/progress.py) until the
+    previous launch has ended entirely, so no other launch's process runs during any warm-up or timed step.
+    Every launch is still a fresh set of processes, started by its own launcher.
+
+    `pipelined=False`: each launch starts only once the previous one (the reference run included) has ended
+    entirely, and nothing waits for rank 0's events. Until-target runs run that way (their end-to-end time counts
+    the start-up too), and so do launches with ranks on other hosts (the gate, an flock, and the events FIFO assume
+    one kernel and a local filesystem)."""
+
+    def __init__(self, session: Session, ui, run_info: dict[str, Any], pipelined: bool = True):
+        self.session, self.ui, self.run_info, self.pipelined = session, ui, run_info, pipelined
+        self.references: dict[tuple, dict | None] = {}
+        """Reference parameters per reference key (None: that reference failed)."""
+        self.reference_runs: dict[tuple, dict] = {}
+        """When each reference launch ran and how long it took (for the report's time breakdown)."""
+        self.finished: set[tuple[int, str, int]] = set()
+        """(id of the plan, row label, repeat) of every row launch that has ended."""
+        self.scheduled: set[tuple] = set()
+        """Reference keys whose reference run is already planned (once per run, however many calls to `run`)."""
+        self.positions: dict[tuple[int, str, int], int] = {}
+        """(id of the plan, row label, repeat) -> its place in its round (0: first), as it ran."""
+
+    def run(self, jobs: list[tuple[RunPlan, Row, int]], first_started=lambda: None, stop_ui: bool = True) -> str | None:
+        """Launch `jobs` (plan, row, repeat) in order; returns "during ..." if the run was interrupted, else None.
+        `first_started()` is called once the first launch is under way (work that can overlap its start-up).
+        `stop_ui=False` leaves the progress display running for a later call (rounds added one at a time)."""
+        items: list[tuple[RunPlan, Row | None, int]] = []
+        for plan, row, repeat in jobs:
+            key = _reference_key(plan)
+            if plan.equiv_steps >= 1 and key not in self.scheduled:
+                self.scheduled.add(key)
+                items.append((plan, None, 0))
+            items.append((plan, row, repeat))
+            self.positions[(id(plan), row.label, repeat)] = sum(1 for k in self.positions if k[2] == repeat)
+        stopped: str | None = None
+        live: list[Job] = []  # started and not yet finished, oldest first
+        prev: Job | None = None
+        try:
+            for i, (plan, row, repeat) in enumerate(items):
+                job = self._start(plan, row, repeat, gated=prev is not None)
+                live.append(job)
+                if i == 0:
+                    first_started()
+                    interrupt.check()
+                if not self.pipelined:
+                    live.remove(job)
+                    stopped = self._done(job, job.launch.finish())
+                    if stopped:
+                        break
+                    continue
+                if prev:
+                    live.remove(prev)
+                    stopped = self._done(prev, prev.launch.finish())
+                    if stopped:
+                        break
+                job.launch.open_gate()
+                if self.pipelined:
+                    job.launch.wait_for("timed_done")
+                    prev = job
+                else:
+                    live.remove(job)
+                    stopped = self._done(job, job.launch.finish())
+                    if stopped:
+                        break
+            if prev and not stopped:
+                live.remove(prev)
+                stopped = self._done(prev, prev.launch.finish())
+        except KeyboardInterrupt:
+            stopped = stopped or (f"during {live[0].what}" if live else "between launches")
+        finally:
+            for job in live:  # a Ctrl-C while two launches were alive (one ending, the next starting)
+                self._done(job, job.launch.interrupt())
+            if stop_ui or stopped:
+                self.ui.stop()
+        return stopped
+
+    def close_interrupted(self, stopped: str, jobs: list[tuple[RunPlan, Row, int]], device: str) -> None:
+        """After an interruption: a `not_run` record for every job that never ran, and every record marked."""
+        if self.run_info["env"] is None:  # interrupted before the environment was read (importing torch)
+            self.run_info["env"] = envmod.collect(device, import_torch=False)
+        never = [plain_record(self.run_info, plan, row, repeat, "not_run", f"the run was interrupted {stopped}")
+                 for plan, row, repeat in jobs if (id(plan), row.label, repeat) not in self.finished]
+        self.session.records = [{**r, "run_interrupted": stopped} for r in self.session.records + never]
+        self.session.save()
+
+    def _start(self, plan: RunPlan, row: Row | None, repeat: int, gated: bool) -> Job:
+        req = plan.request
+        if row is None:
+            adapter, slug = adapters.get("reference")({}, req.device), "reference" + file_slug(plan.tag)
+            # One process on this machine, whatever the rows' hosts.
+            spec = make_spec(plan, "reference", self.session.scratch / slug, processes=1, steps=plan.equiv_steps,
+                             warmup=0, equiv=plan.equiv_steps, knobs={}, do_eval=False, extra={}, topology=None)
+            total = plan.equiv_steps
+        else:
+            adapter = row.adapter
+            slug = file_slug(row.label + plan.tag)
+            spec = make_spec(plan, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
+                             processes=adapter.processes(req.world_size), steps=plan.steps, warmup=plan.warmup,
+                             equiv=plan.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True,
+                             extra=plan.spec_extra, topology=plan.topology)
+            total = plan.steps + plan.warmup
+        job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
+        self.ui.begin(job.name, repeat, total)
+        job.launch = Launch(adapter, spec, req.timeout_s, lambda pr: self.ui.progress(job.name, repeat, pr),
+                            stall_s=req.stall_s).start(gated=gated)
+        return job
+
+    def _done(self, job: Job, outcome) -> str | None:
+        """Record a finished launch; "during ..." if it was interrupted (the run stops), else None."""
+        key = _reference_key(job.plan)
+        self.session.keep_log(outcome.log_path, f"{job.slug}.log" if job.row is None else f"{job.slug}-r{job.repeat}.log")
+        if job.row is None:
+            self.ui.reference_done(outcome, job.name)
+            self.reference_runs[key] = {"status": outcome.status, "launch_wall": outcome.launch_wall,
+                                        "wall_time_s": outcome.wall_time_s}
+            self.references[key] = None
+            if outcome.status == "ok":
+                import torch
+
+                self.references[key] = torch.load(job.spec.params_path)
+        else:
+            self.finished.add((id(job.plan), job.row.label, job.repeat))
+            rec = build_record(job, outcome, self.references.get(key), self.run_info)
+            rec["position"] = self.positions.get((id(job.plan), job.row.label, job.repeat))
+            if key in self.reference_runs:
+                rec["reference_run"] = self.reference_runs[key]
+            self.session.save([rec])
+            self.ui.finished(rec, job.name)
+        return f"during {job.what}" if outcome.status == "interrupted" else None
+
+
+def file_slug(text: str) -> str:
+    return text.strip().replace(" ", "-").replace(":", "_").replace("=", "-").replace("/", "_")
+
+
+def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reason: str) -> dict[str, Any]:
+    """A record with no measurement (unavailable, not run)."""
+    rec = record.base_record(run=run_info, adapter=row.name, label=row.label,
+                             summary=getattr(row.cls, "summary", ""), launcher=getattr(row.cls, "launcher", "?"),
+                             workload=p.request.workload, world_size=p.request.world_size, repeat=repeat,
+                             status=status, reason=reason)
+    rec.update(p.extra)
+    return rec
+
+
+def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
+              knobs: dict, do_eval: bool, extra: dict[str, Any], topology=None) -> RunSpec:
+    req = p.request
+    spec = RunSpec(adapter=adapter, workload=req.workload, world_size=req.world_size, device=req.device,
+                   global_batch=p.global_batch, steps=steps, warmup=warmup,
+                   threads=hosts.threads_per_process(processes, req.threads, topology), rank_dir=str(rank_dir),
+                   equiv_steps=equiv, knobs=knobs, workload_options=dict(pairs(req.options, "option")),
+                   fault=req.fault, eval=do_eval, topology=topology, bind_cores=req.bind_cores, **extra)
+    if p.until_target and do_eval:
+        spec.eval_every, spec.target = p.until_target.eval_every, p.until_target.target
+    return spec
+
+
+def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:
+    p, adapter = job.plan, job.row.adapter
+    rec = record.base_record(run=run_info, adapter=adapter.name, label=job.row.label, summary=adapter.summary,
+                             launcher=adapter.launcher, workload=p.request.workload,
+                             world_size=p.request.world_size, repeat=job.repeat, status=outcome.status,
+                             reason=outcome.reason)
+    rec.update(p.extra)
+    rec["comm_schedule"] = adapter.comm_schedule()
+    try:
+        return record.from_outcome(rec, outcome, job.spec, reference, p.workload)
+    except Exception as exc:  # a malformed rank file must not lose the other rows
+        rec.update(status="failed", reason=f"could not build the record: {type(exc).__name__}: {exc}",
+                   log_tail=outcome.log_tail)
+        return rec

@@ -1,0 +1,113 @@
+"""One results directory while a command writes it: claimed, records saved after every launch, the report last.
+
+Runs in: the parent. `compare run` and `compare comm` (and every later mode) write through a Session, so the
+rules hold for all of them:
+- the directory is claimed with a lock for the whole run (a second run on it is refused, naming this one's pid);
+- the ranks write into a private scratch directory (in the temp directory, or, when ranks run on other hosts,
+  hidden in the results directory, which every host must see at the same path); `records.jsonl` is rewritten
+  atomically after every launch;
+- records are written before the report and plots; a failure to write either is one line and exit code 1, with
+  every finished row still on disk (or, if even records.jsonl cannot be written, the line says where the rank
+  results were kept); otherwise the scratch directory is removed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.core import outdir, record
+from harness.launching import machine
+
+
+class SessionError(Exception):
+    """Writing the results failed after the run (a full disk, say): one line for the user, exit code 1."""
+
+
+class Session:
+    def __init__(self, out: Path, files: tuple[str, ...], shared_scratch: bool = False):
+        self.out, self.files, self.shared_scratch = out, files, shared_scratch
+        self.records: list[dict[str, Any]] = []
+        self.claim: outdir.Claim | None = None
+        self.registration: machine.Registration | None = None
+        self.scratch: Path | None = None
+        self.kept: Path | None = None
+        """Where the rank results were kept once records.jsonl could not be written."""
+
+    def __enter__(self) -> Session:
+        try:
+            self.claim = outdir.Claim(self.out)  # BadInput if another run holds it
+            self.registration = machine.Registration(self.out)  # other runs can see that this one measures
+            outdir.clear(self.out, self.files)
+            (self.out / "logs").mkdir(exist_ok=True)
+            # Absolute: commands on other hosts start in the repository, not in our working directory.
+            self.scratch = outdir.scratch_dir(self.out.resolve() if self.shared_scratch else None)
+        except OSError as exc:
+            self.close()
+            raise SessionError(f"could not prepare {self.out}: {exc.strerror or exc}") from None
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()  # after finish() this does nothing; after an error it frees the directory and the scratch
+
+    @property
+    def records_path(self) -> Path:
+        return self.out / "records.jsonl"
+
+    def save(self, new: list[dict[str, Any]] = ()) -> None:
+        """Add `new` records and rewrite records.jsonl (SessionError if it cannot be written)."""
+        self.records += list(new)
+        if not self.records:
+            return
+        try:
+            record.write_records(self.records_path, self.records)
+        except OSError as exc:
+            kept, self.scratch = self.scratch, None  # the rank files may be all there is: never remove them now
+            if kept is None:  # a second failure (a launch finishing after the first): the same place
+                kept = self.kept
+            else:
+                # renamed out of the pattern that later runs clean up (harness/core/outdir.py: scratch_dir)
+                named = kept.with_name(kept.name.replace("-scratch-", "-kept-"))
+                try:
+                    kept = kept.rename(named)
+                except OSError:
+                    pass
+            self.kept = kept
+            raise SessionError(f"could not write {self.records_path}: {exc.strerror or exc}; the rank results are "
+                               f"kept in {kept}") from None
+
+    def keep_log(self, src: Path, name: str) -> None:
+        """Copy a launch's log into logs/ (best effort: a full disk must not cost the row)."""
+        try:
+            shutil.copy(src, self.out / "logs" / name)
+        except OSError:
+            pass
+
+    def finish(self, render: Callable[[Path, list[dict[str, Any]]], Any]) -> None:
+        """Write the records, then the report; release the directory. SessionError (exit 1) names what failed."""
+        try:
+            if not self.records:
+                return
+            self.save()
+            try:
+                render(self.out, self.records)
+            except OSError as exc:
+                raise SessionError(f"could not write the report and plots in {self.out}: {exc.strerror or exc}; "
+                                   f"records.jsonl holds every finished row ({len(self.records)} records)") from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+        if self.registration is not None:
+            self.registration.release()
+            self.registration = None
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None

@@ -1,0 +1,650 @@
+"""Start one adapter's ranks in their own process group, bounded in time, and collect what they wrote.
+
+Runs in: the parent. A crash, a non-zero exit or a hang of one launch becomes an outcome with a status and the
+tail of its log; it never raises into the comparison, so the next adapter still runs. Ctrl-C or SIGTERM kill the
+whole launch and give an `interrupted` outcome, after which the caller stops.
+
+Nothing a launch starts may outlive it or the `compare` process:
+- the launcher (torchrun's agent, horovodrun, ...) gets a parent-death signal (`setpriv --pdeathsig KILL`), so a
+  `kill -9` of compare takes it down at once;
+- every rank watches compare's pid (harness/rank/life.py) and kills its own process group when compare is gone;
+- after a launch ends, whatever it left behind (processes marked with this launch's id, re-parented to compare,
+  which is a child subreaper) is killed, including ranks a launcher put in sessions of their own (Horovod does).
+
+The parent waits on the launch with a blocking poll on a pidfd (no busy polling) and wakes only to redraw the
+progress line, at most once a second.
+
+A multi-node launch may be several commands, one per node (torchrun on every node, mp.spawn per node), each with
+the host it runs on (adapters/base.py: LaunchPlan.nodes). They start together, each in its own process group;
+a command for another host runs as `ssh HOST 'cd REPO && env K=V ... python -m harness.launching.nodeguard ... ARGV'`,
+passing only the harness's variables, the plan's env and PATH with the venv first (ssh gives a fresh environment,
+as on a real cluster), under a guard that is to that host what compare is to this one (harness/launching/nodeguard.py).
+The parent waits for all of them; when one fails, the others get a short grace to fail by themselves (their own
+error lines are the useful ones) and are then stopped, so a dead node fails the row at once, not at --timeout.
+Each command logs to its own file, joined into launch.log (one section per node) when the launch has ended.
+
+This module supervises and assembles the outcome; the commands' environments are harness/launching/rank_env.py's,
+reading logs and rank files is harness/launching/launch_logs.py's, and stopping processes is
+harness/launching/reaper.py's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import select
+import shlex
+import signal
+import socket
+import subprocess
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped
+from harness.core.provenance import REPO
+from harness.launching import hosts, interrupt, machine
+from harness.launching.culprit import Command, culprit, describe, outlived
+from harness.launching.launch_logs import first_error, rank_records, silent_hosts, start_error, tail
+from harness.launching.rank_env import child_env, remote_env, ssh_argv
+from harness.launching.reaper import LEADERS, describe_launch, kill_groups, kill_leftovers, parent_death_prefix
+from harness.shared import progress as progress_file
+from harness.shared.spec import RunSpec
+from harness.shared.witness import launch_id, note_stopping
+
+UI_INTERVAL_S = 1.0
+"""How often the parent wakes to redraw the progress line while a launch runs."""
+NODE_GRACE_S = 5.0
+"""After one command of a multi-node launch failed: how long the others may take to fail by themselves."""
+STALL_S = 300.0
+"""Default --stall-timeout: a launch whose rank 0 has not moved (phase or step) for this long after its gate opened
+is stopped as stalled, each local rank's Python stacks first written to its log. On one machine, a rank 0 that has
+said nothing at all by then (a launcher or a rendezvous stuck before its worker began) counts as stalled too."""
+STACK_DUMP_WAIT_S = 5.0
+"""How long the stacks a stall asked for may take to reach the log (until it stops growing)."""
+@dataclass
+class Outcome:
+    status: str
+    """ok | failed | timeout | interrupted"""
+    reason: str
+    returncode: int | None
+    wall_time_s: float
+    launch_wall: float
+    """Wall-clock time the launch command was started."""
+    end_wall: float
+    """Wall-clock time the launch had ended (its process group gone)."""
+    log_path: Path
+    argv: list[str]
+    processes: int
+    pid: int
+    """The launch's process id, which is also its process group id."""
+    load_avg_before: list[float] = field(default_factory=list)
+    """1, 5 and 15 minute load averages just before the launch."""
+    ranks: list[dict] = field(default_factory=list)
+    log_tail: str = ""
+    shutdown_error: str = ""
+    """Set when every rank had written its result and only the launch's shutdown then failed or hung (a gloo
+    peer closing first, say): the measurement stands, and this says what went wrong afterwards."""
+    progress: dict | None = None
+    """Rank 0's last reported phase and step (what an interrupted or hung launch had reached)."""
+    node_commands: list[dict] = field(default_factory=list)
+    """For a launch of one command per node: each node's host, how it was started (here or over ssh), its argv
+    and exit code."""
+    leftovers_killed: int = 0
+    """Processes of this launch still alive after it ended, killed by the harness."""
+    concurrent_runs: list[dict] = field(default_factory=list)
+    """Other compare runs that were alive on this machine when the timed steps began or when the launch ended
+    ({pid, command, out, started}): their ranks shared the cores with this launch's."""
+    gate_opened: float | None = None
+    """Wall-clock time the launch's ranks were let past the gate into warm-up (None: never)."""
+    gate_wait_s: float = 0.0
+    """Seconds from starting the launch to opening its gate (it started while the previous launch ended)."""
+
+
+@dataclass
+class _Running:
+    """One command of a launch, started."""
+
+    command: HostCommand
+    proc: subprocess.Popen
+    log: Path
+    pidfd: int | None
+    stdin: IO[bytes] | None
+    """The write end of a remote command's stdin: closing it tells the command's guard to stop it."""
+    exited_at: float | None = None
+
+    @property
+    def where(self) -> str:
+        return self.command.host or "this machine"
+
+
+class Launch:
+    """One launch of an adapter's ranks, started in its own process group and followed until it has ended.
+
+        launch = Launch(adapter, spec, timeout_s).start(gated=True)   # returns at once
+        launch.open_gate()                  # its ranks may begin warm-up (the previous launch has ended)
+        launch.wait_for("timed_done")       # rank 0 says its timed steps are over (or the launch ended)
+        outcome = launch.finish()           # wait for the end (bounded), kill what is left, collect
+
+    The timeout counts from the moment the gate opens (a launch waiting at the gate is waiting for another), and so
+    does the stall watch: a launch whose rank 0 reports no new phase or step for `stall_s` is stopped as a timeout
+    ("stalled: ..."), every local rank's Python stacks written to the log first (SIGUSR1, which each rank's worker
+    answers with faulthandler) and every process of the launch listed with its state, so a hang says where it hung
+    instead of waiting out the whole timeout. On one machine the watch counts from the gate, so a launch whose rank
+    0 never says a word (stuck before its worker began) is caught too; on several hosts, where rank 0 may run
+    elsewhere and never write here, it starts with rank 0's first word.
+    """
+
+    def __init__(self, adapter: Adapter, spec: RunSpec, timeout_s: float,
+                 on_progress: Callable[[dict], None] | None = None, stall_s: float | None = STALL_S):
+        self.adapter, self.spec, self.timeout_s, self.on_progress = adapter, spec, timeout_s, on_progress
+        self.stall_s = stall_s if stall_s and math.isfinite(stall_s) else None
+        self._seen: tuple | None = None
+        """Rank 0's last (phase, step) seen, and since when (monotonic); None until the gate opens."""
+        self._seen_at: float | None = None
+        self.stalled = False
+        self.stall_cause: str | None = None
+        self.stacks = ""
+        """The stalled ranks' stacks, appended to the launch log once every process of the launch has ended (a
+        launcher still writing to it would overwrite them)."""
+        self.rank_dir = Path(spec.rank_dir)
+        self.log_path = self.rank_dir / "launch.log"
+        self.running: list[_Running] = []
+        self.events: list[str] = []
+        self.status: str | None = None
+        self.reason = ""
+        self.failed: _Running | None = None
+        """The first command that exited non-zero."""
+        self.failed_at = 0.0
+        self.concurrent: list[dict] = []
+        """Other compare runs alive on this machine when the timed steps began (harness/launching/machine.py)."""
+        self.plan: LaunchPlan | None = None
+        self.processes = 0
+        self.launch_id = ""
+        self.load: list[float] = []
+        self.deadline: float | None = None
+        self.gate_opened: float | None = None
+        self._gate: int | None = None
+        self._events: int | None = None
+        self.stopping_at = math.inf
+        """When compare began stopping the launch (monotonic), once it has."""
+        self.start_error: str | None = None
+        """Why the launch could not be started (start() caught it): finish() then says `failed` with it."""
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        """The launch's first command (the only one, except in a launch of one command per node)."""
+        return self.running[0].proc if self.running else None
+
+    # ---- starting -------------------------------------------------------------------------------------------
+    def start(self, gated: bool = False) -> Launch:
+        """Start the launch and return at once. A launch that cannot even be started here (no file descriptor or
+        port left, a framework's rendezvous store refused, its launcher missing from PATH) does not raise: what
+        it had started is stopped, and finish() says `failed` with the reason, so the run goes on to the next."""
+        self.launch_wall, self.t0 = time.time(), time.monotonic()
+        try:
+            return self._start(gated)
+        except Exception as exc:  # noqa: BLE001 - any failure here is this launch's, never the run's
+            self.start_error = start_error(exc)
+            try:
+                with open(self.log_path, "a", encoding="utf-8") as log:
+                    log.write("compare: the launch could not be started:\n" + traceback.format_exc())
+            except OSError:
+                pass
+            self.status, self.reason = "failed", self.start_error
+            if self.plan is None:
+                self.plan = LaunchPlan(argv=[])
+            self._gate_and_events_closed()
+            return self
+
+    def _gate_and_events_closed(self) -> None:
+        self._close_gate_fd()
+        if self._events is not None:
+            os.close(self._events)
+            self._events = None
+
+    def _start(self, gated: bool) -> Launch:
+        spec, rank_dir = self.spec, self.rank_dir
+        rank_dir.mkdir(parents=True, exist_ok=True)
+        if spec.topology is not None and not spec.topology.port:
+            spec.topology = replace(spec.topology, port=hosts.free_port())  # a fresh rendezvous port per launch
+        spec_path = rank_dir / "spec.json"
+        spec.save(spec_path)
+        progress_file.create(spec.progress_path, spec.warmup + spec.steps)
+        self._gate = None
+        if gated:  # an ungated launch has no gate file at all, so its ranks never take an flock (NFS may refuse)
+            self._gate = os.open(rank_dir / progress_file.GATE, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._gate, fcntl.LOCK_EX)
+        os.mkfifo(rank_dir / progress_file.EVENTS)
+        # Read and write: the parent is a writer too, so the FIFO never reports hang-up between rank messages.
+        self._events = os.open(rank_dir / progress_file.EVENTS, os.O_RDWR | os.O_NONBLOCK)
+        self.plan = self.adapter.launch(spec_path, spec)
+        self.processes = self.adapter.processes(spec.world_size)
+        self.launch_id = launch_id(rank_dir)
+        if self.plan.env_file is not None:
+            env = remote_env(spec, self.plan.env, self.launch_id)
+            self.plan.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
+        self.load = [round(x, 2) for x in os.getloadavg()]
+        self.launch_wall, self.t0 = time.time(), time.monotonic()
+        self.deadline = None if gated else self.t0 + self.timeout_s
+        self._seen_at = None if gated else self.t0
+        self.gate_opened = None if gated else self.launch_wall
+        if not gated:
+            self.concurrent = machine.others()
+        commands = self.plan.commands
+        (rank_dir / "tmp").mkdir(exist_ok=True)  # the launch's TMPDIR (harness_env)
+        local_env = child_env(spec, self.plan.env, self.launch_id)
+        for i, command in enumerate(commands):
+            log_path = self.log_path if len(commands) == 1 else rank_dir / f"launch-node{i}.log"
+            argv = (ssh_argv(command.host, command.argv, remote_env(spec, self.plan.env, self.launch_id),
+                             self.launch_id) if command.remote else command.argv)
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(parent_death_prefix() + argv, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.PIPE if command.remote else subprocess.DEVNULL,
+                                        env=local_env, cwd=REPO, start_new_session=True)
+            LEADERS.add(proc.pid)
+            try:
+                pidfd = os.pidfd_open(proc.pid)
+            except (OSError, AttributeError):
+                pidfd = None
+            self.running.append(_Running(command, proc, log_path, pidfd, proc.stdin))
+        return self
+
+    def _close_gate_fd(self) -> None:
+        if self._gate is not None:
+            os.close(self._gate)  # releases the flock
+            self._gate = None
+
+    def open_gate(self) -> None:
+        """Let the ranks begin warm-up; the load average recorded is the one the timed steps start with."""
+        if self._gate is None:
+            return
+        self._close_gate_fd()
+        self.load = [round(x, 2) for x in os.getloadavg()]
+        self.concurrent = machine.others()
+        self.gate_opened = time.time()
+        self.deadline = time.monotonic() + self.timeout_s
+        self._seen_at = time.monotonic()
+
+    # ---- waiting --------------------------------------------------------------------------------------------
+    def _ended(self) -> bool:
+        return all(r.proc.returncode is not None for r in self.running)
+
+    def _reap(self) -> None:
+        """Note the commands that have exited (never blocks), and the first one that failed."""
+        for r in self.running:
+            if r.exited_at is None and r.proc.poll() is not None:
+                r.exited_at = time.monotonic()
+                if r.proc.returncode != 0 and self.failed is None:
+                    self.failed, self.failed_at = r, r.exited_at
+
+    def _poll(self, until: float | None) -> str:
+        """Block until a command exits ("exited"), rank 0 sends an event ("event"), `until` passes ("time") or
+        the UI is due a redraw ("ui")."""
+        timeout = None if until is None else max(0.0, until - time.monotonic())
+        if self.on_progress:
+            timeout = UI_INTERVAL_S if timeout is None else min(timeout, UI_INTERVAL_S)
+        live = [r for r in self.running if r.proc.returncode is None]
+        if any(r.pidfd is None for r in live):  # no pidfd: a timed wait (no events: they arrive with the exit)
+            interrupt.check()
+            try:
+                live[0].proc.wait(timeout=(1.0 if timeout is None else min(timeout, 1.0)) / len(live))
+            except subprocess.TimeoutExpired:
+                pass
+            self._reap()
+            if any(r.proc.returncode is not None for r in live):
+                return "exited"
+            return "time" if until is not None and time.monotonic() >= until else "ui"
+        poller = select.poll()
+        for r in live:
+            poller.register(r.pidfd, select.POLLIN)
+        poller.register(self._events, select.POLLIN)
+        if interrupt.wakeup_fd() is not None:
+            poller.register(interrupt.wakeup_fd(), select.POLLIN)
+        # poll() takes whole milliseconds in a C int: a wait of --timeout inf (or 1e12 s) is a day at a time.
+        ready = {fd for fd, _ in poller.poll(None if timeout is None else int(min(timeout, 86400.0) * 1000))}
+        interrupt.check()  # Ctrl-C / SIGTERM: stop here, where it is safe
+        if self._events in ready:
+            self._read_events()
+            return "event"
+        exited = [r for r in live if r.pidfd in ready]
+        if exited:
+            for r in exited:
+                r.proc.wait()
+            self._reap()
+            return "exited"
+        return "time" if until is not None and time.monotonic() >= until else "ui"
+
+    def _read_events(self) -> None:
+        try:
+            data = os.read(self._events, 4096)
+        except BlockingIOError:
+            return
+        self.events += [line for line in data.decode(errors="replace").splitlines() if line]
+
+    def _progress(self) -> None:
+        if self.on_progress:
+            pr = progress_file.read(self.spec.progress_path)
+            if pr:
+                pr["notes"] = list(dict.fromkeys(e[len(progress_file.NOTE):] for e in self.events
+                                                 if e.startswith(progress_file.NOTE)))  # every rank may say it
+                self.on_progress(pr)
+
+    def _until(self) -> float | None:
+        """When the next wait must end: the deadline, or the moment rank 0 would count as stalled."""
+        due = None if self.stall_s is None or self._seen_at is None else self._seen_at + self.stall_s
+        if due is None:
+            return self.deadline
+        return due if self.deadline is None else min(due, self.deadline)
+
+    def _watch(self) -> bool:
+        """Note rank 0's progress; True once it has stood still for stall_s (then the launch is marked stalled,
+        with each local rank's stacks in the log)."""
+        if self.stalled:
+            return True
+        if self.stall_s is None or self._seen_at is None or self.status is not None:
+            return False
+        pr = progress_file.read(self.spec.progress_path)
+        now = time.monotonic()
+        if pr is not None and (pr["phase"], pr["step"]) != self._seen:
+            self._seen, self._seen_at = (pr["phase"], pr["step"]), now
+            return False
+        silent = self._seen in (None, ("", 0))
+        if silent and not self._rank0_here():  # a rank 0 on another host never writes here: the watch starts
+            self._seen_at = now                # with its first word, and --timeout covers what comes before
+            return False
+        if now < self._seen_at + self.stall_s:
+            return False
+        dumped, listed = self._dump_stacks()
+        where = ""
+        if pr is not None and pr["phase"]:
+            where = (f", rank 0 at step {pr['step']} of {pr['total']} ({pr['phase']})" if pr["total"]
+                     else f", rank 0 in {pr['phase']}")
+        self.status, self.stalled = "timeout", True
+        self.stall_cause = first_error(self.log_path)  # before the stop: what stopping the launch prints is not it
+        what = "no word from rank 0" if silent else "no progress"
+        in_log = " and ".join(([f"the Python stacks of {dumped} rank(s)"] if dumped else [])
+                              + ([f"the state of {listed} process(es)"] if listed else []))
+        self.reason = (f"stalled: {what} for {self.stall_s:g} s (--stall-timeout){where}; "
+                       + (f"{in_log} are in the log; " if in_log else "") + "process group killed")
+        return True
+
+    def _rank0_here(self) -> bool:
+        """Whether rank 0 runs on this machine, so that its silence means something: a launch on this machine
+        alone (one on several hosts may start its rank 0 elsewhere, by ssh or through its launcher)."""
+        return self.spec.topology is None
+
+    def _dump_stacks(self) -> tuple[int, int]:
+        """SIGUSR1 to the worker of every rank of this launch on this machine; each writes every thread's Python
+        stack into its stacks-rank<k>.txt, which is then appended to the launch log under a heading of its own,
+        followed by every process of the launch with its state (reaper.describe_launch). Returns how many ranks
+        answered and how many processes were listed. Waits at most STACK_DUMP_WAIT_S for the files to stop growing."""
+        here, asked = socket.gethostname(), []
+        for f in sorted(self.rank_dir.glob("start-rank*.json")):
+            try:
+                started = json.loads(f.read_text())
+                if started.get("host") != here:
+                    continue
+                worker = psutil.Process(int(started["worker_pid"]))
+                if worker.ppid() != int(started["supervisor_pid"]):
+                    continue  # gone, and its pid reused
+                worker.send_signal(signal.SIGUSR1)
+                asked.append(int(started["rank"]))
+            except (OSError, ValueError, KeyError, psutil.Error):
+                continue
+        files = [self.rank_dir / f"stacks-rank{k}.txt" for k in sorted(asked)]
+        size, end = -1, time.monotonic() + STACK_DUMP_WAIT_S
+        while asked and time.monotonic() < end:
+            sizes = [f.stat().st_size if f.exists() else 0 for f in files]
+            if all(sizes) and sum(sizes) == size:
+                break
+            size = sum(sizes)
+            time.sleep(0.25)  # not a synchronisation: the ranks write their stacks at their own pace
+        answered = 0
+        for k, f in zip(sorted(asked), files):
+            text = f.read_text(errors="replace") if f.exists() else ""
+            if text:
+                answered += 1
+                self.stacks += (f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python "
+                                f"stacks:\n{text}")
+        processes = describe_launch(self.launch_id) if self.launch_id else []
+        if processes:
+            self.stacks += ("\ncompare: the launch's processes when it was stopped as stalled:\n"
+                            + "\n".join(processes) + "\n")
+        return answered, len(processes)
+
+    def wait_for(self, event: str) -> bool:
+        """Block until rank 0 sends `event` (True), or the launch ends, fails, runs out of time or stalls
+        (False)."""
+        while event not in self.events:
+            if self._ended() or self.failed is not None:
+                return False
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                return False
+            if self._watch():
+                return False
+            why = self._poll(self._until())
+            if why == "ui":
+                self._progress()
+        return True
+
+    def finish(self) -> Outcome:
+        """Wait for the launch to end (until its deadline), kill whatever is left, and say how it went. When one
+        command of several fails, the others get NODE_GRACE_S to end by themselves, then are stopped."""
+        if self.start_error is not None:
+            return self._collect()
+        try:
+            while not self._ended():
+                now = time.monotonic()
+                if self.deadline is not None and now >= self.deadline and not self.stalled:
+                    self.status = "timeout"
+                    self.reason = f"no result after {self.timeout_s:g} s (--timeout); process group killed"
+                    break
+                if self._watch():
+                    break
+                if self.failed is not None and now >= self.failed_at + NODE_GRACE_S:
+                    break  # a node failed and the others are still running: stopped below
+                until = self._until()
+                if self.failed is not None:
+                    until = min(until or math.inf, self.failed_at + NODE_GRACE_S)
+                if self._poll(until) == "ui":
+                    self._progress()
+        except KeyboardInterrupt:
+            self.status = "interrupted"
+        return self._collect()
+
+    def interrupt(self) -> Outcome:
+        """Stop the launch now (Ctrl-C / SIGTERM of compare): an `interrupted` outcome."""
+        if self.start_error is None:
+            self.status = "interrupted"
+        return self._collect()
+
+    # ---- ending ---------------------------------------------------------------------------------------------
+    def _stop(self) -> None:
+        """Stop every command still running. A remote one is asked first by closing its stdin (its guard then
+        stops the command on that host, SIGTERM before SIGKILL, and exits), the others get SIGTERM; whatever is
+        left after the grace gets SIGKILL, process group by process group."""
+        remote = [r for r in self.running if r.stdin is not None]
+        for r in remote:
+            try:
+                r.stdin.close()
+            except OSError:
+                pass
+        grace = 2.0 if self.status is None else 5.0
+        if any(r.proc.returncode is None for r in remote):
+            grace = max(grace, nodeguard_grace() + 2.0)
+        kill_groups([r.proc for r in self.running], grace_s=grace, asked=tuple(r.proc for r in remote))
+
+    def _collect(self) -> Outcome:
+        if not self.running:
+            return self._unstarted()
+        spec, rank_dir, processes = self.spec, self.rank_dir, self.processes
+        # Before compare's first signal: which commands had ended by themselves, and which ranks here still ran
+        # (harness/launching/culprit.py: nothing that follows this moment is a cause).
+        self._reap()
+        self.stopping_at = time.monotonic()
+        note_stopping(rank_dir)
+        try:
+            self._stop()
+        finally:
+            for r in self.running:
+                LEADERS.discard(r.proc.pid)
+            self._reap()
+            self.plan.hold.clear()  # what the launch needed held (a rendezvous store), only once it has ended
+            self._close_gate_fd()
+            for fd in [self._events] + [r.pidfd for r in self.running]:
+                if fd is not None:
+                    os.close(fd)
+            self._events = None
+            for r in self.running:
+                r.pidfd = None
+        leftovers = kill_leftovers(self.launch_id)
+        for clean in self.plan.cleanup:  # the framework's own leftovers, now that no process of it is left
+            try:
+                clean()
+            except OSError:
+                pass
+        end_wall = time.time()
+        wall = time.monotonic() - self.t0
+        concurrent = machine.merge(self.concurrent, machine.others())
+        several = len(self.running) > 1
+        if several:
+            self._join_logs()
+        if self.stacks:
+            with open(self.log_path, "a", encoding="utf-8") as log:
+                log.write(self.stacks)
+        last = progress_file.read(spec.progress_path)
+        ranks = []
+        for k in range(processes):
+            f = spec.rank_result_path(k)
+            if f.exists():
+                ranks.append(json.loads(f.read_text()))
+        failed = self.failed or next((r for r in self.running if r.proc.returncode), None)
+        rc = (failed or self.running[0]).proc.returncode
+        status, reason = self.status, self.reason
+        if status == "timeout":
+            if last and last["phase"]:  # where rank 0 was stuck (in a collective, when a peer hung)
+                where = (f"at step {last['step']} of {last['total']} ({last['phase']})" if last["total"]
+                         else f"in {last['phase']}")  # a comm or calibration launch has no steps
+                reason = reason.replace(" (--timeout)", f" (--timeout), rank 0 {where}")
+            silent = silent_hosts(rank_dir, spec.topology) if spec.topology is not None else []
+            if silent:
+                reason = f"no rank started on {', '.join(silent)}; {reason}"
+            cause = self.stall_cause if self.stalled else first_error(self.log_path)
+            if cause:
+                reason += f"; first error: {cause}"
+        if status == "interrupted":
+            at = ((f" at step {last['step']} of {last['total']} ({last['phase']})" if last["total"]
+                   else f" in {last['phase']}") if last and last["phase"] else " while its processes were starting")
+            reason = f"interrupted{at}; process group killed"
+        shutdown_error = ""
+        if len(ranks) == processes and (status == "timeout" or (status is None and rc != 0)):
+            # Each rank writes its result before the final barrier and teardown: all of them are here, so the
+            # training and its measurement finished, and only the shutdown went wrong. Keep the row, say so.
+            if status is None:
+                reason = self._failure()
+            shutdown_error = f"after every rank had written its result: {reason}"
+            status, reason = "ok", ""
+        if status is None:
+            if rc != 0:
+                status, reason = "failed", self._failure()
+            elif len(ranks) != processes:
+                missing = sorted(set(range(processes)) - {r["rank"] for r in ranks})
+                status, reason = "failed", f"launch exited 0 but rank(s) {missing} wrote no result"
+                why = outlived(rank_dir, missing)
+                if why:
+                    reason += f": {why}"
+            else:
+                status = "ok"
+        gate_wait = 0.0 if self.gate_opened is None else max(0.0, self.gate_opened - self.launch_wall)
+        nodes = [{"host": r.command.host, "via": "ssh" if r.command.remote else "here", "argv": r.command.argv,
+                  "returncode": r.proc.returncode} for r in self.running] if several else []
+        return Outcome(status=status, reason=reason, returncode=rc, wall_time_s=wall, launch_wall=self.launch_wall,
+                       end_wall=end_wall, log_path=self.log_path, argv=self.plan.argv, processes=processes,
+                       pid=self.running[0].proc.pid, load_avg_before=self.load, ranks=ranks,
+                       log_tail="" if status == "ok" and not shutdown_error else tail(self.log_path),
+                       shutdown_error=shutdown_error, progress=last, leftovers_killed=leftovers,
+                       gate_opened=self.gate_opened, gate_wait_s=gate_wait, node_commands=nodes,
+                       concurrent_runs=concurrent)
+
+    def _unstarted(self) -> Outcome:
+        """The outcome of a launch none of whose commands started (start() failed before the first)."""
+        self._gate_and_events_closed()
+        if self.plan is not None:
+            self.plan.hold.clear()
+            for clean in self.plan.cleanup:
+                try:
+                    clean()
+                except OSError:
+                    pass
+        end_wall = time.time()
+        return Outcome(status="failed", reason=self.start_error or "the launch was never started", returncode=None,
+                       wall_time_s=time.monotonic() - self.t0, launch_wall=self.launch_wall, end_wall=end_wall,
+                       log_path=self.log_path, argv=self.plan.argv if self.plan else [], processes=self.processes,
+                       pid=0, load_avg_before=self.load, log_tail=tail(self.log_path))
+
+    def _join_logs(self) -> None:
+        """launch.log of a launch of one command per node: each node's log under a header that says where it ran
+        and how it ended."""
+        with open(self.log_path, "w", encoding="utf-8") as out:
+            for i, r in enumerate(self.running):
+                how = "over ssh" if r.command.remote else "here"
+                out.write(f"==== node {i}: {r.where} ({how}), exit code {r.proc.returncode}: "
+                          f"{shlex.join(r.command.argv)}\n")
+                try:
+                    out.write(r.log.read_text(encoding="utf-8", errors="replace"))
+                except OSError:
+                    pass
+
+    def _failure(self) -> str:
+        """Why a launch that ended by itself failed: harness/launching/culprit.py, from the facts its processes recorded
+        in order and how each command ended, before or after compare began stopping the launch."""
+        topo = self.spec.topology
+        silent = set(silent_hosts(self.rank_dir, topo)) if topo is not None else set()
+        supervisors = {rec.get("supervisor_pid") for rec in rank_records(self.rank_dir, "start-rank*.json").values()}
+        commands = [Command(launcher=_launcher_name(r.command.argv, self.adapter.launcher),
+                            returncode=r.proc.returncode,
+                            ended=(None if r.exited_at is None or r.exited_at > self.stopping_at
+                                   else self.launch_wall + (r.exited_at - self.t0)),
+                            log=r.log, host=r.command.host, local=not r.command.remote,
+                            silent=r.command.host in silent, is_rank=r.proc.pid in supervisors,
+                            stopped=launcher_stopped(r.command.argv, _read(r.log)))
+                    for r in self.running]
+        reason = culprit(self.rank_dir, commands, name_hosts=topo is not None)
+        try:  # the facts behind the reason, for whoever reads the kept log
+            with open(self.log_path, "a", encoding="utf-8") as log:
+                log.write(describe(self.rank_dir, commands, reason))
+        except OSError:
+            pass
+        return reason
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _launcher_name(argv: list[str], launcher: str) -> str:
+    """What a reason calls a launch command: the adapter's launcher, or srun where SLURM starts it."""
+    return "srun" if argv and Path(argv[0]).name == "srun" else launcher
+
+
+def nodeguard_grace() -> float:
+    from harness.launching import nodeguard
+
+    return nodeguard.GRACE_S
+
+
+def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,
+               on_progress: Callable[[dict], None] | None = None, stall_s: float | None = STALL_S) -> Outcome:
+    """One launch on its own, start to end (Ctrl-C gives an `interrupted` outcome)."""
+    return Launch(adapter, spec, timeout_s, on_progress, stall_s).start().finish()

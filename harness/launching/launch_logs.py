@@ -1,0 +1,114 @@
+"""Reading what a launch left: the first error and the tail of its log, the rank files each rank wrote (which hosts
+never answered; which rank ended the launch is harness/launching/culprit.py's), and how a process ended.
+
+Runs in: the parent (harness/launching/launch.py)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import signal
+import socket
+from pathlib import Path
+
+LOG_TAIL_LINES = 40
+
+
+# A C++ exception escaping a communication thread (gloo's "Connection reset by peer", say) aborts the rank with
+# "terminate called after throwing an instance of '...'", then "what():  <the reason>".
+_ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Segmentation fault|error:"
+                    r"|terminate called|\bwhat\(\):"
+                    # a shell or env(1) that could not find the program a launcher runs on each host
+                    r"|: (command )?not found$|: No such file or directory$")
+
+
+_FRAME = re.compile(r"\bframe #\d+:")
+"""A line of a C++ stack trace (c10's "frame #1: c10::DistError::DistError(...)"): never the cause itself."""
+
+
+def start_error(exc: BaseException) -> str:
+    """One line for a launch that could not be started: the error, and for a resource limit, which one."""
+    text = " ".join(str(exc).split()) or "(no message)"
+    line = f"the launch could not be started here: {type(exc).__name__}: {text[:300]}"
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        line += f" (this process may open {soft} files: raise `ulimit -n`)"
+    elif isinstance(exc, OSError) and exc.errno == errno.EAGAIN:
+        line += " (no more processes or threads allowed: `ulimit -u`, or the cgroup's pids.max)"
+    return line
+
+
+
+def first_error(path: Path) -> str | None:
+    """The first line of a log that looks like the root cause (launchers print their own summary last)."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for i, line in enumerate(lines):
+            if _ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line):
+                found = line.strip()
+                if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:
+                    found += " " + lines[i + 1].strip()  # the exception's type, then its message
+                return found[:300]
+    except OSError:
+        pass
+    return None
+
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+
+def rank_records(rank_dir: Path, pattern: str) -> dict[int, dict]:
+    out = {}
+    for f in rank_dir.glob(pattern):
+        try:
+            rec = json.loads(f.read_text())
+            out[rec["rank"]] = rec
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+
+def matches_host(node_host: str | None, local: bool, hostname: str | None) -> bool:
+    """Whether a rank that reported `hostname` ran on the node named `node_host`."""
+    if not hostname:
+        return False
+    name = socket.gethostname() if local or node_host is None else node_host
+    return name == hostname or name.split(".")[0] == hostname.split(".")[0]
+
+
+
+def _looks_like_address(host: str) -> bool:
+    return all(part.isdigit() for part in host.split(".")) or ":" in host
+
+
+
+def silent_hosts(rank_dir: Path, topology) -> list[str]:
+    """Hosts of the topology where no rank ever started (by the hostnames the ranks reported; hosts given as
+    addresses cannot be told apart that way and are never named)."""
+    reported = {r.get("host") for r in rank_records(rank_dir, "start-rank*.json").values()}
+    return [node.host for node in topology.nodes
+            if (node.local or not _looks_like_address(node.host))
+            and not any(matches_host(node.host, node.local, h) for h in reported)]
+
+
+
+def last_line(path: Path) -> str | None:
+    lines = [ln.strip() for ln in tail(path, 5).splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else None
+
+
+
+def exit_reason(rc: int | None) -> str:
+    if rc is not None and rc < 0:
+        return f"launch killed by signal {signal.Signals(-rc).name}"
+    return f"launch exited with code {rc}"

@@ -1,0 +1,176 @@
+"""Time per epoch, and the seed blog's chart: one bar per backend, seconds per epoch.
+
+Runs in: the parent (report). The seed project (github.com/tczhangzhi/pytorch-distributed, "Distribution is all you
+need") timed one ImageNet epoch on 4 V100s under nn.DataParallel, torch.distributed, torch.multiprocessing, apex and
+Horovod, in that order (its README lists the five scripts so, and its figure compares them). We draw the same
+chart from our records, in the same order, our other backends after, with our controls printed under it.
+
+The arithmetic (records alone): the data pipeline drops the last partial batch (workloads/base.py
+`batch_indices`), so an epoch is floor(train samples / global batch) steps of the global batch, and
+
+    time per epoch = steps per epoch x global batch / samples/s
+
+with samples/s as the run report gives it (records of schema 2: over the whole timed window, the geometric mean over
+launches with its 95% interval, which the time per epoch then carries; schema 1: global batch / median step time).
+
+In an until-target run, evaluation is measured too: evaluation per epoch = (steps per epoch / K) evaluations x the
+median seconds of one, which is the measured per-epoch cost when K is one epoch's steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from harness.core.outdir import save_figure
+from harness.core.record import MEASURED, has_intervals, precision_label
+from harness.reports import figures
+
+
+def seed_name(adapter: str) -> tuple[int, str] | None:
+    """(place, name) of an adapter in the seed figure, as the adapter declares it (`Adapter.seed_name`;
+    torch.distributed.launch there is torchrun, its successor, here); None for one the seed did not have."""
+    import adapters
+
+    try:
+        return adapters.get(adapter).seed_name
+    except Exception:  # noqa: BLE001 - an unknown adapter in old records, or one whose module fails to import
+        return None
+
+
+def samples_per_epoch(train_samples: int, global_batch: int) -> tuple[int, int]:
+    """(steps, samples) of one epoch: full global batches only, the last partial one dropped."""
+    steps = train_samples // global_batch
+    return steps, steps * global_batch
+
+
+def epoch_rows(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per table row (a summarised row of harness/reports/run_report.py), in the seed's order then ours:
+    seconds per epoch for measured rows, the status for the others. Empty when the records predate
+    `controls.train_samples` (nothing is guessed)."""
+    measured = [r for r in rows if r["measured"]]
+    if not measured or any(r["first"]["controls"].get("train_samples") is None for r in measured):
+        return []
+    places = {r["first"]["adapter"]: seed_name(r["first"]["adapter"]) for r in rows}
+    ordered = sorted(rows, key=lambda r: places[r["first"]["adapter"]][0] if places[r["first"]["adapter"]]
+                     else float("inf"))  # sorted() is stable: our other rows keep their order
+    out = []
+    for row in ordered:
+        f = row["first"]
+        entry = {"label": row["adapter"], "adapter": f["adapter"], "seed_name": (places[f["adapter"]] or (0, None))[1],
+                 "measured": row["measured"], "status": row["status"],
+                 "reason": "; ".join(row["reasons"]) or row["status"]}
+        if row["measured"]:
+            ctl = f["controls"]
+            steps, samples = samples_per_epoch(ctl["train_samples"], ctl["global_batch"])
+            entry.update(precision=precision_label(ctl))
+            entry.update(train_samples=ctl["train_samples"], global_batch=ctl["global_batch"], steps=steps,
+                         samples=samples, samples_per_s=row["samples_per_s"],
+                         epoch_s=samples / row["samples_per_s"], eval_per_epoch_s=None)
+            iv = row.get("interval") or {}
+            if iv.get("lo"):  # the samples/s interval over launches, turned into seconds per epoch
+                entry.update(epoch_interval=(samples / iv["hi"], samples / iv["lo"]))
+            reps = [r for r in records if r["label"] == row["adapter"] and r["status"] in MEASURED and r.get("ttt")]
+            if reps:
+                every = reps[0]["ttt"]["eval_every"]
+                each = statistics.median(s for r in reps for s in r["ttt"]["eval_s_each"])
+                entry.update(eval_every=every, eval_s=each, eval_per_epoch_s=each * steps / every)
+        out.append(entry)
+    return out
+
+
+def section(entries: list[dict[str, Any]]) -> list[str]:
+    """The report's "Time per epoch" section (markdown lines)."""
+    if not entries:
+        return []
+    m = next(e for e in entries if e["measured"])
+    with_eval = any(e.get("eval_per_epoch_s") is not None for e in entries)
+    lines = [f"One epoch = floor({m['train_samples']:,} training samples / global batch {m['global_batch']}) = "
+             f"{m['steps']} steps = {m['samples']:,} samples (the last partial batch is dropped, as the data "
+             f"pipeline does); time per epoch = {m['samples']:,} / samples/s. Rows in the order of the seed "
+             f"blog's chart (nn.DataParallel, torch.distributed, torch.multiprocessing, apex, Horovod), then ours."
+             + (" Evaluation per epoch: (steps per epoch / K) evaluations × the median measured seconds of one; "
+                "it is not part of the training time." if with_eval else ""), "",
+             "| adapter | seed blog's name | samples/s | time per epoch, s |" + (" + evaluation per epoch, s |"
+                                                                              if with_eval else ""),
+             "|---|---|---|---|" + ("---|" if with_eval else "")]
+    for e in entries:
+        name = e["seed_name"] or "–"
+        if not e["measured"]:
+            lines.append(f"| {e['label']} | {name} | | **{e['status']}** |" + (" |" if with_eval else ""))
+            continue
+        extra = ""
+        if with_eval:
+            extra = (" – |" if e.get("eval_per_epoch_s") is None else
+                     f" {e['eval_per_epoch_s']:.3g} ({e['steps'] / e['eval_every']:.3g} × {e['eval_s'] * 1e3:.3g} ms) |")
+        span = f" [{e['epoch_interval'][0]:.3g}–{e['epoch_interval'][1]:.3g}]" if e.get("epoch_interval") else ""
+        lines.append(f"| {e['label']} | {name} | {e['samples_per_s']:,.0f} | {e['epoch_s']:.3g}{span} |{extra}")
+    return lines
+
+
+def controls_text(records: list[dict[str, Any]], entries: list[dict[str, Any]]) -> str:
+    """Our controls, printed under the chart (the seed's figure gives none)."""
+    m = next(e for e in entries if e["measured"])
+    r0 = next(r for r in records if r["status"] in MEASURED)
+    env, ctl = r0["env"], r0["controls"]
+    hw = ", ".join(env["gpus"]) if env.get("gpus") else f"{env['cpu_model']}, {env['cpu_cores_usable']} cores, no GPU"
+    ttt = r0.get("ttt")
+    timed = (f"every step from the first counted (until-target run, evaluated every {ttt['eval_every']} steps)"
+             if ttt else f"{ctl['warmup']} warm-up steps discarded, {ctl['steps']} timed")
+    return (f"Ours: {r0['workload']}, {m['train_samples']:,} training samples, global batch {m['global_batch']} "
+            f"for every backend, {m['steps']} steps = 1 epoch; world size {r0['world_size']} on {hw}; "
+            f"torch {env['torch']}; fp32 unless the label says otherwise;\n"
+            f"seconds per epoch = {m['samples']:,} samples / samples/s, "
+            + ("samples/s over the whole timed window (the slowest rank's mean step), the geometric mean over "
+               "launches, whiskers its 95% interval" if has_intervals([r for r in records if r["status"] in MEASURED])
+               else "samples/s from the median step time (slowest rank)")
+            + f", {timed}; same seed, data order and LR everywhere.\n"
+            "The seed's figure: ImageNet on 4 Tesla V100 (PCIe); its scripts read JPEGs with 2 loader workers per "
+            "process and validate after every epoch: compare the shape of the comparison, not the seconds.")
+
+
+def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]) -> Path | None:
+    """epoch_time.png: one bar per backend (unavailable and failed ones named, without a bar)."""
+    if not entries:
+        return None
+    plt = figures.pyplot()
+    if plt is None:
+        return None
+
+    labels = [(f"{e['seed_name']} ({e['label']})" if e["seed_name"] else e["label"])
+              + (f" [{e['precision']}]" if e.get("precision", "fp32") != "fp32" else "") for e in entries]
+    train = [e.get("epoch_s") or 0.0 for e in entries]
+    ev = [e.get("eval_per_epoch_s") or 0.0 for e in entries]
+    height = 0.55 * len(entries) + 2.9
+    fig, ax = plt.subplots(figsize=(8, height))
+    text_in, legend_in = 0.8, 0.3  # the controls under the chart, and the legend above them (inches)
+    ax.barh(labels, train, color="#4C72B0", label="training")
+    if any(ev):
+        ax.barh(labels, ev, left=train, color="#DD8452", label="evaluation per epoch (measured)")
+        fig.legend(*ax.get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(0.5, text_in / height),
+                   ncol=2, fontsize=8, frameon=False)
+    top = max(t + v for t, v in zip(train, ev)) or 1.0
+    for i, e in enumerate(entries):
+        if e.get("epoch_interval"):
+            lo, hi = e["epoch_interval"]
+            ax.errorbar([train[i]], [i], xerr=[[max(0.0, train[i] - lo)], [max(0.0, hi - train[i])]], fmt="none",
+                        ecolor="#222222", elinewidth=1, capsize=3, zorder=3)
+        if e["measured"]:
+            end = max(train[i] + ev[i], e["epoch_interval"][1] if e.get("epoch_interval") else 0.0)
+            ax.text(end, i, f"  {train[i] + ev[i]:.3g} s", va="center", ha="left", fontsize=9)
+        else:
+            ax.text(top * 0.02, i, f"{e['status']}: {e['reason'][:70]}", va="center", ha="left", fontsize=8,
+                    color="#888888")
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per epoch (lower is better)")
+    r0 = records[0]
+    ax.set_title(f"Time per epoch by backend, as in the seed blog's chart: {r0['workload']}, world size "
+                 f"{r0['world_size']}", fontsize=10)
+    ax.margins(x=0.3)
+    fig.text(0.01, 0.01, controls_text(records, entries), fontsize=6.5, va="bottom", ha="left", wrap=True)
+    fig.tight_layout(rect=(0, (text_in + legend_in) / height, 1, 1))
+    path = out / "epoch_time.png"
+    save_figure(fig, path, 110)
+    plt.close(fig)
+    return path

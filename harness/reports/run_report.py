@@ -1,0 +1,543 @@
+"""The report of a `compare run` (records of kind "run"): report.md, throughput/loss/step-time PNGs, a console
+table.
+
+Runs in: the parent. `compare report DIR` calls `render(DIR, read_records(DIR/records.jsonl))`; nothing here looks
+at anything but the records (and, for records older than their `row_order` field, the adapter registry's order of
+rows), so an old run re-renders identically.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import adapters
+from harness.core.errors import first_sentence
+from harness.core.outdir import save_figure, write_text
+from harness.core.provenance import tuning_line
+from harness.core.record import MEASURED, has_intervals, precision_label
+from harness.core.sizes import format_mib
+from harness.core.stats import geomean_interval, percentile, worst
+from harness.launching import machine
+from harness.reports import epoch, figures, palette, ttt
+from harness.reports import host_layout as hosts_report
+from harness.reports import verdict as verdict_mod
+
+SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
+
+
+MEMORY_KINDS = {
+    "cuda_max_allocated": "torch.cuda.max_memory_allocated (reset after warm-up)",
+    "rss_vmhwm_minus_file": ("the resident set's high-water mark (VmHWM, reset after warm-up) minus its file-backed "
+                             "pages (RssFile: shared libraries' code, which depends on what a framework imports and "
+                             "on the page cache, not on training), i.e. anonymous + shared memory"),
+    "rss_maxrss_since_start_minus_file": ("the resident set's peak since the process started (ru_maxrss: resetting "
+                                          "VmHWM was not allowed) minus its file-backed pages"),
+    "rss_vmhwm": ("the resident set's high-water mark (VmHWM, reset after warm-up), including the pages of shared "
+                  "libraries (reports before the file-backed pages were left out)"),
+}
+
+
+MEMORY_SHORT = {"cuda_max_allocated": "CUDA max allocated", "rss_vmhwm_minus_file": "RSS peak less file pages",
+                "rss_maxrss_since_start_minus_file": "RSS peak since start less file pages",
+                "rss_vmhwm": "RSS high-water mark"}
+
+
+def memory_kind(firsts: list[dict]) -> str:
+    """How the rows' peak memory was measured, and on CPU how much file-backed memory it left out per row."""
+    kind = firsts[0].get("peak_memory_kind")
+    text = MEMORY_KINDS.get(kind, f"`{kind}`")
+    left = [f"{r.get('label') or r['adapter']} {max(b) / 2**20:,.0f}" for r in firsts
+            if (b := [x for x in r.get("peak_memory_file_bytes_per_rank") or [] if x is not None])]
+    if left:
+        text += f"; left out, MiB per rank (max): {', '.join(left)}"
+    return text
+
+
+def _fmt(x: float | None, spec: str = ".3g") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def group(records: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]]]:
+    rows: OrderedDict[str, list[dict]] = OrderedDict()
+    for rec in records:
+        rows.setdefault(rec["label"], []).append(rec)
+    # Rows in the order they were asked for (unavailable rows are recorded first, at plan time); records written
+    # before `row_order` existed fall back to the registry's order. Ties keep the order of appearance.
+    order = records[0].get("row_order") if records else None
+    registry = adapters.names()
+
+    def key(item):
+        label, recs = item
+        if order:
+            return order.index(label) if label in order else len(order)
+        return registry.index(recs[0]["adapter"]) if recs[0]["adapter"] in registry else len(registry)
+
+    return OrderedDict(sorted(rows.items(), key=key))
+
+
+def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row from an adapter's repeats: medians across repeats, spread, pooled step percentiles. Repeats
+    with a measurement (`MEASURED`: ok, or an until-target run that missed its target) all count."""
+    ok = [r for r in recs if r["status"] in MEASURED and r.get("samples_per_s")]
+    first = ok[0] if ok else recs[0]
+    row: dict[str, Any] = {"adapter": first["label"], "launcher": first.get("launcher"),
+                           "status": first["status"] if not ok else "ok", "repeats": len(recs), "ok_repeats": len(ok),
+                           "measured": bool(ok),
+                           "not_reached": sum(r["status"] == "not_reached" for r in ok),
+                           "reasons": sorted({r["reason"] for r in recs if r["status"] != "ok" and r["reason"]}),
+                           "first": first}
+    if not ok:
+        row["status"] = recs[0]["status"]
+        return row
+    sps = [r["samples_per_s"] for r in ok]
+    pooled = sorted(t for r in ok for t in r["step_times_s"])
+    if has_intervals(ok):
+        # Throughput of the whole timed window per launch; the row: their geometric mean with its interval.
+        interval = geomean_interval(sps)
+        devices = ok[0]["topology"]["devices_used"]
+        row.update(samples_per_s=interval["estimate"], interval=interval, spread=None,
+                   samples_per_s_per_device=interval["estimate"] / devices)
+    else:  # schema 1: as it was always rendered (median of the repeats, their spread)
+        row.update(samples_per_s=statistics.median(sps), interval=None,
+                   samples_per_s_per_device=statistics.median(r["samples_per_s_per_device"] for r in ok),
+                   spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None)
+
+    row.update(
+        step_median=percentile(pooled, 50), step_p10=percentile(pooled, 10), step_p90=percentile(pooled, 90),
+        step_n=len(pooled), peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in ok) or None,
+        final_loss=statistics.median(r["final_loss"] for r in ok),
+        accuracy=(statistics.median(r["eval"]["accuracy"] for r in ok) if first.get("eval") else None),
+        target=first["eval"]["target"] if first.get("eval") else None,
+        target_met=(all(r["eval"]["target_met"] for r in ok) if first.get("eval") and first["eval"]["target"]
+                    is not None else None),
+        max_param_diff=(worst(r["max_param_diff"] for r in ok) if all(r.get("max_param_diff") is not None
+                                                                      for r in ok) else None),
+        time_to_first_step_s=statistics.median(r["time_to_first_step_s"] for r in ok),
+    )
+    return row
+
+
+def _acc(row) -> str:
+    if row.get("accuracy") is None:
+        return "–"
+    mark = "" if row["target_met"] is None else (" ✓" if row["target_met"] else " ✗")
+    return f"{row['accuracy']:.4f}{mark}"
+
+
+def _diff(row, short: bool = False) -> str:
+    d = row.get("max_param_diff")
+    if d is None:
+        return "–"
+    eq = row["first"]["equivalence"]
+    if not eq["checked"]:
+        return f"{d:.1e} (not checked{'' if short else ': ' + eq['why_not_checked']})"
+    return f"{d:.1e} {'✓' if d <= eq['tolerance'] else '✗'}"
+
+
+def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [summarise(recs) for recs in group(records).values()]
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    head = ("| adapter | launcher | processes × devices | precision | batch global (per device) | samples/s "
+            "| samples/s per device | step time ms median [p10–p90] (n) | peak memory per rank | final loss "
+            "| test accuracy | max_param_diff | status |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in rows:
+        f = row["first"]
+        if not row["measured"]:
+            reason = "; ".join(row["reasons"]) or row["status"]
+            lines.append(f"| {row['adapter']} | {row['launcher']} | | | | | | | | | | | **{row['status']}**: "
+                         f"{reason.replace('|', '/')} |")
+            continue
+        topo, ctl = f["topology"], f["controls"]
+        spread = row["spread"]
+        flag = f" ⚠ spread {spread:.0%}" if spread is not None and spread > SPREAD_FLAG else (
+            f" (±{spread / 2:.0%})" if spread is not None else "")
+        if row.get("interval"):
+            flag = " " + verdict_mod.interval_text(row["interval"]).split(" ", 1)[1]
+        status = _status(row)
+        lines.append(
+            f"| {row['adapter']} | {row['launcher']} | {topo['processes']} × {topo['devices_used']}"
+            f"{f' ({hosts_report.nodes_label(topo)})' if hosts_report.spans_hosts(topo) else ''} "
+            f"| {precision_label(ctl)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
+            f"| {row['samples_per_s']:,.0f}{flag} | {row['samples_per_s_per_device']:,.0f} "
+            f"| {row['step_median'] * 1e3:.2f} [{row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f}] "
+            f"({row['step_n']}) | {format_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
+            f"| {_acc(row)} | {_diff(row)} | {status} |")
+    return "\n".join(lines)
+
+
+def _status(row) -> str:
+    """"ok", or how many repeats of how many were ok / missed the target (until-target runs)."""
+    reached = row["ok_repeats"] - row["not_reached"]
+    if not row["not_reached"]:
+        return "ok" if reached == row["repeats"] else f"ok {reached}/{row['repeats']}"
+    return ", ".join(([f"ok {reached}/{row['repeats']}"] if reached else [])
+                     + [f"not reached {row['not_reached']}/{row['repeats']}"])
+
+
+def _notes(rows, records) -> list[str]:
+    notes = []
+    stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)
+    if stopped:
+        never = [row["adapter"] for row in rows if row["status"] == "not_run"]
+        notes.append(f"**The run was interrupted {stopped}**: "
+                     + (f"{', '.join(never)} never ran." if never else "every adapter had run at least once."))
+    notes += hosts_report.note(records)
+    notes += machine.note(records, lambda r: f"{r['label']}#{r['repeat']}")
+    noisy = [f"{r['label']}#{r['repeat']} ({', '.join(r['noise']['flags'])})" for r in records
+             if (r.get("noise") or {}).get("flags")]
+    if noisy:
+        notes.append("**Launches measured under interference** (read from /proc/stat over each timed window; kept in "
+                     "every figure, so their rows' intervals are wider): " + "; ".join(noisy) + ".")
+    if any(r.get("oversubscribed") for r in records):
+        f = records[0]
+        notes.append(f"**Oversubscribed**: more processes than the {f['env']['cpu_cores_usable']} usable cores "
+                     f"(--oversubscribe): the ranks time-share the cores, so throughput and efficiency here are not "
+                     f"what {f['world_size']} real devices would give.")
+    by_precision: dict[str, list[str]] = {}
+    for row in rows:
+        if row["measured"]:
+            by_precision.setdefault(precision_label(row["first"]["controls"]), []).append(row["adapter"])
+    for label, names in by_precision.items():
+        frameworks = {r["first"]["adapter"] for r in rows if r["adapter"] in names}
+        if label != "fp32" and len(frameworks) > 1:
+            notes.append(f"Same precision ({label}): {', '.join(names)}: differences between these rows come from "
+                         "the frameworks, not from mixed precision itself.")
+    for row in rows:
+        f = row["first"]
+        info = f.get("adapter_info") or {}
+        if info.get("note"):
+            notes.append(f"**{row['adapter']}**: {info['note']}.")
+        if row["measured"] and precision_label(f["controls"]) != "fp32":
+            notes.append(f"**{row['adapter']}** runs in {precision_label(f['controls'])}: compare it with rows of "
+                         f"the same precision and compression, not silently with plain fp32 ones.")
+        flags = records[0]["env"].get("cpu_flags", [])
+        if (row["measured"] and f["controls"]["precision"] == "bf16" and f["topology"]["device"] == "cpu"
+                and not {"avx512_bf16", "amx_bf16"} & set(flags)):
+            notes.append(f"**{row['adapter']}**: this CPU has no native bf16 (no avx512_bf16 or AMX), so bf16 "
+                         "arithmetic is emulated and slower than fp32 here; on such a CPU mixed precision "
+                         "measures the emulation, not what it does on a GPU.")
+        reserved = [max(b) for r in records if r["label"] == row["adapter"] and r["status"] in MEASURED
+                    and (b := [x for x in r.get("peak_memory_cuda_reserved_bytes_per_rank") or [] if x is not None])]
+        host = [max(b) for r in records if r["label"] == row["adapter"] and r["status"] in MEASURED
+                and (b := [x for x in r.get("peak_memory_host_bytes_per_rank") or [] if x is not None])]
+        if reserved or host:
+            notes.append(f"**{row['adapter']}** memory beside the allocated peak (largest rank, largest launch): "
+                         + ", ".join(part for part in (
+                             f"CUDA reserved by the allocator {format_mib(max(reserved))}" if reserved else "",
+                             f"host (RSS peak less file pages: offloaded state, pinned buffers) "
+                             f"{format_mib(max(host))}" if host else "") if part) + ".")
+        skipped = [r.get("skipped_steps_timed") or 0 for r in records if r["label"] == row["adapter"]
+                   and r["status"] in MEASURED]
+        if any(skipped):
+            notes.append(f"**{row['adapter']}**: its fp16 loss scaler skipped the optimizer step at "
+                         f"{', '.join(map(str, skipped))} of the {f['controls']['steps']} timed steps of its launches "
+                         f"(gradient overflow while the scale settles): skipped steps are cheaper, so its samples/s "
+                         f"is optimistic; more warm-up (`--warmup`) lets the scale settle before the clock starts.")
+        if row.get("spread") is not None and row["spread"] > SPREAD_FLAG:
+            notes.append(f"**{row['adapter']}**: samples/s varied by {row['spread']:.0%} across "
+                         f"{row['ok_repeats']} repeats (> {SPREAD_FLAG:.0%}): treat its figure with care.")
+        for r in records:
+            if r["label"] == row["adapter"] and r.get("shutdown_error"):
+                notes.append(f"**{r['label']}** repeat {r['repeat']}: the launch ended badly {r['shutdown_error']}"
+                             f" (its measurements are complete and kept).")
+            if r["label"] == row["adapter"] and r["status"] in ("failed", "timeout") and r.get("log_tail"):
+                tail = "\n".join(r["log_tail"].splitlines()[-15:])
+                notes.append(f"**{r['label']}** repeat {r['repeat']} {r['status']}: {r['reason']}\n\n"
+                             f"  ```\n{_indent(tail)}\n  ```")
+    return notes
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _controls(rows) -> list[str]:
+    ok = [r for r in rows if r["measured"]]
+    if not ok:
+        return ["No adapter ran."]
+    f = ok[0]["first"]
+    ctl, eq = f["controls"], f["equivalence"]
+    cfg = f.get("until_target")
+    lines = [
+        f"- Workload `{f['workload']}`: {f.get('data', {}).get('source', '')}; {f.get('param_count', 0):,} "
+        f"parameters; options {ctl['workload_options']}.",
+        f"- Global batch {ctl['global_batch']} for every adapter; learning rate {ctl['lr']:g} ({ctl['lr_rule']}); "
+        f"seed {ctl['seed']}; same initial weights and data order everywhere.",
+        ttt.controls(cfg, (f.get("eval") or {}).get("test_samples")) if cfg else
+        f"- {ctl['warmup']} warm-up steps discarded, then {ctl['steps']} timed steps per repeat; per-step time is "
+        + ("the slowest rank's; samples/s of a launch = samples over its whole timed window (global batch / mean "
+           "step time: what a training job gets; the median of a multi-modal step-time distribution jumps between "
+           "its modes); a row's samples/s is the geometric mean over its launches with a "
+           f"{verdict_mod.INTERVAL_METHOD}; the step-time column describes the distribution." if ok[0].get("interval")
+           is not None or has_intervals([ok[0]["first"]]) else
+           "the slowest rank's; samples/s = global batch / median step time."),
+        f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
+        f"{eq['tolerance']:g}.",
+        f"- Peak memory per rank over the timed steps (the table shows the largest rank's): "
+        f"{memory_kind([r['first'] for r in ok])}.",
+        "- Threads per rank (torch intra-op), set explicitly for every launcher:",
+    ]
+    for row in ok:
+        c = row["first"]["controls"]
+        knobs = ", ".join(f"{k}={v}" for k, v in c["knobs"].items()) or "defaults"
+        bound = ""
+        if c.get("bind_cores"):
+            bound = "; cores per rank " + " | ".join(",".join(map(str, a or [])) for a in
+                                                      row["first"].get("cpu_affinity_per_rank") or [])
+        resolved = (row["first"].get("adapter_info") or {}).get("resolved")
+        used = ("; as the framework resolved them in rank 0: " + ", ".join(f"{k}={v}" for k, v in resolved.items())
+                if isinstance(resolved, dict) and resolved else "")
+        lines.append(f"  - {row['adapter']}: threads {c['threads_per_rank']}, OMP_NUM_THREADS="
+                     f"{c['omp_num_threads_env']}{bound}; knobs: {knobs}{used}")
+    bind = {row["first"]["controls"].get("bind_cores") for row in ok} - {None}
+    if bind == {True}:
+        lines.append("- Every process bound to its own share of the usable cores (--bind-cores), all its threads.")
+    elif bind == {False}:
+        lines.append("- Processes not bound to cores: the OS places their threads (--bind-cores binds them).")
+    return lines
+
+
+def _provenance(records) -> list[str]:
+    r = records[0]
+    e = r["env"]
+    gpus = ", ".join(e.get("gpus", [])) or "none"
+    return [
+        f"- Command: `{r['command']}`",
+        f"- Run: {r['run_id']} at {r['time_utc']}; git commit {e.get('git_commit')}",
+        f"- Hardware: {e['cpu_model']} ({' '.join(e.get('cpu_flags', [])) or 'no flags read'}), "
+        f"{e['cpu_cores_usable']} usable cores, "
+        f"{e['memory_total_bytes'] / 2**30:.0f} GiB RAM; GPUs: {gpus}",
+        f"- Software: Python {e['python']}, torch {e['torch']}"
+        + (f", CUDA {e['cuda']}, NCCL {e.get('nccl_version')}" if e.get("cuda") else "")
+        + f"; distributed backends built in: {', '.join(k for k, v in e['distributed'].items() if v)}; "
+        f"{e['platform']}",
+        *tuning_line(e),
+        "- Load average (1 min) before each launch: " + ", ".join(
+            f"{r['label']}#{r['repeat']} {r['load_avg_before'][0]:.2f}" for r in records if r.get("load_avg_before")),
+    ]
+
+
+_PHASE_HEADS = {"launcher": "launcher", "python": "python", "imports": "imports", "init": "init", "setup": "setup",
+                "gate": "gate", "warmup": "warm-up", "timed": "timed", "profile": "profile", "eval": "eval",
+                "write": "result", "shutdown": "shutdown"}
+
+
+def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
+    """Seconds per phase of each row's launches (median over repeats), and the run's own wall time, from the
+    phase marks the ranks and the parent recorded. Records written before phases were recorded: nothing."""
+    timed = [r for r in records if r.get("phases_s")]
+    if not timed:
+        return []
+    heads = {k: v for k, v in _PHASE_HEADS.items() if k != "profile" or any("profile" in r["phases_s"] for r in timed)}
+    pipelined = ttt.settings(records) is None
+    gate = ("`gate`: waiting for the previous launch to end, since each launch starts while the previous one "
+            "evaluates and shuts down, and is let into its warm-up only when that one has ended" if pipelined else
+            "`gate`: zero, since in an until-target run each launch starts only once the previous one has ended; "
+            "`timed`: every step, the periodic evaluations between them included")
+    lines = ["Seconds per phase of one launch (median over repeats; each phase ends when its slowest rank is done; "
+             "`launcher`: from starting the command until the first rank process exists; `init`: joining the "
+             f"group; `setup`: model, wrapper, data; {gate}; `shutdown`: from the last result until every process "
+             "of the launch is gone).",
+             "", "| adapter | " + " | ".join(heads.values()) + " | launch wall |",
+             "|---|" + "---|" * (len(heads) + 1)]
+    for label, recs in group(timed).items():
+        med = {k: statistics.median(r["phases_s"].get(k, 0.0) for r in recs) for k in heads}
+        wall = statistics.median(r["wall_time_s"] for r in recs)
+        lines.append(f"| {label} | " + " | ".join(f"{med[k]:.2f}" for k in heads) + f" | {wall:.2f} |")
+    starts = [r["launch_wall"] for r in records if r.get("launch_wall")]
+    ends = [r["launch_wall"] + r["wall_time_s"] for r in records if r.get("launch_wall")]
+    first = records[0]
+    if starts and first.get("started_wall"):
+        total = max(ends) - first["started_wall"]
+        measured = sum(r["phases_s"].get("warmup", 0) + r["phases_s"].get("timed", 0) for r in timed)
+        launches = sum(r["wall_time_s"] for r in timed)
+        ref = next((r["reference_run"] for r in records if r.get("reference_run")), None)
+        lines += ["", f"From `compare` starting to its last launch ending: {total:.1f} s (the report and plots come "
+                      f"after). Warm-up and timed steps: {measured:.1f} s of it."
+                  + (f" Checking the request and the adapters: {ref['launch_wall'] - first['started_wall']:.1f} s; "
+                     f"the single-process reference run: {ref['wall_time_s']:.1f} s." if ref else "")
+                  + f" The {len(timed)} launches of the table took {launches:.1f} s together"
+                  + (", more than their share of the run because each one's start-up overlapped the previous one's "
+                     "end." if pipelined else ", one after the other.")]
+    return lines
+
+
+def render(out: Path, records: list[dict[str, Any]]) -> Path:
+    rows = table_rows(records)
+    cfg = ttt.settings(records)
+    plots = plot(out, records, rows)
+    epochs = epoch.epoch_rows(records, rows)
+    epoch_png = epoch.plot(out, records, epochs)
+    r0 = records[0]
+    ws = r0["world_size"]
+    hw = r0["env"]["gpus"][0] if r0["env"].get("gpus") else f"{r0['env']['cpu_cores_usable']}-core CPU"
+    over = " (oversubscribed)" if r0.get("oversubscribed") else ""
+    until = f" until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else ""
+    md = [f"# {r0['workload']}{until}: {', '.join(group(records))} at world size {ws}{over} on {hw}", ""]
+    if not cfg and has_intervals(records):
+        analysis = verdict_mod.analyse(records)
+        md += ["## Verdict", ""] + verdict_mod.markdown(analysis) + precision_lines(records, analysis)
+    if cfg:
+        trows = ttt.table_rows(records, group(records))
+        plots = ttt.plots(out, records, trows, cfg) + plots
+        md += [ttt.markdown_table(trows, cfg), ""] + [x for line in ttt.verdict(trows, cfg) for x in (line, "")]
+        md += ["## Throughput, memory and equivalence", ""]
+    md += [markdown_table(rows), ""]
+    notes = _notes(rows, records)
+    if notes:
+        md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    if epochs:
+        md += ["## Time per epoch", ""] + epoch.section(epochs) + [""]
+        if epoch_png is not None:
+            plots.append(epoch_png)
+    md += ["## Controls", ""] + _controls(rows) + [""]
+    timing = time_breakdown(records)
+    if timing:
+        md += ["## Where the time went", ""] + timing + [""]
+    md += ["## Provenance", ""] + _provenance(records) + [""]
+    if plots:
+        md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    elif not figures.available():
+        md += ["## Plots", "", figures.NO_PLOTS, ""]
+    path = out / "report.md"
+    write_text(path, "\n".join(md))
+    return path
+
+
+def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> list[str]:
+    """How a `--precision` run ended: the rounds it took, and whether every ratio reached the target."""
+    mode = records[0].get("precision_mode")
+    if not mode:
+        return []
+    target = f"±{mode['target'] * 100:g}%"
+    widest = mode.get("widest")
+    how = {"resolved": f"every ratio's interval reached {target}",
+           "budget": f"the budget of {mode['budget_s']:g} s was spent before every ratio's interval reached {target}",
+           "max_rounds": "the most rounds a run may take were run",
+           "interrupted": "the run was interrupted"}.get(mode["ended"], mode["ended"])
+    open_ = [k for k, r in analysis["ratios"].items() if (verdict_mod.half_width(r) or 1.0) > mode["target"]]
+    lines = [f"Precision mode (`--precision {mode['target'] * 100:g}%`): {mode['rounds']} round(s) in "
+             f"{mode['elapsed_s']:.0f} s; {how}"
+             + (f" (widest: {widest[0]} ±{widest[1]:.1%})." if widest else ".")]
+    if open_:
+        lines[0] += f" Not resolved to {target}: {', '.join(open_)}."
+    return lines + [""]
+
+
+def console_verdict(records: list[dict[str, Any]]) -> list[str]:
+    """The verdict's lines for the terminal, first thing after the progress (markup-escaped)."""
+    from rich.markup import escape
+
+    if ttt.settings(records) or not has_intervals(records):
+        return []
+    analysis = verdict_mod.analyse(records)
+    return [escape(line.replace("**", "")) for line in analysis["lines"] + precision_lines(records, analysis) if line]
+
+
+def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
+    plt = figures.pyplot()
+    if plt is None:
+        return []
+
+    ok = [r for r in rows if r["measured"]]
+    if not ok:
+        return []
+    r0 = records[0]
+    title = f"{r0['workload']}, world size {r0['world_size']}, {r0['env']['cpu_cores_usable']}-core " + (
+        r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
+    labels = [f"{r['adapter']} ({precision_label(r['first']['controls'])})" for r in ok]
+    sps = [r["samples_per_s"] for r in ok]
+    gb = [r["first"]["controls"]["global_batch"] for r in ok]
+    if all(r.get("interval") for r in ok):  # schema 2: the 95% interval over launches (none below 3 launches)
+        lo = [s - (r["interval"]["lo"] or s) for s, r in zip(sps, ok)]
+        hi = [(r["interval"]["hi"] or s) - s for s, r in zip(sps, ok)]
+        whiskers = "whiskers: 95% interval over launches"
+    else:
+        lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
+        hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]
+        whiskers = "whiskers: p90..p10 step time"
+    ax.barh(labels, sps, xerr=[lo, hi], color=[palette.colour(r["adapter"]) for r in ok], capsize=4)
+    for i, s in enumerate(sps):
+        ax.text(s + hi[i], i, f"  {s:,.0f}", va="center", ha="left", fontsize=9)  # right of the whisker
+    ax.invert_yaxis()
+    ax.set_xlabel(f"samples/s (global; {whiskers})")
+    ax.set_title(f"Throughput: {title}", fontsize=10)
+    ax.margins(x=0.25)
+    fig.tight_layout()
+    paths.append(out / "throughput.png")
+    save_figure(fig, paths[-1], 110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    style = palette.styles([r["adapter"] for r in ok])
+    curves: dict[tuple, str] = {}
+    for r in ok:
+        curve = r["first"]["loss_curve"]
+        same = curves.setdefault(tuple(round(v, 4) for v in curve), r["adapter"])
+        # rows that trained alike (every fp32 backend does, to rounding) overlap: the legend says so
+        label = r["adapter"] if same == r["adapter"] else f"{r['adapter']} (same curve as {same})"
+        ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1, color=palette.colour(r["adapter"]),
+                linestyle=style[r["adapter"]])
+    ax.set_xlabel("step (warm-up included)")
+    ax.set_ylabel("training loss (global batch)")
+    ax.set_title(f"Loss: {title}", fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "loss.png")
+    save_figure(fig, paths[-1], 110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
+    data = [[t * 1e3 for rec in records if rec["label"] == r["adapter"] and rec["status"] in MEASURED
+             for t in rec["step_times_s"]] for r in ok]
+    ax.boxplot(data, orientation="horizontal", tick_labels=[r["adapter"] for r in ok], whis=(10, 90), showfliers=False)
+    ax.invert_yaxis()
+    ax.set_xlabel("step time, ms (slowest rank; box: p25..p75, whiskers: p10..p90)")
+    ax.set_title(f"Step times: {title}", fontsize=10)
+    fig.tight_layout()
+    paths.append(out / "step_times.png")
+    save_figure(fig, paths[-1], 110)
+    plt.close(fig)
+    return paths
+
+
+def console_table(records: list[dict[str, Any]]):
+    from rich.markup import escape
+    from rich.table import Table
+
+    cfg = ttt.settings(records)
+    if cfg:
+        return ttt.console_table(records, group(records), cfg)
+
+    where = next((hosts_report.nodes_label(r.get("topology")) for r in records
+                  if hosts_report.spans_hosts(r.get("topology"))), "")
+    t = Table(title=f"{records[0]['workload']} — world size {records[0]['world_size']}"
+                    + (f" on {where}" if where else ""))
+    for col in ("adapter", "precision", "samples/s", "step ms (p10–p90)", "peak mem/rank", "final loss",
+                "accuracy", "max_param_diff", "status"):
+        t.add_column(col, justify="right" if col not in ("adapter", "status") else "left")
+    for row in table_rows(records):
+        if not row["measured"]:
+            reason = "; ".join(row["reasons"])
+            if row["status"] == "unavailable":  # the terminal gets the reason; report.md and `compare list` the fix
+                reason = first_sentence(reason)
+            status = escape(f"{row['status']}: {reason}")  # "[fault injection]" is not markup
+            t.add_row(row["adapter"], "", "", "", "", "", "", "", status)
+            continue
+        f = row["first"]
+        sps = (verdict_mod.interval_text(row["interval"]).replace(" (", "\n(") if row.get("interval")
+               else f"{row['samples_per_s']:,.0f}")
+        t.add_row(row["adapter"], precision_label(f["controls"]), sps,
+                  f"{row['step_median'] * 1e3:.2f} ({row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f})",
+                  format_mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row),
+                  _diff(row, short=True), _status(row))
+    return t

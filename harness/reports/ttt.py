@@ -1,0 +1,290 @@
+"""The time-to-target part of a run report (`compare run --until-target`): table, verdict, two plots.
+
+Runs in: the parent (report). Everything comes from the records' `ttt` objects (harness/core/record.py
+`until_target`): per row, over repeats, the median and the range of steps to target, training time to target
+and end-to-end time to target; which backend got there first and by how much; whether the fp32 rows needed the
+same number of steps (they should: same seed, data order and arithmetic; a difference is reported as a finding).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from harness.core.outdir import save_figure
+from harness.core.record import MEASURED, has_intervals, precision_label
+from harness.reports import figures
+
+
+def settings(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's until-target settings (target, metric, eval_every, max_steps), None for a fixed-length run."""
+    return next((r["until_target"] for r in records if r.get("until_target")), None)
+
+
+def summarise(label: str, recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from a label's repeats: medians and ranges over the repeats that reached the target."""
+    measured = [r for r in recs if r["status"] in MEASURED and r.get("ttt")]
+    reached = [r for r in measured if r["ttt"]["reached"]]
+    first = (reached or measured or recs)[0]
+    row: dict[str, Any] = {"label": label, "adapter": first["adapter"], "first": first, "repeats": len(recs),
+                           "measured": len(measured), "reached": len(reached), "status": first["status"],
+                           "reasons": sorted({r["reason"] for r in recs if r["status"] not in MEASURED
+                                              and r["reason"]})}
+    if not measured:
+        return row
+    row["precision"] = precision_label(first["controls"])
+    for key in ("steps_to_target", "train_time_to_target_s", "e2e_time_to_target_s", "startup_to_target_s"):
+        values = [r["ttt"][key] for r in reached]
+        row[key] = {"median": statistics.median(values), "min": min(values), "max": max(values),
+                    "values": values} if values else None
+    row["samples_per_s"] = statistics.median(r["samples_per_s"] for r in measured)
+    row["final_metric"] = statistics.median(r["ttt"]["final_metric"] for r in measured)
+    row["best_metric"] = max(r["ttt"]["best_metric"] for r in measured)
+    row["missed"] = [r for r in measured if not r["ttt"]["reached"]]
+    row["eval_s"] = statistics.median(s for r in measured for s in r["ttt"]["eval_s_each"])
+    # The repeat each plot shows: the one with the median of what that plot's axis measures (the lower middle one
+    # of an even number): training time for the curve, end-to-end time for the bars.
+    for shown, key in (("shown_train", "train_time_to_target_s"), ("shown_e2e", "e2e_time_to_target_s")):
+        row[shown] = sorted(reached, key=lambda r: r["ttt"][key])[(len(reached) - 1) // 2] if reached else measured[0]
+    return row
+
+
+def table_rows(records: list[dict[str, Any]], groups) -> list[dict[str, Any]]:
+    """Rows in the report's row order (`groups`: label -> records, as harness/reports/run_report.py groups them)."""
+    return [summarise(label, recs) for label, recs in groups.items()]
+
+
+def _spread(stat: dict | None, fmt: str) -> str:
+    if stat is None:
+        return "–"
+    if stat["min"] == stat["max"]:
+        return format(stat["median"], fmt)
+    return f"{format(stat['median'], fmt)} [{format(stat['min'], fmt)}–{format(stat['max'], fmt)}]"
+
+
+def _status(row) -> str:
+    if not row["measured"]:
+        return f"**{row['status']}**: " + ("; ".join(row["reasons"]) or row["status"]).replace("|", "/")
+    parts = [f"reached {row['reached']}/{row['repeats']}"] if row["reached"] else []
+    if row["missed"]:
+        worst = row["missed"][0]["ttt"]
+        parts.append(f"**not reached** {len(row['missed'])}/{row['repeats']} (best {worst['best_metric']:.4f} "
+                     f"after step {worst['best_step']} of {worst['budget_steps']})")
+    other = row["repeats"] - row["measured"]
+    if other:
+        parts.append(f"{other}/{row['repeats']} failed: " + "; ".join(row["reasons"]).replace("|", "/"))
+    return ", ".join(parts)
+
+
+def markdown_table(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> str:
+    head = (f"| adapter | precision | steps to target | training time to target, s | end-to-end time to target, s "
+            f"| end-to-end − training, s | samples/s | {cfg['metric']}: final (best) | status |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for row in rows:
+        if not row["measured"]:
+            lines.append(f"| {row['label']} | | | | | | | | {_status(row)} |")
+            continue
+        lines.append(
+            f"| {row['label']} | {row['precision']} | {_spread(row['steps_to_target'], 'g')} "
+            f"| {_spread(row['train_time_to_target_s'], '.3f')} | {_spread(row['e2e_time_to_target_s'], '.2f')} "
+            f"| {_spread(row['startup_to_target_s'], '.2f')} | {row['samples_per_s']:,.0f} "
+            f"| {row['final_metric']:.4f} ({row['best_metric']:.4f}) | {_status(row)} |")
+    return "\n".join(lines)
+
+
+def _ahead(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
+    """"ddp, 0.41 s, 0.05 s (11%) ahead of spawn (0.46 s)" for the rows that reached the target, by `key`."""
+    ranked = sorted((r for r in rows if r.get(key)), key=lambda r: r[key]["median"])
+    best = ranked[0]
+    text = f"**{_name(best)}**, {format(best[key]['median'], fmt)} s"
+    if best["reached"] < best["repeats"]:
+        text += f" (reached in {best['reached']} of {best['repeats']} repeats)"
+    if len(ranked) > 1:
+        nxt = ranked[1]
+        gap = nxt[key]["median"] - best[key]["median"]
+        share = format(gap / nxt[key]["median"], ".0%" if gap >= 0.01 * nxt[key]["median"] else ".1%")
+        text += (f", {format(gap, fmt)} s ({share}) ahead of {_name(nxt)} "
+                 f"({format(nxt[key]['median'], fmt)} s)")
+        if has_intervals([best["first"], nxt["first"]]):
+            # Schema 2: the lead with Welch's 95% interval on the ratio of times (harness/core/stats.py); a lead whose
+            # interval contains 1 is not one.
+            from harness.core.stats import ratio_interval
+
+            r = ratio_interval(nxt[key]["values"], best[key]["values"])
+            if r["lo"] is None:
+                text += " (fewer than 3 repeats each: no interval, so no lead is established)"
+            else:
+                text += (f"; {_name(nxt)} takes {r['estimate']:.2f}× [{r['lo']:.2f}–{r['hi']:.2f}] as long"
+                         + (" (95% interval): a resolved lead" if r["lo"] > 1 else
+                            " (95% interval contains 1): no lead resolvable"))
+        elif len(best[key]["values"]) > 1 and nxt[key]["min"] <= best[key]["max"]:
+            text += " — but their ranges over the repeats overlap, so this is no clear lead"
+    return text
+
+
+def _name(row) -> str:
+    """The row's label, with its precision when that is not plain fp32 (never compared silently)."""
+    return row["label"] + ("" if row["precision"] == "fp32" else f" ({row['precision']})")
+
+
+def verdict(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
+    """Which backend reached the target first and by how much; whether the fp32 rows needed the same steps."""
+    got = [r for r in rows if r.get("reached")]
+    if not got:
+        return [f"No backend reached {cfg['metric']} {cfg['target']:g} within the {cfg['max_steps']}-step budget."]
+    n = max(r["reached"] for r in got)
+    of = f" (median of {n} repeats)" if n > 1 else ""
+    out = [f"First to {cfg['metric']} {cfg['target']:g} in training time{of}: "
+           f"{_ahead(got, 'train_time_to_target_s', '.3f')}. End to end, from starting the launch command (start-up "
+           f"included): {_ahead(got, 'e2e_time_to_target_s', '.2f')}."]
+    missed = [r["label"] for r in rows if r["measured"] and not r["reached"]]
+    if missed:
+        out.append(f"Did not reach the target within {cfg['max_steps']} steps in any repeat: {', '.join(missed)}.")
+    fp32 = [r for r in rows if r["measured"] and r["precision"] == "fp32"]
+    counts = {r["label"]: sorted({*(r["steps_to_target"]["values"] if r["steps_to_target"] else []),
+                                  *(None for _ in r["missed"])}, key=lambda v: (v is None, v)) for r in fp32}
+    distinct = {v for vs in counts.values() for v in vs}
+    if fp32:
+        if len(distinct) == 1 and None not in distinct:
+            out.append(f"Every fp32 row needed exactly {distinct.pop()} steps in every repeat (evaluated every "
+                       f"{cfg['eval_every']} steps): the same seed, data order and arithmetic give the same "
+                       "training, as they should.")
+        else:
+            said = "; ".join(f"{label} " + ", ".join("not reached" if v is None else str(v) for v in vs)
+                             for label, vs in counts.items())
+            out.append(f"**Finding: the fp32 rows did not need the same number of steps** ({said}; evaluated every "
+                       f"{cfg['eval_every']} steps). With the same seed, data order and fp32 arithmetic they should; "
+                       "a difference means the runs diverged enough to cross the target at a different evaluation "
+                       "(float rounding in a different all-reduce order, or a real difference in what the backend "
+                       "computes: see max_param_diff in the table below).")
+    for r in rows:
+        if r["measured"] and r["precision"] != "fp32" and r["steps_to_target"]:
+            out.append(f"{r['label']} ({r['precision']}) needed {_spread(r['steps_to_target'], 'g')} steps: its "
+                       "arithmetic differs from fp32, so its count need not equal the fp32 rows'.")
+    for r in rows:
+        e2e, train, rest = r.get("e2e_time_to_target_s"), r.get("train_time_to_target_s"), r.get("startup_to_target_s")
+        if e2e and e2e["max"] > 1.5 * e2e["min"]:
+            out.append(f"{r['label']}: end-to-end time to target ranged from {e2e['min']:.2f} to {e2e['max']:.2f} s "
+                       f"over the repeats (training {train['min']:.3f}–{train['max']:.3f} s, the rest "
+                       f"{rest['min']:.2f}–{rest['max']:.2f} s): a repeat slowed by other load on the machine, or a "
+                       "one-time cost such as a JIT build, looks like this; the medians above set the ranking, and "
+                       "\"Where the time went\" shows each phase.")
+    return out
+
+
+def controls(cfg: dict[str, Any], test_samples: int | None) -> str:
+    """How the run measured, for the report's controls."""
+    whole = f"all {test_samples} test samples" if test_samples else "the whole test set"
+    return (f"- Until target: {cfg['metric']} ≥ {cfg['target']:g}, evaluated after every {cfg['eval_every']} steps "
+            f"and after the last step of the {cfg['max_steps']}-step budget; each evaluation is the harness's one "
+            f"exact evaluation ({whole}, each counted once, averaged once through the adapter's own all-reduce, so "
+            f"every rank sees the same figure and all stop after the same step), the same call for every adapter. "
+            f"Every step from the first counts as training: nothing is discarded as warm-up (a user's training does "
+            f"not get to discard its first steps); per-step time is the slowest rank's. Training time to target = "
+            f"the sum of those step times up to and including the step after which the target was first reached "
+            f"(where ranks drift apart, the rank that waited sets each step, so this sum can exceed the wall time "
+            f"spent in steps by that skew; end-to-end time is wall-clock and is not affected). "
+            f"End-to-end time to target = from starting the launch command to the end of that step (launcher, "
+            f"interpreter, imports, rendezvous, framework set-up and any JIT build included), less the evaluation "
+            f"time before it. Evaluation time is recorded apart and left out of both; so is the harness's one "
+            f"parameter snapshot for the equivalence check. Launches run one at a time, never overlapping (no "
+            f"pipelining: start-up is part of the measurement). samples/s = global batch / median step time over "
+            f"every step run. A row that has not reached the target after the budget is `not_reached`, with its best "
+            f"{cfg['metric']} and all its measurements.")
+
+
+def _wrapped(text: str, width: int = 90) -> str:
+    """A title that fits a 7-inch figure at 9 points: wrapped at `width` characters."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+
+
+def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[Path]:
+    """ttt_curve.png (metric vs training time, target line) and ttt_time.png (time to target, start-up stacked)."""
+    plt = figures.pyplot()
+    if plt is None:
+        return []
+
+    shown = [r for r in rows if r["measured"]]
+    if not shown:
+        return []
+    r0 = records[0]
+    title = f"{r0['workload']}, world size {r0['world_size']}, {r0['env']['cpu_cores_usable']}-core " + (
+        r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
+    paths = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in shown:
+        curve = r["shown_train"]["ttt"]["curve"]
+        line, = ax.plot([c[1] for c in curve], [c[2] for c in curve], marker=".", linewidth=1,
+                        label=f"{r['label']} ({r['precision']})")
+        t = r["shown_train"]["ttt"]
+        if t["reached"]:
+            ax.plot([t["train_time_to_target_s"]], [next(c[2] for c in curve if c[0] == t["steps_to_target"])],
+                    marker="*", markersize=12, color=line.get_color())
+    ax.axhline(cfg["target"], color="#444444", linestyle="--", linewidth=1)
+    ax.text(ax.get_xlim()[0], cfg["target"], f" target {cfg['target']:g}", va="bottom", fontsize=8)
+    ax.set_xlabel("training time, s\n(sum of step times; evaluations and start-up excluded)", fontsize=9)
+    ax.set_ylabel(cfg["metric"])
+    ax.set_title(_wrapped(f"{cfg['metric'].capitalize()} vs training time (median repeat by training time; ★ "
+                          f"target): {title}"), fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "ttt_curve.png")
+    save_figure(fig, paths[-1], 110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(shown) + 2.2))
+    labels = [f"{r['label']} ({r['precision']})" for r in shown]
+    train = [r["shown_e2e"]["ttt"]["train_time_to_target_s"] or 0.0 for r in shown]
+    start = [r["shown_e2e"]["ttt"]["startup_to_target_s"] or 0.0 for r in shown]
+    ax.barh(labels, train, color="#4C72B0", label="training (sum of step times)")
+    ax.barh(labels, start, left=train, color="#C44E52", label="start-up and time between steps (end to end "
+                                                              "minus training)")
+    ranged = False
+    for i, r in enumerate(shown):
+        t = r["shown_e2e"]["ttt"]
+        e2e = r.get("e2e_time_to_target_s")
+        end = train[i] + start[i]
+        if t["reached"] and e2e and len(e2e["values"]) > 1:  # the spread over repeats, as the table gives it
+            ax.errorbar([end], [i], xerr=[[max(0.0, end - e2e["min"])], [max(0.0, e2e["max"] - end)]], fmt="none",
+                        ecolor="#222222", elinewidth=1, capsize=3,
+                        label=None if ranged else "end to end: range over the repeats")
+            ranged, end = True, max(end, e2e["max"])
+        text = (f"  {t['e2e_time_to_target_s']:.2f} s (step {t['steps_to_target']})" if t["reached"]
+                else f"  not reached (best {t['best_metric']:.4f} in {t['budget_steps']} steps)")
+        ax.text(end, i, text, va="center", ha="left", fontsize=8)
+    ax.invert_yaxis()
+    ax.margins(x=0.35)
+    ax.set_xlabel("seconds to target: end to end = training + start-up\n(the repeat with the median end to end"
+                  + ("; whiskers: the range over the repeats)" if ranged else ")"), fontsize=9)
+    ax.set_title(_wrapped(f"Time to {cfg['metric']} {cfg['target']:g}: {title}"), fontsize=9)
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
+    room = (0.07 if len(shown) > 3 else 0.1) + (0.04 if ranged else 0.0)  # a second legend row for the whiskers
+    fig.tight_layout(rect=(0, room, 1, 1))
+    paths.append(out / "ttt_time.png")
+    save_figure(fig, paths[-1], 110)
+    plt.close(fig)
+    return paths
+
+
+def console_table(records: list[dict[str, Any]], groups, cfg: dict[str, Any]):
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=f"{records[0]['workload']} until {cfg['metric']} ≥ {cfg['target']:g} — world size "
+                    f"{records[0]['world_size']}")
+    for col in ("adapter", "precision", "steps", "train s", "end-to-end s", "samples/s", "final (best)", "status"):
+        t.add_column(col, justify="left" if col in ("adapter", "status") else "right")
+    for row in table_rows(records, groups):
+        if not row["measured"]:
+            t.add_row(row["label"], "", "", "", "", "", "", escape(f"{row['status']}: " + "; ".join(row["reasons"])))
+            continue
+        status = ", ".join(([f"reached {row['reached']}/{row['repeats']}"] if row["reached"] else [])
+                           + ([f"not reached {len(row['missed'])}/{row['repeats']}"] if row["missed"] else []))
+        t.add_row(row["label"], row["precision"], _spread(row["steps_to_target"], "g"),
+                  _spread(row["train_time_to_target_s"], ".3f"), _spread(row["e2e_time_to_target_s"], ".2f"),
+                  f"{row['samples_per_s']:,.0f}", f"{row['final_metric']:.4f} ({row['best_metric']:.4f})", status)
+    return t
