@@ -143,8 +143,11 @@ class Launch:
     """
 
     def __init__(self, adapter: Adapter, spec: RunSpec, timeout_s: float,
-                 on_progress: Callable[[dict], None] | None = None, stall_s: float | None = STALL_S):
+                 on_progress: Callable[[dict], None] | None = None, stall_s: float | None = STALL_S,
+                 clock: Callable[[], float] = time.monotonic):
         self.adapter, self.spec, self.timeout_s, self.on_progress = adapter, spec, timeout_s, on_progress
+        self.clock = clock
+        """Monotonic seconds: what the deadline, the stall watch and the launch's durations are read from."""
         self.stall_s = stall_s if stall_s and math.isfinite(stall_s) else None
         self._seen: tuple | None = None
         """Rank 0's last (phase, step) seen, and since when (monotonic); None until the gate opens."""
@@ -188,7 +191,7 @@ class Launch:
         """Start the launch and return at once. A launch that cannot even be started here (no file descriptor or
         port left, a framework's rendezvous store refused, its launcher missing from PATH) does not raise: what
         it had started is stopped, and finish() says `failed` with the reason, so the run goes on to the next."""
-        self.launch_wall, self.t0 = time.time(), time.monotonic()
+        self.launch_wall, self.t0 = time.time(), self.clock()
         try:
             return self._start(gated)
         except Exception as exc:  # noqa: BLE001 - any failure here is this launch's, never the run's
@@ -232,7 +235,7 @@ class Launch:
             env = remote_env(spec, self.plan.env, self.launch_id)
             self.plan.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
         self.load = [round(x, 2) for x in os.getloadavg()]
-        self.launch_wall, self.t0 = time.time(), time.monotonic()
+        self.launch_wall, self.t0 = time.time(), self.clock()
         self.deadline = None if gated else self.t0 + self.timeout_s
         self._seen_at = None if gated else self.t0
         self.gate_opened = None if gated else self.launch_wall
@@ -270,8 +273,8 @@ class Launch:
         self.load = [round(x, 2) for x in os.getloadavg()]
         self.concurrent = machine.others()
         self.gate_opened = time.time()
-        self.deadline = time.monotonic() + self.timeout_s
-        self._seen_at = time.monotonic()
+        self.deadline = self.clock() + self.timeout_s
+        self._seen_at = self.clock()
 
     # ---- waiting --------------------------------------------------------------------------------------------
     def _ended(self) -> bool:
@@ -281,14 +284,14 @@ class Launch:
         """Note the commands that have exited (never blocks), and the first one that failed."""
         for r in self.running:
             if r.exited_at is None and r.proc.poll() is not None:
-                r.exited_at = time.monotonic()
+                r.exited_at = self.clock()
                 if r.proc.returncode != 0 and self.failed is None:
                     self.failed, self.failed_at = r, r.exited_at
 
     def _poll(self, until: float | None) -> str:
         """Block until a command exits ("exited"), rank 0 sends an event ("event"), `until` passes ("time") or
         the UI is due a redraw ("ui")."""
-        timeout = None if until is None else max(0.0, until - time.monotonic())
+        timeout = None if until is None else max(0.0, until - self.clock())
         if self.on_progress:
             timeout = UI_INTERVAL_S if timeout is None else min(timeout, UI_INTERVAL_S)
         live = [r for r in self.running if r.proc.returncode is None]
@@ -301,7 +304,7 @@ class Launch:
             self._reap()
             if any(r.proc.returncode is not None for r in live):
                 return "exited"
-            return "time" if until is not None and time.monotonic() >= until else "ui"
+            return "time" if until is not None and self.clock() >= until else "ui"
         poller = select.poll()
         for r in live:
             poller.register(r.pidfd, select.POLLIN)
@@ -320,7 +323,7 @@ class Launch:
                 r.proc.wait()
             self._reap()
             return "exited"
-        return "time" if until is not None and time.monotonic() >= until else "ui"
+        return "time" if until is not None and self.clock() >= until else "ui"
 
     def _read_events(self) -> None:
         try:
@@ -344,7 +347,7 @@ class Launch:
             return self.deadline
         return due if self.deadline is None else min(due, self.deadline)
 
-    def _watch(self) -> bool:
+    def watch(self) -> bool:
         """Note rank 0's progress; True once it has stood still for stall_s (then the launch is marked stalled,
         with each local rank's stacks in the log)."""
         if self.stalled:
@@ -352,7 +355,7 @@ class Launch:
         if self.stall_s is None or self._seen_at is None or self.status is not None:
             return False
         pr = progress_file.read(self.spec.progress_path)
-        now = time.monotonic()
+        now = self.clock()
         if pr is not None and (pr["phase"], pr["step"]) != self._seen:
             self._seen, self._seen_at = (pr["phase"], pr["step"]), now
             return False
@@ -400,6 +403,7 @@ class Launch:
             except (OSError, ValueError, KeyError, psutil.Error):
                 continue
         files = [self.rank_dir / f"stacks-rank{k}.txt" for k in sorted(asked)]
+        # Real time, not self.clock: this bounds how long real processes may write, sleeping between looks.
         size, end = -1, time.monotonic() + STACK_DUMP_WAIT_S
         while asked and time.monotonic() < end:
             sizes = [f.stat().st_size if f.exists() else 0 for f in files]
@@ -426,9 +430,9 @@ class Launch:
         while event not in self.events:
             if self._ended() or self.failed is not None:
                 return False
-            if self.deadline is not None and time.monotonic() >= self.deadline:
+            if self.deadline is not None and self.clock() >= self.deadline:
                 return False
-            if self._watch():
+            if self.watch():
                 return False
             why = self._poll(self._until())
             if why == "ui":
@@ -442,12 +446,12 @@ class Launch:
             return self._collect()
         try:
             while not self._ended():
-                now = time.monotonic()
+                now = self.clock()
                 if self.deadline is not None and now >= self.deadline and not self.stalled:
                     self.status = "timeout"
                     self.reason = f"no result after {self.timeout_s:g} s (--timeout); process group killed"
                     break
-                if self._watch():
+                if self.watch():
                     break
                 if self.failed is not None and now >= self.failed_at + NODE_GRACE_S:
                     break  # a node failed and the others are still running: stopped below
@@ -489,7 +493,7 @@ class Launch:
         # Before compare's first signal: which commands had ended by themselves, and which ranks here still ran
         # (harness/launching/culprit.py: nothing that follows this moment is a cause).
         self._reap()
-        self.stopping_at = time.monotonic()
+        self.stopping_at = self.clock()
         note_stopping(rank_dir)
         try:
             self._stop()
@@ -512,7 +516,7 @@ class Launch:
             except OSError:
                 pass
         end_wall = time.time()
-        wall = time.monotonic() - self.t0
+        wall = self.clock() - self.t0
         concurrent = machine.merge(self.concurrent, machine.others())
         several = len(self.running) > 1
         if several:
@@ -586,7 +590,7 @@ class Launch:
                     pass
         end_wall = time.time()
         return Outcome(status="failed", reason=self.start_error or "the launch was never started", returncode=None,
-                       wall_time_s=time.monotonic() - self.t0, launch_wall=self.launch_wall, end_wall=end_wall,
+                       wall_time_s=self.clock() - self.t0, launch_wall=self.launch_wall, end_wall=end_wall,
                        log_path=self.log_path, argv=self.plan.argv if self.plan else [], processes=self.processes,
                        pid=0, load_avg_before=self.load, log_tail=tail(self.log_path))
 

@@ -28,22 +28,27 @@ def loopback(tmp_path_factory):
     return rows, proc, out
 
 
-@pytest.mark.parametrize("name", ADAPTERS)
-def test_every_fp32_row_matches_the_single_process_reference(loopback, name):
+def _row_that_ran(loopback, name: str) -> dict:
+    """The row of `name`, which must have run (status ok) wherever the framework is installed; a skip only where it
+    is not, with the reason."""
     avail = adapters.availability(name, "cpu", 2)
     if not avail:
         pytest.skip(f"{name} is not available here: {avail.reason}")
     rec = loopback[0][name]
     assert rec["status"] == "ok", (rec["reason"], rec.get("log_tail"))
+    return rec
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_every_fp32_row_matches_the_single_process_reference(loopback, name):
+    rec = _row_that_ran(loopback, name)
     assert rec["controls"]["precision"] == "fp32" and rec["equivalence"]["passed"] is True
     assert rec["max_param_diff"] is not None and rec["max_param_diff"] <= 1e-5
 
 
 @pytest.mark.parametrize("name", ADAPTERS)
 def test_records_carry_the_topology(loopback, name):
-    rec = loopback[0][name]
-    if rec["status"] == "unavailable":
-        pytest.skip(rec["reason"])
+    rec = _row_that_ran(loopback, name)
     topo = rec["topology"]
     assert topo["nodes"] == 2 and topo["processes_per_node"] == [1, 1] and topo["iface"] == "lo"
     assert [h["host"] for h in topo["hosts"]] == ["127.0.0.1", "localhost"] and all(h["local"] for h in topo["hosts"])
@@ -53,19 +58,22 @@ def test_records_carry_the_topology(loopback, name):
     assert rec["controls"]["threads_per_rank"] == [max(1, rec["env"]["cpu_cores_usable"] // 2)] * 2
 
 
-def test_each_node_rank_was_started_by_its_own_launcher_command(loopback):
-    rows = loopback[0]
-    for name in ("ddp", "spawn", "deepspeed"):
-        if rows[name]["status"] != "ok":
-            continue
-        cmds = rows[name]["topology"]["node_commands"]
-        assert [(c["host"], c["via"], c["returncode"]) for c in cmds] == [("127.0.0.1", "here", 0),
-                                                                            ("localhost", "here", 0)]
-    ddp = rows["ddp"]["topology"]["node_commands"]
-    assert all("--rdzv-backend=c10d" in c["argv"] and "--nnodes=2" in c["argv"] for c in ddp)
-    if rows["horovod"]["status"] == "ok":
-        argv = rows["horovod"]["topology"]["launcher_argv"]
-        assert argv[argv.index("-H") + 1] == "127.0.0.1:1,localhost:1"
+@pytest.mark.parametrize("name", ("ddp", "spawn", "deepspeed"))
+def test_each_node_rank_was_started_by_its_own_launcher_command(loopback, name):
+    cmds = _row_that_ran(loopback, name)["topology"]["node_commands"]
+    assert [(c["host"], c["via"], c["returncode"]) for c in cmds] == [("127.0.0.1", "here", 0),
+                                                                        ("localhost", "here", 0)]
+
+
+def test_torchrun_on_each_node_rank_joins_one_c10d_rendezvous_of_two_nodes(loopback):
+    argvs = [c["argv"] for c in _row_that_ran(loopback, "ddp")["topology"]["node_commands"]]
+    assert len(argvs) == 2
+    assert all("--rdzv-backend=c10d" in argv and "--nnodes=2" in argv for argv in argvs)
+
+
+def test_horovodrun_is_given_both_node_ranks_as_hosts(loopback):
+    argv = _row_that_ran(loopback, "horovod")["topology"]["launcher_argv"]
+    assert argv[argv.index("-H") + 1] == "127.0.0.1:1,localhost:1"
 
 
 def test_dp_is_a_row_that_says_it_cannot_span_hosts_and_the_report_shows_nodes(loopback):

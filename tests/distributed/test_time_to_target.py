@@ -80,42 +80,45 @@ def test_fp32_rows_reach_the_target_after_the_steps_a_single_process_run_needs(r
     assert "target at step" in proc.stdout
 
 
-def test_evaluations_come_every_k_steps_and_training_stops_at_the_target(reached):
-    for rec in reached[1].values():
-        t = rec["ttt"]
-        k, n = t["eval_every"], t["steps_to_target"]
-        assert k == 10 and t["budget_steps"] == 500
-        assert [c[0] for c in t["curve"]] == list(range(k, n + 1, k)) and t["evals"] == n // k
-        # Every step from the first is a training step (no warm-up discarded), and none ran after the target.
-        assert t["steps_run"] == n == len(rec["step_times_s"]) == rec["step_time_s"]["n"] == len(rec["loss_curve"])
-        assert rec["controls"]["warmup"] == 0 and rec["controls"]["steps"] == 500
+@pytest.mark.parametrize("name", ROWS)
+def test_evaluations_come_every_k_steps_and_training_stops_at_the_target(reached, name):
+    rec = reached[1][name]
+    t = rec["ttt"]
+    k, n = t["eval_every"], t["steps_to_target"]
+    assert k == 10 and t["budget_steps"] == 500
+    assert [c[0] for c in t["curve"]] == list(range(k, n + 1, k)) and t["evals"] == n // k
+    # Every step from the first is a training step (no warm-up discarded), and none ran after the target.
+    assert t["steps_run"] == n == len(rec["step_times_s"]) == rec["step_time_s"]["n"] == len(rec["loss_curve"])
+    assert rec["controls"]["warmup"] == 0 and rec["controls"]["steps"] == 500
 
 
-def test_time_accounting(reached):
-    for name, rec in reached[1].items():
-        t, steps = rec["ttt"], rec["step_times_s"]
-        n = t["steps_to_target"]
-        # Training time = the recorded (slowest-rank) step times, summed; the curve's clock is the same sum, so
-        # evaluation time is in neither.
-        assert t["train_time_to_target_s"] == pytest.approx(sum(steps[:n]), rel=1e-12)
-        for step, seconds, _ in t["curve"]:
-            assert seconds == pytest.approx(sum(steps[:step]), rel=1e-12)
-        # The evaluations before the target's own: timed apart, and left out of end to end.
-        assert len(t["eval_s_each"]) == t["evals"] and all(s > 0 for s in t["eval_s_each"])
-        assert t["eval_time_before_target_s"] == pytest.approx(sum(t["eval_s_each"][:-1]), rel=1e-12)
-        assert t["eval_time_s"] == pytest.approx(sum(t["eval_s_each"]), rel=1e-12)
-        snapshot = t["snapshot"]["seconds"] if t["snapshot"]["after_step"] < n else 0.0
-        assert t["e2e_time_to_target_s"] == pytest.approx(
-            t["target_step_end_s"] - t["eval_time_before_target_s"] - snapshot, rel=1e-9)
-        # End to end holds the start-up before the first step (measured apart, from the launch to rank 0's first
-        # step end) as well as the training, and fits inside the launch. The sum of per-step maxima over ranks can
-        # exceed the wall time spent in steps by the ranks' skew (whichever rank waited, in each step), so the
-        # start-up part is bounded with a margin rather than to the microsecond.
-        assert t["e2e_time_to_target_s"] >= t["train_time_to_target_s"], name
-        assert t["e2e_time_to_target_s"] > rec["time_to_first_step_s"], name
-        assert t["startup_to_target_s"] >= 0.9 * (rec["time_to_first_step_s"] - steps[0]), name
-        assert t["e2e_time_to_target_s"] + t["eval_time_before_target_s"] < rec["wall_time_s"], name
-        assert t["startup_to_target_s"] == pytest.approx(t["e2e_time_to_target_s"] - t["train_time_to_target_s"])
+@pytest.mark.parametrize("name", ROWS)
+def test_time_accounting(reached, name):
+    rec = reached[1][name]
+    t, steps = rec["ttt"], rec["step_times_s"]
+    n = t["steps_to_target"]
+    # Training time = the recorded (slowest-rank) step times, summed; the curve's clock is the same sum, so
+    # evaluation time is in neither.
+    assert t["train_time_to_target_s"] == pytest.approx(sum(steps[:n]), rel=1e-12)
+    assert len(t["curve"]) == t["evals"] > 0
+    for step, seconds, _ in t["curve"]:
+        assert seconds == pytest.approx(sum(steps[:step]), rel=1e-12)
+    # The evaluations before the target's own: timed apart, and left out of end to end.
+    assert len(t["eval_s_each"]) == t["evals"] and all(s > 0 for s in t["eval_s_each"])
+    assert t["eval_time_before_target_s"] == pytest.approx(sum(t["eval_s_each"][:-1]), rel=1e-12)
+    assert t["eval_time_s"] == pytest.approx(sum(t["eval_s_each"]), rel=1e-12)
+    snapshot = t["snapshot"]["seconds"] if t["snapshot"]["after_step"] < n else 0.0
+    assert t["e2e_time_to_target_s"] == pytest.approx(
+        t["target_step_end_s"] - t["eval_time_before_target_s"] - snapshot, rel=1e-9)
+    # End to end holds the start-up before the first step (measured apart, from the launch to rank 0's first
+    # step end) as well as the training, and fits inside the launch. The sum of per-step maxima over ranks can
+    # exceed the wall time spent in steps by the ranks' skew (whichever rank waited, in each step), so the
+    # start-up part is bounded with a margin rather than to the microsecond.
+    assert t["e2e_time_to_target_s"] >= t["train_time_to_target_s"], name
+    assert t["e2e_time_to_target_s"] > rec["time_to_first_step_s"], name
+    assert t["startup_to_target_s"] >= 0.9 * (rec["time_to_first_step_s"] - steps[0]), name
+    assert t["e2e_time_to_target_s"] + t["eval_time_before_target_s"] < rec["wall_time_s"], name
+    assert t["startup_to_target_s"] == pytest.approx(t["e2e_time_to_target_s"] - t["train_time_to_target_s"])
 
 
 def test_launches_run_one_at_a_time(reached):

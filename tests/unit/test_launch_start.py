@@ -5,11 +5,13 @@ next adapter (harness/core/comparison.py), and the launch leaves no descriptor, 
 import errno
 import os
 import resource
-
-import pytest
+import subprocess
+import sys
 
 from harness.launching.launch import Launch
 from harness.shared.spec import RunSpec
+
+from conftest import REPO
 
 
 class _Refuses:
@@ -90,16 +92,26 @@ def test_a_program_the_launcher_could_not_find_is_the_cause_not_the_launchers_su
     assert first_error(log) == "RuntimeError: boom"  # not at the end of its line: not a missing program
 
 
-def test_a_second_stop_signal_says_what_stopping_at_once_loses(monkeypatch, capfd):
+def test_a_second_stop_signal_says_what_stopping_at_once_loses():
     # The first signal is a request acted on at a safe point; the second stops at once, and once did so silently.
-    import signal
-
-    from harness.launching import interrupt
-
-    monkeypatch.setattr(interrupt, "_requested", None)
-    interrupt._handler(signal.SIGINT, None)
-    assert interrupt._requested == "SIGINT" and capfd.readouterr().err == ""
-    with pytest.raises(KeyboardInterrupt):
-        interrupt._handler(signal.SIGINT, None)
-    assert capfd.readouterr().err == ("interrupted again: stopping at once, with no report; records.jsonl keeps the "
-                                      "rows that had finished, and a launch still running is not recorded\n")
+    # Real signals, in a process of its own (the handlers are process-wide).
+    code = ("import os, signal\n"
+            "from harness.launching import interrupt\n"
+            "interrupt.install()\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "print('requested', flush=True)\n"
+            "try:\n"
+            "    interrupt.check()\n"
+            "except KeyboardInterrupt:\n"
+            "    print('stopped at the safe point', flush=True)\n"
+            "try:\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    print('not stopped', flush=True)\n"
+            "except KeyboardInterrupt:\n"
+            "    print('stopped at once', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert (proc.returncode, proc.stdout.splitlines()) == (0, ["requested", "stopped at the safe point",
+                                                               "stopped at once"])
+    assert proc.stderr == ("interrupted again: stopping at once, with no report; records.jsonl keeps the rows that had "
+                           "finished, and a launch still running is not recorded\n")

@@ -1,68 +1,153 @@
 """The stall watch (harness/launching/launch.py): a launch whose rank 0 reports no new phase or step for --stall-timeout
 is stopped as a timeout. On one machine a rank 0 that never says a word counts too; on several hosts the watch starts
 only once rank 0 has said something (a rank 0 on another host may never write the progress file here). The end-to-end
-cases, with each rank's stack and every process's state in the log, are in tests/distributed/test_failures.py."""
+cases, with each rank's stack and every process's state in the log, are in tests/distributed/test_failures.py.
 
-import time
+Each launch here is real (its one command is `sleep 3600`, a process that says nothing) and its time is a fake clock
+the test moves: the watch is asked the way the launch's wait loop asks it, once per wake-up (`watch`, the loop's
+one step), and the launch ends through finish(), whose outcome carries the watch's reason.
+"""
 
+import math
+
+import pytest
+
+from adapters.base import LaunchPlan
 from harness.launching.launch import Launch
 from harness.shared import progress as progress_file
 from harness.shared.spec import Node, RunSpec, Topology
 
 
-def _launch(tmp_path, stall_s, topology=None):
-    spec = RunSpec(adapter="x", workload="digits", world_size=2, device="cpu", global_batch=64, steps=10, warmup=2,
-                   threads=1, rank_dir=str(tmp_path), topology=topology)
-    progress_file.create(spec.progress_path, 12)
-    launch = Launch(None, spec, timeout_s=900, stall_s=stall_s)
-    launch._seen_at = time.monotonic()  # as when the gate opens
-    return launch, spec
+class _Silent:
+    """An adapter whose one command runs and says nothing: no start file, no progress, no result."""
+
+    name = "x"
+    launcher = "sleep"
+
+    def launch(self, spec_path, spec):
+        return LaunchPlan(argv=["sleep", "3600"])
+
+    def processes(self, world_size):
+        return world_size
 
 
-def _age(launch, seconds):
-    launch._seen_at -= seconds  # as if that long had passed since rank 0 last moved
+class _Clock:
+    """Monotonic seconds that pass only when the test says so."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
 
 
-def test_on_one_machine_a_rank_0_that_never_says_a_word_is_a_stall(tmp_path):
+@pytest.fixture
+def started(tmp_path):
+    """Start a gated launch of `sleep 3600` on a fake clock; whatever a test leaves running is stopped after it."""
+    launches = []
+
+    def start(stall_s, topology=None):
+        spec = RunSpec(adapter="x", workload="digits", world_size=2, device="cpu", global_batch=64, steps=10,
+                       warmup=2, threads=1, rank_dir=str(tmp_path / f"launch{len(launches)}"), topology=topology)
+        clock = _Clock()
+        launch = Launch(_Silent(), spec, timeout_s=900, stall_s=stall_s, clock=clock).start(gated=True)
+        launches.append(launch)
+        assert launch.start_error is None and launch.proc.returncode is None
+        return launch, spec, clock
+
+    yield start
+    for launch in launches:
+        if launch.proc is not None and launch.proc.returncode is None:
+            launch.interrupt()
+
+
+def _assert_the_log_lists_the_launchs_process(out):
+    text = out.log_path.read_text()
+    assert "compare: the launch's processes when it was stopped as stalled:" in text and "sleep 3600" in text, text
+
+
+def test_on_one_machine_a_rank_0_that_never_says_a_word_is_a_stall(started):
     # A launcher or rendezvous stuck before rank 0's worker began: caught at the stall time, not at --timeout.
-    launch, _ = _launch(tmp_path, 10)
-    assert launch._watch() is False
-    _age(launch, 9)
-    assert launch._watch() is False  # 9 s of 10
-    _age(launch, 1)
-    assert launch._watch() is True
-    assert launch.status == "timeout" and launch.stalled
-    # no rank wrote a start file and no process of this launch exists here: nothing is claimed to be in the log
-    assert launch.reason == "stalled: no word from rank 0 for 10 s (--stall-timeout); process group killed"
+    launch, _, clock = started(10)
+    assert launch.watch() is False
+    clock.advance(3600)  # an hour at the gate while the previous launch ends: the watch has not begun
+    assert launch.watch() is False
+    launch.open_gate()
+    assert launch.watch() is False
+    clock.advance(9)
+    assert launch.watch() is False  # 9 s of 10
+    clock.advance(1)
+    assert launch.watch() is True  # asked here: a watch that missed it would leave finish() waiting on this clock
+    out = launch.finish()
+    # no rank wrote a start file, so no stack was asked for; the one process of the launch (sleep) is listed
+    assert out.status == "timeout"
+    assert out.reason == ("stalled: no word from rank 0 for 10 s (--stall-timeout); the state of 1 process(es) are in "
+                          "the log; process group killed")
+    _assert_the_log_lists_the_launchs_process(out)
+    assert out.wall_time_s == 3610.0  # on the launch's clock, from its start (at the gate) to its end
 
 
-def test_on_several_hosts_silence_before_rank_0_says_anything_is_not_a_stall(tmp_path):
-    topology = Topology(nodes=[Node("a", 1), Node("b", 1)])
-    launch, _ = _launch(tmp_path, 10, topology)
-    assert launch._watch() is False
-    _age(launch, 3600)
-    assert launch._watch() is False and launch.status is None
+def test_on_several_hosts_silence_before_rank_0_says_anything_is_not_a_stall(started):
+    launch, _, clock = started(10, Topology(nodes=[Node("a", 1), Node("b", 1)]))
+    launch.open_gate()
+    assert launch.watch() is False
+    clock.advance(3600)
+    assert launch.watch() is False and launch.status is None
+    out = launch.finish()  # --timeout, not the watch, ends it
+    assert out.status == "timeout"
+    assert out.reason == "no rank started on a, b; no result after 900 s (--timeout); process group killed"
 
 
-def test_rank_0_standing_still_for_the_stall_time_stops_the_launch_and_says_where(tmp_path):
-    launch, spec = _launch(tmp_path, 10)
+def test_on_several_hosts_the_watch_starts_with_rank_0s_first_word(started):
+    launch, spec, clock = started(10, Topology(nodes=[Node("a", 1), Node("b", 1)]))
+    launch.open_gate()
+    clock.advance(600)
+    assert launch.watch() is False  # 600 s of silence: not counted
+    progress_file.Writer(spec.progress_path).phase("setup")
+    assert launch.watch() is False  # its first word: the watch counts from here
+    clock.advance(9)
+    assert launch.watch() is False  # 9 s of 10
+    clock.advance(1)
+    assert launch.watch() is True  # asked here: a watch that missed it would leave finish() waiting on this clock
+    out = launch.finish()
+    assert out.status == "timeout"
+    assert out.reason == ("no rank started on a, b; stalled: no progress for 10 s (--stall-timeout), rank 0 at step 0 "
+                          "of 12 (setup); the state of 1 process(es) are in the log; process group killed")
+    _assert_the_log_lists_the_launchs_process(out)
+
+
+def test_rank_0_standing_still_for_the_stall_time_stops_the_launch_and_says_where(started):
+    launch, spec, clock = started(10)
+    launch.open_gate()
     writer = progress_file.Writer(spec.progress_path)
     writer.phase("timed", 7)
-    assert launch._watch() is False  # news: the clock restarts
-    _age(launch, 9)
-    assert launch._watch() is False  # 9 s of 10
+    assert launch.watch() is False  # news: the count restarts
+    clock.advance(9)
+    assert launch.watch() is False  # 9 s of 10
     writer.step(8)
-    assert launch._watch() is False  # a step: restarted again
-    _age(launch, 10)
-    assert launch._watch() is True
-    assert launch.status == "timeout" and launch.stalled
-    # no rank wrote a start file here, so no stack was asked for
-    assert launch.reason == ("stalled: no progress for 10 s (--stall-timeout), rank 0 at step 8 of 12 (timed); "
-                             "process group killed")
+    assert launch.watch() is False  # a step: restarted again
+    clock.advance(9)
+    assert launch.watch() is False  # 18 s since the phase, 9 s since the step: the step restarted the count
+    clock.advance(1)
+    assert launch.watch() is True  # asked here: a watch that missed it would leave finish() waiting on this clock
+    out = launch.finish()
+    assert out.status == "timeout"
+    assert out.reason == ("stalled: no progress for 10 s (--stall-timeout), rank 0 at step 8 of 12 (timed); the state "
+                          "of 1 process(es) are in the log; process group killed")
+    _assert_the_log_lists_the_launchs_process(out)
 
 
-def test_a_stall_timeout_of_0_never_watches(tmp_path):
-    launch, spec = _launch(tmp_path, 0)
+@pytest.mark.parametrize("stall_s", [0, math.inf])
+def test_a_stall_timeout_of_0_or_inf_never_watches(started, stall_s):
+    launch, spec, clock = started(stall_s)
+    launch.open_gate()
     progress_file.Writer(spec.progress_path).phase("setup")
-    _age(launch, 3600)
-    assert launch._watch() is False and launch._until() is None
+    assert launch.watch() is False
+    clock.advance(3600)
+    assert launch.watch() is False and launch.status is None
+    out = launch.finish()  # --timeout ends it, an hour of standing still notwithstanding
+    assert out.status == "timeout"
+    assert out.reason == "no result after 900 s (--timeout), rank 0 at step 0 of 12 (setup); process group killed"
