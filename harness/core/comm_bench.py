@@ -16,7 +16,7 @@ from harness.core import provenance as envmod
 from harness.core.record import SCHEMA_VERSION
 from harness.core.requests import (MAX_ITERS, BadInput, CommPlan, CommRequest, build_rows, check_common, check_cores,
                                    check_list)
-from harness.core.session import Session
+from harness.core.session import Render, Session
 from harness.core.sizes import format_mib, format_size, parse_sizes
 from harness.core.stats import median_interval, slowest_rank_steps, step_stats
 from harness.launching import hosts, interrupt
@@ -92,10 +92,9 @@ def plan(req: CommRequest) -> CommPlan:
     return CommPlan(req, out, rows, oversubscribed=over, topology=topology, ops=ops, sizes=sizes)
 
 
-def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
-    """Run every backend; `ui(line)` gets progress lines. Returns (records, interrupted)."""
-    from harness import reports as report
-
+def execute(p: CommPlan, ui=None, render: Render | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """Run every backend; `ui(line)` gets progress lines; `render` writes the report at the end (None: the records
+    alone). Returns (records, interrupted)."""
     req = p.request
     base = {"schema_version": SCHEMA_VERSION, "kind": "comm", "run_id": p.out.name,
             "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": req.command,
@@ -123,7 +122,7 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
                     ui(f"{row.label}: launching {req.world_size} ranks{where} with {adapter.launcher} "
                        f"({len(p.ops)} ops x {len(p.sizes)} sizes)")
                 outcome = run_launch(adapter, spec, req.timeout_s, stall_s=req.stall_s)
-                session.keep_log(outcome.log_path, f"{row.label}.log")
+                session.keep_log(outcome, f"{row.label}.log")
                 recs = cells_to_records(base, row.label, adapter, outcome, spec)
                 session.save(recs)
                 if ui:
@@ -143,7 +142,7 @@ def execute(p: CommPlan, ui=None) -> tuple[list[dict[str, Any]], bool]:
             session.save([{**base, "backend": row.label, "adapter": row.name, "op": None, "size_bytes": None,
                            "status": "not_run", "reason": "not run: the run was interrupted"}
                           for row in p.runnable if row.label not in ran])
-        session.finish(report.render)
+        session.finish(render)
     return session.records, interrupted
 
 

@@ -7,17 +7,20 @@ finished rows are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import shlex
 import time
 from datetime import datetime
 from typing import Any
 
 from harness.core import outdir
+from harness.core.argv import to_argv
 from harness.core import provenance as envmod
 from harness.core.errors import BadInput
 from harness.core.requests import DEFAULT_BUDGET, MAX_REPEATS, RunPlan, RunRequest, parse_duration, parse_precision
 from harness.core.runner import Runner, plain_record, plan_rows, round_order, run_header
-from harness.core.session import Session
+from harness.core.session import Render, Session
 from harness.launching import hosts
 
 MIN_PRECISION_ROUNDS = 3
@@ -31,6 +34,7 @@ def plan(req: RunRequest) -> RunPlan:
     """Check `req` and resolve it into a plan, refusing anything wrong (BadInput) before anything is written."""
     p = plan_rows(req)
     _check_verdict_options(req, p)
+    p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
     if p.topology is not None:
         p.topology = hosts.probe(p.topology)  # every remote host answers, or one line and exit 2
         p.oversubscribed = hosts.check_cores(p.topology, req.oversubscribe)
@@ -41,7 +45,25 @@ def plan(req: RunRequest) -> RunPlan:
         nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
         p.out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
     outdir.check(p.out, req.force, RESULT_FILES)
+    p.rerun = shlex.join(["compare", "run", *to_argv(resolved(p))])
     return p
+
+
+def resolved(p: RunPlan) -> RunRequest:
+    """The request that reproduces plan `p` exactly: what it resolved (the rows, the world size, steps, warm-up,
+    global batch, equivalence steps, the order seed, --precision's budget) written in, so its command line runs the
+    same plan whatever the workload's defaults or the machine become. Threads per process stay as given: they
+    follow each row's processes."""
+    r, until = p.request, p.until_target
+    return dataclasses.replace(
+        r, adapters=[row.label for row in p.rows], steps=None if until else p.steps,
+        warmup=None if until else p.warmup, eval_every=until.eval_every if until else None,
+        max_steps=until.max_steps if until else None, global_batch=p.global_batch, equiv_steps=p.equiv_steps,
+        order_seed=p.order_seed, budget=None if p.precision is None else f"{p.budget_s:g}s",
+        hosts=None if p.topology is None or p.topology.launcher == "slurm" else
+        ",".join(f"{n.host}:{n.slots}" for n in p.topology.nodes), hostfile=None,
+        nnodes=len(p.topology.nodes) if p.topology is not None and p.topology.launcher == "slurm" else None,
+        iface=p.topology.iface if p.topology is not None else r.iface)
 
 
 def _check_verdict_options(req: RunRequest, p: RunPlan) -> None:
@@ -70,14 +92,14 @@ def _check_verdict_options(req: RunRequest, p: RunPlan) -> None:
                        f"({', '.join(r.label for r in p.runnable) or 'none'}); name at least two with --adapters")
 
 
-def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """Run the plan; `ui` receives progress (see harness.cli.RunUI). Returns (records, interrupted). Raises
+def execute(p: RunPlan, ui, started: float | None = None, render: Render | None = None
+            ) -> tuple[list[dict[str, Any]], bool]:
+    """Run the plan; `ui` receives progress (see harness/commands/ui.py: RunUI); `render` writes the report at the
+    end (the command's: harness/reports; None: the records alone). Returns (records, interrupted). Raises
     SessionError when the results cannot be written (exit 1) and BadInput when another run holds the directory."""
-    from harness import reports as report
-
     req = p.request
     run_info = run_header(p, "run", [r.label for r in p.rows], started)
-    seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
+    seed = p.order_seed
     run_info.update(order_seed=seed, baseline=req.baseline)
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
@@ -102,7 +124,7 @@ def execute(p: RunPlan, ui, started: float | None = None) -> tuple[list[dict[str
             jobs, stopped = _until_precise(p, runner, session, ui, round_jobs, first_started)
         if stopped:
             runner.close_interrupted(stopped, jobs, req.device)
-        session.finish(report.render)
+        session.finish(render)
     return session.records, stopped is not None
 
 

@@ -6,15 +6,17 @@ Runs in: the parent. A refused request raises BadInput: one line for the user, e
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import adapters
 import workloads
 from adapters.base import Adapter, Availability
 from harness.core import provenance as envmod
+from harness.core.argv import cli, split  # noqa: F401  (split re-exported: the commands' comma lists)
 from harness.core.errors import BadInput, first_sentence  # noqa: F401  (re-exported: what requests raise)
 from harness.shared import options
 from harness.shared.options import OptionError
@@ -23,45 +25,67 @@ from harness.shared.registry import UnknownName
 DEVICES = ("cpu", "cuda")
 
 
+def out_path(text: str | Path) -> Path:
+    """--out as typed: "" stays recognisably empty (Path("") would silently mean the current directory)."""
+    if not str(text).strip():
+        raise BadInput("--out is empty; give a directory, or leave --out out for results/<name>_<hardware>_<time>")
+    return Path(text)
+
+
+def typed_path(text: str) -> Path:
+    """A path option as typed: an empty one ('') would otherwise become '.', the current directory."""
+    if isinstance(text, Path):
+        return text
+    if text == "":
+        raise ValueError("an empty path ('')")
+    return Path(text)
+
+
 @dataclass
 class Request:
-    """The options every subcommand shares."""
+    """The options every command that launches ranks shares (each command's request adds its own)."""
 
-    device: str = "cpu"
-    world_size: int | None = 2
-    """Ranks (devices for DataParallel); None: the hosts' slots (harness/launching/hosts.py), 2 without hosts."""
-    timeout_s: float = 900.0
+    NOT_OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    """Fields a command's line does not take, though its request has them (`compare scale` has --world-sizes)."""
+    HELP: ClassVar[dict[str, str]] = {}
+    """A field's --help where a command means something of its own by it."""
+
+    device: str = field(default="cpu", metadata=cli("--device"))
+    """cpu or cuda."""
+    world_size: int | None = field(default=None, metadata=cli("--world-size", "-n"))
+    """Ranks (devices for DataParallel; default 2 on CPU, every GPU on cuda, or the hosts' slots)."""
+    timeout_s: float = field(default=900.0, metadata=cli("--timeout"))
     """Seconds before a launch is killed and recorded as a timeout."""
-    stall_s: float = 300.0
+    stall_s: float = field(default=300.0, metadata=cli("--stall-timeout"))
     """Seconds without progress (no new phase or step from rank 0) after which a launch is stopped as stalled, each
     rank's Python stacks written to its log first (0: never)."""
-    out: Path | None = None
-    """Output directory (None: results/<name>_<hardware>_<time>)."""
+    out: Path | None = field(default=None, metadata=cli("--out", kind=str, to_field=out_path, to_text=str))
+    """Output directory (default: results/<name>_<hardware>_<time>, named after what it measures)."""
     results_dir: Path = Path("results")
-    force: bool = False
+    force: bool = field(default=False, metadata=cli())
     """Overwrite results already in --out."""
-    strict: bool = False
+    strict: bool = field(default=False, metadata=cli())
     """A named adapter (or backend) that cannot run here is an error (exit 2), not an unavailable row."""
-    oversubscribe: bool = False
+    oversubscribe: bool = field(default=False, metadata=cli())
     """Allow more processes than usable cores (every row so run is labelled oversubscribed)."""
-    threads: int | None = None
+    threads: int | None = field(default=None, metadata=cli("--threads"))
     """Threads per process (default: usable cores / processes)."""
-    bind_cores: bool = False
+    bind_cores: bool = field(default=False, metadata=cli("--bind-cores", negatable=False))
     """Bind each process to its own share of the usable cores (every adapter alike; recorded): local rank k gets
     its threads' cores from the k x threads-th on, wrapping round when oversubscribed. Default: the OS places the
     threads."""
     command: str = ""
     """The command line as typed, recorded in every row."""
-    hosts: str | None = None
+    hosts: str | None = field(default=None, metadata=cli("--hosts"))
     """Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 (the world size is the sum of the slots)."""
-    hostfile: Path | None = None
+    hostfile: Path | None = field(default=None, metadata=cli("--hostfile", parser=typed_path))
     """Hosts from a file of `HOST slots=N` lines (DeepSpeed/MPI syntax)."""
-    nnodes: int | None = None
+    nnodes: int | None = field(default=None, metadata=cli("--nnodes"))
     """Use the first N hosts (of --hosts, --hostfile or the SLURM allocation)."""
-    iface: str | None = None
+    iface: str | None = field(default=None, metadata=cli("--iface"))
     """Network interface for every rank (GLOO/NCCL_SOCKET_IFNAME; default: lo on one machine, else the frameworks'
     choice)."""
-    launcher: str = "ssh"
+    launcher: str = field(default="ssh", metadata=cli("--launcher"))
     """How other hosts are reached: ssh, or slurm (srun, inside an allocation; hosts from SLURM)."""
     topology: Any = None
     """A topology given whole instead of the options above (`compare sbatch`, planning for an allocation)."""
@@ -71,55 +95,113 @@ class Request:
 class RunRequest(Request):
     """`compare run`."""
 
-    adapters: list[str] | None = None
-    """Row labels, "NAME" or "NAME:KNOB=VALUE:..." (None: every registered adapter)."""
-    workload: str = workloads.DEFAULT
-    steps: int | None = None
-    warmup: int | None = None
-    global_batch: int | None = None
-    repeats: int = 1
-    equiv_steps: int | None = None
-    knobs: list[str] = field(default_factory=list)
-    """ADAPTER.KNOB=VALUE, applied to every row of that adapter."""
-    options: list[str] = field(default_factory=list)
-    """Workload options KEY=VALUE."""
+    adapters: list[str] | None = field(default=None, metadata=cli("--adapters", "-a", csv=True))
+    """Comma-separated adapters; an entry NAME:KNOB=VALUE:... is one row with those knobs (default: every adapter;
+    unavailable ones become rows with their reason)."""
+    workload: str = field(default=workloads.DEFAULT, metadata=cli("--workload", "-w"))
+    """Workload name (see `compare list`)."""
+    steps: int | None = field(default=None, metadata=cli("--steps"))
+    """Timed steps (default: the workload's)."""
+    warmup: int | None = field(default=None, metadata=cli("--warmup"))
+    """Warm-up steps, discarded (default: the workload's)."""
+    global_batch: int | None = field(default=None, metadata=cli("--global-batch"))
+    """Global batch (default: the workload's); LR follows its rule."""
+    repeats: int = field(default=1, metadata=cli("--repeats"))
+    """Fresh launches per adapter; the spread is reported."""
+    equiv_steps: int | None = field(default=None, metadata=cli("--equiv-steps"))
+    """Steps compared with the single-process reference (0: skip)."""
+    knobs: list[str] = field(default_factory=list, metadata=cli("--knob", "-k"))
+    """ADAPTER.KNOB=VALUE, applied to every row of that adapter, e.g. ddp.bucket_cap_mb=50."""
+    options: list[str] = field(default_factory=list, metadata=cli("--option", "-o"))
+    """Workload option KEY=VALUE, e.g. arch=resnet50."""
     fault: str | None = None
-    until_target: bool = False
-    """Train every adapter until the workload's target is reached (or the step budget runs out)."""
-    eval_every: int | None = None
-    """With until_target: evaluate every this many steps (None: the workload's default)."""
-    max_steps: int | None = None
-    """With until_target: the step budget (None: the workload's default)."""
-    baseline: str | None = None
-    """The row every other row is compared with (a ratio with its interval); None: the first row that runs on the
-    whole world size."""
-    precision: str | None = None
-    """"5%": add interleaved rounds until every ratio's 95% interval has at most this half-width, or the budget is
-    spent (None: exactly `repeats` rounds)."""
-    budget: str | None = None
-    """With precision: the time the rounds may take, "600s", "10m", "1.5h" (None: 10m)."""
-    order_seed: int | None = None
-    """Seed of the shuffled order of the rows within each round (None: a fresh one, recorded)."""
+    until_target: bool = field(default=False, metadata=cli("--until-target", negatable=False))
+    """Train every adapter until the workload's accuracy target (time to target); no warm-up is discarded."""
+    eval_every: int | None = field(default=None, metadata=cli("--eval-every"))
+    """With --until-target: evaluate every K steps (default: the workload's)."""
+    max_steps: int | None = field(default=None, metadata=cli("--max-steps"))
+    """With --until-target: the step budget (default: the workload's)."""
+    baseline: str | None = field(default=None, metadata=cli("--baseline"))
+    """The row every other row is compared with, as a ratio with its 95% interval (default: the first row that runs
+    on the whole world size)."""
+    precision: str | None = field(default=None, metadata=cli("--precision"))
+    """Add interleaved rounds until every ratio's 95% interval is this narrow (half-width), e.g. 5%, or the --budget
+    is spent; at least 3 rounds."""
+    budget: str | None = field(default=None, metadata=cli("--budget"))
+    """With --precision: time the rounds may take, e.g. 600s, 10m, 2h (default 10m)."""
+    order_seed: int | None = field(default=None, metadata=cli("--order-seed"))
+    """Seed of the shuffled order of rows within each round (default: a fresh one; every record keeps it)."""
+
+
+def parse_world_sizes(text: str | None) -> list[int] | None:
+    """"1,2,4" -> [1, 2, 4], refusing what is not an increasing list of distinct whole numbers >= 1."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise BadInput("no world sizes given; e.g. --world-sizes 1,2,4")
+    if "" in parts:
+        raise BadInput(f"an empty world size in --world-sizes {text} (two commas in a row, or one at an end); e.g. "
+                       f"--world-sizes 1,2,4")
+    sizes = []
+    for part in parts:
+        if not part.lstrip("-").isdigit():
+            raise BadInput(f"world size '{part}' is not a whole number; e.g. --world-sizes 1,2,4")
+        sizes.append(int(part))
+    for n in sizes:
+        if n < 1:
+            raise BadInput(f"world sizes must be at least 1, got {n}")
+        if n > MAX_WORLD:
+            raise BadInput(f"world sizes must be at most {MAX_WORLD:,}, got {n}")
+    seen = set()
+    for n in sizes:
+        if n in seen:
+            raise BadInput(f"world size {n} listed twice in --world-sizes {text}")
+        seen.add(n)
+    if sizes != sorted(sizes):
+        raise BadInput(f"--world-sizes must be in increasing order, got {text}; e.g. "
+                       f"{','.join(map(str, sorted(sizes)))}")
+    return sizes
+
+
+MAX_STRAGGLER = 100.0
+"""The slowest straggler a sweep takes: the rank spins (factor - 1) x its compute before every step, so a larger
+factor (or inf) would only hold the point until its --timeout."""
 
 
 @dataclass
 class ScaleRequest(RunRequest):
     """`compare scale`: the same comparison at several world sizes."""
 
-    world_sizes: list[int] | None = None
-    """Increasing, distinct, each >= 1 (None: 1 and every size up to the usable cores)."""
-    scaling: str = "strong"
-    """strong: the global batch stays fixed; weak: the per-rank batch stays fixed (global = per-rank x N)."""
-    straggler: str | None = None
-    """"RANK:FACTOR": that rank computes FACTOR times slower at every world size that has it."""
-    comm_dirs: list[Path] = field(default_factory=list)
-    """`compare comm` results to calibrate the model with (none: the sweep measures its own)."""
-    model: bool = True
-    """Calibrate the performance model (a `compare comm` sweep per world size) and predict."""
-    profiles: list[str] = field(default_factory=lambda: ["h100-sxm-ndr400"])
-    """Hardware profiles the model extrapolates to."""
-    predict_to: int = 1024
-    profile_steps: int = 10
+    NOT_OPTIONS = frozenset({"world_size", "hosts", "hostfile", "nnodes", "iface", "launcher", "until_target",
+                             "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed"})
+    HELP = {"threads": "Threads per rank at every point (default: usable cores / the largest world size that "
+                       "fits).",
+            "repeats": "Fresh launches per point; the spread is reported.",
+            "steps": "Timed steps per point (default: the workload's).",
+            "warmup": "Warm-up steps per point (default: the workload's).",
+            "global_batch": "Strong: the global batch; weak: the per-rank batch (default: the workload's global "
+                            "batch)."}
+
+    world_sizes: list[int] | None = field(default=None, metadata=cli(
+        "--world-sizes", kind=str, to_field=parse_world_sizes, to_text=lambda sizes: ",".join(map(str, sizes))))
+    """Increasing comma list, e.g. 1,2,4 (default: 1 and every size up to the usable cores)."""
+    scaling: str = field(default="strong", metadata=cli("--scaling"))
+    """strong: fixed global batch; weak: fixed per-rank batch (global batch grows with N, LR by the workload's
+    rule)."""
+    straggler: str | None = field(default=None, metadata=cli("--straggler"))
+    """RANK:FACTOR: that rank computes FACTOR times slower at every world size that has it."""
+    comm_dirs: list[Path] = field(default_factory=list, metadata=cli("--comm", parser=typed_path))
+    """`compare comm` results to calibrate the model with (default: measure them here)."""
+    model: bool = field(default=True, metadata=cli("--model"))
+    """Calibrate the performance model (a `compare comm` sweep per world size) and predict (--no-model: skip the
+    comm sweep and the prediction)."""
+    profiles: list[str] = field(default_factory=lambda: ["h100-sxm-ndr400"], metadata=cli(
+        "--profile", to_field=lambda names: list(dict.fromkeys(names))))
+    """Hardware profile(s) to extrapolate to (see `compare predict --list`)."""
+    predict_to: int = field(default=1024, metadata=cli("--predict-to"))
+    """Largest world size predicted."""
+    profile_steps: int = field(default=10, metadata=cli("--profile-steps"))
     """Steps per batch size of the compute profile."""
 
 
@@ -127,13 +209,53 @@ class ScaleRequest(RunRequest):
 class CommRequest(Request):
     """`compare comm`."""
 
-    backends: list[str] | None = None
-    ops: list[str] | None = None
-    sizes: str = "1K:64M"
-    dtype: str = "fp32"
-    max_iters: int = 50
-    gap_s: float = 0.0
+    HELP = {"world_size": "Ranks (default 2, or the hosts' slots)."}
+
+    backends: list[str] | None = field(default=None, metadata=cli("--backends", csv=True))
+    """Comma-separated backends (default: all; unavailable ones become rows with their reason)."""
+    ops: list[str] | None = field(default=None, metadata=cli("--ops", csv=True))
+    """Comma-separated ops (default: all)."""
+    sizes: str = field(default="1K:64M", metadata=cli("--sizes"))
+    """LO:HI (doubling), or a comma list; units K, M, G (binary)."""
+    dtype: str = field(default="fp32", metadata=cli("--dtype"))
+    """Element type of the buffers: fp32, fp16, bf16 or fp64."""
+    max_iters: int = field(default=50, metadata=cli("--iters"))
+    """Most timed iterations per cell (fewer for large sizes, at least 5)."""
+    gap_s: float = field(default=0.0, metadata=cli("--gap", to_field=lambda ms: ms / 1e3, to_text=lambda s: s * 1e3,
+                                                    help="Milliseconds of busy work on every rank before each timed "
+                                                         "call, untimed, as a training step calls collectives after "
+                                                         "its compute (default 0: back to back, as nccl-tests)."))
     """Seconds of local busy work every rank does before each timed call (not timed); 0: back to back."""
+
+
+@dataclass
+class SbatchRequest(RunRequest):
+    """`compare sbatch`: the options of `compare run`, and the allocation's."""
+
+    HELP = {"force": "Replace --script, and pass --force to the run.",
+            "world_size": "Ranks; must equal --nodes x --ntasks-per-node (default: that product).",
+            "launcher": "slurm: the job's ranks start through srun in its allocation (the only choice here)."}
+
+    launcher: str = field(default="slurm", metadata=cli("--launcher"))
+
+    nodes: int | None = field(default=None, metadata=cli("--nodes"))
+    """Nodes of the allocation (required)."""
+    ntasks_per_node: int | None = field(default=None, metadata=cli("--ntasks-per-node"))
+    """Ranks per node (required)."""
+    time_limit: str | None = field(default=None, metadata=cli("--time"))
+    """SLURM time limit, e.g. 00:30:00."""
+    partition: str | None = field(default=None, metadata=cli("--partition"))
+    """SLURM partition."""
+    job_name: str = field(default="compare", metadata=cli("--job-name"))
+    """SLURM job name."""
+    exclusive: bool = field(default=True, metadata=cli("--exclusive"))
+    """Ask for whole nodes (--no-exclusive: share them)."""
+    script: Path | None = field(default=None, metadata=cli("--script", parser=typed_path))
+    """Write the script here (default: print it)."""
+
+    def run_request(self) -> RunRequest:
+        """The `compare run` that the script runs, with its options as given here."""
+        return RunRequest(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RunRequest)})
 
 
 @dataclass
@@ -164,6 +286,8 @@ class Plan:
     """More processes than usable cores (only with --oversubscribe)."""
     topology: Any = None
     """Where the ranks run (harness.shared.spec.Topology; None: this machine, one single-node launch)."""
+    rerun: str | None = None
+    """The command line that reproduces this plan exactly, with what it resolved (harness/core/argv.py)."""
 
     @property
     def runnable(self) -> list[Row]:
@@ -207,6 +331,8 @@ class RunPlan(Plan):
     """Relative half-width every ratio's interval must reach (`compare run --precision`), or None."""
     budget_s: float | None = None
     """Seconds the rounds may take in precision mode."""
+    order_seed: int | None = None
+    """Seed of the rows' shuffled order within each round (`compare run`: --order-seed, or a fresh one)."""
 
 
 @dataclass
@@ -477,15 +603,6 @@ def parse_duration(text: str, option: str = "--budget") -> float:
     if seconds is None or not 0.0 < seconds <= MAX_BUDGET_S:
         raise BadInput(f"{option} must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got {text!r}")
     return seconds
-
-
-def split(value: str | None) -> list[str] | None:
-    """"a,b, c" -> ["a", "b", "c"]; None stays None (the option was not given); "" or "," -> [] (refused by
-    check_list as an empty list); "a,,b" keeps its empty entry, which check_list refuses (a typo, not a list)."""
-    if value is None:
-        return None
-    parts = [v.strip() for v in value.split(",")]
-    return parts if any(parts) else []
 
 
 def unavailable_message(kind: str, name: str, reason: str, device: str, world_size: int) -> str:

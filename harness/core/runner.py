@@ -16,7 +16,7 @@ from typing import Any
 import adapters
 import workloads
 from harness.core import provenance as envmod
-from harness.core import record
+from harness.core import assemble
 from harness.core.errors import BadInput
 from harness.core.requests import (MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest, UntilTarget, build_rows,
                                    check_common, check_cores, check_fits, check_list, load_workload, pairs, parse_label)
@@ -131,6 +131,8 @@ def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | Non
     req = p.request
     info = {"kind": kind, "run_id": p.out.name, "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": req.command, "row_order": row_order, "env": None, "oversubscribed": p.oversubscribed}
+    if p.rerun:
+        info["rerun_command"] = p.rerun
     until = getattr(p, "until_target", None)
     if until:
         info["until_target"] = asdict(until)
@@ -280,7 +282,7 @@ class Runner:
     def _done(self, job: Job, outcome) -> str | None:
         """Record a finished launch; "during ..." if it was interrupted (the run stops), else None."""
         key = _reference_key(job.plan)
-        self.session.keep_log(outcome.log_path, f"{job.slug}.log" if job.row is None else f"{job.slug}-r{job.repeat}.log")
+        self.session.keep_log(outcome, f"{job.slug}.log" if job.row is None else f"{job.slug}-r{job.repeat}.log")
         if job.row is None:
             self.ui.reference_done(outcome, job.name)
             self.reference_runs[key] = {"status": outcome.status, "launch_wall": outcome.launch_wall,
@@ -307,7 +309,7 @@ def file_slug(text: str) -> str:
 
 def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reason: str) -> dict[str, Any]:
     """A record with no measurement (unavailable, not run)."""
-    rec = record.base_record(run=run_info, adapter=row.name, label=row.label,
+    rec = assemble.base_record(run=run_info, adapter=row.name, label=row.label,
                              summary=getattr(row.cls, "summary", ""), launcher=getattr(row.cls, "launcher", "?"),
                              workload=p.request.workload, world_size=p.request.world_size, repeat=repeat,
                              status=status, reason=reason)
@@ -330,14 +332,14 @@ def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps
 
 def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:
     p, adapter = job.plan, job.row.adapter
-    rec = record.base_record(run=run_info, adapter=adapter.name, label=job.row.label, summary=adapter.summary,
+    rec = assemble.base_record(run=run_info, adapter=adapter.name, label=job.row.label, summary=adapter.summary,
                              launcher=adapter.launcher, workload=p.request.workload,
                              world_size=p.request.world_size, repeat=job.repeat, status=outcome.status,
                              reason=outcome.reason)
     rec.update(p.extra)
     rec["comm_schedule"] = adapter.comm_schedule()
     try:
-        return record.from_outcome(rec, outcome, job.spec, reference, p.workload)
+        return assemble.from_outcome(rec, outcome, job.spec, reference, p.workload)
     except Exception as exc:  # a malformed rank file must not lose the other rows
         rec.update(status="failed", reason=f"could not build the record: {type(exc).__name__}: {exc}",
                    log_tail=outcome.log_tail)

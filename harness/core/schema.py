@@ -21,6 +21,9 @@ FIELDS: list[tuple[str, tuple[str, ...], str]] = [
     ("run_id", ALL, "The run's id, shared by every record of one command."),
     ("time_utc", ALL, "When the run started (UTC, ISO 8601)."),
     ("command", ALL, "The command line as typed."),
+    ("rerun_command", (RUN,), "The command line that reproduces the run exactly: its request written back with what "
+                              "it resolved (the rows, world size, steps, warm-up, global batch, equivalence steps, "
+                              "the order seed; harness/core/argv.py)."),
     ("env", ALL, "The machine and software: versions (torch, frameworks, Python), CPU model, flags and usable cores, "
                  "memory, GPUs, `git_commit`, `tuning_env` (framework tuning variables the ranks inherited)."),
     ("started_wall", TRAIN, "Wall-clock time (epoch seconds) the run started."),

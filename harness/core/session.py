@@ -8,17 +8,35 @@ rules hold for all of them:
   atomically after every launch;
 - records are written before the report and plots; a failure to write either is one line and exit code 1, with
   every finished row still on disk (or, if even records.jsonl cannot be written, the line says where the rank
-  results were kept); otherwise the scratch directory is removed.
+  results were kept); otherwise the scratch directory is removed;
+- each launch's log is kept in logs/: as plain text (`ddp-r0.log`) where the launch did not end cleanly (failed,
+  timeout, interrupted, or ok with a shutdown_error), gzip-compressed (`ddp-r0.log.gz`) where it did. So
+  `ls logs/` shows at once which launches of a long sweep went wrong, and those open in `less` as they are (a
+  row's reason points there: "the Python stacks ... are in the log"). A clean launch's log is compressed, not
+  dropped: it is the only copy of what its framework printed (a warning, a stale JIT lock removed, the launcher's
+  own lines), which a row that later looks odd is checked against, and no later run makes it again. On CPU such
+  a log is small (empty for ddp, spawn and horovod; DeepSpeed's launcher lines 1.8 kB, 0.7 kB compressed); what
+  grows is a framework's chatter (a warning per step, NCCL_DEBUG=INFO on GPUs), and text that repeats itself
+  compresses about tenfold (a GPU lease's 97 kB apex build log: 8 kB). No report links to a log, and logs/ is
+  never committed (.gitignore): a record's `log_tail` holds the end of every log that went wrong.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from harness.core import outdir, record
 from harness.launching import machine
+
+if TYPE_CHECKING:
+    from harness.launching.launch import Outcome
+
+Render = Callable[[Path, list[dict[str, Any]]], Any]
+"""What writes a results directory's report and plots from its records (the command's: harness/reports.render)."""
 
 
 class SessionError(Exception):
@@ -80,19 +98,28 @@ class Session:
             raise SessionError(f"could not write {self.records_path}: {exc.strerror or exc}; the rank results are "
                                f"kept in {kept}") from None
 
-    def keep_log(self, src: Path, name: str) -> None:
-        """Copy a launch's log into logs/ (best effort: a full disk must not cost the row)."""
+    def keep_log(self, outcome: Outcome, name: str) -> None:
+        """Keep a launch's log in logs/ as `name`, or as `name`.gz where the launch ended cleanly (ok, and no
+        shutdown_error): see the module docstring. Best effort: a full disk must not cost the row."""
+        clean = outcome.status == "ok" and not outcome.shutdown_error
+        dest = self.out / "logs" / (f"{name}.gz" if clean else name)
         try:
-            shutil.copy(src, self.out / "logs" / name)
+            with open(outcome.log_path, "rb") as src, (gzip.open if clean else open)(dest, "wb") as kept:
+                shutil.copyfileobj(src, kept)
         except OSError:
-            pass
+            # A cut-off copy would pass for the whole log (and a cut-off .gz does not even open): none is better.
+            with contextlib.suppress(OSError):
+                dest.unlink(missing_ok=True)
 
-    def finish(self, render: Callable[[Path, list[dict[str, Any]]], Any]) -> None:
-        """Write the records, then the report; release the directory. SessionError (exit 1) names what failed."""
+    def finish(self, render: Render | None) -> None:
+        """Write the records, then the report (None: no report); release the directory. SessionError (exit 1) names
+        what failed."""
         try:
             if not self.records:
                 return
             self.save()
+            if render is None:
+                return
             try:
                 render(self.out, self.records)
             except OSError as exc:

@@ -1,7 +1,8 @@
 """`compare sbatch`: a ready sbatch script for a comparison across the nodes of a SLURM allocation.
 
-Runs in: the parent (on a login node, say). The options are those of `compare run`, checked the same way (one
-line and exit 2 for anything wrong, nothing written), plus the allocation's shape:
+Runs in: the parent (on a login node, say). The options are those of `compare run` (its request's: SbatchRequest
+extends RunRequest), checked the same way (one line and exit 2 for anything wrong, nothing written), plus the
+allocation's shape:
 
     compare sbatch -a ddp,spawn,horovod,deepspeed --nodes 2 --ntasks-per-node 4 --time 00:30:00 \
         --partition gpu --script compare.sbatch
@@ -19,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.core.provenance import REPO
-from harness.core.requests import BadInput, RunRequest, load_workload
+from harness.core.requests import BadInput, RunRequest, SbatchRequest, load_workload
 from harness.shared.spec import Node, Topology
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")
@@ -27,10 +28,18 @@ _TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9_.,-]+$")
 
 
-def check(req: RunRequest, nodes: int | None, ntasks_per_node: int | None, time: str | None,
-          partition: str | None, job_name: str) -> None:
-    """Refuse a bad allocation shape (BadInput); then give `req` the topology of the future allocation, so that
-    planning it checks the run's own options as `compare run` would."""
+def check(req: SbatchRequest) -> RunRequest:
+    """Refuse a bad allocation shape (BadInput); then the run the job plans, given the topology of the future
+    allocation, so that planning it checks the run's own options as `compare run` would."""
+    nodes, ntasks_per_node, time, partition, job_name = (req.nodes, req.ntasks_per_node, req.time_limit,
+                                                         req.partition, req.job_name)
+    if req.launcher != "slurm":
+        raise BadInput(f"compare sbatch runs the comparison under SLURM (--launcher slurm); --launcher "
+                       f"{req.launcher} cannot be used in its script")
+    for option, value in (("--hosts", req.hosts), ("--hostfile", req.hostfile)):
+        if value is not None:
+            raise BadInput(f"compare sbatch takes the hosts from the job's allocation (--nodes, --ntasks-per-node); "
+                           f"leave {option} out")
     if nodes is None or ntasks_per_node is None:
         raise BadInput("compare sbatch needs the allocation's shape: --nodes N --ntasks-per-node K (ranks per node)")
     if nodes < 1:
@@ -50,15 +59,17 @@ def check(req: RunRequest, nodes: int | None, ntasks_per_node: int | None, time:
     if req.world_size is not None and req.world_size != world:
         raise BadInput(f"--nodes {nodes} x --ntasks-per-node {ntasks_per_node} gives {world} ranks but "
                        f"--world-size is {req.world_size}; leave --world-size out, or make them agree")
-    req.world_size = world
-    batch = load_workload(req).global_batch if req.global_batch is None else req.global_batch
+    run = req.run_request()
+    run.world_size = world
+    batch = load_workload(run).global_batch if run.global_batch is None else run.global_batch
     if 1 <= batch < world:  # before a node list is built for it: --nodes 10**20 must not take the memory
         raise BadInput(f"--nodes {nodes} x --ntasks-per-node {ntasks_per_node} gives {world} ranks, more than the "
                        f"global batch of {batch} samples (every rank needs at least one); choose fewer ranks or a "
                        f"larger --global-batch")
     # Placeholder names: the allocation's nodes are known only inside it, where the job plans the run again.
-    req.topology = Topology(nodes=[Node(f"node{i + 1}", ntasks_per_node) for i in range(nodes)], launcher="slurm",
+    run.topology = Topology(nodes=[Node(f"node{i + 1}", ntasks_per_node) for i in range(nodes)], launcher="slurm",
                             iface=req.iface, master="node1", source="compare sbatch")
+    return run
 
 
 def one_line(text: str) -> str:
@@ -70,7 +81,8 @@ def one_line(text: str) -> str:
 
 def render(run_args: list[str], typed: str, nodes: int, ntasks_per_node: int, time: str | None,
            partition: str | None, job_name: str, exclusive: bool) -> str:
-    """The script: #SBATCH lines, then `cd REPO && exec .venv/bin/compare run --launcher slurm RUN_ARGS`."""
+    """The script: #SBATCH lines, then `cd REPO && exec .venv/bin/compare run RUN_ARGS` (RUN_ARGS: harness/core/
+    argv.py's to_argv of the run, --launcher slurm among them)."""
     lines = [
         "#!/bin/bash",
         f"# Written by `{one_line(typed)}` on {datetime.now(timezone.utc).isoformat(timespec='seconds')}.",
@@ -90,7 +102,7 @@ def render(run_args: list[str], typed: str, nodes: int, ntasks_per_node: int, ti
         lines += ["# Whole nodes: nothing else runs beside a measurement.", "#SBATCH --exclusive"]
     venv_compare = REPO / ".venv" / "bin" / "compare"
     lines += ["set -euo pipefail", f"cd {shlex.quote(str(REPO))}",
-              "exec " + shlex.join([str(venv_compare.relative_to(REPO)), "run", "--launcher", "slurm", *run_args])]
+              "exec " + shlex.join([str(venv_compare.relative_to(REPO)), "run", *run_args])]
     return "\n".join(lines) + "\n"
 
 

@@ -35,9 +35,9 @@ from harness.core import comm_bench as commmod
 from harness.core import outdir
 from harness.core import provenance as envmod
 from harness.core import runner as core
-from harness.core.requests import (MAX_WORLD, BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common,
+from harness.core.requests import (BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common,
                                    check_fits, load_workload)
-from harness.core.session import Session, SessionError
+from harness.core.session import Render, Session, SessionError
 from harness.model import VERSION as MODEL_VERSION
 from harness.model import costmodel
 
@@ -90,37 +90,6 @@ class ScalePlan(Plan):
     @property
     def labels(self) -> list[str]:
         return [r.label for r in self.points[0].rows]
-
-
-def parse_world_sizes(text: str | None) -> list[int] | None:
-    """"1,2,4" -> [1, 2, 4], refusing what is not an increasing list of distinct whole numbers >= 1."""
-    if text is None:
-        return None
-    parts = [p.strip() for p in text.split(",")]
-    if not any(parts):
-        raise BadInput("no world sizes given; e.g. --world-sizes 1,2,4")
-    if "" in parts:
-        raise BadInput(f"an empty world size in --world-sizes {text} (two commas in a row, or one at an end); e.g. "
-                       f"--world-sizes 1,2,4")
-    sizes = []
-    for part in parts:
-        if not part.lstrip("-").isdigit():
-            raise BadInput(f"world size '{part}' is not a whole number; e.g. --world-sizes 1,2,4")
-        sizes.append(int(part))
-    for n in sizes:
-        if n < 1:
-            raise BadInput(f"world sizes must be at least 1, got {n}")
-        if n > MAX_WORLD:
-            raise BadInput(f"world sizes must be at most {MAX_WORLD:,}, got {n}")
-    seen = set()
-    for n in sizes:
-        if n in seen:
-            raise BadInput(f"world size {n} listed twice in --world-sizes {text}")
-        seen.add(n)
-    if sizes != sorted(sizes):
-        raise BadInput(f"--world-sizes must be in increasing order, got {text}; e.g. "
-                       f"{','.join(map(str, sorted(sizes)))}")
-    return sizes
 
 
 MAX_STRAGGLER = 100.0
@@ -335,11 +304,11 @@ def _read_comm_dirs(dirs: list[Path]) -> dict[int, Path]:
     return found
 
 
-def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tuple[list[dict[str, Any]], bool]:
+def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None, render: Render | None = None
+            ) -> tuple[list[dict[str, Any]], bool]:
     """Run every point (interleaved: each repeat runs the baseline and every world size), then the model's comm
-    sweeps; write records after every launch and the report at the end. Returns (records, interrupted)."""
-    from harness import reports as report
-
+    sweeps; write records after every launch and the report at the end (`render`, the command's; None: records
+    alone, here and in each comm sweep). Returns (records, interrupted)."""
     req = p.request
     run_info = core.run_header(p, "scale", [BASELINE] + p.labels, started)
     run_info["scale_sweep"] = {"scaling": p.scaling, "world_sizes": p.world_sizes, "threads_per_rank": p.threads,
@@ -362,7 +331,7 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tup
             runner.close_interrupted(stopped, jobs, req.device)
         else:
             try:
-                stopped = _calibrate(p, comm_ui) or _calibrate_contention(p, session, comm_ui)
+                stopped = _calibrate(p, comm_ui, render) or _calibrate_contention(p, session, comm_ui)
             except SessionError as exc:  # a full disk in the comm sweep: say what the sweep's own results hold
                 done = sum(r["status"] == "ok" for r in session.records)
                 raise SessionError(f"{exc}; the sweep stopped there: {session.records_path} holds its {done} "
@@ -372,11 +341,11 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None) -> tup
             if stopped:
                 session.records = [{**r, "run_interrupted": stopped} for r in session.records]
                 session.save()
-        session.finish(report.render)
+        session.finish(render)
     return session.records, stopped is not None
 
 
-def _calibrate(p: ScalePlan, comm_ui) -> str | None:
+def _calibrate(p: ScalePlan, comm_ui, render: Render | None) -> str | None:
     """The model's comm sweeps (each a `compare comm` into comm_n<N>/), or a copy of the given results there."""
     for n, what in p.comm:
         dest = p.out / f"comm_n{n}"
@@ -386,7 +355,7 @@ def _calibrate(p: ScalePlan, comm_ui) -> str | None:
             continue
         if comm_ui:
             comm_ui(f"calibrating the model: collectives at world size {n} ({', '.join(COMM_OPS)})")
-        _, interrupted = commmod.execute(what, comm_ui)
+        _, interrupted = commmod.execute(what, comm_ui, render)
         if interrupted:
             return f"during the comm sweep at world size {n}"
     return None
@@ -444,7 +413,7 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                                   topology=point.topology)
             spec.fault = ""  # injected faults (spec or COMPARE_FAULT) are for the training and comm launches
             outcome = run_launch(adapter, spec, p.request.timeout_s, stall_s=p.request.stall_s)
-            session.keep_log(outcome.log_path, f"{name}.log")
+            session.keep_log(outcome, f"{name}.log")
             result: dict[str, Any] = {"status": outcome.status, "reason": outcome.reason,
                                       "rounds": CONTENTION_ROUNDS, "min_s_per_phase": CONTENTION_S,
                                       "launcher_argv": outcome.argv,

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from harness.core.record import PHASES  # noqa: E402
+from harness.core.assemble import PHASES  # noqa: E402
 
 
 def main() -> None:

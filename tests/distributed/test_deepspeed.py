@@ -5,6 +5,7 @@ fp16 refusal and `compare env`.
 The first run in a venv JIT-compiles deepspeed_shm_comm (~35-65 s on 2 cores) into <venv>/torch_extensions;
 later runs reuse it."""
 
+import gzip
 import json
 from pathlib import Path
 
@@ -167,6 +168,7 @@ def test_a_stale_jit_build_lock_does_not_stall_the_next_launch(zero_run, tmp_pat
     assert rec["status"] == "ok", (rec.get("reason"), rec.get("log_tail"))
     assert not stale_left
     assert rec["adapter_info"]["stale_jit_locks_removed"] == [str(lock)]
-    logs = "".join(p.read_text() for p in (tmp_path / "run").rglob("*.log"))
+    # an ok launch's log is kept gzip-compressed (harness/core/session.py)
+    logs = "".join(gzip.decompress(p.read_bytes()).decode() for p in (tmp_path / "run").rglob("*.log.gz"))
     assert f"[deepspeed] removed a stale JIT build lock no process held (left by a build that was stopped): {lock}" \
         in logs

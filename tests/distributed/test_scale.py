@@ -133,7 +133,7 @@ def test_the_model_is_calibrated_from_a_real_comm_sweep(tmp_path):
     assert cal["status"] == "ok" and cal["processes"] == 2 and len(cal["alone_s"]) == cal["rounds"] == 4
     assert cells[9].startswith(f"{cal['ratio']:.2f}x (") and "Compute contention, calibrated:" in md
     assert "contention" not in point(records(out), "ddp", 1)
-    assert (out / "logs" / "contention-ddp-n2.log").exists()
+    assert (out / "logs" / "contention-ddp-n2.log.gz").exists()  # ok, so kept compressed
     # the same launch's parts check: digits' 85,002 fp32 gradients all-reduced by torch, 4 rounds, the compute
     # being the contention rounds' "together" (no collective between steps), the step holding its all-reduce
     parts = cal["parts"]

@@ -1,40 +1,129 @@
-"""Each fact about an option written once: an option of `run`, `scale`, `comm` or `sbatch` that fills a field of
-harness/core/requests.py's Request takes that field's default, and its help is the field's docstring, except where a
-command means something of its own by it (listed here, each with why)."""
+"""Each fact about an option written once: a command's options are its request dataclass's declared fields
+(harness/core/argv.py, harness/commands/declare.py), a request turns back into the arguments that give it, and the
+command a run records reproduces its plan."""
 
+import ast
 import dataclasses
+import shlex
+from pathlib import Path
 
+import pytest
 import typer
 
 from harness.cli import app
-from harness.core.requests import Request
-from harness.shared.options import attribute_docs
+from harness.commands import declare
+from harness.core import comparison
+from harness.core.argv import options, to_argv
+from harness.core.requests import RunRequest, SbatchRequest
 
-FIELD = {"--timeout": "timeout_s", "--stall-timeout": "stall_s", "--launcher": "launcher"}
-OWN_HELP = {
-    ("sbatch", "--force"): "replaces --script as well",
-    ("scale", "--threads"): "per rank at every point of the sweep",
-    ("run", "--out"): "each command's own default directory",
-    ("scale", "--out"): "each command's own default directory",
-    ("comm", "--out"): "each command's own default directory",
-    ("sbatch", "--out"): "passed on to the run",
-}
-NOT_REQUEST_DEFAULT = {"--world-size": "the planner resolves None: 2 on CPU, every GPU, or the hosts' slots"}
+REPO = Path(__file__).resolve().parents[2]
+COMMANDS = list(typer.main.get_command(app).commands)
+
+# A value unlike the default for each kind of option, as typed; a few options take only certain values.
+TYPED = {"--world-sizes": ["1,2,4"], "--profile": [["a100-sxm-hdr200", "h100-sxm-ndr400"]],
+         "--launcher": ["slurm", "ssh"], "--to": [64]}
 
 
-def test_shared_options_take_their_default_and_help_from_the_request():
-    defaults = {f.name: f.default for f in dataclasses.fields(Request)}
-    docs = attribute_docs(Request)
-    commands = typer.main.get_command(app).commands
-    checked = 0
-    for name in ("run", "scale", "comm", "sbatch"):
-        for prm in commands[name].params:
-            flag = max(prm.opts, key=len)
-            field = FIELD.get(flag, flag[2:].replace("-", "_"))
-            if field not in defaults or flag in NOT_REQUEST_DEFAULT or field in ("device",):
+def _value(opt, cls):
+    """A value of field `opt.name` that is not its default, as the field holds it."""
+    if opt.long in TYPED:
+        typed = next(v for v in TYPED[opt.long] if v != opt.default)
+    elif opt.kind is bool:
+        typed = not opt.default
+    elif opt.many:
+        typed = [opt.kind("a"), opt.kind("b")] if opt.kind in (str, Path) else [opt.kind(3), opt.kind(5)]
+    elif opt.kind is int:
+        typed = 3 if opt.default != 3 else 4
+    elif opt.kind is float:
+        typed = 2.5
+    elif opt.kind is Path:
+        typed = Path("some/dir")
+    else:
+        assert opt.kind is str, (cls, opt.name, opt.kind)
+        typed = "other"
+    value = opt.spec.to_field(typed) if opt.spec.to_field else typed
+    assert value != opt.default, (cls, opt.name)
+    return value
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_option_of_every_command_parses_back_from_its_arguments(name):
+    cls = declare.request_class(name)
+    opts = options(cls)
+    assert opts, name
+    every = {}
+    for opt in opts:
+        req = cls(**{opt.name: _value(opt, cls)})
+        argv = to_argv(req)
+        assert argv, (name, opt.name)
+        assert declare.parse(app, name, argv) == req, (name, opt.name, argv)
+        every[opt.name] = _value(opt, cls)
+    req = cls(**every)  # all of them at once
+    assert declare.parse(app, name, to_argv(req)) == req
+    assert to_argv(cls()) == []  # the defaults need no argument
+    if not any(o.spec.required for o in opts):
+        assert declare.parse(app, name, []) == cls()
+
+
+def test_the_options_are_the_requests_and_nothing_else_declares_one():
+    """No command module writes a typer.Option or typer.Argument: the only ones are made from requests
+    (harness/commands/declare.py) and compare's own --version flag (harness/commands/common.py: flag)."""
+    found = []
+    for path in [REPO / "harness" / "cli.py", *(REPO / "harness" / "commands").glob("*.py")]:
+        if path.name in ("declare.py", "common.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("Option", "Argument")):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not found, found
+    for name, sub in typer.main.get_command(app).commands.items():
+        declared = {o.long for o in options(declare.request_class(name)) if not o.spec.argument}
+        given = {max(p.opts, key=len) for p in sub.params if p.opts[0].startswith("-")}
+        assert given == declared, (name, given ^ declared)
+
+
+def test_no_help_text_is_written_twice():
+    """A help text lives on one field; a command that means something of its own by an inherited field says so in
+    its HELP, once."""
+    seen: dict[str, str] = {}
+    twice = []
+    for name in COMMANDS:
+        cls = declare.request_class(name)
+        for klass in cls.__mro__:
+            if not dataclasses.is_dataclass(klass):
                 continue
-            assert prm.default == defaults[field], (name, flag, prm.default, defaults[field])
-            if (name, flag) not in OWN_HELP and field in docs:
-                assert prm.help == docs[field], (name, flag, prm.help)
-                checked += 1
-    assert checked >= 35  # timeout, stall, strict, oversubscribe, bind-cores, threads, hosts... on four commands
+            texts = [o.help for o in options(klass) if o.name in klass.__dict__.get("__annotations__", {})]
+            texts += list(vars(klass).get("HELP", {}).values())
+            for text in texts:
+                if seen.setdefault(text, klass.__qualname__) != klass.__qualname__:
+                    twice.append((text, seen[text], klass.__qualname__))
+    assert not twice, twice
+
+
+def test_sbatch_takes_every_option_of_run_and_passes_each_on():
+    run, sbatch = options(RunRequest), options(SbatchRequest)
+    assert {o.long for o in run} <= {o.long for o in sbatch}
+    for opt in run:
+        value = _value(opt, RunRequest)
+        req = SbatchRequest(**{opt.name: value})
+        assert getattr(req.run_request(), opt.name) == value, opt.name
+
+
+@pytest.mark.parametrize("args", [
+    ["-a", "ddp,spawn", "--steps", "5", "--warmup", "1", "--repeats", "2"],
+    ["-a", "ddp,ddp:bucket_cap_mb=1", "-w", "widemlp", "-o", "width=256", "--precision", "10%", "--budget", "2m"],
+    ["-a", "ddp", "--until-target", "--baseline", "ddp"],
+])
+def test_a_run_reexecuted_from_its_recorded_command_resolves_to_the_same_plan(tmp_path, args):
+    first = comparison.plan(declare.parse(app, "run", [*args, "--out", str(tmp_path / "a")]))
+    recorded = shlex.split(first.rerun)
+    assert recorded[:2] == ["compare", "run"]
+    again = comparison.plan(declare.parse(app, "run", recorded[2:]))
+    for attr in ("global_batch", "steps", "warmup", "equiv_steps", "order_seed", "until_target", "precision",
+                 "budget_s", "oversubscribed"):
+        assert getattr(again, attr) == getattr(first, attr), attr
+    assert [r.label for r in again.rows] == [r.label for r in first.rows]
+    assert again.request.world_size == first.request.world_size and again.out == first.out
+    # and the recorded command is itself what it resolves to: running it again records the same line
+    assert again.rerun == first.rerun

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from harness.core.record import max_param_diff
+from harness.core.assemble import max_param_diff
 from harness.core.stats import worst
 
 

@@ -4,42 +4,56 @@ display, and without a live line the display prints each once (CI logs and pipes
 after "launching")."""
 
 import io
-import os
 
 from rich.console import Console
 
+from adapters.base import LaunchPlan
 from harness.launching.launch import Launch
 from harness.shared import progress as progress_file
 from harness.shared.spec import RunSpec
 
 
+class _Silent:
+    """An adapter whose one command runs and says nothing (the notes below are sent by the test, as ranks would)."""
+
+    name = "x"
+    launcher = "sleep"
+
+    def launch(self, spec_path, spec):
+        return LaunchPlan(argv=["sleep", "3600"])
+
+    def processes(self, world_size):
+        return world_size
+
+
 def test_a_note_sent_by_ranks_reaches_the_display_once(tmp_path):
     spec = RunSpec(adapter="x", workload="digits", world_size=2, device="cpu", global_batch=64, steps=10, warmup=2,
                    threads=1, rank_dir=str(tmp_path))
-    progress_file.create(spec.progress_path, 12)
     seen = []
-    launch = Launch(None, spec, timeout_s=900, on_progress=seen.append)
-    os.mkfifo(tmp_path / progress_file.EVENTS)
-    launch._events = os.open(tmp_path / progress_file.EVENTS, os.O_RDWR | os.O_NONBLOCK)
+
+    def display(pr):
+        seen.append(pr)
+        progress_file.send_event(tmp_path, "timed_done")  # rank 0's word that ends the wait, after the first redraw
+
+    launch = Launch(_Silent(), spec, timeout_s=900, on_progress=display).start()
     try:
+        progress_file.Writer(spec.progress_path).phase("first run: JIT-compiling deepspeed_shm_comm")
         for rank in range(2):  # every rank says it: the note is one
             progress_file.send_event(tmp_path, progress_file.NOTE + "first run: JIT-compiling deepspeed_shm_comm")
-        progress_file.send_event(tmp_path, "timed_done")
-        launch._read_events()
+        # The notes are read at once; the display is redrawn a UI interval (1 s) later, with them.
+        assert launch.wait_for("timed_done") is True
     finally:
-        os.close(launch._events)
-    progress_file.Writer(spec.progress_path).phase("first run: JIT-compiling deepspeed_shm_comm")
-    launch._progress()
-    assert seen[-1]["notes"] == ["first run: JIT-compiling deepspeed_shm_comm"]
-    assert "timed_done" in launch.events
+        launch.interrupt()
+    assert [(pr["phase"], pr["notes"]) for pr in seen] == [
+        ("first run: JIT-compiling deepspeed_shm_comm", ["first run: JIT-compiling deepspeed_shm_comm"])]
 
 
 def test_without_a_terminal_each_note_is_printed_once_per_launch(monkeypatch):
-    from harness import cli
+    from harness.commands import ui as uimod
 
     out = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=out, force_terminal=False, width=150))
-    ui = cli.RunUI()
+    monkeypatch.setattr(uimod, "console", Console(file=out, force_terminal=False, width=150))
+    ui = uimod.RunUI()
     assert ui.bar is None
     note = {"phase": "setup", "step": 0, "total": 12, "notes": ["first run: JIT-compiling deepspeed_shm_comm"]}
     for _ in range(3):  # redrawn every second while the build runs

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness.core.record import load_balance
+from harness.core.assemble import load_balance
 from harness.reports import scale_report as scale
 
 from conftest import RUNS
@@ -279,7 +279,7 @@ def _committed(tmp_path, name="scale_digits_cpu2_20261125-085608"):
 
 def test_a_point_whose_launch_ended_badly_after_measuring_is_noted_and_shown(tmp_path):
     # It read as a plain `ok` in the terminal and the report, though its record said how the launch ended.
-    from harness.cli import RunUI
+    from harness.commands.ui import RunUI
 
     out, records = _committed(tmp_path)
     bad = next(r for r in records if r["label"] == "ddp" and r["scale"]["point"] == 2)

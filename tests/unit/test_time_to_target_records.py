@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from harness import reports as report
-from harness.core.record import check_record, until_target
+from harness.core.assemble import until_target
+from harness.core.record import check_record
 from harness.reports import epoch, run_report, ttt
 from workloads.base import Workload
 

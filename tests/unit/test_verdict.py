@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.core import record, stats
+from harness.core import assemble, stats
 from harness.core.runner import round_order
 from harness.reports import verdict
 
@@ -84,11 +84,12 @@ def test_the_verdict_names_the_fastest_tier_and_the_ratios_behind_the_rest():
                                   "amp": [120.0, 121.0, 119.0, 120.5, 119.5]},
                                  devices={"dp": 1}))
     assert a["baseline"] == "ddp" and a["left_out"] == ["dp"] and a["tiers"][0] == ["amp"]
-    ahead = stats.ratio_interval([120.0, 121.0, 119.0, 120.5, 119.5], [100.0, 101.0, 99.0, 100.5, 99.5])
-    first = a["lines"][0]
-    assert first.startswith("**Verdict — fastest: amp (bf16)**; then amp " + verdict.ratio_text(ahead)
-                            + " ahead of ddp, ")
-    assert "(these tie with each other)" in first and "5 launches per row, 95% intervals" in first
+    # Checked by hand and with scipy.stats (Welch's t on the log values, t.ppf(0.975, df), outside harness/):
+    # amp/ddp 1.2000 [1.1873, 1.2129] (df 7.75), amp/spawn 1.2001 [1.1771, 1.2235] (df 5.35), amp/horovod 1.5000
+    # [1.4813, 1.5190] (df 6.97); none is near a rounding edge at two decimals.
+    assert a["lines"][0] == ("**Verdict — fastest: amp (bf16)**; then amp 1.20× [1.19–1.21] ahead of ddp, 1.20× "
+                             "[1.18–1.22] ahead of spawn (these tie with each other); then amp 1.50× [1.48–1.52] ahead "
+                             "of horovod. (5 launches per row, 95% intervals.)")
     assert a["lines"][1] == ("Left out of the ranking: dp (ran on 1 device(s) of 2: not data-parallel across the "
                              "world size).")
     table = "\n".join(verdict.markdown(a))
@@ -132,14 +133,14 @@ def test_noise_is_read_from_proc_stat_over_the_timed_window(tmp_path):
     # to other processes, and the steal (4%) is below its flag.
     windows = [{"cpu_s": 0.5, "proc_stat": [100, 0, 50, 800, 10, 0, 0, 40]}, {"cpu_s": 0.5, "proc_stat": None}]
     ranks = [{"host": {"boot_id": "b"}}, {"host": {"boot_id": "b"}}]
-    quiet = record.noise(windows, ranks, SimpleNamespace(concurrent_runs=[]))
+    quiet = assemble.noise(windows, ranks, SimpleNamespace(concurrent_runs=[]))
     assert quiet["steal_share"] == pytest.approx(0.04) and quiet["other_cpu_share"] == pytest.approx(0.05)
     assert quiet["flags"] == []
     windows[0]["proc_stat"] = [300, 0, 50, 560, 10, 0, 0, 80]  # 250 ticks of others, 8% steal
-    busy = record.noise(windows, ranks, SimpleNamespace(concurrent_runs=[{"pid": 1}]))
+    busy = assemble.noise(windows, ranks, SimpleNamespace(concurrent_runs=[{"pid": 1}]))
     assert busy["flags"] == ["CPU steal 8%", "other processes used 25% of the CPUs", "another compare run"]
     windows[0]["proc_stat"] = [3, 0, 0, 1, 0, 0, 0, 0]  # 4 ticks: too short a window to flag anything from
-    assert record.noise(windows, ranks, SimpleNamespace(concurrent_runs=[]))["flags"] == []
+    assert assemble.noise(windows, ranks, SimpleNamespace(concurrent_runs=[]))["flags"] == []
 
 
 class _FakeRunner:
@@ -237,9 +238,10 @@ def test_a_schema_2_sweep_gives_speed_up_and_efficiency_with_intervals():
     assert len(one) == len(two) == 3
     assert ddp[2]["speedup_interval"] == stats.ratio_interval(two, one)
     assert ddp[2]["samples_per_s"] == pytest.approx(stats.geomean_interval(two)["estimate"])
+    # The fixture's samples/s, checked with scipy.stats outside harness/: N=2 geomean 22,860.2, Student t (df 2) on
+    # the logs [18,228, 28,670]; speed-up 22,860.2 / 59,541.9 = 0.3839, Welch (df 3.64) [0.2961, 0.4978].
     md = "\n".join(scale.markdown_tables(scale.table(records)))
-    si = ddp[2]["speedup_interval"]
-    assert f"| {ddp[2]['speedup_self']:.2f} [{si['lo']:.2f}–{si['hi']:.2f}] |" in md
+    assert "| 2 | 64 (32) | 22,860 [18,228–28,670] | 0.38 [0.30–0.50] |" in md
 
 
 def test_the_default_baseline_is_the_first_row_asked_for_not_the_first_that_ran():
@@ -263,15 +265,17 @@ def test_a_tie_is_not_transitive_and_the_verdict_says_which_faster_row_a_later_o
     a_, b_, c_ = [100.0, 101.0, 99.0, 100.5, 99.5], [85.0, 115.0, 80.0, 110.0, 95.0], [90.0, 91.0, 89.0, 90.5, 89.5]
     an = verdict.analyse(_records({"a": a_, "b": b_, "c": c_}))
     assert an["tiers"] == [["a", "b"], ["c"]]
-    assert not stats.excludes_one(stats.ratio_interval(b_, c_))
-    first = an["lines"][0]
-    assert (f"; then a {verdict.ratio_text(stats.ratio_interval(a_, c_))} ahead of c (not resolved against b: "
-            f"{verdict.ratio_text(stats.ratio_interval(b_, c_))})") in first
+    # Checked with scipy.stats (Welch's t on the log values, outside harness/): a/c 1.1111 [1.0976, 1.1248] (df 7.91),
+    # b/c 1.0672 [0.8777, 1.2976] (df 4.02: contains 1), a/b 1.0412 [0.8563, 1.2660].
+    assert an["lines"][0] == ("**Verdict — fastest: a ≈ b (no difference resolvable among them)**; then a 1.11× "
+                              "[1.10–1.12] ahead of c (not resolved against b: 1.07× [0.88–1.30]). (5 launches per "
+                              "row, 95% intervals.)")
     # with b as the baseline, its own ratio to c is the one given (as in the table), said to be unresolved, with
     # the comparison that did resolve c's place
     first = verdict.analyse(_records({"a": a_, "b": b_, "c": c_}, baseline="b"))["lines"][0]
-    assert (f"; then b {verdict.ratio_text(stats.ratio_interval(b_, c_))} ahead of c (not resolved; resolved behind "
-            f"a: {verdict.ratio_text(stats.ratio_interval(a_, c_))})") in first
+    assert first == ("**Verdict — fastest: a ≈ b (no difference resolvable among them)**; then b 1.07× [0.88–1.30] "
+                     "ahead of c (not resolved; resolved behind a: 1.11× [1.10–1.12]). (5 launches per row, 95% "
+                     "intervals.)")
 
 
 def test_compare_knobs_lists_every_knob_from_its_declaration_and_version_prints_one_line():

@@ -1,0 +1,161 @@
+"""What every command module shares: the console, one-line errors, the typed command line, the run's start time,
+signal handling for the commands that launch processes, and reading a results directory.
+
+Runs in: the parent.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
+
+from harness.core.errors import BadInput
+from harness.launching import interrupt
+
+# Wide enough for the results table when output is piped (CI logs, `| tee`), where rich would assume 80 columns.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+
+
+class Invocation:
+    """How compare was started: as the `compare` command (main), with the arguments typed, at a time."""
+
+    argv: list[str] | None = None
+    started: float | None = None
+    """When the process was created (interpreter start-up and imports count too)."""
+    main = False
+    """True when run as the `compare` command (not in process, as the tests' CliRunner does)."""
+
+
+def typed(fallback: str) -> str:
+    """The command as typed ("compare run -a ddp"), or `fallback` when compare was not started from a shell."""
+    return "compare " + shlex.join(Invocation.argv) if Invocation.argv else fallback
+
+
+def took() -> str:
+    """" (12 s)" since compare started, when it is known."""
+    return f" ({time.time() - Invocation.started:.0f} s)" if Invocation.started else ""
+
+
+class PlainHelpFlag:
+    """--help as a plain flag in --help itself (typer shows a `<bool>` placeholder beside it, as beside every flag
+    not declared with metavar="")."""
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class Command(PlainHelpFlag, TyperCommand):
+    """Every subcommand."""
+
+
+class Group(PlainHelpFlag, TyperGroup):
+    """The `compare` group itself (harness/cli.py adds its one-line usage errors)."""
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def flag(default: bool, *decls: str, **kwargs) -> Any:
+    """A boolean option as a plain flag in --help (no `<bool>` placeholder), for the few commands whose options are
+    not a request's."""
+    return typer.Option(default, *decls, metavar="", **kwargs)
+
+
+def stop_on_signals() -> None:
+    """For the commands that launch processes: Ctrl-C, and the SIGTERM of a CI job runner or `timeout`, and a
+    closed terminal's SIGHUP, stop the children and keep finished rows (harness/launching/interrupt.py); and a
+    closed pipe on stdout (`compare run | head -1`) no longer ends the command: the rest of its output is dropped
+    and the measurement is written (harness/entry.py: _LossyStdout)."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "keep_on_closed_pipe"):
+            stream.keep_on_closed_pipe = True
+    if Invocation.main:
+        interrupt.install()
+
+
+def tuning_note() -> None:
+    """One line naming the framework tuning variables the ranks will inherit from this shell (also in the report)."""
+    from harness.core.provenance import tuning_env
+
+    t = tuning_env()
+    if t:
+        console.print("  [yellow]note[/]: set in this environment and inherited by the ranks (recorded in the "
+                      "report): " + escape(", ".join(f"{k}={v}" for k, v in t.items())))
+
+
+def where(plan) -> str:
+    """", on 2 nodes (h1:1, h2:1; ssh, iface mn0)" for a multi-node plan, else nothing."""
+    topo = plan.topology
+    if topo is None:
+        return ""
+    from harness.launching.hosts import describe_slots
+
+    same = "; simulated hosts or node ranks on this machine" if topo.one_machine else ""
+    return escape(f", on {len(topo.nodes)} nodes ({describe_slots(topo.nodes)}; {topo.launcher}, iface "
+                  f"{topo.iface or 'auto'}{same})")
+
+
+def warn_shared(records, name) -> None:
+    """A warning line when rows were measured while another compare run was running here (the report says it too)."""
+    from harness.launching import machine
+
+    for line in machine.note(records, name):
+        console.print(f"[yellow]warning[/]: {escape(line.replace('**', ''))}")
+
+
+def execute(execute_plan, plan, *args):
+    """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
+    from harness.core.session import SessionError
+    from harness.launching import machine
+
+    for other in machine.others():  # said now, before minutes of measuring; the rows it overlaps are marked too
+        console.print(f"[yellow]warning[/]: another compare run is running on this machine (pid {other['pid']}"
+                      + (f": {escape(other['command'])}" if other.get("command") else "") + "); the rows measured "
+                      "while it runs share the cores with it and will be marked")
+    try:
+        return execute_plan(plan, *args)
+    except BadInput as exc:
+        fail(str(exc))
+    except SessionError as exc:
+        fail(str(exc), 1)
+
+
+def malformed(directory: Path, exc: Exception, doing: str = "make a report of") -> str:
+    """One line for records that pass the field check but that a report cannot be made of (nothing was written)."""
+    return (f"cannot {doing} {directory}: its records.jsonl holds a record of a shape this compare cannot read "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())})" + ("; nothing was written" if "report" in doing
+                                                                        else ""))
+
+
+def read_run(directory: Path, written_by: str = "`compare run`, `comm` or `scale`") -> list[dict]:
+    """The records of a results directory, or a one-line error (exit 2). `written_by`: which commands' results
+    the caller takes."""
+    from harness.core.record import read_records
+
+    path = directory / "records.jsonl"
+    if not directory.exists():
+        fail(f"{directory} does not exist; give a directory written by {written_by}")
+    if not directory.is_dir():
+        fail(f"{directory} is not a directory; give a directory written by {written_by}")
+    if not path.is_file():
+        fail(f"no records.jsonl in {directory}; give a directory written by {written_by}")
+    try:
+        records = read_records(path)
+    except (OSError, ValueError) as exc:
+        fail(f"cannot read {path}: {exc}")
+    if not records:
+        fail(f"{path} holds no records")
+    return records

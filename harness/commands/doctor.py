@@ -1,0 +1,57 @@
+"""`compare doctor`: this machine's noise floor, and the precision a comparison can reach here in what time."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import typer
+from rich.markup import escape
+
+import workloads
+from harness.commands.common import console, execute, fail, stop_on_signals
+from harness.commands.ui import QuietUI, RunUI
+from harness.core.argv import cli
+from harness.core.errors import BadInput
+
+
+@dataclass
+class DoctorRequest:
+    """`compare doctor`."""
+
+    launches: int = field(default=5, metadata=cli("--launches"))
+    """Launches of the row whose variation is measured (3 to 50)."""
+    adapter: str = field(default="ddp", metadata=cli("--adapter", "-a"))
+    """The row to launch (an adapter, with knobs if any)."""
+    workload: str = field(default=workloads.DEFAULT, metadata=cli("--workload", "-w"))
+    """The workload the row trains (see `compare list`)."""
+    steps: int | None = field(default=None, metadata=cli("--steps"))
+    """Timed steps per launch (default: the workload's)."""
+    as_json: bool = field(default=False, metadata=cli("--json", negatable=False))
+    """Print JSON instead of text."""
+
+
+def doctor(req: DoctorRequest) -> None:
+    """This machine's noise floor: what it is doing, how much one row varies from launch to launch, and what
+    precision a comparison can reach here in what time (nothing is written)."""
+    from harness.core import noise_floor
+
+    try:
+        planned, scratch = noise_floor.plan(req.adapter, req.workload, req.launches, req.steps)
+    except BadInput as exc:
+        fail(str(exc))
+    machine = noise_floor.sample_machine()
+    if not req.as_json:
+        for line in noise_floor.lines(machine, None):
+            console.print(escape(line))
+    stop_on_signals()
+    records = execute(noise_floor.measure, planned, scratch, QuietUI() if req.as_json else RunUI())
+    try:
+        floor = noise_floor.noise_floor(records)
+    except RuntimeError as exc:
+        fail(f"cannot measure the noise floor: {exc}", 1)
+    if req.as_json:
+        typer.echo(json.dumps({"machine": machine, "noise_floor": floor}, indent=2, default=str))
+        return
+    for line in noise_floor.lines(machine, floor)[3:]:
+        console.print(escape(line))

@@ -1,0 +1,51 @@
+"""`compare knobs`: every knob of an adapter (or option of a workload), read from the declaration that checks it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.markup import escape
+
+import adapters
+import workloads
+from harness.commands.common import console, fail
+from harness.core.argv import cli
+
+
+@dataclass
+class KnobsRequest:
+    """`compare knobs`."""
+
+    name: str | None = field(default=None, metadata=cli(argument=True))
+    """An adapter or a workload (default: every adapter)."""
+
+
+def knobs(req: KnobsRequest) -> None:
+    """Every knob of an adapter (or option of a workload): the values it takes, its default and what it does, read
+    from the declaration that checks them."""
+    from harness.shared.options import catalogue
+
+    name = req.name
+    if name is None:
+        names = [("adapter", n) for n in adapters.names()]
+    elif name in adapters.names():
+        names = [("adapter", name)]
+    elif name in workloads.names():
+        names = [("workload", name)]
+    else:
+        fail(f"unknown adapter or workload '{name}'; valid choices: {', '.join(adapters.names())} (adapters), "
+             f"{', '.join(workloads.names())} (workloads)")
+    for kind, n in names:
+        try:
+            cls = adapters.get(n).Knobs if kind == "adapter" else type(workloads.get(n)).Options
+        except Exception as exc:  # noqa: BLE001 - an adapter whose module fails to import still lists the others
+            console.print(f"[bold]{escape(n)}[/]: cannot read its knobs ({escape(type(exc).__name__)}: "
+                          f"{escape(str(exc))})")
+            continue
+        rows = catalogue(cls)
+        how = f"compare run -a {n}:KNOB=VALUE" if kind == "adapter" else f"compare run -w {n} -o OPTION=VALUE"
+        console.print(f"[bold]{escape(n)}[/] ({kind}; {escape(how)})" + ("" if rows else ": none"))
+        for r in rows:
+            console.print(f"  [bold]{escape(r['name'])}[/]: {escape(r['values'])}; default {escape(r['default'])}")
+            if r["doc"]:
+                console.print(f"      {escape(r['doc'])}")

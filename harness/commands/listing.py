@@ -1,0 +1,62 @@
+"""`compare list`: every adapter and workload, with availability and the reason (and the fix)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from rich.markup import escape
+
+import adapters
+import workloads
+from harness.commands.common import console, fail
+from harness.core.argv import cli
+from harness.core.errors import BadInput
+from harness.core.requests import DEVICES, Request, check_cores
+
+
+@dataclass
+class ListRequest(Request):
+    """`compare list`: availability for a device and world size, as `compare run` would check them."""
+
+    NOT_OPTIONS = frozenset(f.name for f in dataclasses.fields(Request)) - {"device", "world_size", "oversubscribe"}
+    HELP = {"device": "Check availability for cpu or cuda.", "world_size": "Ranks to check availability for."}
+
+    world_size: int = field(default=2, metadata=cli("--world-size", "-n"))
+
+
+def list_all(req: ListRequest) -> None:
+    """Every adapter and workload, with availability and the reason."""
+    from rich.table import Table
+
+    device, world_size = req.device, req.world_size
+    if device not in DEVICES:
+        fail(f"unknown device '{device}'; valid choices: {', '.join(DEVICES)}")
+    if world_size < 1:
+        fail(f"world size must be at least 1, got {world_size}")
+    try:  # the world size `compare run` would refuse is refused here too, in the same words
+        over = check_cores(Request(device=device, world_size=world_size, oversubscribe=req.oversubscribe),
+                           world_size)
+    except BadInput as e:
+        fail(str(e))
+    t = Table(title=f"Adapters (device {device}, world size {world_size}{', oversubscribed' if over else ''})")
+    for col in ("adapter", "launcher", "available", "what it is / why not"):
+        t.add_column(col)
+    for name, avail in adapters.availability_all(device, world_size).items():
+        try:
+            cls = adapters.get(name)
+            launcher, summary = cls.launcher, cls.summary
+        except Exception:  # noqa: BLE001 - shown as the reason below
+            launcher, summary = "?", ""
+        t.add_row(name, launcher, "[green]yes[/]" if avail else "[red]no[/]",
+                  escape(summary if avail else avail.message()))
+    console.print(t)
+    w = Table(title="Workloads")
+    for col in ("workload", "global batch", "steps", "target", "what it is"):
+        w.add_column(col)
+    for name in workloads.names():
+        wl = workloads.get(name)
+        w.add_row(name, str(wl.global_batch), f"{wl.warmup}+{wl.steps}",
+                  "–" if wl.target is None else f"acc ≥ {wl.target} (--until-target: every {wl.eval_every} steps, "
+                                                f"≤ {wl.max_steps_to_target})", wl.summary)
+    console.print(w)

@@ -1,0 +1,44 @@
+"""`compare report`: re-render a run's report.md and plots from its records alone."""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.commands.common import console, fail, malformed, read_run
+from harness.core.argv import cli
+from harness.core.requests import typed_path
+
+
+@dataclass
+class ReportRequest:
+    """`compare report`."""
+
+    directory: Path | None = field(default=None, metadata=cli(argument=True, required=True, parser=typed_path))
+    """A run directory holding records.jsonl."""
+
+
+def report(req: ReportRequest) -> None:
+    """Re-render report.md and the plots of a run from its records.jsonl alone."""
+    from harness import reports
+    from harness.core import outdir
+
+    directory = req.directory
+    records = read_run(directory)
+    pid = outdir.holder(directory)
+    if pid is not None:  # its records are half written, and the run renders its own report when it ends
+        fail(f"{directory} is being written by a compare run that has not finished "
+             f"({f'pid {pid}' if pid > 0 else 'its pid is not recorded'}); its report is written when it ends")
+    try:
+        reports.render(directory, records)
+    except OSError as exc:  # a directory it may not write to is bad input (2); a full disk is not (1)
+        fail(f"could not write the report in {directory}: {exc.strerror or exc}",
+             2 if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else 1)
+    except reports.MALFORMED as exc:
+        fail(malformed(directory, exc))
+    if reports.kind(records) == "run":
+        from harness.reports import run_report
+
+        console.print(run_report.console_table(records))
+    console.print(f"wrote {directory}/report.md and plots")

@@ -1,0 +1,33 @@
+"""`compare sbatch`: a ready sbatch script that runs a comparison across the nodes of a SLURM allocation."""
+
+from __future__ import annotations
+
+import shlex
+
+import typer
+
+from harness.commands.common import console, fail, typed
+from harness.core.argv import to_argv
+from harness.core.errors import BadInput
+from harness.core.requests import SbatchRequest
+
+
+def sbatch(req: SbatchRequest) -> None:
+    """Write a ready sbatch script that runs this comparison across the nodes of a SLURM allocation."""
+    from harness.core import runner, slurm_script
+
+    run_args = to_argv(req.run_request())  # as given: the job plans the run again, inside its allocation
+    try:
+        runner.plan_rows(slurm_script.check(req))  # the run's own options, checked as `compare run` checks them
+    except BadInput as exc:
+        fail(str(exc))
+    text = slurm_script.render(run_args, typed(shlex.join(["compare", "sbatch", *to_argv(req)])), req.nodes,
+                               req.ntasks_per_node, req.time_limit, req.partition, req.job_name, req.exclusive)
+    if req.script is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        slurm_script.write(req.script, text, req.force)
+    except BadInput as exc:
+        fail(str(exc))
+    console.print(f"wrote {req.script}: submit it with `sbatch {req.script}`")

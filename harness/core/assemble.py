@@ -1,0 +1,311 @@
+"""A record assembled from what a launch left: its outcome, every rank's result file, the reference's parameters.
+
+Runs in: the parent (harness/core/runner.py, once per launch). What a record holds, how it is checked and read is
+harness/core/record.py's; this module fills one in: the row's status and reason, its timings, memory, learning,
+noise, load balance, time to target and where the launch's time went.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+from harness.core.record import LOAD_BALANCE_METHOD, SCHEMA_VERSION
+from harness.core.stats import slowest_rank_steps, step_stats, worst
+from harness.launching import hosts
+from harness.shared import procstat
+
+NOISE_STEAL = 0.05
+"""A launch whose timed window lost this share of the machine's CPU time to steal (the hypervisor) is flagged."""
+NOISE_OTHER = 0.10
+"""A launch during whose timed window processes other than its ranks used this share of the CPUs is flagged."""
+NOISE_MIN_TICKS = 50
+"""/proc/stat counts in clock ticks (10 ms): a window of fewer ticks (all CPUs together) is too short to flag from."""
+FINAL_LOSS_WINDOW = 10
+
+def base_record(*, run: dict[str, Any], adapter: str, label: str, summary: str, launcher: str, workload: str,
+                world_size: int, repeat: int, status: str, reason: str = "") -> dict[str, Any]:
+    return {"schema_version": SCHEMA_VERSION, **run, "adapter": adapter, "label": label, "summary": summary,
+            "launcher": launcher, "workload": workload, "world_size": world_size, "repeat": repeat,
+            "status": status, "reason": reason}
+
+
+def max_param_diff(params_path: Path, reference: dict | None) -> float | None:
+    if reference is None or not params_path.exists():
+        return None
+    import torch
+
+    params = torch.load(params_path)
+    if set(params) != set(reference):
+        raise ValueError(f"parameter names differ from the reference: {sorted(set(params) ^ set(reference))[:4]}")
+    # NaN anywhere (a diverged parameter, on either side) makes the whole difference NaN, which fails every
+    # tolerance (stats.worst; max() would drop a NaN that is not first and pass the check).
+    return worst(float((params[n] - reference[n]).abs().max()) for n in params)
+
+
+def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, workload) -> dict[str, Any]:
+    """Fill a base record with everything measured by one launch."""
+    rec["topology"] = {"device": spec.device, "processes": outcome.processes, "launcher_argv": outcome.argv,
+                       "launch_pgid": outcome.pid,
+                       # nodes x processes per node, and every rank's hostname, interface and boot id
+                       **hosts.describe(spec.topology, outcome.ranks, outcome.processes)}
+    if outcome.node_commands:
+        rec["topology"]["node_commands"] = outcome.node_commands
+    rec["wall_time_s"] = outcome.wall_time_s
+    rec["launch_wall"] = outcome.launch_wall
+    if outcome.leftovers_killed:
+        rec["leftover_processes_killed"] = outcome.leftovers_killed
+    rec["load_avg_before"] = outcome.load_avg_before  # other load on the machine: a busy machine shows here
+    if outcome.concurrent_runs:  # another compare run measured at the same time (harness/launching/machine.py)
+        rec["concurrent_compare_runs"] = outcome.concurrent_runs
+    rec["controls"] = {"global_batch": spec.global_batch, "steps": spec.steps, "warmup": spec.warmup,
+                       "seed": workload.seed, "threads_requested": spec.threads, "bind_cores": spec.bind_cores,
+                       "knobs": spec.knobs,
+                       "workload_options": workload.describe()["options"]}
+    if outcome.status != "ok":
+        rec["log_tail"] = outcome.log_tail
+        if outcome.progress:
+            rec["reached"] = outcome.progress  # the phase and step rank 0 had reached
+        return rec
+    if outcome.shutdown_error:
+        rec["shutdown_error"] = outcome.shutdown_error
+        rec["log_tail"] = outcome.log_tail
+    ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
+    r0 = ranks[0]
+    devices = sum(r["devices_used"] for r in ranks)
+    timed = [r["step_times_s"][spec.warmup:] for r in ranks]
+    steps = slowest_rank_steps(timed) if spec.steps else []
+    stats = step_stats(steps) if steps else None
+    rec["topology"].update({"backend": r0["backend"], "devices_used": devices, "world_size_processes":
+                            r0["world_size"], "device_names": sorted({r["device"] for r in ranks})})
+    rec["controls"].update({
+        "train_samples": r0.get("train_samples"),
+        "per_device_batch": spec.global_batch // devices, "per_process_batch": r0["per_process_batch"],
+        "lr": r0["lr"], "lr_rule": r0["lr_rule"], "precision": r0["precision"],
+        "compression": r0.get("compression", "none"),
+        "threads_per_rank": [r["threads"] for r in ranks],
+        "interop_threads_per_rank": [r["interop_threads"] for r in ranks],
+        "omp_num_threads_env": r0["omp_num_threads_env"],
+    })
+    if r0.get("cuda_math"):
+        rec["controls"]["cuda_math"] = r0["cuda_math"]
+    rec["adapter_info"] = r0["adapter"]
+    rec["param_count"] = r0["param_count"]
+    rec["data"] = r0["data"]
+    if stats:
+        rec["step_time_s"] = stats
+        # What a training job gets: samples over the whole timed window (the summed slowest-rank steps), i.e. the
+        # mean step. The median of a multi-modal step-time distribution jumps between its modes from launch to launch.
+        rec["samples_per_s"] = spec.global_batch / stats["mean"]
+        rec["samples_per_s_median_step"] = spec.global_batch / stats["median"]
+        rec["samples_per_s_per_device"] = rec["samples_per_s"] / devices
+        rec["step_times_s"] = steps
+        rec["step_time_spread_ranks_s"] = [step_stats(t)["median"] for t in timed]
+    if all(r.get("profile") for r in ranks):
+        rec["compute_profile"] = [r["profile"] for r in ranks]
+        if stats:
+            rec["load_balance"] = load_balance(rec["step_time_spread_ranks_s"], rec["compute_profile"])
+    if r0.get("straggler"):
+        rec["straggler"] = {**{k: r0["straggler"][k] for k in ("rank", "factor")},
+                            "delay_s_per_rank": [r["straggler"]["delay_s"] for r in ranks],
+                            "calibrated_compute_s_per_rank": [r["straggler"]["calibrated_compute_s"] for r in ranks]}
+    if r0.get("step_clock"):
+        rec["step_clock"] = r0["step_clock"]  # host_sync (a sync around every step) or cuda_events
+    skipped = [r.get("skipped_steps_timed") for r in ranks if r.get("skipped_steps_timed") is not None]
+    if skipped:  # fp16 loss-scale overflows inside the timed window (every rank skips the same steps)
+        rec["skipped_steps_timed"] = max(skipped)
+    windows = [r.get("timed_window") for r in ranks]
+    if steps and all(windows):
+        rec["cpu_time_s_per_rank"] = [w["cpu_s"] for w in windows]
+        rec["cpu_s_per_step"] = sum(rec["cpu_time_s_per_rank"]) / len(windows) / len(steps)
+        # The timed window by the wall clock (synchronised at both ends on CUDA), slowest rank: against the summed
+        # step times it shows what falls between steps (a host that cannot keep the GPU fed).
+        rec["timed_window_wall_s"] = max(w["wall_s"] for w in windows)
+        rec["noise"] = noise(windows, ranks, outcome)
+    rec["phases_s"] = phases(outcome, ranks)
+    # What a user starting this launch alone would wait for its first step: without the wait at the gate.
+    rec["time_to_first_step_s"] = r0["first_step_end_wall"] - outcome.launch_wall - rec["phases_s"].get("gate", 0.0)
+    rec["setup_s"] = max(r["setup_s"] for r in ranks)
+    rec["peak_memory_bytes_per_rank"] = [r["peak_memory_bytes"] for r in ranks]
+    rec["peak_memory_bytes"] = max((m for m in rec["peak_memory_bytes_per_rank"] if m is not None), default=None)
+    rec["peak_memory_kind"] = r0["peak_memory_kind"]
+    if any(r.get("peak_memory_cuda_extra") for r in ranks):  # CUDA: reserved and host peaks beside the allocated
+        extra = [r.get("peak_memory_cuda_extra") or {} for r in ranks]
+        rec["peak_memory_cuda_reserved_bytes_per_rank"] = [e.get("cuda_reserved_bytes") for e in extra]
+        rec["peak_memory_host_bytes_per_rank"] = [e.get("host_bytes") for e in extra]
+    rec["cpu_affinity_per_rank"] = [r.get("cpu_affinity") for r in ranks]
+    rec["cpu_affinity_any_thread_per_rank"] = [r.get("cpu_affinity_any_thread") for r in ranks]
+    if any(r.get("peak_memory_file_bytes") is not None for r in ranks):  # CPU: the file-backed pages left out
+        rec["peak_memory_file_bytes_per_rank"] = [r.get("peak_memory_file_bytes") for r in ranks]
+    # Every process fed an equal slice of the global batch with a mean-reduced loss, so the global batch loss
+    # is the mean of the processes' losses.
+    curve = [sum(ls) / len(ls) for ls in zip(*(r["losses"] for r in ranks))]
+    rec["loss_curve"] = curve
+    window = curve[-FINAL_LOSS_WINDOW:]
+    rec["final_loss"] = sum(window) / len(window) if window else None
+    rec["final_loss_window"] = len(window)
+    rec["eval"] = _eval(r0, ranks, workload)
+    exact = r0["precision"] == "fp32" and r0.get("compression", "none") == "none"
+    checked = exact and workload.batch_dependence is None
+    diff = max_param_diff(spec.params_path, reference)
+    rec["max_param_diff"] = diff
+    rec["equivalence"] = {
+        "steps": spec.equiv_steps, "tolerance": workload.equiv_tolerance, "checked": checked,
+        "passed": (diff is not None and diff <= workload.equiv_tolerance) if checked else None,
+        "reference": f"single process, fp32, global batch {spec.global_batch}, same init and data order",
+        "why_not_checked": None if checked else (
+            f"{r0['precision']} arithmetic" if r0["precision"] != "fp32"
+            else f"{r0['compression']} gradient compression" if not exact
+            else f"model is batch-dependent ({workload.batch_dependence})"),
+    }
+    if spec.eval_every and spec.target is not None:
+        rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
+        if not rec["ttt"]["reached"]:
+            t = rec["ttt"]
+            rec["status"] = "not_reached"
+            rec["reason"] = (f"best {t['metric']} {t['best_metric']:.4f} (after step {t['best_step']}) is below the "
+                             f"target {t['target']:g} within the {t['budget_steps']}-step budget")
+    return rec
+
+
+def noise(windows: list[dict], ranks: list[dict], outcome) -> dict[str, Any]:
+    """What else the machine did during the timed window, from rank 0's /proc/stat before and after it: the share of
+    the CPUs' time lost to steal and the share used by processes other than the ranks on rank 0's machine (the
+    launcher's own process counts as other); and another compare run measured meanwhile. `flags` names what passed
+    NOISE_STEAL / NOISE_OTHER, for the report to mark the launch."""
+    out: dict[str, Any] = {"method": "rank 0's /proc/stat over its timed window; ranks' CPU: CLOCK_PROCESS_CPUTIME_ID",
+                           "flags": []}
+    delta = windows[0].get("proc_stat")
+    window = procstat.shares(delta) if delta else None
+    if window:
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        boot = (ranks[0].get("host") or {}).get("boot_id")
+        here = sum(w["cpu_s"] for w, r in zip(windows, ranks) if (r.get("host") or {}).get("boot_id") == boot)
+        total = window["ticks"]
+        out.update(window_ticks=total, steal_share=window["steal"],
+                   other_cpu_share=max(0.0, window["busy"] - here * tick / total))
+        if total >= NOISE_MIN_TICKS and out["steal_share"] >= NOISE_STEAL:
+            out["flags"].append(f"CPU steal {out['steal_share']:.0%}")
+        if total >= NOISE_MIN_TICKS and out["other_cpu_share"] >= NOISE_OTHER:
+            out["flags"].append(f"other processes used {out['other_cpu_share']:.0%} of the CPUs")
+    if outcome.concurrent_runs:
+        out["flags"].append("another compare run")
+    return out
+
+
+def load_balance(step_s_per_rank: list[float], profiles: list[dict]) -> dict[str, Any]:
+    """Per rank, how much of its step is its own compute and how much is waiting (LOAD_BALANCE_METHOD), and the
+    spread of each across ranks ((max - min) / median)."""
+    ranks = []
+    for k, (step, prof) in enumerate(zip(step_s_per_rank, profiles)):
+        compute = prof["batches"][0]["compute_s"]
+        ranks.append({"rank": k, "step_s": step, "compute_s": compute, "wait_s": max(0.0, step - compute),
+                      "wait_fraction": max(0.0, step - compute) / step if step > 0 else None})
+
+    def spread(key):
+        values = [r[key] for r in ranks]
+        mid = statistics.median(values)
+        return (max(values) - min(values)) / mid if mid > 0 else None
+
+    return {"method": LOAD_BALANCE_METHOD, "per_rank": ranks, "compute_spread": spread("compute_s"),
+            "wait_spread": spread("wait_s")}
+
+
+def until_target(spec, outcome, ranks: list[dict], steps: list[float], workload) -> dict[str, Any]:
+    """The `ttt` object of an until-target row, from what every rank recorded (harness/rank/evaluation.py).
+
+    Training time to target: the sum of the per-step times (the slowest rank's) of every step up to and including
+    the one after which an evaluation first reached the target; no step is discarded. End-to-end time to target:
+    from starting the launch command to the end of that step (the latest rank's clock), less the evaluation time
+    spent before it and the harness's parameter snapshot if it came before it: launcher, interpreter, imports,
+    rendezvous, framework set-up and any JIT build are in it, evaluations are not."""
+    evals = []
+    for per_rank in zip(*(r["evals"] for r in ranks)):
+        e0 = per_rank[0]
+        correct, count, _ = e0["reduced_mean"]
+        # The step ends when its last rank is done; the evaluation, when its last rank is. A rank that finished
+        # the step early waits for the others inside the evaluation's all-reduce: that wait is step time (the
+        # slowest rank's), so an evaluation's seconds are counted from the last rank's step end.
+        step_end = max(e["step_end_wall"] for e in per_rank)
+        evals.append({"step": e0["step"], "metric": correct / count, "step_end_wall": step_end,
+                      "eval_s": max(e["eval_end_wall"] for e in per_rank) - step_end})
+    cumulative = [0.0]
+    for t in steps:
+        cumulative.append(cumulative[-1] + t)
+    hit = next((e for e in evals if e["metric"] >= spec.target), None)
+    best = max(evals, key=lambda e: e["metric"])  # the first of equals
+    snapshot_s = max((r["snapshot_s"] for r in ranks if r.get("snapshot_s") is not None), default=None)
+    out: dict[str, Any] = {
+        "target": spec.target, "metric": workload.metric_name, "eval_every": spec.eval_every,
+        "budget_steps": spec.steps, "reached": hit is not None, "steps_run": len(steps),
+        "steps_to_target": None, "train_time_to_target_s": None, "e2e_time_to_target_s": None,
+        "startup_to_target_s": None, "target_step_end_s": None, "eval_time_before_target_s": None,
+        "evals": len(evals), "eval_time_s": sum(e["eval_s"] for e in evals),
+        "eval_s_each": [e["eval_s"] for e in evals],
+        "best_metric": best["metric"], "best_step": best["step"], "final_metric": evals[-1]["metric"],
+        "train_time_s": cumulative[-1],
+        "snapshot": None if snapshot_s is None else {"after_step": spec.equiv_steps, "seconds": snapshot_s},
+        "curve": [[e["step"], cumulative[e["step"]], e["metric"]] for e in evals],
+    }
+    if hit is not None:
+        before = sum(e["eval_s"] for e in evals if e["step"] < hit["step"])
+        excluded = before + (snapshot_s if snapshot_s is not None and spec.equiv_steps < hit["step"] else 0.0)
+        end_s = hit["step_end_wall"] - outcome.launch_wall - outcome.gate_wait_s
+        out.update(steps_to_target=hit["step"], train_time_to_target_s=cumulative[hit["step"]],
+                   target_step_end_s=end_s, eval_time_before_target_s=before,
+                   e2e_time_to_target_s=end_s - excluded)
+        out["startup_to_target_s"] = out["e2e_time_to_target_s"] - out["train_time_to_target_s"]
+    return out
+
+
+MILESTONES = (("python", "entry"), ("imports", "imports_done"), ("init", "init_done"),
+              ("setup", "setup_done"), ("gate", "gate_passed"), ("warmup", "warmup_done"), ("timed", "timed_done"), ("profile", "profile_done"),
+              ("eval", "eval_done"),
+              ("write", "result_written"))
+"""Phase name -> the rank milestone that ends it (harness/rank/life.py), in order. "python" is interpreter start-up
+(process created -> our code runs: entry); "init" is the framework joining its group (rendezvous, process group,
+JIT builds); "setup" is model, wrapper and data; "gate" is waiting for the previous launch to end (this one started
+while it did); "profile" is the compute profile of `compare scale` (absent otherwise); "write" is building the
+rank's result."""
+PHASES = ("launcher", "python", "imports", "init", "setup", "gate", "warmup", "timed", "profile", "eval", "write",
+          "shutdown")
+"""Every phase of one launch, in order: `launcher` from starting the command until the first rank process exists,
+`shutdown` from the last rank's result until the launch has ended. They add up to the launch's wall time."""
+
+
+def phases(outcome, ranks: list[dict]) -> dict[str, float]:
+    """Seconds per phase of one launch; each milestone is the slowest rank's (the next phase waits for it)."""
+    marks = [r.get("marks") or {} for r in ranks]
+
+    def last(name):
+        values = [m.get(name) for m in marks]
+        return max(values) if values and all(v is not None for v in values) else None
+
+    out, prev = {}, outcome.launch_wall
+    starts = [m.get("process_start") for m in marks]
+    first_process = min((s for s in starts if s is not None), default=None)
+    if first_process is not None:
+        out["launcher"] = max(0.0, first_process - prev)
+        prev = first_process
+    for phase, milestone in MILESTONES:
+        t = last(milestone)
+        if t is not None:
+            out[phase] = max(0.0, t - prev)
+            prev = t
+    out["shutdown"] = max(0.0, outcome.end_wall - prev)
+    return out
+
+
+def _eval(r0, ranks, workload) -> dict[str, Any] | None:
+    if not r0["eval"]:
+        return None
+    correct, count, loss_sum = r0["eval"]["reduced_mean"]  # means over processes: the ratio is exact
+    accuracy = correct / count
+    return {"accuracy": accuracy, "loss": loss_sum / count, "target": workload.target,
+            "target_met": None if workload.target is None else accuracy >= workload.target,
+            "test_samples": round(sum(r["eval"]["local"][1] for r in ranks)),
+            "local_counts": [r["eval"]["local"][:2] for r in ranks]}
+
+

@@ -1,0 +1,68 @@
+"""Which launch logs a run keeps in logs/, and how (harness/core/session.py): plain text where a launch did not end
+cleanly, gzip-compressed where it did, nothing where there is no whole copy to keep."""
+
+import gzip
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness.core.session import Session
+
+
+def _session(tmp_path: Path) -> Session:
+    # Not entered: entering claims the directory and registers a measuring run on this machine, which other runs
+    # (another session's tests) would see; keep_log needs only logs/.
+    session = Session(tmp_path / "out", ("records.jsonl",))
+    (session.out / "logs").mkdir(parents=True)
+    return session
+
+
+def _outcome(tmp_path: Path, status: str, shutdown_error: str = "", text: str | None = "rank 0: step 1\n"):
+    log = tmp_path / f"launch-{status}-{bool(shutdown_error)}.log"
+    if text is not None:
+        log.write_text(text)
+    return SimpleNamespace(status=status, shutdown_error=shutdown_error, log_path=log)
+
+
+@pytest.mark.parametrize("status, shutdown_error", [("failed", ""), ("timeout", ""), ("interrupted", ""),
+                                                    ("ok", "after every rank had written its result: exit 1")])
+def test_a_launch_that_went_wrong_keeps_its_log_as_plain_text(tmp_path, status, shutdown_error):
+    session = _session(tmp_path)
+    session.keep_log(_outcome(tmp_path, status, shutdown_error), "ddp-r0.log")
+    assert sorted(p.name for p in (session.out / "logs").iterdir()) == ["ddp-r0.log"]
+    assert (session.out / "logs" / "ddp-r0.log").read_text() == "rank 0: step 1\n"
+
+
+def test_a_clean_launch_keeps_its_whole_log_compressed(tmp_path):
+    session = _session(tmp_path)
+    text = "".join(f"[W] a warning the framework prints at step {i}\n" for i in range(2000))
+    session.keep_log(_outcome(tmp_path, "ok", text=text), "deepspeed-r0.log")
+    kept = session.out / "logs" / "deepspeed-r0.log.gz"
+    assert sorted(p.name for p in (session.out / "logs").iterdir()) == [kept.name]
+    assert gzip.decompress(kept.read_bytes()).decode() == text
+    assert kept.stat().st_size * 10 < len(text)
+
+
+@pytest.mark.parametrize("status", ["ok", "failed"])
+def test_a_log_that_cannot_be_copied_leaves_no_file_and_no_error(tmp_path, status):
+    # A launch that never started has no log; a full disk cuts a copy short. Neither may cost the row, and no
+    # file may pass for a whole log.
+    session = _session(tmp_path)
+    session.keep_log(_outcome(tmp_path, status, text=None), "ddp-r0.log")
+    assert list((session.out / "logs").iterdir()) == []
+
+
+@pytest.mark.parametrize("status", ["ok", "failed"])
+def test_a_copy_cut_short_by_a_full_disk_is_removed(tmp_path, monkeypatch, status):
+    import errno
+    import shutil
+
+    def full(src, dst, *args, **kwargs):
+        dst.write(src.read(4))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfileobj", full)
+    session = _session(tmp_path)
+    session.keep_log(_outcome(tmp_path, status), "ddp-r0.log")
+    assert list((session.out / "logs").iterdir()) == []
