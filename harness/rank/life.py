@@ -143,7 +143,9 @@ def _supervise(rank_dir: Path) -> set[int]:
     before = signal.pthread_sigmask(signal.SIG_BLOCK, watched)  # from before the fork: no request is missed
     worker = os.fork()
     if worker == 0:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        # The stop signals stay blocked until the worker's own witness takes them (_witness_stop_requests): one
+        # sent in between waits for it, instead of ending the worker unrecorded.
+        signal.pthread_sigmask(signal.SIG_SETMASK, before | set(STOP_SIGNALS))
         try:  # the worker dies with its supervisor (a kill -9 of the process the launcher knows)
             import ctypes
 

@@ -111,6 +111,39 @@ def test_a_request_forwarded_by_the_supervisor_is_recorded_once_with_its_first_s
         _end(proc, start)
 
 
+# The worker stops between its fork and its witness (where it is while Python reads its next modules): a request
+# that arrives then must wait for the witness, not end the worker unrecorded (a stress launch found that window).
+LATE_WITNESS = r"""
+import os, sys, threading
+from pathlib import Path
+from harness.rank.life import _supervise, _witness_stop_requests
+rank_dir = Path(sys.argv[1])
+lineage = _supervise(rank_dir)
+print("worker ready", os.getpid(), flush=True)
+sys.stdin.readline()
+_witness_stop_requests(rank_dir, 1, lineage)
+threading.Event().wait()
+"""
+
+
+def test_a_request_before_the_workers_witness_starts_waits_for_it(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", LATE_WITNESS, str(tmp_path)],
+                            env={**os.environ, "RANK": "1", "PYTHONPATH": str(REPO)}, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    worker = int(proc.stdout.readline().split()[-1])
+    _wait_for((tmp_path / "start-rank1.json").exists, "the supervisor's start record")
+    start = json.loads((tmp_path / "start-rank1.json").read_text())
+    try:
+        subprocess.run(["kill", "-TERM", str(worker)], check=True)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+        asked = json.loads((tmp_path / "asked-rank1-worker.json").read_text())
+        assert (asked["signal"], asked["by"], asked["pid"]) == ("SIGTERM", "outside", worker)
+    finally:
+        _end(proc, start)
+
+
 def test_a_worker_that_exits_with_a_code_is_mirrored_with_no_request_recorded(tmp_path):
     script = WITNESSED.replace("threading.Event().wait()", "raise SystemExit(4)")
     proc, start = _start(script, tmp_path)
