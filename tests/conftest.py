@@ -21,6 +21,18 @@ REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "tests" / "fixtures" / "runs"
 
 
+def records_text(run: Path) -> str:
+    """The records of a run directory as text (a committed fixture's are packed: records.jsonl.gz)."""
+    from harness.core.record import records_file
+
+    path = records_file(run)
+    if path.name.endswith(".gz"):
+        import gzip
+
+        return gzip.decompress(path.read_bytes()).decode("utf-8")
+    return path.read_text(encoding="utf-8")
+
+
 def compare_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600):
     """Run `python -m harness ARGS` as a user would; returns the CompletedProcess."""
     full_env = {**os.environ, **(env or {})}

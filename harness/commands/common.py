@@ -143,9 +143,9 @@ def malformed(directory: Path, exc: Exception, doing: str = "make a report of") 
 def read_run(directory: Path, written_by: str = "`compare run`, `comm` or `scale`") -> list[dict]:
     """The records of a results directory, or a one-line error (exit 2). `written_by`: which commands' results
     the caller takes."""
-    from harness.core.record import read_records
+    from harness.core.record import RECORDS, read_records, records_file
 
-    path = directory / "records.jsonl"
+    path = records_file(directory) or directory / RECORDS
     if not directory.exists():
         fail(f"{directory} does not exist; give a directory written by {written_by}")
     if not directory.is_dir():

@@ -15,14 +15,15 @@ from pathlib import Path
 
 from harness.core.errors import BadInput
 
-RESULT_FILES = ("records.jsonl", "report.md")
+RESULT_FILES = ("records.jsonl", "records.jsonl.gz", "report.md")
 """Files whose presence means "this directory holds results" (plots and logs always come with them)."""
 LOCK_NAME = ".compare.lock"
-WRITTEN = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "epoch_time.png",
-           "ttt_curve.png", "ttt_time.png", "speedup.png", "efficiency.png", "memory.png", "balance.png",
-           "prediction.png", "busbw.png")
+WRITTEN = ("records.jsonl", "records.jsonl.gz", "report.md", "throughput.png", "loss.png", "step_times.png",
+           "epoch_time.png", "ttt_curve.png", "ttt_time.png", "speedup.png", "efficiency.png", "memory.png",
+           "balance.png", "prediction.png", "busbw.png")
 """Every file a compare command writes at the top of its results directory (run, scale and comm's RESULT_FILES;
-a test keeps the lists together): what --force removes besides logs/ and a sweep's comm_n*/."""
+a test keeps the lists together), and a run's records packed for committing (records.jsonl.gz): what --force
+removes besides logs/ and a sweep's comm_n*/."""
 
 
 def holder(out: Path) -> int | None:
@@ -167,10 +168,23 @@ def write_text(path: Path, text: str) -> None:
 
 
 def save_figure(fig, path: Path, dpi: int) -> None:
-    """A matplotlib figure as PNG at `path`, atomically like write_text (never a half-written plot)."""
+    """A matplotlib figure as PNG at `path`, atomically like write_text (never a half-written plot). Stored with a
+    palette of at most 256 colours where Pillow is there (matplotlib needs it): a plot has a handful of colours and
+    their anti-aliased edges, and the file is a third of the size, which is what lets the committed results travel
+    to a lent GPU machine with the wheels it needs."""
+    import io
+
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        fig.savefig(tmp, dpi=dpi, format="png")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, dpi=dpi, format="png")
+        try:
+            from PIL import Image
+
+            image = Image.open(buffer).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT)
+            image.save(tmp, format="PNG", optimize=True)
+        except ImportError:
+            tmp.write_bytes(buffer.getvalue())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -190,7 +204,7 @@ def clear(out: Path, files: tuple[str, ...]) -> None:
             if f.is_file() or f.is_symlink():
                 f.unlink(missing_ok=True)
     for d in out.glob("comm_n*"):
-        if d.is_dir() and not d.is_symlink() and (d / "records.jsonl").is_file():
+        if d.is_dir() and not d.is_symlink() and any((d / f).is_file() for f in RESULT_FILES[:2]):
             shutil.rmtree(d)
 
 

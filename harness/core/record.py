@@ -311,13 +311,38 @@ class _Ttt(TypedDict):
     ttt: TimeToTarget
 
 
+RECORDS = "records.jsonl"
+"""What a run writes, and rewrites after every launch."""
+PACKED = "records.jsonl.gz"
+"""The same, gzip-compressed (as pyperf stores .json.gz): how committed runs are kept, a sixth of the size
+(`gzip -9n records.jsonl`). Every reader takes either."""
+
+
+def records_file(directory: Path) -> Path | None:
+    """The records of a results directory: records.jsonl, else records.jsonl.gz; None when it has neither."""
+    for name in (RECORDS, PACKED):
+        path = directory / name
+        if path.exists() or path.is_symlink():
+            return path
+    return None
+
+
 def read_records(path: Path) -> list[Record]:
-    """Every record of a records.jsonl, each checked to have the shape the reports need (ValueError, naming the
-    line and the field, otherwise)."""
+    """Every record of a records.jsonl (or .jsonl.gz), each checked to have the shape the reports need (ValueError,
+    naming the line and the field, otherwise)."""
     records = []
     if path.exists() and not path.is_file():  # a FIFO would block the read for ever, a directory cannot be read
         raise ValueError(f"{path}: not a regular file")
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    if path.name.endswith(".gz"):
+        import gzip
+
+        try:
+            text = gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
+        except (OSError, EOFError) as exc:  # not gzip, or cut short
+            raise ValueError(f"{path}: not a gzip file ({exc})") from None
+    else:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 rec = json.loads(line)

@@ -37,6 +37,7 @@ from harness.core import provenance as envmod
 from harness.core import runner as core
 from harness.core.requests import (BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common,
                                    check_fits, load_workload)
+from harness.core.record import records_file
 from harness.core.session import Render, Session, SessionError
 from harness.model import VERSION as MODEL_VERSION
 from harness.model import costmodel
@@ -214,10 +215,10 @@ def plan(req: ScaleRequest) -> ScalePlan:
             if missing:
                 raise BadInput(f"--comm gives no results at world size {', '.join(map(str, missing))}; add a "
                                f"`compare comm -n {missing[0]}` run, or leave --comm out to measure them here")
-            from harness.core.record import read_records
+            from harness.core.record import read_records, records_file
 
             for n, d in given.items():
-                have = {r["backend"] for r in read_records(d / "records.jsonl")
+                have = {r["backend"] for r in read_records(records_file(d))
                         if r.get("op") and r.get("status") == "ok"}
                 lacking = [b for b in backends if b not in have]
                 if lacking:
@@ -280,11 +281,11 @@ def _curve(batch: int, n: int) -> list[int]:
 
 def _read_comm_dirs(dirs: list[Path]) -> dict[int, Path]:
     """Given `compare comm` results by world size (BadInput when a directory is not one)."""
-    from harness.core.record import read_records
+    from harness.core.record import RECORDS, read_records, records_file
 
     found: dict[int, Path] = {}
     for d in dirs:
-        path = d / "records.jsonl"
+        path = records_file(d) or d / RECORDS
         try:
             recs = read_records(path)
         except (OSError, ValueError) as exc:
@@ -351,7 +352,8 @@ def _calibrate(p: ScalePlan, comm_ui, render: Render | None) -> str | None:
         dest = p.out / f"comm_n{n}"
         if isinstance(what, Path):
             dest.mkdir(exist_ok=True)
-            shutil.copy(what / "records.jsonl", dest / "records.jsonl")
+            source = records_file(what)
+            shutil.copy(source, dest / source.name)
             continue
         if comm_ui:
             comm_ui(f"calibrating the model: collectives at world size {n} ({', '.join(COMM_OPS)})")

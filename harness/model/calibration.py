@@ -36,11 +36,11 @@ well-tuned training reaches 0.4-0.55 of peak; small models far less. The predict
 def comm_records(out: Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
     """The records of a sweep's comm_n*/ directories; one that cannot be read is skipped, and named in `problems`
     (so that a report says why a world size has no collectives, rather than that none were measured)."""
-    from harness.core.record import read_records
+    from harness.core.record import RECORDS, read_records, records_file
 
     recs = []
     for d in sorted(p for p in out.glob("comm_n*") if p.is_dir()):
-        path = d / "records.jsonl"
+        path = records_file(d) or d / RECORDS
         try:
             if not path.exists() and not path.is_symlink():
                 raise ValueError("it is missing")

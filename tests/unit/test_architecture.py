@@ -16,7 +16,7 @@ import workloads
 from adapters.base import Adapter, LaunchPlan
 from workloads.base import Workload
 
-from conftest import REPO, RUNS
+from conftest import REPO, RUNS, records_text
 
 PACKAGES = ("adapters", "workloads", "harness")
 
@@ -287,15 +287,15 @@ class _Modes:
 # comm at 2 and 4 ranks and over two nodes, scale sweeps with their comm_n*/ and an oversubscribed one). A change to
 # how reports render shows here as a diff; regenerate a fixture's report.md only for a deliberate change.
 
-@pytest.mark.parametrize("run", sorted(p.parent.name for p in RUNS.glob("*/records.jsonl")))
+@pytest.mark.parametrize("run", sorted(p.parent.name for p in RUNS.glob("*/records.jsonl.gz")))
 def test_fixture_reports_rerender_identically(tmp_path, run):
     from harness import reports as report
     from harness.core.record import read_records
 
-    records = read_records(RUNS / run / "records.jsonl")
-    for comm in (RUNS / run).glob("comm_n*/records.jsonl"):  # a scale sweep's own collectives
+    records = read_records(RUNS / run / "records.jsonl.gz")
+    for comm in (RUNS / run).glob("comm_n*/records.jsonl.gz"):  # a scale sweep's own collectives
         (tmp_path / comm.parent.name).mkdir()
-        (tmp_path / comm.parent.name / "records.jsonl").write_text(comm.read_text())
+        (tmp_path / comm.parent.name / comm.name).write_bytes(comm.read_bytes())
     report.render(tmp_path, records)
     assert (tmp_path / "report.md").read_text() == (RUNS / run / "report.md").read_text()
 
@@ -303,9 +303,9 @@ def test_fixture_reports_rerender_identically(tmp_path, run):
 def test_fixture_index_regenerates_identically(tmp_path):
     from harness import reports as report
 
-    for p in RUNS.glob("*/records.jsonl"):
+    for p in RUNS.glob("*/records.jsonl.gz"):
         (tmp_path / p.parent.name).mkdir()
-        (tmp_path / p.parent.name / "records.jsonl").write_text(p.read_text())
+        (tmp_path / p.parent.name / p.name).write_bytes(p.read_bytes())
     assert report.index(tmp_path).read_text() == (RUNS / "README.md").read_text()
 
 
@@ -321,8 +321,8 @@ def test_no_test_reads_the_working_trees_results_directory():
 def test_records_of_every_kind_pass_the_shape_check():
     from harness.core.record import check_record
 
-    for p in RUNS.glob("*/records.jsonl"):
-        for n, line in enumerate(p.read_text().splitlines(), 1):
+    for p in RUNS.glob("*/records.jsonl.gz"):
+        for n, line in enumerate(records_text(p.parent).splitlines(), 1):
             check_record(json.loads(line), f"{p}:{n}")
 
 

@@ -10,6 +10,8 @@ import socket
 from pathlib import Path
 
 import pytest
+
+from harness.core.record import records_file
 import torch
 from typer.testing import CliRunner
 
@@ -22,7 +24,7 @@ from harness.core.sizes import format_mib
 from harness.model import costmodel
 from harness.shared import collectives
 
-from conftest import RUNS
+from conftest import RUNS, records_text
 
 CORES = usable_cores()
 DDP_KNOBS = ("broadcast_buffers, bucket_cap_mb, comm_hook, gradient_as_bucket_view, powersgd_rank, "
@@ -611,7 +613,7 @@ def test_report_of_records_of_the_wrong_shape_is_one_line(tmp_path, content, pro
 
 
 def test_report_of_a_committed_run_with_one_field_mistyped(tmp_path):
-    lines = (RUNS / "digits_cpu2_20261123-101734" / "records.jsonl").read_text().splitlines()
+    lines = records_text(RUNS / "digits_cpu2_20261123-101734").splitlines()
     rec = json.loads(lines[1])
     rec["step_time_s"]["median"] = "fast"
     (tmp_path / "records.jsonl").write_text("\n".join([lines[0], json.dumps(rec)]) + "\n")
@@ -629,7 +631,7 @@ def _committed_with(tmp_path, run, change):
     for f in src.iterdir():
         if f.is_file():
             (dst / f.name).write_bytes(f.read_bytes())
-    records = [json.loads(line) for line in (src / "records.jsonl").read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in records_text(src).splitlines() if line.strip()]
     change(records)
     (dst / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return dst
@@ -699,7 +701,7 @@ def test_index_of_something_that_is_not_a_directory(tmp_path):
 def test_index_skips_a_bad_run_with_a_warning_and_indexes_the_good_ones(tmp_path):
     good = RUNS / "digits_cpu2_20261123-101734"
     (tmp_path / good.name).mkdir()
-    (tmp_path / good.name / "records.jsonl").write_text((good / "records.jsonl").read_text())
+    (tmp_path / good.name / "records.jsonl").write_text(records_text(good))
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "records.jsonl").write_text('{"schema_version": 1}\n')
     result = invoke("index", tmp_path)
@@ -757,7 +759,7 @@ def test_a_fifo_or_a_bottomless_records_file_is_skipped_by_index_and_refused_by_
 
     good = RUNS / "digits_cpu2_20261123-101734"
     (tmp_path / good.name).mkdir()
-    (tmp_path / good.name / "records.jsonl").write_text((good / "records.jsonl").read_text())
+    (tmp_path / good.name / "records.jsonl").write_text(records_text(good))
     (tmp_path / "fifo").mkdir()
     os.mkfifo(tmp_path / "fifo" / "records.jsonl")
     (tmp_path / "deep").mkdir()
@@ -793,7 +795,7 @@ def test_index_never_replaces_a_readme_it_did_not_write_nor_writes_into_a_run(tm
     """`compare index .` from the project's root used to replace the project's README with an empty index."""
     good = RUNS / "digits_cpu2_20261123-101734"
     (tmp_path / good.name).mkdir()
-    (tmp_path / good.name / "records.jsonl").write_text((good / "records.jsonl").read_text())
+    (tmp_path / good.name / "records.jsonl").write_text(records_text(good))
     (tmp_path / "README.md").write_text("# my notes\n")
     result = invoke("index", tmp_path)
     assert result.exit_code == 2 and result.stderr == (
@@ -837,7 +839,8 @@ def test_force_leaves_nothing_of_the_previous_run_but_keeps_files_compare_does_n
     from harness.core import comm_bench as comm
     from harness.core import sweep as scale
 
-    assert set(run.RESULT_FILES + scale.RESULT_FILES + comm.RESULT_FILES) == set(outdir.WRITTEN)
+    # and a run's records packed for committing, which --force replaces too
+    assert set(run.RESULT_FILES + scale.RESULT_FILES + comm.RESULT_FILES) | {"records.jsonl.gz"} == set(outdir.WRITTEN)
 
 
 def test_scale_refuses_comm_results_that_cannot_calibrate_the_sweep(tmp_path):
@@ -855,7 +858,7 @@ def test_scale_refuses_comm_results_that_cannot_calibrate_the_sweep(tmp_path):
         "error: --comm gives results to calibrate the model with, which --no-model skips; leave one out\n")
     fp16 = tmp_path / "fp16"
     fp16.mkdir()
-    recs = [json.loads(line) for line in (n2 / "records.jsonl").read_text().splitlines()]
+    recs = [json.loads(line) for line in records_text(n2).splitlines()]
     (fp16 / "records.jsonl").write_text("".join(json.dumps({**r, "dtype": "fp16"}) + "\n" for r in recs))
     result = invoke("scale", "-a", "ddp", "--world-sizes", "1,2", "--comm", str(fp16))
     assert result.exit_code == 2 and result.stderr == (
@@ -1016,7 +1019,7 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
 
     run = tmp_path / "sweep"  # a copy: the section writes its plots into the directory it is given
     shutil.copytree(RUNS / "scale_digits_cpu2_20261125-085608", run)
-    records = read_records(run / "records.jsonl")
+    records = read_records(records_file(run))
     (own_profiles / "h100-sxm-ndr400.json").write_text("{")
     md = "\n".join(render.section(run, records, scale.table(records))[0])
     assert "The hardware profile h100-sxm-ndr400 (" in md and "is not valid JSON" in md
@@ -1049,7 +1052,7 @@ def test_index_never_writes_through_a_symbolic_link_at_readme(tmp_path):
     # It used to follow the link and create whatever file it pointed to, outside DIR.
     run = RUNS / "digits_cpu2_20261123-101734"
     (tmp_path / run.name).mkdir()
-    (tmp_path / run.name / "records.jsonl").write_text((run / "records.jsonl").read_text())
+    (tmp_path / run.name / "records.jsonl").write_text(records_text(run))
     target = tmp_path / "elsewhere" / "notes.md"
     (tmp_path / "README.md").symlink_to(target)
     result = invoke("index", tmp_path)
@@ -1127,7 +1130,7 @@ def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhe
     bad = _committed_with(tmp_path, good.name, banana)
     bad.rename(idx / "banana")
     (idx / "ok").mkdir()
-    recs = [json.loads(x) for x in (good / "records.jsonl").read_text().splitlines()]
+    recs = [json.loads(x) for x in records_text(good).splitlines()]
     recs[1]["label"] = "odd|label\nwith a break"
     (idx / "ok" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (idx / "loop").mkdir()

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import adapters
-from harness.core.record import precision_label
+from harness.core.record import precision_label, records_file
 from harness.launching.rank_env import harness_env
 from harness.rank.measure import cuda_math
 from harness.shared.spec import RunSpec
@@ -153,7 +153,7 @@ def test_fp16_steps_skipped_by_the_loss_scaler_are_counted_without_a_sync_and_no
 
     from conftest import RUNS
 
-    records = read_records(RUNS / "digits_cpu2_20261123-101734" / "records.jsonl")
+    records = read_records(records_file(RUNS / "digits_cpu2_20261123-101734"))
     for r in records:
         if r["label"] == "amp":
             r["skipped_steps_timed"] = 3 if r["repeat"] == 0 else 0

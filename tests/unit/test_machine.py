@@ -10,6 +10,8 @@ import threading
 
 import pytest
 
+from harness.core.record import records_file
+
 from harness.launching import machine
 
 from conftest import REPO, RUNS
@@ -131,7 +133,7 @@ def test_every_report_kind_notes_the_rows_measured_beside_another_run(tmp_path, 
     from harness.core.record import read_records
 
     src = RUNS / committed
-    records = read_records(src / "records.jsonl")
+    records = read_records(records_file(src))
     other = {"pid": 4242, "command": "compare run -a horovod", "out": "/tmp/x", "started": 1.0}
     names = {"comm": lambda r: r["backend"], "scale": lambda r: f"{r['label']}@{r['scale']['point']}#{r['repeat']}",
              "digits": lambda r: f"{r['label']}#{r['repeat']}"}[committed.split("_")[0]]

@@ -8,12 +8,12 @@ import pytest
 
 from harness import reports as report
 from harness.core import outdir
-from harness.core.record import read_records
+from harness.core.record import read_records, records_file
 
 from conftest import RUNS
 
 pytestmark = pytest.mark.slow  # draws every figure: seconds, so not in make test-fast
-KINDS = sorted({p.name.rsplit("_", 1)[0] for p in RUNS.iterdir() if (p / "records.jsonl").exists()})
+KINDS = sorted({p.name.rsplit("_", 1)[0] for p in RUNS.iterdir() if records_file(p) is not None})
 
 
 def _outside(fig) -> list[str]:
@@ -40,7 +40,7 @@ def test_no_text_of_any_figure_is_cut_off(tmp_path, monkeypatch, kind):
     src = sorted(p for p in RUNS.iterdir() if p.name.rsplit("_", 1)[0] == kind)[-1]
     out = tmp_path / src.name
     out.mkdir()
-    shutil.copy(src / "records.jsonl", out / "records.jsonl")
+    shutil.copy(records_file(src), out / records_file(src).name)
     for extra in src.glob("comm_n*"):  # a scale sweep's calibration
         shutil.copytree(extra, out / extra.name)
     cut = {}
@@ -59,6 +59,6 @@ def test_no_text_of_any_figure_is_cut_off(tmp_path, monkeypatch, kind):
         mod = __import__(f"harness.{module}", fromlist=["save_figure"])
         if hasattr(mod, "save_figure"):
             monkeypatch.setattr(mod, "save_figure", checked)
-    report.render(out, read_records(out / "records.jsonl"))
+    report.render(out, read_records(records_file(out)))
     assert list(out.glob("*.png")), "no figure was drawn"
     assert not cut, cut

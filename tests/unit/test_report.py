@@ -6,13 +6,13 @@ import json
 from harness import reports as report
 from harness.reports import run_report
 
-from conftest import RUNS
+from conftest import RUNS, records_text
 
 RUN = RUNS / "digits_cpu2_20261123-101734"
 
 
 def _records():
-    return [json.loads(line) for line in (RUN / "records.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in records_text(RUN).splitlines()]
 
 
 def test_committed_report_rerenders_identically(tmp_path):
@@ -75,7 +75,7 @@ def test_index_lists_training_and_comm_runs(tmp_path):
     comm_run = RUNS / "comm_cpu2_n4_20261123-122029"
     for run in (RUN, comm_run):
         (tmp_path / run.name).mkdir()
-        (tmp_path / run.name / "records.jsonl").write_text((run / "records.jsonl").read_text())
+        (tmp_path / run.name / "records.jsonl").write_text(records_text(run))
     lines = report.index(tmp_path).read_text().splitlines()
     assert lines[-2].startswith(f"| [{comm_run.name}]({comm_run.name}/report.md) | comm: 13 primitives, 1K–16M, fp32 "
                                 f"| torch, horovod, deepspeed | 4 (oversubscribed) | AMD EPYC, 2 cores |")
@@ -100,7 +100,7 @@ def test_tuning_variables_are_picked_from_the_environment_and_named_in_the_prove
 def test_index_shows_each_runs_question_nested_runs_an_archive_and_a_benchmark_log(tmp_path):
     # results/ as curated: a run with the question it answers, a GPU check holding two runs, an archive with its
     # own index (left to it), and a benchmark's directory that is not a run
-    records = (RUN / "records.jsonl").read_text()
+    records = records_text(RUN)
     for name in ("a_run", "gpu_check/resnet50", "gpu_check/resnet50_apex", "archive/old_run"):
         (tmp_path / name).mkdir(parents=True)
         (tmp_path / name / "records.jsonl").write_text(records)

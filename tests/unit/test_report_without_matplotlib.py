@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from harness import reports as report
-from harness.core.record import read_records
+from harness.core.record import read_records, records_file
 from harness.reports import figures
 
 from conftest import RUNS as FIXTURE_RUNS
@@ -18,10 +18,10 @@ def test_every_report_kind_renders_without_matplotlib(tmp_path, monkeypatch, kin
     src = sorted(p for p in FIXTURE_RUNS.iterdir() if p.name.startswith(kind + "_"))[-1]
     out = tmp_path / src.name
     out.mkdir()
-    shutil.copy(src / "records.jsonl", out / "records.jsonl")
+    shutil.copy(records_file(src), out / records_file(src).name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
     assert figures.pyplot() is None and not figures.available()
-    report.render(out, read_records(out / "records.jsonl"))
+    report.render(out, read_records(records_file(out)))
     md = (out / "report.md").read_text()
     assert figures.NO_PLOTS in md and "](" not in md.split(figures.NO_PLOTS)[0].split("## Plots")[-1]
     assert not list(out.glob("*.png"))

@@ -2,10 +2,12 @@
 
 import pytest
 
+from harness.core.record import records_file
+
 from harness.core.assemble import load_balance
 from harness.reports import scale_report as scale
 
-from conftest import RUNS
+from conftest import RUNS, records_text
 
 
 def rec(label, n, sps, *, gb=64, step=None, over=False, balance=None, status="ok", processes=None):
@@ -72,7 +74,7 @@ def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_noth
     from harness.model import render
 
     out = RUNS / "scale_digits_cpu2_20261124-184152"
-    records = read_records(out / "records.jsonl")
+    records = read_records(records_file(out))
     comm = sm.comm_records(out)
 
     def predictions(recs):
@@ -129,7 +131,7 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
     from harness.core.record import read_records
 
     out = RUNS / "scale_digits_cpu2_20261124-184152"
-    records = read_records(out / "records.jsonl")
+    records = read_records(records_file(out))
     tab = scale.table(records)
     rows = [r for r in sm.predict_measured(records, tab, sm.calibrate(records, sm.comm_records(out)))
             if r["n"] > 1 and "predicted_s" in r and not r["oversubscribed"]]
@@ -198,8 +200,7 @@ def test_an_unreadable_comm_sweep_is_named(tmp_path):
     (tmp_path / "comm_n2" / "records.jsonl").write_text("")
     (tmp_path / "comm_n4").mkdir()
     (tmp_path / "comm_n8").mkdir()
-    run = RUNS / "digits_cpu2_20261123-101734" / "records.jsonl"
-    (tmp_path / "comm_n8" / "records.jsonl").write_text(run.read_text())
+    (tmp_path / "comm_n8" / "records.jsonl").write_text(records_text(RUNS / "digits_cpu2_20261123-101734"))
     problems = []
     assert scale_model.comm_records(tmp_path, problems) == []
     assert problems == ["comm_n2/records.jsonl cannot be read (no records)",
@@ -274,7 +275,7 @@ def _committed(tmp_path, name="scale_digits_cpu2_20261125-085608"):
 
     dst = tmp_path / name
     shutil.copytree(RUNS / name, dst)
-    return dst, read_records(dst / "records.jsonl")
+    return dst, read_records(records_file(dst))
 
 
 def test_a_point_whose_launch_ended_badly_after_measuring_is_noted_and_shown(tmp_path):
@@ -328,8 +329,9 @@ def test_a_comm_launch_that_measured_nothing_is_named_with_its_reason(tmp_path):
     from harness.model import render
 
     out, records = _committed(tmp_path)
+    comm = [json.loads(x) for x in records_text(out / "comm_n2").splitlines()]
+    (out / "comm_n2" / "records.jsonl.gz").unlink()
     path = out / "comm_n2" / "records.jsonl"
-    comm = [json.loads(x) for x in path.read_text().splitlines()]
     torch_rows = [c for c in comm if c["backend"] == "torch"]
     failed = {**torch_rows[0], "op": None, "size_bytes": None, "status": "timeout",
               "reason": "no result after 60 s (--timeout), rank 0 in all_reduce of 4,194,304 bytes"}
@@ -348,7 +350,7 @@ def test_a_schedule_recorded_before_a_key_existed_takes_it_from_the_adapter_not_
     from harness.core.record import read_records
     from harness.model.calibration import comm_schedule_of
 
-    records = read_records(RUNS / "scale_digits_cpu2_20261124-041536" / "records.jsonl")
+    records = read_records(records_file(RUNS / "scale_digits_cpu2_20261124-041536"))
     old = next(r for r in records if r["label"] == "deepspeed:zero_stage=3")
     assert "reuse_elems" not in old["comm_schedule"]  # recorded before DeepSpeed's reuse distance was modelled
     got = comm_schedule_of(old)
@@ -370,14 +372,14 @@ def test_validate_scores_only_the_sweeps_made_with_the_current_model(tmp_path):
     frozen.mkdir()
     src = RUNS / "scale_widemlp_cpu2_20261125-092354"
     lines = []
-    for line in (src / "records.jsonl").read_text().splitlines():
+    for line in records_text(src).splitlines():
         r = json.loads(line)
         r["scale_sweep"]["model_version"] = VERSION  # as if swept after the model was frozen
         lines.append(json.dumps(r))
     (frozen / "records.jsonl").write_text("\n".join(lines) + "\n")
-    for comm in src.glob("comm_n*/records.jsonl"):
+    for comm in src.glob("comm_n*/records.jsonl.gz"):
         (frozen / comm.parent.name).mkdir()
-        (frozen / comm.parent.name / "records.jsonl").write_text(comm.read_text())
+        (frozen / comm.parent.name / comm.name).write_bytes(comm.read_bytes())
     older = RUNS / "scale_digits_cpu2_20261125-085608"
     proc = compare_cli("predict", "--validate", str(frozen), str(older), env={"COLUMNS": "300"})
     assert proc.returncode == 0, proc.stderr

@@ -9,7 +9,7 @@ import pytest
 
 from harness.core import schema
 
-from conftest import RUNS
+from conftest import RUNS, records_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,8 +21,8 @@ def test_docs_records_md_is_the_schemas_rendering():
 
 def test_every_field_of_every_fixture_record_is_documented_for_its_kind():
     undocumented = set()
-    for path in sorted(RUNS.glob("*/records.jsonl")):
-        for line in path.read_text().splitlines():
+    for path in sorted(RUNS.glob("*/records.jsonl.gz")):
+        for line in records_text(path.parent).splitlines():
             rec = json.loads(line)
             kind = rec.get("kind", "run")
             undocumented |= {f"{kind}.{k} ({path.parent.name})" for k in rec if k not in schema.fields(kind)}
@@ -42,7 +42,7 @@ def test_every_field_the_reader_requires_is_documented_with_what_it_requires():
     assert set(required) <= {name for name, _, _ in schema.FIELDS}
     assert required["samples_per_s"] == "number, every measured run and scale record"
     assert required["run_id"] == "str, every record" and required["op"] == "str, every measured comm record"
-    rec = json.loads((RUNS / "digits_cpu2_20261126-045209" / "records.jsonl").read_text().splitlines()[0])
+    rec = json.loads(records_text(RUNS / "digits_cpu2_20261126-045209").splitlines()[0])
     ints = [field for field, what in required.items() if field in rec and what.startswith("int")]
     assert {"repeat", "schema_version", "world_size"} <= set(ints)  # a run record has these (size_bytes is comm's)
     for field in ints:

@@ -13,13 +13,13 @@ from harness.core.record import check_record
 from harness.reports import epoch, run_report, ttt
 from workloads.base import Workload
 
-from conftest import RUNS
+from conftest import RUNS, records_text
 
 BLOG_RUN = RUNS / "digits_cpu2_20261123-113816"  # dp, ddp, spawn, amp, apex (unavailable), horovod, ds
 
 
 def _records(run=BLOG_RUN, train_samples=1437):
-    records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in records_text(run).splitlines()]
     for r in records:
         if "controls" in r and train_samples is not None:
             r["controls"]["train_samples"] = train_samples

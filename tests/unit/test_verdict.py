@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.core.record import records_file
+
 from harness.core import assemble, stats
 from harness.core.runner import round_order
 from harness.reports import verdict
@@ -230,7 +232,7 @@ def test_a_schema_2_sweep_gives_speed_up_and_efficiency_with_intervals():
 
     from conftest import RUNS
 
-    records = read_records(RUNS / "scale_digits_cpu2_20261125-085608" / "records.jsonl")
+    records = read_records(records_file(RUNS / "scale_digits_cpu2_20261125-085608"))
     for r in records:
         r["schema_version"] = 2
     ddp = {p["n"]: p for p in scale.table(records)["ddp"]}
