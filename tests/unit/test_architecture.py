@@ -338,3 +338,22 @@ def test_no_report_or_environment_code_names_an_adapter():
             if isinstance(node, ast.Constant) and node.value in names:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
     assert not found, "report/env code naming adapters: " + ", ".join(found)
+
+
+def test_the_module_table_in_docs_extending_names_every_module():
+    """docs/extending.md's table is where a newcomer finds what a file does: a module it does not name is one they
+    cannot find (nine were missing from it once)."""
+    text = (REPO / "docs" / "extending.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line for line in text.splitlines()
+            if line.startswith("| `harness/")}
+    missing = []
+    for m, path in MODULES.items():
+        if not m.startswith("harness"):
+            continue
+        if path.name == "__init__.py" and not any(isinstance(n, (ast.FunctionDef, ast.ClassDef))
+                                                  for n in ast.parse(path.read_text()).body):
+            continue  # a package's docstring only
+        package = "/".join(path.relative_to(REPO).parts[:-1]) + "/"
+        if f"`{path.name}`" not in rows.get(package, ""):
+            missing.append(str(path.relative_to(REPO)))
+    assert not missing, f"modules docs/extending.md's table does not name: {missing}"
