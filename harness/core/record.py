@@ -5,14 +5,12 @@ a hang or Ctrl-C later in the run never loses or truncates a finished row. `comp
 alone.
 """
 
-from __future__ import annotations
-
 import functools
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any, TypedDict, get_origin, get_type_hints, is_typeddict
+from typing import Any, NotRequired, TypedDict, get_origin, get_type_hints, is_typeddict
 
 
 SCHEMA_VERSION = 2
@@ -75,7 +73,8 @@ _NUM = (int, float)
 
 
 class Env(TypedDict):
-    """`env`: the machine and software a record was made on (the rest of env is optional: docs/records.md)."""
+    """`env`: the machine and software a record was made on: versions (torch, frameworks, Python), CPU model, flags
+    and usable cores, memory, GPUs, `git_commit`, `tuning_env` (framework tuning variables the ranks inherited)."""
 
     python: str
     torch: str
@@ -84,28 +83,6 @@ class Env(TypedDict):
     cpu_cores_usable: int
     memory_total_bytes: int
     distributed: dict[str, Any]
-
-
-class Base(TypedDict):
-    """What every record holds, whatever its kind."""
-
-    schema_version: int
-    run_id: str
-    time_utc: str
-    command: str
-    status: str
-    env: Env
-    world_size: int
-
-
-class Run(TypedDict):
-    """What a run or scale record holds beside Base, measured or not."""
-
-    adapter: str
-    label: str
-    workload: str
-    repeat: int
-    reason: str
 
 
 class StepTime(TypedDict):
@@ -118,7 +95,9 @@ class StepTime(TypedDict):
 
 
 class Controls(TypedDict):
-    """`controls`: the conditions every row of a run shares (or states where it differs)."""
+    """`controls`: the conditions every row of a run shares (or states where it differs): global / per-device /
+    per-process batch, training-set size, steps, warm-up, seed, LR and its rule, precision, compression, threads per
+    rank, knobs, workload options, CUDA math settings."""
 
     global_batch: int
     lr: Number
@@ -130,22 +109,6 @@ class Controls(TypedDict):
     knobs: dict[str, Any]
     threads_per_rank: list[int]
     workload_options: dict[str, Any]
-
-
-class Measured(TypedDict):
-    """What a run or scale record adds once it was measured (status ok, or not_reached)."""
-
-    controls: Controls
-    topology: dict[str, Any]
-    step_time_s: StepTime
-    step_times_s: list[float]
-    samples_per_s: Number
-    samples_per_s_per_device: Number
-    loss_curve: list[float]
-    final_loss: Number
-    equivalence: dict[str, Any]
-    time_to_first_step_s: Number
-    peak_memory_kind: str
 
 
 class TimeToTarget(TypedDict):
@@ -181,32 +144,240 @@ class ScalePoint(TypedDict):
     scaling: str
 
 
+class Base(TypedDict):
+    """What every record holds, whatever its kind."""
+
+    schema_version: int
+    """SCHEMA_VERSION now; `compare report` reads every one of READABLE_SCHEMAS (1: throughput from the median step,
+    rendered as it always was)."""
+    kind: NotRequired[str]
+    """`run` (compare run), `scale` (compare scale) or `comm` (compare comm)."""
+    run_id: str
+    """The run's id, shared by every record of one command."""
+    time_utc: str
+    """When the run started (UTC, ISO 8601)."""
+    command: str
+    """The command line as typed."""
+    env: Env
+    """The machine and software (Env)."""
+    oversubscribed: NotRequired[bool]
+    """More processes than usable cores (`--oversubscribe`): every figure is labelled."""
+    launcher: NotRequired[str]
+    """How its processes were started (`torchrun`, `horovodrun`, `deepspeed`, ...)."""
+    world_size: int
+    """Ranks (devices for DataParallel)."""
+    status: str
+    """`ok`, `not_reached` (until-target budget spent, fully measured), `unavailable`, `failed`, `timeout` (including
+    a stall), `interrupted`, `not_run`; comm cells also `unsupported`."""
+    shutdown_error: NotRequired[str]
+    """A launch that ended badly after every rank had written its result: measurements kept."""
+    load_avg_before: NotRequired[list[float]]
+    """The machine's load average when the launch started."""
+
+
+class Run(TypedDict):
+    """What a run or scale record holds beside Base, measured or not."""
+
+    started_wall: NotRequired[float]
+    """Wall-clock time (epoch seconds) the run started."""
+    row_order: NotRequired[list[str]]
+    """The rows as asked for, in that order."""
+    run_interrupted: NotRequired[str]
+    """Set on every record of a run stopped by Ctrl-C or SIGTERM: where it was stopped."""
+    concurrent_compare_runs: NotRequired[list[dict[str, Any]]]
+    """Other compare runs alive on this machine when the timed steps began."""
+    adapter: str
+    """The adapter's name (`ddp`, `horovod`, ...)."""
+    label: str
+    """The row: the adapter with its knobs (`ddp:bucket_cap_mb=1`)."""
+    summary: NotRequired[str]
+    """The adapter's one-line description."""
+    workload: str
+    """The workload's name."""
+    repeat: int
+    """Which launch of the row (0, 1, ...): each repeat is a fresh launch."""
+    reason: str
+    """Why a row is not ok: the first error line, the unavailable framework's reason and fix."""
+    log_tail: NotRequired[str]
+    """The last lines of a failed launch's log (a stall's: each rank's Python stacks)."""
+    reached: NotRequired[dict[str, Any]]
+    """Where rank 0 was when a launch failed: its phase, step and total."""
+    leftover_processes_killed: NotRequired[int]
+    """Processes of the launch still alive after it ended, killed by compare."""
+    comm_schedule: NotRequired[dict[str, Any]]
+    """The adapter's communication pattern as the cost model reads it (kind, buckets, wire scale, overlap)."""
+    adapter_info: NotRequired[dict[str, Any]]
+    """What the framework reported: versions, resolved knobs, notes."""
+    param_count: NotRequired[int]
+    """Trainable parameters of the model."""
+    data: NotRequired[dict[str, Any]]
+    """Where the data came from (source, sizes)."""
+    launch_wall: NotRequired[float]
+    """Wall-clock time the launch started."""
+    wall_time_s: NotRequired[float]
+    """The launch's wall time, start to end."""
+    phases_s: NotRequired[dict[str, float]]
+    """Seconds per phase of the launch (launcher, python, imports, init, setup, gate, warm-up, timed, eval, result,
+    shutdown)."""
+    setup_s: NotRequired[float]
+    """The slowest rank's set-up (model, wrapper, data)."""
+    samples_per_s_median_step: NotRequired[float]
+    """The same as samples_per_s at the median step (schema 1's figure)."""
+    step_time_spread_ranks_s: NotRequired[list[float]]
+    """Each rank's own median step time."""
+    step_clock: NotRequired[str]
+    """`host_sync` (CPU) or `cuda_events` (CUDA events, no sync between steps)."""
+    skipped_steps_timed: NotRequired[int]
+    """fp16 steps the loss scaler skipped inside the timed window."""
+    cpu_time_s_per_rank: NotRequired[list[float]]
+    """Each rank's process CPU time (all threads) over the timed window."""
+    cpu_s_per_step: NotRequired[float]
+    """CPU seconds per timed step per rank (mean over ranks)."""
+    timed_window_wall_s: NotRequired[float]
+    """The timed window by the wall clock (synchronised on CUDA), slowest rank."""
+    noise: NotRequired[dict[str, Any]]
+    """What else the machine did over the timed window (rank 0's /proc/stat): ticks, steal share, other processes'
+    CPU share, flags."""
+    cpu_affinity_per_rank: NotRequired[list[list[int] | None]]
+    """Each rank's CPU affinity."""
+    cpu_affinity_any_thread_per_rank: NotRequired[list[list[int] | None]]
+    """Every core any thread of each rank may run on."""
+    peak_memory_bytes: NotRequired[int | None]
+    """The largest rank's peak over the timed steps."""
+    peak_memory_bytes_per_rank: NotRequired[list[int | None]]
+    """Each rank's peak: CPU RSS less file-backed pages, or CUDA allocated."""
+    peak_memory_file_bytes_per_rank: NotRequired[list[int | None]]
+    """File-backed pages beside the peak (shared libraries, mapped data)."""
+    peak_memory_cuda_reserved_bytes_per_rank: NotRequired[list[int | None]]
+    """On CUDA: the caching allocator's reserved peak."""
+    peak_memory_host_bytes_per_rank: NotRequired[list[int | None]]
+    """On CUDA: the host memory peak (offloaded state, pinned buffers)."""
+    final_loss_window: NotRequired[int]
+    """How many steps `final_loss` averages."""
+    eval: NotRequired[dict[str, Any] | None]
+    """Test metric: accuracy, loss, target, target_met, test samples, per-rank counts."""
+    max_param_diff: NotRequired[float | None]
+    """Largest parameter difference from the single-process reference after the equivalence steps."""
+    reference_run: NotRequired[dict[str, Any]]
+    """The single-process reference launch: status, start, wall time."""
+    until_target: NotRequired[dict[str, Any]]
+    """With `--until-target`: target, metric, evaluation cadence, step budget."""
+    ttt: NotRequired[TimeToTarget]
+    """Time to target: reached, steps, training and end-to-end seconds, evaluations, curve (TimeToTarget)."""
+    straggler: NotRequired[dict[str, Any]]
+    """With `--straggler`: the slow rank, its factor and the delay added per step."""
+    compute_profile: NotRequired[list[dict[str, Any]]]
+    """Each rank's compute time per batch size, measured alone after training."""
+    load_balance: NotRequired[dict[str, Any]]
+    """Each rank's share of the step spent computing against waiting."""
+
+
+class RunOnly(TypedDict):
+    """What only a `compare run` record holds (its rounds and verdict), beside Run."""
+
+    rerun_command: NotRequired[str]
+    """The command line that reproduces the run exactly: its request written back with what it resolved (the rows,
+    world size, steps, warm-up, global batch, equivalence steps, the order seed; harness/core/argv.py)."""
+    order_seed: NotRequired[int]
+    """Seed of the shuffled order of rows within each round (`--order-seed` repeats it)."""
+    position: NotRequired[int]
+    """This launch's place in its round's shuffled order (0 first)."""
+    baseline: NotRequired[str | None]
+    """The row ratios are measured against (`--baseline`, or the first row on the full world size)."""
+    precision_mode: NotRequired[dict[str, Any]]
+    """With `--precision`: target, budget, rounds used, how it ended, elapsed seconds and the widest interval
+    left."""
+
+
+class Measured(TypedDict):
+    """What a run or scale record adds once it was measured (status ok, or not_reached)."""
+
+    controls: Controls
+    """The conditions (Controls)."""
+    topology: dict[str, Any]
+    """Processes, devices used, backend, launcher argv and process group; across hosts the nodes, processes per node
+    and every rank's host."""
+    step_time_s: StepTime
+    """The slowest rank's step time: median, p10, p90, mean, n."""
+    step_times_s: list[float]
+    """Every timed step's slowest-rank time."""
+    samples_per_s: Number
+    """Samples over the timed window's summed slowest-rank step time (the mean step)."""
+    samples_per_s_per_device: Number
+    """`samples_per_s` over the devices used."""
+    loss_curve: list[float]
+    """The global training loss per step."""
+    final_loss: Number
+    """Mean of the last `final_loss_window` steps' loss."""
+    equivalence: dict[str, Any]
+    """The check: steps, tolerance, whether it was checked (and why not), passed."""
+    time_to_first_step_s: Number
+    """From the launch's start to the end of the first step, without the gate wait."""
+    peak_memory_kind: str
+    """What the peak counts (`rss_anon`, `cuda_max_allocated`, ...)."""
+
+
 class Scale(TypedDict):
     """What a scale record adds to a run record."""
 
     scale: ScalePoint
+    """This point of the sweep: scaling, world sizes, point, per-rank batch, baseline."""
+    scale_sweep: NotRequired[dict[str, Any]]
+    """The sweep: scaling, world sizes, threads per rank, the model's inputs."""
+    contention: NotRequired[dict[str, Any]]
+    """The calibration launch: compute with and without the other ranks busy."""
 
 
 class Comm(TypedDict):
     """What a comm record (kind "comm", one op at one size on one backend) holds beside Base."""
 
+    adapter: NotRequired[str]
+    """The adapter its backend runs through."""
+    reason: NotRequired[str]
+    """Why a cell is not ok: the launch's failure, or why the backend does not offer the op."""
     backend: str
+    """The communication backend (`torch`, `horovod`, `deepspeed`)."""
+    backend_name: NotRequired[str]
+    """The transport it ran on (`gloo`, `nccl`, ...)."""
+    framework: NotRequired[str]
+    """The framework and its version."""
     dtype: str
+    """The buffers' element type."""
     device: str
+    """`cpu` or `cuda`."""
+    topology: NotRequired[dict[str, Any]]
+    """Processes and devices; across hosts the nodes and every rank's host."""
+    launcher_argv: NotRequired[list[str]]
+    """The launch's command line."""
+    group: NotRequired[str]
+    """Which table of the report the op belongs to."""
+    elements: NotRequired[int]
+    """Elements in the buffer."""
+    wrong_ranks: NotRequired[list[int]]
+    """Ranks whose checked result was wrong."""
+    busbw_interval_GBps: NotRequired[list[float] | None]
+    """busbw's 95% distribution-free interval for the median call over the iterations ([lo, hi]; None below 6
+    iterations)."""
 
 
 class CommMeasured(TypedDict):
     """What a comm record adds once measured (status ok)."""
 
     op: str
+    """The collective (`all_reduce`, `all_gather`, ...)."""
     size_bytes: int
+    """The buffer size (divisible by the world size)."""
     time_s: StepTime
+    """The slowest rank's time per call: median, p10, p90, mean, n."""
     algbw_GBps: Number
+    """Size over the median time."""
     busbw_GBps: Number
+    """algbw x busbw_factor."""
     busbw_factor: Number
+    """nccl-tests' factor from algorithm to bus bandwidth for this op and world size."""
 
 
-class RunRecord(Base, Run):
+class RunRecord(Base, Run, RunOnly):
     """A record of `compare run` or `compare scale` as readers see it (Measured's fields once measured)."""
 
 
@@ -215,13 +386,28 @@ class CommRecord(Base, Comm):
 
 
 Record = RunRecord | CommRecord
-"""What read_records returns: every field these types name is there, with its type; the others are optional
-(docs/records.md)."""
+"""What read_records returns: every field these types require is there, with its type (docs/records.md)."""
 
-WHEN: tuple[tuple[type, str], ...] = (
-    (Base, "every record"), (Run, "every run and scale record"), (Measured, "every measured run and scale record"),
-    (Comm, "every comm record"), (CommMeasured, "every measured comm record"), (Scale, "every scale record"))
-"""Which records each layer's fields are required of, for docs/records.md."""
+LAYERS: tuple[tuple[type, tuple[str, ...], str], ...] = (
+    (Base, ("run", "scale", "comm"), "every record"), (Run, ("run", "scale"), "every run and scale record"),
+    (RunOnly, ("run",), "every run record"), (Measured, ("run", "scale"), "every measured run and scale record"),
+    (Scale, ("scale",), "every scale record"), (Comm, ("comm",), "every comm record"),
+    (CommMeasured, ("comm",), "every measured comm record"))
+"""Each layer of fields, the kinds of record it belongs to and which records its required fields are required of:
+docs/records.md is generated from these (harness/core/schema.py)."""
+
+
+@functools.cache
+def field_docs(layer: type) -> dict[str, str]:
+    """The docstring written under each field of a TypedDict layer (its `--help`, as a dataclass field's is)."""
+    import ast
+    import inspect
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(layer))).body[0].body
+    return {node.target.id: " ".join(after.value.value.split()) for node, after in zip(body, body[1:])
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)}
 
 
 def _runtime(t: Any) -> type | tuple[type, ...]:
@@ -236,8 +422,9 @@ def _runtime(t: Any) -> type | tuple[type, ...]:
 
 @functools.cache
 def _fields(layer: type) -> dict[str, type | tuple[type, ...]]:
-    """A layer's fields and their runtime types, in declaration order."""
-    return {key: _runtime(t) for key, t in get_type_hints(layer).items()}
+    """A layer's required fields and their runtime types, in declaration order (its NotRequired ones are described,
+    not checked: records written before they existed lack them)."""
+    return {key: _runtime(t) for key, t in get_type_hints(layer).items() if key in layer.__required_keys__}
 
 
 def checked_fields() -> dict[str, str]:
@@ -247,7 +434,7 @@ def checked_fields() -> dict[str, str]:
         return "number" if types == _NUM else types.__name__
 
     out: dict[str, str] = {}
-    for layer, when in WHEN:
+    for layer, _, when in LAYERS:
         for key, types in _fields(layer).items():
             out.setdefault(key, f"{name(types)}, {when}")
     return out
