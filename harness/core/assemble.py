@@ -16,6 +16,7 @@ from harness.core.record import LOAD_BALANCE_METHOD, SCHEMA_VERSION
 from harness.core.stats import slowest_rank_steps, step_stats, worst
 from harness.launching import hosts
 from harness.shared import procstat
+from harness.shared.rank_result import TrainResult
 
 NOISE_STEAL = 0.05
 """A launch whose timed window lost this share of the machine's CPU time to steal (the hypervisor) is flagged."""
@@ -65,6 +66,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
                        "knobs": spec.knobs,
                        "workload_options": workload.describe()["options"]}
     if outcome.status != "ok":
+        rec["status"], rec["reason"] = row_status(outcome, None)
         rec["log_tail"] = outcome.log_tail
         if outcome.progress:
             rec["reached"] = outcome.progress  # the phase and step rank 0 had reached
@@ -72,28 +74,28 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     if outcome.shutdown_error:
         rec["shutdown_error"] = outcome.shutdown_error
         rec["log_tail"] = outcome.log_tail
-    ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
+    ranks = sorted(outcome.ranks, key=lambda r: r.rank)
     r0 = ranks[0]
-    devices = sum(r["devices_used"] for r in ranks)
-    timed = [r["step_times_s"][spec.warmup:] for r in ranks]
+    devices = sum(r.devices_used for r in ranks)
+    timed = [r.step_times_s[spec.warmup:] for r in ranks]
     steps = slowest_rank_steps(timed) if spec.steps else []
     stats = step_stats(steps) if steps else None
-    rec["topology"].update({"backend": r0["backend"], "devices_used": devices, "world_size_processes":
-                            r0["world_size"], "device_names": sorted({r["device"] for r in ranks})})
+    rec["topology"].update({"backend": r0.backend, "devices_used": devices, "world_size_processes":
+                            r0.world_size, "device_names": sorted({r.device for r in ranks})})
     rec["controls"].update({
-        "train_samples": r0.get("train_samples"),
-        "per_device_batch": spec.global_batch // devices, "per_process_batch": r0["per_process_batch"],
-        "lr": r0["lr"], "lr_rule": r0["lr_rule"], "precision": r0["precision"],
-        "compression": r0.get("compression", "none"),
-        "threads_per_rank": [r["threads"] for r in ranks],
-        "interop_threads_per_rank": [r["interop_threads"] for r in ranks],
-        "omp_num_threads_env": r0["omp_num_threads_env"],
+        "train_samples": r0.train_samples,
+        "per_device_batch": spec.global_batch // devices, "per_process_batch": r0.per_process_batch,
+        "lr": r0.lr, "lr_rule": r0.lr_rule, "precision": r0.precision,
+        "compression": r0.compression,
+        "threads_per_rank": [r.threads for r in ranks],
+        "interop_threads_per_rank": [r.interop_threads for r in ranks],
+        "omp_num_threads_env": r0.omp_num_threads_env,
     })
-    if r0.get("cuda_math"):
-        rec["controls"]["cuda_math"] = r0["cuda_math"]
-    rec["adapter_info"] = r0["adapter"]
-    rec["param_count"] = r0["param_count"]
-    rec["data"] = r0["data"]
+    if r0.cuda_math:
+        rec["controls"]["cuda_math"] = r0.cuda_math
+    rec["adapter_info"] = r0.adapter
+    rec["param_count"] = r0.param_count
+    rec["data"] = r0.data
     if stats:
         rec["step_time_s"] = stats
         # What a training job gets: samples over the whole timed window (the summed slowest-rank steps), i.e. the
@@ -103,20 +105,20 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["samples_per_s_per_device"] = rec["samples_per_s"] / devices
         rec["step_times_s"] = steps
         rec["step_time_spread_ranks_s"] = [step_stats(t)["median"] for t in timed]
-    if all(r.get("profile") for r in ranks):
-        rec["compute_profile"] = [r["profile"] for r in ranks]
+    if all(r.profile for r in ranks):
+        rec["compute_profile"] = [r.profile for r in ranks]
         if stats:
             rec["load_balance"] = load_balance(rec["step_time_spread_ranks_s"], rec["compute_profile"])
-    if r0.get("straggler"):
-        rec["straggler"] = {**{k: r0["straggler"][k] for k in ("rank", "factor")},
-                            "delay_s_per_rank": [r["straggler"]["delay_s"] for r in ranks],
-                            "calibrated_compute_s_per_rank": [r["straggler"]["calibrated_compute_s"] for r in ranks]}
-    if r0.get("step_clock"):
-        rec["step_clock"] = r0["step_clock"]  # host_sync (a sync around every step) or cuda_events
-    skipped = [r.get("skipped_steps_timed") for r in ranks if r.get("skipped_steps_timed") is not None]
+    if r0.straggler:
+        rec["straggler"] = {**{k: r0.straggler[k] for k in ("rank", "factor")},
+                            "delay_s_per_rank": [r.straggler["delay_s"] for r in ranks],
+                            "calibrated_compute_s_per_rank": [r.straggler["calibrated_compute_s"] for r in ranks]}
+    if r0.step_clock:
+        rec["step_clock"] = r0.step_clock  # host_sync (a sync around every step) or cuda_events
+    skipped = [r.skipped_steps_timed for r in ranks if r.skipped_steps_timed is not None]
     if skipped:  # fp16 loss-scale overflows inside the timed window (every rank skips the same steps)
         rec["skipped_steps_timed"] = max(skipped)
-    windows = [r.get("timed_window") for r in ranks]
+    windows = [r.timed_window for r in ranks]
     if steps and all(windows):
         rec["cpu_time_s_per_rank"] = [w["cpu_s"] for w in windows]
         rec["cpu_s_per_step"] = sum(rec["cpu_time_s_per_rank"]) / len(windows) / len(steps)
@@ -126,28 +128,28 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["noise"] = noise(windows, ranks, outcome)
     rec["phases_s"] = phases(outcome, ranks)
     # What a user starting this launch alone would wait for its first step: without the wait at the gate.
-    rec["time_to_first_step_s"] = r0["first_step_end_wall"] - outcome.launch_wall - rec["phases_s"].get("gate", 0.0)
-    rec["setup_s"] = max(r["setup_s"] for r in ranks)
-    rec["peak_memory_bytes_per_rank"] = [r["peak_memory_bytes"] for r in ranks]
+    rec["time_to_first_step_s"] = r0.first_step_end_wall - outcome.launch_wall - rec["phases_s"].get("gate", 0.0)
+    rec["setup_s"] = max(r.setup_s for r in ranks)
+    rec["peak_memory_bytes_per_rank"] = [r.peak_memory_bytes for r in ranks]
     rec["peak_memory_bytes"] = max((m for m in rec["peak_memory_bytes_per_rank"] if m is not None), default=None)
-    rec["peak_memory_kind"] = r0["peak_memory_kind"]
-    if any(r.get("peak_memory_cuda_extra") for r in ranks):  # CUDA: reserved and host peaks beside the allocated
-        extra = [r.get("peak_memory_cuda_extra") or {} for r in ranks]
+    rec["peak_memory_kind"] = r0.peak_memory_kind
+    if any(r.peak_memory_cuda_extra for r in ranks):  # CUDA: reserved and host peaks beside the allocated
+        extra = [r.peak_memory_cuda_extra or {} for r in ranks]
         rec["peak_memory_cuda_reserved_bytes_per_rank"] = [e.get("cuda_reserved_bytes") for e in extra]
         rec["peak_memory_host_bytes_per_rank"] = [e.get("host_bytes") for e in extra]
-    rec["cpu_affinity_per_rank"] = [r.get("cpu_affinity") for r in ranks]
-    rec["cpu_affinity_any_thread_per_rank"] = [r.get("cpu_affinity_any_thread") for r in ranks]
-    if any(r.get("peak_memory_file_bytes") is not None for r in ranks):  # CPU: the file-backed pages left out
-        rec["peak_memory_file_bytes_per_rank"] = [r.get("peak_memory_file_bytes") for r in ranks]
+    rec["cpu_affinity_per_rank"] = [r.cpu_affinity for r in ranks]
+    rec["cpu_affinity_any_thread_per_rank"] = [r.cpu_affinity_any_thread for r in ranks]
+    if any(r.peak_memory_file_bytes is not None for r in ranks):  # CPU: the file-backed pages left out
+        rec["peak_memory_file_bytes_per_rank"] = [r.peak_memory_file_bytes for r in ranks]
     # Every process fed an equal slice of the global batch with a mean-reduced loss, so the global batch loss
     # is the mean of the processes' losses.
-    curve = [sum(ls) / len(ls) for ls in zip(*(r["losses"] for r in ranks))]
+    curve = [sum(ls) / len(ls) for ls in zip(*(r.losses for r in ranks))]
     rec["loss_curve"] = curve
     window = curve[-FINAL_LOSS_WINDOW:]
     rec["final_loss"] = sum(window) / len(window) if window else None
     rec["final_loss_window"] = len(window)
     rec["eval"] = _eval(r0, ranks, workload)
-    exact = r0["precision"] == "fp32" and r0.get("compression", "none") == "none"
+    exact = r0.precision == "fp32" and r0.compression == "none"
     checked = exact and workload.batch_dependence is None
     diff = max_param_diff(spec.params_path, reference)
     rec["max_param_diff"] = diff
@@ -156,21 +158,27 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         "passed": (diff is not None and diff <= workload.equiv_tolerance) if checked else None,
         "reference": f"single process, fp32, global batch {spec.global_batch}, same init and data order",
         "why_not_checked": None if checked else (
-            f"{r0['precision']} arithmetic" if r0["precision"] != "fp32"
-            else f"{r0['compression']} gradient compression" if not exact
+            f"{r0.precision} arithmetic" if r0.precision != "fp32"
+            else f"{r0.compression} gradient compression" if not exact
             else f"model is batch-dependent ({workload.batch_dependence})"),
     }
     if spec.eval_every and spec.target is not None:
         rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
-        if not rec["ttt"]["reached"]:
-            t = rec["ttt"]
-            rec["status"] = "not_reached"
-            rec["reason"] = (f"best {t['metric']} {t['best_metric']:.4f} (after step {t['best_step']}) is below the "
-                             f"target {t['target']:g} within the {t['budget_steps']}-step budget")
+    rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"))
     return rec
 
 
-def noise(windows: list[dict], ranks: list[dict], outcome) -> dict[str, Any]:
+def row_status(outcome, ttt: dict[str, Any] | None) -> tuple[str, str]:
+    """A measured row's status and reason, decided here only: the launch's own (ok, failed, interrupted, hung: what
+    harness/launching/launch.py decided from the facts recorded in order, culprit included), then, for a launch
+    that ended well, whether it reached its target (`--until-target`)."""
+    if outcome.status != "ok" or not ttt or ttt["reached"]:
+        return outcome.status, outcome.reason
+    return "not_reached", (f"best {ttt['metric']} {ttt['best_metric']:.4f} (after step {ttt['best_step']}) is below "
+                           f"the target {ttt['target']:g} within the {ttt['budget_steps']}-step budget")
+
+
+def noise(windows: list[dict], ranks: list[TrainResult], outcome) -> dict[str, Any]:
     """What else the machine did during the timed window, from rank 0's /proc/stat before and after it: the share of
     the CPUs' time lost to steal and the share used by processes other than the ranks on rank 0's machine (the
     launcher's own process counts as other); and another compare run measured meanwhile. `flags` names what passed
@@ -181,8 +189,8 @@ def noise(windows: list[dict], ranks: list[dict], outcome) -> dict[str, Any]:
     window = procstat.shares(delta) if delta else None
     if window:
         tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        boot = (ranks[0].get("host") or {}).get("boot_id")
-        here = sum(w["cpu_s"] for w, r in zip(windows, ranks) if (r.get("host") or {}).get("boot_id") == boot)
+        boot = (ranks[0].host or {}).get("boot_id")
+        here = sum(w["cpu_s"] for w, r in zip(windows, ranks) if (r.host or {}).get("boot_id") == boot)
         total = window["ticks"]
         out.update(window_ticks=total, steal_share=window["steal"],
                    other_cpu_share=max(0.0, window["busy"] - here * tick / total))
@@ -213,7 +221,7 @@ def load_balance(step_s_per_rank: list[float], profiles: list[dict]) -> dict[str
             "wait_spread": spread("wait_s")}
 
 
-def until_target(spec, outcome, ranks: list[dict], steps: list[float], workload) -> dict[str, Any]:
+def until_target(spec, outcome, ranks: list[TrainResult], steps: list[float], workload) -> dict[str, Any]:
     """The `ttt` object of an until-target row, from what every rank recorded (harness/rank/evaluation.py).
 
     Training time to target: the sum of the per-step times (the slowest rank's) of every step up to and including
@@ -222,7 +230,7 @@ def until_target(spec, outcome, ranks: list[dict], steps: list[float], workload)
     spent before it and the harness's parameter snapshot if it came before it: launcher, interpreter, imports,
     rendezvous, framework set-up and any JIT build are in it, evaluations are not."""
     evals = []
-    for per_rank in zip(*(r["evals"] for r in ranks)):
+    for per_rank in zip(*(r.evals for r in ranks)):
         e0 = per_rank[0]
         correct, count, _ = e0["reduced_mean"]
         # The step ends when its last rank is done; the evaluation, when its last rank is. A rank that finished
@@ -236,7 +244,7 @@ def until_target(spec, outcome, ranks: list[dict], steps: list[float], workload)
         cumulative.append(cumulative[-1] + t)
     hit = next((e for e in evals if e["metric"] >= spec.target), None)
     best = max(evals, key=lambda e: e["metric"])  # the first of equals
-    snapshot_s = max((r["snapshot_s"] for r in ranks if r.get("snapshot_s") is not None), default=None)
+    snapshot_s = max((r.snapshot_s for r in ranks if r.snapshot_s is not None), default=None)
     out: dict[str, Any] = {
         "target": spec.target, "metric": workload.metric_name, "eval_every": spec.eval_every,
         "budget_steps": spec.steps, "reached": hit is not None, "steps_run": len(steps),
@@ -275,9 +283,9 @@ PHASES = ("launcher", "python", "imports", "init", "setup", "gate", "warmup", "t
 `shutdown` from the last rank's result until the launch has ended. They add up to the launch's wall time."""
 
 
-def phases(outcome, ranks: list[dict]) -> dict[str, float]:
+def phases(outcome, ranks: list[TrainResult]) -> dict[str, float]:
     """Seconds per phase of one launch; each milestone is the slowest rank's (the next phase waits for it)."""
-    marks = [r.get("marks") or {} for r in ranks]
+    marks = [r.marks or {} for r in ranks]
 
     def last(name):
         values = [m.get(name) for m in marks]
@@ -299,13 +307,13 @@ def phases(outcome, ranks: list[dict]) -> dict[str, float]:
 
 
 def _eval(r0, ranks, workload) -> dict[str, Any] | None:
-    if not r0["eval"]:
+    if not r0.eval:
         return None
-    correct, count, loss_sum = r0["eval"]["reduced_mean"]  # means over processes: the ratio is exact
+    correct, count, loss_sum = r0.eval["reduced_mean"]  # means over processes: the ratio is exact
     accuracy = correct / count
     return {"accuracy": accuracy, "loss": loss_sum / count, "target": workload.target,
             "target_met": None if workload.target is None else accuracy >= workload.target,
-            "test_samples": round(sum(r["eval"]["local"][1] for r in ranks)),
-            "local_counts": [r["eval"]["local"][:2] for r in ranks]}
+            "test_samples": round(sum(r.eval["local"][1] for r in ranks)),
+            "local_counts": [r.eval["local"][:2] for r in ranks]}
 
 

@@ -14,8 +14,16 @@ import adapters
 from harness.core import outdir
 from harness.core import provenance as envmod
 from harness.core.record import SCHEMA_VERSION
-from harness.core.requests import (MAX_ITERS, BadInput, CommPlan, CommRequest, build_rows, check_common, check_cores,
-                                   check_list)
+from harness.core.requests import (
+    MAX_ITERS,
+    BadInput,
+    CommPlan,
+    CommRequest,
+    build_rows,
+    check_common,
+    check_cores,
+    check_list,
+)
 from harness.core.session import Render, Session
 from harness.core.sizes import format_mib, format_size, parse_sizes
 from harness.core.stats import median_interval, slowest_rank_steps, step_stats
@@ -159,14 +167,14 @@ def cells_to_records(base, name, adapter, outcome, spec=None) -> list[dict[str, 
     if outcome.status != "ok":
         return [{**common, "op": None, "size_bytes": None, "status": outcome.status, "reason": outcome.reason,
                  "log_tail": outcome.log_tail}]
-    ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
+    ranks = sorted(outcome.ranks, key=lambda r: r.rank)
     n = len(ranks)
     recs = []
-    for i, cell in enumerate(ranks[0]["cells"]):
-        per_rank = [r["cells"][i] for r in ranks]
+    for i, cell in enumerate(ranks[0].cells):
+        per_rank = [r.cells[i] for r in ranks]
         rec = {**common, "op": cell["op"], "group": collectives.OPS[cell["op"]].group, "size_bytes": cell["size_bytes"],
-               "elements": cell["elements"], "backend_name": ranks[0]["backend"],
-               "framework": ranks[0]["framework"].get("framework")}
+               "elements": cell["elements"], "backend_name": ranks[0].backend,
+               "framework": ranks[0].framework.get("framework")}
         unsupported = [c["unsupported"] for c in per_rank if "unsupported" in c]
         if unsupported:
             recs.append({**rec, "status": "unsupported", "reason": unsupported[0]})

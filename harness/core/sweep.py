@@ -35,9 +35,18 @@ from harness.core import comm_bench as commmod
 from harness.core import outdir
 from harness.core import provenance as envmod
 from harness.core import runner as core
-from harness.core.requests import (BadInput, CommRequest, Plan, Row, RunPlan, ScaleRequest, check_common,
-                                   check_fits, load_workload)
 from harness.core.record import records_file
+from harness.core.requests import (
+    BadInput,
+    CommRequest,
+    Plan,
+    Row,
+    RunPlan,
+    ScaleRequest,
+    check_common,
+    check_fits,
+    load_workload,
+)
 from harness.core.session import Render, Session, SessionError
 from harness.model import VERSION as MODEL_VERSION
 from harness.model import costmodel
@@ -424,19 +433,19 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                 result["concurrent_compare_runs"] = outcome.concurrent_runs
             if outcome.shutdown_error:  # measured in full, then the launch failed or hung while ending
                 result["shutdown_error"] = outcome.shutdown_error
-            ranks = sorted(outcome.ranks, key=lambda r: r["rank"])
-            if outcome.status == "ok" and ranks and ranks[0].get("alone"):
+            ranks = sorted(outcome.ranks, key=lambda r: r.rank)
+            if outcome.status == "ok" and ranks and ranks[0].alone:
                 # Mean compute per step: the model predicts the mean step, and ranks that outnumber the cores are
                 # time-sliced in whole scheduler ticks, which a sub-millisecond step's median never shows.
-                alone = [b["mean_s"] for b in ranks[0]["alone"]]
-                together = [max(r["together"][i]["mean_s"] for r in ranks) for i in range(len(alone))]
+                alone = [b["mean_s"] for b in ranks[0].alone]
+                together = [max(r.together[i]["mean_s"] for r in ranks) for i in range(len(alone))]
                 ratios = [t / a for t, a in zip(together, alone)]
-                result.update(per_rank_batch=ranks[0]["per_process_batch"], processes=len(ranks),
+                result.update(per_rank_batch=ranks[0].per_process_batch, processes=len(ranks),
                               alone_s=alone, together_s=together,
-                              together_per_rank_s=[[b["mean_s"] for b in r["together"]] for r in ranks],
+                              together_per_rank_s=[[b["mean_s"] for b in r.together] for r in ranks],
                               round_ratios=ratios, ratio=statistics.median(ratios))
-                if all(r.get("parts") for r in ranks):
-                    result["parts"] = parts_summary([r["parts"] for r in ranks], together)
+                if all(r.parts for r in ranks):
+                    result["parts"] = parts_summary([r.parts for r in ranks], together)
             elif outcome.status == "ok":
                 result.update(status="failed", reason="the ranks wrote no contention profile")
             if ui:

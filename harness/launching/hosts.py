@@ -32,6 +32,7 @@ from typing import Any
 from harness.core.errors import BadInput
 from harness.core.provenance import usable_cores
 from harness.shared import proc
+from harness.shared.rank_result import RankResult
 from harness.shared.spec import Node, Topology
 
 LAUNCHERS = ("ssh", "slurm")
@@ -358,7 +359,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def describe(topology: Topology | None, ranks: list[dict[str, Any]], processes: int) -> dict[str, Any]:
+def describe(topology: Topology | None, ranks: list[RankResult], processes: int) -> dict[str, Any]:
     """What a record says about where a launch ran: nodes x processes per node, and every rank's host, interface
     and boot id; `one_machine` when every rank reported the same boot id (one kernel)."""
     out: dict[str, Any] = {}
@@ -371,7 +372,7 @@ def describe(topology: Topology | None, ranks: list[dict[str, Any]], processes: 
                    rendezvous=f"{topology.master}:{topology.port}")
         if topology.cores:
             out["cores_per_node"] = topology.cores
-    facts = [r["host"] for r in sorted(ranks, key=lambda r: r["rank"]) if r.get("host")]
+    facts = [r.host for r in sorted(ranks, key=lambda r: r.rank) if r.host]
     if facts:
         out["rank_hosts"] = facts
         boots = {f.get("boot_id") for f in facts}

@@ -56,6 +56,8 @@ from harness.launching.launch_logs import first_error, rank_records, silent_host
 from harness.launching.rank_env import child_env, remote_env, ssh_argv
 from harness.launching.reaper import LEADERS, describe_launch, kill_groups, kill_leftovers, parent_death_prefix
 from harness.shared import progress as progress_file
+from harness.shared import rank_result
+from harness.shared.rank_result import RankResult
 from harness.shared.spec import RunSpec
 from harness.shared.witness import launch_id, note_stopping
 
@@ -87,7 +89,8 @@ class Outcome:
     """The launch's process id, which is also its process group id."""
     load_avg_before: list[float] = field(default_factory=list)
     """1, 5 and 15 minute load averages just before the launch."""
-    ranks: list[dict] = field(default_factory=list)
+    ranks: list[RankResult] = field(default_factory=list)
+    """Every rank's result (harness/shared/rank_result.py), as each wrote it."""
     log_tail: str = ""
     shutdown_error: str = ""
     """Set when every rank had written its result and only the launch's shutdown then failed or hung (a gloo
@@ -529,7 +532,7 @@ class Launch:
         for k in range(processes):
             f = spec.rank_result_path(k)
             if f.exists():
-                ranks.append(json.loads(f.read_text()))
+                ranks.append(rank_result.read(f))
         failed = self.failed or next((r for r in self.running if r.proc.returncode), None)
         rc = (failed or self.running[0]).proc.returncode
         status, reason = self.status, self.reason
@@ -560,7 +563,7 @@ class Launch:
             if rc != 0:
                 status, reason = "failed", self._failure()
             elif len(ranks) != processes:
-                missing = sorted(set(range(processes)) - {r["rank"] for r in ranks})
+                missing = sorted(set(range(processes)) - {r.rank for r in ranks})
                 status, reason = "failed", f"launch exited 0 but rank(s) {missing} wrote no result"
                 why = outlived(rank_dir, missing)
                 if why:

@@ -16,9 +16,10 @@ import time
 from harness.rank.compute_profile import spin
 from harness.rank.measure import device_sync
 from harness.shared.collectives import DTYPES, OPS, iterations
+from harness.shared.rank_result import CommResult
 
 
-def run(spec, adapter, info, phase=lambda text: None) -> dict:
+def run(spec, adapter, info, phase=lambda text: None) -> CommResult:
     """Every (op, size) cell: checked, then timed. `phase(text)` says which cell rank 0 is in (a --timeout names it)."""
     import torch
 
@@ -61,8 +62,8 @@ def run(spec, adapter, info, phase=lambda text: None) -> dict:
                 cell["error"] = _line(f"{type(exc).__name__}: {exc}")
             cells.append(cell)
             comm.barrier()
-    return {"rank": rank, "world_size": world, "device": info.device, "backend": info.backend, "cells": cells,
-            "framework": adapter.describe()}
+    return CommResult(rank=rank, world_size=world, device=info.device, backend=info.backend, cells=cells,
+                      framework=adapter.describe())
 
 
 def _line(message: str) -> str:

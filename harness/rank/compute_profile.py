@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from harness.rank.measure import device_sync
+from harness.shared.rank_result import ContentionResult
 
 BUDGET_S = 5.0
 """Timed steps per batch size stop after this many seconds (but never fewer than MIN_STEPS)."""
@@ -164,7 +165,7 @@ def _flops_per_sample(model, workload, data, adapter, b: int, device: str) -> fl
     return counter.get_total_flops() / b
 
 
-def contention(spec, adapter, info) -> dict:
+def contention(spec, adapter, info) -> ContentionResult:
     """The compute-contention calibration of `compare scale`'s model (spec.mode "contention"): how much slower a
     rank's compute is while every rank of the launch computes at once than while it computes alone.
 
@@ -211,11 +212,12 @@ def contention(spec, adapter, info) -> dict:
                 with open(lock) as f:
                     fcntl.flock(f, fcntl.LOCK_SH)
         adapter.barrier()
-    out = {"rank": info.rank, "world_size": info.world_size, "data_world": info.data_world,
-           "per_process_batch": per_rank_batch, "threads": _threads(), "alone": alone, "together": together}
+    out = ContentionResult(rank=info.rank, world_size=info.world_size, device=info.device, backend=info.backend,
+                           data_world=info.data_world, per_process_batch=per_rank_batch, threads=_threads(),
+                           alone=alone, together=together)
     comm = adapter.comm() if info.world_size > 1 and spec.profile.get("parts", True) else None
     if comm is not None:
-        out["parts"] = parts(workload, spec, info, data, adapter, comm, per_rank_batch, steps, min_s,
+        out.parts = parts(workload, spec, info, data, adapter, comm, per_rank_batch, steps, min_s,
                              spec.profile.get("rounds", 4), together[-1]["mean_s"] if together else 0.0)
     return out
 

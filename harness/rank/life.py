@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from harness.rank.faults import fault_for, inject
+from harness.shared import rank_result
 from harness.shared.proc import boot_id, pid_namespace
 from harness.shared.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
 from harness.shared.witness import STOP_SIGNALS, Witness, command_of, failed_path, launch_lineage, write_json
@@ -328,11 +329,11 @@ def _work(spec: RunSpec, marks: Marks) -> None:
 
         result = train.run(spec, adapter, info, marks, progress, fault)
     marks("result_written")
-    result["marks"] = dict(marks)
-    result["cpu_affinity"] = cores if cores is not None else sorted(os.sched_getaffinity(0))
-    result["cpu_affinity_any_thread"] = _any_thread_affinity()
-    result["host"] = host_facts()
-    write_json(spec.rank_result_path(info.rank), result)
+    result.marks = dict(marks)
+    result.cpu_affinity = cores if cores is not None else sorted(os.sched_getaffinity(0))
+    result.cpu_affinity_any_thread = _any_thread_affinity()
+    result.host = host_facts()
+    rank_result.write(spec.rank_result_path(info.rank), result)
     adapter.barrier()
     if fault and fault[1] == "end":
         inject(*fault)

@@ -16,6 +16,7 @@ from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
 from harness.rank.measure import CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory, step_clock
 from harness.shared import progress as progress_file
+from harness.shared.rank_result import TrainResult
 
 
 def step_indices(indices, device):
@@ -26,7 +27,7 @@ def step_indices(indices, device):
     return indices.to(device, non_blocking=True)
 
 
-def run(spec, adapter, info, marks, progress, fault) -> dict:
+def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     import torch
 
     workload = workloads.get(spec.workload, spec.workload_options)
@@ -149,26 +150,25 @@ def run(spec, adapter, info, marks, progress, fault) -> dict:
         evaluation = (periodic and periodic.last(steps_run)) or evaluate(workload, adapter, model, data, info)
     marks("eval_done")
 
-    return {
-        "rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
-        "data_rank": info.data_rank, "data_world": info.data_world, "devices_used": info.devices_used,
-        "device": info.device, "backend": info.backend, "pid": os.getpid(),
-        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
-        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
-        "start_wall": marks["entry"], "setup_s": marks["init_done"] - marks["entry"],
-        "first_step_end_wall": first_step_end_wall,
-        "end_wall": time.time(), "warmup": spec.warmup, "step_times_s": step_times,
-        "losses": losses[:steps_run].cpu().tolist(), "peak_memory_bytes": peak, "peak_memory_kind": memory.kind,
-        "peak_memory_file_bytes": memory.file_bytes,
-        "eval": evaluation, "lr": lr, "lr_rule": workload.lr_rule(), "param_count": n_params,
-        "precision": adapter.precision().value,
-        "compression": adapter.compression(), "adapter": adapter.describe(), "workload": workload.describe(),
-        "data": data.meta, "per_process_batch": per_rank_batch, "train_samples": n_train,
-        "evals": periodic.evals if periodic else None, "snapshot_s": snapshot_s, "profile": own,
-        "straggler": straggler, "timed_window": window.result, "step_clock": clock.kind,
-        "skipped_steps_timed": skipped_timed, "peak_memory_cuda_extra": memory_extra or None,
-        "cuda_math": cuda_math(torch) if str(info.device).startswith("cuda") else None,
-    }
+    return TrainResult(
+        rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
+        data_rank=info.data_rank, data_world=info.data_world, devices_used=info.devices_used,
+        device=info.device, backend=info.backend, pid=os.getpid(),
+        threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
+        omp_num_threads_env=os.environ.get("OMP_NUM_THREADS"),
+        start_wall=marks["entry"], setup_s=marks["init_done"] - marks["entry"],
+        first_step_end_wall=first_step_end_wall,
+        end_wall=time.time(), warmup=spec.warmup, step_times_s=step_times,
+        losses=losses[:steps_run].cpu().tolist(), peak_memory_bytes=peak, peak_memory_kind=memory.kind,
+        peak_memory_file_bytes=memory.file_bytes,
+        eval=evaluation, lr=lr, lr_rule=workload.lr_rule(), param_count=n_params,
+        precision=adapter.precision().value,
+        compression=adapter.compression(), adapter=adapter.describe(), workload=workload.describe(),
+        data=data.meta, per_process_batch=per_rank_batch, train_samples=n_train,
+        evals=periodic.evals if periodic else None, snapshot_s=snapshot_s, profile=own,
+        straggler=straggler, timed_window=window.result, step_clock=clock.kind,
+        skipped_steps_timed=skipped_timed, peak_memory_cuda_extra=memory_extra or None,
+        cuda_math=cuda_math(torch) if str(info.device).startswith("cuda") else None)
 
 
 def _straggler(spec, workload, info, data, adapter, per_rank_batch, progress) -> dict | None:

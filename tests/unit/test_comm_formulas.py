@@ -6,6 +6,7 @@ from harness.core import comm_bench as comm
 from harness.core.sizes import format_size, parse_sizes
 from harness.launching.launch import Outcome
 from harness.shared import collectives
+from harness.shared.rank_result import CommResult
 
 
 @pytest.mark.parametrize("op,n,factor", [
@@ -39,7 +40,7 @@ def test_iterations_shrink_with_size_but_never_below_five():
 
 
 def _outcome(cells_per_rank):
-    ranks = [{"rank": r, "backend": "gloo", "framework": {"framework": "torch x"}, "cells": cells}
+    ranks = [CommResult(rank=r, world_size=2, backend="gloo", framework={"framework": "torch x"}, cells=cells)
              for r, cells in enumerate(cells_per_rank)]
     return Outcome(status="ok", reason="", returncode=0, wall_time_s=1.0, launch_wall=0.0, end_wall=1.0,
                    log_path=None, argv=["x"], processes=2, pid=1, ranks=ranks)
@@ -112,7 +113,7 @@ def test_a_gap_keeps_every_rank_busy_before_each_call_and_is_not_timed(monkeypat
         events.clear()
         spec = SimpleNamespace(comm={"ops": ["all_reduce"], "sizes": [4096], "dtype": "fp32", "max_iters": 6,
                                      "gap_s": gap})
-        cell = rank_comm.run(spec, adapter, info)["cells"][0]
+        cell = rank_comm.run(spec, adapter, info).cells[0]
         warm, timed = collectives.iterations(4096, 6)
         calls = 1 + warm + timed  # the checked call, then warm-up and timed calls
         assert events.count("call") == calls and cell["correct"] is False  # a fake sum: never the right one

@@ -24,6 +24,7 @@ from adapters import horovod as hv
 from harness.core.requests import BadInput, RunRequest
 from harness.launching import hosts
 from harness.launching.rank_env import remote_env, ssh_argv
+from harness.shared.rank_result import TrainResult
 from harness.shared.spec import Node, RunSpec, Topology
 
 from conftest import REPO, wait_until
@@ -328,19 +329,19 @@ def test_sbatch_writes_a_script_that_runs_the_same_comparison_under_slurm(tmp_pa
 
 # ---- what records say ---------------------------------------------------------------------------------------------
 
-def _rank(hostname, boot):
-    return {"rank": 0, "host": {"hostname": hostname, "iface": "mn0", "boot_id": boot}}
+def _rank(hostname, boot, rank):
+    return TrainResult(rank=rank, world_size=2, host={"hostname": hostname, "iface": "mn0", "boot_id": boot})
 
 
 def test_records_say_when_every_rank_shared_one_kernel():
-    two = [dict(_rank("h1", "b"), rank=0), dict(_rank("h2", "b"), rank=1)]
+    two = [_rank("h1", "b", 0), _rank("h2", "b", 1)]
     d = hosts.describe(SSH, two, 3)
     assert d["nodes"] == 2 and d["processes_per_node"] == [1, 2] and d["iface"] == "mn0"
     assert [h["hostname"] for h in d["rank_hosts"]] == ["h1", "h2"]
     assert d["one_machine"] and d["machine_note"] == "simulated hosts on one machine (one kernel)"
-    real = hosts.describe(SSH, [dict(_rank("h1", "a"), rank=0), dict(_rank("h2", "b"), rank=1)], 3)
+    real = hosts.describe(SSH, [_rank("h1", "a", 0), _rank("h2", "b", 1)], 3)
     assert real["one_machine"] is False and "machine_note" not in real
-    loop = hosts.describe(LOOP, [dict(_rank(HERE, "a"), rank=0), dict(_rank(HERE, "a"), rank=1)], 2)
+    loop = hosts.describe(LOOP, [_rank(HERE, "a", 0), _rank(HERE, "a", 1)], 2)
     assert loop["machine_note"] == "node ranks on one machine (loopback)"
     single = hosts.describe(None, [], 2)
     assert single == {"nodes": 1, "processes_per_node": [2], "host_launcher": "local"}

@@ -11,6 +11,7 @@ from harness import reports as report
 from harness.core.assemble import until_target
 from harness.core.record import check_record
 from harness.reports import epoch, run_report, ttt
+from harness.shared.rank_result import TrainResult
 from workloads.base import Workload
 
 from conftest import RUNS, records_text
@@ -29,10 +30,10 @@ def _records(run=BLOG_RUN, train_samples=1437):
 # ---- one row's accounting, from what its ranks recorded ------------------------------------------------------
 
 def _rank(rank, step_end, eval_end, snapshot_s, metrics):
-    return {"rank": rank, "snapshot_s": snapshot_s,
-            "evals": [{"step": s, "step_end_wall": step_end[i], "eval_end_wall": eval_end[i], "eval_s": 0.0,
-                       "local": [0, 0, 0], "reduced_mean": [m * 180, 180.0, 1.0]}
-                      for i, (s, m) in enumerate(metrics)]}
+    return TrainResult(rank=rank, world_size=2, snapshot_s=snapshot_s,
+                       evals=[{"step": s, "step_end_wall": step_end[i], "eval_end_wall": eval_end[i], "eval_s": 0.0,
+                               "local": [0, 0, 0], "reduced_mean": [m * 180, 180.0, 1.0]}
+                              for i, (s, m) in enumerate(metrics)])
 
 
 def test_time_to_target_accounting_from_the_ranks_results():

@@ -134,7 +134,9 @@ def test_noise_is_read_from_proc_stat_over_the_timed_window(tmp_path):
     # 1000 ticks over the window: 150 busy, 40 stolen; the two ranks used 1.0 s = 100 ticks, so 50 ticks (5%) went
     # to other processes, and the steal (4%) is below its flag.
     windows = [{"cpu_s": 0.5, "proc_stat": [100, 0, 50, 800, 10, 0, 0, 40]}, {"cpu_s": 0.5, "proc_stat": None}]
-    ranks = [{"host": {"boot_id": "b"}}, {"host": {"boot_id": "b"}}]
+    from harness.shared.rank_result import TrainResult
+
+    ranks = [TrainResult(rank=r, world_size=2, host={"boot_id": "b"}) for r in (0, 1)]
     quiet = assemble.noise(windows, ranks, SimpleNamespace(concurrent_runs=[]))
     assert quiet["steal_share"] == pytest.approx(0.04) and quiet["other_cpu_share"] == pytest.approx(0.05)
     assert quiet["flags"] == []
