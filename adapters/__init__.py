@@ -27,7 +27,7 @@ _REGISTRY = Registry("adapter", _MODULES, "ADAPTER", hidden={"reference": "adapt
 _COMM: dict[str, str] = {"torch": "ddp", "horovod": "horovod", "deepspeed": "deepspeed"}
 
 __all__ = ["Adapter", "Availability", "UnknownName", "names", "get", "availability", "multinode", "comm_backends",
-           "comm_backend_adapter"]
+           "comm_backend_adapter", "legend"]
 
 
 def names() -> list[str]:
@@ -50,6 +50,23 @@ def comm_backend_adapter(backend: str) -> str:
     if backend not in _COMM:
         raise UnknownName("backend", backend, comm_backends())
     return _COMM[backend]
+
+
+def legend() -> dict[str, dict]:
+    """How reports show each adapter and `compare comm` backend, recorded in every run (the record's `legend`) so
+    that a report re-renders from its records alone, whatever the registry has become since: `place`, its place in
+    the registry (its colour; the row order of a run that recorded none), `adapter`, the adapter whose colour a comm
+    backend takes, and `blog_label`, its [place, name] in the seed blog's chart (None where it had none)."""
+    out: dict[str, dict] = {}
+    for place, name in enumerate(names()):
+        try:
+            blog = get(name).blog_label
+        except Exception:  # noqa: BLE001 - an adapter module that fails to import has no blog label
+            blog = None
+        out[name] = {"place": place, "adapter": name, "blog_label": list(blog) if blog else None}
+    for backend, adapter in _COMM.items():
+        out.setdefault(backend, {**out[adapter], "blog_label": None})
+    return out
 
 
 def availability(name: str, device: str, world_size: int) -> Availability:

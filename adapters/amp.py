@@ -18,7 +18,7 @@ class AmpAdapter(DDPAdapter):
     name = "amp"
     summary = "DistributedDataParallel + torch.amp autocast (bf16 on CPU; fp16+GradScaler or bf16 on CUDA)"
     launcher = "torchrun"
-    seed_name = None  # not in the seed figure
+    blog_label = None  # not in the seed figure
 
     @dataclass
     class Knobs(DDPAdapter.Knobs):

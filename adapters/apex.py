@@ -163,7 +163,7 @@ class ApexAdapter(DDPAdapter):
     name = "apex"
     summary = "NVIDIA apex: amp.initialize (O0-O3) + apex.parallel.DistributedDataParallel, launched by torchrun"
     launcher = "torchrun"
-    seed_name = (3, "apex")
+    blog_label = (3, "apex")
 
     @classmethod
     def plan_knobs(cls, dtype):

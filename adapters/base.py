@@ -153,9 +153,10 @@ class Adapter(ABC):
     distribution: ClassVar[str | None] = None
     """The installed distribution that is this framework ("deepspeed", "horovod"), whose version `compare env`
     shows without importing it; None for torch's own backends."""
-    seed_name: ClassVar[tuple[int, str] | None] = None
-    """(place, name) of this backend in the seed figure the epoch chart reproduces (the "DataParallel vs
-    torch.distributed vs torch.multiprocessing vs apex vs horovod" comparison): report data only, never behaviour."""
+    blog_label: ClassVar[tuple[int, str] | None] = None
+    """(place, name) of this backend in the seed blog's figure that the epoch chart reproduces (the "DataParallel vs
+    torch.distributed vs torch.multiprocessing vs apex vs horovod" comparison): report data only, never behaviour;
+    recorded in every run (`adapters.legend`), so a report never reads it from the live class."""
 
     @dataclass
     class Knobs:

@@ -20,7 +20,7 @@ class DDPAdapter(Adapter):
     name = "ddp"
     summary = "DistributedDataParallel, one process per device, launched by torchrun"
     launcher = "torchrun"
-    seed_name = (1, "torch.distributed")
+    blog_label = (1, "torch.distributed")
 
     @dataclass
     class Knobs:

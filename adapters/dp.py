@@ -13,7 +13,7 @@ class DPAdapter(SingleProcess):
     name = "dp"
     summary = "torch.nn.DataParallel: one process, batch scattered over the devices (pass-through without GPUs)"
     launcher = "in-process"
-    seed_name = (0, "nn.DataParallel")
+    blog_label = (0, "nn.DataParallel")
 
     @classmethod
     def plan_knobs(cls, dtype):

@@ -27,7 +27,7 @@ class FSDPAdapter(DDPAdapter):
     name = "fsdp"
     summary = "FSDP2 (fully_shard per declared unit, then the root), one process per device, launched by torchrun"
     launcher = "torchrun"
-    seed_name = None  # not in the seed figure
+    blog_label = None  # not in the seed figure
 
     @dataclass
     class Knobs:

@@ -103,7 +103,7 @@ class HorovodAdapter(Adapter):
     summary = "Horovod 0.28.1 DistributedOptimizer (gradient averaging), launched by horovodrun --gloo"
     launcher = "horovodrun"
     distribution = "horovod"
-    seed_name = (4, "horovod")
+    blog_label = (4, "horovod")
 
     @dataclass
     class Knobs:

@@ -24,7 +24,7 @@ class SpawnAdapter(DDPAdapter):
     name = "spawn"
     summary = "DistributedDataParallel, ranks started by torch.multiprocessing.spawn"
     launcher = "torch.multiprocessing.spawn"
-    seed_name = (2, "torch.multiprocessing")
+    blog_label = (2, "torch.multiprocessing")
 
     @classmethod
     def plan_knobs(cls, dtype):

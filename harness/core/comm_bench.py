@@ -108,7 +108,7 @@ def execute(p: CommPlan, ui=None, render: Render | None = None) -> tuple[list[di
             "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": req.command,
             "env": envmod.collect_safely(req.device), "world_size": req.world_size, "device": req.device,
             "dtype": req.dtype, "oversubscribed": p.oversubscribed,
-            "bind_cores": req.bind_cores, "gap_s": req.gap_s}
+            "bind_cores": req.bind_cores, "gap_s": req.gap_s, "legend": adapters.legend()}
     interrupted = False
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:

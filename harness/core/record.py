@@ -162,6 +162,10 @@ class Base(TypedDict):
     """The machine and software (Env)."""
     oversubscribed: NotRequired[bool]
     """More processes than usable cores (`--oversubscribe`): every figure is labelled."""
+    legend: NotRequired[dict[str, dict[str, Any]]]
+    """How reports show each adapter and comm backend, as the registry said when the run was made
+    (adapters.legend): its `place` (colour, and the row order where `row_order` is absent), the `adapter` whose
+    colour it takes and its `blog_label` in the seed blog's chart. A report reads it, never the live registry."""
     launcher: NotRequired[str]
     """How its processes were started (`torchrun`, `horovodrun`, `deepspeed`, ...)."""
     world_size: int

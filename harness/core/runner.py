@@ -130,7 +130,8 @@ def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | Non
     """The fields every record of one run shares (env is filled in once the first launch is under way)."""
     req = p.request
     info = {"kind": kind, "run_id": p.out.name, "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": req.command, "row_order": row_order, "env": None, "oversubscribed": p.oversubscribed}
+            "command": req.command, "row_order": row_order, "env": None, "oversubscribed": p.oversubscribed,
+            "legend": adapters.legend()}
     if p.rerun:
         info["rerun_command"] = p.rerun
     until = getattr(p, "until_target", None)

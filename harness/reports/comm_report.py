@@ -104,6 +104,7 @@ def plot(out: Path, records, ops, backends) -> Path | None:
 
     if not ops or not backends:
         return None
+    legend = palette.legend_of(records)
     cols = min(3, len(ops))
     rows = (len(ops) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
@@ -113,13 +114,13 @@ def plot(out: Path, records, ops, backends) -> Path | None:
                            key=lambda r: r["size_bytes"])
             if cells:
                 xs, ys = [c["size_bytes"] for c in cells], [c["busbw_GBps"] for c in cells]
-                ax.plot(xs, ys, marker="o", markersize=3, label=b, color=palette.colour(b))
+                ax.plot(xs, ys, marker="o", markersize=3, label=b, color=palette.colour(b, legend))
                 spans = [(c, c["busbw_interval_GBps"]) for c in cells if c.get("busbw_interval_GBps")]
                 if spans:  # the median call's interval over the iterations, as whiskers
                     ax.errorbar([c["size_bytes"] for c, _ in spans], [c["busbw_GBps"] for c, _ in spans],
                                 yerr=[[c["busbw_GBps"] - lo for c, (lo, _) in spans],
                                       [hi - c["busbw_GBps"] for c, (_, hi) in spans]],
-                                fmt="none", ecolor=palette.colour(b), elinewidth=0.8, capsize=2)
+                                fmt="none", ecolor=palette.colour(b, legend), elinewidth=0.8, capsize=2)
         ax.set_xscale("log", base=2)
         ax.set_title(op, fontsize=9)
         ax.set_xlabel("size (bytes)", fontsize=8)

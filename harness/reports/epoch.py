@@ -25,18 +25,15 @@ from typing import Any
 
 from harness.core.outdir import save_figure
 from harness.core.record import MEASURED, has_intervals, precision_label
-from harness.reports import figures
+from harness.reports import figures, palette
 
 
-def seed_name(adapter: str) -> tuple[int, str] | None:
-    """(place, name) of an adapter in the seed figure, as the adapter declares it (`Adapter.seed_name`;
-    torch.distributed.launch there is torchrun, its successor, here); None for one the seed did not have."""
-    import adapters
-
-    try:
-        return adapters.get(adapter).seed_name
-    except Exception:  # noqa: BLE001 - an unknown adapter in old records, or one whose module fails to import
-        return None
+def blog_label(adapter: str, legend: palette.Legend) -> tuple[int, str] | None:
+    """(place, name) of an adapter in the seed blog's figure, as the run recorded it (`legend`, from
+    `Adapter.blog_label`; torch.distributed.launch there is torchrun, its successor, here); None for one the seed did
+    not have."""
+    label = (legend.get(adapter) or {}).get("blog_label")
+    return (label[0], label[1]) if label else None
 
 
 def samples_per_epoch(train_samples: int, global_batch: int) -> tuple[int, int]:
@@ -52,13 +49,14 @@ def epoch_rows(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> lis
     measured = [r for r in rows if r["measured"]]
     if not measured or any(r["first"]["controls"].get("train_samples") is None for r in measured):
         return []
-    places = {r["first"]["adapter"]: seed_name(r["first"]["adapter"]) for r in rows}
+    legend = palette.legend_of(records)
+    places = {r["first"]["adapter"]: blog_label(r["first"]["adapter"], legend) for r in rows}
     ordered = sorted(rows, key=lambda r: places[r["first"]["adapter"]][0] if places[r["first"]["adapter"]]
                      else float("inf"))  # sorted() is stable: our other rows keep their order
     out = []
     for row in ordered:
         f = row["first"]
-        entry = {"label": row["adapter"], "adapter": f["adapter"], "seed_name": (places[f["adapter"]] or (0, None))[1],
+        entry = {"label": row["adapter"], "adapter": f["adapter"], "blog_label": (places[f["adapter"]] or (0, None))[1],
                  "measured": row["measured"], "status": row["status"],
                  "reason": "; ".join(row["reasons"]) or row["status"]}
         if row["measured"]:
@@ -96,7 +94,7 @@ def section(entries: list[dict[str, Any]]) -> list[str]:
                                                                               if with_eval else ""),
              "|---|---|---|---|" + ("---|" if with_eval else "")]
     for e in entries:
-        name = e["seed_name"] or "–"
+        name = e["blog_label"] or "–"
         if not e["measured"]:
             lines.append(f"| {e['label']} | {name} | | **{e['status']}** |" + (" |" if with_eval else ""))
             continue
@@ -138,7 +136,7 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
     if plt is None:
         return None
 
-    labels = [(f"{e['seed_name']} ({e['label']})" if e["seed_name"] else e["label"])
+    labels = [(f"{e['blog_label']} ({e['label']})" if e["blog_label"] else e["label"])
               + (f" [{e['precision']}]" if e.get("precision", "fp32") != "fp32" else "") for e in entries]
     train = [e.get("epoch_s") or 0.0 for e in entries]
     ev = [e.get("eval_per_epoch_s") or 0.0 for e in entries]

@@ -2,8 +2,8 @@
 table.
 
 Runs in: the parent. `compare report DIR` calls `render(DIR, read_records(DIR/records.jsonl))`; nothing here looks
-at anything but the records (and, for records older than their `row_order` field, the adapter registry's order of
-rows), so an old run re-renders identically.
+at anything but the records (their `row_order` and `legend`; for records older than those fields, the adapter
+registry's order of rows and colours), so an old run re-renders identically.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-import adapters
 from harness.core.errors import first_sentence
 from harness.core.outdir import save_figure, write_text
 from harness.core.provenance import tuning_line
@@ -65,15 +64,17 @@ def group(records: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]
     for rec in records:
         rows.setdefault(rec["label"], []).append(rec)
     # Rows in the order they were asked for (unavailable rows are recorded first, at plan time); records written
-    # before `row_order` existed fall back to the registry's order. Ties keep the order of appearance.
+    # before `row_order` existed fall back to the registry's order (palette.legend_of). Ties keep the order of
+    # appearance.
     order = records[0].get("row_order") if records else None
-    registry = adapters.names()
+    legend = {} if order else palette.legend_of(records)
 
     def key(item):
         label, recs = item
         if order:
             return order.index(label) if label in order else len(order)
-        return registry.index(recs[0]["adapter"]) if recs[0]["adapter"] in registry else len(registry)
+        entry = legend.get(recs[0]["adapter"])
+        return entry["place"] if entry else len({e["adapter"] for e in legend.values()})
 
     return OrderedDict(sorted(rows.items(), key=key))
 
@@ -452,6 +453,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     title = f"{r0['workload']}, world size {r0['world_size']}, {r0['env']['cpu_cores_usable']}-core " + (
         r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
     paths = []
+    legend = palette.legend_of(records)
 
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
     labels = [f"{r['adapter']} ({precision_label(r['first']['controls'])})" for r in ok]
@@ -465,7 +467,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
         lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
         hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]
         whiskers = "whiskers: p90..p10 step time"
-    ax.barh(labels, sps, xerr=[lo, hi], color=[palette.colour(r["adapter"]) for r in ok], capsize=4)
+    ax.barh(labels, sps, xerr=[lo, hi], color=[palette.colour(r["adapter"], legend) for r in ok], capsize=4)
     for i, s in enumerate(sps):
         ax.text(s + hi[i], i, f"  {s:,.0f}", va="center", ha="left", fontsize=9)  # right of the whisker
     ax.invert_yaxis()
@@ -478,14 +480,14 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    style = palette.styles([r["adapter"] for r in ok])
+    style = palette.styles([r["adapter"] for r in ok], legend)
     curves: dict[tuple, str] = {}
     for r in ok:
         curve = r["first"]["loss_curve"]
         same = curves.setdefault(tuple(round(v, 4) for v in curve), r["adapter"])
         # rows that trained alike (every fp32 backend does, to rounding) overlap: the legend says so
         label = r["adapter"] if same == r["adapter"] else f"{r['adapter']} (same curve as {same})"
-        ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1, color=palette.colour(r["adapter"]),
+        ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1, color=palette.colour(r["adapter"], legend),
                 linestyle=style[r["adapter"]])
     ax.set_xlabel("step (warm-up included)")
     ax.set_ylabel("training loss (global batch)")

@@ -333,7 +333,8 @@ def plot(out: Path, records, tab) -> list[Path]:
         r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
     sizes = sorted({r["n"] for rs in rows.values() for r in rs})
     paths = []
-    style = palette.styles(list(rows))
+    legend = palette.legend_of(records)
+    style = palette.styles(list(rows), legend)
 
     def lines(ax, key):
         for label, rs in rows.items():
@@ -341,7 +342,7 @@ def plot(out: Path, records, tab) -> list[Path]:
             if not pts:
                 continue
             line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, linewidth=1.2,
-                            color=palette.colour(label), linestyle=style[label])
+                            color=palette.colour(label, legend), linestyle=style[label])
             for n, v, o in pts:
                 if o:  # hollow marker: time-shared cores
                     ax.plot([n], [v], marker="o", markerfacecolor="white", markeredgecolor=line.get_color())

@@ -123,3 +123,43 @@ def test_index_shows_each_runs_question_nested_runs_an_archive_and_a_benchmark_l
         ["| What does the harness cost?", "[bench/](bench/README.md)", "not a `compare` run: README.md says what "
                                                                         "made it"],
     ]
+
+
+def test_a_run_that_recorded_its_legend_renders_without_the_adapter_registry(tmp_path, monkeypatch):
+    """Colours, row order and the seed blog's labels come from the records' `legend` (adapters.legend at run time):
+    with the registry gone, the report and every figure render byte for byte as with it."""
+    import adapters
+
+    blog = RUNS / "digits_cpu2_20261123-113816"  # every seed-blog backend: labels and the epoch chart
+    records = [json.loads(line) for line in records_text(blog).splitlines()]
+    for rec in records:
+        rec["legend"] = adapters.legend()
+        if "controls" in rec:
+            rec["controls"]["train_samples"] = 1437  # recorded since: the epoch chart needs it
+    (tmp_path / "with").mkdir()
+    (tmp_path / "without").mkdir()
+    report.render(tmp_path / "with", records)
+
+    def gone(*_args, **_kwargs):
+        raise AssertionError("a report read the live adapter registry")
+
+    for name in ("names", "get", "legend", "comm_backends", "comm_backend_adapter"):
+        monkeypatch.setattr(adapters, name, gone)
+    report.render(tmp_path / "without", copy.deepcopy(records))
+    made = sorted(p.name for p in (tmp_path / "with").iterdir())
+    assert {"report.md", "throughput.png", "loss.png"} <= set(made)
+    assert made == sorted(p.name for p in (tmp_path / "without").iterdir())
+    for name in made:
+        assert (tmp_path / "with" / name).read_bytes() == (tmp_path / "without" / name).read_bytes(), name
+    # and what the legend says is what the report shows: the seed blog's names in its epoch table
+    assert "| ddp | torch.distributed |" in (tmp_path / "without" / "report.md").read_text()
+
+
+def test_the_legend_not_the_registry_chooses_a_rows_colour():
+    from harness.reports import palette
+
+    legend = {"ddp": {"place": 3, "adapter": "ddp", "blog_label": None},
+              "torch": {"place": 3, "adapter": "ddp", "blog_label": None}}
+    assert palette.colour("ddp:bucket_cap_mb=1", legend) == palette.COLOURS[3] == palette.colour("torch", legend)
+    assert palette.styles(["ddp", "ddp:bucket_cap_mb=1", "torch"], legend) == {
+        "ddp": "-", "ddp:bucket_cap_mb=1": "--", "torch": "-."}

@@ -81,7 +81,7 @@ def test_epoch_arithmetic_and_the_seed_blogs_order():
     entries = epoch.epoch_rows(records, rows)
     # The seed's order (nn.DataParallel, torch.distributed, torch.multiprocessing, apex, horovod), then ours.
     assert [e["label"] for e in entries] == ["dp", "ddp", "spawn", "apex", "horovod", "amp", "deepspeed"]
-    assert [e["seed_name"] for e in entries[:5]] == ["nn.DataParallel", "torch.distributed",
+    assert [e["blog_label"] for e in entries[:5]] == ["nn.DataParallel", "torch.distributed",
                                                       "torch.multiprocessing", "apex", "horovod"]
     apex = entries[3]
     assert apex["measured"] is False and apex["status"] == "unavailable" and "CUDA" in apex["reason"]
