@@ -39,6 +39,7 @@ from typing import Annotated, Any, Literal
 
 from adapters.base import Adapter, Availability, KnobError, Precision, cuda_world_check
 from adapters.ddp import DDPAdapter
+from harness.shared.comm_schedule import Buckets
 
 LAST_TAG = "25.05"
 """Last NVIDIA apex tag that still has apex.amp and apex.parallel.DistributedDataParallel (removed in PR 1896)."""
@@ -287,8 +288,8 @@ class ApexAdapter(DDPAdapter):
         elements = 10_000_000 if k.message_size is None else k.message_size
         half = k.opt_level in ("O2", "O3")
         size = elements * (2 if half else 4)
-        return {"kind": "buckets", "comm_backend": "torch", "wire_scale": 0.5 if half else 1.0,
-                "overlap": not k.delay_allreduce, "bucket_bytes": size, "first_bucket_bytes": size}
+        return Buckets(comm_backend="torch", wire_scale=0.5 if half else 1.0, overlap=not k.delay_allreduce,
+                       bucket_bytes=size, first_bucket_bytes=size)
 
     def describe(self):
         import torch

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.shared import cache, options
+from harness.shared.comm_schedule import Schedule
 
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
     import torch
@@ -243,18 +244,11 @@ class Adapter(ABC):
         """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
         return "none"
 
-    def comm_schedule(self) -> dict[str, Any] | None:
+    def comm_schedule(self) -> Schedule | None:
         """How this framework moves gradients in one training step with these knobs (its defaults where a knob is
         unset), for the scaling model (harness/model/costmodel.py); recorded in every row. None: no communication.
-
-        One of: {"kind": "buckets", "bucket_bytes", "first_bucket_bytes", "overlap"} (all-reduce each bucket as
-        its gradients are ready, DDP-style); {"kind": "fusion", "fusion_bytes", "cycle_s"} (a background cycle
-        fuses what is ready, Horovod-style); {"kind": "zero", "stage", "overlap", "bucket_elems", "grad_reduce",
-        "norm_allreduce", "reuse_elems"} (DeepSpeed: harness/model/costmodel.py zero_calls); {"kind": "fsdp",
-        "reshard_after_forward", "gather_scale", "replicas", "overlap"} (FSDP2: per-unit all-gathers and
-        reduce-scatters); {"kind": "replicate"} (one process broadcasting to and reducing from several devices). Every kind also has "comm_backend" (the
-        `compare comm` backend whose measured collectives it uses) and "wire_scale" (bytes on the wire per
-        gradient byte: 0.5 with fp16 compression of fp32 gradients)."""
+        One of harness/shared/comm_schedule.py's kinds: Buckets (DDP-style), Fusion (Horovod-style), Zero
+        (DeepSpeed), Fsdp (FSDP2), Replicate (DataParallel)."""
         return None
 
     # ---- compare plan ----------------------------------------------------------------------------------

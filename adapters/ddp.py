@@ -14,6 +14,7 @@ from pathlib import Path
 
 from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, cuda_world_check, init_process_group_from_env,
                            torch_build, torchrun, torchrun_nodes)
+from harness.shared.comm_schedule import Buckets
 
 
 class DDPAdapter(Adapter):
@@ -186,9 +187,9 @@ class DDPAdapter(Adapter):
         # fp16/bf16 hooks halve the bytes; PowerSGD's rank-r factors of an m x n gradient are r(m + n) values
         # instead of mn (depends on the shapes, not known here: left at 1.0 and said so in the record's note).
         wire = 0.5 if self.knobs.comm_hook in ("fp16", "bf16") else 1.0
-        return {"kind": "buckets", "comm_backend": "torch", "wire_scale": wire, "overlap": True,
-                "bucket_bytes": int((25 if cap is None else cap) * 2**20),
-                "first_bucket_bytes": int((1 if cap is None else cap) * 2**20)}
+        return Buckets(comm_backend="torch", wire_scale=wire, overlap=True,
+                       bucket_bytes=int((25 if cap is None else cap) * 2**20),
+                       first_bucket_bytes=int((1 if cap is None else cap) * 2**20))
 
     @classmethod
     def environment(cls):

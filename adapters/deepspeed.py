@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from adapters.base import (AGENT_STORE_ENV, Adapter, Availability, KnobError, LaunchPlan, Precision, RankInfo,
                            agent_store, cuda_world_check, on_node, rank_command, ranks_from_slurm, torch_build)
+from harness.shared.comm_schedule import Zero
 
 PINNED_VERSION = "0.19.8"
 INSTALL_FIX = (f"run `make setup` (adapters/install/deepspeed.sh), or "
@@ -564,11 +565,10 @@ class DeepSpeedAdapter(Adapter):
         # for forward, keeps it for backward within stage3_max_reuse_distance (1e9 elements), reduce-scatters the
         # gradients and all-reduces the norm (stage3.py _get_norm_groups). ZeRO-0 has no norm reduction here:
         # gradient_clipping is 0 (_ds_config).
-        return {"kind": "zero", "comm_backend": "deepspeed", "wire_scale": 1.0, "stage": k.zero_stage,
-                "overlap": k.zero_stage == 3, "norm_allreduce": k.zero_stage >= 1,
-                "grad_reduce": "reduce_scatter" if k.zero_stage == 3 else "all_reduce",
-                "reuse_elems": 1_000_000_000,
-                "bucket_elems": 500_000_000 if k.reduce_bucket_elems is None else k.reduce_bucket_elems}
+        return Zero(comm_backend="deepspeed", wire_scale=1.0, stage=k.zero_stage, overlap=k.zero_stage == 3,
+                    norm_allreduce=k.zero_stage >= 1,
+                    grad_reduce="reduce_scatter" if k.zero_stage == 3 else "all_reduce", reuse_elems=1_000_000_000,
+                    bucket_elems=500_000_000 if k.reduce_bucket_elems is None else k.reduce_bucket_elems)
 
     def comm(self):
         from adapters.ddp import TorchComm

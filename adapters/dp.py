@@ -7,6 +7,7 @@ the CPU and ignores `device_ids`. Its row then says so (devices used: 1), rather
 from __future__ import annotations
 
 from adapters.base import Availability, SingleProcess, cuda_world_check
+from harness.shared.comm_schedule import Replicate
 
 
 class DPAdapter(SingleProcess):
@@ -48,7 +49,7 @@ class DPAdapter(SingleProcess):
     def comm_schedule(self):
         # Every step replicates the module from device 0 and reduces the gradients back to it; no communication
         # at all where there is one device (the CPU).
-        return {"kind": "replicate", "comm_backend": "torch", "wire_scale": 1.0}
+        return Replicate(comm_backend="torch", wire_scale=1.0)
 
     def describe(self):
         import torch

@@ -19,6 +19,7 @@ from typing import Literal
 
 from adapters.base import Availability, KnobError, Precision, torch_build
 from adapters.ddp import DDPAdapter
+from harness.shared.comm_schedule import Fsdp
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -134,9 +135,8 @@ class FSDPAdapter(DDPAdapter):
     def comm_schedule(self):
         k = self.knobs
         wire = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}
-        return {"kind": "fsdp", "comm_backend": "torch", "wire_scale": wire[k.reduce_dtype],
-                "gather_scale": wire[k.param_dtype], "reshard_after_forward": k.reshard_after_forward,
-                "replicas": k.replicas, "overlap": True}
+        return Fsdp(comm_backend="torch", wire_scale=wire[k.reduce_dtype], gather_scale=wire[k.param_dtype],
+                    reshard_after_forward=k.reshard_after_forward, replicas=k.replicas, overlap=True)
 
     def describe(self):
         import torch

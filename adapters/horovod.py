@@ -29,6 +29,7 @@ from typing import Literal
 
 from adapters.base import Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check, rank_command
 from harness.shared import cache
+from harness.shared.comm_schedule import Fusion
 
 VERSION = "0.28.1"
 INSTALL_SCRIPT = "adapters/install/horovod.sh"
@@ -309,7 +310,7 @@ class HorovodAdapter(Adapter):
     def model_state_bytes(self, params, largest, n, optimizer_bytes):
         # fp32 parameters, gradients and optimizer state on every rank, and the fusion buffer (allocated once
         # gradients of more than one tensor are fused; at most the whole gradient).
-        fusion = self.comm_schedule()["fusion_bytes"]
+        fusion = self.comm_schedule().fusion_bytes
         return params * (4 + 4 + optimizer_bytes) + min(fusion, 4 * params)
 
     def comm_schedule(self):
@@ -320,9 +321,8 @@ class HorovodAdapter(Adapter):
         fusion = (k.fusion_threshold_mb * 2**20 if k.fusion_threshold_mb is not None
                   else _env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20))
         cycle_ms = k.cycle_time_ms if k.cycle_time_ms is not None else _env_number("HOROVOD_CYCLE_TIME", 1.0)
-        return {"kind": "fusion", "comm_backend": "horovod",
-                "wire_scale": 0.5 if k.compression == "fp16" else 1.0,
-                "fusion_bytes": int(fusion), "cycle_s": cycle_ms / 1e3}
+        return Fusion(comm_backend="horovod", wire_scale=0.5 if k.compression == "fp16" else 1.0,
+                      fusion_bytes=int(fusion), cycle_s=cycle_ms / 1e3)
 
     def describe(self):
         import horovod

@@ -338,7 +338,8 @@ def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:
                              world_size=p.request.world_size, repeat=job.repeat, status=outcome.status,
                              reason=outcome.reason)
     rec.update(p.extra)
-    rec["comm_schedule"] = adapter.comm_schedule()
+    schedule = adapter.comm_schedule()
+    rec["comm_schedule"] = schedule.to_record() if schedule else None
     try:
         return assemble.from_outcome(rec, outcome, job.spec, reference, p.workload)
     except Exception as exc:  # a malformed rank file must not lose the other rows

@@ -217,7 +217,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
                     raise BadInput(f"--comm {d}: world size {n}, which is not one of --world-sizes "
                                    f"{','.join(map(str, sizes))}; give comm results at a world size the sweep "
                                    f"measures")
-        backends = sorted({r.adapter.comm_schedule()["comm_backend"] for p in points for r in p.runnable
+        backends = sorted({r.adapter.comm_schedule().comm_backend for p in points for r in p.runnable
                            if r.adapter.comm_schedule() and r.adapter.processes(p.request.world_size) > 1})
         if req.comm_dirs and backends:
             missing = [n for n in sizes if n > 1 and n not in given]

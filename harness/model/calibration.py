@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.model import costmodel as cm
+from harness.shared.comm_schedule import Replicate, Schedule, Zero, from_record
 
 BASELINE = "single-process"
 UTILISATION = (0.1, 0.3, 0.5)
@@ -91,20 +92,22 @@ def shares_cores(rec: dict[str, Any]) -> bool:
     return threads >= rec["env"]["cpu_cores_usable"]
 
 
-def comm_schedule_of(record: dict[str, Any]) -> dict[str, Any] | None:
-    """The schedule a record keeps (what its adapter declared for its knobs when it ran), with any key that a record
-    made before the key existed lacks taken from what the same adapter declares for the same knobs today: a
+def comm_schedule_of(record: dict[str, Any]) -> Schedule | None:
+    """The schedule a record keeps (what its adapter declared for its knobs when it ran), typed, with any field that a
+    record made before the field existed lacks taken from what the same adapter declares for the same knobs today: a
     framework's defaults are written once, in its adapter, and never restated by the model."""
     recorded = record.get("comm_schedule")
     if not recorded:
-        return recorded
+        return None
     import adapters
 
     try:
         declared = adapters.get(record["adapter"])((record.get("controls") or {}).get("knobs") or {}).comm_schedule()
     except Exception:  # noqa: BLE001 - an adapter or knob gone since: the record's own schedule, as it was
-        return recorded
-    return {**declared, **recorded} if declared and declared.get("kind") == recorded.get("kind") else recorded
+        return from_record(recorded)
+    if declared is not None and declared.KIND == recorded.get("kind"):
+        return from_record({**declared.to_record(), **recorded})
+    return from_record(recorded)
 
 
 def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -132,14 +135,14 @@ def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict
                  "profile": prof, "overhead_s": overhead, "precision": any_ok[0]["controls"]["precision"],
                  "peak_1": max(one[0]["peak_memory_bytes_per_rank"]) if one else None,
                  "param_count": any_ok[0].get("param_count")}
-        backend = (schedule or {}).get("comm_backend")
+        backend = schedule.comm_backend if schedule else None
         entry["collectives"] = cm.Fitted.from_records(backend, comm) if backend and comm else None
         out[label] = entry
     return out
 
 
 def _stage(schedule) -> int:
-    return schedule["stage"] if schedule and schedule.get("kind") == "zero" else 0
+    return schedule.stage if isinstance(schedule, Zero) else 0
 
 
 def predicted_memory(cal: dict[str, Any], n: int, extra_bytes: float = 0.0) -> float | None:
@@ -240,7 +243,7 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
                 continue
             rec = p["first"]
             n = rec["topology"]["processes"]
-            if c["schedule"] and c["schedule"]["kind"] == "replicate":
+            if isinstance(c["schedule"], Replicate):
                 n = rec["topology"]["devices_used"]
             row = {"label": label, "n": p["n"], "oversubscribed": p["oversubscribed"],
                    "measured_s": p["step_mean"], "measured_median_s": p["step_median"],

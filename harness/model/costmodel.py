@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from harness.core.sizes import format_size
+from harness.shared.comm_schedule import Buckets, Fsdp, Fusion, Replicate, Schedule, Zero
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 PUBLISHED = PROFILES_DIR / "published.json"
@@ -548,11 +549,11 @@ def buckets_of(grads: list[tuple[float, float]], first_cap: float, cap: float) -
     return out
 
 
-def fusion_cycles(grads: list[tuple[float, float]], schedule: dict[str, Any],
+def fusion_cycles(grads: list[tuple[float, float]], schedule: Fusion,
                   busy=lambda buffers: 0.0) -> list[tuple[float, list[tuple[float, int]]]]:
     """Horovod's cycles with work: (start time, [(fused bytes, tensors) per all-reduce]) in order. The next cycle
     starts a cycle time after this one, or when this one's work (`busy(buffers)`) is done if that is later."""
-    cycle, cap = schedule["cycle_s"], schedule["fusion_bytes"] or float("inf")
+    cycle, cap = schedule.cycle_s, schedule.fusion_bytes or float("inf")
     pending, out, tick, first = sorted(grads, key=lambda g: g[1]), [], cycle, 0
     times = [t for _, t in pending]
     while first < len(pending):
@@ -589,10 +590,10 @@ def fused_all_reduce(c: Compute, coll: Collectives, size: float, count: int, n: 
     return coll.time("all_reduce", size, n) + fusion_copy(c, size, count)
 
 
-def fusion_plan(schedule: dict[str, Any], c: Compute, coll: Collectives,
+def fusion_plan(schedule: Fusion, c: Compute, coll: Collectives,
                 n: int) -> list[tuple[float, list[tuple[float, int]], float]]:
     """Horovod's cycles for this step: (start, [(fused bytes, tensors)], seconds of work) each."""
-    wire = schedule.get("wire_scale", 1.0)
+    wire = schedule.wire_scale
     grads = [(b * wire, t) for b, t in c.grads] or [(0.0, c.bwd_s)]
 
     def busy(buffers):
@@ -601,13 +602,13 @@ def fusion_plan(schedule: dict[str, Any], c: Compute, coll: Collectives,
     return [(start, buffers, busy(buffers)) for start, buffers in fusion_cycles(grads, schedule, busy)]
 
 
-def fusion_buffer_bytes(schedule: dict[str, Any] | None, c: Compute, coll: Collectives, n: int) -> float:
+def fusion_buffer_bytes(schedule: Schedule | None, c: Compute, coll: Collectives, n: int) -> float:
     """Memory a fusion buffer adds on each rank: Horovod allocates it once several tensors are fused, and the
     pages its largest fused all-reduce touches stay resident (at most the fusion threshold)."""
-    if not schedule or schedule.get("kind") != "fusion" or n <= 1:
+    if not isinstance(schedule, Fusion) or n <= 1:
         return 0.0
     sizes = [size for _, buffers, _ in fusion_plan(schedule, c, coll, n) for size, count in buffers if count > 1]
-    return min(max(sizes, default=0.0), schedule["fusion_bytes"] or float("inf"))
+    return min(max(sizes, default=0.0), schedule.fusion_bytes or float("inf"))
 
 
 def ipg_closes(sizes: list[float], cap: float) -> list[float]:
@@ -633,12 +634,12 @@ def ipg_buckets(sizes: list[float], cap: float) -> list[float]:
     return [size for size in ipg_closes(sizes, cap) if size]
 
 
-def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
+def zero_calls(schedule: Zero, grads: list[tuple[float, float]],
                n: int) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[tuple[str, float]]]:
     """DeepSpeed's collectives in one step as (op, bytes), in three phases: during forward, during backward, and
     after backward (before or around the optimizer step). `grads`: (bytes, ready time) per parameter, in the order
     backward makes them ready (the reverse of forward's). What DeepSpeed 0.19 does, as
-    counted in a real run (tests/distributed/test_deepspeed_collectives.py), read from the schedule's keys (each
+    counted in a real run (tests/distributed/test_deepspeed_collectives.py), read from the schedule's fields (each
     declared by the adapter, with DeepSpeed's defaults resolved there, never restated here):
     - ZeRO-0 all-reduces the gradients after backward;
     - ZeRO-1/2 reduce them with `grad_reduce` (DeepSpeed: an all-reduce, each rank keeping its partition:
@@ -647,20 +648,20 @@ def zero_calls(schedule: dict[str, Any], grads: list[tuple[float, float]],
     - ZeRO-3 all-gathers each parameter for forward, and again for backward only when its next use is further
       than `reuse_elems` elements of other parameters away (stage3_max_reuse_distance, 1e9: below it the gathered
       parameter stays until backward), reduce-scatters the gradients and all-reduces the norm."""
-    stage = schedule["stage"]
+    stage = schedule.stage
     sizes = [b for b, _ in grads]
     total = sum(sizes)
-    op = schedule["grad_reduce"]
-    cap = schedule["bucket_elems"] * 4 if stage >= 1 else 0  # reduce_bucket_size, fp32 elements
+    op = schedule.grad_reduce
+    cap = schedule.bucket_elems * 4 if stage >= 1 else 0  # reduce_bucket_size, fp32 elements
     reduce = [(op, b) for b in ipg_buckets(sizes, cap)]
-    norm = [("all_reduce", 4)] if stage >= 1 and schedule["norm_allreduce"] else []
+    norm = [("all_reduce", 4)] if stage >= 1 and schedule.norm_allreduce else []
     if stage == 0:
         return [], [], reduce
     if stage in (1, 2):
         return [], [], reduce + norm + [("all_gather", total)]
     order = sizes[::-1]  # forward's order
     forward = [("all_gather", b) for b in order]
-    again = [("all_gather", b) for b, far in zip(order, regathered(order, schedule["reuse_elems"] * 4)) if far]
+    again = [("all_gather", b) for b, far in zip(order, regathered(order, schedule.reuse_elems * 4)) if far]
     return forward, again[::-1] + reduce, norm
 
 
@@ -787,7 +788,7 @@ class Pricing(NamedTuple):
 
 
 PRICERS: dict[str, Callable[..., Pricing]] = {}
-"""Schedule kind (an adapter's comm_schedule()["kind"]) -> its pricer: a new communication pattern is one more
+"""Schedule kind (harness/shared/comm_schedule.py, an adapter's comm_schedule().KIND) -> its pricer: a new communication pattern is one more
 function registered with @schedule_kind, not a branch in predict_step."""
 
 
@@ -808,12 +809,12 @@ def _overlapped(jobs: list[tuple[float, float]], window: float, shares_cores: bo
 
 
 @schedule_kind("buckets")
-def _buckets(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+def _buckets(schedule: Buckets, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
     """DDP (and apex DDP): gradients all-reduced bucket by bucket as backward fills them (unless overlap is off).
-    Keys: first_bucket_bytes, bucket_bytes, overlap, wire_scale."""
+    Fields: first_bucket_bytes, bucket_bytes, overlap, wire_scale."""
     jobs = [(t, coll.time("all_reduce", b, n)) for b, t in
-            buckets_of(grads, schedule["first_bucket_bytes"], schedule["bucket_bytes"])]
-    if schedule.get("overlap", True):
+            buckets_of(grads, schedule.first_bucket_bytes, schedule.bucket_bytes)]
+    if schedule.overlap:
         comm, exposed = _overlapped(jobs, c.bwd_s, shares_cores, coll.overlap_slowdown)
     else:
         comm = exposed = sum(d for _, d in jobs)
@@ -821,34 +822,34 @@ def _buckets(schedule, c: Compute, coll: Collectives, n: int, grads, shares_core
 
 
 @schedule_kind("fusion")
-def _fusion(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+def _fusion(schedule: Fusion, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
     """Horovod's background thread: each cycle it negotiates whatever gradients are ready, fuses them into
     all-reduces of at most the fusion buffer, runs them, then sleeps out the rest of its cycle; what became ready
     while it was busy is fused into the next cycle's buffer. A buffer of several tensors is packed (copied in) and
-    unpacked (copied out); a single tensor is reduced where it is. Keys: see fusion_plan."""
+    unpacked (copied out); a single tensor is reduced where it is. Fields: see fusion_plan."""
     jobs = [(start, busy) for start, _, busy in fusion_plan(schedule, c, coll, n)]
     comm, exposed = _overlapped(jobs, c.bwd_s, shares_cores, coll.overlap_slowdown)
     return Pricing(comm, exposed, c.opt_s)
 
 
 @schedule_kind("zero")
-def _zero(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
-    """DeepSpeed ZeRO stage 0-3 (zero_calls says which collectives each stage issues when). Keys: stage,
+def _zero(schedule: Zero, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+    """DeepSpeed ZeRO stage 0-3 (zero_calls says which collectives each stage issues when). Fields: stage,
     bucket_elems, grad_reduce, norm_allreduce, reuse_elems, overlap, wire_scale."""
-    opt = c.opt_s / n if schedule["stage"] >= 1 else c.opt_s  # each rank steps its 1/N partition
+    opt = c.opt_s / n if schedule.stage >= 1 else c.opt_s  # each rank steps its 1/N partition
     forward, backward, after = zero_calls(schedule, grads, n)
     priced = [sum(coll.time(op, b, n) for op, b in calls) for calls in (forward, backward, after)]
     comm = sum(priced)
-    if schedule["stage"] == 3 and schedule.get("overlap", True) and not shares_cores:
+    if schedule.stage == 3 and schedule.overlap and not shares_cores:
         # unit by unit: each parameter's gather prefetched one ahead of its forward (and, beyond the reuse
         # distance, of its backward); each reduce bucket reduce-scattered once backward has filled it
         units = units_of(grads, c.fwd_s, c.bwd_s)
-        far = regathered([b for b, _, _ in units][::-1], schedule["reuse_elems"] * 4)[::-1]
-        closes = ipg_closes([b for b, _, _ in units], schedule["bucket_elems"] * 4)
+        far = regathered([b for b, _, _ in units][::-1], schedule.reuse_elems * 4)[::-1]
+        closes = ipg_closes([b for b, _, _ in units], schedule.bucket_elems * 4)
         slow = coll.overlap_slowdown
         fwd = prefetched([(f, coll.time("all_gather", b, n), 0.0) for b, f, _ in units[::-1]], slow)
         bwd = prefetched([(d, coll.time("all_gather", b, n) if again else 0.0,
-                           coll.time(schedule["grad_reduce"], closed, n) if closed else 0.0)
+                           coll.time(schedule.grad_reduce, closed, n) if closed else 0.0)
                           for (b, _, d), again, closed in zip(units, far, closes)], slow)
         exposed = (fwd - c.fwd_s) + (bwd - c.bwd_s) + priced[2]
     else:
@@ -857,21 +858,19 @@ def _zero(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: 
 
 
 @schedule_kind("fsdp")
-def _fsdp(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+def _fsdp(schedule: Fsdp, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
     """FSDP2: each rank steps its 1/N shard; every unit's parameters are all-gathered (in param_dtype: gather_scale
     bytes per fp32 byte) for forward and, resharded after forward, again for backward; its gradients are
     reduce-scattered (in reduce_dtype: wire_scale) in backward. Priced per gradient tensor, the finest units FSDP
     could have (a workload's units group several: fewer, larger calls); prefetching hides the gathers behind forward
-    and backward where they fit, as ZeRO-3's. HSDP's all-reduce across replicas is not priced. Keys: gather_scale,
+    and backward where they fit, as ZeRO-3's. HSDP's all-reduce across replicas is not priced. Fields: gather_scale,
     reshard_after_forward, overlap, wire_scale."""
-    wire = schedule.get("wire_scale", 1.0)
-    gather = schedule.get("gather_scale", 1.0)
-    reshard = schedule.get("reshard_after_forward", True)
+    wire, gather, reshard = schedule.wire_scale, schedule.gather_scale, schedule.reshard_after_forward
     units = units_of(grads, c.fwd_s, c.bwd_s)
     gathers = [coll.time("all_gather", (b / wire if wire else 0.0) * gather, n) for b, _, _ in units]
     scatters = [coll.time("reduce_scatter", b, n) for b, _, _ in units]
     comm = sum(gathers) * (2 if reshard else 1) + sum(scatters)
-    if schedule.get("overlap", True) and not shares_cores:
+    if schedule.overlap and not shares_cores:
         # unit by unit: each unit's gather prefetched one ahead of its compute, its reduce-scatter issued once its
         # backward is done
         slow = coll.overlap_slowdown
@@ -884,7 +883,7 @@ def _fsdp(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: 
 
 
 @schedule_kind("replicate")
-def _replicate(schedule, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
+def _replicate(schedule: Replicate, c: Compute, coll: Collectives, n: int, grads, shares_cores: bool) -> Pricing:
     """DataParallel: every step the module is broadcast from device 0 to the others and the gradients reduced back,
     with no overlap."""
     total_bytes = sum(b for b, _ in grads)
@@ -892,14 +891,14 @@ def _replicate(schedule, c: Compute, coll: Collectives, n: int, grads, shares_co
     return Pricing(comm, comm, c.opt_s)
 
 
-def predict_step(schedule: dict[str, Any] | None, c: Compute, coll: Collectives, n: int,
+def predict_step(schedule: Schedule | None, c: Compute, coll: Collectives, n: int,
                  shares_cores: bool = False) -> Step:
     """The step of a backend with `schedule` (an adapter's comm_schedule()) on n ranks. `shares_cores`:
     communication runs on the cores that compute (a CPU), so nothing overlaps."""
     compute = c.total_s
     if schedule is None or n <= 1:
         return Step(compute + c.overhead_s, compute, 0.0, 0.0, c.overhead_s)
-    kind, wire = schedule["kind"], schedule.get("wire_scale", 1.0)
+    kind, wire = schedule.KIND, schedule.wire_scale
     if kind not in PRICERS:
         raise KeyError(f"unknown schedule kind '{kind}'")
     grads = [(b * wire, t) for b, t in c.grads] or [(0.0, c.bwd_s)]

@@ -12,6 +12,7 @@ from typing import Any
 from harness.core.outdir import save_figure
 from harness.core.record import has_intervals
 from harness.core.sizes import format_mib
+from harness.shared.comm_schedule import Fusion, Schedule, Zero
 from harness.model import FINGERPRINT, VERSION, published
 from harness.model import costmodel as cm
 from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate, extrapolate_here, judged,
@@ -34,9 +35,9 @@ def _gap_note(comm: list[dict[str, Any]]) -> str:
             "commit 49ac1de back to back, as nccl-tests does).")
 
 
-def _fused_note(sched: dict, c: dict) -> str:
+def _fused_note(sched: Schedule | None, c: dict) -> str:
     """How a fusion schedule's fused buffers are priced in this report."""
-    if sched.get("kind") != "fusion" or c["collectives"] is None:
+    if not isinstance(sched, Fusion) or c["collectives"] is None:
         return ""
     if any(op == "all_reduce_coalesced" for op, _ in c["collectives"].fits):
         return ("; a fused buffer of several tensors is priced from the sweep's all_reduce_coalesced, the "
@@ -237,7 +238,9 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
     md += ["", "Calibration per adapter:", ""]
     for label, c in cal.items():
         prof = c["profile"]["batches"][0]
-        sched = c["schedule"] or {"kind": "none"}
+        sched = c["schedule"]
+        kind = (f"{sched.KIND}{', stage ' + str(sched.stage) if isinstance(sched, Zero) else ''}" if sched
+                else "none")
         fits = ""
         if c["collectives"] is not None:
             coll = c["collectives"]
@@ -245,14 +248,14 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                               for (op, n), (lat, bw) in sorted(coll.fits.items())]
                              + [f"{op} n={n}: not fitted ({why})"
                                 for (op, n), why in sorted(coll.unfitted.items())])
-        md.append(f"- **{label}** ({sched['kind']}{', stage ' + str(sched['stage']) if 'stage' in sched else ''}): "
+        md.append(f"- **{label}** ({kind}): "
                   f"compute from {c['source']}: forward {prof['fwd_s'] * 1e3:.2f} ms, backward "
                   f"{prof['bwd_s'] * 1e3:.2f} ms, optimizer {prof['opt_s'] * 1e3:.2f} ms at per-rank batch "
                   f"{prof['per_rank_batch']}; overhead {c['overhead_s'] * 1e3:.2f} ms; "
                   f"{sum(b for b, _ in c['curve'].grads) / 2**20:.1f} MiB of gradients"
                   + _contention_note(records, label)
-                  + (f"; {(sched.get('comm_backend'))} collectives (priced from the sweep's mean time per size at "
-                     f"a measured world size; the latency + bus bandwidth fitted to those means carries them past "
+                  + (f"; {sched.comm_backend if sched else None} collectives (priced from the sweep's mean time per "
+                     f"size at a measured world size; the latency + bus bandwidth fitted to those means carries them past "
                      f"the largest size and to other world sizes): {fits}" if fits else "")
                   + _fused_note(sched, c))
     md.append("")

@@ -85,7 +85,7 @@ def test_small_gradient_buckets_cost_the_calls_deepspeed_makes(counted, stage):
         assert issued[op][0] == model[op][0], (op, run["calls"], modelled)
         assert abs(issued[op][1] - model[op][1]) <= SLACK * issued[op][0], (op, run["calls"], modelled)
     # the gradients (85,002 elements) in three buckets of at most 50,000 (the norm's 4-byte all-reduce aside)
-    assert sum(1 for op, size in run["calls"] if op == schedule["grad_reduce"] and size > SLACK) == 3
+    assert sum(1 for op, size in run["calls"] if op == schedule.grad_reduce and size > SLACK) == 3
 
 
 def test_zero_3_gathers_each_parameter_once_and_zero_1_2_all_reduce(counted):

@@ -215,13 +215,13 @@ def test_the_schedule_follows_the_knob_then_the_inherited_variable_then_horovods
     monkeypatch.delenv("HOROVOD_FUSION_THRESHOLD", raising=False)
     monkeypatch.delenv("HOROVOD_CYCLE_TIME", raising=False)
     s = hv.HorovodAdapter({}).comm_schedule()
-    assert (s["fusion_bytes"], s["cycle_s"]) == (128 * 2**20, 0.001)
+    assert (s.fusion_bytes, s.cycle_s) == (128 * 2**20, 0.001)
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "0")  # bytes, as Horovod reads it: fusion off
     monkeypatch.setenv("HOROVOD_CYCLE_TIME", "5")
     s = hv.HorovodAdapter({}).comm_schedule()
-    assert (s["fusion_bytes"], s["cycle_s"]) == (0, 0.005)
+    assert (s.fusion_bytes, s.cycle_s) == (0, 0.005)
     s = hv.HorovodAdapter({"fusion_threshold_mb": "32", "cycle_time_ms": "2.5"}).comm_schedule()
-    assert (s["fusion_bytes"], s["cycle_s"]) == (32 * 2**20, 0.0025)
+    assert (s.fusion_bytes, s.cycle_s) == (32 * 2**20, 0.0025)
 
 
 def test_a_successful_probe_is_cached_and_a_changed_build_is_probed_again(fake_horovod, monkeypatch, tmp_path):

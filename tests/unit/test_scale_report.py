@@ -356,9 +356,14 @@ def test_a_schedule_recorded_before_a_key_existed_takes_it_from_the_adapter_not_
     got = comm_schedule_of(old)
     import adapters
 
+    from harness.shared.comm_schedule import from_record
+
     today = adapters.get("deepspeed")({"zero_stage": 3}).comm_schedule()
-    assert got == {**today, **old["comm_schedule"]} and got["reuse_elems"] == today["reuse_elems"]
-    assert comm_schedule_of({**old, "adapter": "gone"}) == old["comm_schedule"]  # an adapter removed since
+    assert got == from_record({**today.to_record(), **old["comm_schedule"]}) and got.reuse_elems == today.reuse_elems
+    assert got.stage == 3 and got.bucket_elems == old["comm_schedule"]["bucket_elems"]  # the record's own values
+    # an adapter removed since: the record's own schedule, which lacks the field, and the model does not invent it
+    with pytest.raises(ValueError, match="reuse_elems"):
+        comm_schedule_of({**old, "adapter": "gone"})
 
 
 def test_validate_scores_only_the_sweeps_made_with_the_current_model(tmp_path):
