@@ -101,3 +101,10 @@ def test_help_is_whole_at_80_columns_and_shows_flags_without_a_value_placeholder
         if not name:  # click shortens a command's line in the list with "..."
             commands = lines[lines.index("Commands:") + 1:]
             assert len(commands) >= 10 and not any(line.endswith("...") for line in commands), got.output
+
+
+def test_the_readme_says_how_long_the_smallest_adapter_is():
+    import re
+
+    said = re.search(r"The smallest, `adapters/dp.py`, is (\d+) lines", (REPO / "README.md").read_text())
+    assert said and int(said.group(1)) == len((REPO / "adapters" / "dp.py").read_text().splitlines())
