@@ -40,5 +40,9 @@ def report(req: ReportRequest) -> None:
     if reports.kind(records) == "run":
         from harness.reports import run_report
 
+        for line in run_report.console_verdict(records):  # as `compare run` ends
+            console.print(line)
         console.print(run_report.console_table(records))
+        for line in run_report.console_notes(records):
+            console.print(line)
     console.print(f"wrote {directory}/report.md and plots")

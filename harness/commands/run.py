@@ -27,6 +27,8 @@ def run(req: RunRequest) -> None:
     for line in run_report.console_verdict(records):
         console.print(line)
     console.print(run_report.console_table(records))
+    for line in run_report.console_notes(records):
+        console.print(line)
     warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
     console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took()}")
     if interrupted:

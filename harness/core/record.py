@@ -259,7 +259,8 @@ class Run(TypedDict):
     final_loss_window: NotRequired[int]
     """How many steps `final_loss` averages."""
     eval: NotRequired[dict[str, Any] | None]
-    """Test metric: accuracy, loss, target, target_met, test samples, per-rank counts."""
+    """Test metric: accuracy, loss, target, target_met, test samples, per-rank counts; `metric`, its name in
+    words; `default_steps` and `default_global_batch`, the workload's default run, which is what reaches `target`."""
     max_param_diff: NotRequired[float | None]
     """Largest parameter difference from the single-process reference after the equivalence steps."""
     reference_run: NotRequired[dict[str, Any]]

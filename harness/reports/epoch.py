@@ -121,7 +121,9 @@ def controls_text(records: list[dict[str, Any]], entries: list[dict[str, Any]]) 
             f"torch {env['torch']}; fp32 unless the label says otherwise;\n"
             f"seconds per epoch = {m['samples']:,} samples / samples/s, "
             + ("samples/s over the whole timed window (the slowest rank's mean step), the geometric mean over "
-               "launches, whiskers its 95% interval" if has_intervals([r for r in records if r["status"] in MEASURED])
+               "launches" + (", whiskers its 95% interval" if any(e.get("epoch_interval") for e in entries) else
+                             "; one launch per backend, so no interval and no whiskers")
+               if has_intervals([r for r in records if r["status"] in MEASURED])
                else "samples/s from the median step time (slowest rank)")
             + f", {timed}; same seed, data order and LR everywhere.\n"
             "The seed's figure: ImageNet on 4 Tesla V100 (PCIe); its scripts read JPEGs with 2 loader workers per "

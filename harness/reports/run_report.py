@@ -181,8 +181,31 @@ def _status(row) -> str:
                      + [f"not reached {row['not_reached']}/{row['repeats']}"])
 
 
+def target_note(rows) -> str | None:
+    """What a ✗ in the accuracy column was judged against (only where one shows): the workload's target, the run
+    that reaches it, and whether this run was as long."""
+    missed = [row for row in rows if row["measured"] and row.get("target_met") is False]
+    if not missed:
+        return None
+    ev, ctl = missed[0]["first"]["eval"], missed[0]["first"]["controls"]
+    metric = ev.get("metric", "test accuracy")
+    text = (f"✗ in the accuracy column ({', '.join(row['adapter'] for row in missed)}): below {ev['target']:g}, the "
+            f"{metric} the workload's default run reaches")
+    if ev.get("default_steps") is None:
+        return text + "."
+    ran = ctl["warmup"] + ctl["steps"]
+    text += f" ({ev['default_steps']} steps at global batch {ev['default_global_batch']})"
+    if ran < ev["default_steps"]:
+        return text + (f"; this run trained {ran} steps, too few to reach it, so the ✗ says the run was short, not "
+                       f"that a backend failed to learn (leave --steps out for the default).")
+    return text + f"; this run trained {ran} steps at global batch {ctl['global_batch']}."
+
+
 def _notes(rows, records) -> list[str]:
     notes = []
+    target = target_note(rows)
+    if target:
+        notes.append(target)
     stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)
     if stopped:
         never = [row["adapter"] for row in rows if row["status"] == "not_run"]
@@ -459,19 +482,31 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     labels = [f"{r['adapter']} ({precision_label(r['first']['controls'])})" for r in ok]
     sps = [r["samples_per_s"] for r in ok]
     gb = [r["first"]["controls"]["global_batch"] for r in ok]
-    if all(r.get("interval") for r in ok):  # schema 2: the 95% interval over launches (none below 3 launches)
-        lo = [s - (r["interval"]["lo"] or s) for s, r in zip(sps, ok)]
-        hi = [(r["interval"]["hi"] or s) - s for s, r in zip(sps, ok)]
-        whiskers = "whiskers: 95% interval over launches"
+    notes = [""] * len(ok)
+    if all(r.get("interval") for r in ok):  # schema 2: the 95% interval over launches (none below 2 launches)
+        # a row without an interval gets no whisker (a zero-width one reads as a very tight interval): its bar says
+        # how many launches it has instead
+        spans = [(r["interval"]["lo"], r["interval"]["hi"]) for r in ok]
+        drawn = [i for i, (a, b) in enumerate(spans) if a is not None and b is not None]
+        lo = [sps[i] - spans[i][0] if i in drawn else 0.0 for i in range(len(ok))]
+        hi = [spans[i][1] - sps[i] if i in drawn else 0.0 for i in range(len(ok))]
+        notes = ["" if i in drawn else f" (n={r['interval']['n']}: no interval)"
+                 for i, r in enumerate(ok)]
+        whiskers = ("; whiskers: 95% interval over launches" if drawn else
+                    "; one launch per row: no interval, no whiskers")
     else:
         lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
         hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]
-        whiskers = "whiskers: p90..p10 step time"
-    ax.barh(labels, sps, xerr=[lo, hi], color=[palette.colour(r["adapter"], legend) for r in ok], capsize=4)
+        drawn = list(range(len(ok)))
+        whiskers = "; whiskers: p90..p10 step time"
+    ax.barh(labels, sps, color=[palette.colour(r["adapter"], legend) for r in ok])
+    if drawn:
+        ax.errorbar([sps[i] for i in drawn], drawn, xerr=[[lo[i] for i in drawn], [hi[i] for i in drawn]],
+                    fmt="none", ecolor="black", capsize=4)
     for i, s in enumerate(sps):
-        ax.text(s + hi[i], i, f"  {s:,.0f}", va="center", ha="left", fontsize=9)  # right of the whisker
+        ax.text(s + hi[i], i, f"  {s:,.0f}{notes[i]}", va="center", ha="left", fontsize=9)  # right of the whisker
     ax.invert_yaxis()
-    ax.set_xlabel(f"samples/s (global; {whiskers})")
+    ax.set_xlabel(f"samples/s (global{whiskers})")
     ax.set_title(f"Throughput: {title}", fontsize=10)
     ax.margins(x=0.25)
     fig.tight_layout()
@@ -510,6 +545,26 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     save_figure(fig, paths[-1], 110)
     plt.close(fig)
     return paths
+
+
+def console_notes(records: list[dict[str, Any]]) -> list[str]:
+    """Lines for the terminal under the table (markup-escaped): the fix of every unavailable row (the table has
+    room for the reason's first sentence only) and what a ✗ was judged against."""
+    from rich.markup import escape
+
+    if ttt.settings(records):
+        return []
+    rows = table_rows(records)
+    lines = []
+    for row in rows:
+        if row["status"] != "unavailable":
+            continue
+        reason = "; ".join(row["reasons"])
+        fix = reason.rsplit("(fix: ", 1)[1].removesuffix(")") if "(fix: " in reason else None
+        lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
+                                                           f"report.md)"))
+    target = target_note(rows)
+    return [escape(line) for line in lines + ([target] if target else [])]
 
 
 def console_table(records: list[dict[str, Any]]):

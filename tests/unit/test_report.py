@@ -163,3 +163,61 @@ def test_the_legend_not_the_registry_chooses_a_rows_colour():
     assert palette.colour("ddp:bucket_cap_mb=1", legend) == palette.COLOURS[3] == palette.colour("torch", legend)
     assert palette.styles(["ddp", "ddp:bucket_cap_mb=1", "torch"], legend) == {
         "ddp": "-", "ddp:bucket_cap_mb=1": "--", "torch": "-."}
+
+
+def _throughput_figure(records, tmp_path, monkeypatch):
+    """The throughput figure run_report draws for these records, read back from its artists."""
+    from matplotlib.container import ErrorbarContainer
+
+    saved = {}
+    monkeypatch.setattr(run_report, "save_figure", lambda fig, path, dpi: saved.setdefault(path.name, fig))
+    run_report.plot(tmp_path, records, run_report.table_rows(records))
+    ax = saved["throughput.png"].axes[0]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    return ax, bars
+
+
+def test_a_row_with_one_launch_draws_no_whisker_and_says_so(tmp_path, monkeypatch):
+    three = [json.loads(line) for line in records_text(RUNS / "digits_cpu2_20261126-045209").splitlines()]
+    once = [r for r in three if r.get("repeat", 0) == 0]  # one launch per row (schema 2: intervals)
+    ax, whiskers = _throughput_figure(once, tmp_path, monkeypatch)
+    assert whiskers == []  # not a zero-width one
+    assert "no interval, no whiskers" in ax.get_xlabel() and "95% interval" not in ax.get_xlabel()
+    texts = [t.get_text() for t in ax.texts]
+    rows = len(run_report.table_rows(once))
+    assert len(texts) == rows and all(t.endswith("(n=1: no interval)") for t in texts)
+    ax, whiskers = _throughput_figure(three, tmp_path, monkeypatch)  # three launches per row
+    assert len(whiskers) == 1 and len(whiskers[0].lines[2][0].get_segments()) == rows  # one whisker per row
+    assert "whiskers: 95% interval over launches" in ax.get_xlabel()
+    assert not any("no interval" in t.get_text() for t in ax.texts)
+
+
+def test_a_cross_names_the_target_and_whether_the_run_was_long_enough_to_reach_it():
+    records = [json.loads(line) for line in records_text(RUNS / "digits_cpu2_20261124-083538").splitlines()]
+    for r in records:
+        if r.get("eval"):
+            r["eval"].update(target=0.9, target_met=r["adapter"] == "ddp", default_steps=300, default_global_batch=64)
+            r["controls"].update(warmup=5, steps=25)
+    rows = run_report.table_rows(records)
+    missed = [row["adapter"] for row in rows if row["measured"] and row["adapter"] != "ddp"]
+    assert run_report.target_note(rows) == (
+        f"✗ in the accuracy column ({', '.join(missed)}): below 0.9, the test accuracy the workload's default run "
+        f"reaches (300 steps at global batch 64); this run trained 30 steps, too few to reach it, so the ✗ says the "
+        f"run was short, not that a backend failed to learn (leave --steps out for the default).")
+    assert run_report.target_note(rows) in run_report.console_notes(records)
+    for r in records:
+        if r.get("eval"):
+            r["controls"].update(warmup=100, steps=200)
+    assert run_report.target_note(run_report.table_rows(records)).endswith(
+        "(300 steps at global batch 64); this run trained 300 steps at global batch 64.")
+    for r in records:
+        if r.get("eval"):
+            r["eval"]["target_met"] = True
+    assert run_report.target_note(run_report.table_rows(records)) is None  # nothing to explain
+
+
+def test_the_terminal_shows_an_unavailable_rows_fix_not_only_its_reason():
+    records = [json.loads(line) for line in records_text(RUNS / "digits_cpu2_20261123-113816").splitlines()]
+    notes = run_report.console_notes(records)
+    assert len(notes) == 1 and notes[0].startswith("apex unavailable: fix: build NVIDIA apex 25.05, the last tag ")
+    assert notes[0].endswith("then run on a GPU machine: compare run --device cuda -n 1 -a amp,apex")
