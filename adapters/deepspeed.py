@@ -341,8 +341,17 @@ class DeepSpeedAdapter(Adapter):
         """What `ds_report` tells, from DeepSpeed's own objects: version, accelerator, and per op whether it
         was built at install time, can be JIT-built here, and is already in the JIT cache."""
         # DeepSpeed's logger writes to stdout (bound at import) and would corrupt `compare env --json`.
-        with contextlib.redirect_stdout(sys.stderr):
-            return cls._environment()
+        import torch
+
+        quiet = "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available()
+        if quiet:  # what it would detect anyway, said up front: detecting it warns on stderr of every `compare env`
+            os.environ["DS_ACCELERATOR"] = "cpu"
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                return cls._environment()
+        finally:
+            if quiet:
+                os.environ.pop("DS_ACCELERATOR", None)
 
     @classmethod
     def _environment(cls) -> dict[str, Any]:

@@ -86,7 +86,9 @@ class ResNet(Workload):
     @dataclass
     class Options:
         arch: Literal["resnet18", "resnet34", "resnet50"] = "resnet18"
+        """Which torchvision-shaped ResNet (18, 34 or 50 layers; built here, torchvision is not needed)."""
         image_size: int = 224
+        """Height and width of the synthetic RGB images (ImageNet's 224 by default)."""
         pool_batches: int = 2
         """Distinct global batches materialised in memory (the data is synthetic; this bounds RAM)."""
 

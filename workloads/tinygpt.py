@@ -78,9 +78,13 @@ class TinyGPT(Workload):
     @dataclass
     class Options:
         context: int = 64
+        """Bytes of text the model sees at once (the sequence length of each training window)."""
         width: int = 128
+        """Hidden size: the width of every token's vector (a multiple of `heads`)."""
         depth: int = 2
+        """Transformer blocks (attention + MLP), one after another."""
         heads: int = 4
+        """Attention heads per block (each of width / heads)."""
         eval_windows: int = 512
         """Held-out windows evaluated (each `context` bytes)."""
 

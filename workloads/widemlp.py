@@ -32,8 +32,11 @@ class WideMLP(Workload):
         depth: int = 3
         """Number of width x width hidden layers."""
         in_features: int = 1024
+        """Width of each synthetic input vector."""
         train_samples: int = 1024
+        """Synthetic training samples (drawn once from the seed)."""
         test_samples: int = 512
+        """Held-out synthetic samples the evaluation scores."""
 
         def __post_init__(self):
             for name in ("width", "depth", "in_features", "train_samples", "test_samples"):

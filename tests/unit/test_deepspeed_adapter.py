@@ -243,3 +243,21 @@ def test_a_jit_build_lock_that_no_process_holds_is_removed_before_a_launch(tmp_p
     plan.hold.clear()
     assert not lock.exists()
     assert plan.env[ds.STALE_LOCKS_ENV] == str(lock)
+
+
+@pytest.mark.slow  # imports every framework in a fresh interpreter (~20 s)
+def test_compare_env_json_is_json_on_stdout_and_nothing_on_stderr():
+    """DeepSpeed warns 'Setting accelerator to CPU' on import where it finds no GPU; `compare env --json` says what it
+    would find up front, so a script reading the JSON sees no noise (and the variable is not left set)."""
+    import json
+    import os
+    import subprocess
+
+    from conftest import REPO
+
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "compare"), "env", "--json"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0 and out.stderr == ""
+    assert json.loads(out.stdout)["adapters"]["deepspeed"]["accelerator"] == "cpu"
+    assert "DS_ACCELERATOR" not in os.environ

@@ -108,3 +108,15 @@ def test_the_readme_says_how_long_the_smallest_adapter_is():
 
     said = re.search(r"The smallest, `adapters/dp.py`, is (\d+) lines", (REPO / "README.md").read_text())
     assert said and int(said.group(1)) == len((REPO / "adapters" / "dp.py").read_text().splitlines())
+
+
+def test_compare_knobs_describes_every_knob_and_workload_option():
+    import adapters
+    import workloads
+    from harness.shared.options import catalogue
+
+    undescribed = [f"{name}.{k['name']}" for name in adapters.names()
+                   for k in catalogue(adapters.get(name).Knobs) if not k["doc"]]
+    undescribed += [f"{name}.{k['name']}" for name in workloads.names()
+                    for k in catalogue(workloads.get(name).Options) if not k["doc"]]
+    assert not undescribed, f"options `compare knobs` would list without a word: {undescribed}"
