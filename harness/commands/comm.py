@@ -37,7 +37,8 @@ def comm(req: CommRequest) -> None:
     for line in comm_report.summary_lines(records):
         console.print(escape(line))
     warn_shared(records, lambda r: r["backend"])
-    console.print(f"wrote {plan.out}/report.md, records.jsonl and busbw.png")
+    # one line: a path cut over two cannot be pasted
+    console.print(f"wrote {plan.out}/report.md, records.jsonl and busbw.png", soft_wrap=True)
     if interrupted:
         typer.echo(f"interrupted: children stopped; finished backends kept in {plan.out}", err=True)
         raise typer.Exit(130)

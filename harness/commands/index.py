@@ -45,4 +45,5 @@ def index(req: IndexRequest) -> None:
         path = reports.index(directory, warn=lambda line: typer.echo(f"warning: {line}", err=True))
     except OSError as exc:
         fail(f"cannot write the index {directory / 'README.md'}: {exc.strerror or exc}")
-    console.print(f"wrote {path}")
+    # one line: a path cut over two cannot be pasted
+    console.print(f"wrote {path}", soft_wrap=True)

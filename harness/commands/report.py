@@ -45,4 +45,5 @@ def report(req: ReportRequest) -> None:
         console.print(run_report.console_table(records))
         for line in run_report.console_notes(records):
             console.print(line)
-    console.print(f"wrote {directory}/report.md and plots")
+    # one line: a path cut over two cannot be pasted
+    console.print(f"wrote {directory}/report.md and plots", soft_wrap=True)

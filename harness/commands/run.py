@@ -30,7 +30,8 @@ def run(req: RunRequest) -> None:
     for line in run_report.console_notes(records):
         console.print(line)
     warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
-    console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took()}")
+    # one line: a path cut over two cannot be pasted
+    console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took()}", soft_wrap=True)
     if interrupted:
         done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
         typer.echo(f"interrupted: children stopped; {done} row(s) kept in {plan.out}", err=True)

@@ -30,4 +30,5 @@ def sbatch(req: SbatchRequest) -> None:
         slurm_script.write(req.script, text, req.force)
     except BadInput as exc:
         fail(str(exc))
-    console.print(f"wrote {req.script}: submit it with `sbatch {req.script}`")
+    # one line: a path cut over two cannot be pasted
+    console.print(f"wrote {req.script}: submit it with `sbatch {req.script}`", soft_wrap=True)

@@ -31,7 +31,8 @@ def scale(req: ScaleRequest) -> None:
     for line in scale_report.console_lines(plan.out, records):
         console.print(line)
     warn_shared(records, lambda r: f"{r['label']}@{r['scale']['point']}#{r['repeat']}")
-    console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took()}")
+    # one line: a path cut over two cannot be pasted
+    console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took()}", soft_wrap=True)
     if interrupted:
         typer.echo(f"interrupted: children stopped; finished points kept in {plan.out}", err=True)
         raise typer.Exit(130)

@@ -1,6 +1,7 @@
 """The packages import from this repository, not from the unrelated PyPI packages of the same names."""
 
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -149,3 +150,13 @@ def test_a_module_shadowing_the_projects_own_is_named_in_one_line(tmp_path):
     proc = subprocess.run([str(compare), "list"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and proc.stderr.startswith(
         f"error: the module 'workloads' was loaded from {tmp_path / 'site' / 'workloads'}, not from this project")
+
+
+def test_the_path_a_command_wrote_is_one_line_however_long(tmp_path):
+    src, _ = _committed_run(tmp_path)
+    deep = tmp_path / ("a-directory-name-long-enough-to-wrap-" * 5) / "run"
+    shutil.copytree(src, deep)
+    proc = subprocess.run([sys.executable, "-m", "harness", "report", str(deep)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {deep}/report.md and plots\n" in proc.stdout  # not cut at the console's width (150 in a pipe)
