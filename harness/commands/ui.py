@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from harness.commands.common import console, tuning_note, where
 from harness.core.errors import first_sentence
+from harness.core.estimate import duration
 
 
 class RunUI:
@@ -50,12 +51,18 @@ class RunUI:
     def _label(self, name, repeat):
         return name if repeat == 0 else f"{name} (repeat {repeat + 1})"
 
-    def begin(self, name, repeat, total):
+    def estimate(self, line: str) -> None:
+        """What the run will cost (harness/core/estimate.py): before the first launch, and once a first figure is in."""
+        (self.bar.console if self.bar else console).print(f"  {escape(line)}")
+
+    def begin(self, name, repeat, total, left=None):
+        """A launch starts; `left`: the seconds the run's launches not yet ended should take, where known."""
+        launching = "launching" + ("" if left is None else f" (about {duration(left)} left)")
         if self.bar:
-            self.tasks[(name, repeat)] = self.bar.add_task(self._label(name, repeat), total=total, phase="launching")
+            self.tasks[(name, repeat)] = self.bar.add_task(self._label(name, repeat), total=total, phase=launching)
             self.bar.refresh()
         else:
-            console.print(f"  {escape(self._label(name, repeat))}: launching")
+            console.print(f"  {escape(self._label(name, repeat))}: {launching}")
 
     def progress(self, name, repeat, pr):
         if self.bar:
@@ -133,7 +140,10 @@ class QuietUI(RunUI):
     def start(self, plan):
         pass
 
-    def begin(self, name, repeat, total):
+    def estimate(self, line):
+        pass
+
+    def begin(self, name, repeat, total, left=None):
         pass
 
     def _done(self, name, repeat, text, complete):

@@ -14,7 +14,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from harness.core import outdir
+from harness.core import estimate, outdir
 from harness.core.argv import to_argv
 from harness.core import provenance as envmod
 from harness.core.errors import BadInput
@@ -119,6 +119,10 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
 
         if p.precision is None:
             jobs = [job for k in range(req.repeats) for job in round_jobs(k)]
+            if p.until_target is None:  # an until-target launch's length is not known in advance
+                runner.forecast = estimate.Forecast(p, [row.label for _, row, _ in jobs], p.steps + p.warmup,
+                                                    p.equiv_steps)
+                ui.estimate(runner.forecast.line())
             stopped = runner.run(jobs, first_started)
         else:
             jobs, stopped = _until_precise(p, runner, session, ui, round_jobs, first_started)

@@ -16,7 +16,7 @@ from typing import Any
 import adapters
 import workloads
 from harness.core import provenance as envmod
-from harness.core import assemble
+from harness.core import assemble, estimate
 from harness.core.errors import BadInput
 from harness.core.requests import (MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest, UntilTarget, build_rows,
                                    check_common, check_cores, check_fits, check_list, load_workload, pairs, parse_label)
@@ -194,6 +194,8 @@ class Runner:
         """Reference keys whose reference run is already planned (once per run, however many calls to `run`)."""
         self.positions: dict[tuple[int, str, int], int] = {}
         """(id of the plan, row label, repeat) -> its place in its round (0: first), as it ran."""
+        self.forecast: estimate.Forecast | None = None
+        """What the launches left should take (harness/core/estimate.py), where the command made one."""
 
     def run(self, jobs: list[tuple[RunPlan, Row, int]], first_started=lambda: None, stop_ui: bool = True) -> str | None:
         """Launch `jobs` (plan, row, repeat) in order; returns "during ..." if the run was interrupted, else None.
@@ -275,7 +277,7 @@ class Runner:
                              extra=plan.spec_extra, topology=plan.topology)
             total = plan.steps + plan.warmup
         job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
-        self.ui.begin(job.name, repeat, total)
+        self.ui.begin(job.name, repeat, total, None if self.forecast is None else self.forecast.left())
         job.launch = Launch(adapter, spec, req.timeout_s, lambda pr: self.ui.progress(job.name, repeat, pr),
                             stall_s=req.stall_s).start(gated=gated)
         return job
@@ -284,6 +286,7 @@ class Runner:
         """Record a finished launch; "during ..." if it was interrupted (the run stops), else None."""
         key = _reference_key(job.plan)
         self.session.keep_log(outcome, f"{job.slug}.log" if job.row is None else f"{job.slug}-r{job.repeat}.log")
+        self._time(job, outcome)
         if job.row is None:
             self.ui.reference_done(outcome, job.name)
             self.reference_runs[key] = {"status": outcome.status, "launch_wall": outcome.launch_wall,
@@ -302,6 +305,19 @@ class Runner:
             self.session.save([rec])
             self.ui.finished(rec, job.name)
         return f"during {job.what}" if outcome.status == "interrupted" else None
+
+
+    def _time(self, job: Job, outcome) -> None:
+        """This machine's figure for the row's next runs (harness/core/estimate.py), and the run's forecast."""
+        label = "reference" if job.row is None else job.row.label
+        if outcome.status == "ok" and outcome.ranks:
+            phases = assemble.phases(outcome, outcome.ranks)
+            estimate.remember(job.plan, label, outcome.wall_time_s, job.spec.steps + job.spec.warmup,
+                              phases.get("warmup", 0.0) + phases.get("timed", 0.0))
+        if self.forecast is not None:
+            line = self.forecast.ended(label, outcome.wall_time_s if outcome.status == "ok" else 0.0)
+            if line:
+                self.ui.estimate(line)
 
 
 def file_slug(text: str) -> str:

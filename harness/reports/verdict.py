@@ -14,8 +14,10 @@ precision are ranked with the others but carry their precision in the verdict, n
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
+from harness.core.estimate import duration
 from harness.core.record import MEASURED, precision_label
 from harness.core.stats import (CONFIDENCE, INTERVAL_METHOD, MIN_LAUNCHES, excludes_one, geomean_interval, half_width,
                                 ratio_interval, tiers)
@@ -109,10 +111,14 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
     elif a["tiers"] is None:
         counts = sorted({len(launches[k]) for k in ranked})
         n = " to ".join(map(str, counts[:1] + counts[-1:])) if len(counts) > 1 else str(counts[0])
+        walls = [statistics.median(r["wall_time_s"] for r in launches[k]) for k in ranked
+                 if all(r.get("wall_time_s") for r in launches[k])]
+        cost = (f" (about {duration(10 * sum(walls))} here, from these launches' times)"
+                if len(walls) == len(ranked) else "")
         out.append(f"**Verdict: no ranking.** Each row ran {n} launch(es); a row needs at least {MIN_LAUNCHES} for an "
                    "interval, and one launch cannot separate a backend's speed from launch-to-launch variation. "
-                   "For a ranking: `--repeats 10`, or `--precision 5% --budget 10m` (rounds are added until every "
-                   "ratio's interval is that narrow or the budget is spent).")
+                   f"For a ranking: `--repeats 10`{cost}, or `--precision 5% --budget 10m` (rounds are added until "
+                   "every ratio's interval is that narrow or the budget is spent).")
     else:
         top = a["tiers"][0]
         counts = sorted({len(launches[k]) for k in ranked})
