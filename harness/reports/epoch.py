@@ -20,6 +20,7 @@ median seconds of one, which is the measured per-epoch cost when K is one epoch'
 from __future__ import annotations
 
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,8 @@ def controls_text(records: list[dict[str, Any]], entries: list[dict[str, Any]]) 
                if has_intervals([r for r in records if r["status"] in MEASURED])
                else "samples/s from the median step time (slowest rank)")
             + f", {timed}; same seed, data order and LR everywhere.\n"
-            "The seed's figure: ImageNet on 4 Tesla V100 (PCIe); its scripts read JPEGs with 2 loader workers per "
+            "The seed's figure (the blog post this tool began from, tczhangzhi/pytorch-distributed: docs/"
+            "time-to-target.md): ImageNet on 4 Tesla V100 (PCIe); its scripts read JPEGs with 2 loader workers per "
             "process and validate after every epoch: compare the shape of the comparison, not the seconds.")
 
 
@@ -142,14 +144,21 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
               + (f" [{e['precision']}]" if e.get("precision", "fp32") != "fp32" else "") for e in entries]
     train = [e.get("epoch_s") or 0.0 for e in entries]
     ev = [e.get("eval_per_epoch_s") or 0.0 for e in entries]
-    height = 0.55 * len(entries) + 2.9
+    legend = palette.legend_of(records)
+    colours = [palette.colour(e["label"], legend) for e in entries]  # each backend's colour in every figure
+    notes = [line for part in controls_text(records, entries).split("\n") for line in textwrap.wrap(part, 125)]
+    text_in = 0.12 * len(notes) + 0.1  # the notes under the chart, and the legend above them (inches)
+    legend_in = 0.3 if any(ev) else 0.0
+    height = 0.55 * len(entries) + 1.6 + text_in + legend_in
     fig, ax = plt.subplots(figsize=(8, height))
-    text_in, legend_in = 0.8, 0.3  # the controls under the chart, and the legend above them (inches)
-    ax.barh(labels, train, color="#4C72B0", label="training")
-    if any(ev):
-        ax.barh(labels, ev, left=train, color="#DD8452", label="evaluation per epoch (measured)")
-        fig.legend(*ax.get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(0.5, text_in / height),
-                   ncol=2, fontsize=8, frameon=False)
+    ax.barh(labels, train, color=colours)
+    if any(ev):  # the evaluation per epoch on top, in the backend's colour, hatched
+        ax.barh(labels, ev, left=train, color=colours, alpha=0.45, hatch="//", edgecolor="white")
+        from matplotlib.patches import Patch
+
+        fig.legend([Patch(color="#888888"), Patch(facecolor="#888888", alpha=0.45, hatch="//", edgecolor="white")],
+                   ["training", "evaluation per epoch (measured)"], loc="lower center",
+                   bbox_to_anchor=(0.5, text_in / height), ncol=2, fontsize=8, frameon=False)
     top = max(t + v for t, v in zip(train, ev)) or 1.0
     for i, e in enumerate(entries):
         if e.get("epoch_interval"):
@@ -165,10 +174,10 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
     ax.invert_yaxis()
     ax.set_xlabel("seconds per epoch (lower is better)")
     r0 = records[0]
-    ax.set_title(f"Time per epoch by backend, as in the seed blog's chart: {r0['workload']}, world size "
-                 f"{r0['world_size']}", fontsize=10)
+    ax.set_title(f"Seconds per epoch, by backend: {r0['workload']}, world size {r0['world_size']}\n"
+                 f"(drawn as the seed blog's chart; its figure and ours: the notes below)", fontsize=10)
     ax.margins(x=0.3)
-    fig.text(0.01, 0.01, controls_text(records, entries), fontsize=6.5, va="bottom", ha="left", wrap=True)
+    fig.text(0.01, 0.01, "\n".join(notes), fontsize=7, va="bottom", ha="left")
     fig.tight_layout(rect=(0, (text_in + legend_in) / height, 1, 1))
     path = out / "epoch_time.png"
     save_figure(fig, path, 110)
