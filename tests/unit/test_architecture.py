@@ -287,6 +287,7 @@ class _Modes:
 # comm at 2 and 4 ranks and over two nodes, scale sweeps with their comm_n*/ and an oversubscribed one). A change to
 # how reports render shows here as a diff; regenerate a fixture's report.md only for a deliberate change.
 
+@pytest.mark.slow  # every figure of every fixture drawn: seconds each
 @pytest.mark.parametrize("run", sorted(p.parent.name for p in RUNS.glob("*/records.jsonl.gz")))
 def test_fixture_reports_rerender_identically(tmp_path, run):
     from harness import reports as report

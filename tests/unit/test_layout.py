@@ -152,6 +152,7 @@ def test_a_module_shadowing_the_projects_own_is_named_in_one_line(tmp_path):
         f"error: the module 'workloads' was loaded from {tmp_path / 'site' / 'workloads'}, not from this project")
 
 
+@pytest.mark.slow  # an interpreter started: seconds
 def test_the_path_a_command_wrote_is_one_line_however_long(tmp_path):
     src, _ = _committed_run(tmp_path)
     deep = tmp_path / ("a-directory-name-long-enough-to-wrap-" * 5) / "run"

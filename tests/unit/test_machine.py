@@ -123,6 +123,7 @@ def test_the_reports_note_names_the_rows_and_the_other_runs():
     json.dumps(records)  # what a record carries is plain JSON
 
 
+@pytest.mark.slow  # renders a whole report of each kind
 @pytest.mark.parametrize("committed, name", [
     ("digits_cpu2_20261124-083538", "ddp#0"),
     ("scale_digits_cpu2_20261124-041536", "ddp@2#0"),

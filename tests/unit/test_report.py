@@ -3,6 +3,8 @@
 import copy
 import json
 
+import pytest
+
 from harness import reports as report
 from harness.reports import run_report
 
@@ -125,6 +127,7 @@ def test_index_shows_each_runs_question_nested_runs_an_archive_and_a_benchmark_l
     ]
 
 
+@pytest.mark.slow  # draws every figure twice
 def test_a_run_that_recorded_its_legend_renders_without_the_adapter_registry(tmp_path, monkeypatch):
     """Colours, row order and the seed blog's labels come from the records' `legend` (adapters.legend at run time):
     with the registry gone, the report and every figure render byte for byte as with it."""
