@@ -125,11 +125,22 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
                 ui.estimate(runner.forecast.line())
             stopped = runner.run(jobs, first_started)
         else:
+            ui.estimate(_rounds_line(p))
             jobs, stopped = _until_precise(p, runner, session, ui, round_jobs, first_started)
         if stopped:
             runner.close_interrupted(stopped, jobs, req.device)
         session.finish(render)
     return session.records, stopped is not None
+
+
+def _rounds_line(p: RunPlan) -> str:
+    """What a precision run will cost, before its first launch."""
+    one_round = estimate.Forecast(p, [row.label for row in p.runnable], p.steps + p.warmup).left()
+    least = max(MIN_PRECISION_ROUNDS, p.request.repeats)
+    return (f"rounds of {len(p.runnable)} launch(es) until every ratio's interval is ±{p.precision * 100:g}%: at least "
+            f"{least}, and none that would end past the {estimate.duration(p.budget_s)} budget"
+            + ("" if one_round is None else f"; a round should take about {estimate.duration(one_round)} here (the "
+                                            f"first also runs the reference)"))
 
 
 def _until_precise(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_started):
