@@ -143,7 +143,7 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    head = ("| adapter | launcher | processes × devices | precision | batch global (per device) | samples/s "
+    head = ("| adapter | launcher | processes × devices each | precision | batch global (per device) | samples/s "
             "| samples/s per device | step time ms median [p10–p90] (n) | peak memory per rank | final loss "
             "| test accuracy | max_param_diff | status |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -162,7 +162,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             flag = " " + verdict_mod.interval_text(row["interval"]).split(" ", 1)[1]
         status = _status(row)
         lines.append(
-            f"| {row['adapter']} | {row['launcher']} | {topo['processes']} × {topo['devices_used']}"
+            f"| {row['adapter']} | {row['launcher']} | {_processes_by_devices(topo)}"
             f"{f' ({hosts_report.nodes_label(topo)})' if hosts_report.spans_hosts(topo) else ''} "
             f"| {precision_label(ctl)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
             f"| {row['samples_per_s']:,.0f}{flag} | {row['samples_per_s_per_device']:,.0f} "
@@ -170,6 +170,14 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"({row['step_n']}) | {format_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
             f"| {_acc(row)} | {_diff(row)} | {status} |")
     return "\n".join(lines)
+
+
+def _processes_by_devices(topo: dict[str, Any]) -> str:
+    """"2 × 1": processes × devices each (what the product says: 2 devices in all), as the header reads."""
+    processes, devices = topo["processes"], topo["devices_used"]
+    if processes and devices % processes == 0:
+        return f"{processes} × {devices // processes}"
+    return f"{processes} ({devices} devices in all)"
 
 
 def _status(row) -> str:
