@@ -81,6 +81,6 @@ def test_dp_is_a_row_that_says_it_cannot_span_hosts_and_the_report_shows_nodes(l
     assert rows["dp"]["status"] == "unavailable"
     assert "cannot run on other hosts or span several" in rows["dp"]["reason"]
     report = (out / "report.md").read_text()
-    assert "| ddp | torchrun | 2 × 2 (2 nodes × 1) |" in report
+    assert "| ddp | torchrun | 2 × 1 (2 nodes × 1) |" in report
     assert "**Hosts**: 2 nodes × 1 (127.0.0.1:1, localhost:1, from --hosts 127.0.0.1:1,localhost:1)" in report
     assert "world size 2 on 2 nodes × 1" in proc.stdout

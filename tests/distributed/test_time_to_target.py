@@ -176,7 +176,7 @@ def test_a_row_that_misses_its_target_keeps_its_measurements(missed):
     report = (out / "report.md").read_text()
     assert f"**not reached** 1/1 (best {t['best_metric']:.4f} after step 30 of 30)" in report
     assert "No backend reached test accuracy 0.95 within the 30-step budget." in report
-    assert "| spawn | torch.multiprocessing.spawn | 2 × 2 |" in report  # the throughput table keeps the row
+    assert "| spawn | torch.multiprocessing.spawn | 2 × 1 |" in report  # the throughput table keeps the row
     index = compare_cli("index", str(out.parent))
     assert index.returncode == 0, index.stderr
     assert (f"| [{out.name}]({out.name}/report.md) | digits, until test accuracy ≥ 0.95 | ddp (failed), "
