@@ -19,7 +19,7 @@ from harness.core.argv import to_argv
 from harness.core import provenance as envmod
 from harness.core.errors import BadInput
 from harness.core.requests import DEFAULT_BUDGET, MAX_REPEATS, RunPlan, RunRequest, parse_duration, parse_precision
-from harness.core.runner import Runner, plain_record, plan_rows, round_order, run_header
+from harness.core.runner import Runner, plain_record, plan_rows, references, round_order, run_header
 from harness.core.session import Render, Session
 from harness.launching import hosts
 
@@ -120,8 +120,7 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
         if p.precision is None:
             jobs = [job for k in range(req.repeats) for job in round_jobs(k)]
             if p.until_target is None:  # an until-target launch's length is not known in advance
-                runner.forecast = estimate.Forecast(p, [row.label for _, row, _ in jobs], p.steps + p.warmup,
-                                                    p.equiv_steps)
+                runner.forecast = estimate.Forecast([(p, row.label) for _, row, _ in jobs], references([p]))
                 ui.estimate(runner.forecast.line())
             stopped = runner.run(jobs, first_started)
         else:
@@ -135,7 +134,7 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
 
 def _rounds_line(p: RunPlan) -> str:
     """What a precision run will cost, before its first launch."""
-    one_round = estimate.Forecast(p, [row.label for row in p.runnable], p.steps + p.warmup).left()
+    one_round = estimate.Forecast([(p, row.label) for row in p.runnable]).left()
     least = max(MIN_PRECISION_ROUNDS, p.request.repeats)
     return (f"rounds of {len(p.runnable)} launch(es) until every ratio's interval is ±{p.precision * 100:g}%: at least "
             f"{least}, and none that would end past the {estimate.duration(p.budget_s)} budget"

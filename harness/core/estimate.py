@@ -62,61 +62,54 @@ def duration(text_s: float) -> str:
 
 
 class Forecast:
-    """The seconds each planned launch is expected to take, updated as launches end."""
+    """The seconds each planned launch is expected to take, updated as launches end. `launches`: (plan, row label)
+    per planned launch, in any order; `references`: a plan per single-process reference launch."""
 
-    def __init__(self, plan, labels: list[str], steps: int, reference_steps: int = 0):
+    def __init__(self, launches: list[tuple[Any, str]], references: list[Any] = ()):
         data = _load()
-        self.steps = steps
-        self.pending: list[str] = list(labels) + (["reference"] if reference_steps else [])
-        self.costs: dict[str, dict | None] = {label: data.get(key(plan, label)) for label in set(self.pending)}
-        self.reference_steps = reference_steps
-        self.plan = plan
+        self.pending: list[tuple[int, str, str, int]] = (
+            [(id(plan), label, key(plan, label), plan.steps + plan.warmup) for plan, label in launches]
+            + [(id(plan), "reference", key(plan, "reference"), plan.equiv_steps) for plan in references])
+        """(id of its plan, label, cache key, steps) of every launch not yet ended."""
+        self.costs: dict[str, dict | None] = {k: data.get(k) for _, _, k, _ in self.pending}
         self.first_wall: float | None = None
 
-    def _seconds(self, label: str) -> float | None:
-        c = self.costs.get(label)
-        if c is None:
-            return self.first_wall
-        return c["fixed_s"] + c["step_s"] * (self.reference_steps if label == "reference" else self.steps)
+    def _seconds(self, k: str, steps: int) -> float | None:
+        c = self.costs.get(k)
+        return self.first_wall if c is None else c["fixed_s"] + c["step_s"] * steps
 
     def left(self) -> float | None:
         """Seconds the launches not yet ended should take; None while some have no figure at all."""
-        each = [self._seconds(label) for label in self.pending]
+        each = [self._seconds(k, steps) for _, _, k, steps in self.pending]
         return None if any(s is None for s in each) else sum(each)
-
-    def known(self) -> tuple[int, int]:
-        rows = [label for label in set(self.pending) if label != "reference"]
-        return sum(self.costs.get(label) is not None for label in rows), len(rows)
 
     def line(self) -> str:
         """What the run will cost, before the first launch."""
-        n = sum(label != "reference" for label in self.pending)
-        left, (known, rows) = self.left(), self.known()
-        if left is None and known == 0:
+        rows = {k for _, label, k, _ in self.pending if label != "reference"}
+        n = sum(label != "reference" for _, label, _, _ in self.pending)
+        known = sum(self.costs.get(k) is not None for k in rows)
+        if known == 0:
             return (f"{n} launch(es); no estimate yet: none of these rows has run on this machine with these settings "
                     f"(one follows the first launch)")
-        if left is None:
-            known_s = [self._seconds(label) for label in self.pending if self.costs.get(label) is not None]
-            left = sum(known_s) / len(known_s) * len(self.pending)
-        source = ("this machine's last launches of every row" if known == rows else
-                  f"this machine's last launches of {known} of the {rows} rows, the others taken as their average")
-        return f"{n} launch(es): about {duration(left)} (from {source})"
+        figures = [self._seconds(k, steps) for _, _, k, steps in self.pending]
+        seen = [f for f in figures if f is not None]
+        total = sum(seen) / len(seen) * len(figures)
+        source = ("this machine's last launches of every row" if known == len(rows) else
+                  f"this machine's last launches of {known} of the {len(rows)} rows, the others taken as their "
+                  f"average")
+        return f"{n} launch(es): about {duration(total)} (from {source})"
 
-    def ended(self, label: str, wall_s: float) -> str | None:
-        """A launch of `label` ended after `wall_s`; the line to print if this was the first figure of the run."""
-        if label in self.pending:
-            self.pending.remove(label)
+    def ended(self, plan, label: str, wall_s: float) -> str | None:
+        """A launch of `label` in `plan` ended after `wall_s` (0: it failed); the line to print where this was the
+        run's first figure for rows never run here."""
+        for i, (pid, lab, _, _) in enumerate(self.pending):
+            if pid == id(plan) and lab == label:
+                del self.pending[i]
+                break
         if self.first_wall is not None or not (wall_s > 0) or label == "reference":  # a row's launch prices rows
             return None
         self.first_wall = wall_s
-        unknown = [label for label in set(self.pending) if self.costs.get(label) is None and label != "reference"]
-        if not unknown:
+        if all(self.costs.get(k) is not None for _, lab, k, _ in self.pending if lab != "reference"):
             return None
         left = self.left()
         return None if left is None else f"about {duration(left)} left (the rows never run here priced as this one)"
-
-
-def stepping_seconds(rec: dict[str, Any]) -> float:
-    """A record's warm-up and timed seconds (0 where it has no phases)."""
-    phases = rec.get("phases_s") or {}
-    return float(phases.get("warmup", 0.0)) + float(phases.get("timed", 0.0))

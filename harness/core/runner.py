@@ -315,9 +315,18 @@ class Runner:
             estimate.remember(job.plan, label, outcome.wall_time_s, job.spec.steps + job.spec.warmup,
                               phases.get("warmup", 0.0) + phases.get("timed", 0.0))
         if self.forecast is not None:
-            line = self.forecast.ended(label, outcome.wall_time_s if outcome.status == "ok" else 0.0)
+            line = self.forecast.ended(job.plan, label, outcome.wall_time_s if outcome.status == "ok" else 0.0)
             if line:
                 self.ui.estimate(line)
+
+
+def references(plans: list[RunPlan]) -> list[RunPlan]:
+    """A plan per reference launch the Runner will make for these plans (plans sharing a key share one)."""
+    seen: dict[tuple, RunPlan] = {}
+    for plan in plans:
+        if plan.equiv_steps >= 1:
+            seen.setdefault(_reference_key(plan), plan)
+    return list(seen.values())
 
 
 def file_slug(text: str) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 
 import adapters
 from harness.core import comm_bench as commmod
-from harness.core import outdir
+from harness.core import estimate, outdir
 from harness.core import provenance as envmod
 from harness.core import runner as core
 from harness.core.record import records_file
@@ -336,6 +336,9 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None, render
 
         jobs = [(plan, row, repeat) for repeat in range(req.repeats)
                 for plan in [p.baseline] + p.points for row in plan.runnable]
+        runner.forecast = estimate.Forecast([(plan, row.label) for plan, row, _ in jobs],
+                                            core.references([p.baseline] + p.points))
+        ui.estimate(runner.forecast.line() + " (then the comm sweep and the calibration)")
         stopped = runner.run(jobs, first_started)
         if stopped:
             runner.close_interrupted(stopped, jobs, req.device)

@@ -13,9 +13,9 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path))
 
 
-def _plan(workload="digits", world_size=2):
+def _plan(workload="digits", world_size=2, steps=100):
     req = SimpleNamespace(workload=workload, options=[], world_size=world_size, device="cpu", threads=None)
-    return SimpleNamespace(request=req, global_batch=64, topology=None)
+    return SimpleNamespace(request=req, global_batch=64, topology=None, steps=steps, warmup=0, equiv_steps=3)
 
 
 def test_durations_as_a_person_says_them():
@@ -28,35 +28,39 @@ def test_a_row_run_here_before_is_priced_for_this_runs_length():
     # 12 s, of which 4 s were its 40 steps: 8 s fixed + 0.1 s a step
     estimate.remember(plan, "ddp", 12.0, 40, 4.0)
     estimate.remember(plan, "reference", 5.0, 3, 0.3)
-    f = estimate.Forecast(plan, ["ddp", "ddp", "ddp"], steps=100, reference_steps=3)
+    f = estimate.Forecast([(plan, "ddp")] * 3, [plan])
     assert f.left() == pytest.approx(3 * (8.0 + 0.1 * 100) + 5.0)
     assert f.line() == "3 launch(es): about 59 s (from this machine's last launches of every row)"
-    f.ended("reference", 5.0)
-    f.ended("ddp", 18.0)
+    f.ended(plan, "reference", 5.0)
+    f.ended(plan, "ddp", 18.0)
     assert f.left() == pytest.approx(2 * 18.0)
-    other = estimate.Forecast(_plan(world_size=4), ["ddp"], steps=100)  # another world size: not this row
+    other = estimate.Forecast([(_plan(world_size=4), "ddp")])  # another world size: not this row
     assert other.left() is None
+    # a sweep's points: each launch priced at its own plan's length
+    short = _plan(steps=20)
+    assert estimate.Forecast([(plan, "ddp"), (short, "ddp")]).left() == pytest.approx(18.0 + 10.0)
 
 
 def test_rows_never_run_here_are_priced_from_the_runs_first_launch():
-    plan = _plan()
-    f = estimate.Forecast(plan, ["ddp", "horovod", "ddp", "horovod"], steps=50)
+    plan = _plan(steps=50)
+    f = estimate.Forecast([(plan, label) for label in ("ddp", "horovod", "ddp", "horovod")])
     assert f.line() == ("4 launch(es); no estimate yet: none of these rows has run on this machine with these "
                         "settings (one follows the first launch)")
     assert f.left() is None
-    assert f.ended("ddp", 10.0) == "about 30 s left (the rows never run here priced as this one)"
-    assert f.ended("horovod", 20.0) is None  # said once
+    assert f.ended(plan, "ddp", 10.0) == "about 30 s left (the rows never run here priced as this one)"
+    assert f.ended(plan, "horovod", 20.0) is None  # said once
     estimate.remember(plan, "ddp", 10.0, 50, 5.0)
-    half = estimate.Forecast(plan, ["ddp", "horovod"], steps=50)
+    half = estimate.Forecast([(plan, "ddp"), (plan, "horovod")])
     assert half.line() == ("2 launch(es): about 20 s (from this machine's last launches of 1 of the 2 rows, the "
                            "others taken as their average)")
 
 
 def test_an_unreadable_cache_only_loses_the_estimate(tmp_path):
     (tmp_path / estimate.FILE).write_text("{not json")
-    assert estimate.Forecast(_plan(), ["ddp"], steps=10).left() is None
-    estimate.remember(_plan(), "ddp", 3.0, 10, 1.0)  # and is replaced by a good one
-    assert estimate.Forecast(_plan(), ["ddp"], steps=10).left() == pytest.approx(3.0)
+    plan = _plan(steps=10)
+    assert estimate.Forecast([(plan, "ddp")]).left() is None
+    estimate.remember(plan, "ddp", 3.0, 10, 1.0)  # and is replaced by a good one
+    assert estimate.Forecast([(plan, "ddp")]).left() == pytest.approx(3.0)
 
 
 def test_the_verdicts_advice_says_what_it_would_cost_here():
