@@ -25,8 +25,9 @@ class RunUI:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(TextColumn("{task.description:<18}"), BarColumn(bar_width=30), MofNCompleteColumn(),
-                                TextColumn("{task.fields[phase]}"), TimeElapsedColumn(), console=console,
-                                transient=False, auto_refresh=False)
+                                TextColumn("{task.fields[phase]}"), TimeElapsedColumn(),
+                                TextColumn("{task.fields[left]}"), console=console, transient=False,
+                                auto_refresh=False)
 
     def header(self, plan) -> str:
         req = plan.request
@@ -57,12 +58,13 @@ class RunUI:
 
     def begin(self, name, repeat, total, left=None):
         """A launch starts; `left`: the seconds the run's launches not yet ended should take, where known."""
-        launching = "launching" + ("" if left is None else f" (about {duration(left)} left)")
-        if self.bar:
-            self.tasks[(name, repeat)] = self.bar.add_task(self._label(name, repeat), total=total, phase=launching)
+        left_text = "" if left is None else f"(run: about {duration(left)} left)"
+        if self.bar:  # each launch's line keeps what was left of the run when it began
+            self.tasks[(name, repeat)] = self.bar.add_task(self._label(name, repeat), total=total, phase="launching",
+                                                           left=left_text)
             self.bar.refresh()
         else:
-            console.print(f"  {escape(self._label(name, repeat))}: {launching}")
+            console.print(f"  {escape(self._label(name, repeat))}: launching" + (f" {left_text}" if left_text else ""))
 
     def progress(self, name, repeat, pr):
         if self.bar:

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import adapters
-from harness.core import outdir
+from harness.core import estimate, outdir
 from harness.core import provenance as envmod
 from harness.core.record import SCHEMA_VERSION
 from harness.core.requests import (
@@ -115,6 +115,10 @@ def execute(p: CommPlan, ui=None, render: Render | None = None) -> tuple[list[di
         try:
             session.save([{**base, "backend": row.label, "adapter": row.name, "op": None, "size_bytes": None,
                            "status": "unavailable", "reason": row.reason} for row in p.unavailable])
+            keys = {row.label: estimate.comm_key(p, row.label) for row in p.runnable}
+            line, left = estimate.comm_line(list(keys.values()))
+            if ui:
+                ui(line)
             for row in p.runnable:
                 interrupt.check()
                 adapter = row.adapter
@@ -128,9 +132,14 @@ def execute(p: CommPlan, ui=None, render: Render | None = None) -> tuple[list[di
                 if ui:
                     where = "" if p.topology is None else f" on {hosts.describe_slots(p.topology.nodes)}"
                     ui(f"{row.label}: launching {req.world_size} ranks{where} with {adapter.launcher} "
-                       f"({len(p.ops)} ops x {len(p.sizes)} sizes)")
+                       f"({len(p.ops)} ops x {len(p.sizes)} sizes)"
+                       + ("" if left is None else f" (run: about {estimate.duration(max(left, 1.0))} left)"))
                 outcome = run_launch(adapter, spec, req.timeout_s, stall_s=req.stall_s)
                 session.keep_log(outcome, f"{row.label}.log")
+                if outcome.status == "ok":
+                    estimate.remember_seconds(keys[row.label], outcome.wall_time_s)
+                if left is not None:
+                    left -= outcome.wall_time_s
                 recs = cells_to_records(base, row.label, adapter, outcome, spec)
                 session.save(recs)
                 if ui:

@@ -51,6 +51,36 @@ def remember(plan, label: str, wall_s: float, steps: int, stepping_s: float) -> 
     cache.write_atomic(_path(), json.dumps(data).encode())
 
 
+def comm_key(plan, label: str) -> str:
+    """A `compare comm` backend's launch as far as its duration goes: the ops, sizes and iterations it times."""
+    req = plan.request
+    return json.dumps(["comm", label, plan.ops, plan.sizes, req.dtype, req.max_iters, req.gap_s, req.world_size,
+                       req.device, req.threads, None if plan.topology is None else len(plan.topology.nodes)])
+
+
+def remember_seconds(k: str, wall_s: float) -> None:
+    """A launch keyed `k` (comm_key) took `wall_s`, whatever its length."""
+    if wall_s > 0 and math.isfinite(wall_s):
+        data = _load()
+        data.pop(k, None)
+        data[k] = {"fixed_s": wall_s, "step_s": 0.0}
+        cache.write_atomic(_path(), json.dumps(dict(list(data.items())[-KEEP:])).encode())
+
+
+def comm_line(keys: list[str]) -> tuple[str, float | None]:
+    """What a `compare comm` run will cost, before its first launch, and the seconds it adds up to (None: unknown)."""
+    data = _load()
+    known = [data[k]["fixed_s"] for k in keys if k in data]
+    if not known:
+        return (f"{len(keys)} launch(es); no estimate yet: none of these backends has run these ops and sizes on this "
+                f"machine"), None
+    total = sum(known) / len(known) * len(keys)
+    source = ("this machine's last launches of every backend" if len(known) == len(keys) else
+              f"this machine's last launches of {len(known)} of the {len(keys)} backends, the others taken as "
+              f"their average")
+    return f"{len(keys)} launch(es): about {duration(total)} (from {source})", total
+
+
 def duration(text_s: float) -> str:
     """A duration as a person says it: 40 s, 3 min, 1 h 20 min."""
     s = round(text_s)

@@ -78,3 +78,16 @@ def test_the_verdicts_advice_says_what_it_would_cost_here():
     analysis = verdict.analyse(once)
     text = " ".join(verdict.markdown(analysis))
     assert f"`--repeats 10` (about {len(analysis['ranked'])} min here, from these launches' times)" in text
+
+
+def test_a_comm_run_is_priced_from_this_machines_last_launches_of_the_same_ops_and_sizes():
+    req = SimpleNamespace(dtype="fp32", max_iters=50, gap_s=0.0, world_size=2, device="cpu", threads=None)
+    plan = SimpleNamespace(request=req, ops=["all_reduce"], sizes=[1024, 2**20], topology=None)
+    keys = [estimate.comm_key(plan, b) for b in ("torch", "horovod")]
+    assert estimate.comm_line(keys) == ("2 launch(es); no estimate yet: none of these backends has run these ops and "
+                                        "sizes on this machine", None)
+    estimate.remember_seconds(keys[0], 12.0)
+    assert estimate.comm_line(keys) == ("2 launch(es): about 24 s (from this machine's last launches of 1 of the 2 "
+                                        "backends, the others taken as their average)", 24.0)
+    plan.sizes = [1024]  # other sizes: another launch
+    assert estimate.comm_line([estimate.comm_key(plan, "torch")])[1] is None
