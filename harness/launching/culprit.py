@@ -19,7 +19,12 @@ rank that was alive when its host's stopper began (and vanished later), anything
    for (SIGKILL, the OOM killer), or a supervisor gone without a word before compare began stopping. The first.
 3. A rank gone without a word on a host that recorded no stop (its node died with it).
 4. A rank failed by itself (an exception, an exit code, a crash signal such as SIGABRT): the first by the time it
-   failed, which its worker recorded before exiting, so a peer's failure that it caused comes after it.
+   failed, which its worker recorded before exiting, so a peer's failure that it caused comes after it. A worker
+   that exits without an exception (os._exit, exit() from native code) records nothing: its supervisor writes the
+   exit down once told, a moment late, while the peer's exception at the broken connection is written as it
+   happens. So an exception recorded less than ABRUPT_LAG_S before another rank's exit with a code and no exception
+   is taken as its consequence: a peer's failure makes a rank raise (or abort, a crash signal, which keeps its
+   order), never exit with a code of its own.
 5. A launch command failed by itself (a node whose command exited first, a launcher that stopped its ranks).
 """
 
@@ -67,6 +72,14 @@ class RankEnd:
     text: str
     with_error: bool = False
     """Whether the log's first error line belongs with it (an exception's does; a signal leaves no line)."""
+    abrupt: bool = False
+    """An exit with a code that its worker did not write down (no exception recorded): its time is when its
+    supervisor learnt of it, a moment after."""
+
+
+ABRUPT_LAG_S = 1.0
+"""How long after a rank's abrupt end its supervisor may write it down on a loaded machine (it is usually a few ms;
+on a 2-core VM with four busy processes, a peer's exception at the broken connection was once recorded first)."""
 
 
 def _signal_name(rc: int) -> str:
@@ -124,7 +137,8 @@ def rank_ends(rank_dir: Path, name_hosts: bool = False) -> list[RankEnd]:
                                    f"{who} stopped by {'its launcher' if by == LAUNCH else by}"))
         elif what == "failed" or (end and end.get("code")):
             code = end.get("code") if end else None
-            out.append(RankEnd(k, host, "own", t, f"{who} exited with code {code if code else 1}", with_error=True))
+            out.append(RankEnd(k, host, "own", t, f"{who} exited with code {code if code else 1}", with_error=True,
+                               abrupt=k not in failed))
         elif end["signal"] in CRASH_SIGNALS:
             out.append(RankEnd(k, host, "own", t, f"{who} killed by {end['signal']}"))
         else:
@@ -173,7 +187,11 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
     gone = _first([e for e in ends if e.kind == "gone"])
     if gone:
         return with_cause(gone)
-    own = _first([e for e in ends if e.kind == "own"])
+    own_ends = [e for e in ends if e.kind == "own"]
+    own = _first(own_ends)
+    if own and not own.abrupt:  # an exception just before a peer's abrupt end, which is written down late: its effect
+        abrupt = [e for e in own_ends if e.abrupt and e.time is not None and e.time - own.time < ABRUPT_LAG_S]
+        own = _first(abrupt) or own
     if own:
         return with_cause(own)
     failed = sorted((c for c in commands if not c.is_rank and c.ended is not None and c.returncode),

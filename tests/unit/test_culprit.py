@@ -212,7 +212,7 @@ def test_every_rank_accounted_for(rd):
 
 # ---- many launches, every order of their consequences ------------------------------------------------------------
 
-CAUSES = ("launcher_killed", "worker_killed", "supervisor_killed", "term_from_outside", "raised")
+CAUSES = ("launcher_killed", "worker_killed", "supervisor_killed", "term_from_outside", "raised", "exited")
 
 
 def _scenario(rd: Path, cause: str, rng: random.Random) -> tuple[list[Command], str]:
@@ -247,6 +247,10 @@ def _scenario(rd: Path, cause: str, rng: random.Random) -> tuple[list[Command], 
             _asked(rd, victim, t0, "outside", role=role, sender_pid=999, sender="kill")
             _exit(rd, victim, t0 + rng.uniform(0.001, 0.01), sig="SIGTERM")
             expected = f"rank {victim} killed by SIGTERM from outside (pid 999: kill)"
+        elif cause == "exited":  # os._exit(3): no exception recorded, and its supervisor writes the exit late, but
+            # before it exits itself, so before its launcher (hence compare) can know of it
+            _exit(rd, victim, t0 + rng.uniform(0.001, min(0.5, 0.9 * (stop - t0))), code=3)
+            expected = f"rank {victim} exited with code 3"
         else:
             _failed(rd, victim, t0)
             _exit(rd, victim, t0 + rng.uniform(0.001, 0.5), code=1)  # its supervisor may write late
@@ -287,3 +291,29 @@ def test_the_culprit_is_the_cause_in_any_order_of_its_consequences(tmp_path, cau
         if not got.startswith(expected):
             wrong.append((i, expected, got))
     assert not wrong, wrong[:5]
+
+
+def test_an_exception_just_before_a_peers_abrupt_exit_is_its_consequence(rd):
+    # Seen in a fresh clone's make test (Horovod, rank 1 os._exit(3) at step 5): rank 0's collective failed at the
+    # broken connection and its worker wrote that down 4 ms before rank 1's supervisor, told of the exit, wrote it.
+    for k in (0, 1):
+        _start(rd, k)
+    _failed(rd, 0, T + 10.000, "RuntimeError: Horovod has been shut down")
+    _exit(rd, 0, T + 10.100, code=1)
+    _exit(rd, 1, T + 10.004, code=3)  # no failed record: it ended without an exception
+    (rd / "launch.log").write_text("[1]<stderr>:[fault injection] exit at step 5\n")
+    assert culprit(rd, [_launcher(rd, 1, T + 11)]).startswith("rank 1 exited with code 3")
+
+
+def test_an_exception_well_before_a_peers_abrupt_exit_stays_the_cause(rd):
+    for k in (0, 1):
+        _start(rd, k)
+    _failed(rd, 0, T + 10.0)
+    _exit(rd, 0, T + 10.1, code=1)
+    _exit(rd, 1, T + 12.0, code=3)  # an exit two seconds later
+    assert culprit(rd, [_launcher(rd, 1, T + 13)]).startswith("rank 0 exited with code 1")
+    _exit(rd, 1, T + 10.05, sig="SIGABRT")  # a peer's abort at the broken connection: a consequence, in its order
+    assert culprit(rd, [_launcher(rd, 1, T + 13)]).startswith("rank 0 exited with code 1")
+    # and of two exceptions, the first, however close
+    _failed(rd, 1, T + 10.01)
+    assert culprit(rd, [_launcher(rd, 1, T + 13)]).startswith("rank 0 exited with code 1")
