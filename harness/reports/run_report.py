@@ -516,7 +516,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     ax.invert_yaxis()
     ax.set_xlabel(f"samples/s (global{whiskers})")
     ax.set_title(f"Throughput: {title}", fontsize=10)
-    ax.margins(x=0.25)
+    ax.margins(x=0.45 if any(notes) else 0.25)  # room for "n=1: no interval" beside the longest bar
     fig.tight_layout()
     paths.append(out / "throughput.png")
     save_figure(fig, paths[-1], 110)
