@@ -54,7 +54,7 @@ class RunUI:
 
     def estimate(self, line: str) -> None:
         """What the run will cost (harness/core/estimate.py): before the first launch, and once a first figure is in."""
-        (self.bar.console if self.bar else console).print(f"  {escape(line)}")
+        console.print(f"  {escape(line)}")  # the live display's console too: printed above it
 
     def begin(self, name, repeat, total, left=None):
         """A launch starts; `left`: the seconds the run's launches not yet ended should take, where known."""

@@ -39,16 +39,19 @@ def key(plan, label: str) -> str:
                        plan.global_batch, None if plan.topology is None else len(plan.topology.nodes)])
 
 
-def remember(plan, label: str, wall_s: float, steps: int, stepping_s: float) -> None:
-    """A launch of `label` took `wall_s`, of which `stepping_s` were its `steps` warm-up and timed steps."""
+def _store(k: str, wall_s: float, steps: int, stepping_s: float) -> None:
+    """A launch keyed `k` took `wall_s`, of which `stepping_s` were its `steps` steps (none: all of it fixed)."""
     if not (wall_s > 0 and math.isfinite(wall_s)):
         return
     data = _load()
-    k = key(plan, label)
     data.pop(k, None)  # re-inserted last: the most recent entries are the ones kept
     data[k] = {"fixed_s": max(0.0, wall_s - stepping_s), "step_s": stepping_s / steps if steps else 0.0}
-    data = dict(list(data.items())[-KEEP:])
-    cache.write_atomic(_path(), json.dumps(data).encode())
+    cache.write_atomic(_path(), json.dumps(dict(list(data.items())[-KEEP:])).encode())
+
+
+def remember(plan, label: str, wall_s: float, steps: int, stepping_s: float) -> None:
+    """A launch of `label` took `wall_s`, of which `stepping_s` were its `steps` warm-up and timed steps."""
+    _store(key(plan, label), wall_s, steps, stepping_s)
 
 
 def comm_key(plan, label: str) -> str:
@@ -60,11 +63,16 @@ def comm_key(plan, label: str) -> str:
 
 def remember_seconds(k: str, wall_s: float) -> None:
     """A launch keyed `k` (comm_key) took `wall_s`, whatever its length."""
-    if wall_s > 0 and math.isfinite(wall_s):
-        data = _load()
-        data.pop(k, None)
-        data[k] = {"fixed_s": wall_s, "step_s": 0.0}
-        cache.write_atomic(_path(), json.dumps(dict(list(data.items())[-KEEP:])).encode())
+    _store(k, wall_s, 0, 0.0)
+
+
+def _about(launches: int, known: list[float], count: int, rows_known: int, rows: int, noun: str) -> tuple[str, float]:
+    """"N launch(es): about T (from ...)": `count` launches priced at the mean of the `known` figures, from
+    `rows_known` of the `rows` rows (`noun`s) this machine has run."""
+    total = sum(known) / len(known) * count
+    source = (f"this machine's last launches of every {noun}" if rows_known == rows else
+              f"this machine's last launches of {rows_known} of the {rows} {noun}s, the others taken as their average")
+    return f"{launches} launch(es): about {duration(total)} (from {source})", total
 
 
 def comm_line(keys: list[str]) -> tuple[str, float | None]:
@@ -74,11 +82,7 @@ def comm_line(keys: list[str]) -> tuple[str, float | None]:
     if not known:
         return (f"{len(keys)} launch(es); no estimate yet: none of these backends has run these ops and sizes on this "
                 f"machine"), None
-    total = sum(known) / len(known) * len(keys)
-    source = ("this machine's last launches of every backend" if len(known) == len(keys) else
-              f"this machine's last launches of {len(known)} of the {len(keys)} backends, the others taken as "
-              f"their average")
-    return f"{len(keys)} launch(es): about {duration(total)} (from {source})", total
+    return _about(len(keys), known, len(keys), len(known), len(keys), "backend")
 
 
 def duration(text_s: float) -> str:
@@ -122,12 +126,7 @@ class Forecast:
             return (f"{n} launch(es); no estimate yet: none of these rows has run on this machine with these settings "
                     f"(one follows the first launch)")
         figures = [self._seconds(k, steps) for _, _, k, steps in self.pending]
-        seen = [f for f in figures if f is not None]
-        total = sum(seen) / len(seen) * len(figures)
-        source = ("this machine's last launches of every row" if known == len(rows) else
-                  f"this machine's last launches of {known} of the {len(rows)} rows, the others taken as their "
-                  f"average")
-        return f"{n} launch(es): about {duration(total)} (from {source})"
+        return _about(n, [f for f in figures if f is not None], len(figures), known, len(rows), "row")[0]
 
     def ended(self, plan, label: str, wall_s: float) -> str | None:
         """A launch of `label` in `plan` ended after `wall_s` (0: it failed); the line to print where this was the

@@ -28,6 +28,11 @@ def legend_of(records: list[dict[str, Any]]) -> Legend:
     return adapters.legend()
 
 
+def unplaced(legend: Legend) -> int:
+    """The first place after every adapter's: where a label the legend does not know goes."""
+    return len({e["adapter"] for e in legend.values()})
+
+
 def _entry(label: str, legend: Legend) -> tuple[str, int | None]:
     base = label.split(":")[0].split(" ")[0]
     entry = legend.get(base)
@@ -37,8 +42,7 @@ def _entry(label: str, legend: Legend) -> tuple[str, int | None]:
 def colour(label: str, legend: Legend) -> str:
     """The colour of a row label ("ddp", "deepspeed:zero_stage=3") or comm backend ("torch")."""
     base, place = _entry(label, legend)
-    adapters = len({e["adapter"] for e in legend.values()})
-    index = place if place is not None else adapters + zlib.crc32(base.encode()) % len(COLOURS)
+    index = place if place is not None else unplaced(legend) + zlib.crc32(base.encode()) % len(COLOURS)
     return COLOURS[index % len(COLOURS)]
 
 

@@ -74,7 +74,7 @@ def group(records: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]
         if order:
             return order.index(label) if label in order else len(order)
         entry = legend.get(recs[0]["adapter"])
-        return entry["place"] if entry else len({e["adapter"] for e in legend.values()})
+        return entry["place"] if entry else palette.unplaced(legend)
 
     return OrderedDict(sorted(rows.items(), key=key))
 
