@@ -21,7 +21,9 @@ _MODULES: dict[str, str] = {
     "fsdp": "adapters.fsdp",
 }
 # Not a comparison row: the single-process fp32 run every adapter's parameters are checked against.
-_REGISTRY = Registry("adapter", _MODULES, "ADAPTER", hidden={"reference": "adapters.reference"})
+# Installed packages add adapters through this entry-point group (an Adapter subclass per entry).
+GROUP = "compare.adapters"
+_REGISTRY = Registry("adapter", _MODULES, "ADAPTER", hidden={"reference": "adapters.reference"}, group=GROUP)
 
 # `compare comm` backends -> the adapter whose launcher and comm() object they use.
 _COMM: dict[str, str] = {"torch": "ddp", "horovod": "horovod", "deepspeed": "deepspeed"}
@@ -33,6 +35,16 @@ __all__ = ["Adapter", "Availability", "UnknownName", "names", "get", "availabili
 def names() -> list[str]:
     """Every comparison row's adapter name, in the order of a default comparison."""
     return _REGISTRY.names()
+
+
+def source(name: str) -> str:
+    """Where the adapter `name` comes from: built-in, or an installed package's entry point."""
+    return _REGISTRY.source(name)
+
+
+def shadowed() -> list[str]:
+    """Installed adapter entry points hidden by a built-in name."""
+    return _REGISTRY.shadowed()
 
 
 def get(name: str) -> type[Adapter]:

@@ -30,6 +30,7 @@ from harness.commands import comm, doctor, env, index, knobs, listing, plan, pre
 from harness.commands.common import Group, Invocation, flag
 from harness.commands.declare import command
 from harness.core.requests import CommRequest, RunRequest, SbatchRequest, ScaleRequest
+from harness.shared.registry import BadReference, UserCodeError
 
 try:  # typer vendors click from 0.20 on
     from typer._click import exceptions as clickerr
@@ -69,6 +70,14 @@ class OneLineUsageErrors(Group):
         except clickerr.ClickException as exc:
             typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
             sys.exit(exc.exit_code)
+        except BadReference as exc:  # a user's file or module that gives no workload, wherever a command met it
+            typer.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except UserCodeError as exc:  # the user's own workload raised: their traceback, not ours
+            sys.stderr.write(exc.user_traceback())
+            sys.stderr.write(f"error: {exc.doing} raised {type(exc.exc).__name__} in your code (traceback above); "
+                             f"nothing was run or written\n")
+            sys.exit(1)
         except typer.Abort:  # (not in typer's vendored click.exceptions: typer.Abort is the class it raises)
             typer.echo("Aborted!", err=True)
             sys.exit(1)

@@ -1,13 +1,21 @@
 """Workload registry (lazy imports). Add a workload: `workloads/<name>.py` with `WORKLOAD = <subclass of
 workloads.base.Workload>`, plus one line in `_MODULES`. Variants (resnet18/resnet50) are names with preset options.
+
+A user's own workload needs no edit here: `-w path/to/file.py:NAME` or `-w package.module:NAME` names a Workload
+subclass or a function returning its pieces (workloads/function.py), and an installed package adds names through
+the `compare.workloads` entry-point group (docs/your-model.md).
 """
 
 from __future__ import annotations
 
+import inspect
+import re
+from pathlib import Path
 from typing import Any
 
-from harness.shared.registry import Registry, UnknownName
-from workloads.base import Workload
+from harness.shared.registry import BadReference, Registry, UnknownName, UserCodeError
+from workloads.base import Data, Workload
+from workloads.function import FunctionWorkload, Pieces, from_function, workload
 
 # name -> module, or (module, preset options)
 _MODULES: dict[str, str | tuple[str, dict[str, Any]]] = {
@@ -19,16 +27,78 @@ _MODULES: dict[str, str | tuple[str, dict[str, Any]]] = {
     "tinygpt": "workloads.tinygpt",
 }
 DEFAULT = "digits"
-_REGISTRY = Registry("workload", _MODULES, "WORKLOAD")
+GROUP = "compare.workloads"
+_REGISTRY = Registry("workload", _MODULES, "WORKLOAD", group=GROUP,
+                     hint="; or your own: -w path/to/file.py:NAME, -w package.module:NAME (docs/your-model.md)")
 
-__all__ = ["DEFAULT", "UnknownName", "Workload", "get", "names"]
+__all__ = ["DEFAULT", "BadReference", "Data", "Pieces", "UnknownName", "UserCodeError", "Workload", "get", "names",
+           "source", "workload"]
 
 
 def names() -> list[str]:
+    """The built-in workloads, then those installed packages add (entry points)."""
     return _REGISTRY.names()
 
 
+def source(name: str) -> str:
+    """Where the workload `name` comes from: built-in, an entry point (which package), a file or a module."""
+    return _REGISTRY.source(name)
+
+
+def resolvable(name: str) -> str:
+    """`name` as a rank resolves it wherever it starts: a file reference with its path made absolute (a launcher
+    may start ranks in another directory); names and modules unchanged."""
+    where, colon, attr = name.rpartition(":")
+    if colon and (where.endswith(".py") or "/" in where) and name not in names():
+        return f"{Path(where).expanduser().resolve()}:{attr}"
+    return name
+
+
+def provenance(name: str) -> str:
+    """`source(name)`, and for a file the SHA-256 of its text, so that a record says which version of it ran."""
+    import hashlib
+
+    where = source(name)
+    if where.startswith("file "):
+        path = Path(where.removeprefix("file "))
+        where += f" (sha256 {hashlib.sha256(path.read_bytes()).hexdigest()[:16]})"
+    return where
+
+
+def slug(name: str) -> str:
+    """`name` as a results directory's name begins: a reference's NAME (`examples/my_model.py:mlp` gives `mlp`)."""
+    if ":" not in name:
+        return name
+    return re.sub(r"[^\w.-]", "_", name.rpartition(":")[2]) or "workload"
+
+
+def shadowed() -> list[str]:
+    """Installed entry points hidden by a built-in name."""
+    return _REGISTRY.shadowed()
+
+
+def workload_class(name: str) -> tuple[type[Workload], dict[str, Any]]:
+    """(the Workload class, its preset options) for a name, file or module reference; a workload function becomes a
+    class of its own (workloads/function.py). UnknownName, BadReference or UserCodeError otherwise."""
+    obj, preset = _REGISTRY.entry(name, references=True)
+    if isinstance(obj, type) and issubclass(obj, Workload):
+        return obj, preset
+    if getattr(obj, "__compare_workload__", None) is not None or inspect.isfunction(obj):
+        cls = getattr(obj, "__compare_class__", None)
+        if cls is None:  # one class per function and process: its pieces are computed once
+            cls = from_function(obj, name)
+            try:
+                obj.__compare_class__ = cls
+            except AttributeError:  # a builtin or a bound method: no attributes of its own
+                pass
+        return cls, preset
+    what = f"class {obj.__name__}" if isinstance(obj, type) else type(obj).__name__
+    raise BadReference(f"workload '{name}' is {'an' if what[0] in 'aeiou' else 'a'} {what}, not a workload: give a subclass of workloads.Workload or a "
+                       f"function that returns its pieces (docs/your-model.md)")
+
+
 def get(name: str, options: dict[str, Any] | None = None) -> Workload:
-    """The workload `name` with `options` over its preset (UnknownName, OptionError on bad input)."""
-    cls, preset = _REGISTRY.entry(name)
+    """The workload `name` with `options` over its preset (UnknownName, BadReference, UserCodeError, OptionError
+    on bad input)."""
+    cls, preset = workload_class(name)
     return cls({**preset, **(options or {})})

@@ -35,13 +35,29 @@ _REQUIRED = ("name", "summary", "global_batch", "base_lr", "base_batch", "steps"
 
 @dataclass
 class Data:
-    """A materialised dataset: tensors already on the training device."""
+    """A materialised dataset: tensors already on the training device, or, for the training data, a map-style
+    Dataset that each rank reads its slice of every step from through a DataLoader (`train_set`)."""
 
-    train_x: torch.Tensor
-    train_y: torch.Tensor
+    train_x: torch.Tensor | None
+    train_y: torch.Tensor | None
     test_x: torch.Tensor | None = None
     test_y: torch.Tensor | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    train_set: Any = None
+    """A `torch.utils.data.Dataset` of (input, target) items, when train_x and train_y are None."""
+
+    @property
+    def n_train(self) -> int:
+        return len(self.train_x) if self.train_x is not None else len(self.train_set)
+
+    def batch(self, idx: torch.Tensor, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets) of the training samples `idx`, on `device` (read and collated from the Dataset)."""
+        if self.train_x is not None:
+            return self.train_x[idx], self.train_y[idx]
+        from torch.utils.data import default_collate
+
+        x, y = default_collate([self.train_set[i] for i in idx.tolist()])
+        return x.to(device), y.to(device)
 
 
 class Workload(ABC):
@@ -73,6 +89,10 @@ class Workload(ABC):
     """Why the model's output for a sample depends on the rest of its batch (e.g. "BatchNorm statistics per
     process"), or None. When set, sharding the batch changes the maths: per-rank results are not expected to equal
     the single-process reference, and the report gives this reason."""
+
+    nondeterministic: str | None = None
+    """Why the model's training-mode output is random (dropout), found by the parent's check of a user's workload
+    before launching (harness/core/requests.py: check_user_code); a failed equivalence check then says so."""
 
     @dataclass
     class Options:
@@ -137,7 +157,7 @@ class Workload(ABC):
     def train_samples(self, global_batch: int) -> int:
         """How many training samples the data holds (checked against the global batch before launching). The
         default materialises the data on the CPU; a workload that can say it more cheaply overrides this."""
-        return len(self.materialize("cpu", global_batch).train_x)
+        return self.materialize("cpu", global_batch).n_train
 
     def batch_indices(self, step: int, global_batch: int, n_train: int, data_rank: int = 0,
                       data_world: int = 1) -> torch.Tensor:
@@ -191,6 +211,15 @@ class Workload(ABC):
 
         loss_sum = F.cross_entropy(output.float(), target, reduction="sum").item()
         return float((output.argmax(1) == target).sum().item()), float(len(target)), loss_sum
+
+    def reads_through_loader(self) -> bool:
+        """Whether `materialize` gives a Dataset (`Data.train_set`) that ranks read through a DataLoader, rather
+        than tensors (override with it: --loader-workers is refused for a workload without one)."""
+        return False
+
+    def tokens_per_sample(self) -> int | None:
+        """Tokens in one training sample, for a language model (tokens/s beside samples/s); None otherwise."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         """The resolved options, recorded in every row."""

@@ -117,6 +117,9 @@ class TinyGPT(Workload):
 
         return F.cross_entropy(output.float().flatten(0, 1), target.flatten())
 
+    def tokens_per_sample(self) -> int:
+        return self.options.context  # one next-byte prediction per byte of each window
+
     def train_samples(self, global_batch: int) -> int:
         return (int(len(corpus()) * 0.9) - 1) // self.options.context  # windows in the first 90%
 

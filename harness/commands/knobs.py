@@ -10,6 +10,7 @@ import adapters
 import workloads
 from harness.commands.common import console, fail
 from harness.core.argv import cli
+from harness.shared.registry import is_reference
 
 
 @dataclass
@@ -17,7 +18,7 @@ class KnobsRequest:
     """`compare knobs`."""
 
     name: str | None = field(default=None, metadata=cli(argument=True))
-    """An adapter or a workload (default: every adapter)."""
+    """An adapter or a workload, yours too (path/to/file.py:NAME; default: every adapter)."""
 
 
 def knobs(req: KnobsRequest) -> None:
@@ -30,14 +31,16 @@ def knobs(req: KnobsRequest) -> None:
         names = [("adapter", n) for n in adapters.names()]
     elif name in adapters.names():
         names = [("adapter", name)]
-    elif name in workloads.names():
+    elif name in workloads.names() or is_reference(name):
         names = [("workload", name)]
     else:
         fail(f"unknown adapter or workload '{name}'; valid choices: {', '.join(adapters.names())} (adapters), "
              f"{', '.join(workloads.names())} (workloads)")
     for kind, n in names:
         try:
-            cls = adapters.get(n).Knobs if kind == "adapter" else type(workloads.get(n)).Options
+            cls = adapters.get(n).Knobs if kind == "adapter" else workloads.workload_class(n)[0].Options
+        except (workloads.BadReference, workloads.UserCodeError):
+            raise  # a user's file: one line, or their traceback (harness/cli.py), as for compare run
         except Exception as exc:  # noqa: BLE001 - an adapter whose module fails to import still lists the others
             console.print(f"[bold]{escape(n)}[/]: cannot read its knobs ({escape(type(exc).__name__)}: "
                           f"{escape(str(exc))})")

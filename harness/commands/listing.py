@@ -40,7 +40,7 @@ def list_all(req: ListRequest) -> None:
     except BadInput as e:
         fail(str(e))
     t = Table(title=f"Adapters (device {device}, world size {world_size}{', oversubscribed' if over else ''})")
-    for col in ("adapter", "launcher", "available", "what it is / why not"):
+    for col in ("adapter", "from", "launcher", "available", "what it is / why not"):
         t.add_column(col)
     for name, avail in adapters.availability_all(device, world_size).items():
         try:
@@ -48,15 +48,23 @@ def list_all(req: ListRequest) -> None:
             launcher, summary = cls.launcher, cls.summary
         except Exception:  # noqa: BLE001 - shown as the reason below
             launcher, summary = "?", ""
-        t.add_row(name, launcher, "[green]yes[/]" if avail else "[red]no[/]",
+        t.add_row(name, escape(adapters.source(name)), launcher, "[green]yes[/]" if avail else "[red]no[/]",
                   escape(summary if avail else avail.message()))
     console.print(t)
-    w = Table(title="Workloads")
-    for col in ("workload", "global batch", "steps", "target", "what it is"):
+    w = Table(title="Workloads (yours too: -w path/to/file.py:NAME or -w package.module:NAME)")
+    for col in ("workload", "from", "global batch", "steps", "target", "what it is"):
         w.add_column(col)
     for name in workloads.names():
-        wl = workloads.get(name)
-        w.add_row(name, str(wl.global_batch), f"{wl.warmup}+{wl.steps}",
+        try:
+            wl, _ = workloads.workload_class(name)
+        except Exception as exc:  # noqa: BLE001 - an installed package's entry point that fails: said, not fatal
+            w.add_row(name, escape(workloads.source(name)), "", "", "", f"[red]cannot load[/]: {escape(str(exc))}")
+            continue
+        w.add_row(name, escape(workloads.source(name)), str(wl.global_batch), f"{wl.warmup}+{wl.steps}",
                   "–" if wl.target is None else f"acc ≥ {wl.target} (--until-target: every {wl.eval_every} steps, "
-                                                f"≤ {wl.max_steps_to_target})", wl.summary)
+                                                f"≤ {wl.max_steps_to_target})", escape(wl.summary))
     console.print(w)
+    for what, hidden in (("adapter", adapters.shadowed()), ("workload", workloads.shadowed())):
+        for entry in hidden:
+            console.print(f"[yellow]note[/]: the installed {what} entry point {escape(entry)} is hidden by the "
+                          f"built-in {what} of the same name")

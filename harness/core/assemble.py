@@ -91,6 +91,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         "interop_threads_per_rank": [r.interop_threads for r in ranks],
         "omp_num_threads_env": r0.omp_num_threads_env,
     })
+    if workload.reads_through_loader():
+        rec["controls"]["loader_workers"] = spec.loader_workers
     if r0.cuda_math:
         rec["controls"]["cuda_math"] = r0.cuda_math
     rec["adapter_info"] = r0.adapter
@@ -105,6 +107,10 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["samples_per_s_per_device"] = rec["samples_per_s"] / devices
         rec["step_times_s"] = steps
         rec["step_time_spread_ranks_s"] = [step_stats(t)["median"] for t in timed]
+        tokens = workload.tokens_per_sample()
+        if tokens:  # a language model: tokens/s is the figure its users compare
+            rec["tokens_per_sample"] = tokens
+            rec["tokens_per_s"] = rec["samples_per_s"] * tokens
     if all(r.profile for r in ranks):
         rec["compute_profile"] = [r.profile for r in ranks]
         if stats:
@@ -162,6 +168,11 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
             else f"{r0.compression} gradient compression" if not exact
             else f"model is batch-dependent ({workload.batch_dependence})"),
     }
+    if rec["equivalence"]["passed"] is False and workload.nondeterministic:
+        rec["equivalence"]["why_failed"] = (f"the model is not deterministic: {workload.nondeterministic}; each "
+                                            f"process draws its own random numbers, so no backend can match the "
+                                            f"single-process reference (make it deterministic, e.g. dropout 0, to "
+                                            f"check equivalence)")
     if spec.eval_every and spec.target is not None:
         rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
     rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"))

@@ -14,6 +14,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+import workloads
 from harness.core import estimate, outdir
 from harness.core.argv import to_argv
 from harness.core import provenance as envmod
@@ -43,7 +44,7 @@ def plan(req: RunRequest) -> RunPlan:
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
-        p.out = req.results_dir / f"{req.workload}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
+        p.out = req.results_dir / f"{workloads.slug(req.workload)}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
     outdir.check(p.out, req.force, RESULT_FILES)
     p.rerun = shlex.join(["compare", "run", *to_argv(resolved(p))])
     return p

@@ -215,7 +215,13 @@ class Run(TypedDict):
     param_count: NotRequired[int]
     """Trainable parameters of the model."""
     data: NotRequired[dict[str, Any]]
-    """Where the data came from (source, sizes)."""
+    """Where the data came from (source, sizes; for a Dataset, the loader and its workers per rank)."""
+    workload_source: NotRequired[str]
+    """A workload from outside this repository: its file (with the SHA-256 of its text), module or entry point."""
+    tokens_per_sample: NotRequired[int]
+    """A language model's tokens per training sample (its sequence length)."""
+    tokens_per_s: NotRequired[float]
+    """`samples_per_s` x `tokens_per_sample`: the tokens/s a language model's users compare."""
     launch_wall: NotRequired[float]
     """Wall-clock time the launch started."""
     wall_time_s: NotRequired[float]

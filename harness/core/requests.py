@@ -20,7 +20,7 @@ from harness.core.argv import cli, split  # noqa: F401  (split re-exported: the 
 from harness.core.errors import BadInput, first_sentence  # noqa: F401  (re-exported: what requests raise)
 from harness.shared import options
 from harness.shared.options import OptionError
-from harness.shared.registry import UnknownName
+from harness.shared.registry import BadReference, UnknownName
 
 DEVICES = ("cpu", "cuda")
 
@@ -99,7 +99,11 @@ class RunRequest(Request):
     """Comma-separated adapters; an entry NAME:KNOB=VALUE:... is one row with those knobs (default: every adapter;
     unavailable ones become rows with their reason)."""
     workload: str = field(default=workloads.DEFAULT, metadata=cli("--workload", "-w"))
-    """Workload name (see `compare list`)."""
+    """Workload: a name (see `compare list`), or your own as path/to/file.py:NAME or package.module:NAME (a Workload
+    subclass or a function returning its pieces; docs/your-model.md)."""
+    loader_workers: int | None = field(default=None, metadata=cli("--loader-workers"))
+    """DataLoader worker processes per rank, the same for every backend, for a workload whose training data is a
+    Dataset (default 0: each rank reads its own batches)."""
     steps: int | None = field(default=None, metadata=cli("--steps"))
     """Timed steps (default: the workload's)."""
     warmup: int | None = field(default=None, metadata=cli("--warmup"))
@@ -333,6 +337,8 @@ class RunPlan(Plan):
     """Seconds the rounds may take in precision mode."""
     order_seed: int | None = None
     """Seed of the rows' shuffled order within each round (`compare run`: --order-seed, or a fresh one)."""
+    loader_workers: int = 0
+    """DataLoader workers per rank (a workload whose training data is a Dataset)."""
 
 
 @dataclass
@@ -420,10 +426,81 @@ def load_workload(req: RunRequest):
     """The request's workload with its options (BadInput naming the valid choices otherwise)."""
     try:
         return workloads.get(req.workload, dict(pairs(req.options, "option")))
-    except UnknownName as exc:
+    except (UnknownName, BadReference) as exc:
         raise BadInput(str(exc)) from None
     except OptionError as exc:
         raise BadInput(f"workload {req.workload}: {exc}") from None
+
+
+MAX_LOADER_WORKERS = 256
+"""--loader-workers above this is a typo: every rank would start that many processes."""
+
+
+def check_loader(workload, req: RunRequest) -> int:
+    """The loader workers per rank: refused below 0, above MAX_LOADER_WORKERS, or for a workload that holds its
+    data in memory (there is no loader for them to feed)."""
+    if req.loader_workers is None:
+        return 0
+    if not 0 <= req.loader_workers <= MAX_LOADER_WORKERS:
+        raise BadInput(f"--loader-workers must be between 0 and {MAX_LOADER_WORKERS}, got {req.loader_workers}")
+    if not workload.reads_through_loader():
+        raise BadInput(f"--loader-workers applies to a workload whose training data is a Dataset; {req.workload} "
+                       f"holds its data in memory as tensors, which every rank indexes directly")
+    return req.loader_workers
+
+
+def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
+    """A workload from outside this repository (a file, a module, an entry point) runs one forward and loss on two
+    training samples before anything is launched or written: on torch's meta device, which allocates nothing, or
+    where the model does what meta cannot (a data-dependent branch, .item()) on the CPU. An exception in the user's
+    code is raised as UserCodeError (their traceback, exit 1) rather than as a failed row of every backend."""
+    if workloads.source(req.workload) == "built-in":
+        return
+    import torch
+
+    from harness.shared.registry import UserCodeError
+
+    data = workload.materialize("cpu", global_batch)
+    x, y = data.batch(torch.arange(min(2, data.n_train)), "cpu")
+    params = None
+    try:
+        with torch.device("meta"):
+            model = workload.build_model()
+            workload.loss(model(x.to("meta")), y.to("meta"))
+        params = sum(p.numel() for p in model.parameters())
+        workload.nondeterministic = _dropout(model)
+    except UserCodeError:
+        raise
+    except Exception:  # noqa: BLE001 - what meta cannot do is tried for real below
+        pass
+    if params is not None and (workload.nondeterministic or params > SMALL_MODEL):
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(workload.seed)
+        model = workload.build_model()
+        try:
+            outputs = [model(x) for _ in range(2)]  # training mode, as the steps run it
+            workload.loss(outputs[0], y)
+        except Exception as exc:  # noqa: BLE001 - the user's code
+            raise UserCodeError(f"a forward and loss of workload {req.workload} on {len(x)} training samples",
+                                exc) from None
+    workload.nondeterministic = _dropout(model) or (
+        None if torch.equal(outputs[0], outputs[1]) else
+        "two forward passes of the same samples in training mode gave different outputs (randomness in forward)")
+
+
+SMALL_MODEL = 5_000_000
+"""Parameters up to which a user's model is also run twice on the CPU before launching, to find randomness in its
+forward that its modules do not show (a functional dropout): a fraction of a second at this size."""
+
+
+def _dropout(model) -> str | None:
+    """Why a model's training-mode output is random, from its modules: dropout with p > 0, or None."""
+    import torch.nn as nn
+
+    kinds = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+    found = sorted({f"{type(m).__name__}(p={m.p:g})" for m in model.modules() if isinstance(m, kinds) and m.p > 0})
+    return f"it has dropout ({', '.join(found)})" if found else None
 
 
 def check_fits(workload, req: RunRequest, ranks: int) -> None:

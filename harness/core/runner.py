@@ -19,7 +19,8 @@ from harness.core import provenance as envmod
 from harness.core import assemble, estimate
 from harness.core.errors import BadInput
 from harness.core.requests import (MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest, UntilTarget, build_rows,
-                                   check_common, check_cores, check_fits, check_list, load_workload, pairs, parse_label)
+                                   check_common, check_cores, check_fits, check_list, check_loader, check_user_code,
+                                   load_workload, pairs, parse_label)
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch
@@ -53,6 +54,8 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     if gb > n_train:
         raise BadInput(f"global batch {gb} is larger than workload {req.workload}'s training set ({n_train} "
                        f"samples); choose a --global-batch of at most {n_train}")
+    loader_workers = check_loader(workload, req)
+    check_user_code(workload, req, gb)
     until = _until_target(req, workload)
     if until:
         steps, warmup = until.max_steps, 0
@@ -82,7 +85,8 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
             else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
-                   warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology)
+                   warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
+                   loader_workers=loader_workers)
 
 
 def _check_until_target_flags(req: RunRequest) -> None:
@@ -137,6 +141,9 @@ def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | Non
     until = getattr(p, "until_target", None)
     if until:
         info["until_target"] = asdict(until)
+    workload = getattr(req, "workload", None)
+    if workload and workloads.source(workload) != "built-in":  # a user's: where it came from, with its digest
+        info["workload_source"] = workloads.provenance(workload)
     if started is not None:
         info["started_wall"] = started
     return info
@@ -346,7 +353,8 @@ def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reaso
 def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
               knobs: dict, do_eval: bool, extra: dict[str, Any], topology=None) -> RunSpec:
     req = p.request
-    spec = RunSpec(adapter=adapter, workload=req.workload, world_size=req.world_size, device=req.device,
+    spec = RunSpec(adapter=adapter, workload=workloads.resolvable(req.workload), world_size=req.world_size,
+                   device=req.device, loader_workers=p.loader_workers,
                    global_batch=p.global_batch, steps=steps, warmup=warmup,
                    threads=hosts.threads_per_process(processes, req.threads, topology), rank_dir=str(rank_dir),
                    equiv_steps=equiv, knobs=knobs, workload_options=dict(pairs(req.options, "option")),

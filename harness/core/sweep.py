@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import adapters
+import workloads
 from harness.core import comm_bench as commmod
 from harness.core import estimate, outdir
 from harness.core import provenance as envmod
@@ -203,7 +204,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
     base.spec_extra = {"profile": {"steps": req.profile_steps,
                                    "curve": _curve(base.global_batch, 1), "flops": True}, "straggler": {}}
 
-    out = req.out or req.results_dir / (f"scale_{req.workload}_{envmod.hardware_slug(req.device)}_"
+    out = req.out or req.results_dir / (f"scale_{workloads.slug(req.workload)}_{envmod.hardware_slug(req.device)}_"
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     outdir.check(out, req.force, RESULT_FILES)
     comm: list[tuple[int, Any]] = []

@@ -229,7 +229,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
         opt = w.make_optimizer(model, w.lr(w.global_batch))
         optimizer = "adamw" if isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)) else "sgd"
     data = w.materialize("cpu", w.global_batch)
-    x, y = data.train_x[:2].to("meta"), data.train_y[:2].to("meta")
+    x, y = (t.to("meta") for t in data.batch(torch.arange(2), "cpu"))
     counter = FlopCounterMode(display=False)
     with counter:
         loss = []

@@ -52,7 +52,7 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
     model = workload.build_model().to(info.device)
     optimizer = workload.make_optimizer(model, workload.lr(spec.global_batch))
     sync = device_sync(info.device)
-    n_train = len(data.train_x)
+    n_train = data.n_train
     params = [p for p in model.parameters() if p.requires_grad]
     ready: list[float | None] = [None] * len(params)
     hooks = []
@@ -62,7 +62,7 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
                  for i, p in enumerate(params)]
 
     def one_step(idx) -> tuple[float, float, float, float]:
-        x, y = data.train_x[idx], data.train_y[idx]
+        x, y = data.batch(idx, info.device)
         sync()
         t0 = time.perf_counter()
         if delay_s:
@@ -155,7 +155,9 @@ def _flops_per_sample(model, workload, data, adapter, b: int, device: str) -> fl
         from torch.utils.flop_counter import FlopCounterMode
     except ImportError:
         return None
-    x, y = data.train_x[:b], data.train_y[:b]
+    import torch
+
+    x, y = data.batch(torch.arange(b), device)
     counter = FlopCounterMode(display=False)
     with counter:
         with adapter.autocast():

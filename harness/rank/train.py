@@ -40,7 +40,9 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     adapter.units = workload.shard_units(model)  # what a sharding adapter wraps one by one
     model, optimizer = adapter.wrap(model, optimizer)
     data = workload.materialize(info.device, spec.global_batch)
-    n_train = len(data.train_x)
+    n_train = data.n_train
+    loader = (StepLoader(workload, data, spec, info, spec.warmup + spec.steps) if data.train_set is not None
+              else None)
 
     def batch(step: int):
         # Each step's indices made when the step comes, outside its timed part: a list made up front for every step
@@ -79,9 +81,14 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
                 progress.phase("timed", step)
         if fault and step == fault[1]:
             inject(*fault)
-        idx = batch(step)
-        x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
-        clock.start(step)
+        if loader is None:
+            idx = batch(step)
+            x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
+            clock.start(step)
+        else:
+            clock.start(step)  # a step waits for its batch from the loader: a training job waits for it too
+            x, y = loader.next()
+            x = adapter.cast_input(x)
         if delay_s:
             compute_profile.spin(delay_s)  # a slower device: this rank's compute takes `factor` times as long
         adapter.zero_grad()
@@ -119,6 +126,8 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         if stop:
             break
     step_times = clock.read()  # on CUDA: the events, read once the steps are over
+    if loader is not None:
+        loader.close()
     window.stop()
     skipped_after = adapter.skipped_steps()
     skipped_timed = skipped_after - skipped_before if None not in (skipped_before, skipped_after) else None
@@ -164,11 +173,50 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         eval=evaluation, lr=lr, lr_rule=workload.lr_rule(), param_count=n_params,
         precision=adapter.precision().value,
         compression=adapter.compression(), adapter=adapter.describe(), workload=workload.describe(),
-        data=data.meta, per_process_batch=per_rank_batch, train_samples=n_train,
+        data={**data.meta, **(loader.describe() if loader else {})}, per_process_batch=per_rank_batch, train_samples=n_train,
         evals=periodic.evals if periodic else None, snapshot_s=snapshot_s, profile=own,
         straggler=straggler, timed_window=window.result, step_clock=clock.kind,
         skipped_steps_timed=skipped_timed, peak_memory_cuda_extra=memory_extra or None,
         cuda_math=cuda_math(torch) if str(info.device).startswith("cuda") else None)
+
+
+class StepLoader:
+    """This rank's slice of every step's global batch, read from the workload's Dataset through a DataLoader with
+    `spec.loader_workers` worker processes (the same for every backend; 0: read in the rank itself). Its batches are
+    the index lists `Workload.batch_indices` gives, so the samples are those of the in-memory path, in order."""
+
+    def __init__(self, workload, data, spec, info, total: int):
+        from torch.utils.data import DataLoader
+
+        n, gb = data.n_train, spec.global_batch
+        steps = (workload.batch_indices(s, gb, n, info.data_rank, info.data_world).tolist() for s in range(total))
+        self.workers, self.device = spec.loader_workers, info.device
+        self.loader = DataLoader(data.train_set, batch_sampler=_Steps(steps, total), num_workers=self.workers,
+                                 pin_memory=str(info.device).startswith("cuda"))
+        self.iterator = iter(self.loader)
+
+    def next(self):
+        x, y = next(self.iterator)
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def close(self) -> None:
+        self.iterator = None  # its workers end with it
+
+    def describe(self) -> dict:
+        return {"loader": "torch.utils.data.DataLoader", "loader_workers": self.workers}
+
+
+class _Steps:
+    """A batch sampler over precomputed steps: the DataLoader takes any iterable of index lists with a length."""
+
+    def __init__(self, steps, total: int):
+        self.steps, self.total = steps, total
+
+    def __iter__(self):
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return self.total
 
 
 def _straggler(spec, workload, info, data, adapter, per_rank_batch, progress) -> dict | None:

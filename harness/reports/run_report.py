@@ -142,17 +142,34 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [summarise(recs) for recs in group(records).values()]
 
 
+def tokens_per_sample(rows) -> int | None:
+    """A language model's tokens per sample, where its records carry one (the tables then add tokens/s)."""
+    return next((row["first"]["tokens_per_sample"] for row in rows if row["first"].get("tokens_per_sample")), None)
+
+
+def tokens_text(row, tokens: int) -> str:
+    """A row's tokens/s: its samples/s (the geometric mean over launches) times the tokens of a sample, with the
+    same interval scaled."""
+    interval = row.get("interval")
+    if interval:
+        return verdict_mod.interval_text({**interval, **{k: interval[k] and interval[k] * tokens
+                                                         for k in ("estimate", "lo", "hi")}})
+    return f"{row['samples_per_s'] * tokens:,.0f}"
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
+    tokens = tokens_per_sample(rows)
     head = ("| adapter | launcher | processes × devices each | precision | batch global (per device) | samples/s "
-            "| samples/s per device | step time ms median [p10–p90] (n) | peak memory per rank | final loss "
-            "| test accuracy | max_param_diff | status |")
+            + (f"| tokens/s ({tokens} a sample) " if tokens else "")
+            + "| samples/s per device | step time ms median [p10–p90] (n) | peak memory per rank | final loss "
+              "| test accuracy | max_param_diff | status |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in rows:
         f = row["first"]
         if not row["measured"]:
             reason = "; ".join(row["reasons"]) or row["status"]
-            lines.append(f"| {row['adapter']} | {row['launcher']} | | | | | | | | | | | **{row['status']}**: "
-                         f"{reason.replace('|', '/')} |")
+            lines.append(f"| {row['adapter']} | {row['launcher']} | | | | | | | | | | {'| ' if tokens else ''}| "
+                         f"**{row['status']}**: {reason.replace('|', '/')} |")
             continue
         topo, ctl = f["topology"], f["controls"]
         spread = row["spread"]
@@ -165,7 +182,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"| {row['adapter']} | {row['launcher']} | {_processes_by_devices(topo)}"
             f"{f' ({hosts_report.nodes_label(topo)})' if hosts_report.spans_hosts(topo) else ''} "
             f"| {precision_label(ctl)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
-            f"| {row['samples_per_s']:,.0f}{flag} | {row['samples_per_s_per_device']:,.0f} "
+            f"| {row['samples_per_s']:,.0f}{flag} {f'| {tokens_text(row, tokens)} ' if tokens else ''}"
+            f"| {row['samples_per_s_per_device']:,.0f} "
             f"| {row['step_median'] * 1e3:.2f} [{row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f}] "
             f"({row['step_n']}) | {format_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
             f"| {_acc(row)} | {_diff(row)} | {status} |")
@@ -209,11 +227,21 @@ def target_note(rows) -> str | None:
     return text + f"; this run trained {ran} steps at global batch {ctl['global_batch']}."
 
 
+def equivalence_note(rows) -> str | None:
+    """Why a ✗ in the max_param_diff column cannot be a backend's fault, where the run found out (a model with
+    dropout: harness/core/requests.py, check_user_code)."""
+    failed = [row for row in rows if row["measured"] and row["first"]["equivalence"].get("why_failed")]
+    if not failed:
+        return None
+    return (f"✗ in the max_param_diff column ({', '.join(row['adapter'] for row in failed)}): "
+            f"{failed[0]['first']['equivalence']['why_failed']}.")
+
+
 def _notes(rows, records) -> list[str]:
     notes = []
-    target = target_note(rows)
-    if target:
-        notes.append(target)
+    for note in (target_note(rows), equivalence_note(rows)):
+        if note:
+            notes.append(note)
     stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)
     if stopped:
         never = [row["adapter"] for row in rows if row["status"] == "not_run"]
@@ -571,8 +599,8 @@ def console_notes(records: list[dict[str, Any]]) -> list[str]:
         fix = reason.rsplit("(fix: ", 1)[1].removesuffix(")") if "(fix: " in reason else None
         lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
                                                            f"report.md)"))
-    target = target_note(rows)
-    return [escape(line) for line in lines + ([target] if target else [])]
+    notes = [note for note in (target_note(rows), equivalence_note(rows)) if note]
+    return [escape(line) for line in lines + notes]
 
 
 def console_table(records: list[dict[str, Any]]):
@@ -587,21 +615,24 @@ def console_table(records: list[dict[str, Any]]):
                   if hosts_report.spans_hosts(r.get("topology"))), "")
     t = Table(title=f"{records[0]['workload']} — world size {records[0]['world_size']}"
                     + (f" on {where}" if where else ""))
-    for col in ("adapter", "precision", "samples/s", "step ms (p10–p90)", "peak mem/rank", "final loss",
-                "accuracy", "max_param_diff", "status"):
+    rows = table_rows(records)
+    tokens = tokens_per_sample(rows)
+    for col in ("adapter", "precision", "samples/s", *(["tokens/s"] if tokens else []), "step ms (p10–p90)",
+                "peak mem/rank", "final loss", "accuracy", "max_param_diff", "status"):
         t.add_column(col, justify="right" if col not in ("adapter", "status") else "left")
-    for row in table_rows(records):
+    for row in rows:
         if not row["measured"]:
             reason = "; ".join(row["reasons"])
             if row["status"] == "unavailable":  # the terminal gets the reason; report.md and `compare list` the fix
                 reason = first_sentence(reason)
             status = escape(f"{row['status']}: {reason}")  # "[fault injection]" is not markup
-            t.add_row(row["adapter"], "", "", "", "", "", "", "", status)
+            t.add_row(row["adapter"], *[""] * (8 if tokens else 7), status)
             continue
         f = row["first"]
         sps = (verdict_mod.interval_text(row["interval"]).replace(" (", "\n(") if row.get("interval")
                else f"{row['samples_per_s']:,.0f}")
         t.add_row(row["adapter"], precision_label(f["controls"]), sps,
+                  *([tokens_text(row, tokens).replace(" [", "\n[")] if tokens else []),
                   f"{row['step_median'] * 1e3:.2f} ({row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f})",
                   format_mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row),
                   _diff(row, short=True), _status(row))

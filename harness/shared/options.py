@@ -144,7 +144,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
     import inspect
     import textwrap
 
-    docs: dict[str, str] = {}
+    docs: dict[str, str] = dict(getattr(cls, "__field_docs__", None) or {})  # a dataclass made, not written
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
             continue

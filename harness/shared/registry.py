@@ -1,47 +1,205 @@
-"""Name -> class registries with lazy imports, shared by adapters/ and workloads/.
+"""Name -> class registries with lazy imports, shared by adapters/ and workloads/, and what they find outside this
+repository: installed packages' entry points, and (for workloads) a file or module named on the command line.
 
 Runs in: the parent and every rank. Modules are imported only when their entry is asked for, so a framework that
 is not installed never breaks `compare list` ("This importlib loading ... allows runners to avoid installing the
-dependencies of all the supported frameworks", AlgoPerf).
+dependencies of all the supported frameworks", AlgoPerf). An installed package adds entries with one line of its
+own pyproject (`[project.entry-points."compare.workloads"] mine = "mypkg.models:mine"`), as pytest finds its
+plug-ins through `pytest11`; a built-in name always wins over an entry point of the same name.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
+import hashlib
+import importlib.util
+import re
+import sys
+import traceback
+from importlib import import_module, metadata
+from pathlib import Path
 from typing import Any
+
+_OURS = tuple(str(Path(__file__).resolve().parents[2] / pkg) for pkg in ("harness", "adapters", "workloads"))
+"""This project's source folders: frames from them are left out of a traceback shown as the user's."""
 
 
 class UnknownName(KeyError):
     """A name that is not in a registry; its message names the valid choices."""
 
-    def __init__(self, kind: str, name: str, valid: list[str]):
+    def __init__(self, kind: str, name: str, valid: list[str], hint: str = ""):
         super().__init__(name)
-        self.message = f"unknown {kind} '{name}'; valid choices: {', '.join(valid)}"
+        self.message = f"unknown {kind} '{name}'; valid choices: {', '.join(valid)}{hint}"
 
     def __str__(self) -> str:
         return self.message
+
+
+class BadReference(ValueError):
+    """A file, module or entry point that does not give what was asked for (no such file, no such NAME, not a
+    workload): one line naming what is wrong and what would do."""
+
+
+class UserCodeError(Exception):
+    """An exception raised inside the user's own code (importing their file or module, calling their workload
+    function, their model's forward): shown as their traceback, without this project's frames, and exit code 1."""
+
+    def __init__(self, doing: str, exc: BaseException):
+        super().__init__(f"{doing}: {type(exc).__name__}: {exc}")
+        self.doing, self.exc = doing, exc
+
+    def user_traceback(self) -> str:
+        """The exception's traceback with the frames of this project (and of the import machinery) left out."""
+        tb = traceback.TracebackException.from_exception(self.exc)
+        for te in _chain(tb):
+            te.stack = traceback.StackSummary.from_list(
+                [f for f in te.stack if not f.filename.startswith(_OURS) and not f.filename.startswith("<frozen")])
+        return "".join(tb.format())
+
+
+def _chain(tb: traceback.TracebackException):
+    seen = set()
+    while tb is not None and id(tb) not in seen:
+        seen.add(id(tb))
+        yield tb
+        tb = tb.__cause__ or tb.__context__
+
+
+def is_reference(name: str) -> bool:
+    """Whether `name` points outside the registry: `path/to/file.py:NAME`, `package.module:NAME`, or a path."""
+    return ":" in name or name.endswith(".py") or "/" in name
+
+
+def load_reference(ref: str, kind: str = "workload") -> tuple[Any, str]:
+    """(the object `ref` names, where it came from) for `path/to/file.py:NAME` or `package.module:NAME`.
+    BadReference for what is not there; UserCodeError when importing the user's code raises."""
+    where, colon, attr = ref.rpartition(":")
+    if not colon:
+        where, attr = ref, ""
+    is_file = where.endswith(".py") or "/" in where
+    if is_file:
+        path = Path(where).expanduser()
+        if not path.exists():
+            raise BadReference(f"{kind} file {where} does not exist (in {Path.cwd()}); give -w PATH.py:NAME")
+        if not path.is_file():
+            raise BadReference(f"{kind} file {where} is not a file; give -w PATH.py:NAME")
+        module = _import_file(path.resolve())
+        source = f"file {path.resolve()}"
+    else:
+        module = _import_module(where, kind)
+        source = f"module {where}"
+    if not attr:
+        raise BadReference(f"{kind} '{ref}' names no object: add ':NAME' (-w {where}:NAME){_offers(module, kind)}")
+    if not attr.isidentifier():
+        raise BadReference(f"{kind} '{ref}': '{attr}' is not a Python name; give -w {where}:NAME")
+    if not hasattr(module, attr):
+        raise BadReference(f"{where} has no '{attr}'{_offers(module, kind)}")
+    return getattr(module, attr), source
+
+
+def _offers(module, kind: str) -> str:
+    """"; it defines: a, b" (what in `module` could be meant), for an error message."""
+    found = [name for name, obj in vars(module).items()
+             if not name.startswith("_") and getattr(obj, "__module__", None) == module.__name__
+             and (getattr(obj, "__compare_workload__", None) is not None or _is_workload_class(obj))]
+    return f"; {kind}s it defines: {', '.join(found)}" if found else ""
+
+
+def _is_workload_class(obj) -> bool:
+    return isinstance(obj, type) and any(c.__name__ == "Workload" and c.__module__ == "workloads.base"
+                                         for c in obj.__mro__[1:])
+
+
+def _import_file(path: Path):
+    """A user's Python file as a module of its own (its folder first on sys.path, as when it runs as a script, so
+    it can import its neighbours); imported once per process."""
+    stem = re.sub(r"\W", "_", path.stem)
+    name = f"compare_user_{stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise BadReference(f"{path} cannot be imported as Python (is it a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    sys.modules[name] = module  # before it runs: dataclasses and pickling look their module up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the user's code: shown as their traceback
+        del sys.modules[name]
+        raise UserCodeError(f"importing {path}", exc) from None
+    return module
+
+
+def _import_module(name: str, kind: str):
+    if not all(part.isidentifier() for part in name.split(".")):
+        raise BadReference(f"{kind} module '{name}' is not a dotted Python name; give -w package.module:NAME or "
+                           f"-w path/to/file.py:NAME")
+    try:
+        return import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            raise BadReference(f"no module named '{exc.name}' (for {kind} {name}): install its package into this "
+                               f"environment, or give a file: -w path/to/file.py:NAME") from None
+        raise UserCodeError(f"importing {name}", exc) from None
+    except Exception as exc:  # noqa: BLE001 - the user's code: shown as their traceback
+        raise UserCodeError(f"importing {name}", exc) from None
 
 
 class Registry:
     """Entries `name -> (module, attribute, preset)`; `get(name)` imports the module and returns the attribute.
 
     `hidden` entries can be looked up but are not listed (the equivalence reference is not a comparison row).
+    `group` is the entry-point group through which installed packages add entries (`compare.workloads`).
     """
 
     def __init__(self, kind: str, entries: dict[str, str | tuple[str, dict[str, Any]]], attribute: str,
-                 hidden: dict[str, str] | None = None):
-        self.kind, self.attribute = kind, attribute
+                 hidden: dict[str, str] | None = None, group: str | None = None, hint: str = ""):
+        self.kind, self.attribute, self.group, self.hint = kind, attribute, group, hint
         self._entries = {name: (e, {}) if isinstance(e, str) else e for name, e in entries.items()}
         self._hidden = {name: (module, {}) for name, module in (hidden or {}).items()}
+        self._points: dict[str, metadata.EntryPoint] | None = None
+
+    def entry_points(self) -> dict[str, metadata.EntryPoint]:
+        """Installed packages' entries of this registry's group, by name (read once per process)."""
+        if self._points is None:
+            found = metadata.entry_points(group=self.group) if self.group else []
+            self._points = {ep.name: ep for ep in sorted(found, key=lambda ep: ep.name)}
+        return self._points
 
     def names(self) -> list[str]:
-        """Listed names, in registry order (the order of rows in a default comparison)."""
-        return list(self._entries)
+        """Listed names, in registry order (the order of rows in a default comparison), then installed packages'
+        entry points (those not shadowed by a built-in name), by name."""
+        return list(self._entries) + [n for n in self.entry_points() if n not in self._entries]
 
-    def entry(self, name: str) -> tuple[Any, dict[str, Any]]:
-        """(the registered attribute, its preset options) for `name`; UnknownName if it is not registered."""
+    def source(self, name: str) -> str:
+        """Where `name` comes from, in words: "built-in", "entry point of DIST VERSION (VALUE)", or for a reference
+        "file PATH" / "module NAME"."""
+        if name in self._entries or name in self._hidden:
+            return "built-in"
+        ep = self.entry_points().get(name)
+        if ep is not None:
+            dist = getattr(ep, "dist", None)
+            return f"entry point of {dist.name} {dist.version} ({ep.value})" if dist else f"entry point ({ep.value})"
+        return load_reference(name, self.kind)[1]
+
+    def shadowed(self) -> list[str]:
+        """Entry points that a built-in name hides: "NAME (DIST's VALUE)", for `compare list` to say so."""
+        return [f"{n} ({ep.value})" for n, ep in self.entry_points().items() if n in self._entries]
+
+    def entry(self, name: str, references: bool = False) -> tuple[Any, dict[str, Any]]:
+        """(the registered attribute, its preset options) for `name`; UnknownName if it is not registered. With
+        `references`, `name` may also be `path/to/file.py:NAME` or `package.module:NAME` (load_reference)."""
         found = self._entries.get(name) or self._hidden.get(name)
-        if found is None:
-            raise UnknownName(self.kind, name, self.names())
-        module, preset = found
-        return getattr(import_module(module), self.attribute), dict(preset)
+        if found is not None:
+            module, preset = found
+            return getattr(import_module(module), self.attribute), dict(preset)
+        ep = self.entry_points().get(name)
+        if ep is not None:
+            try:
+                return ep.load(), {}
+            except Exception as exc:  # noqa: BLE001 - the installed package's code
+                raise UserCodeError(f"loading entry point {name} ({ep.value})", exc) from None
+        if references and is_reference(name):
+            return load_reference(name, self.kind)[0], {}
+        raise UnknownName(self.kind, name, self.names(), self.hint)

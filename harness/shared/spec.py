@@ -118,6 +118,8 @@ class RunSpec:
     empty: none."""
     topology: Topology | None = None
     """The hosts of a multi-node launch; None: every rank on this machine, started by one single-node launcher."""
+    loader_workers: int = 0
+    """DataLoader worker processes per rank, for a workload whose training data is a Dataset (0: read in the rank)."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")

@@ -21,12 +21,23 @@ def tinygpt_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("tinygpt") / "run"
     rows, _ = run_compare(out, "-w", "tinygpt", "-a", ",".join(labels), "--steps", "6", "--warmup", "1",
                           "--equiv-steps", "3")
-    return labels, rows
+    return labels, rows, out
+
+
+def test_a_language_model_reports_tokens_per_second(tinygpt_run):
+    labels, rows, out = tinygpt_run
+    rec = rows["ddp"]
+    assert rec["tokens_per_sample"] == 64  # one next-byte prediction per byte of each 64-byte window
+    assert rec["tokens_per_s"] == pytest.approx(rec["samples_per_s"] * 64)
+    md = (out / "report.md").read_text()
+    assert "| tokens/s (64 a sample) |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| ddp |"))
+    assert f"| {rec['tokens_per_s']:,.0f} |" in row
 
 
 @pytest.mark.parametrize("label", CANDIDATES)
 def test_tinygpt_matches_the_single_process_reference(tinygpt_run, label):
-    labels, rows = tinygpt_run
+    labels, rows, _ = tinygpt_run
     if label not in labels:
         pytest.skip(f"Requires: {label.split(':')[0]} "
                     f"({adapters.availability(label.split(':')[0], 'cpu', 2).message()})")
@@ -42,7 +53,7 @@ def test_tinygpt_matches_the_single_process_reference(tinygpt_run, label):
 
 
 def test_horovods_optimizer_state_broadcast_moves_adamw_parameters_and_the_row_says_so(tinygpt_run):
-    labels, rows = tinygpt_run
+    labels, rows, _ = tinygpt_run
     if "horovod" not in labels:
         pytest.skip(f"Requires: horovod ({adapters.availability('horovod', 'cpu', 2).message()})")
     # Horovod initialises a fresh optimizer's state with one step on zero gradients: AdamW decays the weights

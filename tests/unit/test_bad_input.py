@@ -30,7 +30,8 @@ CORES = usable_cores()
 DDP_KNOBS = ("broadcast_buffers, bucket_cap_mb, comm_hook, gradient_as_bucket_view, powersgd_rank, "
              "powersgd_start_iter, powersgd_warm_start, static_graph")
 ADAPTERS = ", ".join(adapters.names())
-WORKLOADS = ", ".join(workloads.names())
+WORKLOADS = ", ".join(workloads.names()) + ("; or your own: -w path/to/file.py:NAME, -w package.module:NAME "
+                                              "(docs/your-model.md)")
 OPS = ", ".join(collectives.OPS)
 BACKENDS = ", ".join(adapters.comm_backends())
 PROFILES = ", ".join(costmodel.profiles())
@@ -477,7 +478,8 @@ CASES = [
     ("run-fsdp-unknown-dtype", ["run", "-a", "fsdp:reduce_dtype=fp8"],
      "adapter fsdp:reduce_dtype=fp8: knob 'reduce_dtype' must be fp32, bf16 or fp16; got 'fp8'"),
     ("knobs-unknown", ["knobs", "horovd"],
-     f"unknown adapter or workload 'horovd'; valid choices: {ADAPTERS} (adapters), {WORKLOADS} (workloads)"),
+     f"unknown adapter or workload 'horovd'; valid choices: {ADAPTERS} (adapters), "
+     f"{', '.join(workloads.names())} (workloads)"),
     # ---- doctor: refused before it samples the machine or launches anything -----------------------------------
     ("doctor-launches-2", ["doctor", "--launches", "2"],
      "--launches must be between 3 (an interval needs 3) and 50, got 2"),

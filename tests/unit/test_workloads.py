@@ -70,7 +70,8 @@ def test_lr_follows_the_linear_rule_and_is_independent_of_adapters():
 def test_unknown_workload_names_the_choices():
     with pytest.raises(workloads.UnknownName) as exc:
         workloads.get("mnist")
-    assert str(exc.value) == f"unknown workload 'mnist'; valid choices: {', '.join(workloads.names())}"
+    assert str(exc.value) == (f"unknown workload 'mnist'; valid choices: {', '.join(workloads.names())}; or your own: "
+                              f"-w path/to/file.py:NAME, -w package.module:NAME (docs/your-model.md)")
 
 
 def test_tinygpt_trains_on_real_text_shipped_with_python():

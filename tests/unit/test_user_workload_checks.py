@@ -1,0 +1,270 @@
+"""A user's own workload, with no edit of this repository: a function returning its pieces or a Workload subclass,
+from a file or a module, or an installed package's entry point; and every way such a workload can be wrong (one line
+and exit 2, or, for an exception inside the user's own code, their traceback and exit 1)."""
+
+import dataclasses
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import workloads
+from harness.cli import app
+from harness.core import requests
+from harness.rank.train import StepLoader
+from harness.shared.options import OptionError
+from harness.reports.run_report import equivalence_note
+
+from conftest import REPO
+
+FUNCTION = '''
+import torch
+from torch import nn
+from workloads import Pieces, workload
+
+
+@workload(global_batch=16, lr=0.2, steps=7, warmup=2)
+def tiny(hidden: int = 8, scale: float = 1.0, kind: str = "relu", bias: bool = True):
+    """A tiny classifier.
+
+    Args:
+        hidden: width of the hidden layer,
+            on two lines.
+        scale: how large the inputs are.
+    """
+    x = torch.randn(96, 4) * scale
+    y = (x.sum(1) > 0).long()
+    return Pieces(model=lambda: nn.Sequential(nn.Linear(4, hidden, bias=bias), nn.ReLU(), nn.Linear(hidden, 2)),
+                  train=(x[:64], y[:64]), test=[x[64:], y[64:]])
+
+
+def plain(width: int = 3):
+    return {"model": nn.Linear(2, width), "train": (torch.randn(8, 2), torch.randint(0, width, (8,)))}
+'''
+
+SUBCLASS = '''
+import torch
+from workloads import Data, Workload
+
+
+class Mine(Workload):
+    name = "mine"
+    summary = "a linear model, as a subclass"
+    global_batch, base_lr, base_batch, steps, warmup = 8, 0.1, 8, 3, 1
+
+    def build_model(self):
+        return torch.nn.Linear(3, 2)
+
+    def materialize(self, device, global_batch):
+        g = torch.Generator().manual_seed(1)
+        return Data(torch.randn(32, 3, generator=g), torch.randint(0, 2, (32,), generator=g))
+'''
+
+
+def write(tmp_path, text, name="mine.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_a_function_in_a_file_is_a_workload_its_signature_the_options_its_decorator_the_hyperparameters(tmp_path):
+    path = write(tmp_path, FUNCTION)
+    w = workloads.get(f"{path}:tiny", {"hidden": "5", "scale": "2", "bias": "false"})
+    assert (w.name, w.summary, w.global_batch, w.steps, w.warmup) == ("tiny", "A tiny classifier.", 16, 7, 2)
+    assert w.lr(16) == 0.2 and w.lr(32) == pytest.approx(0.4)  # linear rule from the decorator's batch
+    assert dataclasses.asdict(w.options) == {"hidden": 5, "scale": 2.0, "kind": "relu", "bias": False}
+    model = w.build_model()
+    assert model[0].out_features == 5 and model[0].bias is None
+    data = w.materialize("cpu", 16)
+    assert (len(data.train_x), len(data.test_x), data.n_train, w.train_samples(16)) == (64, 32, 64, 64)
+    # The data are the same in every process: the function runs under a seeded generator, which it leaves as found
+    state = torch.random.get_rng_state()
+    type(w).made.clear()
+    again = w.materialize("cpu", 16)
+    assert torch.equal(again.train_x, data.train_x) and torch.equal(torch.random.get_rng_state(), state)
+    assert w.loss(model(data.train_x[:4]), data.train_y[:4]).shape == ()
+    assert w.tokens_per_sample() is None and not w.reads_through_loader()
+    # Options that are not the signature's are refused by name, as a built-in workload's
+    with pytest.raises(OptionError, match="unknown option 'depth'; valid options: bias, hidden, kind, scale"):
+        workloads.get(f"{path}:tiny", {"depth": "2"})
+    plain = workloads.get(f"{path}:plain")  # no decorator: the defaults, a module instance copied for each use
+    assert (plain.global_batch, plain.steps, plain.name) == (32, 50, "plain")
+    assert plain.build_model() is not plain.build_model()
+
+
+def test_compare_knobs_describes_a_function_s_options_from_its_docstring(tmp_path):
+    path = write(tmp_path, FUNCTION)
+    result = invoke("knobs", f"{path}:tiny")
+    assert result.exit_code == 0, result.output
+    assert "hidden: an int; default 8\n      width of the hidden layer, on two lines." in result.output
+    assert "scale: a number; default 1.0\n      how large the inputs are." in result.output
+    assert "bias: a bool; default true" in result.output
+
+
+def test_a_workload_subclass_in_a_file_and_in_a_module(tmp_path, monkeypatch):
+    path = write(tmp_path, SUBCLASS, "mymodels.py")
+    w = workloads.get(f"{path}:Mine")
+    assert type(w).__name__ == "Mine" and w.materialize("cpu", 8).n_train == 32
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert workloads.source("mymodels:Mine") == "module mymodels"
+    assert workloads.source(f"{path}:Mine") == f"file {path}"
+    assert workloads.get("mymodels:Mine").global_batch == 8
+
+
+def test_an_installed_packages_entry_point_is_listed_with_where_it_came_from_and_runs_its_checks(tmp_path,
+                                                                                                monkeypatch):
+    pkg = tmp_path / "site" / "acme_models"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(textwrap.dedent(SUBCLASS))
+    info = tmp_path / "site" / "acme_models-1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-models\nVersion: 1.2\n")
+    (info / "entry_points.txt").write_text("[compare.workloads]\nacme = acme_models:Mine\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))  # installed: importlib.metadata finds it on sys.path
+    monkeypatch.setattr(workloads._REGISTRY, "_points", None)  # entry points are read once per process
+    listed = invoke("list")
+    assert listed.exit_code == 0, listed.output
+    lines = listed.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "│ acme " in line)
+    cells = [" ".join(" ".join(c).split()) for c in zip(*(line.split("│") for line in lines[at:at + 2]))]
+    assert "entry point of acme-models 1.2 (acme_models:Mine)" in cells, cells
+    shown = invoke("knobs", "acme")
+    assert shown.exit_code == 0 and "acme (workload; compare run -w acme -o OPTION=VALUE): none" in shown.stdout
+    bad = invoke("run", "-w", "acme", "--global-batch", "64", "-a", "ddp", "--out", tmp_path / "o")
+    assert bad.exit_code == 2 and bad.stderr == ("error: global batch 64 is larger than workload acme's training "
+                                                 "set (32 samples); choose a --global-batch of at most 32\n")
+    assert not (tmp_path / "o").exists()
+
+
+BAD = {
+    "missing-file": ("", "{dir}/nope.py:tiny",
+                     "workload file {dir}/nope.py does not exist (in {cwd}); give -w PATH.py:NAME"),
+    "missing-name": (FUNCTION, "{path}:tinyy",
+                     "{path} has no 'tinyy'; workloads it defines: tiny"),
+    "no-name": (FUNCTION, "{path}", "workload '{path}' names no object: add ':NAME' (-w {path}:NAME); workloads it "
+                                    "defines: tiny"),
+    "not-a-workload": (FUNCTION + "\nNUMBER = 3\n", "{path}:NUMBER",
+                       "workload '{path}:NUMBER' is an int, not a workload: give a subclass of workloads.Workload or a "
+                       "function that returns its pieces (docs/your-model.md)"),
+    "no-module": ("", "nosuchpkg.models:tiny", "no module named 'nosuchpkg' (for workload nosuchpkg.models): install "
+                                               "its package into this environment, or give a file: -w "
+                                               "path/to/file.py:NAME"),
+    "parameter-without-default": ("import torch\ndef f(width):\n    pass\n", "{path}:f",
+                                  "workload {path}:f: parameter 'width' has no default; every parameter of a workload "
+                                  "function is an option (-o width=VALUE) and needs a default"),
+    "returns-nothing": ("def f():\n    return None\n", "{path}:f",
+                        "workload {path}:f returned a NoneType; return workloads.Pieces(model=..., train=...) or a "
+                        "dict with those keys"),
+    "unknown-piece": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
+                      "(torch.zeros(4, 2), torch.zeros(4).long()), 'valid': 1}\n", "{path}:f",
+                      "workload {path}:f returned unknown piece(s) 'valid'; valid pieces: model, train, test, loss, "
+                      "metric, optimizer, units, tokens_per_sample"),
+    "items-not-tensors": ("import torch\nclass S(torch.utils.data.Dataset):\n    def __len__(self):\n        return 8\n"
+                          "    def __getitem__(self, i):\n        return 'text', 1\n"
+                          "def f():\n    return {'model': torch.nn.Linear(2, 2), 'train': S()}\n", "{path}:f",
+                          "workload {path}:f: item 0 of its train Dataset is (str, int), not (input tensor, target "
+                          "tensor or number); return tensors from __getitem__ (torch.as_tensor)"),
+    "lengths-differ": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
+                       "(torch.zeros(4, 2), torch.zeros(3).long())}\n", "{path}:f",
+                       "workload {path}:f: its train inputs and targets differ in length (4 and 3)"),
+    "dataset-smaller-than-batch": (FUNCTION, "{path}:tiny",
+                                   "global batch 128 is larger than workload {path}:tiny's training set (64 samples); "
+                                   "choose a --global-batch of at most 64", "--global-batch", "128"),
+    "batch-not-divisible": (FUNCTION, "{path}:tiny", "global batch 15 is not divisible by world size 2; choose a "
+                                                     "--global-batch that is a multiple of 2", "--global-batch", "15"),
+    "loader-workers-without-a-dataset": (FUNCTION, "{path}:tiny",
+                                         "--loader-workers applies to a workload whose training data is a Dataset; "
+                                         "{path}:tiny holds its data in memory as tensors, which every rank indexes "
+                                         "directly", "--loader-workers", "2"),
+    "bad-option-value": (FUNCTION, "{path}:tiny", "workload {path}:tiny: option 'hidden' expects an int, got 'wide'",
+                         "-o", "hidden=wide"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_user_workload_is_one_line_exit_2_and_nothing_written(case, tmp_path):
+    text, ref, message, *extra = BAD[case]
+    path = write(tmp_path, text) if text else tmp_path / "unused.py"
+    fill = {"path": path, "dir": tmp_path, "cwd": Path.cwd()}
+    out = tmp_path / "out"
+    result = invoke("run", "-w", ref.format(**fill), "-a", "ddp", "--out", out, *extra)
+    assert (result.exit_code, result.stderr) == (2, f"error: {message.format(**fill)}\n")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["import", "forward"])
+def test_an_exception_in_the_users_code_is_their_traceback_and_exit_1_never_ours(where, tmp_path):
+    body = {"import": "raise RuntimeError('cannot find my weights')\n",
+            "forward": "def f():\n    return {'model': Broken(), 'train': (torch.zeros(64, 2), torch.zeros(64).long())}\n"
+                       "class Broken(torch.nn.Module):\n    def forward(self, x):\n"
+                       "        return self.helper(x)\n    def helper(self, x):\n"
+                       "        raise ValueError('shapes do not match in my model')\n"}[where]
+    path = write(tmp_path, "import torch\n" + body)
+    out = tmp_path / "out"
+    proc = invoke("run", "-w", f"{path}:f", "-a", "ddp", "--out", out)
+    assert proc.exit_code == 1 and not out.exists(), proc.output
+    assert proc.stderr.startswith("Traceback (most recent call last):\n"), proc.stderr
+    assert f'File "{path}"' in proc.stderr and "/harness/" not in proc.stderr and "/workloads/" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    if where == "import":
+        assert "RuntimeError: cannot find my weights" in proc.stderr
+        assert last == f"error: importing {path} raised RuntimeError in your code (traceback above); nothing was run " \
+                       f"or written"
+    else:
+        assert "in helper" in proc.stderr and "ValueError: shapes do not match in my model" in proc.stderr
+        assert last == (f"error: a forward and loss of workload {path}:f on 2 training samples raised ValueError in "
+                        f"your code (traceback above); nothing was run or written")
+
+
+def test_dropout_is_found_before_launching_and_explains_a_failed_equivalence(tmp_path):
+    path = write(tmp_path, "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+                           "def drop(p: float = 0.5):\n    return {'model': lambda: nn.Sequential(nn.Linear(4, 4), "
+                           "nn.Dropout(p)), 'train': (torch.randn(8, 4), torch.randint(0, 4, (8,)))}\n"
+                           "class Noisy(nn.Linear):\n    def forward(self, x):\n"
+                           "        return F.dropout(super().forward(x), 0.3, training=self.training)\n"
+                           "def hidden():\n    return {'model': lambda: Noisy(4, 4), "
+                           "'train': (torch.randn(8, 4), torch.randint(0, 4, (8,)))}\n")
+    reasons = {}
+    for ref, options in ((f"{path}:drop", []), (f"{path}:drop", ["p=0"]), (f"{path}:hidden", [])):
+        req = requests.RunRequest(workload=ref, options=options)
+        w = requests.load_workload(req)
+        requests.check_user_code(w, req, 8)
+        reasons[(ref.rsplit(":")[1], tuple(options))] = w.nondeterministic
+    assert reasons == {("drop", ()): "it has dropout (Dropout(p=0.5))", ("drop", ("p=0",)): None,
+                       ("hidden", ()): "two forward passes of the same samples in training mode gave different "
+                                       "outputs (randomness in forward)"}
+    row = {"measured": True, "adapter": "ddp", "first": {"equivalence": {"why_failed": "the model is not "
+                                                                                        "deterministic: x"}}}
+    assert equivalence_note([row]) == "✗ in the max_param_diff column (ddp): the model is not deterministic: x."
+
+
+def test_a_dataset_is_read_through_a_loader_as_the_same_samples_in_the_same_order(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        tensors = workloads.get(f"{REPO}/examples/my_model.py:classifier", {"samples": "256"})
+        through = workloads.get(f"{REPO}/examples/my_model.py:classifier_dataset", {"samples": "256"})
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    assert through.reads_through_loader() and not tensors.reads_through_loader()
+    data, dataset = tensors.materialize("cpu", 64), through.materialize("cpu", 64)
+    assert torch.equal(data.test_x, dataset.test_x)  # a test Dataset is read into memory once
+    for workers in (0, 2):
+        for rank in (0, 1):
+            spec = SimpleNamespace(global_batch=64, loader_workers=workers)
+            info = SimpleNamespace(data_rank=rank, data_world=2, device="cpu")
+            loader = StepLoader(through, dataset, spec, info, total=9)  # 9 steps: past the first epoch of 4
+            for step in range(9):
+                x, y = loader.next()
+                idx = tensors.batch_indices(step, 64, 256, rank, 2)
+                assert torch.equal(x, data.train_x[idx]) and torch.equal(y, data.train_y[idx]), (workers, rank, step)
+            assert loader.describe() == {"loader": "torch.utils.data.DataLoader", "loader_workers": workers}
+            loader.close()

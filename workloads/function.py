@@ -1,0 +1,360 @@
+"""A workload from a plain function: the five-minute path for a user's own model.
+
+    from workloads import Pieces, workload
+
+    @workload(global_batch=64, lr=0.05, steps=50, warmup=5)
+    def mlp(hidden: int = 256, samples: int = 4096):
+        \"\"\"A two-layer MLP on a synthetic teacher.
+
+        Args:
+            hidden: width of the hidden layer.
+            samples: training samples.
+        \"\"\"
+        x, y = make_data(samples)
+        return Pieces(model=lambda: Net(hidden), train=(x, y), test=(x_test, y_test))
+
+`compare run -w path/to/file.py:mlp -o hidden=512` then runs it through every backend. The function's parameters
+(each with a default) are the workload's options (`-o KEY=VALUE`, `compare knobs`), documented by its docstring's
+`Args:` section; the decorator's arguments are its hyperparameters (without it, DEFAULTS). The function is called
+once per process, with torch's random generators seeded from the workload's seed and restored afterwards, so
+every process (every rank of every backend, and the single-process reference) builds the same data; the model
+factory is called after the harness seeds torch, so every process builds the same weights.
+
+What the function returns (a `Pieces`, or a dict with the same keys):
+- `model`: a function returning a fresh `torch.nn.Module` (or a module, deep-copied for each use);
+- `train`: `(inputs, targets)` tensors, or a map-style `torch.utils.data.Dataset` whose items are `(input, target)`
+  tensors: each rank then reads its slice of every step's global batch through a `DataLoader` (`--loader-workers`);
+- `test` (optional): the same, for the evaluation (a Dataset is read into memory once);
+- `loss(output, target)` (optional; default: cross-entropy for integer targets, over every position of a sequence;
+  mean squared error for float targets); `metric(output, target) -> (correct, count)` (optional; default for
+  integer targets: argmax accuracy per position; float targets without one are not evaluated);
+- `optimizer(parameters, lr)` (optional; default SGD with momentum 0.9); `units(model)` (optional: the blocks a
+  sharding backend wraps one by one); `tokens_per_sample` (optional: a language model's tokens per sample; default:
+  a sequence target's length).
+
+Runs in: the parent and every rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import re
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Literal
+
+from harness.shared.registry import BadReference, UserCodeError
+from workloads.base import Data, Workload
+
+DEFAULTS: dict[str, Any] = {"global_batch": 32, "lr": 0.01, "steps": 50, "warmup": 5, "seed": 0, "target": None,
+                            "eval_every": None, "max_steps_to_target": None, "equiv_steps": 10,
+                            "equiv_tolerance": 1e-5, "metric_name": None, "batch_dependence": None, "name": None,
+                            "summary": None}
+"""Hyperparameters of a workload function without `@workload(...)`, and what the decorator's arguments default to:
+global batch, the learning rate at that batch (scaled linearly for another --global-batch), timed and warm-up steps,
+seed, an accuracy target (with `eval_every` and `max_steps_to_target` for --until-target), the equivalence check's
+steps and tolerance, the metric's name, why the model depends on its batch (BatchNorm: skips the check), and the
+name and summary shown in reports (default: the function's name and its docstring's first line)."""
+
+
+def workload(**hyper: Any) -> Callable:
+    """Mark a function that returns a workload's pieces, with its hyperparameters (keys of DEFAULTS)."""
+    unknown = sorted(set(hyper) - set(DEFAULTS))
+    if unknown:
+        raise TypeError(f"@workload: unknown hyperparameter(s) {', '.join(unknown)}; valid: {', '.join(DEFAULTS)}")
+
+    def mark(fn: Callable) -> Callable:
+        fn.__compare_workload__ = dict(hyper)
+        return fn
+
+    return mark
+
+
+@dataclass
+class Pieces:
+    """What a workload function returns (see the module's docstring)."""
+
+    model: Any
+    train: Any
+    test: Any = None
+    loss: Callable | None = None
+    metric: Callable | None = None
+    optimizer: Callable | None = None
+    units: Callable | None = None
+    tokens_per_sample: int | None = None
+
+
+PIECES = tuple(f.name for f in dataclasses.fields(Pieces))
+
+
+class FunctionWorkload(Workload):
+    """The base of every class made by `from_function`: a Workload whose pieces come from calling a function."""
+
+    name = "function"
+    summary = "a workload made from a function"
+    global_batch, base_lr, base_batch, steps, warmup = 32, 0.01, 32, 50, 5
+    fn: ClassVar[Callable]
+    ref: ClassVar[str]
+    """The reference it was loaded from (`path/file.py:NAME`), for messages."""
+    made: ClassVar[dict[str, Pieces]]
+    """The function's result per set of options: called once per process however many instances ask."""
+
+    def pieces(self) -> Pieces:
+        """The function's result, checked, computed once per process with torch's generators seeded and restored."""
+        kwargs = dataclasses.asdict(self.options)
+        key = repr(sorted(kwargs.items()))
+        cached = type(self).made.get(key)
+        if cached is not None:
+            return cached
+        import torch
+
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # not under the caller's meta device
+            torch.manual_seed(self.seed)
+            try:
+                got = type(self).fn(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - the user's code
+                raise UserCodeError(f"calling workload {self.ref}", exc) from None
+        made = type(self).made[key] = _as_pieces(got, self.ref)
+        return made
+
+    # ---- model, optimizer, loss -----------------------------------------------------------------------------
+    def build_model(self):
+        made = self.pieces().model
+        import torch
+
+        if isinstance(made, torch.nn.Module):
+            return copy.deepcopy(made)
+        try:
+            model = made()
+        except Exception as exc:  # noqa: BLE001
+            raise UserCodeError(f"building the model of workload {self.ref}", exc) from None
+        if not isinstance(model, torch.nn.Module):
+            raise BadReference(f"workload {self.ref}: its model factory returned {type(model).__name__}, not a "
+                               f"torch.nn.Module")
+        return model
+
+    def make_optimizer(self, model, lr):
+        make = self.pieces().optimizer
+        return make(model.parameters(), lr) if make else super().make_optimizer(model, lr)
+
+    def shard_units(self, model):
+        units = self.pieces().units
+        return list(units(model)) if units else super().shard_units(model)
+
+    def loss(self, output, target):
+        given = self.pieces().loss
+        if given is not None:
+            return given(output, target)
+        import torch.nn.functional as F
+
+        if target.is_floating_point():
+            return F.mse_loss(output.float(), target)
+        return F.cross_entropy(output.float().reshape(-1, output.shape[-1]), target.reshape(-1))
+
+    def evaluate(self, model, data, rank, world, autocast, cast_input=lambda x: x):
+        """As every workload's, except that float targets without a `metric` have no accuracy to report: no
+        evaluation then (the report says "no test set" rather than an accuracy that means nothing)."""
+        if data.test_y is not None and data.test_y.is_floating_point() and self.pieces().metric is None:
+            return None
+        return super().evaluate(model, data, rank, world, autocast, cast_input)
+
+    def score(self, output, target):
+        import torch.nn.functional as F
+
+        p = self.pieces()
+        if target.is_floating_point():
+            loss_sum = F.mse_loss(output.float(), target, reduction="sum").item()
+        else:
+            loss_sum = F.cross_entropy(output.float().reshape(-1, output.shape[-1]), target.reshape(-1),
+                                       reduction="sum").item()
+        if p.metric is not None:
+            try:
+                correct, count = p.metric(output, target)
+            except Exception as exc:  # noqa: BLE001
+                raise UserCodeError(f"the metric of workload {self.ref}", exc) from None
+            return float(correct), float(count), loss_sum
+        return float((output.argmax(-1) == target).sum().item()), float(target.numel()), loss_sum
+
+    def reads_through_loader(self) -> bool:
+        return not isinstance(self.pieces().train, tuple)
+
+    def tokens_per_sample(self) -> int | None:
+        p = self.pieces()
+        if p.tokens_per_sample is not None:
+            return int(p.tokens_per_sample)
+        y = p.train[1] if isinstance(p.train, tuple) else None
+        if y is not None and not y.is_floating_point() and y.dim() == 2:
+            return int(y.shape[1])  # a sequence of class indices per sample: a language model's next tokens
+        return None
+
+    # ---- data ----------------------------------------------------------------------------------------------
+    def train_samples(self, global_batch: int) -> int:
+        train = self.pieces().train
+        return len(train[0]) if isinstance(train, tuple) else len(train)
+
+    def materialize(self, device: str, global_batch: int) -> Data:
+        p = self.pieces()
+        test_x = test_y = None
+        if p.test is not None:
+            test_x, test_y = p.test if isinstance(p.test, tuple) else _stack(p.test, self.ref)
+            test_x, test_y = test_x.to(device), test_y.to(device)
+        if isinstance(p.train, tuple):
+            x, y = p.train
+            return Data(x.to(device), y.to(device), test_x, test_y,
+                        meta={"source": f"{self.ref}: tensors", "train_samples": len(x)})
+        return Data(None, None, test_x, test_y, train_set=p.train,
+                    meta={"source": f"{self.ref}: {type(p.train).__name__} through a DataLoader",
+                          "train_samples": len(p.train)})
+
+
+def from_function(fn: Callable, ref: str) -> type[FunctionWorkload]:
+    """A Workload class for the workload function `fn` (loaded from `ref`), its options from its signature."""
+    hyper = {**DEFAULTS, **(getattr(fn, "__compare_workload__", None) or {})}
+    doc = inspect.getdoc(fn) or ""
+    attrs = {
+        "name": hyper["name"] or fn.__name__, "summary": hyper["summary"] or (doc.split("\n\n")[0].replace("\n", " ")
+                                                                             or f"{fn.__name__} from {ref}"),
+        "global_batch": hyper["global_batch"], "base_lr": hyper["lr"], "base_batch": hyper["global_batch"],
+        "steps": hyper["steps"], "warmup": hyper["warmup"], "seed": hyper["seed"], "target": hyper["target"],
+        "eval_every": hyper["eval_every"], "max_steps_to_target": hyper["max_steps_to_target"],
+        "equiv_steps": hyper["equiv_steps"], "equiv_tolerance": hyper["equiv_tolerance"],
+        "batch_dependence": hyper["batch_dependence"], "fn": staticmethod(fn), "ref": ref, "made": {},
+        "Options": _options(fn, ref, _arg_docs(doc)), "__module__": fn.__module__,
+        "__doc__": doc,
+    }
+    if hyper["metric_name"]:
+        attrs["metric_name"] = hyper["metric_name"]
+    for key in ("global_batch", "steps"):
+        if not isinstance(attrs[key], int) or isinstance(attrs[key], bool) or attrs[key] < 1:
+            raise BadReference(f"workload {ref}: @workload({key}=...) must be a whole number of at least 1, got "
+                               f"{attrs[key]!r}")
+    try:
+        return type(f"Function_{fn.__name__}", (FunctionWorkload,), attrs)
+    except TypeError as exc:  # __init_subclass__'s checks (a target without eval_every, ...)
+        raise BadReference(f"workload {ref}: {exc}") from None
+
+
+_SIMPLE = (bool, int, float, str)
+
+
+def _options(fn: Callable, ref: str, docs: dict[str, str]) -> type:
+    """The Options dataclass of a workload function: one field per parameter, typed by its annotation (or its
+    default's type), the parameter's line of the docstring's Args: section as its documentation."""
+    try:
+        sig = inspect.signature(fn, eval_str=True)
+    except (NameError, TypeError, SyntaxError):
+        sig = inspect.signature(fn)
+    fields = []
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is p.empty:
+            raise BadReference(f"workload {ref}: parameter '{p.name}' has no default; every parameter of a workload "
+                               f"function is an option (-o {p.name}=VALUE) and needs a default")
+        tp = p.annotation if p.annotation is not p.empty and not isinstance(p.annotation, str) else None
+        if tp is None or not _supported(tp):
+            tp = type(p.default) if type(p.default) in _SIMPLE else (str | None if p.default is None else None)
+        if tp is None:
+            raise BadReference(f"workload {ref}: parameter '{p.name}' defaults to a {type(p.default).__name__}; an "
+                               f"option must be a bool, int, float, str or Literal (it is typed on the command line)")
+        fields.append((p.name, tp, dataclasses.field(default=p.default)))
+    cls = dataclasses.make_dataclass("Options", fields)
+    cls.__doc__ = "Parameters of the workload function."
+    cls.__field_docs__ = docs  # what options.attribute_docs reads where no source holds attribute docstrings
+    return cls
+
+
+def _supported(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return True
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+        return all(a is type(None) or a in _SIMPLE for a in typing.get_args(tp))
+    return tp in _SIMPLE
+
+
+def _arg_docs(doc: str) -> dict[str, str]:
+    """{parameter: its description} from a Google-style `Args:` section."""
+    out: dict[str, str] = {}
+    section = re.search(r"^(?:Args|Arguments|Parameters):\s*\n((?:[ \t]+.*\n?|\s*\n)+)", doc, re.M)
+    if not section:
+        return out
+    current = None
+    for line in section.group(1).splitlines():
+        m = re.match(r"\s+(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)", line)
+        if m and (current is None or len(line) - len(line.lstrip()) <= out.get("_indent", 99)):
+            current = m.group(1)
+            out[current] = m.group(2).strip()
+            out["_indent"] = len(line) - len(line.lstrip())
+        elif current and line.strip():
+            out[current] += " " + line.strip()
+    out.pop("_indent", None)
+    return out
+
+
+def _as_pieces(got: Any, ref: str) -> Pieces:
+    """The function's result as checked Pieces; BadReference naming what is wrong."""
+    import torch
+
+    if isinstance(got, dict):
+        unknown = sorted(set(got) - set(PIECES))
+        if unknown:
+            raise BadReference(f"workload {ref} returned unknown piece(s) {', '.join(map(repr, unknown))}; valid "
+                               f"pieces: {', '.join(PIECES)}")
+        missing = [k for k in ("model", "train") if k not in got]
+        if missing:
+            raise BadReference(f"workload {ref} returned no {' and no '.join(missing)}; it must return at least "
+                               f"model and train")
+        got = Pieces(**got)
+    if not isinstance(got, Pieces):
+        raise BadReference(f"workload {ref} returned a {type(got).__name__}; return workloads.Pieces(model=..., "
+                           f"train=...) or a dict with those keys")
+    if not (callable(got.model) or isinstance(got.model, torch.nn.Module)):
+        raise BadReference(f"workload {ref}: its model is a {type(got.model).__name__}; give a torch.nn.Module or a "
+                           f"function that returns one")
+    _check_data(got.train, "train", ref)
+    if got.test is not None:
+        _check_data(got.test, "test", ref)
+    if isinstance(got.train, list):  # (inputs, targets) given as a list
+        got.train = tuple(got.train)
+    if isinstance(got.test, list):
+        got.test = tuple(got.test)
+    for key in ("loss", "metric", "optimizer", "units"):
+        if getattr(got, key) is not None and not callable(getattr(got, key)):
+            raise BadReference(f"workload {ref}: its {key} is a {type(getattr(got, key)).__name__}, not a function")
+    return got
+
+
+def _check_data(data: Any, what: str, ref: str) -> None:
+    import torch
+
+    if isinstance(data, (tuple, list)) and not isinstance(data, torch.utils.data.Dataset):
+        if len(data) != 2 or not all(isinstance(t, torch.Tensor) for t in data):
+            raise BadReference(f"workload {ref}: its {what} data must be (inputs, targets) tensors or a "
+                               f"torch.utils.data.Dataset; got a {type(data).__name__} of "
+                               f"{', '.join(type(t).__name__ for t in data) or 'nothing'}")
+        if len(data[0]) != len(data[1]):
+            raise BadReference(f"workload {ref}: its {what} inputs and targets differ in length ({len(data[0])} and "
+                               f"{len(data[1])})")
+        return
+    if not isinstance(data, torch.utils.data.Dataset) or not hasattr(data, "__len__"):
+        raise BadReference(f"workload {ref}: its {what} data is a {type(data).__name__}; give (inputs, targets) "
+                           f"tensors or a map-style torch.utils.data.Dataset (with __len__ and __getitem__)")
+    if len(data) == 0:
+        raise BadReference(f"workload {ref}: its {what} Dataset is empty")
+    item = data[0]
+    if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], torch.Tensor)
+            and isinstance(item[1], (torch.Tensor, int, float))):
+        shown = (f"({', '.join(type(i).__name__ for i in item)})" if isinstance(item, (tuple, list))
+                 else type(item).__name__)
+        raise BadReference(f"workload {ref}: item 0 of its {what} Dataset is {shown}, not (input tensor, target "
+                           f"tensor or number); return tensors from __getitem__ (torch.as_tensor)")
+
+
+def _stack(dataset, ref: str):
+    """A Dataset's items as two tensors (the evaluation set, read into memory once)."""
+    from torch.utils.data import default_collate
+
+    return default_collate([dataset[i] for i in range(len(dataset))])
