@@ -1,0 +1,107 @@
+"""Your own model through every backend: a complete example (docs/your-model.md explains each piece).
+
+    compare run -w examples/my_model.py:classifier                 # every backend, world size 2
+    compare run -w examples/my_model.py:classifier -o hidden=512 -a ddp,fsdp,deepspeed:zero_stage=3 --repeats 3
+    compare run -w examples/my_model.py:classifier_dataset --loader-workers 1   # read through a DataLoader
+    compare run -w examples/my_model.py:ByteLM -a ddp,fsdp         # a Workload subclass: a tiny language model
+    compare knobs examples/my_model.py:classifier                  # its options, from the function's signature
+    compare plan -w examples/my_model.py:classifier --gpu h100 --nodes 2
+
+Nothing here is special to this repository: the file can live anywhere, and an installed package can offer the
+same functions through the `compare.workloads` entry-point group.
+"""
+
+import torch
+from torch import nn
+
+from workloads import Data, Pieces, Workload, workload
+
+
+def teacher_data(samples: int, features: int, classes: int):
+    """Gaussian inputs labelled by a fixed random linear teacher: learnable, deterministic (compare seeds torch's
+    generator before calling a workload function), nothing to download."""
+    x = torch.randn(samples, features)
+    y = (x @ torch.randn(features, classes)).argmax(1)
+    return x, y
+
+
+@workload(global_batch=64, lr=0.05, steps=60, warmup=5)
+def classifier(hidden: int = 256, features: int = 32, classes: int = 10, samples: int = 4096):
+    """A two-layer MLP learning a random linear teacher: the five-minute path, a function returning the pieces.
+
+    Args:
+        hidden: width of the hidden layer.
+        features: input features per sample.
+        classes: output classes.
+        samples: training samples (a further quarter as many are held out for the test accuracy).
+    """
+    x, y = teacher_data(samples + samples // 4, features, classes)
+    return Pieces(
+        model=lambda: nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes)),
+        train=(x[:samples], y[:samples]),
+        test=(x[samples:], y[samples:]),
+    )
+
+
+class TeacherSet(torch.utils.data.Dataset):
+    """The same data as a map-style Dataset, as most training code has it: one (input, target) pair per item."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+@workload(global_batch=64, lr=0.05, steps=60, warmup=5)
+def classifier_dataset(hidden: int = 256, features: int = 32, classes: int = 10, samples: int = 4096):
+    """The classifier with its training data read through a DataLoader: each rank reads its slice of every step.
+
+    Args:
+        hidden: width of the hidden layer.
+        features: input features per sample.
+        classes: output classes.
+        samples: training samples.
+    """
+    x, y = teacher_data(samples + samples // 4, features, classes)
+    return {"model": lambda: nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes)),
+            "train": TeacherSet(x[:samples], y[:samples]), "test": TeacherSet(x[samples:], y[samples:])}
+
+
+class ByteLM(Workload):
+    """The full contract, for what the pieces do not cover: a tiny byte-level language model on this file's text."""
+
+    name = "bytelm"
+    summary = "a one-block byte-level transformer language model on the text of examples/my_model.py"
+    global_batch, base_lr, base_batch, steps, warmup = 16, 3e-3, 16, 40, 5
+    equiv_steps = 3
+    equiv_tolerance = 1e-4  # AdamW, as tinygpt: summation order is amplified where a gradient is near zero
+
+    def build_model(self):
+        return nn.Sequential(nn.Embedding(256, 64),
+                             nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True),
+                             nn.Linear(64, 256))
+
+    def make_optimizer(self, model, lr):
+        return torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def loss(self, output, target):
+        return nn.functional.cross_entropy(output.flatten(0, 1), target.flatten())
+
+    def score(self, output, target):
+        loss_sum = nn.functional.cross_entropy(output.flatten(0, 1), target.flatten(), reduction="sum")
+        return float((output.argmax(-1) == target).sum()), float(target.numel()), float(loss_sum)
+
+    def tokens_per_sample(self) -> int:
+        return 32
+
+    def materialize(self, device: str, global_batch: int) -> Data:
+        text = torch.tensor(list(open(__file__, "rb").read()), dtype=torch.long)
+        n = (len(text) - 1) // 32
+        x, y = text[:n * 32].view(n, 32), text[1:n * 32 + 1].view(n, 32)
+        cut = n * 9 // 10
+        return Data(x[:cut].to(device), y[:cut].to(device), x[cut:].to(device), y[cut:].to(device),
+                    meta={"source": f"examples/my_model.py's own text, {n} windows of 32 bytes"})
