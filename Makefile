@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml Makefile adapters/install/deepspeed.sh adapte
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,hf]'
 	# Optional frameworks: each script leaves torch alone and, if it cannot install, says why and exits 0,
 	# so its adapter is reported unavailable with that reason and everything else still works.
 	bash adapters/install/deepspeed.sh $(BIN)/python

@@ -25,6 +25,7 @@ _MODULES: dict[str, str | tuple[str, dict[str, Any]]] = {
     "resnet50": ("workloads.resnet", {"arch": "resnet50"}),
     "widemlp": "workloads.widemlp",
     "tinygpt": "workloads.tinygpt",
+    "hf": "workloads.hf",
 }
 DEFAULT = "digits"
 GROUP = "compare.workloads"

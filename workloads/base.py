@@ -212,10 +212,37 @@ class Workload(ABC):
         loss_sum = F.cross_entropy(output.float(), target, reduction="sum").item()
         return float((output.argmax(1) == target).sum().item()), float(len(target)), loss_sum
 
+    def unavailable(self) -> str | None:
+        """Why this workload cannot run here, with the fix (a package it needs is not installed), or None."""
+        return None
+
     def reads_through_loader(self) -> bool:
         """Whether `materialize` gives a Dataset (`Data.train_set`) that ranks read through a DataLoader, rather
         than tensors (override with it: --loader-workers is refused for a workload without one)."""
         return False
+
+    def flops_per_sample(self, global_batch: int) -> float | None:
+        """FLOPs of one training sample's forward and backward, counted by torch's FlopCounterMode on this
+        workload's real model over two of its training samples, on the meta device (nothing is allocated or
+        computed; on the CPU for a model that meta cannot run): matrix multiplications and convolutions, the
+        optimizer's elementwise work left out, as MFU is defined (PaLM, Chowdhery et al. 2022). None where neither
+        runs it."""
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        data = self.materialize("cpu", global_batch)
+        x, y = data.batch(torch.arange(min(2, data.n_train)), "cpu")
+        for device in ("meta", "cpu"):
+            try:
+                with torch.random.fork_rng(devices=[]), torch.device(device):
+                    model = self.build_model()
+                    counter = FlopCounterMode(display=False)
+                    with counter:
+                        self.loss(model(x.to(device)), y.to(device)).backward()
+                return counter.get_total_flops() / len(x)
+            except Exception:  # noqa: BLE001 - a model meta cannot run (data-dependent code) is counted on the CPU
+                continue
+        return None
 
     def tokens_per_sample(self) -> int | None:
         """Tokens in one training sample, for a language model (tokens/s beside samples/s); None otherwise."""

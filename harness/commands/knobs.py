@@ -45,7 +45,7 @@ def knobs(req: KnobsRequest) -> None:
             console.print(f"[bold]{escape(n)}[/]: cannot read its knobs ({escape(type(exc).__name__)}: "
                           f"{escape(str(exc))})")
             continue
-        rows = catalogue(cls)
+        rows = catalogue(cls, "the framework" if kind == "adapter" else "the workload")
         how = f"compare run -a {n}:KNOB=VALUE" if kind == "adapter" else f"compare run -w {n} -o OPTION=VALUE"
         console.print(f"[bold]{escape(n)}[/] ({kind}; {escape(how)})" + ("" if rows else ": none"))
         for r in rows:

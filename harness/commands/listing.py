@@ -60,9 +60,11 @@ def list_all(req: ListRequest) -> None:
         except Exception as exc:  # noqa: BLE001 - an installed package's entry point that fails: said, not fatal
             w.add_row(name, escape(workloads.source(name)), "", "", "", f"[red]cannot load[/]: {escape(str(exc))}")
             continue
+        reason = wl().unavailable()
         w.add_row(name, escape(workloads.source(name)), str(wl.global_batch), f"{wl.warmup}+{wl.steps}",
                   "–" if wl.target is None else f"acc ≥ {wl.target} (--until-target: every {wl.eval_every} steps, "
-                                                f"≤ {wl.max_steps_to_target})", escape(wl.summary))
+                                                f"≤ {wl.max_steps_to_target})",
+                  escape(wl.summary) if not reason else f"[red]unavailable[/]: {escape(reason)}")
     console.print(w)
     for what, hidden in (("adapter", adapters.shadowed()), ("workload", workloads.shadowed())):
         for entry in hidden:

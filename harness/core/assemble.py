@@ -111,6 +111,10 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         if tokens:  # a language model: tokens/s is the figure its users compare
             rec["tokens_per_sample"] = tokens
             rec["tokens_per_s"] = rec["samples_per_s"] * tokens
+        if rec.get("flops_per_sample"):
+            rec["tflops_per_device"] = rec["samples_per_s_per_device"] * rec["flops_per_sample"] / 1e12
+            rec["mfu"] = mfu(rec["tflops_per_device"], spec.device, (rec.get("env") or {}).get("gpus") or [],
+                             r0.precision, r0.cuda_math)
     if all(r.profile for r in ranks):
         rec["compute_profile"] = [r.profile for r in ranks]
         if stats:
@@ -177,6 +181,32 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
     rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"))
     return rec
+
+
+PEAKS = (("H100", "h100-sxm-ndr400"), ("H200", "h100-sxm-ndr400"), ("A100", "a100-sxm-hdr200"),
+         ("V100", "v100-dgx1-edr100"), ("P100", "p100-25gbe-roce"))
+"""GPU name -> the hardware profile whose dense peak it has (the H200 computes as the H100 SXM; a PCIe card of the
+same name has a lower peak and gets none)."""
+
+
+def mfu(tflops: float, device: str, gpus: list[str], precision: str, cuda_math: dict | None) -> dict[str, Any]:
+    """Model FLOPs utilisation: achieved TFLOP/s per device over the device's dense peak at the row's arithmetic
+    (fp32 matmuls count at TF32's peak where TF32 was allowed), or why no peak is known."""
+    from harness.model import costmodel
+
+    if device != "cuda":
+        return {"value": None, "why_none": "no peak known for a CPU"}
+    name = gpus[0] if gpus else ""
+    profile = next((p for key, p in PEAKS if key in name and "PCIe" not in name), None)
+    if profile is None:
+        return {"value": None, "why_none": f"no peak known for {name or 'this GPU'}"}
+    dtype = precision if precision in ("bf16", "fp16") else (
+        "tf32" if (cuda_math or {}).get("matmul_allow_tf32") else "fp32")
+    peak = costmodel.load_profile(profile).peak_tflops.get(dtype)
+    if not peak:
+        return {"value": None, "why_none": f"no {dtype} peak known for {name}"}
+    return {"value": tflops / peak, "peak_tflops": peak, "peak": f"{name}: {peak:g} TFLOP/s dense {dtype} "
+                                                               f"(profile {profile})"}
 
 
 def row_status(outcome, ttt: dict[str, Any] | None) -> tuple[str, str]:

@@ -222,6 +222,14 @@ class Run(TypedDict):
     """A language model's tokens per training sample (its sequence length)."""
     tokens_per_s: NotRequired[float]
     """`samples_per_s` x `tokens_per_sample`: the tokens/s a language model's users compare."""
+    flops_per_sample: NotRequired[float]
+    """FLOPs of one sample's forward and backward, counted by torch's FlopCounterMode on the real model (matmuls
+    and convolutions; the optimizer left out)."""
+    tflops_per_device: NotRequired[float]
+    """Achieved TFLOP/s per device: `samples_per_s_per_device` x `flops_per_sample` / 1e12."""
+    mfu: NotRequired[dict[str, Any]]
+    """Model FLOPs utilisation: `value` (achieved over the device's dense peak at the row's arithmetic), the `peak`
+    it was judged against, or `why_none` (a CPU, a GPU without a known peak)."""
     launch_wall: NotRequired[float]
     """Wall-clock time the launch started."""
     wall_time_s: NotRequired[float]

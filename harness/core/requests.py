@@ -425,11 +425,15 @@ def check_cores(req: Request, processes: int, fix: str | None = None) -> bool:
 def load_workload(req: RunRequest):
     """The request's workload with its options (BadInput naming the valid choices otherwise)."""
     try:
-        return workloads.get(req.workload, dict(pairs(req.options, "option")))
+        workload = workloads.get(req.workload, dict(pairs(req.options, "option")))
     except (UnknownName, BadReference) as exc:
         raise BadInput(str(exc)) from None
     except OptionError as exc:
         raise BadInput(f"workload {req.workload}: {exc}") from None
+    reason = workload.unavailable()
+    if reason:
+        raise BadInput(f"workload {req.workload} cannot run here: {reason}")
+    return workload
 
 
 MAX_LOADER_WORKERS = 256

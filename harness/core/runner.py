@@ -144,6 +144,10 @@ def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | Non
     workload = getattr(req, "workload", None)
     if workload and workloads.source(workload) != "built-in":  # a user's: where it came from, with its digest
         info["workload_source"] = workloads.provenance(workload)
+    if getattr(p, "workload", None) is not None:
+        flops = p.workload.flops_per_sample(p.global_batch)
+        if flops:
+            info["flops_per_sample"] = flops
     if started is not None:
         info["started_wall"] = started
     return info

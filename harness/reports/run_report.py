@@ -157,19 +157,43 @@ def tokens_text(row, tokens: int) -> str:
     return f"{row['samples_per_s'] * tokens:,.0f}"
 
 
+def tflops_text(row) -> str:
+    """A row's achieved TFLOP/s per device (its samples/s per device x the FLOPs of a sample) and, where the device's
+    peak is known, its MFU."""
+    f = row["first"]
+    achieved = row["samples_per_s_per_device"] * f["flops_per_sample"] / 1e12
+    peak = (f.get("mfu") or {}).get("peak_tflops")
+    return f"{achieved:.3g}" + (f" ({achieved / peak:.1%})" if peak else "")
+
+
+def flops_note(rows) -> str | None:
+    """How the TFLOP/s column was counted, and against what its MFU is judged (or why there is none)."""
+    measured = [row for row in rows if row["measured"] and row["first"].get("flops_per_sample")]
+    if not measured:
+        return None
+    f = measured[0]["first"]
+    mfu = f.get("mfu") or {}
+    return (f"TFLOP/s per device: samples/s per device × {f['flops_per_sample']:,.0f} FLOPs of a sample's forward and "
+            f"backward, counted by torch's FlopCounterMode on the real model (matmuls and convolutions; the optimizer "
+            f"left out); MFU in brackets against " + (mfu["peak"] if mfu.get("peak") else
+                                                     f"no peak: {mfu.get('why_none', 'none known')}") + ".")
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     tokens = tokens_per_sample(rows)
+    flops = any(row["measured"] and row["first"].get("flops_per_sample") for row in rows)
     head = ("| adapter | launcher | processes × devices each | precision | batch global (per device) | samples/s "
             + (f"| tokens/s ({tokens} a sample) " if tokens else "")
-            + "| samples/s per device | step time ms median [p10–p90] (n) | peak memory per rank | final loss "
+            + "| samples/s per device " + ("| TFLOP/s per device (MFU) " if flops else "")
+            + "| step time ms median [p10–p90] (n) | peak memory per rank | final loss "
               "| test accuracy | max_param_diff | status |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in rows:
         f = row["first"]
         if not row["measured"]:
             reason = "; ".join(row["reasons"]) or row["status"]
-            lines.append(f"| {row['adapter']} | {row['launcher']} | | | | | | | | | | {'| ' if tokens else ''}| "
-                         f"**{row['status']}**: {reason.replace('|', '/')} |")
+            lines.append(f"| {row['adapter']} | {row['launcher']} | | | | | | | | | | {'| ' if tokens else ''}"
+                         f"{'| ' if flops else ''}| **{row['status']}**: {reason.replace('|', '/')} |")
             continue
         topo, ctl = f["topology"], f["controls"]
         spread = row["spread"]
@@ -183,7 +207,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"{f' ({hosts_report.nodes_label(topo)})' if hosts_report.spans_hosts(topo) else ''} "
             f"| {precision_label(ctl)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
             f"| {row['samples_per_s']:,.0f}{flag} {f'| {tokens_text(row, tokens)} ' if tokens else ''}"
-            f"| {row['samples_per_s_per_device']:,.0f} "
+            f"| {row['samples_per_s_per_device']:,.0f} {f'| {tflops_text(row)} ' if flops else ''}"
             f"| {row['step_median'] * 1e3:.2f} [{row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f}] "
             f"({row['step_n']}) | {format_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
             f"| {_acc(row)} | {_diff(row)} | {status} |")
@@ -239,7 +263,7 @@ def equivalence_note(rows) -> str | None:
 
 def _notes(rows, records) -> list[str]:
     notes = []
-    for note in (target_note(rows), equivalence_note(rows)):
+    for note in (target_note(rows), equivalence_note(rows), flops_note(rows)):
         if note:
             notes.append(note)
     stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)

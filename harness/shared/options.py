@@ -160,16 +160,17 @@ def attribute_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def catalogue(cls: type) -> list[dict[str, str]]:
+def catalogue(cls: type, owner: str = "the framework") -> list[dict[str, str]]:
     """Every field of an option dataclass: name, accepted values, default and its documentation, for `compare
-    knobs`; read from the declaration itself, so it cannot drift from what `build` accepts."""
+    knobs`; read from the declaration itself, so it cannot drift from what `build` accepts. `owner`: whose default
+    None stands for (an adapter's framework, or "the workload")."""
     docs = attribute_docs(cls)
     out = []
     for name, (f, tp) in _fields(cls).items():
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        out.append({"name": name, "values": describe_type(tp),
-                    "default": ("unset (the framework's own)" if default is None else str(default).lower()
+        out.append({"name": name, "values": describe_type(tp).replace("the framework's", f"{owner}'s"),
+                    "default": (f"unset ({owner}'s own)" if default is None else str(default).lower()
                                 if isinstance(default, bool) else _shown(default)),
                     "doc": docs.get(name, "")})
     return out

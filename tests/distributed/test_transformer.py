@@ -64,3 +64,32 @@ def test_horovods_optimizer_state_broadcast_moves_adamw_parameters_and_the_row_s
     change = rec["adapter_info"]["optimizer_state_init_param_change"]
     assert change > 0 and rec["max_param_diff"] > 1e-4
     assert rec["adapter_info"]["note"].startswith("hvd.broadcast_optimizer_state initialised the fresh optimizer's")
+
+
+def test_a_hugging_face_llama_runs_through_ddp_fsdp_and_zero3_with_tokens_and_tflops(tmp_path):
+    from workloads.hf import missing
+
+    if missing():
+        pytest.skip(f"Requires: transformers ({missing()})")
+    labels = [label for label in ("ddp", "fsdp", "deepspeed:zero_stage=3") if _available(label)]
+    out = tmp_path / "hf"
+    rows, proc = run_compare(out, "-w", "hf", "-o", "model=llama", "-o", "layers=2", "-o", "hidden=256", "-a",
+                             ",".join(labels), "--steps", "3", "--warmup", "1", "--equiv-steps", "3")
+    for label in labels:
+        rec = rows[label]
+        assert rec["status"] == "ok", (label, rec["reason"], rec.get("log_tail"))
+        assert rec["equivalence"]["checked"] and rec["equivalence"]["passed"], (label, rec["max_param_diff"])
+        assert rec["tokens_per_sample"] == 128 and rec["tokens_per_s"] == pytest.approx(rec["samples_per_s"] * 128)
+        assert rec["tflops_per_device"] == pytest.approx(rec["samples_per_s_per_device"] * rec["flops_per_sample"]
+                                                         / 1e12)
+        assert rec["mfu"] == {"value": None, "why_none": "no peak known for a CPU"}
+    # FLOPs of a sample: about 6 x the parameters outside the embedding x the tokens (a multiply-add in forward, two
+    # in backward, per weight and token), attention's own products on top
+    rec = rows["ddp"]
+    matmul_params = rec["param_count"] - 1024 * 256
+    assert 6 * matmul_params * 128 < rec["flops_per_sample"] < 1.5 * 6 * matmul_params * 128
+    md = (out / "report.md").read_text()
+    assert "| tokens/s (128 a sample) |" in md and "| TFLOP/s per device (MFU) |" in md
+    assert "MFU in brackets against no peak: no peak known for a CPU." in md
+    if "fsdp" in labels:
+        assert rows["fsdp"]["adapter_info"]["resolved"]["units"] == 2  # the two decoder layers, each a unit

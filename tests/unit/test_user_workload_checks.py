@@ -268,3 +268,26 @@ def test_a_dataset_is_read_through_a_loader_as_the_same_samples_in_the_same_orde
                 assert torch.equal(x, data.train_x[idx]) and torch.equal(y, data.train_y[idx]), (workers, rank, step)
             assert loader.describe() == {"loader": "torch.utils.data.DataLoader", "loader_workers": workers}
             loader.close()
+
+
+def test_flops_per_sample_are_counted_on_the_real_model_as_by_hand(tmp_path):
+    path = write(tmp_path, "import torch\nfrom torch import nn\n\n\ndef mlp():\n"
+                           "    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))\n"
+                           "    return {'model': lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)),\n"
+                           "            'train': (x, y)}\n")
+    # Per sample, 2 FLOPs a multiply-add: forward 2*(4*8) + 2*(8*2) = 96; backward, the second layer's input
+    # gradient and weight gradient 2 * 2*(8*2) = 64, the first layer's weight gradient only 2*(4*8) = 64 (its input
+    # needs no gradient)
+    assert workloads.get(f"{path}:mlp").flops_per_sample(8) == 96 + 64 + 64
+
+
+def test_mfu_is_judged_against_the_devices_dense_peak_at_the_rows_arithmetic_or_says_why_not():
+    from harness.core.assemble import mfu
+
+    assert mfu(100.0, "cpu", [], "fp32", None) == {"value": None, "why_none": "no peak known for a CPU"}
+    h200 = mfu(98.94, "cuda", ["NVIDIA H200"], "bf16", {"matmul_allow_tf32": False})
+    assert h200["value"] == pytest.approx(0.1) and h200["peak_tflops"] == 989.4
+    assert mfu(66.9, "cuda", ["NVIDIA H100 80GB HBM3"], "fp32", {"matmul_allow_tf32": False})["value"] == 1.0
+    assert mfu(49.47, "cuda", ["NVIDIA H100 80GB HBM3"], "fp32", {"matmul_allow_tf32": True})["value"] == \
+        pytest.approx(0.1)
+    assert mfu(1.0, "cuda", ["NVIDIA H100 PCIe"], "bf16", None)["why_none"] == "no peak known for NVIDIA H100 PCIe"
