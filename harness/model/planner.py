@@ -214,6 +214,9 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     import workloads
 
     w = workloads.get(name, options)
+    reason = w.unavailable()
+    if reason:
+        raise BadPlan(f"workload {name} cannot be planned here: {reason}")
     try:
         with torch.device("meta"):  # nothing allocated: a model larger than this machine can still be planned
             model = w.build_model()
