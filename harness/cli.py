@@ -38,6 +38,16 @@ except ImportError:  # pragma: no cover - older typer on a stand-alone click
     from click import exceptions as clickerr
 
 
+def _closest(typed: str, candidates: list[str]) -> list[str]:
+    """The candidates nearly as close to what was typed as the closest one (click offers every one above 0.6:
+    "--adaptrs" got "--adapters or --plots")."""
+    import difflib
+
+    ratio = {c: difflib.SequenceMatcher(None, typed, c).ratio() for c in candidates}
+    best = max(ratio.values(), default=0.0)
+    return [c for c in candidates if ratio[c] >= best - 0.15]
+
+
 def usage_line(exc) -> str:
     """A usage error (unknown option or command, a value of the wrong type, a missing argument) as one line that
     names the problem and the valid choices."""
@@ -46,7 +56,7 @@ def usage_line(exc) -> str:
     if isinstance(exc, clickerr.NoSuchOption) and ctx is not None:
         valid = sorted({max(p.opts, key=len) for p in ctx.command.params if max(p.opts, key=len).startswith("--")}
                        | {"--help"})
-        close = [p for p in exc.possibilities or [] if p != "--help"]
+        close = _closest(exc.option_name, [p for p in exc.possibilities or [] if p != "--help"])
         guess = f" (did you mean {' or '.join(close)}?)" if close else ""
         return f"no such option {exc.option_name} for {where}{guess}; valid options: {', '.join(valid)}"
     message = " ".join(exc.format_message().split())

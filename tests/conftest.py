@@ -50,9 +50,11 @@ def read_records(out: Path) -> dict[str, dict]:
     return rows
 
 
-def run_compare(out: Path, *args: str, env: dict[str, str] | None = None, expect_rc: int = 0, timeout: float = 600):
-    """`compare run --out OUT ARGS`, asserting its exit code; returns (records by label, CompletedProcess)."""
-    proc = compare_cli("run", "--out", str(out), *args, env=env, timeout=timeout)
+def run_compare(out: Path, *args: str, env: dict[str, str] | None = None, expect_rc: int = 0, timeout: float = 600,
+                plots: bool = False):
+    """`compare run --out OUT ARGS`, asserting its exit code; returns (records by label, CompletedProcess). Without
+    `plots`, the run draws none (--no-plots: about 3 s a run here); tests of the figures ask for them."""
+    proc = compare_cli("run", "--out", str(out), *args, *([] if plots else ["--no-plots"]), env=env, timeout=timeout)
     assert proc.returncode == expect_rc, f"exit {proc.returncode}\nSTDOUT\n{proc.stdout}\nSTDERR\n{proc.stderr}"
     return read_records(out), proc
 

@@ -15,7 +15,7 @@ def run(req: RunRequest) -> None:
     """Run the comparison and write records.jsonl, report.md and plots."""
     from harness import reports
     from harness.core import comparison
-    from harness.reports import run_report
+    from harness.reports import figures, run_report
 
     try:
         plan = comparison.plan(req)
@@ -23,7 +23,8 @@ def run(req: RunRequest) -> None:
         fail(str(exc))
     req.command = typed(plan.rerun)
     stop_on_signals()
-    records, interrupted = execute(comparison.execute, plan, RunUI(), Invocation.started, reports.render)
+    with figures.off(not req.plots):
+        records, interrupted = execute(comparison.execute, plan, RunUI(), Invocation.started, reports.render)
     for line in run_report.console_verdict(records):
         console.print(line)
     console.print(run_report.console_table(records))
@@ -31,7 +32,8 @@ def run(req: RunRequest) -> None:
         console.print(line)
     warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
     # one line: a path cut over two cannot be pasted
-    console.print(f"wrote {plan.out}/report.md, records.jsonl and plots{took()}", soft_wrap=True)
+    console.print(f"wrote {plan.out}/report.md, records.jsonl{' and plots' if req.plots else ''}{took()}",
+                  soft_wrap=True)
     if interrupted:
         done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
         typer.echo(f"interrupted: children stopped; {done} row(s) kept in {plan.out}", err=True)

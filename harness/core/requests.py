@@ -135,6 +135,9 @@ class RunRequest(Request):
     """With --precision: time the rounds may take, e.g. 600s, 10m, 2h (default 10m)."""
     order_seed: int | None = field(default=None, metadata=cli("--order-seed"))
     """Seed of the shuffled order of rows within each round (default: a fresh one; every record keeps it)."""
+    plots: bool = field(default=True, metadata=cli("--plots"))
+    """Draw the plots (--no-plots: report.md and records only, about 3 s sooner; `compare report DIR` draws them
+    later)."""
 
 
 def parse_world_sizes(text: str | None) -> list[int] | None:

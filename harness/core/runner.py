@@ -8,6 +8,7 @@ anything is written) -> `Runner.run` (launch, collect) -> `build_record` / `plai
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -145,12 +146,31 @@ def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | Non
     if workload and workloads.source(workload) != "built-in":  # a user's: where it came from, with its digest
         info["workload_source"] = workloads.provenance(workload)
     if getattr(p, "workload", None) is not None:
-        flops = p.workload.flops_per_sample(p.global_batch)
+        flops = flops_per_sample(p.workload, p.global_batch)
         if flops:
             info["flops_per_sample"] = flops
     if started is not None:
         info["started_wall"] = started
     return info
+
+
+def flops_per_sample(workload, global_batch: int) -> float | None:
+    """The workload's FLOPs per sample (Workload.flops_per_sample), kept in the cache directory per workload, options,
+    torch and the files that define it: counting takes torch's FlopCounterMode, whose first use imports TorchDynamo
+    (2.5 s here), on every run of the same model."""
+    import inspect
+    import json
+
+    import torch
+
+    from harness.shared.cache import cached_json, files_key
+
+    files = {Path(inspect.getfile(klass)) for klass in type(workload).__mro__ if klass.__module__ != "builtins"
+             and getattr(sys.modules.get(klass.__module__), "__file__", None)}
+    key = files_key(sorted(files)) + f"|torch {torch.__version__}|" + json.dumps(workload.describe(), sort_keys=True,
+                                                                                default=str)
+    return cached_json(f"flops-{workloads.slug(type(workload).name)}", key,
+                       lambda: workload.flops_per_sample(global_batch), keep=lambda v: v is not None)
 
 
 @dataclass

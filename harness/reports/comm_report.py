@@ -91,7 +91,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     if png:
         md += ["![busbw](busbw.png)", ""]
     elif not figures.available():
-        md += [figures.NO_PLOTS, ""]
+        md += [figures.why_none(), ""]
     path = out / "report.md"
     write_text(path, "\n".join(md))
     return path

@@ -4,12 +4,36 @@ none, instead of losing the report of a run that measured everything."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 NO_PLOTS = ("No plots: matplotlib is not installed where this report was written (`pip install matplotlib`, then "
             "`compare report DIR` draws them from records.jsonl).")
+ASKED_NONE = ("No plots: the run was asked for none (--no-plots); `compare report DIR` draws them from "
+              "records.jsonl.")
+_off = False
+"""Set while a command asked for no plots (--no-plots)."""
+
+
+@contextmanager
+def off(skip: bool = True):
+    """While inside (when `skip`): no figure is drawn, and each report says why (ASKED_NONE)."""
+    global _off
+    before, _off = _off, skip or _off
+    try:
+        yield
+    finally:
+        _off = before
+
+
+def why_none() -> str:
+    """What a report without plots says in their place."""
+    return ASKED_NONE if _off else NO_PLOTS
 
 
 def pyplot():
-    """matplotlib.pyplot on the Agg backend, or None without matplotlib."""
+    """matplotlib.pyplot on the Agg backend, or None without matplotlib (or while plots are off)."""
+    if _off:
+        return None
     try:
         import matplotlib
     except ImportError:
@@ -21,6 +45,8 @@ def pyplot():
 
 
 def available() -> bool:
+    if _off:
+        return False
     try:
         import matplotlib  # noqa: F401
     except ImportError:

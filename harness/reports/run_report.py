@@ -488,7 +488,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     if plots:
         md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     elif not figures.available():
-        md += ["## Plots", "", figures.NO_PLOTS, ""]
+        md += ["## Plots", "", figures.why_none(), ""]
     path = out / "report.md"
     write_text(path, "\n".join(md))
     return path

@@ -228,7 +228,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     md += ["## Controls", ""] + _controls(records, sweep) + [""]
     md += ["## Provenance", ""] + _provenance(records) + [""]
     md += ["## Plots", ""] + ([f"![{p.stem}]({p.name})" for p in plots + model_plots] if figures.available()
-                              else [figures.NO_PLOTS]) + [""]
+                              else [figures.why_none()]) + [""]
     path = out / "report.md"
     write_text(path, "\n".join(md))
     return path

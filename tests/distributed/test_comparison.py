@@ -19,7 +19,7 @@ TORCH_ADAPTERS = ("dp", "ddp", "spawn", "amp")
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("default") / "run"
-    rows, proc = run_compare(out, "--adapters", ",".join(TORCH_ADAPTERS))
+    rows, proc = run_compare(out, "--adapters", ",".join(TORCH_ADAPTERS), plots=True)
     return out, rows, proc
 
 

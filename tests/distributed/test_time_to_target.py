@@ -47,7 +47,7 @@ def single_process_curve(every: int, budget: int, target: float | None):
 @pytest.fixture(scope="module")
 def reached(tmp_path_factory):
     out = tmp_path_factory.mktemp("ttt") / "run"
-    rows, proc = run_compare(out, "--until-target", "-a", ",".join(ROWS))
+    rows, proc = run_compare(out, "--until-target", "-a", ",".join(ROWS), plots=True)
     return out, rows, proc
 
 

@@ -15,7 +15,7 @@ EXAMPLE = "examples/my_model.py"
 def test_the_example_runs_through_every_available_backend_reading_a_dataset_through_a_loader(tmp_path):
     out = tmp_path / "run"
     rows, proc = run_compare(out, "-w", f"{EXAMPLE}:classifier_dataset", "-o", "samples=512", "--loader-workers",
-                             "1", "--steps", "4", "--warmup", "1", "--equiv-steps", "3")
+                             "1", "--steps", "4", "--warmup", "1", "--equiv-steps", "3", plots=True)
     available = [n for n in adapters.names() if adapters.availability(n, "cpu", 2)]
     assert set(rows) == set(adapters.names())
     for name, rec in rows.items():
