@@ -6,6 +6,7 @@ or workload it runs: the adapter wraps, steps and reduces; the workload builds, 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -191,8 +192,12 @@ class StepLoader:
         n, gb = data.n_train, spec.global_batch
         steps = (workload.batch_indices(s, gb, n, info.data_rank, info.data_world).tolist() for s in range(total))
         self.workers, self.device = spec.loader_workers, info.device
+        # Workers forked where the platform can (Linux): a spawned worker would have to import the Dataset's class
+        # by module name, which a user's file loaded by path (-w file.py:NAME) does not have; and under mp.spawn's
+        # ranks the default start method is spawn.
+        forked = "fork" if self.workers and "fork" in multiprocessing.get_all_start_methods() else None
         self.loader = DataLoader(data.train_set, batch_sampler=_Steps(steps, total), num_workers=self.workers,
-                                 pin_memory=str(info.device).startswith("cuda"))
+                                 pin_memory=str(info.device).startswith("cuda"), multiprocessing_context=forked)
         self.iterator = iter(self.loader)
 
     def next(self):

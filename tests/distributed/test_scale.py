@@ -88,14 +88,23 @@ def test_the_report_has_every_metric_and_plot_and_rerenders_identically(straggle
     assert (out / "report.md").read_text() == before
 
 
-def test_a_sweep_runs_its_own_comm_sweep_and_predicts_from_it(tmp_path):
-    # The default path (no --comm, no --no-model): the comm sweep runs inside the scale sweep's process, as a
-    # session of its own. It once waited for ever on its own process's registration lock, at "calibrating the
-    # model", with every point already measured.
-    out, runs = tmp_path / "scale", tmp_path / "runs"
+@pytest.fixture(scope="module")
+def model_sweep(tmp_path_factory):
+    """The default path (no --comm, no --no-model): the comm sweep runs inside the scale sweep's process, as a
+    session of its own, then the compute-contention calibration, then the prediction. (--comm DIR, results measured
+    beforehand, is the path of test_the_contention_calibration_sees_ranks_that_share_cores.)"""
+    root = tmp_path_factory.mktemp("model")
+    out, runs = root / "scale", root / "runs"
     proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "1,2", "--out", str(out), *SHORT,
                        env={"COMPARE_RUNS_DIR": str(runs)}, timeout=420)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, runs, proc
+
+
+def test_a_sweep_runs_its_own_comm_sweep_and_predicts_from_it(model_sweep):
+    # It once waited for ever on its own process's registration lock, at "calibrating the model", with every point
+    # already measured.
+    out, runs, proc = model_sweep
     assert "calibrating the model: collectives at world size 2" in proc.stdout
     comm = [json.loads(line) for line in (out / "comm_n2" / "records.jsonl").read_text().splitlines()]
     assert {(r["backend"], r["op"]) for r in comm if r["status"] == "ok"} == {
@@ -106,18 +115,8 @@ def test_a_sweep_runs_its_own_comm_sweep_and_predicts_from_it(tmp_path):
     assert list(runs.iterdir()) == []  # the run's registration went with it
 
 
-def test_the_model_is_calibrated_from_a_real_comm_sweep(tmp_path):
-    # Sizes up to 16M, as the sweep compare scale runs itself (1K-64M, up to 200 iterations): on 2 shared cores ~30% of
-    # gloo calls wait a scheduler tick (~4 ms, in a raw torchrun script too), so 5 iterations of 4K-1M could have
-    # medians that do not grow with size, which the model rightly refuses to fit (seen in CI).
-    comm = tmp_path / "comm"
-    proc = compare_cli("comm", "--backends", "torch", "--ops", "all_reduce,reduce_scatter,all_gather",
-                       "--sizes", "256K,4M,16M", "--iters", "20", "--out", str(comm))
-    assert proc.returncode == 0, proc.stderr
-    out = tmp_path / "scale"
-    proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "1,2", "--comm", str(comm), "--out", str(out), *SHORT)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (out / "comm_n2" / "records.jsonl").read_text() == (comm / "records.jsonl").read_text()
+def test_the_model_is_calibrated_from_a_real_comm_sweep(model_sweep):
+    out = model_sweep[0]
     md = (out / "report.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| ddp | 2 |"))
     cells = [c.strip() for c in row.split("|")]
@@ -153,7 +152,7 @@ def test_the_model_is_calibrated_from_a_real_comm_sweep(tmp_path):
 def test_oversubscribed_points_are_labelled_everywhere(tmp_path):
     out = tmp_path / "over"
     proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "2,4", "--oversubscribe", "--no-model", "--out",
-                       str(out), "--equiv-steps", "0", *SHORT)
+                       str(out), "--equiv-steps", "0", "--no-plots", *SHORT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     recs = records(out)
     assert point(recs, "ddp", 4)["oversubscribed"] is True and point(recs, "ddp", 2)["oversubscribed"] is False
@@ -172,8 +171,10 @@ def test_the_contention_calibration_sees_ranks_that_share_cores(tmp_path):
                        "-n", "4", "--oversubscribe", "--out", str(comm)).returncode == 0  # calibrates world size 4
     out = tmp_path / "scale"
     proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "4", "--oversubscribe", "--threads", "1", "--comm",
-                       str(comm), "--out", str(out), "--equiv-steps", "0", *SHORT)
+                       str(comm), "--out", str(out), "--equiv-steps", "0", "--no-plots", *SHORT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # --comm: the results given are the sweep's own, copied beside its points
+    assert (out / "comm_n4" / "records.jsonl").read_text() == (comm / "records.jsonl").read_text()
     cal = point(records(out), "ddp", 4)["contention"]
     assert cal["status"] == "ok" and cal["processes"] == 4 and cal["per_rank_batch"] == 16
     assert len(cal["together_per_rank_s"]) == 4 and all(len(r) == 4 for r in cal["together_per_rank_s"])
