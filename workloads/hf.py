@@ -22,7 +22,7 @@ from typing import Literal
 
 from harness.shared.options import OptionError
 from workloads.base import Data, Workload
-from workloads.tinygpt import corpus
+from workloads.tinygpt import corpus, next_byte_windows, split_corpus
 
 FAMILY = {"llama": "llama", "llama-1b": "llama", "llama-7b": "llama", "llama-13b": "llama", "llama-70b": "llama",
           "gpt2": "gpt2", "gpt2-medium": "gpt2", "bert": "bert", "bert-base": "bert", "bert-large": "bert"}
@@ -231,14 +231,13 @@ class HF(Workload):
     def materialize(self, device: str, global_batch: int) -> Data:
         import torch
 
-        text = corpus()
-        data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
-        split, t = int(len(data) * 0.9), self.options.seq_len
+        text, data, split = split_corpus()
+        t = self.options.seq_len
 
         def windows(a):
-            n = (len(a) - 1) // t
             if self.family != "bert":
-                return a[:n * t].view(n, t), a[1:n * t + 1].view(n, t)  # each position predicts the next byte
+                return next_byte_windows(a, t)
+            n = (len(a) - 1) // t
             x = a[:n * t].view(n, t).clone()
             gen = torch.Generator().manual_seed(self.seed)
             masked = torch.rand(x.shape, generator=gen) < MASK_SHARE

@@ -21,6 +21,21 @@ def corpus() -> bytes:
     return "\n\n".join(topics.topics[k] for k in sorted(topics.topics)).encode("utf-8")
 
 
+def split_corpus():
+    """(the text, its bytes as a long tensor, where the held-out last 10% begins)."""
+    import torch
+
+    text = corpus()
+    data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
+    return text, data, int(len(data) * 0.9)
+
+
+def next_byte_windows(a, t: int):
+    """`a` cut into whole windows of `t` bytes, each with the next byte of every position as its target."""
+    n = (len(a) - 1) // t
+    return a[:n * t].view(n, t), a[1:n * t + 1].view(n, t)
+
+
 def _model(vocab: int, context: int, width: int, depth: int, heads: int):
     import torch
     import torch.nn as nn
@@ -124,18 +139,9 @@ class TinyGPT(Workload):
         return (int(len(corpus()) * 0.9) - 1) // self.options.context  # windows in the first 90%
 
     def materialize(self, device: str, global_batch: int) -> Data:
-        import torch
-
-        text = corpus()
-        data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
-        split, t = int(len(data) * 0.9), self.options.context
-
-        def windows(a):
-            n = (len(a) - 1) // t
-            return a[:n * t].view(n, t), a[1:n * t + 1].view(n, t)
-
-        x_tr, y_tr = windows(data[:split])
-        x_te, y_te = windows(data[split:])
+        text, data, split = split_corpus()
+        x_tr, y_tr = next_byte_windows(data[:split], self.options.context)
+        x_te, y_te = next_byte_windows(data[split:], self.options.context)
         x_te, y_te = x_te[:self.options.eval_windows], y_te[:self.options.eval_windows]
         return Data(x_tr.to(device), y_tr.to(device), x_te.to(device), y_te.to(device),
                     meta={"source": f"pydoc_data.topics ({len(text):,} bytes, sha256 "
