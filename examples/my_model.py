@@ -25,6 +25,10 @@ def teacher_data(samples: int, features: int, classes: int):
     return x, y
 
 
+def mlp(features: int, hidden: int, classes: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+
+
 @workload(global_batch=64, lr=0.05, steps=60, warmup=5)
 def classifier(hidden: int = 256, features: int = 32, classes: int = 10, samples: int = 4096):
     """A two-layer MLP learning a random linear teacher: the five-minute path, a function returning the pieces.
@@ -37,7 +41,7 @@ def classifier(hidden: int = 256, features: int = 32, classes: int = 10, samples
     """
     x, y = teacher_data(samples + samples // 4, features, classes)
     return Pieces(
-        model=lambda: nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes)),
+        model=lambda: mlp(features, hidden, classes),
         train=(x[:samples], y[:samples]),
         test=(x[samples:], y[samples:]),
     )
@@ -67,7 +71,7 @@ def classifier_dataset(hidden: int = 256, features: int = 32, classes: int = 10,
         samples: training samples.
     """
     x, y = teacher_data(samples + samples // 4, features, classes)
-    return {"model": lambda: nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes)),
+    return {"model": lambda: mlp(features, hidden, classes),
             "train": TeacherSet(x[:samples], y[:samples]), "test": TeacherSet(x[samples:], y[samples:])}
 
 

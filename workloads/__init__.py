@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.shared.registry import BadReference, Registry, UnknownName, UserCodeError
+from harness.shared.registry import BadReference, Registry, UnknownName, UserCodeError, resolvable_reference
 from workloads.base import Data, Workload
 from workloads.function import FunctionWorkload, Pieces, from_function, workload
 
@@ -49,10 +49,7 @@ def source(name: str) -> str:
 def resolvable(name: str) -> str:
     """`name` as a rank resolves it wherever it starts: a file reference with its path made absolute (a launcher
     may start ranks in another directory); names and modules unchanged."""
-    where, colon, attr = name.rpartition(":")
-    if colon and (where.endswith(".py") or "/" in where) and name not in names():
-        return f"{Path(where).expanduser().resolve()}:{attr}"
-    return name
+    return name if name in names() else resolvable_reference(name)
 
 
 def provenance(name: str) -> str:

@@ -41,6 +41,7 @@ import copy
 import dataclasses
 import inspect
 import re
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal
@@ -198,7 +199,7 @@ class FunctionWorkload(Workload):
         p = self.pieces()
         test_x = test_y = None
         if p.test is not None:
-            test_x, test_y = p.test if isinstance(p.test, tuple) else _stack(p.test, self.ref)
+            test_x, test_y = p.test if isinstance(p.test, tuple) else _stack(p.test)
             test_x, test_y = test_x.to(device), test_y.to(device)
         if isinstance(p.train, tuple):
             x, y = p.train
@@ -270,7 +271,7 @@ def _supported(tp: Any) -> bool:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return True
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType")):
+    if origin in (typing.Union, types.UnionType):
         return all(a is type(None) or a in _SIMPLE for a in typing.get_args(tp))
     return tp in _SIMPLE
 
@@ -353,7 +354,7 @@ def _check_data(data: Any, what: str, ref: str) -> None:
                            f"tensor or number); return tensors from __getitem__ (torch.as_tensor)")
 
 
-def _stack(dataset, ref: str):
+def _stack(dataset):
     """A Dataset's items as two tensors (the evaluation set, read into memory once)."""
     from torch.utils.data import default_collate
 

@@ -475,11 +475,11 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             model = workload.build_model()
             workload.loss(model(x.to("meta")), y.to("meta"))
         params = sum(p.numel() for p in model.parameters())
-        workload.nondeterministic = _dropout(model)
     except UserCodeError:
         raise
     except Exception:  # noqa: BLE001 - what meta cannot do is tried for real below
         pass
+    workload.nondeterministic = _dropout(model) if params is not None else None
     if params is not None and (workload.nondeterministic or params > SMALL_MODEL):
         return
     with torch.random.fork_rng(devices=[]):

@@ -165,8 +165,8 @@ def flops_per_sample(workload, global_batch: int) -> float | None:
 
     from harness.shared.cache import cached_json, files_key
 
-    files = {Path(inspect.getfile(klass)) for klass in type(workload).__mro__ if klass.__module__ != "builtins"
-             and getattr(sys.modules.get(klass.__module__), "__file__", None)}
+    files = {Path(inspect.getfile(klass)) for klass in type(workload).__mro__
+             if getattr(sys.modules.get(klass.__module__), "__file__", None)}
     key = files_key(sorted(files)) + f"|torch {torch.__version__}|" + json.dumps(workload.describe(), sort_keys=True,
                                                                                 default=str)
     return cached_json(f"flops-{workloads.slug(type(workload).name)}", key,

@@ -69,13 +69,26 @@ def is_reference(name: str) -> bool:
     return ":" in name or name.endswith(".py") or "/" in name
 
 
-def load_reference(ref: str, kind: str = "workload") -> tuple[Any, str]:
-    """(the object `ref` names, where it came from) for `path/to/file.py:NAME` or `package.module:NAME`.
-    BadReference for what is not there; UserCodeError when importing the user's code raises."""
+def split_reference(ref: str) -> tuple[str, str, bool]:
+    """(where, NAME, whether `where` is a file path) of `path/to/file.py:NAME` or `package.module:NAME` (NAME ""
+    when none is given)."""
     where, colon, attr = ref.rpartition(":")
     if not colon:
         where, attr = ref, ""
-    is_file = where.endswith(".py") or "/" in where
+    return where, attr, where.endswith(".py") or "/" in where
+
+
+def resolvable_reference(ref: str) -> str:
+    """A file reference with its path made absolute, so a process started in another directory resolves it; a
+    module reference unchanged."""
+    where, attr, is_file = split_reference(ref)
+    return f"{Path(where).expanduser().resolve()}:{attr}" if is_file and attr else ref
+
+
+def load_reference(ref: str, kind: str = "workload") -> tuple[Any, str]:
+    """(the object `ref` names, where it came from) for `path/to/file.py:NAME` or `package.module:NAME`.
+    BadReference for what is not there; UserCodeError when importing the user's code raises."""
+    where, attr, is_file = split_reference(ref)
     if is_file:
         path = Path(where).expanduser()
         if not path.exists():
