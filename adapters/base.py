@@ -271,6 +271,12 @@ class Adapter(ABC):
         optimizer state, as autocast leaves them."""
         return params * (4 + 4 + optimizer_bytes)
 
+    def model_state_rule(self, optimizer_bytes: float) -> str:
+        """`model_state_bytes` as a formula in P (parameters), N (devices), L (parameters of the largest module) and
+        U (of the largest shard unit), with what it counts and where it departs from DeepSpeed's estimators: the
+        plan's footer."""
+        return f"{4 + 4 + optimizer_bytes:g}P (fp32 parameters, gradients and optimizer state on every GPU)"
+
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
         """Import the framework's modules (timed as the launch's import phase, apart from its set-up)."""

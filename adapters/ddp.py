@@ -181,6 +181,12 @@ class DDPAdapter(Adapter):
         buckets = 0 if self.knobs.gradient_as_bucket_view else 4
         return params * (4 + 4 + buckets + optimizer_bytes)
 
+    def model_state_rule(self, optimizer_bytes):
+        if self.knobs.gradient_as_bucket_view:
+            return super().model_state_rule(optimizer_bytes)
+        return (f"{4 + 4 + 4 + optimizer_bytes:g}P (fp32 parameters, gradients and optimizer state on every GPU, and "
+                f"DDP's bucket copy of the gradients)")
+
     def comm_schedule(self):
         cap = self.knobs.bucket_cap_mb
         # DDP's defaults: 25 MiB buckets, and a 1 MiB first bucket unless bucket_cap_mb is given.

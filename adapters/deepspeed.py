@@ -548,11 +548,12 @@ class DeepSpeedAdapter(Adapter):
         # DeepSpeed's own accounting (estimate_zero2/3_model_states_mem_needs, no offload): the model's bit16
         # parameters (b bytes) and gradients, an fp32 master copy, fp32 gradients for the step and the optimizer
         # state, each partitioned from the stage that partitions it. ZeRO-2 is its estimator's 2P + 18P/N under
-        # bf16/fp16 AdamW. ZeRO-3 adds the largest module's gathered parameters and gradients (its 4 x
-        # largest_layer_params) and counts the bit16 parameter partition too (stage3.py fp16_partitioned_groups_flat
-        # beside grad_partitions_flat_buffer), which the estimator's 18P/N leaves out: 2P/N above it. Stage 0 keeps
-        # the master copy only with a 16-bit model (BF16_Optimizer / FP16_Optimizer); in fp32 the model is the
-        # master. Its reduce bucket (reduce_bucket_size) is not counted, as the estimators do not.
+        # bf16/fp16 AdamW; ZeRO-3 its 18P/N + 4L (the largest module's gathered bit16 parameters and gradients).
+        # Stage 3 allocates b x P/N more than that estimator counts: the bit16 parameter partition
+        # (stage3.py fp16_partitioned_groups_flat) beside the gradient partition (grad_partitions_flat_buffer); it
+        # is left out here as there, and model_state_rule says so with its size. Stage 0 keeps the master copy
+        # only with a 16-bit model (BF16_Optimizer / FP16_Optimizer); in fp32 the model is the master. Its reduce
+        # bucket (reduce_bucket_size) is not counted, as the estimators do not.
         b, stage = self._bits(), self.knobs.zero_stage
         fp32 = 4 + 4 + optimizer_bytes  # master weights, fp32 gradients, optimizer state
         if stage == 0:
@@ -561,7 +562,28 @@ class DeepSpeedAdapter(Adapter):
             return params * (2 * b + fp32 / n)
         if stage == 2:
             return params * (b + (b + fp32) / n)
-        return params * (2 * b + fp32) / n + 2 * b * largest["module"]
+        return params * (b + fp32) / n + 2 * b * largest["module"]
+
+    def model_state_rule(self, optimizer_bytes):
+        b, stage = self._bits(), self.knobs.zero_stage
+        fp32 = 4 + 4 + optimizer_bytes
+        if stage == 0:
+            return (f"{fp32:g}P (the fp32 model is its own master)" if b == 4 else
+                    f"{2 * b + fp32:g}P ({8 * b}-bit parameters and gradients, fp32 master, gradients and optimizer "
+                    f"state on every GPU)")
+        bits = f"{8 * b}-bit"
+        if stage == 1:
+            return f"{2 * b}P + {fp32:g}P/N ({bits} parameters and gradients on every GPU; the fp32 rest partitioned)"
+        # The estimators assume AdamW in 16 bits (2P + 18P/N and 18P/N + 4L)
+        same = b == 2 and optimizer_bytes == 8
+        if stage == 2:
+            return (f"{b}P + {b + fp32:g}P/N ({bits} parameters on every GPU; gradients and the fp32 rest "
+                    f"partitioned): " + ("as DeepSpeed's estimate_zero2_model_states_mem_needs" if same else
+                                          "its estimate_zero2_model_states_mem_needs assumes 16-bit AdamW"))
+        return (f"{b + fp32:g}P/N + {2 * b}L: " + ("as DeepSpeed's estimate_zero3_model_states_mem_needs" if same else
+                                                   "its estimate_zero3_model_states_mem_needs assumes 16-bit AdamW")
+                + f"; stage3.py also allocates its {bits} parameter partition, {b}P/N more, which "
+                  f"{'the estimator and ' if same else ''}this count leave{'' if same else 's'} out")
 
     def comm_schedule(self):
         k = self.knobs

@@ -74,6 +74,14 @@ class FSDPAdapter(DDPAdapter):
         gathered = largest["unit"] if self.knobs.reshard_after_forward else params
         return params * (4 + 4 + optimizer_bytes) / n + b * gathered + b * largest["unit"]
 
+    def model_state_rule(self, optimizer_bytes):
+        b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
+        gathered = f"{2 * b}U" if self.knobs.reshard_after_forward else f"{b}P + {b}U"
+        what = ("one unit's parameters and gradients unsharded at a time" if self.knobs.reshard_after_forward else
+                "every unit's parameters unsharded from forward to backward, one unit's gradients")
+        return (f"{4 + 4 + optimizer_bytes:g}P/N + {gathered} (fp32 parameters, gradients and optimizer state "
+                f"sharded; {what}, in {self.knobs.param_dtype}; DeepSpeed has no FSDP estimator)")
+
     def precision(self) -> Precision:
         k = self.knobs
         if "fp16" in (k.param_dtype, k.reduce_dtype) and self.device_kind == "cpu":

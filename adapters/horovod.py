@@ -313,6 +313,11 @@ class HorovodAdapter(Adapter):
         fusion = self.comm_schedule().fusion_bytes
         return params * (4 + 4 + optimizer_bytes) + min(fusion, 4 * params)
 
+    def model_state_rule(self, optimizer_bytes):
+        fusion = self.comm_schedule().fusion_bytes
+        return (f"{4 + 4 + optimizer_bytes:g}P + min({fusion / 2**20:g} MiB, 4P) (fp32 parameters, gradients and "
+                f"optimizer state on every GPU, and Horovod's fusion buffer)")
+
     def comm_schedule(self):
         k = self.knobs
         # A knob becomes horovodrun's flag, which sets the variable for the ranks; without it they inherit

@@ -26,9 +26,19 @@ class PlanRequest:
     layers: int | None = field(default=None, metadata=cli("--layers"))
     """Its transformer blocks."""
     hidden: int | None = field(default=None, metadata=cli("--hidden"))
-    """Its hidden size (gives per-matrix gradients, the embedding and attention's FLOPs)."""
+    """Its hidden size: lays it out as Llama (per-matrix gradients, separate embedding and head, activations)."""
+    heads: int | None = field(default=None, metadata=cli("--heads"))
+    """Its attention heads (default: hidden / 128)."""
+    kv_heads: int | None = field(default=None, metadata=cli("--kv-heads"))
+    """Its key/value heads: fewer than --heads is grouped-query attention (default: as many)."""
+    ffn: int | None = field(default=None, metadata=cli("--ffn"))
+    """Its SwiGLU MLP width (default: Llama's, 8/3 x hidden rounded up to 256)."""
     seq_len: int = field(default=2048, metadata=cli("--seq-len"))
     """Tokens per sample of a model given by --params."""
+    attention: str = field(default="flash", metadata=cli("--attention"))
+    """flash (a fused kernel: no s x s scores kept) or eager (the softmax kept for backward)."""
+    checkpointing: str = field(default="none", metadata=cli("--checkpointing"))
+    """none, or full: every block (shard unit) recomputed in backward, only its input kept."""
     gpu: str = field(default="h100", metadata=cli("--gpu"))
     """The GPU, as a hardware profile (`compare predict --list`): h100, a100, v100, p100 or a profile's full name."""
     nodes: int = field(default=1, metadata=cli("--nodes"))
@@ -47,8 +57,8 @@ class PlanRequest:
     """Samples per step over all GPUs (instead of --batch)."""
     optimizer: str | None = field(default=None, metadata=cli("--optimizer"))
     """adamw or sgd (default: the workload's; adamw with --params)."""
-    memory_gb: float | None = field(default=None, metadata=cli("--gpu-memory-gb"))
-    """Memory per GPU (default: the profile's)."""
+    memory_gib: float | None = field(default=None, metadata=cli("--gpu-memory-gib"))
+    """Memory per GPU in GiB (default: the profile's)."""
     as_json: bool = field(default=False, metadata=cli("--json", negatable=False))
     """Print the plan as JSON."""
 
@@ -75,12 +85,20 @@ def plan(req: PlanRequest) -> None:
         fail(f"unknown --optimizer {req.optimizer}; choose from {', '.join(planner.OPTIMIZERS)}")
     try:
         cluster = planner.cluster(req.gpu, req.nodes, req.gpus_per_node, req.dtype, req.nic_gbps, req.nics_per_node,
-                                  req.memory_gb)
+                                  req.memory_gib)
         per_gpu = planner.check(cluster, req.batch, req.global_batch)
         if req.workload is not None:
-            shape = planner.of_workload(req.workload, dict(pairs(req.options, "option")), req.optimizer)
+            for name, value in (("--hidden", req.hidden), ("--heads", req.heads), ("--kv-heads", req.kv_heads),
+                                ("--ffn", req.ffn), ("--layers", req.layers)):
+                if value is not None:
+                    fail(f"{name} describes a model given by --params; workload {req.workload}'s model has its own "
+                         f"shape (set it with its -o options, see `compare knobs {req.workload}`)")
+            shape = planner.of_workload(req.workload, dict(pairs(req.options, "option")), req.optimizer,
+                                        attention=req.attention, checkpointing=req.checkpointing)
         else:
-            shape = planner.transformer(req.params, req.layers, req.hidden, req.seq_len, req.optimizer or "adamw")
+            shape = planner.transformer(req.params, req.layers, req.hidden, req.seq_len, req.optimizer or "adamw",
+                                        heads=req.heads, kv_heads=req.kv_heads, ffn=req.ffn,
+                                        attention=req.attention, checkpointing=req.checkpointing)
     except (planner.BadPlan, BadInput, UnknownName) as exc:
         fail(str(exc).strip("'\""))
     except OptionError as exc:

@@ -8,22 +8,26 @@ compute and network, each assumption stated where it is made:
 - compute: FLOPs of one sample's forward and backward (counted by torch's FlopCounterMode on the workload's own
   model, or 6 x parameters x tokens for a transformer given by its size) over the profile's peak for the dtype
   times an assumed utilisation; low, middle and high are calibration.UTILISATION. Forward is 1/3 of it, backward
-  2/3 (twice the forward's FLOPs), and each layer's gradient is ready once backward has done that layer's share,
-  in proportion to its parameters. The optimizer step reads and writes its state at the device's memory bandwidth.
+  2/3 (twice the forward's FLOPs) plus, with activation checkpointing, the recomputed forward; each layer's
+  gradient is ready once backward has done that layer's share, in proportion to its parameters. The optimizer step reads and writes its state at the device's memory bandwidth.
   No framework overhead is carried over (none was measured on the target);
 - network: the profile's bus bandwidth inside a node; across nodes, the node's NICs at NIC_EFFICIENCY of their
   line rate when --nic-gbps is given, else the profile's own measured figure;
-- memory: model states (parameters, gradients, optimizer state), as each adapter counts them
-  (`model_state_bytes`) and as DeepSpeed's estimators do, plus the activations one GPU's batch keeps for backward
-  (Activations: counted by autograd on the meta device for a workload, Korthikanti et al.'s count for a
-  transformer given by its size), the same under every data-parallel backend.
+- memory, in GiB: model states (parameters, gradients, optimizer state), as each adapter counts them
+  (`model_state_bytes`, `model_state_rule`: ZeRO-2 and ZeRO-3 as DeepSpeed's estimators), plus the activations one
+  GPU's batch keeps for backward, the same under every data-parallel backend: counted by autograd on the meta
+  device for a workload (`Saved`, with a fused attention kernel's saved tensors for `scaled_dot_product_attention`
+  and each shard unit checkpointed when asked), or, for a transformer given by its size, what transformers' Llama
+  saves (`llama_activations`, held to the real model by a test).
 
 The ranges are over the assumed utilisation, not confidence intervals: nothing on the target was measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -50,6 +54,12 @@ SEQ_LEN = 2048
 HEAD_DIM = 128
 """A transformer given by --hidden has hidden / HEAD_DIM attention heads (GPT-3's and Llama's head size)."""
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+ATTENTION = ("flash", "eager")
+"""--attention: a fused kernel that keeps no s x s scores (FlashAttention; torch's scaled_dot_product_attention
+picks its flash or memory-efficient kernel on every GPU profile here), or the softmax's probabilities kept."""
+CHECKPOINTING = ("none", "full")
+"""--checkpointing: full recomputes every block (shard unit) in backward, keeping only its input."""
+GiB = 2**30
 
 
 class BadPlan(ValueError):
@@ -63,33 +73,133 @@ class Activations:
     float_elements: float
     """Floating-point elements, held at the step's dtype."""
     other_bytes: float
-    """Everything else (integer indices, boolean and dropout masks)."""
+    """Everything else (integer indices, boolean masks, statistics kept in fp32 whatever the dtype)."""
     source: str
 
     def bytes(self, dtype: str, batch: int) -> float:
         return batch * (self.float_elements * DTYPE_BYTES[dtype] + self.other_bytes)
 
 
-def saved_for_backward(model, run) -> tuple[float, float]:
-    """(floating-point elements, other bytes) that autograd saves for backward while `run()` executes: each tensor
-    once (a tensor saved by two ops, or a view of it, is one), the model's parameters and buffers and their views
-    left out (they are model states)."""
+def _size(t) -> tuple[bool, float]:
+    """(held at the step's dtype?, its elements if so, else its bytes): a tensor of the model's floating dtype
+    scales with --dtype; an fp32 statistic beside 16-bit activations (a fused attention's log-sum-exp) and integer
+    or boolean tensors do not."""
     import torch
 
-    params = {id(p) for p in model.parameters()} | {id(b) for b in model.buffers()}  # BatchNorm's running stats
-    kept: dict[int, tuple[bool, float]] = {}
+    if t.is_floating_point() and t.dtype != torch.float32 or t.dtype == torch.float32 and not getattr(t, "_fp32", 0):
+        return True, float(t.numel())
+    return False, float(t.numel() * t.element_size())
 
-    def pack(t):
-        base = t if t._base is None else t._base
-        if id(t) not in params and id(base) not in params:
-            kept[id(base)] = (base.is_floating_point(), base.numel() * (1 if base.is_floating_point() else
-                                                                         base.element_size()))
-        return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        run()
-    return (sum(n for floating, n in kept.values() if floating),
-            sum(n for floating, n in kept.values() if not floating))
+class Saved:
+    """What autograd saves for backward while a forward runs: each tensor once (a tensor saved by two ops, or a
+    view of it, is one), the model's parameters and buffers and their views left out (they are model states).
+    With units, each saved tensor is attributed to the unit running when it was saved, and each unit's input is
+    recorded: what activation checkpointing keeps of a unit."""
+
+    def __init__(self, model, units=()):
+        self.states = {id(p) for p in model.parameters()} | {id(b) for b in model.buffers()}
+        self.units = list(units)
+        self.kept: dict[int, tuple[int, bool, float]] = {}
+        """id of a saved tensor's base -> (the outermost unit running when it was saved, -1 for none; held at
+        the step's dtype; its elements or bytes)."""
+        self.inputs: dict[int, tuple[bool, float]] = {}
+        """id of each unit's input (its base) -> (held at the step's dtype; its elements or bytes)."""
+        self._active: list[int] = []
+
+    def run(self, forward) -> "Saved":
+        import torch
+
+        hooks = []
+        for i, unit in enumerate(self.units):
+            def enter(module, args, i=i):
+                if not self._active:
+                    first = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
+                    if first is not None:
+                        base = first if first._base is None else first._base
+                        self.inputs[id(base)] = _size(base)
+                self._active.append(i)
+
+            def leave(*_):
+                self._active.pop()  # returns None: the unit's output is left as it is
+
+            hooks += [unit.register_forward_pre_hook(enter), unit.register_forward_hook(leave)]
+
+        def pack(t):
+            base = t if t._base is None else t._base
+            if id(t) not in self.states and id(base) not in self.states and id(base) not in self.kept:
+                self.kept[id(base)] = (self._active[0] if self._active else -1, *_size(base))
+            return t
+
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                forward()
+        finally:
+            for h in hooks:
+                h.remove()
+        return self
+
+    def total(self, checkpointing: bool = False) -> tuple[float, float]:
+        """(floating-point elements, other bytes) held for backward at the end of forward; with checkpointing
+        (every unit recomputed in backward), what is saved outside the units and each unit's input, plus the
+        largest unit's own while backward recomputes it."""
+        def add(items):
+            items = list(items)
+            return (sum(n for floating, n in items if floating), sum(n for floating, n in items if not floating))
+
+        if not checkpointing:
+            return add((f, n) for _, f, n in self.kept.values())
+        outside = add([(f, n) for u, f, n in self.kept.values() if u < 0] +
+                      [fn for t, fn in self.inputs.items() if self.kept.get(t, (0,))[0] >= 0])
+        per_unit = [add((f, n) for t, (u, f, n) in self.kept.items() if u == i and t not in self.inputs)
+                    for i in range(len(self.units))]
+        largest = max(per_unit, key=lambda fo: 2 * fo[0] + fo[1], default=(0.0, 0.0))
+        return outside[0] + largest[0], outside[1] + largest[1]
+
+
+def saved_for_backward(model, run) -> tuple[float, float]:
+    """(floating-point elements, other bytes) that autograd saves for backward while `run()` executes (Saved)."""
+    return Saved(model).run(run).total()
+
+
+class FusedAttention:
+    """While active, torch's `scaled_dot_product_attention` saves for backward what a fused kernel saves
+    (FlashAttention-2, and PyTorch's flash and memory-efficient kernels: query, key, value, output and an fp32
+    log-sum-exp per query row; no s x s scores) instead of what its decomposition on the meta device saves. Counts
+    its calls: a model that never calls it computes attention its own way, and that is what is counted."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __enter__(self):
+        import torch
+        import torch.nn.functional as F
+
+        class Fused(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v):
+                out = q.new_empty(*q.shape[:-1], v.shape[-1])
+                lse = torch.empty(*q.shape[:-1], dtype=torch.float32, device=q.device)
+                lse._fp32 = 1  # stays fp32 at any --dtype
+                ctx.save_for_backward(q, k, v, out, lse)
+                return out
+
+            @staticmethod
+            def backward(ctx, grad):  # only counted, never run backward
+                raise NotImplementedError
+
+        def fused(q, k, v, *args, **kwargs):
+            self.calls += 1
+            return Fused.apply(q, k, v)
+
+        self._torch = F.scaled_dot_product_attention
+        F.scaled_dot_product_attention = fused
+        return self
+
+    def __exit__(self, *exc):
+        import torch.nn.functional as F
+
+        F.scaled_dot_product_attention = self._torch
 
 
 @dataclass
@@ -110,6 +220,9 @@ class Shape:
     """Per-GPU batch when none is given: the workload's global batch, or 8 sequences."""
     activations: Activations | None = None
     """None: not known (a transformer given without --hidden)."""
+    recompute_flops_per_sample: float = 0.0
+    """FLOPs backward spends recomputing forward (activation checkpointing); not in flops_per_sample, which is
+    the model's (what MFU counts)."""
 
 
 def gpu_choices() -> dict[str, str]:
@@ -124,9 +237,9 @@ def gpu_choices() -> dict[str, str]:
     return out
 
 
-def memory_gb(profile: str) -> float | None:
-    """The profile's device memory (its `memory_GB`), or None."""
-    return json.loads((cm.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8")).get("memory_GB")
+def memory_gib(profile: str) -> float | None:
+    """The profile's device memory in GiB (its `memory_GiB`), or None."""
+    return json.loads((cm.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8")).get("memory_GiB")
 
 
 class Bound(NamedTuple):
@@ -146,7 +259,11 @@ BOUNDS = {
     "--seq-len": Bound(1, 10_000_000, "up to ten million tokens, the longest context published (Llama 4 Scout)"),
     "--batch": Bound(1, 65_536, "per GPU, up to 65,536, the largest global batch published (BERT with LAMB, You et "
                                 "al. 2020)"),
-    "--gpu-memory-gb": Bound(1, 1_024, "up to 1,024, over three times the largest GPU memory (288 GB)"),
+    "--heads": Bound(1, 1_024, "up to 1,024, eight times the most published (MT-NLG 530B's 128)"),
+    "--kv-heads": Bound(1, 1_024, "as --heads"),
+    "--ffn": Bound(64, 262_144, "from 64 to 262,144, over three times the widest published MLP (PaLM 540B's "
+                                "73,728)"),
+    "--gpu-memory-gib": Bound(1, 1_024, "up to 1,024, over three times the largest GPU memory (288 GB)"),
     "--nic-gbps": Bound(1, 3_200, "up to 3,200 Gb/s, twice the fastest NIC announced (1.6 Tb/s)"),
     "--nics-per-node": Bound(1, 32, "up to 32, four times the eight compute NICs of a DGX node"),
 }
@@ -168,51 +285,132 @@ def _count(v: float) -> str:
     return f"{v:,.0f}" if abs(v) < 1e7 else re.sub(r"e\+0*", "e", f"{v:g}")
 
 
-def transformer(params: float, layers: int, hidden: int | None, seq_len: int, optimizer: str) -> Shape:
-    """A decoder-only transformer given by its size: `layers` blocks of 12 h^2 parameters (attention 4 h^2 in
-    two tensors of 3 h^2 and h^2, MLP 8 h^2 in two of 4 h^2) and the rest as the embedding, the first tensor; with
-    no --hidden, `layers` equal tensors. FLOPs per sample (a sequence): 6 x parameters x tokens, plus attention's
-    12 x layers x hidden x tokens^2 when the hidden size is known (Narayanan et al. 2021, eq. 3, without
-    recomputation)."""
-    for name, value in (("--params", params), ("--layers", layers), ("--hidden", hidden), ("--seq-len", seq_len)):
+def llama_ffn(hidden: int) -> int:
+    """Llama's MLP width for a hidden size: two thirds of 4 x hidden, rounded up to a multiple of 256 (Llama's
+    `multiple_of`; 11,008 for 4,096, 13,824 for 5,120)."""
+    return 256 * math.ceil(8 * hidden / 3 / 256)
+
+
+def llama_block(hidden: int, heads: int | None = None, kv_heads: int | None = None,
+                ffn: int | None = None) -> tuple[int, int, int]:
+    """(heads, key/value heads, MLP width) of a Llama block of width `hidden`, from what is given: heads of 128
+    (the largest count up to hidden / 128 that divides hidden), as many key/value heads, Llama's MLP width."""
+    if heads is None:
+        heads = max(d for d in range(1, max(1, hidden // HEAD_DIM) + 1) if hidden % d == 0)
+    elif hidden % heads:
+        raise BadPlan(f"--hidden {hidden} is not a multiple of --heads {heads}; give heads that divide it")
+    kv_heads = kv_heads or heads
+    if heads % kv_heads:
+        raise BadPlan(f"--kv-heads {kv_heads} must divide --heads {heads} (each key/value head serves heads / "
+                      f"kv-heads query heads)")
+    return heads, kv_heads, ffn or llama_ffn(hidden)
+
+
+def block_params(hidden: int, heads: int | None = None, kv_heads: int | None = None, ffn: int | None = None) -> int:
+    """Parameters of one Llama block (two norms, attention, SwiGLU MLP)."""
+    a, kv_heads, f = llama_block(hidden, heads, kv_heads, ffn)
+    return 2 * hidden + 2 * hidden**2 + 2 * hidden * kv_heads * (hidden // a) + 3 * hidden * f
+
+
+def transformer(params: float, layers: int, hidden: int | None, seq_len: int, optimizer: str, *,
+                heads: int | None = None, kv_heads: int | None = None, ffn: int | None = None,
+                attention: str = "flash", checkpointing: str = "none") -> Shape:
+    """A decoder-only transformer given by its size, laid out as Llama is: `layers` blocks of an RMSNorm, attention
+    (query and output h x h, key and value h x kv, kv = kv_heads x h / heads: grouped-query attention when
+    kv_heads < heads), an RMSNorm and a SwiGLU MLP (gate, up and down, h x ffn each); the rest of --params is a
+    separate embedding and output head of equal size and the final norm. With no --hidden, `layers` equal tensors.
+
+    FLOPs per sample (a sequence of s tokens): 6 x the parameters that multiply (all but the embedding, a lookup)
+    x s, plus attention's 12 x layers x hidden x s^2 (Narayanan et al. 2021, eq. 3, with the logit layer counted
+    as its parameters); with checkpointing, each block's forward (2 x its parameters x s + 4 x hidden x s^2) again
+    in backward. Activations per block and sequence: counted from what autograd saves in transformers' Llama
+    (LlamaDecoderLayer, torch's ops, fp32; tests/unit/test_plan.py checks the count on the real model), see
+    `llama_activations`."""
+    for name, value in (("--params", params), ("--layers", layers), ("--hidden", hidden), ("--seq-len", seq_len),
+                        ("--heads", heads), ("--kv-heads", kv_heads), ("--ffn", ffn)):
         within(name, value)
-    if hidden:
-        block = 12 * hidden**2
-        embed = params - layers * block
-        if embed < 0:
-            raise BadPlan(f"--params {params:.3g} is fewer than --layers {layers} blocks of 12 x --hidden^2 = "
-                          f"{layers * block:.3g} parameters; give a larger --params or smaller --layers/--hidden")
-        per_layer = [3 * hidden**2, hidden**2, 4 * hidden**2, 4 * hidden**2]
-        tensors = ([embed] if embed else []) + per_layer * layers
-        largest = {"module": max(embed, 4 * hidden**2), "unit": max(embed, block)}
-        flops = 6 * params * seq_len + 12 * layers * hidden * seq_len**2
-        desc = f"{layers} layers, hidden {hidden}"
-        heads = max(1, hidden // HEAD_DIM)
-        acts = Activations(layers * (16 * seq_len * hidden + 2 * heads * seq_len**2),
-                           layers * (2 * seq_len * hidden + heads * seq_len**2),
-                           f"per block 34 s h + 5 a s^2 bytes at 16 bits (Korthikanti et al. 2022: no recomputation, "
-                           f"no FlashAttention, which drops the s^2 terms; {heads} heads of {HEAD_DIM} assumed), "
-                           f"s = {seq_len}")
+    if attention not in ATTENTION:
+        raise BadPlan(f"unknown --attention {attention}; choose from {', '.join(ATTENTION)}")
+    if checkpointing not in CHECKPOINTING:
+        raise BadPlan(f"unknown --checkpointing {checkpointing}; choose from {', '.join(CHECKPOINTING)}")
+    if not hidden:
+        for name, value in (("--heads", heads), ("--kv-heads", kv_heads), ("--ffn", ffn)):
+            if value is not None:
+                raise BadPlan(f"{name} needs --hidden (the layout of a block is known only with its width)")
+        return Shape(f"transformer ({layers} layers)", params, [params / layers] * layers,
+                     {"module": params / layers, "unit": params / layers}, 6 * params * seq_len, optimizer,
+                     f"FLOPs per sequence of {seq_len} tokens: 6 x parameters x tokens", 8, None)
+    a, kv_heads, f = llama_block(hidden, heads, kv_heads, ffn)
+    kv = kv_heads * (hidden // a)
+    per_layer = [hidden, hidden * hidden, hidden * kv, hidden * kv, hidden * hidden, hidden, hidden * f,
+                 hidden * f, f * hidden]
+    block = sum(per_layer)
+    embed = (params - layers * block - hidden) / 2
+    if embed < 0:
+        raise BadPlan(f"--params {params:.3g} is fewer than --layers {layers} Llama blocks of hidden {hidden} "
+                      f"({block:,.0f} parameters each: attention {a} heads, {kv_heads} key/value heads, SwiGLU "
+                      f"MLP {f}) = {layers * block:.3g}; give a larger --params or smaller --layers/--hidden/--ffn")
+    tensors = [t for t in [embed, *per_layer * layers, hidden, embed] if t]
+    largest = {"module": max(embed, hidden * f), "unit": max(block, 2 * embed + hidden)}
+    flops = 6 * (params - embed) * seq_len + 12 * layers * hidden * seq_len**2
+    recompute = layers * (2 * block * seq_len + 4 * hidden * seq_len**2) if checkpointing == "full" else 0.0
+    gqa = f", {kv_heads} key/value heads" if kv_heads != a else ""
+    desc = f"{layers} layers, hidden {hidden}, {a} heads{gqa}, SwiGLU {f}"
+    how = (f"FLOPs per sequence of {seq_len} tokens: 6 x parameters (the embedding, a lookup, left out) x tokens + "
+           f"12 x layers x hidden x tokens^2" + (", and each block's forward again (full activation "
+                                                 "checkpointing)" if recompute else ""))
+    return Shape(f"transformer ({desc})", params, tensors, largest, flops, optimizer, how, 8,
+                 llama_activations(layers, hidden, a, kv, f, embed / hidden, seq_len, attention, checkpointing),
+                 recompute)
+
+
+def llama_activations(layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: float, s: int,
+                      attention: str, checkpointing: str) -> Activations:
+    """Per sequence of s tokens, what autograd saves in transformers' Llama (counted by `Saved` on the real model,
+    and held to it by a test): per block 8 s h + 2 s kv + 4 s ffn elements and an fp32 log-sum-exp of heads x s
+    with a fused attention kernel; 10 s h + 4 s ffn + heads x s^2 with eager attention (the softmax's s x s
+    probabilities; key and value expanded to every head); both + 2 s for the norms' statistics. Outside the
+    blocks: the final norm's 3 s h, the rotary tables' 2 s x head size, and the loss's log-softmax over the
+    vocabulary, s x vocab. With full checkpointing a block keeps only its input (s h), and one block's own while
+    backward recomputes it (its input among them)."""
+    h, d = hidden, hidden // heads
+    if attention == "flash":
+        floats, other = 8 * s * h + 2 * s * kv + 4 * s * ffn + 2 * s, 4 * heads * s
+        kernel = "a fused attention kernel (FlashAttention or torch's flash/memory-efficient SDPA: no s^2 scores)"
+        per_block = "8 s h + 2 s kv + 4 s ffn + 2 s"
     else:
-        tensors = [params / layers] * layers
-        largest = {"module": params / layers, "unit": params / layers}
-        flops = 6 * params * seq_len
-        desc = f"{layers} layers"
-        acts = None
-    return Shape(f"transformer ({desc})", params, tensors, largest, flops, optimizer,
-                 f"FLOPs per sequence of {seq_len} tokens: 6 x parameters x tokens"
-                 + (" + 12 x layers x hidden x tokens^2" if hidden else ""), 8, acts)
+        floats, other = 10 * s * h + 4 * s * ffn + heads * s**2 + 2 * s, 0
+        kernel = "eager attention (the s x s softmax kept per head)"
+        per_block = "10 s h + 4 s ffn + a s^2 + 2 s"
+    outside = 3 * s * h + 2 * s * d + s * vocab + s
+    if checkpointing == "full":
+        total_floats, total_other = layers * s * h + floats - s * h + outside, other  # its input counted once
+        how = "full activation checkpointing: each block's input kept, one block's activations while it is recomputed"
+    else:
+        total_floats, total_other = layers * floats + outside, layers * other
+        how = "no activation checkpointing"
+    return Activations(total_floats, total_other,
+                       f"what transformers' Llama saves for backward, per block {per_block} elements, with {kernel}, "
+                       f"{how}; s = {s}")
 
 
-def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None) -> Shape:
-    """The workload's own model, built on the CPU: its parameters tensor by tensor (in registration order), its
-    largest module and shard unit, its optimizer (SGD with momentum or Adam/AdamW) unless `optimizer` is given,
-    and the FLOPs of one forward and backward counted by torch on two samples of its data."""
+def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None, *, attention: str = "flash",
+                checkpointing: str = "none") -> Shape:
+    """The workload's own model, built on the meta device: its parameters tensor by tensor (in registration
+    order), its largest module and shard unit (the parameters outside every unit are one unit too, as FSDP wraps
+    the root), its optimizer (SGD with momentum or Adam/AdamW) unless `optimizer` is given, the FLOPs of one
+    forward and backward counted by torch on two samples of its data, and what autograd saves for backward in a
+    forward, with `scaled_dot_product_attention` saving what a fused kernel saves (attention "flash") and with
+    every shard unit recomputed in backward (checkpointing "full")."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     import workloads
 
+    if attention not in ATTENTION:
+        raise BadPlan(f"unknown --attention {attention}; choose from {', '.join(ATTENTION)}")
+    if checkpointing not in CHECKPOINTING:
+        raise BadPlan(f"unknown --checkpointing {checkpointing}; choose from {', '.join(CHECKPOINTING)}")
     w = workloads.get(name, options)
     reason = w.unavailable()
     if reason:
@@ -227,7 +425,8 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     tensors = [float(p.numel()) for p in model.parameters()]
     module = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     units = w.shard_units(model) or [model]
-    unit = max(sum(p.numel() for p in u.parameters()) for u in units)
+    in_units = [sum(p.numel() for p in u.parameters()) for u in units]
+    unit = max(in_units + [sum(tensors) - sum(in_units)])
     if optimizer is None:
         opt = w.make_optimizer(model, w.lr(w.global_batch))
         optimizer = "adamw" if isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)) else "sgd"
@@ -235,16 +434,38 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     x, y = (t.to("meta") for t in data.batch(torch.arange(2), "cpu"))
     counter = FlopCounterMode(display=False)
     with counter:
-        loss = []
-        floats, other = saved_for_backward(model, lambda: loss.append(w.loss(model(x), y)))
-        loss[0].backward()
+        w.loss(model(x), y).backward()
+    recompute = 0.0
+    if checkpointing == "full":
+        forward = FlopCounterMode(display=False)
+        with forward:
+            model(x)
+        names = {id(m): f"{type(model).__name__}.{fqn}" if fqn else type(model).__name__
+                 for fqn, m in model.named_modules()}
+        counts = forward.get_flop_counts()
+        recompute = sum(sum(counts.get(names[id(u)], {}).values()) for u in units if u is not model) / len(x)
+    fused = FusedAttention() if attention == "flash" else contextlib.nullcontext()
+    with fused:
+        saved = Saved(model, [u for u in units if u is not model]).run(lambda: w.loss(model(x), y))
+    floats, other = saved.total(checkpointing == "full")
+    how = "what autograd saved for backward in one forward on the meta device, parameters left out"
+    if attention == "flash":
+        how += (f"; scaled_dot_product_attention as a fused kernel saves it ({fused.calls} calls)" if fused.calls
+                else "; no call to scaled_dot_product_attention, so --attention changes nothing: any attention is "
+                     "counted as the model's code computes it")
+    if checkpointing == "full":
+        how += (f"; full activation checkpointing of its {len(units)} shard units (each one's input kept, the "
+                f"largest one's activations while recomputed)" if units != [model] else
+                "; checkpointing: the workload has no shard units to recompute, so nothing is saved by it")
     acts = Activations(floats / len(x), other / len(x),
-                       "what autograd saved for backward in one forward on the meta device, parameters left out; "
-                       "floating-point tensors at the step's dtype, though autocast keeps some in fp32")
-    return Shape(name, sum(tensors), tensors, {"module": float(module), "unit": float(unit)},
-                 counter.get_total_flops() / len(x), optimizer,
-                 "FLOPs of one forward and backward counted by torch's FlopCounterMode on the workload's model",
-                 w.global_batch, acts)
+                       how + "; floating-point tensors at the step's dtype, though autocast keeps some in fp32")
+    source = "FLOPs of one forward and backward counted by torch's FlopCounterMode on the workload's model"
+    if recompute:
+        source += ", and the shard units' forward again in backward (checkpointing)"
+    given = ", ".join(f"{k}={v}" for k, v in (options or {}).items())
+    return Shape(f"{name} ({given})" if given else name, sum(tensors), tensors,
+                 {"module": float(module), "unit": float(unit)},
+                 counter.get_total_flops() / len(x), optimizer, source, w.global_batch, acts, recompute)
 
 
 @dataclass
@@ -255,11 +476,15 @@ class Cluster:
     dtype: str
     nic_gbps: float | None = None
     nics_per_node: int = 1
-    memory_gb: float | None = None
+    memory_gib: float | None = None
 
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    def capacity_gib(self) -> float | None:
+        """Memory per GPU in GiB: --gpu-memory-gib, else the profile's."""
+        return self.memory_gib if self.memory_gib is not None else memory_gib(self.profile)
 
     def fabric(self) -> cm.Fabric:
         """The profile with this cluster's node size and, given --nic-gbps, its network."""
@@ -267,6 +492,7 @@ class Cluster:
         f = dataclasses.replace(f, devices_per_node=self.gpus_per_node)
         if self.nic_gbps is not None:
             f = dataclasses.replace(f, inter_busbw_Bps=self.nics_per_node * self.nic_gbps / 8 * 1e9 * NIC_EFFICIENCY)
+        f.time = functools.lru_cache(maxsize=None)(f.time)  # a model's blocks repeat the same sizes thousands of times
         return f
 
 
@@ -289,7 +515,7 @@ def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int 
             raise BadPlan(f"{what} must be at least 1, got {v}")
     within("--nics-per-node", cluster.nics_per_node)
     within("--nic-gbps", cluster.nic_gbps)
-    within("--gpu-memory-gb", cluster.memory_gb)
+    within("--gpu-memory-gib", cluster.memory_gib)
     within("--batch", batch)
     if cluster.gpus > cm.PREDICT_TO[1]:
         raise BadPlan(f"{cluster.nodes} nodes x {cluster.gpus_per_node} GPUs is {cluster.gpus:,} GPUs; past "
@@ -323,11 +549,13 @@ def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int 
 def compute(shape: Shape, fabric: cm.Fabric, dtype: str, batch: int, utilisation: float,
             grad_bytes: float) -> cm.Compute:
     """One GPU's step compute at `utilisation` of the peak (see the module's docstring)."""
-    total = shape.flops_per_sample * batch / (fabric.peak_tflops[dtype] * 1e12 * utilisation)
+    rate = fabric.peak_tflops[dtype] * 1e12 * utilisation
+    total = shape.flops_per_sample * batch / rate
+    backward = 2 * total / 3 + shape.recompute_flops_per_sample * batch / rate
     bandwidth = 2 * fabric.copy_Bps if fabric.copy_Bps else None
     opt = shape.params * OPTIMIZER_TRAFFIC[shape.optimizer] / bandwidth if bandwidth else 0.0
     layers = [(t * grad_bytes, t) for t in shape.tensors]
-    return cm.Compute(total / 3, 2 * total / 3, opt, cm.layered_grads(layers, 2 * total / 3), 0.0, fabric.copy_Bps)
+    return cm.Compute(total / 3, backward, opt, cm.layered_grads(layers, backward), 0.0, fabric.copy_Bps)
 
 
 def _label(name: str, knobs: dict[str, Any]) -> str:
@@ -349,7 +577,7 @@ def make(shape: Shape, cluster: Cluster, batch: int) -> Plan:
     import adapters
 
     fabric = cluster.fabric()
-    capacity = cluster.memory_gb if cluster.memory_gb is not None else memory_gb(cluster.profile)
+    capacity = cluster.capacity_gib()
     plan = Plan(shape, cluster, batch)
     n = cluster.gpus
     activations = shape.activations.bytes(cluster.dtype, batch) if shape.activations else None
@@ -367,6 +595,7 @@ def make(shape: Shape, cluster: Cluster, batch: int) -> Plan:
                 c = compute(shape, fabric, cluster.dtype, batch, u, adapter.gradient_bytes())
                 steps.append(cm.predict_step(schedule, c, fabric, n))
             states = adapter.model_state_bytes(shape.params, shape.largest, n, OPTIMIZERS[shape.optimizer])
+            rule = adapter.model_state_rule(OPTIMIZERS[shape.optimizer])
             held = states + (activations or 0.0)
             mid = steps[1]
             plan.rows.append({
@@ -375,8 +604,9 @@ def make(shape: Shape, cluster: Cluster, batch: int) -> Plan:
                 "samples_per_s": {"low": n * batch / steps[0].step_s, "mid": n * batch / mid.step_s,
                                   "high": n * batch / steps[2].step_s},
                 "compute_s": mid.compute_s, "comm_s": mid.comm_s, "exposed_s": mid.exposed_s,
-                "model_state_bytes": states, "activation_bytes": activations,
-                "fits": None if capacity is None else held <= capacity * 1e9,
+                "model_state_bytes": states, "rule": rule, "activation_bytes": activations,
+                "total_bytes": held if activations is not None else None,
+                "fits": None if capacity is None else held <= capacity * GiB,
                 "_steps": [s.step_s for s in steps]})
     plan.recommendation = recommend(plan.rows)
     return plan
@@ -416,54 +646,57 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3g}" if s < 1 else f"{s * 1e3:,.0f}"
 
 
-def _gb(b: float) -> str:
-    return f"{b / 1e9:.3g}"
+def _gib(b: float) -> str:
+    return f"{b / GiB:.3g}"
 
 
 def lines(plan: Plan) -> list[str]:
     """The plan as a terminal would show it: what was priced on what, the table, the recommendation, what was
-    not planned and why."""
+    not planned and why, and how each figure was counted."""
     c, s, f = plan.cluster, plan.shape, plan.cluster.fabric()
-    capacity = c.memory_gb if c.memory_gb is not None else memory_gb(c.profile)
+    capacity = c.capacity_gib()
     net = (f"{c.nics_per_node} x {c.nic_gbps:g} Gb/s NIC{'s' if c.nics_per_node > 1 else ''} per node "
            f"({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce bus bandwidth at {NIC_EFFICIENCY:.0%} of line rate)"
            if c.nic_gbps is not None else f"the profile's network ({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce "
                                           f"bus bandwidth across nodes)")
     flops = s.flops_per_sample
-    flops_text = f"{flops / 1e12:.3g} TFLOP" if flops >= 1e12 else f"{flops / 1e9:.3g} GFLOP"
+    flops_text = (f"{flops / 1e12:,.0f} TFLOP" if flops >= 1e15 else f"{flops / 1e12:.3g} TFLOP" if flops >= 1e12
+                  else f"{flops / 1e9:.3g} GFLOP")
+    acts = s.activations
+    fits = (f"fits in {capacity:g} GiB" if capacity else "fits") + ("" if acts else " (model states only)")
     out = [f"{s.name}: {s.params:,.0f} parameters, {flops_text} per sample (forward and backward), "
            f"{s.optimizer}; {plan.batch} per GPU ({plan.batch * c.gpus:,} global)",
            f"on {c.gpus} x {f.device} ({c.nodes} node{'s' if c.nodes > 1 else ''} x {c.gpus_per_node}, profile "
-           f"{c.profile}, {capacity:g} GB each): {f.intra_busbw_Bps / 1e9:.3g} GB/s inside a node, {net}; {c.dtype}",
+           f"{c.profile}, {capacity:g} GiB each): {f.intra_busbw_Bps / 1e9:.3g} GB/s inside a node, {net}; "
+           f"{c.dtype}",
            f"model version {VERSION}; compute at {UTILISATION[0]:.0%}-{UTILISATION[2]:.0%} of the {c.dtype} peak "
            f"({f.peak_tflops[c.dtype]:g} TFLOP/s), the middle figure at {UTILISATION[1]:.0%}: ranges are over that "
            f"assumption, not confidence intervals",
            "",
-           f"| backend | step (ms) | samples/s | communication exposed (ms) | model states per GPU (GB) | "
-           f"fits in {capacity:g} GB{' with activations' if s.activations else ''} |" if capacity else
-           "| backend | step (ms) | samples/s | communication exposed (ms) | model states per GPU (GB) | fits |",
-           "|---|---|---|---|---|---|"]
+           "| backend | step (ms) | samples/s | communication exposed (ms) | model states per GPU (GiB) | "
+           + ("activations (GiB) | total per GPU (GiB) | " if acts else "") + f"{fits} |",
+           "|---|---|---|---|---|" + ("---|---|" if acts else "") + "---|"]
     for r in sorted(plan.rows, key=lambda r: r["step_s"]["mid"]):
         st, sp = r["step_s"], r["samples_per_s"]
-        fits = {True: "yes", False: "no", None: "?"}[r["fits"]]
+        total = f"{_gib(r['activation_bytes'])} | {_gib(r['total_bytes'])} | " if acts else ""
         out.append(f"| {r['label']} | {_ms(st['mid'])} [{_ms(st['low'])}-{_ms(st['high'])}] | "
                    f"{sp['mid']:,.0f} [{sp['low']:,.0f}-{sp['high']:,.0f}] | {_ms(r['exposed_s'])} | "
-                   f"{_gb(r['model_state_bytes'])} | {fits} |")
+                   f"{_gib(r['model_state_bytes'])} | {total}{ {True: 'yes', False: 'no', None: '?'}[r['fits']]} |")
     out.append("")
     rec = plan.recommendation
     too_big = [r for r in plan.rows if r["fits"] is False]
     memory = {r["label"]: r["model_state_bytes"] for r in plan.rows}
     if rec is None:
-        held, cures = (("model states and activations", "more GPUs, a smaller model, a dtype with fewer bytes or a "
-                        "smaller per-GPU batch") if s.activations else
+        held, cures = (("model states and activations", "more GPUs, a smaller model, a dtype with fewer bytes, a "
+                        "smaller per-GPU batch or activation checkpointing") if acts else
                        ("model states", "more GPUs, a smaller model or a dtype with fewer bytes"))
-        out.append(f"recommendation: none: no configuration's {held} fit in {capacity:g} GB per GPU; {cures}")
+        out.append(f"recommendation: none: no configuration's {held} fit in {capacity:g} GiB per GPU; {cures}")
     else:
         text = f"recommendation: {rec['label']}"
         if rec["tied"]:
-            text += (f", which holds the least memory ({_gb(memory[rec['label']])} GB per GPU) of the "
-                     f"{len(rec['tied']) + 1} configurations the model does not rank by speed (within {TIE:.0%} at "
-                     f"every assumed utilisation, or faster at some): {', '.join(rec['tied'])}")
+            text += (f", which holds the least memory ({_gib(memory[rec['label']])} GiB of model states per GPU) "
+                     f"of the {len(rec['tied']) + 1} configurations the model does not rank by speed (within "
+                     f"{TIE:.0%} at every assumed utilisation, or faster at some): {', '.join(rec['tied'])}")
         if rec["next"]:
             r = rec["ratio"]
             text += (f"; {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"
@@ -472,21 +705,25 @@ def lines(plan: Plan) -> list[str]:
             text += " (the only configuration that fits)"
         out.append(text)
     if too_big:
-        extra = (lambda r: f" + {_gb(r['activation_bytes'])} GB of activations" if r["activation_bytes"] else "")
-        out.append("does not fit: " + "; ".join(f"{r['label']} ({_gb(r['model_state_bytes'])} GB of model states"
-                                                f"{extra(r)})" for r in too_big))
+        out.append("does not fit: " + "; ".join(
+            f"{r['label']} ({_gib(r['total_bytes'])} GiB: {_gib(r['model_state_bytes'])} of model states + "
+            f"{_gib(r['activation_bytes'])} of activations)" if acts else
+            f"{r['label']} ({_gib(r['model_state_bytes'])} GiB of model states)" for r in too_big))
     if plan.skipped:
         out.append(f"not planned at {c.dtype}: " + "; ".join(f"{k} ({v})" for k, v in plan.skipped.items()))
-    acts = s.activations
+    rules: dict[str, list[str]] = {}
+    for r in plan.rows:
+        rules.setdefault(r["rule"], []).append(r["label"])
+    out.append(f"model states (P parameters, N = {c.gpus} GPUs, L = {s.largest['module']:,.0f} parameters in "
+               f"the largest module, U = {s.largest['unit']:,.0f} in the largest shard unit; bytes): "
+               + "; ".join(f"{', '.join(labels)}: {rule}" for rule, labels in rules.items()))
     if acts:
-        out.append(f"memory: model states (parameters, gradients and optimizer state, as DeepSpeed's estimators "
-                   f"count) + activations, {_gb(acts.bytes(c.dtype, plan.batch))} GB per GPU at {plan.batch} per GPU "
-                   f"under every backend ({acts.source}); fits holds both; buffers, temporaries and the framework's "
-                   f"own allocations come on top")
+        out.append(f"activations: {_gib(acts.bytes(c.dtype, plan.batch))} GiB per GPU at {plan.batch} per GPU "
+                   f"under every backend ({acts.source}); total and fits hold both; buffers, temporaries and the "
+                   f"framework's own allocations come on top")
     else:
-        out.append("memory: model states only (parameters, gradients and optimizer state, as DeepSpeed's estimators "
-                   "count): activations are not known without --hidden, and they, buffers and the framework's own "
-                   "allocations come on top")
+        out.append("activations: not known without --hidden; they, buffers, temporaries and the framework's own "
+                   "allocations come on top of the model states")
     slow = c.fabric().overlap_slowdown
     overlap = (f"compute overlapping communication takes {1 + slow:.3g}x as long (the profile's "
                f"overlap_compute_slowdown)" if slow else "communication overlapping compute is taken not to slow it "
