@@ -79,6 +79,14 @@ def _check_verdict_options(req: RunRequest, p: RunPlan) -> None:
                            f"{', '.join(r.label for r in p.runnable)}")
     if req.order_seed is not None and not 0 <= req.order_seed < 2**63:
         raise BadInput(f"--order-seed must be between 0 and 2**63 - 1, got {req.order_seed}")
+    if req.margin is not None:
+        p.margin = parse_precision(req.margin, "--margin")
+        if req.until_target:
+            raise BadInput("--margin is the throughput verdict's equivalence margin; it does not apply to "
+                           "--until-target runs")
+        if len(p.runnable) < 2:
+            raise BadInput(f"--margin says when two rows are equivalent, and only {len(p.runnable)} row can run here "
+                           f"({', '.join(r.label for r in p.runnable) or 'none'}); name at least two with --adapters")
     if req.precision is None:
         if req.budget is not None:
             raise BadInput("--budget only applies with --precision (the time the rounds may take to reach it); "
@@ -101,7 +109,7 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
     req = p.request
     run_info = run_header(p, "run", [r.label for r in p.rows], started)
     seed = p.order_seed
-    run_info.update(order_seed=seed, baseline=req.baseline)
+    run_info.update(order_seed=seed, baseline=req.baseline, margin=p.margin)
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
         ui.start(p)

@@ -303,6 +303,8 @@ class RunOnly(TypedDict):
     """This launch's place in its round's shuffled order (0 first)."""
     baseline: NotRequired[str | None]
     """The row ratios are measured against (`--baseline`, or the first row on the full world size)."""
+    margin: NotRequired[float | None]
+    """The verdict's equivalence margin (`--margin` as a fraction; None: the default, 5%)."""
     precision_mode: NotRequired[dict[str, Any]]
     """With `--precision`: target, budget, rounds used, how it ended, elapsed seconds and the widest interval
     left."""

@@ -133,6 +133,9 @@ class RunRequest(Request):
     is spent; at least 3 rounds."""
     budget: str | None = field(default=None, metadata=cli("--budget"))
     """With --precision: time the rounds may take, e.g. 600s, 10m, 2h (default 10m)."""
+    margin: str | None = field(default=None, metadata=cli("--margin"))
+    """Equivalence margin of the verdict, e.g. 5% (the default): two rows whose ratio's 90% interval lies within it
+    either way are equivalent (two one-sided tests)."""
     order_seed: int | None = field(default=None, metadata=cli("--order-seed"))
     """Seed of the shuffled order of rows within each round (default: a fresh one; every record keeps it)."""
     plots: bool = field(default=True, metadata=cli("--plots"))
@@ -181,7 +184,7 @@ class ScaleRequest(RunRequest):
     """`compare scale`: the same comparison at several world sizes."""
 
     NOT_OPTIONS = frozenset({"world_size", "hosts", "hostfile", "nnodes", "iface", "launcher", "until_target",
-                             "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed"})
+                             "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed", "margin"})
     HELP = {"threads": "Threads per rank at every point (default: usable cores / the largest world size that "
                        "fits).",
             "repeats": "Fresh launches per point; the spread is reported.",
@@ -338,6 +341,8 @@ class RunPlan(Plan):
     """Relative half-width every ratio's interval must reach (`compare run --precision`), or None."""
     budget_s: float | None = None
     """Seconds the rounds may take in precision mode."""
+    margin: float | None = None
+    """The verdict's equivalence margin (`--margin`), or None for the default (stats.DEFAULT_MARGIN)."""
     order_seed: int | None = None
     """Seed of the rows' shuffled order within each round (`compare run`: --order-seed, or a fresh one)."""
     loader_workers: int = 0
@@ -667,14 +672,14 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
     return rows
 
 
-def parse_precision(text: str) -> float:
+def parse_precision(text: str, option: str = "--precision") -> float:
     """"5%" -> 0.05: a percentage above 0 and below 100 (BadInput otherwise)."""
     import re
 
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*", text or "")
     value = float(m.group(1)) / 100.0 if m else None
     if value is None or not 0.0 < value < 1.0:
-        raise BadInput(f"--precision must be a percentage above 0% and below 100%, e.g. 5%; got {text!r}")
+        raise BadInput(f"{option} must be a percentage above 0% and below 100%, e.g. 5%; got {text!r}")
     return value
 
 

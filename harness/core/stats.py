@@ -1,6 +1,6 @@
 """Step-time statistics: percentiles, the slowest rank per step, summaries.
 
-Runs in: the parent (records and reports). No numpy or torch needed.
+Runs in: the parent (records and reports). Distributions from scipy.stats; no torch needed.
 """
 
 from __future__ import annotations
@@ -56,66 +56,20 @@ INTERVAL_METHOD = ("95% Student t interval over launches on log samples/s (geome
                    "difference of log means")
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
 def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with `df` degrees of freedom (df may be fractional: Welch)."""
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
+    """P(T <= t) for Student's t with `df` degrees of freedom (df may be fractional: Welch); scipy.stats."""
+    from scipy import stats as sp
+
+    return float(sp.t.cdf(t, df))
 
 
 def t_quantile(p: float, df: float) -> float:
-    """The `p` quantile of Student's t (bisection on t_cdf; 4.303 for p=0.975, df=2)."""
+    """The `p` quantile of Student's t (4.303 for p=0.975, df=2); scipy.stats."""
     if not 0.0 < p < 1.0 or df <= 0:
         raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return (lo + hi) / 2.0
+    from scipy import stats as sp
+
+    return float(sp.t.ppf(p, df))
 
 
 def log_moments(values: list[float]) -> tuple[float, float, int]:
@@ -165,25 +119,6 @@ def half_width(interval: dict) -> float | None:
     return (interval["hi"] - interval["lo"]) / 2.0 / interval["estimate"]
 
 
-def tiers(rows: dict[str, list[float]], confidence: float = CONFIDENCE) -> list[list[str]]:
-    """Rows (label -> per-launch throughputs) grouped into tiers, fastest first: a tier is the fastest row left (by
-    geometric mean) and every other row left whose ratio interval against it contains 1 (no difference resolvable);
-    rows whose interval excludes 1 go to a later tier. Without intervals (fewer than MIN_LAUNCHES launches) every row
-    is one tier: nothing can be ranked."""
-    left = sorted(rows, key=lambda k: -geomean_interval(rows[k])["estimate"])
-    out: list[list[str]] = []
-    while left:
-        top = left[0]
-        tier = [top] + [k for k in left[1:] if not excludes_one(ratio_interval(rows[top], rows[k], confidence))]
-        out.append(tier)
-        left = [k for k in left if k not in tier]
-    return out
-
-
-def excludes_one(interval: dict) -> bool:
-    return interval["lo"] is not None and (interval["lo"] > 1.0 or interval["hi"] < 1.0)
-
-
 MEDIAN_INTERVAL_METHOD = "95% distribution-free interval for the median (order statistics, binomial)"
 
 
@@ -230,3 +165,85 @@ def spearman(a: list[float], b: list[float]) -> float | None:
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
     va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
     return None if va == 0 or vb == 0 else cov / math.sqrt(va * vb)
+
+
+# ---- every pair, one family -------------------------------------------------------------------------------------
+# A run's rows are compared pair by pair, all pairs as one family: each pair's ratio of geometric means with its 95%
+# interval and two tests on log throughput, a difference (two-sided t) and an equivalence within a margin (TOST,
+# Schuirmann 1987: both one-sided tests at 5%, i.e. the 90% interval inside the margin), each family of p-values
+# adjusted by Holm's step-down method. Rounds are blocks: every round runs every row once, so where every row has
+# one launch in each of the same rounds, a pair is analysed on its paired differences within rounds (what the
+# round shares, the machine's state at that time, cancels); otherwise unpaired (Welch).
+
+DEFAULT_MARGIN = 0.05
+"""Equivalence margin: two rows whose ratio's 90% interval lies within [1/1.05, 1.05] are equivalent."""
+def compare_pair(a: list[float], b: list[float], paired: bool, margin: float = DEFAULT_MARGIN,
+                 confidence: float = CONFIDENCE) -> dict:
+    """Row a against row b from per-launch values: {"estimate" (geomean ratio a/b), "lo", "hi" (its interval),
+    "p" (two-sided, no difference), "p_equivalent" (TOST: the larger one-sided p against ratios beyond 1 + margin
+    either way), "df", "n", "paired"}. `paired`: a[i] and b[i] come from the same round (t on the differences of
+    logs, n - 1 degrees of freedom), else Welch. Below MIN_LAUNCHES a side has no interval and no test (None)."""
+    from scipy import stats as sp
+
+    if paired:
+        if len(a) != len(b):
+            raise ValueError(f"paired values need as many of each, got {len(a)} and {len(b)}")
+        mean, var, n = log_moments([x / y for x, y in zip(a, b)])
+        se, df, enough = math.sqrt(var / n), float(n - 1), n >= MIN_LAUNCHES
+    else:
+        ma, va, na = log_moments(a)
+        mb, vb, nb = log_moments(b)
+        mean, n, enough = ma - mb, min(na, nb), min(na, nb) >= MIN_LAUNCHES
+        se2 = va / na + vb / nb if enough else 0.0
+        se = math.sqrt(se2)
+        df = (se2 ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if enough and se2 > 0
+              else float(na + nb - 2))
+    out = {"estimate": math.exp(mean), "lo": None, "hi": None, "p": None, "p_equivalent": None, "df": None,
+           "n": n, "paired": paired}
+    if not enough:
+        return out
+    bound = math.log1p(margin)
+    if se == 0.0:  # identical launches: no spread, the estimate is exact
+        out.update(lo=out["estimate"], hi=out["estimate"], df=df, p=0.0 if mean else 1.0,
+                   p_equivalent=0.0 if abs(mean) < bound else 1.0)
+        return out
+    half = float(sp.t.ppf(0.5 + confidence / 2.0, df)) * se
+    out.update(lo=math.exp(mean - half), hi=math.exp(mean + half), df=df,
+               p=float(2 * sp.t.sf(abs(mean) / se, df)),
+               p_equivalent=float(max(sp.t.sf((mean + bound) / se, df), sp.t.cdf((mean - bound) / se, df))))
+    return out
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of a family of p-values (None: no test, not counted in the family): the i-th
+    smallest of m is multiplied by m - i + 1, and an adjusted value is never below the one before it."""
+    ranked = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    m, out, running = len(ranked), list(pvalues), 0.0
+    for rank, (p, i) in enumerate(ranked):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def letter_groups(order: list[str], differ: set[frozenset]) -> dict[str, str]:
+    """A compact letter display (Piepho 2004, insert and absorb): letters for rows in `order` (fastest first) such
+    that two rows share a letter exactly when they are not in `differ` (pairs resolved apart). Letters run a, b, ...
+    in the order of each group's fastest row."""
+    groups = [list(order)]
+    for pair in sorted(differ, key=lambda p: sorted(order.index(x) for x in p)):
+        x, y = sorted(pair, key=order.index)
+        split = []
+        for g in groups:
+            split += [[r for r in g if r != x], [r for r in g if r != y]] if x in g and y in g else [g]
+        kept: list[list[str]] = []
+        for g in sorted(split, key=len, reverse=True):  # absorb: drop a group inside another
+            if g and not any(set(g) <= set(h) for h in kept):
+                kept.append(g)
+        groups = kept
+    groups.sort(key=lambda g: sorted(order.index(r) for r in g))
+    names = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    out = {r: "" for r in order}
+    for k, g in enumerate(groups):
+        for r in g:
+            out[r] += names[k] if k < len(names) else f"[{k}]"
+    return out

@@ -2,10 +2,13 @@
 
 Runs in: the parent (report, and `compare run --precision`, which asks after every round how wide the widest interval
 still is). Everything comes from the records: per row, one throughput per launch (samples over the summed slowest-rank
-step time of its timed window); per row a 95% interval over launches; per row against the baseline a ratio with its 95%
-interval (harness/core/stats.py: Student t on log throughput, Welch for ratios). Rows are grouped into tiers: a tier is
-the fastest row left and every row whose ratio interval against it contains 1. A run with fewer than three launches per
-row ranks nothing and says how to get a ranking.
+step time of its timed window) and a 95% interval over launches (Student t on log throughput); every pair of rows
+compared as one family (harness/core/stats.py, `compare_pair`): its ratio with a 95% interval, a difference test and
+an equivalence test within the run's margin (TOST), each family Holm-adjusted. Rounds are blocks: where every row has
+one launch in each round, pairs are analysed on their paired differences within rounds, else unpaired (Welch), and
+the verdict says which. Each pair is resolved (faster or slower), equivalent within the margin, or not resolved;
+rows are grouped by a compact letter display (rows that share a letter are not resolved apart) and the verdict is
+built from the pairs alone. A run with fewer than three launches per row ranks nothing and says how to get a ranking.
 
 Which rows are ranked: measured rows that used as many devices as the world size. A row that used fewer (DataParallel
 without GPUs is one process on one device) measures something else and is named as left out. Rows of another
@@ -15,12 +18,15 @@ precision are ranked with the others but carry their precision in the verdict, n
 from __future__ import annotations
 
 import statistics
+from itertools import combinations
 from typing import Any
 
 from harness.core.estimate import duration
 from harness.core.record import MEASURED, precision_label
-from harness.core.stats import (CONFIDENCE, INTERVAL_METHOD, MIN_LAUNCHES, excludes_one, geomean_interval, half_width,
-                                ratio_interval, tiers)
+from harness.core.stats import (CONFIDENCE, DEFAULT_MARGIN, INTERVAL_METHOD, MIN_LAUNCHES, compare_pair,
+                                geomean_interval, half_width, holm, letter_groups)
+
+ALPHA = 1 - CONFIDENCE
 
 
 def _launches(records: list[dict[str, Any]]) -> dict[str, list[dict]]:
@@ -31,13 +37,29 @@ def _launches(records: list[dict[str, Any]]) -> dict[str, list[dict]]:
     return out
 
 
-def analyse(records: list[dict[str, Any]], baseline: str | None = None) -> dict[str, Any]:
-    """Per-row intervals, ratios against the baseline, tiers and the verdict's lines (markdown)."""
+def _blocks(launches: dict[str, list[dict]], ranked: list[str]) -> str | None:
+    """None when every ranked row has exactly one launch in each of the same rounds (complete blocks), else why
+    not."""
+    rounds = {k: [r.get("repeat") for r in launches[k]] for k in ranked}
+    first = sorted(rounds[ranked[0]], key=str) if ranked else []
+    if any(None in v for v in rounds.values()):
+        return "the records do not say which round each launch was in"
+    if any(len(set(v)) != len(v) or sorted(v) != first for v in rounds.values()):
+        return "rounds are incomplete (a launch failed or was left out), so rows have launches in different rounds"
+    return None
+
+
+def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: float | None = None
+            ) -> dict[str, Any]:
+    """Per-row intervals, every pair's comparison, the letter groups, ratios against the baseline and the verdict's
+    lines (markdown)."""
     # Rows in the order asked for (records are written in the shuffled order they ran): the default baseline is the
     # first row asked for that runs on the whole world size, whatever order the launches took.
     asked_order = records[0].get("row_order") or []
     order = [k for k in asked_order if any(r["label"] == k for r in records)]
     order += [k for k in dict.fromkeys(r["label"] for r in records) if k not in order]
+    if margin is None:
+        margin = records[0].get("margin") or DEFAULT_MARGIN
     launches = _launches(records)
     ranked, left_out = [], []
     for label in order:
@@ -46,25 +68,64 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None) -> dict[
         first = launches[label][0]
         used, ws = first["topology"].get("devices_used"), first["world_size"]
         (ranked if used is None or used >= ws else left_out).append(label)
+    for k in launches:
+        launches[k].sort(key=lambda r: (str(r.get("repeat")), r.get("position") or 0))
     values = {k: [r["samples_per_s"] for r in launches[k]] for k in launches}
     rows = {k: {**geomean_interval(values[k]), "precision": precision_label(launches[k][0]["controls"]),
                 "cpu_s_per_step": _mean([r.get("cpu_s_per_step") for r in launches[k]])} for k in launches}
     asked = baseline if baseline is not None else records[0].get("baseline")
     base = asked if asked in ranked else (ranked[0] if ranked else None)
+    unblocked = _blocks(launches, ranked)
+    by_estimate = sorted(ranked, key=lambda k: -rows[k]["estimate"])
+    pairs = _pairs(by_estimate, values, unblocked is None, margin)
     ratios = {}
     if base is not None:
         for k in ranked:
             if k != base:
-                ratios[k] = ratio_interval(values[k], values[base])
+                ratios[k] = _oriented(pairs, k, base)
                 cpu_k, cpu_b = rows[k]["cpu_s_per_step"], rows[base]["cpu_s_per_step"]
                 ratios[k]["cpu_ratio"] = cpu_k / cpu_b if cpu_k and cpu_b else None
     n_min = min((len(values[k]) for k in ranked), default=0)
+    ranks = n_min >= MIN_LAUNCHES
+    differ = {frozenset((p["a"], p["b"])) for p in pairs if p["outcome"] == "faster"}
     out = {"rows": rows, "ranked": ranked, "left_out": left_out, "baseline": base, "asked_baseline": asked,
-           "ratios": ratios, "n_min": n_min, "method": INTERVAL_METHOD,
-           "tiers": tiers({k: values[k] for k in ranked}) if n_min >= MIN_LAUNCHES else None}
+           "ratios": ratios, "n_min": n_min, "method": INTERVAL_METHOD, "margin": margin, "pairs": pairs,
+           "order": by_estimate, "blocked": unblocked is None, "why_unblocked": unblocked,
+           "letters": letter_groups(by_estimate, differ) if ranks else None}
     out["widest"] = widest(out)
     out["lines"] = _lines(out, launches)
     return out
+
+
+def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margin: float) -> list[dict[str, Any]]:
+    """Every pair (a, b) with a's estimate the higher: the comparison, its unpaired interval beside a paired one, the
+    Holm-adjusted p-values of both families and the outcome: faster (a resolved ahead of b), equivalent (within
+    the margin), not resolved, or no interval (too few launches)."""
+    pairs = []
+    for a, b in combinations(order, 2):
+        c = compare_pair(values[a], values[b], paired, margin)
+        c["unpaired"] = compare_pair(values[a], values[b], False, margin) if paired else None
+        pairs.append({"a": a, "b": b, **c})
+    for key, adjusted in (("p", holm([p["p"] for p in pairs])),
+                          ("p_equivalent", holm([p["p_equivalent"] for p in pairs]))):
+        for p, q in zip(pairs, adjusted):
+            p[f"{key}_holm"] = q
+    for p in pairs:
+        p["outcome"] = ("no interval" if p["p"] is None else
+                        "faster" if p["p_holm"] < ALPHA and p["estimate"] > 1 else
+                        "equivalent" if p["p_equivalent_holm"] < ALPHA else "not resolved")
+        p["within_margin"] = p["p_equivalent_holm"] is not None and p["p_equivalent_holm"] < ALPHA
+    return pairs
+
+
+def _oriented(pairs: list[dict[str, Any]], x: str, y: str) -> dict[str, Any]:
+    """The pair of x and y as x / y, with its outcome for x (faster, slower, equivalent, not resolved)."""
+    p = next(p for p in pairs if {p["a"], p["b"]} == {x, y})
+    if p["a"] == x:
+        return {**p}
+    flip = {"faster": "slower"}.get(p["outcome"], p["outcome"])
+    return {**p, "a": x, "b": y, "estimate": 1 / p["estimate"], "outcome": flip,
+            "lo": None if p["hi"] is None else 1 / p["hi"], "hi": None if p["lo"] is None else 1 / p["lo"]}
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -73,7 +134,8 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def widest(analysis: dict[str, Any]) -> tuple[str, float] | None:
-    """The ratio with the widest interval (label, relative half-width); None while some ratio has no interval."""
+    """The ratio to the baseline with the widest interval (label, relative half-width); None while some ratio has
+    no interval."""
     worst = None
     for label, ratio in analysis["ratios"].items():
         hw = half_width(ratio)
@@ -108,7 +170,7 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
     out: list[str] = []
     if len(ranked) < 2:
         out.append("**Verdict: nothing to rank** — fewer than two rows were measured on the full world size.")
-    elif a["tiers"] is None:
+    elif a["letters"] is None:
         counts = sorted({len(launches[k]) for k in ranked})
         n = " to ".join(map(str, counts[:1] + counts[-1:])) if len(counts) > 1 else str(counts[0])
         walls = [statistics.median(r["wall_time_s"] for r in launches[k]) for k in ranked
@@ -120,42 +182,7 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
                    f"For a ranking: `--repeats 10`{cost}, or `--precision 5% --budget 10m` (rounds are added until "
                    "every ratio's interval is that narrow or the budget is spent).")
     else:
-        top = a["tiers"][0]
-        counts = sorted({len(launches[k]) for k in ranked})
-        n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-        if len(top) == len(ranked):
-            out.append(f"**Verdict: no difference resolvable** between {' ≈ '.join(_name(a, k) for k in top)} "
-                       f"({n} launches each; {CONFIDENCE:.0%} intervals). More launches (`--precision`) may "
-                       "resolve one; a tie is a result, not a failure.")
-        else:
-            tied = (f"{' ≈ '.join(_name(a, k) for k in top)} (no difference resolvable among them)"
-                    if len(top) > 1 else _name(a, top[0]))
-            parts = [f"**Verdict — fastest: {tied}**"]
-            # Ratios from the baseline when it ties for fastest (the same ratios as the table), else the fastest row.
-            # A tie is not transitive: a row is in a later tier because its interval against the fastest row of
-            # the tier before excludes 1, which need not hold against every faster row; where it does not, the
-            # verdict says so and names the comparison that did resolve it.
-            lead = a["baseline"] if a["baseline"] in top else top[0]
-            values = {k: [r["samples_per_s"] for r in launches[k]] for k in ranked}
-            for i, tier in enumerate(a["tiers"][1:], 1):
-                said = []
-                for k in tier:
-                    ratio = ratio_interval(values[lead], values[k])
-                    text = f"{ratio_text(ratio)} ahead of {_name(a, k)}"
-                    if not excludes_one(ratio):
-                        by = a["tiers"][i - 1][0]
-                        text += (f" (not resolved; resolved behind {_name(a, by)}: "
-                                 f"{ratio_text(ratio_interval(values[by], values[k]))})")
-                    else:
-                        open_ = [j for t in a["tiers"][:i] for j in t
-                                 if j != lead and not excludes_one(ratio_interval(values[j], values[k]))]
-                        if open_:
-                            text += " (not resolved against " + ", ".join(
-                                f"{_name(a, j)}: {ratio_text(ratio_interval(values[j], values[k]))}"
-                                for j in open_) + ")"
-                    said.append(text)
-                parts.append(f"{lead} {', '.join(said)}" + (" (these tie with each other)" if len(tier) > 1 else ""))
-            out.append("; then ".join(parts) + f". ({n} launches per row, {CONFIDENCE:.0%} intervals.)")
+        out += _ranked_lines(a, launches)
     if a["left_out"]:
         out.append("Left out of the ranking: " + ", ".join(
             f"{k} (ran on {launches[k][0]['topology'].get('devices_used')} device(s) of "
@@ -166,14 +193,102 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
     return out
 
 
+def _pair_text(a, p) -> str:
+    """"x vs y 1.28× [1.05–1.56]", and where the interval alone excludes 1 but Holm's correction does not resolve
+    the pair, its adjusted p-value."""
+    text = f"{_name(a, p['a'])} vs {_name(a, p['b'])} {ratio_text(p)}"
+    if p["outcome"] == "not resolved" and p["lo"] is not None and (p["lo"] > 1 or p["hi"] < 1):
+        text += f" (p = {p['p_holm']:.2g} after Holm's correction)"
+    return text
+
+
+def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
+    """The verdict of a run that ranks: the fastest (or the group not resolved apart at the top), the letter groups,
+    every pair by outcome, any row whose group reads better than its pairs support, and the method."""
+    order, letters, pairs, margin = a["order"], a["letters"], a["pairs"], a["margin"]
+    faster = [p for p in pairs if p["outcome"] == "faster"]
+    equivalent = [p for p in pairs if p["outcome"] == "equivalent"]
+    unresolved = [p for p in pairs if p["outcome"] == "not resolved"]
+    top = [k for k in order if "a" in letters[k]]
+    beats_all = [k for k in order if sum(1 for p in faster if p["a"] == k) == len(order) - 1]
+    out = []
+    if beats_all:
+        out.append(f"**Verdict — fastest: {_name(a, beats_all[0])}**, resolved ahead of every other row.")
+    elif not faster:
+        same = " and ".join(_name(a, k) for k in order) if len(order) == 2 else ", ".join(_name(a, k) for k in order)
+        if len(equivalent) == len(pairs):
+            out.append(f"**Verdict: equivalent** — {same} are equivalent within ±{margin:.0%}: no row is faster "
+                       f"or slower by more than that.")
+        else:
+            out.append(f"**Verdict: no difference resolved** between {same}. More launches (`--precision`) may "
+                       "resolve one; a tie is a result, not a failure.")
+    else:
+        # the top group's rows that some resolved pair places; a row resolved against none shares every letter
+        # only because its interval is wide, and is named apart
+        placed = {x for p in faster for x in (p["a"], p["b"])}
+        strong, weak = [k for k in top if k in placed], [k for k in top if k not in placed]
+        among = [p for p in pairs if p["a"] in strong and p["b"] in strong]
+        how = ("" if len(strong) == 1 else f" (equivalent within ±{margin:.0%})"
+               if all(p["outcome"] == "equivalent" for p in among) else " (not resolved apart)")
+        text = f"**Verdict — fastest: {', '.join(_name(a, k) for k in strong)}**{how}"
+        if weak:
+            text += (f"; {', '.join(_name(a, k) for k in weak)} {'is' if len(weak) == 1 else 'are'} not resolved "
+                     f"against any row")
+        out.append(text + ".")
+    if faster:
+        out.append("Groups, fastest first (rows that share a letter are not resolved apart): " + "; ".join(
+            f"{_name(a, k)} **{letters[k]}**" for k in order) + ".")
+    said = []
+    if faster:
+        said.append("resolved: " + "; ".join(f"{_name(a, p['a'])} {ratio_text(p)} ahead of {_name(a, p['b'])}"
+                                             for p in faster))
+    if equivalent:
+        said.append(f"equivalent within ±{margin:.0%}: " + "; ".join(_pair_text(a, p) for p in equivalent))
+    if unresolved:
+        said.append("not resolved: " + "; ".join(_pair_text(a, p) for p in unresolved))
+    out.append(" · ".join(s[0].upper() + s[1:] for s in said) + ".")
+    # A row with a lower estimate may share the top group's letter while a row above it does not (its interval is
+    # wide): its letter then reads better than its pairs support, and the verdict says so.
+    for i, k in enumerate(order):
+        above = [j for j in order[:i] if not set(letters[j]) & set(letters[k]) or min(letters[k]) < min(letters[j])]
+        worse = [j for j in above if min(letters[k]) < min(letters[j])]
+        if worse:
+            open_ = [next(p for p in pairs if {p["a"], p["b"]} == {j, k}) for j in worse]
+            out.append(f"{_name(a, k)} shares group {min(letters[k])} with faster rows only because its interval is "
+                       f"wide: it is not resolved against " + ", ".join(
+                           f"{_name(a, p['a'])} ({ratio_text(p)})" for p in open_)
+                       + f", whose estimate{'s are' if len(open_) > 1 else ' is'} higher and which "
+                       f"{'are' if len(open_) > 1 else 'is'} not in that group.")
+    counts = sorted({len(launches[k]) for k in order})
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    if a["blocked"]:
+        narrowed = [_width(p) / _width(p["unpaired"]) for p in pairs if _width(p) and _width(p["unpaired"])]
+        blocks = ("rounds as blocks: each pair's differences within rounds" + (
+            f", intervals {statistics.median(narrowed):.0%} of the unpaired width (median)" if narrowed else ""))
+    else:
+        blocks = f"unpaired (Welch), as {a['why_unblocked']}"
+    out.append(f"({n} launches per row; {len(pairs)} pairs, 95% intervals, differences and equivalence "
+               f"(TOST, margin ±{margin:.0%}) each Holm-adjusted over the pairs; {blocks}.)")
+    return out
+
+
+def _width(p: dict[str, Any] | None) -> float | None:
+    return None if not p or p["lo"] is None or p["hi"] == p["lo"] else p["hi"] / p["lo"]
+
+
+SYMBOL = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not resolved": "?", "no interval": "·"}
+
+
 def markdown(a: dict[str, Any]) -> list[str]:
-    """The verdict lines, then the table of every ranked row against the baseline."""
+    """The verdict lines, the table of every ranked row against the baseline, and every pair as a matrix."""
     md = [x for line in a["lines"] for x in (line, "")]
     if a["baseline"] is None or not a["ratios"]:
         return md
-    md += [f"Against the baseline **{a['baseline']}** ({a['method']}; CPU time: the ranks' own process CPU time "
-           "over the timed window, per step, mean over ranks and launches):", "",
-           "| row | samples/s [95% interval] | launches | ratio to baseline [95% interval] | resolved | CPU ms per step "
+    ratios = ("paired within rounds" if a["blocked"] else "Welch t on the difference of log means")
+    md += [f"Against the baseline **{a['baseline']}** (rows: 95% Student t interval over launches on log samples/s, "
+           f"the geometric mean; ratios: {ratios}, with their outcome as in the pairs above; CPU time: the ranks' own process CPU time over the timed window, per step, mean over ranks and "
+           "launches):", "",
+           "| row | samples/s [95% interval] | launches | ratio to baseline [95% interval] | outcome | CPU ms per step "
            "per rank (ratio) |", "|---|---|---|---|---|---|"]
     for k in a["ranked"]:
         row = a["rows"][k]
@@ -182,10 +297,20 @@ def markdown(a: dict[str, Any]) -> list[str]:
             ratio, said, cpu_ratio = "1 (baseline)", "–", ""
         else:
             r = a["ratios"][k]
-            ratio = ratio_text(r)
-            said = ("no interval" if r["lo"] is None else "faster" if r["lo"] > 1 else "slower" if r["hi"] < 1
-                    else "no difference")
+            ratio, said = ratio_text(r), r["outcome"]
             cpu_ratio = f" ({r['cpu_ratio']:.2f}×)" if r.get("cpu_ratio") else ""
         md.append(f"| {_name(a, k)} | {interval_text(row)} | {row['n']} | {ratio} | {said} | "
                   f"{'–' if cpu is None else f'{cpu * 1e3:.2f}'}{cpu_ratio} |")
-    return md + [""]
+    md.append("")
+    if len(a["order"]) > 2 and a["letters"] is not None:
+        order = a["order"]
+        md += [f"Every pair (row ÷ column, geometric means; ▲ resolved faster, ▼ resolved slower, ≈ equivalent within "
+               f"±{a['margin']:.0%}, ? not resolved; Holm-adjusted):", "",
+               "| row | group | " + " | ".join(_name(a, k) for k in order) + " |",
+               "|---|---|" + "---|" * len(order)]
+        for x in order:
+            cells = ["–" if x == y else (lambda r: f"{r['estimate']:.2f}× {SYMBOL[r['outcome']]}")(
+                _oriented(a["pairs"], x, y)) for y in order]
+            md.append(f"| {_name(a, x)} | {a['letters'][x]} | " + " | ".join(cells) + " |")
+        md.append("")
+    return md

@@ -453,6 +453,14 @@ CASES = [
      "--baseline apex cannot run here (unavailable); choose one of: ddp, spawn"),
     ("run-order-seed-negative", ["run", "-a", "ddp,spawn", "--order-seed", "-1"],
      "--order-seed must be between 0 and 2**63 - 1, got -1"),
+    *[(f"run-margin-{i}", ["run", "-a", "ddp,spawn", "--margin", bad],
+       f"--margin must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
+      for i, bad in enumerate(["0", "0%", "-5%", "abc", "100%"])],
+    ("run-margin-one-row", ["run", "-a", "ddp", "--margin", "5%"],
+     "--margin says when two rows are equivalent, and only 1 row can run here (ddp); name at least two with "
+     "--adapters"),
+    ("run-margin-until-target", ["run", "-a", "ddp,spawn", "--margin", "2%", "--until-target"],
+     "--margin is the throughput verdict's equivalence margin; it does not apply to --until-target runs"),
     ("run-powersgd-rank-0", ["run", "-a", "ddp:comm_hook=powersgd:powersgd_rank=0"],
      "adapter ddp:comm_hook=powersgd:powersgd_rank=0: knob 'powersgd_rank' must be at least 1; got 0"),
     ("run-bf16-hook-cpu", ["run", "-a", "ddp:comm_hook=bf16"],

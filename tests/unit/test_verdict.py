@@ -1,4 +1,5 @@
-"""Verdicts that hold: the statistics against hand-computed values, the tiers, the shuffled order of a round, the
+"""Verdicts that hold: the statistics against hand-computed values, every pair and its outcome, the letter groups,
+the shuffled order of a round, the
 adaptive rounds of --precision, and the noise read from /proc/stat.
 
 Hand-computed values: for launches e^0, e^0.1, e^0.2 the log mean is 0.1 and the sample standard deviation 0.1, so
@@ -57,15 +58,52 @@ def test_a_ratio_interval_is_welch_t_on_the_difference_of_log_means():
     assert stats.half_width(r) == pytest.approx((0.760861 - 0.483504) / 2 / math.exp(-0.5), abs=1e-5)
 
 
-def test_ties_are_grouped_and_only_resolved_differences_ordered():
-    fast = [100.0, 101.0, 99.0, 100.5, 99.5]
-    tied = [99.0, 102.0, 98.0, 101.0, 100.0]  # its interval against `fast` contains 1
-    slow = [80.0, 81.0, 79.0, 80.5, 79.5]
-    slower = [50.0, 51.0, 49.0, 50.5, 49.5]
-    assert stats.tiers({"slow": slow, "tied": tied, "fast": fast, "slower": slower}) == [
-        ["fast", "tied"], ["slow"], ["slower"]]
-    # two launches each: no intervals, so nothing is separated
-    assert stats.tiers({"a": [100.0, 101.0], "b": [50.0, 51.0]}) == [["a", "b"]]
+def test_a_paired_ratio_is_student_t_on_the_differences_within_rounds():
+    # a's logs 1.0, 1.2, 0.9, 1.1 and b's 0.9, 1.0, 0.85, 0.95, one of each per round: differences 0.1, 0.2, 0.05,
+    # 0.15, mean 0.125, sample variance 0.0125 / 3, se = 0.0645497 / 2 = 0.0322749; t(0.975, 3) = 3.182446 (any
+    # table), half-width 0.1027130: exp(0.125 -+ 0.1027130) = [1.022537, 1.255725]. t = 3.873 lies between the
+    # table's 3.182 (p = 0.05) and 4.541 (p = 0.02).
+    a = [math.exp(x) for x in (1.0, 1.2, 0.9, 1.1)]
+    b = [math.exp(x) for x in (0.9, 1.0, 0.85, 0.95)]
+    paired = stats.compare_pair(a, b, paired=True)
+    assert paired["estimate"] == pytest.approx(math.exp(0.125)) and paired["df"] == 3 and paired["n"] == 4
+    assert paired["lo"] == pytest.approx(1.022537, abs=1e-6) and paired["hi"] == pytest.approx(1.255725, abs=1e-6)
+    assert 0.02 < paired["p"] < 0.05
+    # unpaired (Welch), the same launches: variances 0.05 / 3 and 0.0125 / 3, se^2 = 0.0052083, df 4.41; the round
+    # each pair shared no longer cancels, and the interval is wider and contains 1
+    welch = stats.compare_pair(a, b, paired=False)
+    assert welch["df"] == pytest.approx(4.412, abs=1e-3) and welch["lo"] < 1 < welch["hi"] and welch["p"] > 0.05
+    assert welch["hi"] / welch["lo"] > paired["hi"] / paired["lo"]
+
+
+def test_equivalence_is_two_one_sided_tests_at_the_margin():
+    # differences of logs 0.01, -0.01, 0.02, 0: mean 0.005, se = sqrt(5e-4 / 3) / 2 = 0.00645497; at a 5% margin the
+    # bounds are -+ln(1.05) = -+0.0487902, and the larger one-sided p is P(T3 < (0.005 - 0.0487902) / se = -6.784),
+    # between the table's 0.005 (t = 5.841) and 0.001 (t = 10.215); the 90% interval, 0.005 -+ 2.353363 x se =
+    # [-0.010191, 0.020191], lies inside the bounds
+    b = [100.0, 100.0, 100.0, 100.0]
+    a = [100.0 * math.exp(d) for d in (0.01, -0.01, 0.02, 0.0)]
+    pair = stats.compare_pair(a, b, paired=True, margin=0.05)
+    assert 0.001 < pair["p_equivalent"] < 0.005 and pair["p"] > 0.05
+    # at a 1% margin (bounds -+0.00995) the same launches are not shown equivalent
+    assert stats.compare_pair(a, b, paired=True, margin=0.01)["p_equivalent"] > 0.05
+    # two launches: no interval, no test
+    assert stats.compare_pair(a[:2], b[:2], paired=True)["p"] is None
+
+
+def test_holm_multiplies_the_ith_smallest_of_m_by_m_minus_i_plus_1_and_never_steps_down():
+    # m = 4 tests (None is no test): 0.01 x 4 = 0.04; 0.02 x 3 = 0.06; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04 -> 0.06
+    assert stats.holm([0.03, 0.01, None, 0.04, 0.02]) == pytest.approx([0.06, 0.04, None, 0.06, 0.06])
+    assert stats.holm([0.5, 0.9]) == [1.0, 1.0] and stats.holm([None]) == [None]
+
+
+def test_letter_groups_share_a_letter_exactly_where_rows_are_not_resolved_apart():
+    # a resolved ahead of c and d, b ahead of d: a | a b | b c | c (a compact letter display, Piepho 2004)
+    differ = {frozenset("ac"), frozenset("ad"), frozenset("bd")}
+    assert stats.letter_groups(list("abcd"), differ) == {"a": "a", "b": "ab", "c": "bc", "d": "c"}
+    assert stats.letter_groups(list("abc"), set()) == {"a": "a", "b": "a", "c": "a"}
+    assert stats.letter_groups(list("abc"), {frozenset("ab"), frozenset("bc"), frozenset("ac")}) == {
+        "a": "a", "b": "b", "c": "c"}
 
 
 def _records(values: dict[str, list[float]], devices: dict[str, int] | None = None, baseline=None):
@@ -80,28 +118,63 @@ def _records(values: dict[str, list[float]], devices: dict[str, int] | None = No
     return recs
 
 
-def test_the_verdict_names_the_fastest_tier_and_the_ratios_behind_the_rest():
+def test_the_verdict_names_the_fastest_and_every_pair_by_its_outcome():
     a = verdict.analyse(_records({"dp": [300.0] * 5, "ddp": [100.0, 101.0, 99.0, 100.5, 99.5],
                                   "spawn": [99.0, 102.0, 98.0, 101.0, 100.0], "horovod": [80.0, 81.0, 79.0, 80.5, 79.5],
                                   "amp": [120.0, 121.0, 119.0, 120.5, 119.5]},
                                  devices={"dp": 1}))
-    assert a["baseline"] == "ddp" and a["left_out"] == ["dp"] and a["tiers"][0] == ["amp"]
-    # Checked by hand and with scipy.stats (Welch's t on the log values, t.ppf(0.975, df), outside harness/):
-    # amp/ddp 1.2000 [1.1873, 1.2129] (df 7.75), amp/spawn 1.2001 [1.1771, 1.2235] (df 5.35), amp/horovod 1.5000
-    # [1.4813, 1.5190] (df 6.97); none is near a rounding edge at two decimals.
-    assert a["lines"][0] == ("**Verdict — fastest: amp (bf16)**; then amp 1.20× [1.19–1.21] ahead of ddp, 1.20× "
-                             "[1.18–1.22] ahead of spawn (these tie with each other); then amp 1.50× [1.48–1.52] ahead "
-                             "of horovod. (5 launches per row, 95% intervals.)")
-    assert a["lines"][1] == ("Left out of the ranking: dp (ran on 1 device(s) of 2: not data-parallel across the "
+    assert a["baseline"] == "ddp" and a["left_out"] == ["dp"] and a["blocked"]
+    assert a["order"] == ["amp", "ddp", "spawn", "horovod"]
+    assert a["letters"] == {"amp": "a", "ddp": "b", "spawn": "b", "horovod": "c"}
+    # paired within rounds: amp/ddp is 1.2 in every round but one (119.5 / 99.5), so its interval is narrow;
+    # ddp/spawn differ by -1% to +3% round by round, within the 5% margin: equivalent
+    assert a["lines"][0] == "**Verdict — fastest: amp (bf16)**, resolved ahead of every other row."
+    assert a["lines"][1] == ("Groups, fastest first (rows that share a letter are not resolved apart): amp (bf16) "
+                             "**a**; ddp **b**; spawn **b**; horovod **c**.")
+    assert a["lines"][2].startswith("Resolved: amp (bf16) 1.20× [1.20–1.20] ahead of ddp; ")
+    # ddp/spawn round by round 1.0101, 0.9902, 1.0102, 0.9950, 0.9950: log mean 0.0001, sd 0.0093, t(0.975, 4) =
+    # 2.776: [0.99, 1.01]
+    assert " · Equivalent within ±5%: ddp vs spawn 1.00× [0.99–1.01]." in a["lines"][2]
+    assert a["lines"][3] == ("(5 launches per row; 6 pairs, 95% intervals, differences and equivalence (TOST, margin "
+                             "±5%) each Holm-adjusted over the pairs; rounds as blocks: each pair's differences within "
+                             "rounds, intervals 98% of the unpaired width (median).)")
+    assert a["lines"][4] == ("Left out of the ranking: dp (ran on 1 device(s) of 2: not data-parallel across the "
                              "world size).")
     table = "\n".join(verdict.markdown(a))
-    assert "| spawn | 100 [98–102] | 5 | 1.00× [0.98–1.02] | no difference | 2.00 (1.00×) |" in table
-    assert "| horovod | 80 [79–81] | 5 | 0.80× [0.79–0.81] | slower |" in table
+    assert "| spawn | 100 [98–102] | 5 | 1.00× [0.99–1.01] | equivalent | 2.00 (1.00×) |" in table
+    assert "| horovod | 80 [79–81] | 5 | 0.80× [0.80–0.80] | slower |" in table
+    assert "| row | group | amp (bf16) | ddp | spawn | horovod |" in table
+    assert "| horovod | c | 0.67× ▼ | 0.80× ▼ | 0.80× ▼ | – |" in table
+
+
+def test_a_wide_row_that_shares_the_fastest_group_is_named_and_rounds_left_incomplete_are_unpaired():
+    # The audit's shape: horovod's estimate is below deepspeed's, but its interval is so wide that it is resolved
+    # against nothing, so it shares the fastest group's letter while deepspeed does not. The verdict must say so.
+    spawn = [22000.0, 22100.0, 21900.0, 22050.0, 21950.0]
+    ddp = [21950.0, 22050.0, 22100.0, 21900.0, 22000.0]  # spawn's launches in another order: the same speed
+    deepspeed = [20500.0, 20600.0, 20400.0, 20550.0, 20450.0]
+    horovod = [12000.0, 30000.0, 15000.0, 25000.0, 18000.0]
+    a = verdict.analyse(_records({"spawn": spawn, "ddp": ddp, "deepspeed": deepspeed, "horovod": horovod}))
+    assert a["order"] == ["spawn", "ddp", "deepspeed", "horovod"]
+    assert a["letters"] == {"spawn": "a", "ddp": "a", "deepspeed": "b", "horovod": "ab"}
+    assert a["lines"][0] == ("**Verdict — fastest: spawn, ddp** (equivalent within ±5%); horovod is not resolved "
+                             "against any row.")
+    note = next(line for line in a["lines"] if line.startswith("horovod shares group a"))
+    assert "not resolved against deepspeed" in note and "whose estimate is higher" in note
+    # a launch lost: rounds are incomplete, so every pair is analysed unpaired, and the verdict says why
+    records = [r for r in _records({"spawn": spawn, "ddp": ddp, "deepspeed": deepspeed, "horovod": horovod})
+               if not (r["label"] == "ddp" and r["repeat"] == 4)]
+    b = verdict.analyse(records)
+    assert not b["blocked"] and all(not p["paired"] for p in b["pairs"])
+    assert b["lines"][-1].endswith("unpaired (Welch), as rounds are incomplete (a launch failed or was left out), so "
+                                   "rows have launches in different rounds.)")
 
 
 def test_one_launch_per_row_ranks_nothing_and_says_how_to_get_a_ranking():
     a = verdict.analyse(_records({"ddp": [100.0], "horovod": [50.0]}))
-    assert a["tiers"] is None and verdict.widest(a) is None
+    assert a["letters"] is None and verdict.widest(a) is None
+    two = verdict.analyse(_records({"ddp": [100.0, 101.0], "horovod": [50.0, 51.0]}))
+    assert two["letters"] is None and two["lines"][0].startswith("**Verdict: no ranking.** Each row ran 2 launch(es)")
     assert a["lines"][0].startswith("**Verdict: no ranking.** Each row ran 1 launch(es); a row needs at least 3")
     assert "`--precision 5% --budget 10m`" in a["lines"][0]
 
@@ -255,31 +328,25 @@ def test_the_default_baseline_is_the_first_row_asked_for_not_the_first_that_ran(
         r["row_order"] = ["dp", "ddp", "spawn"]
     a = verdict.analyse(recs)
     assert a["baseline"] == "ddp" and a["ranked"] == ["ddp", "spawn"]
-    # a later tier is given with the comparison that resolved it: against the fastest row of the tier before
     recs += _records({"horovod": [50.0, 51.0, 49.0]})
     for r in recs:
         r["row_order"] = ["dp", "ddp", "spawn", "horovod"]
     lines = verdict.analyse(recs)["lines"]
-    assert "; then ddp " in lines[0] and "ahead of horovod" in lines[0]
+    # paired: ddp/horovod 2, 1.980, 2.020 round by round, log mean 0.6932, sd 0.0100, t(0.975, 2) = 4.303:
+    # [1.95, 2.05]; ddp/spawn is 1.01 in every round, so even that is resolved
+    assert lines[2] == ("Resolved: ddp 1.01× [1.01–1.01] ahead of spawn; ddp 2.00× [1.95–2.05] ahead of horovod; "
+                        "spawn 1.98× [1.93–2.03] ahead of horovod.")
 
 
-def test_a_tie_is_not_transitive_and_the_verdict_says_which_faster_row_a_later_one_is_not_resolved_against():
-    # a ≈ b and b ≈ c, but a > c resolved: c is in a later tier because of a, and the verdict must not read as if b
-    # were resolved ahead of it too (it once printed the baseline's unresolved ratio there)
+def test_a_tie_is_not_transitive_and_the_letters_show_it():
+    # a ≈ b and b ≈ c, but a > c resolved: b shares a letter with each, and nothing reads as if b were resolved
+    # ahead of c
     a_, b_, c_ = [100.0, 101.0, 99.0, 100.5, 99.5], [85.0, 115.0, 80.0, 110.0, 95.0], [90.0, 91.0, 89.0, 90.5, 89.5]
     an = verdict.analyse(_records({"a": a_, "b": b_, "c": c_}))
-    assert an["tiers"] == [["a", "b"], ["c"]]
-    # Checked with scipy.stats (Welch's t on the log values, outside harness/): a/c 1.1111 [1.0976, 1.1248] (df 7.91),
-    # b/c 1.0672 [0.8777, 1.2976] (df 4.02: contains 1), a/b 1.0412 [0.8563, 1.2660].
-    assert an["lines"][0] == ("**Verdict — fastest: a ≈ b (no difference resolvable among them)**; then a 1.11× "
-                              "[1.10–1.12] ahead of c (not resolved against b: 1.07× [0.88–1.30]). (5 launches per "
-                              "row, 95% intervals.)")
-    # with b as the baseline, its own ratio to c is the one given (as in the table), said to be unresolved, with
-    # the comparison that did resolve c's place
-    first = verdict.analyse(_records({"a": a_, "b": b_, "c": c_}, baseline="b"))["lines"][0]
-    assert first == ("**Verdict — fastest: a ≈ b (no difference resolvable among them)**; then b 1.07× [0.88–1.30] "
-                     "ahead of c (not resolved; resolved behind a: 1.11× [1.10–1.12]). (5 launches per row, 95% "
-                     "intervals.)")
+    assert an["letters"] == {"a": "a", "b": "ab", "c": "b"}
+    assert an["lines"][0] == "**Verdict — fastest: a**; b is not resolved against any row."
+    assert "Not resolved: a vs b " in an["lines"][2] and "b vs c " in an["lines"][2]
+    assert "Resolved: a 1.11× " in an["lines"][2] and "ahead of c" in an["lines"][2]
 
 
 def test_compare_knobs_lists_every_knob_from_its_declaration_and_version_prints_one_line():
