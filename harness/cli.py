@@ -12,6 +12,7 @@ Runs in: the parent.
     compare run --hosts h1:2,h2:2      the same comparison across hosts (each framework's own multi-node launcher)
     compare sbatch --nodes 2 --ntasks-per-node 4 -a ddp,deepspeed | sbatch     the same under SLURM
     compare report results/<run>/      re-render report.md and the plots from records.jsonl
+    compare diff RUN_A RUN_B           the same rows of two runs: per-row ratios B / A with intervals
     compare index                      regenerate results/README.md
 
 Exit codes: 0 done (an until-target row that missed its target is a result, not a failure); 1 no row ran or the
@@ -26,7 +27,7 @@ import time
 
 import typer
 
-from harness.commands import comm, doctor, env, index, knobs, listing, plan, predict, report, run, sbatch, scale
+from harness.commands import comm, diff, doctor, env, index, knobs, listing, plan, predict, report, run, sbatch, scale
 from harness.commands.common import Group, Invocation, flag
 from harness.commands.declare import command
 from harness.core.requests import CommRequest, RunRequest, SbatchRequest, ScaleRequest
@@ -139,6 +140,8 @@ command(app, plan.PlanRequest, "plan", short_help="Which backend for a cluster: 
 command(app, CommRequest, "comm", short_help="Benchmark and check collectives per backend.")(comm.comm)
 command(app, report.ReportRequest, "report", short_help="Re-render a run's report.md and plots from its records.")(
     report.report)
+command(app, diff.DiffRequest, "diff", short_help="The same rows of two runs: per-row ratios, intervals, outcomes.")(
+    diff.diff)
 command(app, index.IndexRequest, "index", short_help="Regenerate DIR/README.md, the index of the runs under DIR.")(
     index.index)
 command(app, listing.ListRequest, "list")(listing.list_all)

@@ -1,0 +1,111 @@
+"""`compare diff RUN_A RUN_B`: per-row ratios of two runs against hand-computed values, the outcomes, and bad input
+as one line and exit 2 with nothing written."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.reports import run_diff as diff
+
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "digits_cpu2_20261126-045209"
+
+
+def _run(tmp_path, name, values, workload="digits", world_size=2, batch=None, torch=None):
+    """A run directory whose records are a committed run's (every field a real run writes), with these per-launch
+    samples/s per row and, where given, another workload, world size, global batch or torch."""
+    from harness.core.record import read_records
+
+    template = {r["label"]: r for r in read_records(FIXTURE / "records.jsonl.gz")}
+    d = tmp_path / name
+    d.mkdir()
+    recs = []
+    for label, vs in values.items():
+        for k, v in enumerate(vs):
+            r = json.loads(json.dumps(template[label]))
+            r.update(repeat=k, samples_per_s=v, workload=workload, world_size=world_size)
+            if batch is not None:
+                r["controls"]["global_batch"] = batch
+            if torch is not None:
+                r["env"]["torch"] = torch
+            recs.append(r)
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return d
+
+
+def test_each_row_is_b_over_a_with_welchs_interval_and_holms_outcome():
+    # ddp: A's logs 0, 0.1, 0.2 (x 100), B's 0.5, 0.6, 0.7: B / A = e^0.5 = 1.6487 with Welch's df 4 and
+    # se = sqrt(2 x 0.01 / 3) = 0.0816497, t(0.975, 4) = 2.776445: [e^0.2733042, e^0.7266958] = [1.314300, 2.068235]
+    a = {"ddp": [100 * math.exp(x) for x in (0, 0.1, 0.2)], "spawn": [100.0, 101.0, 99.0],
+         "horovod": [50.0, 80.0, 65.0]}
+    b = {"ddp": [100 * math.exp(x) for x in (0.5, 0.6, 0.7)], "spawn": [100.5, 100.0, 99.5],
+         "horovod": [60.0, 45.0, 75.0], "fsdp": [10.0, 11.0, 12.0]}
+    d = diff.compare([*_records(a)], [*_records(b, torch="2.14.0")])
+    rows = {r["label"]: r for r in d["rows"]}
+    assert rows["ddp"]["estimate"] == pytest.approx(math.exp(0.5))
+    assert rows["ddp"]["lo"] == pytest.approx(1.314300, abs=1e-6)
+    assert rows["ddp"]["hi"] == pytest.approx(2.068235, abs=1e-6)
+    assert rows["ddp"]["outcome"] == "faster in B"
+    assert rows["spawn"]["outcome"] == "equivalent"  # within 1% of each other, both tight
+    assert rows["horovod"]["outcome"] == "not resolved"
+    assert d["only_b"] == ["fsdp"] and d["context"] == [("torch", "2.13.0", "2.14.0")]
+    text = "\n".join(diff.lines(d))
+    # the rows' own intervals: A e^(0.1 -+ 0.2484138) x 100 = [86, 142], B e^(0.6 -+ 0.2484138) x 100 = [142, 234]
+    assert "| ddp | 111 [86–142] | 182 [142–234] | 1.649× [1.314–2.068] | faster in B |" in text
+    assert "Only measured in B: fsdp." in text and "What differs: torch 2.13.0 → 2.14.0." in text
+
+
+def _records(values, torch="2.13.0"):
+    out = []
+    for label, vs in values.items():
+        for k, v in enumerate(vs):
+            out.append({"kind": "run", "label": label, "status": "ok", "repeat": k, "workload": "digits",
+                        "world_size": 2, "samples_per_s": v, "controls": {"global_batch": 64, "workload_options": {}},
+                        "env": {"torch": torch}})
+    return out
+
+
+def test_compare_diff_prints_the_table_and_writes_nothing(tmp_path):
+    a = _run(tmp_path, "a", {"ddp": [100.0, 101.0, 99.0]})
+    b = _run(tmp_path, "b", {"ddp": [120.0, 121.0, 119.0]})
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    shown = CliRunner().invoke(app, ["diff", str(a), str(b)])
+    assert shown.exit_code == 0, shown.output
+    assert "| ddp | 100 [98–103] | 120 [118–123] | 1.200× [1.175–1.226] | faster in B |" in shown.stdout
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("make_b, args, message", [
+    (lambda t: _run(t, "b", {"ddp": [1.0] * 3}, workload="widemlp"), [],
+     "the runs differ in workload: A has digits, B has widemlp; compare diff compares the same rows of the same "
+     "workload, world size and batch"),
+    (lambda t: _run(t, "b", {"ddp": [1.0] * 3}, world_size=4), [], "the runs differ in world size: A has 2, B has 4"),
+    (lambda t: _run(t, "b", {"ddp": [1.0] * 3}, batch=32), [], "the runs differ in global batch: A has 64, B has 32"),
+    (lambda t: _run(t, "b", {"spawn": [1.0] * 3}), [], "no row was measured in both runs (A: ddp; B: spawn)"),
+    (lambda t: t, [], "no records.jsonl in "),
+    (lambda t: t / "nowhere", [], "does not exist; give a directory written by `compare run`"),
+    *[(lambda t: _run(t, "b", {"ddp": [1.0] * 3}), ["--margin", bad],
+       f"--margin must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
+      for bad in ("0", "-5%", "abc", "100%")],
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, make_b, args, message):
+    a = _run(tmp_path, "a", {"ddp": [1.0, 1.1, 0.9]})
+    b = make_b(tmp_path)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    shown = CliRunner().invoke(app, ["diff", str(a), str(b), *args])
+    assert shown.exit_code == 2 and shown.stdout == ""
+    assert message in shown.stderr and shown.stderr.startswith("error: ") and shown.stderr.count("\n") == 1, \
+        shown.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_a_scale_sweep_is_not_a_run(tmp_path):
+    a = _run(tmp_path, "a", {"ddp": [1.0, 1.1, 0.9]})
+    sweep = FIXTURE.parent / "scale_digits_cpu2_20261125-085608"
+    shown = CliRunner().invoke(app, ["diff", str(a), str(sweep)])
+    assert shown.exit_code == 2
+    assert shown.stderr == "error: B holds scale records; compare diff compares two `compare run` results\n"
