@@ -28,82 +28,10 @@ import time
 import typer
 
 from harness.commands import comm, diff, doctor, env, index, knobs, listing, plan, predict, report, run, sbatch, scale
-from harness.commands.common import Group, Invocation, flag
+from harness.commands.common import Invocation, flag
 from harness.commands.declare import command
 from harness.core.requests import CommRequest, RunRequest, SbatchRequest, ScaleRequest
-from harness.shared.registry import BadReference, UserCodeError
-
-try:  # typer vendors click from 0.20 on
-    from typer._click import exceptions as clickerr
-except ImportError:  # pragma: no cover - older typer on a stand-alone click
-    from click import exceptions as clickerr
-
-
-def _closest(typed: str, candidates: list[str]) -> list[str]:
-    """The candidates nearly as close to what was typed as the closest one (click offers every one above 0.6:
-    "--adaptrs" got "--adapters or --plots")."""
-    import difflib
-
-    ratio = {c: difflib.SequenceMatcher(None, typed, c).ratio() for c in candidates}
-    best = max(ratio.values(), default=0.0)
-    return [c for c in candidates if ratio[c] >= best - 0.15]
-
-
-def usage_line(exc) -> str:
-    """A usage error (unknown option or command, a value of the wrong type, a missing argument) as one line that
-    names the problem and the valid choices."""
-    ctx = exc.ctx
-    where = "`" + " ".join(["compare", *(ctx.command_path.split()[1:] if ctx else [])]) + "`"
-    if isinstance(exc, clickerr.NoSuchOption) and ctx is not None:
-        valid = sorted({max(p.opts, key=len) for p in ctx.command.params if max(p.opts, key=len).startswith("--")}
-                       | {"--help"})
-        close = _closest(exc.option_name, [p for p in exc.possibilities or [] if p != "--help"])
-        guess = f" (did you mean {' or '.join(close)}?)" if close else ""
-        return f"no such option {exc.option_name} for {where}{guess}; valid options: {', '.join(valid)}"
-    message = " ".join(exc.format_message().split())
-    if message.startswith("No such command") and ctx is not None and hasattr(ctx.command, "list_commands"):
-        return f"{message.rstrip('.')}; valid commands: {', '.join(ctx.command.list_commands(ctx))}"
-    return f"{message.rstrip('.')} (see {where[:-1]} --help`)"
-
-
-class OneLineUsageErrors(Group):
-    """Click's usage errors as one line on stderr and exit code 2, like every other bad input (click's own form is
-    a usage line, a hint and a framed box)."""
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        if not (sys.argv[1:] if args is None else list(args)):  # bare `compare`: the help, as before
-            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except clickerr.UsageError as exc:
-            typer.echo(f"error: {usage_line(exc)}", err=True)
-            sys.exit(2)
-        except clickerr.ClickException as exc:
-            typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
-            sys.exit(exc.exit_code)
-        except BadReference as exc:  # a user's file or module that gives no workload, wherever a command met it
-            typer.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-        except UserCodeError as exc:  # the user's own workload raised: their traceback, not ours
-            sys.stderr.write(exc.user_traceback())
-            sys.stderr.write(f"error: {exc.doing} raised {type(exc.exc).__name__} in your code (traceback above); "
-                             f"nothing was run or written\n")
-            sys.exit(1)
-        except typer.Abort:  # (not in typer's vendored click.exceptions: typer.Abort is the class it raises)
-            typer.echo("Aborted!", err=True)
-            sys.exit(1)
-        except MemoryError:  # compare itself (not a rank) out of memory: what was written stays written
-            import resource
-
-            limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-            shown = "" if limit == resource.RLIM_INFINITY else f" (this process may map {limit / 2**20:,.0f} MiB: " \
-                                                                "raise `ulimit -v`)"
-            sys.stderr.write(f"error: compare ran out of memory{shown}\n")
-            sys.exit(1)
-        if not standalone_mode:
-            return code
-        sys.exit(code if isinstance(code, int) else 0)  # the commands return nothing; typer.Exit(n) returns n
-
+from harness.commands.usage_errors import OneLineUsageErrors
 
 app = typer.Typer(cls=OneLineUsageErrors, add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
                   no_args_is_help=True,

@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from harness.commands.common import console, fail, malformed, read_run
 from harness.core.argv import cli
-from harness.core.requests import typed_path
+from harness.core.requests import PREDICT_TO, typed_path
 
 
 @dataclass
@@ -22,7 +22,7 @@ class PredictRequest:
     measured, then the model's accuracy across them)."""
     profiles: list[str] = field(default_factory=list, metadata=cli("--profile"))
     """Hardware profile(s) to extrapolate to (default: the sweep's; with several directories, only those given)."""
-    to: int = field(default=1024, metadata=cli("--to"))
+    to: int = field(default=PREDICT_TO, metadata=cli("--to"))
     """Largest world size extrapolated to (8, 16, 64, 256, ... up to it)."""
     list_profiles: bool = field(default=False, metadata=cli("--list", negatable=False))
     """List the hardware profiles and exit."""

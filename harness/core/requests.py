@@ -21,6 +21,12 @@ from harness.core.errors import BadInput, first_sentence  # noqa: F401  (re-expo
 from harness.shared import options
 from harness.shared.options import OptionError
 from harness.shared.registry import BadReference, UnknownName
+from harness.shared.spec import STALL_S
+
+DEFAULT_PROFILE = "h100-sxm-ndr400"
+"""The hardware profile `compare scale` extrapolates to when none is named."""
+PREDICT_TO = 1024
+"""The largest world size `compare scale` and `compare predict` extrapolate to by default."""
 
 DEVICES = ("cpu", "cuda")
 
@@ -56,7 +62,7 @@ class Request:
     """Ranks (devices for DataParallel; default 2 on CPU, every GPU on cuda, or the hosts' slots)."""
     timeout_s: float = field(default=900.0, metadata=cli("--timeout"))
     """Seconds before a launch is killed and recorded as a timeout."""
-    stall_s: float = field(default=300.0, metadata=cli("--stall-timeout"))
+    stall_s: float = field(default=STALL_S, metadata=cli("--stall-timeout"))
     """Seconds without progress (no new phase or step from rank 0) after which a launch is stopped as stalled, each
     rank's Python stacks written to its log first (0: never)."""
     out: Path | None = field(default=None, metadata=cli("--out", kind=str, to_field=out_path, to_text=str))
@@ -206,10 +212,10 @@ class ScaleRequest(RunRequest):
     model: bool = field(default=True, metadata=cli("--model"))
     """Calibrate the performance model (a `compare comm` sweep per world size) and predict (--no-model: skip the
     comm sweep and the prediction)."""
-    profiles: list[str] = field(default_factory=lambda: ["h100-sxm-ndr400"], metadata=cli(
+    profiles: list[str] = field(default_factory=lambda: [DEFAULT_PROFILE], metadata=cli(
         "--profile", to_field=lambda names: list(dict.fromkeys(names))))
     """Hardware profile(s) to extrapolate to (see `compare predict --list`)."""
-    predict_to: int = field(default=1024, metadata=cli("--predict-to"))
+    predict_to: int = field(default=PREDICT_TO, metadata=cli("--predict-to"))
     """Largest world size predicted."""
     profile_steps: int = field(default=10, metadata=cli("--profile-steps"))
     """Steps per batch size of the compute profile."""

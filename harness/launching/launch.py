@@ -58,17 +58,13 @@ from harness.launching.reaper import LEADERS, describe_launch, kill_groups, kill
 from harness.shared import progress as progress_file
 from harness.shared import rank_result
 from harness.shared.rank_result import RankResult
-from harness.shared.spec import RunSpec
+from harness.shared.spec import STALL_S, RunSpec
 from harness.shared.witness import launch_id, note_stopping
 
 UI_INTERVAL_S = 1.0
 """How often the parent wakes to redraw the progress line while a launch runs."""
 NODE_GRACE_S = 5.0
 """After one command of a multi-node launch failed: how long the others may take to fail by themselves."""
-STALL_S = 300.0
-"""Default --stall-timeout: a launch whose rank 0 has not moved (phase or step) for this long after its gate opened
-is stopped as stalled, each local rank's Python stacks first written to its log. On one machine, a rank 0 that has
-said nothing at all by then (a launcher or a rendezvous stuck before its worker began) counts as stalled too."""
 STACK_DUMP_WAIT_S = 5.0
 """How long the stacks a stall asked for may take to reach the log (until it stops growing)."""
 @dataclass

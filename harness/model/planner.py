@@ -49,8 +49,6 @@ OPTIMIZER_TRAFFIC = {"adamw": 28.0, "sgd": 20.0}
 """Bytes per parameter an fp32 optimizer step reads and writes (AdamW: parameter, gradient and both moments read,
 parameter and moments written; SGD with momentum: parameter, gradient, buffer read, parameter and buffer
 written)."""
-SEQ_LEN = 2048
-"""Tokens per sample of a transformer given by --params (--seq-len)."""
 HEAD_DIM = 128
 """A transformer given by --hidden has hidden / HEAD_DIM attention heads (GPT-3's and Llama's head size)."""
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

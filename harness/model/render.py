@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.core.outdir import save_figure
 from harness.core.record import has_intervals
+from harness.core.requests import DEFAULT_PROFILE
 from harness.core.sizes import format_mib
 from harness.shared.comm_schedule import Fusion, Schedule, Zero
 from harness.model import FINGERPRINT, VERSION, published
@@ -410,7 +411,7 @@ def predict_sweep(print_line, directory: Path, records: list[dict], tab, profile
     if not to_profiles:
         return rows
     sweep = records[0].get("scale_sweep") or {}
-    for name in profile or sweep.get("profiles") or ["h100-sxm-ndr400"]:
+    for name in profile or sweep.get("profiles") or [DEFAULT_PROFILE]:
         if name not in cm.profiles():  # named by the sweep's records, not typed (that is checked)
             print_line(f"unknown hardware profile {escape(name)} named by the sweep: no extrapolation to it")
             continue

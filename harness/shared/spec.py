@@ -10,6 +10,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+STALL_S = 300.0
+"""Default --stall-timeout: a launch whose rank 0 has not moved (phase or step) for this long after its gate opened
+is stopped as stalled, each local rank's Python stacks first written to its log. On one machine, a rank 0 that has
+said nothing at all by then (a launcher or a rendezvous stuck before its worker began) counts as stalled too."""
 PARENT_PID_ENV = "COMPARE_PARENT_PID"
 """Set by the parent in every launch's environment: its pid. A rank whose `compare` is gone kills itself."""
 PARENT_PGID_ENV = "COMPARE_PARENT_PGID"

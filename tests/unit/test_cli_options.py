@@ -128,3 +128,42 @@ def test_a_run_reexecuted_from_its_recorded_command_resolves_to_the_same_plan(tm
     assert again.request.world_size == first.request.world_size and again.out == first.out
     # and the recorded command is itself what it resolves to: running it again records the same line
     assert again.rerun == first.rerun
+
+
+def test_no_option_default_is_written_twice():
+    """A request field's default written as a literal that some module also keeps as a constant of the same name is
+    one fact on two walls (--stall-timeout's 300 s was once both STALL_S in launch.py and a literal in
+    requests.py): the field must name the constant. (Same value and a word of the name in common: 10 steps and a
+    loss window of 10 are two facts.)"""
+    generic = {"s", "default", "max", "min", "n", "ms", "mb"}
+
+    def words(name):
+        return {w for w in name.lower().split("_") if w not in generic}
+
+    constants: dict[object, list[str]] = {}
+    for path in (REPO / "harness").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id.isupper() and isinstance(node.value, ast.Constant)):
+                v = node.value.value
+                if isinstance(v, (int, float, str)) and not isinstance(v, bool) and v not in (0, 1, 2, ""):
+                    constants.setdefault((type(v), v), []).append(node.targets[0].id)
+    twice = []
+    for path in [REPO / "harness" / "core" / "requests.py", *(REPO / "harness" / "commands").glob("*.py")]:
+        for stmt in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                    and isinstance(stmt.value, ast.Call) and getattr(stmt.value.func, "id", None) == "field"):
+                continue
+            node, field_name = stmt.value, stmt.target.id
+            for kw in node.keywords:
+                values = [kw.value] if kw.arg == "default" else (
+                    [e for e in ast.walk(kw.value) if isinstance(e, ast.Constant)] if kw.arg == "default_factory"
+                    else [])
+                for v in values:
+                    if not isinstance(v, ast.Constant):
+                        continue
+                    same = [c for c in constants.get((type(v.value), v.value), []) if words(c) & words(field_name)]
+                    if same:
+                        twice.append(f"{path.relative_to(REPO)}:{v.lineno} {field_name}={v.value!r} is also "
+                                     f"{', '.join(same)}")
+    assert not twice, twice
