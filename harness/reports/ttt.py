@@ -93,9 +93,50 @@ def markdown_table(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _family(ranked: list[dict[str, Any]], key: str, fmt: str) -> str:
+    """With intervals (schema 2, at least 3 repeats that reached the target in every row): every pair of rows as
+    one family, as the throughput verdict compares them (harness/core/stats.py): the ratio of geometric-mean times
+    with its 95% Welch interval (repeats of time to target are not paired), Holm-adjusted over the pairs. The
+    first row by geometric mean, the rows it is resolved ahead of, and those it is not."""
+    from itertools import combinations
+
+    from harness.core.stats import compare_pair, geomean_interval, holm
+
+    mean = {r["label"]: geomean_interval(r[key]["values"])["estimate"] for r in ranked}
+    ranked = sorted(ranked, key=lambda r: mean[r["label"]])
+    pairs = [(fast, slow, compare_pair(slow[key]["values"], fast[key]["values"], paired=False))
+             for fast, slow in combinations(ranked, 2)]
+    for (_, _, c), q in zip(pairs, holm([c["p"] for _, _, c in pairs])):
+        c["p_holm"] = q
+    best = ranked[0]
+    text = f"**{_name(best)}**, {format(mean[best['label']], fmt)} s (geometric mean of {len(best[key]['values'])})"
+    ahead = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] < 0.05]
+    level = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] >= 0.05]
+    def said(s, c):
+        text = f"{_name(s)} {c['estimate']:.2f}× [{c['lo']:.2f}–{c['hi']:.2f}] as long"
+        if c["p_holm"] >= 0.05 and (c["lo"] > 1 or c["hi"] < 1):  # the interval alone excludes 1; the family not
+            text += f" (p = {c['p_holm']:.2g} after Holm's correction)"
+        return text
+
+    if ahead:
+        text += "; resolved ahead of " + ", ".join(said(s, c) for s, c in ahead)
+    if level:
+        text += "; not resolved against " + ", ".join(said(s, c) for s, c in level)
+    others = [(f, s, c) for f, s, c in pairs if f is not best and c["p_holm"] < 0.05]
+    if others:
+        text += "; also resolved: " + ", ".join(f"{_name(f)} ahead of {said(s, c)}" for f, s, c in others)
+    return text + f" (95% intervals, all {len(pairs)} pairs Holm-adjusted)"
+
+
 def _ahead(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
-    """"ddp, 0.41 s, 0.05 s (11%) ahead of spawn (0.46 s)" for the rows that reached the target, by `key`."""
+    """"ddp, 0.41 s, 0.05 s (11%) ahead of spawn (0.46 s)" for the rows that reached the target, by `key`; with
+    intervals, every pair (`_family`)."""
     ranked = sorted((r for r in rows if r.get(key)), key=lambda r: r[key]["median"])
+    from harness.core.stats import MIN_LAUNCHES
+
+    if (len(ranked) > 1 and has_intervals([r["first"] for r in ranked])
+            and all(len(r[key]["values"]) >= MIN_LAUNCHES and r["reached"] == r["repeats"] for r in ranked)):
+        return _family(ranked, key, fmt)
     best = ranked[0]
     text = f"**{_name(best)}**, {format(best[key]['median'], fmt)} s"
     if best["reached"] < best["repeats"]:
@@ -134,10 +175,10 @@ def verdict(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
     if not got:
         return [f"No backend reached {cfg['metric']} {cfg['target']:g} within the {cfg['max_steps']}-step budget."]
     n = max(r["reached"] for r in got)
-    of = f" (median of {n} repeats)" if n > 1 else ""
-    out = [f"First to {cfg['metric']} {cfg['target']:g} in training time{of}: "
-           f"{_ahead(got, 'train_time_to_target_s', '.3f')}. End to end, from starting the launch command (start-up "
-           f"included): {_ahead(got, 'e2e_time_to_target_s', '.2f')}."]
+    train, e2e = _ahead(got, 'train_time_to_target_s', '.3f'), _ahead(got, 'e2e_time_to_target_s', '.2f')
+    of = f" (median of {n} repeats)" if n > 1 and "geometric mean" not in train else ""
+    out = [f"First to {cfg['metric']} {cfg['target']:g} in training time{of}: {train}. End to end, from starting the "
+           f"launch command (start-up included): {e2e}."]
     missed = [r["label"] for r in rows if r["measured"] and not r["reached"]]
     if missed:
         out.append(f"Did not reach the target within {cfg['max_steps']} steps in any repeat: {', '.join(missed)}.")

@@ -190,3 +190,22 @@ def test_a_not_reached_record_must_carry_its_ttt_object():
     del rec["ttt"]["best_metric"]
     with pytest.raises(ValueError, match="ttt has no 'best_metric'"):
         check_record(rec)
+
+
+def test_with_intervals_every_pair_of_times_to_target_is_one_family():
+    # Three repeats each (schema 2): ddp 0.300 s every time, spawn 0.310 (the fixture adds 10 ms), horovod 0.40,
+    # 0.60, 0.30. The time ratios are geometric means with Welch's interval, Holm-adjusted over the three pairs:
+    # spawn/ddp is exactly 1.0333 (no spread: resolved); horovod's logs have mean -0.8770 and variance 0.1213, so
+    # against ddp's constant 0.3 s: e^0.3270 = 1.387, Welch df 2, half-width 4.303 x sqrt(0.1213 / 3) = 0.8652,
+    # [e^-0.5382, e^1.1922] = [0.58, 3.29]: not resolved.
+    records = _ttt_records({"ddp": [100, 100, 100], "spawn": [100, 100, 100], "horovod": [100, 100, 100]})
+    for r in records:
+        r["schema_version"] = 2
+        if r["label"] == "horovod":
+            r["ttt"]["train_time_to_target_s"] = {0: 0.40, 1: 0.60, 2: 0.30}[r["repeat"]]
+    lines = ttt.verdict(ttt.table_rows(records, run_report.group(records)), ttt.settings(records))
+    first = lines[0]
+    assert first.startswith("First to test accuracy 0.95 in training time: **ddp**, 0.300 s (geometric mean of 3); "
+                            "resolved ahead of spawn 1.03× [1.03–1.03] as long; not resolved against horovod 1.39× "
+                            "[0.58–3.29] as long (95% intervals, all 3 pairs Holm-adjusted).")
+    assert "(95% intervals, all 3 pairs Holm-adjusted)" in first and "median" not in first.split(". End")[0]
