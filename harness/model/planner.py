@@ -9,8 +9,9 @@ compute and network, each assumption stated where it is made:
   model, or 6 x parameters x tokens for a transformer given by its size) over the profile's peak for the dtype
   times an assumed utilisation; low, middle and high are calibration.UTILISATION. Forward is 1/3 of it, backward
   2/3 (twice the forward's FLOPs) plus, with activation checkpointing, the recomputed forward; each layer's
-  gradient is ready once backward has done that layer's share, in proportion to its parameters. The optimizer step reads and writes its state at the device's memory bandwidth.
-  No framework overhead is carried over (none was measured on the target);
+  gradient is ready once backward has done that layer's share, in proportion to its parameters. The optimizer step
+  reads and writes its state at the device's memory bandwidth. No framework overhead is carried over (none was
+  measured on the target);
 - network: the profile's bus bandwidth inside a node; across nodes, the node's NICs at NIC_EFFICIENCY of their
   line rate when --nic-gbps is given, else the profile's own measured figure;
 - memory, in GiB: model states (parameters, gradients, optimizer state), as each adapter counts them

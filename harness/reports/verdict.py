@@ -286,8 +286,8 @@ def markdown(a: dict[str, Any]) -> list[str]:
         return md
     ratios = ("paired within rounds" if a["blocked"] else "Welch t on the difference of log means")
     md += [f"Against the baseline **{a['baseline']}** (rows: 95% Student t interval over launches on log samples/s, "
-           f"the geometric mean; ratios: {ratios}, with their outcome as in the pairs above; CPU time: the ranks' own process CPU time over the timed window, per step, mean over ranks and "
-           "launches):", "",
+           f"the geometric mean; ratios: {ratios}, with their outcome as in the pairs above; CPU time: the ranks' own "
+           "process CPU time over the timed window, per step, mean over ranks and launches):", "",
            "| row | samples/s [95% interval] | launches | ratio to baseline [95% interval] | outcome | CPU ms per step "
            "per rank (ratio) |", "|---|---|---|---|---|---|"]
     for k in a["ranked"]:
@@ -304,8 +304,8 @@ def markdown(a: dict[str, Any]) -> list[str]:
     md.append("")
     if len(a["order"]) > 2 and a["letters"] is not None:
         order = a["order"]
-        md += [f"Every pair (row ÷ column, geometric means; ▲ resolved faster, ▼ resolved slower, ≈ equivalent within "
-               f"±{a['margin']:.0%}, ? not resolved; Holm-adjusted):", "",
+        md += [f"Every pair (row ÷ column, geometric means; ▲ resolved faster, ▼ resolved slower, ≈ equivalent "
+               f"within ±{a['margin']:.0%}, ? not resolved; Holm-adjusted):", "",
                "| row | group | " + " | ".join(_name(a, k) for k in order) + " |",
                "|---|---|" + "---|" * len(order)]
         for x in order:

@@ -48,7 +48,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from harness.core.stats import INTERVAL_METHOD, ratio_interval  # noqa: E402
+from harness.core.stats import INTERVAL_METHOD, compare_pair, ratio_interval  # noqa: E402
 
 PY = sys.executable
 BIN = Path(PY).parent
@@ -370,12 +370,19 @@ def main() -> None:
               f"{_spread(mean)}")
     if summary:
         # The verdict's statistics (harness/core/stats.py): launches are the replicates, the ratio of geometric means of
-        # samples/s over the timed window with Welch's 95% interval on the log scale; the same for CPU per step.
-        print(f"\ncase                 pairs  harness/raw samples/s [95% interval]  CPU per step harness/raw [95% "
-              f"interval]  ({INTERVAL_METHOD})")
+        # samples/s over the timed window with a 95% interval on the log scale; the same for CPU per step. Each pair
+        # runs raw and harness back to back, so a pair is a block: the paired interval (t on the differences of logs
+        # within pairs) is the analysis; Welch's unpaired one is printed beside it.
+        print(f"\ncase                 pairs  harness/raw samples/s, paired [95% interval]  unpaired (Welch)  "
+              f"CPU per step harness/raw, paired  ({INTERVAL_METHOD})")
+        def paired(side: dict[str, list[float]]) -> str:
+            if not len(side["raw"]) == len(side["harness"]) >= 2:
+                return "n/a (a pair lost one side)"
+            return _interval(compare_pair(side["harness"], side["raw"], paired=True))
+
         for case, _, _, _, _, _, tput, cpu, _ in summary:
-            print(f"{case:20s} {len(tput['raw']):5d}  {_interval(ratio_interval(tput['harness'], tput['raw'])):36s}  "
-                  f"{_interval(ratio_interval(cpu['harness'], cpu['raw']))}")
+            print(f"{case:20s} {len(tput['raw']):5d}  {paired(tput):36s}  "
+                  f"{_interval(ratio_interval(tput['harness'], tput['raw'])):24s}  {paired(cpu)}")
     if summary and GPU["device"] == "cuda":
         # On a GPU the summed step events leave out what falls between steps; both sides' timed windows by the
         # wall clock (synchronised at both ends) hold it: the harness/raw ratio of those is what a job would get.
