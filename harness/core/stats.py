@@ -183,8 +183,6 @@ def compare_pair(a: list[float], b: list[float], paired: bool, margin: float = D
     "p" (two-sided, no difference), "p_equivalent" (TOST: the larger one-sided p against ratios beyond 1 + margin
     either way), "df", "n", "paired"}. `paired`: a[i] and b[i] come from the same round (t on the differences of
     logs, n - 1 degrees of freedom), else Welch. Below MIN_LAUNCHES a side has no interval and no test (None)."""
-    from scipy import stats as sp
-
     if paired:
         if len(a) != len(b):
             raise ValueError(f"paired values need as many of each, got {len(a)} and {len(b)}")
@@ -202,6 +200,8 @@ def compare_pair(a: list[float], b: list[float], paired: bool, margin: float = D
            "n": n, "paired": paired}
     if not enough:
         return out
+    from scipy import stats as sp  # only where there is something to test: a one-launch run never imports it
+
     bound = math.log1p(margin)
     if se == 0.0:  # identical launches: no spread, the estimate is exact
         out.update(lo=out["estimate"], hi=out["estimate"], df=df, p=0.0 if mean else 1.0,
