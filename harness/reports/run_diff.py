@@ -97,7 +97,10 @@ def lines(d: dict[str, Any]) -> list[str]:
     for r in d["rows"]:
         ratio = (f"{r['estimate']:.3f}× (no interval)" if r["lo"] is None else
                  f"{r['estimate']:.3f}× [{r['lo']:.3f}–{r['hi']:.3f}]")
-        out.append(f"| {r['label']} | {_iv(r['a'])} | {_iv(r['b'])} | {ratio} | {r['outcome']} |")
+        outcome = r["outcome"]
+        if outcome == "not resolved" and (r["lo"] > 1 or r["hi"] < 1):  # the interval alone excludes 1
+            outcome += f" (p = {r['p_holm']:.2g} after Holm's correction)"
+        out.append(f"| {r['label']} | {_iv(r['a'])} | {_iv(r['b'])} | {ratio} | {outcome} |")
     out.append("")
     said = {}
     for r in d["rows"]:
