@@ -52,8 +52,9 @@ def slowest_rank_steps(per_rank: list[list[float]]) -> list[float]:
 CONFIDENCE = 0.95
 MIN_LAUNCHES = 3
 """Below this many launches a row gets no interval ("n=2: no interval"), not a number that looks exact."""
-INTERVAL_METHOD = ("95% Student t interval over launches on log samples/s (geometric mean); ratios: Welch t on the "
-                   "difference of log means")
+INTERVAL_METHOD = ("95% Student t interval over launches on log samples/s (geometric mean); ratios between rows: "
+                   "paired within rounds where every row ran once in every round, else Welch t on the difference of "
+                   "log means (the verdict says which)")
 
 
 def t_cdf(t: float, df: float) -> float:
