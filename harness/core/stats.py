@@ -50,6 +50,8 @@ def slowest_rank_steps(per_rank: list[list[float]]) -> list[float]:
 # percentile bootstrap at 3 launches was too narrow (it once called the same DDP under two launchers different).
 
 CONFIDENCE = 0.95
+ALPHA = 1 - CONFIDENCE
+"""A family-adjusted p-value below it resolves a difference (or an equivalence)."""
 MIN_LAUNCHES = 3
 """Below this many launches a row gets no interval ("n=2: no interval"), not a number that looks exact."""
 INTERVAL_METHOD = ("95% Student t interval over launches on log samples/s (geometric mean); ratios between rows: "
@@ -224,6 +226,15 @@ def holm(pvalues: list[float | None]) -> list[float | None]:
         running = max(running, min(1.0, (m - rank) * p))
         out[i] = running
     return out
+
+
+def adjust(pairs: list[dict]) -> list[dict]:
+    """A family of `compare_pair` results, each given "p_holm" and "p_equivalent_holm": the difference tests and the
+    equivalence tests each Holm-adjusted over the family."""
+    for key in ("p", "p_equivalent"):
+        for p, q in zip(pairs, holm([p[key] for p in pairs])):
+            p[f"{key}_holm"] = q
+    return pairs
 
 
 def letter_groups(order: list[str], differ: set[frozenset]) -> dict[str, str]:

@@ -83,9 +83,7 @@ def _size(t) -> tuple[bool, float]:
     """(held at the step's dtype?, its elements if so, else its bytes): a tensor of the model's floating dtype
     scales with --dtype; an fp32 statistic beside 16-bit activations (a fused attention's log-sum-exp) and integer
     or boolean tensors do not."""
-    import torch
-
-    if t.is_floating_point() and t.dtype != torch.float32 or t.dtype == torch.float32 and not getattr(t, "_fp32", 0):
+    if t.is_floating_point() and not getattr(t, "_fp32", 0):
         return True, float(t.numel())
     return False, float(t.numel() * t.element_size())
 
@@ -284,6 +282,14 @@ def _count(v: float) -> str:
     return f"{v:,.0f}" if abs(v) < 1e7 else re.sub(r"e\+0*", "e", f"{v:g}")
 
 
+def _check_modes(attention: str, checkpointing: str) -> None:
+    """BadPlan naming the choices for an unknown --attention or --checkpointing."""
+    if attention not in ATTENTION:
+        raise BadPlan(f"unknown --attention {attention}; choose from {', '.join(ATTENTION)}")
+    if checkpointing not in CHECKPOINTING:
+        raise BadPlan(f"unknown --checkpointing {checkpointing}; choose from {', '.join(CHECKPOINTING)}")
+
+
 def llama_ffn(hidden: int) -> int:
     """Llama's MLP width for a hidden size: two thirds of 4 x hidden, rounded up to a multiple of 256 (Llama's
     `multiple_of`; 11,008 for 4,096, 13,824 for 5,120)."""
@@ -305,10 +311,17 @@ def llama_block(hidden: int, heads: int | None = None, kv_heads: int | None = No
     return heads, kv_heads, ffn or llama_ffn(hidden)
 
 
+def block_tensors(hidden: int, heads: int, kv_heads: int, ffn: int) -> list[int]:
+    """Parameters per tensor of one Llama block, in forward order: RMSNorm, query, key, value, output, RMSNorm,
+    gate, up, down."""
+    kv = kv_heads * (hidden // heads)
+    return [hidden, hidden * hidden, hidden * kv, hidden * kv, hidden * hidden, hidden, hidden * ffn, hidden * ffn,
+            ffn * hidden]
+
+
 def block_params(hidden: int, heads: int | None = None, kv_heads: int | None = None, ffn: int | None = None) -> int:
     """Parameters of one Llama block (two norms, attention, SwiGLU MLP)."""
-    a, kv_heads, f = llama_block(hidden, heads, kv_heads, ffn)
-    return 2 * hidden + 2 * hidden**2 + 2 * hidden * kv_heads * (hidden // a) + 3 * hidden * f
+    return sum(block_tensors(hidden, *llama_block(hidden, heads, kv_heads, ffn)))
 
 
 def transformer(params: float, layers: int, hidden: int | None, seq_len: int, optimizer: str, *,
@@ -328,10 +341,7 @@ def transformer(params: float, layers: int, hidden: int | None, seq_len: int, op
     for name, value in (("--params", params), ("--layers", layers), ("--hidden", hidden), ("--seq-len", seq_len),
                         ("--heads", heads), ("--kv-heads", kv_heads), ("--ffn", ffn)):
         within(name, value)
-    if attention not in ATTENTION:
-        raise BadPlan(f"unknown --attention {attention}; choose from {', '.join(ATTENTION)}")
-    if checkpointing not in CHECKPOINTING:
-        raise BadPlan(f"unknown --checkpointing {checkpointing}; choose from {', '.join(CHECKPOINTING)}")
+    _check_modes(attention, checkpointing)
     if not hidden:
         for name, value in (("--heads", heads), ("--kv-heads", kv_heads), ("--ffn", ffn)):
             if value is not None:
@@ -341,8 +351,7 @@ def transformer(params: float, layers: int, hidden: int | None, seq_len: int, op
                      f"FLOPs per sequence of {seq_len} tokens: 6 x parameters x tokens", 8, None)
     a, kv_heads, f = llama_block(hidden, heads, kv_heads, ffn)
     kv = kv_heads * (hidden // a)
-    per_layer = [hidden, hidden * hidden, hidden * kv, hidden * kv, hidden * hidden, hidden, hidden * f,
-                 hidden * f, f * hidden]
+    per_layer = block_tensors(hidden, a, kv_heads, f)
     block = sum(per_layer)
     embed = (params - layers * block - hidden) / 2
     if embed < 0:
@@ -406,10 +415,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
 
     import workloads
 
-    if attention not in ATTENTION:
-        raise BadPlan(f"unknown --attention {attention}; choose from {', '.join(ATTENTION)}")
-    if checkpointing not in CHECKPOINTING:
-        raise BadPlan(f"unknown --checkpointing {checkpointing}; choose from {', '.join(CHECKPOINTING)}")
+    _check_modes(attention, checkpointing)
     w = workloads.get(name, options)
     reason = w.unavailable()
     if reason:
@@ -723,7 +729,7 @@ def lines(plan: Plan) -> list[str]:
     else:
         out.append("activations: not known without --hidden; they, buffers, temporaries and the framework's own "
                    "allocations come on top of the model states")
-    slow = c.fabric().overlap_slowdown
+    slow = f.overlap_slowdown
     overlap = (f"compute overlapping communication takes {1 + slow:.3g}x as long (the profile's "
                f"overlap_compute_slowdown)" if slow else "communication overlapping compute is taken not to slow it "
                "(the profile states no slowdown)")

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from harness.core.record import MEASURED
-from harness.core.stats import CONFIDENCE, DEFAULT_MARGIN, MIN_LAUNCHES, compare_pair, geomean_interval, holm
+from harness.core.stats import ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, geomean_interval
+from harness.reports.verdict import holm_note
 
 IDENTITY = (("workload", lambda r: r.get("workload")),
             ("workload options", lambda r: (r.get("controls") or {}).get("workload_options") or {}),
@@ -66,15 +67,10 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]], margin: float = DE
         va, vb = [r["samples_per_s"] for r in ma[k]], [r["samples_per_s"] for r in mb[k]]
         rows.append({"label": k, "a": geomean_interval(va), "b": geomean_interval(vb),
                      **compare_pair(vb, va, paired=False, margin=margin)})
-    for key, adjusted in (("p", holm([r["p"] for r in rows])),
-                          ("p_equivalent", holm([r["p_equivalent"] for r in rows]))):
-        for r, q in zip(rows, adjusted):
-            r[f"{key}_holm"] = q
-    alpha = 1 - CONFIDENCE
-    for r in rows:
+    for r in adjust(rows):
         r["outcome"] = ("no interval" if r["p"] is None else
-                        ("faster in " if r["estimate"] > 1 else "slower in ") + names[1] if r["p_holm"] < alpha else
-                        "equivalent" if r["p_equivalent_holm"] < alpha else "not resolved")
+                        ("faster in " if r["estimate"] > 1 else "slower in ") + names[1] if r["p_holm"] < ALPHA else
+                        "equivalent" if r["p_equivalent_holm"] < ALPHA else "not resolved")
     context = [(what, get(fa), get(fb)) for what, get in CONTEXT if get(fa) != get(fb)]
     return {"rows": rows, "only_a": [k for k in ma if k not in mb], "only_b": [k for k in mb if k not in ma],
             "unmeasured": sorted({r["label"] for r in a + b} - set(ma) - set(mb)), "margin": margin,
@@ -97,10 +93,7 @@ def lines(d: dict[str, Any]) -> list[str]:
     for r in d["rows"]:
         ratio = (f"{r['estimate']:.3f}× (no interval)" if r["lo"] is None else
                  f"{r['estimate']:.3f}× [{r['lo']:.3f}–{r['hi']:.3f}]")
-        outcome = r["outcome"]
-        if outcome == "not resolved" and (r["lo"] > 1 or r["hi"] < 1):  # the interval alone excludes 1
-            outcome += f" (p = {r['p_holm']:.2g} after Holm's correction)"
-        out.append(f"| {r['label']} | {_iv(r['a'])} | {_iv(r['b'])} | {ratio} | {outcome} |")
+        out.append(f"| {r['label']} | {_iv(r['a'])} | {_iv(r['b'])} | {ratio} | {r['outcome']}{holm_note(r)} |")
     out.append("")
     said = {}
     for r in d["rows"]:

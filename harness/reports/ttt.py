@@ -100,29 +100,26 @@ def _family(ranked: list[dict[str, Any]], key: str, fmt: str) -> str:
     first row by geometric mean, the rows it is resolved ahead of, and those it is not."""
     from itertools import combinations
 
-    from harness.core.stats import compare_pair, geomean_interval, holm
+    from harness.core.stats import ALPHA, adjust, compare_pair, geomean_interval
+    from harness.reports.verdict import holm_note
 
     mean = {r["label"]: geomean_interval(r[key]["values"])["estimate"] for r in ranked}
     ranked = sorted(ranked, key=lambda r: mean[r["label"]])
     pairs = [(fast, slow, compare_pair(slow[key]["values"], fast[key]["values"], paired=False))
              for fast, slow in combinations(ranked, 2)]
-    for (_, _, c), q in zip(pairs, holm([c["p"] for _, _, c in pairs])):
-        c["p_holm"] = q
+    adjust([c for _, _, c in pairs])
     best = ranked[0]
     text = f"**{_name(best)}**, {format(mean[best['label']], fmt)} s (geometric mean of {len(best[key]['values'])})"
-    ahead = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] < 0.05]
-    level = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] >= 0.05]
+    ahead = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] < ALPHA]
+    level = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] >= ALPHA]
     def said(s, c):
-        text = f"{_name(s)} {c['estimate']:.2f}× [{c['lo']:.2f}–{c['hi']:.2f}] as long"
-        if c["p_holm"] >= 0.05 and (c["lo"] > 1 or c["hi"] < 1):  # the interval alone excludes 1; the family not
-            text += f" (p = {c['p_holm']:.2g} after Holm's correction)"
-        return text
+        return f"{_name(s)} {c['estimate']:.2f}× [{c['lo']:.2f}–{c['hi']:.2f}] as long{holm_note(c)}"
 
     if ahead:
         text += "; resolved ahead of " + ", ".join(said(s, c) for s, c in ahead)
     if level:
         text += "; not resolved against " + ", ".join(said(s, c) for s, c in level)
-    others = [(f, s, c) for f, s, c in pairs if f is not best and c["p_holm"] < 0.05]
+    others = [(f, s, c) for f, s, c in pairs if f is not best and c["p_holm"] < ALPHA]
     if others:
         text += "; also resolved: " + ", ".join(f"{_name(f)} ahead of {said(s, c)}" for f, s, c in others)
     return text + f" (95% intervals, all {len(pairs)} pairs Holm-adjusted)"

@@ -23,10 +23,8 @@ from typing import Any
 
 from harness.core.estimate import duration
 from harness.core.record import MEASURED, precision_label
-from harness.core.stats import (CONFIDENCE, DEFAULT_MARGIN, INTERVAL_METHOD, MIN_LAUNCHES, compare_pair,
-                                geomean_interval, half_width, holm, letter_groups)
-
-ALPHA = 1 - CONFIDENCE
+from harness.core.stats import (ALPHA, CONFIDENCE, DEFAULT_MARGIN, INTERVAL_METHOD, MIN_LAUNCHES, adjust,
+                                compare_pair, geomean_interval, half_width, letter_groups)
 
 
 def _launches(records: list[dict[str, Any]]) -> dict[str, list[dict]]:
@@ -106,15 +104,10 @@ def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margi
         c = compare_pair(values[a], values[b], paired, margin)
         c["unpaired"] = compare_pair(values[a], values[b], False, margin) if paired else None
         pairs.append({"a": a, "b": b, **c})
-    for key, adjusted in (("p", holm([p["p"] for p in pairs])),
-                          ("p_equivalent", holm([p["p_equivalent"] for p in pairs]))):
-        for p, q in zip(pairs, adjusted):
-            p[f"{key}_holm"] = q
-    for p in pairs:
+    for p in adjust(pairs):
         p["outcome"] = ("no interval" if p["p"] is None else
                         "faster" if p["p_holm"] < ALPHA and p["estimate"] > 1 else
                         "equivalent" if p["p_equivalent_holm"] < ALPHA else "not resolved")
-        p["within_margin"] = p["p_equivalent_holm"] is not None and p["p_equivalent_holm"] < ALPHA
     return pairs
 
 
@@ -196,10 +189,16 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
 def _pair_text(a, p) -> str:
     """"x vs y 1.28× [1.05–1.56]", and where the interval alone excludes 1 but Holm's correction does not resolve
     the pair, its adjusted p-value."""
-    text = f"{_name(a, p['a'])} vs {_name(a, p['b'])} {ratio_text(p)}"
-    if p["outcome"] == "not resolved" and p["lo"] is not None and (p["lo"] > 1 or p["hi"] < 1):
-        text += f" (p = {p['p_holm']:.2g} after Holm's correction)"
-    return text
+    return f"{_name(a, p['a'])} vs {_name(a, p['b'])} {ratio_text(p)}" + holm_note(p)
+
+
+def holm_note(p: dict[str, Any]) -> str:
+    """" (p = 0.21 after Holm's correction)" for a pair whose interval alone excludes 1 but which the family's
+    correction leaves unresolved (a reader sees the interval and would otherwise ask), else "" (an equivalent pair
+    has said what it is)."""
+    if p["lo"] is None or p["p_holm"] < ALPHA or p["lo"] <= 1 <= p["hi"] or p.get("outcome") == "equivalent":
+        return ""
+    return f" (p = {p['p_holm']:.2g} after Holm's correction)"
 
 
 def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
@@ -250,10 +249,9 @@ def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
     # A row with a lower estimate may share the top group's letter while a row above it does not (its interval is
     # wide): its letter then reads better than its pairs support, and the verdict says so.
     for i, k in enumerate(order):
-        above = [j for j in order[:i] if not set(letters[j]) & set(letters[k]) or min(letters[k]) < min(letters[j])]
-        worse = [j for j in above if min(letters[k]) < min(letters[j])]
+        worse = [j for j in order[:i] if min(letters[k]) < min(letters[j])]
         if worse:
-            open_ = [next(p for p in pairs if {p["a"], p["b"]} == {j, k}) for j in worse]
+            open_ = [_oriented(pairs, j, k) for j in worse]
             out.append(f"{_name(a, k)} shares group {min(letters[k])} with faster rows only because its interval is "
                        f"wide: it is not resolved against " + ", ".join(
                            f"{_name(a, p['a'])} ({ratio_text(p)})" for p in open_)
