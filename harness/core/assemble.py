@@ -191,7 +191,9 @@ same name has a lower peak and gets none)."""
 
 def mfu(tflops: float, device: str, gpus: list[str], precision: str, cuda_math: dict | None) -> dict[str, Any]:
     """Model FLOPs utilisation: achieved TFLOP/s per device over the device's dense peak at the row's arithmetic
-    (fp32 matmuls count at TF32's peak where TF32 was allowed), or why no peak is known."""
+    (an fp32 row counts at TF32's peak where TF32 was allowed for its matmuls or its convolutions: cuDNN allows it
+    for convolutions by default, and judging tensor-core work against the fp32 vector peak would overstate the MFU
+    about 7x), or why no peak is known."""
     from harness.model import costmodel
 
     if device != "cuda":
@@ -201,12 +203,23 @@ def mfu(tflops: float, device: str, gpus: list[str], precision: str, cuda_math: 
     if profile is None:
         return {"value": None, "why_none": f"no peak known for {name or 'this GPU'}"}
     dtype = precision if precision in ("bf16", "fp16") else (
-        "tf32" if (cuda_math or {}).get("matmul_allow_tf32") else "fp32")
+        "tf32" if any((cuda_math or {}).get(k) for k in ("matmul_allow_tf32", "cudnn_allow_tf32")) else "fp32")
     peak = costmodel.load_profile(profile).peak_tflops.get(dtype)
     if not peak:
         return {"value": None, "why_none": f"no {dtype} peak known for {name}"}
     return {"value": tflops / peak, "peak_tflops": peak, "peak": f"{name}: {peak:g} TFLOP/s dense {dtype} "
                                                                f"(profile {profile})"}
+
+
+def mfu_of(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """A record's MFU judged now from what it recorded (its TFLOP/s, GPUs, precision and CUDA math settings),
+    so a report re-rendered after the rule changed judges old records by the rule of today; None without FLOPs."""
+    if not rec.get("tflops_per_device"):
+        return None
+    controls = rec.get("controls") or {}
+    device = "cuda" if controls.get("cuda_math") is not None else "cpu"  # recorded on CUDA only
+    return mfu(rec["tflops_per_device"], device, (rec.get("env") or {}).get("gpus") or [],
+               controls.get("precision", "fp32"), controls.get("cuda_math"))
 
 
 def row_status(outcome, ttt: dict[str, Any] | None) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from harness.core import assemble
 from harness.core.errors import first_sentence
 from harness.core.outdir import save_figure, write_text
 from harness.core.provenance import tuning_line
@@ -162,7 +163,7 @@ def tflops_text(row) -> str:
     peak is known, its MFU."""
     f = row["first"]
     achieved = row["samples_per_s_per_device"] * f["flops_per_sample"] / 1e12
-    peak = (f.get("mfu") or {}).get("peak_tflops")
+    peak = (assemble.mfu_of(f) or {}).get("peak_tflops")
     return f"{achieved:.3g}" + (f" ({achieved / peak:.1%})" if peak else "")
 
 
@@ -172,11 +173,15 @@ def flops_note(rows) -> str | None:
     if not measured:
         return None
     f = measured[0]["first"]
-    mfu = f.get("mfu") or {}
+    against: dict[str, list[str]] = {}  # each peak (or why there is none) -> the rows judged against it
+    for row in measured:
+        mfu = assemble.mfu_of(row["first"]) or {}
+        against.setdefault(mfu.get("peak") or f"no peak: {mfu.get('why_none', 'none known')}", []).append(row["adapter"])
     return (f"TFLOP/s per device: samples/s per device × {f['flops_per_sample']:,.0f} FLOPs of a sample's forward and "
             f"backward, counted by torch's FlopCounterMode on the real model (matmuls and convolutions; the optimizer "
-            f"left out); MFU in brackets against " + (mfu["peak"] if mfu.get("peak") else
-                                                     f"no peak: {mfu.get('why_none', 'none known')}") + ".")
+            f"left out); MFU in brackets against " + ("; ".join(
+                peak + (f" ({', '.join(labels)})" if len(against) > 1 else "") for peak, labels in against.items()))
+            + ".")
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:

@@ -291,3 +291,19 @@ def test_mfu_is_judged_against_the_devices_dense_peak_at_the_rows_arithmetic_or_
     assert mfu(49.47, "cuda", ["NVIDIA H100 80GB HBM3"], "fp32", {"matmul_allow_tf32": True})["value"] == \
         pytest.approx(0.1)
     assert mfu(1.0, "cuda", ["NVIDIA H100 PCIe"], "bf16", None)["why_none"] == "no peak known for NVIDIA H100 PCIe"
+
+
+def test_an_fp32_row_with_tf32_convolutions_is_judged_against_the_tf32_peak_and_old_records_are_rejudged():
+    # cuDNN runs fp32 convolutions in TF32 by default: ResNet-50 at 50.9 TFLOP/s on an H200 is 10.3% of TF32's
+    # 494.7, not 76% of the fp32 vector peak that the first rule judged it against
+    from harness.core.assemble import mfu, mfu_of
+
+    conv = {"cudnn_allow_tf32": True, "matmul_allow_tf32": False}
+    assert mfu(49.47, "cuda", ["NVIDIA H200"], "fp32", conv)["peak_tflops"] == 494.7
+    old = {"tflops_per_device": 50.88, "env": {"gpus": ["NVIDIA H200"]}, "mfu": {"value": 0.76, "peak_tflops": 66.9},
+           "controls": {"precision": "fp32", "cuda_math": conv}}
+    assert mfu_of(old)["value"] == pytest.approx(50.88 / 494.7)
+    assert mfu_of({**old, "controls": {"precision": "fp16", "cuda_math": conv}})["peak_tflops"] == 989.4
+    assert mfu_of({"tflops_per_device": 1.0, "controls": {"precision": "fp32"}})["why_none"] == \
+        "no peak known for a CPU"
+    assert mfu_of({"controls": {}}) is None
