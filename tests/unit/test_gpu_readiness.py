@@ -181,6 +181,52 @@ def test_cuda_memory_keeps_the_reserved_and_host_peaks_beside_the_allocated_one(
     assert PeakMemory("cpu").cuda_extra() == {}
 
 
+def test_on_the_lent_machine_records_name_the_commit_the_tree_is_not_the_sessions_first_one_dirty(tmp_path):
+    # The lent machine's .git is at the session's first commit with the tree of the moment over it: the second GPU
+    # lease's records said 7fad539-dirty for a tree that was 232787c exactly. pin_commit puts HEAD at the commit the
+    # wheelhouse kept, only where the tree is that commit's, and otherwise leaves HEAD and says why.
+    import os
+    import shutil
+    import subprocess
+
+    from conftest import REPO
+
+    def git(*args, cwd=tmp_path / "here"):
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b",
+               "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b", "GIT_CONFIG_NOSYSTEM": "1"}
+        return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout
+
+    here = tmp_path / "here"
+    here.mkdir()
+    git("init", "-q")
+    (here / "a.py").write_text("one\n")
+    (here / ".gitignore").write_text(".wheelhouse/\n")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    there = tmp_path / "there"
+    shutil.copytree(here / ".git", there / ".git")  # the lent machine's .git: the session's first commit
+    (here / "a.py").write_text("two\n")
+    (here / "b.py").write_text("new\n")  # a file the first commit lacks: untracked there
+    git("add", "-A")
+    git("commit", "-qm", "second")
+    second = git("rev-parse", "HEAD").strip()
+    (there / ".wheelhouse").mkdir()
+    (there / ".wheelhouse" / "commit").write_text(git("cat-file", "commit", "HEAD"))
+    for name in ("a.py", "b.py", ".gitignore"):
+        shutil.copy(here / name, there / name)
+    (there / "x.log").write_text("untracked, not ignored\n")
+    script = str(REPO / "harness" / "gpu" / "pin_commit")
+    off = subprocess.run(["bash", script], cwd=there, capture_output=True, text=True, timeout=60)
+    assert off.stdout.startswith("provenance: the tree is not the commit .wheelhouse/commit was made at") and \
+        git("rev-parse", "HEAD", cwd=there).strip() != second
+    (there / "x.log").unlink()
+    git("reset", "-q", cwd=there)
+    on = subprocess.run(["bash", script], cwd=there, capture_output=True, text=True, timeout=60)
+    assert on.stdout == f"provenance: the tree is commit {second[:12]} exactly; HEAD set to it in this copy\n"
+    assert git("rev-parse", "HEAD", cwd=there).strip() == second
+    assert git("status", "--porcelain", "--untracked-files=no", cwd=there) == ""  # what provenance.git_commit reads
+
+
 def test_gpu_check_without_a_cuda_device_is_one_line_exit_2_and_writes_nothing(tmp_path):
     # `make gpu-check` on this CPU machine (or a GPU machine whose torch cannot see its GPU).
     import shutil
