@@ -1,10 +1,11 @@
 """The verdict of a `compare run`: which rows are faster, by how much, and only as far as the launches support it.
 
-Runs in: the parent (report, and `compare run --precision`, which asks after every round how wide the widest interval
-still is). Everything comes from the records: per row, one throughput per launch (samples over the summed slowest-rank
-step time of its timed window) and a 95% interval over launches (Student t on log throughput); every pair of rows
-compared as one family (harness/core/stats.py, `compare_pair`): its ratio with a 95% interval, a difference test and
-an equivalence test within the run's margin (TOST), each family Holm-adjusted. Rounds are blocks: where every row has
+Runs in: the parent (report, and `compare run` between rounds, which asks how wide the widest simultaneous interval
+over every pair still is). Everything comes from the records: per row, one throughput per launch (samples over the
+summed slowest-rank step time of its timed window) and a 95% interval over launches (Student t on log throughput);
+every pair of rows compared as one family (harness/core/stats.py, `compare_pair`): its ratio with a 95% interval
+(and a simultaneous one), a difference test and an equivalence test within the run's margin (TOST), each family
+Holm-adjusted. Rounds are blocks: where every row has
 one launch in each round, pairs are analysed on their paired differences within rounds, else unpaired (Welch), and
 the verdict says which. Each pair is resolved (faster or slower), equivalent within the margin, or not resolved;
 rows are grouped by a compact letter display (rows that share a letter are not resolved apart) and the verdict is
@@ -42,7 +43,7 @@ def _blocks(launches: dict[str, list[dict]], ranked: list[str]) -> str | None:
     first = sorted(rounds[ranked[0]], key=str) if ranked else []
     if any(None in v for v in rounds.values()):
         return "the records do not say which round each launch was in"
-    if any(len(set(v)) != len(v) or sorted(v) != first for v in rounds.values()):
+    if any(len(set(v)) != len(v) or sorted(v, key=str) != first for v in rounds.values()):
         return "rounds are incomplete (a launch failed or was left out), so rows have launches in different rounds"
     return None
 
@@ -99,10 +100,14 @@ def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margi
     """Every pair (a, b) with a's estimate the higher: the comparison, its unpaired interval beside a paired one, the
     Holm-adjusted p-values of both families and the outcome: faster (a resolved ahead of b), equivalent (within
     the margin), not resolved, or no interval (too few launches)."""
-    pairs = []
+    pairs, m = [], len(order) * (len(order) - 1) // 2
     for a, b in combinations(order, 2):
         c = compare_pair(values[a], values[b], paired, margin)
         c["unpaired"] = compare_pair(values[a], values[b], False, margin) if paired else None
+        # Bonferroni's simultaneous interval (1 - ALPHA/m each): all m hold together with 95% confidence, the
+        # interval form of the family's correction, which `--precision` stops on
+        sim = compare_pair(values[a], values[b], paired, margin, confidence=1 - ALPHA / m) if m > 1 else c
+        c["simultaneous"] = {"lo": sim["lo"], "hi": sim["hi"], "confidence": 1 - ALPHA / m}
         pairs.append({"a": a, "b": b, **c})
     for p in adjust(pairs):
         p["outcome"] = ("no interval" if p["p"] is None else
@@ -127,15 +132,15 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def widest(analysis: dict[str, Any]) -> tuple[str, float] | None:
-    """The ratio to the baseline with the widest interval (label, relative half-width); None while some ratio has
-    no interval."""
+    """The pair whose simultaneous interval (Bonferroni over every pair of the ranked rows) is the widest, as
+    ("a/b", relative half-width); None while some pair has no interval or there is no pair."""
     worst = None
-    for label, ratio in analysis["ratios"].items():
-        hw = half_width(ratio)
+    for p in analysis["pairs"]:
+        hw = half_width({**p["simultaneous"], "estimate": p["estimate"]})
         if hw is None:
             return None
         if worst is None or hw > worst[1]:
-            worst = (label, hw)
+            worst = (f"{p['a']}/{p['b']}", hw)
     return worst
 
 

@@ -235,11 +235,15 @@ class _FakeRunner:
         return None
 
 
-@pytest.mark.parametrize("noise, budget_s, ended, rounds", [
-    (0.01, 600.0, "resolved", 3),  # 1% launch-to-launch noise: three rounds resolve ±5%
-    (0.30, 100.0, "budget", 3),  # 30% noise: the next 30 s round would overrun the 100 s budget after round 3
+@pytest.mark.parametrize("noise, precision, budget_s, ended, rounds", [
+    (0.01, 0.05, 600.0, "resolved", 3),  # 1% launch-to-launch noise: three rounds resolve ±5%
+    (0.30, 0.05, 100.0, "budget", 3),  # 30% noise: the next 30 s round would overrun the 100 s budget after round 3
+    (0.30, 0.05, 10.0, "budget", 3),  # a budget shorter than a round: still the 3 rounds a verdict needs
+    (0.01, None, 200.0, "budget", 6),  # the default (no --precision): rounds while they fit, even when resolved
+    (0.01, None, 10.0, "budget", 3),
 ])
-def test_precision_mode_adds_rounds_until_resolved_or_out_of_budget(monkeypatch, noise, budget_s, ended, rounds):
+def test_rounds_are_added_until_resolved_or_out_of_budget_and_never_fewer_than_three(monkeypatch, noise, precision,
+                                                                                    budget_s, ended, rounds):
     from harness.core import comparison as runmod
 
     clock = [0.0]
@@ -250,17 +254,20 @@ def test_precision_mode_adds_rounds_until_resolved_or_out_of_budget(monkeypatch,
     session = SimpleNamespace(records=[], save=lambda: None)
     runner = _FakeRunner(session, clock, values, 30.0)
     said = []
-    ui = SimpleNamespace(round_done=lambda k, w, target: said.append((k, w)), stop=lambda: None)
-    plan = SimpleNamespace(request=SimpleNamespace(repeats=1, baseline=None), precision=0.05, budget_s=budget_s,
-                           runnable=rows)
+    ui = SimpleNamespace(round_done=lambda k, analysis, target: said.append((k, analysis["widest"])),
+                         stop=lambda: None)
+    plan = SimpleNamespace(request=SimpleNamespace(repeats=None, baseline=None), precision=precision,
+                           budget_s=budget_s, runnable=rows, margin=None)
     jobs, stopped = runmod._until_precise(plan, runner, session, ui,
                                          lambda k: [(plan, r, k) for r in rows], lambda: None)
     assert stopped is None and len(jobs) == 2 * rounds
     mode = session.records[0]["precision_mode"]
     assert (mode["ended"], mode["rounds"]) == (ended, rounds)
     assert [k for k, _ in said] == list(range(1, rounds + 1))
-    assert said[0][1] is None and said[-1][1][0] == "horovod"
-    assert (said[-1][1][1] <= 0.05) == (ended == "resolved")
+    assert said[0][1] is None and said[-1][1][0] == "ddp/horovod"  # the one pair, faster row first
+    if precision is not None:
+        assert (said[-1][1][1] <= 0.05) == (ended == "resolved")
+    assert (mode["target"], mode["least"], mode["criterion"]) == (precision, 3, "simultaneous")
 
 
 def test_the_doctor_turns_launch_to_launch_variation_into_reachable_precision():
@@ -372,3 +379,35 @@ def test_compare_knobs_lists_every_knob_from_its_declaration_and_version_prints_
 def test_the_seed_the_fault_tests_use_keeps_the_first_round_in_the_order_asked_for():
     # tests/distributed/test_failures.py and test_hardening.py rely on it
     assert all(round_order(list(range(n)), 263, 0) == list(range(n)) for n in (2, 3, 4))
+
+
+def test_precision_stops_on_the_widest_simultaneous_interval_over_every_pair():
+    # Three rows in 4 complete rounds: 3 pairs, each interval at 1 - 0.05/3 (Bonferroni), on the paired log ratios
+    import numpy as np
+    from scipy import stats as sp
+
+    values = {"ddp": [100.0, 104.0, 97.0, 101.0], "spawn": [98.0, 99.0, 99.5, 97.0], "horovod": [80.0, 86.0, 77.0, 79.0]}
+    a = verdict.analyse(_records(values))
+    expected = {}
+    for x, y in (("ddp", "spawn"), ("ddp", "horovod"), ("spawn", "horovod")):
+        d = np.log(values[x]) - np.log(values[y])
+        half = sp.t.ppf(1 - 0.05 / 3 / 2, 3) * d.std(ddof=1) / 2.0  # sqrt(4) launches
+        lo, hi, est = np.exp(d.mean() - half), np.exp(d.mean() + half), np.exp(d.mean())
+        expected[f"{x}/{y}"] = (hi - lo) / 2 / est
+        [p] = [p for p in a["pairs"] if (p["a"], p["b"]) == (x, y)]
+        assert p["simultaneous"]["lo"] == pytest.approx(lo, rel=1e-9) and p["simultaneous"]["confidence"] == \
+            pytest.approx(1 - 0.05 / 3)
+        assert p["simultaneous"]["lo"] < p["lo"]  # wider than the pair's own 95% interval
+    worst = max(expected, key=expected.get)
+    assert a["widest"][0] == worst and a["widest"][1] == pytest.approx(expected[worst], rel=1e-9)
+    two = verdict.analyse(_records({k: values[k] for k in ("ddp", "spawn")}))
+    assert two["pairs"][0]["simultaneous"]["lo"] == two["pairs"][0]["lo"]  # one pair: nothing to correct
+    assert verdict.analyse(_records({k: v[:2] for k, v in values.items()}))["widest"] is None  # n = 2: no interval
+
+
+def test_eleven_complete_rounds_are_blocks():
+    # Rounds were compared as sorted by text on one side and by number on the other: from round 11 on ("10" < "2")
+    # every run's complete rounds read as incomplete and were analysed unpaired.
+    values = {"ddp": [100.0 + k % 3 for k in range(11)], "spawn": [98.0 + k % 2 for k in range(11)]}
+    a = verdict.analyse(_records(values))
+    assert a["blocked"] and a["why_unblocked"] is None and a["pairs"][0]["paired"]
