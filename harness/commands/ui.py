@@ -38,8 +38,8 @@ class RunUI:
                   f"until {until.metric} ≥ {until.target:g} (evaluated every {until.eval_every} steps, at most "
                   f"{until.max_steps} steps; launches one at a time)")
         return (f"[bold]compare run[/]: workload [bold]{req.workload}[/], world size {req.world_size}"
-                f"{where(plan)}{over}, device {req.device}, adapters {escape(names)}; {length}, {req.repeats} "
-                f"repeat(s) -> {plan.out}")
+                f"{where(plan)}{over}, device {req.device}, adapters {escape(names)}; {length}, "
+                + (f"{req.repeats} repeat(s)" if plan.budget_s is None else "rounds as below") + f" -> {plan.out}")
 
     def start(self, plan):
         console.print(self.header(plan))
@@ -108,11 +108,24 @@ class RunUI:
         else:
             self._done(name, rec["repeat"], f"[red]{rec['status']}[/]: {escape(rec['reason'])}", False)
 
-    def round_done(self, k: int, widest, target: float) -> None:
-        """After each round of `--precision`: the widest ratio interval so far against the target."""
+    def round_done(self, k: int, analysis, target: float | None) -> None:
+        """After each round: the table so far (rows by estimate, their intervals and letter groups once every row
+        has 3 launches) and the widest simultaneous interval over the pairs, against --precision's target."""
+        from rich.table import Table
+
+        from harness.reports.verdict import interval_text
+
+        letters = analysis["letters"] or {}
+        table = Table(title=f"after round {k}", title_justify="left", box=None, pad_edge=False)
+        for name, right in (("row", False), ("samples/s [95% interval]", True), ("group", False)):
+            table.add_column(name, justify="right" if right else "left")
+        for label in analysis["order"]:
+            table.add_row(escape(label), interval_text(analysis["rows"][label]), letters.get(label, ""))
+        widest = analysis["widest"]
         now = ("no interval yet (fewer than 3 launches per row)" if widest is None else
-               f"widest interval ±{widest[1]:.1%} ({escape(widest[0])} against the baseline)")
-        console.print(f"  round {k}: {now}; target ±{target * 100:g}%")
+               f"widest simultaneous interval over the pairs ±{widest[1]:.1%} ({escape(widest[0])})")
+        console.print(table)
+        console.print(f"  {now}" + ("" if target is None else f"; target ±{target * 100:g}%"))
 
     def stop(self):
         if self.bar and self.bar.live.is_started:
@@ -149,4 +162,7 @@ class QuietUI(RunUI):
         pass
 
     def _done(self, name, repeat, text, complete):
+        pass
+
+    def round_done(self, k, analysis, target):
         pass

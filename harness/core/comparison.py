@@ -19,13 +19,15 @@ from harness.core import estimate, outdir
 from harness.core.argv import to_argv
 from harness.core import provenance as envmod
 from harness.core.errors import BadInput
-from harness.core.requests import DEFAULT_BUDGET, MAX_REPEATS, RunPlan, RunRequest, parse_duration, parse_precision
+from harness.core.requests import (DEFAULT_BUDGET, DEFAULT_RUN_BUDGET, MAX_REPEATS, RunPlan, RunRequest,
+                                   parse_duration, parse_precision)
 from harness.core.runner import Runner, plain_record, plan_rows, references, round_order, run_header
 from harness.core.session import Render, Session
 from harness.launching import hosts
 
-MIN_PRECISION_ROUNDS = 3
-"""Precision mode runs at least this many rounds: below it no row has an interval."""
+MIN_ROUNDS = 3
+"""A run whose rounds are not fixed by --repeats (precision mode, and the default) runs at least this many: below it
+no row has an interval and the verdict ranks nothing."""
 
 RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "epoch_time.png",
                 "ttt_curve.png", "ttt_time.png")
@@ -33,6 +35,8 @@ RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "ste
 
 def plan(req: RunRequest) -> RunPlan:
     """Check `req` and resolve it into a plan, refusing anything wrong (BadInput) before anything is written."""
+    if req.until_target and req.repeats is None:  # launches to a target are long: one each unless asked
+        req = dataclasses.replace(req, repeats=1)
     p = plan_rows(req)
     _check_verdict_options(req, p)
     p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
@@ -60,7 +64,7 @@ def resolved(p: RunPlan) -> RunRequest:
         r, adapters=[row.label for row in p.rows], steps=None if until else p.steps,
         warmup=None if until else p.warmup, eval_every=until.eval_every if until else None,
         max_steps=until.max_steps if until else None, global_batch=p.global_batch, equiv_steps=p.equiv_steps,
-        order_seed=p.order_seed, budget=None if p.precision is None else f"{p.budget_s:g}s",
+        order_seed=p.order_seed, budget=None if p.budget_s is None else f"{p.budget_s:g}s",
         hosts=None if p.topology is None or p.topology.launcher == "slurm" else
         ",".join(f"{n.host}:{n.slots}" for n in p.topology.nodes), hostfile=None,
         nnodes=len(p.topology.nodes) if p.topology is not None and p.topology.launcher == "slurm" else None,
@@ -88,9 +92,16 @@ def _check_verdict_options(req: RunRequest, p: RunPlan) -> None:
             raise BadInput(f"--margin says when two rows are equivalent, and only {len(p.runnable)} row can run here "
                            f"({', '.join(r.label for r in p.runnable) or 'none'}); name at least two with --adapters")
     if req.precision is None:
-        if req.budget is not None:
-            raise BadInput("--budget only applies with --precision (the time the rounds may take to reach it); "
-                           "add --precision, e.g. 5%, or leave --budget out")
+        if req.until_target:
+            if req.budget is not None:
+                raise BadInput("--budget sets how long throughput rounds may take; it does not apply to "
+                               "--until-target runs (--max-steps bounds each launch)")
+            return
+        if req.budget is not None and req.repeats is not None:
+            raise BadInput(f"--budget and --repeats both set how many rounds run (--repeats {req.repeats}: exactly "
+                           f"that many); give one of them")
+        if req.repeats is None:  # the default: 3 rounds, then as many as fit the budget
+            p.budget_s = parse_duration(req.budget if req.budget is not None else DEFAULT_RUN_BUDGET)
         return
     p.precision = parse_precision(req.precision)
     p.budget_s = parse_duration(req.budget if req.budget is not None else DEFAULT_BUDGET)
@@ -118,7 +129,7 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
         def first_started():  # while the first launch starts up
             run_info["env"] = envmod.collect_safely(req.device)
             session.save([plain_record(run_info, p, row, repeat, "unavailable", row.reason)
-                          for row in p.unavailable for repeat in range(req.repeats)])
+                          for row in p.unavailable for repeat in range(req.repeats or 1)])
 
         def round_jobs(k: int):
             # Rounds are interleaved (every row, then every row again) so slow drift of the machine hits all alike,
@@ -126,7 +137,7 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
             # does not always hit the same row.
             return [(p, row, k) for row in round_order(p.runnable, seed, k)]
 
-        if p.precision is None:
+        if p.budget_s is None:
             jobs = [job for k in range(req.repeats) for job in round_jobs(k)]
             if p.until_target is None:  # an until-target launch's length is not known in advance
                 runner.forecast = estimate.Forecast([(p, row.label) for _, row, _ in jobs], references([p]))
@@ -142,23 +153,27 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
 
 
 def _rounds_line(p: RunPlan) -> str:
-    """What a precision run will cost, before its first launch."""
+    """What a run of rounds will cost, before its first launch."""
     one_round = estimate.Forecast([(p, row.label) for row in p.runnable]).left()
-    least = max(MIN_PRECISION_ROUNDS, p.request.repeats)
-    return (f"rounds of {len(p.runnable)} launch(es) until every ratio's interval is ±{p.precision * 100:g}%: at least "
-            f"{least}, and none that would end past the {estimate.duration(p.budget_s)} budget"
+    least = max(MIN_ROUNDS, p.request.repeats or 0)
+    until = ("" if p.precision is None else
+             f" until every pair's simultaneous interval is ±{p.precision * 100:g}%")
+    return (f"rounds of {len(p.runnable)} launch(es){until}: at least {least}, then none that would end past the "
+            f"{estimate.duration(p.budget_s)} budget"
             + ("" if one_round is None else f"; a round should take about {estimate.duration(one_round)} here (the "
                                             f"first also runs the reference)"))
 
 
 def _until_precise(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_started):
-    """Precision mode: rounds until every ratio's interval is at most p.precision wide (relative half-width), or
-    until the next round would overrun the budget (the last round's duration is the estimate). Every record then
-    says how it ended. Returns (every job planned so far, "during ..." if interrupted)."""
+    """Rounds: at least MIN_ROUNDS (or --repeats, with --precision), then more until every pair's simultaneous
+    interval is at most p.precision wide (relative half-width; never, without --precision), or until the next round
+    would overrun the budget (the last round's duration is the estimate). The table so far is shown after every
+    round, and every record says how the rounds ended. Returns (every job planned so far, "during ..." if
+    interrupted)."""
     from harness.reports import verdict
 
     req, start = p.request, time.monotonic()
-    least = max(MIN_PRECISION_ROUNDS, req.repeats)
+    least = max(MIN_ROUNDS, req.repeats or 0)
     jobs: list = []
     stopped, ended, widest, k = None, "max_rounds", None, 0
     while k < MAX_REPEATS:
@@ -170,9 +185,12 @@ def _until_precise(p: RunPlan, runner: Runner, session: Session, ui, round_jobs,
         if stopped:
             ended = "interrupted"
             break
-        widest = verdict.widest(verdict.analyse(session.records, req.baseline))
-        ui.round_done(k, widest, p.precision)
-        if k >= least and widest is not None and widest[1] <= p.precision:
+        analysis = verdict.analyse(session.records, req.baseline, p.margin)
+        widest = analysis["widest"]
+        ui.round_done(k, analysis, p.precision)
+        if k < least:
+            continue
+        if p.precision is not None and widest is not None and widest[1] <= p.precision:
             ended = "resolved"
             break
         now = time.monotonic()
@@ -180,8 +198,9 @@ def _until_precise(p: RunPlan, runner: Runner, session: Session, ui, round_jobs,
             ended = "budget"
             break
     ui.stop()
-    outcome = {"target": p.precision, "budget_s": p.budget_s, "rounds": k, "ended": ended,
-               "elapsed_s": time.monotonic() - start, "widest": list(widest) if widest else None}
+    outcome = {"target": p.precision, "budget_s": p.budget_s, "rounds": k, "least": least, "ended": ended,
+               "elapsed_s": time.monotonic() - start, "widest": list(widest) if widest else None,
+               "criterion": "simultaneous"}
     session.records = [{**r, "precision_mode": outcome} for r in session.records]
     session.save()
     return jobs, stopped

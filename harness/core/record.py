@@ -306,8 +306,9 @@ class RunOnly(TypedDict):
     margin: NotRequired[float | None]
     """The verdict's equivalence margin (`--margin` as a fraction; None: the default, 5%)."""
     precision_mode: NotRequired[dict[str, Any]]
-    """With `--precision`: target, budget, rounds used, how it ended, elapsed seconds and the widest interval
-    left."""
+    """Without `--repeats`: target (`--precision`, or null), budget, rounds used and the least run, how it ended,
+    elapsed seconds, the widest interval left and the stopping criterion (`simultaneous`: every pair's Bonferroni
+    interval; absent: the ratios to the baseline)."""
 
 
 class Measured(TypedDict):

@@ -116,8 +116,9 @@ class RunRequest(Request):
     """Warm-up steps, discarded (default: the workload's)."""
     global_batch: int | None = field(default=None, metadata=cli("--global-batch"))
     """Global batch (default: the workload's); LR follows its rule."""
-    repeats: int = field(default=1, metadata=cli("--repeats"))
-    """Fresh launches per adapter; the spread is reported."""
+    repeats: int | None = field(default=None, metadata=cli("--repeats"))
+    """Launches per adapter, in interleaved rounds (default: at least 3 rounds, then as many as fit --budget: enough
+    for a verdict; 1 with --until-target)."""
     equiv_steps: int | None = field(default=None, metadata=cli("--equiv-steps"))
     """Steps compared with the single-process reference (0: skip)."""
     knobs: list[str] = field(default_factory=list, metadata=cli("--knob", "-k"))
@@ -138,7 +139,8 @@ class RunRequest(Request):
     """Add interleaved rounds until every ratio's 95% interval is this narrow (half-width), e.g. 5%, or the --budget
     is spent; at least 3 rounds."""
     budget: str | None = field(default=None, metadata=cli("--budget"))
-    """With --precision: time the rounds may take, e.g. 600s, 10m, 2h (default 10m)."""
+    """Time the rounds may take, e.g. 600s, 10m, 2h: a round that would end past it is not started, but 3 always run
+    (default 3m; 10m with --precision; not with --repeats)."""
     margin: str | None = field(default=None, metadata=cli("--margin"))
     """Equivalence margin of the verdict, e.g. 5% (the default): two rows whose ratio's 90% interval lies within it
     either way are equivalent (two one-sided tests)."""
@@ -199,6 +201,7 @@ class ScaleRequest(RunRequest):
             "global_batch": "Strong: the global batch; weak: the per-rank batch (default: the workload's global "
                             "batch)."}
 
+    repeats: int = field(default=1, metadata=cli("--repeats"))
     world_sizes: list[int] | None = field(default=None, metadata=cli(
         "--world-sizes", kind=str, to_field=parse_world_sizes, to_text=lambda sizes: ",".join(map(str, sizes))))
     """Increasing comma list, e.g. 1,2,4 (default: 1 and every size up to the usable cores)."""
@@ -346,7 +349,7 @@ class RunPlan(Plan):
     precision: float | None = None
     """Relative half-width every ratio's interval must reach (`compare run --precision`), or None."""
     budget_s: float | None = None
-    """Seconds the rounds may take in precision mode."""
+    """Seconds the rounds may take (precision mode, or rounds by default), or None: a fixed --repeats."""
     margin: float | None = None
     """The verdict's equivalence margin (`--margin`), or None for the default (stats.DEFAULT_MARGIN)."""
     order_seed: int | None = None
@@ -376,6 +379,11 @@ MAX_REPEATS = 1000
 MAX_BUDGET_S = 7 * 24 * 3600.0
 """--budget above a week is a typo."""
 DEFAULT_BUDGET = "10m"
+"""--precision's budget."""
+DEFAULT_RUN_BUDGET = "3m"
+"""The budget of a `compare run` given neither --repeats nor --precision: its 3 rounds and as many more as fit. Sized
+for the 2-core machine this project is developed on, where the default comparison's rows take about a minute a
+round: its 3 rounds end in about 3.5 minutes, and a faster workload gets more rounds in the same time."""
 MAX_ITERS = 10**6
 """`compare comm --iters` above this is refused (a cell of 10**20 calls would never end)."""
 

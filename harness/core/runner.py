@@ -33,9 +33,9 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     checked. `compare scale` calls it once per world size."""
     topology = hosts.resolve(req)
     check_common(req)
-    if req.repeats < 1:
+    if req.repeats is not None and req.repeats < 1:
         raise BadInput(f"repeats must be at least 1, got {req.repeats}")
-    if req.repeats > MAX_REPEATS:
+    if req.repeats is not None and req.repeats > MAX_REPEATS:
         raise BadInput(f"repeats must be at most {MAX_REPEATS}, got {req.repeats}")
     for name, value, least in (("--steps", req.steps, 1), ("--warmup", req.warmup, 0),
                                ("--global-batch", req.global_batch, 1), ("--equiv-steps", req.equiv_steps, 0),

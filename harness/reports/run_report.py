@@ -176,7 +176,8 @@ def flops_note(rows) -> str | None:
     against: dict[str, list[str]] = {}  # each peak (or why there is none) -> the rows judged against it
     for row in measured:
         mfu = assemble.mfu_of(row["first"]) or {}
-        against.setdefault(mfu.get("peak") or f"no peak: {mfu.get('why_none', 'none known')}", []).append(row["adapter"])
+        peak = mfu.get("peak") or f"no peak: {mfu.get('why_none', 'none known')}"
+        against.setdefault(peak, []).append(row["adapter"])
     return (f"TFLOP/s per device: samples/s per device × {f['flops_per_sample']:,.0f} FLOPs of a sample's forward and "
             f"backward, counted by torch's FlopCounterMode on the real model (matmuls and convolutions; the optimizer "
             f"left out); MFU in brackets against " + ("; ".join(
@@ -500,17 +501,33 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> list[str]:
-    """How a `--precision` run ended: the rounds it took, and whether every ratio reached the target."""
+    """How a run of rounds ended (the default, or `--precision`): the rounds it took and why it stopped, and with
+    --precision whether every pair reached the target."""
     mode = records[0].get("precision_mode")
     if not mode:
         return []
+    if mode.get("target") is None:  # the default: 3 rounds, then as many as fit the budget
+        how = {"budget": f"the next would have ended past the {mode['budget_s']:g} s budget",
+               "max_rounds": "the most rounds a run may take were run",
+               "interrupted": "the run was interrupted"}.get(mode["ended"], mode["ended"])
+        return [f"Rounds: {mode['rounds']} in {mode['elapsed_s']:.0f} s (at least {mode.get('least', 3)}, then "
+                f"as many as fit the budget); {how}. `--repeats N` fixes the count; `--precision 5%` adds rounds "
+                f"until every pair's interval is that narrow.", ""]
     target = f"±{mode['target'] * 100:g}%"
     widest = mode.get("widest")
-    how = {"resolved": f"every ratio's interval reached {target}",
-           "budget": f"the budget of {mode['budget_s']:g} s was spent before every ratio's interval reached {target}",
+    # Runs before the criterion was recorded stopped on the ratios to the baseline (95% each); later ones on every
+    # pair's simultaneous interval (Bonferroni over the pairs)
+    pairs = mode.get("criterion") == "simultaneous"
+    what = "every pair's simultaneous interval" if pairs else "every ratio's interval"
+    how = {"resolved": f"{what} reached {target}",
+           "budget": f"the budget of {mode['budget_s']:g} s was spent before {what} reached {target}",
            "max_rounds": "the most rounds a run may take were run",
            "interrupted": "the run was interrupted"}.get(mode["ended"], mode["ended"])
-    open_ = [k for k, r in analysis["ratios"].items() if (verdict_mod.half_width(r) or 1.0) > mode["target"]]
+    if pairs:
+        open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"]
+                 if (verdict_mod.half_width({**p["simultaneous"], "estimate": p["estimate"]}) or 1.0) > mode["target"]]
+    else:
+        open_ = [k for k, r in analysis["ratios"].items() if (verdict_mod.half_width(r) or 1.0) > mode["target"]]
     lines = [f"Precision mode (`--precision {mode['target'] * 100:g}%`): {mode['rounds']} round(s) in "
              f"{mode['elapsed_s']:.0f} s; {how}"
              + (f" (widest: {widest[0]} ±{widest[1]:.1%})." if widest else ".")]

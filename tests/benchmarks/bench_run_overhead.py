@@ -262,7 +262,7 @@ def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) ->
                  "--global-batch", str(GPU["batch"]),
                  *(["-w", "resnet", "-o", "arch=resnet50"] if workload == "resnet50" else ["-w", workload])]
     proc = _run([PY, "-m", "harness", "run", *where, "--steps", str(steps),
-                 "--warmup", str(warmup), "--equiv-steps", "0", "--out", str(out),
+                 "--warmup", str(warmup), "--equiv-steps", "0", "--repeats", "1", "--out", str(out),
                  *(["--bind-cores"] if bind else [])], cwd=REPO, capture_output=True, text=True, timeout=900)
     rec = json.loads((out / "records.jsonl").read_text().splitlines()[0]) if (out / "records.jsonl").exists() else {}
     if proc.returncode != 0 or rec.get("status") != "ok":

@@ -125,7 +125,8 @@ class Trial:
         self.tmp = Path(tempfile.mkdtemp(prefix="compare-culprit-"))
         self.out = self.tmp / "o"
         fault = {"eval": f"{self.adapter}:1:hang:eval", "shutdown": f"{self.adapter}:1:hang:end"}.get(moment)
-        args = ["run", "-a", self.adapter, "--steps", str(steps if moment in ("eval", "shutdown") else 100000),
+        args = ["run", "-a", self.adapter, "--repeats", "1",
+                "--steps", str(steps if moment in ("eval", "shutdown") else 100000),
                 "--warmup", "30", "--equiv-steps", "0", "--timeout", "200", "--stall-timeout", "120",
                 "--out", str(self.out)]
         env = {k: v for k, v in os.environ.items() if k != "COMPARE_FAULT"}

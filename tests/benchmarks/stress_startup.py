@@ -49,7 +49,8 @@ def one_launch(adapter: str, kill: str, keep: Path, i: int) -> dict:
     out = Path(tempfile.mkdtemp(prefix="compare-stress-"))
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", adapter, "--steps", "100000", "--warmup",
-                             "2", "--equiv-steps", "0", "--stall-timeout", "120", "--out", str(out / "o")],
+                             "2", "--equiv-steps", "0", "--stall-timeout", "120", "--repeats", "1",
+                             "--out", str(out / "o")],
                             cwd=REPO, env={**os.environ, "COMPARE_FAULT": f"{adapter}:1:hang:3"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     root = psutil.Process(proc.pid)

@@ -144,9 +144,9 @@ def test_every_adapter_failing_exits_non_zero_but_keeps_rows(tmp_path):
 def test_ctrl_c_stops_the_children_and_keeps_finished_rows(tmp_path, sig):
     out = tmp_path / "o"
     env = {**os.environ, "COMPARE_FAULT": "spawn:1:hang:3"}
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "ddp,spawn", *SHORT, "--out", str(out),
-                             "--timeout", "300", "--no-plots"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "ddp,spawn", *SHORT, "--repeats", "1",
+                             "--out", str(out), "--timeout", "300", "--no-plots"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     harness = psutil.Process(proc.pid)
     seen = {"children": [], "reached": None}
 

@@ -27,7 +27,7 @@ import pytest
 
 import adapters
 
-from conftest import REPO, read_records, run_compare, wait_until
+from conftest import REPO, one_round, read_records, run_compare, wait_until
 from launchwatch import cmdline, describe, launch_progress
 
 pytestmark = pytest.mark.distributed
@@ -58,7 +58,8 @@ def _no_run_outlives_its_test():
 
 
 def _start(*args, env=None) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env={**os.environ, **(env or {})},
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *one_round(args)], cwd=REPO,
+                            env={**os.environ, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     _STARTED.append(proc)
     return proc
@@ -196,7 +197,7 @@ def test_a_run_measured_while_another_run_trains_says_so(tmp_path):
     try:
         out = tmp_path / "second"
         second = subprocess.run([sys.executable, "-m", "harness", "run", "-a", "ddp", "--steps", "5", "--warmup", "1",
-                                 "--equiv-steps", "0", "--out", str(out)],
+                                 "--equiv-steps", "0", "--repeats", "1", "--out", str(out)],
                                 cwd=REPO, capture_output=True, text=True, timeout=300)
     finally:
         first.send_signal(signal.SIGTERM)
@@ -277,7 +278,7 @@ def _pages(n: int) -> int:
 def test_disk_full_for_the_plots_keeps_every_row_and_says_so(small_disk, tmp_path):
     # The same run on a roomy disk first, to size the small one: room for the lock, the logs and the records
     # (twice: records.jsonl is rewritten through a temp file), not for the PNG plots.
-    args = ["-a", "dp,ddp", *SHORT]
+    args = ["-a", "dp,ddp", *SHORT, "--repeats", "1"]
     sizing = tmp_path / "sizing"
     subprocess.run([sys.executable, "-m", "harness", "run", *args, "--out", str(sizing)], cwd=REPO, check=True,
                    capture_output=True, timeout=600)
@@ -305,7 +306,7 @@ def test_disk_full_for_the_records_names_where_the_rank_results_are(small_disk):
     small_disk(0)
     out = small_disk.path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "dp,ddp,spawn", *SHORT, "--no-plots",
-                             "--out", str(out)],
+                             "--repeats", "1", "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stderr
@@ -328,7 +329,7 @@ def test_a_rank_killed_by_a_signal_is_named_with_its_signal(tmp_path, adapter):
     if not adapters.availability(adapter, "cpu", 2):
         pytest.skip(f"{adapter} is not available here: {adapters.availability(adapter, 'cpu', 2).reason}")
     proc = subprocess.run([sys.executable, "-m", "harness", "run", "-a", f"{adapter},dp", *SHORT, "--no-plots",
-                           "--out", str(tmp_path / "o")], cwd=REPO, capture_output=True, text=True, timeout=600,
+                           "--repeats", "1", "--out", str(tmp_path / "o")], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "COMPARE_FAULT": f"{adapter}:1:kill:5"})
     assert proc.returncode == 0, proc.stderr
     rows = read_records(tmp_path / "o")

@@ -30,7 +30,7 @@ import adapters
 from harness.shared import progress as progress_file
 from harness.shared.spec import Node, Topology
 
-from conftest import REPO, read_records, wait_until
+from conftest import REPO, one_round, read_records, wait_until
 
 pytestmark = pytest.mark.distributed
 SIMHOSTS = REPO / "harness" / "cluster" / "simhosts"
@@ -101,7 +101,7 @@ def on_h1(info, *argv, env=None):
 
 
 def compare_on_h1(info, *args, env=None, python=sys.executable, timeout=600):
-    proc = _run(on_h1(info, python, "-m", "harness", *args, env=env), timeout=timeout, cwd=REPO)
+    proc = _run(on_h1(info, python, "-m", "harness", *one_round(args), env=env), timeout=timeout, cwd=REPO)
     return proc
 
 
@@ -173,7 +173,7 @@ def test_the_same_comparison_under_slurm(cluster, tmp_path):
     out = tmp_path / "slurm"
     argv = on_h1(cluster, "salloc", "-N2", "--ntasks-per-node=1", sys.executable, "-m", "harness", "run",
                  "--launcher", "slurm", "--iface", "mn0", "-a", ",".join(ADAPTERS), *SHORT, "--timeout", "300",
-                 "--out", out)
+                 "--repeats", "1", "--out", out)
     proc = _run(argv, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = read_records(out)
@@ -207,7 +207,7 @@ def _wait_for_step(proc: subprocess.Popen, out: Path, step: int, deadline_s: flo
 def test_a_whole_node_dying_fails_the_row_naming_it_within_the_timeout(cluster, tmp_path):
     out = tmp_path / "o"
     proc = subprocess.Popen(on_h1(cluster, sys.executable, "-m", "harness", "run", "--hosts", "h1:1,h2:1", "--iface",
-                                  "mn0", "-a", "ddp", *LONG, "--timeout", "120", "--out", out),
+                                  "mn0", "-a", "ddp", *LONG, "--timeout", "120", "--repeats", "1", "--out", out),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_step(proc, out, 3)
@@ -260,7 +260,7 @@ def test_a_host_without_the_venv_is_a_failed_row_naming_it(cluster, tmp_path):
 def test_kill_9_of_compare_leaves_nothing_on_any_host(cluster, tmp_path):
     out = tmp_path / "o"
     proc = subprocess.Popen(on_h1(cluster, sys.executable, "-m", "harness", "run", "--hosts", "h1:1,h2:1", "--iface",
-                                  "mn0", "-a", "ddp", *LONG, "--timeout", "120", "--out", out),
+                                  "mn0", "-a", "ddp", *LONG, "--timeout", "120", "--repeats", "1", "--out", out),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_step(proc, out, 3)

@@ -439,9 +439,14 @@ CASES = [
     *[(f"run-budget-{i}", ["run", "-a", "ddp,spawn", "--precision", "5%", "--budget", bad],
        f"--budget must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got '{bad}'")
       for i, bad in enumerate(["0", "-1m", "0s", "abc", "8d", "2w", ""])],
-    ("run-budget-alone", ["run", "-a", "ddp,spawn", "--budget", "10m"],
-     "--budget only applies with --precision (the time the rounds may take to reach it); add --precision, e.g. 5%, "
-     "or leave --budget out"),
+    ("run-budget-and-repeats", ["run", "-a", "ddp,spawn", "--budget", "10m", "--repeats", "3"],
+     "--budget and --repeats both set how many rounds run (--repeats 3: exactly that many); give one of them"),
+    ("run-budget-until-target", ["run", "--until-target", "--budget", "1m"],
+     "--budget sets how long throughput rounds may take; it does not apply to --until-target runs (--max-steps "
+     "bounds each launch)"),
+    *[(f"run-budget-default-{i}", ["run", "-a", "ddp,spawn", "--budget", bad],
+       f"--budget must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got '{bad}'")
+      for i, bad in enumerate(["0", "-1m", "soon"])],
     ("run-precision-one-row", ["run", "-a", "ddp", "--precision", "5%"],
      "--precision compares rows with each other, and only 1 row can run here (ddp); name at least two with "
      "--adapters"),

@@ -115,6 +115,7 @@ def test_sbatch_takes_every_option_of_run_and_passes_each_on():
     ["-a", "ddp,spawn", "--steps", "5", "--warmup", "1", "--repeats", "2"],
     ["-a", "ddp,ddp:bucket_cap_mb=1", "-w", "widemlp", "-o", "width=256", "--precision", "10%", "--budget", "2m"],
     ["-a", "ddp", "--until-target", "--baseline", "ddp"],
+    ["-a", "ddp,spawn"],  # the default rounds: 3, then as many as fit the 3-minute budget
 ])
 def test_a_run_reexecuted_from_its_recorded_command_resolves_to_the_same_plan(tmp_path, args):
     first = comparison.plan(declare.parse(app, "run", [*args, "--out", str(tmp_path / "a")]))
@@ -128,6 +129,9 @@ def test_a_run_reexecuted_from_its_recorded_command_resolves_to_the_same_plan(tm
     assert again.request.world_size == first.request.world_size and again.out == first.out
     # and the recorded command is itself what it resolves to: running it again records the same line
     assert again.rerun == first.rerun
+    if args == ["-a", "ddp,spawn"]:
+        assert (first.budget_s, first.precision, first.request.repeats) == (180.0, None, None)
+        assert "--budget 180s" in first.rerun and "--repeats" not in first.rerun
 
 
 def test_no_option_default_is_written_twice():
