@@ -24,6 +24,7 @@ with a `scale` block added to each record. On top of a run it adds:
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,6 +37,7 @@ from harness.core import comm_bench as commmod
 from harness.core import estimate, outdir
 from harness.core import provenance as envmod
 from harness.core import runner as core
+from harness.core.argv import to_argv
 from harness.core.record import records_file
 from harness.core.requests import (
     BadInput,
@@ -246,6 +248,8 @@ def plan(req: ScaleRequest) -> ScalePlan:
                                    threads=threads,
                                    timeout_s=req.timeout_s, out=out / f"comm_n{n}", force=True, strict=False,
                                    oversubscribe=req.oversubscribe, bind_cores=req.bind_cores)
+                # its records carry the `compare comm` line that measures the same cells again on their own
+                creq.command = shlex.join(["compare", "comm", *to_argv(creq)])
                 comm.append((n, commmod.plan(creq)))
     return ScalePlan(req, out, first.rows, oversubscribed=any(p.oversubscribed for p in points), points=points,
                      baseline=base, world_sizes=sizes, scaling=req.scaling, threads=threads, straggler=straggler,

@@ -913,6 +913,24 @@ def test_scale_does_not_run_a_point_that_would_not_be_parallel():
         "error: adapter 'dp' cannot be scaled here: on a CPU torch.nn.DataParallel is one process")
 
 
+def test_a_sweeps_comm_records_carry_the_compare_comm_line_that_measures_them_again(tmp_path):
+    # They were recorded with command "" (the audit of issue 46): a reader could not re-run a calibration alone.
+    import shlex
+
+    from harness.commands import declare
+    from harness.core.requests import ScaleRequest
+    from harness.core.sweep import plan
+    from harness.cli import app
+
+    p = plan(ScaleRequest(adapters=["ddp"], world_sizes=[1, 2], out=tmp_path / "s"))
+    [(n, cplan)] = p.comm
+    line = shlex.split(cplan.request.command)
+    assert n == 2 and line[:2] == ["compare", "comm"]
+    again = declare.parse(app, "comm", line[2:])
+    for field in ("backends", "ops", "sizes", "world_size", "max_iters", "gap_s", "threads", "out", "dtype"):
+        assert getattr(again, field) == getattr(cplan.request, field), field
+
+
 def test_report_leaves_a_directory_a_live_run_holds_alone(tmp_path):
     """`compare report` on the directory of a run still measuring used to rewrite its report with the rows finished
     so far."""
