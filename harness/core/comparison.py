@@ -29,8 +29,8 @@ MIN_ROUNDS = 3
 """A run whose rounds are not fixed by --repeats (precision mode, and the default) runs at least this many: below it
 no row has an interval and the verdict ranks nothing."""
 
-RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "epoch_time.png",
-                "ttt_curve.png", "ttt_time.png")
+RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "pairs.png",
+                "epoch_time.png", "ttt_curve.png", "ttt_time.png")
 
 
 def plan(req: RunRequest) -> RunPlan:

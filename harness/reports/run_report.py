@@ -462,6 +462,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     rows = table_rows(records)
     cfg = ttt.settings(records)
     plots = plot(out, records, rows)
+    if cfg is None and has_intervals(records):
+        plots += pairs_plot(out, records)
     epochs = epoch.epoch_rows(records, rows)
     epoch_png = epoch.plot(out, records, epochs)
     r0 = records[0]
@@ -627,6 +629,43 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     save_figure(fig, paths[-1], 110)
     plt.close(fig)
     return paths
+
+
+def pairs_plot(out: Path, records: list[dict[str, Any]]) -> list[Path]:
+    """The verdict's pairwise matrix as a heat map (pairs.png): each cell the row's geometric-mean throughput over
+    the column's, coloured by log2 of it (red: the row is slower, blue: faster), marked with the pair's outcome
+    after Holm's correction. Nothing where fewer than two rows rank, or a row has fewer than 3 launches."""
+    plt = figures.pyplot()
+    a = verdict_mod.analyse(records)
+    order = a["order"]
+    if plt is None or len(order) < 2 or a["letters"] is None:  # fewer than 3 launches a row: nothing ranks
+        return []
+    import math
+
+    cells = [[None if x == y else verdict_mod.oriented(a["pairs"], x, y) for y in order] for x in order]
+    logs = [[0.0 if c is None else math.log2(c["estimate"]) for c in row] for row in cells]
+    span = max(0.05, max(abs(v) for row in logs for v in row))
+    size = 1.1 * len(order) + 2.5
+    fig, ax = plt.subplots(figsize=(size, size * 0.8))
+    ax.imshow(logs, cmap="RdBu", vmin=-span, vmax=span)
+    for i, row in enumerate(cells):
+        for j, c in enumerate(row):
+            text = "—" if c is None else f"{c['estimate']:.2f}×\n{verdict_mod.SYMBOL[c['outcome']]}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=9,
+                    color="white" if abs(logs[i][j]) > 0.6 * span else "black")  # readable on the darkest cells
+    ax.set_xticks(range(len(order)), order, rotation=30, ha="right")
+    ax.set_yticks(range(len(order)), order)
+    ax.set_xlabel("column")
+    ax.set_ylabel("row")
+    r0 = records[0]
+    ax.set_title(f"Row ÷ column, samples/s ({r0['workload']}, world size {r0['world_size']}; {a['n_min']}+ launches "
+                 f"per row)\n▲ faster, ▼ slower, ≈ equivalent within ±{a['margin'] * 100:g}%, ? not resolved "
+                 f"(Holm over {len(a['pairs'])} pairs)", fontsize=9)
+    fig.tight_layout()
+    path = out / "pairs.png"
+    save_figure(fig, path, 110)
+    plt.close(fig)
+    return [path]
 
 
 def console_notes(records: list[dict[str, Any]]) -> list[str]:

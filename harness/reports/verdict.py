@@ -81,7 +81,7 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
     if base is not None:
         for k in ranked:
             if k != base:
-                ratios[k] = _oriented(pairs, k, base)
+                ratios[k] = oriented(pairs, k, base)
                 cpu_k, cpu_b = rows[k]["cpu_s_per_step"], rows[base]["cpu_s_per_step"]
                 ratios[k]["cpu_ratio"] = cpu_k / cpu_b if cpu_k and cpu_b else None
     n_min = min((len(values[k]) for k in ranked), default=0)
@@ -116,7 +116,7 @@ def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margi
     return pairs
 
 
-def _oriented(pairs: list[dict[str, Any]], x: str, y: str) -> dict[str, Any]:
+def oriented(pairs: list[dict[str, Any]], x: str, y: str) -> dict[str, Any]:
     """The pair of x and y as x / y, with its outcome for x (faster, slower, equivalent, not resolved)."""
     p = next(p for p in pairs if {p["a"], p["b"]} == {x, y})
     if p["a"] == x:
@@ -256,7 +256,7 @@ def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
     for i, k in enumerate(order):
         worse = [j for j in order[:i] if min(letters[k]) < min(letters[j])]
         if worse:
-            open_ = [_oriented(pairs, j, k) for j in worse]
+            open_ = [oriented(pairs, j, k) for j in worse]
             out.append(f"{_name(a, k)} shares group {min(letters[k])} with faster rows only because its interval is "
                        f"wide: it is not resolved against " + ", ".join(
                            f"{_name(a, p['a'])} ({ratio_text(p)})" for p in open_)
@@ -313,7 +313,7 @@ def markdown(a: dict[str, Any]) -> list[str]:
                "|---|---|" + "---|" * len(order)]
         for x in order:
             cells = ["–" if x == y else (lambda r: f"{r['estimate']:.2f}× {SYMBOL[r['outcome']]}")(
-                _oriented(a["pairs"], x, y)) for y in order]
+                oriented(a["pairs"], x, y)) for y in order]
             md.append(f"| {_name(a, x)} | {a['letters'][x]} | " + " | ".join(cells) + " |")
         md.append("")
     return md

@@ -8,6 +8,7 @@ table), so the half-width on the log scale is 0.2484138 and the interval is exp(
 """
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -411,3 +412,18 @@ def test_eleven_complete_rounds_are_blocks():
     values = {"ddp": [100.0 + k % 3 for k in range(11)], "spawn": [98.0 + k % 2 for k in range(11)]}
     a = verdict.analyse(_records(values))
     assert a["blocked"] and a["why_unblocked"] is None and a["pairs"][0]["paired"]
+
+
+def test_the_pairs_heat_map_is_drawn_for_a_ranking_and_for_nothing_less(tmp_path):
+    # resnet_cpu2_20261126-052328: 3 rounds of dp, ddp, spawn, horovod (dp left out of the ranking on a CPU)
+    from harness.core.record import read_records
+    from harness.reports import figures
+    from harness.reports.run_report import pairs_plot
+
+    if not figures.available():
+        pytest.skip(figures.why_none())
+    runs = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+    records = read_records(runs / "resnet_cpu2_20261126-052328" / "records.jsonl.gz")
+    assert pairs_plot(tmp_path, records) == [tmp_path / "pairs.png"] and (tmp_path / "pairs.png").stat().st_size > 0
+    one = [r for r in records if r["label"] in ("dp", "ddp")]  # one ranked row: no pair to draw
+    assert pairs_plot(tmp_path / "none", one) == [] and not (tmp_path / "none").exists()
