@@ -33,6 +33,7 @@ from harness.core.sizes import format_mib
 from harness.core.stats import geomean_interval, percentile, ratio_interval, worst
 from harness.launching import machine
 from harness.reports import figures, palette
+from harness.reports import verdict as verdict_mod
 from harness.reports.run_report import MEMORY_KINDS, MEMORY_SHORT
 
 BASELINE = "single-process"
@@ -202,6 +203,28 @@ def summary_lines(tab) -> list[str]:
     return lines
 
 
+def backends_section(records: list[dict[str, Any]]) -> list[str]:
+    """At each world size above 1, the backends compared with each other as `compare run` compares rows, from the
+    same launches: every pair, Holm's correction, rounds as blocks, letter groups (the single process is the
+    speed-ups' reference, not a backend of this comparison). Needs 3 launches per point; says so otherwise."""
+    sizes = sorted({r["world_size"] for r in records if r["world_size"] > 1})
+    parts, short = [], False
+    for n in sizes:
+        recs = [r for r in records if r["world_size"] == n and r["label"] != BASELINE]
+        a = verdict_mod.analyse(recs) if recs else None
+        if a is None or len(a["ranked"]) < 2:
+            continue
+        if a["letters"] is None:
+            short = True
+            continue
+        over = " (oversubscribed)" if any(r.get("oversubscribed") for r in recs) else ""
+        parts += [f"### N = {n}{over}", ""] + [line for line in a["lines"] if line] + [""]
+    if short and not parts:
+        return ["## The backends compared at each world size", "",
+                "Not compared: a point needs at least 3 launches per backend for an interval (`--repeats 3`).", ""]
+    return ["## The backends compared at each world size", ""] + parts if parts else []
+
+
 def render(out: Path, records: list[dict[str, Any]]) -> Path:
     r0 = records[0]
     sweep = r0.get("scale_sweep") or {}
@@ -215,6 +238,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     md += summary_lines(tab) + [""]
     md += _baseline_line(tab)
     md += markdown_tables(tab)
+    md += backends_section(records)
     md += _notes(records, tab, sweep, over)
     model_md, model_plots = [], []
     try:

@@ -1,5 +1,7 @@
 """The arithmetic of a scale report from records: speed-ups, efficiency, load balance, oversubscribed points."""
 
+from pathlib import Path
+
 import pytest
 
 from harness.core.record import records_file
@@ -399,3 +401,23 @@ def test_validate_scores_only_the_sweeps_made_with_the_current_model(tmp_path):
     assert bad.returncode == 2 and bad.stdout == "" and bad.stderr == (
         "error: --validate needs the `compare scale` directories to score, e.g. compare predict --validate "
         "results/scale_*\n")
+
+
+def test_a_sweeps_backends_are_compared_at_each_world_size_as_a_run_compares_rows():
+    # The sweep's own launches at N = 2 (3 rounds): every pair, Holm, rounds as blocks, as `compare run` does
+    from harness.core.record import read_records
+    from harness.reports import verdict
+    from harness.reports.scale_report import BASELINE, backends_section
+
+    run = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "scale_digits_cpu2_20261125-085608"
+    records = read_records(run / "records.jsonl.gz")
+    md = backends_section(records)
+    assert md[:4] == ["## The backends compared at each world size", "", "### N = 2", ""]
+    at2 = verdict.analyse([r for r in records if r["world_size"] == 2 and r["label"] != BASELINE])
+    assert md[4:-1] == [line for line in at2["lines"] if line] and at2["blocked"] and len(at2["pairs"]) == 21
+    assert md[4] == "**Verdict — fastest: ddp, deepspeed:zero_stage=0** (not resolved apart); horovod, spawn, " \
+                    "deepspeed:zero_stage=1 are not resolved against any row."
+    assert "ddp 5.77× [4.80–6.94] ahead of deepspeed:zero_stage=3" in md[6]
+    one = [r for r in records if r["repeat"] == 0]  # one launch per point: nothing to compare with an interval
+    assert backends_section(one)[2] == \
+        "Not compared: a point needs at least 3 launches per backend for an interval (`--repeats 3`)."
