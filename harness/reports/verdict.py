@@ -177,8 +177,9 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
                 if len(walls) == len(ranked) else "")
         out.append(f"**Verdict: no ranking.** Each row ran {n} launch(es); a row needs at least {MIN_LAUNCHES} for an "
                    "interval, and one launch cannot separate a backend's speed from launch-to-launch variation. "
-                   f"For a ranking: `--repeats 10`{cost}, or `--precision 5% --budget 10m` (rounds are added until "
-                   "every ratio's interval is that narrow or the budget is spent).")
+                   "For a ranking: leave `--repeats` out (3 rounds, then more while they fit `--budget`, 3 minutes "
+                   f"by default), `--repeats 10`{cost}, or `--precision 5% --budget 10m` (rounds are added until "
+                   "every pair's interval is that narrow or the budget is spent).")
     else:
         out += _ranked_lines(a, launches)
     if a["left_out"]:
