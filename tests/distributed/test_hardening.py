@@ -193,7 +193,7 @@ def test_a_run_measured_while_another_run_trains_says_so(tmp_path):
     # Two runs on the same 2 cores disturb each other's figures and the load average lags by a minute: the row
     # measured while the other run was training names it, in the record, the report and the terminal.
     first, _ = _start_training(tmp_path, "the first run's training", 1, "run", "-a", "ddp", "--steps", "100000",
-                               "--warmup", "0", "--equiv-steps", "0")
+                               "--warmup", "0", "--equiv-steps", "0", "--repeats", "1")
     try:
         out = tmp_path / "second"
         second = subprocess.run([sys.executable, "-m", "harness", "run", "-a", "ddp", "--steps", "5", "--warmup", "1",
@@ -208,8 +208,8 @@ def test_a_run_measured_while_another_run_trains_says_so(tmp_path):
     [other] = rec["concurrent_compare_runs"]
     first_out = first.args[first.args.index("--out") + 1]
     assert other["pid"] == first.pid and other["out"] == str(Path(first_out).resolve())
-    assert other["command"] == ("compare run -a ddp --steps 100000 --warmup 0 --equiv-steps 0 --stall-timeout 90 "
-                                "--out " + first_out)
+    assert other["command"] == ("compare run -a ddp --steps 100000 --warmup 0 --equiv-steps 0 --repeats 1 "
+                                "--stall-timeout 90 --out " + first_out)
     note = (f"**Measured while another compare run was running on this machine** (pid {first.pid}: "
             f"`{other['command']}`): ddp#0. Its processes shared these cores, so the times and throughput of these "
             f"rows are not this machine's alone; measure them again on a quiet machine.")
