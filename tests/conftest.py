@@ -40,7 +40,7 @@ def one_round(args) -> list[str]:
     """`compare run` ARGS with `--repeats 1` added where they say nothing of rounds: a run's default is 3 rounds and
     more (a verdict), which a test of anything else than the rounds need not pay for."""
     args = list(args)
-    if args[:1] == ["run"] and not any(a.split("=")[0] in ROUNDS_OPTIONS for a in args):
+    if args[:1] == ["run"] and not any(str(a).split("=")[0] in ROUNDS_OPTIONS for a in args):
         args += ["--repeats", "1"]
     return args
 

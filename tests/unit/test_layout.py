@@ -63,7 +63,7 @@ def test_a_run_whose_output_pipe_closes_still_writes_its_results(tmp_path):
 
     out = tmp_path / "run"
     proc = subprocess.run(f"{shlex.quote(sys.executable)} -m harness run -a dp --steps 3 --warmup 1 --equiv-steps 0 "
-                          f"--out {shlex.quote(str(out))} 2>&1 | head -1", shell=True, cwd=REPO, capture_output=True,
+                          f"--repeats 1 --out {shlex.quote(str(out))} 2>&1 | head -1", shell=True, cwd=REPO, capture_output=True,
                           text=True, timeout=300, executable="/bin/bash")
     assert proc.stdout.startswith("compare run:") and proc.stdout.count("\n") == 1, proc.stdout
     rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
