@@ -145,7 +145,7 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
             stopped = runner.run(jobs, first_started)
         else:
             ui.estimate(_rounds_line(p))
-            jobs, stopped = _until_precise(p, runner, session, ui, round_jobs, first_started)
+            jobs, stopped = _rounds(p, runner, session, ui, round_jobs, first_started)
         if stopped:
             runner.close_interrupted(stopped, jobs, req.device)
         session.finish(render)
@@ -164,7 +164,7 @@ def _rounds_line(p: RunPlan) -> str:
                                             f"first also runs the reference)"))
 
 
-def _until_precise(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_started):
+def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_started):
     """Rounds: at least MIN_ROUNDS (or --repeats, with --precision), then more until every pair's simultaneous
     interval is at most p.precision wide (relative half-width; never, without --precision), or until the next round
     would overrun the budget (the last round's duration is the estimate). The table so far is shown after every
