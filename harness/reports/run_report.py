@@ -461,9 +461,10 @@ def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
 def render(out: Path, records: list[dict[str, Any]]) -> Path:
     rows = table_rows(records)
     cfg = ttt.settings(records)
+    analysis = verdict_mod.analyse(records) if cfg is None and has_intervals(records) else None
     plots = plot(out, records, rows)
-    if cfg is None and has_intervals(records):
-        plots += pairs_plot(out, records)
+    if analysis is not None:
+        plots += pairs_plot(out, records, analysis)
     epochs = epoch.epoch_rows(records, rows)
     epoch_png = epoch.plot(out, records, epochs)
     r0 = records[0]
@@ -472,8 +473,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     over = " (oversubscribed)" if r0.get("oversubscribed") else ""
     until = f" until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else ""
     md = [f"# {r0['workload']}{until}: {', '.join(group(records))} at world size {ws}{over} on {hw}", ""]
-    if not cfg and has_intervals(records):
-        analysis = verdict_mod.analyse(records)
+    if analysis is not None:
         md += ["## Verdict", ""] + verdict_mod.markdown(analysis) + precision_lines(records, analysis)
     if cfg:
         trows = ttt.table_rows(records, group(records))
@@ -527,7 +527,7 @@ def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> 
            "interrupted": "the run was interrupted"}.get(mode["ended"], mode["ended"])
     if pairs:
         open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"]
-                 if (verdict_mod.half_width({**p["simultaneous"], "estimate": p["estimate"]}) or 1.0) > mode["target"]]
+                 if (p["simultaneous"]["half_width"] or 1.0) > mode["target"]]
     else:
         open_ = [k for k, r in analysis["ratios"].items() if (verdict_mod.half_width(r) or 1.0) > mode["target"]]
     lines = [f"Precision mode (`--precision {mode['target'] * 100:g}%`): {mode['rounds']} round(s) in "
@@ -631,12 +631,12 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     return paths
 
 
-def pairs_plot(out: Path, records: list[dict[str, Any]]) -> list[Path]:
+def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any]) -> list[Path]:
     """The verdict's pairwise matrix as a heat map (pairs.png): each cell the row's geometric-mean throughput over
     the column's, coloured by log2 of it (red: the row is slower, blue: faster), marked with the pair's outcome
-    after Holm's correction. Nothing where fewer than two rows rank, or a row has fewer than 3 launches."""
+    after Holm's correction (`a`: the verdict's analysis of `records`). Nothing where fewer than two rows rank, or a
+    row has fewer than 3 launches."""
     plt = figures.pyplot()
-    a = verdict_mod.analyse(records)
     order = a["order"]
     if plt is None or len(order) < 2 or a["letters"] is None:  # fewer than 3 launches a row: nothing ranks
         return []

@@ -107,7 +107,8 @@ def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margi
         # Bonferroni's simultaneous interval (1 - ALPHA/m each): all m hold together with 95% confidence, the
         # interval form of the family's correction, which `--precision` stops on
         sim = compare_pair(values[a], values[b], paired, margin, confidence=1 - ALPHA / m) if m > 1 else c
-        c["simultaneous"] = {"lo": sim["lo"], "hi": sim["hi"], "confidence": 1 - ALPHA / m}
+        c["simultaneous"] = {"lo": sim["lo"], "hi": sim["hi"], "confidence": 1 - ALPHA / m,
+                             "half_width": half_width({**sim, "estimate": c["estimate"]})}
         pairs.append({"a": a, "b": b, **c})
     for p in adjust(pairs):
         p["outcome"] = ("no interval" if p["p"] is None else
@@ -136,7 +137,7 @@ def widest(analysis: dict[str, Any]) -> tuple[str, float] | None:
     ("a/b", relative half-width); None while some pair has no interval or there is no pair."""
     worst = None
     for p in analysis["pairs"]:
-        hw = half_width({**p["simultaneous"], "estimate": p["estimate"]})
+        hw = p["simultaneous"]["half_width"]
         if hw is None:
             return None
         if worst is None or hw > worst[1]:
