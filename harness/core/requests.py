@@ -19,6 +19,7 @@ from harness.core import provenance as envmod
 from harness.core.argv import cli, split  # noqa: F401  (split re-exported: the commands' comma lists)
 from harness.core.errors import BadInput, first_sentence  # noqa: F401  (re-exported: what requests raise)
 from harness.shared import options
+from harness.shared.cache import cached_json, files_key
 from harness.shared.options import OptionError
 from harness.shared.registry import BadReference, UnknownName
 from harness.shared.spec import STALL_S
@@ -529,24 +530,58 @@ def _dropout(model) -> str | None:
     return f"it has dropout ({', '.join(found)})" if found else None
 
 
+def workload_key(workload) -> str:
+    """What a workload's model-derived facts (its parameter count, a sample's FLOPs) depend on, as a cache key: the
+    files defining its class (for a built-in one, every file of the workloads package, which its model may import
+    from), the installed torch and transformers (read from their metadata: nothing is imported) and its resolved
+    options."""
+    import inspect
+    import json
+    import sys
+    from importlib import metadata
+
+    files = {Path(inspect.getfile(klass)) for klass in type(workload).__mro__
+             if getattr(sys.modules.get(klass.__module__), "__file__", None)}
+    files |= set(Path(workloads.__file__).parent.glob("*.py"))
+    versions = []
+    for package in ("torch", "transformers"):
+        try:
+            versions.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} absent")
+    return "|".join([files_key(sorted(files)), *versions, json.dumps(workload.describe(), sort_keys=True,
+                                                                      default=str)])
+
+
 def check_fits(workload, req: RunRequest, ranks: int) -> None:
     """Refuse a workload whose model states alone (fp32 parameters, gradients and one optimizer buffer, a lower
     bound on what training holds) for `ranks` ranks on this machine exceed its memory: `-o hidden=99999999999`
     used to fail at launch, out of memory. The model is built on torch's meta device, which allocates nothing."""
     if req.device != "cpu":
         return
-    import torch
-
     given = ", ".join(req.options) or "its defaults"
-    try:
-        with torch.device("meta"):
-            params = sum(p.numel() for p in workload.build_model().parameters())
-    except RuntimeError as exc:
-        if "overflow" in str(exc):  # a tensor larger than any address space
-            raise BadInput(f"workload {req.workload} ({given}) cannot be built: {' '.join(str(exc).split())}; "
-                           f"choose smaller workload options") from None
-        return
-    except Exception:  # noqa: BLE001 - a model that cannot be built on meta is left to the launch
+
+    def count() -> int | None:
+        import torch
+
+        try:
+            with torch.device("meta"):
+                return sum(p.numel() for p in workload.build_model().parameters())
+        except RuntimeError as exc:
+            if "overflow" in str(exc):  # a tensor larger than any address space
+                raise BadInput(f"workload {req.workload} ({given}) cannot be built: {' '.join(str(exc).split())}; "
+                               f"choose smaller workload options") from None
+            return None
+        except Exception:  # noqa: BLE001 - a model that cannot be built on meta is left to the launch
+            return None
+
+    # A built-in workload's count is kept in the cache directory (workload_key), so a run of one imports no torch
+    # here: 3.5 s of every `compare run`'s start on this machine. A user's model is built on meta regardless
+    # (check_user_code), so its count is taken afresh.
+    key = workload_key(workload) if workloads.source(req.workload) == "built-in" else None
+    params = count() if key is None else cached_json(f"params-{workloads.slug(req.workload)}", key, count,
+                                                     keep=lambda v: isinstance(v, int))
+    if params is None:
         return
     need, total = 12 * params * ranks, envmod.memory_total_bytes()
     if need > total:

@@ -21,7 +21,7 @@ from harness.core import assemble, estimate
 from harness.core.errors import BadInput
 from harness.core.requests import (MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest, UntilTarget, build_rows,
                                    check_common, check_cores, check_fits, check_list, check_loader, check_user_code,
-                                   load_workload, pairs, parse_label)
+                                   load_workload, pairs, parse_label, workload_key)
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch
@@ -158,18 +158,9 @@ def flops_per_sample(workload, global_batch: int) -> float | None:
     """The workload's FLOPs per sample (Workload.flops_per_sample), kept in the cache directory per workload, options,
     torch and the files that define it: counting takes torch's FlopCounterMode, whose first use imports TorchDynamo
     (2.5 s here), on every run of the same model."""
-    import inspect
-    import json
+    from harness.shared.cache import cached_json
 
-    import torch
-
-    from harness.shared.cache import cached_json, files_key
-
-    files = {Path(inspect.getfile(klass)) for klass in type(workload).__mro__
-             if getattr(sys.modules.get(klass.__module__), "__file__", None)}
-    key = files_key(sorted(files)) + f"|torch {torch.__version__}|" + json.dumps(workload.describe(), sort_keys=True,
-                                                                                default=str)
-    return cached_json(f"flops-{workloads.slug(type(workload).name)}", key,
+    return cached_json(f"flops-{workloads.slug(type(workload).name)}", workload_key(workload),
                        lambda: workload.flops_per_sample(global_batch), keep=lambda v: v is not None)
 
 

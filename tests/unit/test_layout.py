@@ -1,5 +1,6 @@
 """The packages import from this repository, not from the unrelated PyPI packages of the same names."""
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -96,6 +97,26 @@ def test_listing_adapters_on_cpu_does_not_import_torch_once_its_build_is_known(t
     assert first.stdout.split(" ", 1)[0] == "True"  # the first time, torch is imported to learn its build
     assert second.stdout.startswith("False ")  # then never again: `compare list` takes a fraction of a second
     assert first.stdout.split(" ", 1)[1] == second.stdout.split(" ", 1)[1]  # with the same answer
+
+
+def test_a_built_in_workload_is_checked_for_fit_without_importing_torch_once_its_size_is_known(tmp_path):
+    # check_fits counts a built-in model's parameters on the meta device once per workload, options, torch and
+    # workload files; a later run takes the count from the cache directory and its start imports no torch (3.5 s).
+    code = ("import sys; from harness.core.requests import RunRequest, check_fits, load_workload\n"
+            "from harness.core.errors import BadInput\n"
+            "for opts in ([], ['hidden=300000']):\n"
+            "    req = RunRequest(workload='digits', options=opts)\n"
+            "    try:\n"
+            "        check_fits(load_workload(req), req, 2); print('fits')\n"
+            "    except BadInput as exc:\n"
+            "        print(str(exc).split(':')[0])\n"
+            "print('torch' in sys.modules)")
+    env = {**os.environ, "COMPARE_CACHE": str(tmp_path)}
+    first, second = (subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env,
+                                    timeout=120) for _ in range(2))
+    refused = "workload digits (hidden=300000) has 90,022,800,010 parameters"
+    assert first.stdout.splitlines() == ["fits", refused, "True"], first.stderr
+    assert second.stdout.splitlines() == ["fits", refused, "False"], second.stderr
 
 
 def _committed_run(tmp_path):
