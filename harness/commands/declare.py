@@ -10,6 +10,7 @@ Runs in: the parent.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, Optional
@@ -102,8 +103,15 @@ def request_class(name: str) -> type:
     return _REQUESTS[name][0]
 
 
+@functools.lru_cache(maxsize=4)
+def _click_group(app: typer.Typer):
+    """The click command tree of `app`, built once (typer builds it anew on every call, reading every command's
+    signature: a tenth of a second, which parsing each option of each command paid)."""
+    return typer.main.get_command(app)
+
+
 def parse(app: typer.Typer, name: str, argv: list[str]) -> Any:
     """The request that `compare NAME ARGV` gives (what the command would run with), without running it."""
     cls, fixed = _REQUESTS[name]
-    ctx = typer.main.get_command(app).commands[name].make_context(name, list(argv))
+    ctx = _click_group(app).commands[name].make_context(name, list(argv))
     return from_values(cls, dict(ctx.params), **fixed)

@@ -17,6 +17,7 @@ Runs in: the parent.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Callable
@@ -97,6 +98,12 @@ def _inner(tp: Any) -> tuple[Any, bool]:
 def options(cls: type) -> list[Option]:
     """The fields of request class `cls` that its command line sets, in declaration order: not those in its
     NOT_OPTIONS; the help is its HELP's for the field, else the declaration's, else the field's docstring."""
+    return list(_options(cls))
+
+
+@functools.lru_cache(maxsize=None)
+def _options(cls: type) -> tuple[Option, ...]:
+    """options(cls), worked out once per class (a command line is read and written back several times a run)."""
     hints = typing.get_type_hints(cls)
     docs, own = attribute_docs(cls), getattr(cls, "HELP", {})
     out = []
@@ -116,7 +123,7 @@ def options(cls: type) -> list[Option]:
     # own: `compare run --help` starts with --adapters and --workload.
     root = [k for k in cls.__mro__ if dataclasses.is_dataclass(k)][-1]
     shared = set(getattr(root, "__annotations__", {})) if root is not cls else set()
-    return [o for o in out if o.name not in shared] + [o for o in out if o.name in shared]
+    return tuple([o for o in out if o.name not in shared] + [o for o in out if o.name in shared])
 
 
 def from_values(cls: type, values: dict[str, Any], **fixed: Any):

@@ -24,6 +24,7 @@ A dataclass declares its options; this module turns {"name": "text"} into an ins
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -140,6 +141,13 @@ def build(cls: type, values: dict[str, Any] | None = None, what: str = "option")
 def attribute_docs(cls: type) -> dict[str, str]:
     """The docstrings written under each field of a dataclass (and of the dataclasses it extends), by field name:
     the string literal right after the annotated assignment, as torchtitan's job_config documents its fields."""
+    return dict(_attribute_docs(cls))
+
+
+@functools.lru_cache(maxsize=None)
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """attribute_docs, read once per class: inspect.getsource parses the class's whole module (a tenth of a second
+    for a request class), and every command line, --help and knob listing asks again."""
     import ast
     import inspect
     import textwrap

@@ -45,8 +45,16 @@ def _resolve(name: str) -> str | None:
     return None
 
 
-def _imports(module: str, path: Path):
-    """(imported project module, names taken from it, line) for every import outside `if TYPE_CHECKING:`."""
+def _imports(module: str, path: Path) -> list[tuple[str, list[str], int]]:
+    """(imported project module, names taken from it, line) for every import outside `if TYPE_CHECKING:`; each
+    module is read once per session (a dozen tests ask, and parsing and walking every module took 19 s)."""
+    return _IMPORTS.get((module, path)) or _IMPORTS.setdefault((module, path), list(_scan(module, path)))
+
+
+_IMPORTS: dict[tuple[str, Path], list[tuple[str, list[str], int]]] = {}
+
+
+def _scan(module: str, path: Path):
     tree = ast.parse(path.read_text())
     skip = set()
     for node in ast.walk(tree):
