@@ -1,9 +1,11 @@
 # The two commands a new user runs (see README.md):
 #   make compare   create .venv/ (pinned CPU torch first) and run the default comparison
-#   make test      run the whole test suite (creates .venv/ first if needed); this is what CI runs
+#   make test      run the whole test suite (creates .venv/ first if needed); this is what CI runs: the tests that
+#                  start no training processes on every core (pytest-xdist), then the distributed ones one at a time
+#                  (each launches ranks on every core and some check timings, concurrency and core binding)
 # For development:
 #   make test-fast the tests that start no training processes and are not slow (-m "not distributed and not slow"),
-#                  in under a minute
+#                  on every core
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -29,11 +31,13 @@ $(VENV)/.installed: pyproject.toml Makefile adapters/install/deepspeed.sh adapte
 compare: setup
 	$(BIN)/compare run
 
+# Both halves run even when the first fails, and the target fails if either did.
 test: setup
-	$(BIN)/python -m pytest
+	rc=0; $(BIN)/python -m pytest -m "not distributed" -n auto || rc=$$?; \
+	$(BIN)/python -m pytest -m distributed || rc=$$?; exit $$rc
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not distributed and not slow"
+	$(BIN)/python -m pytest -m "not distributed and not slow" -n auto
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
