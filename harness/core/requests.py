@@ -532,8 +532,8 @@ def _dropout(model) -> str | None:
 
 def workload_key(workload) -> str:
     """What a workload's model-derived facts (its parameter count, a sample's FLOPs) depend on, as a cache key: the
-    files defining its class (for a built-in one, every file of the workloads package, which its model may import
-    from), the installed torch and transformers (read from their metadata: nothing is imported) and its resolved
+    files defining its class and every file of the workloads package (which a built-in model may import from), the
+    installed torch and transformers (read from their metadata: nothing is imported) and its resolved
     options."""
     import inspect
     import json

@@ -8,7 +8,6 @@ anything is written) -> `Runner.run` (launch, collect) -> `build_record` / `plai
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
