@@ -19,8 +19,8 @@ RESULT_FILES = ("records.jsonl", "records.jsonl.gz", "report.md")
 """Files whose presence means "this directory holds results" (plots and logs always come with them)."""
 LOCK_NAME = ".compare.lock"
 WRITTEN = ("records.jsonl", "records.jsonl.gz", "report.md", "throughput.png", "loss.png", "step_times.png",
-           "pairs.png", "epoch_time.png", "ttt_curve.png", "ttt_time.png", "speedup.png", "efficiency.png", "memory.png",
-           "balance.png", "prediction.png", "busbw.png")
+           "pairs.png", "epoch_time.png", "ttt_curve.png", "ttt_time.png", "speedup.png", "efficiency.png",
+           "memory.png", "balance.png", "prediction.png", "busbw.png")
 """Every file a compare command writes at the top of its results directory (run, scale and comm's RESULT_FILES;
 a test keeps the lists together), and a run's records packed for committing (records.jsonl.gz): what --force
 removes besides logs/ and a sweep's comm_n*/."""

@@ -2,6 +2,7 @@
 contracts that enforce themselves, committed reports that re-render identically."""
 
 import ast
+import functools
 import inspect
 import json
 import re
@@ -45,13 +46,11 @@ def _resolve(name: str) -> str | None:
     return None
 
 
-def _imports(module: str, path: Path) -> list[tuple[str, list[str], int]]:
+@functools.cache
+def _imports(module: str, path: Path) -> tuple[tuple[str, list[str], int], ...]:
     """(imported project module, names taken from it, line) for every import outside `if TYPE_CHECKING:`; each
     module is read once per session (a dozen tests ask, and parsing and walking every module took 19 s)."""
-    return _IMPORTS.get((module, path)) or _IMPORTS.setdefault((module, path), list(_scan(module, path)))
-
-
-_IMPORTS: dict[tuple[str, Path], list[tuple[str, list[str], int]]] = {}
+    return tuple(_scan(module, path))
 
 
 def _scan(module: str, path: Path):

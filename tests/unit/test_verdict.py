@@ -259,8 +259,7 @@ def test_rounds_are_added_until_resolved_or_out_of_budget_and_never_fewer_than_t
                          stop=lambda: None)
     plan = SimpleNamespace(request=SimpleNamespace(repeats=None, baseline=None), precision=precision,
                            budget_s=budget_s, runnable=rows, margin=None)
-    jobs, stopped = runmod._rounds(plan, runner, session, ui,
-                                         lambda k: [(plan, r, k) for r in rows], lambda: None)
+    jobs, stopped = runmod._rounds(plan, runner, session, ui, lambda k: [(plan, r, k) for r in rows], lambda: None)
     assert stopped is None and len(jobs) == 2 * rounds
     mode = session.records[0]["precision_mode"]
     assert (mode["ended"], mode["rounds"]) == (ended, rounds)
