@@ -170,6 +170,10 @@ class ApexAdapter(DDPAdapter):
     def plan_knobs(cls, dtype):
         return "superseded by torch.amp; priced as amp, the same bucketed all-reduce"
 
+    # apex's DDP packs gradients into messages of message_size elements (default 1e7) and all-reduces each as it
+    # fills during backward; delay_allreduce waits for the whole backward instead (no overlap, fewer calls).
+    TUNE = {"message_size": (1_000_000, 100_000_000), "delay_allreduce": (True,)}
+
     @dataclass
     class Knobs:
         opt_level: Annotated[Literal["O0", "O1", "O2", "O3"], "the letter O"] = "O1"

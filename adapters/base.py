@@ -158,6 +158,10 @@ class Adapter(ABC):
     """(place, name) of this backend in the seed blog's figure that the epoch chart reproduces (the "DataParallel vs
     torch.distributed vs torch.multiprocessing vs apex vs horovod" comparison): report data only, never behaviour;
     recorded in every run (`adapters.legend`), so a report never reads it from the live class."""
+    TUNE: ClassVar[dict[str, tuple]] = {}
+    """What `compare tune` searches: knob -> candidate values, each tried alone against the defaults. Only knobs that
+    change speed or memory, never the maths: a candidate's precision and wire compression are the defaults' (a
+    test holds every adapter to it). Empty: nothing to tune (the adapter is left out of a tune, saying so)."""
 
     @dataclass
     class Knobs:

@@ -23,6 +23,11 @@ class DDPAdapter(Adapter):
     launcher = "torchrun"
     blog_label = (1, "torch.distributed")
 
+    # DDP's gradient buckets trade overlap with backward (small) against per-call latency (large); torch's own DDP
+    # benchmark sweeps 1-25 MB. The bucket view saves a gradient copy; a static graph lets DDP skip its
+    # unused-parameter search and reorder buckets after the first step.
+    TUNE = {"bucket_cap_mb": (1, 5, 100), "gradient_as_bucket_view": (True,), "static_graph": (True,)}
+
     @dataclass
     class Knobs:
         bucket_cap_mb: float | None = None

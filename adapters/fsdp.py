@@ -30,6 +30,10 @@ class FSDPAdapter(DDPAdapter):
     launcher = "torchrun"
     blog_label = None  # not in the seed figure
 
+    # Keeping each unit's gathered parameters from forward to backward saves one all-gather per unit per step for
+    # the memory of the unsharded unit (ZeRO-2-like); the DDP knobs it inherits do not apply to FSDP.
+    TUNE = {"reshard_after_forward": (False,)}
+
     @dataclass
     class Knobs:
         reshard_after_forward: bool = True

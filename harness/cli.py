@@ -8,6 +8,7 @@ Runs in: the parent.
     compare run                        default workload, every adapter, world size 2 on this machine
     compare run --adapters ddp,spawn --workload resnet --steps 20 --repeats 3
     compare run --until-target         every adapter trains until the workload's target: time to target
+    compare tune -a ddp,horovod --budget 20m    each backend's knobs searched; verdict at defaults and at best
     compare comm                       collectives and point-to-point per backend
     compare run --hosts h1:2,h2:2      the same comparison across hosts (each framework's own multi-node launcher)
     compare sbatch --nodes 2 --ntasks-per-node 4 -a ddp,deepspeed | sbatch     the same under SLURM
@@ -27,10 +28,11 @@ import time
 
 import typer
 
-from harness.commands import comm, diff, doctor, env, index, knobs, listing, plan, predict, report, run, sbatch, scale
+from harness.commands import (comm, diff, doctor, env, index, knobs, listing, plan, predict, report, run, sbatch,
+                              scale, tune)
 from harness.commands.common import Invocation, flag
 from harness.commands.declare import command
-from harness.core.requests import CommRequest, RunRequest, SbatchRequest, ScaleRequest
+from harness.core.requests import CommRequest, RunRequest, SbatchRequest, ScaleRequest, TuneRequest
 from harness.commands.usage_errors import OneLineUsageErrors
 
 app = typer.Typer(cls=OneLineUsageErrors, add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
@@ -61,6 +63,8 @@ command(app, SbatchRequest, "sbatch", short_help="A ready sbatch script that run
     sbatch.sbatch)
 command(app, ScaleRequest, "scale", short_help="Sweep world sizes: speed-up, efficiency, memory, prediction.")(
     scale.scale)
+command(app, TuneRequest, "tune", short_help="Each backend at its best: its knobs searched within a budget, "
+                                            "beside the comparison at defaults.")(tune.tune)
 command(app, predict.PredictRequest, "predict",
         short_help="The performance model: predicted against measured, extrapolated.")(predict.predict)
 command(app, plan.PlanRequest, "plan", short_help="Which backend for a cluster: step time, memory, a "

@@ -132,6 +132,19 @@ class RunUI:
             self.bar.stop()
 
 
+class TuneUI(RunUI):
+    def header(self, plan) -> str:
+        req = plan.request
+        return (f"[bold]compare tune[/]: workload [bold]{req.workload}[/], world size {req.world_size}{where(plan)}, "
+                f"device {req.device}; {plan.warmup} warm-up + {plan.steps} timed steps a launch -> {plan.out}")
+
+    def start(self, plan):
+        console.print(self.header(plan))
+        tuning_note()
+        if self.bar:
+            self.bar.start()
+
+
 class ScaleUI(RunUI):
     def header(self, plan) -> str:
         req, first = plan.request, plan.points[0]

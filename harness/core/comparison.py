@@ -37,6 +37,8 @@ def plan(req: RunRequest) -> RunPlan:
     """Check `req` and resolve it into a plan, refusing anything wrong (BadInput) before anything is written."""
     if req.until_target and req.repeats is None:  # launches to a target are long: one each unless asked
         req = dataclasses.replace(req, repeats=1)
+    if req.tuned is not None:  # a tune's winners become rows (harness/core/tuning.py)
+        req = dataclasses.replace(req, adapters=_with_tuned(req), tuned=None)
     p = plan_rows(req)
     _check_verdict_options(req, p)
     p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
@@ -54,6 +56,31 @@ def plan(req: RunRequest) -> RunPlan:
     return p
 
 
+def _with_tuned(req: RunRequest) -> list[str]:
+    """--adapters (if given) and then each backend's winner in the tune at --tuned DIR; BadInput if DIR is not a
+    finished `compare tune`."""
+    from harness.core import race
+    from harness.core.record import RECORDS, read_records
+
+    path = req.tuned / RECORDS
+    if not path.is_file():
+        raise BadInput(f"--tuned {req.tuned}: no records.jsonl there; give a directory written by `compare tune`")
+    try:
+        records = read_records(path)
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"--tuned {req.tuned}: cannot read its records ({exc})") from None
+    if not records or records[0].get("kind") != "tune":
+        raise BadInput(f"--tuned {req.tuned} holds records of kind '{records[0].get('kind', 'run') if records else 'none'}'"
+                       f"; give a directory written by `compare tune`")
+    if records[0].get("run_interrupted") or not any(r.get("tune_summary") for r in records):
+        raise BadInput(f"--tuned {req.tuned}: that tune did not finish, so it has no confirmed winners; run it again")
+    if records[0]["workload"] != req.workload:
+        raise BadInput(f"--tuned {req.tuned} tuned workload {records[0]['workload']}, not {req.workload}; give -w "
+                       f"{records[0]['workload']} or another tune")
+    rows = list(req.adapters or [])
+    return rows + [label for label in race.winners(records) if label not in rows]
+
+
 def resolved(p: RunPlan) -> RunRequest:
     """The request that reproduces plan `p` exactly: what it resolved (the rows, the world size, steps, warm-up,
     global batch, equivalence steps, the order seed, --precision's budget) written in, so its command line runs the
@@ -65,7 +92,7 @@ def resolved(p: RunPlan) -> RunRequest:
         warmup=None if until else p.warmup, eval_every=until.eval_every if until else None,
         max_steps=until.max_steps if until else None, global_batch=p.global_batch, equiv_steps=p.equiv_steps,
         order_seed=p.order_seed, budget=None if p.budget_s is None else f"{p.budget_s:g}s",
-        hosts=None if p.topology is None or p.topology.launcher == "slurm" else
+        tuned=None, hosts=None if p.topology is None or p.topology.launcher == "slurm" else
         ",".join(f"{n.host}:{n.slots}" for n in p.topology.nodes), hostfile=None,
         nnodes=len(p.topology.nodes) if p.topology is not None and p.topology.launcher == "slurm" else None,
         iface=p.topology.iface if p.topology is not None else r.iface)

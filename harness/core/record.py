@@ -151,7 +151,7 @@ class Base(TypedDict):
     """SCHEMA_VERSION now; `compare report` reads every one of READABLE_SCHEMAS (1: throughput from the median step,
     rendered as it always was)."""
     kind: NotRequired[str]
-    """`run` (compare run), `scale` (compare scale) or `comm` (compare comm)."""
+    """`run` (compare run), `scale` (compare scale), `comm` (compare comm) or `tune` (compare tune)."""
     run_id: str
     """The run's id, shared by every record of one command."""
     time_utc: str
@@ -311,6 +311,20 @@ class RunOnly(TypedDict):
     interval; absent: the ratios to the baseline)."""
 
 
+class Tune(TypedDict):
+    """What a tune record (kind "tune": one launch of one candidate, harness/core/tuning.py) holds beside a run's."""
+
+    tune: dict[str, Any]
+    """The launch's stage: {"stage": "race"} (choosing each backend's best) or {"stage": "confirm"} (the defaults
+    and the best on fresh launches, which the gains and verdicts come from)."""
+    tune_plan: NotRequired[dict[str, Any]]
+    """The tune as planned: backend -> candidate labels (the defaults first), the budget in seconds and whether per
+    backend, the adapters left out as untunable or unavailable and why, the least rounds of each stage."""
+    tune_summary: NotRequired[dict[str, Any]]
+    """How the tune ended (absent if interrupted): the budget, race and confirmation rounds, why each backend's race
+    ended ("one left", "budget", "every candidate failed"), elapsed seconds and the launch seconds per backend."""
+
+
 class Measured(TypedDict):
     """What a run or scale record adds once it was measured (status ok, or not_reached)."""
 
@@ -411,9 +425,11 @@ Record = RunRecord | CommRecord
 """What read_records returns: every field these types require is there, with its type (docs/records.md)."""
 
 LAYERS: tuple[tuple[type, tuple[str, ...], str], ...] = (
-    (Base, ("run", "scale", "comm"), "every record"), (Run, ("run", "scale"), "every run and scale record"),
-    (RunOnly, ("run",), "every run record"), (Measured, ("run", "scale"), "every measured run and scale record"),
-    (Scale, ("scale",), "every scale record"), (Comm, ("comm",), "every comm record"),
+    (Base, ("run", "scale", "comm", "tune"), "every record"),
+    (Run, ("run", "scale", "tune"), "every run, scale and tune record"),
+    (RunOnly, ("run", "tune"), "every run and tune record"),
+    (Measured, ("run", "scale", "tune"), "every measured run, scale and tune record"),
+    (Scale, ("scale",), "every scale record"), (Tune, ("tune",), "every tune record"), (Comm, ("comm",), "every comm record"),
     (CommMeasured, ("comm",), "every measured comm record"))
 """Each layer of fields, the kinds of record it belongs to and which records its required fields are required of:
 docs/records.md is generated from these (harness/core/schema.py)."""
@@ -503,6 +519,8 @@ def check_record(rec: Any, where: str = "record") -> None:
     if rec.get("kind") == "scale":
         _check(rec, Scale, where)
         _check(rec["scale"], ScalePoint, f"{where}: scale")
+    if rec.get("kind") == "tune":
+        _check(rec, Tune, where)
     if rec["status"] in MEASURED:
         _check(rec, Measured, where)
         _check(rec["controls"], Controls, f"{where}: controls")

@@ -150,6 +150,9 @@ class RunRequest(Request):
     plots: bool = field(default=True, metadata=cli("--plots"))
     """Draw the plots (--no-plots: report.md and records only, about 3 s sooner; `compare report DIR` draws them
     later)."""
+    tuned: Path | None = field(default=None, metadata=cli("--tuned", parser=typed_path))
+    """A `compare tune` results directory: its best row of each backend becomes a row of this run (beside those of
+    --adapters, if given)."""
 
 
 def parse_world_sizes(text: str | None) -> list[int] | None:
@@ -193,7 +196,8 @@ class ScaleRequest(RunRequest):
     """`compare scale`: the same comparison at several world sizes."""
 
     NOT_OPTIONS = frozenset({"world_size", "hosts", "hostfile", "nnodes", "iface", "launcher", "until_target",
-                             "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed", "margin"})
+                             "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed", "margin",
+                             "tuned"})
     HELP = {"threads": "Threads per rank at every point (default: usable cores / the largest world size that "
                        "fits).",
             "repeats": "Fresh launches per point; the spread is reported.",
@@ -223,6 +227,30 @@ class ScaleRequest(RunRequest):
     """Largest world size predicted."""
     profile_steps: int = field(default=10, metadata=cli("--profile-steps"))
     """Steps per batch size of the compute profile."""
+
+
+DEFAULT_TUNE_BUDGET = "10m"
+"""`compare tune`'s budget, for the whole tune."""
+
+
+@dataclass
+class TuneRequest(RunRequest):
+    """`compare tune`: the options of `compare run` that set the comparison, and the search's."""
+
+    NOT_OPTIONS = frozenset({"until_target", "eval_every", "max_steps", "precision", "repeats", "baseline", "tuned",
+                             "plots"})
+    HELP = {"adapters": "Comma-separated adapters to tune, plain names (default: every adapter that declares tunable "
+                        "knobs and can run here).",
+            "budget": "Time the whole tune may take, e.g. 20m, or per backend, e.g. 5m/backend: the race stops where "
+                      "its next round and the confirmation would overrun it; each stage runs 3 rounds at least "
+                      f"(default {DEFAULT_TUNE_BUDGET} in all).",
+            "knobs": "A knob fixed for every candidate of its adapter, ADAPTER.KNOB=VALUE (repeatable); it is not "
+                     "searched."}
+
+    tune: list[str] = field(default_factory=list, metadata=cli("--tune"))
+    """Knobs to search, ADAPTER.KNOB (its declared candidates) or ADAPTER.KNOB=V1,V2 (these values), repeatable; an
+    adapter named here is searched over these knobs only (default: every knob each adapter declares, `compare
+    knobs ADAPTER` lists them all)."""
 
 
 @dataclass

@@ -21,14 +21,15 @@ from harness.reports import host_layout as hosts_report
 from harness.reports import run_report as run
 from harness.reports import scale_report as scale
 from harness.reports import ttt
+from harness.reports import tune_report as tune
 
 
 def kind(records: list[dict[str, Any]]) -> str:
-    """"run", "comm" or "scale" (records written before `kind` existed are runs)."""
+    """"run", "comm", "scale" or "tune" (records written before `kind` existed are runs)."""
     return records[0].get("kind", "run") if records else "run"
 
 
-RENDERERS = {"run": run.render, "comm": comm.render, "scale": scale.render}
+RENDERERS = {"run": run.render, "comm": comm.render, "scale": scale.render, "tune": tune.render}
 
 
 def check_kind(records: list[dict[str, Any]]) -> str:

@@ -393,7 +393,7 @@ def _controls(rows) -> list[str]:
     return lines
 
 
-def _provenance(records) -> list[str]:
+def provenance(records) -> list[str]:
     r = records[0]
     e = r["env"]
     gpus = ", ".join(e.get("gpus", [])) or "none"
@@ -492,7 +492,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     timing = time_breakdown(records)
     if timing:
         md += ["## Where the time went", ""] + timing + [""]
-    md += ["## Provenance", ""] + _provenance(records) + [""]
+    md += ["## Provenance", ""] + provenance(records) + [""]
     if plots:
         md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     elif not figures.available():

@@ -149,7 +149,7 @@ CASES = [
      "adapter horovod:cycle_time_ms=nan: knob 'cycle_time_ms' expects a finite number, got 'nan'"),
     # click's own usage errors, as one line too
     ("cli-unknown-command", ["bench"],
-     "No such command 'bench'; valid commands: run, sbatch, scale, predict, plan, comm, report, diff, index, list, knobs, doctor, env"),
+     "No such command 'bench'; valid commands: run, sbatch, scale, tune, predict, plan, comm, report, diff, index, list, knobs, doctor, env"),
     ("cli-missing-argument", ["report"], "Missing argument 'directory' (see `compare report --help`)"),
     ("cli-not-an-integer", ["run", "--steps", "many"],
      "Invalid value for '--steps': Input should be a valid integer, unable to parse string as an integer (see "
@@ -664,7 +664,7 @@ def _set(where, key, value):
     (_set("row", "topology", {}), "(KeyError: 'processes')"),
     (_set("row", "loss_curve", ["x", None]), "(TypeError: "),
     (_set("row", "kind", "bogus"), "(ValueError: records of kind bogus among records of kind run)"),
-    (_set("first", "kind", "bogus"), "(ValueError: records of kind 'bogus'; this compare renders run, comm, scale)"),
+    (_set("first", "kind", "bogus"), "(ValueError: records of kind 'bogus'; this compare renders run, comm, scale, tune)"),
 ], ids=["equivalence-empty", "topology-empty", "loss-not-numbers", "mixed-kinds", "unknown-kind"])
 def test_report_of_records_a_report_cannot_be_made_of_is_one_line_and_writes_nothing(tmp_path, change, problem):
     # Records that pass the field check but not the renderer: one line, exit 2, and the directory exactly as it
@@ -1171,7 +1171,7 @@ def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhe
     result = invoke("index", idx)
     assert result.exit_code == 0, result.output
     assert (f"warning: skipped {idx / 'banana'}: a record of a shape this compare cannot read (ValueError: records "
-            f"of kind 'banana'; this compare renders run, comm, scale)") in result.stderr
+            f"of kind 'banana'; this compare renders run, comm, scale, tune)") in result.stderr
     assert (f"warning: skipped {idx / 'loop'}: records.jsonl is a symbolic link that leads nowhere (a missing "
             f"target or a loop)") in result.stderr
     text = (idx / "README.md").read_text()

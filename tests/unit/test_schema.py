@@ -50,7 +50,7 @@ def test_every_field_the_reader_requires_is_documented_with_what_it_requires():
 
     required = checked_fields()
     assert set(required) <= {name for name, _, _ in schema.entries()}
-    assert required["samples_per_s"] == "number, every measured run and scale record"
+    assert required["samples_per_s"] == "number, every measured run, scale and tune record"
     assert required["run_id"] == "str, every record" and required["op"] == "str, every measured comm record"
     rec = json.loads(records_text(RUNS / "digits_cpu2_20261126-045209").splitlines()[0])
     ints = [field for field, what in required.items() if field in rec and what.startswith("int")]

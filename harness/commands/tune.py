@@ -1,0 +1,42 @@
+"""`compare tune`: each backend's knobs searched within a budget, its best confirmed against its defaults, and the
+comparison at defaults beside the comparison at best."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+
+from harness.commands.common import Invocation, console, execute, fail, stop_on_signals, took, typed, warn_shared
+from harness.commands.ui import TuneUI
+from harness.core.errors import BadInput
+from harness.core.record import MEASURED
+from harness.core.requests import TuneRequest
+
+
+def tune(req: TuneRequest) -> None:
+    """Search each backend's performance knobs (never the maths) within a budget: a noise-aware race over fresh
+    launches, the best confirmed against the defaults on launches of its own, then the verdict at defaults beside
+    the verdict at best. Writes records.jsonl and report.md."""
+    from harness import reports
+    from harness.core import tuning
+    from harness.reports import tune_report
+
+    try:
+        plan = tuning.plan(req)
+    except BadInput as exc:
+        fail(str(exc))
+    for name, why in plan.untunable.items():
+        console.print(f"[yellow]note[/]: {escape(name)} is left out: {escape(why)}")
+    plan.run.request.command = typed(plan.run.rerun)
+    stop_on_signals()
+    records, interrupted = execute(tuning.execute, plan, TuneUI(), Invocation.started, reports.render)
+    for line in tune_report.console_lines(records):
+        console.print(escape(line), soft_wrap=True)
+    warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
+    console.print(f"wrote {plan.run.out}/report.md and records.jsonl{took()}", soft_wrap=True)
+    if interrupted:
+        done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
+        typer.echo(f"interrupted: children stopped; {done} launch(es) kept in {plan.run.out}", err=True)
+        raise typer.Exit(130)
+    if not any(r["status"] in MEASURED for r in records):
+        raise typer.Exit(1)

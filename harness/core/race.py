@@ -1,0 +1,358 @@
+"""The search of `compare tune` (harness/core/tuning.py runs it): each backend's candidates raced on launches, its best
+confirmed against its defaults on fresh launches, and what the records say about it, for the report and for
+`compare run --tuned`. Pure: launches come in through a callback, so a stub launcher of known noise tests it.
+
+Runs in: the parent. Two stages, both made of rounds of fresh launches in a shuffled order (as `compare run`'s):
+
+1. **Race.** Per backend, its defaults and one candidate per (knob, value) it declares (`Adapter.TUNE`), each
+   changing one knob from the defaults. Every live candidate runs once per round. From the third round on, after
+   every round, the backend's best (highest geometric mean of samples/s) is compared with each other live candidate
+   on the rounds they share (paired t on log throughput, Holm-adjusted over that backend's live candidates): a
+   candidate is dropped only when the best is faster than it at the 5% level, so one lucky launch never decides. A
+   launch that fails drops its candidate, with its reason. The race of a backend ends when one candidate is left,
+   or when the next round and the confirmation it still needs would overrun the budget: the best of those left is
+   taken and the others are named as within noise of it.
+2. **Confirm.** The defaults and the best of every backend, on fresh launches only (no race launch is reused: a
+   winner measured on the launches that chose it looks better than it is), at least three rounds and then as many as
+   the budget allows. The gain of each best over its defaults, with its 95% interval and outcome (Holm over the
+   backends), and the two verdicts, at defaults and at best, come from these rounds alone.
+
+The race is replayed from the records (`replay`), at run time after every round and again by the report, so the
+report re-renders from records alone and says exactly why each candidate was dropped. Knob interactions are not
+searched (one knob at a time from the defaults): the report says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import adapters
+from harness.core.errors import BadInput
+from harness.core.record import MEASURED
+from harness.core.stats import ALPHA, MIN_LAUNCHES, adjust, compare_pair, geomean_interval
+
+MIN_ROUNDS = MIN_LAUNCHES
+"""Rounds each stage runs at least: below it no pair has an interval."""
+
+PER_BACKEND = "/backend"
+"""`--budget 5m/backend`: each backend gets that much (else the budget is for the whole tune)."""
+
+
+# ---- candidates ---------------------------------------------------------------------------------------------------
+def text(value: Any) -> str:
+    """A knob value as a row label writes it (true, 1, 0.2, 50000000)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def numerics(adapter) -> tuple[str, str]:
+    """What a tuned knob must not change: the step's precision and the wire compression."""
+    return str(getattr(adapter.precision(), "value", adapter.precision())), adapter.compression()
+
+
+def parse_tune(given: list[str], names: list[str]) -> dict[str, dict[str, list[str] | None]]:
+    """`--tune ADAPTER.KNOB[=V1,V2,...]` (repeatable) -> {adapter: {knob: values or None (the declared ones)}}."""
+    out: dict[str, dict[str, list[str] | None]] = {}
+    for item in given:
+        key, eq, values = item.partition("=")
+        name, dot, knob = key.partition(".")
+        if not dot or not name or not knob or (eq and not values.strip(",")):
+            raise BadInput(f"--tune {item!r} must be ADAPTER.KNOB or ADAPTER.KNOB=V1,V2,..., e.g. "
+                           f"ddp.bucket_cap_mb or ddp.bucket_cap_mb=1,5,100")
+        if name not in names:
+            raise BadInput(f"--tune {item}: adapter '{name}' is not in this tune ({', '.join(names)})")
+        out.setdefault(name, {})[knob] = [v.strip() for v in values.split(",") if v.strip()] if eq else None
+    return out
+
+
+def candidates(name: str, device: str, chosen: dict[str, list[str] | None] | None = None,
+               fixed: dict[str, str] | None = None) -> list[str]:
+    """The row labels raced for adapter `name`: its defaults first, then one row per (knob, value), one knob changed
+    at a time. `chosen` (from --tune): only those knobs, with the values given (None: the declared ones). BadInput
+    for a knob the adapter lacks, one with no declared values and none given, a value its Knobs refuse, or one that
+    changes the numerics. `fixed` (from --knob): knobs set for every candidate, so not searched."""
+    from harness.shared import options
+
+    cls = adapters.get(name)
+    fields = {f.name for f in dataclasses.fields(cls.Knobs)}
+    declared = dict(cls.TUNE)
+    fixed = fixed or {}
+    if chosen is None:
+        plan = {k: [text(v) for v in vs] for k, vs in declared.items() if k not in fixed}
+    else:
+        plan = {}
+        for knob, values in chosen.items():
+            if knob not in fields:
+                raise BadInput(f"--tune {name}.{knob}: adapter {name} has no knob '{knob}'; its tunable knobs: "
+                               f"{', '.join(declared) or 'none'} (every knob: `compare knobs {name}`)")
+            if knob in fixed:
+                raise BadInput(f"--tune {name}.{knob} searches a knob that --knob {name}.{knob}={fixed[knob]} fixes; "
+                               f"give one of them")
+            if values is None and knob not in declared:
+                raise BadInput(f"--tune {name}.{knob}: {name} declares no candidate values for '{knob}'; give them, "
+                               f"e.g. --tune {name}.{knob}=V1,V2")
+            plan[knob] = values if values is not None else [text(v) for v in declared[knob]]
+    base = numerics(cls(dict(fixed), device))
+    default_knobs = options.build(cls.Knobs, dict(fixed), what="knob")
+    labels = [name]
+    for knob, values in plan.items():
+        for value in values:
+            try:
+                built = options.build(cls.Knobs, {**fixed, knob: value}, what="knob")
+                tried = numerics(cls({**fixed, knob: value}, device))
+            except options.OptionError as exc:
+                raise BadInput(f"--tune {name}.{knob}={value}: {exc}") from None
+            if tried != base:
+                raise BadInput(f"--tune {name}.{knob}={value} changes the numerics ({'/'.join(base)} -> "
+                               f"{'/'.join(tried)}): compare it as a row of its own (compare run -a "
+                               f"{name}:{knob}={value}), not as a tuning of speed")
+            if getattr(built, knob) == getattr(default_knobs, knob):
+                continue  # the defaults' own value: that row is already there
+            label = f"{name}:{knob}={text(getattr(built, knob))}"
+            if label not in labels:
+                labels.append(label)
+    return labels
+
+
+# ---- the race, replayed from records --------------------------------------------------------------------------------
+@dataclass
+class Race:
+    """One backend's race as far as its records go."""
+
+    backend: str
+    candidates: list[str]
+    alive: list[str]
+    dropped: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """label -> {"round", "why" ("slower" or "failed"), and "best", "ratio", "lo", "hi", "p_holm" or "reason"}."""
+    rounds: int = 0
+    values: dict[str, list[float]] = field(default_factory=dict)
+    """label -> samples/s per race round it ran, in round order."""
+    walls: dict[str, list[float]] = field(default_factory=dict)
+    """label -> each launch's wall time (s), for the budget."""
+
+    @property
+    def best(self) -> str | None:
+        live = [k for k in self.alive if self.values.get(k)]
+        if not live:
+            return None
+        return max(live, key=lambda k: geomean_interval(self.values[k])["estimate"])
+
+    @property
+    def default(self) -> str:
+        return self.candidates[0]
+
+
+def trial(rec: dict[str, Any]) -> dict[str, Any]:
+    return rec.get("tune") or {}
+
+
+def replay(records: list[dict[str, Any]], backends: dict[str, list[str]]) -> dict[str, Race]:
+    """Every backend's race from the race records (kind "tune", stage "race"), round by round, with the elimination
+    rule of the module docstring: what `compare tune` decided after each round, and what its report shows."""
+    races = {b: Race(b, list(labels), list(labels)) for b, labels in backends.items()}
+    by_round: dict[int, list[dict]] = {}
+    for r in records:
+        t = trial(r)
+        if t.get("stage") == "race" and r.get("adapter") in races:
+            by_round.setdefault(int(r["repeat"]), []).append(r)
+    for k in sorted(by_round):
+        for b, race in races.items():
+            ran = [r for r in by_round[k] if r["adapter"] == b and r["label"] in race.alive]
+            if not ran:
+                continue
+            race.rounds += 1
+            for r in ran:
+                race.walls.setdefault(r["label"], []).append(float(r.get("wall_time_s") or 0.0))
+                if r["status"] in MEASURED and r.get("samples_per_s"):
+                    race.values.setdefault(r["label"], []).append(float(r["samples_per_s"]))
+                else:
+                    race.alive.remove(r["label"])
+                    race.dropped[r["label"]] = {"round": k, "why": "failed",
+                                                "reason": r.get("reason") or r["status"]}
+            _eliminate(race, k)
+    return races
+
+
+def _eliminate(race: Race, k: int) -> None:
+    """After a round: drop each live candidate that the best is resolved faster than (paired over the rounds they
+    share, Holm over the backend's live candidates), once every live one has MIN_ROUNDS launches."""
+    live = [c for c in race.alive if race.values.get(c)]
+    if len(live) < 2 or min(len(race.values[c]) for c in live) < MIN_ROUNDS:
+        return
+    best = race.best
+    n = min(len(race.values[c]) for c in live)  # the most recent n rounds, which every live candidate ran
+    others = [c for c in live if c != best]
+    pairs = [{"c": c, **compare_pair(race.values[best][-n:], race.values[c][-n:], paired=True)} for c in others]
+    for p in adjust(pairs):
+        if p["p_holm"] is not None and p["p_holm"] < ALPHA and p["estimate"] > 1:
+            race.alive.remove(p["c"])
+            race.dropped[p["c"]] = {"round": k, "why": "slower", "best": best, "ratio": 1 / p["estimate"],
+                                    "lo": 1 / p["hi"], "hi": 1 / p["lo"], "p_holm": p["p_holm"], "n": n}
+
+
+# ---- the search loop ------------------------------------------------------------------------------------------------
+@dataclass
+class Budget:
+    seconds: float
+    per_backend: bool = False
+
+    def describe(self) -> str:
+        from harness.core.estimate import duration
+
+        return duration(self.seconds) + (" per backend" if self.per_backend else " in all")
+
+
+def parse_budget(text_: str) -> Budget:
+    """"20m" (the whole tune) or "5m/backend" (each backend) -> Budget; BadInput otherwise."""
+    from harness.core.requests import parse_duration
+
+    per = text_.strip().endswith(PER_BACKEND)
+    return Budget(parse_duration(text_.strip()[:-len(PER_BACKEND)] if per else text_, "--budget"), per)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _round_cost(race: Race, labels: list[str]) -> float:
+    return sum(_mean(race.walls.get(k, [])) for k in labels)
+
+
+def confirm_rows(races: dict[str, Race]) -> list[str]:
+    """The confirmation's rows: every backend's defaults and its best where that is another candidate."""
+    rows = []
+    for race in races.values():
+        best = race.best
+        rows += [race.default] + ([best] if best and best != race.default else [])
+    return rows
+
+
+def search(backends: dict[str, list[str]], run_round: Callable[[str, int, list[str]], list[dict[str, Any]]],
+           budget: Budget, clock: Callable[[], float] = time.monotonic,
+           on_round: Callable[[str, int, dict[str, Race]], None] = lambda stage, k, races: None
+           ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the race, then the confirmation. `run_round(stage, k, labels)` launches each label once (round k of
+    stage "race" or "confirm") and returns their records (it may raise KeyboardInterrupt). Returns (records, how
+    each stage ended)."""
+    records: list[dict[str, Any]] = []
+    start = clock()
+    spent: dict[str, float] = {b: 0.0 for b in backends}
+    ended: dict[str, str] = {}
+    k = 0
+
+    def spend(recs):
+        for r in recs:
+            b = r.get("adapter")
+            if b in spent:
+                spent[b] += float(r.get("wall_time_s") or 0.0)
+
+    def reserve(race: Race) -> float:
+        best = race.best or race.default
+        return MIN_ROUNDS * _round_cost(race, list(dict.fromkeys([race.default, best])))
+
+    while True:
+        races = replay(records, backends)
+        racing = [b for b, race in races.items() if len(race.alive) > 1 and b not in ended]
+        for b, race in races.items():
+            if len(race.alive) <= 1 and b not in ended:
+                ended[b] = "one left" if race.alive else "every candidate failed"
+        if k >= MIN_ROUNDS and racing:
+            if budget.per_backend:
+                for b in racing:
+                    race = races[b]
+                    if spent[b] + _round_cost(race, race.alive) + reserve(race) > budget.seconds:
+                        ended[b] = "budget"
+            else:
+                need = sum(_round_cost(races[b], races[b].alive) for b in racing) + sum(map(reserve, races.values()))
+                if clock() - start + need > budget.seconds:
+                    ended.update({b: "budget" for b in racing})
+            racing = [b for b in racing if b not in ended]
+        if not racing:
+            break
+        recs = run_round("race", k, [c for b in racing for c in races[b].alive])
+        records += recs
+        spend(recs)
+        k += 1
+        on_round("race", k, replay(records, backends))
+    races = replay(records, backends)
+    rows = confirm_rows(races)
+    if len(rows) < 2:  # one backend whose defaults won: nothing to confirm a gain of, no one to compare it with
+        rows = []
+    confirm_start, c = clock(), 0
+    while rows:
+        if c >= MIN_ROUNDS:
+            last = [r for r in records if trial(r).get("stage") == "confirm" and r["repeat"] == k + c - 1]
+            per_b: dict[str, float] = {}
+            for r in last:
+                per_b[r["adapter"]] = per_b.get(r["adapter"], 0.0) + float(r.get("wall_time_s") or 0.0)
+            if budget.per_backend:
+                if any(spent[b] + per_b.get(b, 0.0) > budget.seconds for b in per_b):
+                    break
+            elif clock() - start + sum(per_b.values()) > budget.seconds:
+                break
+        recs = run_round("confirm", k + c, rows)
+        records += recs
+        spend(recs)
+        c += 1
+        on_round("confirm", c, races)
+    summary = {"budget_s": budget.seconds, "per_backend": budget.per_backend, "race_rounds": k, "confirm_rounds": c,
+               "race_ended": ended, "elapsed_s": clock() - start, "confirm_s": clock() - confirm_start,
+               "spent_s": spent}
+    return records, summary
+
+
+# ---- what the confirmation says (records alone: the report and `compare run --tuned` read it) -----------------------
+def backends_of(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Backend -> candidate labels, as the tune planned them (recorded in every record)."""
+    plan = next((r.get("tune_plan") for r in records if r.get("tune_plan")), None) or {}
+    return {b: list(c) for b, c in (plan.get("backends") or {}).items()}
+
+
+def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per backend: its defaults, the race's best, the confirmation's launches of each, the best's gain over the
+    defaults (paired over the confirmation rounds: ratio, 95% interval, outcome, Holm over the backends) and the
+    winner: the best where the confirmation resolved it faster than the defaults, else the defaults."""
+    from harness.core.stats import DEFAULT_MARGIN
+
+    backends = backends_of(records)
+    races = replay(records, backends)
+    margin = next((r.get("margin") for r in records if r.get("margin")), None) or DEFAULT_MARGIN
+    out: dict[str, dict[str, Any]] = {}
+    pairs = []
+    for b, race in races.items():
+        conf = [r for r in records if trial(r).get("stage") == "confirm" and r["adapter"] == b]
+        best = race.best or race.default
+        vals: dict[str, dict[int, float]] = {}
+        for r in conf:
+            if r["status"] in MEASURED and r.get("samples_per_s"):
+                vals.setdefault(r["label"], {})[r["repeat"]] = float(r["samples_per_s"])
+        entry = {"backend": b, "default": race.default, "best": best, "race": race, "values": vals,
+                 "gain": None, "winner": race.default}
+        if best != race.default and best in vals and race.default in vals:
+            common = sorted(set(vals[best]) & set(vals[race.default]))
+            gain = compare_pair([vals[best][k] for k in common], [vals[race.default][k] for k in common],
+                                paired=True, margin=margin)
+            entry["gain"] = gain
+            pairs.append(gain)
+        out[b] = entry
+    for g in adjust(pairs):
+        g["outcome"] = ("no interval" if g["p"] is None else
+                        ("faster" if g["estimate"] > 1 else "slower") if g["p_holm"] < ALPHA else
+                        "equivalent" if g["p_equivalent_holm"] < ALPHA else "not resolved")
+    for entry in out.values():
+        g = entry["gain"]
+        if g is not None and g["outcome"] == "faster":
+            entry["winner"] = entry["best"]
+    return out
+
+
+def winners(records: list[dict[str, Any]]) -> list[str]:
+    """The row label of each backend's winner (`compare run --tuned DIR`)."""
+    return [e["winner"] for e in confirmed(records).values()]

@@ -1,0 +1,163 @@
+"""`compare tune`: each backend's performance knobs searched within a budget (harness/core/race.py), its best
+confirmed against its defaults on fresh launches, and the comparison at defaults set beside the comparison at best.
+
+Runs in: the parent. `plan` refuses anything wrong before anything is written (the rows are checked by `compare
+run`'s own planning); `execute` launches each round through the Runner into a Session, so every launch is a record
+the moment it ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import adapters
+from harness.core.errors import BadInput
+from harness.core.race import MIN_ROUNDS, Budget, Race, candidates, parse_budget, parse_tune, search
+
+
+# ---- plan and execute (the command's domain) ------------------------------------------------------------------------
+@dataclass
+class TunePlan:
+    run: Any
+    """The RunPlan of every candidate row (harness/core/comparison.py's checks, once)."""
+    backends: dict[str, list[str]]
+    """Backend -> its candidate labels, the defaults first."""
+    budget: Budget
+    untunable: dict[str, str] = field(default_factory=dict)
+    """Adapters asked for that have nothing to tune -> why (said, and left out)."""
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """Backends that cannot run here -> the reason (a record each, as `compare run` keeps)."""
+
+
+def plan(req) -> TunePlan:
+    """Check a TuneRequest and resolve it, refusing anything wrong (BadInput) before anything is written."""
+    import random
+    import shlex
+
+    from harness.core import comparison
+    from harness.core.argv import to_argv
+    from harness.core.requests import DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest, check_list, parse_label
+
+    check_list(req.adapters, adapters.names(), "adapter")
+    for label in req.adapters or []:
+        name, variant = parse_label(label)
+        if variant:
+            raise BadInput(f"adapter '{label}': compare tune starts from each adapter's defaults, so give plain names "
+                           f"(-a {name}); fix a knob for every candidate with --knob {name}.KNOB=VALUE")
+        if name not in adapters.names():
+            from harness.shared.registry import UnknownName
+
+            raise BadInput(str(UnknownName("adapter", name, adapters.names())))
+    budget = parse_budget(req.budget if req.budget is not None else DEFAULT_TUNE_BUDGET)
+    tunable_names = [n for n in adapters.names() if adapters.get(n).TUNE]
+    names = list(req.adapters) if req.adapters is not None else tunable_names
+    chosen = parse_tune(req.tune, names)
+    untunable = {n: "it declares no tunable knobs" for n in names if not adapters.get(n).TUNE and n not in chosen}
+    names = [n for n in names if n not in untunable]
+    if not names:
+        raise BadInput(f"nothing to tune: {', '.join(untunable)} declare{'s' if len(untunable) == 1 else ''} no "
+                       f"tunable knobs; adapters with tunable knobs: {', '.join(tunable_names)} (or name knobs with "
+                       f"--tune ADAPTER.KNOB=V1,V2)")
+    fixed: dict[str, dict[str, str]] = {}
+    for item in req.knobs:
+        key, _, value = item.partition("=")
+        name, _, knob = key.partition(".")
+        fixed.setdefault(name, {})[knob] = value
+    backends = {n: candidates(n, req.device, chosen.get(n), fixed.get(n)) for n in names}
+    labels = [c for cs in backends.values() for c in cs]
+    fields = {f.name for f in dataclasses.fields(RunRequest)}
+    run_req = RunRequest(**{**{k: getattr(req, k) for k in fields}, "adapters": labels, "repeats": 1,
+                            "budget": None, "precision": None})
+    p = comparison.plan(run_req)  # every row checked; --out claimed only once all of this passed
+    unavailable = {}
+    for row in p.unavailable:
+        if row.name in backends and row.name not in unavailable:
+            unavailable[row.name] = row.reason
+    for name in unavailable:
+        backends.pop(name)
+    if not backends:
+        raise BadInput("no backend to tune can run here: " + "; ".join(f"{n}: {r}" for n, r in unavailable.items()))
+    p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
+    again = comparison.resolved(p)
+    rerun = TuneRequest(**{**{k: getattr(again, k) for k in fields}, "adapters": list(backends) + list(unavailable),
+                           "tune": list(req.tune), "budget": req.budget if req.budget is not None
+                           else DEFAULT_TUNE_BUDGET, "repeats": None, "tuned": None})
+    p.rerun = shlex.join(["compare", "tune", *to_argv(rerun)])
+    return TunePlan(p, backends, budget, untunable, unavailable)
+
+
+def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tuple[list[dict[str, Any]], bool]:
+    """Run the tune; returns (records, interrupted). The records are written after every launch (Session)."""
+    from harness.core import provenance as envmod
+    from harness.core.comparison import RESULT_FILES
+    from harness.core.runner import Runner, plain_record, round_order, run_header
+    from harness.core.session import Session
+
+    p = tp.run
+    req, seed = p.request, p.order_seed
+    rows = {r.label: r for r in p.rows}
+    run_info = run_header(p, "tune", list(rows), started)
+    run_info.update(order_seed=seed, margin=p.margin, tune_plan={
+        "backends": tp.backends, "budget_s": tp.budget.seconds, "per_backend": tp.budget.per_backend,
+        "untunable": tp.untunable, "unavailable": tp.unavailable, "min_rounds": MIN_ROUNDS})
+    planned: list = []
+    with Session(p.out, RESULT_FILES + ("tune.png",)) as session:
+        ui.start(p)
+        runner = Runner(session, ui, run_info, pipelined=True)
+        first = [True]
+
+        def first_started():
+            run_info["env"] = envmod.collect_safely(req.device)
+            session.save([{**plain_record(run_info, p, rows[n], 0, "unavailable", reason), "tune": {"stage": "race"}}
+                          for n, reason in tp.unavailable.items()])
+
+        def run_round(stage: str, k: int, labels: list[str]) -> list[dict[str, Any]]:
+            stage_plan = dataclasses.replace(p, extra={**p.extra, "tune": {"stage": stage}})
+            jobs = [(stage_plan, rows[label], k) for label in round_order(labels, seed, k)]
+            planned.extend(jobs)
+            before = len(session.records)
+            stopped = runner.run(jobs, first_started if first[0] else (lambda: None), stop_ui=False)
+            first[0] = False
+            if stopped:
+                raise _Stopped(stopped)
+            return [r for r in session.records[before:] if r.get("tune")]
+
+        def on_round(stage: str, k: int, races: dict[str, Race]) -> None:
+            for line in round_lines(stage, k, races):
+                ui.estimate(line)
+
+        ui.estimate(f"race then confirm, within {tp.budget.describe()}: "
+                    + "; ".join(f"{b}: {len(c)} candidates" for b, c in tp.backends.items()))
+        stopped = None
+        try:
+            _, summary = search(tp.backends, run_round, tp.budget, on_round=on_round)
+        except _Stopped as exc:
+            stopped, summary = exc.where, None
+        ui.stop()
+        if stopped:
+            runner.close_interrupted(stopped, planned, req.device)
+        else:
+            session.records = [{**r, "tune_summary": summary} for r in session.records]
+            session.save()
+        session.finish(render)
+    return session.records, stopped is not None
+
+
+class _Stopped(Exception):
+    def __init__(self, where: str):
+        super().__init__(where)
+        self.where = where
+
+
+def round_lines(stage: str, k: int, races: dict[str, Race]) -> list[str]:
+    """Progress after a round: per backend what is still racing and what was dropped."""
+    if stage == "confirm":
+        return [f"confirmation round {k} done"]
+    out = []
+    for b, race in races.items():
+        dropped = [f"{c} ({d['why']})" for c, d in race.dropped.items()]
+        out.append(f"race round {k}, {b}: {len(race.alive)} left" + (f", best so far {race.best}" if race.best else "")
+                   + (f"; dropped: {', '.join(dropped)}" if dropped else ""))
+    return out

@@ -1,0 +1,54 @@
+"""`compare tune` for real: a two-candidate tune of ddp on digits, end to end through the CLI, its report re-rendered
+from the records alone, and its winner reused by `compare run --tuned`."""
+
+import json
+
+import pytest
+
+from harness.core import race as tuning
+
+from conftest import compare_cli
+
+pytestmark = pytest.mark.distributed
+
+
+def test_a_two_candidate_tune_of_ddp_races_confirms_reports_and_its_winner_runs(tmp_path):
+    out = tmp_path / "tune"
+    # --budget 1s: the least rounds of each stage and no more
+    proc = compare_cli("tune", "-a", "ddp,dp", "--tune", "ddp.bucket_cap_mb=1", "--budget", "1s", "--steps", "20",
+                       "--warmup", "2", "--equiv-steps", "2", "--order-seed", "11", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "note: dp is left out: it declares no tunable knobs" in proc.stdout
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["kind"] for r in records} == {"tune"}
+    race = [r for r in records if r["tune"]["stage"] == "race"]
+    assert sorted((r["repeat"], r["label"]) for r in race) == [
+        (k, label) for k in range(3) for label in ("ddp", "ddp:bucket_cap_mb=1")]
+    for r in records:  # a tuned knob never changes the maths: every launch matches the single-process reference
+        assert r["status"] == "ok" and r["equivalence"]["passed"] is True, (r["label"], r.get("reason"))
+        assert r["tune_plan"]["backends"] == {"ddp": ["ddp", "ddp:bucket_cap_mb=1"]}
+        assert r["tune_summary"]["race_rounds"] == 3
+    assert records[0]["rerun_command"].startswith("compare tune --adapters ddp ") and "--order-seed 11" in \
+        records[0]["rerun_command"] and "--tune ddp.bucket_cap_mb=1" in records[0]["rerun_command"]
+    found = tuning.confirmed(records)["ddp"]
+    confirm = [r for r in records if r["tune"]["stage"] == "confirm"]
+    md = (out / "report.md").read_text()
+    if found["best"] == "ddp":  # the defaults won the race: one backend, nothing to confirm
+        assert confirm == [] and "| ddp | defaults | – | the defaults were best |" in md
+    else:  # the best and the defaults again, on fresh launches, three rounds
+        assert sorted((r["repeat"], r["label"]) for r in confirm) == [
+            (k, label) for k in range(3, 6) for label in ("ddp", "ddp:bucket_cap_mb=1")]
+        assert found["gain"]["n"] == 3 and f"| ddp | bucket_cap_mb=1 | {found['gain']['estimate']:.2f}×" in md
+    assert f"compare run -a {found['winner']}" in md and f"winners as rows: compare run -a {found['winner']}" in \
+        proc.stdout
+    assert "**dp** was not tuned: it declares no tunable knobs." in md
+    again = compare_cli("report", str(out))
+    assert again.returncode == 0, again.stderr
+    assert (out / "report.md").read_text() == md
+    # the winner as a row of a run
+    run = tmp_path / "run"
+    used = compare_cli("run", "--tuned", str(out), "-a", "dp", "--steps", "5", "--warmup", "1", "--equiv-steps", "0",
+                       "--no-plots", "--out", str(run))
+    assert used.returncode == 0, used.stdout + used.stderr
+    labels = [json.loads(line)["label"] for line in (run / "records.jsonl").read_text().splitlines()]
+    assert labels == ["dp", found["winner"]] or sorted(labels) == sorted(["dp", found["winner"]])

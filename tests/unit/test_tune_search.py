@@ -1,0 +1,167 @@
+"""`compare tune`'s search on launches of known noise (a stub launcher with set means and spreads), each adapter's
+candidates against its Knobs, and its bad input: one line, exit 2, nothing written."""
+
+import dataclasses
+import math
+import random
+
+import pytest
+
+import adapters
+from harness.core import race as tuning
+from harness.core.errors import BadInput
+
+from conftest import compare_cli
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def stub(means: dict[str, float], spread: float, seed: int, wall: float = 10.0):
+    """run_round over launches whose samples/s are log-normal around `means` with `spread` (sd of the log), each
+    taking `wall` seconds of a fake clock."""
+    rng, clock = random.Random(seed), Clock()
+    backends: dict[str, list[str]] = {}
+    for label in means:
+        backends.setdefault(label.split(":")[0], []).append(label)
+
+    def run_round(stage, k, labels):
+        out = []
+        for label in labels:
+            clock.t += wall
+            out.append({"adapter": label.split(":")[0], "label": label, "repeat": k, "status": "ok",
+                        "samples_per_s": means[label] * math.exp(rng.gauss(0.0, spread)), "wall_time_s": wall,
+                        "tune": {"stage": stage}, "tune_plan": {"backends": backends}, "world_size": 2,
+                        "topology": {}, "controls": {"precision": "fp32"}})
+        return out
+
+    return backends, run_round, clock
+
+
+def tune(means, spread, seed, budget=tuning.Budget(600.0)):
+    backends, run_round, clock = stub(means, spread, seed)
+    records, summary = tuning.search(backends, run_round, budget, clock=clock)
+    return records, summary, tuning.confirmed(records), clock
+
+
+def test_the_true_best_is_found_and_confirmed_and_the_slower_candidates_are_dropped():
+    means = {"ddp": 100.0, "ddp:a=1": 100.0, "ddp:a=2": 130.0, "ddp:a=3": 90.0}
+    found = 0
+    for seed in range(40):
+        records, summary, result, _ = tune(means, 0.03, seed)
+        entry = result["ddp"]
+        found += entry["winner"] == "ddp:a=2" and entry["gain"]["outcome"] == "faster"
+        race = entry["race"]
+        # a candidate is dropped only for being resolved slower than the best of its round
+        assert all(d["why"] == "slower" and d["hi"] < 1 for d in race.dropped.values())
+        assert "ddp:a=2" not in race.dropped
+    assert found == 40
+
+
+@pytest.mark.slow
+def test_a_candidate_within_noise_is_not_declared_better():
+    # every candidate the same: a winner other than the defaults would be a lucky launch; the confirmation's
+    # two-sided 5% test lets at most ~2.5% through one way
+    means = {"ddp": 100.0, "ddp:a=1": 100.0, "ddp:a=2": 100.0}
+    wrong = sum(tune(means, 0.05, seed, tuning.Budget(240.0))[2]["ddp"]["winner"] != "ddp" for seed in range(200))
+    assert wrong <= 10, wrong
+
+
+@pytest.mark.slow
+def test_a_small_true_gain_is_not_claimed_from_the_launches_that_chose_it():
+    # two equal backends and a candidate 1% faster in 8% noise: the race cannot resolve it, and whatever it picks is
+    # measured again on fresh launches, so the reported gain is not inflated by the choice
+    means = {"ddp": 100.0, "ddp:a=1": 101.0, "horovod": 100.0, "horovod:b=1": 100.0}
+    gains = [tune(means, 0.08, seed, tuning.Budget(300.0))[2] for seed in range(100)]
+    claimed = sum(g["horovod"]["winner"] != "horovod" for g in gains)
+    assert claimed <= 6, claimed
+
+
+def test_the_whole_budget_is_respected_once_the_least_rounds_are_run():
+    means = {"ddp": 100.0, "ddp:a=1": 100.0, "ddp:a=2": 100.0, "horovod": 50.0, "horovod:b=1": 50.0}
+    # 3 race rounds of 5 launches (150 s) and 3 confirmation rounds of up to 4 (120 s) always run; 400 s leaves
+    # room for more race rounds only while the confirmation still fits
+    _, summary, _, clock = tune(means, 0.05, 1, tuning.Budget(400.0))
+    assert clock.t <= 400.0, summary
+    assert summary["race_rounds"] >= 3 and summary["confirm_rounds"] >= 3
+    assert summary["race_ended"] == {"ddp": "budget", "horovod": "budget"}
+
+
+def test_a_budget_per_backend_bounds_each_backends_launches():
+    means = {"ddp": 100.0, "ddp:a=1": 100.0, "horovod": 50.0, "horovod:b=1": 50.0, "horovod:b=2": 50.0}
+    _, summary, _, _ = tune(means, 0.05, 2, tuning.Budget(200.0, per_backend=True))
+    assert all(s <= 200.0 for s in summary["spent_s"].values()), summary["spent_s"]
+
+
+def test_the_least_rounds_run_even_past_the_budget_and_a_failed_candidate_is_dropped_with_its_reason():
+    backends, run_round, clock = stub({"ddp": 100.0, "ddp:a=1": 100.0}, 0.01, 3)
+
+    def failing(stage, k, labels):
+        recs = run_round(stage, k, labels)
+        for r in recs:
+            if r["label"] == "ddp:a=1":
+                r.update(status="failed", reason="rank 1 killed by SIGKILL", samples_per_s=None)
+        return recs
+
+    records, summary = tuning.search(backends, failing, tuning.Budget(1.0), clock=clock)
+    race = tuning.replay(records, backends)["ddp"]
+    assert race.dropped == {"ddp:a=1": {"round": 0, "why": "failed", "reason": "rank 1 killed by SIGKILL"}}
+    assert summary["race_ended"] == {"ddp": "one left"}
+    assert summary["confirm_rounds"] == 0  # one backend whose defaults won: nothing to confirm
+
+
+@pytest.mark.parametrize("name", [n for n in adapters.names() if adapters.get(n).TUNE])
+def test_every_declared_candidate_is_a_knob_of_the_adapter_and_keeps_its_numerics(name):
+    cls = adapters.get(name)
+    fields = {f.name: f for f in dataclasses.fields(cls.Knobs)}
+    assert set(cls.TUNE) <= set(fields), f"{name} tunes knobs it lacks: {set(cls.TUNE) - set(fields)}"
+    labels = tuning.candidates(name, "cpu")  # builds every candidate and refuses one that changes the numerics
+    assert labels[0] == name and len(labels) == 1 + sum(len(v) for v in cls.TUNE.values())
+    base = tuning.numerics(cls({}, "cpu"))
+    for label in labels[1:]:
+        _, variant = label.split(":")[0], dict([label.split(":")[1].split("=")])
+        assert tuning.numerics(cls(variant, "cpu")) == base, label
+
+
+def test_the_budget_forms():
+    assert tuning.parse_budget("20m") == tuning.Budget(1200.0, False)
+    assert tuning.parse_budget("5m/backend") == tuning.Budget(300.0, True)
+    for bad in ("0", "5x", "/backend", "0/backend", "-1m"):
+        with pytest.raises(BadInput, match="--budget must be a duration above 0"):
+            tuning.parse_budget(bad)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "0"], "--budget must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got '0'"),
+    (["-a", "dp"], "nothing to tune: dp declares no tunable knobs; adapters with tunable knobs: ddp, spawn, amp, "
+                   "apex, horovod, deepspeed, fsdp (or name knobs with --tune ADAPTER.KNOB=V1,V2)"),
+    (["-a", "ddp", "--tune", "ddp.nope"], "--tune ddp.nope: adapter ddp has no knob 'nope'; its tunable knobs: "
+                                          "bucket_cap_mb, gradient_as_bucket_view, static_graph (every knob: "
+                                          "`compare knobs ddp`)"),
+    (["-a", "ddp", "--tune", "ddp.comm_hook=fp16"], "--tune ddp.comm_hook=fp16 changes the numerics (fp32/none -> "
+                                                    "fp32/fp16): compare it as a row of its own (compare run -a "
+                                                    "ddp:comm_hook=fp16), not as a tuning of speed"),
+    (["-a", "ddp", "--tune", "ddp.powersgd_rank"], "--tune ddp.powersgd_rank: ddp declares no candidate values for "
+                                                   "'powersgd_rank'; give them, e.g. --tune ddp.powersgd_rank=V1,V2"),
+    (["-a", "ddp", "--tune", "horovod.cycle_time_ms"], "--tune horovod.cycle_time_ms: adapter 'horovod' is not in "
+                                                       "this tune (ddp)"),
+    (["-a", "ddp:bucket_cap_mb=1"], "adapter 'ddp:bucket_cap_mb=1': compare tune starts from each adapter's "
+                                    "defaults, so give plain names (-a ddp); fix a knob for every candidate with "
+                                    "--knob ddp.KNOB=VALUE"),
+    (["-a", "ddp", "--tune", "ddp.bucket_cap_mb=0"], "--tune ddp.bucket_cap_mb=0: knob 'bucket_cap_mb' must be a "
+                                                     "positive number of MiB (DDP's default: 25); got 0"),
+    (["-a", "ddp", "-k", "ddp.bucket_cap_mb=5", "--tune", "ddp.bucket_cap_mb=1"],
+     "--tune ddp.bucket_cap_mb searches a knob that --knob ddp.bucket_cap_mb=5 fixes; give one of them"),
+])
+def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, args, message):
+    out = tmp_path / "o"
+    proc = compare_cli("tune", *args, "--out", str(out))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), proc.stderr
+    assert not out.exists()
