@@ -130,6 +130,9 @@ def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tupl
 
         ui.estimate(f"race then confirm, within {tp.budget.describe()}: "
                     + "; ".join(f"{b}: {len(c)} candidates" for b, c in tp.backends.items()))
+        least = least_cost(tp)
+        if least is not None:
+            ui.estimate(least)
         stopped = None
         try:
             _, summary = search(tp.backends, run_round, tp.budget, on_round=on_round)
@@ -143,6 +146,32 @@ def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tupl
             session.save()
         session.finish(render)
     return session.records, stopped is not None
+
+
+def least_cost(tp: TunePlan) -> str | None:
+    """What the least rounds (MIN_ROUNDS of the race over every candidate, MIN_ROUNDS of the confirmation, each
+    backend's best priced as its defaults) should take here, from this machine's last launches of these rows
+    (harness/core/estimate.py), and whether that is past the budget; None where a row has no figure yet."""
+    from harness.core import estimate
+    from harness.core.runner import references
+
+    p = tp.run
+    per_backend = {}
+    for b, labels in tp.backends.items():
+        confirm = [labels[0]] * (2 if len(tp.backends) > 1 or len(labels) > 1 else 0)
+        per_backend[b] = estimate.Forecast([(p, c) for c in labels + confirm] * MIN_ROUNDS).left()
+    if any(v is None for v in per_backend.values()):
+        return None
+    ref = estimate.Forecast([], references([p])).left() or 0.0
+    total = sum(per_backend.values()) + ref
+    line = (f"the least rounds ({MIN_ROUNDS} of the race, {MIN_ROUNDS} of the confirmation) should take about "
+            f"{estimate.duration(total)} here")
+    over = ([b for b, v in per_backend.items() if v > tp.budget.seconds] if tp.budget.per_backend else
+            list(tp.backends) if total > tp.budget.seconds else [])
+    if over:
+        line += (f", past the {tp.budget.describe()} budget{' for ' + ', '.join(over) if tp.budget.per_backend else ''}"
+                 f": they run anyway (fewer candidates with --tune, or fewer --steps, bring them within it)")
+    return line
 
 
 class _Stopped(Exception):

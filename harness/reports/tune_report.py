@@ -148,6 +148,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
 
 def console_lines(records: list[dict[str, Any]]) -> list[str]:
     """What `compare tune` prints at the end: each backend's best and gain, what changed, the ready rows."""
+    if records and records[0].get("run_interrupted"):
+        return [f"the tune was interrupted {records[0]['run_interrupted']}: no winner was confirmed (report.md shows "
+                f"what it had measured)"]
     found = tuning.confirmed(records)
     lines = []
     for b, e in found.items():
