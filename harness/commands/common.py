@@ -116,6 +116,23 @@ def warn_shared(records, name) -> None:
         console.print(f"[yellow]warning[/]: {escape(line.replace('**', ''))}")
 
 
+def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") -> None:
+    """The end of a command that measured: the shared-cores warning, where it wrote (one line: a path cut over two
+    cannot be pasted), and the exit code: 130 interrupted (finished launches kept), 1 nothing measured."""
+    import typer
+
+    from harness.core.record import MEASURED
+
+    warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
+    console.print(f"wrote {out}/{wrote}{took()}", soft_wrap=True)
+    if interrupted:
+        done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
+        typer.echo(f"interrupted: children stopped; {done} {kept} kept in {out}", err=True)
+        raise typer.Exit(130)
+    if not any(r["status"] in MEASURED for r in records):
+        raise typer.Exit(1)
+
+
 def execute(execute_plan, plan, *args):
     """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
     from harness.core.session import SessionError

@@ -3,13 +3,11 @@ comparison at defaults beside the comparison at best."""
 
 from __future__ import annotations
 
-import typer
 from rich.markup import escape
 
-from harness.commands.common import Invocation, console, execute, fail, stop_on_signals, took, typed, warn_shared
+from harness.commands.common import Invocation, conclude, console, execute, fail, stop_on_signals, typed
 from harness.commands.ui import TuneUI
 from harness.core.errors import BadInput
-from harness.core.record import MEASURED
 from harness.core.requests import TuneRequest
 
 
@@ -32,11 +30,4 @@ def tune(req: TuneRequest) -> None:
     records, interrupted = execute(tuning.execute, plan, TuneUI(), Invocation.started, reports.render)
     for line in tune_report.console_lines(records):
         console.print(escape(line), soft_wrap=True)
-    warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
-    console.print(f"wrote {plan.run.out}/report.md and records.jsonl{took()}", soft_wrap=True)
-    if interrupted:
-        done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
-        typer.echo(f"interrupted: children stopped; {done} launch(es) kept in {plan.run.out}", err=True)
-        raise typer.Exit(130)
-    if not any(r["status"] in MEASURED for r in records):
-        raise typer.Exit(1)
+    conclude(records, plan.run.out, interrupted, "report.md and records.jsonl", "launch(es)")

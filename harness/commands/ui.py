@@ -133,6 +133,9 @@ class RunUI:
 
 
 class TuneUI(RunUI):
+    def _label(self, name, repeat):  # a tune's rounds run on across its two stages
+        return f"{name} (round {repeat + 1})"
+
     def header(self, plan) -> str:
         req = plan.request
         return (f"[bold]compare tune[/]: workload [bold]{req.workload}[/], world size {req.world_size}{where(plan)}, "
