@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from harness.commands.common import Invocation, conclude, console, execute, fail, stop_on_signals, typed
 from harness.commands.ui import TuneUI
-from harness.core.errors import BadInput
+from harness.core.errors import BadInput, first_sentence
 from harness.core.requests import TuneRequest
 
 
@@ -23,8 +23,10 @@ def tune(req: TuneRequest) -> None:
         plan = tuning.plan(req)
     except BadInput as exc:
         fail(str(exc))
-    for name, why in plan.untunable.items():
-        console.print(f"[yellow]note[/]: {escape(name)} is left out: {escape(why)}")
+    for name, why in {**plan.untunable, **plan.unavailable}.items():
+        console.print(f"[yellow]note[/]: {escape(name)} is left out: {escape(first_sentence(why))}")
+    for label, why in plan.skipped.items():
+        console.print(f"[yellow]note[/]: candidate {escape(label)} is not tried: {escape(first_sentence(why))}")
     plan.run.request.command = typed(plan.run.rerun)
     stop_on_signals()
     records, interrupted = execute(tuning.execute, plan, TuneUI(), Invocation.started, reports.render)

@@ -29,6 +29,8 @@ class TunePlan:
     """Adapters asked for that have nothing to tune -> why (said, and left out)."""
     unavailable: dict[str, str] = field(default_factory=dict)
     """Backends that cannot run here -> the reason (a record each, as `compare run` keeps)."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Candidates that cannot run here (a knob this build lacks) -> the reason: not tried."""
 
 
 def plan(req) -> TunePlan:
@@ -71,12 +73,15 @@ def plan(req) -> TunePlan:
     run_req = RunRequest(**{**{k: getattr(req, k) for k in fields}, "adapters": labels, "repeats": 1,
                             "budget": None, "precision": None})
     p = comparison.plan(run_req)  # every row checked; --out claimed only once all of this passed
-    unavailable = {}
-    for row in p.unavailable:
-        if row.name in backends and row.name not in unavailable:
-            unavailable[row.name] = row.reason
-    for name in unavailable:
-        backends.pop(name)
+    cannot = {row.label: row.reason for row in p.unavailable}
+    unavailable, skipped = {}, {}
+    for name in list(backends):
+        if name in cannot:  # the framework itself cannot run here: the backend is left out, with the reason
+            unavailable[name] = cannot[name]
+            backends.pop(name)
+        else:  # a candidate whose knob this build lacks: that candidate alone is not tried
+            skipped.update({c: cannot[c] for c in backends[name] if c in cannot})
+            backends[name] = [c for c in backends[name] if c not in cannot]
     if not backends:
         raise BadInput("no backend to tune can run here: " + "; ".join(f"{n}: {r}" for n, r in unavailable.items()))
     p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
@@ -85,7 +90,7 @@ def plan(req) -> TunePlan:
                            "tune": list(req.tune), "budget": req.budget if req.budget is not None
                            else DEFAULT_TUNE_BUDGET, "repeats": None, "tuned": None})
     p.rerun = shlex.join(["compare", "tune", *to_argv(rerun)])
-    return TunePlan(p, backends, budget, untunable, unavailable)
+    return TunePlan(p, backends, budget, untunable, unavailable, skipped)
 
 
 def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tuple[list[dict[str, Any]], bool]:
@@ -101,11 +106,13 @@ def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tupl
     run_info = run_header(p, "tune", list(rows), started)
     run_info.update(order_seed=seed, margin=p.margin, tune_plan={
         "backends": tp.backends, "budget_s": tp.budget.seconds, "per_backend": tp.budget.per_backend,
-        "untunable": tp.untunable, "unavailable": tp.unavailable, "min_rounds": MIN_ROUNDS})
+        "untunable": tp.untunable, "unavailable": tp.unavailable, "skipped": tp.skipped, "min_rounds": MIN_ROUNDS})
     planned: list = []
-    with Session(p.out, RESULT_FILES + ("tune.png",)) as session:
+    remote = p.topology is not None and p.topology.remote
+    with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
         ui.start(p)
-        runner = Runner(session, ui, run_info, pipelined=True)
+        # launches pipelined as `compare run`'s, except across hosts (harness/core/runner.py: Runner)
+        runner = Runner(session, ui, run_info, pipelined=not remote)
         first = [True]
 
         def first_started():

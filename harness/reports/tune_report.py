@@ -94,7 +94,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
         md += [f"**The tune was interrupted {r0['run_interrupted']}**: what follows is what it had measured.", ""]
     for name, why in {**plan.get("untunable", {}), **plan.get("unavailable", {})}.items():
         md += [f"- **{name}** was not tuned: {why}."]
-    if plan.get("untunable") or plan.get("unavailable"):
+    for label, why in (plan.get("skipped") or {}).items():
+        md += [f"- Candidate **{label}** was not tried: {why}."]
+    if plan.get("untunable") or plan.get("unavailable") or plan.get("skipped"):
         md.append("")
     md += ["## Each backend at its best", "",
            "| backend | best knobs | gain over its defaults [95% interval] | outcome | candidates | race rounds | "

@@ -165,3 +165,16 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, args, m
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), proc.stderr
     assert not out.exists()
+
+
+def test_a_backend_that_cannot_run_here_is_left_out_with_its_reason_and_the_others_are_planned(tmp_path):
+    from harness.core import tuning as tune_plan
+    from harness.core.requests import TuneRequest
+
+    tp = tune_plan.plan(TuneRequest(adapters=["ddp", "apex", "dp"], tune=["ddp.bucket_cap_mb=1"],
+                                    out=tmp_path / "o"))
+    assert tp.backends == {"ddp": ["ddp", "ddp:bucket_cap_mb=1"]}
+    assert list(tp.unavailable) == ["apex"] and "CUDA" in tp.unavailable["apex"]
+    assert tp.untunable == {"dp": "it declares no tunable knobs"} and tp.skipped == {}
+    assert tp.run.rerun.startswith("compare tune --adapters ddp,apex ") and "--tune ddp.bucket_cap_mb=1" in tp.run.rerun
+    assert not (tmp_path / "o").exists()  # planning writes nothing
