@@ -14,8 +14,11 @@ import pytest
 
 from adapters.base import LaunchPlan
 from harness.launching.launch import Launch
+from harness.launching.reaper import describe_launch
 from harness.shared import progress as progress_file
 from harness.shared.spec import Node, RunSpec, Topology
+
+from conftest import wait_until
 
 
 class _Silent:
@@ -56,6 +59,10 @@ def started(tmp_path):
         launch = Launch(_Silent(), spec, timeout_s=900, stall_s=stall_s, clock=clock).start(gated=True)
         launches.append(launch)
         assert launch.start_error is None and launch.proc.returncode is None
+        # The clock is fake, so a test reaches the stall at once: wait until `sleep` has replaced the forked child
+        # (whose environment is still the parent's until exec, without the launch's id), or the stopped launch's
+        # process list can be empty (a loaded CI machine saw "process group killed" without it)
+        wait_until(lambda: describe_launch(launch.launch_id), "the launch's `sleep 3600` to run", timeout=60)
         return launch, spec, clock
 
     yield start
