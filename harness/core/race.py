@@ -99,8 +99,11 @@ def candidates(name: str, device: str, chosen: dict[str, list[str] | None] | Non
                 raise BadInput(f"--tune {name}.{knob}: {name} declares no candidate values for '{knob}'; give them, "
                                f"e.g. --tune {name}.{knob}=V1,V2")
             plan[knob] = values if values is not None else [text(v) for v in declared[knob]]
-    base = numerics(cls(dict(fixed), device))
-    default_knobs = options.build(cls.Knobs, dict(fixed), what="knob")
+    try:  # the knobs --knob fixes for every candidate, refused as `compare run` refuses them
+        base = numerics(cls(dict(fixed), device))
+        default_knobs = options.build(cls.Knobs, dict(fixed), what="knob")
+    except options.OptionError as exc:
+        raise BadInput(f"adapter {name}: {exc}") from None
     labels = [name]
     for knob, values in plan.items():
         for value in values:
@@ -257,8 +260,8 @@ def search(backends: dict[str, list[str]], run_round: Callable[[str, int, list[s
         best = race.best or race.default
         return MIN_ROUNDS * _round_cost(race, list(dict.fromkeys([race.default, best])))
 
+    races = replay(records, backends)
     while True:
-        races = replay(records, backends)
         racing = [b for b, race in races.items() if len(race.alive) > 1 and b not in ended]
         for b, race in races.items():
             if len(race.alive) <= 1 and b not in ended:
@@ -280,8 +283,8 @@ def search(backends: dict[str, list[str]], run_round: Callable[[str, int, list[s
         records += recs
         spend(recs)
         k += 1
-        on_round("race", k, replay(records, backends))
-    races = replay(records, backends)
+        races = replay(records, backends)
+        on_round("race", k, races)
     rows = confirm_rows(races)
     if len(rows) < 2:  # one backend whose defaults won: nothing to confirm a gain of, no one to compare it with
         rows = []

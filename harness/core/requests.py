@@ -632,6 +632,21 @@ def pairs(items: list[str], what: str, form: str = "KEY=VALUE") -> list[tuple[st
     return out
 
 
+def parse_knobs(given: list[str], names: set[str], labels: list[str]) -> dict[str, dict[str, str]]:
+    """--knob ADAPTER.KNOB=VALUE (repeatable) -> {adapter: {knob: value}}; BadInput for one not of that form or for
+    an adapter not among `names` (the run's, whose rows are `labels`)."""
+    knobs: dict[str, dict[str, str]] = {}
+    for key, value in pairs(given, "knob", "ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50"):
+        name, dot, knob = key.partition(".")
+        if not dot:
+            raise BadInput(f"knob '{key}' must be ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50")
+        if name not in names:
+            raise BadInput(f"knob '{key}' is for adapter '{name}', which is not in this run "
+                           f"({', '.join(labels)})")
+        knobs.setdefault(name, {})[knob] = value
+    return knobs
+
+
 def parse_label(label: str) -> tuple[str, dict[str, str]]:
     """"deepspeed:zero_stage=3:offload_optimizer=true" -> ("deepspeed", {...}): one row per knob variant."""
     name, *parts = label.split(":")

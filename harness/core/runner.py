@@ -20,7 +20,7 @@ from harness.core import assemble, estimate
 from harness.core.errors import BadInput
 from harness.core.requests import (MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest, UntilTarget, build_rows,
                                    check_common, check_cores, check_fits, check_list, check_loader, check_user_code,
-                                   load_workload, pairs, parse_label, workload_key)
+                                   load_workload, pairs, parse_knobs, parse_label, workload_key)
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch
@@ -72,15 +72,7 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     labels = req.adapters if explicit else adapters.names()
     check_list(req.adapters, adapters.names(), "adapter")
     rows = [(label, *parse_label(label)) for label in labels]
-    knobs: dict[str, dict[str, str]] = {}
-    for key, value in pairs(req.knobs, "knob", "ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50"):
-        name, dot, knob = key.partition(".")
-        if not dot:
-            raise BadInput(f"knob '{key}' must be ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50")
-        if name not in {n for _, n, _ in rows}:
-            raise BadInput(f"knob '{key}' is for adapter '{name}', which is not in this run "
-                           f"({', '.join(labels)})")
-        knobs.setdefault(name, {})[knob] = value
+    knobs = parse_knobs(req.knobs, {n for _, n, _ in rows}, labels)
     built = build_rows(req, rows, explicit, "adapter", knobs, topology)
     over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
             else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))

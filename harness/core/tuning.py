@@ -40,7 +40,8 @@ def plan(req) -> TunePlan:
 
     from harness.core import comparison
     from harness.core.argv import to_argv
-    from harness.core.requests import DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest, check_list, parse_label
+    from harness.core.requests import (DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest, check_list, parse_knobs,
+                                       parse_label)
 
     check_list(req.adapters, adapters.names(), "adapter")
     for label in req.adapters or []:
@@ -62,11 +63,7 @@ def plan(req) -> TunePlan:
         raise BadInput(f"nothing to tune: {', '.join(untunable)} declare{'s' if len(untunable) == 1 else ''} no "
                        f"tunable knobs; adapters with tunable knobs: {', '.join(tunable_names)} (or name knobs with "
                        f"--tune ADAPTER.KNOB=V1,V2)")
-    fixed: dict[str, dict[str, str]] = {}
-    for item in req.knobs:
-        key, _, value = item.partition("=")
-        name, _, knob = key.partition(".")
-        fixed.setdefault(name, {})[knob] = value
+    fixed = parse_knobs(req.knobs, set(names), names)
     backends = {n: candidates(n, req.device, chosen.get(n), fixed.get(n)) for n in names}
     labels = [c for cs in backends.values() for c in cs]
     fields = {f.name for f in dataclasses.fields(RunRequest)}

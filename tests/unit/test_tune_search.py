@@ -155,6 +155,12 @@ def test_the_budget_forms():
                                     "--knob ddp.KNOB=VALUE"),
     (["-a", "ddp", "--tune", "ddp.bucket_cap_mb=0"], "--tune ddp.bucket_cap_mb=0: knob 'bucket_cap_mb' must be a "
                                                      "positive number of MiB (DDP's default: 25); got 0"),
+    # a knob fixed with -k is refused as compare run refuses it (it once ended in an OptionError traceback)
+    (["-a", "ddp", "-k", "ddp.nope=1"], "adapter ddp: unknown knob 'nope'; valid knobs: broadcast_buffers, "
+                                        "bucket_cap_mb, comm_hook,"),
+    (["-a", "ddp", "-k", "ddp.bucket_cap_mb=-1"], "adapter ddp: knob 'bucket_cap_mb' must be a positive number of MiB"),
+    (["-a", "ddp", "-k", "horovod.cycle_time_ms=5"], "knob 'horovod.cycle_time_ms' is for adapter 'horovod', which is "
+                                                     "not in this run (ddp)"),
     (["-a", "ddp", "-k", "ddp.bucket_cap_mb=5", "--tune", "ddp.bucket_cap_mb=1"],
      "--tune ddp.bucket_cap_mb searches a knob that --knob ddp.bucket_cap_mb=5 fixes; give one of them"),
 ])
