@@ -356,6 +356,17 @@ class Adapter(ABC):
         """Versions and resolved knobs, recorded in every row."""
         return {"knobs": dataclasses.asdict(self.knobs)}
 
+    def _compile(self, module: torch.nn.Module) -> None:
+        """torch.compile `module`'s forward in place (the same object and parameters; default backend, inductor)
+        where the row asks for it (knob compile=true). Compiling happens at the first steps, in the warm-up; the
+        rank reports its time apart (CompileWatch). `module.forward` is compiled, not `module.compile()`, which
+        compiles `_call_impl`: TorchDynamo (torch 2.13) skips that frame as a torch.nn file, and then a model that is
+        a torch.nn container (digits' and widemlp's Sequential) compiles nothing."""
+        if getattr(self.knobs, "compile", False):
+            import torch
+
+            module.forward = torch.compile(module.forward)
+
 
 class Comm:
     """A framework's communication primitives, as `compare comm` calls them (sum reductions; blocking unless the
@@ -572,6 +583,27 @@ def torch_build() -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a torch that fails to import (a missing library, a shadowing module)
         text = " ".join(str(exc).split())[:300]
         return {"installed": True, "broken": f"{type(exc).__name__}: {text}", "where": str(root)}
+
+
+def compile_availability(device: str) -> Availability:
+    """Can torch.compile's default backend build kernels here? Inductor compiles C++ on CPU with `$CXX` (g++ by
+    default: torch._inductor.config.cpp.cxx) and Triton kernels on CUDA. Never raises, imports nothing heavy."""
+    import importlib.util
+    import shutil
+
+    if device == "cuda":
+        if importlib.util.find_spec("triton") is None:
+            return Availability(False, "knob compile=true: torch.compile's inductor generates Triton kernels on CUDA, "
+                                       "and triton is not installed", "pip install triton (the version this torch "
+                                                                      "build names), or leave compile out")
+        return Availability(True)
+    cxx = os.environ.get("CXX") or "g++"
+    if shutil.which(cxx) is None:
+        return Availability(False, f"knob compile=true: torch.compile's inductor builds its CPU kernels with the C++ "
+                                   f"compiler {cxx}, which is not found here",
+                            "apt-get install g++ (Debian), or set CXX to a C++ compiler, or leave "
+                            "compile out")
+    return Availability(True)
 
 
 def cuda_world_check(device: str, world_size: int) -> Availability:

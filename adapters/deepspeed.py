@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.base import (AGENT_STORE_ENV, Adapter, Availability, KnobError, LaunchPlan, Precision, RankInfo,
-                           agent_store, cuda_world_check, on_node, rank_command, ranks_from_slurm, torch_build)
+                           agent_store, compile_availability, cuda_world_check, on_node, rank_command, ranks_from_slurm,
+                           torch_build)
 from harness.shared.comm_schedule import Zero
 
 PINNED_VERSION = "0.19.8"
@@ -200,7 +201,7 @@ class DeepSpeedAdapter(Adapter):
     # ZeRO stages 1 and 2 partition optimizer state (and gradients) at the cost of an all-gather of the updated
     # parameters: less memory, more traffic, the same maths in fp32. The reduce bucket (DeepSpeed's default 5e8
     # elements, larger than most models here) sets how gradients are grouped into collectives.
-    TUNE = {"zero_stage": (1, 2), "reduce_bucket_elems": (1_000_000, 50_000_000)}
+    TUNE = {"zero_stage": (1, 2), "reduce_bucket_elems": (1_000_000, 50_000_000), "compile": (True,)}
 
     @dataclass
     class Knobs:
@@ -214,6 +215,9 @@ class DeepSpeedAdapter(Adapter):
         reduce_bucket_elems: int | None = None
         """Gradient reduction bucket size in elements (ds config reduce_bucket_size), the counterpart of ddp's
         bucket_cap_mb (unset: DeepSpeed's default, 5e8)."""
+        compile: bool = False
+        """torch.compile the engine's module with DeepSpeed's own `engine.compile()` (its accelerator's backend:
+        inductor): compiled in the warm-up, its time reported apart."""
 
         def __post_init__(self):
             if self.offload_optimizer and self.zero_stage == 0:
@@ -264,6 +268,8 @@ class DeepSpeedAdapter(Adapter):
 
     def knob_availability(self, device: str, world_size: int) -> Availability:
         k = self.knobs
+        if k.compile and not (compiled := compile_availability(device)):
+            return compiled
         try:
             broken = k.precision == "fp16" and k.zero_stage == 0 and fp16_zero0_scales_its_loss() is False
             version = (_installed_version_info() or {}).get("version", "?") if broken else ""
@@ -483,6 +489,8 @@ class DeepSpeedAdapter(Adapter):
         want = (self.global_batch, self.global_batch // self.info.world_size, 1)
         if batches != want:
             raise RuntimeError(f"DeepSpeed resolved (train_batch, micro_batch, grad_accum) {batches}, expected {want}")
+        if self.knobs.compile:
+            engine.compile()  # DeepSpeed's own entry to torch.compile (the engine's module, its hooks kept)
         self.engine = engine
         self.client_optimizer = type(optimizer).__name__
         return super().wrap(engine, ds_optimizer)

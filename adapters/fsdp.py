@@ -32,7 +32,7 @@ class FSDPAdapter(DDPAdapter):
 
     # Keeping each unit's gathered parameters from forward to backward saves one all-gather per unit per step for
     # the memory of the unsharded unit (ZeRO-2-like); the DDP knobs it inherits do not apply to FSDP.
-    TUNE = {"reshard_after_forward": (False,)}
+    TUNE = {"reshard_after_forward": (False,), "compile": (True,)}
 
     @dataclass
     class Knobs:
@@ -47,6 +47,9 @@ class FSDPAdapter(DDPAdapter):
         """Keep the sharded parameters, gradients and optimizer step on the CPU (CPUOffloadPolicy; CUDA only)."""
         replicas: int = 1
         """HSDP: replicate across this many groups, shard within each (must divide the world size)."""
+        compile: bool = False
+        """torch.compile each sharded unit in place (the root where the workload declares none), as torchtitan
+        compiles each block; compiled in the warm-up, its time reported apart."""
 
         def __post_init__(self):
             if self.replicas < 1:
@@ -126,6 +129,8 @@ class FSDPAdapter(DDPAdapter):
             fully_shard(unit, reshard_after_forward=k.reshard_after_forward, **common)
         # The root last (its own parameters, if any); it is not resharded after forward: backward starts with it.
         fully_shard(model, reshard_after_forward=False, **common)
+        for module in units or [model]:
+            self._compile(module)
         self.units = len(units)
         # The same optimizer class and param groups, every hyperparameter of each group kept as it was (AdamW's
         # groups carry keys its constructor does not take), over the sharded parameters of the same names.

@@ -128,6 +128,12 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     skipped = [r.skipped_steps_timed for r in ranks if r.skipped_steps_timed is not None]
     if skipped:  # fp16 loss-scale overflows inside the timed window (every rank skips the same steps)
         rec["skipped_steps_timed"] = max(skipped)
+    compiled = [r.compile for r in ranks if r.compile]
+    if compiled:  # torch.compile's graphs and compile time, the slowest rank's (compiling is apart from the steps)
+        rec["compile"] = {"graphs": max(c["graphs"] for c in compiled),
+                          "compile_s": max(c["compile_s"] for c in compiled),
+                          "graphs_timed": max(c["graphs_timed"] for c in compiled),
+                          "compile_s_timed": max(c["compile_s_timed"] for c in compiled)}
     windows = [r.timed_window for r in ranks]
     if steps and all(windows):
         rec["cpu_time_s_per_rank"] = [w["cpu_s"] for w in windows]

@@ -247,6 +247,9 @@ class Run(TypedDict):
     """`host_sync` (CPU) or `cuda_events` (CUDA events, no sync between steps)."""
     skipped_steps_timed: NotRequired[int]
     """fp16 steps the loss scaler skipped inside the timed window."""
+    compile: NotRequired[dict[str, Any]]
+    """What torch.compile compiled (TorchDynamo's counters, slowest rank): `graphs` and `compile_s` over the launch,
+    `graphs_timed` and `compile_s_timed` inside the timed window (its samples/s then includes compiling)."""
     cpu_time_s_per_rank: NotRequired[list[float]]
     """Each rank's process CPU time (all threads) over the timed window."""
     cpu_s_per_step: NotRequired[float]

@@ -49,6 +49,41 @@ class CpuWindow:
                                      else [b - a for a, b in zip(self.stat0, stat)])}
 
 
+class CompileWatch:
+    """What torch.compile compiled, read from TorchDynamo's own counters (`torch._dynamo.utils`: unique graphs, and the
+    time spent compiling frames and their lazily compiled backward graphs), at the end of the warm-up and of the timed window: whatever compiled the model (a
+    `compile=true` knob, or a user's workload that calls torch.compile itself), its compile time is reported apart
+    from the timed steps, and a graph compiled inside the timed window is counted there, since its time is in the
+    row's samples/s. None where nothing was compiled (TorchDynamo imported by the optimizer alone compiles nothing)."""
+
+    def __init__(self):
+        self.at_warmup: tuple[int, float] | None = None
+
+    @staticmethod
+    def _read() -> tuple[int, float]:
+        import sys
+
+        utils = sys.modules.get("torch._dynamo.utils")
+        if utils is None:
+            return 0, 0.0
+        # A frame's compile (forward graph, and the backward where AOTAutograd compiles it at once) and the
+        # backward graphs compiled lazily at their first backward, which a frame's own time leaves out.
+        spent = utils.cumulative_time_spent_ns
+        return (int(utils.counters["stats"].get("unique_graphs", 0)),
+                (spent.get("entire_frame_compile", 0) + spent.get("entire_backward_compile", 0)) / 1e9)
+
+    def warmup_done(self) -> None:
+        self.at_warmup = self._read()
+
+    def result(self) -> dict | None:
+        graphs, seconds = self._read()
+        if not graphs:
+            return None
+        before = self.at_warmup or (graphs, seconds)
+        return {"graphs": graphs, "compile_s": seconds, "graphs_timed": graphs - before[0],
+                "compile_s_timed": seconds - before[1]}
+
+
 def device_sync(device: str):
     """A function that waits for queued work on `device` (CUDA kernels are asynchronous; CPU needs nothing)."""
     if device.startswith("cuda"):

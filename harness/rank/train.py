@@ -15,7 +15,7 @@ import workloads
 from harness.rank import compute_profile
 from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
-from harness.rank.measure import CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory, step_clock
+from harness.rank.measure import CompileWatch, CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory, step_clock
 from harness.shared import progress as progress_file
 from harness.shared.rank_result import TrainResult
 
@@ -69,6 +69,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     adapter.barrier()  # every rank starts the clock together
 
     window = CpuWindow()
+    compiled = CompileWatch()
     clock = step_clock(str(info.device), spec.warmup)
     steps_done, skipped_before = 0, None
     for step in range(total):
@@ -76,6 +77,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
             memory.reset()  # peak memory covers the timed steps, not start-up transients
             marks("warmup_done")
             skipped_before = adapter.skipped_steps()  # before the window's clock: it may sync
+            compiled.warmup_done()
             sync()  # on CUDA the warm-up's queued kernels finish outside the window
             window.start()
             if step:
@@ -131,6 +133,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         loader.close()
     window.stop()
     skipped_after = adapter.skipped_steps()
+    compile_result = compiled.result()
     skipped_timed = skipped_after - skipped_before if None not in (skipped_before, skipped_after) else None
     steps_run = steps_done
     if "warmup_done" not in marks:  # no timed steps
@@ -177,7 +180,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         data={**data.meta, **(loader.describe() if loader else {})}, per_process_batch=per_rank_batch, train_samples=n_train,
         evals=periodic.evals if periodic else None, snapshot_s=snapshot_s, profile=own,
         straggler=straggler, timed_window=window.result, step_clock=clock.kind,
-        skipped_steps_timed=skipped_timed, peak_memory_cuda_extra=memory_extra or None,
+        skipped_steps_timed=skipped_timed, compile=compile_result, peak_memory_cuda_extra=memory_extra or None,
         cuda_math=cuda_math(torch) if str(info.device).startswith("cuda") else None)
 
 

@@ -329,6 +329,10 @@ def _notes(rows, records) -> list[str]:
                          f"{', '.join(map(str, skipped))} of the {f['controls']['steps']} timed steps of its launches "
                          f"(gradient overflow while the scale settles): skipped steps are cheaper, so its samples/s "
                          f"is optimistic; more warm-up (`--warmup`) lets the scale settle before the clock starts.")
+        compiled = [r["compile"] for r in records if r["label"] == row["adapter"] and r["status"] in MEASURED
+                    and r.get("compile")]
+        if compiled:
+            notes.append(compile_note(row["adapter"], compiled))
         if row.get("spread") is not None and row["spread"] > SPREAD_FLAG:
             notes.append(f"**{row['adapter']}**: samples/s varied by {row['spread']:.0%} across "
                          f"{row['ok_repeats']} repeats (> {SPREAD_FLAG:.0%}): treat its figure with care.")
@@ -456,6 +460,20 @@ def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
                   + (", more than their share of the run because each one's start-up overlapped the previous one's "
                      "end." if pipelined else ", one after the other.")]
     return lines
+
+
+def compile_note(label: str, compiled: list[dict[str, Any]]) -> str:
+    """What torch.compile cost a row: its compile time is apart from the timed steps unless a graph was compiled
+    inside the timed window, which its samples/s then includes."""
+    seconds = statistics.median(c["compile_s"] for c in compiled)
+    text = (f"**{label}**: torch.compile built {max(c['graphs'] for c in compiled)} graph(s) in {seconds:.1f} s "
+            f"(slowest rank, median over its {len(compiled)} launch(es))")
+    inside = [c for c in compiled if c["graphs_timed"]]
+    if not inside:
+        return text + ", all during the warm-up: not in its samples/s, but in its launch's wall time."
+    return text + (f"; in {len(inside)} of its launches {max(c['graphs_timed'] for c in inside)} graph(s) of those "
+                   f"(up to {max(c['compile_s_timed'] for c in inside):.1f} s) were compiled inside the timed window, "
+                   f"which its samples/s includes: more warm-up (`--warmup`) moves them out of the window.")
 
 
 def render(out: Path, records: list[dict[str, Any]]) -> Path:

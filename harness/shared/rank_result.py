@@ -86,6 +86,8 @@ class TrainResult(RankResult):
     """CPU and wall time over the timed window, and /proc/stat's counters around it."""
     step_clock: str = "host_sync"
     skipped_steps_timed: int | None = None
+    compile: dict[str, Any] | None = None
+    """What torch.compile compiled in this rank (harness/rank/measure.py CompileWatch), None if nothing."""
     peak_memory_cuda_extra: dict[str, Any] | None = None
     cuda_math: dict[str, Any] | None = None
 

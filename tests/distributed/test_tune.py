@@ -7,7 +7,7 @@ import pytest
 
 from harness.core import race as tuning
 
-from conftest import compare_cli
+from conftest import compare_cli, run_compare
 
 pytestmark = pytest.mark.distributed
 
@@ -52,3 +52,23 @@ def test_a_two_candidate_tune_of_ddp_races_confirms_reports_and_its_winner_runs(
     assert used.returncode == 0, used.stdout + used.stderr
     labels = [json.loads(line)["label"] for line in (run / "records.jsonl").read_text().splitlines()]
     assert labels == ["dp", found["winner"]] or sorted(labels) == sorted(["dp", found["winner"]])
+
+
+def test_compile_true_compiles_in_the_warm_up_reports_its_time_apart_and_matches_the_reference(tmp_path):
+    """ddp:compile=true for real: TorchDynamo's own counters say a graph was compiled, all of it before the timed
+    window, the row still matches the single-process reference at the fp32 tolerance, and the report gives the
+    compile time apart from the throughput."""
+    rows, proc = run_compare(tmp_path / "o", "-w", "digits", "-a", "ddp:compile=true", "--steps", "10", "--warmup",
+                             "2", "--equiv-steps", "2")
+    rec = rows["ddp:compile=true"]
+    assert rec["status"] == "ok" and rec["equivalence"]["passed"] is True, rec.get("reason")
+    assert rec["adapter_info"]["knobs"]["compile"] is True
+    compiled = rec["compile"]
+    assert compiled["graphs"] >= 1 and compiled["compile_s"] > 0, compiled
+    assert compiled["graphs_timed"] == 0 and compiled["compile_s_timed"] == 0, compiled
+    # compiling happens at the first step, inside the warm-up: the warm-up phase is at least the compile time
+    assert rec["phases_s"]["warmup"] >= compiled["compile_s"] * 0.9, (rec["phases_s"], compiled)
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert (f"- **ddp:compile=true**: torch.compile built {compiled['graphs']} graph(s) in "
+            f"{compiled['compile_s']:.1f} s (slowest rank, median over its 1 launch(es)), all during the warm-up: not "
+            f"in its samples/s, but in its launch's wall time.") in md

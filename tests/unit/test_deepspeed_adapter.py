@@ -102,7 +102,7 @@ def test_knobs_from_row_labels_are_coerced():
     ({"offload_optimizer": "on"}, "knob 'offload_optimizer' needs zero_stage 1, 2 or 3"),
     ({"reduce_bucket_elems": "0"}, "knob 'reduce_bucket_elems' must be positive; got 0"),
     ({"zero_stage": "two"}, "knob 'zero_stage' must be 0, 1, 2 or 3; got 'two'"),
-    ({"stage": "1"}, "unknown knob 'stage'; valid knobs: offload_optimizer, precision, reduce_bucket_elems, "
+    ({"stage": "1"}, "unknown knob 'stage'; valid knobs: compile, offload_optimizer, precision, reduce_bucket_elems, "
                      "zero_stage"),
 ])
 def test_bad_knobs_are_refused_before_launch(knobs, message):

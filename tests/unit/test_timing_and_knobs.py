@@ -30,7 +30,7 @@ def test_knobs_are_coerced_to_their_declared_types():
 def test_bad_knobs_are_named_with_the_valid_choices():
     with pytest.raises(KnobError) as exc:
         build(DDPAdapter.Knobs, {"bucket": "1"}, "knob")
-    assert str(exc.value) == ("unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, comm_hook, "
+    assert str(exc.value) == ("unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, comm_hook, compile, "
                               "gradient_as_bucket_view, powersgd_rank, powersgd_start_iter, powersgd_warm_start, "
                               "static_graph")
     with pytest.raises(KnobError) as exc:

@@ -141,7 +141,7 @@ def test_the_budget_forms():
     (["-a", "dp"], "nothing to tune: dp declares no tunable knobs; adapters with tunable knobs: ddp, spawn, amp, "
                    "apex, horovod, deepspeed, fsdp (or name knobs with --tune ADAPTER.KNOB=V1,V2)"),
     (["-a", "ddp", "--tune", "ddp.nope"], "--tune ddp.nope: adapter ddp has no knob 'nope'; its tunable knobs: "
-                                          "bucket_cap_mb, gradient_as_bucket_view, static_graph (every knob: "
+                                          "bucket_cap_mb, gradient_as_bucket_view, static_graph, compile (every knob: "
                                           "`compare knobs ddp`)"),
     (["-a", "ddp", "--tune", "ddp.comm_hook=fp16"], "--tune ddp.comm_hook=fp16 changes the numerics (fp32/none -> "
                                                     "fp32/fp16): compare it as a row of its own (compare run -a "
@@ -157,7 +157,7 @@ def test_the_budget_forms():
                                                      "positive number of MiB (DDP's default: 25); got 0"),
     # a knob fixed with -k is refused as compare run refuses it (it once ended in an OptionError traceback)
     (["-a", "ddp", "-k", "ddp.nope=1"], "adapter ddp: unknown knob 'nope'; valid knobs: broadcast_buffers, "
-                                        "bucket_cap_mb, comm_hook,"),
+                                        "bucket_cap_mb, comm_hook, compile,"),
     (["-a", "ddp", "-k", "ddp.bucket_cap_mb=-1"], "adapter ddp: knob 'bucket_cap_mb' must be a positive number of MiB"),
     (["-a", "ddp", "-k", "horovod.cycle_time_ms=5"], "knob 'horovod.cycle_time_ms' is for adapter 'horovod', which is "
                                                      "not in this run (ddp)"),
