@@ -99,6 +99,10 @@ def probe() -> dict:
                              keep=lambda info: "error" not in info)
 
 
+AUTOTUNE_LOG = "horovod_autotune.csv"
+"""horovodrun --autotune's log of trials, in the launch's directory (knob autotune=true)."""
+
+
 class HorovodAdapter(Adapter):
     name = "horovod"
     summary = "Horovod 0.28.1 DistributedOptimizer (gradient averaging), launched by horovodrun --gloo"
@@ -139,6 +143,12 @@ class HorovodAdapter(Adapter):
         warning time). With 0.28.1 on CPU under the Gloo controller its stall inspector was not seen to fire
         (neither for a hung rank nor for ranks submitting different tensors): the harness's --timeout is what
         turns a hang into a `timeout` row. A dead rank is caught by horovodrun itself (`failed`)."""
+
+        autotune: bool = False
+        """Horovod's own autotuner (horovodrun --autotune): during the run it tries fusion thresholds, cycle
+        times and its other tunables (Bayesian optimisation, scored by bytes all-reduced per second) and ends on its
+        pick. Its samples/s mixes every setting it tried, so it is not the pick's speed: the report gives the pick as
+        a row to run (`compare run -a horovod:fusion_threshold_mb=..`), and the record keeps horovodrun's log."""
 
         def __post_init__(self):
             if self.fusion_threshold_mb is not None and self.fusion_threshold_mb < 0:
@@ -217,6 +227,8 @@ class HorovodAdapter(Adapter):
         # horovodrun caches its host checks for an hour in ~/.horovod: a launch must neither fail on a HOME it cannot
         # write (it did, with a FileNotFoundError) nor rest on a check made before this run. Training is unchanged.
         argv.append("--disable-cache")
+        if k.autotune:  # its log in the launch's own directory, read back by rank 0 into the record
+            argv += ["--autotune", "--autotune-log-file", str(Path(spec.rank_dir) / AUTOTUNE_LOG)]
         if iface is not None:
             argv += ["--network-interfaces", iface]
         # Only what the user set: everything else stays at horovodrun's own defaults.
@@ -340,19 +352,65 @@ class HorovodAdapter(Adapter):
              # What horovodrun handed the ranks (it exports the tunables it was given), else its documented default.
              "resolved": {"fusion_threshold_mb": int(_env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20)) / 2**20,
                           "cycle_time_ms": _env_number("HOROVOD_CYCLE_TIME", 1.0)}}
+        notes = []
+        log = os.environ.get("HOROVOD_AUTOTUNE_LOG")
+        if self.knobs.autotune and log:
+            d["autotune"] = _autotune_log(Path(log))
+            notes.append(autotune_note(d["autotune"]))
         change = getattr(self, "state_init_change", None)
         if change is not None:
             d["optimizer_state_init_param_change"] = change
             if change > 0:
-                d["note"] = (f"hvd.broadcast_optimizer_state initialised the fresh optimizer's state with one "
+                notes.append(f"hvd.broadcast_optimizer_state initialised the fresh optimizer's state with one "
                              f"optimizer.step() on zero gradients (Horovod's own code), which moved the parameters "
                              f"by up to {change:.1e} before training (weight decay, and Adam's step count); knob "
                              f"broadcast_optimizer_state=false skips it")
+        if notes:
+            d["note"] = "; ".join(notes)
         if getattr(self, "hvd", None) is not None and self.info is not None:
             hvd = self.hvd
             d.update(controller="gloo" if hvd.gloo_enabled() else "mpi", backend=self.info.backend,
                      built={"gloo": hvd.gloo_built(), "mpi": hvd.mpi_built(), "nccl": bool(hvd.nccl_built())})
         return d
+
+
+def _autotune_log(path: Path) -> dict:
+    """horovodrun --autotune's log as the record keeps it: the lines as written (a CSV header, then one line per
+    setting scored: hierarchical_allreduce, hierarchical_allgather, torus_allreduce, cache_enabled, cycle_time_ms,
+    tensor_fusion_threshold in MB, score), each sample parsed, and the best-scoring one. Horovod ends its search on
+    its pick and logs it last once the search completes; a shorter run leaves only the samples so far."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        return {"log": [], "samples": [], "error": f"{type(exc).__name__}: {exc}"}
+    if not lines:
+        return {"log": [], "samples": []}
+    head = [h.strip() for h in lines[0].split(",")]
+    samples = []
+    for line in lines[1:]:
+        try:
+            samples.append({h: float(v) for h, v in zip(head, line.split(","), strict=True)})
+        except ValueError:  # a line being written when the run ended, or a format this parser does not know
+            continue
+    best = max(samples, key=lambda x: x.get("score", float("-inf")), default=None)
+    return {"log": lines, "samples": samples, "best": best}
+
+
+def autotune_note(autotune: dict) -> str:
+    """What the report says of a horovod:autotune=true row: what Horovod's autotuner picked, as a row to run."""
+    best, n = autotune.get("best"), len(autotune.get("samples") or [])
+    if best is None:
+        return ("horovodrun --autotune logged no scored setting in this launch (" + (autotune.get("error") or
+                "the run ended before its first sample") + "): give it more steps")
+    fusion, cycle = best.get("tensor_fusion_threshold"), best.get("cycle_time_ms")
+    flags = ", ".join(f"{k} {'on' if best.get(k) else 'off'}" for k in ("cache_enabled", "hierarchical_allreduce",
+                                                                       "hierarchical_allgather") if k in best)
+    # horovodrun takes the fusion threshold in whole MB (--fusion-threshold-mb), the cycle time as a number
+    return (f"horovodrun --autotune scored {n} setting(s) (its own score: bytes all-reduced per second over a few "
+            f"steps each, not samples/s); its best-scoring: fusion threshold {fusion:.3g} MB, cycle time {cycle:.3g} "
+            f"ms{' (' + flags + ')' if flags else ''}. This row's samples/s mixes every setting it tried; the "
+            f"pick's own speed is a row of its own (the threshold in whole MB, as horovodrun takes it): "
+            f"horovod:fusion_threshold_mb={round(fusion)}:cycle_time_ms={cycle:.3g}")
 
 
 def _env_number(name: str, default: float) -> float:

@@ -26,8 +26,8 @@ def digits_run(tmp_path_factory):
     """Run with HOROVOD_CYCLE_TIME=2 in compare's environment, as a user's shell might have it: the ranks inherit
     it (Horovod's cycle time changes when tensors are fused, never the arithmetic), and the run must say so."""
     out = tmp_path_factory.mktemp("horovod") / "run"
-    rows, proc = run_compare(out, "--adapters", "horovod,horovod:compression=fp16,horovod:cycle_time_ms=3",
-                             env={"HOROVOD_CYCLE_TIME": "2"})
+    rows, proc = run_compare(out, "--adapters", "horovod,horovod:compression=fp16,horovod:cycle_time_ms=3,"
+                             "horovod:autotune=true", env={"HOROVOD_CYCLE_TIME": "2"})
     return out, rows, proc
 
 
@@ -133,6 +133,23 @@ def test_a_hung_rank_is_stopped_by_horovods_stall_check_or_our_timeout(tmp_path)
         assert "stalled" in rec["log_tail"] or "shut down" in rec["log_tail"]
     assert rec["log_tail"]
     assert rows["ddp"]["status"] == "ok"
+
+
+@requires_horovod
+def test_horovods_own_autotuner_runs_its_log_is_kept_and_its_pick_is_given_as_a_row(digits_run):
+    out, rows, _ = digits_run
+    rec = rows["horovod:autotune=true"]
+    assert rec["status"] == "ok" and rec["equivalence"]["passed"] is True  # it tunes speed, never the maths
+    autotune = rec["adapter_info"]["autotune"]
+    assert autotune["log"][0].split(",") == ["hierarchical_allreduce", "hierarchical_allgather", "torus_allreduce",
+                                             "cache_enabled", "cycle_time_ms", "tensor_fusion_threshold", "score"]
+    assert len(autotune["samples"]) == len(autotune["log"]) - 1 >= 1, autotune["log"]
+    best = autotune["best"]
+    assert best["score"] == max(x["score"] for x in autotune["samples"])
+    md = (out / "report.md").read_text()
+    assert (f"horovodrun --autotune scored {len(autotune['samples'])} setting(s)" in md and
+            f"horovod:fusion_threshold_mb={round(best['tensor_fusion_threshold'])}:cycle_time_ms="
+            f"{best['cycle_time_ms']:.3g}" in md), md
 
 
 @requires_horovod

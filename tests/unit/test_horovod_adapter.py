@@ -247,3 +247,35 @@ def test_compare_comm_names_each_buffer_as_a_training_step_names_each_gradient()
     assert name("allreduce", t) == name("allreduce", torch.ones(256)) == "compare.allreduce.256.float32"
     assert len({name("allreduce", t), name("allgather", t), name("allreduce", torch.zeros(512)),
                 name("allreduce", torch.zeros(256, dtype=torch.bfloat16))}) == 4
+
+
+def test_the_autotuners_log_is_parsed_its_best_given_as_a_row_and_a_cut_line_skipped(tmp_path):
+    from adapters.horovod import _autotune_log, autotune_note
+
+    log = tmp_path / "horovod_autotune.csv"
+    log.write_text("hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"
+                   "tensor_fusion_threshold,score\n0,0,0, 0,5,4,46.2514\n0,0,0, 1,1.00025,13.9841,81.2803\n0,1,0, 0,2.9")
+    parsed = _autotune_log(log)
+    assert len(parsed["log"]) == 4 and len(parsed["samples"]) == 2  # the line cut when the run ended is skipped
+    assert parsed["best"] == {"hierarchical_allreduce": 0, "hierarchical_allgather": 0, "torus_allreduce": 0,
+                              "cache_enabled": 1, "cycle_time_ms": 1.00025, "tensor_fusion_threshold": 13.9841,
+                              "score": 81.2803}
+    assert autotune_note(parsed) == (
+        "horovodrun --autotune scored 2 setting(s) (its own score: bytes all-reduced per second over a few steps "
+        "each, not samples/s); its best-scoring: fusion threshold 14 MB, cycle time 1 ms (cache_enabled on, "
+        "hierarchical_allreduce off, hierarchical_allgather off). This row's samples/s mixes every setting it "
+        "tried; the pick's own speed is a row of its own (the threshold in whole MB, as horovodrun takes it): "
+        "horovod:fusion_threshold_mb=14:cycle_time_ms=1")
+    missing = _autotune_log(tmp_path / "none.csv")
+    assert missing["samples"] == [] and autotune_note(missing).startswith(
+        "horovodrun --autotune logged no scored setting in this launch (FileNotFoundError: ")
+
+
+def test_autotune_adds_horovodruns_own_flags_with_its_log_in_the_launch_directory(tmp_path):
+    from adapters.horovod import AUTOTUNE_LOG, HorovodAdapter
+
+    spec = type("Spec", (), {"world_size": 2, "topology": None, "rank_dir": str(tmp_path)})()
+    argv = HorovodAdapter({"autotune": "true"}).launch(tmp_path / "spec.json", spec).argv
+    i = argv.index("--autotune")
+    assert argv[i + 1:i + 3] == ["--autotune-log-file", str(tmp_path / AUTOTUNE_LOG)]
+    assert "--autotune" not in HorovodAdapter({}).launch(tmp_path / "spec.json", spec).argv
