@@ -9,7 +9,10 @@ Runs in: the parent. Two stages, both made of rounds of fresh launches in a shuf
    every round, the backend's best (highest geometric mean of samples/s) is compared with each other live candidate
    on the rounds they share (paired t on log throughput, Holm-adjusted over that backend's live candidates): a
    candidate is dropped only when the best is faster than it at the 5% level, so one lucky launch never decides. A
-   launch that fails drops its candidate, with its reason. The race of a backend ends when one candidate is left,
+   launch that fails drops its candidate, with its reason. Where the least rounds of every candidate would not fit
+   the budget, the first round is followed by successive halving: the candidates slowest against their own
+   defaults in that round are left out until the rest fit (`_fit_budget`). The race of a backend ends when one
+   candidate is left,
    or when the next round and the confirmation it still needs would overrun the budget: the best of those left is
    taken and the others are named as within noise of it.
 2. **Confirm.** The defaults and the best of every backend, on fresh launches only (no race launch is reused: a
@@ -156,9 +159,11 @@ def trial(rec: dict[str, Any]) -> dict[str, Any]:
     return rec.get("tune") or {}
 
 
-def replay(records: list[dict[str, Any]], backends: dict[str, list[str]]) -> dict[str, Race]:
+def replay(records: list[dict[str, Any]], backends: dict[str, list[str]], budget: Budget | None = None
+           ) -> dict[str, Race]:
     """Every backend's race from the race records (kind "tune", stage "race"), round by round, with the elimination
-    rule of the module docstring: what `compare tune` decided after each round, and what its report shows."""
+    rule of the module docstring: what `compare tune` decided after each round, and what its report shows. With
+    `budget`, the first round is followed by `_fit_budget`."""
     races = {b: Race(b, list(labels), list(labels)) for b, labels in backends.items()}
     by_round: dict[int, list[dict]] = {}
     for r in records:
@@ -180,7 +185,65 @@ def replay(records: list[dict[str, Any]], backends: dict[str, list[str]]) -> dic
                     race.dropped[r["label"]] = {"round": k, "why": "failed",
                                                 "reason": r.get("reason") or r["status"]}
             _eliminate(race, k)
+        if budget is not None and k == min(by_round):
+            _fit_budget(races, by_round[k], budget, k, records)
     return races
+
+
+def budget_of(records: list[dict[str, Any]]) -> Budget | None:
+    """The budget a tune's race was fitted to, as its records keep it (tune_plan); None for a tune made before
+    the race halved its candidates to fit (no `halving` in its plan), which is replayed as it ran."""
+    plan = next((r.get("tune_plan") for r in records if r.get("tune_plan")), None) or {}
+    if not plan.get("halving") or not plan.get("budget_s"):
+        return None
+    return Budget(float(plan["budget_s"]), bool(plan.get("per_backend")))
+
+
+def _fit_budget(races: dict[str, Race], first: list[dict[str, Any]], budget: Budget, k: int,
+                records: list[dict[str, Any]]) -> None:
+    """Successive halving where the budget cannot hold every candidate's least rounds: after the first race round,
+    while the least rounds still to run (the race's other MIN_ROUNDS - 1 over the live candidates, and the
+    confirmation's MIN_ROUNDS of each backend's defaults and best, priced as its defaults) would overrun the budget,
+    the candidate slowest against its own defaults in that round is left out, never a backend's defaults nor its last
+    other candidate. One launch each decides only what is not measured further: no gain is claimed from it (the
+    confirmation's fresh launches decide), and a re-rendered report makes the same choice from the same records."""
+    walls = {r["label"]: float(r.get("wall_time_s") or 0.0) for r in first}
+    total = sum(walls.values())
+    starts = [r["launch_wall"] for r in first if r.get("launch_wall")]
+    ends = [r["launch_wall"] + float(r.get("wall_time_s") or 0.0) for r in first if r.get("launch_wall")]
+    span = max(ends) - min(starts) if starts and len(starts) == len(first) else total
+    overlap = span / total if total else 1.0  # pipelined launches overlap: the round took less than their sum
+    reference = next((float(r["reference_run"].get("wall_time_s") or 0.0) for r in records
+                      if isinstance(r.get("reference_run"), dict)), 0.0)
+    confirming = len(races) > 1 or any(len(r.candidates) > 1 for r in races.values())
+
+    def rest(race: Race) -> float:
+        default = walls.get(race.default, _mean([walls.get(c, 0.0) for c in race.alive]))
+        return ((MIN_ROUNDS - 1) * sum(walls.get(c, 0.0) for c in race.alive)
+                + (MIN_ROUNDS * 2 * default if confirming else 0.0))
+
+    def over(group: list[Race]) -> bool:
+        if budget.per_backend:
+            race = group[0]
+            return sum(walls.get(c, 0.0) for c in race.candidates) + rest(race) > budget.seconds
+        return span + reference + overlap * sum(rest(r) for r in group) > budget.seconds
+
+    def slowness(race: Race, c: str) -> float:
+        values = {x: race.values[x][0] for x in race.alive if race.values.get(x)}
+        base = values.get(race.default) or max(values.values())
+        return values[c] / base
+
+    groups = [[race] for race in races.values()] if budget.per_backend else [list(races.values())]
+    for group in groups:
+        while over(group):
+            left = [(slowness(race, c), race, c) for race in group
+                    if len([x for x in race.alive if x != race.default]) > 1
+                    for c in race.alive if c != race.default and race.values.get(c)]
+            if not left:
+                break
+            ratio, race, c = min(left, key=lambda t: t[0])
+            race.alive.remove(c)
+            race.dropped[c] = {"round": k, "why": "budget", "ratio": ratio, "n": 1}
 
 
 def _eliminate(race: Race, k: int) -> None:
@@ -260,7 +323,7 @@ def search(backends: dict[str, list[str]], run_round: Callable[[str, int, list[s
         best = race.best or race.default
         return MIN_ROUNDS * _round_cost(race, list(dict.fromkeys([race.default, best])))
 
-    races = replay(records, backends)
+    races = replay(records, backends, budget)
     while True:
         racing = [b for b, race in races.items() if len(race.alive) > 1 and b not in ended]
         for b, race in races.items():
@@ -283,7 +346,7 @@ def search(backends: dict[str, list[str]], run_round: Callable[[str, int, list[s
         records += recs
         spend(recs)
         k += 1
-        races = replay(records, backends)
+        races = replay(records, backends, budget)
         on_round("race", k, races)
     rows = confirm_rows(races)
     if len(rows) < 2:  # one backend whose defaults won: nothing to confirm a gain of, no one to compare it with
@@ -325,7 +388,7 @@ def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     from harness.core.stats import DEFAULT_MARGIN
 
     backends = backends_of(records)
-    races = replay(records, backends)
+    races = replay(records, backends, budget_of(records))
     margin = next((r.get("margin") for r in records if r.get("margin")), None) or DEFAULT_MARGIN
     out: dict[str, dict[str, Any]] = {}
     pairs = []

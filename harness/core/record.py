@@ -322,7 +322,8 @@ class Tune(TypedDict):
     and the best on fresh launches, which the gains and verdicts come from)."""
     tune_plan: NotRequired[dict[str, Any]]
     """The tune as planned: backend -> candidate labels (the defaults first), the budget in seconds and whether per
-    backend, the adapters left out as untunable or unavailable and why, the least rounds of each stage."""
+    backend, the adapters left out as untunable or unavailable and why, the least rounds of each stage, and
+    `halving` (true since the race fits its candidates to the budget after its first round)."""
     tune_summary: NotRequired[dict[str, Any]]
     """How the tune ended (absent if interrupted): the budget, race and confirmation rounds, why each backend's race
     ended ("one left", "budget", "every candidate failed"), elapsed seconds and the launch seconds per backend."""

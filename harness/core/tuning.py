@@ -103,7 +103,8 @@ def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tupl
     run_info = run_header(p, "tune", list(rows), started)
     run_info.update(order_seed=seed, margin=p.margin, tune_plan={
         "backends": tp.backends, "budget_s": tp.budget.seconds, "per_backend": tp.budget.per_backend,
-        "untunable": tp.untunable, "unavailable": tp.unavailable, "skipped": tp.skipped, "min_rounds": MIN_ROUNDS})
+        "untunable": tp.untunable, "unavailable": tp.unavailable, "skipped": tp.skipped, "min_rounds": MIN_ROUNDS,
+        "halving": True})
     planned: list = []
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
@@ -174,7 +175,8 @@ def least_cost(tp: TunePlan) -> str | None:
             list(tp.backends) if total > tp.budget.seconds else [])
     if over:
         line += (f", past the {tp.budget.describe()} budget{' for ' + ', '.join(over) if tp.budget.per_backend else ''}"
-                 f": they run anyway (fewer candidates with --tune, or fewer --steps, bring them within it)")
+                 f": after the first race round the candidates slowest against their defaults are left out until "
+                 f"the rest fit (successive halving; fewer candidates with --tune, or fewer --steps, avoid it)")
     return line
 
 

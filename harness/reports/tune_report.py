@@ -124,6 +124,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
             d = race.dropped.get(c)
             if d and d["why"] == "failed":
                 fate = f"failed in round {d['round'] + 1}: {d['reason']}"
+            elif d and d["why"] == "budget":
+                fate = (f"left out after round {d['round'] + 1} to fit the budget: {d['ratio']:.2f}× its defaults in "
+                        f"that round's launch, the slowest of those left (successive halving; not measured further)")
             elif d:
                 fate = (f"dropped after round {d['round'] + 1}: {d['ratio']:.2f}× the best ({d['best']}) "
                         f"[{d['lo']:.2f}–{d['hi']:.2f}], Holm p = {d['p_holm']:.3g}")

@@ -22,7 +22,7 @@ class Clock:
         return self.t
 
 
-def stub(means: dict[str, float], spread: float, seed: int, wall: float = 10.0):
+def stub(means: dict[str, float], spread: float, seed: int, wall: float = 10.0, budget=None):
     """run_round over launches whose samples/s are log-normal around `means` with `spread` (sd of the log), each
     taking `wall` seconds of a fake clock."""
     rng, clock = random.Random(seed), Clock()
@@ -36,7 +36,10 @@ def stub(means: dict[str, float], spread: float, seed: int, wall: float = 10.0):
             clock.t += wall
             out.append({"adapter": label.split(":")[0], "label": label, "repeat": k, "status": "ok",
                         "samples_per_s": means[label] * math.exp(rng.gauss(0.0, spread)), "wall_time_s": wall,
-                        "tune": {"stage": stage}, "tune_plan": {"backends": backends}, "world_size": 2,
+                        "tune": {"stage": stage}, "world_size": 2,
+                        "tune_plan": {"backends": backends, **({"budget_s": budget.seconds,
+                                                                "per_backend": budget.per_backend, "halving": True}
+                                                             if budget else {})},
                         "topology": {}, "controls": {"precision": "fp32"}})
         return out
 
@@ -44,7 +47,7 @@ def stub(means: dict[str, float], spread: float, seed: int, wall: float = 10.0):
 
 
 def tune(means, spread, seed, budget=tuning.Budget(600.0)):
-    backends, run_round, clock = stub(means, spread, seed)
+    backends, run_round, clock = stub(means, spread, seed, budget=budget)
     records, summary = tuning.search(backends, run_round, budget, clock=clock)
     return records, summary, tuning.confirmed(records), clock
 
@@ -96,6 +99,39 @@ def test_a_budget_per_backend_bounds_each_backends_launches():
     means = {"ddp": 100.0, "ddp:a=1": 100.0, "horovod": 50.0, "horovod:b=1": 50.0, "horovod:b=2": 50.0}
     _, summary, _, _ = tune(means, 0.05, 2, tuning.Budget(200.0, per_backend=True))
     assert all(s <= 200.0 for s in summary["spent_s"].values()), summary["spent_s"]
+
+
+def test_a_budget_too_small_for_every_candidate_halves_them_after_the_first_round_and_still_finds_the_best():
+    # 16 candidates at 10 s a launch: their least rounds (3 x 16 launches, then 3 x 4 confirmations) take 600 s
+    means = {"ddp": 100.0, **{f"ddp:a={i}": 95.0 - i for i in range(8)}, "ddp:a=9": 130.0,
+             "horovod": 50.0, **{f"horovod:b={i}": 48.0 - i for i in range(4)}}
+    found = 0
+    for seed in range(20):
+        records, summary, result, clock = tune(means, 0.03, seed, tuning.Budget(400.0))
+        assert clock.t <= 400.0, summary  # the first round (160 s), two more of what is left, the confirmation
+        for backend, entry in result.items():
+            race = entry["race"]
+            left_out = {c for c, d in race.dropped.items() if d["why"] == "budget"}
+            assert left_out and race.default not in left_out and {d["round"] for d in race.dropped.values()
+                                                                  if d["why"] == "budget"} == {0}
+            assert len([c for c in race.candidates if c not in left_out and c != race.default]) >= 1
+            # each left out was no faster against its defaults in round 1 than any candidate kept
+            kept = [c for c in race.candidates if c not in left_out and c != race.default]
+            first = {c: race.values[c][0] / race.values[race.default][0] for c in race.candidates}
+            assert max(first[c] for c in left_out) <= min(first[c] for c in kept)
+        found += result["ddp"]["winner"] == "ddp:a=9"
+    assert found == 20
+    # the report replays the same choice from the records alone
+    again = tuning.confirmed(records)
+    assert {b: e["race"].dropped for b, e in again.items()} == {b: e["race"].dropped for b, e in result.items()}
+
+
+def test_a_budget_per_backend_too_small_halves_each_backend_within_its_own():
+    means = {"ddp": 100.0, **{f"ddp:a={i}": 100.0 for i in range(6)}, "horovod": 50.0, "horovod:b=1": 50.0}
+    _, summary, result, _ = tune(means, 0.05, 4, tuning.Budget(200.0, per_backend=True))
+    assert all(s <= 200.0 for s in summary["spent_s"].values()), summary["spent_s"]
+    assert any(d["why"] == "budget" for d in result["ddp"]["race"].dropped.values())
+    assert result["horovod"]["race"].dropped == {}  # two candidates fit its 200 s: nothing left out
 
 
 def test_the_least_rounds_run_even_past_the_budget_and_a_failed_candidate_is_dropped_with_its_reason():
