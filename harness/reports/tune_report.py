@@ -89,7 +89,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
            f"never from the launches that chose the best. Budget: {budget}."
            + ("" if summary is None else
               f" Used: {summary['race_rounds']} race round(s), {summary['confirm_rounds']} confirmation round(s), "
-              f"{duration(summary['elapsed_s'])}."), ""]
+              f"{duration(summary['elapsed_s'])}." + _overrun(summary, plan)), ""]
     if r0.get("run_interrupted"):
         md += [f"**The tune was interrupted {r0['run_interrupted']}**: what follows is what it had measured.", ""]
     for name, why in {**plan.get("untunable", {}), **plan.get("unavailable", {})}.items():
@@ -167,3 +167,17 @@ def console_lines(records: list[dict[str, Any]]) -> list[str]:
     if found:
         lines.append(f"winners as rows: {ready_rows(found)}")
     return lines
+
+
+def _overrun(summary: dict, plan: dict) -> str:
+    """Why a tune took longer than its budget: the least rounds always run (said only where it happened)."""
+    if summary.get("per_backend"):
+        over = [b for b, s in (summary.get("spent_s") or {}).items() if s > summary["budget_s"]]
+    else:
+        over = list(plan.get("backends") or []) if summary["elapsed_s"] > summary["budget_s"] else []
+    if not over:
+        return ""
+    return (f" Past the budget{' for ' + ', '.join(over) if summary.get('per_backend') else ''}: the least rounds "
+            f"({tuning.MIN_ROUNDS} race rounds of each backend's defaults and of the candidates the first round "
+            f"kept, at least one besides the defaults, then {tuning.MIN_ROUNDS} confirmation rounds) always run, and "
+            f"here they took longer than it; a larger --budget, fewer --steps or fewer backends fit it.")
