@@ -6,6 +6,7 @@ Runs in: every rank.
 from __future__ import annotations
 
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -50,19 +51,18 @@ class CpuWindow:
 
 
 class CompileWatch:
-    """What torch.compile compiled, read from TorchDynamo's own counters (`torch._dynamo.utils`: unique graphs, and the
-    time spent compiling frames and their lazily compiled backward graphs), at the end of the warm-up and of the timed window: whatever compiled the model (a
-    `compile=true` knob, or a user's workload that calls torch.compile itself), its compile time is reported apart
-    from the timed steps, and a graph compiled inside the timed window is counted there, since its time is in the
-    row's samples/s. None where nothing was compiled (TorchDynamo imported by the optimizer alone compiles nothing)."""
+    """What torch.compile compiled, read from TorchDynamo's own counters (`torch._dynamo.utils`: unique graphs, and
+    the time spent compiling frames and their lazily compiled backward graphs), at the end of the warm-up and of the
+    timed window: whatever compiled the model (a `compile=true` knob, or a user's workload that calls torch.compile
+    itself), its compile time is reported apart from the timed steps, and a graph compiled inside the timed window
+    is counted there, since its time is in the row's samples/s. None where nothing was compiled (TorchDynamo
+    imported by the optimizer alone compiles nothing)."""
 
     def __init__(self):
         self.at_warmup: tuple[int, float] | None = None
 
     @staticmethod
     def _read() -> tuple[int, float]:
-        import sys
-
         utils = sys.modules.get("torch._dynamo.utils")
         if utils is None:
             return 0, 0.0
