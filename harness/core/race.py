@@ -219,7 +219,7 @@ def _fit_budget(races: dict[str, Race], first: list[dict[str, Any]], budget: Bud
 
     def rest(race: Race) -> float:
         default = walls.get(race.default, _mean([walls.get(c, 0.0) for c in race.alive]))
-        return ((MIN_ROUNDS - 1) * sum(walls.get(c, 0.0) for c in race.alive)
+        return ((MIN_ROUNDS - 1) * _round_cost(race, race.alive)
                 + (MIN_ROUNDS * 2 * default if confirming else 0.0))
 
     def over(group: list[Race]) -> bool:

@@ -15,7 +15,8 @@ import workloads
 from harness.rank import compute_profile
 from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
-from harness.rank.measure import CompileWatch, CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory, step_clock
+from harness.rank.measure import (CompileWatch, CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory,
+                                  step_clock)
 from harness.shared import progress as progress_file
 from harness.shared.rank_result import TrainResult
 
