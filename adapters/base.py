@@ -356,6 +356,28 @@ class Adapter(ABC):
         """Versions and resolved knobs, recorded in every row."""
         return {"knobs": dataclasses.asdict(self.knobs)}
 
+    def dtypes(self, model: torch.nn.Module) -> dict[str, str]:
+        """The dtypes this backend really holds, read from the live objects after a training step (never from its
+        knobs): `params` (the parameters the model holds), `master` (a separate fp32 copy the optimizer updates, or
+        "none"), `compute` (what the forward runs in: autocast's dtype when it is on), `grads`, `reduce` (the
+        gradients on the wire) and `optimizer` (the optimizer's state tensors). Default: a plain module and
+        torch optimizer, the gradients reduced as they are held. Each value is `dtype_names` of what was found."""
+        params = list(self.unwrap(model).parameters())
+        grads = [p.grad for p in params if p.grad is not None]
+        return {"params": dtype_names(params), "master": "none", "compute": self._compute_dtype(params),
+                "grads": dtype_names(grads), "reduce": dtype_names(grads),
+                "optimizer": dtype_names(optimizer_state(self.optimizer) if self.optimizer is not None else [])}
+
+    def _compute_dtype(self, params) -> str:
+        """autocast's dtype inside this adapter's `autocast()` when it turns autocast on, else the parameters'."""
+        import torch
+
+        kind = (self.info.device if self.info else self.device_kind).split(":")[0]
+        with self.autocast():
+            if torch.is_autocast_enabled(kind):
+                return dtype_names([torch.empty(0, dtype=torch.get_autocast_dtype(kind))])
+        return dtype_names(params)
+
     def _compile(self, module: torch.nn.Module) -> None:
         """torch.compile `module`'s forward in place (the same object and parameters; default backend, inductor)
         where the row asks for it (knob compile=true). Compiling happens at the first steps, in the warm-up; the
@@ -434,6 +456,22 @@ class Comm:
 
 
 # ---- helpers shared by adapters ----------------------------------------------------------------------------
+
+SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
+
+
+def dtype_names(tensors) -> str:
+    """The distinct dtypes of `tensors` as short names joined by "+" ("fp32", "bf16+fp32"); "none" for no tensor."""
+    names = sorted({SHORT_DTYPES.get(str(t.dtype).removeprefix("torch."), str(t.dtype).removeprefix("torch."))
+                    for t in tensors})
+    return "+".join(names) or "none"
+
+
+def optimizer_state(optimizer) -> list:
+    """Every state tensor of a torch optimizer that has a size (Adam's moments; not its 0-d step counters)."""
+    return [v for state in optimizer.state.values() for v in state.values()
+            if hasattr(v, "dtype") and getattr(v, "dim", lambda: 0)() > 0]
+
 
 def python_module(module: str, *args: str) -> list[str]:
     """argv that runs `python -m module args...` with this interpreter."""

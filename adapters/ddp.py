@@ -133,6 +133,18 @@ class DDPAdapter(Adapter):
                                                 warm_start=k.powersgd_warm_start, random_seed=0)
             model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 
+    def dtypes(self, model):
+        d = super().dtypes(model)
+        # The wire: what the hook DDP really holds sends each bucket as (torch's own compress hooks by name);
+        # PowerSGD sends low-rank factors in the gradients' dtype.
+        for hook, _state in getattr(model, "_comm_hooks", []):
+            name = getattr(hook, "__name__", "")
+            if name.startswith(("fp16_compress", "bf16_compress")):
+                d["reduce"] = name[:4]
+            elif name.startswith("powerSGD"):
+                d["reduce"] = f"{d['grads']} (low-rank factors)"
+        return d
+
     def _refuse_powersgd_over_buckets_on_gloo(self, model) -> None:
         """PowerSGD over gloo with more than one DDP bucket breaks here: on widemlp (144 MiB of gradients) with 25
         MiB buckets every launch stopped at the first compressed step (the stall watch's stacks: rank 0 in the

@@ -515,6 +515,31 @@ class DeepSpeedAdapter(Adapter):
     def step(self):
         self.engine.step()
 
+    def dtypes(self, model):
+        from adapters.base import dtype_names, optimizer_state
+
+        d = super().dtypes(model)  # the engine's module: the parameters in the dtype DeepSpeed cast them to
+        ds = self.engine.optimizer
+        # The fp32 copy the optimizer updates: ZeRO-1/2's partitions, ZeRO-3's, the bf16 optimizer's, fp16's.
+        master = [t for attr in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat",
+                                 "fp32_groups_flat_partition", "fp32_groups_flat")
+                  for t in (getattr(ds, attr, None) or []) if hasattr(t, "dtype")]
+        d["master"] = dtype_names(master)
+        if d["grads"] == "none":  # ZeRO moved them into its own buffers
+            held = getattr(ds, "averaged_gradients", None) or {}
+            grads = [t for v in (held.values() if isinstance(held, dict) else held)
+                     for t in (v if isinstance(v, (list, tuple)) else [v]) if hasattr(t, "dtype")]
+            d["grads"] = dtype_names(grads) if grads else f"{d['params']} (freed by the step)"
+        # The wire: the ZeRO optimizer's own, else the engine's (its config, or the training dtype).
+        wire = getattr(ds, "communication_data_type", None) or self.engine.communication_data_type
+        import torch
+
+        d["reduce"] = dtype_names([torch.empty(0, dtype=wire)])
+        inner = getattr(ds, "optimizer", None)  # the torch optimizer over the fp32 partitions
+        if inner is not None and hasattr(inner, "state"):
+            d["optimizer"] = dtype_names(optimizer_state(inner))
+        return d
+
     def gather_parameters(self, model):
         """fp32 master weights by name: a collective from ZeRO-1 on (ZeRO-1/2 all-reduce the owner's fp32
         partition, ZeRO-3 all-gathers it), so every rank calls it, parameters in the same order."""

@@ -141,6 +141,26 @@ class FSDPAdapter(DDPAdapter):
         self.model, self.optimizer = model, optimizer
         return model, optimizer
 
+    def dtypes(self, model):
+        import torch
+
+        from adapters.base import dtype_names
+
+        d = super().dtypes(model)  # the sharded parameters and gradients (DTensors) and the optimizer's state
+        # What each parameter is really gathered into and reduce-scattered in: FSDP2's own per-parameter dtypes,
+        # set at its lazy init (None where no cast is needed: the original dtype, or for the reduction the
+        # gathered one).
+        held = [fp for module in model.modules()
+                if (state := getattr(module, "_get_fsdp_state", None)) is not None
+                and (group := getattr(state(), "_fsdp_param_group", None)) is not None
+                for fp in group.fsdp_params]
+        if held:
+            gathered = [fp.param_dtype or fp.orig_dtype for fp in held]
+            reduced = [fp.reduce_dtype or fp.param_dtype or fp.orig_dtype for fp in held]
+            d["compute"] = self._compute_dtype([torch.empty(0, dtype=t) for t in gathered])
+            d["reduce"] = dtype_names([torch.empty(0, dtype=t) for t in reduced])
+        return d
+
     def gather_parameters(self, model):
         # DTensor shards -> the full tensor on every rank (an all-gather per parameter: every rank calls this).
         return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().float().cpu().clone()

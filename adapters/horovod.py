@@ -30,6 +30,7 @@ from typing import Literal
 from adapters.base import Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check, rank_command
 from harness.shared import cache
 from harness.shared.comm_schedule import Fusion
+from harness.shared.step_parts import comm_range
 
 VERSION = "0.28.1"
 INSTALL_SCRIPT = "adapters/install/horovod.sh"
@@ -298,6 +299,24 @@ class HorovodAdapter(Adapter):
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                              compression=compression, op=hvd.Average)
         return super().wrap(model, optimizer)
+
+    def step(self):
+        # Horovod all-reduces in its own C++ thread, which torch.profiler does not see: the wait for it is marked
+        # (Horovod's documented split of step() into synchronize() and the update) so that a step's breakdown
+        # counts it as communication.
+        with comm_range("all-reduce"):
+            self.optimizer.synchronize()
+        with self.optimizer.skip_synchronize():
+            self.optimizer.step()
+
+    def dtypes(self, model):
+        d = super().dtypes(model)
+        # The wire: the compressor the DistributedOptimizer really holds (fp16 casts each gradient for the
+        # all-reduce and back).
+        compressor = type(getattr(self.optimizer, "_compression", None)).__name__
+        if compressor == "FP16Compressor":
+            d["reduce"] = "fp16"
+        return d
 
     def zero_grad(self):
         # Horovod's zero_grad() takes no set_to_none argument; torch's default (set_to_none=True) applies.

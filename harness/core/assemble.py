@@ -16,6 +16,7 @@ from harness.core.record import LOAD_BALANCE_METHOD, SCHEMA_VERSION
 from harness.core.stats import slowest_rank_steps, step_stats, worst
 from harness.launching import hosts
 from harness.shared import procstat
+from harness.shared import step_parts
 from harness.shared.rank_result import TrainResult
 
 NOISE_STEAL = 0.05
@@ -134,6 +135,10 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
                           "compile_s": max(c["compile_s"] for c in compiled),
                           "graphs_timed": max(c["graphs_timed"] for c in compiled),
                           "compile_s_timed": max(c["compile_s_timed"] for c in compiled)}
+    if r0.dtypes:
+        rec["dtypes"] = r0.dtypes
+    if all(r.breakdown for r in ranks):
+        rec["breakdown"] = step_breakdown(ranks, stats)
     windows = [r.timed_window for r in ranks]
     if steps and all(windows):
         rec["cpu_time_s_per_rank"] = [w["cpu_s"] for w in windows]
@@ -187,6 +192,34 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
     rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"))
     return rec
+
+
+BREAKDOWN_TOLERANCE = 0.10
+"""The profiled steps' mean may differ from the timed steps' mean by this much (relative) before the report says
+the breakdown does not account for the measured step (the profiler's own cost, or a step that changed)."""
+
+
+def step_breakdown(ranks: list[TrainResult], stats: dict | None) -> dict[str, Any]:
+    """Every rank's profiled steps split into parts (harness/shared/step_parts.py), averaged over ranks and steps,
+    beside the timed step it explains: the parts add up to the profiled step exactly; the profiled step is held to
+    the timed window's mean step within BREAKDOWN_TOLERANCE."""
+    parts = step_parts.combine([r.breakdown["steps"] for r in ranks])
+    timed = stats["mean"] if stats else None
+    out = {k: v for k, v in parts.items()}
+    out["timed_step_s"] = timed
+    out["tolerance"] = BREAKDOWN_TOLERANCE
+    out["profiled_vs_timed"] = parts["step_s"] / timed - 1.0 if timed else None
+    out["within_tolerance"] = (abs(out["profiled_vs_timed"]) <= BREAKDOWN_TOLERANCE
+                               if out["profiled_vs_timed"] is not None else None)
+    out["collectives_seen"] = [r.breakdown["collectives"] for r in ranks]
+    # Overlap is seen only where the collectives' own events are (gloo's threads, NCCL's kernels); a framework
+    # that communicates outside torch (Horovod) shows only the training thread's wait for it.
+    out["overlap_seen"] = all(c["wire"] for c in out["collectives_seen"])
+    busy = [sum(r[p] for p in (*step_parts.PHASES, "other")) for r in parts["ranks"]]
+    out["slowest_rank"] = max(range(len(busy)), key=busy.__getitem__) if busy else None
+    out["traces"] = {r.rank: r.breakdown["trace"] for r in ranks if r.breakdown.get("trace")}
+    out["trace_s"] = max((r.breakdown.get("trace_s") or 0.0 for r in ranks), default=0.0)
+    return out
 
 
 PEAKS = (("H100", "h100-sxm-ndr400"), ("H200", "h100-sxm-ndr400"), ("A100", "a100-sxm-hdr200"),
@@ -330,15 +363,15 @@ def until_target(spec, outcome, ranks: list[TrainResult], steps: list[float], wo
 
 MILESTONES = (("python", "entry"), ("imports", "imports_done"), ("init", "init_done"),
               ("setup", "setup_done"), ("gate", "gate_passed"), ("warmup", "warmup_done"), ("timed", "timed_done"), ("profile", "profile_done"),
-              ("eval", "eval_done"),
+              ("eval", "eval_done"), ("breakdown", "breakdown_done"),
               ("write", "result_written"))
 """Phase name -> the rank milestone that ends it (harness/rank/life.py), in order. "python" is interpreter start-up
 (process created -> our code runs: entry); "init" is the framework joining its group (rendezvous, process group,
 JIT builds); "setup" is model, wrapper and data; "gate" is waiting for the previous launch to end (this one started
-while it did); "profile" is the compute profile of `compare scale` (absent otherwise); "write" is building the
-rank's result."""
-PHASES = ("launcher", "python", "imports", "init", "setup", "gate", "warmup", "timed", "profile", "eval", "write",
-          "shutdown")
+while it did); "profile" is the compute profile of `compare scale` (absent otherwise); "breakdown" the profiled
+steps of --breakdown (absent otherwise); "write" is building the rank's result."""
+PHASES = ("launcher", "python", "imports", "init", "setup", "gate", "warmup", "timed", "profile", "eval", "breakdown",
+          "write", "shutdown")
 """Every phase of one launch, in order: `launcher` from starting the command until the first rank process exists,
 `shutdown` from the last rank's result until the launch has ended. They add up to the launch's wall time."""
 

@@ -93,7 +93,7 @@ def _check(out: Path, force: bool, files: tuple[str, ...]) -> None:
             raise BadInput(f"output directory {out} already holds results ({', '.join(existing)}); "
                            f"use --force to overwrite or choose another --out")
         clobbered = ([f for f in files if f not in RESULT_FILES and (out / f).exists()]
-                     + (["logs/"] if (out / "logs").is_dir() and any((out / "logs").iterdir()) else [])
+                     + [f"{d}/" for d in ("logs", "traces") if (out / d).is_dir() and any((out / d).iterdir())]
                      + sorted(f"{d.name}/" for d in out.glob("comm_n*") if d.is_dir()))
         if clobbered and not force:
             raise BadInput(f"output directory {out} holds files this run would overwrite ({', '.join(clobbered)}); "
@@ -193,16 +193,17 @@ def save_figure(fig, path: Path, dpi: int) -> None:
 
 def clear(out: Path, files: tuple[str, ...]) -> None:
     """Remove a previous run's result files (only reached with --force, or when there were none): this command's
-    `files`, and whatever any compare command writes there (another command's plots, the logs in logs/, a scale
+    `files`, and whatever any compare command writes there (another command's plots, the logs in logs/ and the
+    traces in traces/, a scale
     sweep's comm_n*/), so that the directory holds this run's files and nothing its records do not account for.
     Files compare does not write are left alone."""
     for f in dict.fromkeys(files + WRITTEN):
         (out / f).unlink(missing_ok=True)
-    logs = out / "logs"
-    if logs.is_dir() and not logs.is_symlink():
-        for f in logs.iterdir():
-            if f.is_file() or f.is_symlink():
-                f.unlink(missing_ok=True)
+    for logs in (out / "logs", out / "traces"):
+        if logs.is_dir() and not logs.is_symlink():
+            for f in logs.iterdir():
+                if f.is_file() or f.is_symlink():
+                    f.unlink(missing_ok=True)
     for d in out.glob("comm_n*"):
         if d.is_dir() and not d.is_symlink() and any((d / f).is_file() for f in RESULT_FILES[:2]):
             shutil.rmtree(d)

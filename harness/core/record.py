@@ -250,6 +250,15 @@ class Run(TypedDict):
     compile: NotRequired[dict[str, Any]]
     """What torch.compile compiled (TorchDynamo's counters, slowest rank): `graphs` and `compile_s` over the launch,
     `graphs_timed` and `compile_s_timed` inside the timed window (its samples/s then includes compiling)."""
+    dtypes: NotRequired[dict[str, str]]
+    """The dtypes rank 0's backend held, read from its live objects (Adapter.dtypes): `params`, `master` (a separate
+    fp32 copy, or "none"), `compute`, `grads` (after the first backward), `reduce` (on the wire), `optimizer`."""
+    breakdown: NotRequired[dict[str, Any]]
+    """--breakdown: the profiled steps after the evaluation split into parts (harness/shared/step_parts.py), seconds
+    per step averaged over ranks and steps: forward, backward, optimizer, other, comm_exposed, waiting (they add up to
+    `step_s`), `overlapped` (not added), `exposed_by_kind`; `ranks` (each rank's), `timed_step_s`,
+    `profiled_vs_timed` and `within_tolerance` (of `tolerance`), `collectives_seen` per rank, `overlap_seen`,
+    `slowest_rank`, `traces` (rank -> path in the results, --trace) and `trace_s`."""
     cpu_time_s_per_rank: NotRequired[list[float]]
     """Each rank's process CPU time (all threads) over the timed window."""
     cpu_s_per_step: NotRequired[float]

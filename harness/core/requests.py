@@ -153,6 +153,14 @@ class RunRequest(Request):
     tuned: Path | None = field(default=None, metadata=cli("--tuned", parser=typed_path))
     """A `compare tune` results directory: its best row of each backend becomes a row of this run (beside those of
     --adapters, if given)."""
+    breakdown: bool = field(default=False, metadata=cli("--breakdown", negatable=False))
+    """After each launch's evaluation, profile --breakdown-steps more steps (torch.profiler) and show where a step's
+    time goes: forward, backward, optimizer, communication overlapped and exposed, waiting for the slowest rank."""
+    breakdown_steps: int = field(default=5, metadata=cli("--breakdown-steps"))
+    """Steps profiled by --breakdown (after one the profiler warms up on)."""
+    trace: bool = field(default=False, metadata=cli("--trace", negatable=False))
+    """With the breakdown (implies --breakdown): keep the profiled steps' Perfetto / chrome://tracing trace of rank 0
+    and of the slowest other rank, from each row's first launch (traces/ in the results)."""
 
 
 def parse_world_sizes(text: str | None) -> list[int] | None:
@@ -197,7 +205,7 @@ class ScaleRequest(RunRequest):
 
     NOT_OPTIONS = frozenset({"world_size", "hosts", "hostfile", "nnodes", "iface", "launcher", "until_target",
                              "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed", "margin",
-                             "tuned"})
+                             "tuned", "breakdown", "breakdown_steps", "trace"})
     HELP = {"threads": "Threads per rank at every point (default: usable cores / the largest world size that "
                        "fits).",
             "repeats": "Fresh launches per point; the spread is reported.",
@@ -238,7 +246,7 @@ class TuneRequest(RunRequest):
     """`compare tune`: the options of `compare run` that set the comparison, and the search's."""
 
     NOT_OPTIONS = frozenset({"until_target", "eval_every", "max_steps", "precision", "repeats", "baseline", "tuned",
-                             "plots"})
+                             "plots", "breakdown", "breakdown_steps", "trace"})
     HELP = {"adapters": "Comma-separated adapters to tune, plain names (default: every adapter that declares tunable "
                         "knobs and can run here).",
             "budget": "Time the whole tune may take, e.g. 20m, or per backend, e.g. 5m/backend: the race stops where "
@@ -413,6 +421,8 @@ DEFAULT_RUN_BUDGET = "3m"
 """The budget of a `compare run` given neither --repeats nor --precision: its 3 rounds and as many more as fit. Sized
 for the 2-core machine this project is developed on, where the default comparison's rows take about a minute a
 round: its 3 rounds end in about 3.5 minutes, and a faster workload gets more rounds in the same time."""
+MAX_BREAKDOWN_STEPS = 1000
+"""--breakdown-steps above this is refused: the profiler keeps every event of every profiled step in memory."""
 MAX_ITERS = 10**6
 """`compare comm --iters` above this is refused (a cell of 10**20 calls would never end)."""
 

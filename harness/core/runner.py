@@ -18,7 +18,7 @@ import workloads
 from harness.core import provenance as envmod
 from harness.core import assemble, estimate
 from harness.core.errors import BadInput
-from harness.core.requests import (MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest, UntilTarget, build_rows,
+from harness.core.requests import (MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest, UntilTarget, build_rows,
                                    check_common, check_cores, check_fits, check_list, check_loader, check_user_code,
                                    load_workload, pairs, parse_knobs, parse_label, workload_key)
 from harness.core.session import Session
@@ -78,7 +78,16 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
             else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
-                   loader_workers=loader_workers)
+                   loader_workers=loader_workers, spec_extra=_breakdown(req))
+
+
+def _breakdown(req: RunRequest) -> dict[str, Any]:
+    """The launches' breakdown fields (RunSpec.breakdown, trace): none unless --breakdown or --trace."""
+    if not 1 <= req.breakdown_steps <= MAX_BREAKDOWN_STEPS:
+        raise BadInput(f"--breakdown-steps must be between 1 and {MAX_BREAKDOWN_STEPS}, got {req.breakdown_steps}")
+    if not (req.breakdown or req.trace):
+        return {}
+    return {"breakdown": req.breakdown_steps, "trace": req.trace}
 
 
 def _check_until_target_flags(req: RunRequest) -> None:
@@ -287,7 +296,8 @@ class Runner:
             spec = make_spec(plan, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
                              processes=adapter.processes(req.world_size), steps=plan.steps, warmup=plan.warmup,
                              equiv=plan.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True,
-                             extra=plan.spec_extra, topology=plan.topology)
+                             extra={**plan.spec_extra, **({"trace": False} if repeat else {})},  # 1st launch's
+                             topology=plan.topology)
             total = plan.steps + plan.warmup
         job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
         self.ui.begin(job.name, repeat, total, None if self.forecast is None else self.forecast.left())
@@ -312,6 +322,7 @@ class Runner:
         else:
             self.finished.add((id(job.plan), job.row.label, job.repeat))
             rec = build_record(job, outcome, self.references.get(key), self.run_info)
+            self.session.keep_traces(rec, f"{job.slug}-r{job.repeat}")
             rec["position"] = self.positions.get((id(job.plan), job.row.label, job.repeat))
             if key in self.reference_runs:
                 rec["reference_run"] = self.reference_runs[key]

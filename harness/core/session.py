@@ -111,6 +111,29 @@ class Session:
             with contextlib.suppress(OSError):
                 dest.unlink(missing_ok=True)
 
+    def keep_traces(self, rec: dict, name: str) -> None:
+        """Move a launch's profiler traces (rank 0's and the slowest other rank's) into traces/ as
+        `name`-rank<k>.trace.json.gz and point the record's breakdown at them (paths relative to the results);
+        the other ranks' are left in the scratch directory. Best effort: a full disk must not cost the row."""
+        b = rec.get("breakdown") or {}
+        traces = {int(k): v for k, v in (b.get("traces") or {}).items()}
+        if not traces:
+            return
+        others = [k for k in traces if k != 0]
+        busy = [sum(r[p] for p in ("forward", "backward", "optimizer", "other")) for r in b["ranks"]]
+        keep = ([0] if 0 in traces else []) + ([max(others, key=lambda k: busy[k])] if others else [])
+        kept = {}
+        for rank in keep:
+            dest = self.out / "traces" / f"{name}-rank{rank}.trace.json.gz"
+            try:
+                dest.parent.mkdir(exist_ok=True)
+                shutil.copyfile(traces[rank], dest)
+                kept[str(rank)] = dest.relative_to(self.out).as_posix()
+            except OSError:
+                with contextlib.suppress(OSError):
+                    dest.unlink(missing_ok=True)
+        b["traces"] = kept
+
     def finish(self, render: Render | None) -> None:
         """Write the records, then the report (None: no report); release the directory. SessionError (exit 1) names
         what failed."""

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import workloads
-from harness.rank import compute_profile
+from harness.rank import breakdown, compute_profile
 from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
 from harness.rank.measure import (CompileWatch, CpuWindow, PeakMemory, cuda_math, device_sync, release_freed_memory,
@@ -43,8 +43,8 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     model, optimizer = adapter.wrap(model, optimizer)
     data = workload.materialize(info.device, spec.global_batch)
     n_train = data.n_train
-    loader = (StepLoader(workload, data, spec, info, spec.warmup + spec.steps) if data.train_set is not None
-              else None)
+    loader = (StepLoader(workload, data, spec, info, spec.warmup + spec.steps + _profiled(spec))
+              if data.train_set is not None else None)
 
     def batch(step: int):
         # Each step's indices made when the step comes, outside its timed part: a list made up front for every step
@@ -72,7 +72,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     window = CpuWindow()
     compiled = CompileWatch()
     clock = step_clock(str(info.device), spec.warmup)
-    steps_done, skipped_before = 0, None
+    steps_done, skipped_before, grads_held = 0, None, None
     for step in range(total):
         if step == spec.warmup:
             memory.reset()  # peak memory covers the timed steps, not start-up transients
@@ -99,6 +99,8 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         with adapter.autocast():
             loss = workload.loss(model(x), y)
         adapter.backward(loss)
+        if step == 0 and spec.warmup:  # the gradients as the backward left them (a ZeRO step frees them)
+            grads_held = adapter.dtypes(model)["grads"]
         adapter.step()
         clock.stop(step)
         steps_done += 1
@@ -130,9 +132,12 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         if stop:
             break
     step_times = clock.read()  # on CUDA: the events, read once the steps are over
-    if loader is not None:
+    if loader is not None and not spec.breakdown:
         loader.close()
     window.stop()
+    dtypes = adapter.dtypes(model)  # after a step: the optimizer's state exists
+    if grads_held is not None:
+        dtypes["grads"] = grads_held
     skipped_after = adapter.skipped_steps()
     compile_result = compiled.result()
     skipped_timed = skipped_after - skipped_before if None not in (skipped_before, skipped_after) else None
@@ -153,7 +158,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
                                       flops=spec.profile.get("flops", False))
         adapter.barrier()
         marks("profile_done")
-    if info.rank == 0:
+    if info.rank == 0 and not spec.breakdown:
         progress_file.send_event(Path(spec.rank_dir), "timed_done")  # the parent may start the next launch
 
     progress.phase("eval", steps_run)
@@ -163,6 +168,39 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     if spec.eval:
         evaluation = (periodic and periodic.last(steps_run)) or evaluate(workload, adapter, model, data, info)
     marks("eval_done")
+    parts = None
+    if spec.breakdown:
+        # After the evaluation (the profiled steps train on: the evaluation is the model a run without them
+        # has) and before the next launch may start (no other launch's start-up shares the cores meanwhile).
+        progress.phase("profiling steps", steps_run)
+
+        def profiled_step(phase, _next=iter(range(steps_run, steps_run + _profiled(spec)))):
+            step = next(_next)
+            if loader is None:
+                idx = batch(step)
+                x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
+            else:
+                x, y = loader.next()
+                x = adapter.cast_input(x)
+            if delay_s:
+                compute_profile.spin(delay_s)
+            adapter.zero_grad()
+            with phase("forward"), adapter.autocast():
+                loss = workload.loss(model(x), y)
+            with phase("backward"):
+                adapter.backward(loss)
+            with phase("optimizer"):
+                adapter.step()
+
+        adapter.barrier()  # every rank profiles the same steps at once
+        parts = breakdown.run(spec.breakdown, profiled_step, info.device, sync,
+                              Path(spec.rank_dir) / f"trace-rank{info.rank}.json.gz" if spec.trace else None)
+        adapter.barrier()
+        if loader is not None:
+            loader.close()
+        marks("breakdown_done")
+        if info.rank == 0:
+            progress_file.send_event(Path(spec.rank_dir), "timed_done")
 
     return TrainResult(
         rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
@@ -181,7 +219,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         data={**data.meta, **(loader.describe() if loader else {})}, per_process_batch=per_rank_batch, train_samples=n_train,
         evals=periodic.evals if periodic else None, snapshot_s=snapshot_s, profile=own,
         straggler=straggler, timed_window=window.result, step_clock=clock.kind,
-        skipped_steps_timed=skipped_timed, compile=compile_result, peak_memory_cuda_extra=memory_extra or None,
+        skipped_steps_timed=skipped_timed, compile=compile_result, breakdown=parts, dtypes=dtypes, peak_memory_cuda_extra=memory_extra or None,
         cuda_math=cuda_math(torch) if str(info.device).startswith("cuda") else None)
 
 
@@ -226,6 +264,11 @@ class _Steps:
 
     def __len__(self) -> int:
         return self.total
+
+
+def _profiled(spec) -> int:
+    """Steps the breakdown runs after the timed window: its profiled steps and the profiler's own warm-up step."""
+    return spec.breakdown + 1 if spec.breakdown else 0
 
 
 def _straggler(spec, workload, info, data, adapter, per_rank_batch, progress) -> dict | None:

@@ -21,7 +21,7 @@ from harness.core.record import MEASURED, has_intervals, precision_label
 from harness.core.sizes import format_mib
 from harness.core.stats import geomean_interval, percentile, worst
 from harness.launching import machine
-from harness.reports import epoch, figures, palette, ttt
+from harness.reports import epoch, figures, palette, step_report, ttt
 from harness.reports import host_layout as hosts_report
 from harness.reports import verdict as verdict_mod
 
@@ -419,7 +419,9 @@ def provenance(records) -> list[str]:
 
 _PHASE_HEADS = {"launcher": "launcher", "python": "python", "imports": "imports", "init": "init", "setup": "setup",
                 "gate": "gate", "warmup": "warm-up", "timed": "timed", "profile": "profile", "eval": "eval",
-                "write": "result", "shutdown": "shutdown"}
+                "breakdown": "breakdown", "write": "result", "shutdown": "shutdown"}
+_OPTIONAL_PHASES = ("profile", "breakdown")
+"""Phases a launch has only when asked (`compare scale`'s compute profile, --breakdown): a column only then."""
 
 
 def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
@@ -428,7 +430,8 @@ def time_breakdown(records: list[dict[str, Any]]) -> list[str]:
     timed = [r for r in records if r.get("phases_s")]
     if not timed:
         return []
-    heads = {k: v for k, v in _PHASE_HEADS.items() if k != "profile" or any("profile" in r["phases_s"] for r in timed)}
+    heads = {k: v for k, v in _PHASE_HEADS.items()
+             if k not in _OPTIONAL_PHASES or any(k in r["phases_s"] for r in timed)}
     pipelined = ttt.settings(records) is None
     gate = ("`gate`: waiting for the previous launch to end, since each launch starts while the previous one "
             "evaluates and shuts down, and is let into its warm-up only when that one has ended" if pipelined else
@@ -502,6 +505,15 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     notes = _notes(rows, records)
     if notes:
         md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    steps = step_report.section(records, analysis)
+    if steps:
+        md += ["## Where a step's time goes", ""] + steps
+        png = step_report.plot(out, records)
+        if png is not None:
+            plots.append(png)
+    dtypes = step_report.dtypes_section(records, analysis)
+    if dtypes:
+        md += ["## Dtypes each backend holds", ""] + dtypes
     if epochs:
         md += ["## Time per epoch", ""] + epoch.section(epochs) + [""]
         if epoch_png is not None:

@@ -90,6 +90,11 @@ class TrainResult(RankResult):
     """What torch.compile compiled in this rank (harness/rank/measure.py CompileWatch), None if nothing."""
     peak_memory_cuda_extra: dict[str, Any] | None = None
     cuda_math: dict[str, Any] | None = None
+    breakdown: dict[str, Any] | None = None
+    """Its profiled steps after the timed window, split into parts (harness/rank/breakdown.py); None: not asked."""
+    dtypes: dict[str, str] | None = None
+    """The dtypes it held (Adapter.dtypes): the gradients after the first backward (with a warm-up), the rest after
+    the last timed step."""
 
 
 @dataclass

@@ -124,6 +124,11 @@ class RunSpec:
     """The hosts of a multi-node launch; None: every rank on this machine, started by one single-node launcher."""
     loader_workers: int = 0
     """DataLoader worker processes per rank, for a workload whose training data is a Dataset (0: read in the rank)."""
+    breakdown: int = 0
+    """Profile this many more steps after the evaluation and split each into its parts (harness/rank/breakdown.py);
+    0: none."""
+    trace: bool = False
+    """With breakdown: write each rank's profiler trace (trace-rank<k>.json.gz in rank_dir)."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")

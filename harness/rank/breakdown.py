@@ -1,0 +1,113 @@
+"""A few training steps under torch.profiler, after the timed window, split into the parts of a step
+(harness/shared/step_parts.py), with the trace kept where asked.
+
+Runs in: every rank of a launch whose spec asks for it (`spec.breakdown`), after the evaluation and before rank 0
+tells the parent the measurement is over, so no other launch runs meanwhile and the timed steps and the evaluation
+are those of a run without it. The steps are the training loop's own calls (zero_grad, forward and loss under the
+adapter's autocast, the adapter's backward and step), each phase inside a `compare.<phase>` range, the device synced
+at the end of each step. Every rank profiles the same steps at once.
+
+What counts as what, from the profiler's events: the training thread is the one that ran `compare.step`; an
+operator is an `aten::` event of that thread on CPU, a kernel on CUDA; a collective is an event of gloo (`gloo:*`,
+on gloo's own threads) or an NCCL kernel, or a `compare.comm:<kind>` range, in which an adapter whose framework
+communicates outside torch (Horovod's C++ thread) marks the training thread waiting for it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+from harness.shared.step_parts import COMM_RANGE, PHASES, collective_kind, split_step
+
+
+def run(n: int, step, device, sync, trace_path: Path | None) -> dict:
+    """Profile `n` calls of `step(phase)` after one more (the profiler's warm-up, not kept); `phase(name)` is the
+    range a step opens for "forward", "backward" and "optimizer". Each kept step is split into its parts. Returns
+    {"steps": parts per step, "collectives": {"wire": collectives' own events, "waits": ranges of waiting for a
+    framework's own}, "events": all events, "trace": the trace written (`trace_path`) or None, "trace_s": seconds
+    spent writing it}."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    cuda = str(device).startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+
+    def phase(name):
+        return record_function(f"compare.{name}")
+
+    # One step under the profiler first, not kept (its start-up: the first step it sees is slower), then `n`.
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=n, repeat=1)) as prof:
+        for _ in range(n + 1):
+            with record_function("compare.step"):
+                step(phase)
+                sync()
+            prof.step()
+    events = prof.profiler.kineto_results.events()
+    steps, phases, compute, comm, seen = _classify(events, cuda)
+    parts = [split_step(s, phases, compute, comm) for s in steps]
+    trace, trace_s = None, None
+    if trace_path is not None:
+        t0 = time.perf_counter()
+        raw = trace_path.with_suffix("")  # trace.json, then gzipped: Perfetto and chrome://tracing open either
+        prof.export_chrome_trace(str(raw))
+        with open(raw, "rb") as src, gzip.open(trace_path, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+        os.unlink(raw)
+        trace, trace_s = str(trace_path), time.perf_counter() - t0
+    return {"steps": parts, "collectives": seen, "events": len(events), "trace": trace, "trace_s": trace_s}
+
+
+def _classify(events, cuda: bool):
+    """Step ranges, phase ranges, operators (with their phase) and collectives (with their kind) from kineto's
+    events, in ns of the wall clock (comparable between the ranks of one machine)."""
+    def span(e):
+        return e.start_ns(), e.start_ns() + e.duration_ns()
+
+    cpu = [e for e in events if e.device_type().name == "CPU"]
+    step_events = [e for e in cpu if e.name() == "compare.step"]
+    main = step_events[0].start_thread_id() if step_events else None
+    steps = sorted(span(e) for e in step_events)
+    phases: dict[str, list[tuple[int, int]]] = {p: [] for p in PHASES}
+    for e in cpu:
+        if e.start_thread_id() == main and e.name().startswith("compare.") and e.name()[8:] in phases:
+            phases[e.name()[8:]].append(span(e))
+
+    def phase_at(t: int) -> str:
+        for name, ranges in phases.items():
+            if any(s <= t < e for s, e in ranges):
+                return name
+        return "other"
+
+    comm: list[tuple[int, int, str]] = []
+    compute: list[tuple[int, int, str]] = []
+    seen = {"wire": 0, "waits": 0}  # collectives' own events; ranges an adapter marks as waiting for its own
+    for e in cpu:
+        name = e.name()
+        if name.startswith(COMM_RANGE) and e.start_thread_id() == main:
+            comm.append((*span(e), collective_kind(name[len(COMM_RANGE):])))
+            seen["waits"] += 1
+        elif name.startswith(("gloo:", "nccl:")) and e.start_thread_id() != main:
+            comm.append((*span(e), collective_kind(name)))
+            seen["wire"] += 1
+        elif not cuda and name.startswith("aten::") and e.start_thread_id() == main:
+            s, end = span(e)
+            compute.append((s, end, phase_at(s)))
+    if cuda:
+        # A kernel belongs to the phase its launch (the runtime call of the same correlation id) was made in.
+        launched = {e.correlation_id(): phase_at(e.start_ns()) for e in cpu
+                    if e.correlation_id() and e.name().startswith("cu")}  # cudaLaunchKernel, cuLaunchKernel, ...
+        for e in events:
+            if e.device_type().name != "CUDA" or e.duration_ns() <= 0:
+                continue
+            name = e.name()
+            if "nccl" in name.lower():
+                comm.append((*span(e), collective_kind(name)))
+                seen["wire"] += 1
+            else:  # a kernel, a copy or a memset: the device is busy
+                compute.append((*span(e), launched.get(e.linked_correlation_id()) or
+                                launched.get(e.correlation_id(), "other")))
+    return steps, phases, compute, comm, seen

@@ -1,0 +1,203 @@
+"""Where a step's time goes, per row (--breakdown), and the dtypes each backend really held: report sections and the
+stacked-bar figure.
+
+Runs in: the parent, from the records alone (their `breakdown` and `dtypes`, harness/core/assemble.py), so a run
+re-renders identically; records without them give nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.core.outdir import save_figure
+from harness.core.record import MEASURED
+from harness.reports import figures
+from harness.reports.verdict import oriented
+from harness.shared.step_parts import PART_NAMES, PARTS, largest_difference
+
+DTYPE_HEADS = {"params": "parameters", "master": "master copy", "compute": "compute", "grads": "gradients",
+               "reduce": "reduced on the wire", "optimizer": "optimizer state"}
+COLOURS = {"forward": "#4C72B0", "backward": "#55A868", "optimizer": "#8172B2", "other": "#CCB974",
+           "comm_exposed": "#C44E52", "waiting": "#DD8452"}
+
+
+def _in_row_order(rows: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`rows` by label, in the order the rows were asked for (the records' `row_order`), not the shuffled order
+    their launches ran in."""
+    order = records[0].get("row_order") or [] if records else []
+    return dict(sorted(rows.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+
+
+def _rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["status"] in MEASURED and r.get("breakdown"):
+            rows.setdefault(r["label"], []).append(r)
+    return _in_row_order(rows, records)
+
+
+def mean_parts(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A row's breakdown over its launches: each part's mean (so they still add up), the exposed communication by
+    collective, the timed step's mean."""
+    n = len(recs)
+    out: dict[str, Any] = {p: sum(r["breakdown"][p] for r in recs) / n for p in (*PARTS, "step_s", "overlapped")}
+    kinds: dict[str, float] = {}
+    for r in recs:
+        for kind, v in r["breakdown"]["exposed_by_kind"].items():
+            kinds[kind] = kinds.get(kind, 0.0) + v / n
+    out["exposed_by_kind"] = kinds
+    timed = [r["breakdown"]["timed_step_s"] for r in recs if r["breakdown"].get("timed_step_s")]
+    out["timed_step_s"] = sum(timed) / len(timed) if timed else None
+    out["launches"] = n
+    out["steps"] = sum(r["breakdown"]["steps"] for r in recs)
+    out["overlap_seen"] = all(r["breakdown"].get("overlap_seen", True) for r in recs)
+    return out
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.2f}"
+
+
+def section(records: list[dict[str, Any]], analysis: dict[str, Any] | None) -> list[str]:
+    """The "Where a step's time goes" section: what was measured, the table, one sentence per resolved pair of the
+    verdict, and where the parts do not account for the timed step."""
+    rows = _rows(records)
+    if not rows:
+        return []
+    parts = {label: mean_parts(recs) for label, recs in rows.items()}
+    tol = next(iter(rows.values()))[0]["breakdown"]["tolerance"]
+    steps = {r["breakdown"]["steps"] for recs in rows.values() for r in recs}
+    lines = [f"{'/'.join(map(str, sorted(steps)))} step(s) per launch profiled with torch.profiler after the "
+             "evaluation (so the timed steps and the accuracy are those of a run without it), every rank at once; ms "
+             "per step, the mean over ranks, steps and launches. An instant of a step is the phase's compute while an "
+             "operator runs, exposed communication while a collective is in flight and none runs, else host time of "
+             "the phase it falls in; a rank's exposed time short of the busiest rank's compute in the same step is "
+             "waiting for the slowest rank. The parts add up to the profiled step; communication overlapped with "
+             "compute is inside the phases and shown apart.", "",
+             "| adapter | " + " | ".join(PART_NAMES[p] for p in PARTS)
+             + " | profiled step | timed step | profiled vs timed | comm overlapped (not added) |",
+             "|---|" + "---:|" * (len(PARTS) + 4)]
+    for label, m in parts.items():
+        vs = (f"{m['step_s'] / m['timed_step_s'] - 1:+.0%}" if m["timed_step_s"] else "—")
+        if m["timed_step_s"] and abs(m["step_s"] / m["timed_step_s"] - 1) > tol:
+            vs += " ⚠"
+        overlap = _ms(m["overlapped"]) if m["overlap_seen"] else "not seen"
+        lines.append(f"| {label} | " + " | ".join(_ms(m[p]) for p in PARTS)
+                     + f" | {_ms(m['step_s'])} | {_ms(m['timed_step_s']) if m['timed_step_s'] else '—'} | {vs} "
+                       f"| {overlap} |")
+    lines.append("")
+    lines += _why(parts, analysis)
+    off = [label for label, m in parts.items()
+           if m["timed_step_s"] and abs(m["step_s"] / m["timed_step_s"] - 1) > tol]
+    if off:
+        lines.append(f"⚠ {', '.join(off)}: the profiled steps differ from the timed steps by more than ±{tol:.0%}, so "
+                     "the parts explain the profiled step, not the timed one (the profiler's own cost per operator, "
+                     "or a machine that was busier in one of the two windows); what is unaccounted is that "
+                     "difference.")
+        lines.append("")
+    unseen = [label for label, m in parts.items() if not m["overlap_seen"]]
+    if unseen:
+        lines.append(f"{', '.join(unseen)}: the framework's collectives run outside torch, where torch.profiler does "
+                     "not see them; the adapter marks the training thread's wait for them, so their exposed part "
+                     "and the wait for the slowest rank are measured, but not their overlap with compute.")
+        lines.append("")
+    lines += _traces(rows)
+    return lines
+
+
+def _why(parts: dict[str, dict[str, Any]], analysis: dict[str, Any] | None) -> list[str]:
+    """One sentence per pair the verdict resolved: the part by which the slower row's step exceeds the faster's the
+    most."""
+    if analysis is None:
+        return ["No verdict (fewer than 3 launches a row): no pair is resolved, so no part is named as the cause of "
+                "a difference.", ""]
+    said = []
+    for p in analysis["pairs"]:
+        if p["outcome"] != "faster" or p["a"] not in parts or p["b"] not in parts:
+            continue
+        fast, slow = parts[p["a"]], parts[p["b"]]
+        part, by = largest_difference(slow, fast)
+        ratio = oriented(analysis["pairs"], p["b"], p["a"])["estimate"]
+        said.append(f"- **{p['b']} behind {p['a']}** ({ratio:.2f}×): +{by * 1e3:.2f} ms {part} per step "
+                    f"(profiled step {_ms(slow['step_s'])} against {_ms(fast['step_s'])} ms).")
+    if not said:
+        return ["The verdict resolves no pair of these rows, so no part is named as the cause of a difference.", ""]
+    return ["Where each resolved pair of the verdict differs most:", "", *said, ""]
+
+
+def _traces(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+    links, cost = [], []
+    for label, recs in rows.items():
+        for r in recs:
+            traces = r["breakdown"].get("traces") or {}
+            if traces:
+                links.append(f"{label}: " + ", ".join(f"[rank {k}]({v})" for k, v in sorted(traces.items())))
+                cost.append(r["breakdown"].get("trace_s") or 0.0)
+    if not links:
+        return []
+    return [f"Traces of the profiled steps (rank 0 and the slowest other rank of each row's first launch; open them "
+            f"in https://ui.perfetto.dev or chrome://tracing): {'; '.join(links)}. Writing them took up to "
+            f"{max(cost):.2f} s a launch, after its measurement.", ""]
+
+
+def dtypes_section(records: list[dict[str, Any]], analysis: dict[str, Any] | None) -> list[str]:
+    """The dtypes each row's backend held after its last timed step, read from its live objects, and the pairs the
+    verdict compares that differ in any of them."""
+    held: dict[str, dict[str, str]] = {}
+    for r in records:
+        if r["status"] in MEASURED and r.get("dtypes"):
+            held.setdefault(r["label"], r["dtypes"])
+    if not held:
+        return []
+    held = _in_row_order(held, records)
+    lines = ["Read from each backend's live objects (rank 0), not from its knobs: the gradients after the first "
+             "backward, the rest after the last timed step.", "",
+             "| adapter | " + " | ".join(DTYPE_HEADS.values()) + " |", "|---|" + "---|" * len(DTYPE_HEADS)]
+    lines += [f"| {label} | " + " | ".join(d.get(k, "—") for k in DTYPE_HEADS) + " |" for label, d in held.items()]
+    lines.append("")
+    labels = list(held)
+    compared = ([(p["a"], p["b"]) for p in analysis["pairs"]] if analysis is not None
+                else [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]])
+    differ = []
+    for a, b in compared:
+        if a in held and b in held:
+            a, b = sorted((a, b), key=labels.index)  # in row order, whichever was faster
+            diff = [f"{DTYPE_HEADS[k]} {held[a].get(k)} / {held[b].get(k)}" for k in DTYPE_HEADS
+                    if held[a].get(k) != held[b].get(k)]
+            if diff:
+                differ.append(f"- {a} / {b}: {'; '.join(diff)}")
+    if differ:
+        lines += ["These rows compared by the verdict do not hold the same dtypes, so they do not do the same "
+                  "arithmetic or move the same bytes:", "", *differ, ""]
+    return lines
+
+
+def plot(out: Path, records: list[dict[str, Any]]) -> Path | None:
+    """step_breakdown.png: a stacked bar per row of the parts of its profiled step; None without a breakdown."""
+    rows = _rows(records)
+    plt = figures.pyplot()
+    if not rows or plt is None:
+        return None
+    parts = {label: mean_parts(recs) for label, recs in rows.items()}
+    labels = list(parts)
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(labels) + 1.8))
+    left = [0.0] * len(labels)
+    for p in PARTS:
+        widths = [parts[label][p] * 1e3 for label in labels]
+        ax.barh(labels, widths, left=left, color=COLOURS[p], label=PART_NAMES[p])
+        left = [a + w for a, w in zip(left, widths)]
+    for i, label in enumerate(labels):
+        timed = parts[label]["timed_step_s"]
+        if timed:
+            ax.plot([timed * 1e3] * 2, [i - 0.4, i + 0.4], color="black", linewidth=1.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per step (profiled; black tick: the timed step's mean)")
+    ax.set_title(f"Where a step's time goes: {records[0]['workload']}, world size {records[0]['world_size']}",
+                 fontsize=10)
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(labels) < 4 else -0.15))
+    fig.tight_layout()
+    path = out / "step_breakdown.png"
+    save_figure(fig, path, 110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,199 @@
+"""The split of a profiled step into its parts (harness/shared/step_parts.py), against hand-computed timelines, and
+the report's section and dtype table from records."""
+
+import random
+
+import pytest
+
+from harness.reports import step_report
+from harness.shared.step_parts import PARTS, collective_kind, combine, largest_difference, split_step
+
+MS = 1_000_000  # ns
+
+
+def _ms(parts, key):
+    return round(parts[key] * 1e3, 6)
+
+
+def test_a_hand_drawn_step_splits_into_its_parts_exactly():
+    # 0-10 forward (ops 0-4 and 5-9), 10-30 backward (ops 10-20; an all-reduce 15-26 on gloo's thread), 30-34
+    # optimizer (op 30-33), 34-35 other. Exposed: 20-26 (in flight, no op). Overlapped: 15-20.
+    phases = {"forward": [(0, 10 * MS)], "backward": [(10 * MS, 30 * MS)], "optimizer": [(30 * MS, 34 * MS)]}
+    compute = [(0, 4 * MS, "forward"), (1 * MS, 2 * MS, "forward"),  # nested: counted once
+               (5 * MS, 9 * MS, "forward"), (10 * MS, 20 * MS, "backward"), (30 * MS, 33 * MS, "optimizer")]
+    comm = [(15 * MS, 26 * MS, "all-reduce")]
+    p = split_step((0, 35 * MS), phases, compute, comm)
+    assert _ms(p, "step_s") == 35
+    assert _ms(p, "forward") == 10  # 8 of compute + 2 of host time in its range
+    assert _ms(p, "backward") == 14  # 10 of compute + 4 of host time (26-30)
+    assert _ms(p, "optimizer") == 4
+    assert _ms(p, "other") == 1
+    assert _ms(p, "exposed") == 6 and round(p["exposed_by_kind"]["all-reduce"] * 1e3, 6) == 6
+    assert _ms(p, "overlapped") == 5
+    assert round((p["forward"] + p["backward"] + p["optimizer"] + p["other"] + p["exposed"]) * 1e3, 6) == 35
+
+
+def test_events_outside_the_step_are_clipped_and_two_collectives_in_flight_share_the_instant():
+    phases = {"forward": [(-5 * MS, 4 * MS)], "backward": [(4 * MS, 8 * MS)], "optimizer": []}
+    comm = [(2 * MS, 6 * MS, "all-gather"), (4 * MS, 12 * MS, "reduce-scatter")]
+    p = split_step((0, 10 * MS), phases, [], comm)
+    assert _ms(p, "forward") == 2 and _ms(p, "backward") == 0 and _ms(p, "other") == 0
+    assert _ms(p, "exposed") == 8
+    assert {k: round(v * 1e3, 6) for k, v in p["exposed_by_kind"].items()} == {"all-gather": 3, "reduce-scatter": 5}
+
+
+def test_any_timeline_adds_up_to_its_step():
+    rng = random.Random(0)
+    for _ in range(200):
+        hi = rng.randint(1, 10**7)
+        cut = sorted(rng.randint(0, hi) for _ in range(3))
+        phases = {"forward": [(0, cut[0])], "backward": [(cut[0], cut[1])], "optimizer": [(cut[1], cut[2])]}
+        ops = [(a, a + rng.randint(1, 10**6), rng.choice(["forward", "backward", "optimizer"]))
+               for a in (rng.randint(-10**5, hi) for _ in range(rng.randint(0, 30)))]
+        comm = [(a, a + rng.randint(1, 10**6), rng.choice(["all-reduce", "all-gather"]))
+                for a in (rng.randint(-10**5, hi) for _ in range(rng.randint(0, 10)))]
+        p = split_step((0, hi), phases, ops, comm)
+        total = p["forward"] + p["backward"] + p["optimizer"] + p["other"] + p["exposed"]
+        assert total == pytest.approx(p["step_s"], abs=1e-12)
+        assert sum(p["exposed_by_kind"].values()) == pytest.approx(p["exposed"], abs=1e-12)
+        assert 0 <= p["overlapped"] <= p["step_s"] + 1e-12
+
+
+def test_the_exposed_time_of_a_rank_that_waited_for_a_slower_one_is_waiting():
+    # Same 20 ms step on both ranks. Rank 0 computes 10 ms, rank 1 15 ms; the wire takes 3 ms after rank 1 arrives:
+    # rank 0 exposed 10 = 5 waiting + 5, rank 1 exposed 5 = 0 waiting + 5.
+    def step(busy, exposed):
+        return {"step_s": busy + exposed, "forward": busy, "backward": 0.0, "optimizer": 0.0, "other": 0.0,
+                "exposed": exposed, "exposed_by_kind": {"all-reduce": exposed}, "overlapped": 0.0}
+
+    out = combine([[step(0.010, 0.010)], [step(0.015, 0.005)]])
+    r0, r1 = out["ranks"]
+    assert (round(r0["waiting"], 9), round(r0["comm_exposed"], 9)) == (0.005, 0.005)
+    assert (round(r1["waiting"], 9), round(r1["comm_exposed"], 9)) == (0.0, 0.005)
+    assert round(out["waiting"], 9) == 0.0025 and round(out["comm_exposed"], 9) == 0.005
+    assert round(r0["exposed_by_kind"]["all-reduce"], 9) == 0.005  # the wire's share only
+    for r in (r0, r1, out):
+        assert sum(r[p] for p in PARTS) == pytest.approx(r["step_s"])
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("gloo:all_reduce", "all-reduce"), ("gloo:all_gather_into_tensor", "all-gather"),
+    ("gloo:_allgather_base", "all-gather"), ("gloo:reduce_scatter_tensor", "reduce-scatter"),
+    ("ncclDevKernel_AllGather_RING_LL", "all-gather"), ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",
+                                                         "reduce-scatter"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float", "all-reduce"), ("gloo:broadcast", "broadcast"),
+    ("all-reduce", "all-reduce"), ("gloo:something", "collective"),
+])
+def test_a_collective_is_named_by_its_kind(name, kind):
+    assert collective_kind(name) == kind
+
+
+def _parts(**kw):
+    base = {p: 0.0 for p in PARTS} | {"exposed_by_kind": {}}
+    return base | kw
+
+
+def test_the_largest_difference_names_the_collective_of_the_exposed_part():
+    fast = _parts(forward=0.002, comm_exposed=0.001, exposed_by_kind={"all-reduce": 0.001})
+    slow = _parts(forward=0.004, comm_exposed=0.008, exposed_by_kind={"all-gather": 0.0061, "all-reduce": 0.0019})
+    assert largest_difference(slow, fast) == ("exposed all-gather", pytest.approx(0.0061))
+    assert largest_difference(_parts(waiting=0.01), _parts()) == ("waiting for the slowest rank", 0.01)
+
+
+def _record(label, fwd, exposed, kind="all-reduce", timed=None, dtypes=None):
+    step = fwd + exposed
+    b = {"steps": 5, **{p: 0.0 for p in PARTS}, "forward": fwd, "comm_exposed": exposed, "step_s": step,
+         "overlapped": 0.0, "exposed_by_kind": {kind: exposed}, "timed_step_s": timed or step, "tolerance": 0.1,
+         "overlap_seen": True, "traces": {}}
+    return {"label": label, "status": "ok", "breakdown": b, "workload": "digits", "world_size": 2,
+            "dtypes": dtypes}
+
+
+def test_the_section_names_the_part_behind_each_resolved_pair_and_flags_a_step_it_does_not_account_for():
+    records = [_record("ddp", 0.002, 0.001), _record("fsdp", 0.003, 0.008, "all-gather", timed=0.02)]
+    analysis = {"pairs": [{"a": "ddp", "b": "fsdp", "outcome": "faster", "estimate": 2.5, "lo": 2.2, "hi": 2.8}]}
+    text = "\n".join(step_report.section(records, analysis))
+    assert "- **fsdp behind ddp** (0.40×): +8.00 ms exposed all-gather per step (profiled step 11.00 against " \
+           "3.00 ms)." in text
+    assert "| fsdp | 3.00 | 0.00 | 0.00 | 0.00 | 8.00 | 0.00 | 11.00 | 20.00 | -45% ⚠ | 0.00 |" in text
+    assert "⚠ fsdp: the profiled steps differ from the timed steps by more than ±10%" in text
+    unresolved = [{**analysis["pairs"][0], "outcome": "not resolved"}]
+    assert "The verdict resolves no pair" in "\n".join(step_report.section(records, {"pairs": unresolved}))
+    assert step_report.section([{**records[0], "breakdown": None}], analysis) == []
+
+
+def test_the_dtype_table_says_which_compared_rows_hold_different_dtypes():
+    fp32 = dict(params="fp32", master="none", compute="fp32", grads="fp32", reduce="fp32", optimizer="fp32")
+    ds = dict(fp32, params="bf16", master="fp32", compute="bf16", grads="bf16", reduce="bf16")
+    records = [_record("ddp", 0.001, 0.0, dtypes=fp32), _record("deepspeed", 0.001, 0.0, dtypes=ds),
+               _record("horovod", 0.001, 0.0, dtypes=fp32)]
+    text = "\n".join(step_report.dtypes_section(records, None))
+    assert "| deepspeed | bf16 | fp32 | bf16 | bf16 | bf16 | fp32 |" in text
+    assert ("- ddp / deepspeed: parameters fp32 / bf16; master copy none / fp32; compute fp32 / bf16; gradients "
+            "fp32 / bf16; reduced on the wire fp32 / bf16") in text
+    assert "ddp / horovod" not in text
+
+
+class _Event:
+    """What harness/rank/breakdown.py reads of a kineto event."""
+
+    class _Kind:
+        def __init__(self, name):
+            self.name = name
+
+    def __init__(self, name, start_ms, dur_ms, thread=1, device="CPU", corr=0, linked=0):
+        self._n, self._s, self._d = name, int(start_ms * MS), int(dur_ms * MS)
+        self._t, self._k, self._c, self._l = thread, self._Kind(device), corr, linked
+
+    def name(self):
+        return self._n
+
+    def start_ns(self):
+        return self._s
+
+    def duration_ns(self):
+        return self._d
+
+    def start_thread_id(self):
+        return self._t
+
+    def device_type(self):
+        return self._k
+
+    def correlation_id(self):
+        return self._c
+
+    def linked_correlation_id(self):
+        return self._l
+
+
+def test_cpu_events_are_classified_by_thread_and_name():
+    from harness.rank.breakdown import _classify
+
+    events = [_Event("compare.step", 0, 20), _Event("compare.forward", 0, 5), _Event("compare.backward", 5, 10),
+              _Event("compare.optimizer", 15, 4), _Event("aten::addmm", 1, 3), _Event("aten::mm", 6, 4),
+              _Event("gloo:all_reduce", 8, 9, thread=2), _Event("aten::add_", 16, 2),
+              _Event("compare.comm:all-reduce", 15, 1)]
+    steps, phases, compute, comm, seen = _classify(events, cuda=False)
+    assert steps == [(0, 20 * MS)]
+    assert compute == [(1 * MS, 4 * MS, "forward"), (6 * MS, 10 * MS, "backward"), (16 * MS, 18 * MS, "optimizer")]
+    assert sorted(comm) == [(8 * MS, 17 * MS, "all-reduce"), (15 * MS, 16 * MS, "all-reduce")]
+    assert seen == {"wire": 1, "waits": 1}
+    p = split_step(steps[0], phases, compute, comm)
+    # in flight 8-17; operators 6-10 and 16-18: exposed 10-16, overlapped 8-10 and 16-17
+    assert round(p["exposed"] * 1e3, 6) == 6 and round(p["overlapped"] * 1e3, 6) == 3
+
+
+def test_a_cuda_kernel_counts_in_the_phase_its_launch_was_made_in():
+    # The forward's launch (at 1 ms, correlation 7) runs its kernel at 6 ms, while the host is already in the
+    # backward; an NCCL kernel is communication.
+    from harness.rank.breakdown import _classify
+
+    events = [_Event("compare.step", 0, 20), _Event("compare.forward", 0, 5), _Event("compare.backward", 5, 10),
+              _Event("compare.optimizer", 15, 4), _Event("cudaLaunchKernel", 1, 0.1, corr=7),
+              _Event("cudaLaunchKernel", 5.5, 0.1, corr=8), _Event("aten::mm", 0.5, 1, corr=8),
+              _Event("sm90_gemm", 6, 4, thread=7, device="CUDA", corr=7),
+              _Event("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, 3, thread=8, device="CUDA", corr=8)]
+    steps, phases, compute, comm, seen = _classify(events, cuda=True)
+    assert compute == [(6 * MS, 10 * MS, "forward")]
+    assert comm == [(10 * MS, 13 * MS, "all-reduce")] and seen == {"wire": 1, "waits": 0}
