@@ -715,7 +715,7 @@ def console_notes(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
                                                            f"report.md)"))
     notes = [note for note in (target_note(rows), equivalence_note(rows)) if note]
-    return [escape(line) for line in lines + notes]
+    return [escape(line) for line in lines + notes + step_report.console_lines(records)]
 
 
 def console_table(records: list[dict[str, Any]]):

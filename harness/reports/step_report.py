@@ -106,6 +106,17 @@ def section(records: list[dict[str, Any]], analysis: dict[str, Any] | None) -> l
     return lines
 
 
+def console_lines(records: list[dict[str, Any]]) -> list[str]:
+    """One terminal line per row with a breakdown: its profiled step's largest parts (the table is in report.md)."""
+    out = []
+    for label, recs in _rows(records).items():
+        m = mean_parts(recs)
+        top = [p for p in sorted(PARTS, key=lambda p: -m[p]) if m[p] > 0][:3]
+        out.append(f"{label}: a step of {_ms(m['step_s'])} ms profiled: " + ", ".join(
+            f"{PART_NAMES[p]} {_ms(m[p])}" for p in top) + " (where a step's time goes: report.md)")
+    return out
+
+
 def _why(parts: dict[str, dict[str, Any]], analysis: dict[str, Any] | None) -> list[str]:
     """One sentence per pair the verdict resolved: the part by which the slower row's step exceeds the faster's the
     most."""

@@ -197,3 +197,10 @@ def test_a_cuda_kernel_counts_in_the_phase_its_launch_was_made_in():
     steps, phases, compute, comm, seen = _classify(events, cuda=True)
     assert compute == [(6 * MS, 10 * MS, "forward")]
     assert comm == [(10 * MS, 13 * MS, "all-reduce")] and seen == {"wire": 1, "waits": 0}
+
+
+def test_the_terminal_gets_each_rows_largest_parts():
+    records = [_record("ddp", 0.002, 0.001), _record("fsdp", 0.003, 0.008, "all-gather")]
+    assert step_report.console_lines(records) == [
+        "ddp: a step of 3.00 ms profiled: forward 2.00, comm exposed 1.00 (where a step's time goes: report.md)",
+        "fsdp: a step of 11.00 ms profiled: comm exposed 8.00, forward 3.00 (where a step's time goes: report.md)"]
