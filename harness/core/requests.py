@@ -205,7 +205,7 @@ class ScaleRequest(RunRequest):
 
     NOT_OPTIONS = frozenset({"world_size", "hosts", "hostfile", "nnodes", "iface", "launcher", "until_target",
                              "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed", "margin",
-                             "tuned", "breakdown", "breakdown_steps", "trace"})
+                             "tuned"})
     HELP = {"threads": "Threads per rank at every point (default: usable cores / the largest world size that "
                        "fits).",
             "repeats": "Fresh launches per point; the spread is reported.",

@@ -184,7 +184,8 @@ def plan(req: ScaleRequest) -> ScalePlan:
         p.extra = {"oversubscribed": p.oversubscribed,
                    "scale": {"scaling": req.scaling, "world_sizes": sizes, "point": n, "per_rank_batch": per_rank,
                              "baseline": False}}
-        p.spec_extra = {"profile": {"steps": req.profile_steps,
+        p.spec_extra = {**p.spec_extra,  # --breakdown's, if asked
+                        "profile": {"steps": req.profile_steps,
                                     "curve": _curve(batch if req.scaling == "strong" else per_rank, n),
                                     "flops": n == sizes[0]},
                         "straggler": straggler if straggler and straggler["rank"] < n else {}}

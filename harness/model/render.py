@@ -82,6 +82,32 @@ def _rounds(rows) -> str:
     return "/".join(sorted({str(r["first_contention"]["rounds"]) for r in rows}))
 
 
+def exposed_measured(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:
+    """The model's exposed communication at each point against the one its launches measured with --breakdown
+    (communication exposed + waiting for the slowest rank, the mean over the point's launches): a step predicted
+    right with the wrong share of communication shows here. Nothing for a sweep without --breakdown."""
+    lines = []
+    for r in rows:
+        if "predicted_s" not in r:
+            continue
+        got = [x["breakdown"] for x in records if x.get("label") == r["label"] and x.get("breakdown")
+               and (x.get("scale") or {}).get("point") == r["n"] and not (x.get("scale") or {}).get("baseline")]
+        if not got:
+            continue
+        measured = sum(b["comm_exposed"] + b["waiting"] for b in got) / len(got)
+        predicted = r["step"].exposed_s
+        error = f"{predicted / measured - 1:+.0%}" if measured > 0 else "–"
+        lines.append(f"| {r['label']} | {r['n']} | {predicted * 1e3:.2f} | {measured * 1e3:.2f} | {error} "
+                     f"| {len(got)} |")
+    if not lines:
+        return []
+    return ["", "The model's exposed communication against the one measured by `--breakdown` (communication exposed "
+                "plus waiting for the slowest rank, in the profiled steps after each launch's timed window; mean "
+                "over the point's launches):", "",
+            "| adapter | world size | predicted exposed comm ms | measured ms | error | launches |",
+            "|---|---|---|---|---|---|", *lines]
+
+
 def _repeats_cell(r: dict[str, Any]) -> str:
     reps = r.get("measured_repeats_s") or []
     if len(reps) < 2:
@@ -160,6 +186,7 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                   f"| {s.overhead_s * 1e3:.2f} | " + _ratio_cell(r) + " | "
                   + (f"{r['with_measured_compute_s'] * 1e3:.2f} ({r['with_measured_compute_error']:+.0%})"
                      if "compute_ratio" in r else "–") + f" | {mem} |")
+    md += exposed_measured(rows, records)
     real = judged(rows)
     if real:
         worst = max(real, key=lambda r: abs(r["error"]))

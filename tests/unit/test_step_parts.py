@@ -117,6 +117,7 @@ def test_the_section_names_the_part_behind_each_resolved_pair_and_flags_a_step_i
            "3.00 ms)." in text
     assert "| fsdp | 3.00 | 0.00 | 0.00 | 0.00 | 8.00 | 0.00 | 11.00 | 20.00 | -45% ⚠ | 0.00 |" in text
     assert "⚠ fsdp: the profiled steps differ from the timed steps by more than ±10%" in text
+    assert "Unaccounted, timed less profiled, per step: fsdp 9.00 ms." in text
     unresolved = [{**analysis["pairs"][0], "outcome": "not resolved"}]
     assert "The verdict resolves no pair" in "\n".join(step_report.section(records, {"pairs": unresolved}))
     assert step_report.section([{**records[0], "breakdown": None}], analysis) == []
@@ -204,3 +205,19 @@ def test_the_terminal_gets_each_rows_largest_parts():
     assert step_report.console_lines(records) == [
         "ddp: a step of 3.00 ms profiled: forward 2.00, comm exposed 1.00 (where a step's time goes: report.md)",
         "fsdp: a step of 11.00 ms profiled: comm exposed 8.00, forward 3.00 (where a step's time goes: report.md)"]
+
+
+def test_the_models_exposed_communication_is_set_beside_the_measured_one():
+    from types import SimpleNamespace
+
+    from harness.model.render import exposed_measured
+
+    rows = [{"label": "ddp", "n": 2, "predicted_s": 0.02, "step": SimpleNamespace(exposed_s=0.006)},
+            {"label": "fsdp", "n": 2, "why_not": "no schedule"}]
+    b = {"comm_exposed": 0.003, "waiting": 0.001}
+    records = [{"label": "ddp", "scale": {"point": 2, "baseline": False}, "breakdown": b},
+               {"label": "ddp", "scale": {"point": 2, "baseline": False}, "breakdown": {**b, "waiting": 0.003}},
+               {"label": "ddp", "scale": {"point": 1, "baseline": False}, "breakdown": b}]
+    lines = exposed_measured(rows, records)
+    assert lines[-1] == "| ddp | 2 | 6.00 | 5.00 | +20% | 2 |"
+    assert exposed_measured(rows, [{**r, "breakdown": None} for r in records]) == []
