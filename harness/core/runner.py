@@ -18,9 +18,10 @@ import workloads
 from harness.core import provenance as envmod
 from harness.core import assemble, estimate
 from harness.core.errors import BadInput
-from harness.core.requests import (MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest, UntilTarget, build_rows,
-                                   check_common, check_cores, check_fits, check_list, check_loader, check_user_code,
-                                   load_workload, pairs, parse_knobs, parse_label, workload_key)
+from harness.core.requests import (MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest,
+                                   UntilTarget, build_rows, check_common, check_cores, check_fits, check_list,
+                                   check_loader, check_user_code, load_workload, pairs, parse_knobs, parse_label,
+                                   workload_key)
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch

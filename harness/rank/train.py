@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
             loss = workload.loss(model(x), y)
         adapter.backward(loss)
         if step == 0 and spec.warmup:  # the gradients as the backward left them (a ZeRO step frees them)
-            grads_held = adapter.dtypes(model)["grads"]
+            grads_held = (_dtypes(adapter, model) or {}).get("grads")
         adapter.step()
         clock.stop(step)
         steps_done += 1
@@ -135,8 +136,8 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     if loader is not None and not spec.breakdown:
         loader.close()
     window.stop()
-    dtypes = adapter.dtypes(model)  # after a step: the optimizer's state exists
-    if grads_held is not None:
+    dtypes = _dtypes(adapter, model)  # after a step: the optimizer's state exists
+    if dtypes is not None and grads_held is not None:
         dtypes["grads"] = grads_held
     skipped_after = adapter.skipped_steps()
     compile_result = compiled.result()
@@ -219,7 +220,8 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         data={**data.meta, **(loader.describe() if loader else {})}, per_process_batch=per_rank_batch, train_samples=n_train,
         evals=periodic.evals if periodic else None, snapshot_s=snapshot_s, profile=own,
         straggler=straggler, timed_window=window.result, step_clock=clock.kind,
-        skipped_steps_timed=skipped_timed, compile=compile_result, breakdown=parts, dtypes=dtypes, peak_memory_cuda_extra=memory_extra or None,
+        skipped_steps_timed=skipped_timed, compile=compile_result, breakdown=parts, dtypes=dtypes,
+        peak_memory_cuda_extra=memory_extra or None,
         cuda_math=cuda_math(torch) if str(info.device).startswith("cuda") else None)
 
 
@@ -264,6 +266,17 @@ class _Steps:
 
     def __len__(self) -> int:
         return self.total
+
+
+def _dtypes(adapter, model) -> dict | None:
+    """The adapter's dtypes (Adapter.dtypes); None, said in the rank's log, where reading them failed: a backend
+    whose objects are not what its adapter expects must not cost the row its measurement."""
+    try:
+        return adapter.dtypes(model)
+    except Exception as exc:  # noqa: BLE001 (any failure of a read-only report)
+        print(f"compare: could not read the dtypes this backend holds: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+        return None
 
 
 def _profiled(spec) -> int:

@@ -93,10 +93,10 @@ def section(records: list[dict[str, Any]], analysis: dict[str, Any] | None) -> l
     if off:
         gaps = "; ".join(f"{label} {_ms(parts[label]['timed_step_s'] - parts[label]['step_s'])} ms"
                          for label in off)
-        lines.append(f"⚠ {', '.join(off)}: the profiled steps differ from the timed steps by more than ±{tol:.0%}, so "
-                     "the parts explain the profiled step, not the timed one (the profiler's own cost per operator, "
-                     "or a machine that was busier in one of the two windows). Unaccounted, timed less profiled, per "
-                     f"step: {gaps}.")
+        lines.append(f"⚠ {', '.join(off)}: the profiled steps differ from the timed steps by more than "
+                     f"±{tol:.0%}, so the parts explain the profiled step, not the timed one (the profiler's own cost "
+                     "per operator, or a machine that was busier in one of the two windows). Unaccounted, timed less "
+                     f"profiled, per step: {gaps}.")
         lines.append("")
     unseen = [label for label, m in parts.items() if not m["overlap_seen"]]
     if unseen:

@@ -96,7 +96,7 @@ def model_sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("model")
     out, runs = root / "scale", root / "runs"
     proc = compare_cli("scale", "-a", "ddp", "--world-sizes", "1,2", "--out", str(out), *SHORT,
-                       env={"COMPARE_RUNS_DIR": str(runs)}, timeout=420)
+                       "--breakdown", "--breakdown-steps", "2", env={"COMPARE_RUNS_DIR": str(runs)}, timeout=420)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, runs, proc
 
@@ -113,6 +113,18 @@ def test_a_sweep_runs_its_own_comm_sweep_and_predicts_from_it(model_sweep):
     row = next(line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ddp | 2 |"))
     assert float(row.split("|")[4]) > 0  # predicted from that sweep
     assert list(runs.iterdir()) == []  # the run's registration went with it
+
+
+def test_the_models_exposed_communication_is_set_beside_the_breakdowns(model_sweep):
+    out = model_sweep[0]
+    rec = point(records(out), "ddp", 2)
+    measured = rec["breakdown"]["comm_exposed"] + rec["breakdown"]["waiting"]
+    md = (out / "report.md").read_text()
+    assert "The model's exposed communication against the one measured by `--breakdown`" in md
+    row = next(line for line in md.splitlines()
+               if line.startswith("| ddp | 2 |") and line.rstrip().endswith("| 1 |"))
+    cells = [c.strip() for c in row.split("|")]
+    assert float(cells[3]) > 0 and float(cells[4]) == pytest.approx(measured * 1e3, abs=0.006)
 
 
 def test_the_model_is_calibrated_from_a_real_comm_sweep(model_sweep):
