@@ -181,8 +181,10 @@ def dtypes_section(records: list[dict[str, Any]], analysis: dict[str, Any] | Non
             if diff:
                 differ.append(f"- {a} / {b}: {'; '.join(diff)}")
     if differ:
-        lines += ["These rows compared by the verdict do not hold the same dtypes, so they do not do the same "
-                  "arithmetic or move the same bytes:", "", *differ, ""]
+        lines += ["These rows compared by the verdict do not hold the same dtypes:", "", *differ, "",
+                  "A difference in the parameters, compute, gradients, wire or optimizer state changes the arithmetic "
+                  "or the bytes moved, and so what the comparison compares; a master copy alone costs memory (and "
+                  "its copy back), not arithmetic.", ""]
     return lines
 
 
