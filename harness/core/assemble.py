@@ -215,7 +215,7 @@ def step_breakdown(ranks: list[TrainResult], stats: dict | None) -> dict[str, An
     # Overlap is seen only where the collectives' own events are (gloo's threads, NCCL's kernels); a framework
     # that communicates outside torch (Horovod) shows only the training thread's wait for it.
     out["overlap_seen"] = all(c["wire"] for c in out["collectives_seen"])
-    busy = [sum(r[p] for p in (*step_parts.PHASES, "other")) for r in parts["ranks"]]
+    busy = [step_parts.busy(r) for r in parts["ranks"]]
     out["slowest_rank"] = max(range(len(busy)), key=busy.__getitem__) if busy else None
     out["traces"] = {r.rank: r.breakdown["trace"] for r in ranks if r.breakdown.get("trace")}
     out["trace_s"] = max((r.breakdown.get("trace_s") or 0.0 for r in ranks), default=0.0)

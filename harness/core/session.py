@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from harness.core import outdir, record
 from harness.launching import machine
+from harness.shared.step_parts import busy
 
 if TYPE_CHECKING:
     from harness.launching.launch import Outcome
@@ -120,8 +121,7 @@ class Session:
         if not traces:
             return
         others = [k for k in traces if k != 0]
-        busy = [sum(r[p] for p in ("forward", "backward", "optimizer", "other")) for r in b["ranks"]]
-        keep = ([0] if 0 in traces else []) + ([max(others, key=lambda k: busy[k])] if others else [])
+        keep = ([0] if 0 in traces else []) + ([max(others, key=lambda k: busy(b["ranks"][k]))] if others else [])
         kept = {}
         for rank in keep:
             dest = self.out / "traces" / f"{name}-rank{rank}.trace.json.gz"

@@ -140,6 +140,11 @@ def combine(ranks: list[list[dict[str, Any]]]) -> dict[str, Any]:
     return {"steps": n, **mean, "ranks": per_rank}
 
 
+def busy(parts: dict[str, Any]) -> float:
+    """A rank's compute and host time in its parts: its step less the time it waited on the wire."""
+    return sum(parts[p] for p in (*PHASES, "other"))
+
+
 def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, float]:
     """The part (with the collective kind for exposed communication) by which breakdown `a` exceeds `b` the most,
     in seconds per step: ("exposed all-gather", 0.0061)."""
