@@ -369,13 +369,14 @@ class Adapter(ABC):
                 "optimizer": dtype_names(optimizer_state(self.optimizer) if self.optimizer is not None else [])}
 
     def _compute_dtype(self, params) -> str:
-        """autocast's dtype inside this adapter's `autocast()` when it turns autocast on, else the parameters'."""
+        """autocast's dtype inside this adapter's `autocast()` when it turns autocast on, else that of `params` (the
+        parameters, or the dtypes they are gathered in)."""
         import torch
 
         kind = (self.info.device if self.info else self.device_kind).split(":")[0]
         with self.autocast():
             if torch.is_autocast_enabled(kind):
-                return dtype_names([torch.empty(0, dtype=torch.get_autocast_dtype(kind))])
+                return dtype_names([torch.get_autocast_dtype(kind)])
         return dtype_names(params)
 
     def _compile(self, module: torch.nn.Module) -> None:
@@ -460,10 +461,11 @@ class Comm:
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
 
 
-def dtype_names(tensors) -> str:
-    """The distinct dtypes of `tensors` as short names joined by "+" ("fp32", "bf16+fp32"); "none" for no tensor."""
-    names = sorted({SHORT_DTYPES.get(str(t.dtype).removeprefix("torch."), str(t.dtype).removeprefix("torch."))
-                    for t in tensors})
+def dtype_names(held) -> str:
+    """The distinct dtypes of `held` (tensors, or dtypes) as short names joined by "+" ("fp32", "bf16+fp32"); "none"
+    for nothing."""
+    names = sorted({SHORT_DTYPES.get(name, name)
+                    for name in (str(getattr(t, "dtype", t)).removeprefix("torch.") for t in held)})
     return "+".join(names) or "none"
 
 

@@ -531,10 +531,8 @@ class DeepSpeedAdapter(Adapter):
                      for t in (v if isinstance(v, (list, tuple)) else [v]) if hasattr(t, "dtype")]
             d["grads"] = dtype_names(grads) if grads else f"{d['params']} (freed by the step)"
         # The wire: the ZeRO optimizer's own, else the engine's (its config, or the training dtype).
-        wire = getattr(ds, "communication_data_type", None) or self.engine.communication_data_type
-        import torch
-
-        d["reduce"] = dtype_names([torch.empty(0, dtype=wire)])
+        d["reduce"] = dtype_names([getattr(ds, "communication_data_type", None)
+                                   or self.engine.communication_data_type])
         inner = getattr(ds, "optimizer", None)  # the torch optimizer over the fp32 partitions
         if inner is not None and hasattr(inner, "state"):
             d["optimizer"] = dtype_names(optimizer_state(inner))

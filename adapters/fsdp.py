@@ -142,8 +142,6 @@ class FSDPAdapter(DDPAdapter):
         return model, optimizer
 
     def dtypes(self, model):
-        import torch
-
         from adapters.base import dtype_names
 
         d = super().dtypes(model)  # the sharded parameters and gradients (DTensors) and the optimizer's state
@@ -157,8 +155,8 @@ class FSDPAdapter(DDPAdapter):
         if held:
             gathered = [fp.param_dtype or fp.orig_dtype for fp in held]
             reduced = [fp.reduce_dtype or fp.param_dtype or fp.orig_dtype for fp in held]
-            d["compute"] = self._compute_dtype([torch.empty(0, dtype=t) for t in gathered])
-            d["reduce"] = dtype_names([torch.empty(0, dtype=t) for t in reduced])
+            d["compute"] = self._compute_dtype(gathered)
+            d["reduce"] = dtype_names(reduced)
         return d
 
     def gather_parameters(self, model):

@@ -205,7 +205,7 @@ def step_breakdown(ranks: list[TrainResult], stats: dict | None) -> dict[str, An
     the timed window's mean step within BREAKDOWN_TOLERANCE."""
     parts = step_parts.combine([r.breakdown["steps"] for r in ranks])
     timed = stats["mean"] if stats else None
-    out = {k: v for k, v in parts.items()}
+    out = dict(parts)
     out["timed_step_s"] = timed
     out["tolerance"] = BREAKDOWN_TOLERANCE
     out["profiled_vs_timed"] = parts["step_s"] / timed - 1.0 if timed else None

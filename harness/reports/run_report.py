@@ -505,13 +505,14 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     notes = _notes(rows, records)
     if notes:
         md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    steps = step_report.section(records, analysis)
+    order = list(group(records))
+    steps = step_report.section(records, analysis, order)
     if steps:
         md += ["## Where a step's time goes", ""] + steps
-        png = step_report.plot(out, records)
+        png = step_report.plot(out, records, order)
         if png is not None:
             plots.append(png)
-    dtypes = step_report.dtypes_section(records, analysis)
+    dtypes = step_report.dtypes_section(records, analysis, order)
     if dtypes:
         md += ["## Dtypes each backend holds", ""] + dtypes
     if epochs:
@@ -715,7 +716,7 @@ def console_notes(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
                                                            f"report.md)"))
     notes = [note for note in (target_note(rows), equivalence_note(rows)) if note]
-    return [escape(line) for line in lines + notes + step_report.console_lines(records)]
+    return [escape(line) for line in lines + notes + step_report.console_lines(records, list(group(records)))]
 
 
 def console_table(records: list[dict[str, Any]]):

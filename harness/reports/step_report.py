@@ -14,6 +14,7 @@ from harness.core.outdir import save_figure
 from harness.core.record import MEASURED
 from harness.reports import figures
 from harness.reports.verdict import oriented
+from harness.shared import step_parts
 from harness.shared.step_parts import PART_NAMES, PARTS, largest_difference
 
 DTYPE_HEADS = {"params": "parameters", "master": "master copy", "compute": "compute", "grads": "gradients",
@@ -22,31 +23,27 @@ COLOURS = {"forward": "#4C72B0", "backward": "#55A868", "optimizer": "#8172B2", 
            "comm_exposed": "#C44E52", "waiting": "#DD8452"}
 
 
-def _in_row_order(rows: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
-    """`rows` by label, in the order the rows were asked for (the records' `row_order`), not the shuffled order
-    their launches ran in."""
-    order = records[0].get("row_order") or [] if records else []
+def _in_row_order(rows: dict[str, Any], order: list[str] | None) -> dict[str, Any]:
+    """`rows` by label in `order` (the report's row order, run_report.group: the order the rows were asked for,
+    not the shuffled order their launches ran in); None: as they came."""
+    if order is None:
+        return rows
     return dict(sorted(rows.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 
-def _rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _rows(records: list[dict[str, Any]], order: list[str] | None) -> dict[str, list[dict[str, Any]]]:
     rows: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         if r["status"] in MEASURED and r.get("breakdown"):
             rows.setdefault(r["label"], []).append(r)
-    return _in_row_order(rows, records)
+    return _in_row_order(rows, order)
 
 
 def mean_parts(recs: list[dict[str, Any]]) -> dict[str, Any]:
     """A row's breakdown over its launches: each part's mean (so they still add up), the exposed communication by
     collective, the timed step's mean."""
     n = len(recs)
-    out: dict[str, Any] = {p: sum(r["breakdown"][p] for r in recs) / n for p in (*PARTS, "step_s", "overlapped")}
-    kinds: dict[str, float] = {}
-    for r in recs:
-        for kind, v in r["breakdown"]["exposed_by_kind"].items():
-            kinds[kind] = kinds.get(kind, 0.0) + v / n
-    out["exposed_by_kind"] = kinds
+    out = step_parts.mean([r["breakdown"] for r in recs])
     timed = [r["breakdown"]["timed_step_s"] for r in recs if r["breakdown"].get("timed_step_s")]
     out["timed_step_s"] = sum(timed) / len(timed) if timed else None
     out["launches"] = n
@@ -59,10 +56,11 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.2f}"
 
 
-def section(records: list[dict[str, Any]], analysis: dict[str, Any] | None) -> list[str]:
+def section(records: list[dict[str, Any]], analysis: dict[str, Any] | None,
+            order: list[str] | None = None) -> list[str]:
     """The "Where a step's time goes" section: what was measured, the table, one sentence per resolved pair of the
     verdict, and where the parts do not account for the timed step."""
-    rows = _rows(records)
+    rows = _rows(records, order)
     if not rows:
         return []
     parts = {label: mean_parts(recs) for label, recs in rows.items()}
@@ -108,10 +106,10 @@ def section(records: list[dict[str, Any]], analysis: dict[str, Any] | None) -> l
     return lines
 
 
-def console_lines(records: list[dict[str, Any]]) -> list[str]:
+def console_lines(records: list[dict[str, Any]], order: list[str] | None = None) -> list[str]:
     """One terminal line per row with a breakdown: its profiled step's largest parts (the table is in report.md)."""
     out = []
-    for label, recs in _rows(records).items():
+    for label, recs in _rows(records, order).items():
         m = mean_parts(recs)
         top = [p for p in sorted(PARTS, key=lambda p: -m[p]) if m[p] > 0][:3]
         out.append(f"{label}: a step of {_ms(m['step_s'])} ms profiled: " + ", ".join(
@@ -154,7 +152,8 @@ def _traces(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
             f"{max(cost):.2f} s a launch, after its measurement.", ""]
 
 
-def dtypes_section(records: list[dict[str, Any]], analysis: dict[str, Any] | None) -> list[str]:
+def dtypes_section(records: list[dict[str, Any]], analysis: dict[str, Any] | None,
+                   order: list[str] | None = None) -> list[str]:
     """The dtypes each row's backend held after its last timed step, read from its live objects, and the pairs the
     verdict compares that differ in any of them."""
     held: dict[str, dict[str, str]] = {}
@@ -163,7 +162,7 @@ def dtypes_section(records: list[dict[str, Any]], analysis: dict[str, Any] | Non
             held.setdefault(r["label"], r["dtypes"])
     if not held:
         return []
-    held = _in_row_order(held, records)
+    held = _in_row_order(held, order)
     lines = ["Read from each backend's live objects (rank 0), not from its knobs: the gradients after the first "
              "backward, the rest after the last timed step.", "",
              "| adapter | " + " | ".join(DTYPE_HEADS.values()) + " |", "|---|" + "---|" * len(DTYPE_HEADS)]
@@ -188,9 +187,9 @@ def dtypes_section(records: list[dict[str, Any]], analysis: dict[str, Any] | Non
     return lines
 
 
-def plot(out: Path, records: list[dict[str, Any]]) -> Path | None:
+def plot(out: Path, records: list[dict[str, Any]], order: list[str] | None = None) -> Path | None:
     """step_breakdown.png: a stacked bar per row of the parts of its profiled step; None without a breakdown."""
-    rows = _rows(records)
+    rows = _rows(records, order)
     plt = figures.pyplot()
     if not rows or plt is None:
         return None

@@ -130,14 +130,20 @@ def combine(ranks: list[list[dict[str, Any]]]) -> dict[str, Any]:
             scale = wire / s["exposed"] if s["exposed"] > 0 else 0.0
             for kind, v in s["exposed_by_kind"].items():
                 acc["exposed_by_kind"][kind] = acc["exposed_by_kind"].get(kind, 0.0) + v * scale / n
-    mean: dict[str, Any] = {p: sum(r[p] for r in per_rank) / len(per_rank) if per_rank else 0.0
-                            for p in (*PARTS, "step_s", "overlapped")}
+    return {"steps": n, **mean(per_rank), "ranks": per_rank}
+
+
+def mean(many: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean of several steps' parts (ranks' or launches'): each part, the step, the overlap and the exposed
+    communication by collective; the means still add up to the mean step."""
+    n = len(many)
+    out: dict[str, Any] = {p: sum(m[p] for m in many) / n if n else 0.0 for p in (*PARTS, "step_s", "overlapped")}
     kinds: dict[str, float] = {}
-    for r in per_rank:
-        for kind, v in r["exposed_by_kind"].items():
-            kinds[kind] = kinds.get(kind, 0.0) + v / len(per_rank)
-    mean["exposed_by_kind"] = kinds
-    return {"steps": n, **mean, "ranks": per_rank}
+    for m in many:
+        for kind, v in m["exposed_by_kind"].items():
+            kinds[kind] = kinds.get(kind, 0.0) + v / n
+    out["exposed_by_kind"] = kinds
+    return out
 
 
 def busy(parts: dict[str, Any]) -> float:
