@@ -1,8 +1,9 @@
 # The two commands a new user runs (see README.md):
 #   make compare   create .venv/ (pinned CPU torch first) and run the default comparison
 #   make test      run the whole test suite (creates .venv/ first if needed); this is what CI runs: the tests that
-#                  start no training processes on every core (pytest-xdist), then the distributed ones one at a time
-#                  (each launches ranks on every core and some check timings, concurrency and core binding)
+#                  start no training processes on every core (pytest-xdist), then the distributed ones two at a time
+#                  (a launch's start-up leaves a core idle about a third of the time), then, one at a time, those
+#                  marked `alone`: they measure timing or contention, bind cores or check machine-wide state
 # For development:
 #   make test-fast the tests that start no training processes and are not slow (-m "not distributed and not slow"),
 #                  on every core
@@ -31,10 +32,12 @@ $(VENV)/.installed: pyproject.toml Makefile adapters/install/deepspeed.sh adapte
 compare: setup
 	$(BIN)/compare run
 
-# Both halves run even when the first fails, and the target fails if either did.
+# Every part runs even when one before it failed, and the target fails if any did. --dist loadfile keeps a test
+# file's tests (and its module-scoped runs) on one worker.
 test: setup
 	rc=0; $(BIN)/python -m pytest -m "not distributed" -n auto || rc=$$?; \
-	$(BIN)/python -m pytest -m distributed || rc=$$?; exit $$rc
+	$(BIN)/python -m pytest -m "distributed and not alone" -n 2 --dist loadfile || rc=$$?; \
+	$(BIN)/python -m pytest -m "distributed and alone" || rc=$$?; exit $$rc
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not distributed and not slow" -n auto

@@ -152,3 +152,15 @@ def pytest_terminal_summary(terminalreporter):
     for report in skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         terminalreporter.write_line(f"{report.nodeid}: {reason.removeprefix('Skipped: ')}")
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs the distributed tests not marked `alone` two at a time), each worker
+    registers its compare runs in a registry of its own (harness/launching/machine.py, COMPARE_RUNS_DIR): a run
+    would otherwise be noted as measured beside the other worker's run, which no test here is about. The tests of
+    that note start both runs themselves, in one worker."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and "COMPARE_RUNS_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["COMPARE_RUNS_DIR"] = str(Path(tempfile.gettempdir()) / f"compare-runs-{worker}")

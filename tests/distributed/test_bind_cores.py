@@ -7,7 +7,8 @@ import pytest
 
 from conftest import run_compare
 
-pytestmark = pytest.mark.distributed
+# alone: another test's ranks would share the cores these ones are bound to
+pytestmark = [pytest.mark.distributed, pytest.mark.alone]
 SHORT = ("--steps", "20", "--warmup", "2", "--equiv-steps", "2")
 USABLE = sorted(os.sched_getaffinity(0))
 

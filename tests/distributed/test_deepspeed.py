@@ -15,7 +15,9 @@ import adapters
 from conftest import compare_cli, run_compare
 
 _AVAIL = adapters.availability("deepspeed", "cpu", 2)
-pytestmark = [pytest.mark.distributed,
+# alone: /dev/shm (the segments left behind) and the JIT cache (a stale lock written into it) are the machine's,
+# and another test's DeepSpeed launch would use them meanwhile
+pytestmark = [pytest.mark.distributed, pytest.mark.alone,
               pytest.mark.skipif(not _AVAIL, reason=f"Requires: deepspeed ({_AVAIL.message()})")]
 STAGES = (0, 1, 2, 3)
 LABELS = [f"deepspeed:zero_stage={s}" for s in STAGES]

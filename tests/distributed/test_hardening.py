@@ -85,6 +85,7 @@ def _brief(argv: list[str]) -> str:
 FROM_HERE = f"from outside (pid {os.getpid()}: {_brief(psutil.Process().cmdline())})"
 
 
+@pytest.mark.alone  # /dev/shm's semaphores are the machine's: another test's Horovod launch would add its own
 @pytest.mark.parametrize("adapter, command, reason", [
     ("ddp", "torch.distributed.run", KILLED_LAUNCHER.format("torchrun")),
     ("horovod", "horovodrun", KILLED_LAUNCHER.format("horovodrun")),

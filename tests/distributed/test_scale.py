@@ -10,7 +10,8 @@ from harness.core.provenance import usable_cores
 
 from conftest import compare_cli
 
-pytestmark = pytest.mark.distributed
+# alone: the straggler's and the contention calibration's compute times are measured, not just recorded
+pytestmark = [pytest.mark.distributed, pytest.mark.alone]
 SHORT = ["-w", "digits", "--steps", "20", "--warmup", "3", "--profile-steps", "4"]
 
 
