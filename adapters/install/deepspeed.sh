@@ -6,8 +6,10 @@
 # Idempotent: a second run with the pinned version already present does nothing. A failed install prints why
 # and exits 0 with a "DEEPSPEED-INSTALL-FAILED" marker, so the rest of `make setup` still completes; the adapter
 # then reports itself unavailable with the reason (`compare list`).
-# DeepSpeed JIT-compiles some ops on first use (shm comm ~35 s, cpu/fused Adam ~70 s each) into
-# ${TORCH_EXTENSIONS_DIR:-~/.cache/torch_extensions}; that cache lives outside the repo and survives reinstalls.
+# DeepSpeed JIT-compiles some ops on first use (shm comm ~35 s, cpu/fused Adam ~70 s each) into the JIT cache
+# the adapter uses (${TORCH_EXTENSIONS_DIR:-<venv>/torch_extensions}, adapters/deepspeed.py). On a machine without
+# CUDA the one every CPU launch needs, deepspeed_shm_comm, is built here, at set-up, so that the first comparison
+# does not spend its first DeepSpeed launch compiling it; a build that fails here is retried by that launch.
 set -uo pipefail
 
 DEEPSPEED_VERSION="${DEEPSPEED_VERSION:-0.19.8}"
@@ -25,9 +27,26 @@ torch_version() { "$PY" -c "import torch; print(torch.__version__)" 2>/dev/null;
 TORCH_BEFORE="$(torch_version)" || true
 [ -n "$TORCH_BEFORE" ] || fail "torch is not importable from $PY (install torch first)"
 
+# The CPU launches' shm all-reduce op, JIT-built by DeepSpeed's own builder into the adapter's cache (a no-op once
+# it is there). Not where CUDA is: DeepSpeed's CUDA accelerator does not use it.
+prebuild_cpu_ops() {
+    "$PY" -c "import torch, sys; sys.exit(0 if not torch.cuda.is_available() else 1)" 2>/dev/null || return 0
+    local cache
+    cache="${TORCH_EXTENSIONS_DIR:-$("$PY" -c "import sys; print(sys.prefix)")/torch_extensions}"
+    # PATH: the venv's ninja, as the launches use; another ninja reads the build log as stale and rebuilds.
+    if PATH="$(cd "$(dirname "$PY")" && pwd):$PATH" DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$cache" "$PY" -c \
+        "from deepspeed.comm.torch import build_shm_op; import sys; sys.exit(0 if build_shm_op() is not None else 1)" \
+        >/dev/null 2>&1; then
+        echo "deepspeed_shm_comm built into $cache"
+    else
+        echo "warning: deepspeed_shm_comm could not be built now; the first DeepSpeed launch will build it" >&2
+    fi
+}
+
 installed="$("$PY" -c "from importlib.metadata import version; print(version('deepspeed'))" 2>/dev/null || true)"
 if [ "$installed" = "$DEEPSPEED_VERSION" ]; then
     echo "deepspeed $installed already installed (torch $TORCH_BEFORE)"
+    prebuild_cpu_ops
     exit 0
 fi
 
@@ -50,4 +69,5 @@ fi
 "$PY" -c "import deepspeed.git_version_info as g; print('deepspeed', g.version, 'installed; torch', '$TORCH_AFTER')" \
     || fail "deepspeed installed but does not import"
 [ -x "$(dirname "$PY")/deepspeed" ] || echo "warning: the deepspeed launcher is not next to $PY" >&2
+prebuild_cpu_ops
 exit 0
