@@ -128,25 +128,57 @@ def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
             env["torch"] = "not installed"
         env["distributed"] = {}
         return env
+    env.update(torch_facts())
+    return env
+
+
+def _torch_facts() -> dict[str, Any]:
+    """What only torch itself can say about its build and this machine (importing it: about 1.5 s of a core)."""
     import torch
     import torch.distributed as dist
 
-    env.update({
+    facts = {
         "torch": torch.__version__,
         "torch_default_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "distributed": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
                         "mpi": dist.is_mpi_available()},
         "cuda_available": torch.cuda.is_available(),
-    })
+    }
     if torch.cuda.is_available():
-        env["cuda"] = torch.version.cuda
-        env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        facts["cuda"] = torch.version.cuda
+        facts["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         try:
-            env["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+            facts["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
         except Exception:  # noqa: BLE001 - informational only
-            env["nccl_version"] = None
-    return env
+            facts["nccl_version"] = None
+    return facts
+
+
+TORCH_FACTS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+"""The variables `_torch_facts` depends on besides torch's files and the cores this process may use."""
+
+
+def torch_facts() -> dict[str, Any]:
+    """`_torch_facts`, from the cache directory when the same torch (its files' sizes and times), the same usable
+    cores, the same TORCH_FACTS_ENV and the same NVIDIA device nodes gave them before. A run's parent imports no
+    torch otherwise, so without this every run spent a core-second and a half importing it beside its first
+    launch's start-up. Facts that name a CUDA device are read afresh every time."""
+    import glob
+    import importlib.util
+
+    from harness.shared.cache import cached_json, files_key
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return _torch_facts()  # raises torch's own ImportError, as collect_safely expects
+    root = Path(spec.origin).parent
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [os.cpu_count()]
+    key = "|".join([files_key([root / "__init__.py", root / "version.py"]),
+                    "cores=" + ",".join(map(str, cores)),
+                    *(f"{name}={os.environ.get(name)}" for name in TORCH_FACTS_ENV),
+                    "nvidia=" + ",".join(sorted(glob.glob("/dev/nvidia*")))])
+    return cached_json("torch_facts", key, _torch_facts, keep=lambda facts: not facts.get("cuda_available"))
 
 
 def hardware_slug(device: str) -> str:

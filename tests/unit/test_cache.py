@@ -30,3 +30,39 @@ def test_a_failed_answer_is_not_remembered_and_an_old_file_is_read(tmp_path, mon
     assert cache.cached_json("probe", "k", lambda: 4) == 3
     (tmp_path / "probe.json").write_text("not json")
     assert cache.cached_json("probe", "k", lambda: 5) == 5
+
+
+def test_torchs_facts_come_from_the_cache_only_for_the_same_torch_cores_and_variables(tmp_path, monkeypatch):
+    from harness.core import provenance
+
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path))
+    for name in provenance.TORCH_FACTS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    fresh = provenance._torch_facts()
+    calls = []
+    real = provenance._torch_facts
+
+    def counted():
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(provenance, "_torch_facts", counted)
+    assert provenance.torch_facts() == fresh and len(calls) == 1  # computed, then kept
+    assert provenance.torch_facts() == fresh and len(calls) == 1  # read back: what torch itself says
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # changes torch's default threads: asked again
+    provenance.torch_facts()
+    assert len(calls) == 2
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    provenance.torch_facts()
+    assert len(calls) == 2
+
+
+def test_facts_that_name_a_cuda_device_are_never_kept(tmp_path, monkeypatch):
+    from harness.core import provenance
+
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path))
+    gpu = {"torch": "2.13.0", "cuda_available": True, "gpus": ["NVIDIA H200"]}
+    calls = []
+    monkeypatch.setattr(provenance, "_torch_facts", lambda: calls.append(1) or gpu)
+    assert provenance.torch_facts() == gpu and provenance.torch_facts() == gpu
+    assert len(calls) == 2 and not (tmp_path / "torch_facts.json").exists()
