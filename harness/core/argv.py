@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.shared.cache import cached_json, files_key
 from harness.shared.options import attribute_docs
 
 
@@ -105,7 +106,7 @@ def options(cls: type) -> list[Option]:
 def _options(cls: type) -> tuple[Option, ...]:
     """options(cls), worked out once per class (a command line is read and written back several times a run)."""
     hints = typing.get_type_hints(cls)
-    docs, own = attribute_docs(cls), getattr(cls, "HELP", {})
+    docs, own = _field_docs(cls), getattr(cls, "HELP", {})
     out = []
     for f in dataclasses.fields(cls):
         spec = f.metadata.get("cli")
@@ -124,6 +125,23 @@ def _options(cls: type) -> tuple[Option, ...]:
     root = [k for k in cls.__mro__ if dataclasses.is_dataclass(k)][-1]
     shared = set(getattr(root, "__annotations__", {})) if root is not cls else set()
     return tuple([o for o in out if o.name not in shared] + [o for o in out if o.name in shared])
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """attribute_docs(cls), kept in the cache directory keyed by the files that declare the request and its bases:
+    reading them from source parses each module (0.2 s of a core for the commands' requests, which every `compare`
+    command line declared again before this cache)."""
+    import inspect
+
+    declared = [k for k in reversed(cls.__mro__) if dataclasses.is_dataclass(k)]
+    try:
+        files = [Path(inspect.getsourcefile(k) or "") for k in declared]
+    except TypeError:  # no source file (a class made at run time)
+        return attribute_docs(cls)
+    if not all(f.is_file() for f in files):
+        return attribute_docs(cls)
+    key = "|".join([files_key(files), *(f"{k.__module__}.{k.__qualname__}" for k in declared)])
+    return cached_json(f"field_docs/{cls.__module__}.{cls.__qualname__}", key, lambda: attribute_docs(cls))
 
 
 def from_values(cls: type, values: dict[str, Any], **fixed: Any):

@@ -171,3 +171,30 @@ def test_no_option_default_is_written_twice():
                         twice.append(f"{path.relative_to(REPO)}:{v.lineno} {field_name}={v.value!r} is also "
                                      f"{', '.join(same)}")
     assert not twice, twice
+
+
+def test_the_options_docstrings_come_from_the_cache_only_while_their_file_is_unchanged(tmp_path, monkeypatch):
+    import importlib
+    import os
+    import sys
+
+    from harness.core import argv
+
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = tmp_path / "probe_request.py"
+
+    def declare(doc: str, mtime_ns: int):
+        source.write_text("from dataclasses import dataclass\n\n\n@dataclass\nclass Probe:\n    steps: int = 3\n"
+                          f'    """{doc}"""\n')
+        os.utime(source, ns=(mtime_ns, mtime_ns))
+        sys.modules.pop("probe_request", None)
+        importlib.invalidate_caches()
+        return importlib.import_module("probe_request").Probe
+
+    assert argv._field_docs(declare("Timed steps.", 10**18)) == {"steps": "Timed steps."}
+    assert list((tmp_path / "cache" / "field_docs").glob("probe_request.Probe.json"))  # kept
+    assert argv._field_docs(declare("Timed steps.", 10**18)) == {"steps": "Timed steps."}  # read back
+    assert argv._field_docs(declare("Steps timed, after the warm-up.", 2 * 10**18)) == {
+        "steps": "Steps timed, after the warm-up."}  # the file changed: read from it again
+    sys.modules.pop("probe_request", None)
