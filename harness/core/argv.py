@@ -137,8 +137,8 @@ def _field_docs(cls: type) -> dict[str, str]:
     try:
         files = [Path(inspect.getsourcefile(k) or "") for k in declared]
     except TypeError:  # no source file (a class made at run time)
-        return attribute_docs(cls)
-    if not all(f.is_file() for f in files):
+        files = []
+    if not files or not all(f.is_file() for f in files):
         return attribute_docs(cls)
     key = "|".join([files_key(files), *(f"{k.__module__}.{k.__qualname__}" for k in declared)])
     return cached_json(f"field_docs/{cls.__module__}.{cls.__qualname__}", key, lambda: attribute_docs(cls))
