@@ -13,11 +13,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
-def usable_cores() -> int:
+def usable_core_ids() -> list[int]:
+    """The cores this process may run on (its affinity), in order."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
+
+
+def usable_cores() -> int:
+    return len(usable_core_ids())
 
 
 def memory_total_bytes() -> int:
@@ -173,9 +178,8 @@ def torch_facts() -> dict[str, Any]:
     if spec is None or not spec.origin:
         return _torch_facts()  # raises torch's own ImportError, as collect_safely expects
     root = Path(spec.origin).parent
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [os.cpu_count()]
     key = "|".join([files_key([root / "__init__.py", root / "version.py"]),
-                    "cores=" + ",".join(map(str, cores)),
+                    "cores=" + ",".join(map(str, usable_core_ids())),
                     *(f"{name}={os.environ.get(name)}" for name in TORCH_FACTS_ENV),
                     "nvidia=" + ",".join(sorted(glob.glob("/dev/nvidia*")))])
     return cached_json("torch_facts", key, _torch_facts, keep=lambda facts: not facts.get("cuda_available"))
