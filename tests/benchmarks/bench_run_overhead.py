@@ -105,6 +105,20 @@ elif workload == "resnet50":  # torchvision's ResNet-50 on ImageNet-shaped rando
     batch, lr = int(os.environ["RAW_BATCH"]), 0.1
     x, y = torch.randn(2 * batch, 3, 224, 224), torch.randint(0, 1000, (2 * batch,))
     model = torchvision.models.resnet50()
+elif workload == "llama":  # transformers' Llama from its config, random init; next-byte windows of random bytes
+    import transformers
+    shape = dict(kv.split("=") for kv in os.environ["RAW_LLAMA"].split(","))
+    seq = int(shape["seq_len"])
+    config = transformers.LlamaConfig(
+        vocab_size=int(shape["vocab"]), hidden_size=int(shape["hidden"]), intermediate_size=int(shape["intermediate"]),
+        num_hidden_layers=int(shape["layers"]), num_attention_heads=int(shape["heads"]),
+        num_key_value_heads=int(shape["kv_heads"]), max_position_embeddings=max(seq, 128), tie_word_embeddings=False,
+        attention_dropout=0.0)
+    model = transformers.LlamaForCausalLM(config)
+    batch, lr = int(os.environ["RAW_BATCH"]), 3e-4 * int(os.environ["RAW_BATCH"]) / 8
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 256, (16 * batch * seq + 1,), generator=g)
+    x, y = tokens[:-1].view(-1, seq), tokens[1:].view(-1, seq)
 else:  # a wide MLP: 38 M parameters, little compute per sample
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1024, 1024, generator=g)
@@ -118,8 +132,19 @@ else:  # a wide MLP: 38 M parameters, little compute per sample
 
 if CUDA:
     model, x, y = model.cuda(), x.cuda(), y.cuda()
-optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9,
-                            weight_decay=1e-4 if workload == "resnet50" else 0)
+if workload == "llama":  # as the hf workload: AdamW, weight decay 0.01, the loss in fp32 over the vocabulary
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+else:
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9,
+                                weight_decay=1e-4 if workload == "resnet50" else 0)
+
+
+def loss_of(xb, yb):
+    if workload == "llama":
+        return F.cross_entropy(model(input_ids=xb, use_cache=False).logits.float().flatten(0, 1), yb.flatten())
+    return F.cross_entropy(model(xb), yb)
+
+
 if framework == "horovod":
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -154,13 +179,13 @@ for step in range(warmup + steps):
         events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
         events[-1][0].record()
     if framework == "deepspeed":
-        loss = F.cross_entropy(model(xb), yb)
+        loss = loss_of(xb, yb)
         model.backward(loss)
         model.step()
     else:
         optimizer.zero_grad()
         with torch.autocast("cuda" if CUDA else "cpu", dtype=half, enabled=half is not None):
-            loss = F.cross_entropy(model(xb), yb)
+            loss = loss_of(xb, yb)
         loss.backward()
         optimizer.step()
     if CUDA:
@@ -189,13 +214,14 @@ else:
     dist.destroy_process_group()
 '''
 
-STEPS = {"digits": (20, 280), "widemlp": (3, 30), "resnet50": (10, 50)}
+STEPS = {"digits": (20, 280), "widemlp": (3, 30), "resnet50": (10, 50), "llama": (5, 30)}
 """(warm-up, timed) steps per workload: the digits default, and widemlp with more timed steps than its default 20."""
 CPU_STEPS = {"digits": (500, 5500), "widemlp": (5, 45)}
 """Timed steps of the short and the long run of the CPU-cost measurement (--cpu-rounds): 5000 digits steps are
 about 30 s of CPU, 40 widemlp steps about 25 s, against a second or so of start-up that varies between launches."""
-GPU = {"device": "cpu", "precision": "fp32", "batch": 256}
-"""--device cuda: every GPU one rank (NCCL), ResNet-50 at this global batch, autocast to --precision bf16 or not."""
+GPU = {"device": "cpu", "precision": "fp32", "batch": 256, "llama": ""}
+"""--device cuda: every GPU one rank (NCCL), ResNet-50 (or --llama's model) at this global batch, autocast to
+--precision bf16 or not."""
 COUNTED = {"cpu_s": 0.0, "switches": 0}
 WALL = {"raw": 0.0, "harness": 0.0}
 """The last launch's timed window by the wall clock per step (synchronised at both ends on CUDA)."""
@@ -225,8 +251,10 @@ def raw_command(framework: str, script: Path, args: list[str]) -> tuple[list[str
 
         return [PY, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torch.cuda.device_count()}",
                 str(script), *args], {"RAW_DEVICE": "cuda", "RAW_PRECISION": GPU["precision"],
-                                      "RAW_BATCH": str(GPU["batch"]), "NCCL_SOCKET_IFNAME": "lo"}
-    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *args], {}
+                                      "RAW_BATCH": str(GPU["batch"]), "RAW_LLAMA": GPU["llama"],
+                                      "NCCL_SOCKET_IFNAME": "lo"}
+    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), *args], {
+        "RAW_BATCH": str(GPU["batch"]), "RAW_LLAMA": GPU["llama"]}
 
 
 def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float, float, float]:
@@ -252,15 +280,26 @@ def run_raw(framework: str, workload: str, tmp: Path, bind: bool = False) -> tup
     return got["median_step_s"], got["p10_step_s"], got["mean_step_s"], got["cpu_s_per_step"]
 
 
+def workload_args(workload: str) -> list[str]:
+    """The harness's workload for the raw script's: torchvision's ResNet-50 is `-w resnet -o arch=resnet50`, the
+    raw Llama is `-w hf -o model=llama` with --llama's shape."""
+    if workload == "resnet50":
+        return ["-w", "resnet", "-o", "arch=resnet50"]
+    if workload == "llama":
+        return ["-w", "hf", "-o", "model=llama", *(a for kv in GPU["llama"].split(",") for a in ("-o", kv))]
+    return ["-w", workload]
+
+
 def run_harness(framework: str, workload: str, tmp: Path, bind: bool = False) -> tuple[float, float, float, float]:
     out = tmp / "harness"
     shutil.rmtree(out, ignore_errors=True)
     warmup, steps = STEPS[workload]
-    where = ["-a", framework, "-w", workload]
+    where = ["-a", framework, *workload_args(workload), *(["--global-batch", str(GPU["batch"])]
+                                                         if workload == "llama" else [])]
     if GPU["device"] == "cuda":  # the same work as the raw script: DDP, with autocast when it asks for bf16
         where = ["-a", "amp:precision=bf16" if GPU["precision"] == "bf16" else framework, "--device", "cuda",
                  "--global-batch", str(GPU["batch"]),
-                 *(["-w", "resnet", "-o", "arch=resnet50"] if workload == "resnet50" else ["-w", workload])]
+                 *workload_args(workload)]
     proc = _run([PY, "-m", "harness", "run", *where, "--steps", str(steps),
                  "--warmup", str(warmup), "--equiv-steps", "0", "--repeats", "1", "--out", str(out),
                  *(["--bind-cores"] if bind else [])], cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -328,11 +367,15 @@ def main() -> None:
                          "-w resnet -o arch=resnet50); use with --cases ddp:resnet50")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="With --device cuda: bf16 autocast on both sides (the harness's amp:precision=bf16 row)")
-    ap.add_argument("--global-batch", type=int, default=256, help="With --device cuda: ResNet-50's global batch")
+    ap.add_argument("--global-batch", type=int, default=256,
+                    help="With --device cuda: the global batch (ResNet-50's, or --llama's sequences)")
+    ap.add_argument("--llama", default="layers=2,hidden=256,heads=4,kv_heads=2,intermediate=688,vocab=1024,seq_len=128",
+                    help="The case ddp:llama's model: transformers' LlamaForCausalLM of this shape (every key "
+                         "needed), the harness's `-w hf -o model=llama -o KEY=VALUE ...`; AdamW, as that workload")
     ap.add_argument("--cases", default="ddp:digits,horovod:digits,deepspeed:digits,ddp:widemlp,horovod:widemlp,"
                                        "deepspeed:widemlp")
     a = ap.parse_args()
-    GPU.update(device=a.device, precision=a.precision, batch=a.global_batch)
+    GPU.update(device=a.device, precision=a.precision, batch=a.global_batch, llama=a.llama)
     if a.steps:
         for w, (warm, _) in STEPS.items():
             STEPS[w] = (warm, a.steps)
