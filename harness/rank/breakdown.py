@@ -97,17 +97,87 @@ def _classify(events, cuda: bool):
             s, end = span(e)
             compute.append((s, end, phase_at(s)))
     if cuda:
-        # A kernel belongs to the phase its launch (the runtime call of the same correlation id) was made in.
+        # A kernel belongs to the phase its launch was made in: the runtime or driver call (cudaLaunchKernel,
+        # cuLaunchKernelEx, cudaMemcpyAsync ...) of the same CUDA correlation id. linked_correlation_id() is not
+        # that: it names the CPU operator that made the call (the trace's "External id"), another numbering, and
+        # matching it against launches gave kernels the phase of unrelated calls (the fourth GPU lease).
         launched = {e.correlation_id(): phase_at(e.start_ns()) for e in cpu
-                    if e.correlation_id() and e.name().startswith("cu")}  # cudaLaunchKernel, cuLaunchKernel, ...
+                    if e.correlation_id() and e.name().startswith("cu")}
         for e in events:
-            if e.device_type().name != "CUDA" or e.duration_ns() <= 0:
+            if e.device_type().name != "CUDA" or e.duration_ns() <= 0 or _annotation(e):
                 continue
             name = e.name()
             if "nccl" in name.lower():
                 comm.append((*span(e), collective_kind(name)))
                 seen["wire"] += 1
             else:  # a kernel, a copy or a memset: the device is busy
-                compute.append((*span(e), launched.get(e.linked_correlation_id()) or
-                                launched.get(e.correlation_id(), "other")))
+                compute.append((*span(e), launched.get(e.correlation_id(), "other")))
     return steps, phases, compute, comm, seen
+
+
+def _annotation(e) -> bool:
+    """A range on the GPU's timeline that kineto draws for a record_function (its "gpu_user_annotation": compare's
+    own phases, DDP's forward, the optimizer's step ...), spanning the kernels launched inside it: not device work
+    of its own, and counting it as a kernel marked whole phases busy (the fourth GPU lease)."""
+    kind = getattr(e, "activity_type", None)
+    if kind is not None and "user_annotation" in str(kind()):
+        return True
+    flag = getattr(e, "is_user_annotation", None)
+    return bool(flag is not None and flag())
+
+
+class TraceEvent:
+    """An event of a Chrome trace that torch.profiler exported (`--trace`), read as harness/rank/breakdown.py reads
+    kineto's own: so a kept trace can be split again after the run (`split_trace`), by later rules or on another
+    machine. Its "correlation" is the CUDA correlation id, its "External id" the CPU operator it came from."""
+
+    DEVICE = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+
+    class _Kind:
+        def __init__(self, name: str):
+            self.name = name
+
+    def __init__(self, e: dict):
+        self._e = e
+
+    def name(self) -> str:
+        return self._e["name"]
+
+    def start_ns(self) -> int:
+        return round(self._e["ts"] * 1000)
+
+    def duration_ns(self) -> int:
+        return round(self._e.get("dur", 0) * 1000)
+
+    def start_thread_id(self):
+        return self._e.get("tid")
+
+    def device_type(self):
+        return self._Kind("CUDA" if self._e.get("cat") in self.DEVICE else "CPU")
+
+    def correlation_id(self) -> int:
+        return (self._e.get("args") or {}).get("correlation", 0)
+
+    def linked_correlation_id(self) -> int:
+        return (self._e.get("args") or {}).get("External id", 0)
+
+    def activity_type(self) -> str:
+        return self._e.get("cat") or ""
+
+
+def trace_events(path: Path) -> list[TraceEvent]:
+    """The complete events ("ph": "X") of a Chrome trace file (.json or .json.gz), as TraceEvents."""
+    import json
+
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return [TraceEvent(e) for e in json.loads(raw)["traceEvents"] if e.get("ph") == "X"]
+
+
+def split_trace(path: Path) -> list[dict]:
+    """Each profiled step of a kept trace split into its parts, as the rank split them (one rank's view)."""
+    events = trace_events(path)
+    cuda = any(e.device_type().name == "CUDA" for e in events)
+    steps, phases, compute, comm, _ = _classify(events, cuda)
+    return [split_step(s, phases, compute, comm) for s in steps]

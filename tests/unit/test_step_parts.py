@@ -221,3 +221,50 @@ def test_the_models_exposed_communication_is_set_beside_the_measured_one():
     lines = exposed_measured(rows, records)
     assert lines[-1] == "| ddp | 2 | 6.00 | 5.00 | +20% | 2 |"
     assert exposed_measured(rows, [{**r, "breakdown": None} for r in records]) == []
+
+
+def _h200_trace(name):
+    from conftest import REPO
+
+    from harness.rank.breakdown import trace_events
+
+    path = REPO / "tests" / "fixtures" / "traces" / f"{name}.trace.json.gz"
+    return trace_events(path)
+
+
+@pytest.mark.parametrize("name, gpu_ms, parts_ms", [
+    # (the row's trace, GPU busy per step, each phase's kernels per step: read from the trace by hand, each kernel
+    # by the phase range that holds the runtime or driver call of its CUDA correlation id)
+    ("h200_llama_amp_bf16", 51.9, {"forward": 14.86, "backward": 30.59, "optimizer": 6.45}),
+    ("h200_llama_zero3_bf16", 51.1, {"forward": 13.24, "backward": 26.97, "optimizer": 10.9}),
+])
+def test_an_h200_trace_gives_each_kernel_the_phase_of_its_launch(name, gpu_ms, parts_ms):
+    # The fourth GPU lease (issue 67), the first real CUDA trace: 16-66 ms of every step came out as "other", and
+    # phases were wrong. Two causes: kineto's GPU-side ranges of each record_function (compare.step, DDP's forward,
+    # the optimizer's step) were counted as kernels spanning whole phases, and kernels were matched to launches by
+    # their CPU operator's id (linked_correlation_id) instead of their CUDA correlation id.
+    from harness.rank.breakdown import _classify
+
+    steps, phases, compute, comm, seen = _classify(_h200_trace(name), cuda=True)
+    assert len(steps) == 2 and seen["waits"] == 0
+    by_phase = {}
+    for s, e, phase in compute:
+        by_phase[phase] = by_phase.get(phase, 0.0) + (e - s) / MS / len(steps)
+    assert by_phase.get("other", 0.0) < 0.05  # a launch outside the phases: the batch's copy to the device
+    for phase, ms in parts_ms.items():
+        assert by_phase[phase] == pytest.approx(ms, abs=0.01)
+    for step in steps:
+        p = split_step(step, phases, compute, comm)
+        assert p["other"] < 0.02 * p["step_s"]  # zero_grad's host time and the sync, no kernel
+        assert sum(p[k] for k in ("forward", "backward", "optimizer", "other", "exposed")) == pytest.approx(p["step_s"])
+        assert gpu_ms < p["step_s"] * 1e3  # the profiled step is longer than the GPU's work: host-bound
+
+
+def test_a_kept_trace_is_split_again_as_the_rank_split_it():
+    from conftest import REPO
+
+    from harness.rank.breakdown import split_trace
+
+    parts = split_trace(REPO / "tests" / "fixtures" / "traces" / "h200_llama_amp_bf16.trace.json.gz")
+    assert [round(p["step_s"] * 1e3, 2) for p in parts] == [65.73, 64.28]
+    assert all(p["other"] < 0.02 * p["step_s"] for p in parts)
