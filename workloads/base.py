@@ -227,6 +227,13 @@ class Workload(ABC):
         computed; on the CPU for a model that meta cannot run): matrix multiplications and convolutions, the
         optimizer's elementwise work left out, as MFU is defined (PaLM, Chowdhery et al. 2022). None where neither
         runs it."""
+        split = self.flop_split(global_batch)
+        return split and split["flops_per_sample"]
+
+    def flop_split(self, global_batch: int) -> dict[str, float] | None:
+        """{"flops_per_sample": ..., "conv_share": the share of them in convolutions}: on a GPU an fp32 model's
+        convolutions may run in TF32 (cuDNN's default) while its matmuls do not (torch's), so the peak an fp32 row
+        is judged against depends on how its FLOPs divide. Counted as flops_per_sample says; None likewise."""
         import torch
         from torch.utils.flop_counter import FlopCounterMode
 
@@ -239,7 +246,10 @@ class Workload(ABC):
                     counter = FlopCounterMode(display=False)
                     with counter:
                         self.loss(model(x.to(device)), y.to(device)).backward()
-                return counter.get_total_flops() / len(x)
+                total = counter.get_total_flops()
+                conv = sum(n for op, n in counter.get_flop_counts().get("Global", {}).items()
+                           if "convolution" in str(op))
+                return {"flops_per_sample": total / len(x), "conv_share": conv / total if total else 0.0}
             except Exception:  # noqa: BLE001 - a model meta cannot run (data-dependent code) is counted on the CPU
                 continue
         return None

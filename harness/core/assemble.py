@@ -115,7 +115,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         if rec.get("flops_per_sample"):
             rec["tflops_per_device"] = rec["samples_per_s_per_device"] * rec["flops_per_sample"] / 1e12
             rec["mfu"] = mfu(rec["tflops_per_device"], spec.device, (rec.get("env") or {}).get("gpus") or [],
-                             r0.precision, r0.cuda_math)
+                             r0.precision, r0.cuda_math, rec.get("conv_flops_share"))
     if all(r.profile for r in ranks):
         rec["compute_profile"] = [r.profile for r in ranks]
         if stats:
@@ -228,11 +228,15 @@ PEAKS = (("H100", "h100-sxm-ndr400"), ("H200", "h100-sxm-ndr400"), ("A100", "a10
 same name has a lower peak and gets none)."""
 
 
-def mfu(tflops: float, device: str, gpus: list[str], precision: str, cuda_math: dict | None) -> dict[str, Any]:
-    """Model FLOPs utilisation: achieved TFLOP/s per device over the device's dense peak at the row's arithmetic
-    (an fp32 row counts at TF32's peak where TF32 was allowed for its matmuls or its convolutions: cuDNN allows it
-    for convolutions by default, and judging tensor-core work against the fp32 vector peak would overstate the MFU
-    about 7x), or why no peak is known."""
+def mfu(tflops: float, device: str, gpus: list[str], precision: str, cuda_math: dict | None,
+        conv_share: float | None = None) -> dict[str, Any]:
+    """Model FLOPs utilisation: achieved TFLOP/s per device over the device's dense peak at the row's arithmetic,
+    or why no peak is known. An fp32 row's convolutions count at TF32's peak where cuDNN allowed TF32 (its default)
+    and its matmuls where torch allowed it (not its default): with `conv_share`, the share of the FLOPs in
+    convolutions, the peak is the one those FLOPs would reach split so (a transformer in fp32 has no convolution
+    and is judged at the fp32 peak, a ResNet at TF32's); without it (records before the share was counted), TF32's
+    wherever either switch was on. Judging tensor-core work against the fp32 vector peak would overstate the MFU
+    about 7x, and fp32 vector work against TF32's understate it as much."""
     from harness.model import costmodel
 
     if device != "cuda":
@@ -241,13 +245,30 @@ def mfu(tflops: float, device: str, gpus: list[str], precision: str, cuda_math: 
     profile = next((p for key, p in PEAKS if key in name and "PCIe" not in name), None)
     if profile is None:
         return {"value": None, "why_none": f"no peak known for {name or 'this GPU'}"}
-    dtype = precision if precision in ("bf16", "fp16") else (
-        "tf32" if any((cuda_math or {}).get(k) for k in ("matmul_allow_tf32", "cudnn_allow_tf32")) else "fp32")
-    peak = costmodel.load_profile(profile).peak_tflops.get(dtype)
-    if not peak:
-        return {"value": None, "why_none": f"no {dtype} peak known for {name}"}
-    return {"value": tflops / peak, "peak_tflops": peak, "peak": f"{name}: {peak:g} TFLOP/s dense {dtype} "
-                                                               f"(profile {profile})"}
+    peaks = costmodel.load_profile(profile).peak_tflops
+    math = cuda_math or {}
+    if precision in ("bf16", "fp16"):
+        parts = {precision: 1.0}
+    elif conv_share is None:
+        parts = {"tf32" if math.get("matmul_allow_tf32") or math.get("cudnn_allow_tf32") else "fp32": 1.0}
+    else:
+        conv = "tf32" if math.get("cudnn_allow_tf32") else "fp32"
+        other = "tf32" if math.get("matmul_allow_tf32") else "fp32"
+        parts = {}
+        for kind, share in ((conv, conv_share), (other, 1.0 - conv_share)):
+            if share > 0:
+                parts[kind] = parts.get(kind, 0.0) + share
+        parts = parts or {other: 1.0}
+    missing = [k for k in parts if not peaks.get(k)]
+    if missing:
+        return {"value": None, "why_none": f"no {missing[0]} peak known for {name}"}
+    peak = peaks[next(iter(parts))] if len(parts) == 1 else 1.0 / sum(share / peaks[k] for k, share in parts.items())
+    if len(parts) == 1:
+        what = f"{peak:g} TFLOP/s dense {next(iter(parts))}"
+    else:
+        what = f"{peak:.1f} TFLOP/s dense, " + " + ".join(f"{k} for {share:.0%} of the FLOPs"
+                                                          for k, share in parts.items())
+    return {"value": tflops / peak, "peak_tflops": peak, "peak": f"{name}: {what} (profile {profile})"}
 
 
 def mfu_of(rec: dict[str, Any]) -> dict[str, Any] | None:
@@ -258,7 +279,7 @@ def mfu_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     controls = rec.get("controls") or {}
     device = "cuda" if controls.get("cuda_math") is not None else "cpu"  # recorded on CUDA only
     return mfu(rec["tflops_per_device"], device, (rec.get("env") or {}).get("gpus") or [],
-               controls.get("precision", "fp32"), controls.get("cuda_math"))
+               controls.get("precision", "fp32"), controls.get("cuda_math"), rec.get("conv_flops_share"))
 
 
 def row_status(outcome, ttt: dict[str, Any] | None) -> tuple[str, str]:

@@ -32,16 +32,24 @@ MEASURED = ("ok", "not_reached")
 whole step budget without reaching the target (its timings, memory and metrics are all there)."""
 
 
-def precision_label(controls: dict) -> str:
+def precision_label(controls: dict, conv_share: float | None = None) -> str:
     """Precision, plus wire compression when on: an fp16-compressed row never passes for plain fp32; and on CUDA an
-    fp32 row that ran TF32 convolutions or matmuls says so (cuDNN's default)."""
+    fp32 row that ran TF32 convolutions or matmuls says so (cuDNN's default). `conv_share` (the record's
+    conv_flops_share): a model without convolutions (0) ran none in TF32, whatever cuDNN allowed; unknown (None, an
+    older record), the switch alone is shown."""
     c = controls.get("compression", "none")
     label = controls["precision"]
     math = controls.get("cuda_math") or {}
-    tf32 = [k for k, on in (("conv", math.get("cudnn_allow_tf32")), ("matmul", math.get("matmul_allow_tf32"))) if on]
+    tf32 = [k for k, on in (("conv", math.get("cudnn_allow_tf32") and conv_share != 0),
+                            ("matmul", math.get("matmul_allow_tf32"))) if on]
     if label == "fp32" and tf32:
         label += f" (TF32 {'/'.join(tf32)})"
     return label + ("" if c == "none" else f" + {c} wire")
+
+
+def precision_of(rec: dict) -> str:
+    """precision_label of a record: its controls and the share of its FLOPs in convolutions."""
+    return precision_label(rec["controls"], rec.get("conv_flops_share"))
 
 
 LOAD_BALANCE_METHOD = (
@@ -225,6 +233,10 @@ class Run(TypedDict):
     flops_per_sample: NotRequired[float]
     """FLOPs of one sample's forward and backward, counted by torch's FlopCounterMode on the real model (matmuls
     and convolutions; the optimizer left out)."""
+    conv_flops_share: NotRequired[float]
+    """The share of `flops_per_sample` in convolutions: on CUDA an fp32 model's convolutions may run in TF32
+    (cuDNN's default) while its matmuls do not (torch's), which sets the peak its MFU is judged against and whether
+    its precision says "TF32 conv"."""
     tflops_per_device: NotRequired[float]
     """Achieved TFLOP/s per device: `samples_per_s_per_device` x `flops_per_sample` / 1e12."""
     mfu: NotRequired[dict[str, Any]]

@@ -147,22 +147,23 @@ def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | Non
     if workload and workloads.source(workload) != "built-in":  # a user's: where it came from, with its digest
         info["workload_source"] = workloads.provenance(workload)
     if getattr(p, "workload", None) is not None:
-        flops = flops_per_sample(p.workload, p.global_batch)
-        if flops:
-            info["flops_per_sample"] = flops
+        split = flop_split(p.workload, p.global_batch)
+        if split and split["flops_per_sample"]:
+            info["flops_per_sample"] = split["flops_per_sample"]
+            info["conv_flops_share"] = split["conv_share"]
     if started is not None:
         info["started_wall"] = started
     return info
 
 
-def flops_per_sample(workload, global_batch: int) -> float | None:
-    """The workload's FLOPs per sample (Workload.flops_per_sample), kept in the cache directory per workload, options,
-    torch and the files that define it: counting takes torch's FlopCounterMode, whose first use imports TorchDynamo
-    (2.5 s here), on every run of the same model."""
+def flop_split(workload, global_batch: int) -> dict[str, float] | None:
+    """The workload's FLOPs per sample and their share in convolutions (Workload.flop_split), kept in the cache
+    directory per workload, options, torch and the files that define it: counting takes torch's FlopCounterMode,
+    whose first use imports TorchDynamo (2.5 s here), on every run of the same model."""
     from harness.shared.cache import cached_json
 
-    return cached_json(f"flops-{workloads.slug(type(workload).name)}", workload_key(workload),
-                       lambda: workload.flops_per_sample(global_batch), keep=lambda v: v is not None)
+    return cached_json(f"flopsplit-{workloads.slug(type(workload).name)}", workload_key(workload),
+                       lambda: workload.flop_split(global_batch), keep=lambda v: v is not None)
 
 
 @dataclass

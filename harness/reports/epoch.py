@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.outdir import save_figure
-from harness.core.record import MEASURED, has_intervals, precision_label
+from harness.core.record import MEASURED, has_intervals, precision_of
 from harness.reports import figures, palette
 
 
@@ -63,7 +63,7 @@ def epoch_rows(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> lis
         if row["measured"]:
             ctl = f["controls"]
             steps, samples = samples_per_epoch(ctl["train_samples"], ctl["global_batch"])
-            entry.update(precision=precision_label(ctl))
+            entry.update(precision=precision_of(f))
             entry.update(train_samples=ctl["train_samples"], global_batch=ctl["global_batch"], steps=steps,
                          samples=samples, samples_per_s=row["samples_per_s"],
                          epoch_s=samples / row["samples_per_s"], eval_per_epoch_s=None)

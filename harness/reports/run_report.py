@@ -17,7 +17,7 @@ from harness.core import assemble
 from harness.core.errors import first_sentence
 from harness.core.outdir import save_figure, write_text
 from harness.core.provenance import tuning_line
-from harness.core.record import MEASURED, has_intervals, precision_label
+from harness.core.record import MEASURED, has_intervals, precision_of
 from harness.core.sizes import format_mib
 from harness.core.stats import geomean_interval, percentile, worst
 from harness.launching import machine
@@ -211,7 +211,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {row['adapter']} | {row['launcher']} | {_processes_by_devices(topo)}"
             f"{f' ({hosts_report.nodes_label(topo)})' if hosts_report.spans_hosts(topo) else ''} "
-            f"| {precision_label(ctl)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
+            f"| {precision_of(f)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
             f"| {row['samples_per_s']:,.0f}{flag} {f'| {tokens_text(row, tokens)} ' if tokens else ''}"
             f"| {row['samples_per_s_per_device']:,.0f} {f'| {tflops_text(row)} ' if flops else ''}"
             f"| {row['step_median'] * 1e3:.2f} [{row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f}] "
@@ -292,7 +292,7 @@ def _notes(rows, records) -> list[str]:
     by_precision: dict[str, list[str]] = {}
     for row in rows:
         if row["measured"]:
-            by_precision.setdefault(precision_label(row["first"]["controls"]), []).append(row["adapter"])
+            by_precision.setdefault(precision_of(row["first"]), []).append(row["adapter"])
     for label, names in by_precision.items():
         frameworks = {r["first"]["adapter"] for r in rows if r["adapter"] in names}
         if label != "fp32" and len(frameworks) > 1:
@@ -303,8 +303,8 @@ def _notes(rows, records) -> list[str]:
         info = f.get("adapter_info") or {}
         if info.get("note"):
             notes.append(f"**{row['adapter']}**: {info['note']}.")
-        if row["measured"] and precision_label(f["controls"]) != "fp32":
-            notes.append(f"**{row['adapter']}** runs in {precision_label(f['controls'])}: compare it with rows of "
+        if row["measured"] and precision_of(f) != "fp32":
+            notes.append(f"**{row['adapter']}** runs in {precision_of(f)}: compare it with rows of "
                          f"the same precision and compression, not silently with plain fp32 ones.")
         flags = records[0]["env"].get("cpu_flags", [])
         if (row["measured"] and f["controls"]["precision"] == "bf16" and f["topology"]["device"] == "cpu"
@@ -594,7 +594,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     legend = palette.legend_of(records)
 
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
-    labels = [f"{r['adapter']} ({precision_label(r['first']['controls'])})" for r in ok]
+    labels = [f"{r['adapter']} ({precision_of(r['first'])})" for r in ok]
     sps = [r["samples_per_s"] for r in ok]
     gb = [r["first"]["controls"]["global_batch"] for r in ok]
     notes = [""] * len(ok)
@@ -747,7 +747,7 @@ def console_table(records: list[dict[str, Any]]):
         f = row["first"]
         sps = (verdict_mod.interval_text(row["interval"]).replace(" (", "\n(") if row.get("interval")
                else f"{row['samples_per_s']:,.0f}")
-        t.add_row(row["adapter"], precision_label(f["controls"]), sps,
+        t.add_row(row["adapter"], precision_of(f), sps,
                   *([tokens_text(row, tokens).replace(" [", "\n[")] if tokens else []),
                   f"{row['step_median'] * 1e3:.2f} ({row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f})",
                   format_mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row),

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.outdir import save_figure
-from harness.core.record import MEASURED, has_intervals, precision_label
+from harness.core.record import MEASURED, has_intervals, precision_of
 from harness.reports import figures
 
 
@@ -33,7 +33,7 @@ def summarise(label: str, recs: list[dict[str, Any]]) -> dict[str, Any]:
                                               and r["reason"]})}
     if not measured:
         return row
-    row["precision"] = precision_label(first["controls"])
+    row["precision"] = precision_of(first)
     for key in ("steps_to_target", "train_time_to_target_s", "e2e_time_to_target_s", "startup_to_target_s"):
         values = [r["ttt"][key] for r in reached]
         row[key] = {"median": statistics.median(values), "min": min(values), "max": max(values),

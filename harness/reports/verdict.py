@@ -23,7 +23,7 @@ from itertools import combinations
 from typing import Any
 
 from harness.core.estimate import duration
-from harness.core.record import MEASURED, precision_label
+from harness.core.record import MEASURED, precision_of
 from harness.core.stats import (ALPHA, CONFIDENCE, DEFAULT_MARGIN, INTERVAL_METHOD, MIN_LAUNCHES, adjust,
                                 compare_pair, geomean_interval, half_width, letter_groups)
 
@@ -70,7 +70,7 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
     for k in launches:
         launches[k].sort(key=lambda r: (str(r.get("repeat")), r.get("position") or 0))
     values = {k: [r["samples_per_s"] for r in launches[k]] for k in launches}
-    rows = {k: {**geomean_interval(values[k]), "precision": precision_label(launches[k][0]["controls"]),
+    rows = {k: {**geomean_interval(values[k]), "precision": precision_of(launches[k][0]),
                 "cpu_s_per_step": _mean([r.get("cpu_s_per_step") for r in launches[k]])} for k in launches}
     asked = baseline if baseline is not None else records[0].get("baseline")
     base = asked if asked in ranked else (ranked[0] if ranked else None)

@@ -64,6 +64,11 @@ def test_tf32_on_cuda_is_recorded_and_shown_in_the_precision():
     assert precision_label({"precision": "bf16", "cuda_math": both}) == "bf16"
     assert precision_label({"precision": "fp32", "cuda_math": cuda_math(_fake_torch(False, False))}) == "fp32"
     assert precision_label({"precision": "fp32"}) == "fp32"  # CPU rows and older records
+    # A model without convolutions ran none in TF32, whatever cuDNN allowed (the fourth lease's Llama was labelled
+    # "fp32 (TF32 conv)"); a share not recorded (older records) shows the switch
+    assert precision_label({"precision": "fp32", "cuda_math": math}, conv_share=0.0) == "fp32"
+    assert precision_label({"precision": "fp32", "cuda_math": both}, conv_share=0.0) == "fp32 (TF32 matmul)"
+    assert precision_label({"precision": "fp32", "cuda_math": math}, conv_share=0.2) == "fp32 (TF32 conv)"
 
 
 def test_on_cuda_steps_are_timed_by_events_with_no_sync_between_them():

@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from harness.core.record import precision_label
+
 from harness import reports as report
 from harness.reports import run_report
 
@@ -58,8 +60,8 @@ def test_rows_of_the_same_mixed_precision_from_different_frameworks_are_called_o
 
 
 def test_compression_is_shown_beside_precision():
-    assert run_report.precision_label({"precision": "fp32", "compression": "fp16"}) == "fp32 + fp16 wire"
-    assert run_report.precision_label({"precision": "bf16"}) == "bf16"
+    assert precision_label({"precision": "fp32", "compression": "fp16"}) == "fp32 + fp16 wire"
+    assert precision_label({"precision": "bf16"}) == "bf16"
 
 
 def test_rows_keep_the_order_asked_for_even_when_unavailable_rows_are_recorded_first():

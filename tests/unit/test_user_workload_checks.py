@@ -307,3 +307,41 @@ def test_an_fp32_row_with_tf32_convolutions_is_judged_against_the_tf32_peak_and_
     assert mfu_of({"tflops_per_device": 1.0, "controls": {"precision": "fp32"}})["why_none"] == \
         "no peak known for a CPU"
     assert mfu_of({"controls": {}}) is None
+
+
+def test_an_fp32_model_without_convolutions_is_judged_at_the_fp32_peak_whatever_cudnn_allows():
+    # The fourth GPU lease: a Llama in fp32 ran 42.9 TFLOP/s on an H200 with cuDNN's TF32 switch on (its default)
+    # and torch's matmul switch off (its default). It has no convolution, so its matmuls ran in plain fp32: 64% of
+    # the 66.9 TFLOP/s fp32 peak, not the 8.7% of TF32's 494.7 that the rule judging by the switches alone said.
+    from harness.core.assemble import mfu, mfu_of
+
+    conv = {"cudnn_allow_tf32": True, "matmul_allow_tf32": False}
+    llama = mfu(42.9, "cuda", ["NVIDIA H200"], "fp32", conv, conv_share=0.0)
+    assert llama["peak_tflops"] == 66.9 and llama["value"] == pytest.approx(42.9 / 66.9)
+    assert llama["peak"] == "NVIDIA H200: 66.9 TFLOP/s dense fp32 (profile h100-sxm-ndr400)"
+    assert mfu(49.47, "cuda", ["NVIDIA H200"], "fp32", conv, conv_share=1.0)["peak_tflops"] == 494.7
+    # A ResNet's fc layer is a matmul: its FLOPs split, and the peak is what they would reach split so
+    mixed = mfu(10.0, "cuda", ["NVIDIA H200"], "fp32", conv, conv_share=0.9)
+    assert mixed["peak_tflops"] == pytest.approx(1 / (0.9 / 494.7 + 0.1 / 66.9))
+    assert mixed["peak"].endswith("dense, tf32 for 90% of the FLOPs + fp32 for 10% of the FLOPs "
+                                  "(profile h100-sxm-ndr400)")
+    both = {"cudnn_allow_tf32": True, "matmul_allow_tf32": True}
+    assert mfu(1.0, "cuda", ["NVIDIA H200"], "fp32", both, conv_share=0.3)["peak_tflops"] == 494.7
+    rec = {"tflops_per_device": 42.9, "env": {"gpus": ["NVIDIA H200"]}, "conv_flops_share": 0.0,
+           "controls": {"precision": "fp32", "cuda_math": conv}}
+    assert mfu_of(rec)["peak_tflops"] == 66.9
+
+
+def test_the_flops_are_split_into_convolutions_and_the_rest(tmp_path):
+    path = write(tmp_path, "import torch\nfrom torch import nn\n\n\ndef convnet():\n"
+                           "    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 2, (8,))\n"
+                           "    return {'model': lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), "
+                           "nn.Linear(32, 2)), 'train': (x, y)}\n\n\n"
+                           "def mlp():\n"
+                           "    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))\n"
+                           "    return {'model': lambda: nn.Linear(4, 2), 'train': (x, y)}\n")
+    # Per sample: the convolution's forward 2 * (2 x 9 x 16) = 576 and its weight gradient as much (its input needs
+    # none); the linear layer's forward 2 * 32 * 2 = 128, its weight and input gradients 128 each
+    split = workloads.get(f"{path}:convnet").flop_split(8)
+    assert split == {"flops_per_sample": 576 * 2 + 128 * 3, "conv_share": 576 * 2 / (576 * 2 + 128 * 3)}
+    assert workloads.get(f"{path}:mlp").flop_split(8)["conv_share"] == 0.0
