@@ -232,6 +232,40 @@ def test_on_the_lent_machine_records_name_the_commit_the_tree_is_not_the_session
     assert git("status", "--porcelain", "--untracked-files=no", cwd=there) == ""  # what provenance.git_commit reads
 
 
+def test_gpu_check_pins_the_commit_before_it_writes_into_the_tree(tmp_path):
+    # The fourth GPU lease: make gpu-check wrote its summary into results/ and then ran pin_commit, whose tree then
+    # held that new file and was no longer the commit's, so the first call's records said the session's first
+    # commit, -dirty. Here a stand-in interpreter answers the script's CUDA questions as a GPU machine's would.
+    import os
+    import shutil
+    import subprocess
+
+    from conftest import REPO
+
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b",
+           "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b", "GIT_CONFIG_NOSYSTEM": "1",
+           "GPU_CHECK_PHASES": " ", "GPU_CHECK_BUDGET": "60"}
+    repo = tmp_path / "repo"
+    (repo / "harness" / "gpu").mkdir(parents=True)
+    for name in ("check", "pin_commit"):
+        shutil.copy(REPO / "harness" / "gpu" / name, repo / "harness" / "gpu" / name)
+    (repo / ".gitignore").write_text(".wheelhouse/\n.venv-gpu/\n")
+    fake = tmp_path / "python"  # answers `-c` as a CUDA torch would; anything else (making a venv) fails
+    fake.write_text('#!/bin/bash\ncase "$2" in\n  *is_available*) echo ok;;\n  *get_device_name*) echo "NVIDIA Fake";;\n'
+                    '  *get_device_capability*) echo 9.0;;\n  *torch.version.cuda*) echo "2.0 13.0";;\n'
+                    '  *) exit 1;;\nesac\n')
+    fake.chmod(0o755)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "first"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    (repo / ".wheelhouse").mkdir()
+    (repo / ".wheelhouse" / "commit").write_text(subprocess.run(
+        ["git", "cat-file", "commit", "HEAD"], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout)
+    subprocess.run(["bash", "harness/gpu/check", str(fake)], cwd=repo, env=env, capture_output=True, text=True,
+                   timeout=120)
+    summary = next((repo / "results").glob("gpu_nvidia-fake_*/summary.txt")).read_text()
+    assert "provenance: the tree is commit" in summary and "exactly; HEAD set to it in this copy" in summary
+
+
 def test_gpu_check_without_a_cuda_device_is_one_line_exit_2_and_writes_nothing(tmp_path):
     # `make gpu-check` on this CPU machine (or a GPU machine whose torch cannot see its GPU).
     import shutil
