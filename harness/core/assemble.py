@@ -98,6 +98,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["controls"]["cuda_math"] = r0.cuda_math
     rec["adapter_info"] = r0.adapter
     rec["param_count"] = r0.param_count
+    rec["trainable_param_count"] = r0.trainable_param_count
     rec["data"] = r0.data
     if stats:
         rec["step_time_s"] = stats
