@@ -3,6 +3,7 @@ values computed by hand, the memory against DeepSpeed's own estimators, the reco
 order, and bad input as one line and exit 2."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -575,3 +576,34 @@ def test_the_cost_model_prices_any_size_within_the_bounds_without_raising():
         assert plan.lines(result) and json.dumps(plan.as_json(result))
         for row in plan.as_json(result)["rows"]:
             assert all(math.isfinite(v) and v > 0 for v in row["step_s"].values()), row
+
+
+def test_a_lora_fine_tunes_frozen_weights_are_counted_at_their_storage_only(tmp_path):
+    # The workload's own model on the meta device: the tensors that require no gradient are frozen; each
+    # framework's model states count them at their storage only, DDP's buckets and the optimizer step hold only the
+    # trainable ones, and the footer says so
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "distributed"))
+    from test_user_workloads import LORA
+
+    path = tmp_path / "lora.py"
+    path.write_text(LORA)
+    shown = CliRunner().invoke(app, ["plan", "-w", f"{path}:lora", "-o", "width=4096", "-o", "rank=8", "--dtype",
+                                     "fp32", "--gpu", "a100", "--json"])
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    frozen, trainable = 4096 * 4096, 2 * 4096 * 8 + 4096 * 4 + 4
+    assert data["model"]["params"] == frozen + trainable and data["model"]["trainable"] == trainable
+    assert data["model"]["frozen"] == 1  # one frozen tensor
+    rows = {r["label"]: r for r in data["rows"]}
+    sgd = 4.0  # the pieces' default optimizer: SGD with momentum
+    assert rows["ddp"]["model_state_bytes"] == 4 * (frozen + trainable) + (4 + sgd) * trainable
+    assert rows["ddp"]["buffers"][0]["bytes"] == 4 * trainable
+    everything = adapters.get("ddp")({}, "cuda").model_state_bytes(frozen + trainable, {}, 8, sgd)
+    assert everything / rows["ddp"]["model_state_bytes"] > 1.9  # fp32 SGD: 12 bytes a parameter were counted, 4 hold
+    text = CliRunner().invoke(app, ["plan", "-w", f"{path}:lora", "-o", "width=4096", "-o", "rank=8", "--dtype",
+                                    "fp32", "--gpu", "a100"]).stdout
+    assert f"({trainable:,} trainable, {frozen:,} frozen)" in text
+    assert (f"frozen parameters: {frozen:,} of {frozen + trainable:,} hold their storage only (no gradient, no "
+            f"optimizer state") in text
