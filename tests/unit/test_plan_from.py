@@ -234,3 +234,20 @@ def test_a_run_with_no_row_that_ran_is_refused(tmp_path):
     assert shown.stderr == (f"error: --from {run}: no row of it ran to the end (status failed); give a run with a "
                             f"row whose status is ok\n")
     shutil.rmtree(run)
+
+
+def test_the_gpu_scripts_check_passes_on_the_committed_h200_run(capsys):
+    # make gpu-check's plan phase (harness/gpu/plan_from_check.py), run here on the fourth lease's records: every
+    # measured row planned on its own GPU at world size 1 within 10% of what it measured
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("plan_from_check", REPO / "harness" / "gpu" / "plan_from_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.main([str(H200)]) == 0
+    out = capsys.readouterr().out
+    assert "plan: amp:precision=bf16: measured 143.8 samples/s, planned 143.8 as amp:precision=bf16 (+0.0%" in out
+    assert "every measured row within 0.0% of what it measured (bound 10%)" in out
+    assert check.main([str(WIDEMLP.parent / "nosuch")]) == 2
