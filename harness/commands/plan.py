@@ -112,6 +112,12 @@ def plan(req: PlanRequest) -> None:
         name = req.workload
         if run is not None:
             name, options = _same_workload(run, req.workload, options)
+        if run is not None and run.device == "cuda" and measured.profile_of(run.gpu) is None:
+            if req.gpu is None:
+                raise measured.BadRun(
+                    f"--from {run.path} ran on {run.gpu or 'a GPU of no recorded name'}, which has no hardware "
+                    f"profile: its own machine cannot be planned, nor its compute carried (its peak is not known); "
+                    f"add a profile (harness/model/profiles/README.md)")
         if run is not None and run.device == "cpu" and req.gpu is None:
             target = _own_cpu(run, req)
         else:
@@ -194,6 +200,11 @@ def _source(run, target, compile_: bool):
 
     source = measured.FromRun(run, target.dtype, compile_)
     if target.profile is not None:
+        if run.device == "cuda" and measured.profile_of(run.gpu) is None:
+            raise measured.BadRun(
+                f"--from {run.path} ran on {run.gpu or 'a GPU of no recorded name'}, which has no hardware profile: "
+                f"its peak is not known, so its compute cannot be carried to {target.profile}; add a profile "
+                f"(harness/model/profiles/README.md)")
         if run.device == "cpu":
             raise measured.BadRun(
                 f"--from {run.path} ran on a CPU ({run.machine}), whose peak FLOP/s is not known: its compute cannot "

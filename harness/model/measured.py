@@ -454,9 +454,10 @@ class FromRun:
             if m is None or not m.peak_memory_bytes or r["total_bytes"] is None or m.processes != cluster.gpus:
                 continue
             allocated = r["total_bytes"] - r["headroom_bytes"]
-            pairs.append(f"{r['label']} {allocated / 2**30:.3g} GiB allocated against {m.peak_memory_bytes / 2**30:.3g} "
+            gib = 2**30
+            pairs.append(f"{r['label']} {allocated / gib:.3g} GiB allocated against {m.peak_memory_bytes / gib:.3g} "
                          f"measured ({allocated / m.peak_memory_bytes - 1:+.0%})"
-                         + (f", {r['total_bytes'] / 2**30:.3g} with the headroom against {m.reserved_bytes / 2**30:.3g} "
+                         + (f", {r['total_bytes'] / gib:.3g} with the headroom against {m.reserved_bytes / gib:.3g} "
                             f"reserved ({r['total_bytes'] / m.reserved_bytes - 1:+.0%})" if m.reserved_bytes else ""))
         if pairs:
             out.append("memory against the run's own peaks (the largest over its launches): " + "; ".join(pairs))

@@ -191,7 +191,7 @@ class Saved:
         self.unit_inputs: dict[int, int] = {}
         """unit -> its input's storage."""
         self.policy_saved: list[dict[int, tuple[bool, float]]] = [{} for _ in self.units]
-        """Per unit: the storage of a tensor the per-op policy saves -> (held at the step's dtype; elements or bytes)."""
+        """Per unit: the storage of a tensor the per-op policy saves -> (at the step's dtype; elements or bytes)."""
         self.recompute_flops = [0.0 for _ in self.units]
         """Per unit: FLOPs of the ops the per-op policy recomputes in backward."""
         self._active: list[int] = []

@@ -251,3 +251,24 @@ def test_the_gpu_scripts_check_passes_on_the_committed_h200_run(capsys):
     assert "plan: amp:precision=bf16: measured 143.8 samples/s, planned 143.8 as amp:precision=bf16 (+0.0%" in out
     assert "every measured row within 0.0% of what it measured (bound 10%)" in out
     assert check.main([str(WIDEMLP.parent / "nosuch")]) == 2
+
+
+def test_a_run_on_a_gpu_without_a_profile_is_refused(tmp_path):
+    # no peak is known for it: neither its own machine nor another GPU can be priced from it
+    run = tmp_path / "l4"
+    run.mkdir()
+    lines = []
+    for line in records_text(H200).splitlines():
+        r = json.loads(line)
+        r["env"]["gpus"] = ["NVIDIA L4"]
+        r.pop("mfu", None)
+        lines.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    for extra, message in (([], f"error: --from {run} ran on NVIDIA L4, which has no hardware profile: its own "
+                                f"machine cannot be planned, nor its compute carried (its peak is not known); add a "
+                                f"profile (harness/model/profiles/README.md)\n"),
+                           (["--gpu", "h100"], f"error: --from {run} ran on NVIDIA L4, which has no hardware profile: "
+                                               f"its peak is not known, so its compute cannot be carried to "
+                                               f"h100-sxm-ndr400; add a profile (harness/model/profiles/README.md)\n")):
+        shown = CliRunner().invoke(app, ["plan", "--from", str(run), *extra])
+        assert shown.exit_code == 2 and shown.stdout == "" and shown.stderr == message, shown.output
