@@ -994,9 +994,10 @@ def lines(plan: Plan) -> list[str]:
     c, s, f = plan.cluster, plan.shape, plan.cluster.fabric()
     source = plan.source or Assumed()
     capacity = c.capacity_gib()
-    flops = s.flops_per_sample
-    flops_text = (f"{flops / 1e12:,.0f} TFLOP" if flops >= 1e15 else f"{flops / 1e12:.3g} TFLOP" if flops >= 1e12
-                  else f"{flops / 1e9:.3g} GFLOP")
+    def flop(v):
+        return f"{v / 1e12:,.0f} TFLOP" if v >= 1e15 else f"{v / 1e12:.3g} TFLOP" if v >= 1e12 else f"{v / 1e9:.3g} GFLOP"
+
+    flops_text = flop(s.flops_per_sample)
     acts = s.activations
     per = "GPU" if f is not None else "process"
     pers = "GPUs" if f is not None else "processes"
@@ -1005,7 +1006,8 @@ def lines(plan: Plan) -> list[str]:
     out = [f"{s.name}: {s.params:,.0f} parameters{trainable}, {flops_text} per sample (forward and backward), "
            f"{s.optimizer}; {plan.batch} per {per}"
            + (f" ({plan.batch * c.gpus:,} global)" if f is not None else "")
-           + (f"; {s.checkpointing}" if s.checkpointing.mode != "none" else ""),
+           + (f"; {s.checkpointing} checkpointing, {flop(s.recompute_flops_per_sample)} a sample recomputed in "
+              f"backward" if s.checkpointing.mode != "none" else ""),
            _where(plan),
            f"model version {VERSION}; {source.header(c, f)}",
            "",
