@@ -267,19 +267,35 @@ class Adapter(ABC):
         """Bytes per parameter of the gradients its collectives carry, before the schedule's wire_scale."""
         return 4.0
 
-    def model_state_bytes(self, params: float, largest: dict[str, float], n: int, optimizer_bytes: float) -> float:
+    def model_state_bytes(self, params: float, largest: dict[str, float], n: int, optimizer_bytes: float,
+                          trainable: float | None = None) -> float:
         """Bytes per device of parameters, gradients and optimizer state with these knobs on n devices (what
         DeepSpeed's memory estimators count; activations are not). `optimizer_bytes`: optimizer state per parameter
         in fp32 (AdamW 8, SGD with momentum 4); `largest`: {"module": parameters of the largest module,
-        "unit": of the largest shard unit}. Default: every rank holds fp32 parameters, gradients and the
-        optimizer state, as autocast leaves them."""
-        return params * (4 + 4 + optimizer_bytes)
+        "unit": of the largest shard unit}; `trainable`: the parameters that train (None: all of them): a frozen
+        parameter (a LoRA fine-tune's base weights) is held at its storage, with no gradient and no optimizer
+        state. Default: every rank holds fp32 parameters, gradients and the optimizer state, as autocast leaves
+        them."""
+        t = params if trainable is None else trainable
+        return params * 4 + t * (4 + optimizer_bytes)
 
-    def model_state_rule(self, optimizer_bytes: float) -> str:
+    def model_state_rule(self, optimizer_bytes: float, frozen: bool = False) -> str:
         """`model_state_bytes` as a formula in P (parameters), N (devices), L (parameters of the largest module) and
-        U (of the largest shard unit), with what it counts and where it departs from DeepSpeed's estimators: the
-        plan's footer."""
+        U (of the largest shard unit), and T (the trainable parameters) where some are `frozen`, with what it counts
+        and where it departs from DeepSpeed's estimators: the plan's footer."""
+        if frozen:
+            return (f"4P + {4 + optimizer_bytes:g}T (fp32 parameters on every GPU; gradients and optimizer state of "
+                    f"the trainable ones)")
         return f"{4 + 4 + optimizer_bytes:g}P (fp32 parameters, gradients and optimizer state on every GPU)"
+
+    def memory_buffers(self, tensors: list[float], largest: dict[str, float], n: int,
+                       trainable: float | None = None) -> list[tuple[str, float, str]]:
+        """What the framework itself allocates per device beyond the model states and the activations, as
+        (name, bytes, how it is counted): its buckets, prefetch and staging buffers at its defaults for these knobs.
+        `tensors`: parameters per tensor (a threshold on tensor sizes, as ZeRO-3's persistence, reads them);
+        `largest` and `trainable` as in `model_state_bytes`. The plan gives each its own footer line and adds them
+        to what must fit. Default: none."""
+        return []
 
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:

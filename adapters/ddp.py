@@ -202,18 +202,15 @@ class DDPAdapter(Adapter):
     def plan_knobs(cls, dtype):
         return [{}] if dtype == "fp32" else "trains in fp32; amp is DDP under autocast"
 
-    def model_state_bytes(self, params, largest, n, optimizer_bytes):
+    def memory_buffers(self, tensors, largest, n, trainable=None):
         # Without gradient_as_bucket_view (off by default) DDP copies every gradient into its flat buckets: one
         # more fp32 copy of the gradients ("the saved memory size will be equal to the total gradients size",
-        # DistributedDataParallel's docstring).
-        buckets = 0 if self.knobs.gradient_as_bucket_view else 4
-        return params * (4 + 4 + buckets + optimizer_bytes)
-
-    def model_state_rule(self, optimizer_bytes):
+        # DistributedDataParallel's docstring); only parameters that require a gradient get a bucket.
         if self.knobs.gradient_as_bucket_view:
-            return super().model_state_rule(optimizer_bytes)
-        return (f"{4 + 4 + 4 + optimizer_bytes:g}P (fp32 parameters, gradients and optimizer state on every GPU, and "
-                f"DDP's bucket copy of the gradients)")
+            return []
+        t = sum(tensors) if trainable is None else trainable
+        return [("DDP's gradient buckets", 4 * t, "a copy of the fp32 gradients in its flat buckets, 4T; "
+                                                   "gradient_as_bucket_view=true makes the gradients views of them")]
 
     def comm_schedule(self):
         cap = self.knobs.bucket_cap_mb

@@ -580,7 +580,7 @@ class DeepSpeedAdapter(Adapter):
     def gradient_bytes(self):
         return float(self._bits())  # DeepSpeed reduces the model's own gradients, in its dtype
 
-    def model_state_bytes(self, params, largest, n, optimizer_bytes):
+    def model_state_bytes(self, params, largest, n, optimizer_bytes, trainable=None):
         # DeepSpeed's own accounting (estimate_zero2/3_model_states_mem_needs, no offload): the model's bit16
         # parameters (b bytes) and gradients, an fp32 master copy, fp32 gradients for the step and the optimizer
         # state, each partitioned from the stage that partitions it. ZeRO-2 is its estimator's 2P + 18P/N under
@@ -588,26 +588,41 @@ class DeepSpeedAdapter(Adapter):
         # Stage 3 allocates b x P/N more than that estimator counts: the bit16 parameter partition
         # (stage3.py fp16_partitioned_groups_flat) beside the gradient partition (grad_partitions_flat_buffer); it
         # is left out here as there, and model_state_rule says so with its size. Stage 0 keeps the master copy
-        # only with a 16-bit model (BF16_Optimizer / FP16_Optimizer); in fp32 the model is the master. Its reduce
-        # bucket (reduce_bucket_size) is not counted, as the estimators do not.
+        # only with a 16-bit model (BF16_Optimizer / FP16_Optimizer); in fp32 the model is the master. A frozen
+        # parameter is cast with the model (b bytes, partitioned by ZeRO-3 as the others) and has no gradient,
+        # master copy or optimizer state: the optimizer's groups are built from the trainable parameters only
+        # (T of them). Its buckets are memory_buffers.
         b, stage = self._bits(), self.knobs.zero_stage
+        t = params if trainable is None else trainable
         fp32 = 4 + 4 + optimizer_bytes  # master weights, fp32 gradients, optimizer state
         if stage == 0:
-            return params * (4 + 4 + optimizer_bytes if b == 4 else 2 * b + fp32)
+            return params * 4 + t * (4 + optimizer_bytes) if b == 4 else params * b + t * (b + fp32)
         if stage == 1:
-            return params * (2 * b + fp32 / n)
+            return params * b + t * (b + fp32 / n)
         if stage == 2:
-            return params * (b + (b + fp32) / n)
-        return params * (b + fp32) / n + 2 * b * largest["module"]
+            return params * b + t * (b + fp32) / n
+        return t * (b + fp32) / n + 2 * b * largest["module"]
 
-    def model_state_rule(self, optimizer_bytes):
+    def model_state_rule(self, optimizer_bytes, frozen=False):
         b, stage = self._bits(), self.knobs.zero_stage
         fp32 = 4 + 4 + optimizer_bytes
+        bits = f"{8 * b}-bit"
+        if frozen:  # T trainable of P parameters: the estimators count every parameter as trainable
+            rest = {0: (f"4P + {4 + optimizer_bytes:g}T (the fp32 model is its own master)" if b == 4 else
+                        f"{b}P + {b + fp32:g}T ({bits} model on every GPU; gradients, fp32 master and optimizer "
+                        f"state of the trainable ones)"),
+                    1: f"{b}P + {b}T + {fp32:g}T/N ({bits} model and trainable gradients on every GPU; the fp32 "
+                       f"rest partitioned)",
+                    2: f"{b}P + {b + fp32:g}T/N ({bits} model on every GPU; trainable gradients and the fp32 rest "
+                       f"partitioned)",
+                    3: f"{b + fp32:g}T/N + {2 * b}L (trainable gradients and the fp32 rest partitioned; the "
+                       f"largest module gathered); stage3.py also allocates its {bits} parameter partition, {b}P/N "
+                       f"more, which this count leaves out"}
+            return rest[stage] + "; DeepSpeed's estimators count every parameter as trainable"
         if stage == 0:
             return (f"{fp32:g}P (the fp32 model is its own master)" if b == 4 else
                     f"{2 * b + fp32:g}P ({8 * b}-bit parameters and gradients, fp32 master, gradients and optimizer "
                     f"state on every GPU)")
-        bits = f"{8 * b}-bit"
         if stage == 1:
             return f"{2 * b}P + {fp32:g}P/N ({bits} parameters and gradients on every GPU; the fp32 rest partitioned)"
         # The estimators assume AdamW in 16 bits (2P + 18P/N and 18P/N + 4L)
@@ -620,6 +635,36 @@ class DeepSpeedAdapter(Adapter):
                                                    "its estimate_zero3_model_states_mem_needs assumes 16-bit AdamW")
                 + f"; stage3.py also allocates its {bits} parameter partition, {b}P/N more, which "
                   f"{'the estimator and ' if same else ''}this count leave{'' if same else 's'} out")
+
+    REDUCE_BUCKET = 500_000_000
+    """reduce_bucket_size, DeepSpeed 0.19's default (elements)."""
+    PREFETCH_BUCKET = 50_000_000
+    """stage3_prefetch_bucket_size, its default (elements)."""
+    PERSISTENCE = 100_000
+    """stage3_param_persistence_threshold, its default (elements): a smaller parameter is never partitioned."""
+
+    def memory_buffers(self, tensors, largest, n, trainable=None):
+        # DeepSpeed 0.19, stages 1-3 with contiguous_gradients (on by default): each gradient is copied into a
+        # reduce bucket allocated at reduce_bucket_size elements in the model's dtype, whatever the model's size
+        # (stage_1_and_2.py setup_buckets, a second one with overlap_comm, off for stages 1 and 2 by default;
+        # stage3.py one per communication dtype). ZeRO-3 also gathers up to stage3_prefetch_bucket_size elements
+        # ahead of the module computing, and keeps every parameter of at most stage3_param_persistence_threshold
+        # elements whole on every rank (not partitioned: its b x (1 - 1/N) beyond the partition counted).
+        b, stage = self._bits(), self.knobs.zero_stage
+        if stage == 0:
+            return []
+        bucket = self.REDUCE_BUCKET if self.knobs.reduce_bucket_elems is None else self.knobs.reduce_bucket_elems
+        out = [("DeepSpeed's reduce bucket", b * bucket,
+                f"reduce_bucket_size {bucket:.3g} elements in {8 * b}-bit, allocated whole (contiguous_gradients)")]
+        if stage == 3:
+            small = sum(t for t in tensors if t <= self.PERSISTENCE)
+            out += [("ZeRO-3's prefetch", b * min(self.PREFETCH_BUCKET, sum(tensors)),
+                     f"stage3_prefetch_bucket_size {self.PREFETCH_BUCKET:.3g} elements gathered ahead of the module "
+                     f"computing"),
+                    ("ZeRO-3's persistent parameters", b * small * (1 - 1 / n),
+                     f"parameters of at most {self.PERSISTENCE:,} elements (stage3_param_persistence_threshold) kept "
+                     f"whole on every rank: {small:,.0f} parameters here")]
+        return out
 
     def comm_schedule(self):
         k = self.knobs

@@ -72,22 +72,33 @@ class FSDPAdapter(DDPAdapter):
         mixed = {} if dtype == "fp32" else {"param_dtype": dtype}  # gradients reduce-scattered in fp32
         return [{**mixed, "reshard_after_forward": True}, {**mixed, "reshard_after_forward": False}]
 
-    def model_state_bytes(self, params, largest, n, optimizer_bytes):
-        # Sharded: the fp32 parameters, their fp32 gradients and the optimizer state, 1/N each. Unsharded while a
-        # unit computes: its parameters gathered in param_dtype and its gradients before the reduce-scatter; with
-        # reshard_after_forward=false every unit's gathered parameters stay from forward to backward. One unit at
-        # a time is counted (FSDP2 prefetches the next: up to one unit more).
+    def model_state_bytes(self, params, largest, n, optimizer_bytes, trainable=None):
+        # Sharded: the fp32 parameters (frozen ones too), the trainable ones' fp32 gradients and optimizer state,
+        # 1/N each. Unsharded while a unit computes: its parameters gathered in param_dtype and its gradients before
+        # the reduce-scatter; with reshard_after_forward=false every unit's gathered parameters stay from forward
+        # to backward. One unit at a time is counted here; the unit FSDP2 prefetches is a memory_buffers line.
         b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
+        t = params if trainable is None else trainable
         gathered = largest["unit"] if self.knobs.reshard_after_forward else params
-        return params * (4 + 4 + optimizer_bytes) / n + b * gathered + b * largest["unit"]
+        return (params * 4 + t * (4 + optimizer_bytes)) / n + b * gathered + b * largest["unit"]
 
-    def model_state_rule(self, optimizer_bytes):
+    def model_state_rule(self, optimizer_bytes, frozen=False):
         b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
         gathered = f"{2 * b}U" if self.knobs.reshard_after_forward else f"{b}P + {b}U"
         what = ("one unit's parameters and gradients unsharded at a time" if self.knobs.reshard_after_forward else
                 "every unit's parameters unsharded from forward to backward, one unit's gradients")
-        return (f"{4 + 4 + optimizer_bytes:g}P/N + {gathered} (fp32 parameters, gradients and optimizer state "
-                f"sharded; {what}, in {self.knobs.param_dtype}; DeepSpeed has no FSDP estimator)")
+        sharded = (f"(4P + {4 + optimizer_bytes:g}T)/N + {gathered} (fp32 parameters, trainable gradients and "
+                   f"optimizer state sharded" if frozen else
+                   f"{4 + 4 + optimizer_bytes:g}P/N + {gathered} (fp32 parameters, gradients and optimizer state "
+                   f"sharded")
+        return f"{sharded}; {what}, in {self.knobs.param_dtype}; DeepSpeed has no FSDP estimator)"
+
+    def memory_buffers(self, tensors, largest, n, trainable=None):
+        # FSDP2 issues the next unit's all-gather while a unit computes (implicit forward and backward prefetch):
+        # one more unit's parameters in param_dtype. DDP's buckets, which it would inherit, do not exist here.
+        b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
+        return [("FSDP2's prefetched all-gather", b * largest["unit"],
+                 f"the next unit's parameters gathered while one computes, {b}U in {self.knobs.param_dtype}")]
 
     def precision(self) -> Precision:
         k = self.knobs

@@ -342,16 +342,12 @@ class HorovodAdapter(Adapter):
     def plan_knobs(cls, dtype):
         return [{}] if dtype == "fp32" else "trains in fp32 here; its fp16 compression is a wire format"
 
-    def model_state_bytes(self, params, largest, n, optimizer_bytes):
-        # fp32 parameters, gradients and optimizer state on every rank, and the fusion buffer (allocated once
-        # gradients of more than one tensor are fused; at most the whole gradient).
+    def memory_buffers(self, tensors, largest, n, trainable=None):
+        # The fusion buffer, allocated once gradients of more than one tensor are fused: at most the whole gradient.
         fusion = self.comm_schedule().fusion_bytes
-        return params * (4 + 4 + optimizer_bytes) + min(fusion, 4 * params)
-
-    def model_state_rule(self, optimizer_bytes):
-        fusion = self.comm_schedule().fusion_bytes
-        return (f"{4 + 4 + optimizer_bytes:g}P + min({fusion / 2**20:g} MiB, 4P) (fp32 parameters, gradients and "
-                f"optimizer state on every GPU, and Horovod's fusion buffer)")
+        t = sum(tensors) if trainable is None else trainable
+        return [("Horovod's fusion buffer", min(fusion, 4 * t),
+                 f"min({fusion / 2**20:g} MiB, 4T): gradients of several tensors packed for one all-reduce")]
 
     def comm_schedule(self):
         k = self.knobs

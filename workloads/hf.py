@@ -59,9 +59,13 @@ def missing() -> str | None:
 
 
 def _tracing_on_meta(ids):
-    """On the meta device (counting FLOPs and memory, never training), transformers' mask builders are told they
-    are being traced, as under torch.compile: they then build the causal mask without the `.item()` calls (is the
-    batch packed? is the mask all ones?) that a meta tensor cannot answer. A real tensor changes nothing."""
+    """On the meta device (counting FLOPs and memory, never training), transformers' mask preparation asks whether
+    the batch packs several sequences into one row, an `.item()` a meta tensor cannot answer. It is answered as
+    this workload's batches answer it on a real device: no (one sequence a row, positions 0..s-1), so the mask is
+    skipped for SDPA's `is_causal` and grouped-query attention reaches the kernel unexpanded, as in training.
+    (Telling the mask builders they are being traced instead, as under torch.compile, built an explicit mask and
+    expanded key and value to every head: a GQA Llama's activations came out larger than a run's.) A real tensor
+    changes nothing."""
     import contextlib
 
     if not ids.is_meta:
@@ -70,7 +74,9 @@ def _tracing_on_meta(ids):
 
     import transformers.masking_utils as masks
 
-    return mock.patch.object(masks, "is_tracing", lambda *args, **kwargs: True)
+    if hasattr(masks, "find_packed_sequence_indices"):
+        return mock.patch.object(masks, "find_packed_sequence_indices", lambda *args, **kwargs: None)
+    return mock.patch.object(masks, "is_tracing", lambda *args, **kwargs: True)  # an older transformers
 
 
 class HF(Workload):

@@ -38,9 +38,17 @@ class PlanRequest:
     attention: str = field(default="flash", metadata=cli("--attention"))
     """flash (a fused kernel: no s x s scores kept) or eager (the softmax kept for backward)."""
     checkpointing: str = field(default="none", metadata=cli("--checkpointing"))
-    """none, or full: every block (shard unit) recomputed in backward, only its input kept."""
-    gpu: str = field(default="h100", metadata=cli("--gpu"))
-    """The GPU, as a hardware profile (`compare predict --list`): h100, a100, v100, p100 or a profile's full name."""
+    """none; full (every block, i.e. shard unit, recomputed in backward, only its input kept); selective
+    (torchtitan's per-op policy: matmul and attention outputs saved, every second matmul recomputed; also
+    selective:op) or selective:N (every Nth block recomputed whole)."""
+    from_run: str | None = field(default=None, metadata=cli("--from"))
+    """A `compare run` results directory of the same workload: each row's compute priced from what it measured (and
+    its interval), not from an assumed utilisation. Without --gpu, the run's own machine and world size."""
+    compile: bool = field(default=False, metadata=cli("--compile", negatable=False))
+    """Plan every row with torch.compile (knob compile=true), at the speed-up the --from run measured."""
+    gpu: str | None = field(default=None, metadata=cli("--gpu"))
+    """The GPU, as a hardware profile (`compare predict --list`): h100, h200, a100, v100, p100 or a profile's full
+    name (default: h100; with --from, the run's own GPU)."""
     nodes: int = field(default=1, metadata=cli("--nodes"))
     """Nodes."""
     gpus_per_node: int | None = field(default=None, metadata=cli("--gpus-per-node"))
@@ -49,10 +57,11 @@ class PlanRequest:
     """Line rate of each NIC in Gb/s (default: the profile's network)."""
     nics_per_node: int = field(default=1, metadata=cli("--nics-per-node"))
     """NICs per node, with --nic-gbps."""
-    dtype: str = field(default="bf16", metadata=cli("--dtype"))
-    """Training precision: bf16, fp16 or fp32."""
+    dtype: str | None = field(default=None, metadata=cli("--dtype"))
+    """Training precision: bf16, fp16 or fp32 (default: bf16; with --from on the run's own CPU, each row's own)."""
     batch: int | None = field(default=None, metadata=cli("--batch"))
-    """Samples per GPU per step (default: the workload's global batch, or 8 sequences)."""
+    """Samples per GPU per step (default: the workload's global batch, or 8 sequences; with --from, the run's per
+    process)."""
     global_batch: int | None = field(default=None, metadata=cli("--global-batch"))
     """Samples per step over all GPUs (instead of --batch)."""
     optimizer: str | None = field(default=None, metadata=cli("--optimizer"))
@@ -65,17 +74,32 @@ class PlanRequest:
 
 def plan(req: PlanRequest) -> None:
     """Which backend for a cluster that is not here: each framework's step time and samples/s on it (over an
-    assumed range of utilisation), the model states each holds per GPU and whether they fit, and a recommendation
-    with its margin."""
+    assumed range of utilisation, or from a run's measurements with --from), the memory each holds per GPU and
+    whether it fits, and a recommendation with its margin."""
+    import dataclasses as dc
+    from pathlib import Path
+
     from harness.core.errors import BadInput
     from harness.core.requests import pairs
-    from harness.model import planner
+    from harness.model import measured, planner
     from harness.shared.options import OptionError
     from harness.shared.registry import UnknownName
 
     model = ("a workload (-w, one of " + ", ".join(workloads.names()) + ") or a transformer's size (--params with "
              "--layers)")
-    if req.workload is None and req.params is None:
+    run = None
+    try:
+        if req.from_run is not None:
+            run = measured.read(Path(req.from_run))
+    except measured.BadRun as exc:
+        fail(str(exc))
+    if run is not None and req.params is not None:
+        fail(f"--from prices the run's own workload ({run.workload}), not a transformer given by --params; leave out "
+             f"--params, or --from")
+    if req.compile and run is None:
+        fail("--compile needs --from RUN_DIR: torch.compile's speed-up is taken from a run that measured a compiled "
+             "row (a knob compile=true), not assumed")
+    if req.workload is None and req.params is None and run is None:
         fail(f"give the model to plan: {model}")
     if req.workload is not None and req.params is not None:
         fail(f"give {model}, not both")
@@ -84,28 +108,123 @@ def plan(req: PlanRequest) -> None:
     if req.optimizer is not None and req.optimizer not in planner.OPTIMIZERS:
         fail(f"unknown --optimizer {req.optimizer}; choose from {', '.join(planner.OPTIMIZERS)}")
     try:
-        cluster = planner.cluster(req.gpu, req.nodes, req.gpus_per_node, req.dtype, req.nic_gbps, req.nics_per_node,
-                                  req.memory_gib)
-        per_gpu = planner.check(cluster, req.batch, req.global_batch)
-        if req.workload is not None:
-            for name, value in (("--hidden", req.hidden), ("--heads", req.heads), ("--kv-heads", req.kv_heads),
+        options = dict(pairs(req.options, "option"))
+        name = req.workload
+        if run is not None:
+            name, options = _same_workload(run, req.workload, options)
+        if run is not None and run.device == "cuda" and measured.profile_of(run.gpu) is None:
+            if req.gpu is None:
+                raise measured.BadRun(
+                    f"--from {run.path} ran on {run.gpu or 'a GPU of no recorded name'}, which has no hardware "
+                    f"profile: its own machine cannot be planned, nor its compute carried (its peak is not known); "
+                    f"add a profile (harness/model/profiles/README.md)")
+        if run is not None and run.device == "cpu" and req.gpu is None:
+            target = _own_cpu(run, req)
+        else:
+            gpu = req.gpu or (measured.profile_of(run.gpu) if run is not None and run.gpu else None) or "h100"
+            nodes, per_node = req.nodes, req.gpus_per_node
+            if run is not None and req.gpu is None and req.nodes == 1 and per_node is None:
+                per_node = run.world_size  # the run's own machine at its own world size
+            target = planner.cluster(gpu, nodes, per_node, req.dtype or "bf16", req.nic_gbps, req.nics_per_node,
+                                     req.memory_gib)
+        batch = req.batch
+        if run is not None and batch is None and req.global_batch is None:
+            batch = next(iter(run.rows.values())).per_rank_batch
+        per_gpu = planner.check(target, batch, req.global_batch)
+        source = None
+        if run is not None:
+            source = _source(run, target, req.compile)
+        ck = planner.checkpointing_of(req.checkpointing)
+        if name is not None:
+            for flag, value in (("--hidden", req.hidden), ("--heads", req.heads), ("--kv-heads", req.kv_heads),
                                 ("--ffn", req.ffn), ("--layers", req.layers)):
                 if value is not None:
-                    fail(f"{name} describes a model given by --params; workload {req.workload}'s model has its own "
-                         f"shape (set it with its -o options, see `compare knobs {req.workload}`)")
-            shape = planner.of_workload(req.workload, dict(pairs(req.options, "option")), req.optimizer,
-                                        attention=req.attention, checkpointing=req.checkpointing)
+                    fail(f"{flag} describes a model given by --params; workload {name}'s model has its own "
+                         f"shape (set it with its -o options, see `compare knobs {name}`)")
+            shape = planner.of_workload(name, options, req.optimizer, attention=req.attention, checkpointing=ck)
         else:
             shape = planner.transformer(req.params, req.layers, req.hidden, req.seq_len, req.optimizer or "adamw",
                                         heads=req.heads, kv_heads=req.kv_heads, ffn=req.ffn,
-                                        attention=req.attention, checkpointing=req.checkpointing)
-    except (planner.BadPlan, BadInput, UnknownName) as exc:
+                                        attention=req.attention, checkpointing=ck)
+    except (planner.BadPlan, measured.BadRun, BadInput, UnknownName) as exc:
         fail(str(exc).strip("'\""))
     except OptionError as exc:
         fail(f"workload {req.workload}: {exc}")
-    result = planner.make(shape, cluster, per_gpu or shape.default_batch)
+    inputs = {f.metadata["cli"].flags[0] if "cli" in f.metadata else f.name: getattr(req, f.name)
+              for f in dc.fields(req)}
+    result = planner.make(shape, target, per_gpu or shape.default_batch, source, inputs)
     if req.as_json:
-        typer.echo(json.dumps(planner.as_json(result), indent=2))
+        typer.echo(json.dumps(planner.as_json(result), indent=2, default=str))
         return
     for line in planner.lines(result):
         console.print(escape(line), soft_wrap=True)
+
+
+def _same_workload(run, workload: str | None, options: dict) -> tuple[str, dict]:
+    """The run's workload and options, which -w and -o (if given) must name: a plan from a run prices that run's
+    model (another model's compute is not what it measured). BadRun otherwise."""
+    from harness.model.measured import BadRun
+
+    if workload is not None and workload != run.workload:
+        raise BadRun(f"--from {run.path} is a run of workload {run.workload}, not {workload}; plan -w {run.workload} "
+                     f"(or leave -w out)")
+    merged = {**run.options, **options}
+    if options:
+        mine = workloads.get(run.workload, merged).describe()["options"]
+        theirs = workloads.get(run.workload, run.options).describe()["options"]
+        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if differ:
+            given = ", ".join(f"{k}={mine.get(k)} (the run: {theirs.get(k)})" for k in differ)
+            raise BadRun(f"--from {run.path} ran workload {run.workload} with other options: {given}; a plan from a "
+                         f"run prices the model it ran (leave out -o, or make a run of this model)")
+    return run.workload, run.options
+
+
+def _own_cpu(run, req):
+    """The run's own CPU machine at its own world size (a CPU has no profile: only what the run measured there)."""
+    from harness.model import planner
+    from harness.model.measured import BadRun
+
+    if req.nodes != 1 or req.gpus_per_node not in (None, run.world_size) or req.nic_gbps is not None:
+        raise BadRun(f"--from {run.path} ran on a CPU ({run.machine}), which has no hardware profile: only its own "
+                     f"machine at its own world size ({run.world_size}) can be planned from it; leave out --nodes, "
+                     f"--gpus-per-node and --nic-gbps, or give --gpu (a GPU run's compute carries to another GPU)")
+    memory = req.memory_gib if req.memory_gib is not None else (
+        run.host_memory_bytes / 2**30 if run.host_memory_bytes else None)
+    return planner.Cluster(None, 1, run.world_size, req.dtype, memory_gib=memory, machine=run.machine)
+
+
+def _source(run, target, compile_: bool):
+    """The measured compute source for a plan of `target`, or BadRun when the run cannot price it."""
+    from harness.model import measured
+
+    source = measured.FromRun(run, target.dtype, compile_)
+    if target.profile is not None:
+        if run.device == "cuda" and measured.profile_of(run.gpu) is None:
+            raise measured.BadRun(
+                f"--from {run.path} ran on {run.gpu or 'a GPU of no recorded name'}, which has no hardware profile: "
+                f"its peak is not known, so its compute cannot be carried to {target.profile}; add a profile "
+                f"(harness/model/profiles/README.md)")
+        if run.device == "cpu":
+            raise measured.BadRun(
+                f"--from {run.path} ran on a CPU ({run.machine}), whose peak FLOP/s is not known: its compute cannot "
+                f"be carried to {target.profile}; plan the run's own machine (leave out --gpu), or --from a GPU run")
+        if source.reference(target.dtype) is None:
+            have = ", ".join(sorted({r.precision for r in run.rows.values()}))
+            raise measured.BadRun(
+                f"--from {run.path} measured no {target.dtype} row (its rows ran in {have}): its compute at another "
+                f"precision says little about {target.dtype} (MFU differs between precisions: 64% of fp32's peak "
+                f"and 25% of bf16's on the H200's Llama); give --dtype {have.split(', ')[0]}, or a run with a "
+                f"{target.dtype} row")
+    if compile_:
+        source.speedup = measured.compile_speedup(run)
+        compiled = [r for r in run.rows.values() if r.compiled]
+        if not compiled:
+            raise measured.BadRun(
+                f"--compile: --from {run.path} measured no compiled row (a knob compile=true); add one beside its "
+                f"plain row, e.g. compare run -a ddp,ddp:compile=true")
+        if source.speedup is None and target.profile is not None:
+            raise measured.BadRun(
+                f"--compile: --from {run.path} measured {', '.join(r.label for r in compiled)} but not the same "
+                f"row without compile, so no speed-up can be read from it; add the plain row")
+    return source

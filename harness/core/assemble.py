@@ -98,6 +98,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["controls"]["cuda_math"] = r0.cuda_math
     rec["adapter_info"] = r0.adapter
     rec["param_count"] = r0.param_count
+    rec["trainable_param_count"] = r0.trainable_param_count
     rec["data"] = r0.data
     if stats:
         rec["step_time_s"] = stats
@@ -222,10 +223,10 @@ def step_breakdown(ranks: list[TrainResult], stats: dict | None) -> dict[str, An
     return out
 
 
-PEAKS = (("H100", "h100-sxm-ndr400"), ("H200", "h100-sxm-ndr400"), ("A100", "a100-sxm-hdr200"),
+PEAKS = (("H100", "h100-sxm-ndr400"), ("H200", "h200-sxm-ndr400"), ("A100", "a100-sxm-hdr200"),
          ("V100", "v100-dgx1-edr100"), ("P100", "p100-25gbe-roce"))
-"""GPU name -> the hardware profile whose dense peak it has (the H200 computes as the H100 SXM; a PCIe card of the
-same name has a lower peak and gets none)."""
+"""GPU name -> the hardware profile whose dense peak it has (the H200's has the H100 SXM's peaks and its own memory; a
+PCIe card of the same name has a lower peak and gets none)."""
 
 
 def mfu(tflops: float, device: str, gpus: list[str], precision: str, cuda_math: dict | None,
@@ -245,7 +246,16 @@ def mfu(tflops: float, device: str, gpus: list[str], precision: str, cuda_math: 
     profile = next((p for key, p in PEAKS if key in name and "PCIe" not in name), None)
     if profile is None:
         return {"value": None, "why_none": f"no peak known for {name or 'this GPU'}"}
-    peaks = costmodel.load_profile(profile).peak_tflops
+    peak, what = peak_of(costmodel.load_profile(profile).peak_tflops, precision, cuda_math, conv_share)
+    if peak is None:
+        return {"value": None, "why_none": f"{what} for {name}"}
+    return {"value": tflops / peak, "peak_tflops": peak, "peak": f"{name}: {what} (profile {profile})"}
+
+
+def peak_of(peaks: dict[str, float], precision: str, cuda_math: dict | None,
+            conv_share: float | None = None) -> tuple[float | None, str]:
+    """(dense peak TFLOP/s, what it is) of a device with these `peaks` (a hardware profile's) for a row's
+    arithmetic, as `mfu` judges it; (None, why) when the profile lacks a peak the row needs."""
     math = cuda_math or {}
     if precision in ("bf16", "fp16"):
         parts = {precision: 1.0}
@@ -261,14 +271,12 @@ def mfu(tflops: float, device: str, gpus: list[str], precision: str, cuda_math: 
         parts = parts or {other: 1.0}
     missing = [k for k in parts if not peaks.get(k)]
     if missing:
-        return {"value": None, "why_none": f"no {missing[0]} peak known for {name}"}
+        return None, f"no {missing[0]} peak known"
     peak = peaks[next(iter(parts))] if len(parts) == 1 else 1.0 / sum(share / peaks[k] for k, share in parts.items())
     if len(parts) == 1:
-        what = f"{peak:g} TFLOP/s dense {next(iter(parts))}"
-    else:
-        what = f"{peak:.1f} TFLOP/s dense, " + " + ".join(f"{k} for {share:.0%} of the FLOPs"
-                                                          for k, share in parts.items())
-    return {"value": tflops / peak, "peak_tflops": peak, "peak": f"{name}: {what} (profile {profile})"}
+        return peak, f"{peak:g} TFLOP/s dense {next(iter(parts))}"
+    return peak, f"{peak:.1f} TFLOP/s dense, " + " + ".join(f"{k} for {share:.0%} of the FLOPs"
+                                                           for k, share in parts.items())
 
 
 def mfu_of(rec: dict[str, Any]) -> dict[str, Any] | None:

@@ -52,6 +52,15 @@ def precision_of(rec: dict) -> str:
     return precision_label(rec["controls"], rec.get("conv_flops_share"))
 
 
+def frozen_note(rec: dict) -> str:
+    """", of which 4,194,304 trainable" where a record's model has frozen parameters; "" otherwise (and for records
+    made before trainable_param_count existed)."""
+    trainable = rec.get("trainable_param_count")
+    if trainable is None or trainable == rec.get("param_count"):
+        return ""
+    return f", of which {trainable:,} trainable"
+
+
 LOAD_BALANCE_METHOD = (
     "per rank: step = the rank's own median step time over the timed steps; compute = the median forward + "
     "backward + optimizer step of a plain local copy of the model (no wrapper, no communication) on the rank's "
@@ -221,7 +230,11 @@ class Run(TypedDict):
     adapter_info: NotRequired[dict[str, Any]]
     """What the framework reported: versions, resolved knobs, notes."""
     param_count: NotRequired[int]
-    """Trainable parameters of the model."""
+    """Every parameter of the model, trainable and frozen (records before 2026-11-29 called it trainable; it has
+    always counted all)."""
+    trainable_param_count: NotRequired[int]
+    """The parameters that require a gradient: what gradients, their communication and the optimizer state are
+    sized by (fewer than param_count in a fine-tune with frozen layers, e.g. LoRA)."""
     data: NotRequired[dict[str, Any]]
     """Where the data came from (source, sizes; for a Dataset, the loader and its workers per rank)."""
     workload_source: NotRequired[str]

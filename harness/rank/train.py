@@ -38,6 +38,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     torch.manual_seed(workload.seed)  # identical initial weights in every process and every adapter
     model = workload.build_model().to(info.device)
     n_params = sum(p.numel() for p in model.parameters())
+    n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # before wrap: frozen stays frozen
     lr = workload.lr(spec.global_batch)
     optimizer = workload.make_optimizer(model, lr)
     adapter.units = workload.shard_units(model)  # what a sharding adapter wraps one by one
@@ -217,7 +218,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         losses=losses[:steps_run].cpu().tolist(), peak_memory_bytes=peak, peak_memory_kind=memory.kind,
         peak_memory_file_bytes=memory.file_bytes,
         eval=evaluation, lr=lr, lr_rule=workload.lr_rule(), param_count=n_params,
-        precision=adapter.precision().value,
+        trainable_param_count=n_trainable, precision=adapter.precision().value,
         compression=adapter.compression(), adapter=adapter.describe(), workload=workload.describe(),
         data={**data.meta, **(loader.describe() if loader else {})}, per_process_batch=per_rank_batch, train_samples=n_train,
         evals=periodic.evals if periodic else None, snapshot_s=snapshot_s, profile=own,

@@ -17,7 +17,7 @@ from harness.core import assemble
 from harness.core.errors import first_sentence
 from harness.core.outdir import save_figure, write_text
 from harness.core.provenance import tuning_line
-from harness.core.record import MEASURED, has_intervals, precision_of
+from harness.core.record import MEASURED, frozen_note, has_intervals, precision_of
 from harness.core.sizes import format_mib
 from harness.core.stats import geomean_interval, percentile, worst
 from harness.launching import machine
@@ -360,7 +360,7 @@ def _controls(rows) -> list[str]:
     cfg = f.get("until_target")
     lines = [
         f"- Workload `{f['workload']}`: {f.get('data', {}).get('source', '')}; {f.get('param_count', 0):,} "
-        f"parameters; options {ctl['workload_options']}.",
+        f"parameters{frozen_note(f)}; options {ctl['workload_options']}.",
         f"- Global batch {ctl['global_batch']} for every adapter; learning rate {ctl['lr']:g} ({ctl['lr_rule']}); "
         f"seed {ctl['seed']}; same initial weights and data order everywhere.",
         ttt.controls(cfg, (f.get("eval") or {}).get("test_samples")) if cfg else

@@ -28,7 +28,7 @@ from typing import Any
 
 from harness.core.outdir import save_figure, write_text
 from harness.core.provenance import tuning_line
-from harness.core.record import has_intervals
+from harness.core.record import frozen_note, has_intervals
 from harness.core.sizes import format_mib
 from harness.core.stats import geomean_interval, percentile, ratio_interval, worst
 from harness.launching import machine
@@ -311,7 +311,7 @@ def _controls(records, sweep) -> list[str]:
             else "weak scaling: the same per-rank batch at every world size; the global batch and the learning "
                  "rate grow with N by the workload's rule")
     return [f"- Workload `{f['workload']}`: {f.get('data', {}).get('source', '')}; {f.get('param_count', 0):,} "
-            f"parameters; options {ctl['workload_options']}; LR rule {ctl['lr_rule']}.",
+            f"parameters{frozen_note(f)}; options {ctl['workload_options']}; LR rule {ctl['lr_rule']}.",
             f"- {rule}.",
             f"- {sweep.get('threads_per_rank', ctl['threads_requested'])} thread(s) per rank at every world size "
             f"(one rank = one worker), recorded per rank.",

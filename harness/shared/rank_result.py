@@ -68,6 +68,9 @@ class TrainResult(RankResult):
     lr: float = 0.0
     lr_rule: str = ""
     param_count: int = 0
+    """Every parameter of the model, trainable and frozen."""
+    trainable_param_count: int = 0
+    """The parameters that require a gradient (fewer than param_count in a fine-tune with frozen layers)."""
     precision: str = "fp32"
     compression: str = "none"
     adapter: dict[str, Any] = field(default_factory=dict)

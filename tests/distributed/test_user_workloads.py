@@ -53,3 +53,42 @@ def test_a_model_with_dropout_fails_equivalence_saying_why(tmp_path):
     assert eq["why_failed"].startswith("the model is not deterministic: it has dropout (Dropout(p=0.5)); each process")
     assert "✗ in the max_param_diff column (ddp): the model is not deterministic" in (out / "report.md").read_text()
     assert "✗ in the max_param_diff column (ddp): the model is not deterministic" in proc.stdout
+
+
+LORA = """import torch
+from torch import nn
+
+
+class LoRALinear(nn.Module):
+    def __init__(self, width, rank):
+        super().__init__()
+        self.base = nn.Linear(width, width, bias=False)
+        self.base.weight.requires_grad_(False)  # frozen, as a LoRA fine-tune freezes the pretrained weights
+        self.a = nn.Linear(width, rank, bias=False)
+        self.b = nn.Linear(rank, width, bias=False)
+
+    def forward(self, x):
+        return self.base(x) + self.b(self.a(x))
+
+
+def lora(width: int = 64, rank: int = 4):
+    x = torch.randn(128, width)
+    return {'model': lambda: nn.Sequential(LoRALinear(width, rank), nn.ReLU(), nn.Linear(width, 4)),
+            'train': (x, x[:, :4].argmax(1))}
+"""
+
+
+def test_records_count_every_parameter_and_the_trainable_ones_apart(tmp_path):
+    # A model with frozen weights: param_count counts all of them (as it always did), trainable_param_count the
+    # ones that require a gradient; the report says both
+    path = tmp_path / "lora.py"
+    path.write_text(LORA)
+    out = tmp_path / "run"
+    rows, _ = run_compare(out, "-w", f"{path}:lora", "-a", "ddp", "--steps", "2", "--warmup", "1",
+                          "--equiv-steps", "2")
+    rec = rows["ddp"]
+    assert rec["status"] == "ok", rec["reason"]
+    frozen, trainable = 64 * 64, 2 * 64 * 4 + 64 * 4 + 4
+    assert rec["param_count"] == frozen + trainable and rec["trainable_param_count"] == trainable
+    assert rec["equivalence"]["passed"] is True
+    assert f"{frozen + trainable:,} parameters, of which {trainable:,} trainable;" in (out / "report.md").read_text()

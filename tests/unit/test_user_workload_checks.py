@@ -318,13 +318,13 @@ def test_an_fp32_model_without_convolutions_is_judged_at_the_fp32_peak_whatever_
     conv = {"cudnn_allow_tf32": True, "matmul_allow_tf32": False}
     llama = mfu(42.9, "cuda", ["NVIDIA H200"], "fp32", conv, conv_share=0.0)
     assert llama["peak_tflops"] == 66.9 and llama["value"] == pytest.approx(42.9 / 66.9)
-    assert llama["peak"] == "NVIDIA H200: 66.9 TFLOP/s dense fp32 (profile h100-sxm-ndr400)"
+    assert llama["peak"] == "NVIDIA H200: 66.9 TFLOP/s dense fp32 (profile h200-sxm-ndr400)"
     assert mfu(49.47, "cuda", ["NVIDIA H200"], "fp32", conv, conv_share=1.0)["peak_tflops"] == 494.7
     # A ResNet's fc layer is a matmul: its FLOPs split, and the peak is what they would reach split so
     mixed = mfu(10.0, "cuda", ["NVIDIA H200"], "fp32", conv, conv_share=0.9)
     assert mixed["peak_tflops"] == pytest.approx(1 / (0.9 / 494.7 + 0.1 / 66.9))
     assert mixed["peak"].endswith("dense, tf32 for 90% of the FLOPs + fp32 for 10% of the FLOPs "
-                                  "(profile h100-sxm-ndr400)")
+                                  "(profile h200-sxm-ndr400)")
     both = {"cudnn_allow_tf32": True, "matmul_allow_tf32": True}
     assert mfu(1.0, "cuda", ["NVIDIA H200"], "fp32", both, conv_share=0.3)["peak_tflops"] == 494.7
     rec = {"tflops_per_device": 42.9, "env": {"gpus": ["NVIDIA H200"]}, "conv_flops_share": 0.0,

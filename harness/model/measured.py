@@ -1,0 +1,480 @@
+"""What a `compare run` measured, read for `compare plan --from RUN_DIR`: each row's step split into forward,
+backward, optimizer, the loop's own time and communication, per launch, with the interval over its launches.
+
+Runs in: the parent. Reads a results directory's records (nothing else); the planner (planner.py) prices a step
+from these figures instead of from an assumed share of the device's peak.
+
+How a row's step is split, in order of preference:
+- with `--breakdown`: the profiled steps' forward, backward, optimizer, other (the loop's own time) and
+  communication (exposed plus waiting for the slowest rank), each scaled by the timed mean step over the profiled
+  step of its launch, so the parts add up to the step the launch timed (profiling slows a host-bound step: on the
+  H200 a bf16 row's profiled step was 21-97% longer than its timed one);
+- without it: the whole timed step is compute (forward a third, backward two thirds, as the planner splits FLOPs),
+  and at world size above 1 its communication is inside it, which the plan says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.stats import geomean_interval
+
+
+class BadRun(ValueError):
+    """A --from directory the planner cannot price from; the message is one line naming the problem and the fix."""
+
+
+@dataclass
+class Row:
+    """One row of a run (every launch of one label that ended ok)."""
+
+    label: str
+    adapter: str
+    knobs: dict[str, Any]
+    """The knobs as the adapter resolved them (controls.knobs)."""
+    precision: str
+    processes: int
+    per_rank_batch: int
+    samples_per_s: list[float]
+    """Per launch."""
+    parts: dict[str, float]
+    """Seconds per step at the run's per-rank batch, adding up to the geometric-mean step over the launches:
+    forward, backward, optimizer, other (the loop's own time), comm (exposed communication and waiting)."""
+    split: str
+    """How `parts` were obtained."""
+    comm_inside: bool
+    """The step's communication is inside forward and backward (world size above 1 without --breakdown)."""
+    peak_tflops: float | None
+    """The device's dense peak at the row's arithmetic (as its MFU was judged), None on a CPU."""
+    peak_memory_bytes: float | None
+    reserved_bytes: float | None
+    compiled: bool
+    cuda_math: dict[str, Any] | None = None
+    conv_share: float | None = None
+
+    @property
+    def samples(self) -> dict[str, Any]:
+        """geomean, lo, hi of samples/s over the launches, and how the range was made: a 95% Student t interval from
+        three launches, the launches' own spread below that (not an interval), a point for one launch."""
+        g = geomean_interval(self.samples_per_s)
+        n = len(self.samples_per_s)
+        if g["lo"] is not None:
+            return {"mid": g["estimate"], "lo": g["lo"], "hi": g["hi"], "n": n, "kind": "95% interval"}
+        kind = "one launch: a point, no interval" if n == 1 else f"{n} launches: their spread, not an interval"
+        return {"mid": g["estimate"], "lo": min(self.samples_per_s), "hi": max(self.samples_per_s), "n": n,
+                "kind": kind}
+
+    @property
+    def step_s(self) -> float:
+        return self.processes * self.per_rank_batch / self.samples["mid"]
+
+    def per_sample(self) -> tuple[float, float]:
+        """(forward, backward) seconds per sample at the run's per-rank batch."""
+        return self.parts["forward"] / self.per_rank_batch, self.parts["backward"] / self.per_rank_batch
+
+
+@dataclass
+class Run:
+    path: Path
+    workload: str
+    options: dict[str, Any]
+    device: str
+    """"cpu" or "cuda"."""
+    gpu: str | None
+    """The GPU's name (records' env.gpus), None on a CPU."""
+    machine: str
+    """The CPU model and its usable cores, or the GPU's name: how the plan names the run's machine."""
+    world_size: int
+    host_memory_bytes: float | None
+    rows: dict[str, Row] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """label -> why no launch of it is usable."""
+
+    def describe(self) -> str:
+        return f"{self.path} ({self.workload} on {self.machine}, world size {self.world_size})"
+
+
+def _parts(recs: list[dict[str, Any]], step_s: float) -> tuple[dict[str, float], str, bool]:
+    """A row's step split into parts that add up to `step_s` (see the module's docstring)."""
+    with_breakdown = [r for r in recs if (r.get("breakdown") or {}).get("step_s")]
+    if with_breakdown:
+        keys = ("forward", "backward", "optimizer", "other")
+        shares = {k: 0.0 for k in (*keys, "comm")}
+        for r in with_breakdown:
+            b = r["breakdown"]
+            for k in keys:
+                shares[k] += b.get(k, 0.0) / b["step_s"]
+            shares["comm"] += (b.get("comm_exposed", 0.0) + b.get("waiting", 0.0)) / b["step_s"]
+        total = sum(shares.values()) or 1.0
+        within = [abs(r["breakdown"].get("profiled_vs_timed") or 0.0) for r in with_breakdown]
+        how = (f"--breakdown of {len(with_breakdown)} launch{'es' if len(with_breakdown) > 1 else ''} (the profiled "
+               f"steps' parts scaled to the timed step; profiled within {max(within):.0%} of it)")
+        return {k: step_s * v / total for k, v in shares.items()}, how, False
+    n = recs[0]["topology"]["processes"]
+    parts = {"forward": step_s / 3, "backward": 2 * step_s / 3, "optimizer": 0.0, "other": 0.0, "comm": 0.0}
+    if n == 1:
+        return parts, "no --breakdown: the timed step taken as compute, forward a third of it", False
+    return (parts, f"no --breakdown: the timed step at {n} processes taken whole, its communication inside "
+                   f"forward and backward", True)
+
+
+def read(path: Path) -> Run:
+    """The run in `path`, or BadRun."""
+    from harness.core import assemble
+    from harness.core.record import read_records, records_file
+
+    if not path.is_dir():
+        raise BadRun(f"--from {path}: not a directory; give a directory written by `compare run`")
+    file = records_file(path)
+    if file is None:
+        raise BadRun(f"--from {path}: not a compare run (no records.jsonl in it); give a directory written by "
+                     f"`compare run`")
+    try:
+        records = read_records(file)
+    except (OSError, ValueError) as exc:
+        raise BadRun(f"--from {path}: its records cannot be read ({' '.join(str(exc).split())})") from None
+    kinds = sorted({str(r.get("kind", "run")) for r in records} - {"run"})
+    if not records or kinds:
+        what = f"records of kind {', '.join(kinds)}" if kinds else "no records"
+        raise BadRun(f"--from {path}: {what}, not a `compare run`'s; give a directory written by `compare run`")
+    first = records[0]
+    ok = [r for r in records if r.get("status") == "ok" and r.get("step_time_s") and r.get("samples_per_s")]
+    env = first.get("env") or {}
+    gpus = env.get("gpus") or []
+    device = "cuda" if any((r.get("topology") or {}).get("device") == "cuda" for r in records) else "cpu"
+    cores = env.get("cpu_cores_usable")
+    machine = gpus[0] if device == "cuda" and gpus else (f"{env.get('cpu_model') or 'CPU'}, "
+                                                         f"{cores} core{'s' if cores != 1 else ''}")
+    run = Run(path, first.get("workload", "?"), dict((first.get("controls") or {}).get("workload_options") or {}),
+              device, gpus[0] if device == "cuda" and gpus else None, machine, int(first.get("world_size") or 1),
+              env.get("memory_total_bytes"))
+    if not ok:
+        states = sorted({str(r.get("status")) for r in records})
+        raise BadRun(f"--from {path}: no row of it ran to the end (status {', '.join(states)}); give a run with a "
+                     f"row whose status is ok")
+    by_label: dict[str, list[dict[str, Any]]] = {}
+    for r in ok:
+        by_label.setdefault(r["label"], []).append(r)
+    for label, recs in by_label.items():
+        sps = [r["samples_per_s"] for r in recs]
+        g = geomean_interval(sps)["estimate"]
+        top = recs[0]["topology"]
+        controls = recs[0]["controls"]
+        step = top["processes"] * controls["per_process_batch"] / g
+        parts, how, inside = _parts(recs, step)
+        mfu = assemble.mfu_of(recs[0]) if device == "cuda" else None
+        peaks = [r.get("peak_memory_bytes") for r in recs if r.get("peak_memory_bytes")]
+        reserved = [max(r["peak_memory_cuda_reserved_bytes_per_rank"]) for r in recs
+                    if r.get("peak_memory_cuda_reserved_bytes_per_rank")]
+        knobs = dict(controls.get("knobs") or {})
+        run.rows[label] = Row(label, recs[0]["adapter"], knobs, controls.get("precision", "fp32"),
+                              int(top["processes"]), int(controls["per_process_batch"]), sps, parts, how, inside,
+                              (mfu or {}).get("peak_tflops"), max(peaks) if peaks else None,
+                              max(reserved) if reserved else None, bool(knobs.get("compile")),
+                              controls.get("cuda_math"), recs[0].get("conv_flops_share"))
+    for r in records:
+        if r["label"] not in run.rows:
+            run.skipped.setdefault(r["label"], f"{r.get('status')}: {' '.join(str(r.get('reason') or '').split())}")
+    return run
+
+
+def same_row(row: Row, adapter: str, knobs: dict[str, Any]) -> bool:
+    """Whether a planned configuration (an adapter and its knobs) is what `row` ran: the same adapter with the same
+    knobs once both are resolved by the adapter (its defaults filled in), so `fsdp:param_dtype=bf16` is the planned
+    `fsdp:param_dtype=bf16:reshard_after_forward=true`."""
+    import adapters
+
+    if row.adapter != adapter:
+        return False
+    cls = adapters.get(adapter)
+    try:
+        mine = dataclasses.asdict(cls(knobs, "cuda").knobs)
+        theirs = dataclasses.asdict(cls({k: v for k, v in row.knobs.items() if v is not None}, "cuda").knobs)
+    except Exception:  # noqa: BLE001 - a knob the adapter no longer has: not the same row
+        return False
+    return mine == theirs
+
+
+def compile_speedup(run: Run) -> dict[str, Any] | None:
+    """The speed-up torch.compile gave in the run: each compiled row beside the row with the same adapter and knobs
+    but compile, as the ratio of geometric-mean samples/s with its interval (Welch on the log scale, from three
+    launches a side; the launches' spread below that). None: no pair."""
+    from harness.core.stats import ratio_interval
+
+    pairs = []
+    for row in run.rows.values():
+        if not row.compiled:
+            continue
+        plain = next((r for r in run.rows.values() if not r.compiled and r.adapter == row.adapter
+                      and {k: v for k, v in r.knobs.items() if k != "compile"} ==
+                      {k: v for k, v in row.knobs.items() if k != "compile"}), None)
+        if plain is None:
+            continue
+        ratio = ratio_interval(row.samples_per_s, plain.samples_per_s)
+        if ratio["lo"] is None:
+            spread = [a / b for a in row.samples_per_s for b in plain.samples_per_s]
+            ratio.update(lo=min(spread), hi=max(spread), kind="the launches' spread, not an interval")
+        else:
+            ratio["kind"] = "95% interval"
+        pairs.append({"compiled": row.label, "plain": plain.label, **ratio})
+    if not pairs:
+        return None
+    best = max(pairs, key=lambda p: min(p["n_a"], p["n_b"]))  # the pair with the most launches a side
+    return {**best, "pairs": pairs}
+
+
+
+
+MFU_TRANSFER = {"faster": (0.65, 1.0), "slower": (1.0, 1 / 0.65), "equal": (0.9, 1.1)}
+"""The target's MFU over the run's, where the run's device is not the target: an assumption, stated in every plan
+that uses it. Toward a device of a higher peak: from the ratio llm-foundry published for the same configuration on
+A100 and H100 (its scripts/train/benchmarking/README.md, MPT at 2,048 tokens without activation checkpointing:
+7B 64.23% -> 46.44% MFU, 13B 59.57% -> 39.79%, 3B 62.11% -> 43.73%, i.e. 0.67-0.72; rounded to 0.65) up to the MFU
+held (1.0); toward a lower peak, the inverse; between devices of equal peak (an H100 and an H200), +-10%, for
+which no published pair was found. The middle figure is the range's geometric middle."""
+
+
+def _sharded(schedule) -> bool:
+    """Whether a schedule steps each rank's optimizer on its 1/N (ZeRO from stage 1, FSDP), as the cost model's
+    pricers do."""
+    from harness.shared.comm_schedule import Fsdp, Zero
+
+    return isinstance(schedule, Fsdp) or (isinstance(schedule, Zero) and schedule.stage >= 1)
+
+
+def profile_of(gpu: str | None) -> str | None:
+    """The hardware profile a GPU of this name computes as (harness/core/assemble.py's PEAKS), or None."""
+    from harness.core.assemble import PEAKS
+
+    if not gpu:
+        return None
+    return next((p for key, p in PEAKS if key in gpu and "PCIe" not in gpu), None)
+
+
+@dataclass
+class FromRun:
+    """`compare plan --from RUN_DIR`: each planned row's compute from what the run measured (the row itself where
+    the run ran it, else the run's fastest row at the plan's dtype), with the run's interval over its launches as
+    the range; carried to another device by the ratio of peaks with MFU_TRANSFER's range; on the run's own machine
+    and world size a measured row is its own step."""
+
+    run: Run
+    dtype: str | None
+    compile: bool = False
+    speedup: dict[str, Any] | None = None
+    kind: str = "measured"
+    notes: dict[str, dict[str, str]] = field(default_factory=dict)
+    """How compute was carried to another device -> {row whose compute was carried: its range before -> after}."""
+
+    # ---- which configurations ----
+    def configurations(self, cluster):
+        import adapters
+
+        if cluster.profile is None:  # the run's own CPU machine: what it measured, nothing else can be priced
+            out = []
+            for row in self.run.rows.values():
+                if cluster.dtype is not None and row.precision != cluster.dtype:
+                    out.append((row.label, f"ran in {row.precision}, not {cluster.dtype}"))
+                elif self.compile and not row.compiled:
+                    out.append((row.label, "not compiled (--compile plans the compiled rows)"))
+                else:
+                    out.append((row.adapter, {k: v for k, v in row.knobs.items() if v is not None}, row.label))
+            return out
+        if not self.compile:
+            return None
+        out = []
+        for name in adapters.names():
+            cls = adapters.get(name)
+            knob_sets = cls.plan_knobs(cluster.dtype)
+            if isinstance(knob_sets, str):
+                out.append((name, knob_sets))
+                continue
+            if "compile" not in {f.name for f in dataclasses.fields(cls.Knobs)}:
+                out.append((name, "has no compile knob"))
+                continue
+            out += [(name, {**knobs, "compile": True}) for knobs in knob_sets]
+        return out
+
+    def _match(self, name: str, knobs: dict[str, Any]) -> Row | None:
+        return next((r for r in self.run.rows.values() if same_row(r, name, knobs)), None)
+
+    def reference(self, dtype: str) -> Row | None:
+        """The run's row whose compute prices the configurations it did not run: the one with the most samples/s
+        per process at `dtype` (the least framework cost on top of the compute; its whole step, not its split, which
+        a profiler can misattribute), compiled where --compile asks and the run has such a row."""
+        rows = [r for r in self.run.rows.values() if r.precision == dtype]
+        wanted = [r for r in rows if r.compiled == self.compile] or [r for r in rows if not r.compiled] or rows
+        return max(wanted, key=lambda r: r.samples["mid"] / r.processes, default=None)
+
+    # ---- pricing ----
+    def _interval(self, row: Row) -> tuple[float, float, float]:
+        """Step multipliers (fastest, middle, slowest) from the row's samples/s over its launches."""
+        s = row.samples
+        return s["mid"] / s["hi"], 1.0, s["mid"] / s["lo"]
+
+    def _transfer(self, row: Row, fabric, dtype: str) -> tuple[float, tuple[float, float, float]]:
+        """(the ratio of the run's peak to the target's, MFU multipliers on time (fastest, middle, slowest)) for
+        carrying `row`'s compute to the target; each carried row noted for the footer."""
+        from harness.core.assemble import peak_of
+
+        if profile_of(self.run.gpu) == getattr(fabric, "name", None):
+            return 1.0, (1.0, 1.0, 1.0)
+        target, _ = peak_of(fabric.peak_tflops, dtype, row.cuda_math, row.conv_share)
+        k = row.peak_tflops / target
+        kind = "equal" if abs(k - 1) < 1e-3 else "faster" if k < 1 else "slower"
+        lo, hi = MFU_TRANSFER[kind]
+        mid = math.sqrt(lo * hi)
+        head = (f"{self.run.machine} ({row.peak_tflops:g} TFLOP/s dense {row.precision}) to {fabric.device} "
+                f"({target:g} TFLOP/s): x{k:.3g} by the ratio of peaks, and the MFU there taken as x{lo:.2f}-{hi:.2f} "
+                f"the run's, x{mid:.2f} in the middle (MFU_TRANSFER, an assumption: "
+                f"{'from published A100 and H100 pairs' if kind != 'equal' else 'no published pair'})")
+        widened = tuple(m * t for m, t in zip(self._interval(row), (mid / hi, 1.0, mid / lo)))
+        self.notes.setdefault(head, {})[row.label] = f"{_pm(self._interval(row))} -> {_pm(widened)}"
+        return k, (1 / hi, 1 / mid, 1 / lo)
+
+    def own(self, cluster, row: Row | None) -> bool:
+        """Whether the target is the run's own machine at the row's own world size and precision."""
+        if row is None or (self.compile and not row.compiled):
+            return False
+        if cluster.dtype is not None and row.precision != cluster.dtype:
+            return False
+        if cluster.profile is None:  # each row at the processes it ran (DataParallel's one, say)
+            return True
+        return cluster.profile == profile_of(self.run.gpu) and cluster.gpus == row.processes
+
+    def price(self, shape, cluster, fabric, batch: int, name: str, knobs: dict[str, Any], adapter):
+        from harness.model import costmodel as cm
+        from harness.model import planner
+
+        row = self._match(name, knobs)
+        if self.own(cluster, row):
+            steps = []
+            b = batch / row.per_rank_batch
+            p = row.parts
+            compute = (p["forward"] + p["backward"]) * b + p["optimizer"]
+            for m in self._interval(row):
+                steps.append(cm.Step((compute + p["other"] + p["comm"]) * m, compute * m, p["comm"] * m,
+                                     p["comm"] * m, p["other"] * m))
+            inside = " (its communication inside: no --breakdown)" if row.comm_inside else ""
+            return planner.Priced(steps, f"its own step as measured{inside}", row.processes, row.precision)
+        if fabric is None:
+            return "not measured by the run (on its CPU only what it measured is priced)"
+        if row is None and self.compile:  # the run measured this configuration plain: its own compute, sped up
+            row = self._match(name, {k: v for k, v in knobs.items() if k != "compile"})
+        base = row if row is not None and row.precision == cluster.dtype else self.reference(cluster.dtype)
+        if base is None:
+            return f"the run measured no {cluster.dtype} row"
+        k, transfer = self._transfer(base, fabric, cluster.dtype)
+        mem = 1.0
+        run_profile = profile_of(self.run.gpu)
+        if k != 1.0:
+            here = planner.cm.load_profile(run_profile).copy_Bps if run_profile else None
+            mem = here / fabric.copy_Bps if here and fabric.copy_Bps else k
+        compiled = (1.0, 1.0, 1.0)
+        if self.compile and not base.compiled:
+            sp = self.speedup
+            compiled = (1 / sp["hi"], 1 / sp["estimate"], 1 / sp["lo"])
+        fwd_ps, bwd_ps = base.per_sample()
+        rate = shape.flops_per_sample / (fwd_ps + bwd_ps)  # FLOPs per second the run computed at, per sample
+        recompute_ps = shape.recompute_flops_per_sample / rate
+        schedule = adapter.comm_schedule()
+        opt = base.parts["optimizer"] * (base.processes if _sharded(self._schedule(base)) else 1)
+        steps = []
+        for m, t, c in zip(self._interval(base), transfer, compiled):
+            a = k * t * m * c
+            bwd = (bwd_ps + recompute_ps) * batch * a
+            comp = cm.Compute(fwd_ps * batch * a, bwd, opt * mem * m,
+                              cm.layered_grads(shape.grad_layers(adapter.gradient_bytes()), bwd),
+                              base.parts["other"] * m, fabric.copy_Bps)
+            steps.append(cm.predict_step(schedule, comp, fabric, cluster.gpus))
+        how = ("its own compute" if base is row else
+               f"{base.label}'s compute (the run's fastest row at {cluster.dtype}, with its own framework cost)")
+        if base.comm_inside:
+            how += f" with the run's communication at {base.processes} processes inside it (no --breakdown)"
+        if compiled != (1.0, 1.0, 1.0):
+            how += f", x{compiled[1]:.2f} for torch.compile"
+        return planner.Priced(steps, how, cluster.gpus, cluster.dtype)
+
+    @staticmethod
+    def _schedule(row: Row):
+        import adapters
+
+        try:
+            return adapters.get(row.adapter)({k: v for k, v in row.knobs.items() if v is not None}, "cuda") \
+                .comm_schedule()
+        except Exception:  # noqa: BLE001 - an adapter or knob gone since the run
+            return None
+
+    # ---- words ----
+    def header(self, cluster, fabric) -> str:
+        rows = self.run.rows.values()
+        kinds = sorted({r.samples["kind"] for r in rows})
+        return (f"compute from the run in {self.run.path} ({self.run.workload} on {self.run.machine}, world size "
+                f"{self.run.world_size}): each row's forward, backward and optimizer per sample as the run measured "
+                f"them, not an assumed utilisation; ranges are the run's own over its launches "
+                f"({'; '.join(kinds)})")
+
+    def footer(self) -> list[str]:
+        out = []
+        for row in self.run.rows.values():
+            s = row.samples
+            out.append(f"measured: {row.label}: {s['mid']:,.4g} samples/s [{s['lo']:,.4g}-{s['hi']:,.4g}] over "
+                       f"{s['n']} launch{'es' if s['n'] > 1 else ''} at {row.per_rank_batch} per process x "
+                       f"{row.processes}, {row.precision}; step split by {row.split}"
+                       + (f"; peak memory {row.peak_memory_bytes / 2**30:.3g} GiB allocated"
+                          + (f", {row.reserved_bytes / 2**30:.3g} reserved" if row.reserved_bytes else "")
+                          if row.peak_memory_bytes and self.run.device == "cuda" else ""))
+        out += [f"compute carried from {head}; each range widens: "
+                + ", ".join(f"{label} {change}" for label, change in rows.items()) for head, rows in self.notes.items()]
+        if self.compile and self.speedup:
+            sp = self.speedup
+            out.append(f"torch.compile: {sp['compiled']} ran {sp['estimate']:.3g}x [{sp['lo']:.3g}-{sp['hi']:.3g}] "
+                       f"the samples/s of {sp['plain']} ({sp['kind']}): the forward and backward of every row not "
+                       f"measured compiled are taken that much faster")
+        for label, why in self.run.skipped.items():
+            out.append(f"not used: {label} ({why})")
+        return out
+
+    def row_lines(self, rows: list[dict[str, Any]], cluster) -> list[str]:
+        """Where each planned row's compute came from, and, on the run's own GPU, its memory against the peaks the
+        run measured for the same configuration."""
+        how: dict[str, list[str]] = {}
+        for r in rows:
+            how.setdefault(r["compute_from"], []).append(r["label"])
+        out = ["compute of each row: " + "; ".join(f"{', '.join(labels)}: {h}" for h, labels in how.items())]
+        if cluster.profile is None or cluster.profile != profile_of(self.run.gpu):
+            return out
+        pairs = []
+        for r in rows:
+            m = self._match(r["adapter"], r["knobs"])
+            if m is None or not m.peak_memory_bytes or r["total_bytes"] is None or m.processes != cluster.gpus:
+                continue
+            allocated = r["total_bytes"] - r["headroom_bytes"]
+            gib = 2**30
+            pairs.append(f"{r['label']} {allocated / gib:.3g} GiB allocated against {m.peak_memory_bytes / gib:.3g} "
+                         f"measured ({allocated / m.peak_memory_bytes - 1:+.0%})"
+                         + (f", {r['total_bytes'] / gib:.3g} with the headroom against {m.reserved_bytes / gib:.3g} "
+                            f"reserved ({r['total_bytes'] / m.reserved_bytes - 1:+.0%})" if m.reserved_bytes else ""))
+        if pairs:
+            out.append("memory against the run's own peaks (the largest over its launches): " + "; ".join(pairs))
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "run": str(self.run.path), "workload": self.run.workload,
+                "options": self.run.options, "machine": self.run.machine, "world_size": self.run.world_size,
+                "rows": {r.label: {"samples_per_s": r.samples, "per_rank_batch": r.per_rank_batch,
+                                   "processes": r.processes, "precision": r.precision, "parts_s": r.parts,
+                                   "split": r.split, "peak_tflops": r.peak_tflops,
+                                   "peak_memory_bytes": r.peak_memory_bytes, "reserved_bytes": r.reserved_bytes,
+                                   "compiled": r.compiled} for r in self.run.rows.values()},
+                "mfu_transfer": MFU_TRANSFER, "carried_over": self.notes, "compile": self.compile,
+                "compile_speedup": self.speedup, "skipped": self.run.skipped}
+
+
+def _pm(m: tuple[float, float, float]) -> str:
+    """"-3%/+4%" for step multipliers (fastest, middle, slowest)."""
+    return f"-{1 - m[0] / m[1]:.0%}/+{m[2] / m[1] - 1:.0%}"

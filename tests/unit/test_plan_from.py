@@ -1,0 +1,274 @@
+"""`compare plan --from RUN_DIR` (harness/model/measured.py): a plan whose compute comes from what a committed run
+measured, its interval carried through; the run's own machine and world size reproduced; another GPU reached by
+the ratio of peaks, the range widened as stated; torch.compile's measured speed-up as a knob; every input and
+assumption in --json; bad input as one line and exit 2."""
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.core.stats import geomean_interval
+from harness.model import measured
+from harness.model import planner as plan
+from tests.conftest import RUNS, records_text
+
+WIDEMLP = RUNS / "widemlp_cpu2_20261128-072753"  # CPU, world size 2, --breakdown
+DIGITS = RUNS / "digits_cpu2_20261126-045209"  # CPU, world size 2, no --breakdown (and a dp row of 1 process)
+H200 = RUNS / "hf_h200_20261128-162431"  # one H200, a 300 M-parameter Llama, --breakdown, 2 launches a row
+
+
+def _plan(*args):
+    shown = CliRunner().invoke(app, ["plan", *args])
+    assert shown.exit_code == 0, shown.output
+    return shown
+
+
+def _json(*args):
+    return json.loads(_plan(*args, "--json").stdout)
+
+
+def _launches(run, label):
+    return [json.loads(line)["samples_per_s"] for line in records_text(run).splitlines()
+            if json.loads(line).get("label") == label and json.loads(line).get("status") == "ok"]
+
+
+@pytest.mark.parametrize("run", [WIDEMLP, DIGITS])
+def test_planning_a_cpu_runs_own_machine_reproduces_what_it_measured(run):
+    # The committed run's own machine and world size (a CPU has no profile: its own machine is all it can plan):
+    # every measured row priced from its own step, each within its own 95% interval over its launches, the middle
+    # figure its geometric mean; the range is that interval
+    data = _json("--from", str(run))
+    assert data["assumptions"]["compute"]["kind"] == "measured" and data["cluster"]["profile"] is None
+    rows = {r["label"]: r for r in data["rows"]}
+    labels = {json.loads(line)["label"] for line in records_text(run).splitlines()}
+    assert set(rows) == labels
+    for label, row in rows.items():
+        interval = geomean_interval(_launches(run, label))
+        assert interval["lo"] <= row["samples_per_s"]["mid"] <= interval["hi"]
+        assert row["samples_per_s"]["mid"] == pytest.approx(interval["estimate"], rel=1e-9)
+        assert row["samples_per_s"]["low"] == pytest.approx(interval["lo"], rel=1e-9)
+        assert row["samples_per_s"]["high"] == pytest.approx(interval["hi"], rel=1e-9)
+        assert row["compute_from"].startswith("its own step as measured")
+    text = _plan("--from", str(run)).stdout
+    assert f"compute from the run in {run} (" in text and "on the run's own machine: AMD EPYC, 2 cores" in text
+
+
+def test_a_larger_batch_on_the_runs_own_machine_scales_its_compute_not_its_communication():
+    run = measured.read(WIDEMLP)
+    ddp = run.rows["ddp"]
+    p = ddp.parts
+    assert sum(p.values()) == pytest.approx(ddp.step_s) and p["comm"] > 0  # --breakdown split the step
+    row = next(r for r in _json("--from", str(WIDEMLP), "--batch", "32")["rows"] if r["label"] == "ddp")
+    step = 2 * (p["forward"] + p["backward"]) + p["optimizer"] + p["other"] + p["comm"]
+    assert row["step_s"]["mid"] == pytest.approx(step) and row["exposed_s"] == pytest.approx(p["comm"])
+    assert row["samples_per_s"]["mid"] == pytest.approx(2 * 32 / step)
+
+
+def test_a_run_without_breakdown_says_its_communication_is_inside_its_compute():
+    rows = {r["label"]: r for r in _json("--from", str(DIGITS))["rows"]}
+    assert rows["ddp"]["compute_from"] == "its own step as measured (its communication inside: no --breakdown)"
+    assert rows["dp"]["devices"] == 1 and rows["ddp"]["devices"] == 2  # each row at the processes it ran
+    assert "step split by no --breakdown: the timed step at 2 processes taken whole" in _plan("--from",
+                                                                                             str(DIGITS)).stdout
+
+
+def test_the_h200_run_plans_its_own_gpu_as_it_measured_and_other_rows_from_its_fastest():
+    # On its own GPU (the H200 profile) at world size 1: each measured bf16 row is its own step (2 launches a row:
+    # their spread, said so, not an interval); ZeRO-1 and ZeRO-2, which the run did not measure, from its fastest
+    # bf16 row's compute, amp's
+    data = _json("--from", str(H200))
+    assert data["cluster"]["profile"] == "h200-sxm-ndr400" and data["cluster"]["gpus"] == 1
+    rows = {r["label"]: r for r in data["rows"]}
+    amp = rows["amp:precision=bf16"]
+    launches = _launches(H200, "amp:precision=bf16")
+    assert amp["samples_per_s"]["mid"] == pytest.approx(geomean_interval(launches)["estimate"])
+    assert amp["samples_per_s"]["low"] == pytest.approx(min(launches))
+    assert amp["samples_per_s"]["high"] == pytest.approx(max(launches))
+    z3 = rows["deepspeed:zero_stage=3:precision=bf16"]
+    assert z3["samples_per_s"]["mid"] == pytest.approx(
+        geomean_interval(_launches(H200, "deepspeed:zero_stage=3:precision=bf16"))["estimate"])
+    assert rows["fsdp:param_dtype=bf16:reshard_after_forward=true"]["compute_from"].startswith("its own step")
+    z1 = rows["deepspeed:zero_stage=1:precision=bf16"]
+    assert z1["compute_from"].startswith("amp:precision=bf16's compute (the run's fastest row at bf16")
+    text = _plan("--from", str(H200)).stdout
+    assert "(2 launches: their spread, not an interval)" in text
+    assert "memory against the run's own peaks (the largest over its launches): amp:precision=bf16 " in text
+
+
+def test_another_gpu_is_reached_by_the_ratio_of_peaks_and_the_range_widens_as_stated():
+    own = {r["label"]: r for r in _json("--from", str(H200))["rows"]}
+    a100 = _json("--from", str(H200), "--gpu", "a100", "--gpus-per-node", "1")
+    rows = {r["label"]: r for r in a100["rows"]}
+    amp, here = rows["amp:precision=bf16"], own["amp:precision=bf16"]
+    # an A100's bf16 peak is 312 TFLOP/s against the H200's 989.4: the compute 3.17x as long, then the MFU there
+    # taken as 1.00-1.54 the run's (toward a lower peak), 1.24 in the middle
+    k = 989.4 / 312
+    assert amp["compute_s"] == pytest.approx(here["compute_s"] * k / (1 / 0.65) ** 0.5, rel=0.02)
+    assert amp["step_s"]["high"] / amp["step_s"]["low"] > 1.3 > here["step_s"]["high"] / here["step_s"]["low"]
+    text = _plan("--from", str(H200), "--gpu", "a100", "--gpus-per-node", "1").stdout
+    assert ("compute carried from NVIDIA H200 (989.4 TFLOP/s dense bf16) to NVIDIA A100 SXM4 (40GB or 80GB) "
+            "(312 TFLOP/s): x3.17 by the ratio of peaks, and the MFU there taken as x1.00-1.54 the run's") in text
+    assert "each range widens: amp:precision=bf16 -2%/+2% -> -" in text
+    # the H100 has the H200's peak: no ratio, the MFU within +-10% (no published pair, said so)
+    h100 = _plan("--from", str(H200), "--gpu", "h100", "--gpus-per-node", "1").stdout
+    assert "x1 by the ratio of peaks, and the MFU there taken as x0.90-1.10 the run's" in h100
+    assert "no published pair" in h100
+
+
+def test_more_gpus_of_the_runs_own_kind_add_communication_to_its_compute():
+    one = {r["label"]: r for r in _json("--from", str(H200))["rows"]}
+    eight = {r["label"]: r for r in _json("--from", str(H200), "--gpus-per-node", "8")["rows"]}
+    fsdp = "fsdp:param_dtype=bf16:reshard_after_forward=true"
+    assert eight[fsdp]["compute_from"] == "its own compute" and eight[fsdp]["comm_s"] > 0
+    assert eight[fsdp]["step_s"]["mid"] >= one[fsdp]["step_s"]["mid"] * 0.99
+    assert eight["amp:precision=bf16"]["samples_per_s"]["mid"] > 7 * one["amp:precision=bf16"]["samples_per_s"]["mid"]
+
+
+def test_json_carries_every_input_and_assumption():
+    data = _json("--from", str(H200), "--gpu", "h100", "--nodes", "2", "--checkpointing", "selective:2")
+    assert data["inputs"]["--from"] == str(H200) and data["inputs"]["--gpu"] == "h100"
+    assert data["inputs"]["--checkpointing"] == "selective:2" and data["model"]["checkpointing"] == "selective:2"
+    a = data["assumptions"]
+    assert a["allocator_headroom"] == plan.ALLOCATOR_HEADROOM and a["tie"] == plan.TIE
+    assert a["compute"]["mfu_transfer"]["equal"] == [0.9, 1.1] and a["compute"]["run"] == str(H200)
+    assert a["overlap_compute_slowdown"] == pytest.approx(0.189)
+    assert set(a["compute"]["rows"]) >= {"amp:precision=bf16", "ddp"}
+    row = data["rows"][0]
+    for key in ("model_state_bytes", "buffers", "activation_bytes", "loss_bytes", "headroom_bytes", "total_bytes",
+                "compute_from", "rule"):
+        assert key in row
+    assumed = _json("-w", "digits")
+    assert assumed["assumptions"]["compute"] == {"kind": "assumed", "utilisation": [0.1, 0.3, 0.5], "what": (
+        "FLOPs over the dtype's peak at each assumed utilisation (low, middle, high)")}
+    assert "an assumed utilisation (--from RUN_DIR prices it from a run instead)" in _plan("-w", "digits").stdout
+
+
+def _compiled_copy(tmp_path, speedup=1.25):
+    """The H200 run with a made-up compiled amp row beside its plain one (samples/s x speedup): no committed run
+    measured one. Test data, not a measurement."""
+    out = tmp_path / "run"
+    out.mkdir()
+    lines = records_text(H200).splitlines()
+    extra = []
+    for line in lines:
+        r = json.loads(line)
+        if r.get("label") == "amp:precision=bf16" and r.get("status") == "ok":
+            r["label"] = "amp:precision=bf16:compile=true"
+            r["controls"]["knobs"]["compile"] = True
+            r["samples_per_s"] *= speedup
+            r["step_time_s"] = {k: (v / speedup if isinstance(v, float) and k != "n" else v)
+                                for k, v in r["step_time_s"].items()}
+            extra.append(json.dumps(r))
+    (out / "records.jsonl").write_text("\n".join(lines + extra) + "\n")
+    return out
+
+
+def test_compile_takes_the_speed_up_the_run_measured(tmp_path):
+    run = _compiled_copy(tmp_path)
+    data = _json("--from", str(run), "--compile")
+    rows = {r["label"]: r for r in data["rows"]}
+    assert all(label.endswith(":compile=true") for label in rows)
+    # the compiled row the run measured is its own step; a row it measured only plain gets the measured speed-up
+    assert rows["amp:precision=bf16:compile=true"]["samples_per_s"]["mid"] == pytest.approx(1.25 * 143.8, rel=0.01)
+    plain = {r["label"]: r for r in _json("--from", str(run))["rows"]}
+    z3, z3c = plain["deepspeed:zero_stage=3:precision=bf16"], rows["deepspeed:zero_stage=3:precision=bf16:compile=true"]
+    assert z3c["compute_from"].endswith("x0.80 for torch.compile")
+    assert z3c["step_s"]["mid"] < z3["step_s"]["mid"]
+    sp = data["assumptions"]["compute"]["compile_speedup"]
+    assert sp["estimate"] == pytest.approx(1.25) and sp["compiled"] == "amp:precision=bf16:compile=true"
+    assert "horovod (has no compile knob)" not in _plan("--from", str(run), "--compile").stdout  # not at bf16
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--from", "nosuchdir"], "--from nosuchdir: not a directory; give a directory written by `compare run`"),
+    (["--from", "tests"], "--from tests: not a compare run (no records.jsonl in it); give a directory written by "
+                          "`compare run`"),
+    (["--from", str(RUNS / "comm_cpu2_n2_20261123-121520")], f"--from {RUNS / 'comm_cpu2_n2_20261123-121520'}: "
+                                                             f"records of kind comm, not a `compare run`'s"),
+    (["--from", str(H200), "-w", "digits"], f"--from {H200} is a run of workload hf, not digits; plan -w hf (or "
+                                            f"leave -w out)"),
+    (["--from", str(H200), "-o", "layers=4"], f"--from {H200} ran workload hf with other options: layers=4 (the run: "
+                                              f"8); a plan from a run prices the model it ran"),
+    (["--from", str(H200), "--params", "7e9", "--layers", "32"], "--from prices the run's own workload (hf), not a "
+                                                                 "transformer given by --params"),
+    (["--from", str(WIDEMLP), "--gpu", "h100"], f"--from {WIDEMLP} ran on a CPU (AMD EPYC, 2 cores), whose peak "
+                                                f"FLOP/s is not known: its compute cannot be carried to "
+                                                f"h100-sxm-ndr400; plan the run's own machine"),
+    (["--from", str(WIDEMLP), "--nodes", "2"], f"--from {WIDEMLP} ran on a CPU (AMD EPYC, 2 cores), which has no "
+                                               f"hardware profile: only its own machine at its own world size (2)"),
+    (["--from", str(H200), "--dtype", "fp16"], f"--from {H200} measured no fp16 row (its rows ran in bf16, fp32)"),
+    (["-w", "digits", "--compile"], "--compile needs --from RUN_DIR: torch.compile's speed-up is taken from a run "
+                                    "that measured a compiled row"),
+    (["--from", str(H200), "--compile"], f"--compile: --from {H200} measured no compiled row (a knob compile=true); "
+                                         f"add one beside its plain row, e.g. compare run -a ddp,ddp:compile=true"),
+    (["-w", "digits", "--checkpointing", "selective:0"], "--checkpointing selective:0: N must be a whole number of at "
+                                                         "least 1 (every Nth block checkpointed, torchtitan's "
+                                                         "selective_ac_option), or op for its per-op policy"),
+    (["-w", "digits", "--checkpointing", "selective:-2"], "--checkpointing selective:-2: N must be a whole number"),
+    (["-w", "digits", "--checkpointing", "selective:two"], "--checkpointing selective:two: N must be a whole number"),
+    (["-w", "digits", "--checkpointing", "full:2"], "unknown --checkpointing full:2; choose from none, full, "
+                                                    "selective"),
+    (["--params", "7e9", "--layers", "32", "--checkpointing", "selective"],
+     "--checkpointing selective (the per-op policy) needs --hidden"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    shown = CliRunner().invoke(app, ["plan", *args])
+    assert shown.exit_code == 2 and shown.stdout == "", shown.output
+    assert shown.stderr.startswith(f"error: {message}") and shown.stderr.count("\n") == 1, shown.stderr
+
+
+def test_a_run_with_no_row_that_ran_is_refused(tmp_path):
+    run = tmp_path / "failed"
+    run.mkdir()
+    lines = []
+    for line in records_text(WIDEMLP).splitlines():
+        r = json.loads(line)
+        r.update(status="failed", reason="killed")
+        lines.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    shown = CliRunner().invoke(app, ["plan", "--from", str(run)])
+    assert shown.exit_code == 2 and shown.stdout == ""
+    assert shown.stderr == (f"error: --from {run}: no row of it ran to the end (status failed); give a run with a "
+                            f"row whose status is ok\n")
+    shutil.rmtree(run)
+
+
+def test_the_gpu_scripts_check_passes_on_the_committed_h200_run(capsys):
+    # make gpu-check's plan phase (harness/gpu/plan_from_check.py), run here on the fourth lease's records: every
+    # measured row planned on its own GPU at world size 1 within 10% of what it measured
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("plan_from_check", REPO / "harness" / "gpu" / "plan_from_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.main([str(H200)]) == 0
+    out = capsys.readouterr().out
+    assert "plan: amp:precision=bf16: measured 143.8 samples/s, planned 143.8 as amp:precision=bf16 (+0.0%" in out
+    assert "every measured row within 0.0% of what it measured (bound 10%)" in out
+    assert check.main([str(WIDEMLP.parent / "nosuch")]) == 2
+
+
+def test_a_run_on_a_gpu_without_a_profile_is_refused(tmp_path):
+    # no peak is known for it: neither its own machine nor another GPU can be priced from it
+    run = tmp_path / "l4"
+    run.mkdir()
+    lines = []
+    for line in records_text(H200).splitlines():
+        r = json.loads(line)
+        r["env"]["gpus"] = ["NVIDIA L4"]
+        r.pop("mfu", None)
+        lines.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    for extra, message in (([], f"error: --from {run} ran on NVIDIA L4, which has no hardware profile: its own "
+                                f"machine cannot be planned, nor its compute carried (its peak is not known); add a "
+                                f"profile (harness/model/profiles/README.md)\n"),
+                           (["--gpu", "h100"], f"error: --from {run} ran on NVIDIA L4, which has no hardware profile: "
+                                               f"its peak is not known, so its compute cannot be carried to "
+                                               f"h100-sxm-ndr400; add a profile (harness/model/profiles/README.md)\n")):
+        shown = CliRunner().invoke(app, ["plan", "--from", str(run), *extra])
+        assert shown.exit_code == 2 and shown.stdout == "" and shown.stderr == message, shown.output
