@@ -414,6 +414,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     from torch.utils.flop_counter import FlopCounterMode
 
     import workloads
+    from workloads import batch as batches
 
     _check_modes(attention, checkpointing)
     w = workloads.get(name, options)
@@ -436,22 +437,22 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
         opt = w.make_optimizer(model, w.lr(w.global_batch))
         optimizer = "adamw" if isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)) else "sgd"
     data = w.materialize("cpu", w.global_batch)
-    x, y = (t.to("meta") for t in data.batch(torch.arange(2), "cpu"))
+    x, y = (batches.to(t, "meta") for t in data.batch(torch.arange(2), "cpu"))
     counter = FlopCounterMode(display=False)
     with counter:
-        w.loss(model(x), y).backward()
+        w.step_loss(w.forward(model, x), y).backward()
     recompute = 0.0
     if checkpointing == "full":
         forward = FlopCounterMode(display=False)
         with forward:
-            model(x)
+            w.forward(model, x)
         names = {id(m): f"{type(model).__name__}.{fqn}" if fqn else type(model).__name__
                  for fqn, m in model.named_modules()}
         counts = forward.get_flop_counts()
-        recompute = sum(sum(counts.get(names[id(u)], {}).values()) for u in units if u is not model) / len(x)
+        recompute = sum(sum(counts.get(names[id(u)], {}).values()) for u in units if u is not model) / batches.length(x)
     fused = FusedAttention() if attention == "flash" else contextlib.nullcontext()
     with fused:
-        saved = Saved(model, [u for u in units if u is not model]).run(lambda: w.loss(model(x), y))
+        saved = Saved(model, [u for u in units if u is not model]).run(lambda: w.step_loss(w.forward(model, x), y))
     floats, other = saved.total(checkpointing == "full")
     how = "what autograd saved for backward in one forward on the meta device, parameters left out"
     if attention == "flash":
@@ -462,7 +463,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
         how += (f"; full activation checkpointing of its {len(units)} shard units (each one's input kept, the "
                 f"largest one's activations while recomputed)" if units != [model] else
                 "; checkpointing: the workload has no shard units to recompute, so nothing is saved by it")
-    acts = Activations(floats / len(x), other / len(x),
+    acts = Activations(floats / batches.length(x), other / batches.length(x),
                        how + "; floating-point tensors at the step's dtype, though autocast keeps some in fp32")
     source = "FLOPs of one forward and backward counted by torch's FlopCounterMode on the workload's model"
     if recompute:
@@ -470,7 +471,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     given = ", ".join(f"{k}={v}" for k, v in (options or {}).items())
     return Shape(f"{name} ({given})" if given else name, sum(tensors), tensors,
                  {"module": float(module), "unit": float(unit)},
-                 counter.get_total_flops() / len(x), optimizer, source, w.global_batch, acts, recompute)
+                 counter.get_total_flops() / batches.length(x), optimizer, source, w.global_batch, acts, recompute)
 
 
 @dataclass

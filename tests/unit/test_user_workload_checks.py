@@ -165,12 +165,13 @@ BAD = {
     "unknown-piece": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
                       "(torch.zeros(4, 2), torch.zeros(4).long()), 'valid': 1}\n", "{path}:f",
                       "workload {path}:f returned unknown piece(s) 'valid'; valid pieces: model, train, test, loss, "
-                      "metric, optimizer, units, tokens_per_sample"),
+                      "metric, optimizer, units, tokens_per_sample, count"),
     "items-not-tensors": ("import torch\nclass S(torch.utils.data.Dataset):\n    def __len__(self):\n        return 8\n"
                           "    def __getitem__(self, i):\n        return 'text', 1\n"
                           "def f():\n    return {'model': torch.nn.Linear(2, 2), 'train': S()}\n", "{path}:f",
                           "workload {path}:f: item 0 of its train Dataset is (str, int), not (input tensor, target "
-                          "tensor or number); return tensors from __getitem__ (torch.as_tensor)"),
+                          "tensor or number) nor a dict of tensors; return tensors from __getitem__ "
+                          "(torch.as_tensor)"),
     "lengths-differ": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
                        "(torch.zeros(4, 2), torch.zeros(3).long())}\n", "{path}:f",
                        "workload {path}:f: its train inputs and targets differ in length (4 and 3)"),
