@@ -210,6 +210,8 @@ class Runner:
         self.session, self.ui, self.run_info, self.pipelined = session, ui, run_info, pipelined
         self.references: dict[tuple, dict | None] = {}
         """Reference parameters per reference key (None: that reference failed)."""
+        self.reference_losses: dict[tuple, list[float]] = {}
+        """The reference's loss at each of its steps, per reference key (what a failed check is explained by)."""
         self.reference_runs: dict[tuple, dict] = {}
         """When each reference launch ran and how long it took (for the report's time breakdown)."""
         self.finished: set[tuple[int, str, int]] = set()
@@ -321,9 +323,10 @@ class Runner:
                 import torch
 
                 self.references[key] = torch.load(job.spec.params_path)
+                self.reference_losses[key] = outcome.ranks[0].losses
         else:
             self.finished.add((id(job.plan), job.row.label, job.repeat))
-            rec = build_record(job, outcome, self.references.get(key), self.run_info)
+            rec = build_record(job, outcome, self.references.get(key), self.run_info, self.reference_losses.get(key))
             self.session.keep_traces(rec, f"{job.slug}-r{job.repeat}")
             rec["position"] = self.positions.get((id(job.plan), job.row.label, job.repeat))
             if key in self.reference_runs:
@@ -383,7 +386,7 @@ def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps
     return spec
 
 
-def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:
+def build_record(job: Job, outcome, reference, run_info, reference_losses=None) -> dict[str, Any]:
     p, adapter = job.plan, job.row.adapter
     rec = assemble.base_record(run=run_info, adapter=adapter.name, label=job.row.label, summary=adapter.summary,
                              launcher=adapter.launcher, workload=p.request.workload,
@@ -393,7 +396,7 @@ def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:
     schedule = adapter.comm_schedule()
     rec["comm_schedule"] = schedule.to_record() if schedule else None
     try:
-        return assemble.from_outcome(rec, outcome, job.spec, reference, p.workload)
+        return assemble.from_outcome(rec, outcome, job.spec, reference, p.workload, reference_losses)
     except Exception as exc:  # a malformed rank file must not lose the other rows
         rec.update(status="failed", reason=f"could not build the record: {type(exc).__name__}: {exc}",
                    log_tail=outcome.log_tail)
