@@ -396,6 +396,8 @@ class RunPlan(Plan):
     """Seed of the rows' shuffled order within each round (`compare run`: --order-seed, or a fresh one)."""
     loader_workers: int = 0
     """DataLoader workers per rank (a workload whose training data is a Dataset)."""
+    param_count: int | None = None
+    """The model's parameters, counted on the meta device before launching (None where that was not done)."""
 
 
 @dataclass
@@ -608,12 +610,13 @@ def workload_key(workload) -> str:
                                                                       default=str)])
 
 
-def check_fits(workload, req: RunRequest, ranks: int) -> None:
+def check_fits(workload, req: RunRequest, ranks: int) -> int | None:
     """Refuse a workload whose model states alone (fp32 parameters, gradients and one optimizer buffer, a lower
     bound on what training holds) for `ranks` ranks on this machine exceed its memory: `-o hidden=99999999999`
-    used to fail at launch, out of memory. The model is built on torch's meta device, which allocates nothing."""
+    used to fail at launch, out of memory. The model is built on torch's meta device, which allocates nothing.
+    Returns its parameter count (None where meta cannot build it; on CUDA it is not counted)."""
     if req.device != "cpu":
-        return
+        return None
     given = ", ".join(req.options) or "its defaults"
 
     def count() -> int | None:
@@ -637,12 +640,13 @@ def check_fits(workload, req: RunRequest, ranks: int) -> None:
     params = count() if key is None else cached_json(f"params-{workloads.slug(req.workload)}", key, count,
                                                      keep=lambda v: isinstance(v, int))
     if params is None:
-        return
+        return None
     need, total = 12 * params * ranks, envmod.memory_total_bytes()
     if need > total:
         raise BadInput(f"workload {req.workload} ({given}) has {params:,} parameters: their fp32 values, gradients "
                        f"and one optimizer buffer alone take {need / 2**30:,.1f} GiB for {ranks} rank(s), more than "
                        f"this machine's {total / 2**30:,.1f} GiB; choose smaller workload options")
+    return params
 
 
 def pairs(items: list[str], what: str, form: str = "KEY=VALUE") -> list[tuple[str, str]]:

@@ -46,7 +46,8 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
             raise BadInput(f"{name} must be at most {MAX_STEPS:,} steps, got {value}")
     _check_until_target_flags(req)
     workload = load_workload(req)
-    check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology else req.world_size)
+    params = check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology
+                        else req.world_size)
     gb = workload.global_batch if req.global_batch is None else req.global_batch
     if gb % req.world_size:
         raise BadInput(f"global batch {gb} is not divisible by world size {req.world_size}; "
@@ -79,7 +80,7 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
             else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
-                   loader_workers=loader_workers, spec_extra=_breakdown(req))
+                   loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params)
 
 
 def _breakdown(req: RunRequest) -> dict[str, Any]:
@@ -332,6 +333,10 @@ class Runner:
             if key in self.reference_runs:
                 rec["reference_run"] = self.reference_runs[key]
             self.session.save([rec])
+            if rec["status"] == "ok" and rec.get("tflops_per_device"):  # what a later run's step estimate rests on
+                estimate.remember_speed(rec["topology"]["device"], rec["controls"]["threads_per_rank"][0],
+                                        rec["tflops_per_device"] * 1e12, f"{job.row.label} on {rec['workload']}, "
+                                                                         f"{rec['time_utc'][:10]}")
             self.ui.finished(rec, job.name)
         return f"during {job.what}" if outcome.status == "interrupted" else None
 
