@@ -215,8 +215,8 @@ class Workload(ABC):
         got = self.loss(output, target)
         if isinstance(got, (tuple, list)):
             if len(got) != 2:
-                raise LossError(f"the loss of workload {self.name} returned {len(got)} values; return the loss (a "
-                                f"mean), or (sum, count) for a loss over a varying number of items")
+                raise LossError(f"the loss of workload {getattr(self, 'ref', self.name)} returned {len(got)} values; "
+                                f"return the loss (a mean), or (sum, count) for a loss over a varying number of items")
             return got[0], got[1], True
         return got, self.count(target), False
 
