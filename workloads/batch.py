@@ -60,7 +60,24 @@ def length(part: Any) -> int:
 
 def call(model: Any, inputs: Any) -> Any:
     """The model's forward on `inputs`: `model(**inputs)` for a dict (a Hugging Face batch), else `model(inputs)`."""
-    return model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+    with _traced_on_meta(inputs):
+        return model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+
+
+def _traced_on_meta(inputs: Any):
+    """On the meta device (counting FLOPs and memory, checking a user's model before launching: never training),
+    transformers' mask builders are told they are being traced, as under torch.compile: they then build the mask
+    without the `.item()` calls (is the batch packed? is the mask all ones?) that a meta tensor cannot answer. Real
+    tensors, or transformers not imported, change nothing."""
+    import contextlib
+    import sys
+
+    masks = sys.modules.get("transformers.masking_utils")
+    if masks is None or not any(t.is_meta for _, t in leaves(inputs)):
+        return contextlib.nullcontext()
+    from unittest import mock
+
+    return mock.patch.object(masks, "is_tracing", lambda *args, **kwargs: True)
 
 
 def field(output: Any, name: str) -> Any:

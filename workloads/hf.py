@@ -76,21 +76,6 @@ def missing() -> str | None:
     return None
 
 
-def _tracing_on_meta(ids):
-    """On the meta device (counting FLOPs and memory, never training), transformers' mask builders are told they
-    are being traced, as under torch.compile: they then build the causal mask without the `.item()` calls (is the
-    batch packed? is the mask all ones?) that a meta tensor cannot answer. A real tensor changes nothing."""
-    import contextlib
-
-    if not ids.is_meta:
-        return contextlib.nullcontext()
-    from unittest import mock
-
-    import transformers.masking_utils as masks
-
-    return mock.patch.object(masks, "is_tracing", lambda *args, **kwargs: True)
-
-
 class HF(Workload):
     name = "hf"
     summary = ("a Hugging Face transformers model from its config class (random init, nothing downloaded): Llama, "
@@ -206,10 +191,9 @@ class HF(Workload):
                 self.inner, self.causal = inner, causal
 
             def forward(self, input_ids, **batch):
-                with _tracing_on_meta(input_ids):
-                    if self.causal:
-                        return self.inner(input_ids=input_ids, use_cache=False, **batch)
-                    return self.inner(input_ids=input_ids, **batch)
+                if self.causal:
+                    return self.inner(input_ids=input_ids, use_cache=False, **batch)
+                return self.inner(input_ids=input_ids, **batch)
 
         return Batch(model, causal=self.family != "bert")
 

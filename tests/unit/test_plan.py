@@ -131,7 +131,7 @@ def test_activations_of_a_transformer_by_size_are_what_transformers_llama_saves(
     import torch
     import transformers as tf
 
-    from workloads.hf import _tracing_on_meta
+    from workloads import batch as batches
 
     layers, h, heads, kv_heads, f, vocab, s = 3, 256, 4, 2 if attention == "flash" else 4, 688, 1000, 128
     device = "cpu" if attention == "flash" else "meta"
@@ -143,8 +143,7 @@ def test_activations_of_a_transformer_by_size_are_what_transformers_llama_saves(
     params = sum(p.numel() for p in model.parameters())
 
     def forward():
-        with _tracing_on_meta(ids):
-            logits = model(input_ids=ids, use_cache=False).logits
+        logits = batches.call(model, {"input_ids": ids, "use_cache": False}).logits  # traced on meta
         torch.nn.functional.cross_entropy(logits.view(-1, vocab), ids.view(-1))
 
     units = list(model.model.layers)
