@@ -129,6 +129,8 @@ class Workload(ABC):
     nondeterministic: str | None = None
     """Why the model's training-mode output is random (dropout), found by the parent's check of a user's workload
     before launching (harness/core/requests.py: check_user_code); a failed equivalence check then says so."""
+    loss_counted: bool | None = None
+    """Whether the last `step_loss` came with a count (read by the rank for its record)."""
     varying_counts: list | None = None
     """For a loss without a count: the counts such a loss commonly averages over that differ between the ranks'
     slices, found by the same check (harness/core/normalisation.py); a failed equivalence check that one of them
@@ -230,6 +232,7 @@ class Workload(ABC):
         import torch
 
         value, count, summed = self.loss_terms(output, target)
+        self.loss_counted = count is not None
         if count is None:
             return value
         count = torch.as_tensor(count, device=value.device).to(torch.float64)

@@ -97,6 +97,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     })
     if workload.reads_through_loader():
         rec["controls"]["loader_workers"] = spec.loader_workers
+    if r0.loss_counted is not None:
+        rec["controls"]["loss_normalisation"] = "global count" if r0.loss_counted else "per-sample mean"
     if r0.cuda_math:
         rec["controls"]["cuda_math"] = r0.cuda_math
     rec["adapter_info"] = r0.adapter

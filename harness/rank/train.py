@@ -214,7 +214,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         start_wall=marks["entry"], setup_s=marks["init_done"] - marks["entry"],
         first_step_end_wall=first_step_end_wall,
         end_wall=time.time(), warmup=spec.warmup, step_times_s=step_times,
-        losses=losses[:steps_run].cpu().tolist(), peak_memory_bytes=peak, peak_memory_kind=memory.kind,
+        losses=losses[:steps_run].cpu().tolist(), loss_counted=workload.loss_counted, peak_memory_bytes=peak, peak_memory_kind=memory.kind,
         peak_memory_file_bytes=memory.file_bytes,
         eval=evaluation, lr=lr, lr_rule=workload.lr_rule(), param_count=n_params,
         precision=adapter.precision().value,
