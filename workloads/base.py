@@ -82,6 +82,15 @@ class Data:
         return pair(batches.take(self.test_x, sl), batches.take(self.test_y, sl))
 
 
+def _one_number(value: Any) -> bool:
+    """A count: a Python number or a tensor of one element."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def pair(inputs: Any, targets: Any) -> tuple[Any, Any]:
     """(inputs, targets): a dict batch without separate targets is its own targets."""
     return inputs, (inputs if targets is None else targets)
@@ -198,11 +207,12 @@ class Workload(ABC):
         own = batches.field(output, "loss")
         if own is not None:
             return own
-        if batches.logits(output) is not output:
+        logits = batches.logits(output)
+        if logits is None or isinstance(target, Mapping):
             raise LossError(f"the model returned {batches.describe(output)}, with no loss in it, and workload "
                             f"{self.name} gives no loss of its own: pass the labels in the batch (a transformers "
-                            f"model computes its loss when given `labels`) or give a loss(output, target)")
-        return F.cross_entropy(output.float(), target)
+                            f"model computes its loss when given `labels`) or override loss(output, target)")
+        return F.cross_entropy(logits.float(), target)
 
     def count(self, target: Any) -> Any:
         """How many items a mean `loss` of this batch averages over, where that varies from batch to batch (tokens
@@ -219,6 +229,10 @@ class Workload(ABC):
             if len(got) != 2:
                 raise LossError(f"the loss of workload {getattr(self, 'ref', self.name)} returned {len(got)} values; "
                                 f"return the loss (a mean), or (sum, count) for a loss over a varying number of items")
+            if not _one_number(got[1]):
+                raise LossError(f"the loss of workload {getattr(self, 'ref', self.name)} returned (value, "
+                                f"{type(got[1]).__name__}); the second of a loss's two values must be the count of the "
+                                f"items its first sums over (a number or a one-element tensor)")
             return got[0], got[1], True
         return got, self.count(target), False
 

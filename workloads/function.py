@@ -163,13 +163,14 @@ class FunctionWorkload(Workload):
             return own
         import torch.nn.functional as F
 
-        if batches.logits(output) is not output or isinstance(target, Mapping):
+        logits = batches.logits(output)  # the output, or its logits (a classifier fed (dict inputs, labels))
+        if logits is None or isinstance(target, Mapping):
             raise LossError(f"workload {self.ref}: its model returned {batches.describe(output)}, with no loss in it, "
                             f"and the workload gives no loss piece: pass the labels in the batch (a transformers "
                             f"model computes its loss when given `labels`) or give loss(output, target)")
         if target.is_floating_point():
-            return F.mse_loss(output.float(), target)
-        return F.cross_entropy(output.float().reshape(-1, output.shape[-1]), target.reshape(-1))
+            return F.mse_loss(logits.float(), target)
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
 
     def count(self, target):
         given = self.pieces().count

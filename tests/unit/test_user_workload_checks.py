@@ -195,6 +195,12 @@ BAD = {
                       "\n            'loss': lambda out, y: (F.cross_entropy(out, y, reduction='sum'), len(y), 1)}\n",
                       "{path}:f", "the loss of workload {path}:f returned 3 values; return the loss (a mean), or (sum, count) "
                                   "for a loss over a varying number of items"),
+    "loss-with-logs": ("import torch\nimport torch.nn.functional as F\ndef f():\n"
+                       "    return {'model': torch.nn.Linear(2, 3), 'train': (torch.randn(64, 2), torch.zeros(64).long()),"
+                       "\n            'loss': lambda out, y: (F.cross_entropy(out, y), {'ce': 1.0})}\n",
+                       "{path}:f", "the loss of workload {path}:f returned (value, dict); the second of a loss's two "
+                                   "values must be the count of the items its first sums over (a number or a "
+                                   "one-element tensor)"),
     "dataset-smaller-than-batch": (FUNCTION, "{path}:tiny",
                                    "global batch 128 is larger than workload {path}:tiny's training set (64 samples); "
                                    "choose a --global-batch of at most 64", "--global-batch", "128"),
@@ -466,3 +472,26 @@ def test_a_failed_check_is_explained_only_by_a_count_that_reproduces_the_referen
     assert explain(cand, [[1.0, 2.0, 1.5], [1.0, 4.0, 1.7]], [1.0, 2.9, 1.6], 3) is None  # not what counts give
     assert explain(cand, [[1.0, 2.5, 1.5], [1.0, 2.5, 1.7]], [1.0, 2.5, 1.6], 3) is None  # equal means: no evidence
     assert explain(cand, [[1.0, 2.0], [1.0, 4.0]], [1.0, 2.5], 1) is None  # after the checked steps
+
+
+def test_dict_inputs_with_targets_apart_take_the_default_loss_and_accuracy_from_the_logits(tmp_path):
+    path = write(tmp_path, "import torch\nfrom torch import nn\n"
+                           "class Head(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                           "        self.lin = nn.Linear(4, 3)\n"
+                           "    def forward(self, features, scale):\n"
+                           "        return {'logits': self.lin(features * scale)}\n"
+                           "def f():\n    x = torch.randn(80, 4)\n"
+                           "    inputs = {'features': x, 'scale': torch.ones(80, 1)}\n"
+                           "    return {'model': Head, 'train': (inputs, x[:, :3].argmax(1)),\n"
+                           "            'test': ({k: v[:16] for k, v in inputs.items()}, x[:16, :3].argmax(1))}\n")
+    w = workloads.get(f"{path}:f")
+    data = w.materialize("cpu", 8)
+    x, y = data.batch(torch.arange(8), "cpu")
+    torch.manual_seed(0)
+    model = w.build_model()
+    out = w.forward(model, x)  # model(features=..., scale=...)
+    assert torch.equal(w.step_loss(out, y), torch.nn.functional.cross_entropy(out["logits"], y))
+    correct, count, loss_sum = w.evaluate(model, data, 0, 1, torch.no_grad())
+    assert count == 16 and 0 <= correct <= 16 and loss_sum > 0
+    requests.check_user_code(w, requests.RunRequest(workload=f"{path}:f", options=[], world_size=2), 8)
+    assert w.nondeterministic is None  # the two forwards' dicts compared as outputs, not by torch.equal
