@@ -5,7 +5,7 @@ the gradient of the global batch (the normalisation Hugging Face fixed with `num
 Found, not guessed. Before launching (harness/core/requests.py, check_user_code), for a workload whose loss declares
 no count, the counts a loss commonly divides by (targets other than -100, other than the most frequent target, a
 dict batch's labels shifted as a causal model shifts them, its attention mask) are read from the data for each
-rank's slice of the first steps: `candidates`. After a row has failed the check, `explain` tests them against what
+rank's slice of the steps the check covers: `candidates`. After a row has failed the check, `explain` tests them against what
 the launch measured. At the first step where a candidate's counts differ, every earlier step's update was the
 single process's, so the parameters are still equal and the ranks' losses at that step weighted by the counts must
 give the single process's loss there; their plain mean must not. Only a candidate that passes both is named.
@@ -20,8 +20,6 @@ from typing import Any
 
 IGNORE_INDEX = -100
 """The ignore_index of torch's cross_entropy and of transformers' losses."""
-SCAN_STEPS = 10
-"""Steps whose slices are read for counts that differ (the equivalence check's default length)."""
 ROUNDING = 2e-6
 """Relative difference two fp32 losses of the same parameters and batch may show from summation order alone."""
 
@@ -61,9 +59,9 @@ def _counters(targets: Any, global_targets: Any) -> list[tuple[str, str, str, An
     return out
 
 
-def candidates(workload, data, global_batch: int, world: int, fix_form: str) -> list[dict[str, Any]]:
-    """For each common count whose value differs between the `world` ranks' slices in one of the first SCAN_STEPS
-    steps: {"what", "expr", "arg", "step" (the first such step, 0-based), "counts" (per rank there), "fix" (the
+def candidates(workload, data, global_batch: int, world: int, steps: int, fix_form: str) -> list[dict[str, Any]]:
+    """For each common count whose value differs between the `world` ranks' slices in one of the first `steps` steps
+    (those the equivalence check covers): {"what", "expr", "arg", "step" (the first such step, 0-based), "counts" (per rank there), "fix" (the
     one-line declaration of it: `fix_form` "pieces" for a workload function's, "subclass" for a Workload's)}. Empty
     for one rank, or where every rank's slice has the same counts."""
     import torch
@@ -71,7 +69,7 @@ def candidates(workload, data, global_batch: int, world: int, fix_form: str) -> 
     if world < 2:
         return []
     found: dict[str, dict[str, Any]] = {}
-    for step in range(SCAN_STEPS):
+    for step in range(steps):
         slices = [workload.batch_indices(step, global_batch, data.n_train, r, world) for r in range(world)]
         targets = [data.batch(idx, "cpu")[1] for idx in slices]
         whole = data.batch(torch.cat(slices), "cpu")[1]

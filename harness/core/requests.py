@@ -564,7 +564,9 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             "two forward passes of the same samples in training mode gave different outputs (randomness in forward)")
     if not counted:
         form = "pieces" if isinstance(workload, workloads.FunctionWorkload) else "subclass"
-        workload.varying_counts = normalisation.candidates(workload, data, global_batch, req.world_size or 1, form)
+        steps = max(workload.equiv_steps, getattr(req, "equiv_steps", None) or 0)  # what the check may cover
+        workload.varying_counts = normalisation.candidates(workload, data, global_batch, req.world_size or 1, steps,
+                                                           form)
 
 
 def _counted(workload, output, target) -> bool:
