@@ -204,7 +204,7 @@ class Workload(ABC):
         output (`output.loss`, `output["loss"]`), else cross-entropy of the output against integer targets."""
         import torch.nn.functional as F
 
-        own = batches.field(output, "loss")
+        own = batches.own_loss(output)
         if own is not None:
             return own
         logits = batches.logits(output)

@@ -90,6 +90,13 @@ def field(output: Any, name: str) -> Any:
     return getattr(output, name, None)
 
 
+def own_loss(output: Any) -> Any:
+    """The loss a model returned in its output, or None. DataParallel over several GPUs gathers one loss per replica
+    into a vector: their mean, as the Trainer takes it (each replica's batch is an equal share)."""
+    loss = field(output, "loss")
+    return loss.mean() if _is_tensor(loss) and loss.dim() else loss
+
+
 def logits(output: Any) -> Any:
     """The tensor an accuracy is read from: the output itself, or its `logits`; None for anything else."""
     if _is_tensor(output):
