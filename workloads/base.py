@@ -249,7 +249,7 @@ class Workload(ABC):
         self.loss_counted = count is not None
         if count is None:
             return value
-        count = torch.as_tensor(count, device=value.device).to(torch.float64)
+        count = torch.as_tensor(count, device=value.device).to(torch.float64).reshape(())
         mean = count if mean_over_processes is None else mean_over_processes(count.reshape(1)).reshape(())
         if summed:
             return value / mean.to(value.dtype)
