@@ -349,7 +349,10 @@ class Adapter(ABC):
         self.optimizer.step()
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Mean of `tensor` over all processes (metrics only, outside the timed region)."""
+        """Mean of `tensor` over all processes, with the framework's own all-reduce: the evaluation's metrics
+        (outside the timed region), and inside a step the count of a loss over a varying number of items (one
+        float64 element, before the backward: Workload.step_loss), as a trainer normalising by the global token
+        count does."""
         return tensor
 
     def skipped_steps(self) -> int | None:

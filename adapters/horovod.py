@@ -324,7 +324,8 @@ class HorovodAdapter(Adapter):
 
     def all_reduce_mean(self, tensor):
         # hvd.allreduce already averages: dividing by the size again is the bug users found in the seed blog.
-        return self.hvd.allreduce(tensor, op=self.hvd.Average, name="compare.metrics")
+        # One name per shape (the metrics' triple, a loss's count): Horovod negotiates each name once and reuses it.
+        return self.hvd.allreduce(tensor, op=self.hvd.Average, name=f"compare.mean.{tensor.numel()}")
 
     def barrier(self):
         self.hvd.barrier()

@@ -8,8 +8,15 @@ for:
     opt = workload.make_optimizer(model, lr)       # lr = workload.lr(global_batch)
     data = workload.materialize(device, global_batch)   # whole dataset in memory before anything is timed
     idx = workload.batch_indices(step, global_batch, n_train, data_rank, data_world)
-    loss = workload.loss(model(x), y)
+    x, y = data.batch(idx, device)                 # (inputs, targets); a dict batch is its own targets
+    loss = workload.step_loss(workload.forward(model, x), y, adapter.all_reduce_mean)
     correct, count, loss_sum = workload.evaluate(model, data, rank, world, autocast, cast_input)
+
+Batches may be tensors or dicts of tensors and outputs tensors, dicts or ModelOutputs (workloads/batch.py). A loss
+is a mean over equal-weight samples, or the sum over a number of items that varies from batch to batch (tokens that
+are not padding, masked positions) with that number: `loss` returning `(sum, count)`, or `count` declaring it. Then
+every process divides by the mean count over the processes (one small all-reduce a step), so that after the
+backend averages the processes' gradients the step's gradient is the single process's over the global batch.
 
 Sharding: every step's global batch is a fixed index list; process `r` of `W` gets the contiguous slice
 `[r*B/W, (r+1)*B/W)`. The union of one step's slices is exactly the single-process batch, in the same order.
@@ -22,42 +29,80 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.shared.options import build as build_options
+from workloads import batch as batches
 
 if TYPE_CHECKING:
     import torch
+
+class LossError(ValueError):
+    """A loss that cannot be taken from what the model returned, or returned in a form the harness cannot use:
+    one line naming what came back and what would do."""
+
 
 _REQUIRED = ("name", "summary", "global_batch", "base_lr", "base_batch", "steps", "warmup")
 
 
 @dataclass
 class Data:
-    """A materialised dataset: tensors already on the training device, or, for the training data, a map-style
-    Dataset that each rank reads its slice of every step from through a DataLoader (`train_set`)."""
+    """A materialised dataset: tensors (or dicts of tensors) already on the training device, or, for the training
+    data, a map-style Dataset that each rank reads its slice of every step from through a DataLoader (`train_set`).
+    A dict batch (`train_x` a dict, `train_y` None) is its own targets: the loss gets the whole batch."""
 
-    train_x: torch.Tensor | None
+    train_x: Any
     train_y: torch.Tensor | None
-    test_x: torch.Tensor | None = None
+    test_x: Any = None
     test_y: torch.Tensor | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     train_set: Any = None
-    """A `torch.utils.data.Dataset` of (input, target) items, when train_x and train_y are None."""
+    """A `torch.utils.data.Dataset` of (input, target) or dict items, when train_x and train_y are None."""
 
     @property
     def n_train(self) -> int:
-        return len(self.train_x) if self.train_x is not None else len(self.train_set)
+        return batches.length(self.train_x) if self.train_x is not None else len(self.train_set)
 
-    def batch(self, idx: torch.Tensor, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def n_test(self) -> int:
+        return 0 if self.test_x is None else batches.length(self.test_x)
+
+    def batch(self, idx: torch.Tensor, device: str) -> tuple[Any, Any]:
         """(inputs, targets) of the training samples `idx`, on `device` (read and collated from the Dataset)."""
         if self.train_x is not None:
-            return self.train_x[idx], self.train_y[idx]
+            return pair(batches.take(self.train_x, idx), batches.take(self.train_y, idx))
         from torch.utils.data import default_collate
 
-        x, y = default_collate([self.train_set[i] for i in idx.tolist()])
-        return x.to(device), y.to(device)
+        return collated(default_collate([self.train_set[i] for i in idx.tolist()]), device)
+
+    def test(self, sl: slice) -> tuple[Any, Any]:
+        """(inputs, targets) of the test samples in `sl`."""
+        return pair(batches.take(self.test_x, sl), batches.take(self.test_y, sl))
+
+
+def _one_number(value: Any) -> bool:
+    """A count: a Python number or a tensor of one element."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def pair(inputs: Any, targets: Any) -> tuple[Any, Any]:
+    """(inputs, targets): a dict batch without separate targets is its own targets."""
+    return inputs, (inputs if targets is None else targets)
+
+
+def collated(items: Any, device: Any, non_blocking: bool = False) -> tuple[Any, Any]:
+    """(inputs, targets) of a batch collated from a Dataset's items ((input, target) pairs or dicts), on `device`."""
+    if isinstance(items, Mapping):
+        moved = batches.to(items, device, non_blocking)
+        return moved, moved
+    x, y = items
+    return batches.to(x, device, non_blocking), batches.to(y, device, non_blocking)
 
 
 class Workload(ABC):
@@ -93,6 +138,12 @@ class Workload(ABC):
     nondeterministic: str | None = None
     """Why the model's training-mode output is random (dropout), found by the parent's check of a user's workload
     before launching (harness/core/requests.py: check_user_code); a failed equivalence check then says so."""
+    loss_counted: bool | None = None
+    """Whether the last `step_loss` came with a count (read by the rank for its record)."""
+    varying_counts: list | None = None
+    """For a loss without a count: the counts such a loss commonly averages over that differ between the ranks'
+    slices, found by the same check (harness/core/normalisation.py); a failed equivalence check that one of them
+    explains then says so, with the fix."""
 
     @dataclass
     class Options:
@@ -143,11 +194,67 @@ class Workload(ABC):
             units += [m for m in inner if any(True for _ in m.parameters())]
         return units
 
-    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """The training loss of one (per-process) batch, mean-reduced."""
+    def forward(self, model: torch.nn.Module, inputs: Any) -> Any:
+        """The model's output for a batch's inputs: `model(**inputs)` for a dict, else `model(inputs)`."""
+        return batches.call(model, inputs)
+
+    def loss(self, output: Any, target: Any) -> Any:
+        """The training loss of one (per-process) batch: a mean over its samples, or `(sum, count)` for a loss over
+        a number of items that varies from batch to batch (see `count`). Default: the loss the model returned in its
+        output (`output.loss`, `output["loss"]`), else cross-entropy of the output against integer targets."""
         import torch.nn.functional as F
 
-        return F.cross_entropy(output.float(), target)
+        own = batches.own_loss(output)
+        if own is not None:
+            return own
+        logits = batches.logits(output)
+        if logits is None or isinstance(target, Mapping):
+            raise LossError(f"the model returned {batches.describe(output)}, with no loss in it, and workload "
+                            f"{self.name} gives no loss of its own: pass the labels in the batch (a transformers "
+                            f"model computes its loss when given `labels`) or override loss(output, target)")
+        return F.cross_entropy(logits.float(), target)
+
+    def count(self, target: Any) -> Any:
+        """How many items a mean `loss` of this batch averages over, where that varies from batch to batch (tokens
+        that are not padding, masked positions: `(target != -100).sum()`), or None: every sample weighs the same.
+        Declared, the loss is normalised by the count over every process (`step_loss`), as a single process over
+        the global batch normalises it."""
+        return None
+
+    def loss_terms(self, output: Any, target: Any) -> tuple[Any, Any, bool]:
+        """(value, count, summed): the loss with the count of the items it is over (None: a mean over equal-weight
+        samples) and whether value is their sum (a loss returning `(sum, count)`) or their mean (`count`)."""
+        got = self.loss(output, target)
+        if isinstance(got, (tuple, list)):
+            if len(got) != 2:
+                raise LossError(f"the loss of workload {getattr(self, 'ref', self.name)} returned {len(got)} values; "
+                                f"return the loss (a mean), or (sum, count) for a loss over a varying number of items")
+            if not _one_number(got[1]):
+                raise LossError(f"the loss of workload {getattr(self, 'ref', self.name)} returned (value, "
+                                f"{type(got[1]).__name__}); the second of a loss's two values must be the count of the "
+                                f"items its first sums over (a number or a one-element tensor)")
+            return got[0], got[1], True
+        return got, self.count(target), False
+
+    def step_loss(self, output: Any, target: Any, mean_over_processes=None) -> torch.Tensor:
+        """The loss one process back-propagates. A loss with a count is divided by the count's mean over the
+        data-parallel processes (`mean_over_processes(tensor)`: the adapter's all-reduce; None: this process alone),
+        so the backend's average of the processes' gradients is the gradient of the global batch's sum over its
+        total count: what a single process computes (torchtitan's global token count, the Trainer's
+        `num_items_in_batch` with `average_tokens_across_devices`). Its mean over the processes is the global
+        batch's loss. A mean-reduced loss without a count is returned as it is."""
+        import torch
+
+        value, count, summed = self.loss_terms(output, target)
+        self.loss_counted = count is not None
+        if count is None:
+            return value
+        count = torch.as_tensor(count, device=value.device).to(torch.float64).reshape(())
+        mean = count if mean_over_processes is None else mean_over_processes(count.reshape(1)).reshape(())
+        if summed:
+            return value / mean.to(value.dtype)
+        # the factor first: exactly 1 where every process has the same count, so such a loss is unchanged
+        return value * (count / mean).to(value.dtype)
 
     # ---- data ----------------------------------------------------------------------------------------------
     @abstractmethod
@@ -194,21 +301,21 @@ class Workload(ABC):
 
         if data.test_x is None:
             return None
-        sl = self.eval_slice(len(data.test_x), rank, world)
-        x, y = data.test_x[sl], data.test_y[sl]
+        x, y = data.test(self.eval_slice(data.n_test, rank, world))
         model.eval()
         with torch.no_grad(), autocast:
-            out = model(cast_input(x))
+            out = self.forward(model, batches.apply(cast_input, x))
         model.train()
-        if y.numel() == 0:
+        if batches.length(x) == 0:
             return 0.0, 0.0, 0.0
         return self.score(out, y)
 
-    def score(self, output: torch.Tensor, target: torch.Tensor) -> tuple[float, float, float]:
+    def score(self, output: Any, target: Any) -> tuple[float, float, float]:
         """(correct, count, loss_sum) of one evaluation batch: per sample for classification; a sequence model
         overrides it to count per token."""
         import torch.nn.functional as F
 
+        output = batches.logits(output)
         loss_sum = F.cross_entropy(output.float(), target, reduction="sum").item()
         return float((output.argmax(1) == target).sum().item()), float(len(target)), loss_sum
 
@@ -245,11 +352,11 @@ class Workload(ABC):
                     model = self.build_model()
                     counter = FlopCounterMode(display=False)
                     with counter:
-                        self.loss(model(x.to(device)), y.to(device)).backward()
+                        self.step_loss(self.forward(model, batches.to(x, device)), batches.to(y, device)).backward()
                 total = counter.get_total_flops()
                 conv = sum(n for op, n in counter.get_flop_counts().get("Global", {}).items()
                            if "convolution" in str(op))
-                return {"flops_per_sample": total / len(x), "conv_share": conv / total if total else 0.0}
+                return {"flops_per_sample": total / batches.length(x), "conv_share": conv / total if total else 0.0}
             except Exception:  # noqa: BLE001 - a model meta cannot run (data-dependent code) is counted on the CPU
                 continue
         return None

@@ -22,15 +22,22 @@ factory is called after the harness seeds torch, so every process builds the sam
 
 What the function returns (a `Pieces`, or a dict with the same keys):
 - `model`: a function returning a fresh `torch.nn.Module` (or a module, deep-copied for each use);
-- `train`: `(inputs, targets)` tensors, or a map-style `torch.utils.data.Dataset` whose items are `(input, target)`
-  tensors: each rank then reads its slice of every step's global batch through a `DataLoader` (`--loader-workers`);
+- `train`: `(inputs, targets)` tensors, a dict of tensors (a Hugging Face batch: `input_ids`, `attention_mask`,
+  `labels`; the model is called `model(**batch)` and the batch is its own targets), or a map-style
+  `torch.utils.data.Dataset` whose items are `(input, target)` tensors or dicts of tensors, collated by torch's
+  default collate: each rank then reads its slice of every step's global batch through a `DataLoader`
+  (`--loader-workers`); the inputs of `(inputs, targets)` may be a dict too;
 - `test` (optional): the same, for the evaluation (a Dataset is read into memory once);
-- `loss(output, target)` (optional; default: cross-entropy for integer targets, over every position of a sequence;
-  mean squared error for float targets); `metric(output, target) -> (correct, count)` (optional; default for
-  integer targets: argmax accuracy per position; float targets without one are not evaluated);
+- `loss(output, target)` (optional; default: the loss in the model's output, `output.loss` or `output["loss"]`, else
+  cross-entropy for integer targets, over every position of a sequence, mean squared error for float targets); it
+  may return `(sum, count)` for a loss over a number of items that varies between batches, which every backend then
+  divides by the count over all processes; `count(target)` (optional) declares that number for a mean loss
+  instead (a model that returns its own loss); `metric(output, target) -> (correct, count)` (optional; default for
+  integer targets: argmax accuracy per position of the output or its `logits`; float targets and dict batches
+  without one are not evaluated);
 - `optimizer(parameters, lr)` (optional; default SGD with momentum 0.9); `units(model)` (optional: the blocks a
   sharding backend wraps one by one); `tokens_per_sample` (optional: a language model's tokens per sample; default:
-  a sequence target's length).
+  a sequence target's length, or a dict batch's `input_ids` length).
 
 Runs in: the parent and every rank.
 """
@@ -44,10 +51,12 @@ import re
 import types
 import typing
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, Literal
 
 from harness.shared.registry import BadReference, UserCodeError
-from workloads.base import Data, Workload
+from workloads import batch as batches
+from workloads.base import Data, LossError, Workload
 
 DEFAULTS: dict[str, Any] = {"global_batch": 32, "lr": 0.01, "steps": 50, "warmup": 5, "seed": 0, "target": None,
                             "eval_every": None, "max_steps_to_target": None, "equiv_steps": 10,
@@ -85,6 +94,7 @@ class Pieces:
     optimizer: Callable | None = None
     units: Callable | None = None
     tokens_per_sample: int | None = None
+    count: Callable | None = None
 
 
 PIECES = tuple(f.name for f in dataclasses.fields(Pieces))
@@ -148,16 +158,30 @@ class FunctionWorkload(Workload):
         given = self.pieces().loss
         if given is not None:
             return given(output, target)
+        own = batches.own_loss(output)
+        if own is not None:
+            return own
         import torch.nn.functional as F
 
+        logits = batches.logits(output)  # the output, or its logits (a classifier fed (dict inputs, labels))
+        if logits is None or isinstance(target, Mapping):
+            raise LossError(f"workload {self.ref}: its model returned {batches.describe(output)}, with no loss in it, "
+                            f"and the workload gives no loss piece: pass the labels in the batch (a transformers "
+                            f"model computes its loss when given `labels`) or give loss(output, target)")
         if target.is_floating_point():
-            return F.mse_loss(output.float(), target)
-        return F.cross_entropy(output.float().reshape(-1, output.shape[-1]), target.reshape(-1))
+            return F.mse_loss(logits.float(), target)
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+    def count(self, target):
+        given = self.pieces().count
+        return None if given is None else given(target)
 
     def evaluate(self, model, data, rank, world, autocast, cast_input=lambda x: x):
-        """As every workload's, except that float targets without a `metric` have no accuracy to report: no
-        evaluation then (the report says "no test set" rather than an accuracy that means nothing)."""
-        if data.test_y is not None and data.test_y.is_floating_point() and self.pieces().metric is None:
+        """As every workload's, except where there is no accuracy to report without a `metric`: float targets, and
+        dict batches (whose labels a model may shift itself). No evaluation then (the report says "no test set"
+        rather than an accuracy that means nothing)."""
+        if self.pieces().metric is None and data.test_x is not None and (
+                data.test_y is None or data.test_y.is_floating_point()):
             return None
         return super().evaluate(model, data, rank, world, autocast, cast_input)
 
@@ -165,27 +189,39 @@ class FunctionWorkload(Workload):
         import torch.nn.functional as F
 
         p = self.pieces()
-        if target.is_floating_point():
-            loss_sum = F.mse_loss(output.float(), target, reduction="sum").item()
-        else:
-            loss_sum = F.cross_entropy(output.float().reshape(-1, output.shape[-1]), target.reshape(-1),
-                                       reduction="sum").item()
         if p.metric is not None:
             try:
                 correct, count = p.metric(output, target)
             except Exception as exc:  # noqa: BLE001
                 raise UserCodeError(f"the metric of workload {self.ref}", exc) from None
-            return float(correct), float(count), loss_sum
-        return float((output.argmax(-1) == target).sum().item()), float(target.numel()), loss_sum
+        else:
+            logits = batches.logits(output)
+            if logits is None:
+                raise LossError(f"workload {self.ref}: its model returned {batches.describe(output)}, which has no "
+                                f"logits to take an accuracy from; give metric(output, target)")
+            correct, count = (logits.argmax(-1) == target).sum().item(), target.numel()
+        if p.loss is None and batches.field(output, "loss") is None and not isinstance(target, Mapping):
+            out = batches.logits(output)  # the default loss, summed
+            loss_sum = (F.mse_loss(out.float(), target, reduction="sum").item() if target.is_floating_point() else
+                        F.cross_entropy(out.float().reshape(-1, out.shape[-1]), target.reshape(-1),
+                                        reduction="sum").item())
+        else:  # the workload's own loss (or the model's), as a mean, weighted by what the metric counts
+            value, n, summed = self.loss_terms(output, target)
+            loss_sum = float(value) / (float(n) if summed else 1.0) * float(count)
+        return float(correct), float(count), loss_sum
 
     def reads_through_loader(self) -> bool:
-        return not isinstance(self.pieces().train, tuple)
+        return not isinstance(self.pieces().train, (tuple, Mapping))
 
     def tokens_per_sample(self) -> int | None:
         p = self.pieces()
         if p.tokens_per_sample is not None:
             return int(p.tokens_per_sample)
-        y = p.train[1] if isinstance(p.train, tuple) else None
+        train = p.train
+        if isinstance(train, Mapping) or (isinstance(train, tuple) and isinstance(train[0], Mapping)):
+            ids = (train if isinstance(train, Mapping) else train[0]).get("input_ids")
+            return int(ids.shape[1]) if ids is not None and ids.dim() == 2 else None
+        y = train[1] if isinstance(train, tuple) else None
         if y is not None and not y.is_floating_point() and y.dim() == 2:
             return int(y.shape[1])  # a sequence of class indices per sample: a language model's next tokens
         return None
@@ -193,21 +229,34 @@ class FunctionWorkload(Workload):
     # ---- data ----------------------------------------------------------------------------------------------
     def train_samples(self, global_batch: int) -> int:
         train = self.pieces().train
-        return len(train[0]) if isinstance(train, tuple) else len(train)
+        return batches.length(train[0] if isinstance(train, tuple) else train) if isinstance(train, (tuple, Mapping)) \
+            else len(train)
 
     def materialize(self, device: str, global_batch: int) -> Data:
         p = self.pieces()
         test_x = test_y = None
         if p.test is not None:
-            test_x, test_y = p.test if isinstance(p.test, tuple) else _stack(p.test)
-            test_x, test_y = test_x.to(device), test_y.to(device)
-        if isinstance(p.train, tuple):
-            x, y = p.train
-            return Data(x.to(device), y.to(device), test_x, test_y,
-                        meta={"source": f"{self.ref}: tensors", "train_samples": len(x)})
+            test_x, test_y = _in_memory(p.test)
+            test_x, test_y = batches.to(test_x, device), batches.to(test_y, device)
+        if isinstance(p.train, (tuple, Mapping)):
+            x, y = _in_memory(p.train)
+            kind = "a dict of tensors" if isinstance(p.train, Mapping) else "tensors"
+            return Data(batches.to(x, device), batches.to(y, device), test_x, test_y,
+                        meta={"source": f"{self.ref}: {kind}", "train_samples": batches.length(x)})
         return Data(None, None, test_x, test_y, train_set=p.train,
                     meta={"source": f"{self.ref}: {type(p.train).__name__} through a DataLoader",
                           "train_samples": len(p.train)})
+
+
+def _in_memory(data) -> tuple[Any, Any]:
+    """(inputs, targets or None) of data given as (inputs, targets), a dict of tensors, or a Dataset (read into
+    memory once)."""
+    if isinstance(data, tuple):
+        return data
+    if isinstance(data, Mapping):
+        return dict(data), None
+    stacked = _stack(data)
+    return (dict(stacked), None) if isinstance(stacked, Mapping) else tuple(stacked)
 
 
 def from_function(fn: Callable, ref: str) -> type[FunctionWorkload]:
@@ -322,7 +371,7 @@ def _as_pieces(got: Any, ref: str) -> Pieces:
         got.train = tuple(got.train)
     if isinstance(got.test, list):
         got.test = tuple(got.test)
-    for key in ("loss", "metric", "optimizer", "units"):
+    for key in ("loss", "metric", "optimizer", "units", "count"):
         if getattr(got, key) is not None and not callable(getattr(got, key)):
             raise BadReference(f"workload {ref}: its {key} is a {type(getattr(got, key)).__name__}, not a function")
     return got
@@ -331,27 +380,55 @@ def _as_pieces(got: Any, ref: str) -> Pieces:
 def _check_data(data: Any, what: str, ref: str) -> None:
     import torch
 
+    if isinstance(data, Mapping):
+        _check_dict(data, f"its {what} dict", ref)
+        return
     if isinstance(data, (tuple, list)) and not isinstance(data, torch.utils.data.Dataset):
-        if len(data) != 2 or not all(isinstance(t, torch.Tensor) for t in data):
-            raise BadReference(f"workload {ref}: its {what} data must be (inputs, targets) tensors or a "
-                               f"torch.utils.data.Dataset; got a {type(data).__name__} of "
+        if len(data) != 2 or not (isinstance(data[1], torch.Tensor)
+                                  and (isinstance(data[0], torch.Tensor) or isinstance(data[0], Mapping))):
+            raise BadReference(f"workload {ref}: its {what} data must be (inputs, targets) tensors, a dict of tensors "
+                               f"or a torch.utils.data.Dataset; got a {type(data).__name__} of "
                                f"{', '.join(type(t).__name__ for t in data) or 'nothing'}")
-        if len(data[0]) != len(data[1]):
-            raise BadReference(f"workload {ref}: its {what} inputs and targets differ in length ({len(data[0])} and "
-                               f"{len(data[1])})")
+        if isinstance(data[0], Mapping):
+            _check_dict(data[0], f"its {what} inputs", ref)
+        if batches.length(data[0]) != len(data[1]):
+            raise BadReference(f"workload {ref}: its {what} inputs and targets differ in length "
+                               f"({batches.length(data[0])} and {len(data[1])})")
         return
     if not isinstance(data, torch.utils.data.Dataset) or not hasattr(data, "__len__"):
         raise BadReference(f"workload {ref}: its {what} data is a {type(data).__name__}; give (inputs, targets) "
-                           f"tensors or a map-style torch.utils.data.Dataset (with __len__ and __getitem__)")
+                           f"tensors, a dict of tensors or a map-style torch.utils.data.Dataset (with __len__ and "
+                           f"__getitem__)")
     if len(data) == 0:
         raise BadReference(f"workload {ref}: its {what} Dataset is empty")
     item = data[0]
-    if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], torch.Tensor)
+    if isinstance(item, Mapping) and item and all(isinstance(v, (torch.Tensor, int, float)) for v in item.values()):
+        return
+    if not (isinstance(item, (tuple, list)) and len(item) == 2
+            and (isinstance(item[0], torch.Tensor)
+                 or (isinstance(item[0], Mapping) and item[0]
+                     and all(isinstance(v, torch.Tensor) for v in item[0].values())))
             and isinstance(item[1], (torch.Tensor, int, float))):
         shown = (f"({', '.join(type(i).__name__ for i in item)})" if isinstance(item, (tuple, list))
-                 else type(item).__name__)
+                 else batches.describe(item) if isinstance(item, Mapping) else type(item).__name__)
         raise BadReference(f"workload {ref}: item 0 of its {what} Dataset is {shown}, not (input tensor, target "
-                           f"tensor or number); return tensors from __getitem__ (torch.as_tensor)")
+                           f"tensor or number) nor a dict of tensors; return tensors from __getitem__ "
+                           f"(torch.as_tensor)")
+
+
+def _check_dict(data: Mapping, what: str, ref: str) -> None:
+    """A dict batch: named tensors, all with the same number of samples."""
+    import torch
+
+    if not data:
+        raise BadReference(f"workload {ref}: {what} is empty; give its tensors by name (input_ids, labels, ...)")
+    wrong = [f"{k!r} ({type(v).__name__})" for k, v in data.items() if not isinstance(v, torch.Tensor)]
+    if wrong:
+        raise BadReference(f"workload {ref}: {what} must hold tensors; {', '.join(wrong)} is not one")
+    sizes = {k: len(v) if v.dim() else 0 for k, v in data.items()}
+    if len(set(sizes.values())) > 1:
+        raise BadReference(f"workload {ref}: the tensors of {what} differ in length (samples first): "
+                           f"{', '.join(f'{k} {n}' for k, n in sizes.items())}")
 
 
 def _stack(dataset):

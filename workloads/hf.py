@@ -4,14 +4,21 @@ nothing downloaded.
     compare run -w hf -o model=llama -o layers=2 -o hidden=256 -a ddp,fsdp,deepspeed:zero_stage=3 --repeats 3
     compare plan -w hf -o model=llama-7b --gpu h100 --nodes 8
 
-`model` is a family with small defaults (`llama`, `gpt2`, `bert`) or a published size, whose shape is that model's
-own config (`llama-1b` is Llama 3.2 1B, `llama-7b`/`-13b`/`-70b` are Llama 2's, `gpt2` and `gpt2-medium` OpenAI's,
-`bert-base`/`bert-large` Google's); any of `layers`, `hidden`, `heads`, `kv_heads`, `intermediate`, `vocab`
-overrides it. Dropout is set to 0, so every fp32 backend must match the single-process reference. The tokens are
-CPython's own help text (`pydoc_data.topics`, shipped with Python, as tinygpt's), one byte a token, in windows of
-`seq_len`: a causal model (Llama, GPT-2) predicts each next byte; BERT, a masked language model, predicts the 15% of
-bytes masked at fixed positions. A sharding backend (FSDP2) wraps the model's own no-split modules (a decoder
-layer), as `transformers`' FSDP integration does.
+`model` is a family's name, which is always a tiny model of that family (`llama`, `mistral`, `qwen2`, `gpt2`,
+`bert`: 2 layers, width 256), or a published size by its own name, whose shape is that model's config.json
+(`llama-1b` is Llama 3.2 1B, `llama-7b`/`-13b`/`-70b` are Llama 2's, `mistral-7b` Mistral 7B v0.1, `qwen2-0.5b`/
+`-1.5b`/`-7b` Qwen2's, `gpt2-124m` and `gpt2-medium` OpenAI's, `bert-base`/`bert-large` Google's); any of
+`layers`, `hidden`, `heads`, `kv_heads`, `intermediate`, `vocab` overrides it. Dropout is set to 0, so every fp32
+backend must match the single-process reference. The tokens are CPython's own help text (`pydoc_data.topics`,
+shipped with Python, as tinygpt's), one byte a token, in windows of `seq_len`: a causal model predicts each next
+byte; BERT, a masked language model, predicts the 15% of bytes masked at random positions (fixed by the seed).
+
+Batches are what the Trainer feeds: a dict (`input_ids`, and `labels`: for a causal model also `shift_labels`, the
+next byte of every position, so that the last position has a target too), the model called `model(**batch)` and
+its loss read from its output. That loss is a mean over the batch's predicted tokens, whose number varies (BERT's
+random masks), so the workload declares the count (`count`) and every backend divides by the count over all
+processes: the single process's loss over the global batch. A sharding backend (FSDP2) wraps the model's own
+no-split modules (a decoder layer), as `transformers`' FSDP integration does.
 """
 
 from __future__ import annotations
@@ -24,24 +31,35 @@ from harness.shared.options import OptionError
 from workloads.base import Data, Workload
 from workloads.tinygpt import corpus, next_byte_windows, split_corpus
 
-FAMILY = {"llama": "llama", "llama-1b": "llama", "llama-7b": "llama", "llama-13b": "llama", "llama-70b": "llama",
-          "gpt2": "gpt2", "gpt2-medium": "gpt2", "bert": "bert", "bert-base": "bert", "bert-large": "bert"}
-# (layers, hidden, heads, kv_heads, intermediate, vocab, tied embeddings): each published model's config.json.
-SHAPES = {
-    "llama": (2, 256, 4, 2, 688, 1024, False),
-    "llama-1b": (16, 2048, 32, 8, 8192, 128256, True),  # meta-llama/Llama-3.2-1B
-    "llama-7b": (32, 4096, 32, 32, 11008, 32000, False),  # meta-llama/Llama-2-7b-hf
-    "llama-13b": (40, 5120, 40, 40, 13824, 32000, False),  # meta-llama/Llama-2-13b-hf
-    "llama-70b": (80, 8192, 64, 8, 28672, 32000, False),  # meta-llama/Llama-2-70b-hf
-    "gpt2": (12, 768, 12, 12, 3072, 50257, True),  # openai-community/gpt2
-    "gpt2-medium": (24, 1024, 16, 16, 4096, 50257, True),
-    "bert": (2, 256, 4, 4, 1024, 1024, True),
-    "bert-base": (12, 768, 12, 12, 3072, 30522, True),  # google-bert/bert-base-uncased
-    "bert-large": (24, 1024, 16, 16, 4096, 30522, True),
+# name -> (family, (layers, hidden, heads, kv_heads, intermediate, vocab, tied embeddings)): a family's own name is
+# its tiny model; every other name is a published model, its shape from that model's config.json.
+MODELS = {
+    "llama": ("llama", (2, 256, 4, 2, 688, 1024, False)),
+    "llama-1b": ("llama", (16, 2048, 32, 8, 8192, 128256, True)),  # meta-llama/Llama-3.2-1B
+    "llama-7b": ("llama", (32, 4096, 32, 32, 11008, 32000, False)),  # meta-llama/Llama-2-7b-hf
+    "llama-13b": ("llama", (40, 5120, 40, 40, 13824, 32000, False)),  # meta-llama/Llama-2-13b-hf
+    "llama-70b": ("llama", (80, 8192, 64, 8, 28672, 32000, False)),  # meta-llama/Llama-2-70b-hf
+    "mistral": ("mistral", (2, 256, 4, 2, 688, 1024, False)),
+    "mistral-7b": ("mistral", (32, 4096, 32, 8, 14336, 32000, False)),  # mistralai/Mistral-7B-v0.1
+    "qwen2": ("qwen2", (2, 256, 4, 2, 688, 1024, True)),
+    "qwen2-0.5b": ("qwen2", (24, 896, 14, 2, 4864, 151936, True)),  # Qwen/Qwen2-0.5B
+    "qwen2-1.5b": ("qwen2", (28, 1536, 12, 2, 8960, 151936, True)),  # Qwen/Qwen2-1.5B
+    "qwen2-7b": ("qwen2", (28, 3584, 28, 4, 18944, 152064, False)),  # Qwen/Qwen2-7B
+    "gpt2": ("gpt2", (2, 256, 4, 4, 1024, 1024, True)),
+    "gpt2-124m": ("gpt2", (12, 768, 12, 12, 3072, 50257, True)),  # openai-community/gpt2
+    "gpt2-medium": ("gpt2", (24, 1024, 16, 16, 4096, 50257, True)),  # openai-community/gpt2-medium
+    "bert": ("bert", (2, 256, 4, 4, 1024, 1024, True)),
+    "bert-base": ("bert", (12, 768, 12, 12, 3072, 30522, True)),  # google-bert/bert-base-uncased
+    "bert-large": ("bert", (24, 1024, 16, 16, 4096, 30522, True)),  # google-bert/bert-large-uncased
 }
-POSITIONS = {"gpt2": 1024, "gpt2-medium": 1024, "bert-base": 512, "bert-large": 512}
+FAMILY = {name: family for name, (family, _) in MODELS.items()}
+SHAPES = {name: shape for name, (_, shape) in MODELS.items()}
+POSITIONS = {"gpt2-124m": 1024, "gpt2-medium": 1024, "bert-base": 512, "bert-large": 512}
 """Learned position embeddings of the published models (part of their parameter count); 128 for the small ones, or
-`seq_len` where longer. Llama's rotary positions have no parameters."""
+`seq_len` where longer. Rotary positions (Llama, Mistral, Qwen2) have no parameters."""
+CAUSAL = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+"""The decoder families built from the same arguments (a Llama-shaped config: RMSNorm, rotary positions, gated MLP,
+grouped-query attention; Qwen2 adds biases to its query, key and value projections), by their model class."""
 MASK_SHARE = 0.15
 """BERT: the share of each window's bytes masked (positions fixed by the seed), as its pre-training masks."""
 IGNORE = -100
@@ -58,31 +76,10 @@ def missing() -> str | None:
     return None
 
 
-def _tracing_on_meta(ids):
-    """On the meta device (counting FLOPs and memory, never training), transformers' mask preparation asks whether
-    the batch packs several sequences into one row, an `.item()` a meta tensor cannot answer. It is answered as
-    this workload's batches answer it on a real device: no (one sequence a row, positions 0..s-1), so the mask is
-    skipped for SDPA's `is_causal` and grouped-query attention reaches the kernel unexpanded, as in training.
-    (Telling the mask builders they are being traced instead, as under torch.compile, built an explicit mask and
-    expanded key and value to every head: a GQA Llama's activations came out larger than a run's.) A real tensor
-    changes nothing."""
-    import contextlib
-
-    if not ids.is_meta:
-        return contextlib.nullcontext()
-    from unittest import mock
-
-    import transformers.masking_utils as masks
-
-    if hasattr(masks, "find_packed_sequence_indices"):
-        return mock.patch.object(masks, "find_packed_sequence_indices", lambda *args, **kwargs: None)
-    return mock.patch.object(masks, "is_tracing", lambda *args, **kwargs: True)  # an older transformers
-
-
 class HF(Workload):
     name = "hf"
     summary = ("a Hugging Face transformers model from its config class (random init, nothing downloaded): Llama, "
-               "GPT-2 or BERT, small or a published size, on CPython's help text")
+               "Mistral, Qwen2, GPT-2 or BERT, tiny or a published size, on CPython's help text")
     global_batch = 8
     base_lr = 3e-4
     base_batch = 8
@@ -96,9 +93,8 @@ class HF(Workload):
 
     @dataclass
     class Options:
-        model: Literal["llama", "llama-1b", "llama-7b", "llama-13b", "llama-70b", "gpt2", "gpt2-medium", "bert",
-                       "bert-base", "bert-large"] = "llama"
-        """The family (small defaults) or a published size, whose shape is that model's own config."""
+        model: Literal[tuple(MODELS)] = "llama"
+        """A family's name (a tiny model: 2 layers, width 256) or a published model's (its own config's shape)."""
         layers: int | None = None
         """Transformer blocks (default: the model's)."""
         hidden: int | None = None
@@ -106,7 +102,8 @@ class HF(Workload):
         heads: int | None = None
         """Attention heads (default: the model's)."""
         kv_heads: int | None = None
-        """Key/value heads, grouped-query attention (Llama only; default: the model's; divides `heads`)."""
+        """Key/value heads, grouped-query attention (Llama, Mistral, Qwen2; default: the model's; divides
+        `heads`)."""
         intermediate: int | None = None
         """The MLP's inner width (default: the model's)."""
         vocab: int | None = None
@@ -165,17 +162,19 @@ class HF(Workload):
         layers, hidden, heads, kv, inter, vocab, tied = self.options.shape()
         seq = self.options.seq_len
         positions = max(seq, POSITIONS.get(self.options.model, 128))
-        if self.family == "llama":
-            config = tf.LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
-                                    num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
-                                    max_position_embeddings=max(seq, 128), tie_word_embeddings=tied,
-                                    attention_dropout=0.0)
-            model = tf.LlamaForCausalLM(config)
+        if self.family in CAUSAL:
+            config = getattr(tf, CAUSAL[self.family].replace("ForCausalLM", "Config"))(
+                vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=max(seq, 128),
+                tie_word_embeddings=tied, attention_dropout=0.0)
+            model = getattr(tf, CAUSAL[self.family])(config)
         elif self.family == "gpt2":
             config = tf.GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads, n_inner=inter,
                                    n_positions=positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                    tie_word_embeddings=tied, bos_token_id=None, eos_token_id=None)
             model = tf.GPT2LMHeadModel(config)
+            # Its class name maps to no loss in transformers, which then warns and falls back to this one: named here
+            model.loss_type = "ForCausalLM"
         else:
             config = tf.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                                    num_attention_heads=heads, intermediate_size=inter,
@@ -183,20 +182,20 @@ class HF(Workload):
                                    attention_probs_dropout_prob=0.0, tie_word_embeddings=tied)
             model = tf.BertForMaskedLM(config)
 
-        class Logits(nn.Module):
-            """The model with its logits as its output (every backend calls model(inputs) and takes a tensor)."""
+        class Batch(nn.Module):
+            """The transformers model called with a batch's tensors by name, returning its own output (logits and
+            loss); no cache in training."""
 
             def __init__(self, inner, causal: bool):
                 super().__init__()
                 self.inner, self.causal = inner, causal
 
-            def forward(self, ids):
-                with _tracing_on_meta(ids):
-                    if self.causal:
-                        return self.inner(input_ids=ids, use_cache=False).logits
-                    return self.inner(input_ids=ids).logits
+            def forward(self, input_ids, **batch):
+                if self.causal:
+                    return self.inner(input_ids=input_ids, use_cache=False, **batch)
+                return self.inner(input_ids=input_ids, **batch)
 
-        return Logits(model, causal=self.family != "bert")
+        return Batch(model, causal=self.family != "bert")
 
     def shard_units(self, model):
         """The model's own no-split modules (LlamaDecoderLayer, GPT2Block, BertLayer): what transformers' FSDP
@@ -213,20 +212,27 @@ class HF(Workload):
     def lr_rule(self) -> str:
         return f"linear: {self.base_lr} x global_batch / {self.base_batch} (AdamW)"
 
-    def loss(self, output, target):
-        import torch.nn.functional as F
+    @property
+    def _labels(self) -> str:
+        """The batch's tensor of per-position targets: a causal model's next bytes (`shift_labels`), BERT's masked
+        bytes (`labels`)."""
+        return "labels" if self.family == "bert" else "shift_labels"
 
-        return F.cross_entropy(output.float().flatten(0, 1), target.flatten(), ignore_index=IGNORE)
+    def count(self, batch):
+        """The predicted positions of the batch (every position of a causal model; BERT's masked ones, whose number
+        varies): the model's loss is their mean."""
+        return (batch[self._labels] != IGNORE).sum()
 
-    def score(self, output, target):
+    def score(self, output, batch):
         """Accuracy and loss over the predicted positions (every next byte; BERT's masked ones): counts are
         tokens."""
         import torch.nn.functional as F
 
+        logits, target = output.logits, batch[self._labels]
         counted = target != IGNORE
-        loss_sum = F.cross_entropy(output.float().flatten(0, 1), target.flatten(), ignore_index=IGNORE,
+        loss_sum = F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), ignore_index=IGNORE,
                                    reduction="sum")
-        return (float(((output.argmax(-1) == target) & counted).sum()), float(counted.sum()), float(loss_sum))
+        return (float(((logits.argmax(-1) == target) & counted).sum()), float(counted.sum()), float(loss_sum))
 
     def tokens_per_sample(self) -> int:
         return self.options.seq_len
@@ -251,11 +257,19 @@ class HF(Workload):
             x[masked] = 0  # byte 0 never occurs in the text: the mask token
             return x, y
 
+        def batch(x, y):
+            if self.family == "bert":
+                return {"input_ids": x, "labels": y}
+            # labels as the Trainer gives them (the inputs, which the model would shift itself), and shift_labels,
+            # the next byte of every position, which the model's loss uses as they are: the last position of a window
+            # predicts the byte after it, as tinygpt's do.
+            return {"input_ids": x, "labels": x, "shift_labels": y}
+
         x_tr, y_tr = windows(data[:split])
         x_te, y_te = windows(data[split:])
         x_te, y_te = x_te[:self.options.eval_windows], y_te[:self.options.eval_windows]
         task = "masked bytes (15%)" if self.family == "bert" else "next byte"
-        return Data(x_tr.to(device), y_tr.to(device), x_te.to(device), y_te.to(device),
+        return Data(batch(x_tr.to(device), y_tr.to(device)), None, batch(x_te.to(device), y_te.to(device)), None,
                     meta={"source": f"pydoc_data.topics ({len(text):,} bytes, sha256 "
                                     f"{hashlib.sha256(text).hexdigest()[:16]}), 90/10 split, one token a byte; "
                                     f"predicts the {task}",

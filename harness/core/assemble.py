@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from harness.core import normalisation
 from harness.core.record import LOAD_BALANCE_METHOD, SCHEMA_VERSION
 from harness.core.stats import slowest_rank_steps, step_stats, worst
 from harness.launching import hosts
@@ -47,8 +48,10 @@ def max_param_diff(params_path: Path, reference: dict | None) -> float | None:
     return worst(float((params[n] - reference[n]).abs().max()) for n in params)
 
 
-def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, workload) -> dict[str, Any]:
-    """Fill a base record with everything measured by one launch."""
+def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, workload,
+                 reference_losses: list[float] | None = None) -> dict[str, Any]:
+    """Fill a base record with everything measured by one launch (`reference_losses`: the single-process
+    reference's loss at each step, which a failed equivalence check may be explained by)."""
     rec["topology"] = {"device": spec.device, "processes": outcome.processes, "launcher_argv": outcome.argv,
                        "launch_pgid": outcome.pid,
                        # nodes x processes per node, and every rank's hostname, interface and boot id
@@ -94,6 +97,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     })
     if workload.reads_through_loader():
         rec["controls"]["loader_workers"] = spec.loader_workers
+    if r0.loss_counted is not None:
+        rec["controls"]["loss_normalisation"] = "global count" if r0.loss_counted else "per-sample mean"
     if r0.cuda_math:
         rec["controls"]["cuda_math"] = r0.cuda_math
     rec["adapter_info"] = r0.adapter
@@ -189,6 +194,11 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
                                             f"process draws its own random numbers, so no backend can match the "
                                             f"single-process reference (make it deterministic, e.g. dropout 0, to "
                                             f"check equivalence)")
+    elif rec["equivalence"]["passed"] is False and workload.varying_counts:
+        counts = normalisation.explain(workload.varying_counts, [r.losses for r in ranks], reference_losses,
+                                       spec.equiv_steps)
+        if counts:
+            rec["equivalence"]["why_failed"] = counts
     if spec.eval_every and spec.target is not None:
         rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
     rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"))

@@ -164,6 +164,12 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
             # does not always hit the same row.
             return [(p, row, k) for row in round_order(p.runnable, seed, k)]
 
+        large = estimate.size_line(
+            req.workload + (f" ({', '.join(req.options)})" if req.options else ""), p.param_count,
+            run_info.get("flops_per_sample"), p.global_batch // req.world_size, p.steps + p.warmup, req.device,
+            hosts.threads_per_process(req.world_size, req.threads, p.topology))
+        if large:
+            ui.estimate(large)
         if p.budget_s is None:
             jobs = [job for k in range(req.repeats) for job in round_jobs(k)]
             if p.until_target is None:  # an until-target launch's length is not known in advance

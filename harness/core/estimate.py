@@ -142,3 +142,95 @@ class Forecast:
             return None
         left = self.left()
         return None if left is None else f"about {duration(left)} left (the rows never run here priced as this one)"
+
+
+SPEED_FILE = "speed.json"
+LARGE_STEP_S = 1.0
+"""A model whose step is estimated at least this long on this machine is said to be large before the first launch
+(its parameters, its FLOPs and what the estimate rests on): a default run of it takes minutes per launch."""
+
+
+CORE_FP32_BOUND = 2.6e11
+"""FLOP/s no CPU core passes in fp32 (two 512-bit FMA units at 4 GHz: 16 lanes x 2 x 2 x 4e9 = 256 G): a step under
+LARGE_STEP_S at this speed needs no timing to be called small."""
+
+
+def _speed_key(device: str, threads: int) -> str:
+    return f"{device.split(':')[0]}|{threads}"
+
+
+def remember_speed(device: str, threads: int, flops_per_s: float, what: str) -> None:
+    """A row's achieved FLOP/s per rank (fp32 or not, as it ran) with `threads` threads a rank on `device`: the
+    fastest kept per device and threads, what a later run's estimate of a step rests on."""
+    if not (flops_per_s > 0 and math.isfinite(flops_per_s)):
+        return
+    path = cache.cache_dir() / SPEED_FILE
+    try:
+        data = json.loads(path.read_text())
+        data = data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        data = {}
+    k = _speed_key(device, threads)
+    if (data.get(k) or {}).get("flops_per_s", 0.0) >= flops_per_s:
+        return
+    data[k] = {"flops_per_s": flops_per_s, "what": what}
+    cache.write_atomic(path, json.dumps(data).encode())
+
+
+def measured_speed(device: str, threads: int) -> dict[str, Any] | None:
+    """{"flops_per_s", "what"}: the fastest FLOP/s per rank a row has reached on this machine at these threads."""
+    try:
+        data = json.loads((cache.cache_dir() / SPEED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    found = data.get(_speed_key(device, threads)) if isinstance(data, dict) else None
+    return found if isinstance(found, dict) and found.get("flops_per_s") else None
+
+
+def matmul_speed(threads: int, seconds: float = 0.2) -> float:
+    """FLOP/s of fp32 1024 x 1024 matrix products on the CPU with `threads` threads, timed here: the most a
+    training step's matmuls can reach with them (the step's other work and communication come on top)."""
+    import time
+
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a = torch.randn(1024, 1024)
+        a @ a  # first touch
+        n, start = 0, time.perf_counter()
+        while n < 3 or time.perf_counter() - start < seconds:
+            a @ a
+            n += 1
+        return n * 2 * 1024**3 / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+
+
+def size_line(name: str, params: int | None, flops_per_sample: float | None, per_rank_batch: int, steps: int,
+              device: str, threads: int) -> str | None:
+    """What a run says before its first launch when the model is large for this machine (a step estimated at
+    LARGE_STEP_S or more): its parameters, its FLOPs a step and rank, the step's estimated time and what that rests
+    on (the fastest a row has reached here, else a matmul timed now on the CPU); None for a model that is not."""
+    if not flops_per_sample:
+        return None
+    flops = flops_per_sample * per_rank_batch
+    speed = measured_speed(device, threads)
+    if speed is not None:
+        rate = speed["flops_per_s"]
+        basis = (f"the fastest any row has run on this machine at {threads} thread(s) a rank, {rate / 1e9:,.1f} "
+                 f"GFLOP/s ({speed['what']})")
+    elif device == "cpu" and flops >= LARGE_STEP_S * threads * CORE_FP32_BOUND:
+        rate = matmul_speed(threads)
+        basis = (f"an fp32 matmul timed now at {threads} thread(s), {rate / 1e9:,.1f} GFLOP/s, as no row has run on "
+                 f"this machine yet: a training step reaches only part of that")
+    else:
+        return None
+    step_s = flops / rate
+    if step_s < LARGE_STEP_S:
+        return None
+    size = f"{params / 1e6:,.1f} M parameters, " if params else ""
+    return (f"{name} is large for this machine: {size}{flops / 1e12:,.2f} TFLOP a step on each rank "
+            f"({flops_per_sample / 1e9:,.1f} GFLOP a sample, {per_rank_batch} a rank), at least {duration(step_s)} a "
+            f"step and {duration(step_s * steps)} for the {steps} steps of each launch (from {basis})")

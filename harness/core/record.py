@@ -126,6 +126,10 @@ class Controls(TypedDict):
     knobs: dict[str, Any]
     threads_per_rank: list[int]
     workload_options: dict[str, Any]
+    loss_normalisation: NotRequired[str]
+    """`global count`: the loss is over a counted number of items (tokens that are not padding, masked positions),
+    each rank's divided by the count's mean over the ranks (one all-reduce a step), as a single process divides the
+    global batch's by its count; `per-sample mean`: each rank's loss is the mean over its own samples."""
 
 
 class TimeToTarget(TypedDict):

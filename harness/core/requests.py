@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import adapters
 import workloads
 from adapters.base import Adapter, Availability
+from harness.core import normalisation
 from harness.core import provenance as envmod
 from harness.core.argv import cli, split  # noqa: F401  (split re-exported: the commands' comma lists)
 from harness.core.errors import BadInput, first_sentence  # noqa: F401  (re-exported: what requests raise)
@@ -23,6 +24,8 @@ from harness.shared.cache import cached_json, files_key
 from harness.shared.options import OptionError
 from harness.shared.registry import BadReference, UnknownName
 from harness.shared.spec import STALL_S
+from workloads import batch as batches
+from workloads.base import LossError
 
 DEFAULT_PROFILE = "h100-sxm-ndr400"
 """The hardware profile `compare scale` extrapolates to when none is named."""
@@ -393,6 +396,8 @@ class RunPlan(Plan):
     """Seed of the rows' shuffled order within each round (`compare run`: --order-seed, or a fresh one)."""
     loader_workers: int = 0
     """DataLoader workers per rank (a workload whose training data is a Dataset)."""
+    param_count: int | None = None
+    """The model's parameters, counted on the meta device before launching (None where that was not done)."""
 
 
 @dataclass
@@ -518,7 +523,9 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     """A workload from outside this repository (a file, a module, an entry point) runs one forward and loss on two
     training samples before anything is launched or written: on torch's meta device, which allocates nothing, or
     where the model does what meta cannot (a data-dependent branch, .item()) on the CPU. An exception in the user's
-    code is raised as UserCodeError (their traceback, exit 1) rather than as a failed row of every backend."""
+    code is raised as UserCodeError (their traceback, exit 1) rather than as a failed row of every backend; an output
+    that no loss can be taken from is one line. A loss without a count has the counts it may average over read from
+    each rank's slices (harness/core/normalisation.py), for a failed equivalence check to be explained."""
     if workloads.source(req.workload) == "built-in":
         return
     import torch
@@ -527,31 +534,45 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
 
     data = workload.materialize("cpu", global_batch)
     x, y = data.batch(torch.arange(min(2, data.n_train)), "cpu")
-    params = None
+    params = counted = None
     try:
         with torch.device("meta"):
             model = workload.build_model()
-            workload.loss(model(x.to("meta")), y.to("meta"))
+            counted = _counted(workload, workload.forward(model, batches.to(x, "meta")), batches.to(y, "meta"))
         params = sum(p.numel() for p in model.parameters())
     except UserCodeError:
         raise
+    except LossError as exc:  # what the model returned cannot give a loss: one line, not a traceback
+        raise BadInput(str(exc)) from None
     except Exception:  # noqa: BLE001 - what meta cannot do is tried for real below
         pass
     workload.nondeterministic = _dropout(model) if params is not None else None
-    if params is not None and (workload.nondeterministic or params > SMALL_MODEL):
-        return
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(workload.seed)
-        model = workload.build_model()
-        try:
-            outputs = [model(x) for _ in range(2)]  # training mode, as the steps run it
-            workload.loss(outputs[0], y)
-        except Exception as exc:  # noqa: BLE001 - the user's code
-            raise UserCodeError(f"a forward and loss of workload {req.workload} on {len(x)} training samples",
-                                exc) from None
-    workload.nondeterministic = _dropout(model) or (
-        None if torch.equal(outputs[0], outputs[1]) else
-        "two forward passes of the same samples in training mode gave different outputs (randomness in forward)")
+    if params is None or not (workload.nondeterministic or params > SMALL_MODEL):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(workload.seed)
+            model = workload.build_model()
+            try:
+                outputs = [workload.forward(model, x) for _ in range(2)]  # training mode, as the steps run it
+                counted = _counted(workload, outputs[0], y)
+            except LossError as exc:
+                raise BadInput(str(exc)) from None
+            except Exception as exc:  # noqa: BLE001 - the user's code
+                raise UserCodeError(f"a forward and loss of workload {req.workload} on {batches.length(x)} training "
+                                    f"samples", exc) from None
+        workload.nondeterministic = _dropout(model) or (
+            None if batches.equal(outputs[0], outputs[1]) else
+            "two forward passes of the same samples in training mode gave different outputs (randomness in forward)")
+    if not counted:
+        form = "pieces" if isinstance(workload, workloads.FunctionWorkload) else "subclass"
+        steps = max(workload.equiv_steps, getattr(req, "equiv_steps", None) or 0)  # what the check may cover
+        workload.varying_counts = normalisation.candidates(workload, data, global_batch, req.world_size or 1, steps,
+                                                           form)
+
+
+def _counted(workload, output, target) -> bool:
+    """Whether the workload's loss of `output` comes with a count (checked as a step would use it)."""
+    workload.step_loss(output, target)
+    return workload.loss_terms(output, target)[1] is not None
 
 
 SMALL_MODEL = 5_000_000
@@ -591,12 +612,13 @@ def workload_key(workload) -> str:
                                                                       default=str)])
 
 
-def check_fits(workload, req: RunRequest, ranks: int) -> None:
+def check_fits(workload, req: RunRequest, ranks: int) -> int | None:
     """Refuse a workload whose model states alone (fp32 parameters, gradients and one optimizer buffer, a lower
     bound on what training holds) for `ranks` ranks on this machine exceed its memory: `-o hidden=99999999999`
-    used to fail at launch, out of memory. The model is built on torch's meta device, which allocates nothing."""
+    used to fail at launch, out of memory. The model is built on torch's meta device, which allocates nothing.
+    Returns its parameter count (None where meta cannot build it; on CUDA it is not counted)."""
     if req.device != "cpu":
-        return
+        return None
     given = ", ".join(req.options) or "its defaults"
 
     def count() -> int | None:
@@ -620,12 +642,13 @@ def check_fits(workload, req: RunRequest, ranks: int) -> None:
     params = count() if key is None else cached_json(f"params-{workloads.slug(req.workload)}", key, count,
                                                      keep=lambda v: isinstance(v, int))
     if params is None:
-        return
+        return None
     need, total = 12 * params * ranks, envmod.memory_total_bytes()
     if need > total:
         raise BadInput(f"workload {req.workload} ({given}) has {params:,} parameters: their fp32 values, gradients "
                        f"and one optimizer buffer alone take {need / 2**30:,.1f} GiB for {ranks} rank(s), more than "
                        f"this machine's {total / 2**30:,.1f} GiB; choose smaller workload options")
+    return params
 
 
 def pairs(items: list[str], what: str, form: str = "KEY=VALUE") -> list[tuple[str, str]]:

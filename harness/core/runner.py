@@ -46,7 +46,8 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
             raise BadInput(f"{name} must be at most {MAX_STEPS:,} steps, got {value}")
     _check_until_target_flags(req)
     workload = load_workload(req)
-    check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology else req.world_size)
+    params = check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology
+                        else req.world_size)
     gb = workload.global_batch if req.global_batch is None else req.global_batch
     if gb % req.world_size:
         raise BadInput(f"global batch {gb} is not divisible by world size {req.world_size}; "
@@ -79,7 +80,7 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
             else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
-                   loader_workers=loader_workers, spec_extra=_breakdown(req))
+                   loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params)
 
 
 def _breakdown(req: RunRequest) -> dict[str, Any]:
@@ -210,6 +211,8 @@ class Runner:
         self.session, self.ui, self.run_info, self.pipelined = session, ui, run_info, pipelined
         self.references: dict[tuple, dict | None] = {}
         """Reference parameters per reference key (None: that reference failed)."""
+        self.reference_losses: dict[tuple, list[float]] = {}
+        """The reference's loss at each of its steps, per reference key (what a failed check is explained by)."""
         self.reference_runs: dict[tuple, dict] = {}
         """When each reference launch ran and how long it took (for the report's time breakdown)."""
         self.finished: set[tuple[int, str, int]] = set()
@@ -321,14 +324,19 @@ class Runner:
                 import torch
 
                 self.references[key] = torch.load(job.spec.params_path)
+                self.reference_losses[key] = outcome.ranks[0].losses
         else:
             self.finished.add((id(job.plan), job.row.label, job.repeat))
-            rec = build_record(job, outcome, self.references.get(key), self.run_info)
+            rec = build_record(job, outcome, self.references.get(key), self.run_info, self.reference_losses.get(key))
             self.session.keep_traces(rec, f"{job.slug}-r{job.repeat}")
             rec["position"] = self.positions.get((id(job.plan), job.row.label, job.repeat))
             if key in self.reference_runs:
                 rec["reference_run"] = self.reference_runs[key]
             self.session.save([rec])
+            if rec["status"] == "ok" and rec.get("tflops_per_device"):  # what a later run's step estimate rests on
+                estimate.remember_speed(rec["topology"]["device"], rec["controls"]["threads_per_rank"][0],
+                                        rec["tflops_per_device"] * 1e12, f"{job.row.label} on {rec['workload']}, "
+                                                                         f"{rec['time_utc'][:10]}")
             self.ui.finished(rec, job.name)
         return f"during {job.what}" if outcome.status == "interrupted" else None
 
@@ -383,7 +391,7 @@ def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps
     return spec
 
 
-def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:
+def build_record(job: Job, outcome, reference, run_info, reference_losses=None) -> dict[str, Any]:
     p, adapter = job.plan, job.row.adapter
     rec = assemble.base_record(run=run_info, adapter=adapter.name, label=job.row.label, summary=adapter.summary,
                              launcher=adapter.launcher, workload=p.request.workload,
@@ -393,7 +401,7 @@ def build_record(job: Job, outcome, reference, run_info) -> dict[str, Any]:
     schedule = adapter.comm_schedule()
     rec["comm_schedule"] = schedule.to_record() if schedule else None
     try:
-        return assemble.from_outcome(rec, outcome, job.spec, reference, p.workload)
+        return assemble.from_outcome(rec, outcome, job.spec, reference, p.workload, reference_losses)
     except Exception as exc:  # a malformed rank file must not lose the other rows
         rec.update(status="failed", reason=f"could not build the record: {type(exc).__name__}: {exc}",
                    log_tail=outcome.log_tail)

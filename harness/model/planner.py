@@ -633,6 +633,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     from torch.utils.flop_counter import FlopCounterMode
 
     import workloads
+    from workloads import batch as batches
 
     ck = _check_modes(attention, checkpointing)
     w = workloads.get(name, options)
@@ -657,13 +658,13 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
         opt = w.make_optimizer(model, w.lr(w.global_batch))
         optimizer = "adamw" if isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)) else "sgd"
     data = w.materialize("cpu", w.global_batch)
-    x, y = (t.to("meta") for t in data.batch(torch.arange(2), "cpu"))
+    x, y = (batches.to(t, "meta") for t in data.batch(torch.arange(2), "cpu"))
     counter = FlopCounterMode(display=False)
     with counter:
-        out = model(x)
-        w.loss(out, y).backward()
-    logits = out if isinstance(out, torch.Tensor) else getattr(out, "logits", None)
-    output_elements = float(logits.numel()) / len(x) if isinstance(logits, torch.Tensor) and \
+        out = w.forward(model, x)
+        w.step_loss(out, y).backward()
+    logits = batches.logits(out)
+    output_elements = float(logits.numel()) / batches.length(x) if isinstance(logits, torch.Tensor) and \
         logits.is_floating_point() else 0.0
     blocks = [u for u in units if u is not model]
     fused = FusedAttention() if attention == "flash" else contextlib.nullcontext()
@@ -671,19 +672,19 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     if attention == "flash":
         fused.on_output = saved.policy_output
     with fused:
-        saved.run(lambda: w.loss(model(x), y))
+        saved.run(lambda: w.step_loss(w.forward(model, x), y))
     recompute = 0.0
     if ck.op:
-        recompute = sum(saved.recompute_flops) / len(x)
+        recompute = sum(saved.recompute_flops) / batches.length(x)
     elif ck.count(len(blocks)):
         forward = FlopCounterMode(display=False)
         with forward:
-            model(x)
+            w.forward(model, x)
         names = {id(m): f"{type(model).__name__}.{fqn}" if fqn else type(model).__name__
                  for fqn, m in model.named_modules()}
         counts = forward.get_flop_counts()
         recompute = sum(sum(counts.get(names[id(u)], {}).values()) for i, u in enumerate(blocks)
-                        if ck.checkpointed(i)) / len(x)
+                        if ck.checkpointed(i)) / batches.length(x)
     floats, other = saved.total(ck)
     how = "what autograd saved for backward in one forward on the meta device, parameters left out"
     if attention == "flash":
@@ -694,7 +695,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
         how += (f"; {ck.describe()}, over its {len(blocks)} shard units ({ck.count(len(blocks))} checkpointed; the "
                 f"largest one's activations while recomputed)" if blocks else
                 f"; {ck}: the workload has no shard units to recompute, so checkpointing changes nothing")
-    acts = Activations(floats / len(x), other / len(x),
+    acts = Activations(floats / batches.length(x), other / batches.length(x),
                        how + "; floating-point tensors at the step's dtype, though autocast keeps some in fp32")
     source = "FLOPs of one forward and backward counted by torch's FlopCounterMode on the workload's model"
     if recompute:
@@ -704,7 +705,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     given = ", ".join(f"{k}={v}" for k, v in (options or {}).items())
     return Shape(f"{name} ({given})" if given else name, sum(tensors), tensors,
                  {"module": float(module), "unit": float(unit)},
-                 counter.get_total_flops() / len(x), optimizer, source, w.global_batch, acts, recompute,
+                 counter.get_total_flops() / batches.length(x), optimizer, source, w.global_batch, acts, recompute,
                  frozen if any(frozen) else [], output_elements, ck)
 
 

@@ -68,8 +68,8 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
         if delay_s:
             spin(delay_s)
         optimizer.zero_grad(set_to_none=True)
-        with adapter.autocast():
-            loss = workload.loss(model(x), y)
+        with adapter.autocast():  # a local copy: a counted loss is normalised by this rank's own count
+            loss = workload.step_loss(workload.forward(model, x), y)
         sync()
         t1 = time.perf_counter()
         loss.backward()
@@ -161,7 +161,7 @@ def _flops_per_sample(model, workload, data, adapter, b: int, device: str) -> fl
     counter = FlopCounterMode(display=False)
     with counter:
         with adapter.autocast():
-            loss = workload.loss(model(x), y)
+            loss = workload.step_loss(workload.forward(model, x), y)
         loss.backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops() / b

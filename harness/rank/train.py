@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import workloads
+from workloads import batch as batches
+from workloads.base import collated, pair
 from harness.rank import breakdown, compute_profile
 from harness.rank.evaluation import PeriodicEval, evaluate
 from harness.rank.faults import inject
@@ -88,18 +90,17 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         if fault and step == fault[1]:
             inject(*fault)
         if loader is None:
-            idx = batch(step)
-            x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
+            x, y = training_batch(data, batch(step), adapter)
             clock.start(step)
         else:
             clock.start(step)  # a step waits for its batch from the loader: a training job waits for it too
             x, y = loader.next()
-            x = adapter.cast_input(x)
+            x = batches.apply(adapter.cast_input, x)
         if delay_s:
             compute_profile.spin(delay_s)  # a slower device: this rank's compute takes `factor` times as long
         adapter.zero_grad()
         with adapter.autocast():
-            loss = workload.loss(model(x), y)
+            loss = step_loss(workload, model, x, y, adapter)
         adapter.backward(loss)
         if step == 0 and spec.warmup:  # the gradients as the backward left them (a ZeRO step frees them)
             grads_held = (_dtypes(adapter, model) or {}).get("grads")
@@ -181,16 +182,15 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
             # rank 0 moves on every step, so the stall watch sees a long profiled step as progress
             progress.phase(f"profiling step {step - steps_run + 1} of {_profiled(spec)}", steps_run)
             if loader is None:
-                idx = batch(step)
-                x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
+                x, y = training_batch(data, batch(step), adapter)
             else:
                 x, y = loader.next()
-                x = adapter.cast_input(x)
+                x = batches.apply(adapter.cast_input, x)
             if delay_s:
                 compute_profile.spin(delay_s)
             adapter.zero_grad()
             with phase("forward"), adapter.autocast():
-                loss = workload.loss(model(x), y)
+                loss = step_loss(workload, model, x, y, adapter)
             with phase("backward"):
                 adapter.backward(loss)
             with phase("optimizer"):
@@ -215,7 +215,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         start_wall=marks["entry"], setup_s=marks["init_done"] - marks["entry"],
         first_step_end_wall=first_step_end_wall,
         end_wall=time.time(), warmup=spec.warmup, step_times_s=step_times,
-        losses=losses[:steps_run].cpu().tolist(), peak_memory_bytes=peak, peak_memory_kind=memory.kind,
+        losses=losses[:steps_run].cpu().tolist(), loss_counted=workload.loss_counted, peak_memory_bytes=peak, peak_memory_kind=memory.kind,
         peak_memory_file_bytes=memory.file_bytes,
         eval=evaluation, lr=lr, lr_rule=workload.lr_rule(), param_count=n_params,
         trainable_param_count=n_trainable, precision=adapter.precision().value,
@@ -226,6 +226,19 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         skipped_steps_timed=skipped_timed, compile=compile_result, breakdown=parts, dtypes=dtypes,
         peak_memory_cuda_extra=memory_extra or None,
         cuda_math=cuda_math(torch) if str(info.device).startswith("cuda") else None)
+
+
+def training_batch(data, idx, adapter):
+    """(inputs as the wrapped model takes them, targets) of the training samples `idx` held in memory. A dict batch
+    is its own targets: the loss reads them from the batch as it was given, before any cast."""
+    inputs, targets = pair(batches.take(data.train_x, idx), batches.take(data.train_y, idx))
+    return batches.apply(adapter.cast_input, inputs), targets
+
+
+def step_loss(workload, model, x, y, adapter):
+    """The loss this rank back-propagates (Workload.step_loss): a loss over a counted number of items is divided by
+    the count's mean over the ranks, which the adapter's own all-reduce gives (one scalar a step)."""
+    return workload.step_loss(workload.forward(model, x), y, adapter.all_reduce_mean)
 
 
 class StepLoader:
@@ -248,8 +261,7 @@ class StepLoader:
         self.iterator = iter(self.loader)
 
     def next(self):
-        x, y = next(self.iterator)
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        return collated(next(self.iterator), self.device, non_blocking=True)
 
     def close(self) -> None:
         self.iterator = None  # its workers end with it

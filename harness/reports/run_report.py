@@ -362,7 +362,10 @@ def _controls(rows) -> list[str]:
         f"- Workload `{f['workload']}`: {f.get('data', {}).get('source', '')}; {f.get('param_count', 0):,} "
         f"parameters{frozen_note(f)}; options {ctl['workload_options']}.",
         f"- Global batch {ctl['global_batch']} for every adapter; learning rate {ctl['lr']:g} ({ctl['lr_rule']}); "
-        f"seed {ctl['seed']}; same initial weights and data order everywhere.",
+        f"seed {ctl['seed']}; same initial weights and data order everywhere"
+        + ("; the loss is over a counted number of items, and each rank divides its sum by the count's mean over the "
+           "ranks (one all-reduce of the count a step), as a single process divides by the global batch's count."
+           if ctl.get("loss_normalisation") == "global count" else "."),
         ttt.controls(cfg, (f.get("eval") or {}).get("test_samples")) if cfg else
         f"- {ctl['warmup']} warm-up steps discarded, then {ctl['steps']} timed steps per repeat; per-step time is "
         + ("the slowest rank's; samples/s of a launch = samples over its whole timed window (global batch / mean "

@@ -60,6 +60,9 @@ class TrainResult(RankResult):
     step_times_s: list[float] = field(default_factory=list)
     """Every step this rank took (warm-up first), as its step clock timed it."""
     losses: list[float] = field(default_factory=list)
+    loss_counted: bool | None = None
+    """Whether the loss came with a count of its items, divided by the count's mean over the ranks (an all-reduce of
+    one number a step; Workload.step_loss), rather than a mean over each rank's samples."""
     peak_memory_bytes: int | None = None
     peak_memory_kind: str = ""
     peak_memory_file_bytes: int | None = None

@@ -141,7 +141,17 @@ else:
 
 def loss_of(xb, yb):
     if workload == "llama":
-        return F.cross_entropy(model(input_ids=xb, use_cache=False).logits.float().flatten(0, 1), yb.flatten())
+        # as the hf workload feeds it: the model's own loss over every next byte, scaled by this rank's count of
+        # them over their mean over the ranks (torchtitan's global token count; one all-reduce a step)
+        loss = model(input_ids=xb, labels=xb, shift_labels=yb, use_cache=False).loss
+        count = torch.tensor([float(yb.numel())], dtype=torch.float64, device=yb.device)
+        if framework == "horovod":
+            mean = hvd.allreduce(count, op=hvd.Average, name="count")
+        else:
+            mean = count.clone()
+            dist.all_reduce(mean)
+            mean /= world
+        return loss * (count / mean).to(loss.dtype)[0]
     return F.cross_entropy(model(xb), yb)
 
 

@@ -272,7 +272,7 @@ def test_every_registered_adapter_and_workload_satisfies_its_contract():
     for name in workloads.names():
         w = workloads.get(name)
         assert not inspect.isabstract(type(w))
-        assert w.train_samples(w.global_batch) == len(w.materialize("cpu", w.global_batch).train_x), name
+        assert w.train_samples(w.global_batch) == w.materialize("cpu", w.global_batch).n_train, name
 
 
 def test_knob_choices_are_checked_once_generically():

@@ -91,3 +91,25 @@ def test_a_comm_run_is_priced_from_this_machines_last_launches_of_the_same_ops_a
                                         "backends, the others taken as their average)", 24.0)
     plan.sizes = [1024]  # other sizes: another launch
     assert estimate.comm_line([estimate.comm_key(plan, "torch")])[1] is None
+
+
+def test_a_large_model_is_said_before_the_first_launch_from_this_machines_fastest_row(monkeypatch):
+    # no row has run here: a matmul is timed now, and said to be what the estimate rests on
+    monkeypatch.setattr(estimate, "matmul_speed", lambda threads: 100e9)
+    line = estimate.size_line("hf (model=gpt2-124m)", 124_439_808, 96.7e9, 4, 23, "cpu", 1)
+    assert line == ("hf (model=gpt2-124m) is large for this machine: 124.4 M parameters, 0.39 TFLOP a step on each "
+                    "rank (96.7 GFLOP a sample, 4 a rank), at least 4 s a step and 89 s for the 23 steps of each "
+                    "launch (from an fp32 matmul timed now at 1 thread(s), 100.0 GFLOP/s, as no row has run on this "
+                    "machine yet: a training step reaches only part of that)")
+    # a model no CPU core could step through in under a second is never timed, and small: nothing said
+    monkeypatch.setattr(estimate, "matmul_speed", lambda threads: pytest.fail("timed a small model"))
+    assert estimate.size_line("digits", 85_002, 5e5, 32, 300, "cpu", 1) is None
+    # the fastest a row reached here at these threads is what later estimates rest on
+    estimate.remember_speed("cpu", 1, 20e9, "ddp on hf, 2026-12-01")
+    estimate.remember_speed("cpu", 1, 10e9, "spawn on digits, 2026-12-02")  # slower: not kept
+    estimate.remember_speed("cpu", 2, 90e9, "ddp on widemlp, 2026-12-02")  # other threads: another machine setting
+    line = estimate.size_line("hf (model=gpt2-124m)", 124_439_808, 96.7e9, 4, 23, "cpu", 1)
+    assert line.endswith("at least 19 s a step and 7 min for the 23 steps of each launch (from the fastest any row "
+                         "has run on this machine at 1 thread(s) a rank, 20.0 GFLOP/s (ddp on hf, 2026-12-01))")
+    assert estimate.size_line("tiny", 1_000, 1e9, 4, 23, "cpu", 1) is None  # 0.2 s a step: not large
+    assert estimate.size_line("hf", None, 96.7e9, 4, 23, "cuda", 1) is None  # no speed known for this GPU

@@ -165,15 +165,42 @@ BAD = {
     "unknown-piece": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
                       "(torch.zeros(4, 2), torch.zeros(4).long()), 'valid': 1}\n", "{path}:f",
                       "workload {path}:f returned unknown piece(s) 'valid'; valid pieces: model, train, test, loss, "
-                      "metric, optimizer, units, tokens_per_sample"),
+                      "metric, optimizer, units, tokens_per_sample, count"),
     "items-not-tensors": ("import torch\nclass S(torch.utils.data.Dataset):\n    def __len__(self):\n        return 8\n"
                           "    def __getitem__(self, i):\n        return 'text', 1\n"
                           "def f():\n    return {'model': torch.nn.Linear(2, 2), 'train': S()}\n", "{path}:f",
                           "workload {path}:f: item 0 of its train Dataset is (str, int), not (input tensor, target "
-                          "tensor or number); return tensors from __getitem__ (torch.as_tensor)"),
+                          "tensor or number) nor a dict of tensors; return tensors from __getitem__ "
+                          "(torch.as_tensor)"),
     "lengths-differ": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
                        "(torch.zeros(4, 2), torch.zeros(3).long())}\n", "{path}:f",
                        "workload {path}:f: its train inputs and targets differ in length (4 and 3)"),
+    "dict-lengths-differ": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
+                            "{'input_ids': torch.zeros(4, 2).long(), 'labels': torch.zeros(3, 2).long()}}\n", "{path}:f",
+                            "workload {path}:f: the tensors of its train dict differ in length (samples first): "
+                            "input_ids 4, labels 3"),
+    "dict-holds-a-list": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
+                          "{'input_ids': torch.zeros(4, 2).long(), 'labels': [1, 2, 3, 4]}}\n", "{path}:f",
+                          "workload {path}:f: its train dict must hold tensors; 'labels' (list) is not one"),
+    "output-without-loss": ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                            "        super().__init__()\n        self.lin = torch.nn.Linear(2, 3)\n"
+                            "    def forward(self, input_ids, labels):\n        return {'logits': self.lin(input_ids)}\n"
+                            "def f():\n    return {'model': M(), 'train': {'input_ids': torch.randn(64, 2), "
+                            "'labels': torch.zeros(64).long()}}\n", "{path}:f",
+                            "workload {path}:f: its model returned a dict of logits, with no loss in it, and the "
+                            "workload gives no loss piece: pass the labels in the batch (a transformers model computes "
+                            "its loss when given `labels`) or give loss(output, target)"),
+    "loss-of-three": ("import torch\nimport torch.nn.functional as F\ndef f():\n"
+                      "    return {'model': torch.nn.Linear(2, 3), 'train': (torch.randn(64, 2), torch.zeros(64).long()),"
+                      "\n            'loss': lambda out, y: (F.cross_entropy(out, y, reduction='sum'), len(y), 1)}\n",
+                      "{path}:f", "the loss of workload {path}:f returned 3 values; return the loss (a mean), or (sum, count) "
+                                  "for a loss over a varying number of items"),
+    "loss-with-logs": ("import torch\nimport torch.nn.functional as F\ndef f():\n"
+                       "    return {'model': torch.nn.Linear(2, 3), 'train': (torch.randn(64, 2), torch.zeros(64).long()),"
+                       "\n            'loss': lambda out, y: (F.cross_entropy(out, y), {'ce': 1.0})}\n",
+                       "{path}:f", "the loss of workload {path}:f returned (value, dict); the second of a loss's two "
+                                   "values must be the count of the items its first sums over (a number or a "
+                                   "one-element tensor)"),
     "dataset-smaller-than-batch": (FUNCTION, "{path}:tiny",
                                    "global batch 128 is larger than workload {path}:tiny's training set (64 samples); "
                                    "choose a --global-batch of at most 64", "--global-batch", "128"),
@@ -345,3 +372,126 @@ def test_the_flops_are_split_into_convolutions_and_the_rest(tmp_path):
     split = workloads.get(f"{path}:convnet").flop_split(8)
     assert split == {"flops_per_sample": 576 * 2 + 128 * 3, "conv_share": 576 * 2 / (576 * 2 + 128 * 3)}
     assert workloads.get(f"{path}:mlp").flop_split(8)["conv_share"] == 0.0
+
+
+HF_STYLE = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+from workloads import Pieces
+
+
+class Tagger(nn.Module):
+    \"\"\"Returns its own loss, as a transformers model: a mean over the labels that are not -100.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(16, 8), nn.Linear(8, 16)
+
+    def forward(self, input_ids, attention_mask, labels=None):
+        logits = self.head(self.embed(input_ids)) * attention_mask[..., None]
+        loss = None if labels is None else F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return {"loss": loss, "logits": logits}
+
+
+class Items(torch.utils.data.Dataset):
+    def __init__(self, batch):
+        self.batch = batch
+
+    def __len__(self):
+        return len(self.batch["input_ids"])
+
+    def __getitem__(self, i):
+        return {k: v[i] for k, v in self.batch.items()}
+
+
+def data(n):
+    ids = torch.randint(1, 16, (n, 6))
+    mask = (torch.arange(6) < torch.randint(2, 7, (n, 1))).long()
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+
+def tagger(dataset: bool = False, counted: bool = True):
+    train = data(32)
+    return Pieces(model=Tagger, train=Items(train) if dataset else train, test=data(8),
+                  count=(lambda batch: (batch["labels"] != -100).sum()) if counted else None,
+                  metric=lambda out, batch: (((out["logits"].argmax(-1) == batch["labels"])
+                                              & (batch["labels"] != -100)).sum(), (batch["labels"] != -100).sum()))
+"""
+
+
+def test_a_dict_batch_is_sliced_like_tensors_fed_by_name_and_its_own_loss_counted(tmp_path):
+    path = write(tmp_path, HF_STYLE)
+    tensors = workloads.get(f"{path}:tagger")
+    through = workloads.get(f"{path}:tagger", {"dataset": "true"})
+    assert not tensors.reads_through_loader() and through.reads_through_loader()
+    assert tensors.tokens_per_sample() == 6  # the input_ids' length
+    data, loaded = tensors.materialize("cpu", 8), through.materialize("cpu", 8)
+    idx = tensors.batch_indices(0, 8, data.n_train, 1, 2)
+    x, y = data.batch(idx, "cpu")
+    lx, ly = loaded.batch(idx, "cpu")  # the Dataset's dicts, default-collated: the same samples
+    assert y is x and ly is lx and sorted(x) == sorted(lx) == ["attention_mask", "input_ids", "labels"]
+    assert all(torch.equal(x[k], lx[k]) and len(x[k]) == 4 for k in x)
+    torch.manual_seed(0)
+    model = tensors.build_model()
+    out = tensors.forward(model, x)  # model(**batch)
+    value, count, summed = tensors.loss_terms(out, y)
+    assert value is out["loss"] and int(count) == int((x["labels"] != -100).sum()) and not summed
+    # two ranks' slices: each loss times its count over the mean count averages to the global batch's loss
+    whole, _ = data.batch(tensors.batch_indices(0, 8, data.n_train, 0, 1), "cpu")
+    halves = [data.batch(tensors.batch_indices(0, 8, data.n_train, r, 2), "cpu")[0] for r in range(2)]
+    counts = torch.tensor([float(tensors.count(h)) for h in halves], dtype=torch.float64)
+    with torch.no_grad():
+        each = [tensors.step_loss(tensors.forward(model, h), h, lambda c: counts.mean().reshape(1)) for h in halves]
+        exact = tensors.step_loss(tensors.forward(model, whole), whole)
+    assert counts[0] != counts[1] and abs(float(sum(each) / 2 - exact)) < 1e-6
+    correct, n, loss_sum = tensors.evaluate(model, data, 0, 1, torch.no_grad())
+    assert n == float((data.test_x["labels"] != -100).sum()) and loss_sum > 0
+    # the pre-launch check runs it as the steps will, and reads no counts for a loss that declares one
+    req = requests.RunRequest(workload=f"{path}:tagger", options=[], world_size=2)
+    requests.check_user_code(tensors, req, 8)
+    assert tensors.nondeterministic is None and tensors.varying_counts is None
+    plain = workloads.get(f"{path}:tagger", {"counted": "false"})
+    requests.check_user_code(plain, requests.RunRequest(workload=f"{path}:tagger", options=["counted=false"],
+                                                        world_size=2), 8)
+    assert {c["fix"] for c in plain.varying_counts} >= {'`count=lambda batch: (batch["labels"] != -100).sum()` in its '
+                                                        'Pieces'}
+
+
+def test_a_failed_check_is_explained_only_by_a_count_that_reproduces_the_reference_loss():
+    from harness.core.normalisation import explain
+
+    cand = [{"what": "the targets other than -100 (cross_entropy's ignore_index)", "step": 1, "counts": [30, 10],
+             "fix": "`count=lambda target: (target != -100).sum()` in its Pieces"}]
+    # step 2: the ranks' losses 2.0 and 4.0; weighted by 30 and 10 they give 2.5, the single process's loss
+    why = explain(cand, [[1.0, 2.0, 1.5], [1.0, 4.0, 1.7]], [1.0, 2.5, 1.6], 3)
+    assert why.startswith("its loss is a mean over the targets other than -100 (cross_entropy's ignore_index), whose "
+                          "number differs between the ranks (30 and 10 at step 2), and each rank averaged its own "
+                          "count")
+    assert "the single process's loss, 2.5; their plain mean is 3);" in why
+    assert explain(cand, [[1.0, 2.0, 1.5], [1.0, 4.0, 1.7]], [1.0, 2.9, 1.6], 3) is None  # not what counts give
+    assert explain(cand, [[1.0, 2.5, 1.5], [1.0, 2.5, 1.7]], [1.0, 2.5, 1.6], 3) is None  # equal means: no evidence
+    assert explain(cand, [[1.0, 2.0], [1.0, 4.0]], [1.0, 2.5], 1) is None  # after the checked steps
+
+
+def test_dict_inputs_with_targets_apart_take_the_default_loss_and_accuracy_from_the_logits(tmp_path):
+    path = write(tmp_path, "import torch\nfrom torch import nn\n"
+                           "class Head(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                           "        self.lin = nn.Linear(4, 3)\n"
+                           "    def forward(self, features, scale):\n"
+                           "        return {'logits': self.lin(features * scale)}\n"
+                           "def f():\n    x = torch.randn(80, 4)\n"
+                           "    inputs = {'features': x, 'scale': torch.ones(80, 1)}\n"
+                           "    return {'model': Head, 'train': (inputs, x[:, :3].argmax(1)),\n"
+                           "            'test': ({k: v[:16] for k, v in inputs.items()}, x[:16, :3].argmax(1))}\n")
+    w = workloads.get(f"{path}:f")
+    data = w.materialize("cpu", 8)
+    x, y = data.batch(torch.arange(8), "cpu")
+    torch.manual_seed(0)
+    model = w.build_model()
+    out = w.forward(model, x)  # model(features=..., scale=...)
+    assert torch.equal(w.step_loss(out, y), torch.nn.functional.cross_entropy(out["logits"], y))
+    correct, count, loss_sum = w.evaluate(model, data, 0, 1, torch.no_grad())
+    assert count == 16 and 0 <= correct <= 16 and loss_sum > 0
+    requests.check_user_code(w, requests.RunRequest(workload=f"{path}:f", options=[], world_size=2), 8)
+    assert w.nondeterministic is None  # the two forwards' dicts compared as outputs, not by torch.equal

@@ -1,0 +1,111 @@
+"""Why a row fails the equivalence check when the workload's loss is a mean over a number of items that differs
+between the ranks: each rank divides by its own count, so the backends' average of the ranks' gradients is not
+the gradient of the global batch (the normalisation Hugging Face fixed with `num_items_in_batch`).
+
+Found, not guessed. Before launching (harness/core/requests.py, check_user_code), for a workload whose loss declares
+no count, the counts a loss commonly divides by (targets other than -100, other than the most frequent target, a
+dict batch's labels shifted as a causal model shifts them, its attention mask) are read from the data for each
+rank's slice of the steps the check covers: `candidates`. After a row has failed the check, `explain` tests them against what
+the launch measured. At the first step where a candidate's counts differ, every earlier step's update was the
+single process's, so the parameters are still equal and the ranks' losses at that step weighted by the counts must
+give the single process's loss there; their plain mean must not. Only a candidate that passes both is named.
+
+Runs in: the parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+IGNORE_INDEX = -100
+"""The ignore_index of torch's cross_entropy and of transformers' losses."""
+ROUNDING = 2e-6
+"""Relative difference two fp32 losses of the same parameters and batch may show from summation order alone."""
+
+
+def _counters(targets: Any, global_targets: Any) -> list[tuple[str, str, str, Any]]:
+    """(what, expression, argument name, function of one rank's targets) for each count a loss of these targets
+    commonly divides by."""
+    import torch
+
+    out = []
+
+    def integer(t):
+        return isinstance(t, torch.Tensor) and not t.is_floating_point() and t.dtype != torch.bool and t.numel()
+
+    if integer(targets):
+        out.append((f"the targets other than {IGNORE_INDEX} (cross_entropy's ignore_index)",
+                    f"(target != {IGNORE_INDEX}).sum()", "target", lambda y: int((y != IGNORE_INDEX).sum())))
+        pad = int(torch.mode(global_targets.flatten()).values)
+        if pad != IGNORE_INDEX:
+            out.append((f"the targets other than {pad} (the most frequent target: padding)", f"(target != {pad}).sum()",
+                        "target", lambda y, pad=pad: int((y != pad).sum())))
+    elif isinstance(targets, Mapping):
+        labels, mask = targets.get("labels"), targets.get("attention_mask")
+        if integer(labels) and labels.dim() >= 2:
+            out.append((f"the labels other than {IGNORE_INDEX} after the first position (a causal model's loss, "
+                        f"which shifts its labels)", f'(batch["labels"][..., 1:] != {IGNORE_INDEX}).sum()', "batch",
+                        lambda b: int((b["labels"][..., 1:] != IGNORE_INDEX).sum())))
+        if integer(labels):
+            out.append((f"the labels other than {IGNORE_INDEX}", f'(batch["labels"] != {IGNORE_INDEX}).sum()',
+                        "batch", lambda b: int((b["labels"] != IGNORE_INDEX).sum())))
+        if isinstance(mask, torch.Tensor) and mask.dim() >= 2:
+            out.append(("the attended positions after the first (attention_mask)",
+                        'batch["attention_mask"][..., 1:].sum()', "batch",
+                        lambda b: int(b["attention_mask"][..., 1:].sum())))
+            out.append(("the attended positions (attention_mask)", 'batch["attention_mask"].sum()', "batch",
+                        lambda b: int(b["attention_mask"].sum())))
+    return out
+
+
+def candidates(workload, data, global_batch: int, world: int, steps: int, fix_form: str) -> list[dict[str, Any]]:
+    """For each common count whose value differs between the `world` ranks' slices in one of the first `steps` steps
+    (those the equivalence check covers): {"what", "expr", "arg", "step" (the first such step, 0-based), "counts" (per rank there), "fix" (the
+    one-line declaration of it: `fix_form` "pieces" for a workload function's, "subclass" for a Workload's)}. Empty
+    for one rank, or where every rank's slice has the same counts."""
+    import torch
+
+    if world < 2:
+        return []
+    found: dict[str, dict[str, Any]] = {}
+    for step in range(steps):
+        slices = [workload.batch_indices(step, global_batch, data.n_train, r, world) for r in range(world)]
+        targets = [data.batch(idx, "cpu")[1] for idx in slices]
+        whole = data.batch(torch.cat(slices), "cpu")[1]
+        for what, expr, arg, count in _counters(targets[0], whole):
+            if what in found:
+                continue
+            counts = [count(t) for t in targets]
+            if len(set(counts)) > 1:
+                fix = (f"`count=lambda {arg}: {expr}` in its Pieces" if fix_form == "pieces" else
+                       f"`def count(self, {arg}): return {expr}` on its Workload")
+                found[what] = {"what": what, "step": step, "counts": counts, "fix": fix}
+    return list(found.values())
+
+
+def explain(cands: list[dict[str, Any]], rank_losses: list[list[float]], reference_losses: list[float] | None,
+            equiv_steps: int) -> str | None:
+    """The reason for a failed check, where a candidate count explains the ranks' losses at its first differing
+    step (see the module's docstring); None where none does. `rank_losses`: each rank's per-step losses, by data
+    rank."""
+    if not cands or not reference_losses:
+        return None
+    for c in sorted(cands, key=lambda c: c["step"]):
+        s, counts = c["step"], c["counts"]
+        if s >= min(equiv_steps, len(reference_losses)) or len(rank_losses) != len(counts) or any(
+                len(r) <= s for r in rank_losses):
+            continue
+        exact, each = reference_losses[s], [r[s] for r in rank_losses]
+        plain = sum(each) / len(each)
+        weighted = sum(n * x for n, x in zip(counts, each)) / sum(counts)
+        rounding = ROUNDING * max(abs(exact), 1e-12)
+        off = abs(plain - exact)
+        if off > 10 * rounding and abs(weighted - exact) <= max(rounding, off / 20):
+            return (f"its loss is a mean over {c['what']}, whose number differs between the ranks "
+                    f"({' and '.join(map(str, counts))} at step {s + 1}), and each rank averaged its own count, so "
+                    f"the ranks' averaged gradient is not the global batch's (at that step, before any parameter "
+                    f"differed, the ranks' losses weighted by those counts give the single process's loss, "
+                    f"{exact:.6g}; their plain mean is {plain:.6g}); fix: declare the count, {c['fix']}, or return "
+                    f"(sum, count) from the loss, and every backend divides by the count over all ranks")
+    return None
