@@ -291,8 +291,9 @@ class Adapter(ABC):
         this process is. Sets and returns `self.info`."""
 
     units: list | None = None
-    """The modules the workload declares as its units (`Workload.shard_units`), set by the training loop before
-    `wrap`: what a sharding framework wraps one by one. Others ignore it."""
+    """The workload's units as groups of modules (`Workload.shard_groups`: each declared unit alone, modules that
+    share a parameter together), set by the training loop before `wrap`: what a sharding framework wraps one group
+    at a time. Others ignore it."""
 
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         """Wrap model and optimizer for this framework; return what the training loop should call."""
