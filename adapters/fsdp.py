@@ -2,11 +2,12 @@
 
 Every unit the workload declares (`Workload.shard_units`: by default each block or layer that holds parameters) is
 sharded on its own, modules that share a parameter (a head tied to the embedding) together as one group
-(`Workload.shard_groups`: FSDP2's `fully_shard([emb, head])`), then the root: a unit's parameters are all-gathered for its forward (and, resharded after
-forward, again for its backward), and its gradients reduce-scattered in backward, so each rank keeps 1/N of the
-parameters, gradients and optimizer state. `reshard_after_forward=false` keeps the gathered parameters from forward
-to backward (ZeRO-2-like: less communication, more memory); true is ZeRO-3-like. `replicas=R` is HSDP: a R x (N/R)
-mesh, sharded within a group of N/R ranks and replicated (all-reduced) across the R groups.
+(`Workload.shard_groups`: FSDP2's `fully_shard([emb, head])`), then the root: a unit's parameters are all-gathered
+for its forward (and, resharded after forward, again for its backward), and its gradients reduce-scattered in
+backward, so each rank keeps 1/N of the parameters, gradients and optimizer state. `reshard_after_forward=false`
+keeps the gathered parameters from forward to backward (ZeRO-2-like: less communication, more memory); true is
+ZeRO-3-like. `replicas=R` is HSDP: a R x (N/R) mesh, sharded within a group of N/R ranks and replicated
+(all-reduced) across the R groups.
 
 The optimizer is rebuilt over the sharded (DTensor) parameters with the workload's hyperparameters: FSDP2 replaces
 the module's parameters, so an optimizer made before it would update tensors no forward uses.
@@ -67,6 +68,17 @@ class FSDPAdapter(DDPAdapter):
             return Availability(False, f"torch {version} has no public FSDP2 (torch.distributed.fsdp.fully_shard, "
                                        f"torch >= 2.6)", "install torch 2.6 or newer")
         return base
+
+    def model_availability(self, facts):
+        # FSDP2 reduce-scatters the gradients that backward produced and leaves a parameter that got none without
+        # one (its sharded .grad stays None), as a single process does: nothing to ask of the user.
+        return Availability(True)
+
+    def batch_norm(self):
+        return ""  # each rank normalises its own samples; FSDP2 has no SyncBatchNorm of its own
+
+    def failure_fix(self, error):
+        return None
 
     @classmethod
     def plan_knobs(cls, dtype):

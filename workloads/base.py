@@ -86,13 +86,24 @@ class Workload(ABC):
     """Until-target runs: the step budget; a run that has not reached `target` by then is `not_reached`. Required
     with a target."""
     batch_dependence: ClassVar[str | None] = None
-    """Why the model's output for a sample depends on the rest of its batch (e.g. "BatchNorm statistics per
-    process"), or None. When set, sharding the batch changes the maths: per-rank results are not expected to equal
-    the single-process reference, and the report gives this reason."""
+    """Why the model's output for a sample depends on the rest of its batch other than through BatchNorm (which
+    `batch_norm` covers), or None. When set, sharding the batch changes the maths: per-rank results are not expected
+    to equal the single-process reference, the check is skipped, and the report gives this reason."""
+    batch_norm: ClassVar[str | None] = None
+    """The model's BatchNorm layers in words ("BatchNorm2d"), or None. A user's workload needs no declaration: the
+    parent's check finds them in the model's modules. Their batch statistics are per process unless a row computes
+    them over the global batch (SyncBatchNorm: `Adapter.batch_norm`), and only such rows are checked."""
 
     nondeterministic: str | None = None
-    """Why the model's training-mode output is random (dropout), found by the parent's check of a user's workload
-    before launching (harness/core/requests.py: check_user_code); a failed equivalence check then says so."""
+    """Why the model's training-mode output is random (dropout, or a forward that draws random numbers), found by the
+    parent's check of a user's workload before launching (harness/core/model_check.py); a failed equivalence check
+    then says so."""
+    stateful: str | None = None
+    """What the model's forward changes in its modules between calls, deterministically (a step counter, a buffer),
+    found by the same check: never a reason to call it random."""
+    model_facts: Any = None
+    """What the same check found for the rows (adapters.base.ModelFacts: parameters left without gradients, BatchNorm
+    layers), or None where it did not run (a built-in workload)."""
 
     @dataclass
     class Options:
