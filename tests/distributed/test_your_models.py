@@ -30,7 +30,7 @@ def _passes(rec):
     assert eq["checked"] is True and eq["passed"] is True, (rec["label"], rec["max_param_diff"], eq)
 
 
-TIED = ("ddp", "fsdp", "deepspeed:zero_stage=0", "deepspeed:zero_stage=3", "horovod")
+TIED = ("ddp", "spawn", "fsdp", "deepspeed:zero_stage=0", "deepspeed:zero_stage=3", "horovod")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,14 @@ def test_a_gpt_with_its_head_tied_to_its_embedding_matches_the_single_process_on
     if label == "fsdp":  # the default units, with the embedding and the head it shares its weight with as one group
         resolved = rec["adapter_info"]["resolved"]
         assert resolved["units_sharing_parameters"] == [["emb", "head"]] and resolved["units"] == 4
+
+
+def test_hf_bert_whose_decoder_is_tied_to_its_embeddings_runs_on_fsdp_with_its_default_units(tmp_path):
+    rows, _ = run_compare(tmp_path / "run", "-w", "hf", "-o", "model=bert", "-o", "layers=1", "-o", "hidden=32", "-o",
+                          "heads=2", "-o", "intermediate=64", "-o", "vocab=256", "-o", "seq_len=16", "-a", "fsdp",
+                          "--steps", "1", "--warmup", "1", "--equiv-steps", "0")
+    resolved = _ok(rows, "fsdp")["adapter_info"]["resolved"]
+    assert resolved["units_sharing_parameters"] == [["inner.bert.embeddings", "inner.cls.predictions"]]
 
 
 AUX = ("ddp", "ddp:find_unused_parameters=true", "spawn:find_unused_parameters=true", "fsdp", "deepspeed",

@@ -179,8 +179,15 @@ def test_batchnorm_is_found_without_a_declaration():
 def _equivalence(workload, adapter, diffs=None, gradients=None, label="ddp"):
     spec = SimpleNamespace(equiv_steps=4, global_batch=16)
     r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8)
-    return assemble.equivalence(spec, r0, workload, adapter, diffs if diffs is not None else {"w": 1e-7}, gradients,
+    return assemble.equivalence(spec, r0, workload, adapter, {"w": 1e-7} if diffs is None else diffs, gradients,
                                 label=label)
+
+
+def test_a_run_without_a_reference_has_nothing_to_explain():
+    spec = SimpleNamespace(equiv_steps=0, global_batch=16)
+    r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8)
+    eq = assemble.equivalence(spec, r0, checked("aux"), adapters.get("horovod")({}, "cpu"), None, None, label="x")
+    assert eq["checked"] is True and eq["passed"] is False and "why_failed" not in eq and "largest_diffs" not in eq
 
 
 def test_batchnorm_skips_the_check_with_the_reason_unless_the_row_syncs_the_statistics():
