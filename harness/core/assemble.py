@@ -71,10 +71,11 @@ def largest_diffs(diffs: dict[str, float], tolerance: float, gradients: dict | N
 
 
 def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: str | None,
-                stateful: str | None) -> str | None:
+                stateful: str | None, note: str | None = None) -> str | None:
     """Why a row's parameters differ from the reference's, from the parameters that differ most: those a step
     left without a gradient, and what the backend does with such a parameter (`missing`: Adapter.missing_gradient),
-    or that they had one every step; None without the reference's record."""
+    or that they had one every step (then the row's own note, `note`, where its adapter wrote one); None without
+    the reference's record."""
     if not largest or any(p["steps_without_gradient"] is None for p in largest):
         return None
 
@@ -85,7 +86,9 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
     every = [p for p in largest if not p["steps_without_gradient"]]
     if not without:
         text = (f"the parameters that differ most, {named(every)}, had a gradient in every one of the {steps} steps "
-                f"compared, and no documented behaviour of {label} explains the difference")
+                f"compared, so no parameter left without one explains the difference")
+        if note:
+            text += f"; {label}'s own note: {note}"
         if stateful:
             text += (f" (the model's forward is stateful, {stateful}, but deterministic: every backend calls it once "
                      f"a step, as the single process does)")
@@ -272,7 +275,8 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
     out["largest_diffs"] = largest
     missing = adapter.missing_gradient() if adapter is not None else None
-    why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful)
+    why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful,
+                      (getattr(r0, "adapter", None) or {}).get("note"))
     if why:
         out["why_failed"] = why
     return out

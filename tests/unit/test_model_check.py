@@ -233,6 +233,16 @@ def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backe
     eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-3}, {}, label="ddp")
     assert eq["why_failed"] == (
         "the parameters that differ most, out.bias by 1.0e-03, had a gradient in every one of the 4 steps compared, "
-        "and no documented behaviour of ddp explains the difference (the model's forward is stateful, step: 0 → 1, "
+        "so no parameter left without one explains the difference (the model's forward is stateful, step: 0 → 1, "
         "but deterministic: every backend calls it once a step, as the single process does)")
     assert "why_failed" not in _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-3}, None)
+    # A row whose adapter explained itself (Horovod's optimizer-state broadcast, say): its note is given.
+    spec = SimpleNamespace(equiv_steps=4, global_batch=16)
+    r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8,
+                         adapter={"note": "hvd.broadcast_optimizer_state moved the parameters"})
+    eq = assemble.equivalence(spec, r0, workloads.get("tinygpt"), adapters.get("horovod")({}, "cpu"),
+                              {"head.weight": 3e-4}, {}, label="horovod")
+    assert eq["why_failed"] == (
+        "the parameters that differ most, head.weight by 3.0e-04, had a gradient in every one of the 4 steps "
+        "compared, so no parameter left without one explains the difference; horovod's own note: "
+        "hvd.broadcast_optimizer_state moved the parameters")
