@@ -333,6 +333,7 @@ def _gloo_synced(cls):
         if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
             return cls.forward(self, x)
         self._check_input_dim(x)
+        given, x = x.dtype, x.float()  # statistics in fp32 and the output in the input's dtype, as under autocast
         dims = [0, *range(2, x.dim())]
         shape = [1, -1] + [1] * (x.dim() - 2)
         local = torch.tensor([x.numel() // x.shape[1]], dtype=x.dtype)
@@ -350,7 +351,7 @@ def _gloo_synced(cls):
         out = (x - mean.view(shape)) * torch.rsqrt(var + self.eps).view(shape)
         if self.affine:
             out = out * self.weight.view(shape) + self.bias.view(shape)
-        return out
+        return out.to(given)
 
     _GLOO_SYNCED[cls] = type(f"GlooSynced{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__})
     return _GLOO_SYNCED[cls]
