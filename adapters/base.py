@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.shared import cache, options
+from harness.shared.text import shorten
 from harness.shared.comm_schedule import Schedule
 
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
@@ -141,6 +142,36 @@ class RankInfo:
     """Devices this process computes on (DataParallel: all of them; DDP: one)."""
 
 
+@dataclass
+class ModelFacts:
+    """What the parent learnt of a workload's model before launching (harness/core/model_check.py), for
+    `Adapter.model_availability`: a row that cannot train such a model as its knobs stand is refused there, with
+    the knob that fixes it, rather than failing at its first step."""
+
+    no_gradient: dict[str, list[int]] = field(default_factory=dict)
+    """Parameter name -> the checked steps (from 0) after whose backward it had no gradient; only parameters that
+    missed one."""
+    checked_steps: int = 0
+    """Forward and backward passes the check ran on real batches, in training order (0: not checked)."""
+    batch_norm: list[str] = field(default_factory=list)
+    """The model's BatchNorm layers (by type, e.g. "BatchNorm2d x 20")."""
+
+    @property
+    def never_used(self) -> list[str]:
+        """Parameters that had no gradient in any checked step."""
+        return [n for n, steps in self.no_gradient.items() if len(steps) == self.checked_steps]
+
+    def unused_text(self, most: int = 4) -> str:
+        """The parameters without a gradient and when, in words: "aux.weight, aux.bias (in steps 2, 4 of the 4
+        checked)"."""
+        names = list(self.no_gradient)
+        shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+        steps = sorted({s for v in self.no_gradient.values() for s in v})
+        when = ("in every one of the" if len(self.never_used) == len(names)
+                else f"in step{'s' if len(steps) > 1 else ''} {', '.join(str(s + 1) for s in steps)} of the")
+        return f"{shown} ({when} {self.checked_steps} checked)"
+
+
 class Adapter(ABC):
     """Base class: subclasses set the class attributes, implement `launch` and `setup`, and override what their
     framework changes. Instantiated in the parent (to validate knobs and build the launch) and in every rank."""
@@ -214,6 +245,31 @@ class Adapter(ABC):
         """Can its ranks run across these hosts (--hosts, --hostfile, --launcher slurm)? Never raises. `launch`
         then builds the framework's own multi-node launch from `spec.topology`."""
         return Availability(True)
+
+    def model_availability(self, facts: ModelFacts) -> Availability:
+        """Can this row train a model with these facts as its knobs stand (DDP needs find_unused_parameters for a
+        parameter that a step leaves without a gradient)? Never raises; the reason says what in the model, the fix
+        which knob. The parent asks before launching, so such a row never starts only to fail."""
+        return Availability(True)
+
+    def batch_norm(self) -> str | None:
+        """How this row computes BatchNorm statistics in training: None where over the global batch, as the single
+        process does (SyncBatchNorm), so that the equivalence check applies to a model whose BatchNorm is its only
+        batch dependence; otherwise per process, and this says how to make them global with this framework, in
+        words ("" where it cannot)."""
+        return ""
+
+    def missing_gradient(self) -> str | None:
+        """What this backend does with these knobs to a parameter that got no gradient in a step, where that
+        departs from a single process (torch's optimizers skip a parameter whose .grad is None: no momentum, no
+        weight decay moves it), in words, naming the framework's source that does it; None where the gradient is
+        left None. The report gives it for a row that failed the equivalence check on such parameters."""
+        return None
+
+    def failure_fix(self, error: str) -> str | None:
+        """The fix, in words, for a launch of this framework whose first error line is `error` (a message the
+        framework is known to print for a model or knob it cannot train as given); None when none is known."""
+        return None
 
     def processes(self, world_size: int) -> int:
         """Training processes a launch of `world_size` creates (one per device unless overridden)."""
@@ -307,8 +363,9 @@ class Adapter(ABC):
         this process is. Sets and returns `self.info`."""
 
     units: list | None = None
-    """The modules the workload declares as its units (`Workload.shard_units`), set by the training loop before
-    `wrap`: what a sharding framework wraps one by one. Others ignore it."""
+    """The workload's units as groups of modules (`Workload.shard_groups`: each declared unit alone, modules that
+    share a parameter together), set by the training loop before `wrap`: what a sharding framework wraps one group
+    at a time. Others ignore it."""
 
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
         """Wrap model and optimizer for this framework; return what the training loop should call."""
@@ -640,7 +697,7 @@ def torch_build() -> dict[str, Any]:
     try:
         return cache.cached_json("torch-build", key, probe)
     except Exception as exc:  # noqa: BLE001 - a torch that fails to import (a missing library, a shadowing module)
-        text = " ".join(str(exc).split())[:300]
+        text = shorten(str(exc))
         return {"installed": True, "broken": f"{type(exc).__name__}: {text}", "where": str(root)}
 
 
@@ -687,6 +744,9 @@ class SingleProcess(Adapter, partial=True):
 
     def processes(self, world_size: int) -> int:
         return 1
+
+    def batch_norm(self) -> str | None:
+        return None  # one process normalises the whole batch (DataParallel on CUDA overrides)
 
     def launch(self, spec_path: Path, spec: RunSpec) -> LaunchPlan:
         return LaunchPlan(rank_command(spec_path))

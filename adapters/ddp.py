@@ -39,6 +39,16 @@ class DDPAdapter(Adapter):
         """Let .grad alias the communication buckets (saves one gradient copy of memory; DDP's default: off)."""
         static_graph: bool | None = None
         """Declare that the graph is the same every step (enables extra DDP optimisations; default: off)."""
+        find_unused_parameters: bool | None = None
+        """Let DDP find, every step, the parameters the step's forward did not use, so that it does not wait for
+        their gradients (DDP's default: off, and a model that leaves a parameter without a gradient in some step
+        then fails: "Expected to have finished reduction in the prior iteration"). A parameter no rank used keeps
+        no gradient, as in a single process. Costs a traversal of the autograd graph each step."""
+        sync_bn: bool = False
+        """Convert the model's BatchNorm layers to torch.nn.SyncBatchNorm (convert_sync_batchnorm): batch statistics
+        over the global batch, as the single process computes them, so the equivalence check applies. torch's
+        SyncBatchNorm runs on CUDA only; on the CPU the same statistics are all-reduced with
+        torch.distributed.nn's differentiable all_reduce."""
         broadcast_buffers: bool | None = None
         """Broadcast rank 0's buffers (e.g. BatchNorm running stats) at every forward (default: on; passed as
         forward_sync_buffers on torch versions that renamed it)."""
@@ -111,11 +121,58 @@ class DDPAdapter(Adapter):
         sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
                 else "broadcast_buffers")
         given = {"bucket_cap_mb": k.bucket_cap_mb, "gradient_as_bucket_view": k.gradient_as_bucket_view,
-                 "static_graph": k.static_graph, sync: k.broadcast_buffers}
+                 "static_graph": k.static_graph, sync: k.broadcast_buffers,
+                 "find_unused_parameters": k.find_unused_parameters}
+        if k.sync_bn:
+            model = self._sync_batch_norm(model)
         self._compile(model)  # the model's own forward, inside DDP (see the knob)
         model = DDP(model, device_ids=device_ids, **{key: v for key, v in given.items() if v is not None})
         self._register_hook(model)
         return super().wrap(model, optimizer)
+
+    def _sync_batch_norm(self, model):
+        """The model with its BatchNorm statistics computed over the global batch. On CUDA every BatchNorm layer
+        becomes a torch.nn.SyncBatchNorm holding the same parameters and buffers (convert_sync_batchnorm; the
+        optimizer made over the model still updates them). torch's runs on CUDA only (it refuses CPU input, and DDP
+        refuses a CPU model holding one: "SyncBatchNorm layers only work with GPU modules"), so on the CPU each layer
+        keeps its class and gets the same statistics over gloo instead (_gloo_synced)."""
+        import torch
+
+        if self.info.device.startswith("cuda"):
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+            layers = [m for m in model.modules() if isinstance(m, torch.nn.SyncBatchNorm)]
+        else:
+            layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+            for layer in layers:
+                layer.__class__ = _gloo_synced(type(layer))  # the same module, state and parameters
+        self.synced_batch_norm = len(layers)
+        return model
+
+    def model_availability(self, facts):
+        k = self.knobs
+        if not facts.no_gradient or k.find_unused_parameters:
+            return Availability(True)
+        never = set(facts.never_used) == set(facts.no_gradient)
+        if k.static_graph and never:
+            return Availability(True)  # a static graph knows its unused parameters after the first step
+        return Availability(
+            False, f"the model leaves parameters without a gradient: {facts.unused_text()} in the check before "
+                   f"launching, and DDP's reducer waits for every parameter's gradient, so its launch would fail "
+                   f"(\"Expected to have finished reduction in the prior iteration\")",
+            f"add the knob find_unused_parameters=true (-a {self.name}:find_unused_parameters=true)"
+            + (", or static_graph=true: the same parameters go unused in every step" if never else ""))
+
+    def batch_norm(self):
+        if getattr(self.knobs, "sync_bn", False):
+            return None
+        return f"knob sync_bn=true converts them to SyncBatchNorm (-a {self.name}:sync_bn=true)"
+
+    def failure_fix(self, error):
+        if "Expected to have finished reduction" in error or "were not used in producing loss" in error:
+            return (f"a step left parameters without a gradient, which DDP's reducer waits for: add the knob "
+                    f"find_unused_parameters=true (-a {self.name}:find_unused_parameters=true), or static_graph=true "
+                    f"where the same parameters go unused in every step")
+        return None
 
     def _register_hook(self, model) -> None:
         k = self.knobs
@@ -251,8 +308,53 @@ class DDPAdapter(Adapter):
                 "first_bucket_cap_mb": (config.first_bucket_bytes_cap / 2**20 if config is not None else None),
                 "gradient_as_bucket_view": ddp.gradient_as_bucket_view, "static_graph": ddp.static_graph,
                 "broadcast_buffers": getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", None)),
+                "find_unused_parameters": ddp.find_unused_parameters,
+                "sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0),
             }
         return d
+
+
+def _gloo_synced(cls):
+    """A subclass of the BatchNorm class `cls` whose training forward computes torch.nn.SyncBatchNorm's statistics
+    on the CPU over gloo: the mean and biased variance over every rank's samples for the normalisation, the running
+    variance updated with the unbiased one over the global count, as a single process's BatchNorm computes them
+    over the whole batch. They are summed over the ranks with torch.distributed.nn's all_reduce, whose backward
+    all-reduces the gradients flowing into them, as SyncBatchNorm's backward does. Made once per class."""
+    if cls in _GLOO_SYNCED or cls in _GLOO_SYNCED.values():
+        return _GLOO_SYNCED.get(cls, cls)
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_reduce
+
+    def forward(self, x):
+        if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
+            return cls.forward(self, x)
+        self._check_input_dim(x)
+        given, x = x.dtype, x.float()  # statistics in fp32 and the output in the input's dtype, as under autocast
+        dims = [0, *range(2, x.dim())]
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        local = torch.tensor([x.numel() // x.shape[1]], dtype=x.dtype)
+        # Two passes, as a single process's batch norm: the mean, then the squared deviations from it.
+        total = all_reduce(torch.cat([x.sum(dims), local]))
+        count = total[-1]
+        mean = total[:-1] / count
+        var = all_reduce(((x - mean.view(shape)) ** 2).sum(dims)) / count
+        if self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                self.running_mean.mul_(1 - factor).add_(mean.detach(), alpha=factor)
+                self.running_var.mul_(1 - factor).add_(var.detach() * count / (count - 1), alpha=factor)
+        out = (x - mean.view(shape)) * torch.rsqrt(var + self.eps).view(shape)
+        if self.affine:
+            out = out * self.weight.view(shape) + self.bias.view(shape)
+        return out.to(given)
+
+    _GLOO_SYNCED[cls] = type(f"GlooSynced{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__})
+    return _GLOO_SYNCED[cls]
+
+
+_GLOO_SYNCED: dict = {}
 
 
 class TorchComm(Comm):

@@ -495,6 +495,23 @@ class DeepSpeedAdapter(Adapter):
         self.client_optimizer = type(optimizer).__name__
         return super().wrap(engine, ds_optimizer)
 
+    def missing_gradient(self):
+        # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").
+        moves = ("so the optimizer steps it: momentum and weight decay keep moving it where a single process leaves "
+                 "it alone")
+        stage = self.knobs.zero_stage
+        if stage == 0:
+            return (f"DeepSpeed's engine gives a parameter without a gradient a zero one before the all-reduce "
+                    f"(runtime/engine.py, _get_gradients_for_reduction: \"we must create empty grads\"), {moves}")
+        if stage in (1, 2):
+            return (f"ZeRO-{stage} flattens each parameter group into one fp32 partition whose gradient holds zeros for "
+                    f"a parameter without one (runtime/zero/stage_1_and_2.py, get_all_grad_tensors), {moves}")
+        return ("ZeRO-3 steps a parameter without a gradient with the last gradient it got: its gradient partition "
+                "(runtime/zero/stage3.py, __param_id_to_grad_partition) is written only when the parameter's gradient "
+                "is reduced and is not cleared between steps, and independent_gradient_partition_epilogue hands every "
+                "parameter's partition to the optimizer, so a stale gradient is applied again, with or without "
+                "momentum (a DeepSpeed bug: the reproduction is in docs/your-model.md)")
+
     def cast_input(self, x):
         # DeepSpeed casts the whole model to bf16/fp16, so float inputs must match (integer token ids stay).
         dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(self.knobs.precision)

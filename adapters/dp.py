@@ -37,6 +37,11 @@ class DPAdapter(SingleProcess):
                 f"world size {world_size} would be 1 worker, with no speed-up to measure (fix: scale it with "
                 f"--device cuda on a machine with {world_size} GPUs, or compare ddp on CPU)")
 
+    def batch_norm(self) -> str | None:
+        # On GPUs every replica normalises its own part of the batch (DataParallel has no SyncBatchNorm); on the CPU
+        # the whole batch goes through one module.
+        return None if self.device_kind != "cuda" else ""
+
     def _devices(self, spec) -> int:
         return spec.world_size if spec.device == "cuda" else 1
 

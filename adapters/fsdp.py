@@ -1,11 +1,13 @@
 """FSDP2 (`torch.distributed.fsdp.fully_shard`), one process per device, ranks started by torchrun.
 
 Every unit the workload declares (`Workload.shard_units`: by default each block or layer that holds parameters) is
-sharded on its own, then the root: a unit's parameters are all-gathered for its forward (and, resharded after
-forward, again for its backward), and its gradients reduce-scattered in backward, so each rank keeps 1/N of the
-parameters, gradients and optimizer state. `reshard_after_forward=false` keeps the gathered parameters from forward
-to backward (ZeRO-2-like: less communication, more memory); true is ZeRO-3-like. `replicas=R` is HSDP: a R x (N/R)
-mesh, sharded within a group of N/R ranks and replicated (all-reduced) across the R groups.
+sharded on its own, modules that share a parameter (a head tied to the embedding) together as one group
+(`Workload.shard_groups`: FSDP2's `fully_shard([emb, head])`), then the root: a unit's parameters are all-gathered
+for its forward (and, resharded after forward, again for its backward), and its gradients reduce-scattered in
+backward, so each rank keeps 1/N of the parameters, gradients and optimizer state. `reshard_after_forward=false`
+keeps the gathered parameters from forward to backward (ZeRO-2-like: less communication, more memory); true is
+ZeRO-3-like. `replicas=R` is HSDP: a R x (N/R) mesh, sharded within a group of N/R ranks and replicated
+(all-reduced) across the R groups.
 
 The optimizer is rebuilt over the sharded (DTensor) parameters with the workload's hyperparameters: FSDP2 replaces
 the module's parameters, so an optimizer made before it would update tensors no forward uses.
@@ -66,6 +68,17 @@ class FSDPAdapter(DDPAdapter):
             return Availability(False, f"torch {version} has no public FSDP2 (torch.distributed.fsdp.fully_shard, "
                                        f"torch >= 2.6)", "install torch 2.6 or newer")
         return base
+
+    def model_availability(self, facts):
+        # FSDP2 reduce-scatters the gradients that backward produced and leaves a parameter that got none without
+        # one (its sharded .grad stays None), as a single process does: nothing to ask of the user.
+        return Availability(True)
+
+    def batch_norm(self):
+        return ""  # each rank normalises its own samples; FSDP2 has no SyncBatchNorm of its own
+
+    def failure_fix(self, error):
+        return None
 
     @classmethod
     def plan_knobs(cls, dtype):
@@ -135,14 +148,18 @@ class FSDPAdapter(DDPAdapter):
         common = {"mesh": mesh, "mp_policy": mp, "offload_policy": CPUOffloadPolicy() if k.cpu_offload
                   else OffloadPolicy()}
         names = {id(p): n for n, p in model.named_parameters()}  # to rebuild the optimizer's groups after sharding
-        units = list(self.units or [])
-        for unit in units:
-            fully_shard(unit, reshard_after_forward=k.reshard_after_forward, **common)
+        groups = [list(group) for group in (self.units or [])]
+        module_names = {id(m): n for n, m in model.named_modules()}
+        for group in groups:
+            # Modules sharing a parameter (tied weights) are one group: FSDP2's fully_shard([a, b]).
+            fully_shard(group if len(group) > 1 else group[0], reshard_after_forward=k.reshard_after_forward,
+                        **common)
         # The root last (its own parameters, if any); it is not resharded after forward: backward starts with it.
         fully_shard(model, reshard_after_forward=False, **common)
-        for module in units or [model]:
+        for module in [m for group in groups for m in group] or [model]:
             self._compile(module)
-        self.units = len(units)
+        self.units = len(groups)
+        self.shared_groups = [[module_names.get(id(m), "?") for m in group] for group in groups if len(group) > 1]
         # The same optimizer class and param groups, every hyperparameter of each group kept as it was (AdamW's
         # groups carry keys its constructor does not take), over the sharded parameters of the same names.
         sharded = dict(model.named_parameters())
@@ -190,7 +207,8 @@ class FSDPAdapter(DDPAdapter):
         d = {"knobs": dataclasses.asdict(self.knobs), "framework": f"torch {torch.__version__}",
              "backend": self.info.backend if self.info else None}
         if getattr(self, "units", None) is not None:
-            d["resolved"] = {"units": self.units, "mesh": (f"{self.knobs.replicas} x "
+            d["resolved"] = {"units": self.units, "units_sharing_parameters": getattr(self, "shared_groups", []),
+                             "mesh": (f"{self.knobs.replicas} x "
                                                            f"{self.info.world_size // self.knobs.replicas}"
                                                            if self.knobs.replicas > 1 else f"{self.info.world_size}")}
         return d

@@ -300,6 +300,13 @@ class HorovodAdapter(Adapter):
                                              compression=compression, op=hvd.Average)
         return super().wrap(model, optimizer)
 
+    def missing_gradient(self):
+        # Read in Horovod 0.28.1's source and measured (docs/your-model.md, "What each backend does differently").
+        return ("hvd.DistributedOptimizer gives a parameter without a gradient a zero one to all-reduce "
+                "(horovod/torch/optimizer.py, _allreduce_grad_async: \"Gradient was not computed, but we still need "
+                "to submit a tensor to allreduce\"), so the optimizer steps it: momentum and weight decay keep moving "
+                "it where a single process leaves it alone")
+
     def step(self):
         # Horovod all-reduces in its own C++ thread, which torch.profiler does not see: the wait for it is marked
         # (Horovod's documented split of step() into synchronize() and the update) so that a step's breakdown

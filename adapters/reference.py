@@ -1,7 +1,9 @@
 """The single-process fp32 reference: the plain model over the whole global batch, no wrapper.
 
 Not a comparison row. The harness runs it once per comparison for `equiv_steps` steps, and every adapter's
-parameters after the same number of steps are compared with it (`max_param_diff`).
+parameters after the same number of steps are compared with it (`max_param_diff`). It also notes which parameters
+each step left without a gradient (torch's optimizers then leave them alone), so that the report can say of a row
+that differs on exactly those what its backend does with them instead (Adapter.missing_gradient).
 """
 
 from __future__ import annotations
@@ -13,6 +15,22 @@ class ReferenceAdapter(SingleProcess):
     name = "reference"
     summary = "single process, plain module, fp32: the equivalence reference"
     launcher = "in-process"
+
+    def wrap(self, model, optimizer):
+        self.steps, self.no_gradient = 0, {}
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        return super().wrap(model, optimizer)
+
+    def step(self):
+        for name, p in self.named:
+            if p.grad is None:
+                self.no_gradient.setdefault(name, []).append(self.steps)
+        self.steps += 1
+        super().step()
+
+    def describe(self):
+        return {**super().describe(), "no_gradient": getattr(self, "no_gradient", {}),
+                "steps": getattr(self, "steps", 0)}
 
 
 ADAPTER = ReferenceAdapter

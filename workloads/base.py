@@ -131,13 +131,24 @@ class Workload(ABC):
     """Until-target runs: the step budget; a run that has not reached `target` by then is `not_reached`. Required
     with a target."""
     batch_dependence: ClassVar[str | None] = None
-    """Why the model's output for a sample depends on the rest of its batch (e.g. "BatchNorm statistics per
-    process"), or None. When set, sharding the batch changes the maths: per-rank results are not expected to equal
-    the single-process reference, and the report gives this reason."""
+    """Why the model's output for a sample depends on the rest of its batch other than through BatchNorm (which
+    `batch_norm` covers), or None. When set, sharding the batch changes the maths: per-rank results are not expected
+    to equal the single-process reference, the check is skipped, and the report gives this reason."""
+    batch_norm: ClassVar[str | None] = None
+    """The model's BatchNorm layers in words ("BatchNorm2d"), or None. A user's workload needs no declaration: the
+    parent's check finds them in the model's modules. Their batch statistics are per process unless a row computes
+    them over the global batch (SyncBatchNorm: `Adapter.batch_norm`), and only such rows are checked."""
 
     nondeterministic: str | None = None
-    """Why the model's training-mode output is random (dropout), found by the parent's check of a user's workload
-    before launching (harness/core/requests.py: check_user_code); a failed equivalence check then says so."""
+    """Why the model's training-mode output is random (dropout, or a forward that draws random numbers), found by the
+    parent's check of a user's workload before launching (harness/core/model_check.py); a failed equivalence check
+    then says so."""
+    stateful: str | None = None
+    """What the model's forward changes in its modules between calls, deterministically (a step counter, a buffer),
+    found by the same check: never a reason to call it random."""
+    model_facts: Any = None
+    """What the same check found for the rows (adapters.base.ModelFacts: parameters left without gradients, BatchNorm
+    layers), or None where it did not run (a built-in workload)."""
     loss_counted: bool | None = None
     """Whether the last `step_loss` came with a count (read by the rank for its record)."""
     varying_counts: list | None = None
@@ -193,6 +204,11 @@ class Workload(ABC):
             inner = list(child.children()) if isinstance(child, (nn.ModuleList, nn.ModuleDict)) else [child]
             units += [m for m in inner if any(True for _ in m.parameters())]
         return units
+
+    def shard_groups(self, model: torch.nn.Module) -> list[list[torch.nn.Module]]:
+        """The units as a sharding backend gathers them (`shard_groups` of `shard_units`): modules that share a
+        parameter (tied weights) in one group."""
+        return shard_groups(model, self.shard_units(model))
 
     def forward(self, model: torch.nn.Module, inputs: Any) -> Any:
         """The model's output for a batch's inputs: `model(**inputs)` for a dict, else `model(inputs)`."""
@@ -384,3 +400,59 @@ def synthetic_classification(n: int, shape: tuple[int, ...], classes: int, seed:
     else:
         y = torch.randint(0, classes, (n,), generator=gen)
     return x, y
+
+
+def shard_groups(model, units) -> list[list]:
+    """`units` (a workload's shard units) as the groups a sharding backend gathers together, inner groups first:
+    each unit alone, except that modules sharing a parameter (a head tied to the embedding, BERT's decoder bias)
+    are one group. A parameter can be gathered by one group only (FSDP2 refuses a second: "Parameter ... is shared
+    with a parameter already managed by another FSDP group"), so units that share one are merged, and a module
+    outside every unit that holds a unit's parameter joins that unit's group (FSDP2's `fully_shard([emb, head])`),
+    with any unit inside it. Where that module is the model itself, the units involved are left to the root."""
+    groups = [[u] for u in dict.fromkeys(units) if u is not model]
+    while True:
+        member = {id(m): g for g, mods in enumerate(groups) for m in mods}
+        holders: dict[int, dict[int, list]] = {}  # parameter -> its group (-1: the root's) -> modules holding it
+
+        def walk(module, group, seen):
+            group = member.get(id(module), group)
+            if (id(module), group) in seen:
+                return
+            seen.add((id(module), group))
+            for p in module._parameters.values():
+                if p is not None:
+                    holders.setdefault(id(p), {}).setdefault(group, []).append(module)
+            for child in module._modules.values():
+                if child is not None:
+                    walk(child, group, seen)
+
+        walk(model, -1, set())
+        clash = next((h for h in holders.values() if len(h) > 1), None)
+        if clash is None:
+            break
+        outside = list(dict.fromkeys(clash.get(-1, [])))
+        involved = {g for g in clash if g >= 0}
+        if any(m is model for m in outside):
+            merged = None  # the model itself holds it: the units involved go back to the root
+        else:
+            # A root-side holder joins the group, with every group inside it (BERT's prediction head holds the
+            # decoder's tied bias itself and the decoder below it).
+            involved |= {member[id(sub)] for m in outside for sub in m.modules() if id(sub) in member}
+            mods = list(dict.fromkeys([m for g in sorted(involved) for m in groups[g]] + outside))
+            inside = {id(sub) for m in mods for sub in m.modules() if sub is not m}
+            merged = [m for m in mods if id(m) not in inside]
+        keep = [mods for g, mods in enumerate(groups) if g not in involved]
+        if merged is not None:
+            keep.insert(min(involved), merged)
+        groups = keep
+    # Inner groups first: a group with a module inside another group's module is sharded before that one.
+    ordered: list[list] = []
+    while groups:
+        def outer(g):
+            inside = {id(sub) for mod in g for sub in mod.modules() if sub is not mod}
+            return any(other is not g and any(id(m) in inside for m in other) for other in groups)
+
+        inner = next((g for g in groups if not outer(g)), groups[0])
+        ordered.append(inner)
+        groups.remove(inner)
+    return ordered

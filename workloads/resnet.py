@@ -81,7 +81,7 @@ class ResNet(Workload):
     seed = 0
     equiv_steps = 2
     target = None
-    batch_dependence = "BatchNorm statistics per process"
+    batch_norm = "BatchNorm2d"
 
     @dataclass
     class Options:

@@ -35,7 +35,8 @@ def base_record(*, run: dict[str, Any], adapter: str, label: str, summary: str, 
             "status": status, "reason": reason}
 
 
-def max_param_diff(params_path: Path, reference: dict | None) -> float | None:
+def param_diffs(params_path: Path, reference: dict | None) -> dict[str, float] | None:
+    """Each parameter's largest absolute difference from the reference's, by name (None without both)."""
     if reference is None or not params_path.exists():
         return None
     import torch
@@ -43,15 +44,75 @@ def max_param_diff(params_path: Path, reference: dict | None) -> float | None:
     params = torch.load(params_path)
     if set(params) != set(reference):
         raise ValueError(f"parameter names differ from the reference: {sorted(set(params) ^ set(reference))[:4]}")
+    return {n: float((params[n] - reference[n]).abs().max()) for n in params}
+
+
+def max_param_diff(params_path: Path, reference: dict | None) -> float | None:
+    diffs = param_diffs(params_path, reference)
     # NaN anywhere (a diverged parameter, on either side) makes the whole difference NaN, which fails every
     # tolerance (stats.worst; max() would drop a NaN that is not first and pass the check).
-    return worst(float((params[n] - reference[n]).abs().max()) for n in params)
+    return None if diffs is None else worst(diffs.values())
+
+
+LARGEST_DIFFS = 3
+"""Parameters a failed equivalence check names: the ones that differ most, above the tolerance."""
+
+
+def largest_diffs(diffs: dict[str, float], tolerance: float, gradients: dict | None) -> list[dict[str, Any]]:
+    """The parameters that differ most from the reference (above `tolerance`, NaN first), each with the
+    reference's steps (from 0) that left it without a gradient (`gradients`: ReferenceAdapter's record; None where
+    the reference did not say)."""
+    import math
+
+    above = [(n, d) for n, d in diffs.items() if math.isnan(d) or d > tolerance]
+    above.sort(key=lambda nd: (not math.isnan(nd[1]), -nd[1] if not math.isnan(nd[1]) else 0.0))
+    return [{"parameter": n, "diff": d,
+             "steps_without_gradient": None if gradients is None else list(gradients.get(n, []))}
+            for n, d in above[:LARGEST_DIFFS]]
+
+
+def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: str | None,
+                stateful: str | None, note: str | None = None) -> str | None:
+    """Why a row's parameters differ from the reference's, from the parameters that differ most: those a step
+    left without a gradient, and what the backend does with such a parameter (`missing`: Adapter.missing_gradient),
+    or that they had one every step (then the row's own note, `note`, where its adapter wrote one); None without
+    the reference's record."""
+    if not largest or any(p["steps_without_gradient"] is None for p in largest):
+        return None
+
+    def named(items):
+        return ", ".join(f"{p['parameter']} by {p['diff']:.1e}" for p in items)
+
+    without = [p for p in largest if p["steps_without_gradient"]]
+    every = [p for p in largest if not p["steps_without_gradient"]]
+    if not without:
+        text = (f"the parameters that differ most, {named(every)}, had a gradient in every one of the {steps} steps "
+                f"compared, so no parameter left without one explains the difference")
+        if note:
+            text += f"; {label}'s own note: {note}"
+        if stateful:
+            text += (f" (the model's forward is stateful, {stateful}, but deterministic: every backend calls it once "
+                     f"a step, as the single process does)")
+        return text
+    missed = sorted({s for p in without for s in p["steps_without_gradient"]})
+    plural = "s" if len(missed) > 1 else ""
+    text = (f"the parameters that differ most, {named(without)}, had no gradient in step{plural} "
+            f"{', '.join(str(s + 1) for s in missed)} of the {steps} compared, where the single process's optimizer "
+            f"leaves such a parameter alone; ")
+    text += (f"{label}: {missing}" if missing else
+             f"{label} leaves it without a gradient too, so that does not explain the difference")
+    if every:
+        text += f"; the next, {named(every)}, had a gradient in every step"
+    return text
 
 
 def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, workload,
-                 reference_losses: list[float] | None = None) -> dict[str, Any]:
+                 reference_losses: list[float] | None = None, *, adapter=None,
+                 reference_gradients: dict | None = None) -> dict[str, Any]:
     """Fill a base record with everything measured by one launch (`reference_losses`: the single-process
-    reference's loss at each step, which a failed equivalence check may be explained by)."""
+    reference's loss at each step, which a failed equivalence check may be explained by; `adapter`: the row's,
+    configured with its knobs; `reference_gradients`: the reference's steps without a gradient per parameter,
+    ReferenceAdapter's)."""
     rec["topology"] = {"device": spec.device, "processes": outcome.processes, "launcher_argv": outcome.argv,
                        "launch_pgid": outcome.pid,
                        # nodes x processes per node, and every rank's hostname, interface and boot id
@@ -176,33 +237,65 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["final_loss"] = sum(window) / len(window) if window else None
     rec["final_loss_window"] = len(window)
     rec["eval"] = _eval(r0, ranks, workload)
+    diffs = param_diffs(spec.params_path, reference)
+    rec["max_param_diff"] = None if diffs is None else worst(diffs.values())
+    rec["equivalence"] = equivalence(spec, r0, workload, adapter, diffs, reference_gradients,
+                                     label=rec.get("label", rec.get("adapter", "")), ranks=ranks,
+                                     reference_losses=reference_losses)
+    if spec.eval_every and spec.target is not None:
+        rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
+    rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"))
+    return rec
+
+
+def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, reference_gradients: dict | None,
+                label: str, ranks=(), reference_losses: list[float] | None = None) -> dict[str, Any]:
+    """The record's equivalence check: whether it applies to this row (fp32, no compression, no batch dependence,
+    BatchNorm statistics over the global batch), whether it passed, and why not: randomness in the model, a loss
+    averaged per rank over counts that differ between them (`ranks`' losses against `reference_losses`), else the
+    parameters that differ most and what the backend does with a parameter left without a gradient."""
     exact = r0.precision == "fp32" and r0.compression == "none"
-    checked = exact and workload.batch_dependence is None
-    diff = max_param_diff(spec.params_path, reference)
-    rec["max_param_diff"] = diff
-    rec["equivalence"] = {
+    bn = workload.batch_norm
+    # None: this row computes BatchNorm statistics over the global batch (SyncBatchNorm); else how it could
+    bn_fix = adapter.batch_norm() if adapter is not None else ""
+    per_process = bool(bn) and bn_fix is not None
+    checked = exact and workload.batch_dependence is None and not per_process
+    diff = None if diffs is None else worst(diffs.values())
+    out: dict[str, Any] = {
         "steps": spec.equiv_steps, "tolerance": workload.equiv_tolerance, "checked": checked,
         "passed": (diff is not None and diff <= workload.equiv_tolerance) if checked else None,
         "reference": f"single process, fp32, global batch {spec.global_batch}, same init and data order",
         "why_not_checked": None if checked else (
             f"{r0.precision} arithmetic" if r0.precision != "fp32"
             else f"{r0.compression} gradient compression" if not exact
-            else f"model is batch-dependent ({workload.batch_dependence})"),
+            else f"model is batch-dependent ({workload.batch_dependence})" if workload.batch_dependence
+            else (f"BatchNorm statistics per process ({bn}): each process normalises its own "
+                  f"{r0.per_process_batch} samples where the single process normalises all {spec.global_batch}"
+                  + (f"; {bn_fix}" if bn_fix else ""))),
     }
-    if rec["equivalence"]["passed"] is False and workload.nondeterministic:
-        rec["equivalence"]["why_failed"] = (f"the model is not deterministic: {workload.nondeterministic}; each "
-                                            f"process draws its own random numbers, so no backend can match the "
-                                            f"single-process reference (make it deterministic, e.g. dropout 0, to "
-                                            f"check equivalence)")
-    elif rec["equivalence"]["passed"] is False and workload.varying_counts:
+    if bn:
+        out["batch_norm"] = {"layers": bn, "statistics": "per process" if per_process else "global batch"}
+    if out["passed"] is not False or diffs is None:  # passed, not checked, or no reference to compare with
+        return out
+    if workload.nondeterministic:
+        out["why_failed"] = (f"the model is not deterministic: {workload.nondeterministic}; each process draws its "
+                             f"own random numbers, so no backend can match the single-process reference (make it "
+                             f"deterministic, e.g. dropout 0, to check equivalence)")
+        return out
+    if workload.varying_counts:
         counts = normalisation.explain(workload.varying_counts, [r.losses for r in ranks], reference_losses,
                                        spec.equiv_steps)
         if counts:
-            rec["equivalence"]["why_failed"] = counts
-    if spec.eval_every and spec.target is not None:
-        rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
-    rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"))
-    return rec
+            out["why_failed"] = counts
+            return out
+    largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
+    out["largest_diffs"] = largest
+    missing = adapter.missing_gradient() if adapter is not None else None
+    why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful,
+                      (getattr(r0, "adapter", None) or {}).get("note"))
+    if why:
+        out["why_failed"] = why
+    return out
 
 
 BREAKDOWN_TOLERANCE = 0.10

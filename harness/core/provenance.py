@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.shared.text import shorten
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -105,7 +107,7 @@ def collect_safely(device: str = "cpu") -> dict[str, Any]:
         return collect(device)
     except Exception as exc:  # noqa: BLE001 - the environment is provenance: it must not cost the run
         return {**collect(device, import_torch=False),
-                "collect_error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+                "collect_error": shorten(f"{type(exc).__name__}: {exc}")}
 
 
 def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:

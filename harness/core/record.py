@@ -388,7 +388,11 @@ class Measured(TypedDict):
     final_loss: Number
     """Mean of the last `final_loss_window` steps' loss."""
     equivalence: dict[str, Any]
-    """The check: steps, tolerance, whether it was checked (and why not), passed."""
+    """The check: steps, tolerance, whether it was checked (and why not), passed; `batch_norm` (the model's
+    BatchNorm layers and whether this row's statistics were per process or over the global batch); for a failed
+    check `largest_diffs` (the parameters that differ most, each with the reference's steps, from 0, that left it
+    without a gradient) and `why_failed` (randomness in the model, or those parameters and what the backend does
+    with a parameter that got no gradient)."""
     time_to_first_step_s: Number
     """From the launch's start to the end of the first step, without the gate wait."""
     peak_memory_kind: str

@@ -520,21 +520,29 @@ def check_loader(workload, req: RunRequest) -> int:
 
 
 def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
-    """A workload from outside this repository (a file, a module, an entry point) runs one forward and loss on two
+    """A workload from outside this repository (a file, a module, an entry point) runs forwards and losses on its
     training samples before anything is launched or written: on torch's meta device, which allocates nothing, or
     where the model does what meta cannot (a data-dependent branch, .item()) on the CPU. An exception in the user's
     code is raised as UserCodeError (their traceback, exit 1) rather than as a failed row of every backend; an output
-    that no loss can be taken from is one line. A loss without a count has the counts it may average over read from
+    that no loss can be taken from is one line. What the passes find (harness/core/model_check.py) is kept on the
+    workload for the rows and the report: randomness or state in its forward, parameters a step leaves without a
+    gradient (`model_facts`), BatchNorm layers. A loss without a count has the counts it may average over read from
     each rank's slices (harness/core/normalisation.py), for a failed equivalence check to be explained."""
     if workloads.source(req.workload) == "built-in":
         return
     import torch
 
+    from adapters.base import ModelFacts
+    from harness.core import model_check
     from harness.shared.registry import UserCodeError
 
     data = workload.materialize("cpu", global_batch)
     x, y = data.batch(torch.arange(min(2, data.n_train)), "cpu")
-    params = counted = None
+    world = req.world_size if req.world_size and global_batch % req.world_size == 0 else 1
+    first_steps = [data.batch(workload.batch_indices(step, global_batch, data.n_train, 0, world)
+                              [:model_check.CHECK_SAMPLES], "cpu") for step in range(model_check.CHECKED_STEPS)]
+    facts = workload.model_facts = ModelFacts()
+    params = counted = random = None
     try:
         with torch.device("meta"):
             model = workload.build_model()
@@ -546,22 +554,36 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         raise BadInput(str(exc)) from None
     except Exception:  # noqa: BLE001 - what meta cannot do is tried for real below
         pass
+    if params is not None:
+        facts.batch_norm = model_check.batch_norm_layers(model)
+        _check_gradients(facts, workload, "meta", [(batches.to(a, "meta"), batches.to(b, "meta"))
+                                                   for a, b in first_steps])
     workload.nondeterministic = _dropout(model) if params is not None else None
     if params is None or not (workload.nondeterministic or params > SMALL_MODEL):
+        outputs = []
+
+        def forward(model):
+            outputs.append(workload.forward(model, x))  # training mode, as the steps run it
+            return outputs[-1]
+
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(workload.seed)
-            model = workload.build_model()
             try:
-                outputs = [workload.forward(model, x) for _ in range(2)]  # training mode, as the steps run it
+                random, workload.stateful = model_check.diagnose(workload.build_model, forward, workload.seed)
                 counted = _counted(workload, outputs[0], y)
+            except UserCodeError:
+                raise
             except LossError as exc:
                 raise BadInput(str(exc)) from None
             except Exception as exc:  # noqa: BLE001 - the user's code
                 raise UserCodeError(f"a forward and loss of workload {req.workload} on {batches.length(x)} training "
                                     f"samples", exc) from None
-        workload.nondeterministic = _dropout(model) or (
-            None if batches.equal(outputs[0], outputs[1]) else
-            "two forward passes of the same samples in training mode gave different outputs (randomness in forward)")
+            torch.manual_seed(workload.seed)
+            model = workload.build_model()
+            facts.batch_norm = model_check.batch_norm_layers(model)
+            if not facts.checked_steps:  # meta could not run it: on the CPU
+                _check_gradients(facts, workload, "cpu", first_steps)
+        workload.nondeterministic = _dropout(model) or random
+    _batch_norm(workload, facts)
     if not counted:
         form = "pieces" if isinstance(workload, workloads.FunctionWorkload) else "subclass"
         steps = max(workload.equiv_steps, getattr(req, "equiv_steps", None) or 0)  # what the check may cover
@@ -573,6 +595,33 @@ def _counted(workload, output, target) -> bool:
     """Whether the workload's loss of `output` comes with a count (checked as a step would use it)."""
     workload.step_loss(output, target)
     return workload.loss_terms(output, target)[1] is not None
+
+
+def _check_gradients(facts, workload, device: str, steps) -> None:
+    """Fill `facts` with the parameters that `steps` (the first steps' batches, in order) leave without a gradient,
+    on `device`; nothing where the passes cannot run there."""
+    import torch
+
+    from harness.core import model_check
+    from harness.shared.registry import UserCodeError
+
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(workload.seed)
+        try:
+            model = workload.build_model()
+            facts.no_gradient = model_check.no_gradient(
+                model, steps, lambda m, inputs, target: workload.step_loss(workload.forward(m, inputs), target))
+            facts.checked_steps = len(steps)
+        except UserCodeError:
+            raise
+        except Exception:  # noqa: BLE001 - not checked here (a backward meta cannot run, say)
+            facts.no_gradient, facts.checked_steps = {}, 0
+
+
+def _batch_norm(workload, facts) -> None:
+    """The BatchNorm layers found, as the workload's `batch_norm` (a declared one stays)."""
+    if facts.batch_norm and not workload.batch_norm:
+        workload.batch_norm = ", ".join(facts.batch_norm)
 
 
 SMALL_MODEL = 5_000_000

@@ -15,6 +15,7 @@ from typing import Any
 
 import adapters
 import workloads
+from adapters.base import Availability
 from harness.core import provenance as envmod
 from harness.core import assemble, estimate
 from harness.core.errors import BadInput
@@ -76,11 +77,38 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     rows = [(label, *parse_label(label)) for label in labels]
     knobs = parse_knobs(req.knobs, {n for _, n, _ in rows}, labels)
     built = build_rows(req, rows, explicit, "adapter", knobs, topology)
+    refuse_for_model(req, built, workload, explicit)
     over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
             else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
                    loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params)
+
+
+def refuse_for_model(req: RunRequest, rows: list[Row], workload, explicit: bool) -> None:
+    """Rows that cannot train this model as their knobs stand (Adapter.model_availability, from what the check of a
+    user's model found) become unavailable, with the knob that fixes them; an error with --strict or when no row is
+    left, before anything is launched."""
+    facts = getattr(workload, "model_facts", None)
+    if facts is None:
+        return
+    refused = []
+    for row in rows:
+        if row.adapter is None:
+            continue
+        try:
+            avail = row.adapter.model_availability(facts)
+        except Exception as exc:  # noqa: BLE001 - a broken check is a reason, not a crash
+            avail = Availability(False, f"model check raised {type(exc).__name__}: {exc}")
+        if avail:
+            continue
+        message = f"adapter {row.label} cannot train workload {req.workload} as given: {avail.message()}"
+        if explicit and req.strict:
+            raise BadInput(message)
+        row.adapter, row.reason = None, avail.message()
+        refused.append(message)
+    if refused and not any(r.adapter for r in rows):
+        raise BadInput(refused[0] + (f" (and {len(refused) - 1} more row(s) alike)" if len(refused) > 1 else ""))
 
 
 def _breakdown(req: RunRequest) -> dict[str, Any]:
@@ -213,6 +241,8 @@ class Runner:
         """Reference parameters per reference key (None: that reference failed)."""
         self.reference_losses: dict[tuple, list[float]] = {}
         """The reference's loss at each of its steps, per reference key (what a failed check is explained by)."""
+        self.reference_gradients: dict[tuple, dict | None] = {}
+        """Per reference key: parameter -> the reference's steps (from 0) that left it without a gradient."""
         self.reference_runs: dict[tuple, dict] = {}
         """When each reference launch ran and how long it took (for the report's time breakdown)."""
         self.finished: set[tuple[int, str, int]] = set()
@@ -325,9 +355,11 @@ class Runner:
 
                 self.references[key] = torch.load(job.spec.params_path)
                 self.reference_losses[key] = outcome.ranks[0].losses
+                self.reference_gradients[key] = (outcome.ranks[0].adapter or {}).get("no_gradient")
         else:
             self.finished.add((id(job.plan), job.row.label, job.repeat))
-            rec = build_record(job, outcome, self.references.get(key), self.run_info, self.reference_losses.get(key))
+            rec = build_record(job, outcome, self.references.get(key), self.run_info, self.reference_losses.get(key),
+                               self.reference_gradients.get(key))
             self.session.keep_traces(rec, f"{job.slug}-r{job.repeat}")
             rec["position"] = self.positions.get((id(job.plan), job.row.label, job.repeat))
             if key in self.reference_runs:
@@ -391,7 +423,8 @@ def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps
     return spec
 
 
-def build_record(job: Job, outcome, reference, run_info, reference_losses=None) -> dict[str, Any]:
+def build_record(job: Job, outcome, reference, run_info, reference_losses=None,
+                 reference_gradients: dict | None = None) -> dict[str, Any]:
     p, adapter = job.plan, job.row.adapter
     rec = assemble.base_record(run=run_info, adapter=adapter.name, label=job.row.label, summary=adapter.summary,
                              launcher=adapter.launcher, workload=p.request.workload,
@@ -401,7 +434,8 @@ def build_record(job: Job, outcome, reference, run_info, reference_losses=None) 
     schedule = adapter.comm_schedule()
     rec["comm_schedule"] = schedule.to_record() if schedule else None
     try:
-        return assemble.from_outcome(rec, outcome, job.spec, reference, p.workload, reference_losses)
+        return assemble.from_outcome(rec, outcome, job.spec, reference, p.workload, reference_losses,
+                                     adapter=adapter, reference_gradients=reference_gradients)
     except Exception as exc:  # a malformed rank file must not lose the other rows
         rec.update(status="failed", reason=f"could not build the record: {type(exc).__name__}: {exc}",
                    log_tail=outcome.log_tail)

@@ -621,6 +621,12 @@ class Launch:
                             stopped=launcher_stopped(r.command.argv, _read(r.log)))
                     for r in self.running]
         reason = culprit(self.rank_dir, commands, name_hosts=topo is not None)
+        try:  # a failure the framework is known for, with the knob or change that fixes it (Adapter.failure_fix)
+            fix = self.adapter.failure_fix(reason)
+        except Exception:  # noqa: BLE001 - only a hint on a reason that stands without it
+            fix = None
+        if fix:
+            reason += f"; fix: {fix}"
         try:  # the facts behind the reason, for whoever reads the kept log
             with open(self.log_path, "a", encoding="utf-8") as log:
                 log.write(describe(self.rank_dir, commands, reason))

@@ -12,6 +12,8 @@ import signal
 import socket
 from pathlib import Path
 
+from harness.shared.text import shorten
+
 LOG_TAIL_LINES = 40
 
 
@@ -30,7 +32,7 @@ _FRAME = re.compile(r"\bframe #\d+:")
 def start_error(exc: BaseException) -> str:
     """One line for a launch that could not be started: the error, and for a resource limit, which one."""
     text = " ".join(str(exc).split()) or "(no message)"
-    line = f"the launch could not be started here: {type(exc).__name__}: {text[:300]}"
+    line = f"the launch could not be started here: {type(exc).__name__}: {shorten(text)}"
     if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
         import resource
 
@@ -51,7 +53,7 @@ def first_error(path: Path) -> str | None:
                 found = line.strip()
                 if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:
                     found += " " + lines[i + 1].strip()  # the exception's type, then its message
-                return found[:300]
+                return shorten(found)
     except OSError:
         pass
     return None
@@ -104,7 +106,7 @@ def silent_hosts(rank_dir: Path, topology) -> list[str]:
 
 def last_line(path: Path) -> str | None:
     lines = [ln.strip() for ln in tail(path, 5).splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else None
+    return shorten(lines[-1]) if lines else None
 
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from harness.shared.text import shorten
 from harness.shared.witness import LAUNCH_ID_ENV
 
 
@@ -163,7 +164,7 @@ def describe_launch(launch_id: str) -> list[str]:
             except OSError:
                 wchan = "?"
             lines.append(f"  pid {p.pid} {p.status()}, waiting in {wchan}, {p.num_threads()} thread(s): "
-                         f"{' '.join(p.cmdline())[:300]}")
+                         f"{shorten(' '.join(p.cmdline()))}")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return lines

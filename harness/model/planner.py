@@ -652,7 +652,10 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     frozen = [not p.requires_grad for p in params]
     module = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     units = w.shard_units(model) or [model]
-    in_units = [sum(p.numel() for p in u.parameters()) for u in units]
+    # What one gather holds: a group of units that share a parameter (tied weights) is gathered as one, the
+    # shared parameter once.
+    groups = w.shard_groups(model) if units != [model] else [[model]]
+    in_units = [sum({id(p): p.numel() for m in group for p in m.parameters()}.values()) for group in groups]
     unit = max(in_units + [sum(tensors) - sum(in_units)])
     if optimizer is None:
         opt = w.make_optimizer(model, w.lr(w.global_batch))

@@ -17,6 +17,7 @@ from harness.rank.compute_profile import spin
 from harness.rank.measure import device_sync
 from harness.shared.collectives import DTYPES, OPS, iterations
 from harness.shared.rank_result import CommResult
+from harness.shared.text import shorten
 
 
 def run(spec, adapter, info, phase=lambda text: None) -> CommResult:
@@ -68,4 +69,4 @@ def run(spec, adapter, info, phase=lambda text: None) -> CommResult:
 
 def _line(message: str) -> str:
     """An exception's message as one table cell: its first line (torch appends a C++ stack trace), 300 chars."""
-    return (message.strip().splitlines() or [""])[0][:300]
+    return shorten((message.strip().splitlines() or [""])[0])

@@ -37,6 +37,7 @@ from harness.rank.faults import fault_for, inject
 from harness.shared import rank_result
 from harness.shared.proc import boot_id, pid_namespace
 from harness.shared.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
+from harness.shared.text import shorten
 from harness.shared.witness import STOP_SIGNALS, Witness, command_of, failed_path, launch_lineage, write_json
 
 
@@ -241,7 +242,7 @@ def run(spec_path: str | Path) -> None:
 
         try:  # before the traceback and the exit: a peer's failure that this one causes comes after it
             write_json(failed_path(rank_dir, launcher_rank()),
-                       {"rank": launcher_rank(), "time": time.time(), "error": f"{type(exc).__name__}: {exc}"[:300]})
+                       {"rank": launcher_rank(), "time": time.time(), "error": shorten(f"{type(exc).__name__}: {exc}")})
         except OSError:
             pass
         traceback.print_exc()

@@ -43,7 +43,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # before wrap: frozen stays frozen
     lr = workload.lr(spec.global_batch)
     optimizer = workload.make_optimizer(model, lr)
-    adapter.units = workload.shard_units(model)  # what a sharding adapter wraps one by one
+    adapter.units = workload.shard_groups(model)  # what a sharding adapter wraps one by one, tied modules together
     model, optimizer = adapter.wrap(model, optimizer)
     data = workload.materialize(info.device, spec.global_batch)
     n_train = data.n_train

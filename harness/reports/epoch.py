@@ -27,6 +27,7 @@ from typing import Any
 from harness.core.outdir import save_figure
 from harness.core.record import MEASURED, has_intervals, precision_of
 from harness.reports import figures, palette
+from harness.shared.text import shorten
 
 
 def blog_label(adapter: str, legend: palette.Legend) -> tuple[int, str] | None:
@@ -169,7 +170,7 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
             end = max(train[i] + ev[i], e["epoch_interval"][1] if e.get("epoch_interval") else 0.0)
             ax.text(end, i, f"  {train[i] + ev[i]:.3g} s", va="center", ha="left", fontsize=9)
         else:
-            ax.text(top * 0.02, i, f"{e['status']}: {e['reason'][:70]}", va="center", ha="left", fontsize=8,
+            ax.text(top * 0.02, i, f"{e['status']}: {shorten(e['reason'], 70)}", va="center", ha="left", fontsize=8,
                     color="#888888")
     ax.invert_yaxis()
     ax.set_xlabel("seconds per epoch (lower is better)")

@@ -257,19 +257,21 @@ def target_note(rows) -> str | None:
     return text + f"; this run trained {ran} steps at global batch {ctl['global_batch']}."
 
 
-def equivalence_note(rows) -> str | None:
-    """Why a ✗ in the max_param_diff column cannot be a backend's fault, where the run found out (a model with
-    dropout: harness/core/requests.py, check_user_code)."""
-    failed = [row for row in rows if row["measured"] and row["first"]["equivalence"].get("why_failed")]
-    if not failed:
-        return None
-    return (f"✗ in the max_param_diff column ({', '.join(row['adapter'] for row in failed)}): "
-            f"{failed[0]['first']['equivalence']['why_failed']}.")
+def equivalence_notes(rows) -> list[str]:
+    """Why a row shows ✗ in the max_param_diff column, where the run found out: a model with dropout
+    (harness/core/model_check.py), or the parameters that differ most and what the backend does with a parameter a
+    step left without a gradient (harness/core/assemble.py: why_differs). Rows with the same reason share a note."""
+    by_reason: dict[str, list[str]] = {}
+    for row in rows:
+        why = row["measured"] and row["first"]["equivalence"].get("why_failed")
+        if why:
+            by_reason.setdefault(why, []).append(row["adapter"])
+    return [f"✗ in the max_param_diff column ({', '.join(labels)}): {why}." for why, labels in by_reason.items()]
 
 
 def _notes(rows, records) -> list[str]:
     notes = []
-    for note in (target_note(rows), equivalence_note(rows), flops_note(rows)):
+    for note in (target_note(rows), *equivalence_notes(rows), flops_note(rows)):
         if note:
             notes.append(note)
     stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)
@@ -718,7 +720,7 @@ def console_notes(records: list[dict[str, Any]]) -> list[str]:
         fix = reason.rsplit("(fix: ", 1)[1].removesuffix(")") if "(fix: " in reason else None
         lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
                                                            f"report.md)"))
-    notes = [note for note in (target_note(rows), equivalence_note(rows)) if note]
+    notes = [note for note in (target_note(rows), *equivalence_notes(rows)) if note]
     return [escape(line) for line in lines + notes + step_report.console_lines(records, list(group(records)))]
 
 

@@ -35,6 +35,7 @@ from harness.launching import machine
 from harness.reports import figures, palette
 from harness.reports import verdict as verdict_mod
 from harness.reports.run_report import MEMORY_KINDS, MEMORY_SHORT
+from harness.shared.text import shorten
 
 BASELINE = "single-process"
 
@@ -459,7 +460,7 @@ def console_lines(out: Path, records: list[dict[str, Any]]) -> list[str]:
         for r in rows:
             name = f"{label} n={r['n']}" + (" (oversubscribed)" if r["oversubscribed"] else "")
             if r["status"] != "ok":
-                lines.append(f"  {escape(name)}: [red]{r['status']}[/] {escape('; '.join(r['reasons'])[:200])}")
+                lines.append(f"  {escape(name)}: [red]{r['status']}[/] {escape(shorten('; '.join(r['reasons']), 200))}")
                 continue
             eff = f", efficiency {r['efficiency']:.0%}" if r.get("efficiency") is not None else ""
             sp = f", speed-up {r['speedup_self']:.2f}" if r.get("speedup_self") is not None else ""

@@ -30,7 +30,8 @@ def test_every_fp32_fsdp_variant_matches_the_single_process_reference(fsdp_run, 
 
 
 def test_the_units_and_mesh_are_recorded(fsdp_run):
-    assert fsdp_run["fsdp"]["adapter_info"]["resolved"] == {"units": 3, "mesh": "2"}  # digits: three Linear layers
+    # digits: three Linear layers, none sharing a parameter with another
+    assert fsdp_run["fsdp"]["adapter_info"]["resolved"] == {"units": 3, "units_sharing_parameters": [], "mesh": "2"}
     assert fsdp_run["fsdp:replicas=2"]["adapter_info"]["resolved"]["mesh"] == "2 x 1"
     assert fsdp_run["fsdp"]["comm_schedule"]["kind"] == "fsdp"
 

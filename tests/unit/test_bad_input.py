@@ -27,8 +27,8 @@ from harness.shared import collectives
 from conftest import RUNS, records_text
 
 CORES = usable_cores()
-DDP_KNOBS = ("broadcast_buffers, bucket_cap_mb, comm_hook, compile, gradient_as_bucket_view, powersgd_rank, "
-             "powersgd_start_iter, powersgd_warm_start, static_graph")
+DDP_KNOBS = ("broadcast_buffers, bucket_cap_mb, comm_hook, compile, find_unused_parameters, gradient_as_bucket_view, "
+             "powersgd_rank, powersgd_start_iter, powersgd_warm_start, static_graph, sync_bn")
 ADAPTERS = ", ".join(adapters.names())
 WORKLOADS = ", ".join(workloads.names()) + ("; or your own: -w path/to/file.py:NAME, -w package.module:NAME "
                                               "(docs/your-model.md)")

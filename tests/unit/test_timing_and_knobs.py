@@ -31,8 +31,8 @@ def test_bad_knobs_are_named_with_the_valid_choices():
     with pytest.raises(KnobError) as exc:
         build(DDPAdapter.Knobs, {"bucket": "1"}, "knob")
     assert str(exc.value) == ("unknown knob 'bucket'; valid knobs: broadcast_buffers, bucket_cap_mb, comm_hook, compile, "
-                              "gradient_as_bucket_view, powersgd_rank, powersgd_start_iter, powersgd_warm_start, "
-                              "static_graph")
+                              "find_unused_parameters, gradient_as_bucket_view, powersgd_rank, powersgd_start_iter, "
+                              "powersgd_warm_start, static_graph, sync_bn")
     with pytest.raises(KnobError) as exc:
         build(DDPAdapter.Knobs, {"bucket_cap_mb": "big"}, "knob")
     assert str(exc.value) == "knob 'bucket_cap_mb' expects a number or none (the framework's default), got 'big'"
@@ -66,11 +66,12 @@ def test_unknown_adapter_message():
 @pytest.mark.parametrize("knobs, resolved", [
     # Unset: DDP(model) as a user writes it, with torch 2.13's smaller first bucket.
     ({}, {"bucket_cap_mb": 25.0, "first_bucket_cap_mb": 1.0, "gradient_as_bucket_view": False,
-          "static_graph": False, "broadcast_buffers": True}),
+          "static_graph": False, "broadcast_buffers": True, "find_unused_parameters": False,
+          "sync_batch_norm_layers": 0}),
     # Set: passed on, and DDP then uses the cap for every bucket, the first included.
     ({"bucket_cap_mb": "10", "gradient_as_bucket_view": "true"},
      {"bucket_cap_mb": 10.0, "first_bucket_cap_mb": 10.0, "gradient_as_bucket_view": True, "static_graph": False,
-      "broadcast_buffers": True}),
+      "broadcast_buffers": True, "find_unused_parameters": False, "sync_batch_norm_layers": 0}),
 ], ids=["unset", "set"])
 def test_unset_ddp_knobs_are_not_passed_and_the_resolved_values_are_recorded(tmp_path, knobs, resolved):
     import torch

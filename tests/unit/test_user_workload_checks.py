@@ -16,7 +16,7 @@ from harness.cli import app
 from harness.core import requests
 from harness.rank.train import StepLoader
 from harness.shared.options import OptionError
-from harness.reports.run_report import equivalence_note
+from harness.reports.run_report import equivalence_notes
 
 from conftest import REPO
 
@@ -265,11 +265,11 @@ def test_dropout_is_found_before_launching_and_explains_a_failed_equivalence(tmp
         requests.check_user_code(w, req, 8)
         reasons[(ref.rsplit(":")[1], tuple(options))] = w.nondeterministic
     assert reasons == {("drop", ()): "it has dropout (Dropout(p=0.5))", ("drop", ("p=0",)): None,
-                       ("hidden", ()): "two forward passes of the same samples in training mode gave different "
-                                       "outputs (randomness in forward)"}
+                       ("hidden", ()): "the same samples from the same state gave different outputs under two torch "
+                                       "seeds (randomness in forward, e.g. a functional dropout)"}
     row = {"measured": True, "adapter": "ddp", "first": {"equivalence": {"why_failed": "the model is not "
                                                                                         "deterministic: x"}}}
-    assert equivalence_note([row]) == "✗ in the max_param_diff column (ddp): the model is not deterministic: x."
+    assert equivalence_notes([row]) == ["✗ in the max_param_diff column (ddp): the model is not deterministic: x."]
 
 
 def test_a_dataset_is_read_through_a_loader_as_the_same_samples_in_the_same_order(tmp_path):

@@ -1,0 +1,155 @@
+"""What the parent learns of a user's model before launching, from a few forward and backward passes on its real
+training batches: whether its training-mode forward is random or only stateful, which parameters a step leaves
+without a gradient, and its BatchNorm layers.
+
+Runs in: the parent (harness/core/requests.py: check_user_code). Randomness and state are told apart by running
+copies built from the same seed: two copies from the same state under the same seed that differ draw randomness that
+torch's seed does not control; under two seeds, randomness from torch's generators (a functional dropout); the same
+outputs under both, with module attributes or buffers changed by the call, a deterministic stateful forward (a step
+counter), which every backend calls once per step as the single process does. Outputs are compared with NaN equal
+to NaN (`torch.equal` calls a NaN output different from itself).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CHECKED_STEPS = 4
+"""Forward and backward passes of the unused-parameter check: the first steps' batches, in order, so that a model
+that leaves a parameter out on some steps only (a head used on even steps) is caught as well."""
+CHECK_SAMPLES = 8
+"""Samples per pass at most (rank 0's slice of each step, cut to this)."""
+
+
+def batch_norm_layers(model) -> list[str]:
+    """The model's BatchNorm layers by type, with their count ("BatchNorm2d x 20")."""
+    from collections import Counter
+
+    import torch.nn as nn
+
+    kinds = Counter(type(m).__name__ for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm))
+    return [f"{kind} x {n}" if n > 1 else kind for kind, n in sorted(kinds.items())]
+
+
+def same(a, b) -> bool:
+    """Whether two outputs (tensors, or tuples, lists, dicts and ModelOutputs of them) are equal, NaN equal to NaN
+    in the same places."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    leaves_a, spec_a = tree_flatten(a)
+    leaves_b, spec_b = tree_flatten(b)
+    if spec_a != spec_b:
+        return False
+    for x, y in zip(leaves_a, leaves_b):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype:
+                return False
+            if not torch.equal(x, y) and not (x.is_floating_point() and torch.equal(x.isnan(), y.isnan())
+                                              and torch.equal(x.nan_to_num(0.0, 1.0, -1.0),
+                                                              y.nan_to_num(0.0, 1.0, -1.0))):
+                return False
+        else:
+            try:
+                if bool(x != y):
+                    return False
+            except Exception:  # noqa: BLE001 - a leaf that cannot be compared is not evidence either way
+                continue
+    return True
+
+
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _module_internals() -> set[str]:
+    import torch.nn as nn
+
+    return set(vars(nn.Module()))
+
+
+def state_of(model) -> dict[str, Any]:
+    """Every module's own attributes that a forward could change (plain numbers, strings and tensors outside its
+    parameters) and its buffers, by dotted name: what "state" means for the diagnosis. BatchNorm's running
+    statistics are left out (BatchNorm is reported as such)."""
+    import torch
+    import torch.nn as nn
+
+    internals = _module_internals()
+    out: dict[str, Any] = {}
+    for path, module in model.named_modules():
+        prefix = f"{path}." if path else ""
+        if not isinstance(module, nn.modules.batchnorm._BatchNorm):
+            for name, buf in module._buffers.items():
+                if buf is not None:
+                    out[prefix + name] = buf.detach().clone()
+        for name, value in vars(module).items():
+            if name in internals:
+                continue
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                out[prefix + name] = value.detach().clone()
+            elif isinstance(value, _SCALARS):
+                out[prefix + name] = value
+    return out
+
+
+def changes(before: dict[str, Any], after: dict[str, Any], most: int = 3) -> str | None:
+    """What changed between two `state_of` snapshots, in words ("step: 0 → 1"), or None."""
+    import torch
+
+    said = []
+    for name in sorted(set(before) | set(after)):
+        a, b = before.get(name), after.get(name)
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and same(a, b):
+                continue
+            said.append(f"{name} (a tensor) changed")
+        elif a != b or name not in before or name not in after:
+            said.append(f"{name}: {a!r} → {b!r}")
+    if not said:
+        return None
+    return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "")
+
+
+def diagnose(build, forward, seed: int) -> tuple[str | None, str | None]:
+    """(why the training-mode forward is random, or None; what it changes in its modules, or None), from copies
+    built by `build()` under torch seed `seed` and called once each by `forward(model)`."""
+    import torch
+
+    def run(call_seed: int):
+        torch.manual_seed(seed)
+        model = build()
+        before = state_of(model)
+        torch.manual_seed(call_seed)
+        out = forward(model)
+        return out, changes(before, state_of(model))
+
+    first, changed = run(1)
+    again, _ = run(1)
+    other, _ = run(2)
+    if not same(first, again):
+        return ("two copies built alike gave different outputs for the same samples even with torch's generators "
+                "seeded alike (randomness torch's seed does not control: Python's random, NumPy or the clock)",
+                changed)
+    if not same(first, other):
+        return ("the same samples from the same state gave different outputs under two torch seeds (randomness in "
+                "forward, e.g. a functional dropout)", changed)
+    return None, changed
+
+
+def no_gradient(model, batches, step_loss) -> dict[str, list[int]]:
+    """Parameter name -> the passes (from 0) after whose backward it had no gradient, over one forward, loss and
+    backward of `model` per (inputs, target) batch, in order (the model's state carries from one to the next, as
+    training's does; `step_loss(model, inputs, target)` is the step's loss). Frozen parameters (requires_grad False)
+    are left out."""
+    missing: dict[str, list[int]] = {}
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    for step, (x, y) in enumerate(batches):
+        for _, p in trainable:
+            p.grad = None
+        step_loss(model, x, y).backward()
+        for name, p in trainable:
+            if p.grad is None:
+                missing.setdefault(name, []).append(step)
+    for _, p in trainable:
+        p.grad = None
+    return missing

@@ -1,0 +1,248 @@
+"""What the check of a user's model finds before launching (harness/core/model_check.py), and what the rows and the
+report make of it: parameters a step leaves without a gradient (a DDP row refused, naming find_unused_parameters),
+BatchNorm found without a declaration (the check skipped, or run where the row syncs the statistics), randomness told
+apart from state, and a failed check explained by the parameters that differ most."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+import adapters
+import workloads
+from adapters.base import ModelFacts
+from harness.cli import app
+from harness.core import assemble, model_check, requests
+from harness.shared.text import shorten
+
+from conftest import REPO
+
+MODELS = REPO / "tests" / "fixtures" / "models.py"
+
+
+def checked(name, *options, world=2):
+    req = requests.RunRequest(workload=f"{MODELS}:{name}", options=list(options), world_size=world)
+    w = requests.load_workload(req)
+    requests.check_user_code(w, req, w.global_batch)
+    return w
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+# ---- messages are shortened at a word -----------------------------------------------------------------------------
+
+def test_a_long_message_is_cut_at_a_word_with_an_ellipsis_never_inside_one():
+    ddp = ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This "
+           "error indicates that your module has parameters that were not used in producing loss. You can enable "
+           "unused parameter detection by passing the keyword argument `find_unused_parameters=True` to "
+           "`torch.nn.parallel.DistributedDataParallel`, and by making sure all `forward` function outputs "
+           "participate in calculating loss.")
+    short = shorten(ddp)
+    assert len(short) <= 300 and short.endswith("`find_unused_parameters=True` to…")
+    assert ddp.startswith(short[:-1])
+    assert shorten("one two three", 9) == "one two…" and shorten("a\n b  c") == "a b c"
+    assert shorten("x" * 20, 10) == "x" * 9 + "…"  # one word longer than the limit is the only thing cut
+
+
+# ---- randomness, state, NaN -----------------------------------------------------------------------------------------
+
+class Counter(nn.Linear):
+    def __init__(self):
+        super().__init__(4, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return super().forward(x) * self.calls
+
+
+class Dropping(nn.Linear):
+    def __init__(self):
+        super().__init__(4, 4)
+
+    def forward(self, x):
+        return nn.functional.dropout(super().forward(x), 0.5, training=self.training)
+
+
+class NotANumber(nn.Linear):
+    def __init__(self):
+        super().__init__(4, 4)
+
+    def forward(self, x):
+        return super().forward(x) * float("nan")
+
+
+class Clock(nn.Linear):
+    def __init__(self):
+        super().__init__(4, 4)
+
+    def forward(self, x):
+        import random
+
+        return super().forward(x) + random.random()
+
+
+@pytest.mark.parametrize("kind, random, state", [
+    (Counter, None, "calls: 0 → 1"),
+    (NotANumber, None, None),
+    (Dropping, "the same samples from the same state gave different outputs under two torch seeds (randomness in "
+               "forward, e.g. a functional dropout)", None),
+    (Clock, "two copies built alike gave different outputs for the same samples even with torch's generators seeded "
+            "alike (randomness torch's seed does not control: Python's random, NumPy or the clock)", None),
+])
+def test_randomness_is_told_from_state_and_a_nan_output_is_neither(kind, random, state):
+    x = torch.randn(2, 4)
+    assert model_check.diagnose(kind, lambda m: m(x), seed=0) == (random, state)
+
+
+def test_a_stateful_deterministic_forward_is_never_called_random_before_launching():
+    w = checked("aux")
+    assert w.nondeterministic is None and w.stateful == "step: 0 → 1"
+
+
+# ---- parameters without a gradient ----------------------------------------------------------------------------------
+
+def test_a_head_used_on_alternate_steps_is_found_from_the_first_steps_gradients():
+    facts = checked("aux").model_facts
+    assert facts.checked_steps == 4 and facts.no_gradient == {"aux.weight": [1, 3], "aux.bias": [1, 3]}
+    assert facts.never_used == [] and facts.unused_text() == "aux.weight, aux.bias (in steps 2, 4 of the 4 checked)"
+    never = checked("aux", "every=0").model_facts
+    assert never.never_used == ["aux.weight", "aux.bias"]
+    assert never.unused_text() == "aux.weight, aux.bias (in every one of the 4 checked)"
+    assert checked("aux", "always_until=4").model_facts.no_gradient == {}  # used in every step the check sees
+    assert checked("tied").model_facts.no_gradient == {} and checked("tied").model_facts.checked_steps == 4
+
+
+def test_ddp_refuses_such_a_model_naming_the_knob_and_the_knob_or_a_static_graph_lets_it_run():
+    facts = checked("aux").model_facts
+    for name in ("ddp", "spawn", "amp"):
+        avail = adapters.get(name)({}, "cpu").model_availability(facts)
+        assert not avail and "DDP's reducer waits for every parameter's gradient" in avail.reason
+        assert avail.fix == f"add the knob find_unused_parameters=true (-a {name}:find_unused_parameters=true)"
+        assert adapters.get(name)({"find_unused_parameters": "true"}, "cpu").model_availability(facts)
+    assert not adapters.get("ddp")({"static_graph": "true"}, "cpu").model_availability(facts)  # changes per step
+    never = checked("aux", "every=0").model_facts
+    assert adapters.get("ddp")({"static_graph": "true"}, "cpu").model_availability(never)
+    assert adapters.get("ddp")({}, "cpu").model_availability(never).fix.endswith(
+        ", or static_graph=true: the same parameters go unused in every step")
+    for name in ("fsdp", "deepspeed", "horovod", "dp"):
+        assert adapters.get(name)({}, "cpu").model_availability(facts), name
+
+
+def test_a_run_with_only_ddp_rows_that_would_fail_is_one_line_exit_2_naming_the_knob(tmp_path):
+    out = tmp_path / "out"
+    result = invoke("run", "-w", f"{MODELS}:aux", "-a", "ddp", "--out", out)
+    assert result.exit_code == 2 and not out.exists(), result.output
+    assert result.stderr == (
+        f"error: adapter ddp cannot train workload {MODELS}:aux as given: the model leaves parameters without a "
+        f"gradient: aux.weight, aux.bias (in steps 2, 4 of the 4 checked) in the check before launching, and DDP's "
+        f"reducer waits for every parameter's gradient, so its launch would fail (\"Expected to have finished "
+        f"reduction in the prior iteration\") (fix: add the knob find_unused_parameters=true (-a "
+        f"ddp:find_unused_parameters=true))\n")
+
+
+def test_the_ddp_failure_it_would_otherwise_give_names_the_knob():
+    ddp = adapters.get("spawn")({}, "cpu")
+    reason = ("rank 1 exited with code 1; first error: RuntimeError: Expected to have finished reduction in the prior "
+              "iteration before starting a new one. This error indicates that your module has parameters that…")
+    assert ddp.failure_fix(reason) == (
+        "a step left parameters without a gradient, which DDP's reducer waits for: add the knob "
+        "find_unused_parameters=true (-a spawn:find_unused_parameters=true), or static_graph=true where the same "
+        "parameters go unused in every step")
+    assert ddp.failure_fix("RuntimeError: something else") is None
+
+
+def test_the_knobs_are_declared_like_the_others_so_compare_knobs_shows_them():
+    for name in ("ddp", "spawn", "amp"):
+        result = invoke("knobs", name)
+        assert result.exit_code == 0, result.output
+        text = " ".join(result.output.split())
+        assert "find_unused_parameters" in text and "sync_bn" in text, name
+    assert "find_unused_parameters" not in " ".join(invoke("knobs", "fsdp").output.split())
+
+
+# ---- BatchNorm ------------------------------------------------------------------------------------------------------
+
+def test_batchnorm_is_found_without_a_declaration():
+    w = checked("batchnorm")
+    assert w.batch_norm == "BatchNorm1d" and w.batch_dependence is None
+    assert checked("aux").batch_norm is None
+    assert model_check.batch_norm_layers(nn.Sequential(nn.BatchNorm2d(3), nn.BatchNorm2d(3), nn.BatchNorm1d(2))) == [
+        "BatchNorm1d", "BatchNorm2d x 2"]
+    assert workloads.get("resnet").batch_norm == "BatchNorm2d"
+
+
+def _equivalence(workload, adapter, diffs=None, gradients=None, label="ddp"):
+    spec = SimpleNamespace(equiv_steps=4, global_batch=16)
+    r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8)
+    return assemble.equivalence(spec, r0, workload, adapter, {"w": 1e-7} if diffs is None else diffs, gradients,
+                                label=label)
+
+
+def test_a_run_without_a_reference_has_nothing_to_explain():
+    spec = SimpleNamespace(equiv_steps=0, global_batch=16)
+    r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8)
+    eq = assemble.equivalence(spec, r0, checked("aux"), adapters.get("horovod")({}, "cpu"), None, None, label="x")
+    assert eq["checked"] is True and eq["passed"] is False and "why_failed" not in eq and "largest_diffs" not in eq
+
+
+def test_batchnorm_skips_the_check_with_the_reason_unless_the_row_syncs_the_statistics():
+    w = checked("batchnorm")
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"))
+    assert eq["checked"] is False and eq["why_not_checked"] == (
+        "BatchNorm statistics per process (BatchNorm1d): each process normalises its own 8 samples where the single "
+        "process normalises all 16; knob sync_bn=true converts them to SyncBatchNorm (-a ddp:sync_bn=true)")
+    assert eq["batch_norm"] == {"layers": "BatchNorm1d", "statistics": "per process"}
+    assert _equivalence(w, adapters.get("fsdp")({}, "cpu"))["why_not_checked"].endswith("all 16")
+    synced = _equivalence(w, adapters.get("amp")({"sync_bn": "true"}, "cpu"))
+    assert synced["checked"] is True and synced["passed"] is True
+    assert synced["batch_norm"] == {"layers": "BatchNorm1d", "statistics": "global batch"}
+    assert _equivalence(w, adapters.get("dp")({}, "cpu"))["checked"] is True  # one process, the whole batch
+    w.batch_dependence = "a contrastive loss over the batch"  # declared: skipped whatever the row does
+    assert _equivalence(w, adapters.get("ddp")({"sync_bn": "true"}, "cpu"))["why_not_checked"] == (
+        "model is batch-dependent (a contrastive loss over the batch)")
+
+
+# ---- a failed check, explained --------------------------------------------------------------------------------------
+
+def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backend_does_with_them():
+    w = checked("aux")
+    diffs = {"aux.weight": 2.7e-2, "aux.bias": 1.5e-2, "out.bias": 6.9e-4, "out.weight": 3e-6, "body.weight": 2e-4}
+    gradients = {"aux.weight": [1, 3], "aux.bias": [1, 3]}
+    eq = _equivalence(w, adapters.get("horovod")({}, "cpu"), diffs, gradients, label="horovod")
+    assert eq["passed"] is False
+    assert [p["parameter"] for p in eq["largest_diffs"]] == ["aux.weight", "aux.bias", "out.bias"]
+    assert eq["largest_diffs"][0]["steps_without_gradient"] == [1, 3]
+    assert eq["why_failed"].startswith(
+        "the parameters that differ most, aux.weight by 2.7e-02, aux.bias by 1.5e-02, had no gradient in steps 2, 4 "
+        "of the 4 compared, where the single process's optimizer leaves such a parameter alone; horovod: "
+        "hvd.DistributedOptimizer gives a parameter without a gradient a zero one to all-reduce")
+    assert eq["why_failed"].endswith("; the next, out.bias by 6.9e-04, had a gradient in every step")
+    assert "random" not in eq["why_failed"]
+    for stage, says in ((0, "runtime/engine.py, _get_gradients_for_reduction"),
+                        (2, "runtime/zero/stage_1_and_2.py, get_all_grad_tensors"),
+                        (3, "a stale gradient is applied again, with or without momentum")):
+        eq = _equivalence(w, adapters.get("deepspeed")({"zero_stage": stage}, "cpu"), diffs, gradients, "deepspeed")
+        assert says in eq["why_failed"], stage
+    eq = _equivalence(w, adapters.get("fsdp")({}, "cpu"), diffs, gradients, label="fsdp")
+    assert "fsdp leaves it without a gradient too, so that does not explain the difference" in eq["why_failed"]
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-3}, {}, label="ddp")
+    assert eq["why_failed"] == (
+        "the parameters that differ most, out.bias by 1.0e-03, had a gradient in every one of the 4 steps compared, "
+        "so no parameter left without one explains the difference (the model's forward is stateful, step: 0 → 1, "
+        "but deterministic: every backend calls it once a step, as the single process does)")
+    assert "why_failed" not in _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-3}, None)
+    # A row whose adapter explained itself (Horovod's optimizer-state broadcast, say): its note is given.
+    spec = SimpleNamespace(equiv_steps=4, global_batch=16)
+    r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8,
+                         adapter={"note": "hvd.broadcast_optimizer_state moved the parameters"})
+    eq = assemble.equivalence(spec, r0, workloads.get("tinygpt"), adapters.get("horovod")({}, "cpu"),
+                              {"head.weight": 3e-4}, {}, label="horovod")
+    assert eq["why_failed"] == (
+        "the parameters that differ most, head.weight by 3.0e-04, had a gradient in every one of the 4 steps "
+        "compared, so no parameter left without one explains the difference; horovod's own note: "
+        "hvd.broadcast_optimizer_state moved the parameters")
