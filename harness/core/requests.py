@@ -157,7 +157,7 @@ class RunRequest(Request):
     """After each launch's evaluation, profile --breakdown-steps more steps (torch.profiler) and show where a step's
     time goes: forward, backward, optimizer, communication overlapped and exposed, waiting for the slowest rank."""
     breakdown_steps: int = field(default=5, metadata=cli("--breakdown-steps"))
-    """Steps profiled by --breakdown (after one the profiler warms up on)."""
+    """Steps profiled by --breakdown (after one the profiler warms up on), 1 to 1,000."""
     trace: bool = field(default=False, metadata=cli("--trace", negatable=False))
     """With the breakdown (implies --breakdown): keep the profiled steps' Perfetto / chrome://tracing trace of rank 0
     and of the slowest other rank, from each row's first launch (traces/ in the results)."""
@@ -422,7 +422,12 @@ DEFAULT_RUN_BUDGET = "3m"
 for the 2-core machine this project is developed on, where the default comparison's rows take about a minute a
 round: its 3 rounds end in about 3.5 minutes, and a faster workload gets more rounds in the same time."""
 MAX_BREAKDOWN_STEPS = 1000
-"""--breakdown-steps above this is refused: the profiler keeps every event of every profiled step in memory."""
+"""--breakdown-steps above this is refused: the profiler holds every event of every profiled step in memory until
+they are split. The split is linear in the events and each rank reports every step it splits to the stall watch
+(tests/benchmarks/bench_split.py times it on 1,000 synthetic steps); a stall there anyway costs the breakdown,
+never the row (harness/rank/train.py writes the row's result before the profiled steps)."""
+BREAKDOWN_BOUND = "the profiler holds every event of the profiled steps in memory until they are split"
+"""Why --breakdown-steps is bounded, as its refusal says it."""
 MAX_ITERS = 10**6
 """`compare comm --iters` above this is refused (a cell of 10**20 calls would never end)."""
 

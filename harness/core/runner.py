@@ -18,10 +18,10 @@ import workloads
 from harness.core import provenance as envmod
 from harness.core import assemble, estimate
 from harness.core.errors import BadInput
-from harness.core.requests import (MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest,
-                                   UntilTarget, build_rows, check_common, check_cores, check_fits, check_list,
-                                   check_loader, check_user_code, load_workload, pairs, parse_knobs, parse_label,
-                                   workload_key)
+from harness.core.requests import (BREAKDOWN_BOUND, MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan,
+                                   RunRequest, UntilTarget, build_rows, check_common, check_cores, check_fits,
+                                   check_list, check_loader, check_user_code, load_workload, pairs, parse_knobs,
+                                   parse_label, workload_key)
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch
@@ -85,7 +85,8 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
 def _breakdown(req: RunRequest) -> dict[str, Any]:
     """The launches' breakdown fields (RunSpec.breakdown, trace): none unless --breakdown or --trace."""
     if not 1 <= req.breakdown_steps <= MAX_BREAKDOWN_STEPS:
-        raise BadInput(f"--breakdown-steps must be between 1 and {MAX_BREAKDOWN_STEPS}, got {req.breakdown_steps}")
+        raise BadInput(f"--breakdown-steps must be between 1 and {MAX_BREAKDOWN_STEPS} ({BREAKDOWN_BOUND}), got "
+                       f"{req.breakdown_steps}")
     if not (req.breakdown or req.trace):
         return {}
     return {"breakdown": req.breakdown_steps, "trace": req.trace}

@@ -197,7 +197,8 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
 
         adapter.barrier()  # every rank profiles the same steps at once
         parts = breakdown.run(spec.breakdown, profiled_step, info.device, sync,
-                              Path(spec.rank_dir) / f"trace-rank{info.rank}.json.gz" if spec.trace else None)
+                              Path(spec.rank_dir) / f"trace-rank{info.rank}.json.gz" if spec.trace else None,
+                              say=lambda text: progress.phase(text, steps_run))
         adapter.barrier()
         if loader is not None:
             loader.close()

@@ -81,9 +81,11 @@ CASES = [
     ("run-warmup-negative", ["run", "--warmup", "-1"], "--warmup must be at least 0, got -1"),
     ("run-equiv-negative", ["run", "--equiv-steps", "-2"], "--equiv-steps must be at least 0, got -2"),
     ("run-breakdown-steps-zero", ["run", "--breakdown", "--breakdown-steps", "0"],
-     "--breakdown-steps must be between 1 and 1000, got 0"),
+     "--breakdown-steps must be between 1 and 1000 (the profiler holds every event of the profiled steps in memory "
+     "until they are split), got 0"),
     ("run-breakdown-steps-huge", ["run", "--trace", "--breakdown-steps", "5000"],
-     "--breakdown-steps must be between 1 and 1000, got 5000"),
+     "--breakdown-steps must be between 1 and 1000 (the profiler holds every event of the profiled steps in memory "
+     "until they are split), got 5000"),
     ("run-equiv-beyond-run", ["run", "--steps", "5", "--warmup", "1", "--equiv-steps", "7"],
      "--equiv-steps 7 is more than the 1 + 5 steps the run takes"),
     ("run-repeats-0", ["run", "--repeats", "0"], "repeats must be at least 1, got 0"),
