@@ -75,6 +75,9 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     if outcome.shutdown_error:
         rec["shutdown_error"] = outcome.shutdown_error
         rec["log_tail"] = outcome.log_tail
+    if outcome.failed_parts:
+        rec["failed_parts"] = outcome.failed_parts
+        rec["log_tail"] = outcome.log_tail
     ranks = sorted(outcome.ranks, key=lambda r: r.rank)
     r0 = ranks[0]
     devices = sum(r.devices_used for r in ranks)

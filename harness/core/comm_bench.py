@@ -149,7 +149,7 @@ def execute(p: CommPlan, ui=None, render: Render | None = None) -> tuple[list[di
                     ended = (f"; the launch then ended badly {outcome.shutdown_error}" if outcome.shutdown_error
                              else "")
                     ui(f"{row.label}: {said} - {ok} cells ok{ended}")
-                if outcome.status == "interrupted":
+                if outcome.interrupted:
                     interrupted = True
                     break
         except KeyboardInterrupt:

@@ -183,6 +183,9 @@ class Base(TypedDict):
     a stall), `interrupted`, `not_run`; comm cells also `unsupported`."""
     shutdown_error: NotRequired[str]
     """A launch that ended badly after every rank had written its result: measurements kept."""
+    failed_parts: NotRequired[dict[str, str]]
+    """Optional parts of the launch that failed, stalled or were interrupted after every rank had written its
+    measurement (`breakdown`: the profiled steps, their split and trace): part -> why. The measurement is kept."""
     load_avg_before: NotRequired[list[float]]
     """The machine's load average when the launch started."""
 

@@ -331,7 +331,7 @@ class Runner:
                 rec["reference_run"] = self.reference_runs[key]
             self.session.save([rec])
             self.ui.finished(rec, job.name)
-        return f"during {job.what}" if outcome.status == "interrupted" else None
+        return f"during {job.what}" if outcome.interrupted else None
 
 
     def _time(self, job: Job, outcome) -> None:

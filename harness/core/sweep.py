@@ -469,6 +469,6 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                         and not rec["scale"].get("baseline"):
                     rec["contention"] = result
             session.save()
-            if outcome.status == "interrupted":
+            if outcome.interrupted:
                 return f"during the compute-contention calibration of {row.label} at world size {n}"
     return None

@@ -91,6 +91,12 @@ class Outcome:
     shutdown_error: str = ""
     """Set when every rank had written its result and only the launch's shutdown then failed or hung (a gloo
     peer closing first, say): the measurement stands, and this says what went wrong afterwards."""
+    failed_parts: dict[str, str] = field(default_factory=dict)
+    """Optional parts of a launch that every rank had written its measurement before (the breakdown's profiled
+    steps) and that then failed, stalled or were interrupted: part -> why. The measurement stands."""
+    stopped: bool = False
+    """The user stopped the run (Ctrl-C, SIGTERM) during this launch: set on an `interrupted` launch, and on one
+    whose measurement was complete and kept (status ok). The caller stops either way."""
     progress: dict | None = None
     """Rank 0's last reported phase and step (what an interrupted or hung launch had reached)."""
     node_commands: list[dict] = field(default_factory=list)
@@ -105,6 +111,11 @@ class Outcome:
     """Wall-clock time the launch's ranks were let past the gate into warm-up (None: never)."""
     gate_wait_s: float = 0.0
     """Seconds from starting the launch to opening its gate (it started while the previous launch ended)."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the user stopped the run during this launch (whatever became of its row)."""
+        return self.status == "interrupted" or self.stopped
 
 
 @dataclass
@@ -547,14 +558,21 @@ class Launch:
             at = ((f" at step {last['step']} of {last['total']} ({last['phase']})" if last["total"]
                    else f" in {last['phase']}") if last and last["phase"] else " while its processes were starting")
             reason = f"interrupted{at}; process group killed"
-        shutdown_error = ""
-        if len(ranks) == processes and (status == "timeout" or (status is None and rc != 0)):
-            # Each rank writes its result before the final barrier and teardown: all of them are here, so the
-            # training and its measurement finished, and only the shutdown went wrong. Keep the row, say so.
+        shutdown_error, failed_parts, stopped = "", {}, status == "interrupted"
+        unfinished = sorted({part for r in ranks for part in getattr(r, "unfinished", [])})
+        if len(ranks) == processes and (status in ("timeout", "interrupted") or (status is None and rc != 0)):
+            # Each rank writes its result before the final barrier and teardown, and a training rank writes its
+            # measurement before any optional part too (harness/rank/train.py): all of them are here, so the
+            # training and its measurement finished, and only what came after went wrong. Keep the row, say so.
             if status is None:
                 reason = self._failure()
-            shutdown_error = f"after every rank had written its result: {reason}"
+            if unfinished:
+                failed_parts = {part: reason for part in unfinished}
+            else:
+                shutdown_error = f"after every rank had written its result: {reason}"
             status, reason = "ok", ""
+        elif status is None and rc == 0 and len(ranks) == processes and unfinished:
+            failed_parts = {part: "the launch exited 0 before every rank had finished it" for part in unfinished}
         if status is None:
             if rc != 0:
                 status, reason = "failed", self._failure()
@@ -572,8 +590,9 @@ class Launch:
         return Outcome(status=status, reason=reason, returncode=rc, wall_time_s=wall, launch_wall=self.launch_wall,
                        end_wall=end_wall, log_path=self.log_path, argv=self.plan.argv, processes=processes,
                        pid=self.running[0].proc.pid, load_avg_before=self.load, ranks=ranks,
-                       log_tail="" if status == "ok" and not shutdown_error else tail(self.log_path),
-                       shutdown_error=shutdown_error, progress=last, leftovers_killed=leftovers,
+                       log_tail="" if status == "ok" and not (shutdown_error or failed_parts) else tail(self.log_path),
+                       shutdown_error=shutdown_error, failed_parts=failed_parts, stopped=stopped, progress=last,
+                       leftovers_killed=leftovers,
                        gate_opened=self.gate_opened, gate_wait_s=gate_wait, node_commands=nodes,
                        concurrent_runs=concurrent)
 

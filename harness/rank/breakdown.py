@@ -25,14 +25,15 @@ from pathlib import Path
 from harness.shared.step_parts import COMM_RANGE, PHASES, collective_kind, split_steps
 
 
-def run(n: int, step, device, sync, trace_path: Path | None, say=lambda text: None) -> dict:
+def run(n: int, step, device, sync, trace_path: Path | None, say=lambda text: None,
+        before_split=lambda: None) -> dict:
     """Profile `n` calls of `step(phase)` after one more (the profiler's warm-up, not kept); `phase(name)` is the
     range a step opens for "forward", "backward" and "optimizer". Each kept step is split into its parts, in time
     linear in the events (step_parts.split_steps); `say(text)` is told what it does meanwhile (the rank's progress,
     which the parent's stall watch reads: reading and splitting 1,000 profiled steps takes a while). Returns
     {"steps": parts per step, "collectives": {"wire": collectives' own events, "waits": ranges of waiting for a
     framework's own}, "events": all events, "trace": the trace written (`trace_path`) or None, "trace_s": seconds
-    spent writing it}."""
+    spent writing it}. `before_split()` is called once the events are collected (fault injection: "split")."""
     import time
 
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -53,6 +54,7 @@ def run(n: int, step, device, sync, trace_path: Path | None, say=lambda text: No
                 say(f"collecting the profiler's events of {n} step(s)")
             prof.step()
     events = prof.profiler.kineto_results.events()
+    before_split()
     say(f"classifying {len(events):,} profiler events")
     steps, phases, compute, comm, seen = _classify(events, cuda)
     parts = split_steps(steps, phases, compute, comm,

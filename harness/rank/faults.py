@@ -2,9 +2,10 @@
 
 Runs in: every rank. KIND is exit (os._exit(3)), raise (RuntimeError), hang (block forever) or kill (SIGKILL
 to itself, as the OOM killer or a `kill -9` would), injected at the start of step STEP; STEP "eval" at the start of
-the evaluation after the timed steps; STEP "end" after the rank has written its result, during shutdown; STEP
-"start" before the rank has said anything (RANK is then the rank its launcher gave it), as a launcher or rendezvous
-stuck before the worker began would look.
+the evaluation after the timed steps; STEP "split" after the breakdown's profiled steps, as their split begins
+(--breakdown: the row's result is already written); STEP "end" after the rank has written its result, during
+shutdown; STEP "start" before the rank has said anything (RANK is then the rank its launcher gave it), as a launcher
+or rendezvous stuck before the worker began would look.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def fault_for(spec, rank: int):
         return None
     name, frank, kind, step = text.split(":")
     if name == spec.adapter and int(frank) == rank:
-        return kind, (step if step in ("start", "eval", "end") else int(step))
+        return kind, (step if step in ("start", "eval", "split", "end") else int(step))
     return None
 
 

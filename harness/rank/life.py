@@ -315,6 +315,14 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     marks("init_done")
     progress.enabled = opened and info.rank == 0
     fault = fault_for(spec, info.rank)
+    def keep(result) -> None:
+        """Write `result` as this rank's, with what every result carries (marks, cores, host)."""
+        result.marks = dict(marks)
+        result.cpu_affinity = cores if cores is not None else sorted(os.sched_getaffinity(0))
+        result.cpu_affinity_any_thread = _any_thread_affinity()
+        result.host = host_facts()
+        rank_result.write(spec.rank_result_path(info.rank), result)
+
     if spec.mode == "comm":
         from harness.rank import comm_cells as comm
 
@@ -327,13 +335,9 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     else:
         from harness.rank import train
 
-        result = train.run(spec, adapter, info, marks, progress, fault)
+        result = train.run(spec, adapter, info, marks, progress, fault, keep)
     marks("result_written")
-    result.marks = dict(marks)
-    result.cpu_affinity = cores if cores is not None else sorted(os.sched_getaffinity(0))
-    result.cpu_affinity_any_thread = _any_thread_affinity()
-    result.host = host_facts()
-    rank_result.write(spec.rank_result_path(info.rank), result)
+    keep(result)
     adapter.barrier()
     if fault and fault[1] == "end":
         inject(*fault)

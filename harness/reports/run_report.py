@@ -340,6 +340,10 @@ def _notes(rows, records) -> list[str]:
             if r["label"] == row["adapter"] and r.get("shutdown_error"):
                 notes.append(f"**{r['label']}** repeat {r['repeat']}: the launch ended badly {r['shutdown_error']}"
                              f" (its measurements are complete and kept).")
+            if r["label"] == row["adapter"] and r.get("failed_parts"):
+                for part, why in r["failed_parts"].items():
+                    notes.append(f"**{r['label']}** repeat {r['repeat']}: its {part} did not finish ({why}); its "
+                                 f"timed measurement was complete before it began and is kept.")
             if r["label"] == row["adapter"] and r["status"] in ("failed", "timeout") and r.get("log_tail"):
                 tail = "\n".join(r["log_tail"].splitlines()[-15:])
                 notes.append(f"**{r['label']}** repeat {r['repeat']} {r['status']}: {r['reason']}\n\n"

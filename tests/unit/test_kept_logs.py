@@ -18,18 +18,21 @@ def _session(tmp_path: Path) -> Session:
     return session
 
 
-def _outcome(tmp_path: Path, status: str, shutdown_error: str = "", text: str | None = "rank 0: step 1\n"):
+def _outcome(tmp_path: Path, status: str, shutdown_error: str = "", text: str | None = "rank 0: step 1\n",
+             failed_parts: dict | None = None):
     log = tmp_path / f"launch-{status}-{bool(shutdown_error)}.log"
     if text is not None:
         log.write_text(text)
-    return SimpleNamespace(status=status, shutdown_error=shutdown_error, log_path=log)
+    return SimpleNamespace(status=status, shutdown_error=shutdown_error, log_path=log, failed_parts=failed_parts or {})
 
 
-@pytest.mark.parametrize("status, shutdown_error", [("failed", ""), ("timeout", ""), ("interrupted", ""),
-                                                    ("ok", "after every rank had written its result: exit 1")])
-def test_a_launch_that_went_wrong_keeps_its_log_as_plain_text(tmp_path, status, shutdown_error):
+@pytest.mark.parametrize("status, shutdown_error, failed_parts", [
+    ("failed", "", None), ("timeout", "", None), ("interrupted", "", None),
+    ("ok", "after every rank had written its result: exit 1", None),
+    ("ok", "", {"breakdown": "stalled: no progress for 20 s (--stall-timeout)"})])
+def test_a_launch_that_went_wrong_keeps_its_log_as_plain_text(tmp_path, status, shutdown_error, failed_parts):
     session = _session(tmp_path)
-    session.keep_log(_outcome(tmp_path, status, shutdown_error), "ddp-r0.log")
+    session.keep_log(_outcome(tmp_path, status, shutdown_error, failed_parts=failed_parts), "ddp-r0.log")
     assert sorted(p.name for p in (session.out / "logs").iterdir()) == ["ddp-r0.log"]
     assert (session.out / "logs" / "ddp-r0.log").read_text() == "rank 0: step 1\n"
 
