@@ -66,6 +66,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
                        "seed": workload.seed, "threads_requested": spec.threads, "bind_cores": spec.bind_cores,
                        "knobs": spec.knobs,
                        "workload_options": workload.describe()["options"]}
+    if outcome.stalled_rank is not None:
+        rec["stalled_rank"] = outcome.stalled_rank
     if outcome.status != "ok":
         rec["status"], rec["reason"] = row_status(outcome, None)
         rec["log_tail"] = outcome.log_tail

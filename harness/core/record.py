@@ -217,6 +217,9 @@ class Run(TypedDict):
     """The last lines of a failed launch's log (a stall's: each rank's Python stacks)."""
     reached: NotRequired[dict[str, Any]]
     """Where rank 0 was when a launch failed: its phase, step and total."""
+    stalled_rank: NotRequired[int]
+    """A stalled launch's rank that stopped first: behind every other by its finished steps and the line of the
+    training loop its stack was at (harness/launching/stalled.py); absent where no single rank was behind."""
     leftover_processes_killed: NotRequired[int]
     """Processes of the launch still alive after it ended, killed by compare."""
     comm_schedule: NotRequired[dict[str, Any]]

@@ -50,7 +50,7 @@ import psutil
 
 from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped
 from harness.core.provenance import REPO
-from harness.launching import hosts, interrupt, machine
+from harness.launching import hosts, interrupt, machine, stalled
 from harness.launching.culprit import Command, culprit, describe, outlived
 from harness.launching.launch_logs import first_error, rank_records, silent_hosts, start_error, tail
 from harness.launching.rank_env import child_env, remote_env, ssh_argv
@@ -91,6 +91,8 @@ class Outcome:
     shutdown_error: str = ""
     """Set when every rank had written its result and only the launch's shutdown then failed or hung (a gloo
     peer closing first, say): the measurement stands, and this says what went wrong afterwards."""
+    stalled_rank: int | None = None
+    """The rank a stalled launch found behind every other: the one that stopped (None: not stalled, or not told)."""
     failed_parts: dict[str, str] = field(default_factory=dict)
     """Optional parts of a launch that every rank had written its measurement before (the breakdown's profiled
     steps) and that then failed, stalled or were interrupted: part -> why. The measurement stands."""
@@ -167,6 +169,10 @@ class Launch:
         self.stacks = ""
         """The stalled ranks' stacks, appended to the launch log once every process of the launch has ended (a
         launcher still writing to it would overwrite them)."""
+        self.dumps: dict[int, str] = {}
+        """Each rank's stack dump, by its rank (harness/launching/stalled.py reads them)."""
+        self.stalled_rank: int | None = None
+        """The rank a stall found behind every other (harness/launching/stalled.py), if any."""
         self.rank_dir = Path(spec.rank_dir)
         self.log_path = self.rank_dir / "launch.log"
         self.running: list[_Running] = []
@@ -230,7 +236,7 @@ class Launch:
             spec.topology = replace(spec.topology, port=hosts.free_port())  # a fresh rendezvous port per launch
         spec_path = rank_dir / "spec.json"
         spec.save(spec_path)
-        progress_file.create(spec.progress_path, spec.warmup + spec.steps)
+        progress_file.create(spec.progress_path, spec.warmup + spec.steps, spec.world_size)
         self._gate = None
         if gated:  # an ungated launch has no gate file at all, so its ranks never take an flock (NFS may refuse)
             self._gate = os.open(rank_dir / progress_file.GATE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -376,6 +382,8 @@ class Launch:
         if now < self._seen_at + self.stall_s:
             return False
         dumped, listed = self._dump_stacks()
+        found = stalled.first_to_stop(progress_file.read_ranks(self.spec.progress_path), self.dumps)
+        self.stalled_rank = found["rank"] if found else None
         where = ""
         if pr is not None and pr["phase"]:
             where = (f", rank 0 at step {pr['step']} of {pr['total']} ({pr['phase']})" if pr["total"]
@@ -386,6 +394,7 @@ class Launch:
         in_log = " and ".join(([f"the Python stacks of {dumped} rank(s)"] if dumped else [])
                               + ([f"the state of {listed} process(es)"] if listed else []))
         self.reason = (f"stalled: {what} for {self.stall_s:g} s (--stall-timeout){where}; "
+                       + (f"{stalled.describe(found)}; " if found else "")
                        + (f"{in_log} are in the log; " if in_log else "") + "process group killed")
         return True
 
@@ -426,6 +435,7 @@ class Launch:
             text = f.read_text(errors="replace") if f.exists() else ""
             if text:
                 answered += 1
+                self.dumps[k] = text
                 self.stacks += (f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python "
                                 f"stacks:\n{text}")
         processes = describe_launch(self.launch_id) if self.launch_id else []
@@ -592,6 +602,7 @@ class Launch:
                        pid=self.running[0].proc.pid, load_avg_before=self.load, ranks=ranks,
                        log_tail="" if status == "ok" and not (shutdown_error or failed_parts) else tail(self.log_path),
                        shutdown_error=shutdown_error, failed_parts=failed_parts, stopped=stopped, progress=last,
+                       stalled_rank=self.stalled_rank,
                        leftovers_killed=leftovers,
                        gate_opened=self.gate_opened, gate_wait_s=gate_wait, node_commands=nodes,
                        concurrent_runs=concurrent)

@@ -288,6 +288,7 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     # (a peer's "setup" read as rank 0's would hide a rank 0 that never said a word from the parent's stall watch).
     opened = progress.enabled
     progress.enabled = opened and launcher_rank() == 0
+    progress.own_slot(launcher_rank())  # by the rank its stacks file is named after (a stall names the rank)
     early = fault_for(spec, launcher_rank())
     if early and early[1] == "start":  # before this rank's first word (tests of the stall watch's start-up case)
         inject(*early)

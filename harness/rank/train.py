@@ -209,6 +209,7 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
             step = next(_next)
             # rank 0 moves on every step, so the stall watch sees a long profiled step as progress
             progress.phase(f"profiling step {step - steps_run + 1} of {_profiled(spec)}", steps_run)
+            progress.rank_step(step)
             if loader is None:
                 idx = batch(step)
                 x, y = adapter.cast_input(data.train_x[idx]), data.train_y[idx]
