@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from harness.rank.faults import fault_for, inject
-from harness.shared import rank_result
+from harness.shared import oom, rank_result
 from harness.shared.proc import boot_id, pid_namespace
 from harness.shared.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
 from harness.shared.witness import STOP_SIGNALS, Witness, command_of, failed_path, launch_lineage, write_json
@@ -139,6 +139,7 @@ def _supervise(rank_dir: Path) -> set[int]:
     rank, me = launcher_rank(), os.getpid()
     started = {"rank": rank, "supervisor_pid": me, "start": time.time(), "host": socket.gethostname(),
                "parent_pid": os.getppid(), "parent": command_of(os.getppid())}
+    memory = oom.snapshot()  # the OOM killer's count before the worker exists, to read it again at its end
     lineage = launch_lineage()
     watched = {*_FORWARD, signal.SIGCHLD}
     before = signal.pthread_sigmask(signal.SIG_BLOCK, watched)  # from before the fork: no request is missed
@@ -161,7 +162,7 @@ def _supervise(rank_dir: Path) -> set[int]:
     while True:
         info = signal.sigwaitinfo(watched)
         if info.si_signo == signal.SIGCHLD:
-            pid, status = os.waitpid(worker, os.WNOHANG)
+            pid, status, usage = os.wait4(worker, os.WNOHANG)
             if pid:
                 break
             continue  # stopped or continued, not ended
@@ -171,10 +172,13 @@ def _supervise(rank_dir: Path) -> set[int]:
             os.kill(worker, info.si_signo)
         except ProcessLookupError:
             pass
-    ended = {**started, "worker_pid": worker, "time": time.time()}
+    # ru_maxrss: the worker's peak resident memory in KiB (Linux), whatever ended it
+    ended = {**started, "worker_pid": worker, "time": time.time(), "max_rss_bytes": usage.ru_maxrss * 1024}
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         ended.update(signal=signal.Signals(sig).name, code=None)
+        if sig == signal.SIGKILL:  # the OOM killer's signal: its own record says whether it sent it
+            ended["oom"] = oom.killed(worker, memory)
     else:
         sig, ended["signal"], ended["code"] = None, None, os.WEXITSTATUS(status)
     try:

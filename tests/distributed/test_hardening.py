@@ -373,3 +373,60 @@ def test_a_rank_killed_from_outside_is_named(tmp_path, target, reason):
     assert proc.returncode == 1, stderr  # the only row failed
     [row] = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert (row["status"], row["reason"]) == ("failed", reason)
+
+
+# ---- a rank killed by the out-of-memory killer ---------------------------------------------------------------
+
+OOM_LIMIT = 3 * 2**30
+"""The memory cgroup's limit for the OOM test: the parent, torchrun and two ranks of digits fit well under it
+(about 1.3 GiB here); rank 1 then allocates until the kernel kills it."""
+
+
+@pytest.fixture
+def memory_limited(tmp_path):
+    """A memory cgroup of OOM_LIMIT made for the test under this process's own (cgroup v1 or v2), and the argv
+    prefix that starts a command inside it; removed after the test. Skipped, with the reason, where the machine
+    does not allow it."""
+    from harness.shared import oom
+
+    if os.geteuid() != 0:
+        pytest.skip("Requires: root (to create a memory cgroup)")
+    mine = oom.memory_cgroup()
+    if mine is None:
+        pytest.skip("Requires: a memory cgroup this process can read (none found in /proc/self/cgroup)")
+    parent, version = mine
+    group = parent / f"compare-oom-test-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / ("memory.limit_in_bytes" if version == 1 else "memory.max")).write_text(str(OOM_LIMIT))
+    except OSError as exc:
+        if group.exists():
+            group.rmdir()
+        pytest.skip(f"Requires: a child memory cgroup with a limit under {parent} ({exc.strerror or exc})")
+    yield ["sh", "-c", f'echo $$ > {group / "cgroup.procs"} && exec "$@"', "sh"]
+    deadline = time.monotonic() + 30
+    while True:  # a cgroup goes once its last process has; every process the run started is gone by now
+        try:
+            group.rmdir()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)  # not a synchronisation: the kernel frees the cgroup's last task asynchronously
+
+
+def test_a_rank_killed_by_the_out_of_memory_killer_is_named_with_its_peak_memory(tmp_path, memory_limited):
+    # Rank 1 allocates past its cgroup's limit at step 3: the kernel's OOM killer sends it SIGKILL, and its
+    # supervisor finds the kernel's own record of it (the kernel log, or the cgroup's count of OOM kills).
+    out = tmp_path / "o"
+    proc = subprocess.run([*memory_limited, sys.executable, "-m", "harness", "run", "-a", "ddp", *SHORT,
+                           "--repeats", "1", "--no-plots", "--out", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "COMPARE_FAULT": "ddp:1:oom:3"})
+    assert proc.returncode == 1, proc.stderr  # the only row failed
+    [row] = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert row["status"] == "failed"
+    head, peak, limit = row["reason"].partition("; its peak memory ")[0], *row["reason"].split("; its ")[1:]
+    assert head == "rank 1 killed by the out-of-memory killer (SIGKILL", row["reason"]
+    assert peak.startswith("peak memory ") and peak.endswith(" GiB")
+    assert 1.0 <= float(peak.split()[-2]) <= OOM_LIMIT / 2**30  # it grew to most of what was left
+    assert limit == "memory cgroup's limit 3.0 GiB)"
