@@ -50,7 +50,7 @@ import psutil
 
 from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped
 from harness.core.provenance import REPO
-from harness.launching import hosts, interrupt, machine, stalled
+from harness.launching import hosts, interrupt, leftovers, machine, stalled
 from harness.launching.culprit import Command, culprit, describe, outlived
 from harness.launching.launch_logs import first_error, rank_records, silent_hosts, start_error, tail
 from harness.launching.rank_env import child_env, remote_env, ssh_argv
@@ -194,6 +194,8 @@ class Launch:
         self._events: int | None = None
         self.stopping_at = math.inf
         """When compare began stopping the launch (monotonic), once it has."""
+        self.ledger_entry: leftovers.Entry | None = None
+        """The machine-wide files the launch's framework may leave, recorded while it runs."""
         self.start_error: str | None = None
         """Why the launch could not be started (start() caught it): finish() then says `failed` with it."""
 
@@ -247,6 +249,8 @@ class Launch:
         self.plan = self.adapter.launch(spec_path, spec)
         self.processes = self.adapter.processes(spec.world_size)
         self.launch_id = launch_id(rank_dir)
+        if self.plan.leftovers:  # recorded before any process of it exists (harness/launching/leftovers.py)
+            self.ledger_entry = leftovers.Entry(self.launch_id, self.adapter.name, self.plan.leftovers)
         if self.plan.env_file is not None:
             env = remote_env(spec, self.plan.env, self.launch_id)
             self.plan.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
@@ -529,12 +533,14 @@ class Launch:
             self._events = None
             for r in self.running:
                 r.pidfd = None
-        leftovers = kill_leftovers(self.launch_id)
+        killed = kill_leftovers(self.launch_id)
         for clean in self.plan.cleanup:  # the framework's own leftovers, now that no process of it is left
             try:
                 clean()
             except OSError:
                 pass
+        if self.ledger_entry is not None:
+            self.ledger_entry.release()
         end_wall = time.time()
         wall = self.clock() - self.t0
         concurrent = machine.merge(self.concurrent, machine.others())
@@ -603,7 +609,7 @@ class Launch:
                        log_tail="" if status == "ok" and not (shutdown_error or failed_parts) else tail(self.log_path),
                        shutdown_error=shutdown_error, failed_parts=failed_parts, stopped=stopped, progress=last,
                        stalled_rank=self.stalled_rank,
-                       leftovers_killed=leftovers,
+                       leftovers_killed=killed,
                        gate_opened=self.gate_opened, gate_wait_s=gate_wait, node_commands=nodes,
                        concurrent_runs=concurrent)
 
@@ -617,6 +623,8 @@ class Launch:
                     clean()
                 except OSError:
                     pass
+        if self.ledger_entry is not None:
+            self.ledger_entry.release()
         end_wall = time.time()
         return Outcome(status="failed", reason=self.start_error or "the launch was never started", returncode=None,
                        wall_time_s=self.clock() - self.t0, launch_wall=self.launch_wall, end_wall=end_wall,

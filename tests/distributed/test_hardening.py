@@ -169,6 +169,40 @@ def test_kill_9_of_compare_takes_every_launched_process_with_it(tmp_path, adapte
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+@pytest.mark.alone  # /dev/shm is the machine's
+def test_a_killed_deepspeed_launchs_shared_memory_is_gone_after_the_next_run(tmp_path):
+    # A DeepSpeed launch records, before its ranks exist, the segments its CPU all-reduce creates in /dev/shm. Its
+    # ranks unlink theirs once every peer has mapped them, so a segment survives a kill only inside
+    # init_distributed; the test stands in for that moment by leaving one under the launch's own name (as
+    # deepspeed_shm_comm names rank 1's), then kills compare with SIGKILL, so nothing of that run can remove it.
+    from harness.launching import leftovers
+
+    if not adapters.availability("deepspeed", "cpu", 2):
+        pytest.skip(f"deepspeed is not available here: {adapters.availability('deepspeed', 'cpu', 2).reason}")
+    proc, root = _start_training(tmp_path, "deepspeed's ranks at step 3", 3, "run", "-a", "deepspeed", "--steps",
+                                 "100000", "--warmup", "2", "--equiv-steps", "0")
+    [entry] = [json.loads(f.read_text()) for f in leftovers.ledger().glob(f"{proc.pid}-*.json")]
+    [pattern] = [lo["pattern"] for lo in entry["leftovers"]]
+    assert pattern.startswith(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_")
+    segment = Path(pattern.replace("*", "1"))
+    segment.write_bytes(b"\0" * 2**20)
+    try:
+        launched = _launch_processes(root)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        psutil.wait_procs(launched, timeout=20)
+        assert segment.exists()  # nobody of the killed run could remove it
+        after = run_compare(tmp_path / "next", "-a", "ddp", "--steps", "2", "--warmup", "1", "--equiv-steps", "0")[1]
+        assert not segment.exists()
+        assert (f"note: removed 1 DeepSpeed shared-memory segment (1.0 MiB) left by 1 launch(es) of compare runs "
+                f"that were killed (pid {proc.pid})\n") in after.stderr
+        assert not list(leftovers.ledger().glob(f"{proc.pid}-*.json"))
+    finally:
+        segment.unlink(missing_ok=True)
+        for scratch in Path(tempfile.gettempdir()).glob(f"compare-{proc.pid}-scratch-*"):
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
 def test_a_second_run_on_the_same_out_is_refused_naming_the_first(tmp_path):
     first, _ = _start_training(tmp_path, "the first run's training", 1, "run", "-a", "ddp", "--steps", "100000",
                                "--warmup", "0", "--equiv-steps", "0")
