@@ -179,8 +179,9 @@ class Base(TypedDict):
     world_size: int
     """Ranks (devices for DataParallel)."""
     status: str
-    """`ok`, `not_reached` (until-target budget spent, fully measured), `unavailable`, `failed`, `timeout` (including
-    a stall), `interrupted`, `not_run`; comm cells also `unsupported`."""
+    """`ok`, `not_reached` (until-target budget spent, fully measured), `diverged` (measured, but its loss was NaN or
+    infinite from the step its reason names to the last: out of the comparison), `unavailable`, `failed`, `timeout`
+    (including a stall), `interrupted`, `not_run`; comm cells also `unsupported`."""
     shutdown_error: NotRequired[str]
     """A launch that ended badly after every rank had written its result: measurements kept."""
     failed_parts: NotRequired[dict[str, str]]

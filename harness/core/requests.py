@@ -542,21 +542,85 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         raise
     except Exception:  # noqa: BLE001 - what meta cannot do is tried for real below
         pass
+    if params is not None:
+        check_trains(model, req.workload)
     workload.nondeterministic = _dropout(model) if params is not None else None
     if params is not None and (workload.nondeterministic or params > SMALL_MODEL):
         return
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(workload.seed)
         model = workload.build_model()
+        check_trains(model, req.workload)
         try:
             outputs = [model(x) for _ in range(2)]  # training mode, as the steps run it
-            workload.loss(outputs[0], y)
         except Exception as exc:  # noqa: BLE001 - the user's code
             raise UserCodeError(f"a forward and loss of workload {req.workload} on {len(x)} training samples",
                                 exc) from None
+        loss = loss_takes(workload, outputs[0], y, req.workload)
+    check_finite(outputs[0], loss, req.workload, len(x))
     workload.nondeterministic = _dropout(model) or (
         None if torch.equal(outputs[0], outputs[1]) else
         "two forward passes of the same samples in training mode gave different outputs (randomness in forward)")
+
+
+def check_trains(model, name: str) -> None:
+    """Refuse a model with nothing to train (no parameter, or none that requires a gradient): every backend would
+    fail at launch on "optimizer got an empty parameter list" or DDP's "doesn't have any parameter that requires a
+    gradient". Counted on the model as built (on meta: nothing allocated)."""
+    params = list(model.parameters())
+    if not params:
+        raise BadInput(f"workload {name}: its model ({type(model).__name__}) has no parameters, so there is nothing "
+                       f"to train or to compare; give a model with parameters")
+    if not any(p.requires_grad for p in params):
+        raise BadInput(f"workload {name}: none of its model's {len(params)} parameter tensor(s) requires a gradient "
+                       f"(all frozen), so there is nothing to train or to compare; unfreeze some")
+
+
+def _shape(value) -> str:
+    """What a model's output or a batch's targets are, in words: "float32 (2, 3)", a dict's or a tuple's parts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')} {tuple(value.shape)}"
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return "{" + ", ".join(f"{k}: {_shape(v)}" for k, v in list(value.items())[:6]) + "}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_shape(v) for v in value[:6]) + ")"
+    return type(value).__name__
+
+
+def loss_takes(workload, output, target, name: str):
+    """The workload's loss of the model's output on two training samples; BadInput in one line where it cannot take
+    that output (a width or dtype the targets do not fit: "Target 7 is out of bounds"), naming both shapes."""
+    try:
+        return workload.loss(output, target)
+    except Exception as exc:  # noqa: BLE001 - a loss that cannot take this output, in the user's or torch's code
+        said = " ".join(str(exc).split()).rstrip(".")
+        raise BadInput(f"workload {name}: its loss cannot take the model's output (output {_shape(output)}, targets "
+                       f"{_shape(target)}): {type(exc).__name__}: {said[:300]}; make the model's output what the "
+                       f"loss expects (the default loss: cross-entropy over integer class targets, mean squared error "
+                       f"for float targets)") from None
+
+
+def check_finite(output, loss, name: str, samples: int) -> None:
+    """Refuse a model whose output or loss on two training samples is NaN or infinite before any backend ran:
+    every row would train on it, and two NaN outputs never compare equal (which read as randomness in forward)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    leaves = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    bad = sum(int((~torch.isfinite(t.detach())).sum()) for t in leaves)
+    if bad:
+        total = sum(t.numel() for t in leaves)
+        kinds = " and ".join(k for k, f in (("NaN", torch.isnan), ("infinite", torch.isinf))
+                             if any(bool(f(t.detach()).any()) for t in leaves))
+        raise BadInput(f"workload {name}: its model's output on {samples} training sample(s) holds {kinds} values "
+                       f"({bad:,} of {total:,}) before any backend ran; a model whose output is not finite cannot be "
+                       f"trained or compared (check its initialisation, inputs and operations)")
+    if isinstance(loss, torch.Tensor) and loss.numel() and not bool(torch.isfinite(loss.detach()).all()):
+        raise BadInput(f"workload {name}: its loss on {samples} training sample(s) is {loss.detach().flatten()[0].item()} "
+                       f"before any backend ran (the output is finite): a loss that is not finite cannot be trained "
+                       f"or compared (check the loss and the targets)")
 
 
 SMALL_MODEL = 5_000_000
