@@ -77,8 +77,13 @@ def _with_tuned(req: RunRequest) -> list[str]:
     if records[0]["workload"] != req.workload:
         raise BadInput(f"--tuned {req.tuned} tuned workload {records[0]['workload']}, not {req.workload}; give -w "
                        f"{records[0]['workload']} or another tune")
+    try:  # what `compare report` would render of it: records that pass the field checks but no report can be made of
+        winners = race.winners(records)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        raise BadInput(f"--tuned {req.tuned}: its records.jsonl holds a tune of a shape this compare cannot read "
+                       f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
     rows = list(req.adapters or [])
-    return rows + [label for label in race.winners(records) if label not in rows]
+    return rows + [label for label in winners if label not in rows]
 
 
 def resolved(p: RunPlan) -> RunRequest:

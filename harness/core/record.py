@@ -553,6 +553,7 @@ def check_record(rec: Any, where: str = "record") -> None:
         _check(rec["scale"], ScalePoint, f"{where}: scale")
     if rec.get("kind") == "tune":
         _check(rec, Tune, where)
+        _check_tune(rec, where)
     if rec["status"] in MEASURED:
         _check(rec, Measured, where)
         _check(rec["controls"], Controls, f"{where}: controls")
@@ -564,6 +565,39 @@ def check_record(rec: Any, where: str = "record") -> None:
             _check(rec["ttt"], TimeToTarget, f"{where}: ttt")
             if rec["ttt"]["reached"]:
                 _check(rec["ttt"], Reached, f"{where}: ttt")
+
+
+def _check_tune(rec: dict[str, Any], where: str) -> None:
+    """A tune record's stage, plan and summary have the shape the race's replay reads (harness/core/race.py): what
+    `compare report` renders and `compare run --tuned` takes winners from."""
+    stage = rec["tune"].get("stage")
+    if stage not in ("race", "confirm"):
+        raise ValueError(f"{where}: 'tune' has stage {stage!r}, expected 'race' or 'confirm'")
+    for key in ("tune_plan", "tune_summary"):
+        if key in rec and not isinstance(rec[key], dict):
+            raise ValueError(f"{where}: '{key}' is {type(rec[key]).__name__}, expected dict")
+    plan = rec.get("tune_plan")
+    if plan is not None:
+        backends = plan.get("backends")
+        if not isinstance(backends, dict) or not backends:
+            raise ValueError(f"{where}: 'tune_plan' has no 'backends' (backend -> its candidate rows)")
+        for name, candidates in backends.items():
+            if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
+                raise ValueError(f"{where}: 'tune_plan' lists backend {name!r}'s candidates as "
+                                 f"{type(candidates).__name__}, expected a list of rows")
+            if not candidates:
+                raise ValueError(f"{where}: 'tune_plan' lists no candidate for backend {name!r} (a tune races its "
+                                 f"defaults at least)")
+        budget = plan.get("budget_s")
+        if not isinstance(budget, _NUM) or isinstance(budget, bool) or not budget > 0:
+            raise ValueError(f"{where}: 'tune_plan' has budget_s {budget!r}, expected seconds above 0")
+    summary = rec.get("tune_summary")
+    if summary is not None:
+        for key, types in (("race_rounds", int), ("confirm_rounds", int), ("budget_s", _NUM), ("elapsed_s", _NUM),
+                           ("race_ended", dict)):
+            value = summary.get(key)
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise ValueError(f"{where}: 'tune_summary' has {key} {value!r}, which no finished tune writes")
 
 
 class _Ttt(TypedDict):
