@@ -93,8 +93,11 @@ def plan(req: PlanRequest) -> None:
                 if value is not None:
                     fail(f"{name} describes a model given by --params; workload {req.workload}'s model has its own "
                          f"shape (set it with its -o options, see `compare knobs {req.workload}`)")
-            shape = planner.of_workload(req.workload, dict(pairs(req.options, "option")), req.optimizer,
-                                        attention=req.attention, checkpointing=req.checkpointing)
+            # The model is built, run and counted on the meta device: a published size takes a minute or two here
+            # (hf llama-70b at 1,000 layers, its bound, about two); on a terminal the wait says what it is.
+            with console.status(f"building and counting workload {escape(req.workload)}'s model on the meta device"):
+                shape = planner.of_workload(req.workload, dict(pairs(req.options, "option")), req.optimizer,
+                                            attention=req.attention, checkpointing=req.checkpointing)
         else:
             shape = planner.transformer(req.params, req.layers, req.hidden, req.seq_len, req.optimizer or "adamw",
                                         heads=req.heads, kv_heads=req.kv_heads, ffn=req.ffn,

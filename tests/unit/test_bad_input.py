@@ -86,6 +86,17 @@ CASES = [
     ("run-breakdown-steps-huge", ["run", "--trace", "--breakdown-steps", "5000"],
      "--breakdown-steps must be between 1 and 1000 (the profiler holds every event of the profiled steps in memory "
      "until they are split), got 5000"),
+    # issue 64: a Hugging Face model's shape options bounded as `compare plan --layers` is (layers=1000000 planned
+    # silently for 300 s), and a sequence too long for the text named as such (not "the training set has 4 samples")
+    ("plan-hf-layers-huge", ["plan", "-w", "hf", "-o", "model=llama-70b", "-o", "layers=1000000"],
+     "workload hf: option 'layers' must be at most 1,000 (DeepNet's 1,000 blocks, Wang et al. 2022: the deepest "
+     "transformer trained; as `compare plan --layers`); got 1000000"),
+    ("run-hf-hidden-huge", ["run", "-w", "hf", "-o", "hidden=1000000", "-a", "ddp"],
+     "workload hf: option 'hidden' must be at most 65,536 (three times the widest published, MT-NLG 530B's 20,480; "
+     "as `compare plan --hidden`); got 1000000"),
+    ("run-hf-seq-len-too-long", ["run", "-w", "hf", "-o", "seq_len=100000", "-a", "ddp"],
+     "workload hf: option 'seq_len' must be at most 46,627: the text (CPython's help, 466,273 bytes) keeps 46,628 "
+     "bytes held out for evaluation, and a window needs seq_len + 1 of them (its next byte); got 100000"),
     ("run-equiv-beyond-run", ["run", "--steps", "5", "--warmup", "1", "--equiv-steps", "7"],
      "--equiv-steps 7 is more than the 1 + 5 steps the run takes"),
     ("run-repeats-0", ["run", "--repeats", "0"], "repeats must be at least 1, got 0"),
