@@ -40,6 +40,8 @@ MAX_GAP_S = 1.0
 def plan(req: CommRequest) -> CommPlan:
     topology = hosts.resolve(req)
     check_common(req, min_world=2)
+    # The cores a world size needs before the sizes it sets a floor on (`-n 10000` was answered with the buffer size)
+    over = check_cores(req, req.world_size) if topology is None else False
     if req.dtype not in collectives.DTYPES:
         raise BadInput(f"unknown dtype '{req.dtype}'; valid choices: {', '.join(collectives.DTYPES)}")
     if req.max_iters < 1:
@@ -91,8 +93,6 @@ def plan(req: CommRequest) -> CommPlan:
     if topology is not None:
         topology = hosts.probe(topology)  # every remote host answers, or one line and exit 2
         over = hosts.check_cores(topology, req.oversubscribe)
-    else:
-        over = check_cores(req, req.world_size)
     nodes = f"_{len(topology.nodes)}nodes" if topology is not None else ""
     out = req.out or req.results_dir / (f"comm_{envmod.hardware_slug(req.device)}_n{req.world_size}{nodes}_"
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")

@@ -45,6 +45,16 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
         if value is not None and name != "--global-batch" and value > MAX_STEPS:
             raise BadInput(f"{name} must be at most {MAX_STEPS:,} steps, got {value}")
     _check_until_target_flags(req)
+    # The rows and the cores they need before anything about the batch or the model: a world size the machine
+    # cannot run is the problem to name, not the batch it does not divide (`-n 10000` was answered with that).
+    explicit = req.adapters is not None
+    labels = req.adapters if explicit else adapters.names()
+    check_list(req.adapters, adapters.names(), "adapter")
+    rows = [(label, *parse_label(label)) for label in labels]
+    knobs = parse_knobs(req.knobs, {n for _, n, _ in rows}, labels)
+    built = build_rows(req, rows, explicit, "adapter", knobs, topology)
+    over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
+            else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     workload = load_workload(req)
     check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology else req.world_size)
     gb = workload.global_batch if req.global_batch is None else req.global_batch
@@ -69,14 +79,6 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
         raise BadInput(f"--equiv-steps {req.equiv_steps} is more than the {warmup} + {steps} steps the run takes")
     equiv = min(workload.equiv_steps, steps + warmup) if req.equiv_steps is None else req.equiv_steps
 
-    explicit = req.adapters is not None
-    labels = req.adapters if explicit else adapters.names()
-    check_list(req.adapters, adapters.names(), "adapter")
-    rows = [(label, *parse_label(label)) for label in labels]
-    knobs = parse_knobs(req.knobs, {n for _, n, _ in rows}, labels)
-    built = build_rows(req, rows, explicit, "adapter", knobs, topology)
-    over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
-            else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
                    loader_workers=loader_workers, spec_extra=_breakdown(req))

@@ -97,6 +97,16 @@ CASES = [
     ("run-hf-seq-len-too-long", ["run", "-w", "hf", "-o", "seq_len=100000", "-a", "ddp"],
      "workload hf: option 'seq_len' must be at most 46,627: the text (CPython's help, 466,273 bytes) keeps 46,628 "
      "bytes held out for evaluation, and a window needs seq_len + 1 of them (its next byte); got 100000"),
+    # issue 64: a world size the machine cannot run is named as that, not as the batch or buffer it sets a floor on
+    ("run-world-size-10000", ["run", "-n", "10000"],
+     f"world size 10000 needs 10000 processes but this machine has {CORES} usable cores; use --world-size {CORES} or "
+     f"fewer, or --oversubscribe to run it anyway (every row is then labelled oversubscribed)"),
+    ("comm-world-size-10000", ["comm", "-n", "10000"],
+     f"world size 10000 needs 10000 processes but this machine has {CORES} usable cores; use --world-size {CORES} or "
+     f"fewer, or --oversubscribe to run it anyway (every row is then labelled oversubscribed)"),
+    ("scale-world-size-99", ["scale", "--world-sizes", "99"],
+     f"world size 99 needs 99 processes but this machine has {CORES} usable cores; use --world-sizes up to {CORES}, "
+     f"or --oversubscribe to run it anyway (every row is then labelled oversubscribed)"),
     ("run-equiv-beyond-run", ["run", "--steps", "5", "--warmup", "1", "--equiv-steps", "7"],
      "--equiv-steps 7 is more than the 1 + 5 steps the run takes"),
     ("run-repeats-0", ["run", "--repeats", "0"], "repeats must be at least 1, got 0"),
