@@ -520,6 +520,9 @@ CASES = [
     ("knobs-unknown", ["knobs", "horovd"],
      f"unknown adapter or workload 'horovd'; valid choices: {ADAPTERS} (adapters), "
      f"{', '.join(workloads.names())} (workloads)"),
+    ("diff-one-run-twice", ["diff", RUNS / "digits_cpu2_20261126-045209", RUNS / "digits_cpu2_20261126-045209"],
+     f"A and B are one run ({RUNS / 'digits_cpu2_20261126-045209'} twice): every row would be 1.000x, and that says "
+     f"nothing; give another run as B (the same command again, or another torch, knob or machine)"),
     # ---- doctor: refused before it samples the machine or launches anything -----------------------------------
     ("doctor-launches-2", ["doctor", "--launches", "2"],
      "--launches must be between 3 (an interval needs 3) and 50, got 2"),
