@@ -97,6 +97,8 @@ def plan(req: CommRequest) -> CommPlan:
     out = req.out or req.results_dir / (f"comm_{envmod.hardware_slug(req.device)}_n{req.world_size}{nodes}_"
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     outdir.check(out, req.force, RESULT_FILES)
+    cells = len(rows) * len(ops) * len(sizes)  # one record each, about a launch record's size without steps
+    outdir.check_room(out, outdir.least_written(cells, 0, True), f"records, report and plot of {cells} cells")
     return CommPlan(req, out, rows, oversubscribed=over, topology=topology, ops=ops, sizes=sizes)
 
 

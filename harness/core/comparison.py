@@ -52,6 +52,10 @@ def plan(req: RunRequest) -> RunPlan:
         nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
         p.out = req.results_dir / f"{workloads.slug(req.workload)}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
     outdir.check(p.out, req.force, RESULT_FILES)
+    rounds = req.repeats or MIN_ROUNDS  # by default and with --precision, at least MIN_ROUNDS
+    launches = len(p.rows) * rounds + (1 if p.equiv_steps else 0)
+    outdir.check_room(p.out, outdir.least_written(launches, p.steps + p.warmup, req.plots),
+                      f"records, report{', plots' if req.plots else ''} and logs of {launches} launch(es)")
     p.rerun = shlex.join(["compare", "run", *to_argv(resolved(p))])
     return p
 

@@ -55,6 +55,7 @@ class Session:
         """Where the rank results were kept once records.jsonl could not be written."""
 
     def __enter__(self) -> Session:
+        made = outdir.first_missing(self.out)  # what this run creates, removed again if it cannot start here
         try:
             self.claim = outdir.Claim(self.out)  # BadInput if another run holds it
             self.registration = machine.Registration(self.out)  # other runs can see that this one measures
@@ -64,9 +65,11 @@ class Session:
             self.scratch = outdir.scratch_dir(self.out.resolve() if self.shared_scratch else None)
         except OSError as exc:
             self.close()
+            outdir.remove_empty(self.out, made)
             raise SessionError(f"could not prepare {self.out}: {exc.strerror or exc}") from None
         except BaseException:
             self.close()
+            outdir.remove_empty(self.out, made)
             raise
         return self
 

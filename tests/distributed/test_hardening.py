@@ -322,10 +322,13 @@ def test_disk_full_for_the_plots_keeps_every_row_and_says_so(small_disk, tmp_pat
     plots = sum(f.stat().st_size for f in sizing.glob("*.png"))
     room = 4096 + logs + 2 * records + 8192
     assert plots > room - 2 * records + 16384, "the plots must not fit where the records do"
-    small_disk(room)
     out = small_disk.path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", *args, "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The disk fills once the run has started (a run is refused up front where it has less room than it writes):
+    # as another process's files would fill it, before the first launch's records.
+    wait_until(lambda: (out / "logs").is_dir(), "the run's logs/ directory", timeout=120, proc=proc)
+    small_disk(room)
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stderr
     assert stderr == (f"error: could not write the report and plots in {out}: No space left on device; "
@@ -338,11 +341,12 @@ def test_disk_full_for_the_plots_keeps_every_row_and_says_so(small_disk, tmp_pat
 def test_disk_full_for_the_records_names_where_the_rank_results_are(small_disk):
     # Several rows: the next launch is already running when the first save fails, and its own failed save while
     # stopping must name the same place (it once said "kept in None").
-    small_disk(0)
     out = small_disk.path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "dp,ddp,spawn", *SHORT, "--no-plots",
                              "--repeats", "1", "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: (out / "logs").is_dir(), "the run's logs/ directory", timeout=120, proc=proc)
+    small_disk(0)  # full once the run has started: refused up front otherwise
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stderr
     [kept] = _scratch_dirs(proc.pid)

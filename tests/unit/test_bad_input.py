@@ -1208,3 +1208,43 @@ def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhe
     row = next(line for line in text.splitlines() if line.startswith("| [ok]"))
     assert "odd\\|label with a break" in row and row.count(" | ") == 6  # still one row of seven cells
     assert "[banana]" not in text and "[loop]" not in text
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs, mounted for the test and unmounted after (root only)."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("Requires: root (to mount a small tmpfs)")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"Requires: a tmpfs mount ({exc})")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("sub", ["run", "comm", "scale"])
+@pytest.mark.parametrize("fill", [0, 60 * 1024], ids=["empty", "full"])
+def test_an_out_on_a_filesystem_too_small_for_the_run_is_refused_before_anything_is_created(tiny_disk, sub, fill):
+    # a full filesystem was found at the first launch's records, after the directories were made
+    import shutil
+
+    if fill:
+        (tiny_disk / "filler").write_bytes(b"\0" * fill)
+    free = shutil.disk_usage(tiny_disk).free
+    out = tiny_disk / "runs" / "o"
+    args = {"run": ["-a", "ddp", "--steps", "5", "--repeats", "1"], "comm": ["--backends", "torch"],
+            "scale": ["-a", "ddp", "--world-sizes", "1,2", "--no-model"]}[sub]
+    result = invoke(sub, *args, "--out", out)
+    assert result.exit_code == 2, result.output
+    shown = f"{free / 2**10:,.0f} KiB" if free >= 1024 else f"{free} bytes"
+    assert result.stderr.startswith(f"error: output directory {out} is on a filesystem with {shown} free, less than "
+                                    f"the "), result.stderr
+    assert result.stderr.endswith("; free some space or choose another --out\n") and result.stderr.count("\n") == 1
+    assert not (tiny_disk / "runs").exists()

@@ -69,3 +69,28 @@ def test_a_copy_cut_short_by_a_full_disk_is_removed(tmp_path, monkeypatch, statu
     session = _session(tmp_path)
     session.keep_log(_outcome(tmp_path, status), "ddp-r0.log")
     assert list((session.out / "logs").iterdir()) == []
+
+
+def test_a_run_that_cannot_start_writing_leaves_no_empty_directory(tmp_path, monkeypatch):
+    # the disk filled between the check of its room and the run's first file: the directories it made go again
+    import errno
+
+    from harness.core import outdir
+    from harness.core.session import SessionError
+
+    def full(within=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(outdir, "scratch_dir", full)
+    out = tmp_path / "results" / "run"
+    with pytest.raises(SessionError, match="could not prepare .*: No space left on device"):
+        with Session(out, ("records.jsonl",)):
+            pass
+    assert not (tmp_path / "results").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("a user's file")
+    with pytest.raises(SessionError):
+        with Session(mine / "run", ("records.jsonl",)):
+            pass
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]  # only what the run made is removed
