@@ -9,7 +9,8 @@ drives every adapter through this class alone and never branches on which one it
     adapter.knob_availability(device, world)   info = adapter.setup(spec)
     adapter.processes(world)
     adapter.launch(spec_path, spec)            model, opt = adapter.wrap(model, opt)
-      -> LaunchPlan(argv, env, hold, nodes)    with adapter.autocast(): loss = ...
+      -> LaunchPlan(argv, env, hold, nodes,   with adapter.autocast(): loss = ...
+                    leftovers)
                                                adapter.backward(loss); adapter.step()
                                                adapter.all_reduce_mean(metrics)
                                                adapter.barrier(); adapter.teardown()
@@ -26,6 +27,8 @@ Rules every adapter keeps (the class checks the mechanical ones when it is defin
 - Across hosts (`spec.topology` set: --hosts, --hostfile, --launcher slurm) `launch` uses the framework's own
   multi-node launcher (torchrun on every node, horovodrun -H, deepspeed --hostfile, ...), never a home-made one;
   an adapter that cannot span hosts says so in `multinode()`.
+- What a framework leaves on the machine when its processes are killed (files in /dev/shm, say) is named in the
+  plan (`LaunchPlan.leftovers`): the harness records it and removes it once the launch's processes are gone.
 - An adapter never changes learning rate, batch size, seeds or data: those belong to the workload.
 """
 
@@ -92,6 +95,17 @@ class HostCommand:
     """Started over ssh (`ssh HOST 'cd REPO && env ... ARGV'`); False: started here directly."""
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """Files a framework's launch may leave on this machine: every regular file matching `pattern` (an absolute
+    glob, the wildcard in its last part) is the launch's own and is removed once the launch's processes are gone."""
+
+    pattern: str
+    what: str
+    """What one such file is, in words ("DeepSpeed shared-memory segment"): the line that says they were removed
+    names them so."""
+
+
 @dataclass
 class LaunchPlan:
     """How the harness starts an adapter's ranks: one command (or one per node), each in its own process group."""
@@ -111,7 +125,12 @@ class LaunchPlan:
     TORCH_EXTENSIONS_DIR), before it starts the command."""
     cleanup: list[Callable[[], None]] = field(default_factory=list)
     """Called by the parent once the launch has ended, however it ended (after its processes are gone): removes
-    what the framework itself leaves behind on this machine (DeepSpeed's shared-memory segments)."""
+    what the framework itself leaves behind on this machine that `leftovers` cannot name."""
+    leftovers: list[Leftover] = field(default_factory=list)
+    """Machine-wide files the framework's processes may create and not remove when killed (DeepSpeed's
+    shared-memory segments in /dev/shm). The parent records them before the launch starts and removes them once
+    every process of the launch is gone: when the launch ends, or, if compare itself was killed, at the next run's
+    start or `compare doctor` (harness/launching/leftovers.py)."""
 
     @classmethod
     def per_node(cls, commands: list[HostCommand], **kwargs) -> LaunchPlan:

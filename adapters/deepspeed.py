@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from adapters.base import (AGENT_STORE_ENV, Adapter, Availability, KnobError, LaunchPlan, Precision, RankInfo,
-                           agent_store, compile_availability, cuda_world_check, on_node, rank_command, ranks_from_slurm,
-                           torch_build)
+from adapters.base import (AGENT_STORE_ENV, Adapter, Availability, KnobError, LaunchPlan, Leftover, Precision,
+                           RankInfo, agent_store, compile_availability, cuda_world_check, on_node, rank_command,
+                           ranks_from_slurm, torch_build)
 from harness.shared.comm_schedule import Zero
 
 PINNED_VERSION = "0.19.8"
@@ -82,6 +82,12 @@ def shm_segment(rank: int) -> Path | None:
     if not addr or not port:
         return None
     return _SHM_DIR / f"{_shm_prefix(addr, port)}{rank}"
+
+
+def shm_leftover(addr: str, port: int) -> Leftover:
+    """What a launch's ranks may leave in /dev/shm if killed before they unlink their segments (during
+    init_distributed): the parent removes them once the launch's processes are gone (LaunchPlan.leftovers)."""
+    return Leftover(str(_SHM_DIR / (_shm_prefix(addr, port) + "*")), "DeepSpeed shared-memory segment")
 
 
 def shm_sweeper(addr: str, port: int) -> Callable[[], None]:
@@ -311,14 +317,14 @@ class DeepSpeedAdapter(Adapter):
                 # children get --local_rank=N, which the rank entry point ignores.
                 argv = [launcher_path(), "--num_gpus", str(spec.world_size), "--master_addr", "127.0.0.1",
                         "--master_port", str(store.port), *module]
-                return LaunchPlan(argv, env=env, hold=[store], cleanup=[shm_sweeper("127.0.0.1", store.port)])
+                return LaunchPlan(argv, env=env, hold=[store], leftovers=[shm_leftover("127.0.0.1", store.port)])
             # Node ranks that are all on this machine: DeepSpeed's own no-ssh mode, one launcher per node rank.
             hostfile = self._hostfile(spec)
             return LaunchPlan.per_node([
                 on_node(node, [launcher_path(), "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(r),
                                "--master_addr", topo.master, "--master_port", str(store.port), *module])
                 for r, node in enumerate(topo.nodes)], env=env, hold=[store],
-                cleanup=[shm_sweeper(topo.master, store.port)])
+                leftovers=[shm_leftover(topo.master, store.port)])
         # Across hosts rank 0 binds the store at the master address (no parent there to hold it). DeepSpeed
         # forwards almost nothing to remote ranks but the file named by DS_ENV_FILE, which the harness fills.
         env_file = Path(spec.rank_dir) / "deepspeed_env"

@@ -164,3 +164,40 @@ def pytest_configure(config):
         import tempfile
 
         os.environ["COMPARE_RUNS_DIR"] = str(Path(tempfile.gettempdir()) / f"compare-runs-{worker}")
+
+
+def tune_records(finished: bool = True) -> list[dict]:
+    """A `compare tune` of ddp on digits as its records hold it, made from a committed run's launches (its ddp
+    launches as the defaults, its spawn launches as the candidate ddp:bucket_cap_mb=1): three race rounds, then three
+    confirmation rounds; without `finished`, no tune_summary (an interrupted tune's records have none)."""
+    import copy
+
+    from harness.core.record import read_records, records_file
+
+    run = read_records(records_file(RUNS / "digits_cpu2_20261126-045209"))
+    plan = {"backends": {"ddp": ["ddp", "ddp:bucket_cap_mb=1"]}, "budget_s": 600.0, "per_backend": False,
+            "untunable": {}, "unavailable": {}, "skipped": {}, "min_rounds": 3, "halving": True}
+    summary = {"budget_s": 600.0, "per_backend": False, "race_rounds": 3, "confirm_rounds": 3,
+               "race_ended": {"ddp": "budget"}, "elapsed_s": 300.0, "confirm_s": 150.0, "spent_s": {"ddp": 300.0}}
+    out = []
+    for stage, offset in (("race", 0), ("confirm", 3)):
+        for r in run:
+            if r["label"] not in ("ddp", "spawn"):
+                continue
+            rec = copy.deepcopy(r)
+            label = "ddp" if r["label"] == "ddp" else "ddp:bucket_cap_mb=1"
+            rec.update(kind="tune", adapter="ddp", label=label, repeat=r["repeat"] + offset, tune={"stage": stage},
+                       tune_plan=plan, row_order=["ddp", "ddp:bucket_cap_mb=1"])
+            if finished:
+                rec["tune_summary"] = summary
+            out.append(rec)
+    return out
+
+
+def write_run(directory: Path, records: list[dict]) -> Path:
+    """records.jsonl of these records in `directory` (made), as a run writes it."""
+    from harness.core.record import write_records
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_records(directory / "records.jsonl", records)
+    return directory

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, Literal
 
-from harness.shared.registry import BadReference, UserCodeError
+from harness.shared.registry import BadReference, UserCodeError, UserExit, user_code
 from workloads import batch as batches
 from workloads.base import Data, LossError, Workload
 
@@ -124,7 +124,10 @@ class FunctionWorkload(Workload):
         with torch.random.fork_rng(devices=[]), torch.device("cpu"):  # not under the caller's meta device
             torch.manual_seed(self.seed)
             try:
-                got = type(self).fn(**kwargs)
+                with user_code(f"calling workload {self.ref}"):
+                    got = type(self).fn(**kwargs)
+            except UserExit:
+                raise
             except Exception as exc:  # noqa: BLE001 - the user's code
                 raise UserCodeError(f"calling workload {self.ref}", exc) from None
         made = type(self).made[key] = _as_pieces(got, self.ref)
@@ -138,7 +141,10 @@ class FunctionWorkload(Workload):
         if isinstance(made, torch.nn.Module):
             return copy.deepcopy(made)
         try:
-            model = made()
+            with user_code(f"building the model of workload {self.ref}"):
+                model = made()
+        except UserExit:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise UserCodeError(f"building the model of workload {self.ref}", exc) from None
         if not isinstance(model, torch.nn.Module):

@@ -66,6 +66,37 @@ IGNORE = -100
 """A target position the loss leaves out (the unmasked bytes of a BERT window)."""
 
 
+BOUNDS = {
+    "layers": (1_000, "DeepNet's 1,000 blocks, Wang et al. 2022: the deepest transformer trained; as `compare plan "
+                      "--layers`"),
+    "hidden": (65_536, "three times the widest published, MT-NLG 530B's 20,480; as `compare plan --hidden`"),
+    "heads": (1_024, "eight times the most published, MT-NLG 530B's 128; as `compare plan --heads`"),
+    "kv_heads": (1_024, "as 'heads'"),
+    "intermediate": (262_144, "over three times the widest published MLP, PaLM 540B's 73,728; as `compare plan "
+                              "--ffn`"),
+    "vocab": (1_048_576, "four times the largest published vocabulary, Gemma 3's 262,144"),
+    "eval_windows": (1_000_000, "more than the held-out text holds at any length"),
+}
+"""The largest value each shape option takes, and why: past them a value is a typo, and building or planning such a
+model (on the meta device) takes minutes before it could say anything (`plan -o layers=1000000` ran 300 s)."""
+
+
+def bounded(options) -> None:
+    """OptionError, naming the bound and why, for an option past BOUNDS, or a `seq_len` longer than the held-out
+    text (then no window is evaluated, and the training windows are fewer than a batch: "the training set has 4
+    samples" said the wrong thing)."""
+    for name, (most, why) in BOUNDS.items():
+        value = getattr(options, name)
+        if value is not None and value > most:
+            raise OptionError(f"option '{name}' must be at most {most:,} ({why}); got {value}")
+    text = len(corpus())
+    held_out = text - int(text * 0.9)
+    if options.seq_len > held_out - 1:
+        raise OptionError(f"option 'seq_len' must be at most {held_out - 1:,}: the text (CPython's help, {text:,} "
+                          f"bytes) keeps {held_out:,} bytes held out for evaluation, and a window needs seq_len + 1 of "
+                          f"them (its next byte); got {options.seq_len}")
+
+
 def missing() -> str | None:
     """Why this workload cannot run here (transformers not installed, with the fix), or None."""
     from importlib.util import find_spec
@@ -118,6 +149,7 @@ class HF(Workload):
                 value = getattr(self, name)
                 if value is not None and value < 1:
                     raise OptionError(f"option '{name}' must be at least 1; got {value}")
+            bounded(self)
             layers, hidden, heads, kv, inter, vocab, _ = self.shape()
             if hidden % heads:
                 raise OptionError(f"option 'hidden' ({hidden}) must be a multiple of 'heads' ({heads})")

@@ -133,6 +133,15 @@ def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") 
         raise typer.Exit(1)
 
 
+def sweep_leftovers() -> None:
+    """Remove what the launches of compare runs that were killed left on this machine (harness/launching/leftovers.py),
+    saying so in one line: every command that launches does it before its first launch, and `compare doctor`."""
+    from harness.launching import leftovers
+
+    for line in leftovers.lines(leftovers.sweep_dead()):
+        typer.echo(f"note: {line}", err=True)  # on stderr: `compare doctor --json` prints JSON alone
+
+
 def execute(execute_plan, plan, *args):
     """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
     from harness.core.session import SessionError
@@ -142,6 +151,7 @@ def execute(execute_plan, plan, *args):
         console.print(f"[yellow]warning[/]: another compare run is running on this machine (pid {other['pid']}"
                       + (f": {escape(other['command'])}" if other.get("command") else "") + "); the rows measured "
                       "while it runs share the cores with it and will be marked")
+    sweep_leftovers()
     try:
         return execute_plan(plan, *args)
     except BadInput as exc:

@@ -38,6 +38,10 @@ def diff(req: DiffRequest) -> None:
         fail(str(exc))
     written_by = "`compare run`"
     a, b = read_run(req.run_a, written_by), read_run(req.run_b, written_by)
+    same = _same_run(req.run_a, req.run_b, a, b)
+    if same:
+        fail(f"A and B are one run ({same}): every row would be 1.000x, and that says nothing; give another run as B "
+             f"(the same command again, or another torch, knob or machine)")
     try:
         result = diffs.compare(a, b, margin, names=("A", "B"))
     except diffs.NotComparable as exc:
@@ -48,3 +52,21 @@ def diff(req: DiffRequest) -> None:
     console.print(f"A = {req.run_a}\nB = {req.run_b}", soft_wrap=True, markup=False)
     for line in diffs.lines(result):
         console.print(line, soft_wrap=True, markup=False)
+
+
+def _same_run(path_a: Path, path_b: Path, a: list[dict], b: list[dict]) -> str | None:
+    """How A and B are one run, in words, or None: one directory (by any path), or two holding the same launches
+    (a copy: the same rows, repeats, start times and figures)."""
+    try:
+        if path_a.resolve().samefile(path_b.resolve()):
+            return f"{path_a} is {path_b}" if str(path_a) != str(path_b) else f"{path_a} twice"
+    except OSError:
+        pass
+
+    def launches(records):
+        return sorted((str(r.get("label")), int(r.get("repeat", 0)), r.get("launch_wall") or 0.0,
+                       r.get("samples_per_s") or 0.0) for r in records)
+
+    if launches(a) == launches(b):
+        return f"{path_b} holds the same launches as {path_a}: a copy"
+    return None

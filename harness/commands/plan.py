@@ -141,7 +141,10 @@ def plan(req: PlanRequest) -> None:
                 if value is not None:
                     fail(f"{flag} describes a model given by --params; workload {name}'s model has its own "
                          f"shape (set it with its -o options, see `compare knobs {name}`)")
-            shape = planner.of_workload(name, options, req.optimizer, attention=req.attention, checkpointing=ck)
+            # The model is built, run and counted on the meta device: a published size takes a minute or two here
+            # (hf llama-70b at 1,000 layers, its bound, about two); on a terminal the wait says what it is.
+            with console.status(f"building and counting workload {escape(name)}'s model on the meta device"):
+                shape = planner.of_workload(name, options, req.optimizer, attention=req.attention, checkpointing=ck)
         else:
             shape = planner.transformer(req.params, req.layers, req.hidden, req.seq_len, req.optimizer or "adamw",
                                         heads=req.heads, kv_heads=req.kv_heads, ffn=req.ffn,

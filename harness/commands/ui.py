@@ -102,6 +102,8 @@ class RunUI:
         elif rec["status"] == "ok":
             ended = (f" [yellow](the launch then ended badly {escape(rec['shutdown_error'])}; the measurements are "
                      f"kept)[/]" if rec.get("shutdown_error") else "")
+            ended += "".join(f" [yellow](its {part} did not finish: {escape(why)}; the measurement is kept)[/]"
+                             for part, why in (rec.get("failed_parts") or {}).items())
             self._done(name, rec["repeat"], f"[green]ok[/] {rec['samples_per_s']:,.0f} samples/s{ended}", True)
         elif rec["status"] == "not_reached":
             self._done(name, rec["repeat"], f"[yellow]not reached[/]: {escape(rec['reason'])}", True)

@@ -130,6 +130,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
                        "seed": workload.seed, "threads_requested": spec.threads, "bind_cores": spec.bind_cores,
                        "knobs": spec.knobs,
                        "workload_options": workload.describe()["options"]}
+    if outcome.stalled_rank is not None:
+        rec["stalled_rank"] = outcome.stalled_rank
     if outcome.status != "ok":
         rec["status"], rec["reason"] = row_status(outcome, None)
         rec["log_tail"] = outcome.log_tail
@@ -138,6 +140,9 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         return rec
     if outcome.shutdown_error:
         rec["shutdown_error"] = outcome.shutdown_error
+        rec["log_tail"] = outcome.log_tail
+    if outcome.failed_parts:
+        rec["failed_parts"] = outcome.failed_parts
         rec["log_tail"] = outcome.log_tail
     ranks = sorted(outcome.ranks, key=lambda r: r.rank)
     r0 = ranks[0]
@@ -244,7 +249,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
                                      reference_losses=reference_losses)
     if spec.eval_every and spec.target is not None:
         rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
-    rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"))
+    rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"), curve)
     return rec
 
 
@@ -393,14 +398,35 @@ def mfu_of(rec: dict[str, Any]) -> dict[str, Any] | None:
                controls.get("precision", "fp32"), controls.get("cuda_math"), rec.get("conv_flops_share"))
 
 
-def row_status(outcome, ttt: dict[str, Any] | None) -> tuple[str, str]:
+def row_status(outcome, ttt: dict[str, Any] | None, curve: list[float] = ()) -> tuple[str, str]:
     """A measured row's status and reason, decided here only: the launch's own (ok, failed, interrupted, hung: what
     harness/launching/launch.py decided from the facts recorded in order, culprit included), then, for a launch
-    that ended well, whether it reached its target (`--until-target`)."""
-    if outcome.status != "ok" or not ttt or ttt["reached"]:
+    that ended well, whether its loss diverged (`diverged`: NaN or infinite from some step to the last, the step
+    named; its figures stay in the record, out of the comparison) and whether it reached its target
+    (`--until-target`)."""
+    if outcome.status != "ok":
+        return outcome.status, outcome.reason
+    diverged = diverged_at(curve)
+    if diverged is not None:
+        step, value = diverged
+        return "diverged", (f"the loss became {value} at step {step} of {len(curve)} and stayed NaN or infinite: "
+                            f"the training diverged (its timings are kept in the record, out of the comparison)")
+    if not ttt or ttt["reached"]:
         return outcome.status, outcome.reason
     return "not_reached", (f"best {ttt['metric']} {ttt['best_metric']:.4f} (after step {ttt['best_step']}) is below "
                            f"the target {ttt['target']:g} within the {ttt['budget_steps']}-step budget")
+
+
+def diverged_at(curve: list[float]) -> tuple[int, str] | None:
+    """(the step, counted from 1, from which every loss of the curve is NaN or infinite, and that loss as text), or
+    None where the last step's loss is finite (a loss that is inf for a step and then recovers, as an fp16 loss
+    scale settling may make it, is not a divergence)."""
+    import math
+
+    k = len(curve)
+    while k and not math.isfinite(curve[k - 1]):
+        k -= 1
+    return None if k == len(curve) else (k + 1, str(curve[k]))
 
 
 def noise(windows: list[dict], ranks: list[TrainResult], outcome) -> dict[str, Any]:

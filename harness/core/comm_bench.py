@@ -40,6 +40,8 @@ MAX_GAP_S = 1.0
 def plan(req: CommRequest) -> CommPlan:
     topology = hosts.resolve(req)
     check_common(req, min_world=2)
+    # The cores a world size needs before the sizes it sets a floor on (`-n 10000` was answered with the buffer size)
+    over = check_cores(req, req.world_size) if topology is None else False
     if req.dtype not in collectives.DTYPES:
         raise BadInput(f"unknown dtype '{req.dtype}'; valid choices: {', '.join(collectives.DTYPES)}")
     if req.max_iters < 1:
@@ -91,12 +93,12 @@ def plan(req: CommRequest) -> CommPlan:
     if topology is not None:
         topology = hosts.probe(topology)  # every remote host answers, or one line and exit 2
         over = hosts.check_cores(topology, req.oversubscribe)
-    else:
-        over = check_cores(req, req.world_size)
     nodes = f"_{len(topology.nodes)}nodes" if topology is not None else ""
     out = req.out or req.results_dir / (f"comm_{envmod.hardware_slug(req.device)}_n{req.world_size}{nodes}_"
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     outdir.check(out, req.force, RESULT_FILES)
+    cells = len(rows) * len(ops) * len(sizes)  # one record each, about a launch record's size without steps
+    outdir.check_room(out, outdir.least_written(cells, 0, True), f"records, report and plot of {cells} cells")
     return CommPlan(req, out, rows, oversubscribed=over, topology=topology, ops=ops, sizes=sizes)
 
 
@@ -149,7 +151,7 @@ def execute(p: CommPlan, ui=None, render: Render | None = None) -> tuple[list[di
                     ended = (f"; the launch then ended badly {outcome.shutdown_error}" if outcome.shutdown_error
                              else "")
                     ui(f"{row.label}: {said} - {ok} cells ok{ended}")
-                if outcome.status == "interrupted":
+                if outcome.interrupted:
                     interrupted = True
                     break
         except KeyboardInterrupt:

@@ -52,6 +52,10 @@ def plan(req: RunRequest) -> RunPlan:
         nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
         p.out = req.results_dir / f"{workloads.slug(req.workload)}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
     outdir.check(p.out, req.force, RESULT_FILES)
+    rounds = req.repeats or MIN_ROUNDS  # by default and with --precision, at least MIN_ROUNDS
+    launches = len(p.rows) * rounds + (1 if p.equiv_steps else 0)
+    outdir.check_room(p.out, outdir.least_written(launches, p.steps + p.warmup, req.plots),
+                      f"records, report{', plots' if req.plots else ''} and logs of {launches} launch(es)")
     p.rerun = shlex.join(["compare", "run", *to_argv(resolved(p))])
     return p
 
@@ -77,8 +81,13 @@ def _with_tuned(req: RunRequest) -> list[str]:
     if records[0]["workload"] != req.workload:
         raise BadInput(f"--tuned {req.tuned} tuned workload {records[0]['workload']}, not {req.workload}; give -w "
                        f"{records[0]['workload']} or another tune")
+    try:  # what `compare report` would render of it: records that pass the field checks but no report can be made of
+        winners = race.winners(records)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        raise BadInput(f"--tuned {req.tuned}: its records.jsonl holds a tune of a shape this compare cannot read "
+                       f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
     rows = list(req.adapters or [])
-    return rows + [label for label in race.winners(records) if label not in rows]
+    return rows + [label for label in winners if label not in rows]
 
 
 def resolved(p: RunPlan) -> RunRequest:

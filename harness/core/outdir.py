@@ -114,6 +114,84 @@ def _check(out: Path, force: bool, files: tuple[str, ...]) -> None:
         raise BadInput(f"output directory {out} is not writable: {exc.strerror} ({probe_in})") from None
 
 
+RECORD_BYTES = 4096
+"""Bytes of one launch's record beside its per-step lists (a digits record is about 4 KB plus its steps)."""
+STEP_BYTES = 36
+"""Bytes per step of a record: the step time and the loss, each a JSON number of up to 18 characters."""
+LOG_BYTES = 1024
+"""Bytes of a clean launch's compressed log (DeepSpeed's launcher lines: about 0.7 kB)."""
+REPORT_BYTES = 48 * 1024
+"""report.md: the largest committed ones are about 47 KB."""
+PLOT_BYTES = 256 * 1024
+"""Every plot of a run together: about 110 KB in a committed run (five plots)."""
+
+
+def least_written(launches: int, steps: int, plots: bool) -> int:
+    """What a run of `launches` launches of `steps` steps (warm-up included) writes at least: every launch's record
+    (twice at the end: records.jsonl is rewritten through a temporary file) and compressed log, the report and the
+    plots. A lower bound: a failed launch's log is kept as text, and --trace adds traces."""
+    per_launch = 2 * (RECORD_BYTES + STEP_BYTES * steps) + LOG_BYTES
+    return launches * per_launch + REPORT_BYTES + (PLOT_BYTES if plots else 0)
+
+
+def check_room(out: Path, need: int, what: str) -> None:
+    """Refuse an output directory on a filesystem with less free space than `need` bytes (what the run will write
+    at least: `what` says of what), before anything is created: a full filesystem used to be found at the first
+    launch's records, leaving empty directories behind."""
+    import shutil
+
+    where = out if out.exists() else _existing_parent(out)
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return  # not measurable here: the run's own writes say so if the space runs out
+    if free < need:
+        raise BadInput(f"output directory {out} is on a filesystem with {_size(free)} free, less than the "
+                       f"{_size(need)} this run will write at least ({what}); free some space or choose another "
+                       f"--out")
+
+
+def first_missing(out: Path) -> Path | None:
+    """The outermost directory of `out` that does not exist yet (what creating `out` creates), or None."""
+    missing = None
+    for d in [out, *out.parents]:
+        if d.exists() or d.is_symlink():
+            break
+        missing = d
+    return missing
+
+
+def remove_empty(out: Path, made: Path | None) -> None:
+    """Remove `out` and its parents up to `made` (what a run created) where they hold nothing but empty directories:
+    a run that could not start leaves no empty directory behind. Nothing is removed that holds a file."""
+    if made is None:
+        return
+    for d in sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) \
+            if out.is_dir() else []:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+    for d in [out, *out.parents]:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+        if d == made:
+            return
+
+
+def _existing_parent(out: Path) -> Path:
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return parent
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.0f} KiB" if n >= 1024 else f"{n} bytes"
+
+
 class Claim:
     """Exclusive use of a results directory for one run: an flock held until `release()` (the kernel drops it if
     the process dies, even by SIGKILL), with the holder's pid in the lock file for the refusal message."""

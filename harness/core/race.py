@@ -71,7 +71,17 @@ def parse_tune(given: list[str], names: list[str]) -> dict[str, dict[str, list[s
                            f"ddp.bucket_cap_mb or ddp.bucket_cap_mb=1,5,100")
         if name not in names:
             raise BadInput(f"--tune {item}: adapter '{name}' is not in this tune ({', '.join(names)})")
-        out.setdefault(name, {})[knob] = [v.strip() for v in values.split(",") if v.strip()] if eq else None
+        if knob in out.get(name, {}):
+            raise BadInput(f"--tune {name}.{knob} is given twice; give every value in one: --tune "
+                           f"{name}.{knob}=V1,V2")
+        listed = [v.strip() for v in values.split(",")] if eq else None
+        if listed is not None and "" in listed:
+            raise BadInput(f"--tune {item!r} has an empty value (two commas in a row, or one at an end); e.g. "
+                           f"--tune {name}.{knob}=1,5,100")
+        twice = next((v for i, v in enumerate(listed or []) if v in listed[:i]), None)
+        if twice is not None:
+            raise BadInput(f"--tune {item}: value {twice} is listed twice; give each candidate once")
+        out.setdefault(name, {})[knob] = listed
     return out
 
 
@@ -109,6 +119,7 @@ def candidates(name: str, device: str, chosen: dict[str, list[str] | None] | Non
         raise BadInput(f"adapter {name}: {exc}") from None
     labels = [name]
     for knob, values in plan.items():
+        given: dict[str, str] = {}  # label -> the value as typed
         for value in values:
             try:
                 built = options.build(cls.Knobs, {**fixed, knob: value}, what="knob")
@@ -120,8 +131,15 @@ def candidates(name: str, device: str, chosen: dict[str, list[str] | None] | Non
                                f"{'/'.join(tried)}): compare it as a row of its own (compare run -a "
                                f"{name}:{knob}={value}), not as a tuning of speed")
             if getattr(built, knob) == getattr(default_knobs, knob):
+                if chosen is not None:  # named by the user: a candidate that would never be raced is a mistake
+                    raise BadInput(f"--tune {name}.{knob}={value}: {value} is {name}'s own value of '{knob}', which "
+                                   f"its defaults row already races; give other values")
                 continue  # the defaults' own value: that row is already there
             label = f"{name}:{knob}={text(getattr(built, knob))}"
+            if label in given and chosen is not None:
+                raise BadInput(f"--tune {name}.{knob}: values {given[label]} and {value} are the same value; give "
+                               f"each candidate once")
+            given.setdefault(label, value)
             if label not in labels:
                 labels.append(label)
     return labels
@@ -136,7 +154,8 @@ class Race:
     candidates: list[str]
     alive: list[str]
     dropped: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """label -> {"round", "why" ("slower" or "failed"), and "best", "ratio", "lo", "hi", "p_holm" or "reason"}."""
+    """label -> {"round", "why" ("slower", "failed", "budget" or "interrupted"), and "best", "ratio", "lo", "hi",
+    "p_holm" or "reason"}."""
     rounds: int = 0
     values: dict[str, list[float]] = field(default_factory=dict)
     """label -> samples/s per race round it ran, in round order."""
@@ -168,8 +187,8 @@ def replay(records: list[dict[str, Any]], backends: dict[str, list[str]], budget
     by_round: dict[int, list[dict]] = {}
     for r in records:
         t = trial(r)
-        if t.get("stage") == "race" and r.get("adapter") in races:
-            by_round.setdefault(int(r["repeat"]), []).append(r)
+        if t.get("stage") == "race" and r.get("adapter") in races and r.get("status") != "not_run":
+            by_round.setdefault(int(r["repeat"]), []).append(r)  # a launch the tune never made is no round of it
     for k in sorted(by_round):
         for b, race in races.items():
             ran = [r for r in by_round[k] if r["adapter"] == b and r["label"] in race.alive]
@@ -180,9 +199,10 @@ def replay(records: list[dict[str, Any]], backends: dict[str, list[str]], budget
                 race.walls.setdefault(r["label"], []).append(float(r.get("wall_time_s") or 0.0))
                 if r["status"] in MEASURED and r.get("samples_per_s"):
                     race.values.setdefault(r["label"], []).append(float(r["samples_per_s"]))
-                else:
+                else:  # a launch the user interrupted says nothing of its candidate: the tune stopped there
                     race.alive.remove(r["label"])
-                    race.dropped[r["label"]] = {"round": k, "why": "failed",
+                    race.dropped[r["label"]] = {"round": k,
+                                                "why": "interrupted" if r["status"] == "interrupted" else "failed",
                                                 "reason": r.get("reason") or r["status"]}
             _eliminate(race, k)
         if budget is not None and k == min(by_round):
@@ -417,6 +437,12 @@ def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if g is not None and g["outcome"] == "faster":
             entry["winner"] = entry["best"]
     return out
+
+
+def never_launched(records: list[dict[str, Any]]) -> list[str]:
+    """The candidates of a tune (as planned) with no launch made: an interrupted tune's, in the planned order."""
+    launched = {r["label"] for r in records if trial(r) and r.get("status") not in ("not_run", "unavailable")}
+    return [c for labels in backends_of(records).values() for c in labels if c not in launched]
 
 
 def winners(records: list[dict[str, Any]]) -> list[str]:

@@ -192,10 +192,14 @@ class Base(TypedDict):
     world_size: int
     """Ranks (devices for DataParallel)."""
     status: str
-    """`ok`, `not_reached` (until-target budget spent, fully measured), `unavailable`, `failed`, `timeout` (including
-    a stall), `interrupted`, `not_run`; comm cells also `unsupported`."""
+    """`ok`, `not_reached` (until-target budget spent, fully measured), `diverged` (measured, but its loss was NaN or
+    infinite from the step its reason names to the last: out of the comparison), `unavailable`, `failed`, `timeout`
+    (including a stall), `interrupted`, `not_run`; comm cells also `unsupported`."""
     shutdown_error: NotRequired[str]
     """A launch that ended badly after every rank had written its result: measurements kept."""
+    failed_parts: NotRequired[dict[str, str]]
+    """Optional parts of the launch that failed, stalled or were interrupted after every rank had written its
+    measurement (`breakdown`: the profiled steps, their split and trace): part -> why. The measurement is kept."""
     load_avg_before: NotRequired[list[float]]
     """The machine's load average when the launch started."""
 
@@ -227,6 +231,9 @@ class Run(TypedDict):
     """The last lines of a failed launch's log (a stall's: each rank's Python stacks)."""
     reached: NotRequired[dict[str, Any]]
     """Where rank 0 was when a launch failed: its phase, step and total."""
+    stalled_rank: NotRequired[int]
+    """A stalled launch's rank that stopped first: behind every other by its finished steps and the line of the
+    training loop its stack was at (harness/launching/stalled.py); absent where no single rank was behind."""
     leftover_processes_killed: NotRequired[int]
     """Processes of the launch still alive after it ended, killed by compare."""
     comm_schedule: NotRequired[dict[str, Any]]
@@ -567,6 +574,7 @@ def check_record(rec: Any, where: str = "record") -> None:
         _check(rec["scale"], ScalePoint, f"{where}: scale")
     if rec.get("kind") == "tune":
         _check(rec, Tune, where)
+        _check_tune(rec, where)
     if rec["status"] in MEASURED:
         _check(rec, Measured, where)
         _check(rec["controls"], Controls, f"{where}: controls")
@@ -578,6 +586,39 @@ def check_record(rec: Any, where: str = "record") -> None:
             _check(rec["ttt"], TimeToTarget, f"{where}: ttt")
             if rec["ttt"]["reached"]:
                 _check(rec["ttt"], Reached, f"{where}: ttt")
+
+
+def _check_tune(rec: dict[str, Any], where: str) -> None:
+    """A tune record's stage, plan and summary have the shape the race's replay reads (harness/core/race.py): what
+    `compare report` renders and `compare run --tuned` takes winners from."""
+    stage = rec["tune"].get("stage")
+    if stage not in ("race", "confirm"):
+        raise ValueError(f"{where}: 'tune' has stage {stage!r}, expected 'race' or 'confirm'")
+    for key in ("tune_plan", "tune_summary"):
+        if key in rec and not isinstance(rec[key], dict):
+            raise ValueError(f"{where}: '{key}' is {type(rec[key]).__name__}, expected dict")
+    plan = rec.get("tune_plan")
+    if plan is not None:
+        backends = plan.get("backends")
+        if not isinstance(backends, dict) or not backends:
+            raise ValueError(f"{where}: 'tune_plan' has no 'backends' (backend -> its candidate rows)")
+        for name, candidates in backends.items():
+            if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
+                raise ValueError(f"{where}: 'tune_plan' lists backend {name!r}'s candidates as "
+                                 f"{type(candidates).__name__}, expected a list of rows")
+            if not candidates:
+                raise ValueError(f"{where}: 'tune_plan' lists no candidate for backend {name!r} (a tune races its "
+                                 f"defaults at least)")
+        budget = plan.get("budget_s")
+        if not isinstance(budget, _NUM) or isinstance(budget, bool) or not budget > 0:
+            raise ValueError(f"{where}: 'tune_plan' has budget_s {budget!r}, expected seconds above 0")
+    summary = rec.get("tune_summary")
+    if summary is not None:
+        for key, types in (("race_rounds", int), ("confirm_rounds", int), ("budget_s", _NUM), ("elapsed_s", _NUM),
+                           ("race_ended", dict)):
+            value = summary.get(key)
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise ValueError(f"{where}: 'tune_summary' has {key} {value!r}, which no finished tune writes")
 
 
 class _Ttt(TypedDict):

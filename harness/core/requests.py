@@ -160,7 +160,7 @@ class RunRequest(Request):
     """After each launch's evaluation, profile --breakdown-steps more steps (torch.profiler) and show where a step's
     time goes: forward, backward, optimizer, communication overlapped and exposed, waiting for the slowest rank."""
     breakdown_steps: int = field(default=5, metadata=cli("--breakdown-steps"))
-    """Steps profiled by --breakdown (after one the profiler warms up on)."""
+    """Steps profiled by --breakdown (after one the profiler warms up on), 1 to 1,000."""
     trace: bool = field(default=False, metadata=cli("--trace", negatable=False))
     """With the breakdown (implies --breakdown): keep the profiled steps' Perfetto / chrome://tracing trace of rank 0
     and of the slowest other rank, from each row's first launch (traces/ in the results)."""
@@ -427,7 +427,12 @@ DEFAULT_RUN_BUDGET = "3m"
 for the 2-core machine this project is developed on, where the default comparison's rows take about a minute a
 round: its 3 rounds end in about 3.5 minutes, and a faster workload gets more rounds in the same time."""
 MAX_BREAKDOWN_STEPS = 1000
-"""--breakdown-steps above this is refused: the profiler keeps every event of every profiled step in memory."""
+"""--breakdown-steps above this is refused: the profiler holds every event of every profiled step in memory until
+they are split. The split is linear in the events and each rank reports every step it splits to the stall watch
+(tests/benchmarks/bench_split.py times it on 1,000 synthetic steps); a stall there anyway costs the breakdown,
+never the row (harness/rank/train.py writes the row's result before the profiled steps)."""
+BREAKDOWN_BOUND = "the profiler holds every event of the profiled steps in memory until they are split"
+"""Why --breakdown-steps is bounded, as its refusal says it."""
 MAX_ITERS = 10**6
 """`compare comm --iters` above this is refused (a cell of 10**20 calls would never end)."""
 
@@ -555,6 +560,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     except Exception:  # noqa: BLE001 - what meta cannot do is tried for real below
         pass
     if params is not None:
+        check_trains(model, req.workload)
         facts.batch_norm = model_check.batch_norm_layers(model)
         _check_gradients(facts, workload, "meta", [(batches.to(a, "meta"), batches.to(b, "meta"))
                                                    for a, b in first_steps])
@@ -567,21 +573,22 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             return outputs[-1]
 
         with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(workload.seed)
+            model = workload.build_model()
+            check_trains(model, req.workload)
             try:
                 random, workload.stateful = model_check.diagnose(workload.build_model, forward, workload.seed)
-                counted = _counted(workload, outputs[0], y)
             except UserCodeError:
                 raise
-            except LossError as exc:
-                raise BadInput(str(exc)) from None
             except Exception as exc:  # noqa: BLE001 - the user's code
                 raise UserCodeError(f"a forward and loss of workload {req.workload} on {batches.length(x)} training "
                                     f"samples", exc) from None
-            torch.manual_seed(workload.seed)
-            model = workload.build_model()
+            loss = loss_takes(workload, outputs[0], y, req.workload)
+            counted = workload.loss_terms(outputs[0], y)[1] is not None
             facts.batch_norm = model_check.batch_norm_layers(model)
             if not facts.checked_steps:  # meta could not run it: on the CPU
                 _check_gradients(facts, workload, "cpu", first_steps)
+        check_finite(outputs[0], loss, req.workload, batches.length(x))
         workload.nondeterministic = _dropout(model) or random
     _batch_norm(workload, facts)
     if not counted:
@@ -622,6 +629,69 @@ def _batch_norm(workload, facts) -> None:
     """The BatchNorm layers found, as the workload's `batch_norm` (a declared one stays)."""
     if facts.batch_norm and not workload.batch_norm:
         workload.batch_norm = ", ".join(facts.batch_norm)
+
+
+def check_trains(model, name: str) -> None:
+    """Refuse a model with nothing to train (no parameter, or none that requires a gradient): every backend would
+    fail at launch on "optimizer got an empty parameter list" or DDP's "doesn't have any parameter that requires a
+    gradient". Counted on the model as built (on meta: nothing allocated)."""
+    params = list(model.parameters())
+    if not params:
+        raise BadInput(f"workload {name}: its model ({type(model).__name__}) has no parameters, so there is nothing "
+                       f"to train or to compare; give a model with parameters")
+    if not any(p.requires_grad for p in params):
+        raise BadInput(f"workload {name}: none of its model's {len(params)} parameter tensor(s) requires a gradient "
+                       f"(all frozen), so there is nothing to train or to compare; unfreeze some")
+
+
+def _shape(value) -> str:
+    """What a model's output or a batch's targets are, in words: "float32 (2, 3)", a dict's or a tuple's parts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')} {tuple(value.shape)}"
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return "{" + ", ".join(f"{k}: {_shape(v)}" for k, v in list(value.items())[:6]) + "}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_shape(v) for v in value[:6]) + ")"
+    return type(value).__name__
+
+
+def loss_takes(workload, output, target, name: str):
+    """The loss a step back-propagates of the model's output on two training samples (Workload.step_loss); BadInput
+    in one line where it cannot take that output (a width or dtype the targets do not fit: "Target 7 is out of
+    bounds"), naming both shapes, or where what the model returned gives no loss (LossError)."""
+    try:
+        return workload.step_loss(output, target)
+    except LossError as exc:
+        raise BadInput(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a loss that cannot take this output, in the user's or torch's code
+        said = " ".join(str(exc).split()).rstrip(".")
+        raise BadInput(f"workload {name}: its loss cannot take the model's output (output {_shape(output)}, targets "
+                       f"{_shape(target)}): {type(exc).__name__}: {said[:300]}; make the model's output what the "
+                       f"loss expects (the default loss: cross-entropy over integer class targets, mean squared error "
+                       f"for float targets)") from None
+
+
+def check_finite(output, loss, name: str, samples: int) -> None:
+    """Refuse a model whose output or loss on two training samples is NaN or infinite before any backend ran:
+    every row would train on it, and two NaN outputs never compare equal (which read as randomness in forward)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    leaves = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    bad = sum(int((~torch.isfinite(t.detach())).sum()) for t in leaves)
+    if bad:
+        total = sum(t.numel() for t in leaves)
+        kinds = " and ".join(k for k, f in (("NaN", torch.isnan), ("infinite", torch.isinf))
+                             if any(bool(f(t.detach()).any()) for t in leaves))
+        raise BadInput(f"workload {name}: its model's output on {samples} training sample(s) holds {kinds} values "
+                       f"({bad:,} of {total:,}) before any backend ran; a model whose output is not finite cannot be "
+                       f"trained or compared (check its initialisation, inputs and operations)")
+    if isinstance(loss, torch.Tensor) and loss.numel() and not bool(torch.isfinite(loss.detach()).all()):
+        raise BadInput(f"workload {name}: its loss on {samples} training sample(s) is {loss.detach().flatten()[0].item()} "
+                       f"before any backend ran (the output is finite): a loss that is not finite cannot be trained "
+                       f"or compared (check the loss and the targets)")
 
 
 SMALL_MODEL = 5_000_000

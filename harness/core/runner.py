@@ -19,10 +19,10 @@ from adapters.base import Availability
 from harness.core import provenance as envmod
 from harness.core import assemble, estimate
 from harness.core.errors import BadInput
-from harness.core.requests import (MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan, RunRequest,
-                                   UntilTarget, build_rows, check_common, check_cores, check_fits, check_list,
-                                   check_loader, check_user_code, load_workload, pairs, parse_knobs, parse_label,
-                                   workload_key)
+from harness.core.requests import (BREAKDOWN_BOUND, MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan,
+                                   RunRequest, UntilTarget, build_rows, check_common, check_cores, check_fits,
+                                   check_list, check_loader, check_user_code, load_workload, pairs, parse_knobs,
+                                   parse_label, workload_key)
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch
@@ -46,6 +46,16 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
         if value is not None and name != "--global-batch" and value > MAX_STEPS:
             raise BadInput(f"{name} must be at most {MAX_STEPS:,} steps, got {value}")
     _check_until_target_flags(req)
+    # The rows and the cores they need before anything about the batch or the model: a world size the machine
+    # cannot run is the problem to name, not the batch it does not divide (`-n 10000` was answered with that).
+    explicit = req.adapters is not None
+    labels = req.adapters if explicit else adapters.names()
+    check_list(req.adapters, adapters.names(), "adapter")
+    rows = [(label, *parse_label(label)) for label in labels]
+    knobs = parse_knobs(req.knobs, {n for _, n, _ in rows}, labels)
+    built = build_rows(req, rows, explicit, "adapter", knobs, topology)
+    over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
+            else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     workload = load_workload(req)
     params = check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology
                         else req.world_size)
@@ -71,15 +81,7 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
         raise BadInput(f"--equiv-steps {req.equiv_steps} is more than the {warmup} + {steps} steps the run takes")
     equiv = min(workload.equiv_steps, steps + warmup) if req.equiv_steps is None else req.equiv_steps
 
-    explicit = req.adapters is not None
-    labels = req.adapters if explicit else adapters.names()
-    check_list(req.adapters, adapters.names(), "adapter")
-    rows = [(label, *parse_label(label)) for label in labels]
-    knobs = parse_knobs(req.knobs, {n for _, n, _ in rows}, labels)
-    built = build_rows(req, rows, explicit, "adapter", knobs, topology)
     refuse_for_model(req, built, workload, explicit)
-    over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
-            else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
                    loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params)
@@ -114,7 +116,8 @@ def refuse_for_model(req: RunRequest, rows: list[Row], workload, explicit: bool)
 def _breakdown(req: RunRequest) -> dict[str, Any]:
     """The launches' breakdown fields (RunSpec.breakdown, trace): none unless --breakdown or --trace."""
     if not 1 <= req.breakdown_steps <= MAX_BREAKDOWN_STEPS:
-        raise BadInput(f"--breakdown-steps must be between 1 and {MAX_BREAKDOWN_STEPS}, got {req.breakdown_steps}")
+        raise BadInput(f"--breakdown-steps must be between 1 and {MAX_BREAKDOWN_STEPS} ({BREAKDOWN_BOUND}), got "
+                       f"{req.breakdown_steps}")
     if not (req.breakdown or req.trace):
         return {}
     return {"breakdown": req.breakdown_steps, "trace": req.trace}
@@ -370,7 +373,7 @@ class Runner:
                                         rec["tflops_per_device"] * 1e12, f"{job.row.label} on {rec['workload']}, "
                                                                          f"{rec['time_utc'][:10]}")
             self.ui.finished(rec, job.name)
-        return f"during {job.what}" if outcome.status == "interrupted" else None
+        return f"during {job.what}" if outcome.interrupted else None
 
 
     def _time(self, job: Job, outcome) -> None:

@@ -10,7 +10,7 @@ rules hold for all of them:
   every finished row still on disk (or, if even records.jsonl cannot be written, the line says where the rank
   results were kept); otherwise the scratch directory is removed;
 - each launch's log is kept in logs/: as plain text (`ddp-r0.log`) where the launch did not end cleanly (failed,
-  timeout, interrupted, or ok with a shutdown_error), gzip-compressed (`ddp-r0.log.gz`) where it did. So
+  timeout, interrupted, or ok with a shutdown_error or a failed part), gzip-compressed (`ddp-r0.log.gz`) where it did. So
   `ls logs/` shows at once which launches of a long sweep went wrong, and those open in `less` as they are (a
   row's reason points there: "the Python stacks ... are in the log"). A clean launch's log is compressed, not
   dropped: it is the only copy of what its framework printed (a warning, a stale JIT lock removed, the launcher's
@@ -55,6 +55,7 @@ class Session:
         """Where the rank results were kept once records.jsonl could not be written."""
 
     def __enter__(self) -> Session:
+        made = outdir.first_missing(self.out)  # what this run creates, removed again if it cannot start here
         try:
             self.claim = outdir.Claim(self.out)  # BadInput if another run holds it
             self.registration = machine.Registration(self.out)  # other runs can see that this one measures
@@ -64,9 +65,11 @@ class Session:
             self.scratch = outdir.scratch_dir(self.out.resolve() if self.shared_scratch else None)
         except OSError as exc:
             self.close()
+            outdir.remove_empty(self.out, made)
             raise SessionError(f"could not prepare {self.out}: {exc.strerror or exc}") from None
         except BaseException:
             self.close()
+            outdir.remove_empty(self.out, made)
             raise
         return self
 
@@ -100,9 +103,9 @@ class Session:
                                f"kept in {kept}") from None
 
     def keep_log(self, outcome: Outcome, name: str) -> None:
-        """Keep a launch's log in logs/ as `name`, or as `name`.gz where the launch ended cleanly (ok, and no
-        shutdown_error): see the module docstring. Best effort: a full disk must not cost the row."""
-        clean = outcome.status == "ok" and not outcome.shutdown_error
+        """Keep a launch's log in logs/ as `name`, or as `name`.gz where the launch ended cleanly (ok, with no
+        shutdown_error and no failed part): see the module docstring. Best effort: a full disk must not cost the row."""
+        clean = outcome.status == "ok" and not outcome.shutdown_error and not outcome.failed_parts
         dest = self.out / "logs" / (f"{name}.gz" if clean else name)
         try:
             with open(outcome.log_path, "rb") as src, (gzip.open if clean else open)(dest, "wb") as kept:

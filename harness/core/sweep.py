@@ -210,6 +210,9 @@ def plan(req: ScaleRequest) -> ScalePlan:
     out = req.out or req.results_dir / (f"scale_{workloads.slug(req.workload)}_{envmod.hardware_slug(req.device)}_"
                                         f"{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     outdir.check(out, req.force, RESULT_FILES)
+    launches = sum(len(p.rows) for p in points) * req.repeats + 1
+    outdir.check_room(out, outdir.least_written(launches, first.steps + first.warmup, req.plots),
+                      f"records, report, plots and logs of {launches} launch(es)")
     comm: list[tuple[int, Any]] = []
     if req.comm_dirs and not req.model:
         raise BadInput("--comm gives results to calibrate the model with, which --no-model skips; leave one out")
@@ -469,6 +472,6 @@ def _calibrate_contention(p: ScalePlan, session, ui) -> str | None:
                         and not rec["scale"].get("baseline"):
                     rec["contention"] = result
             session.save()
-            if outcome.status == "interrupted":
+            if outcome.interrupted:
                 return f"during the compute-contention calibration of {row.label} at world size {n}"
     return None

@@ -16,7 +16,8 @@ rank that was alive when its host's stopper began (and vanished later), anything
    runner, mp.spawn, srun and ssh all exit with a code), so every rank's end follows from it: Horovod's middleman
    stopping them, slurmstepd SIGKILLing a step whose srun is gone, a peer's "Connection reset".
 2. Something outside ended a rank: a request to stop from outside the launch, a signal nobody in the launch asked
-   for (SIGKILL, the OOM killer), or a supervisor gone without a word before compare began stopping. The first.
+   for (SIGKILL; the OOM killer, named as such where its own record says so: harness/shared/oom.py), or a
+   supervisor gone without a word before compare began stopping. The first.
 3. A rank gone without a word on a host that recorded no stop (its node died with it).
 4. A rank failed by itself (an exception, an exit code, a crash signal such as SIGABRT): the first by the time it
    failed, which its worker recorded before exiting, so a peer's failure that it caused comes after it. A worker
@@ -141,9 +142,27 @@ def rank_ends(rank_dir: Path, name_hosts: bool = False) -> list[RankEnd]:
                                abrupt=k not in failed))
         elif end["signal"] in CRASH_SIGNALS:
             out.append(RankEnd(k, host, "own", t, f"{who} killed by {end['signal']}"))
+        elif end.get("oom"):
+            out.append(RankEnd(k, host, "external", t, f"{who} {out_of_memory(end)}"))
         else:
             out.append(RankEnd(k, host, "external", t, f"{who} killed by {end['signal']}"))
     return out
+
+
+def out_of_memory(end: dict) -> str:
+    """"killed by the out-of-memory killer (SIGKILL; its peak memory 1.9 GiB; its memory cgroup's limit 2.0 GiB)",
+    from a rank's exit record whose supervisor found the OOM killer's own record of the kill (harness/shared/oom.py)."""
+    why = end["oom"]
+    facts = [end["signal"]]
+    if end.get("max_rss_bytes"):
+        facts.append(f"its peak memory {_gib(end['max_rss_bytes'])}")
+    if why.get("limit_bytes"):
+        facts.append(f"its memory cgroup's limit {_gib(why['limit_bytes'])}")
+    return f"killed by the out-of-memory killer ({'; '.join(facts)})"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
 
 
 def _first(ends: list[RankEnd]) -> RankEnd | None:

@@ -50,7 +50,7 @@ import psutil
 
 from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped
 from harness.core.provenance import REPO
-from harness.launching import hosts, interrupt, machine
+from harness.launching import hosts, interrupt, leftovers, machine, stalled
 from harness.launching.culprit import Command, culprit, describe, outlived
 from harness.launching.launch_logs import first_error, rank_records, silent_hosts, start_error, tail
 from harness.launching.rank_env import child_env, remote_env, ssh_argv
@@ -91,6 +91,14 @@ class Outcome:
     shutdown_error: str = ""
     """Set when every rank had written its result and only the launch's shutdown then failed or hung (a gloo
     peer closing first, say): the measurement stands, and this says what went wrong afterwards."""
+    stalled_rank: int | None = None
+    """The rank a stalled launch found behind every other: the one that stopped (None: not stalled, or not told)."""
+    failed_parts: dict[str, str] = field(default_factory=dict)
+    """Optional parts of a launch that every rank had written its measurement before (the breakdown's profiled
+    steps) and that then failed, stalled or were interrupted: part -> why. The measurement stands."""
+    stopped: bool = False
+    """The user stopped the run (Ctrl-C, SIGTERM) during this launch: set on an `interrupted` launch, and on one
+    whose measurement was complete and kept (status ok). The caller stops either way."""
     progress: dict | None = None
     """Rank 0's last reported phase and step (what an interrupted or hung launch had reached)."""
     node_commands: list[dict] = field(default_factory=list)
@@ -105,6 +113,11 @@ class Outcome:
     """Wall-clock time the launch's ranks were let past the gate into warm-up (None: never)."""
     gate_wait_s: float = 0.0
     """Seconds from starting the launch to opening its gate (it started while the previous launch ended)."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the user stopped the run during this launch (whatever became of its row)."""
+        return self.status == "interrupted" or self.stopped
 
 
 @dataclass
@@ -156,6 +169,10 @@ class Launch:
         self.stacks = ""
         """The stalled ranks' stacks, appended to the launch log once every process of the launch has ended (a
         launcher still writing to it would overwrite them)."""
+        self.dumps: dict[int, str] = {}
+        """Each rank's stack dump, by its rank (harness/launching/stalled.py reads them)."""
+        self.stalled_rank: int | None = None
+        """The rank a stall found behind every other (harness/launching/stalled.py), if any."""
         self.rank_dir = Path(spec.rank_dir)
         self.log_path = self.rank_dir / "launch.log"
         self.running: list[_Running] = []
@@ -177,6 +194,8 @@ class Launch:
         self._events: int | None = None
         self.stopping_at = math.inf
         """When compare began stopping the launch (monotonic), once it has."""
+        self.ledger_entry: leftovers.Entry | None = None
+        """The machine-wide files the launch's framework may leave, recorded while it runs."""
         self.start_error: str | None = None
         """Why the launch could not be started (start() caught it): finish() then says `failed` with it."""
 
@@ -219,7 +238,7 @@ class Launch:
             spec.topology = replace(spec.topology, port=hosts.free_port())  # a fresh rendezvous port per launch
         spec_path = rank_dir / "spec.json"
         spec.save(spec_path)
-        progress_file.create(spec.progress_path, spec.warmup + spec.steps)
+        progress_file.create(spec.progress_path, spec.warmup + spec.steps, spec.world_size)
         self._gate = None
         if gated:  # an ungated launch has no gate file at all, so its ranks never take an flock (NFS may refuse)
             self._gate = os.open(rank_dir / progress_file.GATE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -230,6 +249,8 @@ class Launch:
         self.plan = self.adapter.launch(spec_path, spec)
         self.processes = self.adapter.processes(spec.world_size)
         self.launch_id = launch_id(rank_dir)
+        if self.plan.leftovers:  # recorded before any process of it exists (harness/launching/leftovers.py)
+            self.ledger_entry = leftovers.Entry(self.launch_id, self.adapter.name, self.plan.leftovers)
         if self.plan.env_file is not None:
             env = remote_env(spec, self.plan.env, self.launch_id)
             self.plan.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
@@ -365,6 +386,8 @@ class Launch:
         if now < self._seen_at + self.stall_s:
             return False
         dumped, listed = self._dump_stacks()
+        found = stalled.first_to_stop(progress_file.read_ranks(self.spec.progress_path), self.dumps)
+        self.stalled_rank = found["rank"] if found else None
         where = ""
         if pr is not None and pr["phase"]:
             where = (f", rank 0 at step {pr['step']} of {pr['total']} ({pr['phase']})" if pr["total"]
@@ -375,6 +398,7 @@ class Launch:
         in_log = " and ".join(([f"the Python stacks of {dumped} rank(s)"] if dumped else [])
                               + ([f"the state of {listed} process(es)"] if listed else []))
         self.reason = (f"stalled: {what} for {self.stall_s:g} s (--stall-timeout){where}; "
+                       + (f"{stalled.describe(found)}; " if found else "")
                        + (f"{in_log} are in the log; " if in_log else "") + "process group killed")
         return True
 
@@ -415,6 +439,7 @@ class Launch:
             text = f.read_text(errors="replace") if f.exists() else ""
             if text:
                 answered += 1
+                self.dumps[k] = text
                 self.stacks += (f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python "
                                 f"stacks:\n{text}")
         processes = describe_launch(self.launch_id) if self.launch_id else []
@@ -508,12 +533,14 @@ class Launch:
             self._events = None
             for r in self.running:
                 r.pidfd = None
-        leftovers = kill_leftovers(self.launch_id)
+        killed = kill_leftovers(self.launch_id)
         for clean in self.plan.cleanup:  # the framework's own leftovers, now that no process of it is left
             try:
                 clean()
             except OSError:
                 pass
+        if self.ledger_entry is not None:
+            self.ledger_entry.release()
         end_wall = time.time()
         wall = self.clock() - self.t0
         concurrent = machine.merge(self.concurrent, machine.others())
@@ -547,14 +574,21 @@ class Launch:
             at = ((f" at step {last['step']} of {last['total']} ({last['phase']})" if last["total"]
                    else f" in {last['phase']}") if last and last["phase"] else " while its processes were starting")
             reason = f"interrupted{at}; process group killed"
-        shutdown_error = ""
-        if len(ranks) == processes and (status == "timeout" or (status is None and rc != 0)):
-            # Each rank writes its result before the final barrier and teardown: all of them are here, so the
-            # training and its measurement finished, and only the shutdown went wrong. Keep the row, say so.
+        shutdown_error, failed_parts, stopped = "", {}, status == "interrupted"
+        unfinished = sorted({part for r in ranks for part in getattr(r, "unfinished", [])})
+        if len(ranks) == processes and (status in ("timeout", "interrupted") or (status is None and rc != 0)):
+            # Each rank writes its result before the final barrier and teardown, and a training rank writes its
+            # measurement before any optional part too (harness/rank/train.py): all of them are here, so the
+            # training and its measurement finished, and only what came after went wrong. Keep the row, say so.
             if status is None:
                 reason = self._failure()
-            shutdown_error = f"after every rank had written its result: {reason}"
+            if unfinished:
+                failed_parts = {part: reason for part in unfinished}
+            else:
+                shutdown_error = f"after every rank had written its result: {reason}"
             status, reason = "ok", ""
+        elif status is None and rc == 0 and len(ranks) == processes and unfinished:
+            failed_parts = {part: "the launch exited 0 before every rank had finished it" for part in unfinished}
         if status is None:
             if rc != 0:
                 status, reason = "failed", self._failure()
@@ -572,8 +606,10 @@ class Launch:
         return Outcome(status=status, reason=reason, returncode=rc, wall_time_s=wall, launch_wall=self.launch_wall,
                        end_wall=end_wall, log_path=self.log_path, argv=self.plan.argv, processes=processes,
                        pid=self.running[0].proc.pid, load_avg_before=self.load, ranks=ranks,
-                       log_tail="" if status == "ok" and not shutdown_error else tail(self.log_path),
-                       shutdown_error=shutdown_error, progress=last, leftovers_killed=leftovers,
+                       log_tail="" if status == "ok" and not (shutdown_error or failed_parts) else tail(self.log_path),
+                       shutdown_error=shutdown_error, failed_parts=failed_parts, stopped=stopped, progress=last,
+                       stalled_rank=self.stalled_rank,
+                       leftovers_killed=killed,
                        gate_opened=self.gate_opened, gate_wait_s=gate_wait, node_commands=nodes,
                        concurrent_runs=concurrent)
 
@@ -587,6 +623,8 @@ class Launch:
                     clean()
                 except OSError:
                     pass
+        if self.ledger_entry is not None:
+            self.ledger_entry.release()
         end_wall = time.time()
         return Outcome(status="failed", reason=self.start_error or "the launch was never started", returncode=None,
                        wall_time_s=self.clock() - self.t0, launch_wall=self.launch_wall, end_wall=end_wall,

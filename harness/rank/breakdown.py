@@ -18,17 +18,22 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+from bisect import bisect_right
+from itertools import accumulate
 from pathlib import Path
 
-from harness.shared.step_parts import COMM_RANGE, PHASES, collective_kind, split_step
+from harness.shared.step_parts import COMM_RANGE, PHASES, collective_kind, split_steps
 
 
-def run(n: int, step, device, sync, trace_path: Path | None) -> dict:
+def run(n: int, step, device, sync, trace_path: Path | None, say=lambda text: None,
+        before_split=lambda: None) -> dict:
     """Profile `n` calls of `step(phase)` after one more (the profiler's warm-up, not kept); `phase(name)` is the
-    range a step opens for "forward", "backward" and "optimizer". Each kept step is split into its parts. Returns
+    range a step opens for "forward", "backward" and "optimizer". Each kept step is split into its parts, in time
+    linear in the events (step_parts.split_steps); `say(text)` is told what it does meanwhile (the rank's progress,
+    which the parent's stall watch reads: reading and splitting 1,000 profiled steps takes a while). Returns
     {"steps": parts per step, "collectives": {"wire": collectives' own events, "waits": ranges of waiting for a
     framework's own}, "events": all events, "trace": the trace written (`trace_path`) or None, "trace_s": seconds
-    spent writing it}."""
+    spent writing it}. `before_split()` is called once the events are collected (fault injection: "split")."""
     import time
 
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -41,16 +46,22 @@ def run(n: int, step, device, sync, trace_path: Path | None) -> dict:
 
     # One step under the profiler first, not kept (its start-up: the first step it sees is slower), then `n`.
     with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=n, repeat=1)) as prof:
-        for _ in range(n + 1):
+        for k in range(n + 1):
             with record_function("compare.step"):
                 step(phase)
                 sync()
+            if k == n:  # the profiler stops and processes what it recorded in this call
+                say(f"collecting the profiler's events of {n} step(s)")
             prof.step()
     events = prof.profiler.kineto_results.events()
+    before_split()
+    say(f"classifying {len(events):,} profiler events")
     steps, phases, compute, comm, seen = _classify(events, cuda)
-    parts = [split_step(s, phases, compute, comm) for s in steps]
+    parts = split_steps(steps, phases, compute, comm,
+                        on_step=lambda k, total: say(f"splitting profiled step {k + 1} of {total}"))
     trace, trace_s = None, None
     if trace_path is not None:
+        say("writing the trace")
         t0 = time.perf_counter()
         raw = trace_path.with_suffix("")  # trace.json, then gzipped: Perfetto and chrome://tracing open either
         prof.export_chrome_trace(str(raw))
@@ -76,10 +87,18 @@ def _classify(events, cuda: bool):
         if e.start_thread_id() == main and e.name().startswith("compare.") and e.name()[8:] in phases:
             phases[e.name()[8:]].append(span(e))
 
+    # The phases of the training thread follow one another: bisection over their starts names the phase of an
+    # instant in log time (a scan of every range for every event was quadratic in the profiled steps).
+    ranges = sorted((s, e, name) for name, spans in phases.items() for s, e in spans)
+    range_starts = [r[0] for r in ranges]
+    reach = list(accumulate((r[1] for r in ranges), max))  # the latest end of any range up to each one
+
     def phase_at(t: int) -> str:
-        for name, ranges in phases.items():
-            if any(s <= t < e for s, e in ranges):
-                return name
+        i = bisect_right(range_starts, t) - 1
+        while i >= 0 and reach[i] > t:
+            if t < ranges[i][1]:
+                return ranges[i][2]
+            i -= 1
         return "other"
 
     comm: list[tuple[int, int, str]] = []
@@ -180,4 +199,4 @@ def split_trace(path: Path) -> list[dict]:
     events = trace_events(path)
     cuda = any(e.device_type().name == "CUDA" for e in events)
     steps, phases, compute, comm, _ = _classify(events, cuda)
-    return [split_step(s, phases, compute, comm) for s in steps]
+    return split_steps(steps, phases, compute, comm)

@@ -1,10 +1,12 @@
 """Fault injection for tests: COMPARE_FAULT / spec.fault = "ADAPTER:RANK:KIND:STEP".
 
-Runs in: every rank. KIND is exit (os._exit(3)), raise (RuntimeError), hang (block forever) or kill (SIGKILL
-to itself, as the OOM killer or a `kill -9` would), injected at the start of step STEP; STEP "eval" at the start of
-the evaluation after the timed steps; STEP "end" after the rank has written its result, during shutdown; STEP
-"start" before the rank has said anything (RANK is then the rank its launcher gave it), as a launcher or rendezvous
-stuck before the worker began would look.
+Runs in: every rank. KIND is exit (os._exit(3)), raise (RuntimeError), hang (block forever), kill (SIGKILL to
+itself, as a `kill -9` would) or oom (allocate until the kernel's out-of-memory killer ends it: only in a memory
+cgroup with a limit, never against the whole machine), injected at the start of step STEP; STEP "eval" at the start of
+the evaluation after the timed steps; STEP "split" after the breakdown's profiled steps, as their split begins
+(--breakdown: the row's result is already written); STEP "end" after the rank has written its result, during
+shutdown; STEP "start" before the rank has said anything (RANK is then the rank its launcher gave it), as a launcher
+or rendezvous stuck before the worker began would look.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def fault_for(spec, rank: int):
         return None
     name, frank, kind, step = text.split(":")
     if name == spec.adapter and int(frank) == rank:
-        return kind, (step if step in ("start", "eval", "end") else int(step))
+        return kind, (step if step in ("start", "eval", "split", "end") else int(step))
     return None
 
 
@@ -39,4 +41,21 @@ def inject(kind: str, step: int | str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "hang":
         threading.Event().wait()  # never set: this rank stops answering, its peers block in the collective
+    if kind == "oom":
+        _exhaust_memory()
     raise ValueError(f"unknown fault kind {kind!r}")
+
+
+def _exhaust_memory() -> None:
+    """Allocate and touch memory until the OOM killer ends this process, having asked it to choose this one first
+    (oom_score_adj 1000). Refused outside a memory cgroup with a limit: it would press on the whole machine."""
+    from harness.shared import oom
+
+    if oom.memory_limit(oom.memory_cgroup()) is None:
+        raise RuntimeError("the oom fault needs a memory cgroup with a limit (it allocates until the OOM killer "
+                           "ends it)")
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+    held = []
+    while True:
+        held.append(bytearray(64 * 2**20))  # zero-filled: every page touched

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from harness.rank.faults import fault_for, inject
-from harness.shared import rank_result
+from harness.shared import oom, rank_result
 from harness.shared.proc import boot_id, pid_namespace
 from harness.shared.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
 from harness.shared.text import shorten
@@ -140,6 +140,7 @@ def _supervise(rank_dir: Path) -> set[int]:
     rank, me = launcher_rank(), os.getpid()
     started = {"rank": rank, "supervisor_pid": me, "start": time.time(), "host": socket.gethostname(),
                "parent_pid": os.getppid(), "parent": command_of(os.getppid())}
+    memory = oom.snapshot()  # the OOM killer's count before the worker exists, to read it again at its end
     lineage = launch_lineage()
     watched = {*_FORWARD, signal.SIGCHLD}
     before = signal.pthread_sigmask(signal.SIG_BLOCK, watched)  # from before the fork: no request is missed
@@ -162,7 +163,7 @@ def _supervise(rank_dir: Path) -> set[int]:
     while True:
         info = signal.sigwaitinfo(watched)
         if info.si_signo == signal.SIGCHLD:
-            pid, status = os.waitpid(worker, os.WNOHANG)
+            pid, status, usage = os.wait4(worker, os.WNOHANG)
             if pid:
                 break
             continue  # stopped or continued, not ended
@@ -172,10 +173,13 @@ def _supervise(rank_dir: Path) -> set[int]:
             os.kill(worker, info.si_signo)
         except ProcessLookupError:
             pass
-    ended = {**started, "worker_pid": worker, "time": time.time()}
+    # ru_maxrss: the worker's peak resident memory in KiB (Linux), whatever ended it
+    ended = {**started, "worker_pid": worker, "time": time.time(), "max_rss_bytes": usage.ru_maxrss * 1024}
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         ended.update(signal=signal.Signals(sig).name, code=None)
+        if sig == signal.SIGKILL:  # the OOM killer's signal: its own record says whether it sent it
+            ended["oom"] = oom.killed(worker, memory)
     else:
         sig, ended["signal"], ended["code"] = None, None, os.WEXITSTATUS(status)
     try:
@@ -289,6 +293,7 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     # (a peer's "setup" read as rank 0's would hide a rank 0 that never said a word from the parent's stall watch).
     opened = progress.enabled
     progress.enabled = opened and launcher_rank() == 0
+    progress.own_slot(launcher_rank())  # by the rank its stacks file is named after (a stall names the rank)
     early = fault_for(spec, launcher_rank())
     if early and early[1] == "start":  # before this rank's first word (tests of the stall watch's start-up case)
         inject(*early)
@@ -316,6 +321,14 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     marks("init_done")
     progress.enabled = opened and info.rank == 0
     fault = fault_for(spec, info.rank)
+    def keep(result) -> None:
+        """Write `result` as this rank's, with what every result carries (marks, cores, host)."""
+        result.marks = dict(marks)
+        result.cpu_affinity = cores if cores is not None else sorted(os.sched_getaffinity(0))
+        result.cpu_affinity_any_thread = _any_thread_affinity()
+        result.host = host_facts()
+        rank_result.write(spec.rank_result_path(info.rank), result)
+
     if spec.mode == "comm":
         from harness.rank import comm_cells as comm
 
@@ -328,13 +341,9 @@ def _work(spec: RunSpec, marks: Marks) -> None:
     else:
         from harness.rank import train
 
-        result = train.run(spec, adapter, info, marks, progress, fault)
+        result = train.run(spec, adapter, info, marks, progress, fault, keep)
     marks("result_written")
-    result.marks = dict(marks)
-    result.cpu_affinity = cores if cores is not None else sorted(os.sched_getaffinity(0))
-    result.cpu_affinity_any_thread = _any_thread_affinity()
-    result.host = host_facts()
-    rank_result.write(spec.rank_result_path(info.rank), result)
+    keep(result)
     adapter.barrier()
     if fault and fault[1] == "end":
         inject(*fault)

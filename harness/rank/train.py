@@ -32,7 +32,10 @@ def step_indices(indices, device):
     return indices.to(device, non_blocking=True)
 
 
-def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
+def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -> TrainResult:
+    """Train, measure and return this rank's result. `keep(result)` writes a result as the rank's own (life.py):
+    with --breakdown it is called before the profiled steps, with the breakdown marked unfinished, so a failure,
+    stall or interruption there costs the breakdown, never the measurement."""
     import torch
 
     workload = workloads.get(spec.workload, spec.workload_options)
@@ -171,8 +174,35 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
     if spec.eval:
         evaluation = (periodic and periodic.last(steps_run)) or evaluate(workload, adapter, model, data, info)
     marks("eval_done")
+
+    def result(parts, unfinished=()) -> TrainResult:
+        return TrainResult(
+            rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
+            data_rank=info.data_rank, data_world=info.data_world, devices_used=info.devices_used,
+            device=info.device, backend=info.backend, pid=os.getpid(),
+            threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
+            omp_num_threads_env=os.environ.get("OMP_NUM_THREADS"),
+            start_wall=marks["entry"], setup_s=marks["init_done"] - marks["entry"],
+            first_step_end_wall=first_step_end_wall,
+            end_wall=time.time(), warmup=spec.warmup, step_times_s=step_times,
+            losses=losses[:steps_run].cpu().tolist(), loss_counted=workload.loss_counted, peak_memory_bytes=peak,
+            peak_memory_kind=memory.kind, peak_memory_file_bytes=memory.file_bytes,
+            eval=evaluation, lr=lr, lr_rule=workload.lr_rule(), param_count=n_params,
+            trainable_param_count=n_trainable, precision=adapter.precision().value,
+            compression=adapter.compression(), adapter=adapter.describe(), workload=workload.describe(),
+            data={**data.meta, **(loader.describe() if loader else {})}, per_process_batch=per_rank_batch,
+            train_samples=n_train, evals=periodic.evals if periodic else None, snapshot_s=snapshot_s, profile=own,
+            straggler=straggler, timed_window=window.result, step_clock=clock.kind,
+            skipped_steps_timed=skipped_timed, compile=compile_result, breakdown=parts, dtypes=dtypes,
+            peak_memory_cuda_extra=memory_extra or None,
+            cuda_math=cuda_math(torch) if str(info.device).startswith("cuda") else None,
+            unfinished=list(unfinished))
+
     parts = None
     if spec.breakdown:
+        # The measurement is complete: the parent gets it now, so whatever happens to the profiled steps (a
+        # crash, a stall in their split, Ctrl-C) the row keeps its samples/s, step times and memory.
+        keep(result(None, unfinished=["breakdown"]))
         # After the evaluation (the profiled steps train on: the evaluation is the model a run without them
         # has) and before the next launch may start (no other launch's start-up shares the cores meanwhile).
         progress.phase("profiling steps", steps_run)
@@ -181,6 +211,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
             step = next(_next)
             # rank 0 moves on every step, so the stall watch sees a long profiled step as progress
             progress.phase(f"profiling step {step - steps_run + 1} of {_profiled(spec)}", steps_run)
+            progress.rank_step(step)
             if loader is None:
                 x, y = training_batch(data, batch(step), adapter)
             else:
@@ -198,7 +229,9 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
 
         adapter.barrier()  # every rank profiles the same steps at once
         parts = breakdown.run(spec.breakdown, profiled_step, info.device, sync,
-                              Path(spec.rank_dir) / f"trace-rank{info.rank}.json.gz" if spec.trace else None)
+                              Path(spec.rank_dir) / f"trace-rank{info.rank}.json.gz" if spec.trace else None,
+                              say=lambda text: progress.phase(text, steps_run),
+                              before_split=lambda: fault and fault[1] == "split" and inject(*fault))
         adapter.barrier()
         if loader is not None:
             loader.close()
@@ -206,26 +239,7 @@ def run(spec, adapter, info, marks, progress, fault) -> TrainResult:
         if info.rank == 0:
             progress_file.send_event(Path(spec.rank_dir), "timed_done")
 
-    return TrainResult(
-        rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
-        data_rank=info.data_rank, data_world=info.data_world, devices_used=info.devices_used,
-        device=info.device, backend=info.backend, pid=os.getpid(),
-        threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads(),
-        omp_num_threads_env=os.environ.get("OMP_NUM_THREADS"),
-        start_wall=marks["entry"], setup_s=marks["init_done"] - marks["entry"],
-        first_step_end_wall=first_step_end_wall,
-        end_wall=time.time(), warmup=spec.warmup, step_times_s=step_times,
-        losses=losses[:steps_run].cpu().tolist(), loss_counted=workload.loss_counted, peak_memory_bytes=peak, peak_memory_kind=memory.kind,
-        peak_memory_file_bytes=memory.file_bytes,
-        eval=evaluation, lr=lr, lr_rule=workload.lr_rule(), param_count=n_params,
-        trainable_param_count=n_trainable, precision=adapter.precision().value,
-        compression=adapter.compression(), adapter=adapter.describe(), workload=workload.describe(),
-        data={**data.meta, **(loader.describe() if loader else {})}, per_process_batch=per_rank_batch, train_samples=n_train,
-        evals=periodic.evals if periodic else None, snapshot_s=snapshot_s, profile=own,
-        straggler=straggler, timed_window=window.result, step_clock=clock.kind,
-        skipped_steps_timed=skipped_timed, compile=compile_result, breakdown=parts, dtypes=dtypes,
-        peak_memory_cuda_extra=memory_extra or None,
-        cuda_math=cuda_math(torch) if str(info.device).startswith("cuda") else None)
+    return result(parts)
 
 
 def training_batch(data, idx, adapter):

@@ -269,6 +269,36 @@ def equivalence_notes(rows) -> list[str]:
     return [f"✗ in the max_param_diff column ({', '.join(labels)}): {why}." for why, labels in by_reason.items()]
 
 
+def cut_short(records: list[dict[str, Any]]) -> str | None:
+    """The launches a run planned and has no record of, where nothing recorded says why (a run killed, or a machine
+    that stopped, writes no `not_run` records): its rows that never ran, and the rounds others never reached. Every
+    round runs every row, so a row without a round that another row has was cut off. None when none is missing."""
+    if not records or records[0].get("kind", "run") != "run" or any(r.get("run_interrupted") for r in records):
+        return None
+    order = (next((r.get("row_order") for r in records if r.get("row_order")), None)
+             or list(dict.fromkeys(r["label"] for r in records)))  # records older than row_order
+    have: dict[str, set[int]] = {}
+    for r in records:
+        have.setdefault(r["label"], set()).add(int(r["repeat"]))
+    launched = [int(r["repeat"]) for r in records if r["status"] != "unavailable"]  # those are written up front
+    if not launched:
+        return None
+    rounds = range(max(launched) + 1)
+    unavailable = {r["label"] for r in records if r["status"] == "unavailable"}  # a row for every round
+    order = [label for label in order if label not in unavailable]
+    missing = []
+    for label in order:
+        gone = [k + 1 for k in rounds if k not in have.get(label, ())]
+        if label not in have:
+            missing.append(f"{label} (no launch at all)")
+        elif gone:
+            missing.append(f"{label} (round{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))})")
+    if not missing:
+        return None
+    return (f"never run: {', '.join(missing)}; no record says the run was interrupted, so it was stopped without a "
+            f"word (kill -9, the machine) after its last record")
+
+
 def _notes(rows, records) -> list[str]:
     notes = []
     for note in (target_note(rows), *equivalence_notes(rows), flops_note(rows)):
@@ -279,6 +309,9 @@ def _notes(rows, records) -> list[str]:
         never = [row["adapter"] for row in rows if row["status"] == "not_run"]
         notes.append(f"**The run was interrupted {stopped}**: "
                      + (f"{', '.join(never)} never ran." if never else "every adapter had run at least once."))
+    cut = cut_short(records)
+    if cut:
+        notes.append(f"**The run ended before all its launches**: {cut}.")
     notes += hosts_report.note(records)
     notes += machine.note(records, lambda r: f"{r['label']}#{r['repeat']}")
     noisy = [f"{r['label']}#{r['repeat']} ({', '.join(r['noise']['flags'])})" for r in records
@@ -342,6 +375,10 @@ def _notes(rows, records) -> list[str]:
             if r["label"] == row["adapter"] and r.get("shutdown_error"):
                 notes.append(f"**{r['label']}** repeat {r['repeat']}: the launch ended badly {r['shutdown_error']}"
                              f" (its measurements are complete and kept).")
+            if r["label"] == row["adapter"] and r.get("failed_parts"):
+                for part, why in r["failed_parts"].items():
+                    notes.append(f"**{r['label']}** repeat {r['repeat']}: its {part} did not finish ({why}); its "
+                                 f"timed measurement was complete before it began and is kept.")
             if r["label"] == row["adapter"] and r["status"] in ("failed", "timeout") and r.get("log_tail"):
                 tail = "\n".join(r["log_tail"].splitlines()[-15:])
                 notes.append(f"**{r['label']}** repeat {r['repeat']} {r['status']}: {r['reason']}\n\n"
@@ -721,6 +758,9 @@ def console_notes(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
                                                            f"report.md)"))
     notes = [note for note in (target_note(rows), *equivalence_notes(rows)) if note]
+    cut = cut_short(records)
+    if cut:
+        notes.append(f"the run ended before all its launches: {cut}")
     return [escape(line) for line in lines + notes + step_report.console_lines(records, list(group(records)))]
 
 

@@ -25,8 +25,17 @@ def _knobs(label: str) -> str:
     return label.partition(":")[2].replace(":", ", ") or "defaults"
 
 
-def _gain(entry: dict[str, Any]) -> tuple[str, str]:
+def _gain(entry: dict[str, Any], interrupted: bool = False) -> tuple[str, str]:
+    """(the gain's ratio, its outcome in words) of a backend: what its confirmation showed, or, in a tune that was
+    interrupted, what it had not yet decided (nothing is called best without a launch)."""
     g = entry["gain"]
+    race = entry["race"]
+    if not race.walls:
+        return "–", "never launched (the tune was interrupted first)" if interrupted else "no launch made"
+    if not any(race.values.get(c) for c in race.candidates):
+        return "–", "no launch finished (the tune was interrupted)" if interrupted else "every launch failed"
+    if interrupted and g is None:
+        return "–", "not decided: the tune was interrupted before its confirmation"
     if entry["best"] == entry["default"]:
         return "–", "the defaults were best"
     if g is None:
@@ -101,18 +110,27 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     md += ["## Each backend at its best", "",
            "| backend | best knobs | gain over its defaults [95% interval] | outcome | candidates | race rounds | "
            "race ended |", "|---|---|---|---|---|---|---|"]
+    interrupted = bool(r0.get("run_interrupted"))
     for b, e in found.items():
-        ratio, outcome = _gain(e)
+        ratio, outcome = _gain(e, interrupted)
         race = e["race"]
         ended = WHY_ENDED.get((summary or {}).get("race_ended", {}).get(b, ""), "interrupted" if summary is None
                               else "–")
-        md.append(f"| {b} | {_knobs(e['best'])} | {ratio} | {outcome} | {len(race.candidates)} | {race.rounds} | "
-                  f"{ended} |")
-    md += ["", "Gains: the best over the defaults, paired within confirmation rounds, Holm-adjusted over the "
-               "backends; a gain is kept only where it is resolved faster. The rows that reproduce each backend's "
-               "winner (its best where that was confirmed faster, else its defaults):", "",
-           f"    {ready_rows(found)}", "",
-           f"or `compare run --tuned {out}`.", ""]
+        measured = any(race.values.get(c) for c in race.candidates)
+        md.append(f"| {b} | {_knobs(e['best']) if measured else '–'} | {ratio} | {outcome} | {len(race.candidates)} "
+                  f"| {race.rounds} | {ended} |")
+    never = tuning.never_launched(records)
+    if summary is not None and not interrupted:
+        md += ["", "Gains: the best over the defaults, paired within confirmation rounds, Holm-adjusted over the "
+                   "backends; a gain is kept only where it is resolved faster. The rows that reproduce each backend's "
+                   "winner (its best where that was confirmed faster, else its defaults):", "",
+               f"    {ready_rows(found)}", "",
+               f"or `compare run --tuned {out}`.", ""]
+    else:
+        md += ["", "No winner was confirmed: the tune did not finish, so no backend's best was measured against its "
+                   "defaults on launches of its own (and `compare run --tuned` refuses it); run the tune again, its "
+                   "command is under Provenance."
+               + (f" Never launched: {', '.join(never)}." if never else ""), ""]
     md += ["## Every candidate", ""]
     for b, e in found.items():
         race = e["race"]
@@ -122,7 +140,11 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
             vals = race.values.get(c, [])
             shown = verdict_mod.interval_text(geomean_interval(vals)) if vals else "–"
             d = race.dropped.get(c)
-            if d and d["why"] == "failed":
+            if c in never:
+                fate = "never launched: the tune was interrupted first"
+            elif d and d["why"] == "interrupted":
+                fate = f"interrupted in round {d['round'] + 1}, where the tune was stopped: {d['reason']}"
+            elif d and d["why"] == "failed":
                 fate = f"failed in round {d['round'] + 1}: {d['reason']}"
             elif d and d["why"] == "budget":
                 fate = (f"left out after round {d['round'] + 1} to fit the budget: {d['ratio']:.2f}× its defaults in "
@@ -130,6 +152,8 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
             elif d:
                 fate = (f"dropped after round {d['round'] + 1}: {d['ratio']:.2f}× the best ({d['best']}) "
                         f"[{d['lo']:.2f}–{d['hi']:.2f}], Holm p = {d['p_holm']:.3g}")
+            elif c == e["best"] and interrupted:
+                fate = "best so far, when the tune was interrupted"
             elif c == e["best"]:
                 fate = "best"
             else:
@@ -154,8 +178,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
 def console_lines(records: list[dict[str, Any]]) -> list[str]:
     """What `compare tune` prints at the end: each backend's best and gain, what changed, the ready rows."""
     if records and records[0].get("run_interrupted"):
+        never = tuning.never_launched(records)
         return [f"the tune was interrupted {records[0]['run_interrupted']}: no winner was confirmed (report.md shows "
-                f"what it had measured)"]
+                f"what it had measured)" + (f"; never launched: {', '.join(never)}" if never else "")]
     found = tuning.confirmed(records)
     lines = []
     for b, e in found.items():

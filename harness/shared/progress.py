@@ -5,12 +5,15 @@ mapping with plain memory stores (no system call, no file write per step), so re
 training loop nothing measurable. A sequence number (odd while a write is in progress, a seqlock) keeps the
 parent from reading a half-written phase text.
 
-Layout (little-endian): u64 seq | i64 step | i64 total | 240 bytes phase text (UTF-8, NUL-padded).
+Layout (little-endian): u64 seq | i64 step | i64 total | 240 bytes phase text (UTF-8, NUL-padded), then one i64
+per rank: the steps that rank has finished (-1 until it has joined), written by every rank into its own slot, so a
+launch that stalls can be told which rank stopped first (harness/launching/stalled.py).
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from pathlib import Path
 
@@ -19,9 +22,24 @@ _TEXT = 240
 SIZE = _HEAD.size + _TEXT
 
 
-def create(path: Path, total: int) -> None:
-    """Parent side: an empty progress file for a launch of `total` steps."""
-    path.write_bytes(_HEAD.pack(0, 0, total) + b"\0" * _TEXT)
+_SLOT = struct.Struct("<q")
+
+
+def create(path: Path, total: int, ranks: int = 0) -> None:
+    """Parent side: an empty progress file for a launch of `total` steps and `ranks` ranks."""
+    path.write_bytes(_HEAD.pack(0, 0, total) + b"\0" * _TEXT + _SLOT.pack(-1) * ranks)
+
+
+def read_ranks(path: Path) -> dict[int, int]:
+    """Parent side: rank -> the steps it has finished, for every rank that has said (one aligned 8-byte store each,
+    never torn)."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return {}
+    slots = raw[SIZE:]
+    steps = (_SLOT.unpack_from(slots, 8 * k)[0] for k in range(len(slots) // 8))
+    return {k: n for k, n in enumerate(steps) if n >= 0}
 
 
 def read(path: Path) -> dict | None:
@@ -45,12 +63,19 @@ class Writer:
     def __init__(self, path: Path):
         self.enabled = False
         self._map = None
+        self._slot: int | None = None
         try:
             with open(path, "r+b") as f:
-                self._map = mmap.mmap(f.fileno(), SIZE)
+                self._map = mmap.mmap(f.fileno(), max(SIZE, os.fstat(f.fileno()).st_size))
             self.enabled = True
         except (OSError, ValueError):  # no progress file (a rank started by hand): nothing to report to
             pass
+
+    def own_slot(self, rank: int) -> None:
+        """This rank's own step counter (set to 0 now): every rank writes it, rank 0's phase or not."""
+        if self._map is not None and SIZE + 8 * (rank + 1) <= len(self._map):
+            self._slot = SIZE + 8 * rank
+            _SLOT.pack_into(self._map, self._slot, 0)
 
     def phase(self, text: str, step: int | None = None) -> None:
         if not self.enabled:
@@ -69,8 +94,15 @@ class Writer:
         struct.pack_into("<Q", m, 0, writing + 1)
 
     def step(self, n: int) -> None:
+        if self._slot is not None:
+            _SLOT.pack_into(self._map, self._slot, n)
         if self.enabled:
             struct.pack_into("<q", self._map, 8, n)  # one aligned 8-byte store: never torn
+
+    def rank_step(self, n: int) -> None:
+        """This rank's own counter alone (the breakdown's profiled steps, which rank 0's step does not count)."""
+        if self._slot is not None:
+            _SLOT.pack_into(self._map, self._slot, n)
 
 
 # ---- the gate and the events channel ---------------------------------------------------------------------------

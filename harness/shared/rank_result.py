@@ -101,6 +101,10 @@ class TrainResult(RankResult):
     dtypes: dict[str, str] | None = None
     """The dtypes it held (Adapter.dtypes): the gradients after the first backward (with a warm-up), the rest after
     the last timed step."""
+    unfinished: list[str] = field(default_factory=list)
+    """The optional parts still to run when this result was written ("breakdown": the profiled steps, their split
+    and trace). A rank writes its result before them and again after: a launch that fails, stalls or is interrupted
+    during them keeps the row's measurement, and the record names the part that did not finish."""
 
 
 @dataclass

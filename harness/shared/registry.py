@@ -10,10 +10,13 @@ plug-ins through `pytest11`; a built-in name always wins over an entry point of 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import re
+import signal
 import sys
+import threading
 import traceback
 from importlib import import_module, metadata
 from pathlib import Path
@@ -54,6 +57,50 @@ class UserCodeError(Exception):
             te.stack = traceback.StackSummary.from_list(
                 [f for f in te.stack if not f.filename.startswith(_OURS) and not f.filename.startswith("<frozen")])
         return "".join(tb.format())
+
+
+class UserExit(BadReference):
+    """The user's code, while compare loaded it, called sys.exit() or raised KeyboardInterrupt itself (not a Ctrl-C):
+    one line naming where, exit code 2, where the process used to exit with the user's code and say nothing."""
+
+
+@contextlib.contextmanager
+def user_code(doing: str):
+    """Run the user's own code (importing their file, calling their workload function): SystemExit and a
+    KeyboardInterrupt that no Ctrl-C caused become UserExit. A real Ctrl-C meanwhile stays a KeyboardInterrupt: a
+    SIGINT handler of our own, in place while their code runs, notes that one arrived."""
+    signalled = []
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if main else None
+
+    def interrupted(signum, frame):
+        signalled.append(signum)
+        raise KeyboardInterrupt
+
+    if main and before is signal.default_int_handler:
+        signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    except SystemExit as exc:
+        raise UserExit(f"{doing}: your code called sys.exit({exc.code!r}){_where(exc)}; a workload's code must not "
+                       f"exit while it is loaded (put a script's own code under `if __name__ == \"__main__\":`); "
+                       f"nothing was run or written") from None
+    except KeyboardInterrupt as exc:
+        if signalled or not main or before is not signal.default_int_handler:
+            raise
+        raise UserExit(f"{doing}: your code raised KeyboardInterrupt{_where(exc)}, though nobody pressed Ctrl-C; a "
+                       f"workload's code must not raise it while it is loaded; nothing was run or written") from None
+    finally:
+        if main and before is signal.default_int_handler:
+            signal.signal(signal.SIGINT, before)
+
+
+def _where(exc: BaseException) -> str:
+    """" (at models.py:12)": the innermost frame of the user's code in the exception's traceback ("" if none)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(_OURS) and not f.filename.startswith("<") and
+              "contextlib" not in f.filename]
+    return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
 
 
 def _chain(tb: traceback.TracebackException):
@@ -137,10 +184,16 @@ def _import_file(path: Path):
         sys.path.insert(0, str(path.parent))
     sys.modules[name] = module  # before it runs: dataclasses and pickling look their module up by name
     try:
-        spec.loader.exec_module(module)
+        with user_code(f"importing {path}"):
+            spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - the user's code: shown as their traceback
         del sys.modules[name]
+        if isinstance(exc, UserExit):
+            raise
         raise UserCodeError(f"importing {path}", exc) from None
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 
@@ -149,7 +202,10 @@ def _import_module(name: str, kind: str):
         raise BadReference(f"{kind} module '{name}' is not a dotted Python name; give -w package.module:NAME or "
                            f"-w path/to/file.py:NAME")
     try:
-        return import_module(name)
+        with user_code(f"importing {name}"):
+            return import_module(name)
+    except UserExit:
+        raise
     except ModuleNotFoundError as exc:
         if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise BadReference(f"no module named '{exc.name}' (for {kind} {name}): install its package into this "
@@ -210,7 +266,10 @@ class Registry:
         ep = self.entry_points().get(name)
         if ep is not None:
             try:
-                return ep.load(), {}
+                with user_code(f"loading entry point {name} ({ep.value})"):
+                    return ep.load(), {}
+            except UserExit:
+                raise
             except Exception as exc:  # noqa: BLE001 - the installed package's code
                 raise UserCodeError(f"loading entry point {name} ({ep.value})", exc) from None
         if references and is_reference(name):

@@ -21,7 +21,8 @@ the collective could not finish before that rank arrived) and **communication ex
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from bisect import bisect_right
+from typing import Any, Callable, Iterable
 
 PHASES = ("forward", "backward", "optimizer")
 PARTS = ("forward", "backward", "optimizer", "other", "comm_exposed", "waiting")
@@ -108,6 +109,43 @@ def split_step(step: tuple[int, int], phases: dict[str, list[tuple[int, int]]],
             bucket[label] = bucket.get(label, 0) + delta
     return {"step_s": (hi - lo) / 1e9, **out, "exposed": exposed, "exposed_by_kind": by_kind,
             "overlapped": overlapped}
+
+
+def split_steps(steps: list[tuple[int, int]], phases: dict[str, list[tuple[int, int]]],
+                compute: Iterable[tuple[int, int, str]], comm: Iterable[tuple[int, int, str]],
+                on_step: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Every step of `steps` split by split_step, in time linear in the events: each range (a phase, an operator, a
+    collective) is handed to the steps it overlaps only, found by bisection over the steps' starts, instead of every
+    step looking at every event of every step (which made 1,000 profiled steps take longer than the stall watch
+    waits). `on_step(k, n)` is called before each step is split (a rank reports progress with it)."""
+    order = sorted(range(len(steps)), key=lambda k: steps[k])
+    starts = [steps[k][0] for k in order]
+    per_step: list[dict[str, Any]] = [{"phases": {name: [] for name in phases}, "compute": [], "comm": []}
+                                      for _ in steps]
+
+    def owners(s: int, e: int):
+        i = max(0, bisect_right(starts, s) - 1)
+        while i < len(order) and starts[i] < e:
+            lo, hi = steps[order[i]]
+            if min(e, hi) > max(s, lo):
+                yield order[i]
+            i += 1
+
+    for name, ranges in phases.items():
+        for r in ranges:
+            for k in owners(r[0], r[1]):
+                per_step[k]["phases"][name].append(r)
+    for key, events in (("compute", compute), ("comm", comm)):
+        for ev in events:
+            for k in owners(ev[0], ev[1]):
+                per_step[k][key].append(ev)
+    out = []
+    for k, step in enumerate(steps):
+        if on_step is not None:
+            on_step(k, len(steps))
+        mine = per_step[k]
+        out.append(split_step(step, mine["phases"], mine["compute"], mine["comm"]))
+    return out
 
 
 def combine(ranks: list[list[dict[str, Any]]]) -> dict[str, Any]:

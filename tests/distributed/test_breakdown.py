@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
 import adapters
+from harness.shared import progress as progress_file
 
 from conftest import run_compare
 
@@ -94,3 +97,60 @@ def test_the_report_names_the_dtypes_that_differ_between_compared_rows(run):
     assert "## Where a step's time goes" in report and "## Dtypes each backend holds" in report
     assert ("- amp:precision=bf16 / deepspeed:precision=bf16:zero_stage=1: parameters fp32 / bf16; master copy none / "
             "fp32; gradients fp32 / bf16; reduced on the wire fp32 / bf16") in report
+
+
+# ---- the profiled steps never cost the row its measurement ------------------------------------------------------
+KEPT = ("-w", "digits", "-a", "ddp", "--steps", "4", "--warmup", "1", "--equiv-steps", "0", "--breakdown",
+        "--breakdown-steps", "2", "--timeout", "300")
+
+
+def _measured_without_breakdown(rec):
+    assert rec["status"] == "ok", rec.get("reason")
+    assert rec["samples_per_s"] > 0 and len(rec["step_times_s"]) == 4 and rec["peak_memory_bytes"] > 0
+    assert "breakdown" not in rec
+
+
+def test_a_split_that_stalls_keeps_the_timed_row_and_marks_the_breakdown_failed(tmp_path):
+    # Rank 0 stops as its profiled steps' split begins (a split that never ends): the stall watch stops the launch,
+    # and the row keeps its samples/s, step times and memory, written before the profiled steps began.
+    rows, proc = run_compare(tmp_path / "o", *KEPT, "--stall-timeout", "15", env={"COMPARE_FAULT": "ddp:0:hang:split"})
+    rec = rows["ddp"]
+    _measured_without_breakdown(rec)
+    why = rec["failed_parts"]["breakdown"]
+    assert why.startswith("stalled: no progress for 15 s (--stall-timeout), rank 0 at step 5 of 5 (collecting the "
+                          "profiler's events of 2 step(s))"), why
+    assert "[fault injection] hang at step split" in why
+    assert "its breakdown did not finish" in proc.stdout
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert (f"**ddp** repeat 0: its breakdown did not finish ({why}); its timed measurement was complete before it "
+            f"began and is kept.") in report
+
+
+def test_ctrl_c_during_the_profiled_steps_keeps_the_timed_row_and_stops_the_run(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REPO, read_records, wait_until
+
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--out", str(out), *KEPT, "-a", "ddp,spawn",
+                             "--order-seed", "263", "--repeats", "1", "--no-plots"], cwd=REPO,
+                            env={**os.environ, "COMPARE_FAULT": "ddp:0:hang:split"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def splitting():
+        progress = list(Path(tempfile.gettempdir()).glob(f"compare-{proc.pid}-scratch-*/ddp-r0/progress.bin"))
+        return progress and "collecting the profiler" in (progress_file.read(progress[0]) or {}).get("phase", "")
+
+    wait_until(splitting, "ddp's rank 0 at its split", timeout=240, proc=proc)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    rows = read_records(out)
+    _measured_without_breakdown(rows["ddp"])
+    assert rows["ddp"]["failed_parts"] == {
+        "breakdown": "interrupted at step 5 of 5 (collecting the profiler's events of 2 step(s)); process group killed"}
+    assert rows["spawn"]["status"] == "not_run"
+    assert "interrupted: children stopped; 1 row(s) kept in" in stderr

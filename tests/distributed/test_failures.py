@@ -96,9 +96,13 @@ def test_a_stalled_launch_is_stopped_early_with_each_ranks_stack_and_the_next_ro
     ddp = rows["ddp"]
     assert ddp["status"] == "timeout"
     # torchrun, and each rank's supervisor and worker
-    assert re.fullmatch(r"stalled: no progress for 20 s \(--stall-timeout\), rank 0 at step 4 of 32 \(timed\); the "
-                        r"Python stacks of 2 rank\(s\) and the state of ([5-9]|\d\d) process\(es\) are in the log; "
-                        r"process group killed; first error: \[fault injection\] hang at step 4", ddp["reason"])
+    # The row names the rank that stopped (behind rank 0, which waits further on in the step's all-reduce).
+    assert re.fullmatch(r"stalled: no progress for 20 s \(--stall-timeout\), rank 0 at step 4 of 32 \(timed\); rank 1 "
+                        r"stopped first, after 4 step\(s\), in inject \(harness/rank/faults.py:\d+\): the other ranks "
+                        r"went further; the Python stacks of 2 rank\(s\) and the state of ([5-9]|\d\d) process\(es\) "
+                        r"are in the log; process group killed; first error: \[fault injection\] hang at step 4",
+                        ddp["reason"]), ddp["reason"]
+    assert ddp["stalled_rank"] == 1
     log = (tmp_path / "o" / "logs" / "ddp-r0.log").read_text()
     assert log.count("(most recent call first)") >= 2  # faulthandler's header, a thread at a time, both ranks
     assert "harness/rank/faults.py" in log and " in inject" in log

@@ -169,6 +169,40 @@ def test_kill_9_of_compare_takes_every_launched_process_with_it(tmp_path, adapte
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+@pytest.mark.alone  # /dev/shm is the machine's
+def test_a_killed_deepspeed_launchs_shared_memory_is_gone_after_the_next_run(tmp_path):
+    # A DeepSpeed launch records, before its ranks exist, the segments its CPU all-reduce creates in /dev/shm. Its
+    # ranks unlink theirs once every peer has mapped them, so a segment survives a kill only inside
+    # init_distributed; the test stands in for that moment by leaving one under the launch's own name (as
+    # deepspeed_shm_comm names rank 1's), then kills compare with SIGKILL, so nothing of that run can remove it.
+    from harness.launching import leftovers
+
+    if not adapters.availability("deepspeed", "cpu", 2):
+        pytest.skip(f"deepspeed is not available here: {adapters.availability('deepspeed', 'cpu', 2).reason}")
+    proc, root = _start_training(tmp_path, "deepspeed's ranks at step 3", 3, "run", "-a", "deepspeed", "--steps",
+                                 "100000", "--warmup", "2", "--equiv-steps", "0")
+    [entry] = [json.loads(f.read_text()) for f in leftovers.ledger().glob(f"{proc.pid}-*.json")]
+    [pattern] = [lo["pattern"] for lo in entry["leftovers"]]
+    assert pattern.startswith(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_")
+    segment = Path(pattern.replace("*", "1"))
+    segment.write_bytes(b"\0" * 2**20)
+    try:
+        launched = _launch_processes(root)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        psutil.wait_procs(launched, timeout=20)
+        assert segment.exists()  # nobody of the killed run could remove it
+        after = run_compare(tmp_path / "next", "-a", "ddp", "--steps", "2", "--warmup", "1", "--equiv-steps", "0")[1]
+        assert not segment.exists()
+        assert (f"note: removed 1 DeepSpeed shared-memory segment (1.0 MiB) left by 1 launch(es) of compare runs "
+                f"that were killed (pid {proc.pid})\n") in after.stderr
+        assert not list(leftovers.ledger().glob(f"{proc.pid}-*.json"))
+    finally:
+        segment.unlink(missing_ok=True)
+        for scratch in Path(tempfile.gettempdir()).glob(f"compare-{proc.pid}-scratch-*"):
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
 def test_a_second_run_on_the_same_out_is_refused_naming_the_first(tmp_path):
     first, _ = _start_training(tmp_path, "the first run's training", 1, "run", "-a", "ddp", "--steps", "100000",
                                "--warmup", "0", "--equiv-steps", "0")
@@ -288,10 +322,13 @@ def test_disk_full_for_the_plots_keeps_every_row_and_says_so(small_disk, tmp_pat
     plots = sum(f.stat().st_size for f in sizing.glob("*.png"))
     room = 4096 + logs + 2 * records + 8192
     assert plots > room - 2 * records + 16384, "the plots must not fit where the records do"
-    small_disk(room)
     out = small_disk.path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", *args, "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The disk fills once the run has started (a run is refused up front where it has less room than it writes):
+    # as another process's files would fill it, before the first launch's records.
+    wait_until(lambda: (out / "logs").is_dir(), "the run's logs/ directory", timeout=120, proc=proc)
+    small_disk(room)
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stderr
     assert stderr == (f"error: could not write the report and plots in {out}: No space left on device; "
@@ -304,11 +341,12 @@ def test_disk_full_for_the_plots_keeps_every_row_and_says_so(small_disk, tmp_pat
 def test_disk_full_for_the_records_names_where_the_rank_results_are(small_disk):
     # Several rows: the next launch is already running when the first save fails, and its own failed save while
     # stopping must name the same place (it once said "kept in None").
-    small_disk(0)
     out = small_disk.path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-a", "dp,ddp,spawn", *SHORT, "--no-plots",
                              "--repeats", "1", "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: (out / "logs").is_dir(), "the run's logs/ directory", timeout=120, proc=proc)
+    small_disk(0)  # full once the run has started: refused up front otherwise
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stderr
     [kept] = _scratch_dirs(proc.pid)
@@ -373,3 +411,60 @@ def test_a_rank_killed_from_outside_is_named(tmp_path, target, reason):
     assert proc.returncode == 1, stderr  # the only row failed
     [row] = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert (row["status"], row["reason"]) == ("failed", reason)
+
+
+# ---- a rank killed by the out-of-memory killer ---------------------------------------------------------------
+
+OOM_LIMIT = 3 * 2**30
+"""The memory cgroup's limit for the OOM test: the parent, torchrun and two ranks of digits fit well under it
+(about 1.3 GiB here); rank 1 then allocates until the kernel kills it."""
+
+
+@pytest.fixture
+def memory_limited(tmp_path):
+    """A memory cgroup of OOM_LIMIT made for the test under this process's own (cgroup v1 or v2), and the argv
+    prefix that starts a command inside it; removed after the test. Skipped, with the reason, where the machine
+    does not allow it."""
+    from harness.shared import oom
+
+    if os.geteuid() != 0:
+        pytest.skip("Requires: root (to create a memory cgroup)")
+    mine = oom.memory_cgroup()
+    if mine is None:
+        pytest.skip("Requires: a memory cgroup this process can read (none found in /proc/self/cgroup)")
+    parent, version = mine
+    group = parent / f"compare-oom-test-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / ("memory.limit_in_bytes" if version == 1 else "memory.max")).write_text(str(OOM_LIMIT))
+    except OSError as exc:
+        if group.exists():
+            group.rmdir()
+        pytest.skip(f"Requires: a child memory cgroup with a limit under {parent} ({exc.strerror or exc})")
+    yield ["sh", "-c", f'echo $$ > {group / "cgroup.procs"} && exec "$@"', "sh"]
+    deadline = time.monotonic() + 30
+    while True:  # a cgroup goes once its last process has; every process the run started is gone by now
+        try:
+            group.rmdir()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)  # not a synchronisation: the kernel frees the cgroup's last task asynchronously
+
+
+def test_a_rank_killed_by_the_out_of_memory_killer_is_named_with_its_peak_memory(tmp_path, memory_limited):
+    # Rank 1 allocates past its cgroup's limit at step 3: the kernel's OOM killer sends it SIGKILL, and its
+    # supervisor finds the kernel's own record of it (the kernel log, or the cgroup's count of OOM kills).
+    out = tmp_path / "o"
+    proc = subprocess.run([*memory_limited, sys.executable, "-m", "harness", "run", "-a", "ddp", *SHORT,
+                           "--repeats", "1", "--no-plots", "--out", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "COMPARE_FAULT": "ddp:1:oom:3"})
+    assert proc.returncode == 1, proc.stderr  # the only row failed
+    [row] = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert row["status"] == "failed"
+    head, peak, limit = row["reason"].partition("; its peak memory ")[0], *row["reason"].split("; its ")[1:]
+    assert head == "rank 1 killed by the out-of-memory killer (SIGKILL", row["reason"]
+    assert peak.startswith("peak memory ") and peak.endswith(" GiB")
+    assert 1.0 <= float(peak.split()[-2]) <= OOM_LIMIT / 2**30  # it grew to most of what was left
+    assert limit == "memory cgroup's limit 3.0 GiB)"

@@ -81,9 +81,32 @@ CASES = [
     ("run-warmup-negative", ["run", "--warmup", "-1"], "--warmup must be at least 0, got -1"),
     ("run-equiv-negative", ["run", "--equiv-steps", "-2"], "--equiv-steps must be at least 0, got -2"),
     ("run-breakdown-steps-zero", ["run", "--breakdown", "--breakdown-steps", "0"],
-     "--breakdown-steps must be between 1 and 1000, got 0"),
+     "--breakdown-steps must be between 1 and 1000 (the profiler holds every event of the profiled steps in memory "
+     "until they are split), got 0"),
     ("run-breakdown-steps-huge", ["run", "--trace", "--breakdown-steps", "5000"],
-     "--breakdown-steps must be between 1 and 1000, got 5000"),
+     "--breakdown-steps must be between 1 and 1000 (the profiler holds every event of the profiled steps in memory "
+     "until they are split), got 5000"),
+    # issue 64: a Hugging Face model's shape options bounded as `compare plan --layers` is (layers=1000000 planned
+    # silently for 300 s), and a sequence too long for the text named as such (not "the training set has 4 samples")
+    ("plan-hf-layers-huge", ["plan", "-w", "hf", "-o", "model=llama-70b", "-o", "layers=1000000"],
+     "workload hf: option 'layers' must be at most 1,000 (DeepNet's 1,000 blocks, Wang et al. 2022: the deepest "
+     "transformer trained; as `compare plan --layers`); got 1000000"),
+    ("run-hf-hidden-huge", ["run", "-w", "hf", "-o", "hidden=1000000", "-a", "ddp"],
+     "workload hf: option 'hidden' must be at most 65,536 (three times the widest published, MT-NLG 530B's 20,480; "
+     "as `compare plan --hidden`); got 1000000"),
+    ("run-hf-seq-len-too-long", ["run", "-w", "hf", "-o", "seq_len=100000", "-a", "ddp"],
+     "workload hf: option 'seq_len' must be at most 46,627: the text (CPython's help, 466,273 bytes) keeps 46,628 "
+     "bytes held out for evaluation, and a window needs seq_len + 1 of them (its next byte); got 100000"),
+    # issue 64: a world size the machine cannot run is named as that, not as the batch or buffer it sets a floor on
+    ("run-world-size-10000", ["run", "-n", "10000"],
+     f"world size 10000 needs 10000 processes but this machine has {CORES} usable cores; use --world-size {CORES} or "
+     f"fewer, or --oversubscribe to run it anyway (every row is then labelled oversubscribed)"),
+    ("comm-world-size-10000", ["comm", "-n", "10000"],
+     f"world size 10000 needs 10000 processes but this machine has {CORES} usable cores; use --world-size {CORES} or "
+     f"fewer, or --oversubscribe to run it anyway (every row is then labelled oversubscribed)"),
+    ("scale-world-size-99", ["scale", "--world-sizes", "99"],
+     f"world size 99 needs 99 processes but this machine has {CORES} usable cores; use --world-sizes up to {CORES}, "
+     f"or --oversubscribe to run it anyway (every row is then labelled oversubscribed)"),
     ("run-equiv-beyond-run", ["run", "--steps", "5", "--warmup", "1", "--equiv-steps", "7"],
      "--equiv-steps 7 is more than the 1 + 5 steps the run takes"),
     ("run-repeats-0", ["run", "--repeats", "0"], "repeats must be at least 1, got 0"),
@@ -497,6 +520,9 @@ CASES = [
     ("knobs-unknown", ["knobs", "horovd"],
      f"unknown adapter or workload 'horovd'; valid choices: {ADAPTERS} (adapters), "
      f"{', '.join(workloads.names())} (workloads)"),
+    ("diff-one-run-twice", ["diff", RUNS / "digits_cpu2_20261126-045209", RUNS / "digits_cpu2_20261126-045209"],
+     f"A and B are one run ({RUNS / 'digits_cpu2_20261126-045209'} twice): every row would be 1.000x, and that says "
+     f"nothing; give another run as B (the same command again, or another torch, knob or machine)"),
     # ---- doctor: refused before it samples the machine or launches anything -----------------------------------
     ("doctor-launches-2", ["doctor", "--launches", "2"],
      "--launches must be between 3 (an interval needs 3) and 50, got 2"),
@@ -1182,3 +1208,43 @@ def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhe
     row = next(line for line in text.splitlines() if line.startswith("| [ok]"))
     assert "odd\\|label with a break" in row and row.count(" | ") == 6  # still one row of seven cells
     assert "[banana]" not in text and "[loop]" not in text
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs, mounted for the test and unmounted after (root only)."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("Requires: root (to mount a small tmpfs)")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"Requires: a tmpfs mount ({exc})")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("sub", ["run", "comm", "scale"])
+@pytest.mark.parametrize("fill", [0, 60 * 1024], ids=["empty", "full"])
+def test_an_out_on_a_filesystem_too_small_for_the_run_is_refused_before_anything_is_created(tiny_disk, sub, fill):
+    # a full filesystem was found at the first launch's records, after the directories were made
+    import shutil
+
+    if fill:
+        (tiny_disk / "filler").write_bytes(b"\0" * fill)
+    free = shutil.disk_usage(tiny_disk).free
+    out = tiny_disk / "runs" / "o"
+    args = {"run": ["-a", "ddp", "--steps", "5", "--repeats", "1"], "comm": ["--backends", "torch"],
+            "scale": ["-a", "ddp", "--world-sizes", "1,2", "--no-model"]}[sub]
+    result = invoke(sub, *args, "--out", out)
+    assert result.exit_code == 2, result.output
+    shown = f"{free / 2**10:,.0f} KiB" if free >= 1024 else f"{free} bytes"
+    assert result.stderr.startswith(f"error: output directory {out} is on a filesystem with {shown} free, less than "
+                                    f"the "), result.stderr
+    assert result.stderr.endswith("; free some space or choose another --out\n") and result.stderr.count("\n") == 1
+    assert not (tiny_disk / "runs").exists()

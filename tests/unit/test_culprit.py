@@ -87,6 +87,21 @@ def test_a_rank_killed_by_sigkill_is_named_not_the_peer_whose_connection_it_rese
     assert culprit(rd, [_launcher(rd, 1, T + 3.5)]) == "rank 1 killed by SIGKILL"
 
 
+def test_a_rank_the_out_of_memory_killer_ended_is_named_so_with_its_peak_memory(rd):
+    # Its supervisor found the kernel's record of the kill (harness/shared/oom.py) and the worker's peak resident
+    # memory (wait4's ru_maxrss); a SIGKILL without such a record stays "killed by SIGKILL".
+    _start(rd, 0), _start(rd, 1)
+    _write(rd, "exit-rank1.json", {"rank": 1, "time": T + 3.0, "code": None, "signal": "SIGKILL", "host": "vm",
+                                   "max_rss_bytes": 1932735283, "oom": {
+                                       "record": "Memory cgroup out of memory: Killed process 201 (python)",
+                                       "cgroup": "/sys/fs/cgroup/memory/x", "limit_bytes": 2 * 2**30}})
+    _failed(rd, 0, T + 3.1, "RuntimeError: Connection reset by peer")
+    _exit(rd, 0, T + 3.2, code=1)
+    _stopping(rd, T + 4, alive=[])
+    assert culprit(rd, [_launcher(rd, 1, T + 3.5)]) == ("rank 1 killed by the out-of-memory killer (SIGKILL; its peak "
+                                                        "memory 1.8 GiB; its memory cgroup's limit 2.0 GiB)")
+
+
 def test_a_supervisor_gone_before_compare_stopped_is_named(rd):
     _start(rd, 0), _start(rd, 1)
     _asked(rd, 0, T + 3.0, "launch")  # torchrun stops the survivor
@@ -317,3 +332,22 @@ def test_an_exception_well_before_a_peers_abrupt_exit_stays_the_cause(rd):
     # and of two exceptions, the first, however close
     _failed(rd, 1, T + 10.01)
     assert culprit(rd, [_launcher(rd, 1, T + 13)]).startswith("rank 0 exited with code 1")
+
+
+def test_the_oom_killers_count_in_a_memory_cgroup_is_read_at_the_workers_start_and_end(tmp_path, monkeypatch):
+    from harness.shared import oom
+
+    monkeypatch.setattr(oom, "kernel_record", lambda pid, since: None)  # no kernel log readable: the count decides
+    for version, counts, limit in ((1, "memory.oom_control", "memory.limit_in_bytes"), (2, "memory.events", "memory.max")):
+        cg = tmp_path / f"v{version}"
+        cg.mkdir()
+        (cg / counts).write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n" if version == 1 else
+                                 "low 0\nhigh 0\nmax 7\noom 1\noom_kill 2\n")
+        (cg / limit).write_text("2147483648\n")
+        before = {"cgroup": str(cg), "version": version, "oom_kills": 2, "since": 0.0}
+        assert oom.killed(4242, before) is None  # a SIGKILL from elsewhere
+        (cg / counts).write_text((cg / counts).read_text().replace("oom_kill 2", "oom_kill 3"))
+        assert oom.killed(4242, before) == {"record": f"{counts} of {cg}: oom_kill 2 -> 3", "cgroup": str(cg),
+                                            "limit_bytes": 2**31}
+        (cg / limit).write_text("max\n" if version == 2 else "9223372036854771712\n")
+        assert oom.killed(4242, before)["limit_bytes"] is None  # no limit: none said

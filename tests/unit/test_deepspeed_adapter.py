@@ -2,6 +2,7 @@
 and the ds config. None of these import deepspeed (which would probe accelerators and log to stdout)."""
 
 import importlib.util
+import glob
 import os
 import socket
 import subprocess
@@ -146,7 +147,7 @@ def test_launch_uses_the_deepspeed_launcher_with_a_store_the_parent_holds(monkey
     assert ds.DeepSpeedAdapter({}, "cpu").processes(2) == 2
 
 
-def test_the_launch_sweeps_its_own_shared_memory_segments_and_no_other(monkeypatch, tmp_path):
+def test_the_launch_names_its_own_shared_memory_segments_for_the_parent_to_remove_and_no_other(monkeypatch, tmp_path):
     # deepspeed_shm_comm names a rank's segment deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>
     # and never unlinks it
     monkeypatch.setattr(ds, "launcher_path", lambda: "/venv/bin/deepspeed")
@@ -162,9 +163,9 @@ def test_the_launch_sweeps_its_own_shared_memory_segments_and_no_other(monkeypat
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", port)
     assert ds.shm_segment(1) == ours[1]  # the name a rank unlinks once every peer has mapped it
-    [sweep] = plan.cleanup
-    sweep()
-    assert [f.exists() for f in ours] == [False, False] and other.exists()
+    [leftover] = plan.leftovers  # what the parent records before the launch and removes once it is gone
+    assert sorted(glob.glob(leftover.pattern)) == [str(f) for f in ours]
+    assert leftover.what == "DeepSpeed shared-memory segment" and not plan.cleanup
     plan.hold.clear()
 
 

@@ -109,3 +109,19 @@ def test_a_scale_sweep_is_not_a_run(tmp_path):
     shown = CliRunner().invoke(app, ["diff", str(a), str(sweep)])
     assert shown.exit_code == 2
     assert shown.stderr == "error: B holds scale records; compare diff compares two `compare run` results\n"
+
+
+def test_a_run_compared_with_itself_is_refused_as_one_run(tmp_path):
+    # every row was "1.000x not resolved" without a word that A and B were one run
+    import shutil
+
+    a = _run(tmp_path, "a", {"ddp": [1.0, 1.1, 0.9]})
+    shutil.copytree(a, tmp_path / "copy")
+    (tmp_path / "link").symlink_to(a)
+    for b, why in ((a, f"{a} twice"), (tmp_path / "link", f"{a} is {tmp_path / 'link'}"),
+                   (tmp_path / "copy", f"{tmp_path / 'copy'} holds the same launches as {a}: a copy")):
+        shown = CliRunner().invoke(app, ["diff", str(a), str(b)])
+        assert (shown.exit_code, shown.stdout) == (2, "")
+        assert shown.stderr == (f"error: A and B are one run ({why}): every row would be 1.000x, and that says "
+                                f"nothing; give another run as B (the same command again, or another torch, knob or "
+                                f"machine)\n")

@@ -40,3 +40,21 @@ def test_worst_of_repeats_keeps_a_nan_wherever_it_is():
     assert worst([1e-7, 3e-7, 2e-7]) == 3e-7
     with pytest.raises(ValueError):
         worst([])
+
+
+def test_a_loss_that_becomes_nan_and_stays_so_makes_the_row_diverged_naming_the_step():
+    # a model whose output turned NaN at step 6 of 7 (each rank's losses averaged: a NaN on one rank is NaN)
+    from types import SimpleNamespace
+
+    from harness.core.assemble import diverged_at, row_status
+
+    ok = SimpleNamespace(status="ok", reason="")
+    nan, inf = float("nan"), float("inf")
+    assert row_status(ok, None, [2.0, 1.5, 1.2, 1.1, 1.0, nan, nan]) == (
+        "diverged", "the loss became nan at step 6 of 7 and stayed NaN or infinite: the training diverged (its "
+                    "timings are kept in the record, out of the comparison)")
+    assert diverged_at([inf, nan]) == (1, "inf")
+    assert diverged_at([2.0, inf, 1.0]) is None  # an fp16 overflow it recovered from is not a divergence
+    assert diverged_at([]) is None and row_status(ok, None, [1.0]) == ("ok", "")
+    failed = SimpleNamespace(status="failed", reason="rank 1 exited with code 1")
+    assert row_status(failed, None, [nan]) == ("failed", "rank 1 exited with code 1")  # the launch's own comes first

@@ -18,18 +18,21 @@ def _session(tmp_path: Path) -> Session:
     return session
 
 
-def _outcome(tmp_path: Path, status: str, shutdown_error: str = "", text: str | None = "rank 0: step 1\n"):
+def _outcome(tmp_path: Path, status: str, shutdown_error: str = "", text: str | None = "rank 0: step 1\n",
+             failed_parts: dict | None = None):
     log = tmp_path / f"launch-{status}-{bool(shutdown_error)}.log"
     if text is not None:
         log.write_text(text)
-    return SimpleNamespace(status=status, shutdown_error=shutdown_error, log_path=log)
+    return SimpleNamespace(status=status, shutdown_error=shutdown_error, log_path=log, failed_parts=failed_parts or {})
 
 
-@pytest.mark.parametrize("status, shutdown_error", [("failed", ""), ("timeout", ""), ("interrupted", ""),
-                                                    ("ok", "after every rank had written its result: exit 1")])
-def test_a_launch_that_went_wrong_keeps_its_log_as_plain_text(tmp_path, status, shutdown_error):
+@pytest.mark.parametrize("status, shutdown_error, failed_parts", [
+    ("failed", "", None), ("timeout", "", None), ("interrupted", "", None),
+    ("ok", "after every rank had written its result: exit 1", None),
+    ("ok", "", {"breakdown": "stalled: no progress for 20 s (--stall-timeout)"})])
+def test_a_launch_that_went_wrong_keeps_its_log_as_plain_text(tmp_path, status, shutdown_error, failed_parts):
     session = _session(tmp_path)
-    session.keep_log(_outcome(tmp_path, status, shutdown_error), "ddp-r0.log")
+    session.keep_log(_outcome(tmp_path, status, shutdown_error, failed_parts=failed_parts), "ddp-r0.log")
     assert sorted(p.name for p in (session.out / "logs").iterdir()) == ["ddp-r0.log"]
     assert (session.out / "logs" / "ddp-r0.log").read_text() == "rank 0: step 1\n"
 
@@ -66,3 +69,28 @@ def test_a_copy_cut_short_by_a_full_disk_is_removed(tmp_path, monkeypatch, statu
     session = _session(tmp_path)
     session.keep_log(_outcome(tmp_path, status), "ddp-r0.log")
     assert list((session.out / "logs").iterdir()) == []
+
+
+def test_a_run_that_cannot_start_writing_leaves_no_empty_directory(tmp_path, monkeypatch):
+    # the disk filled between the check of its room and the run's first file: the directories it made go again
+    import errno
+
+    from harness.core import outdir
+    from harness.core.session import SessionError
+
+    def full(within=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(outdir, "scratch_dir", full)
+    out = tmp_path / "results" / "run"
+    with pytest.raises(SessionError, match="could not prepare .*: No space left on device"):
+        with Session(out, ("records.jsonl",)):
+            pass
+    assert not (tmp_path / "results").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("a user's file")
+    with pytest.raises(SessionError):
+        with Session(mine / "run", ("records.jsonl",)):
+            pass
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]  # only what the run made is removed

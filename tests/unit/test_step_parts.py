@@ -268,3 +268,69 @@ def test_a_kept_trace_is_split_again_as_the_rank_split_it():
     parts = split_trace(REPO / "tests" / "fixtures" / "traces" / "h200_llama_amp_bf16.trace.json.gz")
     assert [round(p["step_s"] * 1e3, 2) for p in parts] == [65.73, 64.28]
     assert all(p["other"] < 0.02 * p["step_s"] for p in parts)
+
+
+def synthetic_trace(steps: int, ops: int, step_ms: float = 10.0) -> list["_Event"]:
+    """A profiled run of `steps` steps as kineto gives it: each step's range and its three phases on the training
+    thread, `ops` operators spread over the phases (every other one nested in the one before), and an all-reduce on
+    gloo's thread over the second half of each backward."""
+    events = []
+    for k in range(steps):
+        t0 = k * step_ms
+        bounds = {"forward": (t0, t0 + 0.3 * step_ms), "backward": (t0 + 0.3 * step_ms, t0 + 0.8 * step_ms),
+                  "optimizer": (t0 + 0.8 * step_ms, t0 + 0.95 * step_ms)}
+        events.append(_Event("compare.step", t0, step_ms))
+        for name, (a, b) in bounds.items():
+            events.append(_Event(f"compare.{name}", a, b - a))
+        width = 0.95 * step_ms / ops
+        for i in range(ops):
+            start = t0 + i * width
+            events.append(_Event("aten::mm" if i % 2 else "aten::linear", start, width * (0.4 if i % 2 else 0.9)))
+        events.append(_Event("gloo:all_reduce", t0 + 0.55 * step_ms, 0.3 * step_ms, thread=2))
+    return events
+
+
+class _Counted(list):
+    """A list that counts how many of its items are read by iteration."""
+
+    reads = 0
+
+    def __iter__(self):
+        for item in super().__iter__():
+            self.reads += 1
+            yield item
+
+
+def test_the_split_hands_each_event_to_its_own_step_only():
+    # 1,000 profiled steps once took longer than the stall watch waits: every step scanned every event of every
+    # step. Each event is now read a bounded number of times, whatever the number of steps.
+    from harness.rank.breakdown import _classify
+    from harness.shared.step_parts import split_steps
+
+    steps, phases, compute, comm, _ = _classify(synthetic_trace(300, 40), cuda=False)
+    compute, comm = _Counted(compute), _Counted(comm)
+    parts = split_steps(steps, phases, compute, comm)
+    assert len(parts) == 300 and compute.reads == len(compute) and comm.reads == len(comm)
+    assert parts == [split_step(s, phases, compute, comm) for s in steps[:3]] + parts[3:]  # the same parts
+
+
+def test_classifying_and_splitting_take_time_linear_in_the_profiled_steps():
+    # The phase of every operator was found by scanning every phase range of every step (quadratic too). Ten times
+    # the steps must take about ten times as long (36 times with the old scan): CPU time, the best of three (a
+    # shared machine's other work shows in the wall clock, far less in this process's CPU time).
+    import time
+
+    from harness.rank.breakdown import _classify
+    from harness.shared.step_parts import split_steps
+
+    def seconds(n):
+        events = synthetic_trace(n, 40)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.process_time()
+            split_steps(*_classify(events, cuda=False)[:4])
+            best = min(best, time.process_time() - t0)
+        return best
+
+    small, large = seconds(50), seconds(500)
+    assert large / small < 20, f"50 steps {small:.3f} s, 500 steps {large:.3f} s"

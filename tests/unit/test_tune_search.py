@@ -199,6 +199,19 @@ def test_the_budget_forms():
                                                      "not in this run (ddp)"),
     (["-a", "ddp", "-k", "ddp.bucket_cap_mb=5", "--tune", "ddp.bucket_cap_mb=1"],
      "--tune ddp.bucket_cap_mb searches a knob that --knob ddp.bucket_cap_mb=5 fixes; give one of them"),
+    # a candidate given twice, or one that would never be raced, was collapsed without a word (issue 64)
+    (["-a", "ddp", "--tune", "ddp.bucket_cap_mb=1,1"],
+     "--tune ddp.bucket_cap_mb=1,1: value 1 is listed twice; give each candidate once"),
+    (["-a", "ddp", "--tune", "ddp.bucket_cap_mb=1,1.0"],
+     "--tune ddp.bucket_cap_mb: values 1 and 1.0 are the same value; give each candidate once"),
+    (["-a", "ddp", "--tune", "ddp.bucket_cap_mb=1", "--tune", "ddp.bucket_cap_mb=2"],
+     "--tune ddp.bucket_cap_mb is given twice; give every value in one: --tune ddp.bucket_cap_mb=V1,V2"),
+    (["-a", "ddp", "--tune", "ddp.bucket_cap_mb=1,,2"],
+     "--tune 'ddp.bucket_cap_mb=1,,2' has an empty value (two commas in a row, or one at an end); e.g. --tune "
+     "ddp.bucket_cap_mb=1,5,100"),
+    (["-a", "ddp", "--tune", "ddp.compile=false"],
+     "--tune ddp.compile=false: false is ddp's own value of 'compile', which its defaults row already races; give "
+     "other values"),
 ])
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, args, message):
     out = tmp_path / "o"

@@ -143,6 +143,11 @@ def test_an_installed_packages_entry_point_is_listed_with_where_it_came_from_and
     assert not (tmp_path / "o").exists()
 
 
+DATA = ("import torch\nX = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))\n"
+        "Y = torch.arange(64) % 3\n")
+"""A user file's head: 64 samples of 4 features and 3 classes."""
+
+
 BAD = {
     "missing-file": ("", "{dir}/nope.py:tiny",
                      "workload file {dir}/nope.py does not exist (in {cwd}); give -w PATH.py:NAME"),
@@ -212,7 +217,45 @@ BAD = {
                                          "directly", "--loader-workers", "2"),
     "bad-option-value": (FUNCTION, "{path}:tiny", "workload {path}:tiny: option 'hidden' expects an int, got 'wide'",
                          "-o", "hidden=wide"),
+    # issue 63 item 9: workloads that are wrong in themselves, each refused before anything is launched
+    "no-parameters": (DATA + "def f():\n    return {'model': torch.nn.Identity(), 'train': (X, Y)}\n", "{path}:f",
+                      "workload {path}:f: its model (Identity) has no parameters, so there is nothing to train or to "
+                      "compare; give a model with parameters"),
+    "all-frozen": (DATA + "def frozen():\n    m = torch.nn.Linear(4, 3)\n    m.requires_grad_(False)\n    return m\n"
+                   "def f():\n    return {'model': frozen, 'train': (X, Y)}\n", "{path}:f",
+                   "workload {path}:f: none of its model's 2 parameter tensor(s) requires a gradient (all frozen), so "
+                   "there is nothing to train or to compare; unfreeze some"),
+    "nan-output": (DATA + "class M(torch.nn.Linear):\n    def forward(self, x):\n        return super().forward(x) * "
+                   "float('nan')\ndef f():\n    return {'model': lambda: M(4, 3), 'train': (X, Y)}\n", "{path}:f",
+                   "workload {path}:f: its model's output on 2 training sample(s) holds NaN values (6 of 6) before any "
+                   "backend ran; a model whose output is not finite cannot be trained or compared (check its "
+                   "initialisation, inputs and operations)"),
+    "infinite-loss": (DATA + "def f():\n    return {'model': lambda: torch.nn.Linear(4, 3), 'train': (X, Y), "
+                      "'loss': lambda out, y: out.abs().sum() / 0.0}\n", "{path}:f",
+                      "workload {path}:f: its loss on 2 training sample(s) is inf before any backend ran (the output is "
+                      "finite): a loss that is not finite cannot be trained or compared (check the loss and the "
+                      "targets)"),
+    "loss-cannot-take-the-output": (DATA + "def f():\n    return {'model': lambda: torch.nn.Linear(4, 3), 'train': "
+                                    "(X, Y + 5)}\n", "{path}:f",
+                                    "workload {path}:f: its loss cannot take the model's output (output float32 (2, 3), "
+                                    "targets int64 (2,)): IndexError: Target 5 is out of bounds; make the model's "
+                                    "output what the loss expects (the default loss: cross-entropy over integer class "
+                                    "targets, mean squared error for float targets)"),
+    "sys-exit-at-import": ("import sys\nsys.exit(3)\n", "{path}:f",
+                           "importing {path}: your code called sys.exit(3) (at mine.py:2); a workload's code must not "
+                           "exit while it is loaded (put a script's own code under `if __name__ == \"__main__\":`); "
+                           "nothing was run or written"),
+    "keyboard-interrupt-at-import": ("raise KeyboardInterrupt\n", "{path}:f",
+                                     "importing {path}: your code raised KeyboardInterrupt (at mine.py:1), though "
+                                     "nobody pressed Ctrl-C; a workload's code must not raise it while it is loaded; "
+                                     "nothing was run or written"),
+    "sys-exit-in-the-function": ("import sys\ndef f():\n    sys.exit('no data here')\n", "{path}:f",
+                                 "calling workload {path}:f: your code called sys.exit('no data here') (at mine.py:3); "
+                                 "a workload's code must not exit while it is loaded (put a script's own code under "
+                                 "`if __name__ == \"__main__\":`); nothing was run or written"),
 }
+
+
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -230,7 +273,8 @@ def test_a_bad_user_workload_is_one_line_exit_2_and_nothing_written(case, tmp_pa
 def test_an_exception_in_the_users_code_is_their_traceback_and_exit_1_never_ours(where, tmp_path):
     body = {"import": "raise RuntimeError('cannot find my weights')\n",
             "forward": "def f():\n    return {'model': Broken(), 'train': (torch.zeros(64, 2), torch.zeros(64).long())}\n"
-                       "class Broken(torch.nn.Module):\n    def forward(self, x):\n"
+                       "class Broken(torch.nn.Linear):\n    def __init__(self):\n        super().__init__(2, 2)\n"
+                       "    def forward(self, x):\n"
                        "        return self.helper(x)\n    def helper(self, x):\n"
                        "        raise ValueError('shapes do not match in my model')\n"}[where]
     path = write(tmp_path, "import torch\n" + body)

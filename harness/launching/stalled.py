@@ -1,0 +1,81 @@
+"""Which rank of a stalled launch stopped first: from each rank's step counter and the Python stack of its training
+thread, the rank that is behind every other.
+
+Runs in: the parent (harness/launching/launch.py, once the stall watch has asked every rank on this machine for its
+stacks). In data-parallel training no rank gets more than a collective ahead of a peer that stopped: the peers wait
+for it in the next collective, further on in the same step (or at most in the next one). So the rank that stopped is
+the one whose place is behind every other's, where a place is (the steps it has finished, the line of the training
+loop its training thread is at: harness/rank/train.py runs a step's statements top to bottom). Ranks at the same place
+(all blocked inside one collective) name none: the stacks in the log then say more than a guess would.
+"""
+
+from __future__ import annotations
+
+import re
+import sysconfig
+from pathlib import Path
+
+from harness.core.provenance import REPO
+
+LOOP = ("harness/rank/train.py", "run")
+"""The training loop's frame: (file, function)."""
+_STDLIB = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
+_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def _threads(dump: str) -> list[list[tuple[str, int, str]]]:
+    """faulthandler's dump (every thread, most recent call first) -> each thread's frames as (file, line, func)."""
+    threads: list[list[tuple[str, int, str]]] = []
+    for line in dump.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append([])
+            continue
+        m = _FRAME.match(line)
+        if m and threads:
+            threads[-1].append((m["file"], int(m["line"]), m["func"]))
+    return threads
+
+
+def _shown(file: str, line: int, func: str) -> str:
+    path = Path(file)
+    try:
+        where = path.relative_to(REPO).as_posix()
+    except ValueError:
+        where = path.name
+    return f"{func} ({where}:{line})"
+
+
+def loop_place(dump: str) -> tuple[int, str] | None:
+    """(the line of the training loop a rank's training thread is at, its innermost frame outside Python's own
+    library in words: a user's model, torch, the harness), from its stack dump; None where no thread is in the
+    training loop (set-up, a comm launch)."""
+    for frames in reversed(_threads(dump)):  # the last dump of the file is the latest
+        loop = [f for f in frames if f[0].endswith(LOOP[0]) and f[2] == LOOP[1]]
+        if loop:
+            inner = next((f for f in frames if not f[0].startswith(_STDLIB)), frames[0])
+            return loop[-1][1], _shown(*inner)
+    return None
+
+
+def first_to_stop(steps: dict[int, int], dumps: dict[int, str]) -> dict | None:
+    """{"rank", "steps", "where"} of the rank behind every other (steps: rank -> steps finished; dumps: rank -> its
+    stack dump), or None when fewer than two ranks are placed or no single one is behind."""
+    places = {}
+    for rank, dump in dumps.items():
+        place = loop_place(dump)
+        if place is not None and rank in steps:
+            places[rank] = ((steps[rank], place[0]), place[1])
+    if len(places) < 2:
+        return None
+    lowest = min(p for p, _ in places.values())
+    behind = [rank for rank, (p, _) in places.items() if p == lowest]
+    if len(behind) != 1:
+        return None
+    rank = behind[0]
+    return {"rank": rank, "steps": steps[rank], "where": places[rank][1]}
+
+
+def describe(found: dict) -> str:
+    """"rank 1 stopped first, after 4 step(s), in inject (harness/rank/faults.py:41): the other ranks went further"."""
+    return (f"rank {found['rank']} stopped first, after {found['steps']} step(s), in {found['where']}: the other ranks "
+            f"went further")

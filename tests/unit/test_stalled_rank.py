@@ -1,0 +1,72 @@
+"""Which rank of a stalled launch stopped first (harness/launching/stalled.py): each rank's own step counter in the
+progress file, and the line of the training loop its stack dump shows."""
+
+import threading
+
+from harness.core.provenance import REPO
+from harness.launching.stalled import describe, first_to_stop, loop_place
+from harness.shared import progress as progress_file
+
+TRAIN = str(REPO / "harness/rank/train.py")
+
+
+def _dump(*frames, other_thread=True):
+    """A faulthandler dump: a helper thread first, then the training thread's frames (most recent call first)."""
+    lines = []
+    if other_thread:
+        lines += ["Thread 0x00007f0000000001 (most recent call first):",
+                  '  File "/usr/lib/python3.11/threading.py", line 320 in wait',
+                  '  File "/repo/harness/rank/life.py", line 175 in wait', ""]
+    lines.append("Current thread 0x00007f0000000002 (most recent call first):")
+    lines += [f'  File "{f}", line {n} in {fn}' for f, n, fn in frames]
+    lines.append('  File "/repo/harness/rank/life.py", line 330 in _work')
+    return "\n".join(lines) + "\n"
+
+
+HUNG = _dump((threading.__file__, 629, "wait"), (str(REPO / "harness/rank/faults.py"), 41, "inject"),
+             (TRAIN, 95, "run"))
+IN_BACKWARD = _dump(("/venv/torch/autograd/graph.py", 825, "_engine_run_backward"),
+                    ("/repo/adapters/base.py", 300, "backward"), (TRAIN, 112, "run"))
+IN_LOADER = _dump(("/venv/torch/utils/data/dataloader.py", 1100, "_next_data"), (TRAIN, 280, "next"),
+                  (TRAIN, 101, "run"))
+
+
+def test_the_rank_behind_in_its_step_is_the_one_that_stopped():
+    # rank 1 hung at the start of its fifth step; rank 0 went on into that step's backward, where it waits. The
+    # place named is the innermost frame outside Python's own library (here the harness's; a user's model's).
+    found = first_to_stop({0: 4, 1: 4}, {0: IN_BACKWARD, 1: HUNG})
+    assert found == {"rank": 1, "steps": 4, "where": "inject (harness/rank/faults.py:41)"}
+    assert describe(found) == ("rank 1 stopped first, after 4 step(s), in inject (harness/rank/faults.py:41): the "
+                               "other ranks went further")
+
+
+def test_finished_steps_count_before_the_line_and_the_loop_frame_not_a_helper_of_the_file():
+    # rank 0 is in the next step's loader (an earlier line, a later step); the loader's own frame in train.py is
+    # not the loop's
+    assert first_to_stop({0: 5, 1: 4}, {0: IN_LOADER, 1: IN_BACKWARD})["rank"] == 1
+    assert loop_place(IN_LOADER) == (101, "_next_data (dataloader.py:1100)")
+
+
+def test_ranks_at_the_same_place_or_one_rank_alone_name_nobody():
+    assert first_to_stop({0: 4, 1: 4}, {0: IN_BACKWARD, 1: IN_BACKWARD}) is None
+    assert first_to_stop({0: 4, 1: 4}, {1: HUNG}) is None
+    assert first_to_stop({1: 4}, {0: IN_BACKWARD, 1: HUNG}) is None  # rank 0 never counted a step here
+    not_training = _dump(("/repo/harness/rank/comm_cells.py", 40, "run"))
+    assert first_to_stop({0: 0, 1: 0}, {0: not_training, 1: HUNG}) is None
+
+
+def test_every_rank_writes_its_own_step_counter_beside_rank_0s_progress(tmp_path):
+    path = tmp_path / "progress.bin"
+    progress_file.create(path, 10, ranks=3)
+    assert progress_file.read_ranks(path) == {}  # nobody has joined
+    writers = [progress_file.Writer(path) for _ in range(3)]
+    writers[0].enabled = True  # rank 0 alone speaks in the shared phase and step
+    for k, w in enumerate(writers):
+        w.own_slot(k)
+    writers[1].step(4)
+    writers[0].step(5)
+    writers[2].rank_step(7)
+    assert progress_file.read_ranks(path) == {0: 5, 1: 4, 2: 7}
+    assert progress_file.read(path)["step"] == 5
+    progress_file.Writer(path).own_slot(3)  # a rank beyond the slots has none: nothing is written past the file
+    assert path.stat().st_size == progress_file.SIZE + 3 * 8
