@@ -681,7 +681,7 @@ def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any]) -> l
     ax.imshow(logs, cmap="RdBu", vmin=-span, vmax=span)
     for i, row in enumerate(cells):
         for j, c in enumerate(row):
-            text = "—" if c is None else f"{c['estimate']:.2f}×\n{verdict_mod.SYMBOL[c['outcome']]}"
+            text = "—" if c is None else f"{c['estimate']:.2f}×\n{verdict_mod.symbol(c)}"
             ax.text(j, i, text, ha="center", va="center", fontsize=9,
                     color="white" if abs(logs[i][j]) > 0.6 * span else "black")  # readable on the darkest cells
     ax.set_xticks(range(len(order)), order, rotation=30, ha="right")

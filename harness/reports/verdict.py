@@ -27,6 +27,9 @@ from harness.core.record import MEASURED, precision_of
 from harness.core.stats import (ALPHA, CONFIDENCE, DEFAULT_MARGIN, INTERVAL_METHOD, MIN_LAUNCHES, adjust,
                                 compare_pair, geomean_interval, half_width, letter_groups)
 
+TESTS = "two-sided t tests on log throughput, Holm-adjusted over the pairs, p < 0.05"
+"""The difference tests a verdict's words rest on (a joined verdict names its own: harness/reports/sessions.py)."""
+
 
 def _launches(records: list[dict[str, Any]]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
@@ -114,6 +117,9 @@ def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margi
         p["outcome"] = ("no interval" if p["p"] is None else
                         "faster" if p["p_holm"] < ALPHA and p["estimate"] > 1 else
                         "equivalent" if p["p_equivalent_holm"] < ALPHA else "not resolved")
+        # a difference resolved and yet inside the margin (both tests hold): "faster, and within ±5%", never a
+        # bare "ahead" that reads as a difference worth having
+        p["within_margin"] = p["outcome"] == "faster" and p["p_equivalent_holm"] < ALPHA
     return pairs
 
 
@@ -209,49 +215,72 @@ def holm_note(p: dict[str, Any]) -> str:
 
 
 def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
-    """The verdict of a run that ranks: the fastest (or the group not resolved apart at the top), the letter groups,
-    every pair by outcome, any row whose group reads better than its pairs support, and the method."""
+    """The verdict of a run that ranks, each sentence naming the statistic it rests on: the fastest row only where
+    it is resolved ahead of every other ranked row, else the top group (rows not resolved apart), or, where no pair
+    is resolved, equivalence within the margin or "inconclusive"; the letter groups, every pair by outcome, any row
+    whose group reads better than its pairs support, and the method."""
     order, letters, pairs, margin = a["order"], a["letters"], a["pairs"], a["margin"]
     faster = [p for p in pairs if p["outcome"] == "faster"]
     equivalent = [p for p in pairs if p["outcome"] == "equivalent"]
     unresolved = [p for p in pairs if p["outcome"] == "not resolved"]
+    test = a.get("test", TESTS)
     top = [k for k in order if "a" in letters[k]]
     beats_all = [k for k in order if sum(1 for p in faster if p["a"] == k) == len(order) - 1]
     out = []
     if beats_all:
-        out.append(f"**Verdict — fastest: {_name(a, beats_all[0])}**, resolved ahead of every other row.")
+        k = beats_all[0]
+        close = [p for p in faster if p["a"] == k and p["within_margin"]]
+        text = f"**Verdict — fastest: {_name(a, k)}**, resolved ahead of every other row ({test})"
+        if close:
+            text += (f"; ahead of {', '.join(_name(a, p['b']) for p in close)} by less than ±{margin:.0%} (faster, "
+                     f"and within ±{margin:.0%}: equivalence holds too, TOST)")
+        out.append(text + ".")
     elif not faster:
         same = " and ".join(_name(a, k) for k in order) if len(order) == 2 else ", ".join(_name(a, k) for k in order)
         if len(equivalent) == len(pairs):
-            out.append(f"**Verdict: equivalent** — {same} are equivalent within ±{margin:.0%}: no row is faster "
-                       f"or slower by more than that.")
+            out.append(f"**Verdict: equivalent** — {same} are equivalent within ±{margin:.0%} (TOST, "
+                       f"Holm-adjusted): no row is faster or slower by more than that.")
+        elif len(pairs) == 1:
+            p = unresolved[0]
+            out.append(f"**Verdict: inconclusive** — {_name(a, p['a'])} vs {_name(a, p['b'])} {ratio_text(p)} is "
+                       f"neither resolved apart ({test}) nor shown equivalent within ±{margin:.0%} (TOST): its 95% "
+                       "interval is too wide to decide the margin. More launches (`--precision`) narrow it.")
         else:
-            out.append(f"**Verdict: no difference resolved** between {same}. More launches (`--precision`) may "
-                       "resolve one; a tie is a result, not a failure.")
+            wide = max(unresolved, key=lambda p: _width(p) or float("inf"))
+            out.append(f"**Verdict: inconclusive** — no pair of {same} is resolved apart ({test}), and "
+                       f"{len(unresolved)} of the {len(pairs)} pairs are not shown equivalent within ±{margin:.0%} "
+                       f"(TOST) either: their 95% intervals (the widest {_name(a, wide['a'])} vs "
+                       f"{_name(a, wide['b'])} {ratio_text(wide)}) are too wide to decide the margin. More launches "
+                       "(`--precision`) narrow them.")
     else:
         # the top group's rows that some resolved pair places; a row resolved against none shares every letter
         # only because its interval is wide, and is named apart
         placed = {x for p in faster for x in (p["a"], p["b"])}
         strong, weak = [k for k in top if k in placed], [k for k in top if k not in placed]
         among = [p for p in pairs if p["a"] in strong and p["b"] in strong]
-        how = ("" if len(strong) == 1 else f" (equivalent within ±{margin:.0%})"
-               if all(p["outcome"] == "equivalent" for p in among) else " (not resolved apart)")
-        text = f"**Verdict — fastest: {', '.join(_name(a, k) for k in strong)}**{how}"
+        how = ("" if not among or not all(p["outcome"] == "equivalent" for p in among) else
+               f"; {' and '.join(_name(a, k) for k in strong)} are equivalent within ±{margin:.0%} (TOST)")
+        text = (f"**Verdict — top group, not resolved apart: {', '.join(_name(a, k) for k in top)}** (no row is "
+                f"resolved ahead of every other: {test}{how})")
         if weak:
-            text += (f"; {', '.join(_name(a, k) for k in weak)} {'is' if len(weak) == 1 else 'are'} not resolved "
-                     f"against any row")
+            text += (f"; {', '.join(_name(a, k) for k in weak)} {'is' if len(weak) == 1 else 'are'} in it only "
+                     f"because {'its interval is' if len(weak) == 1 else 'their intervals are'} wide: not resolved "
+                     "against any row")
         out.append(text + ".")
     if faster:
-        out.append("Groups, fastest first (rows that share a letter are not resolved apart): " + "; ".join(
-            f"{_name(a, k)} **{letters[k]}**" for k in order) + ".")
+        out.append("Groups, fastest first (a compact letter display: rows that share a letter are not resolved "
+                   "apart): " + "; ".join(f"{_name(a, k)} **{letters[k]}**" for k in order) + ".")
     said = []
     if faster:
-        said.append("resolved: " + "; ".join(f"{_name(a, p['a'])} {ratio_text(p)} ahead of {_name(a, p['b'])}"
-                                             for p in faster))
+        said.append("resolved (Holm-adjusted p < 0.05): " + "; ".join(
+            f"{_name(a, p['a'])} {ratio_text(p)} ahead of {_name(a, p['b'])}"
+            + (f" (and within ±{margin:.0%}: TOST)" if p["within_margin"] else "") for p in faster))
     if equivalent:
-        said.append(f"equivalent within ±{margin:.0%}: " + "; ".join(_pair_text(a, p) for p in equivalent))
+        said.append(f"equivalent within ±{margin:.0%} (TOST, Holm-adjusted): "
+                    + "; ".join(_pair_text(a, p) for p in equivalent))
     if unresolved:
-        said.append("not resolved: " + "; ".join(_pair_text(a, p) for p in unresolved))
+        said.append(f"not resolved (neither a difference nor equivalence within ±{margin:.0%}): "
+                    + "; ".join(_pair_text(a, p) for p in unresolved))
     out.append(" · ".join(s[0].upper() + s[1:] for s in said) + ".")
     # A row with a lower estimate may share the top group's letter while a row above it does not (its interval is
     # wide): its letter then reads better than its pairs support, and the verdict says so.
@@ -272,7 +301,7 @@ def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
             f", intervals {statistics.median(narrowed):.0%} of the unpaired width (median)" if narrowed else ""))
     else:
         blocks = f"unpaired (Welch), as {a['why_unblocked']}"
-    out.append(f"({n} launches per row; {len(pairs)} pairs, 95% intervals, differences and equivalence "
+    out.append(f"({n} launches per row; {len(pairs)} pair{'s' if len(pairs) != 1 else ''}, 95% intervals, differences and equivalence "
                f"(TOST, margin ±{margin:.0%}) each Holm-adjusted over the pairs; {blocks}.)")
     return out
 
@@ -282,6 +311,16 @@ def _width(p: dict[str, Any] | None) -> float | None:
 
 
 SYMBOL = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not resolved": "?", "no interval": "·"}
+
+
+def symbol(p: dict[str, Any]) -> str:
+    """A pair's mark in the matrix: ▲ ▼ ≈ ? ·, and ▲≈ / ▼≈ for a difference resolved inside the margin."""
+    return SYMBOL[p["outcome"]] + ("≈" if p.get("within_margin") else "")
+
+
+def outcome_text(p: dict[str, Any], margin: float) -> str:
+    """"faster", "slower, and within ±5%" (the difference and the equivalence both hold), "equivalent", ..."""
+    return p["outcome"] + (f", and within ±{margin:.0%}" if p.get("within_margin") else "")
 
 
 def markdown(a: dict[str, Any]) -> list[str]:
@@ -302,19 +341,21 @@ def markdown(a: dict[str, Any]) -> list[str]:
             ratio, said, cpu_ratio = "1 (baseline)", "–", ""
         else:
             r = a["ratios"][k]
-            ratio, said = ratio_text(r), r["outcome"]
+            ratio, said = ratio_text(r), outcome_text(r, a["margin"])
             cpu_ratio = f" ({r['cpu_ratio']:.2f}×)" if r.get("cpu_ratio") else ""
         md.append(f"| {_name(a, k)} | {interval_text(row)} | {row['n']} | {ratio} | {said} | "
                   f"{'–' if cpu is None else f'{cpu * 1e3:.2f}'}{cpu_ratio} |")
     md.append("")
     if len(a["order"]) > 2 and a["letters"] is not None:
         order = a["order"]
+        within = (f", ▲≈ / ▼≈ resolved and within ±{a['margin']:.0%} too" if any(p.get("within_margin")
+                                                                                for p in a["pairs"]) else "")
         md += [f"Every pair (row ÷ column, geometric means; ▲ resolved faster, ▼ resolved slower, ≈ equivalent "
-               f"within ±{a['margin']:.0%}, ? not resolved; Holm-adjusted):", "",
+               f"within ±{a['margin']:.0%}, ? not resolved{within}; Holm-adjusted):", "",
                "| row | group | " + " | ".join(_name(a, k) for k in order) + " |",
                "|---|---|" + "---|" * len(order)]
         for x in order:
-            cells = ["–" if x == y else (lambda r: f"{r['estimate']:.2f}× {SYMBOL[r['outcome']]}")(
+            cells = ["–" if x == y else (lambda r: f"{r['estimate']:.2f}× {symbol(r)}")(
                 oriented(a["pairs"], x, y)) for y in order]
             md.append(f"| {_name(a, x)} | {a['letters'][x]} | " + " | ".join(cells) + " |")
         md.append("")
