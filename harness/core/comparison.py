@@ -179,30 +179,43 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
     return session.records, stopped is not None
 
 
+def _pilot(p: RunPlan) -> int | None:
+    """The pilot's rounds of a `--precision` run (two stages), from the number of pairs among its runnable rows."""
+    from harness.core.stats import pilot_rounds
+
+    n = len(p.runnable)
+    return pilot_rounds(n * (n - 1) // 2) if p.precision is not None and n >= 2 else None
+
+
 def _rounds_line(p: RunPlan) -> str:
     """What a run of rounds will cost, before its first launch."""
     one_round = estimate.Forecast([(p, row.label) for row in p.runnable]).left()
+    pilot = _pilot(p)
     least = max(MIN_ROUNDS, p.request.repeats or 0)
-    until = ("" if p.precision is None else
-             f" until every pair's simultaneous interval is ±{p.precision * 100:g}%")
-    return (f"rounds of {len(p.runnable)} launch(es){until}: at least {least}, then none that would end past the "
+    until = ("" if pilot is None else
+             f": a pilot of {pilot}, then as many as its variance says every pair's simultaneous interval needs for "
+             f"±{p.precision * 100:g}% (two stages)")
+    return (f"rounds of {len(p.runnable)} launch(es){until}; at least {least}, then none that would end past the "
             f"{estimate.duration(p.budget_s)} budget"
             + ("" if one_round is None else f"; a round should take about {estimate.duration(one_round)} here (the "
                                             f"first also runs the reference)"))
 
 
 def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_started):
-    """Rounds: at least MIN_ROUNDS (or --repeats, with --precision), then more until every pair's simultaneous
-    interval is at most p.precision wide (relative half-width; never, without --precision), or until the next round
-    would overrun the budget (the last round's duration is the estimate). The table so far is shown after every
-    round, and every record says how the rounds ended. Returns (every job planned so far, "during ..." if
-    interrupted)."""
+    """Rounds: at least MIN_ROUNDS (or --repeats), then more until the budget would be overrun (the last round's
+    duration is the estimate). With --precision, two stages (harness/core/stats.py, Stein 1945): a pilot of
+    `pilot_rounds` rounds, after which the rounds are fixed once from the pilot's variance of every pair
+    (`stein_rounds`) and run, and every paired interval takes the pilot's variance: stopping is never decided by
+    how narrow the intervals happen to be. The table so far is shown after every round, and every record says how the
+    rounds ended. Returns (every job planned so far, "during ..." if interrupted)."""
+    from harness.core.stats import stein_rounds
     from harness.reports import verdict
 
     req, start = p.request, time.monotonic()
-    least = max(MIN_ROUNDS, req.repeats or 0)
+    pilot = _pilot(p)
+    least = max(MIN_ROUNDS, req.repeats or 0)  # the budget may end the pilot: ordinary intervals, said so
     jobs: list = []
-    stopped, ended, widest, k = None, "max_rounds", None, 0
+    stopped, ended, widest, k, planned = None, "max_rounds", None, 0, None
     while k < MAX_REPEATS:
         round_start = time.monotonic()
         this_round = round_jobs(k)
@@ -212,12 +225,18 @@ def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_
         if stopped:
             ended = "interrupted"
             break
-        analysis = verdict.analyse(session.records, req.baseline, p.margin)
+        analysis = verdict.analyse(session.records, req.baseline, p.margin, pilot=pilot)
         widest = analysis["widest"]
+        if pilot is not None and planned is None and k >= pilot:
+            variances = verdict.pilot_variances(analysis, pilot)
+            if variances is not None:  # every pair measured in the pilot: the second stage is fixed, once
+                planned = min(MAX_REPEATS, stein_rounds(variances, pilot, p.precision))
+                ui.estimate(f"pilot of {pilot} rounds done: {planned} rounds in all give every pair's simultaneous "
+                            f"interval ±{p.precision * 100:g}%")
         ui.round_done(k, analysis, p.precision)
         if k < least:
             continue
-        if p.precision is not None and widest is not None and widest[1] <= p.precision:
+        if planned is not None and k >= planned:
             ended = "resolved"
             break
         now = time.monotonic()
@@ -228,6 +247,8 @@ def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_
     outcome = {"target": p.precision, "budget_s": p.budget_s, "rounds": k, "least": least, "ended": ended,
                "elapsed_s": time.monotonic() - start, "widest": list(widest) if widest else None,
                "criterion": "simultaneous"}
+    if pilot is not None:
+        outcome.update(rule="two-stage", pilot_rounds=pilot, planned_rounds=planned)
     session.records = [{**r, "precision_mode": outcome} for r in session.records]
     session.save()
     return jobs, stopped

@@ -332,7 +332,9 @@ class RunOnly(TypedDict):
     precision_mode: NotRequired[dict[str, Any]]
     """Without `--repeats`: target (`--precision`, or null), budget, rounds used and the least run, how it ended,
     elapsed seconds, the widest interval left and the stopping criterion (`simultaneous`: every pair's Bonferroni
-    interval; absent: the ratios to the baseline)."""
+    interval; absent: the ratios to the baseline); with `--precision` since two stages, `rule` ("two-stage"),
+    `pilot_rounds` (whose variance every paired interval takes) and `planned_rounds` (fixed from the pilot; null if
+    the pilot did not end)."""
 
 
 class Tune(TypedDict):

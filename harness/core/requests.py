@@ -137,8 +137,9 @@ class RunRequest(Request):
     """The row every other row is compared with, as a ratio with its 95% interval (default: the first row that runs
     on the whole world size)."""
     precision: str | None = field(default=None, metadata=cli("--precision"))
-    """Add interleaved rounds until every ratio's 95% interval is this narrow (half-width), e.g. 5%, or the --budget
-    is spent; at least 3 rounds."""
+    """Every pair's simultaneous 95% interval this narrow (half-width), e.g. 5%: a pilot of rounds estimates the
+    variance, the rounds it needs are fixed from it and run (two stages, so the stated error holds), or as many as
+    the --budget allows."""
     budget: str | None = field(default=None, metadata=cli("--budget"))
     """Time the rounds may take, e.g. 600s, 10m, 2h: a round that would end past it is not started, but 3 always run
     (default 3m; 10m with --precision; not with --repeats)."""

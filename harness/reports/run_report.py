@@ -548,6 +548,8 @@ def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> 
                 f"until every pair's interval is that narrow.", ""]
     target = f"±{mode['target'] * 100:g}%"
     widest = mode.get("widest")
+    if mode.get("rule") == "two-stage":
+        return _two_stage_lines(mode, analysis, target)
     # Runs before the criterion was recorded stopped on the ratios to the baseline (95% each); later ones on every
     # pair's simultaneous interval (Bonferroni over the pairs)
     pairs = mode.get("criterion") == "simultaneous"
@@ -567,6 +569,37 @@ def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> 
     if open_:
         lines[0] += f" Not resolved to {target}: {', '.join(open_)}."
     return lines + [""]
+
+
+def _two_stage_lines(mode: dict[str, Any], analysis: dict[str, Any], target: str) -> list[str]:
+    """How a two-stage `--precision` run ended (harness/core/comparison.py: _rounds)."""
+    pilot, planned, k, m = mode["pilot_rounds"], mode.get("planned_rounds"), mode["rounds"], len(analysis["pairs"])
+    head = (f"Precision mode (`--precision {mode['target'] * 100:g}%`, two stages): {k} round(s) in "
+            f"{mode['elapsed_s']:.0f} s. ")
+    if planned is None:
+        how = {"interrupted": "the run was interrupted", "max_rounds": "the most rounds a run may take were run"}.get(
+            mode["ended"], f"the budget of {mode['budget_s']:g} s was spent")
+        return [head + f"The pilot ({pilot} rounds) did not end: {how}, so the intervals are the ordinary ones over "
+                       "the rounds that ran.", ""]
+    ran = (f"all {planned} ran" if k >= planned else
+           f"the budget of {mode['budget_s']:g} s was spent after {k}" if mode["ended"] == "budget" else
+           f"{k} ran ({'the run was interrupted' if mode['ended'] == 'interrupted' else mode['ended']})")
+    text = (head + f"A pilot of {pilot} rounds estimated every pair's variance, which fixed {planned} rounds in all "
+            f"for every pair's simultaneous interval (Bonferroni over the {m} pair{'s' if m != 1 else ''}) to reach "
+            f"{target}; {ran}. Every paired interval takes the pilot's variance ({pilot - 1} degrees of freedom; "
+            "Stein 1945), so intervals cover, and differences are called falsely, at the stated 95% and 5% whatever "
+            "the variance turned out to be: the rounds are never stopped by how narrow the intervals happen to be.")
+    widest = mode.get("widest")
+    if widest:
+        text += f" Widest simultaneous interval: {widest[0]} ±{widest[1]:.1%}."
+    open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"] if (p["simultaneous"]["half_width"] or 1.0) >
+             mode["target"]]
+    if open_:
+        text += f" Not resolved to {target}: {', '.join(open_)}."
+    if not analysis["blocked"]:
+        text += (f" Rounds are incomplete ({analysis['why_unblocked']}): the pairs are analysed unpaired (Welch), "
+                 "which the two-stage error statement does not cover.")
+    return [text, ""]
 
 
 def console_verdict(records: list[dict[str, Any]]) -> list[str]:

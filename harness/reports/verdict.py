@@ -51,10 +51,23 @@ def _blocks(launches: dict[str, list[dict]], ranked: list[str]) -> str | None:
     return None
 
 
-def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: float | None = None
-            ) -> dict[str, Any]:
+def round_key(rec: dict[str, Any]) -> tuple:
+    """A launch's round, ordered as numbers (round 10 after round 9), records without one last."""
+    k = rec.get("repeat")
+    return (0, k, "") if isinstance(k, int) else (1, 0, str(k))
+
+
+def two_stage_pilot(records: list[dict[str, Any]]) -> int | None:
+    """The pilot's rounds of a `--precision` run of two stages (its records' precision_mode), else None."""
+    mode = records[0].get("precision_mode") if records else None
+    return mode.get("pilot_rounds") if mode and mode.get("rule") == "two-stage" else None
+
+
+def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: float | None = None,
+            pilot: int | None = None) -> dict[str, Any]:
     """Per-row intervals, every pair's comparison, the letter groups, ratios against the baseline and the verdict's
-    lines (markdown)."""
+    lines (markdown). `pilot`: the rounds of a two-stage `--precision` run's pilot (default: as its records say),
+    whose variance every paired interval takes once that many rounds have run (harness/core/stats.py)."""
     # Rows in the order asked for (records are written in the shuffled order they ran): the default baseline is the
     # first row asked for that runs on the whole world size, whatever order the launches took.
     asked_order = records[0].get("row_order") or []
@@ -71,7 +84,7 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
         used, ws = first["topology"].get("devices_used"), first["world_size"]
         (ranked if used is None or used >= ws else left_out).append(label)
     for k in launches:
-        launches[k].sort(key=lambda r: (str(r.get("repeat")), r.get("position") or 0))
+        launches[k].sort(key=lambda r: (round_key(r), r.get("position") or 0))
     values = {k: [r["samples_per_s"] for r in launches[k]] for k in launches}
     rows = {k: {**geomean_interval(values[k]), "precision": precision_of(launches[k][0]),
                 "cpu_s_per_step": _mean([r.get("cpu_s_per_step") for r in launches[k]])} for k in launches}
@@ -79,7 +92,11 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
     base = asked if asked in ranked else (ranked[0] if ranked else None)
     unblocked = _blocks(launches, ranked)
     by_estimate = sorted(ranked, key=lambda k: -rows[k]["estimate"])
-    pairs = _pairs(by_estimate, values, unblocked is None, margin)
+    if pilot is None:
+        pilot = two_stage_pilot(records)
+    n_min = min((len(values[k]) for k in ranked), default=0)
+    stein = pilot if pilot is not None and unblocked is None and n_min >= pilot else None
+    pairs = _pairs(by_estimate, values, unblocked is None, margin, stein)
     ratios = {}
     if base is not None:
         for k in ranked:
@@ -87,29 +104,32 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
                 ratios[k] = oriented(pairs, k, base)
                 cpu_k, cpu_b = rows[k]["cpu_s_per_step"], rows[base]["cpu_s_per_step"]
                 ratios[k]["cpu_ratio"] = cpu_k / cpu_b if cpu_k and cpu_b else None
-    n_min = min((len(values[k]) for k in ranked), default=0)
     ranks = n_min >= MIN_LAUNCHES
     differ = {frozenset((p["a"], p["b"])) for p in pairs if p["outcome"] == "faster"}
     out = {"rows": rows, "ranked": ranked, "left_out": left_out, "baseline": base, "asked_baseline": asked,
            "ratios": ratios, "n_min": n_min, "method": INTERVAL_METHOD, "margin": margin, "pairs": pairs,
-           "order": by_estimate, "blocked": unblocked is None, "why_unblocked": unblocked,
+           "order": by_estimate, "blocked": unblocked is None, "why_unblocked": unblocked, "values": values,
+           "pilot": stein, "asked_pilot": pilot,
            "letters": letter_groups(by_estimate, differ) if ranks else None}
     out["widest"] = widest(out)
     out["lines"] = _lines(out, launches)
     return out
 
 
-def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margin: float) -> list[dict[str, Any]]:
+def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margin: float,
+           pilot: int | None = None) -> list[dict[str, Any]]:
     """Every pair (a, b) with a's estimate the higher: the comparison, its unpaired interval beside a paired one, the
     Holm-adjusted p-values of both families and the outcome: faster (a resolved ahead of b), equivalent (within
-    the margin), not resolved, or no interval (too few launches)."""
+    the margin), not resolved, or no interval (too few launches). `pilot`: paired intervals take the variance of
+    that many first rounds (two-stage `--precision`)."""
     pairs, m = [], len(order) * (len(order) - 1) // 2
     for a, b in combinations(order, 2):
-        c = compare_pair(values[a], values[b], paired, margin)
+        c = compare_pair(values[a], values[b], paired, margin, pilot=pilot)
         c["unpaired"] = compare_pair(values[a], values[b], False, margin) if paired else None
         # Bonferroni's simultaneous interval (1 - ALPHA/m each): all m hold together with 95% confidence, the
-        # interval form of the family's correction, which `--precision` stops on
-        sim = compare_pair(values[a], values[b], paired, margin, confidence=1 - ALPHA / m) if m > 1 else c
+        # interval form of the family's correction, which `--precision` is sized for
+        sim = (compare_pair(values[a], values[b], paired, margin, confidence=1 - ALPHA / m, pilot=pilot) if m > 1
+               else c)
         c["simultaneous"] = {"lo": sim["lo"], "hi": sim["hi"], "confidence": 1 - ALPHA / m,
                              "half_width": half_width({**sim, "estimate": c["estimate"]})}
         pairs.append({"a": a, "b": b, **c})
@@ -136,6 +156,22 @@ def oriented(pairs: list[dict[str, Any]], x: str, y: str) -> dict[str, Any]:
 def _mean(values: list[float | None]) -> float | None:
     v = [x for x in values if x is not None]
     return sum(v) / len(v) if v else None
+
+
+def pilot_variances(analysis: dict[str, Any], pilot: int) -> list[float] | None:
+    """Each pair's variance of its log ratio per round in the first `pilot` rounds, for `stats.stein_rounds`: of the
+    paired differences within rounds, or with rounds incomplete the sum of the two rows' variances (Welch's); None
+    while a row has fewer than `pilot` launches."""
+    from harness.core.stats import log_moments
+
+    values, out = analysis["values"], []
+    for p in analysis["pairs"]:
+        a, b = values[p["a"]][:pilot], values[p["b"]][:pilot]
+        if min(len(a), len(b)) < pilot:
+            return None
+        out.append(log_moments([x / y for x, y in zip(a, b)])[1] if analysis["blocked"]
+                   else log_moments(a)[1] + log_moments(b)[1])
+    return out
 
 
 def widest(analysis: dict[str, Any]) -> tuple[str, float] | None:
@@ -185,8 +221,8 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
         out.append(f"**Verdict: no ranking.** Each row ran {n} launch(es); a row needs at least {MIN_LAUNCHES} for an "
                    "interval, and one launch cannot separate a backend's speed from launch-to-launch variation. "
                    "For a ranking: leave `--repeats` out (3 rounds, then more while they fit `--budget`, 3 minutes "
-                   f"by default), `--repeats 10`{cost}, or `--precision 5% --budget 10m` (rounds are added until "
-                   "every pair's interval is that narrow or the budget is spent).")
+                   f"by default), `--repeats 10`{cost}, or `--precision 5% --budget 10m` (a pilot of rounds, then "
+                   "the rounds its variance says every pair needs for ±5%, within the budget).")
     else:
         out += _ranked_lines(a, launches)
     if a["left_out"]:
@@ -295,7 +331,10 @@ def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
                        f"{'are' if len(open_) > 1 else 'is'} not in that group.")
     counts = sorted({len(launches[k]) for k in order})
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    if a["blocked"]:
+    if a["blocked"] and a.get("pilot"):
+        blocks = (f"rounds as blocks: each pair's differences within rounds, its variance from the {a['pilot']}-round "
+                  f"pilot ({a['pilot'] - 1} degrees of freedom: two stages, Stein 1945)")
+    elif a["blocked"]:
         narrowed = [_width(p) / _width(p["unpaired"]) for p in pairs if _width(p) and _width(p["unpaired"])]
         blocks = ("rounds as blocks: each pair's differences within rounds" + (
             f", intervals {statistics.median(narrowed):.0%} of the unpaired width (median)" if narrowed else ""))

@@ -240,15 +240,21 @@ class _FakeRunner:
         return None
 
 
-@pytest.mark.parametrize("noise, precision, budget_s, ended, rounds", [
-    (0.01, 0.05, 600.0, "resolved", 3),  # 1% launch-to-launch noise: three rounds resolve ±5%
-    (0.30, 0.05, 100.0, "budget", 3),  # 30% noise: the next 30 s round would overrun the 100 s budget after round 3
-    (0.30, 0.05, 10.0, "budget", 3),  # a budget shorter than a round: still the 3 rounds a verdict needs
-    (0.01, None, 200.0, "budget", 6),  # the default (no --precision): rounds while they fit, even when resolved
-    (0.01, None, 10.0, "budget", 3),
+@pytest.mark.parametrize("noise, precision, budget_s, ended, rounds, planned", [
+    # 1% launch-to-launch noise: the pilot (7 rounds for one pair) already gives ±5%, so the rounds fixed from it
+    # are the pilot's
+    (0.01, 0.05, 600.0, "resolved", 7, 7),
+    (0.30, 0.05, 100.0, "budget", 3, None),  # 30% noise: the next 30 s round would overrun 100 s after round 3
+    (0.30, 0.05, 10.0, "budget", 3, None),  # a budget shorter than a round: still the 3 rounds a verdict needs
+    # 30% noise and 10 minutes: the pilot fixes far more rounds than fit; the budget ends them, said so. By hand:
+    # the pilot's 7 log ratios (ln 1.625 three times, ln 0.9615 and ln 1.25 twice each) have variance 0.055719;
+    # t(0.975, 6) = 2.446912, asinh(5%) = 0.0499792: 5.98737 x 0.055719 / 0.00249792 = 133.55, so 134 rounds
+    (0.30, 0.05, 600.0, "budget", 20, 134),
+    (0.01, None, 200.0, "budget", 6, None),  # the default (no --precision): rounds while they fit, even when resolved
+    (0.01, None, 10.0, "budget", 3, None),
 ])
 def test_rounds_are_added_until_resolved_or_out_of_budget_and_never_fewer_than_three(monkeypatch, noise, precision,
-                                                                                    budget_s, ended, rounds):
+                                                                                    budget_s, ended, rounds, planned):
     from harness.core import comparison as runmod
 
     clock = [0.0]
@@ -260,17 +266,24 @@ def test_rounds_are_added_until_resolved_or_out_of_budget_and_never_fewer_than_t
     runner = _FakeRunner(session, clock, values, 30.0)
     said = []
     ui = SimpleNamespace(round_done=lambda k, analysis, target: said.append((k, analysis["widest"])),
-                         stop=lambda: None)
+                         stop=lambda: None, estimate=lambda line: said.append(line))
     plan = SimpleNamespace(request=SimpleNamespace(repeats=None, baseline=None), precision=precision,
                            budget_s=budget_s, runnable=rows, margin=None)
     jobs, stopped = runmod._rounds(plan, runner, session, ui, lambda k: [(plan, r, k) for r in rows], lambda: None)
     assert stopped is None and len(jobs) == 2 * rounds
     mode = session.records[0]["precision_mode"]
     assert (mode["ended"], mode["rounds"]) == (ended, rounds)
+    notes = [x for x in said if isinstance(x, str)]
+    said = [x for x in said if not isinstance(x, str)]
     assert [k for k, _ in said] == list(range(1, rounds + 1))
     assert said[0][1] is None and said[-1][1][0] == "ddp/horovod"  # the one pair, faster row first
     if precision is not None:
         assert (said[-1][1][1] <= 0.05) == (ended == "resolved")
+        assert (mode["rule"], mode["pilot_rounds"], mode["planned_rounds"]) == ("two-stage", 7, planned)
+        assert notes == ([] if planned is None else [f"pilot of 7 rounds done: {planned} rounds in all give every "
+                                                     f"pair's simultaneous interval ±5%"])
+    else:
+        assert "rule" not in mode
     assert (mode["target"], mode["least"], mode["criterion"]) == (precision, 3, "simultaneous")
 
 
