@@ -29,8 +29,8 @@ MIN_ROUNDS = 3
 """A run whose rounds are not fixed by --repeats (precision mode, and the default) runs at least this many: below it
 no row has an interval and the verdict ranks nothing."""
 
-RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "pairs.png",
-                "epoch_time.png", "ttt_curve.png", "ttt_time.png")
+RESULT_FILES = ("records.jsonl", "report.md", "sessions.json", "throughput.png", "loss.png", "step_times.png",
+                "pairs.png", "epoch_time.png", "ttt_curve.png", "ttt_time.png")
 
 
 def plan(req: RunRequest) -> RunPlan:
@@ -52,8 +52,69 @@ def plan(req: RunRequest) -> RunPlan:
         nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
         p.out = req.results_dir / f"{workloads.slug(req.workload)}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
     outdir.check(p.out, req.force, RESULT_FILES)
+    if req.join is not None:
+        p.join = _joins(req, p)
     p.rerun = shlex.join(["compare", "run", *to_argv(resolved(p))])
     return p
+
+
+def _joins(req: RunRequest, p: RunPlan) -> list:
+    """The earlier sessions `--join DIR` names (DIR, or the runs a join lists), refused in one line (BadInput) unless
+    they are runs of this same request on this machine (harness/reports/sessions.py: IDENTITY, MACHINE)."""
+    from harness.core.record import read_records, records_file
+    from harness.core import joins
+
+    if req.until_target:
+        raise BadInput("--join adds a session to a throughput comparison; it does not apply to --until-target runs")
+    if not req.join.is_dir():
+        raise BadInput(f"--join {req.join}: no such run directory; give a directory written by `compare run` (or "
+                       "`compare join`)")
+    try:
+        dirs = joins.session_dirs(req.join)
+    except joins.NotJoinable as exc:
+        raise BadInput(f"--join {req.join}: {exc}") from None
+    if any(d.resolve() == p.out.resolve() for d in dirs):
+        raise BadInput(f"--join {req.join}: this run would write into a session it joins ({p.out}); leave --out "
+                       "to a new directory")
+    path = records_file(dirs[0])
+    if path is None:
+        raise BadInput(f"--join {req.join}: no records in {dirs[0]}; give a directory written by `compare run`")
+    try:
+        earlier = read_records(path)
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"--join {req.join}: cannot read {path}: {exc}") from None
+    if not earlier:
+        raise BadInput(f"--join {req.join}: {path} holds no records")
+    env = {"cpu_model": envmod.cpu_model(), "cpu_cores_usable": envmod.usable_cores(),
+           "gpus": envmod.torch_facts().get("gpus") if req.device == "cuda" else
+           (earlier[0].get("env") or {}).get("gpus")}
+    this = [{"kind": "run", "workload": req.workload, "world_size": req.world_size, "status": "ok", "env": env,
+             "row_order": [row.label for row in p.rows], "topology": {"device": req.device},
+             "controls": {"workload_options": p.workload.describe()["options"], "global_batch": p.global_batch,
+                          "steps": p.steps}}]
+    try:
+        joins.check([(str(req.join), earlier), ("this run", this)])
+    except joins.NotJoinable as exc:
+        again = _another_session(earlier[0].get("rerun_command"))
+        raise BadInput(f"--join {req.join}: {exc}" + (f"; its request again: {again} --join {shlex.quote(str(req.join))}"
+                                                        if again else "")) from None
+    return [d.resolve() for d in dirs]
+
+
+def _another_session(rerun: str | None) -> str | None:
+    """An earlier run's command as another session of it runs it: its own --out, --force and --order-seed left out
+    (a session has a fresh order and its own directory)."""
+    if not rerun:
+        return None
+    words, out, skip = shlex.split(rerun), [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("--out", "--order-seed"):
+            skip = True
+        elif w != "--force" and not w.startswith(("--out=", "--order-seed=")):
+            out.append(w)
+    return shlex.join(out)
 
 
 def _with_tuned(req: RunRequest) -> list[str]:
@@ -92,7 +153,7 @@ def resolved(p: RunPlan) -> RunRequest:
         warmup=None if until else p.warmup, eval_every=until.eval_every if until else None,
         max_steps=until.max_steps if until else None, global_batch=p.global_batch, equiv_steps=p.equiv_steps,
         order_seed=p.order_seed, budget=None if p.budget_s is None else f"{p.budget_s:g}s",
-        tuned=None, hosts=None if p.topology is None or p.topology.launcher == "slurm" else
+        tuned=None, join=None, hosts=None if p.topology is None or p.topology.launcher == "slurm" else
         ",".join(f"{n.host}:{n.slots}" for n in p.topology.nodes), hostfile=None,
         nnodes=len(p.topology.nodes) if p.topology is not None and p.topology.launcher == "slurm" else None,
         iface=p.topology.iface if p.topology is not None else r.iface)
@@ -150,11 +211,22 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
     run_info.update(order_seed=seed, baseline=req.baseline, margin=p.margin)
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
+        if p.join:  # another session of earlier runs: the report is the verdict over all of them
+            from harness.core import joins
+
+            joins.write_manifest(p.out, [*p.join, p.out.resolve()],
+                                    f"{p.rerun or 'compare run'} --join {shlex.quote(str(req.join))}")
         ui.start(p)
         runner = Runner(session, ui, run_info, pipelined=p.until_target is None and not remote)
 
         def first_started():  # while the first launch starts up
             run_info["env"] = envmod.collect_safely(req.device)
+            if p.until_target is None:  # what one run's intervals leave out, as far as this machine has seen it
+                from harness.core import joins
+
+                known = joins.known(run_info["env"], req.workload)
+                if known:
+                    run_info["between_sessions"] = known
             session.save([plain_record(run_info, p, row, repeat, "unavailable", row.reason)
                           for row in p.unavailable for repeat in range(req.repeats or 1)])
 

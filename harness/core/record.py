@@ -329,6 +329,11 @@ class RunOnly(TypedDict):
     """The row ratios are measured against (`--baseline`, or the first row on the full world size)."""
     margin: NotRequired[float | None]
     """The verdict's equivalence margin (`--margin` as a fraction; None: the default, 5%)."""
+    between_sessions: NotRequired[dict[str, Any]]
+    """What this machine's cache knew of the variation between runs when the run was made (from verdicts over
+    joined sessions): sessions, pairs, the median and largest between-session SD of a pair's log ratio, the median
+    standard error within one run, the workload and the date; the verdict says it beside "these intervals hold for
+    this run"."""
     precision_mode: NotRequired[dict[str, Any]]
     """Without `--repeats`: target (`--precision`, or null), budget, rounds used and the least run, how it ended,
     elapsed seconds, the widest interval left and the stopping criterion (`simultaneous`: every pair's Bonferroni

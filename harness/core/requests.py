@@ -159,6 +159,10 @@ class RunRequest(Request):
     time goes: forward, backward, optimizer, communication overlapped and exposed, waiting for the slowest rank."""
     breakdown_steps: int = field(default=5, metadata=cli("--breakdown-steps"))
     """Steps profiled by --breakdown (after one the profiler warms up on)."""
+    join: Path | None = field(default=None, metadata=cli("--join", parser=typed_path))
+    """An earlier run of this same request on this machine (or a join of several): this run is another session of
+    it, and its report gives the verdict over every session, whose intervals include the variation between runs
+    (refused where the workload, rows, world size, batch, steps or machine differ)."""
     trace: bool = field(default=False, metadata=cli("--trace", negatable=False))
     """With the breakdown (implies --breakdown): keep the profiled steps' Perfetto / chrome://tracing trace of rank 0
     and of the slowest other rank, from each row's first launch (traces/ in the results)."""
@@ -206,7 +210,7 @@ class ScaleRequest(RunRequest):
 
     NOT_OPTIONS = frozenset({"world_size", "hosts", "hostfile", "nnodes", "iface", "launcher", "until_target",
                              "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed", "margin",
-                             "tuned"})
+                             "tuned", "join"})
     HELP = {"threads": "Threads per rank at every point (default: usable cores / the largest world size that "
                        "fits).",
             "repeats": "Fresh launches per point; the spread is reported.",
@@ -247,7 +251,7 @@ class TuneRequest(RunRequest):
     """`compare tune`: the options of `compare run` that set the comparison, and the search's."""
 
     NOT_OPTIONS = frozenset({"until_target", "eval_every", "max_steps", "precision", "repeats", "baseline", "tuned",
-                             "plots", "breakdown", "breakdown_steps", "trace"})
+                             "plots", "breakdown", "breakdown_steps", "trace", "join"})
     HELP = {"adapters": "Comma-separated adapters to tune, plain names (default: every adapter that declares tunable "
                         "knobs and can run here).",
             "budget": "Time the whole tune may take, e.g. 20m, or per backend, e.g. 5m/backend: the race stops where "
@@ -394,6 +398,8 @@ class RunPlan(Plan):
     """Seed of the rows' shuffled order within each round (`compare run`: --order-seed, or a fresh one)."""
     loader_workers: int = 0
     """DataLoader workers per rank (a workload whose training data is a Dataset)."""
+    join: list[Path] | None = None
+    """`compare run --join DIR`: the run directories of the earlier sessions this run joins."""
 
 
 @dataclass

@@ -494,8 +494,17 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     over = " (oversubscribed)" if r0.get("oversubscribed") else ""
     until = f" until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else ""
     md = [f"# {r0['workload']}{until}: {', '.join(group(records))} at world size {ws}{over} on {hw}", ""]
+    joined = _joined(out, records) if analysis is not None else None
+    if isinstance(joined, str):
+        md += ["## Verdict over the sessions", "", f"Not made: {joined}.", ""]
+    elif joined is not None:
+        from harness.reports import sessions
+
+        md += [f"## Verdict over {len(joined['sessions'])} sessions", ""] + sessions.markdown(joined)
+        sessions.remember(joined, records, out)
     if analysis is not None:
-        md += ["## Verdict", ""] + verdict_mod.markdown(analysis) + precision_lines(records, analysis)
+        md += ["## Verdict" if joined is None else "## This session alone", ""] + verdict_mod.markdown(analysis) \
+            + precision_lines(records, analysis)
     if cfg:
         trows = ttt.table_rows(records, group(records))
         plots = ttt.plots(out, records, trows, cfg) + plots
@@ -531,6 +540,22 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     path = out / "report.md"
     write_text(path, "\n".join(md))
     return path
+
+
+def _joined(out: Path, records: list[dict[str, Any]]) -> dict[str, Any] | str | None:
+    """The verdict over the sessions a run joined (`compare run --join`: its sessions.json), a line saying why it
+    cannot be made, or None for a run that joined nothing."""
+    from harness.core import joins
+    from harness.reports import sessions
+
+    try:
+        if joins.manifest(out) is None:
+            return None
+        loaded = joins.load(out, own=records)
+        joins.check(loaded)
+    except joins.NotJoinable as exc:
+        return str(exc)
+    return sessions.analyse(loaded) if len(loaded) >= 2 else None
 
 
 def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> list[str]:
@@ -602,14 +627,24 @@ def _two_stage_lines(mode: dict[str, Any], analysis: dict[str, Any], target: str
     return [text, ""]
 
 
-def console_verdict(records: list[dict[str, Any]]) -> list[str]:
-    """The verdict's lines for the terminal, first thing after the progress (markup-escaped)."""
+def console_verdict(records: list[dict[str, Any]], out: Path | None = None) -> list[str]:
+    """The verdict's lines for the terminal, first thing after the progress (markup-escaped); with `out`, a run
+    that joined earlier sessions gives the verdict over them first."""
     from rich.markup import escape
 
     if ttt.settings(records) or not has_intervals(records):
         return []
     analysis = verdict_mod.analyse(records)
-    return [escape(line.replace("**", "")) for line in analysis["lines"] + precision_lines(records, analysis) if line]
+    joined = _joined(out, records) if out is not None else None
+    head: list[str] = []
+    if isinstance(joined, str):
+        head = [f"Verdict over the sessions not made: {joined}.", "This session alone:"]
+    elif joined is not None:
+        from harness.reports import sessions
+
+        head = [f"Over {len(joined['sessions'])} sessions:"] + sessions.console_lines(joined) + ["This session alone:"]
+    return [escape(line.replace("**", "")) for line in head + analysis["lines"] + precision_lines(records, analysis)
+            if line]
 
 
 def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:

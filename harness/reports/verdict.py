@@ -28,6 +28,8 @@ from harness.core.stats import (ALPHA, CONFIDENCE, DEFAULT_MARGIN, INTERVAL_METH
                                 compare_pair, geomean_interval, half_width, letter_groups)
 
 TESTS = "two-sided t tests on log throughput, Holm-adjusted over the pairs, p < 0.05"
+NARROWER = "More launches (`--precision`)"
+"""What narrows a run's intervals (a joined verdict's: more sessions)."""
 """The difference tests a verdict's words rest on (a joined verdict names its own: harness/reports/sessions.py)."""
 
 
@@ -107,6 +109,7 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
     ranks = n_min >= MIN_LAUNCHES
     differ = {frozenset((p["a"], p["b"])) for p in pairs if p["outcome"] == "faster"}
     out = {"rows": rows, "ranked": ranked, "left_out": left_out, "baseline": base, "asked_baseline": asked,
+           "between_sessions": records[0].get("between_sessions"),
            "ratios": ratios, "n_min": n_min, "method": INTERVAL_METHOD, "margin": margin, "pairs": pairs,
            "order": by_estimate, "blocked": unblocked is None, "why_unblocked": unblocked, "values": values,
            "pilot": stein, "asked_pilot": pilot,
@@ -201,7 +204,8 @@ def ratio_text(ratio: dict[str, Any]) -> str:
     return f"{ratio['estimate']:.2f}× [{ratio['lo']:.2f}–{ratio['hi']:.2f}]"
 
 
-def _name(analysis, label) -> str:
+def name_of(analysis, label) -> str:
+    """A row's label, with its precision where that is not plain fp32."""
     prec = analysis["rows"][label]["precision"]
     return f"{label} ({prec})" if prec != "fp32" else label
 
@@ -224,7 +228,7 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
                    f"by default), `--repeats 10`{cost}, or `--precision 5% --budget 10m` (a pilot of rounds, then "
                    "the rounds its variance says every pair needs for ±5%, within the budget).")
     else:
-        out += _ranked_lines(a, launches)
+        out += ranked_lines(a, launches)
     if a["left_out"]:
         out.append("Left out of the ranking: " + ", ".join(
             f"{k} (ran on {launches[k][0]['topology'].get('devices_used')} device(s) of "
@@ -238,7 +242,7 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
 def _pair_text(a, p) -> str:
     """"x vs y 1.28× [1.05–1.56]", and where the interval alone excludes 1 but Holm's correction does not resolve
     the pair, its adjusted p-value."""
-    return f"{_name(a, p['a'])} vs {_name(a, p['b'])} {ratio_text(p)}" + holm_note(p)
+    return f"{name_of(a, p['a'])} vs {name_of(a, p['b'])} {ratio_text(p)}" + holm_note(p)
 
 
 def holm_note(p: dict[str, Any]) -> str:
@@ -250,7 +254,7 @@ def holm_note(p: dict[str, Any]) -> str:
     return f" (p = {p['p_holm']:.2g} after Holm's correction)"
 
 
-def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
+def ranked_lines(a: dict[str, Any], launches) -> list[str]:
     """The verdict of a run that ranks, each sentence naming the statistic it rests on: the fastest row only where
     it is resolved ahead of every other ranked row, else the top group (rows not resolved apart), or, where no pair
     is resolved, equivalence within the margin or "inconclusive"; the letter groups, every pair by outcome, any row
@@ -266,28 +270,28 @@ def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
     if beats_all:
         k = beats_all[0]
         close = [p for p in faster if p["a"] == k and p["within_margin"]]
-        text = f"**Verdict — fastest: {_name(a, k)}**, resolved ahead of every other row ({test})"
+        text = f"**Verdict — fastest: {name_of(a, k)}**, resolved ahead of every other row ({test})"
         if close:
-            text += (f"; ahead of {', '.join(_name(a, p['b']) for p in close)} by less than ±{margin:.0%} (faster, "
+            text += (f"; ahead of {', '.join(name_of(a, p['b']) for p in close)} by less than ±{margin:.0%} (faster, "
                      f"and within ±{margin:.0%}: equivalence holds too, TOST)")
         out.append(text + ".")
     elif not faster:
-        same = " and ".join(_name(a, k) for k in order) if len(order) == 2 else ", ".join(_name(a, k) for k in order)
+        same = " and ".join(name_of(a, k) for k in order) if len(order) == 2 else ", ".join(name_of(a, k) for k in order)
         if len(equivalent) == len(pairs):
             out.append(f"**Verdict: equivalent** — {same} are equivalent within ±{margin:.0%} (TOST, "
                        f"Holm-adjusted): no row is faster or slower by more than that.")
         elif len(pairs) == 1:
             p = unresolved[0]
-            out.append(f"**Verdict: inconclusive** — {_name(a, p['a'])} vs {_name(a, p['b'])} {ratio_text(p)} is "
+            out.append(f"**Verdict: inconclusive** — {name_of(a, p['a'])} vs {name_of(a, p['b'])} {ratio_text(p)} is "
                        f"neither resolved apart ({test}) nor shown equivalent within ±{margin:.0%} (TOST): its 95% "
-                       "interval is too wide to decide the margin. More launches (`--precision`) narrow it.")
+                       f"interval is too wide to decide the margin. {a.get('narrower', NARROWER)} narrow it.")
         else:
             wide = max(unresolved, key=lambda p: _width(p) or float("inf"))
             out.append(f"**Verdict: inconclusive** — no pair of {same} is resolved apart ({test}), and "
                        f"{len(unresolved)} of the {len(pairs)} pairs are not shown equivalent within ±{margin:.0%} "
-                       f"(TOST) either: their 95% intervals (the widest {_name(a, wide['a'])} vs "
-                       f"{_name(a, wide['b'])} {ratio_text(wide)}) are too wide to decide the margin. More launches "
-                       "(`--precision`) narrow them.")
+                       f"(TOST) either: their 95% intervals (the widest {name_of(a, wide['a'])} vs "
+                       f"{name_of(a, wide['b'])} {ratio_text(wide)}) are too wide to decide the margin. "
+                       f"{a.get('narrower', NARROWER)} narrow them.")
     else:
         # the top group's rows that some resolved pair places; a row resolved against none shares every letter
         # only because its interval is wide, and is named apart
@@ -295,21 +299,21 @@ def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
         strong, weak = [k for k in top if k in placed], [k for k in top if k not in placed]
         among = [p for p in pairs if p["a"] in strong and p["b"] in strong]
         how = ("" if not among or not all(p["outcome"] == "equivalent" for p in among) else
-               f"; {' and '.join(_name(a, k) for k in strong)} are equivalent within ±{margin:.0%} (TOST)")
-        text = (f"**Verdict — top group, not resolved apart: {', '.join(_name(a, k) for k in top)}** (no row is "
+               f"; {' and '.join(name_of(a, k) for k in strong)} are equivalent within ±{margin:.0%} (TOST)")
+        text = (f"**Verdict — top group, not resolved apart: {', '.join(name_of(a, k) for k in top)}** (no row is "
                 f"resolved ahead of every other: {test}{how})")
         if weak:
-            text += (f"; {', '.join(_name(a, k) for k in weak)} {'is' if len(weak) == 1 else 'are'} in it only "
+            text += (f"; {', '.join(name_of(a, k) for k in weak)} {'is' if len(weak) == 1 else 'are'} in it only "
                      f"because {'its interval is' if len(weak) == 1 else 'their intervals are'} wide: not resolved "
                      "against any row")
         out.append(text + ".")
     if faster:
         out.append("Groups, fastest first (a compact letter display: rows that share a letter are not resolved "
-                   "apart): " + "; ".join(f"{_name(a, k)} **{letters[k]}**" for k in order) + ".")
+                   "apart): " + "; ".join(f"{name_of(a, k)} **{letters[k]}**" for k in order) + ".")
     said = []
     if faster:
         said.append("resolved (Holm-adjusted p < 0.05): " + "; ".join(
-            f"{_name(a, p['a'])} {ratio_text(p)} ahead of {_name(a, p['b'])}"
+            f"{name_of(a, p['a'])} {ratio_text(p)} ahead of {name_of(a, p['b'])}"
             + (f" (and within ±{margin:.0%}: TOST)" if p["within_margin"] else "") for p in faster))
     if equivalent:
         said.append(f"equivalent within ±{margin:.0%} (TOST, Holm-adjusted): "
@@ -324,11 +328,13 @@ def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
         worse = [j for j in order[:i] if min(letters[k]) < min(letters[j])]
         if worse:
             open_ = [oriented(pairs, j, k) for j in worse]
-            out.append(f"{_name(a, k)} shares group {min(letters[k])} with faster rows only because its interval is "
+            out.append(f"{name_of(a, k)} shares group {min(letters[k])} with faster rows only because its interval is "
                        f"wide: it is not resolved against " + ", ".join(
-                           f"{_name(a, p['a'])} ({ratio_text(p)})" for p in open_)
+                           f"{name_of(a, p['a'])} ({ratio_text(p)})" for p in open_)
                        + f", whose estimate{'s are' if len(open_) > 1 else ' is'} higher and which "
                        f"{'are' if len(open_) > 1 else 'is'} not in that group.")
+    if a.get("method_line"):  # a verdict over sessions says its own method (harness/reports/sessions.py)
+        return out + [a["method_line"]]
     counts = sorted({len(launches[k]) for k in order})
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     if a["blocked"] and a.get("pilot"):
@@ -340,9 +346,23 @@ def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
             f", intervals {statistics.median(narrowed):.0%} of the unpaired width (median)" if narrowed else ""))
     else:
         blocks = f"unpaired (Welch), as {a['why_unblocked']}"
-    out.append(f"({n} launches per row; {len(pairs)} pair{'s' if len(pairs) != 1 else ''}, 95% intervals, differences and equivalence "
-               f"(TOST, margin ±{margin:.0%}) each Holm-adjusted over the pairs; {blocks}.)")
-    return out
+    out.append(f"({n} launches per row; {len(pairs)} pair{'s' if len(pairs) != 1 else ''}, 95% intervals, "
+               f"differences and equivalence (TOST, margin ±{margin:.0%}) each Holm-adjusted over the pairs; {blocks}.)")
+    return out + [one_session_line(a.get("between_sessions"))]
+
+
+def one_session_line(known: dict[str, Any] | None) -> str:
+    """What one run's intervals cover, and the between-session spread this machine has shown where the records say
+    it was known when the run was made (harness/reports/sessions.py keeps it per machine)."""
+    text = ("These intervals hold for this run: they count the variation between its launches, not between runs at "
+            "other times (sessions), which one run cannot measure; `compare run --join DIR` runs the request again "
+            "as another session of DIR, and the verdict over the sessions includes it.")
+    if known:
+        text += (f" On this machine, {known['sessions']} joined runs of {known['workload']} (the last on "
+                 f"{known['date']}) put the between-session standard deviation of a pair's log ratio at "
+                 f"{known['tau_median']:.1%} (median over {known['pairs']} pairs; up to {known['tau_max']:.1%}), "
+                 f"against a standard error within one run of {known['se_median']:.1%}.")
+    return text
 
 
 def _width(p: dict[str, Any] | None) -> float | None:
@@ -382,7 +402,7 @@ def markdown(a: dict[str, Any]) -> list[str]:
             r = a["ratios"][k]
             ratio, said = ratio_text(r), outcome_text(r, a["margin"])
             cpu_ratio = f" ({r['cpu_ratio']:.2f}×)" if r.get("cpu_ratio") else ""
-        md.append(f"| {_name(a, k)} | {interval_text(row)} | {row['n']} | {ratio} | {said} | "
+        md.append(f"| {name_of(a, k)} | {interval_text(row)} | {row['n']} | {ratio} | {said} | "
                   f"{'–' if cpu is None else f'{cpu * 1e3:.2f}'}{cpu_ratio} |")
     md.append("")
     if len(a["order"]) > 2 and a["letters"] is not None:
@@ -391,11 +411,11 @@ def markdown(a: dict[str, Any]) -> list[str]:
                                                                                 for p in a["pairs"]) else "")
         md += [f"Every pair (row ÷ column, geometric means; ▲ resolved faster, ▼ resolved slower, ≈ equivalent "
                f"within ±{a['margin']:.0%}, ? not resolved{within}; Holm-adjusted):", "",
-               "| row | group | " + " | ".join(_name(a, k) for k in order) + " |",
+               "| row | group | " + " | ".join(name_of(a, k) for k in order) + " |",
                "|---|---|" + "---|" * len(order)]
         for x in order:
             cells = ["–" if x == y else (lambda r: f"{r['estimate']:.2f}× {symbol(r)}")(
                 oriented(a["pairs"], x, y)) for y in order]
-            md.append(f"| {_name(a, x)} | {a['letters'][x]} | " + " | ".join(cells) + " |")
+            md.append(f"| {name_of(a, x)} | {a['letters'][x]} | " + " | ".join(cells) + " |")
         md.append("")
     return md

@@ -153,7 +153,7 @@ CASES = [
      "adapter horovod:cycle_time_ms=nan: knob 'cycle_time_ms' expects a finite number, got 'nan'"),
     # click's own usage errors, as one line too
     ("cli-unknown-command", ["bench"],
-     "No such command 'bench'; valid commands: run, sbatch, scale, tune, predict, plan, comm, report, diff, index, list, knobs, doctor, env"),
+     "No such command 'bench'; valid commands: run, sbatch, scale, tune, predict, plan, comm, report, diff, join, index, list, knobs, doctor, env"),
     ("cli-missing-argument", ["report"], "Missing argument 'directory' (see `compare report --help`)"),
     ("cli-not-an-integer", ["run", "--steps", "many"],
      "Invalid value for '--steps': Input should be a valid integer, unable to parse string as an integer (see "

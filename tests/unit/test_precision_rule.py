@@ -126,7 +126,7 @@ def test_the_run_follows_the_same_rule_as_the_simulation(monkeypatch):
     assert mode["rule"] == "two-stage" and mode["pilot_rounds"] == pilot_rounds(3) == 10
     assert mode["rounds"] == mode["planned_rounds"] == n and mode["ended"] == "resolved"
     a = verdict.analyse(session.records)
-    assert a["pilot"] == 10 and "variance from the 10-round pilot (9 degrees of freedom" in a["lines"][-1]
+    assert a["pilot"] == 10 and "variance from the 10-round pilot (9 degrees of freedom" in a["lines"][-2]
     got = sorted((p["lo"], p["hi"], p["p_holm"]) for p in a["pairs"])
     # the verdict writes each pair faster row first: a simulated pair below 1 is the same pair turned round
     want = sorted((p["lo"], p["hi"], p["p_holm"]) if p["estimate"] >= 1 else (1 / p["hi"], 1 / p["lo"], p["p_holm"])

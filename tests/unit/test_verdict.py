@@ -140,7 +140,12 @@ def test_the_verdict_names_the_fastest_and_every_pair_by_its_outcome():
     assert a["lines"][3] == ("(5 launches per row; 6 pairs, 95% intervals, differences and equivalence (TOST, margin "
                              "±5%) each Holm-adjusted over the pairs; rounds as blocks: each pair's differences within "
                              "rounds, intervals 98% of the unpaired width (median).)")
-    assert a["lines"][4] == ("Left out of the ranking: dp (ran on 1 device(s) of 2: not data-parallel across the "
+    # one run: its intervals are about this run, and the verdict says so (no joined runs known to these records)
+    assert a["lines"][4] == ("These intervals hold for this run: they count the variation between its launches, not "
+                             "between runs at other times (sessions), which one run cannot measure; `compare run "
+                             "--join DIR` runs the request again as another session of DIR, and the verdict over the "
+                             "sessions includes it.")
+    assert a["lines"][5] == ("Left out of the ranking: dp (ran on 1 device(s) of 2: not data-parallel across the "
                              "world size).")
     table = "\n".join(verdict.markdown(a))
     assert "| spawn | 100 [98–102] | 5 | 1.00× [0.99–1.01] | equivalent | 2.00 (1.00×) |" in table
@@ -171,7 +176,7 @@ def test_a_wide_row_that_shares_the_fastest_group_is_named_and_rounds_left_incom
                if not (r["label"] == "ddp" and r["repeat"] == 4)]
     b = verdict.analyse(records)
     assert not b["blocked"] and all(not p["paired"] for p in b["pairs"])
-    assert b["lines"][-1].endswith("unpaired (Welch), as rounds are incomplete (a launch failed or was left out), so "
+    assert b["lines"][-2].endswith("unpaired (Welch), as rounds are incomplete (a launch failed or was left out), so "
                                    "rows have launches in different rounds.)")
 
 
