@@ -138,7 +138,7 @@ def markdown(joined: dict[str, Any]) -> list[str]:
             ratio, said = "1 (baseline)", "–"
         else:
             r = a["ratios"][k]
-            ratio, said = verdict_mod.ratio_text(r), verdict_mod.outcome_text(r, a["margin"])
+            ratio, said = verdict_mod.ratio_text(r), verdict_mod.outcome_text(r, a["margin"]) + verdict_mod.holm_note(r)
         md.append(f"| {verdict_mod.name_of(a, k)} | {verdict_mod.interval_text(row)} | {row['n']} | {row['launches']} | "
                   f"{ratio} | {said} |")
     md.append("")
@@ -185,7 +185,8 @@ def render(out: Path, sessions: list[tuple[str, list[dict[str, Any]]]], command:
     r0 = sessions[0][1][0]
     e = joins.env_of(sessions[0][1])
     hw = e["gpus"][0] if e.get("gpus") else f"{e.get('cpu_cores_usable')}-core CPU"
-    md = [f"# {r0['workload']}: {', '.join(joins.rows_of(sessions[0][1]))} at world size {r0['world_size']} on {hw}, "
+    rows = r0.get("row_order") or joins.rows_of(sessions[0][1])
+    md = [f"# {r0['workload']}: {', '.join(rows)} at world size {r0['world_size']} on {hw}, "
           f"{len(sessions)} sessions joined", "",
           f"Made by `{command}` from the records of the runs it names (nothing copied); `compare report` re-renders "
           "it from them.", "", "## Verdict over the sessions", ""] + markdown(joined)
