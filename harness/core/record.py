@@ -350,11 +350,15 @@ class Tune(TypedDict):
     and the best on fresh launches, which the gains and verdicts come from)."""
     tune_plan: NotRequired[dict[str, Any]]
     """The tune as planned: backend -> candidate labels (the defaults first), the budget in seconds and whether per
-    backend, the adapters left out as untunable or unavailable and why, the least rounds of each stage, and
-    `halving` (true since the race fits its candidates to the budget after its first round)."""
+    backend, the adapters left out as untunable or unavailable and why, the least rounds of each stage,
+    `halving` (true since the race fits its candidates to the budget after its first round) and `min_gain` (the gain
+    the tune was sized for, `--min-gain`)."""
     tune_summary: NotRequired[dict[str, Any]]
     """How the tune ended (absent if interrupted): the budget, race and confirmation rounds, why each backend's race
-    ended ("one left", "budget", "every candidate failed"), elapsed seconds and the launch seconds per backend."""
+    ended ("one left", "planned", "budget", "every candidate failed"), elapsed seconds and the launch seconds per
+    backend; since `--min-gain`, the gain, each backend's sizing (`plans`: the race's variance of a candidate's log
+    ratio to its defaults per round, its degrees of freedom and upper bound, the race and confirmation rounds it
+    called for), the confirmation rounds planned and the seconds the plan needed (`needed_s`)."""
 
 
 class Measured(TypedDict):

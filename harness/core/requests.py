@@ -244,6 +244,8 @@ class ScaleRequest(RunRequest):
 
 DEFAULT_TUNE_BUDGET = "10m"
 """`compare tune`'s budget, for the whole tune."""
+DEFAULT_MIN_GAIN = "5%"
+"""`compare tune`'s smallest gain over a backend's defaults worth finding."""
 
 
 @dataclass
@@ -260,6 +262,11 @@ class TuneRequest(RunRequest):
             "knobs": "A knob fixed for every candidate of its adapter, ADAPTER.KNOB=VALUE (repeatable); it is not "
                      "searched."}
 
+    min_gain: str | None = field(default=None, metadata=cli("--min-gain"))
+    """The smallest gain over a backend's defaults worth finding, e.g. 10% (default 5%): the race runs until a
+    candidate that much faster would be its pick 95% of the time, and the confirmation until it would be confirmed
+    with 90% power (sized from the race's own variance), where the budget allows; the report says what the tune
+    needed and, where the budget cut it short, the smallest gain it could have confirmed."""
     tune: list[str] = field(default_factory=list, metadata=cli("--tune"))
     """Knobs to search, ADAPTER.KNOB (its declared candidates) or ADAPTER.KNOB=V1,V2 (these values), repeatable; an
     adapter named here is searched over these knobs only (default: every knob each adapter declares, `compare
