@@ -41,6 +41,13 @@ def plan(req: RunRequest) -> RunPlan:
         req = dataclasses.replace(req, adapters=_with_tuned(req), tuned=None)
     p = plan_rows(req)
     _check_verdict_options(req, p)
+    if req.steps is None and req.repeats is None and not req.until_target and p.until_target is None:
+        # the default design: steps per launch from this machine's variance components, where measured
+        from harness.core import noise_floor
+
+        p.design = noise_floor.design(req.workload, req.device, p.steps)
+        p.steps = p.design["steps"]
+        p.equiv_steps = min(p.equiv_steps, p.steps + p.warmup)
     p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
     if p.topology is not None:
         p.topology = hosts.probe(p.topology)  # every remote host answers, or one line and exit 2
@@ -209,6 +216,8 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
     run_info = run_header(p, "run", [r.label for r in p.rows], started)
     seed = p.order_seed
     run_info.update(order_seed=seed, baseline=req.baseline, margin=p.margin)
+    if p.design is not None:
+        run_info["design"] = p.design
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
         if p.join:  # another session of earlier runs: the report is the verdict over all of them

@@ -329,6 +329,11 @@ class RunOnly(TypedDict):
     """The row ratios are measured against (`--baseline`, or the first row on the full world size)."""
     margin: NotRequired[float | None]
     """The verdict's equivalence margin (`--margin` as a fraction; None: the default, 5%)."""
+    design: NotRequired[dict[str, Any]]
+    """A default run's design (no `--steps`, no `--repeats`): `steps` per launch, the workload's own
+    (`workload_steps`) and the variance components they came from (`components`: within a launch per window and
+    its steps, between launches, a launch's fixed and per-step seconds, from `compare doctor`; null where none were
+    measured here, and the workload's steps were kept)."""
     between_sessions: NotRequired[dict[str, Any]]
     """What this machine's cache knew of the variation between runs when the run was made (from verdicts over
     joined sessions): sessions, pairs, the median and largest between-session SD of a pair's log ratio, the median

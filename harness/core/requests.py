@@ -407,6 +407,9 @@ class RunPlan(Plan):
     """DataLoader workers per rank (a workload whose training data is a Dataset)."""
     join: list[Path] | None = None
     """`compare run --join DIR`: the run directories of the earlier sessions this run joins."""
+    design: dict[str, Any] | None = None
+    """A default run's design: its steps per launch and the variance components they came from
+    (harness/core/noise_floor.py: design)."""
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.core import assemble
+from harness.core import assemble, noise_floor
 from harness.core.errors import first_sentence
 from harness.core.outdir import save_figure, write_text
 from harness.core.provenance import tuning_line
@@ -252,8 +252,11 @@ def target_note(rows) -> str | None:
     ran = ctl["warmup"] + ctl["steps"]
     text += f" ({ev['default_steps']} steps at global batch {ev['default_global_batch']})"
     if ran < ev["default_steps"]:
+        designed = (missed[0]["first"].get("design") or {}).get("components") is not None
         return text + (f"; this run trained {ran} steps, too few to reach it, so the ✗ says the run was short, not "
-                       f"that a backend failed to learn (leave --steps out for the default).")
+                       f"that a backend failed to learn ("
+                       + ("its steps per launch were designed for the narrowest intervals, see Design; --steps "
+                          "fixes them" if designed else "leave --steps out for the default") + ").")
     return text + f"; this run trained {ran} steps at global batch {ctl['global_batch']}."
 
 
@@ -564,13 +567,22 @@ def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> 
     mode = records[0].get("precision_mode")
     if not mode:
         return []
+    design = records[0].get("design")
+    if design and mode.get("target") is not None:
+        return _precision_lines(records, analysis, mode) + [noise_floor.design_line(design), ""]
+    return _precision_lines(records, analysis, mode)
+
+
+def _precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any], mode: dict[str, Any]) -> list[str]:
     if mode.get("target") is None:  # the default: 3 rounds, then as many as fit the budget
         how = {"budget": f"the next would have ended past the {mode['budget_s']:g} s budget",
                "max_rounds": "the most rounds a run may take were run",
                "interrupted": "the run was interrupted"}.get(mode["ended"], mode["ended"])
+        design = records[0].get("design")
         return [f"Rounds: {mode['rounds']} in {mode['elapsed_s']:.0f} s (at least {mode.get('least', 3)}, then "
-                f"as many as fit the budget); {how}. `--repeats N` fixes the count; `--precision 5%` adds rounds "
-                f"until every pair's interval is that narrow.", ""]
+                f"as many as fit the budget); {how}. `--repeats N` fixes the count; `--precision 5%` sizes the "
+                f"rounds for every pair's interval to be that narrow.", ""] + ([noise_floor.design_line(design), ""] if design
+                                                                      else [])
     target = f"±{mode['target'] * 100:g}%"
     widest = mode.get("widest")
     if mode.get("rule") == "two-stage":
