@@ -43,9 +43,9 @@ def plan(req: RunRequest) -> RunPlan:
     _check_verdict_options(req, p)
     if req.steps is None and req.repeats is None and not req.until_target and p.until_target is None:
         # the default design: steps per launch from this machine's variance components, where measured
-        from harness.core import noise_floor
+        from harness.core import design
 
-        p.design = noise_floor.design(req.workload, req.device, p.steps)
+        p.design = design.design(req.workload, req.device, p.steps)
         p.steps = p.design["steps"]
         p.equiv_steps = min(p.equiv_steps, p.steps + p.warmup)
     p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)

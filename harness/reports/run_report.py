@@ -13,7 +13,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.core import assemble, noise_floor
+from harness.core import assemble
+from harness.core import design as design_mod
 from harness.core.errors import first_sentence
 from harness.core.outdir import save_figure, write_text
 from harness.core.provenance import tuning_line
@@ -415,9 +416,22 @@ def provenance(records) -> list[str]:
         + f"; distributed backends built in: {', '.join(k for k, v in e['distributed'].items() if v)}; "
         f"{e['platform']}",
         *tuning_line(e),
+        *row_env_lines(records),
         "- Load average (1 min) before each launch: " + ", ".join(
             f"{r['label']}#{r['repeat']} {r['load_avg_before'][0]:.2f}" for r in records if r.get("load_avg_before")),
     ]
+
+
+def row_env_lines(records) -> list[str]:
+    """Rows run with another interpreter or extra variables (`python=PATH`, `env.NAME=VALUE`), as recorded: an A/B
+    inside one run, paired within its rounds like every other pair."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.get("row_env") and r["label"] not in seen:
+            seen[r["label"]] = r["row_env"]
+    return [f"- Row environment of {label}: " + "; ".join(
+        ([f"Python {e['python_version']}, torch {e['torch']} at {e['python']}"] if e.get("python") else [])
+        + ([", ".join(f"{k}={v}" for k, v in e["env"].items())] if e.get("env") else [])) for label, e in seen.items()]
 
 
 _PHASE_HEADS = {"launcher": "launcher", "python": "python", "imports": "imports", "init": "init", "setup": "setup",
@@ -569,7 +583,7 @@ def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> 
         return []
     design = records[0].get("design")
     if design and mode.get("target") is not None:
-        return _precision_lines(records, analysis, mode) + [noise_floor.design_line(design), ""]
+        return _precision_lines(records, analysis, mode) + [design_mod.design_line(design), ""]
     return _precision_lines(records, analysis, mode)
 
 
@@ -581,7 +595,7 @@ def _precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any], mo
         design = records[0].get("design")
         return [f"Rounds: {mode['rounds']} in {mode['elapsed_s']:.0f} s (at least {mode.get('least', 3)}, then "
                 f"as many as fit the budget); {how}. `--repeats N` fixes the count; `--precision 5%` sizes the "
-                f"rounds for every pair's interval to be that narrow.", ""] + ([noise_floor.design_line(design), ""] if design
+                f"rounds for every pair's interval to be that narrow.", ""] + ([design_mod.design_line(design), ""] if design
                                                                       else [])
     target = f"±{mode['target'] * 100:g}%"
     widest = mode.get("widest")

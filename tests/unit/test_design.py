@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.core import noise_floor
+from harness.core import design as noise_floor  # the components and the design (harness/core/design.py)
 
 # Five launches of 20 timed steps, cut into 5 windows of 4: within every launch the windows' log throughput is
 # -0.1, +0.1, -0.1, +0.1, 0 about its mean (variance 0.04 / 4 = 0.01 on 4 df each, pooled 0.01), and the launches sit
