@@ -307,6 +307,9 @@ class Run(TypedDict):
     """With `--until-target`: target, metric, evaluation cadence, step budget."""
     ttt: NotRequired[TimeToTarget]
     """Time to target: reached, steps, training and end-to-end seconds, evaluations, curve (TimeToTarget)."""
+    row_env: NotRequired[dict[str, Any]]
+    """A row run with another interpreter or extra environment variables (`python=PATH`, `env.NAME=VALUE` in its
+    label): `python` and its `python_version` and `torch` as that interpreter reported them, and `env`."""
     straggler: NotRequired[dict[str, Any]]
     """With `--straggler`: the slow rank, its factor and the delay added per step."""
     compute_profile: NotRequired[list[dict[str, Any]]]

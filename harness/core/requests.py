@@ -7,6 +7,7 @@ Runs in: the parent. A refused request raises BadInput: one line for the user, e
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,6 +341,9 @@ class Row:
     """The configured adapter; None when it cannot run here."""
     reason: str = ""
     """Why it cannot run here (with the fix), when `adapter` is None."""
+    environment: dict[str, Any] | None = None
+    """What the row's ranks run with beyond its knobs (`python=PATH`, `env.NAME=VALUE`): {"python", "python_version",
+    "torch", "env"}; None for compare's own interpreter and environment (row_environment)."""
 
 
 @dataclass
@@ -694,6 +698,64 @@ def parse_label(label: str) -> tuple[str, dict[str, str]]:
     return name, variant
 
 
+HARNESS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
+               "LOCAL_RANK", "PYTHONPATH", "PYTHONUNBUFFERED", "TMPDIR", "PATH", "GLOO_SOCKET_IFNAME",
+               "NCCL_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES")
+"""Variables the harness sets for every rank (harness/launching/rank_env.py) or that place the ranks: a row may not
+set them through `env.NAME=VALUE`, or it would not run under the same conditions as the others."""
+
+
+def row_environment(label: str, variant: dict[str, str], device: str = "cpu", remote: bool = False
+                    ) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """A row's variant split into its adapter's knobs and what its ranks run with: `python=PATH` (another
+    interpreter, e.g. a second venv with another torch or framework; checked by running it: it must import torch)
+    and `env.NAME=VALUE` (an environment variable). BadInput for a path that is not such an interpreter, `env.` with
+    no valid name, or a variable the harness sets itself."""
+    import re
+    import subprocess
+
+    knobs, env, python = {}, {}, None
+    for key, value in variant.items():
+        if key == "python":
+            python = value
+        elif key.startswith("env."):
+            name = key[len("env."):]
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise BadInput(f"adapter row '{label}': 'env.{name}' needs a variable name (letters, digits and _, "
+                               f"not starting with a digit), e.g. env.NCCL_ALGO=Ring")
+            if name in HARNESS_ENV or name.startswith("COMPARE_"):
+                raise BadInput(f"adapter row '{label}': {name} is set by the harness for every row (threads with "
+                               f"--threads, placement by the launcher); a row may set other variables, e.g. "
+                               f"env.NCCL_ALGO=Ring")
+            env[name] = value
+        else:
+            knobs[key] = value
+    if python is None and not env:
+        return knobs, None
+    out: dict[str, Any] = {"env": env}
+    if python is not None:
+        if remote:
+            raise BadInput(f"adapter row '{label}': python= runs its ranks with another interpreter on this machine; "
+                           "across hosts give each host's venv the same packages instead")
+        path = Path(python).expanduser()
+        if not python or not path.is_file() or not os.access(path, os.X_OK):
+            raise BadInput(f"adapter row '{label}': python={python} is not an executable file; give a Python "
+                           "interpreter, e.g. python=/path/to/venv/bin/python")
+        probe = "import sys, torch; print(sys.version.split()[0], torch.__version__)"
+        try:
+            got = subprocess.run([str(path), "-c", probe], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BadInput(f"adapter row '{label}': python={python} is not a Python interpreter that runs here "
+                           f"({type(exc).__name__})") from None
+        words = got.stdout.split()
+        if got.returncode != 0 or len(words) != 2:
+            last = (got.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BadInput(f"adapter row '{label}': python={python} is not a Python interpreter with torch "
+                           f"({last}); give one, e.g. python=/path/to/venv/bin/python")
+        out.update(python=str(path), python_version=words[0], torch=words[1])
+    return knobs, out
+
+
 def _knobs_of(name: str) -> str:
     """"; valid knobs of ddp: bucket_cap_mb, ..." for an error message ("" if the adapter cannot be loaded)."""
     import dataclasses
@@ -737,6 +799,8 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
         avails = {name: avail and adapters.multinode(name, topology) for name, avail in avails.items()}
     knob_reasons = set()
     for label, name, variant in labels:
+        variant, environment = row_environment(label, variant, req.device,
+                                               topology is not None and topology.remote)
         avail = avails[name]
         try:
             cls = adapters.get(name)
@@ -773,12 +837,12 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
             rows.append(Row(label, name, cls, reason=avail.message()))
             knob_reasons.add(avail.message())
             continue
-        same = next((r for r in rows if r.adapter is not None and r.name == name and r.adapter.knobs == adapter.knobs),
-                    None)
+        same = next((r for r in rows if r.adapter is not None and r.name == name and r.adapter.knobs == adapter.knobs
+                     and r.environment == environment), None)
         if same is not None:  # `ddp:bucket_cap_mb=1,ddp:bucket_cap_mb=1.0`: one row twice, under two spellings
             raise BadInput(f"{kind}s {same.label} and {label} are the same row (the same knobs, spelled "
                            f"differently); give it once")
-        rows.append(Row(label, name, cls, adapter))
+        rows.append(Row(label, name, cls, adapter, environment=environment))
     if not any(r.adapter for r in rows):
         if all(r.reason in knob_reasons for r in rows):
             raise BadInput(f"no {kind} can run here: {rows[0].reason}"

@@ -1182,3 +1182,28 @@ def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhe
     row = next(line for line in text.splitlines() if line.startswith("| [ok]"))
     assert "odd\\|label with a break" in row and row.count(" | ") == 6  # still one row of seven cells
     assert "[banana]" not in text and "[loop]" not in text
+
+
+# ---- a row's interpreter and environment (python=PATH, env.NAME=VALUE; issue 65) ------------------------------------
+@pytest.mark.parametrize("row, message", [
+    ("ddp:python={tmp}/notes.txt", "adapter row 'ddp:python={tmp}/notes.txt': python={tmp}/notes.txt is not an "
+                                   "executable file; give a Python interpreter, e.g. python=/path/to/venv/bin/python"),
+    ("ddp:python=/bin/true", "adapter row 'ddp:python=/bin/true': python=/bin/true is not a Python interpreter with "
+                             "torch (no output); give one, e.g. python=/path/to/venv/bin/python"),
+    ("ddp:env.=1", "adapter row 'ddp:env.=1': 'env.' needs a variable name (letters, digits and _, not starting with "
+                   "a digit), e.g. env.NCCL_ALGO=Ring"),
+    ("ddp:env.9X=1", "adapter row 'ddp:env.9X=1': 'env.9X' needs a variable name"),
+    ("ddp:env.OMP_NUM_THREADS=4", "adapter row 'ddp:env.OMP_NUM_THREADS=4': OMP_NUM_THREADS is set by the harness for "
+                                  "every row (threads with --threads, placement by the launcher); a row may set other "
+                                  "variables, e.g. env.NCCL_ALGO=Ring"),
+])
+def test_a_rows_interpreter_or_variable_is_refused_in_one_line_before_anything_runs(tmp_path, row, message):
+    from conftest import compare_cli
+
+    (tmp_path / "notes.txt").write_text("not a program\n")
+    row, message = row.format(tmp=tmp_path), message.format(tmp=tmp_path)
+    out = tmp_path / "o"
+    proc = compare_cli("run", "-a", f"spawn,{row}", "--out", str(out))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.startswith(f"error: {message}") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not out.exists()
