@@ -41,6 +41,7 @@ import inspect
 import os
 import sys
 from abc import ABC, abstractmethod
+from contextvars import ContextVar
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -570,9 +571,29 @@ def optimizer_state(optimizer) -> list:
             if hasattr(v, "dtype") and getattr(v, "dim", lambda: 0)() > 0]
 
 
+_INTERPRETER: ContextVar[str | None] = ContextVar("interpreter", default=None)
+
+
+def interpreter() -> str:
+    """The Python a launch's commands start: compare's own, or the row's `python=PATH` while the launching code
+    builds that row's launch (`using_interpreter`). A launcher found next to it (horovodrun, deepspeed) is that
+    venv's."""
+    return _INTERPRETER.get() or sys.executable
+
+
+@contextlib.contextmanager
+def using_interpreter(python: str | None):
+    """`interpreter()` is `python` (None: compare's own) within the block."""
+    token = _INTERPRETER.set(python)
+    try:
+        yield
+    finally:
+        _INTERPRETER.reset(token)
+
+
 def python_module(module: str, *args: str) -> list[str]:
-    """argv that runs `python -m module args...` with this interpreter."""
-    return [sys.executable, "-m", module, *args]
+    """argv that runs `python -m module args...` with the launch's interpreter (`interpreter()`)."""
+    return [interpreter(), "-m", module, *args]
 
 
 def rank_command(spec_path: Path) -> list[str]:

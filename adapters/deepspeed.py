@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.base import (AGENT_STORE_ENV, Adapter, Availability, KnobError, LaunchPlan, Leftover, Precision,
-                           RankInfo, agent_store, compile_availability, cuda_world_check, on_node, rank_command,
+                           RankInfo, agent_store, compile_availability, cuda_world_check, interpreter, on_node,
+                           rank_command,
                            ranks_from_slurm, torch_build)
 from harness.shared.comm_schedule import Zero
 
@@ -103,7 +104,7 @@ def shm_sweeper(addr: str, port: int) -> Callable[[], None]:
 
 def launcher_path() -> str | None:
     """The `deepspeed` launcher script of this venv (whether or not it is activated), else the one on PATH."""
-    local = Path(sys.executable).parent / "deepspeed"
+    local = Path(interpreter()).parent / "deepspeed"
     return str(local) if local.exists() else shutil.which("deepspeed")
 
 
@@ -344,7 +345,7 @@ class DeepSpeedAdapter(Adapter):
         else:
             # pdsh reaches every host over ssh (this one too); --venv_script puts the venv first on PATH there,
             # or remote ranks use the system's ninja and rebuild the JIT-compiled op (100-200 s).
-            argv += ["--launcher", "pdsh", "--venv_script", str(Path(sys.executable).parent / "activate"), *module]
+            argv += ["--launcher", "pdsh", "--venv_script", str(Path(interpreter()).parent / "activate"), *module]
         return LaunchPlan(argv, env=env, env_file=env_file)
 
     @staticmethod

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from adapters.base import Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check, rank_command
+from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check,
+                           interpreter, rank_command)
 from harness.shared import cache
 from harness.shared.comm_schedule import Fusion
 from harness.shared.step_parts import comm_range
@@ -52,7 +53,7 @@ def build_failure() -> str | None:
 
 def horovodrun_path() -> str | None:
     """The venv's own horovodrun (whether or not the venv is activated), else one on PATH."""
-    local = Path(sys.executable).parent / "horovodrun"
+    local = Path(interpreter()).parent / "horovodrun"
     return str(local) if local.exists() else shutil.which("horovodrun")
 
 

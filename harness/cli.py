@@ -14,6 +14,7 @@ Runs in: the parent.
     compare sbatch --nodes 2 --ntasks-per-node 4 -a ddp,deepspeed | sbatch     the same under SLURM
     compare report results/<run>/      re-render report.md and the plots from records.jsonl
     compare diff RUN_A RUN_B           the same rows of two runs: per-row ratios B / A with intervals
+    compare join OUT RUN RUN ...       runs of one request as sessions: one verdict including run-to-run variation
     compare index                      regenerate results/README.md
 
 Exit codes: 0 done (an until-target row that missed its target is a result, not a failure); 1 no row ran or the
@@ -28,8 +29,8 @@ import time
 
 import typer
 
-from harness.commands import (comm, diff, doctor, env, index, knobs, listing, plan, predict, report, run, sbatch,
-                              scale, tune)
+from harness.commands import (comm, diff, doctor, env, index, join, knobs, listing, plan, predict, report, run,
+                              sbatch, scale, tune)
 from harness.commands.common import Invocation, flag
 from harness.commands.declare import command
 from harness.core.requests import CommRequest, RunRequest, SbatchRequest, ScaleRequest, TuneRequest
@@ -74,6 +75,8 @@ command(app, report.ReportRequest, "report", short_help="Re-render a run's repor
     report.report)
 command(app, diff.DiffRequest, "diff", short_help="The same rows of two runs: per-row ratios, intervals, outcomes.")(
     diff.diff)
+command(app, join.JoinRequest, "join", short_help="Earlier runs of one request as sessions of one verdict "
+                                                  "that includes the variation between runs.")(join.join)
 command(app, index.IndexRequest, "index", short_help="Regenerate DIR/README.md, the index of the runs under DIR.")(
     index.index)
 command(app, listing.ListRequest, "list")(listing.list_all)

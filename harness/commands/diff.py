@@ -1,4 +1,5 @@
-"""`compare diff`: the same rows of two runs as per-row ratios with intervals and one outcome each."""
+"""`compare diff`: the same rows of two runs (or of two joins of runs) as per-row ratios with intervals and one outcome
+each."""
 
 from __future__ import annotations
 
@@ -15,18 +16,39 @@ class DiffRequest:
     """`compare diff`."""
 
     run_a: Path | None = field(default=None, metadata=cli(argument=True, required=True, parser=typed_path))
-    """The first run's directory (A, the reference)."""
+    """The first run's directory (A, the reference), or a join of runs of it (`compare join`)."""
     run_b: Path | None = field(default=None, metadata=cli(argument=True, required=True, parser=typed_path))
-    """The second run's directory (B, compared with A)."""
+    """The second run's directory (B, compared with A), or a join of runs of it."""
     margin: str | None = field(default=None, metadata=cli("--margin"))
     """Equivalence margin, e.g. 5% (the default): a row whose B / A interval (90%) lies within it either way is
     equivalent in the two runs."""
+    across_machines: bool = field(default=False, metadata=cli("--across-machines", negatable=False))
+    """Compare runs made on different machines (CPU model, cores or GPUs): refused without it, since the ratios then
+    compare the machines."""
+
+
+def _side(directory: Path, written_by: str) -> list[tuple[str, list[dict]]]:
+    """A side's sessions: a run directory is one, a join (sessions.json) each run it names."""
+    from harness.core import joins
+    from harness.core.record import records_file
+
+    try:
+        found = joins.manifest(directory) if directory.is_dir() else None
+        if found is not None and records_file(directory) is None:
+            return [(name, records) for name, records in joins.load(directory)]
+        if found is not None:  # a run that joined earlier ones: its sessions, itself among them
+            return joins.load(directory, own=read_run(directory, written_by))
+    except joins.NotJoinable as exc:
+        fail(str(exc))
+    return [(str(directory), read_run(directory, written_by))]
 
 
 def diff(req: DiffRequest) -> None:
-    """The rows measured in both runs, B against A: per row the ratio of samples/s with its 95% interval and
-    whether B is faster, slower, equivalent within the margin or not resolved (Holm-adjusted over the rows);
-    another torch, framework version, knob or machine. Writes nothing."""
+    """The rows measured in both, B against A: per row the ratio of samples/s with its 95% interval and whether B is
+    faster, slower, equivalent within the margin or not resolved (Holm-adjusted over the rows); another torch,
+    framework version or knob. Two single runs cannot separate a change from run-to-run variation, and the report
+    says so; with two runs or more joined a side (`compare join`), each row's sessions are the unit. Writes
+    nothing."""
     from harness.core.errors import BadInput
     from harness.core.requests import parse_precision
     from harness.core.stats import DEFAULT_MARGIN
@@ -37,13 +59,13 @@ def diff(req: DiffRequest) -> None:
     except BadInput as exc:
         fail(str(exc))
     written_by = "`compare run`"
-    a, b = read_run(req.run_a, written_by), read_run(req.run_b, written_by)
-    same = _same_run(req.run_a, req.run_b, a, b)
+    a, b = _side(req.run_a, written_by), _side(req.run_b, written_by)
+    same = _same_run(req.run_a, req.run_b, [r for _, rs in a for r in rs], [r for _, rs in b for r in rs])
     if same:
         fail(f"A and B are one run ({same}): every row would be 1.000x, and that says nothing; give another run as B "
              f"(the same command again, or another torch, knob or machine)")
     try:
-        result = diffs.compare(a, b, margin, names=("A", "B"))
+        result = diffs.compare(a, b, margin, names=("A", "B"), across_machines=req.across_machines)
     except diffs.NotComparable as exc:
         fail(str(exc))
     if not result["rows"]:
@@ -51,7 +73,7 @@ def diff(req: DiffRequest) -> None:
              f"{', '.join(result['only_b']) or 'none'})")
     console.print(f"A = {req.run_a}\nB = {req.run_b}", soft_wrap=True, markup=False)
     for line in diffs.lines(result):
-        console.print(line, soft_wrap=True, markup=False)
+        console.print(line.replace("**", ""), soft_wrap=True, markup=False)
 
 
 def _same_run(path_a: Path, path_b: Path, a: list[dict], b: list[dict]) -> str | None:

@@ -50,6 +50,10 @@ def doctor(req: DoctorRequest) -> None:
         floor = noise_floor.noise_floor(records)
     except RuntimeError as exc:
         fail(f"cannot measure the noise floor: {exc}", 1)
+    # at the workload's own steps, the components are what a default run designs from: kept for it
+    floor["kept"] = floor["components"] is not None and req.steps is None
+    if floor["kept"]:
+        noise_floor.store_components(floor["components"], planned.request.device)
     if req.as_json:
         typer.echo(json.dumps({"machine": machine, "noise_floor": floor}, indent=2, default=str))
         return

@@ -24,7 +24,31 @@ def report(req: ReportRequest) -> None:
     from harness import reports
     from harness.core import outdir
 
+    from harness.core.record import records_file
+    from harness.core import joins
+    from harness.reports import sessions
+
     directory = req.directory
+    try:
+        joined = directory.is_dir() and joins.manifest(directory)
+    except joins.NotJoinable as exc:
+        fail(str(exc))
+    if joined and records_file(directory) is None:  # a join of earlier runs (`compare join`): nothing of its own
+        try:
+            loaded = joins.load(directory)
+            joins.check(loaded)
+            sessions.render(directory, loaded, joined.get("command"))
+        except joins.NotJoinable as exc:
+            fail(str(exc))
+        except OSError as exc:
+            fail(f"could not write the report in {directory}: {exc.strerror or exc}",
+                 2 if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else 1)
+        except reports.MALFORMED as exc:
+            fail(malformed(directory, exc))
+        for line in sessions.console_lines(sessions.analyse(loaded)):
+            console.print(line, soft_wrap=True, markup=False)
+        console.print(f"wrote {directory}/report.md", soft_wrap=True)
+        return
     records = read_run(directory)
     pid = outdir.holder(directory)
     if pid is not None:  # its records are half written, and the run renders its own report when it ends
@@ -40,7 +64,7 @@ def report(req: ReportRequest) -> None:
     if reports.kind(records) == "run":
         from harness.reports import run_report
 
-        for line in run_report.console_verdict(records):  # as `compare run` ends
+        for line in run_report.console_verdict(records, directory):  # as `compare run` ends
             console.print(line)
         console.print(run_report.console_table(records))
         for line in run_report.console_notes(records):

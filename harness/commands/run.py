@@ -22,7 +22,7 @@ def run(req: RunRequest) -> None:
     stop_on_signals()
     with figures.off(not req.plots):
         records, interrupted = execute(comparison.execute, plan, RunUI(), Invocation.started, reports.render)
-    for line in run_report.console_verdict(records):
+    for line in run_report.console_verdict(records, plan.out):
         console.print(line)
     console.print(run_report.console_table(records))
     for line in run_report.console_notes(records):

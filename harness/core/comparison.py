@@ -29,8 +29,8 @@ MIN_ROUNDS = 3
 """A run whose rounds are not fixed by --repeats (precision mode, and the default) runs at least this many: below it
 no row has an interval and the verdict ranks nothing."""
 
-RESULT_FILES = ("records.jsonl", "report.md", "throughput.png", "loss.png", "step_times.png", "pairs.png",
-                "epoch_time.png", "ttt_curve.png", "ttt_time.png")
+RESULT_FILES = ("records.jsonl", "report.md", "sessions.json", "throughput.png", "loss.png", "step_times.png",
+                "pairs.png", "epoch_time.png", "ttt_curve.png", "ttt_time.png")
 
 
 def plan(req: RunRequest) -> RunPlan:
@@ -41,6 +41,13 @@ def plan(req: RunRequest) -> RunPlan:
         req = dataclasses.replace(req, adapters=_with_tuned(req), tuned=None)
     p = plan_rows(req)
     _check_verdict_options(req, p)
+    if req.steps is None and req.repeats is None and not req.until_target and p.until_target is None:
+        # the default design: steps per launch from this machine's variance components, where measured
+        from harness.core import design
+
+        p.design = design.design(req.workload, req.device, p.steps)
+        p.steps = p.design["steps"]
+        p.equiv_steps = min(p.equiv_steps, p.steps + p.warmup)
     p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
     if p.topology is not None:
         p.topology = hosts.probe(p.topology)  # every remote host answers, or one line and exit 2
@@ -56,8 +63,69 @@ def plan(req: RunRequest) -> RunPlan:
     launches = len(p.rows) * rounds + (1 if p.equiv_steps else 0)
     outdir.check_room(p.out, outdir.least_written(launches, p.steps + p.warmup, req.plots),
                       f"records, report{', plots' if req.plots else ''} and logs of {launches} launch(es)")
+    if req.join is not None:
+        p.join = _joins(req, p)
     p.rerun = shlex.join(["compare", "run", *to_argv(resolved(p))])
     return p
+
+
+def _joins(req: RunRequest, p: RunPlan) -> list:
+    """The earlier sessions `--join DIR` names (DIR, or the runs a join lists), refused in one line (BadInput) unless
+    they are runs of this same request on this machine (harness/reports/sessions.py: IDENTITY, MACHINE)."""
+    from harness.core.record import read_records, records_file
+    from harness.core import joins
+
+    if req.until_target:
+        raise BadInput("--join adds a session to a throughput comparison; it does not apply to --until-target runs")
+    if not req.join.is_dir():
+        raise BadInput(f"--join {req.join}: no such run directory; give a directory written by `compare run` (or "
+                       "`compare join`)")
+    try:
+        dirs = joins.session_dirs(req.join)
+    except joins.NotJoinable as exc:
+        raise BadInput(f"--join {req.join}: {exc}") from None
+    if any(d.resolve() == p.out.resolve() for d in dirs):
+        raise BadInput(f"--join {req.join}: this run would write into a session it joins ({p.out}); leave --out "
+                       "to a new directory")
+    path = records_file(dirs[0])
+    if path is None:
+        raise BadInput(f"--join {req.join}: no records in {dirs[0]}; give a directory written by `compare run`")
+    try:
+        earlier = read_records(path)
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"--join {req.join}: cannot read {path}: {exc}") from None
+    if not earlier:
+        raise BadInput(f"--join {req.join}: {path} holds no records")
+    env = {"cpu_model": envmod.cpu_model(), "cpu_cores_usable": envmod.usable_cores(),
+           "gpus": envmod.torch_facts().get("gpus") if req.device == "cuda" else
+           (earlier[0].get("env") or {}).get("gpus")}
+    this = [{"kind": "run", "workload": req.workload, "world_size": req.world_size, "status": "ok", "env": env,
+             "row_order": [row.label for row in p.rows], "topology": {"device": req.device},
+             "controls": {"workload_options": p.workload.describe()["options"], "global_batch": p.global_batch,
+                          "steps": p.steps}}]
+    try:
+        joins.check([(str(req.join), earlier), ("this run", this)])
+    except joins.NotJoinable as exc:
+        again = _another_session(earlier[0].get("rerun_command"))
+        raise BadInput(f"--join {req.join}: {exc}" + (f"; its request again: {again} --join {shlex.quote(str(req.join))}"
+                                                        if again else "")) from None
+    return [d.resolve() for d in dirs]
+
+
+def _another_session(rerun: str | None) -> str | None:
+    """An earlier run's command as another session of it runs it: its own --out, --force and --order-seed left out
+    (a session has a fresh order and its own directory)."""
+    if not rerun:
+        return None
+    words, out, skip = shlex.split(rerun), [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("--out", "--order-seed"):
+            skip = True
+        elif w != "--force" and not w.startswith(("--out=", "--order-seed=")):
+            out.append(w)
+    return shlex.join(out)
 
 
 def _with_tuned(req: RunRequest) -> list[str]:
@@ -101,7 +169,7 @@ def resolved(p: RunPlan) -> RunRequest:
         warmup=None if until else p.warmup, eval_every=until.eval_every if until else None,
         max_steps=until.max_steps if until else None, global_batch=p.global_batch, equiv_steps=p.equiv_steps,
         order_seed=p.order_seed, budget=None if p.budget_s is None else f"{p.budget_s:g}s",
-        tuned=None, hosts=None if p.topology is None or p.topology.launcher == "slurm" else
+        tuned=None, join=None, hosts=None if p.topology is None or p.topology.launcher == "slurm" else
         ",".join(f"{n.host}:{n.slots}" for n in p.topology.nodes), hostfile=None,
         nnodes=len(p.topology.nodes) if p.topology is not None and p.topology.launcher == "slurm" else None,
         iface=p.topology.iface if p.topology is not None else r.iface)
@@ -157,13 +225,26 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
     run_info = run_header(p, "run", [r.label for r in p.rows], started)
     seed = p.order_seed
     run_info.update(order_seed=seed, baseline=req.baseline, margin=p.margin)
+    if p.design is not None:
+        run_info["design"] = p.design
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
+        if p.join:  # another session of earlier runs: the report is the verdict over all of them
+            from harness.core import joins
+
+            joins.write_manifest(p.out, [*p.join, p.out.resolve()],
+                                    f"{p.rerun or 'compare run'} --join {shlex.quote(str(req.join))}")
         ui.start(p)
         runner = Runner(session, ui, run_info, pipelined=p.until_target is None and not remote)
 
         def first_started():  # while the first launch starts up
             run_info["env"] = envmod.collect_safely(req.device)
+            if p.until_target is None:  # what one run's intervals leave out, as far as this machine has seen it
+                from harness.core import joins
+
+                known = joins.known(run_info["env"], req.workload)
+                if known:
+                    run_info["between_sessions"] = known
             session.save([plain_record(run_info, p, row, repeat, "unavailable", row.reason)
                           for row in p.unavailable for repeat in range(req.repeats or 1)])
 
@@ -194,30 +275,43 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
     return session.records, stopped is not None
 
 
+def _pilot(p: RunPlan) -> int | None:
+    """The pilot's rounds of a `--precision` run (two stages), from the number of pairs among its runnable rows."""
+    from harness.core.stats import pilot_rounds
+
+    n = len(p.runnable)
+    return pilot_rounds(n * (n - 1) // 2) if p.precision is not None and n >= 2 else None
+
+
 def _rounds_line(p: RunPlan) -> str:
     """What a run of rounds will cost, before its first launch."""
     one_round = estimate.Forecast([(p, row.label) for row in p.runnable]).left()
+    pilot = _pilot(p)
     least = max(MIN_ROUNDS, p.request.repeats or 0)
-    until = ("" if p.precision is None else
-             f" until every pair's simultaneous interval is ±{p.precision * 100:g}%")
-    return (f"rounds of {len(p.runnable)} launch(es){until}: at least {least}, then none that would end past the "
+    until = ("" if pilot is None else
+             f": a pilot of {pilot}, then as many as its variance says every pair's simultaneous interval needs for "
+             f"±{p.precision * 100:g}% (two stages)")
+    return (f"rounds of {len(p.runnable)} launch(es){until}; at least {least}, then none that would end past the "
             f"{estimate.duration(p.budget_s)} budget"
             + ("" if one_round is None else f"; a round should take about {estimate.duration(one_round)} here (the "
                                             f"first also runs the reference)"))
 
 
 def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_started):
-    """Rounds: at least MIN_ROUNDS (or --repeats, with --precision), then more until every pair's simultaneous
-    interval is at most p.precision wide (relative half-width; never, without --precision), or until the next round
-    would overrun the budget (the last round's duration is the estimate). The table so far is shown after every
-    round, and every record says how the rounds ended. Returns (every job planned so far, "during ..." if
-    interrupted)."""
+    """Rounds: at least MIN_ROUNDS (or --repeats), then more until the budget would be overrun (the last round's
+    duration is the estimate). With --precision, two stages (harness/core/stats.py, Stein 1945): a pilot of
+    `pilot_rounds` rounds, after which the rounds are fixed once from the pilot's variance of every pair
+    (`stein_rounds`) and run, and every paired interval takes the pilot's variance: stopping is never decided by
+    how narrow the intervals happen to be. The table so far is shown after every round, and every record says how the
+    rounds ended. Returns (every job planned so far, "during ..." if interrupted)."""
+    from harness.core.stats import stein_rounds
     from harness.reports import verdict
 
     req, start = p.request, time.monotonic()
-    least = max(MIN_ROUNDS, req.repeats or 0)
+    pilot = _pilot(p)
+    least = max(MIN_ROUNDS, req.repeats or 0)  # the budget may end the pilot: ordinary intervals, said so
     jobs: list = []
-    stopped, ended, widest, k = None, "max_rounds", None, 0
+    stopped, ended, widest, k, planned = None, "max_rounds", None, 0, None
     while k < MAX_REPEATS:
         round_start = time.monotonic()
         this_round = round_jobs(k)
@@ -227,12 +321,18 @@ def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_
         if stopped:
             ended = "interrupted"
             break
-        analysis = verdict.analyse(session.records, req.baseline, p.margin)
+        analysis = verdict.analyse(session.records, req.baseline, p.margin, pilot=pilot)
         widest = analysis["widest"]
+        if pilot is not None and planned is None and k >= pilot:
+            variances = verdict.pilot_variances(analysis, pilot)
+            if variances is not None:  # every pair measured in the pilot: the second stage is fixed, once
+                planned = min(MAX_REPEATS, stein_rounds(variances, pilot, p.precision))
+                ui.estimate(f"pilot of {pilot} rounds done: {planned} rounds in all give every pair's simultaneous "
+                            f"interval ±{p.precision * 100:g}%")
         ui.round_done(k, analysis, p.precision)
         if k < least:
             continue
-        if p.precision is not None and widest is not None and widest[1] <= p.precision:
+        if planned is not None and k >= planned:
             ended = "resolved"
             break
         now = time.monotonic()
@@ -243,6 +343,8 @@ def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_
     outcome = {"target": p.precision, "budget_s": p.budget_s, "rounds": k, "least": least, "ended": ended,
                "elapsed_s": time.monotonic() - start, "widest": list(widest) if widest else None,
                "criterion": "simultaneous"}
+    if pilot is not None:
+        outcome.update(rule="two-stage", pilot_rounds=pilot, planned_rounds=planned)
     session.records = [{**r, "precision_mode": outcome} for r in session.records]
     session.save()
     return jobs, stopped

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import BadInput
+from harness.core.design import DESIGN_BOUNDS, best_steps, buys, components, store_components  # noqa: F401
 from harness.core.stats import CONFIDENCE, geomean_interval, log_moments, t_quantile
 
 LAUNCH_COUNTS = (3, 5, 10, 20, 40, 80)
@@ -85,7 +86,11 @@ def noise_floor(records: list[dict[str, Any]]) -> dict[str, Any]:
     sd = math.sqrt(log_moments(sps)[1])  # the same log scale the verdict's intervals use
     launch_s = sum(r["wall_time_s"] for r in ok) / len(ok)
     flagged = [r["repeat"] for r in ok if (r.get("noise") or {}).get("flags")]
+    from harness.core import joins
+
+    comp = components(ok)
     return {"samples_per_s": sps, "interval": geomean_interval(sps), "sd_log": sd, "launch_s": launch_s,
+            "components": comp, "sessions": joins.known(joins.env_of(ok), ok[0]["workload"]),
             "flagged": flagged, "label": ok[0]["label"], "workload": ok[0]["workload"],
             "steps": ok[0]["controls"]["steps"],
             "reachable": [{"launches": n, "half_width": ratio_half_width(sd, n), "seconds_per_row": n * launch_s}
@@ -153,5 +158,32 @@ def lines(machine: dict[str, Any], floor: dict[str, Any] | None) -> list[str]:
                      ("" if n is None else f" (~{n * floor['launch_s'] / 60:.0f} min per row)")
                      for t, n in floor["needed"].items())
     out.append(f"to resolve a ratio here: {need}. A comparison of R rows takes about R times as long; "
-               f"`compare run --precision P --budget T` stops as soon as every ratio is resolved.")
-    return out
+               f"`compare run --precision P --budget T` sizes its rounds for every pair.")
+    return out + component_lines(floor)
+
+
+def component_lines(floor: dict[str, Any]) -> list[str]:
+    """The variance at each level of repetition, what more of each buys, and the design a default run takes."""
+    comp, known = floor.get("components"), floor.get("sessions")
+    if comp is None:
+        return ["variance components: too few steps per launch to cut each into windows"]
+    buy = buys(comp)
+    return [
+        "variance components of log samples/s (standard deviations):",
+        f"  within a launch, between windows of {comp['window_steps']} steps: {math.sqrt(comp['window_var']):.1%} "
+        f"({math.sqrt(comp['v'] / comp['steps']):.1%} for a launch of {comp['steps']} steps)",
+        f"  between launches, beyond that: {math.sqrt(comp['launch_var']):.1%}",
+        "  between sessions (runs at other times): " + (
+            f"{known['tau_median']:.1%} for a pair's log ratio (median over {known['pairs']} pairs of "
+            f"{known['sessions']} joined runs of {known['workload']}, {known['date']})" if known else
+            "not known here yet (join runs of one request: `compare run --join DIR`)"),
+        f"what more of each buys for a pair's interval within one run: twice the steps per launch "
+        f"(+{comp['steps'] * comp['step_s']:.1f} s a launch) {buy['steps']:.0%} narrower; twice the launches "
+        f"{buy['launches']:.0%} narrower; for runs at other times, no number of launches narrows the between-session "
+        + (f"part (a pair's ratio moves by about ±{1.96 * known['tau_median']:.0%} between runs here): only more "
+           f"sessions do, as 1/sqrt(sessions)" if known else "part: only more sessions do"),
+        (f"a default `compare run` of {comp['workload']} here now times {best_steps(comp, comp['steps'])} steps per "
+         f"launch (sqrt(v c0 / (sigma_L^2 t)) for a launch's fixed {comp['fixed_s']:.1f} s and "
+         f"{comp['step_s'] * 1e3:.2f} ms a step, within {DESIGN_BOUNDS[0]:g}-{DESIGN_BOUNDS[1]:g}x its "
+         f"{comp['steps']}), and as many rounds as its budget holds" if floor.get("kept") else
+         "(measured at --steps, not the workload's own: not kept for default runs' design)")]

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from harness.core.errors import BadInput
 
-RESULT_FILES = ("records.jsonl", "records.jsonl.gz", "report.md")
+RESULT_FILES = ("records.jsonl", "records.jsonl.gz", "report.md", "sessions.json")
 """Files whose presence means "this directory holds results" (plots and logs always come with them)."""
 LOCK_NAME = ".compare.lock"
-WRITTEN = ("records.jsonl", "records.jsonl.gz", "report.md", "throughput.png", "loss.png", "step_times.png",
+WRITTEN = ("records.jsonl", "records.jsonl.gz", "report.md", "sessions.json", "throughput.png", "loss.png", "step_times.png",
            "pairs.png", "epoch_time.png", "ttt_curve.png", "ttt_time.png", "speedup.png", "efficiency.png",
            "memory.png", "balance.png", "prediction.png", "busbw.png")
 """Every file a compare command writes at the top of its results directory (run, scale and comm's RESULT_FILES;

@@ -28,6 +28,7 @@ searched (one knob at a time from the defaults): the report says so.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,18 @@ from harness.core.stats import ALPHA, MIN_LAUNCHES, adjust, compare_pair, geomea
 
 MIN_ROUNDS = MIN_LAUNCHES
 """Rounds each stage runs at least: below it no pair has an interval."""
+
+SELECT_PROBABILITY = 0.95
+"""How often a candidate `--min-gain` faster than every other should be the race's pick: sets the race's rounds."""
+CONFIRM_POWER = 0.90
+"""The confirmation's power against a candidate `--min-gain` faster than its defaults (Holm over the backends taken
+at its strictest, Bonferroni). With the race's pick right SELECT_PROBABILITY of the time, a truly better candidate is
+confirmed at least 0.95 x 0.90 = 85% of the time: the 80% the issue asks for, with the variance estimate's own error
+to spare."""
+DETECTABLE_POWER = 0.80
+"""The power at which a tune says the smallest gain it could have confirmed."""
+MAX_PLANNED = 200
+"""The most rounds either stage plans (a gain far inside the noise needs more than any budget holds)."""
 
 PER_BACKEND = "/backend"
 """`--budget 5m/backend`: each backend gets that much (else the budget is for the whole tune)."""
@@ -283,6 +296,72 @@ def _eliminate(race: Race, k: int) -> None:
                                     "lo": 1 / p["hi"], "hi": 1 / p["lo"], "p_holm": p["p_holm"], "n": n}
 
 
+# ---- how many rounds a gain needs (power) --------------------------------------------------------------------------
+def paired_variance(race: Race) -> tuple[float, int] | None:
+    """The variance of a candidate's log ratio to the defaults per round, pooled over every candidate that shared
+    at least 2 rounds with them (dropped ones too: the noise is the machine's), and its degrees of freedom; None
+    before any."""
+    base = race.values.get(race.default) or []
+    ss, df = 0.0, 0
+    for c, vals in race.values.items():
+        n = min(len(vals), len(base))
+        if c == race.default or n < 2:
+            continue
+        logs = [math.log(x / y) for x, y in zip(vals[:n], base[:n])]
+        mean = sum(logs) / n
+        ss += sum((x - mean) ** 2 for x in logs)
+        df += n - 1
+    return (ss / df, df) if df else None
+
+
+VARIANCE_CONFIDENCE = 0.80
+"""Rounds are sized from an upper confidence bound of the race's variance at this level, not its estimate: from a
+few rounds the estimate is as often too small as too large, and too small would leave the tune short of its power
+(the standard remedy for sizing from a pilot: Browne 1995)."""
+
+
+def variance_upper(variance: float, df: int) -> float:
+    """The one-sided VARIANCE_CONFIDENCE upper bound of a variance estimated with `df` degrees of freedom."""
+    from scipy import stats as sp
+
+    return variance * df / float(sp.chi2.ppf(1 - VARIANCE_CONFIDENCE, df))
+
+
+def _t(q: float, df: int) -> float:
+    from scipy import stats as sp
+
+    return float(sp.t.ppf(q, df))
+
+
+def select_rounds(variance: float, min_gain: float, candidates: int) -> int:
+    """Race rounds after which a candidate `min_gain` faster than each of the other `candidates - 1` has the highest
+    mean SELECT_PROBABILITY of the time (paired within rounds, normal): Phi(delta sqrt(R) / s)^(C-1) >= P."""
+    from scipy import stats as sp
+
+    if candidates < 2 or variance <= 0:
+        return MIN_ROUNDS
+    z = float(sp.norm.ppf(SELECT_PROBABILITY ** (1.0 / (candidates - 1))))
+    return min(MAX_PLANNED, max(MIN_ROUNDS, math.ceil((z * z * variance) / math.log1p(min_gain) ** 2)))
+
+
+def confirm_rounds(variance: float, min_gain: float, backends: int, power: float = CONFIRM_POWER) -> int:
+    """Confirmation rounds for `power` against a gain of `min_gain`: the fewest n with (t(1 - a/2B, n-1) +
+    t(power, n-1)) x s / sqrt(n) <= log(1 + min_gain), a = 5% over B backends (paired t, two-sided)."""
+    delta, s, q = math.log1p(min_gain), math.sqrt(max(variance, 0.0)), 1 - ALPHA / max(backends, 1) / 2
+    n = MIN_ROUNDS
+    while n < MAX_PLANNED and (_t(q, n - 1) + _t(power, n - 1)) * s / math.sqrt(n) > delta:
+        n += 1
+    return n
+
+
+def detectable(variance: float, rounds: int, backends: int, power: float = DETECTABLE_POWER) -> float | None:
+    """The smallest gain `rounds` confirmation rounds confirm with `power` at this variance (as confirm_rounds)."""
+    if rounds < 2:
+        return None
+    q = 1 - ALPHA / max(backends, 1) / 2
+    return math.expm1((_t(q, rounds - 1) + _t(power, rounds - 1)) * math.sqrt(max(variance, 0.0)) / math.sqrt(rounds))
+
+
 # ---- the search loop ------------------------------------------------------------------------------------------------
 @dataclass
 class Budget:
@@ -322,16 +401,33 @@ def confirm_rows(races: dict[str, Race]) -> list[str]:
 
 def search(backends: dict[str, list[str]], run_round: Callable[[str, int, list[str]], list[dict[str, Any]]],
            budget: Budget, clock: Callable[[], float] = time.monotonic,
-           on_round: Callable[[str, int, dict[str, Race]], None] = lambda stage, k, races: None
-           ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+           on_round: Callable[[str, int, dict[str, Race]], None] = lambda stage, k, races: None,
+           min_gain: float = 0.05) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the race, then the confirmation. `run_round(stage, k, labels)` launches each label once (round k of
-    stage "race" or "confirm") and returns their records (it may raise KeyboardInterrupt). Returns (records, how
-    each stage ended)."""
+    stage "race" or "confirm") and returns their records (it may raise KeyboardInterrupt). From the race's
+    MIN_ROUNDS-th round on, its own variance sizes both stages for `min_gain` (`select_rounds`, `confirm_rounds`):
+    a backend's race ends when its planned rounds have run (or one candidate is left, or the budget, which keeps
+    room for the planned confirmation), and the confirmation runs its planned rounds (or as many as the budget
+    allows). Returns (records, how each stage ended and what it needed)."""
     records: list[dict[str, Any]] = []
     start = clock()
     spent: dict[str, float] = {b: 0.0 for b in backends}
     ended: dict[str, str] = {}
+    plans: dict[str, dict[str, Any]] = {}
     k = 0
+
+    def plan(b: str, race: Race) -> None:
+        got = paired_variance(race)
+        if got is None or race.rounds < MIN_ROUNDS:
+            return
+        variance, df = got
+        upper = variance_upper(variance, df)
+        plans[b] = {"variance": variance, "df": df, "variance_upper": upper,
+                    "select_rounds": select_rounds(upper, min_gain, len(race.alive)),
+                    "confirm_rounds": confirm_rounds(upper, min_gain, len(backends))}
+
+    def confirming() -> int:
+        return max([MIN_ROUNDS] + [p["confirm_rounds"] for p in plans.values()])
 
     def spend(recs):
         for r in recs:
@@ -341,14 +437,20 @@ def search(backends: dict[str, list[str]], run_round: Callable[[str, int, list[s
 
     def reserve(race: Race) -> float:
         best = race.best or race.default
-        return MIN_ROUNDS * _round_cost(race, list(dict.fromkeys([race.default, best])))
+        return confirming() * _round_cost(race, list(dict.fromkeys([race.default, best])))
 
     races = replay(records, backends, budget)
     while True:
         racing = [b for b, race in races.items() if len(race.alive) > 1 and b not in ended]
         for b, race in races.items():
+            if b not in ended:
+                plan(b, race)
             if len(race.alive) <= 1 and b not in ended:
                 ended[b] = "one left" if race.alive else "every candidate failed"
+        for b in racing:
+            if b in plans and races[b].rounds >= plans[b]["select_rounds"]:
+                ended[b] = "planned"
+        racing = [b for b in racing if b not in ended]
         if k >= MIN_ROUNDS and racing:
             if budget.per_backend:
                 for b in racing:
@@ -371,8 +473,11 @@ def search(backends: dict[str, list[str]], run_round: Callable[[str, int, list[s
     rows = confirm_rows(races)
     if len(rows) < 2:  # one backend whose defaults won: nothing to confirm a gain of, no one to compare it with
         rows = []
-    confirm_start, c = clock(), 0
+    race_s, confirm_start, c = clock() - start, clock(), 0
+    planned = confirming()
     while rows:
+        if c >= planned:
+            break
         if c >= MIN_ROUNDS:
             last = [r for r in records if trial(r).get("stage") == "confirm" and r["repeat"] == k + c - 1]
             per_b: dict[str, float] = {}
@@ -388,9 +493,16 @@ def search(backends: dict[str, list[str]], run_round: Callable[[str, int, list[s
         spend(recs)
         c += 1
         on_round("confirm", c, races)
+    # what the plan needed, at these launches' times: the race's rounds still short of plan, and the whole
+    # confirmation, beside what ran
+    short = sum(max(0, plans[b]["select_rounds"] - races[b].rounds) * _round_cost(races[b], races[b].alive)
+                for b in plans if ended.get(b) == "budget")
+    conf_round = sum(_round_cost(races[b], list(dict.fromkeys([races[b].default, races[b].best or races[b].default])))
+                     for b in races)
     summary = {"budget_s": budget.seconds, "per_backend": budget.per_backend, "race_rounds": k, "confirm_rounds": c,
                "race_ended": ended, "elapsed_s": clock() - start, "confirm_s": clock() - confirm_start,
-               "spent_s": spent}
+               "spent_s": spent, "min_gain": min_gain, "plans": plans, "confirm_planned": planned if rows else 0,
+               "needed_s": race_s + short + (planned * conf_round if rows else 0.0)}
     return records, summary
 
 
@@ -410,6 +522,7 @@ def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     backends = backends_of(records)
     races = replay(records, backends, budget_of(records))
     margin = next((r.get("margin") for r in records if r.get("margin")), None) or DEFAULT_MARGIN
+    summary = next((r.get("tune_summary") for r in records if r.get("tune_summary")), None) or {}
     out: dict[str, dict[str, Any]] = {}
     pairs = []
     for b, race in races.items():
@@ -420,7 +533,11 @@ def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             if r["status"] in MEASURED and r.get("samples_per_s"):
                 vals.setdefault(r["label"], {})[r["repeat"]] = float(r["samples_per_s"])
         entry = {"backend": b, "default": race.default, "best": best, "race": race, "values": vals,
-                 "gain": None, "winner": race.default}
+                 "gain": None, "winner": race.default, "detectable": None}
+        sized = (summary.get("plans") or {}).get(b)
+        if sized and best != race.default:
+            rounds = len(set(vals.get(best, {})) & set(vals.get(race.default, {})))
+            entry["detectable"] = detectable(sized["variance"], rounds, len(races))
         if best != race.default and best in vals and race.default in vals:
             common = sorted(set(vals[best]) & set(vals[race.default]))
             gain = compare_pair([vals[best][k] for k in common], [vals[race.default][k] for k in common],

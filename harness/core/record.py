@@ -331,6 +331,9 @@ class Run(TypedDict):
     """With `--until-target`: target, metric, evaluation cadence, step budget."""
     ttt: NotRequired[TimeToTarget]
     """Time to target: reached, steps, training and end-to-end seconds, evaluations, curve (TimeToTarget)."""
+    row_env: NotRequired[dict[str, Any]]
+    """A row run with another interpreter or extra environment variables (`python=PATH`, `env.NAME=VALUE` in its
+    label): `python` and its `python_version` and `torch` as that interpreter reported them, and `env`."""
     straggler: NotRequired[dict[str, Any]]
     """With `--straggler`: the slow rank, its factor and the delay added per step."""
     compute_profile: NotRequired[list[dict[str, Any]]]
@@ -353,10 +356,22 @@ class RunOnly(TypedDict):
     """The row ratios are measured against (`--baseline`, or the first row on the full world size)."""
     margin: NotRequired[float | None]
     """The verdict's equivalence margin (`--margin` as a fraction; None: the default, 5%)."""
+    design: NotRequired[dict[str, Any]]
+    """A default run's design (no `--steps`, no `--repeats`): `steps` per launch, the workload's own
+    (`workload_steps`) and the variance components they came from (`components`: within a launch per window and
+    its steps, between launches, a launch's fixed and per-step seconds, from `compare doctor`; null where none were
+    measured here, and the workload's steps were kept)."""
+    between_sessions: NotRequired[dict[str, Any]]
+    """What this machine's cache knew of the variation between runs when the run was made (from verdicts over
+    joined sessions): sessions, pairs, the median and largest between-session SD of a pair's log ratio, the median
+    standard error within one run, the workload and the date; the verdict says it beside "these intervals hold for
+    this run"."""
     precision_mode: NotRequired[dict[str, Any]]
     """Without `--repeats`: target (`--precision`, or null), budget, rounds used and the least run, how it ended,
     elapsed seconds, the widest interval left and the stopping criterion (`simultaneous`: every pair's Bonferroni
-    interval; absent: the ratios to the baseline)."""
+    interval; absent: the ratios to the baseline); with `--precision` since two stages, `rule` ("two-stage"),
+    `pilot_rounds` (whose variance every paired interval takes) and `planned_rounds` (fixed from the pilot; null if
+    the pilot did not end)."""
 
 
 class Tune(TypedDict):
@@ -367,11 +382,15 @@ class Tune(TypedDict):
     and the best on fresh launches, which the gains and verdicts come from)."""
     tune_plan: NotRequired[dict[str, Any]]
     """The tune as planned: backend -> candidate labels (the defaults first), the budget in seconds and whether per
-    backend, the adapters left out as untunable or unavailable and why, the least rounds of each stage, and
-    `halving` (true since the race fits its candidates to the budget after its first round)."""
+    backend, the adapters left out as untunable or unavailable and why, the least rounds of each stage,
+    `halving` (true since the race fits its candidates to the budget after its first round) and `min_gain` (the gain
+    the tune was sized for, `--min-gain`)."""
     tune_summary: NotRequired[dict[str, Any]]
     """How the tune ended (absent if interrupted): the budget, race and confirmation rounds, why each backend's race
-    ended ("one left", "budget", "every candidate failed"), elapsed seconds and the launch seconds per backend."""
+    ended ("one left", "planned", "budget", "every candidate failed"), elapsed seconds and the launch seconds per
+    backend; since `--min-gain`, the gain, each backend's sizing (`plans`: the race's variance of a candidate's log
+    ratio to its defaults per round, its degrees of freedom and upper bound, the race and confirmation rounds it
+    called for), the confirmation rounds planned and the seconds the plan needed (`needed_s`)."""
 
 
 class Measured(TypedDict):

@@ -7,6 +7,7 @@ Runs in: the parent. A refused request raises BadInput: one line for the user, e
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,8 +141,9 @@ class RunRequest(Request):
     """The row every other row is compared with, as a ratio with its 95% interval (default: the first row that runs
     on the whole world size)."""
     precision: str | None = field(default=None, metadata=cli("--precision"))
-    """Add interleaved rounds until every ratio's 95% interval is this narrow (half-width), e.g. 5%, or the --budget
-    is spent; at least 3 rounds."""
+    """Every pair's simultaneous 95% interval this narrow (half-width), e.g. 5%: a pilot of rounds estimates the
+    variance, the rounds it needs are fixed from it and run (two stages, so the stated error holds), or as many as
+    the --budget allows."""
     budget: str | None = field(default=None, metadata=cli("--budget"))
     """Time the rounds may take, e.g. 600s, 10m, 2h: a round that would end past it is not started, but 3 always run
     (default 3m; 10m with --precision; not with --repeats)."""
@@ -161,6 +163,10 @@ class RunRequest(Request):
     time goes: forward, backward, optimizer, communication overlapped and exposed, waiting for the slowest rank."""
     breakdown_steps: int = field(default=5, metadata=cli("--breakdown-steps"))
     """Steps profiled by --breakdown (after one the profiler warms up on), 1 to 1,000."""
+    join: Path | None = field(default=None, metadata=cli("--join", parser=typed_path))
+    """An earlier run of this same request on this machine (or a join of several): this run is another session of
+    it, and its report gives the verdict over every session, whose intervals include the variation between runs
+    (refused where the workload, rows, world size, batch, steps or machine differ)."""
     trace: bool = field(default=False, metadata=cli("--trace", negatable=False))
     """With the breakdown (implies --breakdown): keep the profiled steps' Perfetto / chrome://tracing trace of rank 0
     and of the slowest other rank, from each row's first launch (traces/ in the results)."""
@@ -208,7 +214,7 @@ class ScaleRequest(RunRequest):
 
     NOT_OPTIONS = frozenset({"world_size", "hosts", "hostfile", "nnodes", "iface", "launcher", "until_target",
                              "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed", "margin",
-                             "tuned"})
+                             "tuned", "join"})
     HELP = {"threads": "Threads per rank at every point (default: usable cores / the largest world size that "
                        "fits).",
             "repeats": "Fresh launches per point; the spread is reported.",
@@ -242,6 +248,8 @@ class ScaleRequest(RunRequest):
 
 DEFAULT_TUNE_BUDGET = "10m"
 """`compare tune`'s budget, for the whole tune."""
+DEFAULT_MIN_GAIN = "5%"
+"""`compare tune`'s smallest gain over a backend's defaults worth finding."""
 
 
 @dataclass
@@ -249,7 +257,7 @@ class TuneRequest(RunRequest):
     """`compare tune`: the options of `compare run` that set the comparison, and the search's."""
 
     NOT_OPTIONS = frozenset({"until_target", "eval_every", "max_steps", "precision", "repeats", "baseline", "tuned",
-                             "plots", "breakdown", "breakdown_steps", "trace"})
+                             "plots", "breakdown", "breakdown_steps", "trace", "join"})
     HELP = {"adapters": "Comma-separated adapters to tune, plain names (default: every adapter that declares tunable "
                         "knobs and can run here).",
             "budget": "Time the whole tune may take, e.g. 20m, or per backend, e.g. 5m/backend: the race stops where "
@@ -258,6 +266,11 @@ class TuneRequest(RunRequest):
             "knobs": "A knob fixed for every candidate of its adapter, ADAPTER.KNOB=VALUE (repeatable); it is not "
                      "searched."}
 
+    min_gain: str | None = field(default=None, metadata=cli("--min-gain"))
+    """The smallest gain over a backend's defaults worth finding, e.g. 10% (default 5%): the race runs until a
+    candidate that much faster would be its pick 95% of the time, and the confirmation until it would be confirmed
+    with 90% power (sized from the race's own variance), where the budget allows; the report says what the tune
+    needed and, where the budget cut it short, the smallest gain it could have confirmed."""
     tune: list[str] = field(default_factory=list, metadata=cli("--tune"))
     """Knobs to search, ADAPTER.KNOB (its declared candidates) or ADAPTER.KNOB=V1,V2 (these values), repeatable; an
     adapter named here is searched over these knobs only (default: every knob each adapter declares, `compare
@@ -331,6 +344,9 @@ class Row:
     """The configured adapter; None when it cannot run here."""
     reason: str = ""
     """Why it cannot run here (with the fix), when `adapter` is None."""
+    environment: dict[str, Any] | None = None
+    """What the row's ranks run with beyond its knobs (`python=PATH`, `env.NAME=VALUE`): {"python", "python_version",
+    "torch", "env"}; None for compare's own interpreter and environment (row_environment)."""
 
 
 @dataclass
@@ -398,6 +414,11 @@ class RunPlan(Plan):
     """DataLoader workers per rank (a workload whose training data is a Dataset)."""
     param_count: int | None = None
     """The model's parameters, counted on the meta device before launching (None where that was not done)."""
+    join: list[Path] | None = None
+    """`compare run --join DIR`: the run directories of the earlier sessions this run joins."""
+    design: dict[str, Any] | None = None
+    """A default run's design: its steps per launch and the variance components they came from
+    (harness/core/noise_floor.py: design)."""
 
 
 @dataclass
@@ -819,6 +840,64 @@ def parse_label(label: str) -> tuple[str, dict[str, str]]:
     return name, variant
 
 
+HARNESS_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
+               "LOCAL_RANK", "PYTHONPATH", "PYTHONUNBUFFERED", "TMPDIR", "PATH", "GLOO_SOCKET_IFNAME",
+               "NCCL_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES")
+"""Variables the harness sets for every rank (harness/launching/rank_env.py) or that place the ranks: a row may not
+set them through `env.NAME=VALUE`, or it would not run under the same conditions as the others."""
+
+
+def row_environment(label: str, variant: dict[str, str], device: str = "cpu", remote: bool = False
+                    ) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """A row's variant split into its adapter's knobs and what its ranks run with: `python=PATH` (another
+    interpreter, e.g. a second venv with another torch or framework; checked by running it: it must import torch)
+    and `env.NAME=VALUE` (an environment variable). BadInput for a path that is not such an interpreter, `env.` with
+    no valid name, or a variable the harness sets itself."""
+    import re
+    import subprocess
+
+    knobs, env, python = {}, {}, None
+    for key, value in variant.items():
+        if key == "python":
+            python = value
+        elif key.startswith("env."):
+            name = key[len("env."):]
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise BadInput(f"adapter row '{label}': 'env.{name}' needs a variable name (letters, digits and _, "
+                               f"not starting with a digit), e.g. env.NCCL_ALGO=Ring")
+            if name in HARNESS_ENV or name.startswith("COMPARE_"):
+                raise BadInput(f"adapter row '{label}': {name} is set by the harness for every row (threads with "
+                               f"--threads, placement by the launcher); a row may set other variables, e.g. "
+                               f"env.NCCL_ALGO=Ring")
+            env[name] = value
+        else:
+            knobs[key] = value
+    if python is None and not env:
+        return knobs, None
+    out: dict[str, Any] = {"env": env}
+    if python is not None:
+        if remote:
+            raise BadInput(f"adapter row '{label}': python= runs its ranks with another interpreter on this machine; "
+                           "across hosts give each host's venv the same packages instead")
+        path = Path(python).expanduser()
+        if not python or not path.is_file() or not os.access(path, os.X_OK):
+            raise BadInput(f"adapter row '{label}': python={python} is not an executable file; give a Python "
+                           "interpreter, e.g. python=/path/to/venv/bin/python")
+        probe = "import sys, torch; print(sys.version.split()[0], torch.__version__)"
+        try:
+            got = subprocess.run([str(path), "-c", probe], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BadInput(f"adapter row '{label}': python={python} is not a Python interpreter that runs here "
+                           f"({type(exc).__name__})") from None
+        words = got.stdout.split()
+        if got.returncode != 0 or len(words) != 2:
+            last = (got.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BadInput(f"adapter row '{label}': python={python} is not a Python interpreter with torch "
+                           f"({last}); give one, e.g. python=/path/to/venv/bin/python")
+        out.update(python=str(path), python_version=words[0], torch=words[1])
+    return knobs, out
+
+
 def _knobs_of(name: str) -> str:
     """"; valid knobs of ddp: bucket_cap_mb, ..." for an error message ("" if the adapter cannot be loaded)."""
     import dataclasses
@@ -862,6 +941,8 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
         avails = {name: avail and adapters.multinode(name, topology) for name, avail in avails.items()}
     knob_reasons = set()
     for label, name, variant in labels:
+        variant, environment = row_environment(label, variant, req.device,
+                                               topology is not None and topology.remote)
         avail = avails[name]
         try:
             cls = adapters.get(name)
@@ -898,12 +979,12 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
             rows.append(Row(label, name, cls, reason=avail.message()))
             knob_reasons.add(avail.message())
             continue
-        same = next((r for r in rows if r.adapter is not None and r.name == name and r.adapter.knobs == adapter.knobs),
-                    None)
+        same = next((r for r in rows if r.adapter is not None and r.name == name and r.adapter.knobs == adapter.knobs
+                     and r.environment == environment), None)
         if same is not None:  # `ddp:bucket_cap_mb=1,ddp:bucket_cap_mb=1.0`: one row twice, under two spellings
             raise BadInput(f"{kind}s {same.label} and {label} are the same row (the same knobs, spelled "
                            f"differently); give it once")
-        rows.append(Row(label, name, cls, adapter))
+        rows.append(Row(label, name, cls, adapter, environment=environment))
     if not any(r.adapter for r in rows):
         if all(r.reason in knob_reasons for r in rows):
             raise BadInput(f"no {kind} can run here: {rows[0].reason}"

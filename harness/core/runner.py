@@ -337,6 +337,8 @@ class Runner:
                              extra={**plan.spec_extra, **({"trace": False} if repeat else {})},  # 1st launch's
                              topology=plan.topology)
             total = plan.steps + plan.warmup
+            if row.environment:  # python=PATH, env.NAME=VALUE (harness/core/requests.py: row_environment)
+                spec.python, spec.env = row.environment.get("python"), dict(row.environment["env"])
         job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
         self.ui.begin(job.name, repeat, total, None if self.forecast is None else self.forecast.left())
         job.launch = Launch(adapter, spec, req.timeout_s, lambda pr: self.ui.progress(job.name, repeat, pr),
@@ -409,6 +411,8 @@ def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reaso
                              workload=p.request.workload, world_size=p.request.world_size, repeat=repeat,
                              status=status, reason=reason)
     rec.update(p.extra)
+    if getattr(row, "environment", None):
+        rec["row_env"] = row.environment
     return rec
 
 
@@ -434,6 +438,8 @@ def build_record(job: Job, outcome, reference, run_info, reference_losses=None,
                              world_size=p.request.world_size, repeat=job.repeat, status=outcome.status,
                              reason=outcome.reason)
     rec.update(p.extra)
+    if job.row.environment:
+        rec["row_env"] = job.row.environment
     schedule = adapter.comm_schedule()
     rec["comm_schedule"] = schedule.to_record() if schedule else None
     try:

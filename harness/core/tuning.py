@@ -25,6 +25,8 @@ class TunePlan:
     backends: dict[str, list[str]]
     """Backend -> its candidate labels, the defaults first."""
     budget: Budget
+    min_gain: float = 0.05
+    """The smallest gain over a backend's defaults the tune is sized to find (`--min-gain`)."""
     untunable: dict[str, str] = field(default_factory=dict)
     """Adapters asked for that have nothing to tune -> why (said, and left out)."""
     unavailable: dict[str, str] = field(default_factory=dict)
@@ -40,8 +42,8 @@ def plan(req) -> TunePlan:
 
     from harness.core import comparison
     from harness.core.argv import to_argv
-    from harness.core.requests import (DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest, check_list, parse_knobs,
-                                       parse_label)
+    from harness.core.requests import (DEFAULT_MIN_GAIN, DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest, check_list,
+                                       parse_knobs, parse_label, parse_precision)
 
     check_list(req.adapters, adapters.names(), "adapter")
     for label in req.adapters or []:
@@ -54,6 +56,7 @@ def plan(req) -> TunePlan:
 
             raise BadInput(str(UnknownName("adapter", name, adapters.names())))
     budget = parse_budget(req.budget if req.budget is not None else DEFAULT_TUNE_BUDGET)
+    min_gain = parse_precision(req.min_gain if req.min_gain is not None else DEFAULT_MIN_GAIN, "--min-gain")
     tunable_names = [n for n in adapters.names() if adapters.get(n).TUNE]
     names = list(req.adapters) if req.adapters is not None else tunable_names
     chosen = parse_tune(req.tune, names)
@@ -85,9 +88,10 @@ def plan(req) -> TunePlan:
     again = comparison.resolved(p)
     rerun = TuneRequest(**{**{k: getattr(again, k) for k in fields}, "adapters": list(backends) + list(unavailable),
                            "tune": list(req.tune), "budget": req.budget if req.budget is not None
-                           else DEFAULT_TUNE_BUDGET, "repeats": None, "tuned": None})
+                           else DEFAULT_TUNE_BUDGET, "repeats": None, "tuned": None,
+                           "min_gain": req.min_gain if req.min_gain is not None else DEFAULT_MIN_GAIN})
     p.rerun = shlex.join(["compare", "tune", *to_argv(rerun)])
-    return TunePlan(p, backends, budget, untunable, unavailable, skipped)
+    return TunePlan(p, backends, budget, min_gain, untunable, unavailable, skipped)
 
 
 def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tuple[list[dict[str, Any]], bool]:
@@ -104,7 +108,7 @@ def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tupl
     run_info.update(order_seed=seed, margin=p.margin, tune_plan={
         "backends": tp.backends, "budget_s": tp.budget.seconds, "per_backend": tp.budget.per_backend,
         "untunable": tp.untunable, "unavailable": tp.unavailable, "skipped": tp.skipped, "min_rounds": MIN_ROUNDS,
-        "halving": True})
+        "halving": True, "min_gain": tp.min_gain})
     planned: list = []
     remote = p.topology is not None and p.topology.remote
     with Session(p.out, RESULT_FILES, shared_scratch=remote) as session:
@@ -133,14 +137,14 @@ def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tupl
             for line in round_lines(stage, k, races):
                 ui.estimate(line)
 
-        ui.estimate(f"race then confirm, within {tp.budget.describe()}: "
-                    + "; ".join(f"{b}: {len(c)} candidates" for b, c in tp.backends.items()))
+        ui.estimate(f"race then confirm, within {tp.budget.describe()}, sized for a gain of {tp.min_gain:.0%} "
+                    f"(--min-gain): " + "; ".join(f"{b}: {len(c)} candidates" for b, c in tp.backends.items()))
         least = least_cost(tp)
         if least is not None:
             ui.estimate(least)
         stopped = None
         try:
-            _, summary = search(tp.backends, run_round, tp.budget, on_round=on_round)
+            _, summary = search(tp.backends, run_round, tp.budget, on_round=on_round, min_gain=tp.min_gain)
         except _Stopped as exc:
             stopped, summary = exc.where, None
         ui.stop()
@@ -193,6 +197,7 @@ def round_lines(stage: str, k: int, races: dict[str, Race]) -> list[str]:
     out = []
     for b, race in races.items():
         dropped = [f"{c} ({d['why']})" for c, d in race.dropped.items()]
-        out.append(f"race round {k}, {b}: {len(race.alive)} left" + (f", best so far {race.best}" if race.best else "")
+        out.append(f"race round {k}, {b}: {len(race.alive)} left" + (f", race pick so far {race.best}" if race.best
+                                                                     else "")
                    + (f"; dropped: {', '.join(dropped)}" if dropped else ""))
     return out

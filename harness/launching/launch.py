@@ -48,7 +48,7 @@ from typing import IO
 
 import psutil
 
-from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped
+from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped, using_interpreter
 from harness.core.provenance import REPO
 from harness.launching import hosts, interrupt, leftovers, machine, stalled
 from harness.launching.culprit import Command, culprit, describe, outlived
@@ -246,7 +246,8 @@ class Launch:
         os.mkfifo(rank_dir / progress_file.EVENTS)
         # Read and write: the parent is a writer too, so the FIFO never reports hang-up between rank messages.
         self._events = os.open(rank_dir / progress_file.EVENTS, os.O_RDWR | os.O_NONBLOCK)
-        self.plan = self.adapter.launch(spec_path, spec)
+        with using_interpreter(spec.python):  # a row's python=PATH: its launch commands start that interpreter
+            self.plan = self.adapter.launch(spec_path, spec)
         self.processes = self.adapter.processes(spec.world_size)
         self.launch_id = launch_id(rank_dir)
         if self.plan.leftovers:  # recorded before any process of it exists (harness/launching/leftovers.py)

@@ -57,11 +57,12 @@ def child_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str,
     # The venv's tools first, here as on every other host (ssh_argv, DeepSpeed's --venv_script): torch JIT-builds
     # DeepSpeed's op with the `ninja` it finds on PATH, and the system's and the venv's disagree about the same
     # build log, so alternating between them rebuilds the op (35-65 s) inside a launch's time to first step.
-    venv_bin = str(Path(sys.executable).parent)
+    venv_bin = str(Path(spec.python or sys.executable).parent)
     path = env.get("PATH", "")
     if path.split(os.pathsep)[0] != venv_bin:
         ours["PATH"] = os.pathsep.join(p for p in (venv_bin, path) if p)
     env.update(ours)
+    env.update(spec.env)  # the row's own variables (env.NAME=VALUE; none the harness sets: requests.HARNESS_ENV)
     return env
 
 
@@ -71,6 +72,7 @@ def remote_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str
     matter there (PASSED_TO_REMOTE), never the whole environment."""
     env = {k: os.environ[k] for k in PASSED_TO_REMOTE if k in os.environ}
     env.update(harness_env(spec, extra, launch_id))
+    env.update(spec.env)
     return env
 
 

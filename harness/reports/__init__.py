@@ -148,6 +148,10 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
             entries.append((_question(results_dir, d.name),
                             f"| [{d.name}/]({d.name}/README.md) | {n} run{'s' if n != 1 else ''}, with an index of "
                             f"their own | – | – | – | – | – |"))
+        elif d.name not in listed and (d / "sessions.json").is_file():  # a join of runs listed elsewhere
+            line = _join_line(d, warn)
+            if line:
+                entries.append((_question(results_dir, d.name), line))
         elif d.name not in listed and (d / QUESTION).is_file():  # a benchmark's log, a GPU check's test runs
             about = next((f for f in ("README.md", "summary.txt") if (d / f).is_file()), "")
             entries.append((_question(results_dir, d.name),
@@ -165,6 +169,24 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
 
     write_text(path, "\n".join(lines) + "\n")  # atomic, and a link at README.md is replaced, never followed
     return path
+
+
+def _join_line(d: Path, warn) -> str | None:
+    """A join's line of the index (`compare join`: sessions.json, no records of its own), from its first session's
+    records; None, with a warning, where its sessions cannot be read."""
+    from harness.core import joins
+
+    try:
+        loaded = joins.load(d)
+        command = (joins.manifest(d) or {}).get("command") or "compare join"
+    except joins.NotJoinable as exc:
+        warn(f"skipped {d}: {exc}")
+        return None
+    line = _index_line(loaded[0][1], d.name).split(" | ")
+    line[1] = f"{line[1]}, {len(loaded)} sessions joined"
+    line[5] = max(r[0]["time_utc"] for _, r in loaded)
+    line[6] = "`" + command.replace("|", "\\|") + "` |"
+    return " | ".join(line)
 
 
 def _question(results_dir: Path, name: str) -> str:

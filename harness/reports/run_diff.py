@@ -1,20 +1,28 @@
-"""`compare diff RUN_A RUN_B`: the same rows of two runs (another torch or framework version, another knob set in the
-environment, another machine) as per-row ratios B / A with their intervals and one outcome each, the regression
-check PyTorch's DDP benchmark offers with diff.py and pyperf with compare_to.
+"""`compare diff RUN_A RUN_B`: the same rows of two conditions (another torch or framework version, another knob set in
+the environment) as per-row ratios B / A with their intervals and one outcome each, the regression check PyTorch's DDP
+benchmark offers with diff.py and pyperf with compare_to — with the variation between runs counted where it can be.
 
-Runs in: the parent. From the records alone: per row, one throughput per launch in each run; B / A as the ratio of
-geometric means with a 95% Welch interval (two runs share no rounds, so nothing is paired), a two-sided t test of
-"no difference" and an equivalence test within the margin (TOST), each family Holm-adjusted over the rows compared.
-Runs of different workloads, workload options, world sizes or global batches are refused: their samples/s measure
-different things.
+Runs in: the parent. From the records alone. A side is one run or several runs of the same request joined as sessions
+(harness/core/joins.py: `compare run --join`, `compare join`). Two single runs share no rounds and no session, so the
+only interval they give is Welch's over launches, which leaves out the variation between runs at other times: on a
+shared machine a row moves between runs of the identical command by more than that interval allows (diffs of
+identical commands resolved a row in 7 of 10 pairs of runs), so the report says it cannot separate the change from
+run-to-run variation. With two sessions or more a side, each row's sessions are the unit: each session's log
+geometric mean, B's against A's by a random-effects model (harness/core/stats.py: one between-session variance,
+DerSimonian-Laird, and Hartung-Knapp's t interval with kA + kB - 2 df). Either way a difference and an equivalence
+within the margin (TOST) are tested per row, each family Holm-adjusted over the rows. Runs of different workloads,
+workload options, world sizes or global batches are refused (their samples/s measure different things), and so is a
+change of machine unless asked for (`--across-machines`: then it compares the machines).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from harness.core import joins
 from harness.core.record import MEASURED
-from harness.core.stats import ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, geomean_interval
+from harness.core.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, geomean_interval,
+                                random_effects, random_effects_difference, session_estimate)
 from harness.reports.verdict import holm_note
 
 IDENTITY = (("workload", lambda r: r.get("workload")),
@@ -46,35 +54,81 @@ def _first(records):
     return next((r for r in records if r.get("status") in MEASURED), records[0])
 
 
-def compare(a: list[dict[str, Any]], b: list[dict[str, Any]], margin: float = DEFAULT_MARGIN,
-            names: tuple[str, str] = ("A", "B")) -> dict[str, Any]:
-    """Every row measured in both runs as B / A, Holm-adjusted over the rows; NotComparable when the runs differ
-    in what samples/s means."""
-    for name, records in zip(names, (a, b)):
-        kinds = {r.get("kind", "run") for r in records}
-        if kinds != {"run"}:
-            raise NotComparable(f"{name} holds {', '.join(sorted(map(str, kinds)))} records; compare diff compares "
-                                "two `compare run` results")
-    fa, fb = _first(a), _first(b)
+def _sessions(side) -> list[tuple[str, list[dict[str, Any]]]]:
+    """A side as (name, records) per session: a list of records is one session."""
+    if side and isinstance(side[0], dict):
+        return [("", side)]
+    return list(side)
+
+
+def _machine(records) -> list:
+    env = joins.env_of(records)
+    return [get(env) for _, get in joins.MACHINE]
+
+
+def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A", "B"),
+            across_machines: bool = False) -> dict[str, Any]:
+    """Every row measured in both sides as B / A, Holm-adjusted over the rows; a side is a run's records or a list of
+    (name, records) sessions. NotComparable when the sides differ in what samples/s means, when a side's sessions
+    are not one request on one machine, or (unless `across_machines`) when the sides ran on different machines."""
+    sa, sb = _sessions(a), _sessions(b)
+    for name, side in zip(names, (sa, sb)):
+        for _, records in side:
+            kinds = {r.get("kind", "run") for r in records}
+            if kinds != {"run"}:
+                raise NotComparable(f"{name} holds {', '.join(sorted(map(str, kinds)))} records; compare diff "
+                                    "compares two `compare run` results")
+        if len(side) > 1:
+            try:
+                joins.check(side)
+            except joins.NotJoinable as exc:
+                raise NotComparable(f"{name}'s sessions: {exc}") from None
+    fa, fb = _first(sa[0][1]), _first(sb[0][1])
     for what, get in IDENTITY:
         if get(fa) != get(fb):
             raise NotComparable(f"the runs differ in {what}: {names[0]} has {get(fa)}, {names[1]} has {get(fb)}; "
                                 "compare diff compares the same rows of the same workload, world size and batch")
-    ma, mb = _measured(a), _measured(b)
-    common = [k for k in ma if k in mb]
+    if not across_machines:
+        for (what, _), x, y in zip(joins.MACHINE, _machine(sa[0][1]), _machine(sb[0][1])):
+            if x != y:
+                shown = (lambda v: ",".join(map(str, v)) or "none") if isinstance(x, list) else str
+                raise NotComparable(f"{names[0]} and {names[1]} ran on different machines ({what} {shown(x)} against "
+                                    f"{shown(y)}): a diff of them compares the machines, not the change; say "
+                                    "--across-machines to compare them")
+    per_a = [_measured(records) for _, records in sa]
+    per_b = [_measured(records) for _, records in sb]
+    labels = list(dict.fromkeys(k for m in per_a + per_b for k in m))
+    in_a = [k for k in labels if any(k in m for m in per_a)]
+    in_b = [k for k in labels if any(k in m for m in per_b)]
+    common = [k for k in in_a if k in in_b]
+    sessions = min(len(sa), len(sb)) >= 2
     rows = []
     for k in common:
-        va, vb = [r["samples_per_s"] for r in ma[k]], [r["samples_per_s"] for r in mb[k]]
-        rows.append({"label": k, "a": geomean_interval(va), "b": geomean_interval(vb),
-                     **compare_pair(vb, va, paired=False, margin=margin)})
+        va = [[r["samples_per_s"] for r in m[k]] for m in per_a if k in m]
+        vb = [[r["samples_per_s"] for r in m[k]] for m in per_b if k in m]
+        if sessions:
+            ea = [session_estimate(v) for v in va if len(v) >= MIN_LAUNCHES]
+            eb = [session_estimate(v) for v in vb if len(v) >= MIN_LAUNCHES]
+            row = {"label": k, "a": random_effects(ea, margin), "b": random_effects(eb, margin),
+                   "sessions_a": len(ea), "sessions_b": len(eb), **random_effects_difference(ea, eb, margin)}
+            row["a"]["n"], row["b"]["n"] = sum(map(len, va)), sum(map(len, vb))
+            if row["estimate"] is None:  # a row with too few launches in every session: no estimate to give
+                row["estimate"] = geomean_interval(sum(vb, []))["estimate"] / geomean_interval(sum(va, []))["estimate"]
+        else:
+            flat_a, flat_b = sum(va, []), sum(vb, [])
+            row = {"label": k, "a": geomean_interval(flat_a), "b": geomean_interval(flat_b),
+                   **compare_pair(flat_b, flat_a, paired=False, margin=margin)}
+        rows.append(row)
     for r in adjust(rows):
         r["outcome"] = ("no interval" if r["p"] is None else
                         ("faster in " if r["estimate"] > 1 else "slower in ") + names[1] if r["p_holm"] < ALPHA else
                         "equivalent" if r["p_equivalent_holm"] < ALPHA else "not resolved")
     context = [(what, get(fa), get(fb)) for what, get in CONTEXT if get(fa) != get(fb)]
-    return {"rows": rows, "only_a": [k for k in ma if k not in mb], "only_b": [k for k in mb if k not in ma],
-            "unmeasured": sorted({r["label"] for r in a + b} - set(ma) - set(mb)), "margin": margin,
-            "names": names, "workload": fa.get("workload"), "world_size": fa.get("world_size"), "context": context}
+    every = {r["label"] for _, records in sa + sb for r in records}
+    return {"rows": rows, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
+            "unmeasured": sorted(every - set(in_a) - set(in_b)), "margin": margin,
+            "names": names, "workload": fa.get("workload"), "world_size": fa.get("world_size"), "context": context,
+            "sessions": (len(sa), len(sb)), "by_sessions": sessions, "across_machines": across_machines}
 
 
 def _iv(row: dict[str, Any]) -> str:
@@ -86,10 +140,24 @@ def _iv(row: dict[str, Any]) -> str:
 def lines(d: dict[str, Any]) -> list[str]:
     """The comparison as Markdown: what was compared, the table, one sentence per outcome, what differs."""
     a, b = d["names"]
-    out = [f"{b} against {a}: {d['workload']}, world size {d['world_size']}; per row B / A of the geometric means "
-           f"over launches with a 95% Welch interval; differences and equivalence within ±{d['margin']:.0%} (TOST) "
-           f"Holm-adjusted over the {len(d['rows'])} row(s) compared", "",
-           f"| row | {a} samples/s [95%] | {b} samples/s [95%] | {b} / {a} [95%] | outcome |", "|---|---|---|---|---|"]
+    ka, kb = d["sessions"]
+    if d["by_sessions"]:
+        how = (f"{ka} sessions of {a} against {kb} of {b}: per row each session's log geometric mean, combined by a "
+               f"random-effects model (one between-session variance, DerSimonian-Laird; Hartung-Knapp's 95% "
+               f"interval, t with {ka + kb - 2} df), so the intervals include the variation between runs")
+    else:
+        how = "per row B / A of the geometric means over launches with a 95% Welch interval"
+    out = [f"{b} against {a}: {d['workload']}, world size {d['world_size']}; {how}; differences and equivalence within "
+           f"±{d['margin']:.0%} (TOST) Holm-adjusted over the {len(d['rows'])} row(s) compared", ""]
+    if not d["by_sessions"]:
+        one = " and ".join(n for n, k in zip(d["names"], d["sessions"]) if k == 1)
+        out += [f"**{one} {'is' if ' and ' not in one else 'are each'} one run**: these intervals count the "
+                "variation between launches, not between runs at other times, which on a shared machine moves every "
+                "row by more than that (diffs of the identical command resolved a row in 7 of 10 pairs of runs), so "
+                "this diff cannot separate the change from run-to-run variation. Join two runs or more a side "
+                "(`compare run --join DIR`, or `compare join`) and diff the joins: each row's sessions are then the "
+                "unit.", ""]
+    out += [f"| row | {a} samples/s [95%] | {b} samples/s [95%] | {b} / {a} [95%] | outcome |", "|---|---|---|---|---|"]
     for r in d["rows"]:
         ratio = (f"{r['estimate']:.3f}× (no interval)" if r["lo"] is None else
                  f"{r['estimate']:.3f}× [{r['lo']:.3f}–{r['hi']:.3f}]")
@@ -100,14 +168,19 @@ def lines(d: dict[str, Any]) -> list[str]:
         said.setdefault(r["outcome"], []).append(r["label"])
     if said:
         out.append("; ".join(f"{outcome}: {', '.join(labels)}" for outcome, labels in said.items()) + ".")
+    if d["by_sessions"]:
+        taus = [f"{r['label']} {r['tau']:.1%}" for r in d["rows"] if r.get("tau") is not None]
+        if taus:
+            out.append("Between-session standard deviation of each row's log samples/s (τ): " + ", ".join(taus) + ".")
     moved = {r["outcome"] for r in d["rows"] if r["outcome"].startswith(("faster", "slower"))}
     if len(moved) == 1 and len(d["rows"]) > 1 and all(r["outcome"] != "equivalent" for r in d["rows"]):
-        out.append(f"Every resolved row moved the same way: two runs share no rounds, so a change of the machine "
+        out.append(f"Every resolved row moved the same way: runs share no rounds, so a change of the machine "
                    f"between them (load, frequency, another VM) moves every row alike; `compare doctor` shows what "
                    f"this machine is doing, and a row's ratio to another row of the same run is free of it.")
     if any(r["lo"] is None for r in d["rows"]):
-        out.append(f"A row needs at least {MIN_LAUNCHES} launches in each run for an interval (`compare run "
-                   f"--repeats {MIN_LAUNCHES}` or more).")
+        out.append(f"A row needs at least {MIN_LAUNCHES} launches in each run for an interval" + (
+            ", and two such sessions a side" if d["by_sessions"] else "")
+            + f" (`compare run --repeats {MIN_LAUNCHES}` or more).")
     for name, labels in ((a, d["only_a"]), (b, d["only_b"])):
         if labels:
             out.append(f"Only measured in {name}: {', '.join(labels)}.")
@@ -115,4 +188,7 @@ def lines(d: dict[str, Any]) -> list[str]:
         out.append(f"Measured in neither: {', '.join(d['unmeasured'])}.")
     if d["context"]:
         out.append("What differs: " + "; ".join(f"{what} {x} → {y}" for what, x, y in d["context"]) + ".")
+    if d["across_machines"] and any(what == "CPU" for what, _, _ in d["context"]):
+        out.append("The runs are on different machines (--across-machines): the ratios compare the machines, "
+                   "with whatever else changed.")
     return out

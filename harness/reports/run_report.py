@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import assemble
+from harness.core import design as design_mod
 from harness.core.errors import first_sentence
 from harness.core.outdir import save_figure, write_text
 from harness.core.provenance import tuning_line
@@ -252,8 +253,11 @@ def target_note(rows) -> str | None:
     ran = ctl["warmup"] + ctl["steps"]
     text += f" ({ev['default_steps']} steps at global batch {ev['default_global_batch']})"
     if ran < ev["default_steps"]:
+        designed = (missed[0]["first"].get("design") or {}).get("components") is not None
         return text + (f"; this run trained {ran} steps, too few to reach it, so the ✗ says the run was short, not "
-                       f"that a backend failed to learn (leave --steps out for the default).")
+                       f"that a backend failed to learn ("
+                       + ("its steps per launch were designed for the narrowest intervals, see Design; --steps "
+                          "fixes them" if designed else "leave --steps out for the default") + ").")
     return text + f"; this run trained {ran} steps at global batch {ctl['global_batch']}."
 
 
@@ -454,9 +458,22 @@ def provenance(records) -> list[str]:
         + f"; distributed backends built in: {', '.join(k for k, v in e['distributed'].items() if v)}; "
         f"{e['platform']}",
         *tuning_line(e),
+        *row_env_lines(records),
         "- Load average (1 min) before each launch: " + ", ".join(
             f"{r['label']}#{r['repeat']} {r['load_avg_before'][0]:.2f}" for r in records if r.get("load_avg_before")),
     ]
+
+
+def row_env_lines(records) -> list[str]:
+    """Rows run with another interpreter or extra variables (`python=PATH`, `env.NAME=VALUE`), as recorded: an A/B
+    inside one run, paired within its rounds like every other pair."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.get("row_env") and r["label"] not in seen:
+            seen[r["label"]] = r["row_env"]
+    return [f"- Row environment of {label}: " + "; ".join(
+        ([f"Python {e['python_version']}, torch {e['torch']} at {e['python']}"] if e.get("python") else [])
+        + ([", ".join(f"{k}={v}" for k, v in e["env"].items())] if e.get("env") else [])) for label, e in seen.items()]
 
 
 _PHASE_HEADS = {"launcher": "launcher", "python": "python", "imports": "imports", "init": "init", "setup": "setup",
@@ -536,8 +553,17 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     over = " (oversubscribed)" if r0.get("oversubscribed") else ""
     until = f" until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else ""
     md = [f"# {r0['workload']}{until}: {', '.join(group(records))} at world size {ws}{over} on {hw}", ""]
+    joined = _joined(out, records) if analysis is not None else None
+    if isinstance(joined, str):
+        md += ["## Verdict over the sessions", "", f"Not made: {joined}.", ""]
+    elif joined is not None:
+        from harness.reports import sessions
+
+        md += [f"## Verdict over {len(joined['sessions'])} sessions", ""] + sessions.markdown(joined)
+        sessions.remember(joined, records, out)
     if analysis is not None:
-        md += ["## Verdict", ""] + verdict_mod.markdown(analysis) + precision_lines(records, analysis)
+        md += ["## Verdict" if joined is None else "## This session alone", ""] + verdict_mod.markdown(analysis) \
+            + precision_lines(records, analysis)
     if cfg:
         trows = ttt.table_rows(records, group(records))
         plots = ttt.plots(out, records, trows, cfg) + plots
@@ -575,21 +601,48 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
+def _joined(out: Path, records: list[dict[str, Any]]) -> dict[str, Any] | str | None:
+    """The verdict over the sessions a run joined (`compare run --join`: its sessions.json), a line saying why it
+    cannot be made, or None for a run that joined nothing."""
+    from harness.core import joins
+    from harness.reports import sessions
+
+    try:
+        if joins.manifest(out) is None:
+            return None
+        loaded = joins.load(out, own=records)
+        joins.check(loaded)
+    except joins.NotJoinable as exc:
+        return str(exc)
+    return sessions.analyse(loaded) if len(loaded) >= 2 else None
+
+
 def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> list[str]:
     """How a run of rounds ended (the default, or `--precision`): the rounds it took and why it stopped, and with
     --precision whether every pair reached the target."""
     mode = records[0].get("precision_mode")
     if not mode:
         return []
+    design = records[0].get("design")
+    if design and mode.get("target") is not None:
+        return _precision_lines(records, analysis, mode) + [design_mod.design_line(design), ""]
+    return _precision_lines(records, analysis, mode)
+
+
+def _precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any], mode: dict[str, Any]) -> list[str]:
     if mode.get("target") is None:  # the default: 3 rounds, then as many as fit the budget
         how = {"budget": f"the next would have ended past the {mode['budget_s']:g} s budget",
                "max_rounds": "the most rounds a run may take were run",
                "interrupted": "the run was interrupted"}.get(mode["ended"], mode["ended"])
+        design = records[0].get("design")
         return [f"Rounds: {mode['rounds']} in {mode['elapsed_s']:.0f} s (at least {mode.get('least', 3)}, then "
-                f"as many as fit the budget); {how}. `--repeats N` fixes the count; `--precision 5%` adds rounds "
-                f"until every pair's interval is that narrow.", ""]
+                f"as many as fit the budget); {how}. `--repeats N` fixes the count; `--precision 5%` sizes the "
+                f"rounds for every pair's interval to be that narrow.", ""] + ([design_mod.design_line(design), ""] if design
+                                                                      else [])
     target = f"±{mode['target'] * 100:g}%"
     widest = mode.get("widest")
+    if mode.get("rule") == "two-stage":
+        return _two_stage_lines(mode, analysis, target)
     # Runs before the criterion was recorded stopped on the ratios to the baseline (95% each); later ones on every
     # pair's simultaneous interval (Bonferroni over the pairs)
     pairs = mode.get("criterion") == "simultaneous"
@@ -611,14 +664,55 @@ def precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any]) -> 
     return lines + [""]
 
 
-def console_verdict(records: list[dict[str, Any]]) -> list[str]:
-    """The verdict's lines for the terminal, first thing after the progress (markup-escaped)."""
+def _two_stage_lines(mode: dict[str, Any], analysis: dict[str, Any], target: str) -> list[str]:
+    """How a two-stage `--precision` run ended (harness/core/comparison.py: _rounds)."""
+    pilot, planned, k, m = mode["pilot_rounds"], mode.get("planned_rounds"), mode["rounds"], len(analysis["pairs"])
+    head = (f"Precision mode (`--precision {mode['target'] * 100:g}%`, two stages): {k} round(s) in "
+            f"{mode['elapsed_s']:.0f} s. ")
+    if planned is None:
+        how = {"interrupted": "the run was interrupted", "max_rounds": "the most rounds a run may take were run"}.get(
+            mode["ended"], f"the budget of {mode['budget_s']:g} s was spent")
+        return [head + f"The pilot ({pilot} rounds) did not end: {how}, so the intervals are the ordinary ones over "
+                       "the rounds that ran.", ""]
+    ran = (f"all {planned} ran" if k >= planned else
+           f"the budget of {mode['budget_s']:g} s was spent after {k}" if mode["ended"] == "budget" else
+           f"{k} ran ({'the run was interrupted' if mode['ended'] == 'interrupted' else mode['ended']})")
+    text = (head + f"A pilot of {pilot} rounds estimated every pair's variance, which fixed {planned} rounds in all "
+            f"for every pair's simultaneous interval (Bonferroni over the {m} pair{'s' if m != 1 else ''}) to reach "
+            f"{target}; {ran}. Every paired interval takes the pilot's variance ({pilot - 1} degrees of freedom; "
+            "Stein 1945), so intervals cover, and differences are called falsely, at the stated 95% and 5% whatever "
+            "the variance turned out to be: the rounds are never stopped by how narrow the intervals happen to be.")
+    widest = mode.get("widest")
+    if widest:
+        text += f" Widest simultaneous interval: {widest[0]} ±{widest[1]:.1%}."
+    open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"] if (p["simultaneous"]["half_width"] or 1.0) >
+             mode["target"]]
+    if open_:
+        text += f" Not resolved to {target}: {', '.join(open_)}."
+    if not analysis["blocked"]:
+        text += (f" Rounds are incomplete ({analysis['why_unblocked']}): the pairs are analysed unpaired (Welch), "
+                 "which the two-stage error statement does not cover.")
+    return [text, ""]
+
+
+def console_verdict(records: list[dict[str, Any]], out: Path | None = None) -> list[str]:
+    """The verdict's lines for the terminal, first thing after the progress (markup-escaped); with `out`, a run
+    that joined earlier sessions gives the verdict over them first."""
     from rich.markup import escape
 
     if ttt.settings(records) or not has_intervals(records):
         return []
     analysis = verdict_mod.analyse(records)
-    return [escape(line.replace("**", "")) for line in analysis["lines"] + precision_lines(records, analysis) if line]
+    joined = _joined(out, records) if out is not None else None
+    head: list[str] = []
+    if isinstance(joined, str):
+        head = [f"Verdict over the sessions not made: {joined}.", "This session alone:"]
+    elif joined is not None:
+        from harness.reports import sessions
+
+        head = [f"Over {len(joined['sessions'])} sessions:"] + sessions.console_lines(joined) + ["This session alone:"]
+    return [escape(line.replace("**", "")) for line in head + analysis["lines"] + precision_lines(records, analysis)
+            if line]
 
 
 def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
@@ -723,7 +817,7 @@ def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any]) -> l
     ax.imshow(logs, cmap="RdBu", vmin=-span, vmax=span)
     for i, row in enumerate(cells):
         for j, c in enumerate(row):
-            text = "—" if c is None else f"{c['estimate']:.2f}×\n{verdict_mod.SYMBOL[c['outcome']]}"
+            text = "—" if c is None else f"{c['estimate']:.2f}×\n{verdict_mod.symbol(c)}"
             ax.text(j, i, text, ha="center", va="center", fontsize=9,
                     color="white" if abs(logs[i][j]) > 0.6 * span else "black")  # readable on the darkest cells
     ax.set_xticks(range(len(order)), order, rotation=30, ha="right")

@@ -27,7 +27,8 @@ def summarise(label: str, recs: list[dict[str, Any]]) -> dict[str, Any]:
     measured = [r for r in recs if r["status"] in MEASURED and r.get("ttt")]
     reached = [r for r in measured if r["ttt"]["reached"]]
     first = (reached or measured or recs)[0]
-    row: dict[str, Any] = {"label": label, "adapter": first["adapter"], "first": first, "repeats": len(recs),
+    row: dict[str, Any] = {"label": label, "adapter": first["adapter"], "first": first, "records": recs,
+                           "repeats": len(recs),
                            "measured": len(measured), "reached": len(reached), "status": first["status"],
                            "reasons": sorted({r["reason"] for r in recs if r["status"] not in MEASURED
                                               and r["reason"]})}
@@ -93,72 +94,84 @@ def markdown_table(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _full_world(row: dict[str, Any]) -> bool:
+    """Whether the row used every device of the world size (DataParallel without GPUs is one process on one)."""
+    used = (row["first"].get("topology") or {}).get("devices_used")
+    return used is None or used >= row["first"]["world_size"]
+
+
+def _times(row: dict[str, Any], key: str) -> dict[Any, float]:
+    """round (repeat) -> time to target, for the repeats of `row` that reached it."""
+    return {r["repeat"]: r["ttt"][key] for r in row["records"] if r["status"] in MEASURED and r.get("ttt")
+            and r["ttt"]["reached"] and r["ttt"].get(key) is not None}
+
+
 def _family(ranked: list[dict[str, Any]], key: str, fmt: str) -> str:
-    """With intervals (schema 2, at least 3 repeats that reached the target in every row): every pair of rows as
-    one family, as the throughput verdict compares them (harness/core/stats.py): the ratio of geometric-mean times
-    with its 95% Welch interval (repeats of time to target are not paired), Holm-adjusted over the pairs. The
-    first row by geometric mean, the rows it is resolved ahead of, and those it is not."""
+    """With intervals (schema 2, at least 3 repeats that reached the target in every ranked row): every pair of rows
+    as one family, as the throughput verdict compares them (harness/core/stats.py): the ratio of geometric-mean
+    times with its 95% interval, paired within rounds where every row reached the target once in each of the same
+    rounds (a round runs every row once, in a shuffled order), else Welch; Holm-adjusted over the pairs. A row is
+    named first only where it is resolved ahead of every other; otherwise no row is."""
     from itertools import combinations
 
     from harness.core.stats import ALPHA, adjust, compare_pair, geomean_interval
     from harness.reports.verdict import holm_note
 
-    mean = {r["label"]: geomean_interval(r[key]["values"])["estimate"] for r in ranked}
+    times = {r["label"]: _times(r, key) for r in ranked}
+    mean = {k: geomean_interval(list(v.values()))["estimate"] for k, v in times.items()}
     ranked = sorted(ranked, key=lambda r: mean[r["label"]])
-    pairs = [(fast, slow, compare_pair(slow[key]["values"], fast[key]["values"], paired=False))
+    rounds = [sorted(times[r["label"]], key=str) for r in ranked]
+    paired = all(len(set(rs)) == len(rs) and rs == rounds[0] for rs in rounds)
+
+    def values(r):
+        t = times[r["label"]]
+        return [t[k] for k in rounds[0]] if paired else list(t.values())
+
+    pairs = [(fast, slow, compare_pair(values(slow), values(fast), paired=paired))
              for fast, slow in combinations(ranked, 2)]
     adjust([c for _, _, c in pairs])
-    best = ranked[0]
-    text = f"**{_name(best)}**, {format(mean[best['label']], fmt)} s (geometric mean of {len(best[key]['values'])})"
-    ahead = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] < ALPHA]
-    level = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] >= ALPHA]
+    how = (f"{'paired within rounds' if paired else 'Welch, as rows reached it in different rounds'}; 95% "
+           f"intervals, all {len(pairs)} pair{'s' if len(pairs) != 1 else ''} Holm-adjusted, p < 0.05")
+
     def said(s, c):
         return f"{_name(s)} {c['estimate']:.2f}× [{c['lo']:.2f}–{c['hi']:.2f}] as long{holm_note(c)}"
 
-    if ahead:
-        text += "; resolved ahead of " + ", ".join(said(s, c) for s, c in ahead)
-    if level:
-        text += "; not resolved against " + ", ".join(said(s, c) for s, c in level)
-    others = [(f, s, c) for f, s, c in pairs if f is not best and c["p_holm"] < ALPHA]
-    if others:
-        text += "; also resolved: " + ", ".join(f"{_name(f)} ahead of {said(s, c)}" for f, s, c in others)
-    return text + f" (95% intervals, all {len(pairs)} pairs Holm-adjusted)"
+    best = ranked[0]
+    ahead = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] < ALPHA]
+    if len(ahead) == len(ranked) - 1:
+        return (f"**{_name(best)}**, {format(mean[best['label']], fmt)} s (geometric mean of "
+                f"{len(times[best['label']])}), resolved ahead of every other row: "
+                + ", ".join(said(s, c) for s, c in ahead) + f" ({how})")
+    text = (f"no row resolved first ({how}): " + ", ".join(
+        f"{_name(r)} {format(mean[r['label']], fmt)} s" for r in ranked) + " (geometric means)")
+    resolved = [(f, s, c) for f, s, c in pairs if c["p_holm"] < ALPHA]
+    open_ = [(f, s, c) for f, s, c in pairs if c["p_holm"] >= ALPHA]
+    if resolved:
+        text += "; resolved: " + ", ".join(f"{_name(f)} ahead of {said(s, c)}" for f, s, c in resolved)
+    if open_:
+        text += "; not resolved: " + ", ".join(f"{_name(f)} vs {said(s, c)}" for f, s, c in open_)
+    return text
 
 
-def _ahead(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
-    """"ddp, 0.41 s, 0.05 s (11%) ahead of spawn (0.46 s)" for the rows that reached the target, by `key`; with
-    intervals, every pair (`_family`)."""
-    ranked = sorted((r for r in rows if r.get(key)), key=lambda r: r[key]["median"])
+def _first(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
+    """Which ranked row reached the target first by `key`, only as far as the repeats support it: with intervals,
+    every pair (`_family`); without, no row is named first and the medians are given as what they are."""
     from harness.core.stats import MIN_LAUNCHES
 
-    if (len(ranked) > 1 and has_intervals([r["first"] for r in ranked])
+    ranked = sorted((r for r in rows if r.get(key)), key=lambda r: r[key]["median"])
+    if not ranked:
+        return "no row that used every device reached it"
+    if len(ranked) == 1:
+        return f"**{_name(ranked[0])}**, {format(ranked[0][key]['median'], fmt)} s (the only ranked row that reached it)"
+    if (has_intervals([r["first"] for r in ranked])
             and all(len(r[key]["values"]) >= MIN_LAUNCHES and r["reached"] == r["repeats"] for r in ranked)):
         return _family(ranked, key, fmt)
-    best = ranked[0]
-    text = f"**{_name(best)}**, {format(best[key]['median'], fmt)} s"
-    if best["reached"] < best["repeats"]:
-        text += f" (reached in {best['reached']} of {best['repeats']} repeats)"
-    if len(ranked) > 1:
-        nxt = ranked[1]
-        gap = nxt[key]["median"] - best[key]["median"]
-        share = format(gap / nxt[key]["median"], ".0%" if gap >= 0.01 * nxt[key]["median"] else ".1%")
-        text += (f", {format(gap, fmt)} s ({share}) ahead of {_name(nxt)} "
-                 f"({format(nxt[key]['median'], fmt)} s)")
-        if has_intervals([best["first"], nxt["first"]]):
-            # Schema 2: the lead with Welch's 95% interval on the ratio of times (harness/core/stats.py); a lead whose
-            # interval contains 1 is not one.
-            from harness.core.stats import ratio_interval
-
-            r = ratio_interval(nxt[key]["values"], best[key]["values"])
-            if r["lo"] is None:
-                text += " (fewer than 3 repeats each: no interval, so no lead is established)"
-            else:
-                text += (f"; {_name(nxt)} takes {r['estimate']:.2f}× [{r['lo']:.2f}–{r['hi']:.2f}] as long"
-                         + (" (95% interval): a resolved lead" if r["lo"] > 1 else
-                            " (95% interval contains 1): no lead resolvable"))
-        elif len(best[key]["values"]) > 1 and nxt[key]["min"] <= best[key]["max"]:
-            text += " — but their ranges over the repeats overlap, so this is no clear lead"
-    return text
+    why = ("records of schema 1 carry no intervals" if not has_intervals([r["first"] for r in ranked]) else
+           f"a row needs {MIN_LAUNCHES} repeats that reached the target for an interval")
+    n = sorted({len(r[key]["values"]) for r in ranked})
+    of = f"median of {n[0]}" if len(n) == 1 else f"medians of {n[0]}–{n[-1]}"
+    return (f"no row resolved first ({why}): " + ", ".join(
+        f"{_name(r)} {format(r[key]['median'], fmt)} s" for r in ranked) + f" ({of} repeats)")
 
 
 def _name(row) -> str:
@@ -171,11 +184,14 @@ def verdict(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
     got = [r for r in rows if r.get("reached")]
     if not got:
         return [f"No backend reached {cfg['metric']} {cfg['target']:g} within the {cfg['max_steps']}-step budget."]
-    n = max(r["reached"] for r in got)
-    train, e2e = _ahead(got, 'train_time_to_target_s', '.3f'), _ahead(got, 'e2e_time_to_target_s', '.2f')
-    of = f" (median of {n} repeats)" if n > 1 and "geometric mean" not in train else ""
-    out = [f"First to {cfg['metric']} {cfg['target']:g} in training time{of}: {train}. End to end, from starting the "
+    ranked, left = [r for r in got if _full_world(r)], [r for r in got if not _full_world(r)]
+    train, e2e = _first(ranked, "train_time_to_target_s", ".3f"), _first(ranked, "e2e_time_to_target_s", ".2f")
+    out = [f"First to {cfg['metric']} {cfg['target']:g} in training time: {train}. End to end, from starting the "
            f"launch command (start-up included): {e2e}."]
+    if left:
+        out.append("Left out of the ranking: " + ", ".join(
+            f"{r['label']} (ran on {r['first']['topology'].get('devices_used')} device(s) of "
+            f"{r['first']['world_size']}: not data-parallel across the world size)" for r in left) + ".")
     missed = [r["label"] for r in rows if r["measured"] and not r["reached"]]
     if missed:
         out.append(f"Did not reach the target within {cfg['max_steps']} steps in any repeat: {', '.join(missed)}.")
@@ -206,8 +222,8 @@ def verdict(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
             out.append(f"{r['label']}: end-to-end time to target ranged from {e2e['min']:.2f} to {e2e['max']:.2f} s "
                        f"over the repeats (training {train['min']:.3f}–{train['max']:.3f} s, the rest "
                        f"{rest['min']:.2f}–{rest['max']:.2f} s): a repeat slowed by other load on the machine, or a "
-                       "one-time cost such as a JIT build, looks like this; the medians above set the ranking, and "
-                       "\"Where the time went\" shows each phase.")
+                       "one-time cost such as a JIT build, looks like this (it widens the row's interval, or without "
+                       "intervals moves its median), and \"Where the time went\" shows each phase.")
     return out
 
 

@@ -17,7 +17,9 @@ from harness.core.stats import geomean_interval
 from harness.reports import run_report
 from harness.reports import verdict as verdict_mod
 
-WHY_ENDED = {"one left": "one candidate left", "budget": "budget reached (the others are within noise of the best)",
+WHY_ENDED = {"one left": "one candidate left",
+             "planned": "its planned rounds ran",
+             "budget": "the budget (the others not resolved against the race pick)",
              "every candidate failed": "every candidate failed"}
 
 
@@ -37,10 +39,16 @@ def _gain(entry: dict[str, Any], interrupted: bool = False) -> tuple[str, str]:
     if interrupted and g is None:
         return "–", "not decided: the tune was interrupted before its confirmation"
     if entry["best"] == entry["default"]:
-        return "–", "the defaults were best"
+        return "–", "not tested: the race picked the defaults"
     if g is None:
-        return "–", "not confirmed (a confirmation launch failed)"
+        return "–", "not tested: a confirmation launch failed"
     return verdict_mod.ratio_text(g), g["outcome"]
+
+
+def _detectable(entry: dict[str, Any]) -> str:
+    """The smallest gain the confirmation of this backend's race pick could have resolved with 80% power."""
+    d = entry.get("detectable")
+    return "–" if d is None else f"{d:.0%}"
 
 
 def verdicts(records: list[dict[str, Any]], found: dict[str, dict[str, Any]]
@@ -71,7 +79,7 @@ def changes(found: dict[str, dict[str, Any]], at_default, at_best) -> list[str]:
             b = verdict_mod.oriented(at_best["pairs"], bx, by)
             if d["outcome"] != b["outcome"]:
                 lines.append(f"{x} against {y}: {d['outcome']} at defaults ({verdict_mod.ratio_text(d)}), "
-                             f"{b['outcome']} at best ({verdict_mod.ratio_text(b)})")
+                             f"{b['outcome']} at the race picks ({verdict_mod.ratio_text(b)})")
     return lines
 
 
@@ -91,14 +99,15 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     md += ["## How it was tuned", "",
            f"Each backend's defaults and one candidate per knob value it declares, one knob changed at a time (knob "
            f"interactions are not searched), raced in rounds of fresh launches in a shuffled order: from round "
-           f"{tuning.MIN_ROUNDS} on, a candidate is dropped once the backend's best is resolved faster than it "
-           f"(paired t on log samples/s over the rounds they share, Holm over the backend's live candidates, 5% "
-           f"level). Then the defaults and the best of each backend ran again on fresh launches (confirmation: at "
-           f"least {tuning.MIN_ROUNDS} rounds), and every gain and both verdicts below come from those launches alone, "
-           f"never from the launches that chose the best. Budget: {budget}."
+           f"{tuning.MIN_ROUNDS} on, a candidate is dropped once the backend's race pick (its highest geometric mean "
+           f"so far) is resolved faster than it (paired t on log samples/s over the rounds they share, Holm over the "
+           f"backend's live candidates, 5% level). Then the defaults and the race pick of each backend ran again on "
+           f"fresh launches (confirmation), and every gain and both verdicts below come from those launches alone, "
+           f"never from the launches that made the choice. Budget: {budget}."
            + ("" if summary is None else
               f" Used: {summary['race_rounds']} race round(s), {summary['confirm_rounds']} confirmation round(s), "
               f"{duration(summary['elapsed_s'])}." + _overrun(summary, plan)), ""]
+    md += _sizing(summary, plan)
     if r0.get("run_interrupted"):
         md += [f"**The tune was interrupted {r0['run_interrupted']}**: what follows is what it had measured.", ""]
     for name, why in {**plan.get("untunable", {}), **plan.get("unavailable", {})}.items():
@@ -107,9 +116,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
         md += [f"- Candidate **{label}** was not tried: {why}."]
     if plan.get("untunable") or plan.get("unavailable") or plan.get("skipped"):
         md.append("")
-    md += ["## Each backend at its best", "",
-           "| backend | best knobs | gain over its defaults [95% interval] | outcome | candidates | race rounds | "
-           "race ended |", "|---|---|---|---|---|---|---|"]
+    md += ["## Each backend's race pick, and what the confirmation said of it", "",
+           "| backend | race pick | gain over its defaults, confirmation only [95% interval] | outcome | smallest gain "
+           "it could resolve (80% power) | candidates | race rounds | race ended |", "|---|---|---|---|---|---|---|---|"]
     interrupted = bool(r0.get("run_interrupted"))
     for b, e in found.items():
         ratio, outcome = _gain(e, interrupted)
@@ -117,25 +126,27 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
         ended = WHY_ENDED.get((summary or {}).get("race_ended", {}).get(b, ""), "interrupted" if summary is None
                               else "–")
         measured = any(race.values.get(c) for c in race.candidates)
-        md.append(f"| {b} | {_knobs(e['best']) if measured else '–'} | {ratio} | {outcome} | {len(race.candidates)} "
-                  f"| {race.rounds} | {ended} |")
+        md.append(f"| {b} | {_knobs(e['best']) if measured else '–'} | {ratio} | {outcome} | "
+                  f"{_detectable(e) if measured else '–'} | {len(race.candidates)} | {race.rounds} | {ended} |")
     never = tuning.never_launched(records)
     if summary is not None and not interrupted:
-        md += ["", "Gains: the best over the defaults, paired within confirmation rounds, Holm-adjusted over the "
-                   "backends; a gain is kept only where it is resolved faster. The rows that reproduce each backend's "
-                   "winner (its best where that was confirmed faster, else its defaults):", "",
+        md += ["", "Gains: the race pick over the defaults, paired within confirmation rounds, Holm-adjusted over the "
+                   "backends; a gain is kept only where it is resolved faster, and \"not resolved\" is not \"no gain\": "
+                   "the column beside it says how large a gain the rounds run could have resolved. The rows that "
+                   "reproduce each backend's winner (its race pick where the confirmation resolved it faster, else its "
+                   "defaults):", "",
                f"    {ready_rows(found)}", "",
                f"or `compare run --tuned {out}`.", ""]
     else:
-        md += ["", "No winner was confirmed: the tune did not finish, so no backend's best was measured against its "
-                   "defaults on launches of its own (and `compare run --tuned` refuses it); run the tune again, its "
-                   "command is under Provenance."
+        md += ["", "No winner was confirmed: the tune did not finish, so no backend's race pick was measured against "
+                   "its defaults on launches of its own (and `compare run --tuned` refuses it); run the tune again, "
+                   "its command is under Provenance."
                + (f" Never launched: {', '.join(never)}." if never else ""), ""]
     md += ["## Every candidate", ""]
     for b, e in found.items():
         race = e["race"]
-        md += [f"**{b}**", "", "| candidate | samples/s in the race [95% interval] | launches | what became of it |",
-               "|---|---|---|---|"]
+        md += [f"**{b}**", "", "| candidate | samples/s in the race, the launches that made the choice [95% "
+                                "interval] | launches | what became of it |", "|---|---|---|---|"]
         for c in race.candidates:
             vals = race.values.get(c, [])
             shown = verdict_mod.interval_text(geomean_interval(vals)) if vals else "–"
@@ -147,28 +158,33 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
             elif d and d["why"] == "failed":
                 fate = f"failed in round {d['round'] + 1}: {d['reason']}"
             elif d and d["why"] == "budget":
-                fate = (f"left out after round {d['round'] + 1} to fit the budget: {d['ratio']:.2f}× its defaults in "
-                        f"that round's launch, the slowest of those left (successive halving; not measured further)")
+                fate = (f"not tested: left out after round {d['round'] + 1} to fit the budget, {d['ratio']:.2f}× its "
+                        f"defaults in that round's one launch, the slowest of those left (successive halving)")
             elif d:
-                fate = (f"dropped after round {d['round'] + 1}: {d['ratio']:.2f}× the best ({d['best']}) "
+                fate = (f"dropped after round {d['round'] + 1}: {d['ratio']:.2f}× the race pick ({d['best']}) "
                         f"[{d['lo']:.2f}–{d['hi']:.2f}], Holm p = {d['p_holm']:.3g}")
             elif c == e["best"] and interrupted:
                 fate = "best so far, when the tune was interrupted"
             elif c == e["best"]:
-                fate = "best"
+                fate = "race pick" + ("" if c == e["default"] else " (against its defaults in the confirmation: see "
+                                                                    "above)")
+            elif c == e["default"]:
+                fate = "the defaults (against the race pick in the confirmation: see above)"
             else:
-                fate = "left in the race, within noise of the best"
+                fate = "not resolved against the race pick in the race; not tested further"
             md.append(f"| {c} | {shown} | {len(vals)} | {fate} |")
         md.append("")
     at_default, at_best = verdicts(records, found)
-    for title, a in (("The comparison at defaults", at_default), ("The comparison at best", at_best)):
+    for title, a in (("The comparison at defaults", at_default), ("The comparison at the race picks", at_best)):
         md += [f"## {title}", "", "From the confirmation rounds.", ""]
         md += verdict_mod.markdown(a) if a is not None else ["Fewer than two backends measured: nothing to compare.",
                                                              ""]
     changed = changes(found, at_default, at_best)
     md += ["## What tuning changed", ""] + ([f"- {line}" for line in changed] if changed else
                                             ["No conclusion between backends changed." if at_best else "–"]) + [""]
-    md += ["## Every row over all its launches (race and confirmation)", "", run_report.markdown_table(run_report.table_rows(records)), ""]
+    md += ["## Every row over all its launches (race and confirmation)", "",
+           "The race picks' figures here include the launches that chose them, which favour them; the gains above "
+           "come from the confirmation alone.", "", run_report.markdown_table(run_report.table_rows(records)), ""]
     md += ["## Provenance", ""] + run_report.provenance(records) + [""]
     path = out / "report.md"
     write_text(path, "\n".join(md))
@@ -185,13 +201,42 @@ def console_lines(records: list[dict[str, Any]]) -> list[str]:
     lines = []
     for b, e in found.items():
         ratio, outcome = _gain(e)
-        lines.append(f"{b}: best {_knobs(e['best'])}; gain over defaults {ratio} ({outcome})")
+        could = (f"; the rounds run could resolve {e['detectable']:.0%} or more (80% power)"
+                 if e.get("detectable") is not None and e["winner"] == e["default"] else "")
+        lines.append(f"{b}: race pick {_knobs(e['best'])}; gain over defaults {ratio} ({outcome}){could}")
     at_default, at_best = verdicts(records, found)
     for line in changes(found, at_default, at_best):
         lines.append(f"changed by tuning: {line}")
     if found:
         lines.append(f"winners as rows: {ready_rows(found)}")
     return lines
+
+
+def _sizing(summary: dict | None, plan: dict) -> list[str]:
+    """How the tune sized its rounds for --min-gain, what that needed against the budget, and, where the budget cut
+    it short, the smallest gain it could have confirmed (tunes made before --min-gain: nothing)."""
+    if not summary or summary.get("min_gain") is None:
+        return []
+    gain, plans = summary["min_gain"], summary.get("plans") or {}
+    text = (f"Sized for a gain of {gain:.0%} over the defaults (`--min-gain`): after {tuning.MIN_ROUNDS} race rounds, "
+            f"the variance of a candidate's log ratio to its defaults per round (pooled over the backend's candidates; "
+            f"its {tuning.VARIANCE_CONFIDENCE:.0%} upper confidence bound) set the race's rounds, so that a candidate "
+            f"{gain:.0%} faster than the others is the race pick {tuning.SELECT_PROBABILITY:.0%} of the time, and the "
+            f"confirmation's, for {tuning.CONFIRM_POWER:.0%} power to resolve it (paired t, Holm over the backends "
+            f"taken as Bonferroni).")
+    if plans:
+        text += " Planned: " + "; ".join(
+            f"{b} {p['select_rounds']} race and {p['confirm_rounds']} confirmation rounds (SD of the log ratio per "
+            f"round {p['variance'] ** 0.5:.1%}, {p['df']} df)" for b, p in plans.items()) + "."
+    needed, ran, planned = summary.get("needed_s"), summary["confirm_rounds"], summary.get("confirm_planned") or 0
+    if needed:
+        text += (f" That plan needed about {duration(needed)} at these launches' times"
+                 + (f", more than the {duration(summary['budget_s'])} budget: the confirmation ran {ran} of its "
+                    f"{planned} planned rounds, and the column \"smallest gain it could resolve\" says what this tune "
+                    f"could have found" if ran < planned or any(
+                        e == "budget" for e in (summary.get("race_ended") or {}).values()) else
+                    f", within the {duration(summary['budget_s'])} budget") + ".")
+    return [text, ""]
 
 
 def _overrun(summary: dict, plan: dict) -> str:

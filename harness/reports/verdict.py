@@ -27,6 +27,11 @@ from harness.core.record import MEASURED, precision_of
 from harness.core.stats import (ALPHA, CONFIDENCE, DEFAULT_MARGIN, INTERVAL_METHOD, MIN_LAUNCHES, adjust,
                                 compare_pair, geomean_interval, half_width, letter_groups)
 
+TESTS = "two-sided t tests on log throughput, Holm-adjusted over the pairs, p < 0.05"
+NARROWER = "More launches (`--precision`)"
+"""What narrows a run's intervals (a joined verdict's: more sessions)."""
+"""The difference tests a verdict's words rest on (a joined verdict names its own: harness/reports/sessions.py)."""
+
 
 def _launches(records: list[dict[str, Any]]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
@@ -48,10 +53,23 @@ def _blocks(launches: dict[str, list[dict]], ranked: list[str]) -> str | None:
     return None
 
 
-def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: float | None = None
-            ) -> dict[str, Any]:
+def round_key(rec: dict[str, Any]) -> tuple:
+    """A launch's round, ordered as numbers (round 10 after round 9), records without one last."""
+    k = rec.get("repeat")
+    return (0, k, "") if isinstance(k, int) else (1, 0, str(k))
+
+
+def two_stage_pilot(records: list[dict[str, Any]]) -> int | None:
+    """The pilot's rounds of a `--precision` run of two stages (its records' precision_mode), else None."""
+    mode = records[0].get("precision_mode") if records else None
+    return mode.get("pilot_rounds") if mode and mode.get("rule") == "two-stage" else None
+
+
+def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: float | None = None,
+            pilot: int | None = None) -> dict[str, Any]:
     """Per-row intervals, every pair's comparison, the letter groups, ratios against the baseline and the verdict's
-    lines (markdown)."""
+    lines (markdown). `pilot`: the rounds of a two-stage `--precision` run's pilot (default: as its records say),
+    whose variance every paired interval takes once that many rounds have run (harness/core/stats.py)."""
     # Rows in the order asked for (records are written in the shuffled order they ran): the default baseline is the
     # first row asked for that runs on the whole world size, whatever order the launches took.
     asked_order = records[0].get("row_order") or []
@@ -68,7 +86,7 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
         used, ws = first["topology"].get("devices_used"), first["world_size"]
         (ranked if used is None or used >= ws else left_out).append(label)
     for k in launches:
-        launches[k].sort(key=lambda r: (str(r.get("repeat")), r.get("position") or 0))
+        launches[k].sort(key=lambda r: (round_key(r), r.get("position") or 0))
     values = {k: [r["samples_per_s"] for r in launches[k]] for k in launches}
     rows = {k: {**geomean_interval(values[k]), "precision": precision_of(launches[k][0]),
                 "cpu_s_per_step": _mean([r.get("cpu_s_per_step") for r in launches[k]])} for k in launches}
@@ -76,7 +94,11 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
     base = asked if asked in ranked else (ranked[0] if ranked else None)
     unblocked = _blocks(launches, ranked)
     by_estimate = sorted(ranked, key=lambda k: -rows[k]["estimate"])
-    pairs = _pairs(by_estimate, values, unblocked is None, margin)
+    if pilot is None:
+        pilot = two_stage_pilot(records)
+    n_min = min((len(values[k]) for k in ranked), default=0)
+    stein = pilot if pilot is not None and unblocked is None and n_min >= pilot else None
+    pairs = _pairs(by_estimate, values, unblocked is None, margin, stein)
     ratios = {}
     if base is not None:
         for k in ranked:
@@ -84,29 +106,33 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
                 ratios[k] = oriented(pairs, k, base)
                 cpu_k, cpu_b = rows[k]["cpu_s_per_step"], rows[base]["cpu_s_per_step"]
                 ratios[k]["cpu_ratio"] = cpu_k / cpu_b if cpu_k and cpu_b else None
-    n_min = min((len(values[k]) for k in ranked), default=0)
     ranks = n_min >= MIN_LAUNCHES
     differ = {frozenset((p["a"], p["b"])) for p in pairs if p["outcome"] == "faster"}
     out = {"rows": rows, "ranked": ranked, "left_out": left_out, "baseline": base, "asked_baseline": asked,
+           "between_sessions": records[0].get("between_sessions"),
            "ratios": ratios, "n_min": n_min, "method": INTERVAL_METHOD, "margin": margin, "pairs": pairs,
-           "order": by_estimate, "blocked": unblocked is None, "why_unblocked": unblocked,
+           "order": by_estimate, "blocked": unblocked is None, "why_unblocked": unblocked, "values": values,
+           "pilot": stein, "asked_pilot": pilot,
            "letters": letter_groups(by_estimate, differ) if ranks else None}
     out["widest"] = widest(out)
     out["lines"] = _lines(out, launches)
     return out
 
 
-def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margin: float) -> list[dict[str, Any]]:
+def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margin: float,
+           pilot: int | None = None) -> list[dict[str, Any]]:
     """Every pair (a, b) with a's estimate the higher: the comparison, its unpaired interval beside a paired one, the
     Holm-adjusted p-values of both families and the outcome: faster (a resolved ahead of b), equivalent (within
-    the margin), not resolved, or no interval (too few launches)."""
+    the margin), not resolved, or no interval (too few launches). `pilot`: paired intervals take the variance of
+    that many first rounds (two-stage `--precision`)."""
     pairs, m = [], len(order) * (len(order) - 1) // 2
     for a, b in combinations(order, 2):
-        c = compare_pair(values[a], values[b], paired, margin)
+        c = compare_pair(values[a], values[b], paired, margin, pilot=pilot)
         c["unpaired"] = compare_pair(values[a], values[b], False, margin) if paired else None
         # Bonferroni's simultaneous interval (1 - ALPHA/m each): all m hold together with 95% confidence, the
-        # interval form of the family's correction, which `--precision` stops on
-        sim = compare_pair(values[a], values[b], paired, margin, confidence=1 - ALPHA / m) if m > 1 else c
+        # interval form of the family's correction, which `--precision` is sized for
+        sim = (compare_pair(values[a], values[b], paired, margin, confidence=1 - ALPHA / m, pilot=pilot) if m > 1
+               else c)
         c["simultaneous"] = {"lo": sim["lo"], "hi": sim["hi"], "confidence": 1 - ALPHA / m,
                              "half_width": half_width({**sim, "estimate": c["estimate"]})}
         pairs.append({"a": a, "b": b, **c})
@@ -114,6 +140,9 @@ def _pairs(order: list[str], values: dict[str, list[float]], paired: bool, margi
         p["outcome"] = ("no interval" if p["p"] is None else
                         "faster" if p["p_holm"] < ALPHA and p["estimate"] > 1 else
                         "equivalent" if p["p_equivalent_holm"] < ALPHA else "not resolved")
+        # a difference resolved and yet inside the margin (both tests hold): "faster, and within ±5%", never a
+        # bare "ahead" that reads as a difference worth having
+        p["within_margin"] = p["outcome"] == "faster" and p["p_equivalent_holm"] < ALPHA
     return pairs
 
 
@@ -130,6 +159,22 @@ def oriented(pairs: list[dict[str, Any]], x: str, y: str) -> dict[str, Any]:
 def _mean(values: list[float | None]) -> float | None:
     v = [x for x in values if x is not None]
     return sum(v) / len(v) if v else None
+
+
+def pilot_variances(analysis: dict[str, Any], pilot: int) -> list[float] | None:
+    """Each pair's variance of its log ratio per round in the first `pilot` rounds, for `stats.stein_rounds`: of the
+    paired differences within rounds, or with rounds incomplete the sum of the two rows' variances (Welch's); None
+    while a row has fewer than `pilot` launches."""
+    from harness.core.stats import log_moments
+
+    values, out = analysis["values"], []
+    for p in analysis["pairs"]:
+        a, b = values[p["a"]][:pilot], values[p["b"]][:pilot]
+        if min(len(a), len(b)) < pilot:
+            return None
+        out.append(log_moments([x / y for x, y in zip(a, b)])[1] if analysis["blocked"]
+                   else log_moments(a)[1] + log_moments(b)[1])
+    return out
 
 
 def widest(analysis: dict[str, Any]) -> tuple[str, float] | None:
@@ -159,7 +204,8 @@ def ratio_text(ratio: dict[str, Any]) -> str:
     return f"{ratio['estimate']:.2f}× [{ratio['lo']:.2f}–{ratio['hi']:.2f}]"
 
 
-def _name(analysis, label) -> str:
+def name_of(analysis, label) -> str:
+    """A row's label, with its precision where that is not plain fp32."""
     prec = analysis["rows"][label]["precision"]
     return f"{label} ({prec})" if prec != "fp32" else label
 
@@ -179,10 +225,10 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
         out.append(f"**Verdict: no ranking.** Each row ran {n} launch(es); a row needs at least {MIN_LAUNCHES} for an "
                    "interval, and one launch cannot separate a backend's speed from launch-to-launch variation. "
                    "For a ranking: leave `--repeats` out (3 rounds, then more while they fit `--budget`, 3 minutes "
-                   f"by default), `--repeats 10`{cost}, or `--precision 5% --budget 10m` (rounds are added until "
-                   "every pair's interval is that narrow or the budget is spent).")
+                   f"by default), `--repeats 10`{cost}, or `--precision 5% --budget 10m` (a pilot of rounds, then "
+                   "the rounds its variance says every pair needs for ±5%, within the budget).")
     else:
-        out += _ranked_lines(a, launches)
+        out += ranked_lines(a, launches)
     if a["left_out"]:
         out.append("Left out of the ranking: " + ", ".join(
             f"{k} (ran on {launches[k][0]['topology'].get('devices_used')} device(s) of "
@@ -196,7 +242,7 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
 def _pair_text(a, p) -> str:
     """"x vs y 1.28× [1.05–1.56]", and where the interval alone excludes 1 but Holm's correction does not resolve
     the pair, its adjusted p-value."""
-    return f"{_name(a, p['a'])} vs {_name(a, p['b'])} {ratio_text(p)}" + holm_note(p)
+    return f"{name_of(a, p['a'])} vs {name_of(a, p['b'])} {ratio_text(p)}" + holm_note(p)
 
 
 def holm_note(p: dict[str, Any]) -> str:
@@ -208,50 +254,73 @@ def holm_note(p: dict[str, Any]) -> str:
     return f" (p = {p['p_holm']:.2g} after Holm's correction)"
 
 
-def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
-    """The verdict of a run that ranks: the fastest (or the group not resolved apart at the top), the letter groups,
-    every pair by outcome, any row whose group reads better than its pairs support, and the method."""
+def ranked_lines(a: dict[str, Any], launches) -> list[str]:
+    """The verdict of a run that ranks, each sentence naming the statistic it rests on: the fastest row only where
+    it is resolved ahead of every other ranked row, else the top group (rows not resolved apart), or, where no pair
+    is resolved, equivalence within the margin or "inconclusive"; the letter groups, every pair by outcome, any row
+    whose group reads better than its pairs support, and the method."""
     order, letters, pairs, margin = a["order"], a["letters"], a["pairs"], a["margin"]
     faster = [p for p in pairs if p["outcome"] == "faster"]
     equivalent = [p for p in pairs if p["outcome"] == "equivalent"]
     unresolved = [p for p in pairs if p["outcome"] == "not resolved"]
+    test = a.get("test", TESTS)
     top = [k for k in order if "a" in letters[k]]
     beats_all = [k for k in order if sum(1 for p in faster if p["a"] == k) == len(order) - 1]
     out = []
     if beats_all:
-        out.append(f"**Verdict — fastest: {_name(a, beats_all[0])}**, resolved ahead of every other row.")
+        k = beats_all[0]
+        close = [p for p in faster if p["a"] == k and p["within_margin"]]
+        text = f"**Verdict — fastest: {name_of(a, k)}**, resolved ahead of every other row ({test})"
+        if close:
+            text += (f"; ahead of {', '.join(name_of(a, p['b']) for p in close)} by less than ±{margin:.0%} (faster, "
+                     f"and within ±{margin:.0%}: equivalence holds too, TOST)")
+        out.append(text + ".")
     elif not faster:
-        same = " and ".join(_name(a, k) for k in order) if len(order) == 2 else ", ".join(_name(a, k) for k in order)
+        same = " and ".join(name_of(a, k) for k in order) if len(order) == 2 else ", ".join(name_of(a, k) for k in order)
         if len(equivalent) == len(pairs):
-            out.append(f"**Verdict: equivalent** — {same} are equivalent within ±{margin:.0%}: no row is faster "
-                       f"or slower by more than that.")
+            out.append(f"**Verdict: equivalent** — {same} are equivalent within ±{margin:.0%} (TOST, "
+                       f"Holm-adjusted): no row is faster or slower by more than that.")
+        elif len(pairs) == 1:
+            p = unresolved[0]
+            out.append(f"**Verdict: inconclusive** — {name_of(a, p['a'])} vs {name_of(a, p['b'])} {ratio_text(p)} is "
+                       f"neither resolved apart ({test}) nor shown equivalent within ±{margin:.0%} (TOST): its 95% "
+                       f"interval is too wide to decide the margin. {a.get('narrower', NARROWER)} narrow it.")
         else:
-            out.append(f"**Verdict: no difference resolved** between {same}. More launches (`--precision`) may "
-                       "resolve one; a tie is a result, not a failure.")
+            wide = max(unresolved, key=lambda p: _width(p) or float("inf"))
+            out.append(f"**Verdict: inconclusive** — no pair of {same} is resolved apart ({test}), and "
+                       f"{len(unresolved)} of the {len(pairs)} pairs are not shown equivalent within ±{margin:.0%} "
+                       f"(TOST) either: their 95% intervals (the widest {name_of(a, wide['a'])} vs "
+                       f"{name_of(a, wide['b'])} {ratio_text(wide)}) are too wide to decide the margin. "
+                       f"{a.get('narrower', NARROWER)} narrow them.")
     else:
         # the top group's rows that some resolved pair places; a row resolved against none shares every letter
         # only because its interval is wide, and is named apart
         placed = {x for p in faster for x in (p["a"], p["b"])}
         strong, weak = [k for k in top if k in placed], [k for k in top if k not in placed]
         among = [p for p in pairs if p["a"] in strong and p["b"] in strong]
-        how = ("" if len(strong) == 1 else f" (equivalent within ±{margin:.0%})"
-               if all(p["outcome"] == "equivalent" for p in among) else " (not resolved apart)")
-        text = f"**Verdict — fastest: {', '.join(_name(a, k) for k in strong)}**{how}"
+        how = ("" if not among or not all(p["outcome"] == "equivalent" for p in among) else
+               f"; {' and '.join(name_of(a, k) for k in strong)} are equivalent within ±{margin:.0%} (TOST)")
+        text = (f"**Verdict — top group, not resolved apart: {', '.join(name_of(a, k) for k in top)}** (no row is "
+                f"resolved ahead of every other: {test}{how})")
         if weak:
-            text += (f"; {', '.join(_name(a, k) for k in weak)} {'is' if len(weak) == 1 else 'are'} not resolved "
-                     f"against any row")
+            text += (f"; {', '.join(name_of(a, k) for k in weak)} {'is' if len(weak) == 1 else 'are'} in it only "
+                     f"because {'its interval is' if len(weak) == 1 else 'their intervals are'} wide: not resolved "
+                     "against any row")
         out.append(text + ".")
     if faster:
-        out.append("Groups, fastest first (rows that share a letter are not resolved apart): " + "; ".join(
-            f"{_name(a, k)} **{letters[k]}**" for k in order) + ".")
+        out.append("Groups, fastest first (a compact letter display: rows that share a letter are not resolved "
+                   "apart): " + "; ".join(f"{name_of(a, k)} **{letters[k]}**" for k in order) + ".")
     said = []
     if faster:
-        said.append("resolved: " + "; ".join(f"{_name(a, p['a'])} {ratio_text(p)} ahead of {_name(a, p['b'])}"
-                                             for p in faster))
+        said.append("resolved (Holm-adjusted p < 0.05): " + "; ".join(
+            f"{name_of(a, p['a'])} {ratio_text(p)} ahead of {name_of(a, p['b'])}"
+            + (f" (and within ±{margin:.0%}: TOST)" if p["within_margin"] else "") for p in faster))
     if equivalent:
-        said.append(f"equivalent within ±{margin:.0%}: " + "; ".join(_pair_text(a, p) for p in equivalent))
+        said.append(f"equivalent within ±{margin:.0%} (TOST, Holm-adjusted): "
+                    + "; ".join(_pair_text(a, p) for p in equivalent))
     if unresolved:
-        said.append("not resolved: " + "; ".join(_pair_text(a, p) for p in unresolved))
+        said.append(f"not resolved (neither a difference nor equivalence within ±{margin:.0%}): "
+                    + "; ".join(_pair_text(a, p) for p in unresolved))
     out.append(" · ".join(s[0].upper() + s[1:] for s in said) + ".")
     # A row with a lower estimate may share the top group's letter while a row above it does not (its interval is
     # wide): its letter then reads better than its pairs support, and the verdict says so.
@@ -259,22 +328,41 @@ def _ranked_lines(a: dict[str, Any], launches) -> list[str]:
         worse = [j for j in order[:i] if min(letters[k]) < min(letters[j])]
         if worse:
             open_ = [oriented(pairs, j, k) for j in worse]
-            out.append(f"{_name(a, k)} shares group {min(letters[k])} with faster rows only because its interval is "
+            out.append(f"{name_of(a, k)} shares group {min(letters[k])} with faster rows only because its interval is "
                        f"wide: it is not resolved against " + ", ".join(
-                           f"{_name(a, p['a'])} ({ratio_text(p)})" for p in open_)
+                           f"{name_of(a, p['a'])} ({ratio_text(p)})" for p in open_)
                        + f", whose estimate{'s are' if len(open_) > 1 else ' is'} higher and which "
                        f"{'are' if len(open_) > 1 else 'is'} not in that group.")
+    if a.get("method_line"):  # a verdict over sessions says its own method (harness/reports/sessions.py)
+        return out + [a["method_line"]]
     counts = sorted({len(launches[k]) for k in order})
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    if a["blocked"]:
+    if a["blocked"] and a.get("pilot"):
+        blocks = (f"rounds as blocks: each pair's differences within rounds, its variance from the {a['pilot']}-round "
+                  f"pilot ({a['pilot'] - 1} degrees of freedom: two stages, Stein 1945)")
+    elif a["blocked"]:
         narrowed = [_width(p) / _width(p["unpaired"]) for p in pairs if _width(p) and _width(p["unpaired"])]
         blocks = ("rounds as blocks: each pair's differences within rounds" + (
             f", intervals {statistics.median(narrowed):.0%} of the unpaired width (median)" if narrowed else ""))
     else:
         blocks = f"unpaired (Welch), as {a['why_unblocked']}"
-    out.append(f"({n} launches per row; {len(pairs)} pairs, 95% intervals, differences and equivalence "
-               f"(TOST, margin ±{margin:.0%}) each Holm-adjusted over the pairs; {blocks}.)")
-    return out
+    out.append(f"({n} launches per row; {len(pairs)} pair{'s' if len(pairs) != 1 else ''}, 95% intervals, "
+               f"differences and equivalence (TOST, margin ±{margin:.0%}) each Holm-adjusted over the pairs; {blocks}.)")
+    return out + [one_session_line(a.get("between_sessions"))]
+
+
+def one_session_line(known: dict[str, Any] | None) -> str:
+    """What one run's intervals cover, and the between-session spread this machine has shown where the records say
+    it was known when the run was made (harness/reports/sessions.py keeps it per machine)."""
+    text = ("These intervals hold for this run: they count the variation between its launches, not between runs at "
+            "other times (sessions), which one run cannot measure; `compare run --join DIR` runs the request again "
+            "as another session of DIR, and the verdict over the sessions includes it.")
+    if known:
+        text += (f" On this machine, {known['sessions']} joined runs of {known['workload']} (the last on "
+                 f"{known['date']}) put the between-session standard deviation of a pair's log ratio at "
+                 f"{known['tau_median']:.1%} (median over {known['pairs']} pairs; up to {known['tau_max']:.1%}), "
+                 f"against a standard error within one run of {known['se_median']:.1%}.")
+    return text
 
 
 def _width(p: dict[str, Any] | None) -> float | None:
@@ -282,6 +370,16 @@ def _width(p: dict[str, Any] | None) -> float | None:
 
 
 SYMBOL = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not resolved": "?", "no interval": "·"}
+
+
+def symbol(p: dict[str, Any]) -> str:
+    """A pair's mark in the matrix: ▲ ▼ ≈ ? ·, and ▲≈ / ▼≈ for a difference resolved inside the margin."""
+    return SYMBOL[p["outcome"]] + ("≈" if p.get("within_margin") else "")
+
+
+def outcome_text(p: dict[str, Any], margin: float) -> str:
+    """"faster", "slower, and within ±5%" (the difference and the equivalence both hold), "equivalent", ..."""
+    return p["outcome"] + (f", and within ±{margin:.0%}" if p.get("within_margin") else "")
 
 
 def markdown(a: dict[str, Any]) -> list[str]:
@@ -302,20 +400,22 @@ def markdown(a: dict[str, Any]) -> list[str]:
             ratio, said, cpu_ratio = "1 (baseline)", "–", ""
         else:
             r = a["ratios"][k]
-            ratio, said = ratio_text(r), r["outcome"]
+            ratio, said = ratio_text(r), outcome_text(r, a["margin"])
             cpu_ratio = f" ({r['cpu_ratio']:.2f}×)" if r.get("cpu_ratio") else ""
-        md.append(f"| {_name(a, k)} | {interval_text(row)} | {row['n']} | {ratio} | {said} | "
+        md.append(f"| {name_of(a, k)} | {interval_text(row)} | {row['n']} | {ratio} | {said} | "
                   f"{'–' if cpu is None else f'{cpu * 1e3:.2f}'}{cpu_ratio} |")
     md.append("")
     if len(a["order"]) > 2 and a["letters"] is not None:
         order = a["order"]
+        within = (f", ▲≈ / ▼≈ resolved and within ±{a['margin']:.0%} too" if any(p.get("within_margin")
+                                                                                for p in a["pairs"]) else "")
         md += [f"Every pair (row ÷ column, geometric means; ▲ resolved faster, ▼ resolved slower, ≈ equivalent "
-               f"within ±{a['margin']:.0%}, ? not resolved; Holm-adjusted):", "",
-               "| row | group | " + " | ".join(_name(a, k) for k in order) + " |",
+               f"within ±{a['margin']:.0%}, ? not resolved{within}; Holm-adjusted):", "",
+               "| row | group | " + " | ".join(name_of(a, k) for k in order) + " |",
                "|---|---|" + "---|" * len(order)]
         for x in order:
-            cells = ["–" if x == y else (lambda r: f"{r['estimate']:.2f}× {SYMBOL[r['outcome']]}")(
+            cells = ["–" if x == y else (lambda r: f"{r['estimate']:.2f}× {symbol(r)}")(
                 oriented(a["pairs"], x, y)) for y in order]
-            md.append(f"| {_name(a, x)} | {a['letters'][x]} | " + " | ".join(cells) + " |")
+            md.append(f"| {name_of(a, x)} | {a['letters'][x]} | " + " | ".join(cells) + " |")
         md.append("")
     return md

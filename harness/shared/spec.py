@@ -129,6 +129,10 @@ class RunSpec:
     0: none."""
     trace: bool = False
     """With breakdown: write each rank's profiler trace (trace-rank<k>.json.gz in rank_dir)."""
+    python: str | None = None
+    """The interpreter this launch's commands start (a row's `python=PATH`); None: compare's own."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables of the row (`env.NAME=VALUE`), set for every rank of the launch."""
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")

@@ -76,10 +76,7 @@ def test_a_dict_batch_causal_lm_returning_its_own_loss_matches_the_single_proces
     assert rec["tokens_per_sample"] == 48  # the input_ids' length
 
 
-@pytest.mark.parametrize("label", [pytest.param(label, marks=pytest.mark.xfail(
-    strict=True, reason="FSDP2 refuses BERT's tied embeddings under the default units (issue 63, item 3: remove this "
-                        "mark once the default units group tied modules)")) if label == "fsdp" else label
-                                   for label in EVERY])
+@pytest.mark.parametrize("label", EVERY)
 def test_hf_bert_with_random_masks_matches_the_single_process(bert_run, label):
     rec = _check(bert_run, BERT_ROW.get(label, label))
     assert rec["max_param_diff"] <= 1e-4

@@ -176,7 +176,7 @@ CASES = [
      "adapter horovod:cycle_time_ms=nan: knob 'cycle_time_ms' expects a finite number, got 'nan'"),
     # click's own usage errors, as one line too
     ("cli-unknown-command", ["bench"],
-     "No such command 'bench'; valid commands: run, sbatch, scale, tune, predict, plan, comm, report, diff, index, list, knobs, doctor, env"),
+     "No such command 'bench'; valid commands: run, sbatch, scale, tune, predict, plan, comm, report, diff, join, index, list, knobs, doctor, env"),
     ("cli-missing-argument", ["report"], "Missing argument 'directory' (see `compare report --help`)"),
     ("cli-not-an-integer", ["run", "--steps", "many"],
      "Invalid value for '--steps': Input should be a valid integer, unable to parse string as an integer (see "
@@ -1248,3 +1248,28 @@ def test_an_out_on_a_filesystem_too_small_for_the_run_is_refused_before_anything
                                     f"the "), result.stderr
     assert result.stderr.endswith("; free some space or choose another --out\n") and result.stderr.count("\n") == 1
     assert not (tiny_disk / "runs").exists()
+
+
+# ---- a row's interpreter and environment (python=PATH, env.NAME=VALUE; issue 65) ------------------------------------
+@pytest.mark.parametrize("row, message", [
+    ("ddp:python={tmp}/notes.txt", "adapter row 'ddp:python={tmp}/notes.txt': python={tmp}/notes.txt is not an "
+                                   "executable file; give a Python interpreter, e.g. python=/path/to/venv/bin/python"),
+    ("ddp:python=/bin/true", "adapter row 'ddp:python=/bin/true': python=/bin/true is not a Python interpreter with "
+                             "torch (no output); give one, e.g. python=/path/to/venv/bin/python"),
+    ("ddp:env.=1", "adapter row 'ddp:env.=1': 'env.' needs a variable name (letters, digits and _, not starting with "
+                   "a digit), e.g. env.NCCL_ALGO=Ring"),
+    ("ddp:env.9X=1", "adapter row 'ddp:env.9X=1': 'env.9X' needs a variable name"),
+    ("ddp:env.OMP_NUM_THREADS=4", "adapter row 'ddp:env.OMP_NUM_THREADS=4': OMP_NUM_THREADS is set by the harness for "
+                                  "every row (threads with --threads, placement by the launcher); a row may set other "
+                                  "variables, e.g. env.NCCL_ALGO=Ring"),
+])
+def test_a_rows_interpreter_or_variable_is_refused_in_one_line_before_anything_runs(tmp_path, row, message):
+    from conftest import compare_cli
+
+    (tmp_path / "notes.txt").write_text("not a program\n")
+    row, message = row.format(tmp=tmp_path), message.format(tmp=tmp_path)
+    out = tmp_path / "o"
+    proc = compare_cli("run", "-a", f"spawn,{row}", "--out", str(out))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr.startswith(f"error: {message}") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not out.exists()

@@ -3,6 +3,7 @@ as one line and exit 2 with nothing written."""
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,101 @@ def test_a_run_compared_with_itself_is_refused_as_one_run(tmp_path):
         assert shown.stderr == (f"error: A and B are one run ({why}): every row would be 1.000x, and that says "
                                 f"nothing; give another run as B (the same command again, or another torch, knob or "
                                 f"machine)\n")
+
+
+# ---- sessions: runs at other times counted (issue 65) ---------------------------------------------------------------
+
+def _side(rng, sessions, tau, cv, launches=5, rows=("ddp", "spawn", "horovod"), base=None, torch="2.13.0"):
+    """Sessions of one condition: each row's level moves per session by N(0, tau) (the machine that day), each launch
+    by N(0, cv) more; the same true speed per row on both sides."""
+    base = base or {"ddp": 1000.0, "spawn": 980.0, "horovod": 700.0}
+    out = []
+    for s in range(sessions):
+        values = {}
+        for k in rows:
+            shift = rng.gauss(0.0, tau)
+            values[k] = [base[k] * math.exp(shift + rng.gauss(0.0, cv)) for _ in range(launches)]
+        out.append((f"s{s}", _records(values, torch=torch)))
+    return out
+
+
+def test_identical_conditions_with_run_to_run_variation_resolve_a_row_at_most_5_percent_of_the_time():
+    # three sessions a side, a between-session SD of 5% per row and CV 5% within: the diff of the joins calls some
+    # row different in at most 5% of runs (Holm over the rows); a diff of one run a side, on the same launches, calls
+    # one far more often: its Welch interval leaves the between-session part out
+    rng = random.Random(650)
+    runs, joined, single = 1000, 0, 0
+    for _ in range(runs):
+        a, b = _side(rng, 3, 0.05, 0.05), _side(rng, 3, 0.05, 0.05)
+        d = diff.compare(a, b)
+        assert d["by_sessions"] and all(r["df"] == 4 for r in d["rows"])
+        joined += any(r["outcome"].startswith(("faster", "slower")) for r in d["rows"])
+        one = diff.compare(a[0][1], b[0][1])
+        single += any(r["outcome"].startswith(("faster", "slower")) for r in one["rows"])
+    assert joined / runs <= 0.05, joined
+    assert single / runs > 0.5, single
+
+
+def test_a_diff_of_joins_is_a_random_effects_difference_of_the_sessions():
+    from harness.core import stats
+
+    rng = random.Random(7)
+    a, b = _side(rng, 2, 0.02, 0.02), _side(rng, 3, 0.02, 0.02, base={"ddp": 1100.0, "spawn": 980.0, "horovod": 700.0})
+    d = diff.compare(a, b)
+    ddp = next(r for r in d["rows"] if r["label"] == "ddp")
+    ea = [stats.session_estimate([r["samples_per_s"] for r in recs if r["label"] == "ddp"]) for _, recs in a]
+    eb = [stats.session_estimate([r["samples_per_s"] for r in recs if r["label"] == "ddp"]) for _, recs in b]
+    want = stats.random_effects_difference(ea, eb)
+    assert (ddp["estimate"], ddp["lo"], ddp["hi"], ddp["df"]) == (want["estimate"], want["lo"], want["hi"], 3.0)
+    text = "\n".join(diff.lines(d))
+    assert text.startswith("B against A: digits, world size 2; 2 sessions of A against 3 of B: per row each session's "
+                           "log geometric mean, combined by a random-effects model")
+    assert "cannot separate" not in text and "Between-session standard deviation of each row's log samples/s (τ): " \
+                                               "ddp " in text
+
+
+def test_one_run_a_side_says_it_cannot_separate_the_change_from_run_to_run_variation():
+    d = diff.compare(_records({"ddp": [100.0, 101.0, 99.0]}), _records({"ddp": [120.0, 121.0, 119.0]}))
+    text = "\n".join(diff.lines(d))
+    assert ("**A and B are each one run**: these intervals count the variation between launches, not between runs "
+            "at other times") in text
+    assert "so this diff cannot separate the change from run-to-run variation" in text
+
+
+def test_a_change_of_machine_is_refused_unless_asked_for(tmp_path):
+    a = _run(tmp_path, "a", {"ddp": [100.0, 101.0, 99.0]})
+    b = _run(tmp_path, "b", {"ddp": [120.0, 121.0, 119.0]})
+    recs = [json.loads(line) for line in (b / "records.jsonl").read_text().splitlines()]
+    for r in recs:
+        r["env"]["cpu_model"] = "Intel Xeon"
+    (b / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    shown = CliRunner().invoke(app, ["diff", str(a), str(b)])
+    assert shown.exit_code == 2 and shown.stdout == ""
+    assert shown.stderr == ("error: A and B ran on different machines (CPU AMD EPYC against Intel Xeon): a diff of them "
+                            "compares the machines, not the change; say --across-machines to compare them\n")
+    asked = CliRunner().invoke(app, ["diff", str(a), str(b), "--across-machines"])
+    assert asked.exit_code == 0, asked.output
+    assert "What differs: CPU AMD EPYC → Intel Xeon." in asked.stdout
+    assert "The runs are on different machines (--across-machines): the ratios compare the machines" in asked.stdout
+
+
+def test_compare_diff_takes_joins_a_side(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(8)
+    sides = {}
+    for side in ("a", "b"):
+        runs = []
+        for s in range(2):
+            vals = {"ddp": [1000 * math.exp(rng.gauss(0, 0.02)) for _ in range(3)]}
+            d = _run(tmp_path, f"{side}{s}", vals)
+            recs = [json.loads(line) for line in (d / "records.jsonl").read_text().splitlines()]
+            for r in recs:  # the fixture is a time-to-target run; sessions are of throughput runs
+                r.pop("until_target", None)
+            (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+            runs.append(d)
+        out = tmp_path / f"join_{side}"
+        assert CliRunner().invoke(app, ["join", str(out), *map(str, runs)]).exit_code == 0
+        sides[side] = out
+    shown = CliRunner().invoke(app, ["diff", str(sides["a"]), str(sides["b"])])
+    assert shown.exit_code == 0, shown.output
+    assert "2 sessions of A against 2 of B" in shown.stdout and "cannot separate" not in shown.stdout

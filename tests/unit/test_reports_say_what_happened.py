@@ -51,8 +51,8 @@ def test_an_interrupted_tune_names_what_it_never_launched_and_calls_nothing_best
     report = (out / "report.md").read_text()
     assert "the defaults were best" not in report and "failed in round" not in report
     assert "compare run --tuned" not in report.replace("(and `compare run --tuned` refuses it)", "")
-    assert "| ddp | – | – | no launch finished (the tune was interrupted) | 2 | 1 | interrupted |" in report
-    assert "| spawn | – | – | never launched (the tune was interrupted first) | 1 | 0 | interrupted |" in report
+    assert "| ddp | – | – | no launch finished (the tune was interrupted) | – | 2 | 1 | interrupted |" in report
+    assert "| spawn | – | – | never launched (the tune was interrupted first) | – | 1 | 0 | interrupted |" in report
     assert "Never launched: ddp, spawn." in report
     assert ("| ddp:bucket_cap_mb=1 | – | 0 | interrupted in round 1, where the tune was stopped: interrupted at step 4 "
             "of 32 (timed); process group killed |") in report

@@ -147,17 +147,22 @@ def test_verdict_when_fp32_rows_need_the_same_steps():
     records = _ttt_records({"ddp": [100, 100, 100], "spawn": [100, 100, 100]})
     cfg = ttt.settings(records)
     lines = ttt.verdict(ttt.table_rows(records, run_report.group(records)), cfg)
-    assert lines[0] == ("First to test accuracy 0.95 in training time (median of 3 repeats): **ddp**, 0.300 s, "
-                        "0.010 s (3%) ahead of spawn (0.310 s). End to end, from starting the launch command "
-                        "(start-up included): **ddp**, 3.30 s, 0.01 s (0.3%) ahead of spawn (3.31 s).")
+    # schema 1: no intervals, so no row is named first; the medians are given as what they are
+    assert lines[0] == ("First to test accuracy 0.95 in training time: no row resolved first (records of schema 1 "
+                        "carry no intervals): ddp 0.300 s, spawn 0.310 s (median of 3 repeats). End to end, from "
+                        "starting the launch command (start-up included): no row resolved first (records of schema 1 "
+                        "carry no intervals): ddp 3.30 s, spawn 3.31 s (median of 3 repeats).")
+    assert "**" not in lines[0]
     assert any(line.startswith("Every fp32 row needed exactly 100 steps in every repeat") for line in lines)
     for r in records:
         check_record(r)
-    # One slow ddp repeat: its median still leads, but the ranges overlap and the sentence says so.
-    records[0]["ttt"]["train_time_to_target_s"] = 0.5
-    lines = ttt.verdict(ttt.table_rows(records, run_report.group(records)), cfg)
-    assert ("**ddp**, 0.300 s, 0.010 s (3%) ahead of spawn (0.310 s) — but their ranges over the repeats overlap, so "
-            "this is no clear lead.") in lines[0]
+    two = [r for r in records if r["repeat"] < 2]
+    for r in two:
+        r["schema_version"] = 2
+    lines = ttt.verdict(ttt.table_rows(two, run_report.group(two)), cfg)
+    assert lines[0].startswith("First to test accuracy 0.95 in training time: no row resolved first (a row needs 3 "
+                               "repeats that reached the target for an interval): ddp 0.300 s, spawn 0.310 s (median "
+                               "of 2 repeats).")
 
 
 def test_a_difference_in_fp32_steps_is_reported_as_a_finding_and_mixed_precision_is_set_apart():
@@ -205,7 +210,37 @@ def test_with_intervals_every_pair_of_times_to_target_is_one_family():
             r["ttt"]["train_time_to_target_s"] = {0: 0.40, 1: 0.60, 2: 0.30}[r["repeat"]]
     lines = ttt.verdict(ttt.table_rows(records, run_report.group(records)), ttt.settings(records))
     first = lines[0]
-    assert first.startswith("First to test accuracy 0.95 in training time: **ddp**, 0.300 s (geometric mean of 3); "
-                            "resolved ahead of spawn 1.03× [1.03–1.03] as long; not resolved against horovod 1.39× "
-                            "[0.58–3.29] as long (95% intervals, all 3 pairs Holm-adjusted).")
-    assert "(95% intervals, all 3 pairs Holm-adjusted)" in first and "median" not in first.split(". End")[0]
+    # ddp is resolved ahead of spawn but not of horovod: no row is named first, and every pair says what it is
+    assert first.startswith("First to test accuracy 0.95 in training time: no row resolved first (paired within "
+                            "rounds; 95% intervals, all 3 pairs Holm-adjusted, p < 0.05): ddp 0.300 s, spawn 0.310 s, "
+                            "horovod 0.416 s (geometric means); resolved: ddp ahead of spawn 1.03× [1.03–1.03] as long; "
+                            "not resolved: ddp vs horovod 1.39× [0.58–3.29] as long, spawn vs horovod 1.34× "
+                            "[0.57–3.19] as long. End to end")
+    assert "**" not in first and "median" not in first.split(". End")[0]
+
+
+def test_time_to_target_names_a_row_first_only_when_resolved_ahead_of_every_row_on_every_device():
+    # dp (one process on one device) is fastest by far but is not data-parallel: left out, named. ddp is resolved
+    # ahead of both others in every round (paired within rounds: round 1's slow machine slows every row alike)
+    records = _ttt_records({"dp": [100, 100, 100], "ddp": [100, 100, 100], "spawn": [100, 100, 100],
+                            "horovod": [100, 100, 100]})
+    slow = {0: 1.0, 1: 1.5, 2: 1.1}
+    for r in records:
+        r["schema_version"] = 2
+        per = {"dp": 0.1, "ddp": 0.300, "spawn": 0.330, "horovod": 0.360}[r["label"]]
+        r["ttt"]["train_time_to_target_s"] = per * slow[r["repeat"]] * (1 + 0.001 * r["repeat"])
+        if r["label"] == "dp":
+            r["topology"]["devices_used"] = 1
+    lines = ttt.verdict(ttt.table_rows(records, run_report.group(records)), ttt.settings(records))
+    assert lines[0].startswith("First to test accuracy 0.95 in training time: **ddp**, ")
+    assert "resolved ahead of every other row: spawn 1.10× [1.10–1.10] as long, horovod 1.20× [1.20–1.20] as long " \
+           "(paired within rounds; 95% intervals, all 3 pairs Holm-adjusted, p < 0.05)" in lines[0]
+    assert " dp " not in lines[0] and "**dp**" not in lines[0]
+    assert lines[1] == ("Left out of the ranking: dp (ran on 1 device(s) of 2: not data-parallel across the world "
+                        "size).")
+    # unpaired, the same launches would not resolve it: the machine's slow round is not cancelled
+    for r in records:
+        if r["label"] == "spawn" and r["repeat"] == 2:
+            r["status"], r["ttt"]["reached"] = "not_reached", False
+    lines = ttt.verdict(ttt.table_rows(records, run_report.group(records)), ttt.settings(records))
+    assert "First to test accuracy 0.95 in training time: no row resolved first (a row needs 3 repeats" in lines[0]

@@ -233,3 +233,75 @@ def test_a_backend_that_cannot_run_here_is_left_out_with_its_reason_and_the_othe
     assert tp.untunable == {"dp": "it declares no tunable knobs"} and tp.skipped == {}
     assert tp.run.rerun.startswith("compare tune --adapters ddp,apex ") and "--tune ddp.bucket_cap_mb=1" in tp.run.rerun
     assert not (tmp_path / "o").exists()  # planning writes nothing
+
+
+# ---- --min-gain: a tune that can find what it looks for (issue 65) --------------------------------------------------
+
+def _ten_percent(seed, budget, min_gain=0.10):
+    """One backend, four candidates as fast as its defaults and one truly 10% faster, 5% launch-to-launch noise."""
+    means = {"ddp": 100.0, "ddp:a=1": 100.0, "ddp:a=2": 110.0, "ddp:a=3": 100.0, "ddp:a=4": 100.0}
+    backends, run_round, clock = stub(means, 0.05, seed, budget=budget)
+    records, summary = tuning.search(backends, run_round, budget, clock=clock, min_gain=min_gain)
+    return records, summary
+
+
+def test_a_candidate_truly_10_percent_faster_is_confirmed_at_least_80_percent_of_the_time_at_the_budget_asked():
+    # what the tune says it needs (its race and confirmation sized from the race's own variance for --min-gain 10%),
+    # then the same launches within exactly that budget: the faster candidate is the race pick and is confirmed
+    confirmed = 0
+    seeds = 60
+    for seed in range(seeds):
+        _, asked = _ten_percent(seed, tuning.Budget(1e6))
+        assert asked["min_gain"] == 0.10 and asked["confirm_rounds"] == asked["confirm_planned"] >= 3
+        records, summary = _ten_percent(seed, tuning.Budget(asked["needed_s"]))
+        entry = tuning.confirmed(records)["ddp"]
+        confirmed += entry["winner"] == "ddp:a=2" and entry["gain"]["outcome"] == "faster"
+    assert confirmed / seeds >= 0.80, confirmed
+
+
+def test_a_budget_too_small_for_the_plan_says_the_smallest_gain_it_could_have_confirmed(tmp_path):
+    from harness.reports import tune_report
+
+    records, summary = _ten_percent(3, tuning.Budget(160.0))
+    assert summary["confirm_rounds"] < summary["confirm_planned"] and summary["needed_s"] > 160.0
+    entry = tuning.confirmed([{**r, "tune_summary": summary} for r in records])["ddp"]
+    variance = summary["plans"]["ddp"]["variance"]
+    rounds = summary["confirm_rounds"]
+    assert entry["detectable"] == pytest.approx(tuning.detectable(variance, rounds, 1))
+    assert entry["detectable"] > 0.10  # more than the gain asked for: what this tune could not have found
+    # by hand: (t(0.975, n-1) + t(0.8, n-1)) x s / sqrt(n)
+    from scipy import stats as sp
+
+    by_hand = math.expm1((sp.t.ppf(0.975, rounds - 1) + sp.t.ppf(0.8, rounds - 1)) * math.sqrt(variance / rounds))
+    assert entry["detectable"] == pytest.approx(by_hand)
+    sizing = tune_report._sizing(summary, {})
+    assert sizing[0].startswith("Sized for a gain of 10% over the defaults (`--min-gain`)")
+    assert f"the confirmation ran {rounds} of its {summary['confirm_planned']} planned rounds" in sizing[0]
+
+
+def test_the_rounds_a_gain_needs_are_the_textbook_power_calculation():
+    from scipy import stats as sp
+
+    # paired t, two-sided 5%, 90% power, SD 0.05 per round, gain 5% (log 0.048790): n = 14 is the fewest with
+    # (t(0.975, n-1) + t(0.9, n-1)) x 0.05 / sqrt(n) <= 0.048790: at 13, (2.179 + 1.356) x 0.013868 = 0.049022
+    n = tuning.confirm_rounds(0.05 ** 2, 0.05, 1)
+    assert n == 14
+    lhs = lambda k: (sp.t.ppf(0.975, k - 1) + sp.t.ppf(0.9, k - 1)) * 0.05 / math.sqrt(k)
+    assert lhs(n) <= math.log1p(0.05) < lhs(n - 1)
+    # Holm over 4 backends is sized at its strictest (Bonferroni): more rounds
+    assert tuning.confirm_rounds(0.05 ** 2, 0.05, 4) > n
+    # the race: a candidate 10% faster than 4 others is the pick 95% of the time: Phi(d sqrt(R) / s)^4 >= 0.95
+    r = tuning.select_rounds(0.05 ** 2, 0.10, 5)
+    p = lambda k: sp.norm.cdf(math.log1p(0.10) * math.sqrt(k) / 0.05) ** 4
+    assert p(r) >= 0.95 and (r == tuning.MIN_ROUNDS or p(r - 1) < 0.95)
+    # sized from the variance's 80% upper confidence bound: s^2 x df / chi2(0.2, df)
+    assert tuning.variance_upper(1.0, 4) == pytest.approx(4 / sp.chi2.ppf(0.2, 4))
+
+
+@pytest.mark.parametrize("bad", ["0", "-5%", "abc", "100%"])
+def test_min_gain_bad_input_is_one_line_and_exit_2(tmp_path, bad):
+    out = tmp_path / "o"
+    proc = compare_cli("tune", "-a", "ddp", "--min-gain", bad, "--out", str(out))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"error: --min-gain must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'\n"
+    assert not out.exists()

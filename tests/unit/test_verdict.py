@@ -129,17 +129,23 @@ def test_the_verdict_names_the_fastest_and_every_pair_by_its_outcome():
     assert a["letters"] == {"amp": "a", "ddp": "b", "spawn": "b", "horovod": "c"}
     # paired within rounds: amp/ddp is 1.2 in every round but one (119.5 / 99.5), so its interval is narrow;
     # ddp/spawn differ by -1% to +3% round by round, within the 5% margin: equivalent
-    assert a["lines"][0] == "**Verdict — fastest: amp (bf16)**, resolved ahead of every other row."
-    assert a["lines"][1] == ("Groups, fastest first (rows that share a letter are not resolved apart): amp (bf16) "
-                             "**a**; ddp **b**; spawn **b**; horovod **c**.")
-    assert a["lines"][2].startswith("Resolved: amp (bf16) 1.20× [1.20–1.20] ahead of ddp; ")
+    assert a["lines"][0] == ("**Verdict — fastest: amp (bf16)**, resolved ahead of every other row (two-sided t tests "
+                             "on log throughput, Holm-adjusted over the pairs, p < 0.05).")
+    assert a["lines"][1] == ("Groups, fastest first (a compact letter display: rows that share a letter are not "
+                             "resolved apart): amp (bf16) **a**; ddp **b**; spawn **b**; horovod **c**.")
+    assert a["lines"][2].startswith("Resolved (Holm-adjusted p < 0.05): amp (bf16) 1.20× [1.20–1.20] ahead of ddp; ")
     # ddp/spawn round by round 1.0101, 0.9902, 1.0102, 0.9950, 0.9950: log mean 0.0001, sd 0.0093, t(0.975, 4) =
     # 2.776: [0.99, 1.01]
-    assert " · Equivalent within ±5%: ddp vs spawn 1.00× [0.99–1.01]." in a["lines"][2]
+    assert " · Equivalent within ±5% (TOST, Holm-adjusted): ddp vs spawn 1.00× [0.99–1.01]." in a["lines"][2]
     assert a["lines"][3] == ("(5 launches per row; 6 pairs, 95% intervals, differences and equivalence (TOST, margin "
                              "±5%) each Holm-adjusted over the pairs; rounds as blocks: each pair's differences within "
                              "rounds, intervals 98% of the unpaired width (median).)")
-    assert a["lines"][4] == ("Left out of the ranking: dp (ran on 1 device(s) of 2: not data-parallel across the "
+    # one run: its intervals are about this run, and the verdict says so (no joined runs known to these records)
+    assert a["lines"][4] == ("These intervals hold for this run: they count the variation between its launches, not "
+                             "between runs at other times (sessions), which one run cannot measure; `compare run "
+                             "--join DIR` runs the request again as another session of DIR, and the verdict over the "
+                             "sessions includes it.")
+    assert a["lines"][5] == ("Left out of the ranking: dp (ran on 1 device(s) of 2: not data-parallel across the "
                              "world size).")
     table = "\n".join(verdict.markdown(a))
     assert "| spawn | 100 [98–102] | 5 | 1.00× [0.99–1.01] | equivalent | 2.00 (1.00×) |" in table
@@ -158,8 +164,11 @@ def test_a_wide_row_that_shares_the_fastest_group_is_named_and_rounds_left_incom
     a = verdict.analyse(_records({"spawn": spawn, "ddp": ddp, "deepspeed": deepspeed, "horovod": horovod}))
     assert a["order"] == ["spawn", "ddp", "deepspeed", "horovod"]
     assert a["letters"] == {"spawn": "a", "ddp": "a", "deepspeed": "b", "horovod": "ab"}
-    assert a["lines"][0] == ("**Verdict — fastest: spawn, ddp** (equivalent within ±5%); horovod is not resolved "
-                             "against any row.")
+    # no row is resolved ahead of every other, so none is called fastest: the top group is named, with why
+    assert a["lines"][0] == ("**Verdict — top group, not resolved apart: spawn, ddp, horovod** (no row is resolved "
+                             "ahead of every other: two-sided t tests on log throughput, Holm-adjusted over the pairs, "
+                             "p < 0.05; spawn and ddp are equivalent within ±5% (TOST)); horovod is in it only "
+                             "because its interval is wide: not resolved against any row.")
     note = next(line for line in a["lines"] if line.startswith("horovod shares group a"))
     assert "not resolved against deepspeed" in note and "whose estimate is higher" in note
     # a launch lost: rounds are incomplete, so every pair is analysed unpaired, and the verdict says why
@@ -167,7 +176,7 @@ def test_a_wide_row_that_shares_the_fastest_group_is_named_and_rounds_left_incom
                if not (r["label"] == "ddp" and r["repeat"] == 4)]
     b = verdict.analyse(records)
     assert not b["blocked"] and all(not p["paired"] for p in b["pairs"])
-    assert b["lines"][-1].endswith("unpaired (Welch), as rounds are incomplete (a launch failed or was left out), so "
+    assert b["lines"][-2].endswith("unpaired (Welch), as rounds are incomplete (a launch failed or was left out), so "
                                    "rows have launches in different rounds.)")
 
 
@@ -236,15 +245,21 @@ class _FakeRunner:
         return None
 
 
-@pytest.mark.parametrize("noise, precision, budget_s, ended, rounds", [
-    (0.01, 0.05, 600.0, "resolved", 3),  # 1% launch-to-launch noise: three rounds resolve ±5%
-    (0.30, 0.05, 100.0, "budget", 3),  # 30% noise: the next 30 s round would overrun the 100 s budget after round 3
-    (0.30, 0.05, 10.0, "budget", 3),  # a budget shorter than a round: still the 3 rounds a verdict needs
-    (0.01, None, 200.0, "budget", 6),  # the default (no --precision): rounds while they fit, even when resolved
-    (0.01, None, 10.0, "budget", 3),
+@pytest.mark.parametrize("noise, precision, budget_s, ended, rounds, planned", [
+    # 1% launch-to-launch noise: the pilot (7 rounds for one pair) already gives ±5%, so the rounds fixed from it
+    # are the pilot's
+    (0.01, 0.05, 600.0, "resolved", 7, 7),
+    (0.30, 0.05, 100.0, "budget", 3, None),  # 30% noise: the next 30 s round would overrun 100 s after round 3
+    (0.30, 0.05, 10.0, "budget", 3, None),  # a budget shorter than a round: still the 3 rounds a verdict needs
+    # 30% noise and 10 minutes: the pilot fixes far more rounds than fit; the budget ends them, said so. By hand:
+    # the pilot's 7 log ratios (ln 1.625 three times, ln 0.9615 and ln 1.25 twice each) have variance 0.055719;
+    # t(0.975, 6) = 2.446912, asinh(5%) = 0.0499792: 5.98737 x 0.055719 / 0.00249792 = 133.55, so 134 rounds
+    (0.30, 0.05, 600.0, "budget", 20, 134),
+    (0.01, None, 200.0, "budget", 6, None),  # the default (no --precision): rounds while they fit, even when resolved
+    (0.01, None, 10.0, "budget", 3, None),
 ])
 def test_rounds_are_added_until_resolved_or_out_of_budget_and_never_fewer_than_three(monkeypatch, noise, precision,
-                                                                                    budget_s, ended, rounds):
+                                                                                    budget_s, ended, rounds, planned):
     from harness.core import comparison as runmod
 
     clock = [0.0]
@@ -256,17 +271,24 @@ def test_rounds_are_added_until_resolved_or_out_of_budget_and_never_fewer_than_t
     runner = _FakeRunner(session, clock, values, 30.0)
     said = []
     ui = SimpleNamespace(round_done=lambda k, analysis, target: said.append((k, analysis["widest"])),
-                         stop=lambda: None)
+                         stop=lambda: None, estimate=lambda line: said.append(line))
     plan = SimpleNamespace(request=SimpleNamespace(repeats=None, baseline=None), precision=precision,
                            budget_s=budget_s, runnable=rows, margin=None)
     jobs, stopped = runmod._rounds(plan, runner, session, ui, lambda k: [(plan, r, k) for r in rows], lambda: None)
     assert stopped is None and len(jobs) == 2 * rounds
     mode = session.records[0]["precision_mode"]
     assert (mode["ended"], mode["rounds"]) == (ended, rounds)
+    notes = [x for x in said if isinstance(x, str)]
+    said = [x for x in said if not isinstance(x, str)]
     assert [k for k, _ in said] == list(range(1, rounds + 1))
     assert said[0][1] is None and said[-1][1][0] == "ddp/horovod"  # the one pair, faster row first
     if precision is not None:
         assert (said[-1][1][1] <= 0.05) == (ended == "resolved")
+        assert (mode["rule"], mode["pilot_rounds"], mode["planned_rounds"]) == ("two-stage", 7, planned)
+        assert notes == ([] if planned is None else [f"pilot of 7 rounds done: {planned} rounds in all give every "
+                                                     f"pair's simultaneous interval ±5%"])
+    else:
+        assert "rule" not in mode
     assert (mode["target"], mode["least"], mode["criterion"]) == (precision, 3, "simultaneous")
 
 
@@ -341,8 +363,9 @@ def test_the_default_baseline_is_the_first_row_asked_for_not_the_first_that_ran(
     lines = verdict.analyse(recs)["lines"]
     # paired: ddp/horovod 2, 1.980, 2.020 round by round, log mean 0.6932, sd 0.0100, t(0.975, 2) = 4.303:
     # [1.95, 2.05]; ddp/spawn is 1.01 in every round, so even that is resolved
-    assert lines[2] == ("Resolved: ddp 1.01× [1.01–1.01] ahead of spawn; ddp 2.00× [1.95–2.05] ahead of horovod; "
-                        "spawn 1.98× [1.93–2.03] ahead of horovod.")
+    # ddp/spawn is a resolved 1% difference inside the 5% margin: said as both, never as a bare "ahead"
+    assert lines[2] == ("Resolved (Holm-adjusted p < 0.05): ddp 1.01× [1.01–1.01] ahead of spawn (and within ±5%: "
+                        "TOST); ddp 2.00× [1.95–2.05] ahead of horovod; spawn 1.98× [1.93–2.03] ahead of horovod.")
 
 
 def test_a_tie_is_not_transitive_and_the_letters_show_it():
@@ -351,9 +374,13 @@ def test_a_tie_is_not_transitive_and_the_letters_show_it():
     a_, b_, c_ = [100.0, 101.0, 99.0, 100.5, 99.5], [85.0, 115.0, 80.0, 110.0, 95.0], [90.0, 91.0, 89.0, 90.5, 89.5]
     an = verdict.analyse(_records({"a": a_, "b": b_, "c": c_}))
     assert an["letters"] == {"a": "a", "b": "ab", "c": "b"}
-    assert an["lines"][0] == "**Verdict — fastest: a**; b is not resolved against any row."
-    assert "Not resolved: a vs b " in an["lines"][2] and "b vs c " in an["lines"][2]
-    assert "Resolved: a 1.11× " in an["lines"][2] and "ahead of c" in an["lines"][2]
+    # a is not resolved ahead of b, so it is not "fastest": a and b are the top group
+    assert an["lines"][0] == ("**Verdict — top group, not resolved apart: a, b** (no row is resolved ahead of every "
+                              "other: two-sided t tests on log throughput, Holm-adjusted over the pairs, p < 0.05); b is "
+                              "in it only because its interval is wide: not resolved against any row.")
+    assert ("Not resolved (neither a difference nor equivalence within ±5%): a vs b " in an["lines"][2]
+            and "b vs c " in an["lines"][2])
+    assert "Resolved (Holm-adjusted p < 0.05): a 1.11× " in an["lines"][2] and "ahead of c" in an["lines"][2]
 
 
 def test_compare_knobs_lists_every_knob_from_its_declaration_and_version_prints_one_line():
@@ -427,3 +454,69 @@ def test_the_pairs_heat_map_is_drawn_for_a_ranking_and_for_nothing_less(tmp_path
     assert (tmp_path / "pairs.png").stat().st_size > 0
     one = [r for r in records if r["label"] in ("dp", "ddp")]  # one ranked row: no pair to draw
     assert pairs_plot(tmp_path / "none", one, verdict.analyse(one)) == [] and not (tmp_path / "none").exists()
+
+
+# ---- words = statistics ---------------------------------------------------------------------------------------------
+
+def test_fastest_is_said_only_of_a_row_resolved_ahead_of_every_other_ranked_row():
+    # random runs of 2 to 6 rows of known spread: whatever the data, "fastest" heads the verdict exactly when one
+    # row's pairs are all resolved in its favour, and otherwise the top group is named as not resolved apart
+    import random
+
+    rng = random.Random(65)
+    seen = set()
+    for trial in range(300):
+        n_rows, launches = rng.randint(2, 6), rng.randint(3, 8)
+        values = {f"r{i}": [100 * (1 + 0.1 * rng.randint(0, 3)) * math.exp(rng.gauss(0, rng.choice([0.01, 0.1])))
+                            for _ in range(launches)] for i in range(n_rows)}
+        a = verdict.analyse(_records(values))
+        first = a["lines"][0]
+        winners = [k for k in a["order"]
+                   if all(verdict.oriented(a["pairs"], k, j)["outcome"] == "faster" for j in a["order"] if j != k)]
+        assert first.startswith("**Verdict — fastest: ") == bool(winners), (values, first)
+        if winners:
+            assert first.startswith(f"**Verdict — fastest: {winners[0]}**, resolved ahead of every other row")
+        elif any(p["outcome"] == "faster" for p in a["pairs"]):
+            top = [k for k in a["order"] if "a" in a["letters"][k]]
+            assert first.startswith(f"**Verdict — top group, not resolved apart: {', '.join(top)}**")
+        else:
+            assert first.startswith(("**Verdict: equivalent**", "**Verdict: inconclusive**"))
+        assert "fastest" not in " ".join(a["lines"][1:]).replace("Groups, fastest first", "")
+        seen.add(first.split("**")[1].split(":")[0])
+    assert seen == {"Verdict — fastest", "Verdict — top group, not resolved apart", "Verdict", }, seen
+
+
+def test_intervals_too_wide_for_the_margin_are_inconclusive_not_a_tie():
+    # the audit's scale point: one pair, [0.47–2.55]; no difference resolved and no equivalence either
+    a = verdict.analyse(_records({"ddp": [100.0, 250.0, 60.0], "horovod": [90.0, 110.0, 100.0]}))
+    assert a["pairs"][0]["outcome"] == "not resolved"
+    first = a["lines"][0]
+    assert first.startswith("**Verdict: inconclusive** — ddp vs horovod 1.15× [0.22–6.01] ")
+    assert first.endswith("is neither resolved apart (two-sided t tests on log throughput, Holm-adjusted over the "
+                          "pairs, p < 0.05) nor shown equivalent within ±5% (TOST): its 95% interval is too wide to "
+                          "decide the margin. More launches (`--precision`) narrow it.")
+    assert "a tie is a result" not in " ".join(a["lines"])
+    three = verdict.analyse(_records({"a": [100.0, 130.0, 80.0], "b": [90.0, 120.0, 100.0],
+                                      "c": [100.0, 100.5, 99.5]}))
+    assert three["lines"][0].startswith("**Verdict: inconclusive** — no pair of ")
+    assert "3 of the 3 pairs are not shown equivalent within ±5% (TOST) either" in three["lines"][0]
+    same = verdict.analyse(_records({"a": [100.0, 100.5, 99.5, 100.2], "b": [100.1, 100.4, 99.6, 100.0]}))
+    assert same["lines"][0] == ("**Verdict: equivalent** — a and b are equivalent within ±5% (TOST, Holm-adjusted): "
+                                "no row is faster or slower by more than that.")
+
+
+def test_a_resolved_difference_inside_the_margin_is_faster_and_within_it():
+    # a is 2% ahead of b in every round (resolved) and the 90% interval lies inside ±5% (equivalent too)
+    a = verdict.analyse(_records({"a": [100.0, 101.0, 102.0], "b": [98.0, 99.0, 100.0], "c": [50.0, 51.0, 52.0]}))
+    ab = next(p for p in a["pairs"] if (p["a"], p["b"]) == ("a", "b"))
+    assert ab["outcome"] == "faster" and ab["within_margin"] and ab["p_holm"] < 0.05 and ab["p_equivalent_holm"] < 0.05
+    assert a["lines"][0] == ("**Verdict — fastest: a**, resolved ahead of every other row (two-sided t tests on log "
+                             "throughput, Holm-adjusted over the pairs, p < 0.05); ahead of b by less than ±5% "
+                             "(faster, and within ±5%: equivalence holds too, TOST).")
+    assert "a 1.02× [1.02–1.02] ahead of b (and within ±5%: TOST)" in a["lines"][2]
+    table = "\n".join(verdict.markdown(a))
+    assert "| b | 99 [97–102] | 3 | 0.98× [0.98–0.98] | slower, and within ±5% |" in table
+    assert "| a | a | – | 1.02× ▲≈ | 1.98× ▲ |" in table and "▲≈ / ▼≈ resolved and within ±5% too" in table
+    # a 30% difference is not within the margin
+    ac = next(p for p in a["pairs"] if (p["a"], p["b"]) == ("a", "c"))
+    assert ac["outcome"] == "faster" and not ac["within_margin"]

@@ -1,0 +1,76 @@
+"""`compare join`: earlier runs of the same request, joined as sessions of one verdict whose intervals include the
+variation between runs (harness/reports/sessions.py)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.commands.common import console, fail, malformed
+from harness.core.argv import cli
+from harness.core.requests import typed_path
+
+
+@dataclass
+class JoinRequest:
+    """`compare join`."""
+
+    out: Path | None = field(default=None, metadata=cli(argument=True, required=True, parser=typed_path))
+    """The join's directory: its sessions.json and report.md (created; the runs' records stay where they are)."""
+    runs: list[Path] = field(default_factory=list, metadata=cli(argument=True, required=True, parser=typed_path))
+    """Two or more run directories (or joins, whose sessions are taken) of the same request on this machine."""
+    force: bool = field(default=False, metadata=cli("--force"))
+    """Replace an earlier join in OUT."""
+
+
+def join(req: JoinRequest) -> None:
+    """Join earlier runs of the same request (workload and options, rows, world size, global batch, timed steps) on
+    the same machine as sessions: one verdict over them, whose intervals include the variation between runs, and
+    per pair the between-session spread. Writes OUT/sessions.json and OUT/report.md; the records are not copied."""
+    from harness import reports
+    from harness.core import outdir
+    from harness.core.errors import BadInput
+    from harness.core.record import read_records, records_file
+    from harness.core import joins
+    from harness.reports import sessions
+
+    dirs: list[Path] = []
+    for d in req.runs:
+        if not d.is_dir():
+            fail(f"{d} is not a directory; give run directories written by `compare run`")
+        try:
+            found = joins.session_dirs(d)
+        except joins.NotJoinable as exc:
+            fail(str(exc))
+        dirs += [x for x in found if x.resolve() not in {y.resolve() for y in dirs}]
+    if len(dirs) < 2:
+        fail(f"compare join needs two runs or more; got {len(dirs)} ({', '.join(map(str, req.runs))})")
+    named = []
+    for d in dirs:
+        path = records_file(d)
+        if path is None:
+            fail(f"no records.jsonl in {d}; give run directories written by `compare run`")
+        try:
+            named.append((str(d), read_records(path)))
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read {path}: {exc}")
+    try:
+        joins.check(named)
+        outdir.check(req.out, req.force, ("sessions.json", "report.md"))
+    except (joins.NotJoinable, BadInput) as exc:
+        fail(str(exc))
+    if records_file(req.out) is not None:
+        fail(f"{req.out} holds a run's records; give a new directory for the join")
+    command = shlex.join(["compare", "join", str(req.out), *map(str, dirs)])
+    req.out.mkdir(parents=True, exist_ok=True)
+    joined = [(Path(name), records) for name, records in named]
+    joins.write_manifest(req.out, [d for d, _ in joined], command)
+    try:
+        loaded = joins.load(req.out)
+        sessions.render(req.out, loaded, command)
+    except reports.MALFORMED as exc:
+        fail(malformed(req.out, exc))
+    for line in sessions.console_lines(sessions.analyse(loaded)):
+        console.print(line, soft_wrap=True, markup=False)
+    console.print(f"wrote {req.out}/sessions.json and report.md", soft_wrap=True)

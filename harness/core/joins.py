@@ -1,0 +1,181 @@
+"""Joins: runs of the same request at other times as sessions of one comparison (issue 65). What may be joined, and
+where a join keeps its runs; the verdict over them is harness/reports/sessions.py's.
+
+Runs in: the parent. A join is a directory with `sessions.json`: the runs it joins, as paths relative to it ("." for
+a run's own records when `compare run --join DIR` made it), beside the command that made it. Nothing is copied: the
+records stay in each run and remain the single source.
+
+    check(named)            one line (NotJoinable) unless the runs are the same request on the same machine
+    session_dirs(DIR)       the runs DIR stands for; load(DIR) their records
+    known(env, workload)    the between-session spread this machine's cache holds (store() keeps it)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.core.record import MEASURED
+
+SESSIONS = "sessions.json"
+
+
+class NotJoinable(ValueError):
+    """Runs that cannot be sessions of one verdict; the message is one line naming the difference."""
+
+
+def _measured(records):
+    return next((r for r in records if r.get("status") in MEASURED and r.get("controls")), None)
+
+
+def env_of(records) -> dict[str, Any]:
+    """The machine a run's records were made on (their env)."""
+    return next((r.get("env") for r in records if r.get("env")), None) or {}
+
+
+def rows_of(records) -> list[str]:
+    """The rows a run asked for, sorted."""
+    return sorted(records[0].get("row_order") or dict.fromkeys(r["label"] for r in records))
+
+
+IDENTITY = (("workload", lambda rs: rs[0].get("workload")),
+            ("workload options", lambda rs: (_measured(rs) or {}).get("controls", {}).get("workload_options")),
+            ("rows", rows_of),
+            ("world size", lambda rs: rs[0].get("world_size")),
+            ("global batch", lambda rs: (_measured(rs) or {}).get("controls", {}).get("global_batch")),
+            ("timed steps", lambda rs: (_measured(rs) or {}).get("controls", {}).get("steps")),
+            ("device", lambda rs: (_measured(rs) or {}).get("topology", {}).get("device")))
+"""What sessions of one request share: their rows' samples/s measure the same thing."""
+MACHINE = (("CPU", lambda env: env.get("cpu_model")), ("usable cores", lambda env: env.get("cpu_cores_usable")),
+           ("GPUs", lambda env: env.get("gpus") or []))
+"""What makes two runs the same machine (a change of it compares machines, not sessions)."""
+
+
+def _shown(value) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "none"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) -> None:
+    """NotJoinable (one line) unless every run is a `compare run` of the same request (workload and its options,
+    rows, world size, global batch, timed steps) on the same machine (CPU model, usable cores, GPUs), the first
+    run being the reference. `machines=False` leaves the machine out (`compare diff --across-machines`)."""
+    first_name, first = named[0]
+    for name, records in named:
+        kinds = {r.get("kind", "run") for r in records}
+        if kinds != {"run"}:
+            raise NotJoinable(f"{name} holds {', '.join(sorted(map(str, kinds)))} records; only `compare run` "
+                              "results are sessions")
+        if records[0].get("until_target"):
+            raise NotJoinable(f"{name} is a time-to-target run; sessions join throughput runs")
+    for name, records in named[1:]:
+        for what, get in IDENTITY:
+            if get(records) != get(first):
+                raise NotJoinable(f"{name} differs from {first_name} in {what} ({_shown(get(records))} against "
+                                  f"{_shown(get(first))}): sessions are runs of the same request")
+        if machines:
+            for what, get in MACHINE:
+                if get(env_of(records)) != get(env_of(first)):
+                    raise NotJoinable(f"{name} ran on another machine than {first_name} ({what} "
+                                      f"{_shown(get(env_of(records)))} against {_shown(get(env_of(first)))}): sessions "
+                                      "are runs on the same machine")
+
+
+# ---- the manifest ---------------------------------------------------------------------------------------------------
+def manifest(directory: Path) -> dict[str, Any] | None:
+    """DIR/sessions.json, or None where DIR is not a join; NotJoinable where it cannot be read."""
+    path = directory / SESSIONS
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data.get("sessions"), list) or not all(isinstance(p, str) for p in data["sessions"]):
+            raise ValueError("no list of sessions")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise NotJoinable(f"cannot read {path}: {exc}") from None
+    return data
+
+
+def session_dirs(directory: Path) -> list[Path]:
+    """The run directories DIR stands for: those its sessions.json lists, or DIR itself."""
+    data = manifest(directory)
+    if data is None:
+        return [directory]
+    return [Path(os.path.normpath(directory / p)) for p in data["sessions"]]
+
+
+def write_manifest(directory: Path, dirs: list[Path], command: str) -> None:
+    """DIR/sessions.json naming `dirs` relative to DIR (atomic)."""
+    from harness.core.outdir import write_text
+
+    rel = [os.path.relpath(d, directory) for d in dirs]
+    write_text(directory / SESSIONS, json.dumps({"command": command, "sessions": rel}, indent=1) + "\n")
+
+
+def load(directory: Path, own: list[dict[str, Any]] | None = None) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(name, records) of every session DIR joins, its own records (".") as `own` where given; NotJoinable where a
+    session cannot be read."""
+    from harness.core.record import read_records, records_file
+
+    out = []
+    for d in session_dirs(directory):
+        name = os.path.relpath(d, directory) if d != directory else "."
+        if own is not None and d.resolve() == directory.resolve():
+            out.append((name, own))
+            continue
+        path = records_file(d)
+        if path is None:
+            raise NotJoinable(f"session {name} of {directory} has no records ({d}: moved or deleted?)")
+        try:
+            records = read_records(path)
+        except (OSError, ValueError) as exc:
+            raise NotJoinable(f"cannot read session {name} of {directory}: {exc}") from None
+        if not records:
+            raise NotJoinable(f"session {name} of {directory} holds no records")
+        out.append((name, records))
+    return out
+
+
+# ---- this machine's between-session spread, kept in the cache directory ---------------------------------------------
+CACHE_FILE = "between_sessions.json"
+
+
+def _machine_key(env: dict[str, Any]) -> str:
+    return json.dumps([get(env) for _, get in MACHINE])
+
+
+def store(env: dict[str, Any], workload: str, spread: dict[str, Any]) -> None:
+    """Keep the between-session spread a verdict over sessions measured, for this machine and workload (best
+    effort: a cache that cannot be written costs nothing but the sentence)."""
+    from harness.shared import cache
+
+    path = cache.cache_dir() / CACHE_FILE
+    try:
+        data = json.loads(path.read_text())
+        data = data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        data = {}
+    data.setdefault(_machine_key(env), {})[workload] = {**spread, "workload": workload}
+    cache.write_atomic(path, json.dumps(data).encode())
+
+
+def known(env: dict[str, Any], workload: str) -> dict[str, Any] | None:
+    """The between-session spread this machine's cache holds for `workload` (else the latest for another workload,
+    which it names), or None."""
+    from harness.shared import cache
+
+    try:
+        data = json.loads((cache.cache_dir() / CACHE_FILE).read_text())
+        mine = data.get(_machine_key(env)) or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(mine, dict) or not mine:
+        return None
+    entry = mine.get(workload) or max(mine.values(), key=lambda e: e.get("date", "") if isinstance(e, dict) else "")
+    need = ("sessions", "pairs", "tau_median", "tau_max", "se_median", "date", "workload")
+    return {k: entry[k] for k in need} if isinstance(entry, dict) and all(k in entry for k in need) else None

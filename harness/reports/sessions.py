@@ -1,0 +1,208 @@
+"""The verdict over sessions: runs of the same request at other times, joined (harness/core/joins.py: what may be
+joined, `sessions.json`), whose intervals include the variation between runs (issue 65).
+
+Runs in: the parent.
+
+    analyse(sessions)   each session analysed alone (harness/reports/verdict.py), then every row and pair combined over
+                        the sessions by a random-effects model (harness/core/stats.py: DerSimonian-Laird
+                        between-session variance, Hartung-Knapp interval, t with k - 1 df)
+    markdown(joined)    the verdict, the table against the baseline, and the between-session spread per pair
+    render(out, ...)    report.md of a join with no records of its own (`compare join`)
+
+A session is a whole run: its own rounds, shuffled order and machine state. Within it, pairs are paired within rounds
+as in a single run's verdict; across sessions nothing is paired. One run's intervals are about that run
+(harness/reports/verdict.py: one_session_line).
+"""
+
+from __future__ import annotations
+
+import statistics
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from harness.core import joins
+from harness.core.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, letter_groups,
+                                random_effects, session_estimate)
+from harness.reports import verdict as verdict_mod
+
+TEST = ("random-effects t tests over the sessions (DerSimonian-Laird between-session variance, Hartung-Knapp "
+        "interval), Holm-adjusted over the pairs, p < 0.05")
+"""The difference tests a joined verdict's words rest on."""
+
+
+# ---- the joined verdict ---------------------------------------------------------------------------------------------
+def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | None = None) -> dict[str, Any]:
+    """Every session analysed alone, then every ranked row and pair combined over the sessions (random effects).
+    The result has a single run's analysis's keys (rows, ranked, pairs, letters, lines, ...) so the verdict's words
+    are built the same way, plus `sessions` (names, dates, launches) and `per_session` (each session's analysis)."""
+    first = sessions[0][1]
+    if margin is None:
+        margin = first[0].get("margin") or DEFAULT_MARGIN
+    per = [(name, verdict_mod.analyse(records, margin=margin)) for name, records in sessions]
+    asked = first[0].get("row_order") or list(per[0][1]["rows"])
+    ok = {k: [(name, a) for name, a in per if k in a["ranked"] and a["rows"][k]["n"] >= MIN_LAUNCHES] for k in asked}
+    ranked = [k for k in asked if len(ok[k]) >= 2]
+    left_out = sorted({k for _, a in per for k in a["left_out"]}, key=asked.index)
+    rows = {}
+    for k in ranked:
+        re = random_effects([session_estimate(a["values"][k]) for _, a in ok[k]], margin)
+        rows[k] = {**re, "launches": sum(a["rows"][k]["n"] for _, a in ok[k]),
+                   "precision": per[0][1]["rows"][k]["precision"]}
+    order = sorted(ranked, key=lambda k: -rows[k]["estimate"])
+    pairs, m = [], len(order) * (len(order) - 1) // 2
+    for x, y in combinations(order, 2):
+        both = [(name, a) for name, a in per if (name, a) in ok[x] and (name, a) in ok[y]]
+        estimates, each = [], []
+        for name, a in both:
+            own = compare_pair(a["values"][x], a["values"][y], a["blocked"], margin)
+            estimates.append(session_estimate(a["values"][x], a["values"][y], a["blocked"]))
+            each.append({"session": name, "estimate": own["estimate"], "lo": own["lo"], "hi": own["hi"],
+                         "se": (estimates[-1][1]) ** 0.5})
+        c = random_effects(estimates, margin)
+        sim = random_effects(estimates, margin, confidence=1 - ALPHA / m) if m > 1 else c
+        c["simultaneous"] = {"lo": sim["lo"], "hi": sim["hi"], "confidence": 1 - ALPHA / max(m, 1),
+                             "half_width": verdict_mod.half_width(sim) if sim["lo"] is not None else None}
+        c["each"] = each
+        c["outside"] = [e["session"] for e in each if c["lo"] is not None
+                        and not c["lo"] <= e["estimate"] <= c["hi"]]
+        pairs.append({"a": x, "b": y, **c})
+    for p in adjust(pairs):
+        p["outcome"] = ("no interval" if p["p"] is None else
+                        "faster" if p["p_holm"] < ALPHA and p["estimate"] > 1 else
+                        "equivalent" if p["p_equivalent_holm"] < ALPHA else "not resolved")
+        p["within_margin"] = p["outcome"] == "faster" and p["p_equivalent_holm"] < ALPHA
+    base = first[0].get("baseline") if first[0].get("baseline") in ranked else (ranked[0] if ranked else None)
+    ratios = {k: verdict_mod.oriented(pairs, k, base) for k in ranked if base is not None and k != base}
+    differ = {frozenset((p["a"], p["b"])) for p in pairs if p["outcome"] == "faster"}
+    ranks = len(order) >= 2 and all(p["p"] is not None for p in pairs)
+    counts = sorted({a["rows"][k]["n"] for _, a in per for k in ranked if k in a["rows"]})
+    launches = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    out = {"rows": rows, "ranked": ranked, "left_out": left_out, "baseline": base, "asked_baseline": base,
+           "ratios": ratios, "n_min": len(sessions), "margin": margin, "pairs": pairs, "order": order,
+           "blocked": True, "why_unblocked": None, "letters": letter_groups(order, differ) if ranks else None,
+           "test": TEST, "joined": True, "per_session": per,
+           "narrower": "More sessions (`compare run --join DIR`; more launches in each do not narrow the "
+                       "between-session part)",
+           "sessions": [{"name": name, "date": (records[0].get("time_utc") or "")[:10],
+                         "command": records[0].get("command"), "launches": max(
+                             (a["rows"][k]["n"] for k in a["ranked"]), default=0)} for (name, records), (_, a)
+                        in zip(sessions, per)],
+           "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each; {m} pair"
+                           f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds, combined over "
+                           "the sessions by a random-effects model (DerSimonian-Laird between-session variance, "
+                           "Hartung-Knapp 95% interval, t with sessions - 1 degrees of freedom), so every interval "
+                           "includes the variation between runs at other times; differences and equivalence (TOST, "
+                           f"margin ±{margin:.0%}) each Holm-adjusted over the pairs.)")}
+    out["widest"] = verdict_mod.widest(out) if ranks else None
+    if len(ranked) < 2:
+        out["lines"] = ["**Verdict over the sessions: nothing to rank** — fewer than two rows have 3 launches in two "
+                        "sessions or more."]
+    elif not ranks:
+        out["lines"] = ["**Verdict over the sessions: no ranking** — a pair has fewer than two sessions to combine."]
+    else:
+        out["lines"] = verdict_mod.ranked_lines(out, None)
+    if left_out:
+        out["lines"].append("Left out of the ranking: " + ", ".join(left_out) + " (not data-parallel across the "
+                            "world size).")
+    return out
+
+
+def spread(joined: dict[str, Any]) -> dict[str, Any] | None:
+    """The between-session spread a joined verdict measured, as this machine's cache keeps it: sessions, pairs, the
+    median and largest between-session SD of a pair's log ratio and the median standard error within one run."""
+    taus = [p["tau"] for p in joined["pairs"] if p.get("tau") is not None]
+    ses = [e["se"] for p in joined["pairs"] for e in p["each"] if e["se"] is not None]
+    if not taus or not ses:
+        return None
+    return {"sessions": len(joined["sessions"]), "pairs": len(taus), "tau_median": statistics.median(taus),
+            "tau_max": max(taus), "se_median": statistics.median(ses),
+            "date": max(s["date"] for s in joined["sessions"])}
+
+
+def markdown(joined: dict[str, Any]) -> list[str]:
+    """The joined verdict, the rows against the baseline, every pair as a matrix, and per pair the sessions' own
+    estimates beside the pooled one with the between-session spread."""
+    a = joined
+    md = [x for line in a["lines"] for x in (line, "")]
+    if a["letters"] is None:
+        return md
+    base = a["baseline"]
+    md += [f"Against the baseline **{base}** (rows: samples/s combined over the sessions, random effects on each "
+           "session's log geometric mean, 95% Hartung-Knapp interval; ratios: as the pairs above):", "",
+           "| row | samples/s [95% interval] | sessions | launches | ratio to baseline [95% interval] | outcome |",
+           "|---|---|---|---|---|---|"]
+    for k in a["ranked"]:
+        row = a["rows"][k]
+        if k == base:
+            ratio, said = "1 (baseline)", "–"
+        else:
+            r = a["ratios"][k]
+            ratio, said = verdict_mod.ratio_text(r), verdict_mod.outcome_text(r, a["margin"]) + verdict_mod.holm_note(r)
+        md.append(f"| {verdict_mod.name_of(a, k)} | {verdict_mod.interval_text(row)} | {row['n']} | {row['launches']} | "
+                  f"{ratio} | {said} |")
+    md.append("")
+    names = {s["name"]: f"S{i + 1}" for i, s in enumerate(a["sessions"])}
+    md += ["Between sessions, per pair (faster row first): the pooled ratio, the between-session standard deviation "
+           "of its log (τ, DerSimonian-Laird) beside the median standard error within one session, I² (the share "
+           "of the spread between sessions not explained by each session's own uncertainty), Cochran's Q test of no "
+           "spread, where a new session's own estimate should fall (95% prediction interval, from 3 sessions), and "
+           "each session's own estimate (paired within its rounds) — a session whose estimate lies outside the pooled "
+           "interval is named:", "",
+           "| pair | pooled [95%] | τ | within-session SE | I² | Q test p | a new session [95% prediction] | "
+           + " | ".join(names.values()) + " | outside the pooled interval |",
+           "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|"]
+    for p in a["pairs"]:
+        each = {e["session"]: e for e in p["each"]}
+        cells = [f"{each[n]['estimate']:.2f}" if n in each else "–" for n in names]
+        ses = [e["se"] for e in p["each"]]
+        pred = "–" if not p.get("prediction") else f"[{p['prediction'][0]:.2f}–{p['prediction'][1]:.2f}]"
+        md.append(f"| {verdict_mod.name_of(a, p['a'])} / {verdict_mod.name_of(a, p['b'])} | {verdict_mod.ratio_text(p)} | "
+                  f"{p['tau']:.1%} | {statistics.median(ses):.1%} | {p['i2']:.0%} | {p['p_q']:.2g} | {pred} | "
+                  + " | ".join(cells) + f" | {', '.join(names[n] for n in p['outside']) or 'none'} |")
+    md += ["", "Sessions: " + "; ".join(
+        f"{names[s['name']]} [{s['name']}]({s['name']}/report.md) ({s['date']}, {s['launches']} launches per row)"
+        for s in a["sessions"]) + ".", ""]
+    one = [(n, pa) for n, pa in a["per_session"]]
+    md += ["What each session alone said (its own verdict's first line; its intervals hold for that run only): "
+           + "; ".join(f"{names[n]}: {pa['lines'][0].replace('**', '').rstrip('.')}" for n, pa in one) + ".", ""]
+    return md
+
+
+def remember(joined: dict[str, Any], records: list[dict[str, Any]], where: Path) -> None:
+    """Keep the between-session spread of this machine and workload in its cache, for the next single run's verdict
+    to say (harness/core/comparison.py reads it into its records)."""
+    got = spread(joined)
+    if got is not None:
+        joins.store(joins.env_of(records), records[0].get("workload"), {**got, "where": str(where.resolve())})
+
+
+def render(out: Path, sessions: list[tuple[str, list[dict[str, Any]]]], command: str | None) -> Path:
+    """report.md of a join with no records of its own (`compare join`)."""
+    from harness.core.outdir import write_text
+
+    joined = analyse(sessions)
+    r0 = sessions[0][1][0]
+    e = joins.env_of(sessions[0][1])
+    hw = e["gpus"][0] if e.get("gpus") else f"{e.get('cpu_cores_usable')}-core CPU"
+    rows = r0.get("row_order") or joins.rows_of(sessions[0][1])
+    md = [f"# {r0['workload']}: {', '.join(rows)} at world size {r0['world_size']} on {hw}, "
+          f"{len(sessions)} sessions joined", "",
+          f"Made by `{command}` from the records of the runs it names (nothing copied); `compare report` re-renders "
+          "it from them.", "", "## Verdict over the sessions", ""] + markdown(joined)
+    write_text(out / "report.md", "\n".join(md))
+    remember(joined, sessions[0][1], out)
+    return out / "report.md"
+
+
+def console_lines(joined: dict[str, Any]) -> list[str]:
+    """The joined verdict for the terminal: its lines, and per pair the between-session spread in one line."""
+    names = {s["name"]: f"S{i + 1}" for i, s in enumerate(joined["sessions"])}
+    out = [line.replace("**", "") for line in joined["lines"]]
+    out.append("Between sessions (" + "; ".join(f"{v} {k}" for k, v in names.items()) + "):")
+    for p in joined["pairs"]:
+        if p.get("tau") is None:
+            continue
+        away = f"; outside the pooled interval: {', '.join(names[n] for n in p['outside'])}" if p["outside"] else ""
+        out.append(f"  {p['a']} / {p['b']} {verdict_mod.ratio_text(p)}: τ {p['tau']:.1%}, I² {p['i2']:.0%}{away}")
+    return out

@@ -1,0 +1,226 @@
+"""Sessions as a level (issue 65): runs of one request at other times joined into one verdict whose intervals include
+the variation between runs; the random-effects model against hand-computed values; its error on simulated sessions
+(fixed seeds, no processes); `compare join`, `compare run --join` and `compare report` of a join, and their bad input
+(one line, exit 2, nothing written).
+
+Hand-computed (DerSimonian-Laird, Hartung-Knapp): four sessions with log ratios 0.1, 0.3, 0.2, 0.5 and within-session
+variances 0.01, 0.02, 0.015, 0.01. Fixed-effect weights 100, 50, 66.667, 100 (sum 316.667) give the mean 0.278947 and
+Q = 8.5263 on 3 df; C = 316.667 - 26944.4 / 316.667 = 231.579, so tau^2 = (8.5263 - 3) / 231.579 = 0.023864 (tau
+0.15448). Random-effects weights 1 / (v + tau^2) = 29.530, 22.798, 25.731, 29.530 (sum 107.589): mean 0.27608,
+exp 1.31796. Hartung-Knapp's scale, sum w (y - mean)^2 / 3 = 0.8527, is below 1 and so taken as 1: se = 1 /
+sqrt(107.589) = 0.096409; t(0.975, 3) = 3.182446: [exp(-0.03074), exp(0.58290)] = [0.96973, 1.79122]. I^2 = (8.5263 -
+3) / 8.5263 = 64.8%.
+"""
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.core import stats
+from harness.core import joins
+from harness.reports import sessions
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "digits_cpu2_20261124-083538"
+
+
+def test_random_effects_is_dersimonian_laird_with_hartung_knapps_interval():
+    re = stats.random_effects([(0.1, 0.01), (0.3, 0.02), (0.2, 0.015), (0.5, 0.01)])
+    assert re["tau"] == pytest.approx(math.sqrt(0.023864), abs=1e-5)
+    assert re["estimate"] == pytest.approx(1.31796, abs=1e-5)
+    assert re["se"] == pytest.approx(0.096409, abs=1e-6)
+    assert (re["lo"], re["hi"]) == (pytest.approx(0.96973, abs=1e-5), pytest.approx(1.79122, abs=1e-5))
+    assert re["q"] == pytest.approx(8.5263, abs=1e-4) and re["i2"] == pytest.approx(0.6481, abs=1e-4)
+    assert re["df"] == 3 and re["n"] == 4 and 0.01 < re["p_q"] < 0.05  # chi2(3) at 8.53: p = 0.036
+    # a new session: t(0.975, 2) x sqrt(tau^2 + 1/107.589) = 4.302653 x sqrt(0.0331586) = 0.78349 about 0.27608
+    assert re["prediction"] == [pytest.approx(math.exp(0.27608 - 0.78349), abs=1e-4),
+                                pytest.approx(math.exp(0.27608 + 0.78349), abs=1e-4)]
+    # sessions that agree: tau^2 = 0 and the interval is the fixed-effect one times t(k-1) / z, never narrower
+    same = stats.random_effects([(0.1, 0.01), (0.1, 0.01), (0.1, 0.01)])
+    assert same["tau"] == 0.0 and same["i2"] == 0.0
+    assert math.log(same["hi"] / same["estimate"]) == pytest.approx(4.302653 * math.sqrt(0.01 / 3), abs=1e-6)
+    one = stats.random_effects([(0.1, 0.01)])
+    assert one["lo"] is None and one["estimate"] == pytest.approx(math.exp(0.1))
+
+
+def test_the_difference_of_two_sets_of_sessions_shares_one_between_session_variance():
+    # A: 0.0, 0.2 (v 0.01 each); B: 0.3, 0.5. Residuals about each side's mean: Q = 4 x 100 x 0.01 = 4 on 2 df,
+    # C = 400 - 2 x (2 x 10^4 / 200) = 200: tau^2 = 0.01. Weights 50 each: means 0.1 and 0.4, variance 1/100 each;
+    # scale = 4 x 50 x 0.01 / 2 = 1: se = sqrt(0.02) = 0.141421, t(0.975, 2) = 4.302653: 0.3 -+ 0.608487
+    d = stats.random_effects_difference([(0.0, 0.01), (0.2, 0.01)], [(0.3, 0.01), (0.5, 0.01)])
+    assert d["tau"] == pytest.approx(0.1) and d["df"] == 2
+    assert d["estimate"] == pytest.approx(math.exp(0.3))
+    assert (d["lo"], d["hi"]) == (pytest.approx(math.exp(0.3 - 4.302653 * math.sqrt(0.02)), abs=1e-6),
+                                  pytest.approx(math.exp(0.3 + 4.302653 * math.sqrt(0.02)), abs=1e-6))
+    assert stats.random_effects_difference([(0.0, 0.01)], [(0.3, 0.01), (0.5, 0.01)])["lo"] is None
+
+
+def _session_pairs(rng, k, tau, cv, launches=10):
+    """k sessions of two identical rows: each session shifts the rows' ratio by its own N(0, tau) (a row x session
+    effect: the machine that day favours one row) and each launch adds N(0, cv) to each row's log."""
+    out = []
+    for _ in range(k):
+        shift = rng.gauss(0.0, tau)
+        a = [math.exp(shift + rng.gauss(0.0, cv)) for _ in range(launches)]
+        b = [math.exp(rng.gauss(0.0, cv)) for _ in range(launches)]
+        out.append(stats.session_estimate(a, b, paired=True))
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_joined_sessions_of_identical_rows_are_called_different_at_most_the_stated_5_percent(k):
+    # between-session SD 5% of the ratio, within-session CV 5%: one session's own interval alone would call them
+    # different far more often (it leaves the between-session part out); the joined interval keeps 5% (within the
+    # simulation's own error: 2000 runs, a standard error of 0.5%)
+    rng = random.Random(65 + k)
+    false = covered = 0
+    alone = 0
+    runs = 2000
+    for _ in range(runs):
+        ests = _session_pairs(rng, k, 0.05, 0.05)
+        re = stats.random_effects(ests)
+        false += re["p"] < 0.05
+        covered += re["lo"] <= 1.0 <= re["hi"]
+        y, v = ests[0]
+        alone += abs(y) > stats.t_quantile(0.975, 9) * math.sqrt(v)
+    assert false / runs <= 0.06 and covered / runs >= 0.94, (false, covered)
+    assert alone / runs > 0.3  # what a single run's verdict claims about runs at other times
+
+
+def _run(tmp_path, name, values, cpu=None, rows=None, steps=None):
+    """A run directory whose records are a committed run's (every field a real run writes), with these per-launch
+    samples/s per row (one launch per round), and where given another CPU, row list or step count."""
+    from harness.core.record import read_records
+
+    template = [r for r in read_records(FIXTURE / "records.jsonl.gz")]
+    by_label = {r["label"]: r for r in template if r["status"] == "ok"}
+    d = tmp_path / name
+    d.mkdir()
+    recs = []
+    for label, vs in values.items():
+        for k, v in enumerate(vs):
+            r = json.loads(json.dumps(by_label[label]))
+            r.update(repeat=k, samples_per_s=v, row_order=rows or list(values), run_id=name,
+                     time_utc=f"2026-11-2{len(name) % 9}T00:00:00+00:00")
+            if cpu:
+                r["env"]["cpu_model"] = cpu
+            if steps:
+                r["controls"]["steps"] = steps
+            r["rerun_command"] = (f"compare run --adapters {','.join(rows or values)} --steps 280 --repeats 4 "
+                                  f"--order-seed 7 --out {d}")
+            recs.append(r)
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return d
+
+
+def _values(rng, shift):
+    return {"ddp": [1000 * math.exp(shift + rng.gauss(0, 0.02)) for _ in range(4)],
+            "spawn": [1000 * math.exp(rng.gauss(0, 0.02)) for _ in range(4)],
+            "horovod": [700 * math.exp(rng.gauss(0, 0.02)) for _ in range(4)]}
+
+
+def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_outside_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(4)
+    shifts = [0.0, 0.005, -0.005, 0.0, 0.002, 0.08]  # ddp's lead over spawn, per session; the last much larger
+    runs = [_run(tmp_path, f"s{i}", _values(rng, shift)) for i, shift in enumerate(shifts)]
+    out = tmp_path / "joined"
+    shown = CliRunner().invoke(app, ["join", str(out), *map(str, runs)])
+    assert shown.exit_code == 0, shown.output
+    manifest = json.loads((out / "sessions.json").read_text())
+    assert manifest["sessions"] == [f"../s{i}" for i in range(6)]  # relative: the records are not copied
+    assert sorted(p.name for p in out.iterdir()) == ["report.md", "sessions.json"]
+    text = (out / "report.md").read_text()
+    assert "## Verdict over the sessions" in text
+    assert "(6 sessions, 4 launches per row in each; 3 pairs" in text
+    # every pair's pooled interval either holds each session's own estimate or names the session outside it
+    j = sessions.analyse(joins.load(out))
+    for p in j["pairs"]:
+        for e in p["each"]:
+            assert (p["lo"] <= e["estimate"] <= p["hi"]) == (e["session"] not in p["outside"])
+        assert p["tau"] is not None
+    ddp_spawn = next(p for p in j["pairs"] if {p["a"], p["b"]} == {"ddp", "spawn"})
+    assert ddp_spawn["outside"] == ["../s5"] and ddp_spawn["tau"] > 0.02
+    assert next(line for line in text.splitlines() if line.startswith("| ddp / spawn |")).endswith("| S6 |")
+    # re-rendered from the runs' records alone, identically
+    before = text
+    again = CliRunner().invoke(app, ["report", str(out)])
+    assert again.exit_code == 0, again.output
+    assert (out / "report.md").read_text() == before
+    # this machine now knows its between-session spread, which the next single run's verdict will say
+    known = joins.known(json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"], "digits")
+    assert known["sessions"] == 6 and known["pairs"] == 3 and known["tau_max"] >= known["tau_median"] >= 0
+
+
+def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_machine_showed():
+    from harness.reports.verdict import one_session_line
+
+    assert one_session_line(None).startswith("These intervals hold for this run: they count the variation between "
+                                             "its launches, not between runs at other times (sessions)")
+    line = one_session_line({"sessions": 5, "pairs": 10, "tau_median": 0.035, "tau_max": 0.126, "se_median": 0.025,
+                             "date": "2026-11-25", "workload": "digits"})
+    assert line.endswith("On this machine, 5 joined runs of digits (the last on 2026-11-25) put the between-session "
+                         "standard deviation of a pair's log ratio at 3.5% (median over 10 pairs; up to 12.6%), "
+                         "against a standard error within one run of 2.5%.")
+
+
+@pytest.mark.parametrize("other, message", [
+    (dict(cpu="Intel Xeon"), "ran on another machine than {a} (CPU Intel Xeon against AMD EPYC): sessions are runs on "
+                             "the same machine"),
+    (dict(rows=["ddp", "spawn", "horovod", "fsdp"]),
+     "differs from {a} in rows (ddp,fsdp,horovod,spawn against ddp,horovod,spawn): sessions are runs of the same "
+     "request"),
+    (dict(steps=10), "differs from {a} in timed steps (10 against 280): sessions are runs of the same request"),
+])
+def test_runs_of_another_request_or_machine_are_not_joined(tmp_path, monkeypatch, other, message):
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(4)
+    a = _run(tmp_path, "a", _values(rng, 0.0))
+    b = _run(tmp_path, "b", _values(rng, 0.0), **other)
+    out = tmp_path / "joined"
+    shown = CliRunner().invoke(app, ["join", str(out), str(a), str(b)])
+    assert shown.exit_code == 2 and shown.stdout == ""
+    assert shown.stderr == f"error: {b} " + message.format(a=a) + "\n"
+    assert not out.exists()
+
+
+def test_join_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    a = _run(tmp_path, "a", _values(random.Random(5), 0.0))
+    for args, message in [([str(a)], "compare join needs two runs or more; got 1"),
+                          ([str(a), str(tmp_path / "nowhere")], "is not a directory; give run directories written by "
+                                                                "`compare run`"),
+                          ([str(a), str(FIXTURE.parent / "scale_digits_cpu2_20261125-085608")],
+                           "holds scale records; only `compare run` results are sessions"),
+                          ([str(a), str(FIXTURE.parent / "digits_cpu2_20261126-045209")],
+                           "is a time-to-target run; sessions join throughput runs")]:
+        shown = CliRunner().invoke(app, ["join", str(tmp_path / "j"), *args])
+        assert shown.exit_code == 2 and shown.stderr.startswith("error: ") and message in shown.stderr, shown.stderr
+        assert shown.stderr.count("\n") == 1 and not (tmp_path / "j").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-a", "ddp,spawn"], "--join {d}: this run differs from {d} in rows (ddp,spawn against ddp,horovod,spawn): "
+                          "sessions are runs of the same request; its request again: compare run --adapters "
+                          "ddp,spawn,horovod --steps 280 --repeats 4 --join {d}\n"),
+    (["-a", "ddp,spawn,horovod", "--steps", "280"], "--join {d}: this run ran on another machine than {d} (CPU "),
+    (["--until-target"], "--join adds a session to a throughput comparison; it does not apply to --until-target "
+                         "runs\n"),
+])
+def test_run_join_refuses_another_request_or_machine_before_anything_runs(tmp_path, args, message):
+    from conftest import compare_cli
+
+    d = _run(tmp_path, "earlier", _values(random.Random(6), 0.0))  # made on the fixture's AMD EPYC
+    out = tmp_path / "new"
+    shown = compare_cli("run", "--join", str(d), "--out", str(out), *args, "--repeats", "3")
+    assert shown.returncode == 2 and shown.stdout == "", shown.stdout
+    assert shown.stderr.startswith("error: " + message.format(d=d)), shown.stderr
+    assert shown.stderr.count("\n") == 1 and not out.exists()
+    missing = compare_cli("run", "--join", str(tmp_path / "nowhere"), "--out", str(out), "--repeats", "3")
+    assert missing.returncode == 2 and missing.stderr == (f"error: --join {tmp_path / 'nowhere'}: no such run "
+                                                          "directory; give a directory written by `compare run` (or "
+                                                          "`compare join`)\n")
