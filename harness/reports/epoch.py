@@ -141,8 +141,9 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
     if plt is None:
         return None
 
-    labels = [(f"{e['blog_label']} ({e['label']})" if e["blog_label"] else e["label"])
-              + (f" [{e['precision']}]" if e.get("precision", "fp32") != "fp32" else "") for e in entries]
+    labels = [figures.wrap_label((f"{e['blog_label']} ({e['label']})" if e["blog_label"] else e["label"])
+                                 + (f" [{e['precision']}]" if e.get("precision", "fp32") != "fp32" else ""), 34)
+              for e in entries]
     train = [e.get("epoch_s") or 0.0 for e in entries]
     ev = [e.get("eval_per_epoch_s") or 0.0 for e in entries]
     legend = palette.legend_of(records)
@@ -150,7 +151,7 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
     notes = [line for part in controls_text(records, entries).split("\n") for line in textwrap.wrap(part, 125)]
     text_in = 0.12 * len(notes) + 0.1  # the notes under the chart, and the legend above them (inches)
     legend_in = 0.3 if any(ev) else 0.0
-    height = 0.55 * len(entries) + 1.6 + text_in + legend_in
+    height = 0.55 * len(entries) + 0.2 * sum(label.count("\n") for label in labels) + 1.6 + text_in + legend_in
     fig, ax = plt.subplots(figsize=(8, height))
     ax.barh(labels, train, color=colours)
     if any(ev):  # the evaluation per epoch on top, in the backend's colour, hatched

@@ -52,3 +52,28 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+LABEL_WIDTH = 26
+"""Characters of a row's label on one line of a figure: a longer one (a row with several knobs,
+`fsdp:param_dtype=bf16:reshard_after_forward=false`) squeezed the axes of a 7-inch figure until its own value
+text fell off the canvas."""
+
+
+def wrap_label(label: str, width: int = LABEL_WIDTH) -> str:
+    """A row's label on as many lines as it needs of at most `width` characters, broken after a knob's colon or
+    before a bracket (its precision), never inside a word unless a single part is longer than a line."""
+    import re
+
+    if len(label) <= width:
+        return label
+    parts = [p for p in re.split(r"(?<=:)|(?= [(\[])", label) if p]
+    lines, line = [], ""
+    for part in parts:
+        if line and len(line) + len(part) > width:
+            lines.append(line.rstrip())
+            line = part.lstrip()
+        else:
+            line += part
+    lines.append(line.rstrip())
+    return "\n".join(lines)

@@ -729,8 +729,9 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     paths = []
     legend = palette.legend_of(records)
 
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
-    labels = [f"{r['adapter']} ({precision_of(r['first'])})" for r in ok]
+    lines = sum(figures.wrap_label(f"{r['adapter']} ({precision_of(r['first'])})").count("\n") for r in ok)
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 0.2 * lines + 1.5))
+    labels = [figures.wrap_label(f"{r['adapter']} ({precision_of(r['first'])})") for r in ok]
     sps = [r["samples_per_s"] for r in ok]
     gb = [r["first"]["controls"]["global_batch"] for r in ok]
     notes = [""] * len(ok)
@@ -772,7 +773,8 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
         curve = r["first"]["loss_curve"]
         same = curves.setdefault(tuple(round(v, 4) for v in curve), r["adapter"])
         # rows that trained alike (every fp32 backend does, to rounding) overlap: the legend says so
-        label = r["adapter"] if same == r["adapter"] else f"{r['adapter']} (same curve as {same})"
+        label = figures.wrap_label(r["adapter"] if same == r["adapter"] else
+                                   f"{r['adapter']} (same curve as {same})", 40)
         ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1, color=palette.colour(r["adapter"], legend),
                 linestyle=style[r["adapter"]])
     ax.set_xlabel("step (warm-up included)")
@@ -787,7 +789,8 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
     data = [[t * 1e3 for rec in records if rec["label"] == r["adapter"] and rec["status"] in MEASURED
              for t in rec["step_times_s"]] for r in ok]
-    ax.boxplot(data, orientation="horizontal", tick_labels=[r["adapter"] for r in ok], whis=(10, 90), showfliers=False)
+    ax.boxplot(data, orientation="horizontal", tick_labels=[figures.wrap_label(r["adapter"]) for r in ok],
+               whis=(10, 90), showfliers=False)
     ax.invert_yaxis()
     ax.set_xlabel("step time, ms (slowest rank; box: p25..p75, whiskers: p10..p90)")
     ax.set_title(f"Step times: {title}", fontsize=10)
