@@ -33,14 +33,34 @@ RESULT_FILES = ("records.jsonl", "report.md", "sessions.json", "throughput.png",
                 "pairs.png", "epoch_time.png", "ttt_curve.png", "ttt_time.png")
 
 
-def plan(req: RunRequest) -> RunPlan:
-    """Check `req` and resolve it into a plan, refusing anything wrong (BadInput) before anything is written."""
+def check(req: RunRequest) -> RunPlan:
+    """The one validation of a run request: everything `compare run` refuses that depends on the request itself
+    (and on the software installed here), each a BadInput of one line, nothing written. Every command that starts
+    a run calls it: `compare run` (through `plan`), `compare tune` (its candidate rows), `compare sbatch` (for the
+    allocation's topology, so that a script it writes is never refused in the queue hours later); a recorded
+    rerun command is a `compare run` line. What depends on the machine and the moment (the hosts answering, this
+    machine's cores for an allocation's ranks, the joined sessions' machine, the default output directory and its
+    free space) is checked by `plan`, where the run starts.
+
+    Returns the plan with its rows built and what the request alone resolves; `plan` completes it."""
     if req.until_target and req.repeats is None:  # launches to a target are long: one each unless asked
         req = dataclasses.replace(req, repeats=1)
     if req.tuned is not None:  # a tune's winners become rows (harness/core/tuning.py)
         req = dataclasses.replace(req, adapters=_with_tuned(req), tuned=None)
     p = plan_rows(req)
     _check_verdict_options(req, p)
+    if req.join is not None:
+        _check_join_request(req)
+    if req.out is not None:
+        outdir.check(req.out, req.force, RESULT_FILES)
+    return p
+
+
+def plan(req: RunRequest) -> RunPlan:
+    """Check `req` (`check`) and resolve it into a plan on this machine, refusing anything wrong (BadInput) before
+    anything is written."""
+    p = check(req)
+    req = p.request
     if req.steps is None and req.repeats is None and not req.until_target and p.until_target is None:
         # the default design: steps per launch from this machine's variance components, where measured
         from harness.core import design
@@ -53,12 +73,12 @@ def plan(req: RunRequest) -> RunPlan:
         p.topology = hosts.probe(p.topology)  # every remote host answers, or one line and exit 2
         p.oversubscribed = hosts.check_cores(p.topology, req.oversubscribe)
     if req.out is not None:
-        p.out = req.out
+        p.out = req.out  # checked with the request
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
         p.out = req.results_dir / f"{workloads.slug(req.workload)}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
-    outdir.check(p.out, req.force, RESULT_FILES)
+        outdir.check(p.out, req.force, RESULT_FILES)
     rounds = req.repeats or MIN_ROUNDS  # by default and with --precision, at least MIN_ROUNDS
     launches = len(p.rows) * rounds + (1 if p.equiv_steps else 0)
     outdir.check_room(p.out, outdir.least_written(launches, p.steps + p.warmup, req.plots),
@@ -75,11 +95,6 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
     from harness.core.record import read_records, records_file
     from harness.core import joins
 
-    if req.until_target:
-        raise BadInput("--join adds a session to a throughput comparison; it does not apply to --until-target runs")
-    if not req.join.is_dir():
-        raise BadInput(f"--join {req.join}: no such run directory; give a directory written by `compare run` (or "
-                       "`compare join`)")
     try:
         dirs = joins.session_dirs(req.join)
     except joins.NotJoinable as exc:
@@ -110,6 +125,16 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
         raise BadInput(f"--join {req.join}: {exc}" + (f"; its request again: {again} --join {shlex.quote(str(req.join))}"
                                                         if again else "")) from None
     return [d.resolve() for d in dirs]
+
+
+def _check_join_request(req: RunRequest) -> None:
+    """What of `--join DIR` the request alone decides: a throughput run, and a directory that is there (whether it
+    holds runs of this request on this machine is `_joins`', where the run starts)."""
+    if req.until_target:
+        raise BadInput("--join adds a session to a throughput comparison; it does not apply to --until-target runs")
+    if not req.join.is_dir():
+        raise BadInput(f"--join {req.join}: no such run directory; give a directory written by `compare run` (or "
+                       "`compare join`)")
 
 
 def _another_session(rerun: str | None) -> str | None:

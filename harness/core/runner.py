@@ -1,8 +1,9 @@
 """The runner core: plan a run's rows, launch them one after another into a Session, and build their records.
 
-Runs in: the parent. `compare run`, `compare scale` (and `compare sbatch`, which only plans) stand on this module as
-siblings; a helper two commands need lives here, never in one of them. Order of work: `plan_rows` (every check, before
-anything is written) -> `Runner.run` (launch, collect) -> `build_record` / `plain_record` (records).
+Runs in: the parent. `compare run` (and `compare tune` and `compare sbatch` through its checks) and `compare scale`
+stand on this module as siblings; a helper two commands need lives here, never in one of them. Order of work:
+`plan_rows` (every check, before anything is written) -> `Runner.run` (launch, collect) -> `build_record` /
+`plain_record` (records).
 """
 
 from __future__ import annotations

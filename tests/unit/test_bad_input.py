@@ -488,6 +488,13 @@ CASES = [
     *[(f"run-margin-{i}", ["run", "-a", "ddp,spawn", "--margin", bad],
        f"--margin must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
       for i, bad in enumerate(["0", "0%", "-5%", "abc", "100%"])],
+    ("run-tuned-not-a-tune", ["run", "--tuned", "/tmp"],
+     "--tuned /tmp: no records.jsonl there; give a directory written by `compare tune`"),
+    ("run-join-until-target", ["run", "--join", "/tmp", "--until-target"],
+     "--join adds a session to a throughput comparison; it does not apply to --until-target runs"),
+    ("run-join-nowhere", ["run", "--join", "/nonexistent-run"],
+     "--join /nonexistent-run: no such run directory; give a directory written by `compare run` (or `compare "
+     "join`)"),
     ("run-margin-one-row", ["run", "-a", "ddp", "--margin", "5%"],
      "--margin says when two rows are equivalent, and only 1 row can run here (ddp); name at least two with "
      "--adapters"),
@@ -550,6 +557,64 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
     assert result.stderr == f"error: {message}\n"
     assert "Traceback" not in result.output
     assert not out.exists(), "nothing may be written for bad input"
+
+
+# `compare sbatch` takes every option of `compare run` and checks the run with run's one validation
+# (harness/core/comparison.py: check): a script it writes must not be refused by the job hours later in the queue.
+# These run refusals are about this machine, its hosts or its network, which the job meets only inside its
+# allocation (where it checks them itself), or about options whose place sbatch takes:
+WHERE_THE_JOB_RUNS = {
+    "run-world-size-0": "the world size is the allocation's shape (--nodes x --ntasks-per-node), refused as such",
+    "run-world-size-negative": "the world size is the allocation's shape",
+    "run-world-size-huge": "the world size is the allocation's shape",
+    "run-world-size-10000": "this machine's cores: the allocation's nodes have their own",
+    "run-oversubscribed": "this machine's cores: the allocation's nodes have their own",
+    "run-threads-oversubscribe": "this machine's cores: the allocation's nodes have their own",
+    "run-hosts-with-dp": "the hosts come from the allocation (sbatch refuses --hosts)",
+    "run-hosts-slots-not-world-size": "the hosts come from the allocation",
+    "run-hostfile-malformed": "the hosts come from the allocation",
+    "run-hostfile-missing": "the hosts come from the allocation",
+    "run-hostfile-empty": "the hosts come from the allocation",
+    "run-hosts-and-hostfile": "the hosts come from the allocation",
+    "run-hosts-bad-slots": "the hosts come from the allocation",
+    "run-hosts-zero-slots": "the hosts come from the allocation",
+    "run-hosts-empty-entry": "the hosts come from the allocation",
+    "run-hosts-bad-name": "the hosts come from the allocation",
+    "run-hosts-twice": "the hosts come from the allocation",
+    "run-nnodes-beyond-hosts": "the hosts come from the allocation",
+    "run-nnodes-0": "the hosts come from the allocation",
+    "run-nnodes-without-hosts": "the hosts come from the allocation",
+    "run-localhost-beside-remote-hosts": "the hosts come from the allocation",
+    "run-unknown-interface-here": "the hosts come from the allocation",
+    "run-bad-interface-name": "the hosts come from the allocation",
+    "run-unknown-host": "the hosts come from the allocation",
+    "run-unknown-launcher": "sbatch's launcher is slurm (any other is refused as such)",
+    "run-slurm-with-hosts": "the hosts come from the allocation",
+    "run-slurm-outside-an-allocation": "the job runs inside its allocation",
+    "run-iface-on-one-host": "an allocation's nodes talk over the network --iface names",
+}
+RUN_REFUSALS = [c for c in CASES if c[1][0] == "run" and c[0] not in WHERE_THE_JOB_RUNS]
+
+
+def test_every_exception_to_sbatch_refusing_as_run_is_a_run_refusal():
+    assert set(WHERE_THE_JOB_RUNS) <= {c[0] for c in CASES if c[1][0] == "run"}
+    assert {"run-budget-and-repeats", "run-precision-1", "run-margin-3", "run-tuned-not-a-tune",
+            "run-baseline-not-a-row"} <= {c[0] for c in RUN_REFUSALS}
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in RUN_REFUSALS], ids=[c[0] for c in RUN_REFUSALS])
+def test_sbatch_refuses_what_run_refuses_with_the_same_line_and_writes_nothing(tmp_path, argv, message):
+    """Every run refusal of CASES, given to `compare sbatch` for one node of as many ranks as the run asks (2 by
+    default): the same line, exit 2, no script and no results directory."""
+    args = list(argv[1:])
+    ranks = next((args[i + 1] for i, a in enumerate(args) if a in ("-n", "--world-size")), "2")
+    script, out = tmp_path / "job.sbatch", tmp_path / "o"
+    if "--out" not in args:
+        args += ["--out", str(out)]
+    result = invoke("sbatch", *args, "--nodes", "1", "--ntasks-per-node", ranks, "--script", script)
+    assert (result.exit_code, result.stderr) == (2, f"error: {message}\n"), result.output
+    assert "Traceback" not in result.output
+    assert not script.exists() and not out.exists()
 
 
 def test_an_unknown_option_is_one_line_with_the_guess_and_every_valid_option(tmp_path):
