@@ -42,13 +42,17 @@ class SpawnAdapter(DDPAdapter):
 
 def _rank_entry(local_rank: int, first_rank: int, local_world: int, world_size: int, addr: str, port: int,
                 spec_path: str) -> None:
-    from harness.rank.life import run
+    """One spawned rank: the env:// variables torchrun would have set, then the rank entry every launcher starts,
+    by its name as their commands give it (`python -m harness.rank SPEC`: adapters/base.py, rank_command), so that
+    the adapters never import the rank code that imports them."""
+    import runpy
 
     rank = first_rank + local_rank
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size),
                       LOCAL_WORLD_SIZE=str(local_world), MASTER_ADDR=addr, MASTER_PORT=str(port),
                       **AGENT_STORE_ENV)  # every rank is a client of the parent's store, as under torchrun's agent
-    run(spec_path)
+    sys.argv = [sys.argv[0], spec_path]
+    runpy.run_module("harness.rank", run_name="__main__", alter_sys=True)
 
 
 def main(argv: list[str]) -> None:

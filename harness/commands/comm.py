@@ -9,8 +9,8 @@ from rich.markup import escape
 
 from harness.commands.common import (console, execute, fail, stop_on_signals, tuning_note, typed, warn_shared,
                                      where)
-from harness.core.argv import to_argv
-from harness.core.errors import BadInput, first_sentence
+from harness.ground.argv import to_argv
+from harness.ground.errors import BadInput, first_sentence
 from harness.core.requests import CommRequest
 
 

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 import adapters
 from harness.commands.common import console
-from harness.core.argv import cli
+from harness.ground.argv import cli
 
 
 @dataclass
@@ -25,7 +25,7 @@ class EnvRequest:
 
 def env(req: EnvRequest) -> None:
     """Versions, devices, threads and launchers in a few lines: paste this into a bug report (--full: all of it)."""
-    from harness.core import provenance
+    from harness.ground import provenance
     from harness.core.requests import BadInput, require_torch
 
     try:

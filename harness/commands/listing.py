@@ -10,8 +10,8 @@ from rich.markup import escape
 import adapters
 import workloads
 from harness.commands.common import console, fail
-from harness.core.argv import cli
-from harness.core.errors import BadInput
+from harness.ground.argv import cli
+from harness.ground.errors import BadInput
 from harness.core.requests import DEVICES, Request, check_cores
 
 

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 import workloads
 from harness.commands.common import console, fail
-from harness.core.argv import cli
+from harness.ground.argv import cli
 
 
 @dataclass
@@ -79,7 +79,7 @@ def plan(req: PlanRequest) -> None:
     import dataclasses as dc
     from pathlib import Path
 
-    from harness.core.errors import BadInput
+    from harness.ground.errors import BadInput
     from harness.core.requests import pairs
     from harness.model import measured, planner
     from harness.shared.options import OptionError

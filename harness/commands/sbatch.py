@@ -7,8 +7,8 @@ import shlex
 import typer
 
 from harness.commands.common import console, fail, typed
-from harness.core.argv import to_argv
-from harness.core.errors import BadInput
+from harness.ground.argv import to_argv
+from harness.ground.errors import BadInput
 from harness.core.requests import SbatchRequest
 
 

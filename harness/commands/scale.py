@@ -9,8 +9,8 @@ from rich.markup import escape
 
 from harness.commands.common import Invocation, console, execute, fail, stop_on_signals, took, typed, warn_shared
 from harness.commands.ui import ScaleUI
-from harness.core.argv import to_argv
-from harness.core.errors import BadInput
+from harness.ground.argv import to_argv
+from harness.ground.errors import BadInput
 from harness.core.requests import ScaleRequest
 
 

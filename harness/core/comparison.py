@@ -15,10 +15,11 @@ from datetime import datetime
 from typing import Any
 
 import workloads
-from harness.core import estimate, outdir
-from harness.core.argv import to_argv
-from harness.core import provenance as envmod
-from harness.core.errors import BadInput
+from harness.core import estimate
+from harness.ground import outdir
+from harness.ground.argv import to_argv
+from harness.ground import provenance as envmod
+from harness.ground.errors import BadInput
 from harness.core.requests import (DEFAULT_BUDGET, DEFAULT_RUN_BUDGET, MAX_REPEATS, RunPlan, RunRequest,
                                    parse_duration, parse_precision)
 from harness.core.runner import Runner, plain_record, plan_rows, references, round_order, run_header
@@ -92,7 +93,7 @@ def plan(req: RunRequest) -> RunPlan:
 def _joins(req: RunRequest, p: RunPlan) -> list:
     """The earlier sessions `--join DIR` names (DIR, or the runs a join lists), refused in one line (BadInput) unless
     they are runs of this same request on this machine (harness/reports/sessions.py: IDENTITY, MACHINE)."""
-    from harness.core.record import read_records, records_file
+    from harness.ground.record import read_records, records_file
     from harness.core import joins
 
     try:
@@ -157,7 +158,7 @@ def _with_tuned(req: RunRequest) -> list[str]:
     """--adapters (if given) and then each backend's winner in the tune at --tuned DIR; BadInput if DIR is not a
     finished `compare tune`."""
     from harness.core import race
-    from harness.core.record import RECORDS, read_records
+    from harness.ground.record import RECORDS, read_records
 
     path = req.tuned / RECORDS
     if not path.is_file():
@@ -302,7 +303,7 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
 
 def _pilot(p: RunPlan) -> int | None:
     """The pilot's rounds of a `--precision` run (two stages), from the number of pairs among its runnable rows."""
-    from harness.core.stats import pilot_rounds
+    from harness.ground.stats import pilot_rounds
 
     n = len(p.runnable)
     return pilot_rounds(n * (n - 1) // 2) if p.precision is not None and n >= 2 else None
@@ -324,13 +325,13 @@ def _rounds_line(p: RunPlan) -> str:
 
 def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_started):
     """Rounds: at least MIN_ROUNDS (or --repeats), then more until the budget would be overrun (the last round's
-    duration is the estimate). With --precision, two stages (harness/core/stats.py, Stein 1945): a pilot of
+    duration is the estimate). With --precision, two stages (harness/ground/stats.py, Stein 1945): a pilot of
     `pilot_rounds` rounds, after which the rounds are fixed once from the pilot's variance of every pair
     (`stein_rounds`) and run, and every paired interval takes the pilot's variance: stopping is never decided by
     how narrow the intervals happen to be. The table so far is shown after every round, and every record says how the
     rounds ended. Returns (every job planned so far, "during ..." if interrupted)."""
-    from harness.core.stats import stein_rounds
-    from harness.reports import verdict
+    from harness.ground.stats import stein_rounds
+    from harness.core import analysis
 
     req, start = p.request, time.monotonic()
     pilot = _pilot(p)
@@ -346,15 +347,15 @@ def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_
         if stopped:
             ended = "interrupted"
             break
-        analysis = verdict.analyse(session.records, req.baseline, p.margin, pilot=pilot)
-        widest = analysis["widest"]
+        found = analysis.analyse(session.records, req.baseline, p.margin, pilot=pilot)
+        widest = found["widest"]
         if pilot is not None and planned is None and k >= pilot:
-            variances = verdict.pilot_variances(analysis, pilot)
+            variances = analysis.pilot_variances(found, pilot)
             if variances is not None:  # every pair measured in the pilot: the second stage is fixed, once
                 planned = min(MAX_REPEATS, stein_rounds(variances, pilot, p.precision))
                 ui.estimate(f"pilot of {pilot} rounds done: {planned} rounds in all give every pair's simultaneous "
                             f"interval ±{p.precision * 100:g}%")
-        ui.round_done(k, analysis, p.precision)
+        ui.round_done(k, found, p.precision)
         if k < least:
             continue
         if planned is not None and k >= planned:

@@ -17,9 +17,9 @@ import adapters
 import workloads
 from adapters.base import Adapter, Availability
 from harness.core import normalisation
-from harness.core import provenance as envmod
-from harness.core.argv import cli, split  # noqa: F401  (split re-exported: the commands' comma lists)
-from harness.core.errors import BadInput, first_sentence  # noqa: F401  (re-exported: what requests raise)
+from harness.ground import provenance as envmod
+from harness.ground.argv import cli, split  # noqa: F401  (split re-exported: the commands' comma lists)
+from harness.ground.errors import BadInput, first_sentence  # noqa: F401  (re-exported: what requests raise)
 from harness.shared import options
 from harness.shared.cache import cached_json, files_key
 from harness.shared.options import OptionError
@@ -362,7 +362,7 @@ class Plan:
     topology: Any = None
     """Where the ranks run (harness.shared.spec.Topology; None: this machine, one single-node launch)."""
     rerun: str | None = None
-    """The command line that reproduces this plan exactly, with what it resolved (harness/core/argv.py)."""
+    """The command line that reproduces this plan exactly, with what it resolved (harness/ground/argv.py)."""
 
     @property
     def runnable(self) -> list[Row]:

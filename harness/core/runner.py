@@ -17,9 +17,9 @@ from typing import Any
 import adapters
 import workloads
 from adapters.base import Availability
-from harness.core import provenance as envmod
+from harness.ground import provenance as envmod
 from harness.core import assemble, estimate
-from harness.core.errors import BadInput
+from harness.ground.errors import BadInput
 from harness.core.requests import (BREAKDOWN_BOUND, MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan,
                                    RunRequest, UntilTarget, build_rows, check_common, check_cores, check_fits,
                                    check_list, check_loader, check_user_code, load_workload, pairs, parse_knobs,

@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from harness.core import outdir, record
+from harness.ground import outdir, record
 from harness.launching import machine
 from harness.shared.step_parts import busy
 
@@ -92,7 +92,7 @@ class Session:
             if kept is None:  # a second failure (a launch finishing after the first): the same place
                 kept = self.kept
             else:
-                # renamed out of the pattern that later runs clean up (harness/core/outdir.py: scratch_dir)
+                # renamed out of the pattern that later runs clean up (harness/ground/outdir.py: scratch_dir)
                 named = kept.with_name(kept.name.replace("-scratch-", "-kept-"))
                 try:
                     kept = kept.rename(named)

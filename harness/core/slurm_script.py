@@ -19,7 +19,7 @@ import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.core.provenance import REPO
+from harness.ground.provenance import REPO
 from harness.core.requests import BadInput, RunRequest, SbatchRequest, load_workload
 from harness.shared.spec import Node, Topology
 
@@ -112,7 +112,7 @@ def write(path: Path, text: str, force: bool) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise BadInput(f"--script {path}: directory {parent} does not exist")
-    from harness.core.outdir import write_text
+    from harness.ground.outdir import write_text
 
     try:
         write_text(path, text)

@@ -34,11 +34,12 @@ from typing import Any
 import adapters
 import workloads
 from harness.core import comm_bench as commmod
-from harness.core import estimate, outdir
-from harness.core import provenance as envmod
+from harness.core import estimate
+from harness.ground import outdir
+from harness.ground import provenance as envmod
 from harness.core import runner as core
-from harness.core.argv import to_argv
-from harness.core.record import records_file
+from harness.ground.argv import to_argv
+from harness.ground.record import records_file
 from harness.core.requests import (
     BadInput,
     CommRequest,
@@ -231,7 +232,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
             if missing:
                 raise BadInput(f"--comm gives no results at world size {', '.join(map(str, missing))}; add a "
                                f"`compare comm -n {missing[0]}` run, or leave --comm out to measure them here")
-            from harness.core.record import read_records, records_file
+            from harness.ground.record import read_records, records_file
 
             for n, d in given.items():
                 have = {r["backend"] for r in read_records(records_file(d))
@@ -299,7 +300,7 @@ def _curve(batch: int, n: int) -> list[int]:
 
 def _read_comm_dirs(dirs: list[Path]) -> dict[int, Path]:
     """Given `compare comm` results by world size (BadInput when a directory is not one)."""
-    from harness.core.record import RECORDS, read_records, records_file
+    from harness.ground.record import RECORDS, read_records, records_file
 
     found: dict[int, Path] = {}
     for d in dirs:

@@ -49,7 +49,7 @@ from typing import IO
 import psutil
 
 from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped, using_interpreter
-from harness.core.provenance import REPO
+from harness.ground.provenance import REPO
 from harness.launching import hosts, interrupt, leftovers, machine, stalled
 from harness.launching.culprit import Command, culprit, describe, outlived
 from harness.launching.launch_logs import first_error, rank_records, silent_hosts, start_error, tail

@@ -15,7 +15,7 @@ import re
 import sysconfig
 from pathlib import Path
 
-from harness.core.provenance import REPO
+from harness.ground.provenance import REPO
 
 LOOP = ("harness/rank/train.py", "run")
 """The training loop's frame: (file, function)."""

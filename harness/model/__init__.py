@@ -6,8 +6,11 @@
   sweeps), predicted vs measured, extrapolation to a profile;
 - published.py: the model against published scaling results (distinct configurations, a constant baseline, the
   DDP benchmark's slowdown, each prediction's range);
-- plan.py: `compare plan`, the model on a cluster that is not here, with each framework's memory;
-- render.py: its words and pictures, for a scale report's "The model" section and for `compare predict`.
+- hardware.py: a GPU's dense peaks, for model FLOPs utilisation;
+- planner.py: `compare plan`, the model on a cluster that is not here, with each framework's memory (measured.py: a
+  run read for `compare plan --from`).
+
+Its words and pictures (a scale report's "The model" section, `compare predict`) are harness/reports/prediction.py.
 
 Runs in: the parent (a rank measures the model's inputs with harness/rank/compute_profile.py, which imports none of
 it)."""
@@ -19,7 +22,7 @@ from pathlib import Path
 VERSION = 3
 """The model's version, kept in every sweep it judges (scale_sweep.model_version) and named in every prediction.
 Sweeps made with the current version are its validation; sweeps made before are the data it was developed on."""
-FINGERPRINT = "7763b74effaae950"
+FINGERPRINT = "e67f55d0468558b7"
 """fingerprint() of the code VERSION names. A test holds them equal: a change to how the model prices or calibrates
 (not to its comments or docstrings) must come with a new VERSION, so a sweep is never scored by a model that was
 tuned after it."""

@@ -1,5 +1,5 @@
 """The performance model fitted to what this tool measured: calibration, predicted vs measured, and extrapolation to
-a hardware profile (harness/model/render.py puts them in a scale report and in `compare predict`'s output; the
+a hardware profile (harness/reports/prediction.py puts them in a scale report and in `compare predict`'s output; the
 check against published scaling results is harness/model/published.py).
 
 Runs in: the parent; reads the sweep's records, the `compare comm` records kept in `comm_n<N>/` and the hardware
@@ -37,7 +37,7 @@ well-tuned training reaches 0.4-0.55 of peak; small models far less. The predict
 def comm_records(out: Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
     """The records of a sweep's comm_n*/ directories; one that cannot be read is skipped, and named in `problems`
     (so that a report says why a world size has no collectives, rather than that none were measured)."""
-    from harness.core.record import RECORDS, read_records, records_file
+    from harness.ground.record import RECORDS, read_records, records_file
 
     recs = []
     for d in sorted(p for p in out.glob("comm_n*") if p.is_dir()):
@@ -196,7 +196,7 @@ def judgement(r: dict[str, Any]) -> str:
     """PASS within ±JUDGE_BOUND of the measured mean step; FAIL beyond JUDGE_BOUND plus the point's own 95% interval
     (relative half-width of the Student t interval of its repeats' mean steps); UNDECIDABLE between the two, or
     beyond the bound with fewer than 3 repeats (no interval): the measurement cannot tell."""
-    from harness.core.stats import geomean_interval, half_width
+    from harness.ground.stats import geomean_interval, half_width
 
     err = abs(r["error"])
     if err <= JUDGE_BOUND:
@@ -213,7 +213,7 @@ def scores(rows: list[dict[str, Any]]) -> dict[str, Any]:
     (judgement), the median |error|, how many points the model, the naive sum of parts and "the same as world size
     1" each get within ±JUDGE_BOUND, and per world size Spearman's rho between the measured and the predicted
     ranking of the rows (None below 3 rows)."""
-    from harness.core.stats import spearman
+    from harness.ground.stats import spearman
 
     real = judged(rows)
     marks = {k: 0 for k in ("pass", "fail", "undecidable")}

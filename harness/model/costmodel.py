@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harness.core.sizes import format_size
+from harness.ground.sizes import format_size
+from harness.shared.collectives import busbw_factor
 from harness.shared.comm_schedule import Buckets, Fsdp, Fusion, Replicate, Schedule, Zero
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -154,10 +155,9 @@ def layered_grads(layers: list[tuple[float, float]], bwd_s: float) -> list[tuple
 
 # ---- collectives --------------------------------------------------------------------------------------------
 
-BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_reduce_coalesced": lambda n: 2 * (n - 1) / n,
-                "reduce_scatter": lambda n: (n - 1) / n,
-                "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
-"""nccl-tests' bus-bandwidth factors: bytes each rank moves per byte of the buffer."""
+PRICED = ("all_reduce", "all_reduce_coalesced", "reduce_scatter", "all_gather", "broadcast")
+"""The collectives the model prices. Each moves busbw_factor(op, n) bytes per rank per byte of its buffer: nccl-tests'
+bus-bandwidth factors, read from the collectives' own definitions (harness/shared/collectives.py)."""
 
 
 class Collectives:
@@ -237,13 +237,13 @@ class Fitted(Collectives):
         step's parts, and means add where medians do not; a cell without it gives its median)."""
         pts: dict[tuple[str, int], list[tuple[float, float]]] = {}
         for r in records:
-            if r.get("backend") == backend and r.get("status") == "ok" and r.get("op") in BUSBW_FACTOR:
+            if r.get("backend") == backend and r.get("status") == "ok" and r.get("op") in PRICED:
                 t = r["time_s"].get(stat, r["time_s"]["median"])
                 pts.setdefault((r["op"], r["world_size"]), []).append((r["size_bytes"], t))
         fits, unfitted = {}, {}
         for (op, n), p in pts.items():
             try:
-                fits[(op, n)] = fit_alpha_beta(p, BUSBW_FACTOR[op](n))
+                fits[(op, n)] = fit_alpha_beta(p, busbw_factor(op, n))
             except (ValueError, ZeroDivisionError) as exc:
                 medians = ", ".join(f"{format_size(int(s))}: {t * 1e3:.2f} ms" for s, t in sorted(p))
                 fix = "at least two --sizes" if len(p) < 2 else "more --iters or larger --sizes"
@@ -269,7 +269,7 @@ class Fitted(Collectives):
             if nbytes <= pts[0][0]:
                 return pts[0][1]
             if nbytes >= pts[-1][0]:
-                return pts[-1][1] + BUSBW_FACTOR[op](n) * (nbytes - pts[-1][0]) / self.fits[(op, n)][1]
+                return pts[-1][1] + busbw_factor(op, n) * (nbytes - pts[-1][0]) / self.fits[(op, n)][1]
             return interpolate(pts, nbytes)
         return self.line(op, nbytes, n)
 
@@ -286,7 +286,7 @@ class Fitted(Collectives):
         if (op, n) not in self.fits:
             raise KeyError(f"no {op} measured for {self.backend} at world size {n}")
         latency, busbw = self.fits[(op, n)]
-        return latency + BUSBW_FACTOR[op](n) * nbytes / busbw
+        return latency + busbw_factor(op, n) * nbytes / busbw
 
     def control(self, n: int) -> float:
         """None on top: a fitted latency comes from synchronous calls through the backend's own API, each of
@@ -317,7 +317,7 @@ class _Extended(Collectives):
         if op not in self.per_op:
             raise KeyError(f"no {op} measured")
         step, busbw = self.per_op[op]
-        return step * ring_steps(op, n) + BUSBW_FACTOR[op](n) * nbytes / busbw
+        return step * ring_steps(op, n) + busbw_factor(op, n) * nbytes / busbw
 
     def control(self, n: int) -> float:
         return 0.0  # inside the fitted latency, as in Fitted
@@ -391,7 +391,7 @@ class Fabric(Collectives):
         x Simple or LL."""
         if n <= 1 or nbytes <= 0:
             return 0.0
-        moved = BUSBW_FACTOR[op](n) * nbytes
+        moved = busbw_factor(op, n) * nbytes
         best = math.inf
         for p in self.protocols:
             best = min(best, self.ring_latency(op, n, p) + moved / (self.busbw(n) * p.ring_bw))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.stats import geomean_interval
+from harness.ground.stats import geomean_interval
 
 
 class BadRun(ValueError):
@@ -124,8 +124,8 @@ def _parts(recs: list[dict[str, Any]], step_s: float) -> tuple[dict[str, float],
 
 def read(path: Path) -> Run:
     """The run in `path`, or BadRun."""
-    from harness.core import assemble
-    from harness.core.record import read_records, records_file
+    from harness.ground.record import read_records, records_file
+    from harness.model import hardware
 
     if not path.is_dir():
         raise BadRun(f"--from {path}: not a directory; give a directory written by `compare run`")
@@ -166,7 +166,7 @@ def read(path: Path) -> Run:
         controls = recs[0]["controls"]
         step = top["processes"] * controls["per_process_batch"] / g
         parts, how, inside = _parts(recs, step)
-        mfu = assemble.mfu_of(recs[0]) if device == "cuda" else None
+        mfu = hardware.mfu_of(recs[0]) if device == "cuda" else None
         peaks = [r.get("peak_memory_bytes") for r in recs if r.get("peak_memory_bytes")]
         reserved = [max(r["peak_memory_cuda_reserved_bytes_per_rank"]) for r in recs
                     if r.get("peak_memory_cuda_reserved_bytes_per_rank")]
@@ -203,7 +203,7 @@ def compile_speedup(run: Run) -> dict[str, Any] | None:
     """The speed-up torch.compile gave in the run: each compiled row beside the row with the same adapter and knobs
     but compile, as the ratio of geometric-mean samples/s with its interval (Welch on the log scale, from three
     launches a side; the launches' spread below that). None: no pair."""
-    from harness.core.stats import ratio_interval
+    from harness.ground.stats import ratio_interval
 
     pairs = []
     for row in run.rows.values():
@@ -247,8 +247,8 @@ def _sharded(schedule) -> bool:
 
 
 def profile_of(gpu: str | None) -> str | None:
-    """The hardware profile a GPU of this name computes as (harness/core/assemble.py's PEAKS), or None."""
-    from harness.core.assemble import PEAKS
+    """The hardware profile a GPU of this name computes as (harness/model/hardware.py's PEAKS), or None."""
+    from harness.model.hardware import PEAKS
 
     if not gpu:
         return None
@@ -319,7 +319,7 @@ class FromRun:
     def _transfer(self, row: Row, fabric, dtype: str) -> tuple[float, tuple[float, float, float]]:
         """(the ratio of the run's peak to the target's, MFU multipliers on time (fastest, middle, slowest)) for
         carrying `row`'s compute to the target; each carried row noted for the footer."""
-        from harness.core.assemble import peak_of
+        from harness.model.hardware import peak_of
 
         if profile_of(self.run.gpu) == getattr(fabric, "name", None):
             return 1.0, (1.0, 1.0, 1.0)

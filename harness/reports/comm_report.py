@@ -9,10 +9,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure, write_text
-from harness.core.provenance import tuning_line
-from harness.core.sizes import format_size
-from harness.core.stats import MEDIAN_INTERVAL_METHOD
+from harness.ground.outdir import save_figure, write_text
+from harness.ground.provenance import tuning_line
+from harness.ground.sizes import format_size
+from harness.ground.stats import MEDIAN_INTERVAL_METHOD
 from harness.launching import machine
 from harness.reports import figures, palette
 from harness.reports import host_layout as hosts_report

@@ -24,8 +24,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure
-from harness.core.record import MEASURED, has_intervals, precision_of
+from harness.ground.outdir import save_figure
+from harness.ground.record import MEASURED, has_intervals, precision_of
 from harness.reports import figures, palette
 from harness.shared.text import shorten
 

@@ -13,15 +13,16 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.core import assemble
 from harness.core import design as design_mod
-from harness.core.errors import first_sentence
-from harness.core.outdir import save_figure, write_text
-from harness.core.provenance import tuning_line
-from harness.core.record import MEASURED, frozen_note, has_intervals, precision_of
-from harness.core.sizes import format_mib
-from harness.core.stats import geomean_interval, percentile, worst
+from harness.core.analysis import oriented
+from harness.ground.errors import first_sentence
+from harness.ground.outdir import save_figure, write_text
+from harness.ground.provenance import tuning_line
+from harness.ground.record import MEASURED, frozen_note, has_intervals, precision_of
+from harness.ground.sizes import format_mib
+from harness.ground.stats import INTERVAL_METHOD, geomean_interval, half_width, percentile, worst
 from harness.launching import machine
+from harness.model import hardware
 from harness.reports import epoch, figures, palette, step_report, ttt
 from harness.reports import host_layout as hosts_report
 from harness.reports import verdict as verdict_mod
@@ -164,7 +165,7 @@ def tflops_text(row) -> str:
     peak is known, its MFU."""
     f = row["first"]
     achieved = row["samples_per_s_per_device"] * f["flops_per_sample"] / 1e12
-    peak = (assemble.mfu_of(f) or {}).get("peak_tflops")
+    peak = (hardware.mfu_of(f) or {}).get("peak_tflops")
     return f"{achieved:.3g}" + (f" ({achieved / peak:.1%})" if peak else "")
 
 
@@ -176,7 +177,7 @@ def flops_note(rows) -> str | None:
     f = measured[0]["first"]
     against: dict[str, list[str]] = {}  # each peak (or why there is none) -> the rows judged against it
     for row in measured:
-        mfu = assemble.mfu_of(row["first"]) or {}
+        mfu = hardware.mfu_of(row["first"]) or {}
         peak = mfu.get("peak") or f"no peak: {mfu.get('why_none', 'none known')}"
         against.setdefault(peak, []).append(row["adapter"])
     return (f"TFLOP/s per device: samples/s per device × {f['flops_per_sample']:,.0f} FLOPs of a sample's forward and "
@@ -414,7 +415,7 @@ def _controls(rows) -> list[str]:
         + ("the slowest rank's; samples/s of a launch = samples over its whole timed window (global batch / mean "
            "step time: what a training job gets; the median of a multi-modal step-time distribution jumps between "
            "its modes); a row's samples/s is the geometric mean over its launches with a "
-           f"{verdict_mod.INTERVAL_METHOD}; the step-time column describes the distribution." if ok[0].get("interval")
+           f"{INTERVAL_METHOD}; the step-time column describes the distribution." if ok[0].get("interval")
            is not None or has_intervals([ok[0]["first"]]) else
            "the slowest rank's; samples/s = global batch / median step time."),
         f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
@@ -655,7 +656,7 @@ def _precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any], mo
         open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"]
                  if (p["simultaneous"]["half_width"] or 1.0) > mode["target"]]
     else:
-        open_ = [k for k, r in analysis["ratios"].items() if (verdict_mod.half_width(r) or 1.0) > mode["target"]]
+        open_ = [k for k, r in analysis["ratios"].items() if (half_width(r) or 1.0) > mode["target"]]
     lines = [f"Precision mode (`--precision {mode['target'] * 100:g}%`): {mode['rounds']} round(s) in "
              f"{mode['elapsed_s']:.0f} s; {how}"
              + (f" (widest: {widest[0]} ±{widest[1]:.1%})." if widest else ".")]
@@ -809,7 +810,7 @@ def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any]) -> l
         return []
     import math
 
-    cells = [[None if x == y else verdict_mod.oriented(a["pairs"], x, y) for y in order] for x in order]
+    cells = [[None if x == y else oriented(a["pairs"], x, y) for y in order] for x in order]
     logs = [[0.0 if c is None else math.log2(c["estimate"]) for c in row] for row in cells]
     span = max(0.05, max(abs(v) for row in logs for v in row))
     size = 1.1 * len(order) + 2.5

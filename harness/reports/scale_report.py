@@ -9,12 +9,12 @@ Definitions (the same for every backend):
 - throughput T(N) = global batch / median step time (slowest rank per step), median over repeats; in records of
   schema 2, global batch / mean step time (the whole timed window) per launch, geometric mean over repeats with its
   95% interval, and the speed-ups and efficiencies below with Welch's 95% interval over the launches of both points
-  (harness/core/stats.py);
+  (harness/ground/stats.py);
 - speed-up against the same adapter at world size 1: T(N) / T_adapter(1); against the single-process baseline
   (the plain model, no wrapper, one process, the same threads as one rank): T(N) / T_baseline;
 - parallel efficiency = T(N) / (N x T_adapter(1)): 1.0 is perfect scaling, in strong scaling (fixed global batch,
   so ideal step time falls as 1/N) and weak scaling (fixed per-rank batch, ideal step time stays) alike;
-- per rank: compute, wait (harness/core/record.py: LOAD_BALANCE_METHOD), and `exposed` = step - the slowest rank's
+- per rank: compute, wait (harness/ground/record.py: LOAD_BALANCE_METHOD), and `exposed` = step - the slowest rank's
   compute (what the step costs beyond its slowest worker's own compute).
 Oversubscribed points (more ranks than cores) are labelled everywhere and never enter a summary statement.
 """
@@ -26,11 +26,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure, write_text
-from harness.core.provenance import tuning_line
-from harness.core.record import frozen_note, has_intervals
-from harness.core.sizes import format_mib
-from harness.core.stats import geomean_interval, percentile, ratio_interval, worst
+from harness.ground.outdir import save_figure, write_text
+from harness.ground.provenance import tuning_line
+from harness.ground.record import frozen_note, has_intervals
+from harness.ground.sizes import format_mib
+from harness.ground.stats import geomean_interval, percentile, ratio_interval, worst
 from harness.launching import machine
 from harness.reports import figures, palette
 from harness.reports import verdict as verdict_mod
@@ -243,9 +243,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     md += _notes(records, tab, sweep, over)
     model_md, model_plots = [], []
     try:
-        from harness.model import render
+        from harness.reports import prediction
 
-        model_md, model_plots = render.section(out, records, tab)
+        model_md, model_plots = prediction.section(out, records, tab)
     except Exception as exc:  # noqa: BLE001 - the measured tables must never be lost to the model
         model_md = [f"The performance model could not be evaluated: {type(exc).__name__}: {exc}", ""]
     plots = plot(out, records, tab)
@@ -260,7 +260,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def _notes(records, tab, sweep, over) -> list[str]:
-    from harness.core.record import LOAD_BALANCE_METHOD
+    from harness.ground.record import LOAD_BALANCE_METHOD
 
     notes = [f"How wait is measured ({'the same for every backend'}): {LOAD_BALANCE_METHOD}. `exposed` is the "
              f"median step minus the slowest rank's compute: what communication and framework overhead add beyond "

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure
-from harness.core.record import MEASURED
+from harness.ground.outdir import save_figure
+from harness.ground.record import MEASURED
 from harness.reports import figures
-from harness.reports.verdict import oriented
+from harness.core.analysis import oriented
 from harness.shared import step_parts
 from harness.shared.step_parts import PART_NAMES, PARTS, largest_difference
 

@@ -1,6 +1,6 @@
 """The time-to-target part of a run report (`compare run --until-target`): table, verdict, two plots.
 
-Runs in: the parent (report). Everything comes from the records' `ttt` objects (harness/core/record.py
+Runs in: the parent (report). Everything comes from the records' `ttt` objects (harness/ground/record.py
 `until_target`): per row, over repeats, the median and the range of steps to target, training time to target
 and end-to-end time to target; which backend got there first and by how much; whether the fp32 rows needed the
 same number of steps (they should: same seed, data order and arithmetic; a difference is reported as a finding).
@@ -12,8 +12,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure
-from harness.core.record import MEASURED, has_intervals, precision_of
+from harness.ground.outdir import save_figure
+from harness.ground.record import MEASURED, has_intervals, precision_of
 from harness.reports import figures
 
 
@@ -108,13 +108,14 @@ def _times(row: dict[str, Any], key: str) -> dict[Any, float]:
 
 def _family(ranked: list[dict[str, Any]], key: str, fmt: str) -> str:
     """With intervals (schema 2, at least 3 repeats that reached the target in every ranked row): every pair of rows
-    as one family, as the throughput verdict compares them (harness/core/stats.py): the ratio of geometric-mean
+    as one family, as the throughput verdict compares them (harness/ground/stats.py): the ratio of geometric-mean
     times with its 95% interval, paired within rounds where every row reached the target once in each of the same
     rounds (a round runs every row once, in a shuffled order), else Welch; Holm-adjusted over the pairs. A row is
     named first only where it is resolved ahead of every other; otherwise no row is."""
     from itertools import combinations
 
-    from harness.core.stats import ALPHA, adjust, compare_pair, geomean_interval
+    from harness.core.analysis import RESOLVED, outcome
+    from harness.ground.stats import adjust, compare_pair, geomean_interval
     from harness.reports.verdict import holm_note
 
     times = {r["label"]: _times(r, key) for r in ranked}
@@ -137,15 +138,15 @@ def _family(ranked: list[dict[str, Any]], key: str, fmt: str) -> str:
         return f"{_name(s)} {c['estimate']:.2f}× [{c['lo']:.2f}–{c['hi']:.2f}] as long{holm_note(c)}"
 
     best = ranked[0]
-    ahead = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] < ALPHA]
+    ahead = [(s, c) for f, s, c in pairs if f is best and outcome(c) in RESOLVED]
     if len(ahead) == len(ranked) - 1:
         return (f"**{_name(best)}**, {format(mean[best['label']], fmt)} s (geometric mean of "
                 f"{len(times[best['label']])}), resolved ahead of every other row: "
                 + ", ".join(said(s, c) for s, c in ahead) + f" ({how})")
     text = (f"no row resolved first ({how}): " + ", ".join(
         f"{_name(r)} {format(mean[r['label']], fmt)} s" for r in ranked) + " (geometric means)")
-    resolved = [(f, s, c) for f, s, c in pairs if c["p_holm"] < ALPHA]
-    open_ = [(f, s, c) for f, s, c in pairs if c["p_holm"] >= ALPHA]
+    resolved = [(f, s, c) for f, s, c in pairs if outcome(c) in RESOLVED]
+    open_ = [(f, s, c) for f, s, c in pairs if outcome(c) not in RESOLVED]
     if resolved:
         text += "; resolved: " + ", ".join(f"{_name(f)} ahead of {said(s, c)}" for f, s, c in resolved)
     if open_:
@@ -156,7 +157,7 @@ def _family(ranked: list[dict[str, Any]], key: str, fmt: str) -> str:
 def _first(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
     """Which ranked row reached the target first by `key`, only as far as the repeats support it: with intervals,
     every pair (`_family`); without, no row is named first and the medians are given as what they are."""
-    from harness.core.stats import MIN_LAUNCHES
+    from harness.ground.stats import MIN_LAUNCHES
 
     ranked = sorted((r for r in rows if r.get(key)), key=lambda r: r[key]["median"])
     if not ranked:

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from harness.core.provenance import usable_cores
+from harness.ground.provenance import usable_cores
 
 from conftest import compare_cli
 

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.record import records_file
+from harness.ground.record import records_file
 import torch
 from typer.testing import CliRunner
 
 import adapters
 import workloads
 from harness.cli import app
-from harness.core.provenance import memory_total_bytes, usable_cores
+from harness.ground.provenance import memory_total_bytes, usable_cores
 from harness.core.requests import unavailable_message
-from harness.core.sizes import format_mib
+from harness.ground.sizes import format_mib
 from harness.model import costmodel
 from harness.shared import collectives
 
@@ -933,7 +933,7 @@ def test_force_leaves_nothing_of_the_previous_run_but_keeps_files_compare_does_n
     """`--force` over another command's results used to keep its plots, its logs/ and a sweep's comm_n*/, so the
     directory no longer matched its records."""
     from harness.core import comparison as run
-    from harness.core import outdir
+    from harness.ground import outdir
 
     out = tmp_path / "out"
     (out / "logs").mkdir(parents=True)
@@ -1031,7 +1031,7 @@ def test_report_leaves_a_directory_a_live_run_holds_alone(tmp_path):
     so far."""
     import os
 
-    from harness.core import outdir
+    from harness.ground import outdir
 
     d = _committed_with(tmp_path, "digits_cpu2_20261123-101734", lambda recs: None)
     before = {p.name: p.read_bytes() for p in d.iterdir()}
@@ -1127,7 +1127,7 @@ def test_a_profile_named_with_its_json_suffix_is_told_the_name():
 
 
 def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(own_profiles, tmp_path):
-    from harness.model import published, render
+    from harness.model import published
 
     (own_profiles / "p100-25gbe-roce.json").write_text("{}")
     problems = []
@@ -1142,7 +1142,7 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
     # a sweep's report keeps its measured tables and its own model; only the broken profile's parts are left out
     import shutil
 
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
     from harness.reports import scale_report as scale
 
     run = tmp_path / "sweep"  # a copy: the section writes its plots into the directory it is given

@@ -3,7 +3,7 @@
 import pytest
 
 from harness.core import comm_bench as comm
-from harness.core.sizes import format_size, parse_sizes
+from harness.ground.sizes import format_size, parse_sizes
 from harness.launching.launch import Outcome
 from harness.shared import collectives
 from harness.shared.rank_result import CommResult

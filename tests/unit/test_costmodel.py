@@ -414,7 +414,7 @@ def test_the_model_is_frozen_under_its_version():
 
 
 def test_spearman_against_hand_computed_ranks():
-    from harness.core.stats import ranks, spearman
+    from harness.ground.stats import ranks, spearman
 
     assert ranks([3.0, 1.0, 2.0, 2.0]) == [4.0, 1.0, 2.5, 2.5]
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import adapters
-from harness.core.record import precision_label, records_file
+from harness.ground.record import precision_label, records_file
 from harness.launching.rank_env import harness_env
 from harness.rank.measure import cuda_math
 from harness.shared.spec import RunSpec
@@ -154,7 +154,7 @@ def test_fp16_steps_skipped_by_the_loss_scaler_are_counted_without_a_sync_and_no
     amp.scaler = None
     assert amp.skipped_steps() is None  # bf16: no scaler, nothing to skip
 
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     from conftest import RUNS
 

@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from harness import reports as report
-from harness.core import outdir
-from harness.core.record import read_records, records_file
+from harness.ground import outdir
+from harness.ground.record import read_records, records_file
 
 from conftest import RUNS
 
@@ -62,8 +62,8 @@ def test_no_text_of_any_figure_is_cut_off(tmp_path, monkeypatch, kind):
         real(fig, path, dpi)
 
     monkeypatch.setattr(outdir, "save_figure", checked)
-    for module in ("reports.run_report", "reports.epoch", "reports.comm_report", "reports.scale_report", "model.render",
-                   "reports.ttt"):
+    for module in ("reports.run_report", "reports.epoch", "reports.comm_report", "reports.scale_report",
+                   "reports.prediction", "reports.ttt"):
         mod = __import__(f"harness.{module}", fromlist=["save_figure"])
         if hasattr(mod, "save_figure"):
             monkeypatch.setattr(mod, "save_figure", checked)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from harness.core.record import precision_label
+from harness.ground.record import precision_label
 
 from harness import reports as report
 from harness.reports import run_report
@@ -87,7 +87,7 @@ def test_index_lists_training_and_comm_runs(tmp_path):
 
 
 def test_tuning_variables_are_picked_from_the_environment_and_named_in_the_provenance():
-    from harness.core.provenance import tuning_env, tuning_line
+    from harness.ground.provenance import tuning_env, tuning_line
 
     env = {"HOROVOD_FUSION_THRESHOLD": "0", "NCCL_ALGO": "Tree", "OMP_NUM_THREADS": "8", "OMP_PROC_BIND": "true",
            "LD_PRELOAD": "/usr/lib/libjemalloc.so", "PATH": "/bin", "COMPARE_CACHE": "/tmp/c", "HOME": "/root"}

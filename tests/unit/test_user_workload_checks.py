@@ -353,7 +353,7 @@ def test_flops_per_sample_are_counted_on_the_real_model_as_by_hand(tmp_path):
 
 
 def test_mfu_is_judged_against_the_devices_dense_peak_at_the_rows_arithmetic_or_says_why_not():
-    from harness.core.assemble import mfu
+    from harness.model.hardware import mfu
 
     assert mfu(100.0, "cpu", [], "fp32", None) == {"value": None, "why_none": "no peak known for a CPU"}
     h200 = mfu(98.94, "cuda", ["NVIDIA H200"], "bf16", {"matmul_allow_tf32": False})
@@ -367,7 +367,7 @@ def test_mfu_is_judged_against_the_devices_dense_peak_at_the_rows_arithmetic_or_
 def test_an_fp32_row_with_tf32_convolutions_is_judged_against_the_tf32_peak_and_old_records_are_rejudged():
     # cuDNN runs fp32 convolutions in TF32 by default: ResNet-50 at 50.9 TFLOP/s on an H200 is 10.3% of TF32's
     # 494.7, not 76% of the fp32 vector peak that the first rule judged it against
-    from harness.core.assemble import mfu, mfu_of
+    from harness.model.hardware import mfu, mfu_of
 
     conv = {"cudnn_allow_tf32": True, "matmul_allow_tf32": False}
     assert mfu(49.47, "cuda", ["NVIDIA H200"], "fp32", conv)["peak_tflops"] == 494.7
@@ -384,7 +384,7 @@ def test_an_fp32_model_without_convolutions_is_judged_at_the_fp32_peak_whatever_
     # The fourth GPU lease: a Llama in fp32 ran 42.9 TFLOP/s on an H200 with cuDNN's TF32 switch on (its default)
     # and torch's matmul switch off (its default). It has no convolution, so its matmuls ran in plain fp32: 64% of
     # the 66.9 TFLOP/s fp32 peak, not the 8.7% of TF32's 494.7 that the rule judging by the switches alone said.
-    from harness.core.assemble import mfu, mfu_of
+    from harness.model.hardware import mfu, mfu_of
 
     conv = {"cudnn_allow_tf32": True, "matmul_allow_tf32": False}
     llama = mfu(42.9, "cuda", ["NVIDIA H200"], "fp32", conv, conv_share=0.0)

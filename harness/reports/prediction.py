@@ -9,10 +9,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure
-from harness.core.record import has_intervals
+from harness.ground.outdir import save_figure
+from harness.ground.record import has_intervals
 from harness.core.requests import DEFAULT_PROFILE
-from harness.core.sizes import format_mib
+from harness.ground.sizes import format_mib
 from harness.shared.comm_schedule import Fusion, Schedule, Zero
 from harness.model import FINGERPRINT, VERSION, published
 from harness.model import costmodel as cm

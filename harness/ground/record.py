@@ -347,7 +347,7 @@ class RunOnly(TypedDict):
 
     rerun_command: NotRequired[str]
     """The command line that reproduces the run exactly: its request written back with what it resolved (the rows,
-    world size, steps, warm-up, global batch, equivalence steps, the order seed; harness/core/argv.py)."""
+    world size, steps, warm-up, global batch, equivalence steps, the order seed; harness/ground/argv.py)."""
     order_seed: NotRequired[int]
     """Seed of the shuffled order of rows within each round (`--order-seed` repeats it)."""
     position: NotRequired[int]
@@ -504,7 +504,7 @@ LAYERS: tuple[tuple[type, tuple[str, ...], str], ...] = (
     (Scale, ("scale",), "every scale record"), (Tune, ("tune",), "every tune record"), (Comm, ("comm",), "every comm record"),
     (CommMeasured, ("comm",), "every measured comm record"))
 """Each layer of fields, the kinds of record it belongs to and which records its required fields are required of:
-docs/records.md is generated from these (harness/core/schema.py)."""
+docs/records.md is generated from these (harness/ground/schema.py)."""
 
 
 @functools.cache
