@@ -54,6 +54,7 @@ from harness.core.requests import (
 from harness.core.session import Render, Session, SessionError
 from harness.model import VERSION as MODEL_VERSION
 from harness.model import costmodel
+from harness.model.points import BASELINE
 
 RESULT_FILES = ("records.jsonl", "report.md", "speedup.png", "efficiency.png", "memory.png", "balance.png",
                 "prediction.png")
@@ -82,8 +83,6 @@ every round), each phase a compute profile of at least --profile-steps steps and
 sub-millisecond step needs hundreds for a median that holds); the calibration is the median of the rounds'
 together/alone ratios, each from two adjacent phases."""
 SCALINGS = ("strong", "weak")
-BASELINE = "single-process"
-"""Label of the baseline row: the plain model in one process, no wrapper (the equivalence reference's adapter)."""
 
 
 @dataclass
@@ -364,8 +363,26 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None, render
             if stopped:
                 session.records = [{**r, "run_interrupted": stopped} for r in session.records]
                 session.save()
+            elif req.model:
+                _record_prediction(p, session)
         session.finish(render)
     return session.records, stopped is not None
+
+
+def _record_prediction(p: ScalePlan, session: Session) -> None:
+    """The model's prediction of the sweep, made once its points and calibrations are measured and kept in its first
+    record (harness/model/predicted.py), so that its report renders the prediction as it was made, whatever the
+    model or the hardware profiles become."""
+    from harness.model import predicted
+    from harness.model.calibration import comm_records
+
+    problems: list[str] = []
+    try:
+        made = predicted.made(session.records, comm_records(p.out, problems), problems)
+    except Exception:  # noqa: BLE001 - nothing kept: the report tries again, and says why the model failed
+        return
+    first = session.records[0]
+    session.records[0] = {**first, "scale_sweep": {**first["scale_sweep"], "prediction": made}}
 
 
 def _calibrate(p: ScalePlan, comm_ui, render: Render | None) -> str | None:

@@ -431,7 +431,8 @@ class Scale(TypedDict):
     scale: ScalePoint
     """This point of the sweep: scaling, world sizes, point, per-rank batch, baseline."""
     scale_sweep: NotRequired[dict[str, Any]]
-    """The sweep: scaling, world sizes, threads per rank, the model's inputs."""
+    """The sweep: scaling, world sizes, threads per rank, the model's inputs; in the first record, `prediction`: the
+    model's prediction of the sweep, made when it ended, which its report renders (harness/model/predicted.py)."""
     contention: NotRequired[dict[str, Any]]
     """The calibration launch: compute with and without the other ranks busy."""
 

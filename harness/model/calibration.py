@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.model import costmodel as cm
+from harness.model.points import BASELINE
 from harness.shared.comm_schedule import Replicate, Schedule, Zero, from_record
 
-BASELINE = "single-process"
 UTILISATION = (0.1, 0.3, 0.5)
 """Fractions of the target device's peak FLOP/s assumed for the extrapolated compute (low, middle, high). Large
 well-tuned training reaches 0.4-0.55 of peak; small models far less. The prediction is given for all three."""

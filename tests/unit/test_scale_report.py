@@ -424,3 +424,30 @@ def test_a_sweeps_backends_are_compared_at_each_world_size_as_a_run_compares_row
     one = [r for r in records if r["repeat"] == 0]  # one launch per point: nothing to compare with an interval
     assert backends_section(one)[2] == \
         "Not compared: a point needs at least 3 launches per backend for an interval (`--repeats 3`)."
+
+
+def test_a_sweeps_report_renders_the_prediction_its_records_keep_without_its_comm_sweeps(tmp_path):
+    """A sweep keeps the model's prediction, made when it ended, in its first record (harness/model/predicted.py):
+    its report renders that, as made, from the records alone (issue 68, item 6). A committed sweep recorded before
+    predictions were kept, given its prediction as the sweep would have made it and none of its comm_n*/, renders the
+    model's sections it renders with them; and what the report says is the kept prediction, not one made again."""
+    import json
+
+    from harness.model import predicted
+    from harness.model.calibration import comm_records
+    from harness.reports import figures, prediction
+
+    out, records = _committed(tmp_path)
+    with figures.off(True):
+        want = prediction.section(out, records, scale.table(records))[0]
+        problems: list[str] = []
+        kept = json.loads(json.dumps(predicted.made(records, comm_records(out, problems), problems)))
+        bare = tmp_path / "bare"
+        bare.mkdir()
+        with_kept = [{**records[0], "scale_sweep": {**records[0]["scale_sweep"], "prediction": kept}}, *records[1:]]
+        assert prediction.section(bare, with_kept, scale.table(with_kept))[0] == want
+        row = next(r for r in kept["rows"] if r["label"] == "ddp" and r["n"] == 2)
+        row["predicted_s"] = 0.123456
+        md = "\n".join(prediction.section(bare, with_kept, scale.table(with_kept))[0])
+    assert next(line for line in md.splitlines() if line.startswith("| ddp | 2 |")).split(" | ")[3] == "123.46"
+    assert not list(bare.iterdir())
