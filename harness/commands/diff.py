@@ -50,7 +50,7 @@ def diff(req: DiffRequest) -> None:
     says so; with two runs or more joined a side (`compare join`), each row's sessions are the unit. Writes
     nothing."""
     from harness.ground.errors import BadInput
-    from harness.core.requests import parse_precision
+    from harness.core.checks import parse_precision
     from harness.ground.stats import DEFAULT_MARGIN
     from harness.reports import run_diff as diffs
 

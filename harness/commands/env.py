@@ -26,7 +26,8 @@ class EnvRequest:
 def env(req: EnvRequest) -> None:
     """Versions, devices, threads and launchers in a few lines: paste this into a bug report (--full: all of it)."""
     from harness.ground import provenance
-    from harness.core.requests import BadInput, require_torch
+    from harness.core.checks import require_torch
+    from harness.ground.errors import BadInput
 
     try:
         require_torch()

@@ -12,7 +12,9 @@ import workloads
 from harness.commands.common import console, fail
 from harness.ground.argv import cli
 from harness.ground.errors import BadInput
-from harness.core.requests import DEVICES, Request, check_cores
+from harness.core.checks import check_cores
+from harness.core.checks import DEVICES
+from harness.core.requests import Request
 
 
 @dataclass

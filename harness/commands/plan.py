@@ -80,7 +80,7 @@ def plan(req: PlanRequest) -> None:
     from pathlib import Path
 
     from harness.ground.errors import BadInput
-    from harness.core.requests import pairs
+    from harness.core.checks import pairs
     from harness.model import measured, planner
     from harness.shared.options import OptionError
     from harness.shared.registry import UnknownName

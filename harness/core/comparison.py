@@ -20,8 +20,10 @@ from harness.ground import outdir
 from harness.ground.argv import to_argv
 from harness.ground import provenance as envmod
 from harness.ground.errors import BadInput
-from harness.core.requests import (DEFAULT_BUDGET, DEFAULT_RUN_BUDGET, MAX_REPEATS, RunPlan, RunRequest,
-                                   parse_duration, parse_precision)
+from harness.core.checks import parse_duration, parse_precision
+from harness.core.plans import RunPlan
+from harness.core.checks import MAX_REPEATS
+from harness.core.requests import DEFAULT_BUDGET, DEFAULT_RUN_BUDGET, RunRequest
 from harness.core.runner import Runner, plain_record, plan_rows, references, round_order, run_header
 from harness.core.session import Render, Session
 from harness.launching import hosts

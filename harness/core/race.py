@@ -377,7 +377,7 @@ class Budget:
 
 def parse_budget(text_: str) -> Budget:
     """"20m" (the whole tune) or "5m/backend" (each backend) -> Budget; BadInput otherwise."""
-    from harness.core.requests import parse_duration
+    from harness.core.checks import parse_duration
 
     per = text_.strip().endswith(PER_BACKEND)
     return Budget(parse_duration(text_.strip()[:-len(PER_BACKEND)] if per else text_, "--budget"), per)

@@ -20,10 +20,13 @@ from adapters.base import Availability
 from harness.ground import provenance as envmod
 from harness.core import assemble, estimate
 from harness.ground.errors import BadInput
-from harness.core.requests import (BREAKDOWN_BOUND, MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan,
-                                   RunRequest, UntilTarget, build_rows, check_common, check_cores, check_fits,
-                                   check_list, check_loader, check_user_code, load_workload, pairs, parse_knobs,
-                                   parse_label, workload_key)
+from harness.core.checks import check_common, check_cores, check_list
+from harness.core.plans import RunPlan, UntilTarget
+from harness.core.checks import BREAKDOWN_BOUND, MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS
+from harness.core.requests import RunRequest
+from harness.core.checks import pairs
+from harness.core.rows import Row, build_rows, parse_knobs, parse_label
+from harness.core.workload_checks import check_fits, check_loader, check_user_code, load_workload, workload_key
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch
@@ -338,7 +341,7 @@ class Runner:
                              extra={**plan.spec_extra, **({"trace": False} if repeat else {})},  # 1st launch's
                              topology=plan.topology)
             total = plan.steps + plan.warmup
-            if row.environment:  # python=PATH, env.NAME=VALUE (harness/core/requests.py: row_environment)
+            if row.environment:  # python=PATH, env.NAME=VALUE (harness/core/rows.py: row_environment)
                 spec.python, spec.env = row.environment.get("python"), dict(row.environment["env"])
         job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
         self.ui.begin(job.name, repeat, total, None if self.forecast is None else self.forecast.left())

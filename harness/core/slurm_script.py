@@ -20,7 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.ground.provenance import REPO
-from harness.core.requests import BadInput, RunRequest, SbatchRequest, load_workload
+from harness.core.requests import RunRequest, SbatchRequest
+from harness.core.workload_checks import load_workload
+from harness.ground.errors import BadInput
 from harness.shared.spec import Node, Topology
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")

@@ -40,17 +40,12 @@ from harness.ground import provenance as envmod
 from harness.core import runner as core
 from harness.ground.argv import to_argv
 from harness.ground.record import records_file
-from harness.core.requests import (
-    BadInput,
-    CommRequest,
-    Plan,
-    Row,
-    RunPlan,
-    ScaleRequest,
-    check_common,
-    check_fits,
-    load_workload,
-)
+from harness.core.checks import check_common
+from harness.core.plans import Plan, RunPlan
+from harness.core.requests import CommRequest, ScaleRequest
+from harness.core.rows import Row
+from harness.core.workload_checks import check_fits, load_workload
+from harness.ground.errors import BadInput
 from harness.core.session import Render, Session, SessionError
 from harness.model import VERSION as MODEL_VERSION
 from harness.model import costmodel

@@ -42,8 +42,9 @@ def plan(req) -> TunePlan:
 
     from harness.core import comparison
     from harness.ground.argv import to_argv
-    from harness.core.requests import (DEFAULT_MIN_GAIN, DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest, check_list,
-                                       parse_knobs, parse_label, parse_precision)
+    from harness.core.checks import check_list, parse_precision
+    from harness.core.requests import DEFAULT_MIN_GAIN, DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest
+    from harness.core.rows import parse_knobs, parse_label
 
     check_list(req.adapters, adapters.names(), "adapter")
     for label in req.adapters or []:

@@ -19,7 +19,7 @@ import adapters
 import workloads
 from harness.cli import app
 from harness.ground.provenance import memory_total_bytes, usable_cores
-from harness.core.requests import unavailable_message
+from harness.core.checks import unavailable_message
 from harness.ground.sizes import format_mib
 from harness.model import costmodel
 from harness.shared import collectives

@@ -21,7 +21,8 @@ import pytest
 import adapters
 from adapters import deepspeed as ds
 from adapters import horovod as hv
-from harness.core.requests import BadInput, RunRequest
+from harness.core.requests import RunRequest
+from harness.ground.errors import BadInput
 from harness.launching import hosts
 from harness.launching.rank_env import remote_env, ssh_argv
 from harness.shared.rank_result import TrainResult
