@@ -35,21 +35,21 @@ class PredictRequest:
 def predict(req: PredictRequest) -> None:
     """The performance model: predicted vs measured for scale sweeps (and its accuracy over several), extrapolation
     to a hardware profile, and the check against published scaling results."""
-    from harness.model import calibration, costmodel, published
+    from harness.model import calibration, costmodel, hardware, published
     from harness.reports import MALFORMED, check_kind, prediction, scale_report
 
     if req.list_profiles:
-        for name in costmodel.profiles():
+        for name in hardware.profiles():
             try:
-                f = costmodel.load_profile(name)
-            except costmodel.BadProfile as exc:
+                f = hardware.load_profile(name)
+            except hardware.BadProfile as exc:
                 console.print(f"{name}: [yellow]cannot be used[/]: {escape(str(exc))}")
                 continue
             console.print(f"{name}: {f.device}, {f.devices_per_node} per node, all-reduce busbw "
                           f"{f.intra_busbw_Bps / 1e9:g} GB/s in a node, {f.inter_busbw_Bps / 1e9:g} GB/s across nodes")
         return
     for name in req.profiles:
-        problem = costmodel.profile_problem(name)
+        problem = hardware.profile_problem(name)
         if problem:
             fail(problem)
     lo, hi = costmodel.PREDICT_TO

@@ -48,6 +48,7 @@ from harness.core.workload_checks import check_fits, load_workload
 from harness.ground.errors import BadInput
 from harness.core.session import Render, Session, SessionError
 from harness.model import VERSION as MODEL_VERSION
+from harness.model import hardware
 from harness.model import costmodel
 from harness.model.points import BASELINE
 
@@ -139,7 +140,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
         raise BadInput(f"unknown scaling '{req.scaling}'; valid choices: {', '.join(SCALINGS)}")
     straggler = parse_straggler(req.straggler, sizes)
     for name in req.profiles:
-        problem = costmodel.profile_problem(name)  # a file that does not load fails now, not after the sweep
+        problem = hardware.profile_problem(name)  # a file that does not load fails now, not after the sweep
         if problem:
             raise BadInput(problem)
     if req.predict_to < max(sizes):

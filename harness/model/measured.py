@@ -347,6 +347,8 @@ class FromRun:
         return cluster.profile == profile_of(self.run.gpu) and cluster.gpus == row.processes
 
     def price(self, shape, cluster, fabric, batch: int, name: str, knobs: dict[str, Any], adapter):
+        from harness.model import hardware
+        from harness.model.compute import Compute, layered_grads
         from harness.model import costmodel as cm
         from harness.model import planner
 
@@ -372,7 +374,7 @@ class FromRun:
         mem = 1.0
         run_profile = profile_of(self.run.gpu)
         if k != 1.0:
-            here = planner.cm.load_profile(run_profile).copy_Bps if run_profile else None
+            here = planner.hardware.load_profile(run_profile).copy_Bps if run_profile else None
             mem = here / fabric.copy_Bps if here and fabric.copy_Bps else k
         compiled = (1.0, 1.0, 1.0)
         if self.compile and not base.compiled:
@@ -387,8 +389,8 @@ class FromRun:
         for m, t, c in zip(self._interval(base), transfer, compiled):
             a = k * t * m * c
             bwd = (bwd_ps + recompute_ps) * batch * a
-            comp = cm.Compute(fwd_ps * batch * a, bwd, opt * mem * m,
-                              cm.layered_grads(shape.grad_layers(adapter.gradient_bytes()), bwd),
+            comp = Compute(fwd_ps * batch * a, bwd, opt * mem * m,
+                              layered_grads(shape.grad_layers(adapter.gradient_bytes()), bwd),
                               base.parts["other"] * m, fabric.copy_Bps)
             steps.append(cm.predict_step(schedule, comp, fabric, cluster.gpus))
         how = ("its own compute" if base is row else

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from harness.model import VERSION
+from harness.model import comm_cost, hardware
+from harness.model.compute import Compute, layered_grads
 from harness.model import costmodel as cm
 from harness.model.calibration import UTILISATION
 
@@ -405,7 +407,7 @@ class Shape:
 def gpu_choices() -> dict[str, str]:
     """--gpu value -> hardware profile: each profile's name, and its first word (h100, a100, ...) where that is
     unique; only profiles with a peak for some precision (a GPU)."""
-    names = [n for n in cm.profiles() if not cm.profile_problem(n) and cm.load_profile(n).peak_tflops]
+    names = [n for n in hardware.profiles() if not hardware.profile_problem(n) and hardware.load_profile(n).peak_tflops]
     short: dict[str, list[str]] = {}
     for n in names:
         short.setdefault(n.split("-")[0], []).append(n)
@@ -416,7 +418,7 @@ def gpu_choices() -> dict[str, str]:
 
 def memory_gib(profile: str) -> float | None:
     """The profile's device memory in GiB (its `memory_GiB`), or None."""
-    return json.loads((cm.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8")).get("memory_GiB")
+    return json.loads((hardware.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8")).get("memory_GiB")
 
 
 class Bound(NamedTuple):
@@ -736,11 +738,11 @@ class Cluster:
             return self.memory_gib
         return memory_gib(self.profile)
 
-    def fabric(self) -> cm.Fabric | None:
+    def fabric(self) -> comm_cost.Fabric | None:
         """The profile with this cluster's node size and, given --nic-gbps, its network (None: a CPU)."""
         if self.profile is None:
             return None
-        f = cm.load_profile(self.profile)
+        f = hardware.load_profile(self.profile)
         f = dataclasses.replace(f, devices_per_node=self.gpus_per_node)
         if self.nic_gbps is not None:
             f = dataclasses.replace(f, inter_busbw_Bps=self.nics_per_node * self.nic_gbps / 8 * 1e9 * NIC_EFFICIENCY)
@@ -756,7 +758,7 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int | None, dtype: str, nic_gbp
     if gpu not in choices:
         raise BadPlan(f"unknown --gpu {gpu}; choose from {', '.join(choices)}")
     profile = choices[gpu]
-    per_node = gpus_per_node if gpus_per_node is not None else cm.load_profile(profile).devices_per_node
+    per_node = gpus_per_node if gpus_per_node is not None else hardware.load_profile(profile).devices_per_node
     return Cluster(profile, nodes, per_node, dtype, nic_gbps, nics_per_node, memory)
 
 
@@ -775,7 +777,7 @@ def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int 
     if cluster.dtype is not None and cluster.dtype not in DTYPES:
         raise BadPlan(f"unknown --dtype {cluster.dtype}; choose from {', '.join(DTYPES)}")
     if cluster.profile is not None:
-        f = cm.load_profile(cluster.profile)
+        f = hardware.load_profile(cluster.profile)
         if cluster.gpus_per_node > f.devices_per_node:
             raise BadPlan(f"--gpus-per-node {cluster.gpus_per_node} is more than the {f.devices_per_node} GPUs a "
                           f"node of {cluster.profile} connects (its intra-node bandwidth is for that many); give at "
@@ -799,15 +801,15 @@ def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int 
     return batch
 
 
-def compute(shape: Shape, fabric: cm.Fabric, dtype: str, batch: int, utilisation: float,
-            grad_bytes: float) -> cm.Compute:
+def compute(shape: Shape, fabric: comm_cost.Fabric, dtype: str, batch: int, utilisation: float,
+            grad_bytes: float) -> Compute:
     """One GPU's step compute at `utilisation` of the peak (see the module's docstring)."""
     rate = fabric.peak_tflops[dtype] * 1e12 * utilisation
     total = shape.flops_per_sample * batch / rate
     backward = 2 * total / 3 + shape.recompute_flops_per_sample * batch / rate
     bandwidth = 2 * fabric.copy_Bps if fabric.copy_Bps else None
     opt = shape.trainable * OPTIMIZER_TRAFFIC[shape.optimizer] / bandwidth if bandwidth else 0.0
-    return cm.Compute(total / 3, backward, opt, cm.layered_grads(shape.grad_layers(grad_bytes), backward), 0.0,
+    return Compute(total / 3, backward, opt, layered_grads(shape.grad_layers(grad_bytes), backward), 0.0,
                       fabric.copy_Bps)
 
 
@@ -834,14 +836,14 @@ class Assumed:
     def configurations(self, cluster: Cluster):
         return None  # every adapter's plan_knobs
 
-    def price(self, shape: Shape, cluster: Cluster, fabric: cm.Fabric, batch: int, name: str,
+    def price(self, shape: Shape, cluster: Cluster, fabric: comm_cost.Fabric, batch: int, name: str,
               knobs: dict[str, Any], adapter) -> Priced | str:
         steps = [cm.predict_step(adapter.comm_schedule(), compute(shape, fabric, cluster.dtype, batch, u,
                                                                   adapter.gradient_bytes()), fabric, cluster.gpus)
                  for u in reversed(UTILISATION)]
         return Priced(steps, "assumed", cluster.gpus, cluster.dtype)
 
-    def header(self, cluster: Cluster, fabric: cm.Fabric) -> str:
+    def header(self, cluster: Cluster, fabric: comm_cost.Fabric) -> str:
         return (f"compute at {UTILISATION[0]:.0%}-{UTILISATION[2]:.0%} of the {cluster.dtype} peak "
                 f"({fabric.peak_tflops[cluster.dtype]:g} TFLOP/s), the middle figure at {UTILISATION[1]:.0%}: an "
                 f"assumed utilisation (--from RUN_DIR prices it from a run instead); ranges are over that "

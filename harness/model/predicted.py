@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.model import VERSION, published
+from harness.model import hardware
 from harness.model import costmodel as cm
 from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate, extrapolate_here,
                                        predict_measured, shares_cores)
@@ -86,10 +87,10 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
 def _profile(name: str, cal: dict[str, dict[str, Any]], to: int) -> dict[str, Any]:
     """The extrapolation to hardware profile `name`, per adapter (or why there is none)."""
     try:
-        fabric = cm.load_profile(name)
+        fabric = hardware.load_profile(name)
     except KeyError:
         return {"name": name, "unknown": True}
-    except cm.BadProfile as exc:
+    except hardware.BadProfile as exc:
         return {"name": name, "bad": str(exc)}
     rows = {}
     for label, c in cal.items():

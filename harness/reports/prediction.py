@@ -15,6 +15,7 @@ from harness.ground.outdir import save_figure
 from harness.ground.record import has_intervals
 from harness.ground.sizes import format_mib
 from harness.model import FINGERPRINT, VERSION, predicted, published
+from harness.model import hardware
 from harness.model import costmodel as cm
 from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate, judged, judgement,
                                        predict_measured, repeat_spread, scores, within)
@@ -435,12 +436,12 @@ def predict_sweep(print_line, directory: Path, records: list[dict], tab, profile
         return rows
     sweep = records[0].get("scale_sweep") or {}
     for name in profile or sweep.get("profiles") or [DEFAULT_PROFILE]:
-        if name not in cm.profiles():  # named by the sweep's records, not typed (that is checked)
+        if name not in hardware.profiles():  # named by the sweep's records, not typed (that is checked)
             print_line(f"unknown hardware profile {escape(name)} named by the sweep: no extrapolation to it")
             continue
         try:
-            fabric = cm.load_profile(name)
-        except cm.BadProfile as exc:
+            fabric = hardware.load_profile(name)
+        except hardware.BadProfile as exc:
             print_line(f"{escape(str(exc))}: no extrapolation to it")
             continue
         print_line(f"[bold]{name}[/] ({fabric.device}), weak scaling, parallel efficiency "

@@ -21,7 +21,7 @@ from harness.cli import app
 from harness.ground.provenance import memory_total_bytes, usable_cores
 from harness.core.checks import unavailable_message
 from harness.ground.sizes import format_mib
-from harness.model import costmodel
+from harness.model import hardware
 from harness.shared import collectives
 
 from conftest import RUNS, records_text
@@ -34,7 +34,7 @@ WORKLOADS = ", ".join(workloads.names()) + ("; or your own: -w path/to/file.py:N
                                               "(docs/your-model.md)")
 OPS = ", ".join(collectives.OPS)
 BACKENDS = ", ".join(adapters.comm_backends())
-PROFILES = ", ".join(costmodel.profiles())
+PROFILES = ", ".join(hardware.profiles())
 HERE = socket.gethostname()
 IFACES = ", ".join(sorted(name for _, name in socket.if_nameindex()))
 MALFORMED_HOSTFILE = Path(__file__).parent / "hostfiles" / "malformed"
@@ -1069,9 +1069,9 @@ def own_profiles(tmp_path, monkeypatch):
     import shutil
 
     d = tmp_path / "profiles"
-    shutil.copytree(costmodel.PROFILES_DIR, d)
-    monkeypatch.setattr(costmodel, "PROFILES_DIR", d)
-    monkeypatch.setattr(costmodel, "PUBLISHED", d / "published.json")
+    shutil.copytree(hardware.PROFILES_DIR, d)
+    monkeypatch.setattr(hardware, "PROFILES_DIR", d)
+    monkeypatch.setattr(hardware, "PUBLISHED", d / "published.json")
     return d
 
 
@@ -1132,7 +1132,7 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
     (own_profiles / "p100-25gbe-roce.json").write_text("{}")
     problems = []
     checks = published.configurations(problems)
-    horovod = [e["id"] for e in costmodel.published() if e["profile"] == "p100-25gbe-roce"]
+    horovod = [e["id"] for e in hardware.published() if e["profile"] == "p100-25gbe-roce"]
     assert horovod and not any(set(r["ids"]) & set(horovod) for r in checks) and checks
     assert problems == [f"published result {i} left out: hardware profile p100-25gbe-roce "
                         f"({own_profiles / 'p100-25gbe-roce.json'}) lacks \"devices_per_node\" (see "
