@@ -347,10 +347,9 @@ class FromRun:
         return cluster.profile == profile_of(self.run.gpu) and cluster.gpus == row.processes
 
     def price(self, shape, cluster, fabric, batch: int, name: str, knobs: dict[str, Any], adapter):
-        from harness.model import hardware
-        from harness.model.compute import Compute, layered_grads
         from harness.model import costmodel as cm
-        from harness.model import planner
+        from harness.model import hardware, planner
+        from harness.model.compute import Compute, layered_grads
 
         row = self._match(name, knobs)
         if self.own(cluster, row):
@@ -374,7 +373,7 @@ class FromRun:
         mem = 1.0
         run_profile = profile_of(self.run.gpu)
         if k != 1.0:
-            here = planner.hardware.load_profile(run_profile).copy_Bps if run_profile else None
+            here = hardware.load_profile(run_profile).copy_Bps if run_profile else None
             mem = here / fabric.copy_Bps if here and fabric.copy_Bps else k
         compiled = (1.0, 1.0, 1.0)
         if self.compile and not base.compiled:
