@@ -133,6 +133,36 @@ def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") 
         raise typer.Exit(1)
 
 
+def planned(plan, req, command: str):
+    """The start of a command that measures and is its request again (`compare comm`, `compare scale`): its plan
+    (`plan(req)`: one line and exit 2 for bad input, nothing written), its command line as typed recorded in the
+    request, and Ctrl-C (or SIGTERM) stopping its children from now on."""
+    from harness.ground.argv import to_argv
+
+    try:
+        p = plan(req)
+    except BadInput as exc:
+        fail(str(exc))
+    req.command = typed(shlex.join(["compare", command, *to_argv(req)]))
+    stop_on_signals()
+    return p
+
+
+def measured(records, out, wrote: str, interrupted: bool, kept: str, name) -> None:
+    """The end of `compare comm` and `compare scale`: the shared-cores warning (each record named by `name`), where it
+    wrote (one line: a path cut over two cannot be pasted), and the exit code: 130 interrupted (the finished `kept`
+    are), 1 nothing measured."""
+    import typer
+
+    warn_shared(records, name)
+    console.print(f"wrote {out}/{wrote}", soft_wrap=True)
+    if interrupted:
+        typer.echo(f"interrupted: children stopped; finished {kept} kept in {out}", err=True)
+        raise typer.Exit(130)
+    if not any(r["status"] == "ok" for r in records):
+        raise typer.Exit(1)
+
+
 def sweep_leftovers() -> None:
     """Remove what the launches of compare runs that were killed left on this machine (harness/launching/leftovers.py),
     saying so in one line: every command that launches does it before its first launch, and `compare doctor`."""

@@ -34,7 +34,7 @@ from harness.launching import machine
 from harness.shared.step_parts import busy
 
 if TYPE_CHECKING:
-    from harness.launching.launch import Outcome
+    from harness.launching.outcome import Outcome
 
 Render = Callable[[Path, list[dict[str, Any]]], Any]
 """What writes a results directory's report and plots from its records (the command's: harness/reports.render)."""

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.requests import DEFAULT_PROFILE
-from harness.ground.outdir import save_figure
 from harness.ground.record import has_intervals
 from harness.ground.sizes import format_mib
 from harness.model import FINGERPRINT, VERSION, predicted, published
@@ -398,10 +397,7 @@ def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], t
     ax2.set_xlabel("parallel efficiency")
     ax2.set_title("Published scaling results vs the model", fontsize=9)
     ax2.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "prediction.png"
-    save_figure(fig, path, 110)
-    plt.close(fig)
+    path = figures.save(fig, out / "prediction.png")
     return [path]
 
 

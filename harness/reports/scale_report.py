@@ -27,7 +27,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.ground.outdir import save_figure, write_text
+from harness.ground.outdir import write_text
 from harness.ground.provenance import tuning_line
 from harness.ground.record import frozen_note
 from harness.ground.sizes import format_mib
@@ -35,7 +35,7 @@ from harness.launching import machine
 from harness.model.points import BASELINE, table
 from harness.reports import figures, palette
 from harness.reports import verdict as verdict_mod
-from harness.reports.run_report import MEMORY_KINDS, MEMORY_SHORT
+from harness.reports.run_rows import MEMORY_KINDS, MEMORY_SHORT
 from harness.shared.text import shorten
 
 def _x(v, spec=".2f", none="–"):
@@ -302,32 +302,26 @@ def plot(out: Path, records, tab) -> list[Path]:
         ax.set_xlabel("world size (ranks)" + (" — * oversubscribed (hollow markers)" if any(
             r["oversubscribed"] for rs in rows.values() for r in rs) else ""))
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(sizes, sizes, "k--", linewidth=1, label="ideal (N)")
-    lines(ax, "speedup_self")
-    ax.set_yscale("log", base=2)
     whiskers = any((r.get("speedup_interval") or {}).get("lo") is not None for rs in rows.values() for r in rs)
-    ax.set_ylabel("speed-up over the same adapter at N=1" + ("\n(whiskers: 95% interval over the launches)"
-                                                            if whiskers else ""))
-    ax.set_title(f"Speed-up: {title}", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "speedup.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="ideal")
-    lines(ax, "efficiency")
-    ax.set_ylim(0, max(1.1, max((r["efficiency"] or 0) for rs in rows.values() for r in rs) * 1.1))
-    ax.set_ylabel("parallel efficiency = T(N) / (N T(1))" + ("\n(whiskers: 95% interval over the launches)"
-                                                               if whiskers else ""))
-    ax.set_title(f"Efficiency: {title}", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "efficiency.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
+    def ideal_speedup(ax):
+        ax.plot(sizes, sizes, "k--", linewidth=1, label="ideal (N)")
+        ax.set_yscale("log", base=2)
+
+    def ideal_efficiency(ax):
+        ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="ideal")
+        ax.set_ylim(0, max(1.1, max((r["efficiency"] or 0) for rs in rows.values() for r in rs) * 1.1))
+
+    for key, name, what, ylabel, ideal in (
+            ("speedup_self", "speedup", "Speed-up", "speed-up over the same adapter at N=1", ideal_speedup),
+            ("efficiency", "efficiency", "Efficiency", "parallel efficiency = T(N) / (N T(1))", ideal_efficiency)):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ideal(ax)
+        lines(ax, key)
+        ax.set_ylabel(ylabel + ("\n(whiskers: 95% interval over the launches)" if whiskers else ""))
+        ax.set_title(f"{what}: {title}", fontsize=10)
+        ax.legend(fontsize=8)
+        paths.append(figures.save(fig, out / f"{name}.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows.values():
@@ -338,10 +332,7 @@ def plot(out: Path, records, tab) -> list[Path]:
     ax.set_ylabel(f"peak memory per rank, MiB\n(max over ranks; {MEMORY_SHORT.get(kind, kind)})", fontsize=9)
     ax.set_title(f"Memory per rank: {title}", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "memory.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
+    paths.append(figures.save(fig, out / "memory.png"))
 
     bars = [(f"{label}\nN={r['n']}" + ("*" if r["oversubscribed"] else ""), r) for label, rs in rows.items()
             for r in rs if r.get("balance") and r["n"] > 1]
@@ -361,10 +352,7 @@ def plot(out: Path, records, tab) -> list[Path]:
         ax.set_ylabel("ms per step, per rank (bars left to right: rank 0, 1, ...)")
         ax.set_title(f"Load balance: {title}", fontsize=10)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        paths.append(out / "balance.png")
-        save_figure(fig, paths[-1], 110)
-        plt.close(fig)
+        paths.append(figures.save(fig, out / "balance.png"))
     return paths
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.ground.outdir import save_figure
 from harness.ground.record import MEASURED
 from harness.reports import figures
 from harness.core.analysis import oriented
@@ -24,7 +23,7 @@ COLOURS = {"forward": "#4C72B0", "backward": "#55A868", "optimizer": "#8172B2", 
 
 
 def _in_row_order(rows: dict[str, Any], order: list[str] | None) -> dict[str, Any]:
-    """`rows` by label in `order` (the report's row order, run_report.group: the order the rows were asked for,
+    """`rows` by label in `order` (the report's row order, run_rows.group: the order the rows were asked for,
     not the shuffled order their launches ran in); None: as they came."""
     if order is None:
         return rows
@@ -210,8 +209,5 @@ def plot(out: Path, records: list[dict[str, Any]], order: list[str] | None = Non
     ax.set_title(f"Where a step's time goes: {records[0]['workload']}, world size {records[0]['world_size']}",
                  fontsize=10)
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(labels) < 4 else -0.15))
-    fig.tight_layout()
-    path = out / "step_breakdown.png"
-    save_figure(fig, path, 110)
-    plt.close(fig)
+    path = figures.save(fig, out / "step_breakdown.png")
     return path

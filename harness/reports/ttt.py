@@ -12,7 +12,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.ground.outdir import save_figure
 from harness.ground.record import MEASURED, has_intervals, precision_of
 from harness.reports import figures
 
@@ -52,7 +51,7 @@ def summarise(label: str, recs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table_rows(records: list[dict[str, Any]], groups) -> list[dict[str, Any]]:
-    """Rows in the report's row order (`groups`: label -> records, as harness/reports/run_report.py groups them)."""
+    """Rows in the report's row order (`groups`: label -> records, as harness/reports/run_rows.py groups them)."""
     return [summarise(label, recs) for label, recs in groups.items()]
 
 
@@ -258,16 +257,10 @@ def _wrapped(text: str, width: int = 90) -> str:
 
 def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[Path]:
     """ttt_curve.png (metric vs training time, target line) and ttt_time.png (time to target, start-up stacked)."""
-    plt = figures.pyplot()
-    if plt is None:
+    drawing = figures.of_run(records, rows)
+    if drawing is None:
         return []
-
-    shown = [r for r in rows if r["measured"]]
-    if not shown:
-        return []
-    r0 = records[0]
-    title = f"{r0['workload']}, world size {r0['world_size']}, {r0['env']['cpu_cores_usable']}-core " + (
-        r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
+    plt, shown, title = drawing
     paths = []
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -286,10 +279,7 @@ def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], 
     ax.set_title(_wrapped(f"{cfg['metric'].capitalize()} vs training time (median repeat by training time; ★ "
                           f"target): {title}"), fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "ttt_curve.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
+    paths.append(figures.save(fig, out / "ttt_curve.png"))
 
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(shown) + 2.2))
     labels = [f"{r['label']} ({r['precision']})" for r in shown]
@@ -318,10 +308,7 @@ def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], 
     ax.set_title(_wrapped(f"Time to {cfg['metric']} {cfg['target']:g}: {title}"), fontsize=9)
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
     room = (0.07 if len(shown) > 3 else 0.1) + (0.04 if ranged else 0.0)  # a second legend row for the whiskers
-    fig.tight_layout(rect=(0, room, 1, 1))
-    paths.append(out / "ttt_time.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
+    paths.append(figures.save(fig, out / "ttt_time.png", rect=(0, room, 1, 1)))
     return paths
 
 

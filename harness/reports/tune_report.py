@@ -15,7 +15,7 @@ from harness.core.analysis import oriented
 from harness.core.estimate import duration
 from harness.ground.outdir import write_text
 from harness.ground.stats import geomean_interval
-from harness.reports import run_report
+from harness.reports import run_report, run_rows
 from harness.reports import verdict as verdict_mod
 
 WHY_ENDED = {"one left": "one candidate left",
@@ -185,7 +185,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
                                             ["No conclusion between backends changed." if at_best else "–"]) + [""]
     md += ["## Every row over all its launches (race and confirmation)", "",
            "The race picks' figures here include the launches that chose them, which favour them; the gains above "
-           "come from the confirmation alone.", "", run_report.markdown_table(run_report.table_rows(records)), ""]
+           "come from the confirmation alone.", "", run_rows.markdown_table(run_rows.table_rows(records)), ""]
     md += ["## Provenance", ""] + run_report.provenance(records) + [""]
     path = out / "report.md"
     write_text(path, "\n".join(md))

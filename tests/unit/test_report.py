@@ -174,9 +174,12 @@ def _throughput_figure(records, tmp_path, monkeypatch):
     """The throughput figure run_report draws for these records, read back from its artists."""
     from matplotlib.container import ErrorbarContainer
 
+    from harness.ground import outdir
+    from harness.reports import run_plots
+
     saved = {}
-    monkeypatch.setattr(run_report, "save_figure", lambda fig, path, dpi: saved.setdefault(path.name, fig))
-    run_report.plot(tmp_path, records, run_report.table_rows(records))
+    monkeypatch.setattr(outdir, "save_figure", lambda fig, path, dpi: saved.setdefault(path.name, fig))
+    run_plots.plot(tmp_path, records, run_report.table_rows(records))
     ax = saved["throughput.png"].axes[0]
     bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     return ax, bars
