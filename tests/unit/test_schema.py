@@ -32,7 +32,7 @@ def test_every_field_of_every_fixture_record_is_documented_for_its_kind():
 def test_each_field_is_declared_once_with_what_it_holds():
     """A field is declared in one layer for a kind of record (a field of both run and comm records, `adapter`, in
     one layer of each), and every declaration says what it holds: docs/records.md has no blank description."""
-    from harness.ground.record import LAYERS, field_docs
+    from harness.ground.fields import LAYERS, field_docs
 
     for kind in ("run", "scale", "comm"):
         layers = [layer for layer, kinds, _ in LAYERS if kind in kinds]
@@ -45,9 +45,10 @@ def test_each_field_is_declared_once_with_what_it_holds():
 
 
 def test_every_field_the_reader_requires_is_documented_with_what_it_requires():
-    # the types check_record holds a record to are written once, in harness/ground/record.py, and shown in
+    # the types check_record holds a record to are written once, in harness/ground/fields.py, and shown in
     # docs/records.md
-    from harness.ground.record import check_record, checked_fields
+    from harness.ground.fields import checked_fields
+    from harness.ground.record import check_record
 
     required = checked_fields()
     assert set(required) <= {name for name, _, _ in schema.entries()}
