@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from adapters.base import Adapter, Availability, KnobError, Precision, cuda_world_check
+from adapters.base import Adapter, Availability, KnobError, Precision
+from adapters.probes import cuda_world_check
 from adapters.ddp import DDPAdapter
 from harness.shared.comm_schedule import Buckets
 

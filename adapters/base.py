@@ -38,23 +38,22 @@ import contextlib
 import dataclasses
 import enum
 import inspect
-import os
 import sys
 from abc import ABC, abstractmethod
-from contextvars import ContextVar
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness.shared import cache, options
-from harness.shared.text import shorten
+from harness.shared import options
 from harness.shared.comm_schedule import Schedule
 
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
     import torch
 
-    from harness.shared.spec import Node, RunSpec, Topology
+    from adapters.rank_side import Comm
+    from harness.shared.spec import RunSpec, Topology
 
 KnobError = options.OptionError
 """A knob the adapter refuses (unknown name, wrong type, a choice not offered, a rule between knobs)."""
@@ -487,89 +486,7 @@ class Adapter(ABC):
             module.forward = torch.compile(module.forward)
 
 
-class Comm:
-    """A framework's communication primitives, as `compare comm` calls them (sum reductions; blocking unless the
-    name says async). A primitive the framework lacks raises NotImplementedError, which becomes an `unsupported`
-    cell with the message: never a fallback to another library."""
-
-    framework: str = "this framework"
-    """Named in the message of a missing primitive, e.g. "horovod 0.28.1"."""
-    missing: ClassVar[dict[str, str]] = {}
-    """Primitive -> how to say what is missing ("reduce to one rank (only allreduce)")."""
-
-    def _missing(self, op: str):
-        raise NotImplementedError(f"{self.framework} has no {self.missing.get(op, op)}")
-
-    def all_reduce(self, t):
-        self._missing("all_reduce")
-
-    def all_reduce_async(self, t):
-        """Start an all-reduce; return a handle with wait()."""
-        self._missing("all_reduce_async")
-
-    def all_reduce_coalesced(self, ts):
-        """All-reduce several tensors in one coalesced call."""
-        self._missing("all_reduce_coalesced")
-
-    def broadcast(self, t, src):
-        self._missing("broadcast")
-
-    def reduce(self, t, dst):
-        self._missing("reduce")
-
-    def all_gather(self, out, t):
-        self._missing("all_gather")
-
-    def gather(self, outs, t, dst):
-        self._missing("gather")
-
-    def scatter(self, out, ins, src):
-        self._missing("scatter")
-
-    def reduce_scatter(self, out, t):
-        self._missing("reduce_scatter")
-
-    def all_to_all(self, out, t):
-        self._missing("all_to_all")
-
-    def send(self, t, dst):
-        self._missing("send")
-
-    def recv(self, t, src):
-        self._missing("recv")
-
-    def isend(self, t, dst):
-        self._missing("isend")
-
-    def irecv(self, t, src):
-        self._missing("irecv")
-
-    def batch_sendrecv(self, send, dst, recv, src):
-        """One batched send to `dst` and receive from `src`."""
-        self._missing("batch_sendrecv")
-
-    def barrier(self):
-        self._missing("barrier")
-
-
 # ---- helpers shared by adapters ----------------------------------------------------------------------------
-
-SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
-
-
-def dtype_names(held) -> str:
-    """The distinct dtypes of `held` (tensors, or dtypes) as short names joined by "+" ("fp32", "bf16+fp32"); "none"
-    for nothing."""
-    names = sorted({SHORT_DTYPES.get(name, name)
-                    for name in (str(getattr(t, "dtype", t)).removeprefix("torch.") for t in held)})
-    return "+".join(names) or "none"
-
-
-def optimizer_state(optimizer) -> list:
-    """Every state tensor of a torch optimizer that has a size (Adam's moments; not its 0-d step counters)."""
-    return [v for state in optimizer.state.values() for v in state.values()
-            if hasattr(v, "dtype") and getattr(v, "dim", lambda: 0)() > 0]
-
 
 _INTERPRETER: ContextVar[str | None] = ContextVar("interpreter", default=None)
 
@@ -601,181 +518,21 @@ def rank_command(spec_path: Path) -> list[str]:
     return python_module("harness.rank", str(spec_path))
 
 
-def torchrun(nproc: int, spec_path: Path) -> list[str]:
-    """argv for torchrun (torch.distributed.run) on one node: a rendezvous on a port it binds itself, no
-    restarts, `nproc` ranks of the harness's rank entry point. `--local-addr 127.0.0.1`: without it the workers
-    get socket.getfqdn() as MASTER_ADDR, which on a machine without DNS (a lent GPU node) may not resolve, and the
-    ranks never reach the agent's store (pytorch#150532); spawn, DeepSpeed and Horovod use 127.0.0.1 already."""
-    return python_module(
-        "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", f"--nproc-per-node={nproc}",
-        "--max-restarts=0", "--module", "harness.rank", str(spec_path),
-    )
+SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
 
 
-def on_node(node: Node, argv: list[str]) -> HostCommand:
-    """`argv` to run on `node`: directly when it is this machine, else over ssh."""
-    return HostCommand(argv, host=node.host, remote=not node.local)
+def dtype_names(held) -> str:
+    """The distinct dtypes of `held` (tensors, or dtypes) as short names joined by "+" ("fp32", "bf16+fp32"); "none"
+    for nothing."""
+    names = sorted({SHORT_DTYPES.get(name, name)
+                    for name in (str(getattr(t, "dtype", t)).removeprefix("torch.") for t in held)})
+    return "+".join(names) or "none"
 
 
-SRUN_STOPPED = "srun: forcing job termination"
-"""What srun prints when it gets SIGTERM, SIGHUP or SIGQUIT. It then SIGKILLs every task of its step at once
-(SLURM's src/srun/srun_job.c, _srun_signal_mgr), so its ranks die without a word: this line is the only fact that
-says the launcher, not a rank, was asked to stop."""
-
-
-def launcher_stopped(argv: list[str], log: str) -> str | None:
-    """What a launch command says of a request to stop that it received itself (and acted on by killing its ranks),
-    from its own log; None when it says nothing of the kind. Only srun needs it: the other launchers stop their ranks
-    with a signal the ranks witness (harness/shared/witness.py), or die of the signal themselves."""
-    if argv and Path(argv[0]).name == "srun" and SRUN_STOPPED in log:
-        return f"was asked to stop (SIGTERM, SIGHUP or SIGQUIT: it says \"{SRUN_STOPPED}\") and killed its ranks"
-    return None
-
-
-def srun(topology: Topology, *, per_node: int) -> list[str]:
-    """argv prefix of one SLURM job step over the topology's nodes with `per_node` tasks on each (inside the
-    allocation): a failed task ends the whole step at once, as one dead node ends the launch under ssh."""
-    n = len(topology.nodes)
-    argv = ["srun", f"--nodes={n}", f"--ntasks={n * per_node}", f"--ntasks-per-node={per_node}",
-            f"--nodelist={','.join(node.host for node in topology.nodes)}", "--kill-on-bad-exit=1"]
-    if per_node == 1 and topology.cores:
-        # One launcher task per node starts all of that node's ranks: it must get the node's CPUs, not the
-        # single CPU a task gets by default where SLURM binds tasks to cores.
-        argv.append(f"--cpus-per-task={min(topology.cores)}")
-    return argv
-
-
-def torchrun_nodes(spec: RunSpec, spec_path: Path) -> LaunchPlan:
-    """torchrun on every node of `spec.topology`, one c10d rendezvous on node 0 (torchrun's own multi-node
-    launch): over ssh, one command per node; under SLURM, one `srun` step with one torchrun per node. Ranks
-    follow rendezvous order (torchrun ignores --node-rank with c10d, and says so), so it is not passed."""
-    topo = spec.topology
-    # The same id on every node and a fresh one per launch (several launches may share one SLURM job).
-    common = [f"--nnodes={len(topo.nodes)}", "--max-restarts=0", "--rdzv-backend=c10d",
-              f"--rdzv-endpoint={topo.master}:{topo.port}", f"--rdzv-id=compare-{topo.port}"]
-    tail = ["--module", "harness.rank", str(spec_path)]
-    if topo.launcher == "slurm":
-        per = topo.nodes[0].slots
-        return LaunchPlan(srun(topo, per_node=1)
-                          + python_module("torch.distributed.run", *common, f"--nproc-per-node={per}", *tail))
-    return LaunchPlan.per_node([
-        on_node(node, python_module("torch.distributed.run", *common, f"--nproc-per-node={node.slots}", *tail))
-        for node in topo.nodes])
-
-
-def ranks_from_slurm() -> None:
-    """Under `srun` alone (no torchrun agent), a rank knows its place only from SLURM's variables: map them to
-    the env:// ones (RANK, WORLD_SIZE, LOCAL_RANK) where the launcher did not set those."""
-    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
-        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
-                          LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"))
-
-
-def init_process_group_from_env(device: str) -> RankInfo:
-    """torch.distributed init from the env:// variables that torchrun, our spawn entry and others set; gloo on
-    CPU, NCCL on CUDA."""
-    import torch
-    import torch.distributed as dist
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if device == "cuda" and world > 1 and "LOCAL_RANK" not in os.environ:
-        # The global rank is the wrong GPU on every node but the first of a multi-node start.
-        raise RuntimeError("LOCAL_RANK is not set: on CUDA each rank needs it to pick its GPU")
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    extra = {}
-    if device == "cuda":
-        torch.cuda.set_device(local_rank)
-        dev, backend = f"cuda:{local_rank}", "nccl"
-        # NCCL's communicator starts eagerly on this GPU, and barrier() no longer guesses the device (torch >= 2.3).
-        import inspect
-
-        if "device_id" in inspect.signature(dist.init_process_group).parameters:
-            extra["device_id"] = torch.device(dev)
-    else:
-        dev, backend = "cpu", "gloo"
-    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world, **extra)
-    return RankInfo(rank=rank, world_size=world, local_rank=local_rank, device=dev, backend=backend,
-                    data_rank=rank, data_world=world)
-
-
-def agent_store(world_size: int):
-    """A rendezvous store bound by the parent on a port the kernel picks and held for the whole launch, as
-    torchrun's agent does: no window in which another job can take a "free" port between picking and binding it.
-    Ranks join it as clients (env TORCHELASTIC_USE_AGENT_STORE=True, MASTER_PORT=store.port)."""
-    from torch.distributed import TCPStore
-
-    return TCPStore("127.0.0.1", 0, world_size=world_size, is_master=True, wait_for_workers=False)
-
-
-AGENT_STORE_ENV = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
-"""With this, torch's env:// rendezvous joins the store at MASTER_ADDR:MASTER_PORT as a client (torchrun's agent)."""
-
-
-def torch_build() -> dict[str, Any]:
-    """Build facts of the installed torch that never change for one installation: version and which
-    torch.distributed backends it was built with. Cached on disk, keyed by torch's files, so `compare list` and
-    CPU availability checks need not import torch (two seconds) after the first time."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("torch")
-    if spec is None:
-        return {"installed": False}
-    if not spec.submodule_search_locations:  # a torch.py somewhere on the path, in front of the real one
-        return {"installed": True, "broken": "a module that is not the torch package shadows it", "where": spec.origin}
-    root = Path(list(spec.submodule_search_locations)[0])
-
-    def probe() -> dict[str, Any]:
-        import torch
-        import torch.distributed as dist
-
-        on = dist.is_available()
-        return {"installed": True, "version": torch.__version__, "distributed": on,
-                "gloo": on and dist.is_gloo_available(), "nccl": on and dist.is_nccl_available(),
-                "mpi": on and dist.is_mpi_available()}
-
-    key = cache.files_key([root / "version.py", *sorted((root / "lib").glob("libtorch*.so"))])
-    try:
-        return cache.cached_json("torch-build", key, probe)
-    except Exception as exc:  # noqa: BLE001 - a torch that fails to import (a missing library, a shadowing module)
-        text = shorten(str(exc))
-        return {"installed": True, "broken": f"{type(exc).__name__}: {text}", "where": str(root)}
-
-
-def compile_availability(device: str) -> Availability:
-    """Can torch.compile's default backend build kernels here? Inductor compiles C++ on CPU with `$CXX` (g++ by
-    default: torch._inductor.config.cpp.cxx) and Triton kernels on CUDA. Never raises, imports nothing heavy."""
-    import importlib.util
-    import shutil
-
-    if device == "cuda":
-        if importlib.util.find_spec("triton") is None:
-            return Availability(False, "knob compile=true: torch.compile's inductor generates Triton kernels on CUDA, "
-                                       "and triton is not installed", "pip install triton (the version this torch "
-                                                                      "build names), or leave compile out")
-        return Availability(True)
-    cxx = os.environ.get("CXX") or "g++"
-    if shutil.which(cxx) is None:
-        return Availability(False, f"knob compile=true: torch.compile's inductor builds its CPU kernels with the C++ "
-                                   f"compiler {cxx}, which is not found here",
-                            "apt-get install g++ (Debian), or set CXX to a C++ compiler, or leave "
-                            "compile out")
-    return Availability(True)
-
-
-def cuda_world_check(device: str, world_size: int) -> Availability:
-    """On CUDA, one device per rank (NCCL refuses two ranks on one GPU; DataParallel needs world_size GPUs)."""
-    if device != "cuda":
-        return Availability(True)
-    import torch
-
-    if not torch.cuda.is_available():
-        return Availability(False, "CUDA requested but torch sees no GPU",
-                            "run on a machine with an NVIDIA GPU and a CUDA build of torch, or use --device cpu")
-    n = torch.cuda.device_count()
-    if world_size > n:
-        return Availability(False, f"world size {world_size} needs {world_size} GPUs, this machine has {n}",
-                            f"use --world-size {n} or fewer, or --device cpu")
-    return Availability(True)
+def optimizer_state(optimizer) -> list:
+    """Every state tensor of a torch optimizer that has a size (Adam's moments; not its 0-d step counters)."""
+    return [v for state in optimizer.state.values() for v in state.values()
+            if hasattr(v, "dtype") and getattr(v, "dim", lambda: 0)() > 0]
 
 
 class SingleProcess(Adapter, partial=True):

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Literal
 from pathlib import Path
 
-from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, compile_availability, cuda_world_check,
-                           init_process_group_from_env, torch_build, torchrun, torchrun_nodes)
+from adapters.base import Adapter, Availability, KnobError, LaunchPlan
+from adapters.launchers import torchrun, torchrun_nodes
+from adapters.probes import compile_availability, cuda_world_check, torch_build
+from adapters.rank_side import Comm, init_process_group_from_env
 from harness.shared.comm_schedule import Buckets
 
 

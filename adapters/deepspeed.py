@@ -29,15 +29,17 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from adapters.base import (AGENT_STORE_ENV, Adapter, Availability, KnobError, LaunchPlan, Leftover, Precision,
-                           RankInfo, agent_store, compile_availability, cuda_world_check, interpreter, on_node,
-                           rank_command,
-                           ranks_from_slurm, torch_build)
+from adapters.base import Adapter, Availability, KnobError, LaunchPlan, Precision, RankInfo, interpreter, rank_command
+from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
+from adapters.probes import compile_availability, cuda_world_check, torch_build
+from adapters.rank_side import ranks_from_slurm
+from adapters.deepspeed_env import (STALE_LOCKS_ENV, clear_stale_jit_locks, cpu_fp16_supported, ds_report,
+                                    fp16_zero0_scales_its_loss, installed_version_info, jit_cache_dir,
+                                    jit_cached_ops, launcher_path, shm_leftover, shm_segment)
 from harness.shared.comm_schedule import Zero
 
 PINNED_VERSION = "0.19.8"
@@ -48,155 +50,6 @@ RANK_SCRIPT = Path(__file__).resolve().parent.parent / "harness" / "rank" / "as_
 """The rank entry point as a script file, for DeepSpeed's slurm launcher (which cannot start a module)."""
 # Ops DeepSpeed JIT-compiles on the paths this adapter uses, for the "first run" log line.
 _JIT_OPS_AT_INIT = ("deepspeed_shm_comm",)
-
-
-def _installed_version_info() -> dict[str, Any] | None:
-    """deepspeed/git_version_info_installed.py (written by DeepSpeed's setup.py), loaded as a lone file: the
-    version, accelerator and AOT-built ops, without running deepspeed/__init__.py (which imports torch and
-    probes accelerators). None when the file is missing: not a real DeepSpeed install."""
-    spec = importlib.util.find_spec("deepspeed")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "git_version_info_installed.py"
-    if not path.is_file():
-        return None
-    file_spec = importlib.util.spec_from_file_location("_compare_deepspeed_version", path)
-    module = importlib.util.module_from_spec(file_spec)
-    file_spec.loader.exec_module(module)
-    return {k: getattr(module, k, None) for k in ("version", "accelerator_name", "installed_ops")}
-
-
-_SHM_DIR = Path("/dev/shm")
-
-
-def _shm_prefix(addr: str, port: int | str) -> str:
-    # deepspeed/ops/csrc/cpu/comm/shm.cpp: "%s_%d_%s_%s" % (SHM_BUFFER_NAME, getuid(), MASTER_ADDR, MASTER_PORT),
-    # then "_%d" % rank
-    return f"deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_"
-
-
-def shm_segment(rank: int) -> Path | None:
-    """This rank's shared-memory all-reduce segment, which DeepSpeed's CPU backend (deepspeed_shm_comm, used when
-    every rank is on one machine) creates at init and never unlinks: about 66 MiB per rank left in /dev/shm by
-    every launch, until /dev/shm (RAM) is full."""
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if not addr or not port:
-        return None
-    return _SHM_DIR / f"{_shm_prefix(addr, port)}{rank}"
-
-
-def shm_leftover(addr: str, port: int) -> Leftover:
-    """What a launch's ranks may leave in /dev/shm if killed before they unlink their segments (during
-    init_distributed): the parent removes them once the launch's processes are gone (LaunchPlan.leftovers)."""
-    return Leftover(str(_SHM_DIR / (_shm_prefix(addr, port) + "*")), "DeepSpeed shared-memory segment")
-
-
-def shm_sweeper(addr: str, port: int) -> Callable[[], None]:
-    """For the parent, after the launch: remove any segment of this launch still there (a rank that died before
-    it could unlink its own)."""
-
-    def sweep() -> None:
-        for f in _SHM_DIR.glob(_shm_prefix(addr, port) + "*"):
-            f.unlink(missing_ok=True)
-
-    return sweep
-
-
-def launcher_path() -> str | None:
-    """The `deepspeed` launcher script of this venv (whether or not it is activated), else the one on PATH."""
-    local = Path(interpreter()).parent / "deepspeed"
-    return str(local) if local.exists() else shutil.which("deepspeed")
-
-
-def jit_cache_dir() -> Path:
-    """Where torch.utils.cpp_extension puts (and finds) DeepSpeed's JIT-built ops for this venv: the user's
-    TORCH_EXTENSIONS_DIR, else the venv's own (set for the ranks by `launch`; see the module docstring)."""
-    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(sys.prefix) / "torch_extensions")
-
-
-def jit_cached_ops() -> list[str]:
-    """Ops that have a built shared library in the JIT cache."""
-    root = jit_cache_dir()
-    return sorted(d.name for d in root.iterdir() if (d / f"{d.name}.so").exists()) if root.is_dir() else []
-
-
-STALE_LOCKS_ENV = "COMPARE_DS_STALE_JIT_LOCKS"
-"""Set by `launch` for the ranks: the stale JIT build locks it removed before starting them (rank 0 logs them)."""
-
-
-def _open_files() -> tuple[set[str], bool]:
-    """The paths of every file some process on this machine has open, and whether every process could be read
-    (another user's /proc/PID/fd is not readable without privilege)."""
-    held, complete = set(), True
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
-        try:
-            fds = list(fd_dir.iterdir())
-        except PermissionError:
-            complete = False
-            continue
-        except OSError:  # the process ended meanwhile
-            continue
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                held.add(os.readlink(fd))
-    return held, complete
-
-
-def clear_stale_jit_locks(root: Path | None = None) -> list[Path]:
-    """Remove JIT build locks that no process holds; the ones removed. torch.utils.cpp_extension takes
-    `<cache>/<op>/lock` (a FileBaton: created with O_EXCL, kept open while building, removed at the end), and a
-    process that finds the file waits, polling, until it is gone. A build that was killed (a timeout, kill -9 of
-    the run, a crash during a first launch's 35-65 s compile) leaves the file behind, and every later launch
-    would then wait for it until its --timeout. A lock is stale when no process has it open; one created by
-    another user is left alone unless every process could be checked."""
-    root = root if root is not None else jit_cache_dir()
-    locks = sorted(root.glob("*/lock")) if root.is_dir() else []
-    if not locks:
-        return []
-    held, complete = _open_files()
-    removed = []
-    for lock in locks:
-        try:
-            owner = lock.stat().st_uid
-        except FileNotFoundError:  # released meanwhile
-            continue
-        if os.path.realpath(lock) in held or (not complete and owner != os.getuid()):
-            continue
-        lock.unlink(missing_ok=True)
-        removed.append(lock)
-    return removed
-
-
-def cpu_fp16_supported() -> bool:
-    """DeepSpeed's CPU accelerator's own test (cpu_accelerator.is_fp16_supported): oneDNN fp16 kernels."""
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    except Exception:  # noqa: BLE001 - an older torch without the probe has no fp16 CPU kernels either
-        return False
-
-
-def fp16_zero0_scales_its_loss() -> bool | None:
-    """Whether the installed DeepSpeed's engine.backward() scales the loss for fp16 at ZeRO stage 0. 0.19.8's does
-    not (it scales only for a ZeRO optimizer or torch autocast's scaler), while FP16_(Unfused)Optimizer.step()
-    still divides the gradients by the loss scale (2^16 to start): every update is that many times too small and the
-    model does not learn (seen on an H200: loss ln 10 for 300 digits steps; deepspeedai/DeepSpeed#8393 adds the
-    missing branch). Read from engine.py's source without importing DeepSpeed; None where it cannot be read."""
-    spec = importlib.util.find_spec("deepspeed")
-    where = list(spec.submodule_search_locations or []) if spec else []
-    try:
-        text = (Path(where[0]) / "runtime" / "engine.py").read_text()
-    except (IndexError, OSError):
-        return None
-    start = text.find("    def backward(self, loss")
-    if start < 0:
-        return None
-    end = text.find("\n    def ", start + 1)
-    body = text[start:end if end > 0 else len(text)]
-    if "scale_if_loss" not in body:
-        return None  # a different engine.backward: not the one this check knows
-    return "fp16_enabled()" in body
 
 
 class DeepSpeedAdapter(Adapter):
@@ -246,7 +99,7 @@ class DeepSpeedAdapter(Adapter):
         if importlib.util.find_spec("deepspeed") is None:
             return Availability(False, "deepspeed is not installed", INSTALL_FIX)
         try:
-            info = _installed_version_info()
+            info = installed_version_info()
         except Exception as exc:  # noqa: BLE001 - a broken install is a reason, not a crash
             return Availability(False, f"deepspeed's version file does not load: {type(exc).__name__}: {exc}",
                                 INSTALL_FIX)
@@ -279,7 +132,7 @@ class DeepSpeedAdapter(Adapter):
             return compiled
         try:
             broken = k.precision == "fp16" and k.zero_stage == 0 and fp16_zero0_scales_its_loss() is False
-            version = (_installed_version_info() or {}).get("version", "?") if broken else ""
+            version = (installed_version_info() or {}).get("version", "?") if broken else ""
         except Exception:  # noqa: BLE001 - never raises: an unreadable install is not this check's to judge
             return Availability(True)
         if broken:
@@ -366,36 +219,10 @@ class DeepSpeedAdapter(Adapter):
             os.environ["DS_ACCELERATOR"] = "cpu"
         try:
             with contextlib.redirect_stdout(sys.stderr):
-                return cls._environment()
+                return ds_report(PINNED_VERSION)
         finally:
             if quiet:
                 os.environ.pop("DS_ACCELERATOR", None)
-
-    @classmethod
-    def _environment(cls) -> dict[str, Any]:
-        import deepspeed
-        from deepspeed.accelerator import get_accelerator
-        from deepspeed.git_version_info import accelerator_name, installed_ops
-        from deepspeed.ops.op_builder.all_ops import ALL_OPS
-        from deepspeed.ops.op_builder.builder import probe_is_compatible
-        from torch.utils.cpp_extension import is_ninja_available
-
-        accel = get_accelerator()
-        cached = set(jit_cached_ops())
-        ops: dict[str, list[str]] = {"installed": [], "jit_cached": [], "jit_compatible": [], "incompatible": []}
-        for op_name, builder in ALL_OPS.items():
-            # The same tests as ds_report's op table (installed = built at install time for this accelerator).
-            if installed_ops.get(op_name) and accelerator_name == accel._name:
-                ops["installed"].append(op_name)
-            elif op_name in cached:
-                ops["jit_cached"].append(op_name)
-            elif probe_is_compatible(builder, False):
-                ops["jit_compatible"].append(op_name)  # would be JIT-compiled on first use
-            else:
-                ops["incompatible"].append(op_name)
-        return {"deepspeed": deepspeed.__version__, "version": deepspeed.__version__, "pinned": PINNED_VERSION, "accelerator": accel._name,
-                "communication_backend": accel.communication_backend_name(), "launcher": launcher_path(),
-                "ninja": is_ninja_available(), "jit_cache_dir": str(jit_cache_dir()), "ops": ops}
 
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:

@@ -6,7 +6,8 @@ the CPU and ignores `device_ids`. Its row then says so (devices used: 1), rather
 
 from __future__ import annotations
 
-from adapters.base import Availability, SingleProcess, cuda_world_check
+from adapters.base import Availability, SingleProcess
+from adapters.probes import cuda_world_check
 from harness.shared.comm_schedule import Replicate
 
 

@@ -19,7 +19,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.base import Availability, KnobError, Precision, torch_build
+from adapters.base import Availability, KnobError, Precision
+from adapters.probes import torch_build
 from adapters.ddp import DDPAdapter
 from harness.shared.comm_schedule import Fsdp
 

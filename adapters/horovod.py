@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check,
-                           interpreter, rank_command)
+from adapters.base import Adapter, Availability, KnobError, LaunchPlan, RankInfo, interpreter, rank_command
+from adapters.probes import cuda_world_check
+from adapters.rank_side import Comm
 from harness.shared import cache
 from harness.shared.comm_schedule import Fusion
 from harness.shared.step_parts import comm_range

@@ -16,7 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from adapters.base import AGENT_STORE_ENV, LaunchPlan, on_node, python_module, srun
+from adapters.base import LaunchPlan, python_module
+from adapters.launchers import AGENT_STORE_ENV, on_node, srun
 from adapters.ddp import DDPAdapter
 
 
@@ -59,7 +60,7 @@ def main(argv: list[str]) -> None:
     import torch.multiprocessing as mp
     from torch.distributed import TCPStore
 
-    from adapters.base import agent_store
+    from adapters.launchers import agent_store
     from harness.shared.spec import RunSpec
 
     spec_path = argv[0]

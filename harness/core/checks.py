@@ -72,8 +72,8 @@ def pairs(items: list[str], what: str, form: str = "KEY=VALUE") -> list[tuple[st
 
 def require_torch() -> None:
     """torch imports here (every adapter and the reference need it): one line otherwise, before anything runs.
-    Cheap: the answer is cached, keyed by torch's files (adapters/base.py: torch_build)."""
-    from adapters.base import torch_build
+    Cheap: the answer is cached, keyed by torch's files (adapters/probes.py: torch_build)."""
+    from adapters.probes import torch_build
 
     build = torch_build()
     if not build.get("installed"):

@@ -45,7 +45,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
-from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped, using_interpreter
+from adapters.base import Adapter, HostCommand, LaunchPlan, using_interpreter
+from adapters.launchers import launcher_stopped
 from harness.ground.provenance import REPO
 from harness.launching import hosts, interrupt, leftovers, machine, nodeguard, stalled
 from harness.launching.culprit import Command, culprit, describe, launcher_name, outlived

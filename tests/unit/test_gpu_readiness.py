@@ -37,7 +37,7 @@ def test_a_single_machine_launch_pins_gloo_and_nccl_to_loopback(tmp_path, monkey
 
 
 def test_a_cuda_rank_without_local_rank_is_refused_before_it_picks_the_wrong_gpu(monkeypatch):
-    from adapters.base import init_process_group_from_env
+    from adapters.rank_side import init_process_group_from_env
 
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")

@@ -211,7 +211,7 @@ def test_the_rank_script_runs_the_rank_entry_point_as_a_file():
 
 
 def test_ranks_under_srun_alone_take_their_place_from_slurm(monkeypatch):
-    from adapters.base import ranks_from_slurm
+    from adapters.rank_side import ranks_from_slurm
 
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(k, raising=False)
