@@ -592,6 +592,7 @@ WHERE_THE_JOB_RUNS = {
     "run-slurm-with-hosts": "the hosts come from the allocation",
     "run-slurm-outside-an-allocation": "the job runs inside its allocation",
     "run-iface-on-one-host": "an allocation's nodes talk over the network --iface names",
+    "run-out-with-a-newline": "its -a dp cannot span an allocation's hosts (sbatch-out-with-a-newline checks the path)",
 }
 RUN_REFUSALS = [c for c in CASES if c[1][0] == "run" and c[0] not in WHERE_THE_JOB_RUNS]
 
@@ -612,6 +613,7 @@ def test_sbatch_refuses_what_run_refuses_with_the_same_line_and_writes_nothing(t
     if "--out" not in args:
         args += ["--out", str(out)]
     result = invoke("sbatch", *args, "--nodes", "1", "--ntasks-per-node", ranks, "--script", script)
+    message = message.replace("`compare run --help`", "`compare sbatch --help`")  # a parse error names its command
     assert (result.exit_code, result.stderr) == (2, f"error: {message}\n"), result.output
     assert "Traceback" not in result.output
     assert not script.exists() and not out.exists()
@@ -1143,13 +1145,14 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
     import shutil
 
     from harness.ground.record import read_records
+    from harness.reports import prediction
     from harness.reports import scale_report as scale
 
     run = tmp_path / "sweep"  # a copy: the section writes its plots into the directory it is given
     shutil.copytree(RUNS / "scale_digits_cpu2_20261125-085608", run)
     records = read_records(records_file(run))
     (own_profiles / "h100-sxm-ndr400.json").write_text("{")
-    md = "\n".join(render.section(run, records, scale.table(records))[0])
+    md = "\n".join(prediction.section(run, records, scale.table(records))[0])
     assert "The hardware profile h100-sxm-ndr400 (" in md and "is not valid JSON" in md
     assert "## The model" in md and "Step time within ±10% of the measured mean step" in md
     assert f"published result {horovod[0]} left out" in md

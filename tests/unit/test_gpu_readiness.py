@@ -355,7 +355,7 @@ def test_deepspeed_fp16_at_zero_stage_0_is_refused_where_its_engine_never_scales
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
         SimpleNamespace(submodule_search_locations=[str(engine.parent.parent)]) if name == "deepspeed"
         else real_find_spec(name, *a)))
-    monkeypatch.setattr(ds, "_installed_version_info", lambda: {"version": "0.19.8"})
+    monkeypatch.setattr(ds, "installed_version_info", lambda: {"version": "0.19.8"})
     engine.write_text(unfixed)
     assert ds.fp16_zero0_scales_its_loss() is False
     refused = ds.DeepSpeedAdapter({"precision": "fp16"}, "cuda").knob_availability("cuda", 1)

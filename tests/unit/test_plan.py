@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import adapters
 from harness.cli import app
 from harness.model import planner as plan
-from harness.model import activations, shapes
+from harness.model import activations, hardware, shapes
 from harness.reports import plan_report
 
 P = 7e9
@@ -567,7 +567,8 @@ def test_the_cost_model_prices_any_size_within_the_bounds_without_raising():
             if params < least:
                 hidden = None
         gpu = rng.choice(gpus)
-        dtype = rng.choice([d for d in shapes.DTYPES if plan.cm.load_profile(plan.gpu_choices()[gpu]).peak_tflops.get(d)])
+        peaks = hardware.load_profile(plan.gpu_choices()[gpu]).peak_tflops
+        dtype = rng.choice([d for d in shapes.DTYPES if peaks.get(d)])
         nodes = max(1, round(math.exp(rng.uniform(0, math.log(plan.cm.PREDICT_TO[1] / 8)))))
         cluster = plan.cluster(gpu, nodes, None, dtype, rng.choice([None, draw("--nic-gbps", False)]),
                                draw("--nics-per-node"), rng.choice([None, draw("--gpu-memory-gib", False)]))
