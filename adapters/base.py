@@ -46,13 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from adapters.comm_primitives import Comm
 from harness.shared import options
 from harness.shared.comm_schedule import Schedule
 
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
     import torch
 
-    from adapters.rank_side import Comm
     from harness.shared.spec import RunSpec, Topology
 
 KnobError = options.OptionError

@@ -15,7 +15,8 @@ from pathlib import Path
 from adapters.base import Adapter, Availability, KnobError, LaunchPlan
 from adapters.launchers import torchrun, torchrun_nodes
 from adapters.probes import compile_availability, cuda_world_check, torch_build
-from adapters.rank_side import Comm, init_process_group_from_env
+from adapters.comm_primitives import Comm
+from adapters.rank_side import init_process_group_from_env
 from harness.shared.comm_schedule import Buckets
 
 

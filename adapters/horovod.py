@@ -29,7 +29,7 @@ from typing import Literal
 
 from adapters.base import Adapter, Availability, KnobError, LaunchPlan, RankInfo, interpreter, rank_command
 from adapters.probes import cuda_world_check
-from adapters.rank_side import Comm
+from adapters.comm_primitives import Comm
 from harness.shared import cache
 from harness.shared.comm_schedule import Fusion
 from harness.shared.step_parts import comm_range

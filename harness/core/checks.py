@@ -1,18 +1,16 @@
 """The checks every request passes before anything is launched or written: torch present, the device, the world
 size and the other bounds, this machine's cores, lists without gaps or repeats, percentages and durations; and the
-line that names a row that cannot run. The bounds every request is held to are here too.
+line that names a row that cannot run. The bounds every request is held to are here too. (A request is any of
+harness/core/requests.py's, which import their bounds from here: `req` is not annotated with them.)
 
 Runs in: the parent. A refused request raises BadInput: one line for the user, exit code 2, nothing written."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from harness.ground import provenance as envmod
 from harness.ground.errors import BadInput, first_sentence
-
-if TYPE_CHECKING:
-    from harness.core.requests import Request
 
 # ---- the bounds a request is held to ------------------------------------------------------------------------------
 
@@ -84,7 +82,7 @@ def require_torch() -> None:
                        "reinstall it with `make clean setup`, or remove what shadows it from PYTHONPATH")
 
 
-def check_common(req: Request, min_world: int = 1) -> None:
+def check_common(req: Any, min_world: int = 1) -> None:
     """Device, world size, timeout, threads and --out, each refused with one line naming the valid values."""
     require_torch()
     if req.device not in DEVICES:
@@ -104,7 +102,7 @@ def check_common(req: Request, min_world: int = 1) -> None:
         raise BadInput(f"threads must be at most {MAX_THREADS} (more than any machine's cores), got {req.threads}")
 
 
-def check_cores(req: Request, processes: int, fix: str | None = None) -> bool:
+def check_cores(req: Any, processes: int, fix: str | None = None) -> bool:
     """Whether `processes` CPU processes oversubscribe the usable cores; refused unless --oversubscribe. `fix`:
     what to say instead of "--world-size N or fewer" (`compare scale` has --world-sizes)."""
     if req.device != "cpu":
