@@ -1,27 +1,33 @@
 """The adapter contract: everything framework-specific, and nothing else.
 
 An adapter is one data-parallel backend (DataParallel, DDP under torchrun, DDP under mp.spawn, ...). The harness
-drives every adapter through this class alone and never branches on which one it is running:
+drives every adapter through this contract alone and never branches on which one it is running. Its roles are classes
+of their own, each read by the code that calls it, composed into the backend's one `ADAPTER` (`Adapter`):
 
-    parent process (harness/launching/launch.py)         every rank (harness/rank/)
-    ----------------------------------         --------------------------
-    Adapter.availability(device, world)        adapter.import_framework()
-    adapter.knob_availability(device, world)   info = adapter.setup(spec)
-    adapter.processes(world)
-    adapter.launch(spec_path, spec)            model, opt = adapter.wrap(model, opt)
-      -> LaunchPlan(argv, env, hold, nodes,   with adapter.autocast(): loss = ...
-                    leftovers)
-                                               adapter.backward(loss); adapter.step()
-                                               adapter.all_reduce_mean(metrics)
-                                               adapter.barrier(); adapter.teardown()
+    Launch: the parent                          Strategy: every rank (harness/rank/)
+    (harness/launching/, harness/core/rows.py)  ------------------------------------
+    ------------------------------------------  adapter.import_framework()
+    Adapter.availability(device, world)         info = adapter.setup(spec)
+    adapter.knob_availability(device, world)    model, opt = adapter.wrap(model, opt)
+    adapter.processes(world)                    with adapter.autocast(): loss = ...
+    adapter.launch(spec_path, spec)             adapter.backward(loss); adapter.step()
+      -> LaunchPlan(argv, env, hold, nodes,     adapter.all_reduce_mean(metrics)
+                    leftovers)                  adapter.barrier(); adapter.teardown()
+
+    Cost: the model, the planner, compare tune (harness/model/, harness/core/race.py)
+    --------------------------------------------------------------------------------
+    adapter.comm_schedule(); adapter.model_state_bytes(...); Adapter.plan_knobs(dtype); Adapter.TUNE
+
+What the adapters share beside the contract: adapters/launchers.py (launcher command lines), rank_side.py (joining
+the group from env://), probes.py (what availability asks of the machine), comm_primitives.py (`Comm`).
 
 Rules every adapter keeps (the class checks the mechanical ones when it is defined):
 - `launch` and `setup` are abstract: an adapter that forgets one cannot be instantiated.
 - `name`, `summary` and `launcher` are set; `Knobs` is a dataclass (options are checked by harness/shared/options.py:
   a `Literal[...]` field for choices, `X | None = None` for "the framework's own default, not passed to it",
   `__post_init__` for rules between fields).
-- A public method an adapter defines must be part of this contract (a typo in an override name is an error,
-  not a silently unused method); helpers are private (`_name`).
+- A public method a role's class defines must be part of that role, and one an adapter defines part of some role (a
+  typo in an override name is an error, not a silently unused method); helpers are private (`_name`).
 - `availability` (and `knob_availability`, for what one knob needs) never raises and never imports the framework
   at module import time; its reason says what is missing and how to get it.
 - Across hosts (`spec.topology` set: --hosts, --hostfile, --launcher slurm) `launch` uses the framework's own
@@ -191,50 +197,22 @@ class ModelFacts:
         return f"{shown} ({when} {self.checked_steps} checked)"
 
 
-class Adapter(ABC):
-    """Base class: subclasses set the class attributes, implement `launch` and `setup`, and override what their
-    framework changes. Instantiated in the parent (to validate knobs and build the launch) and in every rank."""
+_ROLES: tuple[type, ...] = ()
+"""Launch, Strategy and Cost, once defined (below): what the contract check of a subclass reads."""
 
-    name: ClassVar[str]
-    """Registry name, e.g. "ddp"."""
-    summary: ClassVar[str]
-    """One line for `compare list` and the records."""
-    launcher: ClassVar[str]
-    """How its ranks are started, e.g. "torchrun", "torch.multiprocessing.spawn", "in-process"."""
-    distribution: ClassVar[str | None] = None
-    """The installed distribution that is this framework ("deepspeed", "horovod"), whose version `compare env`
-    shows without importing it; None for torch's own backends."""
-    blog_label: ClassVar[tuple[int, str] | None] = None
-    """(place, name) of this backend in the seed blog's figure that the epoch chart reproduces (the "DataParallel vs
-    torch.distributed vs torch.multiprocessing vs apex vs horovod" comparison): report data only, never behaviour;
-    recorded in every run (`adapters.legend`), so a report never reads it from the live class."""
-    TUNE: ClassVar[dict[str, tuple]] = {}
-    """What `compare tune` searches: knob -> candidate values, each tried alone against the defaults. Only knobs that
-    change speed or memory, never the maths: a candidate's precision and wire compression are the defaults' (a
-    test holds every adapter to it). Empty: nothing to tune (the adapter is left out of a tune, saying so)."""
+
+class Role(ABC):
+    """What every role of an adapter shares: its knobs (a `Knobs` dataclass, checked by harness/shared/options.py),
+    the device kind, and what the knobs resolve to there (precision, wire compression). An adapter is one object
+    composed of three roles, each a class of its own that the code using it reads alone (Lightning Fabric keeps its
+    Strategy, Launcher and Precision apart in the same way): `Launch` (the parent's: can it run here, how many
+    processes, the command), `Strategy` (every rank's: set-up, wrap, step, the framework's collectives) and `Cost`
+    (the model's and the planner's: how it moves gradients, what it holds per device, what `compare tune` tries).
+    Instantiated in the parent (to validate knobs, build the launch, price it) and in every rank."""
 
     @dataclass
     class Knobs:
         """Framework options; subclasses replace this with their own dataclass."""
-
-    def __init_subclass__(cls, partial: bool = False, **kwargs):
-        """Check the contract when a subclass is defined. `partial=True`: a shared base, not an adapter."""
-        super().__init_subclass__(**kwargs)
-        contract = set(dir(Adapter))
-        for attr, value in vars(cls).items():
-            if attr.startswith("_") or not (inspect.isfunction(value) or isinstance(value, (classmethod,
-                                                                                            staticmethod))):
-                continue
-            if attr not in contract:
-                raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{attr} is not part of the Adapter contract "
-                                f"(adapters/base.py): a misspelt override, or a helper that should be private "
-                                f"(_{attr})")
-        if not dataclasses.is_dataclass(cls.Knobs):
-            raise TypeError(f"{cls.__qualname__}.Knobs must be a dataclass")
-        if not partial:
-            missing = [a for a in ("name", "summary", "launcher") if not isinstance(getattr(cls, a, None), str)]
-            if missing:
-                raise TypeError(f"{cls.__qualname__} must set {', '.join(missing)}")
 
     def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
         """Build the knobs from `knobs` (text or typed values; KnobError if refused) for `device` (cpu|cuda)."""
@@ -248,7 +226,46 @@ class Adapter(ABC):
         build during setup, so a user sees why the first launch is slow); without a terminal the parent prints it
         once."""
 
-    # ---- parent side -------------------------------------------------------------------------------------
+    def precision(self) -> Precision:
+        """The training step's precision with these knobs on this device (KnobError when the pair is refused:
+        the parent calls it before launching)."""
+        return Precision.FP32
+
+    def compression(self) -> str:
+        """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
+        return "none"
+
+    def __init_subclass__(cls, partial: bool = False, **kwargs):
+        """Check the contract when a subclass is defined: a role's class defines only its role's members (and the
+        knobs' shared ones), an adapter (all three roles composed) only members of some role, and names itself.
+        `partial=True`: a shared base, not an adapter."""
+        super().__init_subclass__(**kwargs)
+        roles = [r for r in _ROLES if issubclass(cls, r)]
+        if not roles:  # the roles themselves, defined in this module: they are the contract
+            return
+        contract = set(dir(Role)).union(*(vars(r) for r in roles))
+        role = "Adapter" if len(roles) == len(_ROLES) else " and ".join(r.__name__ for r in roles)
+        for attr, value in vars(cls).items():
+            if attr.startswith("_") or not (inspect.isfunction(value) or isinstance(value, (classmethod,
+                                                                                            staticmethod))):
+                continue
+            if attr not in contract:
+                raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{attr} is not part of the {role} contract "
+                                f"(adapters/base.py): a misspelt override, a helper that should be private "
+                                f"(_{attr}), or a member of another role")
+        if not dataclasses.is_dataclass(cls.Knobs):
+            raise TypeError(f"{cls.__qualname__}.Knobs must be a dataclass")
+        if issubclass(cls, Adapter) and not partial:
+            missing = [a for a in ("name", "summary", "launcher") if not isinstance(getattr(cls, a, None), str)]
+            if missing:
+                raise TypeError(f"{cls.__qualname__} must set {', '.join(missing)}")
+
+
+class Launch(Role):
+    """The parent's role (harness/launching/, harness/core/rows.py): whether the backend can run here (with these
+    knobs, across these hosts, on this model), how many processes a launch makes, the command that starts every
+    rank, and what the framework is known to do that a record or a report explains."""
+
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
         """Can this adapter run `world_size` ranks on `device` ("cpu" or "cuda") here? Never raises."""
@@ -271,24 +288,9 @@ class Adapter(ABC):
         which knob. The parent asks before launching, so such a row never starts only to fail."""
         return Availability(True)
 
-    def batch_norm(self) -> str | None:
-        """How this row computes BatchNorm statistics in training: None where over the global batch, as the single
-        process does (SyncBatchNorm), so that the equivalence check applies to a model whose BatchNorm is its only
-        batch dependence; otherwise per process, and this says how to make them global with this framework, in
-        words ("" where it cannot)."""
-        return ""
-
-    def missing_gradient(self) -> str | None:
-        """What this backend does with these knobs to a parameter that got no gradient in a step, where that
-        departs from a single process (torch's optimizers skip a parameter whose .grad is None: no momentum, no
-        weight decay moves it), in words, naming the framework's source that does it; None where the gradient is
-        left None. The report gives it for a row that failed the equivalence check on such parameters."""
-        return None
-
-    def failure_fix(self, error: str) -> str | None:
-        """The fix, in words, for a launch of this framework whose first error line is `error` (a message the
-        framework is known to print for a model or knob it cannot train as given); None when none is known."""
-        return None
+    def check_knobs(self, world_size: int) -> None:
+        """Refuse (KnobError) knobs that cannot work at this world size, e.g. a device mesh that does not divide
+        it: the parent calls it before launching, so such a row is one line and exit 2, not a failed launch."""
 
     def processes(self, world_size: int) -> int:
         """Training processes a launch of `world_size` creates (one per device unless overridden)."""
@@ -310,69 +312,31 @@ class Adapter(ABC):
         """Framework versions and build facts for `compare env` (may import the framework)."""
         return {}
 
-    def precision(self) -> Precision:
-        """The training step's precision with these knobs on this device (KnobError when the pair is refused:
-        the parent calls it before launching)."""
-        return Precision.FP32
+    def batch_norm(self) -> str | None:
+        """How this row computes BatchNorm statistics in training: None where over the global batch, as the single
+        process does (SyncBatchNorm), so that the equivalence check applies to a model whose BatchNorm is its only
+        batch dependence; otherwise per process, and this says how to make them global with this framework, in
+        words ("" where it cannot)."""
+        return ""
 
-    def check_knobs(self, world_size: int) -> None:
-        """Refuse (KnobError) knobs that cannot work at this world size, e.g. a device mesh that does not divide
-        it: the parent calls it before launching, so such a row is one line and exit 2, not a failed launch."""
-
-    def compression(self) -> str:
-        """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
-        return "none"
-
-    def comm_schedule(self) -> Schedule | None:
-        """How this framework moves gradients in one training step with these knobs (its defaults where a knob is
-        unset), for the scaling model (harness/model/costmodel.py); recorded in every row. None: no communication.
-        One of harness/shared/comm_schedule.py's kinds: Buckets (DDP-style), Fusion (Horovod-style), Zero
-        (DeepSpeed), Fsdp (FSDP2), Replicate (DataParallel)."""
+    def missing_gradient(self) -> str | None:
+        """What this backend does with these knobs to a parameter that got no gradient in a step, where that
+        departs from a single process (torch's optimizers skip a parameter whose .grad is None: no momentum, no
+        weight decay moves it), in words, naming the framework's source that does it; None where the gradient is
+        left None. The report gives it for a row that failed the equivalence check on such parameters."""
         return None
 
-    # ---- compare plan ----------------------------------------------------------------------------------
-    @classmethod
-    def plan_knobs(cls, dtype: str) -> list[dict[str, Any]] | str:
-        """`compare plan`: the knob sets of this framework worth pricing for training in `dtype` (fp32, bf16 or
-        fp16) on GPUs, one row each; or why it has no row at that dtype (a launcher variant of another row, a
-        single-process backend, a precision it does not train in), as a few words."""
-        return "declares no planned configuration"
+    def failure_fix(self, error: str) -> str | None:
+        """The fix, in words, for a launch of this framework whose first error line is `error` (a message the
+        framework is known to print for a model or knob it cannot train as given); None when none is known."""
+        return None
 
-    def gradient_bytes(self) -> float:
-        """Bytes per parameter of the gradients its collectives carry, before the schedule's wire_scale."""
-        return 4.0
 
-    def model_state_bytes(self, params: float, largest: dict[str, float], n: int, optimizer_bytes: float,
-                          trainable: float | None = None) -> float:
-        """Bytes per device of parameters, gradients and optimizer state with these knobs on n devices (what
-        DeepSpeed's memory estimators count; activations are not). `optimizer_bytes`: optimizer state per parameter
-        in fp32 (AdamW 8, SGD with momentum 4); `largest`: {"module": parameters of the largest module,
-        "unit": of the largest shard unit}; `trainable`: the parameters that train (None: all of them): a frozen
-        parameter (a LoRA fine-tune's base weights) is held at its storage, with no gradient and no optimizer
-        state. Default: every rank holds fp32 parameters, gradients and the optimizer state, as autocast leaves
-        them."""
-        t = params if trainable is None else trainable
-        return params * 4 + t * (4 + optimizer_bytes)
+class Strategy(Role):
+    """Every rank's role (harness/rank/): import the framework, join the group, wrap the model and optimizer, run the
+    step (autocast, backward, optimizer step), reduce the metrics, give the framework's collectives to `compare comm`,
+    say what it holds (dtypes) and describe itself for the records."""
 
-    def model_state_rule(self, optimizer_bytes: float, frozen: bool = False) -> str:
-        """`model_state_bytes` as a formula in P (parameters), N (devices), L (parameters of the largest module) and
-        U (of the largest shard unit), and T (the trainable parameters) where some are `frozen`, with what it counts
-        and where it departs from DeepSpeed's estimators: the plan's footer."""
-        if frozen:
-            return (f"4P + {4 + optimizer_bytes:g}T (fp32 parameters on every GPU; gradients and optimizer state of "
-                    f"the trainable ones)")
-        return f"{4 + 4 + optimizer_bytes:g}P (fp32 parameters, gradients and optimizer state on every GPU)"
-
-    def memory_buffers(self, tensors: list[float], largest: dict[str, float], n: int,
-                       trainable: float | None = None) -> list[tuple[str, float, str]]:
-        """What the framework itself allocates per device beyond the model states and the activations, as
-        (name, bytes, how it is counted): its buckets, prefetch and staging buffers at its defaults for these knobs.
-        `tensors`: parameters per tensor (a threshold on tensor sizes, as ZeRO-3's persistence, reads them);
-        `largest` and `trainable` as in `model_state_bytes`. The plan gives each its own footer line and adds them
-        to what must fit. Default: none."""
-        return []
-
-    # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
         """Import the framework's modules (timed as the launch's import phase, apart from its set-up)."""
 
@@ -486,6 +450,98 @@ class Adapter(ABC):
             module.forward = torch.compile(module.forward)
 
 
+class Cost(Role):
+    """The performance model's and the planner's role (harness/model/), and `compare tune`'s: how the framework moves
+    gradients in a step (its comm schedule), what it holds per device, and which knob sets are worth pricing or
+    trying. Read in the parent only; nothing here runs a framework."""
+
+    TUNE: ClassVar[dict[str, tuple]] = {}
+    """What `compare tune` searches: knob -> candidate values, each tried alone against the defaults. Only knobs that
+    change speed or memory, never the maths: a candidate's precision and wire compression are the defaults' (a
+    test holds every adapter to it). Empty: nothing to tune (the adapter is left out of a tune, saying so)."""
+
+    def comm_schedule(self) -> Schedule | None:
+        """How this framework moves gradients in one training step with these knobs (its defaults where a knob is
+        unset), for the scaling model (harness/model/costmodel.py); recorded in every row. None: no communication.
+        One of harness/shared/comm_schedule.py's kinds: Buckets (DDP-style), Fusion (Horovod-style), Zero
+        (DeepSpeed), Fsdp (FSDP2), Replicate (DataParallel)."""
+        return None
+
+    @classmethod
+    def plan_knobs(cls, dtype: str) -> list[dict[str, Any]] | str:
+        """`compare plan`: the knob sets of this framework worth pricing for training in `dtype` (fp32, bf16 or
+        fp16) on GPUs, one row each; or why it has no row at that dtype (a launcher variant of another row, a
+        single-process backend, a precision it does not train in), as a few words."""
+        return "declares no planned configuration"
+
+    def gradient_bytes(self) -> float:
+        """Bytes per parameter of the gradients its collectives carry, before the schedule's wire_scale."""
+        return 4.0
+
+    def model_state_bytes(self, params: float, largest: dict[str, float], n: int, optimizer_bytes: float,
+                          trainable: float | None = None) -> float:
+        """Bytes per device of parameters, gradients and optimizer state with these knobs on n devices (what
+        DeepSpeed's memory estimators count; activations are not). `optimizer_bytes`: optimizer state per parameter
+        in fp32 (AdamW 8, SGD with momentum 4); `largest`: {"module": parameters of the largest module,
+        "unit": of the largest shard unit}; `trainable`: the parameters that train (None: all of them): a frozen
+        parameter (a LoRA fine-tune's base weights) is held at its storage, with no gradient and no optimizer
+        state. Default: every rank holds fp32 parameters, gradients and the optimizer state, as autocast leaves
+        them."""
+        t = params if trainable is None else trainable
+        return params * 4 + t * (4 + optimizer_bytes)
+
+    def model_state_rule(self, optimizer_bytes: float, frozen: bool = False) -> str:
+        """`model_state_bytes` as a formula in P (parameters), N (devices), L (parameters of the largest module) and
+        U (of the largest shard unit), and T (the trainable parameters) where some are `frozen`, with what it counts
+        and where it departs from DeepSpeed's estimators: the plan's footer."""
+        if frozen:
+            return (f"4P + {4 + optimizer_bytes:g}T (fp32 parameters on every GPU; gradients and optimizer state of "
+                    f"the trainable ones)")
+        return f"{4 + 4 + optimizer_bytes:g}P (fp32 parameters, gradients and optimizer state on every GPU)"
+
+    def memory_buffers(self, tensors: list[float], largest: dict[str, float], n: int,
+                       trainable: float | None = None) -> list[tuple[str, float, str]]:
+        """What the framework itself allocates per device beyond the model states and the activations, as
+        (name, bytes, how it is counted): its buckets, prefetch and staging buffers at its defaults for these knobs.
+        `tensors`: parameters per tensor (a threshold on tensor sizes, as ZeRO-3's persistence, reads them);
+        `largest` and `trainable` as in `model_state_bytes`. The plan gives each its own footer line and adds them
+        to what must fit. Default: none."""
+        return []
+
+
+class Adapter(Launch, Strategy, Cost):
+    """One backend: its name and how reports show it, and its three roles composed. A backend's module defines a
+    class for each role it changes (`DDPLaunch(Launch)`, `DDPStrategy(Strategy)`, `DDPCost(Cost)`) and composes
+    them, with its `Knobs`, into the one class it exports as `ADAPTER`:
+
+        class DDPAdapter(DDPLaunch, DDPStrategy, DDPCost, Adapter):
+            name, summary, launcher = "ddp", "DistributedDataParallel ...", "torchrun"
+
+    A variant composes its own roles over the backend it varies (`AmpAdapter(AmpStrategy, AmpCost, DDPAdapter)`).
+    One class may also hold every role itself (a backend of a few lines)."""
+
+    name: ClassVar[str]
+    """Registry name, e.g. "ddp"."""
+
+    summary: ClassVar[str]
+    """One line for `compare list` and the records."""
+
+    launcher: ClassVar[str]
+    """How its ranks are started, e.g. "torchrun", "torch.multiprocessing.spawn", "in-process"."""
+
+    distribution: ClassVar[str | None] = None
+    """The installed distribution that is this framework ("deepspeed", "horovod"), whose version `compare env`
+    shows without importing it; None for torch's own backends."""
+
+    blog_label: ClassVar[tuple[int, str] | None] = None
+    """(place, name) of this backend in the seed blog's figure that the epoch chart reproduces (the "DataParallel vs
+    torch.distributed vs torch.multiprocessing vs apex vs horovod" comparison): report data only, never behaviour;
+    recorded in every run (`adapters.legend`), so a report never reads it from the live class."""
+
+
+_ROLES = (Launch, Strategy, Cost)
+
+
 # ---- helpers shared by adapters ----------------------------------------------------------------------------
 
 _INTERPRETER: ContextVar[str | None] = ContextVar("interpreter", default=None)
@@ -535,9 +591,9 @@ def optimizer_state(optimizer) -> list:
             if hasattr(v, "dtype") and getattr(v, "dim", lambda: 0)() > 0]
 
 
-class SingleProcess(Adapter, partial=True):
-    """One process started directly (no launcher, no process group): the reference run, and DataParallel,
-    which drives every device from that one process."""
+class SingleProcessLaunch(Launch):
+    """One process started directly (no launcher, no process group): the reference run, and DataParallel, which
+    drives every device from that one process."""
 
     def processes(self, world_size: int) -> int:
         return 1
@@ -547,6 +603,10 @@ class SingleProcess(Adapter, partial=True):
 
     def launch(self, spec_path: Path, spec: RunSpec) -> LaunchPlan:
         return LaunchPlan(rank_command(spec_path))
+
+
+class SingleProcessStrategy(Strategy):
+    """The one process's rank: rank 0 of a world of 1, on the first device (or every device it drives)."""
 
     def setup(self, spec: RunSpec) -> RankInfo:
         device = "cuda:0" if spec.device == "cuda" else "cpu"

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from adapters.base import Adapter, Availability, KnobError, LaunchPlan, Precision, RankInfo, interpreter, rank_command
+from adapters.base import (Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy,
+                           interpreter, rank_command)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm
@@ -52,46 +53,8 @@ RANK_SCRIPT = Path(__file__).resolve().parent.parent / "harness" / "rank" / "as_
 _JIT_OPS_AT_INIT = ("deepspeed_shm_comm",)
 
 
-class DeepSpeedAdapter(Adapter):
-    name = "deepspeed"
-    summary = "DeepSpeed engine (ZeRO 0-3), launched by the deepspeed launcher"
-    launcher = "deepspeed"
-    distribution = "deepspeed"
-
-    # ZeRO stages 1 and 2 partition optimizer state (and gradients) at the cost of an all-gather of the updated
-    # parameters: less memory, more traffic, the same maths in fp32. The reduce bucket (DeepSpeed's default 5e8
-    # elements, larger than most models here) sets how gradients are grouped into collectives.
-    TUNE = {"zero_stage": (1, 2), "reduce_bucket_elems": (1_000_000, 50_000_000), "compile": (True,)}
-
-    @dataclass
-    class Knobs:
-        zero_stage: Literal[0, 1, 2, 3] = 0
-        """ZeRO stage: 0 plain data parallel, 1 partition optimizer state, 2 + gradients, 3 + parameters."""
-        precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-        """DeepSpeed casts the model to this dtype and keeps fp32 master weights (fp16 adds dynamic loss
-        scaling; DeepSpeed's CPU accelerator refuses it without oneDNN fp16)."""
-        offload_optimizer: bool = False
-        """ZeRO-Offload: keep optimizer state and its step on the CPU (needs zero_stage >= 1)."""
-        reduce_bucket_elems: int | None = None
-        """Gradient reduction bucket size in elements (ds config reduce_bucket_size), the counterpart of ddp's
-        bucket_cap_mb (unset: DeepSpeed's default, 5e8)."""
-        compile: bool = False
-        """torch.compile the engine's module with DeepSpeed's own `engine.compile()` (its accelerator's backend:
-        inductor): compiled in the warm-up, its time reported apart."""
-
-        def __post_init__(self):
-            if self.offload_optimizer and self.zero_stage == 0:
-                raise KnobError("knob 'offload_optimizer' needs zero_stage 1, 2 or 3 (ZeRO-Offload partitions the "
-                                "optimizer); got zero_stage 0")
-            if self.reduce_bucket_elems is not None and self.reduce_bucket_elems < 1:
-                raise KnobError(f"knob 'reduce_bucket_elems' must be positive; got {self.reduce_bucket_elems}")
-
-    def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
-        super().__init__(knobs, device)
-        self.engine = None
-        self.timings_s: dict[str, float] = {}
-        self.jit_built: list[str] = []
-        self.stale_locks_removed: list[str] = []
+class DeepSpeedLaunch(Launch):
+    """DeepSpeed: the parent's role (adapters/base.py: Launch)."""
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
@@ -118,13 +81,6 @@ class DeepSpeedAdapter(Adapter):
                 return Availability(False, "this torch build has no gloo backend (DeepSpeed's CPU fallback)",
                                     "install torch from PyPI")
         return cuda_world_check(device, world_size)
-
-    def precision(self) -> Precision:
-        p = self.knobs.precision
-        if p == "fp16" and self.device_kind == "cpu" and not cpu_fp16_supported():
-            raise KnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
-                            "(no oneDNN fp16 support); use bf16 or fp32")
-        return Precision(p)
 
     def knob_availability(self, device: str, world_size: int) -> Availability:
         k = self.knobs
@@ -223,6 +179,27 @@ class DeepSpeedAdapter(Adapter):
         finally:
             if quiet:
                 os.environ.pop("DS_ACCELERATOR", None)
+
+    def missing_gradient(self):
+        # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").
+        moves = ("so the optimizer steps it: momentum and weight decay keep moving it where a single process leaves "
+                 "it alone")
+        stage = self.knobs.zero_stage
+        if stage == 0:
+            return (f"DeepSpeed's engine gives a parameter without a gradient a zero one before the all-reduce "
+                    f"(runtime/engine.py, _get_gradients_for_reduction: \"we must create empty grads\"), {moves}")
+        if stage in (1, 2):
+            return (f"ZeRO-{stage} flattens each parameter group into one fp32 partition whose gradient holds zeros for "
+                    f"a parameter without one (runtime/zero/stage_1_and_2.py, get_all_grad_tensors), {moves}")
+        return ("ZeRO-3 steps a parameter without a gradient with the last gradient it got: its gradient partition "
+                "(runtime/zero/stage3.py, __param_id_to_grad_partition) is written only when the parameter's gradient "
+                "is reduced and is not cleared between steps, and independent_gradient_partition_epilogue hands every "
+                "parameter's partition to the optimizer, so a stale gradient is applied again, with or without "
+                "momentum (a DeepSpeed bug: the reproduction is in docs/your-model.md)")
+
+
+class DeepSpeedStrategy(Strategy):
+    """DeepSpeed: every rank's role (adapters/base.py: Strategy)."""
 
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
@@ -329,23 +306,6 @@ class DeepSpeedAdapter(Adapter):
         self.client_optimizer = type(optimizer).__name__
         return super().wrap(engine, ds_optimizer)
 
-    def missing_gradient(self):
-        # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").
-        moves = ("so the optimizer steps it: momentum and weight decay keep moving it where a single process leaves "
-                 "it alone")
-        stage = self.knobs.zero_stage
-        if stage == 0:
-            return (f"DeepSpeed's engine gives a parameter without a gradient a zero one before the all-reduce "
-                    f"(runtime/engine.py, _get_gradients_for_reduction: \"we must create empty grads\"), {moves}")
-        if stage in (1, 2):
-            return (f"ZeRO-{stage} flattens each parameter group into one fp32 partition whose gradient holds zeros for "
-                    f"a parameter without one (runtime/zero/stage_1_and_2.py, get_all_grad_tensors), {moves}")
-        return ("ZeRO-3 steps a parameter without a gradient with the last gradient it got: its gradient partition "
-                "(runtime/zero/stage3.py, __param_id_to_grad_partition) is written only when the parameter's gradient "
-                "is reduced and is not cleared between steps, and independent_gradient_partition_epilogue hands every "
-                "parameter's partition to the optimizer, so a stale gradient is applied again, with or without "
-                "momentum (a DeepSpeed bug: the reproduction is in docs/your-model.md)")
-
     def cast_input(self, x):
         # DeepSpeed casts the whole model to bf16/fp16, so float inputs must match (integer token ids stay).
         dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(self.knobs.precision)
@@ -419,6 +379,72 @@ class DeepSpeedAdapter(Adapter):
         import deepspeed.comm as ds_dist
 
         ds_dist.barrier()
+
+    def comm(self):
+        from adapters.ddp import TorchComm
+
+        class DeepSpeedComm(TorchComm):
+            """deepspeed.comm mirrors torch.distributed's API (through its own wrapper, which is what is timed)."""
+
+            def __init__(self):
+                import deepspeed.comm as ds_dist
+
+                self.dist = ds_dist
+
+            def all_reduce_coalesced(self, ts):
+                self.dist.all_reduce_coalesced(ts)
+
+        return DeepSpeedComm()
+
+    def teardown(self):
+        import torch.distributed as dist
+
+        if self.engine is not None:
+            self.engine.destroy()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def skipped_steps(self):
+        # DeepSpeed counts the steps its fp16 loss scaler skipped; bf16 and fp32 have no scaler.
+        if self.engine is None or not self.engine.fp16_enabled():
+            return None
+        return int(self.engine.skipped_steps)
+
+    def describe(self) -> dict[str, Any]:
+        import deepspeed
+        import torch
+        from deepspeed.accelerator import get_accelerator
+
+        d: dict[str, Any] = {
+            "framework": f"deepspeed {deepspeed.__version__}", "torch": torch.__version__,
+            "accelerator": get_accelerator()._name, "backend": self.info.backend if self.info else None,
+            "zero_stage": self.knobs.zero_stage, "precision": self.precision().value,
+            "offload_optimizer": self.knobs.offload_optimizer, "knobs": super().describe()["knobs"],
+            "setup_timings_s": dict(self.timings_s),
+            "jit_ops_built_this_run": self.jit_built, "jit_cache_dir": str(jit_cache_dir()),
+            "stale_jit_locks_removed": self.stale_locks_removed,
+        }
+        if self.engine is not None:
+            e = self.engine
+            d.update({"ds_config": self.config, "client_optimizer": self.client_optimizer,
+                      "engine_optimizer": type(e.optimizer).__name__,
+                      "resolved": {"zero_stage": e.zero_optimization_stage(), "train_batch_size": e.train_batch_size(),
+                                   "micro_batch_per_rank": e.train_micro_batch_size_per_gpu(),
+                                   "gradient_accumulation_steps": e.gradient_accumulation_steps(),
+                                   "bf16": e.bfloat16_enabled(), "fp16": e.fp16_enabled(),
+                                   "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
+                                   "reduce_bucket_size": e.zero_reduce_bucket_size(),
+                                   "overlap_comm": e.zero_overlap_comm()}})
+        return d
+
+
+class DeepSpeedCost(Cost):
+    """DeepSpeed: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
+
+    # ZeRO stages 1 and 2 partition optimizer state (and gradients) at the cost of an all-gather of the updated
+    # parameters: less memory, more traffic, the same maths in fp32. The reduce bucket (DeepSpeed's default 5e8
+    # elements, larger than most models here) sets how gradients are grouped into collectives.
+    TUNE = {"zero_stage": (1, 2), "reduce_bucket_elems": (1_000_000, 50_000_000), "compile": (True,)}
 
     @classmethod
     def plan_knobs(cls, dtype):
@@ -533,62 +559,49 @@ class DeepSpeedAdapter(Adapter):
                     grad_reduce="reduce_scatter" if k.zero_stage == 3 else "all_reduce", reuse_elems=1_000_000_000,
                     bucket_elems=500_000_000 if k.reduce_bucket_elems is None else k.reduce_bucket_elems)
 
-    def comm(self):
-        from adapters.ddp import TorchComm
 
-        class DeepSpeedComm(TorchComm):
-            """deepspeed.comm mirrors torch.distributed's API (through its own wrapper, which is what is timed)."""
+class DeepSpeedAdapter(DeepSpeedLaunch, DeepSpeedStrategy, DeepSpeedCost, Adapter):
+    name = "deepspeed"
+    summary = "DeepSpeed engine (ZeRO 0-3), launched by the deepspeed launcher"
+    launcher = "deepspeed"
+    distribution = "deepspeed"
 
-            def __init__(self):
-                import deepspeed.comm as ds_dist
+    @dataclass
+    class Knobs:
+        zero_stage: Literal[0, 1, 2, 3] = 0
+        """ZeRO stage: 0 plain data parallel, 1 partition optimizer state, 2 + gradients, 3 + parameters."""
+        precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+        """DeepSpeed casts the model to this dtype and keeps fp32 master weights (fp16 adds dynamic loss
+        scaling; DeepSpeed's CPU accelerator refuses it without oneDNN fp16)."""
+        offload_optimizer: bool = False
+        """ZeRO-Offload: keep optimizer state and its step on the CPU (needs zero_stage >= 1)."""
+        reduce_bucket_elems: int | None = None
+        """Gradient reduction bucket size in elements (ds config reduce_bucket_size), the counterpart of ddp's
+        bucket_cap_mb (unset: DeepSpeed's default, 5e8)."""
+        compile: bool = False
+        """torch.compile the engine's module with DeepSpeed's own `engine.compile()` (its accelerator's backend:
+        inductor): compiled in the warm-up, its time reported apart."""
 
-                self.dist = ds_dist
+        def __post_init__(self):
+            if self.offload_optimizer and self.zero_stage == 0:
+                raise KnobError("knob 'offload_optimizer' needs zero_stage 1, 2 or 3 (ZeRO-Offload partitions the "
+                                "optimizer); got zero_stage 0")
+            if self.reduce_bucket_elems is not None and self.reduce_bucket_elems < 1:
+                raise KnobError(f"knob 'reduce_bucket_elems' must be positive; got {self.reduce_bucket_elems}")
 
-            def all_reduce_coalesced(self, ts):
-                self.dist.all_reduce_coalesced(ts)
+    def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
+        super().__init__(knobs, device)
+        self.engine = None
+        self.timings_s: dict[str, float] = {}
+        self.jit_built: list[str] = []
+        self.stale_locks_removed: list[str] = []
 
-        return DeepSpeedComm()
-
-    def teardown(self):
-        import torch.distributed as dist
-
-        if self.engine is not None:
-            self.engine.destroy()
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-    def skipped_steps(self):
-        # DeepSpeed counts the steps its fp16 loss scaler skipped; bf16 and fp32 have no scaler.
-        if self.engine is None or not self.engine.fp16_enabled():
-            return None
-        return int(self.engine.skipped_steps)
-
-    def describe(self) -> dict[str, Any]:
-        import deepspeed
-        import torch
-        from deepspeed.accelerator import get_accelerator
-
-        d: dict[str, Any] = {
-            "framework": f"deepspeed {deepspeed.__version__}", "torch": torch.__version__,
-            "accelerator": get_accelerator()._name, "backend": self.info.backend if self.info else None,
-            "zero_stage": self.knobs.zero_stage, "precision": self.precision().value,
-            "offload_optimizer": self.knobs.offload_optimizer, "knobs": super().describe()["knobs"],
-            "setup_timings_s": dict(self.timings_s),
-            "jit_ops_built_this_run": self.jit_built, "jit_cache_dir": str(jit_cache_dir()),
-            "stale_jit_locks_removed": self.stale_locks_removed,
-        }
-        if self.engine is not None:
-            e = self.engine
-            d.update({"ds_config": self.config, "client_optimizer": self.client_optimizer,
-                      "engine_optimizer": type(e.optimizer).__name__,
-                      "resolved": {"zero_stage": e.zero_optimization_stage(), "train_batch_size": e.train_batch_size(),
-                                   "micro_batch_per_rank": e.train_micro_batch_size_per_gpu(),
-                                   "gradient_accumulation_steps": e.gradient_accumulation_steps(),
-                                   "bf16": e.bfloat16_enabled(), "fp16": e.fp16_enabled(),
-                                   "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
-                                   "reduce_bucket_size": e.zero_reduce_bucket_size(),
-                                   "overlap_comm": e.zero_overlap_comm()}})
-        return d
+    def precision(self) -> Precision:
+        p = self.knobs.precision
+        if p == "fp16" and self.device_kind == "cpu" and not cpu_fp16_supported():
+            raise KnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
+                            "(no oneDNN fp16 support); use bf16 or fp32")
+        return Precision(p)
 
 
 ADAPTER = DeepSpeedAdapter

@@ -18,18 +18,11 @@ from pathlib import Path
 
 from adapters.base import LaunchPlan, python_module
 from adapters.launchers import AGENT_STORE_ENV, on_node, srun
-from adapters.ddp import DDPAdapter
+from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch
 
 
-class SpawnAdapter(DDPAdapter):
-    name = "spawn"
-    summary = "DistributedDataParallel, ranks started by torch.multiprocessing.spawn"
-    launcher = "torch.multiprocessing.spawn"
-    blog_label = (2, "torch.multiprocessing")
-
-    @classmethod
-    def plan_knobs(cls, dtype):
-        return "ddp started another way, priced as ddp"
+class SpawnLaunch(DDPLaunch):
+    """Spawn: the parent's role (adapters/base.py: Launch)."""
 
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
         topo = spec.topology
@@ -39,6 +32,21 @@ class SpawnAdapter(DDPAdapter):
             return LaunchPlan(srun(topo, per_node=1) + python_module("adapters.spawn", str(spec_path)))
         return LaunchPlan.per_node([on_node(node, python_module("adapters.spawn", str(spec_path), "--node-rank", str(r)))
                                     for r, node in enumerate(topo.nodes)])
+
+
+class SpawnCost(DDPCost):
+    """Spawn: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
+
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return "ddp started another way, priced as ddp"
+
+
+class SpawnAdapter(SpawnLaunch, SpawnCost, DDPAdapter):
+    name = "spawn"
+    summary = "DistributedDataParallel, ranks started by torch.multiprocessing.spawn"
+    launcher = "torch.multiprocessing.spawn"
+    blog_label = (2, "torch.multiprocessing")
 
 
 def _rank_entry(local_rank: int, first_rank: int, local_world: int, world_size: int, addr: str, port: int,

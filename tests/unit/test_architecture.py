@@ -14,7 +14,7 @@ import pytest
 
 import adapters
 import workloads
-from adapters.base import Adapter, LaunchPlan
+from adapters.base import Adapter, Cost, Launch, LaunchPlan, Role, Strategy
 from workloads.base import Workload
 
 from conftest import REPO, RUNS, records_text
@@ -241,6 +241,24 @@ def test_a_misspelt_override_is_an_error_when_the_adapter_is_defined():
                 pass
 
 
+def test_a_role_holds_only_its_own_members_and_an_adapter_composes_them():
+    """The adapter by role: a backend's Strategy class that defines a Cost member is an error when it is defined,
+    and every built-in adapter is its roles composed (each of its methods found on the role that declares it)."""
+    with pytest.raises(TypeError, match=r"\.plan_knobs is not part of the Strategy contract"):
+        class Muddled(Strategy):  # noqa: F841
+            @classmethod
+            def plan_knobs(cls, dtype):
+                return "none"
+
+    roles = {r: {n for n in vars(r) if not n.startswith("_")} for r in (Launch, Strategy, Cost)}
+    for name in [*adapters.names(), "reference"]:
+        cls = adapters.get(name)
+        assert issubclass(cls, Adapter) and all(issubclass(cls, r) for r in roles), name
+        own = {n for k in cls.__mro__ if k.__module__ == cls.__module__ and issubclass(k, Adapter)
+               for n, v in vars(k).items() if callable(v) and not n.startswith("_")}
+        assert not own - set(dir(Role)), (name, "role members defined on the composed class", own - set(dir(Role)))
+
+
 def test_an_adapter_without_launch_or_setup_cannot_be_instantiated():
     class NoSetup(Adapter):
         name, summary, launcher = "nosetup", "x", "x"
@@ -280,7 +298,7 @@ def test_a_workload_must_set_its_hyperparameters_and_implement_model_and_data():
         NoData()
 
 
-@pytest.mark.parametrize("base", [Adapter, Workload])
+@pytest.mark.parametrize("base", [Role, Launch, Strategy, Cost, Workload])
 def test_every_contract_method_is_documented(base):
     undocumented = [n for n, f in vars(base).items() if callable(getattr(base, n)) and not n.startswith("_")
                     and inspect.isfunction(inspect.unwrap(getattr(f, "__func__", f))) and not inspect.getdoc(f)]
