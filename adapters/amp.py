@@ -11,39 +11,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from adapters.base import KnobError, Precision
-from adapters.ddp import DDPAdapter
+from adapters.ddp import DDPAdapter, DDPCost, DDPStrategy
 
 
-class AmpAdapter(DDPAdapter):
-    name = "amp"
-    summary = "DistributedDataParallel + torch.amp autocast (bf16 on CPU; fp16+GradScaler or bf16 on CUDA)"
-    launcher = "torchrun"
-    blog_label = None  # not in the seed figure
-
-    @dataclass
-    class Knobs(DDPAdapter.Knobs):
-        precision: Literal["auto", "bf16", "fp16"] = "auto"
-        """autocast dtype (auto: bf16 on CPU, fp16 on CUDA)."""
-        init_scale: float | None = None
-        """GradScaler's initial loss scale (fp16 only; unset: GradScaler's default, 2**16)."""
-
-        def __post_init__(self):
-            super().__post_init__()
-            if self.init_scale is not None and not self.init_scale > 0:
-                raise KnobError(f"knob 'init_scale' must be a positive loss scale (GradScaler's default: 65536); "
-                                f"got {self.init_scale:g}")
-
-    @classmethod
-    def plan_knobs(cls, dtype):
-        return [{"precision": dtype}] if dtype in ("bf16", "fp16") else "mixed precision only; ddp is its fp32 row"
-
-    def precision(self) -> Precision:
-        p = self.knobs.precision
-        if p == "auto":
-            return Precision.FP16 if self.device_kind == "cuda" else Precision.BF16
-        if p == "fp16" and self.device_kind == "cpu":
-            raise KnobError("knob 'precision' fp16 needs CUDA here; use bf16 on CPU")
-        return Precision(p)
+class AmpStrategy(DDPStrategy):
+    """Amp: every rank's role (adapters/base.py: Strategy)."""
 
     def setup(self, spec):
         import torch
@@ -90,6 +62,42 @@ class AmpAdapter(DDPAdapter):
         if self.scaler is not None:
             d["grad_scaler_final_scale"] = float(self.scaler.get_scale())
         return d
+
+
+class AmpCost(DDPCost):
+    """Amp: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
+
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return [{"precision": dtype}] if dtype in ("bf16", "fp16") else "mixed precision only; ddp is its fp32 row"
+
+
+class AmpAdapter(AmpStrategy, AmpCost, DDPAdapter):
+    name = "amp"
+    summary = "DistributedDataParallel + torch.amp autocast (bf16 on CPU; fp16+GradScaler or bf16 on CUDA)"
+    launcher = "torchrun"
+    blog_label = None  # not in the seed figure
+
+    @dataclass
+    class Knobs(DDPAdapter.Knobs):
+        precision: Literal["auto", "bf16", "fp16"] = "auto"
+        """autocast dtype (auto: bf16 on CPU, fp16 on CUDA)."""
+        init_scale: float | None = None
+        """GradScaler's initial loss scale (fp16 only; unset: GradScaler's default, 2**16)."""
+
+        def __post_init__(self):
+            super().__post_init__()
+            if self.init_scale is not None and not self.init_scale > 0:
+                raise KnobError(f"knob 'init_scale' must be a positive loss scale (GradScaler's default: 65536); "
+                                f"got {self.init_scale:g}")
+
+    def precision(self) -> Precision:
+        p = self.knobs.precision
+        if p == "auto":
+            return Precision.FP16 if self.device_kind == "cuda" else Precision.BF16
+        if p == "fp16" and self.device_kind == "cpu":
+            raise KnobError("knob 'precision' fp16 needs CUDA here; use bf16 on CPU")
+        return Precision(p)
 
 
 ADAPTER = AmpAdapter

@@ -37,8 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from adapters.base import Adapter, Availability, KnobError, Precision, cuda_world_check
-from adapters.ddp import DDPAdapter
+from adapters.base import Adapter, Availability, KnobError, Precision
+from adapters.probes import cuda_world_check
+from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Buckets
 
 LAST_TAG = "25.05"
@@ -160,49 +161,8 @@ def _cuda_problem(device: str, world_size: int) -> tuple[str, str] | None:
     return None if gpus else (gpus.reason, gpus.fix)
 
 
-class ApexAdapter(DDPAdapter):
-    name = "apex"
-    summary = "NVIDIA apex: amp.initialize (O0-O3) + apex.parallel.DistributedDataParallel, launched by torchrun"
-    launcher = "torchrun"
-    blog_label = (3, "apex")
-
-    @classmethod
-    def plan_knobs(cls, dtype):
-        return "superseded by torch.amp; priced as amp, the same bucketed all-reduce"
-
-    # apex's DDP packs gradients into messages of message_size elements (default 1e7) and all-reduces each as it
-    # fills during backward; delay_allreduce waits for the whole backward instead (no overlap, fewer calls).
-    TUNE = {"message_size": (1_000_000, 100_000_000), "delay_allreduce": (True,)}
-
-    @dataclass
-    class Knobs:
-        opt_level: Annotated[Literal["O0", "O1", "O2", "O3"], "the letter O"] = "O1"
-        """apex amp optimisation level (letter O): O0 fp32, O1 fp16 casts around torch functions (the blog's),
-        O2 fp16 model with fp32 master weights, O3 pure fp16."""
-        loss_scale: str = "auto"
-        """auto (the opt level's default: dynamic for O1/O2, 1.0 for O0/O3), dynamic, or a fixed number."""
-        keep_batchnorm_fp32: bool | None = None
-        """Keep batchnorm in fp32 (O2/O3 only; unset: the opt level's default)."""
-        delay_allreduce: bool | None = None
-        """apex DDP: all-reduce every gradient after backward instead of overlapping buckets with it (unset:
-        apex's default, off)."""
-        message_size: int | None = None
-        """apex DDP: minimum number of elements in a communication bucket (unset: apex's default, 1e7)."""
-
-        def __post_init__(self):
-            if self.loss_scale not in ("auto", "dynamic"):
-                try:
-                    ok = float(self.loss_scale) > 0
-                except ValueError:
-                    ok = False
-                if not ok:
-                    raise KnobError(f"knob 'loss_scale' must be auto, dynamic or a positive number; "
-                                    f"got '{self.loss_scale}'")
-            if self.keep_batchnorm_fp32 is not None and self.opt_level in ("O0", "O1"):
-                raise KnobError(f"knob 'keep_batchnorm_fp32' applies to opt_level O2 and O3 only (O0 is all fp32; "
-                                f"apex refuses it with O1, which runs batchnorm in fp32 itself); got {self.opt_level}")
-            if self.message_size is not None and self.message_size < 1:
-                raise KnobError(f"knob 'message_size' must be a positive number of elements; got {self.message_size}")
+class ApexLaunch(DDPLaunch):
+    """Apex: the parent's role (adapters/base.py: Launch)."""
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
@@ -217,8 +177,13 @@ class ApexAdapter(DDPAdapter):
             return Availability(True)
         return Availability(False, "; also, ".join(r for r, _ in problems), "; then ".join(f for _, f in problems))
 
-    def precision(self) -> Precision:
-        return Precision.FP32 if self.knobs.opt_level == "O0" else Precision.FP16
+    @classmethod
+    def environment(cls) -> dict[str, Any]:
+        return {"apex": asdict(probe_install())}
+
+
+class ApexStrategy(DDPStrategy):
+    """Apex: every rank's role (adapters/base.py: Strategy)."""
 
     def _initialize_kwargs(self) -> dict[str, Any]:
         """amp.initialize overrides: only what the user set, so each opt level keeps apex's own defaults."""
@@ -228,10 +193,6 @@ class ApexAdapter(DDPAdapter):
         if k.keep_batchnorm_fp32 is not None:
             kwargs["keep_batchnorm_fp32"] = k.keep_batchnorm_fp32
         return kwargs
-
-    @classmethod
-    def environment(cls) -> dict[str, Any]:
-        return {"apex": asdict(probe_install())}
 
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
@@ -251,9 +212,6 @@ class ApexAdapter(DDPAdapter):
         given = {"delay_allreduce": self.knobs.delay_allreduce, "message_size": self.knobs.message_size}
         model = ApexDDP(model, **{key: v for key, v in given.items() if v is not None})  # unset: apex's defaults
         return Adapter.wrap(self, model, optimizer)
-
-    # No cast_input: amp.initialize patches the model's forward to cast floating inputs to fp16 for O2/O3 (and
-    # outputs back to fp32), which is why apex's example feeds fp32 batches at every opt level.
 
     def zero_grad(self):
         # With master weights (O2) apex replaces zero_grad by one that takes no set_to_none argument.
@@ -279,21 +237,8 @@ class ApexAdapter(DDPAdapter):
         return {n: masters[n] if n in masters else p.detach().float().cpu().clone()
                 for n, p in self.unwrap(model).named_parameters()}
 
-    def compression(self) -> str:
-        return "none"  # apex DDP has no communication hooks (DDPAdapter's reads a knob apex does not have)
-
     def comm(self):
         return None  # apex has no collectives of its own: its DDP calls torch.distributed
-
-    def comm_schedule(self):
-        k = self.knobs
-        # apex DDP's defaults: buckets of message_size = 1e7 elements, overlapped with backward unless
-        # delay_allreduce; O2/O3 keep an fp16 model, so its gradients (and the wire) are half the fp32 bytes.
-        elements = 10_000_000 if k.message_size is None else k.message_size
-        half = k.opt_level in ("O2", "O3")
-        size = elements * (2 if half else 4)
-        return Buckets(comm_backend="torch", wire_scale=0.5 if half else 1.0, overlap=not k.delay_allreduce,
-                       bucket_bytes=size, first_bucket_bytes=size)
 
     def describe(self):
         import torch
@@ -325,6 +270,71 @@ class ApexAdapter(DDPAdapter):
                          f" (without {', '.join(m for m, ok in ext.items() if not ok)} apex falls back to slower "
                          f"Python paths: `make gpu-check` builds both)"))
         return d
+
+
+class ApexCost(DDPCost):
+    """Apex: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
+
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return "superseded by torch.amp; priced as amp, the same bucketed all-reduce"
+
+    # apex's DDP packs gradients into messages of message_size elements (default 1e7) and all-reduces each as it
+    # fills during backward; delay_allreduce waits for the whole backward instead (no overlap, fewer calls).
+    TUNE = {"message_size": (1_000_000, 100_000_000), "delay_allreduce": (True,)}
+
+    def comm_schedule(self):
+        k = self.knobs
+        # apex DDP's defaults: buckets of message_size = 1e7 elements, overlapped with backward unless
+        # delay_allreduce; O2/O3 keep an fp16 model, so its gradients (and the wire) are half the fp32 bytes.
+        elements = 10_000_000 if k.message_size is None else k.message_size
+        half = k.opt_level in ("O2", "O3")
+        size = elements * (2 if half else 4)
+        return Buckets(comm_backend="torch", wire_scale=0.5 if half else 1.0, overlap=not k.delay_allreduce,
+                       bucket_bytes=size, first_bucket_bytes=size)
+
+
+class ApexAdapter(ApexLaunch, ApexStrategy, ApexCost, DDPAdapter):
+    name = "apex"
+    summary = "NVIDIA apex: amp.initialize (O0-O3) + apex.parallel.DistributedDataParallel, launched by torchrun"
+    launcher = "torchrun"
+    blog_label = (3, "apex")
+
+    @dataclass
+    class Knobs:
+        opt_level: Annotated[Literal["O0", "O1", "O2", "O3"], "the letter O"] = "O1"
+        """apex amp optimisation level (letter O): O0 fp32, O1 fp16 casts around torch functions (the blog's),
+        O2 fp16 model with fp32 master weights, O3 pure fp16."""
+        loss_scale: str = "auto"
+        """auto (the opt level's default: dynamic for O1/O2, 1.0 for O0/O3), dynamic, or a fixed number."""
+        keep_batchnorm_fp32: bool | None = None
+        """Keep batchnorm in fp32 (O2/O3 only; unset: the opt level's default)."""
+        delay_allreduce: bool | None = None
+        """apex DDP: all-reduce every gradient after backward instead of overlapping buckets with it (unset:
+        apex's default, off)."""
+        message_size: int | None = None
+        """apex DDP: minimum number of elements in a communication bucket (unset: apex's default, 1e7)."""
+
+        def __post_init__(self):
+            if self.loss_scale not in ("auto", "dynamic"):
+                try:
+                    ok = float(self.loss_scale) > 0
+                except ValueError:
+                    ok = False
+                if not ok:
+                    raise KnobError(f"knob 'loss_scale' must be auto, dynamic or a positive number; "
+                                    f"got '{self.loss_scale}'")
+            if self.keep_batchnorm_fp32 is not None and self.opt_level in ("O0", "O1"):
+                raise KnobError(f"knob 'keep_batchnorm_fp32' applies to opt_level O2 and O3 only (O0 is all fp32; "
+                                f"apex refuses it with O1, which runs batchnorm in fp32 itself); got {self.opt_level}")
+            if self.message_size is not None and self.message_size < 1:
+                raise KnobError(f"knob 'message_size' must be a positive number of elements; got {self.message_size}")
+
+    def precision(self) -> Precision:
+        return Precision.FP32 if self.knobs.opt_level == "O0" else Precision.FP16
+
+    def compression(self) -> str:
+        return "none"  # apex DDP has no communication hooks (DDPAdapter's reads a knob apex does not have)
 
 
 ADAPTER = ApexAdapter

@@ -1,27 +1,33 @@
 """The adapter contract: everything framework-specific, and nothing else.
 
 An adapter is one data-parallel backend (DataParallel, DDP under torchrun, DDP under mp.spawn, ...). The harness
-drives every adapter through this class alone and never branches on which one it is running:
+drives every adapter through this contract alone and never branches on which one it is running. Its roles are classes
+of their own, each read by the code that calls it, composed into the backend's one `ADAPTER` (`Adapter`):
 
-    parent process (harness/launching/launch.py)         every rank (harness/rank/)
-    ----------------------------------         --------------------------
-    Adapter.availability(device, world)        adapter.import_framework()
-    adapter.knob_availability(device, world)   info = adapter.setup(spec)
-    adapter.processes(world)
-    adapter.launch(spec_path, spec)            model, opt = adapter.wrap(model, opt)
-      -> LaunchPlan(argv, env, hold, nodes,   with adapter.autocast(): loss = ...
-                    leftovers)
-                                               adapter.backward(loss); adapter.step()
-                                               adapter.all_reduce_mean(metrics)
-                                               adapter.barrier(); adapter.teardown()
+    Launch: the parent                          Strategy: every rank (harness/rank/)
+    (harness/launching/, harness/core/rows.py)  ------------------------------------
+    ------------------------------------------  adapter.import_framework()
+    Adapter.availability(device, world)         info = adapter.setup(spec)
+    adapter.knob_availability(device, world)    model, opt = adapter.wrap(model, opt)
+    adapter.processes(world)                    with adapter.autocast(): loss = ...
+    adapter.launch(spec_path, spec)             adapter.backward(loss); adapter.step()
+      -> LaunchPlan(argv, env, hold, nodes,     adapter.all_reduce_mean(metrics)
+                    leftovers)                  adapter.barrier(); adapter.teardown()
+
+    Cost: the model, the planner, compare tune (harness/model/, harness/core/race.py)
+    --------------------------------------------------------------------------------
+    adapter.comm_schedule(); adapter.model_state_bytes(...); Adapter.plan_knobs(dtype); Adapter.TUNE
+
+What the adapters share beside the contract: adapters/launchers.py (launcher command lines), rank_side.py (joining
+the group from env://), probes.py (what availability asks of the machine), comm_primitives.py (`Comm`).
 
 Rules every adapter keeps (the class checks the mechanical ones when it is defined):
 - `launch` and `setup` are abstract: an adapter that forgets one cannot be instantiated.
 - `name`, `summary` and `launcher` are set; `Knobs` is a dataclass (options are checked by harness/shared/options.py:
   a `Literal[...]` field for choices, `X | None = None` for "the framework's own default, not passed to it",
   `__post_init__` for rules between fields).
-- A public method an adapter defines must be part of this contract (a typo in an override name is an error,
-  not a silently unused method); helpers are private (`_name`).
+- A public method a role's class defines must be part of that role, and one an adapter defines part of some role (a
+  typo in an override name is an error, not a silently unused method); helpers are private (`_name`).
 - `availability` (and `knob_availability`, for what one knob needs) never raises and never imports the framework
   at module import time; its reason says what is missing and how to get it.
 - Across hosts (`spec.topology` set: --hosts, --hostfile, --launcher slurm) `launch` uses the framework's own
@@ -38,23 +44,22 @@ import contextlib
 import dataclasses
 import enum
 import inspect
-import os
 import sys
 from abc import ABC, abstractmethod
-from contextvars import ContextVar
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from harness.shared import cache, options
-from harness.shared.text import shorten
+from adapters.comm_primitives import Comm
+from harness.shared import options
 from harness.shared.comm_schedule import Schedule
 
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
     import torch
 
-    from harness.shared.spec import Node, RunSpec, Topology
+    from harness.shared.spec import RunSpec, Topology
 
 KnobError = options.OptionError
 """A knob the adapter refuses (unknown name, wrong type, a choice not offered, a rule between knobs)."""
@@ -192,50 +197,22 @@ class ModelFacts:
         return f"{shown} ({when} {self.checked_steps} checked)"
 
 
-class Adapter(ABC):
-    """Base class: subclasses set the class attributes, implement `launch` and `setup`, and override what their
-    framework changes. Instantiated in the parent (to validate knobs and build the launch) and in every rank."""
+_ROLES: tuple[type, ...] = ()
+"""Launch, Strategy and Cost, once defined (below): what the contract check of a subclass reads."""
 
-    name: ClassVar[str]
-    """Registry name, e.g. "ddp"."""
-    summary: ClassVar[str]
-    """One line for `compare list` and the records."""
-    launcher: ClassVar[str]
-    """How its ranks are started, e.g. "torchrun", "torch.multiprocessing.spawn", "in-process"."""
-    distribution: ClassVar[str | None] = None
-    """The installed distribution that is this framework ("deepspeed", "horovod"), whose version `compare env`
-    shows without importing it; None for torch's own backends."""
-    blog_label: ClassVar[tuple[int, str] | None] = None
-    """(place, name) of this backend in the seed blog's figure that the epoch chart reproduces (the "DataParallel vs
-    torch.distributed vs torch.multiprocessing vs apex vs horovod" comparison): report data only, never behaviour;
-    recorded in every run (`adapters.legend`), so a report never reads it from the live class."""
-    TUNE: ClassVar[dict[str, tuple]] = {}
-    """What `compare tune` searches: knob -> candidate values, each tried alone against the defaults. Only knobs that
-    change speed or memory, never the maths: a candidate's precision and wire compression are the defaults' (a
-    test holds every adapter to it). Empty: nothing to tune (the adapter is left out of a tune, saying so)."""
+
+class Role(ABC):
+    """What every role of an adapter shares: its knobs (a `Knobs` dataclass, checked by harness/shared/options.py),
+    the device kind, and what the knobs resolve to there (precision, wire compression). An adapter is one object
+    composed of three roles, each a class of its own that the code using it reads alone (Lightning Fabric keeps its
+    Strategy, Launcher and Precision apart in the same way): `Launch` (the parent's: can it run here, how many
+    processes, the command), `Strategy` (every rank's: set-up, wrap, step, the framework's collectives) and `Cost`
+    (the model's and the planner's: how it moves gradients, what it holds per device, what `compare tune` tries).
+    Instantiated in the parent (to validate knobs, build the launch, price it) and in every rank."""
 
     @dataclass
     class Knobs:
         """Framework options; subclasses replace this with their own dataclass."""
-
-    def __init_subclass__(cls, partial: bool = False, **kwargs):
-        """Check the contract when a subclass is defined. `partial=True`: a shared base, not an adapter."""
-        super().__init_subclass__(**kwargs)
-        contract = set(dir(Adapter))
-        for attr, value in vars(cls).items():
-            if attr.startswith("_") or not (inspect.isfunction(value) or isinstance(value, (classmethod,
-                                                                                            staticmethod))):
-                continue
-            if attr not in contract:
-                raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{attr} is not part of the Adapter contract "
-                                f"(adapters/base.py): a misspelt override, or a helper that should be private "
-                                f"(_{attr})")
-        if not dataclasses.is_dataclass(cls.Knobs):
-            raise TypeError(f"{cls.__qualname__}.Knobs must be a dataclass")
-        if not partial:
-            missing = [a for a in ("name", "summary", "launcher") if not isinstance(getattr(cls, a, None), str)]
-            if missing:
-                raise TypeError(f"{cls.__qualname__} must set {', '.join(missing)}")
 
     def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
         """Build the knobs from `knobs` (text or typed values; KnobError if refused) for `device` (cpu|cuda)."""
@@ -249,7 +226,46 @@ class Adapter(ABC):
         build during setup, so a user sees why the first launch is slow); without a terminal the parent prints it
         once."""
 
-    # ---- parent side -------------------------------------------------------------------------------------
+    def precision(self) -> Precision:
+        """The training step's precision with these knobs on this device (KnobError when the pair is refused:
+        the parent calls it before launching)."""
+        return Precision.FP32
+
+    def compression(self) -> str:
+        """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
+        return "none"
+
+    def __init_subclass__(cls, partial: bool = False, **kwargs):
+        """Check the contract when a subclass is defined: a role's class defines only its role's members (and the
+        knobs' shared ones), an adapter (all three roles composed) only members of some role, and names itself.
+        `partial=True`: a shared base, not an adapter."""
+        super().__init_subclass__(**kwargs)
+        roles = [r for r in _ROLES if issubclass(cls, r)]
+        if not roles:  # the roles themselves, defined in this module: they are the contract
+            return
+        contract = set(dir(Role)).union(*(vars(r) for r in roles))
+        role = "Adapter" if len(roles) == len(_ROLES) else " and ".join(r.__name__ for r in roles)
+        for attr, value in vars(cls).items():
+            if attr.startswith("_") or not (inspect.isfunction(value) or isinstance(value, (classmethod,
+                                                                                            staticmethod))):
+                continue
+            if attr not in contract:
+                raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{attr} is not part of the {role} contract "
+                                f"(adapters/base.py): a misspelt override, a helper that should be private "
+                                f"(_{attr}), or a member of another role")
+        if not dataclasses.is_dataclass(cls.Knobs):
+            raise TypeError(f"{cls.__qualname__}.Knobs must be a dataclass")
+        if issubclass(cls, Adapter) and not partial:
+            missing = [a for a in ("name", "summary", "launcher") if not isinstance(getattr(cls, a, None), str)]
+            if missing:
+                raise TypeError(f"{cls.__qualname__} must set {', '.join(missing)}")
+
+
+class Launch(Role):
+    """The parent's role (harness/launching/, harness/core/rows.py): whether the backend can run here (with these
+    knobs, across these hosts, on this model), how many processes a launch makes, the command that starts every
+    rank, and what the framework is known to do that a record or a report explains."""
+
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
         """Can this adapter run `world_size` ranks on `device` ("cpu" or "cuda") here? Never raises."""
@@ -272,24 +288,9 @@ class Adapter(ABC):
         which knob. The parent asks before launching, so such a row never starts only to fail."""
         return Availability(True)
 
-    def batch_norm(self) -> str | None:
-        """How this row computes BatchNorm statistics in training: None where over the global batch, as the single
-        process does (SyncBatchNorm), so that the equivalence check applies to a model whose BatchNorm is its only
-        batch dependence; otherwise per process, and this says how to make them global with this framework, in
-        words ("" where it cannot)."""
-        return ""
-
-    def missing_gradient(self) -> str | None:
-        """What this backend does with these knobs to a parameter that got no gradient in a step, where that
-        departs from a single process (torch's optimizers skip a parameter whose .grad is None: no momentum, no
-        weight decay moves it), in words, naming the framework's source that does it; None where the gradient is
-        left None. The report gives it for a row that failed the equivalence check on such parameters."""
-        return None
-
-    def failure_fix(self, error: str) -> str | None:
-        """The fix, in words, for a launch of this framework whose first error line is `error` (a message the
-        framework is known to print for a model or knob it cannot train as given); None when none is known."""
-        return None
+    def check_knobs(self, world_size: int) -> None:
+        """Refuse (KnobError) knobs that cannot work at this world size, e.g. a device mesh that does not divide
+        it: the parent calls it before launching, so such a row is one line and exit 2, not a failed launch."""
 
     def processes(self, world_size: int) -> int:
         """Training processes a launch of `world_size` creates (one per device unless overridden)."""
@@ -311,69 +312,31 @@ class Adapter(ABC):
         """Framework versions and build facts for `compare env` (may import the framework)."""
         return {}
 
-    def precision(self) -> Precision:
-        """The training step's precision with these knobs on this device (KnobError when the pair is refused:
-        the parent calls it before launching)."""
-        return Precision.FP32
+    def batch_norm(self) -> str | None:
+        """How this row computes BatchNorm statistics in training: None where over the global batch, as the single
+        process does (SyncBatchNorm), so that the equivalence check applies to a model whose BatchNorm is its only
+        batch dependence; otherwise per process, and this says how to make them global with this framework, in
+        words ("" where it cannot)."""
+        return ""
 
-    def check_knobs(self, world_size: int) -> None:
-        """Refuse (KnobError) knobs that cannot work at this world size, e.g. a device mesh that does not divide
-        it: the parent calls it before launching, so such a row is one line and exit 2, not a failed launch."""
-
-    def compression(self) -> str:
-        """Gradient compression on the wire ("none", "fp16", ...): shown next to precision in every table."""
-        return "none"
-
-    def comm_schedule(self) -> Schedule | None:
-        """How this framework moves gradients in one training step with these knobs (its defaults where a knob is
-        unset), for the scaling model (harness/model/costmodel.py); recorded in every row. None: no communication.
-        One of harness/shared/comm_schedule.py's kinds: Buckets (DDP-style), Fusion (Horovod-style), Zero
-        (DeepSpeed), Fsdp (FSDP2), Replicate (DataParallel)."""
+    def missing_gradient(self) -> str | None:
+        """What this backend does with these knobs to a parameter that got no gradient in a step, where that
+        departs from a single process (torch's optimizers skip a parameter whose .grad is None: no momentum, no
+        weight decay moves it), in words, naming the framework's source that does it; None where the gradient is
+        left None. The report gives it for a row that failed the equivalence check on such parameters."""
         return None
 
-    # ---- compare plan ----------------------------------------------------------------------------------
-    @classmethod
-    def plan_knobs(cls, dtype: str) -> list[dict[str, Any]] | str:
-        """`compare plan`: the knob sets of this framework worth pricing for training in `dtype` (fp32, bf16 or
-        fp16) on GPUs, one row each; or why it has no row at that dtype (a launcher variant of another row, a
-        single-process backend, a precision it does not train in), as a few words."""
-        return "declares no planned configuration"
+    def failure_fix(self, error: str) -> str | None:
+        """The fix, in words, for a launch of this framework whose first error line is `error` (a message the
+        framework is known to print for a model or knob it cannot train as given); None when none is known."""
+        return None
 
-    def gradient_bytes(self) -> float:
-        """Bytes per parameter of the gradients its collectives carry, before the schedule's wire_scale."""
-        return 4.0
 
-    def model_state_bytes(self, params: float, largest: dict[str, float], n: int, optimizer_bytes: float,
-                          trainable: float | None = None) -> float:
-        """Bytes per device of parameters, gradients and optimizer state with these knobs on n devices (what
-        DeepSpeed's memory estimators count; activations are not). `optimizer_bytes`: optimizer state per parameter
-        in fp32 (AdamW 8, SGD with momentum 4); `largest`: {"module": parameters of the largest module,
-        "unit": of the largest shard unit}; `trainable`: the parameters that train (None: all of them): a frozen
-        parameter (a LoRA fine-tune's base weights) is held at its storage, with no gradient and no optimizer
-        state. Default: every rank holds fp32 parameters, gradients and the optimizer state, as autocast leaves
-        them."""
-        t = params if trainable is None else trainable
-        return params * 4 + t * (4 + optimizer_bytes)
+class Strategy(Role):
+    """Every rank's role (harness/rank/): import the framework, join the group, wrap the model and optimizer, run the
+    step (autocast, backward, optimizer step), reduce the metrics, give the framework's collectives to `compare comm`,
+    say what it holds (dtypes) and describe itself for the records."""
 
-    def model_state_rule(self, optimizer_bytes: float, frozen: bool = False) -> str:
-        """`model_state_bytes` as a formula in P (parameters), N (devices), L (parameters of the largest module) and
-        U (of the largest shard unit), and T (the trainable parameters) where some are `frozen`, with what it counts
-        and where it departs from DeepSpeed's estimators: the plan's footer."""
-        if frozen:
-            return (f"4P + {4 + optimizer_bytes:g}T (fp32 parameters on every GPU; gradients and optimizer state of "
-                    f"the trainable ones)")
-        return f"{4 + 4 + optimizer_bytes:g}P (fp32 parameters, gradients and optimizer state on every GPU)"
-
-    def memory_buffers(self, tensors: list[float], largest: dict[str, float], n: int,
-                       trainable: float | None = None) -> list[tuple[str, float, str]]:
-        """What the framework itself allocates per device beyond the model states and the activations, as
-        (name, bytes, how it is counted): its buckets, prefetch and staging buffers at its defaults for these knobs.
-        `tensors`: parameters per tensor (a threshold on tensor sizes, as ZeRO-3's persistence, reads them);
-        `largest` and `trainable` as in `model_state_bytes`. The plan gives each its own footer line and adds them
-        to what must fit. Default: none."""
-        return []
-
-    # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
         """Import the framework's modules (timed as the launch's import phase, apart from its set-up)."""
 
@@ -487,89 +450,99 @@ class Adapter(ABC):
             module.forward = torch.compile(module.forward)
 
 
-class Comm:
-    """A framework's communication primitives, as `compare comm` calls them (sum reductions; blocking unless the
-    name says async). A primitive the framework lacks raises NotImplementedError, which becomes an `unsupported`
-    cell with the message: never a fallback to another library."""
+class Cost(Role):
+    """The performance model's and the planner's role (harness/model/), and `compare tune`'s: how the framework moves
+    gradients in a step (its comm schedule), what it holds per device, and which knob sets are worth pricing or
+    trying. Read in the parent only; nothing here runs a framework."""
 
-    framework: str = "this framework"
-    """Named in the message of a missing primitive, e.g. "horovod 0.28.1"."""
-    missing: ClassVar[dict[str, str]] = {}
-    """Primitive -> how to say what is missing ("reduce to one rank (only allreduce)")."""
+    TUNE: ClassVar[dict[str, tuple]] = {}
+    """What `compare tune` searches: knob -> candidate values, each tried alone against the defaults. Only knobs that
+    change speed or memory, never the maths: a candidate's precision and wire compression are the defaults' (a
+    test holds every adapter to it). Empty: nothing to tune (the adapter is left out of a tune, saying so)."""
 
-    def _missing(self, op: str):
-        raise NotImplementedError(f"{self.framework} has no {self.missing.get(op, op)}")
+    def comm_schedule(self) -> Schedule | None:
+        """How this framework moves gradients in one training step with these knobs (its defaults where a knob is
+        unset), for the scaling model (harness/model/costmodel.py); recorded in every row. None: no communication.
+        One of harness/shared/comm_schedule.py's kinds: Buckets (DDP-style), Fusion (Horovod-style), Zero
+        (DeepSpeed), Fsdp (FSDP2), Replicate (DataParallel)."""
+        return None
 
-    def all_reduce(self, t):
-        self._missing("all_reduce")
+    @classmethod
+    def plan_knobs(cls, dtype: str) -> list[dict[str, Any]] | str:
+        """`compare plan`: the knob sets of this framework worth pricing for training in `dtype` (fp32, bf16 or
+        fp16) on GPUs, one row each; or why it has no row at that dtype (a launcher variant of another row, a
+        single-process backend, a precision it does not train in), as a few words."""
+        return "declares no planned configuration"
 
-    def all_reduce_async(self, t):
-        """Start an all-reduce; return a handle with wait()."""
-        self._missing("all_reduce_async")
+    def gradient_bytes(self) -> float:
+        """Bytes per parameter of the gradients its collectives carry, before the schedule's wire_scale."""
+        return 4.0
 
-    def all_reduce_coalesced(self, ts):
-        """All-reduce several tensors in one coalesced call."""
-        self._missing("all_reduce_coalesced")
+    def model_state_bytes(self, params: float, largest: dict[str, float], n: int, optimizer_bytes: float,
+                          trainable: float | None = None) -> float:
+        """Bytes per device of parameters, gradients and optimizer state with these knobs on n devices (what
+        DeepSpeed's memory estimators count; activations are not). `optimizer_bytes`: optimizer state per parameter
+        in fp32 (AdamW 8, SGD with momentum 4); `largest`: {"module": parameters of the largest module,
+        "unit": of the largest shard unit}; `trainable`: the parameters that train (None: all of them): a frozen
+        parameter (a LoRA fine-tune's base weights) is held at its storage, with no gradient and no optimizer
+        state. Default: every rank holds fp32 parameters, gradients and the optimizer state, as autocast leaves
+        them."""
+        t = params if trainable is None else trainable
+        return params * 4 + t * (4 + optimizer_bytes)
 
-    def broadcast(self, t, src):
-        self._missing("broadcast")
+    def model_state_rule(self, optimizer_bytes: float, frozen: bool = False) -> str:
+        """`model_state_bytes` as a formula in P (parameters), N (devices), L (parameters of the largest module) and
+        U (of the largest shard unit), and T (the trainable parameters) where some are `frozen`, with what it counts
+        and where it departs from DeepSpeed's estimators: the plan's footer."""
+        if frozen:
+            return (f"4P + {4 + optimizer_bytes:g}T (fp32 parameters on every GPU; gradients and optimizer state of "
+                    f"the trainable ones)")
+        return f"{4 + 4 + optimizer_bytes:g}P (fp32 parameters, gradients and optimizer state on every GPU)"
 
-    def reduce(self, t, dst):
-        self._missing("reduce")
+    def memory_buffers(self, tensors: list[float], largest: dict[str, float], n: int,
+                       trainable: float | None = None) -> list[tuple[str, float, str]]:
+        """What the framework itself allocates per device beyond the model states and the activations, as
+        (name, bytes, how it is counted): its buckets, prefetch and staging buffers at its defaults for these knobs.
+        `tensors`: parameters per tensor (a threshold on tensor sizes, as ZeRO-3's persistence, reads them);
+        `largest` and `trainable` as in `model_state_bytes`. The plan gives each its own footer line and adds them
+        to what must fit. Default: none."""
+        return []
 
-    def all_gather(self, out, t):
-        self._missing("all_gather")
 
-    def gather(self, outs, t, dst):
-        self._missing("gather")
+class Adapter(Launch, Strategy, Cost):
+    """One backend: its name and how reports show it, and its three roles composed. A backend's module defines a
+    class for each role it changes (`DDPLaunch(Launch)`, `DDPStrategy(Strategy)`, `DDPCost(Cost)`) and composes
+    them, with its `Knobs`, into the one class it exports as `ADAPTER`:
 
-    def scatter(self, out, ins, src):
-        self._missing("scatter")
+        class DDPAdapter(DDPLaunch, DDPStrategy, DDPCost, Adapter):
+            name, summary, launcher = "ddp", "DistributedDataParallel ...", "torchrun"
 
-    def reduce_scatter(self, out, t):
-        self._missing("reduce_scatter")
+    A variant composes its own roles over the backend it varies (`AmpAdapter(AmpStrategy, AmpCost, DDPAdapter)`).
+    One class may also hold every role itself (a backend of a few lines)."""
 
-    def all_to_all(self, out, t):
-        self._missing("all_to_all")
+    name: ClassVar[str]
+    """Registry name, e.g. "ddp"."""
 
-    def send(self, t, dst):
-        self._missing("send")
+    summary: ClassVar[str]
+    """One line for `compare list` and the records."""
 
-    def recv(self, t, src):
-        self._missing("recv")
+    launcher: ClassVar[str]
+    """How its ranks are started, e.g. "torchrun", "torch.multiprocessing.spawn", "in-process"."""
 
-    def isend(self, t, dst):
-        self._missing("isend")
+    distribution: ClassVar[str | None] = None
+    """The installed distribution that is this framework ("deepspeed", "horovod"), whose version `compare env`
+    shows without importing it; None for torch's own backends."""
 
-    def irecv(self, t, src):
-        self._missing("irecv")
+    blog_label: ClassVar[tuple[int, str] | None] = None
+    """(place, name) of this backend in the seed blog's figure that the epoch chart reproduces (the "DataParallel vs
+    torch.distributed vs torch.multiprocessing vs apex vs horovod" comparison): report data only, never behaviour;
+    recorded in every run (`adapters.legend`), so a report never reads it from the live class."""
 
-    def batch_sendrecv(self, send, dst, recv, src):
-        """One batched send to `dst` and receive from `src`."""
-        self._missing("batch_sendrecv")
 
-    def barrier(self):
-        self._missing("barrier")
+_ROLES = (Launch, Strategy, Cost)
 
 
 # ---- helpers shared by adapters ----------------------------------------------------------------------------
-
-SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
-
-
-def dtype_names(held) -> str:
-    """The distinct dtypes of `held` (tensors, or dtypes) as short names joined by "+" ("fp32", "bf16+fp32"); "none"
-    for nothing."""
-    names = sorted({SHORT_DTYPES.get(name, name)
-                    for name in (str(getattr(t, "dtype", t)).removeprefix("torch.") for t in held)})
-    return "+".join(names) or "none"
-
-
-def optimizer_state(optimizer) -> list:
-    """Every state tensor of a torch optimizer that has a size (Adam's moments; not its 0-d step counters)."""
-    return [v for state in optimizer.state.values() for v in state.values()
-            if hasattr(v, "dtype") and getattr(v, "dim", lambda: 0)() > 0]
-
 
 _INTERPRETER: ContextVar[str | None] = ContextVar("interpreter", default=None)
 
@@ -601,186 +574,26 @@ def rank_command(spec_path: Path) -> list[str]:
     return python_module("harness.rank", str(spec_path))
 
 
-def torchrun(nproc: int, spec_path: Path) -> list[str]:
-    """argv for torchrun (torch.distributed.run) on one node: a rendezvous on a port it binds itself, no
-    restarts, `nproc` ranks of the harness's rank entry point. `--local-addr 127.0.0.1`: without it the workers
-    get socket.getfqdn() as MASTER_ADDR, which on a machine without DNS (a lent GPU node) may not resolve, and the
-    ranks never reach the agent's store (pytorch#150532); spawn, DeepSpeed and Horovod use 127.0.0.1 already."""
-    return python_module(
-        "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", f"--nproc-per-node={nproc}",
-        "--max-restarts=0", "--module", "harness.rank", str(spec_path),
-    )
+SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
 
 
-def on_node(node: Node, argv: list[str]) -> HostCommand:
-    """`argv` to run on `node`: directly when it is this machine, else over ssh."""
-    return HostCommand(argv, host=node.host, remote=not node.local)
+def dtype_names(held) -> str:
+    """The distinct dtypes of `held` (tensors, or dtypes) as short names joined by "+" ("fp32", "bf16+fp32"); "none"
+    for nothing."""
+    names = sorted({SHORT_DTYPES.get(name, name)
+                    for name in (str(getattr(t, "dtype", t)).removeprefix("torch.") for t in held)})
+    return "+".join(names) or "none"
 
 
-SRUN_STOPPED = "srun: forcing job termination"
-"""What srun prints when it gets SIGTERM, SIGHUP or SIGQUIT. It then SIGKILLs every task of its step at once
-(SLURM's src/srun/srun_job.c, _srun_signal_mgr), so its ranks die without a word: this line is the only fact that
-says the launcher, not a rank, was asked to stop."""
+def optimizer_state(optimizer) -> list:
+    """Every state tensor of a torch optimizer that has a size (Adam's moments; not its 0-d step counters)."""
+    return [v for state in optimizer.state.values() for v in state.values()
+            if hasattr(v, "dtype") and getattr(v, "dim", lambda: 0)() > 0]
 
 
-def launcher_stopped(argv: list[str], log: str) -> str | None:
-    """What a launch command says of a request to stop that it received itself (and acted on by killing its ranks),
-    from its own log; None when it says nothing of the kind. Only srun needs it: the other launchers stop their ranks
-    with a signal the ranks witness (harness/shared/witness.py), or die of the signal themselves."""
-    if argv and Path(argv[0]).name == "srun" and SRUN_STOPPED in log:
-        return f"was asked to stop (SIGTERM, SIGHUP or SIGQUIT: it says \"{SRUN_STOPPED}\") and killed its ranks"
-    return None
-
-
-def srun(topology: Topology, *, per_node: int) -> list[str]:
-    """argv prefix of one SLURM job step over the topology's nodes with `per_node` tasks on each (inside the
-    allocation): a failed task ends the whole step at once, as one dead node ends the launch under ssh."""
-    n = len(topology.nodes)
-    argv = ["srun", f"--nodes={n}", f"--ntasks={n * per_node}", f"--ntasks-per-node={per_node}",
-            f"--nodelist={','.join(node.host for node in topology.nodes)}", "--kill-on-bad-exit=1"]
-    if per_node == 1 and topology.cores:
-        # One launcher task per node starts all of that node's ranks: it must get the node's CPUs, not the
-        # single CPU a task gets by default where SLURM binds tasks to cores.
-        argv.append(f"--cpus-per-task={min(topology.cores)}")
-    return argv
-
-
-def torchrun_nodes(spec: RunSpec, spec_path: Path) -> LaunchPlan:
-    """torchrun on every node of `spec.topology`, one c10d rendezvous on node 0 (torchrun's own multi-node
-    launch): over ssh, one command per node; under SLURM, one `srun` step with one torchrun per node. Ranks
-    follow rendezvous order (torchrun ignores --node-rank with c10d, and says so), so it is not passed."""
-    topo = spec.topology
-    # The same id on every node and a fresh one per launch (several launches may share one SLURM job).
-    common = [f"--nnodes={len(topo.nodes)}", "--max-restarts=0", "--rdzv-backend=c10d",
-              f"--rdzv-endpoint={topo.master}:{topo.port}", f"--rdzv-id=compare-{topo.port}"]
-    tail = ["--module", "harness.rank", str(spec_path)]
-    if topo.launcher == "slurm":
-        per = topo.nodes[0].slots
-        return LaunchPlan(srun(topo, per_node=1)
-                          + python_module("torch.distributed.run", *common, f"--nproc-per-node={per}", *tail))
-    return LaunchPlan.per_node([
-        on_node(node, python_module("torch.distributed.run", *common, f"--nproc-per-node={node.slots}", *tail))
-        for node in topo.nodes])
-
-
-def ranks_from_slurm() -> None:
-    """Under `srun` alone (no torchrun agent), a rank knows its place only from SLURM's variables: map them to
-    the env:// ones (RANK, WORLD_SIZE, LOCAL_RANK) where the launcher did not set those."""
-    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
-        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
-                          LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"))
-
-
-def init_process_group_from_env(device: str) -> RankInfo:
-    """torch.distributed init from the env:// variables that torchrun, our spawn entry and others set; gloo on
-    CPU, NCCL on CUDA."""
-    import torch
-    import torch.distributed as dist
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if device == "cuda" and world > 1 and "LOCAL_RANK" not in os.environ:
-        # The global rank is the wrong GPU on every node but the first of a multi-node start.
-        raise RuntimeError("LOCAL_RANK is not set: on CUDA each rank needs it to pick its GPU")
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    extra = {}
-    if device == "cuda":
-        torch.cuda.set_device(local_rank)
-        dev, backend = f"cuda:{local_rank}", "nccl"
-        # NCCL's communicator starts eagerly on this GPU, and barrier() no longer guesses the device (torch >= 2.3).
-        import inspect
-
-        if "device_id" in inspect.signature(dist.init_process_group).parameters:
-            extra["device_id"] = torch.device(dev)
-    else:
-        dev, backend = "cpu", "gloo"
-    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world, **extra)
-    return RankInfo(rank=rank, world_size=world, local_rank=local_rank, device=dev, backend=backend,
-                    data_rank=rank, data_world=world)
-
-
-def agent_store(world_size: int):
-    """A rendezvous store bound by the parent on a port the kernel picks and held for the whole launch, as
-    torchrun's agent does: no window in which another job can take a "free" port between picking and binding it.
-    Ranks join it as clients (env TORCHELASTIC_USE_AGENT_STORE=True, MASTER_PORT=store.port)."""
-    from torch.distributed import TCPStore
-
-    return TCPStore("127.0.0.1", 0, world_size=world_size, is_master=True, wait_for_workers=False)
-
-
-AGENT_STORE_ENV = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
-"""With this, torch's env:// rendezvous joins the store at MASTER_ADDR:MASTER_PORT as a client (torchrun's agent)."""
-
-
-def torch_build() -> dict[str, Any]:
-    """Build facts of the installed torch that never change for one installation: version and which
-    torch.distributed backends it was built with. Cached on disk, keyed by torch's files, so `compare list` and
-    CPU availability checks need not import torch (two seconds) after the first time."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("torch")
-    if spec is None:
-        return {"installed": False}
-    if not spec.submodule_search_locations:  # a torch.py somewhere on the path, in front of the real one
-        return {"installed": True, "broken": "a module that is not the torch package shadows it", "where": spec.origin}
-    root = Path(list(spec.submodule_search_locations)[0])
-
-    def probe() -> dict[str, Any]:
-        import torch
-        import torch.distributed as dist
-
-        on = dist.is_available()
-        return {"installed": True, "version": torch.__version__, "distributed": on,
-                "gloo": on and dist.is_gloo_available(), "nccl": on and dist.is_nccl_available(),
-                "mpi": on and dist.is_mpi_available()}
-
-    key = cache.files_key([root / "version.py", *sorted((root / "lib").glob("libtorch*.so"))])
-    try:
-        return cache.cached_json("torch-build", key, probe)
-    except Exception as exc:  # noqa: BLE001 - a torch that fails to import (a missing library, a shadowing module)
-        text = shorten(str(exc))
-        return {"installed": True, "broken": f"{type(exc).__name__}: {text}", "where": str(root)}
-
-
-def compile_availability(device: str) -> Availability:
-    """Can torch.compile's default backend build kernels here? Inductor compiles C++ on CPU with `$CXX` (g++ by
-    default: torch._inductor.config.cpp.cxx) and Triton kernels on CUDA. Never raises, imports nothing heavy."""
-    import importlib.util
-    import shutil
-
-    if device == "cuda":
-        if importlib.util.find_spec("triton") is None:
-            return Availability(False, "knob compile=true: torch.compile's inductor generates Triton kernels on CUDA, "
-                                       "and triton is not installed", "pip install triton (the version this torch "
-                                                                      "build names), or leave compile out")
-        return Availability(True)
-    cxx = os.environ.get("CXX") or "g++"
-    if shutil.which(cxx) is None:
-        return Availability(False, f"knob compile=true: torch.compile's inductor builds its CPU kernels with the C++ "
-                                   f"compiler {cxx}, which is not found here",
-                            "apt-get install g++ (Debian), or set CXX to a C++ compiler, or leave "
-                            "compile out")
-    return Availability(True)
-
-
-def cuda_world_check(device: str, world_size: int) -> Availability:
-    """On CUDA, one device per rank (NCCL refuses two ranks on one GPU; DataParallel needs world_size GPUs)."""
-    if device != "cuda":
-        return Availability(True)
-    import torch
-
-    if not torch.cuda.is_available():
-        return Availability(False, "CUDA requested but torch sees no GPU",
-                            "run on a machine with an NVIDIA GPU and a CUDA build of torch, or use --device cpu")
-    n = torch.cuda.device_count()
-    if world_size > n:
-        return Availability(False, f"world size {world_size} needs {world_size} GPUs, this machine has {n}",
-                            f"use --world-size {n} or fewer, or --device cpu")
-    return Availability(True)
-
-
-class SingleProcess(Adapter, partial=True):
-    """One process started directly (no launcher, no process group): the reference run, and DataParallel,
-    which drives every device from that one process."""
+class SingleProcessLaunch(Launch):
+    """One process started directly (no launcher, no process group): the reference run, and DataParallel, which
+    drives every device from that one process."""
 
     def processes(self, world_size: int) -> int:
         return 1
@@ -790,6 +603,10 @@ class SingleProcess(Adapter, partial=True):
 
     def launch(self, spec_path: Path, spec: RunSpec) -> LaunchPlan:
         return LaunchPlan(rank_command(spec_path))
+
+
+class SingleProcessStrategy(Strategy):
+    """The one process's rank: rank 0 of a world of 1, on the first device (or every device it drives)."""
 
     def setup(self, spec: RunSpec) -> RankInfo:
         device = "cuda:0" if spec.device == "cuda" else "cpu"

@@ -12,16 +12,227 @@ from dataclasses import dataclass
 from typing import Literal
 from pathlib import Path
 
-from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, compile_availability, cuda_world_check,
-                           init_process_group_from_env, torch_build, torchrun, torchrun_nodes)
+from adapters.base import Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Strategy
+from adapters.launchers import torchrun, torchrun_nodes
+from adapters.probes import compile_availability, cuda_world_check, torch_build
+from adapters.comm_primitives import Comm
+from adapters.rank_side import init_process_group_from_env
 from harness.shared.comm_schedule import Buckets
 
 
-class DDPAdapter(Adapter):
-    name = "ddp"
-    summary = "DistributedDataParallel, one process per device, launched by torchrun"
-    launcher = "torchrun"
-    blog_label = (1, "torch.distributed")
+class DDPLaunch(Launch):
+    """DDP: the parent's role (adapters/base.py: Launch)."""
+
+    @classmethod
+    def availability(cls, device: str, world_size: int) -> Availability:
+        build = torch_build()
+        if build.get("broken"):
+            return Availability(False, f"torch fails to import here ({build['broken']})",
+                                "reinstall it (`make clean setup`), or remove what shadows it from PYTHONPATH")
+        if not build.get("distributed"):
+            return Availability(False, "this torch build has no torch.distributed",
+                                "install a torch build with distributed support (every PyPI build has it)")
+        if device == "cpu" and not build["gloo"]:
+            return Availability(False, "this torch build has no gloo backend", "install torch from PyPI")
+        gpus = cuda_world_check(device, world_size)
+        if gpus and device == "cuda" and not build["nccl"]:
+            return Availability(False, "this torch build has no NCCL backend", "install a CUDA build of torch")
+        return gpus
+
+    def knob_availability(self, device: str, world_size: int) -> Availability:
+        return compile_availability(device) if self.knobs.compile else Availability(True)
+
+    def launch(self, spec_path: Path, spec) -> LaunchPlan:
+        if spec.topology is not None:
+            return torchrun_nodes(spec, spec_path)
+        return LaunchPlan(torchrun(spec.world_size, spec_path))
+
+    def model_availability(self, facts):
+        k = self.knobs
+        if not facts.no_gradient or k.find_unused_parameters:
+            return Availability(True)
+        never = set(facts.never_used) == set(facts.no_gradient)
+        if k.static_graph and never:
+            return Availability(True)  # a static graph knows its unused parameters after the first step
+        return Availability(
+            False, f"the model leaves parameters without a gradient: {facts.unused_text()} in the check before "
+                   f"launching, and DDP's reducer waits for every parameter's gradient, so its launch would fail "
+                   f"(\"Expected to have finished reduction in the prior iteration\")",
+            f"add the knob find_unused_parameters=true (-a {self.name}:find_unused_parameters=true)"
+            + (", or static_graph=true: the same parameters go unused in every step" if never else ""))
+
+    def batch_norm(self):
+        if getattr(self.knobs, "sync_bn", False):
+            return None
+        return f"knob sync_bn=true converts them to SyncBatchNorm (-a {self.name}:sync_bn=true)"
+
+    def failure_fix(self, error):
+        if "Expected to have finished reduction" in error or "were not used in producing loss" in error:
+            return (f"a step left parameters without a gradient, which DDP's reducer waits for: add the knob "
+                    f"find_unused_parameters=true (-a {self.name}:find_unused_parameters=true), or static_graph=true "
+                    f"where the same parameters go unused in every step")
+        return None
+
+    def check_knobs(self, world_size: int) -> None:
+        if getattr(self.knobs, "comm_hook", "none") == "bf16" and self.device_kind != "cuda":
+            # torch's bf16_compress_hook raises at the first step unless CUDA 11+ and NCCL 2.10+: refused up front.
+            raise KnobError("knob 'comm_hook' bf16 needs CUDA with NCCL 2.10+ (torch's bf16_compress_hook); on CPU "
+                            "use fp16 or powersgd")
+
+    @classmethod
+    def environment(cls):
+        import torch.distributed as dist
+
+        return {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available()}
+
+
+class DDPStrategy(Strategy):
+    """DDP: every rank's role (adapters/base.py: Strategy)."""
+
+    def import_framework(self) -> None:
+        import torch.distributed  # noqa: F401
+        import torch.nn.parallel  # noqa: F401
+
+    def setup(self, spec):
+        self.info = init_process_group_from_env(spec.device)
+        return self.info
+
+    def wrap(self, model, optimizer):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        device_ids = [self.info.local_rank] if self.info.device.startswith("cuda") else None
+        k = self.knobs
+        # torch >= 2.12 deprecates broadcast_buffers in favour of forward_sync_buffers (same meaning per forward).
+        sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+                else "broadcast_buffers")
+        given = {"bucket_cap_mb": k.bucket_cap_mb, "gradient_as_bucket_view": k.gradient_as_bucket_view,
+                 "static_graph": k.static_graph, sync: k.broadcast_buffers,
+                 "find_unused_parameters": k.find_unused_parameters}
+        if k.sync_bn:
+            model = self._sync_batch_norm(model)
+        self._compile(model)  # the model's own forward, inside DDP (see the knob)
+        model = DDP(model, device_ids=device_ids, **{key: v for key, v in given.items() if v is not None})
+        self._register_hook(model)
+        return super().wrap(model, optimizer)
+
+    def _sync_batch_norm(self, model):
+        """The model with its BatchNorm statistics computed over the global batch. On CUDA every BatchNorm layer
+        becomes a torch.nn.SyncBatchNorm holding the same parameters and buffers (convert_sync_batchnorm; the
+        optimizer made over the model still updates them). torch's runs on CUDA only (it refuses CPU input, and DDP
+        refuses a CPU model holding one: "SyncBatchNorm layers only work with GPU modules"), so on the CPU each layer
+        keeps its class and gets the same statistics over gloo instead (_gloo_synced)."""
+        import torch
+
+        if self.info.device.startswith("cuda"):
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+            layers = [m for m in model.modules() if isinstance(m, torch.nn.SyncBatchNorm)]
+        else:
+            layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+            for layer in layers:
+                layer.__class__ = _gloo_synced(type(layer))  # the same module, state and parameters
+        self.synced_batch_norm = len(layers)
+        return model
+
+    def _register_hook(self, model) -> None:
+        k = self.knobs
+        if k.comm_hook in ("fp16", "bf16"):
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            model.register_comm_hook(None, getattr(default_hooks, f"{k.comm_hook}_compress_hook"))
+        elif k.comm_hook == "powersgd":
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+            self._refuse_powersgd_over_buckets_on_gloo(model)
+            # min_compression_rate 2 (torch's default): a tensor PowerSGD would not halve is all-reduced as it is.
+            state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=k.powersgd_rank,
+                                                start_powerSGD_iter=k.powersgd_start_iter,
+                                                warm_start=k.powersgd_warm_start, random_seed=0)
+            model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+    def dtypes(self, model):
+        d = super().dtypes(model)
+        # The wire: what the hook DDP really holds sends each bucket as (torch's own compress hooks by name);
+        # PowerSGD sends low-rank factors in the gradients' dtype.
+        for hook, _state in getattr(model, "_comm_hooks", []):
+            name = getattr(hook, "__name__", "")
+            if name.startswith(("fp16_compress", "bf16_compress")):
+                d["reduce"] = name[:4]
+            elif name.startswith("powerSGD"):
+                d["reduce"] = f"{d['grads']} (low-rank factors)"
+        return d
+
+    def _refuse_powersgd_over_buckets_on_gloo(self, model) -> None:
+        """PowerSGD over gloo with more than one DDP bucket breaks here: on widemlp (144 MiB of gradients) with 25
+        MiB buckets every launch stopped at the first compressed step (the stall watch's stacks: rank 0 in the
+        hook's second phase, compute_qs, on one bucket while rank 1 was all-reducing the first phase of two others),
+        and with two buckets (bucket_cap_mb=100) gloo itself aborted: "Received data size doesn't match expected
+        size. Is there a distributed collective mismatch". The hook chains its all-reduces from future callbacks,
+        which gloo completes on its own threads, so the ranks issue them in different orders. With one bucket
+        (bucket_cap_mb=200) it runs. Refused at once, with the fix."""
+        if self.info is None or self.info.backend != "gloo":
+            return
+        grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        cap = self.knobs.bucket_cap_mb
+        first = (1 if cap is None else cap) * 2**20  # DDP's first bucket: 1 MiB unless bucket_cap_mb is set
+        if grad_bytes > first:
+            need = grad_bytes / 2**20
+            raise KnobError(f"knob 'comm_hook' powersgd over gloo hangs or aborts when the gradients ({need:.1f} "
+                            f"MiB here) span more than one DDP bucket (the first holds {first / 2**20:g} MiB): the "
+                            f"ranks issue the hook's all-reduces in different orders; set bucket_cap_mb to at least "
+                            f"{int(need) + 1} for one bucket, or use NCCL")
+
+    def all_reduce_mean(self, tensor):
+        import torch.distributed as dist
+
+        out = tensor.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out / self.info.world_size
+
+    def barrier(self):
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def teardown(self):
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def comm(self):
+        return TorchComm()
+
+    def describe(self):
+        import torch
+
+        d = {**super().describe(), "framework": f"torch {torch.__version__}",
+             "backend": self.info.backend if self.info else None}
+        hook = self.knobs.comm_hook
+        if hook in ("fp16", "bf16"):
+            d["note"] = (f"DDP comm hook {hook}_compress_hook: each gradient bucket is cast to {hook} for the "
+                         f"all-reduce (half the bytes on the wire) and back to fp32, so gradients lose precision")
+        elif hook == "powersgd":
+            d["note"] = (f"DDP comm hook PowerSGD (rank {self.knobs.powersgd_rank}, from step "
+                         f"{self.knobs.powersgd_start_iter}, error feedback, warm start "
+                         f"{'on' if self.knobs.powersgd_warm_start else 'off'}): each gradient matrix of m x n values "
+                         f"is sent as rank-r factors, r(m + n) values, with the error fed back the next step; "
+                         f"vectors and small matrices go as they are. The scaling model prices it as uncompressed")
+        ddp = self.model
+        if ddp is not None and hasattr(ddp, "bucket_bytes_cap"):
+            config = getattr(ddp, "_bucket_config", None)
+            d["resolved"] = {
+                "bucket_cap_mb": ddp.bucket_bytes_cap / 2**20,
+                "first_bucket_cap_mb": (config.first_bucket_bytes_cap / 2**20 if config is not None else None),
+                "gradient_as_bucket_view": ddp.gradient_as_bucket_view, "static_graph": ddp.static_graph,
+                "broadcast_buffers": getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", None)),
+                "find_unused_parameters": ddp.find_unused_parameters,
+                "sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0),
+            }
+        return d
+
+
+class DDPCost(Cost):
+    """DDP: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
 
     # DDP's gradient buckets trade overlap with backward (small) against per-call latency (large); torch's own DDP
     # benchmark sweeps 1-25 MB. The bucket view saves a gradient copy; a static graph lets DDP skip its
@@ -29,6 +240,37 @@ class DDPAdapter(Adapter):
     # (same maths in fp32, up to the order of floating-point operations: the reference check shows how close).
     TUNE = {"bucket_cap_mb": (1, 5, 100), "gradient_as_bucket_view": (True,), "static_graph": (True,),
             "compile": (True,)}
+
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return [{}] if dtype == "fp32" else "trains in fp32; amp is DDP under autocast"
+
+    def memory_buffers(self, tensors, largest, n, trainable=None):
+        # Without gradient_as_bucket_view (off by default) DDP copies every gradient into its flat buckets: one
+        # more fp32 copy of the gradients ("the saved memory size will be equal to the total gradients size",
+        # DistributedDataParallel's docstring); only parameters that require a gradient get a bucket.
+        if self.knobs.gradient_as_bucket_view:
+            return []
+        t = sum(tensors) if trainable is None else trainable
+        return [("DDP's gradient buckets", 4 * t, "a copy of the fp32 gradients in its flat buckets, 4T; "
+                                                   "gradient_as_bucket_view=true makes the gradients views of them")]
+
+    def comm_schedule(self):
+        cap = self.knobs.bucket_cap_mb
+        # DDP's defaults: 25 MiB buckets, and a 1 MiB first bucket unless bucket_cap_mb is given.
+        # fp16/bf16 hooks halve the bytes; PowerSGD's rank-r factors of an m x n gradient are r(m + n) values
+        # instead of mn (depends on the shapes, not known here: left at 1.0 and said so in the record's note).
+        wire = 0.5 if self.knobs.comm_hook in ("fp16", "bf16") else 1.0
+        return Buckets(comm_backend="torch", wire_scale=wire, overlap=True,
+                       bucket_bytes=int((25 if cap is None else cap) * 2**20),
+                       first_bucket_bytes=int((1 if cap is None else cap) * 2**20))
+
+
+class DDPAdapter(DDPLaunch, DDPStrategy, DDPCost, Adapter):
+    name = "ddp"
+    summary = "DistributedDataParallel, one process per device, launched by torchrun"
+    launcher = "torchrun"
+    blog_label = (1, "torch.distributed")
 
     @dataclass
     class Knobs:
@@ -80,238 +322,11 @@ class DDPAdapter(Adapter):
                 raise KnobError(f"knob 'bucket_cap_mb' must be a positive number of MiB (DDP's default: 25); "
                                 f"got {self.bucket_cap_mb:g}")
 
-    @classmethod
-    def availability(cls, device: str, world_size: int) -> Availability:
-        build = torch_build()
-        if build.get("broken"):
-            return Availability(False, f"torch fails to import here ({build['broken']})",
-                                "reinstall it (`make clean setup`), or remove what shadows it from PYTHONPATH")
-        if not build.get("distributed"):
-            return Availability(False, "this torch build has no torch.distributed",
-                                "install a torch build with distributed support (every PyPI build has it)")
-        if device == "cpu" and not build["gloo"]:
-            return Availability(False, "this torch build has no gloo backend", "install torch from PyPI")
-        gpus = cuda_world_check(device, world_size)
-        if gpus and device == "cuda" and not build["nccl"]:
-            return Availability(False, "this torch build has no NCCL backend", "install a CUDA build of torch")
-        return gpus
-
-    def knob_availability(self, device: str, world_size: int) -> Availability:
-        return compile_availability(device) if self.knobs.compile else Availability(True)
-
-    def launch(self, spec_path: Path, spec) -> LaunchPlan:
-        if spec.topology is not None:
-            return torchrun_nodes(spec, spec_path)
-        return LaunchPlan(torchrun(spec.world_size, spec_path))
-
-    def import_framework(self) -> None:
-        import torch.distributed  # noqa: F401
-        import torch.nn.parallel  # noqa: F401
-
-    def setup(self, spec):
-        self.info = init_process_group_from_env(spec.device)
-        return self.info
-
-    def wrap(self, model, optimizer):
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        device_ids = [self.info.local_rank] if self.info.device.startswith("cuda") else None
-        k = self.knobs
-        # torch >= 2.12 deprecates broadcast_buffers in favour of forward_sync_buffers (same meaning per forward).
-        sync = ("forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
-                else "broadcast_buffers")
-        given = {"bucket_cap_mb": k.bucket_cap_mb, "gradient_as_bucket_view": k.gradient_as_bucket_view,
-                 "static_graph": k.static_graph, sync: k.broadcast_buffers,
-                 "find_unused_parameters": k.find_unused_parameters}
-        if k.sync_bn:
-            model = self._sync_batch_norm(model)
-        self._compile(model)  # the model's own forward, inside DDP (see the knob)
-        model = DDP(model, device_ids=device_ids, **{key: v for key, v in given.items() if v is not None})
-        self._register_hook(model)
-        return super().wrap(model, optimizer)
-
-    def _sync_batch_norm(self, model):
-        """The model with its BatchNorm statistics computed over the global batch. On CUDA every BatchNorm layer
-        becomes a torch.nn.SyncBatchNorm holding the same parameters and buffers (convert_sync_batchnorm; the
-        optimizer made over the model still updates them). torch's runs on CUDA only (it refuses CPU input, and DDP
-        refuses a CPU model holding one: "SyncBatchNorm layers only work with GPU modules"), so on the CPU each layer
-        keeps its class and gets the same statistics over gloo instead (_gloo_synced)."""
-        import torch
-
-        if self.info.device.startswith("cuda"):
-            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-            layers = [m for m in model.modules() if isinstance(m, torch.nn.SyncBatchNorm)]
-        else:
-            layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-            for layer in layers:
-                layer.__class__ = _gloo_synced(type(layer))  # the same module, state and parameters
-        self.synced_batch_norm = len(layers)
-        return model
-
-    def model_availability(self, facts):
-        k = self.knobs
-        if not facts.no_gradient or k.find_unused_parameters:
-            return Availability(True)
-        never = set(facts.never_used) == set(facts.no_gradient)
-        if k.static_graph and never:
-            return Availability(True)  # a static graph knows its unused parameters after the first step
-        return Availability(
-            False, f"the model leaves parameters without a gradient: {facts.unused_text()} in the check before "
-                   f"launching, and DDP's reducer waits for every parameter's gradient, so its launch would fail "
-                   f"(\"Expected to have finished reduction in the prior iteration\")",
-            f"add the knob find_unused_parameters=true (-a {self.name}:find_unused_parameters=true)"
-            + (", or static_graph=true: the same parameters go unused in every step" if never else ""))
-
-    def batch_norm(self):
-        if getattr(self.knobs, "sync_bn", False):
-            return None
-        return f"knob sync_bn=true converts them to SyncBatchNorm (-a {self.name}:sync_bn=true)"
-
-    def failure_fix(self, error):
-        if "Expected to have finished reduction" in error or "were not used in producing loss" in error:
-            return (f"a step left parameters without a gradient, which DDP's reducer waits for: add the knob "
-                    f"find_unused_parameters=true (-a {self.name}:find_unused_parameters=true), or static_graph=true "
-                    f"where the same parameters go unused in every step")
-        return None
-
-    def _register_hook(self, model) -> None:
-        k = self.knobs
-        if k.comm_hook in ("fp16", "bf16"):
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-            model.register_comm_hook(None, getattr(default_hooks, f"{k.comm_hook}_compress_hook"))
-        elif k.comm_hook == "powersgd":
-            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-
-            self._refuse_powersgd_over_buckets_on_gloo(model)
-            # min_compression_rate 2 (torch's default): a tensor PowerSGD would not halve is all-reduced as it is.
-            state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=k.powersgd_rank,
-                                                start_powerSGD_iter=k.powersgd_start_iter,
-                                                warm_start=k.powersgd_warm_start, random_seed=0)
-            model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-
-    def dtypes(self, model):
-        d = super().dtypes(model)
-        # The wire: what the hook DDP really holds sends each bucket as (torch's own compress hooks by name);
-        # PowerSGD sends low-rank factors in the gradients' dtype.
-        for hook, _state in getattr(model, "_comm_hooks", []):
-            name = getattr(hook, "__name__", "")
-            if name.startswith(("fp16_compress", "bf16_compress")):
-                d["reduce"] = name[:4]
-            elif name.startswith("powerSGD"):
-                d["reduce"] = f"{d['grads']} (low-rank factors)"
-        return d
-
-    def _refuse_powersgd_over_buckets_on_gloo(self, model) -> None:
-        """PowerSGD over gloo with more than one DDP bucket breaks here: on widemlp (144 MiB of gradients) with 25
-        MiB buckets every launch stopped at the first compressed step (the stall watch's stacks: rank 0 in the
-        hook's second phase, compute_qs, on one bucket while rank 1 was all-reducing the first phase of two others),
-        and with two buckets (bucket_cap_mb=100) gloo itself aborted: "Received data size doesn't match expected
-        size. Is there a distributed collective mismatch". The hook chains its all-reduces from future callbacks,
-        which gloo completes on its own threads, so the ranks issue them in different orders. With one bucket
-        (bucket_cap_mb=200) it runs. Refused at once, with the fix."""
-        if self.info is None or self.info.backend != "gloo":
-            return
-        grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-        cap = self.knobs.bucket_cap_mb
-        first = (1 if cap is None else cap) * 2**20  # DDP's first bucket: 1 MiB unless bucket_cap_mb is set
-        if grad_bytes > first:
-            need = grad_bytes / 2**20
-            raise KnobError(f"knob 'comm_hook' powersgd over gloo hangs or aborts when the gradients ({need:.1f} "
-                            f"MiB here) span more than one DDP bucket (the first holds {first / 2**20:g} MiB): the "
-                            f"ranks issue the hook's all-reduces in different orders; set bucket_cap_mb to at least "
-                            f"{int(need) + 1} for one bucket, or use NCCL")
-
-    def check_knobs(self, world_size: int) -> None:
-        if getattr(self.knobs, "comm_hook", "none") == "bf16" and self.device_kind != "cuda":
-            # torch's bf16_compress_hook raises at the first step unless CUDA 11+ and NCCL 2.10+: refused up front.
-            raise KnobError("knob 'comm_hook' bf16 needs CUDA with NCCL 2.10+ (torch's bf16_compress_hook); on CPU "
-                            "use fp16 or powersgd")
-
     def compression(self) -> str:
         hook = self.knobs.comm_hook
         if hook == "powersgd":
             return f"powersgd rank {self.knobs.powersgd_rank}"
         return "none" if hook == "none" else hook
-
-    def all_reduce_mean(self, tensor):
-        import torch.distributed as dist
-
-        out = tensor.clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out / self.info.world_size
-
-    def barrier(self):
-        import torch.distributed as dist
-
-        dist.barrier()
-
-    def teardown(self):
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-    def comm(self):
-        return TorchComm()
-
-    @classmethod
-    def plan_knobs(cls, dtype):
-        return [{}] if dtype == "fp32" else "trains in fp32; amp is DDP under autocast"
-
-    def memory_buffers(self, tensors, largest, n, trainable=None):
-        # Without gradient_as_bucket_view (off by default) DDP copies every gradient into its flat buckets: one
-        # more fp32 copy of the gradients ("the saved memory size will be equal to the total gradients size",
-        # DistributedDataParallel's docstring); only parameters that require a gradient get a bucket.
-        if self.knobs.gradient_as_bucket_view:
-            return []
-        t = sum(tensors) if trainable is None else trainable
-        return [("DDP's gradient buckets", 4 * t, "a copy of the fp32 gradients in its flat buckets, 4T; "
-                                                   "gradient_as_bucket_view=true makes the gradients views of them")]
-
-    def comm_schedule(self):
-        cap = self.knobs.bucket_cap_mb
-        # DDP's defaults: 25 MiB buckets, and a 1 MiB first bucket unless bucket_cap_mb is given.
-        # fp16/bf16 hooks halve the bytes; PowerSGD's rank-r factors of an m x n gradient are r(m + n) values
-        # instead of mn (depends on the shapes, not known here: left at 1.0 and said so in the record's note).
-        wire = 0.5 if self.knobs.comm_hook in ("fp16", "bf16") else 1.0
-        return Buckets(comm_backend="torch", wire_scale=wire, overlap=True,
-                       bucket_bytes=int((25 if cap is None else cap) * 2**20),
-                       first_bucket_bytes=int((1 if cap is None else cap) * 2**20))
-
-    @classmethod
-    def environment(cls):
-        import torch.distributed as dist
-
-        return {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available()}
-
-    def describe(self):
-        import torch
-
-        d = {**super().describe(), "framework": f"torch {torch.__version__}",
-             "backend": self.info.backend if self.info else None}
-        hook = self.knobs.comm_hook
-        if hook in ("fp16", "bf16"):
-            d["note"] = (f"DDP comm hook {hook}_compress_hook: each gradient bucket is cast to {hook} for the "
-                         f"all-reduce (half the bytes on the wire) and back to fp32, so gradients lose precision")
-        elif hook == "powersgd":
-            d["note"] = (f"DDP comm hook PowerSGD (rank {self.knobs.powersgd_rank}, from step "
-                         f"{self.knobs.powersgd_start_iter}, error feedback, warm start "
-                         f"{'on' if self.knobs.powersgd_warm_start else 'off'}): each gradient matrix of m x n values "
-                         f"is sent as rank-r factors, r(m + n) values, with the error fed back the next step; "
-                         f"vectors and small matrices go as they are. The scaling model prices it as uncompressed")
-        ddp = self.model
-        if ddp is not None and hasattr(ddp, "bucket_bytes_cap"):
-            config = getattr(ddp, "_bucket_config", None)
-            d["resolved"] = {
-                "bucket_cap_mb": ddp.bucket_bytes_cap / 2**20,
-                "first_bucket_cap_mb": (config.first_bucket_bytes_cap / 2**20 if config is not None else None),
-                "gradient_as_bucket_view": ddp.gradient_as_bucket_view, "static_graph": ddp.static_graph,
-                "broadcast_buffers": getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", None)),
-                "find_unused_parameters": ddp.find_unused_parameters,
-                "sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0),
-            }
-        return d
 
 
 def _gloo_synced(cls):

@@ -29,15 +29,18 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from adapters.base import (AGENT_STORE_ENV, Adapter, Availability, KnobError, LaunchPlan, Leftover, Precision,
-                           RankInfo, agent_store, compile_availability, cuda_world_check, interpreter, on_node,
-                           rank_command,
-                           ranks_from_slurm, torch_build)
+from adapters.base import (Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy,
+                           interpreter, rank_command)
+from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
+from adapters.probes import compile_availability, cuda_world_check, torch_build
+from adapters.rank_side import ranks_from_slurm
+from adapters.deepspeed_env import (STALE_LOCKS_ENV, clear_stale_jit_locks, cpu_fp16_supported, ds_report,
+                                    fp16_zero0_scales_its_loss, installed_version_info, jit_cache_dir,
+                                    jit_cached_ops, launcher_path, shm_leftover, shm_segment)
 from harness.shared.comm_schedule import Zero
 
 PINNED_VERSION = "0.19.8"
@@ -50,195 +53,8 @@ RANK_SCRIPT = Path(__file__).resolve().parent.parent / "harness" / "rank" / "as_
 _JIT_OPS_AT_INIT = ("deepspeed_shm_comm",)
 
 
-def _installed_version_info() -> dict[str, Any] | None:
-    """deepspeed/git_version_info_installed.py (written by DeepSpeed's setup.py), loaded as a lone file: the
-    version, accelerator and AOT-built ops, without running deepspeed/__init__.py (which imports torch and
-    probes accelerators). None when the file is missing: not a real DeepSpeed install."""
-    spec = importlib.util.find_spec("deepspeed")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "git_version_info_installed.py"
-    if not path.is_file():
-        return None
-    file_spec = importlib.util.spec_from_file_location("_compare_deepspeed_version", path)
-    module = importlib.util.module_from_spec(file_spec)
-    file_spec.loader.exec_module(module)
-    return {k: getattr(module, k, None) for k in ("version", "accelerator_name", "installed_ops")}
-
-
-_SHM_DIR = Path("/dev/shm")
-
-
-def _shm_prefix(addr: str, port: int | str) -> str:
-    # deepspeed/ops/csrc/cpu/comm/shm.cpp: "%s_%d_%s_%s" % (SHM_BUFFER_NAME, getuid(), MASTER_ADDR, MASTER_PORT),
-    # then "_%d" % rank
-    return f"deepspeed_allreduce_buffer_{os.getuid()}_{addr}_{port}_"
-
-
-def shm_segment(rank: int) -> Path | None:
-    """This rank's shared-memory all-reduce segment, which DeepSpeed's CPU backend (deepspeed_shm_comm, used when
-    every rank is on one machine) creates at init and never unlinks: about 66 MiB per rank left in /dev/shm by
-    every launch, until /dev/shm (RAM) is full."""
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if not addr or not port:
-        return None
-    return _SHM_DIR / f"{_shm_prefix(addr, port)}{rank}"
-
-
-def shm_leftover(addr: str, port: int) -> Leftover:
-    """What a launch's ranks may leave in /dev/shm if killed before they unlink their segments (during
-    init_distributed): the parent removes them once the launch's processes are gone (LaunchPlan.leftovers)."""
-    return Leftover(str(_SHM_DIR / (_shm_prefix(addr, port) + "*")), "DeepSpeed shared-memory segment")
-
-
-def shm_sweeper(addr: str, port: int) -> Callable[[], None]:
-    """For the parent, after the launch: remove any segment of this launch still there (a rank that died before
-    it could unlink its own)."""
-
-    def sweep() -> None:
-        for f in _SHM_DIR.glob(_shm_prefix(addr, port) + "*"):
-            f.unlink(missing_ok=True)
-
-    return sweep
-
-
-def launcher_path() -> str | None:
-    """The `deepspeed` launcher script of this venv (whether or not it is activated), else the one on PATH."""
-    local = Path(interpreter()).parent / "deepspeed"
-    return str(local) if local.exists() else shutil.which("deepspeed")
-
-
-def jit_cache_dir() -> Path:
-    """Where torch.utils.cpp_extension puts (and finds) DeepSpeed's JIT-built ops for this venv: the user's
-    TORCH_EXTENSIONS_DIR, else the venv's own (set for the ranks by `launch`; see the module docstring)."""
-    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(sys.prefix) / "torch_extensions")
-
-
-def jit_cached_ops() -> list[str]:
-    """Ops that have a built shared library in the JIT cache."""
-    root = jit_cache_dir()
-    return sorted(d.name for d in root.iterdir() if (d / f"{d.name}.so").exists()) if root.is_dir() else []
-
-
-STALE_LOCKS_ENV = "COMPARE_DS_STALE_JIT_LOCKS"
-"""Set by `launch` for the ranks: the stale JIT build locks it removed before starting them (rank 0 logs them)."""
-
-
-def _open_files() -> tuple[set[str], bool]:
-    """The paths of every file some process on this machine has open, and whether every process could be read
-    (another user's /proc/PID/fd is not readable without privilege)."""
-    held, complete = set(), True
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
-        try:
-            fds = list(fd_dir.iterdir())
-        except PermissionError:
-            complete = False
-            continue
-        except OSError:  # the process ended meanwhile
-            continue
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                held.add(os.readlink(fd))
-    return held, complete
-
-
-def clear_stale_jit_locks(root: Path | None = None) -> list[Path]:
-    """Remove JIT build locks that no process holds; the ones removed. torch.utils.cpp_extension takes
-    `<cache>/<op>/lock` (a FileBaton: created with O_EXCL, kept open while building, removed at the end), and a
-    process that finds the file waits, polling, until it is gone. A build that was killed (a timeout, kill -9 of
-    the run, a crash during a first launch's 35-65 s compile) leaves the file behind, and every later launch
-    would then wait for it until its --timeout. A lock is stale when no process has it open; one created by
-    another user is left alone unless every process could be checked."""
-    root = root if root is not None else jit_cache_dir()
-    locks = sorted(root.glob("*/lock")) if root.is_dir() else []
-    if not locks:
-        return []
-    held, complete = _open_files()
-    removed = []
-    for lock in locks:
-        try:
-            owner = lock.stat().st_uid
-        except FileNotFoundError:  # released meanwhile
-            continue
-        if os.path.realpath(lock) in held or (not complete and owner != os.getuid()):
-            continue
-        lock.unlink(missing_ok=True)
-        removed.append(lock)
-    return removed
-
-
-def cpu_fp16_supported() -> bool:
-    """DeepSpeed's CPU accelerator's own test (cpu_accelerator.is_fp16_supported): oneDNN fp16 kernels."""
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    except Exception:  # noqa: BLE001 - an older torch without the probe has no fp16 CPU kernels either
-        return False
-
-
-def fp16_zero0_scales_its_loss() -> bool | None:
-    """Whether the installed DeepSpeed's engine.backward() scales the loss for fp16 at ZeRO stage 0. 0.19.8's does
-    not (it scales only for a ZeRO optimizer or torch autocast's scaler), while FP16_(Unfused)Optimizer.step()
-    still divides the gradients by the loss scale (2^16 to start): every update is that many times too small and the
-    model does not learn (seen on an H200: loss ln 10 for 300 digits steps; deepspeedai/DeepSpeed#8393 adds the
-    missing branch). Read from engine.py's source without importing DeepSpeed; None where it cannot be read."""
-    spec = importlib.util.find_spec("deepspeed")
-    where = list(spec.submodule_search_locations or []) if spec else []
-    try:
-        text = (Path(where[0]) / "runtime" / "engine.py").read_text()
-    except (IndexError, OSError):
-        return None
-    start = text.find("    def backward(self, loss")
-    if start < 0:
-        return None
-    end = text.find("\n    def ", start + 1)
-    body = text[start:end if end > 0 else len(text)]
-    if "scale_if_loss" not in body:
-        return None  # a different engine.backward: not the one this check knows
-    return "fp16_enabled()" in body
-
-
-class DeepSpeedAdapter(Adapter):
-    name = "deepspeed"
-    summary = "DeepSpeed engine (ZeRO 0-3), launched by the deepspeed launcher"
-    launcher = "deepspeed"
-    distribution = "deepspeed"
-
-    # ZeRO stages 1 and 2 partition optimizer state (and gradients) at the cost of an all-gather of the updated
-    # parameters: less memory, more traffic, the same maths in fp32. The reduce bucket (DeepSpeed's default 5e8
-    # elements, larger than most models here) sets how gradients are grouped into collectives.
-    TUNE = {"zero_stage": (1, 2), "reduce_bucket_elems": (1_000_000, 50_000_000), "compile": (True,)}
-
-    @dataclass
-    class Knobs:
-        zero_stage: Literal[0, 1, 2, 3] = 0
-        """ZeRO stage: 0 plain data parallel, 1 partition optimizer state, 2 + gradients, 3 + parameters."""
-        precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-        """DeepSpeed casts the model to this dtype and keeps fp32 master weights (fp16 adds dynamic loss
-        scaling; DeepSpeed's CPU accelerator refuses it without oneDNN fp16)."""
-        offload_optimizer: bool = False
-        """ZeRO-Offload: keep optimizer state and its step on the CPU (needs zero_stage >= 1)."""
-        reduce_bucket_elems: int | None = None
-        """Gradient reduction bucket size in elements (ds config reduce_bucket_size), the counterpart of ddp's
-        bucket_cap_mb (unset: DeepSpeed's default, 5e8)."""
-        compile: bool = False
-        """torch.compile the engine's module with DeepSpeed's own `engine.compile()` (its accelerator's backend:
-        inductor): compiled in the warm-up, its time reported apart."""
-
-        def __post_init__(self):
-            if self.offload_optimizer and self.zero_stage == 0:
-                raise KnobError("knob 'offload_optimizer' needs zero_stage 1, 2 or 3 (ZeRO-Offload partitions the "
-                                "optimizer); got zero_stage 0")
-            if self.reduce_bucket_elems is not None and self.reduce_bucket_elems < 1:
-                raise KnobError(f"knob 'reduce_bucket_elems' must be positive; got {self.reduce_bucket_elems}")
-
-    def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
-        super().__init__(knobs, device)
-        self.engine = None
-        self.timings_s: dict[str, float] = {}
-        self.jit_built: list[str] = []
-        self.stale_locks_removed: list[str] = []
+class DeepSpeedLaunch(Launch):
+    """DeepSpeed: the parent's role (adapters/base.py: Launch)."""
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
@@ -246,7 +62,7 @@ class DeepSpeedAdapter(Adapter):
         if importlib.util.find_spec("deepspeed") is None:
             return Availability(False, "deepspeed is not installed", INSTALL_FIX)
         try:
-            info = _installed_version_info()
+            info = installed_version_info()
         except Exception as exc:  # noqa: BLE001 - a broken install is a reason, not a crash
             return Availability(False, f"deepspeed's version file does not load: {type(exc).__name__}: {exc}",
                                 INSTALL_FIX)
@@ -266,20 +82,13 @@ class DeepSpeedAdapter(Adapter):
                                     "install torch from PyPI")
         return cuda_world_check(device, world_size)
 
-    def precision(self) -> Precision:
-        p = self.knobs.precision
-        if p == "fp16" and self.device_kind == "cpu" and not cpu_fp16_supported():
-            raise KnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
-                            "(no oneDNN fp16 support); use bf16 or fp32")
-        return Precision(p)
-
     def knob_availability(self, device: str, world_size: int) -> Availability:
         k = self.knobs
         if k.compile and not (compiled := compile_availability(device)):
             return compiled
         try:
             broken = k.precision == "fp16" and k.zero_stage == 0 and fp16_zero0_scales_its_loss() is False
-            version = (_installed_version_info() or {}).get("version", "?") if broken else ""
+            version = (installed_version_info() or {}).get("version", "?") if broken else ""
         except Exception:  # noqa: BLE001 - never raises: an unreadable install is not this check's to judge
             return Availability(True)
         if broken:
@@ -366,36 +175,31 @@ class DeepSpeedAdapter(Adapter):
             os.environ["DS_ACCELERATOR"] = "cpu"
         try:
             with contextlib.redirect_stdout(sys.stderr):
-                return cls._environment()
+                return ds_report(PINNED_VERSION)
         finally:
             if quiet:
                 os.environ.pop("DS_ACCELERATOR", None)
 
-    @classmethod
-    def _environment(cls) -> dict[str, Any]:
-        import deepspeed
-        from deepspeed.accelerator import get_accelerator
-        from deepspeed.git_version_info import accelerator_name, installed_ops
-        from deepspeed.ops.op_builder.all_ops import ALL_OPS
-        from deepspeed.ops.op_builder.builder import probe_is_compatible
-        from torch.utils.cpp_extension import is_ninja_available
+    def missing_gradient(self):
+        # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").
+        moves = ("so the optimizer steps it: momentum and weight decay keep moving it where a single process leaves "
+                 "it alone")
+        stage = self.knobs.zero_stage
+        if stage == 0:
+            return (f"DeepSpeed's engine gives a parameter without a gradient a zero one before the all-reduce "
+                    f"(runtime/engine.py, _get_gradients_for_reduction: \"we must create empty grads\"), {moves}")
+        if stage in (1, 2):
+            return (f"ZeRO-{stage} flattens each parameter group into one fp32 partition whose gradient holds zeros for "
+                    f"a parameter without one (runtime/zero/stage_1_and_2.py, get_all_grad_tensors), {moves}")
+        return ("ZeRO-3 steps a parameter without a gradient with the last gradient it got: its gradient partition "
+                "(runtime/zero/stage3.py, __param_id_to_grad_partition) is written only when the parameter's gradient "
+                "is reduced and is not cleared between steps, and independent_gradient_partition_epilogue hands every "
+                "parameter's partition to the optimizer, so a stale gradient is applied again, with or without "
+                "momentum (a DeepSpeed bug: the reproduction is in docs/your-model.md)")
 
-        accel = get_accelerator()
-        cached = set(jit_cached_ops())
-        ops: dict[str, list[str]] = {"installed": [], "jit_cached": [], "jit_compatible": [], "incompatible": []}
-        for op_name, builder in ALL_OPS.items():
-            # The same tests as ds_report's op table (installed = built at install time for this accelerator).
-            if installed_ops.get(op_name) and accelerator_name == accel._name:
-                ops["installed"].append(op_name)
-            elif op_name in cached:
-                ops["jit_cached"].append(op_name)
-            elif probe_is_compatible(builder, False):
-                ops["jit_compatible"].append(op_name)  # would be JIT-compiled on first use
-            else:
-                ops["incompatible"].append(op_name)
-        return {"deepspeed": deepspeed.__version__, "version": deepspeed.__version__, "pinned": PINNED_VERSION, "accelerator": accel._name,
-                "communication_backend": accel.communication_backend_name(), "launcher": launcher_path(),
-                "ninja": is_ninja_available(), "jit_cache_dir": str(jit_cache_dir()), "ops": ops}
+
+class DeepSpeedStrategy(Strategy):
+    """DeepSpeed: every rank's role (adapters/base.py: Strategy)."""
 
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
@@ -502,23 +306,6 @@ class DeepSpeedAdapter(Adapter):
         self.client_optimizer = type(optimizer).__name__
         return super().wrap(engine, ds_optimizer)
 
-    def missing_gradient(self):
-        # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").
-        moves = ("so the optimizer steps it: momentum and weight decay keep moving it where a single process leaves "
-                 "it alone")
-        stage = self.knobs.zero_stage
-        if stage == 0:
-            return (f"DeepSpeed's engine gives a parameter without a gradient a zero one before the all-reduce "
-                    f"(runtime/engine.py, _get_gradients_for_reduction: \"we must create empty grads\"), {moves}")
-        if stage in (1, 2):
-            return (f"ZeRO-{stage} flattens each parameter group into one fp32 partition whose gradient holds zeros for "
-                    f"a parameter without one (runtime/zero/stage_1_and_2.py, get_all_grad_tensors), {moves}")
-        return ("ZeRO-3 steps a parameter without a gradient with the last gradient it got: its gradient partition "
-                "(runtime/zero/stage3.py, __param_id_to_grad_partition) is written only when the parameter's gradient "
-                "is reduced and is not cleared between steps, and independent_gradient_partition_epilogue hands every "
-                "parameter's partition to the optimizer, so a stale gradient is applied again, with or without "
-                "momentum (a DeepSpeed bug: the reproduction is in docs/your-model.md)")
-
     def cast_input(self, x):
         # DeepSpeed casts the whole model to bf16/fp16, so float inputs must match (integer token ids stay).
         dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(self.knobs.precision)
@@ -592,6 +379,72 @@ class DeepSpeedAdapter(Adapter):
         import deepspeed.comm as ds_dist
 
         ds_dist.barrier()
+
+    def comm(self):
+        from adapters.ddp import TorchComm
+
+        class DeepSpeedComm(TorchComm):
+            """deepspeed.comm mirrors torch.distributed's API (through its own wrapper, which is what is timed)."""
+
+            def __init__(self):
+                import deepspeed.comm as ds_dist
+
+                self.dist = ds_dist
+
+            def all_reduce_coalesced(self, ts):
+                self.dist.all_reduce_coalesced(ts)
+
+        return DeepSpeedComm()
+
+    def teardown(self):
+        import torch.distributed as dist
+
+        if self.engine is not None:
+            self.engine.destroy()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def skipped_steps(self):
+        # DeepSpeed counts the steps its fp16 loss scaler skipped; bf16 and fp32 have no scaler.
+        if self.engine is None or not self.engine.fp16_enabled():
+            return None
+        return int(self.engine.skipped_steps)
+
+    def describe(self) -> dict[str, Any]:
+        import deepspeed
+        import torch
+        from deepspeed.accelerator import get_accelerator
+
+        d: dict[str, Any] = {
+            "framework": f"deepspeed {deepspeed.__version__}", "torch": torch.__version__,
+            "accelerator": get_accelerator()._name, "backend": self.info.backend if self.info else None,
+            "zero_stage": self.knobs.zero_stage, "precision": self.precision().value,
+            "offload_optimizer": self.knobs.offload_optimizer, "knobs": super().describe()["knobs"],
+            "setup_timings_s": dict(self.timings_s),
+            "jit_ops_built_this_run": self.jit_built, "jit_cache_dir": str(jit_cache_dir()),
+            "stale_jit_locks_removed": self.stale_locks_removed,
+        }
+        if self.engine is not None:
+            e = self.engine
+            d.update({"ds_config": self.config, "client_optimizer": self.client_optimizer,
+                      "engine_optimizer": type(e.optimizer).__name__,
+                      "resolved": {"zero_stage": e.zero_optimization_stage(), "train_batch_size": e.train_batch_size(),
+                                   "micro_batch_per_rank": e.train_micro_batch_size_per_gpu(),
+                                   "gradient_accumulation_steps": e.gradient_accumulation_steps(),
+                                   "bf16": e.bfloat16_enabled(), "fp16": e.fp16_enabled(),
+                                   "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
+                                   "reduce_bucket_size": e.zero_reduce_bucket_size(),
+                                   "overlap_comm": e.zero_overlap_comm()}})
+        return d
+
+
+class DeepSpeedCost(Cost):
+    """DeepSpeed: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
+
+    # ZeRO stages 1 and 2 partition optimizer state (and gradients) at the cost of an all-gather of the updated
+    # parameters: less memory, more traffic, the same maths in fp32. The reduce bucket (DeepSpeed's default 5e8
+    # elements, larger than most models here) sets how gradients are grouped into collectives.
+    TUNE = {"zero_stage": (1, 2), "reduce_bucket_elems": (1_000_000, 50_000_000), "compile": (True,)}
 
     @classmethod
     def plan_knobs(cls, dtype):
@@ -706,62 +559,49 @@ class DeepSpeedAdapter(Adapter):
                     grad_reduce="reduce_scatter" if k.zero_stage == 3 else "all_reduce", reuse_elems=1_000_000_000,
                     bucket_elems=500_000_000 if k.reduce_bucket_elems is None else k.reduce_bucket_elems)
 
-    def comm(self):
-        from adapters.ddp import TorchComm
 
-        class DeepSpeedComm(TorchComm):
-            """deepspeed.comm mirrors torch.distributed's API (through its own wrapper, which is what is timed)."""
+class DeepSpeedAdapter(DeepSpeedLaunch, DeepSpeedStrategy, DeepSpeedCost, Adapter):
+    name = "deepspeed"
+    summary = "DeepSpeed engine (ZeRO 0-3), launched by the deepspeed launcher"
+    launcher = "deepspeed"
+    distribution = "deepspeed"
 
-            def __init__(self):
-                import deepspeed.comm as ds_dist
+    @dataclass
+    class Knobs:
+        zero_stage: Literal[0, 1, 2, 3] = 0
+        """ZeRO stage: 0 plain data parallel, 1 partition optimizer state, 2 + gradients, 3 + parameters."""
+        precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+        """DeepSpeed casts the model to this dtype and keeps fp32 master weights (fp16 adds dynamic loss
+        scaling; DeepSpeed's CPU accelerator refuses it without oneDNN fp16)."""
+        offload_optimizer: bool = False
+        """ZeRO-Offload: keep optimizer state and its step on the CPU (needs zero_stage >= 1)."""
+        reduce_bucket_elems: int | None = None
+        """Gradient reduction bucket size in elements (ds config reduce_bucket_size), the counterpart of ddp's
+        bucket_cap_mb (unset: DeepSpeed's default, 5e8)."""
+        compile: bool = False
+        """torch.compile the engine's module with DeepSpeed's own `engine.compile()` (its accelerator's backend:
+        inductor): compiled in the warm-up, its time reported apart."""
 
-                self.dist = ds_dist
+        def __post_init__(self):
+            if self.offload_optimizer and self.zero_stage == 0:
+                raise KnobError("knob 'offload_optimizer' needs zero_stage 1, 2 or 3 (ZeRO-Offload partitions the "
+                                "optimizer); got zero_stage 0")
+            if self.reduce_bucket_elems is not None and self.reduce_bucket_elems < 1:
+                raise KnobError(f"knob 'reduce_bucket_elems' must be positive; got {self.reduce_bucket_elems}")
 
-            def all_reduce_coalesced(self, ts):
-                self.dist.all_reduce_coalesced(ts)
+    def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
+        super().__init__(knobs, device)
+        self.engine = None
+        self.timings_s: dict[str, float] = {}
+        self.jit_built: list[str] = []
+        self.stale_locks_removed: list[str] = []
 
-        return DeepSpeedComm()
-
-    def teardown(self):
-        import torch.distributed as dist
-
-        if self.engine is not None:
-            self.engine.destroy()
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-    def skipped_steps(self):
-        # DeepSpeed counts the steps its fp16 loss scaler skipped; bf16 and fp32 have no scaler.
-        if self.engine is None or not self.engine.fp16_enabled():
-            return None
-        return int(self.engine.skipped_steps)
-
-    def describe(self) -> dict[str, Any]:
-        import deepspeed
-        import torch
-        from deepspeed.accelerator import get_accelerator
-
-        d: dict[str, Any] = {
-            "framework": f"deepspeed {deepspeed.__version__}", "torch": torch.__version__,
-            "accelerator": get_accelerator()._name, "backend": self.info.backend if self.info else None,
-            "zero_stage": self.knobs.zero_stage, "precision": self.precision().value,
-            "offload_optimizer": self.knobs.offload_optimizer, "knobs": super().describe()["knobs"],
-            "setup_timings_s": dict(self.timings_s),
-            "jit_ops_built_this_run": self.jit_built, "jit_cache_dir": str(jit_cache_dir()),
-            "stale_jit_locks_removed": self.stale_locks_removed,
-        }
-        if self.engine is not None:
-            e = self.engine
-            d.update({"ds_config": self.config, "client_optimizer": self.client_optimizer,
-                      "engine_optimizer": type(e.optimizer).__name__,
-                      "resolved": {"zero_stage": e.zero_optimization_stage(), "train_batch_size": e.train_batch_size(),
-                                   "micro_batch_per_rank": e.train_micro_batch_size_per_gpu(),
-                                   "gradient_accumulation_steps": e.gradient_accumulation_steps(),
-                                   "bf16": e.bfloat16_enabled(), "fp16": e.fp16_enabled(),
-                                   "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
-                                   "reduce_bucket_size": e.zero_reduce_bucket_size(),
-                                   "overlap_comm": e.zero_overlap_comm()}})
-        return d
+    def precision(self) -> Precision:
+        p = self.knobs.precision
+        if p == "fp16" and self.device_kind == "cpu" and not cpu_fp16_supported():
+            raise KnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
+                            "(no oneDNN fp16 support); use bf16 or fp32")
+        return Precision(p)
 
 
 ADAPTER = DeepSpeedAdapter

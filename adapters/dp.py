@@ -6,19 +6,13 @@ the CPU and ignores `device_ids`. Its row then says so (devices used: 1), rather
 
 from __future__ import annotations
 
-from adapters.base import Availability, SingleProcess, cuda_world_check
+from adapters.base import Adapter, Availability, Cost, SingleProcessLaunch, SingleProcessStrategy
+from adapters.probes import cuda_world_check
 from harness.shared.comm_schedule import Replicate
 
 
-class DPAdapter(SingleProcess):
-    name = "dp"
-    summary = "torch.nn.DataParallel: one process, batch scattered over the devices (pass-through without GPUs)"
-    launcher = "in-process"
-    blog_label = (0, "nn.DataParallel")
-
-    @classmethod
-    def plan_knobs(cls, dtype):
-        return "one process for the GPUs of one node, which PyTorch's docs advise ddp over"
+class DPLaunch(SingleProcessLaunch):
+    """DP: the parent's role (adapters/base.py: Launch)."""
 
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
@@ -42,6 +36,10 @@ class DPAdapter(SingleProcess):
         # the whole batch goes through one module.
         return None if self.device_kind != "cuda" else ""
 
+
+class DPStrategy(SingleProcessStrategy):
+    """DP: every rank's role (adapters/base.py: Strategy)."""
+
     def _devices(self, spec) -> int:
         return spec.world_size if spec.device == "cuda" else 1
 
@@ -51,11 +49,6 @@ class DPAdapter(SingleProcess):
         ids = list(range(self.info.devices_used)) if self.info.device.startswith("cuda") else None
         return super().wrap(DataParallel(model, device_ids=ids), optimizer)
 
-    def comm_schedule(self):
-        # Every step replicates the module from device 0 and reduces the gradients back to it; no communication
-        # at all where there is one device (the CPU).
-        return Replicate(comm_backend="torch", wire_scale=1.0)
-
     def describe(self):
         import torch
 
@@ -64,6 +57,26 @@ class DPAdapter(SingleProcess):
         if self.info is not None and not self.info.device.startswith("cuda"):
             d["note"] = "no GPU: DataParallel is a pass-through over one device (the CPU)"
         return d
+
+
+class DPCost(Cost):
+    """DP: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
+
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return "one process for the GPUs of one node, which PyTorch's docs advise ddp over"
+
+    def comm_schedule(self):
+        # Every step replicates the module from device 0 and reduces the gradients back to it; no communication
+        # at all where there is one device (the CPU).
+        return Replicate(comm_backend="torch", wire_scale=1.0)
+
+
+class DPAdapter(DPLaunch, DPStrategy, DPCost, Adapter):
+    name = "dp"
+    summary = "torch.nn.DataParallel: one process, batch scattered over the devices (pass-through without GPUs)"
+    launcher = "in-process"
+    blog_label = (0, "nn.DataParallel")
 
 
 ADAPTER = DPAdapter

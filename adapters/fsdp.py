@@ -19,43 +19,16 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.base import Availability, KnobError, Precision, torch_build
-from adapters.ddp import DDPAdapter
+from adapters.base import Availability, KnobError, Precision
+from adapters.probes import torch_build
+from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Fsdp
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-class FSDPAdapter(DDPAdapter):
-    name = "fsdp"
-    summary = "FSDP2 (fully_shard per declared unit, then the root), one process per device, launched by torchrun"
-    launcher = "torchrun"
-    blog_label = None  # not in the seed figure
-
-    # Keeping each unit's gathered parameters from forward to backward saves one all-gather per unit per step for
-    # the memory of the unsharded unit (ZeRO-2-like); the DDP knobs it inherits do not apply to FSDP.
-    TUNE = {"reshard_after_forward": (False,), "compile": (True,)}
-
-    @dataclass
-    class Knobs:
-        reshard_after_forward: bool = True
-        """Free each unit's gathered parameters after its forward and gather them again for backward (ZeRO-3-like);
-        false keeps them until backward (ZeRO-2-like: one all-gather per unit per step, more memory)."""
-        param_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
-        """The dtype parameters are gathered and computed in (MixedPrecisionPolicy; the sharded fp32 copy stays)."""
-        reduce_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
-        """The dtype gradients are reduce-scattered in."""
-        cpu_offload: bool = False
-        """Keep the sharded parameters, gradients and optimizer step on the CPU (CPUOffloadPolicy; CUDA only)."""
-        replicas: int = 1
-        """HSDP: replicate across this many groups, shard within each (must divide the world size)."""
-        compile: bool = False
-        """torch.compile each sharded unit in place (the root where the workload declares none), as torchtitan
-        compiles each block; compiled in the warm-up, its time reported apart."""
-
-        def __post_init__(self):
-            if self.replicas < 1:
-                raise KnobError(f"knob 'replicas' must be at least 1 (1: plain FSDP); got {self.replicas}")
+class FSDPLaunch(DDPLaunch):
+    """FSDP: the parent's role (adapters/base.py: Launch)."""
 
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
@@ -80,57 +53,15 @@ class FSDPAdapter(DDPAdapter):
     def failure_fix(self, error):
         return None
 
-    @classmethod
-    def plan_knobs(cls, dtype):
-        mixed = {} if dtype == "fp32" else {"param_dtype": dtype}  # gradients reduce-scattered in fp32
-        return [{**mixed, "reshard_after_forward": True}, {**mixed, "reshard_after_forward": False}]
-
-    def model_state_bytes(self, params, largest, n, optimizer_bytes, trainable=None):
-        # Sharded: the fp32 parameters (frozen ones too), the trainable ones' fp32 gradients and optimizer state,
-        # 1/N each. Unsharded while a unit computes: its parameters gathered in param_dtype and its gradients before
-        # the reduce-scatter; with reshard_after_forward=false every unit's gathered parameters stay from forward
-        # to backward. One unit at a time is counted here; the unit FSDP2 prefetches is a memory_buffers line.
-        b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
-        t = params if trainable is None else trainable
-        gathered = largest["unit"] if self.knobs.reshard_after_forward else params
-        return (params * 4 + t * (4 + optimizer_bytes)) / n + b * gathered + b * largest["unit"]
-
-    def model_state_rule(self, optimizer_bytes, frozen=False):
-        b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
-        gathered = f"{2 * b}U" if self.knobs.reshard_after_forward else f"{b}P + {b}U"
-        what = ("one unit's parameters and gradients unsharded at a time" if self.knobs.reshard_after_forward else
-                "every unit's parameters unsharded from forward to backward, one unit's gradients")
-        sharded = (f"(4P + {4 + optimizer_bytes:g}T)/N + {gathered} (fp32 parameters, trainable gradients and "
-                   f"optimizer state sharded" if frozen else
-                   f"{4 + 4 + optimizer_bytes:g}P/N + {gathered} (fp32 parameters, gradients and optimizer state "
-                   f"sharded")
-        return f"{sharded}; {what}, in {self.knobs.param_dtype}; DeepSpeed has no FSDP estimator)"
-
-    def memory_buffers(self, tensors, largest, n, trainable=None):
-        # FSDP2 issues the next unit's all-gather while a unit computes (implicit forward and backward prefetch):
-        # one more unit's parameters in param_dtype. DDP's buckets, which it would inherit, do not exist here.
-        b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
-        return [("FSDP2's prefetched all-gather", b * largest["unit"],
-                 f"the next unit's parameters gathered while one computes, {b}U in {self.knobs.param_dtype}")]
-
-    def precision(self) -> Precision:
-        k = self.knobs
-        if "fp16" in (k.param_dtype, k.reduce_dtype) and self.device_kind == "cpu":
-            raise KnobError("knob 'param_dtype'/'reduce_dtype' fp16 needs CUDA here; use bf16 or fp32 on CPU")
-        if k.cpu_offload and self.device_kind == "cpu":
-            raise KnobError("knob 'cpu_offload' moves sharded state from the GPU to the CPU; on CPU it is already "
-                            "there (leave it out)")
-        return Precision(k.param_dtype)
-
-    def compression(self) -> str:
-        r = self.knobs.reduce_dtype
-        return "none" if r == self.knobs.param_dtype or r == "fp32" else r
-
     def check_knobs(self, world_size: int) -> None:
         r = self.knobs.replicas
         if world_size % r:
             raise KnobError(f"knob 'replicas' {r} does not divide world size {world_size} (HSDP needs an R x N/R "
                             f"mesh); choose a divisor of {world_size}")
+
+
+class FSDPStrategy(DDPStrategy):
+    """FSDP: every rank's role (adapters/base.py: Strategy)."""
 
     def wrap(self, model, optimizer):
         import torch
@@ -195,12 +126,6 @@ class FSDPAdapter(DDPAdapter):
     def unwrap(self, model):
         return model
 
-    def comm_schedule(self):
-        k = self.knobs
-        wire = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}
-        return Fsdp(comm_backend="torch", wire_scale=wire[k.reduce_dtype], gather_scale=wire[k.param_dtype],
-                    reshard_after_forward=k.reshard_after_forward, replicas=k.replicas, overlap=True)
-
     def describe(self):
         import torch
 
@@ -212,6 +137,94 @@ class FSDPAdapter(DDPAdapter):
                                                            f"{self.info.world_size // self.knobs.replicas}"
                                                            if self.knobs.replicas > 1 else f"{self.info.world_size}")}
         return d
+
+
+class FSDPCost(DDPCost):
+    """FSDP: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
+
+    # Keeping each unit's gathered parameters from forward to backward saves one all-gather per unit per step for
+    # the memory of the unsharded unit (ZeRO-2-like); the DDP knobs it inherits do not apply to FSDP.
+    TUNE = {"reshard_after_forward": (False,), "compile": (True,)}
+
+    @classmethod
+    def plan_knobs(cls, dtype):
+        mixed = {} if dtype == "fp32" else {"param_dtype": dtype}  # gradients reduce-scattered in fp32
+        return [{**mixed, "reshard_after_forward": True}, {**mixed, "reshard_after_forward": False}]
+
+    def model_state_bytes(self, params, largest, n, optimizer_bytes, trainable=None):
+        # Sharded: the fp32 parameters (frozen ones too), the trainable ones' fp32 gradients and optimizer state,
+        # 1/N each. Unsharded while a unit computes: its parameters gathered in param_dtype and its gradients before
+        # the reduce-scatter; with reshard_after_forward=false every unit's gathered parameters stay from forward
+        # to backward. One unit at a time is counted here; the unit FSDP2 prefetches is a memory_buffers line.
+        b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
+        t = params if trainable is None else trainable
+        gathered = largest["unit"] if self.knobs.reshard_after_forward else params
+        return (params * 4 + t * (4 + optimizer_bytes)) / n + b * gathered + b * largest["unit"]
+
+    def model_state_rule(self, optimizer_bytes, frozen=False):
+        b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
+        gathered = f"{2 * b}U" if self.knobs.reshard_after_forward else f"{b}P + {b}U"
+        what = ("one unit's parameters and gradients unsharded at a time" if self.knobs.reshard_after_forward else
+                "every unit's parameters unsharded from forward to backward, one unit's gradients")
+        sharded = (f"(4P + {4 + optimizer_bytes:g}T)/N + {gathered} (fp32 parameters, trainable gradients and "
+                   f"optimizer state sharded" if frozen else
+                   f"{4 + 4 + optimizer_bytes:g}P/N + {gathered} (fp32 parameters, gradients and optimizer state "
+                   f"sharded")
+        return f"{sharded}; {what}, in {self.knobs.param_dtype}; DeepSpeed has no FSDP estimator)"
+
+    def memory_buffers(self, tensors, largest, n, trainable=None):
+        # FSDP2 issues the next unit's all-gather while a unit computes (implicit forward and backward prefetch):
+        # one more unit's parameters in param_dtype. DDP's buckets, which it would inherit, do not exist here.
+        b = {"fp32": 4, "bf16": 2, "fp16": 2}[self.knobs.param_dtype]
+        return [("FSDP2's prefetched all-gather", b * largest["unit"],
+                 f"the next unit's parameters gathered while one computes, {b}U in {self.knobs.param_dtype}")]
+
+    def comm_schedule(self):
+        k = self.knobs
+        wire = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5}
+        return Fsdp(comm_backend="torch", wire_scale=wire[k.reduce_dtype], gather_scale=wire[k.param_dtype],
+                    reshard_after_forward=k.reshard_after_forward, replicas=k.replicas, overlap=True)
+
+
+class FSDPAdapter(FSDPLaunch, FSDPStrategy, FSDPCost, DDPAdapter):
+    name = "fsdp"
+    summary = "FSDP2 (fully_shard per declared unit, then the root), one process per device, launched by torchrun"
+    launcher = "torchrun"
+    blog_label = None  # not in the seed figure
+
+    @dataclass
+    class Knobs:
+        reshard_after_forward: bool = True
+        """Free each unit's gathered parameters after its forward and gather them again for backward (ZeRO-3-like);
+        false keeps them until backward (ZeRO-2-like: one all-gather per unit per step, more memory)."""
+        param_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+        """The dtype parameters are gathered and computed in (MixedPrecisionPolicy; the sharded fp32 copy stays)."""
+        reduce_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+        """The dtype gradients are reduce-scattered in."""
+        cpu_offload: bool = False
+        """Keep the sharded parameters, gradients and optimizer step on the CPU (CPUOffloadPolicy; CUDA only)."""
+        replicas: int = 1
+        """HSDP: replicate across this many groups, shard within each (must divide the world size)."""
+        compile: bool = False
+        """torch.compile each sharded unit in place (the root where the workload declares none), as torchtitan
+        compiles each block; compiled in the warm-up, its time reported apart."""
+
+        def __post_init__(self):
+            if self.replicas < 1:
+                raise KnobError(f"knob 'replicas' must be at least 1 (1: plain FSDP); got {self.replicas}")
+
+    def precision(self) -> Precision:
+        k = self.knobs
+        if "fp16" in (k.param_dtype, k.reduce_dtype) and self.device_kind == "cpu":
+            raise KnobError("knob 'param_dtype'/'reduce_dtype' fp16 needs CUDA here; use bf16 or fp32 on CPU")
+        if k.cpu_offload and self.device_kind == "cpu":
+            raise KnobError("knob 'cpu_offload' moves sharded state from the GPU to the CPU; on CPU it is already "
+                            "there (leave it out)")
+        return Precision(k.param_dtype)
+
+    def compression(self) -> str:
+        r = self.knobs.reduce_dtype
+        return "none" if r == self.knobs.param_dtype or r == "fp32" else r
 
 
 ADAPTER = FSDPAdapter

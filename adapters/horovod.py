@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from adapters.base import (Adapter, Availability, Comm, KnobError, LaunchPlan, RankInfo, cuda_world_check,
-                           interpreter, rank_command)
+from adapters.base import (Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, RankInfo, Strategy, interpreter,
+                           rank_command)
+from adapters.probes import cuda_world_check
+from adapters.comm_primitives import Comm
 from harness.shared import cache
 from harness.shared.comm_schedule import Fusion
 from harness.shared.step_parts import comm_range
@@ -105,69 +107,8 @@ AUTOTUNE_LOG = "horovod_autotune.csv"
 """horovodrun --autotune's log of trials, in the launch's directory (knob autotune=true)."""
 
 
-class HorovodAdapter(Adapter):
-    name = "horovod"
-    summary = "Horovod 0.28.1 DistributedOptimizer (gradient averaging), launched by horovodrun --gloo"
-    launcher = "horovodrun"
-    distribution = "horovod"
-    blog_label = (4, "horovod")
-
-    # What `horovodrun --autotune` searches first: the fusion buffer (0: every tensor its own all-reduce) and the
-    # background cycle that fills it (Horovod's defaults, 128 MB and 1 ms, were set for GPU clusters).
-    TUNE = {"fusion_threshold_mb": (0, 8, 32), "cycle_time_ms": (0.2, 5)}
-
-    @dataclass
-    class Knobs:
-        compression: Literal["none", "fp16"] = "none"
-        """Gradients cast to fp16 on the wire (hvd.Compression.fp16); off by default, and a row with it on is
-        shown as "fp32 + fp16 wire" and not checked for fp32 equivalence."""
-        fusion_threshold_mb: int | None = None
-        """Tensor fusion buffer: gradients ready in one cycle are packed into one all-reduce up to this size
-        (horovodrun --fusion-threshold-mb; 0 disables fusion; unset: Horovod's default, 128)."""
-        cycle_time_ms: float | None = None
-        """Delay between the background thread's fusion cycles (horovodrun --cycle-time-ms; unset: its default,
-        1)."""
-        controller: Literal["gloo", "mpi"] = "gloo"
-        """How ranks are started and coordinated (mpi needs a Horovod built with MPI)."""
-        start_timeout_s: int | None = None
-        """horovodrun gives up if the ranks have not all started within this (unset: its default, 30)."""
-        broadcast_optimizer_state: bool = True
-        """Call hvd.broadcast_optimizer_state after broadcasting the parameters, as Horovod's examples do. On a
-        fresh optimizer Horovod initialises the state by running optimizer.step() once with zero gradients:
-        harmless for SGD, but for Adam-family optimizers it advances the step count and applies weight decay
-        once, so training departs from the single-process run (the row records by how much). False skips it
-        (every rank starts from the same empty state anyway, because the workload seeds every process alike)."""
-        stall_check_warning_s: int | None = None
-        """Horovod logs which rank is missing which tensor after a collective waits this long (unset: its
-        default, 60)."""
-        stall_check_shutdown_s: int | None = None
-        """Horovod shuts the job down after a collective waits this long (0: never, its default; must exceed the
-        warning time). With 0.28.1 on CPU under the Gloo controller its stall inspector was not seen to fire
-        (neither for a hung rank nor for ranks submitting different tensors): the harness's --timeout is what
-        turns a hang into a `timeout` row. A dead rank is caught by horovodrun itself (`failed`)."""
-
-        autotune: bool = False
-        """Horovod's own autotuner (horovodrun --autotune): during the run it tries fusion thresholds, cycle
-        times and its other tunables (Bayesian optimisation, scored by bytes all-reduced per second) and ends on its
-        pick. Its samples/s mixes every setting it tried, so it is not the pick's speed: the report gives the pick as
-        a row to run (`compare run -a horovod:fusion_threshold_mb=..`), and the record keeps horovodrun's log."""
-
-        def __post_init__(self):
-            if self.fusion_threshold_mb is not None and self.fusion_threshold_mb < 0:
-                raise KnobError(f"knob 'fusion_threshold_mb' must be 0 or more; got {self.fusion_threshold_mb}")
-            if self.cycle_time_ms is not None and not 0 < self.cycle_time_ms <= 1000:
-                # every fused all-reduce waits for the next cycle: a cycle of hours hangs the row until --timeout
-                raise KnobError(f"knob 'cycle_time_ms' must be above 0 and at most 1000 (a second); got "
-                                f"{self.cycle_time_ms:g}")
-            if self.stall_check_warning_s is not None and self.stall_check_warning_s < 0:
-                raise KnobError(f"knob 'stall_check_warning_s' must be 0 or more; got {self.stall_check_warning_s}")
-            if self.start_timeout_s is not None and self.start_timeout_s < 1:
-                raise KnobError(f"knob 'start_timeout_s' must be at least 1; got {self.start_timeout_s}")
-            warning = 60 if self.stall_check_warning_s is None else self.stall_check_warning_s
-            if self.stall_check_shutdown_s and self.stall_check_shutdown_s <= warning:
-                # Horovod itself would silently ignore such a shutdown time.
-                raise KnobError(f"knob 'stall_check_shutdown_s' ({self.stall_check_shutdown_s}) must be 0 or "
-                                f"greater than stall_check_warning_s ({warning})")
+class HorovodLaunch(Launch):
+    """Horovod: the parent's role (adapters/base.py: Launch)."""
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
@@ -256,6 +197,17 @@ class HorovodAdapter(Adapter):
         info["last_build_failure"] = build_failure()
         return info
 
+    def missing_gradient(self):
+        # Read in Horovod 0.28.1's source and measured (docs/your-model.md, "What each backend does differently").
+        return ("hvd.DistributedOptimizer gives a parameter without a gradient a zero one to all-reduce "
+                "(horovod/torch/optimizer.py, _allreduce_grad_async: \"Gradient was not computed, but we still need "
+                "to submit a tensor to allreduce\"), so the optimizer steps it: momentum and weight decay keep moving "
+                "it where a single process leaves it alone")
+
+
+class HorovodStrategy(Strategy):
+    """Horovod: every rank's role (adapters/base.py: Strategy)."""
+
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
         import horovod.torch  # noqa: F401
@@ -301,13 +253,6 @@ class HorovodAdapter(Adapter):
                                              compression=compression, op=hvd.Average)
         return super().wrap(model, optimizer)
 
-    def missing_gradient(self):
-        # Read in Horovod 0.28.1's source and measured (docs/your-model.md, "What each backend does differently").
-        return ("hvd.DistributedOptimizer gives a parameter without a gradient a zero one to all-reduce "
-                "(horovod/torch/optimizer.py, _allreduce_grad_async: \"Gradient was not computed, but we still need "
-                "to submit a tensor to allreduce\"), so the optimizer steps it: momentum and weight decay keep moving "
-                "it where a single process leaves it alone")
-
     def step(self):
         # Horovod all-reduces in its own C++ thread, which torch.profiler does not see: the wait for it is marked
         # (Horovod's documented split of step() into synchronize() and the update) so that a step's breakdown
@@ -341,33 +286,8 @@ class HorovodAdapter(Adapter):
     def teardown(self):
         self.hvd.shutdown()
 
-    def compression(self) -> str:
-        return self.knobs.compression
-
     def comm(self):
         return HorovodComm(self.hvd)
-
-    @classmethod
-    def plan_knobs(cls, dtype):
-        return [{}] if dtype == "fp32" else "trains in fp32 here; its fp16 compression is a wire format"
-
-    def memory_buffers(self, tensors, largest, n, trainable=None):
-        # The fusion buffer, allocated once gradients of more than one tensor are fused: at most the whole gradient.
-        fusion = self.comm_schedule().fusion_bytes
-        t = sum(tensors) if trainable is None else trainable
-        return [("Horovod's fusion buffer", min(fusion, 4 * t),
-                 f"min({fusion / 2**20:g} MiB, 4T): gradients of several tensors packed for one all-reduce")]
-
-    def comm_schedule(self):
-        k = self.knobs
-        # A knob becomes horovodrun's flag, which sets the variable for the ranks; without it they inherit
-        # HOROVOD_FUSION_THRESHOLD (bytes) / HOROVOD_CYCLE_TIME (ms) from compare's environment, else Horovod >=
-        # 0.21's defaults: a 128 MB fusion buffer and a 1 ms cycle (horovod PR 2468).
-        fusion = (k.fusion_threshold_mb * 2**20 if k.fusion_threshold_mb is not None
-                  else _env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20))
-        cycle_ms = k.cycle_time_ms if k.cycle_time_ms is not None else _env_number("HOROVOD_CYCLE_TIME", 1.0)
-        return Fusion(comm_backend="horovod", wire_scale=0.5 if k.compression == "fp16" else 1.0,
-                      fusion_bytes=int(fusion), cycle_s=cycle_ms / 1e3)
 
     def describe(self):
         import horovod
@@ -396,6 +316,100 @@ class HorovodAdapter(Adapter):
             d.update(controller="gloo" if hvd.gloo_enabled() else "mpi", backend=self.info.backend,
                      built={"gloo": hvd.gloo_built(), "mpi": hvd.mpi_built(), "nccl": bool(hvd.nccl_built())})
         return d
+
+
+class HorovodCost(Cost):
+    """Horovod: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
+
+    # What `horovodrun --autotune` searches first: the fusion buffer (0: every tensor its own all-reduce) and the
+    # background cycle that fills it (Horovod's defaults, 128 MB and 1 ms, were set for GPU clusters).
+    TUNE = {"fusion_threshold_mb": (0, 8, 32), "cycle_time_ms": (0.2, 5)}
+
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return [{}] if dtype == "fp32" else "trains in fp32 here; its fp16 compression is a wire format"
+
+    def memory_buffers(self, tensors, largest, n, trainable=None):
+        # The fusion buffer, allocated once gradients of more than one tensor are fused: at most the whole gradient.
+        fusion = self.comm_schedule().fusion_bytes
+        t = sum(tensors) if trainable is None else trainable
+        return [("Horovod's fusion buffer", min(fusion, 4 * t),
+                 f"min({fusion / 2**20:g} MiB, 4T): gradients of several tensors packed for one all-reduce")]
+
+    def comm_schedule(self):
+        k = self.knobs
+        # A knob becomes horovodrun's flag, which sets the variable for the ranks; without it they inherit
+        # HOROVOD_FUSION_THRESHOLD (bytes) / HOROVOD_CYCLE_TIME (ms) from compare's environment, else Horovod >=
+        # 0.21's defaults: a 128 MB fusion buffer and a 1 ms cycle (horovod PR 2468).
+        fusion = (k.fusion_threshold_mb * 2**20 if k.fusion_threshold_mb is not None
+                  else _env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20))
+        cycle_ms = k.cycle_time_ms if k.cycle_time_ms is not None else _env_number("HOROVOD_CYCLE_TIME", 1.0)
+        return Fusion(comm_backend="horovod", wire_scale=0.5 if k.compression == "fp16" else 1.0,
+                      fusion_bytes=int(fusion), cycle_s=cycle_ms / 1e3)
+
+
+class HorovodAdapter(HorovodLaunch, HorovodStrategy, HorovodCost, Adapter):
+    name = "horovod"
+    summary = "Horovod 0.28.1 DistributedOptimizer (gradient averaging), launched by horovodrun --gloo"
+    launcher = "horovodrun"
+    distribution = "horovod"
+    blog_label = (4, "horovod")
+
+    @dataclass
+    class Knobs:
+        compression: Literal["none", "fp16"] = "none"
+        """Gradients cast to fp16 on the wire (hvd.Compression.fp16); off by default, and a row with it on is
+        shown as "fp32 + fp16 wire" and not checked for fp32 equivalence."""
+        fusion_threshold_mb: int | None = None
+        """Tensor fusion buffer: gradients ready in one cycle are packed into one all-reduce up to this size
+        (horovodrun --fusion-threshold-mb; 0 disables fusion; unset: Horovod's default, 128)."""
+        cycle_time_ms: float | None = None
+        """Delay between the background thread's fusion cycles (horovodrun --cycle-time-ms; unset: its default,
+        1)."""
+        controller: Literal["gloo", "mpi"] = "gloo"
+        """How ranks are started and coordinated (mpi needs a Horovod built with MPI)."""
+        start_timeout_s: int | None = None
+        """horovodrun gives up if the ranks have not all started within this (unset: its default, 30)."""
+        broadcast_optimizer_state: bool = True
+        """Call hvd.broadcast_optimizer_state after broadcasting the parameters, as Horovod's examples do. On a
+        fresh optimizer Horovod initialises the state by running optimizer.step() once with zero gradients:
+        harmless for SGD, but for Adam-family optimizers it advances the step count and applies weight decay
+        once, so training departs from the single-process run (the row records by how much). False skips it
+        (every rank starts from the same empty state anyway, because the workload seeds every process alike)."""
+        stall_check_warning_s: int | None = None
+        """Horovod logs which rank is missing which tensor after a collective waits this long (unset: its
+        default, 60)."""
+        stall_check_shutdown_s: int | None = None
+        """Horovod shuts the job down after a collective waits this long (0: never, its default; must exceed the
+        warning time). With 0.28.1 on CPU under the Gloo controller its stall inspector was not seen to fire
+        (neither for a hung rank nor for ranks submitting different tensors): the harness's --timeout is what
+        turns a hang into a `timeout` row. A dead rank is caught by horovodrun itself (`failed`)."""
+
+        autotune: bool = False
+        """Horovod's own autotuner (horovodrun --autotune): during the run it tries fusion thresholds, cycle
+        times and its other tunables (Bayesian optimisation, scored by bytes all-reduced per second) and ends on its
+        pick. Its samples/s mixes every setting it tried, so it is not the pick's speed: the report gives the pick as
+        a row to run (`compare run -a horovod:fusion_threshold_mb=..`), and the record keeps horovodrun's log."""
+
+        def __post_init__(self):
+            if self.fusion_threshold_mb is not None and self.fusion_threshold_mb < 0:
+                raise KnobError(f"knob 'fusion_threshold_mb' must be 0 or more; got {self.fusion_threshold_mb}")
+            if self.cycle_time_ms is not None and not 0 < self.cycle_time_ms <= 1000:
+                # every fused all-reduce waits for the next cycle: a cycle of hours hangs the row until --timeout
+                raise KnobError(f"knob 'cycle_time_ms' must be above 0 and at most 1000 (a second); got "
+                                f"{self.cycle_time_ms:g}")
+            if self.stall_check_warning_s is not None and self.stall_check_warning_s < 0:
+                raise KnobError(f"knob 'stall_check_warning_s' must be 0 or more; got {self.stall_check_warning_s}")
+            if self.start_timeout_s is not None and self.start_timeout_s < 1:
+                raise KnobError(f"knob 'start_timeout_s' must be at least 1; got {self.start_timeout_s}")
+            warning = 60 if self.stall_check_warning_s is None else self.stall_check_warning_s
+            if self.stall_check_shutdown_s and self.stall_check_shutdown_s <= warning:
+                # Horovod itself would silently ignore such a shutdown time.
+                raise KnobError(f"knob 'stall_check_shutdown_s' ({self.stall_check_shutdown_s}) must be 0 or "
+                                f"greater than stall_check_warning_s ({warning})")
+
+    def compression(self) -> str:
+        return self.knobs.compression
 
 
 def _autotune_log(path: Path) -> dict:

@@ -8,13 +8,11 @@ that differs on exactly those what its backend does with them instead (Adapter.m
 
 from __future__ import annotations
 
-from adapters.base import SingleProcess
+from adapters.base import Adapter, SingleProcessLaunch, SingleProcessStrategy
 
 
-class ReferenceAdapter(SingleProcess):
-    name = "reference"
-    summary = "single process, plain module, fp32: the equivalence reference"
-    launcher = "in-process"
+class ReferenceStrategy(SingleProcessStrategy):
+    """Reference: every rank's role (adapters/base.py: Strategy)."""
 
     def wrap(self, model, optimizer):
         self.steps, self.no_gradient = 0, {}
@@ -31,6 +29,12 @@ class ReferenceAdapter(SingleProcess):
     def describe(self):
         return {**super().describe(), "no_gradient": getattr(self, "no_gradient", {}),
                 "steps": getattr(self, "steps", 0)}
+
+
+class ReferenceAdapter(SingleProcessLaunch, ReferenceStrategy, Adapter):
+    name = "reference"
+    summary = "single process, plain module, fp32: the equivalence reference"
+    launcher = "in-process"
 
 
 ADAPTER = ReferenceAdapter

@@ -16,19 +16,13 @@ import os
 import sys
 from pathlib import Path
 
-from adapters.base import AGENT_STORE_ENV, LaunchPlan, on_node, python_module, srun
-from adapters.ddp import DDPAdapter
+from adapters.base import LaunchPlan, python_module
+from adapters.launchers import AGENT_STORE_ENV, on_node, srun
+from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch
 
 
-class SpawnAdapter(DDPAdapter):
-    name = "spawn"
-    summary = "DistributedDataParallel, ranks started by torch.multiprocessing.spawn"
-    launcher = "torch.multiprocessing.spawn"
-    blog_label = (2, "torch.multiprocessing")
-
-    @classmethod
-    def plan_knobs(cls, dtype):
-        return "ddp started another way, priced as ddp"
+class SpawnLaunch(DDPLaunch):
+    """Spawn: the parent's role (adapters/base.py: Launch)."""
 
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
         topo = spec.topology
@@ -40,22 +34,41 @@ class SpawnAdapter(DDPAdapter):
                                     for r, node in enumerate(topo.nodes)])
 
 
+class SpawnCost(DDPCost):
+    """Spawn: the model's, the planner's and compare tune's role (adapters/base.py: Cost)."""
+
+    @classmethod
+    def plan_knobs(cls, dtype):
+        return "ddp started another way, priced as ddp"
+
+
+class SpawnAdapter(SpawnLaunch, SpawnCost, DDPAdapter):
+    name = "spawn"
+    summary = "DistributedDataParallel, ranks started by torch.multiprocessing.spawn"
+    launcher = "torch.multiprocessing.spawn"
+    blog_label = (2, "torch.multiprocessing")
+
+
 def _rank_entry(local_rank: int, first_rank: int, local_world: int, world_size: int, addr: str, port: int,
                 spec_path: str) -> None:
-    from harness.rank.life import run
+    """One spawned rank: the env:// variables torchrun would have set, then the rank entry every launcher starts,
+    by its name as their commands give it (`python -m harness.rank SPEC`: adapters/base.py, rank_command), so that
+    the adapters never import the rank code that imports them."""
+    import runpy
 
     rank = first_rank + local_rank
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size),
                       LOCAL_WORLD_SIZE=str(local_world), MASTER_ADDR=addr, MASTER_PORT=str(port),
                       **AGENT_STORE_ENV)  # every rank is a client of the parent's store, as under torchrun's agent
-    run(spec_path)
+    sys.argv = [sys.argv[0], spec_path]
+    runpy.run_module("harness.rank", run_name="__main__", alter_sys=True)
 
 
 def main(argv: list[str]) -> None:
     import torch.multiprocessing as mp
     from torch.distributed import TCPStore
 
-    from adapters.base import agent_store
+    from adapters.launchers import agent_store
     from harness.shared.spec import RunSpec
 
     spec_path = argv[0]

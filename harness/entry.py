@@ -93,15 +93,20 @@ def main() -> None:
 def _shadowed() -> str | None:
     """When importing the CLI failed: a module of this project that was loaded from somewhere else (a file of the
     same name earlier on PYTHONPATH), named with where it came from."""
+    import importlib.util
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
     for name in ("adapters", "workloads", "harness"):
         mod = sys.modules.get(name)
-        if mod is None:
+        try:  # one the failed import had not reached yet: where it would be loaded from
+            spec = mod.__spec__ if mod is not None else importlib.util.find_spec(name)
+        except (ImportError, ValueError, AttributeError):
             continue
-        where = [Path(p) for p in (getattr(mod, "__path__", None) or [])] or (
-            [Path(mod.__file__)] if getattr(mod, "__file__", None) else [])
+        if spec is None:
+            continue
+        where = [Path(p) for p in (spec.submodule_search_locations or [])] or (
+            [Path(spec.origin)] if spec.has_location and spec.origin else [])
         if not where or not any(p.resolve() == repo / name for p in where):
             shown = ", ".join(map(str, where)) or "a namespace with no files"
             return (f"the module '{name}' was loaded from {shown}, not from this project ({repo / name}): something "

@@ -23,7 +23,7 @@ RUNS = REPO / "tests" / "fixtures" / "runs"
 
 def records_text(run: Path) -> str:
     """The records of a run directory as text (a committed fixture's are packed: records.jsonl.gz)."""
-    from harness.core.record import records_file
+    from harness.ground.record import records_file
 
     path = records_file(run)
     if path.name.endswith(".gz"):
@@ -172,7 +172,7 @@ def tune_records(finished: bool = True) -> list[dict]:
     confirmation rounds; without `finished`, no tune_summary (an interrupted tune's records have none)."""
     import copy
 
-    from harness.core.record import read_records, records_file
+    from harness.ground.record import read_records, records_file
 
     run = read_records(records_file(RUNS / "digits_cpu2_20261126-045209"))
     plan = {"backends": {"ddp": ["ddp", "ddp:bucket_cap_mb=1"]}, "budget_s": 600.0, "per_backend": False,
@@ -196,7 +196,7 @@ def tune_records(finished: bool = True) -> list[dict]:
 
 def write_run(directory: Path, records: list[dict]) -> Path:
     """records.jsonl of these records in `directory` (made), as a run writes it."""
-    from harness.core.record import write_records
+    from harness.ground.record import write_records
 
     directory.mkdir(parents=True, exist_ok=True)
     write_records(directory / "records.jsonl", records)

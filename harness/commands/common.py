@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
-from harness.core.errors import BadInput
+from harness.ground.errors import BadInput
 from harness.launching import interrupt
 
 # Wide enough for the results table when output is piped (CI logs, `| tee`), where rich would assume 80 columns.
@@ -88,7 +88,7 @@ def stop_on_signals() -> None:
 
 def tuning_note() -> None:
     """One line naming the framework tuning variables the ranks will inherit from this shell (also in the report)."""
-    from harness.core.provenance import tuning_env
+    from harness.ground.provenance import tuning_env
 
     t = tuning_env()
     if t:
@@ -121,7 +121,7 @@ def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") 
     cannot be pasted), and the exit code: 130 interrupted (finished launches kept), 1 nothing measured."""
     import typer
 
-    from harness.core.record import MEASURED
+    from harness.ground.record import MEASURED
 
     warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
     console.print(f"wrote {out}/{wrote}{took()}", soft_wrap=True)
@@ -130,6 +130,36 @@ def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") 
         typer.echo(f"interrupted: children stopped; {done} {kept} kept in {out}", err=True)
         raise typer.Exit(130)
     if not any(r["status"] in MEASURED for r in records):
+        raise typer.Exit(1)
+
+
+def planned(plan, req, command: str):
+    """The start of a command that measures and is its request again (`compare comm`, `compare scale`): its plan
+    (`plan(req)`: one line and exit 2 for bad input, nothing written), its command line as typed recorded in the
+    request, and Ctrl-C (or SIGTERM) stopping its children from now on."""
+    from harness.ground.argv import to_argv
+
+    try:
+        p = plan(req)
+    except BadInput as exc:
+        fail(str(exc))
+    req.command = typed(shlex.join(["compare", command, *to_argv(req)]))
+    stop_on_signals()
+    return p
+
+
+def measured(records, out, wrote: str, interrupted: bool, kept: str, name) -> None:
+    """The end of `compare comm` and `compare scale`: the shared-cores warning (each record named by `name`), where it
+    wrote (one line: a path cut over two cannot be pasted), and the exit code: 130 interrupted (the finished `kept`
+    are), 1 nothing measured."""
+    import typer
+
+    warn_shared(records, name)
+    console.print(f"wrote {out}/{wrote}", soft_wrap=True)
+    if interrupted:
+        typer.echo(f"interrupted: children stopped; finished {kept} kept in {out}", err=True)
+        raise typer.Exit(130)
+    if not any(r["status"] == "ok" for r in records):
         raise typer.Exit(1)
 
 
@@ -170,7 +200,7 @@ def malformed(directory: Path, exc: Exception, doing: str = "make a report of") 
 def read_run(directory: Path, written_by: str = "`compare run`, `comm` or `scale`") -> list[dict]:
     """The records of a results directory, or a one-line error (exit 2). `written_by`: which commands' results
     the caller takes."""
-    from harness.core.record import RECORDS, read_records, records_file
+    from harness.ground.record import RECORDS, read_records, records_file
 
     path = records_file(directory) or directory / RECORDS
     if not directory.exists():

@@ -1,4 +1,4 @@
-"""Typer commands made from request dataclasses (harness/core/argv.py): the options of a command are its request's
+"""Typer commands made from request dataclasses (harness/ground/argv.py): the options of a command are its request's
 declared fields, so a default, a flag or a help text is written once, on the field, and `parse` reads a command
 line back into the request it gives.
 
@@ -18,8 +18,8 @@ from typing import Any, Optional
 import typer
 
 from harness.commands.common import Command, fail
-from harness.core.argv import Option, from_values, options
-from harness.core.errors import BadInput
+from harness.ground.argv import Option, from_values, options
+from harness.ground.errors import BadInput
 
 
 def _bad_parameter(parser: Callable[[str], Any]) -> Callable[[str], Any]:

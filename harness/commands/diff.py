@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.commands.common import console, fail, read_run
-from harness.core.argv import cli
+from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
 
@@ -30,7 +30,7 @@ class DiffRequest:
 def _side(directory: Path, written_by: str) -> list[tuple[str, list[dict]]]:
     """A side's sessions: a run directory is one, a join (sessions.json) each run it names."""
     from harness.core import joins
-    from harness.core.record import records_file
+    from harness.ground.record import records_file
 
     try:
         found = joins.manifest(directory) if directory.is_dir() else None
@@ -49,9 +49,9 @@ def diff(req: DiffRequest) -> None:
     framework version or knob. Two single runs cannot separate a change from run-to-run variation, and the report
     says so; with two runs or more joined a side (`compare join`), each row's sessions are the unit. Writes
     nothing."""
-    from harness.core.errors import BadInput
-    from harness.core.requests import parse_precision
-    from harness.core.stats import DEFAULT_MARGIN
+    from harness.ground.errors import BadInput
+    from harness.core.checks import parse_precision
+    from harness.ground.stats import DEFAULT_MARGIN
     from harness.reports import run_diff as diffs
 
     try:

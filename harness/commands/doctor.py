@@ -11,8 +11,8 @@ from rich.markup import escape
 import workloads
 from harness.commands.common import console, execute, fail, stop_on_signals
 from harness.commands.ui import QuietUI, RunUI
-from harness.core.argv import cli
-from harness.core.errors import BadInput
+from harness.ground.argv import cli
+from harness.ground.errors import BadInput
 
 
 @dataclass

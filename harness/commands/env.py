@@ -10,7 +10,7 @@ from rich.markup import escape
 
 import adapters
 from harness.commands.common import console
-from harness.core.argv import cli
+from harness.ground.argv import cli
 
 
 @dataclass
@@ -25,8 +25,9 @@ class EnvRequest:
 
 def env(req: EnvRequest) -> None:
     """Versions, devices, threads and launchers in a few lines: paste this into a bug report (--full: all of it)."""
-    from harness.core import provenance
-    from harness.core.requests import BadInput, require_torch
+    from harness.ground import provenance
+    from harness.core.checks import require_torch
+    from harness.ground.errors import BadInput
 
     try:
         require_torch()

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from harness.commands.common import console, fail
-from harness.core.argv import cli
+from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.commands.common import console, fail, malformed
-from harness.core.argv import cli
+from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
 
@@ -29,9 +29,9 @@ def join(req: JoinRequest) -> None:
     the same machine as sessions: one verdict over them, whose intervals include the variation between runs, and
     per pair the between-session spread. Writes OUT/sessions.json and OUT/report.md; the records are not copied."""
     from harness import reports
-    from harness.core import outdir
-    from harness.core.errors import BadInput
-    from harness.core.record import read_records, records_file
+    from harness.ground import outdir
+    from harness.ground.errors import BadInput
+    from harness.ground.record import read_records, records_file
     from harness.core import joins
     from harness.reports import sessions
 

@@ -9,7 +9,7 @@ from rich.markup import escape
 import adapters
 import workloads
 from harness.commands.common import console, fail
-from harness.core.argv import cli
+from harness.ground.argv import cli
 from harness.shared.registry import is_reference
 
 

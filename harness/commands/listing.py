@@ -10,9 +10,11 @@ from rich.markup import escape
 import adapters
 import workloads
 from harness.commands.common import console, fail
-from harness.core.argv import cli
-from harness.core.errors import BadInput
-from harness.core.requests import DEVICES, Request, check_cores
+from harness.ground.argv import cli
+from harness.ground.errors import BadInput
+from harness.core.checks import check_cores
+from harness.core.checks import DEVICES
+from harness.core.requests import Request
 
 
 @dataclass

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 import workloads
 from harness.commands.common import console, fail
-from harness.core.argv import cli
+from harness.ground.argv import cli
 
 
 @dataclass
@@ -79,9 +79,10 @@ def plan(req: PlanRequest) -> None:
     import dataclasses as dc
     from pathlib import Path
 
-    from harness.core.errors import BadInput
-    from harness.core.requests import pairs
-    from harness.model import measured, planner
+    from harness.ground.errors import BadInput
+    from harness.core.checks import pairs
+    from harness.model import activations, measured, planner, shapes
+    from harness.reports import plan_report
     from harness.shared.options import OptionError
     from harness.shared.registry import UnknownName
 
@@ -105,8 +106,8 @@ def plan(req: PlanRequest) -> None:
         fail(f"give {model}, not both")
     if req.params is not None and req.layers is None:
         fail("--params needs --layers (its transformer blocks), e.g. --params 7e9 --layers 32")
-    if req.optimizer is not None and req.optimizer not in planner.OPTIMIZERS:
-        fail(f"unknown --optimizer {req.optimizer}; choose from {', '.join(planner.OPTIMIZERS)}")
+    if req.optimizer is not None and req.optimizer not in shapes.OPTIMIZERS:
+        fail(f"unknown --optimizer {req.optimizer}; choose from {', '.join(shapes.OPTIMIZERS)}")
     try:
         options = dict(pairs(req.options, "option"))
         name = req.workload
@@ -134,7 +135,7 @@ def plan(req: PlanRequest) -> None:
         source = None
         if run is not None:
             source = _source(run, target, req.compile)
-        ck = planner.checkpointing_of(req.checkpointing)
+        ck = activations.checkpointing_of(req.checkpointing)
         if name is not None:
             for flag, value in (("--hidden", req.hidden), ("--heads", req.heads), ("--kv-heads", req.kv_heads),
                                 ("--ffn", req.ffn), ("--layers", req.layers)):
@@ -144,12 +145,12 @@ def plan(req: PlanRequest) -> None:
             # The model is built, run and counted on the meta device: a published size takes a minute or two here
             # (hf llama-70b at 1,000 layers, its bound, about two); on a terminal the wait says what it is.
             with console.status(f"building and counting workload {escape(name)}'s model on the meta device"):
-                shape = planner.of_workload(name, options, req.optimizer, attention=req.attention, checkpointing=ck)
+                shape = shapes.of_workload(name, options, req.optimizer, attention=req.attention, checkpointing=ck)
         else:
-            shape = planner.transformer(req.params, req.layers, req.hidden, req.seq_len, req.optimizer or "adamw",
+            shape = shapes.transformer(req.params, req.layers, req.hidden, req.seq_len, req.optimizer or "adamw",
                                         heads=req.heads, kv_heads=req.kv_heads, ffn=req.ffn,
                                         attention=req.attention, checkpointing=ck)
-    except (planner.BadPlan, measured.BadRun, BadInput, UnknownName) as exc:
+    except (activations.BadPlan, measured.BadRun, BadInput, UnknownName) as exc:
         fail(str(exc).strip("'\""))
     except OptionError as exc:
         fail(f"workload {req.workload}: {exc}")
@@ -157,9 +158,9 @@ def plan(req: PlanRequest) -> None:
               for f in dc.fields(req)}
     result = planner.make(shape, target, per_gpu or shape.default_batch, source, inputs)
     if req.as_json:
-        typer.echo(json.dumps(planner.as_json(result), indent=2, default=str))
+        typer.echo(json.dumps(plan_report.as_json(result), indent=2, default=str))
         return
-    for line in planner.lines(result):
+    for line in plan_report.lines(result):
         console.print(escape(line), soft_wrap=True)
 
 

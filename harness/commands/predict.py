@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from harness.commands.common import console, fail, malformed, read_run
-from harness.core.argv import cli
+from harness.ground.argv import cli
 from harness.core.requests import PREDICT_TO, typed_path
 
 
@@ -35,21 +35,21 @@ class PredictRequest:
 def predict(req: PredictRequest) -> None:
     """The performance model: predicted vs measured for scale sweeps (and its accuracy over several), extrapolation
     to a hardware profile, and the check against published scaling results."""
-    from harness.model import calibration, costmodel, published, render
-    from harness.reports import MALFORMED, check_kind, scale_report
+    from harness.model import calibration, costmodel, hardware, published
+    from harness.reports import MALFORMED, check_kind, prediction, scale_report
 
     if req.list_profiles:
-        for name in costmodel.profiles():
+        for name in hardware.profiles():
             try:
-                f = costmodel.load_profile(name)
-            except costmodel.BadProfile as exc:
+                f = hardware.load_profile(name)
+            except hardware.BadProfile as exc:
                 console.print(f"{name}: [yellow]cannot be used[/]: {escape(str(exc))}")
                 continue
             console.print(f"{name}: {f.device}, {f.devices_per_node} per node, all-reduce busbw "
                           f"{f.intra_busbw_Bps / 1e9:g} GB/s in a node, {f.inter_busbw_Bps / 1e9:g} GB/s across nodes")
         return
     for name in req.profiles:
-        problem = costmodel.profile_problem(name)
+        problem = hardware.profile_problem(name)
         if problem:
             fail(problem)
     lo, hi = costmodel.PREDICT_TO
@@ -75,24 +75,24 @@ def predict(req: PredictRequest) -> None:
         judged_sweeps = []
         for directory, records in sweeps.values():
             try:
-                rows = render.predict_sweep(lambda line: None, directory, records, scale_report.table(records),
+                rows = prediction.predict_sweep(lambda line: None, directory, records, scale_report.table(records),
                                             profile, req.to, to_profiles=False)
             except MALFORMED as exc:
                 fail(malformed(directory, exc, "predict from"))
             judged_sweeps.append((directory, records, rows))
-        for line in render.validation_lines(judged_sweeps):
+        for line in prediction.validation_lines(judged_sweeps):
             console.print(escape(line), soft_wrap=True)  # one line per sweep, whatever the width
         return
     judged: list[tuple[Path, list[dict], list[dict]]] = []
     for directory, records in sweeps.values():
         try:
-            rows = render.predict_sweep(console.print, directory, records, scale_report.table(records), profile,
+            rows = prediction.predict_sweep(console.print, directory, records, scale_report.table(records), profile,
                                         req.to, to_profiles=len(sweeps) == 1 or bool(profile))
         except MALFORMED as exc:
             fail(malformed(directory, exc, "predict from"))
         judged.append((directory, records, calibration.judged(rows)))
     if len(sweeps) > 1:
-        for line in render.accuracy_lines(judged):
+        for line in prediction.accuracy_lines(judged):
             console.print(escape(line))
     console.print("[bold]published results vs the model[/]")
     problems: list[str] = []

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.commands.common import console, fail, malformed, read_run
-from harness.core.argv import cli
+from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
 
@@ -22,9 +22,9 @@ class ReportRequest:
 def report(req: ReportRequest) -> None:
     """Re-render report.md and the plots of a run from its records.jsonl alone."""
     from harness import reports
-    from harness.core import outdir
+    from harness.ground import outdir
 
-    from harness.core.record import records_file
+    from harness.ground.record import records_file
     from harness.core import joins
     from harness.reports import sessions
 

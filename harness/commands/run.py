@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.commands.common import Invocation, conclude, console, execute, fail, stop_on_signals, typed
 from harness.commands.ui import RunUI
-from harness.core.errors import BadInput
+from harness.ground.errors import BadInput
 from harness.core.requests import RunRequest
 
 

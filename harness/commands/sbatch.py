@@ -7,18 +7,18 @@ import shlex
 import typer
 
 from harness.commands.common import console, fail, typed
-from harness.core.argv import to_argv
-from harness.core.errors import BadInput
+from harness.ground.argv import to_argv
+from harness.ground.errors import BadInput
 from harness.core.requests import SbatchRequest
 
 
 def sbatch(req: SbatchRequest) -> None:
     """Write a ready sbatch script that runs this comparison across the nodes of a SLURM allocation."""
-    from harness.core import runner, slurm_script
+    from harness.core import comparison, slurm_script
 
     run_args = to_argv(req.run_request())  # as given: the job plans the run again, inside its allocation
     try:
-        runner.plan_rows(slurm_script.check(req))  # the run's own options, checked as `compare run` checks them
+        comparison.check(slurm_script.check(req))  # the run's own options: `compare run`'s one validation
     except BadInput as exc:
         fail(str(exc))
     text = slurm_script.render(run_args, typed(shlex.join(["compare", "sbatch", *to_argv(req)])), req.nodes,

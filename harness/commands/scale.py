@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import shlex
-
-import typer
 from rich.markup import escape
 
-from harness.commands.common import Invocation, console, execute, fail, stop_on_signals, took, typed, warn_shared
+from harness.commands.common import Invocation, console, execute, measured, planned, took
 from harness.commands.ui import ScaleUI
-from harness.core.argv import to_argv
-from harness.core.errors import BadInput
 from harness.core.requests import ScaleRequest
 
 
@@ -20,23 +15,11 @@ def scale(req: ScaleRequest) -> None:
     from harness.core import sweep
     from harness.reports import figures, scale_report
 
-    try:
-        plan = sweep.plan(req)
-    except BadInput as exc:
-        fail(str(exc))
-    req.command = typed(shlex.join(["compare", "scale", *to_argv(req)]))
-    stop_on_signals()
+    plan = planned(sweep.plan, req, "scale")
     with figures.off(not req.plots):
         records, interrupted = execute(sweep.execute, plan, ScaleUI(), lambda line: console.print("  " + escape(line)),
                                        Invocation.started, reports.render)
     for line in scale_report.console_lines(plan.out, records):
         console.print(line)
-    warn_shared(records, lambda r: f"{r['label']}@{r['scale']['point']}#{r['repeat']}")
-    # one line: a path cut over two cannot be pasted
-    console.print(f"wrote {plan.out}/report.md, records.jsonl{' and plots' if req.plots else ''}{took()}",
-                  soft_wrap=True)
-    if interrupted:
-        typer.echo(f"interrupted: children stopped; finished points kept in {plan.out}", err=True)
-        raise typer.Exit(130)
-    if not any(r["status"] == "ok" for r in records):
-        raise typer.Exit(1)
+    measured(records, plan.out, f"report.md, records.jsonl{' and plots' if req.plots else ''}{took()}", interrupted,
+             "points", lambda r: f"{r['label']}@{r['scale']['point']}#{r['repeat']}")

@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from harness.commands.common import Invocation, conclude, console, execute, fail, stop_on_signals, typed
 from harness.commands.ui import TuneUI
-from harness.core.errors import BadInput, first_sentence
+from harness.ground.errors import BadInput, first_sentence
 from harness.core.requests import TuneRequest
 
 

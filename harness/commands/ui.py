@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from harness.commands.common import console, tuning_note, where
-from harness.core.errors import first_sentence
+from harness.ground.errors import first_sentence
 from harness.core.estimate import duration
 
 

@@ -11,22 +11,19 @@ from datetime import datetime, timezone
 from typing import Any
 
 import adapters
-from harness.core import estimate, outdir
-from harness.core import provenance as envmod
-from harness.core.record import SCHEMA_VERSION
-from harness.core.requests import (
-    MAX_ITERS,
-    BadInput,
-    CommPlan,
-    CommRequest,
-    build_rows,
-    check_common,
-    check_cores,
-    check_list,
-)
+from harness.core import estimate
+from harness.ground import outdir
+from harness.ground import provenance as envmod
+from harness.ground.record import SCHEMA_VERSION
+from harness.core.checks import check_common, check_cores, check_list
+from harness.core.plans import CommPlan
+from harness.core.checks import MAX_ITERS
+from harness.core.requests import CommRequest
+from harness.core.rows import build_rows
+from harness.ground.errors import BadInput
 from harness.core.session import Render, Session
-from harness.core.sizes import format_mib, format_size, parse_sizes
-from harness.core.stats import median_interval, slowest_rank_steps, step_stats
+from harness.ground.sizes import format_mib, format_size, parse_sizes
+from harness.ground.stats import median_interval, slowest_rank_steps, step_stats
 from harness.launching import hosts, interrupt
 from harness.launching.launch import run_launch
 from harness.shared import collectives

@@ -15,12 +15,15 @@ from datetime import datetime
 from typing import Any
 
 import workloads
-from harness.core import estimate, outdir
-from harness.core.argv import to_argv
-from harness.core import provenance as envmod
-from harness.core.errors import BadInput
-from harness.core.requests import (DEFAULT_BUDGET, DEFAULT_RUN_BUDGET, MAX_REPEATS, RunPlan, RunRequest,
-                                   parse_duration, parse_precision)
+from harness.core import estimate
+from harness.ground import outdir
+from harness.ground.argv import to_argv
+from harness.ground import provenance as envmod
+from harness.ground.errors import BadInput
+from harness.core.checks import parse_duration, parse_precision
+from harness.core.plans import RunPlan
+from harness.core.checks import MAX_REPEATS
+from harness.core.requests import DEFAULT_BUDGET, DEFAULT_RUN_BUDGET, RunRequest
 from harness.core.runner import Runner, plain_record, plan_rows, references, round_order, run_header
 from harness.core.session import Render, Session
 from harness.launching import hosts
@@ -33,14 +36,34 @@ RESULT_FILES = ("records.jsonl", "report.md", "sessions.json", "throughput.png",
                 "pairs.png", "epoch_time.png", "ttt_curve.png", "ttt_time.png")
 
 
-def plan(req: RunRequest) -> RunPlan:
-    """Check `req` and resolve it into a plan, refusing anything wrong (BadInput) before anything is written."""
+def check(req: RunRequest) -> RunPlan:
+    """The one validation of a run request: everything `compare run` refuses that depends on the request itself
+    (and on the software installed here), each a BadInput of one line, nothing written. Every command that starts
+    a run calls it: `compare run` (through `plan`), `compare tune` (its candidate rows), `compare sbatch` (for the
+    allocation's topology, so that a script it writes is never refused in the queue hours later); a recorded
+    rerun command is a `compare run` line. What depends on the machine and the moment (the hosts answering, this
+    machine's cores for an allocation's ranks, the joined sessions' machine, the default output directory and its
+    free space) is checked by `plan`, where the run starts.
+
+    Returns the plan with its rows built and what the request alone resolves; `plan` completes it."""
     if req.until_target and req.repeats is None:  # launches to a target are long: one each unless asked
         req = dataclasses.replace(req, repeats=1)
     if req.tuned is not None:  # a tune's winners become rows (harness/core/tuning.py)
         req = dataclasses.replace(req, adapters=_with_tuned(req), tuned=None)
     p = plan_rows(req)
     _check_verdict_options(req, p)
+    if req.join is not None:
+        _check_join_request(req)
+    if req.out is not None:
+        outdir.check(req.out, req.force, RESULT_FILES)
+    return p
+
+
+def plan(req: RunRequest) -> RunPlan:
+    """Check `req` (`check`) and resolve it into a plan on this machine, refusing anything wrong (BadInput) before
+    anything is written."""
+    p = check(req)
+    req = p.request
     if req.steps is None and req.repeats is None and not req.until_target and p.until_target is None:
         # the default design: steps per launch from this machine's variance components, where measured
         from harness.core import design
@@ -53,12 +76,12 @@ def plan(req: RunRequest) -> RunPlan:
         p.topology = hosts.probe(p.topology)  # every remote host answers, or one line and exit 2
         p.oversubscribed = hosts.check_cores(p.topology, req.oversubscribe)
     if req.out is not None:
-        p.out = req.out
+        p.out = req.out  # checked with the request
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         nodes = f"_{len(p.topology.nodes)}nodes" if p.topology is not None else ""
         p.out = req.results_dir / f"{workloads.slug(req.workload)}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
-    outdir.check(p.out, req.force, RESULT_FILES)
+        outdir.check(p.out, req.force, RESULT_FILES)
     rounds = req.repeats or MIN_ROUNDS  # by default and with --precision, at least MIN_ROUNDS
     launches = len(p.rows) * rounds + (1 if p.equiv_steps else 0)
     outdir.check_room(p.out, outdir.least_written(launches, p.steps + p.warmup, req.plots),
@@ -72,14 +95,9 @@ def plan(req: RunRequest) -> RunPlan:
 def _joins(req: RunRequest, p: RunPlan) -> list:
     """The earlier sessions `--join DIR` names (DIR, or the runs a join lists), refused in one line (BadInput) unless
     they are runs of this same request on this machine (harness/reports/sessions.py: IDENTITY, MACHINE)."""
-    from harness.core.record import read_records, records_file
+    from harness.ground.record import read_records, records_file
     from harness.core import joins
 
-    if req.until_target:
-        raise BadInput("--join adds a session to a throughput comparison; it does not apply to --until-target runs")
-    if not req.join.is_dir():
-        raise BadInput(f"--join {req.join}: no such run directory; give a directory written by `compare run` (or "
-                       "`compare join`)")
     try:
         dirs = joins.session_dirs(req.join)
     except joins.NotJoinable as exc:
@@ -112,6 +130,16 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
     return [d.resolve() for d in dirs]
 
 
+def _check_join_request(req: RunRequest) -> None:
+    """What of `--join DIR` the request alone decides: a throughput run, and a directory that is there (whether it
+    holds runs of this request on this machine is `_joins`', where the run starts)."""
+    if req.until_target:
+        raise BadInput("--join adds a session to a throughput comparison; it does not apply to --until-target runs")
+    if not req.join.is_dir():
+        raise BadInput(f"--join {req.join}: no such run directory; give a directory written by `compare run` (or "
+                       "`compare join`)")
+
+
 def _another_session(rerun: str | None) -> str | None:
     """An earlier run's command as another session of it runs it: its own --out, --force and --order-seed left out
     (a session has a fresh order and its own directory)."""
@@ -132,7 +160,7 @@ def _with_tuned(req: RunRequest) -> list[str]:
     """--adapters (if given) and then each backend's winner in the tune at --tuned DIR; BadInput if DIR is not a
     finished `compare tune`."""
     from harness.core import race
-    from harness.core.record import RECORDS, read_records
+    from harness.ground.record import RECORDS, read_records
 
     path = req.tuned / RECORDS
     if not path.is_file():
@@ -277,7 +305,7 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
 
 def _pilot(p: RunPlan) -> int | None:
     """The pilot's rounds of a `--precision` run (two stages), from the number of pairs among its runnable rows."""
-    from harness.core.stats import pilot_rounds
+    from harness.ground.stats import pilot_rounds
 
     n = len(p.runnable)
     return pilot_rounds(n * (n - 1) // 2) if p.precision is not None and n >= 2 else None
@@ -299,13 +327,13 @@ def _rounds_line(p: RunPlan) -> str:
 
 def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_started):
     """Rounds: at least MIN_ROUNDS (or --repeats), then more until the budget would be overrun (the last round's
-    duration is the estimate). With --precision, two stages (harness/core/stats.py, Stein 1945): a pilot of
+    duration is the estimate). With --precision, two stages (harness/ground/stats.py, Stein 1945): a pilot of
     `pilot_rounds` rounds, after which the rounds are fixed once from the pilot's variance of every pair
     (`stein_rounds`) and run, and every paired interval takes the pilot's variance: stopping is never decided by
     how narrow the intervals happen to be. The table so far is shown after every round, and every record says how the
     rounds ended. Returns (every job planned so far, "during ..." if interrupted)."""
-    from harness.core.stats import stein_rounds
-    from harness.reports import verdict
+    from harness.ground.stats import stein_rounds
+    from harness.core import analysis
 
     req, start = p.request, time.monotonic()
     pilot = _pilot(p)
@@ -321,15 +349,15 @@ def _rounds(p: RunPlan, runner: Runner, session: Session, ui, round_jobs, first_
         if stopped:
             ended = "interrupted"
             break
-        analysis = verdict.analyse(session.records, req.baseline, p.margin, pilot=pilot)
-        widest = analysis["widest"]
+        found = analysis.analyse(session.records, req.baseline, p.margin, pilot=pilot)
+        widest = found["widest"]
         if pilot is not None and planned is None and k >= pilot:
-            variances = verdict.pilot_variances(analysis, pilot)
+            variances = analysis.pilot_variances(found, pilot)
             if variances is not None:  # every pair measured in the pilot: the second stage is fixed, once
                 planned = min(MAX_REPEATS, stein_rounds(variances, pilot, p.precision))
                 ui.estimate(f"pilot of {pilot} rounds done: {planned} rounds in all give every pair's simultaneous "
                             f"interval ±{p.precision * 100:g}%")
-        ui.round_done(k, analysis, p.precision)
+        ui.round_done(k, found, p.precision)
         if k < least:
             continue
         if planned is not None and k >= planned:

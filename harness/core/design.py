@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any
 
-from harness.core.stats import log_moments
+from harness.ground.stats import log_moments
 
 MIN_LAUNCHES = 3
 """Launches of a row below which no component is estimated."""
@@ -80,7 +80,7 @@ def buys(comp: dict[str, Any]) -> dict[str, float]:
 
 
 def _key(workload: str, device: str) -> str:
-    from harness.core.provenance import cpu_model, usable_cores
+    from harness.ground.provenance import cpu_model, usable_cores
 
     return json.dumps([cpu_model(), usable_cores(), device, workload])
 

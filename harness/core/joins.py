@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.core.record import MEASURED
+from harness.ground.record import MEASURED
 
 SESSIONS = "sessions.json"
 
@@ -111,7 +111,7 @@ def session_dirs(directory: Path) -> list[Path]:
 
 def write_manifest(directory: Path, dirs: list[Path], command: str) -> None:
     """DIR/sessions.json naming `dirs` relative to DIR (atomic)."""
-    from harness.core.outdir import write_text
+    from harness.ground.outdir import write_text
 
     rel = [os.path.relpath(d, directory) for d in dirs]
     write_text(directory / SESSIONS, json.dumps({"command": command, "sessions": rel}, indent=1) + "\n")
@@ -120,7 +120,7 @@ def write_manifest(directory: Path, dirs: list[Path], command: str) -> None:
 def load(directory: Path, own: list[dict[str, Any]] | None = None) -> list[tuple[str, list[dict[str, Any]]]]:
     """(name, records) of every session DIR joins, its own records (".") as `own` where given; NotJoinable where a
     session cannot be read."""
-    from harness.core.record import read_records, records_file
+    from harness.ground.record import read_records, records_file
 
     out = []
     for d in session_dirs(directory):

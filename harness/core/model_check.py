@@ -2,8 +2,8 @@
 training batches: whether its training-mode forward is random or only stateful, which parameters a step leaves
 without a gradient, and its BatchNorm layers.
 
-Runs in: the parent (harness/core/requests.py: check_user_code). Randomness and state are told apart by running
-copies built from the same seed: two copies from the same state under the same seed that differ draw randomness that
+Runs in: the parent (harness/core/workload_checks.py: check_user_code). Randomness and state are told apart by
+running copies built from the same seed: two copies from the same state under the same seed that differ draw randomness that
 torch's seed does not control; under two seeds, randomness from torch's generators (a functional dropout); the same
 outputs under both, with module attributes or buffers changed by the call, a deterministic stateful forward (a step
 counter), which every backend calls once per step as the single process does. Outputs are compared with NaN equal

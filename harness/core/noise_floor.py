@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import BadInput
+from harness.ground.errors import BadInput
 from harness.core.design import DESIGN_BOUNDS, best_steps, buys, components, store_components  # noqa: F401
-from harness.core.stats import CONFIDENCE, geomean_interval, log_moments, t_quantile
+from harness.ground.stats import CONFIDENCE, geomean_interval, log_moments, t_quantile
 
 LAUNCH_COUNTS = (3, 5, 10, 20, 40, 80)
 TARGETS = (0.10, 0.05, 0.02)
@@ -63,7 +63,7 @@ def sample_machine(seconds: float = 2.0, stat_path: str = "/proc/stat") -> dict[
 def ratio_half_width(sd_log: float, n: int) -> float:
     """The relative half-width of a 95% Welch interval on the ratio of two rows of `n` launches each, when both have
     launch-to-launch variation `sd_log` (standard deviation of log samples/s): sinh(t(2n-2) x sd x sqrt(2/n)), the
-    same measure as harness/core/stats.py half_width."""
+    same measure as harness/ground/stats.py half_width."""
     return math.sinh(t_quantile(0.5 + CONFIDENCE / 2, 2 * n - 2) * sd_log * math.sqrt(2.0 / n))
 
 

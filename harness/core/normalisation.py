@@ -2,8 +2,8 @@
 between the ranks: each rank divides by its own count, so the backends' average of the ranks' gradients is not
 the gradient of the global batch (the normalisation Hugging Face fixed with `num_items_in_batch`).
 
-Found, not guessed. Before launching (harness/core/requests.py, check_user_code), for a workload whose loss declares
-no count, the counts a loss commonly divides by (targets other than -100, other than the most frequent target, a
+Found, not guessed. Before launching (harness/core/workload_checks.py, check_user_code), for a workload whose loss
+declares no count, the counts a loss commonly divides by (targets other than -100, other than the most frequent target, a
 dict batch's labels shifted as a causal model shifts them, its attention mask) are read from the data for each
 rank's slice of the steps the check covers: `candidates`. After a row has failed the check, `explain` tests them against what
 the launch measured. At the first step where a candidate's counts differ, every earlier step's update was the

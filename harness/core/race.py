@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import adapters
-from harness.core.errors import BadInput
-from harness.core.record import MEASURED
-from harness.core.stats import ALPHA, MIN_LAUNCHES, adjust, compare_pair, geomean_interval
+from harness.core.analysis import outcome
+from harness.ground.errors import BadInput
+from harness.ground.record import MEASURED
+from harness.ground.stats import ALPHA, MIN_LAUNCHES, adjust, compare_pair, geomean_interval
 
 MIN_ROUNDS = MIN_LAUNCHES
 """Rounds each stage runs at least: below it no pair has an interval."""
@@ -290,7 +291,7 @@ def _eliminate(race: Race, k: int) -> None:
     others = [c for c in live if c != best]
     pairs = [{"c": c, **compare_pair(race.values[best][-n:], race.values[c][-n:], paired=True)} for c in others]
     for p in adjust(pairs):
-        if p["p_holm"] is not None and p["p_holm"] < ALPHA and p["estimate"] > 1:
+        if outcome(p) == "faster":
             race.alive.remove(p["c"])
             race.dropped[p["c"]] = {"round": k, "why": "slower", "best": best, "ratio": 1 / p["estimate"],
                                     "lo": 1 / p["hi"], "hi": 1 / p["lo"], "p_holm": p["p_holm"], "n": n}
@@ -376,7 +377,7 @@ class Budget:
 
 def parse_budget(text_: str) -> Budget:
     """"20m" (the whole tune) or "5m/backend" (each backend) -> Budget; BadInput otherwise."""
-    from harness.core.requests import parse_duration
+    from harness.core.checks import parse_duration
 
     per = text_.strip().endswith(PER_BACKEND)
     return Budget(parse_duration(text_.strip()[:-len(PER_BACKEND)] if per else text_, "--budget"), per)
@@ -517,7 +518,7 @@ def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per backend: its defaults, the race's best, the confirmation's launches of each, the best's gain over the
     defaults (paired over the confirmation rounds: ratio, 95% interval, outcome, Holm over the backends) and the
     winner: the best where the confirmation resolved it faster than the defaults, else the defaults."""
-    from harness.core.stats import DEFAULT_MARGIN
+    from harness.ground.stats import DEFAULT_MARGIN
 
     backends = backends_of(records)
     races = replay(records, backends, budget_of(records))
@@ -546,9 +547,7 @@ def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             pairs.append(gain)
         out[b] = entry
     for g in adjust(pairs):
-        g["outcome"] = ("no interval" if g["p"] is None else
-                        ("faster" if g["estimate"] > 1 else "slower") if g["p_holm"] < ALPHA else
-                        "equivalent" if g["p_equivalent_holm"] < ALPHA else "not resolved")
+        g["outcome"] = outcome(g)
     for entry in out.values():
         g = entry["gain"]
         if g is not None and g["outcome"] == "faster":

@@ -1,8 +1,9 @@
 """The runner core: plan a run's rows, launch them one after another into a Session, and build their records.
 
-Runs in: the parent. `compare run`, `compare scale` (and `compare sbatch`, which only plans) stand on this module as
-siblings; a helper two commands need lives here, never in one of them. Order of work: `plan_rows` (every check, before
-anything is written) -> `Runner.run` (launch, collect) -> `build_record` / `plain_record` (records).
+Runs in: the parent. `compare run` (and `compare tune` and `compare sbatch` through its checks) and `compare scale`
+stand on this module as siblings; a helper two commands need lives here, never in one of them. Order of work:
+`plan_rows` (every check, before anything is written) -> `Runner.run` (launch, collect) -> `build_record` /
+`plain_record` (records).
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ from typing import Any
 import adapters
 import workloads
 from adapters.base import Availability
-from harness.core import provenance as envmod
+from harness.ground import provenance as envmod
 from harness.core import assemble, estimate
-from harness.core.errors import BadInput
-from harness.core.requests import (BREAKDOWN_BOUND, MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS, Row, RunPlan,
-                                   RunRequest, UntilTarget, build_rows, check_common, check_cores, check_fits,
-                                   check_list, check_loader, check_user_code, load_workload, pairs, parse_knobs,
-                                   parse_label, workload_key)
+from harness.ground.errors import BadInput
+from harness.core.checks import check_common, check_cores, check_list
+from harness.core.plans import RunPlan, UntilTarget
+from harness.core.checks import BREAKDOWN_BOUND, MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS
+from harness.core.requests import RunRequest
+from harness.core.checks import pairs
+from harness.core.rows import Row, build_rows, parse_knobs, parse_label
+from harness.core.workload_checks import check_fits, check_loader, check_user_code, load_workload, workload_key
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch
@@ -337,7 +341,7 @@ class Runner:
                              extra={**plan.spec_extra, **({"trace": False} if repeat else {})},  # 1st launch's
                              topology=plan.topology)
             total = plan.steps + plan.warmup
-            if row.environment:  # python=PATH, env.NAME=VALUE (harness/core/requests.py: row_environment)
+            if row.environment:  # python=PATH, env.NAME=VALUE (harness/core/rows.py: row_environment)
                 spec.python, spec.env = row.environment.get("python"), dict(row.environment["env"])
         job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
         self.ui.begin(job.name, repeat, total, None if self.forecast is None else self.forecast.left())

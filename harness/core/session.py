@@ -29,12 +29,12 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from harness.core import outdir, record
+from harness.ground import outdir, record
 from harness.launching import machine
 from harness.shared.step_parts import busy
 
 if TYPE_CHECKING:
-    from harness.launching.launch import Outcome
+    from harness.launching.outcome import Outcome
 
 Render = Callable[[Path, list[dict[str, Any]]], Any]
 """What writes a results directory's report and plots from its records (the command's: harness/reports.render)."""
@@ -92,7 +92,7 @@ class Session:
             if kept is None:  # a second failure (a launch finishing after the first): the same place
                 kept = self.kept
             else:
-                # renamed out of the pattern that later runs clean up (harness/core/outdir.py: scratch_dir)
+                # renamed out of the pattern that later runs clean up (harness/ground/outdir.py: scratch_dir)
                 named = kept.with_name(kept.name.replace("-scratch-", "-kept-"))
                 try:
                     kept = kept.rename(named)

@@ -19,8 +19,10 @@ import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.core.provenance import REPO
-from harness.core.requests import BadInput, RunRequest, SbatchRequest, load_workload
+from harness.ground.provenance import REPO
+from harness.core.requests import RunRequest, SbatchRequest
+from harness.core.workload_checks import load_workload
+from harness.ground.errors import BadInput
 from harness.shared.spec import Node, Topology
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")
@@ -30,7 +32,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_.,-]+$")
 
 def check(req: SbatchRequest) -> RunRequest:
     """Refuse a bad allocation shape (BadInput); then the run the job plans, given the topology of the future
-    allocation, so that planning it checks the run's own options as `compare run` would."""
+    allocation, for `compare run`'s own validation (harness/core/comparison.py: check) to refuse what the job
+    would."""
     nodes, ntasks_per_node, time, partition, job_name = (req.nodes, req.ntasks_per_node, req.time_limit,
                                                          req.partition, req.job_name)
     if req.launcher != "slurm":
@@ -51,10 +54,6 @@ def check(req: SbatchRequest) -> RunRequest:
     for option, value in (("--partition", partition), ("--job-name", job_name)):
         if value is not None and not _NAME.match(value):
             raise BadInput(f"{option} '{value}' is not a SLURM name (letters, digits, _ . , -)")
-    if req.out:
-        from harness.core.outdir import one_line
-
-        one_line(Path(req.out))
     world = nodes * ntasks_per_node
     if req.world_size is not None and req.world_size != world:
         raise BadInput(f"--nodes {nodes} x --ntasks-per-node {ntasks_per_node} gives {world} ranks but "
@@ -115,7 +114,7 @@ def write(path: Path, text: str, force: bool) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise BadInput(f"--script {path}: directory {parent} does not exist")
-    from harness.core.outdir import write_text
+    from harness.ground.outdir import write_text
 
     try:
         write_text(path, text)

@@ -34,25 +34,23 @@ from typing import Any
 import adapters
 import workloads
 from harness.core import comm_bench as commmod
-from harness.core import estimate, outdir
-from harness.core import provenance as envmod
+from harness.core import estimate
+from harness.ground import outdir
+from harness.ground import provenance as envmod
 from harness.core import runner as core
-from harness.core.argv import to_argv
-from harness.core.record import records_file
-from harness.core.requests import (
-    BadInput,
-    CommRequest,
-    Plan,
-    Row,
-    RunPlan,
-    ScaleRequest,
-    check_common,
-    check_fits,
-    load_workload,
-)
+from harness.ground.argv import to_argv
+from harness.ground.record import records_file
+from harness.core.checks import check_common
+from harness.core.plans import Plan, RunPlan
+from harness.core.requests import CommRequest, ScaleRequest
+from harness.core.rows import Row
+from harness.core.workload_checks import check_fits, load_workload
+from harness.ground.errors import BadInput
 from harness.core.session import Render, Session, SessionError
 from harness.model import VERSION as MODEL_VERSION
+from harness.model import hardware
 from harness.model import costmodel
+from harness.model.points import BASELINE
 
 RESULT_FILES = ("records.jsonl", "report.md", "speedup.png", "efficiency.png", "memory.png", "balance.png",
                 "prediction.png")
@@ -81,8 +79,6 @@ every round), each phase a compute profile of at least --profile-steps steps and
 sub-millisecond step needs hundreds for a median that holds); the calibration is the median of the rounds'
 together/alone ratios, each from two adjacent phases."""
 SCALINGS = ("strong", "weak")
-BASELINE = "single-process"
-"""Label of the baseline row: the plain model in one process, no wrapper (the equivalence reference's adapter)."""
 
 
 @dataclass
@@ -144,7 +140,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
         raise BadInput(f"unknown scaling '{req.scaling}'; valid choices: {', '.join(SCALINGS)}")
     straggler = parse_straggler(req.straggler, sizes)
     for name in req.profiles:
-        problem = costmodel.profile_problem(name)  # a file that does not load fails now, not after the sweep
+        problem = hardware.profile_problem(name)  # a file that does not load fails now, not after the sweep
         if problem:
             raise BadInput(problem)
     if req.predict_to < max(sizes):
@@ -231,7 +227,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
             if missing:
                 raise BadInput(f"--comm gives no results at world size {', '.join(map(str, missing))}; add a "
                                f"`compare comm -n {missing[0]}` run, or leave --comm out to measure them here")
-            from harness.core.record import read_records, records_file
+            from harness.ground.record import read_records, records_file
 
             for n, d in given.items():
                 have = {r["backend"] for r in read_records(records_file(d))
@@ -299,7 +295,7 @@ def _curve(batch: int, n: int) -> list[int]:
 
 def _read_comm_dirs(dirs: list[Path]) -> dict[int, Path]:
     """Given `compare comm` results by world size (BadInput when a directory is not one)."""
-    from harness.core.record import RECORDS, read_records, records_file
+    from harness.ground.record import RECORDS, read_records, records_file
 
     found: dict[int, Path] = {}
     for d in dirs:
@@ -363,8 +359,26 @@ def execute(p: ScalePlan, ui, comm_ui=None, started: float | None = None, render
             if stopped:
                 session.records = [{**r, "run_interrupted": stopped} for r in session.records]
                 session.save()
+            elif req.model:
+                _record_prediction(p, session)
         session.finish(render)
     return session.records, stopped is not None
+
+
+def _record_prediction(p: ScalePlan, session: Session) -> None:
+    """The model's prediction of the sweep, made once its points and calibrations are measured and kept in its first
+    record (harness/model/predicted.py), so that its report renders the prediction as it was made, whatever the
+    model or the hardware profiles become."""
+    from harness.model import predicted
+    from harness.model.calibration import comm_records
+
+    problems: list[str] = []
+    try:
+        made = predicted.made(session.records, comm_records(p.out, problems), problems)
+    except Exception:  # noqa: BLE001 - nothing kept: the report tries again, and says why the model failed
+        return
+    first = session.records[0]
+    session.records[0] = {**first, "scale_sweep": {**first["scale_sweep"], "prediction": made}}
 
 
 def _calibrate(p: ScalePlan, comm_ui, render: Render | None) -> str | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import adapters
-from harness.core.errors import BadInput
+from harness.ground.errors import BadInput
 from harness.core.race import MIN_ROUNDS, Budget, Race, candidates, parse_budget, parse_tune, search
 
 
@@ -41,9 +41,10 @@ def plan(req) -> TunePlan:
     import shlex
 
     from harness.core import comparison
-    from harness.core.argv import to_argv
-    from harness.core.requests import (DEFAULT_MIN_GAIN, DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest, check_list,
-                                       parse_knobs, parse_label, parse_precision)
+    from harness.ground.argv import to_argv
+    from harness.core.checks import check_list, parse_precision
+    from harness.core.requests import DEFAULT_MIN_GAIN, DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest
+    from harness.core.rows import parse_knobs, parse_label
 
     check_list(req.adapters, adapters.names(), "adapter")
     for label in req.adapters or []:
@@ -96,7 +97,7 @@ def plan(req) -> TunePlan:
 
 def execute(tp: TunePlan, ui, started: float | None = None, render=None) -> tuple[list[dict[str, Any]], bool]:
     """Run the tune; returns (records, interrupted). The records are written after every launch (Session)."""
-    from harness.core import provenance as envmod
+    from harness.ground import provenance as envmod
     from harness.core.comparison import RESULT_FILES
     from harness.core.runner import Runner, plain_record, round_order, run_header
     from harness.core.session import Session

@@ -19,7 +19,7 @@ def main(argv: list[str]) -> int:
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.core.stats import geomean_interval
+    from harness.ground.stats import geomean_interval
     from harness.model import measured
 
     if len(argv) != 1:

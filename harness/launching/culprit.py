@@ -265,3 +265,8 @@ def describe(rank_dir: Path, commands: list[Command], reason: str) -> str:
         lines.append(f"  stopping began on {rec.get('host')} at {rec.get('time', 0):.3f}; ranks alive then: "
                      f"{rec.get('alive')}")
     return "\n".join(lines) + "\n"
+
+
+def launcher_name(argv: list[str], launcher: str) -> str:
+    """What a reason calls a launch command: the adapter's launcher, or srun where SLURM starts it."""
+    return "srun" if argv and Path(argv[0]).name == "srun" else launcher

@@ -29,8 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import BadInput
-from harness.core.provenance import usable_cores
+from harness.ground.errors import BadInput
+from harness.ground.provenance import usable_cores
 from harness.shared import proc
 from harness.shared.rank_result import RankResult
 from harness.shared.spec import Node, Topology

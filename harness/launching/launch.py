@@ -37,27 +37,26 @@ import os
 import select
 import shlex
 import signal
-import socket
 import subprocess
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
-import psutil
-
-from adapters.base import Adapter, HostCommand, LaunchPlan, launcher_stopped, using_interpreter
-from harness.core.provenance import REPO
-from harness.launching import hosts, interrupt, leftovers, machine, stalled
-from harness.launching.culprit import Command, culprit, describe, outlived
-from harness.launching.launch_logs import first_error, rank_records, silent_hosts, start_error, tail
+from adapters.base import Adapter, HostCommand, LaunchPlan, using_interpreter
+from adapters.launchers import launcher_stopped
+from harness.ground.provenance import REPO
+from harness.launching import hosts, interrupt, leftovers, machine, nodeguard, stalled
+from harness.launching.culprit import Command, culprit, describe, launcher_name, outlived
+from harness.launching.outcome import Outcome
+from harness.launching.launch_logs import (first_error, join_logs, rank_records, read_log, silent_hosts,
+                                           start_error, tail)
 from harness.launching.rank_env import child_env, remote_env, ssh_argv
 from harness.launching.reaper import LEADERS, describe_launch, kill_groups, kill_leftovers, parent_death_prefix
 from harness.shared import progress as progress_file
 from harness.shared import rank_result
-from harness.shared.rank_result import RankResult
 from harness.shared.spec import STALL_S, RunSpec
 from harness.shared.witness import launch_id, note_stopping
 
@@ -67,57 +66,8 @@ NODE_GRACE_S = 5.0
 """After one command of a multi-node launch failed: how long the others may take to fail by themselves."""
 STACK_DUMP_WAIT_S = 5.0
 """How long the stacks a stall asked for may take to reach the log (until it stops growing)."""
-@dataclass
-class Outcome:
-    status: str
-    """ok | failed | timeout | interrupted"""
-    reason: str
-    returncode: int | None
-    wall_time_s: float
-    launch_wall: float
-    """Wall-clock time the launch command was started."""
-    end_wall: float
-    """Wall-clock time the launch had ended (its process group gone)."""
-    log_path: Path
-    argv: list[str]
-    processes: int
-    pid: int
-    """The launch's process id, which is also its process group id."""
-    load_avg_before: list[float] = field(default_factory=list)
-    """1, 5 and 15 minute load averages just before the launch."""
-    ranks: list[RankResult] = field(default_factory=list)
-    """Every rank's result (harness/shared/rank_result.py), as each wrote it."""
-    log_tail: str = ""
-    shutdown_error: str = ""
-    """Set when every rank had written its result and only the launch's shutdown then failed or hung (a gloo
-    peer closing first, say): the measurement stands, and this says what went wrong afterwards."""
-    stalled_rank: int | None = None
-    """The rank a stalled launch found behind every other: the one that stopped (None: not stalled, or not told)."""
-    failed_parts: dict[str, str] = field(default_factory=dict)
-    """Optional parts of a launch that every rank had written its measurement before (the breakdown's profiled
-    steps) and that then failed, stalled or were interrupted: part -> why. The measurement stands."""
-    stopped: bool = False
-    """The user stopped the run (Ctrl-C, SIGTERM) during this launch: set on an `interrupted` launch, and on one
-    whose measurement was complete and kept (status ok). The caller stops either way."""
-    progress: dict | None = None
-    """Rank 0's last reported phase and step (what an interrupted or hung launch had reached)."""
-    node_commands: list[dict] = field(default_factory=list)
-    """For a launch of one command per node: each node's host, how it was started (here or over ssh), its argv
-    and exit code."""
-    leftovers_killed: int = 0
-    """Processes of this launch still alive after it ended, killed by the harness."""
-    concurrent_runs: list[dict] = field(default_factory=list)
-    """Other compare runs that were alive on this machine when the timed steps began or when the launch ended
-    ({pid, command, out, started}): their ranks shared the cores with this launch's."""
-    gate_opened: float | None = None
-    """Wall-clock time the launch's ranks were let past the gate into warm-up (None: never)."""
-    gate_wait_s: float = 0.0
-    """Seconds from starting the launch to opening its gate (it started while the previous launch ended)."""
 
-    @property
-    def interrupted(self) -> bool:
-        """Whether the user stopped the run during this launch (whatever became of its row)."""
-        return self.status == "interrupted" or self.stopped
+
 
 
 @dataclass
@@ -409,45 +359,19 @@ class Launch:
         return self.spec.topology is None
 
     def _dump_stacks(self) -> tuple[int, int]:
-        """SIGUSR1 to the worker of every rank of this launch on this machine; each writes every thread's Python
-        stack into its stacks-rank<k>.txt, which is then appended to the launch log under a heading of its own,
-        followed by every process of the launch with its state (reaper.describe_launch). Returns how many ranks
-        answered and how many processes were listed. Waits at most STACK_DUMP_WAIT_S for the files to stop growing."""
-        here, asked = socket.gethostname(), []
-        for f in sorted(self.rank_dir.glob("start-rank*.json")):
-            try:
-                started = json.loads(f.read_text())
-                if started.get("host") != here:
-                    continue
-                worker = psutil.Process(int(started["worker_pid"]))
-                if worker.ppid() != int(started["supervisor_pid"]):
-                    continue  # gone, and its pid reused
-                worker.send_signal(signal.SIGUSR1)
-                asked.append(int(started["rank"]))
-            except (OSError, ValueError, KeyError, psutil.Error):
-                continue
-        files = [self.rank_dir / f"stacks-rank{k}.txt" for k in sorted(asked)]
-        # Real time, not self.clock: this bounds how long real processes may write, sleeping between looks.
-        size, end = -1, time.monotonic() + STACK_DUMP_WAIT_S
-        while asked and time.monotonic() < end:
-            sizes = [f.stat().st_size if f.exists() else 0 for f in files]
-            if all(sizes) and sum(sizes) == size:
-                break
-            size = sum(sizes)
-            time.sleep(0.25)  # not a synchronisation: the ranks write their stacks at their own pace
-        answered = 0
-        for k, f in zip(sorted(asked), files):
-            text = f.read_text(errors="replace") if f.exists() else ""
-            if text:
-                answered += 1
-                self.dumps[k] = text
-                self.stacks += (f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python "
-                                f"stacks:\n{text}")
+        """Every rank of this launch on this machine asked for its Python stacks (harness/launching/stalled.py:
+        ask_stacks), each appended to the launch log under a heading of its own, followed by every process of the
+        launch with its state (reaper.describe_launch). Returns how many ranks answered and how many processes
+        were listed."""
+        answered = stalled.ask_stacks(self.rank_dir, STACK_DUMP_WAIT_S)
+        for k, text in answered.items():
+            self.dumps[k] = text
+            self.stacks += f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python stacks:\n{text}"
         processes = describe_launch(self.launch_id) if self.launch_id else []
         if processes:
             self.stacks += ("\ncompare: the launch's processes when it was stopped as stalled:\n"
                             + "\n".join(processes) + "\n")
-        return answered, len(processes)
+        return len(answered), len(processes)
 
     def wait_for(self, event: str) -> bool:
         """Block until rank 0 sends `event` (True), or the launch ends, fails, runs out of time or stalls
@@ -508,7 +432,7 @@ class Launch:
                 pass
         grace = 2.0 if self.status is None else 5.0
         if any(r.proc.returncode is None for r in remote):
-            grace = max(grace, nodeguard_grace() + 2.0)
+            grace = max(grace, nodeguard.GRACE_S + 2.0)
         kill_groups([r.proc for r in self.running], grace_s=grace, asked=tuple(r.proc for r in remote))
 
     def _collect(self) -> Outcome:
@@ -535,13 +459,7 @@ class Launch:
             for r in self.running:
                 r.pidfd = None
         killed = kill_leftovers(self.launch_id)
-        for clean in self.plan.cleanup:  # the framework's own leftovers, now that no process of it is left
-            try:
-                clean()
-            except OSError:
-                pass
-        if self.ledger_entry is not None:
-            self.ledger_entry.release()
+        self._release()  # the framework's own leftovers, now that no process of it is left
         end_wall = time.time()
         wall = self.clock() - self.t0
         concurrent = machine.merge(self.concurrent, machine.others())
@@ -619,31 +537,30 @@ class Launch:
         self._gate_and_events_closed()
         if self.plan is not None:
             self.plan.hold.clear()
-            for clean in self.plan.cleanup:
-                try:
-                    clean()
-                except OSError:
-                    pass
-        if self.ledger_entry is not None:
-            self.ledger_entry.release()
+        self._release()
         end_wall = time.time()
         return Outcome(status="failed", reason=self.start_error or "the launch was never started", returncode=None,
                        wall_time_s=self.clock() - self.t0, launch_wall=self.launch_wall, end_wall=end_wall,
                        log_path=self.log_path, argv=self.plan.argv if self.plan else [], processes=self.processes,
                        pid=0, load_avg_before=self.load, log_tail=tail(self.log_path))
 
+    def _release(self) -> None:
+        """Once no process of the launch is left: what the framework leaves behind removed (its plan's cleanup),
+        and the launch's entry in the machine's ledger of runs released."""
+        for clean in self.plan.cleanup if self.plan is not None else []:
+            try:
+                clean()
+            except OSError:
+                pass
+        if self.ledger_entry is not None:
+            self.ledger_entry.release()
+
     def _join_logs(self) -> None:
         """launch.log of a launch of one command per node: each node's log under a header that says where it ran
         and how it ended."""
-        with open(self.log_path, "w", encoding="utf-8") as out:
-            for i, r in enumerate(self.running):
-                how = "over ssh" if r.command.remote else "here"
-                out.write(f"==== node {i}: {r.where} ({how}), exit code {r.proc.returncode}: "
-                          f"{shlex.join(r.command.argv)}\n")
-                try:
-                    out.write(r.log.read_text(encoding="utf-8", errors="replace"))
-                except OSError:
-                    pass
+        join_logs(self.log_path, [(f"node {i}: {r.where} ({'over ssh' if r.command.remote else 'here'}), exit code "
+                                   f"{r.proc.returncode}: {shlex.join(r.command.argv)}", r.log)
+                                  for i, r in enumerate(self.running)])
 
     def _failure(self) -> str:
         """Why a launch that ended by itself failed: harness/launching/culprit.py, from the facts its processes recorded
@@ -651,13 +568,13 @@ class Launch:
         topo = self.spec.topology
         silent = set(silent_hosts(self.rank_dir, topo)) if topo is not None else set()
         supervisors = {rec.get("supervisor_pid") for rec in rank_records(self.rank_dir, "start-rank*.json").values()}
-        commands = [Command(launcher=_launcher_name(r.command.argv, self.adapter.launcher),
+        commands = [Command(launcher=launcher_name(r.command.argv, self.adapter.launcher),
                             returncode=r.proc.returncode,
                             ended=(None if r.exited_at is None or r.exited_at > self.stopping_at
                                    else self.launch_wall + (r.exited_at - self.t0)),
                             log=r.log, host=r.command.host, local=not r.command.remote,
                             silent=r.command.host in silent, is_rank=r.proc.pid in supervisors,
-                            stopped=launcher_stopped(r.command.argv, _read(r.log)))
+                            stopped=launcher_stopped(r.command.argv, read_log(r.log)))
                     for r in self.running]
         reason = culprit(self.rank_dir, commands, name_hosts=topo is not None)
         try:  # a failure the framework is known for, with the knob or change that fixes it (Adapter.failure_fix)
@@ -672,24 +589,6 @@ class Launch:
         except OSError:
             pass
         return reason
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _launcher_name(argv: list[str], launcher: str) -> str:
-    """What a reason calls a launch command: the adapter's launcher, or srun where SLURM starts it."""
-    return "srun" if argv and Path(argv[0]).name == "srun" else launcher
-
-
-def nodeguard_grace() -> float:
-    from harness.launching import nodeguard
-
-    return nodeguard.GRACE_S
 
 
 def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,

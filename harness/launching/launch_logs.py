@@ -114,3 +114,19 @@ def exit_reason(rc: int | None) -> str:
     if rc is not None and rc < 0:
         return f"launch killed by signal {signal.Signals(-rc).name}"
     return f"launch exited with code {rc}"
+
+
+def read_log(path: Path) -> str:
+    """A log's text ("" where it cannot be read)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def join_logs(path: Path, sections: list[tuple[str, Path]]) -> None:
+    """One log at `path` of several (a launch's one per node): each under a `==== HEADING` line."""
+    with open(path, "w", encoding="utf-8") as out:
+        for heading, log in sections:
+            out.write(f"==== {heading}\n")
+            out.write(read_log(log))

@@ -25,6 +25,7 @@ import time
 
 import psutil
 
+from harness.launching.reaper import kill_and_wait
 from harness.shared.proc import become_subreaper
 from harness.shared.witness import LAUNCH_ID_ENV, note_stopping, rank_dir_of
 
@@ -60,13 +61,7 @@ def _end(proc: subprocess.Popen, launch_id: str) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    left = _leftovers(launch_id)
-    for p in left:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(left, timeout=GRACE_S)
+    kill_and_wait(_leftovers(launch_id), GRACE_S)
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.core.provenance import REPO
+from harness.ground.provenance import REPO
 from harness.launching import hosts
 from harness.shared.proc import pid_namespace
 from harness.shared.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec

@@ -71,13 +71,18 @@ def _spare_trackers(pgids: set[int], grace_s: float = TRACKER_GRACE_S) -> None:
             continue
     if not trackers:
         return
-    for p in others:
+    kill_and_wait(others, grace_s)
+    psutil.wait_procs(trackers, timeout=grace_s)
+
+
+def kill_and_wait(procs: list[psutil.Process], timeout_s: float) -> None:
+    """SIGKILL each of `procs` (one already gone is passed over), then wait up to `timeout_s` for them to end."""
+    for p in procs:
         try:
             p.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(others, timeout=grace_s)
-    psutil.wait_procs(trackers, timeout=grace_s)
+    psutil.wait_procs(procs, timeout=timeout_s)
 
 
 

@@ -11,11 +11,17 @@ loop its training thread is at: harness/rank/train.py runs a step's statements t
 
 from __future__ import annotations
 
+import json
 import re
+import signal
+import socket
 import sysconfig
+import time
 from pathlib import Path
 
-from harness.core.provenance import REPO
+import psutil
+
+from harness.ground.provenance import REPO
 
 LOOP = ("harness/rank/train.py", "run")
 """The training loop's frame: (file, function)."""
@@ -79,3 +85,37 @@ def describe(found: dict) -> str:
     """"rank 1 stopped first, after 4 step(s), in inject (harness/rank/faults.py:41): the other ranks went further"."""
     return (f"rank {found['rank']} stopped first, after {found['steps']} step(s), in {found['where']}: the other ranks "
             f"went further")
+
+
+def ask_stacks(rank_dir: Path, wait_s: float) -> dict[int, str]:
+    """SIGUSR1 to the worker of every rank of a launch that runs on this machine (its start-rank<k>.json in
+    `rank_dir`); each writes every thread's Python stack into its stacks-rank<k>.txt (harness/rank/life.py). Waits at
+    most `wait_s` for the files to stop growing; returns rank -> its stacks, for the ranks that answered."""
+    here, asked = socket.gethostname(), []
+    for f in sorted(rank_dir.glob("start-rank*.json")):
+        try:
+            started = json.loads(f.read_text())
+            if started.get("host") != here:
+                continue
+            worker = psutil.Process(int(started["worker_pid"]))
+            if worker.ppid() != int(started["supervisor_pid"]):
+                continue  # gone, and its pid reused
+            worker.send_signal(signal.SIGUSR1)
+            asked.append(int(started["rank"]))
+        except (OSError, ValueError, KeyError, psutil.Error):
+            continue
+    files = [rank_dir / f"stacks-rank{k}.txt" for k in sorted(asked)]
+    # Real time, not a launch's clock: this bounds how long real processes may write, sleeping between looks.
+    size, end = -1, time.monotonic() + wait_s
+    while asked and time.monotonic() < end:
+        sizes = [f.stat().st_size if f.exists() else 0 for f in files]
+        if all(sizes) and sum(sizes) == size:
+            break
+        size = sum(sizes)
+        time.sleep(0.25)  # not a synchronisation: the ranks write their stacks at their own pace
+    answered = {}
+    for k, f in zip(sorted(asked), files):
+        text = f.read_text(errors="replace") if f.exists() else ""
+        if text:
+            answered[k] = text
+    return answered

@@ -1,13 +1,17 @@
 """The performance model, in one package: what a step costs on N workers and whether that is right.
 
-- costmodel.py: the arithmetic (compute, collectives, each schedule kind's pricer, memory) and its inputs: the
-  hardware profiles and published scaling results in profiles/;
+- costmodel.py: the arithmetic of a step (each schedule kind's pricer, memory, efficiency), from compute.py (one
+  rank's compute) and comm_cost.py (what a collective costs, measured or on a profile's fabric);
 - calibration.py: the model fitted to what this tool measured (a `compare scale` sweep and its `compare comm`
   sweeps), predicted vs measured, extrapolation to a profile;
 - published.py: the model against published scaling results (distinct configurations, a constant baseline, the
   DDP benchmark's slowdown, each prediction's range);
-- plan.py: `compare plan`, the model on a cluster that is not here, with each framework's memory;
-- render.py: its words and pictures, for a scale report's "The model" section and for `compare predict`.
+- hardware.py: the hardware profiles and published scaling results in profiles/, and a GPU's dense peaks for model
+  FLOPs utilisation;
+- planner.py: `compare plan`, the model on a cluster that is not here, with each framework's memory (measured.py: a
+  run read for `compare plan --from`).
+
+Its words and pictures (a scale report's "The model" section, `compare predict`) are harness/reports/prediction.py.
 
 Runs in: the parent (a rank measures the model's inputs with harness/rank/compute_profile.py, which imports none of
 it)."""
@@ -19,11 +23,11 @@ from pathlib import Path
 VERSION = 3
 """The model's version, kept in every sweep it judges (scale_sweep.model_version) and named in every prediction.
 Sweeps made with the current version are its validation; sweeps made before are the data it was developed on."""
-FINGERPRINT = "7763b74effaae950"
+FINGERPRINT = "a8132680990fdf4c"
 """fingerprint() of the code VERSION names. A test holds them equal: a change to how the model prices or calibrates
 (not to its comments or docstrings) must come with a new VERSION, so a sweep is never scored by a model that was
 tuned after it."""
-PRICED_BY = ("costmodel.py", "calibration.py")
+PRICED_BY = ("costmodel.py", "compute.py", "comm_cost.py", "hardware.py", "calibration.py")
 
 
 def fingerprint() -> str:

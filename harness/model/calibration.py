@@ -1,5 +1,5 @@
 """The performance model fitted to what this tool measured: calibration, predicted vs measured, and extrapolation to
-a hardware profile (harness/model/render.py puts them in a scale report and in `compare predict`'s output; the
+a hardware profile (harness/reports/prediction.py puts them in a scale report and in `compare predict`'s output; the
 check against published scaling results is harness/model/published.py).
 
 Runs in: the parent; reads the sweep's records, the `compare comm` records kept in `comm_n<N>/` and the hardware
@@ -27,17 +27,19 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from harness.model import comm_cost
+from harness.model.compute import Compute, ComputeCurve
 from harness.model import costmodel as cm
+from harness.model.points import BASELINE
 from harness.shared.comm_schedule import Replicate, Schedule, Zero, from_record
 
-BASELINE = "single-process"
 UTILISATION = (0.1, 0.3, 0.5)
 """Fractions of the target device's peak FLOP/s assumed for the extrapolated compute (low, middle, high). Large
 well-tuned training reaches 0.4-0.55 of peak; small models far less. The prediction is given for all three."""
 def comm_records(out: Path, problems: list[str] | None = None) -> list[dict[str, Any]]:
     """The records of a sweep's comm_n*/ directories; one that cannot be read is skipped, and named in `problems`
     (so that a report says why a world size has no collectives, rather than that none were measured)."""
-    from harness.core.record import RECORDS, read_records, records_file
+    from harness.ground.record import RECORDS, read_records, records_file
 
     recs = []
     for d in sorted(p for p in out.glob("comm_n*") if p.is_dir()):
@@ -131,12 +133,12 @@ def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict
             prof, overhead, source = base_profile, 0.0, "the single-process baseline (no world-size-1 point)"
         else:
             continue
-        entry = {"schedule": schedule, "curve": cm.ComputeCurve.from_profile(prof, overhead), "source": source,
+        entry = {"schedule": schedule, "curve": ComputeCurve.from_profile(prof, overhead), "source": source,
                  "profile": prof, "overhead_s": overhead, "precision": any_ok[0]["controls"]["precision"],
                  "peak_1": max(one[0]["peak_memory_bytes_per_rank"]) if one else None,
                  "param_count": any_ok[0].get("param_count")}
         backend = schedule.comm_backend if schedule else None
-        entry["collectives"] = cm.Fitted.from_records(backend, comm) if backend and comm else None
+        entry["collectives"] = comm_cost.Fitted.from_records(backend, comm) if backend and comm else None
         out[label] = entry
     return out
 
@@ -164,9 +166,9 @@ def contention_ratio(rec: dict[str, Any]) -> float | None:
     return cal.get("ratio") if cal.get("status") == "ok" else None
 
 
-def scaled(c: cm.Compute, k: float) -> cm.Compute:
+def scaled(c: Compute, k: float) -> Compute:
     """The same step's compute, every part (and every gradient's ready time) k times as long."""
-    return cm.Compute(c.fwd_s * k, c.bwd_s * k, c.opt_s * k, [(b, t * k) for b, t in c.grads], c.overhead_s,
+    return Compute(c.fwd_s * k, c.bwd_s * k, c.opt_s * k, [(b, t * k) for b, t in c.grads], c.overhead_s,
                       c.copy_Bps)
 
 
@@ -196,7 +198,7 @@ def judgement(r: dict[str, Any]) -> str:
     """PASS within ±JUDGE_BOUND of the measured mean step; FAIL beyond JUDGE_BOUND plus the point's own 95% interval
     (relative half-width of the Student t interval of its repeats' mean steps); UNDECIDABLE between the two, or
     beyond the bound with fewer than 3 repeats (no interval): the measurement cannot tell."""
-    from harness.core.stats import geomean_interval, half_width
+    from harness.ground.stats import geomean_interval, half_width
 
     err = abs(r["error"])
     if err <= JUDGE_BOUND:
@@ -213,7 +215,7 @@ def scores(rows: list[dict[str, Any]]) -> dict[str, Any]:
     (judgement), the median |error|, how many points the model, the naive sum of parts and "the same as world size
     1" each get within ±JUDGE_BOUND, and per world size Spearman's rho between the measured and the predicted
     ranking of the rows (None below 3 rows)."""
-    from harness.core.stats import spearman
+    from harness.ground.stats import spearman
 
     real = judged(rows)
     marks = {k: 0 for k in ("pass", "fail", "undecidable")}
@@ -291,7 +293,7 @@ def predict_measured(records, tab, cal) -> list[dict[str, Any]]:
     return rows
 
 
-def target_compute(cal: dict[str, Any], fabric: cm.Fabric, batch: float, utilisation: float) -> cm.Compute | None:
+def target_compute(cal: dict[str, Any], fabric: comm_cost.Fabric, batch: float, utilisation: float) -> Compute | None:
     """One step's compute on the profile's device: FLOPs measured here / (peak x utilisation), split into forward,
     backward and optimizer in the proportions measured here; no framework overhead carried over."""
     curve = cal["curve"]
@@ -303,7 +305,7 @@ def target_compute(cal: dict[str, Any], fabric: cm.Fabric, batch: float, utilisa
     here = curve.at(batch)
     total = flops * batch / (peak * 1e12 * utilisation)
     scale = total / here.total_s
-    return cm.Compute(here.fwd_s * scale, here.bwd_s * scale, here.opt_s * scale,
+    return Compute(here.fwd_s * scale, here.bwd_s * scale, here.opt_s * scale,
                       [(b, t * scale) for b, t in here.grads], 0.0, fabric.copy_Bps)
 
 
@@ -325,7 +327,7 @@ def extrapolate_here(cal: dict[str, Any], batch: float, to: int, shares: bool) -
     return rows
 
 
-def extrapolate(cal: dict[str, Any], fabric: cm.Fabric, batch: float, to: int) -> list[dict[str, Any]]:
+def extrapolate(cal: dict[str, Any], fabric: comm_cost.Fabric, batch: float, to: int) -> list[dict[str, Any]]:
     """Weak scaling at `batch` per device on `fabric`: efficiency t(1)/t(N) at N = 1, 2, 4, ... `to`, for each
     assumed utilisation (low, mid, high)."""
     rows = []

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.stats import geomean_interval
+from harness.ground.stats import geomean_interval
 
 
 class BadRun(ValueError):
@@ -124,8 +124,8 @@ def _parts(recs: list[dict[str, Any]], step_s: float) -> tuple[dict[str, float],
 
 def read(path: Path) -> Run:
     """The run in `path`, or BadRun."""
-    from harness.core import assemble
-    from harness.core.record import read_records, records_file
+    from harness.ground.record import read_records, records_file
+    from harness.model import hardware
 
     if not path.is_dir():
         raise BadRun(f"--from {path}: not a directory; give a directory written by `compare run`")
@@ -166,7 +166,7 @@ def read(path: Path) -> Run:
         controls = recs[0]["controls"]
         step = top["processes"] * controls["per_process_batch"] / g
         parts, how, inside = _parts(recs, step)
-        mfu = assemble.mfu_of(recs[0]) if device == "cuda" else None
+        mfu = hardware.mfu_of(recs[0]) if device == "cuda" else None
         peaks = [r.get("peak_memory_bytes") for r in recs if r.get("peak_memory_bytes")]
         reserved = [max(r["peak_memory_cuda_reserved_bytes_per_rank"]) for r in recs
                     if r.get("peak_memory_cuda_reserved_bytes_per_rank")]
@@ -203,7 +203,7 @@ def compile_speedup(run: Run) -> dict[str, Any] | None:
     """The speed-up torch.compile gave in the run: each compiled row beside the row with the same adapter and knobs
     but compile, as the ratio of geometric-mean samples/s with its interval (Welch on the log scale, from three
     launches a side; the launches' spread below that). None: no pair."""
-    from harness.core.stats import ratio_interval
+    from harness.ground.stats import ratio_interval
 
     pairs = []
     for row in run.rows.values():
@@ -247,8 +247,8 @@ def _sharded(schedule) -> bool:
 
 
 def profile_of(gpu: str | None) -> str | None:
-    """The hardware profile a GPU of this name computes as (harness/core/assemble.py's PEAKS), or None."""
-    from harness.core.assemble import PEAKS
+    """The hardware profile a GPU of this name computes as (harness/model/hardware.py's PEAKS), or None."""
+    from harness.model.hardware import PEAKS
 
     if not gpu:
         return None
@@ -319,7 +319,7 @@ class FromRun:
     def _transfer(self, row: Row, fabric, dtype: str) -> tuple[float, tuple[float, float, float]]:
         """(the ratio of the run's peak to the target's, MFU multipliers on time (fastest, middle, slowest)) for
         carrying `row`'s compute to the target; each carried row noted for the footer."""
-        from harness.core.assemble import peak_of
+        from harness.model.hardware import peak_of
 
         if profile_of(self.run.gpu) == getattr(fabric, "name", None):
             return 1.0, (1.0, 1.0, 1.0)
@@ -348,7 +348,8 @@ class FromRun:
 
     def price(self, shape, cluster, fabric, batch: int, name: str, knobs: dict[str, Any], adapter):
         from harness.model import costmodel as cm
-        from harness.model import planner
+        from harness.model import hardware, planner
+        from harness.model.compute import Compute, layered_grads
 
         row = self._match(name, knobs)
         if self.own(cluster, row):
@@ -372,7 +373,7 @@ class FromRun:
         mem = 1.0
         run_profile = profile_of(self.run.gpu)
         if k != 1.0:
-            here = planner.cm.load_profile(run_profile).copy_Bps if run_profile else None
+            here = hardware.load_profile(run_profile).copy_Bps if run_profile else None
             mem = here / fabric.copy_Bps if here and fabric.copy_Bps else k
         compiled = (1.0, 1.0, 1.0)
         if self.compile and not base.compiled:
@@ -387,8 +388,8 @@ class FromRun:
         for m, t, c in zip(self._interval(base), transfer, compiled):
             a = k * t * m * c
             bwd = (bwd_ps + recompute_ps) * batch * a
-            comp = cm.Compute(fwd_ps * batch * a, bwd, opt * mem * m,
-                              cm.layered_grads(shape.grad_layers(adapter.gradient_bytes()), bwd),
+            comp = Compute(fwd_ps * batch * a, bwd, opt * mem * m,
+                              layered_grads(shape.grad_layers(adapter.gradient_bytes()), bwd),
                               base.parts["other"] * m, fabric.copy_Bps)
             steps.append(cm.predict_step(schedule, comp, fabric, cluster.gpus))
         how = ("its own compute" if base is row else

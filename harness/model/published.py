@@ -25,6 +25,8 @@ import statistics
 from typing import Any
 from urllib.parse import urlparse
 
+from harness.model import comm_cost, hardware
+from harness.model.compute import Compute, layered_grads
 from harness.model import costmodel as cm
 
 TORCHVISION_GMACS = {"Inception V3": 5.71, "ResNet-101": 7.80, "ResNet-50": 4.09, "VGG-16": 15.47,
@@ -200,7 +202,7 @@ def single_rate(entry: dict[str, Any]) -> tuple[float, str]:
     rate = entry.get("single_device_samples_per_s")
     if rate is not None:
         return rate, ""
-    ref = next(e for e in cm.published() if e["model"] == "Inception V3"
+    ref = next(e for e in hardware.published() if e["model"] == "Inception V3"
                and e.get("single_device_samples_per_s") and e["profile"] == entry["profile"])
     rate = ref["single_device_samples_per_s"] * TORCHVISION_GMACS["Inception V3"] / TORCHVISION_GMACS[entry["model"]]
     return rate, (f"single-GPU rate not published: derived as Inception V3's {ref['single_device_samples_per_s']} "
@@ -208,7 +210,7 @@ def single_rate(entry: dict[str, Any]) -> tuple[float, str]:
                   f"{TORCHVISION_GMACS[entry['model']]} G) = {rate:.0f} img/s")
 
 
-def compute(entry: dict[str, Any], *, layers: bool = True, rate_scale: float = 1.0) -> cm.Compute:
+def compute(entry: dict[str, Any], *, layers: bool = True, rate_scale: float = 1.0) -> Compute:
     """The single-GPU step of a published result: batch / rate, forward 1/3 and backward 2/3 of it; its gradients
     layer by layer where there is a layer table (and `layers`), else 100 equal tensors; the framework's own cost at
     one GPU where the table gives it beside the no-framework rate."""
@@ -222,11 +224,11 @@ def compute(entry: dict[str, Any], *, layers: bool = True, rate_scale: float = 1
     bwd = 2 * t / 3
     table = layer_table(entry["model"]) if layers else None
     if table:
-        grads = cm.layered_grads([(n * per_param, f) for n, f in table], bwd)
+        grads = layered_grads([(n * per_param, f) for n, f in table], bwd)
     else:
         grad_bytes = entry["params"] * per_param
         grads = [(grad_bytes / 100, bwd * (i + 1) / 100) for i in range(100)]
-    return cm.Compute(t / 3, bwd, 0.0, grads, overhead)
+    return Compute(t / 3, bwd, 0.0, grads, overhead)
 
 
 def _schedule(entry):
@@ -237,7 +239,7 @@ def _schedule(entry):
     return adapters.get(entry["backend"])(entry.get("knobs") or {}).comm_schedule()
 
 
-def _scaled(fabric: cm.Fabric, bandwidth: float = 1.0, latency: float = 1.0) -> cm.Fabric:
+def _scaled(fabric: comm_cost.Fabric, bandwidth: float = 1.0, latency: float = 1.0) -> comm_cost.Fabric:
     def lat(v):
         return None if v is None else v * latency
 
@@ -311,12 +313,12 @@ def configurations(problems: list[str] | None = None) -> list[dict[str, Any]]:
     docstring). A published result whose hardware profile cannot be used is left out, and why goes to
     `problems`."""
     groups: dict[tuple, dict[str, Any]] = {}
-    for e in cm.published():
+    for e in hardware.published():
         try:
-            fabric = cm.load_profile(e["profile"])
-        except (KeyError, cm.BadProfile) as exc:
+            fabric = hardware.load_profile(e["profile"])
+        except (KeyError, hardware.BadProfile) as exc:
             if problems is not None:
-                why = str(exc) if isinstance(exc, cm.BadProfile) else cm.unknown_profile(e["profile"])
+                why = str(exc) if isinstance(exc, hardware.BadProfile) else hardware.unknown_profile(e["profile"])
                 problems.append(f"published result {e['id']} left out: {why}")
             continue
         for p in e["points"]:
@@ -349,13 +351,13 @@ def slowdowns() -> list[dict[str, Any]]:
     """Where a table gives the framework at 1 GPU and at n: its slowdown 1 - rate(n) / rate(1), published and
     predicted (the framework's overhead is in both steps, so only communication can move it)."""
     rows = []
-    for e in cm.published():
+    for e in hardware.published():
         one = next((p for p in e["points"] if p["n"] == 1 and "samples_per_s_per_device" in p), None)
         if one is None:
             continue
         try:
-            fabric = cm.load_profile(e["profile"])
-        except (KeyError, cm.BadProfile):
+            fabric = hardware.load_profile(e["profile"])
+        except (KeyError, hardware.BadProfile):
             continue
         c = compute(e)
         t1 = cm.predict_step(_schedule(e), c, fabric, 1).step_s

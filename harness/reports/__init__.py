@@ -43,8 +43,8 @@ def check_kind(records: list[dict[str, Any]]) -> str:
     return k
 
 MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError, OverflowError)
-"""What rendering raises on records of the wrong shape that the field check (harness/core/record.py: check_record) lets
-through: a caller turns it into one line naming the directory, never a traceback."""
+"""What rendering raises on records of the wrong shape that the field check (harness/ground/record.py: check_record)
+lets through: a caller turns it into one line naming the directory, never a traceback."""
 
 
 def render(out: Path, records: list[dict[str, Any]]) -> Path:
@@ -96,7 +96,7 @@ def _index_entries(results_dir: Path, warn) -> list[tuple[str, Path]]:
     """(name, records file) of every run under `results_dir`: its directories that hold records, and one
     level further in a directory that holds several runs (a GPU check's resnet50/, resnet50_apex/); a directory with
     an index of its own (results/archive/) is left to that index. A link that leads nowhere is warned of."""
-    from harness.core.record import records_file
+    from harness.ground.record import records_file
 
     found = []
     for d in sorted(results_dir.glob("*/")):
@@ -121,7 +121,7 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
     hand), with the question it answers where the run's directory (or the one holding it) has a QUESTION file, and
     one line per directory under it that has an index of its own. A run whose records cannot be read or have the
     wrong shape is skipped with a `warn(line)`."""
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     entries = []
     runs = _index_entries(results_dir, warn)
@@ -165,7 +165,7 @@ def index(results_dir: Path, warn=lambda line: None) -> Path:
              ("| question " + head if asked else head), ("|---" * (8 if asked else 7)) + "|"]
     lines += [(f"| {q or '–'} " + line if asked else line) for q, line in entries]
     path = results_dir / "README.md"
-    from harness.core.outdir import write_text
+    from harness.ground.outdir import write_text
 
     write_text(path, "\n".join(lines) + "\n")  # atomic, and a link at README.md is replaced, never followed
     return path
@@ -204,7 +204,7 @@ def _question(results_dir: Path, name: str) -> str:
 
 def _index_line(records: list[dict[str, Any]], name: str) -> str:
     """One run's line of the index."""
-    from harness.core.sizes import format_size
+    from harness.ground.sizes import format_size
 
     r0 = records[0]
     e = r0["env"]

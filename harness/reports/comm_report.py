@@ -9,10 +9,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure, write_text
-from harness.core.provenance import tuning_line
-from harness.core.sizes import format_size
-from harness.core.stats import MEDIAN_INTERVAL_METHOD
+from harness.ground.outdir import write_text
+from harness.ground.provenance import tuning_line
+from harness.ground.sizes import format_size
+from harness.ground.stats import MEDIAN_INTERVAL_METHOD
 from harness.launching import machine
 from harness.reports import figures, palette
 from harness.reports import host_layout as hosts_report
@@ -132,10 +132,7 @@ def plot(out: Path, records, ops, backends) -> Path | None:
     r0 = records[0]
     fig.suptitle(f"busbw vs size, {r0['world_size']} ranks, {r0['dtype']}"
                  + (" (oversubscribed)" if r0.get("oversubscribed") else ""), fontsize=10)
-    fig.tight_layout()
-    path = out / "busbw.png"
-    save_figure(fig, path, 100)
-    plt.close(fig)
+    path = figures.save(fig, out / "busbw.png", 100)
     return path
 
 

@@ -24,8 +24,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure
-from harness.core.record import MEASURED, has_intervals, precision_of
+from harness.ground.record import MEASURED, has_intervals, precision_of
 from harness.reports import figures, palette
 from harness.shared.text import shorten
 
@@ -45,7 +44,7 @@ def samples_per_epoch(train_samples: int, global_batch: int) -> tuple[int, int]:
 
 
 def epoch_rows(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per table row (a summarised row of harness/reports/run_report.py), in the seed's order then ours:
+    """One entry per table row (a summarised row of harness/reports/run_rows.py), in the seed's order then ours:
     seconds per epoch for measured rows, the status for the others. Empty when the records predate
     `controls.train_samples` (nothing is guessed)."""
     measured = [r for r in rows if r["measured"]]
@@ -180,8 +179,5 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
                  f"(drawn as the seed blog's chart; its figure and ours: the notes below)", fontsize=10)
     ax.margins(x=0.3)
     fig.text(0.01, 0.01, "\n".join(notes), fontsize=7, va="bottom", ha="left")
-    fig.tight_layout(rect=(0, (text_in + legend_in) / height, 1, 1))
-    path = out / "epoch_time.png"
-    save_figure(fig, path, 110)
-    plt.close(fig)
+    path = figures.save(fig, out / "epoch_time.png", rect=(0, (text_in + legend_in) / height, 1, 1))
     return path

@@ -5,6 +5,10 @@ none, instead of losing the report of a run that measured everything."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness.ground import outdir
 
 NO_PLOTS = ("No plots: matplotlib is not installed where this report was written (`pip install matplotlib`, then "
             "`compare report DIR` draws them from records.jsonl).")
@@ -52,6 +56,35 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def save(fig, path: Path, dpi: int = 110, rect: tuple[float, float, float, float] | None = None) -> Path:
+    """The end of every figure of every report: laid out (within `rect` of the figure, where notes or a legend sit
+    below it), written to `path` (harness/ground/outdir.py: save_figure, atomic and paletted) and closed."""
+    if rect is None:
+        fig.tight_layout()
+    else:
+        fig.tight_layout(rect=rect)
+    outdir.save_figure(fig, path, dpi)
+    pyplot().close(fig)
+    return path
+
+
+def run_title(records: list[dict[str, Any]]) -> str:
+    """"digits, world size 2, 2-core CPU": what a run's figures are titled after (the GPU's name on a GPU)."""
+    r0 = records[0]
+    return f"{r0['workload']}, world size {r0['world_size']}, {r0['env']['cpu_cores_usable']}-core " + (
+        r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
+
+
+def of_run(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]], str] | None:
+    """(pyplot, the measured rows, the run's title) for a run's figures; None where there is nothing to draw (no
+    matplotlib, plots off, no row measured)."""
+    plt = pyplot()
+    measured = [r for r in rows if r["measured"]]
+    if plt is None or not measured:
+        return None
+    return plt, measured, run_title(records)
 
 
 LABEL_WIDTH = 26

@@ -8,7 +8,7 @@ only interval they give is Welch's over launches, which leaves out the variation
 shared machine a row moves between runs of the identical command by more than that interval allows (diffs of
 identical commands resolved a row in 7 of 10 pairs of runs), so the report says it cannot separate the change from
 run-to-run variation. With two sessions or more a side, each row's sessions are the unit: each session's log
-geometric mean, B's against A's by a random-effects model (harness/core/stats.py: one between-session variance,
+geometric mean, B's against A's by a random-effects model (harness/ground/stats.py: one between-session variance,
 DerSimonian-Laird, and Hartung-Knapp's t interval with kA + kB - 2 df). Either way a difference and an equivalence
 within the margin (TOST) are tested per row, each family Holm-adjusted over the rows. Runs of different workloads,
 workload options, world sizes or global batches are refused (their samples/s measure different things), and so is a
@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from harness.core import joins
-from harness.core.record import MEASURED
-from harness.core.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, geomean_interval,
-                                random_effects, random_effects_difference, session_estimate)
+from harness.core.analysis import RESOLVED, outcome
+from harness.ground.record import MEASURED
+from harness.ground.stats import (DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, geomean_interval,
+                                  random_effects, random_effects_difference, session_estimate)
 from harness.reports.verdict import holm_note
 
 IDENTITY = (("workload", lambda r: r.get("workload")),
@@ -120,9 +121,7 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
                    **compare_pair(flat_b, flat_a, paired=False, margin=margin)}
         rows.append(row)
     for r in adjust(rows):
-        r["outcome"] = ("no interval" if r["p"] is None else
-                        ("faster in " if r["estimate"] > 1 else "slower in ") + names[1] if r["p_holm"] < ALPHA else
-                        "equivalent" if r["p_equivalent_holm"] < ALPHA else "not resolved")
+        r["outcome"] = outcome(r) + (f" in {names[1]}" if outcome(r) in RESOLVED else "")
     context = [(what, get(fa), get(fb)) for what, get in CONTEXT if get(fa) != get(fb)]
     every = {r["label"] for _, records in sa + sb for r in records}
     return {"rows": rows, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],

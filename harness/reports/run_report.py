@@ -1,5 +1,5 @@
-"""The report of a `compare run` (records of kind "run"): report.md, throughput/loss/step-time PNGs, a console
-table.
+"""The report of a `compare run` (records of kind "run"): report.md (the verdict, the table of its rows:
+harness/reports/run_rows.py, notes, controls, provenance), its figures (run_plots.py), and the console's table.
 
 Runs in: the parent. `compare report DIR` calls `render(DIR, read_records(DIR/records.jsonl))`; nothing here looks
 at anything but the records (their `row_order` and `legend`; for records older than those fields, the adapter
@@ -9,233 +9,23 @@ registry's order of rows and colours), so an old run re-renders identically.
 from __future__ import annotations
 
 import statistics
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.core import assemble
 from harness.core import design as design_mod
-from harness.core.errors import first_sentence
-from harness.core.outdir import save_figure, write_text
-from harness.core.provenance import tuning_line
-from harness.core.record import MEASURED, frozen_note, has_intervals, precision_of
-from harness.core.sizes import format_mib
-from harness.core.stats import geomean_interval, percentile, worst
+from harness.ground.errors import first_sentence
+from harness.ground.outdir import write_text
+from harness.ground.provenance import tuning_line
+from harness.ground.record import MEASURED, frozen_note, has_intervals, precision_of
+from harness.ground.sizes import format_mib
+from harness.ground.stats import INTERVAL_METHOD, half_width
 from harness.launching import machine
-from harness.reports import epoch, figures, palette, step_report, ttt
+from harness.reports import epoch, figures, step_report, ttt
 from harness.reports import host_layout as hosts_report
 from harness.reports import verdict as verdict_mod
-
-SPREAD_FLAG = 0.05  # rows whose samples/s varies by more than this across repeats are flagged
-
-
-MEMORY_KINDS = {
-    "cuda_max_allocated": "torch.cuda.max_memory_allocated (reset after warm-up)",
-    "rss_vmhwm_minus_file": ("the resident set's high-water mark (VmHWM, reset after warm-up) minus its file-backed "
-                             "pages (RssFile: shared libraries' code, which depends on what a framework imports and "
-                             "on the page cache, not on training), i.e. anonymous + shared memory"),
-    "rss_maxrss_since_start_minus_file": ("the resident set's peak since the process started (ru_maxrss: resetting "
-                                          "VmHWM was not allowed) minus its file-backed pages"),
-    "rss_vmhwm": ("the resident set's high-water mark (VmHWM, reset after warm-up), including the pages of shared "
-                  "libraries (reports before the file-backed pages were left out)"),
-}
-
-
-MEMORY_SHORT = {"cuda_max_allocated": "CUDA max allocated", "rss_vmhwm_minus_file": "RSS peak less file pages",
-                "rss_maxrss_since_start_minus_file": "RSS peak since start less file pages",
-                "rss_vmhwm": "RSS high-water mark"}
-
-
-def memory_kind(firsts: list[dict]) -> str:
-    """How the rows' peak memory was measured, and on CPU how much file-backed memory it left out per row."""
-    kind = firsts[0].get("peak_memory_kind")
-    text = MEMORY_KINDS.get(kind, f"`{kind}`")
-    left = [f"{r.get('label') or r['adapter']} {max(b) / 2**20:,.0f}" for r in firsts
-            if (b := [x for x in r.get("peak_memory_file_bytes_per_rank") or [] if x is not None])]
-    if left:
-        text += f"; left out, MiB per rank (max): {', '.join(left)}"
-    return text
-
-
-def _fmt(x: float | None, spec: str = ".3g") -> str:
-    return "–" if x is None else format(x, spec)
-
-
-def group(records: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]]]:
-    rows: OrderedDict[str, list[dict]] = OrderedDict()
-    for rec in records:
-        rows.setdefault(rec["label"], []).append(rec)
-    # Rows in the order they were asked for (unavailable rows are recorded first, at plan time); records written
-    # before `row_order` existed fall back to the registry's order (palette.legend_of). Ties keep the order of
-    # appearance.
-    order = records[0].get("row_order") if records else None
-    legend = {} if order else palette.legend_of(records)
-
-    def key(item):
-        label, recs = item
-        if order:
-            return order.index(label) if label in order else len(order)
-        entry = legend.get(recs[0]["adapter"])
-        return entry["place"] if entry else palette.unplaced(legend)
-
-    return OrderedDict(sorted(rows.items(), key=key))
-
-
-def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row from an adapter's repeats: medians across repeats, spread, pooled step percentiles. Repeats
-    with a measurement (`MEASURED`: ok, or an until-target run that missed its target) all count."""
-    ok = [r for r in recs if r["status"] in MEASURED and r.get("samples_per_s")]
-    first = ok[0] if ok else recs[0]
-    row: dict[str, Any] = {"adapter": first["label"], "launcher": first.get("launcher"),
-                           "status": first["status"] if not ok else "ok", "repeats": len(recs), "ok_repeats": len(ok),
-                           "measured": bool(ok),
-                           "not_reached": sum(r["status"] == "not_reached" for r in ok),
-                           "reasons": sorted({r["reason"] for r in recs if r["status"] != "ok" and r["reason"]}),
-                           "first": first}
-    if not ok:
-        row["status"] = recs[0]["status"]
-        return row
-    sps = [r["samples_per_s"] for r in ok]
-    pooled = sorted(t for r in ok for t in r["step_times_s"])
-    if has_intervals(ok):
-        # Throughput of the whole timed window per launch; the row: their geometric mean with its interval.
-        interval = geomean_interval(sps)
-        devices = ok[0]["topology"]["devices_used"]
-        row.update(samples_per_s=interval["estimate"], interval=interval, spread=None,
-                   samples_per_s_per_device=interval["estimate"] / devices)
-    else:  # schema 1: as it was always rendered (median of the repeats, their spread)
-        row.update(samples_per_s=statistics.median(sps), interval=None,
-                   samples_per_s_per_device=statistics.median(r["samples_per_s_per_device"] for r in ok),
-                   spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None)
-
-    row.update(
-        step_median=percentile(pooled, 50), step_p10=percentile(pooled, 10), step_p90=percentile(pooled, 90),
-        step_n=len(pooled), peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in ok) or None,
-        final_loss=statistics.median(r["final_loss"] for r in ok),
-        accuracy=(statistics.median(r["eval"]["accuracy"] for r in ok) if first.get("eval") else None),
-        target=first["eval"]["target"] if first.get("eval") else None,
-        target_met=(all(r["eval"]["target_met"] for r in ok) if first.get("eval") and first["eval"]["target"]
-                    is not None else None),
-        max_param_diff=(worst(r["max_param_diff"] for r in ok) if all(r.get("max_param_diff") is not None
-                                                                      for r in ok) else None),
-        time_to_first_step_s=statistics.median(r["time_to_first_step_s"] for r in ok),
-    )
-    return row
-
-
-def _acc(row) -> str:
-    if row.get("accuracy") is None:
-        return "–"
-    mark = "" if row["target_met"] is None else (" ✓" if row["target_met"] else " ✗")
-    return f"{row['accuracy']:.4f}{mark}"
-
-
-def _diff(row, short: bool = False) -> str:
-    d = row.get("max_param_diff")
-    if d is None:
-        return "–"
-    eq = row["first"]["equivalence"]
-    if not eq["checked"]:
-        return f"{d:.1e} (not checked{'' if short else ': ' + eq['why_not_checked']})"
-    return f"{d:.1e} {'✓' if d <= eq['tolerance'] else '✗'}"
-
-
-def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [summarise(recs) for recs in group(records).values()]
-
-
-def tokens_per_sample(rows) -> int | None:
-    """A language model's tokens per sample, where its records carry one (the tables then add tokens/s)."""
-    return next((row["first"]["tokens_per_sample"] for row in rows if row["first"].get("tokens_per_sample")), None)
-
-
-def tokens_text(row, tokens: int) -> str:
-    """A row's tokens/s: its samples/s (the geometric mean over launches) times the tokens of a sample, with the
-    same interval scaled."""
-    interval = row.get("interval")
-    if interval:
-        return verdict_mod.interval_text({**interval, **{k: interval[k] and interval[k] * tokens
-                                                         for k in ("estimate", "lo", "hi")}})
-    return f"{row['samples_per_s'] * tokens:,.0f}"
-
-
-def tflops_text(row) -> str:
-    """A row's achieved TFLOP/s per device (its samples/s per device x the FLOPs of a sample) and, where the device's
-    peak is known, its MFU."""
-    f = row["first"]
-    achieved = row["samples_per_s_per_device"] * f["flops_per_sample"] / 1e12
-    peak = (assemble.mfu_of(f) or {}).get("peak_tflops")
-    return f"{achieved:.3g}" + (f" ({achieved / peak:.1%})" if peak else "")
-
-
-def flops_note(rows) -> str | None:
-    """How the TFLOP/s column was counted, and against what its MFU is judged (or why there is none)."""
-    measured = [row for row in rows if row["measured"] and row["first"].get("flops_per_sample")]
-    if not measured:
-        return None
-    f = measured[0]["first"]
-    against: dict[str, list[str]] = {}  # each peak (or why there is none) -> the rows judged against it
-    for row in measured:
-        mfu = assemble.mfu_of(row["first"]) or {}
-        peak = mfu.get("peak") or f"no peak: {mfu.get('why_none', 'none known')}"
-        against.setdefault(peak, []).append(row["adapter"])
-    return (f"TFLOP/s per device: samples/s per device × {f['flops_per_sample']:,.0f} FLOPs of a sample's forward and "
-            f"backward, counted by torch's FlopCounterMode on the real model (matmuls and convolutions; the optimizer "
-            f"left out); MFU in brackets against " + ("; ".join(
-                peak + (f" ({', '.join(labels)})" if len(against) > 1 else "") for peak, labels in against.items()))
-            + ".")
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    tokens = tokens_per_sample(rows)
-    flops = any(row["measured"] and row["first"].get("flops_per_sample") for row in rows)
-    head = ("| adapter | launcher | processes × devices each | precision | batch global (per device) | samples/s "
-            + (f"| tokens/s ({tokens} a sample) " if tokens else "")
-            + "| samples/s per device " + ("| TFLOP/s per device (MFU) " if flops else "")
-            + "| step time ms median [p10–p90] (n) | peak memory per rank | final loss "
-              "| test accuracy | max_param_diff | status |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for row in rows:
-        f = row["first"]
-        if not row["measured"]:
-            reason = "; ".join(row["reasons"]) or row["status"]
-            lines.append(f"| {row['adapter']} | {row['launcher']} | | | | | | | | | | {'| ' if tokens else ''}"
-                         f"{'| ' if flops else ''}| **{row['status']}**: {reason.replace('|', '/')} |")
-            continue
-        topo, ctl = f["topology"], f["controls"]
-        spread = row["spread"]
-        flag = f" ⚠ spread {spread:.0%}" if spread is not None and spread > SPREAD_FLAG else (
-            f" (±{spread / 2:.0%})" if spread is not None else "")
-        if row.get("interval"):
-            flag = " " + verdict_mod.interval_text(row["interval"]).split(" ", 1)[1]
-        status = _status(row)
-        lines.append(
-            f"| {row['adapter']} | {row['launcher']} | {_processes_by_devices(topo)}"
-            f"{f' ({hosts_report.nodes_label(topo)})' if hosts_report.spans_hosts(topo) else ''} "
-            f"| {precision_of(f)} | {ctl['global_batch']} ({ctl['per_device_batch']}) "
-            f"| {row['samples_per_s']:,.0f}{flag} {f'| {tokens_text(row, tokens)} ' if tokens else ''}"
-            f"| {row['samples_per_s_per_device']:,.0f} {f'| {tflops_text(row)} ' if flops else ''}"
-            f"| {row['step_median'] * 1e3:.2f} [{row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f}] "
-            f"({row['step_n']}) | {format_mib(row['peak_memory_bytes'])} | {_fmt(row['final_loss'], '.4f')} "
-            f"| {_acc(row)} | {_diff(row)} | {status} |")
-    return "\n".join(lines)
-
-
-def _processes_by_devices(topo: dict[str, Any]) -> str:
-    """"2 × 1": processes × devices each (what the product says: 2 devices in all), as the header reads."""
-    processes, devices = topo["processes"], topo["devices_used"]
-    if processes and devices % processes == 0:
-        return f"{processes} × {devices // processes}"
-    return f"{processes} ({devices} devices in all)"
-
-
-def _status(row) -> str:
-    """"ok", or how many repeats of how many were ok / missed the target (until-target runs)."""
-    reached = row["ok_repeats"] - row["not_reached"]
-    if not row["not_reached"]:
-        return "ok" if reached == row["repeats"] else f"ok {reached}/{row['repeats']}"
-    return ", ".join(([f"ok {reached}/{row['repeats']}"] if reached else [])
-                     + [f"not reached {row['not_reached']}/{row['repeats']}"])
+from harness.reports.run_plots import pairs_plot, plot
+from harness.reports.run_rows import (SPREAD_FLAG, accuracy_text, diff_text, flops_note, fmt, group, markdown_table,
+                                      memory_kind, status_text, table_rows, tokens_per_sample, tokens_text)
 
 
 def target_note(rows) -> str | None:
@@ -414,7 +204,7 @@ def _controls(rows) -> list[str]:
         + ("the slowest rank's; samples/s of a launch = samples over its whole timed window (global batch / mean "
            "step time: what a training job gets; the median of a multi-modal step-time distribution jumps between "
            "its modes); a row's samples/s is the geometric mean over its launches with a "
-           f"{verdict_mod.INTERVAL_METHOD}; the step-time column describes the distribution." if ok[0].get("interval")
+           f"{INTERVAL_METHOD}; the step-time column describes the distribution." if ok[0].get("interval")
            is not None or has_intervals([ok[0]["first"]]) else
            "the slowest rank's; samples/s = global batch / median step time."),
         f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
@@ -655,7 +445,7 @@ def _precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any], mo
         open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"]
                  if (p["simultaneous"]["half_width"] or 1.0) > mode["target"]]
     else:
-        open_ = [k for k, r in analysis["ratios"].items() if (verdict_mod.half_width(r) or 1.0) > mode["target"]]
+        open_ = [k for k, r in analysis["ratios"].items() if (half_width(r) or 1.0) > mode["target"]]
     lines = [f"Precision mode (`--precision {mode['target'] * 100:g}%`): {mode['rounds']} round(s) in "
              f"{mode['elapsed_s']:.0f} s; {how}"
              + (f" (widest: {widest[0]} ±{widest[1]:.1%})." if widest else ".")]
@@ -715,129 +505,6 @@ def console_verdict(records: list[dict[str, Any]], out: Path | None = None) -> l
             if line]
 
 
-def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
-    plt = figures.pyplot()
-    if plt is None:
-        return []
-
-    ok = [r for r in rows if r["measured"]]
-    if not ok:
-        return []
-    r0 = records[0]
-    title = f"{r0['workload']}, world size {r0['world_size']}, {r0['env']['cpu_cores_usable']}-core " + (
-        r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
-    paths = []
-    legend = palette.legend_of(records)
-
-    lines = sum(figures.wrap_label(f"{r['adapter']} ({precision_of(r['first'])})").count("\n") for r in ok)
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 0.2 * lines + 1.5))
-    labels = [figures.wrap_label(f"{r['adapter']} ({precision_of(r['first'])})") for r in ok]
-    sps = [r["samples_per_s"] for r in ok]
-    gb = [r["first"]["controls"]["global_batch"] for r in ok]
-    notes = [""] * len(ok)
-    if all(r.get("interval") for r in ok):  # schema 2: the 95% interval over launches (none below 2 launches)
-        # a row without an interval gets no whisker (a zero-width one reads as a very tight interval): its bar says
-        # how many launches it has instead
-        spans = [(r["interval"]["lo"], r["interval"]["hi"]) for r in ok]
-        drawn = [i for i, (a, b) in enumerate(spans) if a is not None and b is not None]
-        lo = [sps[i] - spans[i][0] if i in drawn else 0.0 for i in range(len(ok))]
-        hi = [spans[i][1] - sps[i] if i in drawn else 0.0 for i in range(len(ok))]
-        notes = ["" if i in drawn else f" (n={r['interval']['n']}: no interval)"
-                 for i, r in enumerate(ok)]
-        whiskers = ("; whiskers: 95% interval over launches" if drawn else
-                    "; one launch per row: no interval, no whiskers")
-    else:
-        lo = [s - g / r["step_p90"] for s, g, r in zip(sps, gb, ok)]
-        hi = [g / r["step_p10"] - s for s, g, r in zip(sps, gb, ok)]
-        drawn = list(range(len(ok)))
-        whiskers = "; whiskers: p90..p10 step time"
-    ax.barh(labels, sps, color=[palette.colour(r["adapter"], legend) for r in ok])
-    if drawn:
-        ax.errorbar([sps[i] for i in drawn], drawn, xerr=[[lo[i] for i in drawn], [hi[i] for i in drawn]],
-                    fmt="none", ecolor="black", capsize=4)
-    for i, s in enumerate(sps):
-        ax.text(s + hi[i], i, f"  {s:,.0f}{notes[i]}", va="center", ha="left", fontsize=9)  # right of the whisker
-    ax.invert_yaxis()
-    ax.set_xlabel(f"samples/s (global{whiskers})")
-    ax.set_title(f"Throughput: {title}", fontsize=10)
-    ax.margins(x=0.45 if any(notes) else 0.25)  # room for "n=1: no interval" beside the longest bar
-    fig.tight_layout()
-    paths.append(out / "throughput.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    style = palette.styles([r["adapter"] for r in ok], legend)
-    curves: dict[tuple, str] = {}
-    for r in ok:
-        curve = r["first"]["loss_curve"]
-        same = curves.setdefault(tuple(round(v, 4) for v in curve), r["adapter"])
-        # rows that trained alike (every fp32 backend does, to rounding) overlap: the legend says so
-        label = figures.wrap_label(r["adapter"] if same == r["adapter"] else
-                                   f"{r['adapter']} (same curve as {same})", 40)
-        ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1, color=palette.colour(r["adapter"], legend),
-                linestyle=style[r["adapter"]])
-    ax.set_xlabel("step (warm-up included)")
-    ax.set_ylabel("training loss (global batch)")
-    ax.set_title(f"Loss: {title}", fontsize=10)
-    ax.legend()
-    fig.tight_layout()
-    paths.append(out / "loss.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
-    data = [[t * 1e3 for rec in records if rec["label"] == r["adapter"] and rec["status"] in MEASURED
-             for t in rec["step_times_s"]] for r in ok]
-    ax.boxplot(data, orientation="horizontal", tick_labels=[figures.wrap_label(r["adapter"]) for r in ok],
-               whis=(10, 90), showfliers=False)
-    ax.invert_yaxis()
-    ax.set_xlabel("step time, ms (slowest rank; box: p25..p75, whiskers: p10..p90)")
-    ax.set_title(f"Step times: {title}", fontsize=10)
-    fig.tight_layout()
-    paths.append(out / "step_times.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
-    return paths
-
-
-def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any]) -> list[Path]:
-    """The verdict's pairwise matrix as a heat map (pairs.png): each cell the row's geometric-mean throughput over
-    the column's, coloured by log2 of it (red: the row is slower, blue: faster), marked with the pair's outcome
-    after Holm's correction (`a`: the verdict's analysis of `records`). Nothing where fewer than two rows rank, or a
-    row has fewer than 3 launches."""
-    plt = figures.pyplot()
-    order = a["order"]
-    if plt is None or len(order) < 2 or a["letters"] is None:  # fewer than 3 launches a row: nothing ranks
-        return []
-    import math
-
-    cells = [[None if x == y else verdict_mod.oriented(a["pairs"], x, y) for y in order] for x in order]
-    logs = [[0.0 if c is None else math.log2(c["estimate"]) for c in row] for row in cells]
-    span = max(0.05, max(abs(v) for row in logs for v in row))
-    size = 1.1 * len(order) + 2.5
-    fig, ax = plt.subplots(figsize=(size, size * 0.8))
-    ax.imshow(logs, cmap="RdBu", vmin=-span, vmax=span)
-    for i, row in enumerate(cells):
-        for j, c in enumerate(row):
-            text = "—" if c is None else f"{c['estimate']:.2f}×\n{verdict_mod.symbol(c)}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=9,
-                    color="white" if abs(logs[i][j]) > 0.6 * span else "black")  # readable on the darkest cells
-    ax.set_xticks(range(len(order)), order, rotation=30, ha="right")
-    ax.set_yticks(range(len(order)), order)
-    ax.set_xlabel("column")
-    ax.set_ylabel("row")
-    r0 = records[0]
-    ax.set_title(f"Row ÷ column, samples/s ({r0['workload']}, world size {r0['world_size']}; {a['n_min']}+ launches "
-                 f"per row)\n▲ faster, ▼ slower, ≈ equivalent within ±{a['margin'] * 100:g}%, ? not resolved "
-                 f"(Holm over {len(a['pairs'])} pairs)", fontsize=9)
-    fig.tight_layout()
-    path = out / "pairs.png"
-    save_figure(fig, path, 110)
-    plt.close(fig)
-    return [path]
-
-
 def console_notes(records: list[dict[str, Any]]) -> list[str]:
     """Lines for the terminal under the table (markup-escaped): the fix of every unavailable row (the table has
     room for the reason's first sentence only) and what a ✗ was judged against."""
@@ -892,6 +559,6 @@ def console_table(records: list[dict[str, Any]]):
         t.add_row(row["adapter"], precision_of(f), sps,
                   *([tokens_text(row, tokens).replace(" [", "\n[")] if tokens else []),
                   f"{row['step_median'] * 1e3:.2f} ({row['step_p10'] * 1e3:.2f}–{row['step_p90'] * 1e3:.2f})",
-                  format_mib(row["peak_memory_bytes"]), _fmt(row["final_loss"], ".4f"), _acc(row),
-                  _diff(row, short=True), _status(row))
+                  format_mib(row["peak_memory_bytes"]), fmt(row["final_loss"], ".4f"), accuracy_text(row),
+                  diff_text(row, short=True), status_text(row))
     return t

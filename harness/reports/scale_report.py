@@ -2,19 +2,20 @@
 speed-up, parallel efficiency, step times, memory per rank and load balance; the performance model's calibration,
 its predicted-vs-measured table and its extrapolation to a hardware profile (harness/model/costmodel.py); plots.
 
-Runs in: the parent; reads nothing but the sweep's records and the `compare comm` records it kept in
-`comm_n<N>/`, so `compare report DIR` re-renders it.
+Runs in: the parent; reads nothing but the sweep's records, the model's prediction among them (made when the sweep
+ended: harness/model/predicted.py), so `compare report DIR` re-renders it as it was made. A sweep recorded before
+predictions were kept is predicted when rendered, from the `compare comm` records it kept in `comm_n<N>/`.
 
 Definitions (the same for every backend):
 - throughput T(N) = global batch / median step time (slowest rank per step), median over repeats; in records of
   schema 2, global batch / mean step time (the whole timed window) per launch, geometric mean over repeats with its
   95% interval, and the speed-ups and efficiencies below with Welch's 95% interval over the launches of both points
-  (harness/core/stats.py);
+  (harness/ground/stats.py);
 - speed-up against the same adapter at world size 1: T(N) / T_adapter(1); against the single-process baseline
   (the plain model, no wrapper, one process, the same threads as one rank): T(N) / T_baseline;
 - parallel efficiency = T(N) / (N x T_adapter(1)): 1.0 is perfect scaling, in strong scaling (fixed global batch,
   so ideal step time falls as 1/N) and weak scaling (fixed per-rank batch, ideal step time stays) alike;
-- per rank: compute, wait (harness/core/record.py: LOAD_BALANCE_METHOD), and `exposed` = step - the slowest rank's
+- per rank: compute, wait (harness/ground/record.py: LOAD_BALANCE_METHOD), and `exposed` = step - the slowest rank's
   compute (what the step costs beyond its slowest worker's own compute).
 Oversubscribed points (more ranks than cores) are labelled everywhere and never enter a summary statement.
 """
@@ -26,99 +27,16 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure, write_text
-from harness.core.provenance import tuning_line
-from harness.core.record import frozen_note, has_intervals
-from harness.core.sizes import format_mib
-from harness.core.stats import geomean_interval, percentile, ratio_interval, worst
+from harness.ground.outdir import write_text
+from harness.ground.provenance import tuning_line
+from harness.ground.record import frozen_note
+from harness.ground.sizes import format_mib
 from harness.launching import machine
+from harness.model.points import BASELINE, table
 from harness.reports import figures, palette
 from harness.reports import verdict as verdict_mod
-from harness.reports.run_report import MEMORY_KINDS, MEMORY_SHORT
+from harness.reports.run_rows import MEMORY_KINDS, MEMORY_SHORT
 from harness.shared.text import shorten
-
-BASELINE = "single-process"
-
-
-def _ok(recs):
-    return [r for r in recs if r["status"] == "ok" and r.get("samples_per_s")]
-
-
-def points(records: list[dict[str, Any]]) -> OrderedDict[str, OrderedDict[int, list[dict]]]:
-    """label -> world size -> records (every repeat), labels in the order asked for, the baseline first."""
-    order = records[0].get("row_order") or []
-    out: OrderedDict[str, OrderedDict[int, list[dict]]] = OrderedDict()
-    for label in order:
-        out[label] = OrderedDict()
-    for r in records:
-        if r.get("scale") is None:
-            continue
-        out.setdefault(r["label"], OrderedDict()).setdefault(r["scale"]["point"], []).append(r)
-    return OrderedDict((k, OrderedDict(sorted(v.items()))) for k, v in out.items() if v)
-
-
-def summarise_point(recs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One (adapter, world size): medians over repeats, pooled step percentiles, memory, load balance."""
-    ok = _ok(recs)
-    first = ok[0] if ok else recs[0]
-    row: dict[str, Any] = {"label": first["label"], "n": first["scale"]["point"], "status": "ok" if ok else first["status"],
-                           "reasons": sorted({r["reason"] for r in recs if r["status"] != "ok" and r["reason"]}),
-                           "oversubscribed": bool(first.get("oversubscribed")), "repeats": len(recs),
-                           "ok_repeats": len(ok), "first": first}
-    if not ok:
-        return row
-    sps = [r["samples_per_s"] for r in ok]
-    pooled = sorted(t for r in ok for t in r["step_times_s"])
-    if has_intervals(ok):  # the whole window per launch, with intervals
-        row.update(interval=geomean_interval(sps), sps_values=sps)
-        row.update(samples_per_s=row["interval"]["estimate"], spread=None)
-    else:
-        row.update(samples_per_s=statistics.median(sps),
-                   spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None)
-    row.update(
-               step_median=percentile(pooled, 50), step_p10=percentile(pooled, 10), step_p90=percentile(pooled, 90),
-               step_mean=statistics.fmean(pooled), step_n=len(pooled),
-               step_mean_repeats=[statistics.fmean(r["step_times_s"]) for r in ok if r["step_times_s"]], global_batch=first["controls"]["global_batch"],
-               per_rank_batch=first["scale"]["per_rank_batch"], processes=first["topology"]["processes"],
-               peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in ok) or None,
-               peak_memory_per_rank=[statistics.median(m) for m in zip(*(r["peak_memory_bytes_per_rank"] for r in ok))],
-               max_param_diff=(worst(r["max_param_diff"] for r in ok)
-                               if all(r.get("max_param_diff") is not None for r in ok) else None),
-               equivalence=first.get("equivalence"))
-    balanced = [r["load_balance"] for r in ok if r.get("load_balance")]
-    if balanced:
-        per_rank = []
-        for k in range(len(balanced[0]["per_rank"])):
-            per_rank.append({key: statistics.median(b["per_rank"][k][key] for b in balanced)
-                             for key in ("step_s", "compute_s", "wait_s")})
-        row["balance"] = per_rank
-        row["exposed_s"] = max(0.0, row["step_median"] - max(p["compute_s"] for p in per_rank))
-        row["wait_spread"] = statistics.median(b["wait_spread"] for b in balanced if b["wait_spread"] is not None) \
-            if any(b["wait_spread"] is not None for b in balanced) else None
-    return row
-
-
-def table(records: list[dict[str, Any]]) -> OrderedDict[str, list[dict[str, Any]]]:
-    """label -> summarised points with speed-ups and efficiency filled in."""
-    pts = points(records)
-    base = [summarise_point(v) for v in pts.get(BASELINE, {}).values()]
-    base_sps = base[0].get("samples_per_s") if base else None
-    out: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
-    for label, by_n in pts.items():
-        rows = [summarise_point(recs) for recs in by_n.values()]
-        one = next((r for r in rows if r["n"] == 1 and r["status"] == "ok"), None)
-        for r in rows:
-            if r["status"] != "ok":
-                continue
-            r["speedup_self"] = r["samples_per_s"] / one["samples_per_s"] if one else None
-            r["speedup_baseline"] = r["samples_per_s"] / base_sps if base_sps else None
-            r["efficiency"] = r["speedup_self"] / r["n"] if one else None
-            r["efficiency_baseline"] = r["speedup_baseline"] / r["n"] if base_sps else None
-            if one and r.get("sps_values") and one.get("sps_values"):
-                r["speedup_interval"] = ratio_interval(r["sps_values"], one["sps_values"])
-        out[label] = rows
-    return out
-
 
 def _x(v, spec=".2f", none="–"):
     return none if v is None else format(v, spec)
@@ -243,9 +161,9 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     md += _notes(records, tab, sweep, over)
     model_md, model_plots = [], []
     try:
-        from harness.model import render
+        from harness.reports import prediction
 
-        model_md, model_plots = render.section(out, records, tab)
+        model_md, model_plots = prediction.section(out, records, tab)
     except Exception as exc:  # noqa: BLE001 - the measured tables must never be lost to the model
         model_md = [f"The performance model could not be evaluated: {type(exc).__name__}: {exc}", ""]
     plots = plot(out, records, tab)
@@ -260,7 +178,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def _notes(records, tab, sweep, over) -> list[str]:
-    from harness.core.record import LOAD_BALANCE_METHOD
+    from harness.ground.record import LOAD_BALANCE_METHOD
 
     notes = [f"How wait is measured ({'the same for every backend'}): {LOAD_BALANCE_METHOD}. `exposed` is the "
              f"median step minus the slowest rank's compute: what communication and framework overhead add beyond "
@@ -384,32 +302,26 @@ def plot(out: Path, records, tab) -> list[Path]:
         ax.set_xlabel("world size (ranks)" + (" — * oversubscribed (hollow markers)" if any(
             r["oversubscribed"] for rs in rows.values() for r in rs) else ""))
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(sizes, sizes, "k--", linewidth=1, label="ideal (N)")
-    lines(ax, "speedup_self")
-    ax.set_yscale("log", base=2)
     whiskers = any((r.get("speedup_interval") or {}).get("lo") is not None for rs in rows.values() for r in rs)
-    ax.set_ylabel("speed-up over the same adapter at N=1" + ("\n(whiskers: 95% interval over the launches)"
-                                                            if whiskers else ""))
-    ax.set_title(f"Speed-up: {title}", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "speedup.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="ideal")
-    lines(ax, "efficiency")
-    ax.set_ylim(0, max(1.1, max((r["efficiency"] or 0) for rs in rows.values() for r in rs) * 1.1))
-    ax.set_ylabel("parallel efficiency = T(N) / (N T(1))" + ("\n(whiskers: 95% interval over the launches)"
-                                                               if whiskers else ""))
-    ax.set_title(f"Efficiency: {title}", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "efficiency.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
+    def ideal_speedup(ax):
+        ax.plot(sizes, sizes, "k--", linewidth=1, label="ideal (N)")
+        ax.set_yscale("log", base=2)
+
+    def ideal_efficiency(ax):
+        ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="ideal")
+        ax.set_ylim(0, max(1.1, max((r["efficiency"] or 0) for rs in rows.values() for r in rs) * 1.1))
+
+    for key, name, what, ylabel, ideal in (
+            ("speedup_self", "speedup", "Speed-up", "speed-up over the same adapter at N=1", ideal_speedup),
+            ("efficiency", "efficiency", "Efficiency", "parallel efficiency = T(N) / (N T(1))", ideal_efficiency)):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ideal(ax)
+        lines(ax, key)
+        ax.set_ylabel(ylabel + ("\n(whiskers: 95% interval over the launches)" if whiskers else ""))
+        ax.set_title(f"{what}: {title}", fontsize=10)
+        ax.legend(fontsize=8)
+        paths.append(figures.save(fig, out / f"{name}.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows.values():
@@ -420,10 +332,7 @@ def plot(out: Path, records, tab) -> list[Path]:
     ax.set_ylabel(f"peak memory per rank, MiB\n(max over ranks; {MEMORY_SHORT.get(kind, kind)})", fontsize=9)
     ax.set_title(f"Memory per rank: {title}", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "memory.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
+    paths.append(figures.save(fig, out / "memory.png"))
 
     bars = [(f"{label}\nN={r['n']}" + ("*" if r["oversubscribed"] else ""), r) for label, rs in rows.items()
             for r in rs if r.get("balance") and r["n"] > 1]
@@ -443,10 +352,7 @@ def plot(out: Path, records, tab) -> list[Path]:
         ax.set_ylabel("ms per step, per rank (bars left to right: rank 0, 1, ...)")
         ax.set_title(f"Load balance: {title}", fontsize=10)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        paths.append(out / "balance.png")
-        save_figure(fig, paths[-1], 110)
-        plt.close(fig)
+        paths.append(figures.save(fig, out / "balance.png"))
     return paths
 
 

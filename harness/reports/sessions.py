@@ -4,7 +4,7 @@ joined, `sessions.json`), whose intervals include the variation between runs (is
 Runs in: the parent.
 
     analyse(sessions)   each session analysed alone (harness/reports/verdict.py), then every row and pair combined over
-                        the sessions by a random-effects model (harness/core/stats.py: DerSimonian-Laird
+                        the sessions by a random-effects model (harness/ground/stats.py: DerSimonian-Laird
                         between-session variance, Hartung-Knapp interval, t with k - 1 df)
     markdown(joined)    the verdict, the table against the baseline, and the between-session spread per pair
     render(out, ...)    report.md of a join with no records of its own (`compare join`)
@@ -21,9 +21,9 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from harness.core import joins
-from harness.core.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, letter_groups,
-                                random_effects, session_estimate)
+from harness.core import analysis, joins
+from harness.ground.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, compare_pair, half_width, letter_groups,
+                                  random_effects, session_estimate)
 from harness.reports import verdict as verdict_mod
 
 TEST = ("random-effects t tests over the sessions (DerSimonian-Laird between-session variance, Hartung-Knapp "
@@ -62,18 +62,14 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
         c = random_effects(estimates, margin)
         sim = random_effects(estimates, margin, confidence=1 - ALPHA / m) if m > 1 else c
         c["simultaneous"] = {"lo": sim["lo"], "hi": sim["hi"], "confidence": 1 - ALPHA / max(m, 1),
-                             "half_width": verdict_mod.half_width(sim) if sim["lo"] is not None else None}
+                             "half_width": half_width(sim) if sim["lo"] is not None else None}
         c["each"] = each
         c["outside"] = [e["session"] for e in each if c["lo"] is not None
                         and not c["lo"] <= e["estimate"] <= c["hi"]]
         pairs.append({"a": x, "b": y, **c})
-    for p in adjust(pairs):
-        p["outcome"] = ("no interval" if p["p"] is None else
-                        "faster" if p["p_holm"] < ALPHA and p["estimate"] > 1 else
-                        "equivalent" if p["p_equivalent_holm"] < ALPHA else "not resolved")
-        p["within_margin"] = p["outcome"] == "faster" and p["p_equivalent_holm"] < ALPHA
+    analysis.decide(pairs)
     base = first[0].get("baseline") if first[0].get("baseline") in ranked else (ranked[0] if ranked else None)
-    ratios = {k: verdict_mod.oriented(pairs, k, base) for k in ranked if base is not None and k != base}
+    ratios = {k: analysis.oriented(pairs, k, base) for k in ranked if base is not None and k != base}
     differ = {frozenset((p["a"], p["b"])) for p in pairs if p["outcome"] == "faster"}
     ranks = len(order) >= 2 and all(p["p"] is not None for p in pairs)
     counts = sorted({a["rows"][k]["n"] for _, a in per for k in ranked if k in a["rows"]})
@@ -94,7 +90,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                            "Hartung-Knapp 95% interval, t with sessions - 1 degrees of freedom), so every interval "
                            "includes the variation between runs at other times; differences and equivalence (TOST, "
                            f"margin ±{margin:.0%}) each Holm-adjusted over the pairs.)")}
-    out["widest"] = verdict_mod.widest(out) if ranks else None
+    out["widest"] = analysis.widest(out) if ranks else None
     if len(ranked) < 2:
         out["lines"] = ["**Verdict over the sessions: nothing to rank** — fewer than two rows have 3 launches in two "
                         "sessions or more."]
@@ -179,7 +175,7 @@ def remember(joined: dict[str, Any], records: list[dict[str, Any]], where: Path)
 
 def render(out: Path, sessions: list[tuple[str, list[dict[str, Any]]]], command: str | None) -> Path:
     """report.md of a join with no records of its own (`compare join`)."""
-    from harness.core.outdir import write_text
+    from harness.ground.outdir import write_text
 
     joined = analyse(sessions)
     r0 = sessions[0][1][0]

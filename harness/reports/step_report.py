@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure
-from harness.core.record import MEASURED
+from harness.ground.record import MEASURED
 from harness.reports import figures
-from harness.reports.verdict import oriented
+from harness.core.analysis import oriented
 from harness.shared import step_parts
 from harness.shared.step_parts import PART_NAMES, PARTS, largest_difference
 
@@ -24,7 +23,7 @@ COLOURS = {"forward": "#4C72B0", "backward": "#55A868", "optimizer": "#8172B2", 
 
 
 def _in_row_order(rows: dict[str, Any], order: list[str] | None) -> dict[str, Any]:
-    """`rows` by label in `order` (the report's row order, run_report.group: the order the rows were asked for,
+    """`rows` by label in `order` (the report's row order, run_rows.group: the order the rows were asked for,
     not the shuffled order their launches ran in); None: as they came."""
     if order is None:
         return rows
@@ -195,11 +194,12 @@ def plot(out: Path, records: list[dict[str, Any]], order: list[str] | None = Non
         return None
     parts = {label: mean_parts(recs) for label, recs in rows.items()}
     labels = list(parts)
-    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(labels) + 1.8))
+    shown = [figures.wrap_label(label) for label in labels]
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(labels) + 0.2 * sum(t.count("\n") for t in shown) + 1.8))
     left = [0.0] * len(labels)
     for p in PARTS:
         widths = [parts[label][p] * 1e3 for label in labels]
-        ax.barh(labels, widths, left=left, color=COLOURS[p], label=PART_NAMES[p])
+        ax.barh(shown, widths, left=left, color=COLOURS[p], label=PART_NAMES[p])
         left = [a + w for a, w in zip(left, widths)]
     for i, label in enumerate(labels):
         timed = parts[label]["timed_step_s"]
@@ -210,8 +210,5 @@ def plot(out: Path, records: list[dict[str, Any]], order: list[str] | None = Non
     ax.set_title(f"Where a step's time goes: {records[0]['workload']}, world size {records[0]['world_size']}",
                  fontsize=10)
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(labels) < 4 else -0.15))
-    fig.tight_layout()
-    path = out / "step_breakdown.png"
-    save_figure(fig, path, 110)
-    plt.close(fig)
+    path = figures.save(fig, out / "step_breakdown.png")
     return path

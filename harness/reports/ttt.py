@@ -1,6 +1,6 @@
 """The time-to-target part of a run report (`compare run --until-target`): table, verdict, two plots.
 
-Runs in: the parent (report). Everything comes from the records' `ttt` objects (harness/core/record.py
+Runs in: the parent (report). Everything comes from the records' `ttt` objects (harness/ground/record.py
 `until_target`): per row, over repeats, the median and the range of steps to target, training time to target
 and end-to-end time to target; which backend got there first and by how much; whether the fp32 rows needed the
 same number of steps (they should: same seed, data order and arithmetic; a difference is reported as a finding).
@@ -12,8 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure
-from harness.core.record import MEASURED, has_intervals, precision_of
+from harness.ground.record import MEASURED, has_intervals, precision_of
 from harness.reports import figures
 
 
@@ -52,7 +51,7 @@ def summarise(label: str, recs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table_rows(records: list[dict[str, Any]], groups) -> list[dict[str, Any]]:
-    """Rows in the report's row order (`groups`: label -> records, as harness/reports/run_report.py groups them)."""
+    """Rows in the report's row order (`groups`: label -> records, as harness/reports/run_rows.py groups them)."""
     return [summarise(label, recs) for label, recs in groups.items()]
 
 
@@ -108,13 +107,14 @@ def _times(row: dict[str, Any], key: str) -> dict[Any, float]:
 
 def _family(ranked: list[dict[str, Any]], key: str, fmt: str) -> str:
     """With intervals (schema 2, at least 3 repeats that reached the target in every ranked row): every pair of rows
-    as one family, as the throughput verdict compares them (harness/core/stats.py): the ratio of geometric-mean
+    as one family, as the throughput verdict compares them (harness/ground/stats.py): the ratio of geometric-mean
     times with its 95% interval, paired within rounds where every row reached the target once in each of the same
     rounds (a round runs every row once, in a shuffled order), else Welch; Holm-adjusted over the pairs. A row is
     named first only where it is resolved ahead of every other; otherwise no row is."""
     from itertools import combinations
 
-    from harness.core.stats import ALPHA, adjust, compare_pair, geomean_interval
+    from harness.core.analysis import RESOLVED, outcome
+    from harness.ground.stats import adjust, compare_pair, geomean_interval
     from harness.reports.verdict import holm_note
 
     times = {r["label"]: _times(r, key) for r in ranked}
@@ -137,15 +137,15 @@ def _family(ranked: list[dict[str, Any]], key: str, fmt: str) -> str:
         return f"{_name(s)} {c['estimate']:.2f}× [{c['lo']:.2f}–{c['hi']:.2f}] as long{holm_note(c)}"
 
     best = ranked[0]
-    ahead = [(s, c) for f, s, c in pairs if f is best and c["p_holm"] < ALPHA]
+    ahead = [(s, c) for f, s, c in pairs if f is best and outcome(c) in RESOLVED]
     if len(ahead) == len(ranked) - 1:
         return (f"**{_name(best)}**, {format(mean[best['label']], fmt)} s (geometric mean of "
                 f"{len(times[best['label']])}), resolved ahead of every other row: "
                 + ", ".join(said(s, c) for s, c in ahead) + f" ({how})")
     text = (f"no row resolved first ({how}): " + ", ".join(
         f"{_name(r)} {format(mean[r['label']], fmt)} s" for r in ranked) + " (geometric means)")
-    resolved = [(f, s, c) for f, s, c in pairs if c["p_holm"] < ALPHA]
-    open_ = [(f, s, c) for f, s, c in pairs if c["p_holm"] >= ALPHA]
+    resolved = [(f, s, c) for f, s, c in pairs if outcome(c) in RESOLVED]
+    open_ = [(f, s, c) for f, s, c in pairs if outcome(c) not in RESOLVED]
     if resolved:
         text += "; resolved: " + ", ".join(f"{_name(f)} ahead of {said(s, c)}" for f, s, c in resolved)
     if open_:
@@ -156,7 +156,7 @@ def _family(ranked: list[dict[str, Any]], key: str, fmt: str) -> str:
 def _first(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
     """Which ranked row reached the target first by `key`, only as far as the repeats support it: with intervals,
     every pair (`_family`); without, no row is named first and the medians are given as what they are."""
-    from harness.core.stats import MIN_LAUNCHES
+    from harness.ground.stats import MIN_LAUNCHES
 
     ranked = sorted((r for r in rows if r.get(key)), key=lambda r: r[key]["median"])
     if not ranked:
@@ -257,16 +257,10 @@ def _wrapped(text: str, width: int = 90) -> str:
 
 def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[Path]:
     """ttt_curve.png (metric vs training time, target line) and ttt_time.png (time to target, start-up stacked)."""
-    plt = figures.pyplot()
-    if plt is None:
+    drawing = figures.of_run(records, rows)
+    if drawing is None:
         return []
-
-    shown = [r for r in rows if r["measured"]]
-    if not shown:
-        return []
-    r0 = records[0]
-    title = f"{r0['workload']}, world size {r0['world_size']}, {r0['env']['cpu_cores_usable']}-core " + (
-        r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
+    plt, shown, title = drawing
     paths = []
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -285,10 +279,7 @@ def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], 
     ax.set_title(_wrapped(f"{cfg['metric'].capitalize()} vs training time (median repeat by training time; ★ "
                           f"target): {title}"), fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "ttt_curve.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
+    paths.append(figures.save(fig, out / "ttt_curve.png"))
 
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(shown) + 2.2))
     labels = [f"{r['label']} ({r['precision']})" for r in shown]
@@ -317,10 +308,7 @@ def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], 
     ax.set_title(_wrapped(f"Time to {cfg['metric']} {cfg['target']:g}: {title}"), fontsize=9)
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
     room = (0.07 if len(shown) > 3 else 0.1) + (0.04 if ranged else 0.0)  # a second legend row for the whiskers
-    fig.tight_layout(rect=(0, room, 1, 1))
-    paths.append(out / "ttt_time.png")
-    save_figure(fig, paths[-1], 110)
-    plt.close(fig)
+    paths.append(figures.save(fig, out / "ttt_time.png", rect=(0, room, 1, 1)))
     return paths
 
 

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import race as tuning
+from harness.core.analysis import oriented
 from harness.core.estimate import duration
-from harness.core.outdir import write_text
-from harness.core.stats import geomean_interval
-from harness.reports import run_report
+from harness.ground.outdir import write_text
+from harness.ground.stats import geomean_interval
+from harness.reports import run_report, run_rows
 from harness.reports import verdict as verdict_mod
 
 WHY_ENDED = {"one left": "one candidate left",
@@ -75,8 +76,8 @@ def changes(found: dict[str, dict[str, Any]], at_default, at_best) -> list[str]:
             dx, dy, bx, by = found[x]["default"], found[y]["default"], found[x]["best"], found[y]["best"]
             if {dx, dy} - set(at_default["ranked"]) or {bx, by} - set(at_best["ranked"]):
                 continue
-            d = verdict_mod.oriented(at_default["pairs"], dx, dy)
-            b = verdict_mod.oriented(at_best["pairs"], bx, by)
+            d = oriented(at_default["pairs"], dx, dy)
+            b = oriented(at_best["pairs"], bx, by)
             if d["outcome"] != b["outcome"]:
                 lines.append(f"{x} against {y}: {d['outcome']} at defaults ({verdict_mod.ratio_text(d)}), "
                              f"{b['outcome']} at the race picks ({verdict_mod.ratio_text(b)})")
@@ -184,7 +185,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
                                             ["No conclusion between backends changed." if at_best else "–"]) + [""]
     md += ["## Every row over all its launches (race and confirmation)", "",
            "The race picks' figures here include the launches that chose them, which favour them; the gains above "
-           "come from the confirmation alone.", "", run_report.markdown_table(run_report.table_rows(records)), ""]
+           "come from the confirmation alone.", "", run_rows.markdown_table(run_rows.table_rows(records)), ""]
     md += ["## Provenance", ""] + run_report.provenance(records) + [""]
     path = out / "report.md"
     write_text(path, "\n".join(md))

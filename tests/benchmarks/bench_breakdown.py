@@ -6,7 +6,7 @@
 Each pair is two one-round `compare run`s of the same rows, one with `--breakdown --trace` and one without, in an
 order that alternates from pair to pair (so a drift of the machine falls on both sides alike). For each row it prints
 the samples/s of every launch and the paired ratio with / without, the geometric mean of the ratios with its 95%
-Student t interval (harness/core/stats.py compare_pair, paired): an interval that contains 1 is what "asking for the
+Student t interval (harness/ground/stats.py compare_pair, paired): an interval that contains 1 is what "asking for the
 why never changes the what" looks like. The breakdown runs after the timed window and the evaluation, so by
 construction only what changes before them could show: nothing here is asserted, it prints figures. Check the load
 average first: this 2-core VM is noisy.
@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from harness.core.stats import compare_pair  # noqa: E402
+from harness.ground.stats import compare_pair  # noqa: E402
 
 
 def one(out: Path, args: argparse.Namespace, breakdown: bool) -> dict[str, float]:

@@ -74,7 +74,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    from harness.core.comm_bench import iterations, parse_size
+    from harness.ground.sizes import parse_size
+    from harness.shared.collectives import iterations
 
     size_bytes = parse_size(a.size)
     iters = iterations(size_bytes, a.iters)[1]

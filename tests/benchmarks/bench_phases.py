@@ -5,7 +5,7 @@
 Runs `compare run` (the default comparison unless arguments follow `--`) R times in fresh processes, each into a
 temporary directory, and prints the wall time of each run (from the command's start to its exit: what a user
 waits for, report included) and, per row, the median seconds of every launch phase recorded in its records
-(harness/core/record.py: PHASES). Check the load average first: this 2-core VM is noisy.
+(harness/ground/record.py: PHASES). Check the load average first: this 2-core VM is noisy.
 """
 
 from __future__ import annotations

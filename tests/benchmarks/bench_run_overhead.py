@@ -24,7 +24,7 @@ run's minus the short run's, over the steps between them; start-up cancels). A p
 
     .venv/bin/python tests/benchmarks/bench_run_overhead.py --pairs 0 --cpu-rounds 2 --cases deepspeed:digits
 Last it prints, per case, the harness/raw throughput ratio over the whole timed window with its 95% interval over
-the launches (harness/core/stats.py: the ratio of geometric means, Welch's interval on the log scale) and the same for
+the launches (harness/ground/stats.py: the ratio of geometric means, Welch's interval on the log scale) and the same for
 the ranks' own CPU time per timed step, which scheduling noise barely moves.
 Target: the interval contains 1 and its lower bound is at least 0.97 (check the load average first: this VM is
 noisy; 20 pairs per case narrow it to a few percent). With --bind-cores both
@@ -48,7 +48,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from harness.core.stats import INTERVAL_METHOD, compare_pair, ratio_interval  # noqa: E402
+from harness.ground.stats import INTERVAL_METHOD, compare_pair, ratio_interval  # noqa: E402
 
 PY = sys.executable
 BIN = Path(PY).parent
@@ -422,8 +422,8 @@ def main() -> None:
         print(f"{case:20s} {raw * 1e3:11.2f} {har * 1e3:16.2f}  {_spread(ratios):37s}{_spread(fast):20s}"
               f"{_spread(mean)}")
     if summary:
-        # The verdict's statistics (harness/core/stats.py): launches are the replicates, the ratio of geometric means of
-        # samples/s over the timed window with a 95% interval on the log scale; the same for CPU per step. Each pair
+        # The verdict's statistics (harness/ground/stats.py): launches are the replicates, the ratio of geometric means
+        # of samples/s over the timed window with a 95% interval on the log scale; the same for CPU per step. Each pair
         # runs raw and harness back to back, so a pair is a block: the paired interval (t on the differences of logs
         # within pairs) is the analysis; Welch's unpaired one is printed beside it.
         print(f"\ncase                 pairs  harness/raw samples/s, paired [95% interval]  unpaired (Welch)  "

@@ -3,7 +3,7 @@ harness/shared/step_parts.py), on a synthetic trace of N steps, against the stal
 
     .venv/bin/python tests/benchmarks/bench_split.py [--steps 1000] [--ops 2000] [--repeats 3]
 
-`--breakdown-steps` is bounded (harness/core/requests.py, MAX_BREAKDOWN_STEPS) so that the split of that many steps
+`--breakdown-steps` is bounded (harness/core/checks.py, MAX_BREAKDOWN_STEPS) so that the split of that many steps
 ends well within `--stall-timeout`'s default while the rank reports each step it splits; this measures the split
 alone, with `--ops` operators per step on the training thread (a step of FSDP2 on widemlp records about a thousand
 CPU events; a transformer's more), two nested, and an all-reduce on gloo's thread. It prints the seconds to
@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from harness.core.requests import MAX_BREAKDOWN_STEPS  # noqa: E402
+from harness.core.checks import MAX_BREAKDOWN_STEPS  # noqa: E402
 from harness.rank.breakdown import _classify  # noqa: E402
 from harness.shared.spec import STALL_S  # noqa: E402
 from harness.shared.step_parts import split_steps  # noqa: E402

@@ -6,7 +6,7 @@ import re
 import pytest
 
 import adapters
-from harness.core.record import read_records as read_all
+from harness.ground.record import read_records as read_all
 from harness.shared import collectives
 
 from conftest import compare_cli

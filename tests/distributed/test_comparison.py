@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from harness.core.provenance import usable_cores
+from harness.ground.provenance import usable_cores
 
 from conftest import compare_cli, run_compare
 
@@ -34,7 +34,7 @@ def test_every_torch_adapter_ran(default_run):
 
 
 def test_every_field_a_fresh_run_writes_is_in_the_schema(default_run):
-    from harness.core import schema
+    from harness.ground import schema
 
     known = schema.fields("run")
     rows = default_run[1]

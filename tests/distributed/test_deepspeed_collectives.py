@@ -13,6 +13,7 @@ import pytest
 
 import adapters
 from adapters import deepspeed as ds
+from adapters import deepspeed_env
 from harness.launching.hosts import free_port
 from harness.model import costmodel as cm
 
@@ -28,14 +29,14 @@ SLACK = 64
 def counted():
     port = free_port()
     env = {**os.environ, "COMPARE_REPO": str(REPO), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-           "TORCH_EXTENSIONS_DIR": str(ds.jit_cache_dir())}
-    cmd = [ds.launcher_path(), "--num_gpus", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
+           "TORCH_EXTENSIONS_DIR": str(deepspeed_env.jit_cache_dir())}
+    cmd = [deepspeed_env.launcher_path(), "--num_gpus", "2", "--master_addr", "127.0.0.1", "--master_port", str(port),
            str(Path(__file__).with_name("ds_collectives_rank.py"))]
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=420,
                               start_new_session=True)
     finally:
-        ds.shm_sweeper("127.0.0.1", port)()
+        deepspeed_env.shm_sweeper("127.0.0.1", port)()
     lines = [line for line in proc.stdout.splitlines() if "COLLECTIVES " in line]
     assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return json.loads(lines[-1].split("COLLECTIVES ", 1)[1])

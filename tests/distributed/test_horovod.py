@@ -8,7 +8,7 @@ Skipped, with the availability reason, where the Horovod build is missing or bro
 import pytest
 
 import adapters
-from harness.core.requests import first_sentence
+from harness.ground.errors import first_sentence
 
 from conftest import run_compare
 

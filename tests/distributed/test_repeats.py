@@ -6,7 +6,7 @@ import json
 import pytest
 
 from harness.core.runner import round_order
-from harness.core.stats import geomean_interval
+from harness.ground.stats import geomean_interval
 from harness.reports import run_report as report
 
 from conftest import run_compare

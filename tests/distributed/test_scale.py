@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from harness.core.provenance import usable_cores
+from harness.ground.provenance import usable_cores
 
 from conftest import compare_cli
 
@@ -114,6 +114,16 @@ def test_a_sweep_runs_its_own_comm_sweep_and_predicts_from_it(model_sweep):
     row = next(line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ddp | 2 |"))
     assert float(row.split("|")[4]) > 0  # predicted from that sweep
     assert list(runs.iterdir()) == []  # the run's registration went with it
+    # the prediction is made once, when the sweep ends, and kept in its first record, which the report renders
+    # (tests/unit/test_scale_report.py renders a kept prediction without any comm_n*/)
+    from harness.model import VERSION, predicted
+    from harness.model.calibration import comm_records
+
+    recs = records(out)
+    kept = recs[0]["scale_sweep"]["prediction"]
+    assert kept["version"] == VERSION and "prediction" not in recs[1]["scale_sweep"]
+    assert [(r["label"], r["n"]) for r in kept["rows"]] == [("ddp", 1), ("ddp", 2)]
+    assert kept == json.loads(json.dumps(predicted.made(recs, comm_records(out), [])))
 
 
 def test_the_models_exposed_communication_is_set_beside_the_breakdowns(model_sweep):

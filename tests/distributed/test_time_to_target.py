@@ -9,7 +9,7 @@ import pytest
 
 import adapters
 import workloads
-from harness.core.record import check_record
+from harness.ground.record import check_record
 
 from conftest import compare_cli, run_compare
 

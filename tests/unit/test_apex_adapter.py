@@ -19,7 +19,8 @@ from adapters.apex import BUILD, GPU_RUN, LAST_TAG, NEEDS_CUDA_CPU, NOT_INSTALLE
 from adapters.base import KnobError, Precision
 from harness.cli import app
 from harness.core.comparison import plan
-from harness.core.requests import RunRequest, first_sentence
+from harness.core.requests import RunRequest
+from harness.ground.errors import first_sentence
 
 from conftest import REPO
 

@@ -14,7 +14,7 @@ import pytest
 
 import adapters
 import workloads
-from adapters.base import Adapter, LaunchPlan
+from adapters.base import Adapter, Cost, Launch, LaunchPlan, Role, Strategy
 from workloads.base import Workload
 
 from conftest import REPO, RUNS, records_text
@@ -172,19 +172,42 @@ def _floors() -> dict[str, int]:
     return {m: h(m) for m in graph}
 
 
+LAYERS = ("harness", "harness.shared", "workloads", "adapters", "harness.rank", "harness.ground", "harness.launching",
+          "harness.model", "harness.core", "harness.reports", "harness.commands", "harness.cli", "harness.entry",
+          "harness.__main__", "harness.gpu", "harness.cluster")
+"""The folders (and the few top-level modules) from the ground up: what both sides share (the package's own
+__init__, harness/shared/), the workloads, the adapters, the ranks' code, then the parent's: its ground floor (leaf
+modules: errors, records and their schema, statistics, provenance, sizes, the output directory, options as a command
+line), launching one launch, the performance model, the core (requests, the runner, each command's domain), the
+reports, the commands, the entry. docs/extending.md's table lists them in this order."""
+
+
+def _layer(module: str) -> str:
+    """The entry of LAYERS a module belongs to (the longest that is it or a package above it)."""
+    found = [layer for layer in LAYERS if module == layer or module.startswith(layer + ".")]
+    assert found, f"{module} belongs to no layer of LAYERS"
+    return max(found, key=len)
+
+
+def test_every_import_runs_down_the_layers():
+    """No import runs up a floor, with no exemption: the whole folder order of LAYERS holds for every import of every
+    module (at module level or inside a function alike), so a leaf module sits below everything that uses it and the
+    core never reaches the reports (each command hands its execute() the renderer)."""
+    up = [f"{m} -> {n} ({_layer(m)} imports {_layer(n)}, a floor above it)" for m, targets in sorted(_graph().items())
+          for n in sorted(targets) if LAYERS.index(_layer(n)) > LAYERS.index(_layer(m))]
+    assert not up, "imports that run up the layers:\n" + "\n".join(up)
+
+
 def test_the_parent_side_stands_in_layers():
     """Errors at the bottom (writing a file does not depend on every adapter), the commands as siblings over the
     runner core. Floors: the longest chain of imports below a module, itself included."""
     floors, graph = _floors(), _graph()
-    assert floors["harness.core.errors"] == 1
-    assert "harness.core.requests" not in graph["harness.core.outdir"] | graph["harness.launching.hosts"]
+    assert floors["harness.ground.errors"] == 1
+    assert "harness.core.requests" not in graph["harness.ground.outdir"] | graph["harness.launching.hosts"]
     assert floors["harness.core.comparison"] > floors["harness.core.runner"]
     assert floors["harness.core.sweep"] > floors["harness.core.runner"]
     assert "harness.core.comparison" not in (graph["harness.core.comm_bench"] | graph["harness.core.sweep"]
                                              | graph["harness.core.slurm_script"])
-    # the core never reaches the reports: each command hands its execute() the renderer
-    assert not any(n == "harness.reports" or n.startswith("harness.reports.")
-                   for m in graph if m.startswith("harness.core.") for n in graph[m] if n != "harness.reports.verdict")
     assert floors["harness.cli"] <= 10, floors["harness.cli"]
     # the entry only registers the commands (each in its own module; the error handling in usage_errors.py)
     assert len((REPO / "harness" / "cli.py").read_text().splitlines()) <= 150
@@ -216,6 +239,24 @@ def test_a_misspelt_override_is_an_error_when_the_adapter_is_defined():
 
             def stepp(self):
                 pass
+
+
+def test_a_role_holds_only_its_own_members_and_an_adapter_composes_them():
+    """The adapter by role: a backend's Strategy class that defines a Cost member is an error when it is defined,
+    and every built-in adapter is its roles composed (each of its methods found on the role that declares it)."""
+    with pytest.raises(TypeError, match=r"\.plan_knobs is not part of the Strategy contract"):
+        class Muddled(Strategy):  # noqa: F841
+            @classmethod
+            def plan_knobs(cls, dtype):
+                return "none"
+
+    roles = {r: {n for n in vars(r) if not n.startswith("_")} for r in (Launch, Strategy, Cost)}
+    for name in [*adapters.names(), "reference"]:
+        cls = adapters.get(name)
+        assert issubclass(cls, Adapter) and all(issubclass(cls, r) for r in roles), name
+        own = {n for k in cls.__mro__ if k.__module__ == cls.__module__ and issubclass(k, Adapter)
+               for n, v in vars(k).items() if callable(v) and not n.startswith("_")}
+        assert not own - set(dir(Role)), (name, "role members defined on the composed class", own - set(dir(Role)))
 
 
 def test_an_adapter_without_launch_or_setup_cannot_be_instantiated():
@@ -257,7 +298,7 @@ def test_a_workload_must_set_its_hyperparameters_and_implement_model_and_data():
         NoData()
 
 
-@pytest.mark.parametrize("base", [Adapter, Workload])
+@pytest.mark.parametrize("base", [Role, Launch, Strategy, Cost, Workload])
 def test_every_contract_method_is_documented(base):
     undocumented = [n for n, f in vars(base).items() if callable(getattr(base, n)) and not n.startswith("_")
                     and inspect.isfunction(inspect.unwrap(getattr(f, "__func__", f))) and not inspect.getdoc(f)]
@@ -300,7 +341,7 @@ class _Modes:
 @pytest.mark.parametrize("run", sorted(p.parent.name for p in RUNS.glob("*/records.jsonl.gz")))
 def test_fixture_reports_rerender_identically(tmp_path, run):
     from harness import reports as report
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     records = read_records(RUNS / run / "records.jsonl.gz")
     for comm in (RUNS / run).glob("comm_n*/records.jsonl.gz"):  # a scale sweep's own collectives
@@ -315,7 +356,7 @@ def test_a_sweeps_own_comm_reports_rerender_identically(tmp_path, comm):
     """A scale sweep keeps each world size's `compare comm` run with its report (seven of them once went stale
     unseen: the top-level test above renders the sweep, not them)."""
     from harness import reports as report
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     report.render(tmp_path, read_records(RUNS / comm / "records.jsonl.gz"))
     assert (tmp_path / "report.md").read_text() == (RUNS / comm / "report.md").read_text()
@@ -340,7 +381,7 @@ def test_no_test_reads_the_working_trees_results_directory():
 
 
 def test_records_of_every_kind_pass_the_shape_check():
-    from harness.core.record import check_record
+    from harness.ground.record import check_record
 
     for p in RUNS.glob("*/records.jsonl.gz"):
         for n, line in enumerate(records_text(p.parent).splitlines(), 1):
@@ -354,7 +395,7 @@ def test_no_report_or_environment_code_names_an_adapter():
     runs, not our adapters: the model's package (harness/model/) is not among the modules read here."""
     names = set(adapters.names())
     found = []
-    for path in [*(REPO / "harness" / "reports").glob("*.py"), REPO / "harness" / "core" / "provenance.py"]:
+    for path in [*(REPO / "harness" / "reports").glob("*.py"), REPO / "harness" / "ground" / "provenance.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and node.value in names:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.record import records_file
+from harness.ground.record import records_file
 import torch
 from typer.testing import CliRunner
 
 import adapters
 import workloads
 from harness.cli import app
-from harness.core.provenance import memory_total_bytes, usable_cores
-from harness.core.requests import unavailable_message
-from harness.core.sizes import format_mib
-from harness.model import costmodel
+from harness.ground.provenance import memory_total_bytes, usable_cores
+from harness.core.checks import unavailable_message
+from harness.ground.sizes import format_mib
+from harness.model import hardware
 from harness.shared import collectives
 
 from conftest import RUNS, records_text
@@ -34,7 +34,7 @@ WORKLOADS = ", ".join(workloads.names()) + ("; or your own: -w path/to/file.py:N
                                               "(docs/your-model.md)")
 OPS = ", ".join(collectives.OPS)
 BACKENDS = ", ".join(adapters.comm_backends())
-PROFILES = ", ".join(costmodel.profiles())
+PROFILES = ", ".join(hardware.profiles())
 HERE = socket.gethostname()
 IFACES = ", ".join(sorted(name for _, name in socket.if_nameindex()))
 MALFORMED_HOSTFILE = Path(__file__).parent / "hostfiles" / "malformed"
@@ -488,6 +488,13 @@ CASES = [
     *[(f"run-margin-{i}", ["run", "-a", "ddp,spawn", "--margin", bad],
        f"--margin must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
       for i, bad in enumerate(["0", "0%", "-5%", "abc", "100%"])],
+    ("run-tuned-not-a-tune", ["run", "--tuned", "/tmp"],
+     "--tuned /tmp: no records.jsonl there; give a directory written by `compare tune`"),
+    ("run-join-until-target", ["run", "--join", "/tmp", "--until-target"],
+     "--join adds a session to a throughput comparison; it does not apply to --until-target runs"),
+    ("run-join-nowhere", ["run", "--join", "/nonexistent-run"],
+     "--join /nonexistent-run: no such run directory; give a directory written by `compare run` (or `compare "
+     "join`)"),
     ("run-margin-one-row", ["run", "-a", "ddp", "--margin", "5%"],
      "--margin says when two rows are equivalent, and only 1 row can run here (ddp); name at least two with "
      "--adapters"),
@@ -550,6 +557,66 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
     assert result.stderr == f"error: {message}\n"
     assert "Traceback" not in result.output
     assert not out.exists(), "nothing may be written for bad input"
+
+
+# `compare sbatch` takes every option of `compare run` and checks the run with run's one validation
+# (harness/core/comparison.py: check): a script it writes must not be refused by the job hours later in the queue.
+# These run refusals are about this machine, its hosts or its network, which the job meets only inside its
+# allocation (where it checks them itself), or about options whose place sbatch takes:
+WHERE_THE_JOB_RUNS = {
+    "run-world-size-0": "the world size is the allocation's shape (--nodes x --ntasks-per-node), refused as such",
+    "run-world-size-negative": "the world size is the allocation's shape",
+    "run-world-size-huge": "the world size is the allocation's shape",
+    "run-world-size-10000": "this machine's cores: the allocation's nodes have their own",
+    "run-oversubscribed": "this machine's cores: the allocation's nodes have their own",
+    "run-threads-oversubscribe": "this machine's cores: the allocation's nodes have their own",
+    "run-hosts-with-dp": "the hosts come from the allocation (sbatch refuses --hosts)",
+    "run-hosts-slots-not-world-size": "the hosts come from the allocation",
+    "run-hostfile-malformed": "the hosts come from the allocation",
+    "run-hostfile-missing": "the hosts come from the allocation",
+    "run-hostfile-empty": "the hosts come from the allocation",
+    "run-hosts-and-hostfile": "the hosts come from the allocation",
+    "run-hosts-bad-slots": "the hosts come from the allocation",
+    "run-hosts-zero-slots": "the hosts come from the allocation",
+    "run-hosts-empty-entry": "the hosts come from the allocation",
+    "run-hosts-bad-name": "the hosts come from the allocation",
+    "run-hosts-twice": "the hosts come from the allocation",
+    "run-nnodes-beyond-hosts": "the hosts come from the allocation",
+    "run-nnodes-0": "the hosts come from the allocation",
+    "run-nnodes-without-hosts": "the hosts come from the allocation",
+    "run-localhost-beside-remote-hosts": "the hosts come from the allocation",
+    "run-unknown-interface-here": "the hosts come from the allocation",
+    "run-bad-interface-name": "the hosts come from the allocation",
+    "run-unknown-host": "the hosts come from the allocation",
+    "run-unknown-launcher": "sbatch's launcher is slurm (any other is refused as such)",
+    "run-slurm-with-hosts": "the hosts come from the allocation",
+    "run-slurm-outside-an-allocation": "the job runs inside its allocation",
+    "run-iface-on-one-host": "an allocation's nodes talk over the network --iface names",
+    "run-out-with-a-newline": "its -a dp cannot span an allocation's hosts (sbatch-out-with-a-newline checks the path)",
+}
+RUN_REFUSALS = [c for c in CASES if c[1][0] == "run" and c[0] not in WHERE_THE_JOB_RUNS]
+
+
+def test_every_exception_to_sbatch_refusing_as_run_is_a_run_refusal():
+    assert set(WHERE_THE_JOB_RUNS) <= {c[0] for c in CASES if c[1][0] == "run"}
+    assert {"run-budget-and-repeats", "run-precision-1", "run-margin-3", "run-tuned-not-a-tune",
+            "run-baseline-not-a-row"} <= {c[0] for c in RUN_REFUSALS}
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in RUN_REFUSALS], ids=[c[0] for c in RUN_REFUSALS])
+def test_sbatch_refuses_what_run_refuses_with_the_same_line_and_writes_nothing(tmp_path, argv, message):
+    """Every run refusal of CASES, given to `compare sbatch` for one node of as many ranks as the run asks (2 by
+    default): the same line, exit 2, no script and no results directory."""
+    args = list(argv[1:])
+    ranks = next((args[i + 1] for i, a in enumerate(args) if a in ("-n", "--world-size")), "2")
+    script, out = tmp_path / "job.sbatch", tmp_path / "o"
+    if "--out" not in args:
+        args += ["--out", str(out)]
+    result = invoke("sbatch", *args, "--nodes", "1", "--ntasks-per-node", ranks, "--script", script)
+    message = message.replace("`compare run --help`", "`compare sbatch --help`")  # a parse error names its command
+    assert (result.exit_code, result.stderr) == (2, f"error: {message}\n"), result.output
+    assert "Traceback" not in result.output
+    assert not script.exists() and not out.exists()
 
 
 def test_an_unknown_option_is_one_line_with_the_guess_and_every_valid_option(tmp_path):
@@ -868,7 +935,7 @@ def test_force_leaves_nothing_of_the_previous_run_but_keeps_files_compare_does_n
     """`--force` over another command's results used to keep its plots, its logs/ and a sweep's comm_n*/, so the
     directory no longer matched its records."""
     from harness.core import comparison as run
-    from harness.core import outdir
+    from harness.ground import outdir
 
     out = tmp_path / "out"
     (out / "logs").mkdir(parents=True)
@@ -966,7 +1033,7 @@ def test_report_leaves_a_directory_a_live_run_holds_alone(tmp_path):
     so far."""
     import os
 
-    from harness.core import outdir
+    from harness.ground import outdir
 
     d = _committed_with(tmp_path, "digits_cpu2_20261123-101734", lambda recs: None)
     before = {p.name: p.read_bytes() for p in d.iterdir()}
@@ -1004,9 +1071,9 @@ def own_profiles(tmp_path, monkeypatch):
     import shutil
 
     d = tmp_path / "profiles"
-    shutil.copytree(costmodel.PROFILES_DIR, d)
-    monkeypatch.setattr(costmodel, "PROFILES_DIR", d)
-    monkeypatch.setattr(costmodel, "PUBLISHED", d / "published.json")
+    shutil.copytree(hardware.PROFILES_DIR, d)
+    monkeypatch.setattr(hardware, "PROFILES_DIR", d)
+    monkeypatch.setattr(hardware, "PUBLISHED", d / "published.json")
     return d
 
 
@@ -1062,12 +1129,12 @@ def test_a_profile_named_with_its_json_suffix_is_told_the_name():
 
 
 def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(own_profiles, tmp_path):
-    from harness.model import published, render
+    from harness.model import published
 
     (own_profiles / "p100-25gbe-roce.json").write_text("{}")
     problems = []
     checks = published.configurations(problems)
-    horovod = [e["id"] for e in costmodel.published() if e["profile"] == "p100-25gbe-roce"]
+    horovod = [e["id"] for e in hardware.published() if e["profile"] == "p100-25gbe-roce"]
     assert horovod and not any(set(r["ids"]) & set(horovod) for r in checks) and checks
     assert problems == [f"published result {i} left out: hardware profile p100-25gbe-roce "
                         f"({own_profiles / 'p100-25gbe-roce.json'}) lacks \"devices_per_node\" (see "
@@ -1077,14 +1144,15 @@ def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(o
     # a sweep's report keeps its measured tables and its own model; only the broken profile's parts are left out
     import shutil
 
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
+    from harness.reports import prediction
     from harness.reports import scale_report as scale
 
     run = tmp_path / "sweep"  # a copy: the section writes its plots into the directory it is given
     shutil.copytree(RUNS / "scale_digits_cpu2_20261125-085608", run)
     records = read_records(records_file(run))
     (own_profiles / "h100-sxm-ndr400.json").write_text("{")
-    md = "\n".join(render.section(run, records, scale.table(records))[0])
+    md = "\n".join(prediction.section(run, records, scale.table(records))[0])
     assert "The hardware profile h100-sxm-ndr400 (" in md and "is not valid JSON" in md
     assert "## The model" in md and "Step time within ±10% of the measured mean step" in md
     assert f"published result {horovod[0]} left out" in md

@@ -33,7 +33,7 @@ def test_a_failed_answer_is_not_remembered_and_an_old_file_is_read(tmp_path, mon
 
 
 def test_torchs_facts_come_from_the_cache_only_for_the_same_torch_cores_and_variables(tmp_path, monkeypatch):
-    from harness.core import provenance
+    from harness.ground import provenance
 
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path))
     for name in provenance.TORCH_FACTS_ENV:
@@ -58,7 +58,7 @@ def test_torchs_facts_come_from_the_cache_only_for_the_same_torch_cores_and_vari
 
 
 def test_facts_that_name_a_cuda_device_are_never_kept(tmp_path, monkeypatch):
-    from harness.core import provenance
+    from harness.ground import provenance
 
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path))
     gpu = {"torch": "2.13.0", "cuda_available": True, "gpus": ["NVIDIA H200"]}

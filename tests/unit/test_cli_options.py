@@ -1,5 +1,5 @@
 """Each fact about an option written once: a command's options are its request dataclass's declared fields
-(harness/core/argv.py, harness/commands/declare.py), a request turns back into the arguments that give it, and the
+(harness/ground/argv.py, harness/commands/declare.py), a request turns back into the arguments that give it, and the
 command a run records reproduces its plan."""
 
 import ast
@@ -13,7 +13,7 @@ import typer
 from harness.cli import app
 from harness.commands import declare
 from harness.core import comparison
-from harness.core.argv import options, to_argv
+from harness.ground.argv import options, to_argv
 from harness.core.requests import RunRequest, SbatchRequest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ def test_the_options_docstrings_come_from_the_cache_only_while_their_file_is_unc
     import os
     import sys
 
-    from harness.core import argv
+    from harness.ground import argv
 
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -3,8 +3,8 @@
 import pytest
 
 from harness.core import comm_bench as comm
-from harness.core.sizes import format_size, parse_sizes
-from harness.launching.launch import Outcome
+from harness.ground.sizes import format_size, parse_sizes
+from harness.launching.outcome import Outcome
 from harness.shared import collectives
 from harness.shared.rank_result import CommResult
 

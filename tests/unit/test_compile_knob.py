@@ -7,7 +7,7 @@ import types
 import pytest
 
 import adapters
-from adapters.base import compile_availability
+from adapters.probes import compile_availability
 from harness.rank.measure import CompileWatch
 from harness.reports.run_report import compile_note
 

@@ -5,6 +5,8 @@ from dataclasses import replace
 
 import pytest
 
+from harness.model import comm_cost, hardware
+from harness.model.compute import Compute, ComputeCurve, interpolate
 from harness.model import costmodel as cm
 from harness.shared.comm_schedule import from_record
 
@@ -16,7 +18,7 @@ def S(fields):
     return from_record({"comm_backend": "torch", **fields})
 
 
-class PerMiB(cm.Collectives):
+class PerMiB(comm_cost.Collectives):
     """A stub fabric: every collective costs `s_per_mib` seconds per MiB of buffer, nothing else."""
 
     name = "stub"
@@ -32,15 +34,15 @@ class PerMiB(cm.Collectives):
 
 
 def fabric(tree=True):
-    return cm.Fabric(name="hand", devices_per_node=8, intra_busbw_Bps=100e9, inter_busbw_Bps=50e9, tree=tree,
-                     protocols=[cm.Protocol("Simple", 10e-6, 2e-6, 10e-6, 20e-6, 30e-6, 1.0, 0.9)])
+    return comm_cost.Fabric(name="hand", devices_per_node=8, intra_busbw_Bps=100e9, inter_busbw_Bps=50e9, tree=tree,
+                     protocols=[comm_cost.Protocol("Simple", 10e-6, 2e-6, 10e-6, 20e-6, 30e-6, 1.0, 0.9)])
 
 
 def test_fit_recovers_latency_and_bandwidth():
     n, lat, busbw = 4, 50e-6, 2e9
     factor = 2 * (n - 1) / n
     points = [(s, lat + factor * s / busbw) for s in (1024, 65536, 2**20, 2**24)]
-    got_lat, got_bw = cm.fit_alpha_beta(points, factor)
+    got_lat, got_bw = comm_cost.fit_alpha_beta(points, factor)
     assert got_lat == pytest.approx(lat, rel=1e-9) and got_bw == pytest.approx(busbw, rel=1e-9)
 
 
@@ -70,7 +72,7 @@ def test_all_reduce_time_takes_the_cheaper_algorithm_and_the_bottleneck_bandwidt
 
 
 def test_ddp_buckets_fill_in_ready_order_and_overlap_backward():
-    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.5, overhead_s=0.1,
+    c = Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.5, overhead_s=0.1,
                    grads=[(1 * MiB, 0.5), (2 * MiB, 1.0), (25 * MiB, 1.5), (1 * MiB, 2.0)])
     assert cm.buckets_of(c.grads, 1 * MiB, 25 * MiB) == [(1 * MiB, 0.5), (27 * MiB, 1.5), (1 * MiB, 2.0)]
     ddp = S({"kind": "buckets", "first_bucket_bytes": 1 * MiB, "bucket_bytes": 25 * MiB, "overlap": True})
@@ -105,7 +107,7 @@ def test_ddp_on_a_gpu_profile_pays_the_overlap_slowdown_and_a_later_issue():
     class Slowed(PerMiB):
         overlap_slowdown = 0.25
 
-    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.5, overhead_s=0.1,
+    c = Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.5, overhead_s=0.1,
                    grads=[(1 * MiB, 0.5), (2 * MiB, 1.0), (25 * MiB, 1.5), (1 * MiB, 2.0)])
     ddp = S({"kind": "buckets", "first_bucket_bytes": 1 * MiB, "bucket_bytes": 25 * MiB, "overlap": True})
     # 0.1 s all-reduce at 0.5 s: backward does 0.08 s of work by 0.6 s, reaches 1.5 s of work at 1.52 s and issues
@@ -115,13 +117,13 @@ def test_ddp_on_a_gpu_profile_pays_the_overlap_slowdown_and_a_later_issue():
     # on cores that compute and communicate (a CPU) nothing overlaps, so nothing is slowed: the contention launch
     # measures what compute loses there
     assert cm.predict_step(ddp, c, Slowed(0.1), 2, shares_cores=True).exposed_s == pytest.approx(2.9)
-    assert cm.load_profile("a100-sxm-hdr200").overlap_slowdown == 0.189
-    assert cm.load_profile("gloo-40gbe").overlap_slowdown == 0.0
-    assert cm.Fitted("torch", {}).overlap_slowdown == 0.0
+    assert hardware.load_profile("a100-sxm-hdr200").overlap_slowdown == 0.189
+    assert hardware.load_profile("gloo-40gbe").overlap_slowdown == 0.0
+    assert comm_cost.Fitted("torch", {}).overlap_slowdown == 0.0
 
 
 def test_horovod_fuses_what_became_ready_while_its_thread_was_busy():
-    c = cm.Compute(fwd_s=1e-3, bwd_s=2e-3, opt_s=0.0, grads=[(MiB, 0.5e-3), (MiB, 1.5e-3), (MiB, 1.6e-3)])
+    c = Compute(fwd_s=1e-3, bwd_s=2e-3, opt_s=0.0, grads=[(MiB, 0.5e-3), (MiB, 1.5e-3), (MiB, 1.6e-3)])
     hvd = S({"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3})
     # cycle at 1 ms: 1 MiB (1 ms of comm); next cycle at 2 ms: the other two fused (2 ms); ends at 4 ms
     step = cm.predict_step(hvd, c, PerMiB(1e-3), 2)
@@ -146,7 +148,7 @@ def test_the_model_restates_no_framework_default():
 
 
 def test_zero_stages_move_and_hide_what_deepspeed_does():
-    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
+    c = Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
     coll = PerMiB(0.1)
     z = lambda stage, overlap=False: zero(stage, overlap=overlap)  # noqa: E731
     assert cm.predict_step(z(0), c, coll, 3).step_s == pytest.approx(1 + 2 + 0.6 + 0.3)  # one all-reduce after
@@ -192,11 +194,11 @@ def test_zero_calls_are_the_collectives_deepspeed_issues_per_step():
 
 
 def test_zero_from_stage_1_all_reduces_the_gradient_norm_every_step():
-    class Calls(cm.Collectives):  # every call costs 1 ms of latency and nothing per byte: counts the calls
+    class Calls(comm_cost.Collectives):  # every call costs 1 ms of latency and nothing per byte: counts the calls
         def time(self, op, nbytes, n):
             return 0.0 if n <= 1 else 1e-3
 
-    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
+    c = Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
     z = zero
     assert cm.predict_step(z(0), c, Calls(), 2).comm_s == pytest.approx(1e-3)  # the gradients' all-reduce
     # reduce-scatter, the norm's all-reduce, all-gather
@@ -223,13 +225,13 @@ def test_efficiency_and_interpolation():
     assert cm.efficiency(1.0, 0.6, 2, "strong") == pytest.approx(1 / 1.2)
     assert cm.efficiency(1.0, 1.25, 2, "weak") == pytest.approx(0.8)
     pts = [(1, 1.0), (2, 3.0), (4, 5.0)]
-    assert cm.interpolate(pts, 3) == pytest.approx(4.0)
-    assert cm.interpolate(pts, 8) == pytest.approx(9.0)   # beyond: through the last two points
-    assert cm.interpolate(pts, 0.25) == 0.0               # below: through the first two, never negative
+    assert interpolate(pts, 3) == pytest.approx(4.0)
+    assert interpolate(pts, 8) == pytest.approx(9.0)   # beyond: through the last two points
+    assert interpolate(pts, 0.25) == 0.0               # below: through the first two, never negative
 
 
 def test_compute_curve_scales_ready_times_with_backward():
-    curve = cm.ComputeCurve(fwd=[(16, 1.0), (32, 2.0)], bwd=[(16, 2.0), (32, 4.0)], opt_s=0.5,
+    curve = ComputeCurve(fwd=[(16, 1.0), (32, 2.0)], bwd=[(16, 2.0), (32, 4.0)], opt_s=0.5,
                             grads=[(100, 1.0), (200, 4.0)], grads_batch=32)
     c = curve.at(16)
     assert (c.fwd_s, c.bwd_s, c.opt_s) == (1.0, 2.0, 0.5)
@@ -237,16 +239,16 @@ def test_compute_curve_scales_ready_times_with_backward():
 
 
 def test_every_profile_loads_with_its_sources():
-    for name in cm.profiles():
-        f = cm.load_profile(name)
+    for name in hardware.profiles():
+        f = hardware.load_profile(name)
         assert f.intra_busbw_Bps > 0 and f.inter_busbw_Bps > 0 and f.sources, name
         assert all(s.get("url") for s in f.sources), name
     with pytest.raises(KeyError):
-        cm.load_profile("published")  # the published results are not a hardware profile
+        hardware.load_profile("published")  # the published results are not a hardware profile
 
 
 def test_this_machines_fit_extends_to_more_ranks_by_ring_steps():
-    fitted = cm.Fitted("torch", {("all_reduce", 2): (100e-6, 1e9), ("all_gather", 2): (40e-6, 2e9)})
+    fitted = comm_cost.Fitted("torch", {("all_reduce", 2): (100e-6, 1e9), ("all_gather", 2): (40e-6, 2e9)})
     ext = fitted.extended()
     # 100 us over the 2 ring steps of a 2-rank all-reduce = 50 us a step; 8 ranks take 14 steps
     assert ext.time("all_reduce", 1e6, 8) == pytest.approx(14 * 50e-6 + 2 * 7 / 8 * 1e6 / 1e9)
@@ -259,13 +261,13 @@ def test_this_machines_fit_extends_to_more_ranks_by_ring_steps():
 def test_horovod_packs_and_unpacks_a_fusion_buffer_of_several_tensors():
     grads = [(MiB, 0.5e-3), (MiB, 0.6e-3)]  # both ready before the first cycle: one fused buffer of 2 MiB
     hvd = S({"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3})
-    plain = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads)
-    copied = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads, copy_Bps=MiB / 1e-3)  # 1 MiB per ms
+    plain = Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads)
+    copied = Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads, copy_Bps=MiB / 1e-3)  # 1 MiB per ms
     # all-reduce of 2 MiB: 2 ms; packing and unpacking 2 MiB at 1 MiB/ms: 4 ms more
     assert cm.predict_step(hvd, plain, PerMiB(1e-3), 2).comm_s == pytest.approx(2e-3)
     assert cm.predict_step(hvd, copied, PerMiB(1e-3), 2).comm_s == pytest.approx(6e-3)
     # a single tensor is reduced where it is: no copy
-    one = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=[(2 * MiB, 0.5e-3)], copy_Bps=MiB / 1e-3)
+    one = Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=[(2 * MiB, 0.5e-3)], copy_Bps=MiB / 1e-3)
     assert cm.predict_step(hvd, one, PerMiB(1e-3), 2).comm_s == pytest.approx(2e-3)
     # the buffer stays resident: the largest fused all-reduce, at most the threshold; none on one rank
     assert cm.fusion_buffer_bytes(hvd, copied, PerMiB(1e-3), 2) == 2 * MiB
@@ -280,10 +282,10 @@ def test_a_fused_buffer_is_priced_by_the_backends_own_fused_call_where_the_sweep
     # the sweep: one tensor 1 ms per MiB; several tensors in one fused call (pack, all-reduce, unpack) 1.5 ms per MiB
     recs = [rec("all_reduce", MiB, 1e-3), rec("all_reduce", 4 * MiB, 4e-3),
             rec("all_reduce_coalesced", MiB, 1.5e-3), rec("all_reduce_coalesced", 4 * MiB, 6e-3)]
-    fitted = cm.Fitted.from_records("horovod", recs)
+    fitted = comm_cost.Fitted.from_records("horovod", recs)
     hvd = S({"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3})
     grads = [(MiB, 0.5e-3), (MiB, 0.6e-3)]  # one fused buffer of 2 MiB, both ready before the first cycle
-    c = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads, copy_Bps=MiB / 1e-3)
+    c = Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads, copy_Bps=MiB / 1e-3)
     # 2 MiB between the measured 1 and 4 MiB of the fused call: 1.5 + (6 - 1.5) / 3 = 3 ms; no copy added on top
     assert cm.fused_all_reduce(c, fitted, 2 * MiB, 2, 2) == pytest.approx(3e-3)
     assert cm.predict_step(hvd, c, fitted, 2, shares_cores=True).comm_s == pytest.approx(3e-3)
@@ -291,7 +293,7 @@ def test_a_fused_buffer_is_priced_by_the_backends_own_fused_call_where_the_sweep
     assert cm.fused_all_reduce(c, fitted, 2 * MiB, 1, 2) == pytest.approx(2e-3)
     # a sweep without the fused call (before 2026-11-25): the all-reduce plus packing and unpacking at the copy
     # bandwidth, 2 ms + 2 x 2 MiB at 1 MiB/ms = 6 ms
-    plain = cm.Fitted.from_records("horovod", recs[:2])
+    plain = comm_cost.Fitted.from_records("horovod", recs[:2])
     assert not plain.has("all_reduce_coalesced", 2) and fitted.has("all_reduce_coalesced", 2)
     assert cm.fused_all_reduce(c, plain, 2 * MiB, 2, 2) == pytest.approx(6e-3)
     # carried to 8 ranks by ring steps like any fitted op, and never claimed by a hardware profile
@@ -321,10 +323,10 @@ def test_the_scale_comm_sweep_reaches_the_workloads_gradients():
 def test_horovods_cycle_and_negotiation_are_counted_once():
     grads = [(MiB, 0.5e-3)]
     hvd = S({"kind": "fusion", "fusion_bytes": 128 * MiB, "cycle_s": 1e-3})
-    c = cm.Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads)
+    c = Compute(fwd_s=0.0, bwd_s=1e-3, opt_s=0.0, grads=grads)
     # Fitted to Horovod's own synchronous all-reduces, whose latency (1.1 ms) holds the cycle wait and the
     # negotiation: the step's comm is that all-reduce alone, no second round on top.
-    fitted = cm.Fitted("horovod", {("all_reduce", 2): (1.1e-3, 1e9)})
+    fitted = comm_cost.Fitted("horovod", {("all_reduce", 2): (1.1e-3, 1e9)})
     assert fitted.control(2) == 0 and fitted.extended().control(8) == 0
     assert cm.predict_step(hvd, c, fitted, 2, shares_cores=True).comm_s == pytest.approx(1.1e-3 + MiB / 1e9)
     # On a hardware profile the latency is NCCL's alone, so the negotiation round is added: 2 log2(n) tree steps.
@@ -341,7 +343,7 @@ def test_a_cell_that_cannot_be_fitted_says_why_with_its_medians():
     # all_gather grows with size; all_reduce got slower at smaller sizes (scheduler delays on shared cores)
     recs = [rec("all_gather", 4096, 1e-4), rec("all_gather", 2**20, 1e-3),
             rec("all_reduce", 4096, 3e-3), rec("all_reduce", 65536, 2e-3), rec("all_reduce", 2**20, 1e-3)]
-    fitted = cm.Fitted.from_records("torch", recs)
+    fitted = comm_cost.Fitted.from_records("torch", recs)
     assert set(fitted.fits) == {("all_gather", 2)}
     assert fitted.time("all_gather", 2**20, 2) == pytest.approx(1e-3, rel=0.01)
     with pytest.raises(KeyError) as err:
@@ -359,9 +361,9 @@ def test_a_measured_world_size_is_priced_from_the_sweeps_mean_times_non_decreasi
                 "time_s": {"median": median, "mean": mean}}
     # means: 1K 2 ms, 4K 1 ms (a scheduler delay made the smaller size slower), 1M 3 ms, 4M 9 ms
     recs = [rec(1024, 0.1e-3, 2e-3), rec(4096, 0.1e-3, 1e-3), rec(2**20, 1e-3, 3e-3), rec(4 * 2**20, 4e-3, 9e-3)]
-    assert cm.monotone([(1, 2.0), (2, 1.0), (3, 3.0), (4, 9.0)]) == [(1, 1.5), (2, 1.5), (3, 3.0), (4, 9.0)]
-    assert cm.monotone([(1, 3.0), (2, 2.0), (3, 1.0)]) == [(1, 2.0), (2, 2.0), (3, 2.0)]
-    fitted = cm.Fitted.from_records("torch", recs)
+    assert comm_cost.monotone([(1, 2.0), (2, 1.0), (3, 3.0), (4, 9.0)]) == [(1, 1.5), (2, 1.5), (3, 3.0), (4, 9.0)]
+    assert comm_cost.monotone([(1, 3.0), (2, 2.0), (3, 1.0)]) == [(1, 2.0), (2, 2.0), (3, 2.0)]
+    fitted = comm_cost.Fitted.from_records("torch", recs)
     assert fitted.curve("all_reduce", 2) == [(1024, 1.5e-3), (4096, 1.5e-3), (2**20, 3e-3), (4 * 2**20, 9e-3)]
     assert fitted.time("all_reduce", 512, 2) == pytest.approx(1.5e-3)  # below the smallest size: its time
     assert fitted.time("all_reduce", 2 * 2**20, 2) == pytest.approx(3e-3 + 6e-3 / 3)  # linear between sizes
@@ -370,15 +372,15 @@ def test_a_measured_world_size_is_priced_from_the_sweeps_mean_times_non_decreasi
     assert fitted.time("all_reduce", 8 * 2**20, 2) == pytest.approx(9e-3 + 4 * 2**20 / busbw)
     assert fitted.line("all_reduce", 2**20, 2) == pytest.approx(latency + 2**20 / busbw)
     # the medians are there to be chosen, and a record without a mean gives its median
-    by_median = cm.Fitted.from_records("torch", recs, stat="median")
+    by_median = comm_cost.Fitted.from_records("torch", recs, stat="median")
     assert by_median.curve("all_reduce", 2)[-1] == (4 * 2**20, 4e-3)
     plain = [{**r, "time_s": {"median": r["time_s"]["median"]}} for r in recs]
-    assert cm.Fitted.from_records("torch", plain).curve("all_reduce", 2) == by_median.curve("all_reduce", 2)
+    assert comm_cost.Fitted.from_records("torch", plain).curve("all_reduce", 2) == by_median.curve("all_reduce", 2)
 
 
 def test_fsdp_gathers_each_unit_for_forward_and_again_for_backward_and_reduce_scatters_its_gradients():
     # Hand-computed: 1 and 2 MiB of gradients, 0.1 s per MiB for any collective, 3 ranks.
-    c = cm.Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
+    c = Compute(fwd_s=1.0, bwd_s=2.0, opt_s=0.6, grads=[(MiB, 1.0), (2 * MiB, 2.0)])
     coll = PerMiB(0.1)
     f = lambda **k: S({"kind": "fsdp", "comm_backend": "torch", "wire_scale": 1.0, "gather_scale": 1.0,  # noqa: E731
                        "reshard_after_forward": True, "overlap": True, **k})
@@ -414,7 +416,7 @@ def test_the_model_is_frozen_under_its_version():
 
 
 def test_spearman_against_hand_computed_ranks():
-    from harness.core.stats import ranks, spearman
+    from harness.ground.stats import ranks, spearman
 
     assert ranks([3.0, 1.0, 2.0, 2.0]) == [4.0, 1.0, 2.5, 2.5]
     assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)

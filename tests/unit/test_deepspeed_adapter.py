@@ -14,6 +14,7 @@ import pytest
 
 import adapters
 from adapters import deepspeed as ds
+from adapters import deepspeed_env
 from adapters.base import KnobError, Precision, RankInfo
 from conftest import REPO
 
@@ -151,7 +152,7 @@ def test_the_launch_names_its_own_shared_memory_segments_for_the_parent_to_remov
     # deepspeed_shm_comm names a rank's segment deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>
     # and never unlinks it
     monkeypatch.setattr(ds, "launcher_path", lambda: "/venv/bin/deepspeed")
-    monkeypatch.setattr(ds, "_SHM_DIR", tmp_path)
+    monkeypatch.setattr(deepspeed_env, "SHM_DIR", tmp_path)
     plan = ds.DeepSpeedAdapter({}, "cpu").launch(tmp_path / "spec.json",
                                                  SimpleNamespace(world_size=2, device="cpu", topology=None))
     port = plan.argv[plan.argv.index("--master_port") + 1]

@@ -19,7 +19,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "digits_cp
 def _run(tmp_path, name, values, workload="digits", world_size=2, batch=None, torch=None):
     """A run directory whose records are a committed run's (every field a real run writes), with these per-launch
     samples/s per row and, where given, another workload, world size, global batch or torch."""
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     template = {r["label"]: r for r in read_records(FIXTURE / "records.jsonl.gz")}
     d = tmp_path / name
@@ -162,7 +162,7 @@ def test_identical_conditions_with_run_to_run_variation_resolve_a_row_at_most_5_
 
 
 def test_a_diff_of_joins_is_a_random_effects_difference_of_the_sessions():
-    from harness.core import stats
+    from harness.ground import stats
 
     rng = random.Random(7)
     a, b = _side(rng, 2, 0.02, 0.02), _side(rng, 3, 0.02, 0.02, base={"ddp": 1100.0, "spawn": 980.0, "horovod": 700.0})

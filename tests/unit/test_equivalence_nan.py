@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness.core.assemble import max_param_diff
-from harness.core.stats import worst
+from harness.ground.stats import worst
 
 
 def _save(tmp_path, params):

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import adapters
-from harness.core.record import precision_label, records_file
+from harness.ground.record import precision_label, records_file
 from harness.launching.rank_env import harness_env
 from harness.rank.measure import cuda_math
 from harness.shared.spec import RunSpec
@@ -37,7 +37,7 @@ def test_a_single_machine_launch_pins_gloo_and_nccl_to_loopback(tmp_path, monkey
 
 
 def test_a_cuda_rank_without_local_rank_is_refused_before_it_picks_the_wrong_gpu(monkeypatch):
-    from adapters.base import init_process_group_from_env
+    from adapters.rank_side import init_process_group_from_env
 
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -154,7 +154,7 @@ def test_fp16_steps_skipped_by_the_loss_scaler_are_counted_without_a_sync_and_no
     amp.scaler = None
     assert amp.skipped_steps() is None  # bf16: no scaler, nothing to skip
 
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     from conftest import RUNS
 
@@ -355,7 +355,7 @@ def test_deepspeed_fp16_at_zero_stage_0_is_refused_where_its_engine_never_scales
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
         SimpleNamespace(submodule_search_locations=[str(engine.parent.parent)]) if name == "deepspeed"
         else real_find_spec(name, *a)))
-    monkeypatch.setattr(ds, "_installed_version_info", lambda: {"version": "0.19.8"})
+    monkeypatch.setattr(ds, "installed_version_info", lambda: {"version": "0.19.8"})
     engine.write_text(unfixed)
     assert ds.fp16_zero0_scales_its_loss() is False
     refused = ds.DeepSpeedAdapter({"precision": "fp16"}, "cuda").knob_availability("cuda", 1)

@@ -138,7 +138,9 @@ def test_the_mpi_controller_needs_a_build_with_mpi(fake_horovod, monkeypatch):
 
 
 def test_a_row_whose_knob_the_build_lacks_is_unavailable_and_with_strict_an_error(fake_horovod, monkeypatch):
-    from harness.core.requests import BadInput, RunRequest, build_rows
+    from harness.core.requests import RunRequest
+    from harness.core.rows import build_rows
+    from harness.ground.errors import BadInput
 
     fake_horovod("horovod/torch/__init__.py", GOOD_TORCH.format(gloo=True))
     monkeypatch.setattr(hv, "horovodrun_path", lambda: "/usr/bin/horovodrun")

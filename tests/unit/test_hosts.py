@@ -21,7 +21,8 @@ import pytest
 import adapters
 from adapters import deepspeed as ds
 from adapters import horovod as hv
-from harness.core.requests import BadInput, RunRequest
+from harness.core.requests import RunRequest
+from harness.ground.errors import BadInput
 from harness.launching import hosts
 from harness.launching.rank_env import remote_env, ssh_argv
 from harness.shared.rank_result import TrainResult
@@ -210,7 +211,7 @@ def test_the_rank_script_runs_the_rank_entry_point_as_a_file():
 
 
 def test_ranks_under_srun_alone_take_their_place_from_slurm(monkeypatch):
-    from adapters.base import ranks_from_slurm
+    from adapters.rank_side import ranks_from_slurm
 
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(k, raising=False)

@@ -75,7 +75,7 @@ def test_a_run_that_cannot_start_writing_leaves_no_empty_directory(tmp_path, mon
     # the disk filled between the check of its room and the run's first file: the directories it made go again
     import errno
 
-    from harness.core import outdir
+    from harness.ground import outdir
     from harness.core.session import SessionError
 
     def full(within=None):

@@ -102,8 +102,9 @@ def test_listing_adapters_on_cpu_does_not_import_torch_once_its_build_is_known(t
 def test_a_built_in_workload_is_checked_for_fit_without_importing_torch_once_its_size_is_known(tmp_path):
     # check_fits counts a built-in model's parameters on the meta device once per workload, options, torch and
     # workload files; a later run takes the count from the cache directory and its start imports no torch (3.5 s).
-    code = ("import sys; from harness.core.requests import RunRequest, check_fits, load_workload\n"
-            "from harness.core.errors import BadInput\n"
+    code = ("import sys; from harness.core.requests import RunRequest\n"
+            "from harness.core.workload_checks import check_fits, load_workload\n"
+            "from harness.ground.errors import BadInput\n"
             "for opts in ([], ['hidden=300000']):\n"
             "    req = RunRequest(workload='digits', options=opts)\n"
             "    try:\n"

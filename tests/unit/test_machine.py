@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from harness.core.record import records_file
+from harness.ground.record import records_file
 
 from harness.launching import machine
 
@@ -131,7 +131,7 @@ def test_the_reports_note_names_the_rows_and_the_other_runs():
 ])
 def test_every_report_kind_notes_the_rows_measured_beside_another_run(tmp_path, committed, name):
     from harness import reports as report
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     src = RUNS / committed
     records = read_records(records_file(src))

@@ -14,7 +14,7 @@ import adapters
 import workloads
 from adapters.base import ModelFacts
 from harness.cli import app
-from harness.core import assemble, model_check, requests
+from harness.core import assemble, model_check, requests, workload_checks
 from harness.shared.text import shorten
 
 from conftest import REPO
@@ -24,8 +24,8 @@ MODELS = REPO / "tests" / "fixtures" / "models.py"
 
 def checked(name, *options, world=2):
     req = requests.RunRequest(workload=f"{MODELS}:{name}", options=list(options), world_size=world)
-    w = requests.load_workload(req)
-    requests.check_user_code(w, req, w.global_batch)
+    w = workload_checks.load_workload(req)
+    workload_checks.check_user_code(w, req, w.global_batch)
     return w
 
 

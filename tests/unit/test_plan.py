@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 import adapters
 from harness.cli import app
 from harness.model import planner as plan
+from harness.model import activations, hardware, shapes
+from harness.reports import plan_report
 
 P = 7e9
 
@@ -112,12 +114,12 @@ def test_a_transformer_given_by_its_size_is_laid_out_as_llama():
     # Llama-2-7B's shape: 32 blocks of hidden 4096, 32 heads, SwiGLU 11008 (Llama's 8/3 h rounded up to 256), a
     # 32,000-token embedding and a separate head: 6,738,415,616 parameters, as published
     h, f, vocab = 4096, 11008, 32000
-    assert plan.llama_ffn(h) == f and plan.llama_ffn(5120) == 13824
+    assert shapes.llama_ffn(h) == f and shapes.llama_ffn(5120) == 13824
     block = 2 * h + 4 * h * h + 3 * h * f
-    assert plan.block_params(h) == block
+    assert shapes.block_params(h) == block
     params = 32 * block + h + 2 * vocab * h
     assert params == 6_738_415_616
-    s = plan.transformer(params, 32, h, 2048, "adamw")
+    s = shapes.transformer(params, 32, h, 2048, "adamw")
     assert s.tensors[0] == s.tensors[-1] == vocab * h and len(s.tensors) == 2 + 9 * 32 + 1
     assert sum(s.tensors) == params
     # the largest module is the embedding (131M, DeepSpeed's largest_layer_params of the real model); the largest
@@ -128,19 +130,19 @@ def test_a_transformer_given_by_its_size_is_laid_out_as_llama():
     assert s.recompute_flops_per_sample == 0
     # Llama-2-70B: 8 key/value heads of 64 (grouped-query attention) and an MLP of 28,672: 68,976,648,192
     h70 = 8192
-    assert 80 * plan.block_params(h70, 64, 8, 28672) + h70 + 2 * 32000 * h70 == 68_976_648_192
-    gqa = plan.transformer(68_976_648_192, 80, h70, 4096, "adamw", heads=64, kv_heads=8, ffn=28672)
+    assert 80 * shapes.block_params(h70, 64, 8, 28672) + h70 + 2 * 32000 * h70 == 68_976_648_192
+    gqa = shapes.transformer(68_976_648_192, 80, h70, 4096, "adamw", heads=64, kv_heads=8, ffn=28672)
     assert gqa.tensors[3] == h70 * 1024 and "64 heads, 8 key/value heads, SwiGLU 28672" in gqa.name
-    ckpt = plan.transformer(params, 32, h, 2048, "adamw", checkpointing="full")
+    ckpt = shapes.transformer(params, 32, h, 2048, "adamw", checkpointing="full")
     assert ckpt.recompute_flops_per_sample == 32 * (2 * block * 2048 + 4 * h * 2048**2)
-    bare = plan.transformer(7e9, 28, None, 1024, "sgd")
+    bare = shapes.transformer(7e9, 28, None, 1024, "sgd")
     assert bare.tensors == [7e9 / 28] * 28 and bare.flops_per_sample == 6 * 7e9 * 1024 and bare.activations is None
-    with pytest.raises(plan.BadPlan, match="fewer than --layers 32 Llama blocks of hidden 4096"):
-        plan.transformer(1e9, 32, 4096, 2048, "adamw")
-    with pytest.raises(plan.BadPlan, match="--kv-heads 5 must divide --heads 32"):
-        plan.transformer(7e9, 32, 4096, 2048, "adamw", kv_heads=5)
-    with pytest.raises(plan.BadPlan, match="--heads needs --hidden"):
-        plan.transformer(7e9, 32, None, 2048, "adamw", heads=32)
+    with pytest.raises(activations.BadPlan, match="fewer than --layers 32 Llama blocks of hidden 4096"):
+        shapes.transformer(1e9, 32, 4096, 2048, "adamw")
+    with pytest.raises(activations.BadPlan, match="--kv-heads 5 must divide --heads 32"):
+        shapes.transformer(7e9, 32, 4096, 2048, "adamw", kv_heads=5)
+    with pytest.raises(activations.BadPlan, match="--heads needs --hidden"):
+        shapes.transformer(7e9, 32, None, 2048, "adamw", heads=32)
 
 
 def test_saved_tensors_are_counted_once_and_by_unit():
@@ -152,18 +154,18 @@ def test_saved_tensors_are_counted_once_and_by_unit():
         x = torch.empty(3, 4)
         # the first linear keeps its input (3 x 4); ReLU keeps its output (3 x 8), which the second linear keeps
         # too (once); the weights are model states
-        assert plan.saved_for_backward(m, lambda: m(x).sum()) == (3 * 4 + 3 * 8, 0)
+        assert activations.saved_for_backward(m, lambda: m(x).sum()) == (3 * 4 + 3 * 8, 0)
         # checkpointing the first linear and the ReLU as units: each keeps its input (x, 3 x 4; the first
         # linear's output, 3 x 8) and the second linear, outside them, the ReLU's output (3 x 8); recomputing the
         # ReLU in backward makes that output again, once the second linear's backward has freed its own
-        saved = plan.Saved(m, [m[0], m[1]]).run(lambda: m(x).sum())
+        saved = activations.Saved(m, [m[0], m[1]]).run(lambda: m(x).sum())
         assert saved.total() == (3 * 4 + 3 * 8, 0)
         assert sorted(saved.inputs.values()) == [(True, 12.0), (True, 24.0)]
-        assert saved.total(plan.Checkpointing("full")) == (12 + 24 + 24, 0)
+        assert saved.total(activations.Checkpointing("full")) == (12 + 24 + 24, 0)
         # every second unit checkpointed (torchtitan's selective:2): the first linear keeps what it saves (x), the
         # ReLU keeps its input (the first linear's output), and recomputes its own output in backward
-        assert saved.total(plan.checkpointing_of("selective:2")) == (12 + 24 + 24, 0)
-        assert plan.Saved(m, [m[0], m[1]]).run(lambda: m(x).sum()).total(plan.checkpointing_of("selective:3")) == \
+        assert saved.total(activations.checkpointing_of("selective:2")) == (12 + 24 + 24, 0)
+        assert activations.Saved(m, [m[0], m[1]]).run(lambda: m(x).sum()).total(activations.checkpointing_of("selective:3")) == \
             (3 * 4 + 3 * 8, 0)  # no unit is a third one: nothing checkpointed
 
 
@@ -207,7 +209,7 @@ def _checkpoint(blocks, ck):
         def policy(ctx, func, *args, **kwargs):
             if str(func) == "aten.mm.default" and not ctx.is_recompute:
                 mm["forward"] += 1
-            keep = str(func) in plan.SELECTIVE_OP_SAVES and not (str(func) == "aten.mm.default"
+            keep = str(func) in activations.SELECTIVE_OP_SAVES and not (str(func) == "aten.mm.default"
                                                                   and mm["forward"] % 2 == 0)
             return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
 
@@ -235,7 +237,7 @@ def test_activations_of_a_transformer_by_size_are_what_transformers_llama_keeps(
     import transformers as tf
 
     layers, h, heads, kv_heads, f, vocab, s = 4, 256, 4, 2, 688, 1000, 128
-    ck = plan.checkpointing_of(checkpointing)
+    ck = activations.checkpointing_of(checkpointing)
     torch.manual_seed(0)
     config = tf.LlamaConfig(vocab_size=vocab, hidden_size=h, intermediate_size=f, num_hidden_layers=layers,
                             num_attention_heads=heads, num_key_value_heads=kv_heads,
@@ -248,16 +250,16 @@ def test_activations_of_a_transformer_by_size_are_what_transformers_llama_keeps(
         logits = model(input_ids=ids, use_cache=False).logits
         return torch.nn.functional.cross_entropy(logits.view(-1, vocab), ids.view(-1))
 
-    saved = plan.Saved(model, list(model.model.layers), ck)
+    saved = activations.Saved(model, list(model.model.layers), ck)
     saved.run(forward)  # on the CPU with torch's SDPA (a fused kernel) or eager attention, unwrapped
     _, (extra_floats, extra_other) = saved.parts(ck)
     _checkpoint(model.model.layers, ck)
     measured = _held_after_forward(model, forward) + 4 * extra_floats + extra_other
-    shape = plan.transformer(params, layers, h, s, "adamw", heads=heads, kv_heads=kv_heads, ffn=f,
+    shape = shapes.transformer(params, layers, h, s, "adamw", heads=heads, kv_heads=kv_heads, ffn=f,
                              attention=attention, checkpointing=ck)
     assert shape.activations.bytes("fp32", 1) == pytest.approx(measured, rel=0.02)
     # what backward recomputes: none of the mms the policy saves, each checkpointed block's forward otherwise
-    block = plan.block_params(h, heads, kv_heads, f)
+    block = shapes.block_params(h, heads, kv_heads, f)
     kv = kv_heads * h // heads
     if ck.op:
         assert shape.recompute_flops_per_sample == layers * (2 * s * h * (kv + h + f)
@@ -279,15 +281,15 @@ def test_a_workloads_selective_checkpointing_keeps_what_torch_keeps(checkpointin
 
     options = {"model": "llama", "layers": 4, "hidden": 256, "heads": 4, "kv_heads": 2, "intermediate": 688,
                "vocab": 1000, "seq_len": 128}
-    ck = plan.checkpointing_of(checkpointing)
-    shape = plan.of_workload("hf", options, None, checkpointing=ck)
+    ck = activations.checkpointing_of(checkpointing)
+    shape = shapes.of_workload("hf", options, None, checkpointing=ck)
     w = workloads.get("hf", options)
     torch.manual_seed(0)
     model = w.build_model()
     data = w.materialize("cpu", w.global_batch)
     x, y = data.batch(torch.arange(2), "cpu")
     blocks = w.shard_units(model)
-    saved = plan.Saved(model, blocks, ck).run(lambda: w.step_loss(w.forward(model, x), y))
+    saved = activations.Saved(model, blocks, ck).run(lambda: w.step_loss(w.forward(model, x), y))
     _, (extra_floats, extra_other) = saved.parts(ck)
     _checkpoint(blocks, ck)
     measured = _held_after_forward(model, lambda: w.step_loss(w.forward(model, x), y)) + 4 * extra_floats + extra_other
@@ -299,7 +301,7 @@ def test_what_fits_holds_the_activations_too():
     # Llama-2-7B's size on 64 H100s (80 GiB): ZeRO-3's model states are ~2 GiB per GPU; one 2048-token sequence's
     # activations ~10.6 GiB with a fused attention kernel, so 4 per GPU fit and 8 do not; with eager attention
     # (the s x s softmax per head) 37 GiB per two, and full checkpointing ~1 GiB a sequence
-    shape = plan.transformer(6_738_415_616, 32, 4096, 2048, "adamw")
+    shape = shapes.transformer(6_738_415_616, 32, 4096, 2048, "adamw")
     c = plan.cluster("h100", 8, None, "bf16", nic_gbps=100)
     assert c.capacity_gib() == 80
     four = {r["label"]: r for r in plan.make(shape, c, 4).rows}
@@ -314,43 +316,43 @@ def test_what_fits_holds_the_activations_too():
     assert z3["total_bytes"] == pytest.approx(1.1 * allocated) and z3["total_bytes"] < 80 * 2**30
     eight = plan.make(shape, c, 8)
     assert all(r["fits"] is False for r in eight.rows) and eight.recommendation is None
-    text = "\n".join(plan.lines(eight))
+    text = "\n".join(plan_report.lines(eight))
     assert ("recommendation: none: no configuration's model states, buffers and activations fit in 80 GiB per GPU"
             in text)
     assert ("| model states per GPU (GiB) | framework buffers (GiB) | activations (GiB) | total per GPU (GiB) | fits "
             "in 80 GiB |") in text
     assert "GiB of model states)" not in text and " of activations + " in text
     assert "allocator headroom: 10% of the above, assumed" in text
-    eager = plan.transformer(6_738_415_616, 32, 4096, 2048, "adamw", attention="eager").activations
-    full = plan.transformer(6_738_415_616, 32, 4096, 2048, "adamw", checkpointing="full").activations
+    eager = shapes.transformer(6_738_415_616, 32, 4096, 2048, "adamw", attention="eager").activations
+    full = shapes.transformer(6_738_415_616, 32, 4096, 2048, "adamw", checkpointing="full").activations
     assert 36 < eager.bytes("bf16", 2) / 2**30 < 38 and 0.9 < full.bytes("bf16", 1) / 2**30 < 1.1
     assert 10 < shape.activations.bytes("bf16", 1) / 2**30 < 11
 
 
 def test_a_workloads_model_is_counted_not_assumed():
-    s = plan.of_workload("digits", None, None)
+    s = shapes.of_workload("digits", None, None)
     # digits: three linear layers as the workload builds them, SGD with momentum. FLOPs per sample: 2 per weight
     # forward, 4 backward (the gradients of the weight and of the input), but the first layer's input needs no
     # gradient: 6 W - 2 W_first (biases and activations are not matmuls; torch counts matmuls)
     assert s.params == 85_002 and s.optimizer == "sgd" and len(s.tensors) == 6
     weights = s.tensors[0::2]
     assert s.flops_per_sample == 6 * sum(weights) - 2 * weights[0]
-    assert plan.of_workload("digits", None, "adamw").optimizer == "adamw"
+    assert shapes.of_workload("digits", None, "adamw").optimizer == "adamw"
 
 
 def test_a_workloads_attention_and_checkpointing_are_counted_on_its_own_model():
     # tinygpt calls scaled_dot_product_attention once per block: as a fused kernel it keeps no s x s scores;
     # checkpointing its two blocks keeps less again, and backward recomputes their forward (FLOPs inside them)
-    eager = plan.of_workload("tinygpt", None, None, attention="eager")
-    flash = plan.of_workload("tinygpt", None, None)
-    full = plan.of_workload("tinygpt", None, None, checkpointing="full")
+    eager = shapes.of_workload("tinygpt", None, None, attention="eager")
+    flash = shapes.of_workload("tinygpt", None, None)
+    full = shapes.of_workload("tinygpt", None, None, checkpointing="full")
     assert "scaled_dot_product_attention as a fused kernel saves it (2 calls)" in flash.activations.source
     assert full.activations.bytes("bf16", 1) < flash.activations.bytes("bf16", 1) < eager.activations.bytes("bf16", 1)
     assert eager.flops_per_sample == flash.flops_per_sample == full.flops_per_sample
     assert 0 < full.recompute_flops_per_sample < full.flops_per_sample / 3 and flash.recompute_flops_per_sample == 0
-    mlp = plan.of_workload("digits", None, None)  # no attention at all: said, and nothing changes
+    mlp = shapes.of_workload("digits", None, None)  # no attention at all: said, and nothing changes
     assert "no call to scaled_dot_product_attention, so --attention changes nothing" in mlp.activations.source
-    assert mlp.activations.float_elements == plan.of_workload("digits", None, None, attention="eager").activations.float_elements
+    assert mlp.activations.float_elements == shapes.of_workload("digits", None, None, attention="eager").activations.float_elements
 
 
 @pytest.mark.slow
@@ -382,7 +384,7 @@ def test_compute_and_network_of_the_target():
     # a 1 GB all-reduce on 16 GPUs across the two nodes: the bandwidth term, 2 x 15/16 x 1 GB / 24 GB/s
     assert f.time("all_reduce", 1e9, 16) == pytest.approx(2 * 15 / 16 * 1e9 / 24e9, rel=0.01)
     assert plan.cluster("a100", 1, 8, "bf16").fabric().inter_busbw_Bps == 192e9  # the profile's own
-    shape = plan.Shape("hand", 1e6, [5e5, 5e5], {"module": 5e5, "unit": 5e5}, 1e9, "adamw", "by hand", 8)
+    shape = shapes.Shape("hand", 1e6, [5e5, 5e5], {"module": 5e5, "unit": 5e5}, 1e9, "adamw", "by hand", 8)
     comp = plan.compute(shape, f, "bf16", 10, 0.3, 2.0)
     total = 1e9 * 10 / (312e12 * 0.3)
     assert comp.fwd_s == pytest.approx(total / 3) and comp.bwd_s == pytest.approx(2 * total / 3)
@@ -414,7 +416,7 @@ def test_the_recommendation_ranks_only_what_every_assumed_utilisation_supports()
 
 
 def test_every_planned_knob_set_is_one_compare_run_takes():
-    for dtype in plan.DTYPES:
+    for dtype in shapes.DTYPES:
         planned = 0
         for name in adapters.names():
             knob_sets = adapters.get(name).plan_knobs(dtype)
@@ -550,7 +552,7 @@ def test_the_cost_model_prices_any_size_within_the_bounds_without_raising():
     rng = random.Random(44)
 
     def draw(name, integer=True):
-        b = plan.BOUNDS[name]
+        b = shapes.BOUNDS[name]
         v = rng.choice([b.low, b.high]) if rng.random() < 0.2 else math.exp(rng.uniform(math.log(b.low),
                                                                                          math.log(b.high)))
         return max(int(b.low), min(int(b.high), round(v))) if integer else v
@@ -559,23 +561,24 @@ def test_the_cost_model_prices_any_size_within_the_bounds_without_raising():
     for _ in range(60):
         layers, hidden = draw("--layers"), (draw("--hidden") if rng.random() < 0.7 else None)
         params = draw("--params", integer=False)
-        least = layers * plan.block_params(hidden) + hidden if hidden else 0
+        least = layers * shapes.block_params(hidden) + hidden if hidden else 0
         if params < least:
-            params = min(plan.BOUNDS["--params"].high, least * rng.uniform(1.0, 3.0))
+            params = min(shapes.BOUNDS["--params"].high, least * rng.uniform(1.0, 3.0))
             if params < least:
                 hidden = None
         gpu = rng.choice(gpus)
-        dtype = rng.choice([d for d in plan.DTYPES if plan.cm.load_profile(plan.gpu_choices()[gpu]).peak_tflops.get(d)])
+        peaks = hardware.load_profile(plan.gpu_choices()[gpu]).peak_tflops
+        dtype = rng.choice([d for d in shapes.DTYPES if peaks.get(d)])
         nodes = max(1, round(math.exp(rng.uniform(0, math.log(plan.cm.PREDICT_TO[1] / 8)))))
         cluster = plan.cluster(gpu, nodes, None, dtype, rng.choice([None, draw("--nic-gbps", False)]),
                                draw("--nics-per-node"), rng.choice([None, draw("--gpu-memory-gib", False)]))
         batch = plan.check(cluster, draw("--batch"), None)
         policies = ["none", "full", f"selective:{rng.randint(1, layers)}"] + (["selective"] if hidden else [])
-        shape = plan.transformer(params, layers, hidden, draw("--seq-len"), rng.choice(list(plan.OPTIMIZERS)),
-                                 attention=rng.choice(plan.ATTENTION), checkpointing=rng.choice(policies))
+        shape = shapes.transformer(params, layers, hidden, draw("--seq-len"), rng.choice(list(shapes.OPTIMIZERS)),
+                                 attention=rng.choice(activations.ATTENTION), checkpointing=rng.choice(policies))
         result = plan.make(shape, cluster, batch)
-        assert plan.lines(result) and json.dumps(plan.as_json(result))
-        for row in plan.as_json(result)["rows"]:
+        assert plan_report.lines(result) and json.dumps(plan_report.as_json(result))
+        for row in plan_report.as_json(result)["rows"]:
             assert all(math.isfinite(v) and v > 0 for v in row["step_s"].values()), row
 
 

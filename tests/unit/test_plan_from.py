@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.core.stats import geomean_interval
+from harness.ground.stats import geomean_interval
 from harness.model import measured
 from harness.model import planner as plan
 from tests.conftest import RUNS, records_text

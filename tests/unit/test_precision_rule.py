@@ -1,5 +1,5 @@
 """`--precision`'s stopping rule keeps its stated error (issue 65): simulated runs of identical rows, launches of known
-noise (fixed seeds, no processes), through the rule `compare run` uses (harness/core/stats.py: `pilot_rounds`,
+noise (fixed seeds, no processes), through the rule `compare run` uses (harness/ground/stats.py: `pilot_rounds`,
 `stein_rounds`, `compare_pair(pilot=...)`; harness/core/comparison.py: `_rounds`).
 
 What must hold for 2 to 8 identical rows at a launch-to-launch CV of 5-15%: a difference is called (any pair resolved,
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.core import stats
-from harness.core.stats import ALPHA, adjust, compare_pair, pilot_rounds, stein_rounds
+from harness.ground import stats
+from harness.ground.stats import ALPHA, adjust, compare_pair, pilot_rounds, stein_rounds
 
 TARGET = 0.05
 CAP = 60

@@ -4,7 +4,7 @@ benchmark's slowdown from its own numbers, and the summary saying what is met an
 
 import pytest
 
-from harness.model import costmodel as cm
+from harness.model import hardware
 from harness.model import published as pb
 
 
@@ -17,15 +17,15 @@ from harness.model import published as pb
 def test_layer_tables_are_the_published_architectures(model, aux_gmacs):
     # the parameters each published result states (torchvision's counts) and torchvision's multiply-adds per image
     table = pb.layer_table(model)
-    params = {e["params"] for e in cm.published() if e["model"] == model}
+    params = {e["params"] for e in hardware.published() if e["model"] == model}
     assert params == {sum(n for n, _ in table)}
     assert sum(f for _, f in table) / 2e9 - aux_gmacs == pytest.approx(pb.TORCHVISION_GMACS[model], abs=0.005)
-    assert all(pb.layer_table(e["model"]) for e in cm.published())  # no published model is 100 equal tensors
+    assert all(pb.layer_table(e["model"]) for e in hardware.published())  # no published model is 100 equal tensors
 
 
 def test_vgg16s_gradients_are_its_layers_not_equal_tensors():
     # VGG-16's three linear layers hold 124M of its 138M parameters and come last in forward: first in backward
-    e = next(e for e in cm.published() if e["model"] == "VGG-16")
+    e = next(e for e in hardware.published() if e["model"] == "VGG-16")
     c = pb.compute(e)
     assert len(c.grads) == 16 and c.grads[0][0] == (4096 * 1000 + 1000) * 4  # a layer's weight and bias at once
     assert sum(b for b, _ in c.grads) == e["params"] * 4
@@ -55,7 +55,7 @@ def test_the_baseline_is_the_mean_of_the_other_configurations(monkeypatch):
                 "params": 1e6, "per_device_batch": 32, "single_device_samples_per_s": 100.0,
                 "points": [{"n": 8, "efficiency": eff}]}
 
-    monkeypatch.setattr(cm, "published", lambda: [entry("A", 0.9), entry("B", 0.6), entry("C", 0.75)])
+    monkeypatch.setattr(hardware, "published", lambda: [entry("A", 0.9), entry("B", 0.6), entry("C", 0.75)])
     rows = {r["ids"][0]: r for r in pb.configurations()}
     assert rows["A"]["baseline_efficiency"] == pytest.approx(0.675)
     assert rows["B"]["baseline_efficiency"] == pytest.approx(0.825)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from harness.core.record import precision_label
+from harness.ground.record import precision_label
 
 from harness import reports as report
 from harness.reports import run_report
@@ -87,7 +87,7 @@ def test_index_lists_training_and_comm_runs(tmp_path):
 
 
 def test_tuning_variables_are_picked_from_the_environment_and_named_in_the_provenance():
-    from harness.core.provenance import tuning_env, tuning_line
+    from harness.ground.provenance import tuning_env, tuning_line
 
     env = {"HOROVOD_FUSION_THRESHOLD": "0", "NCCL_ALGO": "Tree", "OMP_NUM_THREADS": "8", "OMP_PROC_BIND": "true",
            "LD_PRELOAD": "/usr/lib/libjemalloc.so", "PATH": "/bin", "COMPARE_CACHE": "/tmp/c", "HOME": "/root"}
@@ -174,9 +174,12 @@ def _throughput_figure(records, tmp_path, monkeypatch):
     """The throughput figure run_report draws for these records, read back from its artists."""
     from matplotlib.container import ErrorbarContainer
 
+    from harness.ground import outdir
+    from harness.reports import run_plots
+
     saved = {}
-    monkeypatch.setattr(run_report, "save_figure", lambda fig, path, dpi: saved.setdefault(path.name, fig))
-    run_report.plot(tmp_path, records, run_report.table_rows(records))
+    monkeypatch.setattr(outdir, "save_figure", lambda fig, path, dpi: saved.setdefault(path.name, fig))
+    run_plots.plot(tmp_path, records, run_report.table_rows(records))
     ax = saved["throughput.png"].axes[0]
     bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     return ax, bars

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from harness import reports as report
-from harness.core.record import read_records, records_file
+from harness.ground.record import read_records, records_file
 from harness.reports import figures
 
 from conftest import RUNS as FIXTURE_RUNS

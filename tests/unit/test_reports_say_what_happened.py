@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.core.record import read_records, records_file
+from harness.ground.record import read_records, records_file
 from harness.reports import tune_report
 
 from conftest import RUNS, tune_records, write_run

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.record import records_file
+from harness.ground.record import records_file
 
 from harness.core.assemble import load_balance
 from harness.reports import scale_report as scale
@@ -70,10 +70,10 @@ def test_a_failed_point_keeps_its_reason_and_no_efficiency():
 
 def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_nothing_else():
     # A committed sweep's real records, with a contention calibration of 1.5x given to ddp at world size 2.
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
     from harness.model import calibration as sm
     from harness.model import costmodel as cm
-    from harness.model import render
+    from harness.reports import prediction
 
     out = RUNS / "scale_digits_cpu2_20261124-184152"
     records = read_records(records_file(out))
@@ -104,7 +104,7 @@ def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_noth
     # a failed calibration is not used
     failed = [{**r, "contention": {**ok, "status": "failed"}} if "contention" in r else r for r in with_cal]
     assert predictions(failed)[("ddp", 2)]["predicted_s"] == before[("ddp", 2)]["predicted_s"]
-    md = "\n".join(render.section(out, with_cal, scale.table(with_cal))[0])
+    md = "\n".join(prediction.section(out, with_cal, scale.table(with_cal))[0])
     row = next(line for line in md.splitlines() if line.startswith("| ddp | 2 |"))
     assert "| 1.50x (" in row and "Compute contention, calibrated:" in md and "4 rounds" in md
 
@@ -113,7 +113,7 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
     # Three repeats of a 2-rank point whose mean steps are 2, 3 and 4 ms (each repeat's steps alike), and a single
     # repeat of world size 1: the bracket is the range of the repeats' means, the spread (max - min) / mean.
     from harness.model import calibration as sm
-    from harness.model import render
+    from harness.reports import prediction
 
     records = [rec("ddp", 1, 64 / 0.001, step=0.001)]
     for k, ms in enumerate((2.0, 4.0, 3.0)):
@@ -127,10 +127,10 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
     assert two["step_mean"] == pytest.approx(0.003)
     row = {"measured_repeats_s": two["step_mean_repeats"]}
     assert sm.repeat_spread(row) == pytest.approx((0.004 - 0.002) / 0.003)
-    assert render._repeats_cell(row) == " [2.00–4.00]"
-    assert render._repeats_cell({"measured_repeats_s": [0.002]}) == ""  # one repeat: no range to give
+    assert prediction._repeats_cell(row) == " [2.00–4.00]"
+    assert prediction._repeats_cell({"measured_repeats_s": [0.002]}) == ""  # one repeat: no range to give
     # On a committed sweep's real records: the sentence counts the points whose prediction is inside their range.
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     out = RUNS / "scale_digits_cpu2_20261124-184152"
     records = read_records(records_file(out))
@@ -139,13 +139,13 @@ def test_each_points_repeats_give_the_measurements_own_spread_beside_the_models_
             if r["n"] > 1 and "predicted_s" in r and not r["oversubscribed"]]
     inside = sum(min(r["measured_repeats_s"]) <= r["predicted_s"] <= max(r["measured_repeats_s"]) for r in rows)
     assert 0 < inside < len(rows) == 7  # measured: ddp and horovod inside, the other five outside
-    md = "\n".join(render.section(out, records, tab)[0])
+    md = "\n".join(prediction.section(out, records, tab)[0])
     assert f"The prediction falls inside its point's range of repeats at {inside} of 7 points." in md
 
 
 def test_the_parts_check_takes_the_slowest_rank_per_round_and_the_compute_measured_apart():
     from harness.core.sweep import parts_summary
-    from harness.model import render
+    from harness.reports import prediction
 
     ranks = [{"bytes": 400, "calls": [100, 50], "rounds": [
         {"collective_s": 0.0010, "step_s": 0.0030, "compute_s": 0.0009},
@@ -159,8 +159,8 @@ def test_the_parts_check_takes_the_slowest_rank_per_round_and_the_compute_measur
     assert p["excess_s"] == pytest.approx([0.0030 - 0.0005 - 0.0011, 0.0025 - 0.0006 - 0.0012])
     assert p["excess_share"] == pytest.approx([0.0014 / 0.0030, 0.0007 / 0.0025])
     assert p["median_excess_share"] == pytest.approx((0.0014 / 0.0030 + 0.0007 / 0.0025) / 2)
-    assert render.parts_note(p) == ("compute 0.55 (0.90 as timed inside the step) + all-reduce 1.15 = 1.70 ms, in a row "
-                                "2.75 ms: +37% (per round +28% to +47%)")
+    assert prediction.parts_note(p) == ("compute 0.55 (0.90 as timed inside the step) + all-reduce 1.15 = 1.70 ms, in a "
+                                        "row 2.75 ms: +37% (per round +28% to +47%)")
 
 
 def test_the_model_takes_the_median_repeats_compute_profile_not_the_first():
@@ -179,9 +179,9 @@ def test_the_model_takes_the_median_repeats_compute_profile_not_the_first():
 def test_a_sweep_run_with_no_model_says_so_and_predicts_nothing(tmp_path):
     # `--no-model` skips the comm sweep and the calibration; its report used to extrapolate to the H100 profile
     # and check the published results all the same.
-    from harness.model import render
+    from harness.reports import prediction
 
-    md, plots = render.section(tmp_path, [{"scale_sweep": {"model": False}}], {})
+    md, plots = prediction.section(tmp_path, [{"scale_sweep": {"model": False}}], {})
     assert plots == [] and md == [
         "## The model", "", "Not evaluated: the sweep ran with `--no-model` (no comm sweep, no compute-contention "
         "calibration, no prediction).", ""]
@@ -273,7 +273,7 @@ def _committed(tmp_path, name="scale_digits_cpu2_20261125-085608"):
     """A copy of a committed sweep (records, comm_n*/), which a test may change and render."""
     import shutil
 
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     dst = tmp_path / name
     shutil.copytree(RUNS / name, dst)
@@ -312,13 +312,13 @@ def test_a_calibration_launch_takes_no_injected_fault_from_the_environment(monke
 
 
 def test_a_failed_calibration_is_not_blamed_on_an_old_commit(tmp_path):
-    from harness.model import render
+    from harness.reports import prediction
 
     out, records = _committed(tmp_path)
     for r in records:
         if r.get("contention"):
             r["contention"] = {"status": "failed", "reason": "rank 1 killed by SIGKILL"}
-    md = "\n".join(render.section(out, records, scale.table(records))[0])
+    md = "\n".join(prediction.section(out, records, scale.table(records))[0])
     assert "The compute-contention calibration did not succeed at any point (why, per adapter: the calibration " \
            "lines below)" in md
     assert "before commit ab7976f" not in md and "not calibrated (failed: rank 1 killed by SIGKILL)" in md
@@ -328,7 +328,7 @@ def test_a_comm_launch_that_measured_nothing_is_named_with_its_reason(tmp_path):
     import json
 
     from harness.model import calibration as scale_model
-    from harness.model import render
+    from harness.reports import prediction
 
     out, records = _committed(tmp_path)
     comm = [json.loads(x) for x in records_text(out / "comm_n2").splitlines()]
@@ -344,12 +344,12 @@ def test_a_comm_launch_that_measured_nothing_is_named_with_its_reason(tmp_path):
     scale_model.comm_records(out, problems)
     assert problems == ["comm_n2: the torch launch at world size 2 ended timeout (no result after 60 s (--timeout), "
                         "rank 0 in all_reduce of 4,194,304 bytes; comm_n2/report.md)"]
-    md = "\n".join(render.section(out, records, scale.table(records))[0])
+    md = "\n".join(prediction.section(out, records, scale.table(records))[0])
     assert f"- {problems[0]}: the model has no collectives from it." in md
 
 
 def test_a_schedule_recorded_before_a_key_existed_takes_it_from_the_adapter_not_from_the_model():
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
     from harness.model.calibration import comm_schedule_of
 
     records = read_records(records_file(RUNS / "scale_digits_cpu2_20261124-041536"))
@@ -405,7 +405,7 @@ def test_validate_scores_only_the_sweeps_made_with_the_current_model(tmp_path):
 
 def test_a_sweeps_backends_are_compared_at_each_world_size_as_a_run_compares_rows():
     # The sweep's own launches at N = 2 (3 rounds): every pair, Holm, rounds as blocks, as `compare run` does
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
     from harness.reports import verdict
     from harness.reports.scale_report import BASELINE, backends_section
 
@@ -424,3 +424,31 @@ def test_a_sweeps_backends_are_compared_at_each_world_size_as_a_run_compares_row
     one = [r for r in records if r["repeat"] == 0]  # one launch per point: nothing to compare with an interval
     assert backends_section(one)[2] == \
         "Not compared: a point needs at least 3 launches per backend for an interval (`--repeats 3`)."
+
+
+def test_a_sweeps_report_renders_the_prediction_its_records_keep_without_its_comm_sweeps(tmp_path):
+    """A sweep keeps the model's prediction, made when it ended, in its first record (harness/model/predicted.py):
+    its report renders that, as made, from the records alone (issue 68, item 6). A committed sweep recorded before
+    predictions were kept, given its prediction as the sweep would have made it and none of its comm_n*/, renders the
+    model's sections it renders with them; and what the report says is the kept prediction, not one made again."""
+    import json
+
+    from harness.model import predicted
+    from harness.model.calibration import comm_records
+    from harness.reports import figures, prediction
+
+    out, records = _committed(tmp_path)
+    report = (out / "report.md").read_text()  # its model sections, as committed
+    want = report[report.index("## The model"):report.index("## Controls")].split("\n")[:-1]
+    with figures.off(True):
+        problems: list[str] = []
+        kept = json.loads(json.dumps(predicted.made(records, comm_records(out, problems), problems)))
+        bare = tmp_path / "bare"
+        bare.mkdir()
+        with_kept = [{**records[0], "scale_sweep": {**records[0]["scale_sweep"], "prediction": kept}}, *records[1:]]
+        assert prediction.section(bare, with_kept, scale.table(with_kept))[0] == want
+        row = next(r for r in kept["rows"] if r["label"] == "ddp" and r["n"] == 2)
+        row["predicted_s"] = 0.123456
+        md = "\n".join(prediction.section(bare, with_kept, scale.table(with_kept))[0])
+    assert next(line for line in md.splitlines() if line.startswith("| ddp | 2 |")).split(" | ")[3] == "123.46"
+    assert not list(bare.iterdir())

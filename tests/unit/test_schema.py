@@ -1,4 +1,4 @@
-"""The record schema is written once (harness/core/schema.py): docs/records.md is its rendering, and every field of
+"""The record schema is written once (harness/ground/schema.py): docs/records.md is its rendering, and every field of
 every
 committed fixture record is listed there for its kind (a field added in the code without a line there fails here)."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core import schema
+from harness.ground import schema
 
 from conftest import RUNS, records_text
 
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_docs_records_md_is_the_schemas_rendering():
     assert (REPO / "docs" / "records.md").read_text() == schema.markdown(), \
-        "regenerate it: .venv/bin/python -m harness.core.schema > docs/records.md"
+        "regenerate it: .venv/bin/python -m harness.ground.schema > docs/records.md"
 
 
 def test_every_field_of_every_fixture_record_is_documented_for_its_kind():
@@ -32,7 +32,7 @@ def test_every_field_of_every_fixture_record_is_documented_for_its_kind():
 def test_each_field_is_declared_once_with_what_it_holds():
     """A field is declared in one layer for a kind of record (a field of both run and comm records, `adapter`, in
     one layer of each), and every declaration says what it holds: docs/records.md has no blank description."""
-    from harness.core.record import LAYERS, field_docs
+    from harness.ground.fields import LAYERS, field_docs
 
     for kind in ("run", "scale", "comm"):
         layers = [layer for layer, kinds, _ in LAYERS if kind in kinds]
@@ -45,8 +45,10 @@ def test_each_field_is_declared_once_with_what_it_holds():
 
 
 def test_every_field_the_reader_requires_is_documented_with_what_it_requires():
-    # the types check_record holds a record to are written once, in harness/core/record.py, and shown in docs/records.md
-    from harness.core.record import check_record, checked_fields
+    # the types check_record holds a record to are written once, in harness/ground/fields.py, and shown in
+    # docs/records.md
+    from harness.ground.fields import checked_fields
+    from harness.ground.record import check_record
 
     required = checked_fields()
     assert set(required) <= {name for name, _, _ in schema.entries()}

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.core import stats
+from harness.ground import stats
 from harness.core import joins
 from harness.reports import sessions
 
@@ -94,7 +94,7 @@ def test_joined_sessions_of_identical_rows_are_called_different_at_most_the_stat
 def _run(tmp_path, name, values, cpu=None, rows=None, steps=None):
     """A run directory whose records are a committed run's (every field a real run writes), with these per-launch
     samples/s per row (one launch per round), and where given another CPU, row list or step count."""
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
 
     template = [r for r in read_records(FIXTURE / "records.jsonl.gz")]
     by_label = {r["label"]: r for r in template if r["status"] == "ok"}

@@ -3,7 +3,7 @@ progress file, and the line of the training loop its stack dump shows."""
 
 import threading
 
-from harness.core.provenance import REPO
+from harness.ground.provenance import REPO
 from harness.launching.stalled import describe, first_to_stop, loop_place
 from harness.shared import progress as progress_file
 

@@ -1,7 +1,7 @@
 
 
 def test_the_medians_distribution_free_interval_is_the_textbook_order_statistics():
-    from harness.core.stats import median_interval
+    from harness.ground.stats import median_interval
 
     # n = 10: x(2) and x(9) (P(X <= 1) = 11/1024 <= 2.5% < P(X <= 2) = 56/1024); n = 6: the extremes (1/64);
     # n = 5: none reaches 95% (1/32 > 2.5%); n = 50: x(18) and x(33)

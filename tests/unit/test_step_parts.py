@@ -208,11 +208,9 @@ def test_the_terminal_gets_each_rows_largest_parts():
 
 
 def test_the_models_exposed_communication_is_set_beside_the_measured_one():
-    from types import SimpleNamespace
+    from harness.reports.prediction import exposed_measured
 
-    from harness.model.render import exposed_measured
-
-    rows = [{"label": "ddp", "n": 2, "predicted_s": 0.02, "step": SimpleNamespace(exposed_s=0.006)},
+    rows = [{"label": "ddp", "n": 2, "predicted_s": 0.02, "exposed_s": 0.006},
             {"label": "fsdp", "n": 2, "why_not": "no schedule"}]
     b = {"comm_exposed": 0.003, "waiting": 0.001}
     records = [{"label": "ddp", "scale": {"point": 2, "baseline": False}, "breakdown": b},

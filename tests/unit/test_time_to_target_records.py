@@ -9,7 +9,7 @@ import pytest
 
 from harness import reports as report
 from harness.core.assemble import until_target
-from harness.core.record import check_record
+from harness.ground.record import check_record
 from harness.reports import epoch, run_report, ttt
 from harness.shared.rank_result import TrainResult
 from workloads.base import Workload

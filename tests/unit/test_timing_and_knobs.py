@@ -6,7 +6,7 @@ import pytest
 import adapters
 from adapters.base import KnobError
 from adapters.ddp import DDPAdapter
-from harness.core.stats import percentile, slowest_rank_steps, step_stats
+from harness.ground.stats import percentile, slowest_rank_steps, step_stats
 from harness.shared.options import build
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import adapters
 from harness.core import race as tuning
-from harness.core.errors import BadInput
+from harness.ground.errors import BadInput
 
 from conftest import compare_cli
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import workloads
 from harness.cli import app
-from harness.core import requests
+from harness.core import requests, workload_checks
 from harness.rank.train import StepLoader
 from harness.shared.options import OptionError
 from harness.reports.run_report import equivalence_notes
@@ -305,8 +305,8 @@ def test_dropout_is_found_before_launching_and_explains_a_failed_equivalence(tmp
     reasons = {}
     for ref, options in ((f"{path}:drop", []), (f"{path}:drop", ["p=0"]), (f"{path}:hidden", [])):
         req = requests.RunRequest(workload=ref, options=options)
-        w = requests.load_workload(req)
-        requests.check_user_code(w, req, 8)
+        w = workload_checks.load_workload(req)
+        workload_checks.check_user_code(w, req, 8)
         reasons[(ref.rsplit(":")[1], tuple(options))] = w.nondeterministic
     assert reasons == {("drop", ()): "it has dropout (Dropout(p=0.5))", ("drop", ("p=0",)): None,
                        ("hidden", ()): "the same samples from the same state gave different outputs under two torch "
@@ -353,7 +353,7 @@ def test_flops_per_sample_are_counted_on_the_real_model_as_by_hand(tmp_path):
 
 
 def test_mfu_is_judged_against_the_devices_dense_peak_at_the_rows_arithmetic_or_says_why_not():
-    from harness.core.assemble import mfu
+    from harness.model.hardware import mfu
 
     assert mfu(100.0, "cpu", [], "fp32", None) == {"value": None, "why_none": "no peak known for a CPU"}
     h200 = mfu(98.94, "cuda", ["NVIDIA H200"], "bf16", {"matmul_allow_tf32": False})
@@ -367,7 +367,7 @@ def test_mfu_is_judged_against_the_devices_dense_peak_at_the_rows_arithmetic_or_
 def test_an_fp32_row_with_tf32_convolutions_is_judged_against_the_tf32_peak_and_old_records_are_rejudged():
     # cuDNN runs fp32 convolutions in TF32 by default: ResNet-50 at 50.9 TFLOP/s on an H200 is 10.3% of TF32's
     # 494.7, not 76% of the fp32 vector peak that the first rule judged it against
-    from harness.core.assemble import mfu, mfu_of
+    from harness.model.hardware import mfu, mfu_of
 
     conv = {"cudnn_allow_tf32": True, "matmul_allow_tf32": False}
     assert mfu(49.47, "cuda", ["NVIDIA H200"], "fp32", conv)["peak_tflops"] == 494.7
@@ -384,7 +384,7 @@ def test_an_fp32_model_without_convolutions_is_judged_at_the_fp32_peak_whatever_
     # The fourth GPU lease: a Llama in fp32 ran 42.9 TFLOP/s on an H200 with cuDNN's TF32 switch on (its default)
     # and torch's matmul switch off (its default). It has no convolution, so its matmuls ran in plain fp32: 64% of
     # the 66.9 TFLOP/s fp32 peak, not the 8.7% of TF32's 494.7 that the rule judging by the switches alone said.
-    from harness.core.assemble import mfu, mfu_of
+    from harness.model.hardware import mfu, mfu_of
 
     conv = {"cudnn_allow_tf32": True, "matmul_allow_tf32": False}
     llama = mfu(42.9, "cuda", ["NVIDIA H200"], "fp32", conv, conv_share=0.0)
@@ -493,10 +493,10 @@ def test_a_dict_batch_is_sliced_like_tensors_fed_by_name_and_its_own_loss_counte
     assert n == float((data.test_x["labels"] != -100).sum()) and loss_sum > 0
     # the pre-launch check runs it as the steps will, and reads no counts for a loss that declares one
     req = requests.RunRequest(workload=f"{path}:tagger", options=[], world_size=2)
-    requests.check_user_code(tensors, req, 8)
+    workload_checks.check_user_code(tensors, req, 8)
     assert tensors.nondeterministic is None and tensors.varying_counts is None
     plain = workloads.get(f"{path}:tagger", {"counted": "false"})
-    requests.check_user_code(plain, requests.RunRequest(workload=f"{path}:tagger", options=["counted=false"],
+    workload_checks.check_user_code(plain, requests.RunRequest(workload=f"{path}:tagger", options=["counted=false"],
                                                         world_size=2), 8)
     assert {c["fix"] for c in plain.varying_counts} >= {'`count=lambda batch: (batch["labels"] != -100).sum()` in its '
                                                         'Pieces'}
@@ -537,5 +537,5 @@ def test_dict_inputs_with_targets_apart_take_the_default_loss_and_accuracy_from_
     assert torch.equal(w.step_loss(out, y), torch.nn.functional.cross_entropy(out["logits"], y))
     correct, count, loss_sum = w.evaluate(model, data, 0, 1, torch.no_grad())
     assert count == 16 and 0 <= correct <= 16 and loss_sum > 0
-    requests.check_user_code(w, requests.RunRequest(workload=f"{path}:f", options=[], world_size=2), 8)
+    workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:f", options=[], world_size=2), 8)
     assert w.nondeterministic is None  # the two forwards' dicts compared as outputs, not by torch.equal

@@ -13,9 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.core.record import records_file
+from harness.ground.record import records_file
 
-from harness.core import assemble, stats
+from harness.core import analysis, assemble
+from harness.ground import stats
 from harness.core.runner import round_order
 from harness.reports import verdict
 
@@ -182,7 +183,7 @@ def test_a_wide_row_that_shares_the_fastest_group_is_named_and_rounds_left_incom
 
 def test_one_launch_per_row_ranks_nothing_and_says_how_to_get_a_ranking():
     a = verdict.analyse(_records({"ddp": [100.0], "horovod": [50.0]}))
-    assert a["letters"] is None and verdict.widest(a) is None
+    assert a["letters"] is None and analysis.widest(a) is None
     two = verdict.analyse(_records({"ddp": [100.0, 101.0], "horovod": [50.0, 51.0]}))
     assert two["letters"] is None and two["lines"][0].startswith("**Verdict: no ranking.** Each row ran 2 launch(es)")
     assert a["lines"][0].startswith("**Verdict: no ranking.** Each row ran 1 launch(es); a row needs at least 3")
@@ -331,7 +332,7 @@ def test_the_model_is_judged_against_each_points_own_interval():
 
 
 def test_a_schema_2_sweep_gives_speed_up_and_efficiency_with_intervals():
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
     from harness.reports import scale_report as scale
 
     from conftest import RUNS
@@ -442,7 +443,7 @@ def test_eleven_complete_rounds_are_blocks():
 
 def test_the_pairs_heat_map_is_drawn_for_a_ranking_and_for_nothing_less(tmp_path):
     # resnet_cpu2_20261126-052328: 3 rounds of dp, ddp, spawn, horovod (dp left out of the ranking on a CPU)
-    from harness.core.record import read_records
+    from harness.ground.record import read_records
     from harness.reports import figures
     from harness.reports.run_report import pairs_plot
 
@@ -472,7 +473,7 @@ def test_fastest_is_said_only_of_a_row_resolved_ahead_of_every_other_ranked_row(
         a = verdict.analyse(_records(values))
         first = a["lines"][0]
         winners = [k for k in a["order"]
-                   if all(verdict.oriented(a["pairs"], k, j)["outcome"] == "faster" for j in a["order"] if j != k)]
+                   if all(analysis.oriented(a["pairs"], k, j)["outcome"] == "faster" for j in a["order"] if j != k)]
         assert first.startswith("**Verdict — fastest: ") == bool(winners), (values, first)
         if winners:
             assert first.startswith(f"**Verdict — fastest: {winners[0]}**, resolved ahead of every other row")

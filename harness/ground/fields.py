@@ -1,92 +1,19 @@
-"""Result records: one JSON object per (adapter, workload, world size, repeat), schema-versioned.
+"""Every field of a record, declared once: the TypedDict layers a record of each kind is made of (a field with its
+type and, under it, what it holds), which `check_record` holds every record to (harness/ground/record.py) and
+docs/records.md is generated from (harness/ground/schema.py).
 
-Runs in: the parent. `records.jsonl` is rewritten atomically (temp file + rename) after every launch, so a crash,
-a hang or Ctrl-C later in the run never loses or truncates a finished row. `compare report` renders from these
-alone.
+Runs in: the parent.
 """
 
 import functools
-import json
-import math
-import os
-from pathlib import Path
 from typing import Any, NotRequired, TypedDict, get_origin, get_type_hints, is_typeddict
-
-
-SCHEMA_VERSION = 2
-"""2: samples/s from the mean step of the timed window (1: the median step); CPU time per rank over the timed window;
-the machine's noise over it; the round order's seed and each launch's place in its round; the run's baseline row."""
-READABLE_SCHEMAS = (1, 2)
-"""Versions `compare report` renders: 1 as it always was (median step, spread across repeats, no intervals)."""
-
-
-def has_intervals(records: list[dict[str, Any]]) -> bool:
-    """Whether every record is of schema 2 or later (throughput over the whole timed window per launch): reports
-    give those intervals and a verdict. Every reader asks this, not the version number, so what each version holds
-    is known here alone; records of schema 1 render as they always did (median step, spread, no verdict)."""
-    return bool(records) and all(r.get("schema_version", 1) >= 2 for r in records)
-
-
-MEASURED = ("ok", "not_reached")
-"""Statuses of a record that carries a full measurement: `not_reached` is an until-target row that trained its
-whole step budget without reaching the target (its timings, memory and metrics are all there)."""
-
-
-def precision_label(controls: dict, conv_share: float | None = None) -> str:
-    """Precision, plus wire compression when on: an fp16-compressed row never passes for plain fp32; and on CUDA an
-    fp32 row that ran TF32 convolutions or matmuls says so (cuDNN's default). `conv_share` (the record's
-    conv_flops_share): a model without convolutions (0) ran none in TF32, whatever cuDNN allowed; unknown (None, an
-    older record), the switch alone is shown."""
-    c = controls.get("compression", "none")
-    label = controls["precision"]
-    math = controls.get("cuda_math") or {}
-    tf32 = [k for k, on in (("conv", math.get("cudnn_allow_tf32") and conv_share != 0),
-                            ("matmul", math.get("matmul_allow_tf32"))) if on]
-    if label == "fp32" and tf32:
-        label += f" (TF32 {'/'.join(tf32)})"
-    return label + ("" if c == "none" else f" + {c} wire")
-
-
-def precision_of(rec: dict) -> str:
-    """precision_label of a record: its controls and the share of its FLOPs in convolutions."""
-    return precision_label(rec["controls"], rec.get("conv_flops_share"))
-
-
-def frozen_note(rec: dict) -> str:
-    """", of which 4,194,304 trainable" where a record's model has frozen parameters; "" otherwise (and for records
-    made before trainable_param_count existed)."""
-    trainable = rec.get("trainable_param_count")
-    if trainable is None or trainable == rec.get("param_count"):
-        return ""
-    return f", of which {trainable:,} trainable"
-
-
-LOAD_BALANCE_METHOD = (
-    "per rank: step = the rank's own median step time over the timed steps; compute = the median forward + "
-    "backward + optimizer step of a plain local copy of the model (no wrapper, no communication) on the rank's "
-    "own per-rank batch, timed on every rank at once right after the timed steps; wait = step - compute "
-    "(communication the step could not hide, and waiting for slower peers), the same measure for every backend")
-
-
-def write_records(path: Path, records: list[dict[str, Any]]) -> None:
-    """Replace `path` with `records`, atomically: a reader sees the old file or the new one, never a part; on
-    failure (a full disk) the old file stays and no temp file is left."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for rec in records:
-                f.write(json.dumps(rec, sort_keys=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 Number = int | float
 """A JSON number: an int or a float (a bool is neither)."""
-_NUM = (int, float)
+
+
+NUMBER_TYPES = (int, float)
 
 
 class Env(TypedDict):
@@ -347,7 +274,7 @@ class RunOnly(TypedDict):
 
     rerun_command: NotRequired[str]
     """The command line that reproduces the run exactly: its request written back with what it resolved (the rows,
-    world size, steps, warm-up, global batch, equivalence steps, the order seed; harness/core/argv.py)."""
+    world size, steps, warm-up, global batch, equivalence steps, the order seed; harness/ground/argv.py)."""
     order_seed: NotRequired[int]
     """Seed of the shuffled order of rows within each round (`--order-seed` repeats it)."""
     position: NotRequired[int]
@@ -431,7 +358,8 @@ class Scale(TypedDict):
     scale: ScalePoint
     """This point of the sweep: scaling, world sizes, point, per-rank batch, baseline."""
     scale_sweep: NotRequired[dict[str, Any]]
-    """The sweep: scaling, world sizes, threads per rank, the model's inputs."""
+    """The sweep: scaling, world sizes, threads per rank, the model's inputs; in the first record, `prediction`: the
+    model's prediction of the sweep, made when it ended, which its report renders (harness/model/predicted.py)."""
     contention: NotRequired[dict[str, Any]]
     """The calibration launch: compute with and without the other ranks busy."""
 
@@ -496,6 +424,7 @@ class CommRecord(Base, Comm):
 Record = RunRecord | CommRecord
 """What read_records returns: every field these types require is there, with its type (docs/records.md)."""
 
+
 LAYERS: tuple[tuple[type, tuple[str, ...], str], ...] = (
     (Base, ("run", "scale", "comm", "tune"), "every record"),
     (Run, ("run", "scale", "tune"), "every run, scale and tune record"),
@@ -504,7 +433,7 @@ LAYERS: tuple[tuple[type, tuple[str, ...], str], ...] = (
     (Scale, ("scale",), "every scale record"), (Tune, ("tune",), "every tune record"), (Comm, ("comm",), "every comm record"),
     (CommMeasured, ("comm",), "every measured comm record"))
 """Each layer of fields, the kinds of record it belongs to and which records its required fields are required of:
-docs/records.md is generated from these (harness/core/schema.py)."""
+docs/records.md is generated from these (harness/ground/schema.py)."""
 
 
 @functools.cache
@@ -524,14 +453,14 @@ def _runtime(t: Any) -> type | tuple[type, ...]:
     """What isinstance checks a field's declared type against: a number is an int or a float, a nested TypedDict a
     dict, list[int] a list."""
     if t == Number:
-        return _NUM
+        return NUMBER_TYPES
     if is_typeddict(t):
         return dict
     return get_origin(t) or t
 
 
 @functools.cache
-def _fields(layer: type) -> dict[str, type | tuple[type, ...]]:
+def required_fields(layer: type) -> dict[str, type | tuple[type, ...]]:
     """A layer's required fields and their runtime types, in declaration order (its NotRequired ones are described,
     not checked: records written before they existed lack them)."""
     return {key: _runtime(t) for key, t in get_type_hints(layer).items() if key in layer.__required_keys__}
@@ -539,150 +468,19 @@ def _fields(layer: type) -> dict[str, type | tuple[type, ...]]:
 
 def checked_fields() -> dict[str, str]:
     """Top-level field -> what `check_record` requires of it ("int, every record"), for docs/records.md: the
-    types are written once, in the TypedDicts above that the check itself reads."""
+    types are written once, in the TypedDicts above that the check itself reads (harness/ground/record.py:
+    check_record)."""
     def name(types):
-        return "number" if types == _NUM else types.__name__
+        return "number" if types == NUMBER_TYPES else types.__name__
 
     out: dict[str, str] = {}
     for layer, _, when in LAYERS:
-        for key, types in _fields(layer).items():
+        for key, types in required_fields(layer).items():
             out.setdefault(key, f"{name(types)}, {when}")
     return out
 
 
-def _measured(obj: dict[str, Any], keys: tuple[str, ...], where: str, positive: bool = False) -> None:
-    """A measurement is a finite number, at least 0 (above 0 where `positive`): a NaN or negative throughput or
-    step time cannot come from a run, and would be rendered as a figure."""
-    for key in keys:
-        v = obj[key]
-        if not math.isfinite(v) or v < 0 or (positive and v == 0):
-            raise ValueError(f"{where}: '{key}' is {v!r}, which no measurement gives (a finite number "
-                             f"{'above' if positive else 'of at least'} 0)")
+class WithTimeToTarget(TypedDict):
+    """A record whose `ttt` is checked (a time-to-target run's)."""
 
-
-def _check(obj: Any, layer: type, where: str) -> None:
-    """Every field `layer` declares is in `obj`, with its type (a nested object's own fields are checked by the
-    caller, in the order its messages promise)."""
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where} is not an object")
-    for key, types in _fields(layer).items():
-        if key not in obj:
-            raise ValueError(f"{where} has no '{key}'")
-        if not isinstance(obj[key], types) or (types in (int, _NUM) and isinstance(obj[key], bool)):
-            raise ValueError(f"{where}: '{key}' is {type(obj[key]).__name__}, expected "
-                             f"{getattr(types, '__name__', 'a number')}")
-
-
-def check_record(rec: Any, where: str = "record") -> None:
-    """Raise ValueError naming the first missing or mistyped field of a record that `compare report` needs."""
-    _check(rec, Base, where)
-    if rec["schema_version"] not in READABLE_SCHEMAS:
-        raise ValueError(f"{where}: schema_version {rec['schema_version']!r}, this compare reads "
-                         f"{' and '.join(map(str, READABLE_SCHEMAS))}")
-    _check(rec["env"], Env, f"{where}: env")
-    if rec.get("kind") == "comm":
-        _check(rec, Comm, where)
-        if rec["status"] == "ok":
-            _check(rec, CommMeasured, where)
-            _check(rec["time_s"], StepTime, f"{where}: time_s")
-            _measured(rec["time_s"], ("median", "p10", "p90"), f"{where}: time_s")
-        return
-    _check(rec, Run, where)
-    if rec.get("kind") == "scale":
-        _check(rec, Scale, where)
-        _check(rec["scale"], ScalePoint, f"{where}: scale")
-    if rec.get("kind") == "tune":
-        _check(rec, Tune, where)
-        _check_tune(rec, where)
-    if rec["status"] in MEASURED:
-        _check(rec, Measured, where)
-        _check(rec["controls"], Controls, f"{where}: controls")
-        _check(rec["step_time_s"], StepTime, f"{where}: step_time_s")
-        _measured(rec, ("samples_per_s", "samples_per_s_per_device"), where, positive=True)
-        _measured(rec["step_time_s"], ("median", "p10", "p90"), f"{where}: step_time_s")
-        if rec.get("until_target") or rec["status"] == "not_reached":
-            _check(rec, _Ttt, where)
-            _check(rec["ttt"], TimeToTarget, f"{where}: ttt")
-            if rec["ttt"]["reached"]:
-                _check(rec["ttt"], Reached, f"{where}: ttt")
-
-
-def _check_tune(rec: dict[str, Any], where: str) -> None:
-    """A tune record's stage, plan and summary have the shape the race's replay reads (harness/core/race.py): what
-    `compare report` renders and `compare run --tuned` takes winners from."""
-    stage = rec["tune"].get("stage")
-    if stage not in ("race", "confirm"):
-        raise ValueError(f"{where}: 'tune' has stage {stage!r}, expected 'race' or 'confirm'")
-    for key in ("tune_plan", "tune_summary"):
-        if key in rec and not isinstance(rec[key], dict):
-            raise ValueError(f"{where}: '{key}' is {type(rec[key]).__name__}, expected dict")
-    plan = rec.get("tune_plan")
-    if plan is not None:
-        backends = plan.get("backends")
-        if not isinstance(backends, dict) or not backends:
-            raise ValueError(f"{where}: 'tune_plan' has no 'backends' (backend -> its candidate rows)")
-        for name, candidates in backends.items():
-            if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
-                raise ValueError(f"{where}: 'tune_plan' lists backend {name!r}'s candidates as "
-                                 f"{type(candidates).__name__}, expected a list of rows")
-            if not candidates:
-                raise ValueError(f"{where}: 'tune_plan' lists no candidate for backend {name!r} (a tune races its "
-                                 f"defaults at least)")
-        budget = plan.get("budget_s")
-        if not isinstance(budget, _NUM) or isinstance(budget, bool) or not budget > 0:
-            raise ValueError(f"{where}: 'tune_plan' has budget_s {budget!r}, expected seconds above 0")
-    summary = rec.get("tune_summary")
-    if summary is not None:
-        for key, types in (("race_rounds", int), ("confirm_rounds", int), ("budget_s", _NUM), ("elapsed_s", _NUM),
-                           ("race_ended", dict)):
-            value = summary.get(key)
-            if not isinstance(value, types) or isinstance(value, bool):
-                raise ValueError(f"{where}: 'tune_summary' has {key} {value!r}, which no finished tune writes")
-
-
-class _Ttt(TypedDict):
     ttt: TimeToTarget
-
-
-RECORDS = "records.jsonl"
-"""What a run writes, and rewrites after every launch."""
-PACKED = "records.jsonl.gz"
-"""The same, gzip-compressed (as pyperf stores .json.gz): how committed runs are kept, a sixth of the size
-(`gzip -9n records.jsonl`). Every reader takes either."""
-
-
-def records_file(directory: Path) -> Path | None:
-    """The records of a results directory: records.jsonl, else records.jsonl.gz; None when it has neither."""
-    for name in (RECORDS, PACKED):
-        path = directory / name
-        if path.exists() or path.is_symlink():
-            return path
-    return None
-
-
-def read_records(path: Path) -> list[Record]:
-    """Every record of a records.jsonl (or .jsonl.gz), each checked to have the shape the reports need (ValueError,
-    naming the line and the field, otherwise)."""
-    records = []
-    if path.exists() and not path.is_file():  # a FIFO would block the read for ever, a directory cannot be read
-        raise ValueError(f"{path}: not a regular file")
-    if path.name.endswith(".gz"):
-        import gzip
-
-        try:
-            text = gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
-        except (OSError, EOFError) as exc:  # not gzip, or cut short
-            raise ValueError(f"{path}: not a gzip file ({exc})") from None
-    else:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rec = json.loads(line)
-            except ValueError as exc:
-                raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
-            except RecursionError:
-                raise ValueError(f"{path}:{n}: not a record (JSON nested too deep to read)") from None
-            check_record(rec, f"{path}:{n}")
-            records.append(rec)
-    return records

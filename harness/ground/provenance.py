@@ -227,8 +227,8 @@ def parallel_info() -> dict[str, str]:
 
 def summary_lines(info: dict[str, Any]) -> list[str]:
     """`compare env` in a few paste-ready lines (the whole of it: --full or --json)."""
-    from harness.core.errors import first_sentence
-    from harness.core.sizes import format_mib
+    from harness.ground.errors import first_sentence
+    from harness.ground.sizes import format_mib
 
     dist = info.get("distributed") or {}
     backends = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in dist.items()) or "torch.distributed missing"

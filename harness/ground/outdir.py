@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.core.errors import BadInput
+from harness.ground.errors import BadInput
 
 RESULT_FILES = ("records.jsonl", "records.jsonl.gz", "report.md", "sessions.json")
 """Files whose presence means "this directory holds results" (plots and logs always come with them)."""

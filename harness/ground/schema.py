@@ -1,22 +1,24 @@
-"""docs/records.md, generated from the one definition of a record: the TypedDict layers of harness/core/record.py,
+"""docs/records.md, generated from the one definition of a record: the TypedDict layers of harness/ground/fields.py,
 whose fields (required, or NotRequired) each carry their docstring, which `check_record` reads the types of.
 
-Runs in: the parent (and `python -m harness.core.schema`, which prints docs/records.md). A test checks that every field
-of every committed fixture record is declared for its kind, and that docs/records.md is this module's rendering, so
-the record cannot grow in the code without growing there. Nested fields are described inside their parent's entry.
+Runs in: the parent (and `python -m harness.ground.schema`, which prints docs/records.md). A test checks that every
+field of every committed fixture record is declared for its kind, and that docs/records.md is this module's
+rendering, so the record cannot grow in the code without growing there. Nested fields are described inside their
+parent's entry.
 """
 
 from __future__ import annotations
 
 import functools
 
-from harness.core.record import LAYERS, READABLE_SCHEMAS, SCHEMA_VERSION, checked_fields, field_docs
+from harness.ground.fields import LAYERS, checked_fields, field_docs
+from harness.ground.record import READABLE_SCHEMAS, SCHEMA_VERSION
 
 
 @functools.cache
 def entries() -> list[tuple[str, tuple[str, ...], str]]:
     """(field, the kinds of record it is in, what it holds) for every top-level field, in the order the layers of
-    harness/core/record.py declare them; a field two layers declare (`adapter` in run and comm records) once."""
+    harness/ground/fields.py declare them; a field two layers declare (`adapter` in run and comm records) once."""
     out: dict[str, tuple[list[str], str]] = {}
     for layer, kinds, _ in LAYERS:
         docs = field_docs(layer)
@@ -34,12 +36,12 @@ def markdown() -> str:
     lines = ["# Records", "",
              "Every run writes `records.jsonl`: one JSON object per row and launch (`compare run`, `compare scale`) "
              "or per backend, op and size (`compare comm`). `compare report DIR` renders a report from these alone. "
-             "This page is generated from `harness/core/schema.py` (`python -m harness.core.schema > "
+             "This page is generated from `harness/ground/schema.py` (`python -m harness.ground.schema > "
              "docs/records.md`); a test keeps the two equal and every field of the committed fixture records listed. "
              "The `required` column is what `compare report` checks before it renders anything "
-             "(harness/core/record.py `check_record`; nested fields are checked too); a field without it is "
+             "(harness/ground/record.py `check_record`; nested fields are checked too); a field without it is "
              "optional. Every field, its type and what it holds are declared once, as TypedDicts in "
-             "harness/core/record.py (`Base`, `Run`, `RunOnly`, `Measured`, `Scale`, `Comm`, `CommMeasured`; "
+             "harness/ground/fields.py (`Base`, `Run`, `RunOnly`, `Measured`, `Scale`, `Comm`, `CommMeasured`; "
              "nested: `Env`, `Controls`, `StepTime`, `ScalePoint`, `TimeToTarget`, `Reached`), which the check reads "
              "and readers are typed with (`RunRecord`, `CommRecord`).", "",
              "| field | in | required | what it holds |", "|---|---|---|---|"]

@@ -1,5 +1,6 @@
-"""The performance model's words and pictures: the "The model" section of a scale report and `compare predict`'s
-terminal output, both from harness/model/calibration.py.
+"""The performance model's words and pictures: the "The model" sections of a scale report, rendered from the
+prediction the sweep's records keep (harness/model/predicted.py), and `compare predict`'s terminal output, which
+asks the model of today (harness/model/calibration.py).
 
 Runs in: the parent."""
 
@@ -9,22 +10,20 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.core.outdir import save_figure
-from harness.core.record import has_intervals
 from harness.core.requests import DEFAULT_PROFILE
-from harness.core.sizes import format_mib
-from harness.shared.comm_schedule import Fusion, Schedule, Zero
-from harness.model import FINGERPRINT, VERSION, published
+from harness.ground.record import has_intervals
+from harness.ground.sizes import format_mib
+from harness.model import FINGERPRINT, VERSION, predicted, published
+from harness.model import hardware
 from harness.model import costmodel as cm
-from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate, extrapolate_here, judged,
-                                       judgement, predict_measured, repeat_spread, scores, shares_cores, within)
+from harness.model.calibration import (UTILISATION, calibrate, comm_records, extrapolate, judged, judgement,
+                                       predict_measured, repeat_spread, scores, within)
 from harness.reports import figures
 
 
-def _gap_note(comm: list[dict[str, Any]]) -> str:
-    """How the comm sweep timed its calls: after busy work on every rank (`compare comm --gap`, as `compare scale`
-    has since commit 49ac1de), or back to back."""
-    gaps = sorted({r.get("gap_s") or 0.0 for r in comm if r.get("op") and r.get("status") == "ok"})
+def _gap_note(gaps: list[float]) -> str:
+    """How the comm sweep timed its calls (`gaps`: the busy work before them, in seconds): after busy work on every
+    rank (`compare comm --gap`, as `compare scale` has since commit 49ac1de), or back to back."""
     if not gaps:
         return ""
     if gaps == [0.0]:
@@ -36,14 +35,14 @@ def _gap_note(comm: list[dict[str, Any]]) -> str:
             "commit 49ac1de back to back, as nccl-tests does).")
 
 
-def _fused_note(sched: Schedule | None, c: dict) -> str:
+def _fused_note(c: dict[str, Any]) -> str:
     """How a fusion schedule's fused buffers are priced in this report."""
-    if not isinstance(sched, Fusion) or c["collectives"] is None:
+    if not c["fusion"] or c["collectives"] is None:
         return ""
-    if any(op == "all_reduce_coalesced" for op, _ in c["collectives"].fits):
+    if any(op == "all_reduce_coalesced" for op, *_ in c["collectives"]["fits"]):
         return ("; a fused buffer of several tensors is priced from the sweep's all_reduce_coalesced, the "
                 "framework's own fused call (packing, all-reduce and unpacking as in training)")
-    copy = c["curve"].copy_Bps
+    copy = c["copy_Bps"]
     return ("; a fused buffer of several tensors is priced as one all-reduce plus its packing and unpacking at the "
             "rank's copy bandwidth" + (f" ({copy / 1e9:.1f} GB/s)" if copy else "")
             + " (the sweep has no all_reduce_coalesced cells: made by compare before commit 115e299)")
@@ -95,7 +94,7 @@ def exposed_measured(rows: list[dict[str, Any]], records: list[dict[str, Any]]) 
         if not got:
             continue
         measured = sum(b["comm_exposed"] + b["waiting"] for b in got) / len(got)
-        predicted = r["step"].exposed_s
+        predicted = r["exposed_s"]
         error = f"{predicted / measured - 1:+.0%}" if measured > 0 else "–"
         lines.append(f"| {r['label']} | {r['n']} | {predicted * 1e3:.2f} | {measured * 1e3:.2f} | {error} "
                      f"| {len(got)} |")
@@ -136,20 +135,22 @@ def parts_note(p: dict[str, Any]) -> str:
 # ---- the report section ------------------------------------------------------------------------------------------
 
 def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], list[Path]]:
+    """The report's model sections, rendered from the prediction the sweep's records keep (harness/model/predicted.py;
+    a sweep recorded before predictions were kept is predicted now, from its `comm_n<N>/`), and its plot."""
     sweep = records[0].get("scale_sweep") or {}
     if sweep.get("model") is False:
         return ["## The model", "", "Not evaluated: the sweep ran with `--no-model` (no comm sweep, no compute-"
                 "contention calibration, no prediction).", ""], []
-    problems: list[str] = []
-    comm = comm_records(out, problems)
-    cal = calibrate(records, comm)
+    pred = predicted.of_sweep(out, records)
+    cal, version = pred["calibration"], pred["version"]
     md = ["## The model: predicted vs measured", ""]
     made = sweep_version(records)
-    md += [f"Model version {VERSION}; this sweep was made with "
-           + ("it: a validation of the model, which was frozen before the sweep ran." if made == VERSION else
+    md += [f"Model version {version}; this sweep was made with "
+           + ("it: a validation of the model, which was frozen before the sweep ran." if made == version else
               f"version {made}: data the model was developed on, not its validation." if made is not None else
               "no model version (before the model was versioned): data the model was developed on, not its "
               "validation."), ""]
+    problems = pred["comm_problems"]
     md += [f"- {p}: the model has no collectives from it." for p in problems] + ([""] if problems else [])
     if not cal:
         return md + ["No point has a compute profile to calibrate with.", ""], []
@@ -158,18 +159,19 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
            "size from the mean times of the `compare comm` sweep in `comm_n<N>/`, non-decreasing in size) + the "
            "framework's own overhead measured at world size 1 (harness/model/costmodel.py; " + (
                "on this CPU every core computes, so communication cannot overlap compute and is added to the step"
-               if any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
-               else "communication overlaps backward as each schedule allows") + "). It predicts the mean step "
-           "and is judged against it: the model adds a step's parts, and means add where medians do not (a step "
+               if pred["shares_cores"] else "communication overlaps backward as each schedule allows")
+           + "). It predicts the mean step and is judged against it: the model adds a step's parts, and means add "
+           "where medians do not (a step "
            "with several collectives, each delayed now and then, has a median above the sum of their medians); "
            "the mean step is also what a run's throughput and time to train are made of. The error against the "
-           "median step is beside it." + _gap_note(comm), ""]
+           "median step is beside it." + _gap_note(pred["comm_gaps"]), ""]
     md += ["| adapter | world size | measured step ms: mean (median, p10) [repeats' means] | predicted ms "
            "| error vs mean "
            "| vs median | of which exposed comm ms | overhead ms | compute at N vs alone: calibrated (in the point) "
            "| with the compute measured in the point | peak memory/rank measured → predicted |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    rows = predict_measured(records, tab, cal)
+    firsts = {(p["label"], p["n"]): p["first"] for points in tab.values() for p in points}
+    rows = [{**r, "first_contention": firsts[r["label"], r["n"]].get("contention")} for r in pred["rows"]]
     for r in rows:
         over = " (oversubscribed)" if r["oversubscribed"] else ""
         mem = (f"{format_mib(r['measured_mem'])} → {format_mib(r['predicted_mem'])} ({r['mem_error']:+.0%})"
@@ -179,11 +181,10 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
         if "predicted_s" not in r:
             md.append(f"| {r['label']} | {r['n']}{over} | {measured} | – ({r['why_not']}) | | | | | | | {mem} |")
             continue
-        s = r["step"]
         md.append(f"| {r['label']} | {r['n']}{over} | {measured} "
                   f"| {r['predicted_s'] * 1e3:.2f} | {r['error']:+.0%} | {r['error_median']:+.0%} "
-                  f"| {s.exposed_s * 1e3:.2f} "
-                  f"| {s.overhead_s * 1e3:.2f} | " + _ratio_cell(r) + " | "
+                  f"| {r['exposed_s'] * 1e3:.2f} "
+                  f"| {r['overhead_s'] * 1e3:.2f} | " + _ratio_cell(r) + " | "
                   + (f"{r['with_measured_compute_s'] * 1e3:.2f} ({r['with_measured_compute_error']:+.0%})"
                      if "compute_ratio" in r else "–") + f" | {mem} |")
     md += exposed_measured(rows, records)
@@ -258,79 +259,73 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                        f"and the median jumps from one mode to another between runs. The model carries such delays "
                        f"only as far as the comm sweep's mean times hold them: a collective timed back to back, with "
                        f"nothing computed between calls, is delayed less often than one called after a step's "
-                       f"compute" + (", which is why the sweep times each call after busy work" if any(
-                           r.get("gap_s") for r in comm if r.get("op")) else "") +
+                       f"compute" + (", which is why the sweep times each call after busy work"
+                                     if pred["comm_gapped"] else "") +
                        " (tests/benchmarks/bench_step_parts.py times compute, the collective back to back and "
                        "after busy work, and the two in a row, interleaved in one launch, and prints how far the "
                        "step is from the sum of its parts on the machine it runs on)."]
     md += ["", "Calibration per adapter:", ""]
     for label, c in cal.items():
-        prof = c["profile"]["batches"][0]
-        sched = c["schedule"]
-        kind = (f"{sched.KIND}{', stage ' + str(sched.stage) if isinstance(sched, Zero) else ''}" if sched
+        prof = c["batch"]
+        kind = (f"{c['kind']}{', stage ' + str(c['stage']) if c['stage'] is not None else ''}" if c["kind"]
                 else "none")
         fits = ""
         if c["collectives"] is not None:
             coll = c["collectives"]
             fits = "; ".join([f"{op} n={n}: {lat * 1e6:,.0f} µs + busbw {bw / 1e9:.2f} GB/s"
-                              for (op, n), (lat, bw) in sorted(coll.fits.items())]
-                             + [f"{op} n={n}: not fitted ({why})"
-                                for (op, n), why in sorted(coll.unfitted.items())])
+                              for op, n, lat, bw in coll["fits"]]
+                             + [f"{op} n={n}: not fitted ({why})" for op, n, why in coll["unfitted"]])
         md.append(f"- **{label}** ({kind}): "
                   f"compute from {c['source']}: forward {prof['fwd_s'] * 1e3:.2f} ms, backward "
                   f"{prof['bwd_s'] * 1e3:.2f} ms, optimizer {prof['opt_s'] * 1e3:.2f} ms at per-rank batch "
                   f"{prof['per_rank_batch']}; overhead {c['overhead_s'] * 1e3:.2f} ms; "
-                  f"{sum(b for b, _ in c['curve'].grads) / 2**20:.1f} MiB of gradients"
+                  f"{c['grad_bytes'] / 2**20:.1f} MiB of gradients"
                   + _contention_note(records, label)
-                  + (f"; {sched.comm_backend if sched else None} collectives (priced from the sweep's mean time per "
+                  + (f"; {c['comm_backend']} collectives (priced from the sweep's mean time per "
                      f"size at a measured world size; the latency + bus bandwidth fitted to those means carries them past "
                      f"the largest size and to other world sizes): {fits}" if fits else "")
-                  + _fused_note(sched, c))
+                  + _fused_note(c))
     md.append("")
-    shares = any(shares_cores(p["first"]) for rows in tab.values() for p in rows if p["status"] == "ok")
-    here = {label: extrapolate_here(c, c["profile"]["batches"][0]["per_rank_batch"], sweep.get("predict_to", 1024),
-                                    shares) for label, c in cal.items()}
+    shares, here, to = pred["shares_cores"], pred["here"], pred["predict_to"]
+    bounds_from, utilisation = pred["bounds_from"], pred["utilisation"]
     if any(here.values()):
-        to = sweep.get("predict_to", 1024)
         md += [f"## Extrapolation: this machine's fitted collectives, weak scaling up to {to} ranks", "",
                "Many workers like the ones measured here: each op's bus bandwidth as fitted at the largest world "
                "size measured, its latency per ring step as measured there (2(N-1) steps per all-reduce), the "
                "compute measured here" + (", and communication added to the step (it shares the cores)"
-                                          if shares else "") + f". Beyond {cm.BOUNDS_FROM} ranks a ring of "
+                                          if shares else "") + f". Beyond {bounds_from} ranks a ring of "
                "gloo over loopback is not a machine anyone has: read it as what latency alone does.", "",
                "| adapter | per-rank batch | " + " | ".join(f"N={n}" for n in _ext_ns(to)) + " |",
                "|---|---|" + "---|" * len(_ext_ns(to))]
         for label, rows_h in here.items():
             if rows_h:
-                batch = cal[label]["profile"]["batches"][0]["per_rank_batch"]
+                batch = cal[label]["batch"]["per_rank_batch"]
                 md.append(f"| {label} | {batch} | " + " | ".join(
                     f"{next(r for r in rows_h if r['n'] == n)['mid']:.0%}" for n in _ext_ns(to)) + " |")
         md.append("")
     plots = []
-    profiles = sweep.get("profiles") or []
-    to = sweep.get("predict_to", 1024)
     ext = {}
-    for name in profiles:
-        try:
-            fabric = cm.load_profile(name)
-        except KeyError:
+    for profile in pred["profiles"]:
+        name = profile["name"]
+        if profile.get("unknown"):
             md += [f"Unknown hardware profile {name}: no extrapolation.", ""]
             continue
-        except cm.BadProfile as exc:
-            md += [f"The {exc}: no extrapolation to it.", ""]
+        if profile.get("bad"):
+            md += [f"The {profile['bad']}: no extrapolation to it.", ""]
             continue
-        md += [f"## Extrapolation: {name} ({fabric.device}), weak scaling up to {to} GPUs", "",
-               f"Compute on the {fabric.device}: the FLOPs of one step counted here (torch's FlopCounterMode) at the "
-               f"profile's peak for the row's precision x {UTILISATION[0]:.0%} / {UTILISATION[1]:.0%} / "
-               f"{UTILISATION[2]:.0%} utilisation (the middle figure, and the range); no framework overhead carried "
+        device = profile["device"]
+        md += [f"## Extrapolation: {name} ({device}), weak scaling up to {to} GPUs", "",
+               f"Compute on the {device}: the FLOPs of one step counted here (torch's FlopCounterMode) at the "
+               f"profile's peak for the row's precision x {utilisation[0]:.0%} / {utilisation[1]:.0%} / "
+               f"{utilisation[2]:.0%} utilisation (the middle figure, and the range); no framework overhead carried "
                f"over from this machine. Collectives: the profile's bus bandwidths and NCCL's latencies (sources in "
-               f"harness/model/profiles/){_slowdown_note(fabric)}. Beyond {cm.BOUNDS_FROM} GPUs only the range is given: a step model does not see "
-               f"contention, stragglers or topology effects that dominate there.", "",
+               f"harness/model/profiles/){_slowdown_note(profile['overlap_slowdown'])}. Beyond {bounds_from} GPUs "
+               f"only the range is given: a step model does not see contention, stragglers or topology effects that "
+               f"dominate there.", "",
                "| adapter | per-GPU batch | " + " | ".join(f"N={n}" for n in _ext_ns(to)) + " |",
                "|---|---|" + "---|" * len(_ext_ns(to))]
-        for label, c in cal.items():
-            batch = c["profile"]["batches"][0]["per_rank_batch"]
-            rows_e = extrapolate(c, fabric, batch, to)
+        for label, e in profile["adapters"].items():
+            batch, rows_e = e["batch"], e["rows"]
             if not rows_e:
                 md.append(f"| {label} | {batch} | " + " | ".join("–" for _ in _ext_ns(to)) + " |")
                 continue
@@ -338,27 +333,27 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
             cells = []
             for n in _ext_ns(to):
                 r = next(x for x in rows_e if x["n"] == n)
-                cells.append(f"{r['low']:.0%}–{r['high']:.0%}" if n > cm.BOUNDS_FROM
+                cells.append(f"{r['low']:.0%}–{r['high']:.0%}" if n > bounds_from
                              else f"{r['mid']:.0%} ({r['low']:.0%}–{r['high']:.0%})")
             md.append(f"| {label} | {batch} | " + " | ".join(cells) + " |")
         md.append("")
-    problems: list[str] = []
-    checks = published.configurations(problems)
-    md += ["## The model against published results", "", *[x for line in problems for x in (f"{line}.", "")],
+    checks = pred["published"]["checks"]
+    md += ["## The model against published results", "",
+           *[x for line in pred["published"]["problems"] for x in (f"{line}.", "")],
            "The same model, fed each published result's single-GPU throughput (forward 1/3, backward 2/3 of the "
            "step; each layer's gradient ready as backward reaches it, for the CNNs built here with torchvision's "
            "layer sizes, else 100 equal tensors; fp32 gradients), the framework's schedule of the time (DDP's "
            "buckets; Horovod's 64 MB / 5 ms fusion before 0.21) and the cluster's profile:", ""]
-    md += published.lines(checks, published.slowdowns()) + [""]
-    plots += plot(out, ext, checks, to)
+    md += published.lines(checks, pred["published"]["slowdowns"]) + [""]
+    plots += plot(out, ext, checks, to, bounds_from, utilisation)
     return md, plots
 
 
-def _slowdown_note(fabric: cm.Fabric) -> str:
+def _slowdown_note(slowdown: float) -> str:
     """How the profile prices compute that overlaps communication (model version 3 on)."""
-    if not fabric.overlap_slowdown:
+    if not slowdown:
         return "; compute that overlaps communication is not slowed (the profile states no slowdown)"
-    return (f"; compute that overlaps communication takes {1 + fabric.overlap_slowdown:.3g}x as long (the profile's "
+    return (f"; compute that overlaps communication takes {1 + slowdown:.3g}x as long (the profile's "
             f"overlap_compute_slowdown)")
 
 
@@ -366,7 +361,8 @@ def _ext_ns(to: int) -> list[int]:
     return [n for n in (8, 16, 64, 256, 1024, 4096) if n <= to]
 
 
-def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], to: int) -> list[Path]:
+def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], to: int, bounds_from: int,
+         utilisation: list[float]) -> list[Path]:
     if not ext:
         return []
     plt = figures.pyplot()
@@ -377,16 +373,16 @@ def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], t
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     for label, rs in rows.items():
         ns = [r["n"] for r in rs]
-        line, = ax.plot([n for n in ns if n <= cm.BOUNDS_FROM], [r["mid"] for r in rs if r["n"] <= cm.BOUNDS_FROM],
+        line, = ax.plot([n for n in ns if n <= bounds_from], [r["mid"] for r in rs if r["n"] <= bounds_from],
                         marker="o", markersize=3, label=label)
         ax.fill_between(ns, [r["low"] for r in rs], [r["high"] for r in rs], color=line.get_color(), alpha=0.15)
-    ax.axvline(cm.BOUNDS_FROM, color="grey", linestyle=":", linewidth=1)
-    ax.text(cm.BOUNDS_FROM * 1.1, 0.02, "bounds only beyond", fontsize=7, color="grey")
+    ax.axvline(bounds_from, color="grey", linestyle=":", linewidth=1)
+    ax.text(bounds_from * 1.1, 0.02, "bounds only beyond", fontsize=7, color="grey")
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("GPUs")
     ax.set_ylabel("predicted parallel efficiency (weak scaling)")
-    ax.set_title(f"This workload on {name} (band: {UTILISATION[0]:.0%}–{UTILISATION[2]:.0%} of peak)", fontsize=9)
+    ax.set_title(f"This workload on {name} (band: {utilisation[0]:.0%}–{utilisation[2]:.0%} of peak)", fontsize=9)
     ax.legend(fontsize=7)
     labels = [f"{c['model']} {c['backend']} {c['precision']} n={c['n']}" for c in checks]
     y = range(len(checks))
@@ -401,10 +397,7 @@ def plot(out: Path, ext: dict[str, dict[str, list[dict]]], checks: list[dict], t
     ax2.set_xlabel("parallel efficiency")
     ax2.set_title("Published scaling results vs the model", fontsize=9)
     ax2.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "prediction.png"
-    save_figure(fig, path, 110)
-    plt.close(fig)
+    path = figures.save(fig, out / "prediction.png")
     return [path]
 
 
@@ -439,12 +432,12 @@ def predict_sweep(print_line, directory: Path, records: list[dict], tab, profile
         return rows
     sweep = records[0].get("scale_sweep") or {}
     for name in profile or sweep.get("profiles") or [DEFAULT_PROFILE]:
-        if name not in cm.profiles():  # named by the sweep's records, not typed (that is checked)
+        if name not in hardware.profiles():  # named by the sweep's records, not typed (that is checked)
             print_line(f"unknown hardware profile {escape(name)} named by the sweep: no extrapolation to it")
             continue
         try:
-            fabric = cm.load_profile(name)
-        except cm.BadProfile as exc:
+            fabric = hardware.load_profile(name)
+        except hardware.BadProfile as exc:
             print_line(f"{escape(str(exc))}: no extrapolation to it")
             continue
         print_line(f"[bold]{name}[/] ({fabric.device}), weak scaling, parallel efficiency "

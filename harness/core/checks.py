@@ -1,0 +1,175 @@
+"""The checks every request passes before anything is launched or written: torch present, the device, the world
+size and the other bounds, this machine's cores, lists without gaps or repeats, percentages and durations; and the
+line that names a row that cannot run. The bounds every request is held to are here too. (A request is any of
+harness/core/requests.py's, which import their bounds from here: `req` is not annotated with them.)
+
+Runs in: the parent. A refused request raises BadInput: one line for the user, exit code 2, nothing written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.ground import provenance as envmod
+from harness.ground.errors import BadInput, first_sentence
+
+# ---- the bounds a request is held to ------------------------------------------------------------------------------
+
+DEVICES = ("cpu", "cuda")
+
+
+MAX_THREADS = 4096
+"""--threads above this is a typo, not a machine: refused before torch.set_num_threads() would overflow in a rank."""
+
+
+MAX_WORLD = 65536
+"""A world size above this is a typo, not a cluster (the largest the model extrapolates to, too): refused before
+any other check would name it in a less helpful message."""
+
+
+MAX_STEPS = 10**7
+"""--steps, --warmup, --max-steps (and the step counts that follow them) above this are refused: every rank keeps
+one time and one loss per step (0.3 GB at this bound), and 2**63 overflowed the progress file's counters."""
+
+
+MAX_REPEATS = 1000
+"""--repeats above this is refused: the plan lists every launch up front (10**20 of them took all the memory)."""
+
+
+MAX_BUDGET_S = 7 * 24 * 3600.0
+"""--budget above a week is a typo."""
+
+
+MAX_BREAKDOWN_STEPS = 1000
+"""--breakdown-steps above this is refused: the profiler holds every event of every profiled step in memory until
+they are split. The split is linear in the events and each rank reports every step it splits to the stall watch
+(tests/benchmarks/bench_split.py times it on 1,000 synthetic steps); a stall there anyway costs the breakdown,
+never the row (harness/rank/train.py writes the row's result before the profiled steps)."""
+
+
+BREAKDOWN_BOUND = "the profiler holds every event of the profiled steps in memory until they are split"
+"""Why --breakdown-steps is bounded, as its refusal says it."""
+
+
+MAX_ITERS = 10**6
+"""`compare comm --iters` above this is refused (a cell of 10**20 calls would never end)."""
+
+
+def pairs(items: list[str], what: str, form: str = "KEY=VALUE") -> list[tuple[str, str]]:
+    """["k=v", ...] -> [("k", "v"), ...], refusing an item that is not KEY=VALUE (`form`: how the message shows
+    the expected form)."""
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"{what} '{item}' is not {form}")
+        if key.strip() in {k for k, _ in out}:
+            raise BadInput(f"{what} '{key.strip()}' given twice")
+        out.append((key.strip(), value.strip()))
+    return out
+
+
+def require_torch() -> None:
+    """torch imports here (every adapter and the reference need it): one line otherwise, before anything runs.
+    Cheap: the answer is cached, keyed by torch's files (adapters/probes.py: torch_build)."""
+    from adapters.probes import torch_build
+
+    build = torch_build()
+    if not build.get("installed"):
+        raise BadInput("torch is not installed in this environment; `make setup` installs the pinned CPU build "
+                       "(torch==2.13.0) into .venv/")
+    if build.get("broken"):
+        raise BadInput(f"torch in {build['where']} fails to import ({build['broken']}); every adapter needs it: "
+                       "reinstall it with `make clean setup`, or remove what shadows it from PYTHONPATH")
+
+
+def check_common(req: Any, min_world: int = 1) -> None:
+    """Device, world size, timeout, threads and --out, each refused with one line naming the valid values."""
+    require_torch()
+    if req.device not in DEVICES:
+        raise BadInput(f"unknown device '{req.device}'; valid choices: {', '.join(DEVICES)}")
+    if req.world_size < min_world:
+        what = " for communication" if min_world > 1 else ""
+        raise BadInput(f"world size must be at least {min_world}{what}, got {req.world_size}")
+    if req.world_size > MAX_WORLD:
+        raise BadInput(f"world size must be at most {MAX_WORLD:,}, got {req.world_size}")
+    if not req.timeout_s > 0:
+        raise BadInput(f"--timeout must be a positive number of seconds, got {req.timeout_s:g}")
+    if not req.stall_s >= 0:
+        raise BadInput(f"--stall-timeout must be a number of seconds, at least 0 (0: never), got {req.stall_s:g}")
+    if req.threads is not None and req.threads < 1:
+        raise BadInput(f"threads must be at least 1, got {req.threads}")
+    if req.threads is not None and req.threads > MAX_THREADS:
+        raise BadInput(f"threads must be at most {MAX_THREADS} (more than any machine's cores), got {req.threads}")
+
+
+def check_cores(req: Any, processes: int, fix: str | None = None) -> bool:
+    """Whether `processes` CPU processes oversubscribe the usable cores; refused unless --oversubscribe. `fix`:
+    what to say instead of "--world-size N or fewer" (`compare scale` has --world-sizes)."""
+    if req.device != "cpu":
+        return False
+    cores = envmod.usable_cores()
+    if processes <= cores:
+        if req.threads is None or processes * req.threads <= cores:
+            return False
+        if not req.oversubscribe:  # more compute threads than cores: oversubscribed as surely as more processes
+            raise BadInput(f"world size {processes} x --threads {req.threads} needs {processes * req.threads} cores "
+                           f"but this machine has {cores} usable cores; use --threads {max(1, cores // processes)} "
+                           f"or fewer, or --oversubscribe to run it anyway (every row is then labelled "
+                           f"oversubscribed)")
+        return True
+    if not req.oversubscribe:
+        raise BadInput(f"world size {processes} needs {processes} processes but this machine has {cores} usable "
+                       f"cores; use {fix or f'--world-size {cores} or fewer'}, or --oversubscribe to run it anyway "
+                       f"(every row is then labelled oversubscribed)")
+    return True
+
+
+def check_list(given: list[str] | None, valid: list[str], what: str) -> None:
+    """An explicit list must be non-empty and without duplicates."""
+    if given is None:
+        return
+    if not given:
+        raise BadInput(f"no {what}s given; valid choices: {', '.join(valid)}")
+    if "" in given:
+        raise BadInput(f"an empty {what} in '{','.join(given)}' (two commas in a row, or one at an end); valid "
+                       f"choices: {', '.join(valid)}")
+    seen = set()
+    for name in given:
+        if name in seen:
+            raise BadInput(f"{what} '{name}' listed twice")
+        seen.add(name)
+
+
+def parse_precision(text: str, option: str = "--precision") -> float:
+    """"5%" -> 0.05: a percentage above 0 and below 100 (BadInput otherwise)."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*", text or "")
+    value = float(m.group(1)) / 100.0 if m else None
+    if value is None or not 0.0 < value < 1.0:
+        raise BadInput(f"{option} must be a percentage above 0% and below 100%, e.g. 5%; got {text!r}")
+    return value
+
+
+def parse_duration(text: str, option: str = "--budget") -> float:
+    """"10m" -> 600.0: a number of seconds (s, the default), minutes (m) or hours (h), above 0 and at most a week."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smh]?)\s*", text or "")
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else None
+    if seconds is None or not 0.0 < seconds <= MAX_BUDGET_S:
+        raise BadInput(f"{option} must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got {text!r}")
+    return seconds
+
+
+def unavailable_message(kind: str, name: str, reason: str, device: str, world_size: int) -> str:
+    """One readable line for a named adapter/backend that cannot run (with --strict)."""
+    return (f"{kind} '{name}' cannot run here: {first_sentence(reason)}; see `{list_command(device, world_size)}` "
+            f"for every reason and fix")
+
+
+def list_command(device: str, world_size: int | None) -> str:
+    """The `compare list` line that shows the same availability (a world size above the usable cores got this far
+    only with --oversubscribe, which `compare list` then needs too)."""
+    over = device == "cpu" and world_size is not None and world_size > envmod.usable_cores()
+    return f"compare list --device {device} --world-size {world_size}{' --oversubscribe' if over else ''}"

@@ -1,0 +1,303 @@
+"""A workload checked before anything is launched: it loads with its options and can run here, its loader workers
+make sense, its model states fit this machine's memory, and (a user's own model) it trains, its loss takes the
+model's output, and that output is finite; what the checks learn (harness/core/model_check.py) is kept on the
+workload for the rows and the report.
+
+Runs in: the parent. A refused workload raises BadInput: one line for the user, exit code 2, nothing written; an
+exception inside the user's own code is a UserCodeError (their traceback, exit 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import workloads
+from harness.core import normalisation
+from harness.core.checks import pairs
+from harness.ground import provenance as envmod
+from harness.ground.errors import BadInput
+from harness.shared.cache import cached_json, files_key
+from harness.shared.options import OptionError
+from harness.shared.registry import BadReference, UnknownName
+from workloads import batch as batches
+from workloads.base import LossError
+
+if TYPE_CHECKING:
+    from harness.core.requests import RunRequest
+
+
+def load_workload(req: RunRequest):
+    """The request's workload with its options (BadInput naming the valid choices otherwise)."""
+    try:
+        workload = workloads.get(req.workload, dict(pairs(req.options, "option")))
+    except (UnknownName, BadReference) as exc:
+        raise BadInput(str(exc)) from None
+    except OptionError as exc:
+        raise BadInput(f"workload {req.workload}: {exc}") from None
+    reason = workload.unavailable()
+    if reason:
+        raise BadInput(f"workload {req.workload} cannot run here: {reason}")
+    return workload
+
+
+MAX_LOADER_WORKERS = 256
+"""--loader-workers above this is a typo: every rank would start that many processes."""
+
+
+def check_loader(workload, req: RunRequest) -> int:
+    """The loader workers per rank: refused below 0, above MAX_LOADER_WORKERS, or for a workload that holds its
+    data in memory (there is no loader for them to feed)."""
+    if req.loader_workers is None:
+        return 0
+    if not 0 <= req.loader_workers <= MAX_LOADER_WORKERS:
+        raise BadInput(f"--loader-workers must be between 0 and {MAX_LOADER_WORKERS}, got {req.loader_workers}")
+    if not workload.reads_through_loader():
+        raise BadInput(f"--loader-workers applies to a workload whose training data is a Dataset; {req.workload} "
+                       f"holds its data in memory as tensors, which every rank indexes directly")
+    return req.loader_workers
+
+
+def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
+    """A workload from outside this repository (a file, a module, an entry point) runs forwards and losses on its
+    training samples before anything is launched or written: on torch's meta device, which allocates nothing, or
+    where the model does what meta cannot (a data-dependent branch, .item()) on the CPU. An exception in the user's
+    code is raised as UserCodeError (their traceback, exit 1) rather than as a failed row of every backend; an output
+    that no loss can be taken from is one line. What the passes find (harness/core/model_check.py) is kept on the
+    workload for the rows and the report: randomness or state in its forward, parameters a step leaves without a
+    gradient (`model_facts`), BatchNorm layers. A loss without a count has the counts it may average over read from
+    each rank's slices (harness/core/normalisation.py), for a failed equivalence check to be explained."""
+    if workloads.source(req.workload) == "built-in":
+        return
+    import torch
+
+    from adapters.base import ModelFacts
+    from harness.core import model_check
+    from harness.shared.registry import UserCodeError
+
+    data = workload.materialize("cpu", global_batch)
+    x, y = data.batch(torch.arange(min(2, data.n_train)), "cpu")
+    world = req.world_size if req.world_size and global_batch % req.world_size == 0 else 1
+    first_steps = [data.batch(workload.batch_indices(step, global_batch, data.n_train, 0, world)
+                              [:model_check.CHECK_SAMPLES], "cpu") for step in range(model_check.CHECKED_STEPS)]
+    facts = workload.model_facts = ModelFacts()
+    params = counted = random = None
+    try:
+        with torch.device("meta"):
+            model = workload.build_model()
+            counted = _counted(workload, workload.forward(model, batches.to(x, "meta")), batches.to(y, "meta"))
+        params = sum(p.numel() for p in model.parameters())
+    except UserCodeError:
+        raise
+    except LossError as exc:  # what the model returned cannot give a loss: one line, not a traceback
+        raise BadInput(str(exc)) from None
+    except Exception:  # noqa: BLE001 - what meta cannot do is tried for real below
+        pass
+    if params is not None:
+        check_trains(model, req.workload)
+        facts.batch_norm = model_check.batch_norm_layers(model)
+        _check_gradients(facts, workload, "meta", [(batches.to(a, "meta"), batches.to(b, "meta"))
+                                                   for a, b in first_steps])
+    workload.nondeterministic = _dropout(model) if params is not None else None
+    if params is None or not (workload.nondeterministic or params > SMALL_MODEL):
+        outputs = []
+
+        def forward(model):
+            outputs.append(workload.forward(model, x))  # training mode, as the steps run it
+            return outputs[-1]
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(workload.seed)
+            model = workload.build_model()
+            check_trains(model, req.workload)
+            try:
+                random, workload.stateful = model_check.diagnose(workload.build_model, forward, workload.seed)
+            except UserCodeError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the user's code
+                raise UserCodeError(f"a forward and loss of workload {req.workload} on {batches.length(x)} training "
+                                    f"samples", exc) from None
+            loss = loss_takes(workload, outputs[0], y, req.workload)
+            counted = workload.loss_terms(outputs[0], y)[1] is not None
+            facts.batch_norm = model_check.batch_norm_layers(model)
+            if not facts.checked_steps:  # meta could not run it: on the CPU
+                _check_gradients(facts, workload, "cpu", first_steps)
+        check_finite(outputs[0], loss, req.workload, batches.length(x))
+        workload.nondeterministic = _dropout(model) or random
+    _batch_norm(workload, facts)
+    if not counted:
+        form = "pieces" if isinstance(workload, workloads.FunctionWorkload) else "subclass"
+        steps = max(workload.equiv_steps, getattr(req, "equiv_steps", None) or 0)  # what the check may cover
+        workload.varying_counts = normalisation.candidates(workload, data, global_batch, req.world_size or 1, steps,
+                                                           form)
+
+
+def _counted(workload, output, target) -> bool:
+    """Whether the workload's loss of `output` comes with a count (checked as a step would use it)."""
+    workload.step_loss(output, target)
+    return workload.loss_terms(output, target)[1] is not None
+
+
+def _check_gradients(facts, workload, device: str, steps) -> None:
+    """Fill `facts` with the parameters that `steps` (the first steps' batches, in order) leave without a gradient,
+    on `device`; nothing where the passes cannot run there."""
+    import torch
+
+    from harness.core import model_check
+    from harness.shared.registry import UserCodeError
+
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(workload.seed)
+        try:
+            model = workload.build_model()
+            facts.no_gradient = model_check.no_gradient(
+                model, steps, lambda m, inputs, target: workload.step_loss(workload.forward(m, inputs), target))
+            facts.checked_steps = len(steps)
+        except UserCodeError:
+            raise
+        except Exception:  # noqa: BLE001 - not checked here (a backward meta cannot run, say)
+            facts.no_gradient, facts.checked_steps = {}, 0
+
+
+def _batch_norm(workload, facts) -> None:
+    """The BatchNorm layers found, as the workload's `batch_norm` (a declared one stays)."""
+    if facts.batch_norm and not workload.batch_norm:
+        workload.batch_norm = ", ".join(facts.batch_norm)
+
+
+def check_trains(model, name: str) -> None:
+    """Refuse a model with nothing to train (no parameter, or none that requires a gradient): every backend would
+    fail at launch on "optimizer got an empty parameter list" or DDP's "doesn't have any parameter that requires a
+    gradient". Counted on the model as built (on meta: nothing allocated)."""
+    params = list(model.parameters())
+    if not params:
+        raise BadInput(f"workload {name}: its model ({type(model).__name__}) has no parameters, so there is nothing "
+                       f"to train or to compare; give a model with parameters")
+    if not any(p.requires_grad for p in params):
+        raise BadInput(f"workload {name}: none of its model's {len(params)} parameter tensor(s) requires a gradient "
+                       f"(all frozen), so there is nothing to train or to compare; unfreeze some")
+
+
+def _shape(value) -> str:
+    """What a model's output or a batch's targets are, in words: "float32 (2, 3)", a dict's or a tuple's parts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')} {tuple(value.shape)}"
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return "{" + ", ".join(f"{k}: {_shape(v)}" for k, v in list(value.items())[:6]) + "}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_shape(v) for v in value[:6]) + ")"
+    return type(value).__name__
+
+
+def loss_takes(workload, output, target, name: str):
+    """The loss a step back-propagates of the model's output on two training samples (Workload.step_loss); BadInput
+    in one line where it cannot take that output (a width or dtype the targets do not fit: "Target 7 is out of
+    bounds"), naming both shapes, or where what the model returned gives no loss (LossError)."""
+    try:
+        return workload.step_loss(output, target)
+    except LossError as exc:
+        raise BadInput(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a loss that cannot take this output, in the user's or torch's code
+        said = " ".join(str(exc).split()).rstrip(".")
+        raise BadInput(f"workload {name}: its loss cannot take the model's output (output {_shape(output)}, targets "
+                       f"{_shape(target)}): {type(exc).__name__}: {said[:300]}; make the model's output what the "
+                       f"loss expects (the default loss: cross-entropy over integer class targets, mean squared error "
+                       f"for float targets)") from None
+
+
+def check_finite(output, loss, name: str, samples: int) -> None:
+    """Refuse a model whose output or loss on two training samples is NaN or infinite before any backend ran:
+    every row would train on it, and two NaN outputs never compare equal (which read as randomness in forward)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    leaves = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    bad = sum(int((~torch.isfinite(t.detach())).sum()) for t in leaves)
+    if bad:
+        total = sum(t.numel() for t in leaves)
+        kinds = " and ".join(k for k, f in (("NaN", torch.isnan), ("infinite", torch.isinf))
+                             if any(bool(f(t.detach()).any()) for t in leaves))
+        raise BadInput(f"workload {name}: its model's output on {samples} training sample(s) holds {kinds} values "
+                       f"({bad:,} of {total:,}) before any backend ran; a model whose output is not finite cannot be "
+                       f"trained or compared (check its initialisation, inputs and operations)")
+    if isinstance(loss, torch.Tensor) and loss.numel() and not bool(torch.isfinite(loss.detach()).all()):
+        raise BadInput(f"workload {name}: its loss on {samples} training sample(s) is {loss.detach().flatten()[0].item()} "
+                       f"before any backend ran (the output is finite): a loss that is not finite cannot be trained "
+                       f"or compared (check the loss and the targets)")
+
+
+SMALL_MODEL = 5_000_000
+"""Parameters up to which a user's model is also run twice on the CPU before launching, to find randomness in its
+forward that its modules do not show (a functional dropout): a fraction of a second at this size."""
+
+
+def _dropout(model) -> str | None:
+    """Why a model's training-mode output is random, from its modules: dropout with p > 0, or None."""
+    import torch.nn as nn
+
+    kinds = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+    found = sorted({f"{type(m).__name__}(p={m.p:g})" for m in model.modules() if isinstance(m, kinds) and m.p > 0})
+    return f"it has dropout ({', '.join(found)})" if found else None
+
+
+def workload_key(workload) -> str:
+    """What a workload's model-derived facts (its parameter count, a sample's FLOPs) depend on, as a cache key: the
+    files defining its class and every file of the workloads package (which a built-in model may import from), the
+    installed torch and transformers (read from their metadata: nothing is imported) and its resolved
+    options."""
+    import inspect
+    import json
+    import sys
+    from importlib import metadata
+
+    files = {Path(inspect.getfile(klass)) for klass in type(workload).__mro__
+             if getattr(sys.modules.get(klass.__module__), "__file__", None)}
+    files |= set(Path(workloads.__file__).parent.glob("*.py"))
+    versions = []
+    for package in ("torch", "transformers"):
+        try:
+            versions.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} absent")
+    return "|".join([files_key(sorted(files)), *versions, json.dumps(workload.describe(), sort_keys=True,
+                                                                      default=str)])
+
+
+def check_fits(workload, req: RunRequest, ranks: int) -> int | None:
+    """Refuse a workload whose model states alone (fp32 parameters, gradients and one optimizer buffer, a lower
+    bound on what training holds) for `ranks` ranks on this machine exceed its memory: `-o hidden=99999999999`
+    used to fail at launch, out of memory. The model is built on torch's meta device, which allocates nothing.
+    Returns its parameter count (None where meta cannot build it; on CUDA it is not counted)."""
+    if req.device != "cpu":
+        return None
+    given = ", ".join(req.options) or "its defaults"
+
+    def count() -> int | None:
+        import torch
+
+        try:
+            with torch.device("meta"):
+                return sum(p.numel() for p in workload.build_model().parameters())
+        except RuntimeError as exc:
+            if "overflow" in str(exc):  # a tensor larger than any address space
+                raise BadInput(f"workload {req.workload} ({given}) cannot be built: {' '.join(str(exc).split())}; "
+                               f"choose smaller workload options") from None
+            return None
+        except Exception:  # noqa: BLE001 - a model that cannot be built on meta is left to the launch
+            return None
+
+    # A built-in workload's count is kept in the cache directory (workload_key), so a run of one imports no torch
+    # here: 3.5 s of every `compare run`'s start on this machine. A user's model is built on meta regardless
+    # (check_user_code), so its count is taken afresh.
+    key = workload_key(workload) if workloads.source(req.workload) == "built-in" else None
+    params = count() if key is None else cached_json(f"params-{workloads.slug(req.workload)}", key, count,
+                                                     keep=lambda v: isinstance(v, int))
+    if params is None:
+        return None
+    need, total = 12 * params * ranks, envmod.memory_total_bytes()
+    if need > total:
+        raise BadInput(f"workload {req.workload} ({given}) has {params:,} parameters: their fp32 values, gradients "
+                       f"and one optimizer buffer alone take {need / 2**30:,.1f} GiB for {ranks} rank(s), more than "
+                       f"this machine's {total / 2**30:,.1f} GiB; choose smaller workload options")
+    return params

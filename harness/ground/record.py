@@ -1,0 +1,221 @@
+"""Result records: one JSON object per (adapter, workload, world size, repeat), schema-versioned.
+
+Runs in: the parent. `records.jsonl` is rewritten atomically (temp file + rename) after every launch, so a crash,
+a hang or Ctrl-C later in the run never loses or truncates a finished row. `compare report` renders from these
+alone.
+"""
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.ground.fields import (NUMBER_TYPES, Base, Comm, CommMeasured, Controls, Env, Measured, Record, Reached,
+                                  Run, Scale, ScalePoint, StepTime, TimeToTarget, Tune, WithTimeToTarget,
+                                  required_fields)
+
+
+SCHEMA_VERSION = 2
+"""2: samples/s from the mean step of the timed window (1: the median step); CPU time per rank over the timed window;
+the machine's noise over it; the round order's seed and each launch's place in its round; the run's baseline row."""
+READABLE_SCHEMAS = (1, 2)
+"""Versions `compare report` renders: 1 as it always was (median step, spread across repeats, no intervals)."""
+
+
+def has_intervals(records: list[dict[str, Any]]) -> bool:
+    """Whether every record is of schema 2 or later (throughput over the whole timed window per launch): reports
+    give those intervals and a verdict. Every reader asks this, not the version number, so what each version holds
+    is known here alone; records of schema 1 render as they always did (median step, spread, no verdict)."""
+    return bool(records) and all(r.get("schema_version", 1) >= 2 for r in records)
+
+
+MEASURED = ("ok", "not_reached")
+"""Statuses of a record that carries a full measurement: `not_reached` is an until-target row that trained its
+whole step budget without reaching the target (its timings, memory and metrics are all there)."""
+
+
+def precision_label(controls: dict, conv_share: float | None = None) -> str:
+    """Precision, plus wire compression when on: an fp16-compressed row never passes for plain fp32; and on CUDA an
+    fp32 row that ran TF32 convolutions or matmuls says so (cuDNN's default). `conv_share` (the record's
+    conv_flops_share): a model without convolutions (0) ran none in TF32, whatever cuDNN allowed; unknown (None, an
+    older record), the switch alone is shown."""
+    c = controls.get("compression", "none")
+    label = controls["precision"]
+    math = controls.get("cuda_math") or {}
+    tf32 = [k for k, on in (("conv", math.get("cudnn_allow_tf32") and conv_share != 0),
+                            ("matmul", math.get("matmul_allow_tf32"))) if on]
+    if label == "fp32" and tf32:
+        label += f" (TF32 {'/'.join(tf32)})"
+    return label + ("" if c == "none" else f" + {c} wire")
+
+
+def precision_of(rec: dict) -> str:
+    """precision_label of a record: its controls and the share of its FLOPs in convolutions."""
+    return precision_label(rec["controls"], rec.get("conv_flops_share"))
+
+
+def frozen_note(rec: dict) -> str:
+    """", of which 4,194,304 trainable" where a record's model has frozen parameters; "" otherwise (and for records
+    made before trainable_param_count existed)."""
+    trainable = rec.get("trainable_param_count")
+    if trainable is None or trainable == rec.get("param_count"):
+        return ""
+    return f", of which {trainable:,} trainable"
+
+
+LOAD_BALANCE_METHOD = (
+    "per rank: step = the rank's own median step time over the timed steps; compute = the median forward + "
+    "backward + optimizer step of a plain local copy of the model (no wrapper, no communication) on the rank's "
+    "own per-rank batch, timed on every rank at once right after the timed steps; wait = step - compute "
+    "(communication the step could not hide, and waiting for slower peers), the same measure for every backend")
+
+
+def write_records(path: Path, records: list[dict[str, Any]]) -> None:
+    """Replace `path` with `records`, atomically: a reader sees the old file or the new one, never a part; on
+    failure (a full disk) the old file stays and no temp file is left."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for rec in records:
+                f.write(json.dumps(rec, sort_keys=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _measured(obj: dict[str, Any], keys: tuple[str, ...], where: str, positive: bool = False) -> None:
+    """A measurement is a finite number, at least 0 (above 0 where `positive`): a NaN or negative throughput or
+    step time cannot come from a run, and would be rendered as a figure."""
+    for key in keys:
+        v = obj[key]
+        if not math.isfinite(v) or v < 0 or (positive and v == 0):
+            raise ValueError(f"{where}: '{key}' is {v!r}, which no measurement gives (a finite number "
+                             f"{'above' if positive else 'of at least'} 0)")
+
+
+def _check(obj: Any, layer: type, where: str) -> None:
+    """Every field `layer` declares is in `obj`, with its type (a nested object's own fields are checked by the
+    caller, in the order its messages promise)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is not an object")
+    for key, types in required_fields(layer).items():
+        if key not in obj:
+            raise ValueError(f"{where} has no '{key}'")
+        if not isinstance(obj[key], types) or (types in (int, NUMBER_TYPES) and isinstance(obj[key], bool)):
+            raise ValueError(f"{where}: '{key}' is {type(obj[key]).__name__}, expected "
+                             f"{getattr(types, '__name__', 'a number')}")
+
+
+def check_record(rec: Any, where: str = "record") -> None:
+    """Raise ValueError naming the first missing or mistyped field of a record that `compare report` needs."""
+    _check(rec, Base, where)
+    if rec["schema_version"] not in READABLE_SCHEMAS:
+        raise ValueError(f"{where}: schema_version {rec['schema_version']!r}, this compare reads "
+                         f"{' and '.join(map(str, READABLE_SCHEMAS))}")
+    _check(rec["env"], Env, f"{where}: env")
+    if rec.get("kind") == "comm":
+        _check(rec, Comm, where)
+        if rec["status"] == "ok":
+            _check(rec, CommMeasured, where)
+            _check(rec["time_s"], StepTime, f"{where}: time_s")
+            _measured(rec["time_s"], ("median", "p10", "p90"), f"{where}: time_s")
+        return
+    _check(rec, Run, where)
+    if rec.get("kind") == "scale":
+        _check(rec, Scale, where)
+        _check(rec["scale"], ScalePoint, f"{where}: scale")
+    if rec.get("kind") == "tune":
+        _check(rec, Tune, where)
+        _check_tune(rec, where)
+    if rec["status"] in MEASURED:
+        _check(rec, Measured, where)
+        _check(rec["controls"], Controls, f"{where}: controls")
+        _check(rec["step_time_s"], StepTime, f"{where}: step_time_s")
+        _measured(rec, ("samples_per_s", "samples_per_s_per_device"), where, positive=True)
+        _measured(rec["step_time_s"], ("median", "p10", "p90"), f"{where}: step_time_s")
+        if rec.get("until_target") or rec["status"] == "not_reached":
+            _check(rec, WithTimeToTarget, where)
+            _check(rec["ttt"], TimeToTarget, f"{where}: ttt")
+            if rec["ttt"]["reached"]:
+                _check(rec["ttt"], Reached, f"{where}: ttt")
+
+
+def _check_tune(rec: dict[str, Any], where: str) -> None:
+    """A tune record's stage, plan and summary have the shape the race's replay reads (harness/core/race.py): what
+    `compare report` renders and `compare run --tuned` takes winners from."""
+    stage = rec["tune"].get("stage")
+    if stage not in ("race", "confirm"):
+        raise ValueError(f"{where}: 'tune' has stage {stage!r}, expected 'race' or 'confirm'")
+    for key in ("tune_plan", "tune_summary"):
+        if key in rec and not isinstance(rec[key], dict):
+            raise ValueError(f"{where}: '{key}' is {type(rec[key]).__name__}, expected dict")
+    plan = rec.get("tune_plan")
+    if plan is not None:
+        backends = plan.get("backends")
+        if not isinstance(backends, dict) or not backends:
+            raise ValueError(f"{where}: 'tune_plan' has no 'backends' (backend -> its candidate rows)")
+        for name, candidates in backends.items():
+            if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
+                raise ValueError(f"{where}: 'tune_plan' lists backend {name!r}'s candidates as "
+                                 f"{type(candidates).__name__}, expected a list of rows")
+            if not candidates:
+                raise ValueError(f"{where}: 'tune_plan' lists no candidate for backend {name!r} (a tune races its "
+                                 f"defaults at least)")
+        budget = plan.get("budget_s")
+        if not isinstance(budget, NUMBER_TYPES) or isinstance(budget, bool) or not budget > 0:
+            raise ValueError(f"{where}: 'tune_plan' has budget_s {budget!r}, expected seconds above 0")
+    summary = rec.get("tune_summary")
+    if summary is not None:
+        for key, types in (("race_rounds", int), ("confirm_rounds", int), ("budget_s", NUMBER_TYPES),
+                           ("elapsed_s", NUMBER_TYPES), ("race_ended", dict)):
+            value = summary.get(key)
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise ValueError(f"{where}: 'tune_summary' has {key} {value!r}, which no finished tune writes")
+
+
+RECORDS = "records.jsonl"
+"""What a run writes, and rewrites after every launch."""
+PACKED = "records.jsonl.gz"
+"""The same, gzip-compressed (as pyperf stores .json.gz): how committed runs are kept, a sixth of the size
+(`gzip -9n records.jsonl`). Every reader takes either."""
+
+
+def records_file(directory: Path) -> Path | None:
+    """The records of a results directory: records.jsonl, else records.jsonl.gz; None when it has neither."""
+    for name in (RECORDS, PACKED):
+        path = directory / name
+        if path.exists() or path.is_symlink():
+            return path
+    return None
+
+
+def read_records(path: Path) -> list[Record]:
+    """Every record of a records.jsonl (or .jsonl.gz), each checked to have the shape the reports need (ValueError,
+    naming the line and the field, otherwise)."""
+    records = []
+    if path.exists() and not path.is_file():  # a FIFO would block the read for ever, a directory cannot be read
+        raise ValueError(f"{path}: not a regular file")
+    if path.name.endswith(".gz"):
+        import gzip
+
+        try:
+            text = gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
+        except (OSError, EOFError) as exc:  # not gzip, or cut short
+            raise ValueError(f"{path}: not a gzip file ({exc})") from None
+    else:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+            except RecursionError:
+                raise ValueError(f"{path}:{n}: not a record (JSON nested too deep to read)") from None
+            check_record(rec, f"{path}:{n}")
+            records.append(rec)
+    return records

@@ -1,0 +1,195 @@
+"""`compare plan`'s answer in words and as JSON: the cluster, every planned configuration's step and memory per GPU,
+what fits, the recommendation with its margin, and every assumption stated (harness/model/planner.py).
+
+Runs in: the parent."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from harness.model import VERSION
+from harness.model.activations import LOSS_BYTES
+from harness.model.calibration import UTILISATION
+from harness.model.planner import ALLOCATOR_HEADROOM, NIC_EFFICIENCY, TIE, Assumed, GiB, Plan
+from harness.model.shapes import OPTIMIZER_TRAFFIC, OPTIMIZERS
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3g}" if s < 1 else f"{s * 1e3:,.0f}"
+
+
+def _gib(b: float) -> str:
+    return f"{b / GiB:.3g}"
+
+
+def _where(plan: Plan) -> str:
+    """"on 64 x NVIDIA H100 SXM 80GB (8 nodes x 8, ...): ..." or the run's own CPU machine."""
+    c, f = plan.cluster, plan.cluster.fabric()
+    capacity = c.capacity_gib()
+    if f is None:
+        mem = f", {capacity:.3g} GiB of host memory" if capacity else ""
+        return (f"on the run's own machine: {c.machine}{mem}; each row at the world size it ran "
+                f"({c.gpus} processes), every row at its own precision" if c.dtype is None else
+                f"on the run's own machine: {c.machine}{mem}; each row at the world size it ran ({c.gpus} processes), "
+                f"{c.dtype}")
+    net = (f"{c.nics_per_node} x {c.nic_gbps:g} Gb/s NIC{'s' if c.nics_per_node > 1 else ''} per node "
+           f"({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce bus bandwidth at {NIC_EFFICIENCY:.0%} of line rate)"
+           if c.nic_gbps is not None else f"the profile's network ({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce "
+                                          f"bus bandwidth across nodes)")
+    return (f"on {c.gpus} x {f.device} ({c.nodes} node{'s' if c.nodes > 1 else ''} x {c.gpus_per_node}, profile "
+            f"{c.profile}, {capacity:g} GiB each): {f.intra_busbw_Bps / 1e9:.3g} GB/s inside a node, {net}; "
+            f"{c.dtype}")
+
+
+def lines(plan: Plan) -> list[str]:
+    """The plan as a terminal would show it: what was priced on what, the table, the recommendation, what was
+    not planned and why, and how each figure was counted."""
+    c, s, f = plan.cluster, plan.shape, plan.cluster.fabric()
+    source = plan.source or Assumed()
+    capacity = c.capacity_gib()
+    def flop(v):
+        return f"{v / 1e12:,.0f} TFLOP" if v >= 1e15 else f"{v / 1e12:.3g} TFLOP" if v >= 1e12 else f"{v / 1e9:.3g} GFLOP"
+
+    flops_text = flop(s.flops_per_sample)
+    acts = s.activations
+    per = "GPU" if f is not None else "process"
+    pers = "GPUs" if f is not None else "processes"
+    fits = (f"fits in {capacity:.4g} GiB" if capacity else "fits") + ("" if acts else " (model states only)")
+    trainable = (f" ({s.trainable:,.0f} trainable, {s.params - s.trainable:,.0f} frozen)" if s.frozen else "")
+    out = [f"{s.name}: {s.params:,.0f} parameters{trainable}, {flops_text} per sample (forward and backward), "
+           f"{s.optimizer}; {plan.batch} per {per}"
+           + (f" ({plan.batch * c.gpus:,} global)" if f is not None else "")
+           + (f"; {s.checkpointing} checkpointing, {flop(s.recompute_flops_per_sample)} a sample recomputed in "
+              f"backward" if s.checkpointing.mode != "none" else ""),
+           _where(plan),
+           f"model version {VERSION}; {source.header(c, f)}",
+           "",
+           f"| backend | step (ms) | samples/s | communication exposed (ms) | model states per {per} (GiB) | "
+           f"framework buffers (GiB) | " + (f"activations (GiB) | total per {per} (GiB) | " if acts else "")
+           + f"{fits} |",
+           "|---|---|---|---|---|---|" + ("---|---|" if acts else "") + "---|"]
+    for r in sorted(plan.rows, key=lambda r: r["step_s"]["mid"]):
+        st, sp = r["step_s"], r["samples_per_s"]
+        total = f"{_gib(r['activation_bytes'])} | {_gib(r['total_bytes'])} | " if acts else ""
+        out.append(f"| {r['label']} | {_ms(st['mid'])} [{_ms(st['low'])}-{_ms(st['high'])}] | "
+                   f"{sp['mid']:,.0f} [{sp['low']:,.0f}-{sp['high']:,.0f}] | {_ms(r['exposed_s'])} | "
+                   f"{_gib(r['model_state_bytes'])} | {_gib(r['buffer_bytes'])} | "
+                   f"{total}{ {True: 'yes', False: 'no', None: '?'}[r['fits']]} |")
+    out.append("")
+    rec = plan.recommendation
+    too_big = [r for r in plan.rows if r["fits"] is False]
+    held = {r["label"]: r["_held"] for r in plan.rows}
+    if rec is None and plan.rows:
+        what, cures = (("model states, buffers and activations", "more GPUs, a smaller model, a dtype with fewer "
+                        "bytes, a smaller per-GPU batch or activation checkpointing") if acts else
+                       ("model states and buffers", "more GPUs, a smaller model or a dtype with fewer bytes"))
+        out.append(f"recommendation: none: no configuration's {what} fit in {capacity:.4g} GiB per {per}; {cures}")
+    elif rec is None:
+        out.append("recommendation: none: no configuration could be priced (see below)")
+    else:
+        text = f"recommendation: {rec['label']}"
+        if rec["tied"]:
+            text += (f", which holds the least memory ({_gib(held[rec['label']])} GiB per {per}) of the "
+                     f"{len(rec['tied']) + 1} configurations the model does not rank by speed (within {TIE:.0%} "
+                     f"at every figure of the range, or faster at some): {', '.join(rec['tied'])}")
+        if rec["next"]:
+            r = rec["ratio"]
+            text += (f"; {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"
+                     + ("" if r["low"] > 1 else ", not resolved at every figure of the range"))
+        elif not rec["tied"]:
+            text += " (the only configuration that fits)"
+        out.append(text)
+    if too_big:
+        out.append("does not fit: " + "; ".join(
+            f"{r['label']} ({_gib(r['total_bytes'])} GiB: {_gib(r['model_state_bytes'])} of model states + "
+            f"{_gib(r['buffer_bytes'])} of buffers + {_gib(r['activation_bytes'])} of activations + "
+            f"{_gib(r['loss_bytes'] + r['headroom_bytes'])} of loss and allocator headroom)" if acts else
+            f"{r['label']} ({_gib(r['_held'])} GiB of model states, buffers and allocator headroom)"
+            for r in too_big))
+    if plan.skipped:
+        at = f" at {c.dtype}" if c.dtype else ""
+        out.append(f"not planned{at}: " + "; ".join(f"{k} ({v})" for k, v in plan.skipped.items()))
+    rules: dict[str, list[str]] = {}
+    for r in plan.rows:
+        rules.setdefault(r["rule"], []).append(r["label"])
+    frozen = ", T trainable of them" if s.frozen else ""
+    out.append(f"model states (P parameters{frozen}, N = {c.gpus} {pers}, L = {s.largest['module']:,.0f} "
+               f"parameters in the largest module, U = {s.largest['unit']:,.0f} in the largest shard unit; bytes): "
+               + "; ".join(f"{', '.join(labels)}: {rule}" for rule, labels in rules.items()))
+    if s.frozen:
+        out.append(f"frozen parameters: {s.params - s.trainable:,.0f} of {s.params:,.0f} hold their storage only "
+                   f"(no gradient, no optimizer state, no gradient communication); the model prices FSDP's and "
+                   f"ZeRO-3's gathers from the gradients, so it leaves out gathering the frozen ones")
+    buffers: dict[str, list[str]] = {}
+    for r in plan.rows:
+        for b in r["buffers"]:
+            buffers.setdefault(f"{b['name']}: {b['how']}", []).append(f"{r['label']} {_gib(b['bytes'])} GiB")
+    out.append("framework buffers (each framework's own, at its defaults): "
+               + ("; ".join(f"{what} ({', '.join(rows)})" for what, rows in buffers.items()) if buffers else
+                  "none for these configurations"))
+    if acts:
+        dtype = f"{c.dtype}'s bytes" if c.dtype else "bytes of each row's precision"
+        out.append(f"activations: {_gib(acts.bytes(c.dtype or 'fp32', plan.batch))} GiB per {per} at "
+                   f"{plan.batch} per {per}{'' if c.dtype else ' (in fp32)'} under every backend ({acts.source})")
+        loss = plan.rows[0]["loss_bytes"] if plan.rows else 0.0
+        out.append(f"loss over the model's output: {_gib(loss)} GiB per {per} (its {s.output_elements:,.0f} "
+                   f"output elements a sample, in fp32 at the start of backward: the log-softmax kept in fp32 and "
+                   f"the loss's and the output's gradients, {LOSS_BYTES + 4:g} bytes an element less the "
+                   f"{dtype} counted in the activations)")
+    else:
+        out.append("activations: not known without --hidden; they and the loss over the output come on top of the "
+                   "model states and buffers")
+    if f is not None:
+        out.append(f"allocator headroom: {ALLOCATOR_HEADROOM:.0%} of the above, assumed (what PyTorch's caching "
+                   f"allocator reserves beyond the allocated peak; reserved over allocated was 1.10-1.27 on the "
+                   f"H200 this project leased); the CUDA context (a few hundred MiB, outside the allocator) is not "
+                   f"counted; total and fits hold all of it")
+    else:
+        out.append("total and fits hold model states, buffers, activations and the loss; the Python process, its "
+                   "libraries and the allocator's own overhead come on top")
+    out += source.footer()
+    if hasattr(source, "row_lines"):
+        out += source.row_lines(plan.rows, c)
+    if f is not None:
+        slow = f.overlap_slowdown
+        overlap = (f"compute overlapping communication takes {1 + slow:.3g}x as long (the profile's "
+                   f"overlap_compute_slowdown)" if slow else "communication overlapping compute is taken not to "
+                   "slow it (the profile states no slowdown)")
+        overhead = ("no framework overhead (none was measured on the target)" if source.kind == "assumed" else
+                    "each row's own time outside forward, backward, optimizer and communication as the run measured "
+                    "it, carried over unscaled")
+        out.append(f"how: {s.source}; {overhead}; {overlap}")
+    else:
+        out.append(f"how: {s.source}")
+    return out
+
+
+def as_json(plan: Plan) -> dict[str, Any]:
+    """The plan with every input and assumption it was made with, so a plan can be diffed against a later one."""
+    rows = [{k: v for k, v in r.items() if not k.startswith("_")} for r in plan.rows]
+    f = plan.cluster.fabric()
+    source = plan.source or Assumed()
+    assumptions = {
+        "compute": source.as_json(),
+        "allocator_headroom": ALLOCATOR_HEADROOM if f is not None else None,
+        "loss_bytes_per_output_element": LOSS_BYTES,
+        "tie": TIE,
+        "nic_efficiency": NIC_EFFICIENCY if plan.cluster.nic_gbps is not None else None,
+        "overlap_compute_slowdown": f.overlap_slowdown if f is not None else None,
+        "optimizer_state_bytes_per_parameter": OPTIMIZERS[plan.shape.optimizer],
+        "optimizer_traffic_bytes_per_parameter": OPTIMIZER_TRAFFIC[plan.shape.optimizer],
+        "framework_overhead": "none (not measured on the target)" if source.kind == "assumed" else
+                              "each row's own, as the run measured it",
+    }
+    shape = dataclasses.asdict(plan.shape) | {"tensors": len(plan.shape.tensors), "trainable": plan.shape.trainable,
+                                              "frozen": sum(plan.shape.frozen),
+                                              "checkpointing": str(plan.shape.checkpointing)}
+    cluster = dataclasses.asdict(plan.cluster) | {"gpus": plan.cluster.gpus}
+    if f is not None:
+        cluster |= {"device": f.device, "peak_tflops": f.peak_tflops, "memory_GiB": plan.cluster.capacity_gib(),
+                    "intra_busbw_Bps": f.intra_busbw_Bps, "inter_busbw_Bps": f.inter_busbw_Bps}
+    return {"model_version": VERSION, "inputs": plan.inputs, "model": shape, "cluster": cluster,
+            "per_gpu_batch": plan.batch, "utilisation": list(UTILISATION) if source.kind == "assumed" else None,
+            "assumptions": assumptions, "rows": rows, "recommendation": plan.recommendation,
+            "not_planned": plan.skipped}
