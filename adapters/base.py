@@ -44,15 +44,15 @@ import contextlib
 import dataclasses
 import enum
 import inspect
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from adapters.comm_primitives import Comm
+from adapters.dtypes import SHORT_DTYPES, dtype_names, optimizer_state  # noqa: F401  (re-exported)
+from adapters.interpreter import interpreter, python_module, rank_command, using_interpreter  # noqa: F401
 from harness.shared import options
 from harness.shared.comm_schedule import Schedule
 
@@ -542,54 +542,7 @@ class Adapter(Launch, Strategy, Cost):
 _ROLES = (Launch, Strategy, Cost)
 
 
-# ---- helpers shared by adapters ----------------------------------------------------------------------------
-
-_INTERPRETER: ContextVar[str | None] = ContextVar("interpreter", default=None)
-
-
-def interpreter() -> str:
-    """The Python a launch's commands start: compare's own, or the row's `python=PATH` while the launching code
-    builds that row's launch (`using_interpreter`). A launcher found next to it (horovodrun, deepspeed) is that
-    venv's."""
-    return _INTERPRETER.get() or sys.executable
-
-
-@contextlib.contextmanager
-def using_interpreter(python: str | None):
-    """`interpreter()` is `python` (None: compare's own) within the block."""
-    token = _INTERPRETER.set(python)
-    try:
-        yield
-    finally:
-        _INTERPRETER.reset(token)
-
-
-def python_module(module: str, *args: str) -> list[str]:
-    """argv that runs `python -m module args...` with the launch's interpreter (`interpreter()`)."""
-    return [interpreter(), "-m", module, *args]
-
-
-def rank_command(spec_path: Path) -> list[str]:
-    """argv of one rank: the entry point every launcher starts (harness/rank/life.py)."""
-    return python_module("harness.rank", str(spec_path))
-
-
-SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
-
-
-def dtype_names(held) -> str:
-    """The distinct dtypes of `held` (tensors, or dtypes) as short names joined by "+" ("fp32", "bf16+fp32"); "none"
-    for nothing."""
-    names = sorted({SHORT_DTYPES.get(name, name)
-                    for name in (str(getattr(t, "dtype", t)).removeprefix("torch.") for t in held)})
-    return "+".join(names) or "none"
-
-
-def optimizer_state(optimizer) -> list:
-    """Every state tensor of a torch optimizer that has a size (Adam's moments; not its 0-d step counters)."""
-    return [v for state in optimizer.state.values() for v in state.values()
-            if hasattr(v, "dtype") and getattr(v, "dim", lambda: 0)() > 0]
-
+# ---- helpers shared by adapters: the launch's interpreter (adapters/interpreter.py), dtype names (adapters/dtypes.py) --
 
 class SingleProcessLaunch(Launch):
     """One process started directly (no launcher, no process group): the reference run, and DataParallel, which

@@ -38,7 +38,7 @@ from adapters.base import (Adapter, Availability, Cost, KnobError, Launch, Launc
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm
-from adapters.deepspeed_env import (STALE_LOCKS_ENV, clear_stale_jit_locks, cpu_fp16_supported, ds_report,
+from adapters.deepspeed_env import (STALE_LOCKS_ENV, clear_stale_jit_locks, cpu_fp16_supported, ds_report_quietly,
                                     fp16_zero0_scales_its_loss, installed_version_info, jit_cache_dir,
                                     jit_cached_ops, launcher_path, shm_leftover, shm_segment)
 from harness.shared.comm_schedule import Zero
@@ -167,18 +167,7 @@ class DeepSpeedLaunch(Launch):
     def environment(cls) -> dict[str, Any]:
         """What `ds_report` tells, from DeepSpeed's own objects: version, accelerator, and per op whether it
         was built at install time, can be JIT-built here, and is already in the JIT cache."""
-        # DeepSpeed's logger writes to stdout (bound at import) and would corrupt `compare env --json`.
-        import torch
-
-        quiet = "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available()
-        if quiet:  # what it would detect anyway, said up front: detecting it warns on stderr of every `compare env`
-            os.environ["DS_ACCELERATOR"] = "cpu"
-        try:
-            with contextlib.redirect_stdout(sys.stderr):
-                return ds_report(PINNED_VERSION)
-        finally:
-            if quiet:
-                os.environ.pop("DS_ACCELERATOR", None)
+        return ds_report_quietly(PINNED_VERSION)
 
     def missing_gradient(self):
         # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").

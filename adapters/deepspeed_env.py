@@ -196,3 +196,24 @@ def ds_report(pinned: str) -> dict[str, Any]:
             "accelerator": accel._name, "communication_backend": accel.communication_backend_name(),
             "launcher": launcher_path(),
             "ninja": is_ninja_available(), "jit_cache_dir": str(jit_cache_dir()), "ops": ops}
+
+
+def ds_report_quietly(pinned: str) -> dict[str, Any]:
+    """`ds_report` with nothing on stdout: DeepSpeed's logger writes there (bound at import) and would corrupt
+    `compare env --json`; and on a machine without CUDA the CPU accelerator is named up front, since detecting it
+    warns on stderr of every `compare env`."""
+    import contextlib
+    import os
+    import sys
+
+    import torch
+
+    quiet = "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available()
+    if quiet:
+        os.environ["DS_ACCELERATOR"] = "cpu"
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return ds_report(pinned)
+    finally:
+        if quiet:
+            os.environ.pop("DS_ACCELERATOR", None)
