@@ -74,10 +74,16 @@ def user_code(doing: str):
     before = signal.getsignal(signal.SIGINT) if main else None
 
     def interrupted(signum, frame):
+        # whatever handled SIGINT before still does (compare's own, a test's, Python's default); this one only notes
+        # that a real one arrived
+        if before is signal.SIG_IGN:
+            return None
         signalled.append(signum)
+        if callable(before):
+            return before(signum, frame)
         raise KeyboardInterrupt
 
-    if main and before is signal.default_int_handler:
+    if main and before is not None:
         signal.signal(signal.SIGINT, interrupted)
     try:
         yield
@@ -86,12 +92,12 @@ def user_code(doing: str):
                        f"exit while it is loaded (put a script's own code under `if __name__ == \"__main__\":`); "
                        f"nothing was run or written") from None
     except KeyboardInterrupt as exc:
-        if signalled or not main or before is not signal.default_int_handler:
+        if signalled or not main:
             raise
         raise UserExit(f"{doing}: your code raised KeyboardInterrupt{_where(exc)}, though nobody pressed Ctrl-C; a "
                        f"workload's code must not raise it while it is loaded; nothing was run or written") from None
     finally:
-        if main and before is signal.default_int_handler:
+        if main and before is not None:
             signal.signal(signal.SIGINT, before)
 
 

@@ -539,3 +539,30 @@ def test_dict_inputs_with_targets_apart_take_the_default_loss_and_accuracy_from_
     assert count == 16 and 0 <= correct <= 16 and loss_sum > 0
     workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:f", options=[], world_size=2), 8)
     assert w.nondeterministic is None  # the two forwards' dicts compared as outputs, not by torch.equal
+
+
+def test_a_keyboard_interrupt_from_user_code_is_told_from_a_real_ctrl_c_whatever_handles_sigint():
+    # make test once saw exit 130 for the import that raises KeyboardInterrupt: another test had left its own SIGINT
+    # handler in place, and the rule then took every KeyboardInterrupt for a real Ctrl-C
+    import os
+    import signal
+
+    from harness.shared.registry import UserExit, user_code
+
+    seen = []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with pytest.raises(UserExit, match="your code raised KeyboardInterrupt"):
+            with user_code("importing mine.py"):
+                raise KeyboardInterrupt
+        with pytest.raises(KeyboardInterrupt):  # a real one: the earlier handler still ran, and it is not the user's
+            with user_code("importing mine.py"):
+                os.kill(os.getpid(), signal.SIGINT)
+                raise KeyboardInterrupt
+        assert seen == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler  # the test's own, restored
+    finally:
+        signal.signal(signal.SIGINT, before)
+    with pytest.raises(KeyboardInterrupt):  # Python's default handler: a real Ctrl-C raises, and is not converted
+        with user_code("importing mine.py"):
+            os.kill(os.getpid(), signal.SIGINT)
