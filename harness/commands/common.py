@@ -56,7 +56,18 @@ class PlainHelpFlag:
 
 
 class Command(PlainHelpFlag, TyperCommand):
-    """Every subcommand."""
+    """Every subcommand: its --help lists the options under the titles of the sections of its request (Rows,
+    Workload, Rounds, ..., harness/core/requests.py), the rest under "Options"."""
+
+    def format_options(self, ctx, formatter) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                groups.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+        for title, records in groups.items():
+            with formatter.section(title):
+                formatter.write_dl(records)
 
 
 class Group(PlainHelpFlag, TyperGroup):

@@ -48,6 +48,8 @@ def _param(opt: Option) -> tuple[Any, Any]:
         extra["metavar"] = spec.metavar
     if spec.parser is not None:
         extra["parser"] = _bad_parameter(spec.parser)
+    if opt.panel and not spec.argument:
+        extra["rich_help_panel"] = opt.panel
     if spec.argument:
         if opt.many:  # variadic: click takes None for "none given" (the field's default then)
             return Optional[list[kind]], typer.Argument(None, show_default=False, **extra)

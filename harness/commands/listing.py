@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from rich.markup import escape
@@ -18,13 +17,15 @@ from harness.core.requests import Request
 
 
 @dataclass
-class ListRequest(Request):
+class ListRequest:
     """`compare list`: availability for a device and world size, as `compare run` would check them."""
 
-    NOT_OPTIONS = frozenset(f.name for f in dataclasses.fields(Request)) - {"device", "world_size", "oversubscribe"}
-    HELP = {"device": "Check availability for cpu or cuda.", "world_size": "Ranks to check availability for."}
-
+    device: str = field(default="cpu", metadata=cli("--device"))
+    """Check availability for cpu or cuda."""
     world_size: int = field(default=2, metadata=cli("--world-size", "-n"))
+    """Ranks to check availability for."""
+    oversubscribe: bool = field(default=False, metadata=cli())
+    """Check as `compare run --oversubscribe` would: more processes than usable cores allowed."""
 
 
 def list_all(req: ListRequest) -> None:

@@ -1,6 +1,8 @@
-"""What a user asks for: one request shape per subcommand, sharing one base, each field an option declared once
-(harness/ground/argv.py makes the commands' options from them and writes a request back as its command line), and
-the bounds a request is held to. Its checks are harness/core/checks.py (every request), rows.py (the rows) and
+"""What a user asks for: one request shape per subcommand, composed of the sections it takes (Rows, Workload, Rounds,
+Time to target, Breakdown, Launch, Ranks and hosts, Output) and its own fields, each field an option declared once
+(harness/ground/argv.py makes the commands' options from them, grouped by section in --help, and writes a request
+back as its command line), and the bounds a request is held to. A command hands another the sections they share
+(`taken`): a sweep's point is a `compare run` request, so is a tune's comparison. Its checks are harness/core/checks.py (every request), rows.py (the rows) and
 workload_checks.py (the workload); a checked request becomes a plan (plans.py).
 
 Runs in: the parent.
@@ -41,29 +43,117 @@ def typed_path(text: str) -> Path:
     return Path(text)
 
 
-@dataclass
-class Request:
-    """The options every command that launches ranks shares (each command's request adds its own)."""
+class Section:
+    """A group of options that several commands take alike. A command's request is the sections it takes and its own
+    fields, so no command has an option it then ignores; its options are listed (and grouped in --help) own fields
+    first, then section by section in the order its class names them (harness/ground/argv.py)."""
 
-    NOT_OPTIONS: ClassVar[frozenset[str]] = frozenset()
-    """Fields a command's line does not take, though its request has them (`compare scale` has --world-sizes)."""
+    SECTION: ClassVar[str] = ""
+    """The group's title in --help (a command's own fields are under its class's PANEL)."""
+    WHERE: ClassVar[bool] = False
+    """How and where the command runs rather than what it runs: listed after the command's own options."""
     HELP: ClassVar[dict[str, str]] = {}
     """A field's --help where a command means something of its own by it."""
 
+
+@dataclass
+class Rows(Section):
+    """Which rows run."""
+
+    SECTION = "Rows"
+
+    adapters: list[str] | None = field(default=None, metadata=cli("--adapters", "-a", csv=True))
+    """Comma-separated adapters; an entry NAME:KNOB=VALUE:... is one row with those knobs (default: every adapter;
+    unavailable ones become rows with their reason)."""
+    knobs: list[str] = field(default_factory=list, metadata=cli("--knob", "-k"))
+    """ADAPTER.KNOB=VALUE, applied to every row of that adapter, e.g. ddp.bucket_cap_mb=50."""
+
+
+@dataclass
+class Training(Section):
+    """What every row trains, and for how long a launch."""
+
+    SECTION = "Workload"
+
+    workload: str = field(default=workloads.DEFAULT, metadata=cli("--workload", "-w"))
+    """Workload: a name (see `compare list`), or your own as path/to/file.py:NAME or package.module:NAME (a Workload
+    subclass or a function returning its pieces; docs/your-model.md)."""
+    options: list[str] = field(default_factory=list, metadata=cli("--option", "-o"))
+    """Workload option KEY=VALUE, e.g. arch=resnet50."""
+    loader_workers: int | None = field(default=None, metadata=cli("--loader-workers"))
+    """DataLoader worker processes per rank, the same for every backend, for a workload whose training data is a
+    Dataset (default 0: each rank reads its own batches)."""
+    steps: int | None = field(default=None, metadata=cli("--steps"))
+    """Timed steps (default: the workload's)."""
+    warmup: int | None = field(default=None, metadata=cli("--warmup"))
+    """Warm-up steps, discarded (default: the workload's)."""
+    global_batch: int | None = field(default=None, metadata=cli("--global-batch"))
+    """Global batch (default: the workload's); LR follows its rule."""
+    equiv_steps: int | None = field(default=None, metadata=cli("--equiv-steps"))
+    """Steps compared with the single-process reference (0: skip)."""
+    fault: str | None = None
+
+
+@dataclass
+class Rounds(Section):
+    """How the rows' launches are ordered and how long they may go on."""
+
+    SECTION = "Rounds"
+
+    budget: str | None = field(default=None, metadata=cli("--budget"))
+    """Time the rounds may take, e.g. 600s, 10m, 2h: a round that would end past it is not started, but 3 always run
+    (default 3m; 10m with --precision; not with --repeats)."""
+    margin: str | None = field(default=None, metadata=cli("--margin"))
+    """Equivalence margin of the verdict, e.g. 5% (the default): two rows whose ratio's 90% interval lies within it
+    either way are equivalent (two one-sided tests)."""
+    order_seed: int | None = field(default=None, metadata=cli("--order-seed"))
+    """Seed of the shuffled order of rows within each round (default: a fresh one; every record keeps it)."""
+
+
+@dataclass
+class ToTarget(Section):
+    """Time to target instead of throughput."""
+
+    SECTION = "Time to target"
+
+    until_target: bool = field(default=False, metadata=cli("--until-target", negatable=False))
+    """Train every adapter until the workload's accuracy target (time to target); no warm-up is discarded."""
+    eval_every: int | None = field(default=None, metadata=cli("--eval-every"))
+    """With --until-target: evaluate every K steps (default: the workload's)."""
+    max_steps: int | None = field(default=None, metadata=cli("--max-steps"))
+    """With --until-target: the step budget (default: the workload's)."""
+
+
+@dataclass
+class Breakdown(Section):
+    """Where a step's time goes."""
+
+    SECTION = "Breakdown"
+
+    breakdown: bool = field(default=False, metadata=cli("--breakdown", negatable=False))
+    """After each launch's evaluation, profile --breakdown-steps more steps (torch.profiler) and show where a step's
+    time goes: forward, backward, optimizer, communication overlapped and exposed, waiting for the slowest rank."""
+    breakdown_steps: int = field(default=5, metadata=cli("--breakdown-steps"))
+    """Steps profiled by --breakdown (after one the profiler warms up on), 1 to 1,000."""
+    trace: bool = field(default=False, metadata=cli("--trace", negatable=False))
+    """With the breakdown (implies --breakdown): keep the profiled steps' Perfetto / chrome://tracing trace of rank 0
+    and of the slowest other rank, from each row's first launch (traces/ in the results)."""
+
+
+@dataclass
+class Launch(Section):
+    """How each launch's processes start on a machine."""
+
+    SECTION = "Launch"
+    WHERE = True
+
     device: str = field(default="cpu", metadata=cli("--device"))
     """cpu or cuda."""
-    world_size: int | None = field(default=None, metadata=cli("--world-size", "-n"))
-    """Ranks (devices for DataParallel; default 2 on CPU, every GPU on cuda, or the hosts' slots)."""
     timeout_s: float = field(default=900.0, metadata=cli("--timeout"))
     """Seconds before a launch is killed and recorded as a timeout."""
     stall_s: float = field(default=STALL_S, metadata=cli("--stall-timeout"))
     """Seconds without progress (no new phase or step from rank 0) after which a launch is stopped as stalled, each
     rank's Python stacks written to its log first (0: never)."""
-    out: Path | None = field(default=None, metadata=cli("--out", kind=str, to_field=out_path, to_text=str))
-    """Output directory (default: results/<name>_<hardware>_<time>, named after what it measures)."""
-    results_dir: Path = Path("results")
-    force: bool = field(default=False, metadata=cli())
-    """Overwrite results already in --out."""
     strict: bool = field(default=False, metadata=cli())
     """A named adapter (or backend) that cannot run here is an error (exit 2), not an unavailable row."""
     oversubscribe: bool = field(default=False, metadata=cli())
@@ -74,8 +164,17 @@ class Request:
     """Bind each process to its own share of the usable cores (every adapter alike; recorded): local rank k gets
     its threads' cores from the k x threads-th on, wrapping round when oversubscribed. Default: the OS places the
     threads."""
-    command: str = ""
-    """The command line as typed, recorded in every row."""
+
+
+@dataclass
+class Hosts(Section):
+    """How many ranks, and on which hosts."""
+
+    SECTION = "Ranks and hosts"
+    WHERE = True
+
+    world_size: int | None = field(default=None, metadata=cli("--world-size", "-n"))
+    """Ranks (devices for DataParallel; default 2 on CPU, every GPU on cuda, or the hosts' slots)."""
     hosts: str | None = field(default=None, metadata=cli("--hosts"))
     """Run across hosts: HOST:SLOTS,..., e.g. h1:2,h2:2 (the world size is the sum of the slots)."""
     hostfile: Path | None = field(default=None, metadata=cli("--hostfile", parser=typed_path))
@@ -92,73 +191,77 @@ class Request:
 
 
 @dataclass
-class RunRequest(Request):
-    """`compare run`."""
+class Output(Section):
+    """Where the results go."""
 
-    adapters: list[str] | None = field(default=None, metadata=cli("--adapters", "-a", csv=True))
-    """Comma-separated adapters; an entry NAME:KNOB=VALUE:... is one row with those knobs (default: every adapter;
-    unavailable ones become rows with their reason)."""
-    workload: str = field(default=workloads.DEFAULT, metadata=cli("--workload", "-w"))
-    """Workload: a name (see `compare list`), or your own as path/to/file.py:NAME or package.module:NAME (a Workload
-    subclass or a function returning its pieces; docs/your-model.md)."""
-    loader_workers: int | None = field(default=None, metadata=cli("--loader-workers"))
-    """DataLoader worker processes per rank, the same for every backend, for a workload whose training data is a
-    Dataset (default 0: each rank reads its own batches)."""
-    steps: int | None = field(default=None, metadata=cli("--steps"))
-    """Timed steps (default: the workload's)."""
-    warmup: int | None = field(default=None, metadata=cli("--warmup"))
-    """Warm-up steps, discarded (default: the workload's)."""
-    global_batch: int | None = field(default=None, metadata=cli("--global-batch"))
-    """Global batch (default: the workload's); LR follows its rule."""
+    SECTION = "Output"
+    WHERE = True
+
+    out: Path | None = field(default=None, metadata=cli("--out", kind=str, to_field=out_path, to_text=str))
+    """Output directory (default: results/<name>_<hardware>_<time>, named after what it measures)."""
+    results_dir: Path = Path("results")
+    force: bool = field(default=False, metadata=cli())
+    """Overwrite results already in --out."""
+    command: str = ""
+    """The command line as typed, recorded in every row."""
+
+
+@dataclass
+class Figures(Section):
+    """Whether plots are drawn."""
+
+    SECTION = "Output"
+    WHERE = True
+
+    plots: bool = field(default=True, metadata=cli("--plots"))
+    """Draw the plots (--no-plots: report.md and records only, about 3 s sooner; `compare report DIR` draws them
+    later)."""
+
+
+@dataclass
+class Request(Launch, Hosts, Output):
+    """Launching ranks: the sections every command that starts ranks on hosts takes (`compare comm` takes these
+    alone, with its own)."""
+
+
+@dataclass
+class Verdict(Section):
+    """How many rounds a comparison runs, and what its verdict is against."""
+
+    SECTION = "Rounds"
+
     repeats: int | None = field(default=None, metadata=cli("--repeats"))
     """Launches per adapter, in interleaved rounds (default: at least 3 rounds, then as many as fit --budget: enough
     for a verdict; 1 with --until-target)."""
-    equiv_steps: int | None = field(default=None, metadata=cli("--equiv-steps"))
-    """Steps compared with the single-process reference (0: skip)."""
-    knobs: list[str] = field(default_factory=list, metadata=cli("--knob", "-k"))
-    """ADAPTER.KNOB=VALUE, applied to every row of that adapter, e.g. ddp.bucket_cap_mb=50."""
-    options: list[str] = field(default_factory=list, metadata=cli("--option", "-o"))
-    """Workload option KEY=VALUE, e.g. arch=resnet50."""
-    fault: str | None = None
-    until_target: bool = field(default=False, metadata=cli("--until-target", negatable=False))
-    """Train every adapter until the workload's accuracy target (time to target); no warm-up is discarded."""
-    eval_every: int | None = field(default=None, metadata=cli("--eval-every"))
-    """With --until-target: evaluate every K steps (default: the workload's)."""
-    max_steps: int | None = field(default=None, metadata=cli("--max-steps"))
-    """With --until-target: the step budget (default: the workload's)."""
-    baseline: str | None = field(default=None, metadata=cli("--baseline"))
-    """The row every other row is compared with, as a ratio with its 95% interval (default: the first row that runs
-    on the whole world size)."""
     precision: str | None = field(default=None, metadata=cli("--precision"))
     """Every pair's simultaneous 95% interval this narrow (half-width), e.g. 5%: a pilot of rounds estimates the
     variance, the rounds it needs are fixed from it and run (two stages, so the stated error holds), or as many as
     the --budget allows."""
-    budget: str | None = field(default=None, metadata=cli("--budget"))
-    """Time the rounds may take, e.g. 600s, 10m, 2h: a round that would end past it is not started, but 3 always run
-    (default 3m; 10m with --precision; not with --repeats)."""
-    margin: str | None = field(default=None, metadata=cli("--margin"))
-    """Equivalence margin of the verdict, e.g. 5% (the default): two rows whose ratio's 90% interval lies within it
-    either way are equivalent (two one-sided tests)."""
-    order_seed: int | None = field(default=None, metadata=cli("--order-seed"))
-    """Seed of the shuffled order of rows within each round (default: a fresh one; every record keeps it)."""
-    plots: bool = field(default=True, metadata=cli("--plots"))
-    """Draw the plots (--no-plots: report.md and records only, about 3 s sooner; `compare report DIR` draws them
-    later)."""
-    tuned: Path | None = field(default=None, metadata=cli("--tuned", parser=typed_path))
-    """A `compare tune` results directory: its best row of each backend becomes a row of this run (beside those of
-    --adapters, if given)."""
-    breakdown: bool = field(default=False, metadata=cli("--breakdown", negatable=False))
-    """After each launch's evaluation, profile --breakdown-steps more steps (torch.profiler) and show where a step's
-    time goes: forward, backward, optimizer, communication overlapped and exposed, waiting for the slowest rank."""
-    breakdown_steps: int = field(default=5, metadata=cli("--breakdown-steps"))
-    """Steps profiled by --breakdown (after one the profiler warms up on), 1 to 1,000."""
+    baseline: str | None = field(default=None, metadata=cli("--baseline"))
+    """The row every other row is compared with, as a ratio with its 95% interval (default: the first row that runs
+    on the whole world size)."""
     join: Path | None = field(default=None, metadata=cli("--join", parser=typed_path))
     """An earlier run of this same request on this machine (or a join of several): this run is another session of
     it, and its report gives the verdict over every session, whose intervals include the variation between runs
     (refused where the workload, rows, world size, batch, steps or machine differ)."""
-    trace: bool = field(default=False, metadata=cli("--trace", negatable=False))
-    """With the breakdown (implies --breakdown): keep the profiled steps' Perfetto / chrome://tracing trace of rank 0
-    and of the slowest other rank, from each row's first launch (traces/ in the results)."""
+
+
+@dataclass
+class RunRequest(Rows, Training, Rounds, Verdict, ToTarget, Breakdown, Launch, Hosts, Output, Figures):
+    """`compare run`: every section, and a tune's winners as rows."""
+
+    PANEL: ClassVar[str] = "Rows"
+
+    tuned: Path | None = field(default=None, metadata=cli("--tuned", parser=typed_path))
+    """A `compare tune` results directory: its best row of each backend becomes a row of this run (beside those of
+    --adapters, if given)."""
+
+
+def taken(request: Any, cls: type) -> dict[str, Any]:
+    """The fields of `request` that a `cls` request also has: what one command's request hands to another's (a
+    sweep's point, a tune's comparison)."""
+    mine = {f.name for f in dataclasses.fields(request)}
+    return {f.name: getattr(request, f.name) for f in dataclasses.fields(cls) if f.name in mine}
 
 
 def parse_world_sizes(text: str | None) -> list[int] | None:
@@ -198,21 +301,20 @@ factor (or inf) would only hold the point until its --timeout."""
 
 
 @dataclass
-class ScaleRequest(RunRequest):
-    """`compare scale`: the same comparison at several world sizes."""
+class ScaleRequest(Rows, Training, Breakdown, Launch, Output, Figures):
+    """`compare scale`: the same comparison at several world sizes (its own sweep of them, so no --world-size or
+    hosts; one launch per point unless --repeats, so no rounds or verdict)."""
 
-    NOT_OPTIONS = frozenset({"world_size", "hosts", "hostfile", "nnodes", "iface", "launcher", "until_target",
-                             "eval_every", "max_steps", "baseline", "precision", "budget", "order_seed", "margin",
-                             "tuned", "join"})
+    PANEL: ClassVar[str] = "Sweep"
     HELP = {"threads": "Threads per rank at every point (default: usable cores / the largest world size that "
                        "fits).",
-            "repeats": "Fresh launches per point; the spread is reported.",
             "steps": "Timed steps per point (default: the workload's).",
             "warmup": "Warm-up steps per point (default: the workload's).",
             "global_batch": "Strong: the global batch; weak: the per-rank batch (default: the workload's global "
                             "batch)."}
 
     repeats: int = field(default=1, metadata=cli("--repeats"))
+    """Fresh launches per point; the spread is reported."""
     world_sizes: list[int] | None = field(default=None, metadata=cli(
         "--world-sizes", kind=str, to_field=parse_world_sizes, to_text=lambda sizes: ",".join(map(str, sizes))))
     """Increasing comma list, e.g. 1,2,4 (default: 1 and every size up to the usable cores)."""
@@ -234,6 +336,11 @@ class ScaleRequest(RunRequest):
     profile_steps: int = field(default=10, metadata=cli("--profile-steps"))
     """Steps per batch size of the compute profile."""
 
+    def point(self, **changes: Any) -> RunRequest:
+        """The `compare run` request of one point of the sweep: this request's sections, with `changes` (its world
+        size, global batch, threads)."""
+        return RunRequest(**{**taken(self, RunRequest), **changes})
+
 
 DEFAULT_TUNE_BUDGET = "10m"
 """`compare tune`'s budget, for the whole tune."""
@@ -242,11 +349,10 @@ DEFAULT_MIN_GAIN = "5%"
 
 
 @dataclass
-class TuneRequest(RunRequest):
-    """`compare tune`: the options of `compare run` that set the comparison, and the search's."""
+class TuneRequest(Rows, Training, Rounds, Launch, Hosts, Output):
+    """`compare tune`: the sections of `compare run` that set the comparison and its rounds, and the search's."""
 
-    NOT_OPTIONS = frozenset({"until_target", "eval_every", "max_steps", "precision", "repeats", "baseline", "tuned",
-                             "plots", "breakdown", "breakdown_steps", "trace", "join"})
+    PANEL: ClassVar[str] = "Search"
     HELP = {"adapters": "Comma-separated adapters to tune, plain names (default: every adapter that declares tunable "
                         "knobs and can run here).",
             "budget": "Time the whole tune may take, e.g. 20m, or per backend, e.g. 5m/backend: the race stops where "
@@ -270,6 +376,7 @@ class TuneRequest(RunRequest):
 class CommRequest(Request):
     """`compare comm`."""
 
+    PANEL: ClassVar[str] = "Collectives"
     HELP = {"world_size": "Ranks (default 2, or the hosts' slots)."}
 
     backends: list[str] | None = field(default=None, metadata=cli("--backends", csv=True))
@@ -293,6 +400,7 @@ class CommRequest(Request):
 class SbatchRequest(RunRequest):
     """`compare sbatch`: the options of `compare run`, and the allocation's."""
 
+    PANEL: ClassVar[str] = "Allocation"
     HELP = {"force": "Replace --script, and pass --force to the run.",
             "world_size": "Ranks; must equal --nodes x --ntasks-per-node (default: that product).",
             "launcher": "slurm: the job's ranks start through srun in its allocation (the only choice here)."}
@@ -316,7 +424,7 @@ class SbatchRequest(RunRequest):
 
     def run_request(self) -> RunRequest:
         """The `compare run` that the script runs, with its options as given here."""
-        return RunRequest(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RunRequest)})
+        return RunRequest(**taken(self, RunRequest))
 
 
 

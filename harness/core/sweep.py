@@ -135,7 +135,8 @@ def plan(req: ScaleRequest) -> ScalePlan:
     sizes = req.world_sizes or list(range(1, cores + 1))
     if req.world_sizes is None and req.device == "cuda":
         sizes = [1]
-    check_common(dataclasses.replace(req, world_size=min(sizes)))
+    first_req = req.point(world_size=min(sizes))
+    check_common(first_req)
     if req.scaling not in SCALINGS:
         raise BadInput(f"unknown scaling '{req.scaling}'; valid choices: {', '.join(SCALINGS)}")
     straggler = parse_straggler(req.straggler, sizes)
@@ -151,8 +152,8 @@ def plan(req: ScaleRequest) -> ScalePlan:
                        f"workers up to it), got {req.predict_to}")
     if req.profile_steps < 3:
         raise BadInput(f"--profile-steps must be at least 3, got {req.profile_steps}")
-    workload = load_workload(req)
-    check_fits(workload, req, max(sizes))
+    workload = load_workload(first_req)
+    check_fits(workload, first_req, max(sizes))
     batch = workload.global_batch if req.global_batch is None else req.global_batch
     if batch < 1:
         raise BadInput(f"--global-batch must be at least 1, got {batch}")
@@ -163,7 +164,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
     points = []
     for n in sizes:
         gb = batch if req.scaling == "strong" else batch * n
-        sub = dataclasses.replace(req, world_size=n, global_batch=gb, threads=threads, out=None)
+        sub = req.point(world_size=n, global_batch=gb, threads=threads, out=None)
         if req.scaling == "weak" and gb > workload.train_samples(gb):
             raise BadInput(f"weak scaling at world size {n} needs a global batch of {batch} x {n} = {gb}, more than "
                            f"workload {req.workload}'s training set ({workload.train_samples(gb)} samples); use "
@@ -190,9 +191,8 @@ def plan(req: ScaleRequest) -> ScalePlan:
     if sizes[0] == 1:
         base = dataclasses.replace(first)
     else:
-        base = core.plan_rows(dataclasses.replace(req, world_size=1, global_batch=first.global_batch // sizes[0]
-                                                 if req.scaling == "weak" else first.global_batch,
-                                                 threads=threads, out=None))
+        base = core.plan_rows(req.point(world_size=1, global_batch=first.global_batch // sizes[0]
+                                        if req.scaling == "weak" else first.global_batch, threads=threads, out=None))
     ref_cls = adapters.get("reference")
     base.rows = [Row(BASELINE, "reference", ref_cls, ref_cls({}, req.device))]
     base.tag = " (baseline)"

@@ -43,7 +43,7 @@ def plan(req) -> TunePlan:
     from harness.core import comparison
     from harness.ground.argv import to_argv
     from harness.core.checks import check_list, parse_precision
-    from harness.core.requests import DEFAULT_MIN_GAIN, DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest
+    from harness.core.requests import DEFAULT_MIN_GAIN, DEFAULT_TUNE_BUDGET, RunRequest, TuneRequest, taken
     from harness.core.rows import parse_knobs, parse_label
 
     check_list(req.adapters, adapters.names(), "adapter")
@@ -70,9 +70,7 @@ def plan(req) -> TunePlan:
     fixed = parse_knobs(req.knobs, set(names), names)
     backends = {n: candidates(n, req.device, chosen.get(n), fixed.get(n)) for n in names}
     labels = [c for cs in backends.values() for c in cs]
-    fields = {f.name for f in dataclasses.fields(RunRequest)}
-    run_req = RunRequest(**{**{k: getattr(req, k) for k in fields}, "adapters": labels, "repeats": 1,
-                            "budget": None, "precision": None})
+    run_req = RunRequest(**{**taken(req, RunRequest), "adapters": labels, "repeats": 1, "budget": None})
     p = comparison.plan(run_req)  # every row checked; --out claimed only once all of this passed
     cannot = {row.label: row.reason for row in p.unavailable}
     unavailable, skipped = {}, {}
@@ -87,9 +85,9 @@ def plan(req) -> TunePlan:
         raise BadInput("no backend to tune can run here: " + "; ".join(f"{n}: {r}" for n, r in unavailable.items()))
     p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
     again = comparison.resolved(p)
-    rerun = TuneRequest(**{**{k: getattr(again, k) for k in fields}, "adapters": list(backends) + list(unavailable),
+    rerun = TuneRequest(**{**taken(again, TuneRequest), "adapters": list(backends) + list(unavailable),
                            "tune": list(req.tune), "budget": req.budget if req.budget is not None
-                           else DEFAULT_TUNE_BUDGET, "repeats": None, "tuned": None,
+                           else DEFAULT_TUNE_BUDGET,
                            "min_gain": req.min_gain if req.min_gain is not None else DEFAULT_MIN_GAIN})
     p.rerun = shlex.join(["compare", "tune", *to_argv(rerun)])
     return TunePlan(p, backends, budget, min_gain, untunable, unavailable, skipped)

@@ -77,6 +77,8 @@ class Option:
     many: bool
     """A list of values (repeated, or comma-separated when spec.csv)."""
     optional: bool
+    panel: str | None = None
+    """The group it is listed under in --help: its section's title, or the command's own (PANEL)."""
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -97,9 +99,16 @@ def _inner(tp: Any) -> tuple[Any, bool]:
 
 
 def options(cls: type) -> list[Option]:
-    """The fields of request class `cls` that its command line sets, in declaration order: not those in its
-    NOT_OPTIONS; the help is its HELP's for the field, else the declaration's, else the field's docstring."""
+    """The fields of request class `cls` that its command line sets: those of each section it takes (a base with a
+    SECTION title) in the order it names them, its own (and its command bases', the most derived first) before the
+    sections of how and where it runs (WHERE: launch, hosts, output).
+    The help is its HELP's for the field, else the declaration's, else the field's docstring."""
     return list(_options(cls))
+
+
+def declaring(cls: type, name: str) -> type:
+    """The class among `cls` and its dataclass bases that declares field `name` (the most derived one)."""
+    return next(k for k in cls.__mro__ if name in vars(k).get("__annotations__", {}))
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,10 +116,15 @@ def _options(cls: type) -> tuple[Option, ...]:
     """options(cls), worked out once per class (a command line is read and written back several times a run)."""
     hints = typing.get_type_hints(cls)
     docs, own = _field_docs(cls), getattr(cls, "HELP", {})
+    mro = [k for k in cls.__mro__ if dataclasses.is_dataclass(k)]
+    sections = [k for k in mro if vars(k).get("SECTION")]
+    where = [k for k in sections if getattr(k, "WHERE", False)]  # how and where it runs, after what it runs
+    order = [k for k in sections if k not in where] + [k for k in mro if k not in sections] + where
+    titles = [vars(k)["SECTION"] for k in sections]
     out = []
     for f in dataclasses.fields(cls):
         spec = f.metadata.get("cli")
-        if spec is None or f.name in getattr(cls, "NOT_OPTIONS", ()):
+        if spec is None:
             continue
         tp, optional = _inner(hints[f.name])
         many = typing.get_origin(tp) is list and spec.kind is None
@@ -119,12 +133,14 @@ def _options(cls: type) -> tuple[Option, ...]:
         help_text = own.get(f.name) or spec.help or docs.get(f.name, "")
         if not help_text:
             raise TypeError(f"{cls.__name__}.{f.name} is a command-line option without a docstring (its --help)")
-        out.append(Option(f.name, spec, default, " ".join(help_text.split()), kind, many, optional))
-    # The options the request inherits from its root class (how ranks launch: device, threads, hosts, ...) after its
-    # own: `compare run --help` starts with --adapters and --workload.
-    root = [k for k in cls.__mro__ if dataclasses.is_dataclass(k)][-1]
-    shared = set(getattr(root, "__annotations__", {})) if root is not cls else set()
-    return tuple([o for o in out if o.name not in shared] + [o for o in out if o.name in shared])
+        home = declaring(cls, f.name)
+        panel = vars(home).get("SECTION") or getattr(home, "PANEL", None)
+        # a command's own field shown under a section's title comes after that section's fields
+        group = order.index(home) if home in sections or panel not in titles else order.index(
+            sections[titles.index(panel)]) + 0.5
+        out.append((group, len(out),
+                    Option(f.name, spec, default, " ".join(help_text.split()), kind, many, optional, panel)))
+    return tuple(o for _, _, o in sorted(out, key=lambda t: t[:2]))
 
 
 def _field_docs(cls: type) -> dict[str, str]:

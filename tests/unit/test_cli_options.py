@@ -13,7 +13,7 @@ import typer
 from harness.cli import app
 from harness.commands import declare
 from harness.core import comparison
-from harness.ground.argv import options, to_argv
+from harness.ground.argv import declaring, options, to_argv
 from harness.core.requests import RunRequest, SbatchRequest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,3 +198,55 @@ def test_the_options_docstrings_come_from_the_cache_only_while_their_file_is_unc
     assert argv._field_docs(declare("Steps timed, after the warm-up.", 2 * 10**18)) == {
         "steps": "Steps timed, after the warm-up."}  # the file changed: read from it again
     sys.modules.pop("probe_request", None)
+
+
+def test_each_request_is_the_sections_it_takes_and_each_section_means_the_same_everywhere():
+    """A command's options are its own and whole sections (harness/core/requests.py): a section is taken whole or
+    not at all, so no command has an option it then ignores, and `--help` lists them under the sections' titles in
+    the order the request names them."""
+    from harness.core import requests
+
+    sections = [k for k in vars(requests).values()
+                if isinstance(k, type) and issubclass(k, requests.Section) and vars(k).get("SECTION")]
+    assert {k.__name__ for k in sections} >= {"Rows", "Training", "Rounds", "Breakdown", "Launch", "Hosts", "Output"}
+    for name in COMMANDS:
+        cls = declare.request_class(name)
+        assert not hasattr(cls, "NOT_OPTIONS"), name
+        names = {o.name for o in options(cls)}
+        for section in sections:
+            if not issubclass(cls, section):
+                continue
+            mine = {o.name for o in options(section)}
+            assert mine <= names, (name, section.__name__, mine - names)  # taken whole
+            overridden = {n for n in mine if declaring(cls, n) is not section}  # sbatch's own --launcher
+            panels = {o.panel for o in options(cls) if o.name in mine - overridden}
+            assert panels == {section.SECTION}, (name, section.__name__, panels)
+    run = [o.panel for o in options(RunRequest)]
+    titles = list(dict.fromkeys(run))
+    assert titles == ["Rows", "Workload", "Rounds", "Time to target", "Breakdown", "Launch", "Ranks and hosts",
+                      "Output"]
+    assert run == sorted(run, key=titles.index)  # one block per section
+    scale = declare.request_class("scale")
+    assert not {"world_size", "hosts", "budget", "precision", "join", "until_target"} & set(
+        f.name for f in dataclasses.fields(scale))
+    tune = declare.request_class("tune")
+    assert not {"repeats", "precision", "plots", "breakdown", "until_target", "tuned"} & set(
+        f.name for f in dataclasses.fields(tune))
+
+
+def test_a_sweep_point_and_a_tune_comparison_are_run_requests_of_the_sections_they_share():
+    from harness.core.requests import ScaleRequest, taken
+
+    req = declare.parse(app, "scale", ["-a", "ddp", "-w", "widemlp", "-o", "width=64", "--steps", "7", "--breakdown",
+                                       "--threads", "1", "--timeout", "60", "--no-plots", "--repeats", "2"])
+    assert isinstance(req, ScaleRequest)
+    point = req.point(world_size=4, global_batch=32)
+    assert type(point) is RunRequest
+    assert (point.adapters, point.workload, point.options, point.steps, point.breakdown, point.threads,
+            point.timeout_s, point.plots, point.repeats) == (["ddp"], "widemlp", ["width=64"], 7, True, 1, 60.0,
+                                                             False, 2)
+    assert (point.world_size, point.global_batch, point.hosts, point.until_target) == (4, 32, None, False)
+    tune = declare.parse(app, "tune", ["-a", "ddp", "--budget", "2m", "--margin", "3%", "-n", "2"])
+    shared = taken(tune, RunRequest)
+    assert shared["budget"] == "2m" and shared["margin"] == "3%" and shared["world_size"] == 2
+    assert "min_gain" not in shared and "repeats" not in shared

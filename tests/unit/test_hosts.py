@@ -318,8 +318,8 @@ def test_sbatch_writes_a_script_that_runs_the_same_comparison_under_slurm(tmp_pa
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --time=01:00:00",
                  "#SBATCH --partition=cpu", "#SBATCH --exclusive", f"cd {REPO}"):
         assert line in lines
-    assert lines[-1] == ("exec .venv/bin/compare run --adapters ddp,deepspeed:zero_stage=1 --steps 20 --knob "
-                         "ddp.bucket_cap_mb=10 --bind-cores --iface ib0 --launcher slurm")
+    assert lines[-1] == ("exec .venv/bin/compare run --adapters ddp,deepspeed:zero_stage=1 --knob ddp.bucket_cap_mb=10 "
+                         "--steps 20 --bind-cores --iface ib0 --launcher slurm")
     # bash accepts it
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     again = CliRunner().invoke(app, ["sbatch", "-a", "ddp", "--nodes", "2", "--ntasks-per-node", "1", "--script",
