@@ -8,8 +8,13 @@ report says why (`design_line`).
 A row's log throughput varies at three levels: between windows of steps within a launch, between launches, and
 between sessions (runs at other times). More steps per launch narrow only the first, more launches the first two,
 more sessions all three. A launch of s steps costs c0 (start-up, evaluation, shutdown) + s x t seconds, and its log
-throughput has variance sigma_L^2 + v / s (v: the within-launch variance of a window, times its steps); over a fixed
-time that buys rounds of launches, the variance of a row's mean is smallest at s* = sqrt(v c0 / (sigma_L^2 t)).
+throughput has variance sigma_L^2 + v / s (v: the within-launch variance of a window, times its steps). Over an
+unbounded time the variance of a row's mean per second is smallest at s* = sqrt(v c0 / (sigma_L^2 t)) (`best_steps`).
+A default run has a budget, several rows and at least 3 rounds, and its intervals are t intervals over its rounds:
+`best_design` takes the steps whose rounds (as many as the budget holds, each row's launch priced from this
+machine's last launches of it) give the narrowest t(0.975, n - 1) sqrt((sigma_L^2 + v / s) / n), among the steps
+whose 3 rounds fit the budget. (The first design, s* alone, gave the default digits run here 2,021 steps a launch:
+its 3 rounds took 4.6 to 6.7 minutes of a 3-minute budget and resolved fewer pairs than the workload's 280 steps.)
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import json
 import math
 from typing import Any
 
-from harness.ground.stats import log_moments
+from harness.ground.stats import CONFIDENCE, log_moments, t_quantile
 
 MIN_LAUNCHES = 3
 """Launches of a row below which no component is estimated."""
@@ -72,6 +77,39 @@ def best_steps(comp: dict[str, Any], default_steps: int) -> int:
     return int(min(hi, max(lo, round(best))))
 
 
+def bounds(default_steps: int) -> tuple[int, int]:
+    """The steps per launch a design may choose: DESIGN_BOUNDS of the workload's own, and at least 10."""
+    return max(10, round(default_steps * DESIGN_BOUNDS[0])), max(10, round(default_steps * DESIGN_BOUNDS[1]))
+
+
+def best_design(comp: dict[str, Any], costs: list[tuple[float, float]], warmup: int, budget_s: float,
+                default_steps: int, least_rounds: int = 3) -> dict[str, Any]:
+    """The steps per launch that give a pair the narrowest t interval within `budget_s`: `costs` is each row's launch
+    (fixed seconds, seconds a step), a round runs every row once, the budget holds n(s) rounds, and the half-width
+    goes as t(0.975, n - 1) sqrt((sigma_L^2 + v / s) / n). Only steps whose `least_rounds` rounds fit the budget are
+    considered; where none do, the workload's own steps. Returns steps, rounds (what the budget holds at them) and
+    `fits` (whether any did)."""
+    lo, hi = bounds(default_steps)
+
+    def rounds(s: int) -> int:
+        each = sum(c0 + (s + warmup) * t for c0, t in costs)
+        return int(budget_s // each) if each > 0 else 0
+
+    quantile: dict[int, float] = {}
+
+    def half(s: int) -> float:
+        n = rounds(s)
+        if n not in quantile:
+            quantile[n] = t_quantile(0.5 + CONFIDENCE / 2, n - 1)
+        return quantile[n] * math.sqrt((comp["launch_var"] + comp["v"] / s) / n)
+
+    fits = [s for s in range(lo, hi + 1) if rounds(s) >= least_rounds]
+    if not fits:
+        return {"steps": default_steps, "rounds": max(least_rounds, rounds(default_steps)), "fits": False}
+    steps = min(fits, key=lambda s: (half(s), s))
+    return {"steps": steps, "rounds": rounds(steps), "fits": True}
+
+
 def buys(comp: dict[str, Any]) -> dict[str, float]:
     """How much narrower a pair's interval within one run gets (a fraction) from twice the steps per launch (only
     the within-launch part shrinks) and from twice the launches (all of it)."""
@@ -111,13 +149,22 @@ def known_components(workload: str, device: str) -> dict[str, Any] | None:
     return got if isinstance(got, dict) and all(k in got for k in need) else None
 
 
-def design(workload: str, device: str, default_steps: int) -> dict[str, Any]:
+def design(workload: str, device: str, default_steps: int, budget_s: float | None = None,
+           costs: list[tuple[float, float] | None] | None = None, warmup: int = 0) -> dict[str, Any]:
     """The steps per launch a default run takes, and why: from this machine's components where `compare doctor`
-    measured them for this workload, else the workload's own."""
+    measured them for this workload, else the workload's own. With the run's budget and its rows' launch costs
+    (None for a row never run here: priced as the launch the components were measured on), `best_design`;
+    without them, `best_steps` (a row alone, no budget)."""
     comp = known_components(workload, device)
+    plain = {"steps": default_steps, "workload_steps": default_steps, "components": None}
     if comp is None:
-        return {"steps": default_steps, "workload_steps": default_steps, "components": None}
-    return {"steps": best_steps(comp, default_steps), "workload_steps": default_steps, "components": comp}
+        return plain
+    if budget_s is None or not costs:
+        return {**plain, "steps": best_steps(comp, default_steps), "components": comp}
+    priced = [c if c is not None else (comp["fixed_s"], comp["step_s"]) for c in costs]
+    chosen = best_design(comp, priced, warmup, budget_s, default_steps)
+    return {**plain, "steps": chosen["steps"], "components": comp, "budget_s": budget_s, "rows": len(costs),
+            "rows_priced": sum(c is not None for c in costs), "rounds": chosen["rounds"], "fits": chosen["fits"]}
 
 
 def design_line(d: dict[str, Any]) -> str:
@@ -127,6 +174,23 @@ def design_line(d: dict[str, Any]) -> str:
         return (f"Design: the workload's {d['steps']} timed steps per launch, rounds while they fit the budget (this "
                 "machine had no variance components for it: `compare doctor -w WORKLOAD` measures them, and later "
                 "default runs choose their steps per launch from them).")
+    measured = (f"this machine's variance components (`compare doctor`, {comp['date']}, {comp['launches']} launches "
+                f"of {comp['label']}): within a launch, between windows of {comp['window_steps']} steps, SD "
+                f"{math.sqrt(comp['window_var']):.1%}; between launches, beyond that, SD "
+                f"{math.sqrt(comp['launch_var']):.1%}")
+    if "budget_s" in d:
+        rule = (f"those whose rounds give a pair the narrowest t interval, t(0.975, n-1) sqrt((sigma_L^2 + v/s) / "
+                f"n) with n the rounds the budget holds at s steps ({d['rows_priced']} of the {d['rows']} rows priced "
+                f"from their last launches here, the others at {comp['fixed_s']:.1f} s a launch plus "
+                f"{comp['step_s'] * 1e3:.2f} ms a step, as {comp['label']}'s), among the steps whose 3 rounds fit "
+                f"the budget, within {DESIGN_BOUNDS[0]:g}–{DESIGN_BOUNDS[1]:g}× the workload's")
+        if not d["fits"]:
+            return (f"Design: the workload's {d['steps']} timed steps per launch: no steps within "
+                    f"{DESIGN_BOUNDS[0]:g}–{DESIGN_BOUNDS[1]:g}× its own let 3 rounds of the {d['rows']} rows fit the "
+                    f"{d['budget_s']:g} s budget, so the 3 rounds that always run will overrun it (from {measured}).")
+        return (f"Design: {d['steps']} timed steps per launch (the workload's own: {d['workload_steps']}) and "
+                f"{d['rounds']} rounds, so {d['rounds']} launches per row, expected in the {d['budget_s']:g} s budget "
+                f"(rounds go on while they fit it). From {measured}. The steps are {rule}.")
     return (f"Design: {d['steps']} timed steps per launch (the workload's own: {d['workload_steps']}), rounds while "
             f"they fit the budget. From this machine's variance components (`compare doctor`, {comp['date']}, "
             f"{comp['launches']} launches of {comp['label']}): within a launch, between windows of "

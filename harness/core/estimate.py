@@ -49,6 +49,15 @@ def _store(k: str, wall_s: float, steps: int, stepping_s: float) -> None:
     cache.write_atomic(_path(), json.dumps(dict(list(data.items())[-KEEP:])).encode())
 
 
+def cost(plan, label: str) -> tuple[float, float] | None:
+    """(fixed seconds, seconds a step) of a launch of `label` in `plan`, as this machine last measured it, or None."""
+    c = _load().get(key(plan, label))
+    try:
+        return (float(c["fixed_s"]), float(c["step_s"]))
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
 def remember(plan, label: str, wall_s: float, steps: int, stepping_s: float) -> None:
     """A launch of `label` took `wall_s`, of which `stepping_s` were its `steps` warm-up and timed steps."""
     _store(key(plan, label), wall_s, steps, stepping_s)

@@ -182,8 +182,10 @@ def component_lines(floor: dict[str, Any]) -> list[str]:
         f"{buy['launches']:.0%} narrower; for runs at other times, no number of launches narrows the between-session "
         + (f"part (a pair's ratio moves by about ±{1.96 * known['tau_median']:.0%} between runs here): only more "
            f"sessions do, as 1/sqrt(sessions)" if known else "part: only more sessions do"),
-        (f"a default `compare run` of {comp['workload']} here now times {best_steps(comp, comp['steps'])} steps per "
-         f"launch (sqrt(v c0 / (sigma_L^2 t)) for a launch's fixed {comp['fixed_s']:.1f} s and "
-         f"{comp['step_s'] * 1e3:.2f} ms a step, within {DESIGN_BOUNDS[0]:g}-{DESIGN_BOUNDS[1]:g}x its "
-         f"{comp['steps']}), and as many rounds as its budget holds" if floor.get("kept") else
+        (f"a default `compare run` of {comp['workload']} here now chooses its steps per launch from these, its rows' "
+         f"last launches here and its budget: those whose rounds give a pair the narrowest t interval, among those "
+         f"whose 3 rounds fit the budget (its report says which, and why); for this row alone with no budget, "
+         f"{best_steps(comp, comp['steps'])} (sqrt(v c0 / (sigma_L^2 t)) for a launch's fixed {comp['fixed_s']:.1f} s "
+         f"and {comp['step_s'] * 1e3:.2f} ms a step, within {DESIGN_BOUNDS[0]:g}-{DESIGN_BOUNDS[1]:g}x its "
+         f"{comp['steps']})" if floor.get("kept") else
          "(measured at --steps, not the workload's own: not kept for default runs' design)")]

@@ -65,13 +65,50 @@ def test_a_default_run_takes_its_steps_from_this_machines_components(tmp_path, m
     comp = noise_floor.components([_launch(k, o) for k, o in enumerate(OFFSETS)])
     noise_floor.store_components(comp, "cpu")
     designed = comparison.plan(RunRequest(adapters=["ddp", "spawn"], out=tmp_path / "b"))
-    want = noise_floor.best_steps(comp, plain.steps)
-    assert designed.steps == want != plain.steps and designed.design["components"]["v"] == pytest.approx(0.04)
-    assert f"--steps {want} " in designed.rerun  # the command that reproduces it names the steps it chose
+    # neither row has run here: both priced as the launch the components were measured on, in the 180 s budget
+    want = noise_floor.best_design(comp, [(comp["fixed_s"], comp["step_s"])] * 2, plain.warmup, 180.0, plain.steps)
+    assert designed.steps == want["steps"] != plain.steps and designed.design["components"]["v"] == pytest.approx(0.04)
+    assert designed.design["rounds"] == want["rounds"] >= 3 and designed.design["rows_priced"] == 0
+    assert f"--steps {want['steps']} " in designed.rerun  # the command that reproduces it names the steps it chose
     line = noise_floor.design_line(designed.design)
-    assert line.startswith(f"Design: {want} timed steps per launch (the workload's own: {plain.steps})")
+    assert line.startswith(f"Design: {want['steps']} timed steps per launch (the workload's own: {plain.steps}) and "
+                           f"{want['rounds']} rounds, so {want['rounds']} launches per row, expected in the 180 s "
+                           "budget")
     assert "within a launch, between windows of 4 steps, SD 10.0%; between launches, beyond that, SD 15.2%" in line
+    assert "0 of the 2 rows priced from their last launches here" in line
     # --steps or --repeats given: the user's design, not this one
     assert comparison.plan(RunRequest(adapters=["ddp", "spawn"], steps=50, out=tmp_path / "c")).design is None
     assert comparison.plan(RunRequest(adapters=["ddp", "spawn"], repeats=3, out=tmp_path / "d")).design is None
     assert not any((tmp_path / x).exists() for x in "abcd")  # planning writes nothing
+
+
+def test_the_design_is_the_narrowest_t_interval_the_budget_buys_and_its_3_rounds_fit():
+    """The first design (s* for one row, no budget) gave the default digits run here 2,021 steps a launch, whose 3
+    rounds took 4.6 to 6.7 minutes of a 3-minute budget: the design is now the t interval over the rounds that fit."""
+    from harness.ground.stats import t_quantile
+
+    # this machine's doctor on digits (2026-11-28): v = 0.118^2 x 56 steps, sigma_L = 1.7%, 4.0 s + 2.71 ms a step
+    comp = {"v": 0.118 ** 2 * 56, "launch_var": 0.017 ** 2, "fixed_s": 4.0, "step_s": 0.00271, "steps": 280}
+    assert noise_floor.best_steps(comp, 280) > 1900  # one row, no budget: long launches
+    rows = [(4.0, 0.00271)] * 7 + [(6.0, 0.0135)]  # 8 rows, one of them (fsdp) five times slower a step
+    got = noise_floor.best_design(comp, rows, 20, 180.0, 280)
+    round_s = lambda s: sum(c0 + (s + 20) * t for c0, t in rows)
+    assert got["fits"] and 3 * round_s(got["steps"]) <= 180.0 < 3 * round_s(got["steps"] + 1) or got["rounds"] > 3
+    assert got["rounds"] == int(180.0 // round_s(got["steps"]))
+
+    def half(s):
+        n = int(180.0 // round_s(s))
+        return t_quantile(0.975, n - 1) * math.sqrt((comp["launch_var"] + comp["v"] / s) / n)
+
+    lo, hi = noise_floor.bounds(280)
+    fitting = [s for s in range(lo, hi + 1) if int(180.0 // round_s(s)) >= 3]
+    assert half(got["steps"]) == min(half(s) for s in fitting)
+    assert max(fitting) < 1900  # the unbounded optimum does not fit 3 rounds
+    # a budget too small for 3 rounds of even the shortest launches: the workload's own steps, said so
+    tight = noise_floor.best_design(comp, rows, 20, 60.0, 280)
+    assert tight == {"steps": 280, "rounds": 3, "fits": False}
+    line = noise_floor.design_line({"steps": 280, "workload_steps": 280, "components": {
+        **comp, "window_var": 0.118 ** 2, "window_steps": 56, "launches": 10, "label": "ddp", "date": "2026-11-28"},
+        "budget_s": 60.0, "rows": 8, "rows_priced": 8, "rounds": 3, "fits": False})
+    assert line.startswith("Design: the workload's 280 timed steps per launch: no steps within 0.25–8× its own let 3 "
+                           "rounds of the 8 rows fit the 60 s budget")
