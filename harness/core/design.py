@@ -186,8 +186,9 @@ def design_line(d: dict[str, Any]) -> str:
                 f"the budget, within {DESIGN_BOUNDS[0]:g}–{DESIGN_BOUNDS[1]:g}× the workload's")
         if not d["fits"]:
             return (f"Design: the workload's {d['steps']} timed steps per launch: no steps within "
-                    f"{DESIGN_BOUNDS[0]:g}–{DESIGN_BOUNDS[1]:g}× its own let 3 rounds of the {d['rows']} rows fit the "
-                    f"{d['budget_s']:g} s budget, so the 3 rounds that always run will overrun it (from {measured}).")
+                    f"{DESIGN_BOUNDS[0]:g}–{DESIGN_BOUNDS[1]:g}× its own let 3 rounds of the {d['rows']} rows fit "
+                    f"the {d['budget_s']:g} s budget, so the 3 rounds that always run will overrun it (from "
+                    f"{measured}).")
         return (f"Design: {d['steps']} timed steps per launch (the workload's own: {d['workload_steps']}) and "
                 f"{d['rounds']} rounds, so {d['rounds']} launches per row, expected in the {d['budget_s']:g} s budget "
                 f"(rounds go on while they fit it). From {measured}. The steps are {rule}.")

@@ -2,8 +2,9 @@
 Time to target, Breakdown, Launch, Ranks and hosts, Output) and its own fields, each field an option declared once
 (harness/ground/argv.py makes the commands' options from them, grouped by section in --help, and writes a request
 back as its command line), and the bounds a request is held to. A command hands another the sections they share
-(`taken`): a sweep's point is a `compare run` request, so is a tune's comparison. Its checks are harness/core/checks.py (every request), rows.py (the rows) and
-workload_checks.py (the workload); a checked request becomes a plan (plans.py).
+(`taken`): a sweep's point is a `compare run` request, so is a tune's comparison. Its checks are
+harness/core/checks.py (every request), rows.py (the rows) and workload_checks.py (the workload); a checked request
+becomes a plan (plans.py).
 
 Runs in: the parent.
 """

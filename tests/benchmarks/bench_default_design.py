@@ -78,7 +78,8 @@ def figures(directory: Path) -> dict:
 
 def analyse(out: Path) -> dict:
     dirs = [d for d in out.iterdir() if d.is_dir() and d.name.split("_")[0] in ("before", "after") and records_file(d)]
-    runs = [figures(d) for d in sorted(dirs, key=lambda d: (d.name.split("_")[0] == "after", int(d.name.split("_")[1])))]
+    dirs.sort(key=lambda d: (d.name.split("_")[0] == "after", int(d.name.split("_")[1])))
+    runs = [figures(d) for d in dirs]
     summary: dict = {"runs": runs}
     for key in ("widest_per_minute", "median_per_minute"):
         before = [r[key] for r in runs if r["run"].startswith("before") and r[key]]
@@ -107,8 +108,8 @@ def main() -> None:
     for r in summary["runs"]:
         w = f"{r['widest_resolved']:.1%}" if r["widest_resolved"] else "-"
         wm = f"{r['widest_per_minute']:.3f}" if r["widest_per_minute"] else "-"
-        print(f"{r['run']:10} {r['rounds']:>6} {r['minutes']:>6.2f} {r['steps']:>6} {r['resolved']:>4} of {r['pairs']:<2} "
-              f"{w:>7} {wm:>11} {r['median_pair']:>7.1%} {r['median_per_minute']:>11.3f}")
+        print(f"{r['run']:10} {r['rounds']:>6} {r['minutes']:>6.2f} {r['steps']:>6} {r['resolved']:>4} of "
+              f"{r['pairs']:<2} {w:>7} {wm:>11} {r['median_pair']:>7.1%} {r['median_per_minute']:>11.3f}")
     for key in ("widest_per_minute", "median_per_minute"):
         got = summary.get(f"after_over_before_{key}")
         if got:
