@@ -150,7 +150,7 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
                      "against any row")
         out.append(text + ".")
     if faster:
-        out.append("Groups, fastest first (a compact letter display: rows that share a letter are not resolved "
+        out.append("Groups, highest estimate first (a compact letter display: rows that share a letter are not resolved "
                    "apart): " + "; ".join(f"{name_of(a, k)} **{letters[k]}**" for k in order) + ".")
     said = []
     if faster:
