@@ -561,8 +561,18 @@ def test_a_keyboard_interrupt_from_user_code_is_told_from_a_real_ctrl_c_whatever
                 raise KeyboardInterrupt
         assert seen == [signal.SIGINT]
         assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler  # the test's own, restored
+        # Python's default handler (set here: a test run started in the background inherits SIGINT ignored): a real
+        # Ctrl-C raises, and is not converted
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with pytest.raises(KeyboardInterrupt):
+            with user_code("importing mine.py"):
+                os.kill(os.getpid(), signal.SIGINT)
+        # SIGINT ignored (a background job's): a real one interrupts nothing, so a KeyboardInterrupt is the code's own
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with pytest.raises(UserExit, match="your code raised KeyboardInterrupt"):
+            with user_code("importing mine.py"):
+                os.kill(os.getpid(), signal.SIGINT)
+                raise KeyboardInterrupt
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
-    with pytest.raises(KeyboardInterrupt):  # Python's default handler: a real Ctrl-C raises, and is not converted
-        with user_code("importing mine.py"):
-            os.kill(os.getpid(), signal.SIGINT)
