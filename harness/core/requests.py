@@ -248,14 +248,19 @@ class Verdict(Section):
 
 
 @dataclass
-class RunRequest(Rows, Training, Rounds, Verdict, ToTarget, Breakdown, Launch, Hosts, Output, Figures):
-    """`compare run`: every section, and a tune's winners as rows."""
+class Tuned(Section):
+    """A tune's winners as rows (listed with the rows)."""
 
-    PANEL: ClassVar[str] = "Rows"
+    SECTION = "Rows"
 
     tuned: Path | None = field(default=None, metadata=cli("--tuned", parser=typed_path))
     """A `compare tune` results directory: its best row of each backend becomes a row of this run (beside those of
     --adapters, if given)."""
+
+
+@dataclass
+class RunRequest(Rows, Tuned, Training, Rounds, Verdict, ToTarget, Breakdown, Launch, Hosts, Output, Figures):
+    """`compare run`: every section."""
 
 
 def taken(request: Any, cls: type) -> dict[str, Any]:

@@ -120,7 +120,6 @@ def _options(cls: type) -> tuple[Option, ...]:
     sections = [k for k in mro if vars(k).get("SECTION")]
     where = [k for k in sections if getattr(k, "WHERE", False)]  # how and where it runs, after what it runs
     order = [k for k in sections if k not in where] + [k for k in mro if k not in sections] + where
-    titles = [vars(k)["SECTION"] for k in sections]
     out = []
     for f in dataclasses.fields(cls):
         spec = f.metadata.get("cli")
@@ -135,10 +134,7 @@ def _options(cls: type) -> tuple[Option, ...]:
             raise TypeError(f"{cls.__name__}.{f.name} is a command-line option without a docstring (its --help)")
         home = declaring(cls, f.name)
         panel = vars(home).get("SECTION") or getattr(home, "PANEL", None)
-        # a command's own field shown under a section's title comes after that section's fields
-        group = order.index(home) if home in sections or panel not in titles else order.index(
-            sections[titles.index(panel)]) + 0.5
-        out.append((group, len(out),
+        out.append((order.index(home), len(out),
                     Option(f.name, spec, default, " ".join(help_text.split()), kind, many, optional, panel)))
     return tuple(o for _, _, o in sorted(out, key=lambda t: t[:2]))
 
