@@ -127,24 +127,16 @@ def store_components(comp: dict[str, Any], device: str) -> None:
     """Keep this machine's components for the workload (the cache directory), for later default runs."""
     from harness.shared import cache
 
-    path = cache.cache_dir() / COMPONENTS_FILE
-    try:
-        data = json.loads(path.read_text())
-        data = data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        data = {}
+    data = cache.read_dict(COMPONENTS_FILE)
     data[_key(comp["workload"], device)] = comp
-    cache.write_atomic(path, json.dumps(data).encode())
+    cache.write_dict(COMPONENTS_FILE, data)
 
 
 def known_components(workload: str, device: str) -> dict[str, Any] | None:
     """This machine's components for `workload` as `compare doctor` last measured them, or None."""
     from harness.shared import cache
 
-    try:
-        got = json.loads((cache.cache_dir() / COMPONENTS_FILE).read_text()).get(_key(workload, device))
-    except (OSError, ValueError, AttributeError):
-        return None
+    got = cache.read_dict(COMPONENTS_FILE).get(_key(workload, device))
     need = ("v", "launch_var", "steps", "step_s", "fixed_s", "window_var", "window_steps", "date", "label")
     return got if isinstance(got, dict) and all(k in got for k in need) else None
 

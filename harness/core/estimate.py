@@ -20,16 +20,8 @@ KEEP = 400
 """Entries kept (the most recent): a few hundred rows of any size."""
 
 
-def _path():
-    return cache.cache_dir() / FILE
-
-
 def _load() -> dict[str, Any]:
-    try:
-        data = json.loads(_path().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    return cache.read_dict(FILE)
 
 
 def key(plan, label: str) -> str:
@@ -46,7 +38,7 @@ def _store(k: str, wall_s: float, steps: int, stepping_s: float) -> None:
     data = _load()
     data.pop(k, None)  # re-inserted last: the most recent entries are the ones kept
     data[k] = {"fixed_s": max(0.0, wall_s - stepping_s), "step_s": stepping_s / steps if steps else 0.0}
-    cache.write_atomic(_path(), json.dumps(dict(list(data.items())[-KEEP:])).encode())
+    cache.write_dict(FILE, dict(list(data.items())[-KEEP:]))
 
 
 def cost(plan, label: str) -> tuple[float, float] | None:
@@ -173,26 +165,17 @@ def remember_speed(device: str, threads: int, flops_per_s: float, what: str) -> 
     fastest kept per device and threads, what a later run's estimate of a step rests on."""
     if not (flops_per_s > 0 and math.isfinite(flops_per_s)):
         return
-    path = cache.cache_dir() / SPEED_FILE
-    try:
-        data = json.loads(path.read_text())
-        data = data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        data = {}
+    data = cache.read_dict(SPEED_FILE)
     k = _speed_key(device, threads)
     if (data.get(k) or {}).get("flops_per_s", 0.0) >= flops_per_s:
         return
     data[k] = {"flops_per_s": flops_per_s, "what": what}
-    cache.write_atomic(path, json.dumps(data).encode())
+    cache.write_dict(SPEED_FILE, data)
 
 
 def measured_speed(device: str, threads: int) -> dict[str, Any] | None:
     """{"flops_per_s", "what"}: the fastest FLOP/s per rank a row has reached on this machine at these threads."""
-    try:
-        data = json.loads((cache.cache_dir() / SPEED_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    found = data.get(_speed_key(device, threads)) if isinstance(data, dict) else None
+    found = cache.read_dict(SPEED_FILE).get(_speed_key(device, threads))
     return found if isinstance(found, dict) and found.get("flops_per_s") else None
 
 

@@ -154,14 +154,9 @@ def store(env: dict[str, Any], workload: str, spread: dict[str, Any]) -> None:
     effort: a cache that cannot be written costs nothing but the sentence)."""
     from harness.shared import cache
 
-    path = cache.cache_dir() / CACHE_FILE
-    try:
-        data = json.loads(path.read_text())
-        data = data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        data = {}
+    data = cache.read_dict(CACHE_FILE)
     data.setdefault(_machine_key(env), {})[workload] = {**spread, "workload": workload}
-    cache.write_atomic(path, json.dumps(data).encode())
+    cache.write_dict(CACHE_FILE, data)
 
 
 def known(env: dict[str, Any], workload: str) -> dict[str, Any] | None:
@@ -169,11 +164,7 @@ def known(env: dict[str, Any], workload: str) -> dict[str, Any] | None:
     which it names), or None."""
     from harness.shared import cache
 
-    try:
-        data = json.loads((cache.cache_dir() / CACHE_FILE).read_text())
-        mine = data.get(_machine_key(env)) or {}
-    except (OSError, ValueError, AttributeError):
-        return None
+    mine = cache.read_dict(CACHE_FILE).get(_machine_key(env)) or {}
     if not isinstance(mine, dict) or not mine:
         return None
     entry = mine.get(workload) or max(mine.values(), key=lambda e: e.get("date", "") if isinstance(e, dict) else "")

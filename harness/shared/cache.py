@@ -41,6 +41,21 @@ def write_atomic(path: Path, data: bytes) -> None:
         pass
 
 
+def read_dict(name: str) -> dict[str, Any]:
+    """The JSON object kept in the cache directory as file `name`, or {} where it is missing, unreadable or not an
+    object."""
+    try:
+        data = json.loads((cache_dir() / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_dict(name: str, data: dict[str, Any]) -> None:
+    """Keep `data` as the cache directory's file `name` (best effort, atomically: write_atomic)."""
+    write_atomic(cache_dir() / name, json.dumps(data).encode())
+
+
 KEEP_ENTRIES = 8
 """Answers kept per cache file: one per interpreter and file set, so two checkouts (two venvs) used in turn do not
 evict each other's answer on every run."""
