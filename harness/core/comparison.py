@@ -69,7 +69,7 @@ def plan(req: RunRequest) -> RunPlan:
         from harness.core import design
 
         p.design = design.design(req.workload, req.device, p.steps, p.budget_s,
-                                 [estimate.cost(p, row.label) for row in p.runnable], p.warmup)
+                                 estimate.costs(p, [row.label for row in p.runnable]), p.warmup)
         p.steps = p.design["steps"]
         p.equiv_steps = min(p.equiv_steps, p.steps + p.warmup)
     p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)

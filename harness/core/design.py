@@ -141,18 +141,15 @@ def known_components(workload: str, device: str) -> dict[str, Any] | None:
     return got if isinstance(got, dict) and all(k in got for k in need) else None
 
 
-def design(workload: str, device: str, default_steps: int, budget_s: float | None = None,
-           costs: list[tuple[float, float] | None] | None = None, warmup: int = 0) -> dict[str, Any]:
-    """The steps per launch a default run takes, and why: from this machine's components where `compare doctor`
-    measured them for this workload, else the workload's own. With the run's budget and its rows' launch costs
-    (None for a row never run here: priced as the launch the components were measured on), `best_design`;
-    without them, `best_steps` (a row alone, no budget)."""
+def design(workload: str, device: str, default_steps: int, budget_s: float,
+           costs: list[tuple[float, float] | None], warmup: int) -> dict[str, Any]:
+    """The steps per launch a default run takes, and why: `best_design` from this machine's components where
+    `compare doctor` measured them for this workload, the run's budget and its rows' launch costs (None for a row
+    never run here: priced as the launch the components were measured on); else the workload's own."""
     comp = known_components(workload, device)
     plain = {"steps": default_steps, "workload_steps": default_steps, "components": None}
-    if comp is None:
+    if comp is None or not costs:
         return plain
-    if budget_s is None or not costs:
-        return {**plain, "steps": best_steps(comp, default_steps), "components": comp}
     priced = [c if c is not None else (comp["fixed_s"], comp["step_s"]) for c in costs]
     chosen = best_design(comp, priced, warmup, budget_s, default_steps)
     return {**plain, "steps": chosen["steps"], "components": comp, "budget_s": budget_s, "rows": len(costs),

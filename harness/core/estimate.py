@@ -41,13 +41,18 @@ def _store(k: str, wall_s: float, steps: int, stepping_s: float) -> None:
     cache.write_dict(FILE, dict(list(data.items())[-KEEP:]))
 
 
-def cost(plan, label: str) -> tuple[float, float] | None:
-    """(fixed seconds, seconds a step) of a launch of `label` in `plan`, as this machine last measured it, or None."""
-    c = _load().get(key(plan, label))
-    try:
-        return (float(c["fixed_s"]), float(c["step_s"]))
-    except (TypeError, KeyError, ValueError):
-        return None
+def costs(plan, labels: list[str]) -> list[tuple[float, float] | None]:
+    """(fixed seconds, seconds a step) of a launch of each of `labels` in `plan`, as this machine last measured it,
+    or None for one it has not."""
+    data = _load()
+
+    def one(c) -> tuple[float, float] | None:
+        try:
+            return (float(c["fixed_s"]), float(c["step_s"]))
+        except (TypeError, KeyError, ValueError):
+            return None
+
+    return [one(data.get(key(plan, label))) for label in labels]
 
 
 def remember(plan, label: str, wall_s: float, steps: int, stepping_s: float) -> None:
