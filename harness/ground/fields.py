@@ -168,7 +168,7 @@ class Run(TypedDict):
     adapter_info: NotRequired[dict[str, Any]]
     """What the framework reported: versions, resolved knobs, notes."""
     param_count: NotRequired[int]
-    """Every parameter of the model, trainable and frozen (records before 2026-11-29 called it trainable; it has
+    """Every parameter of the model, trainable and frozen (records before 2026-11-28 called it trainable; it has
     always counted all)."""
     trainable_param_count: NotRequired[int]
     """The parameters that require a gradient: what gradients, their communication and the optimizer state are
