@@ -273,56 +273,46 @@ def llama_activations(layers: int, hidden: int, heads: int, kv: int, ffn: int, v
                        f"{ck.describe()}; s = {s}")
 
 
-def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None, *, attention: str = "flash",
-                checkpointing: str | Checkpointing = "none") -> Shape:
-    """The workload's own model, built on the meta device: its parameters tensor by tensor (in registration
-    order) and which are frozen (requires_grad False), its largest module and shard unit (the parameters outside
-    every unit are one unit too, as FSDP wraps the root), its optimizer (SGD with momentum or Adam/AdamW) unless
-    `optimizer` is given, the FLOPs of one forward and backward counted by torch on two samples of its data, the
-    size of its output, and what autograd saves for backward in a forward, with `scaled_dot_product_attention`
-    saving what a fused kernel saves (attention "flash") and with its shard units checkpointed as asked: every one
-    (full), every Nth (selective:N), or under torchtitan's per-op policy (selective), applied op by op on the meta
-    device as torch's selective checkpointing would (Saved with a policy)."""
+SMALL_MODEL = 5_000_000
+"""A model whose forward meta cannot run is built on the CPU to be counted up to this many parameters (as `compare
+run`'s check before launching does)."""
+
+
+def _lazy(model) -> bool:
+    """Whether the model still holds parameters a lazy module (nn.LazyLinear) makes at its first forward."""
+    from torch.nn.parameter import is_lazy
+
+    return any(is_lazy(p) for p in model.parameters())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _counted(w, model, x, y, attention: str, ck: Checkpointing):
+    """One forward and backward of `model` on the batch (x, y), on whichever device they are: the FLOPs torch
+    counts, the output's logits, what autograd saves (Saved, with the fused-attention rule and the checkpointing
+    asked for), the fused attention calls, what backward recomputes per batch, and the shard units. A lazy module's
+    parameters are made by a first forward before anything is counted. Returns the model with the counts."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    import workloads
     from workloads import batch as batches
 
-    ck = _check_modes(attention, checkpointing)
-    w = workloads.get(name, options)
-    reason = w.unavailable()
-    if reason:
-        raise BadPlan(f"workload {name} cannot be planned here: {reason}")
-    try:
-        with torch.device("meta"):  # nothing allocated: a model larger than this machine can still be planned
-            model = w.build_model()
-    except (RuntimeError, OverflowError, ValueError) as exc:  # e.g. a tensor larger than any address space
-        given = ", ".join(f"{k}={v}" for k, v in (options or {}).items()) or "its defaults"
-        raise BadPlan(f"workload {name} ({given}) cannot be built: {' '.join(str(exc).split())}; choose smaller "
-                      f"workload options") from None
-    params = list(model.parameters())
-    tensors = [float(p.numel()) for p in params]
-    frozen = [not p.requires_grad for p in params]
-    module = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-    units = w.shard_units(model) or [model]
-    # What one gather holds: a group of units that share a parameter (tied weights) is gathered as one, the
-    # shared parameter once.
-    groups = w.shard_groups(model) if units != [model] else [[model]]
-    in_units = [sum({id(p): p.numel() for m in group for p in m.parameters()}.values()) for group in groups]
-    unit = max(in_units + [sum(tensors) - sum(in_units)])
-    if optimizer is None:
-        opt = w.make_optimizer(model, w.lr(w.global_batch))
-        optimizer = "adamw" if isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)) else "sgd"
-    data = w.materialize("cpu", w.global_batch)
-    x, y = (batches.to(t, "meta") for t in data.batch(torch.arange(2), "cpu"))
+    if _lazy(model):
+        with torch.no_grad():
+            w.forward(model, x)
     counter = FlopCounterMode(display=False)
     with counter:
         out = w.forward(model, x)
         w.step_loss(out, y).backward()
     logits = batches.logits(out)
-    output_elements = float(logits.numel()) / batches.length(x) if isinstance(logits, torch.Tensor) and \
-        logits.is_floating_point() else 0.0
+    if not isinstance(logits, torch.Tensor):  # a tuple or dict without `logits`: its largest per-sample tensor
+        per_sample = [t for _, t in batches.leaves(out) if t.is_floating_point() and t.dim()
+                      and t.shape[0] == batches.length(x)]
+        logits = max(per_sample, key=lambda t: t.numel()) if per_sample else None
+    units = w.shard_units(model) or [model]
     blocks = [u for u in units if u is not model]
     fused = FusedAttention() if attention == "flash" else contextlib.nullcontext()
     saved = Saved(model, blocks, ck)
@@ -342,10 +332,84 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
         counts = forward.get_flop_counts()
         recompute = sum(sum(counts.get(names[id(u)], {}).values()) for i, u in enumerate(blocks)
                         if ck.checkpointed(i)) / batches.length(x)
+    return model, (counter.get_total_flops(), logits, saved, getattr(fused, "calls", 0), recompute, units, blocks)
+
+
+def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None, *, attention: str = "flash",
+                checkpointing: str | Checkpointing = "none") -> Shape:
+    """The workload's own model, built on the meta device: its parameters tensor by tensor (in registration
+    order) and which are frozen (requires_grad False), its largest module and shard unit (the parameters outside
+    every unit are one unit too, as FSDP wraps the root), its optimizer (SGD with momentum or Adam/AdamW) unless
+    `optimizer` is given, the FLOPs of one forward and backward counted by torch on two samples of its data, the
+    size of its output, and what autograd saves for backward in a forward, with `scaled_dot_product_attention`
+    saving what a fused kernel saves (attention "flash") and with its shard units checkpointed as asked: every one
+    (full), every Nth (selective:N), or under torchtitan's per-op policy (selective), applied op by op on the meta
+    device as torch's selective checkpointing would (Saved with a policy)."""
+    import torch
+
+    import workloads
+    from harness.shared.registry import UserCodeError
+    from workloads import batch as batches
+
+    ck = _check_modes(attention, checkpointing)
+    w = workloads.get(name, options)
+    reason = w.unavailable()
+    if reason:
+        raise BadPlan(f"workload {name} cannot be planned here: {reason}")
+    given = ", ".join(f"{k}={v}" for k, v in (options or {}).items()) or "its defaults"
+    try:
+        with torch.device("meta"):  # nothing allocated: a model larger than this machine can still be planned
+            model = w.build_model()
+    except (RuntimeError, OverflowError, ValueError) as exc:  # e.g. a tensor larger than any address space
+        raise BadPlan(f"workload {name} ({given}) cannot be built: {' '.join(str(exc).split())}; choose smaller "
+                      f"workload options") from None
+    data = w.materialize("cpu", w.global_batch)
+    x, y = data.batch(torch.arange(2), "cpu")
+    device = "meta"
+    try:
+        model, counts = _counted(w, model, batches.to(x, "meta"), batches.to(y, "meta"), attention, ck)
+    except UserCodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - what meta cannot run (.item(), a data-dependent branch, a copy to
+        # the CPU) is counted on the CPU, for a model small enough to build here
+        params = None if _lazy(model) else sum(p.numel() for p in model.parameters())
+        if params is not None and params > SMALL_MODEL:
+            raise BadPlan(f"workload {name} ({given}) cannot be counted on torch's meta device ({_first_line(exc)}), "
+                          f"and at {params:,} parameters it is not built on this machine's CPU instead (up to "
+                          f"{SMALL_MODEL:,}); make its forward run on meta (no .item() or data-dependent branch), or "
+                          f"give its size: --params, --layers, --hidden") from None
+        device = "CPU"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(w.seed)
+            try:
+                model = w.build_model()
+                model, counts = _counted(w, model, x, y, attention, ck)
+            except UserCodeError:
+                raise
+            except Exception as cpu_exc:  # noqa: BLE001 - the user's code fails on the CPU too
+                raise UserCodeError(f"a forward and backward of workload {name} on 2 training samples",
+                                    cpu_exc) from None
+    flops, logits, saved, fused_calls, recompute, units, blocks = counts
+    if optimizer is None:
+        opt = w.make_optimizer(model, w.lr(w.global_batch))
+        optimizer = "adamw" if isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)) else "sgd"
+    params = list(model.parameters())
+    tensors = [float(p.numel()) for p in params]
+    frozen = [not p.requires_grad for p in params]
+    module = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    # What one gather holds: a group of units that share a parameter (tied weights) is gathered as one, the
+    # shared parameter once.
+    groups = w.shard_groups(model) if units != [model] else [[model]]
+    in_units = [sum({id(p): p.numel() for m in group for p in m.parameters()}.values()) for group in groups]
+    unit = max(in_units + [sum(tensors) - sum(in_units)])
+    output_elements = float(logits.numel()) / batches.length(x) if isinstance(logits, torch.Tensor) and \
+        logits.is_floating_point() else 0.0
     floats, other = saved.total(ck)
-    how = "what autograd saved for backward in one forward on the meta device, parameters left out"
+    how = ("what autograd saved for backward in one forward on the meta device" if device == "meta" else
+           "what autograd saved for backward in one forward on the CPU (its forward does what the meta device "
+           "cannot)") + ", parameters left out"
     if attention == "flash":
-        how += (f"; scaled_dot_product_attention as a fused kernel saves it ({fused.calls} calls)" if fused.calls
+        how += (f"; scaled_dot_product_attention as a fused kernel saves it ({fused_calls} calls)" if fused_calls
                 else "; no call to scaled_dot_product_attention, so --attention changes nothing: any attention is "
                      "counted as the model's code computes it")
     if ck.mode != "none":
@@ -354,13 +418,15 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
                 f"; {ck}: the workload has no shard units to recompute, so checkpointing changes nothing")
     acts = Activations(floats / batches.length(x), other / batches.length(x),
                        how + "; floating-point tensors at the step's dtype, though autocast keeps some in fp32")
-    source = "FLOPs of one forward and backward counted by torch's FlopCounterMode on the workload's model"
+    source = "FLOPs of one forward and backward counted by torch's FlopCounterMode on the workload's model" + (
+        "" if device == "meta" else " on the CPU")
     if recompute:
         source += (", and what backward recomputes (" + ("the ops torchtitan's per-op policy does not save"
                                                        if ck.op else f"the checkpointed shard units' forward, {ck}")
                    + ")")
+    flops = flops / batches.length(x)
     given = ", ".join(f"{k}={v}" for k, v in (options or {}).items())
     return Shape(f"{name} ({given})" if given else name, sum(tensors), tensors,
                  {"module": float(module), "unit": float(unit)},
-                 counter.get_total_flops() / batches.length(x), optimizer, source, w.global_batch, acts, recompute,
+                 flops, optimizer, source, w.global_batch, acts, recompute,
                  frozen if any(frozen) else [], output_elements, ck)

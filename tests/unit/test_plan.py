@@ -611,3 +611,74 @@ def test_a_lora_fine_tunes_frozen_weights_are_counted_at_their_storage_only(tmp_
     assert f"({trainable:,} trainable, {frozen:,} frozen)" in text
     assert (f"frozen parameters: {frozen:,} of {frozen + trainable:,} hold their storage only (no gradient, no "
             f"optimizer state") in text
+
+
+META_HOSTILE = '''
+import torch
+from torch import nn
+from workloads import Pieces, workload
+
+
+class Routed(nn.Module):
+    """A forward meta cannot run (.item() on a data-dependent count) with a tuple output (logits, aux loss)."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.gate, self.a, self.b = nn.Linear(8, 2), nn.Linear(8, width), nn.Linear(width, 4)
+
+    def forward(self, x):
+        if (self.gate(x).argmax(1) == 0).sum().item() >= 0:
+            h = torch.relu(self.a(x))
+        return self.b(h), h.pow(2).mean()
+
+
+@workload(global_batch=8)
+def routed(width: int = 16):
+    x = torch.randn(64, 8)
+    return Pieces(model=lambda: Routed(width), train=(x, x[:, :4].argmax(1)),
+                  loss=lambda out, y: nn.functional.cross_entropy(out[0], y) + out[1])
+
+
+@workload(global_batch=8)
+def lazy(width: int = 16):
+    x = torch.randn(64, 8)
+    return Pieces(model=lambda: nn.Sequential(nn.LazyLinear(width), nn.ReLU(), nn.Linear(width, 4)),
+                  train=(x, x[:, :4].argmax(1)))
+
+
+@workload(global_batch=8)
+def broken():
+    x = torch.randn(64, 8)
+
+    class Broken(nn.Linear):
+        def forward(self, x):
+            raise ValueError("the user's own bug")
+
+    return Pieces(model=lambda: Broken(8, 4), train=(x, x[:, :4].argmax(1)))
+'''
+
+
+def test_a_model_meta_cannot_run_is_counted_on_the_cpu(tmp_path):
+    # .item() in the forward, a lazy module's parameters: meta cannot count them, so the model (small enough) is
+    # built on the CPU and counted there, and the report says so; too large a one is one line naming the way out; a
+    # forward that fails on the CPU too is the user's traceback, exit 1
+    path = tmp_path / "hostile.py"
+    path.write_text(META_HOSTILE)
+    for name, params in (("routed", 8 * 2 + 2 + 8 * 16 + 16 + 16 * 4 + 4), ("lazy", 8 * 16 + 16 + 16 * 4 + 4)):
+        shown = CliRunner().invoke(app, ["plan", "-w", f"{path}:{name}", "--gpu", "h100", "--json"])
+        assert shown.exit_code == 0, shown.output
+        data = json.loads(shown.stdout)
+        assert data["model"]["params"] == params
+        text = CliRunner().invoke(app, ["plan", "-w", f"{path}:{name}", "--gpu", "h100"]).stdout
+        on_cpu = "counted by torch's FlopCounterMode on the workload's model on the CPU"
+        assert (on_cpu in text) == (name == "routed"), text  # a lazy module is made on meta by a first forward
+    text = CliRunner().invoke(app, ["plan", "-w", f"{path}:routed", "--gpu", "h100"]).stdout
+    assert "loss over the model's output: " in text and "(its 4 output elements a sample" in text  # out[0]
+    big = CliRunner().invoke(app, ["plan", "-w", f"{path}:routed", "-o", "width=1000000", "--gpu", "h100"])
+    assert big.exit_code == 2
+    assert big.output.startswith("error: workload ") and "cannot be counted on torch's meta device (" in big.output
+    assert ("and at 13,000,022 parameters it is not built on this machine's CPU instead (up to 5,000,000); make its "
+            "forward run on meta (no .item() or data-dependent branch), or give its size: --params, --layers, "
+            "--hidden") in big.output and len(big.output.strip().splitlines()) == 1
+    failed = CliRunner().invoke(app, ["plan", "-w", f"{path}:broken", "--gpu", "h100"])
+    assert failed.exit_code == 1 and "the user's own bug" in failed.output
