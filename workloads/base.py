@@ -187,6 +187,27 @@ class Workload(ABC):
     def build_model(self) -> torch.nn.Module:
         """The model, on the CPU; the caller seeds torch first, so every process builds the same weights."""
 
+    def new_model(self) -> torch.nn.Module:
+        """`build_model`, with the parameters of lazy modules (nn.LazyLinear and the like) made: such a module makes
+        them at its first forward, and no backend can wrap, shard or broadcast a parameter that does not exist yet
+        (DDP refuses one). One forward of the first two training samples, in eval mode and without gradients (no
+        BatchNorm statistics move, no dropout draws), on the device the model was built on (the default device,
+        meta inside `with torch.device("meta")`); every process runs the same forward after the same seed, so they
+        all make the same weights. What every caller that trains, checks or counts the model calls."""
+        import torch
+        from torch.nn.parameter import is_lazy
+
+        model = self.build_model()
+        if any(is_lazy(p) for p in model.parameters()):
+            data = self.materialize("cpu", self.global_batch)
+            x, _ = data.batch(torch.arange(min(2, data.n_train)), "cpu")
+            training = model.training
+            model.eval()
+            with torch.no_grad():
+                self.forward(model, batches.to(x, torch.get_default_device()))
+            model.train(training)
+        return model
+
     def make_optimizer(self, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
         """The optimizer over `model`'s parameters (SGD with momentum 0.9 unless overridden)."""
         import torch
@@ -365,7 +386,7 @@ class Workload(ABC):
         for device in ("meta", "cpu"):
             try:
                 with torch.random.fork_rng(devices=[]), torch.device(device):
-                    model = self.build_model()
+                    model = self.new_model()
                     counter = FlopCounterMode(display=False)
                     with counter:
                         self.step_loss(self.forward(model, batches.to(x, device)), batches.to(y, device)).backward()

@@ -275,7 +275,7 @@ def gradient_bytes(workload) -> int:
 
     try:
         with torch.device("meta"):
-            model = workload.build_model()
+            model = workload.new_model()
         return 4 * sum(p.numel() for p in model.parameters() if p.requires_grad)
     except Exception:  # a model that cannot be built on the meta device: the sweep keeps its usual sizes
         return 0

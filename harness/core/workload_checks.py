@@ -83,7 +83,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     params = counted = random = None
     try:
         with torch.device("meta"):
-            model = workload.build_model()
+            model = workload.new_model()
             counted = _counted(workload, workload.forward(model, batches.to(x, "meta")), batches.to(y, "meta"))
         params = sum(p.numel() for p in model.parameters())
     except UserCodeError:
@@ -107,10 +107,10 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(workload.seed)
-            model = workload.build_model()
+            model = workload.new_model()
             check_trains(model, req.workload)
             try:
-                random, workload.stateful = model_check.diagnose(workload.build_model, forward, workload.seed)
+                random, workload.stateful = model_check.diagnose(workload.new_model, forward, workload.seed)
             except UserCodeError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the user's code
@@ -148,7 +148,7 @@ def _check_gradients(facts, workload, device: str, steps) -> None:
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(workload.seed)
         try:
-            model = workload.build_model()
+            model = workload.new_model()
             facts.no_gradient = model_check.no_gradient(
                 model, steps, lambda m, inputs, target: workload.step_loss(workload.forward(m, inputs), target))
             facts.checked_steps = len(steps)
@@ -278,7 +278,7 @@ def check_fits(workload, req: RunRequest, ranks: int) -> int | None:
 
         try:
             with torch.device("meta"):
-                return sum(p.numel() for p in workload.build_model().parameters())
+                return sum(p.numel() for p in workload.new_model().parameters())
         except RuntimeError as exc:
             if "overflow" in str(exc):  # a tensor larger than any address space
                 raise BadInput(f"workload {req.workload} ({given}) cannot be built: {' '.join(str(exc).split())}; "

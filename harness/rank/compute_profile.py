@@ -49,7 +49,7 @@ def measure(workload, spec, info, data, adapter, batches: list[int], steps: int,
     import torch
 
     torch.manual_seed(workload.seed)
-    model = workload.build_model().to(info.device)
+    model = workload.new_model().to(info.device)
     optimizer = workload.make_optimizer(model, workload.lr(spec.global_batch))
     sync = device_sync(info.device)
     n_train = data.n_train
@@ -238,7 +238,7 @@ def parts(workload, spec, info, data, adapter, comm, batch: int, steps: int, min
     from harness.shared.collectives import OPS
 
     op = OPS["all_reduce"]
-    elements = sum(p.numel() for p in workload.build_model().parameters() if p.requires_grad)
+    elements = sum(p.numel() for p in workload.new_model().parameters() if p.requires_grad)
     bufs = op.prepare(elements, info.rank, info.world_size, torch.float32, info.device, True)
     sync = device_sync(info.device)
 

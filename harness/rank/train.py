@@ -41,7 +41,7 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
     workload = workloads.get(spec.workload, spec.workload_options)
     total = spec.warmup + spec.steps
     torch.manual_seed(workload.seed)  # identical initial weights in every process and every adapter
-    model = workload.build_model().to(info.device)
+    model = workload.new_model().to(info.device)
     n_params = sum(p.numel() for p in model.parameters())
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # before wrap: frozen stays frozen
     lr = workload.lr(spec.global_batch)

@@ -576,3 +576,38 @@ def test_a_keyboard_interrupt_from_user_code_is_told_from_a_real_ctrl_c_whatever
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+LAZY = '''
+import torch
+from torch import nn
+from workloads import Pieces, workload
+
+
+@workload(global_batch=8)
+def lazy():
+    x = torch.randn(32, 6)
+    return Pieces(model=lambda: nn.Sequential(nn.LazyLinear(5), nn.LazyBatchNorm1d(), nn.Dropout(0.5),
+                                              nn.Linear(5, 2)), train=(x, (x.sum(1) > 0).long()))
+'''
+
+
+def test_a_lazy_modules_parameters_are_made_before_any_backend_sees_the_model(tmp_path):
+    # DDP refuses an uninitialized parameter and FSDP2 cannot shard one: new_model makes them by one forward of the
+    # first samples, in eval mode (no BatchNorm statistics moved) and the same in every process after the same seed,
+    # on the device the model is built on (meta too)
+    from torch.nn.parameter import is_lazy
+
+    w = workloads.get(f"{write(tmp_path, LAZY)}:lazy")
+    assert any(is_lazy(p) for p in w.build_model().parameters())
+    built = []
+    for _ in range(2):
+        torch.manual_seed(w.seed)
+        built.append(w.new_model())
+    model = built[0]
+    assert not any(is_lazy(p) for p in model.parameters()) and model.training
+    assert model[0].weight.shape == (5, 6) and model[1].weight.shape == (5,)
+    assert all(torch.equal(a, b) for a, b in zip(built[0].state_dict().values(), built[1].state_dict().values()))
+    assert torch.equal(model[1].running_mean, torch.zeros(5)) and int(model[1].num_batches_tracked) == 0
+    with torch.device("meta"):
+        assert w.new_model()[0].weight.device.type == "meta"
