@@ -141,7 +141,10 @@ def rank_ends(rank_dir: Path, name_hosts: bool = False) -> list[RankEnd]:
             out.append(RankEnd(k, host, "own", t, f"{who} exited with code {code if code else 1}", with_error=True,
                                abrupt=k not in failed))
         elif end["signal"] in CRASH_SIGNALS:
-            out.append(RankEnd(k, host, "own", t, f"{who} killed by {end['signal']}"))
+            # An abort is usually C++'s terminate after an exception it prints first (gloo's "Received data size
+            # doesn't match expected size ... collective mismatch"): that line is the cause.
+            out.append(RankEnd(k, host, "own", t, f"{who} killed by {end['signal']}",
+                               with_error=end["signal"] == "SIGABRT"))
         elif end.get("oom"):
             out.append(RankEnd(k, host, "external", t, f"{who} {out_of_memory(end)}"))
         else:

@@ -168,6 +168,21 @@ def test_a_crash_signal_is_a_failure_of_its_own_and_orders_by_time(rd):
     assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 exited with code 3"
 
 
+def test_an_abort_is_explained_by_the_terminate_line_cpp_printed_before_it(rd):
+    # A collective mismatch (ranks reducing different gradients) aborts a rank from inside gloo: its terminate line
+    # is the cause the row must show, not the bare signal
+    _start(rd, 0), _start(rd, 1)
+    (rd / "launch.log").write_text(
+        "[rank1]: warming up\nterminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  "
+        "[enforce fail at pair.cc:456] op.preamble.length <= op.nbytes. 280 vs 212. Received data size doesn't "
+        "match expected size. Is there a distributed collective mismatch?\n")
+    _exit(rd, 1, T + 5.0, sig="SIGABRT")
+    _stopping(rd, T + 6, alive=[0])
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]).startswith(
+        "rank 1 killed by SIGABRT; first error: terminate called after throwing an instance of 'gloo::EnforceNotMet' "
+        "what(): [enforce fail at pair.cc:456] op.preamble.length <= op.nbytes. 280 vs 212. Received data size")
+
+
 def test_a_launcher_that_stopped_its_ranks_by_itself_is_named(rd):
     # torchrun asked to stop from outside: it forwards SIGTERM to its ranks and exits 1 with its own words.
     _start(rd, 0), _start(rd, 1)
