@@ -49,6 +49,11 @@ def same(a, b) -> bool:
                                               and torch.equal(x.nan_to_num(0.0, 1.0, -1.0),
                                                               y.nan_to_num(0.0, 1.0, -1.0))):
                 return False
+        elif type(x) is type(y) and not isinstance(x, _SCALARS) and type(x).__eq__ is object.__eq__:
+            # an object with no equality of its own (a transformers DynamicCache, whose keys and values live in
+            # layer objects): equal when what it holds is, not only when it is the same object
+            if not same(_contents(x), _contents(y)):
+                return False
         else:
             try:
                 if bool(x != y):
@@ -56,6 +61,27 @@ def same(a, b) -> bool:
             except Exception:  # noqa: BLE001 - a leaf that cannot be compared is not evidence either way
                 continue
     return True
+
+
+def _contents(obj, depth: int = 0) -> Any:
+    """What an object holds, for `same`: tensors and plain values as they are, containers and the attributes of
+    other objects as dicts and lists of their contents (four levels deep at most; functions and modules left out)."""
+    import types
+    from collections.abc import Mapping
+
+    import torch
+
+    if isinstance(obj, (torch.Tensor,) + _SCALARS):
+        return obj
+    if depth >= 4 or isinstance(obj, (types.FunctionType, types.MethodType, types.ModuleType, torch.nn.Module)):
+        return None
+    if isinstance(obj, Mapping):
+        return {str(k): _contents(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_contents(v, depth + 1) for v in obj]
+    if hasattr(obj, "__dict__"):
+        return {k: _contents(v, depth + 1) for k, v in vars(obj).items()}
+    return None
 
 
 _SCALARS = (bool, int, float, str, type(None))

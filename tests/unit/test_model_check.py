@@ -99,6 +99,31 @@ def test_randomness_is_told_from_state_and_a_nan_output_is_neither(kind, random,
     assert model_check.diagnose(kind, lambda m: m(x), seed=0) == (random, state)
 
 
+class Cache:
+    """Like a transformers DynamicCache: tensors held in layer objects, no equality of its own."""
+
+    def __init__(self, *tensors):
+        self.layers = [SimpleNamespace(keys=t, values=t * 2) for t in tensors]
+
+
+def test_outputs_holding_objects_are_equal_when_what_they_hold_is():
+    # A transformers causal LM's output carries its DynamicCache: compared by identity, two equal outputs were
+    # "different", and every such model was called random (its ✗ blamed on randomness, never on its loss's count)
+    x = torch.arange(6.0).reshape(2, 3)
+    assert model_check.same({"logits": x, "cache": Cache(x, x + 1)}, {"logits": x.clone(), "cache": Cache(x, x + 1)})
+    assert not model_check.same({"logits": x, "cache": Cache(x, x + 1)}, {"logits": x, "cache": Cache(x, x + 2)})
+    assert not model_check.same(Cache(x), Cache(x, x))
+
+
+def test_a_transformers_causal_lm_is_not_called_random():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=16, resid_pdrop=0,
+                                     embd_pdrop=0, attn_pdrop=0, bos_token_id=0, eos_token_id=0)
+    ids = torch.randint(0, 64, (2, 8))
+    assert model_check.diagnose(lambda: transformers.GPT2LMHeadModel(config), lambda m: m(input_ids=ids),
+                                seed=0)[0] is None
+
+
 def test_a_stateful_deterministic_forward_is_never_called_random_before_launching():
     w = checked("aux")
     assert w.nondeterministic is None and w.stateful == "step: 0 → 1"

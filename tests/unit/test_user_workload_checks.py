@@ -516,6 +516,12 @@ def test_a_failed_check_is_explained_only_by_a_count_that_reproduces_the_referen
     assert explain(cand, [[1.0, 2.0, 1.5], [1.0, 4.0, 1.7]], [1.0, 2.9, 1.6], 3) is None  # not what counts give
     assert explain(cand, [[1.0, 2.5, 1.5], [1.0, 2.5, 1.7]], [1.0, 2.5, 1.6], 3) is None  # equal means: no evidence
     assert explain(cand, [[1.0, 2.0], [1.0, 4.0]], [1.0, 2.5], 1) is None  # after the checked steps
+    # A fresh language model: every rank's loss near ln V, so the plain mean misses by a few roundings only, while
+    # the counts give the single process's loss (GPT-2 without `count`, measured)
+    near = [{**cand[0], "step": 0, "counts": [102, 99]}]
+    why = explain(near, [[5.54471], [5.55925]], [(102 * 5.54471 + 99 * 5.55925) / 201], 3)
+    assert why and "(102 and 99 at step 1)" in why
+    assert explain(near, [[5.54471], [5.55925]], [5.55198 + 2e-6], 3) is None  # the plain mean's, near enough
 
 
 def test_dict_inputs_with_targets_apart_take_the_default_loss_and_accuracy_from_the_logits(tmp_path):
