@@ -178,13 +178,32 @@ class ModelFacts:
     missed one."""
     checked_steps: int = 0
     """Forward and backward passes the check ran on real batches, in training order (0: not checked)."""
+    checked_ranks: int = 1
+    """Ranks whose slices the check ran, each on a model of its own."""
+    ranks_differ: dict[str, list[int]] = field(default_factory=dict)
+    """Parameter name -> the checked steps in which some ranks gave it a gradient and others did not (a branch some
+    samples take, an expert some tokens reach): a backend that reduces only the gradients a rank has would issue
+    different collectives on different ranks."""
     batch_norm: list[str] = field(default_factory=list)
     """The model's BatchNorm layers (by type, e.g. "BatchNorm2d x 20")."""
+    sparse: list[str] = field(default_factory=list)
+    """The model's modules that give their weight a sparse gradient (nn.Embedding or nn.EmbeddingBag with
+    sparse=True), by name."""
 
     @property
     def never_used(self) -> list[str]:
-        """Parameters that had no gradient in any checked step."""
-        return [n for n, steps in self.no_gradient.items() if len(steps) == self.checked_steps]
+        """Parameters that had no gradient in any checked step on any rank."""
+        return [n for n, steps in self.no_gradient.items()
+                if len(steps) == self.checked_steps and n not in self.ranks_differ]
+
+    def differ_text(self, most: int = 4) -> str:
+        """The parameters some ranks left without a gradient and others not, and when: "rare.weight, rare.bias (in
+        step 1 of the 4 checked, on 2 ranks)"."""
+        names = list(self.ranks_differ)
+        shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+        steps = sorted({s for v in self.ranks_differ.values() for s in v})
+        return (f"{shown} (in step{'s' if len(steps) > 1 else ''} {', '.join(str(s + 1) for s in steps)} of the "
+                f"{self.checked_steps} checked on {self.checked_ranks} ranks)")
 
     def unused_text(self, most: int = 4) -> str:
         """The parameters without a gradient and when, in words: "aux.weight, aux.bias (in steps 2, 4 of the 4
@@ -195,6 +214,13 @@ class ModelFacts:
         when = ("in every one of the" if len(self.never_used) == len(names)
                 else f"in step{'s' if len(steps) > 1 else ''} {', '.join(str(s + 1) for s in steps)} of the")
         return f"{shown} ({when} {self.checked_steps} checked)"
+
+
+EVERY_PARAMETER_FIX = ("let every rank's forward reach every parameter in every step: add 0 times the output of a "
+                       "branch or expert that a batch may skip (run it on no samples, as MoE layers run an expert "
+                       "on zero tokens), so that each parameter gets a gradient, zero where it did no work")
+"""The fix for a model whose ranks leave different parameters without a gradient, for a backend that reduces only
+the gradients a rank has (`ModelFacts.ranks_differ`)."""
 
 
 _ROLES: tuple[type, ...] = ()

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from adapters.base import (Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy,
+from adapters.base import (EVERY_PARAMETER_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy,
                            interpreter, rank_command)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
@@ -97,6 +97,31 @@ class DeepSpeedLaunch(Launch):
                                        f"the gradients by the loss scale, 2^16 at first (deepspeedai/DeepSpeed#8393)",
                                 "use zero_stage=1, 2 or 3 (engine.backward() scales the loss for a ZeRO "
                                 "optimizer) or precision=bf16, or a DeepSpeed with that fix")
+        return Availability(True)
+
+    def model_availability(self, facts):
+        # ZeRO-0 gives a parameter without a gradient zeros before its all-reduce (runtime/engine.py,
+        # _get_gradients_for_reduction: "we must create empty grads") and all-reduces a sparse gradient as one
+        # (engine.sparse_allreduce): it takes either model. ZeRO-1/2 reduce a rank's gradients in buckets filled as
+        # its backward hooks fire (stage_1_and_2.py, reduce_ipg_grads) and ZeRO-3 per parameter as it is fetched, so
+        # ranks with different gradients reduce different buckets (measured: gloo's "collective mismatch", or an
+        # abort), and their flat partitions take no sparse tensor (aten::view has no SparseCPU kernel).
+        stage = self.knobs.zero_stage
+        if stage == 0:
+            return Availability(True)
+        if facts.ranks_differ:
+            return Availability(
+                False, f"the ranks leave different parameters without a gradient: {facts.differ_text()} in the check "
+                       f"before launching, and ZeRO-{stage} reduces the gradients each rank's backward produced, so "
+                       f"its ranks would reduce different buckets (gloo aborts: \"collective mismatch\"; NCCL hangs)",
+                f"{EVERY_PARAMETER_FIX}; or zero_stage=0 (-a {self.name}:zero_stage=0), which gives a missing "
+                f"gradient zeros")
+        if facts.sparse:
+            return Availability(
+                False, f"the model gives sparse gradients ({', '.join(facts.sparse)}: an embedding with sparse=True), "
+                       f"which ZeRO-{stage}'s flat gradient partitions cannot hold",
+                f"build the embedding with sparse=False (a dense gradient), or zero_stage=0 "
+                f"(-a {self.name}:zero_stage=0), which all-reduces a sparse gradient as one")
         return Availability(True)
 
     @classmethod

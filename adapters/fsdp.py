@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.base import Availability, KnobError, Precision
+from adapters.base import EVERY_PARAMETER_FIX, Availability, KnobError, Precision
 from adapters.probes import torch_build
 from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Fsdp
@@ -44,7 +44,22 @@ class FSDPLaunch(DDPLaunch):
 
     def model_availability(self, facts):
         # FSDP2 reduce-scatters the gradients that backward produced and leaves a parameter that got none without
-        # one (its sharded .grad stays None), as a single process does: nothing to ask of the user.
+        # one (its sharded .grad stays None), as a single process does: nothing to ask of the user, as long as every
+        # rank has the same ones. Its post-backward concatenates the gradients a rank has into one reduce-scatter
+        # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, post_backward: fsdp_params_with_grad), so
+        # ranks with different ones send different sizes: gloo aborts ("Received data size doesn't match expected
+        # size"), NCCL hangs.
+        if facts.ranks_differ:
+            return Availability(
+                False, f"the ranks leave different parameters without a gradient: {facts.differ_text()} in the check "
+                       f"before launching, and FSDP2 reduce-scatters only the gradients a rank has, so its ranks "
+                       f"would issue collectives of different sizes (gloo aborts: \"Received data size doesn't "
+                       f"match expected size\"; NCCL hangs)", EVERY_PARAMETER_FIX)
+        if facts.sparse:
+            return Availability(
+                False, f"the model gives sparse gradients ({', '.join(facts.sparse)}: an embedding with "
+                       f"sparse=True), which FSDP2 cannot reduce-scatter (its chunk_cat has no sparse kernel)",
+                "build the embedding with sparse=False (a dense gradient)")
         return Availability(True)
 
     def batch_norm(self):

@@ -17,8 +17,11 @@ from typing import Any
 CHECKED_STEPS = 4
 """Forward and backward passes of the unused-parameter check: the first steps' batches, in order, so that a model
 that leaves a parameter out on some steps only (a head used on even steps) is caught as well."""
-CHECK_SAMPLES = 8
-"""Samples per pass at most (rank 0's slice of each step, cut to this)."""
+CHECK_SAMPLES = 64
+"""Samples per pass at most (a rank's slice of each step, cut to this)."""
+CHECK_RANKS = 8
+"""Ranks whose slices the check runs (the first ones, each on a model of its own, as training runs them): a branch
+some samples take, an expert some tokens reach, leaves parameters without a gradient on one rank and not another."""
 
 
 def batch_norm_layers(model) -> list[str]:
@@ -29,6 +32,14 @@ def batch_norm_layers(model) -> list[str]:
 
     kinds = Counter(type(m).__name__ for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm))
     return [f"{kind} x {n}" if n > 1 else kind for kind, n in sorted(kinds.items())]
+
+
+def sparse_modules(model) -> list[str]:
+    """The modules whose weight gets a sparse gradient (nn.Embedding, nn.EmbeddingBag with sparse=True), by name."""
+    import torch.nn as nn
+
+    return [f"{name} ({type(m).__name__})" if name else type(m).__name__ for name, m in model.named_modules()
+            if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse]
 
 
 def same(a, b) -> bool:

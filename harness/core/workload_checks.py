@@ -77,8 +77,9 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     data = workload.materialize("cpu", global_batch)
     x, y = data.batch(torch.arange(min(2, data.n_train)), "cpu")
     world = req.world_size if req.world_size and global_batch % req.world_size == 0 else 1
-    first_steps = [data.batch(workload.batch_indices(step, global_batch, data.n_train, 0, world)
-                              [:model_check.CHECK_SAMPLES], "cpu") for step in range(model_check.CHECKED_STEPS)]
+    first_steps = [[data.batch(workload.batch_indices(step, global_batch, data.n_train, rank, world)
+                               [:model_check.CHECK_SAMPLES], "cpu") for step in range(model_check.CHECKED_STEPS)]
+                   for rank in range(min(world, model_check.CHECK_RANKS))]  # per rank, its first steps' slices
     facts = workload.model_facts = ModelFacts()
     params = counted = random = None
     try:
@@ -95,8 +96,9 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     if params is not None:
         check_trains(model, req.workload)
         facts.batch_norm = model_check.batch_norm_layers(model)
-        _check_gradients(facts, workload, "meta", [(batches.to(a, "meta"), batches.to(b, "meta"))
-                                                   for a, b in first_steps])
+        facts.sparse = model_check.sparse_modules(model)
+        _check_gradients(facts, workload, "meta", [[(batches.to(a, "meta"), batches.to(b, "meta")) for a, b in steps]
+                                                   for steps in first_steps])
     workload.nondeterministic = _dropout(model) if params is not None else None
     if params is None or not (workload.nondeterministic or params > SMALL_MODEL):
         outputs = []
@@ -119,6 +121,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             loss = loss_takes(workload, outputs[0], y, req.workload)
             counted = workload.loss_terms(outputs[0], y)[1] is not None
             facts.batch_norm = model_check.batch_norm_layers(model)
+            facts.sparse = model_check.sparse_modules(model)
             if not facts.checked_steps:  # meta could not run it: on the CPU
                 _check_gradients(facts, workload, "cpu", first_steps)
         check_finite(outputs[0], loss, req.workload, batches.length(x))
@@ -137,25 +140,35 @@ def _counted(workload, output, target) -> bool:
     return workload.loss_terms(output, target)[1] is not None
 
 
-def _check_gradients(facts, workload, device: str, steps) -> None:
-    """Fill `facts` with the parameters that `steps` (the first steps' batches, in order) leave without a gradient,
-    on `device`; nothing where the passes cannot run there."""
+def _check_gradients(facts, workload, device: str, ranks) -> None:
+    """Fill `facts` with the parameters that the first steps leave without a gradient on `device`, each rank's
+    slices (`ranks`: per rank, its first steps' batches, in order) on a model of its own: `no_gradient` on any rank,
+    `ranks_differ` where one rank gave a parameter a gradient and another did not in the same step; nothing where
+    the passes cannot run there."""
     import torch
 
     from harness.core import model_check
     from harness.shared.registry import UserCodeError
 
     with torch.random.fork_rng(devices=[]), torch.device(device):
-        torch.manual_seed(workload.seed)
         try:
-            model = workload.new_model()
-            facts.no_gradient = model_check.no_gradient(
-                model, steps, lambda m, inputs, target: workload.step_loss(workload.forward(m, inputs), target))
-            facts.checked_steps = len(steps)
+            missing = []
+            for steps in ranks:
+                torch.manual_seed(workload.seed)
+                model = workload.new_model()
+                missing.append(model_check.no_gradient(
+                    model, steps, lambda m, inputs, target: workload.step_loss(workload.forward(m, inputs), target)))
+            facts.no_gradient, facts.ranks_differ = {}, {}
+            for name in dict.fromkeys(n for m in missing for n in m):
+                facts.no_gradient[name] = sorted({s for m in missing for s in m.get(name, [])})
+                differ = [s for s in facts.no_gradient[name] if not all(s in m.get(name, []) for m in missing)]
+                if differ:
+                    facts.ranks_differ[name] = differ
+            facts.checked_steps, facts.checked_ranks = len(ranks[0]), len(ranks)
         except UserCodeError:
             raise
         except Exception:  # noqa: BLE001 - not checked here (a backward meta cannot run, say)
-            facts.no_gradient, facts.checked_steps = {}, 0
+            facts.no_gradient, facts.ranks_differ, facts.checked_steps = {}, {}, 0
 
 
 def _batch_norm(workload, facts) -> None:

@@ -309,7 +309,7 @@ def test_the_scale_comm_sweep_reaches_the_workloads_gradients():
         def __init__(self, params):
             self.params = params
 
-        def build_model(self):
+        def new_model(self):
             return torch.nn.Linear(self.params, 1, bias=False)
 
     base = "1K,4K,16K,64K,256K,1M,4M,16M,64M"

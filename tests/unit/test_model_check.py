@@ -170,6 +170,47 @@ def test_a_run_with_only_ddp_rows_that_would_fail_is_one_line_exit_2_naming_the_
         f"ddp:find_unused_parameters=true))\n")
 
 
+def test_ranks_that_leave_different_parameters_without_a_gradient_are_found_on_each_ranks_slices():
+    # A branch some samples take: each rank's slices run on a model of its own, and where one rank gave the branch
+    # a gradient and the other did not, FSDP2 and ZeRO-1/2/3 (which reduce only the gradients a rank has: gloo
+    # aborts on the mismatch, NCCL hangs) are refused with the fix; DDP with find_unused_parameters, ZeRO-0 and
+    # Horovod take it
+    facts = checked("routed").model_facts
+    assert facts.checked_ranks == 2 and facts.ranks_differ == {"rare.weight": [1, 2, 3], "rare.bias": [1, 2, 3]}
+    assert facts.no_gradient["rare.weight"] == [0, 1, 2, 3] and facts.never_used == []
+    assert facts.differ_text() == "rare.weight, rare.bias (in steps 2, 3, 4 of the 4 checked on 2 ranks)"
+    fsdp = adapters.get("fsdp")({}, "cpu").model_availability(facts)
+    assert not fsdp and fsdp.reason.startswith("the ranks leave different parameters without a gradient: rare.weight")
+    assert "FSDP2 reduce-scatters only the gradients a rank has" in fsdp.reason
+    assert fsdp.fix.startswith("let every rank's forward reach every parameter in every step: add 0 times the output")
+    for stage in (1, 2, 3):
+        zero = adapters.get("deepspeed")({"zero_stage": str(stage)}, "cpu").model_availability(facts)
+        assert not zero and f"ZeRO-{stage} reduces the gradients each rank's backward produced" in zero.reason
+        assert zero.fix.endswith("or zero_stage=0 (-a deepspeed:zero_stage=0), which gives a missing gradient zeros")
+    for name, knobs in (("ddp", {"find_unused_parameters": "true"}), ("deepspeed", {}), ("horovod", {})):
+        assert adapters.get(name)(knobs, "cpu").model_availability(facts), name
+    assert not adapters.get("ddp")({}, "cpu").model_availability(facts)  # a parameter without a gradient on a rank
+    fixed = checked("routed", "reach_all=true").model_facts  # the fix: 0 times the branch where no sample takes it
+    assert fixed.no_gradient == {} and fixed.ranks_differ == {}
+    assert adapters.get("fsdp")({}, "cpu").model_availability(fixed)
+    # On one rank there is nothing to differ
+    assert checked("routed", world=1).model_facts.ranks_differ == {}
+
+
+def test_sparse_gradients_are_refused_by_the_backends_that_cannot_reduce_them():
+    facts = checked("sparse").model_facts
+    assert facts.sparse == ["0 (EmbeddingBag)"]
+    fsdp = adapters.get("fsdp")({}, "cpu").model_availability(facts)
+    assert not fsdp and fsdp.reason == ("the model gives sparse gradients (0 (EmbeddingBag): an embedding with "
+                                        "sparse=True), which FSDP2 cannot reduce-scatter (its chunk_cat has no sparse "
+                                        "kernel)") and fsdp.fix == "build the embedding with sparse=False (a dense gradient)"
+    for stage in (1, 2, 3):
+        assert not adapters.get("deepspeed")({"zero_stage": str(stage)}, "cpu").model_availability(facts)
+    for name in ("ddp", "spawn", "amp", "deepspeed", "horovod"):
+        assert adapters.get(name)({}, "cpu").model_availability(facts), name
+    assert checked("sparse", "sparse=false").model_facts.sparse == []
+
+
 def test_the_ddp_failure_it_would_otherwise_give_names_the_knob():
     ddp = adapters.get("spawn")({}, "cpu")
     reason = ("rank 1 exited with code 1; first error: RuntimeError: Expected to have finished reduction in the prior "
