@@ -343,9 +343,15 @@ class Workload(ABC):
         with torch.no_grad(), autocast:
             out = self.forward(model, batches.apply(cast_input, x))
         model.train()
+        if not self.has_accuracy(out):  # the same on every rank: the output's kind, not its values
+            return None
         if batches.length(x) == 0:
             return 0.0, 0.0, 0.0
         return self.score(out, y)
+
+    def has_accuracy(self, output: Any) -> bool:
+        """Whether an evaluation output gives an accuracy (`score` can take it); without one, no evaluation."""
+        return True
 
     def score(self, output: Any, target: Any) -> tuple[float, float, float]:
         """(correct, count, loss_sum) of one evaluation batch: per sample for classification; a sequence model

@@ -33,8 +33,8 @@ What the function returns (a `Pieces`, or a dict with the same keys):
   may return `(sum, count)` for a loss over a number of items that varies between batches, which every backend then
   divides by the count over all processes; `count(target)` (optional) declares that number for a mean loss
   instead (a model that returns its own loss); `metric(output, target) -> (correct, count)` (optional; default for
-  integer targets: argmax accuracy per position of the output or its `logits`; float targets and dict batches
-  without one are not evaluated);
+  integer targets: argmax accuracy per position of the output or its `logits`, targets of -100 left out; float
+  targets, dict batches and outputs with neither a tensor nor `logits` are not evaluated without one);
 - `optimizer(parameters, lr)` (optional; default SGD with momentum 0.9); `units(model)` (optional: the blocks a
   sharding backend wraps one by one); `tokens_per_sample` (optional: a language model's tokens per sample; default:
   a sequence target's length, or a dict batch's `input_ids` length).
@@ -191,6 +191,11 @@ class FunctionWorkload(Workload):
             return None
         return super().evaluate(model, data, rank, world, autocast, cast_input)
 
+    def has_accuracy(self, output):
+        # A tuple or dict output with no `logits` (say (logits, aux_loss)) has no default accuracy: not evaluated
+        # without a metric, as float targets and dict batches are not.
+        return self.pieces().metric is not None or batches.logits(output) is not None
+
     def score(self, output, target):
         import torch.nn.functional as F
 
@@ -205,7 +210,8 @@ class FunctionWorkload(Workload):
             if logits is None:
                 raise LossError(f"workload {self.ref}: its model returned {batches.describe(output)}, which has no "
                                 f"logits to take an accuracy from; give metric(output, target)")
-            correct, count = (logits.argmax(-1) == target).sum().item(), target.numel()
+            kept = target != -100  # positions the default loss ignores (cross_entropy's ignore_index): not scored
+            correct, count = ((logits.argmax(-1) == target) & kept).sum().item(), kept.sum().item()
         if p.loss is None and batches.field(output, "loss") is None and not isinstance(target, Mapping):
             out = batches.logits(output)  # the default loss, summed
             loss_sum = (F.mse_loss(out.float(), target, reduction="sum").item() if target.is_floating_point() else

@@ -617,3 +617,30 @@ def test_a_lazy_modules_parameters_are_made_before_any_backend_sees_the_model(tm
     assert torch.equal(model[1].running_mean, torch.zeros(5)) and int(model[1].num_batches_tracked) == 0
     with torch.device("meta"):
         assert w.new_model()[0].weight.device.type == "meta"
+
+
+def test_the_default_accuracy_leaves_out_ignored_positions_and_a_tuple_output_is_not_evaluated(tmp_path):
+    # Padding labelled -100 is not a wrong answer (the default loss ignores it too); an output (logits, aux_loss)
+    # has no default accuracy, so it is not evaluated, on every rank alike, rather than failing after training
+    path = write(tmp_path, "import torch\nfrom torch import nn\n"
+                           "class Pair(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                           "        self.lin = nn.Linear(4, 3)\n"
+                           "    def forward(self, x):\n        out = self.lin(x)\n        return out, out.pow(2).mean()\n"
+                           "def padded():\n    x = torch.randn(40, 5, 4)\n    y = x[..., :3].argmax(-1)\n"
+                           "    y[:, 3:] = -100\n"
+                           "    return {'model': lambda: nn.Linear(4, 3), 'train': (x, y), 'test': (x[:8], y[:8])}\n"
+                           "def pair():\n    x = torch.randn(40, 4)\n"
+                           "    return {'model': Pair, 'train': (x, x[:, :3].argmax(1)), 'test': (x[:8], x[:8, :3].argmax(1)),\n"
+                           "            'loss': lambda out, y: nn.functional.cross_entropy(out[0], y) + out[1]}\n")
+    w = workloads.get(f"{path}:padded")
+    data = w.materialize("cpu", 8)
+    torch.manual_seed(0)
+    model = w.new_model()
+    correct, count, _ = w.evaluate(model, data, 0, 1, torch.no_grad())
+    assert count == 8 * 3  # the 2 positions of -100 in each of the 8 test samples are left out
+    with torch.no_grad():
+        out = model(data.test_x)
+    assert correct == (out.argmax(-1) == data.test_y)[:, :3].sum().item()
+    pair = workloads.get(f"{path}:pair")
+    assert pair.evaluate(pair.new_model(), pair.materialize("cpu", 8), 0, 1, torch.no_grad()) is None
+    assert pair.evaluate(pair.new_model(), pair.materialize("cpu", 8), 1, 9, torch.no_grad()) is None  # empty slice
