@@ -149,6 +149,10 @@ class Workload(ABC):
     model_facts: Any = None
     """What the same check found for the rows (adapters.base.ModelFacts: parameters left without gradients, BatchNorm
     layers), or None where it did not run (a built-in workload)."""
+    batch_dependent: str | None = None
+    """How the model's loss was found to depend on the rest of its batch other than through BatchNorm (a term over
+    the whole batch, a buffer updated from it), by the same check (harness/core/workload_checks.py,
+    batch_dependence); a failed equivalence check then says so, with the fix."""
     loss_counted: bool | None = None
     """Whether the last `step_loss` came with a count (read by the rank for its record)."""
     varying_counts: list | None = None

@@ -294,6 +294,14 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
         if counts:
             out["why_failed"] = counts
             return out
+    if workload.batch_dependent:
+        out["why_failed"] = (f"the model depends on the rest of its batch, other than through BatchNorm: "
+                             f"{workload.batch_dependent} (a loss term over the whole batch, such as a load-balancing "
+                             f"or contrastive one, or a buffer its forward updates from the batch), so no data-parallel "
+                             f"backend can match the single process; fix: make the loss a mean of per-sample terms to "
+                             f"check equivalence, or declare batch_dependence=\"...\" in @workload (the check is then "
+                             f"skipped, with that reason)")
+        return out
     largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
     out["largest_diffs"] = largest
     missing = adapter.missing_gradient() if adapter is not None else None

@@ -24,7 +24,7 @@ ROUNDING = 2e-6
 """Relative difference two fp32 losses of the same parameters and batch may show from summation order alone."""
 
 
-def _counters(targets: Any, global_targets: Any) -> list[tuple[str, str, str, Any]]:
+def counters(targets: Any, global_targets: Any) -> list[tuple[str, str, str, Any]]:
     """(what, expression, argument name, function of one rank's targets) for each count a loss of these targets
     commonly divides by."""
     import torch
@@ -73,7 +73,7 @@ def candidates(workload, data, global_batch: int, world: int, steps: int, fix_fo
         slices = [workload.batch_indices(step, global_batch, data.n_train, r, world) for r in range(world)]
         targets = [data.batch(idx, "cpu")[1] for idx in slices]
         whole = data.batch(torch.cat(slices), "cpu")[1]
-        for what, expr, arg, count in _counters(targets[0], whole):
+        for what, expr, arg, count in counters(targets[0], whole):
             if what in found:
                 continue
             counts = [count(t) for t in targets]

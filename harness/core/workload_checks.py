@@ -132,6 +132,60 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         steps = max(workload.equiv_steps, getattr(req, "equiv_steps", None) or 0)  # what the check may cover
         workload.varying_counts = normalisation.candidates(workload, data, global_batch, req.world_size or 1, steps,
                                                            form)
+    on_cpu = params is None or params <= SMALL_MODEL  # small enough to run for real here
+    if on_cpu and not (workload.nondeterministic or workload.batch_norm or workload.batch_dependence):
+        workload.batch_dependent = batch_dependence(workload, data, global_batch, world)
+
+
+def batch_dependence(workload, data, global_batch: int, world: int) -> str | None:
+    """Whether the model's loss depends on the rest of its batch, found on the CPU before launching: with the same
+    parameters (no optimizer step), one model over each of the first steps' global batches, as the single process
+    runs it, against one model per rank over its slices, each carrying its own state as training does. A loss that
+    is a mean of per-sample terms gives the single process's loss as the ranks' losses' mean (weighted by their
+    counts where it has them); a term over the whole batch (a load-balancing or contrastive loss) or a buffer the
+    forward updates from its batch does not. BatchNorm, randomness and a loss averaged over a varying count are
+    found and explained apart, so the caller leaves them out. Returns the finding in words, or None."""
+    import torch
+
+    from harness.core import model_check
+
+    if world < 2:
+        return None
+    ranks = min(world, model_check.CHECK_RANKS)
+
+    def value(model, indices) -> tuple[float, float | None]:
+        inputs, target = data.batch(indices, "cpu")
+        got, n, summed = workload.loss_terms(workload.forward(model, inputs), target)
+        return (float(got) / float(n) if summed else float(got)), (None if n is None else float(n))
+
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            models = []
+            for _ in range(ranks + 1):
+                torch.manual_seed(workload.seed)
+                models.append(workload.new_model())
+            for step in range(model_check.CHECKED_STEPS):
+                slices = [workload.batch_indices(step, global_batch, data.n_train, r, world) for r in range(ranks)]
+                single, _ = value(models[0], torch.cat(slices))  # the global batch (its first ranks' part)
+                parts = [value(m, indices) for m, indices in zip(models[1:], slices)]
+                weights = [n if n is not None else float(len(i)) for (_, n), i in zip(parts, slices)]
+                mean = sum(v * n for (v, _), n in zip(parts, weights)) / sum(weights)
+                rounding = normalisation.ROUNDING * max(abs(single), 1e-12)
+                if abs(single - mean) <= 10 * rounding:
+                    continue
+                if parts[0][1] is None:  # a mean over a count that differs between the ranks is explained apart
+                    targets = [data.batch(i, "cpu")[1] for i in slices]
+                    whole = data.batch(torch.cat(slices), "cpu")[1]
+                    counted = [sum(v * c(t) for (v, _), t in zip(parts, targets)) / max(sum(c(t) for t in targets), 1)
+                               for *_, c in normalisation.counters(targets[0], whole)]
+                    if any(abs(w - single) <= max(rounding, abs(mean - single) / 10) for w in counted):
+                        return None
+                    return (f"with the same parameters, its loss over the global batch of step {step + 1} was "
+                            f"{single:.6g} in one process and the mean of {ranks} ranks' losses over their slices "
+                            f"{mean:.6g}")
+    except Exception:  # noqa: BLE001 - a model this cannot run (a loss that needs gradients, say) is not judged
+        return None
+    return None
 
 
 def _counted(workload, output, target) -> bool:

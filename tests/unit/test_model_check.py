@@ -275,6 +275,28 @@ def test_batchnorm_skips_the_check_with_the_reason_unless_the_row_syncs_the_stat
 
 # ---- a failed check, explained --------------------------------------------------------------------------------------
 
+def test_a_loss_over_the_whole_batch_is_found_and_explains_the_failed_check():
+    # A load-balancing term over the batch: with the same parameters, the single process's loss over a global batch
+    # is not the mean of the ranks' losses over their slices. Found before launching on the CPU; a failed check
+    # says so, with the fix, instead of "no parameter left without one explains the difference"
+    w = checked("balanced")
+    assert w.batch_dependent.startswith("with the same parameters, its loss over the global batch of step 1 was ")
+    assert w.batch_dependent.endswith(" in one process and the mean of 2 ranks' losses over their slices " +
+                                      w.batch_dependent.split()[-1])
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-4}, {}, label="ddp")
+    assert eq["why_failed"].startswith("the model depends on the rest of its batch, other than through BatchNorm: "
+                                       "with the same parameters, its loss over the global batch of step 1 was ")
+    assert eq["why_failed"].endswith("fix: make the loss a mean of per-sample terms to check equivalence, or declare "
+                                     "batch_dependence=\"...\" in @workload (the check is then skipped, with that "
+                                     "reason)")
+    # A per-sample loss, a count that differs between the ranks (explained apart), a stateful but per-sample forward,
+    # one rank: nothing found
+    assert checked("balanced", "weight=0").batch_dependent is None
+    assert checked("aux").batch_dependent is None and checked("routed").batch_dependent is None
+    assert checked("balanced", world=1).batch_dependent is None
+    assert checked("batchnorm").batch_dependent is None  # BatchNorm is found and said as such
+
+
 def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backend_does_with_them():
     w = checked("aux")
     diffs = {"aux.weight": 2.7e-2, "aux.bias": 1.5e-2, "out.bias": 6.9e-4, "out.weight": 3e-6, "body.weight": 2e-4}
