@@ -85,9 +85,7 @@ def _same_run(path_a: Path, path_b: Path, a: list[dict], b: list[dict]) -> str |
     except OSError:
         pass
 
-    def launches(records):
-        return sorted((str(r.get("label")), int(r.get("repeat", 0)), r.get("launch_wall") or 0.0,
-                       r.get("samples_per_s") or 0.0) for r in records)
+    from harness.core.joins import launches
 
     if launches(a) == launches(b):
         return f"{path_b} holds the same launches as {path_a}: a copy"

@@ -4,6 +4,7 @@ variation between runs (harness/reports/sessions.py)."""
 from __future__ import annotations
 
 import shlex
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,13 +64,20 @@ def join(req: JoinRequest) -> None:
     if records_file(req.out) is not None:
         fail(f"{req.out} holds a run's records; give a new directory for the join")
     command = shlex.join(["compare", "join", str(req.out), *map(str, dirs)])
+    created = not req.out.exists()
+    before = set() if created else set(req.out.iterdir())
     req.out.mkdir(parents=True, exist_ok=True)
     joined = [(Path(name), records) for name, records in named]
     joins.write_manifest(req.out, [d for d, _ in joined], command)
     try:
         loaded = joins.load(req.out)
         sessions.render(req.out, loaded, command)
-    except reports.MALFORMED as exc:
+    except reports.MALFORMED as exc:  # nothing half written: what this join wrote goes
+        if created:
+            shutil.rmtree(req.out, ignore_errors=True)
+        else:
+            for path in set(req.out.iterdir()) - before:
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         fail(malformed(req.out, exc))
     for line in sessions.console_lines(sessions.analyse(loaded)):
         console.print(line, soft_wrap=True, markup=False)

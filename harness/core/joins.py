@@ -61,12 +61,27 @@ def _shown(value) -> str:
     return str(value)
 
 
+def launches(records: list[dict[str, Any]]) -> tuple:
+    """A run's launches, each by its row, repeat, start time and figure: two directories with the same ones hold
+    copies of one run."""
+    return tuple(sorted((str(r.get("label")), int(r.get("repeat", 0)), r.get("launch_wall") or 0.0,
+                         r.get("samples_per_s") or 0.0) for r in records))
+
+
 def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) -> None:
     """NotJoinable (one line) unless every run is a `compare run` of the same request (workload and its options,
     rows, world size, global batch, timed steps) on the same machine (CPU model, usable cores, GPUs), the first
     run being the reference. `machines=False` leaves the machine out (`compare diff --across-machines`)."""
     first_name, first = named[0]
+    seen: dict[tuple, str] = {}
     for name, records in named:
+        if not records:
+            raise NotJoinable(f"{name} holds no records (an empty records.jsonl); give run directories written by "
+                              "`compare run`")
+        if launches(records) in seen:
+            raise NotJoinable(f"{name} holds the same launches as {seen[launches(records)]}: a copy of one run, which "
+                              "is one session; give runs made at different times")
+        seen[launches(records)] = name
         kinds = {r.get("kind", "run") for r in records}
         if kinds != {"run"}:
             raise NotJoinable(f"{name} holds {', '.join(sorted(map(str, kinds)))} records; only `compare run` "

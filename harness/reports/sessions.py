@@ -73,7 +73,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
     differ = {frozenset((p["a"], p["b"])) for p in pairs if p["outcome"] == "faster"}
     ranks = len(order) >= 2 and all(p["p"] is not None for p in pairs)
     counts = sorted({a["rows"][k]["n"] for _, a in per for k in ranked if k in a["rows"]})
-    launches = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    launches = "no" if not counts else f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     out = {"rows": rows, "ranked": ranked, "left_out": left_out, "baseline": base, "asked_baseline": base,
            "ratios": ratios, "n_min": len(sessions), "margin": margin, "pairs": pairs, "order": order,
            "blocked": True, "why_unblocked": None, "letters": letter_groups(order, differ) if ranks else None,

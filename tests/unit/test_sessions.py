@@ -191,13 +191,21 @@ def test_runs_of_another_request_or_machine_are_not_joined(tmp_path, monkeypatch
 def test_join_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
     a = _run(tmp_path, "a", _values(random.Random(5), 0.0))
+    copy, empty = tmp_path / "copy", tmp_path / "empty"
+    copy.mkdir(), empty.mkdir()
+    (copy / "records.jsonl").write_text((a / "records.jsonl").read_text())
+    (empty / "records.jsonl").write_text("")
     for args, message in [([str(a)], "compare join needs two runs or more; got 1"),
                           ([str(a), str(tmp_path / "nowhere")], "is not a directory; give run directories written by "
                                                                 "`compare run`"),
                           ([str(a), str(FIXTURE.parent / "scale_digits_cpu2_20261125-085608")],
                            "holds scale records; only `compare run` results are sessions"),
                           ([str(a), str(FIXTURE.parent / "digits_cpu2_20261126-045209")],
-                           "is a time-to-target run; sessions join throughput runs")]:
+                           "is a time-to-target run; sessions join throughput runs"),
+                          ([str(a), str(copy)], f"{copy} holds the same launches as {a}: a copy of one run, which is "
+                                                f"one session; give runs made at different times"),
+                          ([str(a), str(empty)], f"{empty} holds no records (an empty records.jsonl); give run "
+                                                 f"directories written by `compare run`")]:
         shown = CliRunner().invoke(app, ["join", str(tmp_path / "j"), *args])
         assert shown.exit_code == 2 and shown.stderr.startswith("error: ") and message in shown.stderr, shown.stderr
         assert shown.stderr.count("\n") == 1 and not (tmp_path / "j").exists()
@@ -224,3 +232,18 @@ def test_run_join_refuses_another_request_or_machine_before_anything_runs(tmp_pa
     assert missing.returncode == 2 and missing.stderr == (f"error: --join {tmp_path / 'nowhere'}: no such run "
                                                           "directory; give a directory written by `compare run` (or "
                                                           "`compare join`)\n")
+
+
+def test_sessions_with_too_few_launches_to_rank_are_joined_into_a_verdict_of_nothing_to_rank(tmp_path, monkeypatch):
+    # One launch a row in each run (--repeats 1): no row has the 3 launches a session needs, which the join says, with
+    # its files written whole (the analysis failed on an empty list of launch counts after writing sessions.json)
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    a = _run(tmp_path, "a", {"ddp": [1000.0], "spawn": [990.0]})
+    b = _run(tmp_path, "bb", {"ddp": [1010.0], "spawn": [980.0]})
+    shown = CliRunner().invoke(app, ["join", str(tmp_path / "j"), str(a), str(b)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.startswith("Verdict over the sessions: nothing to rank — fewer than two rows have 3 launches "
+                                   "in two sessions or more.")
+    assert ("**Verdict over the sessions: nothing to rank** — fewer than two rows have 3 launches in two sessions or "
+            "more.") in (tmp_path / "j" / "report.md").read_text()
+    assert CliRunner().invoke(app, ["report", str(tmp_path / "j")]).exit_code == 0  # and it renders again
