@@ -35,7 +35,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.launching.launch_logs import exit_reason, first_error, last_line, matches_host, rank_records
+from harness.launching.launch_logs import CONSEQUENCE, exit_reason, first_error, last_line, matches_host, rank_records
 from harness.shared.witness import CRASH_SIGNALS, LAUNCH, OUTSIDE, SUPERVISOR, read_json
 
 
@@ -76,6 +76,12 @@ class RankEnd:
     abrupt: bool = False
     """An exit with a code that its worker did not write down (no exception recorded): its time is when its
     supervisor learnt of it, a moment after."""
+    crash: str | None = None
+    """The crash signal it died of (SIGSEGV, SIGABRT, ...): written down by its supervisor, a moment after too."""
+    error: str | None = None
+    """Its own exception, as it recorded it."""
+    cause_containing: str | None = None
+    """Only a log line containing this is its cause (an abort's: C++'s "terminate called")."""
 
 
 ABRUPT_LAG_S = 1.0
@@ -116,7 +122,13 @@ def rank_ends(rank_dir: Path, name_hosts: bool = False) -> list[RankEnd]:
         if end and (end.get("signal") or end.get("code")):
             facts.append((end["time"], "end", end))
         if not facts:
-            if end is not None:
+            if end is not None and not (rank_dir / f"rank{k}.json").exists():
+                # exit code 0 without the result every rank writes last: it stopped in the middle (os._exit(0),
+                # sys.exit() in the model's code)
+                out.append(RankEnd(k, host, "own", end["time"], f"{who} exited with code 0 before it finished (it "
+                                                                 f"wrote no result: an exit in the model's code?)",
+                                   abrupt=True))
+            elif end is not None:
                 out.append(RankEnd(k, host, "clean", end["time"], f"{who} ended cleanly"))
             elif stop is not None and k in stop["alive"]:
                 out.append(RankEnd(k, host, "consequence", None, f"{who} stopped by compare"))
@@ -139,12 +151,13 @@ def rank_ends(rank_dir: Path, name_hosts: bool = False) -> list[RankEnd]:
         elif what == "failed" or (end and end.get("code")):
             code = end.get("code") if end else None
             out.append(RankEnd(k, host, "own", t, f"{who} exited with code {code if code else 1}", with_error=True,
-                               abrupt=k not in failed))
+                               abrupt=k not in failed, error=(failed.get(k) or {}).get("error")))
         elif end["signal"] in CRASH_SIGNALS:
             # An abort is usually C++'s terminate after an exception it prints first (gloo's "Received data size
             # doesn't match expected size ... collective mismatch"): that line is the cause.
-            out.append(RankEnd(k, host, "own", t, f"{who} killed by {end['signal']}",
-                               with_error=end["signal"] == "SIGABRT"))
+            abort = end["signal"] == "SIGABRT"
+            out.append(RankEnd(k, host, "own", t, f"{who} killed by {end['signal']}", with_error=abort,
+                               crash=end["signal"], cause_containing="terminate called" if abort else None))
         elif end.get("oom"):
             out.append(RankEnd(k, host, "external", t, f"{who} {out_of_memory(end)}"))
         else:
@@ -183,7 +196,10 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
         if end.with_error:
             # Its own node's log first: in the joined log another node's consequence may come before the cause.
             own = [c.log for c in commands if several and matches_host(c.host, c.local, end.host)]
-            cause = (first_error(own[0]) if own else None) or first_error(rank_dir / "launch.log")
+            # a rank that recorded no exception of its own (an exit, an abort) is not explained by a peer's "connection
+            # reset by peer", which may come first in the log
+            how = {"containing": end.cause_containing, "causes_only": end.abrupt or end.crash is not None}
+            cause = (first_error(own[0], **how) if own else None) or first_error(rank_dir / "launch.log", **how)
             if cause:
                 reason += f"; first error: {cause}"
         silent = [c.host for c in commands if c.silent and c.host]
@@ -212,8 +228,12 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
     own_ends = [e for e in ends if e.kind == "own"]
     own = _first(own_ends)
     if own and not own.abrupt:  # an exception just before a peer's abrupt end, which is written down late: its effect
-        abrupt = [e for e in own_ends if e.abrupt and e.time is not None and e.time - own.time < ABRUPT_LAG_S]
-        own = _first(abrupt) or own
+        # (a crash signal too: a segfault is never a peer's effect, an abort is one unless the exception is a peer's
+        # "connection reset")
+        late = [e for e in own_ends if e.time is not None and e.time - own.time < ABRUPT_LAG_S]
+        peer_gone = bool(own.error and CONSEQUENCE.search(own.error))
+        own = (_first([e for e in late if e.crash not in (None, "SIGABRT")]) or _first([e for e in late if e.abrupt])
+               or (_first([e for e in late if e.crash == "SIGABRT"]) if peer_gone else None) or own)
     if own:
         return with_cause(own)
     failed = sorted((c for c in commands if not c.is_rank and c.ended is not None and c.returncode),

@@ -44,11 +44,18 @@ def start_error(exc: BaseException) -> str:
 
 
 
-def first_error(path: Path) -> str | None:
-    """The first line of a log that looks like the root cause (launchers print their own summary last)."""
+CONSEQUENCE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Connection refused")
+"""What a rank says when a peer has gone: never the cause of a launch's failure."""
+
+
+def first_error(path: Path, containing: str | None = None, causes_only: bool = False) -> str | None:
+    """The first line of a log that looks like the root cause (launchers print their own summary last): only one
+    `containing` a text where given, and none that a peer's end causes (`CONSEQUENCE`) with `causes_only`."""
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         for i, line in enumerate(lines):
+            if containing is not None and containing not in line or causes_only and CONSEQUENCE.search(line):
+                continue
             if _ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line):
                 found = line.strip()
                 if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:

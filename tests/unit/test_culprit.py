@@ -24,8 +24,10 @@ def _start(rank_dir: Path, rank: int, host: str = "vm", parent: int = 50, t: flo
 
 
 def _exit(rank_dir: Path, rank: int, t: float, code: int | None = None, sig: str | None = None,
-          host: str = "vm") -> None:
+          host: str = "vm", finished: bool = True) -> None:
     _write(rank_dir, f"exit-rank{rank}.json", {"rank": rank, "time": t, "code": code, "signal": sig, "host": host})
+    if not code and not sig and finished:  # a rank that ended cleanly wrote its result last
+        _write(rank_dir, f"rank{rank}.json", {})
 
 
 def _asked(rank_dir: Path, rank: int, t: float, by: str, role: str = "supervisor", sender_pid: int = 50,
@@ -183,6 +185,38 @@ def test_an_abort_is_explained_by_the_terminate_line_cpp_printed_before_it(rd):
         "what(): [enforce fail at pair.cc:456] op.preamble.length <= op.nbytes. 280 vs 212. Received data size")
 
 
+def test_a_crash_written_down_after_its_peers_connection_error_is_still_the_cause(rd):
+    # A segfault (or os.abort()) in rank 1's model code: rank 0's "Connection closed by peer" exception is recorded
+    # first, and rank 1's signal by its supervisor 2 ms later. The crash is the cause, and the peer's line is not its
+    # error; an abort after a plain exception stays that exception's consequence
+    _start(rd, 0), _start(rd, 1)
+    (rd / "launch.log").write_text("[rank0]: RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by "
+                                   "peer [127.0.0.1]:29500\n")
+    _failed(rd, 0, T + 5.0, "RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:29500")
+    _exit(rd, 0, T + 5.01, code=1)
+    for sig in ("SIGSEGV", "SIGABRT"):
+        _exit(rd, 1, T + 5.002, sig=sig)
+        _stopping(rd, T + 6, alive=[])
+        assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == f"rank 1 killed by {sig}"
+    _failed(rd, 0, T + 5.0, "ValueError: the model's own bug")
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]).startswith("rank 0 exited with code 1")  # the abort: its effect
+
+
+def test_a_rank_that_exits_without_an_exception_is_not_explained_by_its_peers_connection_error(rd):
+    # os._exit(1) in the model's code: the only error line in the log is its peer's consequence, which is not its
+    # cause; os._exit(0) in the middle of training is a failure, not a clean end (no result written)
+    _start(rd, 0), _start(rd, 1)
+    (rd / "launch.log").write_text("[rank0]: RuntimeError: Connection reset by peer\n")
+    _exit(rd, 1, T + 5.0, code=1)
+    _failed(rd, 0, T + 5.01, "RuntimeError: Connection reset by peer")
+    _exit(rd, 0, T + 5.02, code=1)
+    _stopping(rd, T + 6, alive=[])
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 exited with code 1"
+    _exit(rd, 1, T + 5.0, code=0, finished=False)
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == ("rank 1 exited with code 0 before it finished (it wrote no "
+                                                        "result: an exit in the model's code?)")
+
+
 def test_a_launcher_that_stopped_its_ranks_by_itself_is_named(rd):
     # torchrun asked to stop from outside: it forwards SIGTERM to its ranks and exits 1 with its own words.
     _start(rd, 0), _start(rd, 1)
@@ -242,7 +276,7 @@ def test_every_rank_accounted_for(rd):
 
 # ---- many launches, every order of their consequences ------------------------------------------------------------
 
-CAUSES = ("launcher_killed", "worker_killed", "supervisor_killed", "term_from_outside", "raised", "exited")
+CAUSES = ("launcher_killed", "worker_killed", "supervisor_killed", "term_from_outside", "raised", "exited", "crashed")
 
 
 def _scenario(rd: Path, cause: str, rng: random.Random) -> tuple[list[Command], str]:
@@ -277,6 +311,9 @@ def _scenario(rd: Path, cause: str, rng: random.Random) -> tuple[list[Command], 
             _asked(rd, victim, t0, "outside", role=role, sender_pid=999, sender="kill")
             _exit(rd, victim, t0 + rng.uniform(0.001, 0.01), sig="SIGTERM")
             expected = f"rank {victim} killed by SIGTERM from outside (pid 999: kill)"
+        elif cause == "crashed":  # a segfault in the model's code: its supervisor writes the signal late too
+            _exit(rd, victim, t0 + rng.uniform(0.001, min(0.5, 0.9 * (stop - t0))), sig="SIGSEGV")
+            expected = f"rank {victim} killed by SIGSEGV"
         elif cause == "exited":  # os._exit(3): no exception recorded, and its supervisor writes the exit late, but
             # before it exits itself, so before its launcher (hence compare) can know of it
             _exit(rd, victim, t0 + rng.uniform(0.001, min(0.5, 0.9 * (stop - t0))), code=3)
