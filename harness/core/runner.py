@@ -26,7 +26,8 @@ from harness.core.checks import BREAKDOWN_BOUND, MAX_BREAKDOWN_STEPS, MAX_REPEAT
 from harness.core.requests import RunRequest
 from harness.core.checks import pairs
 from harness.core.rows import Row, build_rows, parse_knobs, parse_label
-from harness.core.workload_checks import check_fits, check_loader, check_user_code, load_workload, workload_key
+from harness.core.workload_checks import (bounded, check_fits, check_loader, check_user_code, load_workload,
+                                         workload_key)
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch
@@ -72,7 +73,8 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
         raise BadInput(f"global batch {gb} is larger than workload {req.workload}'s training set ({n_train} "
                        f"samples); choose a --global-batch of at most {n_train}")
     loader_workers = check_loader(workload, req)
-    check_user_code(workload, req, gb)
+    with bounded(f"the check of workload {req.workload} before launching", getattr(req, "stall_s", 0.0)):
+        check_user_code(workload, req, gb)
     until = _until_target(req, workload)
     if until:
         steps, warmup = until.max_steps, 0

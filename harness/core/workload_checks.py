@@ -8,6 +8,8 @@ exception inside the user's own code is a UserCodeError (their traceback, exit 1
 
 from __future__ import annotations
 
+import contextlib
+
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +57,37 @@ def check_loader(workload, req: RunRequest) -> int:
         raise BadInput(f"--loader-workers applies to a workload whose training data is a Dataset; {req.workload} "
                        f"holds its data in memory as tensors, which every rank indexes directly")
     return req.loader_workers
+
+
+@contextlib.contextmanager
+def bounded(what: str, seconds: float):
+    """Run the user's code in the parent, as the check before launching does, where a fault in it would otherwise
+    say nothing: a segfault prints every thread's Python stack (faulthandler) before the exit, and a hang past
+    `seconds` (the --stall-timeout; 0: never) ends compare with exit code 1, one line saying so and the stacks.
+    Nothing has been written yet, so nothing is left half written."""
+    import faulthandler
+    import os
+    import sys
+    import threading
+
+    faulthandler.enable()
+
+    def expire():
+        sys.stderr.write(f"error: {what} ran for {seconds:g} s without ending (--stall-timeout): a hang in the model's "
+                         f"code? Its stacks, most recent call first:\n")
+        sys.stderr.flush()
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+
+    timer = threading.Timer(seconds, expire) if seconds and seconds > 0 else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def check_user_code(workload, req: RunRequest, global_batch: int) -> None:

@@ -644,3 +644,54 @@ def test_the_default_accuracy_leaves_out_ignored_positions_and_a_tuple_output_is
     pair = workloads.get(f"{path}:pair")
     assert pair.evaluate(pair.new_model(), pair.materialize("cpu", 8), 0, 1, torch.no_grad()) is None
     assert pair.evaluate(pair.new_model(), pair.materialize("cpu", 8), 1, 9, torch.no_grad()) is None  # empty slice
+
+
+FAULTY_CHECK = '''
+import ctypes
+import threading
+
+import torch
+from torch import nn
+from workloads import Pieces, workload
+
+
+class Faulty(nn.Linear):
+    def __init__(self, kind):
+        super().__init__(4, 2)
+        self.kind = kind
+
+    def forward(self, x):
+        if self.kind == "hang":
+            threading.Event().wait()  # forever: a deadlock in the model's code
+        ctypes.string_at(0)  # a segfault
+        return super().forward(x)
+
+
+@workload(global_batch=8)
+def faulty(kind: str = "hang"):
+    x = torch.randn(32, 4)
+    return Pieces(model=lambda: Faulty(kind), train=(x, (x.sum(1) > 0).long()))
+'''
+
+
+@pytest.mark.parametrize("kind", ["hang", "segv"])
+def test_a_hang_or_a_crash_in_the_check_before_launching_says_where_and_writes_nothing(tmp_path, kind):
+    # The check runs the model's forward in compare itself: a hang there ended nothing (no timeout applied) and a
+    # segfault exited 139 with no word. Now a hang past --stall-timeout is one line and the stacks, exit 1; a crash
+    # prints its Python stack; neither leaves an output directory
+    import subprocess
+    import sys
+
+    path = write(tmp_path, FAULTY_CHECK)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "harness", "run", "-w", f"{path}:faulty", "-o", f"kind={kind}",
+                           "-a", "ddp", "--repeats", "1", "--stall-timeout", "3", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    if kind == "hang":
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.startswith(f"error: the check of workload {path}:faulty before launching ran for 3 s "
+                                      f"without ending (--stall-timeout): a hang in the model's code? Its stacks, "
+                                      f"most recent call first:\n"), done.stderr
+    else:
+        assert done.returncode == -11 and "Fatal Python error: Segmentation fault" in done.stderr, done.stderr
+    assert f'File "{path}", line' in done.stderr and not out.exists()
