@@ -398,9 +398,12 @@ def _check_data(data: Any, what: str, ref: str) -> None:
     if isinstance(data, (tuple, list)) and not isinstance(data, torch.utils.data.Dataset):
         if len(data) != 2 or not (isinstance(data[1], torch.Tensor)
                                   and (isinstance(data[0], torch.Tensor) or isinstance(data[0], Mapping))):
+            several = len(data) == 2 and isinstance(data[0], (tuple, list))
             raise BadReference(f"workload {ref}: its {what} data must be (inputs, targets) tensors, a dict of tensors "
                                f"or a torch.utils.data.Dataset; got a {type(data).__name__} of "
-                               f"{', '.join(type(t).__name__ for t in data) or 'nothing'}")
+                               f"{', '.join(type(t).__name__ for t in data) or 'nothing'}"
+                               + ("; give several inputs as a dict of tensors, ({'a': xa, 'b': xb}, targets), and the "
+                                  "model is called model(a=..., b=...)" if several else ""))
         if isinstance(data[0], Mapping):
             _check_dict(data[0], f"its {what} inputs", ref)
         if batches.length(data[0]) != len(data[1]):
@@ -416,6 +419,14 @@ def _check_data(data: Any, what: str, ref: str) -> None:
     item = data[0]
     if isinstance(item, Mapping) and item and all(isinstance(v, (torch.Tensor, int, float)) for v in item.values()):
         return
+    inputs = item if isinstance(item, Mapping) else item[0] if isinstance(item, (tuple, list)) and item else None
+    if isinstance(inputs, Mapping) and inputs:
+        wrong = [f"{k!r} ({type(v).__name__})" for k, v in inputs.items()
+                 if not isinstance(v, (torch.Tensor, int, float) if inputs is item else torch.Tensor)]
+        if wrong:
+            raise BadReference(f"workload {ref}: item 0 of its {what} Dataset holds {', '.join(wrong)}, not a tensor; "
+                               f"every field of a dict item must be a tensor (tokenize text in __getitem__, or leave "
+                               f"the field out)")
     if not (isinstance(item, (tuple, list)) and len(item) == 2
             and (isinstance(item[0], torch.Tensor)
                  or (isinstance(item[0], Mapping) and item[0]
@@ -423,9 +434,12 @@ def _check_data(data: Any, what: str, ref: str) -> None:
             and isinstance(item[1], (torch.Tensor, int, float))):
         shown = (f"({', '.join(type(i).__name__ for i in item)})" if isinstance(item, (tuple, list))
                  else batches.describe(item) if isinstance(item, Mapping) else type(item).__name__)
+        several = isinstance(item, (tuple, list)) and item and isinstance(item[0], (tuple, list))
         raise BadReference(f"workload {ref}: item 0 of its {what} Dataset is {shown}, not (input tensor, target "
-                           f"tensor or number) nor a dict of tensors; return tensors from __getitem__ "
-                           f"(torch.as_tensor)")
+                           f"tensor or number) nor a dict of tensors; " + (
+                               "give several inputs as a dict of tensors, ({'a': xa, 'b': xb}, target), and the model "
+                               "is called model(a=..., b=...)" if several else
+                               "return tensors from __getitem__ (torch.as_tensor)"))
 
 
 def _check_dict(data: Mapping, what: str, ref: str) -> None:

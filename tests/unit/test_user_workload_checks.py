@@ -177,6 +177,20 @@ BAD = {
                           "workload {path}:f: item 0 of its train Dataset is (str, int), not (input tensor, target "
                           "tensor or number) nor a dict of tensors; return tensors from __getitem__ "
                           "(torch.as_tensor)"),
+    "several-inputs-in-a-tuple": ("import torch\ndef f():\n    x = torch.zeros(4, 2)\n"
+                                  "    return {'model': torch.nn.Linear(2, 2), 'train': ((x, x), torch.zeros(4).long())}\n",
+                                  "{path}:f",
+                                  "workload {path}:f: its train data must be (inputs, targets) tensors, a dict of "
+                                  "tensors or a torch.utils.data.Dataset; got a tuple of tuple, Tensor; give several "
+                                  "inputs as a dict of tensors, ({{'a': xa, 'b': xb}}, targets), and the model is called "
+                                  "model(a=..., b=...)"),
+    "dataset-dict-item-with-text": ("import torch\nclass S(torch.utils.data.Dataset):\n    def __len__(self):\n"
+                                    "        return 8\n    def __getitem__(self, i):\n"
+                                    "        return {'input_ids': torch.zeros(3).long(), 'text': 'a b c'}\n"
+                                    "def f():\n    return {'model': torch.nn.Linear(2, 2), 'train': S()}\n", "{path}:f",
+                                    "workload {path}:f: item 0 of its train Dataset holds 'text' (str), not a tensor; "
+                                    "every field of a dict item must be a tensor (tokenize text in __getitem__, or "
+                                    "leave the field out)"),
     "lengths-differ": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
                        "(torch.zeros(4, 2), torch.zeros(3).long())}\n", "{path}:f",
                        "workload {path}:f: its train inputs and targets differ in length (4 and 3)"),
