@@ -70,13 +70,18 @@ def bounded(what: str, seconds: float):
     import sys
     import threading
 
-    faulthandler.enable()
+    try:
+        stream = sys.stderr if sys.stderr.fileno() >= 0 else sys.__stderr__
+    except (AttributeError, OSError, ValueError):  # a stream with no file (a test's captured one)
+        stream = sys.__stderr__
+    if not faulthandler.is_enabled():
+        faulthandler.enable(file=stream)
 
     def expire():
-        sys.stderr.write(f"error: {what} ran for {seconds:g} s without ending (--stall-timeout): a hang in the model's "
-                         f"code? Its stacks, most recent call first:\n")
-        sys.stderr.flush()
-        faulthandler.dump_traceback(all_threads=True)
+        stream.write(f"error: {what} ran for {seconds:g} s without ending (--stall-timeout): a hang in the model's "
+                     f"code? Its stacks, most recent call first:\n")
+        stream.flush()
+        faulthandler.dump_traceback(file=stream, all_threads=True)
         os._exit(1)
 
     timer = threading.Timer(seconds, expire) if seconds and seconds > 0 else None
