@@ -236,6 +236,17 @@ class FunctionWorkload(Workload):
         y = train[1] if isinstance(train, tuple) else None
         if y is not None and not y.is_floating_point() and y.dim() == 2:
             return int(y.shape[1])  # a sequence of class indices per sample: a language model's next tokens
+        if y is None and not isinstance(train, (tuple, Mapping)) and len(train):  # a Dataset: its first item, alike
+            import torch
+
+            item = train[0]
+            inputs = item if isinstance(item, Mapping) else item[0] if isinstance(item, (tuple, list)) else None
+            ids = inputs.get("input_ids") if isinstance(inputs, Mapping) else None
+            if isinstance(ids, torch.Tensor) and ids.dim() == 1:
+                return int(ids.shape[0])
+            target = item[1] if isinstance(item, (tuple, list)) and len(item) == 2 else None
+            if isinstance(target, torch.Tensor) and not target.is_floating_point() and target.dim() == 1:
+                return int(target.shape[0])
         return None
 
     # ---- data ----------------------------------------------------------------------------------------------

@@ -709,3 +709,21 @@ def test_a_hang_or_a_crash_in_the_check_before_launching_says_where_and_writes_n
     else:
         assert done.returncode == -11 and "Fatal Python error: Segmentation fault" in done.stderr, done.stderr
     assert f'File "{path}", line' in done.stderr and not out.exists()
+
+
+def test_a_language_models_tokens_per_sample_come_from_a_dataset_as_from_tensors(tmp_path):
+    # The same token data held as tensors or read through a Dataset of dict items (or of (ids, next ids)) gives the
+    # same tokens/s column: it vanished for the Dataset
+    path = write(tmp_path, "import torch\n"
+                           "ids = torch.randint(0, 50, (32, 12))\n"
+                           "class Dicts(torch.utils.data.Dataset):\n    def __len__(self):\n        return 32\n"
+                           "    def __getitem__(self, i):\n        return {'input_ids': ids[i], 'labels': ids[i]}\n"
+                           "class Pairs(Dicts):\n    def __getitem__(self, i):\n        return ids[i], ids[i]\n"
+                           "class Rows(Dicts):\n    def __getitem__(self, i):\n        return ids[i].float(), ids[i, 0]\n"
+                           "def tensors():\n    return {'model': torch.nn.Linear(2, 2), 'train': {'input_ids': ids, "
+                           "'labels': ids}}\n"
+                           "def dicts():\n    return {'model': torch.nn.Linear(2, 2), 'train': Dicts()}\n"
+                           "def pairs():\n    return {'model': torch.nn.Linear(2, 2), 'train': Pairs()}\n"
+                           "def rows():\n    return {'model': torch.nn.Linear(2, 2), 'train': Rows()}\n")
+    assert [workloads.get(f"{path}:{name}").tokens_per_sample() for name in ("tensors", "dicts", "pairs", "rows")] == \
+        [12, 12, 12, None]  # a classifier's one label per sample is no sequence
