@@ -220,10 +220,17 @@ class Workload(ABC):
 
     def shard_units(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """The model's units, in forward order: what a sharding backend (FSDP) wraps one by one, gathering each
-        unit's parameters for its own forward and backward. Default: every direct child that holds parameters,
-        looking inside ModuleList and ModuleDict (never called themselves); override to group layers into blocks."""
+        unit's parameters for its own forward and backward. Default: a transformers model's no-split modules
+        (`_no_split_modules`: LlamaDecoderLayer, GPT2Block, BertLayer; what transformers' FSDP integration wraps one
+        by one), found on any of its modules (a model of yours holding one too); else every direct child that holds
+        parameters, looking inside ModuleList and ModuleDict (never called themselves); override to group layers
+        into blocks."""
         import torch.nn as nn
 
+        keep = {name for m in model.modules() for name in (getattr(m, "_no_split_modules", None) or [])}
+        blocks = [m for m in model.modules() if type(m).__name__ in keep] if keep else []
+        if blocks:
+            return blocks
         units = []
         for child in model.children():
             inner = list(child.children()) if isinstance(child, (nn.ModuleList, nn.ModuleDict)) else [child]

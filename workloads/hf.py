@@ -229,13 +229,6 @@ class HF(Workload):
 
         return Batch(model, causal=self.family != "bert")
 
-    def shard_units(self, model):
-        """The model's own no-split modules (LlamaDecoderLayer, GPT2Block, BertLayer): what transformers' FSDP
-        integration wraps one by one."""
-        keep = set(getattr(model.inner, "_no_split_modules", None) or [])
-        units = [m for m in model.modules() if type(m).__name__ in keep]
-        return units or super().shard_units(model)
-
     def make_optimizer(self, model, lr):
         import torch
 
