@@ -113,7 +113,8 @@ def write(path: Path, text: str, force: bool) -> None:
         raise BadInput(f"--script {path} is a directory")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise BadInput(f"--script {path}: directory {parent} does not exist")
+        raise BadInput(f"--script {path}: {parent} " + ("is a file, not a directory" if parent.exists() else
+                                                         "does not exist") + "; give a path in an existing directory")
     from harness.ground.outdir import write_text
 
     try:

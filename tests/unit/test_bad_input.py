@@ -524,6 +524,9 @@ CASES = [
      "already there (leave it out)"),
     ("run-fsdp-unknown-dtype", ["run", "-a", "fsdp:reduce_dtype=fp8"],
      "adapter fsdp:reduce_dtype=fp8: knob 'reduce_dtype' must be fp32, bf16 or fp16; got 'fp8'"),
+    ("knobs-of-a-row", ["knobs", "ddp:bucket_cap=5"],
+     "'ddp:bucket_cap=5' is a row, not an adapter: compare knobs takes an adapter's name alone (compare knobs ddp); "
+     "its knobs are given to compare run as -a ddp:KNOB=VALUE"),
     ("knobs-unknown", ["knobs", "horovd"],
      f"unknown adapter or workload 'horovd'; valid choices: {ADAPTERS} (adapters), "
      f"{', '.join(workloads.names())} (workloads)"),
