@@ -524,6 +524,10 @@ CASES = [
      "already there (leave it out)"),
     ("run-fsdp-unknown-dtype", ["run", "-a", "fsdp:reduce_dtype=fp8"],
      "adapter fsdp:reduce_dtype=fp8: knob 'reduce_dtype' must be fp32, bf16 or fp16; got 'fp8'"),
+    ("sbatch-script-under-a-file", ["sbatch", "--nodes", "2", "--ntasks-per-node", "1", "--script",
+                                    RUNS / "README.md" / "job.sh"],
+     f"--script {RUNS / 'README.md' / 'job.sh'}: {RUNS / 'README.md'} is a file, not a directory; give a path in an "
+     f"existing directory"),
     ("knobs-of-a-row", ["knobs", "ddp:bucket_cap=5"],
      "'ddp:bucket_cap=5' is a row, not an adapter: compare knobs takes an adapter's name alone (compare knobs ddp); "
      "its knobs are given to compare run as -a ddp:KNOB=VALUE"),
