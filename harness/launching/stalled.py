@@ -51,16 +51,32 @@ def _shown(file: str, line: int, func: str) -> str:
     return f"{func} ({where}:{line})"
 
 
+COMMUNICATION = re.compile(r"[/\\](torch[/\\]distributed|deepspeed[/\\]comm|horovod)[/\\]")
+"""Where a rank waits for its peers: torch.distributed (DDP's reducer, FSDP's all-gather and reduce-scatter, the
+collectives), DeepSpeed's comm module, Horovod."""
+
+
+def _place(dump: str) -> tuple[int, tuple[str, int, str]] | None:
+    for frames in reversed(_threads(dump)):  # the last dump of the file is the latest
+        loop = [f for f in frames if f[0].endswith(LOOP[0]) and f[2] == LOOP[1]]
+        if loop:
+            return loop[-1][1], next((f for f in frames if not f[0].startswith(_STDLIB)), frames[0])
+    return None
+
+
 def loop_place(dump: str) -> tuple[int, str] | None:
     """(the line of the training loop a rank's training thread is at, its innermost frame outside Python's own
     library in words: a user's model, torch, the harness), from its stack dump; None where no thread is in the
     training loop (set-up, a comm launch)."""
-    for frames in reversed(_threads(dump)):  # the last dump of the file is the latest
-        loop = [f for f in frames if f[0].endswith(LOOP[0]) and f[2] == LOOP[1]]
-        if loop:
-            inner = next((f for f in frames if not f[0].startswith(_STDLIB)), frames[0])
-            return loop[-1][1], _shown(*inner)
-    return None
+    place = _place(dump)
+    return None if place is None else (place[0], _shown(*place[1]))
+
+
+def waiting(dump: str) -> bool:
+    """Whether the training thread's innermost frame outside Python's library is in a communication library: the
+    rank waits for its peers there."""
+    place = _place(dump)
+    return place is not None and bool(COMMUNICATION.search(place[1][0]))
 
 
 def first_to_stop(steps: dict[int, int], dumps: dict[int, str]) -> dict | None:
@@ -75,6 +91,11 @@ def first_to_stop(steps: dict[int, int], dumps: dict[int, str]) -> dict | None:
         return None
     lowest = min(p for p, _ in places.values())
     behind = [rank for rank, (p, _) in places.items() if p == lowest]
+    if len(behind) > 1:  # at one line of the loop (FSDP gathers a unit's parameters inside the forward): the rank
+        # that is not waiting for its peers in a communication library, while they all are, is the one that stopped
+        free = [rank for rank in behind if not waiting(dumps[rank])]
+        if len(free) == 1 and len(free) < len(behind):
+            behind = free
     if len(behind) != 1:
         return None
     rank = behind[0]

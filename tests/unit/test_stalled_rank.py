@@ -47,6 +47,20 @@ def test_finished_steps_count_before_the_line_and_the_loop_frame_not_a_helper_of
     assert loop_place(IN_LOADER) == (101, "_next_data (dataloader.py:1100)")
 
 
+def test_at_the_same_line_the_rank_not_waiting_for_its_peers_is_the_one_that_stopped():
+    # FSDP2: rank 1 hangs in its model's forward while rank 0, in the same forward, waits in the next unit's
+    # all-gather (a pre-forward hook); the user's frame sits inside FSDP's own frames, so only the innermost counts
+    fsdp = "/venv/lib/python3.11/site-packages/torch/distributed/fsdp/_fully_shard"
+    gathering = _dump((threading.__file__, 629, "wait"), (f"{fsdp}/_fsdp_collectives.py", 215, "wait_for_unshard"),
+                      (f"{fsdp}/_fsdp_state.py", 230, "_pre_forward"), ("/home/me/model.py", 20, "forward"),
+                      (TRAIN, 95, "run"))
+    hung = _dump((threading.__file__, 629, "wait"), ("/home/me/model.py", 31, "forward"),
+                 (f"{fsdp}/_fsdp_state.py", 240, "_pre_forward"), (TRAIN, 95, "run"))
+    found = first_to_stop({0: 3, 1: 3}, {0: gathering, 1: hung})
+    assert found == {"rank": 1, "steps": 3, "where": "forward (model.py:31)"}
+    assert first_to_stop({0: 3, 1: 3}, {0: gathering, 1: gathering}) is None  # both waiting: nobody
+
+
 def test_ranks_at_the_same_place_or_one_rank_alone_name_nobody():
     assert first_to_stop({0: 4, 1: 4}, {0: IN_BACKWARD, 1: IN_BACKWARD}) is None
     assert first_to_stop({0: 4, 1: 4}, {1: HUNG}) is None
