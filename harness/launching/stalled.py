@@ -56,11 +56,17 @@ COMMUNICATION = re.compile(r"[/\\](torch[/\\]distributed|deepspeed[/\\]comm|horo
 collectives), DeepSpeed's comm module, Horovod."""
 
 
+def _python_own(file: str) -> bool:
+    """Whether a frame's file is Python's own library (threading, selectors): not where a rank is, in words. A
+    virtual environment's platstdlib is its own lib/pythonX.Y, which holds site-packages: torch is not Python's."""
+    return file.startswith(_STDLIB) and "-packages" not in file
+
+
 def _place(dump: str) -> tuple[int, tuple[str, int, str]] | None:
     for frames in reversed(_threads(dump)):  # the last dump of the file is the latest
         loop = [f for f in frames if f[0].endswith(LOOP[0]) and f[2] == LOOP[1]]
         if loop:
-            return loop[-1][1], next((f for f in frames if not f[0].startswith(_STDLIB)), frames[0])
+            return loop[-1][1], next((f for f in frames if not _python_own(f[0])), frames[0])
     return None
 
 

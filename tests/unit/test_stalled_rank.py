@@ -59,6 +59,15 @@ def test_at_the_same_line_the_rank_not_waiting_for_its_peers_is_the_one_that_sto
     found = first_to_stop({0: 3, 1: 3}, {0: gathering, 1: hung})
     assert found == {"rank": 1, "steps": 3, "where": "forward (model.py:31)"}
     assert first_to_stop({0: 3, 1: 3}, {0: gathering, 1: gathering}) is None  # both waiting: nobody
+    # In a virtual environment Python's platstdlib is the venv's lib/python3.X, which holds site-packages: torch's
+    # frames are not Python's own library (they were skipped, and the waiting rank's place was its model's call)
+    import sysconfig
+
+    venv_torch = f"{sysconfig.get_paths()['platstdlib']}/site-packages/torch/distributed"
+    in_venv = _dump((threading.__file__, 629, "wait"), (f"{venv_torch}/distributed_c10d.py", 4394, "all_gather_single"),
+                    ("/home/me/model.py", 20, "forward"), (TRAIN, 95, "run"))
+    assert first_to_stop({0: 3, 1: 3}, {0: in_venv, 1: hung})["rank"] == 1
+    assert loop_place(in_venv) == (95, "all_gather_single (distributed_c10d.py:4394)")
 
 
 def test_ranks_at_the_same_place_or_one_rank_alone_name_nobody():
