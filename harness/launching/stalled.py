@@ -45,7 +45,7 @@ def _threads(dump: str) -> list[list[tuple[str, int, str]]]:
 def _shown(file: str, line: int, func: str) -> str:
     path = Path(file)
     try:
-        where = path.relative_to(REPO).as_posix()
+        where = path.name if "-packages" in file else path.relative_to(REPO).as_posix()
     except ValueError:
         where = path.name
     return f"{func} ({where}:{line})"
