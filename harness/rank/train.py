@@ -171,9 +171,6 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
     if fault and fault[1] == "eval":
         inject(*fault)
     evaluation = None
-    if spec.eval:
-        evaluation = (periodic and periodic.last(steps_run)) or evaluate(workload, adapter, model, data, info)
-    marks("eval_done")
 
     def result(parts, unfinished=()) -> TrainResult:
         return TrainResult(
@@ -197,6 +194,14 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
             peak_memory_cuda_extra=memory_extra or None,
             cuda_math=cuda_math(torch) if str(info.device).startswith("cuda") else None,
             unfinished=list(unfinished))
+
+    if spec.eval and not periodic:
+        # The measurement is complete: the parent gets it now, so a crash or a hang in the evaluation (a model's
+        # eval-mode branch, a collective there) costs the accuracy only, not the row's samples/s and step times.
+        keep(result(None, unfinished=["evaluation"]))
+    if spec.eval:
+        evaluation = (periodic and periodic.last(steps_run)) or evaluate(workload, adapter, model, data, info)
+    marks("eval_done")
 
     parts = None
     if spec.breakdown:
