@@ -218,9 +218,9 @@ def batch_dependence(workload, data, global_batch: int, world: int) -> str | Non
                                for *_, c in normalisation.counters(targets[0], whole)]
                     if any(abs(w - single) <= max(rounding, abs(mean - single) / 10) for w in counted):
                         return None
-                    return (f"with the same parameters, its loss over the global batch of step {step + 1} was "
-                            f"{single:.6g} in one process and the mean of {ranks} ranks' losses over their slices "
-                            f"{mean:.6g}")
+                return (f"with the same parameters, its loss over the global batch of step {step + 1} was "
+                        f"{single:.6g} in one process and the mean of {ranks} ranks' losses over their slices "
+                        f"{mean:.6g}")
     except Exception:  # noqa: BLE001 - a model this cannot run (a loss that needs gradients, say) is not judged
         return None
     return None

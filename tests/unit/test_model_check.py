@@ -292,6 +292,9 @@ def test_a_loss_over_the_whole_batch_is_found_and_explains_the_failed_check():
     # A per-sample loss, a count that differs between the ranks (explained apart), a stateful but per-sample forward,
     # one rank: nothing found
     assert checked("balanced", "weight=0").batch_dependent is None
+    # a loss given as (sum, count) is weighed by its counts, and found alike
+    assert checked("balanced", "counted=true").batch_dependent.startswith("with the same parameters, its loss over ")
+    assert checked("balanced", "weight=0", "counted=true").batch_dependent is None
     assert checked("aux").batch_dependent is None and checked("routed").batch_dependent is None
     assert checked("balanced", world=1).batch_dependent is None
     assert checked("batchnorm").batch_dependent is None  # BatchNorm is found and said as such
