@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from adapters.base import (EVERY_PARAMETER_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy,
-                           interpreter, rank_command)
+from adapters.base import (EVERY_PARAMETER_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan,
+                           Precision, RankInfo, Strategy, interpreter, rank_command)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm

@@ -105,6 +105,13 @@ def collated(items: Any, device: Any, non_blocking: bool = False) -> tuple[Any, 
     return batches.to(x, device, non_blocking), batches.to(y, device, non_blocking)
 
 
+SMALL_MODEL = 5_000_000
+"""Parameters up to which compare runs a user's model for real on the CPU where the meta device is not enough: the
+check before launching runs it twice, to find randomness in its forward that its modules do not show (a functional
+dropout), and `compare plan` counts a model whose forward meta cannot run there; a fraction of a second at this
+size."""
+
+
 class Workload(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]

@@ -31,9 +31,9 @@ def knobs(req: KnobsRequest) -> None:
         names = [("adapter", n) for n in adapters.names()]
     elif name in adapters.names():
         names = [("adapter", name)]
-    elif name.split(":", 1)[0] in adapters.names():
+    elif (adapter := name.split(":", 1)[0]) in adapters.names():
         fail(f"'{name}' is a row, not an adapter: compare knobs takes an adapter's name alone (compare knobs "
-             f"{name.split(':', 1)[0]}); its knobs are given to compare run as -a {name.split(':', 1)[0]}:KNOB=VALUE")
+             f"{adapter}); its knobs are given to compare run as -a {adapter}:KNOB=VALUE")
     elif name in workloads.names() or is_reference(name):
         names = [("workload", name)]
     else:

@@ -296,11 +296,11 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
             return out
     if workload.batch_dependent:
         out["why_failed"] = (f"the model depends on the rest of its batch, other than through BatchNorm: "
-                             f"{workload.batch_dependent} (a loss term over the whole batch, such as a load-balancing "
-                             f"or contrastive one, or a buffer its forward updates from the batch), so no data-parallel "
-                             f"backend can match the single process; fix: make the loss a mean of per-sample terms to "
-                             f"check equivalence, or declare batch_dependence=\"...\" in @workload (the check is then "
-                             f"skipped, with that reason)")
+                             f"{workload.batch_dependent} (a loss term over the whole batch, such as a "
+                             f"load-balancing or contrastive one, or a buffer its forward updates from the batch), so "
+                             f"no data-parallel backend can match the single process; fix: make the loss a mean of "
+                             f"per-sample terms to check equivalence, or declare batch_dependence=\"...\" in @workload "
+                             f"(the check is then skipped, with that reason)")
         return out
     largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
     out["largest_diffs"] = largest

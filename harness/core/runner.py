@@ -73,7 +73,7 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
         raise BadInput(f"global batch {gb} is larger than workload {req.workload}'s training set ({n_train} "
                        f"samples); choose a --global-batch of at most {n_train}")
     loader_workers = check_loader(workload, req)
-    with bounded(f"the check of workload {req.workload} before launching", getattr(req, "stall_s", 0.0)):
+    with bounded(f"the check of workload {req.workload} before launching", req.stall_s):
         check_user_code(workload, req, gb)
     until = _until_target(req, workload)
     if until:

@@ -9,7 +9,6 @@ exception inside the user's own code is a UserCodeError (their traceback, exit 1
 from __future__ import annotations
 
 import contextlib
-
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +21,7 @@ from harness.shared.cache import cached_json, files_key
 from harness.shared.options import OptionError
 from harness.shared.registry import BadReference, UnknownName
 from workloads import batch as batches
-from workloads.base import LossError
+from workloads.base import SMALL_MODEL, LossError
 
 if TYPE_CHECKING:
     from harness.core.requests import RunRequest
@@ -133,8 +132,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         pass
     if params is not None:
         check_trains(model, req.workload)
-        facts.batch_norm = model_check.batch_norm_layers(model)
-        facts.sparse = model_check.sparse_modules(model)
+        _module_facts(facts, model)
         _check_gradients(facts, workload, "meta", [[(batches.to(a, "meta"), batches.to(b, "meta")) for a, b in steps]
                                                    for steps in first_steps])
     workload.nondeterministic = _dropout(model) if params is not None else None
@@ -158,8 +156,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
                                     f"samples", exc) from None
             loss = loss_takes(workload, outputs[0], y, req.workload)
             counted = workload.loss_terms(outputs[0], y)[1] is not None
-            facts.batch_norm = model_check.batch_norm_layers(model)
-            facts.sparse = model_check.sparse_modules(model)
+            _module_facts(facts, model)
             if not facts.checked_steps:  # meta could not run it: on the CPU
                 _check_gradients(facts, workload, "cpu", first_steps)
         check_finite(outputs[0], loss, req.workload, batches.length(x))
@@ -230,6 +227,14 @@ def _counted(workload, output, target) -> bool:
     """Whether the workload's loss of `output` comes with a count (checked as a step would use it)."""
     workload.step_loss(output, target)
     return workload.loss_terms(output, target)[1] is not None
+
+
+def _module_facts(facts, model) -> None:
+    """What the model's modules say, on whichever device it was built: its BatchNorm layers, its sparse embeddings."""
+    from harness.core import model_check
+
+    facts.batch_norm = model_check.batch_norm_layers(model)
+    facts.sparse = model_check.sparse_modules(model)
 
 
 def _check_gradients(facts, workload, device: str, ranks) -> None:
@@ -330,11 +335,6 @@ def check_finite(output, loss, name: str, samples: int) -> None:
         raise BadInput(f"workload {name}: its loss on {samples} training sample(s) is {loss.detach().flatten()[0].item()} "
                        f"before any backend ran (the output is finite): a loss that is not finite cannot be trained "
                        f"or compared (check the loss and the targets)")
-
-
-SMALL_MODEL = 5_000_000
-"""Parameters up to which a user's model is also run twice on the CPU before launching, to find randomness in its
-forward that its modules do not show (a functional dropout): a fraction of a second at this size."""
 
 
 def _dropout(model) -> str | None:

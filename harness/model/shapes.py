@@ -273,11 +273,6 @@ def llama_activations(layers: int, hidden: int, heads: int, kv: int, ffn: int, v
                        f"{ck.describe()}; s = {s}")
 
 
-SMALL_MODEL = 5_000_000
-"""A model whose forward meta cannot run is built on the CPU to be counted up to this many parameters (as `compare
-run`'s check before launching does)."""
-
-
 def _lazy(model) -> bool:
     """Whether the model still holds parameters a lazy module (nn.LazyLinear) makes at its first forward."""
     from torch.nn.parameter import is_lazy
@@ -350,6 +345,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     import workloads
     from harness.shared.registry import UserCodeError
     from workloads import batch as batches
+    from workloads.base import SMALL_MODEL
 
     ck = _check_modes(attention, checkpointing)
     w = workloads.get(name, options)
