@@ -354,18 +354,32 @@ class Workload(ABC):
         parameters in forward need every rank to take part)."""
         import torch
 
-        if data.test_x is None:
+        self.eval_skipped = self.why_not_evaluated(data, None)
+        if self.eval_skipped:
             return None
         x, y = data.test(self.eval_slice(data.n_test, rank, world))
         model.eval()
         with torch.no_grad(), autocast:
             out = self.forward(model, batches.apply(cast_input, x))
         model.train()
-        if not self.has_accuracy(out):  # the same on every rank: the output's kind, not its values
+        self.eval_skipped = self.why_not_evaluated(data, out)  # the same on every rank: the output's kind
+        if self.eval_skipped:
             return None
         if batches.length(x) == 0:
             return 0.0, 0.0, 0.0
         return self.score(out, y)
+
+    eval_skipped: str | None = None
+    """Why the last `evaluate` returned None, in words (the record's `eval_skipped`)."""
+
+    def why_not_evaluated(self, data: Data, output: Any) -> str | None:
+        """Why this workload has no evaluation, or None: asked before the evaluation's forward (`output` None) and
+        after it, of its output."""
+        if data.test_x is None:
+            return "the workload has no test set"
+        if output is not None and not self.has_accuracy(output):
+            return "its output gives no accuracy"
+        return None
 
     def has_accuracy(self, output: Any) -> bool:
         """Whether an evaluation output gives an accuracy (`score` can take it); without one, no evaluation."""

@@ -182,14 +182,20 @@ class FunctionWorkload(Workload):
         given = self.pieces().count
         return None if given is None else given(target)
 
-    def evaluate(self, model, data, rank, world, autocast, cast_input=lambda x: x):
-        """As every workload's, except where there is no accuracy to report without a `metric`: float targets, and
-        dict batches (whose labels a model may shift itself). No evaluation then (the report says "no test set"
-        rather than an accuracy that means nothing)."""
-        if self.pieces().metric is None and data.test_x is not None and (
-                data.test_y is None or data.test_y.is_floating_point()):
-            return None
-        return super().evaluate(model, data, rank, world, autocast, cast_input)
+    def why_not_evaluated(self, data, output):
+        """As every workload's, and where there is no accuracy to report without a `metric`: float targets, dict
+        batches (whose labels a model may shift itself), an output without logits. No evaluation then (the report
+        says why, rather than print an accuracy that means nothing)."""
+        if data.test_x is None or self.pieces().metric is not None:
+            return super().why_not_evaluated(data, output)
+        fix = "without metric(output, target) -> (correct, count) there is no accuracy to take"
+        if data.test_y is None:
+            return f"its batches are dicts with the labels inside, and {fix}"
+        if data.test_y.is_floating_point():
+            return f"its targets are floats, and {fix}"
+        if output is not None and batches.logits(output) is None:
+            return f"its output has no logits (a tuple or dict without `logits`), and {fix}"
+        return super().why_not_evaluated(data, output)
 
     def has_accuracy(self, output):
         # A tuple or dict output with no `logits` (say (logits, aux_loss)) has no default accuracy: not evaluated

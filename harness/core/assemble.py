@@ -243,6 +243,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["final_loss"] = sum(window) / len(window) if window else None
     rec["final_loss_window"] = len(window)
     rec["eval"] = _eval(r0, ranks, workload)
+    if rec["eval"] is None and r0.eval_skipped:
+        rec["eval_skipped"] = r0.eval_skipped
     diffs = param_diffs(spec.params_path, reference)
     rec["max_param_diff"] = None if diffs is None else worst(diffs.values())
     rec["equivalence"] = equivalence(spec, r0, workload, adapter, diffs, reference_gradients,

@@ -250,6 +250,9 @@ class Run(TypedDict):
     eval: NotRequired[dict[str, Any] | None]
     """Test metric: accuracy, loss, target, target_met, test samples, per-rank counts; `metric`, its name in
     words; `default_steps` and `default_global_batch`, the workload's default run, which is what reaches `target`."""
+    eval_skipped: NotRequired[str]
+    """Why there is no `eval` where one was asked for, in words: no test set, or no accuracy to take without the
+    workload's metric (float targets, dict batches, an output without logits)."""
     max_param_diff: NotRequired[float | None]
     """Largest parameter difference from the single-process reference after the equivalence steps."""
     reference_run: NotRequired[dict[str, Any]]

@@ -59,7 +59,8 @@ class PeriodicEval:
         self.sync()
         eval_s = time.perf_counter() - t0
         if result is None:
-            raise RuntimeError(f"workload {self.workload.name} has no test set: it cannot be trained until a target")
+            raise RuntimeError(f"workload {self.workload.name} cannot be trained until a target: "
+                               f"{self.workload.eval_skipped or 'it has no test set'}")
         self.evals.append({"step": steps_done, "step_end_wall": step_end_wall, "eval_end_wall": time.time(),
                            "eval_s": eval_s, **result})
         acc = accuracy(result)

@@ -25,7 +25,21 @@ from harness.reports import host_layout as hosts_report
 from harness.reports import verdict as verdict_mod
 from harness.reports.run_plots import pairs_plot, plot
 from harness.reports.run_rows import (SPREAD_FLAG, accuracy_text, diff_text, flops_note, fmt, group, markdown_table,
-                                      memory_kind, status_text, table_rows, tokens_per_sample, tokens_text)
+                                      memory_kind, metric_label, status_text, table_rows, tokens_per_sample,
+                                      tokens_text)
+
+
+def eval_note(rows) -> str | None:
+    """Why the evaluation column shows no figure, where the workload gave no evaluation (rather than a crash)."""
+    skipped: dict[str, list[str]] = {}
+    for row in rows:
+        if row["measured"] and row.get("accuracy") is None and row.get("eval_skipped"):
+            skipped.setdefault(row["eval_skipped"], []).append(row["adapter"])
+    if not skipped:
+        return None
+    every = len(skipped) == 1 and sum(row["measured"] for row in rows) == len(next(iter(skipped.values())))
+    return " ".join(f"– in the {metric_label(rows)} column{'' if every else ' (' + ', '.join(a) + ')'}: not "
+                    f"evaluated: {why}." for why, a in skipped.items())
 
 
 def target_note(rows) -> str | None:
@@ -36,7 +50,8 @@ def target_note(rows) -> str | None:
         return None
     ev, ctl = missed[0]["first"]["eval"], missed[0]["first"]["controls"]
     metric = ev.get("metric", "test accuracy")
-    text = (f"✗ in the accuracy column ({', '.join(row['adapter'] for row in missed)}): below {ev['target']:g}, the "
+    text = (f"✗ in the {metric_label(rows)} column ({', '.join(row['adapter'] for row in missed)}): below "
+            f"{ev['target']:g}, the "
             f"{metric} the workload's default run reaches")
     if ev.get("default_steps") is None:
         return text + "."
@@ -95,7 +110,7 @@ def cut_short(records: list[dict[str, Any]]) -> str | None:
 
 def _notes(rows, records) -> list[str]:
     notes = []
-    for note in (target_note(rows), *equivalence_notes(rows), flops_note(rows)):
+    for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows), flops_note(rows)):
         if note:
             notes.append(note)
     stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)
@@ -521,7 +536,7 @@ def console_notes(records: list[dict[str, Any]]) -> list[str]:
         fix = reason.rsplit("(fix: ", 1)[1].removesuffix(")") if "(fix: " in reason else None
         lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
                                                            f"report.md)"))
-    notes = [note for note in (target_note(rows), *equivalence_notes(rows)) if note]
+    notes = [note for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows)) if note]
     cut = cut_short(records)
     if cut:
         notes.append(f"the run ended before all its launches: {cut}")
@@ -543,7 +558,7 @@ def console_table(records: list[dict[str, Any]]):
     rows = table_rows(records)
     tokens = tokens_per_sample(rows)
     for col in ("adapter", "precision", "samples/s", *(["tokens/s"] if tokens else []), "step ms (p10–p90)",
-                "peak mem/rank", "final loss", "accuracy", "max_param_diff", "status"):
+                "peak mem/rank", "final loss", metric_label(rows), "max_param_diff", "status"):
         t.add_column(col, justify="right" if col not in ("adapter", "status") else "left")
     for row in rows:
         if not row["measured"]:

@@ -100,19 +100,30 @@ def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
                    samples_per_s_per_device=statistics.median(r["samples_per_s_per_device"] for r in ok),
                    spread=(max(sps) - min(sps)) / statistics.median(sps) if len(sps) > 1 else None)
 
+    evaluated = [r for r in ok if r.get("eval")]
     row.update(
         step_median=percentile(pooled, 50), step_p10=percentile(pooled, 10), step_p90=percentile(pooled, 90),
         step_n=len(pooled), peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in ok) or None,
         final_loss=statistics.median(r["final_loss"] for r in ok),
-        accuracy=(statistics.median(r["eval"]["accuracy"] for r in ok) if first.get("eval") else None),
-        target=first["eval"]["target"] if first.get("eval") else None,
-        target_met=(all(r["eval"]["target_met"] for r in ok) if first.get("eval") and first["eval"]["target"]
+        # over the launches that evaluated (one whose evaluation crashed or hung has no figure)
+        accuracy=(statistics.median(r["eval"]["accuracy"] for r in evaluated) if evaluated else None),
+        target=evaluated[0]["eval"]["target"] if evaluated else None,
+        metric=evaluated[0]["eval"].get("metric") if evaluated else None,
+        eval_skipped=next((r["eval_skipped"] for r in ok if r.get("eval_skipped")), None),
+        target_met=(all(r["eval"]["target_met"] for r in evaluated) if evaluated and evaluated[0]["eval"]["target"]
                     is not None else None),
         max_param_diff=(worst(r["max_param_diff"] for r in ok) if all(r.get("max_param_diff") is not None
                                                                       for r in ok) else None),
         time_to_first_step_s=statistics.median(r["time_to_first_step_s"] for r in ok),
     )
     return row
+
+
+def metric_label(rows: list[dict[str, Any]]) -> str:
+    """The evaluation column's heading: the workload's metric in words ("next-byte accuracy", a user's own), where
+    every evaluated row names the same one."""
+    names = {row["metric"] for row in rows if row["measured"] and row.get("metric")}
+    return names.pop() if len(names) == 1 else "test accuracy"
 
 
 def accuracy_text(row) -> str:
@@ -185,7 +196,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             + (f"| tokens/s ({tokens} a sample) " if tokens else "")
             + "| samples/s per device " + ("| TFLOP/s per device (MFU) " if flops else "")
             + "| step time ms median [p10–p90] (n) | peak memory per rank | final loss "
-              "| test accuracy | max_param_diff | status |")
+              f"| {metric_label(rows)} | max_param_diff | status |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for row in rows:
         f = row["first"]

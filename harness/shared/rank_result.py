@@ -68,6 +68,8 @@ class TrainResult(RankResult):
     peak_memory_file_bytes: int | None = None
     eval: dict[str, Any] | None = None
     """This rank's share of the exact evaluation (harness/rank/evaluation.py)."""
+    eval_skipped: str | None = None
+    """Why there is no evaluation, in words (Workload.why_not_evaluated), where the run asked for one."""
     lr: float = 0.0
     lr_rule: str = ""
     param_count: int = 0

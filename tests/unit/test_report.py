@@ -209,7 +209,7 @@ def test_a_cross_names_the_target_and_whether_the_run_was_long_enough_to_reach_i
     rows = run_report.table_rows(records)
     missed = [row["adapter"] for row in rows if row["measured"] and row["adapter"] != "ddp"]
     assert run_report.target_note(rows) == (
-        f"✗ in the accuracy column ({', '.join(missed)}): below 0.9, the test accuracy the workload's default run "
+        f"✗ in the test accuracy column ({', '.join(missed)}): below 0.9, the test accuracy the workload's default run "
         f"reaches (300 steps at global batch 64); this run trained 30 steps, too few to reach it, so the ✗ says the "
         f"run was short, not that a backend failed to learn (leave --steps out for the default).")
     assert run_report.target_note(rows) in run_report.console_notes(records)
@@ -229,3 +229,27 @@ def test_the_terminal_shows_an_unavailable_rows_fix_not_only_its_reason():
     notes = run_report.console_notes(records)
     assert len(notes) == 1 and notes[0].startswith("apex unavailable: fix: build NVIDIA apex 25.05, the last tag ")
     assert notes[0].endswith("then run on a GPU machine: compare run --device cuda -n 1 -a amp,apex")
+
+
+def test_the_evaluation_column_is_named_by_the_metric_and_an_empty_one_says_why():
+    records = _records()
+    for r in records:
+        if r.get("eval"):
+            r["eval"]["metric"] = "share within 0.5"
+    rows = run_report.table_rows(records)
+    assert "| final loss | share within 0.5 | max_param_diff |" in run_report.markdown_table(rows)
+    assert run_report.eval_note(rows) is None
+    why = "its targets are floats, and without metric(output, target) -> (correct, count) there is no accuracy to take"
+    for r in records:
+        if r.get("eval"):
+            r["eval"], r["eval_skipped"] = None, why
+    rows = run_report.table_rows(records)
+    assert "| final loss | test accuracy | max_param_diff |" in run_report.markdown_table(rows)
+    assert run_report.eval_note(rows) == f"– in the test accuracy column: not evaluated: {why}."
+    assert run_report.eval_note(rows) in run_report.console_notes(records)
+    ddp = [r for r in records if r["label"] == "ddp"]
+    ddp[0]["eval_skipped"] = ddp[1]["eval_skipped"] = ddp[2]["eval_skipped"] = "the workload has no test set"
+    measured = [row["adapter"] for row in run_report.table_rows(records) if row["measured"] and row["adapter"] != "ddp"]
+    assert run_report.eval_note(run_report.table_rows(records)) == (
+        f"– in the test accuracy column ({', '.join(measured)}): not evaluated: {why}. – in the test accuracy column "
+        f"(ddp): not evaluated: the workload has no test set.")

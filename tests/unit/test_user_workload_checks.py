@@ -658,6 +658,32 @@ def test_the_default_accuracy_leaves_out_ignored_positions_and_a_tuple_output_is
     pair = workloads.get(f"{path}:pair")
     assert pair.evaluate(pair.new_model(), pair.materialize("cpu", 8), 0, 1, torch.no_grad()) is None
     assert pair.evaluate(pair.new_model(), pair.materialize("cpu", 8), 1, 9, torch.no_grad()) is None  # empty slice
+    # and says why, for the report's note on the empty column
+    assert pair.eval_skipped == ("its output has no logits (a tuple or dict without `logits`), and without "
+                                 "metric(output, target) -> (correct, count) there is no accuracy to take")
+
+
+def test_a_workload_not_evaluated_says_why(tmp_path):
+    path = write(tmp_path, "import torch\nfrom torch import nn\n"
+                           "x = torch.randn(40, 4)\n"
+                           "def regression():\n"
+                           "    return {'model': lambda: nn.Linear(4, 1), 'train': (x, x[:, :1]), 'test': (x[:8], x[:8, :1]),\n"
+                           "            'loss': nn.functional.mse_loss}\n"
+                           "from workloads import workload\n"
+                           "@workload(metric_name='share within 0.5')\n"
+                           "def within():\n"
+                           "    return {**regression(),\n"
+                           "            'metric': lambda out, y: (((out - y).abs() < 0.5).sum().item(), y.numel())}\n"
+                           "def untested():\n"
+                           "    return {'model': lambda: nn.Linear(4, 3), 'train': (x, x[:, :3].argmax(1))}\n")
+    fix = "without metric(output, target) -> (correct, count) there is no accuracy to take"
+    for name, why in (("regression", f"its targets are floats, and {fix}"), ("within", None),
+                      ("untested", "the workload has no test set")):
+        w = workloads.get(f"{path}:{name}")
+        data = w.materialize("cpu", 8)
+        got = w.evaluate(w.new_model(), data, 0, 1, torch.no_grad())
+        assert w.eval_skipped == why and (got is None) == (why is not None), name
+    assert workloads.get(f"{path}:within").metric_name == "share within 0.5"
 
 
 FAULTY_CHECK = '''
