@@ -253,3 +253,12 @@ def test_the_evaluation_column_is_named_by_the_metric_and_an_empty_one_says_why(
     assert run_report.eval_note(run_report.table_rows(records)) == (
         f"– in the test accuracy column ({', '.join(measured)}): not evaluated: {why}. – in the test accuracy column "
         f"(ddp): not evaluated: the workload has no test set.")
+
+
+def test_a_launch_whose_evaluation_failed_leaves_the_rows_figure_to_the_others():
+    records = _records()
+    ddp = [r for r in records if r["label"] == "ddp"]
+    kept = sorted(r["eval"]["accuracy"] for r in ddp[1:])
+    ddp[0]["eval"] = None  # its evaluation hung or crashed (failed_parts), its measurement kept
+    row = next(row for row in run_report.table_rows(records) if row["adapter"] == "ddp")
+    assert row["accuracy"] == (kept[0] + kept[1]) / 2 and row["samples_per_s"] > 0
