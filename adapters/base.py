@@ -189,6 +189,13 @@ class ModelFacts:
     sparse: list[str] = field(default_factory=list)
     """The model's modules that give their weight a sparse gradient (nn.Embedding or nn.EmbeddingBag with
     sparse=True), by name."""
+    param_dtypes: list[str] = field(default_factory=list)
+    """The dtypes of the parameters that train, as the model builds them, in short names ("fp32", "bf16",
+    "complex64"); empty where not checked."""
+
+    def dtypes_outside(self, allowed: set[str]) -> list[str]:
+        """The parameters' dtypes not in `allowed`."""
+        return [d for d in self.param_dtypes if d not in allowed]
 
     @property
     def never_used(self) -> list[str]:

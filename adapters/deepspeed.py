@@ -107,6 +107,13 @@ class DeepSpeedLaunch(Launch):
         # ranks with different gradients reduce different buckets (measured: gloo's "collective mismatch", or an
         # abort), and their flat partitions take no sparse tensor (aten::view has no SparseCPU kernel).
         stage = self.knobs.zero_stage
+        other = facts.dtypes_outside({"fp16", "fp32", "bf16"})
+        if other:  # every stage: "attempting to reduce an unsupported grad type: torch.float64" (measured)
+            return Availability(False, f"the model's parameters are {'+'.join(other)}, and DeepSpeed reduces "
+                                       f"gradients in fp32, fp16 or bf16 only (\"attempting to reduce an "
+                                       f"unsupported grad type\" at the first step)",
+                                "build the model in fp32" if "fp64" in other else
+                                "build the model's parameters as real fp32 tensors (a complex one as two real ones)")
         if stage == 0:
             return Availability(True)
         if facts.ranks_differ:

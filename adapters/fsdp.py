@@ -89,8 +89,11 @@ class FSDPStrategy(DDPStrategy):
 
             mesh = init_device_mesh(self.info.device.split(":")[0], (k.replicas, self.info.world_size // k.replicas),
                                     mesh_dim_names=("replicate", "shard"))
-        mp = MixedPrecisionPolicy(param_dtype=getattr(torch, DTYPES[k.param_dtype]),
-                                  reduce_dtype=getattr(torch, DTYPES[k.reduce_dtype]))
+        # The defaults (fp32, fp32) mean no mixed precision: the parameters compute and reduce as the model built
+        # them (a model built in bf16 or fp64 stays so, as on every other row), where float32 would cast them.
+        plain = k.param_dtype == k.reduce_dtype == "fp32"
+        mp = MixedPrecisionPolicy(param_dtype=None if plain else getattr(torch, DTYPES[k.param_dtype]),
+                                  reduce_dtype=None if plain else getattr(torch, DTYPES[k.reduce_dtype]))
         common = {"mesh": mesh, "mp_policy": mp, "offload_policy": CPUOffloadPolicy() if k.cpu_offload
                   else OffloadPolicy()}
         names = {id(p): n for n, p in model.named_parameters()}  # to rebuild the optimizer's groups after sharding

@@ -156,6 +156,19 @@ class HorovodLaunch(Launch):
                                 "put the MPI that Horovod was built with on PATH, or use controller=gloo")
         return Availability(True)
 
+    def model_availability(self, facts):
+        # hvd.DistributedOptimizer all-reduces every gradient as it is held: Horovod 0.28.1 takes fp16, fp32, fp64
+        # (and int32/int64), not bf16 or complex ("Tensor type torch.BFloat16Tensor is not supported", measured).
+        other = facts.dtypes_outside({"fp16", "fp32", "fp64"})
+        if not other:
+            return Availability(True)
+        return Availability(False, f"the model's parameters are {'+'.join(other)}, and Horovod {VERSION} all-reduces "
+                                   f"gradients in fp16, fp32 or fp64 only (\"Tensor type ... is not supported\" at "
+                                   f"the first step)",
+                            "build the model in fp32 (for bf16 arithmetic, a row with autocast, such as "
+                            "amp:precision=bf16)" if "bf16" in other else "build the model's parameters as real fp32 "
+                            "tensors (a complex one as two real ones)")
+
     def launch(self, spec_path: Path, spec) -> LaunchPlan:
         k, n, topo = self.knobs, spec.world_size, spec.topology
         if topo is None:
@@ -232,13 +245,24 @@ class HorovodStrategy(Strategy):
         return self.info
 
     def wrap(self, model, optimizer):
+        import torch
+
         hvd = self.hvd
-        # Same start everywhere: rank 0's parameters and buffers, and its optimizer state.
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        # Same start everywhere: rank 0's parameters and buffers, and its optimizer state. Horovod 0.28.1 broadcasts
+        # no bool, bf16 or complex tensor ("Tensor type torch.BoolTensor is not supported", measured): those go as
+        # the same bytes in a type it takes (a bool flag buffer, a bf16 buffer of a model that trains in fp32).
+        state = []
+        for name, t in model.state_dict().items():
+            if t.dtype == torch.bool:
+                t = t.view(torch.uint8)
+            elif t.dtype == torch.bfloat16:
+                t = t.view(torch.int16)
+            elif t.is_complex():
+                t = torch.view_as_real(t)
+            state.append((name, t))
+        hvd.broadcast_parameters(state, root_rank=0)
         self.state_init_change = None
         if self.knobs.broadcast_optimizer_state:
-            import torch
-
             fresh = len(optimizer.state_dict()["state"]) == 0
             before = [p.detach().clone() for p in model.parameters()]
             hvd.broadcast_optimizer_state(optimizer, root_rank=0)

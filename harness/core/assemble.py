@@ -262,7 +262,7 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     BatchNorm statistics over the global batch), whether it passed, and why not: randomness in the model, a loss
     averaged per rank over counts that differ between them (`ranks`' losses against `reference_losses`), else the
     parameters that differ most and what the backend does with a parameter left without a gradient."""
-    exact = r0.precision == "fp32" and r0.compression == "none"
+    exact = r0.precision in ("fp32", "fp64") and r0.compression == "none"
     bn = workload.batch_norm
     # None: this row computes BatchNorm statistics over the global batch (SyncBatchNorm); else how it could
     bn_fix = adapter.batch_norm() if adapter is not None else ""
@@ -272,9 +272,10 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     out: dict[str, Any] = {
         "steps": spec.equiv_steps, "tolerance": workload.equiv_tolerance, "checked": checked,
         "passed": (diff is not None and diff <= workload.equiv_tolerance) if checked else None,
-        "reference": f"single process, fp32, global batch {spec.global_batch}, same init and data order",
+        "reference": f"single process, {'fp64' if r0.precision == 'fp64' else 'fp32'}, global batch "
+                     f"{spec.global_batch}, same init and data order",
         "why_not_checked": None if checked else (
-            f"{r0.precision} arithmetic" if r0.precision != "fp32"
+            f"{r0.precision} arithmetic" if r0.precision not in ("fp32", "fp64")
             else f"{r0.compression} gradient compression" if not exact
             else f"model is batch-dependent ({workload.batch_dependence})" if workload.batch_dependence
             else (f"BatchNorm statistics per process ({bn}): each process normalises its own "

@@ -93,6 +93,21 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
                    loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params)
 
 
+def _mixed_precision(adapter, facts) -> Availability | None:
+    """A mixed-precision row (autocast, a backend's low-precision parameters) on a model whose parameters are not
+    fp32: mixed precision is defined over an fp32 model (autocast leaves fp64 alone, so such a row would run as the
+    plain one under a bf16 label). None where the row may run."""
+    precision = adapter.precision().value
+    other = facts.dtypes_outside({"fp32"})
+    if precision == "fp32" or not other:
+        return None
+    return Availability(False, f"its precision is {precision}, a mixed precision defined over an fp32 model, and "
+                               f"this model's parameters are {'+'.join(facts.param_dtypes)} as built (autocast "
+                               f"leaves fp64 alone)",
+                        "build the model in fp32 to compare mixed precision; a model built in bf16 runs in bf16 on "
+                        "every plain row")
+
+
 def refuse_for_model(req: RunRequest, rows: list[Row], workload, explicit: bool) -> None:
     """Rows that cannot train this model as their knobs stand (Adapter.model_availability, from what the check of a
     user's model found) become unavailable, with the knob that fixes them; an error with --strict or when no row is
@@ -105,7 +120,8 @@ def refuse_for_model(req: RunRequest, rows: list[Row], workload, explicit: bool)
         if row.adapter is None:
             continue
         try:
-            avail = row.adapter.model_availability(facts)
+            mixed = _mixed_precision(row.adapter, facts)
+            avail = mixed if mixed is not None else row.adapter.model_availability(facts)
         except Exception as exc:  # noqa: BLE001 - a broken check is a reason, not a crash
             avail = Availability(False, f"model check raised {type(exc).__name__}: {exc}")
         if avail:

@@ -233,8 +233,12 @@ def _module_facts(facts, model) -> None:
     """What the model's modules say, on whichever device it was built: its BatchNorm layers, its sparse embeddings."""
     from harness.core import model_check
 
+    from adapters.dtypes import dtype_names
+
     facts.batch_norm = model_check.batch_norm_layers(model)
     facts.sparse = model_check.sparse_modules(model)
+    trains = [p for p in model.parameters() if p.requires_grad]
+    facts.param_dtypes = dtype_names(trains).split("+") if trains else []
 
 
 def _check_gradients(facts, workload, device: str, ranks) -> None:

@@ -44,6 +44,7 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
     model = workload.new_model().to(info.device)
     n_params = sum(p.numel() for p in model.parameters())
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)  # before wrap: frozen stays frozen
+    precision = _precision(adapter, model)
     lr = workload.lr(spec.global_batch)
     optimizer = workload.make_optimizer(model, lr)
     adapter.units = workload.shard_groups(model)  # what a sharding adapter wraps one by one, tied modules together
@@ -186,7 +187,7 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
             peak_memory_kind=memory.kind, peak_memory_file_bytes=memory.file_bytes,
             eval=evaluation, eval_skipped=None if evaluation else workload.eval_skipped, lr=lr,
             lr_rule=workload.lr_rule(), param_count=n_params,
-            trainable_param_count=n_trainable, precision=adapter.precision().value,
+            trainable_param_count=n_trainable, precision=precision,
             compression=adapter.compression(), adapter=adapter.describe(), workload=workload.describe(),
             data={**data.meta, **(loader.describe() if loader else {})}, per_process_batch=per_rank_batch,
             train_samples=n_train, evals=periodic.evals if periodic else None, snapshot_s=snapshot_s, profile=own,
@@ -301,6 +302,18 @@ class _Steps:
 
     def __len__(self) -> int:
         return self.total
+
+
+def _precision(adapter, model) -> str:
+    """The row's precision: the adapter's mixed precision, else the dtype the model's trainable parameters were
+    built in ("fp32"; "bf16" for a model built in bf16, which every plain row runs in bf16)."""
+    from adapters.dtypes import dtype_names
+
+    precision = adapter.precision().value
+    if precision != "fp32":
+        return precision
+    built = dtype_names([p for p in model.parameters() if p.requires_grad])
+    return built if built in ("bf16", "fp16", "fp64") else precision
 
 
 def _dtypes(adapter, model) -> dict | None:

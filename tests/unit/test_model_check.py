@@ -211,6 +211,47 @@ def test_sparse_gradients_are_refused_by_the_backends_that_cannot_reduce_them():
     assert checked("sparse", "sparse=false").model_facts.sparse == []
 
 
+def test_a_model_built_in_another_dtype_is_refused_by_the_backends_that_cannot_reduce_its_gradients():
+    from harness.core.runner import _mixed_precision
+
+    assert checked("typed").model_facts.param_dtypes == ["fp32"]
+    bf16 = checked("typed", "dtype=bfloat16").model_facts
+    fp64 = checked("typed", "dtype=float64").model_facts
+    assert bf16.param_dtypes == ["bf16"] and fp64.param_dtypes == ["fp64"]
+    horovod = adapters.get("horovod")({}, "cpu").model_availability(bf16)
+    assert not horovod and horovod.reason == (
+        "the model's parameters are bf16, and Horovod 0.28.1 all-reduces gradients in fp16, fp32 or fp64 only "
+        "(\"Tensor type ... is not supported\" at the first step)")
+    assert adapters.get("horovod")({}, "cpu").model_availability(fp64)
+    for stage in (0, 1, 2, 3):
+        ds = adapters.get("deepspeed")({"zero_stage": str(stage)}, "cpu")
+        assert ds.model_availability(bf16) and not ds.model_availability(fp64), stage
+    assert ds.model_availability(fp64).fix == "build the model in fp32"
+    for name in ("ddp", "fsdp"):
+        assert adapters.get(name)({}, "cpu").model_availability(bf16), name
+    # A mixed-precision row on a model that is not fp32: autocast leaves fp64 alone, so it would run unlabelled
+    amp = adapters.get("amp")({"precision": "bf16"}, "cpu")
+    assert _mixed_precision(amp, checked("typed").model_facts) is None
+    refused = _mixed_precision(amp, fp64)
+    assert not refused and refused.reason == (
+        "its precision is bf16, a mixed precision defined over an fp32 model, and this model's parameters are fp64 "
+        "as built (autocast leaves fp64 alone)")
+    assert _mixed_precision(adapters.get("ddp")({}, "cpu"), fp64) is None
+
+
+def test_a_plain_rows_precision_is_the_dtype_its_model_was_built_in():
+    # A model built in bf16 runs in bf16 on every plain row: labelled fp32, its rounding was judged at fp32's tolerance
+    # (9.8e-4 ✗ with no cause); now "bf16", not checked (bf16 arithmetic), like a mixed-precision row
+    from harness.rank.train import _precision
+
+    ddp = adapters.get("ddp")({}, "cpu")
+    frozen = nn.Linear(2, 2, dtype=torch.float64).requires_grad_(False)
+    for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"), (torch.float64, "fp64")):
+        assert _precision(ddp, nn.Sequential(nn.Linear(2, 2, dtype=dtype), frozen)) == label
+    assert _precision(adapters.get("amp")({"precision": "bf16"}, "cpu"), nn.Linear(2, 2)) == "bf16"
+    assert _precision(ddp, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, dtype=torch.bfloat16))) == "fp32"
+
+
 def test_the_ddp_failure_it_would_otherwise_give_names_the_knob():
     ddp = adapters.get("spawn")({}, "cpu")
     reason = ("rank 1 exited with code 1; first error: RuntimeError: Expected to have finished reduction in the prior "
