@@ -193,8 +193,14 @@ class FunctionWorkload(Workload):
             return f"its batches are dicts with the labels inside, and {fix}"
         if data.test_y.is_floating_point():
             return f"its targets are floats, and {fix}"
-        if output is not None and batches.logits(output) is None:
+        logits = None if output is None else batches.logits(output)
+        if output is not None and logits is None:
             return f"its output has no logits (a tuple or dict without `logits`), and {fix}"
+        target = tuple(data.test_y.shape[1:])
+        if logits is not None and tuple(logits.shape[1:-1]) != target:  # e.g. multi-hot 0/1 labels, [N, 6]
+            return (f"its targets (integers, {list(data.test_y.shape[1:]) or 'one'} per sample) are not a class "
+                    f"index per row of its logits ({list(logits.shape[1:])} per sample), as the default accuracy "
+                    f"takes them, and {fix}")
         return super().why_not_evaluated(data, output)
 
     def has_accuracy(self, output):
@@ -238,7 +244,8 @@ class FunctionWorkload(Workload):
         train = p.train
         if isinstance(train, Mapping) or (isinstance(train, tuple) and isinstance(train[0], Mapping)):
             ids = (train if isinstance(train, Mapping) else train[0]).get("input_ids")
-            return int(ids.shape[1]) if ids is not None and ids.dim() == 2 else None
+            return (int(ids.shape[1]) if ids is not None and ids.dim() == 2 and not ids.is_floating_point()
+                    else None)
         y = train[1] if isinstance(train, tuple) else None
         if y is not None and not y.is_floating_point() and y.dim() == 2:
             return int(y.shape[1])  # a sequence of class indices per sample: a language model's next tokens

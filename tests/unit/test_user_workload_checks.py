@@ -674,11 +674,17 @@ def test_a_workload_not_evaluated_says_why(tmp_path):
                            "def within():\n"
                            "    return {**regression(),\n"
                            "            'metric': lambda out, y: (((out - y).abs() < 0.5).sum().item(), y.numel())}\n"
+                           "def multihot():\n"
+                           "    y = (x[:, :3] > 0).long()\n"
+                           "    return {'model': lambda: nn.Linear(4, 3), 'train': (x, y), 'test': (x[:8], y[:8]),\n"
+                           "            'loss': lambda out, y: nn.functional.binary_cross_entropy_with_logits(out, y.float())}\n"
                            "def untested():\n"
                            "    return {'model': lambda: nn.Linear(4, 3), 'train': (x, x[:, :3].argmax(1))}\n")
     fix = "without metric(output, target) -> (correct, count) there is no accuracy to take"
     for name, why in (("regression", f"its targets are floats, and {fix}"), ("within", None),
-                      ("untested", "the workload has no test set")):
+                      ("untested", "the workload has no test set"),
+                      ("multihot", "its targets (integers, [3] per sample) are not a class index per row of its logits "
+                                   f"([3] per sample), as the default accuracy takes them, and {fix}")):
         w = workloads.get(f"{path}:{name}")
         data = w.materialize("cpu", 8)
         got = w.evaluate(w.new_model(), data, 0, 1, torch.no_grad())
