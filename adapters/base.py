@@ -223,6 +223,16 @@ class ModelFacts:
         return f"{shown} ({when} {self.checked_steps} checked)"
 
 
+def cpu_sync_batch_norm(facts: ModelFacts, device: str, fix: str) -> Availability | None:
+    """A refusal for a model holding torch.nn.SyncBatchNorm layers on the CPU, for a backend that starts
+    torch.distributed: torch's runs on CUDA only ("SyncBatchNorm expected input tensor to be on GPU"; DDP refuses a CPU
+    model holding one). None where that is not the case."""
+    if device.startswith("cuda") or not any(layer.startswith("SyncBatchNorm") for layer in facts.batch_norm):
+        return None
+    return Availability(False, "the model holds torch.nn.SyncBatchNorm layers, which torch runs on CUDA only (on the "
+                               "CPU: \"SyncBatchNorm expected input tensor to be on GPU\")", fix)
+
+
 EVERY_PARAMETER_FIX = ("let every rank's forward reach every parameter in every step: add 0 times the output of a "
                        "branch or expert that a batch may skip (run it on no samples, as MoE layers run an expert "
                        "on zero tokens), so that each parameter gets a gradient, zero where it did no work")

@@ -7,12 +7,14 @@ what DDP resolved them to.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Literal
 from pathlib import Path
 
-from adapters.base import Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Strategy
+from adapters.base import (Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Strategy,
+                           cpu_sync_batch_norm)
 from adapters.launchers import torchrun, torchrun_nodes
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.comm_primitives import Comm
@@ -49,6 +51,12 @@ class DDPLaunch(Launch):
 
     def model_availability(self, facts):
         k = self.knobs
+        if not k.sync_bn:  # with it, the CPU's statistics over gloo replace SyncBatchNorm's (_sync_batch_norm)
+            refused = cpu_sync_batch_norm(facts, self.device_kind,
+                                          f"the knob sync_bn=true (-a {self.name}:sync_bn=true) computes the same "
+                                          f"statistics over gloo on the CPU")
+            if refused is not None:
+                return refused
         if not facts.no_gradient or k.find_unused_parameters:
             return Availability(True)
         never = set(facts.never_used) == set(facts.no_gradient)
@@ -129,7 +137,10 @@ class DDPStrategy(Strategy):
         else:
             layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
             for layer in layers:
-                layer.__class__ = _gloo_synced(type(layer))  # the same module, state and parameters
+                # the same module, state and parameters; a SyncBatchNorm of the model's own becomes a plain one
+                # first (DDP refuses a CPU model that holds one)
+                kind = _any_dim_batch_norm() if isinstance(layer, torch.nn.SyncBatchNorm) else type(layer)
+                layer.__class__ = _gloo_synced(kind)
         self.synced_batch_norm = len(layers)
         return model
 
@@ -370,6 +381,20 @@ def _gloo_synced(cls):
 
 
 _GLOO_SYNCED: dict = {}
+
+
+@functools.cache
+def _any_dim_batch_norm():
+    """A plain BatchNorm class that takes input of any rank from 2 up, as torch.nn.SyncBatchNorm does: what a model's
+    own SyncBatchNorm layer becomes on the CPU before its statistics go over gloo."""
+    import torch
+
+    class BatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+        def _check_input_dim(self, x):
+            if x.dim() < 2:
+                raise ValueError(f"expected at least 2D input (got {x.dim()}D input)")
+
+    return BatchNorm
 
 
 class TorchComm(Comm):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.base import (EVERY_PARAMETER_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan,
-                           Precision, RankInfo, Strategy, interpreter, rank_command)
+                           Precision, RankInfo, Strategy, cpu_sync_batch_norm, interpreter, rank_command)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm
@@ -107,6 +107,11 @@ class DeepSpeedLaunch(Launch):
         # ranks with different gradients reduce different buckets (measured: gloo's "collective mismatch", or an
         # abort), and their flat partitions take no sparse tensor (aten::view has no SparseCPU kernel).
         stage = self.knobs.zero_stage
+        refused = cpu_sync_batch_norm(facts, self.device_kind,
+                                      "build the model with nn.BatchNorm layers: ddp, spawn and amp with sync_bn=true "
+                                      "compute SyncBatchNorm's statistics over gloo on the CPU")
+        if refused is not None:
+            return refused
         other = facts.dtypes_outside({"fp16", "fp32", "bf16"})
         if other:  # every stage: "attempting to reduce an unsupported grad type: torch.float64" (measured)
             return Availability(False, f"the model's parameters are {'+'.join(other)}, and DeepSpeed reduces "

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.base import EVERY_PARAMETER_FIX, Availability, KnobError, Precision
+from adapters.base import EVERY_PARAMETER_FIX, Availability, KnobError, Precision, cpu_sync_batch_norm
 from adapters.probes import torch_build
 from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Fsdp
@@ -49,6 +49,9 @@ class FSDPLaunch(DDPLaunch):
         # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, post_backward: fsdp_params_with_grad), so
         # ranks with different ones send different sizes: gloo aborts ("Received data size doesn't match expected
         # size"), NCCL hangs.
+        refused = cpu_sync_batch_norm(facts, self.device_kind, SYNC_BN_FIX)
+        if refused is not None:
+            return refused
         if facts.ranks_differ:
             return Availability(
                 False, f"the ranks leave different parameters without a gradient: {facts.differ_text()} in the check "
@@ -73,6 +76,10 @@ class FSDPLaunch(DDPLaunch):
         if world_size % r:
             raise KnobError(f"knob 'replicas' {r} does not divide world size {world_size} (HSDP needs an R x N/R "
                             f"mesh); choose a divisor of {world_size}")
+
+
+SYNC_BN_FIX = ("build the model with nn.BatchNorm layers: ddp, spawn and amp with sync_bn=true compute "
+               "SyncBatchNorm's statistics over gloo on the CPU")
 
 
 class FSDPStrategy(DDPStrategy):

@@ -175,3 +175,14 @@ def test_a_model_built_in_fp64_with_bool_buffers_runs_as_built_on_fsdp_and_horov
     assert rows["fsdp"]["dtypes"]["compute"] == "fp64" and rows["fsdp"]["dtypes"]["reduce"] == "fp64"
     assert rows["deepspeed"]["status"] == "unavailable"
     assert rows["deepspeed"]["reason"].startswith("the model's parameters are fp64, and DeepSpeed reduces gradients")
+
+
+def test_a_models_own_sync_batch_norm_runs_on_the_cpu_with_sync_bn(tmp_path):
+    # torch's SyncBatchNorm runs on CUDA only and DDP refuses a CPU model holding one: with sync_bn=true the layer
+    # becomes a plain BatchNorm whose statistics go over gloo, and the row matches the single process
+    rows, _ = run_compare(tmp_path / "run", "-w", f"{MODELS}:syncbn", "-a", "spawn:sync_bn=true,fsdp", "--repeats",
+                          "1", "--no-plots")
+    rec = _ok(rows, "spawn:sync_bn=true")
+    _passes(rec)
+    assert rec["equivalence"]["batch_norm"] == {"layers": "SyncBatchNorm", "statistics": "global batch"}
+    assert rows["fsdp"]["status"] == "unavailable" and "SyncBatchNorm" in rows["fsdp"]["reason"]

@@ -252,6 +252,21 @@ def test_a_plain_rows_precision_is_the_dtype_its_model_was_built_in():
     assert _precision(ddp, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, dtype=torch.bfloat16))) == "fp32"
 
 
+def test_a_models_own_sync_batch_norm_is_refused_on_the_cpu_where_torch_cannot_run_it():
+    facts = checked("syncbn").model_facts
+    assert facts.batch_norm == ["SyncBatchNorm"]
+    ddp = adapters.get("ddp")({}, "cpu").model_availability(facts)
+    assert not ddp and ddp.fix == ("the knob sync_bn=true (-a ddp:sync_bn=true) computes the same statistics over gloo "
+                                   "on the CPU")
+    assert adapters.get("ddp")({"sync_bn": "true"}, "cpu").model_availability(facts)
+    for name in ("fsdp", "deepspeed"):
+        refused = adapters.get(name)({}, "cpu").model_availability(facts)
+        assert not refused and refused.reason.startswith("the model holds torch.nn.SyncBatchNorm layers, which torch "
+                                                         "runs on CUDA only"), name
+    assert adapters.get("horovod")({}, "cpu").model_availability(facts)  # no torch.distributed: per-process BatchNorm
+    assert adapters.get("ddp")({}, "cuda").model_availability(facts)
+
+
 def test_the_ddp_failure_it_would_otherwise_give_names_the_knob():
     ddp = adapters.get("spawn")({}, "cpu")
     reason = ("rank 1 exited with code 1; first error: RuntimeError: Expected to have finished reduction in the prior "
