@@ -217,11 +217,12 @@ class DeepSpeedLaunch(Launch):
         if stage in (1, 2):
             return (f"ZeRO-{stage} flattens each parameter group into one fp32 partition whose gradient holds zeros for "
                     f"a parameter without one (runtime/zero/stage_1_and_2.py, get_all_grad_tensors), {moves}")
-        return ("ZeRO-3 steps a parameter without a gradient with the last gradient it got: its gradient partition "
-                "(runtime/zero/stage3.py, __param_id_to_grad_partition) is written only when the parameter's gradient "
-                "is reduced and is not cleared between steps, and independent_gradient_partition_epilogue hands every "
-                "parameter's partition to the optimizer, so a stale gradient is applied again, with or without "
-                "momentum (a DeepSpeed bug: the reproduction is in docs/your-model.md)")
+        return ("ZeRO-3 steps a parameter without a gradient with the last gradient it got, zeros if it never got "
+                "one: its gradient partition (runtime/zero/stage3.py, __param_id_to_grad_partition) is written only "
+                "when the parameter's gradient is reduced and is not cleared between steps, and "
+                "independent_gradient_partition_epilogue hands every parameter's partition to the optimizer, so a "
+                "stale gradient is applied again, with or without momentum (a DeepSpeed bug: the reproduction is in "
+                f"docs/your-model.md), and a zero one {moves}")
 
 
 class DeepSpeedStrategy(Strategy):

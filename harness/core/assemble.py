@@ -104,6 +104,8 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
              f"{label} leaves it without a gradient too, so that does not explain the difference")
     if every:
         text += f"; the next, {named(every)}, had a gradient in every step"
+        if note:  # what may move those (Horovod's broadcast of the optimizer state)
+            text += f"; {label}'s own note: {note}"
     return text
 
 

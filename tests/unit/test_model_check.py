@@ -372,7 +372,8 @@ def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backe
     assert "random" not in eq["why_failed"]
     for stage, says in ((0, "runtime/engine.py, _get_gradients_for_reduction"),
                         (2, "runtime/zero/stage_1_and_2.py, get_all_grad_tensors"),
-                        (3, "a stale gradient is applied again, with or without momentum")):
+                        (3, "a stale gradient is applied again, with or without momentum"),
+                        (3, "zeros if it never got one")):
         eq = _equivalence(w, adapters.get("deepspeed")({"zero_stage": stage}, "cpu"), diffs, gradients, "deepspeed")
         assert says in eq["why_failed"], stage
     eq = _equivalence(w, adapters.get("fsdp")({}, "cpu"), diffs, gradients, label="fsdp")
@@ -393,3 +394,9 @@ def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backe
         "the parameters that differ most, head.weight by 3.0e-04, had a gradient in every one of the 4 steps "
         "compared, so no parameter left without one explains the difference; horovod's own note: "
         "hvd.broadcast_optimizer_state moved the parameters")
+    # and beside a parameter without a gradient, for the ones that had theirs in every step
+    eq = assemble.equivalence(spec, r0, workloads.get("tinygpt"), adapters.get("horovod")({}, "cpu"),
+                              {"head.weight": 3e-4, "dead.weight": 1e-3}, {"dead.weight": [0, 1, 2, 3]},
+                              label="horovod")
+    assert eq["why_failed"].endswith("; the next, head.weight by 3.0e-04, had a gradient in every step; horovod's "
+                                     "own note: hvd.broadcast_optimizer_state moved the parameters")
