@@ -475,7 +475,12 @@ def _check_dict(data: Mapping, what: str, ref: str) -> None:
     wrong = [f"{k!r} ({type(v).__name__})" for k, v in data.items() if not isinstance(v, torch.Tensor)]
     if wrong:
         raise BadReference(f"workload {ref}: {what} must hold tensors; {', '.join(wrong)} is not one")
-    sizes = {k: len(v) if v.dim() else 0 for k, v in data.items()}
+    scalars = [k for k, v in data.items() if not v.dim()]
+    if scalars:
+        raise BadReference(f"workload {ref}: {what} holds 0-dimensional tensors ({', '.join(scalars)}), which have no "
+                           f"samples to split between the ranks; give one value per sample (e.g. "
+                           f"torch.full((n,), value)), or keep a constant in the model or the loss")
+    sizes = {k: len(v) for k, v in data.items()}
     if len(set(sizes.values())) > 1:
         raise BadReference(f"workload {ref}: the tensors of {what} differ in length (samples first): "
                            f"{', '.join(f'{k} {n}' for k, n in sizes.items())}")

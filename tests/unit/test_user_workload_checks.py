@@ -198,6 +198,11 @@ BAD = {
                             "{'input_ids': torch.zeros(4, 2).long(), 'labels': torch.zeros(3, 2).long()}}\n", "{path}:f",
                             "workload {path}:f: the tensors of its train dict differ in length (samples first): "
                             "input_ids 4, labels 3"),
+    "dict-holds-a-scalar": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
+                            "{'input_ids': torch.zeros(4, 2).long(), 'weight': torch.tensor(0.5)}}\n", "{path}:f",
+                            "workload {path}:f: its train dict holds 0-dimensional tensors (weight), which have no "
+                            "samples to split between the ranks; give one value per sample (e.g. "
+                            "torch.full((n,), value)), or keep a constant in the model or the loss"),
     "dict-holds-a-list": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
                           "{'input_ids': torch.zeros(4, 2).long(), 'labels': [1, 2, 3, 4]}}\n", "{path}:f",
                           "workload {path}:f: its train dict must hold tensors; 'labels' (list) is not one"),
