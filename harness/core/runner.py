@@ -69,6 +69,9 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
         raise BadInput(f"global batch {gb} is not divisible by world size {req.world_size}; "
                        f"choose a --global-batch that is a multiple of {req.world_size}")
     n_train = workload.train_samples(gb)
+    if n_train == 0:
+        raise BadInput(f"workload {req.workload}'s training set is empty (0 samples); give it at least one global "
+                       f"batch of samples ({gb})")
     if gb > n_train:
         raise BadInput(f"global batch {gb} is larger than workload {req.workload}'s training set ({n_train} "
                        f"samples); choose a --global-batch of at most {n_train}")

@@ -111,12 +111,19 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     from harness.core import model_check
     from harness.shared.registry import UserCodeError
 
-    data = workload.materialize("cpu", global_batch)
-    x, y = data.batch(torch.arange(min(2, data.n_train)), "cpu")
+    from harness.shared.registry import BadReference
+
     world = req.world_size if req.world_size and global_batch % req.world_size == 0 else 1
-    first_steps = [[data.batch(workload.batch_indices(step, global_batch, data.n_train, rank, world)
-                               [:model_check.CHECK_SAMPLES], "cpu") for step in range(model_check.CHECKED_STEPS)]
-                   for rank in range(min(world, model_check.CHECK_RANKS))]  # per rank, its first steps' slices
+    try:  # a Dataset's __getitem__ is the user's code: what it raises is theirs, with their traceback
+        data = workload.materialize("cpu", global_batch)
+        x, y = data.batch(torch.arange(min(2, data.n_train)), "cpu")
+        first_steps = [[data.batch(workload.batch_indices(step, global_batch, data.n_train, rank, world)
+                                   [:model_check.CHECK_SAMPLES], "cpu") for step in range(model_check.CHECKED_STEPS)]
+                       for rank in range(min(world, model_check.CHECK_RANKS))]  # per rank, its first steps' slices
+    except (UserCodeError, BadReference, BadInput, LossError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's Dataset
+        raise UserCodeError(f"reading the training samples of workload {req.workload}", exc) from None
     facts = workload.model_facts = ModelFacts()
     params = counted = random = None
     try:
@@ -154,7 +161,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             except Exception as exc:  # noqa: BLE001 - the user's code
                 raise UserCodeError(f"a forward and loss of workload {req.workload} on {batches.length(x)} training "
                                     f"samples", exc) from None
-            loss = loss_takes(workload, outputs[0], y, req.workload)
+            loss = loss_takes(workload, outputs[0], y, req.workload, model)
             counted = workload.loss_terms(outputs[0], y)[1] is not None
             _module_facts(facts, model)
             if not facts.checked_steps:  # meta could not run it: on the CPU
@@ -304,12 +311,14 @@ def _shape(value) -> str:
     return type(value).__name__
 
 
-def loss_takes(workload, output, target, name: str):
+def loss_takes(workload, output, target, name: str, model=None):
     """The loss a step back-propagates of the model's output on two training samples (Workload.step_loss); BadInput
     in one line where it cannot take that output (a width or dtype the targets do not fit: "Target 7 is out of
     bounds"), naming both shapes, or where what the model returned gives no loss (LossError)."""
+    import torch
+
     try:
-        return workload.step_loss(output, target)
+        loss = workload.step_loss(output, target)
     except LossError as exc:
         raise BadInput(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a loss that cannot take this output, in the user's or torch's code
@@ -318,6 +327,14 @@ def loss_takes(workload, output, target, name: str):
                        f"{_shape(target)}): {type(exc).__name__}: {said[:300]}; make the model's output what the "
                        f"loss expects (the default loss: cross-entropy over integer class targets, mean squared error "
                        f"for float targets)") from None
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+        raise BadInput(f"workload {name}: its loss returned {batches.describe(loss)}, not one floating-point value; "
+                       f"return the loss as a tensor (a mean over the batch), or (sum, count)")
+    if model is not None and not loss.requires_grad and any(p.requires_grad for p in model.parameters()):
+        raise BadInput(f"workload {name}: its loss does not depend on the model's parameters (it requires no "
+                       f"gradient: a constant, or computed under torch.no_grad() or from .detach()ed outputs), so no "
+                       f"step could train the model; compute it from the model's output")
+    return loss
 
 
 def check_finite(output, loss, name: str, samples: int) -> None:

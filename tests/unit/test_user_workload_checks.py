@@ -268,6 +268,20 @@ BAD = {
                                      "importing {path}: your code raised KeyboardInterrupt (at mine.py:1), though "
                                      "nobody pressed Ctrl-C; a workload's code must not raise it while it is loaded; "
                                      "nothing was run or written"),
+    "loss-is-a-string": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
+                         "(torch.zeros(64, 2), torch.zeros(64).long()), 'loss': lambda out, y: 'nope'}\n", "{path}:f",
+                         "workload {path}:f: its loss returned a str, not one floating-point value; return the loss "
+                         "as a tensor (a mean over the batch), or (sum, count)"),
+    "loss-is-a-constant": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
+                           "(torch.zeros(64, 2), torch.zeros(64).long()), 'loss': lambda out, y: torch.tensor(1.0)}\n",
+                           "{path}:f",
+                           "workload {path}:f: its loss does not depend on the model's parameters (it requires no "
+                           "gradient: a constant, or computed under torch.no_grad() or from .detach()ed outputs), so no "
+                           "step could train the model; compute it from the model's output"),
+    "empty-training-set": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
+                           "(torch.zeros(0, 2), torch.zeros(0).long())}\n", "{path}:f",
+                           "workload {path}:f's training set is empty (0 samples); give it at least one global batch "
+                           "of samples (32)"),
     "sys-exit-in-the-function": ("import sys\ndef f():\n    sys.exit('no data here')\n", "{path}:f",
                                  "calling workload {path}:f: your code called sys.exit('no data here') (at mine.py:3); "
                                  "a workload's code must not exit while it is loaded (put a script's own code under "
@@ -288,14 +302,19 @@ def test_a_bad_user_workload_is_one_line_exit_2_and_nothing_written(case, tmp_pa
     assert not out.exists()
 
 
-@pytest.mark.parametrize("where", ["import", "forward"])
+@pytest.mark.parametrize("where", ["import", "forward", "dataset"])
 def test_an_exception_in_the_users_code_is_their_traceback_and_exit_1_never_ours(where, tmp_path):
     body = {"import": "raise RuntimeError('cannot find my weights')\n",
             "forward": "def f():\n    return {'model': Broken(), 'train': (torch.zeros(64, 2), torch.zeros(64).long())}\n"
                        "class Broken(torch.nn.Linear):\n    def __init__(self):\n        super().__init__(2, 2)\n"
                        "    def forward(self, x):\n"
                        "        return self.helper(x)\n    def helper(self, x):\n"
-                       "        raise ValueError('shapes do not match in my model')\n"}[where]
+                       "        raise ValueError('shapes do not match in my model')\n",
+            "dataset": "class Rows(torch.utils.data.Dataset):\n    def __len__(self):\n        return 64\n"
+                       "    def __getitem__(self, i):\n        if i % 7 == 3:\n"
+                       "            raise ValueError(f'row {i} is corrupt')\n"
+                       "        return torch.zeros(2), 0\n"
+                       "def f():\n    return {'model': torch.nn.Linear(2, 2), 'train': Rows()}\n"}[where]
     path = write(tmp_path, "import torch\n" + body)
     out = tmp_path / "out"
     proc = invoke("run", "-w", f"{path}:f", "-a", "ddp", "--out", out)
@@ -307,6 +326,10 @@ def test_an_exception_in_the_users_code_is_their_traceback_and_exit_1_never_ours
         assert "RuntimeError: cannot find my weights" in proc.stderr
         assert last == f"error: importing {path} raised RuntimeError in your code (traceback above); nothing was run " \
                        f"or written"
+    elif where == "dataset":  # a Dataset read by the check before launching
+        assert "in __getitem__" in proc.stderr and "ValueError: row " in proc.stderr
+        assert last == (f"error: reading the training samples of workload {path}:f raised ValueError in your code "
+                        f"(traceback above); nothing was run or written")
     else:
         assert "in helper" in proc.stderr and "ValueError: shapes do not match in my model" in proc.stderr
         assert last == (f"error: a forward and loss of workload {path}:f on 2 training samples raised ValueError in "
