@@ -87,7 +87,39 @@ def main() -> None:
             raise
         sys.stderr.write(f"error: {shadow}\n")
         sys.exit(2)
-    cli_main()
+    try:
+        cli_main()
+    except SystemExit as exc:
+        _leave_user_threads(exc.code)
+        raise
+    _leave_user_threads(0)
+
+
+def _leave_user_threads(code) -> None:
+    """End the process now where threads other than daemons are still running once the command is done: the check
+    before launching runs the user's code in this process (their workload function, their model's forward), and a
+    thread it started (a prefetcher, a watchdog) would otherwise keep Python waiting at exit for ever, after the
+    results were written. They are named; the exit handlers still run. Returns where there is none."""
+    import atexit
+    import threading
+
+    left = [t for t in threading.enumerate()
+            if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not left:
+        return
+    if isinstance(code, str):
+        sys.stderr.write(code + "\n")
+    names = ", ".join(t.name for t in left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+    sys.stderr.write(f"compare: not waiting for {len(left)} thread(s) still running in this process ({names}), "
+                     f"started by the workload's code when the check before launching ran it; make them daemon "
+                     f"threads or end them\n")
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def _shadowed() -> str | None:

@@ -18,7 +18,7 @@ from harness.rank.train import StepLoader
 from harness.shared.options import OptionError
 from harness.reports.run_report import equivalence_notes
 
-from conftest import REPO
+from conftest import REPO, compare_cli
 
 FUNCTION = '''
 import torch
@@ -787,3 +787,19 @@ def test_a_language_models_tokens_per_sample_come_from_a_dataset_as_from_tensors
                            "def rows():\n    return {'model': torch.nn.Linear(2, 2), 'train': Rows()}\n")
     assert [workloads.get(f"{path}:{name}").tokens_per_sample() for name in ("tensors", "dicts", "pairs", "rows")] == \
         [12, 12, 12, None]  # a classifier's one label per sample is no sequence
+
+
+def test_a_thread_the_users_code_leaves_running_does_not_keep_compare_from_exiting(tmp_path):
+    # The check before launching runs the workload function in compare's own process: a thread it starts and never
+    # ends once kept Python waiting at exit for ever (SIGTERM too), after the results or, here, the refusal
+    path = write(tmp_path, "import threading, time, torch\n"
+                           "def f():\n    threading.Thread(target=time.sleep, args=(10**6,), name='prefetch').start()\n"
+                           "    return {'model': torch.nn.Linear(2, 2), 'train': (torch.zeros(64, 2), "
+                           "torch.zeros(64).long()), 'loss': lambda out, y: 'nope'}\n")
+    proc = compare_cli("run", "-w", f"{path}:f", "-a", "ddp", "--out", str(tmp_path / "out"), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-2:] == [
+        f"error: workload {path}:f: its loss returned a str, not one floating-point value; return the loss as a tensor "
+        f"(a mean over the batch), or (sum, count)",
+        "compare: not waiting for 1 thread(s) still running in this process (prefetch), started by the workload's code "
+        "when the check before launching ran it; make them daemon threads or end them"]
