@@ -35,7 +35,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.launching.launch_logs import CONSEQUENCE, exit_reason, first_error, last_line, matches_host, rank_records
+from harness.launching.launch_logs import (CONSEQUENCE, ERROR_LINE, exit_reason, first_error, last_line, matches_host,
+                                           rank_records)
 from harness.shared.witness import CRASH_SIGNALS, LAUNCH, OUTSIDE, SUPERVISOR, read_json
 
 
@@ -200,6 +201,8 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
             # reset by peer", which may come first in the log
             how = {"containing": end.cause_containing, "causes_only": end.abrupt or end.crash is not None}
             cause = (first_error(own[0], **how) if own else None) or first_error(rank_dir / "launch.log", **how)
+            if end.error and not CONSEQUENCE.search(end.error) and not ERROR_LINE.search(end.error):
+                cause = end.error  # SystemExit, KeyboardInterrupt: its own, which no log line reads as an error
             if cause:
                 reason += f"; first error: {cause}"
         silent = [c.host for c in commands if c.silent and c.host]

@@ -25,6 +25,12 @@ _ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Seg
                     r"|: (command )?not found$|: No such file or directory$")
 
 
+ERROR_LINE = _ERROR
+"""A log line that reads as an error (an exception's last line, a crash, a launcher's "error:")."""
+
+_SUMMARY = re.compile(r"\bChildFailedError\b")
+"""torchrun's own summary of a failed worker (its "ChildFailedError:" and the table after it): never the cause."""
+
 _FRAME = re.compile(r"\bframe #\d+:")
 """A line of a C++ stack trace (c10's "frame #1: c10::DistError::DistError(...)"): never the cause itself."""
 
@@ -56,7 +62,8 @@ def first_error(path: Path, containing: str | None = None, causes_only: bool = F
         for i, line in enumerate(lines):
             if containing is not None and containing not in line or causes_only and CONSEQUENCE.search(line):
                 continue
-            if _ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line):
+            if (_ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line)
+                    and not _SUMMARY.search(line)):
                 found = line.strip()
                 if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:
                     found += " " + lines[i + 1].strip()  # the exception's type, then its message

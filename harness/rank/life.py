@@ -246,7 +246,8 @@ def run(spec_path: str | Path) -> None:
 
         try:  # before the traceback and the exit: a peer's failure that this one causes comes after it
             write_json(failed_path(rank_dir, launcher_rank()),
-                       {"rank": launcher_rank(), "time": time.time(), "error": shorten(f"{type(exc).__name__}: {exc}")})
+                       {"rank": launcher_rank(), "time": time.time(),
+                        "error": shorten(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)})
         except OSError:
             pass
         traceback.print_exc()

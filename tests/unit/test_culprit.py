@@ -217,6 +217,29 @@ def test_a_rank_that_exits_without_an_exception_is_not_explained_by_its_peers_co
                                                         "result: an exit in the model's code?)")
 
 
+@pytest.mark.parametrize("error", ["SystemExit: 0", "KeyboardInterrupt"])
+def test_a_rank_that_left_by_sys_exit_or_keyboard_interrupt_is_given_its_own_cause_not_its_peers(rd, error):
+    # sys.exit(0) or a KeyboardInterrupt raised in the model's forward on rank 1: its log line reads as no error, so the
+    # first error in the joined log was rank 0's consequence ("Connection reset by peer")
+    _start(rd, 0), _start(rd, 1)
+    (rd / "launch.log").write_text(f"[rank0]: RuntimeError: Connection reset by peer\n[rank1]: {error}\n")
+    _failed(rd, 1, T + 5.0, error)
+    _exit(rd, 1, T + 5.01, code=130 if error == "KeyboardInterrupt" else 1)
+    _failed(rd, 0, T + 5.02, "RuntimeError: Connection reset by peer")
+    _exit(rd, 0, T + 5.03, code=1)
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == (
+        f"rank 1 exited with code {130 if error == 'KeyboardInterrupt' else 1}; first error: {error}")
+
+
+def test_torchruns_summary_of_a_failed_worker_is_never_its_cause(rd):
+    # os._exit(3) under torchrun: the only line that reads as an error is torchrun's own summary
+    _start(rd, 0), _start(rd, 1)
+    (rd / "launch.log").write_text("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    _exit(rd, 1, T + 5.0, code=3)
+    _stopping(rd, T + 6, alive=[0])
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 exited with code 3"
+
+
 def test_a_launcher_that_stopped_its_ranks_by_itself_is_named(rd):
     # torchrun asked to stop from outside: it forwards SIGTERM to its ranks and exits 1 with its own words.
     _start(rd, 0), _start(rd, 1)
