@@ -240,6 +240,10 @@ def _check_verdict_options(req: RunRequest, p: RunPlan) -> None:
     p.budget_s = parse_duration(req.budget if req.budget is not None else DEFAULT_BUDGET)
     if req.until_target:
         raise BadInput("--precision narrows throughput intervals; it does not apply to --until-target runs")
+    if req.repeats is not None:
+        raise BadInput(f"--precision and --repeats both set how many rounds run (--precision {req.precision}: as "
+                       f"many as that interval needs, within --budget; --repeats {req.repeats}: exactly that many); "
+                       f"give one of them")
     if len(p.runnable) < 2:
         raise BadInput(f"--precision compares rows with each other, and only {len(p.runnable)} row can run here "
                        f"({', '.join(r.label for r in p.runnable) or 'none'}); name at least two with --adapters")

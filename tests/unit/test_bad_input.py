@@ -468,6 +468,9 @@ CASES = [
       for i, bad in enumerate(["0", "-1m", "0s", "abc", "8d", "2w", ""])],
     ("run-budget-and-repeats", ["run", "-a", "ddp,spawn", "--budget", "10m", "--repeats", "3"],
      "--budget and --repeats both set how many rounds run (--repeats 3: exactly that many); give one of them"),
+    ("run-precision-and-repeats", ["run", "-a", "ddp,spawn", "--precision", "5%", "--repeats", "3"],
+     "--precision and --repeats both set how many rounds run (--precision 5%: as many as that interval needs, within "
+     "--budget; --repeats 3: exactly that many); give one of them"),
     ("run-budget-until-target", ["run", "--until-target", "--budget", "1m"],
      "--budget sets how long throughput rounds may take; it does not apply to --until-target runs (--max-steps "
      "bounds each launch)"),
