@@ -495,8 +495,8 @@ def _two_stage_lines(mode: dict[str, Any], analysis: dict[str, Any], target: str
     if open_:
         text += f" Not resolved to {target}: {', '.join(open_)}."
     if not analysis["blocked"]:
-        text += (f" Rounds are incomplete ({analysis['why_unblocked']}): the pairs are analysed unpaired (Welch), "
-                 "which the two-stage error statement does not cover.")
+        text += (f" The pairs are analysed unpaired (Welch), as {analysis['why_unblocked']}, which the two-stage "
+                 "error statement does not cover.")
     return [text, ""]
 
 
