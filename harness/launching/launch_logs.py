@@ -31,6 +31,9 @@ ERROR_LINE = _ERROR
 _SUMMARY = re.compile(r"\bChildFailedError\b")
 """torchrun's own summary of a failed worker (its "ChildFailedError:" and the table after it): never the cause."""
 
+_WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+")
+"""torch's line for an exception in a DataLoader worker; the worker's own traceback follows ("Original Traceback")."""
+
 _FRAME = re.compile(r"\bframe #\d+:")
 """A line of a C++ stack trace (c10's "frame #1: c10::DistError::DistError(...)"): never the cause itself."""
 
@@ -67,6 +70,10 @@ def first_error(path: Path, containing: str | None = None, causes_only: bool = F
                 found = line.strip()
                 if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:
                     found += " " + lines[i + 1].strip()  # the exception's type, then its message
+                if _WORKER.search(line):  # a DataLoader worker's: its own exception ends the traceback it re-raises
+                    own = next((ln.strip() for ln in lines[i + 1:] if _ERROR.search(ln) and not _WORKER.search(ln)),
+                               None)
+                    found += f" ({own})" if own else ""
                 return shorten(found)
     except OSError:
         pass

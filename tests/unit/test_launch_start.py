@@ -115,3 +115,17 @@ def test_a_second_stop_signal_says_what_stopping_at_once_loses():
                                                                "stopped at once"])
     assert proc.stderr == ("interrupted again: stopping at once, with no report; records.jsonl keeps the rows that had "
                            "finished, and a launch still running is not recorded\n")
+
+
+def test_a_dataloader_workers_error_is_quoted_with_the_workers_own_exception(tmp_path):
+    from harness.launching.launch_logs import first_error
+
+    log = tmp_path / "launch.log"
+    log.write_text("ValueError: Caught ValueError in DataLoader worker process 0.\n"
+                   "Original Traceback (most recent call last):\n"
+                   '  File "/home/me/data.py", line 208, in __getitem__\n'
+                   '    raise ValueError("row 1830 is corrupt")\n'
+                   "ValueError: row 1830 is corrupt\n\n"
+                   "RuntimeError: Connection closed by peer\n")
+    assert first_error(log) == ("ValueError: Caught ValueError in DataLoader worker process 0. (ValueError: row 1830 "
+                                "is corrupt)")
