@@ -5,8 +5,8 @@ benchmark offers with diff.py and pyperf with compare_to — with the variation 
 Runs in: the parent. From the records alone. A side is one run or several runs of the same request joined as sessions
 (harness/core/joins.py: `compare run --join`, `compare join`). Two single runs share no rounds and no session, so the
 only interval they give is Welch's over launches, which leaves out the variation between runs at other times: on a
-shared machine a row moves between runs of the identical command by more than that interval allows (diffs of
-identical commands resolved a row in 7 of 10 pairs of runs), so the report says it cannot separate the change from
+shared machine a row moves between runs of the identical command by more than that interval allows (docs/usage.md
+gives this project's measurement), so the report says it cannot separate the change from
 run-to-run variation. With two sessions or more a side, each row's sessions are the unit: each session's log
 geometric mean, B's against A's by a random-effects model (harness/ground/stats.py: one between-session variance,
 DerSimonian-Laird, and Hartung-Knapp's t interval with kA + kB - 2 df). Either way a difference and an equivalence
@@ -151,9 +151,8 @@ def lines(d: dict[str, Any]) -> list[str]:
     if not d["by_sessions"]:
         one = " and ".join(n for n, k in zip(d["names"], d["sessions"]) if k == 1)
         out += [f"**{one} {'is' if ' and ' not in one else 'are each'} one run**: these intervals count the "
-                "variation between launches, not between runs at other times, which on a shared machine moves every "
-                "row by more than that (diffs of the identical command resolved a row in 7 of 10 pairs of runs), so "
-                "this diff cannot separate the change from run-to-run variation. Join two runs or more a side "
+                "variation between launches, not between runs at other times, which on a shared machine can move "
+                "every row by more than that, so this diff cannot separate the change from run-to-run variation. Join two runs or more a side "
                 "(`compare run --join DIR`, or `compare join`) and diff the joins: each row's sessions are then the "
                 "unit.", ""]
     out += [f"| row | {a} samples/s [95%] | {b} samples/s [95%] | {b} / {a} [95%] | outcome |", "|---|---|---|---|---|"]
