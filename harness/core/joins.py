@@ -164,14 +164,29 @@ def _machine_key(env: dict[str, Any]) -> str:
     return json.dumps([get(env) for _, get in MACHINE])
 
 
-def store(env: dict[str, Any], workload: str, spread: dict[str, Any]) -> None:
-    """Keep the between-session spread a verdict over sessions measured, for this machine and workload (best
-    effort: a cache that cannot be written costs nothing but the sentence)."""
+STORED_SESSIONS = 3
+"""The fewest sessions whose between-session spread is kept for later runs' verdicts to quote: two give each pair's
+variance one degree of freedom (a throwaway join of two short runs once put it at 41% for every later run)."""
+
+
+def store(env: dict[str, Any], workload: str, spread: dict[str, Any]) -> bool:
+    """Keep the between-session spread a verdict over sessions measured, for this machine and workload, where it
+    rests on at least STORED_SESSIONS sessions and on no fewer than the one kept (the same join, re-rendered,
+    replaces its own). Best effort: a cache that cannot be written costs nothing but the sentence. Returns whether
+    it was kept."""
     from harness.shared import cache
 
+    if (spread.get("sessions") or 0) < STORED_SESSIONS:
+        return False
     data = cache.read_dict(CACHE_FILE)
-    data.setdefault(_machine_key(env), {})[workload] = {**spread, "workload": workload}
+    mine = data.setdefault(_machine_key(env), {})
+    kept = mine.get(workload)
+    if (isinstance(kept, dict) and kept.get("where") != spread.get("where")
+            and (kept.get("sessions") or 0, kept.get("pairs") or 0) > (spread["sessions"], spread.get("pairs") or 0)):
+        return False
+    mine[workload] = {**spread, "workload": workload}
     cache.write_dict(CACHE_FILE, data)
+    return True
 
 
 def known(env: dict[str, Any], workload: str) -> dict[str, Any] | None:

@@ -154,6 +154,13 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     # this machine now knows its between-session spread, which the next single run's verdict will say
     known = joins.known(json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"], "digits")
     assert known["sessions"] == 6 and known["pairs"] == 3 and known["tau_max"] >= known["tau_median"] >= 0
+    # a later join of fewer sessions (a throwaway of two runs) does not replace it, nor one below three sessions
+    env = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"]
+    small = {"sessions": 2, "pairs": 3, "tau_median": 0.41, "tau_max": 0.41, "se_median": 0.02, "date": "2026-12-01",
+             "where": str(tmp_path / "other")}
+    assert not joins.store(env, "digits", small) and not joins.store(env, "digits", {**small, "sessions": 4})
+    assert joins.known(env, "digits")["sessions"] == 6
+    assert joins.store(env, "digits", {**small, "sessions": 7}) and joins.known(env, "digits")["sessions"] == 7
 
 
 def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_machine_showed():
