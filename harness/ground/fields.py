@@ -230,7 +230,7 @@ class Run(TypedDict):
     """The timed window by the wall clock (synchronised on CUDA), slowest rank."""
     noise: NotRequired[dict[str, Any]]
     """What else the machine did over the timed window (rank 0's /proc/stat): ticks, steal share, other processes'
-    CPU share, flags."""
+    CPU share, flags; `unchecked` where the window was too short to read them from."""
     cpu_affinity_per_rank: NotRequired[list[list[int] | None]]
     """Each rank's CPU affinity."""
     cpu_affinity_any_thread_per_rank: NotRequired[list[list[int] | None]]

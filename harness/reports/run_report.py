@@ -128,6 +128,12 @@ def _notes(rows, records) -> list[str]:
     if noisy:
         notes.append("**Launches measured under interference** (read from /proc/stat over each timed window; kept in "
                      "every figure, so their rows' intervals are wider): " + "; ".join(noisy) + ".")
+    unchecked = [f"{r['label']}#{r['repeat']}" for r in records if (r.get("noise") or {}).get("unchecked")]
+    if unchecked:
+        notes.append(f"**Not checked for interference** ({len(unchecked)} launch(es): {', '.join(unchecked[:8])}"
+                     f"{' …' if len(unchecked) > 8 else ''}): their timed windows were under 10 ticks of /proc/stat "
+                     f"(0.1 s of all the CPUs' time), too short to read other processes' share from; more --steps "
+                     f"make them checkable.")
     if any(r.get("oversubscribed") for r in records):
         f = records[0]
         notes.append(f"**Oversubscribed**: more processes than the {f['env']['cpu_cores_usable']} usable cores "

@@ -228,7 +228,18 @@ def test_noise_is_read_from_proc_stat_over_the_timed_window(tmp_path):
     busy = assemble.noise(windows, ranks, SimpleNamespace(concurrent_runs=[{"pid": 1}]))
     assert busy["flags"] == ["CPU steal 8%", "other processes used 25% of the CPUs", "another compare run"]
     windows[0]["proc_stat"] = [3, 0, 0, 1, 0, 0, 0, 0]  # 4 ticks: too short a window to flag anything from
-    assert assemble.noise(windows, ranks, SimpleNamespace(concurrent_runs=[]))["flags"] == []
+    short = assemble.noise(windows, ranks, SimpleNamespace(concurrent_runs=[]))
+    assert short["flags"] == [] and short["unchecked"] == ("its timed window was 4 ticks of /proc/stat, too short to "
+                                                           "read other processes' share from")
+    # 40 ticks (a default digits launch's window is 17-54): read less 3 ticks of rounding. Half the CPUs to others
+    # is flagged (it once went unflagged below 50 ticks); 12.5% is within the rounding of a 10% bar
+    windows[0]["cpu_s"] = windows[1]["cpu_s"] = 0.1
+    windows[0]["proc_stat"] = [40, 0, 0, 0, 0, 0, 0, 0]
+    assert assemble.noise(windows, ranks, SimpleNamespace(concurrent_runs=[]))["flags"] == [
+        "other processes used 50% of the CPUs"]
+    windows[0]["proc_stat"] = [25, 0, 0, 15, 0, 0, 0, 0]
+    edge = assemble.noise(windows, ranks, SimpleNamespace(concurrent_runs=[]))
+    assert edge["other_cpu_share"] == pytest.approx(0.125) and edge["flags"] == [] and "unchecked" not in edge
 
 
 class _FakeRunner:
