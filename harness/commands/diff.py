@@ -64,6 +64,10 @@ def diff(req: DiffRequest) -> None:
     if same:
         fail(f"A and B are one run ({same}): every row would be 1.000x, and that says nothing; give another run as B "
              f"(the same command again, or another torch, knob or machine)")
+    shared = _shared_session(a, b)
+    if shared:
+        fail(f"A and B share a run ({shared}): a diff takes its two sides as independent, and launches on both sides "
+             f"would count twice; give runs that are not in the other side's join")
     try:
         result = diffs.compare(a, b, margin, names=("A", "B"), across_machines=req.across_machines)
     except diffs.NotComparable as exc:
@@ -74,6 +78,17 @@ def diff(req: DiffRequest) -> None:
     console.print(f"A = {req.run_a}\nB = {req.run_b}", soft_wrap=True, markup=False)
     for line in diffs.lines(result):
         console.print(line.replace("**", ""), soft_wrap=True, markup=False)
+
+
+def _shared_session(a: list[tuple[str, list[dict]]], b: list[tuple[str, list[dict]]]) -> str | None:
+    """A run that is a session of both sides (a join and one of its own runs), in words, or None."""
+    from harness.core.joins import launches
+
+    held = {launches(records): name for name, records in a}
+    for name, records in b:
+        if launches(records) in held:
+            return f"{name} in B holds the launches of {held[launches(records)]} in A"
+    return None
 
 
 def _same_run(path_a: Path, path_b: Path, a: list[dict], b: list[dict]) -> str | None:

@@ -224,3 +224,10 @@ def test_compare_diff_takes_joins_a_side(tmp_path, monkeypatch):
     shown = CliRunner().invoke(app, ["diff", str(sides["a"]), str(sides["b"])])
     assert shown.exit_code == 0, shown.output
     assert "2 sessions of A against 2 of B" in shown.stdout and "cannot separate" not in shown.stdout
+    # a join against one of its own runs: the two sides are not independent (it was accepted, every launch of that
+    # run counted on both sides)
+    shown = CliRunner().invoke(app, ["diff", str(sides["a"]), str(tmp_path / "a1")])
+    assert (shown.exit_code, shown.stdout) == (2, "")
+    assert shown.stderr == (f"error: A and B share a run ({tmp_path / 'a1'} in B holds the launches of ../a1 in A): a "
+                            f"diff takes its two sides as independent, and launches on both sides would count twice; "
+                            f"give runs that are not in the other side's join\n")
