@@ -81,6 +81,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
            "narrower": "More sessions (`compare run --join DIR`; more launches in each do not narrow the "
                        "between-session part)",
            "sessions": [{"name": name, "date": (records[0].get("time_utc") or "")[:10],
+                         "commit": (records[0].get("env") or {}).get("git_commit"),
                          "command": records[0].get("command"), "launches": max(
                              (a["rows"][k]["n"] for k in a["ranked"]), default=0)} for (name, records), (_, a)
                         in zip(sessions, per)],
@@ -160,6 +161,13 @@ def markdown(joined: dict[str, Any]) -> list[str]:
     md += ["", "Sessions: " + "; ".join(
         f"{names[s['name']]} [{s['name']}]({s['name']}/report.md) ({s['date']}, {s['launches']} launches per row)"
         for s in a["sessions"]) + ".", ""]
+    commits = list(dict.fromkeys(s.get("commit") for s in a["sessions"]))
+    if len(commits) > 1:  # the spread between sessions then holds any change of the code too
+        md += ["The sessions ran more than one version of this code (git "
+               + "; ".join(f"{(c or 'unknown')[:7]}: " + ", ".join(names[s["name"]] for s in a["sessions"]
+                                                                  if s.get("commit") == c) for c in commits)
+               + "): the variation between sessions includes whatever changed between them (`compare diff` "
+                 "names it).", ""]
     one = [(n, pa) for n, pa in a["per_session"]]
     md += ["What each session alone said (its own verdict's first line; its intervals hold for that run only): "
            + "; ".join(f"{names[n]}: {pa['lines'][0].replace('**', '').rstrip('.')}" for n, pa in one) + ".", ""]
