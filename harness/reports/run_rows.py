@@ -182,11 +182,13 @@ def flops_note(rows) -> str | None:
         mfu = hardware.mfu_of(row["first"]) or {}
         peak = mfu.get("peak") or f"no peak: {mfu.get('why_none', 'none known')}"
         against.setdefault(peak, []).append(row["adapter"])
+    judged = "; ".join(peak + (f" ({', '.join(labels)})" if len(against) > 1 else "")
+                       for peak, labels in against.items())
+    none = all(peak.startswith("no peak: ") for peak in against)  # no MFU in the column at all
     return (f"TFLOP/s per device: samples/s per device × {f['flops_per_sample']:,.0f} FLOPs of a sample's forward and "
             f"backward, counted by torch's FlopCounterMode on the real model (matmuls and convolutions; the optimizer "
-            f"left out); MFU in brackets against " + ("; ".join(
-                peak + (f" ({', '.join(labels)})" if len(against) > 1 else "") for peak, labels in against.items()))
-            + ".")
+            f"left out); " + (f"no MFU: {'; '.join(p.removeprefix('no peak: ') for p in against)}" if none
+                              else f"MFU in brackets against {judged}") + ".")
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
