@@ -223,7 +223,12 @@ class ModelFacts:
         return f"{shown} ({when} {self.checked_steps} checked)"
 
 
-def cpu_sync_batch_norm(facts: ModelFacts, device: str, fix: str) -> Availability | None:
+SYNC_BN_FIX = ("build the model with nn.BatchNorm layers: ddp, spawn and amp with sync_bn=true compute "
+               "SyncBatchNorm's statistics over gloo on the CPU")
+"""The fix for a model holding SyncBatchNorm on the CPU, for a backend with no sync_bn of its own."""
+
+
+def cpu_sync_batch_norm(facts: ModelFacts, device: str, fix: str = SYNC_BN_FIX) -> Availability | None:
     """A refusal for a model holding torch.nn.SyncBatchNorm layers on the CPU, for a backend that starts
     torch.distributed: torch's runs on CUDA only ("SyncBatchNorm expected input tensor to be on GPU"; DDP refuses a CPU
     model holding one). None where that is not the case."""

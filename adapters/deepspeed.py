@@ -107,9 +107,7 @@ class DeepSpeedLaunch(Launch):
         # ranks with different gradients reduce different buckets (measured: gloo's "collective mismatch", or an
         # abort), and their flat partitions take no sparse tensor (aten::view has no SparseCPU kernel).
         stage = self.knobs.zero_stage
-        refused = cpu_sync_batch_norm(facts, self.device_kind,
-                                      "build the model with nn.BatchNorm layers: ddp, spawn and amp with sync_bn=true "
-                                      "compute SyncBatchNorm's statistics over gloo on the CPU")
+        refused = cpu_sync_batch_norm(facts, self.device_kind)
         if refused is not None:
             return refused
         other = facts.dtypes_outside({"fp16", "fp32", "bf16"})

@@ -49,7 +49,7 @@ class FSDPLaunch(DDPLaunch):
         # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, post_backward: fsdp_params_with_grad), so
         # ranks with different ones send different sizes: gloo aborts ("Received data size doesn't match expected
         # size"), NCCL hangs.
-        refused = cpu_sync_batch_norm(facts, self.device_kind, SYNC_BN_FIX)
+        refused = cpu_sync_batch_norm(facts, self.device_kind)
         if refused is not None:
             return refused
         if facts.ranks_differ:
@@ -76,10 +76,6 @@ class FSDPLaunch(DDPLaunch):
         if world_size % r:
             raise KnobError(f"knob 'replicas' {r} does not divide world size {world_size} (HSDP needs an R x N/R "
                             f"mesh); choose a divisor of {world_size}")
-
-
-SYNC_BN_FIX = ("build the model with nn.BatchNorm layers: ddp, spawn and amp with sync_bn=true compute "
-               "SyncBatchNorm's statistics over gloo on the CPU")
 
 
 class FSDPStrategy(DDPStrategy):

@@ -203,11 +203,6 @@ class FunctionWorkload(Workload):
                     f"takes them, and {fix}")
         return super().why_not_evaluated(data, output)
 
-    def has_accuracy(self, output):
-        # A tuple or dict output with no `logits` (say (logits, aux_loss)) has no default accuracy: not evaluated
-        # without a metric, as float targets and dict batches are not.
-        return self.pieces().metric is not None or batches.logits(output) is not None
-
     def score(self, output, target):
         import torch.nn.functional as F
 

@@ -398,15 +398,16 @@ def noise(windows: list[dict], ranks: list[TrainResult], outcome) -> dict[str, A
         total = window["ticks"]
         out.update(window_ticks=total, steal_share=window["steal"],
                    other_cpu_share=max(0.0, window["busy"] - here * tick / total))
-        # a short window (the default digits run's are 17-54 ticks) is read with its rounding taken off the share
-        slack = 0.0 if total >= NOISE_MIN_TICKS else NOISE_SLACK_TICKS / max(total, 1)
         if total < NOISE_FEWEST_TICKS:
             out["unchecked"] = (f"its timed window was {total} ticks of /proc/stat, too short to read other "
                                 f"processes' share from")
-        elif out["steal_share"] - slack >= NOISE_STEAL:
-            out["flags"].append(f"CPU steal {out['steal_share']:.0%}")
-        if total >= NOISE_FEWEST_TICKS and out["other_cpu_share"] - slack >= NOISE_OTHER:
-            out["flags"].append(f"other processes used {out['other_cpu_share']:.0%} of the CPUs")
+        else:
+            # a short window (the default digits run's are 17-54 ticks) is read with its rounding taken off the share
+            slack = 0.0 if total >= NOISE_MIN_TICKS else NOISE_SLACK_TICKS / total
+            if out["steal_share"] - slack >= NOISE_STEAL:
+                out["flags"].append(f"CPU steal {out['steal_share']:.0%}")
+            if out["other_cpu_share"] - slack >= NOISE_OTHER:
+                out["flags"].append(f"other processes used {out['other_cpu_share']:.0%} of the CPUs")
     if outcome.concurrent_runs:
         out["flags"].append("another compare run")
     return out

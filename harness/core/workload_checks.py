@@ -111,8 +111,6 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     from harness.core import model_check
     from harness.shared.registry import UserCodeError
 
-    from harness.shared.registry import BadReference
-
     world = req.world_size if req.world_size and global_batch % req.world_size == 0 else 1
     try:  # a Dataset's __getitem__ is the user's code: what it raises is theirs, with their traceback
         data = workload.materialize("cpu", global_batch)

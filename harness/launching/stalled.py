@@ -100,7 +100,7 @@ def first_to_stop(steps: dict[int, int], dumps: dict[int, str]) -> dict | None:
     if len(behind) > 1:  # at one line of the loop (FSDP gathers a unit's parameters inside the forward): the rank
         # that is not waiting for its peers in a communication library, while they all are, is the one that stopped
         free = [rank for rank in behind if not waiting(dumps[rank])]
-        if len(free) == 1 and len(free) < len(behind):
+        if len(free) == 1:
             behind = free
     if len(behind) != 1:
         return None

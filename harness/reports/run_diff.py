@@ -152,9 +152,9 @@ def lines(d: dict[str, Any]) -> list[str]:
         one = " and ".join(n for n, k in zip(d["names"], d["sessions"]) if k == 1)
         out += [f"**{one} {'is' if ' and ' not in one else 'are each'} one run**: these intervals count the "
                 "variation between launches, not between runs at other times, which on a shared machine can move "
-                "every row by more than that, so this diff cannot separate the change from run-to-run variation. Join two runs or more a side "
-                "(`compare run --join DIR`, or `compare join`) and diff the joins: each row's sessions are then the "
-                "unit.", ""]
+                "every row by more than that, so this diff cannot separate the change from run-to-run variation. "
+                "Join two runs or more a side (`compare run --join DIR`, or `compare join`) and diff the joins: each "
+                "row's sessions are then the unit.", ""]
     out += [f"| row | {a} samples/s [95%] | {b} samples/s [95%] | {b} / {a} [95%] | outcome |", "|---|---|---|---|---|"]
     for r in d["rows"]:
         ratio = (f"{r['estimate']:.3f}× (no interval)" if r["lo"] is None else

@@ -178,17 +178,20 @@ def flops_note(rows) -> str | None:
         return None
     f = measured[0]["first"]
     against: dict[str, list[str]] = {}  # each peak (or why there is none) -> the rows judged against it
+    why_none: dict[str, None] = {}  # why rows have no peak, in order
     for row in measured:
         mfu = hardware.mfu_of(row["first"]) or {}
-        peak = mfu.get("peak") or f"no peak: {mfu.get('why_none', 'none known')}"
-        against.setdefault(peak, []).append(row["adapter"])
-    judged = "; ".join(peak + (f" ({', '.join(labels)})" if len(against) > 1 else "")
-                       for peak, labels in against.items())
-    none = all(peak.startswith("no peak: ") for peak in against)  # no MFU in the column at all
+        why = mfu.get("why_none", "none known")
+        if not mfu.get("peak"):
+            why_none[why] = None
+        against.setdefault(mfu.get("peak") or f"no peak: {why}", []).append(row["adapter"])
+    some_peak = len(why_none) < len(against)  # a row judged against a device's peak
+    judged = ("MFU in brackets against " + "; ".join(peak + (f" ({', '.join(labels)})" if len(against) > 1 else "")
+                                                     for peak, labels in against.items())
+              if some_peak else "no MFU: " + "; ".join(why_none))  # no MFU in the column at all
     return (f"TFLOP/s per device: samples/s per device × {f['flops_per_sample']:,.0f} FLOPs of a sample's forward and "
             f"backward, counted by torch's FlopCounterMode on the real model (matmuls and convolutions; the optimizer "
-            f"left out); " + (f"no MFU: {'; '.join(p.removeprefix('no peak: ') for p in against)}" if none
-                              else f"MFU in brackets against {judged}") + ".")
+            f"left out); {judged}.")
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:

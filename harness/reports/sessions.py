@@ -141,12 +141,12 @@ def markdown(joined: dict[str, Any]) -> list[str]:
     md.append("")
     names = {s["name"]: f"S{i + 1}" for i, s in enumerate(a["sessions"])}
     md += ["Between sessions, per pair (the row of the higher pooled samples/s first; rows and pairs are pooled "
-           "apart, so a pair's pooled ratio can still be below 1): the pooled ratio, the between-session standard deviation "
-           "of its log (τ, DerSimonian-Laird) beside the median standard error within one session, I² (the share "
-           "of the spread between sessions not explained by each session's own uncertainty), Cochran's Q test of no "
-           "spread, where a new session's own estimate should fall (95% prediction interval, from 3 sessions), and "
-           "each session's own estimate (paired within its rounds) — a session whose estimate lies outside the pooled "
-           "interval is named:", "",
+           "apart, so a pair's pooled ratio can still be below 1): the pooled ratio, the between-session standard "
+           "deviation of its log (τ, DerSimonian-Laird) beside the median standard error within one session, I² (the "
+           "share of the spread between sessions not explained by each session's own uncertainty), Cochran's Q test "
+           "of no spread, where a new session's own estimate should fall (95% prediction interval, from 3 sessions), "
+           "and each session's own estimate (paired within its rounds) — a session whose estimate lies outside the "
+           "pooled interval is named:", "",
            "| pair | pooled [95%] | τ | within-session SE | I² | Q test p | a new session [95% prediction] | "
            + " | ".join(names.values()) + " | outside the pooled interval |",
            "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|"]
