@@ -63,8 +63,11 @@ def bounded(what: str, seconds: float):
     """Run the user's code in the parent, as the check before launching does, where a fault in it would otherwise
     say nothing: a segfault prints every thread's Python stack (faulthandler) before the exit, and a hang past
     `seconds` (the --stall-timeout; 0: never) ends compare with exit code 1, one line saying so and the stacks.
-    Nothing has been written yet, so nothing is left half written."""
+    Nothing has been written yet, so nothing is left half written. What the user's code prints is held back: the
+    checks build and run the model a dozen times, and its prints said so a dozen times before the run's first line;
+    where the checks fail or hang, what it printed comes first, as it may say why."""
     import faulthandler
+    import io
     import os
     import sys
     import threading
@@ -76,7 +79,10 @@ def bounded(what: str, seconds: float):
     if not faulthandler.is_enabled():
         faulthandler.enable(file=stream)
 
+    held = io.StringIO()
+
     def expire():
+        stream.write(held.getvalue())
         stream.write(f"error: {what} ran for {seconds:g} s without ending (--stall-timeout): a hang in the model's "
                      f"code? Its stacks, most recent call first:\n")
         stream.flush()
@@ -88,7 +94,12 @@ def bounded(what: str, seconds: float):
         timer.daemon = True
         timer.start()
     try:
-        yield
+        with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
+            yield
+    except BaseException:
+        stream.write(held.getvalue())
+        stream.flush()
+        raise
     finally:
         if timer is not None:
             timer.cancel()

@@ -803,3 +803,53 @@ def test_a_thread_the_users_code_leaves_running_does_not_keep_compare_from_exiti
         f"(a mean over the batch), or (sum, count)",
         "compare: not waiting for 1 thread(s) still running in this process (prefetch), started by the workload's code "
         "when the check before launching ran it; make them daemon threads or end them"]
+
+
+CHATTY = '''
+import torch
+from torch import nn
+from workloads import Pieces, workload
+
+
+class Chatty(nn.Linear):
+    def __init__(self, fail):
+        super().__init__(4, 2)
+        self.fail = fail
+        print("building my model")
+
+    def forward(self, x):
+        if self.fail:
+            print("my forward is about to fail")
+            raise ValueError("my model failed")
+        return super().forward(x)
+
+
+@workload(global_batch=8)
+def chatty(fail: bool = False):
+    x = torch.randn(32, 4)
+    return Pieces(model=lambda: Chatty(fail), train=(x, (x.sum(1) > 0).long()))
+'''
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_what_the_users_code_prints_during_the_checks_is_held_back_unless_they_fail(tmp_path, capfd, fail):
+    # The checks before launching build the model a dozen times: its print said "building my model" a dozen times
+    # before the run's first line. Held back now; where the checks fail, it is printed first, as it may say why
+    from harness.core import comparison
+    from harness.core.requests import RunRequest
+    from harness.shared.registry import UserCodeError
+
+    path = write(tmp_path, CHATTY)
+    req = RunRequest(workload=f"{path}:chatty", options=[f"fail={fail}"], adapters=["ddp"], repeats=1,
+                     out=tmp_path / "out")
+    if fail:
+        with pytest.raises(UserCodeError):
+            comparison.plan(req)
+    else:
+        comparison.plan(req)
+    out, err = capfd.readouterr()
+    built = (out + err).count("building my model")
+    if fail:
+        assert "my forward is about to fail" in out + err and built >= 1
+    else:  # at most the count of its parameters on the meta device, before the checks
+        assert built <= 1 and "my forward" not in out + err, (out, err)
