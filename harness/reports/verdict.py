@@ -98,15 +98,18 @@ def holm_note(p: dict[str, Any]) -> str:
 
 def ranked_lines(a: dict[str, Any], launches) -> list[str]:
     """The verdict of a run that ranks, each sentence naming the statistic it rests on: the fastest row only where
-    it is resolved ahead of every other ranked row, else the top group (rows not resolved apart), or, where no pair
-    is resolved, equivalence within the margin or "inconclusive"; the letter groups, every pair by outcome, any row
-    whose group reads better than its pairs support, and the method."""
+    it is resolved ahead of every other ranked row, else the top group (the rows no row is resolved ahead of), or,
+    where no pair is resolved, equivalence within the margin or "inconclusive"; the letter groups, every pair by
+    outcome, any row whose group reads better than its pairs support, and the method."""
     order, letters, pairs, margin = a["order"], a["letters"], a["pairs"], a["margin"]
     faster = [p for p in pairs if p["outcome"] == "faster"]
     equivalent = [p for p in pairs if p["outcome"] == "equivalent"]
     unresolved = [p for p in pairs if p["outcome"] == "not resolved"]
     test = a.get("test", TESTS)
-    top = [k for k in order if "a" in letters[k]]
+    # The top group: the rows that no row is resolved ahead of. Every other row is then resolved behind at least
+    # one row, and no two of them are resolved apart. Not "the rows sharing the first letter": a letter group can
+    # hold a row that some row outside it is resolved ahead of, and miss one that no row is
+    top = [k for k in order if not any(p["b"] == k for p in faster)]
     beats_all = [k for k in order if sum(1 for p in faster if p["a"] == k) == len(order) - 1]
     out = []
     if beats_all:
@@ -142,8 +145,9 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
         among = [p for p in pairs if p["a"] in strong and p["b"] in strong]
         how = ("" if not among or not all(p["outcome"] == "equivalent" for p in among) else
                f"; {' and '.join(name_of(a, k) for k in strong)} are equivalent within ±{margin:.0%} (TOST)")
-        text = (f"**Verdict — top group, not resolved apart: {', '.join(name_of(a, k) for k in top)}** (no row is "
-                f"resolved ahead of every other: {test}{how})")
+        text = (f"**Verdict — top group, not resolved behind any row: {', '.join(name_of(a, k) for k in top)}** "
+                f"(every other row is resolved behind at least one; no row is resolved ahead of every other: "
+                f"{test}{how})")
         if weak:
             text += (f"; {', '.join(name_of(a, k) for k in weak)} {'is' if len(weak) == 1 else 'are'} in it only "
                      f"because {'its interval is' if len(weak) == 1 else 'their intervals are'} wide: not resolved "

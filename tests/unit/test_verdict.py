@@ -166,8 +166,8 @@ def test_a_wide_row_that_shares_the_fastest_group_is_named_and_rounds_left_incom
     assert a["order"] == ["spawn", "ddp", "deepspeed", "horovod"]
     assert a["letters"] == {"spawn": "a", "ddp": "a", "deepspeed": "b", "horovod": "ab"}
     # no row is resolved ahead of every other, so none is called fastest: the top group is named, with why
-    assert a["lines"][0] == ("**Verdict — top group, not resolved apart: spawn, ddp, horovod** (no row is resolved "
-                             "ahead of every other: two-sided t tests on log throughput, Holm-adjusted over the pairs, "
+    assert a["lines"][0] == ("**Verdict — top group, not resolved behind any row: spawn, ddp, horovod** (every "
+                             "other row is resolved behind at least one; no row is resolved ahead of every other: two-sided t tests on log throughput, Holm-adjusted over the pairs, "
                              "p < 0.05; spawn and ddp are equivalent within ±5% (TOST)); horovod is in it only "
                              "because its interval is wide: not resolved against any row.")
     note = next(line for line in a["lines"] if line.startswith("horovod shares group a"))
@@ -387,8 +387,8 @@ def test_a_tie_is_not_transitive_and_the_letters_show_it():
     an = verdict.analyse(_records({"a": a_, "b": b_, "c": c_}))
     assert an["letters"] == {"a": "a", "b": "ab", "c": "b"}
     # a is not resolved ahead of b, so it is not "fastest": a and b are the top group
-    assert an["lines"][0] == ("**Verdict — top group, not resolved apart: a, b** (no row is resolved ahead of every "
-                              "other: two-sided t tests on log throughput, Holm-adjusted over the pairs, p < 0.05); b is "
+    assert an["lines"][0] == ("**Verdict — top group, not resolved behind any row: a, b** (every other row is "
+                              "resolved behind at least one; no row is resolved ahead of every other: two-sided t tests on log throughput, Holm-adjusted over the pairs, p < 0.05); b is "
                               "in it only because its interval is wide: not resolved against any row.")
     assert ("Not resolved (neither a difference nor equivalence within ±5%): a vs b " in an["lines"][2]
             and "b vs c " in an["lines"][2])
@@ -472,7 +472,7 @@ def test_the_pairs_heat_map_is_drawn_for_a_ranking_and_for_nothing_less(tmp_path
 
 def test_fastest_is_said_only_of_a_row_resolved_ahead_of_every_other_ranked_row():
     # random runs of 2 to 6 rows of known spread: whatever the data, "fastest" heads the verdict exactly when one
-    # row's pairs are all resolved in its favour, and otherwise the top group is named as not resolved apart
+    # row's pairs are all resolved in its favour, and otherwise the top group is named: the rows none is resolved ahead of
     import random
 
     rng = random.Random(65)
@@ -489,13 +489,17 @@ def test_fastest_is_said_only_of_a_row_resolved_ahead_of_every_other_ranked_row(
         if winners:
             assert first.startswith(f"**Verdict — fastest: {winners[0]}**, resolved ahead of every other row")
         elif any(p["outcome"] == "faster" for p in a["pairs"]):
-            top = [k for k in a["order"] if "a" in a["letters"][k]]
-            assert first.startswith(f"**Verdict — top group, not resolved apart: {', '.join(top)}**")
+            # the top group: every row no row is resolved ahead of, and no two of them resolved apart
+            top = [k for k in a["order"]
+                   if not any(analysis.oriented(a["pairs"], j, k)["outcome"] == "faster" for j in a["order"] if j != k)]
+            assert all(analysis.oriented(a["pairs"], j, k)["outcome"] != "faster" for j in top for k in top if j != k)
+            assert first.startswith(f"**Verdict — top group, not resolved behind any row: {', '.join(top)}**")
+            assert first.split("**")[2].startswith(" (every other row is resolved behind at least one; ")
         else:
             assert first.startswith(("**Verdict: equivalent**", "**Verdict: inconclusive**"))
         assert "fastest" not in " ".join(a["lines"][1:])  # the word is the verdict's, for a row resolved ahead of all
         seen.add(first.split("**")[1].split(":")[0])
-    assert seen == {"Verdict — fastest", "Verdict — top group, not resolved apart", "Verdict", }, seen
+    assert seen == {"Verdict — fastest", "Verdict — top group, not resolved behind any row", "Verdict", }, seen
 
 
 def test_intervals_too_wide_for_the_margin_are_inconclusive_not_a_tie():
