@@ -167,7 +167,8 @@ def test_a_wide_row_that_shares_the_fastest_group_is_named_and_rounds_left_incom
     assert a["letters"] == {"spawn": "a", "ddp": "a", "deepspeed": "b", "horovod": "ab"}
     # no row is resolved ahead of every other, so none is called fastest: the top group is named, with why
     assert a["lines"][0] == ("**Verdict — top group, not resolved behind any row: spawn, ddp, horovod** (every "
-                             "other row is resolved behind at least one; no row is resolved ahead of every other: two-sided t tests on log throughput, Holm-adjusted over the pairs, "
+                             "other row is resolved behind at least one; no row is resolved ahead of every other: "
+                             "two-sided t tests on log throughput, Holm-adjusted over the pairs, "
                              "p < 0.05; spawn and ddp are equivalent within ±5% (TOST)); horovod is in it only "
                              "because its interval is wide: not resolved against any row.")
     note = next(line for line in a["lines"] if line.startswith("horovod shares group a"))
@@ -388,7 +389,8 @@ def test_a_tie_is_not_transitive_and_the_letters_show_it():
     assert an["letters"] == {"a": "a", "b": "ab", "c": "b"}
     # a is not resolved ahead of b, so it is not "fastest": a and b are the top group
     assert an["lines"][0] == ("**Verdict — top group, not resolved behind any row: a, b** (every other row is "
-                              "resolved behind at least one; no row is resolved ahead of every other: two-sided t tests on log throughput, Holm-adjusted over the pairs, p < 0.05); b is "
+                              "resolved behind at least one; no row is resolved ahead of every other: two-sided t "
+                              "tests on log throughput, Holm-adjusted over the pairs, p < 0.05); b is "
                               "in it only because its interval is wide: not resolved against any row.")
     assert ("Not resolved (neither a difference nor equivalence within ±5%): a vs b " in an["lines"][2]
             and "b vs c " in an["lines"][2])
