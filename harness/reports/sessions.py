@@ -162,10 +162,14 @@ def markdown(joined: dict[str, Any]) -> list[str]:
         f"{names[s['name']]} [{s['name']}]({s['name']}/report.md) ({s['date']}, {s['launches']} launches per row)"
         for s in a["sessions"]) + ".", ""]
     commits = list(dict.fromkeys(s.get("commit") for s in a["sessions"]))
-    if len(commits) > 1:  # the spread between sessions then holds any change of the code too
-        md += ["The sessions ran more than one version of this code (git "
-               + "; ".join(f"{(c or 'unknown')[:7]}: " + ", ".join(names[s["name"]] for s in a["sessions"]
-                                                                  if s.get("commit") == c) for c in commits)
+    dirty = [names[s["name"]] for s in a["sessions"] if (s.get("commit") or "").endswith("-dirty")]
+    if len(commits) > 1 or dirty:  # the spread between sessions then holds any change of the code too
+        md += [("The sessions ran more than one version of this code (git "
+                if len(commits) > 1 else "The sessions may have run more than one version of this code (git ")
+               + "; ".join(f"{_short(c)}: " + ", ".join(names[s["name"]] for s in a["sessions"]
+                                                       if s.get("commit") == c) for c in commits)
+               + (f"; -dirty: {', '.join(dirty)} ran from a working tree with uncommitted changes, which the commit "
+                  f"does not name" if dirty else "")
                + "): the variation between sessions includes whatever changed between them (`compare diff` "
                  "names it).", ""]
     one = [(n, pa) for n, pa in a["per_session"]]
@@ -211,3 +215,11 @@ def console_lines(joined: dict[str, Any]) -> list[str]:
         away = f"; outside the pooled interval: {', '.join(names[n] for n in p['outside'])}" if p["outside"] else ""
         out.append(f"  {p['a']} / {p['b']} {verdict_mod.ratio_text(p)}: τ {p['tau']:.1%}, I² {p['i2']:.0%}{away}")
     return out
+
+
+def _short(commit: str | None) -> str:
+    """A commit as the report names it: its first 7 hex digits, and "-dirty" where the tree had uncommitted
+    changes (a dirty tree and its commit are not the same code)."""
+    if not commit:
+        return "unknown"
+    return commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")

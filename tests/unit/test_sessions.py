@@ -257,20 +257,33 @@ def test_sessions_with_too_few_launches_to_rank_are_joined_into_a_verdict_of_not
 
 
 def test_a_join_of_runs_made_by_two_versions_of_the_code_says_so(tmp_path, monkeypatch):
-    # the committed five runs of one command span two commits, which the join did not say
+    # the committed five runs of one command span two commits, which the join did not say; a run from a working tree
+    # with uncommitted changes ("-dirty") was named by its commit alone, as if it had run that commit
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
     rng = random.Random(5)
     runs = [_run(tmp_path, f"s{i}", _values(rng, 0.0)) for i in range(3)]
-    recs = [json.loads(line) for line in (runs[0] / "records.jsonl").read_text().splitlines()]
-    commit = recs[0]["env"]["git_commit"]
-    for r in recs:
-        r["env"]["git_commit"] = "0123456789abcdef"
-    (runs[0] / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    out = tmp_path / "joined"
-    assert CliRunner().invoke(app, ["join", str(out), *map(str, runs)]).exit_code == 0
-    assert (f"The sessions ran more than one version of this code (git 0123456: S1; {commit[:7]}: S2, S3): the "
-            f"variation between sessions includes whatever changed between them (`compare diff` names it).") in (
-        out / "report.md").read_text()
-    runs[0] = _run(tmp_path, "t0", _values(rng, 0.0))  # one version: not a word
-    assert CliRunner().invoke(app, ["join", str(tmp_path / "one"), *map(str, runs)]).exit_code == 0
-    assert "more than one version" not in (tmp_path / "one" / "report.md").read_text()
+
+    def commits(*names):
+        for run, name in zip(runs, names):
+            recs = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+            for r in recs:
+                r["env"]["git_commit"] = name
+            (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    def joined(name):
+        assert CliRunner().invoke(app, ["join", str(tmp_path / name), *map(str, runs)]).exit_code == 0
+        return (tmp_path / name / "report.md").read_text()
+
+    commits("0123456789abcdef", "fedcba9876543210", "fedcba9876543210")
+    assert ("The sessions ran more than one version of this code (git 0123456: S1; fedcba9: S2, S3): the "
+            "variation between sessions includes whatever changed between them (`compare diff` names it).") in joined(
+        "two")
+    commits("fedcba9876543210", "fedcba9876543210-dirty", "fedcba9876543210-dirty")
+    assert ("The sessions ran more than one version of this code (git fedcba9: S1; fedcba9-dirty: S2, S3; -dirty: "
+            "S2, S3 ran from a working tree with uncommitted changes, which the commit does not name): the variation "
+            "between sessions includes whatever changed between them") in joined("dirty")
+    commits("fedcba9876543210-dirty", "fedcba9876543210-dirty", "fedcba9876543210-dirty")
+    assert ("The sessions may have run more than one version of this code (git fedcba9-dirty: S1, S2, S3; -dirty: "
+            "S1, S2, S3 ran from a working tree") in joined("alldirty")
+    commits("fedcba9876543210", "fedcba9876543210", "fedcba9876543210")  # one version: not a word
+    assert "version of this code" not in joined("one")
