@@ -35,8 +35,16 @@ CONTEXT = (("torch", lambda r: (r.get("env") or {}).get("torch")),
            ("git commit", lambda r: (r.get("env") or {}).get("git_commit")),
            ("CPU", lambda r: (r.get("env") or {}).get("cpu_model")),
            ("python", lambda r: (r.get("env") or {}).get("python")),
-           ("timed steps", lambda r: (r.get("controls") or {}).get("steps")))
-"""What may differ between the runs, said beside the ratios (the usual reason to diff two runs)."""
+           ("timed steps", lambda r: (r.get("controls") or {}).get("steps")),
+           ("nodes", lambda r: (r.get("topology") or {}).get("nodes") or 1),
+           ("processes per node", lambda r: (r.get("topology") or {}).get("processes_per_node")
+            or [(r.get("topology") or {}).get("processes")]),
+           ("hosts started by", lambda r: (r.get("topology") or {}).get("host_launcher") or "local"),
+           ("cores per node", lambda r: (r.get("topology") or {}).get("cores_per_node")
+            or [(r.get("env") or {}).get("cpu_cores_usable")]),
+           ("threads per rank", lambda r: (r.get("controls") or {}).get("threads_per_rank")))
+"""What may differ between the runs, said beside the ratios (the usual reason to diff two runs): the code and its
+versions, the machine, and how the ranks were laid out and started (one node against two, ssh against SLURM)."""
 
 
 class NotComparable(ValueError):
@@ -122,6 +130,8 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
         rows.append(row)
     for r in adjust(rows):
         r["outcome"] = outcome(r) + (f" in {names[1]}" if outcome(r) in RESOLVED else "")
+    if common:  # a row both ran: how many processes a rank layout has is a row's (dp runs one)
+        fa, fb = (next(r for m in per for r in m.get(common[0], [])) for per in (per_a, per_b))
     context = [(what, get(fa), get(fb)) for what, get in CONTEXT if get(fa) != get(fb)]
     every = {r["label"] for _, records in sa + sb for r in records}
     return {"rows": rows, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],

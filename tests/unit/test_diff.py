@@ -231,3 +231,19 @@ def test_compare_diff_takes_joins_a_side(tmp_path, monkeypatch):
     assert shown.stderr == (f"error: A and B share a run ({tmp_path / 'a1'} in B holds the launches of ../a1 in A): a "
                             f"diff takes its two sides as independent, and launches on both sides would count twice; "
                             f"give runs that are not in the other side's join\n")
+
+
+def test_what_differs_names_how_the_ranks_were_laid_out_and_started():
+    # one node against two simulated nodes over ssh, and ssh against SLURM, each said only "git commit" differed:
+    # a reader would lay the change of speed at the commit's door
+    from harness.ground.record import read_records
+
+    runs = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+    one, ssh, slurm = (read_records(runs / name / "records.jsonl.gz") for name in
+                       ("digits_cpu2_20261124-051630", "digits_cpu2_2nodes_20261124-052411",
+                        "digits_cpu2_2nodes_20261124-053133"))
+    laid_out = [c for c in diff.compare(one, ssh)["context"] if c[0] != "git commit"]
+    assert ("nodes", 1, 2) in laid_out and ("processes per node", [2], [1, 1]) in laid_out, laid_out
+    assert ("hosts started by", "local", "ssh") in laid_out, laid_out
+    assert [c[0] for c in diff.compare(ssh, slurm)["context"] if c[0] != "git commit"] == ["hosts started by",
+                                                                                         "cores per node"]
