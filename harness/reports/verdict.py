@@ -203,11 +203,16 @@ def one_session_line(known: dict[str, Any] | None) -> str:
     text = ("These intervals hold for this run: they count the variation between its launches, not between runs at "
             "other times (sessions), which one run cannot measure; `compare run --join DIR` runs the request again "
             "as another session of DIR, and the verdict over the sessions includes it.")
-    if known:
-        text += (f" On this machine, {known['sessions']} joined runs of {known['workload']} (the last on "
-                 f"{known['date']}) put the between-session standard deviation of a pair's log ratio at "
-                 f"{known['tau_median']:.1%} (median over {known['pairs']} pairs; up to {known['tau_max']:.1%}), "
-                 f"against a standard error within one run of {known['se_median']:.1%}.")
+    from harness.core.joins import STORED_SESSIONS
+
+    if known and known["sessions"] >= STORED_SESSIONS:  # a join of two runs (kept before it was refused) is not quoted
+        k, pairs = known["sessions"], known["pairs"]
+        spread = (f"median over {pairs} pairs; up to {known['tau_max']:.1%}" if pairs != 1
+                  else "from its one pair")
+        text += (f" On this machine, {k} joined runs of {known['workload']} (the last on {known['date']}) put the "
+                 f"between-session standard deviation of a pair's log ratio at {known['tau_median']:.1%} ({spread}; "
+                 f"{k} sessions give each pair's figure {k - 1} degrees of freedom: a rough one), against a standard "
+                 f"error within one run of {known['se_median']:.1%}.")
     return text
 
 

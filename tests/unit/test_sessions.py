@@ -171,8 +171,15 @@ def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_mac
     line = one_session_line({"sessions": 5, "pairs": 10, "tau_median": 0.035, "tau_max": 0.126, "se_median": 0.025,
                              "date": "2026-11-25", "workload": "digits"})
     assert line.endswith("On this machine, 5 joined runs of digits (the last on 2026-11-25) put the between-session "
-                         "standard deviation of a pair's log ratio at 3.5% (median over 10 pairs; up to 12.6%), "
-                         "against a standard error within one run of 2.5%.")
+                         "standard deviation of a pair's log ratio at 3.5% (median over 10 pairs; up to 12.6%; 5 "
+                         "sessions give each pair's figure 4 degrees of freedom: a rough one), against a standard "
+                         "error within one run of 2.5%.")
+    # one pair of three sessions; and a join of two, kept in a cache before such joins were refused, is not quoted
+    line = one_session_line({"sessions": 3, "pairs": 1, "tau_median": 0.402, "tau_max": 0.402, "se_median": 0.189,
+                             "date": "2026-11-29", "workload": "digits"})
+    assert "at 40.2% (from its one pair; 3 sessions give each pair's figure 2 degrees of freedom: a rough one)" in line
+    assert one_session_line({"sessions": 2, "pairs": 3, "tau_median": 0.198, "tau_max": 0.3, "se_median": 0.02,
+                             "date": "2026-11-29", "workload": "digits"}) == one_session_line(None)
 
 
 @pytest.mark.parametrize("other, message", [
