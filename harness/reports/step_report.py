@@ -95,6 +95,19 @@ def section(records: list[dict[str, Any]], analysis: dict[str, Any] | None,
                      "per operator, or a machine that was busier in one of the two windows). Unaccounted, timed less "
                      f"profiled, per step: {gaps}.")
         lines.append("")
+    # a row's mean can sit inside the tolerance while its launches do not (one +11%, another -10%): each such launch
+    # of a row whose mean is inside is named, as its own profiled step is what the parts explain
+    launches = {label: [(r.get("repeat", i), r["breakdown"]["profiled_vs_timed"]) for i, r in enumerate(recs)
+                        if r["breakdown"].get("profiled_vs_timed") is not None
+                        and abs(r["breakdown"]["profiled_vs_timed"]) > tol]
+                for label, recs in rows.items()}
+    launches = {label: out for label, out in launches.items() if out and label not in off}  # off: said above
+    if launches:
+        named = ", ".join(f"{label}#{k} ({d:+.1%})" for label, out in launches.items() for k, d in out)
+        lines.append(f"⚠ Launches whose own profiled step differs from their timed step by more than ±{tol:.0%}, in "
+                     f"rows whose mean does not: {named}. The table's figures are means over launches; these "
+                     "launches' parts explain their profiled steps, not their timed ones.")
+        lines.append("")
     unseen = [label for label, m in parts.items() if not m["overlap_seen"]]
     if unseen:
         lines.append(f"{', '.join(unseen)}: the framework's collectives run outside torch, where torch.profiler does "

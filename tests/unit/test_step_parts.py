@@ -332,3 +332,19 @@ def test_classifying_and_splitting_take_time_linear_in_the_profiled_steps():
 
     small, large = seconds(50), seconds(500)
     assert large / small < 20, f"50 steps {small:.3f} s, 500 steps {large:.3f} s"
+
+
+def test_a_launch_outside_the_tolerance_is_named_though_its_rows_mean_is_inside():
+    # the committed widemlp breakdown: ddp's launches +11.2% and -10.1%, a row mean of +0% and no mark
+    def launch(k, off):
+        r = _record("ddp", 0.010 * (1 + off), 0.0, timed=0.010)
+        r["repeat"], r["breakdown"]["profiled_vs_timed"] = k, off
+        return r
+
+    records = [launch(0, 0.0), launch(1, 0.112), launch(2, -0.101)]
+    text = "\n".join(step_report.section(records, None))
+    assert "| ddp | 10.04 | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | 10.04 | 10.00 | +0% | 0.00 |" in text
+    assert ("⚠ Launches whose own profiled step differs from their timed step by more than ±10%, in rows whose mean "
+            "does not: ddp#1 (+11.2%), "
+            "ddp#2 (-10.1%).") in text
+    assert "Launches whose" not in "\n".join(step_report.section(records[:1], None))
