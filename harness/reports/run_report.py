@@ -462,11 +462,16 @@ def _precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any], mo
            "budget": f"the budget of {mode['budget_s']:g} s was spent before {what} reached {target}",
            "max_rounds": "the most rounds a run may take were run",
            "interrupted": "the run was interrupted"}.get(mode["ended"], mode["ended"])
+    # the widest interval of the kind the sentence names, from the records as rendered (a figure kept by the run
+    # under an earlier criterion named an interval the table does not show)
     if pairs:
         open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"]
                  if (p["simultaneous"]["half_width"] or 1.0) > mode["target"]]
+        widest = analysis.get("widest")
     else:
         open_ = [k for k, r in analysis["ratios"].items() if (half_width(r) or 1.0) > mode["target"]]
+        widths = [(k, half_width(r)) for k, r in analysis["ratios"].items() if half_width(r) is not None]
+        widest = max(widths, key=lambda w: w[1]) if widths else None
     lines = [f"Precision mode (`--precision {mode['target'] * 100:g}%`): {mode['rounds']} round(s) in "
              f"{mode['elapsed_s']:.0f} s; {how}"
              + (f" (widest: {widest[0]} ±{widest[1]:.1%})." if widest else ".")]

@@ -538,3 +538,20 @@ def test_a_resolved_difference_inside_the_margin_is_faster_and_within_it():
     # a 30% difference is not within the margin
     ac = next(p for p in a["pairs"] if (p["a"], p["b"]) == ("a", "c"))
     assert ac["outcome"] == "faster" and not ac["within_margin"]
+
+
+def test_the_precision_sentence_names_the_widest_interval_of_the_kind_it_names_from_the_records():
+    # A run from before the pairs' criterion kept "widest: amp ±16.6%" from its own stopping rule, beside a table
+    # whose amp interval was ±9%: the sentence, about the ratios, now takes the widest ratio interval it renders
+    from harness.ground.stats import half_width
+    from harness.reports import run_report
+
+    values = {"ddp": [100.0, 104.0, 97.0, 101.0], "spawn": [98.0, 99.0, 99.5, 97.0], "horovod": [80.0, 86.0, 77.0, 79.0]}
+    a = verdict.analyse(_records(values))
+    mode = {"target": 0.05, "budget_s": 600, "rounds": 4, "ended": "budget", "elapsed_s": 598.0,
+            "widest": ["spawn", 0.166]}
+    [old] = run_report._precision_lines(_records(values), a, mode)[:1]
+    k, w = max(((k, half_width(r)) for k, r in a["ratios"].items()), key=lambda x: x[1])
+    assert f"every ratio's interval reached ±5% (widest: {k} ±{w:.1%})." in old and "16.6%" not in old
+    [new] = run_report._precision_lines(_records(values), a, {**mode, "criterion": "simultaneous"})[:1]
+    assert f"(widest: {a['widest'][0]} ±{a['widest'][1]:.1%})." in new
