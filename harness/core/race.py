@@ -536,9 +536,16 @@ def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         entry = {"backend": b, "default": race.default, "best": best, "race": race, "values": vals,
                  "gain": None, "winner": race.default, "detectable": None}
         sized = (summary.get("plans") or {}).get(b)
+        common = sorted(set(vals.get(best, {})) & set(vals.get(race.default, {})))
         if sized and best != race.default:
-            rounds = len(set(vals.get(best, {})) & set(vals.get(race.default, {})))
-            entry["detectable"] = detectable(sized["variance"], rounds, len(races))
+            entry["detectable"] = detectable(sized["variance"], len(common), len(races))
+        elif best != race.default and len(common) >= 3:  # a tune from before the race's variance was kept: the
+            # confirmation's own paired spread (the variance of its log ratios over the rounds), said so
+            logs = [math.log(vals[best][k] / vals[race.default][k]) for k in common]
+            mean = sum(logs) / len(logs)
+            variance = sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)
+            entry["detectable"] = detectable(variance, len(common), len(races))
+            entry["detectable_from"] = "confirmation"
         if best != race.default and best in vals and race.default in vals:
             common = sorted(set(vals[best]) & set(vals[race.default]))
             gain = compare_pair([vals[best][k] for k in common], [vals[race.default][k] for k in common],

@@ -133,7 +133,11 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     if summary is not None and not interrupted:
         md += ["", "Gains: the race pick over the defaults, paired within confirmation rounds, Holm-adjusted over the "
                    "backends; a gain is kept only where it is resolved faster, and \"not resolved\" is not \"no gain\": "
-                   "the column beside it says how large a gain the rounds run could have resolved. The rows that "
+                   "the column beside it says how large a gain the rounds run could have resolved"
+                   + (" (this tune predates the race's variance being kept: from the confirmation rounds' own spread "
+                      "of each paired log ratio)" if any(e.get("detectable_from") == "confirmation"
+                                                         for e in found.values()) else "")
+                   + ". The rows that "
                    "reproduce each backend's winner (its race pick where the confirmation resolved it faster, else its "
                    "defaults):", "",
                f"    {ready_rows(found)}", "",

@@ -305,3 +305,21 @@ def test_min_gain_bad_input_is_one_line_and_exit_2(tmp_path, bad):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"error: --min-gain must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'\n"
     assert not out.exists()
+
+
+def test_a_tune_from_before_the_race_variance_was_kept_says_its_smallest_gain_from_the_confirmations_spread():
+    # the committed widemlp tunes printed "–" in the column their text promised; the confirmation's own paired log
+    # ratios give it, by hand (t(0.975, n-1) + t(0.8, n-1)) x s / sqrt(n)
+    import statistics
+
+    from scipy import stats as sp
+
+    records, summary = _ten_percent(3, tuning.Budget(1e6))
+    old = {k: v for k, v in summary.items() if k != "plans"}
+    entry = tuning.confirmed([{**r, "tune_summary": old} for r in records])["ddp"]
+    best, default = entry["values"][entry["best"]], entry["values"][entry["default"]]
+    logs = [math.log(best[k] / default[k]) for k in sorted(set(best) & set(default))]
+    n = len(logs)
+    by_hand = math.expm1((sp.t.ppf(0.975, n - 1) + sp.t.ppf(0.8, n - 1)) * statistics.stdev(logs) / math.sqrt(n))
+    assert entry["detectable"] == pytest.approx(by_hand) and entry["detectable_from"] == "confirmation"
+    assert "detectable_from" not in tuning.confirmed([{**r, "tune_summary": summary} for r in records])["ddp"]
