@@ -297,7 +297,7 @@ def recommend(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Among the rows that fit: the fastest at the middle figure, and every row the model does not rank behind it:
     within TIE of it at every figure (fastest, middle, slowest), or faster than it at some. Of those, the one
     holding the least memory is recommended; its margin is over the fastest row outside them (the ratio of step
-    times at each figure). A row is ranked behind when it is no faster at any figure and slower by more than TIE
+    times at each figure), and where it is not the fastest at the middle figure, its step time over that one's. A row is ranked behind when it is no faster at any figure and slower by more than TIE
     at some."""
     fitting = sorted((r for r in rows if r["fits"] is not False), key=lambda r: r["step_s"]["mid"])
     if not fitting:
@@ -313,7 +313,10 @@ def recommend(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     tied = [best] + [r for r in fitting[1:] if max(ratios(r, best)) <= 1 + TIE or min(ratios(r, best)) < 1 - TIE]
     pick = min(tied, key=held)
     out: dict[str, Any] = {"label": pick["label"], "tied": [r["label"] for r in tied if r is not pick],
-                           "next": None}
+                           "next": None, "fastest": None}
+    if pick is not best:  # what the memory costs: the pick's step time over the fastest's, at each figure
+        cost = ratios(pick, best)
+        out.update(fastest=best["label"], slower={"low": min(cost), "mid": cost[1], "high": max(cost)})
     rest = [r for r in fitting if r not in tied]
     if rest:
         margin = ratios(rest[0], pick)
