@@ -3,7 +3,7 @@ between the ranks: each rank divides by its own count, so the backends' average 
 the gradient of the global batch (the normalisation Hugging Face fixed with `num_items_in_batch`).
 
 Found, not guessed. Before launching (harness/core/workload_checks.py, check_user_code), for a workload whose loss
-declares no count, the counts a loss commonly divides by (targets other than -100, other than the most frequent target, a
+declares no count, the counts a loss commonly divides by (targets other than -100, other than the most frequent target of a sequence, a
 dict batch's labels shifted as a causal model shifts them, its attention mask) are read from the data for each
 rank's slice of the steps the check covers: `candidates`. After a row has failed the check, `explain` tests them against what
 the launch measured. At the first step where a candidate's counts differ, every earlier step's update was the
@@ -38,7 +38,8 @@ def counters(targets: Any, global_targets: Any) -> list[tuple[str, str, str, Any
         out.append((f"the targets other than {IGNORE_INDEX} (cross_entropy's ignore_index)",
                     f"(target != {IGNORE_INDEX}).sum()", "target", lambda y: int((y != IGNORE_INDEX).sum())))
         pad = int(torch.mode(global_targets.flatten()).values)
-        if pad != IGNORE_INDEX:
+        # padding pads a sequence: a target per sample (a class) has none, and its most frequent class is no pad
+        if pad != IGNORE_INDEX and targets.dim() >= 2:
             out.append((f"the targets other than {pad} (the most frequent target: padding)", f"(target != {pad}).sum()",
                         "target", lambda y, pad=pad: int((y != pad).sum())))
     elif isinstance(targets, Mapping):
@@ -101,6 +102,14 @@ def explain(cands: list[dict[str, Any]], rank_losses: list[list[float]], referen
         weighted = sum(n * x for n, x in zip(counts, each)) / sum(counts)
         rounding = ROUNDING * max(abs(exact), 1e-12)
         off = abs(plain - exact)
+        # The premise: the parameters were still the single process's at step s. Before it this count was the same
+        # on every rank, so the ranks' plain mean gave the single process's loss at every earlier step; a row that
+        # had parted from it already (an optimizer that clips over its shard, say) differs for another reason, and
+        # a weighted mean closer by chance must not name this one
+        earlier = [abs(sum(r[t] for r in rank_losses) / len(rank_losses) - reference_losses[t]) for t in range(s)]
+        if any(e > max(10 * ROUNDING * max(abs(reference_losses[t]), 1e-12), off / 10)
+               for t, e in enumerate(earlier)):
+            continue
         # the plain mean clearly off, the weighted one an order of magnitude closer (a fresh language model's
         # ranks' losses are all near ln V, so the plain mean may miss by only a few roundings)
         if off > 2 * rounding and abs(weighted - exact) <= off / 10:
