@@ -112,12 +112,19 @@ class FSDPStrategy(DDPStrategy):
             self._compile(module)
         self.units = len(groups)
         self.shared_groups = [[module_names.get(id(m), "?") for m in group] for group in groups if len(group) > 1]
-        # The same optimizer class and param groups, every hyperparameter of each group kept as it was (AdamW's
-        # groups carry keys its constructor does not take), over the sharded parameters of the same names.
+        # The workload's own optimizer, its parameters swapped for the sharded ones of the same names: every group's
+        # hyperparameters and whatever the instance holds stay as the workload built them. Rebuilding it from its
+        # class with the groups alone (as this did) failed on a constructor with a required argument and silently
+        # reset what the constructor set (a clipping threshold, a warm-up). In place, as an optimizer may keep a
+        # reference to its group's list (LBFGS); its state is empty before the first step, else moved by name.
         sharded = dict(model.named_parameters())
-        groups = [{**{k: v for k, v in group.items() if k != "params"},
-                   "params": [sharded[names[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
-        optimizer = type(optimizer)(groups)
+        moved = {}
+        for group in optimizer.param_groups:
+            new = [sharded[names[id(p)]] for p in group["params"]]
+            moved.update({id(p): q for p, q in zip(group["params"], new)})
+            group["params"][:] = new
+        for p in [p for p in list(optimizer.state) if id(p) in moved]:
+            optimizer.state[moved[id(p)]] = optimizer.state.pop(p)
         self.model, self.optimizer = model, optimizer
         return model, optimizer
 

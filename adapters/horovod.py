@@ -261,21 +261,40 @@ class HorovodStrategy(Strategy):
                 t = torch.view_as_real(t)
             state.append((name, t))
         hvd.broadcast_parameters(state, root_rank=0)
-        self.state_init_change = None
+        self.state_init_change = self.state_init_moved = None
         if self.knobs.broadcast_optimizer_state:
             fresh = len(optimizer.state_dict()["state"]) == 0
             before = [p.detach().clone() for p in model.parameters()]
+            settings = _settings(optimizer)
             hvd.broadcast_optimizer_state(optimizer, root_rank=0)
             if fresh:
                 with torch.no_grad():
                     self.state_init_change = max(float((p - b).abs().max()) for p, b in zip(model.parameters(), before))
                 optimizer.zero_grad()  # the zero gradients Horovod left on the parameters
+                # its step is the optimizer's own: a counter or a schedule it keeps moved too (a warm-up one step on)
+                after = _settings(optimizer)
+                self.state_init_moved = [f"{k} {settings[k]!r} → {after.get(k)!r}" for k in settings
+                                         if after.get(k) != settings[k]][:4] or None
         compression = hvd.Compression.fp16 if self.knobs.compression == "fp16" else hvd.Compression.none
         # op=Average: the mean of the ranks' gradients, as a single process over the global batch computes.
         # The LR is deliberately left alone (no `lr * hvd.size()` as in Horovod's examples).
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                             compression=compression, op=hvd.Average)
-        return super().wrap(model, optimizer)
+        # hvd.DistributedOptimizer makes a subclass of the optimizer's class and calls its constructor with the
+        # param groups alone (horovod/torch/optimizer.py: super(self.__class__, self).__init__(params)): the groups'
+        # hyperparameters survive, but a constructor that requires another argument fails there, and what a
+        # constructor sets on the instance (a warm-up's length, a clipping threshold) takes its defaults. The
+        # first is said with its fix; the second is undone: the workload's instance attributes are carried over.
+        try:
+            wrapped = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                               compression=compression, op=hvd.Average)
+        except TypeError as exc:
+            cls = type(optimizer)
+            raise TypeError(f"Horovod's DistributedOptimizer rebuilds {cls.__qualname__} from its param groups "
+                            f"alone: {exc}; fix: give every argument of {cls.__qualname__}.__init__ but the "
+                            f"parameters a default (the groups keep their own settings)") from exc
+        for name, value in vars(optimizer).items():
+            if not name.startswith("_") and name not in ("defaults", "state", "param_groups"):
+                setattr(wrapped, name, value)
+        return super().wrap(model, wrapped)
 
     def step(self):
         # Horovod all-reduces in its own C++ thread, which torch.profiler does not see: the wait for it is marked
@@ -326,13 +345,19 @@ class HorovodStrategy(Strategy):
             d["autotune"] = _autotune_log(Path(log))
             notes.append(autotune_note(d["autotune"]))
         change = getattr(self, "state_init_change", None)
+        moved = getattr(self, "state_init_moved", None)
         if change is not None:
             d["optimizer_state_init_param_change"] = change
-            if change > 0:
+            if moved:
+                d["optimizer_state_init_moved"] = moved
+            if change > 0 or moved:
+                what = ([f"moved the parameters by up to {change:.1e} before training (weight decay, and Adam's "
+                         f"step count)"] if change > 0 else []) + (
+                    [f"changed the optimizer's own settings ({', '.join(moved)}: a schedule or counter it keeps "
+                     f"runs one step ahead)"] if moved else [])
                 notes.append(f"hvd.broadcast_optimizer_state initialised the fresh optimizer's state with one "
-                             f"optimizer.step() on zero gradients (Horovod's own code), which moved the parameters "
-                             f"by up to {change:.1e} before training (weight decay, and Adam's step count); knob "
-                             f"broadcast_optimizer_state=false skips it")
+                             f"optimizer.step() on zero gradients (Horovod's own code), which {' and '.join(what)}; "
+                             f"knob broadcast_optimizer_state=false skips it")
         if notes:
             d["note"] = "; ".join(notes)
         if getattr(self, "hvd", None) is not None and self.info is not None:
@@ -541,3 +566,14 @@ class HorovodComm(Comm):
 
 
 ADAPTER = HorovodAdapter
+
+
+def _settings(optimizer) -> dict[str, object]:
+    """What an optimizer keeps besides its state, as plain values: its own public attributes (a step counter, a
+    warm-up's length) and each param group's hyperparameters ("group 1's lr")."""
+    plain = (int, float, str, bool, type(None))
+    out = {k: v for k, v in vars(optimizer).items()
+           if not k.startswith("_") and k not in ("defaults", "state", "param_groups") and isinstance(v, plain)}
+    for i, group in enumerate(optimizer.param_groups):
+        out.update({f"group {i}'s {k}": v for k, v in group.items() if k != "params" and isinstance(v, plain)})
+    return out

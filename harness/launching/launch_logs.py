@@ -67,6 +67,7 @@ def first_error(path: Path, containing: str | None = None, causes_only: bool = F
                 continue
             if (_ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line)
                     and not _SUMMARY.search(line)):
+                i, line = _raised_from(lines, i)
                 found = line.strip()
                 if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:
                     found += " " + lines[i + 1].strip()  # the exception's type, then its message
@@ -79,6 +80,25 @@ def first_error(path: Path, containing: str | None = None, causes_only: bool = F
         pass
     return None
 
+
+
+DIRECT_CAUSE = "The above exception was the direct cause of the following exception:"
+
+
+def _raised_from(lines: list[str], i: int) -> tuple[int, str]:
+    """The error line at `i`, or the one of an exception raised from it (`raise X from exc`: Python prints the cause
+    first, then "The above exception was the direct cause...", then X, which is what the code chose to say, e.g. a
+    framework's error with its fix). Not "During handling of the above exception...": that one is a second fault."""
+    while True:
+        j = next((k for k in range(i + 1, len(lines)) if DIRECT_CAUSE in lines[k] or _ERROR.search(lines[k])
+                  and not _FRAME.search(lines[k])), None)
+        if j is None or DIRECT_CAUSE not in lines[j]:
+            return i, lines[i]
+        k = next((k for k in range(j + 1, len(lines)) if _ERROR.search(lines[k]) and not _FRAME.search(lines[k])
+                  and "Traceback (most recent call last)" not in lines[k]), None)
+        if k is None:
+            return i, lines[i]
+        i = k
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

@@ -186,3 +186,27 @@ def test_a_models_own_sync_batch_norm_runs_on_the_cpu_with_sync_bn(tmp_path):
     _passes(rec)
     assert rec["equivalence"]["batch_norm"] == {"layers": "SyncBatchNorm", "statistics": "global batch"}
     assert rows["fsdp"]["status"] == "unavailable" and "SyncBatchNorm" in rows["fsdp"]["reason"]
+
+
+def test_a_models_own_optimizer_class_is_kept_as_built_by_fsdp_and_horovod(tmp_path):
+    # FSDP2's row rebuilt the optimizer from its class with the groups alone: a constructor requiring its lr failed,
+    # and the instance's own warm-up length took its default. Horovod's DistributedOptimizer does the same rebuild
+    # itself: the failure now names it with the fix, the instance's attributes are carried over, and its
+    # broadcast_optimizer_state step, which advances the optimizer's own warm-up counter, is named in the ✗
+    strict, _ = run_compare(tmp_path / "strict", "-w", f"{MODELS}:own_optimizer", "-o", "strict=true", "-a",
+                            "fsdp,horovod", "--repeats", "1", "--no-plots")
+    _passes(_ok(strict, "fsdp"))
+    if adapters.availability("horovod", "cpu", 2):
+        assert strict["horovod"]["status"] == "failed"
+        assert ("TypeError: Horovod's DistributedOptimizer rebuilds StrictSGD from its param groups alone: "
+                "StrictSGD.__init__() missing 1 required positional argument: 'lr'; " in strict["horovod"]["reason"]
+                ), strict["horovod"]["reason"]
+        assert "fix: give every argument of StrictSGD.__init__ but the parameters a default" in strict["horovod"][
+            "reason"]
+    rows, _ = run_compare(tmp_path / "plain", "-w", f"{MODELS}:own_optimizer", "-a",
+                          "horovod,horovod:broadcast_optimizer_state=false", "--repeats", "1", "--no-plots")
+    _passes(_ok(rows, "horovod:broadcast_optimizer_state=false"))  # warm=4 carried over: its default is 3
+    rec = _ok(rows, "horovod")
+    assert rec["equivalence"]["passed"] is False
+    assert "changed the optimizer's own settings (n 0 → 1, group 0's lr 0.1 → 0.025" in rec["equivalence"][
+        "why_failed"], rec["equivalence"]["why_failed"]

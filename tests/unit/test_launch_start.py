@@ -92,6 +92,29 @@ def test_a_program_the_launcher_could_not_find_is_the_cause_not_the_launchers_su
     assert first_error(log) == "RuntimeError: boom"  # not at the end of its line: not a missing program
 
 
+def test_an_exception_raised_from_another_is_the_error_named_not_its_cause(tmp_path):
+    # an adapter's `raise TypeError("Horovod's DistributedOptimizer rebuilds ...; fix: ...") from exc` was reported
+    # as the bare TypeError it explains; a second fault while handling one is not the cause, and stays second
+    from harness.launching.launch_logs import first_error
+
+    log = tmp_path / "launch.log"
+    log.write_text("[0]<stderr>:Traceback (most recent call last):\n"
+                   '[0]<stderr>:  File "optimizer.py", line 43, in __init__\n'
+                   "[0]<stderr>:TypeError: StrictSGD.__init__() missing 1 required positional argument: 'lr'\n"
+                   "[0]<stderr>:\n"
+                   "[0]<stderr>:The above exception was the direct cause of the following exception:\n"
+                   "[0]<stderr>:\n"
+                   "[0]<stderr>:Traceback (most recent call last):\n"
+                   '[0]<stderr>:  File "adapters/horovod.py", line 286, in wrap\n'
+                   '[0]<stderr>:    raise TypeError(f"Horovod rebuilds it")\n'
+                   "[0]<stderr>:TypeError: Horovod rebuilds it; fix: give lr a default\n"
+                   "RuntimeError: Horovod detected that one or more processes exited with non-zero status\n")
+    assert first_error(log) == "[0]<stderr>:TypeError: Horovod rebuilds it; fix: give lr a default"
+    log.write_text("ValueError: the first fault\n\nDuring handling of the above exception, another exception "
+                   "occurred:\n\nTraceback (most recent call last):\nOSError: a second one\n")
+    assert first_error(log) == "ValueError: the first fault"
+
+
 def test_a_second_stop_signal_says_what_stopping_at_once_loses():
     # The first signal is a request acted on at a safe point; the second stops at once, and once did so silently.
     # Real signals, in a process of its own (the handlers are process-wide).
