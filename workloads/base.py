@@ -265,8 +265,10 @@ class Workload(ABC):
         logits = batches.logits(output)
         if logits is None or isinstance(target, Mapping):
             raise LossError(f"the model returned {batches.describe(output)}, with no loss in it, and workload "
-                            f"{self.name} gives no loss of its own: pass the labels in the batch (a transformers "
-                            f"model computes its loss when given `labels`) or override loss(output, target)")
+                            f"{self.name} gives no loss of its own: "
+                            + ("pass the labels in the batch (a transformers model computes its loss when given "
+                               "`labels`) or override loss(output, target)" if isinstance(target, Mapping)
+                               else "override loss(output, target)"))
         return F.cross_entropy(logits.float(), target)
 
     def count(self, target: Any) -> Any:

@@ -172,9 +172,27 @@ class FunctionWorkload(Workload):
         logits = batches.logits(output)  # the output, or its logits (a classifier fed (dict inputs, labels))
         if logits is None or isinstance(target, Mapping):
             raise LossError(f"workload {self.ref}: its model returned {batches.describe(output)}, with no loss in it, "
-                            f"and the workload gives no loss piece: pass the labels in the batch (a transformers "
-                            f"model computes its loss when given `labels`) or give loss(output, target)")
+                            f"and the workload gives no loss piece: "
+                            + ("pass the labels in the batch (a transformers model computes its loss when given "
+                               "`labels`) or give loss(output, target)" if isinstance(target, Mapping)
+                               else "give loss(output, target)"))
         if target.is_floating_point():
+            if logits.shape != target.shape:
+                # mse_loss broadcasts (B, 1) against (B,) to (B, B): every output against every target, which
+                # trains (torch only warns) on an objective nobody asked for
+                import torch
+
+                try:
+                    spread = tuple(torch.broadcast_shapes(logits.shape, target.shape))
+                except RuntimeError:
+                    spread = None
+                if spread != tuple(logits.shape) or logits.numel() != target.numel():
+                    raise LossError(f"workload {self.ref}: its model's output {tuple(logits.shape)} and its float "
+                                    f"targets {tuple(target.shape)} are not the same shape, and the default "
+                                    f"mean squared error would broadcast them"
+                                    + (f" to {spread}, every output against every target" if spread else "")
+                                    + "; fix: make them the same shape (the output's `.squeeze(-1)`, or targets "
+                                      "of the output's shape), or give loss(output, target)")
             return F.mse_loss(logits.float(), target)
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
 

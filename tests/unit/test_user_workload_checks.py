@@ -871,3 +871,27 @@ def test_what_the_users_code_prints_during_the_checks_is_held_back_unless_they_f
         assert "my forward is about to fail" in out + err and built >= 1
     else:  # at most the count of its parameters on the meta device, before the checks
         assert built <= 1 and "my forward" not in out + err, (out, err)
+
+
+@pytest.mark.parametrize("output, target", [("(n, 1)", "(n,)"), ("(n,)", "(n, 1)"), ("(n, 2)", "(n,)")])
+def test_a_regression_output_and_target_of_other_shapes_are_refused_not_broadcast(tmp_path, output, target):
+    # mse_loss broadcast a (B, 1) output against (B,) targets to (B, B) and trained on it (torch only warns); the ✗
+    # then blamed the model's batch dependence
+    width = {"(n, 1)": 1, "(n,)": 1, "(n, 2)": 2}[output]
+    squeeze = ".squeeze(-1)" if output == "(n,)" else ""
+    path = write(tmp_path, "import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                           f"        super().__init__()\n        self.lin = torch.nn.Linear(3, {width})\n"
+                           f"    def forward(self, x):\n        return self.lin(x){squeeze}\n"
+                           "def f():\n    x = torch.randn(64, 3)\n"
+                           f"    y = x.sum(1){'.unsqueeze(-1)' if target == '(n, 1)' else ''}\n"
+                           "    return {'model': M(), 'train': (x, y)}\n")
+    out = tmp_path / "out"
+    result = invoke("run", "-w", f"{path}:f", "-a", "ddp", "--out", out)
+    o, t = {"(n, 1)": (2, 1), "(n,)": (2,), "(n, 2)": (2, 2)}[output], {"(n,)": (2,), "(n, 1)": (2, 1)}[target]
+    assert result.exit_code == 2 and not out.exists(), result.output
+    assert result.stderr.startswith(f"error: workload {path}:f: its model's output {o} and its float targets {t} are "
+                                    f"not the same shape, and the default mean squared error would broadcast them"), \
+        result.stderr
+    assert result.stderr.rstrip().endswith("fix: make them the same shape (the output's `.squeeze(-1)`, or targets "
+                                           "of the output's shape), or give loss(output, target)")
+    assert len(result.stderr.strip().splitlines()) == 1
