@@ -486,7 +486,7 @@ class Launch:
             silent = silent_hosts(rank_dir, spec.topology) if spec.topology is not None else []
             if silent:
                 reason = f"no rank started on {', '.join(silent)}; {reason}"
-            cause = self.stall_cause if self.stalled else first_error(self.log_path)
+            cause = self.stall_cause if self.stalled else first_error(self.log_path, stopped_by_us=True)
             if cause:
                 reason += f"; first error: {cause}"
         if status == "interrupted":

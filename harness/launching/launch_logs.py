@@ -28,8 +28,15 @@ _ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Seg
 ERROR_LINE = _ERROR
 """A log line that reads as an error (an exception's last line, a crash, a launcher's "error:")."""
 
-_SUMMARY = re.compile(r"\bChildFailedError\b")
-"""torchrun's own summary of a failed worker (its "ChildFailedError:" and the table after it): never the cause."""
+_SUMMARY = re.compile(r"\bChildFailedError\b|\bProcess(Exited|Raised)Exception\b"
+                      r"|Horovod detected that one or more processes exited with non-zero status")
+"""A launcher's own summary of a failed worker (torchrun's "ChildFailedError:" and the table after it,
+torch.multiprocessing.spawn's "process 1 terminated with exit code 3", horovodrun's "Horovod detected that one or
+more processes exited"): never the cause."""
+
+STOPPED = re.compile(r"\bSignalException\b: Process \d+ got signal")
+"""torchrun's words for the signal that stopped it: the cause where someone else sent it, never where compare did
+(its stop at a timeout or a stall)."""
 
 _WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+")
 """torch's line for an exception in a DataLoader worker; the worker's own traceback follows ("Original Traceback")."""
@@ -53,17 +60,23 @@ def start_error(exc: BaseException) -> str:
 
 
 
-CONSEQUENCE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Connection refused")
-"""What a rank says when a peer has gone: never the cause of a launch's failure."""
+CONSEQUENCE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Connection refused"
+                         r"|Horovod has been shut down\. This was caused by an exception on one of the ranks")
+"""What a rank says when a peer has gone: never the cause of a launch's failure (Horovod's words for a peer that
+ended included)."""
 
 
-def first_error(path: Path, containing: str | None = None, causes_only: bool = False) -> str | None:
+def first_error(path: Path, containing: str | None = None, causes_only: bool = False,
+                stopped_by_us: bool = False) -> str | None:
     """The first line of a log that looks like the root cause (launchers print their own summary last): only one
-    `containing` a text where given, and none that a peer's end causes (`CONSEQUENCE`) with `causes_only`."""
+    `containing` a text where given, none that a peer's end causes (`CONSEQUENCE`) with `causes_only`, and none that
+    compare's own stop of the launch causes (`STOPPED`, and a peer's end) with `stopped_by_us`."""
+    causes_only = causes_only or stopped_by_us
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         for i, line in enumerate(lines):
-            if containing is not None and containing not in line or causes_only and CONSEQUENCE.search(line):
+            if (containing is not None and containing not in line or causes_only and CONSEQUENCE.search(line)
+                    or stopped_by_us and STOPPED.search(line)):
                 continue
             if (_ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line)
                     and not _SUMMARY.search(line)):

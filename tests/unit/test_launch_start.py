@@ -8,6 +8,8 @@ import resource
 import subprocess
 import sys
 
+import pytest
+
 from harness.launching.launch import Launch
 from harness.shared.spec import RunSpec
 
@@ -113,6 +115,33 @@ def test_an_exception_raised_from_another_is_the_error_named_not_its_cause(tmp_p
     log.write_text("ValueError: the first fault\n\nDuring handling of the above exception, another exception "
                    "occurred:\n\nTraceback (most recent call last):\nOSError: a second one\n")
     assert first_error(log) == "ValueError: the first fault"
+
+
+@pytest.mark.parametrize("summary", [
+    "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit code 3",
+    "RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job to "
+    "be terminated. The first process to do so was:"])
+def test_a_launchers_summary_of_a_rank_that_exited_is_never_its_cause(tmp_path, summary):
+    # a rank's os._exit(3) was explained by spawn's own "process 1 terminated", Horovod's by its driver's words or a
+    # peer's "Horovod has been shut down", a timeout by torchrun's SignalException at compare's own SIGTERM
+    from harness.launching.launch_logs import first_error
+
+    log = tmp_path / "launch.log"
+    log.write_text("[0]<stderr>:RuntimeError: Horovod has been shut down. This was caused by an exception on one of "
+                   f"the ranks or an attempt to allreduce\n{summary}\n")
+    assert first_error(log, causes_only=True) is None
+    log.write_text(f"{summary}\n")
+    assert first_error(log) is None
+
+
+def test_at_a_timeout_torchruns_words_for_compares_own_stop_are_not_the_cause(tmp_path):
+    # `--timeout 30 --stall-timeout 0` on a hung rank: "first error: ...SignalException: Process 11659 got signal: 15",
+    # torchrun's words for compare's own SIGTERM. Sent by someone else, they are the cause (test_culprit.py)
+    from harness.launching.launch_logs import first_error
+
+    log = tmp_path / "launch.log"
+    log.write_text("torch.distributed.elastic.multiprocessing.api.SignalException: Process 11659 got signal: 15\n")
+    assert first_error(log, stopped_by_us=True) is None and first_error(log).endswith("got signal: 15")
 
 
 def test_a_second_stop_signal_says_what_stopping_at_once_loses():
