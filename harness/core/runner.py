@@ -379,6 +379,8 @@ class Runner:
             self.ui.reference_done(outcome, job.name)
             self.reference_runs[key] = {"status": outcome.status, "launch_wall": outcome.launch_wall,
                                         "wall_time_s": outcome.wall_time_s}
+            if outcome.status != "ok":
+                self.reference_runs[key]["reason"] = outcome.reason
             self.references[key] = None
             if outcome.status == "ok":
                 import torch
@@ -393,7 +395,12 @@ class Runner:
             self.session.keep_traces(rec, f"{job.slug}-r{job.repeat}")
             rec["position"] = self.positions.get((id(job.plan), job.row.label, job.repeat))
             if key in self.reference_runs:
-                rec["reference_run"] = self.reference_runs[key]
+                rec["reference_run"] = ref = self.reference_runs[key]
+                eq = rec.get("equivalence")
+                if ref["status"] != "ok" and eq and eq.get("checked"):  # nothing to check against: not a failure
+                    eq.update(checked=False, passed=None, why_not_checked=(
+                        f"the single-process reference {ref['status']}"
+                        + (f": {ref['reason']}" if ref.get("reason") else "")))
             self.session.save([rec])
             if rec["status"] == "ok" and rec.get("tflops_per_device"):  # what a later run's step estimate rests on
                 estimate.remember_speed(rec["topology"]["device"], rec["controls"]["threads_per_rank"][0],

@@ -135,9 +135,11 @@ def accuracy_text(row) -> str:
 
 def diff_text(row, short: bool = False) -> str:
     d = row.get("max_param_diff")
-    if d is None:
-        return "–"
-    eq = row["first"]["equivalence"]
+    eq = (row.get("first") or {}).get("equivalence") or {}
+    if d is None:  # nothing compared; where the reference did not run, the cell says so
+        reference = (row.get("first") or {}).get("reference_run") or {}
+        return "–" if reference.get("status") in (None, "ok") else (
+            f"– (no reference: it {reference['status']})" if short else f"– ({eq.get('why_not_checked')})")
     if not eq["checked"]:
         return f"{d:.1e} (not checked{'' if short else ': ' + eq['why_not_checked']})"
     return f"{d:.1e} {'✓' if d <= eq['tolerance'] else '✗'}"

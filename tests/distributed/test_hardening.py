@@ -468,3 +468,18 @@ def test_a_rank_killed_by_the_out_of_memory_killer_is_named_with_its_peak_memory
     assert peak.startswith("peak memory ") and peak.endswith(" GiB")
     assert 1.0 <= float(peak.split()[-2]) <= OOM_LIMIT / 2**30  # it grew to most of what was left
     assert limit == "memory cgroup's limit 3.0 GiB)"
+
+
+def test_a_reference_that_failed_leaves_every_row_unchecked_saying_why_not_failed(tmp_path):
+    # Every row read "checked: true, passed: false" (a failed equivalence check) when no reference had run, and
+    # report.md said nothing of it; the cell now says why nothing was compared
+    out = tmp_path / "o"
+    rows, proc = run_compare(out, "-a", "ddp", *SHORT, "--equiv-steps", "2",
+                             env={"COMPARE_FAULT": "reference:0:raise:1"})
+    rec = rows["ddp"]
+    assert rec["status"] == "ok" and rec["max_param_diff"] is None
+    assert rec["reference_run"]["status"] == "failed" and "[fault injection]" in rec["reference_run"]["reason"]
+    eq = rec["equivalence"]
+    assert eq["checked"] is False and eq["passed"] is None
+    assert eq["why_not_checked"].startswith("the single-process reference failed: rank 0 exited with code 1")
+    assert f"| – ({eq['why_not_checked']}) | ok |" in (out / "report.md").read_text()
