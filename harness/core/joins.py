@@ -27,7 +27,10 @@ class NotJoinable(ValueError):
 
 
 def _measured(records):
-    return next((r for r in records if r.get("status") in MEASURED and r.get("controls")), None)
+    """A record that says the request's controls: a measured one, else any (a run whose every row failed still
+    says its options, batch and steps; with none it read as "None" against the other run's)."""
+    return (next((r for r in records if r.get("status") in MEASURED and r.get("controls")), None)
+            or next((r for r in records if r.get("controls")), None))
 
 
 def env_of(records) -> dict[str, Any]:

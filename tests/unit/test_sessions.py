@@ -294,3 +294,28 @@ def test_a_join_of_runs_made_by_two_versions_of_the_code_says_so(tmp_path, monke
             "S1, S2, S3 ran from a working tree") in joined("alldirty")
     commits("fedcba9876543210", "fedcba9876543210", "fedcba9876543210")  # one version: not a word
     assert "version of this code" not in joined("one")
+
+
+def test_a_run_whose_every_row_failed_is_compared_by_the_request_it_made(tmp_path, monkeypatch):
+    # its controls were read from measured rows only: "differs in workload options (None against ...)", where both
+    # runs asked for the same options
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(6)
+    a = _run(tmp_path, "a", _values(rng, 0.0))
+    b = _run(tmp_path, "b", _values(rng, 0.0))
+    recs = [json.loads(line) for line in (b / "records.jsonl").read_text().splitlines()]
+    for r in recs:
+        r.update(status="failed", samples_per_s=None)
+    (b / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    joins.check([("a", joins_records(a)), ("b", joins_records(b))])  # the same request: nothing to refuse
+    for r in recs:
+        r["controls"]["steps"] = 7
+    (b / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with pytest.raises(joins.NotJoinable, match=r"differs from a in timed steps \(7 against "):
+        joins.check([("a", joins_records(a)), ("b", joins_records(b))])
+
+
+def joins_records(d):
+    from harness.ground.record import read_records
+
+    return read_records(d / "records.jsonl")
