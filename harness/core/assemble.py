@@ -7,6 +7,7 @@ noise, load balance, time to target and where the launch's time went.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from pathlib import Path
@@ -260,7 +261,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
                                      reference_losses=reference_losses)
     if spec.eval_every and spec.target is not None:
         rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
-    rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"), curve)
+    rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"), curve, [r.losses for r in ranks])
     return rec
 
 
@@ -351,7 +352,8 @@ def step_breakdown(ranks: list[TrainResult], stats: dict | None) -> dict[str, An
     return out
 
 
-def row_status(outcome, ttt: dict[str, Any] | None, curve: list[float] = ()) -> tuple[str, str]:
+def row_status(outcome, ttt: dict[str, Any] | None, curve: list[float] = (),
+               rank_losses: list[list[float]] = ()) -> tuple[str, str]:
     """A measured row's status and reason, decided here only: the launch's own (ok, failed, interrupted, hung: what
     harness/launching/launch.py decided from the facts recorded in order, culprit included), then, for a launch
     that ended well, whether its loss diverged (`diverged`: NaN or infinite from some step to the last, the step
@@ -362,8 +364,16 @@ def row_status(outcome, ttt: dict[str, Any] | None, curve: list[float] = ()) -> 
     diverged = diverged_at(curve)
     if diverged is not None:
         step, value = diverged
-        return "diverged", (f"the loss became {value} at step {step} of {len(curve)} and stayed NaN or infinite: "
-                            f"the training diverged (its timings are kept in the record, out of the comparison)")
+        # the rank whose own loss went first (a NaN on one rank reaches every rank's parameters at the next
+        # all-reduce, so later steps are NaN everywhere)
+        first = [k for k, losses in enumerate(rank_losses)
+                 if len(losses) >= step and not math.isfinite(losses[step - 1])]
+        where = ("" if len(rank_losses) < 2 or not first or len(first) == len(rank_losses)
+                 else f" on rank {first[0]} (the other ranks' losses were finite there)" if len(first) == 1
+                 else f" on ranks {', '.join(map(str, first))} (the others' were finite there)")
+        return "diverged", (f"the loss became {value} at step {step} of {len(curve)}{where} and stayed NaN or "
+                            f"infinite: the training diverged (its timings are kept in the record, out of the "
+                            f"comparison)")
     if not ttt or ttt["reached"]:
         return outcome.status, outcome.reason
     return "not_reached", (f"best {ttt['metric']} {ttt['best_metric']:.4f} (after step {ttt['best_step']}) is below "

@@ -58,3 +58,8 @@ def test_a_loss_that_becomes_nan_and_stays_so_makes_the_row_diverged_naming_the_
     assert diverged_at([]) is None and row_status(ok, None, [1.0]) == ("ok", "")
     failed = SimpleNamespace(status="failed", reason="rank 1 exited with code 1")
     assert row_status(failed, None, [nan]) == ("failed", "rank 1 exited with code 1")  # the launch's own comes first
+    # the rank whose own loss went first is named (at the next all-reduce every rank's parameters are NaN)
+    curve, ranks = [2.0, 1.5, nan, nan], [[2.0, 1.5, 1.4, nan], [2.0, 1.5, nan, nan]]
+    assert row_status(ok, None, curve, ranks)[1].startswith(
+        "the loss became nan at step 3 of 4 on rank 1 (the other ranks' losses were finite there) and stayed")
+    assert "on rank" not in row_status(ok, None, curve, [[2.0, 1.5, nan, nan]] * 2)[1]  # every rank at once
