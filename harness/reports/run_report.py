@@ -123,6 +123,12 @@ def _notes(rows, records) -> list[str]:
         notes.append(f"**The run ended before all its launches**: {cut}.")
     notes += hosts_report.note(records)
     notes += machine.note(records, lambda r: f"{r['label']}#{r['repeat']}")
+    left = [f"{r['label']}#{r['repeat']} ({r['leftover_processes_killed']})" for r in records
+            if r.get("leftover_processes_killed")]
+    if left:
+        notes.append("**Processes left running after their launch ended, killed by compare** (processes the model "
+                     "or the framework started and did not end: a forked worker, a server; their CPU time is not in "
+                     "the row's figures): " + "; ".join(left) + ".")
     noisy = [f"{r['label']}#{r['repeat']} ({', '.join(r['noise']['flags'])})" for r in records
              if (r.get("noise") or {}).get("flags")]
     if noisy:
