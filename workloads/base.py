@@ -310,6 +310,13 @@ class Workload(ABC):
         mean = count if mean_over_processes is None else mean_over_processes(count.reshape(1)).reshape(())
         if summed:
             return value / mean.to(value.dtype)
+        if float(count) == 0.0:
+            # nothing of this slice is counted (every label -100): the mean it returned is 0/0, NaN, and NaN times
+            # a factor of 0 stays NaN (its gradient too). Its share of the global batch's loss is 0: a zero kept on
+            # the output's graph, so every parameter still gets its (zero) gradient from this process
+            logits = batches.logits(output)
+            if isinstance(logits, torch.Tensor) and logits.requires_grad:
+                return (logits.float().sum() * 0.0).to(value.dtype)
         # the factor first: exactly 1 where every process has the same count, so such a loss is unchanged
         return value * (count / mean).to(value.dtype)
 

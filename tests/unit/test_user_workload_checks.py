@@ -3,6 +3,7 @@ from a file or a module, or an installed package's entry point; and every way su
 and exit 2, or, for an exception inside the user's own code, their traceback and exit 1)."""
 
 import dataclasses
+import math
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -895,3 +896,24 @@ def test_a_regression_output_and_target_of_other_shapes_are_refused_not_broadcas
     assert result.stderr.rstrip().endswith("fix: make them the same shape (the output's `.squeeze(-1)`, or targets "
                                            "of the output's shape), or give loss(output, target)")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_rank_with_nothing_to_count_adds_nothing_rather_than_nan(tmp_path):
+    # `count=` with a mean loss: a slice whose every label is -100 has a mean of 0/0, and NaN x 0 stayed NaN, so
+    # the row "diverged"; its share of the global batch's loss is 0, with a zero gradient for every parameter
+    import torch.nn.functional as F
+
+    path = write(tmp_path, "import torch\nfrom workloads import Pieces\n"
+                           "def f():\n    x = torch.randint(0, 8, (16, 4))\n    y = torch.full((16, 4), -100)\n"
+                           "    return Pieces(model=lambda: torch.nn.Sequential(torch.nn.Embedding(8, 4), "
+                           "torch.nn.Linear(4, 8)), train=(x, y), count=lambda t: (t != -100).sum())\n")
+    w = workloads.get(f"{path}:f")
+    torch.manual_seed(0)
+    model = w.new_model()
+    x, y = torch.randint(0, 8, (2, 4)), torch.full((2, 4), -100)
+    out = w.forward(model, x)
+    assert math.isnan(float(F.cross_entropy(out.flatten(0, 1), y.flatten())))  # the mean it is given
+    loss = w.step_loss(out, y, mean_over_processes=lambda c: c + 7)  # another rank counted 14: a mean of 7
+    loss.backward()
+    assert float(loss) == 0.0
+    assert all(p.grad is not None and torch.equal(p.grad, torch.zeros_like(p)) for p in model.parameters())
