@@ -105,6 +105,19 @@ def collated(items: Any, device: Any, non_blocking: bool = False) -> tuple[Any, 
     return batches.to(x, device, non_blocking), batches.to(y, device, non_blocking)
 
 
+def nothing_to_train(model, name: str) -> str | None:
+    """Why a model has nothing to train (no parameter, or none that requires a gradient), in one line; None where it
+    has. What `compare run` refuses before launching and `compare plan` before counting."""
+    params = list(model.parameters())
+    if not params:
+        return (f"workload {name}: its model ({type(model).__name__}) has no parameters, so there is nothing to "
+                f"train or to compare; give a model with parameters")
+    if not any(p.requires_grad for p in params):
+        return (f"workload {name}: none of its model's {len(params)} parameter tensor(s) requires a gradient (all "
+                f"frozen), so there is nothing to train or to compare; unfreeze some")
+    return None
+
+
 SMALL_MODEL = 5_000_000
 """Parameters up to which compare runs a user's model for real on the CPU where the meta device is not enough: the
 check before launching runs it twice, to find randomness in its forward that its modules do not show (a functional
@@ -310,10 +323,11 @@ class Workload(ABC):
         mean = count if mean_over_processes is None else mean_over_processes(count.reshape(1)).reshape(())
         if summed:
             return value / mean.to(value.dtype)
-        if float(count) == 0.0:
+        if count.device.type == "cpu" and float(count) == 0.0:
             # nothing of this slice is counted (every label -100): the mean it returned is 0/0, NaN, and NaN times
             # a factor of 0 stays NaN (its gradient too). Its share of the global batch's loss is 0: a zero kept on
-            # the output's graph, so every parameter still gets its (zero) gradient from this process
+            # the output's graph, so every parameter still gets its (zero) gradient from this process. On the CPU
+            # only: reading a CUDA count here would wait for the forward at every step (and meta has no value)
             logits = batches.logits(output)
             if isinstance(logits, torch.Tensor) and logits.requires_grad:
                 return (logits.float().sum() * 0.0).to(value.dtype)

@@ -298,13 +298,11 @@ def check_trains(model, name: str) -> None:
     """Refuse a model with nothing to train (no parameter, or none that requires a gradient): every backend would
     fail at launch on "optimizer got an empty parameter list" or DDP's "doesn't have any parameter that requires a
     gradient". Counted on the model as built (on meta: nothing allocated)."""
-    params = list(model.parameters())
-    if not params:
-        raise BadInput(f"workload {name}: its model ({type(model).__name__}) has no parameters, so there is nothing "
-                       f"to train or to compare; give a model with parameters")
-    if not any(p.requires_grad for p in params):
-        raise BadInput(f"workload {name}: none of its model's {len(params)} parameter tensor(s) requires a gradient "
-                       f"(all frozen), so there is nothing to train or to compare; unfreeze some")
+    from workloads.base import nothing_to_train
+
+    why = nothing_to_train(model, name)
+    if why:
+        raise BadInput(why)
 
 
 def _shape(value) -> str:

@@ -345,7 +345,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     import workloads
     from harness.shared.registry import UserCodeError
     from workloads import batch as batches
-    from workloads.base import SMALL_MODEL
+    from workloads.base import SMALL_MODEL, nothing_to_train
 
     ck = _check_modes(attention, checkpointing)
     w = workloads.get(name, options)
@@ -359,6 +359,9 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     except (RuntimeError, OverflowError, ValueError) as exc:  # e.g. a tensor larger than any address space
         raise BadPlan(f"workload {name} ({given}) cannot be built: {' '.join(str(exc).split())}; choose smaller "
                       f"workload options") from None
+    why = None if _lazy(model) else nothing_to_train(model, name)
+    if why:  # one line, as `compare run` says it (its backward had no gradient to take: two tracebacks)
+        raise BadPlan(why)
     data = w.materialize("cpu", w.global_batch)
     x, y = data.batch(torch.arange(2), "cpu")
     device = "meta"

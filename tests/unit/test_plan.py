@@ -687,3 +687,16 @@ def test_a_model_meta_cannot_run_is_counted_on_the_cpu(tmp_path):
             "--hidden") in big.output and len(big.output.strip().splitlines()) == 1
     failed = CliRunner().invoke(app, ["plan", "-w", f"{path}:broken", "--gpu", "h100"])
     assert failed.exit_code == 1 and "the user's own bug" in failed.output
+
+
+def test_a_model_with_nothing_to_train_is_refused_in_one_line_as_compare_run_refuses_it(tmp_path):
+    # all frozen: `compare run` said so in one line; `compare plan` printed two torch tracebacks and exit 1
+    path = tmp_path / "frozen.py"
+    path.write_text("import torch\nfrom workloads import Pieces\n"
+                    "def f():\n    x = torch.randn(32, 4)\n"
+                    "    def build():\n        m = torch.nn.Linear(4, 2)\n        return m.requires_grad_(False)\n"
+                    "    return Pieces(model=build, train=(x, (x.sum(1) > 0).long()))\n")
+    shown = CliRunner().invoke(app, ["plan", "-w", f"{path}:f", "--gpu", "a100", "--nodes", "1"])
+    assert (shown.exit_code, shown.stdout) == (2, "")
+    assert shown.stderr == (f"error: workload {path}:f: none of its model's 2 parameter tensor(s) requires a gradient "
+                            f"(all frozen), so there is nothing to train or to compare; unfreeze some\n")
