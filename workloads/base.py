@@ -225,11 +225,13 @@ class Workload(ABC):
         if any(is_lazy(p) for p in model.parameters()):
             data = self.materialize("cpu", self.global_batch)
             x, _ = data.batch(torch.arange(min(2, data.n_train)), "cpu")
-            training = model.training
             model.eval()
             with torch.no_grad():
                 self.forward(model, batches.to(x, torch.get_default_device()))
-            model.train(training)
+        # In training mode, as a training loop puts it before its first step: a model whose own train() keeps some
+        # layers in eval (a frozen BatchNorm, mmdet's norm_eval) or that sets them there only in train() is
+        # trained as its loop would train it
+        model.train()
         return model
 
     def make_optimizer(self, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:

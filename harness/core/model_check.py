@@ -25,12 +25,15 @@ some samples take, an expert some tokens reach, leaves parameters without a grad
 
 
 def batch_norm_layers(model) -> list[str]:
-    """The model's BatchNorm layers by type, with their count ("BatchNorm2d x 20")."""
+    """The model's BatchNorm layers that normalise by their batch's statistics in training, by type, with their
+    count ("BatchNorm2d x 20"): one the model keeps in eval mode while it trains (a frozen BatchNorm) normalises by
+    its running statistics, which depend on no batch, unless it tracks none."""
     from collections import Counter
 
     import torch.nn as nn
 
-    kinds = Counter(type(m).__name__ for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm))
+    kinds = Counter(type(m).__name__ for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                    and (m.training or not m.track_running_stats))
     return [f"{kind} x {n}" if n > 1 else kind for kind, n in sorted(kinds.items())]
 
 

@@ -917,3 +917,17 @@ def test_a_rank_with_nothing_to_count_adds_nothing_rather_than_nan(tmp_path):
     loss.backward()
     assert float(loss) == 0.0
     assert all(p.grad is not None and torch.equal(p.grad, torch.zeros_like(p)) for p in model.parameters())
+
+
+def test_a_batchnorm_the_model_keeps_in_eval_while_training_is_not_per_process_and_train_is_called():
+    # a frozen BatchNorm (its model's train() keeps it in eval: running statistics, no batch's) made every row
+    # "not checked: BatchNorm statistics per process", and the harness never called train() before training
+    models = REPO / "tests" / "fixtures" / "models.py"
+    found = {}
+    for name in ("frozen_norm", "batchnorm"):
+        w = workloads.get(f"{models}:{name}")
+        workload_checks.check_user_code(w, requests.RunRequest(workload=f"{models}:{name}", world_size=2), 16)
+        found[name] = w.batch_norm
+        model = w.new_model()
+        assert model.training and any(not m.training for m in model.modules()) == (name == "frozen_norm")
+    assert found == {"frozen_norm": None, "batchnorm": "BatchNorm1d"}
