@@ -382,7 +382,10 @@ class DeepSpeedStrategy(Strategy):
 
         out = {}
         for name, p in self.unwrap(model).named_parameters():
-            full = safe_get_full_fp32_param(p)  # None when DeepSpeed keeps no separate fp32 copy (ZeRO-0 fp32)
+            try:
+                full = safe_get_full_fp32_param(p)  # None when DeepSpeed keeps no separate fp32 copy (ZeRO-0 fp32)
+            except KeyError:  # ZeRO-3, a parameter the optimizer does not hold (its grad_position has no entry): it
+                full = None  # has no fp32 partition, on any rank alike; gathered below as it is
             if full is None and hasattr(p, "ds_id"):  # a ZeRO-3 parameter with no optimizer link: gather it
                 with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
                     full = p.detach().clone()
