@@ -380,6 +380,15 @@ class Launch(Role):
         return None
 
 
+REENTRANT_FIX = ("a parameter's gradient was made twice in one backward: reentrant activation checkpointing "
+                 "(torch.utils.checkpoint with use_reentrant=True) of a module the forward uses more than once; use "
+                 "use_reentrant=False")
+"""The fix for a backend's refusal of a gradient made twice in one backward (DDP's "mark a variable ready only
+once", DeepSpeed's "has already been reduced", Horovod's "computed more than backward_passes_per_step times"): the
+recomputed forward of a reentrant checkpoint runs inside backward, and each call of a reused module there
+accumulates its parameters' gradients apart."""
+
+
 class Strategy(Role):
     """Every rank's role (harness/rank/): import the framework, join the group, wrap the model and optimizer, run the
     step (autocast, backward, optimizer step), reduce the metrics, give the framework's collectives to `compare comm`,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 from pathlib import Path
 
-from adapters.base import (Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Strategy,
+from adapters.base import (REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Strategy,
                            cpu_sync_batch_norm)
 from adapters.launchers import torchrun, torchrun_nodes
 from adapters.probes import compile_availability, cuda_world_check, torch_build
@@ -79,6 +79,11 @@ class DDPLaunch(Launch):
             return (f"a step left parameters without a gradient, which DDP's reducer waits for: add the knob "
                     f"find_unused_parameters=true (-a {self.name}:find_unused_parameters=true), or static_graph=true "
                     f"where the same parameters go unused in every step")
+        if "mark a variable ready only once" in error:
+            # a parameter whose gradient hook fires twice in one backward: reentrant activation checkpointing (its
+            # recomputed forward runs inside backward) of a module used more than once, or a parameter shared
+            # between several checkpointed calls
+            return f"{REENTRANT_FIX}, or the knob static_graph=true (-a {self.name}:static_graph=true)"
         return None
 
     def check_knobs(self, world_size: int) -> None:

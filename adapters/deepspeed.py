@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from adapters.base import (EVERY_PARAMETER_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan,
-                           Precision, RankInfo, Strategy, cpu_sync_batch_norm, interpreter, rank_command)
+from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch,
+                           LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm, interpreter, rank_command)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm
@@ -203,6 +203,11 @@ class DeepSpeedLaunch(Launch):
         """What `ds_report` tells, from DeepSpeed's own objects: version, accelerator, and per op whether it
         was built at install time, can be JIT-built here, and is already in the JIT cache."""
         return ds_report_quietly(PINNED_VERSION)
+
+    def failure_fix(self, error):
+        if "has already been reduced" in error:  # a gradient hook fired twice in one backward
+            return REENTRANT_FIX
+        return None
 
     def missing_gradient(self):
         # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from adapters.base import (Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, RankInfo, Strategy, interpreter,
-                           rank_command)
+from adapters.base import (REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, RankInfo,
+                           Strategy, interpreter, rank_command)
 from adapters.probes import cuda_world_check
 from adapters.comm_primitives import Comm
 from harness.shared import cache
@@ -209,6 +209,11 @@ class HorovodLaunch(Launch):
                 info["check_build"] = f"horovodrun --check-build failed: {exc}"
         info["last_build_failure"] = build_failure()
         return info
+
+    def failure_fix(self, error):
+        if "Gradients were computed more than backward_passes_per_step times" in error:  # a gradient hook fired twice in one backward
+            return REENTRANT_FIX
+        return None
 
     def missing_gradient(self):
         # Read in Horovod 0.28.1's source and measured (docs/your-model.md, "What each backend does differently").

@@ -278,6 +278,21 @@ def test_the_ddp_failure_it_would_otherwise_give_names_the_knob():
     assert ddp.failure_fix("RuntimeError: something else") is None
 
 
+@pytest.mark.parametrize("name, error", [
+    ("ddp", "RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following"),
+    ("deepspeed", "AssertionError: The parameter shared.0.bias has already been reduced. Gradient computed twice"),
+    ("horovod", "AssertionError: Gradients were computed more than backward_passes_per_step times before call to "
+                "step(). Increase backward_passes_per_step to accumulate gradients locally.")])
+def test_a_gradient_made_twice_in_one_backward_names_reentrant_checkpointing_and_its_fix(name, error):
+    # a block called three times under torch.utils.checkpoint(use_reentrant=True): each backend failed with its own
+    # words and no fix (ddp:static_graph=true is one; use_reentrant=False is every backend's)
+    fix = adapters.get(name)({}, "cpu").failure_fix(f"rank 0 exited with code 1; first error: {error}")
+    assert fix.startswith("a parameter's gradient was made twice in one backward: reentrant activation "
+                          "checkpointing (torch.utils.checkpoint with use_reentrant=True) of a module the forward "
+                          "uses more than once; use use_reentrant=False"), fix
+    assert fix.endswith("or the knob static_graph=true (-a ddp:static_graph=true)") == (name == "ddp")
+
+
 def test_the_knobs_are_declared_like_the_others_so_compare_knobs_shows_them():
     for name in ("ddp", "spawn", "amp"):
         result = invoke("knobs", name)
