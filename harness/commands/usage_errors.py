@@ -68,7 +68,8 @@ class OneLineUsageErrors(Group):
         except UserCodeError as exc:  # the user's own workload raised: their traceback, not ours
             sys.stderr.write(exc.user_traceback())
             sys.stderr.write(f"error: {exc.doing} raised {type(exc.exc).__name__} in your code (traceback above); "
-                             f"nothing was run or written\n")
+                             f"nothing was run or written" + (f"; {exc.hint}" if getattr(exc, "hint", None) else "")
+                             + "\n")
             sys.exit(1)
         except typer.Abort:  # (not in typer's vendored click.exceptions: typer.Abort is the class it raises)
             typer.echo("Aborted!", err=True)

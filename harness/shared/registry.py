@@ -46,9 +46,9 @@ class UserCodeError(Exception):
     """An exception raised inside the user's own code (importing their file or module, calling their workload
     function, their model's forward): shown as their traceback, without this project's frames, and exit code 1."""
 
-    def __init__(self, doing: str, exc: BaseException):
+    def __init__(self, doing: str, exc: BaseException, hint: str | None = None):
         super().__init__(f"{doing}: {type(exc).__name__}: {exc}")
-        self.doing, self.exc = doing, exc
+        self.doing, self.exc, self.hint = doing, exc, hint  # hint: what it means and its fix, where compare knows
 
     def user_traceback(self) -> str:
         """The exception's traceback with the frames of this project (and of the import machinery) left out."""

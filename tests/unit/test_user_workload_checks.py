@@ -931,3 +931,19 @@ def test_a_batchnorm_the_model_keeps_in_eval_while_training_is_not_per_process_a
         model = w.new_model()
         assert model.training and any(not m.training for m in model.modules()) == (name == "frozen_norm")
     assert found == {"frozen_norm": None, "batchnorm": "BatchNorm1d"}
+
+
+def test_items_of_different_shapes_are_their_traceback_with_what_it_means_and_the_fix(tmp_path):
+    # torch's default_collate failed in torch.stack and the line said only that the user's code raised
+    path = write(tmp_path, "import torch\n"
+                           "class Rows(torch.utils.data.Dataset):\n    def __len__(self):\n        return 64\n"
+                           "    def __getitem__(self, i):\n        return torch.zeros(2 + i % 3).long(), 0\n"
+                           "def f():\n    return {'model': torch.nn.Embedding(4, 2), 'train': Rows()}\n")
+    out = tmp_path / "out"
+    proc = invoke("run", "-w", f"{path}:f", "-a", "ddp", "--out", out)
+    assert proc.exit_code == 1 and not out.exists(), proc.output
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: reading the training samples of workload {path}:f raised RuntimeError in your code (traceback "
+        f"above); nothing was run or written; its items' tensors differ in shape, and the default collate stacks "
+        f"each batch's items into one tensor: give them one shape in __getitem__ (a sequence padded or cut to a "
+        f"fixed length, its padded labels -100)")
