@@ -192,6 +192,9 @@ class ModelFacts:
     param_dtypes: list[str] = field(default_factory=list)
     """The dtypes of the parameters that train, as the model builds them, in short names ("fp32", "bf16",
     "complex64"); empty where not checked."""
+    bad_unit: str | None = None
+    """Why a shard unit the workload gives cannot be sharded as one (a ModuleList, which has no forward; a module
+    that is not the model's), in words; None where every unit can (or they were not checked)."""
 
     def dtypes_outside(self, allowed: set[str]) -> list[str]:
         """The parameters' dtypes not in `allowed`."""

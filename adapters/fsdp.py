@@ -58,6 +58,10 @@ class FSDPLaunch(DDPLaunch):
                        f"before launching, and FSDP2 reduce-scatters only the gradients a rank has, so its ranks "
                        f"would issue collectives of different sizes (gloo aborts: \"Received data size doesn't "
                        f"match expected size\"; NCCL hangs)", EVERY_PARAMETER_FIX)
+        if facts.bad_unit:
+            return Availability(False, f"{facts.bad_unit} (FSDP2 wraps each unit with fully_shard)",
+                                "give the model's own modules that run a forward, one by one (a ModuleList's "
+                                "layers: list(model.layers))")
         if facts.sparse:
             return Availability(
                 False, f"the model gives sparse gradients ({', '.join(facts.sparse)}: an embedding with "

@@ -37,6 +37,23 @@ def batch_norm_layers(model) -> list[str]:
     return [f"{kind} x {n}" if n > 1 else kind for kind, n in sorted(kinds.items())]
 
 
+def bad_unit(units, model) -> str | None:
+    """Why one of a workload's shard units cannot be sharded on its own (torch's fully_shard takes a module that
+    runs a forward, and one outside the model shards nothing of it), in words; None where every one can."""
+    import torch.nn as nn
+
+    names = {id(m): name for name, m in model.named_modules()}
+    for i, unit in enumerate(units):
+        if not isinstance(unit, nn.Module):
+            return f"its shard unit {i} is a {type(unit).__name__}, not a module"
+        if id(unit) not in names:
+            return f"its shard unit {i} ({type(unit).__name__}) is not one of the model's modules"
+        if isinstance(unit, (nn.ModuleList, nn.ModuleDict)):
+            return (f"its shard unit {i} ({names[id(unit)] or 'the model'}) is a {type(unit).__name__}, a container "
+                    f"that runs no forward of its own, which fully_shard cannot shard as one")
+    return None
+
+
 def sparse_modules(model) -> list[str]:
     """The modules whose weight gets a sparse gradient (nn.Embedding, nn.EmbeddingBag with sparse=True), by name."""
     import torch.nn as nn

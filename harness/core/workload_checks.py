@@ -153,6 +153,10 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     if params is not None:
         check_trains(model, req.workload)
         _module_facts(facts, model)
+        try:
+            facts.bad_unit = model_check.bad_unit(workload.shard_units(model), model)
+        except Exception:  # noqa: BLE001 - the user's units that fail to be listed fail the row that asks for them
+            pass
         _check_gradients(facts, workload, "meta", [[(batches.to(a, "meta"), batches.to(b, "meta")) for a, b in steps]
                                                    for steps in first_steps])
     workload.nondeterministic = _dropout(model) if params is not None else None

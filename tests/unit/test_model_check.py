@@ -415,3 +415,22 @@ def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backe
                               label="horovod")
     assert eq["why_failed"].endswith("; the next, head.weight by 3.0e-04, had a gradient in every step; horovod's "
                                      "own note: hvd.broadcast_optimizer_state moved the parameters")
+
+
+def test_a_shard_unit_fsdp_cannot_shard_as_one_refuses_its_row_before_launching():
+    # a ModuleList among the units failed at launch ("fully_shard does not support containers that do not implement
+    # forward"); a module that is not the model's was taken, and the report said units=2
+    from torch import nn
+
+    from adapters.base import ModelFacts
+    from harness.core.model_check import bad_unit
+
+    model = nn.Sequential(nn.ModuleList([nn.Linear(4, 4)]), nn.Linear(4, 2))
+    assert bad_unit([model[0][0], model[1]], model) is None
+    assert bad_unit([model[0], model[1]], model) == ("its shard unit 0 (0) is a ModuleList, a container that runs no "
+                                                     "forward of its own, which fully_shard cannot shard as one")
+    assert bad_unit([nn.Linear(2, 2)], model) == "its shard unit 0 (Linear) is not one of the model's modules"
+    why = adapters.get("fsdp")({}, "cpu").model_availability(ModelFacts(bad_unit=bad_unit([model[0]], model)))
+    assert not why and why.reason.endswith("(FSDP2 wraps each unit with fully_shard)")
+    assert why.fix.startswith("give the model's own modules that run a forward, one by one")
+    assert adapters.get("ddp")({}, "cpu").model_availability(ModelFacts(bad_unit="x"))  # units are FSDP2's alone
