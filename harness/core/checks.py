@@ -80,6 +80,14 @@ def require_torch() -> None:
     if build.get("broken"):
         raise BadInput(f"torch in {build['where']} fails to import ({build['broken']}); every adapter needs it: "
                        "reinstall it with `make clean setup`, or remove what shadows it from PYTHONPATH")
+    import importlib.util
+
+    for name in ("numpy",):  # what torch and the harness import in every rank: a module of that name in front of
+        # the package (a numpy.py on PYTHONPATH) failed every launch on a SyntaxError naming neither
+        spec = importlib.util.find_spec(name)
+        if spec is not None and not spec.submodule_search_locations:
+            raise BadInput(f"{name} is shadowed by {spec.origin}, a module that is not the {name} package, in front of "
+                           f"it on the path; every adapter needs {name}: remove it from PYTHONPATH (or rename it)")
 
 
 MAX_TIMEOUT_S = 7 * 24 * 3600.0

@@ -1359,3 +1359,20 @@ def test_a_rows_interpreter_or_variable_is_refused_in_one_line_before_anything_r
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
     assert proc.stderr.startswith(f"error: {message}") and proc.stderr.count("\n") == 1, proc.stderr
     assert not out.exists()
+
+
+def test_a_module_shadowing_numpy_on_the_path_is_one_line_before_anything_is_written(tmp_path):
+    # a numpy.py with a syntax error on PYTHONPATH failed every launch with "SyntaxError: invalid syntax", naming
+    # neither numpy nor the file, and a user file's import was blamed for it
+    from conftest import compare_cli
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "numpy.py").write_text("this is not python\n")
+    out = tmp_path / "out"
+    proc = compare_cli("run", "-a", "ddp", "--out", str(out), env={"PYTHONPATH": str(site)}, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"error: numpy is shadowed by {site / 'numpy.py'}, a module that is not the numpy package, "
+                           f"in front of it on the path; every adapter needs numpy: remove it from PYTHONPATH (or "
+                           f"rename it)\n")
+    assert not out.exists()
