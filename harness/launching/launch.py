@@ -122,6 +122,7 @@ class Launch:
         self.dumps: dict[int, str] = {}
         """Each rank's stack dump, by its rank (harness/launching/stalled.py reads them)."""
         self.stalled_rank: int | None = None
+        self.silent: dict[int, str] = {}  # rank -> why it gave no stacks when asked
         """The rank a stall found behind every other (harness/launching/stalled.py), if any."""
         self.rank_dir = Path(spec.rank_dir)
         self.log_path = self.rank_dir / "launch.log"
@@ -339,6 +340,12 @@ class Launch:
         dumped, listed = self._dump_stacks()
         found = stalled.first_to_stop(progress_file.read_ranks(self.spec.progress_path), self.dumps)
         self.stalled_rank = found["rank"] if found else None
+        # a rank that could not even answer for its stacks (stopped, or blocking the signal) is the one to name
+        # where the others' stacks name none
+        unanswered = "; ".join(f"rank {k} did not answer the request for its stacks: {why}"
+                               for k, why in sorted(self.silent.items()))
+        if found is None and len(self.silent) == 1:
+            self.stalled_rank = next(iter(self.silent))
         where = ""
         if pr is not None and pr["phase"]:
             where = (f", rank 0 at step {pr['step']} of {pr['total']} ({pr['phase']})" if pr["total"]
@@ -350,6 +357,7 @@ class Launch:
                               + ([f"the state of {listed} process(es)"] if listed else []))
         self.reason = (f"stalled: {what} for {self.stall_s:g} s (--stall-timeout){where}; "
                        + (f"{stalled.describe(found)}; " if found else "")
+                       + (f"{unanswered}; " if unanswered else "")
                        + (f"{in_log} are in the log; " if in_log else "") + "process group killed")
         return True
 
@@ -363,7 +371,7 @@ class Launch:
         ask_stacks), each appended to the launch log under a heading of its own, followed by every process of the
         launch with its state (reaper.describe_launch). Returns how many ranks answered and how many processes
         were listed."""
-        answered = stalled.ask_stacks(self.rank_dir, STACK_DUMP_WAIT_S)
+        answered, self.silent = stalled.ask_stacks(self.rank_dir, STACK_DUMP_WAIT_S)
         for k, text in answered.items():
             self.dumps[k] = text
             self.stacks += f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python stacks:\n{text}"

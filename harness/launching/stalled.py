@@ -114,11 +114,13 @@ def describe(found: dict) -> str:
             f"went further")
 
 
-def ask_stacks(rank_dir: Path, wait_s: float) -> dict[int, str]:
+def ask_stacks(rank_dir: Path, wait_s: float) -> tuple[dict[int, str], dict[int, str]]:
     """SIGUSR1 to the worker of every rank of a launch that runs on this machine (its start-rank<k>.json in
     `rank_dir`); each writes every thread's Python stack into its stacks-rank<k>.txt (harness/rank/life.py). Waits at
-    most `wait_s` for the files to stop growing; returns rank -> its stacks, for the ranks that answered."""
-    here, asked = socket.gethostname(), []
+    most `wait_s` for the files to stop growing; returns (rank -> its stacks, for the ranks that answered; rank ->
+    why not, in words, for those asked that did not: a stopped worker (SIGSTOP, a debugger) or one that blocks the
+    signal)."""
+    here, asked, workers = socket.gethostname(), [], {}
     for f in sorted(rank_dir.glob("start-rank*.json")):
         try:
             started = json.loads(f.read_text())
@@ -129,6 +131,7 @@ def ask_stacks(rank_dir: Path, wait_s: float) -> dict[int, str]:
                 continue  # gone, and its pid reused
             worker.send_signal(signal.SIGUSR1)
             asked.append(int(started["rank"]))
+            workers[int(started["rank"])] = worker
         except (OSError, ValueError, KeyError, psutil.Error):
             continue
     files = [rank_dir / f"stacks-rank{k}.txt" for k in sorted(asked)]
@@ -140,9 +143,17 @@ def ask_stacks(rank_dir: Path, wait_s: float) -> dict[int, str]:
             break
         size = sum(sizes)
         time.sleep(0.25)  # not a synchronisation: the ranks write their stacks at their own pace
-    answered = {}
+    answered, silent = {}, {}
     for k, f in zip(sorted(asked), files):
         text = f.read_text(errors="replace") if f.exists() else ""
         if text:
             answered[k] = text
-    return answered
+            continue
+        try:
+            state = workers[k].status()
+        except psutil.Error:
+            state = "gone"
+        silent[k] = (f"its worker (pid {workers[k].pid}) is stopped (SIGSTOP, or a debugger holds it)"
+                     if state in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+                     else f"its worker (pid {workers[k].pid}, {state}) did not write them: it may block SIGUSR1")
+    return answered, silent

@@ -1,7 +1,7 @@
 """Fault injection for tests: COMPARE_FAULT / spec.fault = "ADAPTER:RANK:KIND:STEP".
 
 Runs in: every rank. KIND is exit (os._exit(3)), raise (RuntimeError), hang (block forever), kill (SIGKILL to
-itself, as a `kill -9` would) or oom (allocate until the kernel's out-of-memory killer ends it: only in a memory
+itself, as a `kill -9` would), stop (SIGSTOP to itself, as a `kill -STOP` would) or oom (allocate until the kernel's out-of-memory killer ends it: only in a memory
 cgroup with a limit, never against the whole machine), injected at the start of step STEP; STEP "eval" at the start of
 the evaluation after the timed steps; STEP "split" after the breakdown's profiled steps, as their split begins
 (--breakdown: the row's result is already written); STEP "end" after the rank has written its result, during
@@ -41,6 +41,10 @@ def inject(kind: str, step: int | str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "hang":
         threading.Event().wait()  # never set: this rank stops answering, its peers block in the collective
+    if kind == "stop":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSTOP)  # as `kill -STOP` would: it answers no signal but SIGKILL and SIGCONT
     if kind == "oom":
         _exhaust_memory()
     raise ValueError(f"unknown fault kind {kind!r}")

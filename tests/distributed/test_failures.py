@@ -113,6 +113,18 @@ def test_a_stalled_launch_is_stopped_early_with_each_ranks_stack_and_the_next_ro
     assert time.monotonic() - t0 < 200  # stopped by the stall watch, not by --timeout 300
 
 
+def test_a_stopped_rank_that_cannot_answer_for_its_stacks_is_named(tmp_path):
+    # `kill -STOP` of rank 1's worker: no rank was named (the others' stacks place no one), though the process list
+    # in the log showed it stopped
+    rows, _ = run_compare(tmp_path / "o", "-a", "ddp", *SHORT, "--timeout", "300", "--stall-timeout", "10",
+                          env={"COMPARE_FAULT": "ddp:1:stop:4"}, expect_rc=1)
+    ddp = rows["ddp"]
+    assert ddp["status"] == "timeout" and ddp["stalled_rank"] == 1, ddp["reason"]
+    assert re.search(r"; rank 1 did not answer the request for its stacks: its worker \(pid \d+\) is stopped "
+                     r"\(SIGSTOP, or a debugger holds it\); ", ddp["reason"]), ddp["reason"]
+    assert _gone(ddp["topology"]["launch_pgid"])
+
+
 @pytest.mark.parametrize("adapter", ["ddp", "horovod"])
 def test_a_launch_whose_rank_0_never_says_a_word_is_stopped_as_stalled_with_each_ranks_stack(tmp_path, adapter):
     # Rank 0 hangs before its first word (as a launcher or rendezvous stuck before its worker began would look);
