@@ -102,14 +102,33 @@ def first_to_stop(steps: dict[int, int], dumps: dict[int, str]) -> dict | None:
         free = [rank for rank in behind if not waiting(dumps[rank])]
         if len(free) == 1:
             behind = free
+        elif not free and len({places[r][1] for r in behind}) > 1:  # each waits, in a different collective
+            return {"rank": None, "mismatch": {r: places[r][1] for r in sorted(behind)}}
     if len(behind) != 1:
         return None
     rank = behind[0]
+    ahead = sorted(r for r in places if r != rank)
+    if waiting(dumps[rank]) and all(steps[r] > steps[rank] for r in ahead):
+        # No rank finishes a step without its peers' part in the step's collectives: peers a whole step further
+        # on than a rank that waits in one did not take part in it (a collective skipped, or one added)
+        return {"rank": ahead[0] if len(ahead) == 1 else None, "behind": rank, "ahead": ahead,
+                "steps": steps[rank], "where": places[rank][1]}
     return {"rank": rank, "steps": steps[rank], "where": places[rank][1]}
 
 
 def describe(found: dict) -> str:
-    """"rank 1 stopped first, after 4 step(s), in inject (harness/rank/faults.py:41): the other ranks went further"."""
+    """"rank 1 stopped first, after 4 step(s), in inject (harness/rank/faults.py:41): the other ranks went further",
+    or, where the ranks' collectives no longer match, which rank waits where and which went on."""
+    if "mismatch" in found:
+        return ("the ranks wait in different collectives (" + "; ".join(
+            f"rank {r} in {where}" for r, where in found["mismatch"].items()) + "): their collectives no longer "
+            "match, as where a rank skips or adds one")
+    if "behind" in found:
+        ahead = ", ".join(map(str, found["ahead"]))
+        return (f"rank {found['behind']} waits in {found['where']} in step {found['steps'] + 1} while rank"
+                f"{'s' if len(found['ahead']) > 1 else ''} {ahead} went on past that step without it: the ranks' "
+                f"collectives no longer match (a collective rank{'s' if len(found['ahead']) > 1 else ''} {ahead} "
+                f"skipped, or one rank {found['behind']} added)")
     return (f"rank {found['rank']} stopped first, after {found['steps']} step(s), in {found['where']}: the other ranks "
             f"went further")
 

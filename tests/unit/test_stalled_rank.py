@@ -93,3 +93,26 @@ def test_every_rank_writes_its_own_step_counter_beside_rank_0s_progress(tmp_path
     assert progress_file.read(path)["step"] == 5
     progress_file.Writer(path).own_slot(3)  # a rank beyond the slots has none: nothing is written past the file
     assert path.stat().st_size == progress_file.SIZE + 3 * 8
+
+
+def test_a_rank_waiting_in_a_collective_its_peers_went_past_is_told_as_a_mismatch_naming_them():
+    # FSDP2, rank 1 detached a layer's output at step 3: rank 0 waits in step 3's reduce-scatter while rank 1 is in
+    # step 4's forward. "rank 0 stopped first" blamed the rank that waits
+    c10d = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+    scatter = _dump((threading.__file__, 629, "wait"), (c10d, 4943, "reduce_scatter_tensor"), (TRAIN, 112, "run"))
+    gather = _dump((threading.__file__, 629, "wait"), (c10d, 4394, "all_gather_single"), (TRAIN, 95, "run"))
+    found = first_to_stop({0: 2, 1: 3}, {0: scatter, 1: gather})
+    assert found["rank"] == 1 and found["behind"] == 0
+    assert describe(found) == ("rank 0 waits in reduce_scatter_tensor (distributed_c10d.py:4943) in step 3 while rank "
+                               "1 went on past that step without it: the ranks' collectives no longer match (a "
+                               "collective rank 1 skipped, or one rank 0 added)")
+    # an extra collective in one rank's forward: both wait, in the same step, each in a different one
+    extra = _dump((threading.__file__, 629, "wait"), (c10d, 2800, "all_reduce"), ("/home/me/model.py", 44, "forward"),
+                  (TRAIN, 95, "run"))
+    found = first_to_stop({0: 3, 1: 3}, {0: gather, 1: extra})
+    assert found["rank"] is None
+    assert describe(found) == ("the ranks wait in different collectives (rank 0 in all_gather_single "
+                               "(distributed_c10d.py:4394); rank 1 in all_reduce (distributed_c10d.py:2800)): their "
+                               "collectives no longer match, as where a rank skips or adds one")
+    # a rank that hung in its own code is still the one behind, not a mismatch
+    assert first_to_stop({0: 4, 1: 3}, {0: gather, 1: HUNG})["rank"] == 1
