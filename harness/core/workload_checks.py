@@ -142,8 +142,10 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     try:
         with torch.device("meta"):
             model = workload.new_model()
-            counted = _counted(workload, workload.forward(model, batches.to(x, "meta")), batches.to(y, "meta"))
+            output = workload.forward(model, batches.to(x, "meta"))
+            counted = _counted(workload, output, batches.to(y, "meta"))
         params = sum(p.numel() for p in model.parameters())
+        _check_classes(workload, data, output, req.workload)
     except UserCodeError:
         raise
     except LossError as exc:  # what the model returned cannot give a loss: one line, not a traceback
@@ -179,6 +181,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
                 raise UserCodeError(f"a forward and loss of workload {req.workload} on {batches.length(x)} training "
                                     f"samples", exc) from None
             loss = loss_takes(workload, outputs[0], y, req.workload, model)
+            _check_classes(workload, data, outputs[0], req.workload)
             counted = workload.loss_terms(outputs[0], y)[1] is not None
             _module_facts(facts, model)
             if not facts.checked_steps:  # meta could not run it: on the CPU
@@ -245,6 +248,31 @@ def batch_dependence(workload, data, global_batch: int, world: int) -> str | Non
     except Exception:  # noqa: BLE001 - a model this cannot run (a loss that needs gradients, say) is not judged
         return None
     return None
+
+
+def _check_classes(workload, data, output, name: str) -> None:
+    """Refuse integer training targets outside the classes of the default cross-entropy (0 to the output's last
+    size, or -100 to ignore), read over the whole training set held as tensors: the check's two samples missed a
+    label further on, and the launches failed on "IndexError: Target 9 is out of bounds" after writing results."""
+    import torch
+
+    if not isinstance(workload, workloads.FunctionWorkload) or workload.pieces().loss is not None:
+        return
+    y = data.train_y
+    logits = batches.logits(output)
+    if (batches.own_loss(output) is not None or not isinstance(y, torch.Tensor) or y.is_floating_point()
+            or y.dtype == torch.bool or not isinstance(logits, torch.Tensor) or not logits.dim()):
+        return
+    classes = logits.shape[-1]
+    bad = ((y >= classes) | ((y < 0) & (y != normalisation.IGNORE_INDEX))).reshape(len(y), -1).any(1)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        row = y[i].reshape(-1)
+        value = int(row[(row >= classes) | ((row < 0) & (row != normalisation.IGNORE_INDEX))][0])
+        raise BadInput(f"workload {name}: training sample {i}'s target is {value}, outside the {classes} classes its "
+                       f"model's output gives (0 to {classes - 1}, or {normalisation.IGNORE_INDEX} to ignore), so "
+                       f"the default cross-entropy would fail at that sample; {int(bad.sum())} of {len(y)} samples "
+                       f"hold such targets: give the model {int(y.max()) + 1} outputs, or map the targets into range")
 
 
 def _counted(workload, output, target) -> bool:

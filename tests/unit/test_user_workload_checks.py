@@ -947,3 +947,20 @@ def test_items_of_different_shapes_are_their_traceback_with_what_it_means_and_th
         f"above); nothing was run or written; its items' tensors differ in shape, and the default collate stacks "
         f"each batch's items into one tensor: give them one shape in __getitem__ (a sequence padded or cut to a "
         f"fixed length, its padded labels -100)")
+
+
+@pytest.mark.parametrize("built", ["in the function", "on meta"])
+def test_a_target_outside_the_outputs_classes_anywhere_in_the_training_set_is_refused_before_launching(tmp_path,
+                                                                                                       built):
+    # sample 40 of 64 held class 9 of a 2-class output: the check's two samples missed it, and every launch failed
+    # on "IndexError: Target 9 is out of bounds" after results were written
+    model = "torch.nn.Linear(4, 2)" if built == "in the function" else "lambda: torch.nn.Linear(4, 2)"
+    path = write(tmp_path, "import torch\ndef f():\n    x = torch.randn(64, 4)\n    y = (x.sum(1) > 0).long()\n"
+                           f"    y[40] = 9\n    y[50] = -3\n    return {{'model': {model}, 'train': (x, y)}}\n")
+    out = tmp_path / "out"
+    result = invoke("run", "-w", f"{path}:f", "-a", "ddp", "--out", out)
+    assert (result.exit_code, result.stderr) == (2, (
+        f"error: workload {path}:f: training sample 40's target is 9, outside the 2 classes its model's output gives "
+        f"(0 to 1, or -100 to ignore), so the default cross-entropy would fail at that sample; 2 of 64 samples hold "
+        f"such targets: give the model 10 outputs, or map the targets into range\n")), result.output
+    assert not out.exists()
