@@ -126,7 +126,8 @@ def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int 
     within("--gpu-memory-gib", cluster.memory_gib)
     within("--batch", batch)
     if cluster.gpus > cm.PREDICT_TO[1]:
-        raise BadPlan(f"{cluster.nodes} nodes x {cluster.gpus_per_node} GPUs is {cluster.gpus:,} GPUs; past "
+        raise BadPlan(f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} x {cluster.gpus_per_node} GPUs is "
+                      f"{cluster.gpus:,} GPUs; past "
                       f"{cm.PREDICT_TO[1]:,} a one-step model has nothing to say")
     if cluster.dtype is not None and cluster.dtype not in DTYPES:
         raise BadPlan(f"unknown --dtype {cluster.dtype}; choose from {', '.join(DTYPES)}")
@@ -145,7 +146,8 @@ def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int 
     if global_batch is not None:
         if global_batch < 1 or global_batch % cluster.gpus:
             raise BadPlan(f"--global-batch {global_batch} cannot be split evenly over {cluster.gpus} GPUs "
-                          f"({cluster.nodes} nodes x {cluster.gpus_per_node}); give a multiple of {cluster.gpus}")
+                          f"({cluster.nodes} node{'s' if cluster.nodes > 1 else ''} x {cluster.gpus_per_node}); give a "
+                          f"multiple of {cluster.gpus}")
         per_gpu = global_batch // cluster.gpus
         b = BOUNDS["--batch"]
         if per_gpu > b.high:
