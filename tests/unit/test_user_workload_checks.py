@@ -964,3 +964,16 @@ def test_a_target_outside_the_outputs_classes_anywhere_in_the_training_set_is_re
         f"(0 to 1, or -100 to ignore), so the default cross-entropy would fail at that sample; 2 of 64 samples hold "
         f"such targets: give the model 10 outputs, or map the targets into range\n")), result.output
     assert not out.exists()
+
+
+def test_a_dropout_module_the_forward_never_calls_makes_no_model_random(tmp_path):
+    # an nn.Dropout(0.2) held but never called: "the model is not deterministic: it has dropout (Dropout(p=0.2))",
+    # so every row's check was skipped; the outputs under two seeds say it is deterministic
+    path = write(tmp_path, "import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                           "        super().__init__()\n        self.lin, self.drop = torch.nn.Linear(4, 2), "
+                           "torch.nn.Dropout(0.2)\n    def forward(self, x):\n        return self.lin(x)\n"
+                           "def f():\n    x = torch.randn(64, 4)\n"
+                           "    return {'model': M, 'train': (x, (x.sum(1) > 0).long())}\n")
+    w = workloads.get(f"{path}:f")
+    workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:f", world_size=2), 16)
+    assert w.nondeterministic is None
