@@ -334,6 +334,11 @@ class DeepSpeedStrategy(Strategy):
             engine.compile()  # DeepSpeed's own entry to torch.compile (the engine's module, its hooks kept)
         self.engine = engine
         self.client_optimizer = type(optimizer).__name__
+        # A step() of the workload's own (a class that clips or normalises inside it): from ZeRO-1 on, DeepSpeed
+        # calls it on this rank's partition of the flat fp32 parameters alone
+        owner = next((c for c in type(optimizer).__mro__ if "step" in vars(c)), None)
+        self.own_step = (f"{owner.__qualname__}.step" if owner is not None
+                         and not owner.__module__.startswith(("torch.", "deepspeed.")) else None)
         return super().wrap(engine, ds_optimizer)
 
     def cast_input(self, x):
@@ -468,6 +473,11 @@ class DeepSpeedStrategy(Strategy):
                                    "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
                                    "reduce_bucket_size": e.zero_reduce_bucket_size(),
                                    "overlap_comm": e.zero_overlap_comm()}})
+        if getattr(self, "own_step", None) and self.knobs.zero_stage >= 1:
+            d["note"] = (f"the workload's optimizer has a step() of its own ({self.own_step}), which ZeRO-"
+                         f"{self.knobs.zero_stage} calls on this rank's partition of the fp32 parameters and "
+                         f"gradients alone: what it computes across parameters (a gradient-norm clip, a global "
+                         f"statistic) sees that partition, where a single process sees them all")
         return d
 
 

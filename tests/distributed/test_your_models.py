@@ -218,3 +218,15 @@ def test_an_optimizer_over_some_parameters_is_read_back_from_zero3(tmp_path):
     rows, _ = run_compare(tmp_path / "run", "-w", f"{MODELS}:own_optimizer", "-o", "head_only=true", "-a",
                           "deepspeed:zero_stage=3", "--repeats", "1", "--no-plots")
     _passes(_ok(rows, "deepspeed:zero_stage=3"))
+
+
+def test_an_optimizer_that_clips_inside_its_own_step_is_named_where_zero_gives_it_a_partition(tmp_path):
+    # ZeRO-1 calls the workload's optimizer on this rank's fp32 partition: its clip saw half the gradient norm. The
+    # ✗ said only "no parameter left without a gradient explains it" (before, a "padding" count was blamed)
+    rows, _ = run_compare(tmp_path / "run", "-w", f"{MODELS}:own_optimizer", "-o", "clip=0.05", "-o", "warm=1", "-a",
+                          "ddp,deepspeed:zero_stage=1", "--repeats", "1", "--no-plots")
+    _passes(_ok(rows, "ddp"))
+    rec = _ok(rows, "deepspeed:zero_stage=1")
+    assert rec["equivalence"]["passed"] is False
+    assert ("the workload's optimizer has a step() of its own (WarmSGD.step), which ZeRO-1 calls on this rank's "
+            "partition of the fp32 parameters and gradients alone") in rec["equivalence"]["why_failed"]
