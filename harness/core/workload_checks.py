@@ -89,7 +89,8 @@ def bounded(what: str, seconds: float):
         faulthandler.dump_traceback(file=stream, all_threads=True)
         os._exit(1)
 
-    timer = threading.Timer(seconds, expire) if seconds and seconds > 0 else None
+    # 0 or inf: never (a Timer of inf seconds raised OverflowError in its thread, a traceback and no watch)
+    timer = threading.Timer(seconds, expire) if seconds and 0 < seconds < float("inf") else None
     if timer is not None:
         timer.daemon = True
         timer.start()

@@ -977,3 +977,13 @@ def test_a_dropout_module_the_forward_never_calls_makes_no_model_random(tmp_path
     w = workloads.get(f"{path}:f")
     workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:f", world_size=2), 16)
     assert w.nondeterministic is None
+
+
+@pytest.mark.parametrize("seconds", [0.0, float("inf")])
+def test_a_stall_timeout_of_zero_or_inf_sets_no_watch_over_the_check(seconds):
+    # --stall-timeout inf started a Timer of inf seconds, whose thread died on OverflowError with a traceback
+    import threading
+
+    before = threading.active_count()
+    with workload_checks.bounded("the check", seconds):
+        assert threading.active_count() == before
