@@ -118,7 +118,7 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
 
 def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, workload,
                  reference_losses: list[float] | None = None, *, adapter=None,
-                 reference_gradients: dict | None = None) -> dict[str, Any]:
+                 reference_gradients: dict | None = None, no_reference: str | None = None) -> dict[str, Any]:
     """Fill a base record with everything measured by one launch (`reference_losses`: the single-process
     reference's loss at each step, which a failed equivalence check may be explained by; `adapter`: the row's,
     configured with its knobs; `reference_gradients`: the reference's steps without a gradient per parameter,
@@ -258,7 +258,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["max_param_diff"] = None if diffs is None else worst(diffs.values())
     rec["equivalence"] = equivalence(spec, r0, workload, adapter, diffs, reference_gradients,
                                      label=rec.get("label", rec.get("adapter", "")), ranks=ranks,
-                                     reference_losses=reference_losses)
+                                     reference_losses=reference_losses, no_reference=no_reference)
     if spec.eval_every and spec.target is not None:
         rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
     rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"), curve, [r.losses for r in ranks])
@@ -266,24 +266,27 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
 
 
 def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, reference_gradients: dict | None,
-                label: str, ranks=(), reference_losses: list[float] | None = None) -> dict[str, Any]:
+                label: str, ranks=(), reference_losses: list[float] | None = None,
+                no_reference: str | None = None) -> dict[str, Any]:
     """The record's equivalence check: whether it applies to this row (fp32, no compression, no batch dependence,
-    BatchNorm statistics over the global batch), whether it passed, and why not: randomness in the model, a loss
-    averaged per rank over counts that differ between them (`ranks`' losses against `reference_losses`), else the
-    parameters that differ most and what the backend does with a parameter left without a gradient."""
+    BatchNorm statistics over the global batch, a single-process reference to compare with: `no_reference` says why
+    there is none), whether it passed, and why not: randomness in the model, a loss averaged per rank over counts
+    that differ between them (`ranks`' losses against `reference_losses`), else the parameters that differ most and
+    what the backend does with a parameter left without a gradient."""
     exact = r0.precision in ("fp32", "fp64") and r0.compression == "none"
     bn = workload.batch_norm
     # None: this row computes BatchNorm statistics over the global batch (SyncBatchNorm); else how it could
     bn_fix = adapter.batch_norm() if adapter is not None else ""
     per_process = bool(bn) and bn_fix is not None
-    checked = exact and workload.batch_dependence is None and not per_process
+    applies = exact and workload.batch_dependence is None and not per_process
+    checked = applies and not no_reference  # nothing to check against is no failed check
     diff = None if diffs is None else worst(diffs.values())
     out: dict[str, Any] = {
         "steps": spec.equiv_steps, "tolerance": workload.equiv_tolerance, "checked": checked,
         "passed": (diff is not None and diff <= workload.equiv_tolerance) if checked else None,
         "reference": f"single process, {'fp64' if r0.precision == 'fp64' else 'fp32'}, global batch "
                      f"{spec.global_batch}, same init and data order",
-        "why_not_checked": None if checked else (
+        "why_not_checked": None if checked else no_reference if applies else (
             f"{r0.precision} arithmetic" if r0.precision not in ("fp32", "fp64")
             else f"{r0.compression} gradient compression" if not exact
             else f"model is batch-dependent ({workload.batch_dependence})" if workload.batch_dependence

@@ -390,17 +390,15 @@ class Runner:
                 self.reference_gradients[key] = (outcome.ranks[0].adapter or {}).get("no_gradient")
         else:
             self.finished.add((id(job.plan), job.row.label, job.repeat))
+            ref = self.reference_runs.get(key)
+            no_reference = None if ref is None or ref["status"] == "ok" else (
+                f"the single-process reference {ref['status']}" + (f": {ref['reason']}" if ref.get("reason") else ""))
             rec = build_record(job, outcome, self.references.get(key), self.run_info, self.reference_losses.get(key),
-                               self.reference_gradients.get(key))
+                               self.reference_gradients.get(key), no_reference)
             self.session.keep_traces(rec, f"{job.slug}-r{job.repeat}")
             rec["position"] = self.positions.get((id(job.plan), job.row.label, job.repeat))
-            if key in self.reference_runs:
-                rec["reference_run"] = ref = self.reference_runs[key]
-                eq = rec.get("equivalence")
-                if ref["status"] != "ok" and eq and eq.get("checked"):  # nothing to check against: not a failure
-                    eq.update(checked=False, passed=None, why_not_checked=(
-                        f"the single-process reference {ref['status']}"
-                        + (f": {ref['reason']}" if ref.get("reason") else "")))
+            if ref is not None:
+                rec["reference_run"] = ref
             self.session.save([rec])
             if rec["status"] == "ok" and rec.get("tflops_per_device"):  # what a later run's step estimate rests on
                 estimate.remember_speed(rec["topology"]["device"], rec["controls"]["threads_per_rank"][0],
@@ -463,7 +461,7 @@ def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps
 
 
 def build_record(job: Job, outcome, reference, run_info, reference_losses=None,
-                 reference_gradients: dict | None = None) -> dict[str, Any]:
+                 reference_gradients: dict | None = None, no_reference: str | None = None) -> dict[str, Any]:
     p, adapter = job.plan, job.row.adapter
     rec = assemble.base_record(run=run_info, adapter=adapter.name, label=job.row.label, summary=adapter.summary,
                              launcher=adapter.launcher, workload=p.request.workload,
@@ -476,7 +474,8 @@ def build_record(job: Job, outcome, reference, run_info, reference_losses=None,
     rec["comm_schedule"] = schedule.to_record() if schedule else None
     try:
         return assemble.from_outcome(rec, outcome, job.spec, reference, p.workload, reference_losses,
-                                     adapter=adapter, reference_gradients=reference_gradients)
+                                     adapter=adapter, reference_gradients=reference_gradients,
+                                     no_reference=no_reference)
     except Exception as exc:  # a malformed rank file must not lose the other rows
         rec.update(status="failed", reason=f"could not build the record: {type(exc).__name__}: {exc}",
                    log_tail=outcome.log_tail)
