@@ -473,7 +473,7 @@ class DeepSpeedStrategy(Strategy):
                                    "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
                                    "reduce_bucket_size": e.zero_reduce_bucket_size(),
                                    "overlap_comm": e.zero_overlap_comm()}})
-        if getattr(self, "own_step", None) and self.knobs.zero_stage >= 1:
+        if self.own_step and self.knobs.zero_stage >= 1:
             d["note"] = (f"the workload's optimizer has a step() of its own ({self.own_step}), which ZeRO-"
                          f"{self.knobs.zero_stage} calls on this rank's partition of the fp32 parameters and "
                          f"gradients alone: what it computes across parameters (a gradient-norm clip, a global "
@@ -638,6 +638,7 @@ class DeepSpeedAdapter(DeepSpeedLaunch, DeepSpeedStrategy, DeepSpeedCost, Adapte
         self.timings_s: dict[str, float] = {}
         self.jit_built: list[str] = []
         self.stale_locks_removed: list[str] = []
+        self.own_step: str | None = None  # the workload optimizer's own step(), where it has one (wrap)
 
     def precision(self) -> Precision:
         p = self.knobs.precision

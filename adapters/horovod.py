@@ -211,8 +211,8 @@ class HorovodLaunch(Launch):
         return info
 
     def failure_fix(self, error):
-        if "Gradients were computed more than backward_passes_per_step times" in error:  # a gradient hook fired twice in one backward
-            return REENTRANT_FIX
+        if "Gradients were computed more than backward_passes_per_step times" in error:  # a gradient hook fired
+            return REENTRANT_FIX  # twice in one backward
         return None
 
     def missing_gradient(self):
@@ -296,9 +296,8 @@ class HorovodStrategy(Strategy):
             raise TypeError(f"Horovod's DistributedOptimizer rebuilds {cls.__qualname__} from its param groups "
                             f"alone: {exc}; fix: give every argument of {cls.__qualname__}.__init__ but the "
                             f"parameters a default (the groups keep their own settings)") from exc
-        for name, value in vars(optimizer).items():
-            if not name.startswith("_") and name not in ("defaults", "state", "param_groups"):
-                setattr(wrapped, name, value)
+        for name, value in _own_attributes(optimizer).items():
+            setattr(wrapped, name, value)
         return super().wrap(model, wrapped)
 
     def step(self):
@@ -573,12 +572,18 @@ class HorovodComm(Comm):
 ADAPTER = HorovodAdapter
 
 
+def _own_attributes(optimizer) -> dict[str, object]:
+    """The public attributes an optimizer's class sets on its instance beyond torch's Optimizer (a step counter, a
+    warm-up's length, a clipping threshold)."""
+    return {k: v for k, v in vars(optimizer).items()
+            if not k.startswith("_") and k not in ("defaults", "state", "param_groups")}
+
+
 def _settings(optimizer) -> dict[str, object]:
-    """What an optimizer keeps besides its state, as plain values: its own public attributes (a step counter, a
-    warm-up's length) and each param group's hyperparameters ("group 1's lr")."""
+    """What an optimizer keeps besides its state, as plain values: its own attributes (`_own_attributes`) and each
+    param group's hyperparameters ("group 1's lr")."""
     plain = (int, float, str, bool, type(None))
-    out = {k: v for k, v in vars(optimizer).items()
-           if not k.startswith("_") and k not in ("defaults", "state", "param_groups") and isinstance(v, plain)}
+    out = {k: v for k, v in _own_attributes(optimizer).items() if isinstance(v, plain)}
     for i, group in enumerate(optimizer.param_groups):
         out.update({f"group {i}'s {k}": v for k, v in group.items() if k != "params" and isinstance(v, plain)})
     return out

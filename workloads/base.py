@@ -118,6 +118,14 @@ def nothing_to_train(model, name: str) -> str | None:
     return None
 
 
+def no_loss_fix(target: Any, own: str) -> str:
+    """The fix for a model that returned no loss where the workload gives none: `own` (the workload's own loss), and
+    first, for a dict batch, passing the labels in it (a transformers model computes its loss when given them)."""
+    if isinstance(target, Mapping):
+        return f"pass the labels in the batch (a transformers model computes its loss when given `labels`) or {own}"
+    return own
+
+
 SMALL_MODEL = 5_000_000
 """Parameters up to which compare runs a user's model for real on the CPU where the meta device is not enough: the
 check before launching runs it twice, to find randomness in its forward that its modules do not show (a functional
@@ -281,9 +289,7 @@ class Workload(ABC):
         if logits is None or isinstance(target, Mapping):
             raise LossError(f"the model returned {batches.describe(output)}, with no loss in it, and workload "
                             f"{self.name} gives no loss of its own: "
-                            + ("pass the labels in the batch (a transformers model computes its loss when given "
-                               "`labels`) or override loss(output, target)" if isinstance(target, Mapping)
-                               else "override loss(output, target)"))
+                            + no_loss_fix(target, "override loss(output, target)"))
         return F.cross_entropy(logits.float(), target)
 
     def count(self, target: Any) -> Any:

@@ -56,7 +56,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 from harness.shared.registry import BadReference, UserCodeError, UserExit, user_code
 from workloads import batch as batches
-from workloads.base import Data, LossError, Workload
+from workloads.base import Data, LossError, Workload, no_loss_fix
 
 DEFAULTS: dict[str, Any] = {"global_batch": 32, "lr": 0.01, "steps": 50, "warmup": 5, "seed": 0, "target": None,
                             "eval_every": None, "max_steps_to_target": None, "equiv_steps": 10,
@@ -173,9 +173,7 @@ class FunctionWorkload(Workload):
         if logits is None or isinstance(target, Mapping):
             raise LossError(f"workload {self.ref}: its model returned {batches.describe(output)}, with no loss in it, "
                             f"and the workload gives no loss piece: "
-                            + ("pass the labels in the batch (a transformers model computes its loss when given "
-                               "`labels`) or give loss(output, target)" if isinstance(target, Mapping)
-                               else "give loss(output, target)"))
+                            + no_loss_fix(target, "give loss(output, target)"))
         if target.is_floating_point():
             if logits.shape != target.shape:
                 # mse_loss broadcasts (B, 1) against (B,) to (B, B): every output against every target, which

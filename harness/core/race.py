@@ -38,7 +38,7 @@ import adapters
 from harness.core.analysis import outcome
 from harness.ground.errors import BadInput
 from harness.ground.record import MEASURED
-from harness.ground.stats import ALPHA, MIN_LAUNCHES, adjust, compare_pair, geomean_interval
+from harness.ground.stats import ALPHA, MIN_LAUNCHES, adjust, compare_pair, geomean_interval, log_moments
 
 MIN_ROUNDS = MIN_LAUNCHES
 """Rounds each stage runs at least: below it no pair has an interval."""
@@ -541,13 +541,10 @@ def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             entry["detectable"] = detectable(sized["variance"], len(common), len(races))
         elif best != race.default and len(common) >= 3:  # a tune from before the race's variance was kept: the
             # confirmation's own paired spread (the variance of its log ratios over the rounds), said so
-            logs = [math.log(vals[best][k] / vals[race.default][k]) for k in common]
-            mean = sum(logs) / len(logs)
-            variance = sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)
+            variance = log_moments([vals[best][k] / vals[race.default][k] for k in common])[1]
             entry["detectable"] = detectable(variance, len(common), len(races))
             entry["detectable_from"] = "confirmation"
         if best != race.default and best in vals and race.default in vals:
-            common = sorted(set(vals[best]) & set(vals[race.default]))
             gain = compare_pair([vals[best][k] for k in common], [vals[race.default][k] for k in common],
                                 paired=True, margin=margin)
             entry["gain"] = gain

@@ -266,11 +266,11 @@ def _check_classes(workload, data, output, name: str) -> None:
             or y.dtype == torch.bool or not isinstance(logits, torch.Tensor) or not logits.dim()):
         return
     classes = logits.shape[-1]
-    bad = ((y >= classes) | ((y < 0) & (y != normalisation.IGNORE_INDEX))).reshape(len(y), -1).any(1)
+    outside = ((y >= classes) | ((y < 0) & (y != normalisation.IGNORE_INDEX))).reshape(len(y), -1)
+    bad = outside.any(1)
     if bool(bad.any()):
         i = int(bad.nonzero()[0])
-        row = y[i].reshape(-1)
-        value = int(row[(row >= classes) | ((row < 0) & (row != normalisation.IGNORE_INDEX))][0])
+        value = int(y[i].reshape(-1)[outside[i]][0])
         raise BadInput(f"workload {name}: training sample {i}'s target is {value}, outside the {classes} classes its "
                        f"model's output gives (0 to {classes - 1}, or {normalisation.IGNORE_INDEX} to ignore), so "
                        f"the default cross-entropy would fail at that sample; {int(bad.sum())} of {len(y)} samples "
