@@ -86,9 +86,8 @@ def require_torch() -> None:
         # the package (a numpy.py on PYTHONPATH) failed every launch on a SyntaxError naming neither
         spec = importlib.util.find_spec(name)
         if spec is not None and not spec.submodule_search_locations:
-            raise BadInput(f"{name} is shadowed by {spec.origin}, a module that is not the {name} package, in front of "
-                           f"it on the path; every adapter needs {name}: remove it from PYTHONPATH (or rename it)")
-
+            raise BadInput(f"{name} is shadowed by {spec.origin}, a module that is not the {name} package, in front "
+                           f"of it on the path; every adapter needs {name}: remove it from PYTHONPATH (or rename it)")
 
 
 def check_common(req: Any, min_world: int = 1) -> None:

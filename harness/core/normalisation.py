@@ -3,12 +3,13 @@ between the ranks: each rank divides by its own count, so the backends' average 
 the gradient of the global batch (the normalisation Hugging Face fixed with `num_items_in_batch`).
 
 Found, not guessed. Before launching (harness/core/workload_checks.py, check_user_code), for a workload whose loss
-declares no count, the counts a loss commonly divides by (targets other than -100, other than the most frequent target of a sequence, a
-dict batch's labels shifted as a causal model shifts them, its attention mask) are read from the data for each
-rank's slice of the steps the check covers: `candidates`. After a row has failed the check, `explain` tests them against what
-the launch measured. At the first step where a candidate's counts differ, every earlier step's update was the
-single process's, so the parameters are still equal and the ranks' losses at that step weighted by the counts must
-give the single process's loss there; their plain mean must not. Only a candidate that passes both is named.
+declares no count, the counts a loss commonly divides by (targets other than -100, a sequence's other than its most
+frequent target, a dict batch's labels shifted as a causal model shifts them, its attention mask) are read from the data
+for each rank's slice of the steps the check covers: `candidates`. After a row has failed the check, `explain` tests
+them against what the launch measured. At the first step where a candidate's counts differ, every earlier step's update
+was the single process's, so the parameters are still equal and the ranks' losses at that step weighted by the counts
+must give the single process's loss there; their plain mean must not, and must have given it at every earlier step (else
+the row had parted from the reference for another reason). Only a candidate that passes all three is named.
 
 Runs in: the parent.
 """

@@ -122,8 +122,9 @@ class Launch:
         self.dumps: dict[int, str] = {}
         """Each rank's stack dump, by its rank (harness/launching/stalled.py reads them)."""
         self.stalled_rank: int | None = None
-        self.silent: dict[int, str] = {}  # rank -> why it gave no stacks when asked
         """The rank a stall found behind every other (harness/launching/stalled.py), if any."""
+        self.silent: dict[int, str] = {}
+        """Rank -> why it gave no stacks when a stall asked for them (stopped, or blocking the signal)."""
         self.rank_dir = Path(spec.rank_dir)
         self.log_path = self.rank_dir / "launch.log"
         self.running: list[_Running] = []

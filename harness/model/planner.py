@@ -127,8 +127,7 @@ def check(cluster: Cluster, batch: int | None, global_batch: int | None) -> int 
     within("--batch", batch)
     if cluster.gpus > cm.PREDICT_TO[1]:
         raise BadPlan(f"{cluster.nodes} node{'s' if cluster.nodes > 1 else ''} x {cluster.gpus_per_node} GPUs is "
-                      f"{cluster.gpus:,} GPUs; past "
-                      f"{cm.PREDICT_TO[1]:,} a one-step model has nothing to say")
+                      f"{cluster.gpus:,} GPUs; past {cm.PREDICT_TO[1]:,} a one-step model has nothing to say")
     if cluster.dtype is not None and cluster.dtype not in DTYPES:
         raise BadPlan(f"unknown --dtype {cluster.dtype}; choose from {', '.join(DTYPES)}")
     if cluster.profile is not None:
@@ -299,8 +298,8 @@ def recommend(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Among the rows that fit: the fastest at the middle figure, and every row the model does not rank behind it:
     within TIE of it at every figure (fastest, middle, slowest), or faster than it at some. Of those, the one
     holding the least memory is recommended; its margin is over the fastest row outside them (the ratio of step
-    times at each figure), and where it is not the fastest at the middle figure, its step time over that one's. A row is ranked behind when it is no faster at any figure and slower by more than TIE
-    at some."""
+    times at each figure), and where it is not the fastest at the middle figure, its step time over that one's. A
+    row is ranked behind when it is no faster at any figure and slower by more than TIE at some."""
     fitting = sorted((r for r in rows if r["fits"] is not False), key=lambda r: r["step_s"]["mid"])
     if not fitting:
         return None

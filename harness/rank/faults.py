@@ -1,12 +1,12 @@
 """Fault injection for tests: COMPARE_FAULT / spec.fault = "ADAPTER:RANK:KIND:STEP".
 
-Runs in: every rank. KIND is exit (os._exit(3)), raise (RuntimeError), hang (block forever), kill (SIGKILL to
-itself, as a `kill -9` would), stop (SIGSTOP to itself, as a `kill -STOP` would) or oom (allocate until the kernel's out-of-memory killer ends it: only in a memory
-cgroup with a limit, never against the whole machine), injected at the start of step STEP; STEP "eval" at the start of
-the evaluation after the timed steps; STEP "split" after the breakdown's profiled steps, as their split begins
-(--breakdown: the row's result is already written); STEP "end" after the rank has written its result, during
-shutdown; STEP "start" before the rank has said anything (RANK is then the rank its launcher gave it), as a launcher
-or rendezvous stuck before the worker began would look.
+Runs in: every rank. KIND is exit (os._exit(3)), raise (RuntimeError), hang (block forever), kill (SIGKILL to itself, as
+a `kill -9` would), stop (SIGSTOP to itself, as a `kill -STOP` would) or oom (allocate until the kernel's out-of-memory
+killer ends it: only in a memory cgroup with a limit, never against the whole machine), injected at the start of step
+STEP; STEP "eval" at the start of the evaluation after the timed steps; STEP "split" after the breakdown's profiled
+steps, as their split begins (--breakdown: the row's result is already written); STEP "end" after the rank has written
+its result, during shutdown; STEP "start" before the rank has said anything (RANK is then the rank its launcher gave
+it), as a launcher or rendezvous stuck before the worker began would look.
 """
 
 from __future__ import annotations

@@ -95,9 +95,9 @@ def lines(plan: Plan) -> list[str]:
                      f"at every figure of the range, or faster at some): {', '.join(rec['tied'])}")
         if rec.get("fastest"):
             cost = rec["slower"]
+            saved = held[rec["fastest"]] - held[rec["label"]]
             text += (f"; its step takes {cost['mid']:.2f}x [{cost['low']:.2f}-{cost['high']:.2f}] that of "
-                     f"{rec['fastest']}, the fastest at the middle figure, for {_gib(held[rec['fastest']] - held[rec['label']])} GiB "
-                     f"less per {per}")
+                     f"{rec['fastest']}, the fastest at the middle figure, for {_gib(saved)} GiB less per {per}")
         if rec["next"]:
             r = rec["ratio"]
             text += (f"; {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"
