@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.ground import stats
 from harness.core import joins
+from harness.ground.record import read_records
 from harness.reports import sessions
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "digits_cpu2_20261124-083538"
@@ -307,15 +308,10 @@ def test_a_run_whose_every_row_failed_is_compared_by_the_request_it_made(tmp_pat
     for r in recs:
         r.update(status="failed", samples_per_s=None)
     (b / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    joins.check([("a", joins_records(a)), ("b", joins_records(b))])  # the same request: nothing to refuse
+    joins.check([("a", read_records(a / "records.jsonl")), ("b", read_records(b / "records.jsonl"))])  # the same request: nothing to refuse
     for r in recs:
         r["controls"]["steps"] = 7
     (b / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     with pytest.raises(joins.NotJoinable, match=r"differs from a in timed steps \(7 against "):
-        joins.check([("a", joins_records(a)), ("b", joins_records(b))])
+        joins.check([("a", read_records(a / "records.jsonl")), ("b", read_records(b / "records.jsonl"))])
 
-
-def joins_records(d):
-    from harness.ground.record import read_records
-
-    return read_records(d / "records.jsonl")
