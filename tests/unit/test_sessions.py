@@ -308,10 +308,10 @@ def test_a_run_whose_every_row_failed_is_compared_by_the_request_it_made(tmp_pat
     for r in recs:
         r.update(status="failed", samples_per_s=None)
     (b / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    joins.check([("a", read_records(a / "records.jsonl")), ("b", read_records(b / "records.jsonl"))])  # the same request: nothing to refuse
+    joins.check([(name, read_records(d / "records.jsonl")) for name, d in (("a", a), ("b", b))])  # the same request
     for r in recs:
         r["controls"]["steps"] = 7
     (b / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     with pytest.raises(joins.NotJoinable, match=r"differs from a in timed steps \(7 against "):
-        joins.check([("a", read_records(a / "records.jsonl")), ("b", read_records(b / "records.jsonl"))])
+        joins.check([(name, read_records(d / "records.jsonl")) for name, d in (("a", a), ("b", b))])
 
