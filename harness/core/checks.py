@@ -7,6 +7,7 @@ Runs in: the parent. A refused request raises BadInput: one line for the user, e
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from harness.ground import provenance as envmod
@@ -108,6 +109,13 @@ def check_common(req: Any, min_world: int = 1) -> None:
         raise BadInput(f"threads must be at least 1, got {req.threads}")
     if req.threads is not None and req.threads > MAX_THREADS:
         raise BadInput(f"threads must be at most {MAX_THREADS} (more than any machine's cores), got {req.threads}")
+    if os.environ.get("COMPARE_FAULT"):  # a test's fault injection (harness/rank/faults.py), read by every rank
+        from harness.rank import faults
+
+        try:
+            faults.parse(os.environ["COMPARE_FAULT"])
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
 
 
 def check_cores(req: Any, processes: int, fix: str | None = None) -> bool:

@@ -16,15 +16,37 @@ import sys
 import threading
 
 
+KINDS = ("exit", "raise", "hang", "kill", "stop", "oom")
+STEPS = ("start", "eval", "split", "end")
+
+
+def parse(text: str) -> tuple[str, int, str, int | str]:
+    """(adapter, rank, kind, step) of "ADAPTER:RANK:KIND:STEP"; ValueError naming what is wrong and the valid form
+    (the parent checks COMPARE_FAULT before its first launch: a malformed one failed every row's launches)."""
+    parts = text.split(":")
+    form = f"ADAPTER:RANK:KIND:STEP (KIND one of {', '.join(KINDS)}; STEP a step number or one of {', '.join(STEPS)})"
+    if len(parts) != 4 or not parts[0]:
+        raise ValueError(f"COMPARE_FAULT={text!r} is not {form}, e.g. ddp:1:raise:3")
+    name, frank, kind, step = parts
+    if not frank.isdigit():
+        raise ValueError(f"COMPARE_FAULT={text!r}: rank '{frank}' is not a whole number at least 0; the form is {form}")
+    if kind not in KINDS:
+        raise ValueError(f"COMPARE_FAULT={text!r}: unknown kind '{kind}'; valid choices: {', '.join(KINDS)}")
+    if step not in STEPS and not step.isdigit():
+        raise ValueError(f"COMPARE_FAULT={text!r}: step '{step}' is neither a step number nor one of "
+                         f"{', '.join(STEPS)}")
+    return name, int(frank), kind, (step if step in STEPS else int(step))
+
+
 def fault_for(spec, rank: int):
     """(kind, step) if a fault is injected into this rank, else None. spec.fault None: COMPARE_FAULT decides;
     "" (a calibration launch of `compare scale`): no fault, whatever the environment says."""
     text = os.environ.get("COMPARE_FAULT") if spec.fault is None else spec.fault
     if not text:
         return None
-    name, frank, kind, step = text.split(":")
-    if name == spec.adapter and int(frank) == rank:
-        return kind, (step if step in ("start", "eval", "split", "end") else int(step))
+    name, frank, kind, step = parse(text)
+    if name == spec.adapter and frank == rank:
+        return kind, step
     return None
 
 

@@ -573,6 +573,26 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
     assert not out.exists(), "nothing may be written for bad input"
 
 
+@pytest.mark.parametrize("value, message", [
+    ("ddp:1:raize:3", "COMPARE_FAULT='ddp:1:raize:3': unknown kind 'raize'; valid choices: exit, raise, hang, kill, "
+                      "stop, oom"),
+    ("ddp:one:raise:3", "COMPARE_FAULT='ddp:one:raise:3': rank 'one' is not a whole number at least 0; the form is "
+                        "ADAPTER:RANK:KIND:STEP (KIND one of exit, raise, hang, kill, stop, oom; STEP a step number "
+                        "or one of start, eval, split, end)"),
+    ("ddp:1:raise:three", "COMPARE_FAULT='ddp:1:raise:three': step 'three' is neither a step number nor one of "
+                          "start, eval, split, end"),
+    ("ddp:1:raise", "COMPARE_FAULT='ddp:1:raise' is not ADAPTER:RANK:KIND:STEP (KIND one of exit, raise, hang, kill, "
+                    "stop, oom; STEP a step number or one of start, eval, split, end), e.g. ddp:1:raise:3"),
+])
+@pytest.mark.parametrize("sub", ["run", "comm", "scale"])
+def test_a_malformed_fault_injection_is_refused_before_any_launch(tmp_path, monkeypatch, sub, value, message):
+    """Every rank parses COMPARE_FAULT: a malformed one made every launch of every row fail in its own words."""
+    monkeypatch.setenv("COMPARE_FAULT", value)
+    result = invoke(sub, "--out", str(tmp_path / "o"))
+    assert (result.exit_code, result.stderr) == (2, f"error: {message}\n"), result.output
+    assert not (tmp_path / "o").exists()
+
+
 # `compare sbatch` takes every option of `compare run` and checks the run with run's one validation
 # (harness/core/comparison.py: check): a script it writes must not be refused by the job hours later in the queue.
 # These run refusals are about this machine, its hosts or its network, which the job meets only inside its
