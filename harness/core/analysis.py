@@ -4,12 +4,12 @@ resolved, for the verdict, the verdict over sessions, `compare diff`, the tune's
 
 Runs in: the parent (the report, and `compare run` between rounds, which asks how wide the widest simultaneous
 interval over every pair still is). Everything comes from the records: per row, one throughput per launch (samples
-over the summed slowest-rank step time of its timed window) and a 95% interval over launches (Student t on log
-throughput); every pair of rows compared as one family (harness/ground/stats.py, `compare_pair`): its ratio with a
-95% interval (and a simultaneous one), a difference test and an equivalence test within the run's margin (TOST),
-each family Holm-adjusted. Rounds are blocks: where every row has one launch in each round, pairs are analysed on
-their paired differences within rounds, else unpaired (Welch). Rows are grouped by a compact letter display (rows
-that share a letter are not resolved apart).
+over its timed window by the wall clock: harness/ground/record.py, throughput_clock) and a 95% interval over
+launches (Student t on log throughput); every pair of rows compared as one family (harness/ground/stats.py,
+`compare_pair`): its ratio with a 95% interval (and a simultaneous one), a difference test and an equivalence test
+within the run's margin (TOST), each family Holm-adjusted. Rounds are blocks: where every row has one launch in each
+round, pairs are analysed on their paired differences within rounds, else unpaired (Welch). Rows are grouped by a
+compact letter display (rows that share a letter are not resolved apart).
 
 Which rows are ranked: measured rows that used as many devices as the world size. A row that used fewer
 (DataParallel without GPUs is one process on one device) measures something else and is left out.

@@ -96,7 +96,7 @@ def plan(req: RunRequest) -> RunPlan:
 def _joins(req: RunRequest, p: RunPlan) -> list:
     """The earlier sessions `--join DIR` names (DIR, or the runs a join lists), refused in one line (BadInput) unless
     they are runs of this same request on this machine (harness/reports/sessions.py: IDENTITY, MACHINE)."""
-    from harness.ground.record import read_records, records_file
+    from harness.ground.record import SCHEMA_VERSION, read_records, records_file
     from harness.core import joins
 
     try:
@@ -118,7 +118,8 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
     env = {"cpu_model": envmod.cpu_model(), "cpu_cores_usable": envmod.usable_cores(),
            "gpus": envmod.torch_facts().get("gpus") if req.device == "cuda" else
            (earlier[0].get("env") or {}).get("gpus")}
-    this = [{"kind": "run", "workload": req.workload, "world_size": req.world_size, "status": "ok", "env": env,
+    this = [{"schema_version": SCHEMA_VERSION, "kind": "run", "workload": req.workload, "world_size": req.world_size,
+             "status": "ok", "env": env,
              "row_order": [row.label for row in p.rows], "topology": {"device": req.device},
              "controls": {"workload_options": p.workload.describe()["options"], "global_batch": p.global_batch,
                           "steps": p.steps}}]

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.ground.record import MEASURED
+from harness.ground.record import MEASURED, throughput_clock
 
 SESSIONS = "sessions.json"
 
@@ -102,6 +102,11 @@ def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) 
                     raise NotJoinable(f"{name} ran on another machine than {first_name} ({what} "
                                       f"{_shown(get(env_of(records)))} against {_shown(get(env_of(first)))}): sessions "
                                       "are runs on the same machine")
+        clock, first_clock = (throughput_clock(_measured(rs) or rs[0]) for rs in (records, first))
+        if clock != first_clock:
+            raise NotJoinable(f"{name}'s samples/s divide by the {clock}, {first_name}'s by the {first_clock} "
+                              "(records of schema 2, before compare measured the timed window by the wall clock): "
+                              "sessions measure the same thing; make the earlier runs again with this compare")
 
 
 # ---- the manifest ---------------------------------------------------------------------------------------------------

@@ -227,7 +227,8 @@ class Run(TypedDict):
     cpu_s_per_step: NotRequired[float]
     """CPU seconds per timed step per rank (mean over ranks)."""
     timed_window_wall_s: NotRequired[float]
-    """The timed window by the wall clock (synchronised on CUDA), slowest rank."""
+    """The timed window by the wall clock (synchronised on CUDA), slowest rank: what `samples_per_s` divides by (from
+    schema 3), less the equivalence snapshot and an until-target run's evaluations."""
     noise: NotRequired[dict[str, Any]]
     """What else the machine did over the timed window (rank 0's /proc/stat): ticks, steal share, other processes'
     CPU share, flags; `unchecked` where the window was too short to read them from."""
@@ -336,7 +337,8 @@ class Measured(TypedDict):
     step_times_s: list[float]
     """Every timed step's slowest-rank time."""
     samples_per_s: Number
-    """Samples over the timed window's summed slowest-rank step time (the mean step)."""
+    """The samples of the timed steps over the timed window by the wall clock, the slowest rank's (schema 2: over the
+    summed slowest-rank step times, i.e. the mean step)."""
     samples_per_s_per_device: Number
     """`samples_per_s` over the devices used."""
     loss_curve: list[float]

@@ -16,10 +16,12 @@ from harness.ground.fields import (NUMBER_TYPES, Base, Comm, CommMeasured, Contr
                                   required_fields)
 
 
-SCHEMA_VERSION = 2
-"""2: samples/s from the mean step of the timed window (1: the median step); CPU time per rank over the timed window;
-the machine's noise over it; the round order's seed and each launch's place in its round; the run's baseline row."""
-READABLE_SCHEMAS = (1, 2)
+SCHEMA_VERSION = 3
+"""3: samples/s over the timed window by the wall clock, the slowest rank's (2: over the summed slowest-rank step times,
+which count a rank's delay twice, in its own step and in the next, where its peers wait for it; 1: the median step);
+CPU time per rank over the timed window; the machine's noise over it; the round order's seed and each launch's place
+in its round; the run's baseline row."""
+READABLE_SCHEMAS = (1, 2, 3)
 """Versions `compare report` renders: 1 as it always was (median step, spread across repeats, no intervals)."""
 
 
@@ -28,6 +30,14 @@ def has_intervals(records: list[dict[str, Any]]) -> bool:
     give those intervals and a verdict. Every reader asks this, not the version number, so what each version holds
     is known here alone; records of schema 1 render as they always did (median step, spread, no verdict)."""
     return bool(records) and all(r.get("schema_version", 1) >= 2 for r in records)
+
+
+def throughput_clock(rec: dict[str, Any]) -> str:
+    """What a record's samples/s divides by: "wall clock" (schema 3: its timed window by the wall clock), "summed
+    steps" (schema 2: the summed slowest-rank step times) or "median step" (schema 1). Runs whose records differ in
+    it measured different things: they are neither joined nor diffed."""
+    version = rec.get("schema_version", 1)
+    return "wall clock" if version >= 3 else "summed steps" if version == 2 else "median step"
 
 
 MEASURED = ("ok", "not_reached")

@@ -10,8 +10,9 @@ The arithmetic (records alone): the data pipeline drops the last partial batch (
 
     time per epoch = steps per epoch x global batch / samples/s
 
-with samples/s as the run report gives it (records of schema 2: over the whole timed window, the geometric mean over
-launches with its 95% interval, which the time per epoch then carries; schema 1: global batch / median step time).
+with samples/s as the run report gives it (records of schema 3: over the timed window by the wall clock; schema 2:
+over the summed step times; both the geometric mean over launches with its 95% interval, which the time per epoch
+then carries; schema 1: global batch / median step time).
 
 In an until-target run, evaluation is measured too: evaluation per epoch = (steps per epoch / K) evaluations x the
 median seconds of one, which is the measured per-epoch cost when K is one epoch's steps.
@@ -24,7 +25,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from harness.ground.record import MEASURED, has_intervals, precision_of
+from harness.ground.record import MEASURED, has_intervals, precision_of, throughput_clock
 from harness.reports import figures, palette
 from harness.shared.text import shorten
 
@@ -121,7 +122,9 @@ def controls_text(records: list[dict[str, Any]], entries: list[dict[str, Any]]) 
             f"for every backend, {m['steps']} steps = 1 epoch; world size {r0['world_size']} on {hw}; "
             f"torch {env['torch']}; fp32 unless the label says otherwise;\n"
             f"seconds per epoch = {m['samples']:,} samples / samples/s, "
-            + ("samples/s over the whole timed window (the slowest rank's mean step), the geometric mean over "
+            + (("samples/s over the timed window by the wall clock (the slowest rank's)"
+                if throughput_clock(r0) == "wall clock" else
+                "samples/s over the summed step times (the slowest rank's mean step)") + ", the geometric mean over "
                "launches" + (", whiskers its 95% interval" if any(e.get("epoch_interval") for e in entries) else
                              "; one launch per backend, so no interval and no whiskers")
                if has_intervals([r for r in records if r["status"] in MEASURED])

@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.core import joins
 from harness.core.analysis import RESOLVED, outcome
-from harness.ground.record import MEASURED
+from harness.ground.record import MEASURED, throughput_clock
 from harness.ground.stats import (DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, geomean_interval,
                                   random_effects, random_effects_difference, session_estimate)
 from harness.reports.verdict import holm_note
@@ -29,7 +29,8 @@ from harness.reports.verdict import holm_note
 IDENTITY = (("workload", lambda r: r.get("workload")),
             ("workload options", lambda r: (r.get("controls") or {}).get("workload_options") or {}),
             ("world size", lambda r: r.get("world_size")),
-            ("global batch", lambda r: (r.get("controls") or {}).get("global_batch")))
+            ("global batch", lambda r: (r.get("controls") or {}).get("global_batch")),
+            ("what samples/s divides by", throughput_clock))
 """What two runs must share for their rows' samples/s to be compared."""
 CONTEXT = (("torch", lambda r: (r.get("env") or {}).get("torch")),
            ("git commit", lambda r: (r.get("env") or {}).get("git_commit")),

@@ -16,7 +16,7 @@ from harness.core import design as design_mod
 from harness.ground.errors import first_sentence
 from harness.ground.outdir import write_text
 from harness.ground.provenance import tuning_line
-from harness.ground.record import MEASURED, frozen_note, has_intervals, precision_of
+from harness.ground.record import MEASURED, frozen_note, has_intervals, precision_of, throughput_clock
 from harness.ground.sizes import format_mib
 from harness.ground.stats import INTERVAL_METHOD, half_width
 from harness.launching import machine
@@ -27,6 +27,14 @@ from harness.reports.run_plots import pairs_plot, plot
 from harness.reports.run_rows import (SPREAD_FLAG, accuracy_text, diff_text, flops_note, fmt, group, markdown_table,
                                       memory_kind, metric_label, status_text, table_rows, tokens_per_sample,
                                       tokens_text)
+
+WINDOW = {
+    "wall clock": "samples/s of a launch = the samples of its timed steps over its timed window by the wall clock, the "
+                  "slowest rank's: what a training job gets (each rank's delays counted once)",
+    "summed steps": "samples/s of a launch = samples over its summed step times (global batch / mean step time; "
+                    "records before schema 3: a rank's delay counts in its own step and again in the next, where its "
+                    "peers wait for it, so short steps read a few percent slower than by the wall clock)"}
+"""What a launch's samples/s divides by, per throughput_clock (harness/ground/record.py)."""
 
 
 def eval_note(rows) -> str | None:
@@ -228,11 +236,9 @@ def _controls(rows) -> list[str]:
            if ctl.get("loss_normalisation") == "global count" else "."),
         ttt.controls(cfg, (f.get("eval") or {}).get("test_samples")) if cfg else
         f"- {ctl['warmup']} warm-up steps discarded, then {ctl['steps']} timed steps per repeat; per-step time is "
-        + ("the slowest rank's; samples/s of a launch = samples over its whole timed window (global batch / mean "
-           "step time: what a training job gets; the median of a multi-modal step-time distribution jumps between "
-           "its modes); a row's samples/s is the geometric mean over its launches with a "
-           f"{INTERVAL_METHOD}; the step-time column describes the distribution." if ok[0].get("interval")
-           is not None or has_intervals([ok[0]["first"]]) else
+        + (f"the slowest rank's; {WINDOW[throughput_clock(ok[0]['first'])]}; a row's samples/s is the geometric "
+           f"mean over its launches with a {INTERVAL_METHOD}; the step-time column describes the distribution."
+           if ok[0].get("interval") is not None or has_intervals([ok[0]["first"]]) else
            "the slowest rank's; samples/s = global batch / median step time."),
         f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
         f"{eq['tolerance']:g}.",

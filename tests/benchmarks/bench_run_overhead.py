@@ -23,7 +23,8 @@ run's minus the short run's, over the steps between them; start-up cancels). A p
 (a poll, a redraw, a write, a wake-up) would show there even when the step times scatter.
 
     .venv/bin/python tests/benchmarks/bench_run_overhead.py --pairs 0 --cpu-rounds 2 --cases deepspeed:digits
-Last it prints, per case, the harness/raw throughput ratio over the whole timed window with its 95% interval over
+Last it prints, per case, the harness/raw throughput ratio over the timed window by the wall clock (each side's
+slowest rank: what the harness's samples/s divides by from schema 3) with its 95% interval over
 the launches (harness/ground/stats.py: the ratio of geometric means, Welch's interval on the log scale) and the same for
 the ranks' own CPU time per timed step, which scheduling noise barely moves.
 Target: the interval contains 1 and its lower bound is at least 0.97 (check the load average first: this VM is
@@ -339,9 +340,8 @@ def pairs(a, framework, workload, tmp, ratios, fast_ratios, mean_ratios, raws, h
             got[side] = (run_raw if side == "raw" else run_harness)(framework, workload, tmp, a.bind_cores)
         (raw, raw_p10, raw_mean, raw_cpu), (har, har_p10, har_mean, har_cpu) = got["raw"], got["harness"]
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # a pair is recorded whole or not at all
-        if GPU["device"] == "cuda":
-            for side in ("raw", "harness"):
-                walls[side].append(1 / WALL[side])
+        for side in ("raw", "harness"):  # samples/s as the harness gives it (schema 3): the window by the wall clock
+            walls[side].append(1 / WALL[side])
         tput["raw"].append(1 / raw_mean)
         tput["harness"].append(1 / har_mean)
         cpu["raw"].append(raw_cpu)
@@ -433,9 +433,9 @@ def main() -> None:
                 return "n/a (a pair lost one side)"
             return _interval(compare_pair(side["harness"], side["raw"], paired=True))
 
-        for case, _, _, _, _, _, tput, cpu, _ in summary:
-            print(f"{case:20s} {len(tput['raw']):5d}  {paired(tput):36s}  "
-                  f"{_interval(ratio_interval(tput['harness'], tput['raw'])):24s}  {paired(cpu)}")
+        for case, _, _, _, _, _, _, cpu, walls in summary:  # by the wall clock over the timed window, both sides
+            print(f"{case:20s} {len(walls['raw']):5d}  {paired(walls):36s}  "
+                  f"{_interval(ratio_interval(walls['harness'], walls['raw'])):24s}  {paired(cpu)}")
     if summary and GPU["device"] == "cuda":
         # On a GPU the summed step events leave out what falls between steps; both sides' timed windows by the
         # wall clock (synchronised at both ends) hold it: the harness/raw ratio of those is what a job would get.

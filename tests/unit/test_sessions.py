@@ -315,3 +315,4 @@ def test_a_run_whose_every_row_failed_is_compared_by_the_request_it_made(tmp_pat
     with pytest.raises(joins.NotJoinable, match=r"differs from a in timed steps \(7 against "):
         joins.check([(name, read_records(d / "records.jsonl")) for name, d in (("a", a), ("b", b))])
 
+
