@@ -8,6 +8,7 @@ the middle of an import.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 
@@ -66,6 +67,11 @@ class _LossyStdout:
 
 def main() -> None:
     _tolerant_streams()
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started in the background of a shell without job control (`compare run &` in a script), which leaves
+        # SIGINT ignored: compare takes it over once it launches (harness/launching/interrupt.py), so a Ctrl-C
+        # while it checks the workload was dropped while one minutes later stopped it. It stops compare throughout.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if sys.stdout is not None:
         sys.stdout = _LossyStdout(sys.stdout)
     if sys.stderr is not None:

@@ -3,6 +3,7 @@ from a file or a module, or an installed package's entry point; and every way su
 and exit 2, or, for an exception inside the user's own code, their traceback and exit 1)."""
 
 import dataclasses
+import os
 import math
 import textwrap
 from pathlib import Path
@@ -987,3 +988,41 @@ def test_a_stall_timeout_of_zero_or_inf_sets_no_watch_over_the_check(seconds):
     before = threading.active_count()
     with workload_checks.bounded("the check", seconds):
         assert threading.active_count() == before
+
+
+SLOW_BUILD = '''
+import os, time, torch
+from torch import nn
+
+
+def f():
+    with open(os.environ["BUILD_FIFO"], "w") as fifo:  # tells the test the function is running
+        fifo.write("building")
+    time.sleep(120)
+    x = torch.randn(64, 8)
+    return {"model": lambda: nn.Linear(8, 3), "train": (x, x[:, :3].argmax(1))}
+'''
+
+
+def test_ctrl_c_stops_compare_while_the_workload_builds_though_started_with_sigint_ignored(tmp_path):
+    """A shell without job control starts `compare run &` with SIGINT ignored; compare took it over only once it
+    launched, so a Ctrl-C while the user's function ran was dropped and the run went on to its end."""
+    import signal
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "-w", f"{write(tmp_path, SLOW_BUILD)}:f", "-a",
+                             "ddp", "--repeats", "1", "--out", str(tmp_path / "o")], cwd=REPO,
+                            env={**os.environ, "BUILD_FIFO": str(fifo), "COMPARE_CACHE": str(tmp_path / "cache")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert fifo.read_text() == "building"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
