@@ -91,8 +91,9 @@ def require_torch() -> None:
                            f"of it on the path; every adapter needs {name}: remove it from PYTHONPATH (or rename it)")
 
 
-def check_common(req: Any, min_world: int = 1) -> None:
-    """Device, world size, timeout, threads and --out, each refused with one line naming the valid values."""
+def check_common(req: Any, min_world: int = 1, largest_world: int | None = None) -> None:
+    """Device, world size, timeout, threads and --out, each refused with one line naming the valid values; and a
+    test's COMPARE_FAULT, aimed at a rank below `largest_world` (a sweep's largest; default: the world size)."""
     require_torch()
     if req.device not in DEVICES:
         raise BadInput(f"unknown device '{req.device}'; valid choices: {', '.join(DEVICES)}")
@@ -113,9 +114,20 @@ def check_common(req: Any, min_world: int = 1) -> None:
         from harness.rank import faults
 
         try:
-            faults.parse(os.environ["COMPARE_FAULT"])
+            name, rank, _, _ = faults.parse(os.environ["COMPARE_FAULT"])
         except ValueError as exc:
             raise BadInput(str(exc)) from None
+        import adapters
+
+        # a fault aimed at nothing fired nowhere, and the run passed for one that survived it
+        targets = [*adapters.names(), "reference"]  # the single-process reference run too
+        if name not in targets:
+            raise BadInput(f"COMPARE_FAULT={os.environ['COMPARE_FAULT']!r}: unknown adapter '{name}'; valid choices: "
+                           f"{', '.join(targets)}")
+        world = largest_world or req.world_size
+        if rank >= world:
+            raise BadInput(f"COMPARE_FAULT={os.environ['COMPARE_FAULT']!r}: rank {rank} does not exist at world size "
+                           f"{world} (ranks 0-{world - 1})")
 
 
 def check_cores(req: Any, processes: int, fix: str | None = None) -> bool:

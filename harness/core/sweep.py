@@ -136,7 +136,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
     if req.world_sizes is None and req.device == "cuda":
         sizes = [1]
     first_req = req.point(world_size=min(sizes))
-    check_common(first_req)
+    check_common(first_req, largest_world=max(sizes))
     if req.scaling not in SCALINGS:
         raise BadInput(f"unknown scaling '{req.scaling}'; valid choices: {', '.join(SCALINGS)}")
     straggler = parse_straggler(req.straggler, sizes)

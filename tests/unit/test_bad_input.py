@@ -581,6 +581,10 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
                         "or one of start, eval, split, end)"),
     ("ddp:1:raise:three", "COMPARE_FAULT='ddp:1:raise:three': step 'three' is neither a step number nor one of "
                           "start, eval, split, end"),
+    ("dpp:1:raise:3", "COMPARE_FAULT='dpp:1:raise:3': unknown adapter 'dpp'; valid choices: "
+                      + ", ".join([*adapters.names(), "reference"])),
+    ("ddp:99:raise:3", "COMPARE_FAULT='ddp:99:raise:3': rank 99 does not exist at world size {world} (ranks "
+                       "0-{last})"),
     ("ddp:1:raise", "COMPARE_FAULT='ddp:1:raise' is not ADAPTER:RANK:KIND:STEP (KIND one of exit, raise, hang, kill, "
                     "stop, oom; STEP a step number or one of start, eval, split, end), e.g. ddp:1:raise:3"),
 ])
@@ -589,6 +593,8 @@ def test_a_malformed_fault_injection_is_refused_before_any_launch(tmp_path, monk
     """Every rank parses COMPARE_FAULT: a malformed one made every launch of every row fail in its own words."""
     monkeypatch.setenv("COMPARE_FAULT", value)
     result = invoke(sub, "--out", str(tmp_path / "o"))
+    world = CORES if sub == "scale" else 2  # a sweep's largest world size: by default, every usable core
+    message = message.format(world=world, last=world - 1)
     assert (result.exit_code, result.stderr) == (2, f"error: {message}\n"), result.output
     assert not (tmp_path / "o").exists()
 
