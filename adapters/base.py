@@ -195,6 +195,10 @@ class ModelFacts:
     bad_unit: str | None = None
     """Why a shard unit the workload gives cannot be sharded as one (a ModuleList, which has no forward; a module
     that is not the model's), in words; None where every unit can (or they were not checked)."""
+    empty: list[str] = field(default_factory=list)
+    """Parameters that train and hold no element (nn.Linear(n, 0)), by name."""
+    non_contiguous: list[str] = field(default_factory=list)
+    """Parameters that train and are not contiguous in memory (a transposed view made a Parameter), by name."""
 
     def dtypes_outside(self, allowed: set[str]) -> list[str]:
         """The parameters' dtypes not in `allowed`."""
@@ -239,6 +243,29 @@ def cpu_sync_batch_norm(facts: ModelFacts, device: str, fix: str = SYNC_BN_FIX) 
         return None
     return Availability(False, "the model holds torch.nn.SyncBatchNorm layers, which torch runs on CUDA only (on the "
                                "CPU: \"SyncBatchNorm expected input tensor to be on GPU\")", fix)
+
+
+def flat_layout(facts: ModelFacts, who: str, empty_too: bool) -> Availability | None:
+    """A refusal for a backend that views or flattens each parameter's storage as it is (`who`, in words): a
+    non-contiguous parameter fails there (FSDP2: "FSDP does not support non-contiguous parameters yet"; Horovod:
+    "Tensor is required to be contiguous"; DeepSpeed: "self.stride(-1) must be 1 to view Float as Byte", measured),
+    and with `empty_too` a parameter of no elements (FSDP2: "_chunk_cat expects non-empty tensor"; ZeRO-3: an
+    AssertionError on its status, measured). None where neither holds."""
+    def names(found: list[str]) -> str:
+        return ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+
+    if facts.non_contiguous:
+        return Availability(False, f"the model's parameter{'s' if len(facts.non_contiguous) > 1 else ''} "
+                                   f"{names(facts.non_contiguous)} {'are' if len(facts.non_contiguous) > 1 else 'is'} "
+                                   f"not contiguous in memory (a transposed view made a Parameter), which {who} "
+                                   f"cannot take as it is", "make it contiguous where it is built: "
+                                                           "nn.Parameter(t.contiguous())")
+    if empty_too and facts.empty:
+        return Availability(False, f"the model's parameter{'s' if len(facts.empty) > 1 else ''} {names(facts.empty)} "
+                                   f"{'hold' if len(facts.empty) > 1 else 'holds'} no element (a layer of size 0), "
+                                   f"which {who} cannot shard", "leave the empty layer out of the model, or freeze "
+                                                                "it (requires_grad_(False))")
+    return None
 
 
 EVERY_PARAMETER_FIX = ("let every rank's forward reach every parameter in every step: add 0 times the output of a "

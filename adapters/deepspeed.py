@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch,
-                           LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm, interpreter, rank_command)
+                           LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm, flat_layout,
+                           interpreter, rank_command)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm
@@ -107,7 +108,9 @@ class DeepSpeedLaunch(Launch):
         # ranks with different gradients reduce different buckets (measured: gloo's "collective mismatch", or an
         # abort), and their flat partitions take no sparse tensor (aten::view has no SparseCPU kernel).
         stage = self.knobs.zero_stage
-        refused = cpu_sync_batch_norm(facts, self.device_kind)
+        refused = (cpu_sync_batch_norm(facts, self.device_kind)
+                   or flat_layout(facts, f"DeepSpeed (it views each parameter's storage as bytes"
+                                         f"{' and shards it' if stage == 3 else ''})", empty_too=stage == 3))
         if refused is not None:
             return refused
         other = facts.dtypes_outside({"fp16", "fp32", "bf16"})

@@ -19,7 +19,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.base import EVERY_PARAMETER_FIX, Availability, KnobError, Precision, cpu_sync_batch_norm
+from adapters.base import (EVERY_PARAMETER_FIX, Availability, KnobError, Precision, cpu_sync_batch_norm,
+                           flat_layout)
 from adapters.probes import torch_build
 from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Fsdp
@@ -49,7 +50,8 @@ class FSDPLaunch(DDPLaunch):
         # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, post_backward: fsdp_params_with_grad), so
         # ranks with different ones send different sizes: gloo aborts ("Received data size doesn't match expected
         # size"), NCCL hangs.
-        refused = cpu_sync_batch_norm(facts, self.device_kind)
+        refused = (cpu_sync_batch_norm(facts, self.device_kind)
+                   or flat_layout(facts, "FSDP2 (it shards each parameter's storage)", empty_too=True))
         if refused is not None:
             return refused
         if facts.ranks_differ:

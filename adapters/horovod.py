@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from adapters.base import (REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, RankInfo,
-                           Strategy, interpreter, rank_command)
+                           Strategy, flat_layout, interpreter, rank_command)
 from adapters.probes import cuda_world_check
 from adapters.comm_primitives import Comm
 from harness.shared import cache
@@ -159,6 +159,9 @@ class HorovodLaunch(Launch):
     def model_availability(self, facts):
         # hvd.DistributedOptimizer all-reduces every gradient as it is held: Horovod 0.28.1 takes fp16, fp32, fp64
         # (and int32/int64), not bf16 or complex ("Tensor type torch.BFloat16Tensor is not supported", measured).
+        refused = flat_layout(facts, "Horovod (it all-reduces each gradient's storage as it is)", empty_too=False)
+        if refused is not None:
+            return refused
         other = facts.dtypes_outside({"fp16", "fp32", "fp64"})
         if not other:
             return Availability(True)
@@ -274,7 +277,8 @@ class HorovodStrategy(Strategy):
             hvd.broadcast_optimizer_state(optimizer, root_rank=0)
             if fresh:
                 with torch.no_grad():
-                    self.state_init_change = max(float((p - b).abs().max()) for p, b in zip(model.parameters(), before))
+                    self.state_init_change = max((float((p - b).abs().max()) for p, b in zip(model.parameters(), before)
+                                                  if p.numel()), default=0.0)  # an empty parameter has no max
                 optimizer.zero_grad()  # the zero gradients Horovod left on the parameters
                 # its step is the optimizer's own: a counter or a schedule it keeps moved too (a warm-up one step on)
                 after = _settings(optimizer)

@@ -52,7 +52,7 @@ def param_diffs(params_path: Path, reference: dict | None) -> dict[str, float] |
     params = torch.load(params_path)
     if set(params) != set(reference):
         raise ValueError(f"parameter names differ from the reference: {sorted(set(params) ^ set(reference))[:4]}")
-    return {n: float((params[n] - reference[n]).abs().max()) for n in params}
+    return {n: float((params[n] - reference[n]).abs().max()) if params[n].numel() else 0.0 for n in params}
 
 
 def max_param_diff(params_path: Path, reference: dict | None) -> float | None:

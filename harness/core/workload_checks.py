@@ -293,6 +293,9 @@ def _module_facts(facts, model) -> None:
     facts.sparse = model_check.sparse_modules(model)
     trains = [p for p in model.parameters() if p.requires_grad]
     facts.param_dtypes = dtype_names(trains).split("+") if trains else []
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    facts.empty = [n for n, p in named if p.numel() == 0]
+    facts.non_contiguous = [n for n, p in named if p.numel() and not p.is_contiguous()]
 
 
 def _check_gradients(facts, workload, device: str, ranks) -> None:

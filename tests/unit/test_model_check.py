@@ -211,6 +211,29 @@ def test_sparse_gradients_are_refused_by_the_backends_that_cannot_reduce_them():
     assert checked("sparse", "sparse=false").model_facts.sparse == []
 
 
+def test_a_parameter_of_no_elements_or_not_contiguous_is_refused_where_a_backend_cannot_take_it():
+    empty = checked("odd_layout").model_facts
+    transposed = checked("odd_layout", "layout=transposed").model_facts
+    assert (empty.empty, empty.non_contiguous, transposed.empty, transposed.non_contiguous) == (["odd"], [], [], ["odd"])
+    fsdp = adapters.get("fsdp")({}, "cpu").model_availability(empty)
+    assert not fsdp and fsdp.reason == ("the model's parameter odd holds no element (a layer of size 0), which FSDP2 "
+                                        "(it shards each parameter's storage) cannot shard")
+    assert not adapters.get("deepspeed")({"zero_stage": "3"}, "cpu").model_availability(empty)
+    for name, knobs in (("ddp", {}), ("horovod", {}), ("deepspeed", {}), ("deepspeed", {"zero_stage": "2"})):
+        assert adapters.get(name)(knobs, "cpu").model_availability(empty), (name, knobs)
+    horovod = adapters.get("horovod")({}, "cpu").model_availability(transposed)
+    assert not horovod and horovod.reason == (
+        "the model's parameter odd is not contiguous in memory (a transposed view made a Parameter), which Horovod (it "
+        "all-reduces each gradient's storage as it is) cannot take as it is")
+    assert horovod.fix == "make it contiguous where it is built: nn.Parameter(t.contiguous())"
+    for name in ("fsdp", "deepspeed"):
+        assert not adapters.get(name)({}, "cpu").model_availability(transposed), name
+    for name in ("ddp", "spawn", "amp"):
+        assert adapters.get(name)({}, "cpu").model_availability(transposed), name
+    plain = checked("odd_layout", "layout=plain").model_facts
+    assert all(adapters.get(name)({}, "cpu").model_availability(plain) for name in ("fsdp", "horovod", "deepspeed"))
+
+
 def test_a_model_built_in_another_dtype_is_refused_by_the_backends_that_cannot_reduce_its_gradients():
     from harness.core.runner import _mixed_precision
 
@@ -434,3 +457,11 @@ def test_a_shard_unit_fsdp_cannot_shard_as_one_refuses_its_row_before_launching(
     assert not why and why.reason.endswith("(FSDP2 wraps each unit with fully_shard)")
     assert why.fix.startswith("give the model's own modules that run a forward, one by one")
     assert adapters.get("ddp")({}, "cpu").model_availability(ModelFacts(bad_unit="x"))  # units are FSDP2's alone
+
+
+def test_a_parameter_of_no_elements_has_no_difference_rather_than_failing_the_record(tmp_path):
+    # torch's max() of an empty tensor raises: every row of such a model failed as its record was built
+    from harness.core.assemble import param_diffs
+
+    torch.save({"w": torch.ones(2), "e": torch.zeros(0)}, tmp_path / "p.pt")
+    assert param_diffs(tmp_path / "p.pt", {"w": torch.ones(2) * 1.5, "e": torch.zeros(0)}) == {"w": 0.5, "e": 0.0}
