@@ -398,7 +398,11 @@ class Workload(ABC):
             return None
         if batches.length(x) == 0:
             return 0.0, 0.0, 0.0
-        return self.score(out, y)
+        scored = self.score(out, y)
+        if not (isinstance(scored, (tuple, list)) and len(scored) == 3):  # a user's override: said here, by name
+            raise TypeError(f"{type(self).__name__}.score returned {_shape(scored)}; it must return (correct, count, "
+                            f"loss_sum) of the evaluation batch (a function's `metric` returns (correct, count))")
+        return scored
 
     eval_skipped: str | None = None
     """Why the last `evaluate` returned None, in words (the record's `eval_skipped`)."""
@@ -546,3 +550,10 @@ def shard_groups(model, units) -> list[list]:
         ordered.append(inner)
         groups.remove(inner)
     return ordered
+
+
+def _shape(value) -> str:
+    """A returned value in a few words: "a tuple of 2", "a float"."""
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"

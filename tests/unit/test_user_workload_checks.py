@@ -1026,3 +1026,16 @@ def test_ctrl_c_stops_compare_while_the_workload_builds_though_started_with_sigi
         proc.kill()
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+def test_a_score_override_returning_a_pair_is_named_with_what_it_must_return(monkeypatch):
+    # `metric` returns (correct, count), so a subclass's `score` of two was a natural guess; it failed every row's
+    # record with "not enough values to unpack (expected 3, got 2)", naming nothing
+    import contextlib
+
+    w = workloads.get("digits")
+    data = w.materialize("cpu", w.global_batch)
+    monkeypatch.setattr(type(w), "score", lambda self, output, target: (1.0, 2.0))
+    with pytest.raises(TypeError, match=r"^Digits.score returned a tuple of 2; it must return \(correct, count, "
+                                        r"loss_sum\) of the evaluation batch"):
+        w.evaluate(w.new_model(), data, 0, 2, contextlib.nullcontext())
