@@ -108,11 +108,11 @@ class DeepSpeedLaunch(Launch):
         # ranks with different gradients reduce different buckets (measured: gloo's "collective mismatch", or an
         # abort), and their flat partitions take no sparse tensor (aten::view has no SparseCPU kernel).
         stage = self.knobs.zero_stage
-        refused = (cpu_sync_batch_norm(facts, self.device_kind)
-                   or flat_layout(facts, f"DeepSpeed (it views each parameter's storage as bytes"
-                                         f"{' and shards it' if stage == 3 else ''})", empty_too=stage == 3))
-        if refused is not None:
-            return refused
+        for refused in (cpu_sync_batch_norm(facts, self.device_kind),  # a refusal is falsy: never joined with `or`
+                        flat_layout(facts, f"DeepSpeed (it views each parameter's storage as bytes"
+                                           f"{' and shards it' if stage == 3 else ''})", empty_too=stage == 3)):
+            if refused is not None:
+                return refused
         other = facts.dtypes_outside({"fp16", "fp32", "bf16"})
         if other:  # every stage: "attempting to reduce an unsupported grad type: torch.float64" (measured)
             return Availability(False, f"the model's parameters are {'+'.join(other)}, and DeepSpeed reduces "

@@ -50,10 +50,10 @@ class FSDPLaunch(DDPLaunch):
         # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, post_backward: fsdp_params_with_grad), so
         # ranks with different ones send different sizes: gloo aborts ("Received data size doesn't match expected
         # size"), NCCL hangs.
-        refused = (cpu_sync_batch_norm(facts, self.device_kind)
-                   or flat_layout(facts, "FSDP2 (it shards each parameter's storage)", empty_too=True))
-        if refused is not None:
-            return refused
+        for refused in (cpu_sync_batch_norm(facts, self.device_kind),  # a refusal is falsy: never joined with `or`
+                        flat_layout(facts, "FSDP2 (it shards each parameter's storage)", empty_too=True)):
+            if refused is not None:
+                return refused
         if facts.ranks_differ:
             return Availability(
                 False, f"the ranks leave different parameters without a gradient: {facts.differ_text()} in the check "

@@ -9,7 +9,8 @@ predictions were kept is predicted when rendered, from the `compare comm` record
 Definitions (the same for every backend):
 - throughput T(N) = global batch / median step time (slowest rank per step), median over repeats; in records of
   schema 2, global batch / mean step time (the summed step times) per launch, and of schema 3 the samples of the
-  timed steps over the timed window by the wall clock, each the geometric mean over repeats with its 95% interval, and the speed-ups and efficiencies below with Welch's 95% interval over the launches of both points
+  timed steps over the timed window by the wall clock, each the geometric mean over repeats with its 95% interval,
+  and the speed-ups and efficiencies below with Welch's 95% interval over the launches of both points
   (harness/ground/stats.py);
 - speed-up against the same adapter at world size 1: T(N) / T_adapter(1); against the single-process baseline
   (the plain model, no wrapper, one process, the same threads as one rank): T(N) / T_baseline;
