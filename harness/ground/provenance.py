@@ -64,6 +64,14 @@ TUNING_PREFIXES = ("HOROVOD_", "NCCL_", "GLOO_", "TORCH_", "PYTORCH_", "TORCHELA
 allocation, transports). Every rank inherits compare's environment, so one of these set in the user's shell
 applies to the rows it concerns: recorded, printed at the start and shown in the report, never silently."""
 TUNING_NAMES = ("LD_PRELOAD",)  # e.g. jemalloc or tcmalloc, which change a step's time
+OUTER_JOB = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+             "ROLE_WORLD_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+             "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE")
+"""What a launcher sets to give a process its place in its job (torchrun, horovodrun, MPI). Set in compare's own
+environment (compare run inside an outer job), they say nothing of compare's ranks, whose launchers set their own
+(SLURM's are left: `--launcher slurm` runs inside its allocation); one left over made horovodrun's ranks wait for
+peers that were not there (HOROVOD_RANK=1 HOROVOD_SIZE=4: a 30 s gloo timeout). No rank inherits them."""
 HARNESS_SET = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """Set by the harness for every rank (threads per rank, recorded as such), so a value in the shell is not used."""
 
@@ -72,7 +80,7 @@ def tuning_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The tuning variables set in this environment (TUNING_PREFIXES), that every rank inherits."""
     environ = os.environ if environ is None else environ
     return {k: environ[k] for k in sorted(environ)
-            if (k.startswith(TUNING_PREFIXES) or k in TUNING_NAMES) and k not in HARNESS_SET}
+            if (k.startswith(TUNING_PREFIXES) or k in TUNING_NAMES) and k not in HARNESS_SET + OUTER_JOB}
 
 
 def tuning_line(env: dict[str, Any]) -> list[str]:

@@ -11,7 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.ground.provenance import REPO
+from harness.ground.provenance import OUTER_JOB, REPO
 from harness.launching import hosts
 from harness.shared.proc import pid_namespace
 from harness.shared.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
@@ -50,7 +50,7 @@ def harness_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[st
 
 def child_env(spec: RunSpec, extra: dict[str, str], launch_id: str) -> dict[str, str]:
     """The environment of a command started here: compare's own, plus the harness's variables."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in OUTER_JOB}  # an outer job's ranks are not ours
     ours = harness_env(spec, extra, launch_id)
     if "PYTHONPATH" not in extra:
         ours["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)

@@ -262,3 +262,23 @@ def test_a_launch_whose_evaluation_failed_leaves_the_rows_figure_to_the_others()
     ddp[0]["eval"] = None  # its evaluation hung or crashed (failed_parts), its measurement kept
     row = next(row for row in run_report.table_rows(records) if row["adapter"] == "ddp")
     assert row["accuracy"] == (kept[0] + kept[1]) / 2 and row["samples_per_s"] > 0
+
+
+def test_an_outer_jobs_rank_variables_reach_no_rank_and_are_not_tuning(tmp_path, monkeypatch):
+    # compare run inside an outer Horovod job: its HOROVOD_RANK=1 HOROVOD_SIZE=4 made horovodrun's ranks wait 30 s for
+    # peers that were not there; the tuning note listed them as tuning
+    from harness.ground.provenance import tuning_env
+    from harness.launching.rank_env import child_env
+    from harness.shared.spec import RunSpec
+
+    outer = {"HOROVOD_RANK": "1", "HOROVOD_SIZE": "4", "RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+             "OMPI_COMM_WORLD_RANK": "3"}
+    kept = {"HOROVOD_FUSION_THRESHOLD": "0", "SLURM_PROCID": "2", "MASTER_PORT": "29999"}
+    for k, v in {**outer, **kept}.items():
+        monkeypatch.setenv(k, v)
+    spec = RunSpec(adapter="x", workload="digits", world_size=2, device="cpu", global_batch=64, steps=5, warmup=1,
+                   threads=1, rank_dir=str(tmp_path / "r"))
+    env = child_env(spec, {}, "id")
+    assert not set(outer) & set(env)
+    assert {k: env[k] for k in kept} == kept
+    assert set(tuning_env()) & set(outer | kept) == {"HOROVOD_FUSION_THRESHOLD"}
