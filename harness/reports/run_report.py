@@ -124,8 +124,14 @@ def _notes(rows, records) -> list[str]:
     stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)
     if stopped:
         never = [row["adapter"] for row in rows if row["status"] == "not_run"]
+        # a row whose only launch was the one interrupted ran, but measured nothing
+        unmeasured = [row["adapter"] for row in rows if not row["measured"] and row["status"] not in
+                      ("not_run", "unavailable")]
+        said = [f"{', '.join(never)} never ran" if never else "",
+                f"{', '.join(unmeasured)} measured nothing before it was stopped" if unmeasured else ""]
         notes.append(f"**The run was interrupted {stopped}**: "
-                     + (f"{', '.join(never)} never ran." if never else "every adapter had run at least once."))
+                     + ("; ".join(s for s in said if s) + "." if any(said) else
+                        "every adapter had run at least once."))
     cut = cut_short(records)
     if cut:
         notes.append(f"**The run ended before all its launches**: {cut}.")

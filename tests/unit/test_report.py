@@ -282,3 +282,16 @@ def test_an_outer_jobs_rank_variables_reach_no_rank_and_are_not_tuning(tmp_path,
     assert not set(outer) & set(env)
     assert {k: env[k] for k in kept} == kept
     assert set(tuning_env()) & set(outer | kept) == {"HOROVOD_FUSION_THRESHOLD"}
+
+
+def test_an_interrupted_run_names_the_row_whose_one_launch_it_stopped_as_having_measured_nothing():
+    # the row stopped in its set-up has status "interrupted", not "not_run": the note said every adapter had run
+    records = _records()
+    stopped = {**copy.deepcopy(records[0]), "label": "horovod", "adapter": "horovod", "status": "interrupted",
+               "reason": "interrupted at step 0 of 2001 (setup)"}
+    records[0]["run_interrupted"] = "during horovod (repeat 1)"
+    notes = run_report._notes(run_report.table_rows(records + [stopped]), records + [stopped])
+    assert ("**The run was interrupted during horovod (repeat 1)**: horovod measured nothing before it was "
+            "stopped.") in notes
+    notes = run_report._notes(run_report.table_rows(records), records)
+    assert "**The run was interrupted during horovod (repeat 1)**: every adapter had run at least once." in notes
