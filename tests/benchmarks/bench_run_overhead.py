@@ -167,9 +167,17 @@ elif framework == "deepspeed":
 else:
     model = nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()] if CUDA else None)
 
-per = batch // world
-g = torch.Generator().manual_seed(1)
-slices = [torch.randperm(len(x), generator=g)[:batch][rank * per:(rank + 1) * per] for _ in range(warmup + steps)]
+per, per_epoch, perms = batch // world, len(x) // batch, {}
+
+
+def order(step):  # the harness's data order (docs/fairness.md, item 2): one permutation per epoch, seed 0
+    epoch, k = divmod(step, per_epoch)
+    if epoch not in perms:
+        perms[epoch] = torch.randperm(len(x), generator=torch.Generator().manual_seed(epoch))
+    return perms[epoch][k * batch:(k + 1) * batch][rank * per:(rank + 1) * per]
+
+
+slices = [order(step) for step in range(warmup + steps)]
 if CUDA:
     slices = [s.cuda() for s in slices]
 half = torch.bfloat16 if os.environ.get("RAW_PRECISION") == "bf16" else None
