@@ -318,7 +318,9 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
                              f"{workload.batch_dependent} (a loss term over the whole batch, such as a "
                              f"load-balancing or contrastive one, or a buffer its forward updates from the batch), so "
                              f"no data-parallel backend can match the single process; fix: make the loss a mean of "
-                             f"per-sample terms to check equivalence, or declare batch_dependence=\"...\" in @workload "
+                             f"per-sample terms to check equivalence (a loss divided by a sum over its batch, such "
+                             f"as the sum of per-sample weights, returns (sum, count) instead: the harness divides by "
+                             f"the whole global batch's count), or declare batch_dependence=\"...\" in @workload "
                              f"(the check is then skipped, with that reason)")
         return out
     largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
