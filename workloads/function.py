@@ -433,7 +433,7 @@ def _check_data(data: Any, what: str, ref: str) -> None:
     if isinstance(data, (tuple, list)) and not isinstance(data, torch.utils.data.Dataset):
         if len(data) != 2 or not (isinstance(data[1], torch.Tensor)
                                   and (isinstance(data[0], torch.Tensor) or isinstance(data[0], Mapping))):
-            several = len(data) == 2 and isinstance(data[0], (tuple, list))
+            several = (len(data) == 2 and isinstance(data[0], (tuple, list))) or len(data) > 2  # (a, b, y) too
             raise BadReference(f"workload {ref}: its {what} data must be (inputs, targets) tensors, a dict of tensors "
                                f"or a torch.utils.data.Dataset; got a {type(data).__name__} of "
                                f"{', '.join(type(t).__name__ for t in data) or 'nothing'}"
@@ -469,7 +469,7 @@ def _check_data(data: Any, what: str, ref: str) -> None:
             and isinstance(item[1], (torch.Tensor, int, float))):
         shown = (f"({', '.join(type(i).__name__ for i in item)})" if isinstance(item, (tuple, list))
                  else batches.describe(item) if isinstance(item, Mapping) else type(item).__name__)
-        several = isinstance(item, (tuple, list)) and item and isinstance(item[0], (tuple, list))
+        several = isinstance(item, (tuple, list)) and item and (isinstance(item[0], (tuple, list)) or len(item) > 2)
         raise BadReference(f"workload {ref}: item 0 of its {what} Dataset is {shown}, not (input tensor, target "
                            f"tensor or number) nor a dict of tensors; " + (
                                "give several inputs as a dict of tensors, ({'a': xa, 'b': xb}, target), and the model "

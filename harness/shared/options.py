@@ -64,8 +64,9 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 _ARTICLE = {bool: "a bool", int: "an int", float: "a number", str: "a string"}
 
 
-def describe_type(tp: Any) -> str:
-    """Human form of a field's type, for messages: "0, 1, 2 or 3", "a number", "a bool or none (...)"."""
+def describe_type(tp: Any, owner: str = "the framework") -> str:
+    """Human form of a field's type, for messages: "0, 1, 2 or 3", "a number", "a bool or none (...)"; `owner`:
+    whose default none stands for (an adapter's framework, or "the workload")."""
     tp, _ = _hint(tp)
     inner, optional = _unwrap_optional(tp)
     if typing.get_origin(inner) is Literal:
@@ -73,18 +74,19 @@ def describe_type(tp: Any) -> str:
         text = choices[0] if len(choices) == 1 else ", ".join(choices[:-1]) + " or " + choices[-1]
     else:
         text = _ARTICLE.get(inner, getattr(inner, "__name__", str(inner)))
-    return text + (" or none (the framework's default)" if optional else "")
+    return text + (f" or none ({owner}'s default)" if optional else "")
 
 
 def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
     """`raw` (text from the command line, or an already typed value from a spec file) as type `tp`."""
+    owner = "the framework" if what == "knob" else "the workload"  # whose default a none stands for
     tp, hint = _hint(tp)
     hint = f" ({hint})" if hint else ""
     inner, optional = _unwrap_optional(tp)
     if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in _NONE):
         if optional:
             return None
-        raise OptionError(f"{what} '{name}' cannot be none; it expects {describe_type(tp)}")
+        raise OptionError(f"{what} '{name}' cannot be none; it expects {describe_type(tp, owner)}")
     if typing.get_origin(inner) is Literal:
         choices = typing.get_args(inner)
         for choice in choices:
@@ -92,7 +94,7 @@ def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
                 return choice
             if isinstance(raw, str) and raw.strip().lower() == str(choice).lower():
                 return choice
-        raise OptionError(f"{what} '{name}' must be {describe_type(inner)}{hint}; got '{_shown(raw)}'")
+        raise OptionError(f"{what} '{name}' must be {describe_type(inner, owner)}{hint}; got '{_shown(raw)}'")
     if not isinstance(raw, str):
         if inner is float and isinstance(raw, int) and not isinstance(raw, bool):
             return float(raw)
@@ -112,7 +114,7 @@ def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
         if inner is float:
             value = float(text)
     except ValueError:
-        raise OptionError(f"{what} '{name}' expects {describe_type(tp)}{hint}, got '{_shown(raw)}'") from None
+        raise OptionError(f"{what} '{name}' expects {describe_type(tp, owner)}{hint}, got '{_shown(raw)}'") from None
     if inner is float:
         if not math.isfinite(value):  # no knob or option means anything at nan or inf
             raise OptionError(f"{what} '{name}' expects a finite number{hint}, got '{_shown(raw)}'")
@@ -177,7 +179,7 @@ def catalogue(cls: type, owner: str = "the framework") -> list[dict[str, str]]:
     for name, (f, tp) in _fields(cls).items():
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-        out.append({"name": name, "values": describe_type(tp).replace("the framework's", f"{owner}'s"),
+        out.append({"name": name, "values": describe_type(tp, owner),
                     "default": (f"unset ({owner}'s own)" if default is None else str(default).lower()
                                 if isinstance(default, bool) else _shown(default)),
                     "doc": docs.get(name, "")})

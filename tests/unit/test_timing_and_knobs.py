@@ -108,3 +108,13 @@ def test_progress_reads_after_two_ranks_raced_on_its_sequence_number(tmp_path):
     assert progress.read(path) == {"phase": "timed", "step": 5, "total": 32}  # ...but the next write ends even
     b.step(6)
     assert progress.read(path) == {"phase": "timed", "step": 6, "total": 32}
+
+
+def test_a_workload_options_none_is_the_workloads_default_not_a_frameworks():
+    from typing import Optional
+
+    from harness.shared.options import OptionError, coerce
+
+    with pytest.raises(OptionError) as exc:
+        coerce("where", "abc", Optional[int], "option")
+    assert str(exc.value) == "option 'where' expects an int or none (the workload's default), got 'abc'"

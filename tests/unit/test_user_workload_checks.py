@@ -186,6 +186,21 @@ BAD = {
                                   "tensors or a torch.utils.data.Dataset; got a tuple of tuple, Tensor; give several "
                                   "inputs as a dict of tensors, ({{'a': xa, 'b': xb}}, targets), and the model is called "
                                   "model(a=..., b=...)"),
+    "three-tensors": ("import torch\ndef f():\n    x = torch.zeros(4, 2)\n"
+                      "    return {'model': torch.nn.Linear(2, 2), 'train': (x, x, torch.zeros(4).long())}\n",
+                      "{path}:f",
+                      "workload {path}:f: its train data must be (inputs, targets) tensors, a dict of tensors or a "
+                      "torch.utils.data.Dataset; got a tuple of Tensor, Tensor, Tensor; give several inputs as a dict "
+                      "of tensors, ({{'a': xa, 'b': xb}}, targets), and the model is called model(a=..., b=...)"),
+    "dataset-items-of-three-tensors": ("import torch\nclass S(torch.utils.data.Dataset):\n    def __len__(self):\n"
+                                       "        return 8\n    def __getitem__(self, i):\n"
+                                       "        return torch.zeros(2), torch.zeros(2), 1\n"
+                                       "def f():\n    return {'model': torch.nn.Linear(2, 2), 'train': S()}\n",
+                                       "{path}:f",
+                                       "workload {path}:f: item 0 of its train Dataset is (Tensor, Tensor, int), not "
+                                       "(input tensor, target tensor or number) nor a dict of tensors; give several "
+                                       "inputs as a dict of tensors, ({{'a': xa, 'b': xb}}, target), and the model is "
+                                       "called model(a=..., b=...)"),
     "dataset-dict-item-with-text": ("import torch\nclass S(torch.utils.data.Dataset):\n    def __len__(self):\n"
                                     "        return 8\n    def __getitem__(self, i):\n"
                                     "        return {'input_ids': torch.zeros(3).long(), 'text': 'a b c'}\n"
