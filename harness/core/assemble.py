@@ -303,9 +303,20 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     if out["passed"] is not False or diffs is None:  # passed, not checked, or no reference to compare with
         return out
     if workload.nondeterministic:
-        out["why_failed"] = (f"the model is not deterministic: {workload.nondeterministic}; each process draws its "
-                             f"own random numbers, so no backend can match the single-process reference (make it "
-                             f"deterministic, e.g. dropout 0, to check equivalence)")
+        random = (f"the model is not deterministic: {workload.nondeterministic}; each process draws its own random "
+                  f"numbers, which match the single process's only where no draw depends on the batch (a whole block "
+                  f"dropped at once may; a dropout mask over the samples does not): make it deterministic, e.g. "
+                  f"dropout 0, to check equivalence")
+        largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
+        missing = adapter.missing_gradient() if adapter is not None else None
+        if missing and any(p["steps_without_gradient"] for p in largest):
+            # a row of a backend that leaves such a parameter alone matched in the same run (stochastic depth: a
+            # block dropped for the whole batch gets no gradient, and Horovod's zero one moves it with momentum)
+            out["largest_diffs"] = largest
+            out["why_failed"] = (why_differs(largest, spec.equiv_steps, label, missing, workload.stateful)
+                                 + f"; besides, {random}")
+            return out
+        out["why_failed"] = random
         return out
     if workload.varying_counts:
         counts = normalisation.explain(workload.varying_counts, [r.losses for r in ranks], reference_losses,

@@ -468,3 +468,25 @@ def test_a_parameter_of_no_elements_has_no_difference_rather_than_failing_the_re
 
     torch.save({"w": torch.ones(2), "e": torch.zeros(0)}, tmp_path / "p.pt")
     assert param_diffs(tmp_path / "p.pt", {"w": torch.ones(2) * 1.5, "e": torch.zeros(0)}) == {"w": 0.5, "e": 0.0}
+
+
+def test_a_random_model_whose_differing_parameter_missed_a_gradient_is_told_the_backends_cause_first():
+    # stochastic depth: a block dropped for the whole batch gets no gradient; ddp matched in the same run, and
+    # Horovod's ✗ was blamed on the randomness alone
+    w = SimpleNamespace(batch_norm=[], batch_dependence=None, equiv_tolerance=1e-5, stateful=None,
+                        nondeterministic="its outputs differed under two torch seeds", varying_counts=None,
+                        batch_dependent=None)
+    spec = SimpleNamespace(equiv_steps=4, global_batch=16)
+    r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8, adapter={})
+    horovod = adapters.get("horovod")({}, "cpu")
+    eq = assemble.equivalence(spec, r0, w, horovod, {"block.weight": 1e-2, "head.weight": 1e-8},
+                              {"block.weight": [1, 3]}, label="horovod")
+    assert eq["why_failed"].startswith("the parameters that differ most, block.weight by 1.0e-02, had no gradient in "
+                                       "steps 2, 4 of the 4 compared, where the single process's optimizer leaves "
+                                       "such a parameter alone; horovod: hvd.DistributedOptimizer gives")
+    assert "; besides, the model is not deterministic: its outputs differed under two torch seeds" in eq["why_failed"]
+    # every differing parameter had its gradient: the randomness alone
+    eq = assemble.equivalence(spec, r0, w, horovod, {"head.weight": 1e-2}, {}, label="horovod")
+    assert eq["why_failed"].startswith("the model is not deterministic: its outputs differed under two torch seeds; "
+                                       "each process draws its own random numbers, which match the single process's "
+                                       "only where no draw depends on the batch")
