@@ -296,7 +296,9 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
             else f"model is batch-dependent ({workload.batch_dependence})" if workload.batch_dependence
             else (f"BatchNorm statistics per process ({bn}): each process normalises its own "
                   f"{r0.per_process_batch} samples where the single process normalises all {spec.global_batch}"
-                  + (f"; {bn_fix}" if bn_fix else ""))),
+                  + (f"; besides, the model depends on the rest of its batch other than through BatchNorm "
+                     f"({workload.batch_dependent}), so statistics over the global batch would not make it match "
+                     f"either" if getattr(workload, "batch_dependent", None) else f"; {bn_fix}" if bn_fix else ""))),
     }
     if bn:
         out["batch_norm"] = {"layers": bn, "statistics": "per process" if per_process else "global batch"}

@@ -197,7 +197,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         workload.varying_counts = normalisation.candidates(workload, data, global_batch, req.world_size or 1, steps,
                                                            form)
     on_cpu = params is None or params <= SMALL_MODEL  # small enough to run for real here
-    if on_cpu and not (workload.nondeterministic or workload.batch_norm or workload.batch_dependence):
+    if on_cpu and not (workload.nondeterministic or workload.batch_dependence):
         workload.batch_dependent = batch_dependence(workload, data, global_batch, world)
 
 
@@ -207,8 +207,10 @@ def batch_dependence(workload, data, global_batch: int, world: int) -> str | Non
     runs it, against one model per rank over its slices, each carrying its own state as training does. A loss that
     is a mean of per-sample terms gives the single process's loss as the ranks' losses' mean (weighted by their
     counts where it has them); a term over the whole batch (a load-balancing or contrastive loss) or a buffer the
-    forward updates from its batch does not. BatchNorm, randomness and a loss averaged over a varying count are
-    found and explained apart, so the caller leaves them out. Returns the finding in words, or None."""
+    forward updates from its batch does not. Randomness and a loss averaged over a varying count are found and
+    explained apart, so the caller leaves them out; BatchNorm layers run on their running statistics here (eval
+    mode), so what is found is a dependence other than theirs (a contrastive loss over a BatchNorm encoder: with
+    sync_bn=true it still differs). Returns the finding in words, or None."""
     import torch
 
     from harness.core import model_check
@@ -228,6 +230,9 @@ def batch_dependence(workload, data, global_batch: int, world: int) -> str | Non
             for _ in range(ranks + 1):
                 torch.manual_seed(workload.seed)
                 models.append(workload.new_model())
+                for module in models[-1].modules():  # BatchNorm is found and explained apart: per sample here
+                    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                        module.eval()
             for step in range(model_check.CHECKED_STEPS):
                 slices = [workload.batch_indices(step, global_batch, data.n_train, r, world) for r in range(ranks)]
                 single, _ = value(models[0], torch.cat(slices))  # the global batch (its first ranks' part)

@@ -490,3 +490,20 @@ def test_a_random_model_whose_differing_parameter_missed_a_gradient_is_told_the_
     assert eq["why_failed"].startswith("the model is not deterministic: its outputs differed under two torch seeds; "
                                        "each process draws its own random numbers, which match the single process's "
                                        "only where no draw depends on the batch")
+
+
+def test_a_batch_coupled_loss_is_found_behind_batchnorm_and_sync_bn_is_not_offered_as_its_fix():
+    # a contrastive loss over a BatchNorm encoder: the row said only "BatchNorm ... sync_bn=true converts them", and
+    # sync_bn=true then failed with no explanation
+    w = checked("batchnorm_contrastive")
+    assert w.batch_norm and w.batch_dependent.startswith("with the same parameters, its loss over the global batch")
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"))
+    assert eq["checked"] is False and "sync_bn" not in eq["why_not_checked"]
+    assert ("; besides, the model depends on the rest of its batch other than through BatchNorm (with the same "
+            "parameters") in eq["why_not_checked"]
+    synced = _equivalence(w, adapters.get("ddp")({"sync_bn": "true"}, "cpu"), {"0.weight": 1e-2})
+    assert synced["why_failed"].startswith("the model depends on the rest of its batch, other than through BatchNorm")
+    # a per-sample loss over the same encoder: BatchNorm alone, and its fix
+    plain = checked("batchnorm_contrastive", "contrastive=false")
+    assert plain.batch_dependent is None
+    assert "sync_bn=true" in _equivalence(plain, adapters.get("ddp")({}, "cpu"))["why_not_checked"]
