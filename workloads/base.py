@@ -174,6 +174,9 @@ class Workload(ABC):
     stateful: str | None = None
     """What the model's forward changes in its modules between calls, deterministically (a step counter, a buffer),
     found by the same check: never a reason to call it random."""
+    edits_parameters: str | None = None
+    """The parameters the model's forward changes in place (nn.Embedding(max_norm=...), a clamp_), found by the same
+    check: a failed equivalence check then says each rank's copy changed where its own slice took it."""
     model_facts: Any = None
     """What the same check found for the rows (adapters.base.ModelFacts: parameters left without gradients, BatchNorm
     layers), or None where it did not run (a built-in workload)."""

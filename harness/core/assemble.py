@@ -326,6 +326,15 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
         if counts:
             out["why_failed"] = counts
             return out
+    if getattr(workload, "edits_parameters", None):
+        out["why_failed"] = (f"the model's forward changes its parameters in place ({workload.edits_parameters}: "
+                             f"nn.Embedding(max_norm=...) renormalising the rows it looks up, a clamp_ of a weight), "
+                             f"and no backend synchronises parameters after the start, only gradients: a change that "
+                             f"depends on the batch (max_norm's rows) leaves each rank's copy changed where its own "
+                             f"slice took it, and a sharding backend (ZeRO-3, FSDP2) may drop a change made to the "
+                             f"copy it gathered for the forward; fix: move the change out of the forward (a "
+                             f"parametrization, or after the optimizer's step) to check equivalence")
+        return out
     if workload.batch_dependent:
         out["why_failed"] = (f"the model depends on the rest of its batch, other than through BatchNorm: "
                              f"{workload.batch_dependent} (a loss term over the whole batch, such as a "

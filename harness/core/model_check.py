@@ -193,6 +193,23 @@ def diagnose(build, forward, seed: int) -> tuple[str | None, str | None]:
     return None, changed
 
 
+def edited_parameters(build, forward, seed: int, most: int = 3) -> str | None:
+    """The parameters that one training-mode forward changed in place (nn.Embedding(max_norm=...) renormalising the
+    rows it looks up, a clamp_ of a weight), by name, in words; None where it changed none. No backend synchronises
+    parameters after the start, only gradients: each rank's copy changes where its own slice took it."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = build()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    torch.manual_seed(1)
+    forward(model)
+    edited = [n for n, p in model.named_parameters() if n in before and not same(before[n], p.detach())]
+    if not edited:
+        return None
+    return ", ".join(edited[:most]) + (f" and {len(edited) - most} more" if len(edited) > most else "")
+
+
 def no_gradient(model, batches, step_loss) -> dict[str, list[int]]:
     """Parameter name -> the passes (from 0) after whose backward it had no gradient, over one forward, loss and
     backward of `model` per (inputs, target) batch, in order (the model's state carries from one to the next, as

@@ -177,6 +177,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             check_trains(model, req.workload)
             try:
                 random, workload.stateful = model_check.diagnose(workload.new_model, forward, workload.seed)
+                workload.edits_parameters = model_check.edited_parameters(workload.new_model, forward, workload.seed)
             except UserCodeError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the user's code

@@ -507,3 +507,12 @@ def test_a_batch_coupled_loss_is_found_behind_batchnorm_and_sync_bn_is_not_offer
     plain = checked("batchnorm_contrastive", "contrastive=false")
     assert plain.batch_dependent is None
     assert "sync_bn=true" in _equivalence(plain, adapters.get("ddp")({}, "cpu"))["why_not_checked"]
+
+
+def test_a_forward_that_changes_its_parameters_in_place_is_named_in_the_failed_check():
+    w = checked("renormed")
+    assert w.edits_parameters == "0.weight" and w.nondeterministic is None
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"0.weight": 2.3}, {})
+    assert eq["why_failed"].startswith("the model's forward changes its parameters in place (0.weight: "
+                                       "nn.Embedding(max_norm=...) renormalising the rows it looks up")
+    assert checked("renormed", "max_norm=0").edits_parameters is None
