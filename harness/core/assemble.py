@@ -277,7 +277,8 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     there is none), whether it passed, and why not: randomness in the model, a loss averaged per rank over counts
     that differ between them (`ranks`' losses against `reference_losses`), else the parameters that differ most and
     what the backend does with a parameter left without a gradient."""
-    exact = r0.precision in ("fp32", "fp64") and r0.compression == "none"
+    # fp32, fp64, a mix of them or complex ones (a model built so): exact arithmetic, checked at the tolerance
+    exact = set(r0.precision.split("+")) <= EXACT_DTYPES and r0.compression == "none"
     bn = workload.batch_norm
     # None: this row computes BatchNorm statistics over the global batch (SyncBatchNorm); else how it could
     bn_fix = adapter.batch_norm() if adapter is not None else ""
@@ -288,10 +289,10 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     out: dict[str, Any] = {
         "steps": spec.equiv_steps, "tolerance": workload.equiv_tolerance, "checked": checked,
         "passed": (diff is not None and diff <= workload.equiv_tolerance) if checked else None,
-        "reference": f"single process, {'fp64' if r0.precision == 'fp64' else 'fp32'}, global batch "
+        "reference": f"single process, {r0.precision if exact else 'fp32'}, global batch "
                      f"{spec.global_batch}, same init and data order",
         "why_not_checked": None if checked else no_reference if applies else (
-            f"{r0.precision} arithmetic" if r0.precision not in ("fp32", "fp64")
+            f"{r0.precision} arithmetic" if not set(r0.precision.split("+")) <= EXACT_DTYPES
             else f"{r0.compression} gradient compression" if not exact
             else f"model is batch-dependent ({workload.batch_dependence})" if workload.batch_dependence
             else (f"BatchNorm statistics per process ({bn}): each process normalises its own "
@@ -353,6 +354,10 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     if why:
         out["why_failed"] = why
     return out
+
+
+EXACT_DTYPES = {"fp32", "fp64", "complex64", "complex128"}
+"""Parameter dtypes whose rows are checked against the single process at the tolerance (no rounding to a half)."""
 
 
 BREAKDOWN_TOLERANCE = 0.10

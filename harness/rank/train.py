@@ -310,15 +310,16 @@ class _Steps:
 
 
 def _precision(adapter, model) -> str:
-    """The row's precision: the adapter's mixed precision, else the dtype the model's trainable parameters were
-    built in ("fp32"; "bf16" for a model built in bf16, which every plain row runs in bf16)."""
+    """The row's precision: the adapter's mixed precision, else the dtypes the model's trainable parameters were
+    built in ("fp32"; "bf16" for a model built in bf16, which every plain row runs in bf16; "fp32+fp64" for one
+    that mixes them, which the row's label said was fp32)."""
     from adapters.dtypes import dtype_names
 
     precision = adapter.precision().value
     if precision != "fp32":
         return precision
     built = dtype_names([p for p in model.parameters() if p.requires_grad])
-    return built if built in ("bf16", "fp16", "fp64") else precision
+    return precision if built == "none" else built
 
 
 def _dtypes(adapter, model) -> dict | None:

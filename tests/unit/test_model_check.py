@@ -273,7 +273,18 @@ def test_a_plain_rows_precision_is_the_dtype_its_model_was_built_in():
     for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16"), (torch.float64, "fp64")):
         assert _precision(ddp, nn.Sequential(nn.Linear(2, 2, dtype=dtype), frozen)) == label
     assert _precision(adapters.get("amp")({"precision": "bf16"}, "cpu"), nn.Linear(2, 2)) == "bf16"
-    assert _precision(ddp, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, dtype=torch.bfloat16))) == "fp32"
+    # a model that mixes dtypes says so (the label said fp32); fp32 with fp64 is still exact arithmetic, checked
+    assert _precision(ddp, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, dtype=torch.bfloat16))) == "bf16+fp32"
+    assert _precision(ddp, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, dtype=torch.float64))) == "fp32+fp64"
+    spec = SimpleNamespace(equiv_steps=4, global_batch=16)
+    w = checked("typed")
+    for precision, checked_ in (("fp32+fp64", True), ("bf16+fp32", False), ("complex64+fp32", True)):
+        r0 = SimpleNamespace(precision=precision, compression="none", per_process_batch=8)
+        eq = assemble.equivalence(spec, r0, w, ddp, {"w": 1e-7}, None, label="ddp")
+        assert eq["checked"] is checked_, precision
+    assert eq["reference"].startswith("single process, complex64+fp32, global batch 16")
+    assert assemble.equivalence(spec, SimpleNamespace(precision="bf16+fp32", compression="none", per_process_batch=8),
+                                w, ddp, {"w": 1e-7}, None, label="ddp")["why_not_checked"] == "bf16+fp32 arithmetic"
 
 
 def test_a_models_own_sync_batch_norm_is_refused_on_the_cpu_where_torch_cannot_run_it():
