@@ -133,7 +133,16 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
         r["outcome"] = outcome(r) + (f" in {names[1]}" if outcome(r) in RESOLVED else "")
     if common:  # a row both ran: how many processes a rank layout has is a row's (dp runs one)
         fa, fb = (next(r for m in per for r in m.get(common[0], [])) for per in (per_a, per_b))
-    context = [(what, get(fa), get(fb)) for what, get in CONTEXT if get(fa) != get(fb)]
+    # each side's value over all its sessions, read from the same row (a join of runs on two commits holds both)
+    def side_value(get, per, first):
+        values = []
+        for r in [m[common[0]][0] for m in per if common and m.get(common[0])] or [first]:
+            if get(r) not in values:
+                values.append(get(r))
+        return values[0] if len(values) == 1 else ", ".join(map(str, values))
+
+    context = [(what, x, y) for what, get in CONTEXT
+               for x, y in [(side_value(get, per_a, fa), side_value(get, per_b, fb))] if x != y]
     every = {r["label"] for _, records in sa + sb for r in records}
     return {"rows": rows, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
             "unmeasured": sorted(every - set(in_a) - set(in_b)), "margin": margin,

@@ -247,3 +247,16 @@ def test_what_differs_names_how_the_ranks_were_laid_out_and_started():
     assert ("hosts started by", "local", "ssh") in laid_out, laid_out
     assert [c[0] for c in diff.compare(ssh, slurm)["context"] if c[0] != "git commit"] == ["hosts started by",
                                                                                          "cores per node"]
+
+
+def test_what_differs_reads_every_session_of_a_side_not_its_first():
+    # a join of runs on two commits against one on the second: "git commit d7575ff → aad7823" claimed the whole of A
+    # ran the first
+    rng = random.Random(3)
+    a, b = _side(rng, 2, 0.02, 0.02, torch="2.12.0"), _side(rng, 2, 0.02, 0.02)
+    for r in a[1][1]:
+        r["env"] = {**r["env"], "torch": "2.13.0"}
+    d = diff.compare(a, b)
+    assert ("torch", "2.12.0, 2.13.0", "2.13.0") in d["context"]
+    same = diff.compare(_side(rng, 2, 0.02, 0.02), b)
+    assert not any(what == "torch" for what, _, _ in same["context"])
