@@ -207,4 +207,6 @@ def known(env: dict[str, Any], workload: str) -> dict[str, Any] | None:
         return None
     entry = mine.get(workload) or max(mine.values(), key=lambda e: e.get("date", "") if isinstance(e, dict) else "")
     need = ("sessions", "pairs", "tau_median", "tau_max", "se_median", "date", "workload")
-    return {k: entry[k] for k in need} if isinstance(entry, dict) and all(k in entry for k in need) else None
+    if not (isinstance(entry, dict) and all(k in entry for k in need)):
+        return None
+    return {**{k: entry[k] for k in need}, **{k: entry[k] for k in ("rows", "steps") if entry.get(k)}}

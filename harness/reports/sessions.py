@@ -182,8 +182,10 @@ def remember(joined: dict[str, Any], records: list[dict[str, Any]], where: Path)
     """Keep the between-session spread of this machine and workload in its cache, for the next single run's verdict
     to say (harness/core/comparison.py reads it into its records)."""
     got = spread(joined)
-    if got is not None:
-        joins.store(joins.env_of(records), records[0].get("workload"), {**got, "where": str(where.resolve())})
+    if got is not None:  # with the request it was of: a sentence quoting it names its rows and steps
+        steps = next((r["controls"].get("steps") for r in records if r.get("controls")), None)
+        joins.store(joins.env_of(records), records[0].get("workload"),
+                    {**got, "where": str(where.resolve()), "rows": joins.rows_of(records), "steps": steps})
 
 
 def render(out: Path, sessions: list[tuple[str, list[dict[str, Any]]]], command: str | None) -> Path:

@@ -209,7 +209,10 @@ def one_session_line(known: dict[str, Any] | None) -> str:
         k, pairs = known["sessions"], known["pairs"]
         spread = (f"median over {pairs} pairs; up to {known['tau_max']:.1%}" if pairs != 1
                   else "from its one pair")
-        text += (f" On this machine, {k} joined runs of {known['workload']} (the last on {known['date']}) put the "
+        request = (f"{', '.join(known['rows'])}" + (f", {known['steps']} timed steps" if known.get("steps") else "")
+                   + "; " if known.get("rows") else "")  # which rows: a join of other rows spreads otherwise
+        text += (f" On this machine, {k} joined runs of {known['workload']} ({request}the last on {known['date']}) "
+                 f"put the "
                  f"between-session standard deviation of a pair's log ratio at {known['tau_median']:.1%} ({spread}; "
                  f"{k} sessions give each pair's figure {k - 1} degrees of freedom: a rough one), against a standard "
                  f"error within one run of {known['se_median']:.1%}.")

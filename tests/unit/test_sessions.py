@@ -155,6 +155,7 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     # this machine now knows its between-session spread, which the next single run's verdict will say
     known = joins.known(json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"], "digits")
     assert known["sessions"] == 6 and known["pairs"] == 3 and known["tau_max"] >= known["tau_median"] >= 0
+    assert len(known["rows"]) == 3 and known["rows"] == sorted(known["rows"]) and known["steps"] > 0  # its request
     # a later join of fewer sessions (a throwaway of two runs) does not replace it, nor one below three sessions
     env = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"]
     small = {"sessions": 2, "pairs": 3, "tau_median": 0.41, "tau_max": 0.41, "se_median": 0.02, "date": "2026-12-01",
@@ -175,6 +176,10 @@ def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_mac
                          "standard deviation of a pair's log ratio at 3.5% (median over 10 pairs; up to 12.6%; 5 "
                          "sessions give each pair's figure 4 degrees of freedom: a rough one), against a standard "
                          "error within one run of 2.5%.")
+    # the join's request, where the cache kept it: another request's spread is quoted as that request's
+    line = one_session_line({"sessions": 3, "pairs": 1, "tau_median": 0.402, "tau_max": 0.402, "se_median": 0.189,
+                             "date": "2026-11-29", "workload": "digits", "rows": ["ddp", "horovod"], "steps": 100})
+    assert "On this machine, 3 joined runs of digits (ddp, horovod, 100 timed steps; the last on 2026-11-29) " in line
     # one pair of three sessions; and a join of two, kept in a cache before such joins were refused, is not quoted
     line = one_session_line({"sessions": 3, "pairs": 1, "tau_median": 0.402, "tau_max": 0.402, "se_median": 0.189,
                              "date": "2026-11-29", "workload": "digits"})
