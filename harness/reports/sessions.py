@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import analysis, joins
+from harness.ground.record import MEASURED
 from harness.ground.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, compare_pair, half_width, letter_groups,
                                   random_effects, session_estimate)
 from harness.reports import verdict as verdict_mod
@@ -83,8 +84,12 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
            "sessions": [{"name": name, "date": (records[0].get("time_utc") or "")[:10],
                          "commit": (records[0].get("env") or {}).get("git_commit"),
                          "command": records[0].get("command"), "launches": max(
-                             (a["rows"][k]["n"] for k in a["ranked"]), default=0)} for (name, records), (_, a)
-                        in zip(sessions, per)],
+                             (a["rows"][k]["n"] for k in a["ranked"]), default=0),
+                         # launches its own report flags as disturbed (harness/core/assemble.py: noise)
+                         "disturbed": sum(bool((r.get("noise") or {}).get("flags")) for r in records
+                                          if r.get("status") in MEASURED and r.get("label") != "reference"),
+                         "measured": sum(r.get("status") in MEASURED and r.get("label") != "reference"
+                                         for r in records)} for (name, records), (_, a) in zip(sessions, per)],
            "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each; {m} pair"
                            f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds, combined over "
                            "the sessions by a random-effects model (DerSimonian-Laird between-session variance, "
@@ -161,6 +166,13 @@ def markdown(joined: dict[str, Any]) -> list[str]:
     md += ["", "Sessions: " + "; ".join(
         f"{names[s['name']]} [{s['name']}]({s['name']}/report.md) ({s['date']}, {s['launches']} launches per row)"
         for s in a["sessions"]) + ".", ""]
+    disturbed = [s for s in a["sessions"] if s.get("disturbed")]
+    if disturbed:  # kept in every figure, as in each session's own report, which names them
+        md += ["Launches measured under interference (other processes or steal over their timed windows; each "
+               "session's report names them): " + "; ".join(f"{names[s['name']]} {s['disturbed']} of {s['measured']}"
+                                                           for s in disturbed)
+               + ". They are kept in every figure: where the sessions were disturbed alike, the verdict over them "
+                 "describes the machine as it was then, and the between-session spread does not show it.", ""]
     commits = list(dict.fromkeys(s.get("commit") for s in a["sessions"]))
     dirty = [names[s["name"]] for s in a["sessions"] if (s.get("commit") or "").endswith("-dirty")]
     if len(commits) > 1 or dirty:  # the spread between sessions then holds any change of the code too

@@ -321,3 +321,19 @@ def test_a_run_whose_every_row_failed_is_compared_by_the_request_it_made(tmp_pat
         joins.check([(name, read_records(d / "records.jsonl")) for name, d in (("a", a), ("b", b))])
 
 
+
+
+def test_a_join_says_how_many_launches_of_each_session_were_measured_under_interference(tmp_path, monkeypatch):
+    # every launch of three sessions was flagged in its own report; the joined report said nothing of it
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(5)
+    runs = [_run(tmp_path, f"s{i}", _values(rng, 0.0)) for i in range(3)]
+    for run, flagged in zip(runs, (12, 0, 3)):
+        recs = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+        for k, r in enumerate(recs):
+            r["noise"] = {**(r.get("noise") or {}), "flags": ["other processes 40%"] if k < flagged else []}
+        (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert CliRunner().invoke(app, ["join", str(tmp_path / "j"), *map(str, runs)]).exit_code == 0
+    assert ("Launches measured under interference (other processes or steal over their timed windows; each session's "
+            "report names them): S1 12 of 12; S3 3 of 12. They are kept in every figure") in (
+        tmp_path / "j" / "report.md").read_text()
