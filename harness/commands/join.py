@@ -37,6 +37,7 @@ def join(req: JoinRequest) -> None:
     from harness.reports import sessions
 
     dirs: list[Path] = []
+    expanded = []
     for d in req.runs:
         if not d.is_dir():
             fail(f"{d} is not a directory; give run directories written by `compare run`")
@@ -44,6 +45,8 @@ def join(req: JoinRequest) -> None:
             found = joins.session_dirs(d)
         except joins.NotJoinable as exc:
             fail(str(exc))
+        if len(found) > 1 or found[0].resolve() != d.resolve():  # a join (or a run made with --join): its sessions
+            expanded.append(f"{d} is a join of {len(found)} sessions ({', '.join(map(str, found))}), each taken")
         dirs += [x for x in found if x.resolve() not in {y.resolve() for y in dirs}]
     if len(dirs) < 2:
         fail(f"compare join needs two runs or more; got {len(dirs)} ({', '.join(map(str, req.runs))})")
@@ -63,7 +66,9 @@ def join(req: JoinRequest) -> None:
         fail(str(exc))
     if records_file(req.out) is not None:
         fail(f"{req.out} holds a run's records; give a new directory for the join")
-    command = shlex.join(["compare", "join", str(req.out), *map(str, dirs)])
+    command = shlex.join(["compare", "join", str(req.out), *map(str, req.runs)])  # as typed; sessions.json lists all
+    for line in expanded:  # said, not silently: a run made with --join brings its earlier sessions with it
+        console.print(f"note: {line}", soft_wrap=True)
     created = not req.out.exists()
     before = set() if created else set(req.out.iterdir())
     req.out.mkdir(parents=True, exist_ok=True)

@@ -337,3 +337,18 @@ def test_a_join_says_how_many_launches_of_each_session_were_measured_under_inter
     assert ("Launches measured under interference (other processes or steal over their timed windows; each session's "
             "report names them): S1 12 of 12; S3 3 of 12. They are kept in every figure") in (
         tmp_path / "j" / "report.md").read_text()
+
+
+def test_join_says_when_a_directory_it_is_given_brings_other_sessions_and_records_the_command_as_typed(tmp_path,
+                                                                                                        monkeypatch):
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(5)
+    runs = [_run(tmp_path, f"s{i}", _values(rng, 0.0)) for i in range(3)]
+    assert CliRunner().invoke(app, ["join", str(tmp_path / "j12"), str(runs[0]), str(runs[1])]).exit_code == 0
+    result = CliRunner().invoke(app, ["join", str(tmp_path / "j"), str(tmp_path / "j12"), str(runs[2])])
+    assert result.exit_code == 0, result.output
+    assert f"note: {tmp_path / 'j12'} is a join of 2 sessions ({runs[0]}, {runs[1]}), each taken" in " ".join(
+        result.output.split())
+    manifest = joins.manifest(tmp_path / "j")
+    assert manifest["command"] == f"compare join {tmp_path / 'j'} {tmp_path / 'j12'} {runs[2]}"
+    assert len(manifest["sessions"]) == 3
