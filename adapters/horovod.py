@@ -274,7 +274,18 @@ class HorovodStrategy(Strategy):
             fresh = len(optimizer.state_dict()["state"]) == 0
             before = [p.detach().clone() for p in model.parameters()]
             settings = _settings(optimizer)
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+            try:
+                hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+            except RuntimeError as exc:
+                if "dense gradients" not in str(exc):
+                    raise
+                # Horovod makes a fresh optimizer's state by one step on zero dense gradients (its optimizer.py:
+                # broadcast_optimizer_state), which an optimizer of sparse gradients refuses (SparseAdam: "does not
+                # support dense gradients", measured): the user's gradients were sparse
+                raise RuntimeError(f"hvd.broadcast_optimizer_state makes the fresh optimizer's state by one step on "
+                                   f"zero dense gradients, which {type(optimizer).__name__} refuses ({exc}); fix: "
+                                   f"-a {self.name}:broadcast_optimizer_state=false (every rank builds the same "
+                                   f"state from the same seed)") from None
             if fresh:
                 with torch.no_grad():
                     self.state_init_change = max((float((p - b).abs().max()) for p, b in zip(model.parameters(), before)
