@@ -32,6 +32,8 @@ def files_key(files: Iterable[Path]) -> str:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Best effort: a temp file named by our pid, then a rename (readers see the old file or the new one)."""
+    if "COMPARE_CACHE" not in os.environ and not Path.home().is_dir():
+        return  # a HOME that does not exist (a service account's /nonexistent) is not made: no cache, as documented
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
