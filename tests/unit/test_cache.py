@@ -66,3 +66,16 @@ def test_facts_that_name_a_cuda_device_are_never_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(provenance, "_torch_facts", lambda: calls.append(1) or gpu)
     assert provenance.torch_facts() == gpu and provenance.torch_facts() == gpu
     assert len(calls) == 2 and not (tmp_path / "torch_facts.json").exists()
+
+
+def test_a_home_that_does_not_exist_is_not_made_for_the_cache(tmp_path, monkeypatch):
+    # HOME=/nonexistent (a service account's): compare made /nonexistent/home/.cache/compare with its cache files
+    from harness.shared import cache
+
+    monkeypatch.delenv("COMPARE_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "nonexistent" / "home"))
+    cache.write_dict("x.json", {"a": 1})
+    assert not (tmp_path / "nonexistent").exists() and cache.read_dict("x.json") == {}
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "c"))  # one given is made, as before
+    cache.write_dict("x.json", {"a": 1})
+    assert cache.read_dict("x.json") == {"a": 1}

@@ -296,15 +296,3 @@ def test_an_interrupted_run_names_the_row_whose_one_launch_it_stopped_as_having_
     notes = run_report._notes(run_report.table_rows(records), records)
     assert "**The run was interrupted during horovod (repeat 1)**: every adapter had run at least once." in notes
 
-
-def test_a_home_that_does_not_exist_is_not_made_for_the_cache(tmp_path, monkeypatch):
-    # HOME=/nonexistent (a service account's): compare made /nonexistent/home/.cache/compare with its cache files
-    from harness.shared import cache
-
-    monkeypatch.delenv("COMPARE_CACHE", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "nonexistent" / "home"))
-    cache.write_dict("x.json", {"a": 1})
-    assert not (tmp_path / "nonexistent").exists() and cache.read_dict("x.json") == {}
-    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "c"))  # one given is made, as before
-    cache.write_dict("x.json", {"a": 1})
-    assert cache.read_dict("x.json") == {"a": 1}
