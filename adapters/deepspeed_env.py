@@ -120,16 +120,26 @@ def clear_stale_jit_locks(root: Path | None = None) -> list[Path]:
     another user is left alone unless every process could be checked."""
     root = root if root is not None else jit_cache_dir()
     locks = sorted(root.glob("*/lock")) if root.is_dir() else []
-    if not locks:
+    seen = {}
+    for lock in locks:  # each lock as it was before the scan: the file, not its name
+        with contextlib.suppress(FileNotFoundError):
+            st = lock.stat()
+            seen[lock] = (st.st_ino, st.st_ctime_ns, st.st_uid)
+    if not seen:
         return []
     held, complete = _open_files()
     removed = []
-    for lock in locks:
+    for lock, (ino, ctime, owner) in seen.items():
+        if os.path.realpath(lock) in held or (not complete and owner != os.getuid()):
+            continue
         try:
-            owner = lock.stat().st_uid
+            st = lock.stat()
         except FileNotFoundError:  # released meanwhile
             continue
-        if os.path.realpath(lock) in held or (not complete and owner != os.getuid()):
+        # Released during the scan and taken again by another build, after the scan had read its process: a new
+        # file under the same name, which a test run found removed under the build that held it
+        # ("FileNotFoundError: .../deepspeed_shm_comm/lock" at its release)
+        if (st.st_ino, st.st_ctime_ns) != (ino, ctime):
             continue
         lock.unlink(missing_ok=True)
         removed.append(lock)

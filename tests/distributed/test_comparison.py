@@ -149,7 +149,7 @@ def test_record_schema(default_run):
                     "world_size", "status", "reason", "samples_per_s", "step_time_s", "peak_memory_bytes",
                     "final_loss", "eval", "max_param_diff", "env", "controls", "topology"):
             assert key in rec, key
-        assert rec["schema_version"] == 2 and rec["world_size"] == 2
+        assert rec["schema_version"] == 3 and rec["world_size"] == 2
         assert isinstance(rec["order_seed"], int) and rec["position"] in range(4)
         assert {"python", "torch", "cpu_model", "cpu_cores_usable", "distributed"} <= set(rec["env"])
     # the launches ran in the order the recorded seed gives back (harness/core/runner.py round_order)

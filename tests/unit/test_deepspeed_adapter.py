@@ -247,6 +247,24 @@ def test_a_jit_build_lock_that_no_process_holds_is_removed_before_a_launch(tmp_p
     assert plan.env[ds.STALE_LOCKS_ENV] == str(lock)
 
 
+def test_a_lock_released_and_taken_again_while_the_processes_are_read_is_left_to_its_new_holder(tmp_path,
+                                                                                                   monkeypatch):
+    # one rank's build released the lock and the other's took it anew after the scan had read that process: the new
+    # lock was removed under it, and its release failed ("FileNotFoundError: .../deepspeed_shm_comm/lock")
+    lock = tmp_path / "op" / "lock"
+    lock.parent.mkdir()
+    lock.write_text("")
+
+    def scan_while_swapping():
+        lock.unlink()
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL)  # a new file under the same name, after its holder was read
+        os.close(fd)
+        return set(), True
+
+    monkeypatch.setattr(deepspeed_env, "_open_files", scan_while_swapping)
+    assert ds.clear_stale_jit_locks(tmp_path) == [] and lock.exists()
+
+
 @pytest.mark.slow  # imports every framework in a fresh interpreter (~20 s)
 def test_compare_env_json_is_json_on_stdout_and_nothing_on_stderr():
     """DeepSpeed warns 'Setting accelerator to CPU' on import where it finds no GPU; `compare env --json` says what it
