@@ -278,7 +278,8 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     that differ between them (`ranks`' losses against `reference_losses`), else the parameters that differ most and
     what the backend does with a parameter left without a gradient."""
     # fp32, fp64, a mix of them or complex ones (a model built so): exact arithmetic, checked at the tolerance
-    exact = set(r0.precision.split("+")) <= EXACT_DTYPES and r0.compression == "none"
+    exact_dtypes = set(r0.precision.split("+")) <= EXACT_DTYPES
+    exact = exact_dtypes and r0.compression == "none"
     bn = workload.batch_norm
     # None: this row computes BatchNorm statistics over the global batch (SyncBatchNorm); else how it could
     bn_fix = adapter.batch_norm() if adapter is not None else ""
@@ -292,7 +293,7 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
         "reference": f"single process, {r0.precision if exact else 'fp32'}, global batch "
                      f"{spec.global_batch}, same init and data order",
         "why_not_checked": None if checked else no_reference if applies else (
-            f"{r0.precision} arithmetic" if not set(r0.precision.split("+")) <= EXACT_DTYPES
+            f"{r0.precision} arithmetic" if not exact_dtypes
             else f"{r0.compression} gradient compression" if not exact
             else f"model is batch-dependent ({workload.batch_dependence})" if workload.batch_dependence
             else (f"BatchNorm statistics per process ({bn}): each process normalises its own "

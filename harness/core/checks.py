@@ -110,11 +110,12 @@ def check_common(req: Any, min_world: int = 1, largest_world: int | None = None)
         raise BadInput(f"threads must be at least 1, got {req.threads}")
     if req.threads is not None and req.threads > MAX_THREADS:
         raise BadInput(f"threads must be at most {MAX_THREADS} (more than any machine's cores), got {req.threads}")
-    if os.environ.get("COMPARE_FAULT"):  # a test's fault injection (harness/rank/faults.py), read by every rank
+    fault = os.environ.get("COMPARE_FAULT")
+    if fault:  # a test's fault injection (harness/rank/faults.py), read by every rank
         from harness.rank import faults
 
         try:
-            name, rank, _, _ = faults.parse(os.environ["COMPARE_FAULT"])
+            name, rank, _, _ = faults.parse(fault)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
         import adapters
@@ -122,11 +123,11 @@ def check_common(req: Any, min_world: int = 1, largest_world: int | None = None)
         # a fault aimed at nothing fired nowhere, and the run passed for one that survived it
         targets = [*adapters.names(), "reference"]  # the single-process reference run too
         if name not in targets:
-            raise BadInput(f"COMPARE_FAULT={os.environ['COMPARE_FAULT']!r}: unknown adapter '{name}'; valid choices: "
+            raise BadInput(f"COMPARE_FAULT={fault!r}: unknown adapter '{name}'; valid choices: "
                            f"{', '.join(targets)}")
         world = largest_world or req.world_size
         if rank >= world:
-            raise BadInput(f"COMPARE_FAULT={os.environ['COMPARE_FAULT']!r}: rank {rank} does not exist at world size "
+            raise BadInput(f"COMPARE_FAULT={fault!r}: rank {rank} does not exist at world size "
                            f"{world} (ranks 0-{world - 1})")
 
 
