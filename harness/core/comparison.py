@@ -118,11 +118,18 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
     env = {"cpu_model": envmod.cpu_model(), "cpu_cores_usable": envmod.usable_cores(),
            "gpus": envmod.torch_facts().get("gpus") if req.device == "cuda" else
            (earlier[0].get("env") or {}).get("gpus")}
-    this = [{"schema_version": SCHEMA_VERSION, "kind": "run", "workload": req.workload, "world_size": req.world_size,
-             "status": "ok", "env": env,
-             "row_order": [row.label for row in p.rows], "topology": {"device": req.device},
-             "controls": {"workload_options": p.workload.describe()["options"], "global_batch": p.global_batch,
-                          "steps": p.steps}}]
+    controls = {"workload_options": p.workload.describe()["options"], "global_batch": p.global_batch,
+                "steps": p.steps, "warmup": p.warmup, "seed": p.workload.seed, "bind_cores": req.bind_cores}
+    base = {"schema_version": SCHEMA_VERSION, "kind": "run", "workload": req.workload, "world_size": req.world_size,
+            "status": "ok", "env": env, "row_order": [row.label for row in p.rows], "topology": {"device": req.device},
+            "oversubscribed": p.oversubscribed}
+    # each row as its launches will record it (harness/core/assemble.py: controls), so its knobs and threads are held
+    # to the earlier sessions' before anything runs
+    this = [{**base, "label": row.label, "controls": {
+        **controls, "knobs": dataclasses.asdict(row.adapter.knobs),
+        "threads_requested": hosts.threads_per_process(row.adapter.processes(req.world_size), req.threads,
+                                                       p.topology)}} for row in p.rows if row.adapter is not None]
+    this = this or [{**base, "controls": controls}]
     try:
         joins.check([(str(req.join), earlier), ("this run", this)])
     except joins.NotJoinable as exc:

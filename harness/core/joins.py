@@ -54,6 +54,38 @@ IDENTITY = (("workload", lambda rs: rs[0].get("workload")),
 MACHINE = (("CPU", lambda env: env.get("cpu_model")), ("usable cores", lambda env: env.get("cpu_cores_usable")),
            ("GPUs", lambda env: env.get("gpus") or []))
 """What makes two runs the same machine (a change of it compares machines, not sessions)."""
+CONDITIONS = (("warm-up steps", lambda r: (r.get("controls") or {}).get("warmup")),
+              ("seed", lambda r: (r.get("controls") or {}).get("seed")),
+              ("threads per rank", lambda r: (r.get("controls") or {}).get("threads_requested")),
+              ("cores bound", lambda r: (r.get("controls") or {}).get("bind_cores")),
+              ("DataLoader workers", lambda r: (r.get("controls") or {}).get("loader_workers")),
+              ("oversubscribed", lambda r: r.get("oversubscribed")))
+"""What each row ran under beyond its label (its knobs too, `row_conditions`): the same row under other conditions
+measures something else, so sessions share them and a diff says where they differ. A condition a record does not
+hold (one written before compare recorded it) is left out of the comparison."""
+
+
+def row_conditions(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{label: {condition: value}} of a run, read from each row's first record that says its controls (a measured
+    one where there is one): CONDITIONS, and every knob as "knob NAME"."""
+    out: dict[str, dict[str, Any]] = {}
+    for label in dict.fromkeys(r["label"] for r in records if r.get("label")):
+        mine = [r for r in records if r.get("label") == label]
+        first = _measured(mine)
+        if first is None:
+            continue
+        got = {what: get(first) for what, get in CONDITIONS if get(first) is not None}
+        knobs = (first.get("controls") or {}).get("knobs")
+        got.update({f"knob {k}": v for k, v in (knobs or {}).items()} if isinstance(knobs, dict) else {})
+        out[label] = got
+    return out
+
+
+def condition_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[tuple[str, str, Any, Any]]:
+    """(row, condition, a's value, b's value) for every condition both runs hold of a row and give differently."""
+    ca, cb = row_conditions(a), row_conditions(b)
+    return [(label, what, ca[label][what], cb[label][what]) for label in ca if label in cb
+            for what in ca[label] if what in cb[label] and ca[label][what] != cb[label][what]]
 
 
 def _shown(value) -> str:
@@ -62,6 +94,10 @@ def _shown(value) -> str:
     if isinstance(value, dict):
         return ",".join(f"{k}={v}" for k, v in value.items()) or "none"
     return str(value)
+
+
+def _condition(value) -> str:
+    return "its default" if value is None else _shown(value)
 
 
 def launches(records: list[dict[str, Any]]) -> tuple:
@@ -73,7 +109,8 @@ def launches(records: list[dict[str, Any]]) -> tuple:
 
 def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) -> None:
     """NotJoinable (one line) unless every run is a `compare run` of the same request (workload and its options,
-    rows, world size, global batch, timed steps) on the same machine (CPU model, usable cores, GPUs), the first
+    rows, world size, global batch, timed steps; each row's knobs, threads, warm-up, seed, binding, DataLoader workers
+    and oversubscription) on the same machine (CPU model, usable cores, GPUs), the first
     run being the reference. `machines=False` leaves the machine out (`compare diff --across-machines`)."""
     first_name, first = named[0]
     seen: dict[tuple, str] = {}
@@ -102,6 +139,13 @@ def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) 
                     raise NotJoinable(f"{name} ran on another machine than {first_name} ({what} "
                                       f"{_shown(get(env_of(records)))} against {_shown(get(env_of(first)))}): sessions "
                                       "are runs on the same machine")
+        changed = condition_changes(first, records)
+        if changed:
+            label, what, was, now = changed[0]
+            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            raise NotJoinable(f"{name} ran row {label} with {what} {_condition(now)} against {_condition(was)} in "
+                              f"{first_name}{more}: sessions are runs of the same request; `compare diff` compares "
+                              "two conditions")
         clock, first_clock = (throughput_clock(_measured(rs) or rs[0]) for rs in (records, first))
         if clock != first_clock:
             raise NotJoinable(f"{name}'s samples/s divide by the {clock}, {first_name}'s by the {first_clock} "

@@ -143,6 +143,11 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
 
     context = [(what, x, y) for what, get in CONTEXT
                for x, y in [(side_value(get, per_a, fa), side_value(get, per_b, fb))] if x != y]
+    # what a row ran under beyond its label (a knob set with --knob, binding, warm-up), row by row
+    said = {what for what, _ in CONTEXT}
+    context += [(f"{label}'s {what}", "default" if x is None else x, "default" if y is None else y)
+                for label, what, x, y in joins.condition_changes(sa[0][1], sb[0][1])
+                if label in common and what not in said]
     every = {r["label"] for _, records in sa + sb for r in records}
     return {"rows": rows, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
             "unmeasured": sorted(every - set(in_a) - set(in_b)), "margin": margin,

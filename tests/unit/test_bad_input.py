@@ -831,6 +831,7 @@ def test_index_skips_a_run_a_report_cannot_be_made_of_and_refuses_an_unwritable_
     assert result.stderr.splitlines()[-1] == f"error: cannot write the index {tmp_path / 'README.md'}: Is a directory"
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_predict_skips_a_profile_the_sweep_names_that_does_not_exist(tmp_path):
     run = "scale_digits_cpu2_20261124-041536"
 
@@ -874,6 +875,7 @@ def test_list_checks_an_oversubscribed_world_size_when_asked_and_run_points_ther
         f"`compare list --device cpu --world-size {CORES}` for every reason and fix")
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_a_torch_that_fails_to_import_is_one_line_before_anything_is_written(tmp_path):
     """A torch whose library is gone (or a module shadowing it on PYTHONPATH): one line naming it and the fix, exit
     2, no output directory; `compare env` still prints what it can, for the bug report."""

@@ -45,6 +45,7 @@ def test_console_script_is_the_same_cli(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_output_cut_short_by_a_closed_pipe_ends_quietly():
     # `compare env | head -c 10`: the reader goes away mid-output. Python raises BrokenPipeError in the print;
     # typer ends the command with exit 1, which must pass through the CLI's own error handling without a
@@ -88,6 +89,7 @@ def test_the_entry_point_is_the_guarded_one():
     assert (proc.returncode, proc.stderr) == (130, "interrupted\n")
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_listing_adapters_on_cpu_does_not_import_torch_once_its_build_is_known(tmp_path):
     code = ("import sys, adapters; a = adapters.availability_all('cpu', 2); "
             "print('torch' in sys.modules, sorted(n for n, v in a.items() if v))")
@@ -99,6 +101,7 @@ def test_listing_adapters_on_cpu_does_not_import_torch_once_its_build_is_known(t
     assert first.stdout.split(" ", 1)[1] == second.stdout.split(" ", 1)[1]  # with the same answer
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_a_built_in_workload_is_checked_for_fit_without_importing_torch_once_its_size_is_known(tmp_path):
     # check_fits counts a built-in model's parameters on the meta device once per workload, options, torch and
     # workload files; a later run takes the count from the cache directory and its start imports no torch (3.5 s).
@@ -129,6 +132,7 @@ def _committed_run(tmp_path):
     return src, dst
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_a_locale_that_is_not_utf8_degrades_the_terminal_and_writes_the_same_files(tmp_path):
     # LC_ALL=POSIX without Python's locale coercion: stdout is ASCII. The report file is UTF-8 all the same, byte
     # for byte what the committed one is, and the terminal gets '?' for what it cannot show.

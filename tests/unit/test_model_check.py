@@ -115,6 +115,7 @@ def test_outputs_holding_objects_are_equal_when_what_they_hold_is():
     assert not model_check.same(Cache(x), Cache(x, x))
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_a_transformers_causal_lm_is_not_called_random():
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=16, resid_pdrop=0,

@@ -79,18 +79,21 @@ def _error(rule, rows: int, cv: float, runs: int, seed: int) -> tuple[float, flo
     return false / runs, covered / total
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 @pytest.mark.parametrize("cv", [0.05, 0.10, 0.15])
 def test_two_identical_rows_are_called_different_at_most_6_percent_of_the_time_and_intervals_cover(cv):
     false, coverage = _error(two_stage, 2, cv, 2000, seed=6500 + int(cv * 100))
     assert false <= 0.06 and coverage >= 0.94, (false, coverage)
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_stopping_on_the_intervals_width_does_not_keep_its_error():
     # the rule the two stages replaced, on the same launches: too narrow where it stopped early
     false, coverage = _error(width_stop, 2, 0.05, 2000, seed=6505)
     assert false > 0.07 and coverage < 0.93, (false, coverage)
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 @pytest.mark.parametrize("rows, runs", [(4, 400), (8, 150)])
 def test_more_rows_keep_the_familys_error_and_each_pairs_coverage(rows, runs):
     for cv in (0.05, 0.15):

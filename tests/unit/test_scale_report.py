@@ -368,6 +368,7 @@ def test_a_schedule_recorded_before_a_key_existed_takes_it_from_the_adapter_not_
         comm_schedule_of({**old, "adapter": "gone"})
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_validate_scores_only_the_sweeps_made_with_the_current_model(tmp_path):
     import json
 

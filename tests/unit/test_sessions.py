@@ -92,9 +92,10 @@ def test_joined_sessions_of_identical_rows_are_called_different_at_most_the_stat
     assert alone / runs > 0.3  # what a single run's verdict claims about runs at other times
 
 
-def _run(tmp_path, name, values, cpu=None, rows=None, steps=None):
+def _run(tmp_path, name, values, cpu=None, rows=None, steps=None, here=False, change=None):
     """A run directory whose records are a committed run's (every field a real run writes), with these per-launch
-    samples/s per row (one launch per round), and where given another CPU, row list or step count."""
+    samples/s per row (one launch per round), and where given another CPU, row list or step count, this machine's
+    CPU and cores (`here`), or `change(record)` applied to each record."""
     from harness.ground.record import read_records
 
     template = [r for r in read_records(FIXTURE / "records.jsonl.gz")]
@@ -111,6 +112,12 @@ def _run(tmp_path, name, values, cpu=None, rows=None, steps=None):
                 r["env"]["cpu_model"] = cpu
             if steps:
                 r["controls"]["steps"] = steps
+            if here:
+                from harness.ground import provenance
+
+                r["env"].update(cpu_model=provenance.cpu_model(), cpu_cores_usable=provenance.usable_cores())
+            if change:
+                change(r)
             r["rerun_command"] = (f"compare run --adapters {','.join(rows or values)} --steps 280 --repeats 4 "
                                   f"--order-seed 7 --out {d}")
             recs.append(r)
@@ -195,6 +202,17 @@ def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_mac
      "differs from {a} in rows (ddp,fsdp,horovod,spawn against ddp,horovod,spawn): sessions are runs of the same "
      "request"),
     (dict(steps=10), "differs from {a} in timed steps (10 against 280): sessions are runs of the same request"),
+    # the same rows under other conditions measure something else (an audit joined a ddp of bucket_cap_mb=1 with one
+    # of the default, and bound runs with unbound ones, as sessions of one request, and the report said neither)
+    (dict(change=lambda r: r["controls"]["knobs"].update(bucket_cap_mb=1.0) if r["label"] == "ddp" else None),
+     "ran row ddp with knob bucket_cap_mb 1.0 against its default in {a}: sessions are runs of the same request; "
+     "`compare diff` compares two conditions"),
+    (dict(change=lambda r: r["controls"].update(bind_cores=False)),
+     "ran row ddp with cores bound False against True in {a} (and 2 more): sessions are runs of the same request"),
+    (dict(change=lambda r: r["controls"].update(threads_requested=2)),
+     "ran row ddp with threads per rank 2 against 1 in {a} (and 2 more)"),
+    (dict(change=lambda r: r["controls"].update(warmup=5)), "ran row ddp with warm-up steps 5 against 20 in {a}"),
+    (dict(change=lambda r: r.update(oversubscribed=True)), "ran row ddp with oversubscribed True against False in {a}"),
 ])
 def test_runs_of_another_request_or_machine_are_not_joined(tmp_path, monkeypatch, other, message):
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
@@ -204,8 +222,22 @@ def test_runs_of_another_request_or_machine_are_not_joined(tmp_path, monkeypatch
     out = tmp_path / "joined"
     shown = CliRunner().invoke(app, ["join", str(out), str(a), str(b)])
     assert shown.exit_code == 2 and shown.stdout == ""
-    assert shown.stderr == f"error: {b} " + message.format(a=a) + "\n"
+    assert shown.stderr.startswith(f"error: {b} " + message.format(a=a)) and shown.stderr.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_condition_a_record_does_not_hold_is_left_out_and_a_knob_only_one_side_has_too():
+    # records written before compare recorded a condition (or by a compare with another knob) still join
+    rng = random.Random(4)
+    a = [json.loads(json.dumps(r)) for r in read_records(FIXTURE / "records.jsonl.gz") if r["status"] == "ok"]
+    b = json.loads(json.dumps(a))
+    for r in b:
+        r["controls"].pop("threads_requested")
+        r["controls"]["knobs"]["new_knob"] = 3
+        r["launch_wall"] = (r.get("launch_wall") or 0) + rng.random()
+    assert joins.condition_changes(a, b) == []
+    b[0]["controls"]["warmup"] = 7
+    assert joins.condition_changes(a, b) == [(b[0]["label"], "warm-up steps", 20, 7)]
 
 
 def test_join_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
@@ -252,6 +284,22 @@ def test_run_join_refuses_another_request_or_machine_before_anything_runs(tmp_pa
     assert missing.returncode == 2 and missing.stderr == (f"error: --join {tmp_path / 'nowhere'}: no such run "
                                                           "directory; give a directory written by `compare run` (or "
                                                           "`compare join`)\n")
+
+
+def test_run_join_refuses_a_row_under_another_knob_or_binding_before_anything_runs(tmp_path):
+    from conftest import compare_cli
+
+    d = _run(tmp_path, "earlier", _values(random.Random(6), 0.0), here=True)  # bound to cores, default knobs
+    out = tmp_path / "new"
+    for args, message in [([], "ran row ddp with cores bound False against True in {d} (and 2 more)"),
+                          (["--bind-cores", "--knob", "ddp.bucket_cap_mb=1"],
+                           "ran row ddp with knob bucket_cap_mb 1.0 against its default in {d}: sessions are runs of "
+                           "the same request; `compare diff` compares two conditions")]:
+        shown = compare_cli("run", "--join", str(d), "--out", str(out), "-a", "ddp,spawn,horovod", "--steps", "280",
+                            "--repeats", "3", *args)
+        assert shown.returncode == 2 and shown.stdout == "", shown.stdout
+        assert shown.stderr.startswith(f"error: --join {d}: this run " + message.format(d=d)), shown.stderr
+        assert shown.stderr.count("\n") == 1 and not out.exists()
 
 
 def test_sessions_with_too_few_launches_to_rank_are_joined_into_a_verdict_of_nothing_to_rank(tmp_path, monkeypatch):

@@ -783,6 +783,7 @@ def faulty(kind: str = "hang"):
 '''
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 @pytest.mark.parametrize("kind", ["hang", "segv"])
 def test_a_hang_or_a_crash_in_the_check_before_launching_says_where_and_writes_nothing(tmp_path, kind):
     # The check runs the model's forward in compare itself: a hang there ended nothing (no timeout applied) and a
@@ -824,6 +825,7 @@ def test_a_language_models_tokens_per_sample_come_from_a_dataset_as_from_tensors
         [12, 12, 12, None]  # a classifier's one label per sample is no sequence
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_a_thread_the_users_code_leaves_running_does_not_keep_compare_from_exiting(tmp_path):
     # The check before launching runs the workload function in compare's own process: a thread it starts and never
     # ends once kept Python waiting at exit for ever (SIGTERM too), after the results or, here, the refusal
@@ -1019,6 +1021,7 @@ def f():
 '''
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_ctrl_c_stops_compare_while_the_workload_builds_though_started_with_sigint_ignored(tmp_path):
     """A shell without job control starts `compare run &` with SIGINT ignored; compare took it over only once it
     launched, so a Ctrl-C while the user's function ran was dropped and the run went on to its end."""
