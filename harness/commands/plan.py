@@ -106,6 +106,9 @@ def plan(req: PlanRequest) -> None:
         fail(f"give {model}, not both")
     if req.params is not None and req.layers is None:
         fail("--params needs --layers (its transformer blocks), e.g. --params 7e9 --layers 32")
+    if req.nics_per_node != 1 and req.nic_gbps is None:  # an audit's --nics-per-node 2 was silently ignored
+        fail(f"--nics-per-node {req.nics_per_node} needs --nic-gbps (the bus bandwidth across nodes is NICs per node "
+             "x their line rate; without --nic-gbps it is the profile's measured network)")
     if req.optimizer is not None and req.optimizer not in shapes.OPTIMIZERS:
         fail(f"unknown --optimizer {req.optimizer}; choose from {', '.join(shapes.OPTIMIZERS)}")
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.ground.stats import geomean_interval
+from harness.shared.text import rate
 
 
 class BadRun(ValueError):
@@ -41,6 +42,8 @@ class Row:
     per_rank_batch: int
     samples_per_s: list[float]
     """Per launch."""
+    repeats: list[int]
+    """Each launch's round (`repeat`), in the order of samples_per_s: two rows' launches of one round are paired."""
     parts: dict[str, float]
     """Seconds per step at the run's per-rank batch, adding up to the geometric-mean step over the launches:
     forward, backward, optimizer, other (the loop's own time), comm (exposed communication and waiting)."""
@@ -172,7 +175,8 @@ def read(path: Path) -> Run:
                     if r.get("peak_memory_cuda_reserved_bytes_per_rank")]
         knobs = dict(controls.get("knobs") or {})
         run.rows[label] = Row(label, recs[0]["adapter"], knobs, controls.get("precision", "fp32"),
-                              int(top["processes"]), int(controls["per_process_batch"]), sps, parts, how, inside,
+                              int(top["processes"]), int(controls["per_process_batch"]), sps,
+                              [int(r.get("repeat") or 0) for r in recs], parts, how, inside,
                               (mfu or {}).get("peak_tflops"), max(peaks) if peaks else None,
                               max(reserved) if reserved else None, bool(knobs.get("compile")),
                               controls.get("cuda_math"), recs[0].get("conv_flops_share"))
@@ -311,6 +315,25 @@ class FromRun:
         return max(wanted, key=lambda r: r.samples["mid"] / r.processes, default=None)
 
     # ---- pricing ----
+    @staticmethod
+    def pair_factors(slow: Row, fast: Row) -> tuple[float, float] | None:
+        """The 95% interval of slow's step time over fast's, from the two rows' launches, relative to its estimate:
+        paired by round as the run's verdict pairs them where both ran the same rounds (at least MIN_LAUNCHES),
+        else Welch's; None for one row (its launches move both alike) or too few launches for an interval."""
+        from harness.ground.stats import MIN_LAUNCHES, compare_pair
+
+        if slow is fast:
+            return None
+        a, b = dict(zip(fast.repeats, fast.samples_per_s)), dict(zip(slow.repeats, slow.samples_per_s))
+        rounds = sorted(set(a) & set(b))
+        paired = (len(rounds) >= MIN_LAUNCHES and len(a) == len(fast.samples_per_s)
+                  and len(b) == len(slow.samples_per_s))
+        got = (compare_pair([a[k] for k in rounds], [b[k] for k in rounds], paired=True) if paired else
+               compare_pair(fast.samples_per_s, slow.samples_per_s, paired=False))
+        if got["lo"] is None:
+            return None
+        return got["lo"] / got["estimate"], got["hi"] / got["estimate"]
+
     def _interval(self, row: Row) -> tuple[float, float, float]:
         """Step multipliers (fastest, middle, slowest) from the row's samples/s over its launches."""
         s = row.samples
@@ -361,7 +384,8 @@ class FromRun:
                 steps.append(cm.Step((compute + p["other"] + p["comm"]) * m, compute * m, p["comm"] * m,
                                      p["comm"] * m, p["other"] * m))
             inside = " (its communication inside: no --breakdown)" if row.comm_inside else ""
-            return planner.Priced(steps, f"its own step as measured{inside}", row.processes, row.precision)
+            return planner.Priced(steps, f"its own step as measured{inside}", row.processes, row.precision,
+                                  measured=row, assumed=[steps[1].step_s] * 3)
         if fabric is None:
             return "not measured by the run (on its CPU only what it measured is priced)"
         if row is None and self.compile:  # the run measured this configuration plain: its own compute, sped up
@@ -384,21 +408,24 @@ class FromRun:
         recompute_ps = shape.recompute_flops_per_sample / rate
         schedule = adapter.comm_schedule()
         opt = base.parts["optimizer"] * (base.processes if _sharded(self._schedule(base)) else 1)
-        steps = []
-        for m, t, c in zip(self._interval(base), transfer, compiled):
+
+        def step(m, t, c):
             a = k * t * m * c
             bwd = (bwd_ps + recompute_ps) * batch * a
             comp = Compute(fwd_ps * batch * a, bwd, opt * mem * m,
-                              layered_grads(shape.grad_layers(adapter.gradient_bytes()), bwd),
-                              base.parts["other"] * m, fabric.copy_Bps)
-            steps.append(cm.predict_step(schedule, comp, fabric, cluster.gpus))
+                           layered_grads(shape.grad_layers(adapter.gradient_bytes()), bwd),
+                           base.parts["other"] * m, fabric.copy_Bps)
+            return cm.predict_step(schedule, comp, fabric, cluster.gpus)
+
+        steps = [step(m, t, c) for m, t, c in zip(self._interval(base), transfer, compiled)]
+        assumed = [step(1.0, t, c).step_s for t, c in zip(transfer, compiled)]
         how = ("its own compute" if base is row else
                f"{base.label}'s compute (the run's fastest row at {cluster.dtype}, with its own framework cost)")
         if base.comm_inside:
             how += f" with the run's communication at {base.processes} processes inside it (no --breakdown)"
         if compiled != (1.0, 1.0, 1.0):
             how += f", x{compiled[1]:.2f} for torch.compile"
-        return planner.Priced(steps, how, cluster.gpus, cluster.dtype)
+        return planner.Priced(steps, how, cluster.gpus, cluster.dtype, measured=base, assumed=assumed)
 
     @staticmethod
     def _schedule(row: Row):
@@ -423,7 +450,7 @@ class FromRun:
         out = []
         for row in self.run.rows.values():
             s = row.samples
-            out.append(f"measured: {row.label}: {s['mid']:,.4g} samples/s [{s['lo']:,.4g}-{s['hi']:,.4g}] over "
+            out.append(f"measured: {row.label}: {rate(s['mid'])} samples/s [{rate(s['lo'])}-{rate(s['hi'])}] over "
                        f"{s['n']} launch{'es' if s['n'] > 1 else ''} at {row.per_rank_batch} per process x "
                        f"{row.processes}, {row.precision}; step split by {row.split}"
                        + (f"; peak memory {row.peak_memory_bytes / 2**30:.3g} GiB allocated"

@@ -181,6 +181,11 @@ class Priced:
     n: int
     """Devices the step runs on (its samples/s is n x batch / step)."""
     precision: str
+    measured: Any = None
+    """The run's row whose launches' spread makes the range (`--from`), None where the range is an assumption."""
+    assumed: list[float] | None = None
+    """With `measured`: the step times (fastest, middle, slowest) with that row's launches at their middle, so the
+    range left is what every row shares (the MFU assumed on another device)."""
 
 
 class Assumed:
@@ -284,8 +289,11 @@ def make(shape: Shape, cluster: Cluster, batch: int, source=None, inputs: dict[s
             "overhead_s": steps[1].overhead_s, "compute_from": priced.how,
             **{k: v for k, v in mem.items() if k != "known_bytes"},
             "fits": None if capacity is None else held <= capacity * GiB,
-            "_steps": [s.step_s for s in steps], "_held": held})
-    plan.recommendation = recommend(plan.rows)
+            # seconds per sample, so that rows on different numbers of devices (DataParallel's one process on the
+            # run's own machine) are ranked by throughput
+            "_steps": [s.step_s / (n * batch) for s in steps], "_held": held, "_measured": priced.measured,
+            "_assumed": [a / (n * batch) for a in priced.assumed] if priced.assumed else None})
+    plan.recommendation = recommend(plan.rows, getattr(source, "pair_factors", None))
     return plan
 
 
@@ -294,34 +302,47 @@ TIE = 0.02
 no finer."""
 
 
-def recommend(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Among the rows that fit: the fastest at the middle figure, and every row the model does not rank behind it:
-    within TIE of it at every figure (fastest, middle, slowest), or faster than it at some. Of those, the one
-    holding the least memory is recommended; its margin is over the fastest row outside them (the ratio of step
-    times at each figure), and where it is not the fastest at the middle figure, its step time over that one's. A
-    row is ranked behind when it is no faster at any figure and slower by more than TIE at some."""
-    fitting = sorted((r for r in rows if r["fits"] is not False), key=lambda r: r["step_s"]["mid"])
+def recommend(rows: list[dict[str, Any]], pair_factors=None) -> dict[str, Any] | None:
+    """Among the rows that fit (`_steps`: each figure's seconds per sample): the fastest at the middle figure, and
+    every row the model does not rank behind it: its time per sample over the fastest's within TIE at the top of its range, or below 1 - TIE at the bottom. Of those,
+    the one holding the least memory is recommended; its margin is over the fastest row outside them, and where it
+    is not the fastest at the middle figure, its step time over that one's.
+
+    A ratio's range: where both rows' ranges come from one assumption (an assumed utilisation, or one measured row
+    carried over), the ratio of step times at each figure. Where they come from two measured rows, whose launches
+    vary independently, the ratio at each figure of what they share with each row's launches at their middle,
+    widened by `pair_factors(slow, fast)`: the 95% interval of the two rows' ratio over the run's launches, relative
+    to its estimate (dividing one row's interval ends by the other's is no interval: an audit found a plan calling
+    a row 1.25x [1.03-1.52] faster where the run's own verdict gave [0.78-2.03])."""
+    fitting = sorted((r for r in rows if r["fits"] is not False), key=lambda r: r["_steps"][1])
     if not fitting:
         return None
 
-    def ratios(slow, fast):
-        return [b / a for a, b in zip(fast["_steps"], slow["_steps"])]
+    def ratio(slow, fast):
+        per = [b / a for a, b in zip(fast["_steps"], slow["_steps"])]
+        factors = None
+        if pair_factors and slow.get("_measured") is not None and fast.get("_measured") is not None:
+            factors = pair_factors(slow["_measured"], fast["_measured"])
+        if factors is None:
+            return {"low": min(per), "mid": per[1], "high": max(per)}
+        shared = [b / a for a, b in zip(fast["_assumed"], slow["_assumed"])]
+        return {"low": min(shared) * factors[0], "mid": shared[1], "high": max(shared) * factors[1],
+                "interval": True}
 
     def held(r):
         return r.get("_held", r["model_state_bytes"])
 
     best = fitting[0]
-    tied = [best] + [r for r in fitting[1:] if max(ratios(r, best)) <= 1 + TIE or min(ratios(r, best)) < 1 - TIE]
+    tied = [best] + [r for r in fitting[1:]
+                     if ratio(r, best)["high"] <= 1 + TIE or ratio(r, best)["low"] < 1 - TIE]
     pick = min(tied, key=held)
     out: dict[str, Any] = {"label": pick["label"], "tied": [r["label"] for r in tied if r is not pick],
                            "next": None, "fastest": None}
-    if pick is not best:  # what the memory costs: the pick's step time over the fastest's, at each figure
-        cost = ratios(pick, best)
-        out.update(fastest=best["label"], slower={"low": min(cost), "mid": cost[1], "high": max(cost)})
+    if pick is not best:  # what the memory costs: the pick's step time over the fastest's
+        out.update(fastest=best["label"], slower=ratio(pick, best))
     rest = [r for r in fitting if r not in tied]
     if rest:
-        margin = ratios(rest[0], pick)
-        out.update(next=rest[0]["label"], ratio={"low": min(margin), "mid": margin[1], "high": max(margin)})
+        out.update(next=rest[0]["label"], ratio=ratio(rest[0], pick))
     return out
 
 

@@ -13,6 +13,7 @@ from harness.model.activations import LOSS_BYTES
 from harness.model.calibration import UTILISATION
 from harness.model.planner import ALLOCATOR_HEADROOM, NIC_EFFICIENCY, TIE, Assumed, GiB, Plan
 from harness.model.shapes import OPTIMIZER_TRAFFIC, OPTIMIZERS
+from harness.shared.text import rate
 
 
 def _ms(s: float) -> str:
@@ -69,11 +70,11 @@ def lines(plan: Plan) -> list[str]:
            f"framework buffers (GiB) | " + (f"activations (GiB) | total per {per} (GiB) | " if acts else "")
            + f"{fits} |",
            "|---|---|---|---|---|---|" + ("---|---|" if acts else "") + "---|"]
-    for r in sorted(plan.rows, key=lambda r: r["step_s"]["mid"]):
+    for r in sorted(plan.rows, key=lambda r: r["_steps"][1]):
         st, sp = r["step_s"], r["samples_per_s"]
         total = f"{_gib(r['activation_bytes'])} | {_gib(r['total_bytes'])} | " if acts else ""
         out.append(f"| {r['label']} | {_ms(st['mid'])} [{_ms(st['low'])}-{_ms(st['high'])}] | "
-                   f"{sp['mid']:,.0f} [{sp['low']:,.0f}-{sp['high']:,.0f}] | {_ms(r['exposed_s'])} | "
+                   f"{rate(sp['mid'])} [{rate(sp['low'])}-{rate(sp['high'])}] | {_ms(r['exposed_s'])} | "
                    f"{_gib(r['model_state_bytes'])} | {_gib(r['buffer_bytes'])} | "
                    f"{total}{ {True: 'yes', False: 'no', None: '?'}[r['fits']]} |")
     out.append("")
@@ -90,17 +91,23 @@ def lines(plan: Plan) -> list[str]:
     else:
         text = f"recommendation: {rec['label']}"
         if rec["tied"]:
+            how = ("within {tie} at the top of its range, or faster at the bottom; a ratio of two measured rows by "
+                   "its 95% interval over the run's launches" if getattr(plan.source, "kind", "") == "measured" else
+                   "within {tie} at every figure of the range, or faster at some").format(tie=f"{TIE:.0%}")
             text += (f", which holds the least memory ({_gib(held[rec['label']])} GiB per {per}) of the "
-                     f"{len(rec['tied']) + 1} configurations the model does not rank by speed (within {TIE:.0%} "
-                     f"at every figure of the range, or faster at some): {', '.join(rec['tied'])}")
+                     f"{len(rec['tied']) + 1} configurations the model does not rank by speed ({how}): "
+                     f"{', '.join(rec['tied'])}")
         if rec.get("fastest"):
             cost = rec["slower"]
             saved = held[rec["fastest"]] - held[rec["label"]]
-            text += (f"; its step takes {cost['mid']:.2f}x [{cost['low']:.2f}-{cost['high']:.2f}] that of "
+            one = {r["label"]: r["devices"] for r in plan.rows}
+            what = "its step takes" if one[rec["label"]] == one[rec["fastest"]] else "it takes per sample"
+            text += (f"; {what} {cost['mid']:.2f}x [{cost['low']:.2f}-{cost['high']:.2f}] that of "
                      f"{rec['fastest']}, the fastest at the middle figure, for {_gib(saved)} GiB less per {per}")
         if rec["next"]:
             r = rec["ratio"]
             text += (f"; {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"
+                     + (" (95% interval of the measured rows' ratio)" if r.get("interval") else "")
                      + ("" if r["low"] > 1 else ", not resolved at every figure of the range"))
         elif not rec["tied"]:
             text += " (the only configuration that fits)"

@@ -1,8 +1,10 @@
-"""Text for one-line messages: a long error shortened at a word, never mid-word.
+"""Text for one-line messages: a long error shortened at a word, never mid-word; a rate in plain digits.
 
 Runs in: the parent and every rank."""
 
 from __future__ import annotations
+
+import math
 
 ELLIPSIS = "…"
 
@@ -22,3 +24,14 @@ def shorten(text: str, limit: int = 300) -> str:
     cut = text.rfind(" ", 0, room + 1)
     head = text[:cut] if cut > room // 2 else text[:room]
     return head.rstrip(" ,;:") + ELLIPSIS
+
+
+def rate(value: float) -> str:
+    """A rate (samples/s) in plain digits: whole with thousands separators from 100 up ("10,683"), three significant
+    figures below ("0.0127"), never in exponent form (a model of a huge cluster's 0.1 samples/s once read "0")."""
+    if value <= 0:
+        return f"{value:.3g}"
+    places = max(0, 2 - math.floor(math.log10(value)))
+    if round(value, places) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{places}f}"

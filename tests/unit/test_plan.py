@@ -463,7 +463,9 @@ def test_the_plan_of_the_issue(tmp_path):
     (["--nic-gbps", "1e6"], "--nic-gbps must be from 1 to 3,200 "),
     (["--gpu-memory-gib", "1e9"], "--gpu-memory-gib must be from 1 to 1,024 (up to 1,024, over three times the largest "
                                  "GPU memory (288 GB)), got 1e9"),
-    (["--nics-per-node", "1000"], "--nics-per-node must be from 1 to 32 "),
+    (["--nics-per-node", "1000", "--nic-gbps", "100"], "--nics-per-node must be from 1 to 32 "),
+    (["--nics-per-node", "2"], "--nics-per-node 2 needs --nic-gbps (the bus bandwidth across nodes is NICs per node x "
+                               "their line rate; without --nic-gbps it is the profile's measured network)"),
     (["--batch", "1000000000000"], "--batch must be from 1 to 65,536 (per GPU, up to 65,536, the largest global batch "
                                    "published (BERT with LAMB, You et al. 2020)), got 1000000000000"),
     (["--global-batch", "8000000"], "--global-batch 8000000 is 1,000,000 per GPU; the batch per GPU must be at most "

@@ -272,3 +272,42 @@ def test_a_run_on_a_gpu_without_a_profile_is_refused(tmp_path):
                                                f"h100-sxm-ndr400; add a profile (harness/model/profiles/README.md)\n")):
         shown = CliRunner().invoke(app, ["plan", "--from", str(run), *extra])
         assert shown.exit_code == 2 and shown.stdout == "" and shown.stderr == message, shown.output
+
+
+def test_the_margin_between_two_measured_rows_is_their_ratios_interval_as_the_runs_verdict_gives_it():
+    # dp over spawn on the run's own machine: the interval of the ratio over the launches paired by round (what
+    # the run's verdict prints), not one row's interval ends over the other's
+    from harness.ground.stats import compare_pair
+
+    def by_round(label):
+        recs = [json.loads(line) for line in records_text(DIGITS).splitlines()]
+        return dict(sorted((r["repeat"], r["samples_per_s"]) for r in recs if r["label"] == label))
+
+    rec = _json("--from", str(DIGITS))["recommendation"]
+    assert (rec["label"], rec["next"]) == ("dp", "spawn")
+    dp, spawn = by_round("dp"), by_round("spawn")
+    want = compare_pair([dp[k] for k in sorted(dp)], [spawn[k] for k in sorted(dp)], paired=True)
+    assert rec["ratio"]["mid"] == pytest.approx(want["estimate"], rel=1e-9)
+    assert (rec["ratio"]["low"], rec["ratio"]["high"]) == pytest.approx((want["lo"], want["hi"]), rel=1e-9)
+    assert "faster than spawn (95% interval of the measured rows' ratio)" in _plan("--from", str(DIGITS)).stdout
+
+
+def test_two_measured_rows_the_runs_launches_do_not_tell_apart_tie_where_their_ranges_ends_would_not():
+    # an audit's plan called spawn 1.25x [1.03-1.52] faster than ddp: each figure of spawn's own range over ddp's,
+    # 1.25 at every one here; the two rows' ratio over their launches, [0.75-2.0], does not resolve them
+    fast, slow, other = object(), object(), object()
+
+    def row(label, steps, measured, held):
+        return {"label": label, "fits": True, "step_s": {"mid": steps[1]}, "_steps": steps,
+                "_assumed": [steps[1]] * 3, "_measured": measured, "_held": held, "model_state_bytes": held}
+
+    rows = [row("spawn", [0.8, 1.0, 1.2], fast, 2), row("ddp", [1.0, 1.25, 1.5], slow, 1),
+            row("horovod", [4.0, 5.0, 6.0], other, 1)]
+    assert plan.recommend(rows)["label"] == "spawn" and plan.recommend(rows)["next"] == "ddp"
+    got = plan.recommend(rows, lambda s, f: (0.6, 1.6))
+    assert got["label"] == "ddp" and got["tied"] == ["spawn"] and got["next"] == "horovod"
+    assert got["slower"] == pytest.approx({"low": 0.75, "mid": 1.25, "high": 2.0, "interval": True})
+    assert got["ratio"] == pytest.approx({"low": 4 * 0.6, "mid": 4.0, "high": 4 * 1.6, "interval": True})
+    # rows priced from one measured row share its launches: their ratio is taken figure by figure
+    same = [dict(r, _measured=fast) for r in rows]
+    assert plan.recommend(same, lambda s, f: None if s is f else (0.6, 1.6))["label"] == "spawn"
