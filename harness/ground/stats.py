@@ -310,16 +310,20 @@ def letter_groups(order: list[str], differ: set[frozenset]) -> dict[str, str]:
 # ---- sessions: runs at other times as a level of their own ----------------------------------------------------------
 # Runs of the same request at other times (sessions) disagree more than one run's intervals allow (the five committed
 # `--precision 5%` runs: between-run SD of a pair's log ratio up to 0.13 against a run's standard error of 0.02-0.05).
-# A comparison over several sessions therefore treats each session's estimate (a pair's log ratio, paired within its
-# rounds; a row's log geometric mean) as one study of a random-effects meta-analysis: between-session variance tau^2
-# by DerSimonian and Laird's moment estimator (closed form, the standard), and the interval of Hartung and Knapp
-# (t with k - 1 degrees of freedom on a variance scaled by the weighted spread of the sessions, never below the
-# within-session one: Roever et al. 2015), because with 2-10 sessions the normal interval DerSimonian-Laird gives
-# covers far below 95% (IntHout et al. 2014). Why this and not a rows x sessions mixed model on every launch: each
-# session keeps its own analysis (rounds as blocks within it, Welch where a launch failed), sessions may have
-# different numbers of rounds, and each pair gets its own tau^2 (the five runs' heterogeneity ranged from I^2 53% to
-# 83% between pairs), which a model with one rows x sessions variance would average away.
-
+# A comparison over several sessions therefore takes each session's estimate (a pair's log ratio, paired within its
+# rounds; a row's log geometric mean) as one observation: the pooled estimate is their mean and its interval Student's
+# t over the k estimates (k - 1 df), so the spread of the estimates themselves carries both the variation between
+# sessions and each session's own. Each session counts once. Weighting sessions by their own variance (DerSimonian-
+# Laird's random-effects weights with Hartung and Knapp's interval, used here until 2026-11-29) trusts a within-session
+# variance estimated from 2-5 rounds: an audit's 3 sessions put 99.8% of the weight on one whose 3 rounds had happened
+# to agree, its pooled interval was that session's own, and the next session fell outside it; simulated with
+# within-session noise differing between sessions (CV 2-30%) and a between-session SD of 5-10%, that verdict called
+# identical rows different in 6-9% of runs against the stated 5%, where the t over the estimates stays at 2.4-5.6%
+# (tests/unit/test_sessions.py). Between-session variance tau^2 (DerSimonian and Laird's moment estimator), I^2 and
+# Cochran's Q are still given: they describe the spread, and the interval does not rest on them. Why not a rows x
+# sessions mixed model on every launch: each session keeps its own analysis (rounds as blocks within it, Welch where a
+# launch failed), sessions may have different numbers of rounds, and each pair gets its own spread (the five runs'
+# heterogeneity ranged from I^2 53% to 83% between pairs), which one rows x sessions variance would average away.
 
 def _dl(groups: list[list[tuple[float, float]]]) -> tuple[float, float, float]:
     """DerSimonian-Laird for sessions in groups (each group its own mean): (tau^2, Q, degrees of freedom of Q)."""
@@ -335,21 +339,6 @@ def _dl(groups: list[list[tuple[float, float]]]) -> tuple[float, float, float]:
     return (max(0.0, (q - df) / c) if c > 0 else 0.0), q, df
 
 
-def _hk(groups: list[list[tuple[float, float]]], tau2: float) -> tuple[list[float], list[float], float]:
-    """Each group's random-effects mean and its variance (inverse of the summed weights), and Hartung-Knapp's
-    scale: the weighted spread of the sessions about their group means over k - groups, at least 1."""
-    means, variances, spread = [], [], 0.0
-    for g in groups:
-        w = [1.0 / (max(v, 1e-12) + tau2) for _, v in g]
-        sw = sum(w)
-        mu = sum(wi * y for wi, (y, _) in zip(w, g)) / sw
-        means.append(mu)
-        variances.append(1.0 / sw)
-        spread += sum(wi * (y - mu) ** 2 for wi, (y, _) in zip(w, g))
-    df = sum(len(g) for g in groups) - len(groups)
-    return means, variances, max(1.0, spread / df) if df > 0 else 1.0
-
-
 def _tests(mean: float, se: float, df: float, margin: float, confidence: float) -> dict:
     from scipy import stats as sp
 
@@ -362,13 +351,20 @@ def _tests(mean: float, se: float, df: float, margin: float, confidence: float) 
             "p_equivalent": float(max(sp.t.sf((mean + bound) / se, df), sp.t.cdf((mean - bound) / se, df)))}
 
 
+def _spread(ys: list[float]) -> tuple[float, float]:
+    """Mean and sample variance of `ys` (at least 2)."""
+    mean = sum(ys) / len(ys)
+    return mean, sum((y - mean) ** 2 for y in ys) / (len(ys) - 1)
+
+
 def random_effects(estimates: list[tuple[float, float]], margin: float = DEFAULT_MARGIN,
                    confidence: float = CONFIDENCE) -> dict:
-    """Sessions' estimates on the log scale, each (mean, its within-session variance), combined: {"estimate"
-    (exp of the pooled mean), "lo", "hi" (Hartung-Knapp, t with k - 1 df), "p", "p_equivalent" (TOST), "df", "n"
-    (sessions), "tau" (between-session SD, log scale), "i2", "q", "p_q" (Cochran's Q test of no heterogeneity),
-    "prediction" ([lo, hi] where a new session's own estimate should fall, t with k - 2 df, from 3 sessions; Higgins
-    et al. 2009), "sessions" (each session's exp(mean))}. Below 2 sessions: no interval (None)."""
+    """Sessions' estimates on the log scale, each (mean, its within-session variance), combined with each session
+    counted once: {"estimate" (exp of the mean of the session estimates), "lo", "hi" (Student's t over the k
+    estimates, k - 1 df), "p", "p_equivalent" (TOST), "df", "n" (sessions), "se", "tau" (between-session SD, log
+    scale, DerSimonian-Laird), "i2", "q", "p_q" (Cochran's Q test of no heterogeneity), "prediction" ([lo, hi] where
+    a new session's own estimate should fall: mean +- t(k - 1) s sqrt(1 + 1/k), from 3 sessions), "sessions" (each
+    session's exp(mean))}. Below 2 sessions: no interval (None)."""
     from scipy import stats as sp
 
     k = len(estimates)
@@ -377,38 +373,43 @@ def random_effects(estimates: list[tuple[float, float]], margin: float = DEFAULT
            "sessions": [math.exp(y) for y, _ in estimates]}
     if k == 0:
         return out
-    tau2, q, dfq = _dl([estimates])
-    (mu,), (var,), scale = _hk([estimates], tau2)
-    out["estimate"] = math.exp(mu)
+    ys = [y for y, _ in estimates]
     if k < 2:
+        out["estimate"] = math.exp(ys[0])
         return out
-    se = math.sqrt(var * scale)
-    out.update(_tests(mu, se, k - 1, margin, confidence), df=float(k - 1), tau=math.sqrt(tau2), q=q,
-               p_q=float(sp.chi2.sf(q, dfq)), i2=max(0.0, (q - dfq) / q) if q > 0 else 0.0, se=se)
+    mu, s2 = _spread(ys)
+    tau2, q, dfq = _dl([estimates])
+    se = math.sqrt(s2 / k)
+    out.update(_tests(mu, se, k - 1, margin, confidence), estimate=math.exp(mu), df=float(k - 1),
+               tau=math.sqrt(tau2), q=q, p_q=float(sp.chi2.sf(q, dfq)), i2=max(0.0, (q - dfq) / q) if q > 0 else 0.0,
+               se=se)
     if k >= 3:
-        half = float(sp.t.ppf(0.5 + confidence / 2.0, k - 2)) * math.sqrt(tau2 + var)
+        half = float(sp.t.ppf(0.5 + confidence / 2.0, k - 1)) * math.sqrt(s2 * (1 + 1 / k))
         out["prediction"] = [math.exp(mu - half), math.exp(mu + half)]
     return out
 
 
 def random_effects_difference(a: list[tuple[float, float]], b: list[tuple[float, float]],
                               margin: float = DEFAULT_MARGIN, confidence: float = CONFIDENCE) -> dict:
-    """Two sets of sessions (say, before and after a change), each session (log mean, within variance): B's pooled
-    mean minus A's, with one between-session variance for both (DerSimonian-Laird on the residuals about each
-    side's mean: a meta-regression on the side) and Hartung-Knapp's interval, t with kA + kB - 2 df. {"estimate"
-    (exp of the difference), "lo", "hi", "p", "p_equivalent", "df", "n" (sessions in all), "tau"}; no interval
-    unless each side has 2 sessions."""
+    """Two sets of sessions (say, before and after a change), each session (log mean, within variance), each session
+    counted once: the mean of B's estimates minus the mean of A's, with Welch's t interval over the two sets of
+    estimates (Satterthwaite's df). {"estimate" (exp of the difference), "lo", "hi", "p", "p_equivalent", "df", "n"
+    (sessions in all), "se", "tau" (one between-session SD for both, DerSimonian-Laird on the residuals about each
+    side's mean)}; no interval unless each side has 2 sessions."""
     out = {"estimate": None, "lo": None, "hi": None, "p": None, "p_equivalent": None, "df": None,
            "n": len(a) + len(b), "tau": None, "paired": False}
     if not a or not b:
         return out
-    tau2, _, _ = _dl([a, b])
-    (mu_a, mu_b), (var_a, var_b), scale = _hk([a, b], tau2)
-    out["estimate"] = math.exp(mu_b - mu_a)
+    ya, yb = [y for y, _ in a], [y for y, _ in b]
+    out["estimate"] = math.exp(sum(yb) / len(yb) - sum(ya) / len(ya))
     if min(len(a), len(b)) < 2:
         return out
-    se = math.sqrt((var_a + var_b) * scale)
-    df = float(len(a) + len(b) - 2)
+    (mu_a, s2a), (mu_b, s2b) = _spread(ya), _spread(yb)
+    va, vb = s2a / len(a), s2b / len(b)
+    se = math.sqrt(va + vb)
+    df = ((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else
+          float(len(a) + len(b) - 2))
+    tau2, _, _ = _dl([a, b])
     out.update(_tests(mu_b - mu_a, se, df, margin, confidence), df=df, tau=math.sqrt(tau2), se=se)
     return out
 

@@ -56,7 +56,7 @@ def lines(plan: Plan) -> list[str]:
     acts = s.activations
     per = "GPU" if f is not None else "process"
     pers = "GPUs" if f is not None else "processes"
-    fits = (f"fits in {capacity:.4g} GiB" if capacity else "fits") + ("" if acts else " (model states only)")
+    fits = (f"fits in {capacity:.4g} GiB" if capacity else "fits") + ("" if acts else " (no activations counted)")
     trainable = (f" ({s.trainable:,.0f} trainable, {s.params - s.trainable:,.0f} frozen)" if s.frozen else "")
     out = [f"{s.name}: {s.params:,.0f} parameters{trainable}, {flops_text} per sample (forward and backward), "
            f"{s.optimizer}; {plan.batch} per {per}"

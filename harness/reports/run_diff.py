@@ -8,8 +8,8 @@ only interval they give is Welch's over launches, which leaves out the variation
 shared machine a row moves between runs of the identical command by more than that interval allows (docs/usage.md
 gives this project's measurement), so the report says it cannot separate the change from
 run-to-run variation. With two sessions or more a side, each row's sessions are the unit: each session's log
-geometric mean, B's against A's by a random-effects model (harness/ground/stats.py: one between-session variance,
-DerSimonian-Laird, and Hartung-Knapp's t interval with kA + kB - 2 df). Either way a difference and an equivalence
+geometric mean counted once, B's against A's by Welch's t over the two sets of session estimates
+(harness/ground/stats.py: random_effects_difference). Either way a difference and an equivalence
 within the margin (TOST) are tested per row, each family Holm-adjusted over the rows. Runs of different workloads,
 workload options, world sizes or global batches are refused (their samples/s measure different things), and so is a
 change of machine unless asked for (`--across-machines`: then it compares the machines).
@@ -166,9 +166,9 @@ def lines(d: dict[str, Any]) -> list[str]:
     a, b = d["names"]
     ka, kb = d["sessions"]
     if d["by_sessions"]:
-        how = (f"{ka} sessions of {a} against {kb} of {b}: per row each session's log geometric mean, combined by a "
-               f"random-effects model (one between-session variance, DerSimonian-Laird; Hartung-Knapp's 95% "
-               f"interval, t with {ka + kb - 2} df), so the intervals include the variation between runs")
+        how = (f"{ka} sessions of {a} against {kb} of {b}: per row each session's log geometric mean, counted once, "
+               f"B's against A's by Welch's 95% t interval over the sessions' estimates, so the intervals include "
+               f"the variation between runs")
     else:
         how = "per row B / A of the geometric means over launches with a 95% Welch interval"
     out = [f"{b} against {a}: {d['workload']}, world size {d['world_size']}; {how}; differences and equivalence within "

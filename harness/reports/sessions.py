@@ -4,8 +4,8 @@ joined, `sessions.json`), whose intervals include the variation between runs (is
 Runs in: the parent.
 
     analyse(sessions)   each session analysed alone (harness/reports/verdict.py), then every row and pair combined over
-                        the sessions by a random-effects model (harness/ground/stats.py: DerSimonian-Laird
-                        between-session variance, Hartung-Knapp interval, t with k - 1 df)
+                        the sessions, each session's estimate counted once (harness/ground/stats.py: Student's
+                        t over the k sessions' estimates, k - 1 df)
     markdown(joined)    the verdict, the table against the baseline, and the between-session spread per pair
     render(out, ...)    report.md of a join with no records of its own (`compare join`)
 
@@ -27,14 +27,14 @@ from harness.ground.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, compare_p
                                   random_effects, session_estimate)
 from harness.reports import verdict as verdict_mod
 
-TEST = ("random-effects t tests over the sessions (DerSimonian-Laird between-session variance, Hartung-Knapp "
-        "interval), Holm-adjusted over the pairs, p < 0.05")
+TEST = ("t tests over the sessions' estimates (each session counted once, sessions - 1 degrees of freedom), "
+        "Holm-adjusted over the pairs, p < 0.05")
 """The difference tests a joined verdict's words rest on."""
 
 
 # ---- the joined verdict ---------------------------------------------------------------------------------------------
 def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | None = None) -> dict[str, Any]:
-    """Every session analysed alone, then every ranked row and pair combined over the sessions (random effects).
+    """Every session analysed alone, then every ranked row and pair combined over the sessions (each counted once).
     The result has a single run's analysis's keys (rows, ranked, pairs, letters, lines, ...) so the verdict's words
     are built the same way, plus `sessions` (names, dates, launches) and `per_session` (each session's analysis)."""
     first = sessions[0][1]
@@ -92,8 +92,8 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                                          for r in records)} for (name, records), (_, a) in zip(sessions, per)],
            "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each; {m} pair"
                            f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds, combined over "
-                           "the sessions by a random-effects model (DerSimonian-Laird between-session variance, "
-                           "Hartung-Knapp 95% interval, t with sessions - 1 degrees of freedom), so every interval "
+                           "the sessions with each session counted once (the mean of their log estimates, a 95% "
+                           "Student t interval over them, sessions - 1 degrees of freedom), so every interval "
                            "includes the variation between runs at other times; differences and equivalence (TOST, "
                            f"margin ±{margin:.0%}) each Holm-adjusted over the pairs.)")}
     out["widest"] = analysis.widest(out) if ranks else None
@@ -130,8 +130,8 @@ def markdown(joined: dict[str, Any]) -> list[str]:
     if a["letters"] is None:
         return md
     base = a["baseline"]
-    md += [f"Against the baseline **{base}** (rows: samples/s combined over the sessions, random effects on each "
-           "session's log geometric mean, 95% Hartung-Knapp interval; ratios: as the pairs above):", "",
+    md += [f"Against the baseline **{base}** (rows: samples/s combined over the sessions, each session's log "
+           "geometric mean counted once, 95% t interval over them; ratios: as the pairs above):", "",
            "| row | samples/s [95% interval] | sessions | launches | ratio to baseline [95% interval] | outcome |",
            "|---|---|---|---|---|---|"]
     for k in a["ranked"]:
