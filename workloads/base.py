@@ -333,7 +333,10 @@ class Workload(ABC):
         count = torch.as_tensor(count, device=value.device).to(torch.float64).reshape(())
         mean = count if mean_over_processes is None else mean_over_processes(count.reshape(1)).reshape(())
         if summed:
-            return value / mean.to(value.dtype)
+            # a count of 0 (nothing of the batch counted: every label -100) divides a sum over nothing, 0, by 1, not
+            # 0/0 (an audit's run was refused as NaN when its first two samples had nothing to count); torch.where
+            # keeps a CUDA count on the device
+            return value / torch.where(mean == 0, torch.ones_like(mean), mean).to(value.dtype)
         if count.device.type == "cpu" and float(count) == 0.0:
             # nothing of this slice is counted (every label -100): the mean it returned is 0/0, NaN, and NaN times
             # a factor of 0 stays NaN (its gradient too). Its share of the global batch's loss is 0: a zero kept on

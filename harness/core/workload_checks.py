@@ -148,7 +148,11 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         params = sum(p.numel() for p in model.parameters())
         _check_classes(workload, data, output, req.workload)
     except UserCodeError:
-        raise
+        if params is not None:
+            raise
+        # the user's code failed on meta (torch's orthogonal parametrization reads .item() as it is set up): it runs
+        # for real below, where an error of its own is theirs
+        counted = None
     except LossError as exc:  # what the model returned cannot give a loss: one line, not a traceback
         raise BadInput(str(exc)) from None
     except Exception:  # noqa: BLE001 - what meta cannot do is tried for real below

@@ -1057,3 +1057,66 @@ def test_a_score_override_returning_a_pair_is_named_with_what_it_must_return(mon
     with pytest.raises(TypeError, match=r"^Digits.score returned a tuple of 2; it must return \(correct, count, "
                                         r"loss_sum\) of the evaluation batch"):
         w.evaluate(w.new_model(), data, 0, 2, contextlib.nullcontext())
+
+
+def test_a_summed_loss_over_a_batch_with_nothing_to_count_is_zero_not_nan(tmp_path):
+    # an audit's (sum, count) loss whose first two samples were all -100 was refused before launching as "nan": the
+    # sum over nothing divided by its count, 0/0; a declared count= had guarded the same case
+    path = tmp_path / "empty_first.py"
+    path.write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+        import torch.nn.functional as F
+        from workloads import Pieces, workload
+
+        @workload(global_batch=4, lr=0.1)
+        def r1():
+            x = torch.randint(0, 8, (16, 3), generator=torch.Generator().manual_seed(0))
+            y = x.clone()
+            y[:2] = -100
+            loss = lambda o, t: (F.cross_entropy(o.flatten(0, 1), t.flatten(), ignore_index=-100, reduction="sum"),
+                                 (t != -100).sum())
+            return Pieces(model=lambda: nn.Sequential(nn.Embedding(8, 8), nn.Linear(8, 8)), train=(x, y), loss=loss)
+    '''))
+    w = workloads.get(f"{path}:r1")
+    torch.manual_seed(0)
+    model = w.build_model()
+    x, y = w.materialize("cpu", 4).train_x[:2], w.materialize("cpu", 4).train_y[:2]
+    loss = w.step_loss(w.forward(model, x), y)
+    assert float(loss) == 0.0
+    loss.backward()
+    assert all(p.grad is not None and float(p.grad.abs().sum()) == 0.0 for p in model.parameters())
+    whole = w.step_loss(w.forward(model, w.materialize("cpu", 4).train_x[:4]), w.materialize("cpu", 4).train_y[:4])
+    assert math.isfinite(float(whole)) and float(whole) > 0
+
+
+def test_a_model_whose_build_fails_on_meta_is_checked_on_the_cpu_and_an_error_of_its_own_is_still_its_own(tmp_path):
+    # torch's orthogonal parametrization reads .item() as it is set up: on the meta device that raised, and the check
+    # before launching called it an error in the user's code; on the CPU the model builds and trains
+    path = tmp_path / "ortho.py"
+    path.write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+        from workloads import Pieces, workload
+
+        @workload(global_batch=4, lr=0.05)
+        def ortho():
+            x = torch.randn(16, 8, generator=torch.Generator().manual_seed(0))
+            return Pieces(model=lambda: nn.utils.parametrizations.orthogonal(nn.Linear(8, 8)), train=(x, x.clone()))
+
+        @workload(global_batch=4, lr=0.05)
+        def broken():
+            x = torch.randn(16, 8, generator=torch.Generator().manual_seed(0))
+            def model():
+                raise ValueError("a bug of the user's")
+            return Pieces(model=model, train=(x, x.clone()))
+    '''))
+    w = workloads.get(f"{path}:ortho")
+    workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:ortho", options=[], world_size=2), 4)
+    assert w.model_facts is not None
+    bad = workloads.get(f"{path}:broken")
+    from harness.shared.registry import UserCodeError
+
+    with pytest.raises(UserCodeError, match="ValueError: a bug of the user's"):
+        workload_checks.check_user_code(bad, requests.RunRequest(workload=f"{path}:broken", options=[], world_size=2),
+                                        4)
