@@ -1170,6 +1170,7 @@ def test_a_profile_named_with_its_json_suffix_is_told_the_name():
         "a100-sxm-hdr200\n")
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_a_published_result_whose_profile_is_broken_is_left_out_with_a_warning(own_profiles, tmp_path):
     from harness.model import published
 

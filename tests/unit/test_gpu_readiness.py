@@ -266,6 +266,7 @@ def test_gpu_check_pins_the_commit_before_it_writes_into_the_tree(tmp_path):
     assert "provenance: the tree is commit" in summary and "exactly; HEAD set to it in this copy" in summary
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_gpu_check_without_a_cuda_device_is_one_line_exit_2_and_writes_nothing(tmp_path):
     # `make gpu-check` on this CPU machine (or a GPU machine whose torch cannot see its GPU).
     import shutil

@@ -125,6 +125,7 @@ def test_a_transformers_causal_lm_is_not_called_random():
                                 seed=0)[0] is None
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_a_stateful_deterministic_forward_is_never_called_random_before_launching():
     w = checked("aux")
     assert w.nondeterministic is None and w.stateful == "step: 0 → 1"
@@ -132,6 +133,7 @@ def test_a_stateful_deterministic_forward_is_never_called_random_before_launchin
 
 # ---- parameters without a gradient ----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_a_head_used_on_alternate_steps_is_found_from_the_first_steps_gradients():
     facts = checked("aux").model_facts
     assert facts.checked_steps == 4 and facts.no_gradient == {"aux.weight": [1, 3], "aux.bias": [1, 3]}

@@ -75,6 +75,7 @@ def test_a_run_without_breakdown_says_its_communication_is_inside_its_compute():
                                                                                              str(DIGITS)).stdout
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_the_h200_run_plans_its_own_gpu_as_it_measured_and_other_rows_from_its_fastest():
     # On its own GPU (the H200 profile) at world size 1: each measured bf16 row is its own step (2 launches a row:
     # their spread, said so, not an interval); ZeRO-1 and ZeRO-2, which the run did not measure, from its fastest
@@ -98,6 +99,7 @@ def test_the_h200_run_plans_its_own_gpu_as_it_measured_and_other_rows_from_its_f
     assert "memory against the run's own peaks (the largest over its launches): amp:precision=bf16 " in text
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_another_gpu_is_reached_by_the_ratio_of_peaks_and_the_range_widens_as_stated():
     own = {r["label"]: r for r in _json("--from", str(H200))["rows"]}
     a100 = _json("--from", str(H200), "--gpu", "a100", "--gpus-per-node", "1")

@@ -93,6 +93,7 @@ def test_run_tuned_refuses_an_interrupted_tune(tmp_path):
                                               f"confirmed winners; run it again\n")
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_the_report_of_a_run_killed_without_a_word_lists_the_launches_it_never_made(tmp_path):
     records = read_records(records_file(RUNS / "digits_cpu2_20261124-083538"))  # 7 rows x 3 rounds
     killed = write_run(tmp_path / "run", records[:11])  # apex's unavailable rows first; killed with -9 in round 2

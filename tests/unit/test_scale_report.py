@@ -68,6 +68,7 @@ def test_a_failed_point_keeps_its_reason_and_no_efficiency():
     assert "**timeout**: no result after 5 s" in "\n".join(scale.markdown_tables(scale.table(records)))
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_the_contention_calibration_multiplies_the_world_size_1_compute_and_nothing_else():
     # A committed sweep's real records, with a contention calibration of 1.5x given to ddp at world size 2.
     from harness.ground.record import read_records
