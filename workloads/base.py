@@ -266,8 +266,21 @@ class Workload(ABC):
             return blocks
         units = []
         for child in model.children():
+            if isinstance(child, (nn.ParameterList, nn.ParameterDict)):  # no forward: what reads them is another's
+                continue
             inner = list(child.children()) if isinstance(child, (nn.ModuleList, nn.ModuleDict)) else [child]
             units += [m for m in inner if any(True for _ in m.parameters())]
+        if units:  # a unit whose parameters are read outside its own forward (a nanoGPT head's F.linear(h,
+            # self.emb.weight)) would be resharded while the root still reads them: such a unit is left to the root
+            try:
+                import torch
+
+                data = self.materialize("cpu", self.global_batch)
+                x, _ = data.batch(torch.arange(min(2, data.n_train)), "cpu")
+                outside = read_outside(model, units, batches.to(x, "meta"), self.forward)
+            except Exception:  # noqa: BLE001 - a model meta cannot run, or data that cannot be read here
+                outside = set()
+            units = [u for i, u in enumerate(units) if i not in outside]
         return units
 
     def shard_groups(self, model: torch.nn.Module) -> list[list[torch.nn.Module]]:
@@ -500,6 +513,50 @@ def synthetic_classification(n: int, shape: tuple[int, ...], classes: int, seed:
     else:
         y = torch.randint(0, classes, (n,), generator=gen)
     return x, y
+
+
+def read_outside(model, units, inputs, forward) -> set[int]:
+    """The indices of `units` whose parameters the model's forward reads while that unit's own forward is not
+    running (a parameter of an nn.ParameterList the parent reads, an embedding's weight used as the output head by
+    F.linear): one forward of `inputs` on the meta device, the model's parameters and buffers swapped for meta
+    tensors (as torch.func.functional_call swaps them), so nothing of the real model is computed or changed."""
+    import torch
+    from torch.nn.utils import stateless
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_flatten
+
+    made: dict[int, Any] = {}  # one meta tensor per tensor of the model, under every name it has (tied weights)
+    meta = {name: made.setdefault(id(t), torch.empty_like(t, device="meta"))
+            for name, t in [*model.named_parameters(remove_duplicate=False),
+                            *model.named_buffers(remove_duplicate=False)]}
+    holders: dict[int, set[int]] = {}  # a meta parameter's id -> the units holding it
+    for i, unit in enumerate(units):
+        for p in unit.parameters():
+            holders.setdefault(id(made[id(p)]), set()).add(i)
+    active: list[int] = []
+    outside: set[int] = set()
+
+    class Reads(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            for t in tree_flatten((args, kwargs or {}))[0]:
+                held = holders.get(id(t))
+                if held and not held.intersection(active):
+                    outside.update(held)
+            return func(*args, **(kwargs or {}))
+
+    hooks = []
+    for i, unit in enumerate(units):
+        hooks.append(unit.register_forward_pre_hook(lambda m, a, i=i: active.append(i)))
+        hooks.append(unit.register_forward_hook(lambda m, a, o, i=i: active.remove(i), always_call=True))
+    try:
+        # what torch.func.functional_call swaps them with, around the workload's own forward (which may be the
+        # user's: model(**batch), model(x, mask))
+        with torch.no_grad(), stateless._reparametrize_module(model, meta), Reads():
+            forward(model, inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return outside
 
 
 def shard_groups(model, units) -> list[list]:

@@ -75,3 +75,58 @@ def test_the_hf_bert_units_keep_the_tied_decoder_with_the_embeddings():
         model = w.build_model()
     assert names(model, w.shard_groups(model)) == [["inner.bert.embeddings", "inner.cls.predictions"],
                                                    ["inner.bert.encoder.layer.0"]]
+
+
+def test_the_default_units_leave_to_the_root_what_is_read_outside_its_own_forward(tmp_path):
+    # an outside probe's two FSDP2 crashes ("got mixed torch.Tensor and DTensor"): an nn.ParameterList the parent
+    # reads (no forward of its own), and nanoGPT's head F.linear(h, self.emb.weight), which reads the embedding's
+    # weight after FSDP2 has resharded it at the end of the embedding's forward; a buffer the forward updates is
+    # left as it was (the forward ran on meta tensors)
+    import textwrap
+
+    import workloads
+
+    path = tmp_path / "reads.py"
+    path.write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+        import torch.nn.functional as F
+        from workloads import Pieces, workload
+
+        class Scales(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+                self.scales = nn.ParameterList(nn.Parameter(torch.ones(8)) for _ in range(2))
+                self.register_buffer("seen", torch.zeros(()))
+            def forward(self, x):
+                self.seen += 1
+                for layer, s in zip(self.layers, self.scales):
+                    x = torch.tanh(layer(x)) * s
+                return x
+
+        class LM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb, self.mlp = nn.Embedding(16, 8), nn.Linear(8, 8)
+            def forward(self, x):
+                return F.linear(torch.tanh(self.mlp(self.emb(x))), self.emb.weight)
+
+        @workload(global_batch=4)
+        def scales():
+            x = torch.randn(16, 8)
+            return Pieces(model=Scales, train=(x, x.clone()))
+
+        @workload(global_batch=4)
+        def lm():
+            x = torch.randint(0, 16, (16, 5))
+            return Pieces(model=LM, train=(x, x.roll(-1, 1)))
+    '''))
+    w = workloads.get(f"{path}:scales")
+    model = w.new_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert names(model, [w.shard_units(model)]) == [["layers.0", "layers.1"]]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    lm = workloads.get(f"{path}:lm")
+    model = lm.new_model()
+    assert names(model, [lm.shard_units(model)]) == [["mlp"]]
