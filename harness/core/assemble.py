@@ -352,8 +352,9 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     missing = adapter.missing_gradient() if adapter is not None else None
     why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful,
                       (getattr(r0, "adapter", None) or {}).get("note"))
-    if why:
-        out["why_failed"] = why
+    maybe = normalisation.suspect(workload.varying_counts or [])
+    if why or maybe:
+        out["why_failed"] = "; ".join(x for x in (why, f"besides, {maybe}" if why and maybe else maybe) if x)
     return out
 
 

@@ -196,11 +196,14 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         check_finite(outputs[0], loss, req.workload, batches.length(x))
         workload.nondeterministic = (_dropout(model) or random) if random else None
     _batch_norm(workload, facts)
-    if not counted:
-        form = "pieces" if isinstance(workload, workloads.FunctionWorkload) else "subclass"
-        steps = max(workload.equiv_steps, getattr(req, "equiv_steps", None) or 0)  # what the check may cover
+    form = "pieces" if isinstance(workload, workloads.FunctionWorkload) else "subclass"
+    steps = max(workload.equiv_steps, getattr(req, "equiv_steps", None) or 0)  # what the check may cover
+    try:  # a declared count too (`count=`), against the counts a loss commonly divides by
         workload.varying_counts = normalisation.candidates(workload, data, global_batch, req.world_size or 1, steps,
-                                                           form)
+                                                           form, declared=bool(counted))
+    except Exception:  # noqa: BLE001 - the user's count of a slice: what it raises, the launch raises as theirs
+        if not counted:
+            raise
     on_cpu = params is None or params <= SMALL_MODEL  # small enough to run for real here
     if on_cpu and not (workload.nondeterministic or workload.batch_dependence):
         workload.batch_dependent = batch_dependence(workload, data, global_batch, world)

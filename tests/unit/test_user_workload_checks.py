@@ -553,7 +553,8 @@ def test_a_dict_batch_is_sliced_like_tensors_fed_by_name_and_its_own_loss_counte
     # the pre-launch check runs it as the steps will, and reads no counts for a loss that declares one
     req = requests.RunRequest(workload=f"{path}:tagger", options=[], world_size=2)
     workload_checks.check_user_code(tensors, req, 8)
-    assert tensors.nondeterministic is None and tensors.varying_counts is None
+    # (a count that declares one is held only against counts out of proportion with it, each carrying the declared)
+    assert tensors.nondeterministic is None and all(c.get("declared") for c in tensors.varying_counts or [])
     plain = workloads.get(f"{path}:tagger", {"counted": "false"})
     workload_checks.check_user_code(plain, requests.RunRequest(workload=f"{path}:tagger", options=["counted=false"],
                                                         world_size=2), 8)
@@ -1120,3 +1121,26 @@ def test_a_model_whose_build_fails_on_meta_is_checked_on_the_cpu_and_an_error_of
     with pytest.raises(UserCodeError, match="ValueError: a bug of the user's"):
         workload_checks.check_user_code(bad, requests.RunRequest(workload=f"{path}:broken", options=[], world_size=2),
                                         4)
+
+
+def test_a_declared_count_out_of_proportion_with_the_loss_is_named_from_the_losses_or_said_as_possible():
+    # an outside probe's GPT-2 declared (labels != -100).sum() for a loss over its shifted labels: every row ✗, and
+    # the report named no cause
+    from harness.core.normalisation import explain, suspect
+
+    cand = [{"what": "the labels other than -100 after the first position (a causal model's loss, which shifts its "
+                     "labels)", "step": 1, "counts": [30, 10],
+             "fix": "`count=lambda batch: ...` in its Pieces", "declared": [[20.0, 20.0], [10.0, 30.0]]}]
+    # step 2: the ranks' own means 2.0 and 4.0, declared 10 and 30 (mean 20): back-propagated 1.0 and 6.0; weighted
+    # by the true counts 30 and 10 the means give 2.5, the single process's loss; the declared weighting gave 3.5
+    why = explain(cand, [[1.0, 1.0, 1.5], [1.0, 6.0, 1.7]], [1.0, 2.5, 1.6], 3)
+    assert why.startswith("the count declared for its loss (10 and 30 at step 2) is not the number of items its mean "
+                          "is over: that is the labels other than -100 after the first position (a causal model's "
+                          "loss, which shifts its labels) (30 and 10 there)")
+    assert "the single process's loss, 2.5; weighted by the declared ones, 3.5); fix: declare `count=lambda" in why
+    assert explain(cand, [[1.0, 1.0, 1.5], [1.0, 6.0, 1.7]], [1.0, 3.5, 1.6], 3) is None  # the declared one is right
+    assert suspect(cand).startswith("the count declared for its loss (10 and 30 at step 2) is not in proportion to "
+                                    "the labels other than -100 after the first position (a causal model's loss, "
+                                    "which shifts its labels) (30 and 10 there): if the loss is a mean over those")
+    assert suspect([{k: v for k, v in cand[0].items() if k != "declared"}]) is None
+    assert suspect([{**cand[0], "what": "the attended positions (attention_mask)"}]) is None  # only the shift
