@@ -171,6 +171,8 @@ class Workload(ABC):
     """Why the model's training-mode output is random (dropout, or a forward that draws random numbers), found by the
     parent's check of a user's workload before launching (harness/core/model_check.py); a failed equivalence check
     then says so."""
+    optimizer_class: str | None = None
+    """The optimizer's class as the check before launching built it (the ✗'s words name an adaptive one)."""
     stateful: str | None = None
     """What the model's forward changes in its modules between calls, deterministically (a step counter, a buffer),
     found by the same check: never a reason to call it random."""

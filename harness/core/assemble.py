@@ -79,8 +79,14 @@ def largest_diffs(diffs: dict[str, float], tolerance: float, gradients: dict | N
             for n, d in above[:LARGEST_DIFFS]]
 
 
+ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "Adafactor", "SparseAdam")
+"""Optimizers that divide each gradient by its running magnitude: a gradient near zero moves its parameter by about
+the learning rate, summation-order noise too."""
+
+
 def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: str | None,
-                stateful: str | None, note: str | None = None) -> str | None:
+                stateful: str | None, note: str | None = None, optimizer: str | None = None,
+                tolerance: float | None = None) -> str | None:
     """Why a row's parameters differ from the reference's, from the parameters that differ most: those a step
     left without a gradient, and what the backend does with such a parameter (`missing`: Adapter.missing_gradient),
     or that they had one every step (then the row's own note, `note`, where its adapter wrote one); None without
@@ -101,6 +107,13 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
         if stateful:
             text += (f" (the model's forward is stateful, {stateful}, but deterministic: every backend calls it once "
                      f"a step, as the single process does)")
+        if optimizer in ADAPTIVE:
+            text += (f"; the optimizer, {optimizer}, divides each gradient by its running magnitude, so a parameter "
+                     f"whose gradient is near zero (attention's key bias, which the softmax ignores) moves by about "
+                     f"the learning rate on summation-order noise alone, and a backend that sums the batch in "
+                     f"another order differs by that much: if the largest differences are such parameters, raise "
+                     f"the tolerance (equiv_tolerance=1e-4 in @workload, as the built-in transformer workloads do"
+                     + (f"; {tolerance:g} now)" if tolerance is not None else ")"))
         return text
     missed = sorted({s for p in without for s in p["steps_without_gradient"]})
     plural = "s" if len(missed) > 1 else ""
@@ -351,7 +364,8 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     out["largest_diffs"] = largest
     missing = adapter.missing_gradient() if adapter is not None else None
     why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful,
-                      (getattr(r0, "adapter", None) or {}).get("note"))
+                      (getattr(r0, "adapter", None) or {}).get("note"), getattr(workload, "optimizer_class", None),
+                      workload.equiv_tolerance)
     maybe = normalisation.suspect(workload.varying_counts or [])
     if why or maybe:
         out["why_failed"] = "; ".join(x for x in (why, f"besides, {maybe}" if why and maybe else maybe) if x)

@@ -159,6 +159,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         pass
     if params is not None:
         check_trains(model, req.workload)
+        _optimizer(workload, model)
         _module_facts(facts, model)
         try:
             facts.bad_unit = model_check.bad_unit(workload.shard_units(model), model)
@@ -179,6 +180,8 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             torch.manual_seed(workload.seed)
             model = workload.new_model()
             check_trains(model, req.workload)
+            if getattr(workload, "optimizer_class", None) is None:
+                _optimizer(workload, model)
             try:
                 random, workload.stateful = model_check.diagnose(workload.new_model, forward, workload.seed)
                 workload.edits_parameters = model_check.edited_parameters(workload.new_model, forward, workload.seed)
@@ -346,6 +349,15 @@ def _batch_norm(workload, facts) -> None:
     """The BatchNorm layers found, as the workload's `batch_norm` (a declared one stays)."""
     if facts.batch_norm and not workload.batch_norm:
         workload.batch_norm = ", ".join(facts.batch_norm)
+
+
+def _optimizer(workload, model) -> None:
+    """The workload's optimizer's class, kept for the ✗'s words (`workload.optimizer_class`), where it can be built
+    over the model as checked (on meta nothing is allocated); None where it cannot."""
+    try:
+        workload.optimizer_class = type(workload.make_optimizer(model, workload.lr(workload.global_batch))).__name__
+    except Exception:  # noqa: BLE001 - the user's optimizer: what it raises, the launch raises as theirs
+        workload.optimizer_class = None
 
 
 def check_trains(model, name: str) -> None:

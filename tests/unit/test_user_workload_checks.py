@@ -1144,3 +1144,41 @@ def test_a_declared_count_out_of_proportion_with_the_loss_is_named_from_the_loss
                                     "which shifts its labels) (30 and 10 there): if the loss is a mean over those")
     assert suspect([{k: v for k, v in cand[0].items() if k != "declared"}]) is None
     assert suspect([{**cand[0], "what": "the attended positions (attention_mask)"}]) is None  # only the shift
+
+
+def test_a_failed_check_under_an_adaptive_optimizer_says_what_adam_does_to_a_gradient_near_zero(tmp_path):
+    # an outside probe's nn.MultiheadAttention under Adam failed on every backend by 1e-4 in in_proj_bias, whose key
+    # slice has a gradient of float noise only, and the ✗ said nothing of it
+    from harness.core.assemble import why_differs
+
+    path = tmp_path / "att.py"
+    path.write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+        from workloads import Pieces, workload
+
+        class Att(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.att = nn.MultiheadAttention(8, 2, batch_first=True)
+            def forward(self, x):
+                return self.att(x, x, x)[0].mean(1)
+
+        @workload(global_batch=4, lr=0.01)
+        def att():
+            x = torch.randn(16, 5, 8, generator=torch.Generator().manual_seed(0))
+            return Pieces(model=Att, train=(x, x.mean(1)), loss=nn.functional.mse_loss,
+                          optimizer=lambda params, lr: torch.optim.Adam(params, lr=lr))
+    '''))
+    w = workloads.get(f"{path}:att")
+    workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:att", options=[], world_size=2), 4)
+    assert w.optimizer_class == "Adam"
+    largest = [{"parameter": "att.in_proj_bias", "diff": 1.1e-4, "steps_without_gradient": []}]
+    text = why_differs(largest, 5, "ddp", None, None, None, w.optimizer_class, 1e-5)
+    assert text.endswith("; the optimizer, Adam, divides each gradient by its running magnitude, so a parameter whose "
+                         "gradient is near zero (attention's key bias, which the softmax ignores) moves by about the "
+                         "learning rate on summation-order noise alone, and a backend that sums the batch in another "
+                         "order differs by that much: if the largest differences are such parameters, raise the "
+                         "tolerance (equiv_tolerance=1e-4 in @workload, as the built-in transformer workloads do; "
+                         "1e-05 now)")
+    assert "optimizer" not in why_differs(largest, 5, "ddp", None, None, None, "SGD", 1e-5)
