@@ -115,7 +115,8 @@ class DeepSpeedLaunch(Launch):
                 return refused
         other = facts.dtypes_outside({"fp16", "fp32", "bf16"})
         if other:  # every stage: "attempting to reduce an unsupported grad type: torch.float64" (measured)
-            return Availability(False, f"the model's parameters are {'+'.join(other)}, and DeepSpeed reduces "
+            held = "+".join(facts.param_dtypes or other)
+            return Availability(False, f"the model's parameters are {held}, and DeepSpeed reduces "
                                        f"gradients in fp32, fp16 or bf16 only (\"attempting to reduce an "
                                        f"unsupported grad type\" at the first step)",
                                 "build the model in fp32" if "fp64" in other else

@@ -165,7 +165,8 @@ class HorovodLaunch(Launch):
         other = facts.dtypes_outside({"fp16", "fp32", "fp64"})
         if not other:
             return Availability(True)
-        return Availability(False, f"the model's parameters are {'+'.join(other)}, and Horovod {VERSION} all-reduces "
+        held = "+".join(facts.param_dtypes or other)
+        return Availability(False, f"the model's parameters are {held}, and Horovod {VERSION} all-reduces "
                                    f"gradients in fp16, fp32 or fp64 only (\"Tensor type ... is not supported\" at "
                                    f"the first step)",
                             "build the model in fp32 (for bf16 arithmetic, a row with autocast, such as "

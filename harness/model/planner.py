@@ -304,12 +304,13 @@ no finer."""
 
 def recommend(rows: list[dict[str, Any]], pair_factors=None) -> dict[str, Any] | None:
     """Among the rows that fit (`_steps`: each figure's seconds per sample): the fastest at the middle figure, and
-    every row the model does not rank behind it: its time per sample over the fastest's within TIE at the top of its range, or below 1 - TIE at the bottom. Of those,
-    the one holding the least memory is recommended; its margin is over the fastest row outside them, and where it
-    is not the fastest at the middle figure, its step time over that one's.
+    every row the model does not rank behind it: its time per sample over the fastest's within TIE at the top of its
+    range, or below 1 - TIE at the bottom. Of those, the one holding the least memory is recommended; its margin is
+    over the fastest row outside them, and where it is not the fastest at the middle figure, its time per sample
+    over that one's.
 
     A ratio's range: where both rows' ranges come from one assumption (an assumed utilisation, or one measured row
-    carried over), the ratio of step times at each figure. Where they come from two measured rows, whose launches
+    carried over), the ratio of times per sample at each figure. Where they come from two measured rows, whose launches
     vary independently, the ratio at each figure of what they share with each row's launches at their middle,
     widened by `pair_factors(slow, fast)`: the 95% interval of the two rows' ratio over the run's launches, relative
     to its estimate (dividing one row's interval ends by the other's is no interval: an audit found a plan calling
