@@ -353,9 +353,10 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     if workload.batch_dependent:
         out["why_failed"] = (f"the model depends on the rest of its batch, other than through BatchNorm: "
                              f"{workload.batch_dependent} (a loss term over the whole batch, such as a "
-                             f"load-balancing or contrastive one, or a buffer its forward updates from the batch), so "
-                             f"no data-parallel backend can match the single process; fix: make the loss a mean of "
-                             f"per-sample terms to check equivalence (a loss divided by a sum over its batch, such "
+                             f"load-balancing or contrastive one, a buffer its forward updates from the batch, or a "
+                             f"branch its forward takes on the whole batch's content), so no data-parallel backend "
+                             f"can match the single process; fix: make the loss a mean of per-sample terms (and a "
+                             f"branch a choice per sample) to check equivalence (a loss divided by a sum over its batch, such "
                              f"as the sum of per-sample weights, returns (sum, count) instead: the harness divides by "
                              f"the whole global batch's count), or declare batch_dependence=\"...\" in @workload "
                              f"(the check is then skipped, with that reason)")
