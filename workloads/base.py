@@ -520,21 +520,29 @@ def synthetic_classification(n: int, shape: tuple[int, ...], classes: int, seed:
 def read_outside(model, units, inputs, forward) -> set[int]:
     """The indices of `units` whose parameters the model's forward reads while that unit's own forward is not
     running (a parameter of an nn.ParameterList the parent reads, an embedding's weight used as the output head by
-    F.linear): one forward of `inputs` on the meta device, the model's parameters and buffers swapped for meta
-    tensors (as torch.func.functional_call swaps them), so nothing of the real model is computed or changed."""
+    F.linear): one forward of `inputs` on the meta device through a copy of the model whose parameters and buffers
+    are meta tensors (`copy.deepcopy` given them in its memo: nothing of the model's storage is copied), so nothing
+    of the model itself runs or changes (a forward that counts its calls, alternating a head between steps, kept
+    its count)."""
+    import copy
+
     import torch
-    from torch.nn.utils import stateless
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_flatten
 
-    made: dict[int, Any] = {}  # one meta tensor per tensor of the model, under every name it has (tied weights)
-    meta = {name: made.setdefault(id(t), torch.empty_like(t, device="meta"))
-            for name, t in [*model.named_parameters(remove_duplicate=False),
-                            *model.named_buffers(remove_duplicate=False)]}
-    holders: dict[int, set[int]] = {}  # a meta parameter's id -> the units holding it
-    for i, unit in enumerate(units):
+    memo: dict[int, Any] = {}
+    for p in model.parameters():
+        memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    for b in model.buffers():
+        memo[id(b)] = torch.empty_like(b, device="meta")
+    twin = copy.deepcopy(model, memo)
+    where = {id(m): name for name, m in model.named_modules()}
+    theirs = dict(twin.named_modules())
+    twins = [theirs[where[id(u)]] for u in units]
+    holders: dict[int, set[int]] = {}  # a parameter of the copy -> the units holding it
+    for i, unit in enumerate(twins):
         for p in unit.parameters():
-            holders.setdefault(id(made[id(p)]), set()).add(i)
+            holders.setdefault(id(p), set()).add(i)
     active: list[int] = []
     outside: set[int] = set()
 
@@ -546,18 +554,11 @@ def read_outside(model, units, inputs, forward) -> set[int]:
                     outside.update(held)
             return func(*args, **(kwargs or {}))
 
-    hooks = []
-    for i, unit in enumerate(units):
-        hooks.append(unit.register_forward_pre_hook(lambda m, a, i=i: active.append(i)))
-        hooks.append(unit.register_forward_hook(lambda m, a, o, i=i: active.remove(i), always_call=True))
-    try:
-        # what torch.func.functional_call swaps them with, around the workload's own forward (which may be the
-        # user's: model(**batch), model(x, mask))
-        with torch.no_grad(), stateless._reparametrize_module(model, meta), Reads():
-            forward(model, inputs)
-    finally:
-        for h in hooks:
-            h.remove()
+    for i, unit in enumerate(twins):
+        unit.register_forward_pre_hook(lambda m, a, i=i: active.append(i))
+        unit.register_forward_hook(lambda m, a, o, i=i: active.remove(i), always_call=True)
+    with torch.no_grad(), Reads():
+        forward(twin, inputs)
     return outside
 
 

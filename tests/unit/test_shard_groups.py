@@ -81,7 +81,7 @@ def test_the_default_units_leave_to_the_root_what_is_read_outside_its_own_forwar
     # an outside probe's two FSDP2 crashes ("got mixed torch.Tensor and DTensor"): an nn.ParameterList the parent
     # reads (no forward of its own), and nanoGPT's head F.linear(h, self.emb.weight), which reads the embedding's
     # weight after FSDP2 has resharded it at the end of the embedding's forward; a buffer the forward updates is
-    # left as it was (the forward ran on meta tensors)
+    # left as it was (the forward ran on a copy of meta tensors)
     import textwrap
 
     import workloads
@@ -99,8 +99,10 @@ def test_the_default_units_leave_to_the_root_what_is_read_outside_its_own_forwar
                 self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
                 self.scales = nn.ParameterList(nn.Parameter(torch.ones(8)) for _ in range(2))
                 self.register_buffer("seen", torch.zeros(()))
+                self.calls = 0
             def forward(self, x):
                 self.seen += 1
+                self.calls += 1
                 for layer, s in zip(self.layers, self.scales):
                     x = torch.tanh(layer(x)) * s
                 return x
@@ -127,6 +129,8 @@ def test_the_default_units_leave_to_the_root_what_is_read_outside_its_own_forwar
     before = {k: v.clone() for k, v in model.state_dict().items()}
     assert names(model, [w.shard_units(model)]) == [["layers.0", "layers.1"]]
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # a forward that counts its calls kept its count (the count once moved a head used on alternate steps by one)
+    assert model.calls == 0
     lm = workloads.get(f"{path}:lm")
     model = lm.new_model()
     assert names(model, [lm.shard_units(model)]) == [["mlp"]]
