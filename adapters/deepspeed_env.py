@@ -11,6 +11,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -111,13 +112,17 @@ def _open_files() -> tuple[set[str], bool]:
     return held, complete
 
 
+FRESH_S = 10.0
+"""A build lock younger than this (by its mtime) is never taken for stale."""
+
+
 def clear_stale_jit_locks(root: Path | None = None) -> list[Path]:
     """Remove JIT build locks that no process holds; the ones removed. torch.utils.cpp_extension takes
     `<cache>/<op>/lock` (a FileBaton: created with O_EXCL, kept open while building, removed at the end), and a
     process that finds the file waits, polling, until it is gone. A build that was killed (a timeout, kill -9 of
     the run, a crash during a first launch's 35-65 s compile) leaves the file behind, and every later launch
-    would then wait for it until its --timeout. A lock is stale when no process has it open; one created by
-    another user is left alone unless every process could be checked."""
+    would then wait for it until its --timeout. A lock is stale when no process has it open and it is FRESH_S old;
+    one created by another user is left alone unless every process could be checked."""
     root = root if root is not None else jit_cache_dir()
     locks = sorted(root.glob("*/lock")) if root.is_dir() else []
     seen = {}
@@ -140,6 +145,12 @@ def clear_stale_jit_locks(root: Path | None = None) -> list[Path]:
         # file under the same name, which a test run found removed under the build that held it
         # ("FileNotFoundError: .../deepspeed_shm_comm/lock" at its release)
         if (st.st_ino, st.st_ctime_ns) != (ino, ctime):
+            continue
+        # Newer than FRESH_S: a build may have taken it while the processes were read, under an inode just freed
+        # and a timestamp of the same clock tick (file times advance by the jiffy), so the check above cannot tell
+        # it from the file it replaced; a fresh clone's CI saw one rank's lock removed so, again. A killed build's
+        # lock is older than that by the time another launch starts, or is cleared by the next
+        if time.time() - st.st_mtime < FRESH_S:
             continue
         lock.unlink(missing_ok=True)
         removed.append(lock)

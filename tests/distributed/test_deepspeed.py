@@ -7,6 +7,8 @@ later runs reuse it."""
 
 import gzip
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -168,6 +170,7 @@ def test_a_stale_jit_build_lock_does_not_stall_the_next_launch(zero_run, tmp_pat
     lock = cache / "deepspeed_shm_comm" / "lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_text("")
+    os.utime(lock, (time.time() - 60, time.time() - 60))  # left by a build stopped a minute ago
     rows, proc = run_compare(tmp_path / "run", "--adapters", "deepspeed", "--steps", "5", "--warmup", "1",
                              "--equiv-steps", "0", "--timeout", "240", env={"TORCH_EXTENSIONS_DIR": str(cache)})
     stale_left = lock.exists()

@@ -1,12 +1,13 @@
 """The deepspeed adapter without launching anything: availability reasons, knob validation, the launch command
 and the ds config. None of these import deepspeed (which would probe accelerators and log to stdout)."""
 
-import importlib.util
 import glob
+import importlib.util
 import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -221,6 +222,7 @@ def test_a_jit_build_lock_that_no_process_holds_is_removed_before_a_launch(tmp_p
     for lock in (held, stale):
         lock.parent.mkdir()
         lock.write_text("")
+        os.utime(lock, (time.time() - 60, time.time() - 60))  # left a minute ago
     (tmp_path / "op_b" / "op_b.so").write_text("")  # a built op: the lock is stale all the same
     holder = subprocess.Popen([sys.executable, "-c", f"import os, sys; fd = os.open({str(held)!r}, os.O_RDONLY); "
                                "print('holding', flush=True); sys.stdin.read()"],
@@ -238,6 +240,7 @@ def test_a_jit_build_lock_that_no_process_holds_is_removed_before_a_launch(tmp_p
     lock = tmp_path / "deepspeed_shm_comm" / "lock"
     lock.parent.mkdir()
     lock.write_text("")
+    os.utime(lock, (time.time() - 60, time.time() - 60))
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setattr(ds, "launcher_path", lambda: "/venv/bin/deepspeed")
     plan = ds.DeepSpeedAdapter({}, "cpu").launch(tmp_path / "spec.json",
@@ -263,6 +266,19 @@ def test_a_lock_released_and_taken_again_while_the_processes_are_read_is_left_to
 
     monkeypatch.setattr(deepspeed_env, "_open_files", scan_while_swapping)
     assert ds.clear_stale_jit_locks(tmp_path) == [] and lock.exists()
+
+
+def test_a_lock_taken_while_the_processes_are_read_is_left_though_it_looks_like_the_one_it_replaced(tmp_path,
+                                                                                                  monkeypatch):
+    # the same race where the new file reuses the freed inode within one tick of the file clock: (inode, ctime) the
+    # same, so only its age tells it from a killed build's (a fresh clone's CI errored 7 DeepSpeed tests on it)
+    lock = tmp_path / "op" / "lock"
+    lock.parent.mkdir()
+    lock.write_text("")
+    monkeypatch.setattr(deepspeed_env, "_open_files", lambda: (set(), True))  # its holder read before it took it
+    assert ds.clear_stale_jit_locks(tmp_path) == [] and lock.exists()
+    os.utime(lock, (time.time() - deepspeed_env.FRESH_S - 1,) * 2)
+    assert ds.clear_stale_jit_locks(tmp_path) == [lock] and not lock.exists()
 
 
 @pytest.mark.slow  # imports every framework in a fresh interpreter (~20 s)
