@@ -86,7 +86,7 @@ def same(a, b, rtol: float = 0.0) -> bool:
                 continue
             if not (x.is_floating_point() and torch.equal(x.isnan(), y.isnan())):
                 return False
-            fx, fy = x.nan_to_num(0.0, 1.0, -1.0), y.nan_to_num(0.0, 1.0, -1.0)
+            fx, fy = x.detach().nan_to_num(0.0, 1.0, -1.0), y.detach().nan_to_num(0.0, 1.0, -1.0)
             if rtol and fx.numel():
                 scale = float(torch.maximum(fx.abs().max(), fy.abs().max()))
                 if not torch.allclose(fx, fy, rtol=rtol, atol=rtol * scale):

@@ -168,6 +168,7 @@ def _compiled_copy(tmp_path, speedup=1.25):
     return out
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_compile_takes_the_speed_up_the_run_measured(tmp_path):
     run = _compiled_copy(tmp_path)
     data = _json("--from", str(run), "--compile")

@@ -2,6 +2,7 @@
 one group, since FSDP2 lets one group manage a parameter ("shared with a parameter already managed by another FSDP
 group")."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -66,6 +67,7 @@ def test_the_model_is_never_a_unit_and_inner_groups_come_first():
     assert names(m, shard_groups(m, [m, outer, outer[1]])) == [["0.1"], ["0"]]
 
 
+@pytest.mark.slow  # seconds: left out of make test-fast
 def test_the_hf_bert_units_keep_the_tied_decoder_with_the_embeddings():
     from workloads.hf import HF
 
