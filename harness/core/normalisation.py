@@ -94,15 +94,13 @@ def candidates(workload, data, global_batch: int, world: int, steps: int, fix_fo
             if what in found:
                 continue
             counts = [count(t) for t in targets]
-            if declared and not _proportional(counts, own[-1]):
-                fix = (f"`count=lambda {arg}: {expr}` in its Pieces" if fix_form == "pieces" else
-                       f"`def count(self, {arg}): return {expr}` on its Workload")
-                found[what] = {"what": what, "step": step, "counts": counts, "fix": fix,
-                               "declared": [list(d) for d in own]}
-            elif not declared and len(set(counts)) > 1:
-                fix = (f"`count=lambda {arg}: {expr}` in its Pieces" if fix_form == "pieces" else
-                       f"`def count(self, {arg}): return {expr}` on its Workload")
-                found[what] = {"what": what, "step": step, "counts": counts, "fix": fix}
+            differs = not _proportional(counts, own[-1]) if declared else len(set(counts)) > 1
+            if not differs:
+                continue
+            fix = (f"`count=lambda {arg}: {expr}` in its Pieces" if fix_form == "pieces" else
+                   f"`def count(self, {arg}): return {expr}` on its Workload")
+            found[what] = {"what": what, "step": step, "counts": counts, "fix": fix,
+                           **({"declared": [list(d) for d in own]} if declared else {})}
     return list(found.values())
 
 

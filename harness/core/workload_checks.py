@@ -180,7 +180,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             torch.manual_seed(workload.seed)
             model = workload.new_model()
             check_trains(model, req.workload)
-            if getattr(workload, "optimizer_class", None) is None:
+            if workload.optimizer_class is None:  # not built on meta
                 _optimizer(workload, model)
             try:
                 random, workload.stateful = model_check.diagnose(workload.new_model, forward, workload.seed)

@@ -75,13 +75,25 @@ def t_quantile(p: float, df: float) -> float:
     return float(sp.t.ppf(p, df))
 
 
+def moments(xs: list[float]) -> tuple[float, float, int]:
+    """Mean and sample variance of xs (0 for one), and n."""
+    n = len(xs)
+    mean = sum(xs) / n
+    var = sum((x - mean) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0
+    return mean, var, n
+
+
 def log_moments(values: list[float]) -> tuple[float, float, int]:
     """Mean and sample variance of log(values), and n."""
-    logs = [math.log(v) for v in values]
-    n = len(logs)
-    mean = sum(logs) / n
-    var = sum((x - mean) ** 2 for x in logs) / (n - 1) if n > 1 else 0.0
-    return mean, var, n
+    return moments([math.log(v) for v in values])
+
+
+def welch(va: float, na: int, vb: float, nb: int) -> tuple[float, float]:
+    """(squared standard error, degrees of freedom) of the difference of two means with sample variances va, vb over
+    na, nb values: Welch and Satterthwaite; na + nb - 2 degrees of freedom where neither side varies."""
+    se2 = va / na + vb / nb
+    df = se2 ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if se2 > 0 else float(na + nb - 2)
+    return se2, df
 
 
 def geomean_interval(values: list[float], confidence: float = CONFIDENCE) -> dict:
@@ -105,11 +117,10 @@ def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENC
     out = {"estimate": math.exp(ma - mb), "lo": None, "hi": None, "n_a": na, "n_b": nb, "df": None}
     if na < MIN_LAUNCHES or nb < MIN_LAUNCHES:
         return out
-    se2 = va / na + vb / nb
+    se2, df = welch(va, na, vb, nb)
     if se2 == 0.0:  # identical launches on both sides: no spread to speak of
-        out.update(lo=out["estimate"], hi=out["estimate"], df=float(na + nb - 2))
+        out.update(lo=out["estimate"], hi=out["estimate"], df=df)
         return out
-    df = se2 ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
     half = t_quantile(0.5 + confidence / 2.0, df) * math.sqrt(se2)
     out.update(lo=math.exp(ma - mb - half), hi=math.exp(ma - mb + half), df=df)
     return out
@@ -202,10 +213,8 @@ def compare_pair(a: list[float], b: list[float], paired: bool, margin: float = D
         ma, va, na = log_moments(a)
         mb, vb, nb = log_moments(b)
         mean, n, enough = ma - mb, min(na, nb), min(na, nb) >= MIN_LAUNCHES
-        se2 = va / na + vb / nb if enough else 0.0
+        se2, df = welch(va, na, vb, nb) if enough else (0.0, float(na + nb - 2))
         se = math.sqrt(se2)
-        df = (se2 ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)) if enough and se2 > 0
-              else float(na + nb - 2))
     out = {"estimate": math.exp(mean), "lo": None, "hi": None, "p": None, "p_equivalent": None, "df": None,
            "n": n, "paired": paired}
     if not enough:
@@ -351,12 +360,6 @@ def _tests(mean: float, se: float, df: float, margin: float, confidence: float) 
             "p_equivalent": float(max(sp.t.sf((mean + bound) / se, df), sp.t.cdf((mean - bound) / se, df)))}
 
 
-def _spread(ys: list[float]) -> tuple[float, float]:
-    """Mean and sample variance of `ys` (at least 2)."""
-    mean = sum(ys) / len(ys)
-    return mean, sum((y - mean) ** 2 for y in ys) / (len(ys) - 1)
-
-
 def random_effects(estimates: list[tuple[float, float]], margin: float = DEFAULT_MARGIN,
                    confidence: float = CONFIDENCE) -> dict:
     """Sessions' estimates on the log scale, each (mean, its within-session variance), combined with each session
@@ -377,7 +380,7 @@ def random_effects(estimates: list[tuple[float, float]], margin: float = DEFAULT
     if k < 2:
         out["estimate"] = math.exp(ys[0])
         return out
-    mu, s2 = _spread(ys)
+    mu, s2, _ = moments(ys)
     tau2, q, dfq = _dl([estimates])
     se = math.sqrt(s2 / k)
     out.update(_tests(mu, se, k - 1, margin, confidence), estimate=math.exp(mu), df=float(k - 1),
@@ -404,11 +407,9 @@ def random_effects_difference(a: list[tuple[float, float]], b: list[tuple[float,
     out["estimate"] = math.exp(sum(yb) / len(yb) - sum(ya) / len(ya))
     if min(len(a), len(b)) < 2:
         return out
-    (mu_a, s2a), (mu_b, s2b) = _spread(ya), _spread(yb)
-    va, vb = s2a / len(a), s2b / len(b)
-    se = math.sqrt(va + vb)
-    df = ((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb > 0 else
-          float(len(a) + len(b) - 2))
+    (mu_a, s2a, ka), (mu_b, s2b, kb) = moments(ya), moments(yb)
+    se2, df = welch(s2a, ka, s2b, kb)
+    se = math.sqrt(se2)
     tau2, _, _ = _dl([a, b])
     out.update(_tests(mu_b - mu_a, se, df, margin, confidence), df=df, tau=math.sqrt(tau2), se=se)
     return out

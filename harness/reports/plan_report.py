@@ -100,8 +100,8 @@ def lines(plan: Plan) -> list[str]:
         if rec.get("fastest"):
             cost = rec["slower"]
             saved = held[rec["fastest"]] - held[rec["label"]]
-            one = {r["label"]: r["devices"] for r in plan.rows}
-            what = "its step takes" if one[rec["label"]] == one[rec["fastest"]] else "it takes per sample"
+            devices = {r["label"]: r["devices"] for r in plan.rows}
+            what = "its step takes" if devices[rec["label"]] == devices[rec["fastest"]] else "it takes per sample"
             text += (f"; {what} {cost['mid']:.2f}x [{cost['low']:.2f}-{cost['high']:.2f}] that of "
                      f"{rec['fastest']}, the fastest at the middle figure, for {_gib(saved)} GiB less per {per}")
         if rec["next"]:

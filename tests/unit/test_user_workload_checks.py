@@ -1063,8 +1063,7 @@ def test_a_score_override_returning_a_pair_is_named_with_what_it_must_return(mon
 def test_a_summed_loss_over_a_batch_with_nothing_to_count_is_zero_not_nan(tmp_path):
     # an audit's (sum, count) loss whose first two samples were all -100 was refused before launching as "nan": the
     # sum over nothing divided by its count, 0/0; a declared count= had guarded the same case
-    path = tmp_path / "empty_first.py"
-    path.write_text(textwrap.dedent('''
+    path = write(tmp_path, '''
         import torch
         from torch import nn
         import torch.nn.functional as F
@@ -1078,7 +1077,7 @@ def test_a_summed_loss_over_a_batch_with_nothing_to_count_is_zero_not_nan(tmp_pa
             loss = lambda o, t: (F.cross_entropy(o.flatten(0, 1), t.flatten(), ignore_index=-100, reduction="sum"),
                                  (t != -100).sum())
             return Pieces(model=lambda: nn.Sequential(nn.Embedding(8, 8), nn.Linear(8, 8)), train=(x, y), loss=loss)
-    '''))
+    ''', "empty_first.py")
     w = workloads.get(f"{path}:r1")
     torch.manual_seed(0)
     model = w.build_model()
@@ -1094,8 +1093,7 @@ def test_a_summed_loss_over_a_batch_with_nothing_to_count_is_zero_not_nan(tmp_pa
 def test_a_model_whose_build_fails_on_meta_is_checked_on_the_cpu_and_an_error_of_its_own_is_still_its_own(tmp_path):
     # torch's orthogonal parametrization reads .item() as it is set up: on the meta device that raised, and the check
     # before launching called it an error in the user's code; on the CPU the model builds and trains
-    path = tmp_path / "ortho.py"
-    path.write_text(textwrap.dedent('''
+    path = write(tmp_path, '''
         import torch
         from torch import nn
         from workloads import Pieces, workload
@@ -1111,7 +1109,7 @@ def test_a_model_whose_build_fails_on_meta_is_checked_on_the_cpu_and_an_error_of
             def model():
                 raise ValueError("a bug of the user's")
             return Pieces(model=model, train=(x, x.clone()))
-    '''))
+    ''', "ortho.py")
     w = workloads.get(f"{path}:ortho")
     workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:ortho", options=[], world_size=2), 4)
     assert w.model_facts is not None
@@ -1151,8 +1149,7 @@ def test_a_failed_check_under_an_adaptive_optimizer_says_what_adam_does_to_a_gra
     # slice has a gradient of float noise only, and the ✗ said nothing of it
     from harness.core.assemble import why_differs
 
-    path = tmp_path / "att.py"
-    path.write_text(textwrap.dedent('''
+    path = write(tmp_path, '''
         import torch
         from torch import nn
         from workloads import Pieces, workload
@@ -1169,7 +1166,7 @@ def test_a_failed_check_under_an_adaptive_optimizer_says_what_adam_does_to_a_gra
             x = torch.randn(16, 5, 8, generator=torch.Generator().manual_seed(0))
             return Pieces(model=Att, train=(x, x.mean(1)), loss=nn.functional.mse_loss,
                           optimizer=lambda params, lr: torch.optim.Adam(params, lr=lr))
-    '''))
+    ''', "att.py")
     w = workloads.get(f"{path}:att")
     workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:att", options=[], world_size=2), 4)
     assert w.optimizer_class == "Adam"
