@@ -33,10 +33,12 @@ compare: setup
 	$(BIN)/compare run
 
 # Every part runs even when one before it failed, and the target fails if any did. --dist loadfile keeps a test
-# file's tests (and its module-scoped runs) on one worker.
+# file's tests (and its module-scoped runs) on one worker; --no-loadscope-reorder hands the files out in the order
+# tests/conftest.py puts them, the longest first.
 test: setup
 	rc=0; $(BIN)/python -m pytest -m "not distributed" -n auto || rc=$$?; \
-	$(BIN)/python -m pytest -m "distributed and not alone" -n 2 --dist loadfile || rc=$$?; \
+	$(BIN)/python -m pytest -m "distributed and not alone" -n 2 --dist loadfile --no-loadscope-reorder \
+	    || rc=$$?; \
 	$(BIN)/python -m pytest -m "distributed and alone" || rc=$$?; exit $$rc
 
 test-fast: setup

@@ -96,6 +96,24 @@ def wait_until(condition, what: str, *, timeout: float, proc: subprocess.Popen |
         time.sleep(interval)
 
 
+def ran_ok(rows: dict[str, dict], label: str) -> dict:
+    """The row's record, asserted ran ("ok"), or a skip where its framework is not installed here (CPU, 2 ranks)."""
+    import adapters
+
+    why = adapters.availability(label.split(":")[0], "cpu", 2)
+    if not why:
+        pytest.skip(f"{label} is not available here: {why.reason}")
+    rec = rows[label]
+    assert rec["status"] == "ok", (label, rec.get("reason"), rec.get("log_tail"))
+    return rec
+
+
+def matches_reference(rec: dict) -> None:
+    """The row's equivalence with the single process was checked and passed."""
+    eq = rec["equivalence"]
+    assert eq["checked"] is True and eq["passed"] is True, (rec["label"], rec.get("max_param_diff"), eq)
+
+
 def require_gpu():
     import torch
 
@@ -152,6 +170,28 @@ def pytest_terminal_summary(terminalreporter):
     for report in skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         terminalreporter.write_line(f"{report.nodeid}: {reason.removeprefix('Skipped: ')}")
+
+
+# `make test` runs the distributed tests not marked `alone` two at a time, each file on one worker (--dist loadfile),
+# in collection order (--no-loadscope-reorder): this one, the longest first, so that no long file starts last while
+# the other worker has nothing left to run. By their seconds in a `--durations` run on 2026-11-29 (fixtures
+# included); a file not listed goes first, the safe side while its length is unknown.
+DISTRIBUTED_LONGEST_FIRST = (
+    "test_your_models.py", "test_token_losses.py", "test_simhosts.py", "test_failures.py",
+    "test_your_models_as_built.py", "test_hardening.py", "test_transformer.py", "test_user_workloads.py",
+    "test_horovod.py", "test_tune.py", "test_comparison.py", "test_deepspeed_collectives.py", "test_breakdown.py",
+    "test_time_to_target.py", "test_fsdp.py", "test_comm.py", "test_multinode_loopback.py", "test_comm_hooks.py",
+    "test_ab_rows.py", "test_repeats.py", "test_own_backend.py", "test_deepspeed.py", "test_scale.py",
+    "test_bind_cores.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The distributed tests after the others, their files in DISTRIBUTED_LONGEST_FIRST's order (a stable sort: a
+    file's tests keep theirs, so its module-scoped runs are made once)."""
+    place = {name: i for i, name in enumerate(DISTRIBUTED_LONGEST_FIRST)}
+    items.sort(key=lambda item: (1, place.get(item.path.name, -1)) if item.path.parent.name == "distributed"
+               else (0, 0))
 
 
 def pytest_configure(config):

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import adapters
 from harness.shared import progress as progress_file
 
-from conftest import run_compare
+from conftest import ran_ok, run_compare
 
 pytestmark = pytest.mark.distributed
 
@@ -29,18 +28,9 @@ def run(tmp_path_factory):
     return out, rows
 
 
-def _ok(rows, label):
-    why = adapters.availability(label.split(":")[0], "cpu", 2)
-    if not why:
-        pytest.skip(f"{label} is not available here: {why.reason}")
-    rec = rows[label]
-    assert rec["status"] == "ok", rec.get("reason")
-    return rec
-
-
 @pytest.mark.parametrize("label", ROWS.split(","))
 def test_every_rows_parts_add_up_to_its_profiled_step_and_its_collectives_are_seen(run, label):
-    rec = _ok(run[1], label)
+    rec = ran_ok(run[1], label)
     b = rec["breakdown"]
     assert b["steps"] == 3
     parts = ("forward", "backward", "optimizer", "other", "comm_exposed", "waiting")
@@ -54,7 +44,7 @@ def test_every_rows_parts_add_up_to_its_profiled_step_and_its_collectives_are_se
 
 def test_a_trace_of_each_rank_opens_as_json_with_the_phases_and_the_collectives(run):
     out, rows = run
-    rec = _ok(rows, "amp:precision=bf16")  # DDP's all-reduce on gloo's threads
+    rec = ran_ok(rows, "amp:precision=bf16")  # DDP's all-reduce on gloo's threads
     traces = rec["breakdown"]["traces"]
     assert sorted(traces) == ["0", "1"]  # rank 0 and the slowest other rank: both, at world size 2
     for rank, path in traces.items():
@@ -86,13 +76,13 @@ FP32_STATE = "fp32"  # SGD with momentum 0.9 (the workloads' default): its momen
                                    optimizer=FP32_STATE)),
 ])
 def test_the_dtypes_each_backend_holds_are_read_from_it(run, label, held):
-    rec = _ok(run[1], label)
+    rec = ran_ok(run[1], label)
     assert rec["dtypes"] == held
 
 
 def test_the_report_names_the_dtypes_that_differ_between_compared_rows(run):
     out, rows = run
-    _ok(rows, "deepspeed:precision=bf16:zero_stage=1")
+    ran_ok(rows, "deepspeed:precision=bf16:zero_stage=1")
     report = (out / "report.md").read_text()
     assert "## Where a step's time goes" in report and "## Dtypes each backend holds" in report
     assert ("- amp:precision=bf16 / deepspeed:precision=bf16:zero_stage=1: parameters fp32 / bf16; master copy none / "

@@ -419,3 +419,13 @@ def test_the_module_table_in_docs_extending_names_every_module():
         if f"`{path.name}`" not in rows.get(package, ""):
             missing.append(str(path.relative_to(REPO)))
     assert not missing, f"modules docs/extending.md's table does not name: {missing}"
+
+
+def test_every_distributed_test_file_has_its_place_in_the_order_make_test_hands_them_out():
+    # A renamed or new file would fall to "not listed, first" unnoticed, and a name left behind would order nothing
+    from conftest import DISTRIBUTED_LONGEST_FIRST
+
+    files = (REPO / "tests" / "distributed").glob("test_*.py")
+    assert sorted(DISTRIBUTED_LONGEST_FIRST) == sorted(p.name for p in files)
+    recipe = (REPO / "Makefile").read_text().split("\ntest: setup\n")[1].split("\n\n")[0]
+    assert "--dist loadfile --no-loadscope-reorder" in recipe
