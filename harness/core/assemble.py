@@ -129,6 +129,17 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
     return text
 
 
+def controls(spec, workload) -> dict[str, Any]:
+    """What a launch ran under, as its record holds it before anything is measured: the same for every launch of a
+    row, and what `compare run --join` holds to the earlier sessions' before anything runs."""
+    out = {"global_batch": spec.global_batch, "steps": spec.steps, "warmup": spec.warmup, "seed": workload.seed,
+           "threads_requested": spec.threads, "bind_cores": spec.bind_cores, "knobs": spec.knobs,
+           "workload_options": workload.describe()["options"]}
+    if workload.reads_through_loader():
+        out["loader_workers"] = spec.loader_workers
+    return out
+
+
 def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, workload,
                  reference_losses: list[float] | None = None, *, adapter=None,
                  reference_gradients: dict | None = None, no_reference: str | None = None) -> dict[str, Any]:
@@ -149,10 +160,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["load_avg_before"] = outcome.load_avg_before  # other load on the machine: a busy machine shows here
     if outcome.concurrent_runs:  # another compare run measured at the same time (harness/launching/machine.py)
         rec["concurrent_compare_runs"] = outcome.concurrent_runs
-    rec["controls"] = {"global_batch": spec.global_batch, "steps": spec.steps, "warmup": spec.warmup,
-                       "seed": workload.seed, "threads_requested": spec.threads, "bind_cores": spec.bind_cores,
-                       "knobs": spec.knobs,
-                       "workload_options": workload.describe()["options"]}
+    rec["controls"] = controls(spec, workload)
     if outcome.stalled_rank is not None:
         rec["stalled_rank"] = outcome.stalled_rank
     if outcome.status != "ok":
@@ -186,8 +194,6 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         "interop_threads_per_rank": [r.interop_threads for r in ranks],
         "omp_num_threads_env": r0.omp_num_threads_env,
     })
-    if workload.reads_through_loader():
-        rec["controls"]["loader_workers"] = spec.loader_workers
     if r0.loss_counted is not None:
         rec["controls"]["loss_normalisation"] = "global count" if r0.loss_counted else "per-sample mean"
     if r0.cuda_math:

@@ -12,10 +12,11 @@ import random
 import shlex
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import workloads
-from harness.core import estimate
+from harness.core import assemble, estimate
 from harness.ground import outdir
 from harness.ground.argv import to_argv
 from harness.ground import provenance as envmod
@@ -24,7 +25,7 @@ from harness.core.checks import parse_duration, parse_precision
 from harness.core.plans import RunPlan
 from harness.core.checks import MAX_REPEATS
 from harness.core.requests import DEFAULT_BUDGET, DEFAULT_RUN_BUDGET, RunRequest
-from harness.core.runner import Runner, plain_record, plan_rows, references, round_order, run_header
+from harness.core.runner import Runner, plain_record, plan_rows, references, round_order, row_spec, run_header
 from harness.core.session import Render, Session
 from harness.launching import hosts
 
@@ -118,18 +119,16 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
     env = {"cpu_model": envmod.cpu_model(), "cpu_cores_usable": envmod.usable_cores(),
            "gpus": envmod.torch_facts().get("gpus") if req.device == "cuda" else
            (earlier[0].get("env") or {}).get("gpus")}
-    controls = {"workload_options": p.workload.describe()["options"], "global_batch": p.global_batch,
-                "steps": p.steps, "warmup": p.warmup, "seed": p.workload.seed, "bind_cores": req.bind_cores}
     base = {"schema_version": SCHEMA_VERSION, "kind": "run", "workload": req.workload, "world_size": req.world_size,
             "status": "ok", "env": env, "row_order": [row.label for row in p.rows], "topology": {"device": req.device},
             "oversubscribed": p.oversubscribed}
-    # each row as its launches will record it (harness/core/assemble.py: controls), so its knobs and threads are held
-    # to the earlier sessions' before anything runs
-    this = [{**base, "label": row.label, "controls": {
-        **controls, "knobs": dataclasses.asdict(row.adapter.knobs),
-        "threads_requested": hosts.threads_per_process(row.adapter.processes(req.world_size), req.threads,
-                                                       p.topology)}} for row in p.rows if row.adapter is not None]
-    this = this or [{**base, "controls": controls}]
+    # each row as its launches will record it, so its knobs, threads and the rest are held to the earlier sessions'
+    # before anything runs
+    this = [{**base, "label": row.label, "controls": assemble.controls(row_spec(p, row, Path(), 0), p.workload)}
+            for row in p.rows if row.adapter is not None]
+    this = this or [{**base, "controls": {"workload_options": p.workload.describe()["options"],
+                                          "global_batch": p.global_batch, "steps": p.steps, "warmup": p.warmup,
+                                          "seed": p.workload.seed, "bind_cores": req.bind_cores}}]
     try:
         joins.check([(str(req.join), earlier), ("this run", this)])
     except joins.NotJoinable as exc:

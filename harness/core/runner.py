@@ -356,14 +356,8 @@ class Runner:
         else:
             adapter = row.adapter
             slug = file_slug(row.label + plan.tag)
-            spec = make_spec(plan, adapter.name, self.session.scratch / f"{slug}-r{repeat}",
-                             processes=adapter.processes(req.world_size), steps=plan.steps, warmup=plan.warmup,
-                             equiv=plan.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True,
-                             extra={**plan.spec_extra, **({"trace": False} if repeat else {})},  # 1st launch's
-                             topology=plan.topology)
+            spec = row_spec(plan, row, self.session.scratch / f"{slug}-r{repeat}", repeat)
             total = plan.steps + plan.warmup
-            if row.environment:  # python=PATH, env.NAME=VALUE (harness/core/rows.py: row_environment)
-                spec.python, spec.env = row.environment.get("python"), dict(row.environment["env"])
         job = Job(None, spec, plan, row, repeat, slug)  # type: ignore[arg-type]
         self.ui.begin(job.name, repeat, total, None if self.forecast is None else self.forecast.left())
         job.launch = Launch(adapter, spec, req.timeout_s, lambda pr: self.ui.progress(job.name, repeat, pr),
@@ -444,6 +438,17 @@ def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reaso
     if getattr(row, "environment", None):
         rec["row_env"] = row.environment
     return rec
+
+
+def row_spec(p: RunPlan, row: Row, rank_dir: Path, repeat: int) -> RunSpec:
+    """What a launch of `row` runs (its `repeat`th; the first one traces where the run asks for traces)."""
+    adapter = row.adapter
+    spec = make_spec(p, adapter.name, rank_dir, processes=adapter.processes(p.request.world_size), steps=p.steps,
+                     warmup=p.warmup, equiv=p.equiv_steps, knobs=asdict(adapter.knobs), do_eval=True,
+                     extra={**p.spec_extra, **({"trace": False} if repeat else {})}, topology=p.topology)
+    if row.environment:  # python=PATH, env.NAME=VALUE (harness/core/rows.py: row_environment)
+        spec.python, spec.env = row.environment.get("python"), dict(row.environment["env"])
+    return spec
 
 
 def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps: int, warmup: int, equiv: int,
