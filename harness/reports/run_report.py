@@ -486,16 +486,28 @@ def _precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any], mo
         open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"]
                  if (p["simultaneous"]["half_width"] or 1.0) > mode["target"]]
         widest = analysis.get("widest")
+        widest = widest and _widest(widest, analysis)
     else:
         open_ = [k for k, r in analysis["ratios"].items() if (half_width(r) or 1.0) > mode["target"]]
         widths = [(k, half_width(r)) for k, r in analysis["ratios"].items() if half_width(r) is not None]
         widest = max(widths, key=lambda w: w[1]) if widths else None
+        widest = widest and (f"{widest[0]} ±{widest[1]:.1%}" if widest[1] <= 1 else
+                             f"{widest[0]} {verdict_mod.ratio_text(analysis['ratios'][widest[0]])}")
     lines = [f"Precision mode (`--precision {mode['target'] * 100:g}%`): {mode['rounds']} round(s) in "
-             f"{mode['elapsed_s']:.0f} s; {how}"
-             + (f" (widest: {widest[0]} ±{widest[1]:.1%})." if widest else ".")]
+             f"{mode['elapsed_s']:.0f} s; {how}" + (f" (widest: {widest})." if widest else ".")]
     if open_:
         lines[0] += f" Not resolved to {target}: {', '.join(open_)}."
     return lines + [""]
+
+
+def _widest(widest: tuple[str, float], analysis: dict[str, Any]) -> str:
+    """"a/b ±4.1%", the widest pair's simultaneous interval as its relative half-width; past ±100% the interval
+    itself ("a/b 1.30× [0.07–24.1]"), where a half-width would say that the ratio could be negative."""
+    name, hw = widest
+    pair = next((p for p in analysis["pairs"] if f"{p['a']}/{p['b']}" == name), None)
+    if hw <= 1 or pair is None or pair["simultaneous"]["lo"] is None:
+        return f"{name} ±{hw:.1%}"
+    return f"{name} {verdict_mod.ratio_text({**pair['simultaneous'], 'estimate': pair['estimate']})}"
 
 
 def _two_stage_lines(mode: dict[str, Any], analysis: dict[str, Any], target: str) -> list[str]:
@@ -518,7 +530,7 @@ def _two_stage_lines(mode: dict[str, Any], analysis: dict[str, Any], target: str
             "the variance turned out to be: the rounds are never stopped by how narrow the intervals happen to be.")
     widest = mode.get("widest")
     if widest:
-        text += f" Widest simultaneous interval: {widest[0]} ±{widest[1]:.1%}."
+        text += f" Widest simultaneous interval: {_widest(widest, analysis)}."
     open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"] if (p["simultaneous"]["half_width"] or 1.0) >
              mode["target"]]
     if open_:

@@ -555,3 +555,21 @@ def test_the_precision_sentence_names_the_widest_interval_of_the_kind_it_names_f
     assert f"every ratio's interval reached ±5% (widest: {k} ±{w:.1%})." in old and "16.6%" not in old
     [new] = run_report._precision_lines(_records(values), a, {**mode, "criterion": "simultaneous"})[:1]
     assert f"(widest: {a['widest'][0]} ±{a['widest'][1]:.1%})." in new
+
+
+def test_a_widest_interval_past_100_percent_is_shown_as_the_interval_not_a_half_width():
+    # Three launches of a row whose throughput varied 20-fold gave "widest: a/b ±1836%", as if the ratio could be
+    # negative: past ±100% the sentence shows the interval itself
+    from harness.reports import run_report
+
+    values = {"a": [100.0, 5.0, 60.0], "b": [50.0, 52.0, 49.0]}
+    a = verdict.analyse(_records(values))
+    name, hw = a["widest"]
+    assert hw > 1
+    p = next(p for p in a["pairs"] if f"{p['a']}/{p['b']}" == name)
+    sim = p["simultaneous"]
+    [line] = run_report._precision_lines(_records(values), a, {"target": 0.05, "budget_s": 600, "rounds": 3,
+                                                                "ended": "budget", "elapsed_s": 598.0,
+                                                                "criterion": "simultaneous"})[:1]
+    assert f"(widest: {name} {p['estimate']:.2f}× [{sim['lo']:.2f}–{sim['hi']:.2f}])." in line
+    assert f"±{hw:.1%}" not in line
