@@ -150,7 +150,7 @@ class DeepSpeedLaunch(Launch):
         accelerator = {"DS_ACCELERATOR": "cpu" if spec.device == "cpu" else "cuda",
                        "TORCH_EXTENSIONS_DIR": str(jit_cache_dir())}
         module = ["--module", *rank_command(spec_path)[2:]]
-        stale = clear_stale_jit_locks()  # before any rank of this launch exists: none of them can hold one
+        stale = clear_stale_jit_locks(wait_fresh=True)  # before any rank of this launch exists: none holds one
         if stale:
             accelerator[STALE_LOCKS_ENV] = os.pathsep.join(map(str, stale))
         topo = spec.topology

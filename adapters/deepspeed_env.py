@@ -116,13 +116,15 @@ FRESH_S = 10.0
 """A build lock younger than this (by its mtime) is never taken for stale."""
 
 
-def clear_stale_jit_locks(root: Path | None = None) -> list[Path]:
+def clear_stale_jit_locks(root: Path | None = None, wait_fresh: bool = False) -> list[Path]:
     """Remove JIT build locks that no process holds; the ones removed. torch.utils.cpp_extension takes
     `<cache>/<op>/lock` (a FileBaton: created with O_EXCL, kept open while building, removed at the end), and a
     process that finds the file waits, polling, until it is gone. A build that was killed (a timeout, kill -9 of
     the run, a crash during a first launch's 35-65 s compile) leaves the file behind, and every later launch
     would then wait for it until its --timeout. A lock is stale when no process has it open and it is FRESH_S old;
-    one created by another user is left alone unless every process could be checked."""
+    one created by another user is left alone unless every process could be checked. `wait_fresh`: where a lock that
+    no process holds is younger than FRESH_S, wait until it is not and look again (a build killed a moment ago would
+    otherwise hold up this launch until its --timeout)."""
     root = root if root is not None else jit_cache_dir()
     locks = sorted(root.glob("*/lock")) if root.is_dir() else []
     seen = {}
@@ -133,7 +135,7 @@ def clear_stale_jit_locks(root: Path | None = None) -> list[Path]:
     if not seen:
         return []
     held, complete = _open_files()
-    removed = []
+    removed, fresh = [], []
     for lock, (ino, ctime, owner) in seen.items():
         if os.path.realpath(lock) in held or (not complete and owner != os.getuid()):
             continue
@@ -151,9 +153,13 @@ def clear_stale_jit_locks(root: Path | None = None) -> list[Path]:
         # it from the file it replaced; a fresh clone's CI saw one rank's lock removed so, again. A killed build's
         # lock is older than that by the time another launch starts, or is cleared by the next
         if time.time() - st.st_mtime < FRESH_S:
+            fresh.append(st.st_mtime)
             continue
         lock.unlink(missing_ok=True)
         removed.append(lock)
+    if fresh and wait_fresh:
+        time.sleep(max(0.0, max(fresh) + FRESH_S - time.time()))
+        removed += clear_stale_jit_locks(root)  # the processes read again: a build that took one since holds it
     return removed
 
 

@@ -297,3 +297,26 @@ def test_compare_env_json_is_json_on_stdout_and_nothing_on_stderr():
     assert out.returncode == 0 and out.stderr == ""
     assert json.loads(out.stdout)["adapters"]["deepspeed"]["accelerator"] == "cpu"
     assert "DS_ACCELERATOR" not in os.environ
+
+
+def test_a_lock_left_a_moment_ago_by_a_killed_build_is_waited_out_and_removed_not_left_to_stall_the_launch(
+        tmp_path, monkeypatch):
+    # A build killed a second before the next launch left a lock under FRESH_S old: left alone, the launch's own
+    # build waited for it until the launch's --timeout. The launch waits until it is FRESH_S old, reads the
+    # processes again and removes it (a build that took it meanwhile would hold it then, and it would stay).
+    lock = tmp_path / "op" / "lock"
+    lock.parent.mkdir()
+    lock.write_text("")
+    os.utime(lock, (time.time() - 1,) * 2)
+    waited = []
+
+    def sleep(seconds):  # the wait, as the clock would pass it: the lock grows that much older
+        waited.append(seconds)
+        st = lock.stat()
+        os.utime(lock, (st.st_atime - seconds, st.st_mtime - seconds))
+
+    monkeypatch.setattr(deepspeed_env, "_open_files", lambda: (set(), True))
+    monkeypatch.setattr(deepspeed_env.time, "sleep", sleep)
+    assert ds.clear_stale_jit_locks(tmp_path) == [] and lock.exists() and not waited  # without wait_fresh
+    assert ds.clear_stale_jit_locks(tmp_path, wait_fresh=True) == [lock] and not lock.exists()
+    assert len(waited) == 1 and deepspeed_env.FRESH_S - 1.5 < waited[0] <= deepspeed_env.FRESH_S - 1 + 0.01
