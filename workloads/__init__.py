@@ -75,11 +75,46 @@ def shadowed() -> list[str]:
     return _REGISTRY.shadowed()
 
 
+def _names(signature: inspect.Signature) -> str:
+    return "(" + ", ".join(str(p.replace(annotation=inspect.Parameter.empty, default=inspect.Parameter.empty))
+                           for p in signature.parameters.values()) + ")"
+
+
+def _check_overrides(cls: type[Workload], name: str) -> None:
+    """Every method of the contract that `cls` overrides takes every argument the harness may pass it (BadReference
+    naming the method and what it must take otherwise): `def materialize(self)` failed with a TypeError and
+    compare's own traceback, before anything ran."""
+    for meth, base in vars(Workload).items():
+        if meth.startswith("_") or not inspect.isfunction(base):
+            continue
+        mine = inspect.getattr_static(cls, meth)
+        if mine is base:
+            continue
+        static = isinstance(mine, staticmethod)
+        func = mine.__func__ if isinstance(mine, (staticmethod, classmethod)) else mine
+        if not callable(func):
+            raise BadReference(f"workload '{name}': {cls.__name__}.{meth} is {type(func).__name__}, where the "
+                               f"contract has a method {meth}{_names(inspect.signature(base))} (workloads/base.py)")
+        try:
+            sig = inspect.signature(func)
+        except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+            continue
+        args = [None] * (len(inspect.signature(base).parameters) - (1 if static else 0))
+        try:
+            sig.bind(*args)
+        except TypeError:
+            raise BadReference(
+                f"workload '{name}': {cls.__name__}.{meth}{_names(sig)} cannot take the arguments compare passes it: "
+                f"{meth}{_names(inspect.signature(base))} (the contract: workloads/base.py, docs/your-model.md)"
+            ) from None
+
+
 def workload_class(name: str) -> tuple[type[Workload], dict[str, Any]]:
     """(the Workload class, its preset options) for a name, file or module reference; a workload function becomes a
     class of its own (workloads/function.py). UnknownName, BadReference or UserCodeError otherwise."""
     obj, preset = _REGISTRY.entry(name, references=True)
     if isinstance(obj, type) and issubclass(obj, Workload):
+        _check_overrides(obj, name)
         return obj, preset
     if getattr(obj, "__compare_workload__", None) is not None or inspect.isfunction(obj):
         cls = getattr(obj, "__compare_class__", None)

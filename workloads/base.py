@@ -433,8 +433,32 @@ class Workload(ABC):
         after it, of its output."""
         if data.test_x is None:
             return "the workload has no test set"
+        if type(self).score is Workload.score:  # the default accuracy, on what it can take
+            why = self.default_accuracy_problem(data, output, "without a score(output, target) of its own, "
+                                                "returning (correct, count, loss_sum), there is no accuracy to take")
+            if why:
+                return why
         if output is not None and not self.has_accuracy(output):
             return "its output gives no accuracy"
+        return None
+
+    @staticmethod
+    def default_accuracy_problem(data: Data, output: Any, fix: str) -> str | None:
+        """Why the default accuracy (argmax of the logits against an integer class index per row) means nothing for
+        this data and output, ending with `fix`; None where it applies: float targets, dict batches (whose labels a
+        model may shift itself), an output without logits, targets that are not a class index per row of them."""
+        if data.test_y is None:
+            return f"its batches are dicts with the labels inside, and {fix}"
+        if data.test_y.is_floating_point():
+            return f"its targets are floats, and {fix}"
+        logits = None if output is None else batches.logits(output)
+        if output is not None and logits is None:
+            return f"its output has no logits (a tuple or dict without `logits`), and {fix}"
+        target = tuple(data.test_y.shape[1:])
+        if logits is not None and tuple(logits.shape[1:-1]) != target:  # e.g. multi-hot 0/1 labels, [N, 6]
+            return (f"its targets (integers, {list(data.test_y.shape[1:]) or 'one'} per sample) are not a class "
+                    f"index per row of its logits ({list(logits.shape[1:])} per sample), as the default accuracy "
+                    f"takes them, and {fix}")
         return None
 
     def has_accuracy(self, output: Any) -> bool:

@@ -205,19 +205,7 @@ class FunctionWorkload(Workload):
         if data.test_x is None or self.pieces().metric is not None:
             return super().why_not_evaluated(data, output)
         fix = "without metric(output, target) -> (correct, count) there is no accuracy to take"
-        if data.test_y is None:
-            return f"its batches are dicts with the labels inside, and {fix}"
-        if data.test_y.is_floating_point():
-            return f"its targets are floats, and {fix}"
-        logits = None if output is None else batches.logits(output)
-        if output is not None and logits is None:
-            return f"its output has no logits (a tuple or dict without `logits`), and {fix}"
-        target = tuple(data.test_y.shape[1:])
-        if logits is not None and tuple(logits.shape[1:-1]) != target:  # e.g. multi-hot 0/1 labels, [N, 6]
-            return (f"its targets (integers, {list(data.test_y.shape[1:]) or 'one'} per sample) are not a class "
-                    f"index per row of its logits ({list(logits.shape[1:])} per sample), as the default accuracy "
-                    f"takes them, and {fix}")
-        return super().why_not_evaluated(data, output)
+        return self.default_accuracy_problem(data, output, fix) or super().why_not_evaluated(data, output)
 
     def score(self, output, target):
         import torch.nn.functional as F

@@ -65,6 +65,9 @@ class Mine(Workload):
         return Data(torch.randn(32, 3, generator=g), torch.randint(0, 2, (32,), generator=g))
 '''
 
+REGRESSION = '\n    def loss(self, output, target):\n        return torch.nn.functional.mse_loss(output, target)\n'
+OWN_SCORE = '\n    def score(self, output, target):\n        return 0.0, float(len(target)), float(((output - target) ** 2).sum())\n'
+
 
 def write(tmp_path, text, name="mine.py"):
     path = tmp_path / name
@@ -108,6 +111,21 @@ def test_compare_knobs_describes_a_function_s_options_from_its_docstring(tmp_pat
     assert "hidden: an int; default 8\n      width of the hidden layer, on two lines." in result.output
     assert "scale: a number; default 1.0\n      how large the inputs are." in result.output
     assert "bias: a bool; default true" in result.output
+
+
+def test_a_subclass_whose_default_accuracy_means_nothing_is_not_evaluated_saying_why(tmp_path):
+    # A regression subclass (float targets, its own MSE loss, no score of its own) printed "test accuracy 0.0000":
+    # the default score's argmax over one output column, against float targets
+    text = SUBCLASS.replace("torch.randint(0, 2, (32,), generator=g))", "torch.randn(32, 2, generator=g), "
+                            "torch.randn(8, 3, generator=g), torch.randn(8, 2, generator=g))") + REGRESSION
+    w = workloads.get(f"{write(tmp_path, text)}:Mine")
+    data = w.materialize("cpu", 8)
+    assert w.why_not_evaluated(data, None) == (
+        "its targets are floats, and without a score(output, target) of its own, returning (correct, count, "
+        "loss_sum), there is no accuracy to take")
+    assert w.evaluate(w.build_model(), data, 0, 1, torch.autocast("cpu", enabled=False)) is None
+    scored = workloads.get(f"{write(tmp_path, text + OWN_SCORE, 'scored.py')}:Mine")  # its own score: taken
+    assert scored.why_not_evaluated(data, None) is None
 
 
 def test_a_workload_subclass_in_a_file_and_in_a_module(tmp_path, monkeypatch):
@@ -303,9 +321,16 @@ BAD = {
                                  "calling workload {path}:f: your code called sys.exit('no data here') (at mine.py:3); "
                                  "a workload's code must not exit while it is loaded (put a script's own code under "
                                  "`if __name__ == \"__main__\":`); nothing was run or written"),
+    # a subclass's method that cannot take what compare passes it: compare's own TypeError and traceback, before
+    "subclass-materialize-without-its-arguments": (
+        SUBCLASS.replace("def materialize(self, device, global_batch):", "def materialize(self):"), "{path}:Mine",
+        "workload '{path}:Mine': Mine.materialize(self) cannot take the arguments compare passes it: "
+        "materialize(self, device, global_batch) (the contract: workloads/base.py, docs/your-model.md)"),
+    "subclass-loss-with-one-argument": (
+        SUBCLASS + "\n    def loss(self, output):\n        return output.sum()\n", "{path}:Mine",
+        "workload '{path}:Mine': Mine.loss(self, output) cannot take the arguments compare passes it: "
+        "loss(self, output, target) (the contract: workloads/base.py, docs/your-model.md)"),
 }
-
-
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
