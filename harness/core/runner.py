@@ -36,7 +36,21 @@ from harness.shared.spec import RunSpec
 
 def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     """Everything of `plan` but the output directory (`out` is left None): numbers resolved, rows built, cores
-    checked. `compare scale` calls it once per world size."""
+    checked. `compare scale` calls it once per world size. An exception raised through the user's own workload code
+    (a Workload subclass's materialize or build_model, say) is theirs: UserCodeError, their traceback, exit 1."""
+    from harness.shared.registry import BadReference, UserCodeError, raised_in_user_code
+
+    try:
+        return _plan_rows(req, cores_fix)
+    except (BadInput, BadReference, UserCodeError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - sorted by where it was raised
+        if workloads.source(req.workload) == "built-in" or not raised_in_user_code(exc):
+            raise
+        raise UserCodeError(f"checking workload {req.workload} before launching", exc) from None
+
+
+def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
     topology = hosts.resolve(req)
     check_common(req)
     if req.repeats is not None and req.repeats < 1:

@@ -101,6 +101,16 @@ def user_code(doing: str):
             signal.signal(signal.SIGINT, before)
 
 
+def raised_in_user_code(exc: BaseException) -> bool:
+    """Whether the exception passed through a frame of the user's own code: a file that is neither this project's
+    nor the standard library's nor an installed package's."""
+    import sysconfig
+
+    libraries = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    return any(not f.filename.startswith(_OURS + libraries) and not f.filename.startswith("<")
+               for f in traceback.extract_tb(exc.__traceback__))
+
+
 def _where(exc: BaseException) -> str:
     """" (at models.py:12)": the innermost frame of the user's code in the exception's traceback ("" if none)."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)

@@ -1204,3 +1204,20 @@ def test_a_failed_check_under_an_adaptive_optimizer_says_what_adam_does_to_a_gra
                          "tolerance (equiv_tolerance=1e-4 in @workload, as the built-in transformer workloads do; "
                          "1e-05 now)")
     assert "optimizer" not in why_differs(largest, 5, "ddp", None, None, None, "SGD", 1e-5)
+
+
+@pytest.mark.parametrize("method", ["materialize", "build_model"])
+def test_an_exception_in_a_subclass_s_own_method_is_their_traceback_and_exit_1_never_ours(method, tmp_path):
+    # A Workload subclass's materialize (read to count the training set) and build_model (the check's forward) are
+    # the user's code: what they raised came out as compare's own traceback, from harness/ and workloads/ frames
+    text = SUBCLASS + f"\n    def {method}(self, *args):\n        raise RuntimeError('my {method} is broken')\n"
+    path = write(tmp_path, text)
+    out = tmp_path / "out"
+    proc = invoke("run", "-w", f"{path}:Mine", "-a", "ddp", "--out", out)
+    assert proc.exit_code == 1 and not out.exists(), proc.output
+    assert proc.stderr.startswith("Traceback (most recent call last):\n"), proc.stderr
+    assert f'File "{path}"' in proc.stderr and "/harness/" not in proc.stderr and "/workloads/" not in proc.stderr
+    assert f"RuntimeError: my {method} is broken" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: checking workload {path}:Mine before launching raised RuntimeError in your code (traceback above); "
+        f"nothing was run or written")
