@@ -12,7 +12,7 @@ import sys
 import typer
 
 from harness.commands.common import Group
-from harness.shared.registry import BadReference, UserCodeError
+from harness.shared.registry import BadReference, UserCodeError, raised_in_user_code
 
 try:  # typer vendors click from 0.20 on
     from typer._click import exceptions as clickerr
@@ -81,6 +81,12 @@ class OneLineUsageErrors(Group):
             shown = "" if limit == resource.RLIM_INFINITY else f" (this process may map {limit / 2**20:,.0f} MiB: " \
                                                                 "raise `ulimit -v`)"
             sys.stderr.write(f"error: compare ran out of memory{shown}\n")
+            sys.exit(1)
+        except Exception as exc:  # noqa: BLE001 - one raised through the user's own workload code is theirs
+            if not raised_in_user_code(exc):
+                raise
+            sys.stderr.write(UserCodeError("", exc).user_traceback())
+            sys.stderr.write(f"error: your workload's code raised {type(exc).__name__} (traceback above)\n")
             sys.exit(1)
         if not standalone_mode:
             return code

@@ -343,7 +343,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     import torch
 
     import workloads
-    from harness.shared.registry import UserCodeError
+    from harness.shared.registry import UserCodeError, raised_in_user_code
     from workloads import batch as batches
     from workloads.base import SMALL_MODEL, nothing_to_train
 
@@ -357,6 +357,8 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
         with torch.device("meta"):  # nothing allocated: a model larger than this machine can still be planned
             model = w.build_model()
     except (RuntimeError, OverflowError, ValueError) as exc:  # e.g. a tensor larger than any address space
+        if workloads.source(name) != "built-in" and raised_in_user_code(exc):  # their own error, not its size
+            raise UserCodeError(f"building workload {name} on torch's meta device", exc) from None
         raise BadPlan(f"workload {name} ({given}) cannot be built: {' '.join(str(exc).split())}; choose smaller "
                       f"workload options") from None
     why = None if _lazy(model) else nothing_to_train(model, name)

@@ -1221,3 +1221,20 @@ def test_an_exception_in_a_subclass_s_own_method_is_their_traceback_and_exit_1_n
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: checking workload {path}:Mine before launching raised RuntimeError in your code (traceback above); "
         f"nothing was run or written")
+
+
+@pytest.mark.parametrize("method, last", [
+    ("materialize", "error: your workload's code raised RuntimeError (traceback above)"),
+    ("build_model", "error: building workload {ref} on torch's meta device raised RuntimeError in your code (traceback "
+                    "above); nothing was run or written")])
+def test_compare_plan_of_a_subclass_whose_code_raises_is_their_traceback_not_ours_nor_a_size_problem(method, last,
+                                                                                                     tmp_path):
+    # `compare plan` printed compare's own traceback for a raising materialize, and for a raising build_model "cannot
+    # be built: ...; choose smaller workload options", as if the model were too large
+    path = write(tmp_path, SUBCLASS + f"\n    def {method}(self, *args):\n        raise RuntimeError('my {method} is "
+                                      f"broken')\n")
+    proc = invoke("plan", "-w", f"{path}:Mine", "--gpu", "a100", "--nodes", "2")
+    assert proc.exit_code == 1, proc.output
+    assert proc.stderr.startswith("Traceback (most recent call last):\n"), proc.stderr
+    assert f'File "{path}"' in proc.stderr and "/harness/" not in proc.stderr and "/workloads/" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == last.format(ref=f"{path}:Mine")
