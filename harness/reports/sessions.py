@@ -107,7 +107,23 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
     if left_out:
         out["lines"].append("Left out of the ranking: " + ", ".join(left_out) + " (not data-parallel across the "
                             "world size).")
+    missing = [k for k in dict.fromkeys([*asked, *(k for _, a in per for k in a["rows"])])
+               if k not in ranked and k not in left_out and k in {k for _, a in per for k in [*a["rows"],
+                                                                                         *a["unmeasured"]]}]
+    if missing:
+        out["lines"].append(f"Not in the joined verdict (a row needs {MIN_LAUNCHES} measured launches in two sessions "
+                            "or more): " + "; ".join(f"{k} (" + "; ".join(f"S{i}: {_launches_in(a, k)}"
+                                                                          for i, (_, a) in enumerate(per, 1)) + ")"
+                                                     for k in missing) + ".")
     return out
+
+
+def _launches_in(a: dict[str, Any], label: str) -> str:
+    """What a row's launches did in one session, from its analysis."""
+    if label in a["unmeasured"]:
+        return a["unmeasured"][label]
+    n = a["rows"][label]["n"] if label in a["rows"] else 0
+    return f"{n} launch{'es' if n != 1 else ''} measured"
 
 
 def spread(joined: dict[str, Any]) -> dict[str, Any] | None:

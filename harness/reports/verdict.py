@@ -28,8 +28,73 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
             pilot: int | None = None) -> dict[str, Any]:
     """The run's analysis (harness/core/analysis.py: analyse) with the verdict's lines (markdown) as `lines`."""
     a = analysis.analyse(records, baseline, margin, pilot)
+    a["unmeasured"] = unmeasured(records, a["ranked"] + a["left_out"])
     a["lines"] = _lines(a, a["launches"])
     return a
+
+
+REASON_CHARS = 160
+"""A failed launch's reason, as a verdict line quotes it (the row's notes and its log hold all of it)."""
+
+
+def _reason(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) <= REASON_CHARS:
+        return text
+    return text[:REASON_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def launches_text(records: list[dict[str, Any]], label: str) -> str:
+    """What a row's launches did, in words: "3 launches, all failed: rank 1 exited with code 1; first error: …",
+    "2 of 3 launches measured; 1 timeout: …" (the first reason of each kind that is not a measurement)."""
+    from collections import Counter
+
+    from harness.ground.record import MEASURED
+
+    mine = [r for r in records if r.get("label") == label]
+    measured = sum(r.get("status") in MEASURED and bool(r.get("samples_per_s")) for r in mine)
+    other = Counter(r.get("status") for r in mine if not (r.get("status") in MEASURED and r.get("samples_per_s")))
+    said = []
+    for status, n in other.items():
+        reason = next((r.get("reason") for r in mine if r.get("status") == status and r.get("reason")), None)
+        what = str(status).replace("_", " ")  # not_run: not run
+        said.append((n, what, f": {_reason(reason)}" if reason else ""))
+    if measured:
+        return f"{measured} of {len(mine)} launches measured; " + "; ".join(f"{n} {w}{r}" for n, w, r in said)
+    if len(said) == 1:
+        n, what, reason = said[0]
+        return (f"its one launch {what}" if n == 1 else f"{n} launches, all {what}") + reason
+    return f"{len(mine)} launches, none measured: " + "; ".join(f"{n} {w}{r}" for n, w, r in said)
+
+
+def unmeasured(records: list[dict[str, Any]], verdict_rows: list[str]) -> dict[str, str]:
+    """{row: what its launches did} for every row that was launched (not unavailable here) and either has no
+    measurement in the verdict or lost some of its launches: a verdict is about the rows it ranks, and says so of
+    the rest."""
+    from harness.ground.record import MEASURED
+
+    out = {}
+    for label in dict.fromkeys([*(records[0].get("row_order") or []), *(r.get("label") for r in records)]):
+        mine = [r for r in records if r.get("label") == label]
+        if not label or label == "reference" or all(r.get("status") == "unavailable" for r in mine):
+            continue
+        lost = [r for r in mine if not (r.get("status") in MEASURED and r.get("samples_per_s"))]
+        if label not in verdict_rows or lost:
+            out[label] = launches_text(records, label)
+    return out
+
+
+def unmeasured_line(a: dict[str, Any]) -> str | None:
+    """"Not compared: spawn (…). Fewer launches than the others: ddp (…)." from `unmeasured`, or None."""
+    missing = {k: v for k, v in (a.get("unmeasured") or {}).items() if k not in a["ranked"] + a["left_out"]}
+    short = {k: v for k, v in (a.get("unmeasured") or {}).items() if k not in missing}
+    parts = []
+    if missing:
+        parts.append("Not compared, no launch measured: " + "; ".join(f"{k} ({v})" for k, v in missing.items()) + ".")
+    if short:
+        parts.append("Compared on the launches that were measured: " + "; ".join(f"{k} ({v})"
+                                                                                 for k, v in short.items()) + ".")
+    return " ".join(parts) or None
 
 
 def interval_text(row: dict[str, Any], fmt: str = ",.0f") -> str:
@@ -78,6 +143,9 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
     if a["asked_baseline"] and a["asked_baseline"] != a["baseline"]:
         out.append(f"The baseline {a['asked_baseline']} has no measurement on the full world size; ratios are "
                    f"against {a['baseline']}.")
+    line = unmeasured_line(a)
+    if line:
+        out.append(line)
     return out
 
 

@@ -433,3 +433,19 @@ def test_join_says_when_a_directory_it_is_given_brings_other_sessions_and_record
     manifest = joins.manifest(tmp_path / "j")
     assert manifest["command"] == f"compare join {tmp_path / 'j'} {tmp_path / 'j12'} {runs[2]}"
     assert len(manifest["sessions"]) == 3
+
+
+def test_a_row_measured_in_fewer_than_two_sessions_is_named_in_the_joined_verdict_with_what_its_launches_did(
+        tmp_path, monkeypatch):
+    # An outside check: spawn failed in every launch of the second session and the joined verdict ranked ddp and
+    # horovod without a word of it
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(8)
+    a = _run(tmp_path, "a", _values(rng, 0.0))
+    b = _run(tmp_path, "bb", _values(rng, 0.0), change=lambda r: r.update(
+        status="failed", samples_per_s=None, reason="rank 1 exited with code 1") if r["label"] == "spawn" else None)
+    shown = CliRunner().invoke(app, ["join", str(tmp_path / "j"), str(a), str(b)])
+    assert shown.exit_code == 0, shown.output
+    md = (tmp_path / "j" / "report.md").read_text()
+    assert ("Not in the joined verdict (a row needs 3 measured launches in two sessions or more): spawn (S1: 4 "
+            "launches measured; S2: 4 launches, all failed: rank 1 exited with code 1).") in md

@@ -573,3 +573,26 @@ def test_a_widest_interval_past_100_percent_is_shown_as_the_interval_not_a_half_
                                                                 "criterion": "simultaneous"})[:1]
     assert f"(widest: {name} {p['estimate']:.2f}× [{sim['lo']:.2f}–{sim['hi']:.2f}])." in line
     assert f"±{hw:.1%}" not in line
+
+
+def test_a_row_whose_launches_failed_is_named_in_the_verdict_with_what_they_did():
+    # An outside check: ddp and spawn failed and the verdict said only "nothing to rank — fewer than two rows were
+    # measured", and a row that lost one launch of three was ranked on two without a word
+    recs = _records({"ddp": [100.0, 101.0, 99.0], "horovod": [80.0, 81.0, 79.0], "spawn": [90.0, 91.0, 92.0]})
+    boom = "rank 1 exited with code 1; first error: RuntimeError: boom from rank 1 at step 8 " + "and more " * 30
+    recs[4].update(status="timeout", samples_per_s=None, reason="stopped after 60 s without a step")
+    recs += [{**recs[0], "label": "fsdp", "adapter": "fsdp", "repeat": k, "status": "failed", "samples_per_s": None,
+              "reason": boom} for k in range(3)]
+    recs += [{**recs[0], "label": "apex", "adapter": "apex", "status": "unavailable", "samples_per_s": None,
+              "reason": "needs CUDA"}]
+    for r in recs:
+        r["row_order"] = ["ddp", "horovod", "spawn", "fsdp", "apex"]
+    a = verdict.analyse(recs)
+    cut = " ".join(boom.split())[:verdict.REASON_CHARS].rsplit(" ", 1)[0] + " …"
+    assert a["lines"][-1] == (
+        f"Not compared, no launch measured: fsdp (3 launches, all failed: {cut}). Compared on the launches that were "
+        "measured: horovod (2 of 3 launches measured; 1 timeout: stopped after 60 s without a step).")
+    assert "apex" not in a["lines"][-1]  # unavailable here: the table says why, and it was never launched
+    one = verdict.analyse([{**r, "row_order": ["ddp", "fsdp"]} for r in recs if r["label"] == "ddp"] + recs[9:10])
+    assert one["lines"][0].startswith("**Verdict: nothing to rank**")
+    assert one["lines"][-1] == f"Not compared, no launch measured: fsdp (its one launch failed: {cut})."
