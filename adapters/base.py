@@ -199,6 +199,9 @@ class ModelFacts:
     """Parameters that train and hold no element (nn.Linear(n, 0)), by name."""
     non_contiguous: list[str] = field(default_factory=list)
     """Parameters that train and are not contiguous in memory (a transposed view made a Parameter), by name."""
+    scalar: list[str] = field(default_factory=list)
+    """Parameters of no dimension (nn.Parameter(torch.tensor(0.0)): a learned temperature, CLIP's logit_scale),
+    frozen ones too, by name."""
 
     def dtypes_outside(self, allowed: set[str]) -> list[str]:
         """The parameters' dtypes not in `allowed`."""
@@ -245,12 +248,14 @@ def cpu_sync_batch_norm(facts: ModelFacts, device: str, fix: str = SYNC_BN_FIX) 
                                "CPU: \"SyncBatchNorm expected input tensor to be on GPU\")", fix)
 
 
-def flat_layout(facts: ModelFacts, who: str, empty_too: bool) -> Availability | None:
+def flat_layout(facts: ModelFacts, who: str, empty_too: bool, scalar_too: bool = False) -> Availability | None:
     """A refusal for a backend that views or flattens each parameter's storage as it is (`who`, in words): a
     non-contiguous parameter fails there (FSDP2: "FSDP does not support non-contiguous parameters yet"; Horovod:
     "Tensor is required to be contiguous"; DeepSpeed: "self.stride(-1) must be 1 to view Float as Byte", measured),
     and with `empty_too` a parameter of no elements (FSDP2: "_chunk_cat expects non-empty tensor"; ZeRO-3: an
-    AssertionError on its status, measured). None where neither holds."""
+    AssertionError on its status, measured), and with `scalar_too` a parameter of no dimension, frozen or not (FSDP2:
+    "fully_shard doesn't support scalar parameters"; DeepSpeed's broadcast of the model at initialize: "self.dim()
+    cannot be 0 to view Float as Byte", measured). None where none holds."""
     def names(found: list[str]) -> str:
         return ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
 
@@ -265,6 +270,12 @@ def flat_layout(facts: ModelFacts, who: str, empty_too: bool) -> Availability | 
                                    f"{'hold' if len(facts.empty) > 1 else 'holds'} no element (a layer of size 0), "
                                    f"which {who} cannot shard", "leave the empty layer out of the model, or freeze "
                                                                 "it (requires_grad_(False))")
+    if scalar_too and facts.scalar:
+        return Availability(False, f"the model's parameter{'s' if len(facts.scalar) > 1 else ''} "
+                                   f"{names(facts.scalar)} {'have' if len(facts.scalar) > 1 else 'has'} no dimension "
+                                   f"(a 0-dim tensor, such as a learned temperature), which {who} cannot take",
+                            "give it one dimension of size 1 where it is built: nn.Parameter(torch.tensor([0.0])) "
+                            "(it broadcasts as the scalar did)")
     return None
 
 

@@ -110,7 +110,8 @@ class DeepSpeedLaunch(Launch):
         stage = self.knobs.zero_stage
         for refused in (cpu_sync_batch_norm(facts, self.device_kind),  # a refusal is falsy: never joined with `or`
                         flat_layout(facts, f"DeepSpeed (it views each parameter's storage as bytes"
-                                           f"{' and shards it' if stage == 3 else ''})", empty_too=stage == 3)):
+                                           f"{' and shards it' if stage == 3 else ''})", empty_too=stage == 3,
+                                    scalar_too=True)):
             if refused is not None:
                 return refused
         other = facts.dtypes_outside({"fp16", "fp32", "bf16"})

@@ -51,7 +51,8 @@ class FSDPLaunch(DDPLaunch):
         # ranks with different ones send different sizes: gloo aborts ("Received data size doesn't match expected
         # size"), NCCL hangs.
         for refused in (cpu_sync_batch_norm(facts, self.device_kind),  # a refusal is falsy: never joined with `or`
-                        flat_layout(facts, "FSDP2 (it shards each parameter's storage)", empty_too=True)):
+                        flat_layout(facts, "FSDP2 (it shards each parameter's storage)", empty_too=True,
+                                    scalar_too=True)):
             if refused is not None:
                 return refused
         if facts.ranks_differ:

@@ -312,6 +312,7 @@ def _module_facts(facts, model) -> None:
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     facts.empty = [n for n, p in named if p.numel() == 0]
     facts.non_contiguous = [n for n, p in named if p.numel() and not p.is_contiguous()]
+    facts.scalar = [n for n, p in model.named_parameters() if p.dim() == 0]
 
 
 def _check_gradients(facts, workload, device: str, ranks) -> None:

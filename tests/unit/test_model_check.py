@@ -250,6 +250,18 @@ def test_a_parameter_of_no_elements_or_not_contiguous_is_refused_where_a_backend
         assert adapters.get(name)({}, "cpu").model_availability(transposed), name
     plain = checked("odd_layout", "layout=plain").model_facts
     assert all(adapters.get(name)({}, "cpu").model_availability(plain) for name in ("fsdp", "horovod", "deepspeed"))
+    # a learned temperature: FSDP2's fully_shard and DeepSpeed's broadcast at initialize (every stage) failed at launch
+    scalar = checked("odd_layout", "layout=scalar").model_facts
+    assert (scalar.scalar, plain.scalar) == (["odd"], [])
+    fsdp = adapters.get("fsdp")({}, "cpu").model_availability(scalar)
+    assert not fsdp and fsdp.reason == ("the model's parameter odd has no dimension (a 0-dim tensor, such as a learned "
+                                        "temperature), which FSDP2 (it shards each parameter's storage) cannot take")
+    assert fsdp.fix == ("give it one dimension of size 1 where it is built: nn.Parameter(torch.tensor([0.0])) (it "
+                        "broadcasts as the scalar did)")
+    for stage in ("0", "1", "3"):
+        assert not adapters.get("deepspeed")({"zero_stage": stage}, "cpu").model_availability(scalar), stage
+    for name in ("ddp", "spawn", "amp", "horovod"):
+        assert adapters.get(name)({}, "cpu").model_availability(scalar), name
 
 
 def test_a_model_built_in_another_dtype_is_refused_by_the_backends_that_cannot_reduce_its_gradients():
