@@ -411,15 +411,17 @@ class Workload(ABC):
             return None
         x, y = data.test(self.eval_slice(data.n_test, rank, world))
         model.eval()
+        # scored under the autocast the loss trains under: a user's loss over bf16 outputs with an fp32 class weight
+        # trains (cross_entropy autocasts to fp32) and failed here outside it ("expected scalar type BFloat16")
         with torch.no_grad(), autocast:
             out = self.forward(model, batches.apply(cast_input, x))
+            self.eval_skipped = self.why_not_evaluated(data, out)  # the same on every rank: the output's kind
+            scored = None if self.eval_skipped or batches.length(x) == 0 else self.score(out, y)
         model.train()
-        self.eval_skipped = self.why_not_evaluated(data, out)  # the same on every rank: the output's kind
         if self.eval_skipped:
             return None
         if batches.length(x) == 0:
             return 0.0, 0.0, 0.0
-        scored = self.score(out, y)
         if not (isinstance(scored, (tuple, list)) and len(scored) == 3):  # a user's override: said here, by name
             raise TypeError(f"{type(self).__name__}.score returned {_shape(scored)}; it must return (correct, count, "
                             f"loss_sum) of the evaluation batch (a function's `metric` returns (correct, count))")

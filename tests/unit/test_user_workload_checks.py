@@ -1238,3 +1238,24 @@ def test_compare_plan_of_a_subclass_whose_code_raises_is_their_traceback_not_our
     assert proc.stderr.startswith("Traceback (most recent call last):\n"), proc.stderr
     assert f'File "{path}"' in proc.stderr and "/harness/" not in proc.stderr and "/workloads/" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == last.format(ref=f"{path}:Mine")
+
+
+def test_a_loss_with_an_fp32_class_weight_scores_a_bf16_rows_evaluation_as_it_trains(tmp_path):
+    # An outside check: amp's evaluation failed ("expected scalar type BFloat16 but found Float") on a loss that trains
+    # under autocast, because the evaluation called it on the bf16 outputs outside the autocast
+    path = write(tmp_path, """
+        import torch
+        import torch.nn.functional as F
+        from workloads import Pieces
+
+        def weighted():
+            x = torch.randn(64, 8)
+            y = x[:, :4].argmax(1)
+            w = torch.tensor([1.0, 2.0, 0.5, 3.0])
+            return Pieces(model=torch.nn.Linear(8, 4), train=(x[:48], y[:48]), test=(x[48:], y[48:]),
+                          loss=lambda out, target: F.cross_entropy(out, target, weight=w))
+        """)
+    w = workloads.get(f"{path}:weighted")
+    data = w.materialize("cpu", 16)
+    correct, count, loss_sum = w.evaluate(w.build_model(), data, 0, 1, torch.autocast("cpu", dtype=torch.bfloat16))
+    assert count == 16 and 0 <= correct <= 16 and math.isfinite(loss_sum)
