@@ -50,7 +50,7 @@ class RunUI:
             self.bar.start()
 
     def _label(self, name, repeat):
-        return name if repeat == 0 else f"{name} (repeat {repeat + 1})"
+        return name if repeat == 0 else f"{name} (repeat {repeat})"  # as its record and log (NAME-rREPEAT) number it
 
     def estimate(self, line: str) -> None:
         """What the run will cost (harness/core/estimate.py): before the first launch, and once a first figure is in."""

@@ -255,7 +255,7 @@ class Job:
 
     @property
     def what(self) -> str:
-        return "the reference run" + self.plan.tag if self.row is None else f"{self.name} (repeat {self.repeat + 1})"
+        return "the reference run" + self.plan.tag if self.row is None else f"{self.name} (repeat {self.repeat})"
 
 
 def _reference_key(p: RunPlan) -> tuple:
@@ -327,7 +327,8 @@ class Runner:
                 if prev:
                     live.remove(prev)
                     stopped = self._done(prev, prev.launch.finish())
-                    if stopped:
+                    if stopped:  # the next launch had started while this one ended: both were under way
+                        stopped = _during([prev, *live])
                         break
                 job.launch.open_gate()
                 if self.pipelined:
@@ -342,7 +343,7 @@ class Runner:
                 live.remove(prev)
                 stopped = self._done(prev, prev.launch.finish())
         except KeyboardInterrupt:
-            stopped = stopped or (f"during {live[0].what}" if live else "between launches")
+            stopped = stopped or (_during(live) if live else "between launches")
         finally:
             for job in live:  # a Ctrl-C while two launches were alive (one ending, the next starting)
                 self._done(job, job.launch.interrupt())
@@ -452,6 +453,15 @@ def plain_record(run_info, p: RunPlan, row: Row, repeat: int, status: str, reaso
     if getattr(row, "environment", None):
         rec["row_env"] = row.environment
     return rec
+
+
+def _during(jobs: list) -> str:
+    """"during ddp (repeat 0)", or every launch that was under way: "during deepspeed (repeat 0, ending) and horovod
+    (repeat 0, starting)" (a launch starts while the one before it evaluates and shuts down)."""
+    if len(jobs) == 1:
+        return f"during {jobs[0].what}"
+    return "during " + " and ".join(f"{j.what[:-1]}, {'ending' if i == 0 else 'starting'})"
+                                    if j.what.endswith(")") else j.what for i, j in enumerate(jobs))
 
 
 def row_spec(p: RunPlan, row: Row, rank_dir: Path, repeat: int) -> RunSpec:

@@ -62,5 +62,5 @@ def test_without_a_terminal_each_note_is_printed_once_per_launch(monkeypatch):
     ui.progress("ddp", 0, {"phase": "timed", "step": 3, "total": 12, "notes": []})
     assert out.getvalue().splitlines() == [
         "  deepspeed: first run: JIT-compiling deepspeed_shm_comm",
-        "  deepspeed (repeat 2): first run: JIT-compiling deepspeed_shm_comm",
+        "  deepspeed (repeat 1): first run: JIT-compiling deepspeed_shm_comm",  # records number from 0
     ]

@@ -296,3 +296,14 @@ def test_an_interrupted_run_names_the_row_whose_one_launch_it_stopped_as_having_
     notes = run_report._notes(run_report.table_rows(records), records)
     assert "**The run was interrupted during horovod (repeat 1)**: every adapter had run at least once." in notes
 
+
+
+def test_an_interruption_while_one_launch_ended_and_the_next_started_names_both():
+    # An outside check: a SIGTERM while horovod was starting and deepspeed shutting down said only "during deepspeed"
+    from types import SimpleNamespace
+
+    from harness.core.runner import _during
+
+    ds, hvd = SimpleNamespace(what="deepspeed (repeat 0)"), SimpleNamespace(what="horovod (repeat 0)")
+    assert _during([ds]) == "during deepspeed (repeat 0)"
+    assert _during([ds, hvd]) == "during deepspeed (repeat 0, ending) and horovod (repeat 0, starting)"
