@@ -46,13 +46,13 @@ MAX_LOADER_WORKERS = 256
 
 
 def check_loader(workload, req: RunRequest) -> int:
-    """The loader workers per rank: refused below 0, above MAX_LOADER_WORKERS, or for a workload that holds its
-    data in memory (there is no loader for them to feed)."""
+    """The loader workers per rank: refused below 0, above MAX_LOADER_WORKERS, or (any but 0) for a workload that
+    holds its data in memory (there is no loader for them to feed)."""
     if req.loader_workers is None:
         return 0
     if not 0 <= req.loader_workers <= MAX_LOADER_WORKERS:
         raise BadInput(f"--loader-workers must be between 0 and {MAX_LOADER_WORKERS}, got {req.loader_workers}")
-    if not workload.reads_through_loader():
+    if not workload.reads_through_loader() and req.loader_workers:  # 0, the default, said aloud: nothing to refuse
         raise BadInput(f"--loader-workers applies to a workload whose training data is a Dataset; {req.workload} "
                        f"holds its data in memory as tensors, which every rank indexes directly")
     return req.loader_workers

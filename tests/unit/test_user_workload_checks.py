@@ -1259,3 +1259,11 @@ def test_a_loss_with_an_fp32_class_weight_scores_a_bf16_rows_evaluation_as_it_tr
     data = w.materialize("cpu", 16)
     correct, count, loss_sum = w.evaluate(w.build_model(), data, 0, 1, torch.autocast("cpu", dtype=torch.bfloat16))
     assert count == 16 and 0 <= correct <= 16 and math.isfinite(loss_sum)
+
+
+def test_loader_workers_0_said_aloud_is_the_default_for_data_held_as_tensors():
+    # An outside check: `--loader-workers 0`, the default, was refused for a workload whose data are tensors
+    w = workloads.get("digits")
+    assert workload_checks.check_loader(w, SimpleNamespace(loader_workers=0, workload="digits")) == 0
+    with pytest.raises(workload_checks.BadInput, match="--loader-workers applies to a workload whose training data"):
+        workload_checks.check_loader(w, SimpleNamespace(loader_workers=1, workload="digits"))
