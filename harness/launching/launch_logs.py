@@ -101,17 +101,28 @@ DIRECT_CAUSE = "The above exception was the direct cause of the following except
 def _raised_from(lines: list[str], i: int) -> tuple[int, str]:
     """The error line at `i`, or the one of an exception raised from it (`raise X from exc`: Python prints the cause
     first, then "The above exception was the direct cause...", then X, which is what the code chose to say, e.g. a
-    framework's error with its fix). Not "During handling of the above exception...": that one is a second fault."""
+    framework's error with its fix). Not "During handling of the above exception...": that one is a second fault.
+    A cause that names a signal is kept beside it: torch's DataLoader raises "worker (pid(s) N) exited unexpectedly"
+    from "worker (pid N) is killed by signal: Killed.", which is the reason."""
+    named = None
     while True:
+        if _SIGNAL.search(lines[i]) and named is None:
+            named = lines[i].strip()
         j = next((k for k in range(i + 1, len(lines)) if DIRECT_CAUSE in lines[k] or _ERROR.search(lines[k])
                   and not _FRAME.search(lines[k])), None)
         if j is None or DIRECT_CAUSE not in lines[j]:
-            return i, lines[i]
+            break
         k = next((k for k in range(j + 1, len(lines)) if _ERROR.search(lines[k]) and not _FRAME.search(lines[k])
                   and "Traceback (most recent call last)" not in lines[k]), None)
         if k is None:
-            return i, lines[i]
+            break
         i = k
+    if named and not _SIGNAL.search(lines[i]):
+        return i, f"{lines[i].rstrip()} (raised from {named})"
+    return i, lines[i]
+
+
+_SIGNAL = re.compile(r"killed by signal|\bSIG[A-Z]{2,}\b|[Ss]ignal \d+")
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

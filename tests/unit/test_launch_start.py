@@ -181,3 +181,22 @@ def test_a_dataloader_workers_error_is_quoted_with_the_workers_own_exception(tmp
                    "RuntimeError: Connection closed by peer\n")
     assert first_error(log) == ("ValueError: Caught ValueError in DataLoader worker process 0. (ValueError: row 1830 "
                                 "is corrupt)")
+
+
+def test_a_dataloader_worker_killed_by_a_signal_is_named_with_the_signal(tmp_path):
+    # An outside check: a worker killed with SIGKILL was reported as torch's "exited unexpectedly", the error raised
+    # from the one that names the signal
+    from harness.launching.launch_logs import first_error
+
+    log = tmp_path / "r.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "torch/utils/data/dataloader.py", line 1275, in _try_get_data\n'
+        "    data = self._data_queue.get(timeout=timeout)\n"
+        "RuntimeError: DataLoader worker (pid 5133) is killed by signal: Killed. \n\n"
+        "The above exception was the direct cause of the following exception:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "harness/rank/train.py", line 10, in run\n'
+        "RuntimeError: DataLoader worker (pid(s) 5133) exited unexpectedly\n")
+    assert first_error(log) == ("RuntimeError: DataLoader worker (pid(s) 5133) exited unexpectedly (raised from "
+                                "RuntimeError: DataLoader worker (pid 5133) is killed by signal: Killed.)")
