@@ -174,8 +174,6 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
         progress_file.send_event(Path(spec.rank_dir), "timed_done")  # the parent may start the next launch
 
     progress.phase("eval", steps_run)
-    if fault and fault[1] == "eval":
-        inject(*fault)
     evaluation = None
 
     def result(parts, unfinished=()) -> TrainResult:
@@ -206,6 +204,8 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
         # The measurement is complete: the parent gets it now, so a crash or a hang in the evaluation (a model's
         # eval-mode branch, a collective there) costs the accuracy only, not the row's samples/s and step times.
         keep(result(None, unfinished=["evaluation"]))
+    if fault and fault[1] == "eval":  # after the measurement is kept, as a fault of the evaluation's own would be
+        inject(*fault)
     if spec.eval:
         evaluation = (periodic and periodic.last(steps_run)) or evaluate(workload, adapter, model, data, info)
     marks("eval_done")
