@@ -45,6 +45,16 @@ def holder(out: Path) -> int | None:
         os.close(fd)
 
 
+def _left_by(out: Path) -> int | None:
+    """The pid a run wrote into `out`'s lock, where no live process holds it any longer (a run that finishes
+    removes its lock): the run was killed. None otherwise."""
+    try:
+        text = (out / LOCK_NAME).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and holder(out) is None else None
+
+
 def _busy(out: Path, pid: int) -> BadInput:
     who = f"pid {pid}" if pid > 0 else "a process whose pid is not recorded"
     return BadInput(f"output directory {out} is in use by another compare run ({who}); wait for it to finish or "
@@ -96,8 +106,11 @@ def _check(out: Path, force: bool, files: tuple[str, ...]) -> None:
                      + [f"{d}/" for d in ("logs", "traces") if (out / d).is_dir() and any((out / d).iterdir())]
                      + sorted(f"{d.name}/" for d in out.glob("comm_n*") if d.is_dir()))
         if clobbered and not force:
-            raise BadInput(f"output directory {out} holds files this run would overwrite ({', '.join(clobbered)}); "
-                           f"use --force to overwrite them or choose another --out")
+            left = _left_by(out)
+            raise BadInput(f"output directory {out} holds files this run would overwrite ({', '.join(clobbered)})"
+                           + (f", left by a compare run that never finished (pid {left}, no longer running: killed, "
+                              f"or the machine stopped)" if left else "")
+                           + "; use --force to overwrite them or choose another --out")
         probe_in = out
     else:
         probe_in = out.parent

@@ -738,6 +738,20 @@ def test_files_a_run_would_overwrite_are_not_overwritten_without_force(tmp_path,
     assert all((out / f).read_text() == "mine\n" for f in files)
 
 
+def test_what_a_killed_run_left_is_named_as_its_leftovers(tmp_path):
+    # An outside check: after kill -9 of compare, a run into the same --out was refused for its logs/ without a word
+    # of where they came from (the killed run's lock, which no process holds any longer, names it)
+    out = tmp_path / "o"
+    (out / "logs").mkdir(parents=True)
+    (out / "logs" / "reference.log.gz").write_bytes(b"")
+    (out / ".compare.lock").write_text("4194999\n")
+    result = invoke("run", "--out", out)
+    assert (result.exit_code, result.stderr) == (2, (
+        f"error: output directory {out} holds files this run would overwrite (logs/), left by a compare run that never "
+        f"finished (pid 4194999, no longer running: killed, or the machine stopped); use --force to overwrite them or "
+        f"choose another --out\n"))
+
+
 # ---- report and index on records of the wrong shape ------------------------------------------------------------
 
 def test_report_of_a_directory_without_records(tmp_path):
