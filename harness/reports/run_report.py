@@ -116,6 +116,13 @@ def cut_short(records: list[dict[str, Any]]) -> str | None:
             f"word (kill -9, the machine) after its last record")
 
 
+EVAL_MODE = (" The evaluation runs the model's forward in eval mode (model.eval(), torch.no_grad(), under the row's "
+             "autocast), where a model may take a path its training never takes: nn.TransformerEncoder's nested-tensor "
+             "fast path, say (enable_nested_tensor=False leaves it), or a layer that a backend's eval-mode forward "
+             "treats otherwise.")
+"""Where an evaluation failed and its training did not: said beside the failure."""
+
+
 def _notes(rows, records) -> list[str]:
     notes = []
     for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows), flops_note(rows)):
@@ -213,7 +220,8 @@ def _notes(rows, records) -> list[str]:
             if r["label"] == row["adapter"] and r.get("failed_parts"):
                 for part, why in r["failed_parts"].items():
                     notes.append(f"**{r['label']}** repeat {r['repeat']}: its {part} did not finish ({why}); its "
-                                 f"timed measurement was complete before it began and is kept.")
+                                 f"timed measurement was complete before it began and is kept."
+                                 + (EVAL_MODE if part == "evaluation" else ""))
             if r["label"] == row["adapter"] and r["status"] in ("failed", "timeout") and r.get("log_tail"):
                 tail = "\n".join(r["log_tail"].splitlines()[-15:])
                 notes.append(f"**{r['label']}** repeat {r['repeat']} {r['status']}: {r['reason']}\n\n"

@@ -307,3 +307,24 @@ def test_an_interruption_while_one_launch_ended_and_the_next_started_names_both(
     ds, hvd = SimpleNamespace(what="deepspeed (repeat 0)"), SimpleNamespace(what="horovod (repeat 0)")
     assert _during([ds]) == "during deepspeed (repeat 0)"
     assert _during([ds, hvd]) == "during deepspeed (repeat 0, ending) and horovod (repeat 0, starting)"
+
+
+def test_an_evaluation_that_did_not_finish_says_where_a_model_may_fail_in_eval_mode(tmp_path):
+    # An outside check: a transformer encoder's eval-mode fast path failed under amp and ZeRO-3 and the row said only
+    # the error; the note now says what the evaluation does that training does not
+    from typer.testing import CliRunner
+
+    from conftest import RUNS, write_run
+    from harness.cli import app
+    from harness.ground.record import read_records, records_file
+    from harness.reports.run_report import EVAL_MODE
+
+    records = read_records(records_file(RUNS / "digits_cpu2_20261126-045209"))
+    first = next(r for r in records if r["status"] == "ok")
+    first["failed_parts"] = {"evaluation": "rank 1 exited with code 1; first error: AssertionError: NestedTensor"}
+    run = write_run(tmp_path / "run", records)
+    assert CliRunner().invoke(app, ["report", str(run)]).exit_code == 0
+    md = (run / "report.md").read_text()
+    assert (f"**{first['label']}** repeat {first['repeat']}: its evaluation did not finish (rank 1 exited with code 1; "
+            f"first error: AssertionError: NestedTensor); its timed measurement was complete before it began and is "
+            f"kept.{EVAL_MODE}") in md
