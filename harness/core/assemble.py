@@ -358,14 +358,15 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
         return out
     if workload.batch_dependent:
         out["why_failed"] = (f"the model depends on the rest of its batch, other than through BatchNorm: "
-                             f"{workload.batch_dependent} (a loss term over the whole batch, such as a "
-                             f"load-balancing or contrastive one, a buffer its forward updates from the batch, or a "
-                             f"branch its forward takes on the whole batch's content), so no data-parallel backend "
-                             f"can match the single process; fix: make the loss a mean of per-sample terms (and a "
-                             f"branch a choice per sample) to check equivalence (a loss divided by a sum over its batch, such "
-                             f"as the sum of per-sample weights, returns (sum, count) instead: the harness divides by "
-                             f"the whole global batch's count), or declare batch_dependence=\"...\" in @workload "
-                             f"(the check is then skipped, with that reason)")
+                             f"{workload.batch_dependent} (a mean divided by a sum over its batch, such as "
+                             f"cross_entropy with class weights, whose mean divides by the batch's sum of weights; a "
+                             f"loss term over the whole batch, such as a load-balancing or contrastive one; a buffer "
+                             f"its forward updates from the batch; or a branch its forward takes on the whole batch's "
+                             f"content), so no data-parallel backend can match the single process; fix: a weighted "
+                             f"mean returns (sum, count) instead, the count being the batch's sum of weights (the "
+                             f"harness divides by the whole global batch's count); otherwise make the loss a mean of "
+                             f"per-sample terms (and a branch a choice per sample) to check equivalence, or declare "
+                             f"batch_dependence=\"...\" in @workload (the check is then skipped, with that reason)")
         return out
     largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
     out["largest_diffs"] = largest

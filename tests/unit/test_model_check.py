@@ -421,12 +421,14 @@ def test_a_loss_over_the_whole_batch_is_found_and_explains_the_failed_check():
     eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-4}, {}, label="ddp")
     assert eq["why_failed"].startswith("the model depends on the rest of its batch, other than through BatchNorm: "
                                        "with the same parameters, its loss over the global batch of step 1 was ")
-    assert eq["why_failed"].endswith("fix: make the loss a mean of per-sample terms (and a branch a choice per "
-                                     "sample) to check equivalence (a loss "
-                                     "divided by a sum over its batch, such as the sum of per-sample weights, returns "
-                                     "(sum, count) instead: the harness divides by the whole global batch's count), "
-                                     "or declare batch_dependence=\"...\" in @workload (the check is then skipped, "
-                                     "with that reason)")
+    # a class-weighted mean, the commonest such loss, is named first, with its own fix (an outside check found the
+    # list naming only causes that did not apply)
+    assert "(a mean divided by a sum over its batch, such as cross_entropy with class weights, " in eq["why_failed"]
+    assert eq["why_failed"].endswith("fix: a weighted mean returns (sum, count) instead, the count being the batch's "
+                                     "sum of weights (the harness divides by the whole global batch's count); "
+                                     "otherwise make the loss a mean of per-sample terms (and a branch a choice per "
+                                     "sample) to check equivalence, or declare batch_dependence=\"...\" in @workload "
+                                     "(the check is then skipped, with that reason)")
     # A per-sample loss, a count that differs between the ranks (explained apart), a stateful but per-sample forward,
     # one rank: nothing found
     assert checked("balanced", "weight=0").batch_dependent is None
