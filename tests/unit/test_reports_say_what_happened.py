@@ -100,7 +100,8 @@ def test_the_report_of_a_run_killed_without_a_word_lists_the_launches_it_never_m
     result = invoke("report", killed)
     assert result.exit_code == 0, result.output
     said = ("never run: spawn (round 2), amp (round 2), horovod (round 2), deepspeed (round 2); no record says the run "
-            "was interrupted, so it was stopped without a word (kill -9, the machine) after its last record")
+            "was interrupted, so it was stopped without a word (kill -9, the machine, or a write that failed: a full "
+            "disk, whose error named where the rank results were kept) after its last record")
     assert f"**The run ended before all its launches**: {said}." in (killed / "report.md").read_text()
     assert f"the run ended before all its launches: {said}" in " ".join(result.stdout.split())
     whole = write_run(tmp_path / "whole", records)
