@@ -125,6 +125,9 @@ class Launch:
         """The rank a stall found behind every other (harness/launching/stalled.py), if any."""
         self.silent: dict[int, str] = {}
         """Rank -> why it gave no stacks when a stall asked for them (stopped, or blocking the signal)."""
+        self.loaders = ""
+        """Where the stalled ranks' DataLoader workers were, in words, where one was outside the DataLoader's own
+        machinery (harness/launching/stalled.py: loader_text)."""
         self.rank_dir = Path(spec.rank_dir)
         self.log_path = self.rank_dir / "launch.log"
         self.running: list[_Running] = []
@@ -358,6 +361,7 @@ class Launch:
                               + ([f"the state of {listed} process(es)"] if listed else []))
         self.reason = (f"stalled: {what} for {self.stall_s:g} s (--stall-timeout){where}; "
                        + (f"{stalled.describe(found)}; " if found else "")
+                       + (f"{self.loaders}; " if self.loaders else "")
                        + (f"{unanswered}; " if unanswered else "")
                        + (f"{in_log} are in the log; " if in_log else "") + "process group killed")
         return True
@@ -372,10 +376,16 @@ class Launch:
         ask_stacks), each appended to the launch log under a heading of its own, followed by every process of the
         launch with its state (reaper.describe_launch). Returns how many ranks answered and how many processes
         were listed."""
-        answered, self.silent = stalled.ask_stacks(self.rank_dir, STACK_DUMP_WAIT_S)
+        answered, self.silent, loaders = stalled.ask_stacks(self.rank_dir, STACK_DUMP_WAIT_S)
         for k, text in answered.items():
             self.dumps[k] = text
             self.stacks += f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python stacks:\n{text}"
+        for k, found in sorted(loaders.items()):
+            for w in found:
+                text = w["stacks"].read_text(errors="replace")
+                self.stacks += (f"\ncompare: rank {k}'s DataLoader worker {w['worker']} (pid {w['pid']}); its Python "
+                                f"stacks:\n{text}")
+        self.loaders = stalled.loader_text(loaders)
         processes = describe_launch(self.launch_id) if self.launch_id else []
         if processes:
             self.stacks += ("\ncompare: the launch's processes when it was stopped as stalled:\n"

@@ -133,12 +133,62 @@ def describe(found: dict) -> str:
             f"went further")
 
 
-def ask_stacks(rank_dir: Path, wait_s: float) -> tuple[dict[int, str], dict[int, str]]:
+def _grown(files: list[Path], wait_s: float) -> None:
+    """Wait at most `wait_s` for every file to be written and to stop growing."""
+    # Real time, not a launch's clock: this bounds how long real processes may write, sleeping between looks.
+    size, end = -1, time.monotonic() + wait_s
+    while files and time.monotonic() < end:
+        sizes = [f.stat().st_size if f.exists() else 0 for f in files]
+        if all(sizes) and sum(sizes) == size:
+            break
+        size = sum(sizes)
+        time.sleep(0.25)  # not a synchronisation: the processes write their stacks at their own pace
+
+
+_LOADER = re.compile(r"stacks-rank(?P<rank>\d+)-loader(?P<worker>\d+)-pid(?P<pid>\d+)\.txt$")
+
+
+def ask_loader_stacks(rank_dir: Path, workers: dict[int, psutil.Process], wait_s: float) -> dict[int, list[dict]]:
+    """SIGUSR1 to the DataLoader workers of these ranks (the worker processes `workers` maps each rank to), each of
+    which writes its stacks into its own file (harness/rank/train.py: loader_worker_stacks); rank -> [{"worker",
+    "pid", "where"}] for those that answered, "where" the innermost frame of its main thread outside Python's own
+    library, in words."""
+    asked = []
+    for f in sorted(rank_dir.glob("stacks-rank*-loader*-pid*.txt")):
+        m = _LOADER.search(f.name)
+        k = int(m["rank"]) if m else -1
+        if k not in workers:
+            continue
+        try:
+            child = psutil.Process(int(m["pid"]))
+            if child.ppid() != workers[k].pid:
+                continue  # ended, its pid reused
+            child.send_signal(signal.SIGUSR1)
+            asked.append((k, int(m["worker"]), child.pid, f))
+        except (OSError, psutil.Error):
+            continue
+    _grown([f for *_, f in asked], wait_s)
+    out: dict[int, list[dict]] = {}
+    for k, worker, pid, f in asked:
+        threads = _threads(f.read_text(errors="replace")) if f.exists() else []
+        frames = threads[-1] if threads else []  # the main thread's dump comes last ("Current thread")
+        inner = next((fr for fr in frames if not _python_own(fr[0])), None)
+        if inner is not None:
+            out.setdefault(k, []).append({"worker": worker, "pid": pid, "where": _shown(*inner),
+                                          "dataloader": bool(_DATALOADER.search(inner[0])), "stacks": f})
+    return out
+
+
+_DATALOADER = re.compile(r"[/\\]torch[/\\]utils[/\\]data[/\\]")
+"""torch's DataLoader machinery: a worker whose innermost frame is there waits for work, not in a Dataset."""
+
+
+def ask_stacks(rank_dir: Path, wait_s: float) -> tuple[dict[int, str], dict[int, str], dict[int, list[dict]]]:
     """SIGUSR1 to the worker of every rank of a launch that runs on this machine (its start-rank<k>.json in
     `rank_dir`); each writes every thread's Python stack into its stacks-rank<k>.txt (harness/rank/life.py). Waits at
     most `wait_s` for the files to stop growing; returns (rank -> its stacks, for the ranks that answered; rank ->
     why not, in words, for those asked that did not: a stopped worker (SIGSTOP, a debugger) or one that blocks the
-    signal)."""
+    signal); and, where a rank reads through DataLoader workers, theirs (`ask_loader_stacks`)."""
     here, asked, workers = socket.gethostname(), [], {}
     for f in sorted(rank_dir.glob("start-rank*.json")):
         try:
@@ -154,14 +204,7 @@ def ask_stacks(rank_dir: Path, wait_s: float) -> tuple[dict[int, str], dict[int,
         except (OSError, ValueError, KeyError, psutil.Error):
             continue
     files = [rank_dir / f"stacks-rank{k}.txt" for k in sorted(asked)]
-    # Real time, not a launch's clock: this bounds how long real processes may write, sleeping between looks.
-    size, end = -1, time.monotonic() + wait_s
-    while asked and time.monotonic() < end:
-        sizes = [f.stat().st_size if f.exists() else 0 for f in files]
-        if all(sizes) and sum(sizes) == size:
-            break
-        size = sum(sizes)
-        time.sleep(0.25)  # not a synchronisation: the ranks write their stacks at their own pace
+    _grown(files, wait_s)
     answered, silent = {}, {}
     for k, f in zip(sorted(asked), files):
         text = f.read_text(errors="replace") if f.exists() else ""
@@ -175,4 +218,11 @@ def ask_stacks(rank_dir: Path, wait_s: float) -> tuple[dict[int, str], dict[int,
         silent[k] = (f"its worker (pid {workers[k].pid}) is stopped (SIGSTOP, or a debugger holds it)"
                      if state in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
                      else f"its worker (pid {workers[k].pid}, {state}) did not write them: it may block SIGUSR1")
-    return answered, silent
+    return answered, silent, ask_loader_stacks(rank_dir, workers, wait_s)
+
+
+def loader_text(loaders: dict[int, list[dict]]) -> str:
+    """"rank 1's DataLoader worker 0 (pid 4781) was in __getitem__ (mydata.py:12)" for each worker found in the
+    Dataset's code or anywhere else but waiting in the DataLoader's own machinery; "" where none was."""
+    return "; ".join(f"rank {k}'s DataLoader worker {w['worker']} (pid {w['pid']}) was in {w['where']}"
+                     for k, found in sorted(loaders.items()) for w in found if not w["dataloader"])

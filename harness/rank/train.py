@@ -6,8 +6,10 @@ or workload it runs: the adapter wraps, steps and reduces; the workload builds, 
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -283,7 +285,9 @@ class StepLoader:
         # ranks the default start method is spawn.
         forked = "fork" if self.workers and "fork" in multiprocessing.get_all_start_methods() else None
         self.loader = DataLoader(data.train_set, batch_sampler=_Steps(steps, total), num_workers=self.workers,
-                                 pin_memory=str(info.device).startswith("cuda"), multiprocessing_context=forked)
+                                 pin_memory=str(info.device).startswith("cuda"), multiprocessing_context=forked,
+                                 worker_init_fn=functools.partial(loader_worker_stacks, spec.rank_dir)
+                                 if self.workers else None)
         self.iterator = iter(self.loader)
 
     def next(self):
@@ -294,6 +298,27 @@ class StepLoader:
 
     def describe(self) -> dict:
         return {"loader": "torch.utils.data.DataLoader", "loader_workers": self.workers}
+
+
+def loader_worker_stacks(rank_dir: str, worker_id: int) -> None:
+    """In a DataLoader worker, as it starts: SIGUSR1 writes its Python stacks into a file of its own,
+    stacks-rank<k>-loader<worker>-pid<pid>.txt, where the stall watch finds it (harness/launching/stalled.py:
+    ask_stacks). A forked worker would otherwise write into its rank's file, whose stacks name where the rank is."""
+    import faulthandler
+
+    from harness.rank.life import launcher_rank
+
+    global _LOADER_STACKS
+    try:
+        _LOADER_STACKS = open(Path(rank_dir) / f"stacks-rank{launcher_rank()}-loader{worker_id}-pid{os.getpid()}.txt",
+                              "w")  # noqa: SIM115 - kept open for the worker's life
+        faulthandler.register(signal.SIGUSR1, file=_LOADER_STACKS, all_threads=True)
+    except OSError:
+        pass
+
+
+_LOADER_STACKS = None
+"""The open file a DataLoader worker's faulthandler writes into (`loader_worker_stacks`)."""
 
 
 class _Steps:

@@ -57,7 +57,7 @@ def launches_text(records: list[dict[str, Any]], label: str) -> str:
     said = []
     for status, n in other.items():
         reason = next((r.get("reason") for r in mine if r.get("status") == status and r.get("reason")), None)
-        what = str(status).replace("_", " ")  # not_run: not run
+        what = {"timeout": "timed out", "not_run": "never ran"}.get(status, str(status).replace("_", " "))
         said.append((n, what, f": {_reason(reason)}" if reason else ""))
     if measured:
         return f"{measured} of {len(mine)} launches measured; " + "; ".join(f"{n} {w}{r}" for n, w, r in said)

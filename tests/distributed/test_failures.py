@@ -125,6 +125,47 @@ def test_a_stopped_rank_that_cannot_answer_for_its_stacks_is_named(tmp_path):
     assert _gone(ddp["topology"]["launch_pgid"])
 
 
+HANGING_DATASET = """
+import os
+import time
+
+import torch
+from workloads import Pieces, workload
+
+
+class Rows(torch.utils.data.Dataset):
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        if os.environ.get("RANK") == "1" and torch.utils.data.get_worker_info() is not None:
+            while True:
+                time.sleep(1)
+        return torch.ones(8) * i / 256, i % 4
+
+
+@workload(global_batch=16, lr=0.05, steps=10, warmup=1, equiv_steps=0)
+def rows():
+    return Pieces(model=lambda: torch.nn.Linear(8, 4), train=Rows())
+"""
+
+
+def test_a_dataloader_worker_that_hangs_in_the_dataset_is_named_with_its_line(tmp_path):
+    # An outside check: a hang inside a DataLoader worker named only torch's _try_get_data, where the rank waits for
+    # it; the worker's own stacks were nowhere, though they hold the user's line
+    model = tmp_path / "hanging.py"
+    model.write_text(HANGING_DATASET)
+    rows, _ = run_compare(tmp_path / "o", "-w", f"{model}:rows", "-a", "ddp", "--loader-workers", "1", "--repeats",
+                          "1", "--timeout", "300", "--stall-timeout", "15", expect_rc=1)
+    ddp = rows["ddp"]
+    assert ddp["status"] == "timeout", ddp["reason"]
+    assert re.search(r"; rank 1's DataLoader worker 0 \(pid \d+\) was in __getitem__ \(hanging\.py:16\); ",
+                     ddp["reason"]), ddp["reason"]
+    log = (tmp_path / "o" / "logs" / "ddp-r0.log").read_text()
+    assert re.search(r"compare: rank 1's DataLoader worker 0 \(pid \d+\); its Python stacks:\n", log)
+    assert _gone(ddp["topology"]["launch_pgid"])
+
+
 @pytest.mark.parametrize("adapter", ["ddp", "horovod"])
 def test_a_launch_whose_rank_0_never_says_a_word_is_stopped_as_stalled_with_each_ranks_stack(tmp_path, adapter):
     # Rank 0 hangs before its first word (as a launcher or rendezvous stuck before its worker began would look);
