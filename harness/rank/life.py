@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from harness.rank.faults import fault_for, inject
+from harness.rank.identity import launcher_rank
 from harness.shared import oom, rank_result
 from harness.shared.proc import boot_id, pid_namespace
 from harness.shared.spec import PARENT_BOOT_ENV, PARENT_PGID_ENV, PARENT_PID_ENV, PARENT_PIDNS_ENV, RunSpec
@@ -107,21 +108,10 @@ class Marks(dict):
         self[name] = time.time()
 
 
-_RANK_ENV = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
-"""Where launchers put a process's rank before it has joined its group (torchrun, mp.spawn here and the deepspeed
-launcher: RANK; horovodrun: HOROVOD_RANK; MPI; SLURM); none of them: a single process, rank 0."""
 _FORWARD = (*STOP_SIGNALS, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
 _STACKS = None
 """The open file faulthandler writes this rank's stacks into on SIGUSR1 (kept open for the process's life)."""
-
-
-def launcher_rank() -> int:
-    for name in _RANK_ENV:
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 0
 
 
 def exit_path(rank_dir: Path, rank: int) -> Path:

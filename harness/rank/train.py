@@ -306,7 +306,7 @@ def loader_worker_stacks(rank_dir: str, worker_id: int) -> None:
     ask_stacks). A forked worker would otherwise write into its rank's file, whose stacks name where the rank is."""
     import faulthandler
 
-    from harness.rank.life import launcher_rank
+    from harness.rank.identity import launcher_rank
 
     global _LOADER_STACKS
     try:

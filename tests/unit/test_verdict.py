@@ -591,7 +591,7 @@ def test_a_row_whose_launches_failed_is_named_in_the_verdict_with_what_they_did(
     cut = " ".join(boom.split())[:verdict.REASON_CHARS].rsplit(" ", 1)[0] + " …"
     assert a["lines"][-1] == (
         f"Not compared, no launch measured: fsdp (3 launches, all failed: {cut}). Compared on the launches that were "
-        "measured: horovod (2 of 3 launches measured; 1 timeout: stopped after 60 s without a step).")
+        "measured: horovod (2 of 3 launches measured; 1 timed out: stopped after 60 s without a step).")
     assert "apex" not in a["lines"][-1]  # unavailable here: the table says why, and it was never launched
     one = verdict.analyse([{**r, "row_order": ["ddp", "fsdp"]} for r in recs if r["label"] == "ddp"] + recs[9:10])
     assert one["lines"][0].startswith("**Verdict: nothing to rank**")
