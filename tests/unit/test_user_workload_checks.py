@@ -414,7 +414,7 @@ def test_a_dataset_is_read_through_a_loader_as_the_same_samples_in_the_same_orde
     assert torch.equal(data.test_x, dataset.test_x)  # a test Dataset is read into memory once
     for workers in (0, 2):
         for rank in (0, 1):
-            spec = SimpleNamespace(global_batch=64, loader_workers=workers)
+            spec = SimpleNamespace(global_batch=64, loader_workers=workers, rank_dir=str(tmp_path))
             info = SimpleNamespace(data_rank=rank, data_world=2, device="cpu")
             loader = StepLoader(through, dataset, spec, info, total=9)  # 9 steps: past the first epoch of 4
             for step in range(9):
