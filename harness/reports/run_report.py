@@ -113,8 +113,8 @@ def cut_short(records: list[dict[str, Any]]) -> str | None:
     if not missing:
         return None
     return (f"never run: {', '.join(missing)}; no record says the run was interrupted, so it was stopped without a "
-            f"word (kill -9, the machine, or a write that failed: a full disk, whose error named where the rank results "
-            f"were kept) after its last record")
+            f"word (kill -9, the machine, or a write that failed: a full disk, whose error named where the rank "
+            f"results were kept) after its last record")
 
 
 EVAL_MODE = (" The evaluation runs the model's forward in eval mode (model.eval(), torch.no_grad(), under the row's "

@@ -66,7 +66,8 @@ class Mine(Workload):
 '''
 
 REGRESSION = '\n    def loss(self, output, target):\n        return torch.nn.functional.mse_loss(output, target)\n'
-OWN_SCORE = '\n    def score(self, output, target):\n        return 0.0, float(len(target)), float(((output - target) ** 2).sum())\n'
+OWN_SCORE = ("\n    def score(self, output, target):\n"
+             "        return 0.0, float(len(target)), float(((output - target) ** 2).sum())\n")
 
 
 def write(tmp_path, text, name="mine.py"):
