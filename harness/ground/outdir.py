@@ -7,6 +7,7 @@ written is refused up front, and two runs never write the same directory at once
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
@@ -124,6 +125,9 @@ def _check(out: Path, force: bool, files: tuple[str, ...]) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".compare-probe-", dir=probe_in))
     except OSError as exc:
+        if exc.errno == errno.ENOENT:  # a directory that is there and takes no new entry: /proc, /sys
+            raise BadInput(f"output directory {out} cannot be made: {probe_in} takes no new entries (a virtual "
+                           f"filesystem such as /proc or /sys); choose another --out") from None
         raise BadInput(f"output directory {out} is not writable: {exc.strerror} ({probe_in})") from None
 
 

@@ -696,12 +696,20 @@ def test_unwritable_output_directory(tmp_path):
         assert result.stderr == f"error: cannot create output directory {out}: {blocker} is not a directory\n"
 
 
-def test_read_only_output_directory():
-    # /proc refuses new directories even for root, for whom permission bits are no test.
-    out = Path("/proc/compare-test")
+def test_read_only_output_directory(tmp_path, monkeypatch):
+    # Permission bits are no test for root: the directory's refusal is made as the kernel makes it
+    import errno
+    import tempfile
+
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    out = tmp_path / "o"
     result = invoke("run", "--out", out)
-    assert result.exit_code == 2 and result.stderr.startswith(f"error: output directory {out} is not writable")
-    assert result.stderr.count("\n") == 1
+    assert (result.exit_code, result.stderr) == (2, f"error: output directory {out} is not writable: Permission "
+                                                    f"denied ({tmp_path})\n")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("files", [("records.jsonl",), ("report.md",), ("records.jsonl", "report.md", "busbw.png")],
@@ -1415,3 +1423,13 @@ def test_a_module_shadowing_numpy_on_the_path_is_one_line_before_anything_is_wri
                            f"in front of it on the path; every adapter needs numpy: remove it from PYTHONPATH (or "
                            f"rename it)\n")
     assert not out.exists()
+
+
+def test_an_out_under_a_virtual_filesystem_says_it_takes_no_new_entries(tmp_path):
+    # An outside check: `--out /proc/self/x` said "not writable: No such file or directory (/proc/self)", of a
+    # directory that is there (/proc refuses new entries even to root)
+    for out, where in ((Path("/proc/self/x"), "/proc/self"), (Path("/proc/compare-test"), "/proc")):
+        result = invoke("run", "--out", out)
+        assert (result.exit_code, result.stderr) == (2, (
+            f"error: output directory {out} cannot be made: {where} takes no new entries (a virtual filesystem "
+            f"such as /proc or /sys); choose another --out\n"))
