@@ -90,23 +90,22 @@ def _check_overrides(cls: type[Workload], name: str) -> None:
         mine = inspect.getattr_static(cls, meth)
         if mine is base:
             continue
+        contract = inspect.signature(base)
         static = isinstance(mine, staticmethod)
         func = mine.__func__ if isinstance(mine, (staticmethod, classmethod)) else mine
         if not callable(func):
             raise BadReference(f"workload '{name}': {cls.__name__}.{meth} is {type(func).__name__}, where the "
-                               f"contract has a method {meth}{_names(inspect.signature(base))} (workloads/base.py)")
+                               f"contract has a method {meth}{_names(contract)} (workloads/base.py)")
         try:
             sig = inspect.signature(func)
         except (TypeError, ValueError):  # a builtin or C callable: nothing to read
             continue
-        args = [None] * (len(inspect.signature(base).parameters) - (1 if static else 0))
         try:
-            sig.bind(*args)
+            sig.bind(*[None] * (len(contract.parameters) - (1 if static else 0)))
         except TypeError:
             raise BadReference(
                 f"workload '{name}': {cls.__name__}.{meth}{_names(sig)} cannot take the arguments compare passes it: "
-                f"{meth}{_names(inspect.signature(base))} (the contract: workloads/base.py, docs/your-model.md)"
-            ) from None
+                f"{meth}{_names(contract)} (the contract: workloads/base.py, docs/your-model.md)") from None
 
 
 def workload_class(name: str) -> tuple[type[Workload], dict[str, Any]]:

@@ -52,10 +52,15 @@ def decide(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return pairs
 
 
+def measured(r: dict[str, Any]) -> bool:
+    """Whether a launch's record holds a throughput the verdict can take."""
+    return r.get("status") in MEASURED and bool(r.get("samples_per_s"))
+
+
 def _launches(records: list[dict[str, Any]]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for r in records:
-        if r["status"] in MEASURED and r.get("samples_per_s"):
+        if measured(r):
             out.setdefault(r["label"], []).append(r)
     return out
 

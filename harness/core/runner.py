@@ -255,7 +255,13 @@ class Job:
 
     @property
     def what(self) -> str:
-        return "the reference run" + self.plan.tag if self.row is None else f"{self.name} (repeat {self.repeat})"
+        return self.said()
+
+    def said(self, state: str = "") -> str:
+        """This launch in words ("ddp (repeat 0)"), with its `state` where given ("ddp (repeat 0, ending)")."""
+        if self.row is None:
+            return "the reference run" + self.plan.tag + (f" ({state})" if state else "")
+        return f"{self.name} (repeat {self.repeat}{', ' + state if state else ''})"
 
 
 def _reference_key(p: RunPlan) -> tuple:
@@ -460,8 +466,7 @@ def _during(jobs: list) -> str:
     (repeat 0, starting)" (a launch starts while the one before it evaluates and shuts down)."""
     if len(jobs) == 1:
         return f"during {jobs[0].what}"
-    return "during " + " and ".join(f"{j.what[:-1]}, {'ending' if i == 0 else 'starting'})"
-                                    if j.what.endswith(")") else j.what for i, j in enumerate(jobs))
+    return "during " + " and ".join(j.said("ending" if i == 0 else "starting") for i, j in enumerate(jobs))
 
 
 def row_spec(p: RunPlan, row: Row, rank_dir: Path, repeat: int) -> RunSpec:

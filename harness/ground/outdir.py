@@ -47,13 +47,13 @@ def holder(out: Path) -> int | None:
 
 
 def _left_by(out: Path) -> int | None:
-    """The pid a run wrote into `out`'s lock, where no live process holds it any longer (a run that finishes
-    removes its lock): the run was killed. None otherwise."""
+    """The pid a run wrote into `out`'s lock, asked where no live process holds it (`holder` is None): a run that
+    finishes removes its lock, so one left behind names a run that was killed. None where there is none."""
     try:
         text = (out / LOCK_NAME).read_text().strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() and holder(out) is None else None
+    return int(text) if text.isdigit() else None
 
 
 def _busy(out: Path, pid: int) -> BadInput:

@@ -382,9 +382,8 @@ class Launch:
             self.stacks += f"\ncompare: rank {k} made no progress for {self.stall_s:g} s; its Python stacks:\n{text}"
         for k, found in sorted(loaders.items()):
             for w in found:
-                text = w["stacks"].read_text(errors="replace")
                 self.stacks += (f"\ncompare: rank {k}'s DataLoader worker {w['worker']} (pid {w['pid']}); its Python "
-                                f"stacks:\n{text}")
+                                f"stacks:\n{w['stacks']}")
         self.loaders = stalled.loader_text(loaders)
         processes = describe_launch(self.launch_id) if self.launch_id else []
         if processes:

@@ -151,8 +151,8 @@ _LOADER = re.compile(r"stacks-rank(?P<rank>\d+)-loader(?P<worker>\d+)-pid(?P<pid
 def ask_loader_stacks(rank_dir: Path, workers: dict[int, psutil.Process], wait_s: float) -> dict[int, list[dict]]:
     """SIGUSR1 to the DataLoader workers of these ranks (the worker processes `workers` maps each rank to), each of
     which writes its stacks into its own file (harness/rank/train.py: loader_worker_stacks); rank -> [{"worker",
-    "pid", "where"}] for those that answered, "where" the innermost frame of its main thread outside Python's own
-    library, in words."""
+    "pid", "where", "dataloader", "stacks"}] for those that answered, "where" the innermost frame of its main thread
+    outside Python's own library, in words, "stacks" what it wrote."""
     asked = []
     for f in sorted(rank_dir.glob("stacks-rank*-loader*-pid*.txt")):
         m = _LOADER.search(f.name)
@@ -170,12 +170,13 @@ def ask_loader_stacks(rank_dir: Path, workers: dict[int, psutil.Process], wait_s
     _grown([f for *_, f in asked], wait_s)
     out: dict[int, list[dict]] = {}
     for k, worker, pid, f in asked:
-        threads = _threads(f.read_text(errors="replace")) if f.exists() else []
+        text = f.read_text(errors="replace") if f.exists() else ""
+        threads = _threads(text)
         frames = threads[-1] if threads else []  # the main thread's dump comes last ("Current thread")
         inner = next((fr for fr in frames if not _python_own(fr[0])), None)
         if inner is not None:
             out.setdefault(k, []).append({"worker": worker, "pid": pid, "where": _shown(*inner),
-                                          "dataloader": bool(_DATALOADER.search(inner[0])), "stacks": f})
+                                          "dataloader": bool(_DATALOADER.search(inner[0])), "stacks": text})
     return out
 
 

@@ -44,16 +44,14 @@ def _reason(text: str) -> str:
     return text[:REASON_CHARS].rsplit(" ", 1)[0] + " …"
 
 
-def launches_text(records: list[dict[str, Any]], label: str) -> str:
-    """What a row's launches did, in words: "3 launches, all failed: rank 1 exited with code 1; first error: …",
-    "2 of 3 launches measured; 1 timeout: …" (the first reason of each kind that is not a measurement)."""
+def launches_text(mine: list[dict[str, Any]]) -> str:
+    """What a row's launches (`mine`: its records) did, in words: "3 launches, all failed: rank 1 exited with code
+    1; first error: …", "2 of 3 launches measured; 1 timed out: …" (the first reason of each kind that is not a
+    measurement)."""
     from collections import Counter
 
-    from harness.ground.record import MEASURED
-
-    mine = [r for r in records if r.get("label") == label]
-    measured = sum(r.get("status") in MEASURED and bool(r.get("samples_per_s")) for r in mine)
-    other = Counter(r.get("status") for r in mine if not (r.get("status") in MEASURED and r.get("samples_per_s")))
+    measured = sum(analysis.measured(r) for r in mine)
+    other = Counter(r.get("status") for r in mine if not analysis.measured(r))
     said = []
     for status, n in other.items():
         reason = next((r.get("reason") for r in mine if r.get("status") == status and r.get("reason")), None)
@@ -71,21 +69,19 @@ def unmeasured(records: list[dict[str, Any]], verdict_rows: list[str]) -> dict[s
     """{row: what its launches did} for every row that was launched (not unavailable here) and either has no
     measurement in the verdict or lost some of its launches: a verdict is about the rows it ranks, and says so of
     the rest."""
-    from harness.ground.record import MEASURED
-
     out = {}
     for label in dict.fromkeys([*(records[0].get("row_order") or []), *(r.get("label") for r in records)]):
         mine = [r for r in records if r.get("label") == label]
         if not label or label == "reference" or all(r.get("status") == "unavailable" for r in mine):
             continue
-        lost = [r for r in mine if not (r.get("status") in MEASURED and r.get("samples_per_s"))]
-        if label not in verdict_rows or lost:
-            out[label] = launches_text(records, label)
+        if label not in verdict_rows or not all(analysis.measured(r) for r in mine):
+            out[label] = launches_text(mine)
     return out
 
 
 def unmeasured_line(a: dict[str, Any]) -> str | None:
-    """"Not compared: spawn (…). Fewer launches than the others: ddp (…)." from `unmeasured`, or None."""
+    """"Not compared, no launch measured: spawn (…). Compared on the launches that were measured: ddp (…)." from
+    `unmeasured`, or None."""
     missing = {k: v for k, v in (a.get("unmeasured") or {}).items() if k not in a["ranked"] + a["left_out"]}
     short = {k: v for k, v in (a.get("unmeasured") or {}).items() if k not in missing}
     parts = []

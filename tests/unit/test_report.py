@@ -302,9 +302,10 @@ def test_an_interruption_while_one_launch_ended_and_the_next_started_names_both(
     # An outside check: a SIGTERM while horovod was starting and deepspeed shutting down said only "during deepspeed"
     from types import SimpleNamespace
 
-    from harness.core.runner import _during
+    from harness.core.runner import Job, _during
 
-    ds, hvd = SimpleNamespace(what="deepspeed (repeat 0)"), SimpleNamespace(what="horovod (repeat 0)")
+    ds, hvd = (Job(None, None, SimpleNamespace(tag=""), SimpleNamespace(label=name), 0, name)
+               for name in ("deepspeed", "horovod"))
     assert _during([ds]) == "during deepspeed (repeat 0)"
     assert _during([ds, hvd]) == "during deepspeed (repeat 0, ending) and horovod (repeat 0, starting)"
 
