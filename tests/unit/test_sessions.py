@@ -307,7 +307,8 @@ def test_join_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
 def test_run_join_refuses_another_request_or_machine_before_anything_runs(tmp_path, args, message):
     from conftest import compare_cli
 
-    d = _run(tmp_path, "earlier", _values(random.Random(6), 0.0))  # made on the fixture's AMD EPYC
+    # made on a CPU that no machine has: this one may be the fixture's own (an AMD EPYC with 2 cores)
+    d = _run(tmp_path, "earlier", _values(random.Random(6), 0.0), cpu="Imaginary CPU @ 9.9GHz")
     out = tmp_path / "new"
     shown = compare_cli("run", "--join", str(d), "--out", str(out), *args, "--repeats", "3")
     assert shown.returncode == 2 and shown.stdout == "", shown.stdout
