@@ -213,7 +213,7 @@ CACHE_FILE = "between_sessions.json"
 
 
 def _machine_key(env: dict[str, Any]) -> str:
-    return json.dumps([get(env) for _, get in MACHINE])
+    return json.dumps([env.get("host_key"), *(get(env) for _, get in MACHINE)])
 
 
 STORED_SESSIONS = 3
@@ -222,30 +222,37 @@ variance one degree of freedom (a throwaway join of two short runs once put it a
 
 
 def store(env: dict[str, Any], workload: str, spread: dict[str, Any]) -> bool:
-    """Keep the between-session spread a verdict over sessions measured, for this machine and workload, where it
-    rests on at least STORED_SESSIONS sessions and on no fewer than the one kept (the same join, re-rendered,
-    replaces its own). Best effort: a cache that cannot be written costs nothing but the sentence. Returns whether
-    it was kept."""
+    """Keep the between-session spread a verdict over sessions measured, for this host and workload, where every
+    session ran on this very host (`spread["hosts"]`, their env's host_key: a join of runs made on another machine of
+    the same CPU, a committed one re-rendered, says nothing of this one), it rests on at least STORED_SESSIONS sessions
+    and its last session is no older than the kept one's (the latest describes the machine as it is now; the same
+    join, re-rendered, replaces its own). Best effort: a cache that cannot be written costs nothing but the sentence.
+    Returns whether it was kept."""
+    from harness.ground.provenance import host_key
     from harness.shared import cache
 
-    if (spread.get("sessions") or 0) < STORED_SESSIONS:
+    here = host_key()
+    if (spread.get("sessions") or 0) < STORED_SESSIONS or here is None or env.get("host_key") != here \
+            or any(h != here for h in spread.get("hosts") or [None]):
         return False
     data = cache.read_dict(CACHE_FILE)
     mine = data.setdefault(_machine_key(env), {})
     kept = mine.get(workload)
     if (isinstance(kept, dict) and kept.get("where") != spread.get("where")
-            and (kept.get("sessions") or 0, kept.get("pairs") or 0) > (spread["sessions"], spread.get("pairs") or 0)):
+            and str(kept.get("date") or "") > str(spread.get("date") or "")):
         return False
-    mine[workload] = {**spread, "workload": workload}
+    mine[workload] = {**{k: v for k, v in spread.items() if k != "hosts"}, "workload": workload}
     cache.write_dict(CACHE_FILE, data)
     return True
 
 
 def known(env: dict[str, Any], workload: str) -> dict[str, Any] | None:
-    """The between-session spread this machine's cache holds for `workload` (else the latest for another workload,
-    which it names), or None."""
+    """The between-session spread this host's cache holds for `workload` (else the latest for another workload,
+    which it names), or None (also for records that do not name their host)."""
     from harness.shared import cache
 
+    if not env.get("host_key"):
+        return None
     mine = cache.read_dict(CACHE_FILE).get(_machine_key(env)) or {}
     if not isinstance(mine, dict) or not mine:
         return None

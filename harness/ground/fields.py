@@ -25,6 +25,9 @@ class Env(TypedDict):
     platform: str
     cpu_model: str
     cpu_cores_usable: int
+    host_key: NotRequired[str | None]
+    """A digest of the host's name and machine id (provenance.host_key): runs made on this very host, as against
+    another of the same CPU; what this machine's between-session spread is kept for (harness/core/joins.py)."""
     memory_total_bytes: int
     distributed: dict[str, Any]
 
@@ -293,8 +296,8 @@ class RunOnly(TypedDict):
     its steps, between launches, a launch's fixed and per-step seconds, from `compare doctor`; null where none were
     measured here, and the workload's steps were kept)."""
     between_sessions: NotRequired[dict[str, Any]]
-    """What this machine's cache knew of the variation between runs when the run was made (from verdicts over
-    joined sessions): sessions, pairs, the median and largest between-session SD of a pair's log ratio, the median
+    """What this host's cache knew of the variation between runs when the run was made (from the latest verdict
+    over 3 or more joined sessions all made on this host, `env.host_key`): sessions, pairs, the median and largest between-session SD of a pair's log ratio, the median
     standard error within one run, the workload and the date; the verdict says it beside "these intervals hold for
     this run"."""
     precision_mode: NotRequired[dict[str, Any]]

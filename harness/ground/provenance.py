@@ -34,6 +34,25 @@ def memory_total_bytes() -> int:
     return psutil.virtual_memory().total
 
 
+def host_key() -> str | None:
+    """This host, as a digest of its name and machine id (neither is written into records): what tells a run made
+    here from one made on another machine of the same CPU and cores, e.g. a cloud VM of the same type. None where
+    neither can be read."""
+    import hashlib
+    import socket
+
+    parts = [socket.gethostname()]
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            parts.append(Path(path).read_text(encoding="utf-8").strip())
+            break
+        except OSError:
+            continue
+    if not any(parts):
+        return None
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -126,6 +145,7 @@ def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
+        "host_key": host_key(),
         "cpu_flags": cpu_flags(),
         "cpu_cores_usable": usable_cores(),
         "cpu_count_logical": os.cpu_count(),

@@ -83,6 +83,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                        "between-session part)",
            "sessions": [{"name": name, "date": (records[0].get("time_utc") or "")[:10],
                          "commit": (records[0].get("env") or {}).get("git_commit"),
+                         "host_key": (records[0].get("env") or {}).get("host_key"),
                          "command": records[0].get("command"), "launches": max(
                              (a["rows"][k]["n"] for k in a["ranked"]), default=0),
                          # launches its own report flags as disturbed (harness/core/assemble.py: noise)
@@ -135,7 +136,8 @@ def spread(joined: dict[str, Any]) -> dict[str, Any] | None:
         return None
     return {"sessions": len(joined["sessions"]), "pairs": len(taus), "tau_median": statistics.median(taus),
             "tau_max": max(taus), "se_median": statistics.median(ses),
-            "date": max(s["date"] for s in joined["sessions"])}
+            "date": max(s["date"] for s in joined["sessions"]),
+            "hosts": [s.get("host_key") for s in joined["sessions"]]}
 
 
 def markdown(joined: dict[str, Any]) -> list[str]:
@@ -207,8 +209,8 @@ def markdown(joined: dict[str, Any]) -> list[str]:
 
 
 def remember(joined: dict[str, Any], records: list[dict[str, Any]], where: Path) -> None:
-    """Keep the between-session spread of this machine and workload in its cache, for the next single run's verdict
-    to say (harness/core/comparison.py reads it into its records)."""
+    """Keep the between-session spread of this host and workload in its cache, where its sessions ran here, for the
+    next single run's verdict to say (harness/core/comparison.py reads it into its records)."""
     got = spread(joined)
     if got is not None:  # with the request it was of: a sentence quoting it names its rows and steps
         steps = next((r["controls"].get("steps") for r in records if r.get("controls")), None)

@@ -148,7 +148,8 @@ def _run(tmp_path, name, values, cpu=None, rows=None, steps=None, here=False, ch
             if here:
                 from harness.ground import provenance
 
-                r["env"].update(cpu_model=provenance.cpu_model(), cpu_cores_usable=provenance.usable_cores())
+                r["env"].update(cpu_model=provenance.cpu_model(), cpu_cores_usable=provenance.usable_cores(),
+                                host_key=provenance.host_key())
             if change:
                 change(r)
             r["rerun_command"] = (f"compare run --adapters {','.join(rows or values)} --steps 280 --repeats 4 "
@@ -168,7 +169,7 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
     rng = random.Random(4)
     shifts = [0.0, 0.005, -0.005, 0.0, 0.002, 0.08]  # ddp's lead over spawn, per session; the last much larger
-    runs = [_run(tmp_path, f"s{i}", _values(rng, shift)) for i, shift in enumerate(shifts)]
+    runs = [_run(tmp_path, f"s{i}", _values(rng, shift), here=True) for i, shift in enumerate(shifts)]
     out = tmp_path / "joined"
     shown = CliRunner().invoke(app, ["join", str(out), *map(str, runs)])
     assert shown.exit_code == 0, shown.output
@@ -196,13 +197,39 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     known = joins.known(json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"], "digits")
     assert known["sessions"] == 6 and known["pairs"] == 3 and known["tau_max"] >= known["tau_median"] >= 0
     assert len(known["rows"]) == 3 and known["rows"] == sorted(known["rows"]) and known["steps"] > 0  # its request
-    # a later join of fewer sessions (a throwaway of two runs) does not replace it, nor one below three sessions
+    # a later join of two sessions (a throwaway) does not replace it, an older one neither; a later one of 3 does
     env = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"]
+    here = [env["host_key"]] * 3
     small = {"sessions": 2, "pairs": 3, "tau_median": 0.41, "tau_max": 0.41, "se_median": 0.02, "date": "2026-12-01",
-             "where": str(tmp_path / "other")}
-    assert not joins.store(env, "digits", small) and not joins.store(env, "digits", {**small, "sessions": 4})
-    assert joins.known(env, "digits")["sessions"] == 6
-    assert joins.store(env, "digits", {**small, "sessions": 7}) and joins.known(env, "digits")["sessions"] == 7
+             "where": str(tmp_path / "other"), "hosts": here[:2]}
+    assert not joins.store(env, "digits", small) and joins.known(env, "digits")["sessions"] == 6
+    assert not joins.store(env, "digits", {**small, "sessions": 3, "hosts": here, "date": "2026-11-01"})
+    assert joins.store(env, "digits", {**small, "sessions": 3, "hosts": here})
+    assert joins.known(env, "digits")["sessions"] == 3
+    # a session made on another host (another VM of the same CPU), or records that name no host, are never kept
+    later = {**small, "sessions": 5, "hosts": [*here, "0123456789abcdef", env["host_key"]], "date": "2026-12-02"}
+    assert not joins.store(env, "digits", later) and not joins.store({**env, "host_key": None}, "digits",
+                                                                      {**later, "hosts": [None] * 5})
+    assert joins.known({**env, "host_key": "0123456789abcdef"}, "digits") is None
+    assert joins.known({k: v for k, v in env.items() if k != "host_key"}, "digits") is None
+
+
+def test_a_join_of_runs_made_on_another_host_is_never_quoted_as_this_machines_spread(tmp_path, monkeypatch):
+    """A committed join re-rendered here (its runs made on another VM of the same CPU and cores) once put its spread
+    into every later single run's verdict as "On this machine ..."."""
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(5)
+    runs = [_run(tmp_path, f"s{i}", _values(rng, 0.0), here=True,
+                 change=lambda r: r["env"].update(host_key="0123456789abcdef")) for i in range(4)]
+    shown = CliRunner().invoke(app, ["join", str(tmp_path / "joined"), *map(str, runs)])
+    assert shown.exit_code == 0, shown.output
+    again = CliRunner().invoke(app, ["report", str(tmp_path / "joined")])
+    assert again.exit_code == 0, again.output
+    from harness.ground import provenance
+
+    env = {**json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"],
+           "host_key": provenance.host_key()}
+    assert joins.known(env, "digits") is None and not (tmp_path / "cache" / joins.CACHE_FILE).exists()
 
 
 def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_machine_showed():
