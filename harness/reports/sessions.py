@@ -240,6 +240,11 @@ def console_lines(joined: dict[str, Any]) -> list[str]:
     """The joined verdict for the terminal: its lines, and per pair the between-session spread in one line."""
     names = {s["name"]: f"S{i + 1}" for i, s in enumerate(joined["sessions"])}
     out = [line.replace("**", "") for line in joined["lines"]]
+    disturbed = [s for s in joined["sessions"] if s.get("disturbed")]
+    if disturbed:  # the report's paragraph, in one line: a verdict over loaded sessions says so where it is read
+        out.append("Measured under interference (other processes or steal): " + "; ".join(
+            f"{names[s['name']]} {s['disturbed']} of {s['measured']} launches" for s in disturbed)
+            + "; kept in every figure (each session's report names them).")
     out.append("Between sessions (" + "; ".join(f"{v} {k}" for k, v in names.items()) + "):")
     for p in joined["pairs"]:
         if p.get("tau") is None:

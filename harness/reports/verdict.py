@@ -142,7 +142,36 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
     line = unmeasured_line(a)
     if line:
         out.append(line)
+    line = interference_line([r for k in ranked for r in launches[k]])
+    if line:
+        out.append(line)
     return out
+
+
+def interference_line(launches: list[dict[str, Any]]) -> str | None:
+    """Where the verdict's launches were measured under interference (their records' `noise`, read from /proc/stat
+    over each timed window: harness/core/assemble.py), how many and how much, beside the verdict: the notes name each
+    launch, but a verdict over a loaded machine must say so where it is read."""
+    hit = [r for r in launches if (r.get("noise") or {}).get("flags")]
+    if not hit:
+        return None
+
+    def span(key: str, flag: str) -> str | None:
+        shares = sorted(r["noise"][key] for r in hit if any(f.startswith(flag) for f in r["noise"]["flags"])
+                        and isinstance(r["noise"].get(key), (int, float)))
+        ends = list(dict.fromkeys(f"{v:.0%}" for v in (shares[:1] + shares[-1:])))
+        return "–".join(ends) if shares else None
+
+    said = [text.format(got) for text, got in (("other processes used {} of the CPUs over their timed windows",
+                                                span("other_cpu_share", "other processes")),
+                                               ("CPU steal {}", span("steal_share", "CPU steal"))) if got]
+    beside = sum("another compare run" in r["noise"]["flags"] for r in hit)
+    if beside:
+        said.append(f"another compare run measuring at the same time as {beside} of them")
+    said = said or sorted({f for r in hit for f in r["noise"]["flags"]})  # flags of records before the shares
+    every = "every launch" if len(hit) == len(launches) else f"{len(hit)} of the verdict's {len(launches)} launches"
+    return (f"**Measured under interference: {every}** ({'; '.join(said)}): every figure keeps them, so this verdict "
+            "describes the machine as loaded as it then was; the notes name each launch.")
 
 
 def _pair_text(a, p) -> str:

@@ -446,6 +446,10 @@ def test_a_join_says_how_many_launches_of_each_session_were_measured_under_inter
     assert ("Launches measured under interference (other processes or steal over their timed windows; each session's "
             "report names them): S1 12 of 12; S3 3 of 12. They are kept in every figure") in (
         tmp_path / "j" / "report.md").read_text()
+    # and the terminal says it beside the joined verdict, where it said nothing
+    lines = sessions.console_lines(sessions.analyse(joins.load(tmp_path / "j")))
+    assert ("Measured under interference (other processes or steal): S1 12 of 12 launches; S3 3 of 12 launches; kept "
+            "in every figure (each session's report names them).") in lines
 
 
 def test_join_says_when_a_directory_it_is_given_brings_other_sessions_and_records_the_command_as_typed(tmp_path,

@@ -596,3 +596,26 @@ def test_a_row_whose_launches_failed_is_named_in_the_verdict_with_what_they_did(
     one = verdict.analyse([{**r, "row_order": ["ddp", "fsdp"]} for r in recs if r["label"] == "ddp"] + recs[9:10])
     assert one["lines"][0].startswith("**Verdict: nothing to rank**")
     assert one["lines"][-1] == f"Not compared, no launch measured: fsdp (its one launch failed: {cut})."
+
+
+def test_a_verdict_over_launches_measured_under_interference_says_so_beside_it():
+    # every launch of a run was flagged by its noise reading; only the notes, far below the verdict, said so
+    recs = _records({"ddp": [100.0, 101.0, 99.0], "spawn": [90.0, 91.0, 89.0], "dp": [50.0, 50.0, 50.0]},
+                    devices={"dp": 1})
+    assert not any("interference" in line for line in verdict.analyse(recs)["lines"])
+    shares = {("ddp", 0): 0.2, ("ddp", 1): 0.74, ("spawn", 2): 0.44, ("dp", 0): 0.9}  # dp is not in the verdict
+    for r in recs:
+        share = shares.get((r["label"], r["repeat"]))
+        r["noise"] = {"other_cpu_share": share or 0.01, "steal_share": 0.0,
+                      "flags": [f"other processes used {share:.0%} of the CPUs"] if share else []}
+    recs[4]["noise"].update(steal_share=0.06, flags=[*recs[4]["noise"]["flags"], "CPU steal 6%", "another compare run"])
+    line = verdict.analyse(recs)["lines"][-1]
+    assert line == ("**Measured under interference: 4 of the verdict's 6 launches** (other processes used 20%–74% of "
+                    "the CPUs over their timed windows; CPU steal 6%; another compare run measuring at the same time "
+                    "as 1 of them): every figure keeps them, so this verdict describes the machine as loaded as it "
+                    "then was; the notes name each launch.")
+    for r in recs:
+        r["noise"]["flags"] = ["other processes used 50% of the CPUs"]
+        r["noise"]["other_cpu_share"] = 0.5
+    assert verdict.analyse(recs)["lines"][-1].startswith("**Measured under interference: every launch** (other "
+                                                         "processes used 50% of the CPUs over their timed windows)")
