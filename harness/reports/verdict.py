@@ -231,10 +231,14 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
                        f"{name_of(a, wide['b'])} {ratio_text(wide)}) are too wide to decide the margin. "
                        f"{a.get('narrower', NARROWER)} narrow them.")
     else:
-        # the top group's rows that some resolved pair places; a row resolved against none shares every letter
-        # only because its interval is wide, and is named apart
+        # the top group's rows that some resolved pair places; a row resolved against none (and equivalent to none
+        # of those placed) shares every letter only because its pairs' intervals are wide, and is named apart: its
+        # own interval may be the narrowest (a slow row beside wide fast ones)
         placed = {x for p in faster for x in (p["a"], p["b"])}
-        strong, weak = [k for k in top if k in placed], [k for k in top if k not in placed]
+        strong = [k for k in top if k in placed]
+        level = {x for p in pairs if p["outcome"] == "equivalent" and {p["a"], p["b"]} & set(strong)
+                 for x in (p["a"], p["b"])}
+        weak = [k for k in top if k not in placed and k not in level]
         among = [p for p in pairs if p["a"] in strong and p["b"] in strong]
         how = ("" if not among or not all(p["outcome"] == "equivalent" for p in among) else
                f"; {' and '.join(name_of(a, k) for k in strong)} are equivalent within ±{margin:.0%} (TOST)")
@@ -242,9 +246,10 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
                 f"(every other row is resolved behind at least one; no row is resolved ahead of every other: "
                 f"{test}{how})")
         if weak:
-            text += (f"; {', '.join(name_of(a, k) for k in weak)} {'is' if len(weak) == 1 else 'are'} in it only "
-                     f"because {'its interval is' if len(weak) == 1 else 'their intervals are'} wide: not resolved "
-                     "against any row")
+            one = len(weak) == 1
+            text += (f"; {', '.join(name_of(a, k) for k in weak)} {'is' if one else 'are'} in it only because "
+                     f"{'it is' if one else 'they are'} not resolved against any row (the intervals of "
+                     f"{'its' if one else 'their'} pairs are too wide to place {'it' if one else 'them'})")
         out.append(text + ".")
     if faster:
         out.append("Groups, highest estimate first (a compact letter display: rows that share a letter are not resolved "
@@ -261,14 +266,14 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
         said.append(f"not resolved (neither a difference nor equivalence within ±{margin:.0%}): "
                     + "; ".join(_pair_text(a, p) for p in unresolved))
     out.append(" · ".join(s[0].upper() + s[1:] for s in said) + ".")
-    # A row with a lower estimate may share the top group's letter while a row above it does not (its interval is
-    # wide): its letter then reads better than its pairs support, and the verdict says so.
+    # A row with a lower estimate may share the top group's letter while a row above it does not (its pairs are not
+    # resolved): its letter then reads better than its pairs support, and the verdict says so.
     for i, k in enumerate(order):
         worse = [j for j in order[:i] if min(letters[k]) < min(letters[j])]
         if worse:
             open_ = [oriented(pairs, j, k) for j in worse]
-            out.append(f"{name_of(a, k)} shares group {min(letters[k])} with faster rows only because its interval is "
-                       f"wide: it is not resolved against " + ", ".join(
+            out.append(f"{name_of(a, k)} shares group {min(letters[k])} with faster rows only because its pairs are "
+                       f"not resolved: it is not resolved against " + ", ".join(
                            f"{name_of(a, p['a'])} ({ratio_text(p)})" for p in open_)
                        + f", whose estimate{'s are' if len(open_) > 1 else ' is'} higher and which "
                        f"{'are' if len(open_) > 1 else 'is'} not in that group.")

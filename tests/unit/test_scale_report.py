@@ -422,7 +422,8 @@ def test_a_sweeps_backends_are_compared_at_each_world_size_as_a_run_compares_row
                      "deepspeed:zero_stage=0, deepspeed:zero_stage=1** (every other row is resolved behind at least "
                      "one; no row is resolved ahead of every other: two-sided t tests on log "
                      "throughput, Holm-adjusted over the pairs, p < 0.05); horovod, spawn, deepspeed:zero_stage=1 are "
-                     "in it only because their intervals are wide: not resolved against any row.")
+                     "in it only because they are not resolved against any row (the intervals of their pairs are "
+                     "too wide to place them).")
     assert "ddp 5.77× [4.80–6.94] ahead of deepspeed:zero_stage=3" in md[6]
     one = [r for r in records if r["repeat"] == 0]  # one launch per point: nothing to compare with an interval
     assert backends_section(one)[2] == \
