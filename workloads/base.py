@@ -325,6 +325,11 @@ class Workload(ABC):
             if len(got) != 2:
                 raise LossError(f"the loss of workload {getattr(self, 'ref', self.name)} returned {len(got)} values; "
                                 f"return the loss (a mean), or (sum, count) for a loss over a varying number of items")
+            if getattr(got[1], "requires_grad", False):  # two loss terms (multi-task code), not (sum, count)
+                raise LossError(f"the loss of workload {getattr(self, 'ref', self.name)} returned two values whose "
+                                f"second carries a gradient, so it is a loss term, not a count: two values are read "
+                                f"as (sum, count), the sum of a loss over a varying number of items and that number; "
+                                f"to train two terms, return their sum (e.g. `ce + 0.5 * mse`)")
             if not _one_number(got[1]):
                 raise LossError(f"the loss of workload {getattr(self, 'ref', self.name)} returned (value, "
                                 f"{type(got[1]).__name__}); the second of a loss's two values must be the count of the "

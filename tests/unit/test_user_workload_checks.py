@@ -261,6 +261,15 @@ BAD = {
                        "{path}:f", "the loss of workload {path}:f returned (value, dict); the second of a loss's two "
                                    "values must be the count of the items its first sums over (a number or a "
                                    "one-element tensor)"),
+    # two loss terms (multi-task code) were read as (sum, count): a different objective trained, with a bare ✗
+    "loss-of-two-terms": ("import torch\nimport torch.nn.functional as F\ndef f():\n"
+                          "    return {'model': torch.nn.Linear(2, 3), 'train': (torch.randn(64, 2), "
+                          "torch.zeros(64).long()),\n            'loss': lambda out, y: (F.cross_entropy(out, y), "
+                          "0.5 * out.pow(2).mean())}\n",
+                          "{path}:f", "the loss of workload {path}:f returned two values whose second carries a "
+                                      "gradient, so it is a loss term, not a count: two values are read as (sum, "
+                                      "count), the sum of a loss over a varying number of items and that number; to "
+                                      "train two terms, return their sum (e.g. `ce + 0.5 * mse`)"),
     "dataset-smaller-than-batch": (FUNCTION, "{path}:tiny",
                                    "global batch 128 is larger than workload {path}:tiny's training set (64 samples); "
                                    "choose a --global-batch of at most 64", "--global-batch", "128"),
