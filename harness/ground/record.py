@@ -218,8 +218,14 @@ def read_records(path: Path) -> list[Record]:
             raise ValueError(f"{path}: not a gzip file ({exc})") from None
     else:
         text = path.read_text(encoding="utf-8", errors="replace")
+    lines: dict[str, int] = {}
+    launches: dict[tuple, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
+            if line.strip() in lines:  # a launch counted twice would move every interval and the verdict
+                raise ValueError(f"{path}:{n}: repeats line {lines[line.strip()]} word for word; a records.jsonl "
+                                 f"holds each record once (remove the copy)")
+            lines[line.strip()] = n
             try:
                 rec = json.loads(line)
             except ValueError as exc:
@@ -227,5 +233,26 @@ def read_records(path: Path) -> list[Record]:
             except RecursionError:
                 raise ValueError(f"{path}:{n}: not a record (JSON nested too deep to read)") from None
             check_record(rec, f"{path}:{n}")
+            key = _launch_key(rec)
+            if key is not None and key in launches:
+                raise ValueError(f"{path}:{n}: a second record of row {rec.get('label')}'s launch "
+                                 f"{rec.get('repeat')}{_at(rec)} (line {launches[key]} is the first); a records.jsonl "
+                                 f"holds each launch once")
+            if key is not None:
+                launches[key] = n
             records.append(rec)
     return records
+
+
+def _launch_key(rec: dict[str, Any]) -> tuple | None:
+    """What names one launch among a run's, a tune's or a scale sweep's records (a comm run's cells share their
+    launch, and are not keyed)."""
+    kind = rec.get("kind", "run")
+    if kind not in ("run", "tune", "scale"):
+        return None
+    return (kind, rec.get("label"), rec.get("repeat"), rec.get("world_size"), json.dumps(rec.get("tune"),
+                                                                                         sort_keys=True))
+
+
+def _at(rec: dict[str, Any]) -> str:
+    return f" at world size {rec.get('world_size')}" if rec.get("kind") == "scale" else ""

@@ -796,6 +796,23 @@ def test_report_of_a_committed_run_with_one_field_mistyped(tmp_path):
     assert result.stderr.endswith(":2: step_time_s: 'median' is str, expected a number\n")
 
 
+@pytest.mark.parametrize("edit", ["copied", "edited"])
+def test_report_of_records_holding_one_launch_twice_is_refused_naming_both_lines(tmp_path, edit):
+    # a line pasted twice was counted as a fourth launch: rounds incomplete, new pairs resolved, the verdict changed
+    lines = records_text(RUNS / "digits_cpu2_20261126-045209").splitlines()
+    again = lines[4] if edit == "copied" else json.dumps({**json.loads(lines[4]), "samples_per_s": 1.0})
+    (tmp_path / "records.jsonl").write_text("\n".join([*lines[:5], again, *lines[5:]]) + "\n")
+    first = json.loads(lines[4])
+    result = invoke("report", tmp_path)
+    assert result.exit_code == 2, result.output
+    path = tmp_path / "records.jsonl"
+    said = (f"{path}:6: repeats line 5 word for word; a records.jsonl holds each record once (remove the copy)"
+            if edit == "copied" else f"{path}:6: a second record of row {first['label']}'s launch {first['repeat']} "
+                                     f"(line 5 is the first); a records.jsonl holds each launch once")
+    assert result.stderr == f"error: cannot read {path}: {said}\n"
+    assert not (tmp_path / "report.md").exists()
+
+
 def _committed_with(tmp_path, run, change):
     """A copy of a committed run's records (with its report and plots) whose records pass the field check but
     are changed by `change(records)`."""
