@@ -161,9 +161,13 @@ def manifest(directory: Path) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object with a list of sessions")
         if not isinstance(data.get("sessions"), list) or not all(isinstance(p, str) for p in data["sessions"]):
             raise ValueError("no list of sessions")
-    except (OSError, ValueError, AttributeError) as exc:
+        if not data["sessions"]:
+            raise ValueError("its list of sessions is empty; a join written by `compare join` lists two runs or more")
+    except (OSError, ValueError) as exc:
         raise NotJoinable(f"cannot read {path}: {exc}") from None
     return data
 

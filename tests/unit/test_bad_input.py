@@ -1450,3 +1450,20 @@ def test_an_out_under_a_virtual_filesystem_says_it_takes_no_new_entries(tmp_path
         assert (result.exit_code, result.stderr) == (2, (
             f"error: output directory {out} cannot be made: {where} takes no new entries (a virtual filesystem "
             f"such as /proc or /sys); choose another --out\n"))
+
+
+@pytest.mark.parametrize("content, said", [
+    ('{"sessions": []}', "its list of sessions is empty; a join written by `compare join` lists two runs or more"),
+    ("[1, 2]", "a JSON list, not an object with a list of sessions"),
+], ids=["empty", "a-list"])
+def test_a_join_whose_sessions_json_lists_no_sessions_is_one_line_in_report_diff_and_run_join(tmp_path, content, said):
+    # an empty list was an IndexError traceback in diff, run --join and index
+    join = tmp_path / "j"
+    join.mkdir()
+    (join / "sessions.json").write_text(content)
+    other = RUNS / "digits_cpu2_20261126-045209"
+    for args, prefix in ((["report", join], ""), (["diff", join, other], ""),
+                         (["run", "--join", join, "--out", tmp_path / "new", "--repeats", "1"], f"--join {join}: ")):
+        result = invoke(*args)
+        assert (result.exit_code, result.stderr) == (2, f"error: {prefix}cannot read {join / 'sessions.json'}: {said}\n")
+    assert not (tmp_path / "new").exists() and sorted(p.name for p in join.iterdir()) == ["sessions.json"]
