@@ -168,10 +168,10 @@ def _with_tuned(req: RunRequest) -> list[str]:
     """--adapters (if given) and then each backend's winner in the tune at --tuned DIR; BadInput if DIR is not a
     finished `compare tune`."""
     from harness.core import race
-    from harness.ground.record import RECORDS, read_records
+    from harness.ground.record import read_records, records_file
 
-    path = req.tuned / RECORDS
-    if not path.is_file():
+    path = records_file(req.tuned)  # records.jsonl, or the .gz a committed tune keeps
+    if path is None or not path.is_file():
         raise BadInput(f"--tuned {req.tuned}: no records.jsonl there; give a directory written by `compare tune`")
     try:
         records = read_records(path)

@@ -86,6 +86,20 @@ def test_run_tuned_and_report_refuse_a_tune_they_cannot_read_in_one_line(tmp_pat
     assert sorted(p.name for p in tune.iterdir()) == before and not (tmp_path / "o").exists()
 
 
+def test_run_tuned_reads_a_committed_tunes_gzipped_records(tmp_path):
+    # every committed tune keeps records.jsonl.gz, which report, diff and join read; --tuned said "no records.jsonl"
+    import gzip
+
+    tune = tmp_path / "tune"
+    tune.mkdir()
+    (tune / "records.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n"
+                                                                  for r in tune_records()).encode()))
+    run = invoke("run", "--tuned", tune, "-w", "widemlp", "--out", tmp_path / "o")
+    assert (run.exit_code, run.stderr) == (2, f"error: --tuned {tune} tuned workload digits, not widemlp; give -w "
+                                              f"digits or another tune\n")
+    assert not (tmp_path / "o").exists()
+
+
 def test_run_tuned_refuses_an_interrupted_tune(tmp_path):
     tune = write_run(tmp_path / "tune", _interrupted_in_its_first_launch())
     run = invoke("run", "--tuned", tune, "--out", tmp_path / "o")
