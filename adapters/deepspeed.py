@@ -216,8 +216,8 @@ class DeepSpeedLaunch(Launch):
 
     def missing_gradient(self):
         # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").
-        moves = ("so the optimizer steps it: momentum and weight decay keep moving it where a single process leaves "
-                 "it alone")
+        moves = ("so the optimizer steps it: its running state (SGD's momentum, Adam's moment estimates) and weight "
+                 "decay keep moving it where a single process leaves it alone")
         stage = self.knobs.zero_stage
         if stage == 0:
             return (f"DeepSpeed's engine gives a parameter without a gradient a zero one before the all-reduce "

@@ -223,8 +223,8 @@ class HorovodLaunch(Launch):
         # Read in Horovod 0.28.1's source and measured (docs/your-model.md, "What each backend does differently").
         return ("hvd.DistributedOptimizer gives a parameter without a gradient a zero one to all-reduce "
                 "(horovod/torch/optimizer.py, _allreduce_grad_async: \"Gradient was not computed, but we still need "
-                "to submit a tensor to allreduce\"), so the optimizer steps it: momentum and weight decay keep moving "
-                "it where a single process leaves it alone")
+                "to submit a tensor to allreduce\"), so the optimizer steps it: its running state (SGD's momentum, "
+                "Adam's moment estimates) and weight decay keep moving it where a single process leaves it alone")
 
 
 class HorovodStrategy(Strategy):

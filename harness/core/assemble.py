@@ -107,7 +107,7 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
         if stateful:
             text += (f" (the model's forward is stateful, {stateful}, but deterministic: every backend calls it once "
                      f"a step, as the single process does)")
-        if optimizer in ADAPTIVE:
+        if optimizer in ADAPTIVE and not note:  # a cause the backend names itself is not summation-order noise
             text += (f"; the optimizer, {optimizer}, divides each gradient by its running magnitude, so a parameter "
                      f"whose gradient is near zero (attention's key bias, which the softmax ignores) moves by about "
                      f"the learning rate on summation-order noise alone, and a backend that sums the batch in "
