@@ -86,6 +86,22 @@ def equivalence_notes(rows) -> list[str]:
     return [f"✗ in the max_param_diff column ({', '.join(labels)}): {why}." for why, labels in by_reason.items()]
 
 
+def unchecked_notes(rows) -> list[str]:
+    """Why a row's max_param_diff is "(not checked)", for the terminal, whose table has no room for it (report.md's
+    table says it in the cell): a model the check does not apply to (BatchNorm statistics per process, with the
+    knob that makes them global; a batch-dependent model). A row of another precision or with compression says why
+    in its own precision column, and is left out."""
+    by_reason: dict[str, list[str]] = {}
+    for row in rows:
+        eq = (row.get("first") or {}).get("equivalence") or {}
+        why = row["measured"] and row.get("max_param_diff") is not None and not eq.get("checked") \
+            and eq.get("why_not_checked")
+        if why and not why.endswith((" arithmetic", " gradient compression")):
+            by_reason.setdefault(why, []).append(row["adapter"])
+    return [f"not checked in the max_param_diff column ({', '.join(labels)}): {why}." for why, labels in
+            by_reason.items()]
+
+
 def cut_short(records: list[dict[str, Any]]) -> str | None:
     """The launches a run planned and has no record of, where nothing recorded says why (a run killed, or a machine
     that stopped, writes no `not_run` records): its rows that never ran, and the rounds others never reached. Every
@@ -586,7 +602,8 @@ def console_notes(records: list[dict[str, Any]]) -> list[str]:
         fix = reason.rsplit("(fix: ", 1)[1].removesuffix(")") if "(fix: " in reason else None
         lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
                                                            f"report.md)"))
-    notes = [note for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows)) if note]
+    notes = [note for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows), *unchecked_notes(rows))
+             if note]
     cut = cut_short(records)
     if cut:
         notes.append(f"the run ended before all its launches: {cut}")

@@ -231,6 +231,17 @@ def test_the_terminal_shows_an_unavailable_rows_fix_not_only_its_reason():
     assert notes[0].endswith("then run on a GPU machine: compare run --device cuda -n 1 -a amp,apex")
 
 
+def test_the_terminal_says_why_a_row_was_not_checked_where_its_cell_has_no_room():
+    # a BatchNorm model's rows showed "(not checked)" in the terminal with neither the reason nor the fix
+    records = [json.loads(line) for line in records_text(RUNS / "resnet_cpu2_20261126-052328").splitlines()]
+    notes = run_report.console_notes(records)
+    assert ("not checked in the max_param_diff column (dp, ddp, spawn, horovod): model is batch-dependent (BatchNorm "
+            "statistics per process).") in notes
+    # another precision says why in its own column: no line for it
+    digits = [json.loads(line) for line in records_text(RUNS / "digits_cpu2_20261126-045209").splitlines()]
+    assert not any(n.startswith("not checked") for n in run_report.console_notes(digits))
+
+
 def test_the_evaluation_column_is_named_by_the_metric_and_an_empty_one_says_why():
     records = _records()
     for r in records:
