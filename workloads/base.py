@@ -118,10 +118,15 @@ def nothing_to_train(model, name: str) -> str | None:
     return None
 
 
-def no_loss_fix(target: Any, own: str) -> str:
-    """The fix for a model that returned no loss where the workload gives none: `own` (the workload's own loss), and
-    first, for a dict batch, passing the labels in it (a transformers model computes its loss when given them)."""
-    if isinstance(target, Mapping):
+def no_loss_fix(target: Any, own: str, output: Any = None) -> str:
+    """The fix for a model that returned no loss where the workload gives none: `own` (the workload's own loss); for
+    a dict of loss terms (torchvision's detection models: loss_classifier, loss_box_reg), a loss that sums them; for
+    a dict batch without labels, first passing them (a transformers model computes its loss when given them)."""
+    terms = [k for k in output if "loss" in str(k).lower()] if isinstance(output, Mapping) else []
+    if terms:
+        return (f"its values {', '.join(map(str, terms))} are loss terms: {own} that sums them, e.g. loss=lambda "
+                f"output, target: sum(output.values())")
+    if isinstance(target, Mapping) and "labels" not in target:
         return f"pass the labels in the batch (a transformers model computes its loss when given `labels`) or {own}"
     return own
 
@@ -307,7 +312,7 @@ class Workload(ABC):
         if logits is None or isinstance(target, Mapping):
             raise LossError(f"the model returned {batches.describe(output)}, with no loss in it, and workload "
                             f"{self.name} gives no loss of its own: "
-                            + no_loss_fix(target, "override loss(output, target)"))
+                            + no_loss_fix(target, "override loss(output, target)", output))
         return F.cross_entropy(logits.float(), target)
 
     def count(self, target: Any) -> Any:

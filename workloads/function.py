@@ -173,7 +173,7 @@ class FunctionWorkload(Workload):
         if logits is None or isinstance(target, Mapping):
             raise LossError(f"workload {self.ref}: its model returned {batches.describe(output)}, with no loss in it, "
                             f"and the workload gives no loss piece: "
-                            + no_loss_fix(target, "give loss(output, target)"))
+                            + no_loss_fix(target, "give loss(output, target)", output))
         if target.is_floating_point():
             if logits.shape != target.shape:
                 # mse_loss broadcasts (B, 1) against (B,) to (B, B): every output against every target, which

@@ -248,8 +248,27 @@ BAD = {
                             "def f():\n    return {'model': M(), 'train': {'input_ids': torch.randn(64, 2), "
                             "'labels': torch.zeros(64).long()}}\n", "{path}:f",
                             "workload {path}:f: its model returned a dict of logits, with no loss in it, and the "
-                            "workload gives no loss piece: pass the labels in the batch (a transformers model computes "
-                            "its loss when given `labels`) or give loss(output, target)"),
+                            "workload gives no loss piece: give loss(output, target)"),
+    "output-without-labels": ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                              "        super().__init__()\n        self.lin = torch.nn.Linear(2, 3)\n"
+                              "    def forward(self, input_ids, mask=None):\n"
+                              "        return {'logits': self.lin(input_ids)}\n"
+                              "def f():\n    return {'model': M(), 'train': {'input_ids': torch.randn(64, 2), "
+                              "'mask': torch.ones(64).long()}}\n", "{path}:f",
+                              "workload {path}:f: its model returned a dict of logits, with no loss in it, and the "
+                              "workload gives no loss piece: pass the labels in the batch (a transformers model "
+                              "computes its loss when given `labels`) or give loss(output, target)"),
+    # torchvision's detection models return a dict of loss terms in training
+    "output-of-loss-terms": ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                             "        super().__init__()\n        self.lin = torch.nn.Linear(2, 3)\n"
+                             "    def forward(self, input_ids, labels):\n        out = self.lin(input_ids)\n"
+                             "        return {'loss_classifier': out.pow(2).mean(), 'loss_box_reg': out.abs().mean()}\n"
+                             "def f():\n    return {'model': M(), 'train': {'input_ids': torch.randn(64, 2), "
+                             "'labels': torch.zeros(64).long()}}\n", "{path}:f",
+                             "workload {path}:f: its model returned a dict of loss_classifier, loss_box_reg, with no "
+                             "loss in it, and the workload gives no loss piece: its values loss_classifier, "
+                             "loss_box_reg are loss terms: give loss(output, target) that sums them, e.g. loss=lambda "
+                             "output, target: sum(output.values())"),
     "loss-of-three": ("import torch\nimport torch.nn.functional as F\ndef f():\n"
                       "    return {'model': torch.nn.Linear(2, 3), 'train': (torch.randn(64, 2), torch.zeros(64).long()),"
                       "\n            'loss': lambda out, y: (F.cross_entropy(out, y, reduction='sum'), len(y), 1)}\n",
