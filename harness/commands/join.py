@@ -37,6 +37,7 @@ def join(req: JoinRequest) -> None:
     from harness.reports import sessions
 
     dirs: list[Path] = []
+    given: dict[Path, Path] = {}  # each session's resolved path -> the argument that brought it
     expanded = []
     for d in req.runs:
         if not d.is_dir():
@@ -47,7 +48,13 @@ def join(req: JoinRequest) -> None:
             fail(str(exc))
         if len(found) > 1 or found[0].resolve() != d.resolve():  # a join (or a run made with --join): its sessions
             expanded.append(f"{d} is a join of {len(found)} sessions ({', '.join(map(str, found))}), each taken")
-        dirs += [x for x in found if x.resolve() not in {y.resolve() for y in dirs}]
+        for x in found:  # a session counted twice would weigh twice in every pooled estimate
+            if x.resolve() in given:
+                via = list(dict.fromkeys(str(a) for a in (given[x.resolve()], d) if a.resolve() != x.resolve()))
+                fail(f"{x} is given twice" + (f" (a session of {' and '.join(via)})" if via else "")
+                     + "; give each session once")
+            given[x.resolve()] = d
+            dirs.append(x)
     if len(dirs) < 2:
         fail(f"compare join needs two runs or more; got {len(dirs)} ({', '.join(map(str, req.runs))})")
     named = []
@@ -63,7 +70,7 @@ def join(req: JoinRequest) -> None:
         joins.check(named)
         outdir.check(req.out, req.force, ("sessions.json", "report.md"))
     except (joins.NotJoinable, BadInput) as exc:
-        fail(str(exc))
+        fail(str(exc).replace("another --out", "another OUT directory"))  # join's OUT is its first argument
     if records_file(req.out) is not None:
         fail(f"{req.out} holds a run's records; give a new directory for the join")
     command = shlex.join(["compare", "join", str(req.out), *map(str, req.runs)])  # as typed; sessions.json lists all

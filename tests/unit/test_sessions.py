@@ -481,3 +481,22 @@ def test_a_row_measured_in_fewer_than_two_sessions_is_named_in_the_joined_verdic
     md = (tmp_path / "j" / "report.md").read_text()
     assert ("Not in the joined verdict (a row needs 3 measured launches in two sessions or more): spawn (S1: 4 "
             "launches measured; S2: 4 launches, all failed: rank 1 exited with code 1).") in md
+
+
+def test_a_session_given_twice_is_refused_not_silently_dropped(tmp_path):
+    # `join OUT A A` said "got 1", and a run that a given join already holds was dropped without a word
+    rng = random.Random(8)
+    a, b, c = (_run(tmp_path, name, _values(rng, 0.0)) for name in ("a", "b", "c"))
+    joined = CliRunner().invoke(app, ["join", str(tmp_path / "j"), str(a), str(b)])
+    assert joined.exit_code == 0, joined.output
+    j = tmp_path / "j"
+    for args, said in [([a, a, c], f"{a} is given twice; give each session once"),
+                       ([j, c, b], f"{b} is given twice (a session of {j}); give each session once")]:
+        shown = CliRunner().invoke(app, ["join", str(tmp_path / "k"), *map(str, args)])
+        assert (shown.exit_code, shown.stderr) == (2, f"error: {said}\n")
+        assert not (tmp_path / "k").exists()
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "report.md").write_text("x")
+    shown = CliRunner().invoke(app, ["join", str(tmp_path / "k"), str(a), str(c)])
+    assert shown.stderr == (f"error: output directory {tmp_path / 'k'} already holds results (report.md); use "
+                            f"--force to overwrite or choose another OUT directory\n")  # join has no --out
