@@ -813,6 +813,21 @@ def test_report_of_records_holding_one_launch_twice_is_refused_naming_both_lines
     assert not (tmp_path / "report.md").exists()
 
 
+@pytest.mark.parametrize("field, value, what", [("world_size", 4, "world size"), ("workload", "resnet", "workload"),
+                                                 ("run_id", "another", "run")])
+def test_report_of_records_of_two_runs_in_one_file_is_refused(tmp_path, field, value, what):
+    # a record of another run pasted in was counted as this run's launch, or dropped its row as not data-parallel
+    lines = records_text(RUNS / "digits_cpu2_20261126-045209").splitlines()
+    first = json.loads(lines[0])
+    lines[4] = json.dumps({**json.loads(lines[4]), field: value})
+    (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n")
+    result = invoke("report", tmp_path)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert (f"record 5 is of {what} {value}, record 1 of {first[field]}: the records of one run share their {what}; "
+            f"a records.jsonl holds one run") in result.stderr
+    assert not (tmp_path / "report.md").exists()
+
+
 def _committed_with(tmp_path, run, change):
     """A copy of a committed run's records (with its report and plots) whose records pass the field check but
     are changed by `change(records)`."""
