@@ -115,6 +115,7 @@ class RunUI:
         has 3 launches) and the widest simultaneous interval over the pairs, against --precision's target."""
         from rich.table import Table
 
+        from harness.reports.run_report import widest_text
         from harness.reports.verdict import interval_text
 
         letters = analysis["letters"] or {}
@@ -125,7 +126,9 @@ class RunUI:
             table.add_row(escape(label), interval_text(analysis["rows"][label]), letters.get(label, ""))
         widest = analysis["widest"]
         now = ("no interval yet (fewer than 3 launches per row)" if widest is None else
-               f"widest simultaneous interval over the pairs ±{widest[1]:.1%} ({escape(widest[0])})")
+               f"widest simultaneous interval over the pairs ±{widest[1]:.1%} ({escape(widest[0])})"
+               if widest[1] <= 1 else  # past ±100% a half-width says nothing of a ratio: the interval itself
+               f"widest simultaneous interval over the pairs: {escape(widest_text(widest, analysis))}")
         console.print(table)
         console.print(f"  {now}" + ("" if target is None else f"; target ±{target * 100:g}%"))
 

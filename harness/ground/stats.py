@@ -327,8 +327,8 @@ def letter_groups(order: list[str], differ: set[frozenset]) -> dict[str, str]:
 # variance estimated from 2-5 rounds: an audit's 3 sessions put 99.8% of the weight on one whose 3 rounds had happened
 # to agree, its pooled interval was that session's own, and the next session fell outside it; simulated with
 # within-session noise differing between sessions (CV 2-30%) and a between-session SD of 5-10%, that verdict called
-# identical rows different in 6-9% of runs against the stated 5%, where the t over the estimates stays at 2.4-5.6%
-# (tests/unit/test_sessions.py). Between-session variance tau^2 (DerSimonian and Laird's moment estimator), I^2 and
+# identical rows different in 6-9% of runs against the stated 5%, where the t over the estimates stays near 5%
+# (docs/fairness.md gives the simulation's figures; tests/unit/test_sessions.py). Between-session variance tau^2 (DerSimonian and Laird's moment estimator), I^2 and
 # Cochran's Q are still given: they describe the spread, and the interval does not rest on them. Why not a rows x
 # sessions mixed model on every launch: each session keeps its own analysis (rounds as blocks within it, Welch where a
 # launch failed), sessions may have different numbers of rounds, and each pair gets its own spread (the five runs'

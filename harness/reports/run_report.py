@@ -274,7 +274,7 @@ def _controls(rows) -> list[str]:
         f"- Equivalence: parameters after {eq['steps']} steps vs {eq['reference']}; fp32 tolerance "
         f"{eq['tolerance']:g}.",
         f"- Peak memory per rank over the timed steps (the table shows the largest rank's): "
-        f"{memory_kind([r['first'] for r in ok])}.",
+        f"{memory_kind(ok)}.",
         "- Threads per rank (torch intra-op), set explicitly for every launcher:",
     ]
     for row in ok:
@@ -511,7 +511,7 @@ def _precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any], mo
         open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"]
                  if (p["simultaneous"]["half_width"] or 1.0) > mode["target"]]
         widest = analysis.get("widest")
-        widest = widest and _widest(widest, analysis)
+        widest = widest and widest_text(widest, analysis)
     else:
         open_ = [k for k, r in analysis["ratios"].items() if (half_width(r) or 1.0) > mode["target"]]
         widths = [(k, half_width(r)) for k, r in analysis["ratios"].items() if half_width(r) is not None]
@@ -525,7 +525,7 @@ def _precision_lines(records: list[dict[str, Any]], analysis: dict[str, Any], mo
     return lines + [""]
 
 
-def _widest(widest: tuple[str, float], analysis: dict[str, Any]) -> str:
+def widest_text(widest: tuple[str, float], analysis: dict[str, Any]) -> str:
     """"a/b ±4.1%", the widest pair's simultaneous interval as its relative half-width; past ±100% the interval
     itself ("a/b 1.30× [0.07–24.1]"), where a half-width would say that the ratio could be negative."""
     name, hw = widest
@@ -555,7 +555,7 @@ def _two_stage_lines(mode: dict[str, Any], analysis: dict[str, Any], target: str
             "the variance turned out to be: the rounds are never stopped by how narrow the intervals happen to be.")
     widest = mode.get("widest")
     if widest:
-        text += f" Widest simultaneous interval: {_widest(widest, analysis)}."
+        text += f" Widest simultaneous interval: {widest_text(widest, analysis)}."
     open_ = [f"{p['a']}/{p['b']}" for p in analysis["pairs"] if (p["simultaneous"]["half_width"] or 1.0) >
              mode["target"]]
     if open_:

@@ -38,12 +38,13 @@ MEMORY_SHORT = {"cuda_max_allocated": "CUDA max allocated", "rss_vmhwm_minus_fil
                 "rss_vmhwm": "RSS high-water mark"}
 
 
-def memory_kind(firsts: list[dict]) -> str:
-    """How the rows' peak memory was measured, and on CPU how much file-backed memory it left out per row."""
-    kind = firsts[0].get("peak_memory_kind")
+def memory_kind(rows: list[dict]) -> str:
+    """How the rows' peak memory was measured, and on CPU how much file-backed memory it left out per row (the
+    largest over its launches and ranks, as its peak is)."""
+    kind = rows[0]["first"].get("peak_memory_kind")
     text = MEMORY_KINDS.get(kind, f"`{kind}`")
-    left = [f"{r.get('label') or r['adapter']} {max(b) / 2**20:,.0f}" for r in firsts
-            if (b := [x for x in r.get("peak_memory_file_bytes_per_rank") or [] if x is not None])]
+    left = [f"{r['first'].get('label') or r['first']['adapter']} {r['file_bytes_max'] / 2**20:,.0f}" for r in rows
+            if r.get("file_bytes_max") is not None]
     if left:
         text += f"; left out, MiB per rank (max): {', '.join(left)}"
     return text
@@ -104,6 +105,9 @@ def summarise(recs: list[dict[str, Any]]) -> dict[str, Any]:
     row.update(
         step_median=percentile(pooled, 50), step_p10=percentile(pooled, 10), step_p90=percentile(pooled, 90),
         step_n=len(pooled), peak_memory_bytes=max(r["peak_memory_bytes"] or 0 for r in ok) or None,
+        # the file-backed pages the peak leaves out, over every launch as the peak is (memory_kind says it)
+        file_bytes_max=max((x for r in ok for x in r.get("peak_memory_file_bytes_per_rank") or [] if x is not None),
+                           default=None),
         final_loss=statistics.median(r["final_loss"] for r in ok),
         # over the launches that evaluated (one whose evaluation crashed or hung has no figure)
         accuracy=(statistics.median(r["eval"]["accuracy"] for r in evaluated) if evaluated else None),

@@ -186,7 +186,18 @@ def holm_note(p: dict[str, Any]) -> str:
     has said what it is)."""
     if p["lo"] is None or p["p_holm"] < ALPHA or p["lo"] <= 1 <= p["hi"] or p.get("outcome") == "equivalent":
         return ""
-    return f" (p = {p['p_holm']:.2g} after Holm's correction)"
+    return f" (p = {p_text(p['p_holm'])} after Holm's correction)"
+
+
+def p_text(p: float) -> str:
+    """A p-value in two significant digits, or as many more as keep it from reading as the threshold it missed
+    (0.0501 is not "0.05")."""
+    alpha = round(ALPHA, 12)  # 1 - 0.95 in binary is 0.050000000000000044
+    for digits in range(2, 6):
+        text = f"{p:.{digits}g}"
+        if (float(text) < alpha) == (p < alpha) and (float(text) != alpha or p == alpha):
+            return text
+    return text
 
 
 def ranked_lines(a: dict[str, Any], launches) -> list[str]:

@@ -577,6 +577,22 @@ def test_a_widest_interval_past_100_percent_is_shown_as_the_interval_not_a_half_
     assert f"±{hw:.1%}" not in line
 
 
+def test_the_terminal_after_a_round_shows_a_widest_interval_past_100_percent_as_the_interval(monkeypatch):
+    # the report said "a/b 1.30× [0.07–24.1]" while the terminal still printed "±16862.5%"
+    from harness.commands import ui
+
+    printed = []
+    monkeypatch.setattr(ui.console, "print", lambda *args, **kw: printed.append(args[0]))
+    a = verdict.analyse(_records({"a": [100.0, 5.0, 60.0], "b": [50.0, 52.0, 49.0]}))
+    quiet = ui.QuietUI()
+    ui.RunUI.round_done(quiet, 3, a, 0.05)
+    line = next(p for p in printed if isinstance(p, str) and "widest" in p)
+    p = next(p for p in a["pairs"] if f"{p['a']}/{p['b']}" == a["widest"][0])
+    sim = p["simultaneous"]
+    assert line == (f"  widest simultaneous interval over the pairs: {a['widest'][0]} {p['estimate']:.2f}× "
+                    f"[{sim['lo']:.2f}–{sim['hi']:.2f}]; target ±5%")
+
+
 def test_a_row_whose_launches_failed_is_named_in_the_verdict_with_what_they_did():
     # An outside check: ddp and spawn failed and the verdict said only "nothing to rank — fewer than two rows were
     # measured", and a row that lost one launch of three was ranked on two without a word
@@ -637,3 +653,9 @@ def test_a_slow_row_with_a_narrow_interval_beside_wide_fast_rows_is_not_said_to_
     text = " ".join(a["lines"])
     assert "fsdp" in a["lines"][0] and "interval is wide" not in text and "intervals are wide" not in text
     assert "not resolved against any row (the intervals of" in a["lines"][0]
+
+
+def test_a_p_value_just_above_the_threshold_never_reads_as_the_threshold():
+    # a report printed "(p = 0.05 after Holm's correction)" for an adjusted p of 0.0501
+    assert [verdict.p_text(p) for p in (0.0501, 0.05004, 0.21, 0.056, 0.0499, 0.0496, 0.05)] == [
+        "0.0501", "0.05004", "0.21", "0.056", "0.0499", "0.0496", "0.05"]
