@@ -15,6 +15,7 @@ def comm(req: CommRequest) -> None:
     from harness.core import comm_bench
     from harness.reports import comm_report
 
+    _no_gpu_world(req)
     plan = planned(comm_bench.plan, req, "comm")
     over = " (oversubscribed)" if plan.oversubscribed else ""
     console.print(f"[bold]compare comm[/]: {len(plan.ops)} ops x {len(plan.sizes)} sizes, {req.world_size} ranks"
@@ -28,3 +29,17 @@ def comm(req: CommRequest) -> None:
         console.print(escape(line))
     measured(records, plan.out, "report.md, records.jsonl and busbw.png", interrupted, "backends",
              lambda r: r["backend"])
+
+
+def _no_gpu_world(req: CommRequest) -> None:
+    """On cuda, a world size left open on one machine is every GPU (harness/launching/hosts.py); where torch sees
+    none, that is 1, refused as too few ranks when what is missing is the GPU. There the plan takes comm's own default
+    of 2 ranks, so each backend's row says why it cannot run, as `compare run --device cuda` says it."""
+    if req.device != "cuda" or req.world_size is not None or req.topology is not None:
+        return
+    if req.hosts is not None or req.hostfile is not None or req.launcher == "slurm":  # the slots set it
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        req.world_size = 2

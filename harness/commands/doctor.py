@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import typer
 from rich.markup import escape
 
+import adapters
 import workloads
 from harness.commands.common import console, execute, fail, stop_on_signals
 from harness.commands.ui import QuietUI, RunUI
@@ -36,6 +37,9 @@ def doctor(req: DoctorRequest) -> None:
     precision a comparison can reach here in what time (nothing is written)."""
     from harness.core import noise_floor
 
+    if "," in req.adapter:  # `compare run -a` takes a list; the doctor measures one row's variation
+        fail(f"-a '{req.adapter}' names several rows; compare doctor launches one row: give one adapter (with knobs "
+             f"if any); valid choices: {', '.join(adapters.names())}")
     try:
         planned, scratch = noise_floor.plan(req.adapter, req.workload, req.launches, req.steps)
     except BadInput as exc:

@@ -12,7 +12,7 @@ from harness.commands.common import console, fail
 from harness.ground.argv import cli
 from harness.ground.errors import BadInput
 from harness.core.checks import check_cores
-from harness.core.checks import DEVICES
+from harness.core.checks import DEVICES, MAX_WORLD
 from harness.core.requests import Request
 
 
@@ -37,6 +37,8 @@ def list_all(req: ListRequest) -> None:
         fail(f"unknown device '{device}'; valid choices: {', '.join(DEVICES)}")
     if world_size < 1:
         fail(f"world size must be at least 1, got {world_size}")
+    if world_size > MAX_WORLD:  # --oversubscribe lifts the cores' bound, not this one
+        fail(f"world size must be at most {MAX_WORLD:,}, got {world_size}")
     try:  # the world size `compare run` would refuse is refused here too, in the same words
         over = check_cores(Request(device=device, world_size=world_size, oversubscribe=req.oversubscribe),
                            world_size)

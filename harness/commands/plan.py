@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import typer
 from rich.markup import escape
@@ -11,6 +12,7 @@ from rich.markup import escape
 import workloads
 from harness.commands.common import console, fail
 from harness.ground.argv import cli
+from harness.core.requests import typed_path
 
 
 @dataclass
@@ -41,7 +43,7 @@ class PlanRequest:
     """none; full (every block, i.e. shard unit, recomputed in backward, only its input kept); selective
     (torchtitan's per-op policy: matmul and attention outputs saved, every second matmul recomputed; also
     selective:op) or selective:N (every Nth block recomputed whole)."""
-    from_run: str | None = field(default=None, metadata=cli("--from"))
+    from_run: Path | None = field(default=None, metadata=cli("--from", parser=typed_path))
     """A `compare run` results directory of the same workload: each row's compute priced from what it measured (and
     its interval), not from an assumed utilisation. Without --gpu, the run's own machine and world size."""
     compile: bool = field(default=False, metadata=cli("--compile", negatable=False))
@@ -77,7 +79,6 @@ def plan(req: PlanRequest) -> None:
     assumed range of utilisation, or from a run's measurements with --from), the memory each holds per GPU and
     whether it fits, and a recommendation with its margin."""
     import dataclasses as dc
-    from pathlib import Path
 
     from harness.ground.errors import BadInput
     from harness.core.checks import pairs
@@ -91,7 +92,7 @@ def plan(req: PlanRequest) -> None:
     run = None
     try:
         if req.from_run is not None:
-            run = measured.read(Path(req.from_run))
+            run = measured.read(req.from_run)
     except measured.BadRun as exc:
         fail(str(exc))
     if run is not None and req.params is not None:
@@ -104,14 +105,22 @@ def plan(req: PlanRequest) -> None:
         fail(f"give the model to plan: {model}")
     if req.workload is not None and req.params is not None:
         fail(f"give {model}, not both")
+    if req.options and req.workload is None and run is None:
+        fail(f"-o {req.options[0]} sets a workload's option, and no workload is given (-w); a transformer given by "
+             f"--params is shaped by --layers, --hidden, --heads, --kv-heads and --ffn")
     if req.params is not None and req.layers is None:
         fail("--params needs --layers (its transformer blocks), e.g. --params 7e9 --layers 32")
     if req.nics_per_node != 1 and req.nic_gbps is None:  # an audit's --nics-per-node 2 was silently ignored
         fail(f"--nics-per-node {req.nics_per_node} needs --nic-gbps (the bus bandwidth across nodes is NICs per node "
              "x their line rate; without --nic-gbps it is the profile's measured network)")
+    if req.gpu is not None and not req.gpu.strip():  # '' is falsy: it would plan the default, h100
+        fail(f"an empty --gpu ({req.gpu!r}); choose from {', '.join(planner.gpu_choices())}")
+    if req.dtype is not None and not req.dtype.strip():  # and bf16
+        fail(f"an empty --dtype ({req.dtype!r}); choose from {', '.join(shapes.DTYPES)}")
     if req.optimizer is not None and req.optimizer not in shapes.OPTIMIZERS:
         fail(f"unknown --optimizer {req.optimizer}; choose from {', '.join(shapes.OPTIMIZERS)}")
     try:
+        shapes.within("--seq-len", req.seq_len)  # refused alike with -w, whose model has its own length
         options = dict(pairs(req.options, "option"))
         name = req.workload
         if run is not None:

@@ -88,8 +88,8 @@ BOUNDS = {
     "--hidden": Bound(64, 65_536, "from TinyStories-1M's 64 to 65,536, three times the widest published "
                                   "(MT-NLG 530B's 20,480)"),
     "--seq-len": Bound(1, 10_000_000, "up to ten million tokens, the longest context published (Llama 4 Scout)"),
-    "--batch": Bound(1, 65_536, "per GPU, up to 65,536, the largest global batch published (BERT with LAMB, You et "
-                                "al. 2020)"),
+    "--batch": Bound(1, 65_536, "per GPU, up to 65,536: no GPU's share can exceed the largest global batch "
+                                "published (BERT with LAMB, You et al. 2020)"),
     "--heads": Bound(1, 1_024, "up to 1,024, eight times the most published (MT-NLG 530B's 128)"),
     "--kv-heads": Bound(1, 1_024, "as --heads"),
     "--ffn": Bound(64, 262_144, "from 64 to 262,144, over three times the widest published MLP (PaLM 540B's "
@@ -107,7 +107,8 @@ def within(name: str, value: float | None) -> None:
         return
     b = BOUNDS[name]
     if not (math.isfinite(value) and b.low <= value <= b.high):
-        got = str(value) if isinstance(value, int) else _count(value)  # an integer as the user typed it
+        # an integer as the user typed it; a fraction below 1 in its own digits (1e-09, not "0")
+        got = str(value) if isinstance(value, int) else _count(value) if abs(value) >= 1 else f"{value:g}"
         raise BadPlan(f"{name} must be from {_count(b.low)} to {_count(b.high)} ({b.why}), got {got}")
 
 

@@ -171,8 +171,9 @@ def lines(d: dict[str, Any]) -> list[str]:
                f"the variation between runs")
     else:
         how = "per row B / A of the geometric means over launches with a 95% Welch interval"
+    # the margin as given: :.0% would round 99.9% to 100%
     out = [f"{b} against {a}: {d['workload']}, world size {d['world_size']}; {how}; differences and equivalence within "
-           f"±{d['margin']:.0%} (TOST) Holm-adjusted over the {len(d['rows'])} row(s) compared", ""]
+           f"±{d['margin'] * 100:g}% (TOST) Holm-adjusted over the {len(d['rows'])} row(s) compared", ""]
     if not d["by_sessions"]:
         one = " and ".join(n for n, k in zip(d["names"], d["sessions"]) if k == 1)
         out += [f"**{one} {'is' if ' and ' not in one else 'are each'} one run**: these intervals count the "

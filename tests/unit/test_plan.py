@@ -466,8 +466,11 @@ def test_the_plan_of_the_issue(tmp_path):
     (["--nics-per-node", "1000", "--nic-gbps", "100"], "--nics-per-node must be from 1 to 32 "),
     (["--nics-per-node", "2"], "--nics-per-node 2 needs --nic-gbps (the bus bandwidth across nodes is NICs per node x "
                                "their line rate; without --nic-gbps it is the profile's measured network)"),
-    (["--batch", "1000000000000"], "--batch must be from 1 to 65,536 (per GPU, up to 65,536, the largest global batch "
-                                   "published (BERT with LAMB, You et al. 2020)), got 1000000000000"),
+    (["--batch", "1000000000000"], "--batch must be from 1 to 65,536 (per GPU, up to 65,536: no GPU's share can "
+                                   "exceed the largest global batch published (BERT with LAMB, You et al. 2020)), got "
+                                   "1000000000000"),
+    (["--nic-gbps", "1e-30"], "--nic-gbps must be from 1 to 3,200 (up to 3,200 Gb/s, twice the fastest NIC announced "
+                              "(1.6 Tb/s)), got 1e-30"),  # it said "got 0"
     (["--global-batch", "8000000"], "--global-batch 8000000 is 1,000,000 per GPU; the batch per GPU must be at most "
                                     "65,536 "),
     (["--nodes", "3", "--global-batch", "100"],
