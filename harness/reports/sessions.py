@@ -95,7 +95,8 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                            f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds, combined over "
                            "the sessions with each session counted once (the mean of their log estimates, a 95% "
                            "Student t interval over them, sessions - 1 degrees of freedom), so every interval "
-                           "includes the variation between runs at other times; differences and equivalence (TOST, "
+                           f"includes the variation between runs at other times{span(sessions)}; differences and "
+                           "equivalence (TOST, "
                            f"margin ±{margin:.0%}) each Holm-adjusted over the pairs.)")}
     out["widest"] = analysis.widest(out) if ranks else None
     if len(ranked) < 2:
@@ -117,6 +118,24 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                                                                           for i, (_, a) in enumerate(per, 1)) + ")"
                                                      for k in missing) + ".")
     return out
+
+
+def span(sessions: list[tuple[str, list[dict[str, Any]]]]) -> str:
+    """" (as far apart as these: 50 min, 2026-11-25 22:58–23:48 UTC)": the time from the first launch to the end of
+    the last, which bounds what "other times" the pooled intervals have seen; "" where the records do not say."""
+    from datetime import datetime, timezone
+
+    from harness.core.estimate import duration
+
+    walls = [(r["launch_wall"], r["launch_wall"] + (r.get("wall_time_s") or 0.0)) for _, records in sessions
+             for r in records if isinstance(r.get("launch_wall"), (int, float))]
+    if not walls:
+        return ""
+    start, end = (datetime.fromtimestamp(t, timezone.utc) for t in (min(w[0] for w in walls),
+                                                                   max(w[1] for w in walls)))
+    until = end.strftime("%H:%M") if end.date() == start.date() else end.strftime("%Y-%m-%d %H:%M")
+    return (f" (as far apart as these: {duration((end - start).total_seconds())}, {start:%Y-%m-%d %H:%M}–{until} "
+            f"UTC; runs further apart may vary more)")
 
 
 def _launches_in(a: dict[str, Any], label: str) -> str:

@@ -500,3 +500,18 @@ def test_a_session_given_twice_is_refused_not_silently_dropped(tmp_path):
     shown = CliRunner().invoke(app, ["join", str(tmp_path / "k"), str(a), str(c)])
     assert shown.stderr == (f"error: output directory {tmp_path / 'k'} already holds results (report.md); use "
                             f"--force to overwrite or choose another OUT directory\n")  # join has no --out
+
+
+def test_a_joined_verdict_says_how_far_apart_its_sessions_were():
+    # "every interval includes the variation between runs at other times" over sessions 21 minutes apart
+    from datetime import datetime, timezone
+
+    t0 = datetime(2026, 11, 25, 22, 58, tzinfo=timezone.utc).timestamp()
+    one = [("a", [{"launch_wall": t0, "wall_time_s": 10.0}, {"launch_wall": t0 + 60, "wall_time_s": 10.0}]),
+           ("b", [{"launch_wall": t0 + 3000 - 10, "wall_time_s": 10.0}, {"label": "apex"}])]
+    assert sessions.span(one) == (" (as far apart as these: 50 min, 2026-11-25 22:58–23:48 UTC; runs further apart "
+                                  "may vary more)")
+    two = [one[0], ("b", [{"launch_wall": t0 + 2 * 86400, "wall_time_s": 0.0}])]
+    assert sessions.span(two) == (" (as far apart as these: 48 h 0 min, 2026-11-25 22:58–2026-11-27 22:58 UTC; runs "
+                                  "further apart may vary more)")
+    assert sessions.span([("a", [{"label": "apex"}])]) == ""
