@@ -105,14 +105,18 @@ def _raised_from(lines: list[str], i: int) -> tuple[int, str]:
     A cause that names a signal is kept beside it: torch's DataLoader raises "worker (pid(s) N) exited unexpectedly"
     from "worker (pid N) is killed by signal: Killed.", which is the reason."""
     named = None
+    # a launcher that prefixes each rank's lines ("[1]<stderr>:", "[rank1]:") interleaves the ranks' tracebacks:
+    # the chain is read in this rank's lines alone (another rank's cause could come between, and be taken for ours)
+    mine = _RANK_PREFIX.match(lines[i])
+    own = [k for k in range(len(lines)) if not mine or lines[k].startswith(mine.group(0))]
     while True:
         if _SIGNAL.search(lines[i]) and named is None:
             named = lines[i].strip()
-        j = next((k for k in range(i + 1, len(lines)) if DIRECT_CAUSE in lines[k] or _ERROR.search(lines[k])
-                  and not _FRAME.search(lines[k])), None)
+        j = next((k for k in own if k > i and (DIRECT_CAUSE in lines[k] or _ERROR.search(lines[k])
+                                                and not _FRAME.search(lines[k]))), None)
         if j is None or DIRECT_CAUSE not in lines[j]:
             break
-        k = next((k for k in range(j + 1, len(lines)) if _ERROR.search(lines[k]) and not _FRAME.search(lines[k])
+        k = next((k for k in own if k > j and _ERROR.search(lines[k]) and not _FRAME.search(lines[k])
                   and "Traceback (most recent call last)" not in lines[k]), None)
         if k is None:
             break
@@ -123,6 +127,8 @@ def _raised_from(lines: list[str], i: int) -> tuple[int, str]:
 
 
 _SIGNAL = re.compile(r"killed by signal|\bSIG[A-Z]{2,}\b|[Ss]ignal \d+")
+_RANK_PREFIX = re.compile(r"\[\d+\]<std(?:out|err)>:|\[(?:rank|default)\d+\]:")
+"""What horovodrun (mpirun-style "[1]<stderr>:") and torchrun ("[rank1]:", "[default1]:") put before a rank's lines."""
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

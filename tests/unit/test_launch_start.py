@@ -112,6 +112,19 @@ def test_an_exception_raised_from_another_is_the_error_named_not_its_cause(tmp_p
                    "[0]<stderr>:TypeError: Horovod rebuilds it; fix: give lr a default\n"
                    "RuntimeError: Horovod detected that one or more processes exited with non-zero status\n")
     assert first_error(log) == "[0]<stderr>:TypeError: Horovod rebuilds it; fix: give lr a default"
+    # two ranks' tracebacks interleaved (a loaded machine): rank 0's cause came between rank 1's cause and the error
+    # raised from it, and rank 1's bare cause was named (flaky in CI)
+    one, zero = "[1]<stderr>:", "[0]<stderr>:"
+    log.write_text(f"{one}Traceback (most recent call last):\n"
+                   f"{one}TypeError: StrictSGD.__init__() missing 1 required positional argument: 'lr'\n"
+                   f"{zero}Traceback (most recent call last):\n"
+                   f"{zero}TypeError: StrictSGD.__init__() missing 1 required positional argument: 'lr'\n"
+                   f"{one}\n{one}The above exception was the direct cause of the following exception:\n{one}\n"
+                   f"{zero}\n{zero}The above exception was the direct cause of the following exception:\n"
+                   f"{one}Traceback (most recent call last):\n"
+                   f"{one}TypeError: Horovod rebuilds it; fix: give lr a default\n"
+                   f"{zero}TypeError: Horovod rebuilds it; fix: give lr a default\n")
+    assert first_error(log) == f"{one}TypeError: Horovod rebuilds it; fix: give lr a default"
     log.write_text("ValueError: the first fault\n\nDuring handling of the above exception, another exception "
                    "occurred:\n\nTraceback (most recent call last):\nOSError: a second one\n")
     assert first_error(log) == "ValueError: the first fault"
