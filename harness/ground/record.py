@@ -102,9 +102,14 @@ def _measured(obj: dict[str, Any], keys: tuple[str, ...], where: str, positive: 
     step time cannot come from a run, and would be rendered as a figure."""
     for key in keys:
         v = obj[key]
-        if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        if not math.isfinite(v) or v < 0 or (positive and v == 0) or v > MEASURED_MAX:
             raise ValueError(f"{where}: '{key}' is {v!r}, which no measurement gives (a finite number "
-                             f"{'above' if positive else 'of at least'} 0)")
+                             f"{'above' if positive else 'of at least'} 0, below {MEASURED_MAX:g})")
+
+
+MEASURED_MAX = 1e30
+"""Beyond any throughput, time or byte count a machine gives (an exabyte is 1e18), and below where the statistics
+overflow (a 1e300 samples/s gave "OverflowError: math range error", naming neither the line nor the field)."""
 
 
 def _check(obj: Any, layer: type, where: str) -> None:

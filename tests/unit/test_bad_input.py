@@ -1321,12 +1321,15 @@ def _every(change_one):
 @pytest.mark.parametrize("run, change, problem", [
     # numbers no measurement gives: a report rendered them as "nan (±nan%)" or "-1 samples/s, efficiency 50%"
     ("digits_cpu2_20261123-101734", _set("row", "samples_per_s", float("nan")),
-     "'samples_per_s' is nan, which no measurement gives (a finite number above 0)"),
+     "'samples_per_s' is nan, which no measurement gives (a finite number above 0, below 1e+30)"),
     ("scale_digits_cpu2_20261125-085608", _set("row", "samples_per_s", -1.0),
-     "'samples_per_s' is -1.0, which no measurement gives (a finite number above 0)"),
+     "'samples_per_s' is -1.0, which no measurement gives (a finite number above 0, below 1e+30)"),
     ("comm_cpu2_n2_20261123-121520",
      lambda records: records[0]["time_s"].__setitem__("median", float("inf")),
-     "time_s: 'median' is inf, which no measurement gives (a finite number of at least 0)"),
+     "time_s: 'median' is inf, which no measurement gives (a finite number of at least 0, below 1e+30)"),
+    # a finite number past any measurement: the statistics overflowed ("OverflowError: math range error")
+    ("digits_cpu2_20261123-101734", _set("row", "samples_per_s", 1e300),
+     "'samples_per_s' is 1e+300, which no measurement gives (a finite number above 0, below 1e+30)"),
     # a scale record without its point: the report and predict rendered empty sections from it
     ("scale_digits_cpu2_20261125-085608", _every(lambda r: r.pop("scale", None)), "has no 'scale'"),
 ])
