@@ -1,7 +1,8 @@
 """Every bad input of every subcommand: one line naming the problem and the valid choices, exit code 2, no
 traceback, nothing written.
 
-One table (`CASES`) covers run (on one host and across hosts), comm, sbatch, scale, report, index and list; the CLI runs in process through typer's CliRunner
+One table (`CASES`) covers run (on one host and across hosts), comm, sbatch, scale, report, index, list, plan and
+doctor; the CLI runs in process through typer's CliRunner
 (the console script itself is exercised in test_layout.py).
 """
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.ground.record import records_file
+from harness.ground.record import read_records, records_file
 import torch
 from typer.testing import CliRunner
 
@@ -21,12 +22,14 @@ from harness.cli import app
 from harness.ground.provenance import memory_total_bytes, usable_cores
 from harness.core.checks import unavailable_message
 from harness.ground.sizes import format_mib
-from harness.model import hardware
+from harness.model import hardware, planner, shapes
 from harness.shared import collectives
 
 from conftest import RUNS, records_text
 
 CORES = usable_cores()
+GPUS = ", ".join(planner.gpu_choices())
+SEQ_LEN_0 = f"--seq-len must be from 1 to 1e7 ({shapes.BOUNDS['--seq-len'].why}), got 0"
 DDP_KNOBS = ("broadcast_buffers, bucket_cap_mb, comm_hook, compile, find_unused_parameters, gradient_as_bucket_view, "
              "powersgd_rank, powersgd_start_iter, powersgd_warm_start, static_graph, sync_bn")
 ADAPTERS = ", ".join(adapters.names())
@@ -558,19 +561,49 @@ CASES = [
      f"world size {CORES + 1} needs {CORES + 1} processes but this machine has {CORES} usable cores; use "
      f"--world-size {CORES} or fewer, or --oversubscribe to run it anyway (every row is then labelled "
      f"oversubscribed)"),
+    # an outside probe of the subcommands other than run (2026-11-29)
+    ("list-world-size-above-run-bound", ["list", "-n", "100000000", "--oversubscribe"],
+     "world size must be at most 65,536, got 100000000"),
+    ("list-world-size-above-run-bound-cuda", ["list", "--device", "cuda", "-n", "65537"],
+     "world size must be at most 65,536, got 65537"),
+    ("plan-from-empty", ["plan", "-w", "widemlp", "--from", ""],
+     "Invalid value for '--from': an empty path ('') (see `compare plan --help`)"),
+    ("plan-gpu-empty", ["plan", "-w", "widemlp", "--gpu", ""], f"an empty --gpu (''); choose from {GPUS}"),
+    ("plan-gpu-blank", ["plan", "-w", "widemlp", "--gpu", " "], f"an empty --gpu (' '); choose from {GPUS}"),
+    ("plan-dtype-empty", ["plan", "-w", "widemlp", "--dtype", ""],
+     f"an empty --dtype (''); choose from {', '.join(shapes.DTYPES)}"),
+    ("plan-option-without-workload", ["plan", "--params", "7e9", "--layers", "32", "-o", "x=1"],
+     "-o x=1 sets a workload's option, and no workload is given (-w); a transformer given by --params is shaped by "
+     "--layers, --hidden, --heads, --kv-heads and --ffn"),
+    ("plan-seq-len-0-workload", ["plan", "-w", "widemlp", "--seq-len", "0"], SEQ_LEN_0),
+    ("plan-seq-len-0-params", ["plan", "--params", "7e9", "--layers", "32", "--seq-len", "0"], SEQ_LEN_0),
+    ("doctor-several-rows", ["doctor", "-a", "ddp,spawn"],
+     f"-a 'ddp,spawn' names several rows; compare doctor launches one row: give one adapter (with knobs if any); "
+     f"valid choices: {ADAPTERS}"),
+    ("doctor-trailing-comma", ["doctor", "-a", "ddp,"],
+     f"-a 'ddp,' names several rows; compare doctor launches one row: give one adapter (with knobs if any); "
+     f"valid choices: {ADAPTERS}"),
 ]
 
 
 @pytest.mark.parametrize("argv, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, argv, message):
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, monkeypatch, argv, message):
+    import tempfile
+
+    work, scratch = tmp_path / "cwd", tmp_path / "tmp"  # the working and temporary directories stay empty (the
+    for d in (work, scratch):                           # doctor's scratch run is made in the latter)
+        d.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     out = tmp_path / "o"
     if argv[0] in ("run", "comm", "scale") and "--out" not in argv:
         argv = [*argv, "--out", str(out)]
     result = invoke(*argv)
     assert result.exit_code == 2, result.output
     assert result.stderr == f"error: {message}\n"
-    assert "Traceback" not in result.output
-    assert not out.exists(), "nothing may be written for bad input"
+    assert result.stdout == "" and "Traceback" not in result.output
+    assert not out.exists() and list(work.iterdir()) == list(scratch.iterdir()) == [], \
+        "nothing may be written for bad input"
 
 
 @pytest.mark.parametrize("value, message", [
@@ -1485,3 +1518,41 @@ def test_a_join_whose_sessions_json_lists_no_sessions_is_one_line_in_report_diff
         result = invoke(*args)
         assert (result.exit_code, result.stderr) == (2, f"error: {prefix}cannot read {join / 'sessions.json'}: {said}\n")
     assert not (tmp_path / "new").exists() and sorted(p.name for p in join.iterdir()) == ["sessions.json"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_comm_on_cuda_without_a_gpu_says_there_is_none_as_run_does(tmp_path):
+    # the default world size on cuda is the GPU count (none here: 1), which was refused as too small for
+    # communication; comm's own default of 2 ranks lets each backend say why it cannot run. Which backends are
+    # installed (and so how many share the reason) is this machine's: the line's ends are checked.
+    out = tmp_path / "o"
+    result = invoke("comm", "--device", "cuda", "--out", out)
+    assert result.exit_code == 2, result.output
+    line = result.stderr
+    assert line.startswith("error: no backend can run here: CUDA requested but torch sees no GPU"), line
+    assert line.endswith("see `compare list --device cuda --world-size 2` for the reasons and fixes\n"), line
+    assert line.count("\n") == 1 and "Traceback" not in result.output and not out.exists()
+
+
+def _run(tmp_path, name, samples_per_s):
+    """A run directory with one row, ddp, whose records are a committed run's with these samples/s per launch."""
+    template = next(r for r in read_records(RUNS / "digits_cpu2_20261126-045209" / "records.jsonl.gz")
+                    if r["label"] == "ddp")
+    d = tmp_path / name
+    d.mkdir()
+    records = [{**json.loads(json.dumps(template)), "repeat": k, "samples_per_s": v}
+               for k, v in enumerate(samples_per_s)]
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return d
+
+
+@pytest.mark.parametrize("margin, shown", [("99.9%", "±99.9%"), ("2.5%", "±2.5%"), ("5%", "±5%")])
+def test_diff_shows_the_margin_as_given_and_writes_nothing(tmp_path, margin, shown):
+    a = _run(tmp_path, "a", [100.0, 101.0, 99.0])
+    b = _run(tmp_path, "b", [100.5, 100.0, 99.5])
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = invoke("diff", "--margin", margin, a, b)
+    assert result.exit_code == 0, result.output
+    assert f"differences and equivalence within {shown} (TOST) Holm-adjusted" in result.stdout, result.stdout
+    assert "±100%" not in result.stdout
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
