@@ -227,10 +227,11 @@ def read_records(path: Path) -> list[Record]:
     launches: dict[tuple, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
-            if line.strip() in lines:  # a launch counted twice would move every interval and the verdict
-                raise ValueError(f"{path}:{n}: repeats line {lines[line.strip()]} word for word; a records.jsonl "
-                                 f"holds each record once (remove the copy)")
-            lines[line.strip()] = n
+            same = line.strip()
+            if same in lines:  # a launch counted twice would move every interval and the verdict
+                raise ValueError(f"{path}:{n}: repeats line {lines[same]} word for word; a records.jsonl holds each "
+                                 f"record once (remove the copy)")
+            lines[same] = n
             try:
                 rec = json.loads(line)
             except ValueError as exc:
@@ -239,7 +240,7 @@ def read_records(path: Path) -> list[Record]:
                 raise ValueError(f"{path}:{n}: not a record (JSON nested too deep to read)") from None
             check_record(rec, f"{path}:{n}")
             key = _launch_key(rec)
-            if key is not None and key in launches:
+            if key in launches:
                 raise ValueError(f"{path}:{n}: a second record of row {rec.get('label')}'s launch "
                                  f"{rec.get('repeat')}{_at(rec)} (line {launches[key]} is the first); a records.jsonl "
                                  f"holds each launch once")

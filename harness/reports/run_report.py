@@ -78,12 +78,7 @@ def equivalence_notes(rows) -> list[str]:
     """Why a row shows ✗ in the max_param_diff column, where the run found out: a model with dropout
     (harness/core/model_check.py), or the parameters that differ most and what the backend does with a parameter a
     step left without a gradient (harness/core/assemble.py: why_differs). Rows with the same reason share a note."""
-    by_reason: dict[str, list[str]] = {}
-    for row in rows:
-        why = row["measured"] and row["first"]["equivalence"].get("why_failed")
-        if why:
-            by_reason.setdefault(why, []).append(row["adapter"])
-    return [f"✗ in the max_param_diff column ({', '.join(labels)}): {why}." for why, labels in by_reason.items()]
+    return _column_notes(rows, "✗", lambda row: row["first"]["equivalence"].get("why_failed"))
 
 
 def unchecked_notes(rows) -> list[str]:
@@ -91,15 +86,22 @@ def unchecked_notes(rows) -> list[str]:
     table says it in the cell): a model the check does not apply to (BatchNorm statistics per process, with the
     knob that makes them global; a batch-dependent model). A row of another precision or with compression says why
     in its own precision column, and is left out."""
+    def why(row) -> str | None:
+        eq = row["first"].get("equivalence") or {}
+        said = row.get("max_param_diff") is not None and not eq.get("checked") and eq.get("why_not_checked")
+        return said if said and not said.endswith((" arithmetic", " gradient compression")) else None
+
+    return _column_notes(rows, "not checked", why)
+
+
+def _column_notes(rows, mark: str, reason) -> list[str]:
+    """One note per reason (`reason(row)`, None for none) of the measured rows, naming the rows that share it."""
     by_reason: dict[str, list[str]] = {}
     for row in rows:
-        eq = (row.get("first") or {}).get("equivalence") or {}
-        why = row["measured"] and row.get("max_param_diff") is not None and not eq.get("checked") \
-            and eq.get("why_not_checked")
-        if why and not why.endswith((" arithmetic", " gradient compression")):
+        why = row["measured"] and reason(row)
+        if why:
             by_reason.setdefault(why, []).append(row["adapter"])
-    return [f"not checked in the max_param_diff column ({', '.join(labels)}): {why}." for why, labels in
-            by_reason.items()]
+    return [f"{mark} in the max_param_diff column ({', '.join(labels)}): {why}." for why, labels in by_reason.items()]
 
 
 def cut_short(records: list[dict[str, Any]]) -> str | None:

@@ -203,12 +203,10 @@ def markdown(joined: dict[str, Any]) -> list[str]:
     md += ["", "Sessions: " + "; ".join(
         f"{names[s['name']]} [{s['name']}]({s['name']}/report.md) ({s['date']}, {s['launches']} launches per row)"
         for s in a["sessions"]) + ".", ""]
-    disturbed = [s for s in a["sessions"] if s.get("disturbed")]
+    disturbed = _disturbed(a, names, "")
     if disturbed:  # kept in every figure, as in each session's own report, which names them
         md += ["Launches measured under interference (other processes or steal over their timed windows; each "
-               "session's report names them): " + "; ".join(f"{names[s['name']]} {s['disturbed']} of {s['measured']}"
-                                                           for s in disturbed)
-               + ". They are kept in every figure: where the sessions were disturbed alike, the verdict over them "
+               "session's report names them): " + disturbed + ". They are kept in every figure: where the sessions were disturbed alike, the verdict over them "
                  "describes the machine as it was then, and the between-session spread does not show it.", ""]
     commits = list(dict.fromkeys(s.get("commit") for s in a["sessions"]))
     dirty = [names[s["name"]] for s in a["sessions"] if (s.get("commit") or "").endswith("-dirty")]
@@ -255,15 +253,20 @@ def render(out: Path, sessions: list[tuple[str, list[dict[str, Any]]]], command:
     return out / "report.md"
 
 
+def _disturbed(joined: dict[str, Any], names: dict[str, str], unit: str) -> str:
+    """"S1 23 of 156; S2 52 of 138": the sessions with launches measured under interference, "" where none was."""
+    return "; ".join(f"{names[s['name']]} {s['disturbed']} of {s['measured']}{unit}" for s in joined["sessions"]
+                     if s.get("disturbed"))
+
+
 def console_lines(joined: dict[str, Any]) -> list[str]:
     """The joined verdict for the terminal: its lines, and per pair the between-session spread in one line."""
     names = {s["name"]: f"S{i + 1}" for i, s in enumerate(joined["sessions"])}
     out = [line.replace("**", "") for line in joined["lines"]]
-    disturbed = [s for s in joined["sessions"] if s.get("disturbed")]
+    disturbed = _disturbed(joined, names, " launches")
     if disturbed:  # the report's paragraph, in one line: a verdict over loaded sessions says so where it is read
-        out.append("Measured under interference (other processes or steal): " + "; ".join(
-            f"{names[s['name']]} {s['disturbed']} of {s['measured']} launches" for s in disturbed)
-            + "; kept in every figure (each session's report names them).")
+        out.append(f"Measured under interference (other processes or steal): {disturbed}; kept in every figure (each "
+                   "session's report names them).")
     out.append("Between sessions (" + "; ".join(f"{v} {k}" for k, v in names.items()) + "):")
     for p in joined["pairs"]:
         if p.get("tau") is None:
