@@ -31,7 +31,7 @@ from harness.model import comm_cost
 from harness.model.compute import Compute, ComputeCurve
 from harness.model import costmodel as cm
 from harness.model.points import BASELINE
-from harness.shared.comm_schedule import Replicate, Schedule, Zero, from_record
+from harness.shared.comm_schedule import Replicate, Schedule, from_record
 
 UTILISATION = (0.1, 0.3, 0.5)
 """Fractions of the target device's peak FLOP/s assumed for the extrapolated compute (low, middle, high). Large
@@ -143,20 +143,19 @@ def calibrate(records: list[dict[str, Any]], comm: list[dict[str, Any]]) -> dict
     return out
 
 
-def _stage(schedule) -> int:
-    return schedule.stage if isinstance(schedule, Zero) else 0
-
-
 def predicted_memory(cal: dict[str, Any], n: int, extra_bytes: float = 0.0) -> float | None:
-    """Peak memory per rank at n: the world-size-1 peak, with the model states ZeRO partitions divided by n, plus
+    """Peak memory per rank at n: the world-size-1 peak, with the model states the schedule shards (ZeRO's stages,
+    FSDP's full shard) divided over its shard group, plus
     `extra_bytes` a schedule only needs with several ranks (Horovod's fusion buffer)."""
     if cal.get("peak_1") is None or not cal.get("param_count"):
         return None
     prof, params = cal["profile"], cal["param_count"]
     optim = (prof.get("optimizer_state_bytes") or 0) / params
-    stage = _stage(cal["schedule"])
-    states = lambda k: cm.model_state_bytes(params, k, stage, optim_bytes=optim)  # noqa: E731
-    return cal["peak_1"] - states(1) + states(n) + extra_bytes
+    schedule = cal["schedule"]
+    if schedule is None:
+        return cal["peak_1"] + extra_bytes
+    states = lambda k: cm.model_state_bytes(params, k, schedule.partitions, optim_bytes=optim)  # noqa: E731
+    return cal["peak_1"] - states(1) + states(schedule.shard_ranks(n)) + extra_bytes
 
 
 def contention_ratio(rec: dict[str, Any]) -> float | None:

@@ -242,14 +242,6 @@ held (1.0); toward a lower peak, the inverse; between devices of equal peak (an 
 which no published pair was found. The middle figure is the range's geometric middle."""
 
 
-def _sharded(schedule) -> bool:
-    """Whether a schedule steps each rank's optimizer on its 1/N (ZeRO from stage 1, FSDP), as the cost model's
-    pricers do."""
-    from harness.shared.comm_schedule import Fsdp, Zero
-
-    return isinstance(schedule, Fsdp) or (isinstance(schedule, Zero) and schedule.stage >= 1)
-
-
 def profile_of(gpu: str | None) -> str | None:
     """The hardware profile a GPU of this name computes as (harness/model/hardware.py's PEAKS), or None."""
     from harness.model.hardware import PEAKS
@@ -407,7 +399,9 @@ class FromRun:
         rate = shape.flops_per_sample / (fwd_ps + bwd_ps)  # FLOPs per second the run computed at, per sample
         recompute_ps = shape.recompute_flops_per_sample / rate
         schedule = adapter.comm_schedule()
-        opt = base.parts["optimizer"] * (base.processes if _sharded(self._schedule(base)) else 1)
+        # the run's optimizer step, over the whole model where its schedule stepped a 1/N shard
+        sharded = getattr(self._schedule(base), "partitions", 0) >= 1
+        opt = base.parts["optimizer"] * (base.processes if sharded else 1)
 
         def step(m, t, c):
             a = k * t * m * c

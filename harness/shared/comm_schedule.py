@@ -24,6 +24,16 @@ class Schedule:
     wire_scale: float = 1.0
     """Bytes on the wire per gradient byte: 0.5 with fp16 compression of fp32 gradients."""
 
+    @property
+    def partitions(self) -> int:
+        """The model states each rank holds 1/N of at its peak, as the ZeRO paper's stages count them: 0 none,
+        1 the optimizer state, 2 the gradients too, 3 the parameters too."""
+        return 0
+
+    def shard_ranks(self, n: int) -> float:
+        """Over how many of n ranks those states are split."""
+        return n
+
     def to_record(self) -> dict[str, Any]:
         """The record's `comm_schedule`: the kind, then every field."""
         return {"kind": self.KIND, **dataclasses.asdict(self)}
@@ -72,6 +82,10 @@ class Zero(Schedule):
     reuse_elems: int
     """stage3_max_reuse_distance: a parameter used again within it is not gathered again."""
 
+    @property
+    def partitions(self) -> int:
+        return self.stage
+
 
 @dataclass(frozen=True, kw_only=True)
 class Fsdp(Schedule):
@@ -86,6 +100,15 @@ class Fsdp(Schedule):
     replicas: int = 1
     """HSDP: replicas of each shard group (an all-reduce across them after the reduce-scatter)."""
     overlap: bool = True
+
+    @property
+    def partitions(self) -> int:
+        # without resharding after forward, every unit's parameters are whole from forward to backward: at the
+        # peak only the gradients and optimizer state are sharded
+        return 3 if self.reshard_after_forward else 2
+
+    def shard_ranks(self, n: int) -> float:
+        return n / self.replicas
 
 
 @dataclass(frozen=True, kw_only=True)

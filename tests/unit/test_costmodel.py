@@ -448,3 +448,27 @@ def test_scores_mark_each_point_and_the_baselines_on_known_rows():
     assert s["median_abs_error"] == pytest.approx(0.2)
     assert (s["within"], s["naive_within"], s["same_as_1_within"]) == (1, 2, 0)
     assert s["rho"] == {2: pytest.approx(1.0)}  # measured 1 < 2 < 3, predicted 1.05 < 2.6 < 3.6
+
+
+def test_predicted_memory_divides_what_each_schedule_shards():
+    # FSDP2 shards parameters, gradients and optimizer state as ZeRO-3 does (it had been predicted as unsharded);
+    # kept whole from forward to backward, its parameters are not divided at the peak; HSDP divides over a replica's
+    # shard group only; DDP divides nothing.
+    from harness.model.calibration import predicted_memory
+    from harness.shared.comm_schedule import Buckets, Fsdp, Zero
+
+    mib, params = 2**20, 1_000_000  # 4 MB of fp32 parameters, 8 bytes of optimizer state per parameter
+    def at(schedule, n):
+        cal = {"peak_1": 100 * mib, "param_count": params, "profile": {"optimizer_state_bytes": 8 * params},
+               "schedule": schedule}
+        return (100 * mib - predicted_memory(cal, n)) / params  # bytes per parameter saved against one rank
+
+    fsdp = dict(comm_backend="torch")
+    assert at(Fsdp(**fsdp), 4) == pytest.approx((4 + 4 + 8) * 3 / 4)
+    assert at(Fsdp(**fsdp, reshard_after_forward=False), 4) == pytest.approx((4 + 8) * 3 / 4)
+    assert at(Fsdp(**fsdp, replicas=2), 4) == pytest.approx((4 + 4 + 8) / 2)
+    zero = dict(comm_backend="deepspeed", bucket_elems=1, grad_reduce="all_reduce", norm_allreduce=False,
+                reuse_elems=0)
+    assert at(Zero(**zero, stage=1), 4) == pytest.approx(8 * 3 / 4)
+    assert at(Zero(**zero, stage=3), 4) == at(Fsdp(**fsdp), 4)
+    assert at(Buckets(comm_backend="torch", bucket_bytes=1, first_bucket_bytes=1), 4) == 0
