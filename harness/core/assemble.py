@@ -55,8 +55,8 @@ def param_diffs(params_path: Path, reference: dict | None) -> dict[str, float] |
     return {n: float((params[n] - reference[n]).abs().max()) if params[n].numel() else 0.0 for n in params}
 
 
-def max_param_diff(params_path: Path, reference: dict | None) -> float | None:
-    diffs = param_diffs(params_path, reference)
+def max_param_diff(diffs: dict[str, float] | None) -> float | None:
+    """The largest of param_diffs' differences (None: there was nothing to compare)."""
     # NaN anywhere (a diverged parameter, on either side) makes the whole difference NaN, which fails every
     # tolerance (stats.worst; max() would drop a NaN that is not first and pass the check).
     return None if diffs is None else worst(diffs.values())
@@ -278,7 +278,7 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     if rec["eval"] is None and r0.eval_skipped:
         rec["eval_skipped"] = r0.eval_skipped
     diffs = param_diffs(spec.params_path, reference)
-    rec["max_param_diff"] = None if diffs is None else worst(diffs.values())
+    rec["max_param_diff"] = max_param_diff(diffs)
     rec["equivalence"] = equivalence(spec, r0, workload, adapter, diffs, reference_gradients,
                                      label=rec.get("label", rec.get("adapter", "")), ranks=ranks,
                                      reference_losses=reference_losses, no_reference=no_reference)
@@ -305,7 +305,7 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     per_process = bool(bn) and bn_fix is not None
     applies = exact and workload.batch_dependence is None and not per_process
     checked = applies and not no_reference  # nothing to check against is no failed check
-    diff = None if diffs is None else worst(diffs.values())
+    diff = max_param_diff(diffs)
     out: dict[str, Any] = {
         "steps": spec.equiv_steps, "tolerance": workload.equiv_tolerance, "checked": checked,
         "passed": (diff is not None and diff <= workload.equiv_tolerance) if checked else None,

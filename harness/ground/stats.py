@@ -59,13 +59,6 @@ INTERVAL_METHOD = ("95% Student t interval over launches on log samples/s (geome
                    "log means (the verdict says which)")
 
 
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with `df` degrees of freedom (df may be fractional: Welch); scipy.stats."""
-    from scipy import stats as sp
-
-    return float(sp.t.cdf(t, df))
-
-
 def t_quantile(p: float, df: float) -> float:
     """The `p` quantile of Student's t (4.303 for p=0.975, df=2); scipy.stats."""
     if not 0.0 < p < 1.0 or df <= 0:

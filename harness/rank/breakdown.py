@@ -117,9 +117,9 @@ def _classify(events, cuda: bool):
             compute.append((s, end, phase_at(s)))
     if cuda:
         # A kernel belongs to the phase its launch was made in: the runtime or driver call (cudaLaunchKernel,
-        # cuLaunchKernelEx, cudaMemcpyAsync ...) of the same CUDA correlation id. linked_correlation_id() is not
-        # that: it names the CPU operator that made the call (the trace's "External id"), another numbering, and
-        # matching it against launches gave kernels the phase of unrelated calls (the fourth GPU lease).
+        # cuLaunchKernelEx, cudaMemcpyAsync ...) of the same CUDA correlation id. The trace's "External id"
+        # (profilers' linked_correlation_id) is not that: it names the CPU operator that made the call, another
+        # numbering, and matching it against launches gave kernels the phase of unrelated calls (the fourth GPU lease).
         launched = {e.correlation_id(): phase_at(e.start_ns()) for e in cpu
                     if e.correlation_id() and e.name().startswith("cu")}
         for e in events:
@@ -176,9 +176,6 @@ class TraceEvent:
 
     def correlation_id(self) -> int:
         return (self._e.get("args") or {}).get("correlation", 0)
-
-    def linked_correlation_id(self) -> int:
-        return (self._e.get("args") or {}).get("External id", 0)
 
     def activity_type(self) -> str:
         return self._e.get("cat") or ""
