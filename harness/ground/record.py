@@ -44,6 +44,12 @@ MEASURED = ("ok", "not_reached")
 """Statuses of a record that carries a full measurement: `not_reached` is an until-target row that trained its
 whole step budget without reaching the target (its timings, memory and metrics are all there)."""
 
+KINDS = ("run", "scale", "comm", "tune")
+"""A record's `kind` (fields.Base); absent: a run."""
+STATUSES = ("ok", "not_reached", "diverged", "unavailable", "failed", "timeout", "interrupted", "not_run")
+"""A row's `status` (fields.Base); a comm cell's also `unsupported`, never not_reached or diverged."""
+COMM_STATUSES = ("ok", "unavailable", "failed", "timeout", "interrupted", "not_run", "unsupported")
+
 
 def precision_label(controls: dict, conv_share: float | None = None) -> str:
     """Precision, plus wire compression when on: an fp16-compressed row never passes for plain fp32; and on CUDA an
@@ -132,6 +138,12 @@ def check_record(rec: Any, where: str = "record") -> None:
         raise ValueError(f"{where}: schema_version {rec['schema_version']!r}, this compare reads "
                          f"{' and '.join(map(str, READABLE_SCHEMAS))}")
     _check(rec["env"], Env, f"{where}: env")
+    if rec.get("kind", "run") not in KINDS:
+        raise ValueError(f"{where}: kind {rec['kind']!r}; a record's kind is one of {', '.join(KINDS)}")
+    statuses = COMM_STATUSES if rec.get("kind") == "comm" else STATUSES
+    if rec["status"] not in statuses:
+        raise ValueError(f"{where}: status {rec['status']!r}; a{' comm' if statuses is COMM_STATUSES else ''} "
+                         f"record's status is one of {', '.join(statuses)}")
     if rec.get("kind") == "comm":
         _check(rec, Comm, where)
         if rec["status"] == "ok":

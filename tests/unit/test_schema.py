@@ -61,3 +61,18 @@ def test_every_field_the_reader_requires_is_documented_with_what_it_requires():
         with pytest.raises(ValueError) as exc:
             check_record({**rec, field: "1"})
         assert f"'{field}' is str, expected int" in str(exc.value)
+
+
+def test_a_status_or_kind_no_compare_writes_is_refused_naming_the_choices():
+    # a misspelt status ('sucess') was read as a row that neither ran nor failed, and a kind 'rnu' as a run
+    from harness.ground.record import check_record
+
+    rec = json.loads(records_text(RUNS / "digits_cpu2_20261126-045209").splitlines()[0])
+    check_record(rec)
+    with pytest.raises(ValueError, match=r"^r: status 'sucess'; a record's status is one of ok, not_reached, "
+                                         r"diverged, unavailable, failed, timeout, interrupted, not_run$"):
+        check_record({**rec, "status": "sucess"}, "r")
+    with pytest.raises(ValueError, match=r"^r: kind 'rnu'; a record's kind is one of run, scale, comm, tune$"):
+        check_record({**rec, "kind": "rnu"}, "r")
+    with pytest.raises(ValueError, match=r"^r: status 'diverged'; a comm record's status is one of ok, unavailable, "):
+        check_record({**rec, "kind": "comm", "status": "diverged"}, "r")
