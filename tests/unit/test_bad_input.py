@@ -887,9 +887,7 @@ def _set(where, key, value):
     (_set("row", "equivalence", {}), "(KeyError: 'checked')"),
     (_set("row", "topology", {}), "(KeyError: 'processes')"),
     (_set("row", "loss_curve", ["x", None]), "(TypeError: "),
-    (_set("row", "kind", "bogus"), "(ValueError: records of kind bogus among records of kind run)"),
-    (_set("first", "kind", "bogus"), "(ValueError: records of kind 'bogus'; this compare renders run, comm, scale, tune)"),
-], ids=["equivalence-empty", "topology-empty", "loss-not-numbers", "mixed-kinds", "unknown-kind"])
+], ids=["equivalence-empty", "topology-empty", "loss-not-numbers"])
 def test_report_of_records_a_report_cannot_be_made_of_is_one_line_and_writes_nothing(tmp_path, change, problem):
     # Records that pass the field check but not the renderer: one line, exit 2, and the directory exactly as it
     # was (the renderer had already redrawn plots before it failed: they are put back).
@@ -900,6 +898,17 @@ def test_report_of_records_a_report_cannot_be_made_of_is_one_line_and_writes_not
     assert result.stderr.startswith(f"error: cannot make a report of {d}: its records.jsonl holds a record of a "
                                     f"shape this compare cannot read {problem}")
     assert result.stderr.endswith("; nothing was written\n") and result.stderr.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+@pytest.mark.parametrize("where, line", [("row", 2), ("first", 1)])
+def test_report_of_a_kind_compare_never_writes_is_refused_where_it_is_read(tmp_path, where, line):
+    d = _committed_with(tmp_path, "digits_cpu2_20261123-101734", _set(where, "kind", "bogus"))
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    result = invoke("report", d)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (f"error: cannot read {d / 'records.jsonl'}: {d / 'records.jsonl'}:{line}: kind 'bogus'; "
+                             f"a record's kind is one of run, scale, comm, tune\n")
     assert {p.name: p.read_bytes() for p in d.iterdir()} == before
 
 
@@ -1401,8 +1410,8 @@ def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhe
     (idx / "loop" / "records.jsonl").symlink_to(idx / "loop" / "records.jsonl")
     result = invoke("index", idx)
     assert result.exit_code == 0, result.output
-    assert (f"warning: skipped {idx / 'banana'}: a record of a shape this compare cannot read (ValueError: records "
-            f"of kind 'banana'; this compare renders run, comm, scale, tune)") in result.stderr
+    assert (f"warning: skipped {idx / 'banana'}: {idx / 'banana' / 'records.jsonl'}:1: kind 'banana'; a record's "
+            f"kind is one of run, scale, comm, tune") in result.stderr
     assert (f"warning: skipped {idx / 'loop'}: records.jsonl is a symbolic link that leads nowhere (a missing "
             f"target or a loop)") in result.stderr
     text = (idx / "README.md").read_text()
