@@ -29,7 +29,7 @@ _REGISTRY = Registry("adapter", _MODULES, "ADAPTER", hidden={"reference": "adapt
 _COMM: dict[str, str] = {"torch": "ddp", "horovod": "horovod", "deepspeed": "deepspeed"}
 
 __all__ = ["Adapter", "Availability", "UnknownName", "names", "get", "availability", "multinode", "comm_backends",
-           "comm_backend_adapter", "legend"]
+           "comm_backend_adapter", "legend", "declared"]
 
 
 def names() -> list[str]:
@@ -78,6 +78,20 @@ def legend() -> dict[str, dict]:
         out[name] = {"place": place, "adapter": name, "blog_label": list(blog) if blog else None}
     for backend, adapter in _COMM.items():
         out.setdefault(backend, {**out[adapter], "blog_label": None})
+    return out
+
+
+def declared(attr: str) -> list:
+    """Every adapter's class-level declaration `attr` (Launch.LOG_PEER_GONE, say), in registry order, leaving out
+    empty ones and adapters whose module fails to import: what the harness reads of all frameworks at once."""
+    out = []
+    for name in names():
+        try:
+            value = getattr(get(name), attr)
+        except Exception:  # noqa: BLE001 - an adapter module that fails to import declares nothing
+            continue
+        if value and value not in out:
+            out.append(value)
     return out
 
 

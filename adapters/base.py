@@ -355,6 +355,19 @@ class Launch(Role):
     knobs, across these hosts, on this model), how many processes a launch makes, the command that starts every
     rank, and what the framework is known to do that a record or a report explains."""
 
+    LOG_PEER_GONE: ClassVar[str] = ""
+    """A regular expression for the framework's words, in a rank's log, for a peer that has ended (Horovod's "has
+    been shut down ... caused by an exception on one of the ranks"): a consequence, never the cause a failed launch
+    is reported with (harness/launching/launch_logs.py adds it to gloo's "Connection reset by peer")."""
+
+    LOG_LAUNCHER_SUMMARY: ClassVar[str] = ""
+    """A regular expression for the framework's launcher's own summary of a failed worker, printed after the
+    worker's error: never the cause (torchrun's and torch.multiprocessing.spawn's are torch's, known already)."""
+
+    COMM_PATHS: ClassVar[tuple[str, ...]] = ()
+    """Folders of the framework's installed package where a rank waits for its peers (its communication module, as
+    "deepspeed/comm"): a stalled rank stopped in one is waiting, not computing (torch.distributed's is known)."""
+
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:
         """Can this adapter run `world_size` ranks on `device` ("cpu" or "cuda") here? Never raises."""

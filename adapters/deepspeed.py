@@ -57,6 +57,8 @@ _JIT_OPS_AT_INIT = ("deepspeed_shm_comm",)
 class DeepSpeedLaunch(Launch):
     """DeepSpeed: the parent's role (adapters/base.py: Launch)."""
 
+    COMM_PATHS = ("deepspeed/comm",)  # deepspeed.comm, over torch.distributed
+
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:

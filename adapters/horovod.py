@@ -110,6 +110,11 @@ AUTOTUNE_LOG = "horovod_autotune.csv"
 class HorovodLaunch(Launch):
     """Horovod: the parent's role (adapters/base.py: Launch)."""
 
+    # what a rank says once a peer's exception has ended the job, and horovodrun's summary of a failed worker
+    LOG_PEER_GONE = r"Horovod has been shut down\. This was caused by an exception on one of the ranks"
+    LOG_LAUNCHER_SUMMARY = r"Horovod detected that one or more processes exited with non-zero status"
+    COMM_PATHS = ("horovod",)
+
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:

@@ -35,7 +35,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.launching.launch_logs import (CONSEQUENCE, ERROR_LINE, exit_reason, first_error, last_line, matches_host,
+from harness.launching.launch_logs import (ERROR_LINE, consequence, exit_reason, first_error, last_line, matches_host,
                                            rank_records)
 from harness.shared.witness import CRASH_SIGNALS, LAUNCH, OUTSIDE, SUPERVISOR, read_json
 
@@ -201,7 +201,7 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
             # reset by peer", which may come first in the log
             how = {"containing": end.cause_containing, "causes_only": end.abrupt or end.crash is not None}
             cause = (first_error(own[0], **how) if own else None) or first_error(rank_dir / "launch.log", **how)
-            if end.error and not CONSEQUENCE.search(end.error) and not ERROR_LINE.search(end.error):
+            if end.error and not consequence().search(end.error) and not ERROR_LINE.search(end.error):
                 cause = end.error  # SystemExit, KeyboardInterrupt: its own, which no log line reads as an error
             if cause:
                 reason += f"; first error: {cause}"
@@ -234,7 +234,7 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
         # (a crash signal too: a segfault is never a peer's effect, an abort is one unless the exception is a peer's
         # "connection reset")
         late = [e for e in own_ends if e.time is not None and e.time - own.time < ABRUPT_LAG_S]
-        peer_gone = bool(own.error and CONSEQUENCE.search(own.error))
+        peer_gone = bool(own.error and consequence().search(own.error))
         own = (_first([e for e in late if e.crash not in (None, "SIGABRT")]) or _first([e for e in late if e.abrupt])
                or (_first([e for e in late if e.crash == "SIGABRT"]) if peer_gone else None) or own)
     if own:

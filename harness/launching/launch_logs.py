@@ -6,6 +6,7 @@ Runs in: the parent (harness/launching/launch.py)."""
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import re
 import signal
@@ -28,11 +29,19 @@ _ERROR = re.compile(r"\[fault injection\]|\w+(Error|Exception)\b:|\bKilled\b|Seg
 ERROR_LINE = _ERROR
 """A log line that reads as an error (an exception's last line, a crash, a launcher's "error:")."""
 
-_SUMMARY = re.compile(r"\bChildFailedError\b|\bProcess(Exited|Raised)Exception\b"
-                      r"|Horovod detected that one or more processes exited with non-zero status")
-"""A launcher's own summary of a failed worker (torchrun's "ChildFailedError:" and the table after it,
-torch.multiprocessing.spawn's "process 1 terminated with exit code 3", horovodrun's "Horovod detected that one or
-more processes exited"): never the cause."""
+def _launcher_summary() -> re.Pattern:
+    """A launcher's own summary of a failed worker (torchrun's "ChildFailedError:" and the table after it,
+    torch.multiprocessing.spawn's "process 1 terminated with exit code 3", and each framework's launcher's as its
+    adapter declares it, horovodrun's "Horovod detected that one or more processes exited"): never the cause."""
+    return _with_declared(r"\bChildFailedError\b|\bProcess(Exited|Raised)Exception\b", "LOG_LAUNCHER_SUMMARY")
+
+
+@functools.cache
+def _with_declared(own: str, attr: str) -> re.Pattern:
+    import adapters
+
+    return re.compile("|".join([own, *adapters.declared(attr)]))
+
 
 STOPPED = re.compile(r"\bSignalException\b: Process \d+ got signal")
 """torchrun's words for the signal that stopped it: the cause where someone else sent it, never where compare did
@@ -60,26 +69,26 @@ def start_error(exc: BaseException) -> str:
 
 
 
-CONSEQUENCE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Connection refused"
-                         r"|Horovod has been shut down\. This was caused by an exception on one of the ranks")
-"""What a rank says when a peer has gone: never the cause of a launch's failure (Horovod's words for a peer that
-ended included)."""
+def consequence() -> re.Pattern:
+    """What a rank says when a peer has gone: never the cause of a launch's failure (gloo's and the sockets' words,
+    and each framework's as its adapter declares it: Horovod's for a peer that ended)."""
+    return _with_declared(r"Connection (reset|closed) by peer|Broken pipe|Connection refused", "LOG_PEER_GONE")
 
 
 def first_error(path: Path, containing: str | None = None, causes_only: bool = False,
                 stopped_by_us: bool = False) -> str | None:
     """The first line of a log that looks like the root cause (launchers print their own summary last): only one
-    `containing` a text where given, none that a peer's end causes (`CONSEQUENCE`) with `causes_only`, and none that
+    `containing` a text where given, none that a peer's end causes (`consequence()`) with `causes_only`, and none that
     compare's own stop of the launch causes (`STOPPED`, and a peer's end) with `stopped_by_us`."""
     causes_only = causes_only or stopped_by_us
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         for i, line in enumerate(lines):
-            if (containing is not None and containing not in line or causes_only and CONSEQUENCE.search(line)
+            if (containing is not None and containing not in line or causes_only and consequence().search(line)
                     or stopped_by_us and STOPPED.search(line)):
                 continue
             if (_ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line)
-                    and not _SUMMARY.search(line)):
+                    and not _launcher_summary().search(line)):
                 i, line = _raised_from(lines, i)
                 found = line.strip()
                 if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:

@@ -11,6 +11,7 @@ loop its training thread is at: harness/rank/train.py runs a step's statements t
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import signal
@@ -51,9 +52,15 @@ def _shown(file: str, line: int, func: str) -> str:
     return f"{func} ({where}:{line})"
 
 
-COMMUNICATION = re.compile(r"[/\\](torch[/\\]distributed|deepspeed[/\\]comm|horovod)[/\\]")
-"""Where a rank waits for its peers: torch.distributed (DDP's reducer, FSDP's all-gather and reduce-scatter, the
-collectives), DeepSpeed's comm module, Horovod."""
+@functools.cache
+def _communication() -> re.Pattern:
+    """Where a rank waits for its peers: torch.distributed (DDP's reducer, FSDP's all-gather and reduce-scatter, the
+    collectives), and each framework's communication code as its adapter declares it (DeepSpeed's comm module,
+    Horovod)."""
+    import adapters
+
+    paths = ["torch/distributed", *(p for declared in adapters.declared("COMM_PATHS") for p in declared)]
+    return re.compile(r"[/\\](" + "|".join(re.escape(p).replace("/", r"[/\\]") for p in paths) + r")[/\\]")
 
 
 def _python_own(file: str) -> bool:
@@ -82,7 +89,7 @@ def waiting(dump: str) -> bool:
     """Whether the training thread's innermost frame outside Python's library is in a communication library: the
     rank waits for its peers there."""
     place = _place(dump)
-    return place is not None and bool(COMMUNICATION.search(place[1][0]))
+    return place is not None and bool(_communication().search(place[1][0]))
 
 
 def first_to_stop(steps: dict[int, int], dumps: dict[int, str]) -> dict | None:
