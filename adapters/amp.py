@@ -71,6 +71,19 @@ class AmpCost(DDPCost):
     def plan_knobs(cls, dtype):
         return [{"precision": dtype}] if dtype in ("bf16", "fp16") else "mixed precision only; ddp is its fp32 row"
 
+    def memory_buffers(self, tensors, largest, n, trainable=None):
+        # autocast casts each matmul's and convolution's fp32 weight to 16 bits once a forward (its cast cache) and
+        # the matmul saves that copy for backward: a second copy of those weights until backward has used it
+        # (largest["cast"]: their parameters, where the planner counted them)
+        out = super().memory_buffers(tensors, largest, n, trainable)
+        if largest.get("cast"):
+            precision = "16-bit" if self.knobs.precision == "auto" else self.knobs.precision
+            out.append(("autocast's weight copies", 2 * largest["cast"],
+                        f"each matmul and convolution weight backward needs, cast to {precision} once a forward "
+                        f"(autocast's cache) and saved for backward, 2C (C: those weights' parameters, "
+                        f"{largest['cast']:,.0f})"))
+        return out
+
 
 class AmpAdapter(AmpStrategy, AmpCost, DDPAdapter):
     name = "amp"

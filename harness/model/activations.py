@@ -141,6 +141,11 @@ class Saved:
 
     def __init__(self, model, units=(), policy: Checkpointing | None = None):
         self.states = {_key(p) for p in model.parameters()} | {_key(b) for b in model.buffers()}
+        self.weights = {_key(p): float(p.numel()) for p in model.parameters() if p.dim() >= 2}
+        """A matrix or convolution parameter's storage -> its elements: what autocast casts when a matmul or
+        convolution takes it."""
+        self.weights_saved: dict[int, int] = {}
+        """A weight autograd saved for backward -> the outermost unit running when it was saved (-1 for none)."""
         self.units = list(units)
         self.policy = policy if policy is not None and policy.op else None
         self.kept: dict[int, tuple[int, bool, float]] = {}
@@ -221,6 +226,8 @@ class Saved:
         def pack(t):
             base = t if t._base is None else t._base
             key = _key(base)
+            if key in self.weights:
+                self.weights_saved.setdefault(key, self._active[0] if self._active else -1)
             if key not in self.states and key not in self.kept:
                 self.kept[key] = (self._active[0] if self._active else -1, *_size(base))
             return t
@@ -242,6 +249,13 @@ class Saved:
         checkpointed unit's own while backward recomputes it."""
         held, largest = self.parts(checkpointing)
         return held[0] + largest[0], held[1] + largest[1]
+
+    def saved_weights(self, checkpointing: Checkpointing | None = None) -> float:
+        """Elements of the matrix and convolution weights autograd holds for backward at the end of forward (each
+        once; those of checkpointed units are taken again when backward recomputes them): what autocast holds a
+        16-bit copy of, the copy its matmul saved."""
+        ck = checkpointing or Checkpointing()
+        return sum(self.weights[k] for k, u in self.weights_saved.items() if u < 0 or not ck.checkpointed(u))
 
     def parts(self, checkpointing: Checkpointing | None = None) -> tuple[tuple[float, float], tuple[float, float]]:
         """(what is held at the end of forward, what the largest checkpointed unit's recompute adds to it), each as

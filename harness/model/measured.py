@@ -58,6 +58,19 @@ class Row:
     compiled: bool
     cuda_math: dict[str, Any] | None = None
     conv_share: float | None = None
+    devices_used: int | None = None
+    """The devices its launches computed on (topology.devices_used; None: not recorded)."""
+    world_size: int | None = None
+    """The world size the run asked for (its records' world_size)."""
+
+    @property
+    def not_parallel(self) -> str | None:
+        """Why the row was not data-parallel across its run's world size (fewer devices used than the world size:
+        the rule by which the run's verdict leaves a row out of its ranking), else None."""
+        if self.devices_used is None or self.world_size is None or self.devices_used >= self.world_size:
+            return None
+        return (f"ran on {self.devices_used} device(s) of {self.world_size}: not data-parallel across the world "
+                f"size, left out of the run's ranking too")
 
     @property
     def samples(self) -> dict[str, Any]:
@@ -179,7 +192,8 @@ def read(path: Path) -> Run:
                               [int(r.get("repeat") or 0) for r in recs], parts, how, inside,
                               (mfu or {}).get("peak_tflops"), max(peaks) if peaks else None,
                               max(reserved) if reserved else None, bool(knobs.get("compile")),
-                              controls.get("cuda_math"), recs[0].get("conv_flops_share"))
+                              controls.get("cuda_math"), recs[0].get("conv_flops_share"), top.get("devices_used"),
+                              int(recs[0].get("world_size") or run.world_size))
     for r in records:
         if r["label"] not in run.rows:
             run.skipped.setdefault(r["label"], f"{r.get('status')}: {' '.join(str(r.get('reason') or '').split())}")
@@ -301,8 +315,9 @@ class FromRun:
     def reference(self, dtype: str) -> Row | None:
         """The run's row whose compute prices the configurations it did not run: the one with the most samples/s
         per process at `dtype` (the least framework cost on top of the compute; its whole step, not its split, which
-        a profiler can misattribute), compiled where --compile asks and the run has such a row."""
-        rows = [r for r in self.run.rows.values() if r.precision == dtype]
+        a profiler can misattribute), compiled where --compile asks and the run has such a row; not a row that was
+        not data-parallel across the run's world size (Row.not_parallel)."""
+        rows = [r for r in self.run.rows.values() if r.precision == dtype and not r.not_parallel]
         wanted = [r for r in rows if r.compiled == self.compile] or [r for r in rows if not r.compiled] or rows
         return max(wanted, key=lambda r: r.samples["mid"] / r.processes, default=None)
 
@@ -377,7 +392,7 @@ class FromRun:
                                      p["comm"] * m, p["other"] * m))
             inside = " (its communication inside: no --breakdown)" if row.comm_inside else ""
             return planner.Priced(steps, f"its own step as measured{inside}", row.processes, row.precision,
-                                  measured=row, assumed=[steps[1].step_s] * 3)
+                                  measured=row, assumed=[steps[1].step_s] * 3, left_out=row.not_parallel)
         if fabric is None:
             return "not measured by the run (on its CPU only what it measured is priced)"
         if row is None and self.compile:  # the run measured this configuration plain: its own compute, sped up
@@ -419,7 +434,8 @@ class FromRun:
             how += f" with the run's communication at {base.processes} processes inside it (no --breakdown)"
         if compiled != (1.0, 1.0, 1.0):
             how += f", x{compiled[1]:.2f} for torch.compile"
-        return planner.Priced(steps, how, cluster.gpus, cluster.dtype, measured=base, assumed=assumed)
+        return planner.Priced(steps, how, cluster.gpus, cluster.dtype, measured=base, assumed=assumed,
+                              left_out=row.not_parallel if row is not None else None)
 
     @staticmethod
     def _schedule(row: Row):

@@ -14,7 +14,8 @@ where it is made (harness/reports/plan_report.py says them):
   reads and writes its state at the device's memory bandwidth. No framework overhead is carried over (none was
   measured on the target);
 - network: the profile's bus bandwidth inside a node; across nodes, the node's NICs at NIC_EFFICIENCY of their
-  line rate when --nic-gbps is given, else the profile's own measured figure;
+  line rate when --nic-gbps is given, else the profile's own figure for the share of its NICs a node of that many
+  GPUs keeps (profile_nics: the profile's figure is its full node's NICs summed);
 - memory, in GiB: model states (parameters, gradients, optimizer state), as each adapter counts them
   (`model_state_bytes`, `model_state_rule`: ZeRO-2 and ZeRO-3 as DeepSpeed's estimators), plus the activations one
   GPU's batch keeps for backward, the same under every data-parallel backend: counted by autograd on the meta
@@ -30,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +51,10 @@ ALLOCATOR_HEADROOM = 0.10
 assumption, not a measurement of the target. On the H200 (docs/gpu.md, the fourth lease) reserved over allocated
 was 1.10 for ddp and amp, 1.15 and 1.14 for FSDP2, 1.27 for ZeRO-3."""
 GiB = 2**30
+PLAN_CHECKED_GPUS = 128
+"""The most GPUs of the published runs `compare plan` is held against (torchtitan's Llama 3.1 8B on 128 H100s:
+tests/fixtures/published_plans.json, docs/scaling.md's "Held against published runs"; a test holds this to the
+fixture)."""
 
 
 def gpu_choices() -> dict[str, str]:
@@ -93,15 +99,30 @@ class Cluster:
         return memory_gib(self.profile)
 
     def fabric(self) -> comm_cost.Fabric | None:
-        """The profile with this cluster's node size and, given --nic-gbps, its network (None: a CPU)."""
+        """The profile with this cluster's node size and its network across nodes: given --nic-gbps, those NICs;
+        else the profile's, for the NICs a node of this many GPUs keeps (profile_nics) (None: a CPU)."""
         if self.profile is None:
             return None
         f = hardware.load_profile(self.profile)
-        f = dataclasses.replace(f, devices_per_node=self.gpus_per_node)
+        inter = f.inter_busbw_Bps
         if self.nic_gbps is not None:
-            f = dataclasses.replace(f, inter_busbw_Bps=self.nics_per_node * self.nic_gbps / 8 * 1e9 * NIC_EFFICIENCY)
+            inter = self.nics_per_node * self.nic_gbps / 8 * 1e9 * NIC_EFFICIENCY
+        else:
+            kept, nics = profile_nics(self.profile, self.gpus_per_node)
+            inter *= kept / nics
+        f = dataclasses.replace(f, devices_per_node=self.gpus_per_node, inter_busbw_Bps=inter)
         f.time = functools.lru_cache(maxsize=None)(f.time)  # a model's blocks repeat the same sizes thousands of times
         return f
+
+
+def profile_nics(profile: str, gpus_per_node: int) -> tuple[int, int]:
+    """(NICs a node of `gpus_per_node` GPUs keeps, NICs a full node of the profile has): a profile's bus bandwidth
+    across nodes is its node's NICs summed (harness/model/profiles/README.md), and its NICs sit with its GPUs (one
+    per GPU on the H100, H200 and A100 nodes, one per two on the DGX-1), so a node of fewer GPUs keeps their share,
+    at least one: on 1 GPU per node of h100-sxm-ndr400, one 400 Gb/s NIC, 46 of the 368 GB/s."""
+    d = json.loads((hardware.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8"))
+    full, nics = d["devices_per_node"], d.get("nics_per_node") or 1
+    return min(nics, max(1, math.ceil(gpus_per_node * nics / full))), nics
 
 
 def cluster(gpu: str, nodes: int, gpus_per_node: int | None, dtype: str, nic_gbps: float | None = None,
@@ -186,6 +207,9 @@ class Priced:
     assumed: list[float] | None = None
     """With `measured`: the step times (fastest, middle, slowest) with that row's launches at their middle, so the
     range left is what every row shares (the MFU assumed on another device)."""
+    left_out: str | None = None
+    """Why the row is priced but not recommended (a measured row that was not data-parallel across its run's world
+    size, which the run's verdict leaves out of its ranking too), None where it is."""
 
 
 class Assumed:
@@ -227,6 +251,23 @@ class Plan:
     recommendation: dict[str, Any] | None = None
     source: Any = None
     inputs: dict[str, Any] = field(default_factory=dict)
+    beyond_checked: str | None = None
+    """Where the cluster is larger than any the model was checked against: what was checked, and where."""
+
+
+def beyond_checked(gpus: int) -> str | None:
+    """A note where `gpus` is past PLAN_CHECKED_GPUS (and past the published scaling results the step model was
+    checked against, harness/model/profiles/published.json), else None."""
+    if gpus <= PLAN_CHECKED_GPUS:
+        return None
+    model = max(p["n"] for entry in hardware.published() for p in entry["points"])
+    step = (f"and past the {model} of the published scaling results its step model was checked against "
+            f"(harness/model/profiles/published.json, `compare predict`)" if gpus > model else
+            f"(its step model was checked against published scaling results up to {model} GPUs: "
+            f"harness/model/profiles/published.json, `compare predict`)")
+    return (f"unchecked at this size: {gpus:,} GPUs is past the {PLAN_CHECKED_GPUS} of the largest published run "
+            f"the plan was checked against (tests/fixtures/published_plans.json, docs/scaling.md) {step}; its "
+            f"figures and ranking here are the model's extrapolation")
 
 
 def memory(shape: Shape, adapter, n: int, dtype: str, batch: int, cuda: bool) -> dict[str, Any]:
@@ -235,9 +276,12 @@ def memory(shape: Shape, adapter, n: int, dtype: str, batch: int, cuda: bool) ->
     output in fp32, and the caching allocator's headroom (ALLOCATOR_HEADROOM of the rest, on a GPU)."""
     optimizer = OPTIMIZERS[shape.optimizer]
     trainable = shape.trainable if shape.frozen else None
+    # beside `largest`'s counts, the weights autocast would copy (Shape.cast_params), for an adapter that autocasts
+    cast = {"cast": shape.cast_params} if shape.cast_params is not None else {}
     states = adapter.model_state_bytes(shape.params, shape.largest, n, optimizer, trainable=trainable)
     buffers = [{"name": b_name, "bytes": b_bytes, "how": b_how}
-               for b_name, b_bytes, b_how in adapter.memory_buffers(shape.tensors, shape.largest, n, trainable)]
+               for b_name, b_bytes, b_how in adapter.memory_buffers(shape.tensors, {**shape.largest, **cast}, n,
+                                                                    trainable)]
     acts = shape.activations.bytes(dtype, batch) if shape.activations else None
     loss = shape.output_elements * batch * (LOSS_BYTES + 4 - DTYPE_BYTES[dtype])
     allocated = states + sum(b["bytes"] for b in buffers) + (acts or 0.0) + loss
@@ -257,7 +301,8 @@ def make(shape: Shape, cluster: Cluster, batch: int, source=None, inputs: dict[s
     source = source or Assumed()
     fabric = cluster.fabric()
     capacity = cluster.capacity_gib()
-    plan = Plan(shape, cluster, batch, source=source, inputs=dict(inputs or {}))
+    plan = Plan(shape, cluster, batch, source=source, inputs=dict(inputs or {}),
+                beyond_checked=beyond_checked(cluster.gpus))
     configurations = source.configurations(cluster)
     if configurations is None:
         configurations = []
@@ -280,8 +325,12 @@ def make(shape: Shape, cluster: Cluster, batch: int, source=None, inputs: dict[s
         steps, n = priced.steps, priced.n
         mem = memory(shape, adapter, n, priced.precision, batch, cluster.profile is not None)
         held = mem["known_bytes"]
+        schedule = adapter.comm_schedule()
         plan.rows.append({
             "label": label, "adapter": name, "knobs": knobs, "precision": priced.precision, "devices": n,
+            # bytes per gradient element its collectives carry (fp32 4, 16-bit 2), as the model prices them
+            "reduce_bytes": adapter.gradient_bytes() * schedule.wire_scale if schedule is not None else None,
+            "left_out": priced.left_out,
             "step_s": {"low": steps[0].step_s, "mid": steps[1].step_s, "high": steps[2].step_s},
             "samples_per_s": {"low": n * batch / steps[2].step_s, "mid": n * batch / steps[1].step_s,
                               "high": n * batch / steps[0].step_s},
@@ -303,11 +352,11 @@ no finer."""
 
 
 def recommend(rows: list[dict[str, Any]], pair_factors=None) -> dict[str, Any] | None:
-    """Among the rows that fit (`_steps`: each figure's seconds per sample): the fastest at the middle figure, and
-    every row the model does not rank behind it: its time per sample over the fastest's within TIE at the top of its
-    range, or below 1 - TIE at the bottom. Of those, the one holding the least memory is recommended; its margin is
-    over the fastest row outside them, and where it is not the fastest at the middle figure, its time per sample
-    over that one's.
+    """Among the rows that fit and are not left out (`_steps`: each figure's seconds per sample): the fastest at the
+    middle figure, and every row the model does not rank behind it: its time per sample over the fastest's within TIE
+    at the top of its range, or below 1 - TIE at the bottom. Of those, the one holding the least memory is
+    recommended; its margin is over the fastest row outside them, and where it is not the fastest at the middle
+    figure, its time per sample over that one's.
 
     A ratio's range: where both rows' ranges come from one assumption (an assumed utilisation, or one measured row
     carried over), the ratio of times per sample at each figure. Where they come from two measured rows, whose launches
@@ -315,7 +364,8 @@ def recommend(rows: list[dict[str, Any]], pair_factors=None) -> dict[str, Any] |
     widened by `pair_factors(slow, fast)`: the 95% interval of the two rows' ratio over the run's launches, relative
     to its estimate (dividing one row's interval ends by the other's is no interval: an audit found a plan calling
     a row 1.25x [1.03-1.52] faster where the run's own verdict gave [0.78-2.03])."""
-    fitting = sorted((r for r in rows if r["fits"] is not False), key=lambda r: r["_steps"][1])
+    fitting = sorted((r for r in rows if r["fits"] is not False and not r.get("left_out")),
+                     key=lambda r: r["_steps"][1])
     if not fitting:
         return None
 

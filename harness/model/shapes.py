@@ -60,6 +60,10 @@ class Shape:
     """Floating-point elements of the model's output per sample (a language model's logits over its vocabulary):
     what the loss holds in fp32 beside the activations (LOSS_BYTES)."""
     checkpointing: Checkpointing = field(default_factory=Checkpointing)
+    cast_params: float | None = None
+    """Parameters of the matrix and convolution weights backward needs at the end of forward (those of checkpointed
+    blocks excepted: recomputed): under autocast each is held a second time, in 16 bits, the copy its matmul saved.
+    None: not counted."""
 
     @property
     def trainable(self) -> float:
@@ -192,7 +196,8 @@ def transformer(params: float, layers: int, hidden: int | None, seq_len: int, op
             how += f", and {ck.count(layers)} blocks' forward again ({ck})"
         return Shape(f"transformer ({layers} layers)", params, [params / layers] * layers,
                      {"module": params / layers, "unit": params / layers}, 6 * params * seq_len, optimizer,
-                     how, 8, None, recompute, checkpointing=ck)
+                     how, 8, None, recompute, checkpointing=ck,
+                     cast_params=params * (layers - ck.count(layers)) / layers)  # its tensors are all matrices
     a, kv_heads, f = llama_block(hidden, heads, kv_heads, ffn)
     kv = kv_heads * (hidden // a)
     per_layer = block_tensors(hidden, a, kv_heads, f)
@@ -222,9 +227,13 @@ def transformer(params: float, layers: int, hidden: int | None, seq_len: int, op
                                     if attention == "eager" else ""))
     elif recompute:
         how += f", and {ck.count(layers)} blocks' forward again (every {ck.every}th block)"
+    # the matmuls' weights: every block's but its two norms', and the head's (the embedding is a lookup); a block
+    # that is checkpointed (under the per-op policy, every block) keeps none of them for backward
+    kept = layers - ck.count(layers)
     return Shape(f"transformer ({desc})", params, tensors, largest, flops, optimizer, how, 8,
                  llama_activations(layers, hidden, a, kv, f, embed / hidden, seq_len, attention, ck),
-                 recompute, output_elements=seq_len * embed / hidden, checkpointing=ck)
+                 recompute, output_elements=seq_len * embed / hidden, checkpointing=ck,
+                 cast_params=kept * (block - 2 * hidden) + embed)
 
 
 def llama_activations(layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: float, s: int,
@@ -431,4 +440,4 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     return Shape(f"{name} ({given})" if given else name, sum(tensors), tensors,
                  {"module": float(module), "unit": float(unit)},
                  flops, optimizer, source, w.global_batch, acts, recompute,
-                 frozen if any(frozen) else [], output_elements, ck)
+                 frozen if any(frozen) else [], output_elements, ck, saved.saved_weights(ck))

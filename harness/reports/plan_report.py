@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from harness.model import VERSION
+from harness.model import VERSION, hardware
 from harness.model.activations import LOSS_BYTES
 from harness.model.calibration import UTILISATION
-from harness.model.planner import ALLOCATOR_HEADROOM, NIC_EFFICIENCY, TIE, Assumed, GiB, Plan
+from harness.model.planner import ALLOCATOR_HEADROOM, NIC_EFFICIENCY, TIE, Assumed, GiB, Plan, profile_nics
 from harness.model.shapes import OPTIMIZER_TRAFFIC, OPTIMIZERS
 from harness.shared.text import rate
 
@@ -34,10 +34,18 @@ def _where(plan: Plan) -> str:
                 f"({c.gpus} processes), every row at its own precision" if c.dtype is None else
                 f"on the run's own machine: {c.machine}{mem}; each row at the world size it ran ({c.gpus} processes), "
                 f"{c.dtype}")
-    net = (f"{c.nics_per_node} x {c.nic_gbps:g} Gb/s NIC{'s' if c.nics_per_node > 1 else ''} per node "
-           f"({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce bus bandwidth at {NIC_EFFICIENCY:.0%} of line rate)"
-           if c.nic_gbps is not None else f"the profile's network ({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce "
-                                          f"bus bandwidth across nodes)")
+    if c.nic_gbps is not None:
+        net = (f"{c.nics_per_node} x {c.nic_gbps:g} Gb/s NIC{'s' if c.nics_per_node > 1 else ''} per node "
+               f"({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce bus bandwidth at {NIC_EFFICIENCY:.0%} of line rate)")
+    else:
+        net = f"the profile's network ({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce bus bandwidth across nodes"
+        kept, nics = profile_nics(c.profile, c.gpus_per_node)
+        if kept < nics:  # the profile's figure is its full node's NICs summed
+            full = hardware.load_profile(c.profile).devices_per_node
+            net += (f": {kept} of its {nics} NICs a node, those of {c.gpus_per_node} GPU"
+                    f"{'s' if c.gpus_per_node > 1 else ''}, where the profile's {full}-GPU node sums all {nics} to "
+                    f"{f.inter_busbw_Bps * nics / kept / 1e9:.3g} GB/s; --nic-gbps gives your own")
+        net += ")"
     return (f"on {c.gpus} x {f.device} ({c.nodes} node{'s' if c.nodes > 1 else ''} x {c.gpus_per_node}, profile "
             f"{c.profile}, {capacity:g} GiB each): {f.intra_busbw_Bps / 1e9:.3g} GB/s inside a node, {net}; "
             f"{c.dtype}")
@@ -65,6 +73,7 @@ def lines(plan: Plan) -> list[str]:
               f"backward" if s.checkpointing.mode != "none" else ""),
            _where(plan),
            f"model version {VERSION}; {source.header(c, f)}",
+           *([plan.beyond_checked] if plan.beyond_checked else []),
            "",
            f"| backend | step (ms) | samples/s | communication exposed (ms) | model states per {per} (GiB) | "
            f"framework buffers (GiB) | " + (f"activations (GiB) | total per {per} (GiB) | " if acts else "")
@@ -112,6 +121,18 @@ def lines(plan: Plan) -> list[str]:
         elif not rec["tied"]:
             text += " (the only configuration that fits)"
         out.append(text)
+    left = [r for r in plan.rows if r.get("left_out")]
+    if left:
+        out.append("left out of the recommendation: " + "; ".join(f"{r['label']} ({r['left_out']})" for r in left))
+    reduce = {r["reduce_bytes"] for r in plan.rows if r.get("reduce_bytes")}
+    if len(reduce) > 1:  # rows whose gradients cross the network at different precisions
+        sixteen = c.dtype if c.dtype in ("bf16", "fp16") else "16-bit"
+        names = {4: "fp32", 2: sixteen}
+        out.append("gradients reduced across GPUs in: " + "; ".join(
+            f"{names.get(b, f'{b:g} bytes an element')}: "
+            + ", ".join(r["label"] for r in plan.rows if r.get("reduce_bytes") == b)
+            for b in sorted(reduce, reverse=True))
+            + " (each row's communication priced at its own, each framework at its defaults)")
     if too_big:
         out.append("does not fit: " + "; ".join(
             f"{r['label']} ({_gib(r['total_bytes'])} GiB: {_gib(r['model_state_bytes'])} of model states + "
@@ -201,7 +222,8 @@ def as_json(plan: Plan) -> dict[str, Any]:
     if f is not None:
         cluster |= {"device": f.device, "peak_tflops": f.peak_tflops, "memory_GiB": plan.cluster.capacity_gib(),
                     "intra_busbw_Bps": f.intra_busbw_Bps, "inter_busbw_Bps": f.inter_busbw_Bps}
-    return {"model_version": VERSION, "inputs": plan.inputs, "model": shape, "cluster": cluster,
+    return {"model_version": VERSION, "inputs": plan.inputs, "beyond_checked": plan.beyond_checked,
+            "model": shape, "cluster": cluster,
             "per_gpu_batch": plan.batch, "utilisation": list(UTILISATION) if source.kind == "assumed" else None,
             "assumptions": assumptions, "rows": rows, "recommendation": plan.recommendation,
             "not_planned": plan.skipped}

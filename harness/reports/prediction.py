@@ -502,13 +502,32 @@ def sweep_version(records: list[dict]) -> int | None:
     return (records[0].get("scale_sweep") or {}).get("model_version")
 
 
-def _score_line(s: dict) -> str:
+def _score_line(s: dict, rho: str | None = None) -> str:
+    """A sweep's scores in words; `rho`: the ranking's words where they are not the sweep's own rho."""
     if not s["points"]:
         return "no point above world size 1 predicted"
-    rho = ", ".join(f"N={n} {'–' if r is None else f'{r:.2f}'}" for n, r in s["rho"].items())
+    if rho is None:
+        rho = ", ".join(f"N={n} {'–' if r is None else f'{r:.2f}'}" for n, r in s["rho"].items())
     return (f"{s['points']} points: {s['pass']} pass, {s['fail']} fail, {s['undecidable']} undecidable; median "
             f"|error| {s['median_abs_error']:.0%}; within ±10%: the model {s['within']}, the naive sum of parts "
             f"{s['naive_within']}, the world-size-1 step {s['same_as_1_within']}; ranking rho {rho}")
+
+
+def _pooled_rho(sweep_scores: list[dict]) -> str:
+    """The ranking over several sweeps: each sweep's rho (its adapters ranked within one workload and world size),
+    summarised per world size as their median and range; the points of different sweeps are never ranked together
+    (one workload's every step can be longer than another's, and a pooled rho would rank workloads, not
+    adapters)."""
+    per_n: dict[int, list[float]] = {}
+    for s in sweep_scores:
+        for n, r in s["rho"].items():
+            if r is not None:
+                per_n.setdefault(n, []).append(r)
+    if not per_n:
+        return "– (no sweep ranks 3 rows or more)"
+    return ", ".join(
+        f"N={n} median {statistics.median(v):.2f} over {len(v)} sweep{'s' if len(v) > 1 else ''} ({min(v):.2f} to "
+        f"{max(v):.2f}; each within its sweep, never pooled across them)" for n, v in sorted(per_n.items()))
 
 
 def validation_lines(judged_sweeps: list[tuple[Path, list[dict], list[dict]]]) -> list[str]:
@@ -519,10 +538,12 @@ def validation_lines(judged_sweeps: list[tuple[Path, list[dict], list[dict]]]) -
     lines = [f"model version {VERSION} (fingerprint {FINGERPRINT}): validation on the {len(current)} sweep(s) made "
              f"with it (PASS: within ±10% of the measured mean step; FAIL: beyond 10% plus the point's own 95% "
              f"half-width; UNDECIDABLE: between, or fewer than 3 repeats)"]
-    for d, _, rows in current:
-        lines.append(f"  {d}: {_score_line(scores(rows))}")
+    each = [scores(rows) for _, _, rows in current]
+    for (d, _, _), s in zip(current, each):
+        lines.append(f"  {d}: {_score_line(s)}")
     if len(current) > 1:
-        lines.append(f"  all of them: {_score_line(scores([r for _, _, rows in current for r in rows]))}")
+        pooled = scores([r for _, _, rows in current for r in rows])
+        lines.append(f"  all of them: {_score_line(pooled, _pooled_rho(each))}")
     if older:
         made = ", ".join(f"{d} (" + ("before versioning" if sweep_version(rec) is None
                                       else f"version {sweep_version(rec)}") + ")" for d, rec in older)

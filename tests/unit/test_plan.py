@@ -705,3 +705,115 @@ def test_a_model_with_nothing_to_train_is_refused_in_one_line_as_compare_run_ref
     assert (shown.exit_code, shown.stdout) == (2, "")
     assert shown.stderr == (f"error: workload {path}:f: none of its model's 2 parameter tensor(s) requires a gradient "
                             f"(all frozen), so there is nothing to train or to compare; unfreeze some\n")
+
+
+def test_fewer_gpus_per_node_keep_only_the_share_of_the_profiles_nics_their_gpus_have():
+    # The profiles' bandwidth across nodes is the full node's NICs summed (h100-sxm-ndr400: one 400 Gb/s NIC per
+    # GPU, 8 x 46 = 368 GB/s); a node of one GPU has one of them. An audit's 2 nodes x 1 GPU kept all 368 GB/s,
+    # where --nic-gbps 400 gave 48 GB/s and ~12x the exposed communication
+    assert plan.cluster("h100", 2, None, "bf16").fabric().inter_busbw_Bps == pytest.approx(368e9)
+    assert plan.cluster("h100", 2, 1, "bf16").fabric().inter_busbw_Bps == pytest.approx(46e9)
+    assert plan.cluster("h100", 2, 4, "bf16").fabric().inter_busbw_Bps == pytest.approx(4 * 46e9)
+    assert plan.cluster("a100", 2, 2, "bf16").fabric().inter_busbw_Bps == pytest.approx(2 * 24e9)
+    # the DGX-1 has 4 NICs for 8 GPUs: 2 or 3 GPUs keep 1 or 2 of them, at least one; the P100 servers' one NIC stays
+    assert plan.cluster("v100", 2, 2, "fp16").fabric().inter_busbw_Bps == pytest.approx(48e9 / 4)
+    assert plan.cluster("v100", 2, 3, "fp16").fabric().inter_busbw_Bps == pytest.approx(48e9 / 2)
+    assert plan.cluster("p100", 2, 1, "fp16").fabric().inter_busbw_Bps == pytest.approx(3.05e9)
+    assert plan.cluster("h100", 2, 1, "bf16", nic_gbps=400).fabric().inter_busbw_Bps == pytest.approx(48e9)
+    shown = CliRunner().invoke(app, ["plan", "--params", "1e9", "--layers", "16", "--hidden", "2048", "--batch", "4",
+                                     "--seq-len", "1024", "--nodes", "2", "--gpus-per-node", "1"])
+    assert shown.exit_code == 0, shown.output
+    assert ("the profile's network (46 GB/s all-reduce bus bandwidth across nodes: 1 of its 8 NICs a node, those of "
+            "1 GPU, where the profile's 8-GPU node sums all 8 to 368 GB/s; --nic-gbps gives your own)") in shown.stdout
+
+
+def test_amp_holds_autocasts_16_bit_copy_of_every_weight_its_matmuls_save():
+    # Under torch.autocast each matmul's fp32 weight is cast to bf16 (once a forward: autocast's cache) and the
+    # matmul saves that copy for backward: 2 bytes per such weight, beside the fp32 parameters. An audit measured
+    # widemlp under autocast on the CPU: 64.1 MiB more saved for backward than in fp32 (its three 4096-wide
+    # weights; the first layer's input needs no gradient, so its weight is not saved)
+    import torch
+
+    widemlp = shapes.of_workload("widemlp", None, None)
+    assert widemlp.cast_params == 2 * 4096 * 4096 + 4096 * 10
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
+                                torch.nn.ReLU(), torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
+                                torch.nn.Linear(4096, 10))
+    x = torch.randn(2, 1024)
+    for enabled in (False, True):
+        saved = {}
+
+        def pack(t):
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        states = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", torch.bfloat16,
+                                                                                         enabled=enabled):
+            model(x).sum()
+        held = sum(b for ptr, b in saved.items() if ptr not in states and b >= 4096 * 10 * 2)
+        if enabled:
+            assert abs(held - 2 * widemlp.cast_params) < 2 * 4096 * 2 * 4  # the rest: 2 samples' activations
+        else:
+            assert held < 2 * 4096 * 4 * 4
+    # a transformer given by its size: every block's matrices (not its norms) and the head (not the embedding)
+    s = shapes.transformer(6_738_415_616, 32, 4096, 2048, "adamw")
+    assert s.cast_params == 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 32000 * 4096
+    full = shapes.transformer(6_738_415_616, 32, 4096, 2048, "adamw", checkpointing="full")
+    assert full.cast_params == 32000 * 4096  # a checkpointed block saves none: backward recomputes it
+    rows = {r["label"]: r for r in plan.make(s, plan.cluster("h100", 8, None, "bf16"), 2).rows}
+    copies = {b["name"]: b["bytes"] for b in rows["amp:precision=bf16"]["buffers"]}
+    assert copies["autocast's weight copies"] == 2 * s.cast_params
+    # only amp autocasts: FSDP2 gathers its parameters in bf16, DeepSpeed trains a bf16 model
+    assert all("autocast's weight copies" not in {b["name"] for b in r["buffers"]} for k, r in rows.items()
+               if not k.startswith("amp"))
+    text = "\n".join(plan_report.lines(plan.make(s, plan.cluster("h100", 8, None, "bf16"), 2)))
+    assert ("autocast's weight copies: each matmul and convolution weight backward needs, cast to bf16 once a forward "
+            "(autocast's cache) and saved for backward, 2C (C: those weights' parameters, 6,607,077,376)") in text
+
+
+def test_a_cluster_past_every_check_says_so():
+    # The plan was held to published runs up to 128 GPUs (the fixture), its step model to published scaling up to
+    # 512 (harness/model/profiles/published.json); 8,000 H100s said nothing of it
+    fixture = json.loads((Path(__file__).parents[1] / "fixtures" / "published_plans.json").read_text())
+    most = 0
+    for c in fixture["configurations"]:
+        a = c["args"]
+        nodes = int(a[a.index("--nodes") + 1]) if "--nodes" in a else 1
+        per = int(a[a.index("--gpus-per-node") + 1]) if "--gpus-per-node" in a else 8
+        most = max(most, nodes * per)
+    assert plan.PLAN_CHECKED_GPUS == most == 128
+    assert max(p["n"] for e in hardware.published() for p in e["points"]) == 512
+    assert plan.beyond_checked(128) is None
+    assert "past the 128 of the largest published run" in plan.beyond_checked(256)
+    assert "its step model was checked against published scaling results up to 512 GPUs" in plan.beyond_checked(256)
+    args = ["plan", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--gpu", "h100", "--batch", "2",
+            "--nodes", "1000"]
+    note = ("unchecked at this size: 8,000 GPUs is past the 128 of the largest published run the plan was checked "
+            "against (tests/fixtures/published_plans.json, docs/scaling.md) and past the 512 of the published scaling "
+            "results its step model was checked against (harness/model/profiles/published.json, `compare predict`); "
+            "its figures and ranking here are the model's extrapolation")
+    shown = CliRunner().invoke(app, args)
+    assert shown.exit_code == 0 and note in shown.stdout.splitlines()
+    assert json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)["beyond_checked"] == note
+    small = CliRunner().invoke(app, [*args[:-1], "16", "--json"])
+    assert json.loads(small.stdout)["beyond_checked"] is None
+
+
+def test_rows_that_reduce_gradients_at_different_precisions_say_so():
+    # bf16: FSDP2 reduce-scatters in fp32 (its reduce_dtype default) and DDP under autocast all-reduces its fp32
+    # gradients, where DeepSpeed reduces its bf16 model's: the plan prices each at its own, and says which
+    s = shapes.transformer(6_738_415_616, 32, 4096, 2048, "adamw")
+    p = plan.make(s, plan.cluster("h100", 8, None, "bf16"), 2)
+    rows = {r["label"]: r for r in p.rows}
+    assert rows["fsdp:param_dtype=bf16:reshard_after_forward=true"]["reduce_bytes"] == 4
+    assert rows["amp:precision=bf16"]["reduce_bytes"] == 4
+    assert rows["deepspeed:zero_stage=2:precision=bf16"]["reduce_bytes"] == 2
+    line = next(x for x in plan_report.lines(p) if x.startswith("gradients reduced across GPUs in: "))
+    fp32, bf16 = line.removeprefix("gradients reduced across GPUs in: ").split("; ")
+    assert fp32.startswith("fp32: ") and "fsdp:param_dtype=bf16:reshard_after_forward=true" in fp32
+    assert "deepspeed" not in fp32 and bf16.startswith("bf16: deepspeed:zero_stage=1:precision=bf16")
+    # rows that all reduce alike need no such line
+    fp = plan.make(s, plan.cluster("h100", 8, None, "fp32"), 1)
+    assert len({r["reduce_bytes"] for r in fp.rows}) == 1
+    assert not any(x.startswith("gradients reduced") for x in plan_report.lines(fp))

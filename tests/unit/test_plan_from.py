@@ -278,8 +278,9 @@ def test_a_run_on_a_gpu_without_a_profile_is_refused(tmp_path):
 
 
 def test_the_margin_between_two_measured_rows_is_their_ratios_interval_as_the_runs_verdict_gives_it():
-    # dp over spawn on the run's own machine: the interval of the ratio over the launches paired by round (what
-    # the run's verdict prints), not one row's interval ends over the other's
+    # deepspeed's step over spawn's on the run's own machine (the least memory among the rows tied with the
+    # fastest): the interval of the ratio over the launches paired by round (what the run's verdict prints), not
+    # one row's interval ends over the other's
     from harness.ground.stats import compare_pair
 
     def by_round(label):
@@ -287,12 +288,30 @@ def test_the_margin_between_two_measured_rows_is_their_ratios_interval_as_the_ru
         return dict(sorted((r["repeat"], r["samples_per_s"]) for r in recs if r["label"] == label))
 
     rec = _json("--from", str(DIGITS))["recommendation"]
-    assert (rec["label"], rec["next"]) == ("dp", "spawn")
-    dp, spawn = by_round("dp"), by_round("spawn")
-    want = compare_pair([dp[k] for k in sorted(dp)], [spawn[k] for k in sorted(dp)], paired=True)
-    assert rec["ratio"]["mid"] == pytest.approx(want["estimate"], rel=1e-9)
-    assert (rec["ratio"]["low"], rec["ratio"]["high"]) == pytest.approx((want["lo"], want["hi"]), rel=1e-9)
-    assert "faster than spawn (95% interval of the measured rows' ratio)" in _plan("--from", str(DIGITS)).stdout
+    assert (rec["label"], rec["fastest"]) == ("deepspeed", "spawn")
+    spawn, ds = by_round("spawn"), by_round("deepspeed")
+    want = compare_pair([spawn[k] for k in sorted(spawn)], [ds[k] for k in sorted(spawn)], paired=True)
+    assert rec["slower"]["mid"] == pytest.approx(want["estimate"], rel=1e-9)
+    assert (rec["slower"]["low"], rec["slower"]["high"]) == pytest.approx((want["lo"], want["hi"]), rel=1e-9)
+    assert (f"its step takes {want['estimate']:.2f}x [{want['lo']:.2f}-{want['hi']:.2f}] that of spawn"
+            in _plan("--from", str(DIGITS)).stdout)
+
+
+def test_a_row_that_was_not_data_parallel_across_the_world_size_is_priced_but_not_recommended():
+    # dp ran on 1 device of the run's 2 (DataParallel on a CPU): the run's verdict leaves it out of its ranking
+    # (devices_used below the world size), and so does the plan's recommendation, saying why; an audit's plan of
+    # another such run recommended it, 2.64x ahead of ddp, at a step per 32 samples it never ran
+    run = DIGITS
+    data = _json("--from", str(run))
+    rows = {r["label"]: r for r in data["rows"]}
+    why = "ran on 1 device(s) of 2: not data-parallel across the world size, left out of the run's ranking too"
+    assert rows["dp"]["left_out"] == why and all(r["left_out"] is None for k, r in rows.items() if k != "dp")
+    assert data["recommendation"]["label"] != "dp" and "dp" not in data["recommendation"]["tied"]
+    assert data["recommendation"]["next"] != "dp" and data["recommendation"]["fastest"] != "dp"
+    assert f"left out of the recommendation: dp ({why})" in _plan("--from", str(run)).stdout
+    # nor is it the row whose compute prices what the run did not measure (it has the most samples/s per process)
+    source = measured.FromRun(measured.read(run), "fp32")
+    assert source.run.rows["dp"].not_parallel == why and source.reference("fp32").label != "dp"
 
 
 def test_two_measured_rows_the_runs_launches_do_not_tell_apart_tie_where_their_ranges_ends_would_not():

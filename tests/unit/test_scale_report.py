@@ -456,3 +456,32 @@ def test_a_sweeps_report_renders_the_prediction_its_records_keep_without_its_com
         md = "\n".join(prediction.section(bare, with_kept, scale.table(with_kept))[0])
     assert next(line for line in md.splitlines() if line.startswith("| ddp | 2 |")).split(" | ")[3] == "123.46"
     assert not list(bare.iterdir())
+
+
+def test_validation_over_several_sweeps_ranks_adapters_within_each_sweep_never_across_them():
+    # An audit's `predict --validate` printed per-sweep rho 0.80 and "all of them ... ranking rho N=2 0.95": the 24
+    # points of two workloads ranked together, where every widemlp step is longer than every digits step, so the
+    # pooled rho ranked workloads. Here each sweep's prediction ranks its three adapters backwards (rho -1), while
+    # the pooled points would rank 0.54: the line over all of them gives the sweeps' own rhos, not that
+    from pathlib import Path
+
+    from harness.ground.stats import spearman
+    from harness.model import VERSION
+    from harness.reports.prediction import validation_lines
+
+    def sweep(scale):
+        rows = []
+        for label, measured, predicted in (("a", 1.0, 1.2), ("b", 1.1, 1.1), ("c", 1.2, 1.0)):
+            rows.append({"label": label, "n": 2, "oversubscribed": False, "measured_s": measured * scale,
+                         "predicted_s": predicted * scale, "error": predicted / measured - 1,
+                         "measured_repeats_s": []})
+        return rows
+
+    slow, fast = sweep(100.0), sweep(1.0)
+    pooled = slow + fast
+    assert spearman([r["measured_s"] for r in pooled], [r["predicted_s"] for r in pooled]) > 0.5
+    record = [{"scale_sweep": {"model_version": VERSION}}]
+    out = validation_lines([(Path("widemlp"), record, slow), (Path("digits"), record, fast)])
+    assert out[1].endswith("ranking rho N=2 -1.00") and out[2].endswith("ranking rho N=2 -1.00")
+    assert out[3].startswith("  all of them: 6 points: ") and out[3].endswith(
+        "ranking rho N=2 median -1.00 over 2 sweeps (-1.00 to -1.00; each within its sweep, never pooled across them)")
