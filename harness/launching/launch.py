@@ -54,7 +54,8 @@ from harness.launching.outcome import Outcome
 from harness.launching.launch_logs import (first_error, join_logs, rank_records, read_log, silent_hosts,
                                            start_error, tail)
 from harness.launching.rank_env import child_env, remote_env, ssh_argv
-from harness.launching.reaper import LEADERS, describe_launch, kill_groups, kill_leftovers, parent_death_prefix
+from harness.launching.reaper import (LEADERS, describe_launch, kill_groups, kill_leftovers, parent_death_prefix,
+                                     reap_orphans)
 from harness.shared import progress as progress_file
 from harness.shared import rank_result
 from harness.shared.spec import STALL_S, RunSpec
@@ -267,9 +268,9 @@ class Launch:
     def _poll(self, until: float | None) -> str:
         """Block until a command exits ("exited"), rank 0 sends an event ("event"), `until` passes ("time") or
         the UI is due a redraw ("ui")."""
+        reap_orphans()  # and at least once a UI_INTERVAL_S: a dead orphan is never waited for by anyone else
         timeout = None if until is None else max(0.0, until - self.clock())
-        if self.on_progress:
-            timeout = UI_INTERVAL_S if timeout is None else min(timeout, UI_INTERVAL_S)
+        timeout = UI_INTERVAL_S if timeout is None else min(timeout, UI_INTERVAL_S)
         live = [r for r in self.running if r.proc.returncode is None]
         if any(r.pidfd is None for r in live):  # no pidfd: a timed wait (no events: they arrive with the exit)
             interrupt.check()

@@ -155,6 +155,22 @@ LEADERS: set[int] = set()
 """Pids of launches this process has started and not yet waited for: never reaped behind their Popen's back."""
 
 
+def reap_orphans() -> int:
+    """Reap this process's dead children that no Popen waits for: a launch's processes whose parent died first,
+    re-parented to us as the subreaper (a rank's DataLoader workers when its launcher killed the rank). Left as
+    zombies while the launch runs, they look alive to a launcher waiting for its process tree to end (DeepSpeed's
+    launcher waited its full 30 s for two, and a --stall-timeout under that made the failed row a stall). Called
+    while a launch runs, from the thread that starts subprocesses: every other child is a Popen's. Returns how many."""
+    reaped = 0
+    for child in psutil.Process().children():
+        try:
+            if child.pid not in LEADERS and child.status() == psutil.STATUS_ZOMBIE:
+                reaped += os.waitpid(child.pid, os.WNOHANG)[0] == child.pid
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, ChildProcessError):
+            continue
+    return reaped
+
+
 def describe_launch(launch_id: str) -> list[str]:
     """Every process of this launch still alive here, one line each: pid, state, the kernel function it waits in
     (/proc/<pid>/wchan) and its command line. What a stalled launch shows of the processes that cannot write their

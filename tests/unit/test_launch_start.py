@@ -213,3 +213,33 @@ def test_a_dataloader_worker_killed_by_a_signal_is_named_with_the_signal(tmp_pat
         "RuntimeError: DataLoader worker (pid(s) 5133) exited unexpectedly\n")
     assert first_error(log) == ("RuntimeError: DataLoader worker (pid(s) 5133) exited unexpectedly (raised from "
                                 "RuntimeError: DataLoader worker (pid 5133) is killed by signal: Killed.)")
+
+
+def test_a_dead_orphan_is_reaped_while_a_launch_runs_and_a_launch_command_never():
+    # A rank's DataLoader worker, re-parented to compare (the subreaper) when the launcher killed its rank, stayed a
+    # zombie while the launch ran, so DeepSpeed's launcher waited its full 30 s for it to end (a failed row 30 s
+    # late, or a stall under a shorter --stall-timeout). The launch's own command is a Popen's to wait for: reaping
+    # it would lose its exit code.
+    program = r"""
+import os, subprocess, sys
+import psutil
+from harness.shared.proc import become_subreaper
+from harness.launching.reaper import LEADERS, reap_orphans
+
+become_subreaper()
+leader = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+LEADERS.add(leader.pid)
+r, w = os.pipe()
+# a process that leaves a child behind and exits: the child (cat) is re-parented to us, and ends at our close(w)
+subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen(['cat'], stdin=sys.stdin)"],
+               stdin=r, check=True)
+os.close(r)
+orphans = [p for p in psutil.Process().children() if p.pid != leader.pid]
+assert [p.name() for p in orphans] == ["cat"], orphans
+os.close(w)
+for pid in (orphans[0].pid, leader.pid):  # until each has ended, leaving it to be reaped
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+print(reap_orphans(), not psutil.pid_exists(orphans[0].pid), leader.wait())
+"""
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.stdout.split() == ["1", "True", "3"], out.stderr
