@@ -228,6 +228,9 @@ def run(spec_path: str | Path) -> None:
         faulthandler.register(signal.SIGUSR1, file=_STACKS, all_threads=True)
     except OSError:
         pass
+    # A crash in C code (a segfault in an extension, an abort) writes every thread's Python stack to the rank's
+    # stderr, the launch log, before the process dies: the line of the user's model it happened in.
+    faulthandler.enable(all_threads=True)
     code = 0
     try:
         _work(spec, marks)
