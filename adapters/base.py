@@ -195,10 +195,14 @@ class ModelFacts:
     bad_unit: str | None = None
     """Why a shard unit the workload gives cannot be sharded as one (a ModuleList, which has no forward; a module
     that is not the model's), in words; None where every unit can (or they were not checked)."""
+    mixed_unit: str | None = None
+    """A shard unit holding parameters of more than one dtype (fp32 beside fp64), in words; None where none does."""
     empty: list[str] = field(default_factory=list)
     """Parameters that train and hold no element (nn.Linear(n, 0)), by name."""
     non_contiguous: list[str] = field(default_factory=list)
     """Parameters that train and are not contiguous in memory (a transposed view made a Parameter), by name."""
+    channels_last: list[str] = field(default_factory=list)
+    """Those of non_contiguous in channels_last memory format (model.to(memory_format=torch.channels_last))."""
     scalar: list[str] = field(default_factory=list)
     """Parameters of no dimension (nn.Parameter(torch.tensor(0.0)): a learned temperature, CLIP's logit_scale),
     frozen ones too, by name."""
@@ -259,6 +263,15 @@ def flat_layout(facts: ModelFacts, who: str, empty_too: bool, scalar_too: bool =
     def names(found: list[str]) -> str:
         return ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
 
+    if facts.non_contiguous and facts.channels_last == facts.non_contiguous:
+        many = len(facts.channels_last) > 1
+        return Availability(False, f"the model's parameter{'s' if many else ''} {names(facts.channels_last)} "
+                                   f"{'are' if many else 'is'} in channels_last memory format (the model moved "
+                                   f"with .to(memory_format=torch.channels_last)), not contiguous, which {who} "
+                                   f"cannot take as {'they are' if many else 'it is'}",
+                            "keep the model's parameters in the default format and convert only its inputs, "
+                            "x.to(memory_format=torch.channels_last): a convolution given a channels_last input "
+                            "computes in channels_last")
     if facts.non_contiguous:
         return Availability(False, f"the model's parameter{'s' if len(facts.non_contiguous) > 1 else ''} "
                                    f"{names(facts.non_contiguous)} {'are' if len(facts.non_contiguous) > 1 else 'is'} "

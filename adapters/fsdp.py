@@ -65,6 +65,11 @@ class FSDPLaunch(DDPLaunch):
             return Availability(False, f"{facts.bad_unit} (FSDP2 wraps each unit with fully_shard)",
                                 "give the model's own modules that run a forward, one by one (a ModuleList's "
                                 "layers: list(model.layers))")
+        if facts.mixed_unit:
+            return Availability(False, f"{facts.mixed_unit}, and FSDP2 gathers a unit's parameters in one "
+                                       f"buffer of one dtype (\"FSDP expects uniform original parameter dtype\")",
+                                "give the parameters of the other dtype a module of their own and list it among "
+                                "the units (Workload.shard_units), or build the model in one dtype")
         if facts.sparse:
             return Availability(
                 False, f"the model gives sparse gradients ({', '.join(facts.sparse)}: an embedding with "

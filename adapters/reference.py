@@ -15,20 +15,25 @@ class ReferenceStrategy(SingleProcessStrategy):
     """Reference: every rank's role (adapters/base.py: Strategy)."""
 
     def wrap(self, model, optimizer):
-        self.steps, self.no_gradient = 0, {}
-        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.steps, self.no_gradient, self.frozen = 0, {}, {}
+        # every parameter, frozen ones too: a model may unfreeze a layer as it trains (a frozen backbone's warm-up)
+        self.named = list(model.named_parameters())
         return super().wrap(model, optimizer)
 
     def step(self):
         for name, p in self.named:
-            if p.grad is None:
+            if not p.requires_grad:
+                self.frozen.setdefault(name, []).append(self.steps)
+            elif p.grad is None:
                 self.no_gradient.setdefault(name, []).append(self.steps)
         self.steps += 1
         super().step()
 
     def describe(self):
+        # no_gradient: the steps that left a trainable parameter without a gradient; frozen: the steps in which a
+        # parameter did not require one (every step for one frozen throughout)
         return {**super().describe(), "no_gradient": getattr(self, "no_gradient", {}),
-                "steps": getattr(self, "steps", 0)}
+                "frozen": getattr(self, "frozen", {}), "steps": getattr(self, "steps", 0)}
 
 
 class ReferenceAdapter(SingleProcessLaunch, ReferenceStrategy, Adapter):

@@ -68,15 +68,24 @@ LARGEST_DIFFS = 3
 
 def largest_diffs(diffs: dict[str, float], tolerance: float, gradients: dict | None) -> list[dict[str, Any]]:
     """The parameters that differ most from the reference (above `tolerance`, NaN first), each with the
-    reference's steps (from 0) that left it without a gradient (`gradients`: ReferenceAdapter's record; None where
-    the reference did not say)."""
+    reference's steps (from 0) that left it without a gradient while it trained, and those in which it was frozen
+    (`gradients`: ReferenceAdapter's record, {"no_gradient": ..., "frozen": ...}, or its no_gradient alone; None
+    where the reference did not say)."""
     import math
+
+    if gradients is not None and not isinstance(gradients.get("no_gradient"), dict):
+        gradients = {"no_gradient": gradients, "frozen": {}}
 
     above = [(n, d) for n, d in diffs.items() if math.isnan(d) or d > tolerance]
     above.sort(key=lambda nd: (not math.isnan(nd[1]), -nd[1] if not math.isnan(nd[1]) else 0.0))
-    return [{"parameter": n, "diff": d,
-             "steps_without_gradient": None if gradients is None else list(gradients.get(n, []))}
-            for n, d in above[:LARGEST_DIFFS]]
+    out = []
+    for n, d in above[:LARGEST_DIFFS]:
+        entry = {"parameter": n, "diff": d, "steps_without_gradient":
+                 None if gradients is None else list(gradients["no_gradient"].get(n, []))}
+        if gradients is not None and gradients["frozen"].get(n):
+            entry["steps_frozen"] = list(gradients["frozen"][n])
+        out.append(entry)
+    return out
 
 
 ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "Adafactor", "SparseAdam")
@@ -97,6 +106,20 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
     def named(items):
         return ", ".join(f"{p['parameter']} by {p['diff']:.1e}" for p in items)
 
+    unfrozen = [p for p in largest if p.get("steps_frozen")]
+    if unfrozen:
+        frozen = sorted({s for p in unfrozen for s in p["steps_frozen"]})
+        text = (f"the parameters that differ most, {named(unfrozen)}, were frozen (requires_grad False) in "
+                f"step{'s' if len(frozen) > 1 else ''} {', '.join(str(s + 1) for s in frozen)} of the {steps} "
+                f"compared and trained in the others: a backend that sets up its gradient reduction when it wraps "
+                f"the model (hooks or buckets for the parameters that require a gradient then) leaves out a "
+                f"parameter frozen then and never averages its gradient across ranks when it trains, so each rank "
+                f"steps it on its own share of the batch; fix: keep requires_grad as it was built and hold the "
+                f"parameter still with a learning rate of 0 (a parameter group) until it is to train")
+        rest = [p for p in largest if not p.get("steps_frozen")]
+        if rest:
+            text += f"; the next, {named(rest)}, {'were' if len(rest) > 1 else 'was'} never frozen"
+        return text
     without = [p for p in largest if p["steps_without_gradient"]]
     every = [p for p in largest if not p["steps_without_gradient"]]
     if not without:

@@ -54,6 +54,27 @@ def bad_unit(units, model) -> str | None:
     return None
 
 
+def mixed_dtype_unit(units, model) -> str | None:
+    """A shard unit (or the model's own parameters outside every unit) holding parameters of more than one dtype, in
+    words: fully_shard manages one dtype per unit (FSDP2: "FSDP expects uniform original parameter dtype"); None
+    where each unit holds one."""
+    from adapters.dtypes import dtype_names
+
+    names = {id(m): name for name, m in model.named_modules()}
+    seen: set[int] = set()
+    groups = []
+    for i, unit in enumerate(units):
+        params = [p for p in unit.parameters() if id(p) not in seen]
+        seen |= {id(p) for p in params}
+        groups.append((f"its shard unit {i} ({names.get(id(unit)) or type(unit).__name__}) holds parameters of",
+                       params))
+    groups.append(("its parameters outside every shard unit are", [p for p in model.parameters() if id(p) not in seen]))
+    for what, params in groups:
+        if len({p.dtype for p in params}) > 1:
+            return f"{what} {dtype_names(params)}"
+    return None
+
+
 def sparse_modules(model) -> list[str]:
     """The modules whose weight gets a sparse gradient (nn.Embedding, nn.EmbeddingBag with sparse=True), by name."""
     import torch.nn as nn

@@ -402,7 +402,9 @@ class Runner:
 
                 self.references[key] = torch.load(job.spec.params_path)
                 self.reference_losses[key] = outcome.ranks[0].losses
-                self.reference_gradients[key] = (outcome.ranks[0].adapter or {}).get("no_gradient")
+                described = outcome.ranks[0].adapter or {}
+                self.reference_gradients[key] = None if described.get("no_gradient") is None else {
+                    "no_gradient": described["no_gradient"], "frozen": described.get("frozen") or {}}
         else:
             self.finished.add((id(job.plan), job.row.label, job.repeat))
             ref = self.reference_runs.get(key)

@@ -162,7 +162,9 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         _optimizer(workload, model)
         _module_facts(facts, model)
         try:
-            facts.bad_unit = model_check.bad_unit(workload.shard_units(model), model)
+            units = workload.shard_units(model)
+            facts.bad_unit = model_check.bad_unit(units, model)
+            facts.mixed_unit = None if facts.bad_unit else model_check.mixed_dtype_unit(units, model)
         except Exception:  # noqa: BLE001 - the user's units that fail to be listed fail the row that asks for them
             pass
         _check_gradients(facts, workload, "meta", [[(batches.to(a, "meta"), batches.to(b, "meta")) for a, b in steps]
@@ -301,6 +303,8 @@ def _counted(workload, output, target) -> bool:
 
 def _module_facts(facts, model) -> None:
     """What the model's modules say, on whichever device it was built: its BatchNorm layers, its sparse embeddings."""
+    import torch
+
     from harness.core import model_check
 
     from adapters.dtypes import dtype_names
@@ -312,6 +316,9 @@ def _module_facts(facts, model) -> None:
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     facts.empty = [n for n, p in named if p.numel() == 0]
     facts.non_contiguous = [n for n, p in named if p.numel() and not p.is_contiguous()]
+    facts.channels_last = [n for n, p in named if n in facts.non_contiguous and p.dim() in (4, 5)
+                           and p.is_contiguous(memory_format=torch.channels_last if p.dim() == 4
+                                               else torch.channels_last_3d)]
     facts.scalar = [n for n, p in model.named_parameters() if p.dim() == 0]
 
 

@@ -505,6 +505,33 @@ def test_a_shard_unit_fsdp_cannot_shard_as_one_refuses_its_row_before_launching(
     assert adapters.get("ddp")({}, "cpu").model_availability(ModelFacts(bad_unit="x"))  # units are FSDP2's alone
 
 
+def test_a_unit_mixing_dtypes_and_a_channels_last_model_are_refused_with_their_own_cause_and_fix():
+    # An outside check: an fp64 gain beside an fp32 Linear failed at launch on FSDP2 ("FSDP expects uniform original
+    # parameter dtype"), and a model moved to channels_last was told "a transposed view made a Parameter", fix
+    # "nn.Parameter(t.contiguous())", of nn.Conv2d's own weights.
+    from torch import nn
+
+    from adapters.base import ModelFacts, flat_layout
+    from harness.core.model_check import mixed_dtype_unit
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    assert mixed_dtype_unit([model[0], model[1]], model) is None
+    model[1].gain = nn.Parameter(torch.ones(2, dtype=torch.float64))
+    assert mixed_dtype_unit([model[0], model[1]], model) == "its shard unit 1 (1) holds parameters of fp32+fp64"
+    assert mixed_dtype_unit([model[0]], model) == "its parameters outside every shard unit are fp32+fp64"
+    why = adapters.get("fsdp")({}, "cpu").model_availability(ModelFacts(mixed_unit="its shard unit 1 (1) holds x"))
+    assert not why and "(\"FSDP expects uniform original parameter dtype\")" in why.reason
+    assert why.fix.startswith("give the parameters of the other dtype a module of their own")
+    assert adapters.get("ddp")({}, "cpu").model_availability(ModelFacts(mixed_unit="x"))  # FSDP2's alone
+
+    facts = ModelFacts(non_contiguous=["c.weight"], channels_last=["c.weight"])
+    why = flat_layout(facts, "FSDP2 (it shards each parameter's storage)", empty_too=True)
+    assert why.reason.startswith("the model's parameter c.weight is in channels_last memory format")
+    assert why.fix.startswith("keep the model's parameters in the default format and convert only its inputs")
+    facts.non_contiguous.append("w_t")  # a transposed view beside it: the general cause
+    assert "a transposed view made a Parameter" in flat_layout(facts, "FSDP2", empty_too=True).reason
+
+
 def test_a_parameter_of_no_elements_has_no_difference_rather_than_failing_the_record(tmp_path):
     # torch's max() of an empty tensor raises: every row of such a model failed as its record was built
     from harness.core.assemble import param_diffs
@@ -559,3 +586,35 @@ def test_a_forward_that_changes_its_parameters_in_place_is_named_in_the_failed_c
     assert eq["why_failed"].startswith("the model's forward changes its parameters in place (0.weight: "
                                        "nn.Embedding(max_norm=...) renormalising the rows it looks up")
     assert checked("renormed", "max_norm=0").edits_parameters is None
+
+
+def test_a_parameter_frozen_in_some_steps_is_named_as_the_cause_not_as_one_with_a_gradient_every_step():
+    # An outside check: a layer built frozen and unfrozen at step 3 (a frozen backbone's warm-up) got a ✗ on Horovod,
+    # ZeRO-2 and DDP saying it "had a gradient in every one of the 4 steps": the reference did not look at parameters
+    # frozen when it wrapped the model, and the backends had left it out of their gradient reduction then.
+    import torch
+    from adapters.reference import ADAPTER as Reference
+
+    w = checked("aux")
+    ref = Reference({}, "cpu")
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    model[1].requires_grad_(False)
+    ref.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for step in range(4):
+        model[1].requires_grad_(step >= 2)
+        model.zero_grad(set_to_none=True)
+        model(torch.ones(1, 2)).sum().backward()
+        ref.step()
+    described = ref.describe()
+    assert described["frozen"] == {"1.weight": [0, 1], "1.bias": [0, 1]} and described["no_gradient"] == {}
+    gradients = {"no_gradient": described["no_gradient"], "frozen": described["frozen"]}
+    eq = _equivalence(w, adapters.get("horovod")({}, "cpu"), {"1.weight": 3e-3, "0.bias": 1e-3}, gradients,
+                      label="horovod")
+    assert eq["largest_diffs"][0] == {"parameter": "1.weight", "diff": 3e-3, "steps_without_gradient": [],
+                                      "steps_frozen": [0, 1]}
+    assert eq["why_failed"].startswith(
+        "the parameters that differ most, 1.weight by 3.0e-03, were frozen (requires_grad False) in steps 1, 2 of "
+        "the 4 compared and trained in the others: a backend that sets up its gradient reduction when it wraps the "
+        "model (hooks or buckets for the parameters that require a gradient then) leaves out a parameter frozen "
+        "then and never averages its gradient across ranks when it trains")
+    assert eq["why_failed"].endswith("until it is to train; the next, 0.bias by 1.0e-03, was never frozen")
