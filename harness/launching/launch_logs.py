@@ -90,14 +90,16 @@ def first_error(path: Path, containing: str | None = None, causes_only: bool = F
             if (_ERROR.search(line) and "FutureWarning" not in line and not _FRAME.search(line)
                     and not _launcher_summary().search(line)):
                 i, line = _raised_from(lines, i)
-                found = line.strip()
+                found = _unprefixed(line)  # the reason names the rank itself
                 if "terminate called" in line and i + 1 < len(lines) and "what()" in lines[i + 1]:
-                    found += " " + lines[i + 1].strip()  # the exception's type, then its message
+                    found += " " + _unprefixed(lines[i + 1])  # the exception's type, then its message
+                at = i
                 if _WORKER.search(line):  # a DataLoader worker's: its own exception ends the traceback it re-raises
-                    own = next((ln.strip() for ln in lines[i + 1:] if _ERROR.search(ln) and not _WORKER.search(ln)),
-                               None)
-                    found += f" ({own})" if own else ""
-                return shorten(found)
+                    at = next((k for k in range(i + 1, len(lines))
+                               if _ERROR.search(lines[k]) and not _WORKER.search(lines[k])), i)
+                    found += f" ({_unprefixed(lines[at])})" if at != i else ""
+                place = _users_frame(lines, at)
+                return shorten(found) + (f" (raised in {place})" if place else "")
     except OSError:
         pass
     return None
@@ -105,6 +107,45 @@ def first_error(path: Path, containing: str | None = None, causes_only: bool = F
 
 
 DIRECT_CAUSE = "The above exception was the direct cause of the following exception:"
+
+def _unprefixed(line: str) -> str:
+    """A rank's log line without the launcher's "[1]<stderr>:" (or "[rank1]:") before it."""
+    return _RANK_PREFIX.sub("", line.strip(), count=1).strip() if _RANK_PREFIX.match(line.strip()) else line.strip()
+
+
+_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+"""A traceback's frame line (Python's 'File "m.py", line 3, in forward'; faulthandler's, without the comma)."""
+
+
+def _users_frame(lines: list[str], i: int) -> str | None:
+    """"forward (my_model.py:73)": the innermost frame of the traceback that ends at line `i` (read in that rank's
+    lines alone) in code of the user's (their model, their dataset, a workload's), not in an installed package, in
+    Python's library, or in compare's harness and adapters; None where there is none (the error came from them)."""
+    import sysconfig
+
+    mine = _RANK_PREFIX.match(lines[i])
+    prefix = mine.group(0) if mine else ""
+    repo = Path(__file__).resolve().parents[2]
+    ours = tuple(str(repo / d) + "/" for d in ("harness", "adapters"))
+    stdlib = sysconfig.get_paths()["stdlib"]
+    for k in range(i - 1, -1, -1):
+        if prefix and not lines[k].startswith(prefix):
+            continue
+        text = lines[k][len(prefix):]
+        if "Traceback (most recent call last)" in text:  # its start (a DataLoader worker's "Original Traceback")
+            return None
+        frame = _FILE_LINE.match(text)
+        if frame:
+            path = Path(frame["file"]) if Path(frame["file"]).is_absolute() else repo / frame["file"]
+            file = str(path)
+            if "-packages" in file or file.startswith((stdlib, *ours)) or frame["file"].startswith("<"):
+                continue
+            try:
+                where = path.relative_to(repo).as_posix()
+            except ValueError:
+                where = path.name
+            return f"{frame['func']} ({where}:{frame['line']})"
+    return None
 
 
 def _raised_from(lines: list[str], i: int) -> tuple[int, str]:
