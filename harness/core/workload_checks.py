@@ -133,11 +133,12 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     except (UserCodeError, BadReference, BadInput, LossError):
         raise
     except Exception as exc:  # noqa: BLE001 - the user's Dataset
-        uneven = "stack expects each tensor to be equal size" in str(exc)  # torch's default_collate, on its items
-        raise UserCodeError(f"reading the training samples of workload {req.workload}", exc, hint=(
-            "its items' tensors differ in shape, and the default collate stacks each batch's items into one tensor: "
-            "give them one shape in __getitem__ (a sequence padded or cut to a fixed length, its padded labels "
-            "-100)") if uneven else None) from None
+        if "stack expects each tensor to be equal size" in str(exc):  # torch's default_collate, on its items: the
+            # traceback is torch's alone, so one line says it
+            raise BadInput(f"workload {req.workload}: its training samples' tensors differ in shape ({exc}), and the "
+                           f"default collate stacks each batch's items into one tensor; give them one shape in "
+                           f"__getitem__ (a sequence padded or cut to a fixed length, its padded labels -100)") from None
+        raise UserCodeError(f"reading the training samples of workload {req.workload}", exc) from None
     facts = workload.model_facts = ModelFacts()
     params = counted = random = None
     try:
