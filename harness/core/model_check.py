@@ -66,9 +66,10 @@ def mixed_dtype_unit(units, model) -> str | None:
     for i, unit in enumerate(units):
         params = [p for p in unit.parameters() if id(p) not in seen]
         seen |= {id(p) for p in params}
-        groups.append((f"its shard unit {i} ({names.get(id(unit)) or type(unit).__name__}) holds parameters of",
-                       params))
-    groups.append(("its parameters outside every shard unit are", [p for p in model.parameters() if id(p) not in seen]))
+        unit_name = names.get(id(unit)) or type(unit).__name__
+        groups.append((f"the model's shard unit {i} ({unit_name}) holds parameters of", params))
+    rest = [p for p in model.parameters() if id(p) not in seen]
+    groups.append(("the model's parameters outside every shard unit are", rest))
     for what, params in groups:
         if len({p.dtype for p in params}) > 1:
             return f"{what} {dtype_names(params)}"

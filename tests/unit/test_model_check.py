@@ -517,8 +517,8 @@ def test_a_unit_mixing_dtypes_and_a_channels_last_model_are_refused_with_their_o
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
     assert mixed_dtype_unit([model[0], model[1]], model) is None
     model[1].gain = nn.Parameter(torch.ones(2, dtype=torch.float64))
-    assert mixed_dtype_unit([model[0], model[1]], model) == "its shard unit 1 (1) holds parameters of fp32+fp64"
-    assert mixed_dtype_unit([model[0]], model) == "its parameters outside every shard unit are fp32+fp64"
+    assert mixed_dtype_unit([model[0], model[1]], model) == "the model's shard unit 1 (1) holds parameters of fp32+fp64"
+    assert mixed_dtype_unit([model[0]], model) == "the model's parameters outside every shard unit are fp32+fp64"
     why = adapters.get("fsdp")({}, "cpu").model_availability(ModelFacts(mixed_unit="its shard unit 1 (1) holds x"))
     assert not why and "(\"FSDP expects uniform original parameter dtype\")" in why.reason
     assert why.fix.startswith("give the parameters of the other dtype a module of their own")
