@@ -134,6 +134,8 @@ def _users_frame(lines: list[str], i: int) -> str | None:
         text = lines[k][len(prefix):]
         if "Traceback (most recent call last)" in text:  # its start (a DataLoader worker's "Original Traceback")
             return None
+        if text.strip() and not text[:1].isspace():  # not a traceback's frame, code or caret line: the error
+            return None                                 # came with no traceback right above it
         frame = _FILE_LINE.match(text)
         if frame:
             path = Path(frame["file"]) if Path(frame["file"]).is_absolute() else repo / frame["file"]

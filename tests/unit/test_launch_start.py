@@ -244,3 +244,16 @@ print(reap_orphans(), not psutil.pid_exists(orphans[0].pid), leader.wait())
 """
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.stdout.split() == ["1", "True", "3"], out.stderr
+
+
+def test_the_users_line_is_read_from_the_traceback_right_above_the_error_only(tmp_path):
+    # an error printed with no traceback of its own was given a frame of an earlier, unrelated traceback
+    from harness.launching.launch_logs import first_error
+
+    log = tmp_path / "r.log"
+    tb = ('Traceback (most recent call last):\n  File "/home/me/model.py", line 7, in forward\n'
+          "    return self.a(x)\n           ^^^^^^^^^\n")
+    log.write_text(f"{tb}ValueError: first\n")
+    assert first_error(log) == "ValueError: first (raised in forward (model.py:7))"
+    log.write_text(f"{tb}UserWarning: handled and printed\n[fault injection] exit at step 5\n")
+    assert first_error(log, containing="[fault injection]") == "[fault injection] exit at step 5"
