@@ -119,14 +119,15 @@ _FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?
 
 def _users_frame(lines: list[str], i: int) -> str | None:
     """"forward (my_model.py:73)": the innermost frame of the traceback that ends at line `i` (read in that rank's
-    lines alone) in code of the user's (their model, their dataset, a workload's), not in an installed package, in
-    Python's library, or in compare's harness and adapters; None where there is none (the error came from them)."""
+    lines alone) in code of the user's (their model, their dataset), not in an installed package, in Python's
+    library, or in compare's own (its harness, adapters and workloads); None where there is none (the error came from
+    them: DDP's own check, called through workloads/batch.py, is not the user's line)."""
     import sysconfig
 
     mine = _RANK_PREFIX.match(lines[i])
     prefix = mine.group(0) if mine else ""
     repo = Path(__file__).resolve().parents[2]
-    ours = tuple(str(repo / d) + "/" for d in ("harness", "adapters"))
+    ours = tuple(str(repo / d) + "/" for d in ("harness", "adapters", "workloads"))  # workloads/batch.py feeds
     stdlib = sysconfig.get_paths()["stdlib"]
     for k in range(i - 1, -1, -1):
         if prefix and not lines[k].startswith(prefix):

@@ -255,5 +255,9 @@ def test_the_users_line_is_read_from_the_traceback_right_above_the_error_only(tm
           "    return self.a(x)\n           ^^^^^^^^^\n")
     log.write_text(f"{tb}ValueError: first\n")
     assert first_error(log) == "ValueError: first (raised in forward (model.py:7))"
+    ours = ('Traceback (most recent call last):\n  File "workloads/batch.py", line 64, in call\n'
+            '  File "/x/site-packages/torch/nn/parallel/distributed.py", line 1, in forward\n')
+    log.write_text(f"{ours}RuntimeError: Expected to have finished reduction\n")  # DDP's own check: no user line
+    assert first_error(log) == "RuntimeError: Expected to have finished reduction"
     log.write_text(f"{tb}UserWarning: handled and printed\n[fault injection] exit at step 5\n")
     assert first_error(log, containing="[fault injection]") == "[fault injection] exit at step 5"
