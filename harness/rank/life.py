@@ -230,7 +230,10 @@ def run(spec_path: str | Path) -> None:
         pass
     # A crash in C code (a segfault in an extension, an abort) writes every thread's Python stack to the rank's
     # stderr, the launch log, before the process dies: the line of the user's model it happened in.
-    faulthandler.enable(all_threads=True)
+    try:
+        faulthandler.enable(all_threads=True)
+    except (ValueError, RuntimeError, OSError, AttributeError):  # a stderr with no file descriptor: no stack, no harm
+        pass
     code = 0
     try:
         _work(spec, marks)
