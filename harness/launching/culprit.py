@@ -35,8 +35,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.launching.launch_logs import (ERROR_LINE, consequence, exit_reason, first_error, last_line, matches_host,
-                                           rank_records)
+from harness.launching.launch_logs import (ERROR_LINE, consequence, crash_place, exit_reason, first_error, last_line,
+                                           matches_host, rank_records)
 from harness.shared.witness import CRASH_SIGNALS, LAUNCH, OUTSIDE, SUPERVISOR, read_json
 
 
@@ -205,6 +205,11 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
                 cause = end.error  # SystemExit, KeyboardInterrupt: its own, which no log line reads as an error
             if cause:
                 reason += f"; first error: {cause}"
+        elif end.crash is not None:  # a segfault in C code: where the user's code was, from faulthandler's dump
+            own = [c.log for c in commands if several and matches_host(c.host, c.local, end.host)]
+            place = (crash_place(own[0]) if own else None) or crash_place(rank_dir / "launch.log")
+            if place:
+                reason += f"; crashed in {place}"
         silent = [c.host for c in commands if c.silent and c.host]
         return (f"no rank started on {', '.join(silent)}; " if silent else "") + reason
 

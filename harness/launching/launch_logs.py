@@ -117,18 +117,32 @@ _FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?
 """A traceback's frame line (Python's 'File "m.py", line 3, in forward'; faulthandler's, without the comma)."""
 
 
-def _users_frame(lines: list[str], i: int) -> str | None:
-    """"forward (my_model.py:73)": the innermost frame of the traceback that ends at line `i` (read in that rank's
-    lines alone) in code of the user's (their model, their dataset), not in an installed package, in Python's
-    library, or in compare's own (its harness, adapters and workloads); None where there is none (the error came from
-    them: DDP's own check, called through workloads/batch.py, is not the user's line)."""
+def _users_place(text: str) -> tuple[str, str] | None:
+    """(file as shown, "func (file:line)") of a traceback's frame line in the user's code (their model, their
+    dataset), not in an installed package, in Python's library, or in compare's own (its harness, adapters and
+    workloads: DDP's own check, called through workloads/batch.py, is not the user's line); None for another line."""
     import sysconfig
 
+    frame = _FILE_LINE.match(text)
+    if not frame or frame["file"].startswith("<"):
+        return None
+    repo = Path(__file__).resolve().parents[2]
+    path = Path(frame["file"]) if Path(frame["file"]).is_absolute() else repo / frame["file"]
+    ours = tuple(str(repo / d) + "/" for d in ("harness", "adapters", "workloads"))
+    if "-packages" in str(path) or str(path).startswith((sysconfig.get_paths()["stdlib"], *ours)):
+        return None
+    try:
+        where = path.relative_to(repo).as_posix()
+    except ValueError:
+        where = path.name
+    return where, f"{frame['func']} ({where}:{frame['line']})"
+
+
+def _users_frame(lines: list[str], i: int) -> str | None:
+    """"forward (my_model.py:73)": the innermost frame in the user's code (`_users_place`) of the traceback right
+    above line `i` (read in that rank's lines alone); None where there is none."""
     mine = _RANK_PREFIX.match(lines[i])
     prefix = mine.group(0) if mine else ""
-    repo = Path(__file__).resolve().parents[2]
-    ours = tuple(str(repo / d) + "/" for d in ("harness", "adapters", "workloads"))  # workloads/batch.py feeds
-    stdlib = sysconfig.get_paths()["stdlib"]
     for k in range(i - 1, -1, -1):
         if prefix and not lines[k].startswith(prefix):
             continue
@@ -137,17 +151,36 @@ def _users_frame(lines: list[str], i: int) -> str | None:
             return None
         if text.strip() and not text[:1].isspace():  # not a traceback's frame, code or caret line: the error
             return None                                 # came with no traceback right above it
-        frame = _FILE_LINE.match(text)
-        if frame:
-            path = Path(frame["file"]) if Path(frame["file"]).is_absolute() else repo / frame["file"]
-            file = str(path)
-            if "-packages" in file or file.startswith((stdlib, *ours)) or frame["file"].startswith("<"):
-                continue
-            try:
-                where = path.relative_to(repo).as_posix()
-            except ValueError:
-                where = path.name
-            return f"{frame['func']} ({where}:{frame['line']})"
+        place = _users_place(text)
+        if place:
+            return place[1]
+    return None
+
+
+def crash_place(path: Path) -> str | None:
+    """Where a rank that crashed in C code was in the user's code: the innermost such frame of the crashing thread
+    in faulthandler's dump ("Fatal Python error: Segmentation fault", then "Current thread ... (most recent call
+    first):" and its frames, which harness/rank/life.py has every rank write); None where the log has none."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for i, line in enumerate(lines):
+        if "Fatal Python error:" not in line:
+            continue
+        mine = _RANK_PREFIX.match(line)
+        prefix = mine.group(0) if mine else ""
+        own = [ln[len(prefix):] for ln in lines[i + 1:] if not prefix or ln.startswith(prefix)]
+        start = next((k for k, ln in enumerate(own) if ln.startswith("Current thread")), None)
+        if start is None:
+            continue
+        for text in own[start + 1:]:
+            if not text.startswith("  File"):
+                break
+            place = _users_place(text)
+            if place:
+                return place[1]
+        return None
     return None
 
 

@@ -426,3 +426,26 @@ def test_the_oom_killers_count_in_a_memory_cgroup_is_read_at_the_workers_start_a
                                             "limit_bytes": 2**31}
         (cg / limit).write_text("max\n" if version == 2 else "9223372036854771712\n")
         assert oom.killed(4242, before)["limit_bytes"] is None  # no limit: none said
+
+
+def test_a_crash_in_c_code_is_placed_in_the_users_code_from_faulthandlers_dump(rd):
+    # An outside check: a segfault in a rank left no line of the model anywhere; ranks now write faulthandler's dump
+    # (every thread, the crashing one as "Current thread") and the reason says where the user's code was
+    _start(rd, 0), _start(rd, 1)
+    (rd / "launch.log").write_text(
+        "[1]<stderr>:Fatal Python error: Segmentation fault\n[1]<stderr>:\n"
+        "[1]<stderr>:Thread 0x7f (most recent call first):\n"
+        '[1]<stderr>:  File "/home/me/other.py", line 5 in wait\n[1]<stderr>:\n'
+        "[1]<stderr>:Current thread 0x7e (most recent call first):\n"
+        '[0]<stderr>:  File "/home/me/model.py", line 99 in rank0s\n'
+        '[1]<stderr>:  File "/usr/lib/python3/site-packages/torch/nn/modules/module.py", line 1 in _call_impl\n'
+        '[1]<stderr>:  File "/home/me/model.py", line 109 in forward\n'
+        '[1]<stderr>:  File "/home/me/model.py", line 120 in outer\n'
+        "[0]<stderr>:RuntimeError: Connection closed by peer\n")
+    _exit(rd, 1, T + 5.0, sig="SIGSEGV")
+    _failed(rd, 0, T + 5.01, "RuntimeError: Connection closed by peer")
+    _exit(rd, 0, T + 5.02, code=1)
+    _stopping(rd, T + 6, alive=[])
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 killed by SIGSEGV; crashed in forward (model.py:109)"
+    (rd / "launch.log").write_text("[0]<stderr>:RuntimeError: Connection closed by peer\n")  # no dump: as before
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 killed by SIGSEGV"
