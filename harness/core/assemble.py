@@ -69,12 +69,9 @@ LARGEST_DIFFS = 3
 def largest_diffs(diffs: dict[str, float], tolerance: float, gradients: dict | None) -> list[dict[str, Any]]:
     """The parameters that differ most from the reference (above `tolerance`, NaN first), each with the
     reference's steps (from 0) that left it without a gradient while it trained, and those in which it was frozen
-    (`gradients`: ReferenceAdapter's record, {"no_gradient": ..., "frozen": ...}, or its no_gradient alone; None
-    where the reference did not say)."""
+    (`gradients`: ReferenceAdapter's record, {"no_gradient": ..., "frozen": ...}; None where the reference did not
+    say)."""
     import math
-
-    if gradients is not None and not isinstance(gradients.get("no_gradient"), dict):
-        gradients = {"no_gradient": gradients, "frozen": {}}
 
     above = [(n, d) for n, d in diffs.items() if math.isnan(d) or d > tolerance]
     above.sort(key=lambda nd: (not math.isnan(nd[1]), -nd[1] if not math.isnan(nd[1]) else 0.0))

@@ -377,6 +377,11 @@ def test_batchnorm_is_found_without_a_declaration():
     assert workloads.get("resnet").batch_norm == "BatchNorm2d"
 
 
+def _gradients(no_gradient, frozen=None):
+    """The reference's record of gradients as the runner hands it over (runner.py: reference_gradients)."""
+    return {"no_gradient": no_gradient, "frozen": frozen or {}}
+
+
 def _equivalence(workload, adapter, diffs=None, gradients=None, label="ddp"):
     spec = SimpleNamespace(equiv_steps=4, global_batch=16)
     r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8)
@@ -418,7 +423,7 @@ def test_a_loss_over_the_whole_batch_is_found_and_explains_the_failed_check():
     assert w.batch_dependent.startswith("with the same parameters, its loss over the global batch of step 1 was ")
     assert w.batch_dependent.endswith(" in one process and the mean of 2 ranks' losses over their slices " +
                                       w.batch_dependent.split()[-1])
-    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-4}, {}, label="ddp")
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-4}, _gradients({}), label="ddp")
     assert eq["why_failed"].startswith("the model depends on the rest of its batch, other than through BatchNorm: "
                                        "with the same parameters, its loss over the global batch of step 1 was ")
     # a class-weighted mean, the commonest such loss, is named first, with its own fix (an outside check found the
@@ -443,7 +448,7 @@ def test_a_loss_over_the_whole_batch_is_found_and_explains_the_failed_check():
 def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backend_does_with_them():
     w = checked("aux")
     diffs = {"aux.weight": 2.7e-2, "aux.bias": 1.5e-2, "out.bias": 6.9e-4, "out.weight": 3e-6, "body.weight": 2e-4}
-    gradients = {"aux.weight": [1, 3], "aux.bias": [1, 3]}
+    gradients = _gradients({"aux.weight": [1, 3], "aux.bias": [1, 3]})
     eq = _equivalence(w, adapters.get("horovod")({}, "cpu"), diffs, gradients, label="horovod")
     assert eq["passed"] is False
     assert [p["parameter"] for p in eq["largest_diffs"]] == ["aux.weight", "aux.bias", "out.bias"]
@@ -462,7 +467,7 @@ def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backe
         assert says in eq["why_failed"], stage
     eq = _equivalence(w, adapters.get("fsdp")({}, "cpu"), diffs, gradients, label="fsdp")
     assert "fsdp leaves it without a gradient too, so that does not explain the difference" in eq["why_failed"]
-    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-3}, {}, label="ddp")
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-3}, _gradients({}), label="ddp")
     assert eq["why_failed"] == (
         "the parameters that differ most, out.bias by 1.0e-03, had a gradient in every one of the 4 steps compared, "
         "so no parameter left without one explains the difference (the model's forward is stateful, step: 0 → 1, "
@@ -473,14 +478,14 @@ def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backe
     r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8,
                          adapter={"note": "hvd.broadcast_optimizer_state moved the parameters"})
     eq = assemble.equivalence(spec, r0, workloads.get("tinygpt"), adapters.get("horovod")({}, "cpu"),
-                              {"head.weight": 3e-4}, {}, label="horovod")
+                              {"head.weight": 3e-4}, _gradients({}), label="horovod")
     assert eq["why_failed"] == (
         "the parameters that differ most, head.weight by 3.0e-04, had a gradient in every one of the 4 steps "
         "compared, so no parameter left without one explains the difference; horovod's own note: "
         "hvd.broadcast_optimizer_state moved the parameters")
     # and beside a parameter without a gradient, for the ones that had theirs in every step
     eq = assemble.equivalence(spec, r0, workloads.get("tinygpt"), adapters.get("horovod")({}, "cpu"),
-                              {"head.weight": 3e-4, "dead.weight": 1e-3}, {"dead.weight": [0, 1, 2, 3]},
+                              {"head.weight": 3e-4, "dead.weight": 1e-3}, _gradients({"dead.weight": [0, 1, 2, 3]}),
                               label="horovod")
     assert eq["why_failed"].endswith("; the next, head.weight by 3.0e-04, had a gradient in every step; horovod's "
                                      "own note: hvd.broadcast_optimizer_state moved the parameters")
@@ -550,13 +555,13 @@ def test_a_random_model_whose_differing_parameter_missed_a_gradient_is_told_the_
     r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=8, adapter={})
     horovod = adapters.get("horovod")({}, "cpu")
     eq = assemble.equivalence(spec, r0, w, horovod, {"block.weight": 1e-2, "head.weight": 1e-8},
-                              {"block.weight": [1, 3]}, label="horovod")
+                              _gradients({"block.weight": [1, 3]}), label="horovod")
     assert eq["why_failed"].startswith("the parameters that differ most, block.weight by 1.0e-02, had no gradient in "
                                        "steps 2, 4 of the 4 compared, where the single process's optimizer leaves "
                                        "such a parameter alone; horovod: hvd.DistributedOptimizer gives")
     assert "; besides, the model is not deterministic: its outputs differed under two torch seeds" in eq["why_failed"]
     # every differing parameter had its gradient: the randomness alone
-    eq = assemble.equivalence(spec, r0, w, horovod, {"head.weight": 1e-2}, {}, label="horovod")
+    eq = assemble.equivalence(spec, r0, w, horovod, {"head.weight": 1e-2}, _gradients({}), label="horovod")
     assert eq["why_failed"].startswith("the model is not deterministic: its outputs differed under two torch seeds; "
                                        "each process draws its own random numbers, which match the single process's "
                                        "only where no draw depends on the batch")
@@ -582,7 +587,7 @@ def test_a_batch_coupled_loss_is_found_behind_batchnorm_and_sync_bn_is_not_offer
 def test_a_forward_that_changes_its_parameters_in_place_is_named_in_the_failed_check():
     w = checked("renormed")
     assert w.edits_parameters == "0.weight" and w.nondeterministic is None
-    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"0.weight": 2.3}, {})
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"0.weight": 2.3}, _gradients({}))
     assert eq["why_failed"].startswith("the model's forward changes its parameters in place (0.weight: "
                                        "nn.Embedding(max_norm=...) renormalising the rows it looks up")
     assert checked("renormed", "max_norm=0").edits_parameters is None
