@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import errno
 import functools
+import itertools
 import json
 import re
 import signal
 import socket
+import sysconfig
 from pathlib import Path
 
 from harness.shared.text import shorten
@@ -113,29 +115,37 @@ def _unprefixed(line: str) -> str:
     return _RANK_PREFIX.sub("", line.strip(), count=1).strip() if _RANK_PREFIX.match(line.strip()) else line.strip()
 
 
-_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
-"""A traceback's frame line (Python's 'File "m.py", line 3, in forward'; faulthandler's, without the comma)."""
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+"""A frame line: a traceback's ('File "m.py", line 3, in forward') or faulthandler's (no comma before "in")."""
+_STDLIB = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
+_REPO = Path(__file__).resolve().parents[2]
+_OURS = tuple(str(_REPO / d) + "/" for d in ("harness", "adapters", "workloads"))
+"""compare's own code: workloads/batch.py feeds the model, so DDP's own check is raised through it."""
 
 
-def _users_place(text: str) -> tuple[str, str] | None:
-    """(file as shown, "func (file:line)") of a traceback's frame line in the user's code (their model, their
-    dataset), not in an installed package, in Python's library, or in compare's own (its harness, adapters and
-    workloads: DDP's own check, called through workloads/batch.py, is not the user's line); None for another line."""
-    import sysconfig
-
-    frame = _FILE_LINE.match(text)
-    if not frame or frame["file"].startswith("<"):
-        return None
-    repo = Path(__file__).resolve().parents[2]
-    path = Path(frame["file"]) if Path(frame["file"]).is_absolute() else repo / frame["file"]
-    ours = tuple(str(repo / d) + "/" for d in ("harness", "adapters", "workloads"))
-    if "-packages" in str(path) or str(path).startswith((sysconfig.get_paths()["stdlib"], *ours)):
-        return None
+def shown_frame(file: str, line: int, func: str) -> str:
+    """"forward (my_model.py:73)": a frame in words, its file relative to the repository or by its name alone."""
+    path = Path(file)
     try:
-        where = path.relative_to(repo).as_posix()
+        where = path.name if "-packages" in file else path.relative_to(_REPO).as_posix()
     except ValueError:
         where = path.name
-    return where, f"{frame['func']} ({where}:{frame['line']})"
+    return f"{func} ({where}:{line})"
+
+
+def python_own(file: str) -> bool:
+    """Whether a frame's file is Python's own library (threading, selectors): not where a rank is, in words. A
+    virtual environment's platstdlib is its own lib/pythonX.Y, which holds site-packages: torch is not Python's."""
+    return file.startswith(_STDLIB) and "-packages" not in file
+
+
+def _users_place(file: str, line: int, func: str) -> str | None:
+    """shown_frame of a frame in the user's code (their model, their dataset): not in an installed package, in
+    Python's library or in compare's own (_OURS); None for another."""
+    path = Path(file) if Path(file).is_absolute() else _REPO / file
+    if file.startswith("<") or "-packages" in file or python_own(file) or str(path).startswith(_OURS):
+        return None
+    return shown_frame(file, line, func)
 
 
 def _users_frame(lines: list[str], i: int) -> str | None:
@@ -151,9 +161,10 @@ def _users_frame(lines: list[str], i: int) -> str | None:
             return None
         if text.strip() and not text[:1].isspace():  # not a traceback's frame, code or caret line: the error
             return None                                 # came with no traceback right above it
-        place = _users_place(text)
+        frame = FRAME.match(text)
+        place = frame and _users_place(frame["file"], int(frame["line"]), frame["func"])
         if place:
-            return place[1]
+            return place
     return None
 
 
@@ -174,13 +185,8 @@ def crash_place(path: Path) -> str | None:
         start = next((k for k, ln in enumerate(own) if ln.startswith("Current thread")), None)
         if start is None:
             continue
-        for text in own[start + 1:]:
-            if not text.startswith("  File"):
-                break
-            place = _users_place(text)
-            if place:
-                return place[1]
-        return None
+        frames = [FRAME.match(ln) for ln in itertools.takewhile(FRAME.match, own[start + 1:])]  # its block alone
+        return next(filter(None, (_users_place(m["file"], int(m["line"]), m["func"]) for m in frames)), None)
     return None
 
 

@@ -16,18 +16,15 @@ import json
 import re
 import signal
 import socket
-import sysconfig
 import time
 from pathlib import Path
 
 import psutil
 
-from harness.ground.provenance import REPO
+from harness.launching.launch_logs import FRAME, python_own, shown_frame
 
 LOOP = ("harness/rank/train.py", "run")
 """The training loop's frame: (file, function)."""
-_STDLIB = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
-_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
 def _threads(dump: str) -> list[list[tuple[str, int, str]]]:
@@ -37,19 +34,10 @@ def _threads(dump: str) -> list[list[tuple[str, int, str]]]:
         if line.startswith(("Thread 0x", "Current thread 0x")):
             threads.append([])
             continue
-        m = _FRAME.match(line)
+        m = FRAME.match(line)
         if m and threads:
             threads[-1].append((m["file"], int(m["line"]), m["func"]))
     return threads
-
-
-def _shown(file: str, line: int, func: str) -> str:
-    path = Path(file)
-    try:
-        where = path.name if "-packages" in file else path.relative_to(REPO).as_posix()
-    except ValueError:
-        where = path.name
-    return f"{func} ({where}:{line})"
 
 
 @functools.cache
@@ -63,17 +51,11 @@ def _communication() -> re.Pattern:
     return re.compile(r"[/\\](" + "|".join(re.escape(p).replace("/", r"[/\\]") for p in paths) + r")[/\\]")
 
 
-def _python_own(file: str) -> bool:
-    """Whether a frame's file is Python's own library (threading, selectors): not where a rank is, in words. A
-    virtual environment's platstdlib is its own lib/pythonX.Y, which holds site-packages: torch is not Python's."""
-    return file.startswith(_STDLIB) and "-packages" not in file
-
-
 def _place(dump: str) -> tuple[int, tuple[str, int, str]] | None:
     for frames in reversed(_threads(dump)):  # the last dump of the file is the latest
         loop = [f for f in frames if f[0].endswith(LOOP[0]) and f[2] == LOOP[1]]
         if loop:
-            return loop[-1][1], next((f for f in frames if not _python_own(f[0])), frames[0])
+            return loop[-1][1], next((f for f in frames if not python_own(f[0])), frames[0])
     return None
 
 
@@ -82,7 +64,7 @@ def loop_place(dump: str) -> tuple[int, str] | None:
     library in words: a user's model, torch, the harness), from its stack dump; None where no thread is in the
     training loop (set-up, a comm launch)."""
     place = _place(dump)
-    return None if place is None else (place[0], _shown(*place[1]))
+    return None if place is None else (place[0], shown_frame(*place[1]))
 
 
 def waiting(dump: str) -> bool:
@@ -180,9 +162,9 @@ def ask_loader_stacks(rank_dir: Path, workers: dict[int, psutil.Process], wait_s
         text = f.read_text(errors="replace") if f.exists() else ""
         threads = _threads(text)
         frames = threads[-1] if threads else []  # the main thread's dump comes last ("Current thread")
-        inner = next((fr for fr in frames if not _python_own(fr[0])), None)
+        inner = next((fr for fr in frames if not python_own(fr[0])), None)
         if inner is not None:
-            out.setdefault(k, []).append({"worker": worker, "pid": pid, "where": _shown(*inner),
+            out.setdefault(k, []).append({"worker": worker, "pid": pid, "where": shown_frame(*inner),
                                           "dataloader": bool(_DATALOADER.search(inner[0])), "stacks": text})
     return out
 
