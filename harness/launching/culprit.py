@@ -194,9 +194,9 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
 
     def with_cause(end: RankEnd) -> str:
         reason = end.text
+        # Its own node's log first: in the joined log another node's consequence may come before the cause.
+        own = [c.log for c in commands if several and matches_host(c.host, c.local, end.host)]
         if end.with_error:
-            # Its own node's log first: in the joined log another node's consequence may come before the cause.
-            own = [c.log for c in commands if several and matches_host(c.host, c.local, end.host)]
             # a rank that recorded no exception of its own (an exit, an abort) is not explained by a peer's "connection
             # reset by peer", which may come first in the log
             how = {"containing": end.cause_containing, "causes_only": end.abrupt or end.crash is not None}
@@ -206,7 +206,6 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
             if cause:
                 reason += f"; first error: {cause}"
         elif end.crash is not None:  # a segfault in C code: where the user's code was, from faulthandler's dump
-            own = [c.log for c in commands if several and matches_host(c.host, c.local, end.host)]
             place = (crash_place(own[0]) if own else None) or crash_place(rank_dir / "launch.log")
             if place:
                 reason += f"; crashed in {place}"
