@@ -112,7 +112,9 @@ DIRECT_CAUSE = "The above exception was the direct cause of the following except
 
 def _unprefixed(line: str) -> str:
     """A rank's log line without the launcher's "[1]<stderr>:" (or "[rank1]:") before it."""
-    return _RANK_PREFIX.sub("", line.strip(), count=1).strip() if _RANK_PREFIX.match(line.strip()) else line.strip()
+    text = line.strip()
+    mine = _RANK_PREFIX.match(text)
+    return text[mine.end():].strip() if mine else text
 
 
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')

@@ -69,9 +69,14 @@ def gpu_choices() -> dict[str, str]:
     return out
 
 
+def _profile_fields(profile: str) -> dict[str, Any]:
+    """harness/model/profiles/<profile>.json as it is, for the fields Fabric does not carry."""
+    return json.loads((hardware.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8"))
+
+
 def memory_gib(profile: str) -> float | None:
     """The profile's device memory in GiB (its `memory_GiB`), or None."""
-    return json.loads((hardware.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8")).get("memory_GiB")
+    return _profile_fields(profile).get("memory_GiB")
 
 
 @dataclass
@@ -120,7 +125,7 @@ def profile_nics(profile: str, gpus_per_node: int) -> tuple[int, int]:
     across nodes is its node's NICs summed (harness/model/profiles/README.md), and its NICs sit with its GPUs (one
     per GPU on the H100, H200 and A100 nodes, one per two on the DGX-1), so a node of fewer GPUs keeps their share,
     at least one: on 1 GPU per node of h100-sxm-ndr400, one 400 Gb/s NIC, 46 of the 368 GB/s."""
-    d = json.loads((hardware.PROFILES_DIR / f"{profile}.json").read_text(encoding="utf-8"))
+    d = _profile_fields(profile)
     full, nics = d["devices_per_node"], d.get("nics_per_node") or 1
     return min(nics, max(1, math.ceil(gpus_per_node * nics / full))), nics
 
