@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.launching.launch_logs import (ERROR_LINE, consequence, crash_place, exit_reason, first_error, last_line,
-                                           matches_host, rank_records)
+                                           matches_host, raised_place, rank_records)
 from harness.shared.witness import CRASH_SIGNALS, LAUNCH, OUTSIDE, SUPERVISOR, read_json
 
 
@@ -151,7 +151,10 @@ def rank_ends(rank_dir: Path, name_hosts: bool = False) -> list[RankEnd]:
                                    f"{who} stopped by {'its launcher' if by == LAUNCH else by}"))
         elif what == "failed" or (end and end.get("code")):
             code = end.get("code") if end else None
-            out.append(RankEnd(k, host, "own", t, f"{who} exited with code {code if code else 1}", with_error=True,
+            # sys.exit(0) in the model's code: an exception recorded, then a clean status, before the result
+            how = ("exited with code 0 before it finished" if end is not None and code == 0
+                   else f"exited with code {code if code else 1}")
+            out.append(RankEnd(k, host, "own", t, f"{who} {how}", with_error=True,
                                abrupt=k not in failed, error=(failed.get(k) or {}).get("error")))
         elif end["signal"] in CRASH_SIGNALS:
             # An abort is usually C++'s terminate after an exception it prints first (gloo's "Received data size
@@ -202,7 +205,10 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
             how = {"containing": end.cause_containing, "causes_only": end.abrupt or end.crash is not None}
             cause = (first_error(own[0], **how) if own else None) or first_error(rank_dir / "launch.log", **how)
             if end.error and not consequence().search(end.error) and not ERROR_LINE.search(end.error):
-                cause = end.error  # SystemExit, KeyboardInterrupt: its own, which no log line reads as an error
+                # SystemExit, KeyboardInterrupt: its own, which no log line reads as an error
+                place = (raised_place(own[0], end.error) if own else None) or raised_place(rank_dir / "launch.log",
+                                                                                          end.error)
+                cause = end.error + (f" (raised in {place})" if place else "")
             if cause:
                 reason += f"; first error: {cause}"
         elif end.crash is not None:  # a segfault in C code: where the user's code was, from faulthandler's dump

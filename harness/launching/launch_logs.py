@@ -170,6 +170,18 @@ def _users_frame(lines: list[str], i: int) -> str | None:
     return None
 
 
+def raised_place(path: Path, error: str) -> str | None:
+    """Where in the user's code the exception a rank recorded (`error`, "SystemExit: 3", whose line no log reader
+    takes for an error) was raised: the innermost user's frame (`_users_frame`) of the traceback above the first line
+    that reads exactly so; None where there is none."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((place for i, line in enumerate(lines)
+                 if _unprefixed(line) == error and (place := _users_frame(lines, i))), None)
+
+
 def crash_place(path: Path) -> str | None:
     """Where a rank that crashed in C code was in the user's code: the innermost such frame of the crashing thread
     in faulthandler's dump ("Fatal Python error: Segmentation fault", then "Current thread ... (most recent call

@@ -247,11 +247,25 @@ def run(spec_path: str | Path) -> None:
         except OSError:
             pass
         traceback.print_exc()
-        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        code = exit_status(exc)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def exit_status(exc: BaseException) -> int:
+    """The status a rank leaves with after `exc` ended its work, as Python's own exit gives it: sys.exit(3) in the
+    user's code is code 3 (not 1, as for any other exception), sys.exit() and sys.exit(0) code 0 (a stop before the
+    rank's result, which the parent reads as a failure all the same), sys.exit("why") code 1, a KeyboardInterrupt
+    130."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, SystemExit):
+        if exc.code is None:
+            return 0
+        return exc.code & 0xFF if isinstance(exc.code, int) else 1
+    return 1
 
 
 def bind_cores(local_rank: int, threads: int) -> list[int]:

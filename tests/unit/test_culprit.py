@@ -217,18 +217,40 @@ def test_a_rank_that_exits_without_an_exception_is_not_explained_by_its_peers_co
                                                         "result: an exit in the model's code?)")
 
 
-@pytest.mark.parametrize("error", ["SystemExit: 0", "KeyboardInterrupt"])
-def test_a_rank_that_left_by_sys_exit_or_keyboard_interrupt_is_given_its_own_cause_not_its_peers(rd, error):
-    # sys.exit(0) or a KeyboardInterrupt raised in the model's forward on rank 1: its log line reads as no error, so the
-    # first error in the joined log was rank 0's consequence ("Connection reset by peer")
+@pytest.mark.parametrize("error, code, status", [
+    ("SystemExit: 0", 0, "exited with code 0 before it finished"),
+    ("SystemExit: 3", 3, "exited with code 3"),
+    ("KeyboardInterrupt", 130, "exited with code 130")])
+def test_a_rank_that_left_by_sys_exit_or_keyboard_interrupt_is_given_its_own_cause_not_its_peers(rd, error, code,
+                                                                                                    status):
+    # sys.exit(...) or a KeyboardInterrupt raised in the model's forward on rank 1: its log line reads as no error, so
+    # the first error in the joined log was rank 0's consequence ("Connection reset by peer"); its status is its own
+    # (sys.exit(3) is code 3, and sys.exit(0) before the result is no clean end)
     _start(rd, 0), _start(rd, 1)
     (rd / "launch.log").write_text(f"[rank0]: RuntimeError: Connection reset by peer\n[rank1]: {error}\n")
     _failed(rd, 1, T + 5.0, error)
-    _exit(rd, 1, T + 5.01, code=130 if error == "KeyboardInterrupt" else 1)
+    _exit(rd, 1, T + 5.01, code=code, finished=False)
     _failed(rd, 0, T + 5.02, "RuntimeError: Connection reset by peer")
     _exit(rd, 0, T + 5.03, code=1)
-    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == (
-        f"rank 1 exited with code {130 if error == 'KeyboardInterrupt' else 1}; first error: {error}")
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == f"rank 1 {status}; first error: {error}"
+    # with its traceback in the log: the line of the user's code it was raised in
+    (rd / "launch.log").write_text(
+        "[rank0]: RuntimeError: Connection reset by peer\n[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/x/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1776, in _call_impl\n'
+        "[rank1]:     return forward_call(*args, **kwargs)\n"
+        '[rank1]:   File "/home/u/my_model.py", line 16, in forward\n[rank1]:     sys.exit(self.code)\n'
+        f"[rank1]: {error}\n")
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == (f"rank 1 {status}; first error: {error} (raised in forward "
+                                                        f"(my_model.py:16))")
+
+
+@pytest.mark.parametrize("exc, code", [(SystemExit(3), 3), (SystemExit(None), 0), (SystemExit(0), 0),
+                                       (SystemExit(256 + 4), 4), (SystemExit("why"), 1), (KeyboardInterrupt(), 130),
+                                       (ValueError("x"), 1)])
+def test_a_ranks_status_after_an_exception_is_pythons_own(exc, code):
+    from harness.rank.life import exit_status
+
+    assert exit_status(exc) == code
 
 
 def test_torchruns_summary_of_a_failed_worker_is_never_its_cause(rd):
