@@ -221,8 +221,14 @@ def markdown(joined: dict[str, Any]) -> list[str]:
                  "names it).", ""]
     one = [(n, pa) for n, pa in a["per_session"]]
     md += ["What each session alone said (its own verdict's first line; its intervals hold for that run only): "
-           + "; ".join(f"{names[n]}: {pa['lines'][0].replace('**', '').rstrip('.')}" for n, pa in one) + ".", ""]
+           + "; ".join(f"{names[n]}: {_alone(pa)}" for n, pa in one) + ".", ""]
     return md
+
+
+def _alone(session: dict[str, Any]) -> str:
+    """A session's own verdict's first line, plain, its scope ("for this run") said once before the list."""
+    first = session["lines"][0].replace("**", "").rstrip(".")
+    return first.replace(verdict_mod.scope(session), "Verdict", 1)
 
 
 def remember(joined: dict[str, Any], records: list[dict[str, Any]], where: Path) -> None:

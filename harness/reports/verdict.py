@@ -107,6 +107,12 @@ def ratio_text(ratio: dict[str, Any]) -> str:
     return f"{ratio['estimate']:.2f}× [{ratio['lo']:.2f}–{ratio['hi']:.2f}]"
 
 
+def scope(analysis) -> str:
+    """What a verdict's first words say it holds for: a run's intervals count the variation between its own launches,
+    not between runs at other times, so its claim is for this run; joined sessions' include that variation."""
+    return "Verdict over the sessions" if analysis.get("joined") else "Verdict for this run"
+
+
 def name_of(analysis, label) -> str:
     """A row's label, with its precision where that is not plain fp32."""
     prec = analysis["rows"][label]["precision"]
@@ -219,7 +225,7 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
     if beats_all:
         k = beats_all[0]
         close = [p for p in faster if p["a"] == k and p["within_margin"]]
-        text = f"**Verdict — fastest: {name_of(a, k)}**, resolved ahead of every other row ({test})"
+        text = f"**{scope(a)} — fastest: {name_of(a, k)}**, resolved ahead of every other row ({test})"
         if close:
             text += (f"; ahead of {', '.join(name_of(a, p['b']) for p in close)} by less than ±{margin:.0%} (faster, "
                      f"and within ±{margin:.0%}: equivalence holds too, TOST)")
@@ -227,16 +233,16 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
     elif not faster:
         same = " and ".join(name_of(a, k) for k in order) if len(order) == 2 else ", ".join(name_of(a, k) for k in order)
         if len(equivalent) == len(pairs):
-            out.append(f"**Verdict: equivalent** — {same} are equivalent within ±{margin:.0%} (TOST, "
+            out.append(f"**{scope(a)}: equivalent** — {same} are equivalent within ±{margin:.0%} (TOST, "
                        f"Holm-adjusted): no row is faster or slower by more than that.")
         elif len(pairs) == 1:
             p = unresolved[0]
-            out.append(f"**Verdict: inconclusive** — {name_of(a, p['a'])} vs {name_of(a, p['b'])} {ratio_text(p)} is "
+            out.append(f"**{scope(a)}: inconclusive** — {name_of(a, p['a'])} vs {name_of(a, p['b'])} {ratio_text(p)} is "
                        f"neither resolved apart ({test}) nor shown equivalent within ±{margin:.0%} (TOST): its 95% "
                        f"interval is too wide to decide the margin. {a.get('narrower', NARROWER)} narrow it.")
         else:
             wide = max(unresolved, key=lambda p: _width(p) or float("inf"))
-            out.append(f"**Verdict: inconclusive** — no pair of {same} is resolved apart ({test}), and "
+            out.append(f"**{scope(a)}: inconclusive** — no pair of {same} is resolved apart ({test}), and "
                        f"{len(unresolved)} of the {len(pairs)} pairs are not shown equivalent within ±{margin:.0%} "
                        f"(TOST) either: their 95% intervals (the widest {name_of(a, wide['a'])} vs "
                        f"{name_of(a, wide['b'])} {ratio_text(wide)}) are too wide to decide the margin. "
@@ -253,7 +259,7 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
         among = [p for p in pairs if p["a"] in strong and p["b"] in strong]
         how = ("" if not among or not all(p["outcome"] == "equivalent" for p in among) else
                f"; {' and '.join(name_of(a, k) for k in strong)} are equivalent within ±{margin:.0%} (TOST)")
-        text = (f"**Verdict — top group, not resolved behind any row: {', '.join(name_of(a, k) for k in top)}** "
+        text = (f"**{scope(a)} — top group, not resolved behind any row: {', '.join(name_of(a, k) for k in top)}** "
                 f"(every other row is resolved behind at least one; no row is resolved ahead of every other: "
                 f"{test}{how})")
         if weak:

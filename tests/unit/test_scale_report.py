@@ -418,7 +418,7 @@ def test_a_sweeps_backends_are_compared_at_each_world_size_as_a_run_compares_row
     at2 = verdict.analyse([r for r in records if r["world_size"] == 2 and r["label"] != BASELINE])
     assert md[4:-1] == [line for line in at2["lines"] if line] and at2["blocked"] and len(at2["pairs"]) == 21
     # ddp is resolved ahead of ZeRO-2 and ZeRO-3 only: no row is "fastest"; the top group is named
-    assert md[4] == ("**Verdict — top group, not resolved behind any row: ddp, horovod, spawn, "
+    assert md[4] == ("**Verdict for this run — top group, not resolved behind any row: ddp, horovod, spawn, "
                      "deepspeed:zero_stage=0, deepspeed:zero_stage=1** (every other row is resolved behind at least "
                      "one; no row is resolved ahead of every other: two-sided t tests on log "
                      "throughput, Holm-adjusted over the pairs, p < 0.05); horovod, spawn, deepspeed:zero_stage=1 are "

@@ -179,6 +179,11 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     text = (out / "report.md").read_text()
     assert "## Verdict over the sessions" in text
     assert "(6 sessions, 4 launches per row in each; 3 pairs" in text
+    # its bold line says what it holds for, as a single run's says "for this run"; each session's own, listed
+    # under "its intervals hold for that run only", is not scoped twice
+    assert text.count("**Verdict over the sessions") == 1 and "**Verdict for this run" not in text
+    alone = next(line for line in text.splitlines() if line.startswith("What each session alone said"))
+    assert "S1: Verdict " in alone and "for this run" not in alone
     # every pair's pooled interval either holds each session's own estimate or names the session outside it
     j = sessions.analyse(joins.load(out))
     for p in j["pairs"]:

@@ -130,7 +130,7 @@ def test_the_verdict_names_the_fastest_and_every_pair_by_its_outcome():
     assert a["letters"] == {"amp": "a", "ddp": "b", "spawn": "b", "horovod": "c"}
     # paired within rounds: amp/ddp is 1.2 in every round but one (119.5 / 99.5), so its interval is narrow;
     # ddp/spawn differ by -1% to +3% round by round, within the 5% margin: equivalent
-    assert a["lines"][0] == ("**Verdict — fastest: amp (bf16)**, resolved ahead of every other row (two-sided t tests "
+    assert a["lines"][0] == ("**Verdict for this run — fastest: amp (bf16)**, resolved ahead of every other row (two-sided t tests "
                              "on log throughput, Holm-adjusted over the pairs, p < 0.05).")
     assert a["lines"][1] == ("Groups, highest estimate first (a compact letter display: rows that share a letter are not "
                              "resolved apart): amp (bf16) **a**; ddp **b**; spawn **b**; horovod **c**.")
@@ -166,7 +166,7 @@ def test_a_wide_row_that_shares_the_fastest_group_is_named_and_rounds_left_incom
     assert a["order"] == ["spawn", "ddp", "deepspeed", "horovod"]
     assert a["letters"] == {"spawn": "a", "ddp": "a", "deepspeed": "b", "horovod": "ab"}
     # no row is resolved ahead of every other, so none is called fastest: the top group is named, with why
-    assert a["lines"][0] == ("**Verdict — top group, not resolved behind any row: spawn, ddp, horovod** (every "
+    assert a["lines"][0] == ("**Verdict for this run — top group, not resolved behind any row: spawn, ddp, horovod** (every "
                              "other row is resolved behind at least one; no row is resolved ahead of every other: "
                              "two-sided t tests on log throughput, Holm-adjusted over the pairs, "
                              "p < 0.05; spawn and ddp are equivalent within ±5% (TOST)); horovod is in it only "
@@ -389,7 +389,7 @@ def test_a_tie_is_not_transitive_and_the_letters_show_it():
     an = verdict.analyse(_records({"a": a_, "b": b_, "c": c_}))
     assert an["letters"] == {"a": "a", "b": "ab", "c": "b"}
     # a is not resolved ahead of b, so it is not "fastest": a and b are the top group
-    assert an["lines"][0] == ("**Verdict — top group, not resolved behind any row: a, b** (every other row is "
+    assert an["lines"][0] == ("**Verdict for this run — top group, not resolved behind any row: a, b** (every other row is "
                               "resolved behind at least one; no row is resolved ahead of every other: two-sided t "
                               "tests on log throughput, Holm-adjusted over the pairs, p < 0.05); b is in it only "
                               "because it is not resolved against any row (the intervals of its pairs are too wide to "
@@ -489,21 +489,24 @@ def test_fastest_is_said_only_of_a_row_resolved_ahead_of_every_other_ranked_row(
         first = a["lines"][0]
         winners = [k for k in a["order"]
                    if all(analysis.oriented(a["pairs"], k, j)["outcome"] == "faster" for j in a["order"] if j != k)]
-        assert first.startswith("**Verdict — fastest: ") == bool(winners), (values, first)
+        assert first.startswith("**Verdict for this run — fastest: ") == bool(winners), (values, first)
         if winners:
-            assert first.startswith(f"**Verdict — fastest: {winners[0]}**, resolved ahead of every other row")
+            assert first.startswith(f"**Verdict for this run — fastest: {winners[0]}**, resolved ahead of every other "
+                                    "row")
         elif any(p["outcome"] == "faster" for p in a["pairs"]):
             # the top group: every row no row is resolved ahead of, and no two of them resolved apart
             top = [k for k in a["order"]
                    if not any(analysis.oriented(a["pairs"], j, k)["outcome"] == "faster" for j in a["order"] if j != k)]
             assert all(analysis.oriented(a["pairs"], j, k)["outcome"] != "faster" for j in top for k in top if j != k)
-            assert first.startswith(f"**Verdict — top group, not resolved behind any row: {', '.join(top)}**")
+            assert first.startswith(f"**Verdict for this run — top group, not resolved behind any row: "
+                                    f"{', '.join(top)}**")
             assert first.split("**")[2].startswith(" (every other row is resolved behind at least one; ")
         else:
-            assert first.startswith(("**Verdict: equivalent**", "**Verdict: inconclusive**"))
+            assert first.startswith(("**Verdict for this run: equivalent**", "**Verdict for this run: inconclusive**"))
         assert "fastest" not in " ".join(a["lines"][1:])  # the word is the verdict's, for a row resolved ahead of all
         seen.add(first.split("**")[1].split(":")[0])
-    assert seen == {"Verdict — fastest", "Verdict — top group, not resolved behind any row", "Verdict", }, seen
+    assert seen == {"Verdict for this run — fastest", "Verdict for this run — top group, not resolved behind any row",
+                    "Verdict for this run"}, seen
 
 
 def test_intervals_too_wide_for_the_margin_are_inconclusive_not_a_tie():
@@ -511,17 +514,17 @@ def test_intervals_too_wide_for_the_margin_are_inconclusive_not_a_tie():
     a = verdict.analyse(_records({"ddp": [100.0, 250.0, 60.0], "horovod": [90.0, 110.0, 100.0]}))
     assert a["pairs"][0]["outcome"] == "not resolved"
     first = a["lines"][0]
-    assert first.startswith("**Verdict: inconclusive** — ddp vs horovod 1.15× [0.22–6.01] ")
+    assert first.startswith("**Verdict for this run: inconclusive** — ddp vs horovod 1.15× [0.22–6.01] ")
     assert first.endswith("is neither resolved apart (two-sided t tests on log throughput, Holm-adjusted over the "
                           "pairs, p < 0.05) nor shown equivalent within ±5% (TOST): its 95% interval is too wide to "
                           "decide the margin. More launches (`--precision`) narrow it.")
     assert "a tie is a result" not in " ".join(a["lines"])
     three = verdict.analyse(_records({"a": [100.0, 130.0, 80.0], "b": [90.0, 120.0, 100.0],
                                       "c": [100.0, 100.5, 99.5]}))
-    assert three["lines"][0].startswith("**Verdict: inconclusive** — no pair of ")
+    assert three["lines"][0].startswith("**Verdict for this run: inconclusive** — no pair of ")
     assert "3 of the 3 pairs are not shown equivalent within ±5% (TOST) either" in three["lines"][0]
     same = verdict.analyse(_records({"a": [100.0, 100.5, 99.5, 100.2], "b": [100.1, 100.4, 99.6, 100.0]}))
-    assert same["lines"][0] == ("**Verdict: equivalent** — a and b are equivalent within ±5% (TOST, Holm-adjusted): "
+    assert same["lines"][0] == ("**Verdict for this run: equivalent** — a and b are equivalent within ±5% (TOST, Holm-adjusted): "
                                 "no row is faster or slower by more than that.")
 
 
@@ -530,7 +533,7 @@ def test_a_resolved_difference_inside_the_margin_is_faster_and_within_it():
     a = verdict.analyse(_records({"a": [100.0, 101.0, 102.0], "b": [98.0, 99.0, 100.0], "c": [50.0, 51.0, 52.0]}))
     ab = next(p for p in a["pairs"] if (p["a"], p["b"]) == ("a", "b"))
     assert ab["outcome"] == "faster" and ab["within_margin"] and ab["p_holm"] < 0.05 and ab["p_equivalent_holm"] < 0.05
-    assert a["lines"][0] == ("**Verdict — fastest: a**, resolved ahead of every other row (two-sided t tests on log "
+    assert a["lines"][0] == ("**Verdict for this run — fastest: a**, resolved ahead of every other row (two-sided t tests on log "
                              "throughput, Holm-adjusted over the pairs, p < 0.05); ahead of b by less than ±5% "
                              "(faster, and within ±5%: equivalence holds too, TOST).")
     assert "a 1.02× [1.02–1.02] ahead of b (and within ±5%: TOST)" in a["lines"][2]
