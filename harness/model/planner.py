@@ -336,6 +336,9 @@ def make(shape: Shape, cluster: Cluster, batch: int, source=None, inputs: dict[s
             # bytes per gradient element its collectives carry (fp32 4, 16-bit 2), as the model prices them
             "reduce_bytes": adapter.gradient_bytes() * schedule.wire_scale if schedule is not None else None,
             "left_out": priced.left_out,
+            # the model states this configuration splits across GPUs, as its schedule declares them (the ZeRO
+            # paper's stages: 0 none, 1 the optimizer state, 2 the gradients too, 3 the parameters too)
+            "partitions": schedule.partitions if schedule is not None else 0,
             "step_s": {"low": steps[0].step_s, "mid": steps[1].step_s, "high": steps[2].step_s},
             "samples_per_s": {"low": n * batch / steps[2].step_s, "mid": n * batch / steps[1].step_s,
                               "high": n * batch / steps[0].step_s},
@@ -359,9 +362,13 @@ no finer."""
 def recommend(rows: list[dict[str, Any]], pair_factors=None) -> dict[str, Any] | None:
     """Among the rows that fit and are not left out (`_steps`: each figure's seconds per sample): the fastest at the
     middle figure, and every row the model does not rank behind it: its time per sample over the fastest's within TIE
-    at the top of its range, or below 1 - TIE at the bottom. Of those, the one holding the least memory is
-    recommended; its margin is over the fastest row outside them, and where it is not the fastest at the middle
-    figure, its time per sample over that one's.
+    at the top of its range, or below 1 - TIE at the bottom. Of those, the one sharding least (`partitions`) is
+    recommended, the one holding the least memory among those sharding as little: memory is a constraint, not a
+    goal, and every row here fits with the allocator's headroom, so more sharding buys memory the row does not need
+    at costs the model does not price (a sharded framework's per-unit gathers and casts, its partition
+    bookkeeping; on one GPU, where nothing is communicated, nothing else tells the rows apart). Its margin is over
+    the fastest row outside them; where it is not the fastest at the middle figure, its time per sample over that
+    one's; where another of them holds less memory, that one's time per sample over the pick's (`least_memory`).
 
     A ratio's range: where both rows' ranges come from one assumption (an assumed utilisation, or one measured row
     carried over), the ratio of times per sample at each figure. Where they come from two measured rows, whose launches
@@ -391,14 +398,16 @@ def recommend(rows: list[dict[str, Any]], pair_factors=None) -> dict[str, Any] |
     best = fitting[0]
     tied = [best] + [r for r in fitting[1:]
                      if ratio(r, best)["high"] <= 1 + TIE or ratio(r, best)["low"] < 1 - TIE]
-    pick = min(tied, key=held)
+    pick = min(tied, key=lambda r: (r.get("partitions", 0), held(r)))
     out: dict[str, Any] = {"label": pick["label"], "tied": [r["label"] for r in tied if r is not pick],
-                           "next": None, "fastest": None}
-    if pick is not best:  # what the memory costs: the pick's step time over the fastest's
+                           "partitions": pick.get("partitions", 0), "next": None, "fastest": None,
+                           "least_memory": None}
+    if pick is not best:  # what the pick costs: its step time over the fastest's
         out.update(fastest=best["label"], slower=ratio(pick, best))
+    least = min(tied, key=held)
+    if held(least) < held(pick):  # what more sharding would save, and at what step time
+        out.update(least_memory=least["label"], least_memory_ratio=ratio(least, pick))
     rest = [r for r in fitting if r not in tied]
     if rest:
         out.update(next=rest[0]["label"], ratio=ratio(rest[0], pick))
     return out
-
-

@@ -51,6 +51,11 @@ def _where(plan: Plan) -> str:
             f"{c.dtype}")
 
 
+SHARDED = {0: "no model state sharded", 1: "its optimizer state sharded", 2: "its gradients and optimizer state sharded",
+           3: "its parameters, gradients and optimizer state sharded"}
+"""A row's `partitions` in words (the ZeRO paper's stages, as each framework's schedule declares them)."""
+
+
 def lines(plan: Plan) -> list[str]:
     """The plan as a terminal would show it: what was priced on what, the table, the recommendation, what was
     not planned and why, and how each figure was counted."""
@@ -103,16 +108,30 @@ def lines(plan: Plan) -> list[str]:
             how = ("within {tie} at the top of its range, or faster at the bottom; a ratio of two measured rows by "
                    "its 95% interval over the run's launches" if getattr(plan.source, "kind", "") == "measured" else
                    "within {tie} at every figure of the range, or faster at some").format(tie=f"{TIE:.0%}")
-            text += (f", which holds the least memory ({_gib(held[rec['label']])} GiB per {per}) of the "
-                     f"{len(rec['tied']) + 1} configurations the model does not rank by speed ({how}): "
-                     f"{', '.join(rec['tied'])}")
+            if f is not None and c.gpus == 1 and getattr(plan.source, "kind", "") != "measured":
+                # no communication and an assumed compute: nothing the model prices differs between the rows
+                how = "on 1 GPU nothing is communicated, so the model prices every configuration's step alike"
+            room = f" of {capacity:.4g}" if capacity else ""
+            text += (f", the least sharded ({SHARDED[rec.get('partitions', 0)]}) of the {len(rec['tied']) + 1} "
+                     f"configurations the model does not rank by speed ({how}): {', '.join(rec['tied'])}; it fits "
+                     f"({_gib(held[rec['label']])}{room} GiB per {per}, the allocator's headroom included), and "
+                     f"sharding more would buy memory it does not need at costs the model does not price (a sharded "
+                     f"framework's per-unit gathers and casts, its partition bookkeeping)")
+        devices = {r["label"]: r["devices"] for r in plan.rows}
         if rec.get("fastest"):
             cost = rec["slower"]
             saved = held[rec["fastest"]] - held[rec["label"]]
-            devices = {r["label"]: r["devices"] for r in plan.rows}
             what = "its step takes" if devices[rec["label"]] == devices[rec["fastest"]] else "it takes per sample"
             text += (f"; {what} {cost['mid']:.2f}x [{cost['low']:.2f}-{cost['high']:.2f}] that of "
-                     f"{rec['fastest']}, the fastest at the middle figure, for {_gib(saved)} GiB less per {per}")
+                     f"{rec['fastest']}, the fastest at the middle figure, "
+                     + (f"for {_gib(saved)} GiB less per {per}" if saved >= 0 else
+                        f"holding {_gib(-saved)} GiB more per {per}"))
+        if rec.get("least_memory"):
+            cost, least = rec["least_memory_ratio"], rec["least_memory"]
+            what = "its step takes" if devices[rec["label"]] == devices[least] else "it takes per sample"
+            text += (f"; {least} holds the least ({_gib(held[least])} GiB per {per}, "
+                     f"{_gib(held[rec['label']] - held[least])} less): {what} {cost['mid']:.2f}x "
+                     f"[{cost['low']:.2f}-{cost['high']:.2f}] that of {rec['label']}")
         if rec["next"]:
             r = rec["ratio"]
             text += (f"; {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"

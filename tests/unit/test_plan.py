@@ -393,8 +393,9 @@ def test_compute_and_network_of_the_target():
     assert comp.grads == [(1e6, pytest.approx(total / 3)), (1e6, pytest.approx(2 * total / 3))]
 
 
-def _row(label, steps, states=1.0, fits=True):
-    return {"label": label, "_steps": steps, "step_s": {"mid": steps[1]}, "model_state_bytes": states, "fits": fits}
+def _row(label, steps, states=1.0, fits=True, partitions=0):
+    return {"label": label, "_steps": steps, "step_s": {"mid": steps[1]}, "model_state_bytes": states, "fits": fits,
+            "partitions": partitions}
 
 
 def test_the_recommendation_ranks_only_what_every_assumed_utilisation_supports():
@@ -418,6 +419,46 @@ def test_the_recommendation_ranks_only_what_every_assumed_utilisation_supports()
     rec = plan.recommend([_row("A", [1.0, 1.0, 1.0], fits=False), _row("B", [3.0, 3.0, 3.0])])
     assert rec["label"] == "B" and rec["next"] is None
     assert plan.recommend([_row("A", [1.0, 1.0, 1.0], fits=False)]) is None
+
+
+def test_of_the_rows_not_ranked_by_speed_the_least_sharded_that_fits_is_recommended():
+    # memory is a constraint, not a goal: ZeRO-1 fits, so ZeRO-3's smaller footprint buys nothing the model prices,
+    # at costs it does not (an audit's plan recommended ZeRO-3 "for memory" where ZeRO-2 fitted in a third of the
+    # GPU); among rows sharding as little, the least memory; what more sharding would save is said
+    rows = [_row("zero1", [1.0, 1.0, 1.0], states=36.0, partitions=1),
+            _row("zero3", [0.97, 1.13, 1.3], states=10.0, partitions=3),
+            _row("zero2", [1.0, 1.0, 1.0], states=23.0, partitions=2)]
+    rec = plan.recommend(rows)
+    assert rec["label"] == "zero1" and rec["partitions"] == 1 and rec["fastest"] is None
+    assert rec["least_memory"] == "zero3" and rec["least_memory_ratio"]["mid"] == pytest.approx(1.13)
+    rows.append(_row("fsdp_no_reshard", [1.0, 1.0, 1.0], states=22.0, partitions=2))
+    assert plan.recommend([r for r in rows if r["label"] != "zero1"])["label"] == "fsdp_no_reshard"
+    # an unsharded row that does not fit is no candidate: the least sharding among those that fit
+    rows = [_row("amp", [1.0, 1.0, 1.0], states=90.0, fits=False), _row("zero3", [1.0, 1.0, 1.0], partitions=3)]
+    assert plan.recommend(rows)["label"] == "zero3"
+
+
+def _plan_json(*args) -> dict:
+    shown = CliRunner().invoke(app, ["plan", *args, "--json"])
+    assert shown.exit_code == 0, shown.output
+    return json.loads(shown.stdout)
+
+
+def test_on_one_gpu_the_plain_row_is_recommended_not_the_one_with_more_machinery():
+    # with one rank nothing is sharded or reduced, so every row's step is priced alike; an audit's plan recommended
+    # FSDP2 there (the least memory of six tied rows), whose per-unit copies and casts the model does not price
+    args = ["--params", "1e9", "--layers", "16", "--hidden", "2048", "--gpu", "h100", "--nodes", "1",
+            "--gpus-per-node", "1", "--batch", "1"]
+    data = _plan_json(*args)
+    rows = {r["label"]: r for r in data["rows"]}
+    assert len({r["step_s"]["mid"] for r in rows.values()}) == 1  # nothing tells them apart by speed
+    rec = data["recommendation"]
+    assert rec["label"] == "amp:precision=bf16" and rec["partitions"] == 0 and len(rec["tied"]) == len(rows) - 1
+    assert rec["least_memory"] == "fsdp:param_dtype=bf16:reshard_after_forward=true"
+    out = CliRunner().invoke(app, ["plan", *args]).stdout
+    assert ("recommendation: amp:precision=bf16, the least sharded (no model state sharded) of the 6 configurations "
+            "the model does not rank by speed (on 1 GPU nothing is communicated, so the model prices every "
+            "configuration's step alike)") in out
 
 
 def test_every_planned_knob_set_is_one_compare_run_takes():
