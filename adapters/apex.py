@@ -277,7 +277,56 @@ class ApexCost(DDPCost):
 
     @classmethod
     def plan_knobs(cls, dtype):
-        return "superseded by torch.amp; priced as amp, the same bucketed all-reduce"
+        # apex's amp is fp16 only: O1 and O2 are its mixed-precision recipes (O0 is fp32, ddp's row; O3, pure fp16,
+        # is apex's speed baseline, not a training recipe)
+        if dtype != "fp16":
+            return "apex amp trains in fp16 (O1, O2); at fp32 (O0) ddp is the row"
+        return [{"opt_level": "O1"}, {"opt_level": "O2"}]
+
+    def _half_model(self) -> bool:
+        """O2 and O3 cast the model itself to fp16 (O0 and O1 keep it fp32)."""
+        return self.knobs.opt_level in ("O2", "O3")
+
+    def model_state_bytes(self, params, largest, n, optimizer_bytes, trainable=None):
+        # O0/O1: the fp32 model is its own master (as DDP). O2: amp.initialize casts the model to fp16 (frozen
+        # parameters too) and keeps fp32 master copies of the trainable ones in the optimizer, with fp32 master
+        # gradients beside the model's fp16 ones (_process_optimizer.py allocates them after the first backward),
+        # then the optimizer state. O3: everything fp16, the optimizer's state too (it follows its parameters).
+        t = params if trainable is None else trainable
+        level = self.knobs.opt_level
+        if level == "O2":
+            return params * 2 + t * (2 + 4 + 4 + optimizer_bytes)
+        if level == "O3":
+            return params * 2 + t * (2 + optimizer_bytes / 2)
+        return super().model_state_bytes(params, largest, n, optimizer_bytes, trainable)
+
+    def model_state_rule(self, optimizer_bytes, frozen=False):
+        level = self.knobs.opt_level
+        if level == "O2":
+            return (f"2P + {10 + optimizer_bytes:g}{'T' if frozen else 'P'} (apex O2: the fp16 model and its "
+                    f"gradients; fp32 master parameters, their gradients and the optimizer state)")
+        if level == "O3":
+            return (f"2P + {2 + optimizer_bytes / 2:g}{'T' if frozen else 'P'} (apex O3: the fp16 model, its "
+                    f"gradients and the optimizer state, all fp16)")
+        return super().model_state_rule(optimizer_bytes, frozen) + f" (apex {level}: the fp32 model is the master)"
+
+    def memory_buffers(self, tensors, largest, n, trainable=None):
+        # apex DDP keeps no bucket: it flattens each bucket of message_size elements into a temporary copy to
+        # all-reduce and copies the result back (allreduce_bucket), one at a time on its stream during backward
+        t = sum(tensors) if trainable is None else trainable
+        elements = 10_000_000 if self.knobs.message_size is None else self.knobs.message_size
+        grad = 2 if self._half_model() else 4
+        out = [("apex DDP's flattened bucket", grad * min(elements, t),
+                f"one bucket of message_size {elements:g} elements (at most the gradients) flattened into a "
+                f"{grad * 8}-bit copy to all-reduce while backward runs")]
+        # O1 patches torch's functions to cast their fp32 inputs to fp16, and caches each weight's cast
+        # (utils.cached_cast) until amp.scale_loss ends after backward: a 16-bit copy of every weight a matmul
+        # takes, checkpointed blocks' too (largest["matmul"], where the planner counted them)
+        if self.knobs.opt_level == "O1" and largest.get("matmul"):
+            out.append(("apex O1's cast cache", 2 * largest["matmul"],
+                        f"every matmul and convolution weight cast to fp16 in forward, cached until amp.scale_loss "
+                        f"ends after backward, 2W (W: those weights' parameters, {largest['matmul']:,.0f})"))
+        return out
 
     # apex's DDP packs gradients into messages of message_size elements (default 1e7) and all-reduces each as it
     # fills during backward; delay_allreduce waits for the whole backward instead (no overlap, fewer calls).

@@ -628,7 +628,9 @@ class Cost(Role):
         """What the framework itself allocates per device beyond the model states and the activations, as
         (name, bytes, how it is counted): its buckets, prefetch and staging buffers at its defaults for these knobs.
         `tensors`: parameters per tensor (a threshold on tensor sizes, as ZeRO-3's persistence, reads them);
-        `largest` and `trainable` as in `model_state_bytes`. The plan gives each its own footer line and adds them
+        `largest` and `trainable` as in `model_state_bytes`, `largest` with, where the planner counted them,
+        "cast" (the matrix and convolution weights autograd holds at the end of forward, as autocast's cached copies
+        live) and "matmul" (every weight a forward's matmuls take, checkpointed blocks' too). The plan gives each its own footer line and adds them
         to what must fit. Default: none."""
         return []
 

@@ -281,8 +281,9 @@ def memory(shape: Shape, adapter, n: int, dtype: str, batch: int, cuda: bool) ->
     output in fp32, and the caching allocator's headroom (ALLOCATOR_HEADROOM of the rest, on a GPU)."""
     optimizer = OPTIMIZERS[shape.optimizer]
     trainable = shape.trainable if shape.frozen else None
-    # beside `largest`'s counts, the weights autocast would copy (Shape.cast_params), for an adapter that autocasts
-    cast = {"cast": shape.cast_params} if shape.cast_params is not None else {}
+    # beside `largest`'s counts, the weights autocast would copy (Shape.cast_params) and every weight a matmul takes
+    # (Shape.matmul_params), for an adapter that casts them
+    cast = {k: v for k, v in (("cast", shape.cast_params), ("matmul", shape.matmul_params)) if v is not None}
     states = adapter.model_state_bytes(shape.params, shape.largest, n, optimizer, trainable=trainable)
     buffers = [{"name": b_name, "bytes": b_bytes, "how": b_how}
                for b_name, b_bytes, b_how in adapter.memory_buffers(shape.tensors, {**shape.largest, **cast}, n,

@@ -64,6 +64,10 @@ class Shape:
     """Parameters of the matrix and convolution weights backward needs at the end of forward (those of checkpointed
     blocks excepted: recomputed): under autocast each is held a second time, in 16 bits, the copy its matmul saved.
     None: not counted."""
+    matmul_params: float | None = None
+    """Parameters of every matrix and convolution weight a forward's matmuls take, checkpointed blocks' too: what a
+    cast cache that lives past forward (apex O1's, until its loss scaling ends after backward) holds in 16 bits.
+    None: not counted."""
 
     @property
     def trainable(self) -> float:
@@ -197,7 +201,8 @@ def transformer(params: float, layers: int, hidden: int | None, seq_len: int, op
         return Shape(f"transformer ({layers} layers)", params, [params / layers] * layers,
                      {"module": params / layers, "unit": params / layers}, 6 * params * seq_len, optimizer,
                      how, 8, None, recompute, checkpointing=ck,
-                     cast_params=params * (layers - ck.count(layers)) / layers)  # its tensors are all matrices
+                     cast_params=params * (layers - ck.count(layers)) / layers,  # its tensors are all matrices
+                     matmul_params=params)
     a, kv_heads, f = llama_block(hidden, heads, kv_heads, ffn)
     kv = kv_heads * (hidden // a)
     per_layer = block_tensors(hidden, a, kv_heads, f)
@@ -233,7 +238,7 @@ def transformer(params: float, layers: int, hidden: int | None, seq_len: int, op
     return Shape(f"transformer ({desc})", params, tensors, largest, flops, optimizer, how, 8,
                  llama_activations(layers, hidden, a, kv, f, embed / hidden, seq_len, attention, ck),
                  recompute, output_elements=seq_len * embed / hidden, checkpointing=ck,
-                 cast_params=kept * (block - 2 * hidden) + embed)
+                 cast_params=kept * (block - 2 * hidden) + embed, matmul_params=layers * (block - 2 * hidden) + embed)
 
 
 def llama_activations(layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: float, s: int,
@@ -440,4 +445,5 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     return Shape(f"{name} ({given})" if given else name, sum(tensors), tensors,
                  {"module": float(module), "unit": float(unit)},
                  flops, optimizer, source, w.global_batch, acts, recompute,
-                 frozen if any(frozen) else [], output_elements, ck, saved.saved_weights(ck))
+                 frozen if any(frozen) else [], output_elements, ck, saved.saved_weights(ck),
+                 saved.saved_weights())

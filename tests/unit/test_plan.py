@@ -813,6 +813,32 @@ def test_amp_holds_autocasts_16_bit_copy_of_every_weight_its_matmuls_save():
             "(autocast's cache) and saved for backward, 2C (C: those weights' parameters, 6,607,077,376)") in text
 
 
+def test_apex_is_planned_at_fp16_with_its_own_memory_per_opt_level():
+    # apex was not planned ("priced as amp"), so its O1 cast cache, which outlives amp's (until amp.scale_loss ends
+    # after backward, checkpointed blocks' weights too), and O2's fp16 model with fp32 master weights and gradients
+    # were counted nowhere; apex DDP flattens one bucket at a time where torch DDP keeps a copy of every gradient
+    assert adapters.get("apex").plan_knobs("fp16") == [{"opt_level": "O1"}, {"opt_level": "O2"}]
+    assert isinstance(adapters.get("apex").plan_knobs("bf16"), str)
+    assert states("apex:opt_level=O1", 8) == states("apex:opt_level=O0", 8) == P * 16
+    assert states("apex:opt_level=O2", 8) == P * (2 + 2 + 4 + 4 + 8)
+    assert states("apex:opt_level=O2", 8, trainable=1e9) == P * 2 + 1e9 * 18
+    assert states("apex:opt_level=O3", 8) == P * (2 + 2 + 4)
+    assert buffers("apex:opt_level=O1", 8) == {"apex DDP's flattened bucket": 4 * 1e7}
+    assert buffers("apex:opt_level=O2", 8, tensors=(5e6,)) == {"apex DDP's flattened bucket": 2 * 5e6}
+    full = shapes.transformer(6_738_415_616, 32, 4096, 2048, "adamw", checkpointing="full")
+    assert full.matmul_params == 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 32000 * 4096
+    rows = {r["label"]: r for r in plan.make(full, plan.cluster("h100", 8, None, "fp16"), 2).rows}
+    o1 = {b["name"]: b["bytes"] for b in rows["apex:opt_level=O1"]["buffers"]}
+    assert o1 == {"apex DDP's flattened bucket": 4e7, "apex O1's cast cache": 2 * full.matmul_params}
+    amp = {b["name"]: b["bytes"] for b in rows["amp:precision=fp16"]["buffers"]}
+    assert amp["autocast's weight copies"] == 2 * 32000 * 4096  # autocast's copies of checkpointed blocks go
+    assert {b["name"] for b in rows["apex:opt_level=O2"]["buffers"]} == {"apex DDP's flattened bucket"}
+    assert rows["apex:opt_level=O2"]["model_state_bytes"] == 6_738_415_616 * 20
+    # a workload's: every weight a matmul saved, whichever unit saved it
+    widemlp = shapes.of_workload("widemlp", None, None)
+    assert widemlp.matmul_params == widemlp.cast_params == 2 * 4096 * 4096 + 4096 * 10
+
+
 def test_a_cluster_past_every_check_says_so():
     # The plan was held to published runs up to 128 GPUs (the fixture), its step model to published scaling up to
     # 512 (harness/model/profiles/published.json); 8,000 H100s said nothing of it
