@@ -635,6 +635,22 @@ class Cost(Role):
         return []
 
 
+def mixed_precision_refusal(adapter, facts: ModelFacts) -> Availability | None:
+    """A mixed-precision row (autocast, a backend's low-precision parameters) on a model whose parameters are not
+    fp32: mixed precision is defined over an fp32 model (autocast leaves fp64 alone, so such a row would run as the
+    plain one under a bf16 label). None where the row may run. `compare run` refuses such a row before launching and
+    `compare plan` does not plan it."""
+    precision = adapter.precision().value
+    other = facts.dtypes_outside({"fp32"})
+    if precision == "fp32" or not other:
+        return None
+    return Availability(False, f"its precision is {precision}, a mixed precision defined over an fp32 model, and "
+                               f"this model's parameters are {'+'.join(facts.param_dtypes)} as built (autocast "
+                               f"leaves fp64 alone)",
+                        "build the model in fp32 to compare mixed precision; a model built in bf16 runs in bf16 on "
+                        "every plain row")
+
+
 class Adapter(Launch, Strategy, Cost):
     """One backend: its name and how reports show it, and its three roles composed. A backend's module defines a
     class for each role it changes (`DDPLaunch(Launch)`, `DDPStrategy(Strategy)`, `DDPCost(Cost)`) and composes

@@ -168,7 +168,10 @@ def plan(req: PlanRequest) -> None:
         fail(f"workload {req.workload}: {exc}")
     inputs = {f.metadata["cli"].flags[0] if "cli" in f.metadata else f.name: getattr(req, f.name)
               for f in dc.fields(req)}
-    result = planner.make(shape, target, per_gpu or shape.default_batch, source, inputs)
+    try:
+        result = planner.make(shape, target, per_gpu or shape.default_batch, source, inputs)
+    except activations.BadPlan as exc:  # no row trains the model as it is built at this dtype
+        fail(str(exc).strip("'\""))
     if req.as_json:
         typer.echo(json.dumps(plan_report.as_json(result), indent=2, default=str))
         return

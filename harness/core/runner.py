@@ -16,7 +16,7 @@ from typing import Any
 
 import adapters
 import workloads
-from adapters.base import Availability
+from adapters.base import Availability, mixed_precision_refusal
 from harness.ground import provenance as envmod
 from harness.core import assemble, estimate
 from harness.ground.errors import BadInput
@@ -110,21 +110,6 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
                    loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params)
 
 
-def _mixed_precision(adapter, facts) -> Availability | None:
-    """A mixed-precision row (autocast, a backend's low-precision parameters) on a model whose parameters are not
-    fp32: mixed precision is defined over an fp32 model (autocast leaves fp64 alone, so such a row would run as the
-    plain one under a bf16 label). None where the row may run."""
-    precision = adapter.precision().value
-    other = facts.dtypes_outside({"fp32"})
-    if precision == "fp32" or not other:
-        return None
-    return Availability(False, f"its precision is {precision}, a mixed precision defined over an fp32 model, and "
-                               f"this model's parameters are {'+'.join(facts.param_dtypes)} as built (autocast "
-                               f"leaves fp64 alone)",
-                        "build the model in fp32 to compare mixed precision; a model built in bf16 runs in bf16 on "
-                        "every plain row")
-
-
 def refuse_for_model(req: RunRequest, rows: list[Row], workload, explicit: bool) -> None:
     """Rows that cannot train this model as their knobs stand (Adapter.model_availability, from what the check of a
     user's model found) become unavailable, with the knob that fixes them; an error with --strict or when no row is
@@ -137,7 +122,7 @@ def refuse_for_model(req: RunRequest, rows: list[Row], workload, explicit: bool)
         if row.adapter is None:
             continue
         try:
-            mixed = _mixed_precision(row.adapter, facts)
+            mixed = mixed_precision_refusal(row.adapter, facts)
             avail = mixed if mixed is not None else row.adapter.model_availability(facts)
         except Exception as exc:  # noqa: BLE001 - a broken check is a reason, not a crash
             avail = Availability(False, f"model check raised {type(exc).__name__}: {exc}")

@@ -422,7 +422,7 @@ class FromRun:
             a = k * t * m * c
             bwd = (bwd_ps + recompute_ps) * batch * a
             comp = Compute(fwd_ps * batch * a, bwd, opt * mem * m,
-                           layered_grads(shape.grad_layers(adapter.gradient_bytes()), bwd),
+                           layered_grads(shape.grad_layers(adapter.gradient_bytes() * shape.param_bytes / 4), bwd),
                            base.parts["other"] * m, fabric.copy_Bps)
             return cm.predict_step(schedule, comp, fabric, cluster.gpus)
 

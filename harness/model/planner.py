@@ -227,8 +227,9 @@ class Assumed:
 
     def price(self, shape: Shape, cluster: Cluster, fabric: comm_cost.Fabric, batch: int, name: str,
               knobs: dict[str, Any], adapter) -> Priced | str:
-        steps = [cm.predict_step(adapter.comm_schedule(), compute(shape, fabric, cluster.dtype, batch, u,
-                                                                  adapter.gradient_bytes()), fabric, cluster.gpus)
+        grad_bytes = adapter.gradient_bytes() * as_built(shape)
+        steps = [cm.predict_step(adapter.comm_schedule(), compute(shape, fabric, cluster.dtype, batch, u, grad_bytes),
+                                 fabric, cluster.gpus)
                  for u in reversed(UTILISATION)]
         return Priced(steps, "assumed", cluster.gpus, cluster.dtype)
 
@@ -275,6 +276,26 @@ def beyond_checked(gpus: int) -> str | None:
             f"figures and ranking here are the model's extrapolation")
 
 
+def as_built(shape: Shape) -> float:
+    """What a row holds per element an adapter counts in fp32: the parameters' own bytes over 4 (2 for a model built
+    in fp64; 1 for fp32, where mixed-precision rows count their own 16-bit copies)."""
+    return shape.param_bytes / 4
+
+
+def refused(shape: Shape, adapter) -> str | None:
+    """Why `compare run` would refuse this row for this model's parameter dtypes (a mixed precision over a model not
+    built in fp32; a framework that cannot reduce such gradients: Adapter.model_availability), None where it would
+    take it. Only the dtypes are known here (the model is not run), and only a model not built in fp32 is asked."""
+    from adapters.base import ModelFacts, mixed_precision_refusal
+
+    if not set(shape.param_dtypes) - {"fp32"}:
+        return None
+    facts = ModelFacts(param_dtypes=list(shape.param_dtypes))
+    mixed = mixed_precision_refusal(adapter, facts)  # a refusal is falsy: never joined with `or`
+    got = mixed if mixed is not None else adapter.model_availability(facts)
+    return None if got else got.message()
+
+
 def memory(shape: Shape, adapter, n: int, dtype: str, batch: int, cuda: bool) -> dict[str, Any]:
     """A row's memory per device in bytes: model states (the adapter's count, frozen parameters at their storage
     only), the framework's own buffers (the adapter's memory_buffers), activations, the loss over the model's
@@ -284,12 +305,18 @@ def memory(shape: Shape, adapter, n: int, dtype: str, batch: int, cuda: bool) ->
     # beside `largest`'s counts, the weights autocast would copy (Shape.cast_params) and every weight a matmul takes
     # (Shape.matmul_params), for an adapter that casts them
     cast = {k: v for k, v in (("cast", shape.cast_params), ("matmul", shape.matmul_params)) if v is not None}
-    states = adapter.model_state_bytes(shape.params, shape.largest, n, optimizer, trainable=trainable)
-    buffers = [{"name": b_name, "bytes": b_bytes, "how": b_how}
+    # a model built in another dtype than fp32 trains as built (no mixed-precision row is planned for it): each
+    # element an adapter counts in fp32 is held at the parameters' own size, its activations and loss likewise
+    scale = as_built(shape)
+    states = scale * adapter.model_state_bytes(shape.params, shape.largest, n, optimizer, trainable=trainable)
+    buffers = [{"name": b_name, "bytes": scale * b_bytes, "how": b_how}
                for b_name, b_bytes, b_how in adapter.memory_buffers(shape.tensors, {**shape.largest, **cast}, n,
                                                                     trainable)]
+    dtype = shape.built_dtype if shape.built_dtype in DTYPE_BYTES else dtype
     acts = shape.activations.bytes(dtype, batch) if shape.activations else None
-    loss = shape.output_elements * batch * (LOSS_BYTES + 4 - DTYPE_BYTES[dtype])
+    # the loss in fp32 (in the model's dtype where that is wider): its log-softmax and two gradients
+    wide = max(4, DTYPE_BYTES[dtype]) / 4
+    loss = shape.output_elements * batch * ((LOSS_BYTES + 4) * wide - DTYPE_BYTES[dtype])
     allocated = states + sum(b["bytes"] for b in buffers) + (acts or 0.0) + loss
     headroom = ALLOCATOR_HEADROOM * allocated if cuda else 0.0
     return {"model_state_bytes": states, "rule": adapter.model_state_rule(optimizer, frozen=bool(shape.frozen)),
@@ -324,6 +351,10 @@ def make(shape: Shape, cluster: Cluster, batch: int, source=None, inputs: dict[s
             continue
         adapter = adapters.get(name)(knobs, "cuda")
         label = own_label[0] if own_label else _label(name, knobs)
+        why = refused(shape, adapter)
+        if why:
+            plan.skipped[label] = why
+            continue
         priced = source.price(shape, cluster, fabric, batch, name, knobs, adapter)
         if isinstance(priced, str):
             plan.skipped[label] = priced
@@ -335,7 +366,8 @@ def make(shape: Shape, cluster: Cluster, batch: int, source=None, inputs: dict[s
         plan.rows.append({
             "label": label, "adapter": name, "knobs": knobs, "precision": priced.precision, "devices": n,
             # bytes per gradient element its collectives carry (fp32 4, 16-bit 2), as the model prices them
-            "reduce_bytes": adapter.gradient_bytes() * schedule.wire_scale if schedule is not None else None,
+            "reduce_bytes": (adapter.gradient_bytes() * as_built(shape) * schedule.wire_scale
+                             if schedule is not None else None),
             "left_out": priced.left_out,
             # the model states this configuration splits across GPUs, as its schedule declares them (the ZeRO
             # paper's stages: 0 none, 1 the optimizer state, 2 the gradients too, 3 the parameters too)
@@ -351,6 +383,10 @@ def make(shape: Shape, cluster: Cluster, batch: int, source=None, inputs: dict[s
             # run's own machine) are ranked by throughput
             "_steps": [s.step_s / (n * batch) for s in steps], "_held": held, "_measured": priced.measured,
             "_assumed": [a / (n * batch) for a in priced.assumed] if priced.assumed else None})
+    if not plan.rows and cluster.dtype not in (None, "fp32") and set(shape.param_dtypes) - {"fp32"}:
+        raise BadPlan(f"{shape.name}'s parameters are {'+'.join(shape.param_dtypes)} as built, and a mixed precision "
+                      f"({cluster.dtype}) is defined over an fp32 model: compare run refuses every {cluster.dtype} "
+                      f"row for it; plan it as built with --dtype fp32, or build the model in fp32")
     plan.recommendation = recommend(plan.rows, getattr(source, "pair_factors", None))
     return plan
 

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from adapters.dtypes import SHORT_DTYPES
 from harness.model.activations import (ATTENTION, Activations, BadPlan, Checkpointing, FusedAttention, Saved,
                                        checkpointing_of)
 
@@ -68,6 +69,18 @@ class Shape:
     """Parameters of every matrix and convolution weight a forward's matmuls take, checkpointed blocks' too: what a
     cast cache that lives past forward (apex O1's, until its loss scaling ends after backward) holds in 16 bits.
     None: not counted."""
+    param_dtypes: list[str] = field(default_factory=list)
+    """The dtypes of the parameters that train, as the model builds them, in short names (ModelFacts'); empty: fp32
+    (a transformer given by its size)."""
+    param_bytes: float = 4.0
+    """Bytes per parameter element as the model builds them (8 for a model built in fp64): what a row training the
+    model as built (no mixed precision) holds each parameter, gradient and optimizer state element in."""
+
+    @property
+    def built_dtype(self) -> str | None:
+        """The one dtype every parameter is built in where it is not fp32 ("fp64"); None for fp32 or a mix."""
+        one = set(self.param_dtypes)
+        return next(iter(one)) if len(one) == 1 and one != {"fp32"} else None
 
     @property
     def trainable(self) -> float:
@@ -411,6 +424,9 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
         optimizer = "adamw" if isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)) else "sgd"
     params = list(model.parameters())
     tensors = [float(p.numel()) for p in params]
+    dtypes = sorted({SHORT_DTYPES.get(str(p.dtype).removeprefix("torch."), str(p.dtype).removeprefix("torch."))
+                     for p in params if p.requires_grad})
+    element_bytes = sum(p.numel() * p.element_size() for p in params) / max(1, sum(p.numel() for p in params))
     frozen = [not p.requires_grad for p in params]
     module = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     # What one gather holds: a group of units that share a parameter (tied weights) is gathered as one, the
@@ -446,4 +462,4 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
                  {"module": float(module), "unit": float(unit)},
                  flops, optimizer, source, w.global_batch, acts, recompute,
                  frozen if any(frozen) else [], output_elements, ck, saved.saved_weights(ck),
-                 saved.saved_weights())
+                 saved.saved_weights(), dtypes, element_bytes)

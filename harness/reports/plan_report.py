@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from harness.model import VERSION, hardware
-from harness.model.activations import LOSS_BYTES
+from harness.model.activations import DTYPE_BYTES, LOSS_BYTES
 from harness.model.calibration import UTILISATION
 from harness.model.planner import ALLOCATOR_HEADROOM, NIC_EFFICIENCY, TIE, Assumed, GiB, Plan, profile_nics
 from harness.model.shapes import OPTIMIZER_TRAFFIC, OPTIMIZERS
@@ -169,6 +169,13 @@ def lines(plan: Plan) -> list[str]:
     out.append(f"model states (P parameters{frozen}, N = {c.gpus} {pers}, L = {s.largest['module']:,.0f} "
                f"parameters in the largest module, U = {s.largest['unit']:,.0f} in the largest shard unit; bytes): "
                + "; ".join(f"{', '.join(labels)}: {rule}" for rule, labels in rules.items()))
+    if s.param_bytes != 4:  # a model built in fp64 (or another dtype) trains as built: no mixed-precision row
+        out.append(f"parameters as built: {'+'.join(s.param_dtypes)}, {s.param_bytes:g} bytes an element: every row "
+                   f"trains the model as built (a mixed precision is defined over an fp32 model, so none is planned), "
+                   f"so each element the formulas above and the buffers below count in fp32 is held at "
+                   f"{s.param_bytes:g} bytes, and its gradients cross the network at that size; its FLOPs are priced "
+                   f"at the {c.dtype} peak" + (f" (the profile has no {s.built_dtype} one: an upper bound where the "
+                                               f"GPU runs {s.built_dtype} slower)" if s.built_dtype else ""))
     if s.frozen:
         out.append(f"frozen parameters: {s.params - s.trainable:,.0f} of {s.params:,.0f} hold their storage only "
                    f"(no gradient, no optimizer state, no gradient communication); the model prices FSDP's and "
@@ -181,14 +188,16 @@ def lines(plan: Plan) -> list[str]:
                + ("; ".join(f"{what} ({', '.join(rows)})" for what, rows in buffers.items()) if buffers else
                   "none for these configurations"))
     if acts:
-        dtype = f"{c.dtype}'s bytes" if c.dtype else "bytes of each row's precision"
-        out.append(f"activations: {_gib(acts.bytes(c.dtype or 'fp32', plan.batch))} GiB per {per} at "
-                   f"{plan.batch} per {per}{'' if c.dtype else ' (in fp32)'} under every backend ({acts.source})")
+        step = s.built_dtype if s.built_dtype in DTYPE_BYTES else c.dtype  # a model not in fp32 runs as built
+        dtype = f"{step}'s bytes" if step else "bytes of each row's precision"
+        wide = step if step and DTYPE_BYTES[step] > 4 else "fp32"
+        out.append(f"activations: {_gib(acts.bytes(step or 'fp32', plan.batch))} GiB per {per} at "
+                   f"{plan.batch} per {per}{'' if step else ' (in fp32)'} under every backend ({acts.source})")
         loss = plan.rows[0]["loss_bytes"] if plan.rows else 0.0
         out.append(f"loss over the model's output: {_gib(loss)} GiB per {per} (its {s.output_elements:,.0f} "
-                   f"output elements a sample, in fp32 at the start of backward: the log-softmax kept in fp32 and "
-                   f"the loss's and the output's gradients, {LOSS_BYTES + 4:g} bytes an element less the "
-                   f"{dtype} counted in the activations)")
+                   f"output elements a sample, in {wide} at the start of backward: the log-softmax kept in {wide} "
+                   f"and the loss's and the output's gradients, {(LOSS_BYTES + 4) * max(4, DTYPE_BYTES[wide]) / 4:g} "
+                   f"bytes an element less the {dtype} counted in the activations)")
     else:
         out.append("activations: not known without --hidden; they and the loss over the output come on top of the "
                    "model states and buffers")

@@ -265,7 +265,7 @@ def test_a_parameter_of_no_elements_or_not_contiguous_is_refused_where_a_backend
 
 
 def test_a_model_built_in_another_dtype_is_refused_by_the_backends_that_cannot_reduce_its_gradients():
-    from harness.core.runner import _mixed_precision
+    from adapters.base import mixed_precision_refusal
 
     assert checked("typed").model_facts.param_dtypes == ["fp32"]
     bf16 = checked("typed", "dtype=bfloat16").model_facts
@@ -284,12 +284,12 @@ def test_a_model_built_in_another_dtype_is_refused_by_the_backends_that_cannot_r
         assert adapters.get(name)({}, "cpu").model_availability(bf16), name
     # A mixed-precision row on a model that is not fp32: autocast leaves fp64 alone, so it would run unlabelled
     amp = adapters.get("amp")({"precision": "bf16"}, "cpu")
-    assert _mixed_precision(amp, checked("typed").model_facts) is None
-    refused = _mixed_precision(amp, fp64)
+    assert mixed_precision_refusal(amp, checked("typed").model_facts) is None
+    refused = mixed_precision_refusal(amp, fp64)
     assert not refused and refused.reason == (
         "its precision is bf16, a mixed precision defined over an fp32 model, and this model's parameters are fp64 "
         "as built (autocast leaves fp64 alone)")
-    assert _mixed_precision(adapters.get("ddp")({}, "cpu"), fp64) is None
+    assert mixed_precision_refusal(adapters.get("ddp")({}, "cpu"), fp64) is None
 
 
 def test_a_plain_rows_precision_is_the_dtype_its_model_was_built_in():

@@ -839,6 +839,56 @@ def test_apex_is_planned_at_fp16_with_its_own_memory_per_opt_level():
     assert widemlp.matmul_params == widemlp.cast_params == 2 * 4096 * 4096 + 4096 * 10
 
 
+FP64 = '''
+import torch
+from torch import nn
+from workloads import Pieces, workload
+
+
+@workload(global_batch=64)
+def wide(double: bool = True):
+    dtype = torch.float64 if double else torch.float32
+    x = torch.randn(128, 256, dtype=dtype)
+    return Pieces(model=lambda: nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 10)).to(dtype),
+                  train=(x, x[:, :10].argmax(1)))
+'''
+
+
+def test_a_model_built_in_fp64_is_priced_at_8_bytes_an_element_and_only_on_rows_that_train_it(tmp_path):
+    # an audit's plan of a model built in fp64 priced its parameters, gradients, optimizer state, buckets and
+    # activations at fp32's 4 bytes (and its bf16 rows as if autocast cast fp64, which it leaves alone)
+    path = tmp_path / "fp64.py"
+    path.write_text(FP64)
+    args = ["plan", "-w", f"{path}:wide", "--gpu", "h100", "--nodes", "1", "--gpus-per-node", "2", "--dtype", "fp32",
+            "--json"]
+
+    def rows(double):
+        shown = CliRunner().invoke(app, [*args, "-o", f"double={double}"])
+        assert shown.exit_code == 0, shown.output
+        data = json.loads(shown.stdout)
+        return {r["label"]: r for r in data["rows"]}, data
+
+    f64, data = rows("true")
+    f32, _ = rows("false")
+    params = 256 * 1024 + 1024 + 1024 * 10 + 10
+    assert f64["ddp"]["model_state_bytes"] == params * (8 + 8 + 8)  # SGD: parameters, gradients, momentum in fp64
+    assert set(f64) == {"ddp", "horovod", "fsdp:reshard_after_forward=true", "fsdp:reshard_after_forward=false"}
+    for label, row in f64.items():
+        for key in ("model_state_bytes", "buffer_bytes", "reduce_bytes"):
+            assert row[key] == pytest.approx(2 * f32[label][key]), (label, key)
+        # the floating-point activations double; the labels (8 bytes a sample) do not
+        assert row["activation_bytes"] == 2 * f32[label]["activation_bytes"] - 64 * 8
+        assert row["comm_s"] > f32[label]["comm_s"]  # twice the gradient bytes on the wire
+    # DeepSpeed reduces no fp64 gradient: refused, as compare run refuses it, with its reason
+    refused = {k: why for k, why in data["not_planned"].items() if k.startswith("deepspeed")}
+    assert len(refused) == 3 and all("unsupported grad type" in why for why in refused.values())
+    # at a mixed precision no row trains it: one line naming --dtype fp32
+    shown = CliRunner().invoke(app, [*args[:-2], "bf16", "-o", "double=true"])
+    assert shown.exit_code == 2 and "parameters are fp64 as built" in shown.output and "--dtype fp32" in shown.output
+    text = CliRunner().invoke(app, [*args[:-1], "-o", "double=true"]).stdout
+    assert "parameters as built: fp64, 8 bytes an element" in text
+
+
 def test_a_cluster_past_every_check_says_so():
     # The plan was held to published runs up to 128 GPUs (the fixture), its step model to published scaling up to
     # 512 (harness/model/profiles/published.json); 8,000 H100s said nothing of it
