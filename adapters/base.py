@@ -630,8 +630,8 @@ class Cost(Role):
         `tensors`: parameters per tensor (a threshold on tensor sizes, as ZeRO-3's persistence, reads them);
         `largest` and `trainable` as in `model_state_bytes`, `largest` with, where the planner counted them,
         "cast" (the matrix and convolution weights autograd holds at the end of forward, as autocast's cached copies
-        live) and "matmul" (every weight a forward's matmuls take, checkpointed blocks' too). The plan gives each its own footer line and adds them
-        to what must fit. Default: none."""
+        live) and "matmul" (every weight a forward's matmuls take, checkpointed blocks' too). The plan gives each
+        its own footer line and adds them to what must fit. Default: none."""
         return []
 
 

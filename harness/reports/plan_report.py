@@ -51,8 +51,8 @@ def _where(plan: Plan) -> str:
             f"{c.dtype}")
 
 
-SHARDED = {0: "no model state sharded", 1: "its optimizer state sharded", 2: "its gradients and optimizer state sharded",
-           3: "its parameters, gradients and optimizer state sharded"}
+SHARDED = {0: "no model state sharded", 1: "its optimizer state sharded",
+           2: "its gradients and optimizer state sharded", 3: "its parameters, gradients and optimizer state sharded"}
 """A row's `partitions` in words (the ZeRO paper's stages, as each framework's schedule declares them)."""
 
 
