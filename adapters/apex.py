@@ -303,11 +303,12 @@ class ApexCost(DDPCost):
     def model_state_rule(self, optimizer_bytes, frozen=False):
         level = self.knobs.opt_level
         if level == "O2":
-            return (f"2P + {10 + optimizer_bytes:g}{'T' if frozen else 'P'} (apex O2: the fp16 model and its "
-                    f"gradients; fp32 master parameters, their gradients and the optimizer state)")
+            rule = f"2P + {10 + optimizer_bytes:g}T" if frozen else f"{12 + optimizer_bytes:g}P"
+            return (f"{rule} (apex O2: the fp16 model and its gradients; fp32 master parameters, their gradients and "
+                    f"the optimizer state)")
         if level == "O3":
-            return (f"2P + {2 + optimizer_bytes / 2:g}{'T' if frozen else 'P'} (apex O3: the fp16 model, its "
-                    f"gradients and the optimizer state, all fp16)")
+            rule = f"2P + {2 + optimizer_bytes / 2:g}T" if frozen else f"{4 + optimizer_bytes / 2:g}P"
+            return f"{rule} (apex O3: the fp16 model, its gradients and the optimizer state, all fp16)"
         return super().model_state_rule(optimizer_bytes, frozen) + f" (apex {level}: the fp32 model is the master)"
 
     def memory_buffers(self, tensors, largest, n, trainable=None):

@@ -834,6 +834,7 @@ def test_apex_is_planned_at_fp16_with_its_own_memory_per_opt_level():
     assert amp["autocast's weight copies"] == 2 * 32000 * 4096  # autocast's copies of checkpointed blocks go
     assert {b["name"] for b in rows["apex:opt_level=O2"]["buffers"]} == {"apex DDP's flattened bucket"}
     assert rows["apex:opt_level=O2"]["model_state_bytes"] == 6_738_415_616 * 20
+    assert rows["apex:opt_level=O2"]["rule"].startswith("20P (apex O2: the fp16 model")
     # a workload's: every weight a matmul saved, whichever unit saved it
     widemlp = shapes.of_workload("widemlp", None, None)
     assert widemlp.matmul_params == widemlp.cast_params == 2 * 4096 * 4096 + 4096 * 10
