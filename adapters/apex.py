@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from adapters.base import Adapter, Availability, KnobError, Precision
+from adapters.base import EVERY_PARAMETER_FIX, Adapter, Availability, KnobError, ModelFacts, Precision
 from adapters.probes import cuda_world_check
 from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Buckets
@@ -176,6 +176,45 @@ class ApexLaunch(DDPLaunch):
         if not problems:
             return Availability(True)
         return Availability(False, "; also, ".join(r for r, _ in problems), "; then ".join(f for _, f in problems))
+
+    def knob_availability(self, device: str, world_size: int) -> Availability:
+        return Availability(True)  # none of its knobs needs more than apex itself (DDP's reads its compile knob)
+
+    def model_availability(self, facts: ModelFacts) -> Availability:
+        # apex.parallel.DistributedDataParallel (apex/parallel/distributed.py, 25.05): each rank all-reduces in the
+        # first backward the gradients it holds, flattened (allreduce_fallback: `if param.grad is not None`), and
+        # builds its buckets from the order they arrived; later backwards all-reduce a bucket once every gradient of
+        # it has arrived and raise at the end where one has not ("Some param buckets were not allreduced").
+        # delay_allreduce all-reduces, after each backward, the gradients the rank holds (allreduce_fallback).
+        if facts.ranks_differ:
+            return Availability(
+                False, f"the ranks leave different parameters without a gradient: {facts.differ_text()} in the check "
+                       f"before launching, and apex DDP all-reduces the gradients each rank holds, flattened, so its "
+                       f"ranks would reduce different tensors (NCCL hangs or mixes gradients)", EVERY_PARAMETER_FIX)
+        if facts.sparse:
+            return Availability(
+                False, f"the model gives sparse gradients ({', '.join(facts.sparse)}: an embedding with sparse=True), "
+                       f"which apex DDP flattens with the dense ones into one bucket to all-reduce",
+                "build the embedding with sparse=False (a dense gradient)")
+        sometimes = [n for n in facts.no_gradient if n not in facts.never_used]
+        if sometimes and not self.knobs.delay_allreduce:
+            return Availability(
+                False, f"the model leaves parameters without a gradient in some steps and not others: "
+                       f"{facts.unused_text()}, and apex DDP builds its buckets from the first backward's gradients "
+                       f"and raises at the end of a later backward that leaves one unreduced (\"Some param buckets "
+                       f"were not allreduced\")",
+                f"add the knob delay_allreduce=true (-a {self.name}:delay_allreduce=true): apex then all-reduces "
+                f"the gradients present after each backward")
+        return Availability(True)
+
+    def batch_norm(self) -> str | None:
+        return ""  # apex.parallel.convert_syncbn_model exists, and this adapter has no knob for it
+
+    def failure_fix(self, error: str) -> str | None:
+        if "param buckets were not allreduced" in error or "some buckets were not allreduced" in error:
+            return (f"a step left parameters without a gradient that the first step had: add the knob "
+                    f"delay_allreduce=true (-a {self.name}:delay_allreduce=true)")
+        return None
 
     @classmethod
     def environment(cls) -> dict[str, Any]:

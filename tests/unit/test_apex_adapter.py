@@ -297,3 +297,47 @@ def test_a_run_lists_apex_as_unavailable_with_its_reason(tmp_path, named):
     assert NEEDS_CUDA_CPU in rows["apex"]
     assert "apex" not in [row.label for row in p.runnable] and "ddp" in [row.label for row in p.runnable]
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("name", adapters.names())
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_every_adapters_checks_of_knobs_and_models_answer_at_its_defaults_without_raising(name, device):
+    # apex inherits DDP's roles and not its knobs: DDP's checks read knobs apex has none of (compile, sync_bn), so
+    # on a GPU every apex row was "knob check raised AttributeError" and every user's model refused apex for
+    # "model check raised AttributeError"; a check that reads a knob must be its own adapter's
+    from adapters.base import Availability, ModelFacts
+
+    adapter = adapters.get(name)({}, device)
+    shapes = [ModelFacts(param_dtypes=["fp32"]),
+              ModelFacts(param_dtypes=["fp32"], checked_steps=2, no_gradient={"aux.weight": [1]},
+                         batch_norm=["BatchNorm2d x 2"], sparse=["emb"]),
+              ModelFacts(param_dtypes=["fp32"], checked_steps=2, checked_ranks=2, no_gradient={"e.weight": [0]},
+                         ranks_differ={"e.weight": [0]})]
+    assert isinstance(adapter.knob_availability(device, 2), Availability)
+    for facts in shapes:
+        assert isinstance(adapter.model_availability(facts), Availability)
+    assert adapter.batch_norm() is None or isinstance(adapter.batch_norm(), str)
+    if adapter.batch_norm():
+        assert "-a " not in adapter.batch_norm() or f"-a {name}:" in adapter.batch_norm()
+    adapter.missing_gradient()
+    for error in ("Expected to have finished reduction in the prior iteration", "Some param buckets were not "
+                  "allreduced.", "mark a variable ready only once", "RuntimeError: boom"):
+        fix = adapter.failure_fix(error)
+        assert fix is None or isinstance(fix, str)
+    adapter.compression()
+    adapter.comm_schedule()
+
+
+def test_apex_refuses_a_model_whose_parameters_miss_a_gradient_in_some_steps_with_its_own_knob():
+    from adapters.base import ModelFacts
+
+    apex = adapters.get("apex")
+    some = ModelFacts(param_dtypes=["fp32"], checked_steps=4, no_gradient={"aux.weight": [1, 3]})
+    got = apex({}, "cuda").model_availability(some)
+    assert not got and "Some param buckets were not allreduced" in got.reason
+    assert got.fix.startswith("add the knob delay_allreduce=true (-a apex:delay_allreduce=true)")
+    assert apex({"delay_allreduce": True}, "cuda").model_availability(some)
+    never = ModelFacts(param_dtypes=["fp32"], checked_steps=4, no_gradient={"aux.weight": [0, 1, 2, 3]})
+    assert apex({}, "cuda").model_availability(never)  # its buckets never hold it
+    assert apex({}, "cuda").batch_norm() == ""  # no knob of this adapter makes BatchNorm global
+    assert apex({}, "cuda").knob_availability("cuda", 2)
