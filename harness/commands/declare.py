@@ -17,9 +17,8 @@ from typing import Any, Optional
 
 import typer
 
-from harness.commands.common import Command, fail
+from harness.commands.common import Command
 from harness.ground.argv import Option, from_values, options
-from harness.ground.errors import BadInput
 
 
 def _bad_parameter(parser: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -80,11 +79,7 @@ def command(app: typer.Typer, cls: type, name: str, *, short_help: str | None = 
             annotations[opt.name] = annotation
 
         def run_command(**values: Any) -> Any:
-            try:
-                req = from_values(cls, values, **fixed)
-            except BadInput as exc:
-                fail(str(exc))
-            return handler(req)
+            return handler(from_values(cls, values, **fixed))
 
         run_command.__signature__ = inspect.Signature(params)
         run_command.__annotations__ = annotations

@@ -13,7 +13,6 @@ import workloads
 from harness.commands.common import console, execute, fail, stop_on_signals
 from harness.commands.ui import QuietUI, RunUI
 from harness.ground.argv import cli
-from harness.ground.errors import BadInput
 
 
 @dataclass
@@ -40,10 +39,7 @@ def doctor(req: DoctorRequest) -> None:
     if "," in req.adapter:  # `compare run -a` takes a list; the doctor measures one row's variation
         fail(f"-a '{req.adapter}' names several rows; compare doctor launches one row: give one adapter (with knobs "
              f"if any); valid choices: {', '.join(adapters.names())}")
-    try:
-        planned, scratch = noise_floor.plan(req.adapter, req.workload, req.launches, req.steps)
-    except BadInput as exc:
-        fail(str(exc))
+    planned, scratch = noise_floor.plan(req.adapter, req.workload, req.launches, req.steps)
     machine = noise_floor.sample_machine()
     if not req.as_json:
         for line in noise_floor.lines(machine, None):

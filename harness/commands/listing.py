@@ -10,7 +10,6 @@ import adapters
 import workloads
 from harness.commands.common import console, fail
 from harness.ground.argv import cli
-from harness.ground.errors import BadInput
 from harness.core.checks import check_cores
 from harness.core.checks import DEVICES, MAX_WORLD
 from harness.core.requests import Request
@@ -39,11 +38,8 @@ def list_all(req: ListRequest) -> None:
         fail(f"world size must be at least 1, got {world_size}")
     if world_size > MAX_WORLD:  # --oversubscribe lifts the cores' bound, not this one
         fail(f"world size must be at most {MAX_WORLD:,}, got {world_size}")
-    try:  # the world size `compare run` would refuse is refused here too, in the same words
-        over = check_cores(Request(device=device, world_size=world_size, oversubscribe=req.oversubscribe),
-                           world_size)
-    except BadInput as e:
-        fail(str(e))
+    # the world size `compare run` would refuse is refused here too, in the same words
+    over = check_cores(Request(device=device, world_size=world_size, oversubscribe=req.oversubscribe), world_size)
     t = Table(title=f"Adapters (device {device}, world size {world_size}{', oversubscribed' if over else ''})")
     for col in ("adapter", "from", "launcher", "available", "what it is / why not"):
         t.add_column(col)

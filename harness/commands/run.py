@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from harness.commands.common import Invocation, conclude, console, execute, fail, stop_on_signals, typed
+from harness.commands.common import Invocation, conclude, console, execute, stop_on_signals, typed
 from harness.commands.ui import RunUI
-from harness.ground.errors import BadInput
 from harness.core.requests import RunRequest
 
 
@@ -14,10 +13,7 @@ def run(req: RunRequest) -> None:
     from harness.core import comparison
     from harness.reports import figures, run_report
 
-    try:
-        plan = comparison.plan(req)
-    except BadInput as exc:
-        fail(str(exc))
+    plan = comparison.plan(req)
     req.command = typed(plan.rerun)
     stop_on_signals()
     with figures.off(not req.plots):

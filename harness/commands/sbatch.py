@@ -6,9 +6,8 @@ import shlex
 
 import typer
 
-from harness.commands.common import console, fail, typed
+from harness.commands.common import console, typed
 from harness.ground.argv import to_argv
-from harness.ground.errors import BadInput
 from harness.core.requests import SbatchRequest
 
 
@@ -17,18 +16,12 @@ def sbatch(req: SbatchRequest) -> None:
     from harness.core import comparison, slurm_script
 
     run_args = to_argv(req.run_request())  # as given: the job plans the run again, inside its allocation
-    try:
-        comparison.check(slurm_script.check(req))  # the run's own options: `compare run`'s one validation
-    except BadInput as exc:
-        fail(str(exc))
+    comparison.check(slurm_script.check(req))  # the run's own options: `compare run`'s one validation
     text = slurm_script.render(run_args, typed(shlex.join(["compare", "sbatch", *to_argv(req)])), req.nodes,
                                req.ntasks_per_node, req.time_limit, req.partition, req.job_name, req.exclusive)
     if req.script is None:
         typer.echo(text, nl=False)
         return
-    try:
-        slurm_script.write(req.script, text, req.force)
-    except BadInput as exc:
-        fail(str(exc))
+    slurm_script.write(req.script, text, req.force)
     # one line: a path cut over two cannot be pasted
     console.print(f"wrote {req.script}: submit it with `sbatch {req.script}`", soft_wrap=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from harness.commands.common import Invocation, conclude, console, execute, fail, stop_on_signals, typed
+from harness.commands.common import Invocation, conclude, console, execute, stop_on_signals, typed
 from harness.commands.ui import TuneUI
-from harness.ground.errors import BadInput, first_sentence
+from harness.ground.errors import first_sentence
 from harness.core.requests import TuneRequest
 
 
@@ -19,10 +19,7 @@ def tune(req: TuneRequest) -> None:
     from harness.core import tuning
     from harness.reports import tune_report
 
-    try:
-        plan = tuning.plan(req)
-    except BadInput as exc:
-        fail(str(exc))
+    plan = tuning.plan(req)
     for name, why in {**plan.untunable, **plan.unavailable}.items():
         console.print(f"[yellow]note[/]: {escape(name)} is left out: {escape(first_sentence(why))}")
     for label, why in plan.skipped.items():

@@ -1,6 +1,7 @@
 """Every error that reaches the command line as one line on stderr with its exit code: click's usage errors (an
-unknown option or command, with the closest valid ones), a user's workload reference that gives no workload, and
-the user's own code raising (their traceback, not ours).
+unknown option or command, with the closest valid ones), a request refused (BadInput and the classes derived from
+it: a results directory that cannot be read, a workload reference that gives no workload, ...), and the user's own
+code raising (their traceback, not ours).
 
 Runs in: the parent.
 """
@@ -12,7 +13,8 @@ import sys
 import typer
 
 from harness.commands.common import Group
-from harness.shared.registry import BadReference, UserCodeError, raised_in_user_code
+from harness.ground.errors import BadInput
+from harness.shared.registry import UserCodeError, raised_in_user_code
 
 try:  # typer vendors click from 0.20 on
     from typer._click import exceptions as clickerr
@@ -62,7 +64,7 @@ class OneLineUsageErrors(Group):
         except clickerr.ClickException as exc:
             typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
             sys.exit(exc.exit_code)
-        except BadReference as exc:  # a user's file or module that gives no workload, wherever a command met it
+        except BadInput as exc:  # a refused request, wherever a command met it: one line, exit 2, nothing written
             typer.echo(f"error: {exc}", err=True)
             sys.exit(2)
         except UserCodeError as exc:  # the user's own workload raised: their traceback, not ours

@@ -61,11 +61,8 @@ def parse_knobs(given: list[str], names: set[str], labels: list[str]) -> dict[st
 def parse_label(label: str) -> tuple[str, dict[str, str]]:
     """"deepspeed:zero_stage=3:offload_optimizer=true" -> ("deepspeed", {...}): one row per knob variant."""
     name, *parts = label.split(":")
-    if parts:  # a misspelt adapter is named as such, before its knobs are read
-        try:
-            adapters.get(name)
-        except UnknownName as exc:
-            raise BadInput(str(exc)) from None
+    if parts:  # a misspelt adapter is named as such (UnknownName), before its knobs are read
+        adapters.get(name)
     variant = {}
     for part in parts:
         key, sep, value = part.partition("=")
@@ -155,7 +152,7 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
     rows = []
     for _, name, _ in labels:
         if name not in adapters.names():
-            raise BadInput(str(UnknownName("adapter", name, adapters.names())))
+            raise UnknownName("adapter", name, adapters.names())
     # Across hosts each machine holds only its own node's ranks (and devices): check the largest node here.
     per_machine = req.world_size if topology is None else max(n.slots for n in topology.nodes)
     avails = adapters.availability_all(req.device, per_machine, [name for _, name, _ in labels])

@@ -38,11 +38,11 @@ def plan_rows(req: RunRequest, cores_fix: str | None = None) -> RunPlan:
     """Everything of `plan` but the output directory (`out` is left None): numbers resolved, rows built, cores
     checked. `compare scale` calls it once per world size. An exception raised through the user's own workload code
     (a Workload subclass's materialize or build_model, say) is theirs: UserCodeError, their traceback, exit 1."""
-    from harness.shared.registry import BadReference, UserCodeError, raised_in_user_code
+    from harness.shared.registry import UserCodeError, raised_in_user_code
 
     try:
         return _plan_rows(req, cores_fix)
-    except (BadInput, BadReference, UserCodeError):
+    except (BadInput, UserCodeError):
         raise
     except Exception as exc:  # noqa: BLE001 - sorted by where it was raised
         if workloads.source(req.workload) == "built-in" or not raised_in_user_code(exc):

@@ -41,7 +41,8 @@ Render = Callable[[Path, list[dict[str, Any]]], Any]
 
 
 class SessionError(Exception):
-    """Writing the results failed after the run (a full disk, say): one line for the user, exit code 1."""
+    """Writing the results failed after the run (a full disk, say): one line for the user, exit code 1. Not a
+    BadInput: the request was sound and ran, and exit 2 would tell a script that nothing had run."""
 
 
 class Session:

@@ -19,7 +19,6 @@ from harness.ground import provenance as envmod
 from harness.ground.errors import BadInput
 from harness.shared.cache import cached_json, files_key
 from harness.shared.options import OptionError
-from harness.shared.registry import BadReference, UnknownName
 from workloads import batch as batches
 from workloads.base import SMALL_MODEL, LossError
 
@@ -29,10 +28,8 @@ if TYPE_CHECKING:
 
 def load_workload(req: RunRequest):
     """The request's workload with its options (BadInput naming the valid choices otherwise)."""
-    try:
+    try:  # an unknown name or a reference that gives no workload is a BadInput as it is
         workload = workloads.get(req.workload, dict(pairs(req.options, "option")))
-    except (UnknownName, BadReference) as exc:
-        raise BadInput(str(exc)) from None
     except OptionError as exc:
         raise BadInput(f"workload {req.workload}: {exc}") from None
     reason = workload.unavailable()
@@ -130,7 +127,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
         first_steps = [[data.batch(workload.batch_indices(step, global_batch, data.n_train, rank, world)
                                    [:model_check.CHECK_SAMPLES], "cpu") for step in range(model_check.CHECKED_STEPS)]
                        for rank in range(min(world, model_check.CHECK_RANKS))]  # per rank, its first steps' slices
-    except (UserCodeError, BadReference, BadInput, LossError):
+    except (UserCodeError, BadInput, LossError):
         raise
     except Exception as exc:  # noqa: BLE001 - the user's Dataset
         if "stack expects each tensor to be equal size" in str(exc):  # torch's default_collate, on its items: the

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.core import joins
 from harness.core.analysis import RESOLVED, outcome
+from harness.ground.errors import BadInput
 from harness.ground.record import MEASURED, throughput_clock
 from harness.ground.stats import (DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, geomean_interval,
                                   random_effects, random_effects_difference, session_estimate)
@@ -48,8 +49,8 @@ CONTEXT = (("torch", lambda r: (r.get("env") or {}).get("torch")),
 versions, the machine, and how the ranks were laid out and started (one node against two, ssh against SLURM)."""
 
 
-class NotComparable(ValueError):
-    """Two runs whose rows cannot be compared; the message is one line naming the difference."""
+class NotComparable(BadInput):
+    """Two runs whose rows cannot be compared: bad input, one line naming the difference."""
 
 
 def _measured(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

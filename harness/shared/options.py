@@ -36,7 +36,9 @@ _NONE = ("none", "default")
 
 
 class OptionError(ValueError):
-    """An option the user gave that the dataclass refuses; the message names the option and the valid values."""
+    """An option the user gave that the dataclass refuses; the message names the option and the valid values. Not a
+    BadInput: the message does not say whose option it was, so every caller catches it to say so first ("workload
+    digits: ...", "adapter ddp: ...") and raises the BadInput itself."""
 
 
 def _fields(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:

@@ -22,12 +22,15 @@ from importlib import import_module, metadata
 from pathlib import Path
 from typing import Any
 
+from harness.shared.bad_input import BadInput
+
 _OURS = tuple(str(Path(__file__).resolve().parents[2] / pkg) for pkg in ("harness", "adapters", "workloads"))
 """This project's source folders: frames from them are left out of a traceback shown as the user's."""
 
 
-class UnknownName(KeyError):
-    """A name that is not in a registry; its message names the valid choices."""
+class UnknownName(BadInput, KeyError):
+    """A name that is not in a registry; its message names the valid choices. Bad input (one line, exit 2); also a
+    KeyError, as a failed lookup is (hardware.load_profile's callers catch it as one)."""
 
     def __init__(self, kind: str, name: str, valid: list[str], hint: str = ""):
         super().__init__(name)
@@ -37,14 +40,15 @@ class UnknownName(KeyError):
         return self.message
 
 
-class BadReference(ValueError):
+class BadReference(BadInput, ValueError):
     """A file, module or entry point that does not give what was asked for (no such file, no such NAME, not a
-    workload): one line naming what is wrong and what would do."""
+    workload): bad input, one line naming what is wrong and what would do."""
 
 
 class UserCodeError(Exception):
     """An exception raised inside the user's own code (importing their file or module, calling their workload
-    function, their model's forward): shown as their traceback, without this project's frames, and exit code 1."""
+    function, their model's forward): shown as their traceback, without this project's frames, and exit code 1.
+    Not a BadInput: the request may be sound and their code is what failed, and a traceback is what they need."""
 
     def __init__(self, doing: str, exc: BaseException, hint: str | None = None):
         super().__init__(f"{doing}: {type(exc).__name__}: {exc}")

@@ -202,7 +202,7 @@ def test_the_parent_side_stands_in_layers():
     """Errors at the bottom (writing a file does not depend on every adapter), the commands as siblings over the
     runner core. Floors: the longest chain of imports below a module, itself included."""
     floors, graph = _floors(), _graph()
-    assert floors["harness.ground.errors"] == 1
+    assert floors["harness.shared.bad_input"] == 1 and floors["harness.ground.errors"] == 2
     assert "harness.core.requests" not in graph["harness.ground.outdir"] | graph["harness.launching.hosts"]
     assert floors["harness.core.comparison"] > floors["harness.core.runner"]
     assert floors["harness.core.sweep"] > floors["harness.core.runner"]
