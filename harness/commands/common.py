@@ -1,5 +1,5 @@
 """What every command module shares: the console, one-line errors, the typed command line, the run's start time,
-signal handling for the commands that launch processes, and reading a results directory.
+signal handling for the commands that launch processes, and the line for records no report can be made of.
 
 Runs in: the parent.
 """
@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
-from harness.ground.errors import BadInput
 from harness.launching import interrupt
 
 # Wide enough for the results table when output is piped (CI logs, `| tee`), where rich would assume 80 columns.
@@ -146,14 +145,11 @@ def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") 
 
 def planned(plan, req, command: str):
     """The start of a command that measures and is its request again (`compare comm`, `compare scale`): its plan
-    (`plan(req)`: one line and exit 2 for bad input, nothing written), its command line as typed recorded in the
-    request, and Ctrl-C (or SIGTERM) stopping its children from now on."""
+    (`plan(req)`: BadInput for bad input, nothing written), its command line as typed recorded in the request, and
+    Ctrl-C (or SIGTERM) stopping its children from now on."""
     from harness.ground.argv import to_argv
 
-    try:
-        p = plan(req)
-    except BadInput as exc:
-        fail(str(exc))
+    p = plan(req)
     req.command = typed(shlex.join(["compare", command, *to_argv(req)]))
     stop_on_signals()
     return p
@@ -184,7 +180,7 @@ def sweep_leftovers() -> None:
 
 
 def execute(execute_plan, plan, *args):
-    """Run a plan; map its failures to exit codes (2: another run holds --out; 1: results not written)."""
+    """Run a plan; map its failures to exit codes (BadInput, 2: another run holds --out; 1: results not written)."""
     from harness.core.session import SessionError
     from harness.launching import machine
 
@@ -195,8 +191,6 @@ def execute(execute_plan, plan, *args):
     sweep_leftovers()
     try:
         return execute_plan(plan, *args)
-    except BadInput as exc:
-        fail(str(exc))
     except SessionError as exc:
         fail(str(exc), 1)
 
@@ -206,24 +200,3 @@ def malformed(directory: Path, exc: Exception, doing: str = "make a report of") 
     return (f"cannot {doing} {directory}: its records.jsonl holds a record of a shape this compare cannot read "
             f"({type(exc).__name__}: {' '.join(str(exc).split())})" + ("; nothing was written" if "report" in doing
                                                                         else ""))
-
-
-def read_run(directory: Path, written_by: str = "`compare run`, `comm` or `scale`") -> list[dict]:
-    """The records of a results directory, or a one-line error (exit 2). `written_by`: which commands' results
-    the caller takes."""
-    from harness.ground.record import RECORDS, read_records, records_file
-
-    path = records_file(directory) or directory / RECORDS
-    if not directory.exists():
-        fail(f"{directory} does not exist; give a directory written by {written_by}")
-    if not directory.is_dir():
-        fail(f"{directory} is not a directory; give a directory written by {written_by}")
-    if not path.is_file():
-        fail(f"no records.jsonl in {directory}; give a directory written by {written_by}")
-    try:
-        records = read_records(path)
-    except (OSError, ValueError) as exc:
-        fail(f"cannot read {path}: {exc}")
-    if not records:
-        fail(f"{path} holds no records")
-    return records

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.commands.common import console, fail, read_run
+from harness.commands.common import console, fail
 from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
@@ -27,20 +27,17 @@ class DiffRequest:
     compare the machines."""
 
 
-def _side(directory: Path, written_by: str) -> list[tuple[str, list[dict]]]:
+def _side(directory: Path) -> list[tuple[str, list[dict]]]:
     """A side's sessions: a run directory is one, a join (sessions.json) each run it names."""
     from harness.core import joins
-    from harness.ground.record import records_file
+    from harness.ground.record import read_results, records_file
 
-    try:
-        found = joins.manifest(directory) if directory.is_dir() else None
-        if found is not None and records_file(directory) is None:
-            return [(name, records) for name, records in joins.load(directory)]
-        if found is not None:  # a run that joined earlier ones: its sessions, itself among them
-            return joins.load(directory, own=read_run(directory, written_by))
-    except joins.NotJoinable as exc:
-        fail(str(exc))
-    return [(str(directory), read_run(directory, written_by))]
+    found = joins.manifest(directory) if directory.is_dir() else None
+    if found is not None and records_file(directory) is None:
+        return [(name, records) for name, records in joins.load(directory)]
+    if found is not None:  # a run that joined earlier ones: its sessions, itself among them
+        return joins.load(directory, own=read_results(directory, ("run",)))
+    return [(str(directory), read_results(directory, ("run",)))]
 
 
 def diff(req: DiffRequest) -> None:
@@ -49,17 +46,12 @@ def diff(req: DiffRequest) -> None:
     framework version or knob. Two single runs cannot separate a change from run-to-run variation, and the report
     says so; with two runs or more joined a side (`compare join`), each row's sessions are the unit. Writes
     nothing."""
-    from harness.ground.errors import BadInput
     from harness.core.checks import parse_precision
     from harness.ground.stats import DEFAULT_MARGIN
     from harness.reports import run_diff as diffs
 
-    try:
-        margin = DEFAULT_MARGIN if req.margin is None else parse_precision(req.margin, "--margin")
-    except BadInput as exc:
-        fail(str(exc))
-    written_by = "`compare run`"
-    a, b = _side(req.run_a, written_by), _side(req.run_b, written_by)
+    margin = DEFAULT_MARGIN if req.margin is None else parse_precision(req.margin, "--margin")
+    a, b = _side(req.run_a), _side(req.run_b)
     same = _same_run(req.run_a, req.run_b, [r for _, rs in a for r in rs], [r for _, rs in b for r in rs])
     if same:
         fail(f"A and B are one run ({same}): every row would be 1.000x, and that says nothing; give another run as B "
@@ -68,10 +60,7 @@ def diff(req: DiffRequest) -> None:
     if shared:
         fail(f"A and B share a run ({shared}): a diff takes its two sides as independent, and launches on both sides "
              f"would count twice; give runs that are not in the other side's join")
-    try:
-        result = diffs.compare(a, b, margin, names=("A", "B"), across_machines=req.across_machines)
-    except diffs.NotComparable as exc:
-        fail(str(exc))
+    result = diffs.compare(a, b, margin, names=("A", "B"), across_machines=req.across_machines)
     if not result["rows"]:
         fail(f"no row was measured in both runs (A: {', '.join(result['only_a']) or 'none'}; B: "
              f"{', '.join(result['only_b']) or 'none'})")

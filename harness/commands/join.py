@@ -32,7 +32,7 @@ def join(req: JoinRequest) -> None:
     from harness import reports
     from harness.ground import outdir
     from harness.ground.errors import BadInput
-    from harness.ground.record import read_records, records_file
+    from harness.ground.record import read_results, records_file
     from harness.core import joins
     from harness.reports import sessions
 
@@ -40,12 +40,7 @@ def join(req: JoinRequest) -> None:
     given: dict[Path, Path] = {}  # each session's resolved path -> the argument that brought it
     expanded = []
     for d in req.runs:
-        if not d.is_dir():
-            fail(f"{d} is not a directory; give run directories written by `compare run`")
-        try:
-            found = joins.session_dirs(d)
-        except joins.NotJoinable as exc:
-            fail(str(exc))
+        found = joins.session_dirs(d)  # a run stands for itself: read (and refused where it is none) below
         if len(found) > 1 or found[0].resolve() != d.resolve():  # a join (or a run made with --join): its sessions
             expanded.append(f"{d} is a join of {len(found)} sessions ({', '.join(map(str, found))}), each taken")
         for x in found:  # a session counted twice would weigh twice in every pooled estimate
@@ -57,19 +52,11 @@ def join(req: JoinRequest) -> None:
             dirs.append(x)
     if len(dirs) < 2:
         fail(f"compare join needs two runs or more; got {len(dirs)} ({', '.join(map(str, req.runs))})")
-    named = []
-    for d in dirs:
-        path = records_file(d)
-        if path is None:
-            fail(f"no records.jsonl in {d}; give run directories written by `compare run`")
-        try:
-            named.append((str(d), read_records(path)))
-        except (OSError, ValueError) as exc:
-            fail(f"cannot read {path}: {exc}")
+    named = [(str(d), read_results(d, ("run",))) for d in dirs]
+    joins.check(named)
     try:
-        joins.check(named)
         outdir.check(req.out, req.force, ("sessions.json", "report.md"))
-    except (joins.NotJoinable, BadInput) as exc:
+    except BadInput as exc:
         fail(str(exc).replace("another --out", "another OUT directory"))  # join's OUT is its first argument
     if records_file(req.out) is not None:
         fail(f"{req.out} holds a run's records; give a new directory for the join")
@@ -84,13 +71,13 @@ def join(req: JoinRequest) -> None:
     try:
         loaded = joins.load(req.out)
         sessions.render(req.out, loaded, command)
-    except reports.MALFORMED as exc:  # nothing half written: what this join wrote goes
+    except (BadInput, *reports.MALFORMED) as exc:  # nothing half written: what this join wrote goes
         if created:
             shutil.rmtree(req.out, ignore_errors=True)
         else:
             for path in set(req.out.iterdir()) - before:
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        fail(malformed(req.out, exc))
+        fail(str(exc) if isinstance(exc, BadInput) else malformed(req.out, exc))
     for line in sessions.console_lines(sessions.analyse(loaded)):
         console.print(line, soft_wrap=True, markup=False)
     console.print(f"wrote {req.out}/sessions.json and report.md", soft_wrap=True)

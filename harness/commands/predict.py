@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from harness.commands.common import console, fail, malformed, read_run
+from harness.commands.common import console, fail, malformed
 from harness.ground.argv import cli
 from harness.core.requests import PREDICT_TO, typed_path
 
@@ -35,6 +35,7 @@ class PredictRequest:
 def predict(req: PredictRequest) -> None:
     """The performance model: predicted vs measured for scale sweeps (and its accuracy over several), extrapolation
     to a hardware profile, and the check against published scaling results."""
+    from harness.ground.record import read_results
     from harness.model import calibration, costmodel, hardware, published
     from harness.reports import MALFORMED, check_kind, prediction, scale_report
 
@@ -59,10 +60,7 @@ def predict(req: PredictRequest) -> None:
     profile = list(dict.fromkeys(req.profiles))  # a profile named twice is extrapolated once
     sweeps: dict[Path, tuple[Path, list[dict]]] = {}
     for directory in req.directories:  # every directory is checked before anything is printed
-        records = read_run(directory, "`compare scale`")
-        if records[0].get("kind") != "scale":
-            fail(f"{directory} holds `compare {records[0].get('kind', 'run')}` results; give a directory written by "
-                 f"`compare scale`")
+        records = read_results(directory, ("scale",))
         try:
             check_kind(records)
         except ValueError as exc:

@@ -6,7 +6,7 @@ import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.commands.common import console, fail, malformed, read_run
+from harness.commands.common import console, fail, malformed
 from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
@@ -24,22 +24,17 @@ def report(req: ReportRequest) -> None:
     from harness import reports
     from harness.ground import outdir
 
-    from harness.ground.record import records_file
+    from harness.ground.record import read_results, records_file
     from harness.core import joins
     from harness.reports import sessions
 
     directory = req.directory
-    try:
-        joined = directory.is_dir() and joins.manifest(directory)
-    except joins.NotJoinable as exc:
-        fail(str(exc))
+    joined = directory.is_dir() and joins.manifest(directory)
     if joined and records_file(directory) is None:  # a join of earlier runs (`compare join`): nothing of its own
         try:
             loaded = joins.load(directory)
             joins.check(loaded)
             sessions.render(directory, loaded, joined.get("command"))
-        except joins.NotJoinable as exc:
-            fail(str(exc))
         except OSError as exc:
             fail(f"could not write the report in {directory}: {exc.strerror or exc}",
                  2 if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else 1)
@@ -49,7 +44,7 @@ def report(req: ReportRequest) -> None:
             console.print(line, soft_wrap=True, markup=False)
         console.print(f"wrote {directory}/report.md", soft_wrap=True)
         return
-    records = read_run(directory)
+    records = read_results(directory)
     pid = outdir.holder(directory)
     if pid is not None:  # its records are half written, and the run renders its own report when it ends
         fail(f"{directory} is being written by a compare run that has not finished "

@@ -97,7 +97,7 @@ def plan(req: RunRequest) -> RunPlan:
 def _joins(req: RunRequest, p: RunPlan) -> list:
     """The earlier sessions `--join DIR` names (DIR, or the runs a join lists), refused in one line (BadInput) unless
     they are runs of this same request on this machine (harness/reports/sessions.py: IDENTITY, MACHINE)."""
-    from harness.ground.record import SCHEMA_VERSION, read_records, records_file
+    from harness.ground.record import SCHEMA_VERSION, read_results
     from harness.core import joins
 
     try:
@@ -107,15 +107,7 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
     if any(d.resolve() == p.out.resolve() for d in dirs):
         raise BadInput(f"--join {req.join}: this run would write into a session it joins ({p.out}); leave --out "
                        "to a new directory")
-    path = records_file(dirs[0])
-    if path is None:
-        raise BadInput(f"--join {req.join}: no records in {dirs[0]}; give a directory written by `compare run`")
-    try:
-        earlier = read_records(path)
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"--join {req.join}: cannot read {path}: {exc}") from None
-    if not earlier:
-        raise BadInput(f"--join {req.join}: {path} holds no records")
+    earlier = read_results(dirs[0], ("run",), "--join" if dirs[0] == req.join else f"--join {req.join}: session")
     env = {"cpu_model": envmod.cpu_model(), "cpu_cores_usable": envmod.usable_cores(),
            "gpus": envmod.torch_facts().get("gpus") if req.device == "cuda" else
            (earlier[0].get("env") or {}).get("gpus")}
@@ -144,8 +136,8 @@ def _check_join_request(req: RunRequest) -> None:
     if req.until_target:
         raise BadInput("--join adds a session to a throughput comparison; it does not apply to --until-target runs")
     if not req.join.is_dir():
-        raise BadInput(f"--join {req.join}: no such run directory; give a directory written by `compare run` (or "
-                       "`compare join`)")
+        raise BadInput(f"--join {req.join} {'is not a directory' if req.join.exists() else 'does not exist'}; give "
+                       f"a directory written by `compare run` or `compare join`")
 
 
 def _another_session(rerun: str | None) -> str | None:
@@ -168,18 +160,9 @@ def _with_tuned(req: RunRequest) -> list[str]:
     """--adapters (if given) and then each backend's winner in the tune at --tuned DIR; BadInput if DIR is not a
     finished `compare tune`."""
     from harness.core import race
-    from harness.ground.record import read_records, records_file
+    from harness.ground.record import read_results
 
-    path = records_file(req.tuned)  # records.jsonl, or the .gz a committed tune keeps
-    if path is None or not path.is_file():
-        raise BadInput(f"--tuned {req.tuned}: no records.jsonl there; give a directory written by `compare tune`")
-    try:
-        records = read_records(path)
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"--tuned {req.tuned}: cannot read its records ({exc})") from None
-    if not records or records[0].get("kind") != "tune":
-        raise BadInput(f"--tuned {req.tuned} holds records of kind '{records[0].get('kind', 'run') if records else 'none'}'"
-                       f"; give a directory written by `compare tune`")
+    records = read_results(req.tuned, ("tune",), "--tuned")  # records.jsonl, or the .gz a committed tune keeps
     if records[0].get("run_interrupted") or not any(r.get("tune_summary") for r in records):
         raise BadInput(f"--tuned {req.tuned}: that tune did not finish, so it has no confirmed winners; run it again")
     if records[0]["workload"] != req.workload:

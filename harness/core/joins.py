@@ -17,13 +17,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.ground.errors import BadInput
 from harness.ground.record import MEASURED, throughput_clock
 
 SESSIONS = "sessions.json"
 
 
-class NotJoinable(ValueError):
-    """Runs that cannot be sessions of one verdict; the message is one line naming the difference."""
+class NotJoinable(BadInput):
+    """Runs that cannot be sessions of one verdict: bad input, one line naming the difference (a class of its own
+    for the reports that skip such a join with a warning rather than refuse)."""
 
 
 def _measured(records):
@@ -191,7 +193,7 @@ def write_manifest(directory: Path, dirs: list[Path], command: str) -> None:
 def load(directory: Path, own: list[dict[str, Any]] | None = None) -> list[tuple[str, list[dict[str, Any]]]]:
     """(name, records) of every session DIR joins, its own records (".") as `own` where given; NotJoinable where a
     session cannot be read."""
-    from harness.ground.record import read_records, records_file
+    from harness.ground.record import read_results
 
     out = []
     for d in session_dirs(directory):
@@ -199,15 +201,10 @@ def load(directory: Path, own: list[dict[str, Any]] | None = None) -> list[tuple
         if own is not None and d.resolve() == directory.resolve():
             out.append((name, own))
             continue
-        path = records_file(d)
-        if path is None:
-            raise NotJoinable(f"session {name} of {directory} has no records ({d}: moved or deleted?)")
         try:
-            records = read_records(path)
-        except (OSError, ValueError) as exc:
-            raise NotJoinable(f"cannot read session {name} of {directory}: {exc}") from None
-        if not records:
-            raise NotJoinable(f"session {name} of {directory} holds no records")
+            records = read_results(d, ("run",))
+        except BadInput as exc:  # a session moved or deleted since the join, say
+            raise NotJoinable(f"session {name} of {directory}: {exc}") from None
         out.append((name, records))
     return out
 

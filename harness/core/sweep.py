@@ -227,10 +227,10 @@ def plan(req: ScaleRequest) -> ScalePlan:
             if missing:
                 raise BadInput(f"--comm gives no results at world size {', '.join(map(str, missing))}; add a "
                                f"`compare comm -n {missing[0]}` run, or leave --comm out to measure them here")
-            from harness.ground.record import read_records, records_file
+            from harness.ground.record import read_results
 
             for n, d in given.items():
-                have = {r["backend"] for r in read_records(records_file(d))
+                have = {r["backend"] for r in read_results(d, ("comm",), "--comm")
                         if r.get("op") and r.get("status") == "ok"}
                 lacking = [b for b in backends if b not in have]
                 if lacking:
@@ -295,17 +295,11 @@ def _curve(batch: int, n: int) -> list[int]:
 
 def _read_comm_dirs(dirs: list[Path]) -> dict[int, Path]:
     """Given `compare comm` results by world size (BadInput when a directory is not one)."""
-    from harness.ground.record import RECORDS, read_records, records_file
+    from harness.ground.record import read_results
 
     found: dict[int, Path] = {}
     for d in dirs:
-        path = records_file(d) or d / RECORDS
-        try:
-            recs = read_records(path)
-        except (OSError, ValueError) as exc:
-            raise BadInput(f"--comm {d}: not readable `compare comm` results ({exc})") from None
-        if not recs or recs[0].get("kind") != "comm":
-            raise BadInput(f"--comm {d}: holds no `compare comm` records")
+        recs = read_results(d, ("comm",), "--comm")
         if recs[0].get("dtype", "fp32") != "fp32":
             raise BadInput(f"--comm {d}: timed in {recs[0]['dtype']}, but the model prices fp32 gradients; give "
                            f"the results of a `compare comm --dtype fp32` run")

@@ -19,6 +19,7 @@ def main(argv: list[str]) -> int:
     from typer.testing import CliRunner
 
     from harness.cli import app
+    from harness.ground.errors import BadInput
     from harness.ground.stats import geomean_interval
     from harness.model import measured
 
@@ -27,7 +28,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         run = measured.read(Path(argv[0]))
-    except measured.BadRun as exc:
+    except (BadInput, measured.BadRun) as exc:
         print(f"plan: {exc}", file=sys.stderr)
         return 2
     worst = 0.0

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.ground.errors import BadInput
 from harness.ground.fields import (NUMBER_TYPES, Base, Comm, CommMeasured, Controls, Env, Measured, Record, Reached,
                                   Run, Scale, ScalePoint, StepTime, TimeToTarget, Tune, WithTimeToTarget,
                                   required_fields)
@@ -218,6 +219,44 @@ def records_file(directory: Path) -> Path | None:
         if path.exists() or path.is_symlink():
             return path
     return None
+
+
+def written_by(kinds: tuple[str, ...]) -> str:
+    """"`compare run`" or "`compare run`, `compare comm` or `compare scale`": the commands whose results are of
+    `kinds`."""
+    names = [f"`compare {k}`" for k in kinds]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def read_results(directory: Path, kinds: tuple[str, ...] = KINDS, given: str = "") -> list[Record]:
+    """The records of a results directory (a command's --out) whose records are all of `kinds`, for every command
+    that reads one (report, diff, join, predict, plan --from, run --join and --tuned, scale --comm). Anything else is
+    BadInput in one line naming the directory (after `given`, the option that named it: "--from") and what was
+    expected; a command's own checks of what it reads come after this."""
+    where = f"{given} {directory}" if given else str(directory)
+    expected = f"give a directory written by {written_by(kinds)}"
+    if not directory.exists():
+        raise BadInput(f"{where} does not exist; {expected}")
+    if not directory.is_dir():
+        raise BadInput(f"{where} is not a directory; {expected}")
+    path = records_file(directory)
+    if path is None:
+        raise BadInput(f"{where} holds no {RECORDS}; {expected}")
+    try:
+        records = read_records(path)
+    except (OSError, ValueError) as exc:  # the message names the file and line, and what a record holds there
+        raise BadInput(f"{where} holds records this compare cannot read ({' '.join(str(exc).split())})") from None
+    if not records:
+        raise BadInput(f"{where} holds no records (an empty {path.name}); {expected}")
+    held = {str(r.get("kind", "run")) for r in records}
+    other = sorted(held - set(kinds))
+    if other:
+        whose = written_by(tuple(other)).replace(" or ", " and ")
+        wanted = held & set(kinds)
+        said = (f"records of {whose} among those of {written_by(tuple(sorted(wanted)))}" if wanted
+                else f"the results of {whose}")
+        raise BadInput(f"{where} holds {said}; {expected}")
+    return records
 
 
 def read_records(path: Path) -> list[Record]:

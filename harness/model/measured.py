@@ -139,24 +139,12 @@ def _parts(recs: list[dict[str, Any]], step_s: float) -> tuple[dict[str, float],
 
 
 def read(path: Path) -> Run:
-    """The run in `path`, or BadRun."""
-    from harness.ground.record import read_records, records_file
+    """The run in `path`; BadInput where it is not a `compare run`'s results (ground/record.py: read_results), else
+    BadRun where it cannot be priced from."""
+    from harness.ground.record import read_results
     from harness.model import hardware
 
-    if not path.is_dir():
-        raise BadRun(f"--from {path}: not a directory; give a directory written by `compare run`")
-    file = records_file(path)
-    if file is None:
-        raise BadRun(f"--from {path}: not a compare run (no records.jsonl in it); give a directory written by "
-                     f"`compare run`")
-    try:
-        records = read_records(file)
-    except (OSError, ValueError) as exc:
-        raise BadRun(f"--from {path}: its records cannot be read ({' '.join(str(exc).split())})") from None
-    kinds = sorted({str(r.get("kind", "run")) for r in records} - {"run"})
-    if not records or kinds:
-        what = f"records of kind {', '.join(kinds)}" if kinds else "no records"
-        raise BadRun(f"--from {path}: {what}, not a `compare run`'s; give a directory written by `compare run`")
+    records = read_results(path, ("run",), "--from")
     first = records[0]
     ok = [r for r in records if r.get("status") == "ok" and r.get("step_time_s") and r.get("samples_per_s")]
     env = first.get("env") or {}

@@ -1,7 +1,7 @@
 """The report of a `compare run` (records of kind "run"): report.md (the verdict, the table of its rows:
 harness/reports/run_rows.py, notes, controls, provenance), its figures (run_plots.py), and the console's table.
 
-Runs in: the parent. `compare report DIR` calls `render(DIR, read_records(DIR/records.jsonl))`; nothing here looks
+Runs in: the parent. `compare report DIR` calls `render(DIR, read_results(DIR))`; nothing here looks
 at anything but the records (their `row_order` and `legend`; for records older than those fields, the adapter
 registry's order of rows and colours), so an old run re-renders identically.
 """

@@ -66,6 +66,9 @@ def invoke(*args):
 
 
 # (id, argv after the subcommand with {out} for the output directory, the whole expected error line)
+BY_ANY = "give a directory written by `compare run`, `compare scale`, `compare comm` or `compare tune`"
+"""What `compare report` says of a directory that is not results: it renders the results of every command."""
+
 CASES = [
     # ---- run ------------------------------------------------------------------------------------------------
     ("run-unknown-adapter", ["run", "-a", "ddp,horovd"], f"unknown adapter 'horovd'; valid choices: {ADAPTERS}"),
@@ -435,8 +438,14 @@ CASES = [
     ("scale-timeout-0", ["scale", "--timeout", "0"],
      "--timeout must be a positive number of seconds, got 0"),
     ("scale-comm-not-results", ["scale", "--comm", "/nonexistent-comm"],
-     "--comm /nonexistent-comm: not readable `compare comm` results ([Errno 2] No such file or directory: "
-     "'/nonexistent-comm/records.jsonl')"),
+     "--comm /nonexistent-comm does not exist; give a directory written by `compare comm`"),
+    ("scale-comm-not-a-directory", ["scale", "--comm", "/etc/hostname"],
+     "--comm /etc/hostname is not a directory; give a directory written by `compare comm`"),
+    ("scale-comm-no-records", ["scale", "--comm", "/tmp"],
+     "--comm /tmp holds no records.jsonl; give a directory written by `compare comm`"),
+    ("scale-comm-a-run", ["scale", "--comm", str(RUNS / "digits_cpu2_20261126-045209")],
+     f"--comm {RUNS / 'digits_cpu2_20261126-045209'} holds the results of `compare run`; give a directory written "
+     f"by `compare comm`"),
     # ---- predict --------------------------------------------------------------------------------------------
     ("predict-unknown-profile", ["predict", "--profile", "tpu9"],
      f"unknown hardware profile 'tpu9'; valid choices: {PROFILES} (or add harness/model/profiles/tpu9.json: see "
@@ -452,7 +461,11 @@ CASES = [
      "--predict-to must be from 8 to 65,536 (the extrapolation gives 8, 16, 64, 256, ... workers up to it), got 4"),
     ("predict-no-records", ["predict", "/nonexistent-scale"],
      "/nonexistent-scale does not exist; give a directory written by `compare scale`"),
-    ("predict-not-results", ["predict", "/tmp"], "no records.jsonl in /tmp; give a directory written by `compare scale`"),
+    ("predict-not-results", ["predict", "/tmp"],
+     "/tmp holds no records.jsonl; give a directory written by `compare scale`"),
+    ("predict-a-run", ["predict", str(RUNS / "digits_cpu2_20261126-045209")],
+     f"{RUNS / 'digits_cpu2_20261126-045209'} holds the results of `compare run`; give a directory written by "
+     f"`compare scale`"),
     ("predict-empty-profile", ["predict", "--profile", ""], f"an empty --profile name; valid choices: {PROFILES}"),
     ("scale-empty-profile", ["scale", "--profile", " "], f"an empty --profile name; valid choices: {PROFILES}"),
     ("scale-world-size-huge", ["scale", "--world-sizes", "1,99999999999999999999"],
@@ -460,10 +473,16 @@ CASES = [
     ("run-world-size-huge", ["run", "-n", "99999999999999999999"],
      "world size must be at most 65,536, got 99999999999999999999"),
     ("comm-world-size-huge", ["comm", "-n", "65537"], "world size must be at most 65,536, got 65537"),
-    ("report-a-file", ["report", "/etc/hostname"],
-     "/etc/hostname is not a directory; give a directory written by `compare run`, `comm` or `scale`"),
-    ("report-no-records", ["report", "/tmp"],
-     "no records.jsonl in /tmp; give a directory written by `compare run`, `comm` or `scale`"),
+    ("report-nowhere", ["report", "/nonexistent-run"], f"/nonexistent-run does not exist; {BY_ANY}"),
+    ("report-a-file", ["report", "/etc/hostname"], f"/etc/hostname is not a directory; {BY_ANY}"),
+    ("report-no-records", ["report", "/tmp"], f"/tmp holds no records.jsonl; {BY_ANY}"),
+    ("diff-no-records", ["diff", "/tmp", str(RUNS / "digits_cpu2_20261126-045209")],
+     "/tmp holds no records.jsonl; give a directory written by `compare run`"),
+    ("join-a-file", ["join", "j", "/etc/hostname", str(RUNS / "digits_cpu2_20261126-045209")],
+     "/etc/hostname is not a directory; give a directory written by `compare run`"),
+    ("plan-from-a-comm-run", ["plan", "--from", str(RUNS / "comm_cpu2_n2_20261123-121520")],
+     f"--from {RUNS / 'comm_cpu2_n2_20261123-121520'} holds the results of `compare comm`; give a directory "
+     f"written by `compare run`"),
     ("sbatch-empty-iface", ["sbatch", "-a", "ddp", "--nodes", "2", "--ntasks-per-node", "1", "--iface", ""],
      "--iface '' is not a network interface name"),
     # ---- run: verdict options (--precision, --budget, --baseline, --order-seed) -------------------------------
@@ -499,12 +518,14 @@ CASES = [
        f"--margin must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
       for i, bad in enumerate(["0", "0%", "-5%", "abc", "100%"])],
     ("run-tuned-not-a-tune", ["run", "--tuned", "/tmp"],
-     "--tuned /tmp: no records.jsonl there; give a directory written by `compare tune`"),
+     "--tuned /tmp holds no records.jsonl; give a directory written by `compare tune`"),
+    ("run-tuned-a-run", ["run", "--tuned", str(RUNS / "digits_cpu2_20261126-045209")],
+     f"--tuned {RUNS / 'digits_cpu2_20261126-045209'} holds the results of `compare run`; give a directory written "
+     f"by `compare tune`"),
     ("run-join-until-target", ["run", "--join", "/tmp", "--until-target"],
      "--join adds a session to a throughput comparison; it does not apply to --until-target runs"),
     ("run-join-nowhere", ["run", "--join", "/nonexistent-run"],
-     "--join /nonexistent-run: no such run directory; give a directory written by `compare run` (or `compare "
-     "join`)"),
+     "--join /nonexistent-run does not exist; give a directory written by `compare run` or `compare join`"),
     ("run-margin-one-row", ["run", "-a", "ddp", "--margin", "5%"],
      "--margin says when two rows are equivalent, and only 1 row can run here (ddp); name at least two with "
      "--adapters"),
@@ -793,13 +814,74 @@ def test_what_a_killed_run_left_is_named_as_its_leftovers(tmp_path):
         f"choose another --out\n"))
 
 
+# ---- the one reader of a results directory ----------------------------------------------------------------------
+
+def _reader_cases(tmp_path):
+    """(directory, kinds, given, the one line read_results refuses it with) for each way a directory is not results
+    of the kinds asked for."""
+    run, scale = RUNS / "digits_cpu2_20261126-045209", RUNS / "scale_digits_cpu2_20261125-085608"
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "records.jsonl").write_text("")
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / "records.jsonl").write_text("not json\n")
+    (tmp_path / "mixed").mkdir()
+    lines = records_text(scale).splitlines()
+    (tmp_path / "mixed" / "records.jsonl").write_text(
+        "\n".join([*lines, json.dumps({**json.loads(lines[1]), "kind": "run", "repeat": 99})]) + "\n")
+    (tmp_path / "file").write_text("")
+    by_run = "give a directory written by `compare run`"
+    return [
+        (tmp_path / "nowhere", ("run",), "--from", f"--from {tmp_path / 'nowhere'} does not exist; {by_run}"),
+        (tmp_path / "file", ("run",), "", f"{tmp_path / 'file'} is not a directory; {by_run}"),
+        (tmp_path, ("comm", "scale"), "--comm",
+         f"--comm {tmp_path} holds no records.jsonl; give a directory written by `compare comm` or `compare scale`"),
+        (tmp_path / "garbage", ("run",), "", f"{tmp_path / 'garbage'} holds records this compare cannot read "
+                                             f"({tmp_path / 'garbage' / 'records.jsonl'}:1: not JSON (Expecting value: "
+                                             f"line 1 column 1 (char 0)))"),
+        (tmp_path / "empty", ("run",), "", f"{tmp_path / 'empty'} holds no records (an empty records.jsonl); {by_run}"),
+        (scale, ("run", "tune"), "--tuned", f"--tuned {scale} holds the results of `compare scale`; give a directory "
+                                            f"written by `compare run` or `compare tune`"),
+        (tmp_path / "mixed", ("scale",), "", f"{tmp_path / 'mixed'} holds records of `compare run` among those of "
+                                             f"`compare scale`; give a directory written by `compare scale`"),
+        (run, ("scale", "comm"), "", f"{run} holds the results of `compare run`; give a directory written by "
+                                     f"`compare scale` or `compare comm`"),
+    ]
+
+
+def test_read_results_refuses_each_way_a_directory_is_not_results_in_one_line_naming_it(tmp_path):
+    from harness.ground.errors import BadInput
+    from harness.ground.record import read_results
+
+    for directory, kinds, given, message in _reader_cases(tmp_path):
+        with pytest.raises(BadInput) as exc:
+            read_results(directory, kinds, given)
+        assert str(exc.value) == message
+    # records.jsonl.gz (a committed run) reads as records.jsonl does, and every kind is taken by default
+    assert read_results(RUNS / "digits_cpu2_20261126-045209") == read_records(
+        records_file(RUNS / "digits_cpu2_20261126-045209"))
+
+
+def test_every_request_refused_is_one_class_the_command_line_catches():
+    """A refusal that is bad input derives from BadInput, so `compare` catches one class (one line, exit 2); the
+    classes kept apart are handled otherwise: the user's code raising (their traceback, exit 1), results that could
+    not be written (exit 1), an option's error that its caller words with whose option it was."""
+    from harness.core.joins import NotJoinable
+    from harness.core.session import SessionError
+    from harness.ground.errors import BadInput
+    from harness.reports.run_diff import NotComparable
+    from harness.shared.options import OptionError
+    from harness.shared.registry import BadReference, UnknownName, UserCodeError
+
+    assert all(issubclass(c, BadInput) for c in (NotJoinable, NotComparable, BadReference, UnknownName))
+    assert not any(issubclass(c, BadInput) for c in (UserCodeError, SessionError, OptionError))
+
+
 # ---- report and index on records of the wrong shape ------------------------------------------------------------
 
 def test_report_of_a_directory_without_records(tmp_path):
     result = invoke("report", tmp_path)
     assert result.exit_code == 2
-    assert result.stderr == (f"error: no records.jsonl in {tmp_path}; give a directory written by `compare run`, "
-                             f"`comm` or `scale`\n")
+    assert result.stderr == f"error: {tmp_path} holds no records.jsonl; {BY_ANY}\n"
 
 
 @pytest.mark.parametrize("content, problem", [
@@ -813,8 +895,8 @@ def test_report_of_records_of_the_wrong_shape_is_one_line(tmp_path, content, pro
     (tmp_path / "records.jsonl").write_text(content)
     result = invoke("report", tmp_path)
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith(f"error: cannot read {tmp_path / 'records.jsonl'}: {tmp_path / 'records.jsonl'}"
-                                    f"{problem}")
+    assert result.stderr.startswith(f"error: {tmp_path} holds records this compare cannot read "
+                                    f"({tmp_path / 'records.jsonl'}{problem}")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
     assert not (tmp_path / "report.md").exists()
 
@@ -826,7 +908,7 @@ def test_report_of_a_committed_run_with_one_field_mistyped(tmp_path):
     (tmp_path / "records.jsonl").write_text("\n".join([lines[0], json.dumps(rec)]) + "\n")
     result = invoke("report", tmp_path)
     assert result.exit_code == 2
-    assert result.stderr.endswith(":2: step_time_s: 'median' is str, expected a number\n")
+    assert result.stderr.endswith(":2: step_time_s: 'median' is str, expected a number)\n")
 
 
 @pytest.mark.parametrize("edit", ["copied", "edited"])
@@ -842,7 +924,7 @@ def test_report_of_records_holding_one_launch_twice_is_refused_naming_both_lines
     said = (f"{path}:6: repeats line 5 word for word; a records.jsonl holds each record once (remove the copy)"
             if edit == "copied" else f"{path}:6: a second record of row {first['label']}'s launch {first['repeat']} "
                                      f"(line 5 is the first); a records.jsonl holds each launch once")
-    assert result.stderr == f"error: cannot read {path}: {said}\n"
+    assert result.stderr == f"error: {tmp_path} holds records this compare cannot read ({said})\n"
     assert not (tmp_path / "report.md").exists()
 
 
@@ -907,8 +989,8 @@ def test_report_of_a_kind_compare_never_writes_is_refused_where_it_is_read(tmp_p
     before = {p.name: p.read_bytes() for p in d.iterdir()}
     result = invoke("report", d)
     assert result.exit_code == 2, result.output
-    assert result.stderr == (f"error: cannot read {d / 'records.jsonl'}: {d / 'records.jsonl'}:{line}: kind 'bogus'; "
-                             f"a record's kind is one of run, scale, comm, tune\n")
+    assert result.stderr == (f"error: {d} holds records this compare cannot read ({d / 'records.jsonl'}:{line}: kind "
+                             f"'bogus'; a record's kind is one of run, scale, comm, tune)\n")
     assert {p.name: p.read_bytes() for p in d.iterdir()} == before
 
 
@@ -1024,10 +1106,12 @@ def test_a_fifo_or_a_bottomless_records_file_is_skipped_by_index_and_refused_by_
     for command in ("report", "predict"):
         result = invoke(command, tmp_path / "deep")
         assert result.exit_code == 2 and result.stderr == (
-            f"error: cannot read {tmp_path / 'deep' / 'records.jsonl'}: {tmp_path / 'deep' / 'records.jsonl'}:1: "
-            "not a record (JSON nested too deep to read)\n")
+            f"error: {tmp_path / 'deep'} holds records this compare cannot read ({tmp_path / 'deep' / 'records.jsonl'}"
+            ":1: not a record (JSON nested too deep to read))\n")
     result = invoke("report", tmp_path / "fifo")
-    assert result.exit_code == 2 and "records.jsonl" in result.stderr
+    assert result.exit_code == 2 and result.stderr == (f"error: {tmp_path / 'fifo'} holds records this compare cannot "
+                                                       f"read ({tmp_path / 'fifo' / 'records.jsonl'}: not a regular "
+                                                       f"file)\n")
 
 
 def test_a_dangling_symlink_as_out_is_named_with_its_target(tmp_path):
@@ -1379,7 +1463,8 @@ def test_records_no_run_could_write_are_refused_by_report_and_predict(tmp_path, 
     d = _committed_with(tmp_path, run, change)
     for command in ("report", "predict") if run.startswith("scale") else ("report",):
         result = invoke(command, d)
-        assert result.exit_code == 2 and result.stderr.startswith(f"error: cannot read {d / 'records.jsonl'}:")
+        assert result.exit_code == 2 and result.stderr.startswith(f"error: {d} holds records this compare cannot "
+                                                                  f"read ({d / 'records.jsonl'}:")
         assert problem in result.stderr and result.stderr.count("\n") == 1, result.stderr
 
 
@@ -1389,8 +1474,8 @@ def test_predict_refuses_a_sweep_with_records_of_another_kind_as_report_does(tmp
     d = _committed_with(tmp_path, "scale_digits_cpu2_20261125-085608", change)
     result = invoke("predict", d)
     assert result.exit_code == 2 and result.stderr == (
-        f"error: cannot predict from {d}: its records.jsonl holds a record of a shape this compare cannot read "
-        f"(ValueError: records of kind run among records of kind scale)\n")
+        f"error: {d} holds records of `compare run` among those of `compare scale`; give a directory written by "
+        f"`compare scale`\n")
 
 
 def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhere(tmp_path):

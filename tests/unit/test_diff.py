@@ -103,7 +103,7 @@ def test_a_knob_or_binding_one_row_ran_under_is_said_in_what_differs():
     (lambda t: _run(t, "b", {"ddp": [1.0] * 3}, world_size=4), [], "the runs differ in world size: A has 2, B has 4"),
     (lambda t: _run(t, "b", {"ddp": [1.0] * 3}, batch=32), [], "the runs differ in global batch: A has 64, B has 32"),
     (lambda t: _run(t, "b", {"spawn": [1.0] * 3}), [], "no row was measured in both runs (A: ddp; B: spawn)"),
-    (lambda t: t, [], "no records.jsonl in "),
+    (lambda t: t, [], " holds no records.jsonl; give a directory written by `compare run`"),
     (lambda t: t / "nowhere", [], "does not exist; give a directory written by `compare run`"),
     *[(lambda t: _run(t, "b", {"ddp": [1.0] * 3}), ["--margin", bad],
        f"--margin must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
@@ -125,7 +125,8 @@ def test_a_scale_sweep_is_not_a_run(tmp_path):
     sweep = FIXTURE.parent / "scale_digits_cpu2_20261125-085608"
     shown = CliRunner().invoke(app, ["diff", str(a), str(sweep)])
     assert shown.exit_code == 2
-    assert shown.stderr == "error: B holds scale records; compare diff compares two `compare run` results\n"
+    assert shown.stderr == (f"error: {sweep} holds the results of `compare scale`; give a directory written by "
+                            f"`compare run`\n")
 
 
 def test_a_run_compared_with_itself_is_refused_as_one_run(tmp_path):

@@ -186,11 +186,11 @@ def test_compile_takes_the_speed_up_the_run_measured(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--from", "nosuchdir"], "--from nosuchdir: not a directory; give a directory written by `compare run`"),
-    (["--from", "tests"], "--from tests: not a compare run (no records.jsonl in it); give a directory written by "
-                          "`compare run`"),
-    (["--from", str(RUNS / "comm_cpu2_n2_20261123-121520")], f"--from {RUNS / 'comm_cpu2_n2_20261123-121520'}: "
-                                                             f"records of kind comm, not a `compare run`'s"),
+    (["--from", "nosuchdir"], "--from nosuchdir does not exist; give a directory written by `compare run`"),
+    (["--from", "tests"], "--from tests holds no records.jsonl; give a directory written by `compare run`"),
+    (["--from", str(RUNS / "comm_cpu2_n2_20261123-121520")], f"--from {RUNS / 'comm_cpu2_n2_20261123-121520'} "
+                                                             f"holds the results of `compare comm`; give a directory "
+                                                             f"written by `compare run`"),
     (["--from", str(H200), "-w", "digits"], f"--from {H200} is a run of workload hf, not digits; plan -w hf (or "
                                             f"leave -w out)"),
     (["--from", str(H200), "-o", "layers=4"], f"--from {H200} ran workload hf with other options: layers=4 (the run: "

@@ -80,9 +80,10 @@ def test_run_tuned_and_report_refuse_a_tune_they_cannot_read_in_one_line(tmp_pat
     before = sorted(p.name for p in tune.iterdir())
     path = tune / "records.jsonl"
     run = invoke("run", "--tuned", tune, "--out", tmp_path / "o")
-    assert (run.exit_code, run.stderr) == (2, f"error: --tuned {tune}: cannot read its records ({path}:1: {problem})\n")
+    said = f"holds records this compare cannot read ({path}:1: {problem})\n"
+    assert (run.exit_code, run.stderr) == (2, f"error: --tuned {tune} {said}")
     report = invoke("report", tune)
-    assert (report.exit_code, report.stderr) == (2, f"error: cannot read {path}: {path}:1: {problem}\n")
+    assert (report.exit_code, report.stderr) == (2, f"error: {tune} {said}")
     assert sorted(p.name for p in tune.iterdir()) == before and not (tmp_path / "o").exists()
 
 

@@ -267,7 +267,7 @@ def test_predict_over_several_sweeps_sums_each_sweeps_points_and_groups_them_by_
     # a directory that is not a scale sweep among good ones: one line, before anything is printed
     bad = CliRunner().invoke(app, ["predict", str(results / names[0]), str(tmp_path)])
     assert bad.exit_code == 2 and bad.stdout == ""
-    assert bad.stderr == f"error: no records.jsonl in {tmp_path}; give a directory written by `compare scale`\n"
+    assert bad.stderr == f"error: {tmp_path} holds no records.jsonl; give a directory written by `compare scale`\n"
 
 
 def _committed(tmp_path, name="scale_digits_cpu2_20261125-085608"):

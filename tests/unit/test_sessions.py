@@ -313,16 +313,16 @@ def test_join_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
     (copy / "records.jsonl").write_text((a / "records.jsonl").read_text())
     (empty / "records.jsonl").write_text("")
     for args, message in [([str(a)], "compare join needs two runs or more; got 1"),
-                          ([str(a), str(tmp_path / "nowhere")], "is not a directory; give run directories written by "
-                                                                "`compare run`"),
+                          ([str(a), str(tmp_path / "nowhere")], f"{tmp_path / 'nowhere'} does not exist; give a "
+                                                                f"directory written by `compare run`"),
                           ([str(a), str(FIXTURE.parent / "scale_digits_cpu2_20261125-085608")],
-                           "holds scale records; only `compare run` results are sessions"),
+                           "holds the results of `compare scale`; give a directory written by `compare run`"),
                           ([str(a), str(FIXTURE.parent / "digits_cpu2_20261126-045209")],
                            "is a time-to-target run; sessions join throughput runs"),
                           ([str(a), str(copy)], f"{copy} holds the same launches as {a}: a copy of one run, which is "
                                                 f"one session; give runs made at different times"),
-                          ([str(a), str(empty)], f"{empty} holds no records (an empty records.jsonl); give run "
-                                                 f"directories written by `compare run`")]:
+                          ([str(a), str(empty)], f"{empty} holds no records (an empty records.jsonl); give a "
+                                                 f"directory written by `compare run`")]:
         shown = CliRunner().invoke(app, ["join", str(tmp_path / "j"), *args])
         assert shown.exit_code == 2 and shown.stderr.startswith("error: ") and message in shown.stderr, shown.stderr
         assert shown.stderr.count("\n") == 1 and not (tmp_path / "j").exists()
@@ -347,9 +347,8 @@ def test_run_join_refuses_another_request_or_machine_before_anything_runs(tmp_pa
     assert shown.stderr.startswith("error: " + message.format(d=d)), shown.stderr
     assert shown.stderr.count("\n") == 1 and not out.exists()
     missing = compare_cli("run", "--join", str(tmp_path / "nowhere"), "--out", str(out), "--repeats", "3")
-    assert missing.returncode == 2 and missing.stderr == (f"error: --join {tmp_path / 'nowhere'}: no such run "
-                                                          "directory; give a directory written by `compare run` (or "
-                                                          "`compare join`)\n")
+    assert missing.returncode == 2 and missing.stderr == (f"error: --join {tmp_path / 'nowhere'} does not exist; give "
+                                                          "a directory written by `compare run` or `compare join`\n")
 
 
 def test_run_join_refuses_a_row_under_another_knob_or_binding_before_anything_runs(tmp_path):
