@@ -85,7 +85,6 @@ def plan(req: PlanRequest) -> None:
     from harness.model import activations, measured, planner, shapes
     from harness.reports import plan_report
     from harness.shared.options import OptionError
-    from harness.shared.registry import UnknownName
 
     model = ("a workload (-w, one of " + ", ".join(workloads.names()) + ") or a transformer's size (--params with "
              "--layers)")
@@ -162,7 +161,7 @@ def plan(req: PlanRequest) -> None:
             shape = shapes.transformer(req.params, req.layers, req.hidden, req.seq_len, req.optimizer or "adamw",
                                         heads=req.heads, kv_heads=req.kv_heads, ffn=req.ffn,
                                         attention=req.attention, checkpointing=ck)
-    except (activations.BadPlan, measured.BadRun, BadInput, UnknownName) as exc:
+    except BadInput as exc:  # BadPlan, BadRun and UnknownName derive from it
         fail(str(exc).strip("'\""))
     except OptionError as exc:
         fail(f"workload {req.workload}: {exc}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from harness.shared.bad_input import BadInput
+
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
 
 
@@ -98,8 +100,8 @@ def checkpointing_of(value: str) -> Checkpointing:
     return Checkpointing("selective", every)
 
 
-class BadPlan(ValueError):
-    """Inputs `compare plan` cannot price; the message is one line naming the problem and the valid choices."""
+class BadPlan(BadInput, ValueError):
+    """Inputs `compare plan` cannot price: bad input, one line naming the problem and the valid choices, exit 2."""
 
 
 @dataclass

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.ground.stats import geomean_interval
+from harness.shared.bad_input import BadInput
 from harness.shared.text import rate
 
 
-class BadRun(ValueError):
-    """A --from directory the planner cannot price from; the message is one line naming the problem and the fix."""
+class BadRun(BadInput, ValueError):
+    """A --from directory the planner cannot price from: bad input, one line naming the problem and the fix, exit 2."""
 
 
 @dataclass

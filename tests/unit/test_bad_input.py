@@ -868,11 +868,13 @@ def test_every_request_refused_is_one_class_the_command_line_catches():
     from harness.core.joins import NotJoinable
     from harness.core.session import SessionError
     from harness.ground.errors import BadInput
+    from harness.model.activations import BadPlan
+    from harness.model.measured import BadRun
     from harness.reports.run_diff import NotComparable
     from harness.shared.options import OptionError
     from harness.shared.registry import BadReference, UnknownName, UserCodeError
 
-    assert all(issubclass(c, BadInput) for c in (NotJoinable, NotComparable, BadReference, UnknownName))
+    assert all(issubclass(c, BadInput) for c in (NotJoinable, NotComparable, BadReference, UnknownName, BadPlan, BadRun))
     assert not any(issubclass(c, BadInput) for c in (UserCodeError, SessionError, OptionError))
 
 
