@@ -172,6 +172,12 @@ def read(path: Path) -> Run:
         step = top["processes"] * controls["per_process_batch"] / g
         parts, how, inside = _parts(recs, step)
         mfu = hardware.mfu_of(recs[0]) if device == "cuda" else None
+        peak = (mfu or {}).get("peak_tflops")
+        if peak is None and run.gpu and profile_of(run.gpu):  # a record from before FLOPs were counted: the
+            # GPU's own peak at the row's arithmetic, which carrying its compute to another GPU needs
+            peak, _ = hardware.peak_of(hardware.load_profile(profile_of(run.gpu)).peak_tflops,
+                                       controls.get("precision", "fp32"), controls.get("cuda_math"),
+                                       recs[0].get("conv_flops_share"))
         peaks = [r.get("peak_memory_bytes") for r in recs if r.get("peak_memory_bytes")]
         reserved = [max(r["peak_memory_cuda_reserved_bytes_per_rank"]) for r in recs
                     if r.get("peak_memory_cuda_reserved_bytes_per_rank")]
@@ -179,7 +185,7 @@ def read(path: Path) -> Run:
         run.rows[label] = Row(label, recs[0]["adapter"], knobs, controls.get("precision", "fp32"),
                               int(top["processes"]), int(controls["per_process_batch"]), sps,
                               [int(r.get("repeat") or 0) for r in recs], parts, how, inside,
-                              (mfu or {}).get("peak_tflops"), max(peaks) if peaks else None,
+                              peak, max(peaks) if peaks else None,
                               max(reserved) if reserved else None, bool(knobs.get("compile")),
                               controls.get("cuda_math"), recs[0].get("conv_flops_share"), top.get("devices_used"),
                               int(recs[0].get("world_size") or run.world_size))
@@ -342,7 +348,12 @@ class FromRun:
 
         if profile_of(self.run.gpu) == getattr(fabric, "name", None):
             return 1.0, (1.0, 1.0, 1.0)
-        target, _ = peak_of(fabric.peak_tflops, dtype, row.cuda_math, row.conv_share)
+        target, what = peak_of(fabric.peak_tflops, dtype, row.cuda_math, row.conv_share)
+        if row.peak_tflops is None or target is None:
+            raise BadRun(f"--from {self.run.path}: its {row.label} row's compute cannot be carried from "
+                         f"{self.run.machine} to {fabric.device}: "
+                         + (f"{what} there" if target is None else f"no peak is known for {self.run.machine}")
+                         + "; plan on the run's own GPU (leave out --gpu)")
         k = row.peak_tflops / target
         kind = "equal" if abs(k - 1) < 1e-3 else "faster" if k < 1 else "slower"
         lo, hi = MFU_TRANSFER[kind]

@@ -333,3 +333,21 @@ def test_two_measured_rows_the_runs_launches_do_not_tell_apart_tie_where_their_r
     # rows priced from one measured row share its launches: their ratio is taken figure by figure
     same = [dict(r, _measured=fast) for r in rows]
     assert plan.recommend(same, lambda s, f: None if s is f else (0.6, 1.6))["label"] == "spawn"
+
+
+@pytest.mark.slow  # seconds: left out of make test-fast
+def test_a_gpu_run_from_before_flops_were_counted_is_carried_by_its_gpus_own_peak(tmp_path):
+    # the committed H200 runs of 2026-11-26 recorded no FLOPs (no tflops_per_device): carrying them to an H100 or an
+    # A100 divided None by the target's peak and printed a traceback; the ratio of peaks needs the GPU's peak alone
+    run = tmp_path / "old"
+    run.mkdir()
+    lines = []
+    for line in records_text(H200).splitlines():
+        r = json.loads(line)
+        r.pop("tflops_per_device", None), r.pop("mfu", None)
+        lines.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    assert measured.read(run).rows["amp:precision=bf16"].peak_tflops == pytest.approx(989.4)
+    text = _plan("--from", str(run), "--gpu", "a100", "--gpus-per-node", "1").stdout
+    assert ("compute carried from NVIDIA H200 (989.4 TFLOP/s dense bf16) to NVIDIA A100 SXM4 (40GB or 80GB) "
+            "(312 TFLOP/s): x3.17 by the ratio of peaks") in text
