@@ -360,12 +360,13 @@ def random_effects(estimates: list[tuple[float, float]], margin: float = DEFAULT
     estimates, k - 1 df), "p", "p_equivalent" (TOST), "df", "n" (sessions), "se", "tau" (between-session SD, log
     scale, DerSimonian-Laird), "i2", "q", "p_q" (Cochran's Q test of no heterogeneity), "prediction" ([lo, hi] where
     a new session's own estimate should fall: mean +- t(k - 1) s sqrt(1 + 1/k), from 3 sessions), "sessions" (each
-    session's exp(mean))}. Below 2 sessions: no interval (None)."""
+    session's exp(mean)), "floored" (whether s^2 was raised to the mean of the sessions' own variances)}. Below 2
+    sessions: no interval (None)."""
     from scipy import stats as sp
 
     k = len(estimates)
     out = {"estimate": None, "lo": None, "hi": None, "p": None, "p_equivalent": None, "df": None, "n": k,
-           "tau": None, "i2": None, "q": None, "p_q": None, "prediction": None, "paired": True,
+           "tau": None, "i2": None, "q": None, "p_q": None, "prediction": None, "paired": True, "floored": False,
            "sessions": [math.exp(y) for y, _ in estimates]}
     if k == 0:
         return out
@@ -373,12 +374,17 @@ def random_effects(estimates: list[tuple[float, float]], margin: float = DEFAULT
     if k < 2:
         out["estimate"] = math.exp(ys[0])
         return out
-    mu, s2, _ = moments(ys)
+    mu, spread, _ = moments(ys)
+    # Each estimate's variance is the between-session part plus its own (within the session): their sample variance
+    # estimates both, and is never taken below the mean of their own, which sessions that happen to agree would
+    # otherwise make the interval narrower than any one session's noise allows (Hartung-Knapp's floor, q* = max(1,
+    # q): Roever, Knapp & Friede 2015, for the mean counted once each)
+    s2 = max(spread, sum(v for _, v in estimates) / k)
     tau2, q, dfq = _dl([estimates])
     se = math.sqrt(s2 / k)
     out.update(_tests(mu, se, k - 1, margin, confidence), estimate=math.exp(mu), df=float(k - 1),
                tau=math.sqrt(tau2), q=q, p_q=float(sp.chi2.sf(q, dfq)), i2=max(0.0, (q - dfq) / q) if q > 0 else 0.0,
-               se=se)
+               se=se, floored=s2 > spread)
     if k >= 3:
         half = float(sp.t.ppf(0.5 + confidence / 2.0, k - 1)) * math.sqrt(s2 * (1 + 1 / k))
         out["prediction"] = [math.exp(mu - half), math.exp(mu + half)]
@@ -401,6 +407,8 @@ def random_effects_difference(a: list[tuple[float, float]], b: list[tuple[float,
     if min(len(a), len(b)) < 2:
         return out
     (mu_a, s2a, ka), (mu_b, s2b, kb) = moments(ya), moments(yb)
+    # each side's spread never below its sessions' own variances (random_effects: Hartung-Knapp's floor)
+    s2a, s2b = max(s2a, sum(v for _, v in a) / ka), max(s2b, sum(v for _, v in b) / kb)
     se2, df = welch(s2a, ka, s2b, kb)
     se = math.sqrt(se2)
     tau2, _, _ = _dl([a, b])

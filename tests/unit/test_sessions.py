@@ -50,11 +50,27 @@ def test_a_session_whose_few_rounds_happened_to_agree_does_not_make_the_pooled_i
     # the audit's three sessions of spawn / horovod: 3.79 (SE 1.1%, from 3 rounds), 3.00 (34%), 2.37 (39%).
     # Weighted by their own variances (DerSimonian-Laird, Hartung-Knapp) the first took 99.8% of the weight and the
     # pooled interval was its own, [3.62-3.96]; a fourth session measured 3.10. Each counted once: 3.00 [1.67-5.37]
+    # from the estimates' spread, s^2 = 0.055102; that is below the mean of their own variances, (0.011^2 + 0.34^2 +
+    # 0.39^2) / 3 = 0.089274, which floors it: se = sqrt(0.089274 / 3) = 0.172506, t(0.975, 2) = 4.302653
     re = stats.random_effects([(math.log(3.79), 0.011 ** 2), (math.log(3.00), 0.34 ** 2),
                                (math.log(2.37), 0.39 ** 2)])
-    assert re["estimate"] == pytest.approx(2.998, abs=1e-3)
-    assert (re["lo"], re["hi"]) == (pytest.approx(1.673, abs=1e-3), pytest.approx(5.371, abs=1e-3))
+    assert re["estimate"] == pytest.approx(2.998, abs=1e-3) and re["floored"]
+    assert (re["lo"], re["hi"]) == (pytest.approx(1.427, abs=1e-3), pytest.approx(6.298, abs=1e-3))
     assert re["lo"] < 3.10 < re["hi"]
+
+
+def test_sessions_that_happen_to_agree_give_no_interval_narrower_than_their_own_noise():
+    # five sessions of one pair within 0.3% of each other, each with its own standard error of 2.5%: their spread
+    # alone gave +-0.4%; floored at their own variance, the mean of five has a standard error of 2.5% / sqrt(5)
+    ests = [(math.log(r), 0.025 ** 2) for r in (1.120, 1.121, 1.118, 1.122, 1.119)]
+    re = stats.random_effects(ests)
+    assert re["floored"] and re["se"] == pytest.approx(0.025 / math.sqrt(5), rel=1e-9)
+    half = stats.t_quantile(0.975, 4) * 0.025 / math.sqrt(5)
+    assert (re["lo"], re["hi"]) == (pytest.approx(re["estimate"] * math.exp(-half)),
+                                    pytest.approx(re["estimate"] * math.exp(half)))
+    # two sets of such sessions: each side's spread floored alike
+    d = stats.random_effects_difference(ests[:2], ests[2:4])
+    assert d["se"] == pytest.approx(math.sqrt(2 * 0.025 ** 2 / 2), rel=1e-9)
 
 
 def _hetero_sessions(rng, k, tau):
