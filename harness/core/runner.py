@@ -75,9 +75,12 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
     built = build_rows(req, rows, explicit, "adapter", knobs, topology)
     over = (False if topology is not None  # checked per machine once the hosts have answered (`plan`)
             else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
-    workload = load_workload(req)
-    params = check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology
-                        else req.world_size)
+    # importing the user's file and calling NAME run their code too: a hang or a crash there is bounded and said
+    # as in the check below (it had printed nothing until killed)
+    with bounded(f"importing and calling workload {req.workload}", req.stall_s):
+        workload = load_workload(req)
+        params = check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology
+                            else req.world_size)
     gb = workload.global_batch if req.global_batch is None else req.global_batch
     if gb % req.world_size:
         raise BadInput(f"global batch {gb} is not divisible by world size {req.world_size}; "

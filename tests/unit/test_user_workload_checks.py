@@ -1303,3 +1303,32 @@ def test_loader_workers_0_said_aloud_is_the_default_for_data_held_as_tensors():
     assert workload_checks.check_loader(w, SimpleNamespace(loader_workers=0, workload="digits")) == 0
     with pytest.raises(workload_checks.BadInput, match="--loader-workers applies to a workload whose training data"):
         workload_checks.check_loader(w, SimpleNamespace(loader_workers=1, workload="digits"))
+
+
+@pytest.mark.slow  # seconds: left out of make test-fast
+@pytest.mark.parametrize("where", ["import", "call"])
+@pytest.mark.parametrize("kind", ["hang", "segv"])
+def test_a_hang_or_a_crash_importing_the_file_or_calling_its_function_says_where_and_writes_nothing(tmp_path, kind,
+                                                                                                      where):
+    # Importing the user's file and calling NAME ran outside the bounded check: a loop at import printed nothing
+    # until killed, and a segfault there exited 139 with no stack
+    import subprocess
+    import sys
+
+    fault = "while True:\n        time.sleep(0.05)" if kind == "hang" else "ctypes.string_at(0)"
+    body = (f"import ctypes, time\nif True:\n    {fault}\n" if where == "import" else
+            f"import ctypes, time\ndef base():\n    {fault}\n")
+    path = write(tmp_path, body)
+    out = tmp_path / "out"
+    # the bound starts before compare's own imports of torch's internals, which a loaded machine takes seconds over
+    done = subprocess.run([sys.executable, "-m", "harness", "run", "-w", f"{path}:base", "-a", "ddp", "--repeats",
+                           "1", "--stall-timeout", "10", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    if kind == "hang":
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.startswith(f"error: importing and calling workload {path}:base ran for 10 s without ending "
+                                      f"(--stall-timeout): a hang in the model's code? Its stacks, most recent call "
+                                      f"first:\n"), done.stderr
+    else:
+        assert done.returncode == -11 and "Fatal Python error: Segmentation fault" in done.stderr, done.stderr
+    assert f'File "{path}", line' in done.stderr and not out.exists()
