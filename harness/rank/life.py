@@ -238,20 +238,31 @@ def run(spec_path: str | Path) -> None:
     try:
         _work(spec, marks)
     except BaseException as exc:  # noqa: BLE001 - the worker always leaves through os._exit below
-        import traceback
-
-        try:  # before the traceback and the exit: a peer's failure that this one causes comes after it
-            write_json(failed_path(rank_dir, launcher_rank()),
-                       {"rank": launcher_rank(), "time": time.time(),
-                        "error": shorten(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)})
-        except OSError:
-            pass
-        traceback.print_exc()
+        failed(exc, rank_dir)
         code = exit_status(exc)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def failed(exc: BaseException, rank_dir: Path) -> None:
+    """What a rank whose work `exc` ended leaves for the parent: its failed-rank record (the exception in one line),
+    before its traceback on stderr (the launch log). Where the user's code raised through compare's wrapper
+    (UserCodeError: building their model, say, raised `from None` in compare's code), their own exception and its
+    traceback, whose frames name their file and line."""
+    import traceback
+
+    from harness.shared.registry import UserCodeError
+
+    shown = exc.exc if isinstance(exc, UserCodeError) else exc
+    try:  # before the traceback and the exit: a peer's failure that this one causes comes after it
+        write_json(failed_path(rank_dir, launcher_rank()),
+                   {"rank": launcher_rank(), "time": time.time(),
+                    "error": shorten(f"{type(shown).__name__}: {shown}" if str(shown) else type(shown).__name__)})
+    except OSError:
+        pass
+    traceback.print_exception(shown)
 
 
 def exit_status(exc: BaseException) -> int:

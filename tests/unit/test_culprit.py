@@ -471,3 +471,30 @@ def test_a_crash_in_c_code_is_placed_in_the_users_code_from_faulthandlers_dump(r
     assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 killed by SIGSEGV; crashed in forward (model.py:109)"
     (rd / "launch.log").write_text("[0]<stderr>:RuntimeError: Connection closed by peer\n")  # no dump: as before
     assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 killed by SIGSEGV"
+
+
+def test_a_rank_whose_model_builder_raised_leaves_the_users_exception_and_its_frames(tmp_path, monkeypatch, capsys):
+    # building the model on a rank raises UserCodeError `from None` in compare's code: its traceback held compare's
+    # frames alone and its line named compare's class, so the reason lost the user's file and line
+    import json
+
+    from harness.rank.life import failed
+    from harness.shared.registry import UserCodeError
+
+    monkeypatch.setenv("RANK", "1")
+    user = tmp_path / "my_model.py"
+    user.write_text("def build():\n    raise RuntimeError('builder fails on rank 1 only')\n")
+    namespace: dict = {}
+    exec(compile(user.read_text(), str(user), "exec"), namespace)
+    try:
+        try:
+            namespace["build"]()
+        except RuntimeError as exc:
+            raise UserCodeError("building the model of workload my_model.py:build", exc) from None
+    except UserCodeError as wrapped:
+        failed(wrapped, tmp_path)
+    err = capsys.readouterr().err
+    assert f'File "{user}", line 2, in build' in err and err.endswith("RuntimeError: builder fails on rank 1 only\n")
+    assert "UserCodeError" not in err
+    assert json.loads((tmp_path / "failed-rank1.json").read_text())["error"] == ("RuntimeError: builder fails on "
+                                                                                "rank 1 only")
