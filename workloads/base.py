@@ -191,6 +191,10 @@ class Workload(ABC):
     """How the model's loss was found to depend on the rest of its batch other than through BatchNorm (a term over
     the whole batch, a buffer updated from it), by the same check (harness/core/workload_checks.py,
     batch_dependence); a failed equivalence check then says so, with the fix."""
+    summed_loss: str | None = None
+    """Where the model's loss was found to be a sum over its batch's samples rather than a mean (the single process's
+    loss over the global batch exactly the number of ranks times the ranks' mean), in words, by the same check: a
+    failed equivalence check then says so, with the fix."""
     loss_counted: bool | None = None
     """Whether the last `step_loss` came with a count (read by the rank for its record)."""
     varying_counts: list | None = None

@@ -376,6 +376,14 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
                              f"copy it gathered for the forward; fix: move the change out of the forward (a "
                              f"parametrization, or after the optimizer's step) to check equivalence")
         return out
+    if getattr(workload, "summed_loss", None):
+        out["why_failed"] = (f"the model's loss is a sum over its batch's samples, not a mean: {workload.summed_loss} "
+                             f"(reduction=\"sum\", say). Each rank sums its own slice and the backends average the "
+                             f"ranks' gradients, so every step moves the parameters a fraction (one over the number "
+                             f"of ranks) as far as the single process's step; fix: return (sum, count) from the loss, "
+                             f"count the batch's samples (the harness divides by the whole global batch's count), or "
+                             f"make it a mean (reduction=\"mean\") and the learning rate to match")
+        return out
     if workload.batch_dependent:
         out["why_failed"] = (f"the model depends on the rest of its batch, other than through BatchNorm: "
                              f"{workload.batch_dependent} (a mean divided by a sum over its batch, such as "

@@ -209,7 +209,16 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             raise
     on_cpu = params is None or params <= SMALL_MODEL  # small enough to run for real here
     if on_cpu and not (workload.nondeterministic or workload.batch_dependence):
-        workload.batch_dependent = batch_dependence(workload, data, global_batch, world)
+        found = batch_dependence(workload, data, global_batch, world)
+        if isinstance(found, SummedLoss):
+            workload.summed_loss = str(found)
+        else:
+            workload.batch_dependent = found
+
+
+class SummedLoss(str):
+    """batch_dependence's finding where the single process's loss is the ranks' mean times their number: a sum over
+    the batch's samples (reduction="sum"), which depends on the batch's size, not on its other samples."""
 
 
 def batch_dependence(workload, data, global_batch: int, world: int) -> str | None:
@@ -260,6 +269,10 @@ def batch_dependence(workload, data, global_batch: int, world: int) -> str | Non
                                for *_, c in normalisation.counters(targets[0], whole)]
                     if any(abs(w - single) <= max(rounding, abs(mean - single) / 10) for w in counted):
                         return None
+                if abs(single - ranks * mean) <= 10 * ranks * rounding:  # a sum: each slice holds 1/ranks of it
+                    return SummedLoss(f"its loss over the global batch of step {step + 1} was {single:.6g} in one "
+                                      f"process, {ranks} times the mean of {ranks} ranks' losses over their slices "
+                                      f"({mean:.6g})")
                 return (f"with the same parameters, its loss over the global batch of step {step + 1} was "
                         f"{single:.6g} in one process and the mean of {ranks} ranks' losses over their slices "
                         f"{mean:.6g}")

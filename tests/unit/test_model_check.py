@@ -445,6 +445,23 @@ def test_a_loss_over_the_whole_batch_is_found_and_explains_the_failed_check():
     assert checked("batchnorm").batch_dependent is None  # BatchNorm is found and said as such
 
 
+def test_a_loss_summed_over_the_batch_is_named_as_such_not_as_a_dependence_on_the_batch():
+    # cross_entropy(reduction="sum"): every rank's sum over half the batch, averaged, is half the single process's,
+    # and the check had listed a class-weighted mean, a batch-level term, a buffer and a branch, none of which applied
+    w = checked("balanced", "weight=0", "summed=true")
+    assert w.batch_dependent is None
+    assert w.summed_loss.startswith("its loss over the global batch of step 1 was ")
+    assert w.summed_loss.endswith(f" in one process, 2 times the mean of 2 ranks' losses over their slices "
+                                  f"{w.summed_loss.split()[-1]}")
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"out.bias": 1e-2}, _gradients({}), label="ddp")
+    assert eq["why_failed"].startswith("the model's loss is a sum over its batch's samples, not a mean: its loss over "
+                                       "the global batch of step 1 was ")
+    assert eq["why_failed"].endswith("fix: return (sum, count) from the loss, count the batch's samples (the harness "
+                                     "divides by the whole global batch's count), or make it a mean "
+                                     "(reduction=\"mean\") and the learning rate to match")
+    assert checked("balanced", "weight=0").summed_loss is None  # a mean
+
+
 def test_a_failed_check_names_the_parameters_that_differ_most_and_what_the_backend_does_with_them():
     w = checked("aux")
     diffs = {"aux.weight": 2.7e-2, "aux.bias": 1.5e-2, "out.bias": 6.9e-4, "out.weight": 3e-6, "body.weight": 2e-4}
