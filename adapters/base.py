@@ -203,6 +203,12 @@ class ModelFacts:
     """Parameters that train and are not contiguous in memory (a transposed view made a Parameter), by name."""
     channels_last: list[str] = field(default_factory=list)
     """Those of non_contiguous in channels_last memory format (model.to(memory_format=torch.channels_last))."""
+    compiled: list[str] = field(default_factory=list)
+    """The model's modules that are torch.compile's wrappers (OptimizedModule: the builder compiled the model or a
+    block), by name ("" for the model itself)."""
+    grad_hooks: list[str] = field(default_factory=list)
+    """Parameters that train and carry a hook of the user's on their gradient (param.register_hook,
+    register_post_accumulate_grad_hook), by name."""
     scalar: list[str] = field(default_factory=list)
     """Parameters of no dimension (nn.Parameter(torch.tensor(0.0)): a learned temperature, CLIP's logit_scale),
     frozen ones too, by name."""

@@ -116,6 +116,15 @@ class DeepSpeedLaunch(Launch):
                                     scalar_too=True)):
             if refused is not None:
                 return refused
+        if facts.compiled and stage == 3:
+            # ZeRO-3's pre-forward hook sets module._parameters._in_forward on every module, and a torch.compile
+            # wrapper's _parameters is a plain dict (measured: "'dict' object has no attribute '_in_forward'")
+            where = ", ".join(n or "the model itself" for n in facts.compiled[:4])
+            return Availability(
+                False, f"the model is already wrapped by torch.compile ({where}), and ZeRO-3's hooks fail on its "
+                       f"wrapper at the first forward (\"'dict' object has no attribute '_in_forward'\")",
+                f"build the model uncompiled and add the knob compile=true (-a {self.name}:zero_stage=3:compile=true),"
+                f" which compiles it inside DeepSpeed's engine")
         other = facts.dtypes_outside({"fp16", "fp32", "bf16"})
         if other:  # every stage: "attempting to reduce an unsupported grad type: torch.float64" (measured)
             held = "+".join(facts.param_dtypes or other)

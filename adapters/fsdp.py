@@ -75,6 +75,17 @@ class FSDPLaunch(DDPLaunch):
                 False, f"the model gives sparse gradients ({', '.join(facts.sparse)}: an embedding with "
                        f"sparse=True), which FSDP2 cannot reduce-scatter (its chunk_cat has no sparse kernel)",
                 "build the embedding with sparse=False (a dense gradient)")
+        if facts.grad_hooks:
+            # fully_shard replaces each parameter by a sharded DTensor Parameter of its own (measured: not the same
+            # object, and its hooks None), so a hook registered on the original never runs
+            shown = ", ".join(facts.grad_hooks[:4]) + (f" and {len(facts.grad_hooks) - 4} more"
+                                                       if len(facts.grad_hooks) > 4 else "")
+            return Availability(
+                False, f"the model registers hooks on its parameters' gradients ({shown}: param.register_hook or "
+                       f"register_post_accumulate_grad_hook), and fully_shard replaces each parameter by a sharded "
+                       f"DTensor of its own, so those hooks would never run and the row would train another model",
+                "do the hook's work where the forward uses the parameter (w * s + (w * (1 - s)).detach() has w's value "
+                "and scales its gradient by s), or in the optimizer's step")
         return Availability(True)
 
     def batch_norm(self):

@@ -331,6 +331,9 @@ def _module_facts(facts, model) -> None:
                            and p.is_contiguous(memory_format=torch.channels_last if p.dim() == 4
                                                else torch.channels_last_3d)]
     facts.scalar = [n for n, p in model.named_parameters() if p.dim() == 0]
+    facts.compiled = [n for n, m in model.named_modules() if type(m).__name__ == "OptimizedModule"]
+    facts.grad_hooks = [n for n, p in named if getattr(p, "_backward_hooks", None)
+                        or getattr(p, "_post_accumulate_grad_hooks", None)]
 
 
 def _check_gradients(facts, workload, device: str, ranks) -> None:

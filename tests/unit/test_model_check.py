@@ -554,6 +554,36 @@ def test_a_unit_mixing_dtypes_and_a_channels_last_model_are_refused_with_their_o
     assert "a transposed view made a Parameter" in flat_layout(facts, "FSDP2", empty_too=True).reason
 
 
+def test_a_compiled_model_on_zero3_and_gradient_hooks_on_fsdp2_are_refused_before_launching(tmp_path):
+    # An outside check: a builder that returned torch.compile(model) failed ZeRO-3's first forward ("'dict' object
+    # has no attribute '_in_forward'") with no cause; a param.register_hook scaling a gradient was dropped by FSDP2
+    # (fully_shard replaces the parameters), a ✗ with no cause
+    from adapters.base import ModelFacts
+
+    path = tmp_path / "mine.py"
+    path.write_text("import torch\nfrom torch import nn\n"
+                    "def net(hooked):\n    m = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))\n"
+                    "    if hooked:\n        m[0].weight.register_hook(lambda g: g * 0.5)\n    return m\n"
+                    "def compiled():\n    x = torch.randn(32, 4)\n"
+                    "    return {'model': lambda: torch.compile(net(False), backend='eager'), 'train': (x, x[:, :2])}\n"
+                    "def hooked():\n    x = torch.randn(32, 4)\n"
+                    "    return {'model': lambda: net(True), 'train': (x, x[:, :2])}\n")
+    for name, facts in (("compiled", dict(compiled=[""], grad_hooks=[])),
+                        ("hooked", dict(compiled=[], grad_hooks=["0.weight"]))):
+        req = requests.RunRequest(workload=f"{path}:{name}", world_size=2)
+        w = workload_checks.load_workload(req)
+        workload_checks.check_user_code(w, req, w.global_batch)
+        assert {k: getattr(w.model_facts, k) for k in facts} == facts
+    zero3 = adapters.get("deepspeed")({"zero_stage": "3"}, "cpu").model_availability(ModelFacts(compiled=[""]))
+    assert not zero3 and zero3.reason.startswith("the model is already wrapped by torch.compile (the model itself), "
+                                                 "and ZeRO-3's hooks fail on its wrapper at the first forward")
+    assert zero3.fix.startswith("build the model uncompiled and add the knob compile=true")
+    assert adapters.get("deepspeed")({"zero_stage": "2"}, "cpu").model_availability(ModelFacts(compiled=[""]))
+    fsdp = adapters.get("fsdp")({}, "cpu").model_availability(ModelFacts(grad_hooks=["0.weight"]))
+    assert not fsdp and fsdp.reason.startswith("the model registers hooks on its parameters' gradients (0.weight: ")
+    assert adapters.get("ddp")({}, "cpu").model_availability(ModelFacts(grad_hooks=["0.weight"]))
+
+
 def test_a_parameter_of_no_elements_has_no_difference_rather_than_failing_the_record(tmp_path):
     # torch's max() of an empty tensor raises: every row of such a model failed as its record was built
     from harness.core.assemble import param_diffs
