@@ -191,6 +191,10 @@ class Workload(ABC):
     """How the model's loss was found to depend on the rest of its batch other than through BatchNorm (a term over
     the whole batch, a buffer updated from it), by the same check (harness/core/workload_checks.py,
     batch_dependence); a failed equivalence check then says so, with the fix."""
+    empty_slice: dict[str, Any] | None = None
+    """For a loss without a count, the first step and rank whose slice holds none of the items it averages over
+    (harness/core/normalisation.py, empty_slice), found by the same check: a row whose loss becomes NaN there is
+    told why."""
     summed_loss: str | None = None
     """Where the model's loss was found to be a sum over its batch's samples rather than a mean (the single process's
     loss over the global batch exactly the number of ranks times the ranks' mean), in words, by the same check: a

@@ -304,7 +304,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
                                      reference_losses=reference_losses, no_reference=no_reference)
     if spec.eval_every and spec.target is not None:
         rec["ttt"] = until_target(spec, outcome, ranks, steps, workload)
-    rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"), curve, [r.losses for r in ranks])
+    rec["status"], rec["reason"] = row_status(outcome, rec.get("ttt"), curve, [r.losses for r in ranks],
+                                              getattr(workload, "empty_slice", None))
     return rec
 
 
@@ -443,7 +444,7 @@ def step_breakdown(ranks: list[TrainResult], stats: dict | None) -> dict[str, An
 
 
 def row_status(outcome, ttt: dict[str, Any] | None, curve: list[float] = (),
-               rank_losses: list[list[float]] = ()) -> tuple[str, str]:
+               rank_losses: list[list[float]] = (), empty: dict[str, Any] | None = None) -> tuple[str, str]:
     """A measured row's status and reason, decided here only: the launch's own (ok, failed, interrupted, hung: what
     harness/launching/launch.py decided from the facts recorded in order, culprit included), then, for a launch
     that ended well, whether its loss diverged (`diverged`: NaN or infinite from some step to the last, the step
@@ -461,6 +462,14 @@ def row_status(outcome, ttt: dict[str, Any] | None, curve: list[float] = (),
         where = ("" if len(rank_losses) < 2 or not first or len(first) == len(rank_losses)
                  else f" on rank {first[0]} (the other ranks' losses were finite there)" if len(first) == 1
                  else f" on ranks {', '.join(map(str, first))} (the others' were finite there)")
+        if (empty is not None and empty["step"] + 1 == step and len(rank_losses) > empty["rank"]
+                and first and empty["rank"] in first):  # `empty`: a slice with nothing to average, by data rank
+            return "diverged", (f"the loss became {value} at step {step} of {len(curve)}{where}: rank "
+                                f"{empty['rank']}'s slice of step {step} holds none of {empty['what']}, and the "
+                                f"loss is a mean over them, 0/0 there, not a diverging training (its timings are "
+                                f"kept in the record, out of the comparison); fix: return the loss as (sum, count), "
+                                f"the count of those items (the harness divides by the whole global batch's), or "
+                                f"declare the count (`count=` in its Pieces)")
         return "diverged", (f"the loss became {value} at step {step} of {len(curve)}{where} and stayed NaN or "
                             f"infinite: the training diverged (its timings are kept in the record, out of the "
                             f"comparison)")

@@ -104,6 +104,39 @@ def candidates(workload, data, global_batch: int, world: int, steps: int, fix_fo
     return list(found.values())
 
 
+EMPTY_SCAN_S = 2.0
+"""The most seconds `empty_slice` reads slices for (indexing tensors held in memory: thousands of steps)."""
+
+
+def empty_slice(workload, data, global_batch: int, world: int, steps: int) -> dict[str, Any] | None:
+    """For a loss without a count (a mean over its batch's items): the first step (0-based) and data rank whose
+    slice holds none of the items a loss commonly averages over (`counters`: targets other than -100), {"step",
+    "rank", "what"}, as the launch will feed them; a mean over none is 0/0, NaN, which a row would report as a
+    diverged training. Only over training data held as tensors (a Dataset's items are not read for it), and the
+    steps EMPTY_SCAN_S reaches; None where no slice read is empty."""
+    import time
+
+    import torch
+
+    if data.train_x is None or steps < 1:
+        return None
+    first = [workload.batch_indices(0, global_batch, data.n_train, r, world) for r in range(world)]
+    found = counters(data.batch(first[0], "cpu")[1], data.batch(torch.cat(first), "cpu")[1])
+    if not found:
+        return None
+    end = time.monotonic() + EMPTY_SCAN_S
+    for step in range(steps):
+        if time.monotonic() > end:
+            return None
+        targets = [data.batch(workload.batch_indices(step, global_batch, data.n_train, r, world), "cpu")[1]
+                   for r in range(world)]
+        for what, _, _, count in found:
+            counts = [count(t) for t in targets]
+            if 0 in counts:
+                return {"step": step, "rank": counts.index(0), "what": what}
+    return None
+
+
 def _proportional(a: list[float], b: list[float]) -> bool:
     """Whether the ranks' counts `a` and `b` are in one proportion (a count normalised by its mean over the ranks is
     then the same)."""

@@ -207,6 +207,13 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     except Exception:  # noqa: BLE001 - the user's count of a slice: what it raises, the launch raises as theirs
         if not counted:
             raise
+    if not counted and req.world_size:
+        total = ((req.steps if req.steps is not None else workload.steps)
+                 + (req.warmup if req.warmup is not None else workload.warmup))
+        try:
+            workload.empty_slice = normalisation.empty_slice(workload, data, global_batch, req.world_size, total)
+        except Exception:  # noqa: BLE001 - a target no count reads: nothing to say of it
+            workload.empty_slice = None
     on_cpu = params is None or params <= SMALL_MODEL  # small enough to run for real here
     if on_cpu and not (workload.nondeterministic or workload.batch_dependence):
         found = batch_dependence(workload, data, global_batch, world)

@@ -63,3 +63,36 @@ def test_a_loss_that_becomes_nan_and_stays_so_makes_the_row_diverged_naming_the_
     assert row_status(ok, None, curve, ranks)[1].startswith(
         "the loss became nan at step 3 of 4 on rank 1 (the other ranks' losses were finite there) and stayed")
     assert "on rank" not in row_status(ok, None, curve, [[2.0, 1.5, nan, nan]] * 2)[1]  # every rank at once
+
+
+def test_a_loss_that_becomes_nan_where_a_ranks_slice_had_nothing_to_average_says_so_not_diverged_training():
+    # a padded language model whose rank 0 slice of step 1 held only ignored targets (-100): its mean over none is
+    # 0/0, and the row read "the training diverged" with no cause and no fix
+    from types import SimpleNamespace
+
+    from harness.core import normalisation
+    from harness.core.assemble import row_status
+
+    y = torch.full((8, 3), -100)
+    y[4:, 0] = 1  # the second half of the batch has a target, the first none
+    data = SimpleNamespace(train_x=torch.zeros(8, 3), train_y=y, n_train=8,
+                           batch=lambda idx, device: (torch.zeros(len(idx), 3), y[idx]))
+    w = SimpleNamespace(batch_indices=lambda step, gb, n, rank, world: torch.arange(rank * 4, rank * 4 + 4))
+    empty = normalisation.empty_slice(w, data, 8, 2, 5)
+    assert empty == {"step": 0, "rank": 0, "what": "the targets other than -100 (cross_entropy's ignore_index)"}
+    y[:4, 1] = 2
+    assert normalisation.empty_slice(w, data, 8, 2, 5) is None
+    ok = SimpleNamespace(status="ok", reason="")
+    nan = float("nan")
+    status, reason = row_status(ok, None, [nan, nan], [[nan, nan], [1.0, nan]], empty)
+    assert status == "diverged" and reason == (
+        "the loss became nan at step 1 of 2 on rank 0 (the other ranks' losses were finite there): rank 0's slice of "
+        "step 1 holds none of the targets other than -100 (cross_entropy's ignore_index), and the loss is a mean over "
+        "them, 0/0 there, not a diverging training (its timings are kept in the record, out of the comparison); fix: "
+        "return the loss as (sum, count), the count of those items (the harness divides by the whole global batch's), "
+        "or declare the count (`count=` in its Pieces)")
+    # a NaN at another step, or on the other rank, is not that slice's
+    assert row_status(ok, None, [1.0, nan], [[1.0, nan], [1.0, nan]], empty)[1].endswith("the training diverged (its "
+                                                                                          "timings are kept in the "
+                                                                                          "record, out of the "
+                                                                                          "comparison)")
