@@ -114,6 +114,17 @@ def _measured(obj: dict[str, Any], keys: tuple[str, ...], where: str, positive: 
                              f"{'above' if positive else 'of at least'} 0, below {MEASURED_MAX:g})")
 
 
+def _measured_each(obj: dict[str, Any], key: str, where: str) -> None:
+    """Every entry of a list of step times is a finite number above 0: a NaN, negative, infinite or zero step time
+    cannot come from a run, and would shift the percentiles the report draws from the list."""
+    for i, v in enumerate(obj[key]):
+        if isinstance(v, bool) or not isinstance(v, NUMBER_TYPES):
+            raise ValueError(f"{where}: '{key}'[{i}] is {type(v).__name__}, expected a number")
+        if not math.isfinite(v) or v <= 0 or v > MEASURED_MAX:
+            raise ValueError(f"{where}: '{key}'[{i}] is {v!r}, which no measurement gives (a finite number above 0, "
+                             f"below {MEASURED_MAX:g})")
+
+
 MEASURED_MAX = 1e30
 """Beyond any throughput, time or byte count a machine gives (an exabyte is 1e18), and below where the statistics
 overflow (a 1e300 samples/s gave "OverflowError: math range error", naming neither the line nor the field)."""
@@ -164,7 +175,8 @@ def check_record(rec: Any, where: str = "record") -> None:
         _check(rec["controls"], Controls, f"{where}: controls")
         _check(rec["step_time_s"], StepTime, f"{where}: step_time_s")
         _measured(rec, ("samples_per_s", "samples_per_s_per_device"), where, positive=True)
-        _measured(rec["step_time_s"], ("median", "p10", "p90"), f"{where}: step_time_s")
+        _measured(rec["step_time_s"], ("median", "p10", "p90"), f"{where}: step_time_s", positive=True)
+        _measured_each(rec, "step_times_s", where)
         if rec.get("until_target") or rec["status"] == "not_reached":
             _check(rec, WithTimeToTarget, where)
             _check(rec["ttt"], TimeToTarget, f"{where}: ttt")

@@ -1458,6 +1458,17 @@ def _every(change_one):
     # a finite number past any measurement: the statistics overflowed ("OverflowError: math range error")
     ("digits_cpu2_20261123-101734", _set("row", "samples_per_s", 1e300),
      "'samples_per_s' is 1e+300, which no measurement gives (a finite number above 0, below 1e+30)"),
+    # a step time no run gives: the report's p10-p90 moved with it, and a median of 0 passed as "at least 0"
+    ("digits_cpu2_20261123-101734", lambda records: records[1]["step_times_s"].__setitem__(1, float("nan")),
+     "'step_times_s'[1] is nan, which no measurement gives (a finite number above 0, below 1e+30)"),
+    ("digits_cpu2_20261123-101734", lambda records: records[1]["step_times_s"].__setitem__(0, -0.5),
+     "'step_times_s'[0] is -0.5, which no measurement gives (a finite number above 0, below 1e+30)"),
+    ("digits_cpu2_20261123-101734", lambda records: records[1]["step_times_s"].__setitem__(2, float("inf")),
+     "'step_times_s'[2] is inf, which no measurement gives (a finite number above 0, below 1e+30)"),
+    ("digits_cpu2_20261123-101734", lambda records: records[1]["step_times_s"].__setitem__(2, "0.1"),
+     "'step_times_s'[2] is str, expected a number"),
+    ("digits_cpu2_20261123-101734", lambda records: records[1]["step_time_s"].__setitem__("median", 0),
+     "step_time_s: 'median' is 0, which no measurement gives (a finite number above 0, below 1e+30)"),
     # a scale record without its point: the report and predict rendered empty sections from it
     ("scale_digits_cpu2_20261125-085608", _every(lambda r: r.pop("scale", None)), "has no 'scale'"),
 ])
