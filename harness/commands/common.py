@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
+from harness.ground.errors import BadInput
 from harness.launching import interrupt
 
 # Wide enough for the results table when output is piped (CI logs, `| tee`), where rich would assume 80 columns.
@@ -67,6 +68,58 @@ class Command(PlainHelpFlag, TyperCommand):
         for title, records in groups.items():
             with formatter.section(title):
                 formatter.write_dl(records)
+
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        once_only(self.params, args)
+        return super().parse_args(ctx, args)
+
+
+def once_only(params, args: list[str]) -> None:
+    """BadInput where an option that is not repeatable is given more than once before `--`, by any of its spellings
+    (`--steps 2 --steps=3`, `-a ddp -addp`, `--plots --no-plots`): click keeps the last value without a word, so
+    `run -a ddp,spawn -a ddp` ran ddp alone. Options declared repeatable (`-o`, `-k`, ...) may be given again."""
+    by_spelling = {spelling: p for p in params if getattr(p, "opts", None) and p.param_type_name == "option"
+                   for spelling in (*p.opts, *p.secondary_opts)}
+    given: dict[str, list[str]] = {}
+
+    def seen(p, spelling: str, value: str | None) -> None:
+        if not p.multiple:
+            given.setdefault(p.name, []).append(spelling if p.is_flag else value)
+
+    rest = list(args)
+    if "--help" in rest[:rest.index("--") if "--" in rest else len(rest)]:
+        return  # the help, whatever else was typed
+    while rest:
+        token = rest.pop(0)
+        if token == "--":
+            break
+        if token.startswith("--"):
+            spelling, eq, value = token.partition("=")
+            p = by_spelling.get(spelling)
+            if p is not None:
+                if not p.is_flag and not eq and rest:
+                    value = rest.pop(0)
+                seen(p, spelling, value)
+        elif token.startswith("-") and len(token) > 1:
+            for i, char in enumerate(token[1:], 1):  # short options, each a flag but the last, which may take a value
+                p = by_spelling.get(f"-{char}")
+                if p is None:
+                    break
+                if not p.is_flag:
+                    value = token[i + 1:] or (rest.pop(0) if rest else None)
+                    seen(p, f"-{char}", value)
+                    break
+                seen(p, f"-{char}", None)
+    for name, values in given.items():
+        if len(values) > 1:
+            p = next(p for p in params if p.name == name)
+            long = max(p.opts, key=len)
+            times = "twice" if len(values) == 2 else f"{len(values)} times"
+            shown = [str(v) for v in values]
+            listed = f"{', '.join(shown[:-1])} and {shown[-1]}"
+            what = f" ({listed})" if not p.is_flag or len(set(values)) > 1 else ""
+            raise BadInput(f"{long} is given {times}{what}; give it once")
 
 
 class Group(PlainHelpFlag, TyperGroup):

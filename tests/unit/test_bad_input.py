@@ -604,6 +604,23 @@ CASES = [
     ("doctor-trailing-comma", ["doctor", "-a", "ddp,"],
      f"-a 'ddp,' names several rows; compare doctor launches one row: give one adapter (with knobs if any); "
      f"valid choices: {ADAPTERS}"),
+    # an option given twice: click kept the last value without a word (`-a ddp,spawn -a ddp` ran ddp alone)
+    ("run-adapters-twice", ["run", "-a", "ddp,spawn", "-a", "ddp"],
+     "--adapters is given twice (ddp,spawn and ddp); give it once"),
+    ("run-steps-twice-spellings", ["run", "--steps", "2", "--steps=3"],
+     "--steps is given twice (2 and 3); give it once"),
+    ("run-workload-short-and-long", ["run", "-wdigits", "--workload", "digits"],
+     "--workload is given twice (digits and digits); give it once"),
+    ("run-repeats-3-times", ["run", "--repeats", "2", "--repeats", "3", "--repeats", "4"],
+     "--repeats is given 3 times (2, 3 and 4); give it once"),
+    ("run-out-twice", ["run", "--out", "a", "--out", "b"], "--out is given twice (a and b); give it once"),
+    ("run-plots-and-no-plots", ["run", "--plots", "--no-plots"],
+     "--plots is given twice (--plots and --no-plots); give it once"),
+    ("run-force-twice", ["run", "--force", "--force"], "--force is given twice; give it once"),
+    ("scale-straggler-twice", ["scale", "--straggler", "1:2", "--straggler", "1:3"],
+     "--straggler is given twice (1:2 and 1:3); give it once"),
+    ("plan-gpu-twice", ["plan", "-w", "widemlp", "--gpu", "h100", "--gpu", "a100"],
+     "--gpu is given twice (h100 and a100); give it once"),
 ]
 
 

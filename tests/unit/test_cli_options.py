@@ -250,3 +250,14 @@ def test_a_sweep_point_and_a_tune_comparison_are_run_requests_of_the_sections_th
     shared = taken(tune, RunRequest)
     assert shared["budget"] == "2m" and shared["margin"] == "3%" and shared["world_size"] == 2
     assert "min_gain" not in shared and "repeats" not in shared
+
+
+def test_a_repeatable_option_may_be_given_again_and_an_option_after_the_double_dash_is_an_argument():
+    # Refusing an option given twice (tests/unit/test_bad_input.py) must not refuse the options declared repeatable,
+    # nor a value that looks like an option, nor what follows `--`.
+    req = declare.parse(app, "run", ["-o", "a=1", "-o", "b=2", "-k", "x=1", "-k", "y=2", "--out", "--steps",
+                                     "--steps", "3"])
+    assert req.options == ["a=1", "b=2"] and req.knobs == ["x=1", "y=2"] and str(req.out) == "--steps" and req.steps == 3
+    with pytest.raises(Exception, match="--steps is given twice"):
+        declare.parse(app, "run", ["--steps", "2", "--steps", "3"])
+    assert declare.parse(app, "report", ["--", "--force"]).directory == Path("--force")
