@@ -40,7 +40,7 @@ from harness.ground import provenance as envmod
 from harness.core import runner as core
 from harness.ground.argv import to_argv
 from harness.ground.record import records_file
-from harness.core.checks import check_common
+from harness.core.checks import MAX_STEPS, check_common
 from harness.core.plans import Plan, RunPlan
 from harness.core.requests import CommRequest, ScaleRequest
 from harness.core.rows import Row
@@ -152,6 +152,8 @@ def plan(req: ScaleRequest) -> ScalePlan:
                        f"workers up to it), got {req.predict_to}")
     if req.profile_steps < 3:
         raise BadInput(f"--profile-steps must be at least 3, got {req.profile_steps}")
+    if req.profile_steps > MAX_STEPS:  # as --steps: every step's time is kept, and 1e11 were taken without a word
+        raise BadInput(f"--profile-steps must be at most {MAX_STEPS:,} steps, got {req.profile_steps}")
     workload = load_workload(first_req)
     check_fits(workload, first_req, max(sizes))
     batch = workload.global_batch if req.global_batch is None else req.global_batch

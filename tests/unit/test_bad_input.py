@@ -434,6 +434,8 @@ CASES = [
     ("scale-predict-to-below", ["scale", "--world-sizes", "1,2", "--predict-to", "1"],
      "--predict-to 1 is below the largest world size measured (2)"),
     ("scale-profile-steps", ["scale", "--profile-steps", "2"], "--profile-steps must be at least 3, got 2"),
+    ("scale-profile-steps-huge", ["scale", "--profile-steps", "99999999999"],
+     "--profile-steps must be at most 10,000,000 steps, got 99999999999"),
     ("scale-unknown-adapter", ["scale", "-a", "ddp,horovd"], f"unknown adapter 'horovd'; valid choices: {ADAPTERS}"),
     ("scale-timeout-0", ["scale", "--timeout", "0"],
      "--timeout must be a positive number of seconds, got 0"),
