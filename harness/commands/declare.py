@@ -60,6 +60,8 @@ def _param(opt: Option) -> tuple[Any, Any]:
         decls += [f for f in opt.flags if f != opt.long]
         return bool, typer.Option(bool(default), *decls, metavar="", **extra)
     if opt.many and not spec.csv:
+        if default is None:  # not given: None, the field's default, which the command resolves (scale --profile)
+            return Optional[list[kind]], typer.Option(None, *opt.flags, show_default=False, **extra)
         return list[kind], typer.Option(list(default), *opt.flags, **extra)
     annotation = kind if default is not None else Optional[kind]
     return annotation, typer.Option(default, *opt.flags, **extra)

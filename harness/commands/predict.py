@@ -22,8 +22,8 @@ class PredictRequest:
     measured, then the model's accuracy across them)."""
     profiles: list[str] = field(default_factory=list, metadata=cli("--profile"))
     """Hardware profile(s) to extrapolate to (default: the sweep's; with several directories, only those given)."""
-    to: int = field(default=PREDICT_TO, metadata=cli("--to"))
-    """Largest world size extrapolated to (8, 16, 64, 256, ... up to it)."""
+    to: int | None = field(default=None, metadata=cli("--to"))
+    """Largest world size extrapolated to (8, 16, 64, 256, ... up to it; default 1024)."""
     list_profiles: bool = field(default=False, metadata=cli("--list", negatable=False))
     """List the hardware profiles and exit."""
     validate: bool = field(default=False, metadata=cli("--validate", negatable=False))
@@ -40,6 +40,11 @@ def predict(req: PredictRequest) -> None:
     from harness.reports import MALFORMED, check_kind, prediction, scale_report
 
     if req.list_profiles:
+        given = [name for name, on in (("DIRECTORY", req.directories), ("--profile", req.profiles),
+                                       ("--to", req.to is not None), ("--validate", req.validate)) if on]
+        if given:  # each would be left without a word: --list prints the profiles and nothing else
+            fail(f"{' and '.join(given)} {'are' if len(given) > 1 else 'is'} skipped by --list, which only lists the "
+                 f"hardware profiles; leave one out")
         for name in hardware.profiles():
             try:
                 f = hardware.load_profile(name)
@@ -53,10 +58,11 @@ def predict(req: PredictRequest) -> None:
         problem = hardware.profile_problem(name)
         if problem:
             fail(problem)
+    to = PREDICT_TO if req.to is None else req.to
     lo, hi = costmodel.PREDICT_TO
-    if not lo <= req.to <= hi:
+    if not lo <= to <= hi:
         fail(f"--to must be from {lo} to {hi:,} (the extrapolation gives 8, 16, 64, 256, ... workers up to it), "
-             f"got {req.to}")
+             f"got {to}")
     profile = list(dict.fromkeys(req.profiles))  # a profile named twice is extrapolated once
     sweeps: dict[Path, tuple[Path, list[dict]]] = {}
     for directory in req.directories:  # every directory is checked before anything is printed
@@ -74,7 +80,7 @@ def predict(req: PredictRequest) -> None:
         for directory, records in sweeps.values():
             try:
                 rows = prediction.predict_sweep(lambda line: None, directory, records, scale_report.table(records),
-                                            profile, req.to, to_profiles=False)
+                                            profile, to, to_profiles=False)
             except MALFORMED as exc:
                 fail(malformed(directory, exc, "predict from"))
             judged_sweeps.append((directory, records, rows))
@@ -85,7 +91,7 @@ def predict(req: PredictRequest) -> None:
     for directory, records in sweeps.values():
         try:
             rows = prediction.predict_sweep(console.print, directory, records, scale_report.table(records), profile,
-                                        req.to, to_profiles=len(sweeps) == 1 or bool(profile))
+                                        to, to_profiles=len(sweeps) == 1 or bool(profile))
         except MALFORMED as exc:
             fail(malformed(directory, exc, "predict from"))
         judged.append((directory, records, calibration.judged(rows)))

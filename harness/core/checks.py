@@ -47,6 +47,10 @@ they are split. The split is linear in the events and each rank reports every st
 never the row (harness/rank/train.py writes the row's result before the profiled steps)."""
 
 
+BREAKDOWN_STEPS = 5
+"""The steps --breakdown profiles when --breakdown-steps is not given."""
+
+
 BREAKDOWN_BOUND = "the profiler holds every event of the profiled steps in memory until they are split"
 """Why --breakdown-steps is bounded, as its refusal says it."""
 

@@ -134,8 +134,8 @@ class Breakdown(Section):
     breakdown: bool = field(default=False, metadata=cli("--breakdown", negatable=False))
     """After each launch's evaluation, profile --breakdown-steps more steps (torch.profiler) and show where a step's
     time goes: forward, backward, optimizer, communication overlapped and exposed, waiting for the slowest rank."""
-    breakdown_steps: int = field(default=5, metadata=cli("--breakdown-steps"))
-    """Steps profiled by --breakdown (after one the profiler warms up on), 1 to 1,000."""
+    breakdown_steps: int | None = field(default=None, metadata=cli("--breakdown-steps"))
+    """Steps profiled by --breakdown (after one the profiler warms up on), 1 to 1,000 (default 5)."""
     trace: bool = field(default=False, metadata=cli("--trace", negatable=False))
     """With the breakdown (implies --breakdown): keep the profiled steps' Perfetto / chrome://tracing trace of rank 0
     and of the slowest other rank, from each row's first launch (traces/ in the results)."""
@@ -334,11 +334,11 @@ class ScaleRequest(Rows, Training, Breakdown, Launch, Output, Figures):
     model: bool = field(default=True, metadata=cli("--model"))
     """Calibrate the performance model (a `compare comm` sweep per world size) and predict (--no-model: skip the
     comm sweep and the prediction)."""
-    profiles: list[str] = field(default_factory=lambda: [DEFAULT_PROFILE], metadata=cli(
+    profiles: list[str] | None = field(default=None, metadata=cli(
         "--profile", to_field=lambda names: list(dict.fromkeys(names))))
-    """Hardware profile(s) to extrapolate to (see `compare predict --list`)."""
-    predict_to: int = field(default=PREDICT_TO, metadata=cli("--predict-to"))
-    """Largest world size predicted."""
+    """Hardware profile(s) to extrapolate to (see `compare predict --list`; default h100-sxm-ndr400)."""
+    predict_to: int | None = field(default=None, metadata=cli("--predict-to"))
+    """Largest world size predicted (default 1024)."""
     profile_steps: int = field(default=10, metadata=cli("--profile-steps"))
     """Steps per batch size of the compute profile."""
 

@@ -22,7 +22,7 @@ from harness.core import assemble, estimate
 from harness.ground.errors import BadInput
 from harness.core.checks import check_common, check_cores, check_list
 from harness.core.plans import RunPlan, UntilTarget
-from harness.core.checks import BREAKDOWN_BOUND, MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS
+from harness.core.checks import BREAKDOWN_BOUND, BREAKDOWN_STEPS, MAX_BREAKDOWN_STEPS, MAX_REPEATS, MAX_STEPS
 from harness.core.requests import RunRequest
 from harness.core.checks import pairs
 from harness.core.rows import Row, build_rows, parse_knobs, parse_label
@@ -142,12 +142,16 @@ def refuse_for_model(req: RunRequest, rows: list[Row], workload, explicit: bool)
 
 def _breakdown(req: RunRequest) -> dict[str, Any]:
     """The launches' breakdown fields (RunSpec.breakdown, trace): none unless --breakdown or --trace."""
-    if not 1 <= req.breakdown_steps <= MAX_BREAKDOWN_STEPS:
+    steps = BREAKDOWN_STEPS if req.breakdown_steps is None else req.breakdown_steps
+    if not 1 <= steps <= MAX_BREAKDOWN_STEPS:
         raise BadInput(f"--breakdown-steps must be between 1 and {MAX_BREAKDOWN_STEPS} ({BREAKDOWN_BOUND}), got "
-                       f"{req.breakdown_steps}")
+                       f"{steps}")
     if not (req.breakdown or req.trace):
+        if req.breakdown_steps is not None:  # as --eval-every without --until-target: it would change nothing
+            raise BadInput("--breakdown-steps only applies with --breakdown (or --trace); add --breakdown, or leave "
+                           "--breakdown-steps out")
         return {}
-    return {"breakdown": req.breakdown_steps, "trace": req.trace}
+    return {"breakdown": steps, "trace": req.trace}
 
 
 def _check_until_target_flags(req: RunRequest) -> None:

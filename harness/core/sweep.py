@@ -42,7 +42,7 @@ from harness.ground.argv import to_argv
 from harness.ground.record import records_file
 from harness.core.checks import MAX_STEPS, check_common
 from harness.core.plans import Plan, RunPlan
-from harness.core.requests import CommRequest, ScaleRequest
+from harness.core.requests import DEFAULT_PROFILE, PREDICT_TO, CommRequest, ScaleRequest
 from harness.core.rows import Row
 from harness.core.workload_checks import check_fits, load_workload
 from harness.ground.errors import BadInput
@@ -140,16 +140,23 @@ def plan(req: ScaleRequest) -> ScalePlan:
     if req.scaling not in SCALINGS:
         raise BadInput(f"unknown scaling '{req.scaling}'; valid choices: {', '.join(SCALINGS)}")
     straggler = parse_straggler(req.straggler, sizes)
-    for name in req.profiles:
+    if not req.model:  # as --comm: options of the model that --no-model would leave without a word
+        for name, given, what in (("--profile", req.profiles, "the hardware the model extrapolates to"),
+                                  ("--predict-to", req.predict_to, "the largest world size the model predicts")):
+            if given is not None:
+                raise BadInput(f"{name} sets {what}, which --no-model skips; leave one out")
+    profiles = req.profiles or [DEFAULT_PROFILE]
+    predict_to = PREDICT_TO if req.predict_to is None else req.predict_to
+    for name in profiles:
         problem = hardware.profile_problem(name)  # a file that does not load fails now, not after the sweep
         if problem:
             raise BadInput(problem)
-    if req.predict_to < max(sizes):
-        raise BadInput(f"--predict-to {req.predict_to} is below the largest world size measured ({max(sizes)})")
+    if predict_to < max(sizes):
+        raise BadInput(f"--predict-to {predict_to} is below the largest world size measured ({max(sizes)})")
     lo, hi = costmodel.PREDICT_TO
-    if not lo <= req.predict_to <= hi:
+    if not lo <= predict_to <= hi:
         raise BadInput(f"--predict-to must be from {lo} to {hi:,} (the extrapolation gives 8, 16, 64, 256, ... "
-                       f"workers up to it), got {req.predict_to}")
+                       f"workers up to it), got {predict_to}")
     if req.profile_steps < 3:
         raise BadInput(f"--profile-steps must be at least 3, got {req.profile_steps}")
     if req.profile_steps > MAX_STEPS:  # as --steps: every step's time is kept, and 1e11 were taken without a word
@@ -255,7 +262,7 @@ def plan(req: ScaleRequest) -> ScalePlan:
                 comm.append((n, commmod.plan(creq)))
     return ScalePlan(req, out, first.rows, oversubscribed=any(p.oversubscribed for p in points), points=points,
                      baseline=base, world_sizes=sizes, scaling=req.scaling, threads=threads, straggler=straggler,
-                     comm=comm, profiles=list(req.profiles), predict_to=req.predict_to)
+                     comm=comm, profiles=profiles, predict_to=predict_to)
 
 
 def comm_sizes(workload) -> str:

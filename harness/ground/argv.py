@@ -163,6 +163,8 @@ def from_values(cls: type, values: dict[str, Any], **fixed: Any):
         if opt.name not in values:
             continue
         value = values[opt.name]
+        if opt.many and not value and opt.default is None and not opt.spec.csv:
+            value = None  # a repeated option given no time, whose default (None) says so
         if value is None and opt.many and opt.default is not None:
             continue  # a variadic argument given nothing: the field's default
         if opt.many and opt.spec.csv and isinstance(value, str):
