@@ -142,10 +142,13 @@ def _check_join_request(req: RunRequest) -> None:
 
 def _another_session(rerun: str | None) -> str | None:
     """An earlier run's command as another session of it runs it: its own --out, --force and --order-seed left out
-    (a session has a fresh order and its own directory)."""
+    (a session has a fresh order and its own directory); None where it is not a `compare run` (`compare tune` has
+    no --join, and a suggestion must be a command that exists)."""
     if not rerun:
         return None
     words, out, skip = shlex.split(rerun), [], False
+    if words[:2] != ["compare", "run"]:
+        return None
     for w in words:
         if skip:
             skip = False

@@ -539,6 +539,8 @@ CASES = [
      "--join adds a session to a throughput comparison; it does not apply to --until-target runs"),
     ("run-join-nowhere", ["run", "--join", "/nonexistent-run"],
      "--join /nonexistent-run does not exist; give a directory written by `compare run` or `compare join`"),
+    ("run-join-a-file", ["run", "--join", "/etc/hostname"],  # it said "no such run directory" of a file that is there
+     "--join /etc/hostname is not a directory; give a directory written by `compare run` or `compare join`"),
     ("run-margin-one-row", ["run", "-a", "ddp", "--margin", "5%"],
      "--margin says when two rows are equivalent, and only 1 row can run here (ddp); name at least two with "
      "--adapters"),

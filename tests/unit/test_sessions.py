@@ -535,3 +535,13 @@ def test_a_joined_verdict_says_how_far_apart_its_sessions_were():
     assert sessions.span(two) == (" (as far apart as these: 48 h 0 min, 2026-11-25 22:58–2026-11-27 22:58 UTC; runs "
                                   "further apart may vary more)")
     assert sessions.span([("a", [{"label": "apex"}])]) == ""
+
+
+def test_the_request_again_is_suggested_only_as_a_compare_run():
+    # `run --join` of a tune's directory suggested "compare tune ... --join DIR", and tune has no --join
+    from harness.core.comparison import _another_session
+
+    assert _another_session("compare tune -a horovod --budget 5m --out t") is None
+    assert _another_session("compare scale -a ddp --world-sizes 1,2") is None
+    assert (_another_session("compare run -a ddp --out o --force --order-seed 3 --steps 5")
+            == "compare run -a ddp --steps 5")
