@@ -54,12 +54,12 @@ def join(req: JoinRequest) -> None:
         fail(f"compare join needs two runs or more; got {len(dirs)} ({', '.join(map(str, req.runs))})")
     named = [(str(d), read_results(d, ("run",))) for d in dirs]
     joins.check(named)
+    if records_file(req.out) is not None:  # before --force is offered: it would not help
+        fail(f"{req.out} holds a run's records; give a new directory for the join")
     try:
         outdir.check(req.out, req.force, ("sessions.json", "report.md"))
     except BadInput as exc:
         fail(str(exc).replace("another --out", "another OUT directory"))  # join's OUT is its first argument
-    if records_file(req.out) is not None:
-        fail(f"{req.out} holds a run's records; give a new directory for the join")
     command = shlex.join(["compare", "join", str(req.out), *map(str, req.runs)])  # as typed; sessions.json lists all
     for line in expanded:  # said, not silently: a run made with --join brings its earlier sessions with it
         console.print(f"note: {line}", soft_wrap=True)

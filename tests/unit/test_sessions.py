@@ -545,3 +545,17 @@ def test_the_request_again_is_suggested_only_as_a_compare_run():
     assert _another_session("compare scale -a ddp --world-sizes 1,2") is None
     assert (_another_session("compare run -a ddp --out o --force --order-seed 3 --steps 5")
             == "compare run -a ddp --steps 5")
+
+
+def test_join_into_a_run_directory_says_so_before_offering_force(tmp_path, monkeypatch):
+    # It said "use --force to overwrite", and with --force then "holds a run's records": the true reason comes first
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    a = _run(tmp_path, "a", _values(random.Random(5), 0.0))
+    b = _run(tmp_path, "bb", _values(random.Random(7), 0.0))
+    out = _run(tmp_path, "out", _values(random.Random(8), 0.0))
+    before = sorted(p.name for p in out.iterdir())
+    for force in ([], ["--force"]):
+        shown = CliRunner().invoke(app, ["join", str(out), str(a), str(b), *force])
+        assert shown.exit_code == 2 and shown.stderr == (f"error: {out} holds a run's records; give a new directory "
+                                                         f"for the join\n"), shown.stderr
+    assert sorted(p.name for p in out.iterdir()) == before
