@@ -179,6 +179,12 @@ def warn_shared(records, name) -> None:
         console.print(f"[yellow]warning[/]: {escape(line.replace('**', ''))}")
 
 
+def drew(out: Path) -> bool:
+    """Whether a run or sweep that began in an empty (or cleared) `out` left a plot there: none without matplotlib,
+    with --no-plots, or when nothing was measured; "and plots" is said only then."""
+    return out.is_dir() and any(out.glob("*.png"))
+
+
 def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") -> None:
     """The end of a command that measured: the shared-cores warning, where it wrote (one line: a path cut over two
     cannot be pasted), and the exit code: 130 interrupted (finished launches kept), 1 nothing measured."""

@@ -45,6 +45,7 @@ def report(req: ReportRequest) -> None:
         console.print(f"wrote {directory}/report.md", soft_wrap=True)
         return
     records = read_results(directory)
+    before = _plots(directory)
     pid = outdir.holder(directory)
     if pid is not None:  # its records are half written, and the run renders its own report when it ends
         fail(f"{directory} is being written by a compare run that has not finished "
@@ -64,5 +65,20 @@ def report(req: ReportRequest) -> None:
         console.print(run_report.console_table(records))
         for line in run_report.console_notes(records):
             console.print(line)
-    # one line: a path cut over two cannot be pasted
-    console.print(f"wrote {directory}/report.md and plots", soft_wrap=True)
+    # one line: a path cut over two cannot be pasted; "and plots" only where some were (none for a tune, or without
+    # matplotlib)
+    drawn = _plots(directory).items() - before.items()
+    console.print(f"wrote {directory}/report.md" + (" and plots" if drawn else ""), soft_wrap=True)
+
+
+def _plots(directory: Path) -> dict[str, tuple[int, int]]:
+    """Each PNG in `directory` as (inode, mtime): a plot drawn again replaces its file (outdir.save_figure), so the
+    pair changes."""
+    out = {}
+    for p in directory.glob("*.png"):
+        try:
+            s = p.stat()
+        except OSError:
+            continue
+        out[p.name] = (s.st_ino, s.st_mtime_ns)
+    return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.commands.common import Invocation, conclude, console, execute, stop_on_signals, typed
+from harness.commands.common import Invocation, conclude, console, drew, execute, stop_on_signals, typed
 from harness.commands.ui import RunUI
 from harness.core.requests import RunRequest
 
@@ -23,4 +23,4 @@ def run(req: RunRequest) -> None:
     console.print(run_report.console_table(records))
     for line in run_report.console_notes(records):
         console.print(line)
-    conclude(records, plan.out, interrupted, f"report.md, records.jsonl{' and plots' if req.plots else ''}")
+    conclude(records, plan.out, interrupted, f"report.md, records.jsonl{' and plots' if drew(plan.out) else ''}")

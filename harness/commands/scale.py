@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from harness.commands.common import Invocation, console, execute, measured, planned, took
+from harness.commands.common import Invocation, console, drew, execute, measured, planned, took
 from harness.commands.ui import ScaleUI
 from harness.core.requests import ScaleRequest
 
@@ -21,5 +21,5 @@ def scale(req: ScaleRequest) -> None:
                                        Invocation.started, reports.render)
     for line in scale_report.console_lines(plan.out, records):
         console.print(line)
-    measured(records, plan.out, f"report.md, records.jsonl{' and plots' if req.plots else ''}{took()}", interrupted,
+    measured(records, plan.out, f"report.md, records.jsonl{' and plots' if drew(plan.out) else ''}{took()}", interrupted,
              "points", lambda r: f"{r['label']}@{r['scale']['point']}#{r['repeat']}")

@@ -25,3 +25,20 @@ def test_every_report_kind_renders_without_matplotlib(tmp_path, monkeypatch, kin
     md = (out / "report.md").read_text()
     assert figures.NO_PLOTS in md and "](" not in md.split(figures.NO_PLOTS)[0].split("## Plots")[-1]
     assert not list(out.glob("*.png"))
+
+
+def test_report_says_plots_only_where_it_drew_some(tmp_path, monkeypatch):
+    # "wrote DIR/report.md and plots" was printed with no plot written (matplotlib missing; a tune draws none)
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    src = sorted(p for p in FIXTURE_RUNS.iterdir() if p.name.startswith("digits_cpu2_"))[-1]
+    out = tmp_path / src.name
+    out.mkdir()
+    shutil.copy(records_file(src), out / records_file(src).name)
+    drawn = CliRunner().invoke(app, ["report", str(out)])
+    assert drawn.exit_code == 0 and drawn.stdout.endswith(f"wrote {out}/report.md and plots\n"), drawn.output
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    shown = CliRunner().invoke(app, ["report", str(out)])
+    assert shown.exit_code == 0 and shown.stdout.endswith(f"wrote {out}/report.md\n"), shown.output
