@@ -116,6 +116,8 @@ def plan(req: PlanRequest) -> None:
         fail(f"an empty --gpu ({req.gpu!r}); choose from {', '.join(planner.gpu_choices())}")
     if req.dtype is not None and not req.dtype.strip():  # and bf16
         fail(f"an empty --dtype ({req.dtype!r}); choose from {', '.join(shapes.DTYPES)}")
+    if req.global_batch is not None and req.global_batch < 1:  # the planner said "give a multiple of 8" of 0
+        fail(f"--global-batch must be at least 1, got {req.global_batch}")
     if req.optimizer is not None and req.optimizer not in shapes.OPTIMIZERS:
         fail(f"unknown --optimizer {req.optimizer}; choose from {', '.join(shapes.OPTIMIZERS)}")
     try:
