@@ -233,6 +233,14 @@ def records_file(directory: Path) -> Path | None:
     return None
 
 
+def both_records(directory: Path) -> str:
+    """What is wrong with a directory holding both records.jsonl and records.jsonl.gz (which of them is its run is
+    not known: the .jsonl was read without a word), or ""."""
+    if all((directory / name).exists() for name in (RECORDS, PACKED)):
+        return f"holds both {RECORDS} and {PACKED}, and which are its run's records is not clear; remove one"
+    return ""
+
+
 def written_by(kinds: tuple[str, ...]) -> str:
     """"`compare run`" or "`compare run`, `compare comm` or `compare scale`": the commands whose results are of
     `kinds`."""
@@ -254,6 +262,9 @@ def read_results(directory: Path, kinds: tuple[str, ...] = KINDS, given: str = "
     path = records_file(directory)
     if path is None:
         raise BadInput(f"{where} holds no {RECORDS}; {expected}")
+    both = both_records(directory)
+    if both:
+        raise BadInput(f"{where} {both}")
     try:
         records = read_records(path)
     except (OSError, ValueError) as exc:  # the message names the file and line, and what a record holds there

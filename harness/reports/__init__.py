@@ -106,12 +106,14 @@ def _index_entries(results_dir: Path, warn) -> list[tuple[str, Path]]:
     """(name, records file) of every run under `results_dir`: its directories that hold records, and one
     level further in a directory that holds several runs (a GPU check's resnet50/, resnet50_apex/); a directory with
     an index of its own (results/archive/) is left to that index. A link that leads nowhere is warned of."""
-    from harness.ground.record import records_file
+    from harness.ground.record import both_records, records_file
 
     found = []
     for d in sorted(results_dir.glob("*/")):
         link = records_file(d)
-        if link is not None and link.is_symlink() and not link.exists():  # not globbed as records either
+        if both_records(d):
+            warn(f"skipped {d}: it {both_records(d)}")
+        elif link is not None and link.is_symlink() and not link.exists():  # not globbed as records either
             warn(f"skipped {d}: {link.name} is a symbolic link that leads nowhere (a missing target or a loop)")
         elif link is not None:
             found.append((d.name, link))

@@ -604,7 +604,8 @@ CASES = [
      "world size must be at most 65,536, got 65537"),
     ("plan-from-empty", ["plan", "-w", "widemlp", "--from", ""],
      "Invalid value for '--from': an empty path ('') (see `compare plan --help`)"),
-    ("plan-global-batch-0", ["plan", "-w", "widemlp", "--global-batch", "0"], "--global-batch must be at least 1, got 0"),
+    ("plan-global-batch-0", ["plan", "-w", "widemlp", "--global-batch", "0"],
+     "--global-batch must be at least 1, got 0"),
     ("plan-global-batch-negative", ["plan", "-w", "widemlp", "--global-batch", "-8"],
      "--global-batch must be at least 1, got -8"),
     ("plan-gpu-empty", ["plan", "-w", "widemlp", "--gpu", ""], f"an empty --gpu (''); choose from {GPUS}"),
@@ -1698,3 +1699,25 @@ def test_diff_shows_the_margin_as_given_and_writes_nothing(tmp_path, margin, sho
     assert f"differences and equivalence within {shown} (TOST) Holm-adjusted" in result.stdout, result.stdout
     assert "±100%" not in result.stdout
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_a_run_holding_both_records_files_is_refused_naming_both(tmp_path):
+    # the records.jsonl was read without a word, whatever the records.jsonl.gz beside it held
+    import gzip
+
+    d = tmp_path / "both"
+    d.mkdir()
+    text = records_text(RUNS / "digits_cpu2_20261123-101734")
+    (d / "records.jsonl").write_text(text)
+    (d / "records.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    before = sorted(p.name for p in d.iterdir())
+    both = (f"{d} holds both records.jsonl and records.jsonl.gz, and which are its run's records is not clear; remove "
+            f"one")
+    result = invoke("report", d)
+    assert result.exit_code == 2 and result.stderr == f"error: {both}\n"
+    assert sorted(p.name for p in d.iterdir()) == before
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "records.jsonl").write_text(text)
+    indexed = invoke("index", tmp_path)
+    assert indexed.exit_code == 0
+    assert f"warning: skipped {d}: it holds both records.jsonl and records.jsonl.gz" in indexed.output
