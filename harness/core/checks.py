@@ -173,14 +173,20 @@ def check_list(given: list[str] | None, valid: list[str], what: str) -> None:
         seen.add(name)
 
 
+MIN_PERCENT = 0.01
+"""The smallest --precision, --margin or --min-gain, in percent: one part in 10,000, a hundredth of the run-to-run
+spread of the quietest machine measured (about 1%); `--margin 1e-9%` was refused as not "above 0%"."""
+
+
 def parse_precision(text: str, option: str = "--precision") -> float:
-    """"5%" -> 0.05: a percentage above 0 and below 100 (BadInput otherwise)."""
+    """"5%" -> 0.05: a percentage of at least MIN_PERCENT and below 100 (BadInput otherwise)."""
     import re
 
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*", text or "")
+    m = re.fullmatch(r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*%\s*", text or "")
     value = float(m.group(1)) / 100.0 if m else None
-    if value is None or not 0.0 < value < 1.0:
-        raise BadInput(f"{option} must be a percentage above 0% and below 100%, e.g. 5%; got {text!r}")
+    if value is None or not MIN_PERCENT / 100 <= value < 1.0:
+        raise BadInput(f"{option} must be a percentage of at least {MIN_PERCENT:g}% and below 100%, e.g. 5%; got "
+                       f"{text!r}")
     return value
 
 

@@ -380,7 +380,11 @@ def parse_budget(text_: str) -> Budget:
     from harness.core.checks import parse_duration
 
     per = text_.strip().endswith(PER_BACKEND)
-    return Budget(parse_duration(text_.strip()[:-len(PER_BACKEND)] if per else text_, "--budget"), per)
+    try:
+        return Budget(parse_duration(text_.strip()[:-len(PER_BACKEND)] if per else text_, "--budget"), per)
+    except BadInput:  # with the per-backend form, which parse_duration (run's --budget too) does not know
+        raise BadInput(f"--budget must be a duration above 0 and at most a week, for the whole tune or for each "
+                       f"backend, e.g. 20m or 5m{PER_BACKEND}; got {text_!r}") from None
 
 
 def _mean(values: list[float]) -> float:

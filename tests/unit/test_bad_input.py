@@ -500,7 +500,7 @@ CASES = [
      "--iface '' is not a network interface name"),
     # ---- run: verdict options (--precision, --budget, --baseline, --order-seed) -------------------------------
     *[(f"run-precision-{i}", ["run", "-a", "ddp,spawn", "--precision", bad],
-       f"--precision must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
+       f"--precision must be a percentage of at least 0.01% and below 100%, e.g. 5%; got '{bad}'")
       for i, bad in enumerate(["0", "0%", "-5%", "150%", "100%", "abc", "5", ""])],
     *[(f"run-budget-{i}", ["run", "-a", "ddp,spawn", "--precision", "5%", "--budget", bad],
        f"--budget must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got '{bad}'")
@@ -528,8 +528,8 @@ CASES = [
     ("run-order-seed-negative", ["run", "-a", "ddp,spawn", "--order-seed", "-1"],
      "--order-seed must be between 0 and 2**63 - 1, got -1"),
     *[(f"run-margin-{i}", ["run", "-a", "ddp,spawn", "--margin", bad],
-       f"--margin must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
-      for i, bad in enumerate(["0", "0%", "-5%", "abc", "100%"])],
+       f"--margin must be a percentage of at least 0.01% and below 100%, e.g. 5%; got '{bad}'")
+      for i, bad in enumerate(["0", "0%", "-5%", "abc", "100%", "1e-9%", "0.009%"])],
     ("run-tuned-not-a-tune", ["run", "--tuned", "/tmp"],
      "--tuned /tmp holds no records.jsonl; give a directory written by `compare tune`"),
     ("run-tuned-a-run", ["run", "--tuned", str(RUNS / "digits_cpu2_20261126-045209")],

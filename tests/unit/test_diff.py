@@ -106,7 +106,7 @@ def test_a_knob_or_binding_one_row_ran_under_is_said_in_what_differs():
     (lambda t: t, [], " holds no records.jsonl; give a directory written by `compare run`"),
     (lambda t: t / "nowhere", [], "does not exist; give a directory written by `compare run`"),
     *[(lambda t: _run(t, "b", {"ddp": [1.0] * 3}), ["--margin", bad],
-       f"--margin must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'")
+       f"--margin must be a percentage of at least 0.01% and below 100%, e.g. 5%; got '{bad}'")
       for bad in ("0", "-5%", "abc", "100%")],
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, make_b, args, message):

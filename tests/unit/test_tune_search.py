@@ -167,13 +167,16 @@ def test_every_declared_candidate_is_a_knob_of_the_adapter_and_keeps_its_numeric
 def test_the_budget_forms():
     assert tuning.parse_budget("20m") == tuning.Budget(1200.0, False)
     assert tuning.parse_budget("5m/backend") == tuning.Budget(300.0, True)
-    for bad in ("0", "5x", "/backend", "0/backend", "-1m"):
-        with pytest.raises(BadInput, match="--budget must be a duration above 0"):
+    for bad in ("0", "5x", "/backend", "0/backend", "-1m", "5m/backnd"):
+        with pytest.raises(BadInput) as refused:
             tuning.parse_budget(bad)
+        assert str(refused.value) == (f"--budget must be a duration above 0 and at most a week, for the whole tune "
+                                      f"or for each backend, e.g. 20m or 5m/backend; got {bad!r}")
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--budget", "0"], "--budget must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got '0'"),
+    (["--budget", "0"], "--budget must be a duration above 0 and at most a week, for the whole tune or for each "
+                        "backend, e.g. 20m or 5m/backend; got '0'"),
     (["-a", "dp"], "nothing to tune: dp declares no tunable knobs; adapters with tunable knobs: ddp, spawn, amp, "
                    "apex, horovod, deepspeed, fsdp (or name knobs with --tune ADAPTER.KNOB=V1,V2)"),
     (["-a", "ddp", "--tune", "ddp.nope"], "--tune ddp.nope: adapter ddp has no knob 'nope'; its tunable knobs: "
@@ -303,7 +306,8 @@ def test_min_gain_bad_input_is_one_line_and_exit_2(tmp_path, bad):
     out = tmp_path / "o"
     proc = compare_cli("tune", "-a", "ddp", "--min-gain", bad, "--out", str(out))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"error: --min-gain must be a percentage above 0% and below 100%, e.g. 5%; got '{bad}'\n"
+    assert proc.stderr == (f"error: --min-gain must be a percentage of at least 0.01% and below 100%, e.g. 5%; got "
+                           f"'{bad}'\n")
     assert not out.exists()
 
 
