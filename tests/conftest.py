@@ -63,11 +63,21 @@ def read_records(out: Path) -> dict[str, dict]:
     return rows
 
 
+def replacing(args: tuple[str, ...], option: str, value: str) -> tuple[str, ...]:
+    """`args` with `option`'s value set to `value` (added where it is not there): compare refuses an option given
+    twice, so a test's variant of a shared set of options replaces the value rather than repeating the option."""
+    if option not in args:
+        return (*args, option, value)
+    i = args.index(option)
+    return (*args[:i + 1], value, *args[i + 2:])
+
+
 def run_compare(out: Path, *args: str, env: dict[str, str] | None = None, expect_rc: int = 0, timeout: float = 600,
                 plots: bool = False):
     """`compare run --out OUT ARGS`, asserting its exit code; returns (records by label, CompletedProcess). Without
     `plots`, the run draws none (--no-plots: about 3 s a run here); tests of the figures ask for them."""
-    proc = compare_cli("run", "--out", str(out), *args, *([] if plots else ["--no-plots"]), env=env, timeout=timeout)
+    proc = compare_cli("run", "--out", str(out), *args, *([] if plots or "--no-plots" in args else ["--no-plots"]),
+                       env=env, timeout=timeout)
     assert proc.returncode == expect_rc, f"exit {proc.returncode}\nSTDOUT\n{proc.stdout}\nSTDERR\n{proc.stderr}"
     return read_records(out), proc
 

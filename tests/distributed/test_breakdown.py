@@ -13,7 +13,7 @@ import pytest
 
 from harness.shared import progress as progress_file
 
-from conftest import ran_ok, run_compare
+from conftest import ran_ok, replacing, run_compare
 
 pytestmark = pytest.mark.distributed
 
@@ -125,8 +125,9 @@ def test_ctrl_c_during_the_profiled_steps_keeps_the_timed_row_and_stops_the_run(
     from conftest import REPO, read_records, wait_until
 
     out = tmp_path / "o"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--out", str(out), *KEPT, "-a", "ddp,spawn",
-                             "--order-seed", "263", "--repeats", "1", "--no-plots"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--out", str(out),
+                             *replacing(KEPT, "-a", "ddp,spawn"), "--order-seed", "263", "--repeats", "1",
+                             "--no-plots"], cwd=REPO,
                             env={**os.environ, "COMPARE_FAULT": "ddp:0:hang:split"}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

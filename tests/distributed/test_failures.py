@@ -19,7 +19,7 @@ import pytest
 
 from harness.shared import progress as progress_file
 
-from conftest import REPO, read_records, run_compare, wait_until
+from conftest import REPO, read_records, replacing, run_compare, wait_until
 from launchwatch import cmdline
 
 pytestmark = pytest.mark.distributed
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.distributed
 # No equivalence check (and no reference launch) where a test is about failures, not the maths: the tests that
 # check the surviving row's parameters ask for one.
 SHORT = ("--steps", "30", "--warmup", "2", "--equiv-steps", "0", "--order-seed", "263")
-EQUIV = ("--equiv-steps", "2")
+EQUIV = replacing(SHORT, "--equiv-steps", "2")
 
 
 def _gone(pgid):
@@ -40,7 +40,7 @@ def _gone(pgid):
 
 
 def test_rank_crash_under_torchrun_is_a_failed_row_and_the_next_adapter_runs(tmp_path):
-    rows, proc = run_compare(tmp_path / "o", "-a", "ddp,spawn", *SHORT, *EQUIV,
+    rows, proc = run_compare(tmp_path / "o", "-a", "ddp,spawn", *EQUIV,
                              env={"COMPARE_FAULT": "ddp:1:exit:5"})
     ddp, spawn = rows["ddp"], rows["spawn"]
     assert ddp["status"] == "failed"
@@ -54,7 +54,7 @@ def test_rank_crash_under_torchrun_is_a_failed_row_and_the_next_adapter_runs(tmp
 def test_a_crash_after_every_rank_reported_keeps_the_row_and_says_so(tmp_path):
     # Rank 1 dies during shutdown, after its result is on disk (as a gloo peer closing first can make it abort):
     # the measurement is complete, so the row stays ok, and the record and report say what happened.
-    rows, _ = run_compare(tmp_path / "o", "-a", "spawn", *SHORT, *EQUIV, env={"COMPARE_FAULT": "spawn:1:exit:end"})
+    rows, _ = run_compare(tmp_path / "o", "-a", "spawn", *EQUIV, env={"COMPARE_FAULT": "spawn:1:exit:end"})
     rec = rows["spawn"]
     assert rec["status"] == "ok" and rec["max_param_diff"] <= 1e-5 and rec["samples_per_s"] > 0
     assert rec["shutdown_error"] == ("after every rank had written its result: rank 1 exited with code 3; "

@@ -27,7 +27,7 @@ import pytest
 
 import adapters
 
-from conftest import REPO, one_round, read_records, run_compare, wait_until
+from conftest import REPO, one_round, read_records, replacing, run_compare, wait_until
 from launchwatch import cmdline, describe, launch_progress
 
 pytestmark = pytest.mark.distributed
@@ -262,7 +262,7 @@ def test_a_run_measured_while_another_run_trains_says_so(tmp_path):
 
 def test_ctrl_c_during_the_first_launch_still_leaves_records_and_a_report(tmp_path):
     out = tmp_path / "o"
-    proc = _start("run", "-a", "dp,ddp", *SHORT, "--equiv-steps", "2", "--out", str(out),
+    proc = _start("run", "-a", "dp,ddp", *replacing(SHORT, "--equiv-steps", "2"), "--out", str(out),
                   env={"COMPARE_FAULT": "reference:0:hang:1"})
     root = psutil.Process(proc.pid)
     _wait_for(lambda: (launch_progress(root, "reference") or {}).get("step", 0) >= 1, "the reference at step 1",
@@ -474,7 +474,7 @@ def test_a_reference_that_failed_leaves_every_row_unchecked_saying_why_not_faile
     # Every row read "checked: true, passed: false" (a failed equivalence check) when no reference had run, and
     # report.md said nothing of it; the cell now says why nothing was compared
     out = tmp_path / "o"
-    rows, proc = run_compare(out, "-a", "ddp", *SHORT, "--equiv-steps", "2",
+    rows, proc = run_compare(out, "-a", "ddp", *replacing(SHORT, "--equiv-steps", "2"),
                              env={"COMPARE_FAULT": "reference:0:raise:1"})
     rec = rows["ddp"]
     assert rec["status"] == "ok" and rec["max_param_diff"] is None

@@ -30,7 +30,7 @@ import adapters
 from harness.shared import progress as progress_file
 from harness.shared.spec import Node, Topology
 
-from conftest import REPO, one_round, read_records, wait_until
+from conftest import REPO, one_round, read_records, replacing, wait_until
 
 pytestmark = pytest.mark.distributed
 SIMHOSTS = REPO / "harness" / "cluster" / "simhosts"
@@ -187,8 +187,9 @@ def test_the_same_comparison_under_slurm(cluster, tmp_path):
 
 def test_a_rank_killed_on_h2_is_named_with_its_host(cluster, tmp_path):
     out = tmp_path / "o"
-    proc = compare_on_h1(cluster, "run", "--hosts", "h1:1,h2:1", "--iface", "mn0", "-a", "spawn", *SHORT,
-                         "--steps", "30", "--equiv-steps", "0", "--timeout", "120", "--out", out,
+    proc = compare_on_h1(cluster, "run", "--hosts", "h1:1,h2:1", "--iface", "mn0", "-a", "spawn",
+                         *replacing(replacing(SHORT, "--steps", "30"), "--equiv-steps", "0"), "--timeout", "120",
+                         "--out", out,
                          env={"COMPARE_FAULT": "spawn:1:kill:3"})
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the only row failed
     row = read_records(out)["spawn"]
@@ -244,8 +245,8 @@ def test_an_unreachable_host_is_refused_before_anything_runs(cluster, tmp_path):
 def test_a_host_without_the_venv_is_a_failed_row_naming_it(cluster, tmp_path):
     out = tmp_path / "o"
     python = cluster["python_missing_on_h2"]
-    proc = compare_on_h1(cluster, "run", "--hosts", "h1:1,h2:1", "--iface", "mn0", "-a", "ddp,spawn", *SHORT,
-                         "--equiv-steps", "0", "--timeout", "120", "--out", out, python=python)
+    proc = compare_on_h1(cluster, "run", "--hosts", "h1:1,h2:1", "--iface", "mn0", "-a", "ddp,spawn",
+                         *replacing(SHORT, "--equiv-steps", "0"), "--timeout", "120", "--out", out, python=python)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     rows = read_records(out)
     for name in ("ddp", "spawn"):
