@@ -41,6 +41,11 @@ class AmpStrategy(DDPStrategy):
             # after update() is a skipped step. Compared on the device (get_scale() would sync every step).
             before = getattr(self.scaler, "_scale", None)
             before = before.clone() if before is not None else None
+            if self.max_grad_norm is not None:
+                # The gradients are scaled: clip their true norm (GradScaler's documented recipe). step() below
+                # then knows they are unscaled, and still skips the step on an overflow found here.
+                self.scaler.unscale_(self.optimizer)
+                self.clip_gradients()
             self.scaler.step(self.optimizer)
             self.scaler.update()
             after = getattr(self.scaler, "_scale", None)
@@ -48,6 +53,7 @@ class AmpStrategy(DDPStrategy):
                 dropped = (after < before).to(after.dtype)
                 self.skips = dropped if self.skips is None else self.skips + dropped
         else:
+            self.clip_gradients()  # bf16 autocast: the gradients are fp32 and unscaled
             self.optimizer.step()
 
     def skipped_steps(self):

@@ -262,7 +262,17 @@ class ApexStrategy(DDPStrategy):
         with amp.scale_loss(loss, self.optimizer) as scaled:
             scaled.backward()
 
+    def clip_gradients(self):
+        # With master weights (O2) the optimizer steps fp32 copies whose gradients amp.scale_loss's exit unscaled
+        # into: those are what apex's documentation clips, not the model's fp16 gradients.
+        if self.max_grad_norm is not None:
+            import torch
+            from apex import amp
+
+            torch.nn.utils.clip_grad_norm_(amp.master_params(self.optimizer), self.max_grad_norm)
+
     def step(self):
+        self.clip_gradients()
         # Looked up at call time: after an fp16 overflow apex swaps in a one-shot skip_step.
         self.optimizer.step()
 

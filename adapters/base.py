@@ -514,8 +514,24 @@ class Strategy(Role):
         """Backward of the step's loss (loss scaling, the engine's own backward, ...)."""
         loss.backward()
 
+    max_grad_norm: float | None = None
+    """The workload's `max_grad_norm`, set by the training loop before `wrap`: the global gradient norm to clip to
+    before every optimizer step (None: no clipping)."""
+
+    def clip_gradients(self) -> None:
+        """Clip the global norm of the averaged gradients to `max_grad_norm` (a no-op when it is None), between the
+        reduction and the optimizer step. Default: torch's clip_grad_norm_ over the user module's parameters, the
+        global norm where every rank holds the whole averaged gradient (DDP) or a DTensor shard of it (FSDP2, whose
+        norm is reduced over the mesh). A framework that clips itself, or holds the gradients elsewhere (apex's fp32
+        masters), says so here."""
+        if self.max_grad_norm is not None:
+            import torch
+
+            torch.nn.utils.clip_grad_norm_(self.unwrap(self.model).parameters(), self.max_grad_norm)
+
     def step(self) -> None:
-        """The optimizer step, after gradients are averaged over the ranks."""
+        """The optimizer step, after gradients are averaged over the ranks (and clipped: `clip_gradients`)."""
+        self.clip_gradients()
         self.optimizer.step()
 
     def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:

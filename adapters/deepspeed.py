@@ -300,8 +300,8 @@ class DeepSpeedStrategy(Strategy):
         return self.info
 
     def _ds_config(self) -> dict[str, Any]:
-        """The DeepSpeed config: batch sizes equal to the workload's, no optimizer/scheduler/clipping blocks, so
-        the workload's optimizer and LR are used untouched."""
+        """The DeepSpeed config: batch sizes equal to the workload's, no optimizer/scheduler blocks, so the
+        workload's optimizer and LR are used untouched, and its gradient clipping."""
         k, world = self.knobs, self.info.world_size
         zero: dict[str, Any] = {"stage": k.zero_stage}
         if k.reduce_bucket_elems is not None:  # unset: DeepSpeed's own default
@@ -313,9 +313,10 @@ class DeepSpeedStrategy(Strategy):
             "train_batch_size": self.global_batch,
             "train_micro_batch_size_per_gpu": self.global_batch // world,
             "gradient_accumulation_steps": 1,
-            # The workload's training rule has no clipping; DeepSpeed 0.19.8 would clip at norm 1.0 by default,
-            # which changes the maths every other adapter does (and costs a gradient-norm reduction per step).
-            "gradient_clipping": 0.0,
+            # The workload's max_grad_norm, clipped by the engine over the global norm of every rank's partition
+            # (ZeRO's optimizer sees only its own); 0 without one: DeepSpeed 0.19.8 would clip at norm 1.0 by
+            # default, which changes the maths every other adapter does (and costs a gradient-norm reduction).
+            "gradient_clipping": float(self.max_grad_norm or 0.0),
             "zero_optimization": zero,
             "bf16": {"enabled": k.precision == "bf16"},
             "fp16": {"enabled": k.precision == "fp16"},
@@ -373,6 +374,9 @@ class DeepSpeedStrategy(Strategy):
 
     def backward(self, loss):
         self.engine.backward(loss)
+
+    def clip_gradients(self):
+        pass  # the engine clips inside engine.step(), from the config's gradient_clipping (_ds_config)
 
     def step(self):
         self.engine.step()
@@ -493,7 +497,8 @@ class DeepSpeedStrategy(Strategy):
             d["note"] = (f"the workload's optimizer has a step() of its own ({self.own_step}), which ZeRO-"
                          f"{self.knobs.zero_stage} calls on this rank's partition of the fp32 parameters and "
                          f"gradients alone: what it computes across parameters (a gradient-norm clip, a global "
-                         f"statistic) sees that partition, where a single process sees them all")
+                         f"statistic) sees that partition, where a single process sees them all (a clip belongs in "
+                         f"the workload's max_grad_norm, which the engine applies to the global norm)")
         return d
 
 
@@ -612,7 +617,7 @@ class DeepSpeedCost(Cost):
         # default: scaled_global_norm) and all-gather the updated parameters. ZeRO-3 all-gathers each parameter
         # for forward, keeps it for backward within stage3_max_reuse_distance (1e9 elements), reduce-scatters the
         # gradients and all-reduces the norm (stage3.py _get_norm_groups). ZeRO-0 has no norm reduction here:
-        # gradient_clipping is 0 (_ds_config).
+        # gradient_clipping is 0 (_ds_config) unless the workload clips (one scalar more, not priced).
         return Zero(comm_backend="deepspeed", wire_scale=1.0, stage=k.zero_stage, overlap=k.zero_stage == 3,
                     norm_allreduce=k.zero_stage >= 1,
                     grad_reduce="reduce_scatter" if k.zero_stage == 3 else "all_reduce", reuse_elems=1_000_000_000,

@@ -327,6 +327,7 @@ class HorovodStrategy(Strategy):
         # counts it as communication.
         with comm_range("all-reduce"):
             self.optimizer.synchronize()
+        self.clip_gradients()  # on the averaged gradients: Horovod's documented recipe for clipping
         with self.optimizer.skip_synchronize():
             self.optimizer.step()
 

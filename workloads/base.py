@@ -154,6 +154,11 @@ class Workload(ABC):
     """Steps after which parameters are compared with the single-process reference (max_param_diff)."""
     equiv_tolerance: ClassVar[float] = 1e-5
     """Largest max_param_diff an fp32 adapter may show after `equiv_steps` steps."""
+    max_grad_norm: ClassVar[float | None] = None
+    """Clip the global gradient norm (over every parameter, every rank's share) to this before each optimizer step, as
+    the Hugging Face Trainer's max_grad_norm does; None: no clipping. Each backend clips its own way
+    (`Strategy.clip_gradients`), so it is right under ZeRO and FSDP, where a clip inside the optimizer's step() is
+    not."""
     target: ClassVar[float | None] = None
     """Eval accuracy the default settings really reach (None: not a learning benchmark)."""
     metric_name: ClassVar[str] = "test accuracy"
@@ -218,6 +223,11 @@ class Workload(ABC):
         if cls.target is not None and not (cls.eval_every and cls.max_steps_to_target):
             raise TypeError(f"workload {cls.__qualname__} has a target, so it must set eval_every and "
                             f"max_steps_to_target (the defaults of `compare run --until-target`)")
+        clip = cls.max_grad_norm
+        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float))
+                                 or not math.isfinite(clip) or clip <= 0):
+            raise TypeError(f"workload {cls.__qualname__}: max_grad_norm must be a positive number (the norm the "
+                            f"gradients are clipped to) or None (no clipping), got {clip!r}")
 
     def __init__(self, options: dict[str, Any] | None = None):
         """Build the options from `options` (text or typed values); harness.shared.options.OptionError if refused."""

@@ -60,13 +60,14 @@ from workloads.base import Data, LossError, Workload, no_loss_fix
 
 DEFAULTS: dict[str, Any] = {"global_batch": 32, "lr": 0.01, "steps": 50, "warmup": 5, "seed": 0, "target": None,
                             "eval_every": None, "max_steps_to_target": None, "equiv_steps": 10,
-                            "equiv_tolerance": 1e-5, "metric_name": None, "batch_dependence": None, "name": None,
-                            "summary": None}
+                            "equiv_tolerance": 1e-5, "max_grad_norm": None, "metric_name": None,
+                            "batch_dependence": None, "name": None, "summary": None}
 """Hyperparameters of a workload function without `@workload(...)`, and what the decorator's arguments default to:
 global batch, the learning rate at that batch (scaled linearly for another --global-batch), timed and warm-up steps,
 seed, an accuracy target (with `eval_every` and `max_steps_to_target` for --until-target), the equivalence check's
-steps and tolerance, the metric's name, why the model depends on its batch (BatchNorm: skips the check), and the
-name and summary shown in reports (default: the function's name and its docstring's first line)."""
+steps and tolerance, the global gradient norm clipped to before each optimizer step (None: no clipping), the metric's
+name, why the model depends on its batch (BatchNorm: skips the check), and the name and summary shown in reports
+(default: the function's name and its docstring's first line)."""
 
 
 def workload(**hyper: Any) -> Callable:
@@ -305,6 +306,7 @@ def from_function(fn: Callable, ref: str) -> type[FunctionWorkload]:
         "steps": hyper["steps"], "warmup": hyper["warmup"], "seed": hyper["seed"], "target": hyper["target"],
         "eval_every": hyper["eval_every"], "max_steps_to_target": hyper["max_steps_to_target"],
         "equiv_steps": hyper["equiv_steps"], "equiv_tolerance": hyper["equiv_tolerance"],
+        "max_grad_norm": hyper["max_grad_norm"],
         "batch_dependence": hyper["batch_dependence"], "fn": staticmethod(fn), "ref": ref, "made": {},
         "Options": _options(fn, ref, _arg_docs(doc)), "__module__": fn.__module__,
         "__doc__": doc,

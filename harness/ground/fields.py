@@ -43,8 +43,9 @@ class StepTime(TypedDict):
 
 class Controls(TypedDict):
     """`controls`: the conditions every row of a run shares (or states where it differs): global / per-device /
-    per-process batch, training-set size, steps, warm-up, seed, LR and its rule, precision, compression, threads per
-    rank, knobs, workload options, CUDA math settings."""
+    per-process batch, training-set size, steps, warm-up, seed, LR and its rule, the gradient-norm clip
+    (`max_grad_norm`, where the workload clips), precision, compression, threads per rank, knobs, workload options,
+    CUDA math settings."""
 
     global_batch: int
     lr: Number
@@ -56,6 +57,9 @@ class Controls(TypedDict):
     knobs: dict[str, Any]
     threads_per_rank: list[int]
     workload_options: dict[str, Any]
+    max_grad_norm: NotRequired[Number]
+    """The workload's `max_grad_norm`: the global gradient norm every row clipped to before each optimizer step, each
+    backend its own way; absent where nothing was clipped."""
     loss_normalisation: NotRequired[str]
     """`global count`: the loss is over a counted number of items (tokens that are not padding, masked positions),
     each rank's divided by the count's mean over the ranks (one all-reduce a step), as a single process divides the

@@ -50,6 +50,7 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
     lr = workload.lr(spec.global_batch)
     optimizer = workload.make_optimizer(model, lr)
     adapter.units = workload.shard_groups(model)  # what a sharding adapter wraps one by one, tied modules together
+    adapter.max_grad_norm = workload.max_grad_norm  # before wrap: a framework that clips itself is configured there
     model, optimizer = adapter.wrap(model, optimizer)
     data = workload.materialize(info.device, spec.global_batch)
     n_train = data.n_train

@@ -264,6 +264,8 @@ def _controls(rows) -> list[str]:
         f"parameters{frozen_note(f)}; options {ctl['workload_options']}.",
         f"- Global batch {ctl['global_batch']} for every adapter; learning rate {ctl['lr']:g} ({ctl['lr_rule']}); "
         f"seed {ctl['seed']}; same initial weights and data order everywhere"
+        + (f"; the global gradient norm clipped to {ctl['max_grad_norm']:g} before every optimizer step, each "
+           f"backend its own way" if ctl.get("max_grad_norm") is not None else "")
         + ("; the loss is over a counted number of items, and each rank divides its sum by the count's mean over the "
            "ranks (one all-reduce of the count a step), as a single process divides by the global batch's count."
            if ctl.get("loss_normalisation") == "global count" else "."),
