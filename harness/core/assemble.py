@@ -157,8 +157,8 @@ def controls(spec, workload) -> dict[str, Any]:
            "workload_options": workload.describe()["options"]}
     if workload.reads_through_loader():
         out["loader_workers"] = spec.loader_workers
-    if workload.max_grad_norm is not None:  # absent where nothing is clipped, as in every record before it existed
-        out["max_grad_norm"] = workload.max_grad_norm
+    if spec.max_grad_norm is not None:  # absent where nothing is clipped, as in every record before it existed
+        out["max_grad_norm"] = spec.max_grad_norm
     return out
 
 

@@ -77,6 +77,8 @@ class RunPlan(Plan):
     """Seed of the rows' shuffled order within each round (`compare run`: --order-seed, or a fresh one)."""
     loader_workers: int = 0
     """DataLoader workers per rank (a workload whose training data is a Dataset)."""
+    max_grad_norm: float | None = None
+    """The global gradient norm every row clips to (--max-grad-norm, else the workload's); None: no clipping."""
     param_count: int | None = None
     """The model's parameters, counted on the meta device before launching (None where that was not done)."""
     join: list[Path] | None = None

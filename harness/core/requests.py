@@ -90,6 +90,9 @@ class Training(Section):
     """Warm-up steps, discarded (default: the workload's)."""
     global_batch: int | None = field(default=None, metadata=cli("--global-batch"))
     """Global batch (default: the workload's); LR follows its rule."""
+    max_grad_norm: float | None = field(default=None, metadata=cli("--max-grad-norm"))
+    """Clip the global gradient norm to this before every optimizer step, each backend its own way (default: the
+    workload's max_grad_norm, usually none)."""
     equiv_steps: int | None = field(default=None, metadata=cli("--equiv-steps"))
     """Steps compared with the single-process reference (0: skip)."""
     fault: str | None = None

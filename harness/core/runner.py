@@ -8,6 +8,7 @@ stand on this module as siblings; a helper two commands need lives here, never i
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -64,6 +65,9 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
             raise BadInput(f"{name} must be at least {least}, got {value}")
         if value is not None and name != "--global-batch" and value > MAX_STEPS:
             raise BadInput(f"{name} must be at most {MAX_STEPS:,} steps, got {value}")
+    if req.max_grad_norm is not None and not (math.isfinite(req.max_grad_norm) and req.max_grad_norm > 0):
+        raise BadInput(f"--max-grad-norm must be a positive number (the global gradient norm clipped to), got "
+                       f"{req.max_grad_norm:g}")
     _check_until_target_flags(req)
     # The rows and the cores they need before anything about the batch or the model: a world size the machine
     # cannot run is the problem to name, not the batch it does not divide (`-n 10000` was answered with that).
@@ -110,7 +114,8 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
     refuse_for_model(req, built, workload, explicit)
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
-                   loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params)
+                   loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params,
+                   max_grad_norm=workload.max_grad_norm if req.max_grad_norm is None else req.max_grad_norm)
 
 
 def refuse_for_model(req: RunRequest, rows: list[Row], workload, explicit: bool) -> None:
@@ -479,7 +484,7 @@ def make_spec(p: RunPlan, adapter: str, rank_dir: Path, *, processes: int, steps
     req = p.request
     spec = RunSpec(adapter=adapter, workload=workloads.resolvable(req.workload), world_size=req.world_size,
                    device=req.device, loader_workers=p.loader_workers,
-                   global_batch=p.global_batch, steps=steps, warmup=warmup,
+                   global_batch=p.global_batch, steps=steps, warmup=warmup, max_grad_norm=p.max_grad_norm,
                    threads=hosts.threads_per_process(processes, req.threads, topology), rank_dir=str(rank_dir),
                    equiv_steps=equiv, knobs=knobs, workload_options=dict(pairs(req.options, "option")),
                    fault=req.fault, eval=do_eval, topology=topology, bind_cores=req.bind_cores, **extra)

@@ -97,6 +97,9 @@ class RunSpec:
     """Directory where every rank writes rank<k>.json (and rank 0 the parameter snapshot)."""
     equiv_steps: int = 0
     """Snapshot parameters after this many steps for the equivalence check (0: no snapshot)."""
+    max_grad_norm: float | None = None
+    """Clip the global gradient norm to this before every optimizer step (--max-grad-norm, else the workload's);
+    None: no clipping."""
     knobs: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
     bind_cores: bool = False

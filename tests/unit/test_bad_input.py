@@ -80,6 +80,10 @@ CASES = [
      "global batch 63 is not divisible by world size 2; choose a --global-batch that is a multiple of 2"),
     ("run-batch-0", ["run", "--global-batch", "0"], "--global-batch must be at least 1, got 0"),
     ("run-batch-negative", ["run", "--global-batch", "-64"], "--global-batch must be at least 1, got -64"),
+    ("run-clip-0", ["run", "--max-grad-norm", "0"],
+     "--max-grad-norm must be a positive number (the global gradient norm clipped to), got 0"),
+    ("run-clip-nan", ["run", "--max-grad-norm", "nan"],
+     "--max-grad-norm must be a positive number (the global gradient norm clipped to), got nan"),
     ("run-batch-above-train-set", ["run", "--global-batch", "2048"],
      "global batch 2048 is larger than workload digits's training set (1437 samples); choose a --global-batch of "
      "at most 1437"),

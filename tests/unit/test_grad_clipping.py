@@ -5,7 +5,6 @@ engine handed it as its config's gradient_clipping with nothing clipped by hand.
 single process's in a real run is tests/distributed/test_grad_clipping.py's."""
 
 import contextlib
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,6 +18,10 @@ from adapters.base import RankInfo
 from adapters.reference import ReferenceAdapter
 from conftest import REPO
 from harness.core import assemble
+from harness.core.comparison import plan
+from harness.core.requests import RunRequest
+from harness.core.runner import make_spec
+from harness.ground.argv import to_argv
 from harness.shared.registry import BadReference
 from workloads import Pieces, workload
 from workloads.function import from_function
@@ -50,14 +53,20 @@ def _grad_norm_of(groups) -> float:
     return float(torch.linalg.vector_norm(torch.cat([p.grad.flatten() for g in groups for p in g["params"]])))
 
 
-def test_the_decorator_takes_max_grad_norm_and_the_run_records_it_in_its_controls():
-    w = workloads.get(f"{MODELS}:clipped")
-    assert w.max_grad_norm == 0.05
-    spec = SimpleNamespace(global_batch=16, steps=3, warmup=1, threads=1, bind_cores=False, knobs={},
-                           loader_workers=0)
-    assert assemble.controls(spec, w)["max_grad_norm"] == 0.05
-    unclipped = workloads.get(f"{MODELS}:own_optimizer")
-    assert unclipped.max_grad_norm is None and "max_grad_norm" not in assemble.controls(spec, unclipped)
+@pytest.mark.parametrize("workload, flag, clip", [("clipped", None, 0.05), ("clipped", 2.5, 2.5),
+                                                   ("own_optimizer", None, None), ("own_optimizer", 1.0, 1.0)])
+def test_the_workloads_max_grad_norm_or_the_flag_reaches_every_launch_and_the_controls(tmp_path, workload, flag,
+                                                                                      clip):
+    # The decorator's hyperparameter is the default; --max-grad-norm overrides it, as --global-batch does its batch
+    assert workloads.get(f"{MODELS}:clipped").max_grad_norm == 0.05
+    p = plan(RunRequest(workload=f"{MODELS}:{workload}", adapters=["ddp"], steps=1, warmup=0, max_grad_norm=flag,
+                        out=tmp_path / "o"))
+    assert p.max_grad_norm == clip
+    spec = make_spec(p, "ddp", tmp_path, processes=2, steps=1, warmup=0, equiv=0, knobs={}, do_eval=False, extra={})
+    assert spec.max_grad_norm == clip
+    controls = assemble.controls(spec, p.workload)
+    assert controls.get("max_grad_norm") == clip and ("max_grad_norm" in controls) == (clip is not None)
+    assert to_argv(RunRequest(max_grad_norm=flag)).count("--max-grad-norm") == (flag is not None)
 
 
 def test_the_fixtures_clip_bites_its_gradient_norm_is_far_above_it():
