@@ -191,7 +191,7 @@ DISTRIBUTED_LONGEST_FIRST = (
     "test_your_models_as_built.py", "test_hardening.py", "test_transformer.py", "test_user_workloads.py",
     "test_horovod.py", "test_tune.py", "test_comparison.py", "test_deepspeed_collectives.py", "test_deepspeed.py",
     "test_breakdown.py", "test_time_to_target.py", "test_fsdp.py", "test_comm.py", "test_multinode_loopback.py",
-    "test_comm_hooks.py", "test_grad_clipping.py", "test_ab_rows.py", "test_repeats.py", "test_own_backend.py",
+    "test_comm_hooks.py", "test_clipped_training.py", "test_ab_rows.py", "test_repeats.py", "test_own_backend.py",
     "test_scale.py", "test_bind_cores.py",
 )
 

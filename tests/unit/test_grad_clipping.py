@@ -2,7 +2,7 @@
 and its refusals, the run's controls, the default step clipping the gradients of the user's module before the
 optimizer's step, amp's GradScaler unscaled first, Horovod's clip between synchronize() and step(), and DeepSpeed's
 engine handed it as its config's gradient_clipping with nothing clipped by hand. That every backend's clip matches the
-single process's in a real run is tests/distributed/test_grad_clipping.py's."""
+single process's in a real run is tests/distributed/test_clipped_training.py's."""
 
 import contextlib
 
