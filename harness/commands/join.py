@@ -52,6 +52,7 @@ def join(req: JoinRequest) -> None:
             dirs.append(x)
     if len(dirs) < 2:
         fail(f"compare join needs two runs or more; got {len(dirs)} ({', '.join(map(str, req.runs))})")
+    joins.unfinished(dirs)
     named = [(str(d), read_results(d, ("run",))) for d in dirs]
     joins.check(named)
     if records_file(req.out) is not None:  # before --force is offered: it would not help

@@ -32,6 +32,7 @@ def report(req: ReportRequest) -> None:
     joined = directory.is_dir() and joins.manifest(directory)
     if joined and records_file(directory) is None:  # a join of earlier runs (`compare join`): nothing of its own
         try:
+            joins.unfinished(joins.session_dirs(directory))
             loaded = joins.load(directory)
             joins.check(loaded)
             sessions.render(directory, loaded, joined.get("command"))

@@ -102,6 +102,7 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
 
     try:
         dirs = joins.session_dirs(req.join)
+        joins.unfinished(dirs)
     except joins.NotJoinable as exc:
         raise BadInput(f"--join {req.join}: {exc}") from None
     if any(d.resolve() == p.out.resolve() for d in dirs):

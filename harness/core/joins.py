@@ -7,6 +7,7 @@ records stay in each run and remain the single source.
 
     check(named)            one line (NotJoinable) unless the runs are the same request on the same machine
     session_dirs(DIR)       the runs DIR stands for; load(DIR) their records
+    unfinished(dirs)        one line (NotJoinable) where a live compare run is still writing one of them
     known(env, workload)    the between-session spread this machine's cache holds (store() keeps it)
 """
 
@@ -180,6 +181,18 @@ def session_dirs(directory: Path) -> list[Path]:
     if data is None:
         return [directory]
     return [Path(os.path.normpath(directory / p)) for p in data["sessions"]]
+
+
+def unfinished(dirs: list[Path]) -> None:
+    """NotJoinable (one line) where a live compare run still holds one of `dirs` (its lock): its records are half
+    written, so a verdict over it, and the between-session spread kept from it, would describe part of a run."""
+    from harness.ground import outdir
+
+    for d in dirs:
+        pid = outdir.holder(d)
+        if pid is not None:
+            raise NotJoinable(f"{d} is being written by a compare run that has not finished "
+                              f"({f'pid {pid}' if pid > 0 else 'its pid is not recorded'}); join it when it ends")
 
 
 def write_manifest(directory: Path, dirs: list[Path], command: str) -> None:

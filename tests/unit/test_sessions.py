@@ -559,3 +559,39 @@ def test_join_into_a_run_directory_says_so_before_offering_force(tmp_path, monke
         assert shown.exit_code == 2 and shown.stderr == (f"error: {out} holds a run's records; give a new directory "
                                                          f"for the join\n"), shown.stderr
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_run_still_being_written_is_not_joined(tmp_path, monkeypatch):
+    """`compare join` took a run whose .compare.lock a live `compare run` held (its records half written) as a whole
+    session, and kept the between-session spread measured with it; `compare report` already refused such a run."""
+    import os
+
+    from harness.ground import outdir
+
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(4)
+    a, b, c = (_run(tmp_path, name, _values(rng, 0.0), here=True) for name in ("a", "b", "c"))
+    out = tmp_path / "joined"
+    live = f"is being written by a compare run that has not finished (pid {os.getpid()}); join it when it ends\n"
+    claim = outdir.Claim(c)
+    try:
+        shown = CliRunner().invoke(app, ["join", str(out), str(a), str(b), str(c)])
+        assert shown.exit_code == 2 and shown.stdout == "" and shown.stderr == f"error: {c} {live}", shown.output
+        assert not out.exists() and not (tmp_path / "cache" / joins.CACHE_FILE).exists()
+    finally:
+        claim.release()
+    assert CliRunner().invoke(app, ["join", str(out), str(a), str(b), str(c)]).exit_code == 0
+    report = (out / "report.md").read_bytes()
+    (tmp_path / "cache" / joins.CACHE_FILE).unlink()
+    claim = outdir.Claim(b)  # a join re-rendered while one of its runs is being written again (--force)
+    try:
+        shown = CliRunner().invoke(app, ["report", str(out)])
+        assert shown.exit_code == 2 and shown.stderr == f"error: {b} {live}", shown.output
+        assert (out / "report.md").read_bytes() == report and not (tmp_path / "cache" / joins.CACHE_FILE).exists()
+        from conftest import compare_cli
+
+        shown = compare_cli("run", "--join", str(out), "--out", str(tmp_path / "new"), "-a", "ddp,spawn,horovod",
+                            "--steps", "280", "--repeats", "3")
+        assert shown.returncode == 2 and shown.stderr == f"error: --join {out}: {b} {live}", shown.stderr
+    finally:
+        claim.release()
