@@ -5,7 +5,8 @@ Runs in: the parent. A join is a directory with `sessions.json`: the runs it joi
 a run's own records when `compare run --join DIR` made it), beside the command that made it. Nothing is copied: the
 records stay in each run and remain the single source.
 
-    check(named)            one line (NotJoinable) unless the runs are the same request on the same machine
+    check(named)            one line (NotJoinable) unless the runs are the same request on the same machine and
+                            software
     session_dirs(DIR)       the runs DIR stands for; load(DIR) their records
     unfinished(dirs)        one line (NotJoinable) where a live compare run is still writing one of them
     known(env, workload)    the between-session spread this machine's cache holds (store() keeps it)
@@ -57,6 +58,13 @@ IDENTITY = (("workload", lambda rs: rs[0].get("workload")),
 MACHINE = (("CPU", lambda env: env.get("cpu_model")), ("usable cores", lambda env: env.get("cpu_cores_usable")),
            ("GPUs", lambda env: env.get("gpus") or []))
 """What makes two runs the same machine (a change of it compares machines, not sessions)."""
+SOFTWARE = (("torch", lambda env: env.get("torch"), "torch {}"), ("Python", lambda env: env.get("python"), "Python {}"),
+            ("tuning variables", lambda env: env.get("tuning_env"), "with tuning variables {}"))
+"""What the runs ran on beyond the machine (their env): another torch, Python or tuning variables (OPENBLAS_*,
+NCCL_*, ...) changes what each row does, so sessions share them; "with {}" words each in a refusal. A version a
+record does not hold is left out. Another commit of compare is allowed (and said: the join names it)."""
+FRAMEWORK = ("framework", lambda r: (r.get("adapter_info") or {}).get("framework"))
+"""What each row's framework says it is (its adapter's describe(): "deepspeed 0.19.8"), held like SOFTWARE."""
 CONDITIONS = (("warm-up steps", lambda r: (r.get("controls") or {}).get("warmup")),
               ("seed", lambda r: (r.get("controls") or {}).get("seed")),
               ("threads per rank", lambda r: (r.get("controls") or {}).get("threads_requested")),
@@ -91,6 +99,25 @@ def condition_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[
             for what in ca[label] if what in cb[label] and ca[label][what] != cb[label][what]]
 
 
+def software_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[tuple[str | None, str, Any, Any]]:
+    """(row or None, what, a's value, b's value) for the software (SOFTWARE: the run's; FRAMEWORK: a row's) both runs
+    say and give differently."""
+    ea, eb = env_of(a), env_of(b)
+    out: list[tuple[str | None, str, Any, Any]] = [
+        (None, what, get(ea), get(eb)) for what, get, _ in SOFTWARE
+        if get(ea) is not None and get(eb) is not None and get(ea) != get(eb)]
+    what, get = FRAMEWORK
+    fa = {r["label"]: get(r) for r in a if r.get("label") and get(r) is not None}
+    fb = {r["label"]: get(r) for r in b if r.get("label") and get(r) is not None}
+    ta, tb = ea.get("torch"), eb.get("torch")
+
+    def torchs(x):  # a framework that names torch's version ("torch 2.13.0+cpu") changed with torch, said once
+        return str(x).replace(ta, tb) if ta and tb else x
+
+    return out + [(label, what, fa[label], fb[label]) for label in fa
+                  if label in fb and fa[label] != fb[label] and torchs(fa[label]) != fb[label]]
+
+
 def _shown(value) -> str:
     if isinstance(value, list):
         return ",".join(map(str, value)) or "none"
@@ -113,7 +140,8 @@ def launches(records: list[dict[str, Any]]) -> tuple:
 def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) -> None:
     """NotJoinable (one line) unless every run is a `compare run` of the same request (workload and its options,
     rows, world size, global batch, timed steps; each row's knobs, threads, warm-up, seed, binding, DataLoader workers
-    and oversubscription) on the same machine (CPU model, usable cores, GPUs), the first
+    and oversubscription) on the same machine (CPU model, usable cores, GPUs) and software (torch, Python, tuning
+    variables, each row's framework), the first
     run being the reference. `machines=False` leaves the machine out (`compare diff --across-machines`)."""
     first_name, first = named[0]
     seen: dict[tuple, str] = {}
@@ -142,6 +170,13 @@ def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) 
                     raise NotJoinable(f"{name} ran on another machine than {first_name} ({what} "
                                       f"{_shown(get(env_of(records)))} against {_shown(get(env_of(first)))}): sessions "
                                       "are runs on the same machine")
+        changed = software_changes(first, records)
+        if changed:
+            label, what, was, now = changed[0]
+            how = next((f for w, _, f in SOFTWARE if w == what), "row " + str(label) + " with {}")
+            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+            raise NotJoinable(f"{name} ran {how.format(_shown(now))} against {_shown(was)} in {first_name}{more}: "
+                              "sessions are runs of the same software; `compare diff` compares two conditions")
         changed = condition_changes(first, records)
         if changed:
             label, what, was, now = changed[0]

@@ -37,6 +37,8 @@ CONTEXT = (("torch", lambda r: (r.get("env") or {}).get("torch")),
            ("git commit", lambda r: (r.get("env") or {}).get("git_commit")),
            ("CPU", lambda r: (r.get("env") or {}).get("cpu_model")),
            ("python", lambda r: (r.get("env") or {}).get("python")),
+           ("tuning variables", lambda r: None if (r.get("env") or {}).get("tuning_env") is None else ",".join(
+               f"{k}={v}" for k, v in r["env"]["tuning_env"].items()) or "none"),
            ("timed steps", lambda r: (r.get("controls") or {}).get("steps")),
            ("nodes", lambda r: (r.get("topology") or {}).get("nodes") or 1),
            ("processes per node", lambda r: (r.get("topology") or {}).get("processes_per_node")
@@ -46,7 +48,8 @@ CONTEXT = (("torch", lambda r: (r.get("env") or {}).get("torch")),
             or [(r.get("env") or {}).get("cpu_cores_usable")]),
            ("threads per rank", lambda r: (r.get("controls") or {}).get("threads_per_rank")))
 """What may differ between the runs, said beside the ratios (the usual reason to diff two runs): the code and its
-versions, the machine, and how the ranks were laid out and started (one node against two, ssh against SLURM)."""
+versions (each row's framework too: joins.software_changes), the tuning variables, the machine, and how the ranks
+were laid out and started (one node against two, ssh against SLURM)."""
 
 
 class NotComparable(BadInput):
@@ -149,6 +152,9 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
     context += [(f"{label}'s {what}", "default" if x is None else x, "default" if y is None else y)
                 for label, what, x, y in joins.condition_changes(sa[0][1], sb[0][1])
                 if label in common and what not in said]
+    # a row's framework at another version (deepspeed 0.19.8 against 0.18.0; one that only names torch's, not again)
+    context += [(f"{label}'s {what}", x, y) for label, what, x, y in joins.software_changes(sa[0][1], sb[0][1])
+                if label in common]
     every = {r["label"] for _, records in sa + sb for r in records}
     return {"rows": rows, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
             "unmeasured": sorted(every - set(in_a) - set(in_b)), "margin": margin,

@@ -272,12 +272,35 @@ def test_what_differs_names_how_the_ranks_were_laid_out_and_started():
 
 def test_what_differs_reads_every_session_of_a_side_not_its_first():
     # a join of runs on two commits against one on the second: "git commit d7575ff → aad7823" claimed the whole of A
-    # ran the first
+    # ran the first (sessions of two torch versions are no longer joined; of two commits they are)
     rng = random.Random(3)
-    a, b = _side(rng, 2, 0.02, 0.02, torch="2.12.0"), _side(rng, 2, 0.02, 0.02)
-    for r in a[1][1]:
-        r["env"] = {**r["env"], "torch": "2.13.0"}
+
+    def commit(side, *names):
+        for (_, records), name in zip(side, names):
+            for r in records:
+                r["env"] = {**r["env"], "git_commit": name}
+        return side
+
+    a, b = commit(_side(rng, 2, 0.02, 0.02), "d7575ff", "aad7823"), commit(_side(rng, 2, 0.02, 0.02), *["aad7823"] * 2)
     d = diff.compare(a, b)
-    assert ("torch", "2.12.0, 2.13.0", "2.13.0") in d["context"]
-    same = diff.compare(_side(rng, 2, 0.02, 0.02), b)
-    assert not any(what == "torch" for what, _, _ in same["context"])
+    assert ("git commit", "d7575ff, aad7823", "aad7823") in d["context"]
+    same = diff.compare(commit(_side(rng, 2, 0.02, 0.02), *["aad7823"] * 2), b)
+    assert not any(what == "git commit" for what, _, _ in same["context"])
+
+
+def test_what_differs_names_a_frameworks_version_and_the_tuning_variables():
+    # it named torch alone: a diff of DeepSpeed 0.19.8 against 0.18.0, or of runs under other OPENBLAS_* or NCCL_*
+    # variables, said only that the commit differed
+    def run(framework, tuning, torch="2.13.0"):
+        recs = _records({"ddp": [100.0, 101.0, 99.0], "deepspeed": [90.0, 91.0, 89.0]}, torch=torch)
+        for r in recs:
+            r["env"]["tuning_env"] = tuning
+            r["adapter_info"] = {"framework": framework if r["label"] == "deepspeed" else f"torch {torch}"}
+        return recs
+
+    d = diff.compare(run("deepspeed 0.19.8", {"OPENBLAS_CORETYPE": "Haswell"}), run("deepspeed 0.18.0", {}))
+    assert ("What differs: tuning variables OPENBLAS_CORETYPE=Haswell → none; deepspeed's framework deepspeed 0.19.8 "
+            "→ deepspeed 0.18.0.") in "\n".join(diff.lines(d))
+    # another torch is said once, not again as every row's framework that names it
+    d = diff.compare(run("deepspeed 0.19.8", {}), run("deepspeed 0.19.8", {}, torch="2.14.0"))
+    assert "What differs: torch 2.13.0 → 2.14.0." in "\n".join(diff.lines(d))

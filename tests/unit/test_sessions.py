@@ -294,12 +294,34 @@ def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_mac
      "ran row ddp with threads per rank 2 against 1 in {a} (and 2 more)"),
     (dict(change=lambda r: r["controls"].update(warmup=5)), "ran row ddp with warm-up steps 5 against 20 in {a}"),
     (dict(change=lambda r: r.update(oversubscribed=True)), "ran row ddp with oversubscribed True against False in {a}"),
+    # another torch, Python, framework or tuning variables is another condition, not another session (an audit joined
+    # runs of DeepSpeed 0.19.8 and 0.18.0, and of torch 2.12 and 2.13, and the join said neither); another commit of
+    # compare stays joinable, and is said
+    (dict(change=lambda r: r["env"].update(torch="2.12.0+cpu")),
+     "ran torch 2.12.0+cpu against 2.13.0+cpu in {a}: sessions are runs of the same software; `compare diff` "
+     "compares two conditions\n"),
+    (dict(change=lambda r: r["env"].update(python="3.12.1")),
+     "ran Python 3.12.1 against 3.11.7 in {a}: sessions are runs of the same software; `compare diff` compares two "
+     "conditions\n"),
+    (dict(both=lambda r: r["env"].update(tuning_env={"OPENBLAS_CORETYPE": "Haswell"}),
+          change=lambda r: r["env"].update(tuning_env={"OPENBLAS_CORETYPE": "Haswell", "OMP_PROC_BIND": "true"})),
+     "ran with tuning variables OPENBLAS_CORETYPE=Haswell,OMP_PROC_BIND=true against OPENBLAS_CORETYPE=Haswell in "
+     "{a}: sessions are runs of the same software"),
+    (dict(values=lambda rng: {"ddp": [rng.gauss(1000, 10) for _ in range(4)],
+                              "deepspeed": [rng.gauss(900, 10) for _ in range(4)]},
+          change=lambda r: r["adapter_info"].update(framework="deepspeed 0.18.0") if r["label"] == "deepspeed" else 0),
+     "ran row deepspeed with deepspeed 0.18.0 against deepspeed 0.19.8 in {a}: sessions are runs of the same "
+     "software; `compare diff` compares two conditions\n"),
 ])
 def test_runs_of_another_request_or_machine_are_not_joined(tmp_path, monkeypatch, other, message):
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
     rng = random.Random(4)
-    a = _run(tmp_path, "a", _values(rng, 0.0))
-    b = _run(tmp_path, "b", _values(rng, 0.0), **other)
+    values, both = other.pop("values", None), other.pop("both", None)
+    values = values or (lambda rng: _values(rng, 0.0))
+    a = _run(tmp_path, "a", values(rng), change=both)
+    change = other.pop("change", None)
+    b = _run(tmp_path, "b", values(rng), **other,
+             change=change and (lambda r: [f(r) for f in (both, change) if f]))
     out = tmp_path / "joined"
     shown = CliRunner().invoke(app, ["join", str(out), str(a), str(b)])
     assert shown.exit_code == 2 and shown.stdout == ""
@@ -381,6 +403,22 @@ def test_run_join_refuses_a_row_under_another_knob_or_binding_before_anything_ru
         assert shown.returncode == 2 and shown.stdout == "", shown.stdout
         assert shown.stderr.startswith(f"error: --join {d}: this run " + message.format(d=d)), shown.stderr
         assert shown.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_run_join_refuses_another_python_before_anything_runs(tmp_path):
+    import platform
+
+    from conftest import compare_cli
+
+    d = _run(tmp_path, "earlier", _values(random.Random(6), 0.0), here=True,
+             change=lambda r: r["env"].update(python="2.7.18"))
+    out = tmp_path / "new"
+    shown = compare_cli("run", "--join", str(d), "--out", str(out), "-a", "ddp,spawn,horovod", "--steps", "280",
+                        "--repeats", "3", "--bind-cores")
+    assert shown.returncode == 2 and shown.stdout == "", shown.stdout
+    assert shown.stderr.startswith(f"error: --join {d}: this run ran Python {platform.python_version()} against "
+                                   f"2.7.18 in {d}: sessions are runs of the same software"), shown.stderr
+    assert not out.exists()
 
 
 def test_sessions_with_too_few_launches_to_rank_are_joined_into_a_verdict_of_nothing_to_rank(tmp_path, monkeypatch):
