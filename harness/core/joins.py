@@ -9,7 +9,7 @@ records stay in each run and remain the single source.
                             software
     session_dirs(DIR)       the runs DIR stands for; load(DIR) their records
     unfinished(dirs)        one line (NotJoinable) where a live compare run is still writing one of them
-    known(env, workload)    the between-session spread this machine's cache holds (store() keeps it)
+    known(env, workload, options)  the between-session spread this machine's cache holds (store() keeps it)
 """
 
 from __future__ import annotations
@@ -265,48 +265,59 @@ def _machine_key(env: dict[str, Any]) -> str:
     return json.dumps([env.get("host_key"), *(get(env) for _, get in MACHINE)])
 
 
+def _request_key(workload: str, options: dict[str, Any] | None) -> str:
+    """A workload under its options (another size of model spreads otherwise): what the cache keeps a spread by."""
+    return json.dumps([workload, options or {}], sort_keys=True)
+
+
 STORED_SESSIONS = 3
 """The fewest sessions whose between-session spread is kept for later runs' verdicts to quote: two give each pair's
 variance one degree of freedom (a throwaway join of two short runs once put it at 41% for every later run)."""
 
 
-def store(env: dict[str, Any], workload: str, spread: dict[str, Any]) -> bool:
-    """Keep the between-session spread a verdict over sessions measured, for this host and workload, where every
-    session ran on this very host (`spread["hosts"]`, their env's host_key: a join of runs made on another machine of
-    the same CPU, a committed one re-rendered, says nothing of this one), it rests on at least STORED_SESSIONS sessions
-    and its last session is no older than the kept one's (the latest describes the machine as it is now; the same
-    join, re-rendered, replaces its own). Best effort: a cache that cannot be written costs nothing but the sentence.
-    Returns whether it was kept."""
+def store(env: dict[str, Any], workload: str, options: dict[str, Any] | None, spread: dict[str, Any]) -> bool:
+    """Keep the between-session spread a verdict over sessions measured, for this host and the workload under its
+    options, where every session ran on this very host (`spread["hosts"]`, their env's host_key: a join of runs made
+    on another machine of the same CPU, a committed one re-rendered, says nothing of this one), it rests on at least
+    STORED_SESSIONS sessions (sessions/spread() keeps only a complete join: every session ranked every row, none
+    with a failed launch) and its newest session started no earlier than the kept one's (`spread["newest"]`, a time:
+    the latest describes the machine as it is now; an older join re-rendered, the same day or later, does not
+    replace it; the same join re-rendered replaces its own). Best effort: a cache that cannot be written costs
+    nothing but the sentence. Returns whether it was kept."""
     from harness.ground.provenance import host_key
     from harness.shared import cache
 
     here = host_key()
     if (spread.get("sessions") or 0) < STORED_SESSIONS or here is None or env.get("host_key") != here \
-            or any(h != here for h in spread.get("hosts") or [None]):
+            or any(h != here for h in spread.get("hosts") or [None]) or not spread.get("newest"):
         return False
     data = cache.read_dict(CACHE_FILE)
     mine = data.setdefault(_machine_key(env), {})
-    kept = mine.get(workload)
-    if (isinstance(kept, dict) and kept.get("where") != spread.get("where")
-            and str(kept.get("date") or "") > str(spread.get("date") or "")):
+    key = _request_key(workload, options)
+    kept = mine.get(key)
+    if (isinstance(kept, dict) and kept.get("complete") and kept.get("where") != spread.get("where")
+            and str(kept.get("newest") or "") > str(spread["newest"])):
         return False
-    mine[workload] = {**{k: v for k, v in spread.items() if k != "hosts"}, "workload": workload}
+    mine[key] = {**{k: v for k, v in spread.items() if k != "hosts"}, "workload": workload,
+                 "options": options or {}, "complete": True}
     cache.write_dict(CACHE_FILE, data)
     return True
 
 
-def known(env: dict[str, Any], workload: str) -> dict[str, Any] | None:
-    """The between-session spread this host's cache holds for `workload` (else the latest for another workload,
-    which it names), or None (also for records that do not name their host)."""
+def known(env: dict[str, Any], workload: str, options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The between-session spread this host's cache holds for `workload` under `options` (else the one of the newest
+    sessions for another request, which it names), or None (also for records that do not name their host). Only
+    spreads kept as complete joins are quoted: one kept before (of any join) is not."""
     from harness.shared import cache
 
     if not env.get("host_key"):
         return None
     mine = cache.read_dict(CACHE_FILE).get(_machine_key(env)) or {}
-    if not isinstance(mine, dict) or not mine:
+    if not isinstance(mine, dict):
         return None
-    entry = mine.get(workload) or max(mine.values(), key=lambda e: e.get("date", "") if isinstance(e, dict) else "")
     need = ("sessions", "pairs", "tau_median", "tau_max", "se_median", "date", "workload")
-    if not (isinstance(entry, dict) and all(k in entry for k in need)):
+    whole = {k: e for k, e in mine.items() if isinstance(e, dict) and e.get("complete") and all(n in e for n in need)}
+    if not whole:
         return None
-    return {**{k: entry[k] for k in need}, **{k: entry[k] for k in ("rows", "steps") if entry.get(k)}}
+    entry = whole.get(_request_key(workload, options)) or max(whole.values(), key=lambda e: str(e.get("newest")))
+    return {**{k: entry[k] for k in need}, **{k: entry[k] for k in ("rows", "steps", "options") if entry.get(k)}}

@@ -90,7 +90,9 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                          "disturbed": sum(bool((r.get("noise") or {}).get("flags")) for r in records
                                           if r.get("status") in MEASURED and r.get("label") != "reference"),
                          "measured": sum(r.get("status") in MEASURED and r.get("label") != "reference"
-                                         for r in records)} for (name, records), (_, a) in zip(sessions, per)],
+                                         for r in records),
+                         "time": max(str(r.get("time_utc") or "") for r in records),
+                         "failed": failed(records)} for (name, records), (_, a) in zip(sessions, per)],
            "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each; {m} pair"
                            f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds, combined over "
                            "the sessions with each session counted once (the mean of their log estimates, a 95% "
@@ -112,12 +114,21 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
     missing = [k for k in dict.fromkeys([*asked, *(k for _, a in per for k in a["rows"])])
                if k not in ranked and k not in left_out and k in {k for _, a in per for k in [*a["rows"],
                                                                                          *a["unmeasured"]]}]
+    # every session ranked every row with its launches, none failed: what a spread kept for later runs rests on
+    out["complete"] = (ranks and not missing and all(len(ok[k]) == len(sessions) for k in ranked)
+                       and not any(s["failed"] for s in out["sessions"]))
     if missing:
         out["lines"].append(f"Not in the joined verdict (a row needs {MIN_LAUNCHES} measured launches in two sessions "
                             "or more): " + "; ".join(f"{k} (" + "; ".join(f"S{i}: {_launches_in(a, k)}"
                                                                           for i, (_, a) in enumerate(per, 1)) + ")"
                                                      for k in missing) + ".")
     return out
+
+
+def failed(records: list[dict[str, Any]]) -> int:
+    """How many of a run's launches failed (timed out, diverged, interrupted, not run: neither measured nor a row
+    unavailable here)."""
+    return sum(r.get("status") not in (*MEASURED, "unavailable") and r.get("label") != "reference" for r in records)
 
 
 def span(sessions: list[tuple[str, list[dict[str, Any]]]]) -> str:
@@ -148,14 +159,20 @@ def _launches_in(a: dict[str, Any], label: str) -> str:
 
 def spread(joined: dict[str, Any]) -> dict[str, Any] | None:
     """The between-session spread a joined verdict measured, as this machine's cache keeps it: sessions, pairs, the
-    median and largest between-session SD of a pair's log ratio and the median standard error within one run."""
-    taus = [p["tau"] for p in joined["pairs"] if p.get("tau") is not None]
-    ses = [e["se"] for p in joined["pairs"] for e in p["each"] if e["se"] is not None]
-    if not taus or not ses:
+    median and largest between-session SD of a pair's log ratio and the median standard error within one run, over
+    the pairs pooled over every session; None but for a complete join (every session ranked every row with its
+    launches, none failed: a join with a failed launch, or a pair pooled over fewer sessions, once became every
+    later run's figure). `newest`: when its newest session started, which orders it against a kept one."""
+    k = len(joined["sessions"])
+    whole = [p for p in joined["pairs"] if p.get("tau") is not None and len(p["each"]) == k]
+    taus = [p["tau"] for p in whole]
+    ses = [e["se"] for p in whole for e in p["each"] if e["se"] is not None]
+    if not joined.get("complete") or not taus or not ses:
         return None
-    return {"sessions": len(joined["sessions"]), "pairs": len(taus), "tau_median": statistics.median(taus),
+    return {"sessions": k, "pairs": len(taus), "tau_median": statistics.median(taus),
             "tau_max": max(taus), "se_median": statistics.median(ses),
             "date": max(s["date"] for s in joined["sessions"]),
+            "newest": max(s["time"] for s in joined["sessions"]),
             "hosts": [s.get("host_key") for s in joined["sessions"]]}
 
 
@@ -236,9 +253,10 @@ def remember(joined: dict[str, Any], records: list[dict[str, Any]], where: Path)
     next single run's verdict to say (harness/core/comparison.py reads it into its records)."""
     got = spread(joined)
     if got is not None:  # with the request it was of: a sentence quoting it names its rows and steps
-        steps = next((r["controls"].get("steps") for r in records if r.get("controls")), None)
-        joins.store(joins.env_of(records), records[0].get("workload"),
-                    {**got, "where": str(where.resolve()), "rows": joins.rows_of(records), "steps": steps})
+        controls = next((r["controls"] for r in records if r.get("controls")), {})
+        joins.store(joins.env_of(records), records[0].get("workload"), controls.get("workload_options"),
+                    {**got, "where": str(where.resolve()), "rows": joins.rows_of(records),
+                     "steps": controls.get("steps")})
 
 
 def render(out: Path, sessions: list[tuple[str, list[dict[str, Any]]]], command: str | None) -> Path:

@@ -324,7 +324,9 @@ def one_session_line(known: dict[str, Any] | None) -> str:
         k, pairs = known["sessions"], known["pairs"]
         spread = (f"median over {pairs} pairs; up to {known['tau_max']:.1%}" if pairs != 1
                   else "from its one pair")
-        request = (f"{', '.join(known['rows'])}" + (f", {known['steps']} timed steps" if known.get("steps") else "")
+        options = ", ".join(f"{k}={v}" for k, v in (known.get("options") or {}).items())
+        request = (f"{', '.join(known['rows'])}" + (f", {options}" if options else "")
+                   + (f", {known['steps']} timed steps" if known.get("steps") else "")
                    + "; " if known.get("rows") else "")  # which rows: a join of other rows spreads otherwise
         text += (f" On this machine, {k} joined runs of {known['workload']} ({request}the last on {known['date']}) "
                  f"put the "

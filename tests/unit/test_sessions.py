@@ -215,24 +215,27 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     assert again.exit_code == 0, again.output
     assert (out / "report.md").read_text() == before
     # this machine now knows its between-session spread, which the next single run's verdict will say
-    known = joins.known(json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"], "digits")
+    env = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"]
+    options = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["controls"]["workload_options"]
+    known = joins.known(env, "digits", options)
     assert known["sessions"] == 6 and known["pairs"] == 3 and known["tau_max"] >= known["tau_median"] >= 0
     assert len(known["rows"]) == 3 and known["rows"] == sorted(known["rows"]) and known["steps"] > 0  # its request
     # a later join of two sessions (a throwaway) does not replace it, an older one neither; a later one of 3 does
-    env = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"]
     here = [env["host_key"]] * 3
     small = {"sessions": 2, "pairs": 3, "tau_median": 0.41, "tau_max": 0.41, "se_median": 0.02, "date": "2026-12-01",
-             "where": str(tmp_path / "other"), "hosts": here[:2]}
-    assert not joins.store(env, "digits", small) and joins.known(env, "digits")["sessions"] == 6
-    assert not joins.store(env, "digits", {**small, "sessions": 3, "hosts": here, "date": "2026-11-01"})
-    assert joins.store(env, "digits", {**small, "sessions": 3, "hosts": here})
-    assert joins.known(env, "digits")["sessions"] == 3
+             "newest": "2026-12-01T00:00:00+00:00", "where": str(tmp_path / "other"), "hosts": here[:2]}
+    assert not joins.store(env, "digits", options, small) and joins.known(env, "digits", options)["sessions"] == 6
+    assert not joins.store(env, "digits", options, {**small, "sessions": 3, "hosts": here, "date": "2026-11-01",
+                                                    "newest": "2026-11-01T00:00:00+00:00"})
+    assert joins.store(env, "digits", options, {**small, "sessions": 3, "hosts": here})
+    assert joins.known(env, "digits", options)["sessions"] == 3
     # a session made on another host (another VM of the same CPU), or records that name no host, are never kept
-    later = {**small, "sessions": 5, "hosts": [*here, "0123456789abcdef", env["host_key"]], "date": "2026-12-02"}
-    assert not joins.store(env, "digits", later) and not joins.store({**env, "host_key": None}, "digits",
-                                                                      {**later, "hosts": [None] * 5})
-    assert joins.known({**env, "host_key": "0123456789abcdef"}, "digits") is None
-    assert joins.known({k: v for k, v in env.items() if k != "host_key"}, "digits") is None
+    later = {**small, "sessions": 5, "hosts": [*here, "0123456789abcdef", env["host_key"]], "date": "2026-12-02",
+             "newest": "2026-12-02T00:00:00+00:00"}
+    assert not joins.store(env, "digits", options, later) and not joins.store(
+        {**env, "host_key": None}, "digits", options, {**later, "hosts": [None] * 5})
+    assert joins.known({**env, "host_key": "0123456789abcdef"}, "digits", options) is None
+    assert joins.known({k: v for k, v in env.items() if k != "host_key"}, "digits", options) is None
 
 
 def test_a_join_of_runs_made_on_another_host_is_never_quoted_as_this_machines_spread(tmp_path, monkeypatch):
@@ -250,7 +253,7 @@ def test_a_join_of_runs_made_on_another_host_is_never_quoted_as_this_machines_sp
 
     env = {**json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"],
            "host_key": provenance.host_key()}
-    assert joins.known(env, "digits") is None and not (tmp_path / "cache" / joins.CACHE_FILE).exists()
+    assert joins.known(env, "digits", None) is None and not (tmp_path / "cache" / joins.CACHE_FILE).exists()
 
 
 def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_machine_showed():
@@ -633,3 +636,57 @@ def test_a_run_still_being_written_is_not_joined(tmp_path, monkeypatch):
         assert shown.returncode == 2 and shown.stderr == f"error: --join {out}: {b} {live}", shown.stderr
     finally:
         claim.release()
+
+
+def test_only_a_complete_join_is_kept_and_the_one_of_the_newest_sessions_per_request(tmp_path, monkeypatch):
+    """The spread every later single run quotes came from whichever join of 3 sessions was written last: one with a
+    failed launch, one with a row short of launches in a session (a pair pooled over fewer sessions), an older join
+    re-rendered the same day, or a join under other workload options."""
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(7)
+    cache = tmp_path / "cache" / joins.CACHE_FILE
+
+    def run(name, when, values=None, change=None):
+        d = _run(tmp_path, name, values or _values(rng, 0.0), here=True,
+                 change=lambda r: [r.update(time_utc=when), change and change(r)])
+        return d
+
+    def join(name, runs):
+        shown = CliRunner().invoke(app, ["join", str(tmp_path / name), *map(str, runs)])
+        assert shown.exit_code == 0, shown.output
+        return json.loads(cache.read_text()) if cache.exists() else {}
+
+    # a session with a failed launch: the join is made, its spread not kept
+    failing = run("f0", "2026-11-20T10:00:00+00:00")
+    recs = [json.loads(line) for line in (failing / "records.jsonl").read_text().splitlines()]
+    (failing / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*recs, {
+        **recs[0], "repeat": 4, "status": "failed", "reason": "rank 1 exited with code 1", "samples_per_s": None}]))
+    others = [run(f"f{i}", f"2026-11-20T1{i}:00:00+00:00") for i in (1, 2)]
+    assert join("jfail", [failing, *others]) == {}
+    # a row with 2 launches in one session: that session ranks it not, its pairs pool over 2 of the 3 sessions
+    short = run("g0", "2026-11-21T10:00:00+00:00", values={**_values(rng, 0.0), "horovod": [700.0, 705.0]})
+    assert join("jshort", [short, *[run(f"g{i}", f"2026-11-21T1{i}:00:00+00:00") for i in (1, 2)]]) == {}
+    # complete joins: the one whose newest session is newest is kept, an older one rendered after it does not
+    # replace it, nor does re-rendering it the same day
+    env = json.loads((others[0] / "records.jsonl").read_text().splitlines()[0])["env"]
+    options = {"hidden": 256}
+    newer = [run(f"n{i}", f"2026-11-22T1{i}:00:00+00:00") for i in range(3)]
+    older = [run(f"o{i}", f"2026-11-22T0{i}:00:00+00:00") for i in range(3)]
+    join("jnew", newer)
+    assert joins.known(env, "digits", options)["date"] == "2026-11-22"
+    kept = joins.known(env, "digits", options)
+    join("jold", older)
+    assert CliRunner().invoke(app, ["report", str(tmp_path / "jold")]).exit_code == 0
+    assert joins.known(env, "digits", options) == kept
+    assert [e["where"] for e in json.loads(cache.read_text())[next(iter(json.loads(cache.read_text())))].values()] \
+        == [str((tmp_path / "jnew").resolve())]
+    # a join under other workload options is kept beside it, each quoted for its own request
+    wide = [run(f"w{i}", f"2026-11-23T1{i}:00:00+00:00",
+                change=lambda r: r["controls"]["workload_options"].update(hidden=64)) for i in range(3)]
+    join("jwide", wide)
+    assert joins.known(env, "digits", options) == kept
+    assert joins.known(env, "digits", {"hidden": 64})["options"] == {"hidden": 64}
+    from harness.reports.verdict import one_session_line
+
+    assert "3 joined runs of digits (ddp, horovod, spawn, hidden=64, 280 timed steps; the last on 2026-11-23)" in \
+        one_session_line(joins.known(env, "digits", {"hidden": 64}))
