@@ -86,6 +86,9 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                          "host_key": (records[0].get("env") or {}).get("host_key"),
                          "command": records[0].get("command"), "launches": max(
                              (a["rows"][k]["n"] for k in a["ranked"]), default=0),
+                         "fewest": min((a["rows"][k]["n"] for k in a["ranked"]), default=0),
+                         # a session whose rounds are incomplete is analysed unpaired (Welch), and said so
+                         "unpaired": None if a["blocked"] else a["why_unblocked"],
                          # launches its own report flags as disturbed (harness/core/assemble.py: noise)
                          "disturbed": sum(bool((r.get("noise") or {}).get("flags")) for r in records
                                           if r.get("status") in MEASURED and r.get("label") != "reference"),
@@ -94,7 +97,8 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                          "time": max(str(r.get("time_utc") or "") for r in records),
                          "failed": failed(records)} for (name, records), (_, a) in zip(sessions, per)],
            "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each; {m} pair"
-                           f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds, combined over "
+                           f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds{_unpaired(per)}, "
+                           "combined over "
                            "the sessions with each session counted once (the mean of their log estimates, a 95% "
                            "Student t interval over them, sessions - 1 degrees of freedom), so every interval "
                            f"includes the variation between runs at other times{span(sessions)}; differences and "
@@ -123,6 +127,27 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                                                                           for i, (_, a) in enumerate(per, 1)) + ")"
                                                      for k in missing) + ".")
     return out
+
+
+def _unpaired(per: list[tuple[str, dict[str, Any]]]) -> str:
+    """" (S3's unpaired, Welch: rounds are incomplete (...))" for the sessions analysed unpaired, "" where none was."""
+    alone = [(f"S{i}", a["why_unblocked"]) for i, (_, a) in enumerate(per, 1) if not a["blocked"]]
+    if not alone:
+        return ""
+    whys = list(dict.fromkeys(why for _, why in alone))
+    names = " and ".join(", ".join(n for n, _ in alone).rsplit(", ", 1))
+    return (f" ({names}'s unpaired, Welch: " + "; ".join(
+        f"{why}" + (f" in {', '.join(n for n, w in alone if w == why)}" if len(whys) > 1 else "") for why in whys)
+            + ")")
+
+
+def _session_text(s: dict[str, Any]) -> str:
+    """"2026-11-30, 2–3 launches per row, 1 failed; unpaired (Welch), as ...": what a session's own analysis
+    measured, its failed launches and, where its rounds were incomplete, that its pairs were not paired."""
+    n = f"{s['launches']}" if s.get("fewest", s["launches"]) == s["launches"] else f"{s['fewest']}–{s['launches']}"
+    failed_ = f", {s['failed']} launch{'es' if s['failed'] != 1 else ''} failed" if s.get("failed") else ""
+    unpaired = f"; its pairs unpaired (Welch), as {s['unpaired']}" if s.get("unpaired") else ""
+    return f"{s['date']}, {n} launches per row{failed_}{unpaired}"
 
 
 def failed(records: list[dict[str, Any]]) -> int:
@@ -204,8 +229,8 @@ def markdown(joined: dict[str, Any]) -> list[str]:
            "deviation of its log (τ, DerSimonian-Laird) beside the median standard error within one session, I² (the "
            "share of the spread between sessions not explained by each session's own uncertainty), Cochran's Q test "
            "of no spread, where a new session's own estimate should fall (95% prediction interval, from 3 sessions), "
-           "and each session's own estimate (paired within its rounds) — a session whose estimate lies outside the "
-           "pooled interval is named:", "",
+           "and each session's own estimate (paired within its rounds" + _unpaired(a["per_session"]) + ") — a session "
+           "whose estimate lies outside the pooled interval is named:", "",
            "| pair | pooled [95%] | τ | within-session SE | I² | Q test p | a new session [95% prediction] | "
            + " | ".join(names.values()) + " | outside the pooled interval |",
            "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|"]
@@ -218,7 +243,7 @@ def markdown(joined: dict[str, Any]) -> list[str]:
                   f"{p['tau']:.1%} | {statistics.median(ses):.1%} | {p['i2']:.0%} | {p['p_q']:.2g} | {pred} | "
                   + " | ".join(cells) + f" | {', '.join(names[n] for n in p['outside']) or 'none'} |")
     md += ["", "Sessions: " + "; ".join(
-        f"{names[s['name']]} [{s['name']}]({s['name']}/report.md) ({s['date']}, {s['launches']} launches per row)"
+        f"{names[s['name']]} [{s['name']}]({s['name']}/report.md) ({_session_text(s)})"
         for s in a["sessions"]) + ".", ""]
     disturbed = _disturbed(a, names, "")
     if disturbed:  # kept in every figure, as in each session's own report, which names them

@@ -690,3 +690,25 @@ def test_only_a_complete_join_is_kept_and_the_one_of_the_newest_sessions_per_req
 
     assert "3 joined runs of digits (ddp, horovod, spawn, hidden=64, 280 timed steps; the last on 2026-11-23)" in \
         one_session_line(joins.known(env, "digits", {"hidden": 64}))
+
+
+def test_a_session_with_a_failed_launch_is_said_to_be_one_and_analysed_unpaired(tmp_path, monkeypatch):
+    """Its Sessions entry said "4 launches per row" and the method "paired within its rounds", though a launch had
+    failed and the session was analysed unpaired (Welch)."""
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(8)
+    runs = [_run(tmp_path, f"s{i}", _values(rng, 0.0)) for i in range(3)]
+    recs = [json.loads(line) for line in (runs[2] / "records.jsonl").read_text().splitlines()]
+    for r in recs:
+        if r["label"] == "ddp" and r["repeat"] == 1:
+            r.update(status="failed", reason="rank 1 exited with code 1", samples_per_s=None)
+    (runs[2] / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert CliRunner().invoke(app, ["join", str(tmp_path / "j"), *map(str, runs)]).exit_code == 0
+    text = (tmp_path / "j" / "report.md").read_text()
+    assert f"S1 [../s0](../s0/report.md) (2026-11-22, 4 launches per row);" in text
+    assert (f"S3 [../s2](../s2/report.md) (2026-11-22, 3–4 launches per row, 1 launch failed; its pairs unpaired "
+            "(Welch), as rounds are incomplete (a launch failed or was left out), so rows have launches in different "
+            "rounds).") in text
+    assert ("(3 sessions, 3–4 launches per row in each; 3 pairs: each session's ratio paired within its rounds (S3's "
+            "unpaired, Welch: rounds are incomplete (a launch failed or was left out), so rows have launches in "
+            "different rounds), combined over the sessions") in text
