@@ -121,6 +121,11 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
     # every session ranked every row with its launches, none failed: what a spread kept for later runs rests on
     out["complete"] = (ranks and not missing and all(len(ok[k]) == len(sessions) for k in ranked)
                        and not any(s["failed"] for s in out["sessions"]))
+    gone = unavailable(sessions)
+    if gone:  # as a single run's table lists such a row with its reason, not only in the title
+        out["lines"].append("Unavailable, not run: " + "; ".join(
+            f"{k} ({'in every session' if len(where) == len(sessions) else 'in ' + ', '.join(where)}: "
+            f"{'; '.join(reasons)})" for k, (where, reasons) in gone.items()) + ".")
     if missing:
         out["lines"].append(f"Not in the joined verdict (a row needs {MIN_LAUNCHES} measured launches in two sessions "
                             "or more): " + "; ".join(f"{k} (" + "; ".join(f"S{i}: {_launches_in(a, k)}"
@@ -148,6 +153,21 @@ def _session_text(s: dict[str, Any]) -> str:
     failed_ = f", {s['failed']} launch{'es' if s['failed'] != 1 else ''} failed" if s.get("failed") else ""
     unpaired = f"; its pairs unpaired (Welch), as {s['unpaired']}" if s.get("unpaired") else ""
     return f"{s['date']}, {n} launches per row{failed_}{unpaired}"
+
+
+def unavailable(sessions: list[tuple[str, list[dict[str, Any]]]]) -> dict[str, tuple[list[str], list[str]]]:
+    """{row: (the sessions it was unavailable in, as S1..., its reasons)} for every row unavailable here in a
+    session (each of its records "unavailable": its adapter cannot run on this machine)."""
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for i, (_, records) in enumerate(sessions, 1):
+        for label in dict.fromkeys(r.get("label") for r in records):
+            mine = [r for r in records if r.get("label") == label]
+            if label and label != "reference" and all(r.get("status") == "unavailable" for r in mine):
+                where, reasons = out.setdefault(label, ([], []))
+                where.append(f"S{i}")
+                reasons += [x for x in dict.fromkeys(str(r.get("reason") or "no reason recorded") for r in mine)
+                            if x not in reasons]
+    return out
 
 
 def failed(records: list[dict[str, Any]]) -> int:

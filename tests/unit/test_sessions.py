@@ -712,3 +712,28 @@ def test_a_session_with_a_failed_launch_is_said_to_be_one_and_analysed_unpaired(
     assert ("(3 sessions, 3–4 launches per row in each; 3 pairs: each session's ratio paired within its rounds (S3's "
             "unpaired, Welch: rounds are incomplete (a launch failed or was left out), so rows have launches in "
             "different rounds), combined over the sessions") in text
+
+
+def test_a_row_unavailable_in_the_sessions_is_listed_with_its_reason(tmp_path, monkeypatch):
+    """A row unavailable in every session (apex on a CPU machine) was named in the joined report's title and nowhere
+    else; a single run's report lists it as unavailable, with its reason."""
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(9)
+    rows = ["ddp", "spawn", "horovod", "apex"]
+    runs = [_run(tmp_path, f"s{i}", _values(rng, 0.0), rows=rows) for i in range(3)]
+    for i, run in enumerate(runs):
+        recs = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+        gone = [{**recs[0], "label": "apex", "adapter": "apex", "repeat": k, "status": "unavailable",
+                 "reason": "NVIDIA apex is not installed" if i else "apex needs CUDA", "samples_per_s": None}
+                for k in range(4)]
+        (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs + gone))
+    shown = CliRunner().invoke(app, ["join", str(tmp_path / "j"), *map(str, runs)])
+    assert shown.exit_code == 0, shown.output
+    line = "Unavailable, not run: apex (in every session: apex needs CUDA; NVIDIA apex is not installed)."
+    assert line in (tmp_path / "j" / "report.md").read_text() and line in shown.stdout
+    # unavailable in one session only: which one
+    for run in runs[1:]:
+        recs = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+        (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs if r["label"] != "apex"))
+    assert "Unavailable, not run: apex (in S1: apex needs CUDA)." in sessions.analyse(joins.load(tmp_path / "j"))[
+        "lines"]
