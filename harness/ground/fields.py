@@ -300,10 +300,12 @@ class RunOnly(TypedDict):
     its steps, between launches, a launch's fixed and per-step seconds, from `compare doctor`; null where none were
     measured here, and the workload's steps were kept)."""
     between_sessions: NotRequired[dict[str, Any]]
-    """What this host's cache knew of the variation between runs when the run was made (from the latest verdict
-    over 3 or more joined sessions all made on this host, `env.host_key`): sessions, pairs, the median and largest between-session SD of a pair's log ratio, the median
-    standard error within one run, the workload and the date; the verdict says it beside "these intervals hold for
-    this run"."""
+    """What this host's cache knew of the variation between runs when the run was made (from the verdict over 3 or
+    more joined sessions all made on this host, `env.host_key`, every session ranking every row with 3 launches and
+    none failed: for the run's workload and options the join whose newest session is newest): sessions, pairs, the
+    median and largest between-session SD of a pair's log ratio, the median standard error within one run, the
+    workload, its options, rows and steps, and the date; the verdict says it beside "these intervals hold for this
+    run"."""
     precision_mode: NotRequired[dict[str, Any]]
     """Without `--repeats`: target (`--precision`, or null), budget, rounds used and the least run, how it ended,
     elapsed seconds, the widest interval left and the stopping criterion (`simultaneous`: every pair's Bonferroni
