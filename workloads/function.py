@@ -396,7 +396,9 @@ def _as_pieces(got: Any, ref: str) -> Pieces:
                                f"model and train")
         got = Pieces(**got)
     if not isinstance(got, Pieces):
-        raise BadReference(f"workload {ref} returned a {type(got).__name__}; return workloads.Pieces(model=..., "
+        kind = type(got).__name__
+        what = "None" if got is None else f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+        raise BadReference(f"workload {ref} returned {what}; return workloads.Pieces(model=..., "
                            f"train=...) or a dict with those keys")
     if not (callable(got.model) or isinstance(got.model, torch.nn.Module)):
         raise BadReference(f"workload {ref}: its model is a {type(got.model).__name__}; give a torch.nn.Module or a "

@@ -186,8 +186,11 @@ BAD = {
                                   "workload {path}:f: parameter 'width' has no default; every parameter of a workload "
                                   "function is an option (-o width=VALUE) and needs a default"),
     "returns-nothing": ("def f():\n    return None\n", "{path}:f",
-                        "workload {path}:f returned a NoneType; return workloads.Pieces(model=..., train=...) or a "
+                        "workload {path}:f returned None; return workloads.Pieces(model=..., train=...) or a "
                         "dict with those keys"),
+    "returns-an-int": ("def f():\n    return 17\n", "{path}:f",
+                       "workload {path}:f returned an int; return workloads.Pieces(model=..., train=...) or a dict "
+                       "with those keys"),
     "unknown-piece": ("import torch\ndef f():\n    return {'model': torch.nn.Linear(2, 2), 'train': "
                       "(torch.zeros(4, 2), torch.zeros(4).long()), 'valid': 1}\n", "{path}:f",
                       "workload {path}:f returned unknown piece(s) 'valid'; valid pieces: model, train, test, loss, "
