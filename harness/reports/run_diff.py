@@ -198,7 +198,10 @@ def lines(d: dict[str, Any]) -> list[str]:
     for r in d["rows"]:
         said.setdefault(r["outcome"], []).append(r["label"])
     if said:
-        out.append("; ".join(f"{outcome}: {', '.join(labels)}" for outcome, labels in said.items()) + ".")
+        # one run a side: an outcome holds between these runs' launches, as the paragraph above says; the summary
+        # says so too, where it is quoted alone
+        scope = "" if d["by_sessions"] else "Between these runs' launches alone (not runs at other times): "
+        out.append(scope + "; ".join(f"{outcome}: {', '.join(labels)}" for outcome, labels in said.items()) + ".")
     if d["by_sessions"]:
         taus = [f"{r['label']} {r['tau']:.1%}" for r in d["rows"] if r.get("tau") is not None]
         if taus:

@@ -58,6 +58,9 @@ def test_each_row_is_b_over_a_with_welchs_interval_and_holms_outcome():
     # the rows' own intervals: A e^(0.1 -+ 0.2484138) x 100 = [86, 142], B e^(0.6 -+ 0.2484138) x 100 = [142, 234]
     assert "| ddp | 111 [86–142] | 182 [142–234] | 1.649× [1.314–2.068] | faster in B |" in text
     assert "Only measured in B: fsdp." in text and "What differs: torch 2.13.0 → 2.14.0." in text
+    # one run a side: the summary of outcomes says what it holds between, as the paragraph before the table does
+    assert ("Between these runs' launches alone (not runs at other times): faster in B: ddp; equivalent: spawn; not "
+            "resolved: horovod.") in text
 
 
 def _records(values, torch="2.13.0"):
