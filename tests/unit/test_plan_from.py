@@ -30,6 +30,19 @@ def _json(*args):
     return json.loads(_plan(*args, "--json").stdout)
 
 
+def _edited(tmp_path, name, source, change):
+    """A copy of the run `source` in tmp_path/name whose every record `change(record)` edited in place."""
+    run = tmp_path / name
+    run.mkdir()
+    lines = []
+    for line in records_text(source).splitlines():
+        r = json.loads(line)
+        change(r)
+        lines.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    return run
+
+
 def _launches(run, label):
     return [json.loads(line)["samples_per_s"] for line in records_text(run).splitlines()
             if json.loads(line).get("label") == label and json.loads(line).get("status") == "ok"]
@@ -224,14 +237,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_a_run_with_no_row_that_ran_is_refused(tmp_path):
-    run = tmp_path / "failed"
-    run.mkdir()
-    lines = []
-    for line in records_text(WIDEMLP).splitlines():
-        r = json.loads(line)
-        r.update(status="failed", reason="killed")
-        lines.append(json.dumps(r))
-    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    run = _edited(tmp_path, "failed", WIDEMLP, lambda r: r.update(status="failed", reason="killed"))
     shown = CliRunner().invoke(app, ["plan", "--from", str(run)])
     assert shown.exit_code == 2 and shown.stdout == ""
     assert shown.stderr == (f"error: --from {run}: no row of it ran to the end (status failed); give a run with a "
@@ -258,15 +264,7 @@ def test_the_gpu_scripts_check_passes_on_the_committed_h200_run(capsys):
 
 def test_a_run_on_a_gpu_without_a_profile_is_refused(tmp_path):
     # no peak is known for it: neither its own machine nor another GPU can be priced from it
-    run = tmp_path / "l4"
-    run.mkdir()
-    lines = []
-    for line in records_text(H200).splitlines():
-        r = json.loads(line)
-        r["env"]["gpus"] = ["NVIDIA L4"]
-        r.pop("mfu", None)
-        lines.append(json.dumps(r))
-    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    run = _edited(tmp_path, "l4", H200, lambda r: (r["env"].update(gpus=["NVIDIA L4"]), r.pop("mfu", None)))
     for extra, message in (([], f"error: --from {run} ran on NVIDIA L4, which has no hardware profile: its own "
                                 f"machine cannot be planned, nor its compute carried (its peak is not known); add a "
                                 f"profile (harness/model/profiles/README.md)\n"),
@@ -339,14 +337,7 @@ def test_two_measured_rows_the_runs_launches_do_not_tell_apart_tie_where_their_r
 def test_a_gpu_run_from_before_flops_were_counted_is_carried_by_its_gpus_own_peak(tmp_path):
     # the committed H200 runs of 2026-11-26 recorded no FLOPs (no tflops_per_device): carrying them to an H100 or an
     # A100 divided None by the target's peak and printed a traceback; the ratio of peaks needs the GPU's peak alone
-    run = tmp_path / "old"
-    run.mkdir()
-    lines = []
-    for line in records_text(H200).splitlines():
-        r = json.loads(line)
-        r.pop("tflops_per_device", None), r.pop("mfu", None)
-        lines.append(json.dumps(r))
-    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    run = _edited(tmp_path, "old", H200, lambda r: (r.pop("tflops_per_device", None), r.pop("mfu", None)))
     assert measured.read(run).rows["amp:precision=bf16"].peak_tflops == pytest.approx(989.4)
     text = _plan("--from", str(run), "--gpu", "a100", "--gpus-per-node", "1").stdout
     assert ("compute carried from NVIDIA H200 (989.4 TFLOP/s dense bf16) to NVIDIA A100 SXM4 (40GB or 80GB) "

@@ -847,19 +847,26 @@ def test_a_hang_or_a_crash_in_the_check_before_launching_says_where_and_writes_n
     # The check runs the model's forward in compare itself: a hang there ended nothing (no timeout applied) and a
     # segfault exited 139 with no word. Now a hang past --stall-timeout is one line and the stacks, exit 1; a crash
     # prints its Python stack; neither leaves an output directory
+    path = write(tmp_path, FAULTY_CHECK)
+    _a_fault_is_said(tmp_path, path, kind, f"the check of workload {path}:faulty before launching", 3,
+                     "-w", f"{path}:faulty", "-o", f"kind={kind}")
+
+
+def _a_fault_is_said(tmp_path, path, kind, what, stall, *args):
+    """`compare run ARGS` with a hang or a segfault in the user's code at `path` while compare runs `what`: one line
+    and the stacks after --stall-timeout `stall` (exit 1), or the crash's Python stack (SIGSEGV); the line of their
+    file shown, and no output directory."""
     import subprocess
     import sys
 
-    path = write(tmp_path, FAULTY_CHECK)
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "harness", "run", "-w", f"{path}:faulty", "-o", f"kind={kind}",
-                           "-a", "ddp", "--repeats", "1", "--stall-timeout", "3", "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "harness", "run", *args, "-a", "ddp", "--repeats", "1",
+                           "--stall-timeout", str(stall), "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     if kind == "hang":
         assert done.returncode == 1, done.stderr
-        assert done.stderr.startswith(f"error: the check of workload {path}:faulty before launching ran for 3 s "
-                                      f"without ending (--stall-timeout): a hang in the model's code? Its stacks, "
-                                      f"most recent call first:\n"), done.stderr
+        assert done.stderr.startswith(f"error: {what} ran for {stall} s without ending (--stall-timeout): a hang in "
+                                      f"the model's code? Its stacks, most recent call first:\n"), done.stderr
     else:
         assert done.returncode == -11 and "Fatal Python error: Segmentation fault" in done.stderr, done.stderr
     assert f'File "{path}", line' in done.stderr and not out.exists()
@@ -1315,23 +1322,9 @@ def test_a_hang_or_a_crash_importing_the_file_or_calling_its_function_says_where
                                                                                                       where):
     # Importing the user's file and calling NAME ran outside the bounded check: a loop at import printed nothing
     # until killed, and a segfault there exited 139 with no stack
-    import subprocess
-    import sys
-
     fault = "while True:\n        time.sleep(0.05)" if kind == "hang" else "ctypes.string_at(0)"
     body = (f"import ctypes, time\nif True:\n    {fault}\n" if where == "import" else
             f"import ctypes, time\ndef base():\n    {fault}\n")
     path = write(tmp_path, body)
-    out = tmp_path / "out"
     # the bound starts before compare's own imports of torch's internals, which a loaded machine takes seconds over
-    done = subprocess.run([sys.executable, "-m", "harness", "run", "-w", f"{path}:base", "-a", "ddp", "--repeats",
-                           "1", "--stall-timeout", "10", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    if kind == "hang":
-        assert done.returncode == 1, done.stderr
-        assert done.stderr.startswith(f"error: importing and calling workload {path}:base ran for 10 s without ending "
-                                      f"(--stall-timeout): a hang in the model's code? Its stacks, most recent call "
-                                      f"first:\n"), done.stderr
-    else:
-        assert done.returncode == -11 and "Fatal Python error: Segmentation fault" in done.stderr, done.stderr
-    assert f'File "{path}", line' in done.stderr and not out.exists()
+    _a_fault_is_said(tmp_path, path, kind, f"importing and calling workload {path}:base", 10, "-w", f"{path}:base")
