@@ -34,6 +34,13 @@ ROUNDING = 2e-6
 def counters(targets: Any, global_targets: Any) -> list[tuple[str, str, str, Any]]:
     """(what, expression, argument name, function of one rank's targets) for each count a loss of these targets
     commonly divides by."""
+    return [(what, expr, arg, lambda t, m=marks: int(m(t).sum())) for what, expr, arg, marks in _marks(
+        targets, global_targets)]
+
+
+def _marks(targets: Any, global_targets: Any) -> list[tuple[str, str, str, Any]]:
+    """`counters`, each with the function that marks the items it counts (a tensor whose first dimension is the
+    samples') in place of the count."""
     import torch
 
     out = []
@@ -43,27 +50,26 @@ def counters(targets: Any, global_targets: Any) -> list[tuple[str, str, str, Any
 
     if integer(targets):
         out.append((f"the targets other than {IGNORE_INDEX} (cross_entropy's ignore_index)",
-                    f"(target != {IGNORE_INDEX}).sum()", "target", lambda y: int((y != IGNORE_INDEX).sum())))
+                    f"(target != {IGNORE_INDEX}).sum()", "target", lambda y: y != IGNORE_INDEX))
         pad = int(torch.mode(global_targets.flatten()).values)
         # padding pads a sequence: a target per sample (a class) has none, and its most frequent class is no pad
         if pad != IGNORE_INDEX and targets.dim() >= 2:
             out.append((f"the targets other than {pad} (the most frequent target: padding)", f"(target != {pad}).sum()",
-                        "target", lambda y, pad=pad: int((y != pad).sum())))
+                        "target", lambda y, pad=pad: y != pad))
     elif isinstance(targets, Mapping):
         labels, mask = targets.get("labels"), targets.get("attention_mask")
         if integer(labels) and labels.dim() >= 2:
             out.append((f"the labels other than {IGNORE_INDEX} after the first position (a causal model's loss, "
                         f"which shifts its labels)", f'(batch["labels"][..., 1:] != {IGNORE_INDEX}).sum()', "batch",
-                        lambda b: int((b["labels"][..., 1:] != IGNORE_INDEX).sum())))
+                        lambda b: b["labels"][..., 1:] != IGNORE_INDEX))
         if integer(labels):
             out.append((f"the labels other than {IGNORE_INDEX}", f'(batch["labels"] != {IGNORE_INDEX}).sum()',
-                        "batch", lambda b: int((b["labels"] != IGNORE_INDEX).sum())))
+                        "batch", lambda b: b["labels"] != IGNORE_INDEX))
         if isinstance(mask, torch.Tensor) and mask.dim() >= 2:
             out.append(("the attended positions after the first (attention_mask)",
-                        'batch["attention_mask"][..., 1:].sum()', "batch",
-                        lambda b: int(b["attention_mask"][..., 1:].sum())))
+                        'batch["attention_mask"][..., 1:].sum()', "batch", lambda b: b["attention_mask"][..., 1:]))
             out.append(("the attended positions (attention_mask)", 'batch["attention_mask"].sum()', "batch",
-                        lambda b: int(b["attention_mask"].sum())))
+                        lambda b: b["attention_mask"]))
     return out
 
 
@@ -104,36 +110,44 @@ def candidates(workload, data, global_batch: int, world: int, steps: int, fix_fo
     return list(found.values())
 
 
-EMPTY_SCAN_S = 2.0
-"""The most seconds `empty_slice` reads slices for (indexing tensors held in memory: thousands of steps)."""
+CHUNK = 4096
+"""Samples whose counted items `empty_slice` marks at a time (a token dataset's marks for all of it at once would be
+a byte for each of its tokens)."""
 
 
 def empty_slice(workload, data, global_batch: int, world: int, steps: int) -> dict[str, Any] | None:
-    """For a loss without a count (a mean over its batch's items): the first step (0-based) and data rank whose
-    slice holds none of the items a loss commonly averages over (`counters`: targets other than -100), {"step",
-    "rank", "what"}, as the launch will feed them; a mean over none is 0/0, NaN, which a row would report as a
-    diverged training. Only over training data held as tensors (a Dataset's items are not read for it), and the
-    steps EMPTY_SCAN_S reaches; None where no slice read is empty."""
-    import time
-
+    """For a loss without a count (a mean over its batch's items): the first step (0-based) of the `steps` the launch
+    runs and the data rank whose slice holds none of the items a loss commonly averages over (`counters`: targets
+    other than -100), {"step", "rank", "what"}, as the launch will feed them; a mean over none is 0/0, NaN, which a
+    row would report as a diverged training. Only over training data held as tensors (a Dataset's items are not read
+    for it); None where no slice is empty. Each sample's count is read once, then each step's slices only index
+    which samples have none: every step is read, however slow the machine."""
     import torch
+
+    from workloads import batch as batches
 
     if data.train_x is None or steps < 1:
         return None
     first = [workload.batch_indices(0, global_batch, data.n_train, r, world) for r in range(world)]
-    found = counters(data.batch(first[0], "cpu")[1], data.batch(torch.cat(first), "cpu")[1])
-    if not found:
+    found = _marks(data.batch(first[0], "cpu")[1], data.batch(torch.cat(first), "cpu")[1])
+    targets = data.train_y if data.train_y is not None else data.train_x  # a dict batch is its own targets
+    none: list[tuple[str, Any]] = []  # (what, which samples hold none of it)
+    for what, _, _, marks in found:
+        parts = []
+        for start in range(0, data.n_train, CHUNK):
+            m = marks(batches.take(targets, slice(start, start + CHUNK)))
+            parts.append(m.reshape(m.shape[0], -1).sum(1) == 0)
+        empty = torch.cat(parts)
+        if bool(empty.any()):
+            none.append((what, empty))
+    if not none:
         return None
-    end = time.monotonic() + EMPTY_SCAN_S
     for step in range(steps):
-        if time.monotonic() > end:
-            return None
-        targets = [data.batch(workload.batch_indices(step, global_batch, data.n_train, r, world), "cpu")[1]
-                   for r in range(world)]
-        for what, _, _, count in found:
-            counts = [count(t) for t in targets]
-            if 0 in counts:
-                return {"step": step, "rank": counts.index(0), "what": what}
+        slices = [workload.batch_indices(step, global_batch, data.n_train, r, world) for r in range(world)]
+        for what, empty in none:
+            for rank, idx in enumerate(slices):
+                if bool(empty[idx].all()):
+                    return {"step": step, "rank": rank, "what": what}
     return None
 
 

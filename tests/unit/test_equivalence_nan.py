@@ -65,7 +65,8 @@ def test_a_loss_that_becomes_nan_and_stays_so_makes_the_row_diverged_naming_the_
     assert "on rank" not in row_status(ok, None, curve, [[2.0, 1.5, nan, nan]] * 2)[1]  # every rank at once
 
 
-def test_a_loss_that_becomes_nan_where_a_ranks_slice_had_nothing_to_average_says_so_not_diverged_training():
+def test_a_loss_that_becomes_nan_where_a_ranks_slice_had_nothing_to_average_says_so_not_diverged_training(
+        monkeypatch):
     # a padded language model whose rank 0 slice of step 1 held only ignored targets (-100): its mean over none is
     # 0/0, and the row read "the training diverged" with no cause and no fix
     from types import SimpleNamespace
@@ -82,6 +83,14 @@ def test_a_loss_that_becomes_nan_where_a_ranks_slice_had_nothing_to_average_says
     assert empty == {"step": 0, "rank": 0, "what": "the targets other than -100 (cross_entropy's ignore_index)"}
     y[:4, 1] = 2
     assert normalisation.empty_slice(w, data, 8, 2, 5) is None
+    # every step the launch runs is read, however slow the machine: the scan had stopped after 2 s of its clock
+    late = SimpleNamespace(batch_indices=lambda step, gb, n, rank, world: (
+        torch.arange(4) if step == 2999 and rank == 1 else torch.arange(4, 8)))
+    y[:4] = -100
+    clock = iter(range(0, 10**6, 5))
+    monkeypatch.setattr("time.monotonic", lambda: next(clock))
+    assert normalisation.empty_slice(late, data, 8, 2, 3000) == {"step": 2999, "rank": 1, "what": empty["what"]}
+    assert normalisation.empty_slice(late, data, 8, 2, 2999) is None
     ok = SimpleNamespace(status="ok", reason="")
     nan = float("nan")
     status, reason = row_status(ok, None, [nan, nan], [[nan, nan], [1.0, nan]], empty)
