@@ -353,6 +353,14 @@ def _tests(mean: float, se: float, df: float, margin: float, confidence: float) 
             "p_equivalent": float(max(sp.t.sf((mean + bound) / se, df), sp.t.cdf((mean - bound) / se, df)))}
 
 
+def _floored(spread: float, estimates: list[tuple[float, float]]) -> float:
+    """The variance of one session's estimate: the between-session part plus its own (within the session), which
+    the estimates' sample variance `spread` estimates both of, never taken below the mean of their own variances;
+    sessions that happen to agree would otherwise make the interval narrower than any one session's noise allows
+    (Hartung-Knapp's floor, q* = max(1, q): Roever, Knapp & Friede 2015, for the mean counted once each)."""
+    return max(spread, sum(v for _, v in estimates) / len(estimates))
+
+
 def random_effects(estimates: list[tuple[float, float]], margin: float = DEFAULT_MARGIN,
                    confidence: float = CONFIDENCE) -> dict:
     """Sessions' estimates on the log scale, each (mean, its within-session variance), combined with each session
@@ -375,11 +383,7 @@ def random_effects(estimates: list[tuple[float, float]], margin: float = DEFAULT
         out["estimate"] = math.exp(ys[0])
         return out
     mu, spread, _ = moments(ys)
-    # Each estimate's variance is the between-session part plus its own (within the session): their sample variance
-    # estimates both, and is never taken below the mean of their own, which sessions that happen to agree would
-    # otherwise make the interval narrower than any one session's noise allows (Hartung-Knapp's floor, q* = max(1,
-    # q): Roever, Knapp & Friede 2015, for the mean counted once each)
-    s2 = max(spread, sum(v for _, v in estimates) / k)
+    s2 = _floored(spread, estimates)
     tau2, q, dfq = _dl([estimates])
     se = math.sqrt(s2 / k)
     out.update(_tests(mu, se, k - 1, margin, confidence), estimate=math.exp(mu), df=float(k - 1),
@@ -407,8 +411,7 @@ def random_effects_difference(a: list[tuple[float, float]], b: list[tuple[float,
     if min(len(a), len(b)) < 2:
         return out
     (mu_a, s2a, ka), (mu_b, s2b, kb) = moments(ya), moments(yb)
-    # each side's spread never below its sessions' own variances (random_effects: Hartung-Knapp's floor)
-    s2a, s2b = max(s2a, sum(v for _, v in a) / ka), max(s2b, sum(v for _, v in b) / kb)
+    s2a, s2b = _floored(s2a, a), _floored(s2b, b)
     se2, df = welch(s2a, ka, s2b, kb)
     se = math.sqrt(se2)
     tau2, _, _ = _dl([a, b])
