@@ -52,10 +52,13 @@ def diff(req: DiffRequest) -> None:
 
     margin = DEFAULT_MARGIN if req.margin is None else parse_precision(req.margin, "--margin")
     a, b = _side(req.run_a), _side(req.run_b)
-    same = _same_run(req.run_a, req.run_b, [r for _, rs in a for r in rs], [r for _, rs in b for r in rs])
+    same = _same_run(req.run_a, req.run_b, a, b)
     if same:
-        fail(f"A and B are one run ({same}): every row would be 1.000x, and that says nothing; give another run as B "
-             f"(the same command again, or another torch, knob or machine)")
+        said, exact = same
+        fail(f"A and B are one run ({said}): " + (
+            "every row would be 1.000x, and that says nothing" if exact else
+            "a diff of a run and a copy of it measures the copy's edit, not a change") +
+             "; give another run as B (the same command again, or another torch, knob or machine)")
     shared = _shared_session(a, b)
     if shared:
         fail(f"A and B share a run ({shared}): a diff takes its two sides as independent, and launches on both sides "
@@ -70,27 +73,33 @@ def diff(req: DiffRequest) -> None:
 
 
 def _shared_session(a: list[tuple[str, list[dict]]], b: list[tuple[str, list[dict]]]) -> str | None:
-    """A run that is a session of both sides (a join and one of its own runs), in words, or None."""
-    from harness.core.joins import launches
+    """A run that is a session of both sides (a join and one of its own runs, or a copy of one), in words, or
+    None."""
+    from harness.core.joins import copy_of
 
-    held = {launches(records): name for name, records in a}
     for name, records in b:
-        if launches(records) in held:
-            return f"{name} in B holds the launches of {held[launches(records)]} in A"
+        for held in a:
+            copy = copy_of((f"{held[0]} in A", held[1]), (f"{name} in B", records))
+            if copy:
+                return copy[0]
     return None
 
 
-def _same_run(path_a: Path, path_b: Path, a: list[dict], b: list[dict]) -> str | None:
-    """How A and B are one run, in words, or None: one directory (by any path), or two holding the same launches
-    (a copy: the same rows, repeats, start times and figures)."""
+def _same_run(path_a: Path, path_b: Path, a: list[tuple[str, list[dict]]],
+              b: list[tuple[str, list[dict]]]) -> tuple[str, bool] | None:
+    """How A and B are one run, in words, and whether exactly (every row would be 1.000x), or None: one directory
+    (by any path), or a single run a side whose records are copies (the same launches; or some of them, or with
+    their figures edited: harness/core/joins.py copy_of)."""
     try:
         if path_a.resolve().samefile(path_b.resolve()):
-            return f"{path_a} is {path_b}" if str(path_a) != str(path_b) else f"{path_a} twice"
+            return (f"{path_a} is {path_b}" if str(path_a) != str(path_b) else f"{path_a} twice"), True
     except OSError:
         pass
 
-    from harness.core.joins import launches
+    from harness.core.joins import copy_of
 
-    if launches(a) == launches(b):
-        return f"{path_b} holds the same launches as {path_a}: a copy"
+    if len(a) == 1 and len(b) == 1:
+        copy = copy_of((str(path_a), a[0][1]), (str(path_b), b[0][1]))
+        if copy:
+            return f"{copy[0]}: a copy", copy[1]
     return None

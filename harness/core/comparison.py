@@ -120,6 +120,11 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
         raise BadInput(f"--join {req.join}: this run would write into a session it joins ({p.out}); leave --out "
                        "to a new directory")
     earlier = read_results(dirs[0], ("run",), "--join" if dirs[0] == req.join else f"--join {req.join}: session")
+    if len(dirs) > 1:  # a join made before a copy of a run was refused: refused now, not after the whole run
+        try:
+            joins.check(joins.load(req.join))
+        except joins.NotJoinable as exc:
+            raise BadInput(f"--join {req.join}: {exc}") from None
     env = {"cpu_model": envmod.cpu_model(), "cpu_cores_usable": envmod.usable_cores(),
            "gpus": envmod.torch_facts().get("gpus") if req.device == "cuda" else
            (earlier[0].get("env") or {}).get("gpus"), "python": platform.python_version(),

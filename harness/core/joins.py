@@ -130,11 +130,40 @@ def _condition(value) -> str:
     return "its default" if value is None else _shown(value)
 
 
-def launches(records: list[dict[str, Any]]) -> tuple:
-    """A run's launches, each by its row, repeat, start time and figure: two directories with the same ones hold
-    copies of one run."""
-    return tuple(sorted((str(r.get("label")), int(r.get("repeat", 0)), r.get("launch_wall") or 0.0,
-                         r.get("samples_per_s") or 0.0) for r in records))
+def _starts(records: list[dict[str, Any]]) -> dict[tuple, Any]:
+    """{(row, repeat, start time): samples/s} of a run's launches that say when they started."""
+    return {(str(r.get("label")), int(r.get("repeat", 0)), r["launch_wall"]): r.get("samples_per_s")
+            for r in records if isinstance(r.get("launch_wall"), (int, float))}
+
+
+def _run_of(records: list[dict[str, Any]]) -> tuple | None:
+    """A run as its records name it: its id (the --out directory's name) and the second it started; None where they
+    do not say. The id alone is no run's: `--out a/run` and `--out b/run` share it."""
+    first = records[0] if records else {}
+    return (first["run_id"], first["time_utc"]) if first.get("run_id") and first.get("time_utc") else None
+
+
+def copy_of(a: tuple[str, list[dict[str, Any]]], b: tuple[str, list[dict[str, Any]]]) -> tuple[str, bool] | None:
+    """How run b's records are a copy of run a's, in words ("b holds the same launches as a"), and whether they are
+    an exact one; None where b is another run. A launch is its row, repeat and start time (to the microsecond): no
+    two runs share one, so a run that holds any launch of another, or names the same run (its id and start), is a
+    copy of it whatever its figures say (one with a launch left out, or its samples/s edited, was joined as a session
+    of its own, and diffed at 1.30x). Where the launches both hold give other samples/s, it says so."""
+    (na, ra), (nb, rb) = a, b
+    sa, sb = _starts(ra), _starts(rb)
+    both = [k for k in sa if k in sb]
+    if not both:
+        run = _run_of(ra)
+        if run is None or run != _run_of(rb):
+            return None
+        return (f"{nb} names the run of {na} (run {run[0]}, started {run[1]}), with none of its launches' start times "
+                "(they were edited)"), False
+    edited = sum(sa[k] != sb[k] for k in both)
+    same = len(both) == len(sa) == len(sb)
+    held = (f"the same launches as {na}" if same else f"{len(both)} of the {len(sa)} launches of {na}"
+            + (f" (and {len(sb) - len(both)} of its own)" if len(sb) > len(both) else ""))
+    edit = f" with other samples/s ({edited} of {len(both)}: its figures were edited)" if edited else ""
+    return f"{nb} holds {held}{edit}", same and not edited
 
 
 def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) -> None:
@@ -144,15 +173,14 @@ def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) 
     variables, each row's framework), the first
     run being the reference. `machines=False` leaves the machine out (`compare diff --across-machines`)."""
     first_name, first = named[0]
-    seen: dict[tuple, str] = {}
-    for name, records in named:
+    for i, (name, records) in enumerate(named):
         if not records:
             raise NotJoinable(f"{name} holds no records (an empty records.jsonl); give run directories written by "
                               "`compare run`")
-        if launches(records) in seen:
-            raise NotJoinable(f"{name} holds the same launches as {seen[launches(records)]}: a copy of one run, which "
-                              "is one session; give runs made at different times")
-        seen[launches(records)] = name
+        copy = next(filter(None, (copy_of(earlier, (name, records)) for earlier in named[:i])), None)
+        if copy:
+            raise NotJoinable(f"{copy[0]}: a copy of one run, which is one session; give runs made at different "
+                              "times")
         kinds = {r.get("kind", "run") for r in records}
         if kinds != {"run"}:
             raise NotJoinable(f"{name} holds {', '.join(sorted(map(str, kinds)))} records; only `compare run` "

@@ -4,6 +4,7 @@ as one line and exit 2 with nothing written."""
 import json
 import math
 import random
+import zlib
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,9 @@ def _run(tmp_path, name, values, workload="digits", world_size=2, batch=None, to
     for label, vs in values.items():
         for k, v in enumerate(vs):
             r = json.loads(json.dumps(template[label]))
-            r.update(repeat=k, samples_per_s=v, workload=workload, world_size=world_size)
+            # each run its own launches, as no two runs share a start time (a copy does: harness/core/joins.py)
+            r.update(repeat=k, samples_per_s=v, workload=workload, world_size=world_size, run_id=name,
+                     launch_wall=r["launch_wall"] + zlib.crc32(name.encode()) % 10**6 * 1e-6)
             if batch is not None:
                 r["controls"]["global_batch"] = batch
             if torch is not None:
@@ -146,6 +149,20 @@ def test_a_run_compared_with_itself_is_refused_as_one_run(tmp_path):
         assert shown.stderr == (f"error: A and B are one run ({why}): every row would be 1.000x, and that says "
                                 f"nothing; give another run as B (the same command again, or another torch, knob or "
                                 f"machine)\n")
+    # a copy with its figures edited, or a launch left out, was diffed as another run (1.300x, "faster in B")
+    lines = (a / "records.jsonl").read_text().splitlines()
+    for name, text, why in (
+            ("edited", "".join(json.dumps({**json.loads(x), "samples_per_s": json.loads(x)["samples_per_s"] * 1.3})
+                               + "\n" for x in lines), "holds the same launches as {a} with other samples/s (3 of "
+                                                       "3: its figures were edited)"),
+            ("trimmed", "\n".join(lines[:2]) + "\n", "holds 2 of the 3 launches of {a}")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "records.jsonl").write_text(text)
+        shown = CliRunner().invoke(app, ["diff", str(a), str(tmp_path / name)])
+        assert (shown.exit_code, shown.stdout) == (2, "")
+        assert shown.stderr == (f"error: A and B are one run ({tmp_path / name} {why.format(a=a)}: a copy): a diff of "
+                                f"a run and a copy of it measures the copy's edit, not a change; give another run as "
+                                f"B (the same command again, or another torch, knob or machine)\n")
 
 
 # ---- sessions: runs at other times counted (issue 65) ---------------------------------------------------------------
@@ -252,9 +269,19 @@ def test_compare_diff_takes_joins_a_side(tmp_path, monkeypatch):
     # run counted on both sides)
     shown = CliRunner().invoke(app, ["diff", str(sides["a"]), str(tmp_path / "a1")])
     assert (shown.exit_code, shown.stdout) == (2, "")
-    assert shown.stderr == (f"error: A and B share a run ({tmp_path / 'a1'} in B holds the launches of ../a1 in A): a "
-                            f"diff takes its two sides as independent, and launches on both sides would count twice; "
-                            f"give runs that are not in the other side's join\n")
+    assert shown.stderr == (f"error: A and B share a run ({tmp_path / 'a1'} in B holds the same launches as ../a1 in "
+                            f"A): a diff takes its two sides as independent, and launches on both sides would count "
+                            f"twice; give runs that are not in the other side's join\n")
+    # or a copy of one of its runs whose figures were edited (it was diffed as another run)
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    recs = [json.loads(line) for line in (tmp_path / "a1" / "records.jsonl").read_text().splitlines()]
+    (edited / "records.jsonl").write_text("".join(json.dumps({**r, "samples_per_s": r["samples_per_s"] * 1.3}) + "\n"
+                                                  for r in recs))
+    shown = CliRunner().invoke(app, ["diff", str(sides["a"]), str(edited)])
+    assert (shown.exit_code, shown.stdout) == (2, "")
+    assert shown.stderr.startswith(f"error: A and B share a run ({edited} in B holds the same launches as ../a1 in A "
+                                   f"with other samples/s (3 of 3: its figures were edited)): ")
 
 
 def test_what_differs_names_how_the_ranks_were_laid_out_and_started():

@@ -13,6 +13,7 @@ these weights: each session counts once (the test below).
 import json
 import math
 import random
+import zlib
 from pathlib import Path
 
 import pytest
@@ -155,8 +156,10 @@ def _run(tmp_path, name, values, cpu=None, rows=None, steps=None, here=False, ch
     for label, vs in values.items():
         for k, v in enumerate(vs):
             r = json.loads(json.dumps(by_label[label]))
+            # each run its own launches, as no two runs share a start time (a copy does: harness/core/joins.py)
             r.update(repeat=k, samples_per_s=v, row_order=rows or list(values), run_id=name,
-                     time_utc=f"2026-11-2{len(name) % 9}T00:00:00+00:00")
+                     time_utc=f"2026-11-2{len(name) % 9}T00:00:00+00:00",
+                     launch_wall=r["launch_wall"] + zlib.crc32(name.encode()) % 10**6 * 1e-6)
             if cpu:
                 r["env"]["cpu_model"] = cpu
             if steps:
@@ -367,6 +370,60 @@ def test_join_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
         shown = CliRunner().invoke(app, ["join", str(tmp_path / "j"), *args])
         assert shown.exit_code == 2 and shown.stderr.startswith("error: ") and message in shown.stderr, shown.stderr
         assert shown.stderr.count("\n") == 1 and not (tmp_path / "j").exists()
+
+
+def _copy(tmp_path, name, source, change=None, keep=None):
+    """A copy of the run `source` in tmp_path/name, each record `change(record)`d where given, only the records
+    `keep(record)` holds where given."""
+    recs = [json.loads(line) for line in (source / "records.jsonl").read_text().splitlines()]
+    recs = [r for r in recs if keep is None or keep(r)]
+    for r in recs:
+        if change:
+            change(r)
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return tmp_path / name
+
+
+def test_an_edited_or_trimmed_copy_of_a_run_is_one_session_however_it_is_joined(tmp_path, monkeypatch):
+    # a copy with every samples/s x1.001, or one launch left out, was joined as a session of its own (3 sessions of
+    # 2 runs), and a join that already held it took the run once more
+    from conftest import compare_cli
+
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(7)
+    a, b, c = (_run(tmp_path, n, _values(rng, 0.0)) for n in ("a", "b", "c"))
+    edited = _copy(tmp_path, "edited", b, change=lambda r: r.update(samples_per_s=r["samples_per_s"] * 1.001))
+    trimmed = _copy(tmp_path, "trimmed", b, keep=lambda r: (r["label"], r["repeat"]) != ("ddp", 3))
+    renamed = _copy(tmp_path, "renamed", b, change=lambda r: r.update(launch_wall=r["launch_wall"] + 1.0))
+    end = ": a copy of one run, which is one session; give runs made at different times\n"
+    for args, said in [((a, b, edited), f"{edited} holds the same launches as {b} with other samples/s (12 of 12: "
+                                         "its figures were edited)"),
+                       ((a, trimmed, b), f"{b} holds 11 of the 11 launches of {trimmed} (and 1 of its own)"),
+                       ((b, trimmed), f"{trimmed} holds 11 of the 12 launches of {b}"),
+                       ((b, renamed), f"{renamed} names the run of {b} (run b, started 2026-11-21T00:00:00+00:00), "
+                                      "with none of its launches' start times (they were edited)")]:
+        shown = CliRunner().invoke(app, ["join", str(tmp_path / "j"), *map(str, args)])
+        assert (shown.exit_code, shown.stdout, shown.stderr) == (2, "", f"error: {said}{end}")
+        assert not (tmp_path / "j").exists()
+    # a join of the runs, then the copy given beside it; a join made before copies were refused holds one: it is
+    # refused by `compare join`, `compare report` and `compare run --join` (before anything runs), nothing written
+    assert CliRunner().invoke(app, ["join", str(tmp_path / "j"), str(a), str(b), str(c)]).exit_code == 0
+    shown = CliRunner().invoke(app, ["join", str(tmp_path / "j2"), str(tmp_path / "j"), str(edited)])
+    assert shown.exit_code == 2 and shown.stderr.startswith(f"error: {edited} holds the same launches as {b} with")
+    assert not (tmp_path / "j2").exists()
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "sessions.json").write_text(json.dumps({"command": "compare join old", "sessions": [
+        "../a", "../b", "../c", "../edited"]}))
+    report = CliRunner().invoke(app, ["report", str(old)])
+    assert report.exit_code == 2 and report.stderr == f"error: ../edited holds the same launches as ../b with " \
+        f"other samples/s (12 of 12: its figures were edited){end}" and not (old / "report.md").exists()
+    shown = compare_cli("run", "--join", str(old), "--out", str(tmp_path / "new"), "-a", "ddp,spawn,horovod",
+                        "--steps", "280", "--repeats", "3")
+    assert (shown.returncode, shown.stdout) == (2, "") and not (tmp_path / "new").exists()
+    assert shown.stderr == f"error: --join {old}: ../edited holds the same launches as ../b with other samples/s " \
+        f"(12 of 12: its figures were edited){end}"
 
 
 @pytest.mark.parametrize("args, message", [
