@@ -286,7 +286,9 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
             if p.until_target is None:  # what one run's intervals leave out, as far as this machine has seen it
                 from harness.core import joins
 
-                known = joins.known(run_info["env"], req.workload, p.workload.describe()["options"])
+                known = joins.known(run_info["env"], req.workload, p.workload.describe()["options"],
+                                    {"steps": p.steps, "warmup": p.warmup, "global_batch": p.global_batch,
+                                     "world_size": req.world_size})
                 if known:
                     run_info["between_sessions"] = known
             session.save([plain_record(run_info, p, row, repeat, "unavailable", row.reason)

@@ -9,7 +9,8 @@ records stay in each run and remain the single source.
                             software
     session_dirs(DIR)       the runs DIR stands for; load(DIR) their records
     unfinished(dirs)        one line (NotJoinable) where a live compare run is still writing one of them
-    known(env, workload, options)  the between-session spread this machine's cache holds (store() keeps it)
+    known(env, workload, options, request)  the between-session spread this machine's cache holds for this
+                            request (store() keeps it)
 """
 
 from __future__ import annotations
@@ -293,9 +294,35 @@ def _machine_key(env: dict[str, Any]) -> str:
     return json.dumps([env.get("host_key"), *(get(env) for _, get in MACHINE)])
 
 
-def _request_key(workload: str, options: dict[str, Any] | None) -> str:
-    """A workload under its options (another size of model spreads otherwise): what the cache keeps a spread by."""
-    return json.dumps([workload, options or {}], sort_keys=True)
+REQUEST = ("steps", "warmup", "global_batch", "world_size")
+"""What of a request, beyond its workload and options, decides how much a session's figures move: its timed steps,
+warm-up steps, global batch and world size. A spread is quoted only for a run of the same ones (a 280-step run once
+quoted a 20-step join's, 0.0% between sessions against 22.7% within one run); its rows may differ, and are said."""
+
+
+def request_of(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run's REQUEST, from its first record that says its controls."""
+    controls = (_measured(records) or {}).get("controls") or {}
+    return {"steps": controls.get("steps"), "warmup": controls.get("warmup"),
+            "global_batch": controls.get("global_batch"), "world_size": records[0].get("world_size")}
+
+
+def _request_key(workload: str, options: dict[str, Any] | None, request: dict[str, Any]) -> str:
+    """A workload under its options and REQUEST: what the cache keeps a spread by (entries kept before it held the
+    REQUEST, by workload and options alone, match no run's key and are not quoted)."""
+    return json.dumps([workload, options or {}, {k: request.get(k) for k in REQUEST}], sort_keys=True)
+
+
+def _after_now(when: Any) -> bool:
+    """Whether a session's start (`time_utc`, ISO 8601) is later than this moment, or unreadable: a doctored or
+    mis-clocked copy that would be kept as the newest join, and never replaced."""
+    from datetime import datetime, timezone
+
+    try:
+        at = datetime.fromisoformat(str(when))
+        return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)) > datetime.now(timezone.utc)
+    except ValueError:
+        return True
 
 
 STORED_SESSIONS = 3
@@ -303,49 +330,53 @@ STORED_SESSIONS = 3
 variance one degree of freedom (a throwaway join of two short runs once put it at 41% for every later run)."""
 
 
-def store(env: dict[str, Any], workload: str, options: dict[str, Any] | None, spread: dict[str, Any]) -> bool:
+def store(env: dict[str, Any], workload: str, options: dict[str, Any] | None, spread: dict[str, Any],
+          request: dict[str, Any]) -> bool:
     """Keep the between-session spread a verdict over sessions measured, for this host and the workload under its
-    options, where every session ran on this very host (`spread["hosts"]`, their env's host_key: a join of runs made
-    on another machine of the same CPU, a committed one re-rendered, says nothing of this one), it rests on at least
-    STORED_SESSIONS sessions (sessions/spread() keeps only a complete join: every session ranked every row, none
-    with a failed launch) and its newest session started no earlier than the kept one's (`spread["newest"]`, a time:
-    the latest describes the machine as it is now; an older join re-rendered, the same day or later, does not
-    replace it; the same join re-rendered replaces its own). Best effort: a cache that cannot be written costs
-    nothing but the sentence. Returns whether it was kept."""
+    options and REQUEST, where every session ran on this very host (`spread["hosts"]`, their env's host_key: a join
+    of runs made on another machine of the same CPU, a committed one re-rendered, says nothing of this one), it rests
+    on at least STORED_SESSIONS sessions (sessions/spread() keeps only a complete join: every session ranked every
+    row, none with a failed launch) and its newest session started no earlier than the kept one's and no later than
+    now (`spread["newest"]`, a time: the latest describes the machine as it is now; an older join re-rendered, the
+    same day or later, does not replace it; the same join re-rendered replaces its own; a session dated after the
+    join is a doctored copy, kept it would be newest for good, and a kept one so dated is replaced). Best effort: a
+    cache that cannot be written costs nothing but the sentence. Returns whether it was kept."""
     from harness.ground.provenance import host_key
     from harness.shared import cache
 
     here = host_key()
     if (spread.get("sessions") or 0) < STORED_SESSIONS or here is None or env.get("host_key") != here \
-            or any(h != here for h in spread.get("hosts") or [None]) or not spread.get("newest"):
+            or any(h != here for h in spread.get("hosts") or [None]) or not spread.get("newest") \
+            or _after_now(spread["newest"]):
         return False
     data = cache.read_dict(CACHE_FILE)
     mine = data.setdefault(_machine_key(env), {})
-    key = _request_key(workload, options)
+    key = _request_key(workload, options, request)
     kept = mine.get(key)
     if (isinstance(kept, dict) and kept.get("complete") and kept.get("where") != spread.get("where")
-            and str(kept.get("newest") or "") > str(spread["newest"])):
+            and str(kept.get("newest") or "") > str(spread["newest"]) and not _after_now(kept.get("newest"))):
         return False
     mine[key] = {**{k: v for k, v in spread.items() if k != "hosts"}, "workload": workload,
-                 "options": options or {}, "complete": True}
+                 "options": options or {}, **{k: request.get(k) for k in REQUEST}, "complete": True}
     cache.write_dict(CACHE_FILE, data)
     return True
 
 
-def known(env: dict[str, Any], workload: str, options: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The between-session spread this host's cache holds for `workload` under `options` (else the one of the newest
-    sessions for another request, which it names), or None (also for records that do not name their host). Only
-    spreads kept as complete joins are quoted: one kept before (of any join) is not."""
+def known(env: dict[str, Any], workload: str, options: dict[str, Any] | None,
+          request: dict[str, Any]) -> dict[str, Any] | None:
+    """The between-session spread this host's cache holds for `workload` under `options` and `request` (REQUEST:
+    timed steps, warm-up, global batch, world size; its rows may be others), or None: for another request (a spread
+    of other steps or another batch is not this run's), for records that do not name their host, and for an entry
+    kept before the cache held the REQUEST. Only spreads kept as complete joins are quoted: one kept before (of any
+    join) is not."""
     from harness.shared import cache
 
     if not env.get("host_key"):
         return None
     mine = cache.read_dict(CACHE_FILE).get(_machine_key(env)) or {}
-    if not isinstance(mine, dict):
-        return None
+    entry = mine.get(_request_key(workload, options, request)) if isinstance(mine, dict) else None
     need = ("sessions", "pairs", "tau_median", "tau_max", "se_median", "date", "workload")
-    whole = {k: e for k, e in mine.items() if isinstance(e, dict) and e.get("complete") and all(n in e for n in need)}
-    if not whole:
+    if not isinstance(entry, dict) or not entry.get("complete") or not all(n in entry for n in need) \
+            or any(entry.get(k) != request.get(k) for k in REQUEST) or _after_now(entry.get("newest")):
         return None
-    entry = whole.get(_request_key(workload, options)) or max(whole.values(), key=lambda e: str(e.get("newest")))
     return {**{k: entry[k] for k in need}, **{k: entry[k] for k in ("rows", "steps", "options") if entry.get(k)}}

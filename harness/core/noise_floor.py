@@ -91,7 +91,8 @@ def noise_floor(records: list[dict[str, Any]]) -> dict[str, Any]:
     comp = components(ok)
     return {"samples_per_s": sps, "interval": geomean_interval(sps), "sd_log": sd, "launch_s": launch_s,
             "components": comp, "sessions": joins.known(joins.env_of(ok), ok[0]["workload"],
-                                                          ok[0]["controls"].get("workload_options")),
+                                                          ok[0]["controls"].get("workload_options"),
+                                                          joins.request_of(ok)),
             "flagged": flagged, "label": ok[0]["label"], "workload": ok[0]["workload"],
             "steps": ok[0]["controls"]["steps"],
             "reachable": [{"launches": n, "half_width": ratio_half_width(sd, n), "seconds_per_row": n * launch_s}

@@ -302,10 +302,11 @@ class RunOnly(TypedDict):
     between_sessions: NotRequired[dict[str, Any]]
     """What this host's cache knew of the variation between runs when the run was made (from the verdict over 3 or
     more joined sessions all made on this host, `env.host_key`, every session ranking every row with 3 launches and
-    none failed: for the run's workload and options the join whose newest session is newest): sessions, pairs, the
-    median and largest between-session SD of a pair's log ratio, the median standard error within one run, the
-    workload, its options, rows and steps, and the date; the verdict says it beside "these intervals hold for this
-    run"."""
+    none failed: for the run's workload and options, timed steps, warm-up, global batch and world size, the join
+    whose newest session is newest; absent where none was of that request): sessions, pairs, the median and largest
+    between-session SD of a pair's log ratio, the median standard error within one run, the workload, its options,
+    rows (which may be others than the run's) and steps, and the date; the verdict says it beside "these intervals
+    hold for this run"."""
     precision_mode: NotRequired[dict[str, Any]]
     """Without `--repeats`: target (`--precision`, or null), budget, rounds used and the least run, how it ended,
     elapsed seconds, the widest interval left and the stopping criterion (`simultaneous`: every pair's Bonferroni

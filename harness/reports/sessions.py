@@ -300,8 +300,7 @@ def remember(joined: dict[str, Any], records: list[dict[str, Any]], where: Path)
     if got is not None:  # with the request it was of: a sentence quoting it names its rows and steps
         controls = next((r["controls"] for r in records if r.get("controls")), {})
         joins.store(joins.env_of(records), records[0].get("workload"), controls.get("workload_options"),
-                    {**got, "where": str(where.resolve()), "rows": joins.rows_of(records),
-                     "steps": controls.get("steps")})
+                    {**got, "where": str(where.resolve()), "rows": joins.rows_of(records)}, joins.request_of(records))
 
 
 def render(out: Path, sessions: list[tuple[str, list[dict[str, Any]]]], command: str | None) -> Path:

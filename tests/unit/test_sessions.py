@@ -218,27 +218,45 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     assert again.exit_code == 0, again.output
     assert (out / "report.md").read_text() == before
     # this machine now knows its between-session spread, which the next single run's verdict will say
-    env = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"]
-    options = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["controls"]["workload_options"]
-    known = joins.known(env, "digits", options)
+    first = read_records(runs[0] / "records.jsonl")
+    env, options, request = first[0]["env"], first[0]["controls"]["workload_options"], joins.request_of(first)
+    assert request == {"steps": 280, "warmup": 20, "global_batch": 64, "world_size": 2}
+    known = joins.known(env, "digits", options, request)
     assert known["sessions"] == 6 and known["pairs"] == 3 and known["tau_max"] >= known["tau_median"] >= 0
     assert len(known["rows"]) == 3 and known["rows"] == sorted(known["rows"]) and known["steps"] > 0  # its request
+    # only for a run of the same request: other timed steps, warm-up, global batch or world size move a session's
+    # figures otherwise (a 280-step run quoted a 20-step join's spread, "the newest sessions for another request")
+    for other in ({"steps": 20}, {"warmup": 5}, {"global_batch": 128}, {"world_size": 4}):
+        assert joins.known(env, "digits", options, {**request, **other}) is None
+    assert joins.known(env, "digits", {"hidden": 64}, request) is None
+    # an entry kept before the cache held the request (by workload and options alone) is not quoted
+    path = tmp_path / "cache" / joins.CACHE_FILE
+    data = json.loads(path.read_text())
+    mine = data[next(iter(data))]
+    mine[json.dumps(["widemlp", {}], sort_keys=True)] = {**known, "workload": "widemlp", "complete": True,
+                                                         "newest": "2026-11-22T00:00:00+00:00"}
+    path.write_text(json.dumps(data))
+    assert joins.known(env, "widemlp", {}, request) is None
     # a later join of two sessions (a throwaway) does not replace it, an older one neither; a later one of 3 does
     here = [env["host_key"]] * 3
-    small = {"sessions": 2, "pairs": 3, "tau_median": 0.41, "tau_max": 0.41, "se_median": 0.02, "date": "2026-12-01",
-             "newest": "2026-12-01T00:00:00+00:00", "where": str(tmp_path / "other"), "hosts": here[:2]}
-    assert not joins.store(env, "digits", options, small) and joins.known(env, "digits", options)["sessions"] == 6
+    small = {"sessions": 2, "pairs": 3, "tau_median": 0.41, "tau_max": 0.41, "se_median": 0.02, "date": "2026-11-28",
+             "newest": "2026-11-28T00:00:00+00:00", "where": str(tmp_path / "other"), "hosts": here[:2]}
+    assert not joins.store(env, "digits", options, small, request)
+    assert joins.known(env, "digits", options, request)["sessions"] == 6
     assert not joins.store(env, "digits", options, {**small, "sessions": 3, "hosts": here, "date": "2026-11-01",
-                                                    "newest": "2026-11-01T00:00:00+00:00"})
-    assert joins.store(env, "digits", options, {**small, "sessions": 3, "hosts": here})
-    assert joins.known(env, "digits", options)["sessions"] == 3
+                                                    "newest": "2026-11-01T00:00:00+00:00"}, request)
+    # nor one whose newest session claims a time later than now (a doctored copy): kept, it would stay newest
+    assert not joins.store(env, "digits", options, {**small, "sessions": 3, "hosts": here, "date": "2999-01-01",
+                                                    "newest": "2999-01-01T00:00:00+00:00"}, request)
+    assert joins.store(env, "digits", options, {**small, "sessions": 3, "hosts": here}, request)
+    assert joins.known(env, "digits", options, request)["sessions"] == 3
     # a session made on another host (another VM of the same CPU), or records that name no host, are never kept
-    later = {**small, "sessions": 5, "hosts": [*here, "0123456789abcdef", env["host_key"]], "date": "2026-12-02",
-             "newest": "2026-12-02T00:00:00+00:00"}
-    assert not joins.store(env, "digits", options, later) and not joins.store(
-        {**env, "host_key": None}, "digits", options, {**later, "hosts": [None] * 5})
-    assert joins.known({**env, "host_key": "0123456789abcdef"}, "digits", options) is None
-    assert joins.known({k: v for k, v in env.items() if k != "host_key"}, "digits", options) is None
+    later = {**small, "sessions": 5, "hosts": [*here, "0123456789abcdef", env["host_key"]], "date": "2026-11-29",
+             "newest": "2026-11-29T00:00:00+00:00"}
+    assert not joins.store(env, "digits", options, later, request) and not joins.store(
+        {**env, "host_key": None}, "digits", options, {**later, "hosts": [None] * 5}, request)
+    assert joins.known({**env, "host_key": "0123456789abcdef"}, "digits", options, request) is None
+    assert joins.known({k: v for k, v in env.items() if k != "host_key"}, "digits", options, request) is None
 
 
 def test_a_join_of_runs_made_on_another_host_is_never_quoted_as_this_machines_spread(tmp_path, monkeypatch):
@@ -256,7 +274,8 @@ def test_a_join_of_runs_made_on_another_host_is_never_quoted_as_this_machines_sp
 
     env = {**json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"],
            "host_key": provenance.host_key()}
-    assert joins.known(env, "digits", None) is None and not (tmp_path / "cache" / joins.CACHE_FILE).exists()
+    assert joins.known(env, "digits", None, joins.request_of(read_records(runs[0] / "records.jsonl"))) is None
+    assert not (tmp_path / "cache" / joins.CACHE_FILE).exists()
 
 
 def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_machine_showed():
@@ -726,27 +745,27 @@ def test_only_a_complete_join_is_kept_and_the_one_of_the_newest_sessions_per_req
     # complete joins: the one whose newest session is newest is kept, an older one rendered after it does not
     # replace it, nor does re-rendering it the same day
     env = json.loads((others[0] / "records.jsonl").read_text().splitlines()[0])["env"]
-    options = {"hidden": 256}
+    options, request = {"hidden": 256}, joins.request_of(read_records(others[0] / "records.jsonl"))
     newer = [run(f"n{i}", f"2026-11-22T1{i}:00:00+00:00") for i in range(3)]
     older = [run(f"o{i}", f"2026-11-22T0{i}:00:00+00:00") for i in range(3)]
     join("jnew", newer)
-    assert joins.known(env, "digits", options)["date"] == "2026-11-22"
-    kept = joins.known(env, "digits", options)
+    assert joins.known(env, "digits", options, request)["date"] == "2026-11-22"
+    kept = joins.known(env, "digits", options, request)
     join("jold", older)
     assert CliRunner().invoke(app, ["report", str(tmp_path / "jold")]).exit_code == 0
-    assert joins.known(env, "digits", options) == kept
+    assert joins.known(env, "digits", options, request) == kept
     assert [e["where"] for e in json.loads(cache.read_text())[next(iter(json.loads(cache.read_text())))].values()] \
         == [str((tmp_path / "jnew").resolve())]
     # a join under other workload options is kept beside it, each quoted for its own request
     wide = [run(f"w{i}", f"2026-11-23T1{i}:00:00+00:00",
                 change=lambda r: r["controls"]["workload_options"].update(hidden=64)) for i in range(3)]
     join("jwide", wide)
-    assert joins.known(env, "digits", options) == kept
-    assert joins.known(env, "digits", {"hidden": 64})["options"] == {"hidden": 64}
+    assert joins.known(env, "digits", options, request) == kept
+    assert joins.known(env, "digits", {"hidden": 64}, request)["options"] == {"hidden": 64}
     from harness.reports.verdict import one_session_line
 
     assert "3 joined runs of digits (ddp, horovod, spawn, hidden=64, 280 timed steps; the last on 2026-11-23)" in \
-        one_session_line(joins.known(env, "digits", {"hidden": 64}))
+        one_session_line(joins.known(env, "digits", {"hidden": 64}, request))
 
 
 def test_a_session_with_a_failed_launch_is_said_to_be_one_and_analysed_unpaired(tmp_path, monkeypatch):
