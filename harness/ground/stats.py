@@ -367,7 +367,9 @@ def random_effects(estimates: list[tuple[float, float]], margin: float = DEFAULT
     counted once: {"estimate" (exp of the mean of the session estimates), "lo", "hi" (Student's t over the k
     estimates, k - 1 df), "p", "p_equivalent" (TOST), "df", "n" (sessions), "se", "tau" (between-session SD, log
     scale, DerSimonian-Laird), "i2", "q", "p_q" (Cochran's Q test of no heterogeneity), "prediction" ([lo, hi] where
-    a new session's own estimate should fall: mean +- t(k - 1) s sqrt(1 + 1/k), from 3 sessions), "sessions" (each
+    a new session's own estimate should fall: mean +- t(k - 1) sqrt(s*^2 (1 + 1/k)), from 3 sessions, with the
+    interval's floored variance s*^2 = max(s^2, the mean of the sessions' own variances), s^2 the estimates' sample
+    variance: a new session carries its own noise at least, however closely the k agreed), "sessions" (each
     session's exp(mean)), "floored" (whether s^2 was raised to the mean of the sessions' own variances)}. Below 2
     sessions: no interval (None)."""
     from scipy import stats as sp

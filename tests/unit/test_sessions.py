@@ -69,6 +69,11 @@ def test_sessions_that_happen_to_agree_give_no_interval_narrower_than_their_own_
     half = stats.t_quantile(0.975, 4) * 0.025 / math.sqrt(5)
     assert (re["lo"], re["hi"]) == (pytest.approx(re["estimate"] * math.exp(-half)),
                                     pytest.approx(re["estimate"] * math.exp(half)))
+    # where a sixth session should fall: the same floored variance, a new session's own noise included, as
+    # fairness.md and random_effects' docstring say (they said the estimates' SD: +-0.5% here, not +-7%)
+    wide = stats.t_quantile(0.975, 4) * 0.025 * math.sqrt(1 + 1 / 5)
+    assert re["prediction"] == [pytest.approx(re["estimate"] * math.exp(-wide)),
+                                pytest.approx(re["estimate"] * math.exp(wide))]
     # two sets of such sessions: each side's spread floored alike
     d = stats.random_effects_difference(ests[:2], ests[2:4])
     assert d["se"] == pytest.approx(math.sqrt(2 * 0.025 ** 2 / 2), rel=1e-9)
