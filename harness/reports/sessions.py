@@ -73,7 +73,8 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
     ratios = {k: analysis.oriented(pairs, k, base) for k in ranked if base is not None and k != base}
     differ = {frozenset((p["a"], p["b"])) for p in pairs if p["outcome"] == "faster"}
     ranks = len(order) >= 2 and all(p["p"] is not None for p in pairs)
-    counts = sorted({a["rows"][k]["n"] for _, a in per for k in ranked if k in a["rows"]})
+    # the launches of the rows each session's pairs rest on: a row a session measured too few times is not among them
+    counts = sorted({a["rows"][k]["n"] for k in ranked for _, a in ok[k]})
     launches = "no" if not counts else f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     out = {"rows": rows, "ranked": ranked, "left_out": left_out, "baseline": base, "asked_baseline": base,
            "ratios": ratios, "n_min": len(sessions), "margin": margin, "pairs": pairs, "order": order,
@@ -96,7 +97,8 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                                          for r in records),
                          "time": max(str(r.get("time_utc") or "") for r in records),
                          "failed": failed(records)} for (name, records), (_, a) in zip(sessions, per)],
-           "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each; {m} pair"
+           "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each{_fewer(per, ok, ranked)}; "
+                           f"{m} pair"
                            f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds{_unpaired(per)}, "
                            "combined over "
                            "the sessions with each session counted once (the mean of their log estimates, a 95% "
@@ -132,6 +134,22 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                                                                           for i, (_, a) in enumerate(per, 1)) + ")"
                                                      for k in missing) + ".")
     return out
+
+
+def _fewer(per: list[tuple[str, dict[str, Any]]], ok: dict[str, list], ranked: list[str]) -> str:
+    """"; horovod's pairs rest on S1 and S2 alone (S3's horovod left out: 2 launches measured; ...)" for every ranked
+    row a session measured too few times to count it, "" where every row's pairs rest on every session."""
+    said = []
+    for k in ranked:
+        inside = [i for i, (_, a) in enumerate(per, 1) if any(a is b for _, b in ok[k])]
+        if len(inside) == len(per):
+            continue
+        names = [f"S{i}" for i in inside]
+        said.append(f"{k}'s pairs rest on {' and '.join(', '.join(names).rsplit(', ', 1))} alone ("
+                    + "; ".join(f"S{i}'s {k} left out: {_launches_in(a, k)}"
+                                for i, (_, a) in enumerate(per, 1) if i not in inside)
+                    + f"; a row needs {MIN_LAUNCHES} measured launches in a session)")
+    return "".join(f"; {x}" for x in said)
 
 
 def _unpaired(per: list[tuple[str, dict[str, Any]]]) -> str:
@@ -282,15 +300,15 @@ def markdown(joined: dict[str, Any]) -> list[str]:
                + "): the variation between sessions includes whatever changed between them (`compare diff` "
                  "names it).", ""]
     one = [(n, pa) for n, pa in a["per_session"]]
-    md += ["What each session alone said (its own verdict's first line; its intervals hold for that run only): "
-           + "; ".join(f"{names[n]}: {_alone(pa)}" for n, pa in one) + ".", ""]
+    md += ["What each session alone said (the first line of its own verdict, as its report words it; its intervals "
+           "hold for that run only): " + "; ".join(f"{names[n]}: {_alone(pa)}" for n, pa in one) + ".", ""]
     return md
 
 
 def _alone(session: dict[str, Any]) -> str:
-    """A session's own verdict's first line, plain, its scope ("for this run") said once before the list."""
-    first = session["lines"][0].replace("**", "").rstrip(".")
-    return first.replace(verdict_mod.scope(session), "Verdict", 1)
+    """A session's own verdict's first line as its report says it ("Verdict for this run: ..."), plain: a quote
+    that read "Verdict: ..." was found in no report."""
+    return session["lines"][0].replace("**", "").rstrip(".")
 
 
 def remember(joined: dict[str, Any], records: list[dict[str, Any]], where: Path) -> None:

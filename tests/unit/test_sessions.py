@@ -203,11 +203,15 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     text = (out / "report.md").read_text()
     assert "## Verdict over the sessions" in text
     assert "(6 sessions, 4 launches per row in each; 3 pairs" in text
-    # its bold line says what it holds for, as a single run's says "for this run"; each session's own, listed
-    # under "its intervals hold for that run only", is not scoped twice
+    # its bold line says what it holds for, as a single run's says "for this run"; each session's own is quoted as
+    # its report words it (it was quoted as "Verdict: ...", which no run's report says)
     assert text.count("**Verdict over the sessions") == 1 and "**Verdict for this run" not in text
     alone = next(line for line in text.splitlines() if line.startswith("What each session alone said"))
-    assert "S1: Verdict " in alone and "for this run" not in alone
+    from harness.reports import verdict
+
+    own = verdict.analyse(read_records(runs[0] / "records.jsonl"))["lines"][0]  # the first line of its report's verdict
+    assert own.startswith("**Verdict for this run")
+    assert f"S1: {own.replace('**', '').rstrip('.')}; S2: Verdict for this run" in alone
     # every pair's pooled interval either holds each session's own estimate or names the session outside it
     j = sessions.analyse(joins.load(out))
     for p in j["pairs"]:
@@ -747,6 +751,11 @@ def test_only_a_complete_join_is_kept_and_the_one_of_the_newest_sessions_per_req
     # a row with 2 launches in one session: that session ranks it not, its pairs pool over 2 of the 3 sessions
     short = run("g0", "2026-11-21T10:00:00+00:00", values={**_values(rng, 0.0), "horovod": [700.0, 705.0]})
     assert join("jshort", [short, *[run(f"g{i}", f"2026-11-21T1{i}:00:00+00:00") for i in (1, 2)]]) == {}
+    # and its paragraph says so: it said "(3 sessions, 2-4 launches per row in each", as if every row's pairs rested
+    # on the 3
+    assert ("(3 sessions, 4 launches per row in each; horovod's pairs rest on S2 and S3 alone (S1's horovod left "
+            "out: 2 launches measured; a row needs 3 measured launches in a session); 3 pairs: ") in \
+        (tmp_path / "jshort" / "report.md").read_text()
     # complete joins: the one whose newest session is newest is kept, an older one rendered after it does not
     # replace it, nor does re-rendering it the same day
     env = json.loads((others[0] / "records.jsonl").read_text().splitlines()[0])["env"]
