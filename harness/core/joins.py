@@ -6,7 +6,7 @@ a run's own records when `compare run --join DIR` made it), beside the command t
 records stay in each run and remain the single source.
 
     check(named)            one line (NotJoinable) unless the runs are the same request on the same machine and
-                            software
+                            software, and none is a copy of another (copy_of: any launch shared)
     session_dirs(DIR)       the runs DIR stands for; load(DIR) their records
     unfinished(dirs)        one line (NotJoinable) where a live compare run is still writing one of them
     known(env, workload, options, request)  the between-session spread this machine's cache holds for this
@@ -171,8 +171,8 @@ def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) 
     """NotJoinable (one line) unless every run is a `compare run` of the same request (workload and its options,
     rows, world size, global batch, timed steps; each row's knobs, threads, warm-up, seed, binding, DataLoader workers
     and oversubscription) on the same machine (CPU model, usable cores, GPUs) and software (torch, Python, tuning
-    variables, each row's framework), the first
-    run being the reference. `machines=False` leaves the machine out (`compare diff --across-machines`)."""
+    variables, each row's framework), none a copy of another (copy_of), the first run being the reference.
+    `machines=False` leaves the machine out (`compare diff --across-machines`)."""
     first_name, first = named[0]
     for i, (name, records) in enumerate(named):
         if not records:
