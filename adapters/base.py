@@ -212,6 +212,26 @@ class ModelFacts:
     scalar: list[str] = field(default_factory=list)
     """Parameters of no dimension (nn.Parameter(torch.tensor(0.0)): a learned temperature, CLIP's logit_scale),
     frozen ones too, by name."""
+    twice: dict[str, list[int]] = field(default_factory=dict)
+    """Parameter name -> the checked steps (from 0) in whose one backward its gradient was accumulated more than once:
+    the recomputed forward of a reentrant checkpoint (torch.utils.checkpoint, use_reentrant=True) reusing a module,
+    each of whose inner backward passes accumulates apart; a backend that reduces a parameter's gradient when it is
+    accumulated reduces it more than once, or takes the first part alone."""
+
+    checkpoint_no_grad: bool = False
+    """Whether torch.utils.checkpoint (use_reentrant=True) warned in the check that none of its inputs needs a
+    gradient ("None of the inputs have requires_grad=True"): the module it checkpoints then gets no gradient, in one
+    process as on every backend, which is what leaves its parameters without one."""
+
+    def twice_text(self, most: int = 4) -> str:
+        """The parameters whose gradient was made twice in one backward, and when: "shared.0.weight, shared.0.bias
+        (in every one of the 4 steps checked)"."""
+        names = list(self.twice)
+        shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+        steps = sorted({s for v in self.twice.values() for s in v})
+        when = ("in every one of the" if len(steps) == self.checked_steps
+                else f"in step{'s' if len(steps) > 1 else ''} {', '.join(str(s + 1) for s in steps)} of the")
+        return f"{shown} ({when} {self.checked_steps} steps checked)"
 
     def dtypes_outside(self, allowed: set[str]) -> list[str]:
         """The parameters' dtypes not in `allowed`."""
@@ -452,6 +472,10 @@ class Launch(Role):
         framework is known to print for a model or knob it cannot train as given); None when none is known."""
         return None
 
+
+NO_GRAD_CHECKPOINT = "None of the inputs have requires_grad=True"
+"""What torch.utils.checkpoint warns (use_reentrant=True) when none of its inputs needs a gradient: no gradient then
+reaches the parameters of the module it checkpoints, in one process as on every backend."""
 
 REENTRANT_FIX = ("a parameter's gradient was made twice in one backward: reentrant activation checkpointing "
                  "(torch.utils.checkpoint with use_reentrant=True) of a module the forward uses more than once; use "

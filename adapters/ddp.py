@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 from pathlib import Path
 
-from adapters.base import (REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, Strategy,
-                           cpu_sync_batch_norm)
+from adapters.base import (NO_GRAD_CHECKPOINT, REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch,
+                           LaunchPlan, Strategy, cpu_sync_batch_norm)
 from adapters.launchers import torchrun, torchrun_nodes
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.comm_primitives import Comm
@@ -62,11 +62,16 @@ class DDPLaunch(Launch):
         never = set(facts.never_used) == set(facts.no_gradient)
         if k.static_graph and never:
             return Availability(True)  # a static graph knows its unused parameters after the first step
+        # a reentrant checkpoint given no input that needs a gradient trains nothing it holds, in one process too:
+        # the model's own fault, whose fix comes before the knobs that would make DDP agree with it
+        own = (f"they get none in one process either: torch.utils.checkpoint (use_reentrant=True) warned \""
+               f"{NO_GRAD_CHECKPOINT}\", so the module it checkpoints never trains; pass use_reentrant=False (then it "
+               f"trains on every backend), or else " if facts.checkpoint_no_grad and never else "")
         return Availability(
             False, f"the model leaves parameters without a gradient: {facts.unused_text()} in the check before "
                    f"launching, and DDP's reducer waits for every parameter's gradient, so its launch would fail "
                    f"(\"Expected to have finished reduction in the prior iteration\")",
-            f"add the knob find_unused_parameters=true (-a {self.name}:find_unused_parameters=true)"
+            f"{own}add the knob find_unused_parameters=true (-a {self.name}:find_unused_parameters=true)"
             + (", or static_graph=true: the same parameters go unused in every step" if never else ""))
 
     def batch_norm(self):

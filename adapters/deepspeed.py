@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 import sys
 import time
@@ -134,7 +135,23 @@ class DeepSpeedLaunch(Launch):
                                 "build the model in fp32" if "fp64" in other else
                                 "build the model's parameters as real fp32 tensors (a complex one as two real ones)")
         if stage == 0:
+            if "fp16" in facts.param_dtypes and self.device_kind == "cpu":
+                # DeepSpeed's CPU accelerator supports fp32 and bf16 (supported_dtypes), and ZeRO-0's all-reduce
+                # asserts on it (measured: "attempting to reduce an unsupported grad type: torch.float16")
+                return Availability(False, "the model's parameters are fp16, and DeepSpeed's CPU accelerator reduces "
+                                           "fp32 and bf16 only at ZeRO-0 (\"attempting to reduce an unsupported grad "
+                                           "type: torch.float16\" at the first step)",
+                                    f"build the model in bf16 or fp32, or a ZeRO stage of 1 or 2 "
+                                    f"(-a {self.name}:zero_stage=1), which runs an fp16 model here")
             return Availability(True)
+        if facts.twice and stage == 3:
+            # measured: stage3.py's bucket assertion, len(set(p.ds_id ...)) == len(params_in_bucket)
+            return Availability(
+                False, f"a parameter's gradient was made twice in one backward in the check before launching "
+                       f"({facts.twice_text()}), and ZeRO-3 reduces each parameter's gradient once per backward "
+                       f"(it fails at the first step: an AssertionError in stage3.py's reduce bucket)",
+                f"{REENTRANT_FIX}; or zero_stage=0 (-a {self.name}:zero_stage=0), which all-reduces the summed "
+                f"gradient after the backward")
         if facts.ranks_differ:
             return Availability(
                 False, f"the ranks leave different parameters without a gradient: {facts.differ_text()} in the check "
@@ -223,6 +240,16 @@ class DeepSpeedLaunch(Launch):
     def failure_fix(self, error):
         if "has already been reduced" in error:  # a gradient hook fired twice in one backward
             return REENTRANT_FIX
+        if self.knobs.zero_stage == 3 and re.search(r"size of tensor \w \(\d+\) must match the size of tensor \w "
+                                                    r"\(0\)|size of tensor \w \(0\) must match", error):
+            # measured: an EMA of the weights updated in the forward from named_parameters(), which ZeRO-3 holds
+            # as empty partitions outside their own module's forward (an attribute read, F.linear(h, emb.weight),
+            # is gathered for it; iterating parameters() is not)
+            return ("ZeRO-3 holds each parameter as an empty partition (0 elements) outside its own module's forward: "
+                    "code that reads parameters other than through their module's attribute there (iterating "
+                    "named_parameters() or parameters(): an EMA update) sees them empty; gather them around it with "
+                    "`with deepspeed.zero.GatheredParameters(list(params)):`, do that work outside the forward, or "
+                    f"use zero_stage 2 or lower (-a {self.name}:zero_stage=2)")
         return None
 
     def missing_gradient(self):

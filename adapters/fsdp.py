@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.base import (EVERY_PARAMETER_FIX, Availability, KnobError, Precision, cpu_sync_batch_norm,
+from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Availability, KnobError, Precision, cpu_sync_batch_norm,
                            flat_layout)
 from adapters.probes import torch_build
 from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
@@ -75,6 +75,14 @@ class FSDPLaunch(DDPLaunch):
                 False, f"the model gives sparse gradients ({', '.join(facts.sparse)}: an embedding with "
                        f"sparse=True), which FSDP2 cannot reduce-scatter (its chunk_cat has no sparse kernel)",
                 "build the embedding with sparse=False (a dense gradient)")
+        if facts.twice:
+            # measured: a module applied twice under reentrant checkpoints trained 3.5e-02 away from the single
+            # process (both ways of reshard_after_forward) with no error: FSDP2 reduce-scatters a unit's gradients
+            # once its backward ends, and the second inner backward's part of them is not in what it reduced
+            return Availability(
+                False, f"a parameter's gradient was made twice in one backward in the check before launching "
+                       f"({facts.twice_text()}), and FSDP2 takes only part of such a gradient: it trained without "
+                       f"an error and away from the single process (measured)", REENTRANT_FIX)
         if facts.grad_hooks:
             # fully_shard replaces each parameter by a sharded DTensor Parameter of its own (measured: not the same
             # object, and its hooks None), so a hook registered on the original never runs

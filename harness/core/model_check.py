@@ -12,7 +12,10 @@ to NaN (`torch.equal` calls a NaN output different from itself).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
+
+from adapters.base import NO_GRAD_CHECKPOINT
 
 CHECKED_STEPS = 4
 """Forward and backward passes of the unused-parameter check: the first steps' batches, in order, so that a model
@@ -245,20 +248,46 @@ def edited_parameters(build, forward, seed: int, most: int = 3) -> str | None:
     return ", ".join(edited[:most]) + (f" and {len(edited) - most} more" if len(edited) > most else "")
 
 
-def no_gradient(model, batches, step_loss) -> dict[str, list[int]]:
+def no_gradient(model, batches, step_loss, twice: dict[str, list[int]] | None = None,
+                warned: set[str] | None = None) -> dict[str, list[int]]:
     """Parameter name -> the passes (from 0) after whose backward it had no gradient, over one forward, loss and
     backward of `model` per (inputs, target) batch, in order (the model's state carries from one to the next, as
     training's does; `step_loss(model, inputs, target)` is the step's loss). Frozen parameters (requires_grad False)
-    are left out."""
+    are left out. `twice`, where given, gets parameter name -> the passes in whose backward its gradient was
+    accumulated more than once (a reentrant checkpoint's recomputed forward reusing a module: each of its inner
+    backward passes accumulates apart, where autograd otherwise sums a reused parameter's gradients first).
+    `warned`, where given, gets NO_GRAD_CHECKPOINT if torch warned it in a backward (other warnings pass on)."""
     missing: dict[str, list[int]] = {}
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    for step, (x, y) in enumerate(batches):
-        for _, p in trainable:
-            p.grad = None
-        step_loss(model, x, y).backward()
-        for name, p in trainable:
-            if p.grad is None:
-                missing.setdefault(name, []).append(step)
+    calls: dict[str, int] = {}
+
+    def counted(name):
+        def hook(_):
+            calls[name] = calls.get(name, 0) + 1
+        return hook
+
+    handles = ([p.register_post_accumulate_grad_hook(counted(n)) for n, p in trainable] if twice is not None else [])
+    try:
+        for step, (x, y) in enumerate(batches):
+            for _, p in trainable:
+                p.grad = None
+            calls.clear()
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                step_loss(model, x, y).backward()
+            for w in said:
+                if warned is not None and NO_GRAD_CHECKPOINT in str(w.message):
+                    warned.add(NO_GRAD_CHECKPOINT)
+                else:  # not ours to keep
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            for name, p in trainable:
+                if p.grad is None:
+                    missing.setdefault(name, []).append(step)
+                if calls.get(name, 0) > 1:
+                    twice.setdefault(name, []).append(step)
+    finally:
+        for h in handles:
+            h.remove()
     for _, p in trainable:
         p.grad = None
     return missing

@@ -355,12 +355,15 @@ def _check_gradients(facts, workload, device: str, ranks) -> None:
 
     with torch.random.fork_rng(devices=[]), torch.device(device):
         try:
-            missing = []
+            missing, twice, warned = [], {}, set()
             for steps in ranks:
                 torch.manual_seed(workload.seed)
                 model = workload.new_model()
                 missing.append(model_check.no_gradient(
-                    model, steps, lambda m, inputs, target: workload.step_loss(workload.forward(m, inputs), target)))
+                    model, steps, lambda m, inputs, target: workload.step_loss(workload.forward(m, inputs), target),
+                    twice, warned))
+            facts.twice = {n: sorted(set(s)) for n, s in twice.items()}
+            facts.checkpoint_no_grad = model_check.NO_GRAD_CHECKPOINT in warned
             facts.no_gradient, facts.ranks_differ = {}, {}
             for name in dict.fromkeys(n for m in missing for n in m):
                 facts.no_gradient[name] = sorted({s for m in missing for s in m.get(name, [])})
@@ -371,7 +374,7 @@ def _check_gradients(facts, workload, device: str, ranks) -> None:
         except UserCodeError:
             raise
         except Exception:  # noqa: BLE001 - not checked here (a backward meta cannot run, say)
-            facts.no_gradient, facts.ranks_differ, facts.checked_steps = {}, {}, 0
+            facts.no_gradient, facts.ranks_differ, facts.twice, facts.checked_steps = {}, {}, {}, 0
 
 
 def _batch_norm(workload, facts) -> None:

@@ -670,3 +670,106 @@ def test_a_parameter_frozen_in_some_steps_is_named_as_the_cause_not_as_one_with_
         "model (hooks or buckets for the parameters that require a gradient then) leaves out a parameter frozen "
         "then and never averages its gradient across ranks when it trains")
     assert eq["why_failed"].endswith("until it is to train; the next, 0.bias by 1.0e-03, was never frozen")
+
+
+def test_a_gradient_made_twice_in_one_backward_is_found_and_refused_where_a_backend_would_train_wrongly(tmp_path):
+    # An outside check: one block applied twice under reentrant checkpoints trained 3.5e-02 away from the single
+    # process on FSDP2 with no error (a generic ✗), and ZeRO-3 failed on a bare AssertionError; ddp and Horovod named
+    # the cause only after a failed launch
+    from torch.utils.checkpoint import checkpoint
+
+    from adapters.base import REENTRANT_FIX
+
+    class Shared(nn.Module):
+        def __init__(self, reentrant, depth):
+            super().__init__()
+            self.inp, self.block, self.out = nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 2)
+            self.reentrant, self.depth = reentrant, depth
+
+        def forward(self, x):
+            h = self.inp(x)
+            for _ in range(self.depth):
+                h = h + (checkpoint(self.block, h, use_reentrant=self.reentrant) if self.reentrant is not None
+                         else self.block(h))
+            return self.out(h)
+
+    batches = [(torch.randn(4, 4), torch.randint(0, 2, (4,))) for _ in range(3)]
+
+    def twice(reentrant, depth):
+        found = {}
+        model_check.no_gradient(Shared(reentrant, depth), batches,
+                                lambda m, x, y: nn.functional.cross_entropy(m(x), y), found)
+        return found
+
+    assert twice(True, 2) == {"block.weight": [0, 1, 2], "block.bias": [0, 1, 2]}
+    # the same module reused without checkpoints, or under non-reentrant ones, or checkpointed once: summed first
+    assert twice(None, 2) == twice(False, 2) == twice(True, 1) == {}
+    facts = ModelFacts(twice={"block.weight": [0, 1, 2], "block.bias": [0, 1, 2]}, checked_steps=3)
+    assert facts.twice_text() == "block.weight, block.bias (in every one of the 3 steps checked)"
+    for name, knobs in (("fsdp", {}), ("deepspeed", {"zero_stage": "3"})):
+        why = adapters.get(name)(knobs, "cpu").model_availability(facts)
+        assert not why and why.reason.startswith("a parameter's gradient was made twice in one backward in the check "
+                                                 "before launching (block.weight, block.bias (in every one of the 3 "
+                                                 "steps checked))")
+        assert why.fix.startswith(REENTRANT_FIX)
+    assert adapters.get("deepspeed")({"zero_stage": "0"}, "cpu").model_availability(facts)  # sums it: measured ✓
+    # the workload's check fills it
+    path = tmp_path / "mine.py"
+    path.write_text("import torch\nfrom torch import nn\nfrom torch.utils.checkpoint import checkpoint\n"
+                    "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                    "        self.inp, self.block, self.out = nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 2)\n"
+                    "    def forward(self, x):\n        h = self.inp(x)\n"
+                    "        for _ in range(2):\n            h = h + checkpoint(self.block, h, use_reentrant=True)\n"
+                    "        return self.out(h)\n"
+                    "def shared():\n    x = torch.randn(32, 4)\n"
+                    "    return {'model': M, 'train': (x, (x.sum(1) > 0).long())}\n")
+    req = requests.RunRequest(workload=f"{path}:shared", world_size=2)
+    w = workload_checks.load_workload(req)
+    workload_checks.check_user_code(w, req, w.global_batch)
+    assert sorted(w.model_facts.twice) == ["block.bias", "block.weight"] and not w.model_facts.checkpoint_no_grad
+
+
+def test_a_reentrant_checkpoint_given_no_input_that_needs_a_gradient_is_told_as_the_models_fault_first(tmp_path):
+    # An outside check: checkpoint(self.first, x, use_reentrant=True) on the raw input trains nothing of `first`, in
+    # one process too (torch warns in the rank logs alone); ddp was refused with find_unused_parameters=true, a knob
+    # that makes DDP agree with a model that never trains it
+    path = tmp_path / "mine.py"
+    path.write_text("import torch\nfrom torch import nn\nfrom torch.utils.checkpoint import checkpoint\n"
+                    "class M(nn.Module):\n    def __init__(self, reentrant):\n        super().__init__()\n"
+                    "        self.first, self.out = nn.Linear(4, 8), nn.Linear(8, 2)\n"
+                    "        self.reentrant = reentrant\n"
+                    "    def forward(self, x):\n"
+                    "        return self.out(checkpoint(self.first, x, use_reentrant=self.reentrant))\n"
+                    "def ckpt(reentrant: bool = True):\n    x = torch.randn(32, 4)\n"
+                    "    return {'model': lambda: M(reentrant), 'train': (x, (x.sum(1) > 0).long())}\n")
+    req = requests.RunRequest(workload=f"{path}:ckpt", world_size=2)
+    w = workload_checks.load_workload(req)
+    workload_checks.check_user_code(w, req, w.global_batch)
+    facts = w.model_facts
+    assert facts.checkpoint_no_grad and sorted(facts.never_used) == ["first.bias", "first.weight"]
+    why = adapters.get("ddp")({}, "cpu").model_availability(facts)
+    assert not why and why.fix.startswith(
+        "they get none in one process either: torch.utils.checkpoint (use_reentrant=True) warned \"None of the inputs "
+        "have requires_grad=True\", so the module it checkpoints never trains; pass use_reentrant=False")
+    req = requests.RunRequest(workload=f"{path}:ckpt", world_size=2, options=["reentrant=false"])
+    w = workload_checks.load_workload(req)
+    workload_checks.check_user_code(w, req, w.global_batch)
+    assert not w.model_facts.checkpoint_no_grad and not w.model_facts.no_gradient
+
+
+def test_an_fp16_model_on_zero0_on_the_cpu_and_an_empty_partition_on_zero3_are_told_their_fix():
+    # An outside check: an fp16 model failed ZeRO-0 on the CPU at launch ("attempting to reduce an unsupported grad
+    # type: torch.float16": the CPU accelerator supports fp32 and bf16), where ZeRO-1 and 2 ran it; an EMA updated
+    # from named_parameters() in the forward read ZeRO-3's empty partitions, a size mismatch with no fix
+    ds = adapters.get("deepspeed")
+    why = ds({"zero_stage": "0"}, "cpu").model_availability(ModelFacts(param_dtypes=["fp16"]))
+    assert not why and "DeepSpeed's CPU accelerator reduces fp32 and bf16 only at ZeRO-0" in why.reason
+    assert why.fix == ("build the model in bf16 or fp32, or a ZeRO stage of 1 or 2 (-a deepspeed:zero_stage=1), which "
+                       "runs an fp16 model here")
+    assert ds({"zero_stage": "1"}, "cpu").model_availability(ModelFacts(param_dtypes=["fp16"]))
+    assert ds({"zero_stage": "0"}, "cuda").model_availability(ModelFacts(param_dtypes=["fp16"]))
+    error = ("RuntimeError: The size of tensor a (16) must match the size of tensor b (0) at non-singleton dimension 1 "
+             "(raised in update (shapes.py:204))")
+    assert ds({"zero_stage": "3"}, "cpu").failure_fix(error).startswith(
+        "ZeRO-3 holds each parameter as an empty partition (0 elements) outside its own module's forward")
+    assert ds({"zero_stage": "2"}, "cpu").failure_fix(error) is None
