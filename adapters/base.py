@@ -403,6 +403,11 @@ class Launch(Role):
     """A regular expression for the framework's launcher's own summary of a failed worker, printed after the
     worker's error: never the cause (torchrun's and torch.multiprocessing.spawn's are torch's, known already)."""
 
+    NO_PROCESS_GROUP: ClassVar[str] = ""
+    """Where the framework's ranks start no torch.distributed process group (they talk through the framework's own
+    library), how a model gathers tensors across them instead, in words: a model's own torch.distributed gather
+    (a SimCLR or CLIP loss's, behind `dist.is_initialized()`) is skipped there. "" where a group is started."""
+
     COMM_PATHS: ClassVar[tuple[str, ...]] = ()
     """Folders of the framework's installed package where a rank waits for its peers (its communication module, as
     "deepspeed/comm"): a stalled rank stopped in one is waiting, not computing (torch.distributed's is known)."""

@@ -114,6 +114,12 @@ class HorovodLaunch(Launch):
     LOG_PEER_GONE = r"Horovod has been shut down\. This was caused by an exception on one of the ranks"
     LOG_LAUNCHER_SUMMARY = r"Horovod detected that one or more processes exited with non-zero status"
     COMM_PATHS = ("horovod",)
+    # its ranks talk through Horovod's own library, with no torch.distributed group; hvd.allgather's backward
+    # all-reduces the gathered gradient as a mean (horovod/torch/mpi_ops.py, HorovodAllgather), where
+    # torch.distributed.nn's all_gather sums it, so the loss is scaled back by the ranks' number
+    NO_PROCESS_GROUP = ("gather with Horovod's own allgather (z = hvd.allgather(z), horovod.torch, behind "
+                        "hvd.is_initialized()), which carries the gradient back averaged over the ranks where "
+                        "torch.distributed.nn.functional.all_gather sums it: multiply that loss by hvd.size()")
 
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod

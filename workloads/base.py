@@ -196,6 +196,10 @@ class Workload(ABC):
     """How the model's loss was found to depend on the rest of its batch other than through BatchNorm (a term over
     the whole batch, a buffer updated from it), by the same check (harness/core/workload_checks.py,
     batch_dependence); a failed equivalence check then says so, with the fix."""
+    consults_distributed: str | None = None
+    """Where the user's code called torch.distributed while that check ran ("gather (model.py:52)"), for a model
+    found to depend on the rest of its batch: run alone it skips its gather, and under a backend it may gather the
+    rest from the other ranks (a SimCLR or CLIP loss), so no row's ✗ claims that no backend can match it."""
     empty_slice: dict[str, Any] | None = None
     """For a loss without a count, the first step and rank whose slice holds none of the items it averages over
     (harness/core/normalisation.py, empty_slice), found by the same check: a row whose loss becomes NaN there is

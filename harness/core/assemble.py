@@ -340,9 +340,8 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
             else f"model is batch-dependent ({workload.batch_dependence})" if workload.batch_dependence
             else (f"BatchNorm statistics per process ({bn}): each process normalises its own "
                   f"{r0.per_process_batch} samples where the single process normalises all {spec.global_batch}"
-                  + (f"; besides, the model depends on the rest of its batch other than through BatchNorm "
-                     f"({workload.batch_dependent}), so statistics over the global batch would not make it match "
-                     f"either" if getattr(workload, "batch_dependent", None) else f"; {bn_fix}" if bn_fix else ""))),
+                  + (_also_batch_dependent(workload, adapter, bn_fix, label) if getattr(workload, "batch_dependent", None)
+                     else f"; {bn_fix}" if bn_fix else ""))),
     }
     if bn:
         out["batch_norm"] = {"layers": bn, "statistics": "per process" if per_process else "global batch"}
@@ -388,16 +387,7 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
                              f"make it a mean (reduction=\"mean\") and the learning rate to match")
         return out
     if workload.batch_dependent:
-        out["why_failed"] = (f"the model depends on the rest of its batch, other than through BatchNorm: "
-                             f"{workload.batch_dependent} (a mean divided by a sum over its batch, such as "
-                             f"cross_entropy with class weights, whose mean divides by the batch's sum of weights; a "
-                             f"loss term over the whole batch, such as a load-balancing or contrastive one; a buffer "
-                             f"its forward updates from the batch; or a branch its forward takes on the whole batch's "
-                             f"content), so no data-parallel backend can match the single process; fix: a weighted "
-                             f"mean returns (sum, count) instead, the count being the batch's sum of weights (the "
-                             f"harness divides by the whole global batch's count); otherwise make the loss a mean of "
-                             f"per-sample terms (and a branch a choice per sample) to check equivalence, or declare "
-                             f"batch_dependence=\"...\" in @workload (the check is then skipped, with that reason)")
+        out["why_failed"] = batch_dependent_failure(workload, adapter, label)
         return out
     largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
     out["largest_diffs"] = largest
@@ -411,6 +401,69 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     if why or maybe:
         out["why_failed"] = why or maybe
     return out
+
+
+def _consulted(workload) -> str:
+    """The batch dependence found before launching, in words, with where the model consults torch.distributed."""
+    return (f"when run alone the model depends on the rest of its batch, other than through BatchNorm "
+            f"({workload.batch_dependent}); it consults torch.distributed in {workload.consults_distributed}, so "
+            f"under a backend it may gather the rest from the other ranks")
+
+
+def _no_group(adapter, label: str) -> str:
+    """Where the row's ranks start no torch.distributed process group: that the model's gather is skipped, and the
+    framework's own way to gather (its adapter's words); "" where they start one."""
+    gather = getattr(adapter, "NO_PROCESS_GROUP", "") if adapter is not None else ""
+    return (f"{label} starts no torch.distributed process group, so that gather does not run under it and each "
+            f"rank's loss sees its own slice alone; fix: {gather}") if gather else ""
+
+
+def _also_batch_dependent(workload, adapter, bn_fix: str | None, label: str) -> str:
+    """The rest of a per-process BatchNorm row's reason where the model depends on its batch otherwise as well: a
+    model that gathers across ranks (it consults torch.distributed) may match with statistics over the global batch,
+    so their fix stays; one that does not, cannot."""
+    if not getattr(workload, "consults_distributed", None):
+        return (f"; besides, the model depends on the rest of its batch other than through BatchNorm "
+                f"({workload.batch_dependent}), so statistics over the global batch would not make it match either "
+                f"unless the model gathers the rest of its batch from the other ranks")
+    no_group = _no_group(adapter, label)
+    return f"; besides, {_consulted(workload)}" + (f": {no_group}" if no_group else f"; {bn_fix}" if bn_fix else "")
+
+
+CONTRASTIVE_FIX = ("a contrastive loss takes its negatives from every rank's samples: gather the embeddings with "
+                   "their gradients (torch.distributed.nn.functional.all_gather behind dist.is_initialized(); "
+                   "torch.distributed.all_gather's result carries none) and compute the loss over the gathered batch")
+"""The fix of a failed check for a contrastive (SimCLR, CLIP) loss over the batch's other samples."""
+
+
+def batch_dependent_failure(workload, adapter, label: str) -> str:
+    """Why a row whose model depends on the rest of its batch (found before launching) differs from the single
+    process, with the fix. A model that consults torch.distributed may gather the rest from the other ranks and
+    match (rows of the same table did), so it is never told that no backend can: a row whose ranks start no process
+    group is told its gather is skipped there and the framework's own; another, what a gather must do to match."""
+    gather = getattr(adapter, "NO_PROCESS_GROUP", "") if adapter is not None else ""
+    if getattr(workload, "consults_distributed", None):
+        no_group = _no_group(adapter, label)
+        if no_group:
+            return f"{_consulted(workload)}, but {no_group}"
+        return (f"{_consulted(workload)}, yet this row still differs from the single process: a gather matches it "
+                f"where every rank gathers every other rank's part in rank order and the gathered parts carry their "
+                f"gradients back (torch.distributed.nn.functional.all_gather; torch.distributed.all_gather's result "
+                f"carries none), and the loss is taken over the gathered batch as the single process takes it")
+    return (f"the model depends on the rest of its batch, other than through BatchNorm: {workload.batch_dependent} (a "
+            f"mean divided by a sum over its batch, such as cross_entropy with class weights, whose mean divides by "
+            f"the batch's sum of weights; a mean over a subset of its samples mixed with another term, such as a "
+            f"regression loss over the samples that have a label; a loss term over the whole batch, such as a "
+            f"load-balancing or contrastive one; a buffer its forward updates from the batch; or a branch its forward "
+            f"takes on the whole batch's content), so ranks that each see their own slice alone cannot match the "
+            f"single process; fix: a weighted mean returns (sum, count) instead, the count being the batch's sum of "
+            f"weights (the harness divides by the whole global batch's count); a mean over a subset mixed with "
+            f"another term divides its sum by a count that does not depend on the batch (its size, or the global "
+            f"batch's count of that subset, all-reduced across the ranks, times their number); {CONTRASTIVE_FIX}"
+            + (f" (under {label}, which starts no torch.distributed process group: {gather})" if gather else "")
+            + "; otherwise make the loss a mean of per-sample terms (and a branch a choice per sample) to check "
+              "equivalence, or declare batch_dependence=\"...\" in @workload (the check is then skipped, with that "
+              "reason)")
 
 
 EXACT_DTYPES = {"fp32", "fp64", "complex64", "complex128"}

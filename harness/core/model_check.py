@@ -12,6 +12,7 @@ to NaN (`torch.equal` calls a NaN output different from itself).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
@@ -291,3 +292,53 @@ def no_gradient(model, batches, step_loss, twice: dict[str, list[int]] | None = 
     for _, p in trainable:
         p.grad = None
     return missing
+
+
+DISTRIBUTED_CALLS = ("is_available", "is_initialized", "get_world_size", "get_rank", "all_gather",
+                     "all_gather_into_tensor", "all_reduce", "all_to_all", "broadcast")
+"""torch.distributed's functions (and torch.distributed.nn.functional's of these names) whose call from the user's
+code says the model looks for other ranks: a SimCLR or CLIP loss gathering its negatives from every rank."""
+
+
+@contextlib.contextmanager
+def distributed_calls():
+    """The places in the user's code ("gather (model.py:52)", first first) that call torch.distributed while the
+    block runs, read from the caller's frame of each call (harness/launching/launch_logs.py, users_place: torch's
+    own calls are not the user's). The functions behave as they do unwatched: in the parent no process group is
+    started, so `dist.is_initialized()` is False and the user's gather path is skipped, which is why a loss over the
+    gathered batch looks, run alone, as though it depended on the rest of its batch."""
+    import functools
+    import sys
+
+    import torch.distributed as dist
+
+    from harness.launching.launch_logs import users_place
+
+    found: list[str] = []
+    if not dist.is_available():  # a torch built without it: no user's code consults it to any effect
+        yield found
+        return
+    modules = [dist]
+    with contextlib.suppress(ImportError):
+        import torch.distributed.nn.functional as dist_nn
+        modules.append(dist_nn)
+
+    def watched(original):
+        @functools.wraps(original)
+        def call(*args, **kwargs):
+            caller = sys._getframe(1)
+            place = users_place(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
+            if place and place not in found:
+                found.append(place)
+            return original(*args, **kwargs)
+        return call
+
+    saved = [(m, name, getattr(m, name)) for m in modules for name in DISTRIBUTED_CALLS
+             if callable(getattr(m, name, None))]
+    for module, name, original in saved:
+        setattr(module, name, watched(original))
+    try:
+        yield found
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)

@@ -216,11 +216,14 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             workload.empty_slice = None
     on_cpu = params is None or params <= SMALL_MODEL  # small enough to run for real here
     if on_cpu and not (workload.nondeterministic or workload.batch_dependence):
-        found = batch_dependence(workload, data, global_batch, world)
+        with model_check.distributed_calls() as consulted:  # a loss that gathers the rest of its batch from the
+            # other ranks (SimCLR's, CLIP's) skips its gather here, with no process group: said beside what is found
+            found = batch_dependence(workload, data, global_batch, world)
         if isinstance(found, SummedLoss):
             workload.summed_loss = str(found)
         else:
             workload.batch_dependent = found
+            workload.consults_distributed = consulted[0] if found and consulted else None
 
 
 class SummedLoss(str):

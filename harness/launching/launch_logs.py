@@ -141,7 +141,7 @@ def python_own(file: str) -> bool:
     return file.startswith(_STDLIB) and "-packages" not in file
 
 
-def _users_place(file: str, line: int, func: str) -> str | None:
+def users_place(file: str, line: int, func: str) -> str | None:
     """shown_frame of a frame in the user's code (their model, their dataset): not in an installed package, in
     Python's library or in compare's own (_OURS); None for another."""
     path = Path(file) if Path(file).is_absolute() else _REPO / file
@@ -151,7 +151,7 @@ def _users_place(file: str, line: int, func: str) -> str | None:
 
 
 def _users_frame(lines: list[str], i: int) -> str | None:
-    """"forward (my_model.py:73)": the innermost frame in the user's code (`_users_place`) of the traceback right
+    """"forward (my_model.py:73)": the innermost frame in the user's code (`users_place`) of the traceback right
     above line `i` (read in that rank's lines alone); None where there is none."""
     mine = _RANK_PREFIX.match(lines[i])
     prefix = mine.group(0) if mine else ""
@@ -164,7 +164,7 @@ def _users_frame(lines: list[str], i: int) -> str | None:
         if text.strip() and not text[:1].isspace():  # not a traceback's frame, code or caret line: the error
             return None                                 # came with no traceback right above it
         frame = FRAME.match(text)
-        place = frame and _users_place(frame["file"], int(frame["line"]), frame["func"])
+        place = frame and users_place(frame["file"], int(frame["line"]), frame["func"])
         if place:
             return place
     return None
@@ -200,7 +200,7 @@ def crash_place(path: Path) -> str | None:
         if start is None:
             continue
         frames = [FRAME.match(ln) for ln in itertools.takewhile(FRAME.match, own[start + 1:])]  # its block alone
-        return next(filter(None, (_users_place(m["file"], int(m["line"]), m["func"]) for m in frames)), None)
+        return next(filter(None, (users_place(m["file"], int(m["line"]), m["func"]) for m in frames)), None)
     return None
 
 

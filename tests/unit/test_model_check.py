@@ -429,9 +429,10 @@ def test_a_loss_over_the_whole_batch_is_found_and_explains_the_failed_check():
     # a class-weighted mean, the commonest such loss, is named first, with its own fix (an outside check found the
     # list naming only causes that did not apply)
     assert "(a mean divided by a sum over its batch, such as cross_entropy with class weights, " in eq["why_failed"]
-    assert eq["why_failed"].endswith("fix: a weighted mean returns (sum, count) instead, the count being the batch's "
-                                     "sum of weights (the harness divides by the whole global batch's count); "
-                                     "otherwise make the loss a mean of per-sample terms (and a branch a choice per "
+    assert ("so ranks that each see their own slice alone cannot match the single process; fix: a weighted mean "
+            "returns (sum, count) instead, the count being the batch's sum of weights (the harness divides by the "
+            "whole global batch's count); ") in eq["why_failed"]
+    assert eq["why_failed"].endswith("otherwise make the loss a mean of per-sample terms (and a branch a choice per "
                                      "sample) to check equivalence, or declare batch_dependence=\"...\" in @workload "
                                      "(the check is then skipped, with that reason)")
     # A per-sample loss, a count that differs between the ranks (explained apart), a stateful but per-sample forward,
@@ -629,6 +630,48 @@ def test_a_batch_coupled_loss_is_found_behind_batchnorm_and_sync_bn_is_not_offer
     plain = checked("batchnorm_contrastive", "contrastive=false")
     assert plain.batch_dependent is None
     assert "sync_bn=true" in _equivalence(plain, adapters.get("ddp")({}, "cpu"))["why_not_checked"]
+
+
+def test_a_loss_that_gathers_from_other_ranks_is_never_told_no_backend_can_match():
+    # SimCLR's loss over every rank's embeddings (torch.distributed.nn.functional.all_gather behind
+    # dist.is_initialized()): ddp, fsdp and deepspeed matched at 3.0e-08 while Horovod's row (no process group, the
+    # gather skipped) said "so no data-parallel backend can match the single process", and with BatchNorm every
+    # row said sync_bn "would not make it match either" above the sync_bn=true rows that matched
+    import torch.distributed as dist
+
+    before = dist.is_initialized
+    w = checked("gathered_contrastive")
+    assert dist.is_initialized is before  # the watch is undone
+    line = next(i for i, text in enumerate(MODELS.read_text().splitlines(), 1) if "dist.is_initialized()" in text)
+    assert w.batch_dependent.startswith("with the same parameters, its loss over the global batch of step 1 was ")
+    assert w.consults_distributed == f"_gathered (tests/fixtures/models.py:{line})"
+    horovod = _equivalence(w, adapters.get("horovod")({}, "cpu"), {"0.weight": 2e-2}, _gradients({}),
+                           label="horovod")["why_failed"]
+    assert horovod.startswith("when run alone the model depends on the rest of its batch, other than through "
+                              "BatchNorm (with the same parameters, ")
+    assert (f"it consults torch.distributed in _gathered (tests/fixtures/models.py:{line}), so under a backend it "
+            f"may gather the rest from the other ranks, but horovod starts no torch.distributed process group, so "
+            f"that gather does not run under it and each rank's loss sees its own slice alone; fix: gather with "
+            f"Horovod's own allgather (z = hvd.allgather(z)") in horovod
+    assert horovod.endswith("multiply that loss by hvd.size()")
+    ddp = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"0.weight": 2e-2}, _gradients({}))["why_failed"]
+    assert "yet this row still differs from the single process: a gather matches it where" in ddp
+    assert not any("cannot match" in text or "can match" in text for text in (horovod, ddp))
+    # with BatchNorm: sync_bn=true is still its fix; under Horovod, its own gather
+    bn = checked("gathered_contrastive", "batch_norm=true")
+    assert bn.batch_norm and bn.consults_distributed
+    ddp_bn = _equivalence(bn, adapters.get("ddp")({}, "cpu"))["why_not_checked"]
+    assert "would not make it match" not in ddp_bn
+    assert ddp_bn.endswith("so under a backend it may gather the rest from the other ranks; knob sync_bn=true "
+                           "converts them to SyncBatchNorm (-a ddp:sync_bn=true)")
+    assert "starts no torch.distributed process group" in _equivalence(
+        bn, adapters.get("horovod")({}, "cpu"), label="horovod")["why_not_checked"]
+    # no gather: the dependence as before, its fix naming the gather of the embeddings with their gradients
+    alone = checked("gathered_contrastive", "gather=false")
+    assert alone.batch_dependent and alone.consults_distributed is None
+    eq = _equivalence(alone, adapters.get("ddp")({}, "cpu"), {"0.weight": 2e-2}, _gradients({}))
+    assert ("a contrastive loss takes its negatives from every rank's samples: gather the embeddings with their "
+            "gradients (torch.distributed.nn.functional.all_gather behind dist.is_initialized()") in eq["why_failed"]
 
 
 def test_a_forward_that_changes_its_parameters_in_place_is_named_in_the_failed_check():
