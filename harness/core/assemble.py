@@ -340,8 +340,8 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
             else f"model is batch-dependent ({workload.batch_dependence})" if workload.batch_dependence
             else (f"BatchNorm statistics per process ({bn}): each process normalises its own "
                   f"{r0.per_process_batch} samples where the single process normalises all {spec.global_batch}"
-                  + (_also_batch_dependent(workload, adapter, bn_fix, label) if getattr(workload, "batch_dependent", None)
-                     else f"; {bn_fix}" if bn_fix else ""))),
+                  + (_also_batch_dependent(workload, adapter, bn_fix, label)
+                     if getattr(workload, "batch_dependent", None) else f"; {bn_fix}" if bn_fix else ""))),
     }
     if bn:
         out["batch_norm"] = {"layers": bn, "statistics": "per process" if per_process else "global batch"}

@@ -21,6 +21,10 @@ from adapters.base import NO_GRAD_CHECKPOINT
 CHECKED_STEPS = 4
 """Forward and backward passes of the unused-parameter check: the first steps' batches, in order, so that a model
 that leaves a parameter out on some steps only (a head used on even steps) is caught as well."""
+BATCH_CHECK_STEPS = 32
+"""Steps the batch-dependence check reads at most (harness/core/workload_checks.py, batch_dependence): it reads
+the steps the equivalence check compares (a count of labelled samples may first differ between the ranks at step 7
+of 8), bounded so that --equiv-steps 1000 does not run a thousand global batches before launching."""
 CHECK_SAMPLES = 64
 """Samples per pass at most (a rank's slice of each step, cut to this)."""
 CHECK_RANKS = 8

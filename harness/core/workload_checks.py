@@ -218,7 +218,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
     if on_cpu and not (workload.nondeterministic or workload.batch_dependence):
         with model_check.distributed_calls() as consulted:  # a loss that gathers the rest of its batch from the
             # other ranks (SimCLR's, CLIP's) skips its gather here, with no process group: said beside what is found
-            found = batch_dependence(workload, data, global_batch, world)
+            found = batch_dependence(workload, data, global_batch, world, steps)
         if isinstance(found, SummedLoss):
             workload.summed_loss = str(found)
         else:
@@ -231,13 +231,14 @@ class SummedLoss(str):
     the batch's samples (reduction="sum"), which depends on the batch's size, not on its other samples."""
 
 
-def batch_dependence(workload, data, global_batch: int, world: int) -> str | None:
+def batch_dependence(workload, data, global_batch: int, world: int, steps: int = 0) -> str | None:
     """Whether the model's loss depends on the rest of its batch, found on the CPU before launching: with the same
-    parameters (no optimizer step), one model over each of the first steps' global batches, as the single process
-    runs it, against one model per rank over its slices, each carrying its own state as training does. A loss that
-    is a mean of per-sample terms gives the single process's loss as the ranks' losses' mean (weighted by their
-    counts where it has them); a term over the whole batch (a load-balancing or contrastive loss) or a buffer the
-    forward updates from its batch does not. Randomness and a loss averaged over a varying count are found and
+    parameters (no optimizer step), one model over each of the first `steps` global batches (the equivalence
+    check's, where a count may first differ late; at least CHECKED_STEPS, at most BATCH_CHECK_STEPS), as the single
+    process runs it, against one model per rank over its slices, each carrying its own state as training does. A
+    loss that is a mean of per-sample terms gives the single process's loss as the ranks' losses' mean (weighted by
+    their counts where it has them); a term over the whole batch (a load-balancing or contrastive loss) or a buffer
+    the forward updates from its batch does not. Randomness and a loss averaged over a varying count are found and
     explained apart, so the caller leaves them out; BatchNorm layers run on their running statistics here (eval
     mode), so what is found is a dependence other than theirs (a contrastive loss over a BatchNorm encoder: with
     sync_bn=true it still differs). Returns the finding in words, or None."""
@@ -263,7 +264,7 @@ def batch_dependence(workload, data, global_batch: int, world: int) -> str | Non
                 for module in models[-1].modules():  # BatchNorm is found and explained apart: per sample here
                     if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
                         module.eval()
-            for step in range(model_check.CHECKED_STEPS):
+            for step in range(min(max(steps, model_check.CHECKED_STEPS), model_check.BATCH_CHECK_STEPS)):
                 slices = [workload.batch_indices(step, global_batch, data.n_train, r, world) for r in range(ranks)]
                 single, _ = value(models[0], torch.cat(slices))  # the global batch (its first ranks' part)
                 parts = [value(m, indices) for m, indices in zip(models[1:], slices)]

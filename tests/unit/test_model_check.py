@@ -446,6 +446,24 @@ def test_a_loss_over_the_whole_batch_is_found_and_explains_the_failed_check():
     assert checked("batchnorm").batch_dependent is None  # BatchNorm is found and said as such
 
 
+def test_a_loss_whose_counts_first_differ_late_is_found_within_the_steps_the_check_compares():
+    # a regression loss averaged over the labelled samples, mixed with a cross-entropy over all: the ranks' slices
+    # held equally many labelled samples in the 4 steps the check read, and the ✗ of step 7 of 8 had no cause
+    w = checked("masked_late")
+    assert w.batch_dependent.startswith("with the same parameters, its loss over the global batch of step 5 was ")
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"2.bias": 1e-3}, _gradients({}))
+    assert ("a mean over a subset mixed with another term divides its sum by a count that does not depend on the "
+            "batch") in eq["why_failed"]
+    assert checked("masked_late", "first_differs=99").batch_dependent is None  # equal counts throughout
+    # --equiv-steps reads further than the workload's own
+    req = requests.RunRequest(workload=f"{MODELS}:masked_late", options=["first_differs=8"], world_size=2,
+                              equiv_steps=8)
+    late = workload_checks.load_workload(req)
+    workload_checks.check_user_code(late, req, late.global_batch)
+    assert late.batch_dependent.startswith("with the same parameters, its loss over the global batch of step 8 was ")
+    assert checked("masked_late", "first_differs=8").batch_dependent is None  # past its own 6 steps
+
+
 def test_a_loss_summed_over_the_batch_is_named_as_such_not_as_a_dependence_on_the_batch():
     # cross_entropy(reduction="sum"): every rank's sum over half the batch, averaged, is half the single process's,
     # and the check had listed a class-weighted mean, a batch-level term, a buffer and a branch, none of which applied
