@@ -90,6 +90,18 @@ ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "
 the learning rate, summation-order noise too."""
 
 
+def step_list(steps: list[int]) -> str:
+    """Steps counted from 0, in words counted from 1, a run of three or more as a range: "steps 1, 3, 5–8"."""
+    runs: list[list[int]] = []
+    for s in sorted(steps):
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    parts = [f"{r[0] + 1}–{r[-1] + 1}" if len(r) > 2 else ", ".join(str(s + 1) for s in r) for r in runs]
+    return f"step{'s' if len(steps) > 1 else ''} {', '.join(parts)}"
+
+
 def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: str | None,
                 stateful: str | None, note: str | None = None, optimizer: str | None = None,
                 tolerance: float | None = None) -> str | None:
@@ -135,11 +147,14 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
                      f"the tolerance (equiv_tolerance=1e-4 in @workload, as the built-in transformer workloads do"
                      + (f"; {tolerance:g} now)" if tolerance is not None else ")"))
         return text
-    missed = sorted({s for p in without for s in p["steps_without_gradient"]})
-    plural = "s" if len(missed) > 1 else ""
-    text = (f"the parameters that differ most, {named(without)}, had no gradient in step{plural} "
-            f"{', '.join(str(s + 1) for s in missed)} of the {steps} compared, where the single process's optimizer "
-            f"leaves such a parameter alone; ")
+    own = [sorted(set(p["steps_without_gradient"])) for p in without]
+    if all(o == own[0] for o in own):
+        text = (f"the parameters that differ most, {named(without)}, had no gradient in {step_list(own[0])} of the "
+                f"{steps} compared, where the single process's optimizer leaves such a parameter alone; ")
+    else:  # each its own steps: the union read as if every one of them had missed them all
+        each = "; ".join(f"{p['parameter']} by {p['diff']:.1e} in {step_list(o)}" for p, o in zip(without, own))
+        text = (f"the parameters that differ most had no gradient in some of the {steps} steps compared ({each}), "
+                f"where the single process's optimizer leaves such a parameter alone; ")
     text += (f"{label}: {missing}" if missing else
              f"{label} leaves it without a gradient too, so that does not explain the difference")
     if every:

@@ -611,6 +611,19 @@ def test_a_parameter_of_no_elements_has_no_difference_rather_than_failing_the_re
     assert param_diffs(tmp_path / "p.pt", {"w": torch.ones(2) * 1.5, "e": torch.zeros(0)}) == {"w": 0.5, "e": 0.0}
 
 
+def test_parameters_that_missed_gradients_in_different_steps_are_each_given_their_own_steps():
+    # MoE experts: "A, B, C had no gradient in steps 1, 2, 3, 5, 6, 8" gave the union as if each had missed them all
+    w = checked("aux")
+    diffs = {"e0.weight": 3e-2, "e1.weight": 2e-2, "e2.weight": 1e-2}
+    gradients = _gradients({"e0.weight": [0, 1, 2, 3, 7], "e1.weight": [4], "e2.weight": [1, 5]})
+    eq = _equivalence(w, adapters.get("horovod")({}, "cpu"), diffs, gradients, label="horovod")
+    assert eq["why_failed"].startswith(
+        "the parameters that differ most had no gradient in some of the 4 steps compared (e0.weight by 3.0e-02 in "
+        "steps 1–4, 8; e1.weight by 2.0e-02 in step 5; e2.weight by 1.0e-02 in steps 2, 6), where the single "
+        "process's optimizer leaves such a parameter alone; horovod: hvd.DistributedOptimizer")
+    assert assemble.step_list([0, 1, 3, 4, 5, 7]) == "steps 1, 2, 4–6, 8"
+
+
 def test_a_random_model_whose_differing_parameter_missed_a_gradient_is_told_the_backends_cause_first():
     # stochastic depth: a block dropped for the whole batch gets no gradient; ddp matched in the same run, and
     # Horovod's ✗ was blamed on the randomness alone
