@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from adapters.base import EVERY_PARAMETER_FIX
 from harness.core import normalisation
 from harness.ground.record import LOAD_BALANCE_METHOD, SCHEMA_VERSION
 from harness.ground.stats import slowest_rank_steps, step_stats, worst
@@ -155,7 +156,8 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
         each = "; ".join(f"{p['parameter']} by {p['diff']:.1e} in {step_list(o)}" for p, o in zip(without, own))
         text = (f"the parameters that differ most had no gradient in some of the {steps} steps compared ({each}), "
                 f"where the single process's optimizer leaves such a parameter alone; ")
-    text += (f"{label}: {missing}" if missing else
+    text += (f"{label}: {missing}; fix: {EVERY_PARAMETER_FIX}, the single process's as well, whose optimizer then "
+             f"steps it as {label}'s does" if missing else
              f"{label} leaves it without a gradient too, so that does not explain the difference")
     if every:
         text += f"; the next, {named(every)}, had a gradient in every step"

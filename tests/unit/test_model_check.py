@@ -621,6 +621,12 @@ def test_parameters_that_missed_gradients_in_different_steps_are_each_given_thei
         "the parameters that differ most had no gradient in some of the 4 steps compared (e0.weight by 3.0e-02 in "
         "steps 1–4, 8; e1.weight by 2.0e-02 in step 5; e2.weight by 1.0e-02 in steps 2, 6), where the single "
         "process's optimizer leaves such a parameter alone; horovod: hvd.DistributedOptimizer")
+    # the fix the fsdp row's refusal gave, which made every row match (-o reach_all=true: 3.0e-08 ✓)
+    assert eq["why_failed"].endswith(
+        "weight decay keep moving it where a single process leaves it alone; fix: let every rank's forward reach every "
+        "parameter in every step: add 0 times the output of a branch or expert that a batch may skip (run it on no "
+        "samples, as MoE layers run an expert on zero tokens), so that each parameter gets a gradient, zero where it "
+        "did no work, the single process's as well, whose optimizer then steps it as horovod's does")
     assert assemble.step_list([0, 1, 3, 4, 5, 7]) == "steps 1, 2, 4–6, 8"
 
 
