@@ -112,3 +112,24 @@ def test_ddps_own_failure_names_the_knob_where_the_check_could_not_see_it(tmp_pa
         "parameters go unused in every step")
     cut = rec["reason"].split("; first error: ", 1)[1].split("…; fix: ", 1)[0]
     assert cut.endswith("`find_unused_parameters=True` to")  # shortened at a word
+
+
+@pytest.fixture(scope="module")
+def gathered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gathered") / "run"
+    rows, proc = run_compare(out, "-w", f"{MODELS}:gathered_contrastive", "-a", "ddp,horovod", "--steps", "3",
+                             "--warmup", "1", "--equiv-steps", "4")
+    return rows, proc.stdout, (out / "report.md").read_text()
+
+
+def test_a_loss_gathered_across_ranks_matches_and_a_row_without_a_process_group_is_told_why_not(gathered):
+    # SimCLR's negatives gathered from every rank: the check before launching (one process, the gather skipped)
+    # finds the loss depending on its batch, and Horovod's ✗ had said no backend could match it, under ddp's ✓
+    rows, stdout, report = gathered
+    matches_reference(ran_ok(rows, "ddp"))
+    eq = ran_ok(rows, "horovod")["equivalence"]
+    assert eq["passed"] is False
+    assert "it consults torch.distributed in _gathered (tests/fixtures/models.py:" in eq["why_failed"]
+    assert ("horovod starts no torch.distributed process group, so that gather does not run under it"
+            in eq["why_failed"])
+    assert "can match" not in eq["why_failed"] and "can match" not in report
