@@ -54,6 +54,12 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
     model, optimizer = adapter.wrap(model, optimizer)
     data = workload.materialize(info.device, spec.global_batch)
     n_train = data.n_train
+    if torch.get_num_threads() != spec.threads:  # the workload's own torch.set_num_threads, in its builder or data
+        # every row computes with the threads the run set (--threads), the same for every backend: measured, a
+        # builder's set_num_threads(8) had every rank run 8 threads on 2 cores, recorded as the rows' threads
+        adapter.phase(f"the workload's code set torch's threads to {torch.get_num_threads()}; compare sets them back "
+                      f"to {spec.threads} (--threads), as for every row")
+        torch.set_num_threads(spec.threads)
     loader = (StepLoader(workload, data, spec, info, spec.warmup + spec.steps + _profiled(spec))
               if data.train_set is not None else None)
 

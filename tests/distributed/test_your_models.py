@@ -133,3 +133,17 @@ def test_a_loss_gathered_across_ranks_matches_and_a_row_without_a_process_group_
     assert ("horovod starts no torch.distributed process group, so that gather does not run under it"
             in eq["why_failed"])
     assert "can match" not in eq["why_failed"] and "can match" not in report
+
+
+def test_a_builder_that_sets_torchs_threads_is_set_back_to_the_runs_threads_on_every_rank(tmp_path):
+    # An outside check: torch.set_num_threads(8) in a model builder had every rank compute with 8 threads on 2 cores,
+    # recorded as the rows' threads beside the 1 the run had set for them, unlabelled
+    path = tmp_path / "threaded.py"
+    path.write_text("import torch\nfrom torch import nn\n"
+                    "def build():\n    torch.set_num_threads(3)\n    return nn.Linear(4, 2)\n"
+                    "def threaded():\n    x = torch.randn(64, 4)\n"
+                    "    return {'model': build, 'train': (x, (x.sum(1) > 0).long())}\n")
+    rows, proc = run_compare(tmp_path / "run", "-w", f"{path}:threaded", "-a", "ddp,spawn", "--threads", "1",
+                             "--steps", "2", "--warmup", "0", "--repeats", "1")
+    for label in ("ddp", "spawn"):
+        assert ran_ok(rows, label)["controls"]["threads_per_rank"] == [1, 1]
