@@ -300,6 +300,8 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
             # does not always hit the same row.
             return [(p, row, k) for row in round_order(p.runnable, seed, k)]
 
+        if p.left_threads:
+            ui.estimate(p.left_threads)
         large = estimate.size_line(
             req.workload + (f" ({', '.join(req.options)})" if req.options else ""), p.param_count,
             run_info.get("flops_per_sample"), p.global_batch // req.world_size, p.steps + p.warmup, req.device,

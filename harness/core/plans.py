@@ -79,6 +79,9 @@ class RunPlan(Plan):
     """DataLoader workers per rank (a workload whose training data is a Dataset)."""
     max_grad_norm: float | None = None
     """The global gradient norm every row clips to (--max-grad-norm, else the workload's); None: no clipping."""
+    left_threads: str | None = None
+    """Threads the workload's code started in compare's own process while it was imported and checked, still
+    running, in words; None where none is."""
     param_count: int | None = None
     """The model's parameters, counted on the meta device before launching (None where that was not done)."""
     join: list[Path] | None = None

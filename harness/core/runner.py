@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -81,6 +82,7 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
             else check_cores(req, max(r.adapter.processes(req.world_size) for r in built if r.adapter), cores_fix))
     # importing the user's file and calling NAME run their code too: a hang or a crash there is bounded and said
     # as in the check below (it had printed nothing until killed)
+    before = set(threading.enumerate())
     with bounded(f"importing and calling workload {req.workload}", req.stall_s):
         workload = load_workload(req)
         params = check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology
@@ -99,6 +101,7 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
     loader_workers = check_loader(workload, req)
     with bounded(f"the check of workload {req.workload} before launching", req.stall_s):
         check_user_code(workload, req, gb)
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
     until = _until_target(req, workload)
     if until:
         steps, warmup = until.max_steps, 0
@@ -115,7 +118,41 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
                    loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params,
-                   max_grad_norm=workload.max_grad_norm if req.max_grad_norm is None else req.max_grad_norm)
+                   max_grad_norm=workload.max_grad_norm if req.max_grad_norm is None else req.max_grad_norm,
+                   left_threads=_left_threads(left))
+
+
+def _left_threads(left: list) -> str | None:
+    """What a run says before its first launch of threads the workload's code left running in compare's process
+    (importing its file, calling its function, the check running its builder and forward): they take CPU beside
+    every launch, which the launches' interference figures count as other processes' (measured: two busy threads a
+    builder started, 27 after the check's builds, cut a row's samples/s 40-fold). A thread is the user's where its
+    stack is in their code now (harness/launching/launch_logs.py, users_place), named by where; None where none is."""
+    import sys
+    from collections import Counter
+
+    from harness.launching.launch_logs import users_place
+
+    frames = sys._current_frames()
+    places = []
+    for t in left:
+        frame = frames.get(t.ident)
+        while frame is not None:
+            code = frame.f_code
+            place = users_place(code.co_filename, frame.f_lineno, code.co_name)
+            if place:
+                places.append(place)
+                break
+            frame = frame.f_back
+    if not places:
+        return None
+    counted = Counter(places).most_common()
+    shown = ", ".join(f"{n} in {place}" if n > 1 else place for place, n in counted[:3])
+    more = sum(n for _, n in counted[3:])
+    return (f"warning: the workload's code left {len(places)} thread(s) running in compare's own process ("
+            f"{shown}{f' and {more} more' if more else ''}), started while compare imported it and ran its builder "
+            f"and forward in the check before launching; they run beside every launch and take its CPU: start them "
+            f"in the training process only (not in the builder or at import), or end them")
 
 
 def refuse_for_model(req: RunRequest, rows: list[Row], workload, explicit: bool) -> None:

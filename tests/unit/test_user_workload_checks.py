@@ -1329,3 +1329,31 @@ def test_a_hang_or_a_crash_importing_the_file_or_calling_its_function_says_where
     path = write(tmp_path, body)
     # the bound starts before compare's own imports of torch's internals, which a loaded machine takes seconds over
     _a_fault_is_said(tmp_path, path, kind, f"importing and calling workload {path}:base", 10, "-w", f"{path}:base")
+
+
+def test_threads_the_workloads_code_leaves_running_in_compares_process_are_said_before_launching(tmp_path):
+    # An outside check: a builder that started two busy threads left 27 running in compare's process after the
+    # check's builds, which took a core beside every launch (652 samples/s against 27,886), blamed on "other
+    # processes"; only non-daemon ones were named, at exit
+    import importlib.util
+    import threading
+
+    from harness.core.runner import _left_threads
+
+    path = tmp_path / "spinner.py"
+    path.write_text("import threading\nstop = threading.Event()\n"
+                    "def spin():\n    stop.wait()\n"
+                    "def start():\n    t = threading.Thread(target=spin, daemon=True)\n    t.start()\n    return t\n")
+    spec = importlib.util.spec_from_file_location("spinner", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mine = [mod.start(), mod.start()]
+    ours = threading.Thread(target=threading.Event().wait, args=(30,), daemon=True)  # not the user's code
+    ours.start()
+    try:
+        said = _left_threads([*mine, ours])
+        assert said.startswith(f"warning: the workload's code left 2 thread(s) running in compare's own process (2 in "
+                               f"spin ({path.name}:4)), started while compare imported it")
+        assert _left_threads([ours]) is None and _left_threads([]) is None
+    finally:
+        mod.stop.set()
