@@ -84,6 +84,7 @@ def section(records: list[dict[str, Any]], analysis: dict[str, Any] | None,
                      + f" | {_ms(m['step_s'])} | {_ms(m['timed_step_s']) if m['timed_step_s'] else '—'} | {vs} "
                        f"| {overlap} |")
     lines.append("")
+    lines += _slowest(rows)
     lines += _why(parts, analysis)
     off = [label for label, m in parts.items()
            if m["timed_step_s"] and abs(m["step_s"] / m["timed_step_s"] - 1) > tol]
@@ -119,14 +120,61 @@ def section(records: list[dict[str, Any]], analysis: dict[str, Any] | None,
 
 
 def console_lines(records: list[dict[str, Any]], order: list[str] | None = None) -> list[str]:
-    """One terminal line per row with a breakdown: its profiled step's largest parts (the table is in report.md)."""
+    """One terminal line per row with a breakdown: its profiled step's largest parts (the table is in report.md),
+    and the rank the others waited for, where one did."""
     out = []
-    for label, recs in _rows(records, order).items():
+    rows = _rows(records, order)
+    slow = straggler(rows)
+    for label, recs in rows.items():
         m = mean_parts(recs)
         top = [p for p in sorted(PARTS, key=lambda p: -m[p]) if m[p] > 0][:3]
         out.append(f"{label}: a step of {_ms(m['step_s'])} ms profiled: " + ", ".join(
-            f"{PART_NAMES[p]} {_ms(m[p])}" for p in top) + " (where a step's time goes: report.md)")
+            f"{PART_NAMES[p]} {_ms(m[p])}" for p in top)
+                   + (f"; rank {slow[label]['rank']} the slowest, the others waiting for it" if label in slow else "")
+                   + " (where a step's time goes: report.md)")
     return out
+
+
+STRAGGLER = 0.10
+"""A rank is named the slowest where, in each profiled launch of its row, the others waited for it more than this
+share of the step: the table's parts, a mean over ranks, are then no rank's own."""
+
+
+def straggler(rows: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per row, the rank the others waited for in every profiled launch (the busiest by compute and host time,
+    `step_parts.busy`), where they waited more than STRAGGLER of the step: {"rank", "busy_s" (its compute and host
+    time a step), "others_busy_s", "waiting_s" (the others' wait), means over launches}. Rows without one are left
+    out."""
+    out = {}
+    for label, recs in rows.items():
+        found = []
+        for r in recs:
+            ranks = r["breakdown"].get("ranks") or []
+            if len(ranks) < 2:
+                break
+            busy = [step_parts.busy(x) for x in ranks]
+            k = max(range(len(busy)), key=busy.__getitem__)
+            others = [x for i, x in enumerate(ranks) if i != k]
+            waiting = sum(x["waiting"] for x in others) / len(others)
+            step = sum(x["step_s"] for x in ranks) / len(ranks)
+            if not step or waiting <= STRAGGLER * step:
+                break
+            found.append((k, busy[k], (sum(busy) - busy[k]) / len(others), waiting))
+        else:
+            if found and len({k for k, *_ in found}) == 1:
+                n = len(found)
+                out[label] = {"rank": found[0][0], "busy_s": sum(f[1] for f in found) / n,
+                              "others_busy_s": sum(f[2] for f in found) / n, "waiting_s": sum(f[3] for f in found) / n}
+    return out
+
+
+def _slowest(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """A sentence per row whose ranks waited for one of them (`straggler`)."""
+    slow = straggler(rows)
+    return [f"{label}: rank {s['rank']} was the slowest in every profiled launch (compute and host time "
+            f"{_ms(s['busy_s'])} ms a step, the other ranks' {_ms(s['others_busy_s'])} ms), and the others waited "
+            f"{_ms(s['waiting_s'])} ms a step for it: the table's parts, a mean over ranks, are no rank's own, and "
+            f"the row is as slow as that rank." for label, s in slow.items()] + ([""] if slow else [])
 
 
 def _why(parts: dict[str, dict[str, Any]], analysis: dict[str, Any] | None) -> list[str]:

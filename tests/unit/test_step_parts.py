@@ -348,3 +348,24 @@ def test_a_launch_outside_the_tolerance_is_named_though_its_rows_mean_is_inside(
             "does not: ddp#1 (+11.2%), "
             "ddp#2 (-10.1%).") in text
     assert "Launches whose" not in "\n".join(step_report.section(records[:1], None))
+
+
+def test_a_rank_the_others_waited_for_in_every_launch_is_named_and_an_even_one_is_not():
+    # An outside check: rank 1 sleeping 3 s in each forward gave "forward 1500.72, waiting for slowest rank 1500.22"
+    # (the mean over ranks: no rank's own profile), and the rank was never named though the record held it
+    def rank(fwd, waiting):
+        return {**{p: 0.0 for p in PARTS}, "forward": fwd, "waiting": waiting, "step_s": fwd + waiting}
+
+    def launch(ranks):
+        rec = _record("ddp", 1.5, 0.0)
+        rec["breakdown"]["ranks"] = ranks
+        return rec
+
+    slow = [launch([rank(0.002, 3.0), rank(3.002, 0.0)]) for _ in range(2)]
+    text = "\n".join(step_report.section(slow, None))
+    assert ("ddp: rank 1 was the slowest in every profiled launch (compute and host time 3002.00 ms a step, the other "
+            "ranks' 2.00 ms), and the others waited 3000.00 ms a step for it") in text
+    assert "rank 1 the slowest, the others waiting for it" in step_report.console_lines(slow)[0]
+    even = [launch([rank(0.010, 0.0005), rank(0.0105, 0.0)])]
+    assert "was the slowest" not in "\n".join(step_report.section(even, None))
+    assert step_report.straggler({"ddp": [slow[0], launch([rank(3.002, 0.0), rank(0.002, 3.0)])]}) == {}  # not one
