@@ -12,6 +12,7 @@ import adapters
 import workloads
 from harness.commands.common import console, execute, fail, stop_on_signals
 from harness.commands.ui import QuietUI, RunUI
+from harness.shared.cache import cache_dir
 from harness.ground.argv import cli
 
 
@@ -33,7 +34,8 @@ class DoctorRequest:
 
 def doctor(req: DoctorRequest) -> None:
     """This machine's noise floor: what it is doing, how much one row varies from launch to launch, and what
-    precision a comparison can reach here in what time (nothing is written)."""
+    precision a comparison can reach here in what time (no results directory is written; the variance components
+    are kept in the cache directory, $COMPARE_CACHE, for default runs' design)."""
     from harness.core import noise_floor
 
     if "," in req.adapter:  # `compare run -a` takes a list; the doctor measures one row's variation
@@ -52,8 +54,8 @@ def doctor(req: DoctorRequest) -> None:
         fail(f"cannot measure the noise floor: {exc}", 1)
     # at the workload's own steps, the components are what a default run designs from: kept for it
     floor["kept"] = floor["components"] is not None and req.steps is None
-    if floor["kept"]:
-        noise_floor.store_components(floor["components"], planned.request.device)
+    if floor["kept"] and not noise_floor.store_components(floor["components"], planned.request.device):
+        floor["kept"], floor["not_kept"] = False, str(cache_dir())
     if req.as_json:
         typer.echo(json.dumps({"machine": machine, "noise_floor": floor}, indent=2, default=str))
         return

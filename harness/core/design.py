@@ -123,13 +123,15 @@ def _key(workload: str, device: str) -> str:
     return json.dumps([cpu_model(), usable_cores(), device, workload])
 
 
-def store_components(comp: dict[str, Any], device: str) -> None:
-    """Keep this machine's components for the workload (the cache directory), for later default runs."""
+def store_components(comp: dict[str, Any], device: str) -> bool:
+    """Keep this machine's components for the workload (the cache directory), for later default runs; whether they
+    were kept (read back: the cache is best effort, and a directory that cannot be written keeps nothing)."""
     from harness.shared import cache
 
     data = cache.read_dict(COMPONENTS_FILE)
     data[_key(comp["workload"], device)] = comp
     cache.write_dict(COMPONENTS_FILE, data)
+    return cache.read_dict(COMPONENTS_FILE).get(_key(comp["workload"], device)) == json.loads(json.dumps(comp))
 
 
 def known_components(workload: str, device: str) -> dict[str, Any] | None:

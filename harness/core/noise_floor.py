@@ -190,4 +190,6 @@ def component_lines(floor: dict[str, Any]) -> list[str]:
          f"{best_steps(comp, comp['steps'])} (sqrt(v c0 / (sigma_L^2 t)) for a launch's fixed {comp['fixed_s']:.1f} s "
          f"and {comp['step_s'] * 1e3:.2f} ms a step, within {DESIGN_BOUNDS[0]:g}-{DESIGN_BOUNDS[1]:g}x its "
          f"{comp['steps']})" if floor.get("kept") else
+         f"(not kept for default runs' design: the cache directory {floor['not_kept']} cannot be written; set "
+         f"COMPARE_CACHE to a writable directory)" if floor.get("not_kept") else
          "(measured at --steps, not the workload's own: not kept for default runs' design)")]

@@ -63,7 +63,13 @@ def test_a_default_run_takes_its_steps_from_this_machines_components(tmp_path, m
         f"Design: the workload's {plain.steps} timed steps per launch, rounds while they fit the budget (this machine "
         "had no variance components for it")
     comp = noise_floor.components([_launch(k, o) for k, o in enumerate(OFFSETS)])
-    noise_floor.store_components(comp, "cpu")
+    # a cache that cannot be written keeps nothing, and doctor says so from this (it said a default run would use
+    # them, and the run said it had none)
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "a-file"))
+    (tmp_path / "a-file").write_text("")
+    assert noise_floor.store_components(comp, "cpu") is False
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    assert noise_floor.store_components(comp, "cpu") is True
     designed = comparison.plan(RunRequest(adapters=["ddp", "spawn"], out=tmp_path / "b"))
     # neither row has run here: both priced as the launch the components were measured on, in the 180 s budget
     want = noise_floor.best_design(comp, [(comp["fixed_s"], comp["step_s"])] * 2, plain.warmup, 180.0, plain.steps)
