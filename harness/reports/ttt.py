@@ -187,7 +187,11 @@ def verdict(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[str]:
     ranked, left = [r for r in got if _full_world(r)], [r for r in got if not _full_world(r)]
     train, e2e = _first(ranked, "train_time_to_target_s", ".3f"), _first(ranked, "e2e_time_to_target_s", ".2f")
     out = [f"First to {cfg['metric']} {cfg['target']:g} in training time: {train}. End to end, from starting the "
-           f"launch command (start-up included): {e2e}."]
+           f"launch command (start-up included): {e2e}.",
+           "These hold for one training: every repeat trains from the workload's seed on the same data order, so "
+           "the steps to target are one draw of that training's randomness, the same in every repeat, and the "
+           "intervals are over launch timing alone: another seed may need another number of steps, and with them "
+           "another time."]
     if left:
         out.append("Left out of the ranking: " + ", ".join(
             f"{r['label']} (ran on {r['first']['topology'].get('devices_used')} device(s) of "
