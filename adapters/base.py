@@ -218,6 +218,9 @@ class ModelFacts:
     each of whose inner backward passes accumulates apart; a backend that reduces a parameter's gradient when it is
     accumulated reduces it more than once, or takes the first part alone."""
 
+    multihead: list[str] = field(default_factory=list)
+    """The model's torch.nn.MultiheadAttention modules, by name: their forward reads out_proj's weight and bias
+    itself, without calling out_proj (a parameter read outside its own module's forward)."""
     checkpoint_no_grad: bool = False
     """Whether torch.utils.checkpoint (use_reentrant=True) warned in the check that none of its inputs needs a
     gradient ("None of the inputs have requires_grad=True"): the module it checkpoints then gets no gradient, in one

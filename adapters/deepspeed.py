@@ -144,6 +144,19 @@ class DeepSpeedLaunch(Launch):
                                     f"build the model in bf16 or fp32, or a ZeRO stage of 1 or 2 "
                                     f"(-a {self.name}:zero_stage=1), which runs an fp16 model here")
             return Availability(True)
+        if facts.multihead and stage == 3 and getattr(self.knobs, "compile", False):
+            # measured: "RuntimeError: b must be 2D" in Dynamo's fake tensors, out_proj's weight a Parameter of size
+            # (0,): compiled, ZeRO-3's per-module gathering misses a parameter the forward of another module reads
+            # (plain ZeRO-3 and ZeRO-0 with compile=true ran the same model, 3.0e-8 ✓)
+            shown = ", ".join(facts.multihead[:3]) + (f" and {len(facts.multihead) - 3} more"
+                                                      if len(facts.multihead) > 3 else "")
+            return Availability(
+                False, f"the model holds torch.nn.MultiheadAttention ({shown}), whose forward reads out_proj's "
+                       f"weight without calling out_proj, and under compile=true ZeRO-3 hands it out_proj's empty "
+                       f"partition (it fails at the first forward: \"b must be 2D\" in Dynamo)",
+                "in the model builder, mark the layer a ZeRO-3 leaf, gathered whole around its forward: "
+                "`deepspeed.utils.set_z3_leaf_modules(model, [torch.nn.MultiheadAttention])` (checked: 3.0e-8), or "
+                f"ZeRO-3 without compile (-a {self.name}:zero_stage=3)")
         if facts.twice and stage == 3:
             # measured: stage3.py's bucket assertion, len(set(p.ds_id ...)) == len(params_in_bucket)
             return Availability(

@@ -345,6 +345,8 @@ def _module_facts(facts, model) -> None:
     facts.compiled = [n for n, m in model.named_modules() if type(m).__name__ == "OptimizedModule"]
     facts.grad_hooks = [n for n, p in named if getattr(p, "_backward_hooks", None)
                         or getattr(p, "_post_accumulate_grad_hooks", None)]
+    facts.multihead = [n for n, m in model.named_modules()  # one a ZeRO-3 leaf (set_z3_leaf_modules) is gathered whole
+                       if isinstance(m, torch.nn.MultiheadAttention) and not getattr(m, "_z3_leaf", False)]
 
 
 def _check_gradients(facts, workload, device: str, ranks) -> None:

@@ -853,3 +853,25 @@ def test_an_fp16_model_on_zero0_on_the_cpu_and_an_empty_partition_on_zero3_are_t
     assert ds({"zero_stage": "3"}, "cpu").failure_fix(error).startswith(
         "ZeRO-3 holds each parameter as an empty partition (0 elements) outside its own module's forward")
     assert ds({"zero_stage": "2"}, "cpu").failure_fix(error) is None
+
+
+def test_multihead_attention_is_refused_on_compiled_zero3_unless_it_is_a_zero3_leaf():
+    # An outside check: nn.MultiheadAttention reads out_proj's weight without calling out_proj, and compiled ZeRO-3
+    # handed it an empty partition ("b must be 2D" in Dynamo), a raw error; set_z3_leaf_modules made it 3.0e-8 ✓
+    from harness.core.workload_checks import _module_facts
+
+    model = nn.Sequential(nn.Linear(8, 8))
+    model.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+    facts = ModelFacts()
+    _module_facts(facts, model)
+    assert facts.multihead == ["attn"]
+    ds = adapters.get("deepspeed")
+    why = ds({"zero_stage": "3", "compile": "true"}, "cpu").model_availability(facts)
+    assert not why and why.reason.startswith("the model holds torch.nn.MultiheadAttention (attn), whose forward reads "
+                                             "out_proj's weight without calling out_proj")
+    assert "deepspeed.utils.set_z3_leaf_modules(model, [torch.nn.MultiheadAttention])" in why.fix
+    assert ds({"zero_stage": "3"}, "cpu").model_availability(facts)  # not compiled: gathered for it
+    assert ds({"zero_stage": "2", "compile": "true"}, "cpu").model_availability(facts)
+    model.attn._z3_leaf = True  # what set_z3_leaf_modules sets
+    _module_facts(facts, model)
+    assert facts.multihead == []
