@@ -15,7 +15,9 @@ from typing import Any
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("COMPARE_CACHE", Path.home() / ".cache" / "compare"))
+    """$COMPARE_CACHE, or ~/.cache/compare where it is unset or empty (an empty one had made the current directory
+    the cache, and a read-only command left its files there)."""
+    return Path(os.environ.get("COMPARE_CACHE") or Path.home() / ".cache" / "compare")
 
 
 def files_key(files: Iterable[Path]) -> str:

@@ -79,3 +79,16 @@ def test_a_home_that_does_not_exist_is_not_made_for_the_cache(tmp_path, monkeypa
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "c"))  # one given is made, as before
     cache.write_dict("x.json", {"a": 1})
     assert cache.read_dict("x.json") == {"a": 1}
+
+
+def test_an_empty_compare_cache_is_the_default_directory_not_the_current_one(monkeypatch, tmp_path):
+    # An outside check: COMPARE_CACHE= compare knobs ddp left field_docs/ in the user's current directory
+    from pathlib import Path
+
+    from harness.shared.cache import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("COMPARE_CACHE", "")
+    assert cache_dir() == Path(tmp_path) / ".cache" / "compare"
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
