@@ -168,7 +168,8 @@ def check_list(given: list[str] | None, valid: list[str], what: str) -> None:
                        f"choices: {', '.join(valid)}")
     seen = set()
     for name in given:
-        if name in seen:
+        # an unknown name is named as unknown, with the choices, by the check that follows (twice was said first)
+        if name in seen and name.split(":", 1)[0] in valid:
             raise BadInput(f"{what} '{name}' listed twice")
         seen.add(name)
 

@@ -206,6 +206,9 @@ CASES = [
     ("run-fp16-amp-on-cpu", ["run", "-a", "amp:precision=fp16"],
      "adapter amp:precision=fp16: knob 'precision' fp16 needs CUDA here; use bf16 on CPU"),
     ("run-duplicate-adapter", ["run", "-a", "ddp,ddp"], "adapter 'ddp' listed twice"),
+    # an unknown name given twice is unknown, with the choices (it was told "listed twice")
+    ("run-duplicate-unknown-adapter", ["run", "-a", "nosuch,nosuch"],
+     "unknown adapter 'nosuch'; valid choices: dp, ddp, spawn, amp, apex, horovod, deepspeed, fsdp"),
     ("run-empty-adapters", ["run", "-a", ","], f"no adapters given; valid choices: {ADAPTERS}"),
     ("run-bad-option", ["run", "-w", "resnet", "-o", "arch=vgg16"],
      "workload resnet: option 'arch' must be resnet18, resnet34 or resnet50; got 'vgg16'"),
@@ -330,6 +333,8 @@ CASES = [
     # ---- comm -----------------------------------------------------------------------------------------------
     ("comm-unknown-op", ["comm", "--ops", "allreduce"], f"unknown op 'allreduce'; valid choices: {OPS}"),
     ("comm-duplicate-op", ["comm", "--ops", "all_reduce,all_reduce"], "op 'all_reduce' listed twice"),
+    ("comm-unknown-backend-beside-a-known-one", ["comm", "--backends", "torch,ddp"],
+     "unknown backend 'ddp'; valid choices: torch, horovod, deepspeed"),
     ("comm-empty-ops", ["comm", "--ops", ","], f"no ops given; valid choices: {OPS}"),
     ("comm-unknown-backend", ["comm", "--backends", "mpi"], f"unknown backend 'mpi'; valid choices: {BACKENDS}"),
     ("comm-world-size-1", ["comm", "-n", "1"], "world size must be at least 2 for communication, got 1"),
