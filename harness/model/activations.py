@@ -63,6 +63,11 @@ class Checkpointing:
         return self.mode != "none"
 
     def count(self, blocks: int) -> int:
+        """The blocks of `blocks` checkpointed; BadPlan for selective:N with N beyond them, which checkpoints none
+        (priced as none, and labelled checkpointing)."""
+        if self.every is not None and blocks and self.every > blocks:
+            raise BadPlan(f"--checkpointing selective:{self.every}: N is more than the model's {blocks} blocks, so no "
+                          f"block would be checkpointed (the same as none); choose N of at most {blocks}")
         return sum(self.checkpointed(i) for i in range(blocks))
 
     def __str__(self) -> str:
@@ -84,11 +89,11 @@ class Checkpointing:
 
 def checkpointing_of(value: str) -> Checkpointing:
     """--checkpointing none | full | selective | selective:op | selective:N, or BadPlan naming the choices."""
-    mode, _, option = value.partition(":")
+    mode, colon, option = value.partition(":")
     if mode not in CHECKPOINTING or (option and mode != "selective"):
         raise BadPlan(f"unknown --checkpointing {value}; choose from none, full, selective (torchtitan's per-op "
                       f"policy; selective:op the same), selective:N (every Nth block)")
-    if mode != "selective" or option in ("", "op"):
+    if mode != "selective" or option == "op" or not colon:
         return Checkpointing(mode)
     try:
         every = int(option)

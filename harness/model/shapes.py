@@ -397,7 +397,7 @@ def of_workload(name: str, options: dict[str, Any] | None, optimizer: str | None
     device = "meta"
     try:
         model, counts = _counted(w, model, batches.to(x, "meta"), batches.to(y, "meta"), attention, ck)
-    except UserCodeError:
+    except (UserCodeError, BadPlan):  # BadPlan: the request's own (selective:N beyond its blocks), not meta's
         raise
     except Exception as exc:  # noqa: BLE001 - what meta cannot run (.item(), a data-dependent branch, a copy to
         # the CPU) is counted on the CPU, for a model small enough to build here

@@ -96,6 +96,14 @@ CASES = [
     ("run-breakdown-steps-huge", ["run", "--trace", "--breakdown-steps", "5000"],
      "--breakdown-steps must be between 1 and 1000 (the profiler holds every event of the profiled steps in memory "
      "until they are split), got 5000"),
+    # selective:N beyond the blocks checkpoints none, priced as none and labelled checkpointing; an empty N was op
+    ("plan-selective-beyond-the-blocks", ["plan", "--params", "7e9", "--layers", "32", "--hidden", "4096",
+                                          "--checkpointing", "selective:64"],
+     "--checkpointing selective:64: N is more than the model's 32 blocks, so no block would be checkpointed (the "
+     "same as none); choose N of at most 32"),
+    ("plan-selective-empty-n", ["plan", "-w", "widemlp", "--checkpointing", "selective:"],
+     "--checkpointing selective:: N must be a whole number of at least 1 (every Nth block checkpointed, torchtitan's "
+     "selective_ac_option), or op for its per-op policy"),
     # issue 64: a Hugging Face model's shape options bounded as `compare plan --layers` is (layers=1000000 planned
     # silently for 300 s), and a sequence too long for the text named as such (not "the training set has 4 samples")
     ("plan-hf-layers-huge", ["plan", "-w", "hf", "-o", "model=llama-70b", "-o", "layers=1000000"],
