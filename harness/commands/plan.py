@@ -219,6 +219,8 @@ def _source(run, target, compile_: bool):
     from harness.model import measured
 
     source = measured.FromRun(run, target.dtype, compile_)
+    if target.profile is None:
+        source.configurations(target)  # BadRun, before anything is built, where no row can be priced
     if target.profile is not None:
         if run.device == "cuda" and measured.profile_of(run.gpu) is None:
             raise measured.BadRun(

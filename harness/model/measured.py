@@ -288,6 +288,12 @@ class FromRun:
                     out.append((row.label, "not compiled (--compile plans the compiled rows)"))
                 else:
                     out.append((row.adapter, {k: v for k, v in row.knobs.items() if v is not None}, row.label))
+            if not any(len(c) == 3 for c in out):  # nothing to price: an empty plan had exited 0
+                ran = sorted({row.precision for row in self.run.rows.values()})
+                raise BadRun(f"--from {self.run.path}: no row of the run can be planned here, on its own machine, "
+                             + (f"at --dtype {cluster.dtype} (its rows ran in {', '.join(ran)}); give one of those"
+                                if cluster.dtype is not None and cluster.dtype not in ran else
+                                "with --compile (none of its rows was compiled); leave --compile out"))
             return out
         if not self.compile:
             return None

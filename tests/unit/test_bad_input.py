@@ -510,6 +510,11 @@ CASES = [
      "/tmp holds no records.jsonl; give a directory written by `compare run`"),
     ("join-a-file", ["join", "j", "/etc/hostname", str(RUNS / "digits_cpu2_20261126-045209")],
      "/etc/hostname is not a directory; give a directory written by `compare run`"),
+    # an empty plan (a table with no row, "recommendation: none") had exited 0
+    ("plan-from-a-run-at-a-dtype-it-never-ran", ["plan", "--from", str(RUNS / "digits_cpu2_20261126-045209"),
+                                                 "--dtype", "fp16"],
+     f"--from {RUNS / 'digits_cpu2_20261126-045209'}: no row of the run can be planned here, on its own machine, at "
+     f"--dtype fp16 (its rows ran in bf16, fp32); give one of those"),
     ("plan-from-a-comm-run", ["plan", "--from", str(RUNS / "comm_cpu2_n2_20261123-121520")],
      f"--from {RUNS / 'comm_cpu2_n2_20261123-121520'} holds the results of `compare comm`; give a directory "
      f"written by `compare run`"),
