@@ -127,6 +127,10 @@ class Group(PlainHelpFlag, TyperGroup):
 
 
 def fail(message: str, code: int = 2) -> None:
+    """One line "error: MESSAGE" and exit `code`; bad input (2) stays one line whatever the user typed (a newline in
+    a value is shown escaped, as harness/commands/usage_errors.py does for a refusal raised)."""
+    if code == 2:
+        message = message.replace("\r", "\\r").replace("\n", "\\n")
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 

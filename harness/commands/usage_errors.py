@@ -65,7 +65,8 @@ class OneLineUsageErrors(Group):
             typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
             sys.exit(exc.exit_code)
         except BadInput as exc:  # a refused request, wherever a command met it: one line, exit 2, nothing written
-            typer.echo(f"error: {exc}", err=True)
+            # one line whatever the user typed: a value holding a newline (`compare knobs $'a\nb'`) is shown escaped
+            typer.echo("error: " + str(exc).replace("\r", "\\r").replace("\n", "\\n"), err=True)
             sys.exit(2)
         except UserCodeError as exc:  # the user's own workload raised: their traceback, not ours
             sys.stderr.write(exc.user_traceback())

@@ -662,6 +662,9 @@ CASES = [
      "--straggler is given twice (1:2 and 1:3); give it once"),
     ("plan-gpu-twice", ["plan", "-w", "widemlp", "--gpu", "h100", "--gpu", "a100"],
      "--gpu is given twice (h100 and a100); give it once"),
+    # a value holding a newline is shown escaped: the refusal had come out on two lines (raised, or through fail)
+    ("run-adapter-with-a-newline", ["run", "-a", "a\nb"], f"unknown adapter 'a\\nb'; valid choices: {ADAPTERS}"),
+    ("list-device-with-a-newline", ["list", "--device", "a\nb"], "unknown device 'a\\nb'; valid choices: cpu, cuda"),
 ]
 
 
