@@ -22,8 +22,11 @@ from conftest import REPO
 MODELS = REPO / "tests" / "fixtures" / "models.py"
 
 
-def checked(name, *options, world=2):
-    req = requests.RunRequest(workload=f"{MODELS}:{name}", options=list(options), world_size=world)
+def checked(name, *options, world=2, path=MODELS, equiv_steps=None):
+    """Workload `name` of the file at `path` (the fixture models by default), loaded and checked as `compare run`
+    checks it before launching, at world size `world`."""
+    req = requests.RunRequest(workload=f"{path}:{name}", options=list(options), world_size=world,
+                              equiv_steps=equiv_steps)
     w = workload_checks.load_workload(req)
     workload_checks.check_user_code(w, req, w.global_batch)
     return w
@@ -456,10 +459,7 @@ def test_a_loss_whose_counts_first_differ_late_is_found_within_the_steps_the_che
             "batch") in eq["why_failed"]
     assert checked("masked_late", "first_differs=99").batch_dependent is None  # equal counts throughout
     # --equiv-steps reads further than the workload's own
-    req = requests.RunRequest(workload=f"{MODELS}:masked_late", options=["first_differs=8"], world_size=2,
-                              equiv_steps=8)
-    late = workload_checks.load_workload(req)
-    workload_checks.check_user_code(late, req, late.global_batch)
+    late = checked("masked_late", "first_differs=8", equiv_steps=8)
     assert late.batch_dependent.startswith("with the same parameters, its loss over the global batch of step 8 was ")
     assert checked("masked_late", "first_differs=8").batch_dependent is None  # past its own 6 steps
 
@@ -589,9 +589,7 @@ def test_a_compiled_model_on_zero3_and_gradient_hooks_on_fsdp2_are_refused_befor
                     "    return {'model': lambda: net(True), 'train': (x, x[:, :2])}\n")
     for name, facts in (("compiled", dict(compiled=[""], grad_hooks=[])),
                         ("hooked", dict(compiled=[], grad_hooks=["0.weight"]))):
-        req = requests.RunRequest(workload=f"{path}:{name}", world_size=2)
-        w = workload_checks.load_workload(req)
-        workload_checks.check_user_code(w, req, w.global_batch)
+        w = checked(name, path=path)
         assert {k: getattr(w.model_facts, k) for k in facts} == facts
     zero3 = adapters.get("deepspeed")({"zero_stage": "3"}, "cpu").model_availability(ModelFacts(compiled=[""]))
     assert not zero3 and zero3.reason.startswith("the model is already wrapped by torch.compile (the model itself), "
@@ -803,9 +801,7 @@ def test_a_gradient_made_twice_in_one_backward_is_found_and_refused_where_a_back
                     "        return self.out(h)\n"
                     "def shared():\n    x = torch.randn(32, 4)\n"
                     "    return {'model': M, 'train': (x, (x.sum(1) > 0).long())}\n")
-    req = requests.RunRequest(workload=f"{path}:shared", world_size=2)
-    w = workload_checks.load_workload(req)
-    workload_checks.check_user_code(w, req, w.global_batch)
+    w = checked("shared", path=path)
     assert sorted(w.model_facts.twice) == ["block.bias", "block.weight"] and not w.model_facts.checkpoint_no_grad
 
 
@@ -822,18 +818,13 @@ def test_a_reentrant_checkpoint_given_no_input_that_needs_a_gradient_is_told_as_
                     "        return self.out(checkpoint(self.first, x, use_reentrant=self.reentrant))\n"
                     "def ckpt(reentrant: bool = True):\n    x = torch.randn(32, 4)\n"
                     "    return {'model': lambda: M(reentrant), 'train': (x, (x.sum(1) > 0).long())}\n")
-    req = requests.RunRequest(workload=f"{path}:ckpt", world_size=2)
-    w = workload_checks.load_workload(req)
-    workload_checks.check_user_code(w, req, w.global_batch)
-    facts = w.model_facts
+    facts = checked("ckpt", path=path).model_facts
     assert facts.checkpoint_no_grad and sorted(facts.never_used) == ["first.bias", "first.weight"]
     why = adapters.get("ddp")({}, "cpu").model_availability(facts)
     assert not why and why.fix.startswith(
         "they get none in one process either: torch.utils.checkpoint (use_reentrant=True) warned \"None of the inputs "
         "have requires_grad=True\", so the module it checkpoints never trains; pass use_reentrant=False")
-    req = requests.RunRequest(workload=f"{path}:ckpt", world_size=2, options=["reentrant=false"])
-    w = workload_checks.load_workload(req)
-    workload_checks.check_user_code(w, req, w.global_batch)
+    w = checked("ckpt", "reentrant=false", path=path)
     assert not w.model_facts.checkpoint_no_grad and not w.model_facts.no_gradient
 
 
