@@ -55,6 +55,7 @@ from adapters.dtypes import SHORT_DTYPES, dtype_names, optimizer_state  # noqa: 
 from adapters.interpreter import interpreter, python_module, rank_command, using_interpreter  # noqa: F401
 from harness.shared import options
 from harness.shared.comm_schedule import Schedule
+from harness.shared.text import listed
 
 if TYPE_CHECKING:  # torch is imported lazily so `compare list` stays fast
     import torch
@@ -230,7 +231,7 @@ class ModelFacts:
         """The parameters whose gradient was made twice in one backward, and when: "shared.0.weight, shared.0.bias
         (in every one of the 4 steps checked)"."""
         names = list(self.twice)
-        shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+        shown = listed(names, most)
         steps = sorted({s for v in self.twice.values() for s in v})
         when = ("in every one of the" if len(steps) == self.checked_steps
                 else f"in step{'s' if len(steps) > 1 else ''} {', '.join(str(s + 1) for s in steps)} of the")
@@ -250,7 +251,7 @@ class ModelFacts:
         """The parameters some ranks left without a gradient and others not, and when: "rare.weight, rare.bias (in
         step 1 of the 4 checked, on 2 ranks)"."""
         names = list(self.ranks_differ)
-        shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+        shown = listed(names, most)
         steps = sorted({s for v in self.ranks_differ.values() for s in v})
         return (f"{shown} (in step{'s' if len(steps) > 1 else ''} {', '.join(str(s + 1) for s in steps)} of the "
                 f"{self.checked_steps} checked on {self.checked_ranks} ranks)")
@@ -259,7 +260,7 @@ class ModelFacts:
         """The parameters without a gradient and when, in words: "aux.weight, aux.bias (in steps 2, 4 of the 4
         checked)"."""
         names = list(self.no_gradient)
-        shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+        shown = listed(names, most)
         steps = sorted({s for v in self.no_gradient.values() for s in v})
         when = ("in every one of the" if len(self.never_used) == len(names)
                 else f"in step{'s' if len(steps) > 1 else ''} {', '.join(str(s + 1) for s in steps)} of the")
@@ -289,12 +290,9 @@ def flat_layout(facts: ModelFacts, who: str, empty_too: bool, scalar_too: bool =
     AssertionError on its status, measured), and with `scalar_too` a parameter of no dimension, frozen or not (FSDP2:
     "fully_shard doesn't support scalar parameters"; DeepSpeed's broadcast of the model at initialize: "self.dim()
     cannot be 0 to view Float as Byte", measured). None where none holds."""
-    def names(found: list[str]) -> str:
-        return ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
-
     if facts.non_contiguous and facts.channels_last == facts.non_contiguous:
         many = len(facts.channels_last) > 1
-        return Availability(False, f"the model's parameter{'s' if many else ''} {names(facts.channels_last)} "
+        return Availability(False, f"the model's parameter{'s' if many else ''} {listed(facts.channels_last)} "
                                    f"{'are' if many else 'is'} in channels_last memory format (the model moved "
                                    f"with .to(memory_format=torch.channels_last)), not contiguous, which {who} "
                                    f"cannot take as {'they are' if many else 'it is'}",
@@ -303,18 +301,18 @@ def flat_layout(facts: ModelFacts, who: str, empty_too: bool, scalar_too: bool =
                             "computes in channels_last")
     if facts.non_contiguous:
         return Availability(False, f"the model's parameter{'s' if len(facts.non_contiguous) > 1 else ''} "
-                                   f"{names(facts.non_contiguous)} {'are' if len(facts.non_contiguous) > 1 else 'is'} "
+                                   f"{listed(facts.non_contiguous)} {'are' if len(facts.non_contiguous) > 1 else 'is'} "
                                    f"not contiguous in memory (a transposed view made a Parameter), which {who} "
                                    f"cannot take as it is", "make it contiguous where it is built: "
                                                            "nn.Parameter(t.contiguous())")
     if empty_too and facts.empty:
-        return Availability(False, f"the model's parameter{'s' if len(facts.empty) > 1 else ''} {names(facts.empty)} "
+        return Availability(False, f"the model's parameter{'s' if len(facts.empty) > 1 else ''} {listed(facts.empty)} "
                                    f"{'hold' if len(facts.empty) > 1 else 'holds'} no element (a layer of size 0), "
                                    f"which {who} cannot shard", "leave the empty layer out of the model, or freeze "
                                                                 "it (requires_grad_(False))")
     if scalar_too and facts.scalar:
         return Availability(False, f"the model's parameter{'s' if len(facts.scalar) > 1 else ''} "
-                                   f"{names(facts.scalar)} {'have' if len(facts.scalar) > 1 else 'has'} no dimension "
+                                   f"{listed(facts.scalar)} {'have' if len(facts.scalar) > 1 else 'has'} no dimension "
                                    f"(a 0-dim tensor, such as a learned temperature), which {who} cannot take",
                             "give it one dimension of size 1 where it is built: nn.Parameter(torch.tensor([0.0])) "
                             "(it broadcasts as the scalar did)")

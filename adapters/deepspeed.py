@@ -44,6 +44,7 @@ from adapters.deepspeed_env import (STALE_LOCKS_ENV, clear_stale_jit_locks, cpu_
                                     fp16_zero0_scales_its_loss, installed_version_info, jit_cache_dir,
                                     jit_cached_ops, launcher_path, shm_leftover, shm_segment)
 from harness.shared.comm_schedule import Zero
+from harness.shared.text import listed
 
 PINNED_VERSION = "0.19.8"
 INSTALL_FIX = (f"run `make setup` (adapters/install/deepspeed.sh), or "
@@ -148,10 +149,8 @@ class DeepSpeedLaunch(Launch):
             # measured: "RuntimeError: b must be 2D" in Dynamo's fake tensors, out_proj's weight a Parameter of size
             # (0,): compiled, ZeRO-3's per-module gathering misses a parameter the forward of another module reads
             # (plain ZeRO-3 and ZeRO-0 with compile=true ran the same model, 3.0e-8 ✓)
-            shown = ", ".join(facts.multihead[:3]) + (f" and {len(facts.multihead) - 3} more"
-                                                      if len(facts.multihead) > 3 else "")
             return Availability(
-                False, f"the model holds torch.nn.MultiheadAttention ({shown}), whose forward reads out_proj's "
+                False, f"the model holds torch.nn.MultiheadAttention ({listed(facts.multihead, 3)}), whose forward reads out_proj's "
                        f"weight without calling out_proj, and under compile=true ZeRO-3 hands it out_proj's empty "
                        f"partition (it fails at the first forward: \"b must be 2D\" in Dynamo)",
                 "in the model builder, mark the layer a ZeRO-3 leaf, gathered whole around its forward: "

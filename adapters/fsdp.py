@@ -24,6 +24,7 @@ from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Availability, Kno
 from adapters.probes import torch_build
 from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Fsdp
+from harness.shared.text import listed
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -86,10 +87,8 @@ class FSDPLaunch(DDPLaunch):
         if facts.grad_hooks:
             # fully_shard replaces each parameter by a sharded DTensor Parameter of its own (measured: not the same
             # object, and its hooks None), so a hook registered on the original never runs
-            shown = ", ".join(facts.grad_hooks[:4]) + (f" and {len(facts.grad_hooks) - 4} more"
-                                                       if len(facts.grad_hooks) > 4 else "")
             return Availability(
-                False, f"the model registers hooks on its parameters' gradients ({shown}: param.register_hook or "
+                False, f"the model registers hooks on its parameters' gradients ({listed(facts.grad_hooks)}: param.register_hook or "
                        f"register_post_accumulate_grad_hook), and fully_shard replaces each parameter by a sharded "
                        f"DTensor of its own, so those hooks would never run and the row would train another model",
                 "do the hook's work where the forward uses the parameter (w * s + (w * (1 - s)).detach() has w's value "

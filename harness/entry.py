@@ -115,7 +115,9 @@ def _leave_user_threads(code) -> None:
         return
     if isinstance(code, str):
         sys.stderr.write(code + "\n")
-    names = ", ".join(t.name for t in left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+    from harness.shared.text import listed
+
+    names = listed([t.name for t in left])
     sys.stderr.write(f"compare: not waiting for {len(left)} thread(s) still running in this process ({names}), "
                      f"started by the workload's code when the check before launching ran it; make them daemon "
                      f"threads or end them\n")

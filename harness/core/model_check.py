@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 from adapters.base import NO_GRAD_CHECKPOINT
+from harness.shared.text import listed
 
 CHECKED_STEPS = 4
 """Forward and backward passes of the unused-parameter check: the first steps' batches, in order, so that a model
@@ -207,7 +208,7 @@ def changes(before: dict[str, Any], after: dict[str, Any], most: int = 3) -> str
             said.append(f"{name}: {a!r} → {b!r}")
     if not said:
         return None
-    return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "")
+    return listed(said, most)
 
 
 def diagnose(build, forward, seed: int) -> tuple[str | None, str | None]:
@@ -250,7 +251,7 @@ def edited_parameters(build, forward, seed: int, most: int = 3) -> str | None:
     edited = [n for n, p in model.named_parameters() if n in before and not same(before[n], p.detach())]
     if not edited:
         return None
-    return ", ".join(edited[:most]) + (f" and {len(edited) - most} more" if len(edited) > most else "")
+    return listed(edited, most)
 
 
 def no_gradient(model, batches, step_loss, twice: dict[str, list[int]] | None = None,

@@ -26,6 +26,11 @@ def shorten(text: str, limit: int = 300) -> str:
     return head.rstrip(" ,;:") + ELLIPSIS
 
 
+def listed(names: list[str], most: int = 4) -> str:
+    """The first `most` of `names`, then how many more: "a, b, c, d and 3 more"."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def rate(value: float) -> str:
     """A rate (samples/s) in plain digits: whole with thousands separators from 100 up ("10,683"), three significant
     figures below ("0.0127"), never in exponent form (a model of a huge cluster's 0.1 samples/s once read "0")."""
