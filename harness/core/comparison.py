@@ -95,16 +95,6 @@ def plan(req: RunRequest) -> RunPlan:
     return p
 
 
-def _torch_version() -> str | None:
-    """torch's version as its package says it (what a run's env records), without importing it; None if unknown."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _joins(req: RunRequest, p: RunPlan) -> list:
     """The earlier sessions `--join DIR` names (DIR, or the runs a join lists), refused in one line (BadInput) unless
     they are runs of this same request on this machine (harness/reports/sessions.py: IDENTITY, MACHINE)."""
@@ -128,7 +118,7 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
     env = {"cpu_model": envmod.cpu_model(), "cpu_cores_usable": envmod.usable_cores(),
            "gpus": envmod.torch_facts().get("gpus") if req.device == "cuda" else
            (earlier[0].get("env") or {}).get("gpus"), "python": platform.python_version(),
-           "tuning_env": envmod.tuning_env(), "torch": _torch_version()}
+           "tuning_env": envmod.tuning_env(), "torch": envmod.packaged_torch()}
     base = {"schema_version": SCHEMA_VERSION, "kind": "run", "workload": req.workload, "world_size": req.world_size,
             "status": "ok", "env": env, "row_order": [row.label for row in p.rows], "topology": {"device": req.device},
             "oversubscribed": p.oversubscribed}

@@ -137,6 +137,16 @@ def collect_safely(device: str = "cpu") -> dict[str, Any]:
                 "collect_error": shorten(f"{type(exc).__name__}: {exc}")}
 
 
+def packaged_torch() -> str | None:
+    """torch's version as its installed package says it, without importing torch; None where it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
     """The environment shared by every row of one comparison (cheap: no framework imports beyond torch).
     `import_torch=False` (a run interrupted while torch was being imported: importing it again could fail
@@ -155,12 +165,7 @@ def collect(device: str = "cpu", import_torch: bool = True) -> dict[str, Any]:
         "git_commit": git_commit(),
     }
     if not import_torch:
-        from importlib import metadata
-
-        try:
-            env["torch"] = metadata.version("torch")
-        except metadata.PackageNotFoundError:
-            env["torch"] = "not installed"
+        env["torch"] = packaged_torch() or "not installed"
         env["distributed"] = {}
         return env
     env.update(torch_facts())
