@@ -141,8 +141,8 @@ share of the step: the table's parts, a mean over ranks, are then no rank's own.
 
 
 def straggler(rows: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Per row, the rank the others waited for in every profiled launch (the busiest by compute and host time,
-    `step_parts.busy`), where they waited more than STRAGGLER of the step: {"rank", "busy_s" (its compute and host
+    """Per row, the rank the others waited for in every profiled launch (its record's slowest_rank, the busiest by
+    compute and host time), where they waited more than STRAGGLER of the step: {"rank", "busy_s" (its compute and host
     time a step), "others_busy_s", "waiting_s" (the others' wait), means over launches}. Rows without one are left
     out."""
     out = {}
@@ -153,7 +153,9 @@ def straggler(rows: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]
             if len(ranks) < 2:
                 break
             busy = [step_parts.busy(x) for x in ranks]
-            k = max(range(len(busy)), key=busy.__getitem__)
+            k = r["breakdown"].get("slowest_rank")  # the busiest, as the record says (assemble.step_breakdown)
+            if k is None:
+                break
             others = [x for i, x in enumerate(ranks) if i != k]
             waiting = sum(x["waiting"] for x in others) / len(others)
             step = sum(x["step_s"] for x in ranks) / len(ranks)

@@ -6,6 +6,7 @@ import random
 import pytest
 
 from harness.reports import step_report
+from harness.shared import step_parts
 from harness.shared.step_parts import PARTS, collective_kind, combine, largest_difference, split_step
 
 MS = 1_000_000  # ns
@@ -358,7 +359,8 @@ def test_a_rank_the_others_waited_for_in_every_launch_is_named_and_an_even_one_i
 
     def launch(ranks):
         rec = _record("ddp", 1.5, 0.0)
-        rec["breakdown"]["ranks"] = ranks
+        busy = [step_parts.busy(r) for r in ranks]
+        rec["breakdown"].update(ranks=ranks, slowest_rank=busy.index(max(busy)))  # as assemble.step_breakdown says
         return rec
 
     slow = [launch([rank(0.002, 3.0), rank(3.002, 0.0)]) for _ in range(2)]
