@@ -19,6 +19,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from harness.ground.errors import BadInput
 from harness.launching import interrupt
+from harness.shared.text import newlines_shown
 
 # Wide enough for the results table when output is piped (CI logs, `| tee`), where rich would assume 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
@@ -129,9 +130,7 @@ class Group(PlainHelpFlag, TyperGroup):
 def fail(message: str, code: int = 2) -> None:
     """One line "error: MESSAGE" and exit `code`; bad input (2) stays one line whatever the user typed (a newline in
     a value is shown escaped, as harness/commands/usage_errors.py does for a refusal raised)."""
-    if code == 2:
-        message = message.replace("\r", "\\r").replace("\n", "\\n")
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {newlines_shown(message) if code == 2 else message}", err=True)
     raise typer.Exit(code)
 
 

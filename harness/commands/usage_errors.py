@@ -15,6 +15,7 @@ import typer
 from harness.commands.common import Group
 from harness.ground.errors import BadInput
 from harness.shared.registry import UserCodeError, raised_in_user_code
+from harness.shared.text import newlines_shown
 
 try:  # typer vendors click from 0.20 on
     from typer._click import exceptions as clickerr
@@ -66,7 +67,7 @@ class OneLineUsageErrors(Group):
             sys.exit(exc.exit_code)
         except BadInput as exc:  # a refused request, wherever a command met it: one line, exit 2, nothing written
             # one line whatever the user typed: a value holding a newline (`compare knobs $'a\nb'`) is shown escaped
-            typer.echo("error: " + str(exc).replace("\r", "\\r").replace("\n", "\\n"), err=True)
+            typer.echo(f"error: {newlines_shown(str(exc))}", err=True)
             sys.exit(2)
         except UserCodeError as exc:  # the user's own workload raised: their traceback, not ours
             sys.stderr.write(exc.user_traceback())

@@ -14,6 +14,12 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def newlines_shown(text: str) -> str:
+    """`text` with its line breaks shown escaped ("\\n", as repr shows them): a refusal quoting what the user typed
+    stays one line whatever they typed."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def shorten(text: str, limit: int = 300) -> str:
     """`text` on one line, at most `limit` characters: cut at the last space before the limit (a word is never cut
     in two; a single word longer than the limit is), an ellipsis marking the cut."""
