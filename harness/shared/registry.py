@@ -293,5 +293,11 @@ class Registry:
             except Exception as exc:  # noqa: BLE001 - the installed package's code
                 raise UserCodeError(f"loading entry point {name} ({ep.value})", exc) from None
         if references and is_reference(name):
+            where, attr, is_file = split_reference(name)
+            if not is_file and where in self.names() and importlib.util.find_spec(where.split(".")[0]) is None:
+                # `digits:x`: a built-in name read as package.module:NAME
+                raise BadReference(f"{self.kind} '{name}': '{where}' is a built-in {self.kind}, named without ':' "
+                                   f"(-w {where}; its options: -o KEY=VALUE, listed by compare knobs {where}); "
+                                   f"a module of yours is -w package.module:NAME, a file -w path/to/file.py:NAME")
             return load_reference(name, self.kind)[0], {}
         raise UnknownName(self.kind, name, self.names(), self.hint)

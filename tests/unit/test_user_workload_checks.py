@@ -182,6 +182,10 @@ BAD = {
     "no-module": ("", "nosuchpkg.models:tiny", "no module named 'nosuchpkg' (for workload nosuchpkg.models): install "
                                                "its package into this environment, or give a file: -w "
                                                "path/to/file.py:NAME"),
+    "built-in-with-colon": ("", "digits:hidden=3",
+                            "workload 'digits:hidden=3': 'digits' is a built-in workload, named without ':' (-w digits; "
+                            "its options: -o KEY=VALUE, listed by compare knobs digits); a module of yours is -w "
+                            "package.module:NAME, a file -w path/to/file.py:NAME"),
     "parameter-without-default": ("import torch\ndef f(width):\n    pass\n", "{path}:f",
                                   "workload {path}:f: parameter 'width' has no default; every parameter of a workload "
                                   "function is an option (-o width=VALUE) and needs a default"),
