@@ -196,6 +196,9 @@ class Workload(ABC):
     """How the model's loss was found to depend on the rest of its batch other than through BatchNorm (a term over
     the whole batch, a buffer updated from it), by the same check (harness/core/workload_checks.py,
     batch_dependence); a failed equivalence check then says so, with the fix."""
+    batch_buffers: list[str] | None = None
+    """The buffers (besides BatchNorm's) that the same check found following the batch: after the step whose loss
+    differed, their values in the one process and in a rank over its slice differed. The ✗ then names them."""
     consults_distributed: str | None = None
     """Where the user's code called torch.distributed while that check ran ("gather (model.py:52)"), for a model
     found to depend on the rest of its batch: run alone it skips its gather, and under a backend it may gather the

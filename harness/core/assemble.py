@@ -478,6 +478,18 @@ def batch_dependent_failure(workload, adapter, label: str) -> str:
                 f"where every rank gathers every other rank's part in rank order and the gathered parts carry their "
                 f"gradients back (torch.distributed.nn.functional.all_gather; torch.distributed.all_gather's result "
                 f"carries none), and the loss is taken over the gathered batch as the single process takes it")
+    buffers = getattr(workload, "batch_buffers", None)
+    if buffers:
+        return (f"the model depends on the rest of its batch, other than through BatchNorm: "
+                f"{workload.batch_dependent}. Each rank's copy of {'that buffer' if len(buffers) == 1 else 'them'} "
+                f"follows its own slice and the single process's the whole global batch, and no backend averages a "
+                f"buffer the forward changes, so ranks that each see their own slice alone cannot match the single "
+                f"process; fix: update {'it' if len(buffers) == 1 else 'them'} from statistics all-reduced across the "
+                f"ranks, as SyncBatchNorm does (torch.distributed.all_reduce of the slice's sum and count behind "
+                f"dist.is_initialized()"
+                + (f"; under {label}, which starts no torch.distributed process group, the framework's own "
+                   f"all-reduce" if gather else "")
+                + "), or declare batch_dependence=\"...\" in @workload (the check is then skipped, with that reason)")
     return (f"the model depends on the rest of its batch, other than through BatchNorm: {workload.batch_dependent} (a "
             f"mean divided by a sum over its batch, such as cross_entropy with class weights, whose mean divides by "
             f"the batch's sum of weights; a mean over a subset of its samples mixed with another term, such as a "

@@ -19,6 +19,7 @@ from harness.ground import provenance as envmod
 from harness.ground.errors import BadInput
 from harness.shared.cache import cached_json, files_key
 from harness.shared.options import OptionError
+from harness.shared.text import listed
 from workloads import batch as batches
 from workloads.base import SMALL_MODEL, LossError
 
@@ -223,7 +224,33 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             workload.summed_loss = str(found)
         else:
             workload.batch_dependent = found
+            workload.batch_buffers = getattr(found, "buffers", None) or None
             workload.consults_distributed = consulted[0] if found and consulted else None
+
+
+class BatchBuffers(str):
+    """batch_dependence's finding where buffers (`buffers`: their names) follow the batch: a forward that updates
+    them from its batch leaves each rank's copy where its own slice took it."""
+    buffers: list[str]
+
+
+def _following(single, rank) -> list[str]:
+    """The buffers of two copies of one model, the one run over the global batch and the other over a slice, that
+    differ beyond rounding (a floating buffer) or at all (another): those its forward updates from its batch."""
+    import torch
+
+    theirs = dict(rank.named_buffers())
+    found = []
+    for name, mine in single.named_buffers():
+        other = theirs.get(name)
+        if other is None or other.shape != mine.shape or torch.equal(mine, other):
+            continue
+        if mine.is_floating_point() or mine.is_complex():
+            scale = max(float(mine.abs().max()), float(other.abs().max()), 1e-12)
+            if float((mine - other).abs().max()) <= normalisation.ROUNDING * scale:
+                continue
+        found.append(name)
+    return found
 
 
 class SummedLoss(str):
@@ -284,9 +311,18 @@ def batch_dependence(workload, data, global_batch: int, world: int, steps: int =
                     return SummedLoss(f"its loss over the global batch of step {step + 1} was {single:.6g} in one "
                                       f"process, {ranks} times the mean of {ranks} ranks' losses over their slices "
                                       f"({mean:.6g})")
-                return (f"with the same parameters, its loss over the global batch of step {step + 1} was "
+                said = (f"with the same parameters, its loss over the global batch of step {step + 1} was "
                         f"{single:.6g} in one process and the mean of {ranks} ranks' losses over their slices "
                         f"{mean:.6g}")
+                buffers = _following(models[0], models[1])
+                if not buffers:
+                    return said
+                found = BatchBuffers(f"{said}; its forward updates {'buffer' if len(buffers) == 1 else 'buffers'} "
+                                     f"{listed(buffers)} from its batch: after that step "
+                                     f"{'its value' if len(buffers) == 1 else 'their values'} in the one process "
+                                     f"and in a rank over its slice differed")
+                found.buffers = buffers
+                return found
     except Exception:  # noqa: BLE001 - a model this cannot run (a loss that needs gradients, say) is not judged
         return None
     return None

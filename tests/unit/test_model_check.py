@@ -449,6 +449,59 @@ def test_a_loss_over_the_whole_batch_is_found_and_explains_the_failed_check():
     assert checked("batchnorm").batch_dependent is None  # BatchNorm is found and said as such
 
 
+RUNNING_MEAN = """
+import torch
+from torch import nn
+
+
+class Centre(nn.Module):
+    def __init__(self, gathered):
+        super().__init__()
+        self.gathered = gathered
+        self.register_buffer("running_mean", torch.zeros(4))
+        self.register_buffer("seen", torch.zeros((), dtype=torch.long))  # a counter: the same in every copy
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                self.seen += 1
+                self.running_mean.mul_(0.9).add_(0.1 * x.mean(0))
+        return self.lin(x - self.running_mean)
+
+
+def centred(gathered: bool = False):
+    g = torch.Generator().manual_seed(0)
+    return {"model": nn.Sequential(Centre(gathered)), "train": (torch.randn(64, 4, generator=g) + 2,
+                                                                torch.randint(0, 3, (64,), generator=g))}
+"""
+
+
+def test_a_buffer_the_forward_updates_from_its_batch_is_named_with_the_fix_that_makes_it_match(tmp_path):
+    # a normaliser's running mean updated in the forward: the ✗ listed five possible causes and named no buffer;
+    # the check now names the buffer that followed the batch (not the step counter beside it), and the fix, an
+    # all-reduced statistic, made ddp, fsdp and deepspeed match at 5.2e-8 when an outside check applied it
+    path = tmp_path / "centre.py"
+    path.write_text(RUNNING_MEAN)
+    w = checked("centred", path=path)
+    assert w.batch_buffers == ["0.running_mean"]
+    assert w.batch_dependent.endswith("; its forward updates buffer 0.running_mean from its batch: after that step "
+                                      "its value in the one process and in a rank over its slice differed")
+    eq = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"0.lin.bias": 1e-3}, _gradients({}), label="ddp")
+    assert eq["why_failed"].endswith(
+        "differed. Each rank's copy of that buffer follows its own slice and the single process's the whole global "
+        "batch, and no backend averages a buffer the forward changes, so ranks that each see their own slice alone "
+        "cannot match the single process; fix: update it from statistics all-reduced across the ranks, as "
+        "SyncBatchNorm does (torch.distributed.all_reduce of the slice's sum and count behind dist.is_initialized()), "
+        "or declare batch_dependence=\"...\" in @workload (the check is then skipped, with that reason)")
+    horovod = _equivalence(w, adapters.get("horovod")({}, "cpu"), {"0.lin.bias": 1e-3}, _gradients({}),
+                           label="horovod")
+    assert ("behind dist.is_initialized(); under horovod, which starts no torch.distributed process group, the "
+            "framework's own all-reduce), or declare") in horovod["why_failed"]
+    # a loss over the whole batch, with no buffer following it, keeps its list of causes
+    assert checked("balanced").batch_buffers is None
+
+
 def test_a_loss_whose_counts_first_differ_late_is_found_within_the_steps_the_check_compares():
     # a regression loss averaged over the labelled samples, mixed with a cross-entropy over all: the ranks' slices
     # held equally many labelled samples in the 4 steps the check read, and the ✗ of step 7 of 8 had no cause
