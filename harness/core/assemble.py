@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from adapters.base import EVERY_PARAMETER_FIX
+from adapters.base import EVERY_PARAMETER_FIX, NO_GRAD_CHECKPOINT
 from harness.core import normalisation
 from harness.ground.record import LOAD_BALANCE_METHOD, SCHEMA_VERSION
 from harness.ground.stats import slowest_rank_steps, step_stats, worst
@@ -22,6 +22,7 @@ from harness.model import hardware
 from harness.shared import procstat
 from harness.shared import step_parts
 from harness.shared.rank_result import TrainResult
+from harness.shared.text import listed
 
 NOISE_STEAL = 0.05
 """A launch whose timed window lost this share of the machine's CPU time to steal (the hypervisor) is flagged."""
@@ -373,6 +374,13 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     }
     if bn:
         out["batch_norm"] = {"layers": bn, "statistics": "per process" if per_process else "global batch"}
+    facts = getattr(workload, "model_facts", None)
+    if out["passed"] and getattr(facts, "checkpoint_no_grad", False) and facts.never_used:
+        # the ✓ is true and hides that no row trains the module (a ddp row refused with it said so)
+        out["caveat"] = (f"it matches a single process that never trains {listed(facts.never_used)}: "
+                         f"torch.utils.checkpoint (use_reentrant=True) warned \"{NO_GRAD_CHECKPOINT}\", so the module "
+                         f"it checkpoints gets no gradient in one process or on any backend; pass use_reentrant=False "
+                         f"to train it")
     if out["passed"] is not False or diffs is None:  # passed, not checked, or no reference to compare with
         return out
     if workload.nondeterministic:

@@ -81,6 +81,12 @@ def equivalence_notes(rows) -> list[str]:
     return _column_notes(rows, "✗", lambda row: row["first"]["equivalence"].get("why_failed"))
 
 
+def caveat_notes(rows) -> list[str]:
+    """What a row's ✓ does not say, where the check found it: a model part that trains in no row, the single
+    process included (a reentrant checkpoint whose inputs need no gradient). Rows with the same caveat share a note."""
+    return _column_notes(rows, "✓", lambda row: row["first"]["equivalence"].get("caveat"))
+
+
 def unchecked_notes(rows) -> list[str]:
     """Why a row's max_param_diff is "(not checked)", for the terminal, whose table has no room for it (report.md's
     table says it in the cell): a model the check does not apply to (BatchNorm statistics per process, with the
@@ -144,7 +150,8 @@ EVAL_MODE = (" The evaluation runs the model's forward in eval mode (model.eval(
 
 def _notes(rows, records) -> list[str]:
     notes = []
-    for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows), flops_note(rows)):
+    for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows), *caveat_notes(rows),
+                 flops_note(rows)):
         if note:
             notes.append(note)
     stopped = next((r["run_interrupted"] for r in records if r.get("run_interrupted")), None)
@@ -606,8 +613,8 @@ def console_notes(records: list[dict[str, Any]]) -> list[str]:
         fix = reason.rsplit("(fix: ", 1)[1].removesuffix(")") if "(fix: " in reason else None
         lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
                                                            f"report.md)"))
-    notes = [note for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows), *unchecked_notes(rows))
-             if note]
+    notes = [note for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows), *caveat_notes(rows),
+                               *unchecked_notes(rows)) if note]
     cut = cut_short(records)
     if cut:
         notes.append(f"the run ended before all its launches: {cut}")

@@ -15,6 +15,7 @@ import workloads
 from adapters.base import ModelFacts
 from harness.cli import app
 from harness.core import assemble, model_check, requests, workload_checks
+from harness.reports import run_report
 from harness.shared.text import shorten
 
 from conftest import REPO
@@ -877,8 +878,18 @@ def test_a_reentrant_checkpoint_given_no_input_that_needs_a_gradient_is_told_as_
     assert not why and why.fix.startswith(
         "they get none in one process either: torch.utils.checkpoint (use_reentrant=True) warned \"None of the inputs "
         "have requires_grad=True\", so the module it checkpoints never trains; pass use_reentrant=False")
+    # the rows that run it match the single process, which trains it no more than they do: their ✓ says so
+    w = checked("ckpt", path=path)
+    eq = _equivalence(w, adapters.get("fsdp")({}, "cpu"), label="fsdp")
+    assert eq["passed"] and eq["caveat"] == (
+        "it matches a single process that never trains first.weight, first.bias: torch.utils.checkpoint "
+        "(use_reentrant=True) warned \"None of the inputs have requires_grad=True\", so the module it checkpoints gets "
+        "no gradient in one process or on any backend; pass use_reentrant=False to train it")
+    rows = [{"adapter": "fsdp", "measured": True, "first": {"equivalence": eq}}]
+    assert run_report.caveat_notes(rows) == [f"✓ in the max_param_diff column (fsdp): {eq['caveat']}."]
     w = checked("ckpt", "reentrant=false", path=path)
     assert not w.model_facts.checkpoint_no_grad and not w.model_facts.no_gradient
+    assert "caveat" not in _equivalence(w, adapters.get("fsdp")({}, "cpu"), label="fsdp")
 
 
 def test_an_fp16_model_on_zero0_on_the_cpu_and_an_empty_partition_on_zero3_are_told_their_fix():
