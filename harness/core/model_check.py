@@ -340,6 +340,15 @@ def distributed_calls():
 
     saved = [(m, name, getattr(m, name)) for m in modules for name in DISTRIBUTED_CALLS
              if callable(getattr(m, name, None))]
+    originals = {id(original) for _, _, original in saved}
+    # the user's modules that imported such a function by name (`from torch.distributed import all_gather`) hold it
+    # in their own namespace: watched there too
+    for module in list(sys.modules.values()):
+        where = getattr(module, "__file__", None)
+        if not where or not users_place(where, 1, "") or module in modules:
+            continue
+        saved += [(module, name, value) for name, value in list(vars(module).items())
+                  if callable(value) and id(value) in originals]
     for module, name, original in saved:
         setattr(module, name, watched(original))
     try:

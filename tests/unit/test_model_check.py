@@ -3,6 +3,7 @@ report make of it: parameters a step leaves without a gradient (a DDP row refuse
 BatchNorm found without a declaration (the check skipped, or run where the row syncs the statistics), randomness told
 apart from state, and a failed check explained by the parameters that differ most."""
 
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -719,6 +720,28 @@ def test_a_batch_coupled_loss_is_found_behind_batchnorm_and_sync_bn_is_not_offer
     plain = checked("batchnorm_contrastive", "contrastive=false")
     assert plain.batch_dependent is None
     assert "sync_bn=true" in _equivalence(plain, adapters.get("ddp")({}, "cpu"))["why_not_checked"]
+
+
+def test_a_gather_whose_functions_the_user_imported_by_name_is_seen_too(tmp_path):
+    # `from torch.distributed import is_initialized`: the watch replaced torch.distributed's attributes alone, so a
+    # loss that gathers this way was read as depending on its batch with no word of its gather
+    import torch.distributed as dist
+
+    path = tmp_path / "byname.py"
+    path.write_text("import torch\nfrom torch import nn\nfrom torch.distributed import is_initialized\n"
+                    "from torch.distributed.nn.functional import all_gather as gather\n"
+                    "def loss(z, y):\n"
+                    "    z = torch.cat(gather(z)) if is_initialized() else z\n"
+                    "    return nn.functional.cross_entropy(z @ z.t(), torch.arange(len(z)))\n"
+                    "def clr():\n"
+                    "    g = torch.Generator().manual_seed(0)\n"
+                    "    x = torch.randn(32, 4, generator=g)\n"
+                    "    return {'model': nn.Linear(4, 8), 'train': (x, torch.zeros(32).long()), 'loss': loss}\n")
+    before = dist.is_initialized
+    w = checked("clr", path=path)
+    assert w.batch_dependent and w.consults_distributed == "loss (byname.py:6)"
+    module = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(path))
+    assert module.is_initialized is before and dist.is_initialized is before  # the watch is undone in both
 
 
 def test_a_loss_that_gathers_from_other_ranks_is_never_told_no_backend_can_match():
