@@ -199,6 +199,10 @@ class Workload(ABC):
     batch_buffers: list[str] | None = None
     """The buffers (besides BatchNorm's) that the same check found following the batch: after the step whose loss
     differed, their values in the one process and in a rank over its slice differed. The ✗ then names them."""
+    unlossed_buffers: list[str] | None = None
+    """The buffers the same check found following the batch where the loss did not (InstanceNorm's running
+    statistics with track_running_stats=True): the parameters can match the single process while what reads these
+    buffers in eval mode (the evaluation) differs. A ✓ then says so."""
     consults_distributed: str | None = None
     """Where the user's code called torch.distributed while that check ran ("gather (model.py:52)"), for a model
     found to depend on the rest of its batch: run alone it skips its gather, and under a backend it may gather the

@@ -374,13 +374,10 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     }
     if bn:
         out["batch_norm"] = {"layers": bn, "statistics": "per process" if per_process else "global batch"}
-    facts = getattr(workload, "model_facts", None)
-    if out["passed"] and getattr(facts, "checkpoint_no_grad", False) and facts.never_used:
-        # the ✓ is true and hides that no row trains the module (a ddp row refused with it said so)
-        out["caveat"] = (f"it matches a single process that never trains {listed(facts.never_used)}: "
-                         f"torch.utils.checkpoint (use_reentrant=True) warned \"{NO_GRAD_CHECKPOINT}\", so the module "
-                         f"it checkpoints gets no gradient in one process or on any backend; pass use_reentrant=False "
-                         f"to train it")
+    if out["passed"]:
+        caveats = _caveats(workload)
+        if caveats:
+            out["caveat"] = "; besides, ".join(caveats)
     if out["passed"] is not False or diffs is None:  # passed, not checked, or no reference to compare with
         return out
     if workload.nondeterministic:
@@ -436,6 +433,30 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
         why = f"{why}; besides, {maybe}"
     if why or maybe:
         out["why_failed"] = why or maybe
+    return out
+
+
+def _caveats(workload) -> list[str]:
+    """What a ✓ (parameters that match the single process) does not say, where the check before launching found
+    it: a module that trains in no row, the single process included; buffers that follow each rank's slices."""
+    out = []
+    facts = getattr(workload, "model_facts", None)
+    if getattr(facts, "checkpoint_no_grad", False) and facts.never_used:
+        # a ddp row refused with it says so; the others matched silently
+        out.append(f"it matches a single process that never trains {listed(facts.never_used)}: torch.utils.checkpoint "
+                   f"(use_reentrant=True) warned \"{NO_GRAD_CHECKPOINT}\", so the module it checkpoints gets no "
+                   f"gradient in one process or on any backend; pass use_reentrant=False to train it")
+    buffers = getattr(workload, "unlossed_buffers", None)
+    if buffers:
+        one = len(buffers) == 1
+        out.append(f"its parameters match, but {'buffer' if one else 'buffers'} {listed(buffers)} "
+                   f"{'follows' if one else 'follow'} each rank's own slices: the forward updates "
+                   f"{'it' if one else 'them'} from its batch without {'its' if one else 'their'} entering the "
+                   f"training loss (InstanceNorm's running statistics with track_running_stats=True, say), so what "
+                   f"reads {'it' if one else 'them'} in eval mode, the evaluation, reads the ranks' copies, not the "
+                   f"single process's, and its figure may differ between rows whose parameters match; fix: leave "
+                   f"{'it' if one else 'them'} out (track_running_stats=False, InstanceNorm's default) or update "
+                   f"{'it' if one else 'them'} from statistics all-reduced across the ranks")
     return out
 
 

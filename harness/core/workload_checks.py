@@ -222,6 +222,8 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             found = batch_dependence(workload, data, global_batch, world, steps)
         if isinstance(found, SummedLoss):
             workload.summed_loss = str(found)
+        elif isinstance(found, UnlossedBuffers):
+            workload.unlossed_buffers = found.buffers
         else:
             workload.batch_dependent = found
             workload.batch_buffers = getattr(found, "buffers", None) or None
@@ -251,6 +253,13 @@ def _following(single, rank) -> list[str]:
                 continue
         found.append(name)
     return found
+
+
+class UnlossedBuffers(str):
+    """batch_dependence's finding where the loss does not depend on the rest of its batch and buffers (`buffers`)
+    still follow it (InstanceNorm with track_running_stats: per-sample statistics in training, a running mean over
+    the batch for eval mode): the parameters match the single process, what reads the buffers may not."""
+    buffers: list[str]
 
 
 class SummedLoss(str):
@@ -321,6 +330,11 @@ def batch_dependence(workload, data, global_batch: int, world: int, steps: int =
                                      f"{listed(buffers)} from its batch: after that step "
                                      f"{'its value' if len(buffers) == 1 else 'their values'} in the one process "
                                      f"and in a rank over its slice differed")
+                found.buffers = buffers
+                return found
+            buffers = _following(models[0], models[1])
+            if buffers:
+                found = UnlossedBuffers(listed(buffers))
                 found.buffers = buffers
                 return found
     except Exception:  # noqa: BLE001 - a model this cannot run (a loss that needs gradients, say) is not judged

@@ -504,6 +504,32 @@ def test_a_buffer_the_forward_updates_from_its_batch_is_named_with_the_fix_that_
     assert checked("balanced").batch_buffers is None
 
 
+def test_buffers_that_follow_the_batch_outside_the_loss_are_said_beside_the_tick(tmp_path):
+    # InstanceNorm with track_running_stats=True: per-sample statistics in training (every row ✓), a running mean
+    # over each rank's slices for eval mode; an outside check saw test accuracy 0.2969 beside 0.3047 on rows whose
+    # parameters matched at 1.5e-8, with no word why
+    path = tmp_path / "inorm.py"
+    path.write_text("import torch\nfrom torch import nn\n"
+                    "def inorm(track: bool = True):\n"
+                    "    g = torch.Generator().manual_seed(0)\n"
+                    "    x = torch.randn(64, 2, 8, generator=g) * torch.linspace(0.5, 3, 64).view(-1, 1, 1)\n"
+                    "    model = nn.Sequential(nn.InstanceNorm1d(2, affine=True, track_running_stats=track), "
+                    "nn.Flatten(), nn.Linear(16, 3))\n"
+                    "    return {'model': model, 'train': (x, torch.randint(0, 3, (64,), generator=g))}\n")
+    w = checked("inorm", path=path)
+    assert w.batch_dependent is None and w.unlossed_buffers == ["0.running_mean", "0.running_var"]
+    eq = _equivalence(w, adapters.get("fsdp")({}, "cpu"), label="fsdp")
+    assert eq["passed"] and eq["caveat"] == (
+        "its parameters match, but buffers 0.running_mean, 0.running_var follow each rank's own slices: the forward "
+        "updates them from its batch without their entering the training loss (InstanceNorm's running statistics "
+        "with track_running_stats=True, say), so what reads them in eval mode, the evaluation, reads the ranks' "
+        "copies, not the single process's, and its figure may differ between rows whose parameters match; fix: "
+        "leave them out (track_running_stats=False, InstanceNorm's default) or update them from statistics "
+        "all-reduced across the ranks")
+    plain = checked("inorm", "track=false", path=path)
+    assert plain.unlossed_buffers is None and "caveat" not in _equivalence(plain, adapters.get("fsdp")({}, "cpu"))
+
+
 def test_a_loss_whose_counts_first_differ_late_is_found_within_the_steps_the_check_compares():
     # a regression loss averaged over the labelled samples, mixed with a cross-entropy over all: the ranks' slices
     # held equally many labelled samples in the 4 steps the check read, and the ✗ of step 7 of 8 had no cause
