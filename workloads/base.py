@@ -128,6 +128,10 @@ def no_loss_fix(target: Any, own: str, output: Any = None) -> str:
                 f"output, target: sum(output.values())")
     if isinstance(target, Mapping) and "labels" not in target:
         return f"pass the labels in the batch (a transformers model computes its loss when given `labels`) or {own}"
+    if isinstance(output, (tuple, list)) and not hasattr(output, "_fields"):
+        return (f"{own} that picks its part, e.g. loss=lambda output, target: F.cross_entropy(output[0], target) (a "
+                f"tuple is read as (loss, logits, ...) where its first is a loss, a tensor of one value, as the "
+                f"Trainer reads a transformers model's)")
     return own
 
 

@@ -96,17 +96,35 @@ def field(output: Any, name: str) -> Any:
     return getattr(output, name, None)
 
 
+def _plain_sequence(output: Any) -> bool:
+    """A tuple or list without named fields (a namedtuple's `loss` is read by name)."""
+    return isinstance(output, (tuple, list)) and not hasattr(output, "_fields")
+
+
+def _leading_loss(output: Any) -> bool:
+    """Whether a plain tuple or list starts with a loss: a floating tensor of one value, as a transformers model
+    returns (loss, logits, ...) with return_dict=False when given labels (the Trainer reads `outputs[0]`)."""
+    return (_plain_sequence(output) and len(output) > 0 and _is_tensor(output[0])
+            and output[0].is_floating_point() and output[0].dim() == 0)
+
+
 def own_loss(output: Any) -> Any:
-    """The loss a model returned in its output, or None. DataParallel over several GPUs gathers one loss per replica
-    into a vector: their mean, as the Trainer takes it (each replica's batch is an equal share)."""
-    loss = field(output, "loss")
+    """The loss a model returned in its output, or None: its `loss` field, or the first of a plain tuple that starts
+    with a loss (_leading_loss). DataParallel over several GPUs gathers one loss per replica into a vector: their
+    mean, as the Trainer takes it (each replica's batch is an equal share)."""
+    loss = output[0] if _leading_loss(output) else field(output, "loss")
     return loss.mean() if _is_tensor(loss) and loss.dim() else loss
 
 
 def logits(output: Any) -> Any:
-    """The tensor an accuracy is read from: the output itself, or its `logits`; None for anything else."""
+    """The tensor an accuracy is read from: the output itself, or its `logits`; of a plain tuple, the tensor after
+    its leading loss ((loss, logits, ...)) or its only one ((logits,)); None for anything else (a tuple of logits and
+    another output: which is which is the user's to say)."""
     if _is_tensor(output):
         return output
+    if _plain_sequence(output):
+        rest = output[1:] if _leading_loss(output) else output if len(output) == 1 else ()
+        return rest[0] if rest and _is_tensor(rest[0]) and rest[0].dim() else None
     found = field(output, "logits")
     return found if _is_tensor(found) else None
 
@@ -118,6 +136,10 @@ def describe(obj: Any) -> str:
     if isinstance(obj, Mapping):
         kind = "dict" if type(obj) is dict else type(obj).__name__
         return f"a {kind} of {', '.join(map(str, obj.keys())) or 'nothing'}"
+    if _plain_sequence(obj):
+        parts = [f"a tensor {tuple(o.shape)}" if _is_tensor(o) else type(o).__name__ for o in obj[:4]]
+        return (f"a {type(obj).__name__} of {', '.join(parts) or 'nothing'}"
+                + (f" and {len(obj) - 4} more" if len(obj) > 4 else ""))
     return f"a {type(obj).__name__}"
 
 

@@ -256,6 +256,18 @@ BAD = {
                             "'labels': torch.zeros(64).long()}}\n", "{path}:f",
                             "workload {path}:f: its model returned a dict of logits, with no loss in it, and the "
                             "workload gives no loss piece: give loss(output, target)"),
+    # a tuple whose first is no loss: which part is the logits is the user's to say (a silent cross-entropy over the
+    # first would drop an auxiliary output's loss)
+    "tuple-without-loss": ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                           "        super().__init__()\n        self.lin = torch.nn.Linear(2, 3)\n"
+                           "    def forward(self, x):\n        z = self.lin(x)\n        return z, z.mean(1)\n"
+                           "def f():\n    return {'model': M(), 'train': (torch.randn(64, 2), torch.zeros(64).long())}\n",
+                           "{path}:f",
+                           "workload {path}:f: its model returned a tuple of a tensor (2, 3), a tensor (2,), with no "
+                           "loss in it, and the workload gives no loss piece: give loss(output, target) that picks its "
+                           "part, e.g. loss=lambda output, target: F.cross_entropy(output[0], target) (a tuple is "
+                           "read as (loss, logits, ...) where its first is a loss, a tensor of one value, as the "
+                           "Trainer reads a transformers model's)"),
     "output-without-labels": ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
                               "        super().__init__()\n        self.lin = torch.nn.Linear(2, 3)\n"
                               "    def forward(self, input_ids, mask=None):\n"
@@ -582,6 +594,25 @@ def tagger(dataset: bool = False, counted: bool = True):
                   metric=lambda out, batch: (((out["logits"].argmax(-1) == batch["labels"])
                                               & (batch["labels"] != -100)).sum(), (batch["labels"] != -100).sum()))
 """
+
+
+def test_a_tuple_that_starts_with_a_loss_is_read_as_the_trainer_reads_it():
+    # a transformers model with return_dict=False returns (loss, logits, ...) when given labels, and (logits,) when
+    # not; the check had refused it as "a tuple, with no loss in it"
+    from collections import namedtuple
+
+    from workloads import batch as batches
+
+    loss, logits = torch.tensor(0.7), torch.randn(4, 3)
+    assert batches.own_loss((loss, logits)) is loss and batches.logits((loss, logits)) is logits
+    assert batches.own_loss([loss, logits, torch.randn(4, 8)]) is loss
+    assert batches.own_loss((logits,)) is None and batches.logits((logits,)) is logits
+    # no loss first: neither part is taken for the logits (the second may be a loss term the user means to add)
+    assert batches.own_loss((logits, loss)) is None and batches.logits((logits, loss)) is None
+    assert batches.own_loss((torch.tensor(3), logits)) is None  # an integer of one value is no loss
+    named = namedtuple("Out", "logits aux")(logits, loss)  # fields are read by name
+    assert batches.own_loss(named) is None and batches.logits(named) is logits
+    assert batches.describe((logits, None)) == "a tuple of a tensor (4, 3), NoneType"
 
 
 def test_a_dict_batch_is_sliced_like_tensors_fed_by_name_and_its_own_loss_counted(tmp_path):
