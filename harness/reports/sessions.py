@@ -334,9 +334,29 @@ def render(out: Path, sessions: list[tuple[str, list[dict[str, Any]]]], command:
           f"{len(sessions)} sessions joined", "",
           f"Made by `{command}` from the records of the runs it names (nothing copied); `compare report` re-renders "
           "it from them.", "", "## Verdict over the sessions", ""] + markdown(joined)
+    md += ["## Provenance", "", *([f"- Command: `{command}`"] if command else []), *provenance(joined, sessions), ""]
     write_text(out / "report.md", "\n".join(md))
     remember(joined, sessions[0][1], out)
     return out / "report.md"
+
+
+def provenance(joined: dict[str, Any], sessions: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
+    """The hardware and software each session recorded, as its own report's provenance words them: one line for
+    the sessions that agree, a line per group where they do not (the spread between them then holds that too)."""
+    from harness.reports.run_report import hardware_text, software_text
+
+    names = {s["name"]: f"S{i + 1}" for i, s in enumerate(joined["sessions"])}
+    out = []
+    for kind, text in (("Hardware", lambda records: hardware_text(records[0]["env"])),
+                       ("Software", software_text)):
+        said: dict[str, list[str]] = {}
+        for name, records in sessions:
+            said.setdefault(text(records), []).append(names.get(name, name))
+        if len(said) == 1:
+            out.append(f"- {kind} (every session): {next(iter(said))}")
+        else:
+            out += [f"- {kind} ({', '.join(which)}): {t}" for t, which in said.items()]
+    return out
 
 
 def _disturbed(joined: dict[str, Any], names: dict[str, str], unit: str) -> str:

@@ -23,7 +23,7 @@ from harness.cli import app
 from harness.ground import stats
 from harness.core import joins
 from harness.ground.record import read_records
-from harness.reports import sessions
+from harness.reports import run_report, sessions
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "digits_cpu2_20261124-083538"
 
@@ -555,6 +555,34 @@ def test_a_join_of_runs_made_by_two_versions_of_the_code_says_so(tmp_path, monke
             "S1, S2, S3 ran from a working tree") in joined("alldirty")
     commits("fedcba9876543210", "fedcba9876543210", "fedcba9876543210")  # one version: not a word
     assert "version of this code" not in joined("one")
+
+
+def test_a_join_names_the_hardware_and_software_of_its_sessions_with_the_frameworks_versions(tmp_path, monkeypatch):
+    # the committed join had no provenance at all, and no run's report named Horovod's or DeepSpeed's version,
+    # which every record holds (adapter_info.framework); sessions that differ get a line per group
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(7)
+
+    def kernel(release):
+        def change(r):
+            r["adapter_info"] = {**(r.get("adapter_info") or {}),
+                                 "framework": "horovod 0.28.1" if r["label"] == "horovod" else "torch 2.13.0+cpu"}
+            r["env"]["platform"] = f"Linux-{release}-x86_64-with-glibc2.36"
+        return change
+
+    runs = [_run(tmp_path, f"s{i}", _values(rng, 0.0), change=kernel("6.18.44" if i < 2 else "6.18.45"))
+            for i in range(3)]
+    assert CliRunner().invoke(app, ["join", str(tmp_path / "j"), *map(str, runs)]).exit_code == 0
+    text = (tmp_path / "j" / "report.md").read_text()
+    provenance = text.split("## Provenance\n\n", 1)[1].splitlines()
+    env = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"]
+    assert provenance[0] == f"- Command: `compare join {tmp_path / 'j'} {' '.join(map(str, runs))}`"
+    assert provenance[1] == f"- Hardware (every session): {run_report.hardware_text(env)}"
+    assert provenance[2] == (f"- Software (S1, S2): Python {env['python']}, torch {env['torch']}; frameworks: "
+                             f"horovod 0.28.1; distributed backends built in: gloo; Linux-6.18.44-x86_64-with-glibc2.36")
+    assert provenance[3].startswith("- Software (S3): ") and provenance[3].endswith("Linux-6.18.45-x86_64-with-glibc2.36")
+    one = [json.loads(line) for line in (runs[0] / "records.jsonl").read_text().splitlines()]
+    assert "; frameworks: horovod 0.28.1; " in run_report.software_text(one)
 
 
 def test_a_run_whose_every_row_failed_is_compared_by_the_request_it_made(tmp_path, monkeypatch):
