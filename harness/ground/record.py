@@ -336,3 +336,23 @@ def _launch_key(rec: dict[str, Any]) -> tuple | None:
 
 def _at(rec: dict[str, Any]) -> str:
     return f" at world size {rec.get('world_size')}" if rec.get("kind") == "scale" else ""
+
+
+def hardware_text(e: dict[str, Any]) -> str:
+    """The machine a record's `env` describes, in words (CPU, its flags, cores, memory, GPUs)."""
+    gpus = ", ".join(e.get("gpus", [])) or "none"
+    return (f"{e['cpu_model']} ({' '.join(e.get('cpu_flags', [])) or 'no flags read'}), {e['cpu_cores_usable']} "
+            f"usable cores, {e['memory_total_bytes'] / 2**30:.0f} GiB RAM; GPUs: {gpus}")
+
+
+def software_text(records) -> str:
+    """Python, torch (CUDA, NCCL), the frameworks other than torch that the measured rows ran (their versions as
+    each adapter recorded them: Horovod, DeepSpeed), the distributed backends built in, and the platform."""
+    e = records[0]["env"]
+    frameworks = sorted({f for r in records if r.get("status") in MEASURED
+                         and (f := (r.get("adapter_info") or {}).get("framework")) and not f.startswith("torch ")})
+    return (f"Python {e['python']}, torch {e['torch']}"
+            + (f", CUDA {e['cuda']}, NCCL {e.get('nccl_version')}" if e.get("cuda") else "")
+            + (f"; frameworks: {', '.join(frameworks)}" if frameworks else "")
+            + f"; distributed backends built in: {', '.join(k for k, v in e['distributed'].items() if v)}; "
+            f"{e['platform']}")

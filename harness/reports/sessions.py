@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import analysis, joins
-from harness.ground.record import MEASURED
+from harness.ground.record import MEASURED, hardware_text, software_text
 from harness.ground.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, compare_pair, half_width, letter_groups,
                                   random_effects, session_estimate)
 from harness.reports import verdict as verdict_mod
@@ -343,8 +343,6 @@ def render(out: Path, sessions: list[tuple[str, list[dict[str, Any]]]], command:
 def provenance(joined: dict[str, Any], sessions: list[tuple[str, list[dict[str, Any]]]]) -> list[str]:
     """The hardware and software each session recorded, as its own report's provenance words them: one line for
     the sessions that agree, a line per group where they do not (the spread between them then holds that too)."""
-    from harness.reports.run_report import hardware_text, software_text
-
     names = {s["name"]: f"S{i + 1}" for i, s in enumerate(joined["sessions"])}
     out = []
     for kind, text in (("Hardware", lambda records: hardware_text(records[0]["env"])),

@@ -20,10 +20,10 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.ground import stats
+from harness.ground import provenance, record, stats
 from harness.core import joins
 from harness.ground.record import read_records
-from harness.reports import run_report, sessions
+from harness.reports import sessions
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "digits_cpu2_20261124-083538"
 
@@ -170,8 +170,6 @@ def _run(tmp_path, name, values, cpu=None, rows=None, steps=None, here=False, ch
             if steps:
                 r["controls"]["steps"] = steps
             if here:
-                from harness.ground import provenance
-
                 r["env"].update(cpu_model=provenance.cpu_model(), cpu_cores_usable=provenance.usable_cores(),
                                 host_key=provenance.host_key())
             if change:
@@ -279,8 +277,6 @@ def test_a_join_of_runs_made_on_another_host_is_never_quoted_as_this_machines_sp
     assert shown.exit_code == 0, shown.output
     again = CliRunner().invoke(app, ["report", str(tmp_path / "joined")])
     assert again.exit_code == 0, again.output
-    from harness.ground import provenance
-
     env = {**json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"],
            "host_key": provenance.host_key()}
     assert joins.known(env, "digits", None, joins.request_of(read_records(runs[0] / "records.jsonl"))) is None
@@ -574,15 +570,15 @@ def test_a_join_names_the_hardware_and_software_of_its_sessions_with_the_framewo
             for i in range(3)]
     assert CliRunner().invoke(app, ["join", str(tmp_path / "j"), *map(str, runs)]).exit_code == 0
     text = (tmp_path / "j" / "report.md").read_text()
-    provenance = text.split("## Provenance\n\n", 1)[1].splitlines()
+    said = text.split("## Provenance\n\n", 1)[1].splitlines()
     env = json.loads((runs[0] / "records.jsonl").read_text().splitlines()[0])["env"]
-    assert provenance[0] == f"- Command: `compare join {tmp_path / 'j'} {' '.join(map(str, runs))}`"
-    assert provenance[1] == f"- Hardware (every session): {run_report.hardware_text(env)}"
-    assert provenance[2] == (f"- Software (S1, S2): Python {env['python']}, torch {env['torch']}; frameworks: "
-                             f"horovod 0.28.1; distributed backends built in: gloo; Linux-6.18.44-x86_64-with-glibc2.36")
-    assert provenance[3].startswith("- Software (S3): ") and provenance[3].endswith("Linux-6.18.45-x86_64-with-glibc2.36")
+    assert said[0] == f"- Command: `compare join {tmp_path / 'j'} {' '.join(map(str, runs))}`"
+    assert said[1] == f"- Hardware (every session): {record.hardware_text(env)}"
+    assert said[2] == (f"- Software (S1, S2): Python {env['python']}, torch {env['torch']}; frameworks: "
+                      f"horovod 0.28.1; distributed backends built in: gloo; Linux-6.18.44-x86_64-with-glibc2.36")
+    assert said[3].startswith("- Software (S3): ") and said[3].endswith("Linux-6.18.45-x86_64-with-glibc2.36")
     one = [json.loads(line) for line in (runs[0] / "records.jsonl").read_text().splitlines()]
-    assert "; frameworks: horovod 0.28.1; " in run_report.software_text(one)
+    assert "; frameworks: horovod 0.28.1; " in record.software_text(one)
 
 
 def test_a_run_whose_every_row_failed_is_compared_by_the_request_it_made(tmp_path, monkeypatch):
