@@ -15,6 +15,10 @@ from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
 
+SEQ_LEN = 2048
+"""Tokens per sample of a transformer given by --params when --seq-len is not given."""
+
+
 @dataclass
 class PlanRequest:
     """`compare plan`."""
@@ -35,8 +39,8 @@ class PlanRequest:
     """Its key/value heads: fewer than --heads is grouped-query attention (default: as many)."""
     ffn: int | None = field(default=None, metadata=cli("--ffn"))
     """Its SwiGLU MLP width (default: Llama's, 8/3 x hidden rounded up to 256)."""
-    seq_len: int = field(default=2048, metadata=cli("--seq-len"))
-    """Tokens per sample of a model given by --params."""
+    seq_len: int | None = field(default=None, metadata=cli("--seq-len"))
+    """Tokens per sample of a model given by --params (default: 2048; a workload's model has its own)."""
     attention: str = field(default="flash", metadata=cli("--attention"))
     """flash (a fused kernel: no s x s scores kept) or eager (the softmax kept for backward)."""
     checkpointing: str = field(default="none", metadata=cli("--checkpointing"))
@@ -91,6 +95,7 @@ def plan(req: PlanRequest) -> None:
     run = None
     try:
         if req.from_run is not None:
+            _not_a_join(req.from_run)
             run = measured.read(req.from_run)
     except measured.BadRun as exc:
         fail(str(exc))
@@ -121,7 +126,7 @@ def plan(req: PlanRequest) -> None:
     if req.optimizer is not None and req.optimizer not in shapes.OPTIMIZERS:
         fail(f"unknown --optimizer {req.optimizer}; choose from {', '.join(shapes.OPTIMIZERS)}")
     try:
-        shapes.within("--seq-len", req.seq_len)  # refused alike with -w, whose model has its own length
+        shapes.within("--seq-len", req.seq_len)
         options = dict(pairs(req.options, "option"))
         name = req.workload
         if run is not None:
@@ -151,7 +156,7 @@ def plan(req: PlanRequest) -> None:
         ck = activations.checkpointing_of(req.checkpointing)
         if name is not None:
             for flag, value in (("--hidden", req.hidden), ("--heads", req.heads), ("--kv-heads", req.kv_heads),
-                                ("--ffn", req.ffn), ("--layers", req.layers)):
+                                ("--ffn", req.ffn), ("--layers", req.layers), ("--seq-len", req.seq_len)):
                 if value is not None:
                     fail(f"{flag} describes a model given by --params; workload {name}'s model has its own "
                          f"shape (set it with its -o options, see `compare knobs {name}`)")
@@ -160,7 +165,8 @@ def plan(req: PlanRequest) -> None:
             with console.status(f"building and counting workload {escape(name)}'s model on the meta device"):
                 shape = shapes.of_workload(name, options, req.optimizer, attention=req.attention, checkpointing=ck)
         else:
-            shape = shapes.transformer(req.params, req.layers, req.hidden, req.seq_len, req.optimizer or "adamw",
+            seq_len = req.seq_len if req.seq_len is not None else SEQ_LEN
+            shape = shapes.transformer(req.params, req.layers, req.hidden, seq_len, req.optimizer or "adamw",
                                         heads=req.heads, kv_heads=req.kv_heads, ffn=req.ffn,
                                         attention=req.attention, checkpointing=ck)
     except BadInput as exc:  # BadPlan, BadRun and UnknownName derive from it
@@ -178,6 +184,25 @@ def plan(req: PlanRequest) -> None:
         return
     for line in plan_report.lines(result):
         console.print(escape(line), soft_wrap=True)
+
+
+def _not_a_join(path: Path) -> None:
+    """BadRun where `path` is a join of runs (`compare join`: its sessions.json, no records of its own), naming the
+    runs it joins: a plan prices one run's measurements (each row's own launches), not a verdict over sessions."""
+    from harness.core import joins
+    from harness.ground.record import records_file
+    from harness.model.measured import BadRun
+
+    if not path.is_dir() or records_file(path) is not None:
+        return
+    try:
+        if joins.manifest(path) is None:
+            return
+    except joins.NotJoinable:
+        return  # read_results says what the directory lacks
+    runs = ", ".join(str(d) for d in joins.session_dirs(path))
+    raise BadRun(f"--from {path} is a join of runs (`compare join`: sessions.json, no records of its own), and a plan "
+                 f"prices one run's measurements; plan --from one of the runs it joins: {runs}")
 
 
 def _same_workload(run, workload: str | None, options: dict) -> tuple[str, dict]:

@@ -586,6 +586,9 @@ def test_a_model_is_a_workload_or_a_size():
     (["-w", "digits", "--kv-heads", "8"], "--kv-heads describes a model given by --params; workload digits's model "
                                           "has its own shape (set it with its -o options, see `compare knobs "
                                           "digits`)"),
+    # an audit's --seq-len 4096 with -w hf printed the plan without it, and -w digits took --seq-len 100
+    (["-w", "digits", "--seq-len", "100"], "--seq-len describes a model given by --params; workload digits's model "
+                                           "has its own shape"),
 ])
 def test_sizes_no_real_model_has_are_refused_naming_the_bound(args, message):
     shown = CliRunner().invoke(app, ["plan", *args])

@@ -236,6 +236,20 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert shown.stderr.startswith(f"error: {message}") and shown.stderr.count("\n") == 1, shown.stderr
 
 
+def test_a_join_of_runs_is_refused_naming_the_runs_to_plan_from(tmp_path):
+    # a join (`compare join`: sessions.json, no records) was told it "holds no records.jsonl", as if it were no
+    # results at all: it is one, of several runs, and a plan reads one of them
+    join = tmp_path / "join"
+    join.mkdir()
+    (join / "sessions.json").write_text(json.dumps({"command": "compare join", "sessions": [f"../{WIDEMLP.name}",
+                                                                                            "../other"]}))
+    shown = CliRunner().invoke(app, ["plan", "--from", str(join)])
+    assert shown.exit_code == 2 and shown.stdout == ""
+    assert shown.stderr == (f"error: --from {join} is a join of runs (`compare join`: sessions.json, no records of its "
+                            f"own), and a plan prices one run's measurements; plan --from one of the runs it joins: "
+                            f"{tmp_path / WIDEMLP.name}, {tmp_path / 'other'}\n")
+
+
 def test_a_run_with_no_row_that_ran_is_refused(tmp_path):
     run = _edited(tmp_path, "failed", WIDEMLP, lambda r: r.update(status="failed", reason="killed"))
     shown = CliRunner().invoke(app, ["plan", "--from", str(run)])
