@@ -163,7 +163,12 @@ def plan(req: PlanRequest) -> None:
             # The model is built, run and counted on the meta device: a published size takes a minute or two here
             # (hf llama-70b at 1,000 layers, its bound, about two); on a terminal the wait says what it is.
             with console.status(f"building and counting workload {escape(name)}'s model on the meta device"):
-                shape = shapes.of_workload(name, options, req.optimizer, attention=req.attention, checkpointing=ck)
+                # from a run, the optimizer it trained with (the workload's), which another cannot replace
+                shape = shapes.of_workload(name, options, req.optimizer if run is None else None,
+                                           attention=req.attention, checkpointing=ck)
+            if run is not None:
+                flag = "--batch" if req.batch is not None else "--global-batch"  # None where neither was given
+                measured.what_it_measured(run, per_gpu, flag, ck, req.optimizer, shape.optimizer)
         else:
             seq_len = req.seq_len if req.seq_len is not None else SEQ_LEN
             shape = shapes.transformer(req.params, req.layers, req.hidden, seq_len, req.optimizer or "adamw",

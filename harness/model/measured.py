@@ -195,6 +195,37 @@ def read(path: Path) -> Run:
     return run
 
 
+def what_it_measured(run: Run, batch: int | None, batch_flag: str, checkpointing, optimizer: str | None,
+                     ran_optimizer: str) -> None:
+    """BadRun where a plan option would change what the run measured in a way no row's measurement can be carried
+    through honestly: another optimizer than the one it trained with (its measured optimizer step is that one's,
+    and no row measured another), or another batch or activation checkpointing where its steps hold their
+    communication inside (no --breakdown at world size above 1: rescaling the compute would rescale the
+    communication with it). A batch or checkpointing that can be applied is applied to every row alike, measured
+    or priced (FromRun.price)."""
+    if optimizer is not None and optimizer != ran_optimizer:
+        raise BadRun(f"--optimizer {optimizer}: --from {run.path} trained with {ran_optimizer} (workload "
+                     f"{run.workload}'s optimizer), and every step it measured holds {ran_optimizer}'s optimizer step; "
+                     f"leave out --optimizer, plan without --from (an assumed utilisation, which prices {optimizer}), "
+                     f"or plan from a run of a workload that trains with {optimizer}")
+    inside = [r for r in run.rows.values() if r.comm_inside]
+    if not inside:
+        return
+    per = sorted({r.per_rank_batch for r in inside})
+    what = None
+    if batch is not None and per != [batch]:
+        what = (f"{batch_flag} ({batch} per process where it ran {', '.join(map(str, per))}) would scale each step by "
+                f"the batch")
+    elif checkpointing.mode != "none":
+        what = (f"--checkpointing {checkpointing} would price the recompute at each row's FLOP rate over its whole "
+                f"step")
+    if what:
+        n = inside[0].processes
+        raise BadRun(f"--from {run.path} measured its steps at {n} processes without --breakdown, so each step's "
+                     f"communication is inside it, not apart: {what}, its communication with it; leave that option "
+                     f"out, or plan from a run made with --breakdown (each step's communication apart)")
+
+
 def same_row(row: Row, adapter: str, knobs: dict[str, Any]) -> bool:
     """Whether a planned configuration (an adapter and its knobs) is what `row` ran: the same adapter with the same
     knobs once both are resolved by the adapter (its defaults filled in), so `fsdp:param_dtype=bf16` is the planned
@@ -392,12 +423,17 @@ class FromRun:
             steps = []
             b = batch / row.per_rank_batch
             p = row.parts
-            compute = (p["forward"] + p["backward"]) * b + p["optimizer"]
+            # with activation checkpointing, the recomputed forward at the row's own FLOP rate, as for a row priced
+            # from another's compute (below): the run checkpointed nothing
+            recompute = _recompute_s(shape, row) * batch
+            compute = (p["forward"] + p["backward"]) * b + recompute + p["optimizer"]
             for m in self._interval(row):
                 steps.append(cm.Step((compute + p["other"] + p["comm"]) * m, compute * m, p["comm"] * m,
                                      p["comm"] * m, p["other"] * m))
             inside = " (its communication inside: no --breakdown)" if row.comm_inside else ""
-            return planner.Priced(steps, f"its own step as measured{inside}", row.processes, row.precision,
+            again = (f", and the recompute of {shape.checkpointing} checkpointing at its own FLOP rate" if recompute
+                     else "")
+            return planner.Priced(steps, f"its own step as measured{inside}{again}", row.processes, row.precision,
                                   measured=row, assumed=[steps[1].step_s] * 3, left_out=row.not_parallel)
         if fabric is None:
             return "not measured by the run (on its CPU only what it measured is priced)"
@@ -417,8 +453,7 @@ class FromRun:
             sp = self.speedup
             compiled = (1 / sp["hi"], 1 / sp["estimate"], 1 / sp["lo"])
         fwd_ps, bwd_ps = base.per_sample()
-        rate = shape.flops_per_sample / (fwd_ps + bwd_ps)  # FLOPs per second the run computed at, per sample
-        recompute_ps = shape.recompute_flops_per_sample / rate
+        recompute_ps = _recompute_s(shape, base)
         schedule = adapter.comm_schedule()
         # the run's optimizer step, over the whole model where its schedule stepped a 1/N shard
         sharded = getattr(self._schedule(base), "partitions", 0) >= 1
@@ -517,6 +552,13 @@ class FromRun:
                                    "compiled": r.compiled} for r in self.run.rows.values()},
                 "mfu_transfer": MFU_TRANSFER, "carried_over": self.notes, "compile": self.compile,
                 "compile_speedup": self.speedup, "skipped": self.run.skipped}
+
+
+def _recompute_s(shape, row: Row) -> float:
+    """Seconds per sample that `row` would spend recomputing forward in backward under the shape's activation
+    checkpointing: its recomputed FLOPs at the FLOP rate the row computed its forward and backward at."""
+    fwd_ps, bwd_ps = row.per_sample()
+    return shape.recompute_flops_per_sample * (fwd_ps + bwd_ps) / shape.flops_per_sample
 
 
 def _pm(m: tuple[float, float, float]) -> str:

@@ -80,6 +80,23 @@ def test_a_larger_batch_on_the_runs_own_machine_scales_its_compute_not_its_commu
     assert row["samples_per_s"]["mid"] == pytest.approx(2 * 32 / step)
 
 
+def test_checkpointing_adds_each_rows_recompute_to_its_own_measured_step_too():
+    # an audit's --checkpointing full left every measured row's step as the run measured it (no recompute) while a
+    # row priced from another's compute got its recompute, which reordered the ranking: every row now pays it, at
+    # the FLOP rate it computed at
+    run = measured.read(WIDEMLP)
+    plain = {r["label"]: r for r in _json("--from", str(WIDEMLP))["rows"]}
+    data = _json("--from", str(WIDEMLP), "--checkpointing", "full")
+    model = data["model"]
+    assert model["recompute_flops_per_sample"] > 0
+    for row in data["rows"]:
+        measured_row = run.rows[row["label"]]
+        per_sample = (measured_row.parts["forward"] + measured_row.parts["backward"]) / measured_row.per_rank_batch
+        recompute = model["recompute_flops_per_sample"] / model["flops_per_sample"] * per_sample * data["per_gpu_batch"]
+        assert row["step_s"]["mid"] == pytest.approx(plain[row["label"]]["step_s"]["mid"] + recompute, rel=1e-9)
+        assert row["compute_from"].endswith("and the recompute of full checkpointing at its own FLOP rate")
+
+
 def test_a_run_without_breakdown_says_its_communication_is_inside_its_compute():
     rows = {r["label"]: r for r in _json("--from", str(DIGITS))["rows"]}
     assert rows["ddp"]["compute_from"] == "its own step as measured (its communication inside: no --breakdown)"
@@ -216,6 +233,24 @@ def test_compile_takes_the_speed_up_the_run_measured(tmp_path):
     (["--from", str(WIDEMLP), "--nodes", "2"], f"--from {WIDEMLP} ran on a CPU (AMD EPYC, 2 cores), which has no "
                                                f"hardware profile: only its own machine at its own world size (2)"),
     (["--from", str(H200), "--dtype", "fp16"], f"--from {H200} measured no fp16 row (its rows ran in bf16, fp32)"),
+    # options that would change what the run measured where no row's measurement can carry them: another optimizer
+    # (an audit's --optimizer adamw priced AdamW's memory beside SGD's measured steps), and a batch or checkpointing
+    # where each step's communication is inside it (--global-batch 128 doubled the step, communication and all)
+    (["--from", str(DIGITS), "--optimizer", "adamw"], f"--optimizer adamw: --from {DIGITS} trained with sgd (workload "
+                                                      f"digits's optimizer), and every step it measured holds sgd's "
+                                                      f"optimizer step; leave out --optimizer, plan without --from"),
+    (["--from", str(DIGITS), "--global-batch", "128"], f"--from {DIGITS} measured its steps at 2 processes without "
+                                                       f"--breakdown, so each step's communication is inside it, not "
+                                                       f"apart: --global-batch (64 per process where it ran 32) would "
+                                                       f"scale each step by the batch, its communication with it; "
+                                                       f"leave that option out, or plan from a run made with "
+                                                       f"--breakdown"),
+    (["--from", str(DIGITS), "--batch", "16"], f"--from {DIGITS} measured its steps at 2 processes without "
+                                               f"--breakdown, so each step's communication is inside it, not apart: "
+                                               f"--batch (16 per process where it ran 32)"),
+    (["--from", str(DIGITS), "--checkpointing", "full"], f"--from {DIGITS} measured its steps at 2 processes without "
+                                                         f"--breakdown, so each step's communication is inside it, "
+                                                         f"not apart: --checkpointing full would price the recompute"),
     (["-w", "digits", "--compile"], "--compile needs --from RUN_DIR: torch.compile's speed-up is taken from a run "
                                     "that measured a compiled row"),
     (["--from", str(H200), "--compile"], f"--compile: --from {H200} measured no compiled row (a knob compile=true); "
