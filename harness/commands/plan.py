@@ -248,7 +248,13 @@ def _source(run, target, compile_: bool):
     """The measured compute source for a plan of `target`, or BadRun when the run cannot price it."""
     from harness.model import measured
 
+    from harness.core import analysis
+
     source = measured.FromRun(run, target.dtype, compile_)
+    # the run's verdict, pair by pair, as its report computes it: the plan claims no order it does not support
+    pairs = analysis.analyse(run.records)["pairs"]
+    source.verdict = {(x, y): analysis.oriented(pairs, x, y) for p in pairs for x, y in ((p["a"], p["b"]),
+                                                                                         (p["b"], p["a"]))}
     if target.profile is None:
         source.configurations(target)  # BadRun, before anything is built, where no row can be priced
     if target.profile is not None:

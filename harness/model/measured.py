@@ -110,6 +110,8 @@ class Run:
     rows: dict[str, Row] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     """label -> why no launch of it is usable."""
+    records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    """Every record of the run, as read (what its verdict is computed from)."""
 
     def describe(self) -> str:
         return f"{self.path} ({self.workload} on {self.machine}, world size {self.world_size})"
@@ -156,7 +158,7 @@ def read(path: Path) -> Run:
                                                          f"{cores} core{'s' if cores != 1 else ''}")
     run = Run(path, first.get("workload", "?"), dict((first.get("controls") or {}).get("workload_options") or {}),
               device, gpus[0] if device == "cuda" and gpus else None, machine, int(first.get("world_size") or 1),
-              env.get("memory_total_bytes"))
+              env.get("memory_total_bytes"), records=records)
     if not ok:
         states = sorted({str(r.get("status")) for r in records})
         raise BadRun(f"--from {path}: no row of it ran to the end (status {', '.join(states)}); give a run with a "
@@ -305,6 +307,9 @@ class FromRun:
     kind: str = "measured"
     notes: dict[str, dict[str, str]] = field(default_factory=dict)
     """How compute was carried to another device -> {row whose compute was carried: its range before -> after}."""
+    verdict: dict[tuple[str, str], dict[str, Any]] | None = None
+    """The run's own verdict, pair by pair: (a, b) -> a against b as harness/core/analysis.py compares them (its
+    `oriented` pair), for both orders of every pair of its ranked rows; None: not given (no pair resolved)."""
 
     # ---- which configurations ----
     def configurations(self, cluster):
@@ -354,24 +359,20 @@ class FromRun:
         return max(wanted, key=lambda r: r.samples["mid"] / r.processes, default=None)
 
     # ---- pricing ----
-    @staticmethod
-    def pair_factors(slow: Row, fast: Row) -> tuple[float, float] | None:
-        """The 95% interval of slow's step time over fast's, from the two rows' launches, relative to its estimate:
-        paired by round as the run's verdict pairs them where both ran the same rounds (at least MIN_LAUNCHES),
-        else Welch's; None for one row (its launches move both alike) or too few launches for an interval."""
-        from harness.ground.stats import MIN_LAUNCHES, compare_pair
-
+    def pair(self, slow: Row, fast: Row) -> dict[str, Any] | None:
+        """The run's own verdict on `fast` against `slow` (`verdict`: its pairs as harness/core/analysis.py made
+        them, paired by round where its rounds are complete, Holm-adjusted over every pair of its ranked rows):
+        {"factors": its 95% interval relative to its estimate (None: no interval), "resolved": whether the verdict
+        resolves fast ahead, "p_holm", "outcome"}; None for one row (its launches move both alike). A pair the
+        verdict did not compare (a row it left out) is not resolved."""
         if slow is fast:
             return None
-        a, b = dict(zip(fast.repeats, fast.samples_per_s)), dict(zip(slow.repeats, slow.samples_per_s))
-        rounds = sorted(set(a) & set(b))
-        paired = (len(rounds) >= MIN_LAUNCHES and len(a) == len(fast.samples_per_s)
-                  and len(b) == len(slow.samples_per_s))
-        got = (compare_pair([a[k] for k in rounds], [b[k] for k in rounds], paired=True) if paired else
-               compare_pair(fast.samples_per_s, slow.samples_per_s, paired=False))
-        if got["lo"] is None:
-            return None
-        return got["lo"] / got["estimate"], got["hi"] / got["estimate"]
+        p = (self.verdict or {}).get((fast.label, slow.label))
+        if p is None:
+            return {"factors": None, "resolved": False, "p_holm": None, "outcome": "not compared"}
+        factors = (p["lo"] / p["estimate"], p["hi"] / p["estimate"]) if p["lo"] is not None else None
+        return {"factors": factors, "resolved": p["outcome"] == "faster", "p_holm": p.get("p_holm"),
+                "outcome": p["outcome"]}
 
     def _interval(self, row: Row) -> tuple[float, float, float]:
         """Step multipliers (fastest, middle, slowest) from the row's samples/s over its launches."""
@@ -433,8 +434,11 @@ class FromRun:
             inside = " (its communication inside: no --breakdown)" if row.comm_inside else ""
             again = (f", and the recompute of {shape.checkpointing} checkpointing at its own FLOP rate" if recompute
                      else "")
+            same = batch == row.per_rank_batch and not recompute  # the very step it measured, memory and all
+            peak = (row.reserved_bytes or row.peak_memory_bytes) if same else None
             return planner.Priced(steps, f"its own step as measured{inside}{again}", row.processes, row.precision,
-                                  measured=row, assumed=[steps[1].step_s] * 3, left_out=row.not_parallel)
+                                  measured=row, assumed=[steps[1].step_s] * 3, left_out=row.not_parallel,
+                                  peak_bytes=peak)
         if fabric is None:
             return "not measured by the run (on its CPU only what it measured is priced)"
         if row is None and self.compile:  # the run measured this configuration plain: its own compute, sped up

@@ -215,6 +215,9 @@ class Priced:
     left_out: str | None = None
     """Why the row is priced but not recommended (a measured row that was not data-parallel across its run's world
     size, which the run's verdict leaves out of its ranking too), None where it is."""
+    peak_bytes: float | None = None
+    """What the run measured the row holding per device at its peak, where the plan is of that very step (its own
+    machine, processes, batch and no added checkpointing): reserved on a GPU, resident on a CPU; None otherwise."""
 
 
 class Assumed:
@@ -381,38 +384,49 @@ def make(shape: Shape, cluster: Cluster, batch: int, source=None, inputs: dict[s
             "fits": None if capacity is None else held <= capacity * GiB,
             # seconds per sample, so that rows on different numbers of devices (DataParallel's one process on the
             # run's own machine) are ranked by throughput
-            "_steps": [s.step_s / (n * batch) for s in steps], "_held": held, "_measured": priced.measured,
+            "_steps": [s.step_s / (n * batch) for s in steps], "_held": held, "_peak": priced.peak_bytes,
+            "_measured": priced.measured,
             "_assumed": [a / (n * batch) for a in priced.assumed] if priced.assumed else None})
     if not plan.rows and cluster.dtype not in (None, "fp32") and set(shape.param_dtypes) - {"fp32"}:
         raise BadPlan(f"{shape.name}'s parameters are {'+'.join(shape.param_dtypes)} as built, and a mixed precision "
                       f"({cluster.dtype}) is defined over an fp32 model: compare run refuses every {cluster.dtype} "
                       f"row for it; plan it as built with --dtype fp32, or build the model in fp32")
-    plan.recommendation = recommend(plan.rows, getattr(source, "pair_factors", None))
+    plan.recommendation = recommend(plan.rows, getattr(source, "pair", None),
+                                    capacity * GiB if capacity is not None else None)
     return plan
 
 
 TIE = 0.02
 """Step times within this share of each other are not told apart: a model of a cluster that is not here resolves
 no finer."""
+MEMORY_MATERIAL = 0.01
+"""A difference in memory per device chooses between rows the model does not rank by speed only where it is at least
+this share of the device's memory (of the larger of the two rows' where the device's is not known): less than that
+buys nothing a row that fits needs, so the faster row at the middle figure is kept."""
 
 
-def recommend(rows: list[dict[str, Any]], pair_factors=None) -> dict[str, Any] | None:
+def recommend(rows: list[dict[str, Any]], pair=None, capacity_bytes: float | None = None) -> dict[str, Any] | None:
     """Among the rows that fit and are not left out (`_steps`: each figure's seconds per sample): the fastest at the
-    middle figure, and every row the model does not rank behind it: its time per sample over the fastest's within TIE
-    at the top of its range, or below 1 - TIE at the bottom. Of those, the one sharding least (`partitions`) is
-    recommended, the one holding the least memory among those sharding as little: memory is a constraint, not a
-    goal, and every row here fits with the allocator's headroom, so more sharding buys memory the row does not need
-    at costs the model does not price (a sharded framework's per-unit gathers and casts, its partition
-    bookkeeping; on one GPU, where nothing is communicated, nothing else tells the rows apart). Its margin is over
-    the fastest row outside them; where it is not the fastest at the middle figure, its time per sample over that
-    one's; where another of them holds less memory, that one's time per sample over the pick's (`least_memory`).
+    middle figure, and every row after it, in order of the middle figure, up to the first one resolved slower than it
+    (`ratio`'s "resolved"), so that no row of the group is slower at the middle figure than a row outside it. Of those,
+    the one sharding least (`partitions`) is recommended, and among those sharding as little the fastest at the middle
+    figure, unless another holds less memory by MEMORY_MATERIAL: memory is a constraint, not a goal, and every row
+    here fits with the allocator's headroom, so more sharding buys memory the row does not need at costs the model
+    does not price (a sharded framework's per-unit gathers and casts, its partition bookkeeping; on one GPU, where
+    nothing is communicated, nothing else tells the rows apart). A row's memory is the plan's count, or what the run
+    measured it holding where that is more (`_peak`): no row is said to hold less than it was measured holding. Its
+    margin is over the first row outside the group; where it is not the fastest at the middle figure, its time per
+    sample over that one's; where another of the group holds materially less memory, that one's time per sample over
+    the pick's (`least_memory`).
 
-    A ratio's range: where both rows' ranges come from one assumption (an assumed utilisation, or one measured row
-    carried over), the ratio of times per sample at each figure. Where they come from two measured rows, whose launches
-    vary independently, the ratio at each figure of what they share with each row's launches at their middle,
-    widened by `pair_factors(slow, fast)`: the 95% interval of the two rows' ratio over the run's launches, relative
-    to its estimate (dividing one row's interval ends by the other's is no interval: an audit found a plan calling
-    a row 1.25x [1.03-1.52] faster where the run's own verdict gave [0.78-2.03])."""
+    A ratio's range and whether it is resolved: where both rows' ranges come from one assumption (an assumed
+    utilisation, or one measured row carried over), the ratio of times per sample at each figure, resolved where it
+    is above 1 + TIE at the top of its range and not below 1 - TIE at the bottom. Where they come from two measured
+    rows, whose launches vary independently, `pair(slow, fast)` gives the run's own verdict on the two (its pairing
+    and Holm's correction over every pair of its rows: harness/core/analysis.py): the ratio at each figure of what the
+    rows share (the MFU assumed on another device) with each row's launches at their middle, widened by the verdict
+    pair's 95% interval relative to its estimate, and resolved only where the verdict resolves it (an audit found a
+    plan calling a row 4.43x [1.16-16.98] faster where the run's verdict gave p = 0.25 after Holm's correction)."""
     fitting = sorted((r for r in rows if r["fits"] is not False and not r.get("left_out")),
                      key=lambda r: r["_steps"][1])
     if not fitting:
@@ -420,31 +434,45 @@ def recommend(rows: list[dict[str, Any]], pair_factors=None) -> dict[str, Any] |
 
     def ratio(slow, fast):
         per = [b / a for a, b in zip(fast["_steps"], slow["_steps"])]
-        factors = None
-        if pair_factors and slow.get("_measured") is not None and fast.get("_measured") is not None:
-            factors = pair_factors(slow["_measured"], fast["_measured"])
-        if factors is None:
-            return {"low": min(per), "mid": per[1], "high": max(per)}
-        shared = [b / a for a, b in zip(fast["_assumed"], slow["_assumed"])]
-        return {"low": min(shared) * factors[0], "mid": shared[1], "high": max(shared) * factors[1],
-                "interval": True}
+        out: dict[str, Any] = {"low": min(per), "mid": per[1], "high": max(per)}
+        got = None
+        if pair and slow.get("_measured") is not None and fast.get("_measured") is not None:
+            got = pair(slow["_measured"], fast["_measured"])
+        if got is None:
+            out["resolved"] = out["high"] > 1 + TIE and out["low"] >= 1 - TIE
+            return out
+        if got["factors"] is not None:
+            shared = [b / a for a, b in zip(fast["_assumed"], slow["_assumed"])]
+            out = {"low": min(shared) * got["factors"][0], "mid": shared[1],
+                   "high": max(shared) * got["factors"][1], "interval": True}
+        out.update(resolved=got["resolved"] and out["high"] > 1 + TIE, verdict=got["outcome"], p_holm=got["p_holm"])
+        return out
 
     def held(r):
-        return r.get("_held", r["model_state_bytes"])
+        return max(r.get("_held", r["model_state_bytes"]), r.get("_peak") or 0.0)
+
+    def less(a, b) -> bool:
+        """Whether a holds materially less than b."""
+        return held(b) - held(a) >= MEMORY_MATERIAL * (capacity_bytes or max(held(a), held(b)))
 
     best = fitting[0]
-    tied = [best] + [r for r in fitting[1:]
-                     if ratio(r, best)["high"] <= 1 + TIE or ratio(r, best)["low"] < 1 - TIE]
-    pick = min(tied, key=lambda r: (r.get("partitions", 0), held(r)))
+    behind = next((i for i, r in enumerate(fitting[1:], 1) if ratio(r, best)["resolved"]), len(fitting))
+    tied = fitting[:behind]
+    fewest = min(r.get("partitions", 0) for r in tied)
+    candidates = [r for r in tied if r.get("partitions", 0) == fewest]
+    lean = min(candidates, key=held)
+    pick = lean if less(lean, candidates[0]) else candidates[0]
     out: dict[str, Any] = {"label": pick["label"], "tied": [r["label"] for r in tied if r is not pick],
                            "partitions": pick.get("partitions", 0), "next": None, "fastest": None,
-                           "least_memory": None}
+                           "least_memory": None, "memory_bytes": {r["label"]: held(r) for r in tied},
+                           "measured_memory": [r["label"] for r in tied if (r.get("_peak") or 0.0) >
+                                               r.get("_held", r["model_state_bytes"])]}
     if pick is not best:  # what the pick costs: its step time over the fastest's
         out.update(fastest=best["label"], slower=ratio(pick, best))
     least = min(tied, key=held)
-    if held(least) < held(pick):  # what more sharding would save, and at what step time
+    if less(least, pick):  # what more sharding would save, and at what step time
         out.update(least_memory=least["label"], least_memory_ratio=ratio(least, pick))
-    rest = [r for r in fitting if r not in tied]
+    rest = fitting[behind:]
     if rest:
         out.update(next=rest[0]["label"], ratio=ratio(rest[0], pick))
     return out

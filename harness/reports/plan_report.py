@@ -51,6 +51,25 @@ def _where(plan: Plan) -> str:
             f"{c.dtype}")
 
 
+def _unresolved(r: dict) -> str:
+    """", not resolved ..." where a ratio does not rank its rows: by the run's own verdict for two measured rows (the
+    p-value after Holm's correction that it gives), else where its range reaches 1; "" where it is resolved."""
+    from harness.reports.verdict import p_text
+
+    outcome = r.get("verdict")
+    if outcome is None:
+        return "" if r["low"] > 1 else ", not resolved at every figure of the range"
+    if outcome == "faster":
+        return "" if r["resolved"] else f", within {TIE:.0%}"
+    if outcome == "no interval":
+        return ", not resolved: the run's verdict ranks nothing (fewer than 3 launches a row)"
+    if outcome == "not compared":
+        return ", not resolved: the run's verdict did not compare them"
+    said = f" (p = {p_text(r['p_holm'])} after Holm's correction over its pairs)" if r.get("p_holm") is not None else ""
+    return f", not resolved by the run's verdict{said}" + (", equivalent within its margin" if outcome == "equivalent"
+                                                           else "")
+
+
 SHARDED = {0: "no model state sharded", 1: "its optimizer state sharded",
            2: "its gradients and optimizer state sharded", 3: "its parameters, gradients and optimizer state sharded"}
 """A row's `partitions` in words (the ZeRO paper's stages, as each framework's schedule declares them)."""
@@ -104,9 +123,12 @@ def lines(plan: Plan) -> list[str]:
         out.append("recommendation: none: no configuration could be priced (see below)")
     else:
         text = f"recommendation: {rec['label']}"
+        memory = rec.get("memory_bytes") or held
         if rec["tied"]:
-            how = ("within {tie} at the top of its range, or faster at the bottom; a ratio of two measured rows by "
-                   "its 95% interval over the run's launches" if getattr(plan.source, "kind", "") == "measured" else
+            how = ("the fastest at the middle figure and every row before the first resolved slower than it: two "
+                   "measured rows by the run's own verdict (its pairing and Holm's correction over its pairs), else "
+                   "slower by more than {tie} at the top of the range and not faster at the bottom"
+                   if getattr(plan.source, "kind", "") == "measured" else
                    "within {tie} at every figure of the range, or faster at some").format(tie=f"{TIE:.0%}")
             if f is not None and c.gpus == 1 and getattr(plan.source, "kind", "") != "measured":
                 # no communication and an assumed compute: nothing the model prices differs between the rows
@@ -120,7 +142,7 @@ def lines(plan: Plan) -> list[str]:
         devices = {r["label"]: r["devices"] for r in plan.rows}
         if rec.get("fastest"):
             cost = rec["slower"]
-            saved = held[rec["fastest"]] - held[rec["label"]]
+            saved = memory[rec["fastest"]] - memory[rec["label"]]
             what = "its step takes" if devices[rec["label"]] == devices[rec["fastest"]] else "it takes per sample"
             text += (f"; {what} {cost['mid']:.2f}x [{cost['low']:.2f}-{cost['high']:.2f}] that of "
                      f"{rec['fastest']}, the fastest at the middle figure, "
@@ -129,14 +151,17 @@ def lines(plan: Plan) -> list[str]:
         if rec.get("least_memory"):
             cost, least = rec["least_memory_ratio"], rec["least_memory"]
             what = "its step takes" if devices[rec["label"]] == devices[least] else "it takes per sample"
-            text += (f"; {least} holds the least ({_gib(held[least])} GiB per {per}, "
-                     f"{_gib(held[rec['label']] - held[least])} less): {what} {cost['mid']:.2f}x "
+            text += (f"; {least} holds the least ({_gib(memory[least])} GiB per {per}, "
+                     f"{_gib(memory[rec['label']] - memory[least])} less): {what} {cost['mid']:.2f}x "
                      f"[{cost['low']:.2f}-{cost['high']:.2f}] that of {rec['label']}")
         if rec["next"]:
             r = rec["ratio"]
             text += (f"; {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"
                      + (" (95% interval of the measured rows' ratio)" if r.get("interval") else "")
-                     + ("" if r["low"] > 1 else ", not resolved at every figure of the range"))
+                     + _unresolved(r))
+        if rec.get("measured_memory"):
+            text += (f" (memory of {', '.join(rec['measured_memory'])}: the peak the run measured, more than "
+                     f"the plan counts)")
         elif not rec["tied"]:
             text += " (the only configuration that fits)"
         out.append(text)

@@ -402,7 +402,8 @@ def test_the_recommendation_ranks_only_what_every_assumed_utilisation_supports()
     # B is slower than A at every utilisation: A, with B's margin
     rec = plan.recommend([_row("B", [1.2, 1.3, 1.4]), _row("A", [1.0, 1.0, 1.0], states=5.0)])
     assert rec["label"] == "A" and rec["tied"] == [] and rec["next"] == "B"
-    assert rec["ratio"] == {"low": pytest.approx(1.2), "mid": pytest.approx(1.3), "high": pytest.approx(1.4)}
+    assert rec["ratio"] == {"low": pytest.approx(1.2), "mid": pytest.approx(1.3), "high": pytest.approx(1.4),
+                            "resolved": True}
     # within 2% everywhere: not ranked, and the one holding less memory is recommended
     rec = plan.recommend([_row("A", [1.0, 1.0, 1.0], states=5.0), _row("B", [1.01, 1.01, 1.0], states=2.0)])
     assert rec["label"] == "B" and rec["tied"] == ["A"] and rec["next"] is None
@@ -413,7 +414,7 @@ def test_the_recommendation_ranks_only_what_every_assumed_utilisation_supports()
     # and what its memory costs is said: B's step over A's, the fastest at the middle figure (a ZeRO-3 pick 13%
     # slower there than ZeRO-1, both fitting, was recommended without a word of it)
     assert rec["fastest"] == "A" and rec["slower"] == {"low": pytest.approx(1.0 / 1.1), "mid": pytest.approx(1.05),
-                                                       "high": pytest.approx(1.0 / 0.9)}
+                                                       "high": pytest.approx(1.0 / 0.9), "resolved": False}
     assert plan.recommend([_row("B", [1.2, 1.3, 1.4]), _row("A", [1.0, 1.0, 1.0])])["fastest"] is None
     # what does not fit is never recommended; nothing fits: no recommendation
     rec = plan.recommend([_row("A", [1.0, 1.0, 1.0], fits=False), _row("B", [3.0, 3.0, 3.0])])
