@@ -168,7 +168,7 @@ def plan(req: PlanRequest) -> None:
                                            attention=req.attention, checkpointing=ck)
             if run is not None:
                 flag = "--batch" if req.batch is not None else "--global-batch"  # None where neither was given
-                measured.what_it_measured(run, per_gpu, flag, ck, req.optimizer, shape.optimizer)
+                measured.what_it_measured(run, per_gpu, flag, ck, req.optimizer, shape.optimizer, req.attention)
         else:
             seq_len = req.seq_len if req.seq_len is not None else SEQ_LEN
             shape = shapes.transformer(req.params, req.layers, req.hidden, seq_len, req.optimizer or "adamw",

@@ -198,13 +198,19 @@ def read(path: Path) -> Run:
 
 
 def what_it_measured(run: Run, batch: int | None, batch_flag: str, checkpointing, optimizer: str | None,
-                     ran_optimizer: str) -> None:
+                     ran_optimizer: str, attention: str = "flash") -> None:
     """BadRun where a plan option would change what the run measured in a way no row's measurement can be carried
     through honestly: another optimizer than the one it trained with (its measured optimizer step is that one's,
     and no row measured another), or another batch or activation checkpointing where its steps hold their
     communication inside (no --breakdown at world size above 1: rescaling the compute would rescale the
-    communication with it). A batch or checkpointing that can be applied is applied to every row alike, measured
-    or priced (FromRun.price)."""
+    communication with it), or eager attention (the run computed the model's attention as its code does, through
+    scaled_dot_product_attention's fused kernel where it calls it: eager's activations beside steps of that kernel
+    would price neither). A batch or checkpointing that can be applied is applied to every row alike, measured or
+    priced (FromRun.price)."""
+    if attention != "flash":
+        raise BadRun(f"--attention {attention}: --from {run.path} computed the model's attention as its code does "
+                     f"(scaled_dot_product_attention's fused kernel where it calls it), and every step it measured is "
+                     f"that; leave out --attention, or plan without --from (an assumed utilisation)")
     if optimizer is not None and optimizer != ran_optimizer:
         raise BadRun(f"--optimizer {optimizer}: --from {run.path} trained with {ran_optimizer} (workload "
                      f"{run.workload}'s optimizer), and every step it measured holds {ran_optimizer}'s optimizer step; "

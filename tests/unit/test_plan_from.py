@@ -251,6 +251,8 @@ def test_compile_takes_the_speed_up_the_run_measured(tmp_path):
     (["--from", str(DIGITS), "--checkpointing", "full"], f"--from {DIGITS} measured its steps at 2 processes without "
                                                          f"--breakdown, so each step's communication is inside it, "
                                                          f"not apart: --checkpointing full would price the recompute"),
+    (["--from", str(WIDEMLP), "--attention", "eager"], f"--attention eager: --from {WIDEMLP} computed the model's "
+                                                        f"attention as its code does"),
     (["-w", "digits", "--compile"], "--compile needs --from RUN_DIR: torch.compile's speed-up is taken from a run "
                                     "that measured a compiled row"),
     (["--from", str(H200), "--compile"], f"--compile: --from {H200} measured no compiled row (a knob compile=true); "
