@@ -252,6 +252,12 @@ class DeepSpeedLaunch(Launch):
     def failure_fix(self, error):
         if "has already been reduced" in error:  # a gradient hook fired twice in one backward
             return REENTRANT_FIX
+        if self.knobs.zero_stage in (1, 2) and "zip() argument 2 is longer than argument 1" in error:
+            # measured: LambdaLR stepped from a hook on the optimizer's step, two param groups (nanoGPT's decay and
+            # no-decay): the scheduler's _update_lr zips the one narrowed group with its two learning rates
+            return (f"{per_group_step(self.knobs.zero_stage)}: a torch scheduler stepped from a hook on that step "
+                    f"finds fewer groups than it holds learning rates, and would advance once per group; "
+                    f"{PER_GROUP_FIX}")
         if self.knobs.zero_stage == 3 and re.search(r"size of tensor \w \(\d+\) must match the size of tensor \w "
                                                     r"\(0\)|size of tensor \w \(0\) must match", error):
             # measured: an EMA of the weights updated in the forward from named_parameters(), which ZeRO-3 holds
@@ -281,6 +287,22 @@ class DeepSpeedLaunch(Launch):
                 "independent_gradient_partition_epilogue hands every parameter's partition to the optimizer, so a "
                 "stale gradient is applied again, with or without momentum (a DeepSpeed bug: the reproduction is in "
                 f"docs/your-model.md), and a zero one {moves}")
+
+
+def per_group_step(stage: int) -> str:
+    """How ZeRO-`stage` calls the workload optimizer's step(), read in DeepSpeed 0.19.8's source and measured."""
+    if stage == 3:
+        return ("ZeRO-3 calls the workload optimizer's step() once per parameter sub-group each training step, with "
+                "the other groups' params emptied (runtime/zero/stage3.py, _optimizer_step)")
+    return (f"ZeRO-{stage} calls the workload optimizer's step() once per parameter group each training step, with "
+            f"its param_groups narrowed to that group (runtime/zero/stage_1_and_2.py, _optimizer_step)")
+
+
+PER_GROUP_FIX = ("fix: count the steps in each group that steps, inside the optimizer's step() (for g in "
+                 "self.param_groups: if g['params']: g['t'] = g.get('t', 0) + 1, then its lr from g['t']), as "
+                 "docs/your-model.md's schedule does, or zero_stage=0")
+"""The fix of a learning-rate schedule that counts step() calls, under ZeRO's step per parameter group (measured:
+every row matched at 3.0e-8 with it)."""
 
 
 class DeepSpeedStrategy(Strategy):
@@ -369,6 +391,9 @@ class DeepSpeedStrategy(Strategy):
         import deepspeed
 
         lrs_before = [g["lr"] for g in optimizer.param_groups]
+        self.groups = len(optimizer.param_groups)
+        self.step_hooked = bool(getattr(optimizer, "_optimizer_step_pre_hooks", None)
+                                or getattr(optimizer, "_optimizer_step_post_hooks", None))
         cached_before = set(jit_cached_ops())
         self.config = self._ds_config()
         t0 = time.perf_counter()
@@ -532,12 +557,23 @@ class DeepSpeedStrategy(Strategy):
                                    "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
                                    "reduce_bucket_size": e.zero_reduce_bucket_size(),
                                    "overlap_comm": e.zero_overlap_comm()}})
-        if self.own_step and self.knobs.zero_stage >= 1:
-            d["note"] = (f"the workload's optimizer has a step() of its own ({self.own_step}), which ZeRO-"
-                         f"{self.knobs.zero_stage} calls on this rank's partition of the fp32 parameters and "
-                         f"gradients alone: what it computes across parameters (a gradient-norm clip, a global "
-                         f"statistic) sees that partition, where a single process sees them all (a clip belongs in "
-                         f"the workload's max_grad_norm, which the engine applies to the global norm)")
+        notes = []
+        stage = self.knobs.zero_stage
+        if stage >= 1 and self.groups > 1 and (self.own_step or self.step_hooked):
+            # measured: a warm-up counted in step(), or LambdaLR stepped from a hook, with two param groups: ZeRO-3
+            # 6.1e-03 ✗ where every other row matched; counted per group, every row matched at 3.0e-8
+            driven = (f"a step() of its own ({self.own_step})" if self.own_step else "a hook on its step")
+            notes.append(f"{per_group_step(stage)}, and the workload's optimizer has {self.groups} groups and "
+                         f"{driven}: a schedule that counts step() calls (in step() or a scheduler stepped from a "
+                         f"hook on it) advances once per group each training step here; {PER_GROUP_FIX}")
+        if self.own_step and stage >= 1:
+            notes.append(f"the workload's optimizer has a step() of its own ({self.own_step}), which ZeRO-{stage} "
+                         f"calls on this rank's partition of the fp32 parameters and gradients alone: what it "
+                         f"computes across parameters (a gradient-norm clip, a global statistic) sees that partition, "
+                         f"where a single process sees them all (a clip belongs in the workload's max_grad_norm, "
+                         f"which the engine applies to the global norm)")
+        if notes:
+            d["note"] = "; besides, ".join(notes)
         return d
 
 
@@ -699,6 +735,7 @@ class DeepSpeedAdapter(DeepSpeedLaunch, DeepSpeedStrategy, DeepSpeedCost, Adapte
         self.jit_built: list[str] = []
         self.stale_locks_removed: list[str] = []
         self.own_step: str | None = None  # the workload optimizer's own step(), where it has one (wrap)
+        self.groups, self.step_hooked = 1, False  # its param groups, and whether a hook runs on its step (wrap)
 
     def precision(self) -> Precision:
         p = self.knobs.precision

@@ -114,6 +114,20 @@ def test_bad_knobs_are_refused_before_launch(knobs, message):
     assert str(exc.value).startswith(message)
 
 
+def test_a_scheduler_stepped_from_a_hook_on_a_narrowed_group_is_told_why_and_the_fix():
+    # LambdaLR stepped from register_step_post_hook, two param groups: ZeRO-1/2 narrow param_groups to one group per
+    # call of step(), and the scheduler's _update_lr failed with a bare "zip() argument 2 is longer than argument 1"
+    error = "ValueError: zip() argument 2 is longer than argument 1 (raised in <lambda> (mine.py:415))"
+    fix = ds.DeepSpeedAdapter({"zero_stage": "1"}, "cpu").failure_fix(error)
+    assert fix == ("ZeRO-1 calls the workload optimizer's step() once per parameter group each training step, with "
+                   "its param_groups narrowed to that group (runtime/zero/stage_1_and_2.py, _optimizer_step): a torch "
+                   "scheduler stepped from a hook on that step finds fewer groups than it holds learning rates, and "
+                   "would advance once per group; fix: count the steps in each group that steps, inside the "
+                   "optimizer's step() (for g in self.param_groups: if g['params']: g['t'] = g.get('t', 0) + 1, then "
+                   "its lr from g['t']), as docs/your-model.md's schedule does, or zero_stage=0")
+    assert ds.DeepSpeedAdapter({"zero_stage": "0"}, "cpu").failure_fix(error) is None
+
+
 def test_unknown_precision_is_refused():
     with pytest.raises(KnobError, match="knob 'precision' must be fp32, bf16 or fp16; got 'fp8'"):
         ds.DeepSpeedAdapter({"precision": "fp8"}, "cpu")
