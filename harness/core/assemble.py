@@ -396,6 +396,20 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
             return out
         out["why_failed"] = random
         return out
+    empty = getattr(workload, "empty_slice", None)
+    if (empty is not None and empty["step"] < spec.equiv_steps and len(ranks) > empty["rank"]
+            and len(ranks[empty["rank"]].losses) > empty["step"]
+            and not math.isfinite(ranks[empty["rank"]].losses[empty["step"]])):
+        # a mean over none: NaN at that step on that rank; torch gives it a zero gradient, so the training goes on
+        # (no divergence to name) with that rank's share of the step missing from the average
+        out["why_failed"] = (f"rank {empty['rank']}'s slice of step {empty['step'] + 1} holds none of {empty['what']}, "
+                             f"and the loss is a mean over them: 0/0 there, a NaN loss whose gradient torch makes zero, "
+                             f"so that step's average over the ranks lacks that rank's share where the single process "
+                             f"weighs every counted item of the global batch alike (the loss of a rank whose slice "
+                             f"holds some differs likewise: each rank's mean weighs its own items); fix: return the "
+                             f"loss as (sum, count), the count of those items (the harness divides by the whole global "
+                             f"batch's), or declare the count (`count=` in its Pieces)")
+        return out
     if workload.varying_counts:
         counts = normalisation.explain(workload.varying_counts, [r.losses for r in ranks], reference_losses,
                                        spec.equiv_steps)

@@ -9,6 +9,7 @@ exception inside the user's own code is a UserCodeError (their traceback, exit 1
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -197,7 +198,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             _module_facts(facts, model)
             if not facts.checked_steps:  # meta could not run it: on the CPU
                 _check_gradients(facts, workload, "cpu", first_steps)
-        check_finite(outputs[0], loss, req.workload, batches.length(x))
+        check_finite(outputs[0], loss, req.workload, batches.length(x), y)
         workload.nondeterministic = (_dropout(model) or random) if random else None
     _batch_norm(workload, facts)
     form = "pieces" if isinstance(workload, workloads.FunctionWorkload) else "subclass"
@@ -304,6 +305,8 @@ def batch_dependence(workload, data, global_batch: int, world: int, steps: int =
                 slices = [workload.batch_indices(step, global_batch, data.n_train, r, world) for r in range(ranks)]
                 single, _ = value(models[0], torch.cat(slices))  # the global batch (its first ranks' part)
                 parts = [value(m, indices) for m, indices in zip(models[1:], slices)]
+                if not all(math.isfinite(v) for v, _ in parts) and math.isfinite(single):
+                    continue  # a slice holding nothing its mean counts (0/0): said apart (normalisation.empty_slice)
                 weights = [n if n is not None else float(len(i)) for (_, n), i in zip(parts, slices)]
                 mean = sum(v * n for (v, _), n in zip(parts, weights)) / sum(weights)
                 rounding = normalisation.ROUNDING * max(abs(single), 1e-12)
@@ -498,9 +501,10 @@ def loss_takes(workload, output, target, name: str, model=None):
     return loss
 
 
-def check_finite(output, loss, name: str, samples: int) -> None:
+def check_finite(output, loss, name: str, samples: int, target=None) -> None:
     """Refuse a model whose output or loss on two training samples is NaN or infinite before any backend ran:
-    every row would train on it, and two NaN outputs never compare equal (which read as randomness in forward)."""
+    every row would train on it, and two NaN outputs never compare equal (which read as randomness in forward). A
+    NaN loss over samples whose targets are all -100 (`target`) is a mean over none: told so, with the count's fix."""
     import torch
     from torch.utils._pytree import tree_leaves
 
@@ -514,6 +518,14 @@ def check_finite(output, loss, name: str, samples: int) -> None:
                        f"({bad:,} of {total:,}) before any backend ran; a model whose output is not finite cannot be "
                        f"trained or compared (check its initialisation, inputs and operations)")
     if isinstance(loss, torch.Tensor) and loss.numel() and not bool(torch.isfinite(loss.detach()).all()):
+        labels = target if isinstance(target, torch.Tensor) else batches.field(target, "labels")
+        if (isinstance(labels, torch.Tensor) and not labels.is_floating_point() and labels.numel()
+                and not bool((labels != -100).any())):
+            raise BadInput(f"workload {name}: its loss on {samples} training sample(s) is "
+                           f"{loss.detach().flatten()[0].item()} before any backend ran: their targets are all -100, "
+                           f"so a mean over the targets it counts is 0/0, as it will be on any rank whose slice holds "
+                           f"none; fix: return the loss as (sum, count), the count of those targets (the harness "
+                           f"divides by the whole global batch's), or declare the count (`count=` in its Pieces)")
         raise BadInput(f"workload {name}: its loss on {samples} training sample(s) is {loss.detach().flatten()[0].item()} "
                        f"before any backend ran (the output is finite): a loss that is not finite cannot be trained "
                        f"or compared (check the loss and the targets)")

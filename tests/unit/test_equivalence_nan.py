@@ -105,3 +105,35 @@ def test_a_loss_that_becomes_nan_where_a_ranks_slice_had_nothing_to_average_says
                                                                                           "timings are kept in the "
                                                                                           "record, out of the "
                                                                                           "comparison)")
+
+
+def test_a_slice_with_nothing_to_average_whose_nan_training_recovers_from_is_the_reason_of_the_failed_check():
+    # torch 2.13 gives an all-ignored cross_entropy a NaN loss and a zero gradient, so the training goes on: no
+    # divergence to name, and the ✗ quoted the batch-dependence check's "the mean of 2 ranks' losses ... nan" with a
+    # list of causes none of which applied
+    from types import SimpleNamespace
+
+    from harness.core.assemble import equivalence
+
+    nan = float("nan")
+    spec = SimpleNamespace(equiv_steps=6, global_batch=8, params_path=None)
+    r0 = SimpleNamespace(precision="fp32", compression="none", per_process_batch=4)
+    what = "the targets other than -100 (cross_entropy's ignore_index)"
+    w = SimpleNamespace(batch_norm=[], batch_dependence=None, equiv_tolerance=1e-5, nondeterministic=None,
+                        varying_counts=None, empty_slice={"step": 0, "rank": 0, "what": what}, stateful=None,
+                        edits_parameters=None, summed_loss=None, batch_dependent=None, model_facts=None,
+                        optimizer_class=None)
+    ranks = [SimpleNamespace(losses=[nan, 2.1, 2.0]), SimpleNamespace(losses=[2.3, 2.2, 2.0])]
+    eq = equivalence(spec, r0, w, None, {"w": 0.2}, None, label="ddp", ranks=ranks)
+    assert eq["passed"] is False and eq["why_failed"] == (
+        "rank 0's slice of step 1 holds none of the targets other than -100 (cross_entropy's ignore_index), and the "
+        "loss is a mean over them: 0/0 there, a NaN loss whose gradient torch makes zero, so that step's average over "
+        "the ranks lacks that rank's share where the single process weighs every counted item of the global batch "
+        "alike (the loss of a rank whose slice holds some differs likewise: each rank's mean weighs its own items); "
+        "fix: return the loss as (sum, count), the count of those items (the harness divides by the whole global "
+        "batch's), or declare the count (`count=` in its Pieces)")
+    # an empty slice past the compared steps, or one whose loss was finite (a count declared), is not the reason
+    for step in (6, 1):
+        w.empty_slice = {"step": step, "rank": 0, "what": what}
+        said = equivalence(spec, r0, w, None, {"w": 0.2}, None, label="ddp", ranks=ranks).get("why_failed") or ""
+        assert "holds none" not in said

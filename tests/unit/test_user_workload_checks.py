@@ -268,6 +268,15 @@ BAD = {
                            "part, e.g. loss=lambda output, target: F.cross_entropy(output[0], target) (a tuple is "
                            "read as (loss, logits, ...) where its first is a loss, a tensor of one value, as the "
                            "Trainer reads a transformers model's)"),
+    # a masked LM's plain mean over labels that are rare: the samples the check reads hold none (an outside check
+    # got "(check the loss and the targets)" for data that was fine, with no word of the count that fixes it)
+    "loss-over-no-label": ("import torch\ndef f():\n    y = torch.arange(64) % 3\n    y[:16] = -100\n"
+                           "    return {'model': torch.nn.Linear(2, 3), 'train': (torch.randn(64, 2), y)}\n", "{path}:f",
+                           "workload {path}:f: its loss on 2 training sample(s) is nan before any backend ran: their "
+                           "targets are all -100, so a mean over the targets it counts is 0/0, as it will be on any "
+                           "rank whose slice holds none; fix: return the loss as (sum, count), the count of those "
+                           "targets (the harness divides by the whole global batch's), or declare the count "
+                           "(`count=` in its Pieces)"),
     "output-without-labels": ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
                               "        super().__init__()\n        self.lin = torch.nn.Linear(2, 3)\n"
                               "    def forward(self, input_ids, mask=None):\n"
