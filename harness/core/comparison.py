@@ -292,6 +292,8 @@ def execute(p: RunPlan, ui, started: float | None = None, render: Render | None 
 
         if p.left_threads:
             ui.estimate(p.left_threads)
+        if p.moved:
+            ui.estimate(p.moved)
         large = estimate.size_line(
             req.workload + (f" ({', '.join(req.options)})" if req.options else ""), p.param_count,
             run_info.get("flops_per_sample"), p.global_batch // req.world_size, p.steps + p.warmup, req.device,

@@ -82,6 +82,9 @@ class RunPlan(Plan):
     left_threads: str | None = None
     """Threads the workload's code started in compare's own process while it was imported and checked, still
     running, in words; None where none is."""
+    moved: str | None = None
+    """That the workload's code changed compare's working directory while it was loaded, and compare went back, in
+    words; None where it did not."""
     param_count: int | None = None
     """The model's parameters, counted on the meta device before launching (None where that was not done)."""
     join: list[Path] | None = None

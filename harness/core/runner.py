@@ -9,6 +9,7 @@ stand on this module as siblings; a helper two commands need lives here, never i
 from __future__ import annotations
 
 import math
+import os
 import random
 import threading
 from dataclasses import asdict, dataclass
@@ -33,6 +34,7 @@ from harness.core.workload_checks import (bounded, check_fits, check_loader, che
 from harness.core.session import Session
 from harness.launching import hosts, interrupt
 from harness.launching.launch import Launch
+from harness.shared.registry import returned_from_users_directory
 from harness.shared.spec import RunSpec
 
 
@@ -102,6 +104,7 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
     with bounded(f"the check of workload {req.workload} before launching", req.stall_s):
         check_user_code(workload, req, gb)
     left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    moved = returned_from_users_directory()
     until = _until_target(req, workload)
     if until:
         steps, warmup = until.max_steps, 0
@@ -119,7 +122,18 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
                    loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params,
                    max_grad_norm=workload.max_grad_norm if req.max_grad_norm is None else req.max_grad_norm,
-                   left_threads=_left_threads(left))
+                   left_threads=_left_threads(left), moved=_moved(req, moved))
+
+
+def _moved(req: RunRequest, moved: str | None) -> str | None:
+    """What a run says before its first launch where the workload's code changed compare's working directory
+    (os.chdir in its file or function, to find its data): that compare went back, so its results land where --out
+    said (they had gone to the user's directory, the check for results already there with them); None where not."""
+    if moved is None:
+        return None
+    return (f"workload {req.workload} changed the working directory to {moved} while it was loaded; compare went "
+            f"back to {os.getcwd()}, where --out and the workload's path are read from (each rank builds the workload "
+            f"again in its own process, where the change stays)")
 
 
 def _left_threads(left: list) -> str | None:

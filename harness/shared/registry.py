@@ -89,6 +89,13 @@ def user_code(doing: str):
 
     if main and before is not None:
         signal.signal(signal.SIGINT, interrupted)
+    import os
+
+    global _MOVED_FROM
+    try:
+        was = Path(os.getcwd())
+    except FileNotFoundError:
+        was = None
     try:
         yield
     except SystemExit as exc:
@@ -103,6 +110,12 @@ def user_code(doing: str):
     finally:
         if main and before is not None:
             signal.signal(signal.SIGINT, before)
+        try:
+            now = Path(os.getcwd())
+        except FileNotFoundError:
+            now = None
+        if was is not None and now != was and _MOVED_FROM is None:
+            _MOVED_FROM = was  # the first move counts: compare's own relative paths were given there
 
 
 def raised_in_user_code(exc: BaseException) -> bool:
@@ -145,11 +158,35 @@ def split_reference(ref: str) -> tuple[str, str, bool]:
     return where, attr, where.endswith(".py") or "/" in where
 
 
+_MOVED_FROM: Path | None = None
+"""The directory this process was in when the user's code changed it (os.chdir in their file or workload
+function), until compare goes back to it (returned_from_users_directory); None while it has not."""
+
+
+def returned_from_users_directory() -> str | None:
+    """Go back to the directory the user's code left, where it did: the directory it moved to, else None."""
+    import os
+
+    global _MOVED_FROM
+    if _MOVED_FROM is None:
+        return None
+    try:
+        moved = os.getcwd()
+    except FileNotFoundError:
+        moved = "a directory since removed"
+    os.chdir(_MOVED_FROM)
+    _MOVED_FROM = None
+    return moved
+
+
 def resolvable_reference(ref: str) -> str:
     """A file reference with its path made absolute, so a process started in another directory resolves it; a
     module reference unchanged."""
     where, attr, is_file = split_reference(ref)
-    return f"{Path(where).expanduser().resolve()}:{attr}" if is_file and attr else ref
+    if not (is_file and attr):
+        return ref
+    path = Path(where).expanduser()
+    return f"{(_MOVED_FROM / path if _MOVED_FROM is not None else path).resolve()}:{attr}"
 
 
 def load_reference(ref: str, kind: str = "workload") -> tuple[Any, str]:
@@ -158,6 +195,10 @@ def load_reference(ref: str, kind: str = "workload") -> tuple[Any, str]:
     where, attr, is_file = split_reference(ref)
     if is_file:
         path = Path(where).expanduser()
+        if not path.is_absolute() and _MOVED_FROM is not None:
+            # the user's code changed the directory (os.chdir to find its data): a path given on the command line
+            # is where compare started, and the file was "missing" from the next lookup
+            path = _MOVED_FROM / path
         if not path.exists():
             raise BadReference(f"{kind} file {where} does not exist (in {Path.cwd()}); give -w PATH.py:NAME")
         if not path.is_file():

@@ -1409,3 +1409,26 @@ def test_threads_the_workloads_code_leaves_running_in_compares_process_are_said_
         assert _left_threads([ours]) is None and _left_threads([]) is None
     finally:
         mod.stop.set()
+
+
+def test_a_workload_that_changes_the_directory_leaves_compares_paths_where_they_were_given(tmp_path, monkeypatch):
+    # os.chdir in a workload function (to find its data) sent --out's results to the directory it moved to, and a
+    # relative -w path then "did not exist (in /)"
+    from harness.core import requests, workload_checks
+    from harness.shared import registry
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (tmp_path / "moves.py").write_text(
+        "import os\nimport torch\n"
+        "def f():\n    os.chdir(os.path.join(os.path.dirname(__file__), 'data'))\n"
+        "    return {'model': torch.nn.Linear(2, 3), 'train': (torch.randn(64, 2), torch.arange(64) % 3)}\n")
+    monkeypatch.chdir(tmp_path)
+    req = requests.RunRequest(workload="moves.py:f", world_size=2)
+    w = workload_checks.load_workload(req)
+    workload_checks.check_fits(w, req, 2)  # calls the function: the directory moves
+    assert Path.cwd() == data
+    assert workloads.source("moves.py:f") == f"file {tmp_path / 'moves.py'}"  # still found where it was given
+    assert workloads.resolvable("moves.py:f") == f"{tmp_path / 'moves.py'}:f"
+    assert registry.returned_from_users_directory() == str(data) and Path.cwd() == tmp_path
+    assert registry.returned_from_users_directory() is None  # nothing more to go back from
