@@ -62,6 +62,11 @@ from harness.shared.spec import STALL_S, RunSpec
 from harness.shared.witness import launch_id, note_stopping
 
 UI_INTERVAL_S = 1.0
+PAUSED_S = 10.0
+"""A gap this long between two turns of a wait loop, which turns at least every UI_INTERVAL_S: compare itself was
+stopped (Ctrl-Z, SIGSTOP) while the launch went on, not the launch slow: the deadline and the stall watch move on by
+it, and a command that exited meanwhile is reaped before either is read (a launch that ended during a Ctrl-Z was
+recorded as a timeout at SIGCONT)."""
 """How often the parent wakes to redraw the progress line while a launch runs."""
 NODE_GRACE_S = 5.0
 """After one command of a multi-node launch failed: how long the others may take to fail by themselves."""
@@ -115,6 +120,9 @@ class Launch:
         self._seen: tuple | None = None
         """Rank 0's last (phase, step) seen, and since when (monotonic); None until the gate opens."""
         self._seen_at: float | None = None
+        self._last_turn: float | None = None
+        self.paused_s = 0.0
+        """Seconds compare itself was stopped while waiting for this launch (PAUSED_S)."""
         self.stalled = False
         self.stall_cause: str | None = None
         self.stacks = ""
@@ -392,10 +400,26 @@ class Launch:
                             + "\n".join(processes) + "\n")
         return len(answered), len(processes)
 
+    def _turn(self) -> None:
+        """One turn of a wait loop: after a pause of compare's own (PAUSED_S), the commands that exited meanwhile
+        reaped and the deadline and the stall watch moved on by it."""
+        now = self.clock()
+        last, self._last_turn = self._last_turn, now
+        if last is None or now - last < PAUSED_S:
+            return
+        gap = now - last
+        self.paused_s += gap
+        if self.deadline is not None:
+            self.deadline += gap
+        if self._seen_at is not None:
+            self._seen_at += gap
+        self._reap()
+
     def wait_for(self, event: str) -> bool:
         """Block until rank 0 sends `event` (True), or the launch ends, fails, runs out of time or stalls
         (False)."""
         while event not in self.events:
+            self._turn()
             if self._ended() or self.failed is not None:
                 return False
             if self.deadline is not None and self.clock() >= self.deadline:
@@ -413,7 +437,10 @@ class Launch:
         if self.start_error is not None:
             return self._collect()
         try:
-            while not self._ended():
+            while True:
+                self._turn()
+                if self._ended():
+                    break
                 now = self.clock()
                 if self.deadline is not None and now >= self.deadline and not self.stalled:
                     self.status = "timeout"

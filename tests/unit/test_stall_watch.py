@@ -158,3 +158,26 @@ def test_a_stall_timeout_of_0_or_inf_never_watches(started, stall_s):
     out = launch.finish()  # --timeout ends it, an hour of standing still notwithstanding
     assert out.status == "timeout"
     assert out.reason == "no result after 900 s (--timeout), rank 0 at step 0 of 12 (setup); process group killed"
+
+
+def test_a_launch_that_ended_while_compare_was_stopped_is_not_a_timeout_and_the_pause_is_not_its_time(started):
+    # Ctrl-Z (SIGTSTP) of compare for longer than --timeout while the launch finished: at SIGCONT the wait loop read
+    # the deadline before reaping the exited launcher, and recorded a launch that ended well as "no result after 40 s
+    # (--timeout)"; the stall watch counted the pause too
+    import os
+    import signal
+    from pathlib import Path
+
+    launch, _, clock = started(10)
+    launch.open_gate()
+    launch._turn()
+    deadline, seen = launch.deadline, launch._seen_at
+    os.kill(launch.proc.pid, signal.SIGKILL)  # the launch ends while compare is stopped: nobody reaps it
+    wait_until(lambda: Path(f"/proc/{launch.proc.pid}/stat").read_text().split(") ")[1][0] == "Z",
+               "the launch's process to exit", timeout=60)
+    clock.advance(1000)  # compare stopped for longer than --timeout (900 s)
+    launch._turn()
+    assert launch.paused_s == 1000 and launch.deadline == deadline + 1000 and launch._seen_at == seen + 1000
+    assert launch.watch() is False  # the pause is no silence of rank 0's
+    out = launch.finish()
+    assert out.status == "failed" and "--timeout" not in out.reason and "stalled" not in out.reason, out.reason
