@@ -629,12 +629,30 @@ class Launch:
             fix = None
         if fix:
             reason += f"; fix: {fix}"
+        elif environment_hint(reason):
+            reason += f"; {environment_hint(reason)}"
         try:  # the facts behind the reason, for whoever reads the kept log
             with open(self.log_path, "a", encoding="utf-8") as log:
                 log.write(describe(self.rank_dir, commands, reason))
         except OSError:
             pass
         return reason
+
+
+DEBUG_DETAIL = ("TORCH_DISTRIBUTED_DEBUG=DETAIL is set in compare's environment, which the ranks inherit: torch "
+                "2.13's DistributedDataParallel is killed by SIGSEGV as it is built under it (a plain torchrun script "
+                "too), and it checks every collective, which the timings would carry; fix: unset it (INFO logs "
+                "without the checks)")
+"""The hint on a rank killed by SIGSEGV where torch's collective checks were asked for (an outside check: every DDP
+row failed so, with no word of the variable beyond the run's list of inherited ones)."""
+
+
+def environment_hint(reason: str, env=os.environ) -> str | None:
+    """What in compare's environment, which the ranks inherit, explains a failure `reason` with no fix of the
+    framework's own: DEBUG_DETAIL for a SIGSEGV under TORCH_DISTRIBUTED_DEBUG=DETAIL; None otherwise."""
+    if "SIGSEGV" in reason and env.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
+        return DEBUG_DETAIL
+    return None
 
 
 def run_launch(adapter: Adapter, spec: RunSpec, timeout_s: float,

@@ -181,3 +181,13 @@ def test_a_launch_that_ended_while_compare_was_stopped_is_not_a_timeout_and_the_
     assert launch.watch() is False  # the pause is no silence of rank 0's
     out = launch.finish()
     assert out.status == "failed" and "--timeout" not in out.reason and "stalled" not in out.reason, out.reason
+
+
+def test_a_segfault_under_torchs_collective_checks_names_the_variable():
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL exported: every DDP row "failed: rank 0 killed by SIGSEGV", with no word of it
+    from harness.launching.launch import DEBUG_DETAIL, environment_hint
+
+    assert environment_hint("rank 0 killed by SIGSEGV", {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}) == DEBUG_DETAIL
+    assert DEBUG_DETAIL.endswith("fix: unset it (INFO logs without the checks)")
+    assert environment_hint("rank 0 killed by SIGSEGV", {"TORCH_DISTRIBUTED_DEBUG": "INFO"}) is None
+    assert environment_hint("rank 0 exited with code 1", {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}) is None
