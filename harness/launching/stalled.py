@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.launching.launch_logs import FRAME, python_own, shown_frame
+from harness.launching.launch_logs import FRAME, python_own, shown_frame, users_place
 
 LOOP = ("harness/rank/train.py", "run")
 """The training loop's frame: (file, function)."""
@@ -61,10 +61,20 @@ def _place(dump: str) -> tuple[int, tuple[str, int, str]] | None:
 
 def loop_place(dump: str) -> tuple[int, str] | None:
     """(the line of the training loop a rank's training thread is at, its innermost frame outside Python's own
-    library in words: a user's model, torch, the harness), from its stack dump; None where no thread is in the
-    training loop (set-up, a comm launch)."""
+    library in words: a user's model, torch, the harness, and where that is not the user's code, the innermost frame
+    of the user's code that called it: "barrier (distributed_c10d.py:5356), called from forward (model.py:47)"),
+    from its stack dump; None where no thread is in the training loop (set-up, a comm launch)."""
     place = _place(dump)
-    return None if place is None else (place[0], shown_frame(*place[1]))
+    if place is None:
+        return None
+    said = shown_frame(*place[1])
+    frames = next((f for f in reversed(_threads(dump)) if place[1] in f), [])
+    # the callers between that frame and the training loop's (most recent call first)
+    callers = frames[frames.index(place[1]) + 1:]
+    callers = callers[:next((i for i, f in enumerate(callers) if f[0].endswith(LOOP[0]) and f[2] == LOOP[1]),
+                            len(callers))]
+    mine = next((users_place(*f) for f in callers if users_place(*f)), None)
+    return place[0], said if mine is None or mine == said else f"{said}, called from {mine}"
 
 
 def waiting(dump: str) -> bool:
@@ -97,6 +107,11 @@ def first_to_stop(steps: dict[int, int], dumps: dict[int, str]) -> dict | None:
         return None
     rank = behind[0]
     ahead = sorted(r for r in places if r != rank)
+    if (waiting(dumps[rank]) and all(steps[r] == steps[rank] and waiting(dumps[r]) for r in ahead)
+            and len({places[r][1] for r in places}) > 1):
+        # every rank waits in a collective of the same step, the one behind too, each in another: it did not stop,
+        # it called one its peers never reach (a barrier on one rank alone)
+        return {"rank": None, "mismatch": {r: places[r][1] for r in sorted(places)}}
     if waiting(dumps[rank]) and all(steps[r] > steps[rank] for r in ahead):
         # No rank finishes a step without its peers' part in the step's collectives: peers a whole step further
         # on than a rank that waits in one did not take part in it (a collective skipped, or one added)

@@ -67,7 +67,9 @@ def test_at_the_same_line_the_rank_not_waiting_for_its_peers_is_the_one_that_sto
     in_venv = _dump((threading.__file__, 629, "wait"), (f"{venv_torch}/distributed_c10d.py", 4394, "all_gather_single"),
                     ("/home/me/model.py", 20, "forward"), (TRAIN, 95, "run"))
     assert first_to_stop({0: 3, 1: 3}, {0: in_venv, 1: hung})["rank"] == 1
-    assert loop_place(in_venv) == (95, "all_gather_single (distributed_c10d.py:4394)")
+    # a place in torch names the user's code that called it (a barrier on one rank alone was said as torch's line)
+    assert loop_place(in_venv) == (95, "all_gather_single (distributed_c10d.py:4394), called from forward "
+                                       "(model.py:20)")
 
 
 def test_ranks_at_the_same_place_or_one_rank_alone_name_nobody():
@@ -112,7 +114,19 @@ def test_a_rank_waiting_in_a_collective_its_peers_went_past_is_told_as_a_mismatc
     found = first_to_stop({0: 3, 1: 3}, {0: gather, 1: extra})
     assert found["rank"] is None
     assert describe(found) == ("the ranks wait in different collectives (rank 0 in all_gather_single "
-                               "(distributed_c10d.py:4394); rank 1 in all_reduce (distributed_c10d.py:2800)): their "
-                               "collectives no longer match, as where a rank skips or adds one")
+                               "(distributed_c10d.py:4394); rank 1 in all_reduce (distributed_c10d.py:2800), called "
+                               "from forward (model.py:44)): their collectives no longer match, as where a rank skips "
+                               "or adds one")
+    # a barrier in one rank's forward while the other waits in the backward's all-reduce of the same step: the one
+    # behind waits too, so it is no rank that stopped ("rank 1 stopped first ... in barrier (distributed_c10d.py)")
+    barrier = _dump((threading.__file__, 629, "wait"), (c10d, 5356, "barrier"), ("/home/me/model.py", 47, "forward"),
+                    (TRAIN, 95, "run"))
+    torch_dir = "/venv/lib/python3.11/site-packages/torch"
+    reducing = _dump((threading.__file__, 629, "wait"), (f"{torch_dir}/distributed/algorithms/ddp.py", 10, "wait"),
+                     (f"{torch_dir}/autograd/graph.py", 825, "_engine_run_backward"), (TRAIN, 112, "run"))
+    found = first_to_stop({0: 3, 1: 3}, {0: reducing, 1: barrier})
+    assert describe(found) == ("the ranks wait in different collectives (rank 0 in wait (ddp.py:10); rank 1 in barrier "
+                               "(distributed_c10d.py:5356), called from forward (model.py:47)): their collectives no "
+                               "longer match, as where a rank skips or adds one")
     # a rank that hung in its own code is still the one behind, not a mismatch
     assert first_to_stop({0: 4, 1: 3}, {0: gather, 1: HUNG})["rank"] == 1
