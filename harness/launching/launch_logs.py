@@ -33,9 +33,11 @@ ERROR_LINE = _ERROR
 
 def _launcher_summary() -> re.Pattern:
     """A launcher's own summary of a failed worker (torchrun's "ChildFailedError:" and the table after it,
-    torch.multiprocessing.spawn's "process 1 terminated with exit code 3", and each framework's launcher's as its
-    adapter declares it, horovodrun's "Horovod detected that one or more processes exited"): never the cause."""
-    return _with_declared(r"\bChildFailedError\b|\bProcess(Exited|Raised)Exception\b", "LOG_LAUNCHER_SUMMARY")
+    torch.multiprocessing.spawn's "process 1 terminated with exit code 3" and its "-- Process 0 terminated with the
+    following error:" above the rank's own traceback, and each framework's launcher's as its adapter declares it,
+    horovodrun's "Horovod detected that one or more processes exited"): never the cause."""
+    return _with_declared(r"\bChildFailedError\b|\bProcess(Exited|Raised)Exception\b"
+                          r"|-- Process \d+ terminated with the following error:", "LOG_LAUNCHER_SUMMARY")
 
 
 @functools.cache

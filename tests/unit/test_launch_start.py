@@ -94,6 +94,25 @@ def test_a_program_the_launcher_could_not_find_is_the_cause_not_the_launchers_su
     assert first_error(log) == "RuntimeError: boom"  # not at the end of its line: not a missing program
 
 
+def test_mp_spawns_header_above_a_ranks_traceback_is_not_the_error_quoted(tmp_path):
+    # a rank's error at its end, under torch.multiprocessing.spawn: the row quoted "-- Process 0 terminated with the
+    # following error:" (its header ends in "error:") where torchrun's row quoted the ValueError
+    from harness.ground.provenance import REPO
+    from harness.launching.launch_logs import first_error
+
+    log = tmp_path / "launch.log"
+    log.write_text("Traceback (most recent call last):\n"
+                   '  File "/venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py", line 211, in join\n'
+                   "    raise ProcessRaisedException(msg, error_index, failed_process.pid)\n"
+                   "torch.multiprocessing.spawn.ProcessRaisedException: \n\n"
+                   "-- Process 0 terminated with the following error:\n"
+                   "Traceback (most recent call last):\n"
+                   f'  File "{REPO}/harness/rank/life.py", line 244, in run\n'
+                   "    sys.stdout.flush()\n"
+                   "ValueError: I/O operation on closed file.\n")
+    assert first_error(log) == "ValueError: I/O operation on closed file."
+
+
 def test_an_exception_raised_from_another_is_the_error_named_not_its_cause(tmp_path):
     # an adapter's `raise TypeError("Horovod's DistributedOptimizer rebuilds ...; fix: ...") from exc` was reported
     # as the bare TypeError it explains; a second fault while handling one is not the cause, and stays second
