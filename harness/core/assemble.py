@@ -120,6 +120,19 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
         return ", ".join(f"{p['parameter']} by {p['diff']:.1e}" for p in items)
 
     unfrozen = [p for p in largest if p.get("steps_frozen")]
+    late = [p for p in unfrozen if 0 not in p["steps_frozen"]]
+    if unfrozen and len(late) == len(unfrozen):  # trainable when the backend wrapped the model, frozen later
+        frozen = sorted({s for p in late for s in p["steps_frozen"]})
+        text = (f"the parameters that differ most, {named(late)}, trained first and were frozen (requires_grad "
+                f"False) from {step_list(frozen)} of the {steps} compared, where the single process's optimizer "
+                f"leaves such a parameter alone: it has no gradient then; ")
+        text += (f"{label}: {missing}; fix: keep requires_grad as it was built and hold the parameter still with a "
+                 f"learning rate of 0 (a parameter group, chosen by a key of its own) from then" if missing else
+                 f"{label} leaves it without a gradient too, so that does not explain the difference")
+        rest = [p for p in largest if not p.get("steps_frozen")]
+        if rest:
+            text += f"; the next, {named(rest)}, {'were' if len(rest) > 1 else 'was'} never frozen"
+        return text
     if unfrozen:
         frozen = sorted({s for p in unfrozen for s in p["steps_frozen"]})
         text = (f"the parameters that differ most, {named(unfrozen)}, were frozen (requires_grad False) in "

@@ -851,6 +851,16 @@ def test_a_parameter_frozen_in_some_steps_is_named_as_the_cause_not_as_one_with_
         "model (hooks or buckets for the parameters that require a gradient then) leaves out a parameter frozen "
         "then and never averages its gradient across ranks when it trains")
     assert eq["why_failed"].endswith("until it is to train; the next, 0.bias by 1.0e-03, was never frozen")
+    # frozen after training (requires_grad_(False) at step 3): the backend wrapped it trainable and steps it on
+    # with a zero gradient and momentum; the ✗ had told the unfreezing story, whose mechanism is not this one
+    late = {"no_gradient": {}, "frozen": {"1.weight": [2, 3], "1.bias": [2, 3]}}
+    eq = _equivalence(w, adapters.get("horovod")({}, "cpu"), {"1.weight": 3e-3}, late, label="horovod")
+    missing = adapters.get("horovod")({}, "cpu").missing_gradient()
+    assert eq["why_failed"] == (
+        "the parameters that differ most, 1.weight by 3.0e-03, trained first and were frozen (requires_grad False) "
+        "from steps 3, 4 of the 4 compared, where the single process's optimizer leaves such a parameter alone: it "
+        f"has no gradient then; horovod: {missing}; fix: keep requires_grad as it was built and hold the parameter "
+        "still with a learning rate of 0 (a parameter group, chosen by a key of its own) from then")
 
 
 def test_a_gradient_made_twice_in_one_backward_is_found_and_refused_where_a_backend_would_train_wrongly(tmp_path):
