@@ -203,6 +203,10 @@ class Workload(ABC):
     batch_buffers: list[str] | None = None
     """The buffers (besides BatchNorm's) that the same check found following the batch: after the step whose loss
     differed, their values in the one process and in a rank over its slice differed. The ✗ then names them."""
+    count_losses: dict[int, tuple[float, list[float]]] | None = None
+    """Where the workload declares a count, the same check's losses per step (from 0): the single process's over the
+    global batch and each rank's over its slice, with the same parameters; a ✗ that would suspect the declared count
+    weighs them by it and by the count suspected, and says which gives the single process's loss."""
     unlossed_buffers: list[str] | None = None
     """The buffers the same check found following the batch where the loss did not (InstanceNorm's running
     statistics with track_running_stats=True): the parameters can match the single process while what reads these

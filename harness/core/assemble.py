@@ -455,7 +455,8 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful,
                       (getattr(r0, "adapter", None) or {}).get("note"), workload.optimizer_class,
                       workload.equiv_tolerance, getattr(r0, "lr", None))
-    maybe = normalisation.suspect(workload.varying_counts or [])  # a declared count that may miss a shift
+    # a declared count that may miss a shift, unless the check before launching found it right at that step
+    maybe = normalisation.suspect(workload.varying_counts or [], getattr(workload, "count_losses", None))
     if why and maybe:
         why = f"{why}; besides, {maybe}"
     if why or maybe:

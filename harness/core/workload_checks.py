@@ -286,6 +286,8 @@ def batch_dependence(workload, data, global_batch: int, world: int, steps: int =
     if world < 2:
         return None
     ranks = min(world, model_check.CHECK_RANKS)
+    losses: dict[int, tuple[float, list[float]]] = {}
+    workload.count_losses = losses  # per step: the single process's loss and the ranks' (a declared count's)
 
     def value(model, indices) -> tuple[float, float | None]:
         inputs, target = data.batch(indices, "cpu")
@@ -310,6 +312,8 @@ def batch_dependence(workload, data, global_batch: int, world: int, steps: int =
                 weights = [n if n is not None else float(len(i)) for (_, n), i in zip(parts, slices)]
                 mean = sum(v * n for (v, _), n in zip(parts, weights)) / sum(weights)
                 rounding = normalisation.ROUNDING * max(abs(single), 1e-12)
+                if parts[0][1] is not None:  # a declared count: the losses it weighs, for what a ✗ may suspect
+                    losses[step] = (single, [v for v, _ in parts])
                 if abs(single - mean) <= 10 * rounding:
                     continue
                 if parts[0][1] is None:  # a mean over a count that differs between the ranks is explained apart

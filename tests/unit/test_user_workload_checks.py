@@ -1252,6 +1252,13 @@ def test_a_declared_count_out_of_proportion_with_the_loss_is_named_from_the_loss
                                     "which shifts its labels) (30 and 10 there): if the loss is a mean over those")
     assert suspect([{k: v for k, v in cand[0].items() if k != "declared"}]) is None
     assert suspect([{**cand[0], "what": "the attended positions (attention_mask)"}]) is None  # only the shift
+    # the check before launching read step 2's losses with the same parameters (the ranks' own means 2.0 and 4.0):
+    # a single process's 3.5 is what the declared counts 10 and 30 weigh them to, so the suspicion goes (T5, which
+    # shifts no label, was told to declare a shifted count that then failed every row); its 2.5, what the shifted
+    # counts weigh them to, keeps it; a step the check did not read keeps it too
+    assert suspect(cand, {1: (3.5, [2.0, 4.0])}) is None
+    assert suspect(cand, {1: (2.5, [2.0, 4.0])}).startswith("the count declared for its loss (10 and 30 at step 2)")
+    assert suspect(cand, {0: (3.5, [2.0, 4.0])}) is not None
 
 
 def test_a_failed_check_under_an_adaptive_optimizer_says_what_adam_does_to_a_gradient_near_zero(tmp_path):
