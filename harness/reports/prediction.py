@@ -449,8 +449,11 @@ def predict_sweep(print_line, directory: Path, records: list[dict], tab, profile
             if not rows:
                 print_line(f"  {escape(label)}: no FLOP count or no peak for its precision on this profile")
                 continue
+            # as the report's table: its worker counts, the middle figure with its range up to BOUNDS_FROM (the
+            # terminal had dropped the range there and listed other counts)
             cells = [f"N={r['n']}: " + (f"{r['low']:.0%}–{r['high']:.0%}" if r["n"] > cm.BOUNDS_FROM
-                                        else f"{r['mid']:.0%}") for r in rows if r["n"] >= 8]
+                                        else f"{r['mid']:.0%} ({r['low']:.0%}–{r['high']:.0%})")
+                     for r in rows if r["n"] in _ext_ns(to)]
             print_line(f"  {escape(label)} (batch {batch}/GPU): " + ", ".join(cells))
     return rows
 
