@@ -156,7 +156,8 @@ def lines(plan: Plan) -> list[str]:
                      f"[{cost['low']:.2f}-{cost['high']:.2f}] that of {rec['label']}")
         if rec["next"]:
             r = rec["ratio"]
-            text += (f"; {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"
+            # named: after a clause about another row, a bare "faster than" was read as that row's
+            text += (f"; {rec['label']} is {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"
                      + (" (95% interval of the measured rows' ratio)" if r.get("interval") else "")
                      + _unresolved(r))
         if rec.get("measured_memory"):
