@@ -239,8 +239,10 @@ def _own_cpu(run, req):
         raise BadRun(f"--from {run.path} ran on a CPU ({run.machine}), which has no hardware profile: only its own "
                      f"machine at its own world size ({run.world_size}) can be planned from it; leave out --nodes, "
                      f"--gpus-per-node and --nic-gbps, or give --gpu (a GPU run's compute carries to another GPU)")
+    # the host's memory is shared by the run's processes: each holds its share (every process had been judged
+    # against all of it)
     memory = req.memory_gib if req.memory_gib is not None else (
-        run.host_memory_bytes / 2**30 if run.host_memory_bytes else None)
+        run.host_memory_bytes / 2**30 / run.world_size if run.host_memory_bytes else None)
     return planner.Cluster(None, 1, run.world_size, req.dtype, memory_gib=memory, machine=run.machine)
 
 

@@ -29,7 +29,8 @@ def _where(plan: Plan) -> str:
     c, f = plan.cluster, plan.cluster.fabric()
     capacity = c.capacity_gib()
     if f is None:
-        mem = f", {capacity:.3g} GiB of host memory" if capacity else ""
+        mem = (f", {capacity:.3g} GiB of host memory per process (its share: the host's memory is shared by its "
+               f"{c.gpus} processes)" if capacity else "")
         return (f"on the run's own machine: {c.machine}{mem}; each row at the world size it ran "
                 f"({c.gpus} processes), every row at its own precision" if c.dtype is None else
                 f"on the run's own machine: {c.machine}{mem}; each row at the world size it ran ({c.gpus} processes), "

@@ -67,6 +67,12 @@ def test_planning_a_cpu_runs_own_machine_reproduces_what_it_measured(run):
         assert row["compute_from"].startswith("its own step as measured")
     text = _plan("--from", str(run)).stdout
     assert f"compute from the run in {run} (" in text and "on the run's own machine: AMD EPYC, 2 cores" in text
+    # the host's memory is what its 2 processes share: each is judged against its half (each had been judged
+    # against all of it)
+    host = json.loads(records_text(run).splitlines()[0])["env"]["memory_total_bytes"] / 2**30
+    assert data["cluster"]["memory_gib"] == pytest.approx(host / 2)
+    assert (f", {host / 2:.3g} GiB of host memory per process (its share: the host's memory is shared by its 2 "
+            f"processes)") in " ".join(text.split())
 
 
 def test_a_larger_batch_on_the_runs_own_machine_scales_its_compute_not_its_communication():
