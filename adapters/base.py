@@ -696,11 +696,17 @@ def mixed_precision_refusal(adapter, facts: ModelFacts) -> Availability | None:
     other = facts.dtypes_outside({"fp32"})
     if precision == "fp32" or not other:
         return None
+    complex_ = [d for d in other if d.startswith("complex")]
+    left = " and ".join(x for x in ("fp64" if "fp64" in other else "",
+                                    "complex tensors" if complex_ else "") if x) or "+".join(other)
     return Availability(False, f"its precision is {precision}, a mixed precision defined over an fp32 model, and "
                                f"this model's parameters are {'+'.join(facts.param_dtypes)} as built (autocast "
-                               f"leaves fp64 alone)",
-                        "build the model in fp32 to compare mixed precision; a model built in bf16 runs in bf16 on "
-                        "every plain row")
+                               f"leaves {left} alone)",
+                        ("hold each complex parameter as two real ones (an fp32 parameter of shape (..., 2), read "
+                         "with torch.view_as_complex in the forward), which mixed precision then takes, or compare "
+                         "it on the plain rows" if complex_ else
+                         "build the model in fp32 to compare mixed precision; a model built in bf16 runs in bf16 on "
+                         "every plain row"))
 
 
 class Adapter(Launch, Strategy, Cost):

@@ -295,6 +295,13 @@ def test_a_model_built_in_another_dtype_is_refused_by_the_backends_that_cannot_r
         "its precision is bf16, a mixed precision defined over an fp32 model, and this model's parameters are fp64 "
         "as built (autocast leaves fp64 alone)")
     assert mixed_precision_refusal(adapters.get("ddp")({}, "cpu"), fp64) is None
+    # complex parameters: autocast leaves them alone too, and building the model in fp32 is no fix for them (an
+    # outside check: two real parameters read with view_as_complex ran on amp and matched on every row, 8.9e-8)
+    complex_ = ModelFacts(param_dtypes=["fp32", "complex64"])
+    refused = mixed_precision_refusal(amp, complex_)
+    assert refused.reason.endswith("fp32+complex64 as built (autocast leaves complex tensors alone)")
+    assert refused.fix.startswith("hold each complex parameter as two real ones (an fp32 parameter of shape (..., 2), "
+                                  "read with torch.view_as_complex in the forward)")
 
 
 def test_a_plain_rows_precision_is_the_dtype_its_model_was_built_in():
