@@ -451,9 +451,12 @@ def _check_data(data: Any, what: str, ref: str) -> None:
         wrong = [f"{k!r} ({type(v).__name__})" for k, v in inputs.items()
                  if not isinstance(v, (torch.Tensor, int, float) if inputs is item else torch.Tensor)]
         if wrong:
+            nested = [k for k, v in inputs.items() if isinstance(v, (Mapping, tuple, list))]
             raise BadReference(f"workload {ref}: item 0 of its {what} Dataset holds {', '.join(wrong)}, not a tensor; "
-                               f"every field of a dict item must be a tensor (tokenize text in __getitem__, or leave "
-                               f"the field out)")
+                               f"every field of a dict item must be a tensor ("
+                               + (f"flatten a nested field into fields of their own: those of {nested[0]!r} as "
+                                  f"'{nested[0]}_a', '{nested[0]}_b', ...; " if nested else "")
+                               + "tokenize text in __getitem__, or leave the field out)")
     if not (isinstance(item, (tuple, list)) and len(item) == 2
             and (isinstance(item[0], torch.Tensor)
                  or (isinstance(item[0], Mapping) and item[0]
@@ -477,7 +480,10 @@ def _check_dict(data: Mapping, what: str, ref: str) -> None:
         raise BadReference(f"workload {ref}: {what} is empty; give its tensors by name (input_ids, labels, ...)")
     wrong = [f"{k!r} ({type(v).__name__})" for k, v in data.items() if not isinstance(v, torch.Tensor)]
     if wrong:
-        raise BadReference(f"workload {ref}: {what} must hold tensors; {', '.join(wrong)} is not one")
+        nested = [k for k, v in data.items() if isinstance(v, Mapping)]
+        raise BadReference(f"workload {ref}: {what} must hold tensors; {', '.join(wrong)} is not one"
+                           + (f"; flatten a nested dict into tensors of their own (those of {nested[0]!r} as "
+                              f"'{nested[0]}_a', '{nested[0]}_b', ...)" if nested else ""))
     scalars = [k for k, v in data.items() if not v.dim()]
     if scalars:
         raise BadReference(f"workload {ref}: {what} holds 0-dimensional tensors ({', '.join(scalars)}), which have no "

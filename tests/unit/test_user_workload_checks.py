@@ -277,6 +277,14 @@ BAD = {
                            "rank whose slice holds none; fix: return the loss as (sum, count), the count of those "
                            "targets (the harness divides by the whole global batch's), or declare the count "
                            "(`count=` in its Pieces)"),
+    "nested-dict-item": ("import torch\nclass S(torch.utils.data.Dataset):\n    def __len__(self):\n"
+                         "        return 8\n    def __getitem__(self, i):\n"
+                         "        return {'feats': {'a': torch.zeros(2)}, 'labels': torch.tensor(1)}\n"
+                         "def f():\n    return {'model': torch.nn.Linear(2, 2), 'train': S()}\n", "{path}:f",
+                         "workload {path}:f: item 0 of its train Dataset holds 'feats' (dict), not a tensor; every "
+                         "field of a dict item must be a tensor (flatten a nested field into fields of their own: "
+                         "those of 'feats' as 'feats_a', 'feats_b', ...; tokenize text in __getitem__, or leave the "
+                         "field out)"),
     "output-without-labels": ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
                               "        super().__init__()\n        self.lin = torch.nn.Linear(2, 3)\n"
                               "    def forward(self, input_ids, mask=None):\n"
