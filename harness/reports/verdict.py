@@ -10,6 +10,7 @@ Runs in: the parent (report).
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -241,12 +242,24 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
                        f"neither resolved apart ({test}) nor shown equivalent within ±{margin:.0%} (TOST): its 95% "
                        f"interval is too wide to decide the margin. {a.get('narrower', NARROWER)} narrow it.")
         else:
-            wide = max(unresolved, key=lambda p: _width(p) or float("inf"))
+            # an interval that excludes 1 and lies outside the margin is not too wide to decide it: Holm's
+            # correction over the pairs is what leaves it unresolved, and that is said of it
+            wide_ = [p for p in unresolved if p["lo"] is None or p["lo"] <= 1 <= p["hi"]]
+            held = [p for p in unresolved if p not in wide_]
+            why = []
+            if wide_:
+                wide = max(wide_, key=lambda p: _width(p) or float("inf"))
+                why.append(f"{'their' if len(wide_) > 1 else 'its'} 95% interval{'s' if len(wide_) > 1 else ''} ("
+                           + ("the widest " if len(wide_) > 1 else "") + f"{name_of(a, wide['a'])} vs "
+                           f"{name_of(a, wide['b'])} {ratio_text(wide)}) {'are' if len(wide_) > 1 else 'is'} too wide "
+                           f"to decide the margin")
+            if held:
+                why.append("; ".join(f"{name_of(a, p['a'])} vs {name_of(a, p['b'])} {ratio_text(p)} excludes 1 alone "
+                                     f"but is not resolved after Holm's correction over the {len(pairs)} pairs (p = "
+                                     f"{p_text(p['p_holm'])})" for p in held))
             out.append(f"**{scope(a)}: inconclusive** — no pair of {same} is resolved apart ({test}), and "
                        f"{len(unresolved)} of the {len(pairs)} pairs are not shown equivalent within ±{margin:.0%} "
-                       f"(TOST) either: their 95% intervals (the widest {name_of(a, wide['a'])} vs "
-                       f"{name_of(a, wide['b'])} {ratio_text(wide)}) are too wide to decide the margin. "
-                       f"{a.get('narrower', NARROWER)} narrow them.")
+                       f"(TOST) either: " + "; ".join(why) + f". {a.get('narrower', NARROWER)} narrow them.")
     else:
         # the top group's rows that some resolved pair places; a row resolved against none (and equivalent to none
         # of those placed) shares every letter only because its pairs' intervals are wide, and is named apart: its
@@ -337,7 +350,9 @@ def one_session_line(known: dict[str, Any] | None) -> str:
 
 
 def _width(p: dict[str, Any] | None) -> float | None:
-    return None if not p or p["lo"] is None or p["hi"] == p["lo"] else p["hi"] / p["lo"]
+    """A ratio's interval's width on the log scale, log(hi/lo), where the interval is symmetric: two widths' ratio is
+    how much narrower one is ("intervals 82% of the unpaired width"; their hi/lo ratios read 77%)."""
+    return None if not p or p["lo"] is None or p["hi"] == p["lo"] else math.log(p["hi"] / p["lo"])
 
 
 SYMBOL = {"faster": "▲", "slower": "▼", "equivalent": "≈", "not resolved": "?", "no interval": "·"}

@@ -140,7 +140,9 @@ def test_the_verdict_names_the_fastest_and_every_pair_by_its_outcome():
     assert " · Equivalent within ±5% (TOST, Holm-adjusted): ddp vs spawn 1.00× [0.99–1.01]." in a["lines"][2]
     assert a["lines"][3] == ("(5 launches per row; 6 pairs, 95% intervals, differences and equivalence (TOST, margin "
                              "±5%) each Holm-adjusted over the pairs; rounds as blocks: each pair's differences within "
-                             "rounds, intervals 98% of the unpaired width (median).)")
+                             "rounds, intervals 42% of the unpaired width (median).)")
+    # widths on the log scale: amp/ddp's paired [1.198, 1.202] against its unpaired [1.187, 1.213] is 15% of it,
+    # and the six pairs' median 42% (the ratio of their hi/lo quotients had printed 98%: no width at all)
     # one run: its intervals are about this run, and the verdict says so (no joined runs known to these records)
     assert a["lines"][4] == ("These intervals hold for this run: they count the variation between its launches, not "
                              "between runs at other times (sessions), which one run cannot measure; `compare run "
@@ -662,3 +664,16 @@ def test_a_p_value_just_above_the_threshold_never_reads_as_the_threshold():
     # a report printed "(p = 0.05 after Holm's correction)" for an adjusted p of 0.0501
     assert [verdict.p_text(p) for p in (0.0501, 0.05004, 0.21, 0.056, 0.0499, 0.0496, 0.05)] == [
         "0.0501", "0.05004", "0.21", "0.056", "0.0499", "0.0496", "0.05"]
+
+
+def test_an_interval_that_excludes_1_but_holm_leaves_unresolved_is_not_called_too_wide():
+    # an outside check: "their 95% intervals (the widest spawn vs horovod 2.71x [1.28-5.74]) are too wide to decide
+    # the margin", of intervals lying wholly outside ±5%: what leaves them unresolved is Holm's correction
+    a = verdict.analyse(_records({"ddp": [89.0, 113.0, 86.0, 108.0], "spawn": [81.0, 112.0, 99.0, 121.0],
+                                  "horovod": [79.0, 71.0, 67.0, 75.0]}))
+    line = a["lines"][0]
+    assert line.startswith("**Verdict for this run: inconclusive** — no pair of spawn, ddp, horovod is resolved apart")
+    assert ("either: its 95% interval (spawn vs ddp 1.04× [0.87–1.24]) is too wide to decide the margin; spawn vs "
+            "horovod 1.40× [1.00–1.96] excludes 1 alone but is not resolved after Holm's correction over the 3 pairs "
+            "(p = 0.099); ddp vs horovod 1.35× [1.06–1.71] excludes 1 alone but is not resolved after Holm's correction "
+            "over the 3 pairs (p = 0.083).") in line
