@@ -159,7 +159,15 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
     return {"rows": rows, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
             "unmeasured": sorted(every - set(in_a) - set(in_b)), "margin": margin,
             "names": names, "workload": fa.get("workload"), "world_size": fa.get("world_size"), "context": context,
-            "sessions": (len(sa), len(sb)), "by_sessions": sessions, "across_machines": across_machines}
+            "sessions": (len(sa), len(sb)), "by_sessions": sessions, "across_machines": across_machines,
+            "disturbed": (_disturbed(sa), _disturbed(sb))}
+
+
+def _disturbed(side) -> tuple[int, int]:
+    """(launches measured under interference, launches measured) over a side's sessions: each launch's noise flags
+    (other processes or steal over its timed window, read from /proc/stat)."""
+    measured = [r for _, records in side for r in records if r.get("status") == "ok" and r.get("samples_per_s")]
+    return sum(1 for r in measured if (r.get("noise") or {}).get("flags")), len(measured)
 
 
 def _iv(row: dict[str, Any]) -> str:
@@ -206,11 +214,21 @@ def lines(d: dict[str, Any]) -> list[str]:
         taus = [f"{r['label']} {r['tau']:.1%}" for r in d["rows"] if r.get("tau") is not None]
         if taus:
             out.append("Between-session standard deviation of each row's log samples/s (τ): " + ", ".join(taus) + ".")
-    moved = {r["outcome"] for r in d["rows"] if r["outcome"].startswith(("faster", "slower"))}
-    if len(moved) == 1 and len(d["rows"]) > 1 and all(r["outcome"] != "equivalent" for r in d["rows"]):
-        out.append(f"Every resolved row moved the same way: runs share no rounds, so a change of the machine "
-                   f"between them (load, frequency, another VM) moves every row alike; `compare doctor` shows what "
-                   f"this machine is doing, and a row's ratio to another row of the same run is free of it.")
+    resolved = [r for r in d["rows"] if r["outcome"].startswith(("faster", "slower"))]
+    moved = {r["outcome"] for r in resolved}
+    # a change of the machine moves every row alike: said where at least two rows are resolved one way and every
+    # other row's estimate lies on that side too (one row that moved beside rows that did not is that row's change)
+    if (len(moved) == 1 and len(resolved) >= 2
+            and all((r["estimate"] > 1) == (resolved[0]["estimate"] > 1) for r in d["rows"])):
+        out.append(f"Every row moved the same way: runs share no rounds, so a change of the machine between them "
+                   f"(load, frequency, another VM) moves every row alike; `compare doctor` shows what this machine "
+                   f"is doing, and a row's ratio to another row of the same run is free of it.")
+    (da, na), (db, nb) = d.get("disturbed") or ((0, 0), (0, 0))
+    if da or db:
+        out.append(f"Launches measured under interference (other processes or steal over their timed windows; each "
+                   f"side's report names them): {a} {da} of {na}, {b} {db} of {nb}"
+                   + (": a row's change between the sides may be what that interference did to it, not a change of "
+                      "the code or the machine" if (da / max(na, 1)) != (db / max(nb, 1)) else "") + ".")
     if any(r["lo"] is None for r in d["rows"]):
         out.append(f"A row needs at least {MIN_LAUNCHES} launches in each run for an interval" + (
             ", and two such sessions a side" if d["by_sessions"] else "")

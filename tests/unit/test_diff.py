@@ -334,3 +334,21 @@ def test_what_differs_names_a_frameworks_version_and_the_tuning_variables():
     # another torch is said once, not again as every row's framework that names it
     d = diff.compare(run("deepspeed 0.19.8", {}), run("deepspeed 0.19.8", {}, torch="2.14.0"))
     assert "What differs: torch 2.13.0 → 2.14.0." in "\n".join(diff.lines(d))
+
+
+def test_one_row_that_moved_is_not_called_a_change_of_the_machine_and_interference_is_named():
+    # an outside check: horovod 1.96x faster in B, ddp 1.05x and spawn 0.97x not resolved, and the diff said "Every
+    # resolved row moved the same way ... a change of the machine moves every row alike"; A's launches were 10 of 12
+    # under interference, B's none, with no word of it
+    a = _records({"ddp": [100.0, 101.0, 99.0], "spawn": [100.0, 102.0, 98.0], "horovod": [50.0, 51.0, 49.0]})
+    b = _records({"ddp": [104.0, 101.0, 105.0], "spawn": [97.0, 99.0, 96.0], "horovod": [98.0, 99.0, 97.0]})
+    for r in a[:5]:
+        r["noise"] = {"flags": ["other processes 40%"]}
+    text = "\n".join(diff.lines(diff.compare(a, b)))
+    assert "moved the same way" not in text
+    assert ("Launches measured under interference (other processes or steal over their timed windows; each side's "
+            "report names them): A 5 of 9, B 0 of 9: a row's change between the sides may be what that interference "
+            "did to it, not a change of the code or the machine.") in text
+    # every row resolved one way: that is what a change of the machine does
+    c = _records({"ddp": [150.0, 151.0, 149.0], "spawn": [150.0, 152.0, 148.0], "horovod": [75.0, 76.0, 74.0]})
+    assert "Every row moved the same way: runs share no rounds" in "\n".join(diff.lines(diff.compare(a, c)))
