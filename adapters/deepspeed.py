@@ -263,11 +263,17 @@ class DeepSpeedLaunch(Launch):
             # measured: an EMA of the weights updated in the forward from named_parameters(), which ZeRO-3 holds
             # as empty partitions outside their own module's forward (an attribute read, F.linear(h, emb.weight),
             # is gathered for it; iterating parameters() is not)
+            # measured too: a BYOL teacher updated in place from the online network's parameters was dropped by a
+            # read-only gather (7.6e-2 ✗), and a gather at the forward's start met parameters ZeRO-3 was already
+            # fetching ("Cannot partition a param in flight"); modifier_rank=0 after the networks ran, 1.2e-7 ✓
             return ("ZeRO-3 holds each parameter as an empty partition (0 elements) outside its own module's forward: "
                     "code that reads parameters other than through their module's attribute there (iterating "
                     "named_parameters() or parameters(): an EMA update) sees them empty; gather them around it with "
-                    "`with deepspeed.zero.GatheredParameters(list(params)):`, do that work outside the forward, or "
-                    f"use zero_stage 2 or lower (-a {self.name}:zero_stage=2)")
+                    "`with deepspeed.zero.GatheredParameters(list(params)):` after the networks' forward (at its "
+                    "start ZeRO-3 may be fetching them: \"Cannot partition a param in flight\"), with "
+                    "modifier_rank=0 where it writes to them (without it the gathered copies are read-only and a "
+                    "change to them is dropped), do that work outside the forward, or use zero_stage 2 or lower "
+                    f"(-a {self.name}:zero_stage=2)")
         return None
 
     def missing_gradient(self):
