@@ -546,6 +546,9 @@ def batch_dependent_failure(workload, adapter, label: str) -> str:
                 f"dist.is_initialized()"
                 + (f"; under {label}, which starts no torch.distributed process group, the framework's own "
                    f"all-reduce" if gather else "")
+                + "), or, for a buffer that holds samples rather than a statistic (a MoCo queue of keys), from every "
+                  "rank's samples gathered in rank order (torch.distributed.all_gather, as MoCo's concat_all_gather"
+                + (f"; under {label}, the framework's own allgather" if gather else "")
                 + "), or declare batch_dependence=\"...\" in @workload (the check is then skipped, with that reason)")
     return (f"the model depends on the rest of its batch, other than through BatchNorm: {workload.batch_dependent} (a "
             f"mean divided by a sum over its batch, such as cross_entropy with class weights, whose mean divides by "

@@ -502,11 +502,15 @@ def test_a_buffer_the_forward_updates_from_its_batch_is_named_with_the_fix_that_
         "batch, and no backend averages a buffer the forward changes, so ranks that each see their own slice alone "
         "cannot match the single process; fix: update it from statistics all-reduced across the ranks, as "
         "SyncBatchNorm does (torch.distributed.all_reduce of the slice's sum and count behind dist.is_initialized()), "
-        "or declare batch_dependence=\"...\" in @workload (the check is then skipped, with that reason)")
+        "or, for a buffer that holds samples rather than a statistic (a MoCo queue of keys), from every rank's samples "
+        "gathered in rank order (torch.distributed.all_gather, as MoCo's concat_all_gather), or declare "
+        "batch_dependence=\"...\" in @workload (the check is then skipped, with that reason)")
     horovod = _equivalence(w, adapters.get("horovod")({}, "cpu"), {"0.lin.bias": 1e-3}, _gradients({}),
                            label="horovod")
     assert ("behind dist.is_initialized(); under horovod, which starts no torch.distributed process group, the "
-            "framework's own all-reduce), or declare") in horovod["why_failed"]
+            "framework's own all-reduce), or, ") in horovod["why_failed"]
+    assert "(torch.distributed.all_gather, as MoCo's concat_all_gather; under horovod, the framework's own allgather)" \
+        in horovod["why_failed"]
     # a loss over the whole batch, with no buffer following it, keeps its list of causes
     assert checked("balanced").batch_buffers is None
 
@@ -798,7 +802,8 @@ def test_a_loss_that_gathers_from_other_ranks_is_never_told_no_backend_can_match
             f"may gather the rest from the other ranks, but horovod starts no torch.distributed process group, so "
             f"that gather does not run under it and each rank's loss sees its own slice alone; fix: gather with "
             f"Horovod's own allgather (z = hvd.allgather(z)") in horovod
-    assert horovod.endswith("multiply that loss by hvd.size()")
+    assert horovod.endswith("multiply that loss by hvd.size() (a gather under no_grad, a queue of keys, needs no "
+                            "factor)")
     ddp = _equivalence(w, adapters.get("ddp")({}, "cpu"), {"0.weight": 2e-2}, _gradients({}))["why_failed"]
     assert "yet this row still differs from the single process: a gather matches it where" in ddp
     assert not any("cannot match" in text or "can match" in text for text in (horovod, ddp))
