@@ -478,6 +478,12 @@ class Launch(Role):
         framework is known to print for a model or knob it cannot train as given); None when none is known."""
         return None
 
+    def edited_parameters_fix(self) -> str | None:
+        """Where a model's forward changes its parameters in place (an EMA teacher, a renormalisation) and this row
+        failed the equivalence check: what this framework does with such a change and how to keep it, in words;
+        None where it has nothing of its own to add to the general reason."""
+        return None
+
 
 NO_GRAD_CHECKPOINT = "None of the inputs have requires_grad=True"
 """What torch.utils.checkpoint warns (use_reentrant=True) when none of its inputs needs a gradient: no gradient then

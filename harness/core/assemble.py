@@ -431,12 +431,16 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
             return out
     if getattr(workload, "edits_parameters", None):
         out["why_failed"] = (f"the model's forward changes its parameters in place ({workload.edits_parameters}: "
-                             f"nn.Embedding(max_norm=...) renormalising the rows it looks up, a clamp_ of a weight), "
+                             f"nn.Embedding(max_norm=...) renormalising the rows it looks up, a clamp_ of a weight, an "
+                             f"EMA teacher updated from the online network), "
                              f"and no backend synchronises parameters after the start, only gradients: a change that "
                              f"depends on the batch (max_norm's rows) leaves each rank's copy changed where its own "
                              f"slice took it, and a sharding backend (ZeRO-3, FSDP2) may drop a change made to the "
                              f"copy it gathered for the forward; fix: move the change out of the forward (a "
                              f"parametrization, or after the optimizer's step) to check equivalence")
+        own = adapter.edited_parameters_fix() if adapter is not None else None
+        if own:
+            out["why_failed"] += f"; on {label}: {own}"
         return out
     if getattr(workload, "summed_loss", None):
         out["why_failed"] = (f"the model's loss is a sum over its batch's samples, not a mean: {workload.summed_loss} "

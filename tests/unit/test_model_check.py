@@ -831,6 +831,15 @@ def test_a_forward_that_changes_its_parameters_in_place_is_named_in_the_failed_c
     assert eq["why_failed"].startswith("the model's forward changes its parameters in place (0.weight: "
                                        "nn.Embedding(max_norm=...) renormalising the rows it looks up")
     assert checked("renormed", "max_norm=0").edits_parameters is None
+    assert "; on ddp:" not in eq["why_failed"]  # DDP has nothing of its own to add
+    # FSDP2 drops a change made to a module the default units leave to the root (a BYOL teacher: 7.3e-2 ✗), and
+    # units= that makes it a unit of its own keeps it (1.2e-7 ✓): its row says so
+    fsdp = _equivalence(w, adapters.get("fsdp")({}, "cpu"), {"0.weight": 2.3}, _gradients({}), label="fsdp")
+    assert fsdp["why_failed"].endswith(
+        "; on fsdp: FSDP2 frees the unsharded copy of a unit's parameters after its forward, so a change to a module "
+        "left to the root (its parameters read outside its own forward, where the default units leave it) is "
+        "dropped with that copy; give `units=` that makes each module whose parameters the forward writes a unit of "
+        "its own (its shards are then changed in place)")
 
 
 def test_a_parameter_frozen_in_some_steps_is_named_as_the_cause_not_as_one_with_a_gradient_every_step():
