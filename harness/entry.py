@@ -118,9 +118,12 @@ def _leave_user_threads(code) -> None:
     from harness.shared.text import listed
 
     names = listed([t.name for t in left])
+    # by the user's code, or by a library it called (torch.compile's pool of compile workers), which a thread's
+    # stack cannot always tell apart (a thread of time.sleep has no frame of anyone's)
     sys.stderr.write(f"compare: not waiting for {len(left)} thread(s) still running in this process ({names}), "
-                     f"started by the workload's code when the check before launching ran it; make them daemon "
-                     f"threads or end them\n")
+                     f"started while the check before launching ran the workload's code, by it or by a library it "
+                     f"called (torch.compile's compile workers, say); a thread of yours: make it a daemon thread or "
+                     f"end it\n")
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -956,8 +956,9 @@ def test_a_thread_the_users_code_leaves_running_does_not_keep_compare_from_exiti
     assert proc.stderr.splitlines()[-2:] == [
         f"error: workload {path}:f: its loss returned a str, not one floating-point value; return the loss as a tensor "
         f"(a mean over the batch), or (sum, count)",
-        "compare: not waiting for 1 thread(s) still running in this process (prefetch), started by the workload's code "
-        "when the check before launching ran it; make them daemon threads or end them"]
+        "compare: not waiting for 1 thread(s) still running in this process (prefetch), started while the check "
+        "before launching ran the workload's code, by it or by a library it called (torch.compile's compile workers, "
+        "say); a thread of yours: make it a daemon thread or end it"]
 
 
 CHATTY = '''
