@@ -383,7 +383,11 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
             else (f"BatchNorm statistics per process ({bn}): each process normalises its own "
                   f"{r0.per_process_batch} samples where the single process normalises all {spec.global_batch}"
                   + (_also_batch_dependent(workload, adapter, bn_fix, label)
-                     if getattr(workload, "batch_dependent", None) else f"; {bn_fix}" if bn_fix else ""))),
+                     if getattr(workload, "batch_dependent", None) else f"; {bn_fix}" if bn_fix else "")
+                  # said at once: with the statistics synced, the check would fail on the randomness next
+                  + (f"; besides, the model is not deterministic ({workload.nondeterministic}), so with statistics "
+                     f"over the global batch the check would still fail on that (a frozen part left in training "
+                     f"mode, a teacher, say, keeps both: hold it in eval mode)" if workload.nondeterministic else ""))),
     }
     if bn:
         out["batch_norm"] = {"layers": bn, "statistics": "per process" if per_process else "global batch"}

@@ -420,6 +420,13 @@ def test_batchnorm_skips_the_check_with_the_reason_unless_the_row_syncs_the_stat
     assert synced["checked"] is True and synced["passed"] is True
     assert synced["batch_norm"] == {"layers": "BatchNorm1d", "statistics": "global batch"}
     assert _equivalence(w, adapters.get("dp")({}, "cpu"))["checked"] is True  # one process, the whole batch
+    # with dropout too (a teacher left in training mode): both said at once, not the randomness after sync_bn=true
+    w.nondeterministic = "it has dropout (Dropout(p=0.3))"
+    assert _equivalence(w, adapters.get("ddp")({}, "cpu"))["why_not_checked"].endswith(
+        "(-a ddp:sync_bn=true); besides, the model is not deterministic (it has dropout (Dropout(p=0.3))), so with "
+        "statistics over the global batch the check would still fail on that (a frozen part left in training mode, a "
+        "teacher, say, keeps both: hold it in eval mode)")
+    w.nondeterministic = None
     w.batch_dependence = "a contrastive loss over the batch"  # declared: skipped whatever the row does
     assert _equivalence(w, adapters.get("ddp")({"sync_bn": "true"}, "cpu"))["why_not_checked"] == (
         "model is batch-dependent (a contrastive loss over the batch)")
