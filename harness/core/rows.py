@@ -16,6 +16,7 @@ import adapters
 from adapters.base import Adapter, Availability
 from harness.core.checks import list_command, pairs, unavailable_message
 from harness.ground.errors import BadInput, first_sentence
+from harness.shared.text import newlines_shown
 from harness.shared import options
 from harness.shared.options import OptionError
 from harness.shared.registry import UnknownName
@@ -100,6 +101,9 @@ def row_environment(label: str, variant: dict[str, str], device: str = "cpu", re
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise BadInput(f"adapter row '{label}': 'env.{name}' needs a variable name (letters, digits and _, "
                                f"not starting with a digit), e.g. env.NCCL_ALGO=Ring")
+            if any(not c.isprintable() for c in value):  # the row's label: one line in the report's tables
+                raise BadInput(f"adapter row '{newlines_shown(label)}': env.{name}'s value holds a control character; "
+                               f"give it on one line, without tabs or other control characters")
             if name in HARNESS_ENV or name.startswith("COMPARE_"):
                 raise BadInput(f"adapter row '{label}': {name} is set by the harness for every row (threads with "
                                f"--threads, placement by the launcher); a row may set other variables, e.g. "

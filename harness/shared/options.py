@@ -103,7 +103,9 @@ def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
         return raw
     text = raw.strip()
     try:
-        if not text.isascii():  # int() and float() also take other scripts' digits ("１" is 1)
+        # int() and float() also take other scripts' digits ("１" is 1); a text option takes any script (a path
+        # under /home/josé was refused)
+        if inner in (bool, int, float) and not text.isascii():
             raise ValueError
         if inner is bool:
             if text.lower() in _TRUE:
@@ -121,6 +123,9 @@ def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
         if not math.isfinite(value):  # no knob or option means anything at nan or inf
             raise OptionError(f"{what} '{name}' expects a finite number{hint}, got '{_shown(raw)}'")
         return value
+    if any(not c.isprintable() for c in text):  # a row's label and a report's table are one line each
+        raise OptionError(f"{what} '{name}' holds a control character ('{_shown(raw)}'); give it on one line, "
+                          f"without tabs or other control characters")
     return text
 
 

@@ -412,6 +412,10 @@ CASES = [
      "workload digits: option 'hidden' expects an int, got '１２８'"),
     ("run-option-with-a-newline", ["run", "-o", "hidden=64\ntouch"],
      "workload digits: option 'hidden' expects an int, got '64\\ntouch'"),
+    # a row's environment value on two lines split the report's table rows and named a log file with a newline
+    ("run-env-value-with-a-newline", ["run", "-a", "ddp:env.FOO=a\nb"],
+     "adapter row 'ddp:env.FOO=a\\nb': env.FOO's value holds a control character; give it on one line, without "
+     "tabs or other control characters"),
     ("comm-gap-negative", ["comm", "--gap", "-1"], "--gap must be between 0 and 1000 ms, got -1"),
     ("comm-gap-nan", ["comm", "--gap", "nan"], "--gap must be between 0 and 1000 ms, got nan"),
     ("comm-gap-too-long", ["comm", "--gap", "1e6"], "--gap must be between 0 and 1000 ms, got 1e+06"),

@@ -38,6 +38,27 @@ def test_bad_knobs_are_named_with_the_valid_choices():
     assert str(exc.value) == "knob 'bucket_cap_mb' expects a number or none (the framework's default), got 'big'"
 
 
+def test_a_text_option_takes_any_script_and_no_control_character():
+    # a path under /home/josé was refused as "expects a string" (the check against other scripts' digits ran for
+    # every type); a newline or tab in a text value would split a report's one-line label
+    from dataclasses import dataclass
+
+    from harness.shared.options import OptionError
+
+    @dataclass
+    class Opts:
+        data_dir: str = "x"
+        hidden: int = 1
+
+    assert build(Opts, {"data_dir": "/home/josé/données"}).data_dir == "/home/josé/données"
+    with pytest.raises(OptionError, match=r"^option 'hidden' expects an int, got '１６'$"):
+        build(Opts, {"hidden": "１６"})
+    with pytest.raises(OptionError) as exc:
+        build(Opts, {"data_dir": "a\tb"})
+    assert str(exc.value) == ("option 'data_dir' holds a control character ('a\\tb'); give it on one line, without "
+                              "tabs or other control characters")
+
+
 def test_amp_precision_resolves_per_device():
     amp = adapters.get("amp")
     assert amp({}, "cpu").precision().value == "bf16"
