@@ -279,7 +279,26 @@ def read_results(directory: Path, kinds: tuple[str, ...] = KINDS, given: str = "
         said = (f"records of {whose} among those of {written_by(tuple(sorted(wanted)))}" if wanted
                 else f"the results of {whose}")
         raise BadInput(f"{where} holds {said}; {expected}")
+    try:
+        one_run(records)
+    except ValueError as exc:
+        raise BadInput(f"{where}: {exc}") from None
     return records
+
+
+def one_run(records: list[Record]) -> None:
+    """ValueError unless the records are one run's: one run id and workload and, but for a sweep's, one world size (a
+    record of another run pasted in was counted as this run's launch, or dropped a row as "not data-parallel"; diff,
+    join and plan --from had read such a file where report refused it)."""
+    kind = records[0].get("kind", "run") if records else "run"
+    same = [("run_id", "run"), ("workload", "workload")] + ([("world_size", "world size")] if kind in ("run", "tune")
+                                                              else [])
+    for key, what in same:
+        first = records[0].get(key)
+        other = next((n for n, r in enumerate(records, 1) if r.get(key) != first), None)
+        if other is not None:
+            raise ValueError(f"record {other} is of {what} {records[other - 1].get(key)}, record 1 of {first}: the "
+                             f"records of one run share their {what}; a records.jsonl holds one run")
 
 
 def read_records(path: Path) -> list[Record]:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from harness.ground.record import one_run
 from harness.reports import comm_report as comm
 from harness.reports import host_layout as hosts_report
 from harness.reports import run_report as run
@@ -40,16 +41,7 @@ def check_kind(records: list[dict[str, Any]]) -> str:
     mixed = sorted({str(r.get("kind", "run")) for r in records} - {k})
     if mixed:
         raise ValueError(f"records of kind {', '.join(mixed)} among records of kind {k}")
-    # one run's records: one run id and workload (and, but for a sweep, one world size); a record of another run
-    # pasted in was counted as this run's launch, or dropped a row as "not data-parallel"
-    same = [("run_id", "run"), ("workload", "workload")] + ([("world_size", "world size")] if k in ("run", "tune")
-                                                              else [])
-    for key, what in same:
-        first = records[0].get(key)
-        other = next((n for n, r in enumerate(records, 1) if r.get(key) != first), None)
-        if other is not None:
-            raise ValueError(f"record {other} is of {what} {records[other - 1].get(key)}, record 1 of {first}: the "
-                             f"records of one run share their {what}; a records.jsonl holds one run")
+    one_run(records)  # one run's records: one run id and workload (and, but for a sweep, one world size)
     return k
 
 MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError, OverflowError)
