@@ -9,8 +9,9 @@ shared machine a row moves between runs of the identical command by more than th
 gives this project's measurement), so the report says it cannot separate the change from
 run-to-run variation. With two sessions or more a side, each row's sessions are the unit: each session's log
 geometric mean counted once, B's against A's by Welch's t over the two sets of session estimates
-(harness/ground/stats.py: random_effects_difference). Either way a difference and an equivalence
-within the margin (TOST) are tested per row, each family Holm-adjusted over the rows. Runs of different workloads,
+(harness/ground/stats.py: random_effects_difference). A join against one run is refused: one run gives no spread
+between sessions, and pooling the join's launches as one run's would drop the join's. Either way a difference and an
+equivalence within the margin (TOST) are tested per row, each family Holm-adjusted over the rows. Runs of different workloads,
 workload options, world sizes or global batches are refused (their samples/s measure different things), and so is a
 change of machine unless asked for (`--across-machines`: then it compares the machines).
 """
@@ -97,6 +98,13 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
                 joins.check(side)
             except joins.NotJoinable as exc:
                 raise NotComparable(f"{name}'s sessions: {exc}") from None
+    if min(len(sa), len(sb)) == 1 < max(len(sa), len(sb)):
+        joined, one = (names[0], names[1]) if len(sa) > 1 else (names[1], names[0])
+        raise NotComparable(
+            f"{joined} is a join of {max(len(sa), len(sb))} sessions and {one} one run: a join's sessions are its unit, "
+            f"and one run gives no spread between sessions to set against them (pooling the join's launches as one "
+            f"run's would drop that spread); join runs of {one}'s condition (`compare run --join {one}`, or "
+            f"`compare join`) and diff the joins, or diff one of {joined}'s runs against {one}")
     fa, fb = _first(sa[0][1]), _first(sb[0][1])
     for what, get in IDENTITY:
         if get(fa) != get(fb):
@@ -115,7 +123,7 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
     in_a = [k for k in labels if any(k in m for m in per_a)]
     in_b = [k for k in labels if any(k in m for m in per_b)]
     common = [k for k in in_a if k in in_b]
-    sessions = min(len(sa), len(sb)) >= 2
+    sessions = len(sa) >= 2  # and so is B: a join against one run is refused above
     rows = []
     for k in common:
         va = [[r["samples_per_s"] for r in m[k]] for m in per_a if k in m]

@@ -272,6 +272,18 @@ def test_compare_diff_takes_joins_a_side(tmp_path, monkeypatch):
     assert shown.stderr == (f"error: A and B share a run ({tmp_path / 'a1'} in B holds the same launches as ../a1 in "
                             f"A): a diff takes its two sides as independent, and launches on both sides would count "
                             f"twice; give runs that are not in the other side's join\n")
+    # a join against another single run: the join's launches were pooled as one run's, its spread between sessions
+    # dropped (a join's spawn shown 26,712 [20,443–34,902] where its own report said [3,696–193,076]), under a
+    # banner that called it one run
+    other = _run(tmp_path, "other", {"ddp": [1000.0, 1010.0, 990.0]})
+    for x, y, joined, one in ((sides["a"], other, "A", "B"), (other, sides["a"], "B", "A")):
+        shown = CliRunner().invoke(app, ["diff", str(x), str(y)])
+        assert (shown.exit_code, shown.stdout) == (2, "")
+        assert shown.stderr == (f"error: {joined} is a join of 2 sessions and {one} one run: a join's sessions are its "
+                                "unit, and one run gives no spread between sessions to set against them (pooling the "
+                                "join's launches as one run's would drop that spread); join runs of "
+                                f"{one}'s condition (`compare run --join {one}`, or `compare join`) and diff the joins, "
+                                f"or diff one of {joined}'s runs against {one}\n")
     # or a copy of one of its runs whose figures were edited (it was diffed as another run)
     edited = tmp_path / "edited"
     edited.mkdir()
