@@ -379,4 +379,11 @@ def known(env: dict[str, Any], workload: str, options: dict[str, Any] | None,
     if not isinstance(entry, dict) or not entry.get("complete") or not all(n in entry for n in need) \
             or any(entry.get(k) != request.get(k) for k in REQUEST) or _after_now(entry.get("newest")):
         return None
-    return {**{k: entry[k] for k in need}, **{k: entry[k] for k in ("rows", "steps", "options") if entry.get(k)}}
+    pairs = entry.get("per_pair")  # kept since pairs were kept one by one; an older entry has the medians alone
+    if not (isinstance(pairs, list) and all(
+            isinstance(q, dict) and isinstance(q.get("a"), str) and isinstance(q.get("b"), str)
+            and isinstance(q.get("prediction"), list) and len(q["prediction"]) == 2
+            and all(isinstance(v, (int, float)) and v > 0 for v in q["prediction"]) for q in pairs)):
+        pairs = None
+    return {**{k: entry[k] for k in need}, **{k: entry[k] for k in ("rows", "steps", "options") if entry.get(k)},
+            **({"per_pair": pairs} if pairs else {})}

@@ -305,8 +305,10 @@ class RunOnly(TypedDict):
     none failed: for the run's workload and options, timed steps, warm-up, global batch and world size, the join
     whose newest session is newest; absent where none was of that request): sessions, pairs, the median and largest
     between-session SD of a pair's log ratio, the median standard error within one run, the workload, its options,
-    rows (which may be others than the run's) and steps, and the date; the verdict says it beside "these intervals
-    hold for this run"."""
+    rows (which may be others than the run's) and steps, and the date; and, kept since, `per_pair`: each pair's rows
+    (`a` / `b`), pooled ratio, τ and 95% prediction interval for a new session's estimate. The verdict says it beside
+    "these intervals hold for this run", and names every pair it resolves (or shows equivalent) whose prediction
+    interval does not hold that outcome: for this run alone, not this machine."""
     precision_mode: NotRequired[dict[str, Any]]
     """Without `--repeats`: target (`--precision`, or null), budget, rounds used and the least run, how it ended,
     elapsed seconds, the widest interval left and the stopping criterion (`simultaneous`: every pair's Bonferroni

@@ -402,6 +402,11 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     rows = table_rows(records)
     cfg = ttt.settings(records)
     analysis = verdict_mod.analyse(records) if cfg is None and has_intervals(records) else None
+    joined = _joined(out, records) if analysis is not None else None
+    if isinstance(joined, dict):  # its own session is set against the verdict above, not the cache before this join
+        from harness.reports import sessions
+
+        analysis = verdict_mod.analyse(records, between=sessions.here(joined))
     plots = plot(out, records, rows)
     if analysis is not None:
         plots += pairs_plot(out, records, analysis)
@@ -413,7 +418,6 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     over = " (oversubscribed)" if r0.get("oversubscribed") else ""
     until = f" until {cfg['metric']} ≥ {cfg['target']:g}" if cfg else ""
     md = [f"# {r0['workload']}{until}: {', '.join(group(records))} at world size {ws}{over} on {hw}", ""]
-    joined = _joined(out, records) if analysis is not None else None
     if isinstance(joined, str):
         md += ["## Verdict over the sessions", "", f"Not made: {joined}.", ""]
     elif joined is not None:
@@ -587,6 +591,7 @@ def console_verdict(records: list[dict[str, Any]], out: Path | None = None) -> l
     elif joined is not None:
         from harness.reports import sessions
 
+        analysis = verdict_mod.analyse(records, between=sessions.here(joined))
         head = [f"Over {len(joined['sessions'])} sessions:"] + sessions.console_lines(joined) + ["This session alone:"]
     return [escape(line.replace("**", "")) for line in head + analysis["lines"] + precision_lines(records, analysis)
             if line]

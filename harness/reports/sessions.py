@@ -236,7 +236,24 @@ def spread(joined: dict[str, Any]) -> dict[str, Any] | None:
             "tau_max": max(taus), "se_median": statistics.median(ses),
             "date": max(s["date"] for s in joined["sessions"]),
             "newest": max(s["time"] for s in joined["sessions"]),
-            "hosts": [s.get("host_key") for s in joined["sessions"]]}
+            "hosts": [s.get("host_key") for s in joined["sessions"]], "per_pair": pair_spreads(joined)}
+
+
+def pair_spreads(joined: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per pair pooled over every session: its rows (`a` / `b`, the ratio's orientation), the pooled ratio, τ and
+    where a new session's own estimate should fall (`prediction`, 95%): what a single run's resolved pair is set
+    against (harness/reports/verdict.py: swamped). A median τ over the pairs (0.0%, up to 4.4%) told no reader that the
+    one pair their run resolved moved by 34% between sessions."""
+    k = len(joined["sessions"])
+    return [{"a": p["a"], "b": p["b"], "estimate": p["estimate"], "tau": p["tau"],
+             "prediction": list(p["prediction"])}
+            for p in joined["pairs"] if p.get("prediction") and p.get("tau") is not None and len(p["each"]) == k]
+
+
+def here(joined: dict[str, Any]) -> dict[str, Any]:
+    """What a `--join` run's own session is set against: the verdict over the sessions in the same report (this
+    session among them), never the cache as it was before this join, a staler figure beside a fresher one."""
+    return {"joined_here": True, "sessions": len(joined["sessions"]), "per_pair": pair_spreads(joined)}
 
 
 def markdown(joined: dict[str, Any]) -> list[str]:

@@ -25,10 +25,19 @@ NARROWER = "More launches (`--precision`)"
 """The difference tests a verdict's words rest on (a joined verdict names its own: harness/reports/sessions.py)."""
 
 
+_RECORDED = object()
+
+
 def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: float | None = None,
-            pilot: int | None = None) -> dict[str, Any]:
-    """The run's analysis (harness/core/analysis.py: analyse) with the verdict's lines (markdown) as `lines`."""
+            pilot: int | None = None, between: Any = _RECORDED) -> dict[str, Any]:
+    """The run's analysis (harness/core/analysis.py: analyse) with the verdict's lines (markdown) as `lines`.
+    `between`: the spread between sessions its verdict is set against, where not what its records say the cache held
+    (a `--join` run's own session: the verdict over the sessions in the same report, harness/reports/sessions.py:
+    here)."""
     a = analysis.analyse(records, baseline, margin, pilot)
+    if between is not _RECORDED:
+        a["between_sessions"] = between
+    a["swamped"] = swamped(a)
     a["unmeasured"] = unmeasured(records, a["ranked"] + a["left_out"])
     a["lines"] = _lines(a, a["launches"])
     return a
@@ -110,8 +119,66 @@ def ratio_text(ratio: dict[str, Any]) -> str:
 
 def scope(analysis) -> str:
     """What a verdict's first words say it holds for: a run's intervals count the variation between its own launches,
-    not between runs at other times, so its claim is for this run; joined sessions' include that variation."""
-    return "Verdict over the sessions" if analysis.get("joined") else "Verdict for this run"
+    not between runs at other times, so its claim is for this run; joined sessions' include that variation. A run
+    with a pair the sessions joined on this machine put either way (swamped) says at once that it ranks no machine."""
+    if analysis.get("joined"):
+        return "Verdict over the sessions"
+    return "Verdict for this run alone, not for this machine" if analysis.get("swamped") else "Verdict for this run"
+
+
+def swamped(a: dict[str, Any]) -> list[tuple[dict[str, Any], float, float]]:
+    """(pair, lo, hi) for every pair this run resolves (faster) or shows equivalent whose 95% prediction interval for
+    a new session's estimate, from the sessions this machine joined (`between_sessions`' `per_pair`, turned to the
+    pair's orientation), does not hold that outcome: a resolved pair's reaches 1 or past it, an equivalent pair's
+    leaves the margin. One run resolved spawn 1.30× ahead of ddp while the joined sessions put a new run's spawn / ddp
+    anywhere in [0.39–2.90]; the next run resolved ddp 1.34× ahead."""
+    known = a.get("between_sessions") or {}
+    out = []
+    for p in a["pairs"]:
+        if p["outcome"] not in ("faster", "equivalent") or p["lo"] is None:
+            continue
+        for q in known.get("per_pair") or []:
+            if {q["a"], q["b"]} != {p["a"], p["b"]}:
+                continue
+            lo, hi = q["prediction"] if q["a"] == p["a"] else (1 / q["prediction"][1], 1 / q["prediction"][0])
+            bound = 1 + a["margin"]
+            if (lo <= 1) if p["outcome"] == "faster" else (lo < 1 / bound or hi > bound):
+                out.append((p, lo, hi))
+    return out
+
+
+def swamped_line(a: dict[str, Any]) -> str | None:
+    """The pairs `swamped` names, each beside the prediction that swamps it, or None: "spawn vs ddp: resolved in this
+    run, 1.30× [1.13–1.49], but the 4 sessions joined before on this machine (...) expect a new session's estimate of
+    this pair anywhere in [0.39–2.90] (95% prediction interval): this run alone does not rank them on this machine"."""
+    if not a.get("swamped"):
+        return None
+    known = a["between_sessions"]
+    k = known["sessions"]
+    alone = "this session" if known.get("joined_here") else "this run"
+    since = (f"the verdict over the {k} sessions above (this one among them) expects" if known.get("joined_here") else
+             f"the {k} sessions joined before on this machine (the last on {known.get('date')}) expect")
+    said = []
+    for outcome, what, claim in (("faster", "resolved", "rank them"),
+                                 ("equivalent", f"equivalent within ±{a['margin']:.0%}", "show them equivalent")):
+        mine = [(p, lo, hi) for p, lo, hi in a["swamped"] if p["outcome"] == outcome]
+        if len(mine) == 1:
+            (p, lo, hi), = mine
+            said.append(f"{name_of(a, p['a'])} vs {name_of(a, p['b'])}: {what} in {alone}, {ratio_text(p)}, but "
+                        f"{since} a new session's estimate of this pair anywhere in {_bounds(lo, hi)} (95% prediction "
+                        f"interval): {alone} alone does not {claim} on this machine")
+        elif mine:
+            said.append(f"{what} in {alone}, but {since} a new session's estimate of each of these pairs anywhere in "
+                        "its 95% prediction interval: " + "; ".join(
+                            f"{name_of(a, p['a'])} vs {name_of(a, p['b'])} {ratio_text(p)}, a new session "
+                            f"{_bounds(lo, hi)}" for p, lo, hi in mine)
+                        + f": {alone} alone does not {claim} on this machine")
+    return f"**{alone[0].upper()}{alone[1:]} alone, not this machine:** " + "; and ".join(said) + "."
+
+
+def _bounds(lo: float, hi: float) -> str:
+    """"[0.39–2.90]", with a third digit where two would show a bound that reaches past 1 as 1.00."""
+    return "[" + "–".join(f"{v:.3f}" if f"{v:.2f}" == "1.00" and v != 1 else f"{v:.2f}" for v in (lo, hi)) + "]"
 
 
 def name_of(analysis, label) -> str:
@@ -281,6 +348,9 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
                      f"{'it is' if one else 'they are'} not resolved against any row (the intervals of "
                      f"{'its' if one else 'their'} pairs are too wide to place {'it' if one else 'them'})")
         out.append(text + ".")
+    line = swamped_line(a)
+    if line:  # beside the headline: a pair that moves either way between runs here is ranked for this run alone
+        out.append(line)
     if faster:
         out.append("Groups, highest estimate first (a compact letter display: rows that share a letter are not resolved "
                    "apart): " + "; ".join(f"{name_of(a, k)} **{letters[k]}**" for k in order) + ".")
@@ -333,6 +403,10 @@ def one_session_line(known: dict[str, Any] | None) -> str:
             "as another session of DIR, and the verdict over the sessions includes it.")
     from harness.core.joins import STORED_SESSIONS
 
+    if known and known.get("joined_here"):  # the cache, as it was before this join, is staler than the verdict above
+        return ("These intervals hold for this session: they count the variation between its launches, not between "
+                f"sessions, which the verdict over the {known['sessions']} sessions above includes (τ per pair in its "
+                "table).")
     if known and known["sessions"] >= STORED_SESSIONS:  # a join of two runs (kept before it was refused) is not quoted
         k, pairs = known["sessions"], known["pairs"]
         spread = (f"median over {pairs} pairs; up to {known['tau_max']:.1%}" if pairs != 1
