@@ -135,8 +135,9 @@ def controls_text(records: list[dict[str, Any]], entries: list[dict[str, Any]]) 
             "process and validate after every epoch: compare the shape of the comparison, not the seconds.")
 
 
-def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]) -> Path | None:
-    """epoch_time.png: one bar per backend (unavailable and failed ones named, without a bar)."""
+def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]], scope: str) -> Path | None:
+    """epoch_time.png: one bar per backend (unavailable and failed ones named, without a bar), titled with what it
+    covers (`scope`: figures.scope)."""
     if not entries:
         return None
     plt = figures.pyplot()
@@ -179,7 +180,7 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
     ax.set_xlabel("seconds per epoch (lower is better)")
     r0 = records[0]
     ax.set_title(f"Seconds per epoch, by backend: {r0['workload']}, world size {r0['world_size']}\n"
-                 f"(drawn as the seed blog's chart; its figure and ours: the notes below)", fontsize=10)
+                 f"(drawn as the seed blog's chart; its figure and ours: the notes below)\n{scope}", fontsize=10)
     ax.margins(x=0.3)
     fig.text(0.01, 0.01, "\n".join(notes), fontsize=7, va="bottom", ha="left")
     path = figures.save(fig, out / "epoch_time.png", rect=(0, (text_in + legend_in) / height, 1, 1))

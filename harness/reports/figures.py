@@ -77,6 +77,25 @@ def run_title(records: list[dict[str, Any]]) -> str:
         r0["env"]["gpus"][0] if r0["env"].get("gpus") else "CPU")
 
 
+def scope(sessions: int | None = None) -> str:
+    """What a run's figures show, said on each (a second title line) and over them in report.md: one run's own
+    launches, or in a run that joined earlier sessions this session's alone. A join run's pairs plot once showed "ddp
+    1.34x ▲ spawn" under a report whose verdict over 4 sessions left that pair not resolved, with no word that the
+    plot was one session's."""
+    if sessions:
+        return f"this session alone; the verdict over {sessions} sessions is in report.md"
+    return "this run alone: its own launches"
+
+
+def caption(sessions: int | None = None) -> str:
+    """The line under report.md's "## Plots": what every plot below covers (`scope`)."""
+    if sessions:
+        return (f"Every plot shows this session alone, its own launches: the verdict over the {sessions} sessions is "
+                "the one above, in words and tables.")
+    return ("Every plot shows this run alone, its own launches: its intervals count the variation between them, not "
+            "between runs at other times.")
+
+
 def of_run(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]], str] | None:
     """(pyplot, the measured rows, the run's title) for a run's figures; None where there is nothing to draw (no
     matplotlib, plots off, no row measured)."""

@@ -12,7 +12,8 @@ from harness.ground.record import MEASURED, precision_of
 from harness.reports import figures, palette
 from harness.reports import verdict as verdict_mod
 
-def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[Path]:
+def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], scope: str) -> list[Path]:
+    """throughput.png, loss.png and step_times.png, each titled with what it covers (`scope`: figures.scope)."""
     drawing = figures.of_run(records, rows)
     if drawing is None:
         return []
@@ -49,7 +50,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
         ax.text(s + hi[i], i, f"  {s:,.0f}{notes[i]}", va="center", ha="left", fontsize=9)  # right of the whisker
     ax.invert_yaxis()
     ax.set_xlabel(f"samples/s (global{whiskers})")
-    ax.set_title(f"Throughput: {title}", fontsize=10)
+    ax.set_title(f"Throughput: {title}\n{scope}", fontsize=10)
     ax.margins(x=0.45 if any(notes) else 0.25)  # room for "n=1: no interval" beside the longest bar
     paths.append(figures.save(fig, out / "throughput.png"))
 
@@ -66,7 +67,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
                 linestyle=style[r["adapter"]])
     ax.set_xlabel("step (warm-up included)")
     ax.set_ylabel("training loss (global batch)")
-    ax.set_title(f"Loss: {title}", fontsize=10)
+    ax.set_title(f"Loss: {title}\n{scope}", fontsize=10)
     ax.legend()
     paths.append(figures.save(fig, out / "loss.png"))
 
@@ -77,15 +78,15 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]]) -
                whis=(10, 90), showfliers=False)
     ax.invert_yaxis()
     ax.set_xlabel("step time, ms (slowest rank; box: p25..p75, whiskers: p10..p90)")
-    ax.set_title(f"Step times: {title}", fontsize=10)
+    ax.set_title(f"Step times: {title}\n{scope}", fontsize=10)
     paths.append(figures.save(fig, out / "step_times.png"))
     return paths
 
 
-def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any]) -> list[Path]:
+def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any], scope: str) -> list[Path]:
     """The verdict's pairwise matrix as a heat map (pairs.png): each cell the row's geometric-mean throughput over
     the column's, coloured by log2 of it (red: the row is slower, blue: faster), marked with the pair's outcome
-    after Holm's correction (`a`: the verdict's analysis of `records`). Nothing where fewer than two rows rank, or a
+    after Holm's correction (`a`: the verdict's analysis of `records`), titled with what it covers (`scope`). Nothing where fewer than two rows rank, or a
     row has fewer than 3 launches."""
     plt = figures.pyplot()
     order = a["order"]
@@ -111,6 +112,6 @@ def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any]) -> l
     r0 = records[0]
     ax.set_title(f"Row ÷ column, samples/s ({r0['workload']}, world size {r0['world_size']}; {a['n_min']}+ launches "
                  f"per row)\n▲ faster, ▼ slower, ≈ equivalent within ±{a['margin'] * 100:g}%, ? not resolved "
-                 f"(Holm over {len(a['pairs'])} pairs)", fontsize=9)
+                 f"(Holm over {len(a['pairs'])} pairs)\n{scope}", fontsize=9)
     path = figures.save(fig, out / "pairs.png")
     return [path]

@@ -407,11 +407,14 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
         from harness.reports import sessions
 
         analysis = verdict_mod.analyse(records, between=sessions.here(joined))
-    plots = plot(out, records, rows)
+    # what every figure covers: they are drawn from this run's records alone, never the verdict over sessions
+    joins_of = len(joined["sessions"]) if isinstance(joined, dict) else None
+    scope = figures.scope(joins_of)
+    plots = plot(out, records, rows, scope)
     if analysis is not None:
-        plots += pairs_plot(out, records, analysis)
+        plots += pairs_plot(out, records, analysis, scope)
     epochs = epoch.epoch_rows(records, rows)
-    epoch_png = epoch.plot(out, records, epochs)
+    epoch_png = epoch.plot(out, records, epochs, scope)
     r0 = records[0]
     ws = r0["world_size"]
     hw = r0["env"]["gpus"][0] if r0["env"].get("gpus") else f"{r0['env']['cpu_cores_usable']}-core CPU"
@@ -430,7 +433,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
             + precision_lines(records, analysis)
     if cfg:
         trows = ttt.table_rows(records, group(records))
-        plots = ttt.plots(out, records, trows, cfg) + plots
+        plots = ttt.plots(out, records, trows, cfg, scope) + plots
         md += [ttt.markdown_table(trows, cfg), ""] + [x for line in ttt.verdict(trows, cfg) for x in (line, "")]
         md += ["## Throughput, memory and equivalence", ""]
     md += [markdown_table(rows), ""]
@@ -441,7 +444,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
     steps = step_report.section(records, analysis, order)
     if steps:
         md += ["## Where a step's time goes", ""] + steps
-        png = step_report.plot(out, records, order)
+        png = step_report.plot(out, records, order, scope)
         if png is not None:
             plots.append(png)
     dtypes = step_report.dtypes_section(records, analysis, order)
@@ -457,7 +460,7 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
         md += ["## Where the time went", ""] + timing + [""]
     md += ["## Provenance", ""] + provenance(records) + [""]
     if plots:
-        md += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+        md += ["## Plots", "", figures.caption(joins_of), ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     elif not figures.available():
         md += ["## Plots", "", figures.why_none(), ""]
     path = out / "report.md"

@@ -249,8 +249,9 @@ def dtypes_section(records: list[dict[str, Any]], analysis: dict[str, Any] | Non
     return lines
 
 
-def plot(out: Path, records: list[dict[str, Any]], order: list[str] | None = None) -> Path | None:
-    """step_breakdown.png: a stacked bar per row of the parts of its profiled step; None without a breakdown."""
+def plot(out: Path, records: list[dict[str, Any]], order: list[str] | None, scope: str) -> Path | None:
+    """step_breakdown.png: a stacked bar per row of the parts of its profiled step, titled with what it covers
+    (`scope`: figures.scope); None without a breakdown."""
     rows = _rows(records, order)
     plt = figures.pyplot()
     if not rows or plt is None:
@@ -270,8 +271,8 @@ def plot(out: Path, records: list[dict[str, Any]], order: list[str] | None = Non
             ax.plot([timed * 1e3] * 2, [i - 0.4, i + 0.4], color="black", linewidth=1.5)
     ax.invert_yaxis()
     ax.set_xlabel("ms per step (profiled; black tick: the timed step's mean)")
-    ax.set_title(f"Where a step's time goes: {records[0]['workload']}, world size {records[0]['world_size']}",
-                 fontsize=10)
+    ax.set_title(f"Where a step's time goes: {records[0]['workload']}, world size {records[0]['world_size']}\n"
+                 f"{scope}", fontsize=10)
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(labels) < 4 else -0.15))
     path = figures.save(fig, out / "step_breakdown.png")
     return path

@@ -259,8 +259,10 @@ def _wrapped(text: str, width: int = 90) -> str:
     return "\n".join(textwrap.wrap(text, width))
 
 
-def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[Path]:
-    """ttt_curve.png (metric vs training time, target line) and ttt_time.png (time to target, start-up stacked)."""
+def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], cfg: dict[str, Any],
+          scope: str) -> list[Path]:
+    """ttt_curve.png (metric vs training time, target line) and ttt_time.png (time to target, start-up stacked), each
+    titled with what it covers (`scope`: figures.scope)."""
     drawing = figures.of_run(records, rows)
     if drawing is None:
         return []
@@ -281,7 +283,7 @@ def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], 
     ax.set_xlabel("training time, s\n(sum of step times; evaluations and start-up excluded)", fontsize=9)
     ax.set_ylabel(cfg["metric"])
     ax.set_title(_wrapped(f"{cfg['metric'].capitalize()} vs training time (median repeat by training time; ★ "
-                          f"target): {title}"), fontsize=9)
+                          f"target): {title}") + f"\n{scope}", fontsize=9)
     ax.legend(fontsize=8)
     paths.append(figures.save(fig, out / "ttt_curve.png"))
 
@@ -309,7 +311,7 @@ def plots(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], 
     ax.margins(x=0.35)
     ax.set_xlabel("seconds to target: end to end = training + start-up\n(the repeat with the median end to end"
                   + ("; whiskers: the range over the repeats)" if ranged else ")"), fontsize=9)
-    ax.set_title(_wrapped(f"Time to {cfg['metric']} {cfg['target']:g}: {title}"), fontsize=9)
+    ax.set_title(_wrapped(f"Time to {cfg['metric']} {cfg['target']:g}: {title}") + f"\n{scope}", fontsize=9)
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
     room = (0.07 if len(shown) > 3 else 0.1) + (0.04 if ranged else 0.0)  # a second legend row for the whiskers
     paths.append(figures.save(fig, out / "ttt_time.png", rect=(0, room, 1, 1)))

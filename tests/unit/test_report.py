@@ -175,11 +175,11 @@ def _throughput_figure(records, tmp_path, monkeypatch):
     from matplotlib.container import ErrorbarContainer
 
     from harness.ground import outdir
-    from harness.reports import run_plots
+    from harness.reports import figures, run_plots
 
     saved = {}
     monkeypatch.setattr(outdir, "save_figure", lambda fig, path, dpi: saved.setdefault(path.name, fig))
-    run_plots.plot(tmp_path, records, run_report.table_rows(records))
+    run_plots.plot(tmp_path, records, run_report.table_rows(records), figures.scope())
     ax = saved["throughput.png"].axes[0]
     bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     return ax, bars
@@ -198,6 +198,53 @@ def test_a_row_with_one_launch_draws_no_whisker_and_says_so(tmp_path, monkeypatc
     assert len(whiskers) == 1 and len(whiskers[0].lines[2][0].get_segments()) == rows  # one whisker per row
     assert "whiskers: 95% interval over launches" in ax.get_xlabel()
     assert not any("no interval" in t.get_text() for t in ax.texts)
+
+
+def _titles(out, records, monkeypatch):
+    """Every figure run_report draws for `records` in `out`, as {file: its axes' titles}, and the report's text."""
+    from harness.ground import outdir
+
+    saved = {}
+    monkeypatch.setattr(outdir, "save_figure", lambda fig, path, dpi: saved.setdefault(path.name, fig))
+    path = run_report.render(out, records)
+    return {name: [ax.get_title() for ax in fig.axes if ax.get_title()] for name, fig in saved.items()}, \
+        path.read_text()
+
+
+def test_every_figure_says_whether_it_shows_this_run_or_one_session_of_a_join(tmp_path, monkeypatch):
+    """A `--join` run's pairs.png showed "ddp 1.34x ▲ spawn" under a report whose verdict over 4 sessions left that pair
+    not resolved, and its throughput.png this session alone, with no word of it; a single run's figures said nothing
+    of covering one run either."""
+    from harness.core import joins
+    from harness.reports import figures
+
+    if not figures.available():
+        pytest.skip(figures.why_none())
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    # resnet_cpu2_20261126-052328: 3 rounds of dp, ddp, spawn, horovod (schema 2: intervals, a verdict, pairs.png)
+    base = [json.loads(line) for line in records_text(RUNS / "resnet_cpu2_20261126-052328").splitlines()]
+    dirs = []
+    for i in range(3):  # three runs of it at other times: their own launches, each a session
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        recs = [{**r, "run_id": d.name, "launch_wall": r["launch_wall"] + 3600 * (i + 1),
+                 "samples_per_s": r["samples_per_s"] and r["samples_per_s"] * (1 + 0.05 * i)} for r in base]
+        (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        dirs.append((d, recs))
+    titles, text = _titles(dirs[0][0], dirs[0][1], monkeypatch)
+    assert {"throughput.png", "loss.png", "step_times.png", "pairs.png"} <= set(titles)
+    assert all(t[-1].endswith("\nthis run alone: its own launches") for t in titles.values()), titles
+    assert ("## Plots\n\nEvery plot shows this run alone, its own launches: its intervals count the variation between "
+            "them, not between runs at other times.\n") in text
+    # the third, as `compare run --join` writes it: another session of the first two
+    own, recs = dirs[2]
+    joins.write_manifest(own, [d for d, _ in dirs], "compare run --join s1")
+    titles, text = _titles(own, recs, monkeypatch)
+    assert "## Verdict over 3 sessions" in text
+    assert all(t[-1].endswith("\nthis session alone; the verdict over 3 sessions is in report.md")
+               for t in titles.values()), titles
+    assert ("## Plots\n\nEvery plot shows this session alone, its own launches: the verdict over the 3 sessions is "
+            "the one above, in words and tables.\n") in text
 
 
 def test_a_cross_names_the_target_and_whether_the_run_was_long_enough_to_reach_it():

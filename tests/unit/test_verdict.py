@@ -468,10 +468,11 @@ def test_the_pairs_heat_map_is_drawn_for_a_ranking_and_for_nothing_less(tmp_path
         pytest.skip(figures.why_none())
     runs = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
     records = read_records(runs / "resnet_cpu2_20261126-052328" / "records.jsonl.gz")
-    assert pairs_plot(tmp_path, records, verdict.analyse(records)) == [tmp_path / "pairs.png"]
+    assert pairs_plot(tmp_path, records, verdict.analyse(records), figures.scope()) == [tmp_path / "pairs.png"]
     assert (tmp_path / "pairs.png").stat().st_size > 0
     one = [r for r in records if r["label"] in ("dp", "ddp")]  # one ranked row: no pair to draw
-    assert pairs_plot(tmp_path / "none", one, verdict.analyse(one)) == [] and not (tmp_path / "none").exists()
+    assert pairs_plot(tmp_path / "none", one, verdict.analyse(one), figures.scope()) == []
+    assert not (tmp_path / "none").exists()
 
 
 # ---- words = statistics ---------------------------------------------------------------------------------------------
