@@ -48,9 +48,18 @@ def diff(req: DiffRequest) -> None:
     nothing."""
     from harness.core.checks import parse_precision
     from harness.ground.stats import DEFAULT_MARGIN
+    from harness.reports import MALFORMED
     from harness.reports import run_diff as diffs
 
     margin = DEFAULT_MARGIN if req.margin is None else parse_precision(req.margin, "--margin")
+    try:
+        _diff(req, margin, diffs)
+    except MALFORMED as exc:  # records of a shape the field check lets through: one line, as report says it
+        fail(f"cannot diff {req.run_a} and {req.run_b}: a records.jsonl of theirs holds a record of a shape this "
+             f"compare cannot read ({type(exc).__name__}: {' '.join(str(exc).split())})")
+
+
+def _diff(req: DiffRequest, margin: float, diffs) -> None:
     a, b = _side(req.run_a), _side(req.run_b)
     same = _same_run(req.run_a, req.run_b, a, b)
     if same:

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.commands.common import console, fail, malformed
+from harness.commands.common import console, fail
 from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
@@ -40,7 +40,11 @@ def join(req: JoinRequest) -> None:
     given: dict[Path, Path] = {}  # each session's resolved path -> the argument that brought it
     expanded = []
     for d in req.runs:
-        found = joins.session_dirs(d)  # a run stands for itself: read (and refused where it is none) below
+        try:
+            found = joins.session_dirs(d)  # a run stands for itself: read (and refused where it is none) below
+            d.resolve(), [x.resolve() for x in found]
+        except (OSError, RuntimeError):  # a symlink loop: "Symlink loop from ..." as a traceback
+            fail(f"{d} cannot be read (a symlink loop?); give a directory written by `compare run`")
         if len(found) > 1 or found[0].resolve() != d.resolve():  # a join (or a run made with --join): its sessions
             expanded.append(f"{d} is a join of {len(found)} sessions ({', '.join(map(str, found))}), each taken")
         for x in found:  # a session counted twice would weigh twice in every pooled estimate
@@ -54,7 +58,10 @@ def join(req: JoinRequest) -> None:
         fail(f"compare join needs two runs or more; got {len(dirs)} ({', '.join(map(str, req.runs))})")
     joins.unfinished(dirs)
     named = [(str(d), read_results(d, ("run",))) for d in dirs]
-    joins.check(named)
+    try:
+        joins.check(named)
+    except reports.MALFORMED as exc:  # records of a shape the field check lets through, in one line
+        fail(_unreadable(dirs, exc))
     if records_file(req.out) is not None:  # before --force is offered: it would not help
         fail(f"{req.out} holds a run's records; give a new directory for the join")
     try:
@@ -78,7 +85,14 @@ def join(req: JoinRequest) -> None:
         else:
             for path in set(req.out.iterdir()) - before:
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        fail(str(exc) if isinstance(exc, BadInput) else malformed(req.out, exc))
+        fail(str(exc) if isinstance(exc, BadInput) else _unreadable(dirs, exc))
     for line in sessions.console_lines(sessions.analyse(loaded)):
         console.print(line, soft_wrap=True, markup=False)
     console.print(f"wrote {req.out}/sessions.json and report.md", soft_wrap=True)
+
+
+def _unreadable(dirs: list[Path], exc: Exception) -> str:
+    """One line for sessions whose records pass the field check but cannot be joined: it names the sessions (the
+    join's own directory, which holds no records, had been named as if it did)."""
+    return (f"cannot join {', '.join(map(str, dirs))}: a records.jsonl of theirs holds a record of a shape this "
+            f"compare cannot read ({type(exc).__name__}: {' '.join(str(exc).split())}); nothing was written")

@@ -87,7 +87,8 @@ def plan(req: PlanRequest) -> None:
     from harness.ground.errors import BadInput
     from harness.core.checks import pairs
     from harness.model import activations, measured, planner, shapes
-    from harness.reports import plan_report
+    from harness.commands.common import malformed
+    from harness.reports import MALFORMED, plan_report
     from harness.shared.options import OptionError
 
     model = ("a workload (-w, one of " + ", ".join(workloads.names()) + ") or a transformer's size (--params with "
@@ -99,6 +100,8 @@ def plan(req: PlanRequest) -> None:
             run = measured.read(req.from_run)
     except measured.BadRun as exc:
         fail(str(exc))
+    except MALFORMED as exc:  # records of a shape the field check lets through: one line, as report says it
+        fail(malformed(req.from_run, exc, "plan from"))
     if run is not None and req.params is not None:
         fail(f"--from prices the run's own workload ({run.workload}), not a transformer given by --params; leave out "
              f"--params, or --from")
@@ -178,12 +181,20 @@ def plan(req: PlanRequest) -> None:
         fail(str(exc).strip("'\""))
     except OptionError as exc:
         fail(f"workload {req.workload}: {exc}")
+    except MALFORMED as exc:  # the run's records, of a shape the field check lets through
+        if run is None:
+            raise
+        fail(malformed(req.from_run, exc, "plan from"))
     inputs = {f.metadata["cli"].flags[0] if "cli" in f.metadata else f.name: getattr(req, f.name)
               for f in dc.fields(req)}
     try:
         result = planner.make(shape, target, per_gpu or shape.default_batch, source, inputs)
     except activations.BadPlan as exc:  # no row trains the model as it is built at this dtype
         fail(str(exc).strip("'\""))
+    except MALFORMED as exc:
+        if run is None:
+            raise
+        fail(malformed(req.from_run, exc, "plan from"))
     if req.as_json:
         typer.echo(json.dumps(plan_report.as_json(result), indent=2, default=str))
         return

@@ -1752,3 +1752,61 @@ def test_a_run_holding_both_records_files_is_refused_naming_both(tmp_path):
     indexed = invoke("index", tmp_path)
     assert indexed.exit_code == 0
     assert f"warning: skipped {d}: it holds both records.jsonl and records.jsonl.gz" in indexed.output
+
+
+def _another(tmp_path, run):
+    """A copy of a committed run made as another run of its request (its own id and launch times): a diff or join
+    takes it as a session of its own, not as a copy of the run."""
+    (tmp_path / "other").mkdir()
+
+    def change(records):
+        for r in records:
+            r["run_id"], r["launch_wall"] = "other", r.get("launch_wall", 0) + 86400.0
+    return _committed_with(tmp_path / "other", run, change)
+
+
+@pytest.mark.parametrize("change, command", [
+    # optional fields of the wrong type pass the field check: report refused them in one line while these readers
+    # raised tracebacks (an outside check's damaged copies)
+    (_set("row", "peak_memory_bytes", "big"), "plan"),
+    (_set("row", "cpu_s_per_step", "x"), "plan"),
+    (_set("row", "noise", "x"), "diff"),
+    (_set("row", "adapter_info", "x"), "diff"),
+    (_set("row", "adapter_info", "x"), "join"),
+])
+def test_records_of_a_shape_no_reader_can_use_are_one_line_in_plan_diff_and_join(tmp_path, change, command):
+    run = "digits_cpu2_20261123-101734"
+    bad = _committed_with(tmp_path, run, change)
+    good = _another(tmp_path, run)
+    args = {"plan": ["plan", "--from", bad], "diff": ["diff", bad, good],
+            "join": ["join", tmp_path / "j", good, bad]}[command]
+    result = invoke(*args)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith({"plan": f"error: cannot plan from {bad}: its records.jsonl holds a record of a "
+                                             f"shape this compare cannot read (",
+                                     "diff": f"error: cannot diff {bad} and {good}: a records.jsonl of theirs "
+                                             f"holds a record of a shape this compare cannot read (",
+                                     "join": f"error: cannot join {good}, {bad}: a records.jsonl of theirs holds "
+                                             f"a record of a shape this compare cannot read ("}[command]), result.stderr
+    assert not (tmp_path / "j").exists()
+
+
+@pytest.mark.parametrize("key, value, said", [("workload", "resnet", "workload resnet, record 1 of digits"),
+                                              ("world_size", 4, "world size 4, record 1 of 2")])
+def test_a_records_file_that_is_not_one_runs_is_refused_by_every_reader_as_report_refuses_it(tmp_path, key, value,
+                                                                                           said):
+    # diff printed "B against A: resnet, world size 2" for a digits run with one record edited; plan, join and
+    # run --join read it too
+    run = "digits_cpu2_20261123-101734"
+
+    def change(records):
+        records[1][key] = value
+    bad = _committed_with(tmp_path, run, change)
+    good = _another(tmp_path, run)
+    for args, where in ((["report", bad], f"{bad}"), (["plan", "--from", bad], f"--from {bad}"),
+                        (["diff", bad, good], f"{bad}"), (["join", tmp_path / "j", good, bad], f"{bad}")):
+        result = invoke(*args)
+        assert result.exit_code == 2 and result.stderr == (
+            f"error: {where}: record 2 is of {said}: the records of one run share their "
+            f"{key.replace('_', ' ')}; a records.jsonl holds one run\n"), (args, result.output)
+    assert not (tmp_path / "j").exists()
