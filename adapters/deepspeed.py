@@ -563,6 +563,14 @@ class DeepSpeedStrategy(Strategy):
                                    "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
                                    "reduce_bucket_size": e.zero_reduce_bucket_size(),
                                    "overlap_comm": e.zero_overlap_comm()}})
+        notes = self._notes()
+        if notes:
+            d["note"] = "; besides, ".join(notes)
+        return d
+
+    def _notes(self) -> list[str]:
+        """What this row does that a failed equivalence check should say (the record's adapter note): ZeRO's step
+        per parameter group under a schedule that counts steps, and a step() of the workload's own on a partition."""
         notes = []
         stage = self.knobs.zero_stage
         if stage >= 1 and self.groups > 1 and (self.own_step or self.step_hooked):
@@ -578,9 +586,7 @@ class DeepSpeedStrategy(Strategy):
                          f"computes across parameters (a gradient-norm clip, a global statistic) sees that partition, "
                          f"where a single process sees them all (a clip belongs in the workload's max_grad_norm, "
                          f"which the engine applies to the global norm)")
-        if notes:
-            d["note"] = "; besides, ".join(notes)
-        return d
+        return notes
 
 
 class DeepSpeedCost(Cost):

@@ -128,6 +128,28 @@ def test_a_scheduler_stepped_from_a_hook_on_a_narrowed_group_is_told_why_and_the
     assert ds.DeepSpeedAdapter({"zero_stage": "0"}, "cpu").failure_fix(error) is None
 
 
+def test_a_schedule_counted_per_call_of_step_with_two_groups_is_told_zero_steps_one_group_per_call():
+    # nanoGPT's decay and no-decay groups with a warm-up counted in step(): ZeRO-1/2 call step() once per group, so
+    # the warm-up ran twice as fast (6.1e-3 ✗ on ZeRO-3, a clip on a partition blamed); counted per group, every row
+    # matched at 3.0e-8 (tests/distributed/test_your_models_as_built.py runs the fix)
+    a = ds.DeepSpeedAdapter({"zero_stage": "2"}, "cpu")
+    a.own_step, a.groups = "WarmSGD.step", 2
+    notes = a._notes()
+    assert notes[0] == (
+        "ZeRO-2 calls the workload optimizer's step() once per parameter group each training step, with its "
+        "param_groups narrowed to that group (runtime/zero/stage_1_and_2.py, _optimizer_step), and the workload's "
+        "optimizer has 2 groups and a step() of its own (WarmSGD.step): a schedule that counts step() calls (in step() "
+        "or a scheduler stepped from a hook on it) advances once per group each training step here; " + ds.PER_GROUP_FIX)
+    assert notes[1].startswith("the workload's optimizer has a step() of its own (WarmSGD.step), which ZeRO-2 calls")
+    a.own_step, a.step_hooked = None, True
+    assert "and a hook on its step:" in a._notes()[0] and len(a._notes()) == 1
+    a.groups = 1
+    assert a._notes() == []
+    zero0 = ds.DeepSpeedAdapter({}, "cpu")
+    zero0.own_step, zero0.groups = "WarmSGD.step", 2
+    assert zero0._notes() == []
+
+
 def test_unknown_precision_is_refused():
     with pytest.raises(KnobError, match="knob 'precision' must be fp32, bf16 or fp16; got 'fp8'"):
         ds.DeepSpeedAdapter({"precision": "fp8"}, "cpu")
