@@ -257,8 +257,12 @@ def execute(execute_plan, plan, *args):
         fail(str(exc), 1)
 
 
-def malformed(directory: Path, exc: Exception, doing: str = "make a report of") -> str:
-    """One line for records that pass the field check but that a report cannot be made of (nothing was written)."""
-    return (f"cannot {doing} {directory}: its records.jsonl holds a record of a shape this compare cannot read "
-            f"({type(exc).__name__}: {' '.join(str(exc).split())})" + ("; nothing was written" if "report" in doing
-                                                                        else ""))
+def malformed(directory: Path | str, exc: Exception, doing: str = "make a report of", whose: str = "its",
+              wrote_nothing: bool | None = None) -> str:
+    """One line for records that pass the field check but that `doing` cannot use (`directory`: one, or several in
+    words, whose records.jsonl `whose` says: "a ... of theirs"); "nothing was written" where the command would have
+    written (a report, by default; `wrote_nothing` says so for another)."""
+    written = "report" in doing if wrote_nothing is None else wrote_nothing
+    records = "its records.jsonl" if whose == "its" else f"a records.jsonl of {whose}"
+    return (f"cannot {doing} {directory}: {records} holds a record of a shape this compare cannot read "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())})" + ("; nothing was written" if written else ""))

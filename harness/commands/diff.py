@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.commands.common import console, fail
+from harness.commands.common import console, fail, malformed
 from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
@@ -55,8 +55,7 @@ def diff(req: DiffRequest) -> None:
     try:
         _diff(req, margin, diffs)
     except MALFORMED as exc:  # records of a shape the field check lets through: one line, as report says it
-        fail(f"cannot diff {req.run_a} and {req.run_b}: a records.jsonl of theirs holds a record of a shape this "
-             f"compare cannot read ({type(exc).__name__}: {' '.join(str(exc).split())})")
+        fail(malformed(f"{req.run_a} and {req.run_b}", exc, "diff", whose="theirs"))
 
 
 def _diff(req: DiffRequest, margin: float, diffs) -> None:

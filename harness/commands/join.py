@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.commands.common import console, fail
+from harness.commands.common import console, fail, malformed
 from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
@@ -94,5 +94,4 @@ def join(req: JoinRequest) -> None:
 def _unreadable(dirs: list[Path], exc: Exception) -> str:
     """One line for sessions whose records pass the field check but cannot be joined: it names the sessions (the
     join's own directory, which holds no records, had been named as if it did)."""
-    return (f"cannot join {', '.join(map(str, dirs))}: a records.jsonl of theirs holds a record of a shape this "
-            f"compare cannot read ({type(exc).__name__}: {' '.join(str(exc).split())}); nothing was written")
+    return malformed(", ".join(map(str, dirs)), exc, "join", whose="theirs", wrote_nothing=True)

@@ -177,21 +177,14 @@ def plan(req: PlanRequest) -> None:
             shape = shapes.transformer(req.params, req.layers, req.hidden, seq_len, req.optimizer or "adamw",
                                         heads=req.heads, kv_heads=req.kv_heads, ffn=req.ffn,
                                         attention=req.attention, checkpointing=ck)
-    except BadInput as exc:  # BadPlan, BadRun and UnknownName derive from it
+        inputs = {f.metadata["cli"].flags[0] if "cli" in f.metadata else f.name: getattr(req, f.name)
+                  for f in dc.fields(req)}
+        result = planner.make(shape, target, per_gpu or shape.default_batch, source, inputs)
+    except BadInput as exc:  # BadPlan (no row trains the model as it is built at this dtype), BadRun, UnknownName
         fail(str(exc).strip("'\""))
     except OptionError as exc:
         fail(f"workload {req.workload}: {exc}")
     except MALFORMED as exc:  # the run's records, of a shape the field check lets through
-        if run is None:
-            raise
-        fail(malformed(req.from_run, exc, "plan from"))
-    inputs = {f.metadata["cli"].flags[0] if "cli" in f.metadata else f.name: getattr(req, f.name)
-              for f in dc.fields(req)}
-    try:
-        result = planner.make(shape, target, per_gpu or shape.default_batch, source, inputs)
-    except activations.BadPlan as exc:  # no row trains the model as it is built at this dtype
-        fail(str(exc).strip("'\""))
-    except MALFORMED as exc:
         if run is None:
             raise
         fail(malformed(req.from_run, exc, "plan from"))

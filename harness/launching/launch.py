@@ -629,8 +629,8 @@ class Launch:
             fix = None
         if fix:
             reason += f"; fix: {fix}"
-        elif environment_hint(reason):
-            reason += f"; {environment_hint(reason)}"
+        elif hint := environment_hint(reason):
+            reason += f"; {hint}"
         try:  # the facts behind the reason, for whoever reads the kept log
             with open(self.log_path, "a", encoding="utf-8") as log:
                 log.write(describe(self.rank_dir, commands, reason))

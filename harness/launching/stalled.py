@@ -73,7 +73,7 @@ def loop_place(dump: str) -> tuple[int, str] | None:
     callers = frames[frames.index(place[1]) + 1:]
     callers = callers[:next((i for i, f in enumerate(callers) if f[0].endswith(LOOP[0]) and f[2] == LOOP[1]),
                             len(callers))]
-    mine = next((users_place(*f) for f in callers if users_place(*f)), None)
+    mine = next((p for f in callers if (p := users_place(*f))), None)
     return place[0], said if mine is None or mine == said else f"{said}, called from {mine}"
 
 

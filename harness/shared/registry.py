@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import os
 import re
 import signal
 import sys
@@ -89,8 +90,6 @@ def user_code(doing: str):
 
     if main and before is not None:
         signal.signal(signal.SIGINT, interrupted)
-    import os
-
     global _MOVED_FROM
     try:
         was = Path(os.getcwd())
@@ -165,8 +164,6 @@ function), until compare goes back to it (returned_from_users_directory); None w
 
 def returned_from_users_directory() -> str | None:
     """Go back to the directory the user's code left, where it did: the directory it moved to, else None."""
-    import os
-
     global _MOVED_FROM
     if _MOVED_FROM is None:
         return None
@@ -183,10 +180,14 @@ def resolvable_reference(ref: str) -> str:
     """A file reference with its path made absolute, so a process started in another directory resolves it; a
     module reference unchanged."""
     where, attr, is_file = split_reference(ref)
-    if not (is_file and attr):
-        return ref
+    return f"{_as_given(where).resolve()}:{attr}" if is_file and attr else ref
+
+
+def _as_given(where: str) -> Path:
+    """A file reference's path as the command line gave it: a relative one is read where compare was when the
+    user's code changed the directory (os.chdir to find its data), else here."""
     path = Path(where).expanduser()
-    return f"{(_MOVED_FROM / path if _MOVED_FROM is not None else path).resolve()}:{attr}"
+    return _MOVED_FROM / path if _MOVED_FROM is not None else path
 
 
 def load_reference(ref: str, kind: str = "workload") -> tuple[Any, str]:
@@ -194,11 +195,7 @@ def load_reference(ref: str, kind: str = "workload") -> tuple[Any, str]:
     BadReference for what is not there; UserCodeError when importing the user's code raises."""
     where, attr, is_file = split_reference(ref)
     if is_file:
-        path = Path(where).expanduser()
-        if not path.is_absolute() and _MOVED_FROM is not None:
-            # the user's code changed the directory (os.chdir to find its data): a path given on the command line
-            # is where compare started, and the file was "missing" from the next lookup
-            path = _MOVED_FROM / path
+        path = _as_given(where)  # after the user's os.chdir the file was "missing" from the next lookup
         if not path.exists():
             raise BadReference(f"{kind} file {where} does not exist (in {Path.cwd()}); give -w PATH.py:NAME")
         if not path.is_file():
