@@ -192,13 +192,22 @@ def parse_precision(text: str, option: str = "--precision") -> float:
 
 
 def parse_duration(text: str, option: str = "--budget") -> float:
-    """"10m" -> 600.0: a number of seconds (s, the default), minutes (m) or hours (h), above 0 and at most a week."""
+    """"10m" -> 600.0: a number of seconds (s, the default), minutes (m) or hours (h), or a sum of them with their
+    units ("1h30m", "2m 30s"), each unit once and the larger first; above 0 and at most a week."""
     import re
 
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smh]?)\s*", text or "")
-    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else None
+    number = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    m = re.fullmatch(rf"\s*{number}\s*([smh]?)\s*", text or "")
+    parts = [(m.group(1), m.group(2))] if m else None
+    if parts is None and re.fullmatch(rf"\s*(?:{number}\s*[hms]\s*)+", text or ""):
+        parts = re.findall(rf"{number}\s*([hms])", text)
+        if "".join(u for _, u in parts) not in ("hms", "hm", "hs", "ms"):
+            parts = None  # a unit twice, or out of order ("30m1h"): not read as a sum
+    scale = {"": 1, "s": 1, "m": 60, "h": 3600}
+    seconds = sum(float(n) * scale[u] for n, u in parts) if parts else None
     if seconds is None or not 0.0 < seconds <= MAX_BUDGET_S:
-        raise BadInput(f"{option} must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got {text!r}")
+        raise BadInput(f"{option} must be a duration above 0 and at most a week, e.g. 600s, 10m, 2h or 1h30m; got "
+                       f"{text!r}")
     return seconds
 
 

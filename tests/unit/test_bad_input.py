@@ -529,8 +529,8 @@ CASES = [
        f"--precision must be a percentage of at least 0.01% and below 100%, e.g. 5%; got '{bad}'")
       for i, bad in enumerate(["0", "0%", "-5%", "150%", "100%", "abc", "5", ""])],
     *[(f"run-budget-{i}", ["run", "-a", "ddp,spawn", "--precision", "5%", "--budget", bad],
-       f"--budget must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got '{bad}'")
-      for i, bad in enumerate(["0", "-1m", "0s", "abc", "8d", "2w", ""])],
+       f"--budget must be a duration above 0 and at most a week, e.g. 600s, 10m, 2h or 1h30m; got '{bad}'")
+      for i, bad in enumerate(["0", "-1m", "0s", "abc", "8d", "2w", "", "30m1h", "1h1h", "1h30"])],
     ("run-budget-and-repeats", ["run", "-a", "ddp,spawn", "--budget", "10m", "--repeats", "3"],
      "--budget and --repeats both set how many rounds run (--repeats 3: exactly that many); give one of them"),
     ("run-precision-and-repeats", ["run", "-a", "ddp,spawn", "--precision", "5%", "--repeats", "3"],
@@ -540,7 +540,7 @@ CASES = [
      "--budget sets how long throughput rounds may take; it does not apply to --until-target runs (--max-steps "
      "bounds each launch)"),
     *[(f"run-budget-default-{i}", ["run", "-a", "ddp,spawn", "--budget", bad],
-       f"--budget must be a duration above 0 and at most a week, e.g. 600s, 10m or 2h; got '{bad}'")
+       f"--budget must be a duration above 0 and at most a week, e.g. 600s, 10m, 2h or 1h30m; got '{bad}'")
       for i, bad in enumerate(["0", "-1m", "soon"])],
     ("run-precision-one-row", ["run", "-a", "ddp", "--precision", "5%"],
      "--precision compares rows with each other, and only 1 row can run here (ddp); name at least two with "

@@ -167,7 +167,10 @@ def test_every_declared_candidate_is_a_knob_of_the_adapter_and_keeps_its_numeric
 def test_the_budget_forms():
     assert tuning.parse_budget("20m") == tuning.Budget(1200.0, False)
     assert tuning.parse_budget("5m/backend") == tuning.Budget(300.0, True)
-    for bad in ("0", "5x", "/backend", "0/backend", "-1m", "5m/backnd"):
+    # a sum of units, as `sleep` and a person write it (the larger first, each once)
+    assert tuning.parse_budget("1h30m") == tuning.Budget(5400.0, False)
+    assert tuning.parse_budget("2m 30s/backend") == tuning.Budget(150.0, True)
+    for bad in ("0", "5x", "/backend", "0/backend", "-1m", "5m/backnd", "30m1h", "1h1h"):
         with pytest.raises(BadInput) as refused:
             tuning.parse_budget(bad)
         assert str(refused.value) == (f"--budget must be a duration above 0 and at most a week, for the whole tune "
