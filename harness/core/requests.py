@@ -105,8 +105,8 @@ class Rounds(Section):
     SECTION = "Rounds"
 
     budget: str | None = field(default=None, metadata=cli("--budget"))
-    """Time the rounds may take, e.g. 600s, 10m, 2h, 1h30m: a round that would end past it is not started, but 3 always run
-    (default 3m; 10m with --precision; not with --repeats)."""
+    """Time the rounds may take, e.g. 600s, 10m, 2h, 1h30m: a round that would end past it is not started, but 3
+    always run (default 3m; 10m with --precision; not with --repeats)."""
     margin: str | None = field(default=None, metadata=cli("--margin"))
     """Equivalence margin of the verdict, e.g. 5% (the default): two rows whose ratio's 90% interval lies within it
     either way are equivalent (two one-sided tests)."""
