@@ -122,6 +122,10 @@ def coerce(name: str, raw: Any, tp: Any, what: str = "option") -> Any:
     if inner is float:
         if not math.isfinite(value):  # no knob or option means anything at nan or inf
             raise OptionError(f"{what} '{name}' expects a finite number{hint}, got '{_shown(raw)}'")
+        if value == 0.0 and any(c in "123456789" for c in text.lower().partition("e")[0]):
+            # 1e-400 is below the smallest double and reads as 0: not the value given
+            raise OptionError(f"{what} '{name}' is too small to hold: '{_shown(raw)}' reads as 0 in a double "
+                              f"(the smallest is about 5e-324){hint}")
         return value
     if any(not c.isprintable() for c in text):  # a row's label and a report's table are one line each
         raise OptionError(f"{what} '{name}' holds a control character ('{_shown(raw)}'); give it on one line, "

@@ -194,6 +194,9 @@ CASES = [
      "adapter ddp:bucket_cap_mb=inf: knob 'bucket_cap_mb' expects a finite number, got 'inf'"),
     ("run-knob-nan", ["run", "-a", "horovod:cycle_time_ms=nan"],
      "adapter horovod:cycle_time_ms=nan: knob 'cycle_time_ms' expects a finite number, got 'nan'"),
+    ("run-knob-underflow", ["run", "-a", "amp:init_scale=1e-400"],
+     "adapter amp:init_scale=1e-400: knob 'init_scale' is too small to hold: '1e-400' reads as 0 in a double (the "
+     "smallest is about 5e-324)"),
     # click's own usage errors, as one line too
     ("cli-unknown-command", ["bench"],
      "No such command 'bench'; valid commands: run, sbatch, scale, tune, predict, plan, comm, report, diff, join, index, list, knobs, doctor, env"),
