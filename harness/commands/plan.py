@@ -151,7 +151,7 @@ def plan(req: PlanRequest) -> None:
                                      req.memory_gib)
         batch = req.batch
         if run is not None and batch is None and req.global_batch is None:
-            batch = next(iter(run.rows.values())).per_rank_batch
+            batch = run.per_rank_batch()
         per_gpu = planner.check(target, batch, req.global_batch)
         source = None
         if run is not None:

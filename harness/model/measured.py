@@ -116,6 +116,11 @@ class Run:
     def describe(self) -> str:
         return f"{self.path} ({self.workload} on {self.machine}, world size {self.world_size})"
 
+    def per_rank_batch(self) -> int:
+        """The batch each process of its data-parallel rows computed: that of the rows with the most processes (a
+        DataParallel row is one process that holds the whole global batch)."""
+        return max(self.rows.values(), key=lambda r: r.processes).per_rank_batch
+
 
 def _parts(recs: list[dict[str, Any]], step_s: float) -> tuple[dict[str, float], str, bool]:
     """A row's step split into parts that add up to `step_s` (see the module's docstring)."""

@@ -17,6 +17,9 @@ from tests.conftest import RUNS, records_text
 
 WIDEMLP = RUNS / "widemlp_cpu2_20261128-072753"  # CPU, world size 2, --breakdown
 DIGITS = RUNS / "digits_cpu2_20261126-045209"  # CPU, world size 2, no --breakdown (and a dp row of 1 process)
+# the same, its dp row (one process holding the whole global batch) read first: its batch had been taken as every
+# row's, and the plan refused the run as asking for --global-batch 64 where the ddp rows ran 32
+DP_FIRST = RUNS / "digits_cpu2_20261123-101734"
 H200 = RUNS / "hf_h200_20261128-162431"  # one H200, a 300 M-parameter Llama, --breakdown, 2 launches a row
 
 
@@ -48,7 +51,7 @@ def _launches(run, label):
             if json.loads(line).get("label") == label and json.loads(line).get("status") == "ok"]
 
 
-@pytest.mark.parametrize("run", [WIDEMLP, DIGITS])
+@pytest.mark.parametrize("run", [WIDEMLP, DIGITS, DP_FIRST])
 def test_planning_a_cpu_runs_own_machine_reproduces_what_it_measured(run):
     # The committed run's own machine and world size (a CPU has no profile: its own machine is all it can plan):
     # every measured row priced from its own step, each within its own 95% interval over its launches, the middle
