@@ -6,7 +6,8 @@ Runs in: the parent.
 """
 
 import functools
-from typing import Any, NotRequired, TypedDict, get_origin, get_type_hints, is_typeddict
+from types import UnionType
+from typing import Any, NotRequired, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 
 Number = int | float
@@ -170,7 +171,7 @@ class Run(TypedDict):
     training loop its stack was at (harness/launching/stalled.py); absent where no single rank was behind."""
     leftover_processes_killed: NotRequired[int]
     """Processes of the launch still alive after it ended, killed by compare."""
-    comm_schedule: NotRequired[dict[str, Any]]
+    comm_schedule: NotRequired[dict[str, Any] | None]
     """The adapter's communication pattern as the cost model reads it (kind, buckets, wire scale, overlap)."""
     adapter_info: NotRequired[dict[str, Any]]
     """What the framework reported: versions, resolved knobs, notes."""
@@ -406,8 +407,8 @@ class Comm(TypedDict):
     """Which table of the report the op belongs to."""
     elements: NotRequired[int]
     """Elements in the buffer."""
-    wrong_ranks: NotRequired[list[int]]
-    """Ranks whose checked result was wrong."""
+    wrong_ranks: NotRequired[int]
+    """How many ranks' checked result was wrong."""
     busbw_interval_GBps: NotRequired[list[float] | None]
     """busbw's 95% distribution-free interval for the median call over the iterations ([lo, hi]; None below 6
     iterations)."""
@@ -481,6 +482,25 @@ def required_fields(layer: type) -> dict[str, type | tuple[type, ...]]:
     """A layer's required fields and their runtime types, in declaration order (its NotRequired ones are described,
     not checked: records written before they existed lack them)."""
     return {key: _runtime(t) for key, t in get_type_hints(layer).items() if key in layer.__required_keys__}
+
+
+@functools.cache
+def optional_fields(layer: type) -> dict[str, type | tuple[type, ...]]:
+    """A layer's NotRequired fields and their runtime types (a float may be written as an int, and any of them as
+    null, which a reader takes as absent): checked only where a record holds them, so a hand-edited record is
+    refused by name and not by whichever line of a report first trips on it."""
+    out: dict[str, type | tuple[type, ...]] = {}
+    for key, t in get_type_hints(layer).items():
+        if key in layer.__required_keys__:
+            continue
+        args = get_args(t) if get_origin(t) in (Union, UnionType) else (t,)
+        types: list[type] = []
+        for arg in args:
+            runtime = NUMBER_TYPES if arg is float else _runtime(arg)
+            types.extend(runtime if isinstance(runtime, tuple) else (runtime,))
+        if all(isinstance(tp, type) for tp in types):
+            out[key] = tuple(dict.fromkeys([*types, type(None)]))
+    return out
 
 
 def checked_fields() -> dict[str, str]:

@@ -13,8 +13,8 @@ from typing import Any
 
 from harness.ground.errors import BadInput
 from harness.ground.fields import (NUMBER_TYPES, Base, Comm, CommMeasured, Controls, Env, Measured, Record, Reached,
-                                  Run, Scale, ScalePoint, StepTime, TimeToTarget, Tune, WithTimeToTarget,
-                                  required_fields)
+                                  Run, RunOnly, Scale, ScalePoint, StepTime, TimeToTarget, Tune, WithTimeToTarget,
+                                  optional_fields, required_fields)
 
 
 SCHEMA_VERSION = 3
@@ -141,6 +141,16 @@ def _check(obj: Any, layer: type, where: str) -> None:
         if not isinstance(obj[key], types) or (types in (int, NUMBER_TYPES) and isinstance(obj[key], bool)):
             raise ValueError(f"{where}: '{key}' is {type(obj[key]).__name__}, expected "
                              f"{getattr(types, '__name__', 'a number')}")
+    for key, types in optional_fields(layer).items():
+        if key in obj and (not isinstance(obj[key], types) or (isinstance(obj[key], bool) and bool not in types)):
+            raise ValueError(f"{where}: '{key}' is {type(obj[key]).__name__}, expected "
+                             f"{_type_names(types)}")
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    """("int", "float", NoneType) -> "number or null": as JSON names them."""
+    names = [{float: "number", type(None): "null"}.get(tp, tp.__name__) for tp in types]
+    return " or ".join(n for n in names if not (n == "int" and "number" in names))
 
 
 def check_record(rec: Any, where: str = "record") -> None:
@@ -164,6 +174,8 @@ def check_record(rec: Any, where: str = "record") -> None:
             _measured(rec["time_s"], ("median", "p10", "p90"), f"{where}: time_s")
         return
     _check(rec, Run, where)
+    if rec.get("kind", "run") in ("run", "tune"):
+        _check(rec, RunOnly, where)
     if rec.get("kind") == "scale":
         _check(rec, Scale, where)
         _check(rec["scale"], ScalePoint, f"{where}: scale")

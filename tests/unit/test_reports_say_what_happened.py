@@ -65,7 +65,7 @@ def test_an_interrupted_tune_names_what_it_never_launched_and_calls_nothing_best
 @pytest.mark.parametrize("spoil, problem", [
     (lambda r: r["tune_plan"].update(backends={"ddp": []}),
      "'tune_plan' lists no candidate for backend 'ddp' (a tune races its defaults at least)"),
-    (lambda r: r.update(tune_summary="garbage"), "'tune_summary' is str, expected dict"),
+    (lambda r: r.update(tune_summary="garbage"), "'tune_summary' is str, expected dict or null"),
     (lambda r: r["tune_summary"].update(race_rounds="three"),
      "'tune_summary' has race_rounds 'three', which no finished tune writes"),
     (lambda r: r.update(tune={"stage": "warmup"}), "'tune' has stage 'warmup', expected 'race' or 'confirm'"),
