@@ -32,9 +32,13 @@ class _LossyStdout:
     commands that measure (run, scale, comm) set it once their input is checked (harness/cli.py), so that minutes
     of measurement are written to their results directory rather than abandoned half-made."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, lost: str | None = None):
         self._stream = stream
         self.keep_on_closed_pipe = False
+        self.wrote_files = False
+        """Set by a command once its product is in files (harness/commands/common.py: wrote_to)."""
+        self.lost = lost
+        """Why what was printed did not arrive (the first failed write's error), None while everything did."""
 
     def _guard(self, call, *args):
         try:
@@ -42,11 +46,13 @@ class _LossyStdout:
         except BrokenPipeError:
             if not self.keep_on_closed_pipe:
                 raise
-            return self._to_null(args)
-        except OSError:
-            return self._to_null(args)
+            return self._to_null(args, None)
+        except OSError as exc:
+            return self._to_null(args, exc.strerror or str(exc))
 
-    def _to_null(self, args):
+    def _to_null(self, args, why):
+        if self.lost is None:  # (a write of '' fails too, flushing what was buffered before it)
+            self.lost = why
         try:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, self._stream.fileno())
@@ -72,10 +78,11 @@ def main() -> None:
         # SIGINT ignored: compare takes it over once it launches (harness/launching/interrupt.py), so a Ctrl-C
         # while it checks the workload was dropped while one minutes later stopped it. It stops compare throughout.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if sys.stdout is not None:
-        sys.stdout = _LossyStdout(sys.stdout)
-    if sys.stderr is not None:
-        sys.stderr = _LossyStdout(sys.stderr)
+    # A closed descriptor (`compare list >&-`) is None here: /dev/null takes its place (and its number, the lowest
+    # free, so the launched processes inherit a valid one), and what this command prints is known to be lost.
+    sys.stdout = (_LossyStdout(sys.stdout) if sys.stdout is not None else
+                  _LossyStdout(open(os.devnull, "w"), lost="it is closed"))  # noqa: SIM115 - for the process's life
+    sys.stderr = _LossyStdout(sys.stderr if sys.stderr is not None else open(os.devnull, "w"))  # noqa: SIM115
     try:
         os.getcwd()
     except FileNotFoundError:  # torch, launchers and relative --out paths all fail later in obscure ways
@@ -96,9 +103,30 @@ def main() -> None:
     try:
         cli_main()
     except SystemExit as exc:
-        _leave_user_threads(exc.code)
-        raise
-    _leave_user_threads(0)
+        code = _output_lost(exc.code)
+        _leave_user_threads(code)
+        raise SystemExit(code) from None
+    code = _output_lost(0)
+    _leave_user_threads(code)
+    if code:
+        sys.exit(code)
+
+
+def _output_lost(code):
+    """The exit code, 1 instead of success where what a command that only prints printed never arrived (`compare
+    list > /dev/full`, a closed standard output), with one line on stderr saying so, as `ls` and `cat` do. A
+    command whose product is in files (a run's results, a report) keeps its exit code."""
+    out = sys.stdout
+    try:
+        out.flush()  # what is still buffered: a failure to write it is seen here, not after the exit code is set
+    except (OSError, ValueError):
+        pass
+    if (code not in (0, None) or not isinstance(out, _LossyStdout) or out.lost is None or out.keep_on_closed_pipe
+            or out.wrote_files):
+        return code
+    sys.stderr.write(f"error: could not write to standard output ({out.lost[:1].lower() + out.lost[1:]}): what "
+                     f"this command printed is lost\n")
+    return 1
 
 
 def _leave_user_threads(code) -> None:

@@ -152,6 +152,14 @@ def stop_on_signals() -> None:
         interrupt.install()
 
 
+def wrote_to(where: str) -> None:
+    """The line that says where a command wrote its product, which is then in files, not in what it prints: a lost
+    standard output (`> /dev/full`) costs it nothing and its exit code stays (harness/entry.py: _output_lost)."""
+    if hasattr(sys.stdout, "wrote_files"):
+        sys.stdout.wrote_files = True
+    console.print(f"wrote {where}", soft_wrap=True)
+
+
 def tuning_note() -> None:
     """One line naming the framework tuning variables the ranks will inherit from this shell (also in the report)."""
     from harness.ground.provenance import tuning_env
@@ -196,7 +204,7 @@ def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") 
     from harness.ground.record import MEASURED
 
     warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
-    console.print(f"wrote {out}/{wrote}{took()}", soft_wrap=True)
+    wrote_to(f"{out}/{wrote}{took()}")
     if interrupted:
         done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
         typer.echo(f"interrupted: children stopped; {done} {kept} kept in {out}", err=True)
@@ -224,7 +232,7 @@ def measured(records, out, wrote: str, interrupted: bool, kept: str, name) -> No
     import typer
 
     warn_shared(records, name)
-    console.print(f"wrote {out}/{wrote}", soft_wrap=True)
+    wrote_to(f"{out}/{wrote}")
     if interrupted:
         typer.echo(f"interrupted: children stopped; finished {kept} kept in {out}", err=True)
         raise typer.Exit(130)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from harness.commands.common import console, fail
+from harness.commands.common import fail, wrote_to
 from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
@@ -46,4 +46,4 @@ def index(req: IndexRequest) -> None:
     except OSError as exc:
         fail(f"cannot write the index {directory / 'README.md'}: {exc.strerror or exc}")
     # one line: a path cut over two cannot be pasted
-    console.print(f"wrote {path}", soft_wrap=True)
+    wrote_to(str(path))

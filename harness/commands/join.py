@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.commands.common import console, fail, malformed
+from harness.commands.common import console, fail, malformed, wrote_to
 from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
@@ -88,7 +88,7 @@ def join(req: JoinRequest) -> None:
         fail(str(exc) if isinstance(exc, BadInput) else _unreadable(dirs, exc))
     for line in sessions.console_lines(sessions.analyse(loaded)):
         console.print(line, soft_wrap=True, markup=False)
-    console.print(f"wrote {req.out}/sessions.json and report.md", soft_wrap=True)
+    wrote_to(f"{req.out}/sessions.json and report.md")
 
 
 def _unreadable(dirs: list[Path], exc: Exception) -> str:

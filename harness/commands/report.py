@@ -6,7 +6,7 @@ import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.commands.common import console, fail, malformed
+from harness.commands.common import console, fail, malformed, wrote_to
 from harness.ground.argv import cli
 from harness.core.requests import typed_path
 
@@ -43,7 +43,7 @@ def report(req: ReportRequest) -> None:
             fail(malformed(directory, exc))
         for line in sessions.console_lines(sessions.analyse(loaded)):
             console.print(line, soft_wrap=True, markup=False)
-        console.print(f"wrote {directory}/report.md", soft_wrap=True)
+        wrote_to(f"{directory}/report.md")
         return
     records = read_results(directory)
     before = _plots(directory)
@@ -69,7 +69,7 @@ def report(req: ReportRequest) -> None:
     # one line: a path cut over two cannot be pasted; "and plots" only where some were (none for a tune, or without
     # matplotlib)
     drawn = _plots(directory).items() - before.items()
-    console.print(f"wrote {directory}/report.md" + (" and plots" if drawn else ""), soft_wrap=True)
+    wrote_to(f"{directory}/report.md" + (" and plots" if drawn else ""))
 
 
 def _plots(directory: Path) -> dict[str, tuple[int, int]]:

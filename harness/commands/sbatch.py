@@ -6,7 +6,7 @@ import shlex
 
 import typer
 
-from harness.commands.common import console, typed
+from harness.commands.common import typed, wrote_to
 from harness.ground.argv import to_argv
 from harness.core.requests import SbatchRequest
 
@@ -24,4 +24,4 @@ def sbatch(req: SbatchRequest) -> None:
         return
     slurm_script.write(req.script, text, req.force)
     # one line: a path cut over two cannot be pasted
-    console.print(f"wrote {req.script}: submit it with `sbatch {req.script}`", soft_wrap=True)
+    wrote_to(f"{req.script}: submit it with `sbatch {req.script}`")

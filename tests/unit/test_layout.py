@@ -148,13 +148,21 @@ def test_a_locale_that_is_not_utf8_degrades_the_terminal_and_writes_the_same_fil
 
 
 @pytest.mark.slow  # several interpreters started: seconds, so in make test, not in make test-fast
-def test_a_full_standard_output_loses_the_printing_not_the_files(tmp_path):
+def test_a_full_or_closed_standard_output_loses_the_printing_not_the_files_and_says_so(tmp_path):
     src, dst = _committed_run(tmp_path)
     (dst / "report.md").unlink()
-    for args in (f"report {dst}", "list", "env"):
-        proc = subprocess.run(f"{shlex.quote(sys.executable)} -m harness {args} > /dev/full", shell=True, cwd=REPO,
+    # a command whose product is a file keeps its exit code; one whose product is what it prints fails, as
+    # `ls > /dev/full` does, in one line (it had exited 0 with nothing said); a closed standard output (`>&-`) alike
+    # (it had been a traceback: "'NoneType' object has no attribute 'isatty'")
+    for args, redirect, code, why in ((f"report {dst}", "> /dev/full", 0, None),
+                                      ("list", "> /dev/full", 1, "no space left on device"),
+                                      ("env", "> /dev/full", 1, "no space left on device"),
+                                      ("knobs ddp", ">&-", 1, "it is closed")):
+        proc = subprocess.run(f"{shlex.quote(sys.executable)} -m harness {args} {redirect}", shell=True, cwd=REPO,
                               capture_output=True, text=True, timeout=120, executable="/bin/bash")
-        assert proc.returncode == 0 and "Traceback" not in proc.stderr and "Errno" not in proc.stderr, proc.stderr
+        assert proc.returncode == code, proc.stderr
+        assert proc.stderr == ("" if why is None else f"error: could not write to standard output ({why}): what this "
+                                                      f"command printed is lost\n")
     assert (dst / "report.md").read_bytes() == (src / "report.md").read_bytes()
 
 
