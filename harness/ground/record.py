@@ -125,6 +125,11 @@ def _measured_each(obj: dict[str, Any], key: str, where: str) -> None:
                              f"below {MEASURED_MAX:g})")
 
 
+REPEAT_BOUND = 100_000
+"""Above any round a command makes (--repeats takes up to 1,000; a tune's budget of a week at its shortest launch
+is far below it): a report lists the rounds a row never ran, and a repeat of 10^18 had it build that list until the
+machine ran out of memory."""
+
 MEASURED_MAX = 1e30
 """Beyond any throughput, time or byte count a machine gives (an exabyte is 1e18), and below where the statistics
 overflow (a 1e300 samples/s gave "OverflowError: math range error", naming neither the line nor the field)."""
@@ -174,6 +179,9 @@ def check_record(rec: Any, where: str = "record") -> None:
             _measured(rec["time_s"], ("median", "p10", "p90"), f"{where}: time_s")
         return
     _check(rec, Run, where)
+    if not 0 <= rec["repeat"] < REPEAT_BOUND:
+        raise ValueError(f"{where}: 'repeat' is {rec['repeat']!r}, which no run writes (a launch's round, from 0, below "
+                         f"{REPEAT_BOUND:,})")
     if rec.get("kind", "run") in ("run", "tune"):
         _check(rec, RunOnly, where)
     if rec.get("kind") == "scale":

@@ -1537,6 +1537,11 @@ def _every(change_one):
      "'step_times_s'[2] is str, expected a number"),
     ("digits_cpu2_20261123-101734", lambda records: records[1]["step_time_s"].__setitem__("median", 0),
      "step_time_s: 'median' is 0, which no measurement gives (a finite number above 0, below 1e+30)"),
+    # a round no run makes: the report listed every round the row never ran, and 10^18 took the machine's memory
+    ("digits_cpu2_20261123-101734", _set("row", "repeat", 10**18),
+     "'repeat' is 1000000000000000000, which no run writes (a launch's round, from 0, below 100,000)"),
+    ("digits_cpu2_20261123-101734", _set("row", "repeat", -1),
+     "'repeat' is -1, which no run writes (a launch's round, from 0, below 100,000)"),
     # an optional field of another type: it had reached whichever line of a report first read it ("Cannot specify
     # ',' with 's'", "'list' object has no attribute 'get'"), or passed ("ddp" as a row order of 'd', 'd', 'p')
     ("digits_cpu2_20261123-101734", _every(lambda r: r.__setitem__("row_order", "ddp")),
