@@ -97,21 +97,31 @@ QUESTION = "QUESTION"  # a run directory's one line of text: the question a read
 def _index_entries(results_dir: Path, warn) -> list[tuple[str, Path]]:
     """(name, records file) of every run under `results_dir`: its directories that hold records, and one
     level further in a directory that holds several runs (a GPU check's resnet50/, resnet50_apex/); a directory with
-    an index of its own (results/archive/) is left to that index. A link that leads nowhere is warned of."""
-    from harness.ground.record import both_records, records_file
-
+    an index of its own (results/archive/) is left to that index. A link that leads nowhere, and a directory this
+    user may not read (under /proc, it had been a traceback), are warned of."""
     found = []
     for d in sorted(results_dir.glob("*/")):
-        link = records_file(d)
-        if both_records(d):
-            warn(f"skipped {d}: it {both_records(d)}")
-        elif link is not None and link.is_symlink() and not link.exists():  # not globbed as records either
-            warn(f"skipped {d}: {link.name} is a symbolic link that leads nowhere (a missing target or a loop)")
-        elif link is not None:
-            found.append((d.name, link))
-        elif not is_index(d / "README.md"):
-            found += [(f"{d.name}/{r.name}", records_file(r)) for r in sorted(d.glob("*/")) if records_file(r)]
+        try:
+            found += _entries_of(d, warn)
+        except OSError as exc:
+            warn(f"skipped {d}: {exc.strerror or exc}")
     return found
+
+
+def _entries_of(d: Path, warn) -> list[tuple[str, Path]]:
+    """_index_entries' rows for one directory under the results."""
+    from harness.ground.record import both_records, records_file
+
+    link = records_file(d)
+    if both_records(d):
+        warn(f"skipped {d}: it {both_records(d)}")
+    elif link is not None and link.is_symlink() and not link.exists():  # not globbed as records either
+        warn(f"skipped {d}: {link.name} is a symbolic link that leads nowhere (a missing target or a loop)")
+    elif link is not None:
+        return [(d.name, link)]
+    elif not is_index(d / "README.md"):
+        return [(f"{d.name}/{r.name}", records_file(r)) for r in sorted(d.glob("*/")) if records_file(r)]
+    return []
 
 
 def has_runs(results_dir: Path) -> bool:

@@ -7,6 +7,7 @@ doctor; the CLI runs in process through typer's CliRunner
 """
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -1570,6 +1571,27 @@ def test_predict_refuses_a_sweep_with_records_of_another_kind_as_report_does(tmp
     assert result.exit_code == 2 and result.stderr == (
         f"error: {d} holds records of `compare run` among those of `compare scale`; give a directory written by "
         f"`compare scale`\n")
+
+
+def test_index_skips_a_directory_it_may_not_read_with_a_warning(tmp_path, monkeypatch):
+    # `compare index /proc` ended in "PermissionError: [Errno 13] Permission denied: '/proc/1/fdinfo/records.jsonl'"
+    # (as root; a user meets it in any directory of another's)
+    from harness.ground import record
+
+    idx = tmp_path / "idx"
+    shutil.copytree(RUNS / "digits_cpu2_20261123-101734", idx / "ok")
+    (idx / "locked").mkdir()
+    real = record.records_file
+
+    def records_file(d):
+        if Path(d).name == "locked":
+            raise PermissionError(13, "Permission denied", str(Path(d) / "records.jsonl"))
+        return real(d)
+    monkeypatch.setattr(record, "records_file", records_file)
+    result = invoke("index", idx)
+    assert result.exit_code == 0, result.output
+    assert f"warning: skipped {idx / 'locked'}: Permission denied\n" in result.stderr
+    assert "[ok]" in (idx / "README.md").read_text()
 
 
 def test_index_warns_of_runs_report_cannot_render_and_of_a_records_link_to_nowhere(tmp_path):
