@@ -313,14 +313,44 @@ def from_function(fn: Callable, ref: str) -> type[FunctionWorkload]:
     }
     if hyper["metric_name"]:
         attrs["metric_name"] = hyper["metric_name"]
-    for key in ("global_batch", "steps"):
-        if not isinstance(attrs[key], int) or isinstance(attrs[key], bool) or attrs[key] < 1:
-            raise BadReference(f"workload {ref}: @workload({key}=...) must be a whole number of at least 1, got "
-                               f"{attrs[key]!r}")
+    _check_hyper(hyper, ref)
+    name = f"Function_{fn.__name__}"
     try:
-        return type(f"Function_{fn.__name__}", (FunctionWorkload,), attrs)
-    except TypeError as exc:  # __init_subclass__'s checks (a target without eval_every, ...)
-        raise BadReference(f"workload {ref}: {exc}") from None
+        return type(name, (FunctionWorkload,), attrs)
+    except TypeError as exc:  # __init_subclass__'s checks (a target without eval_every, ...), by the class's name
+        raise BadReference(f"workload {ref}: {str(exc).removeprefix(f'workload {name}').lstrip(': ')}") from None
+
+
+_WHOLE = {"global_batch": 1, "steps": 1, "warmup": 0, "equiv_steps": 0, "seed": None, "eval_every": 1,
+          "max_steps_to_target": 1}
+"""The hyperparameters that are whole numbers, and the least each may be (None: any); as the command line's
+--global-batch, --steps, --warmup and --equiv-steps are bounded."""
+_POSITIVE = {"lr": "the learning rate", "equiv_tolerance": "the equivalence check's tolerance"}
+"""The hyperparameters that are finite numbers above 0."""
+
+
+def _check_hyper(hyper: dict[str, Any], ref: str) -> None:
+    """BadReference for a @workload(...) value no run can use: a negative warm-up was run as -1 steps, a NaN
+    tolerance failed every row's equivalence check, a NaN learning rate diverged every row."""
+    import math
+
+    for key, least in _WHOLE.items():
+        value = hyper[key]
+        if value is None and key in ("eval_every", "max_steps_to_target"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
+            at_least = "" if least is None else f" of at least {least}"
+            raise BadReference(f"workload {ref}: @workload({key}=...) must be a whole number{at_least}, got {value!r}")
+    for key, what in _POSITIVE.items():
+        value = hyper[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise BadReference(f"workload {ref}: @workload({key}=...) must be a number above 0 ({what}), got "
+                               f"{value!r}")
+    target = hyper["target"]
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                               or not math.isfinite(target)):
+        raise BadReference(f"workload {ref}: @workload(target=...) must be a number (the metric to reach) or None, "
+                           f"got {target!r}")
 
 
 _SIMPLE = (bool, int, float, str)
@@ -413,6 +443,10 @@ def _as_pieces(got: Any, ref: str) -> Pieces:
     for key in ("loss", "metric", "optimizer", "units", "count"):
         if getattr(got, key) is not None and not callable(getattr(got, key)):
             raise BadReference(f"workload {ref}: its {key} is a {type(getattr(got, key)).__name__}, not a function")
+    tokens = got.tokens_per_sample
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise BadReference(f"workload {ref}: its tokens_per_sample must be a whole number of at least 1 (a sample's "
+                           f"tokens), got {tokens!r}")
     return got
 
 

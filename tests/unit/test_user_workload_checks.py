@@ -18,6 +18,7 @@ from harness.cli import app
 from harness.core import requests, workload_checks
 from harness.rank.train import StepLoader
 from harness.shared.options import OptionError
+from harness.shared.registry import BadReference
 from harness.reports.run_report import equivalence_notes
 
 from conftest import REPO, compare_cli
@@ -103,6 +104,44 @@ def test_a_function_in_a_file_is_a_workload_its_signature_the_options_its_decora
     plain = workloads.get(f"{path}:plain")  # no decorator: the defaults, a module instance copied for each use
     assert (plain.global_batch, plain.steps, plain.name) == (32, 50, "plain")
     assert plain.build_model() is not plain.build_model()
+
+
+@pytest.mark.parametrize("given, said", [
+    # each had run: a NaN tolerance failed every row's equivalence (1.5e-08 ✗), a NaN learning rate diverged every
+    # row, a warm-up of -1 was shown as "-1 warm-up + 3 timed steps"; the command line refuses each of them
+    ("equiv_tolerance=float('nan')", "@workload(equiv_tolerance=...) must be a number above 0 (the equivalence "
+                                     "check's tolerance), got nan"),
+    ("lr=float('nan')", "@workload(lr=...) must be a number above 0 (the learning rate), got nan"),
+    ("lr=-0.1", "@workload(lr=...) must be a number above 0 (the learning rate), got -0.1"),
+    ("warmup=-1", "@workload(warmup=...) must be a whole number of at least 0, got -1"),
+    ("equiv_steps=-3", "@workload(equiv_steps=...) must be a whole number of at least 0, got -3"),
+    ("global_batch=0", "@workload(global_batch=...) must be a whole number of at least 1, got 0"),
+    ("seed=1.5", "@workload(seed=...) must be a whole number, got 1.5"),
+    ("eval_every=0, target=0.5, max_steps_to_target=9", "@workload(eval_every=...) must be a whole number of at "
+                                                        "least 1, got 0"),
+    ("target=float('inf'), eval_every=1, max_steps_to_target=9", "@workload(target=...) must be a number (the metric "
+                                                                 "to reach) or None, got inf"),
+    # the class's own name had leaked: "workload Function_f has a target"
+    ("target=0.5", "has a target, so it must set eval_every and max_steps_to_target (the defaults of `compare run "
+                   "--until-target`)"),
+])
+def test_a_decorator_value_no_run_can_use_is_refused_naming_it(tmp_path, given, said):
+    path = tmp_path / "m.py"
+    path.write_text("import torch\nfrom workloads import workload\n\n"
+                    f"@workload({given})\ndef f():\n    return dict(model=torch.nn.Linear(2, 2), "
+                    "train=(torch.randn(8, 2), torch.randint(0, 2, (8,))))\n")
+    result = invoke("knobs", f"{path}:f")
+    assert (result.exit_code, result.stderr) == (2, f"error: workload {path}:f: {said}\n")
+
+
+def test_tokens_per_sample_is_a_whole_number_of_at_least_1(tmp_path):
+    # -5 was shown as "tokens/s -114,093"
+    path = tmp_path / "m.py"
+    path.write_text("import torch\n\ndef f():\n    return dict(model=torch.nn.Linear(2, 2), train=(torch.randn(8, 2), "
+                    "torch.randint(0, 2, (8,))), tokens_per_sample=-5)\n")
+    with pytest.raises(BadReference, match=r"^workload .*m.py:f: its tokens_per_sample must be a whole number of at "
+                                           r"least 1 \(a sample's tokens\), got -5$"):
+        workloads.get(f"{path}:f").pieces()
 
 
 def test_compare_knobs_describes_a_function_s_options_from_its_docstring(tmp_path):
