@@ -343,6 +343,23 @@ def test_a_models_own_sync_batch_norm_is_refused_on_the_cpu_where_torch_cannot_r
     assert adapters.get("ddp")({}, "cuda").model_availability(facts)
 
 
+@pytest.mark.parametrize("error", [
+    # a forward returning an embedding's weight for the loss to index (a sampled softmax), and MAML's
+    # torch.autograd.grad over named_parameters() in the forward: each failed with torch's own line and no fix
+    "RuntimeError: aten.index.Tensor got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor "
+    "before calling distributed operators! (raised in sampled_loss (m6.py:385))",
+    "RuntimeError: The differentiated Tensor at index 0 appears to not have been used in the graph. Set "
+    "allow_unused=True if this is the desired behavior. (raised in forward (m6.py:424))"])
+def test_an_fsdp_failure_over_a_parameter_met_as_a_shard_names_units(error):
+    fsdp = adapters.get("fsdp")({}, "cpu")
+    fix = fsdp.failure_fix(f"rank 1 exited with code 1; first error: {error}")
+    assert fix.startswith("FSDP2 holds each unit's parameters as sharded DTensors outside that unit's own forward")
+    assert fix.endswith("give `units=` that leaves its module to the root, where its parameters stay gathered through "
+                        "the forward and the loss (units=lambda m: [m.encoder] naming the others, or units=lambda m: "
+                        "[] for the whole model as one unit)")
+    assert fsdp.failure_fix("RuntimeError: something else") is None
+
+
 def test_the_ddp_failure_it_would_otherwise_give_names_the_knob():
     ddp = adapters.get("spawn")({}, "cpu")
     reason = ("rank 1 exited with code 1; first error: RuntimeError: Expected to have finished reduction in the prior "
