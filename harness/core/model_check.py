@@ -211,9 +211,16 @@ def changes(before: dict[str, Any], after: dict[str, Any], most: int = 3) -> str
     return listed(said, most)
 
 
-def diagnose(build, forward, seed: int) -> tuple[str | None, str | None]:
-    """(why the training-mode forward is random, or None; what it changes in its modules, or None), from copies
-    built by `build()` under torch seed `seed` and called once each by `forward(model)`."""
+RANDOM_LOSS = "the same outputs gave different losses under two torch seeds: the loss draws random numbers"
+"""The start of diagnose's reason where the model's output is deterministic and its loss is not (negatives sampled
+in the loss): its fix is to draw them with the data, not a dropout of 0."""
+
+
+def diagnose(build, forward, seed: int, loss=None) -> tuple[str | None, str | None]:
+    """(why the training-mode forward, or the loss over its output, is random, or None; what it changes in its
+    modules, or None), from copies built by `build()` under torch seed `seed` and called once each by
+    `forward(model)`, then `loss(output)` (None: the forward alone; a loss that raises is left to the checks that
+    say why it does not fit)."""
     import torch
 
     def run(call_seed: int):
@@ -222,18 +229,29 @@ def diagnose(build, forward, seed: int) -> tuple[str | None, str | None]:
         before = state_of(model)
         torch.manual_seed(call_seed)
         out = forward(model)
-        return out, changes(before, state_of(model))
+        value = None
+        if loss is not None:
+            try:
+                with torch.no_grad():
+                    value = loss(out)
+            except Exception:  # noqa: BLE001 - the user's loss: loss_takes says why it does not fit
+                value = None
+        return out, changes(before, state_of(model)), value
 
-    first, changed = run(1)
-    again, _ = run(1)
-    other, _ = run(2)
-    if not same(first, again, NOISE):
-        return ("two copies built alike gave different outputs for the same samples even with torch's generators "
-                "seeded alike (randomness torch's seed does not control: Python's random, NumPy or the clock)",
+    first, changed, lost = run(1)
+    again, _, lost_again = run(1)
+    other, _, lost_other = run(2)
+    if not same(first, again, NOISE) or (lost is not None and not same(lost, lost_again, NOISE)):
+        where = "outputs" if not same(first, again, NOISE) else "losses"
+        return (f"two copies built alike gave different {where} for the same samples even with torch's generators "
+                f"seeded alike (randomness torch's seed does not control: Python's random, NumPy or the clock)",
                 changed)
     if not same(first, other, NOISE):
         return ("the same samples from the same state gave different outputs under two torch seeds (randomness in "
                 "forward, e.g. a functional dropout)", changed)
+    if lost is not None and lost_other is not None and not same(lost, lost_other, NOISE):
+        return (f"{RANDOM_LOSS} (negatives sampled in it, a random mask), and each process draws its own for its "
+                f"slice, where the single process drew them for the whole batch", changed)
     return None, changed
 
 

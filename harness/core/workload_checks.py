@@ -185,7 +185,8 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             if workload.optimizer_class is None:  # not built on meta
                 _optimizer(workload, model)
             try:
-                random, workload.stateful = model_check.diagnose(workload.new_model, forward, workload.seed)
+                random, workload.stateful = model_check.diagnose(
+                    workload.new_model, forward, workload.seed, loss=lambda out: workload.loss_terms(out, y)[0])
                 workload.edits_parameters = model_check.edited_parameters(workload.new_model, forward, workload.seed)
             except UserCodeError:
                 raise
