@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -351,9 +352,19 @@ def test_disk_full_for_the_records_names_where_the_rank_results_are(small_disk):
     assert proc.returncode == 1, stderr
     [kept] = _scratch_dirs(proc.pid)
     try:
-        assert stderr == (f"error: could not write {out / 'records.jsonl'}: No space left on device; the rank "
-                          f"results are kept in {kept}\n")
+        # the records made so far are kept beside the rank results, which no reader took alone
+        said = re.fullmatch(rf"error: could not write {re.escape(str(out / 'records.jsonl'))}: No space left on "
+                            rf"device; the (\d+) record\(s\) made so far are in {re.escape(str(kept))}/records.jsonl "
+                            rf"\(`compare report {re.escape(str(kept))}` renders them\), beside the rank results\n",
+                            stderr)
+        assert said, stderr
         assert "-kept-" in kept.name and (kept / "dp-r0" / "rank0.json").exists()
+        kept_rows = [json.loads(line) for line in (kept / "records.jsonl").read_text().splitlines()]
+        assert len(kept_rows) == int(said.group(1)) and kept_rows[0]["label"] == "dp"
+        assert kept_rows[0]["status"] == "ok"
+        report = subprocess.run([sys.executable, "-m", "harness", "report", str(kept)], cwd=REPO,
+                                capture_output=True, text=True, timeout=300)
+        assert report.returncode == 0 and "| dp |" in (kept / "report.md").read_text(), report.stderr
     finally:
         import shutil
 
