@@ -206,8 +206,11 @@ def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") 
     warn_shared(records, lambda r: f"{r['label']}#{r['repeat']}")
     wrote_to(f"{out}/{wrote}{took()}")
     if interrupted:
-        done = sum(r["status"] not in ("not_run", "unavailable") for r in records)
-        typer.echo(f"interrupted: children stopped; {done} {kept} kept in {out}", err=True)
+        # the measured ones apart from those stopped part-way (the row the signal stopped measured nothing)
+        measured = sum(r["status"] in MEASURED for r in records)
+        stopped = sum(r["status"] not in (*MEASURED, "not_run", "unavailable") for r in records)
+        typer.echo(f"interrupted: children stopped; {measured} measured {kept}"
+                   f"{f' and {stopped} stopped part-way' if stopped else ''} kept in {out}", err=True)
         raise typer.Exit(130)
     if not any(r["status"] in MEASURED for r in records):
         raise typer.Exit(1)

@@ -144,4 +144,4 @@ def test_ctrl_c_during_the_profiled_steps_keeps_the_timed_row_and_stops_the_run(
     assert rows["ddp"]["failed_parts"] == {
         "breakdown": "interrupted at step 5 of 5 (collecting the profiler's events of 2 step(s)); process group killed"}
     assert rows["spawn"]["status"] == "not_run"
-    assert "interrupted: children stopped; 1 row(s) kept in" in stderr
+    assert "interrupted: children stopped; 1 measured row(s) kept in" in stderr
