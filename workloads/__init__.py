@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from harness.shared.options import OptionError
 from harness.shared.registry import BadReference, Registry, UnknownName, UserCodeError, resolvable_reference
 from workloads.base import Data, Workload
 from workloads.function import FunctionWorkload, Pieces, from_function, workload
@@ -133,4 +134,24 @@ def get(name: str, options: dict[str, Any] | None = None) -> Workload:
     """The workload `name` with `options` over its preset (UnknownName, BadReference, UserCodeError, OptionError
     on bad input)."""
     cls, preset = workload_class(name)
-    return cls({**preset, **(options or {})})
+    options = {**preset, **(options or {})}
+    if inspect.isabstract(cls):  # a subclass that leaves a method of the contract out (materialize, build_model)
+        missing = sorted(getattr(cls, "__abstractmethods__", ()))
+        raise BadReference(f"workload '{name}': class {cls.__name__} does not define {', '.join(missing)}, which "
+                           f"every workload must (docs/your-model.md, \"The full contract\")")
+    if cls.__init__ is not Workload.__init__:
+        try:
+            inspect.signature(cls).bind(options)
+        except TypeError as exc:
+            raise BadReference(f"workload '{name}': compare makes it as {cls.__name__}(options), one argument "
+                               f"(the -o options as a dict, or None), and its __init__ cannot take that ({exc}); "
+                               f"take `options=None` and pass it to super().__init__(options)") from None
+        except ValueError:  # no signature to read: let the call say
+            pass
+        try:
+            return cls(options)
+        except (BadReference, UserCodeError, OptionError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's __init__
+            raise UserCodeError(f"making workload {name} ({cls.__name__}(options))", exc) from None
+    return cls(options)

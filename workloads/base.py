@@ -418,7 +418,14 @@ class Workload(ABC):
     def train_samples(self, global_batch: int) -> int:
         """How many training samples the data holds (checked against the global batch before launching). The
         default materialises the data on the CPU; a workload that can say it more cheaply overrides this."""
-        return self.materialize("cpu", global_batch).n_train
+        data = self.materialize("cpu", global_batch)
+        if not isinstance(data, Data):  # its n_train had been an AttributeError traceback from compare's own frame
+            from harness.shared.registry import BadReference
+
+            raise BadReference(f"workload {self.name}: materialize() returned {type(data).__name__}, not a "
+                               f"workloads.Data (the training and test tensors, or Datasets); return "
+                               f"Data(train_x, train_y, test_x, test_y) (docs/your-model.md)")
+        return data.n_train
 
     def batch_indices(self, step: int, global_batch: int, n_train: int, data_rank: int = 0,
                       data_world: int = 1) -> torch.Tensor:

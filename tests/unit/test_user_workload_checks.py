@@ -144,6 +144,56 @@ def test_tokens_per_sample_is_a_whole_number_of_at_least_1(tmp_path):
         workloads.get(f"{path}:f").pieces()
 
 
+SUBCLASSES = """
+import torch
+from workloads import Data, Workload
+
+class Half(Workload):
+    name, summary, global_batch, base_lr, base_batch, steps, warmup = "half", "x", 8, 0.1, 8, 3, 1
+    def build_model(self):
+        return torch.nn.Linear(2, 2)
+
+class InitArgs(Half):
+    def __init__(self, a, b):
+        super().__init__(None)
+    def materialize(self, device, global_batch):
+        x, y = torch.randn(16, 2), torch.randint(0, 2, (16,))
+        return Data(x, y, x, y)
+
+class MatNone(InitArgs):
+    def __init__(self, options=None):
+        super().__init__(1, 2)
+    def materialize(self, device, global_batch):
+        return None
+"""
+
+
+@pytest.mark.parametrize("name, said", [
+    # each had been compare's own traceback: "Can't instantiate abstract class Half", "missing 1 required
+    # positional argument: 'b'", "'NoneType' object has no attribute 'n_train'"
+    ("Half", "class Half does not define materialize, which every workload must (docs/your-model.md, \"The full "
+             "contract\")"),
+    ("InitArgs", "compare makes it as InitArgs(options), one argument (the -o options as a dict, or None), and its "
+                 "__init__ cannot take that (missing a required argument: 'b'); take `options=None` and pass it to "
+                 "super().__init__(options)"),
+])
+def test_a_workload_class_that_breaks_the_contract_is_one_line(tmp_path, name, said):
+    path = write(tmp_path, SUBCLASSES)
+    result = invoke("run", "-w", f"{path}:{name}", "-a", "ddp", "--out", tmp_path / "o")
+    assert (result.exit_code, result.stderr) == (2, f"error: workload '{path}:{name}': {said}\n")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_materialize_that_returns_no_data_is_one_line(tmp_path):
+    path = write(tmp_path, SUBCLASSES)
+    result = invoke("run", "-w", f"{path}:MatNone", "-a", "ddp", "--out", tmp_path / "o")
+    assert (result.exit_code, result.stderr) == (2, "error: workload half: materialize() returned NoneType, not a "
+                                                    "workloads.Data (the training and test tensors, or Datasets); "
+                                                    "return Data(train_x, train_y, test_x, test_y) "
+                                                    "(docs/your-model.md)\n")
+    assert not (tmp_path / "o").exists()
+
+
 def test_compare_knobs_describes_a_function_s_options_from_its_docstring(tmp_path):
     path = write(tmp_path, FUNCTION)
     result = invoke("knobs", f"{path}:tiny")
