@@ -195,6 +195,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
                                     f"samples", exc) from None
             loss = loss_takes(workload, outputs[0], y, req.workload, model)
             _check_classes(workload, data, outputs[0], req.workload)
+            _check_evaluation(workload, model, data, req.workload)
             counted = workload.loss_terms(outputs[0], y)[1] is not None
             _module_facts(facts, model)
             if not facts.checked_steps:  # meta could not run it: on the CPU
@@ -450,10 +451,39 @@ def _batch_norm(workload, facts) -> None:
 def _optimizer(workload, model) -> None:
     """The workload's optimizer's class, kept for the ✗'s words (`workload.optimizer_class`), where it can be built
     over the model as checked (on meta nothing is allocated); None where it cannot."""
+    import torch
+
     try:
-        workload.optimizer_class = type(workload.make_optimizer(model, workload.lr(workload.global_batch))).__name__
+        made = workload.make_optimizer(model, workload.lr(workload.global_batch))
     except Exception:  # noqa: BLE001 - the user's optimizer: what it raises, the launch raises as theirs
         workload.optimizer_class = None
+        return
+    if not isinstance(made, torch.optim.Optimizer):  # None had failed every row on "'NoneType' object has no
+        # attribute 'zero_grad'", after its launch
+        raise BadInput(f"workload {workload.name}'s optimizer returned {type(made).__name__}, not a "
+                       f"torch.optim.Optimizer; return the optimizer it builds over the parameters it is given")
+    workload.optimizer_class = type(made).__name__
+
+
+def _check_evaluation(workload, model, data, name: str) -> None:
+    """The evaluation as every rank runs it after training, on the first two test samples: a test set the model
+    cannot take (another feature width) or a metric that fails had every row end ok with its evaluation lost, said
+    only in a note; what it raises is the user's code's, before anything is launched."""
+    import dataclasses
+
+    from harness.shared.registry import UserCodeError, user_code
+
+    if data.test_x is None:
+        return
+    tx, ty = data.test(slice(0, min(2, data.n_test)))
+    try:
+        with user_code(f"evaluating workload {name} on 2 test samples"):
+            workload.evaluate(model, dataclasses.replace(data, test_x=tx, test_y=ty), 0, 1, contextlib.nullcontext())
+    except (UserCodeError, BadInput):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's model, test set or metric
+        raise UserCodeError(f"evaluating workload {name} on 2 test samples (every row evaluates so after training)",
+                            exc) from None
 
 
 def check_trains(model, name: str) -> None:

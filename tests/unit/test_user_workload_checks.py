@@ -184,6 +184,41 @@ def test_a_workload_class_that_breaks_the_contract_is_one_line(tmp_path, name, s
     assert not (tmp_path / "o").exists()
 
 
+def test_an_optimizer_piece_that_returns_no_optimizer_is_refused_before_launching(tmp_path):
+    # every row had failed after its launch on "'NoneType' object has no attribute 'zero_grad'"
+    path = write(tmp_path, """
+        import torch
+
+        def f():
+            return dict(model=torch.nn.Linear(2, 2), train=(torch.randn(64, 2), torch.randint(0, 2, (64,))),
+                        optimizer=lambda params, lr: None)
+    """)
+    result = invoke("run", "-w", f"{path}:f", "-a", "ddp", "--out", tmp_path / "o")
+    assert (result.exit_code, result.stderr) == (2, "error: workload f's optimizer returned NoneType, not a "
+                                                    "torch.optim.Optimizer; return the optimizer it builds over the "
+                                                    "parameters it is given\n")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_test_set_the_model_cannot_take_is_the_users_error_before_launching(tmp_path):
+    # another feature width: every row had ended ok with its evaluation lost ("mat1 and mat2 shapes cannot be
+    # multiplied"), said only in a note under the table
+    path = write(tmp_path, """
+        import torch
+
+        def f():
+            x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))
+            return dict(model=torch.nn.Linear(8, 3), train=(x, y), test=(torch.randn(16, 9), y[:16]))
+    """)
+    result = invoke("run", "-w", f"{path}:f", "-a", "ddp", "--out", tmp_path / "o")
+    assert result.exit_code == 1 and "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x9 and 8x3)" in \
+        result.stderr
+    assert result.stderr.endswith(f"error: evaluating workload {path}:f on 2 test samples (every row evaluates so "
+                                  f"after training) raised RuntimeError in your code (traceback above); nothing was "
+                                  f"run or written\n")
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_materialize_that_returns_no_data_is_one_line(tmp_path):
     path = write(tmp_path, SUBCLASSES)
     result = invoke("run", "-w", f"{path}:MatNone", "-a", "ddp", "--out", tmp_path / "o")
