@@ -19,7 +19,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from harness.ground.errors import BadInput
 from harness.launching import interrupt
-from harness.shared.text import newlines_shown
+from harness.shared.text import listed, newlines_shown
 
 # Wide enough for the results table when output is piped (CI logs, `| tee`), where rich would assume 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
@@ -118,8 +118,8 @@ def once_only(params, args: list[str]) -> None:
             long = max(p.opts, key=len)
             times = "twice" if len(values) == 2 else f"{len(values)} times"
             shown = [str(v) for v in values]
-            listed = f"{', '.join(shown[:-1])} and {shown[-1]}"
-            what = f" ({listed})" if not p.is_flag or len(set(values)) > 1 else ""
+            both = f"{', '.join(shown[:-1])} and {shown[-1]}"
+            what = f" ({both})" if not p.is_flag or len(set(values)) > 1 else ""
             raise BadInput(f"{long} is given {times}{what}; give it once")
 
 
@@ -196,9 +196,10 @@ def drew(out: Path) -> bool:
     return out.is_dir() and any(out.glob("*.png"))
 
 
-def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") -> None:
+def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)", strict: bool = False) -> None:
     """The end of a command that measured: the shared-cores warning, where it wrote (one line: a path cut over two
-    cannot be pasted), and the exit code: 130 interrupted (finished launches kept), 1 nothing measured."""
+    cannot be pasted), and the exit code: 130 interrupted (finished launches kept), 1 nothing measured, or with
+    `strict` (--strict) any launch that failed, timed out, stalled or diverged, for a script or CI to see."""
     import typer
 
     from harness.ground.record import MEASURED
@@ -213,6 +214,10 @@ def conclude(records, out, interrupted: bool, wrote: str, kept: str = "row(s)") 
                    f"{f' and {stopped} stopped part-way' if stopped else ''} kept in {out}", err=True)
         raise typer.Exit(130)
     if not any(r["status"] in MEASURED for r in records):
+        raise typer.Exit(1)
+    bad = sorted({r["label"] for r in records if r["status"] in ("failed", "timeout", "diverged")})
+    if strict and bad:
+        typer.echo(f"error: --strict: {listed(bad)} did not run to the end (the report says why)", err=True)
         raise typer.Exit(1)
 
 

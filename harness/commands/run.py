@@ -23,4 +23,5 @@ def run(req: RunRequest) -> None:
     console.print(run_report.console_table(records))
     for line in run_report.console_notes(records):
         console.print(line)
-    conclude(records, plan.out, interrupted, f"report.md, records.jsonl{' and plots' if drew(plan.out) else ''}")
+    conclude(records, plan.out, interrupted, f"report.md, records.jsonl{' and plots' if drew(plan.out) else ''}",
+             strict=req.strict)

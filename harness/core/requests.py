@@ -159,7 +159,8 @@ class Launch(Section):
     """Seconds without progress (no new phase or step from rank 0) after which a launch is stopped as stalled, each
     rank's Python stacks written to its log first (0: never)."""
     strict: bool = field(default=False, metadata=cli())
-    """A named adapter (or backend) that cannot run here is an error (exit 2), not an unavailable row."""
+    """A named adapter (or backend) that cannot run here is an error (exit 2), not an unavailable row; and a row
+    that failed, timed out or diverged makes the run exit 1 (its results are still written), for scripts and CI."""
     oversubscribe: bool = field(default=False, metadata=cli())
     """Allow more processes than usable cores (every row so run is labelled oversubscribed)."""
     threads: int | None = field(default=None, metadata=cli("--threads"))

@@ -1862,3 +1862,26 @@ def test_a_records_file_that_is_not_one_runs_is_refused_by_every_reader_as_repor
             f"error: {where}: record 2 is of {said}: the records of one run share their "
             f"{key.replace('_', ' ')}; a records.jsonl holds one run\n"), (args, result.output)
     assert not (tmp_path / "j").exists()
+
+
+@pytest.mark.parametrize("statuses, strict, code, said", [
+    (["ok", "failed"], False, 0, ""),  # a failed row is a finding of the run, which wrote its report
+    (["ok", "failed", "timeout"], True, 1, "error: --strict: ddp1, ddp2 did not run to the end (the report says "
+                                           "why)\n"),
+    (["ok", "ok"], True, 0, ""),
+    (["failed", "diverged"], False, 1, ""),  # nothing measured
+])
+def test_strict_makes_a_run_with_a_row_that_did_not_finish_exit_1(tmp_path, capsys, statuses, strict, code, said):
+    # a crashed backend had been visible to a script or CI only by reading the report: the exit code was 0
+    import typer
+
+    from harness.commands.common import conclude
+
+    records = [{"label": f"ddp{i}", "status": s, "repeat": 0} for i, s in enumerate(statuses)]
+    try:
+        conclude(records, tmp_path, False, "report.md", strict=strict)
+        got = 0
+    except typer.Exit as exc:
+        got = exc.exit_code
+    assert got == code
+    assert capsys.readouterr().err == said
