@@ -406,7 +406,10 @@ class Runner:
         return stopped
 
     def close_interrupted(self, stopped: str, jobs: list[tuple[RunPlan, Row, int]], device: str) -> None:
-        """After an interruption: a `not_run` record for every job that never ran, and every record marked."""
+        """After an interruption: a `not_run` record for every job that never ran, and every record marked, with
+        what stopped it where a signal did ("by SIGTERM during ddp (repeat 1)")."""
+        by = interrupt.requested_by()
+        stopped = f"by {by} {stopped}" if by else stopped
         if self.run_info["env"] is None:  # interrupted before the environment was read (importing torch)
             self.run_info["env"] = envmod.collect(device, import_torch=False)
         never = [plain_record(self.run_info, plan, row, repeat, "not_run", f"the run was interrupted {stopped}")

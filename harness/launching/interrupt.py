@@ -45,6 +45,17 @@ def install() -> None:
     _fd = r
 
 
+HOW = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP (its terminal closed)"}
+"""Each stop signal as a report names what stopped the run: a closed terminal or a scheduler's SIGTERM read as
+one's own Ctrl-C otherwise."""
+
+
+def requested_by() -> str | None:
+    """What asked this process to stop ("Ctrl-C (SIGINT)"), None where no stop signal came through install()'s
+    handler."""
+    return HOW.get(_requested, _requested) if _requested else None
+
+
 def wakeup_fd() -> int | None:
     """Readable when a signal arrived (None when install() was not called, e.g. the CLI run in process)."""
     return _fd

@@ -273,9 +273,9 @@ def test_ctrl_c_during_the_first_launch_still_leaves_records_and_a_report(tmp_pa
     assert proc.returncode == 130, stderr
     rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert [(r["label"], r["status"]) for r in rows] == [("dp", "not_run"), ("ddp", "not_run")]
-    assert rows[0]["reason"] == "the run was interrupted during the reference run"
+    assert rows[0]["reason"] == "the run was interrupted by Ctrl-C (SIGINT) during the reference run"
     report = (out / "report.md").read_text()
-    assert "**The run was interrupted during the reference run**: dp, ddp never ran." in report
+    assert "**The run was interrupted by Ctrl-C (SIGINT) during the reference run**: dp, ddp never ran." in report
     assert "| dp |" in report and "| ddp |" in report
 
 
