@@ -101,18 +101,17 @@ class FSDPLaunch(DDPLaunch):
     def failure_fix(self, error):
         if ("got mixed torch.Tensor and DTensor" in error
                 or "appears to not have been used in the graph" in error):
-            # measured: a forward that returns an embedding's weight for the loss to index (sampled softmax), and
-            # MAML's torch.autograd.grad over named_parameters() in the forward (under the check's no_grad, which
-            # finds the modules read outside their own forward, that call raises and finds none): each failed so;
-            # with those modules left to the root, 1.2e-7 and 1.5e-8 ✓
+            # measured: a forward that returned an embedding's weight for the loss to index (a sampled softmax),
+            # and MAML's torch.autograd.grad over named_parameters() in the forward, each failed so before the
+            # default units saw such reads (workloads/base.py: read_outside); with those modules left to the root,
+            # 1.2e-7 and 1.5e-8 ✓. What the check still cannot see (a read in the loss of a parameter the output
+            # does not carry, a read by a hook) fails the same way
             return ("FSDP2 holds each unit's parameters as sharded DTensors outside that unit's own forward, and the "
-                    "default units leave to the root only the modules whose parameters the forward was seen to read "
-                    "outside their own: a parameter the forward returns for the loss to use (an embedding's weight "
-                    "for a sampled softmax), or one it differentiates through with torch.autograd.grad (MAML's "
-                    "inner step, functional_call), is not seen and is met as a shard; give `units=` that leaves its "
-                    "module to the root, where its parameters stay gathered through the forward and the loss "
-                    "(units=lambda m: [m.encoder] naming the others, or units=lambda m: [] for the whole model as "
-                    "one unit)")
+                    "default units leave to the root only the modules whose parameters one forward was seen to read "
+                    "outside their own (or to return): a parameter read elsewhere (in the loss, by a hook) is met "
+                    "as a shard; give `units=` that leaves its module to the root, where its parameters stay "
+                    "gathered through the forward and the loss (units=lambda m: [m.encoder] naming the others, or "
+                    "units=lambda m: [] for the whole model as one unit)")
         return None
 
     def edited_parameters_fix(self):

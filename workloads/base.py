@@ -637,8 +637,17 @@ def read_outside(model, units, inputs, forward) -> set[int]:
     for i, unit in enumerate(twins):
         unit.register_forward_pre_hook(lambda m, a, i=i: active.append(i))
         unit.register_forward_hook(lambda m, a, o, i=i: active.remove(i), always_call=True)
-    with torch.no_grad(), Reads():
-        forward(twin, inputs)
+    try:
+        with torch.no_grad(), Reads():
+            out = forward(twin, inputs)
+    except Exception:  # noqa: BLE001 - a forward that needs autograd (MAML's torch.autograd.grad over parameters)
+        active.clear()
+        with torch.enable_grad(), Reads():
+            out = forward(twin, inputs)
+    # a parameter the forward returns (an embedding's weight for a sampled softmax in the loss) is read outside
+    # every unit's forward too: by the loss, after them
+    for t in tree_flatten(dict(out) if isinstance(out, Mapping) else out)[0]:
+        outside.update(holders.get(id(t), ()))
     return outside
 
 

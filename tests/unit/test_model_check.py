@@ -363,8 +363,8 @@ def test_a_models_own_sync_batch_norm_is_refused_on_the_cpu_where_torch_cannot_r
 
 
 @pytest.mark.parametrize("error", [
-    # a forward returning an embedding's weight for the loss to index (a sampled softmax), and MAML's
-    # torch.autograd.grad over named_parameters() in the forward: each failed with torch's own line and no fix
+    # what torch says where a parameter is read outside its unit's forward, which the default units do not see (a
+    # read in the loss, by a hook): each failed with torch's own line and no fix
     "RuntimeError: aten.index.Tensor got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor "
     "before calling distributed operators! (raised in sampled_loss (m6.py:385))",
     "RuntimeError: The differentiated Tensor at index 0 appears to not have been used in the graph. Set "

@@ -136,3 +136,53 @@ def test_the_default_units_leave_to_the_root_what_is_read_outside_its_own_forwar
     lm = workloads.get(f"{path}:lm")
     model = lm.new_model()
     assert names(model, [lm.shard_units(model)]) == [["mlp"]]
+
+
+def test_a_parameter_the_forward_returns_or_differentiates_through_is_left_to_the_root(tmp_path):
+    # two more FSDP2 crashes of an outside probe: a two-tower model returning its item table for a sampled softmax
+    # in the loss ("got mixed torch.Tensor and DTensor" in the loss), and MAML's torch.autograd.grad over the
+    # network's parameters in the forward, which raised under the check's no_grad, so that no unit was found
+    # ("appears to not have been used in the graph"); with those modules left to the root both matched
+    import textwrap
+
+    import workloads
+
+    path = tmp_path / "reads.py"
+    path.write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+        from torch.func import functional_call
+
+        class TwoTower(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.user, self.items = nn.Linear(4, 8), nn.Embedding(10, 8)
+            def forward(self, x):
+                return {"u": self.user(x), "table": self.items.weight}
+
+        class Maml(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net, self.head = nn.Linear(4, 4), nn.Linear(4, 2)
+            def forward(self, x):
+                params = dict(self.net.named_parameters())
+                inner = functional_call(self.net, params, (x,)).square().mean()
+                grads = torch.autograd.grad(inner, list(params.values()), create_graph=True)
+                fast = {k: v - 0.1 * g for (k, v), g in zip(params.items(), grads)}
+                return self.head(functional_call(self.net, fast, (x,)))
+
+        def two_tower():
+            x = torch.randn(16, 4)
+            return dict(model=TwoTower, train=(x, torch.randint(0, 10, (16,))),
+                        loss=lambda out, y: (out["u"] @ out["table"].T).logsumexp(1).mean())
+
+        def maml():
+            x = torch.randn(16, 4)
+            return dict(model=Maml, train=(x, torch.randint(0, 2, (16,))))
+    '''))
+    w = workloads.get(f"{path}:two_tower")
+    model = w.new_model()
+    assert names(model, [w.shard_units(model)]) == [["user"]]
+    w = workloads.get(f"{path}:maml")
+    model = w.new_model()
+    assert names(model, [w.shard_units(model)]) == [["head"]]
