@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.ground.outdir import write_text
 from harness.ground.provenance import tuning_line
-from harness.ground.record import frozen_note
+from harness.ground.record import frozen_note, hardware_text, software_text
 from harness.ground.sizes import format_mib
 from harness.launching import machine
 from harness.model.points import BASELINE, table
@@ -249,14 +249,9 @@ def _controls(records, sweep) -> list[str]:
 
 def _provenance(records) -> list[str]:
     r0, e = records[0], records[0]["env"]
-    versions = sorted({(r["adapter_info"] or {}).get("framework") for r in records
-                       if r["status"] == "ok" and r.get("adapter_info") and (r["adapter_info"] or {}).get("framework")})
     return [f"- Command: `{r0['command']}`", f"- Run: {r0['run_id']} at {r0['time_utc']}; git commit "
             f"{e.get('git_commit')}",
-            f"- Hardware: {e['cpu_model']} ({' '.join(e.get('cpu_flags', []))}), {e['cpu_cores_usable']} usable "
-            f"cores, {e['memory_total_bytes'] / 2**30:.0f} GiB RAM; GPUs: {', '.join(e.get('gpus', [])) or 'none'}",
-            f"- Software: Python {e['python']}, torch {e['torch']}; frameworks: {', '.join(versions)}; "
-            f"{e['platform']}", *tuning_line(e),
+            f"- Hardware: {hardware_text(e)}", f"- Software: {software_text(records)}", *tuning_line(e),
             "- Load average (1 min) before each launch: " + ", ".join(
                 f"{r['label']}@{r['scale']['point']}#{r['repeat']} {r['load_avg_before'][0]:.2f}" for r in records
                 if r.get("load_avg_before") and r.get("scale"))]
