@@ -115,6 +115,10 @@ def workload_class(name: str) -> tuple[type[Workload], dict[str, Any]]:
     obj, preset = _REGISTRY.entry(name, references=True)
     if isinstance(obj, type) and issubclass(obj, Workload):
         _check_overrides(obj, name)
+        if inspect.isabstract(obj):  # a subclass that leaves a method of the contract out, or Workload itself
+            missing = sorted(getattr(obj, "__abstractmethods__", ()))
+            raise BadReference(f"workload '{name}': class {obj.__name__} does not define {', '.join(missing)}, which "
+                               f"every workload must (docs/your-model.md, \"The full contract\")")
         return obj, preset
     if getattr(obj, "__compare_workload__", None) is not None or inspect.isfunction(obj):
         cls = getattr(obj, "__compare_class__", None)
@@ -135,10 +139,6 @@ def get(name: str, options: dict[str, Any] | None = None) -> Workload:
     on bad input)."""
     cls, preset = workload_class(name)
     options = {**preset, **(options or {})}
-    if inspect.isabstract(cls):  # a subclass that leaves a method of the contract out (materialize, build_model)
-        missing = sorted(getattr(cls, "__abstractmethods__", ()))
-        raise BadReference(f"workload '{name}': class {cls.__name__} does not define {', '.join(missing)}, which "
-                           f"every workload must (docs/your-model.md, \"The full contract\")")
     if cls.__init__ is not Workload.__init__:
         try:
             inspect.signature(cls).bind(options)
