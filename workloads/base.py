@@ -225,6 +225,9 @@ class Workload(ABC):
     failed equivalence check then says so, with the fix."""
     loss_counted: bool | None = None
     """Whether the last `step_loss` came with a count (read by the rank for its record)."""
+    global_count: Any = None
+    """The last `step_loss`'s count, its mean over the processes (a tensor on the loss's device), None without a
+    count: the rank marks the steps where it is 0, whose loss of 0 no final loss averages in."""
     varying_counts: list | None = None
     """For a loss without a count: the counts such a loss commonly averages over that differ between the ranks'
     slices, found by the same check (harness/core/normalisation.py); a failed equivalence check that one of them
@@ -390,10 +393,12 @@ class Workload(ABC):
 
         value, count, summed = self.loss_terms(output, target)
         self.loss_counted = count is not None
+        self.global_count = None
         if count is None:
             return value
         count = torch.as_tensor(count, device=value.device).to(torch.float64).reshape(())
         mean = count if mean_over_processes is None else mean_over_processes(count.reshape(1)).reshape(())
+        self.global_count = mean  # 0: nothing of the global batch counted, its loss a 0 that is no loss
         if summed:
             # a count of 0 (nothing of the batch counted: every label -100) divides a sum over nothing, 0, by 1, not
             # 0/0 (an audit's run was refused as NaN when its first two samples had nothing to count); torch.where

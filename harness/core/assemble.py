@@ -46,6 +46,15 @@ def base_record(*, run: dict[str, Any], adapter: str, label: str, summary: str, 
             "status": status, "reason": reason}
 
 
+def final_loss(curve: list[float], uncounted=()) -> tuple[float | None, int]:
+    """(the mean of the last FINAL_LOSS_WINDOW steps' loss, how many it averaged), the steps in `uncounted` left
+    out: a global batch in which a counted loss counted nothing has a loss of 0 by definition, no training loss (a
+    final loss had averaged such a 0 in)."""
+    left_out = set(uncounted)
+    window = [v for i, v in enumerate(curve) if i not in left_out][-FINAL_LOSS_WINDOW:]
+    return (sum(window) / len(window) if window else None), len(window)
+
+
 def param_diffs(params_path: Path, reference: dict | None) -> dict[str, float] | None:
     """Each parameter's largest absolute difference from the reference's, by name (None without both)."""
     if reference is None or not params_path.exists():
@@ -336,9 +345,9 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     # is the mean of the processes' losses.
     curve = [sum(ls) / len(ls) for ls in zip(*(r.losses for r in ranks))]
     rec["loss_curve"] = curve
-    window = curve[-FINAL_LOSS_WINDOW:]
-    rec["final_loss"] = sum(window) / len(window) if window else None
-    rec["final_loss_window"] = len(window)
+    if r0.uncounted_steps:  # a loss of 0 over nothing counted: left out of the final loss and of the plotted curve
+        rec["uncounted_steps"] = sorted(set(r0.uncounted_steps))
+    rec["final_loss"], rec["final_loss_window"] = final_loss(curve, r0.uncounted_steps)
     rec["eval"] = _eval(r0, ranks, workload)
     if rec["eval"] is None and r0.eval_skipped:
         rec["eval_skipped"] = r0.eval_skipped

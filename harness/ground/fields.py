@@ -356,8 +356,11 @@ class Measured(TypedDict):
     """`samples_per_s` over the devices used."""
     loss_curve: list[float]
     """The global training loss per step."""
+    uncounted_steps: NotRequired[list[int]]
+    """The steps (from 0) whose global batch held nothing a counted loss counts (every label -100): their loss is 0
+    by definition and no training loss, so the final loss and the loss plot leave them out."""
     final_loss: Number
-    """Mean of the last `final_loss_window` steps' loss."""
+    """Mean of the last `final_loss_window` steps' loss (those in `uncounted_steps` left out)."""
     equivalence: dict[str, Any]
     """The check: steps, tolerance, whether it was checked (and why not), passed; `batch_norm` (the model's
     BatchNorm layers and whether this row's statistics were per process or over the global batch); for a failed

@@ -71,6 +71,7 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
     sync = device_sync(info.device)
     memory = PeakMemory(info.device)
     losses = torch.zeros(total, device=info.device)
+    uncounted = torch.zeros(total, dtype=torch.bool, device=info.device)  # steps whose global batch counted nothing
     first_step_end_wall = None
     snapshot_s = None
     # Until-target runs evaluate every K steps and stop at the target (harness/rank/evaluation.py).
@@ -121,6 +122,8 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
         clock.stop(step)
         steps_done += 1
         losses[step] = loss.detach()
+        if workload.global_count is not None:
+            uncounted[step] = workload.global_count == 0  # on the device: no sync a step
         if first_step_end_wall is None:
             first_step_end_wall = time.time()
         stop = False
@@ -195,7 +198,8 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
             start_wall=marks["entry"], setup_s=marks["init_done"] - marks["entry"],
             first_step_end_wall=first_step_end_wall,
             end_wall=time.time(), warmup=spec.warmup, step_times_s=step_times,
-            losses=losses[:steps_run].cpu().tolist(), loss_counted=workload.loss_counted, peak_memory_bytes=peak,
+            losses=losses[:steps_run].cpu().tolist(), loss_counted=workload.loss_counted,
+            uncounted_steps=uncounted[:steps_run].nonzero().flatten().cpu().tolist(), peak_memory_bytes=peak,
             peak_memory_kind=memory.kind, peak_memory_file_bytes=memory.file_bytes,
             eval=evaluation, eval_skipped=None if evaluation else workload.eval_skipped, lr=lr,
             lr_rule=workload.lr_rule(), param_count=n_params,

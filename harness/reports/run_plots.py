@@ -4,6 +4,7 @@ Runs in: the parent."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,9 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], s
     style = palette.styles([r["adapter"] for r in ok], legend)
     curves: dict[tuple, str] = {}
     for r in ok:
-        curve = r["first"]["loss_curve"]
-        same = curves.setdefault(tuple(round(v, 4) for v in curve), r["adapter"])
+        uncounted = set(r["first"].get("uncounted_steps") or ())  # no loss there: a gap, not a dip to 0
+        curve = [math.nan if i in uncounted else v for i, v in enumerate(r["first"]["loss_curve"])]
+        same = curves.setdefault(tuple(round(v, 4) for v in r["first"]["loss_curve"]), r["adapter"])
         # rows that trained alike (every fp32 backend does, to rounding) overlap: the legend says so
         label = figures.wrap_label(r["adapter"] if same == r["adapter"] else
                                    f"{r['adapter']} (same curve as {same})", 40)

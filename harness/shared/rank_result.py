@@ -63,6 +63,9 @@ class TrainResult(RankResult):
     loss_counted: bool | None = None
     """Whether the loss came with a count of its items, divided by the count's mean over the ranks (an all-reduce of
     one number a step; Workload.step_loss), rather than a mean over each rank's samples."""
+    uncounted_steps: list[int] = field(default_factory=list)
+    """The steps (from 0) whose global batch held nothing the counted loss counts (every label -100): their loss is
+    0 by definition, in one process as on every backend, and no training loss."""
     peak_memory_bytes: int | None = None
     peak_memory_kind: str = ""
     peak_memory_file_bytes: int | None = None

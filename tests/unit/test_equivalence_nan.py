@@ -137,3 +137,15 @@ def test_a_slice_with_nothing_to_average_whose_nan_training_recovers_from_is_the
         w.empty_slice = {"step": step, "rank": 0, "what": what}
         said = equivalence(spec, r0, w, None, {"w": 0.2}, None, label="ddp", ranks=ranks).get("why_failed") or ""
         assert "holds none" not in said
+
+
+def test_the_final_loss_leaves_out_a_step_whose_global_batch_counted_nothing():
+    # a counted loss over a global batch whose every label is -100 is 0 by definition (sum 0 over a count of 0, in
+    # one process as on every backend): the final loss had averaged that 0 in as a training loss
+    from harness.core.assemble import FINAL_LOSS_WINDOW, final_loss
+
+    curve = [2.0] * 12 + [0.0] + [1.0] * 3
+    assert final_loss(curve, [12]) == (pytest.approx((2.0 * (FINAL_LOSS_WINDOW - 3) + 3.0) / FINAL_LOSS_WINDOW),
+                                       FINAL_LOSS_WINDOW)
+    assert final_loss(curve)[0] == pytest.approx((2.0 * 6 + 0.0 + 3.0) / FINAL_LOSS_WINDOW)
+    assert final_loss([0.0], [0]) == (None, 0)
