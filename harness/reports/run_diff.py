@@ -163,12 +163,39 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
     # a row's framework at another version (deepspeed 0.19.8 against 0.18.0; one that only names torch's, not again)
     context += [(f"{label}'s {what}", x, y) for label, what, x, y in joins.software_changes(sa[0][1], sb[0][1])
                 if label in common]
+    changed = sorted({label for label, _, _, _ in joins.condition_changes(sa[0][1], sb[0][1]) if label in common}
+                     | {label for label, _, _, _ in joins.software_changes(sa[0][1], sb[0][1]) if label in common})
+    against = [] if sessions else _against_unchanged(per_a[0], per_b[0], changed, common, margin, names[1])
     every = {r["label"] for _, records in sa + sb for r in records}
-    return {"rows": rows, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
+    return {"rows": rows, "against_unchanged": against, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
             "unmeasured": sorted(every - set(in_a) - set(in_b)), "margin": margin,
             "names": names, "workload": fa.get("workload"), "world_size": fa.get("world_size"), "context": context,
             "sessions": (len(sa), len(sb)), "by_sessions": sessions, "across_machines": across_machines,
             "disturbed": (_disturbed(sa), _disturbed(sb))}
+
+
+def _against_unchanged(ma, mb, changed: list[str], common: list[str], margin: float,
+                       b: str) -> list[dict[str, Any]]:
+    """Where some rows ran under another condition in B (a knob, a framework's version) and others did not: each
+    changed row's ratio to each unchanged row within its run's rounds (its launch over the other's of the same round,
+    as the run's own verdict pairs them), B's against A's by Welch's interval over the rounds. What moved every row
+    between the runs (the machine's load, its clock) cancels in such a ratio, where the table's B / A keeps it: a
+    row made slower by its change read "faster in B" beside rows that sped up more. Holm-adjusted over the pairs."""
+    unchanged = [k for k in common if k not in changed]
+    if not changed or not unchanged:
+        return []
+
+    def ratios(m, t, c):
+        by_round = {r["repeat"]: r["samples_per_s"] for r in m[c]}
+        return [r["samples_per_s"] / by_round[r["repeat"]] for r in m[t] if r["repeat"] in by_round]
+    pairs = []
+    for t in changed:
+        for c in unchanged:
+            ra, rb = ratios(ma, t, c), ratios(mb, t, c)
+            pairs.append({"label": t, "control": c, **compare_pair(rb, ra, paired=False, margin=margin)})
+    for r in adjust(pairs):
+        r["outcome"] = outcome(r) + (f" in {b}" if outcome(r) in RESOLVED else "")
+    return pairs
 
 
 def _disturbed(side) -> tuple[int, int]:
@@ -248,6 +275,15 @@ def lines(d: dict[str, Any]) -> list[str]:
         out.append(f"Measured in neither: {', '.join(d['unmeasured'])}.")
     if d["context"]:
         out.append("What differs: " + "; ".join(f"{what} {x} → {y}" for what, x, y in d["context"]) + ".")
+    against = d.get("against_unchanged") or []
+    if against:
+        def shown(r):
+            iv = "no interval" if r["lo"] is None else f"[{r['lo']:.3f}–{r['hi']:.3f}]"
+            return f"{r['label']}/{r['control']} {r['estimate']:.3f}× {iv}, {r['outcome']}{holm_note(r)}"
+        out.append(f"Against the rows whose condition did not change ({b} / {a} of a changed row's ratio to an "
+                   f"unchanged one within each run's rounds, Welch's 95% interval, Holm over the {len(against)} "
+                   f"pair(s); what moved every row between the runs cancels in it, so this, not the table's ratio, "
+                   f"is the change's own effect): " + "; ".join(map(shown, against)) + ".")
     if d["across_machines"] and any(what == "CPU" for what, _, _ in d["context"]):
         out.append("The runs are on different machines (--across-machines): the ratios compare the machines, "
                    "with whatever else changed.")

@@ -364,3 +364,29 @@ def test_one_row_that_moved_is_not_called_a_change_of_the_machine_and_interferen
     # every row resolved one way: that is what a change of the machine does
     c = _records({"ddp": [150.0, 151.0, 149.0], "spawn": [150.0, 152.0, 148.0], "horovod": [75.0, 76.0, 74.0]})
     assert "Every row moved the same way: runs share no rounds" in "\n".join(diff.lines(diff.compare(a, c)))
+
+
+def test_one_rows_change_is_measured_against_the_rows_that_did_not_change():
+    # an outside check: B ran ddp with comm_hook=fp16 on a quieter machine; every row read "faster in B", ddp too,
+    # while against spawn and horovod of the same runs (whatever moved every row cancels) fp16 had slowed it
+    a = {"ddp": [100.0, 104.0, 98.0, 102.0], "spawn": [90.0, 93.0, 88.0, 91.0], "horovod": [60.0, 62.0, 59.0, 61.0]}
+    b = {"ddp": [v * 1.2 for v in a["ddp"]], "spawn": [v * 1.5 for v in a["spawn"]],
+         "horovod": [v * 1.5 for v in a["horovod"]]}
+
+    def rows(values, hook):
+        recs = _records(values)
+        for r in recs:
+            r["controls"]["knobs"] = {"comm_hook": hook if r["label"] == "ddp" else None}
+        return recs
+
+    d = diff.compare(rows(a, None), rows(b, "fp16"))
+    assert {r["label"]: r["outcome"] for r in d["rows"]} == {"ddp": "faster in B", "spawn": "faster in B",
+                                                             "horovod": "faster in B"}
+    pairs = {(r["label"], r["control"]): r for r in d["against_unchanged"]}
+    assert set(pairs) == {("ddp", "spawn"), ("ddp", "horovod")}
+    for r in pairs.values():
+        assert r["estimate"] == pytest.approx(0.8) and r["hi"] < 1 and r["outcome"] == "slower in B"
+    text = "\n".join(diff.lines(d))
+    assert "ddp/spawn 0.800× [" in text and "is the change's own effect" in text
+    # where every row changed, or none did, there is nothing to hold the change against
+    assert diff.compare(rows(a, None), rows(b, None))["against_unchanged"] == []
