@@ -418,8 +418,8 @@ def one_session_line(known: dict[str, Any] | None) -> str:
         text += (f" On this machine, {k} joined runs of {known['workload']} ({request}the last on {known['date']}) "
                  f"put the "
                  f"between-session standard deviation of a pair's log ratio at {known['tau_median']:.1%} ({spread}; "
-                 f"{k} sessions give each pair's figure {k - 1} degrees of freedom: a rough one), against a standard "
-                 f"error within one run of {known['se_median']:.1%}.")
+                 f"{k} sessions give each pair's figure {k - 1} degrees of freedom: a rough one), against a median "
+                 f"standard error within one of those runs of {known['se_median']:.1%}.")
     return text
 
 
