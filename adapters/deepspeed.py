@@ -456,10 +456,13 @@ class DeepSpeedStrategy(Strategy):
 
         d = super().dtypes(model)  # the engine's module: the parameters in the dtype DeepSpeed cast them to
         ds = self.engine.optimizer
-        # The fp32 copy the optimizer updates: ZeRO-1/2's partitions, ZeRO-3's, the bf16 optimizer's, fp16's.
+        # The fp32 copy the optimizer updates: ZeRO-1/2's partitions, ZeRO-3's, the bf16 optimizer's, fp16's, and
+        # ZeRO-0's FP16_UnfusedOptimizer (bf16 with a client optimizer: its fp32_groups, a list per group; read live
+        # in 0.19.8, which the table had shown as no master copy)
         master = [t for attr in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat",
-                                 "fp32_groups_flat_partition", "fp32_groups_flat")
-                  for t in (getattr(ds, attr, None) or []) if hasattr(t, "dtype")]
+                                 "fp32_groups_flat_partition", "fp32_groups_flat", "fp32_groups")
+                  for g in (getattr(ds, attr, None) or [])
+                  for t in (g if isinstance(g, (list, tuple)) else [g]) if hasattr(t, "dtype")]
         d["master"] = dtype_names(master)
         if d["grads"] == "none":  # ZeRO moved them into its own buffers
             held = getattr(ds, "averaged_gradients", None) or {}

@@ -344,7 +344,10 @@ class HorovodStrategy(Strategy):
         d = super().dtypes(model)
         # The wire: the compressor the DistributedOptimizer really holds (fp16 casts each gradient for the
         # all-reduce and back).
-        compressor = type(getattr(self.optimizer, "_compression", None)).__name__
+        # Horovod holds the compressor's class itself (Compression.fp16 is FP16Compressor), not an instance: its
+        # type's name was "type", and the table said fp32 on the wire for compression=fp16
+        held = getattr(self.optimizer, "_compression", None)
+        compressor = held.__name__ if isinstance(held, type) else type(held).__name__
         if compressor == "FP16Compressor":
             d["reduce"] = "fp16"
         return d

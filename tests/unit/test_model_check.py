@@ -1057,3 +1057,20 @@ def test_multihead_attention_is_refused_on_compiled_zero3_unless_it_is_a_zero3_l
     model.attn._z3_leaf = True  # what set_z3_leaf_modules sets
     _module_facts(facts, model)
     assert facts.multihead == []
+
+
+def test_horovods_fp16_compression_is_read_from_the_class_it_holds():
+    # Horovod holds the compressor's class (Compression.fp16 is FP16Compressor), not an instance: its type's name was
+    # "type", and the dtype table said fp32 on the wire for horovod:compression=fp16 beside a note saying fp16
+    from types import SimpleNamespace
+
+    hvd = adapters.get("horovod")({"compression": "fp16"}, "cpu")
+
+    class FP16Compressor:
+        pass
+    model = torch.nn.Linear(2, 2)
+    model(torch.randn(1, 2)).sum().backward()
+    hvd.optimizer = SimpleNamespace(_compression=FP16Compressor, state={})
+    assert hvd.dtypes(model)["reduce"] == "fp16"
+    hvd.optimizer = SimpleNamespace(_compression=type("NoneCompressor", (), {}), state={})
+    assert hvd.dtypes(model)["reduce"] == "fp32"
