@@ -88,6 +88,14 @@ def caveat_notes(rows) -> list[str]:
     return _column_notes(rows, "✓", lambda row: row["first"]["equivalence"].get("caveat"))
 
 
+def also_notes(rows) -> list[str]:
+    """What a row not checked for its precision or compression differs by besides, where the run found it: a loss
+    averaged per rank over counts that differ between the ranks, which no backend at any precision undoes."""
+    return [note.replace("(not checked) in the max_param_diff column", "Not checked for its arithmetic, and "
+                         "besides", 1)
+            for note in _column_notes(rows, "(not checked)", lambda row: row["first"]["equivalence"].get("also"))]
+
+
 def unchecked_notes(rows) -> list[str]:
     """Why a row's max_param_diff is "(not checked)", for the terminal, whose table has no room for it (report.md's
     table says it in the cell): a model the check does not apply to (BatchNorm statistics per process, with the
@@ -152,6 +160,7 @@ EVAL_MODE = (" The evaluation runs the model's forward in eval mode (model.eval(
 def _notes(rows, records) -> list[str]:
     notes = []
     for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows), *caveat_notes(rows),
+                 *also_notes(rows),
                  flops_note(rows)):
         if note:
             notes.append(note)
@@ -617,6 +626,7 @@ def console_notes(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"{row['adapter']} unavailable: " + (f"fix: {fix}" if fix else f"{reason} (the whole reason: "
                                                            f"report.md)"))
     notes = [note for note in (eval_note(rows), target_note(rows), *equivalence_notes(rows), *caveat_notes(rows),
+                               *also_notes(rows),
                                *unchecked_notes(rows)) if note]
     cut = cut_short(records)
     if cut:

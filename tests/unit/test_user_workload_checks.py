@@ -1572,3 +1572,15 @@ def test_a_workload_that_changes_the_directory_leaves_compares_paths_where_they_
     assert workloads.resolvable("moves.py:f") == f"{tmp_path / 'moves.py'}:f"
     assert registry.returned_from_users_directory() == str(data) and Path.cwd() == tmp_path
     assert registry.returned_from_users_directory() is None  # nothing more to go back from
+
+
+def test_a_row_not_checked_for_its_arithmetic_still_says_the_count_its_ranks_averaged_differently():
+    # measured: a GPT-2 without its count under ddp:comm_hook=fp16 was 3.9e-4 from the single process where the count
+    # declared gave 1.9e-6, and the report said only "fp16 gradient compression" (no fp32 row ran to say why)
+    from harness.reports import run_report
+
+    rows = [{"measured": True, "adapter": a, "first": {"equivalence": {"checked": False, "also": "its loss is a mean"}}}
+            for a in ("ddp:comm_hook=fp16", "horovod:compression=fp16")]
+    rows.append({"measured": True, "adapter": "amp", "first": {"equivalence": {"checked": False}}})
+    assert run_report.also_notes(rows) == ["Not checked for its arithmetic, and besides (ddp:comm_hook=fp16, "
+                                           "horovod:compression=fp16): its loss is a mean."]
