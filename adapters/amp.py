@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.base import KnobError, Precision
+from adapters.base import DeviceKnobError, KnobError, Precision
 from adapters.ddp import DDPAdapter, DDPCost, DDPStrategy
 
 
@@ -115,7 +115,7 @@ class AmpAdapter(AmpStrategy, AmpCost, DDPAdapter):
         if p == "auto":
             return Precision.FP16 if self.device_kind == "cuda" else Precision.BF16
         if p == "fp16" and self.device_kind == "cpu":
-            raise KnobError("knob 'precision' fp16 needs CUDA here; use bf16 on CPU")
+            raise DeviceKnobError("knob 'precision' fp16 needs CUDA here; use bf16 on CPU")
         return Precision(p)
 
 

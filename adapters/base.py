@@ -66,6 +66,11 @@ KnobError = options.OptionError
 """A knob the adapter refuses (unknown name, wrong type, a choice not offered, a rule between knobs)."""
 
 
+class DeviceKnobError(KnobError):
+    """A knob value right in itself that this device or build cannot run (fp16 on a CPU): its row is unavailable with
+    the reason, as a framework that is not installed is, and the other rows run; an error only with --strict."""
+
+
 class Precision(str, enum.Enum):
     """Numeric precision of the training step (str-Enum so it serialises to JSON as is)."""
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch,
-                           LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm, flat_layout,
+from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Adapter, Availability, Cost, DeviceKnobError,
+                           KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm, flat_layout,
                            interpreter, rank_command)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
@@ -755,7 +755,7 @@ class DeepSpeedAdapter(DeepSpeedLaunch, DeepSpeedStrategy, DeepSpeedCost, Adapte
     def precision(self) -> Precision:
         p = self.knobs.precision
         if p == "fp16" and self.device_kind == "cpu" and not cpu_fp16_supported():
-            raise KnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
+            raise DeviceKnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
                             "(no oneDNN fp16 support); use bf16 or fp32")
         return Precision(p)
 

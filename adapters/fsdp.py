@@ -19,8 +19,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Availability, KnobError, Precision, cpu_sync_batch_norm,
-                           flat_layout)
+from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Availability, DeviceKnobError, KnobError, Precision,
+                           cpu_sync_batch_norm, flat_layout)
 from adapters.probes import torch_build
 from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Fsdp
@@ -296,7 +296,7 @@ class FSDPAdapter(FSDPLaunch, FSDPStrategy, FSDPCost, DDPAdapter):
     def precision(self) -> Precision:
         k = self.knobs
         if "fp16" in (k.param_dtype, k.reduce_dtype) and self.device_kind == "cpu":
-            raise KnobError("knob 'param_dtype'/'reduce_dtype' fp16 needs CUDA here; use bf16 or fp32 on CPU")
+            raise DeviceKnobError("knob 'param_dtype'/'reduce_dtype' fp16 needs CUDA here; use bf16 or fp32 on CPU")
         if k.cpu_offload and self.device_kind == "cpu":
             raise KnobError("knob 'cpu_offload' moves sharded state from the GPU to the CPU; on CPU it is already "
                             "there (leave it out)")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import adapters
-from adapters.base import Adapter, Availability
+from adapters.base import Adapter, Availability, DeviceKnobError
 from harness.core.checks import list_command, pairs, unavailable_message
 from harness.ground.errors import BadInput, first_sentence
 from harness.shared.text import newlines_shown
@@ -190,6 +190,12 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
             adapter = cls({**given, **variant}, req.device)
             adapter.precision()  # resolves (and so checks) precision knobs against the device
             adapter.check_knobs(req.world_size)  # and knobs that depend on the world size (a mesh)
+        except DeviceKnobError as exc:  # right in itself, not here (fp16 on a CPU): as a framework not installed
+            if explicit and req.strict:
+                raise BadInput(f"{kind} {label}: {exc}") from None
+            rows.append(Row(label, name, cls, reason=str(exc)))
+            knob_reasons.add(str(exc))
+            continue
         except OptionError as exc:
             raise BadInput(f"{kind} {label}: {exc}") from None
         try:

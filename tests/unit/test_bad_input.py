@@ -215,7 +215,11 @@ CASES = [
     ("run-knob-without-adapter", ["run", "-a", "ddp", "-k", "bucket_cap_mb=3"],
      "knob 'bucket_cap_mb' must be ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50"),
     ("run-knob-not-pair", ["run", "-a", "ddp", "-k", "ddp.bucket_cap_mb"], "knob 'ddp.bucket_cap_mb' is not ADAPTER.KNOB=VALUE, e.g. ddp.bucket_cap_mb=50"),
+    # a knob value this device cannot run is an unavailable row, as a framework not installed (the other rows run);
+    # alone it leaves no row to run
     ("run-fp16-amp-on-cpu", ["run", "-a", "amp:precision=fp16"],
+     "no adapter can run here: knob 'precision' fp16 needs CUDA here; use bf16 on CPU"),
+    ("run-fp16-amp-on-cpu-strict", ["run", "-a", "amp:precision=fp16", "--strict"],
      "adapter amp:precision=fp16: knob 'precision' fp16 needs CUDA here; use bf16 on CPU"),
     ("run-duplicate-adapter", ["run", "-a", "ddp,ddp"], "adapter 'ddp' listed twice"),
     # an unknown name given twice is unknown, with the choices (it was told "listed twice")
@@ -593,8 +597,7 @@ CASES = [
     ("run-fsdp-replicas-0", ["run", "-a", "fsdp:replicas=0"],
      "adapter fsdp:replicas=0: knob 'replicas' must be at least 1 (1: plain FSDP); got 0"),
     ("run-fsdp-fp16-cpu", ["run", "-a", "fsdp:param_dtype=fp16"],
-     "adapter fsdp:param_dtype=fp16: knob 'param_dtype'/'reduce_dtype' fp16 needs CUDA here; use bf16 or fp32 on "
-     "CPU"),
+     "no adapter can run here: knob 'param_dtype'/'reduce_dtype' fp16 needs CUDA here; use bf16 or fp32 on CPU"),
     ("run-fsdp-offload-cpu", ["run", "-a", "fsdp:cpu_offload=true"],
      "adapter fsdp:cpu_offload=true: knob 'cpu_offload' moves sharded state from the GPU to the CPU; on CPU it is "
      "already there (leave it out)"),
