@@ -577,6 +577,11 @@ class Workload(ABC):
                 continue
         return None
 
+    def unpadded_tokens_per_sample(self) -> float | None:
+        """A language model's mean real tokens per training sample where its batches are padded (below
+        `tokens_per_sample`): tokens/s counts the padded length, which this says beside it; None: no padding known."""
+        return None
+
     def tokens_per_sample(self) -> int | None:
         """Tokens in one training sample, for a language model (tokens/s beside samples/s); None otherwise."""
         return None

@@ -237,6 +237,17 @@ class FunctionWorkload(Workload):
     def reads_through_loader(self) -> bool:
         return not isinstance(self.pieces().train, (tuple, Mapping))
 
+    def unpadded_tokens_per_sample(self) -> float | None:
+        """The mean number of real tokens a training sample holds, where a dict batch's `attention_mask` marks
+        padding (its mean over the training set, below the padded length); None otherwise."""
+        train = self.pieces().train
+        batch = train if isinstance(train, Mapping) else train[0] if isinstance(train, tuple) else None
+        mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
+        if mask is None or getattr(mask, "dim", lambda: 0)() != 2 or mask.numel() == 0:
+            return None
+        real = float(mask.ne(0).sum(1).float().mean())
+        return real if real < mask.shape[1] else None
+
     def tokens_per_sample(self) -> int | None:
         p = self.pieces()
         if p.tokens_per_sample is not None:

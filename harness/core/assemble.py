@@ -292,6 +292,9 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         if tokens:  # a language model: tokens/s is the figure its users compare
             rec["tokens_per_sample"] = tokens
             rec["tokens_per_s"] = rec["samples_per_s"] * tokens
+            real = workload.unpadded_tokens_per_sample()
+            if real:  # padded batches: the padded length counts every pad as a token
+                rec["tokens_per_sample_unpadded"] = real
         if rec.get("flops_per_sample"):
             rec["tflops_per_device"] = rec["samples_per_s_per_device"] * rec["flops_per_sample"] / 1e12
             rec["mfu"] = hardware.mfu(rec["tflops_per_device"], spec.device, (rec.get("env") or {}).get("gpus") or [],

@@ -189,6 +189,9 @@ class Run(TypedDict):
     """A language model's tokens per training sample (its sequence length)."""
     tokens_per_s: NotRequired[float]
     """`samples_per_s` x `tokens_per_sample`: the tokens/s a language model's users compare."""
+    tokens_per_sample_unpadded: NotRequired[float]
+    """Where the batches are padded (a dict batch's `attention_mask`): the mean real tokens of a training sample,
+    which the report gives beside `tokens_per_sample` (tokens/s counts the pads)."""
     flops_per_sample: NotRequired[float]
     """FLOPs of one sample's forward and backward, counted by torch's FlopCounterMode on the real model (matmuls
     and convolutions; the optimizer left out)."""

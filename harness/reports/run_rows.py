@@ -153,6 +153,13 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [summarise(recs) for recs in group(records).values()]
 
 
+def _unpadded(rows) -> str:
+    """", padding included: 18.2 real" where the rows' batches are padded (the records' tokens_per_sample_unpadded)."""
+    real = next((row["first"]["tokens_per_sample_unpadded"] for row in rows
+                 if row["first"].get("tokens_per_sample_unpadded")), None)
+    return f", padding included: {real:.1f} real" if real else ""
+
+
 def tokens_per_sample(rows) -> int | None:
     """A language model's tokens per sample, where its records carry one (the tables then add tokens/s)."""
     return next((row["first"]["tokens_per_sample"] for row in rows if row["first"].get("tokens_per_sample")), None)
@@ -204,7 +211,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     tokens = tokens_per_sample(rows)
     flops = any(row["measured"] and row["first"].get("flops_per_sample") for row in rows)
     head = ("| adapter | launcher | processes × devices each | precision | batch global (per device) | samples/s "
-            + (f"| tokens/s ({tokens} a sample) " if tokens else "")
+            + (f"| tokens/s ({tokens} a sample{_unpadded(rows)}) " if tokens else "")
             + "| samples/s per device " + ("| TFLOP/s per device (MFU) " if flops else "")
             + "| step time ms median [p10–p90] (n) | peak memory per rank | final loss "
               f"| {metric_label(rows)} | max_param_diff | status |")

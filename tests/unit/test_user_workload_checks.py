@@ -1584,3 +1584,25 @@ def test_a_row_not_checked_for_its_arithmetic_still_says_the_count_its_ranks_ave
     rows.append({"measured": True, "adapter": "amp", "first": {"equivalence": {"checked": False}}})
     assert run_report.also_notes(rows) == ["Not checked for its arithmetic, and besides (ddp:comm_hook=fp16, "
                                            "horovod:compression=fp16): its loss is a mean."]
+
+
+def test_padded_batches_say_their_real_tokens_beside_the_padded_length(tmp_path):
+    # a padded GPT-2's tokens/s counted 32 a sample where its samples held 18.5 real tokens on average, unsaid
+    path = write(tmp_path, """
+        import torch
+
+        def lm():
+            ids = torch.randint(0, 50, (8, 6))
+            mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3] * 4)
+            return dict(model=torch.nn.Embedding(50, 4), train={"input_ids": ids, "attention_mask": mask})
+
+        def full():
+            return dict(model=torch.nn.Embedding(50, 4), train={"input_ids": torch.randint(0, 50, (8, 6)),
+                                                                 "attention_mask": torch.ones(8, 6)})
+    """)
+    w = workloads.get(f"{path}:lm")
+    assert (w.tokens_per_sample(), w.unpadded_tokens_per_sample()) == (6, 4.5)
+    assert workloads.get(f"{path}:full").unpadded_tokens_per_sample() is None
+    from harness.reports.run_rows import _unpadded
+
+    assert _unpadded([{"first": {"tokens_per_sample_unpadded": 4.5}}]) == ", padding included: 4.5 real"
