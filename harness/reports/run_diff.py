@@ -167,7 +167,17 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
                      | {label for label, _, _, _ in joins.software_changes(sa[0][1], sb[0][1]) if label in common})
     against = [] if sessions else _against_unchanged(per_a[0], per_b[0], changed, common, margin, names[1])
     every = {r["label"] for _, records in sa + sb for r in records}
-    return {"rows": rows, "against_unchanged": against, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
+
+    def why_not(side, label):  # a row measured on one side only: what the other side's launches of it did
+        seen = [r for _, records in side for r in records if r.get("label") == label]
+        if not seen:
+            return None
+        status = seen[-1].get("status")
+        reason = " ".join(str(seen[-1].get("reason") or "").split())
+        return f"{status}: {reason}" if reason else str(status)
+    missing = {**{k: (names[1], why_not(sb, k)) for k in in_a if k not in in_b},
+               **{k: (names[0], why_not(sa, k)) for k in in_b if k not in in_a}}
+    return {"rows": rows, "against_unchanged": against, "missing": missing, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
             "unmeasured": sorted(every - set(in_a) - set(in_b)), "margin": margin,
             "names": names, "workload": fa.get("workload"), "world_size": fa.get("world_size"), "context": context,
             "sessions": (len(sa), len(sb)), "by_sessions": sessions, "across_machines": across_machines,
@@ -268,9 +278,12 @@ def lines(d: dict[str, Any]) -> list[str]:
         out.append(f"A row needs at least {MIN_LAUNCHES} launches in each run for an interval" + (
             ", and two such sessions a side" if d["by_sessions"] else "")
             + f" (`compare run --repeats {MIN_LAUNCHES}` or more).")
+    missing = d.get("missing") or {}
     for name, labels in ((a, d["only_a"]), (b, d["only_b"])):
         if labels:
-            out.append(f"Only measured in {name}: {', '.join(labels)}.")
+            why = ["; ".join(f"{k} in {missing[k][0]}: {missing[k][1]}" for k in labels
+                             if k in missing and missing[k][1])]
+            out.append(f"Only measured in {name}: {', '.join(labels)}" + (f" ({why[0]})" if why[0] else "") + ".")
     if d["unmeasured"]:
         out.append(f"Measured in neither: {', '.join(d['unmeasured'])}.")
     if d["context"]:

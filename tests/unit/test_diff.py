@@ -390,3 +390,14 @@ def test_one_rows_change_is_measured_against_the_rows_that_did_not_change():
     assert "ddp/spawn 0.800× [" in text and "is the change's own effect" in text
     # where every row changed, or none did, there is nothing to hold the change against
     assert diff.compare(rows(a, None), rows(b, None))["against_unchanged"] == []
+
+
+def test_a_row_measured_on_one_side_only_says_what_the_other_sides_launches_did():
+    # an outside check: "Only measured in A: ddp", where every ddp launch of B had failed on its knob, unsaid
+    a = _records({"ddp": [100.0, 101.0, 99.0], "spawn": [90.0, 91.0, 89.0]})
+    b = _records({"spawn": [90.0, 91.0, 89.0]}) + [
+        {"kind": "run", "label": "ddp", "status": "failed", "repeat": k, "workload": "digits", "world_size": 2,
+         "reason": "rank 0 exited with code 1;\n first error: X", "controls": {"global_batch": 64}, "env": {}}
+        for k in range(3)]
+    text = "\n".join(diff.lines(diff.compare(a, b)))
+    assert "Only measured in A: ddp (ddp in B: failed: rank 0 exited with code 1; first error: X)." in text
