@@ -16,7 +16,8 @@ class DiffRequest:
     """`compare diff`."""
 
     run_a: Path | None = field(default=None, metadata=cli(argument=True, required=True, parser=typed_path))
-    """The first run's directory (A, the reference), or a join of runs of it (`compare join`)."""
+    """The first run's directory (A, the reference), or a join of runs of it (`compare join`); a run made with
+    `compare run --join` is its join, and DIR/records.jsonl that run alone."""
     run_b: Path | None = field(default=None, metadata=cli(argument=True, required=True, parser=typed_path))
     """The second run's directory (B, compared with A), or a join of runs of it."""
     margin: str | None = field(default=None, metadata=cli("--margin"))
@@ -32,6 +33,10 @@ def _side(directory: Path) -> list[tuple[str, list[dict]]]:
     from harness.core import joins
     from harness.ground.record import read_results, records_file
 
+    if directory.is_file() and directory.name in ("records.jsonl", "records.jsonl.gz"):
+        # a run's own records alone: a run made with `compare run --join` is a join of its sessions as a directory,
+        # and its own session is this file
+        return [(str(directory.parent), read_results(directory.parent, ("run",)))]
     found = joins.manifest(directory) if directory.is_dir() else None
     if found is not None and records_file(directory) is None:
         return [(name, records) for name, records in joins.load(directory)]

@@ -104,7 +104,8 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
             f"{joined} is a join of {max(len(sa), len(sb))} sessions and {one} one run: a join's sessions are its unit, "
             f"and one run gives no spread between sessions to set against them (pooling the join's launches as one "
             f"run's would drop that spread); join runs of {one}'s condition (`compare run --join {one}`, or "
-            f"`compare join`) and diff the joins, or diff one of {joined}'s runs against {one}")
+            f"`compare join`) and diff the joins, or diff one of {joined}'s runs against {one} (a run made with "
+            f"`compare run --join` alone: its DIR/records.jsonl)")
     fa, fb = _first(sa[0][1]), _first(sb[0][1])
     for what, get in IDENTITY:
         if get(fa) != get(fb):

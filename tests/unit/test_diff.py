@@ -283,7 +283,8 @@ def test_compare_diff_takes_joins_a_side(tmp_path, monkeypatch):
                                 "unit, and one run gives no spread between sessions to set against them (pooling the "
                                 "join's launches as one run's would drop that spread); join runs of "
                                 f"{one}'s condition (`compare run --join {one}`, or `compare join`) and diff the joins, "
-                                f"or diff one of {joined}'s runs against {one}\n")
+                                f"or diff one of {joined}'s runs against {one} (a run made with `compare run --join` "
+                                "alone: its DIR/records.jsonl)\n")
     # or a copy of one of its runs whose figures were edited (it was diffed as another run)
     edited = tmp_path / "edited"
     edited.mkdir()
@@ -401,3 +402,17 @@ def test_a_row_measured_on_one_side_only_says_what_the_other_sides_launches_did(
         for k in range(3)]
     text = "\n".join(diff.lines(diff.compare(a, b)))
     assert "Only measured in A: ddp (ddp in B: failed: rank 0 exited with code 1; first error: X)." in text
+
+
+def test_a_run_made_with_join_is_diffed_alone_by_its_records_file(tmp_path):
+    # a run made with `compare run --join` is a join of its sessions as a directory: its own session could not be
+    # diffed (the refusal's advice, "diff one of B's runs", named no way to give it)
+    from harness.commands.diff import _side
+
+    d = _run(tmp_path, "b", {"ddp": [120.0, 121.0, 119.0]})
+    (d / "sessions.json").write_text("{}")
+    [(name, records)] = _side(d / "records.jsonl")
+    assert name == str(d) and [r["samples_per_s"] for r in records] == [120.0, 121.0, 119.0]
+    a = _run(tmp_path, "a", {"ddp": [100.0, 101.0, 99.0]})
+    result = CliRunner().invoke(app, ["diff", str(a), str(d / "records.jsonl")])
+    assert result.exit_code == 0 and "| ddp | 100 [" in result.output, result.output
