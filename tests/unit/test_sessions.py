@@ -292,8 +292,8 @@ def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_mac
                              "date": "2026-11-25", "workload": "digits"})
     assert line.endswith("On this machine, 5 joined runs of digits (the last on 2026-11-25) put the between-session "
                          "standard deviation of a pair's log ratio at 3.5% (median over 10 pairs; up to 12.6%; 5 "
-                         "sessions give each pair's figure 4 degrees of freedom: a rough one), against a standard "
-                         "error within one run of 2.5%.")
+                         "sessions give each pair's figure 4 degrees of freedom: a rough one), against a median "
+                         "standard error within one of those runs of 2.5%.")
     # the join's request, where the cache kept it: another request's spread is quoted as that request's
     line = one_session_line({"sessions": 3, "pairs": 1, "tau_median": 0.402, "tau_max": 0.402, "se_median": 0.189,
                              "date": "2026-11-29", "workload": "digits", "rows": ["ddp", "horovod"], "steps": 100})
