@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.distributed,
               pytest.mark.skipif(not _AVAIL, reason=f"Requires: deepspeed ({_AVAIL.message()})")]
 STAGES = (0, 1, 2, 3)
 LABELS = [f"deepspeed:zero_stage={s}" for s in STAGES]
-FP16_REFUSED = ("error: adapter deepspeed:precision=fp16: knob 'precision' fp16 is refused by DeepSpeed's CPU "
-                "accelerator on this CPU (no oneDNN fp16 support); use bf16 or fp32")
+FP16_WHY = ("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU (no oneDNN fp16 support); use "
+            "bf16 or fp32")
 
 
 def _shm_segments() -> set[str]:
@@ -130,10 +130,15 @@ def test_fp16_on_this_cpu_is_refused_before_launch(tmp_path):
     if cpu_fp16_supported():
         pytest.skip("this CPU has oneDNN fp16 kernels, so DeepSpeed accepts fp16 here")
     out = tmp_path / "fp16"
+    # an unavailable row as a framework not installed is (the other rows would run); alone, no row can run
     proc = compare_cli("run", "--out", str(out), "--adapters", "deepspeed:precision=fp16")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip() == FP16_REFUSED
+    assert proc.stderr.strip() == f"error: no adapter can run here: {FP16_WHY}"
     assert not out.exists()  # refused in plan(): nothing launched, nothing written
+    proc = compare_cli("run", "--out", str(out), "--adapters", "deepspeed:precision=fp16", "--strict")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == f"error: adapter deepspeed:precision=fp16: {FP16_WHY}"
+    assert not out.exists()
 
 
 def test_env_reports_version_accelerator_and_ops(zero_run):
