@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Adapter, Availability, Cost, DeviceKnobError,
-                           KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm, flat_layout,
-                           interpreter, rank_command)
+                           KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm,
+                           flat_layout, interpreter, rank_command)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm
@@ -756,7 +756,7 @@ class DeepSpeedAdapter(DeepSpeedLaunch, DeepSpeedStrategy, DeepSpeedCost, Adapte
         p = self.knobs.precision
         if p == "fp16" and self.device_kind == "cpu" and not cpu_fp16_supported():
             raise DeviceKnobError("knob 'precision' fp16 is refused by DeepSpeed's CPU accelerator on this CPU "
-                            "(no oneDNN fp16 support); use bf16 or fp32")
+                                  "(no oneDNN fp16 support); use bf16 or fp32")
         return Precision(p)
 
 

@@ -241,8 +241,9 @@ def diagnose(build, forward, seed: int, loss=None) -> tuple[str | None, str | No
     first, changed, lost = run(1)
     again, _, lost_again = run(1)
     other, _, lost_other = run(2)
-    if not same(first, again, NOISE) or (lost is not None and not same(lost, lost_again, NOISE)):
-        where = "outputs" if not same(first, again, NOISE) else "losses"
+    where = ("outputs" if not same(first, again, NOISE) else
+             "losses" if lost is not None and not same(lost, lost_again, NOISE) else None)
+    if where:
         return (f"two copies built alike gave different {where} for the same samples even with torch's generators "
                 f"seeded alike (randomness torch's seed does not control: Python's random, NumPy or the clock)",
                 changed)

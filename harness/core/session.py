@@ -100,15 +100,14 @@ class Session:
                 except OSError:
                     pass
             self.kept = kept
+            failed = f"could not write {self.records_path}: {exc.strerror or exc}"
             try:  # the records made so far beside them (the temp directory is often another filesystem), so that
                 # `compare report` renders every finished row; the raw rank files alone had no reader
                 record.write_records(kept / "records.jsonl", self.records)
             except OSError:
-                raise SessionError(f"could not write {self.records_path}: {exc.strerror or exc}; the rank results "
-                                   f"are kept in {kept}") from None
-            raise SessionError(f"could not write {self.records_path}: {exc.strerror or exc}; the {len(self.records)} "
-                               f"record(s) made so far are in {kept}/records.jsonl (`compare report {kept}` renders "
-                               f"them), beside the rank results") from None
+                raise SessionError(f"{failed}; the rank results are kept in {kept}") from None
+            raise SessionError(f"{failed}; the {len(self.records)} record(s) made so far are in {kept}/records.jsonl "
+                               f"(`compare report {kept}` renders them), beside the rank results") from None
 
     def keep_log(self, outcome: Outcome, name: str) -> None:
         """Keep a launch's log in logs/ as `name`, or as `name`.gz where the launch ended cleanly (ok, with no

@@ -40,7 +40,8 @@ def markdown() -> str:
              "docs/records.md`); a test keeps the two equal and every field of the committed fixture records listed. "
              "The `required` column is what `compare report` checks before it renders anything "
              "(harness/ground/record.py `check_record`; nested fields are checked too); a field without it is "
-             "optional, and checked against its declared type where a record holds it. Every field, its type and what it holds are declared once, as TypedDicts in "
+             "optional, and checked against its declared type where a record holds it. Every field, its type and "
+             "what it holds are declared once, as TypedDicts in "
              "harness/ground/fields.py (`Base`, `Run`, `RunOnly`, `Measured`, `Scale`, `Comm`, `CommMeasured`; "
              "nested: `Env`, `Controls`, `StepTime`, `ScalePoint`, `TimeToTarget`, `Reached`), which the check reads "
              "and readers are typed with (`RunRecord`, `CommRecord`).", "",

@@ -158,14 +158,14 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
                for x, y in [(side_value(get, per_a, fa), side_value(get, per_b, fb))] if x != y]
     # what a row ran under beyond its label (a knob set with --knob, binding, warm-up), row by row
     said = {what for what, _ in CONTEXT}
+    conditions = joins.condition_changes(sa[0][1], sb[0][1])
     context += [(f"{label}'s {what}", "default" if x is None else x, "default" if y is None else y)
-                for label, what, x, y in joins.condition_changes(sa[0][1], sb[0][1])
-                if label in common and what not in said]
+                for label, what, x, y in conditions if label in common and what not in said]
     # a row's framework at another version (deepspeed 0.19.8 against 0.18.0; one that only names torch's, not again)
-    context += [(f"{label}'s {what}", x, y) for label, what, x, y in joins.software_changes(sa[0][1], sb[0][1])
-                if label in common]
-    changed = sorted({label for label, _, _, _ in joins.condition_changes(sa[0][1], sb[0][1]) if label in common}
-                     | {label for label, _, _, _ in joins.software_changes(sa[0][1], sb[0][1]) if label in common})
+    software = joins.software_changes(sa[0][1], sb[0][1])
+    context += [(f"{label}'s {what}", x, y) for label, what, x, y in software if label in common]
+    # the rows whose own condition changed (a knob, a framework's version), each held against those that did not
+    changed = sorted({label for label, _, _, _ in conditions + software if label in common})
     against = [] if sessions else _against_unchanged(per_a[0], per_b[0], changed, common, margin, names[1])
     every = {r["label"] for _, records in sa + sb for r in records}
 
@@ -178,7 +178,8 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
         return f"{status}: {reason}" if reason else str(status)
     missing = {**{k: (names[1], why_not(sb, k)) for k in in_a if k not in in_b},
                **{k: (names[0], why_not(sa, k)) for k in in_b if k not in in_a}}
-    return {"rows": rows, "against_unchanged": against, "missing": missing, "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
+    return {"rows": rows, "against_unchanged": against, "missing": missing,
+            "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
             "unmeasured": sorted(every - set(in_a) - set(in_b)), "margin": margin,
             "names": names, "workload": fa.get("workload"), "world_size": fa.get("world_size"), "context": context,
             "sessions": (len(sa), len(sb)), "by_sessions": sessions, "across_machines": across_machines,
@@ -282,9 +283,9 @@ def lines(d: dict[str, Any]) -> list[str]:
     missing = d.get("missing") or {}
     for name, labels in ((a, d["only_a"]), (b, d["only_b"])):
         if labels:
-            why = ["; ".join(f"{k} in {missing[k][0]}: {missing[k][1]}" for k in labels
-                             if k in missing and missing[k][1])]
-            out.append(f"Only measured in {name}: {', '.join(labels)}" + (f" ({why[0]})" if why[0] else "") + ".")
+            why = "; ".join(f"{k} in {missing[k][0]}: {missing[k][1]}" for k in labels
+                            if k in missing and missing[k][1])
+            out.append(f"Only measured in {name}: {', '.join(labels)}" + (f" ({why})" if why else "") + ".")
     if d["unmeasured"]:
         out.append(f"Measured in neither: {', '.join(d['unmeasured'])}.")
     if d["context"]:

@@ -91,9 +91,8 @@ def caveat_notes(rows) -> list[str]:
 def also_notes(rows) -> list[str]:
     """What a row not checked for its precision or compression differs by besides, where the run found it: a loss
     averaged per rank over counts that differ between the ranks, which no backend at any precision undoes."""
-    return [note.replace("(not checked) in the max_param_diff column", "Not checked for its arithmetic, and "
-                         "besides", 1)
-            for note in _column_notes(rows, "(not checked)", lambda row: row["first"]["equivalence"].get("also"))]
+    return _column_notes(rows, "(not checked)", lambda row: row["first"]["equivalence"].get("also"),
+                         head="Not checked for its arithmetic, and besides")
 
 
 def unchecked_notes(rows) -> list[str]:
@@ -109,14 +108,16 @@ def unchecked_notes(rows) -> list[str]:
     return _column_notes(rows, "not checked", why)
 
 
-def _column_notes(rows, mark: str, reason) -> list[str]:
-    """One note per reason (`reason(row)`, None for none) of the measured rows, naming the rows that share it."""
+def _column_notes(rows, mark: str, reason, head: str | None = None) -> list[str]:
+    """One note per reason (`reason(row)`, None for none) of the measured rows, naming the rows that share it; led by
+    `head`, else by where `mark` stands ("✗ in the max_param_diff column")."""
     by_reason: dict[str, list[str]] = {}
     for row in rows:
         why = row["measured"] and reason(row)
         if why:
             by_reason.setdefault(why, []).append(row["adapter"])
-    return [f"{mark} in the max_param_diff column ({', '.join(labels)}): {why}." for why, labels in by_reason.items()]
+    head = head or f"{mark} in the max_param_diff column"
+    return [f"{head} ({', '.join(labels)}): {why}." for why, labels in by_reason.items()]
 
 
 def cut_short(records: list[dict[str, Any]]) -> str | None:
