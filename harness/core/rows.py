@@ -191,17 +191,14 @@ def build_rows(req: Request, labels: list[tuple[str, str, dict[str, str]]], expl
             adapter.precision()  # resolves (and so checks) precision knobs against the device
             adapter.check_knobs(req.world_size)  # and knobs that depend on the world size (a mesh)
         except DeviceKnobError as exc:  # right in itself, not here (fp16 on a CPU): as a framework not installed
-            if explicit and req.strict:
-                raise BadInput(f"{kind} {label}: {exc}") from None
-            rows.append(Row(label, name, cls, reason=str(exc)))
-            knob_reasons.add(str(exc))
-            continue
+            avail = Availability(False, str(exc))
         except OptionError as exc:
             raise BadInput(f"{kind} {label}: {exc}") from None
-        try:
-            avail = adapter.knob_availability(req.device, per_machine)
-        except Exception as exc:  # noqa: BLE001 - a broken check is a reason, not a crash
-            avail = Availability(False, f"knob check raised {type(exc).__name__}: {exc}")
+        else:
+            try:
+                avail = adapter.knob_availability(req.device, per_machine)
+            except Exception as exc:  # noqa: BLE001 - a broken check is a reason, not a crash
+                avail = Availability(False, f"knob check raised {type(exc).__name__}: {exc}")
         if not avail:  # `compare list` does not know the row's knobs: the line says the fix itself
             if explicit and req.strict:
                 raise BadInput(f"{kind} '{label}' cannot run here: {avail.message()}")

@@ -137,7 +137,7 @@ def test_fp16_on_this_cpu_is_refused_before_launch(tmp_path):
     assert not out.exists()  # refused in plan(): nothing launched, nothing written
     proc = compare_cli("run", "--out", str(out), "--adapters", "deepspeed:precision=fp16", "--strict")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip() == f"error: adapter deepspeed:precision=fp16: {FP16_WHY}"
+    assert proc.stderr.strip() == f"error: adapter 'deepspeed:precision=fp16' cannot run here: {FP16_WHY}"
     assert not out.exists()
 
 

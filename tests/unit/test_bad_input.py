@@ -220,7 +220,7 @@ CASES = [
     ("run-fp16-amp-on-cpu", ["run", "-a", "amp:precision=fp16"],
      "no adapter can run here: knob 'precision' fp16 needs CUDA here; use bf16 on CPU"),
     ("run-fp16-amp-on-cpu-strict", ["run", "-a", "amp:precision=fp16", "--strict"],
-     "adapter amp:precision=fp16: knob 'precision' fp16 needs CUDA here; use bf16 on CPU"),
+     "adapter 'amp:precision=fp16' cannot run here: knob 'precision' fp16 needs CUDA here; use bf16 on CPU"),
     ("run-duplicate-adapter", ["run", "-a", "ddp,ddp"], "adapter 'ddp' listed twice"),
     # an unknown name given twice is unknown, with the choices (it was told "listed twice")
     ("run-duplicate-unknown-adapter", ["run", "-a", "nosuch,nosuch"],
