@@ -122,11 +122,17 @@ class DeepSpeedLaunch(Launch):
             # ZeRO-3's pre-forward hook sets module._parameters._in_forward on every module, and a torch.compile
             # wrapper's _parameters is a plain dict (measured: "'dict' object has no attribute '_in_forward'")
             where = ", ".join(n or "the model itself" for n in facts.compiled[:4])
+            whole = all(not n for n in facts.compiled)
+            # compile=true compiles the whole model: for a model that compiles only some blocks it is another
+            # program, so the fixes that keep the user's program (uncompiled, or ZeRO-2) come first there
+            inside = (f"add the knob compile=true (-a {self.name}:zero_stage=3:compile=true), which compiles "
+                      f"{'it' if whole else 'the whole model, not those blocks alone,'} inside DeepSpeed's engine")
+            fix = (f"build the model uncompiled and {inside}" if whole else
+                   f"build those blocks without torch.compile (ZeRO-3 then runs them eagerly), use zero_stage 2 or "
+                   f"lower (-a {self.name}:zero_stage=2), whose hooks take a compiled block, or {inside}")
             return Availability(
                 False, f"the model is already wrapped by torch.compile ({where}), and ZeRO-3's hooks fail on its "
-                       f"wrapper at the first forward (\"'dict' object has no attribute '_in_forward'\")",
-                f"build the model uncompiled and add the knob compile=true (-a {self.name}:zero_stage=3:compile=true),"
-                f" which compiles it inside DeepSpeed's engine")
+                       f"wrapper at the first forward (\"'dict' object has no attribute '_in_forward'\")", fix)
         other = facts.dtypes_outside({"fp16", "fp32", "bf16"})
         if other:  # every stage: "attempting to reduce an unsupported grad type: torch.float64" (measured)
             held = "+".join(facts.param_dtypes or other)
@@ -266,14 +272,19 @@ class DeepSpeedLaunch(Launch):
             # measured too: a BYOL teacher updated in place from the online network's parameters was dropped by a
             # read-only gather (7.6e-2 ✗), and a gather at the forward's start met parameters ZeRO-3 was already
             # fetching ("Cannot partition a param in flight"); modifier_rank=0 after the networks ran, 1.2e-7 ✓
+            # measured too: MAML's inner step (torch.autograd.grad over named_parameters(), then functional_call
+            # with the fast weights) met the same empty partitions, and a gather around it did not make it train:
+            # ZeRO-2 or lower is its fix (ZeRO-1 and 2 matched at 1.5e-8), so it comes first
             return ("ZeRO-3 holds each parameter as an empty partition (0 elements) outside its own module's forward: "
                     "code that reads parameters other than through their module's attribute there (iterating "
-                    "named_parameters() or parameters(): an EMA update) sees them empty; gather them around it with "
+                    "named_parameters() or parameters(): an EMA update, or a MAML inner step's torch.autograd.grad "
+                    "and functional_call over them) sees them empty; use zero_stage 2 or lower "
+                    f"(-a {self.name}:zero_stage=2), which keeps every parameter whole on every rank; for an EMA-like "
+                    "update at ZeRO-3, gather the parameters around it with "
                     "`with deepspeed.zero.GatheredParameters(list(params)):` after the networks' forward (at its "
                     "start ZeRO-3 may be fetching them: \"Cannot partition a param in flight\"), with "
                     "modifier_rank=0 where it writes to them (without it the gathered copies are read-only and a "
-                    "change to them is dropped), do that work outside the forward, or use zero_stage 2 or lower "
-                    f"(-a {self.name}:zero_stage=2)")
+                    "change to them is dropped), or do that work outside the forward")
         return None
 
     def missing_gradient(self):

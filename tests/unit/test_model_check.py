@@ -730,6 +730,11 @@ def test_a_compiled_model_on_zero3_and_gradient_hooks_on_fsdp2_are_refused_befor
     assert not zero3 and zero3.reason.startswith("the model is already wrapped by torch.compile (the model itself), "
                                                  "and ZeRO-3's hooks fail on its wrapper at the first forward")
     assert zero3.fix.startswith("build the model uncompiled and add the knob compile=true")
+    # a model that compiles one block: compile=true compiles the whole model, another program, so it comes last
+    block = adapters.get("deepspeed")({"zero_stage": "3"}, "cpu").model_availability(ModelFacts(compiled=["1"]))
+    assert block.fix.startswith("build those blocks without torch.compile (ZeRO-3 then runs them eagerly), use "
+                                "zero_stage 2 or lower (-a deepspeed:zero_stage=2)")
+    assert block.fix.endswith("compiles the whole model, not those blocks alone, inside DeepSpeed's engine")
     assert adapters.get("deepspeed")({"zero_stage": "2"}, "cpu").model_availability(ModelFacts(compiled=[""]))
     fsdp = adapters.get("fsdp")({}, "cpu").model_availability(ModelFacts(grad_hooks=["0.weight"]))
     assert not fsdp and fsdp.reason.startswith("the model registers hooks on its parameters' gradients (0.weight: ")
@@ -1035,6 +1040,10 @@ def test_an_fp16_model_on_zero0_on_the_cpu_and_an_empty_partition_on_zero3_are_t
     assert ("after the networks' forward (at its start ZeRO-3 may be fetching them: \"Cannot partition a param in "
             "flight\"), with modifier_rank=0 where it writes to them") in fix
     assert ds({"zero_stage": "2"}, "cpu").failure_fix(error) is None
+    # an outside check: MAML's inner step (torch.autograd.grad over named_parameters()) met the same partitions and
+    # the gather did not fix it; ZeRO-2 did, so the fix that works for every such model comes first
+    assert fix.index("use zero_stage 2 or lower (-a deepspeed:zero_stage=2)") < fix.index("GatheredParameters")
+    assert "a MAML inner step's torch.autograd.grad" in fix
 
 
 def test_multihead_attention_is_refused_on_compiled_zero3_unless_it_is_a_zero3_leaf():
