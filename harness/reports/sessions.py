@@ -319,7 +319,48 @@ def markdown(joined: dict[str, Any]) -> list[str]:
     one = [(n, pa) for n, pa in a["per_session"]]
     md += ["What each session alone said (the first line of its own verdict, as its report words it; its intervals "
            "hold for that run only): " + "; ".join(f"{names[n]}: {_alone(pa)}" for n, pa in one) + ".", ""]
+    overturned = _overturned(a, names)
+    if overturned:
+        md += ["Pairs a session alone resolved otherwise than the sessions together (as its own verdict said them, "
+               "Holm-adjusted within that run, whose intervals hold for that run only): " + " · ".join(overturned)
+               + ".", ""]
     return md
+
+
+def _said(a: dict[str, Any], p: dict[str, Any]) -> str:
+    """What a pair's outcome says, naming the row it puts ahead: "ddp ahead", "equivalent within ±5%", "not
+    resolved"."""
+    if p["outcome"] in analysis.RESOLVED:
+        return f"{verdict_mod.name_of(a, p['a'] if p['outcome'] == 'faster' else p['b'])} ahead"
+    if p["outcome"] == "equivalent":
+        return f"equivalent within ±{a['margin']:.0%}"
+    return p["outcome"]
+
+
+def _holm(p: dict[str, Any]) -> str:
+    """", p = 0.064 after Holm's correction" where the interval alone excludes 1 (verdict.holm_note's, in a bracket)."""
+    note = verdict_mod.holm_note(p)
+    return f", {note[2:-1]}" if note else ""
+
+
+def _overturned(a: dict[str, Any], names: dict[str, str]) -> list[str]:
+    """"ddp vs horovod, not resolved over the sessions (1.39× [1.15–1.69], p = ...): ddp ahead in S1 (1.24× [...]),
+    S2 (...)" for every pair that a session's own verdict resolved (apart, or equivalent) otherwise than the joined
+    verdict: the claims of one run that the runs together do not support."""
+    out = []
+    for p in a["pairs"]:
+        claims: dict[str, list[str]] = {}
+        for name, pa in a["per_session"]:
+            if not any({q["a"], q["b"]} == {p["a"], p["b"]} for q in pa.get("pairs") or ()):
+                continue
+            own = analysis.oriented(pa["pairs"], p["a"], p["b"])
+            if own["outcome"] in (*analysis.RESOLVED, "equivalent") and own["outcome"] != p["outcome"]:
+                claims.setdefault(_said(a, own), []).append(f"{names[name]} ({verdict_mod.ratio_text(own)})")
+        if claims:
+            out.append(f"{verdict_mod.name_of(a, p['a'])} vs {verdict_mod.name_of(a, p['b'])}, {_said(a, p)} over the "
+                       f"sessions ({verdict_mod.ratio_text(p)}{_holm(p)}): "
+                       + "; ".join(f"{said} in {', '.join(where)}" for said, where in claims.items()))
+    return out
 
 
 def _alone(session: dict[str, Any]) -> str:

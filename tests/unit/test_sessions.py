@@ -219,6 +219,11 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     ddp_spawn = next(p for p in j["pairs"] if {p["a"], p["b"]} == {"ddp", "spawn"})
     assert ddp_spawn["outside"] == ["../s5"] and ddp_spawn["tau"] > 0.02
     assert next(line for line in text.splitlines() if line.startswith("| ddp / spawn |")).endswith("| S6 |")
+    # the claim the outlying session made alone, which the sessions together do not support, is named with it
+    overturned = next(line for line in text.splitlines() if line.startswith("Pairs a session alone resolved"))
+    said = next(part for part in overturned.split(" · ") if "ddp vs spawn, " in part)
+    assert said.split("ddp vs spawn, ")[1].startswith(f"not resolved over the sessions ({verdict.ratio_text(ddp_spawn)}): ")
+    assert "; ddp ahead in S6 (1.08× [" in said and "S1" not in said  # S1 agreed with the sessions, S6 did not
     # re-rendered from the runs' records alone, identically
     before = text
     again = CliRunner().invoke(app, ["report", str(out)])
