@@ -124,7 +124,8 @@ class DeepSpeedLaunch(Launch):
             where = ", ".join(n or "the model itself" for n in facts.compiled[:4])
             whole = all(not n for n in facts.compiled)
             # compile=true compiles the whole model: for a model that compiles only some blocks it is another
-            # program, so the fixes that keep the user's program (uncompiled, or ZeRO-2) come first there
+            # program, so the fixes that keep the user's program (uncompiled, or ZeRO-2: a compiled block matched there
+            # at 3.0e-8) come first there
             inside = (f"add the knob compile=true (-a {self.name}:zero_stage=3:compile=true), which compiles "
                       f"{'it' if whole else 'the whole model, not those blocks alone,'} inside DeepSpeed's engine")
             fix = (f"build the model uncompiled and {inside}" if whole else
