@@ -30,6 +30,26 @@ def test_data_order_is_deterministic_and_an_epoch_is_a_permutation():
     assert not torch.equal(w.batch_indices(0, gb, n), w.batch_indices(n // gb, gb, n))  # reshuffled per epoch
 
 
+def test_a_training_set_too_large_to_permute_is_ordered_in_the_memory_of_a_batch(monkeypatch):
+    # An outside check: a Dataset of 10^12 items failed every rank in torch.randperm (8 TB), blamed on the user's
+    # code; above RANDPERM_LIMIT an epoch is an affine permutation, computed a batch at a time
+    import workloads.base as base
+
+    order = torch.cat([base.affine_batch(7, 1000, k, 100) for k in range(0, 1000, 100)])
+    assert sorted(order.tolist()) == list(range(1000))  # every sample once an epoch, n not a prime
+    assert not torch.equal(order, torch.arange(1000))
+    w = workloads.get("digits")
+    n, gb = 10 ** 12, 64
+    first = w.batch_indices(0, gb, n)
+    assert len(set(first.tolist())) == gb and 0 <= int(first.min()) and int(first.max()) < n
+    assert torch.equal(torch.cat([w.batch_indices(3, gb, n, r, 2) for r in range(2)]), w.batch_indices(3, gb, n))
+    assert not torch.equal(first, w.batch_indices(n // gb, gb, n))  # another epoch, another order
+    # the same rule below the limit, where it would otherwise be a randperm: still a permutation of the epoch
+    monkeypatch.setattr(base, "RANDPERM_LIMIT", 100)
+    epoch = torch.cat([w.batch_indices(s, 50, 1000) for s in range(20)])
+    assert sorted(epoch.tolist()) == list(range(1000))
+
+
 @pytest.mark.parametrize("n_test,world", [(360, 2), (361, 2), (5, 4), (3, 4), (0, 2)])
 def test_eval_slices_count_every_sample_exactly_once(n_test, world):
     w = workloads.get("digits")
