@@ -534,6 +534,12 @@ class Strategy(Role):
         """Input batch as the wrapped model expects it (e.g. bf16 when a framework casts the whole model)."""
         return x
 
+    def gradient_peaks(self) -> dict[str, torch.Tensor] | None:
+        """Each parameter's largest absolute gradient over the steps so far, element by element, kept beside the
+        parameter snapshot: the single-process reference's, from which a failed check under an adaptive optimizer
+        tells whether the elements that differ had a gradient near zero. None: not kept (every comparison row)."""
+        return None
+
     def gather_parameters(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """Full fp32 CPU copies of every parameter, by the user module's names. Called on every rank at the
         same point (a collective for frameworks that partition parameters, e.g. ZeRO-3); rank 0's is kept."""

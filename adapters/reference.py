@@ -8,6 +8,8 @@ that differs on exactly those what its backend does with them instead (Adapter.m
 
 from __future__ import annotations
 
+import torch
+
 from adapters.base import Adapter, SingleProcessLaunch, SingleProcessStrategy
 
 
@@ -15,7 +17,7 @@ class ReferenceStrategy(SingleProcessStrategy):
     """Reference: every rank's role (adapters/base.py: Strategy)."""
 
     def wrap(self, model, optimizer):
-        self.steps, self.no_gradient, self.frozen = 0, {}, {}
+        self.steps, self.no_gradient, self.frozen, self.peaks = 0, {}, {}, {}
         # every parameter, frozen ones too: a model may unfreeze a layer as it trains (a frozen backbone's warm-up)
         self.named = list(model.named_parameters())
         return super().wrap(model, optimizer)
@@ -26,6 +28,9 @@ class ReferenceStrategy(SingleProcessStrategy):
                 self.frozen.setdefault(name, []).append(self.steps)
             elif p.grad is None:
                 self.no_gradient.setdefault(name, []).append(self.steps)
+            elif not p.grad.is_sparse:  # element by element: a ✗ under Adam on a gradient near zero is noise
+                g = p.grad.detach().abs().float().cpu()
+                self.peaks[name] = g if name not in self.peaks else torch.maximum(self.peaks[name], g)
         self.steps += 1
         super().step()
 
@@ -34,6 +39,9 @@ class ReferenceStrategy(SingleProcessStrategy):
         # parameter did not require one (every step for one frozen throughout)
         return {**super().describe(), "no_gradient": getattr(self, "no_gradient", {}),
                 "frozen": getattr(self, "frozen", {}), "steps": getattr(self, "steps", 0)}
+
+    def gradient_peaks(self):
+        return getattr(self, "peaks", None)
 
 
 class ReferenceAdapter(SingleProcessLaunch, ReferenceStrategy, Adapter):

@@ -67,6 +67,29 @@ def param_diffs(params_path: Path, reference: dict | None) -> dict[str, float] |
     return {n: float((params[n] - reference[n]).abs().max()) if params[n].numel() else 0.0 for n in params}
 
 
+def gradient_at(params_path: Path, reference: dict, peaks: dict, tolerance: float) -> dict[str, Any]:
+    """{"at": {name: the reference's largest gradient, over its steps, among the elements of that parameter that
+    differ most (NaN, or by more than `tolerance` and half its largest difference)}, "median": the median element's largest gradient over the model}: for
+    a failed check, whether what differs had a gradient near zero (`peaks`: Strategy.gradient_peaks)."""
+    import torch
+
+    params = torch.load(params_path)
+    at = {}
+    for n, peak in peaks.items():
+        if n not in params or n not in reference or params[n].shape != peak.shape:
+            continue
+        d = (params[n] - reference[n]).abs()
+        # the elements that differ most (within half the largest difference): one that differs as a consequence of
+        # them, by less, would make a near-zero gradient's noise look like a real difference
+        differ = d.isnan() if d.isnan().any() else (d > tolerance) & (d >= 0.5 * d.max())
+        if differ.any():
+            at[n] = float(peak[differ].max())
+    every = torch.cat([p.reshape(-1) for p in peaks.values()]) if peaks else torch.zeros(0)
+    if every.numel() > 1 << 24:  # a median of at most 16 M of them, evenly spaced
+        every = every[::every.numel() // (1 << 24) + 1]
+    return {"at": at, "median": float(every.median()) if every.numel() else None}
+
+
 def max_param_diff(diffs: dict[str, float] | None) -> float | None:
     """The largest of param_diffs' differences (None: there was nothing to compare)."""
     # NaN anywhere (a diverged parameter, on either side) makes the whole difference NaN, which fails every
@@ -85,6 +108,7 @@ def largest_diffs(diffs: dict[str, float], tolerance: float, gradients: dict | N
     say)."""
     import math
 
+    at, median = (gradients or {}).get("at") or {}, (gradients or {}).get("median")
     above = [(n, d) for n, d in diffs.items() if math.isnan(d) or d > tolerance]
     above.sort(key=lambda nd: (not math.isnan(nd[1]), -nd[1] if not math.isnan(nd[1]) else 0.0))
     out = []
@@ -93,8 +117,36 @@ def largest_diffs(diffs: dict[str, float], tolerance: float, gradients: dict | N
                  None if gradients is None else list(gradients["no_gradient"].get(n, []))}
         if gradients is not None and gradients["frozen"].get(n):
             entry["steps_frozen"] = list(gradients["frozen"][n])
+        if median and n in at:  # the reference's largest gradient where it differs, and that over the model's median
+            entry["gradient_peak"], entry["gradient_ratio"] = at[n], at[n] / median
         out.append(entry)
     return out
+
+
+NEAR_ZERO = 1e-4
+"""A parameter's largest gradient over the reference's steps, as a share of the model's median parameter's, below
+which an adaptive optimizer's step of it is summation-order noise: fp32 sums carry a relative error of about 1e-7 of
+their terms, which is then a sizeable part of such a gradient, and Adam divides that part by the gradient's own size."""
+
+
+def near_zero(largest: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The parameters among `largest` whose gradient was near zero in the reference (NEAR_ZERO), and those whose was
+    of the model's usual size; neither where the reference did not record its gradients."""
+    if not largest or any(p.get("gradient_ratio") is None for p in largest):
+        return [], []
+    return ([p for p in largest if p["gradient_ratio"] < NEAR_ZERO],
+            [p for p in largest if not p["gradient_ratio"] < NEAR_ZERO])
+
+
+def gradient_text(items: list[dict[str, Any]]) -> str:
+    """"largest gradient in the steps compared where they differ most in_proj_bias 3.1e-09, against the model's median
+    element's 2.6e-03: 1.2e-06 of it"."""
+    p0 = items[0]
+    median = p0["gradient_peak"] / p0["gradient_ratio"] if p0["gradient_ratio"] else 0.0
+    each = ", ".join(f"{p['parameter']} {p['gradient_peak']:.1e}" for p in items)
+    shares = " and ".join(f"{p['gradient_ratio']:.1e}" for p in items)
+    return (f"largest gradient in the steps compared where they differ most {each}, against the model's median "
+            f"element's {median:.1e}: {shares} of it")
 
 
 ADAPTIVE_TOLERANCE = 1e-4
@@ -171,17 +223,32 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
                      f"whose gradient is near zero (attention's key bias, which the softmax ignores) moves by about "
                      f"the learning rate on summation-order noise alone, and a backend that sums the batch in "
                      f"another order differs by that much")
-            if tolerance is None or tolerance < ADAPTIVE_TOLERANCE:
-                text += (f": if the largest differences are such parameters, raise the tolerance (equiv_tolerance="
-                         "1e-4 in @workload, as the built-in transformer workloads do"
+            near, sized = near_zero(every)
+            if sized and not near:  # the reference's gradients say it: not such parameters
+                return text + (f"; these are not such parameters ({gradient_text(sized)}): where they differ most "
+                               f"their gradients are not near zero (at least {NEAR_ZERO:g} of the median element's), "
+                               f"and summation-order noise does not turn such a gradient into a step of the learning "
+                               f"rate, so it does not explain the difference")
+            such = ("they are such parameters (" + gradient_text(near) + ")" if near and not sized else
+                    f"{', '.join(p['parameter'] for p in near)} {'are' if len(near) > 1 else 'is'} such "
+                    f"({gradient_text(near)}), {', '.join(p['parameter'] for p in sized)} not "
+                    f"({gradient_text(sized)})" if near else None)
+            reach = f" (the learning rate {lr:g} a step, up to {lr * steps:.1e} in {steps} steps)" if lr else ""
+            sgd = ("check the backend with the same model under SGD, which does not amplify that noise (where the "
+                   "backend computes what one process does, its rows then match)")
+            tolerable = all(p["diff"] <= ADAPTIVE_TOLERANCE for p in every)
+            if (tolerance is None or tolerance < ADAPTIVE_TOLERANCE) and (such is None or tolerable):
+                text += (f": {such}; raise" if such else ": if the largest differences are such parameters, raise")
+                text += (" the tolerance (equiv_tolerance=1e-4 in @workload, as the built-in transformer workloads do"
                          + (f"; {tolerance:g} now)" if tolerance is not None else ")"))
+            elif tolerance is None or tolerance < ADAPTIVE_TOLERANCE:  # such, and beyond 1e-4: out of its reach
+                text += (f": {such}; they differ by more than a tolerance of {ADAPTIVE_TOLERANCE:g} takes, and such "
+                         f"noise reaches about the learning rate a step{reach}, beyond what a tolerance can take and "
+                         f"still catch a real difference: {sgd}")
             else:  # raised already: noise of about the learning rate a step is out of a tolerance's reach
-                reach = f" (the learning rate {lr:g} a step, up to {lr * steps:.1e} in {steps} steps)" if lr else ""
                 text += (f": the tolerance is {tolerance:g} already, and such noise reaches about the learning rate "
-                         f"a step{reach}, beyond what a tolerance can take and still catch a real difference; if "
-                         f"the largest differences are such parameters, check the backend with the same model under "
-                         f"SGD, which does not amplify that noise (where the backend computes what one process does, "
-                         f"its rows then match)")
+                         f"a step{reach}, beyond what a tolerance can take and still catch a real difference; "
+                         + (f"{such}: {sgd}" if such else f"if the largest differences are such parameters, {sgd}"))
         return text
     own = [sorted(set(p["steps_without_gradient"])) for p in without]
     if all(o == own[0] for o in own):
@@ -356,6 +423,10 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
         rec["eval_skipped"] = r0.eval_skipped
     diffs = param_diffs(spec.params_path, reference)
     rec["max_param_diff"] = max_param_diff(diffs)
+    peaks = (reference_gradients or {}).get("peaks")
+    if peaks is not None and diffs and not rec["max_param_diff"] <= workload.equiv_tolerance:
+        reference_gradients = {**reference_gradients,
+                               **gradient_at(spec.params_path, reference, peaks, workload.equiv_tolerance)}
     rec["equivalence"] = equivalence(spec, r0, workload, adapter, diffs, reference_gradients,
                                      label=rec.get("label", rec.get("adapter", "")), ranks=ranks,
                                      reference_losses=reference_losses, no_reference=no_reference)

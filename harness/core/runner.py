@@ -455,7 +455,9 @@ class Runner:
                 self.reference_losses[key] = outcome.ranks[0].losses
                 described = outcome.ranks[0].adapter or {}
                 self.reference_gradients[key] = None if described.get("no_gradient") is None else {
-                    "no_gradient": described["no_gradient"], "frozen": described.get("frozen") or {}}
+                    "no_gradient": described["no_gradient"], "frozen": described.get("frozen") or {},
+                    "peaks": (torch.load(job.spec.gradient_peaks_path) if job.spec.gradient_peaks_path.exists()
+                              else None)}
         else:
             self.finished.add((id(job.plan), job.row.label, job.repeat))
             ref = self.reference_runs.get(key)

@@ -368,7 +368,9 @@ class Measured(TypedDict):
     """The check: steps, tolerance, whether it was checked (and why not), passed; `batch_norm` (the model's
     BatchNorm layers and whether this row's statistics were per process or over the global batch); for a failed
     check `largest_diffs` (the parameters that differ most, each with the reference's steps, from 0, that left it
-    without a gradient) and `why_failed` (randomness in the model, or those parameters and what the backend does
+    without a gradient, and where the reference kept its gradients `gradient_peak`, its largest gradient over its
+    steps among the elements that differ most, and `gradient_ratio`, that over the model's median element's) and
+    `why_failed` (randomness in the model, or those parameters and what the backend does
     with a parameter that got no gradient)."""
     time_to_first_step_s: Number
     """From the launch's start to the end of the first step, without the gate wait."""

@@ -139,6 +139,9 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
             params = adapter.gather_parameters(model)  # on every rank: may be a collective
             if info.rank == 0:
                 torch.save(params, spec.params_path)
+                peaks = adapter.gradient_peaks()
+                if peaks is not None:
+                    torch.save(peaks, spec.gradient_peaks_path)
             # The copy is the harness's, not the training's: freed before the next step, and its memory left out
             # of the peak (a copy of every parameter: 144 MiB per rank on widemlp).
             del params

@@ -159,3 +159,8 @@ class RunSpec:
     def params_path(self) -> Path:
         """Rank 0's parameter snapshot after `equiv_steps` steps (for max_param_diff)."""
         return Path(self.rank_dir) / "params.pt"
+
+    @property
+    def gradient_peaks_path(self) -> Path:
+        """Beside it, the reference's largest gradient of every parameter element (Strategy.gradient_peaks)."""
+        return Path(self.rank_dir) / "gradient_peaks.pt"

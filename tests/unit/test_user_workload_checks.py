@@ -1437,6 +1437,32 @@ def test_a_failed_check_under_an_adaptive_optimizer_says_what_adam_does_to_a_gra
                          "what a tolerance can take and still catch a real difference; if the largest differences are "
                          "such parameters, check the backend with the same model under SGD, which does not amplify "
                          "that noise (where the backend computes what one process does, its rows then match)")
+    # the reference's gradients, where the parameter differs most, answer the "if": near zero (in_proj_bias's key
+    # slice) is such a parameter, one of the model's usual size is not, and then neither a tolerance nor SGD is the
+    # advice (an outside run: in_proj_bias by 2.9e-3 under Adam, its key slice's gradient 1.5e-9)
+    gt = "largest gradient in the steps compared where they differ most att.in_proj_bias"
+    near = [{**largest[0], "diff": 6e-5, "gradient_peak": 3.1e-9, "gradient_ratio": 1.2e-6}]
+    text = why_differs(near, 5, "ddp", None, None, None, "Adam", 1e-5)
+    assert text.endswith(f"differs by that much: they are such parameters ({gt} 3.1e-09, against the model's median "
+                         "element's 2.6e-03: 1.2e-06 of it); raise the tolerance (equiv_tolerance=1e-4 in @workload, as "
+                         "the built-in transformer workloads do; 1e-05 now)")
+    # such, by more than 1e-4 would take: no tolerance, SGD
+    text = why_differs([{**near[0], "diff": 2.9e-3}], 10, "ddp", None, None, None, "Adam", 1e-5, 0.01)
+    assert text.endswith("1.2e-06 of it); they differ by more than a tolerance of 0.0001 takes, and such noise reaches "
+                         "about the learning rate a step (the learning rate 0.01 a step, up to 1.0e-01 in 10 steps), "
+                         "beyond what a tolerance can take and still catch a real difference: check the backend with "
+                         "the same model under SGD, which does not amplify that noise (where the backend computes "
+                         "what one process does, its rows then match)")
+    sized = [{**largest[0], "gradient_peak": 8e-4, "gradient_ratio": 0.31}]
+    text = why_differs(sized, 5, "ddp", None, None, None, "Adam", 1e-5)
+    assert text.endswith(f"differs by that much; these are not such parameters ({gt} 8.0e-04, against the model's "
+                         "median element's 2.6e-03: 3.1e-01 of it): where they differ most their gradients are not near "
+                         "zero (at least 0.0001 of the median element's), and summation-order noise does not turn such "
+                         "a gradient into a step of the learning rate, so it does not explain the difference")
+    both = why_differs([near[0], {**sized[0], "parameter": "att.out_proj.weight"}], 8, "ddp", None, None, None,
+                       "AdamW", 1e-4, 0.001)
+    assert (f"catch a real difference; att.in_proj_bias is such ({gt} 3.1e-09, against the model's median element's "
+            "2.6e-03: 1.2e-06 of it), att.out_proj.weight not (") in both
     # where the backend names its own cause (Horovod's broadcast of AdamW's state), no advice to raise the tolerance:
     # following it would hide a real difference
     note = "hvd.broadcast_optimizer_state moves the weights before the first step"
