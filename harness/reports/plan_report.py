@@ -137,7 +137,7 @@ def lines(plan: Plan) -> list[str]:
             room = f" of {capacity:.4g}" if capacity else ""
             text += (f", the least sharded ({SHARDED[rec.get('partitions', 0)]}) of the {len(rec['tied']) + 1} "
                      f"configurations the model does not rank by speed ({how}): {', '.join(rec['tied'])}; it fits "
-                     f"({_gib(held[rec['label']])}{room} GiB per {per}, the allocator's headroom included), and "
+                     f"({_gib(memory[rec['label']])}{room} GiB per {per}, the allocator's headroom included), and "
                      f"sharding more would buy memory it does not need at costs the model does not price (a sharded "
                      f"framework's per-unit gathers and casts, its partition bookkeeping)")
         devices = {r["label"]: r["devices"] for r in plan.rows}
@@ -164,8 +164,8 @@ def lines(plan: Plan) -> list[str]:
         if rec.get("measured_memory"):
             text += (f" (memory of {', '.join(rec['measured_memory'])}: the peak the run measured, more than "
                      f"the plan counts)")
-        elif not rec["tied"]:
-            text += " (the only configuration that fits)"
+        if not (rec["tied"] or rec["next"] or rec.get("fastest") or rec.get("least_memory")):
+            text += " (the only configuration that fits)"  # nothing else was priced beside it
         out.append(text)
     left = [r for r in plan.rows if r.get("left_out")]
     if left:

@@ -462,6 +462,22 @@ def test_on_one_gpu_the_plain_row_is_recommended_not_the_one_with_more_machinery
             "configuration's step alike)") in out
 
 
+def test_the_recommendation_says_it_is_the_only_one_that_fits_only_where_it_is():
+    # an outside check: the README's plan (every row fits in 80 GiB) read "(the only configuration that fits)"
+    out = CliRunner().invoke(app, ["plan", "-w", "widemlp", "--gpu", "a100", "--nodes", "8", "--nic-gbps", "100"])
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.stdout.splitlines() if x.startswith("recommendation: "))
+    assert "faster than" in line and "the only configuration that fits" not in line
+    # a 1e9-parameter model on one GPU of 22 GiB: only FSDP2's resharded row (21.5 GiB) fits, and that is said
+    out = CliRunner().invoke(app, ["plan", "--params", "1e9", "--layers", "16", "--hidden", "2048", "--gpu", "h100",
+                                   "--nodes", "1", "--gpus-per-node", "1", "--batch", "1",
+                                   "--gpu-memory-gib", "22"]).stdout
+    fits = [x for x in out.splitlines() if x.startswith("| ") and x.rstrip().endswith("| yes |")]
+    line = next(x for x in out.splitlines() if x.startswith("recommendation: "))
+    assert len(fits) == 1 and line.startswith("recommendation: fsdp:param_dtype=bf16:reshard_after_forward=true")
+    assert line.endswith("(the only configuration that fits)"), line
+
+
 def test_every_planned_knob_set_is_one_compare_run_takes():
     for dtype in shapes.DTYPES:
         planned = 0
