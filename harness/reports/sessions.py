@@ -16,6 +16,7 @@ as in a single run's verdict; across sessions nothing is paired. One run's inter
 
 from __future__ import annotations
 
+import math
 import statistics
 from itertools import combinations
 from pathlib import Path
@@ -59,14 +60,13 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
             own = compare_pair(a["values"][x], a["values"][y], a["blocked"], margin)
             estimates.append(session_estimate(a["values"][x], a["values"][y], a["blocked"]))
             each.append({"session": name, "estimate": own["estimate"], "lo": own["lo"], "hi": own["hi"],
-                         "se": (estimates[-1][1]) ** 0.5})
+                         "se": (estimates[-1][1]) ** 0.5, "df": own["df"]})
         c = random_effects(estimates, margin)
         sim = random_effects(estimates, margin, confidence=1 - ALPHA / m) if m > 1 else c
         c["simultaneous"] = {"lo": sim["lo"], "hi": sim["hi"], "confidence": 1 - ALPHA / max(m, 1),
                              "half_width": half_width(sim) if sim["lo"] is not None else None}
         c["each"] = each
-        c["outside"] = [e["session"] for e in each if c["lo"] is not None
-                        and not c["lo"] <= e["estimate"] <= c["hi"]]
+        c["outside"] = apart_from_the_others(estimates, each)
         pairs.append({"a": x, "b": y, **c})
     analysis.decide(pairs)
     base = first[0].get("baseline") if first[0].get("baseline") in ranked else (ranked[0] if ranked else None)
@@ -97,12 +97,15 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                                          for r in records),
                          "time": max(str(r.get("time_utc") or "") for r in records),
                          "failed": failed(records)} for (name, records), (_, a) in zip(sessions, per)],
-           "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each{_fewer(per, ok, ranked)}; "
+           # "in each" of sessions of which one measured 2 and was left out read as false: it is of those counted
+           "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each"
+                           f"{' session that counts it' if _fewer(per, ok, ranked) else ''}{_fewer(per, ok, ranked)}; "
                            f"{m} pair"
                            f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds{_unpaired(per)}, "
                            "combined over "
                            "the sessions with each session counted once (the mean of their log estimates, a 95% "
-                           "Student t interval over them, sessions - 1 degrees of freedom), so every interval "
+                           "Student t interval over them, sessions - 1 degrees of freedom, its variance at least the "
+                           f"mean of the sessions' own variances{_floored_pairs(pairs)}), so every interval "
                            f"includes the variation between runs at other times{span(sessions)}; differences and "
                            "equivalence (TOST, "
                            f"margin ±{margin:.0%}) each Holm-adjusted over the pairs.)")}
@@ -134,6 +137,13 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                                                                           for i, (_, a) in enumerate(per, 1)) + ")"
                                                      for k in missing) + ".")
     return out
+
+
+def _floored_pairs(pairs: list[dict[str, Any]]) -> str:
+    """" (raised to it for spawn / deepspeed)" for the pairs whose sessions agreed more closely than their own noise
+    (stats.random_effects' floor), "" where none did."""
+    raised = [f"{p['a']} / {p['b']}" for p in pairs if p.get("floored")]
+    return f" (raised to it for {', '.join(raised)})" if raised else ""
 
 
 def _fewer(per: list[tuple[str, dict[str, Any]]], ok: dict[str, list], ranked: list[str]) -> str:
@@ -285,9 +295,10 @@ def markdown(joined: dict[str, Any]) -> list[str]:
            "share of the spread between sessions not explained by each session's own uncertainty), Cochran's Q test "
            "of no spread, where a new session's own estimate should fall (95% prediction interval, from 3 sessions), "
            "and each session's own estimate (paired within its rounds" + _unpaired(a["per_session"]) + ") — a session "
-           "whose estimate lies outside the pooled interval is named:", "",
+           "that disagrees with more than half of the others is named (two sessions disagree where their estimates "
+           "differ by more than their own within-run uncertainties allow: Welch's t, p < 0.05):", "",
            "| pair | pooled [95%] | τ | within-session SE | I² | Q test p | a new session [95% prediction] | "
-           + " | ".join(names.values()) + " | outside the pooled interval |",
+           + " | ".join(names.values()) + " | apart from the others |",
            "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|"]
     for p in a["pairs"]:
         each = {e["session"]: e for e in p["each"]}
@@ -363,6 +374,31 @@ def _overturned(a: dict[str, Any], names: dict[str, str]) -> list[str]:
     return out
 
 
+def apart_from_the_others(estimates: list[tuple[float, float]], each: list[dict[str, Any]]) -> list[str]:
+    """The sessions that disagree with more than half of the other sessions: two sessions disagree where their
+    estimates of the pair differ by more than their within-session uncertainties allow (|y_i - y_j| over
+    sqrt(v_i + v_j), two-sided Welch t, Satterthwaite's df from each session's own, p < 0.05). Two sessions that
+    disagree are each apart from the other. Not "outside the pooled interval": with 2 to 4 sessions no session can lie
+    outside an interval of t(k-1) s / sqrt(k) about their own mean (Samuelson's bound: |y_i - mean| <= s (k-1) /
+    sqrt(k)), so that test never named the run that stood apart; nor against the mean of the others, which with 3 an
+    outlier drags as far as to set the other two apart too."""
+    from scipy import stats as sp
+
+    k = len(estimates)
+    against = [0] * k
+    for i in range(k):
+        for j in range(i + 1, k):
+            (yi, vi), (yj, vj) = estimates[i], estimates[j]
+            di, dj = each[i].get("df"), each[j].get("df")
+            if not (di and dj) or vi + vj <= 0:
+                continue
+            df = (vi + vj) ** 2 / (vi ** 2 / di + vj ** 2 / dj) if vi ** 2 / di + vj ** 2 / dj > 0 else min(di, dj)
+            if 2 * float(sp.t.sf(abs(yi - yj) / math.sqrt(vi + vj), df)) < ALPHA:
+                against[i] += 1
+                against[j] += 1
+    return [e["session"] for e, n in zip(each, against) if k > 1 and n > (k - 1) / 2]
+
+
 def _alone(session: dict[str, Any]) -> str:
     """A session's own verdict's first line as its report says it ("Verdict for this run: ..."), plain: a quote
     that read "Verdict: ..." was found in no report."""
@@ -433,7 +469,7 @@ def console_lines(joined: dict[str, Any]) -> list[str]:
     for p in joined["pairs"]:
         if p.get("tau") is None:
             continue
-        away = f"; outside the pooled interval: {', '.join(names[n] for n in p['outside'])}" if p["outside"] else ""
+        away = f"; apart from the others: {', '.join(names[n] for n in p['outside'])}" if p["outside"] else ""
         out.append(f"  {p['a']} / {p['b']} {verdict_mod.ratio_text(p)}: τ {p['tau']:.1%}, I² {p['i2']:.0%}{away}")
     return out
 
