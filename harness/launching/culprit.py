@@ -211,7 +211,9 @@ def culprit(rank_dir: Path, commands: list[Command], name_hosts: bool = False) -
                 cause = end.error + (f" (raised in {place})" if place else "")
             if cause:
                 reason += f"; first error: {cause}"
-        elif end.crash is not None:  # a segfault in C code: where the user's code was, from faulthandler's dump
+        if end.crash is not None and not (end.with_error and "; first error: " in reason):
+            # a segfault in C code, or an abort() with no cause line ("terminate called ..."): where the user's code
+            # was, from faulthandler's dump
             place = (crash_place(own[0]) if own else None) or crash_place(rank_dir / "launch.log")
             if place:
                 reason += f"; crashed in {place}"

@@ -469,6 +469,17 @@ def test_a_crash_in_c_code_is_placed_in_the_users_code_from_faulthandlers_dump(r
     _exit(rd, 0, T + 5.02, code=1)
     _stopping(rd, T + 6, alive=[])
     assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 killed by SIGSEGV; crashed in forward (model.py:109)"
+    # an abort() (a C++ assert, glibc's "free(): invalid pointer", os.abort in a gradient hook) with no cause line of
+    # its own: placed the same way (an outside check: a SIGABRT in a hook read only "killed by SIGABRT")
+    dump = (rd / "launch.log").read_text().replace("Segmentation fault", "Aborted")
+    (rd / "launch.log").write_text(dump)
+    _exit(rd, 1, T + 5.0, sig="SIGABRT")
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 killed by SIGABRT; crashed in forward (model.py:109)"
+    # one with its cause ("terminate called after throwing ...") says that cause, not a place
+    (rd / "launch.log").write_text("[1]<stderr>:terminate called after throwing an instance of 'c10::Error'\n" + dump)
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]).startswith(
+        "rank 1 killed by SIGABRT; first error: terminate called after throwing an instance of 'c10::Error'")
+    _exit(rd, 1, T + 5.0, sig="SIGSEGV")
     (rd / "launch.log").write_text("[0]<stderr>:RuntimeError: Connection closed by peer\n")  # no dump: as before
     assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == "rank 1 killed by SIGSEGV"
 
