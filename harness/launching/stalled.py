@@ -6,7 +6,9 @@ stacks). In data-parallel training no rank gets more than a collective ahead of 
 for it in the next collective, further on in the same step (or at most in the next one). So the rank that stopped is
 the one whose place is behind every other's, where a place is (the steps it has finished, the line of the training
 loop its training thread is at: harness/rank/train.py runs a step's statements top to bottom). Ranks at the same place
-(all blocked inside one collective) name none: the stacks in the log then say more than a guess would.
+(all blocked inside one collective) name none, unless one alone is not waiting for its peers (in a communication
+library) or, of ranks none of which is, one alone is in the user's code (a hook hanging in the backward, while DDP's
+reducer waits inside the autograd engine): otherwise the stacks in the log say more than a guess would.
 """
 
 from __future__ import annotations
@@ -99,8 +101,13 @@ def first_to_stop(steps: dict[int, int], dumps: dict[int, str]) -> dict | None:
     if len(behind) > 1:  # at one line of the loop (FSDP gathers a unit's parameters inside the forward): the rank
         # that is not waiting for its peers in a communication library, while they all are, is the one that stopped
         free = [rank for rank in behind if not waiting(dumps[rank])]
+        # DDP's reducer waits inside the autograd engine (C++, under torch/autograd): a rank whose innermost frame is
+        # the user's code (a hook that hangs in the backward) beside ranks in torch's is the one that stopped
+        mine = [rank for rank in free if users_place(*_place(dumps[rank])[1])]
         if len(free) == 1:
             behind = free
+        elif len(mine) == 1:
+            behind = mine
         elif not free and len({places[r][1] for r in behind}) > 1:  # each waits, in a different collective
             return {"rank": None, "mismatch": {r: places[r][1] for r in sorted(behind)}}
     if len(behind) != 1:

@@ -59,6 +59,15 @@ def test_at_the_same_line_the_rank_not_waiting_for_its_peers_is_the_one_that_sto
     found = first_to_stop({0: 3, 1: 3}, {0: gathering, 1: hung})
     assert found == {"rank": 1, "steps": 3, "where": "forward (model.py:31)"}
     assert first_to_stop({0: 3, 1: 3}, {0: gathering, 1: gathering}) is None  # both waiting: nobody
+    # DDP: rank 1 hangs in a gradient hook of its own while rank 0 waits in the autograd engine, where DDP's reducer
+    # waits in C++ (an outside check: both at the backward's line, neither in torch/distributed, no rank named)
+    engine = ("/venv/lib/python3.11/site-packages/torch/autograd/graph.py", 825, "_engine_run_backward")
+    hook = _dump((threading.__file__, 629, "wait"), ("/home/me/model.py", 34, "hook"), engine,
+                 (str(REPO / "adapters/base.py"), 300, "backward"), (TRAIN, 112, "run"))
+    reducing = _dump(engine, (str(REPO / "adapters/base.py"), 300, "backward"), (TRAIN, 112, "run"))
+    found = first_to_stop({0: 4, 1: 4}, {0: reducing, 1: hook})
+    assert found == {"rank": 1, "steps": 4, "where": "hook (model.py:34)"}
+    assert first_to_stop({0: 4, 1: 4}, {0: hook, 1: hook}) is None  # both in their own code: nobody
     # In a virtual environment Python's platstdlib is the venv's lib/python3.X, which holds site-packages: torch's
     # frames are not Python's own library (they were skipped, and the waiting rank's place was its model's call)
     import sysconfig
