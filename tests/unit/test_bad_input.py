@@ -1888,3 +1888,18 @@ def test_strict_makes_a_run_with_a_row_that_did_not_finish_exit_1(tmp_path, caps
         got = exc.exit_code
     assert got == code
     assert capsys.readouterr().err == said
+
+
+def test_a_run_killed_before_its_first_record_is_told_as_such_by_report(tmp_path):
+    # An outside check: compare killed (SIGKILL) after its reference but before its first row's record left a
+    # directory of logs/ and its lock, of which report said "give a directory written by compare run": it was one
+    from harness.ground.outdir import LOCK_NAME
+
+    d = tmp_path / "killed"
+    (d / "logs").mkdir(parents=True)
+    (d / "logs" / "reference.log.gz").write_bytes(b"")
+    (d / LOCK_NAME).write_text("")
+    result = invoke("report", str(d))
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: {d} holds no records.jsonl: the run that wrote it ended before its first row's "
+                             f"record was saved (its logs/ holds only reference.log.gz; killed?); run it again\n")
