@@ -222,6 +222,10 @@ class Workload(ABC):
     """How the model's loss was found to depend on the rest of its batch other than through BatchNorm (a term over
     the whole batch, a buffer updated from it), by the same check (harness/core/workload_checks.py,
     batch_dependence); a failed equivalence check then says so, with the fix."""
+    batch_mixing: str | None = None
+    """Where the same check found a sample's activations first depending on the other samples of its batch: the
+    innermost module whose output for a sample differed between the global batch and a rank's slice ("model.norm
+    (MyNorm)", "the model's own forward (Net)"), or None where no module's did (the loss mixes them)."""
     batch_buffers: list[str] | None = None
     """The buffers (besides BatchNorm's) that the same check found following the batch: after the step whose loss
     differed, their values in the one process and in a rank over its slice differed. The ✗ then names them."""

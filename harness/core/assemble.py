@@ -656,6 +656,20 @@ def batch_dependent_failure(workload, adapter, label: str) -> str:
                   "rank's samples gathered in rank order (torch.distributed.all_gather, as MoCo's concat_all_gather"
                 + (f"; under {label}, the framework's own allgather" if gather else "")
                 + "), or declare batch_dependence=\"...\" in @workload (the check is then skipped, with that reason)")
+    mixing = getattr(workload, "batch_mixing", None)
+    if mixing:  # where a sample's activations first depend on the others (measured: h - h.mean(0), x.shape[0])
+        return (f"the model depends on the rest of its batch, other than through BatchNorm: {workload.batch_dependent}"
+                f"; a sample's activations first depend on the other samples of its batch in {mixing} (for the same "
+                f"samples they differed there between the global batch and a rank's slice: code there mixes the "
+                f"samples, a statistic over the batch dimension, as a hand-written normalisation's h.mean(0), or a use "
+                f"of the batch's size, x.shape[0]), so ranks that each see their own slice alone cannot match the "
+                f"single process; fix: make it per sample to check equivalence (LayerNorm or GroupNorm for a "
+                f"normalisation, a constant for a size), or compute the statistic over the global batch, all-reduced "
+                f"across the ranks as SyncBatchNorm does (torch.distributed.nn.functional.all_reduce, whose result "
+                f"carries its gradient back"
+                + (f"; under {label}, which starts no torch.distributed process group, the framework's own "
+                   f"all-reduce" if gather else "")
+                + "), or declare batch_dependence=\"...\" in @workload (the check is then skipped, with that reason)")
     return (f"the model depends on the rest of its batch, other than through BatchNorm: {workload.batch_dependent} (a "
             f"mean divided by a sum over its batch, such as cross_entropy with class weights, whose mean divides by "
             f"the batch's sum of weights; a mean over a subset of its samples mixed with another term, such as a "

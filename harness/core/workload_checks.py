@@ -239,6 +239,64 @@ class BatchBuffers(str):
     buffers: list[str]
 
 
+def _mixing(workload, data, slices) -> str | None:
+    """Where the samples of a batch first mix: the first module, in the order the modules finished (a child before its
+    parent), whose output for the first slice's samples differs between a forward over the global batch and one over
+    that slice alone. Its own code mixes them where its input did not differ ("norm (MyNorm)"; "the model's own
+    forward (Net)"), its parent's code before calling it where its input did ("the forward of the model itself (Net),
+    before it calls b"): a statistic over the batch dimension, a use of the batch's size. None where no module's
+    output differs (the loss mixes them) or the outputs cannot be told apart by sample."""
+    import torch
+
+    def first(value):
+        items = value if isinstance(value, (tuple, list)) else value.values() if isinstance(value, dict) else [value]
+        t = next((t for t in items if isinstance(t, torch.Tensor) and t.dim() >= 1 and t.is_floating_point()), None)
+        return None if t is None else t.detach().clone()
+
+    def outputs(indices):
+        torch.manual_seed(workload.seed)
+        model = workload.new_model()
+        for module in model.modules():  # BatchNorm is found and explained apart
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                module.eval()
+        names = {id(m): n for n, m in model.named_modules()}
+        kinds.update({n: type(m).__name__ for n, m in model.named_modules()})
+        seen = []
+        handles = [m.register_forward_hook(lambda module, args, out: seen.append(
+            (names.get(id(module), ""), first(args), first(out)))) for m in model.modules()]
+        try:
+            inputs, _ = data.batch(indices, "cpu")
+            workload.forward(model, inputs)
+        finally:
+            for h in handles:
+                h.remove()
+        return seen
+
+    def differ(a, b, n) -> bool | None:
+        if a is None or b is None or a.shape[0] < n or b.shape[0] != n or a.shape[1:] != b.shape[1:]:
+            return None
+        scale = max(float(a[:n].abs().max()), float(b.abs().max()), 1e-12)
+        return float((a[:n] - b).abs().max()) > 10 * normalisation.ROUNDING * scale
+
+    kinds: dict[str, str] = {}
+    try:
+        n = len(slices[0])
+        whole, part = outputs(torch.cat(slices)), outputs(slices[0])
+        if len(whole) != len(part):
+            return None
+        for (name, a_in, a_out), (_, b_in, b_out) in zip(whole, part):
+            if not differ(a_out, b_out, n):
+                continue
+            if differ(a_in, b_in, n):  # it was handed mixed samples: its parent's own code mixed them
+                parent = name.rsplit(".", 1)[0] if "." in name else ""
+                where = f"{parent} ({kinds.get(parent, '')})" if parent else f"the model itself ({kinds.get('', '')})"
+                return f"the forward of {where}, before it calls {name}"
+            return f"{name} ({kinds.get(name, '')})" if name else f"the model's own forward ({kinds.get('', '')})"
+    except Exception:  # noqa: BLE001 - what cannot be run so is not placed
+        return None
+    return None
+
+
 def _following(single, rank) -> list[str]:
     """The buffers of two copies of one model, the one run over the global batch and the other over a slice, that
     differ beyond rounding (a floating buffer) or at all (another): those its forward updates from its batch."""
@@ -334,6 +392,7 @@ def batch_dependence(workload, data, global_batch: int, world: int, steps: int =
                         f"{mean:.6g}")
                 buffers = _following(models[0], models[1])
                 if not buffers:
+                    workload.batch_mixing = _mixing(workload, data, slices)
                     return said
                 found = BatchBuffers(f"{said}; its forward updates {'buffer' if len(buffers) == 1 else 'buffers'} "
                                      f"{listed(buffers)} from its batch: after that step "

@@ -13,6 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import adapters
 import workloads
 from harness.cli import app
 from harness.core import requests, workload_checks
@@ -1632,3 +1633,54 @@ def test_padded_batches_say_their_real_tokens_beside_the_padded_length(tmp_path)
     from harness.reports.run_rows import _unpadded
 
     assert _unpadded([{"first": {"tokens_per_sample_unpadded": 4.5}}]) == ", padding included: 4.5 real"
+
+
+@pytest.mark.parametrize("how, where", [
+    ("module", "norm (Norm)"),
+    ("inline", "the forward of the model itself (Net), before it calls b"),
+    ("size", "the model's own forward (Net)"),
+    ("loss", None)])
+def test_where_the_samples_of_a_batch_first_mix_is_named(tmp_path, how, where):
+    # An outside check: a hand-written batch normalisation and a forward scaled by x.shape[0] were told only the
+    # category ("depends on the rest of its batch"), with examples and fixes of losses that did not apply
+    from harness.core.assemble import batch_dependent_failure
+
+    path = write(tmp_path, f'''
+        import torch
+        from torch import nn
+        from workloads import Pieces, workload
+
+        class Norm(nn.Module):
+            def forward(self, h):
+                return (h - h.mean(0)) / (h.std(0) + 1e-5)
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.norm, self.b = nn.Linear(8, 16), Norm(), nn.Linear(16, 4)
+            def forward(self, x):
+                h = self.a(x)
+                if "{how}" == "module":
+                    h = self.norm(h)
+                elif "{how}" == "inline":
+                    h = (h - h.mean(0)) / (h.std(0) + 1e-5)
+                out = self.b(torch.relu(h))
+                return out * (x.shape[0] / 16) if "{how}" == "size" else out
+
+        def loss(out, y):  # a term over the whole batch: no module mixes the samples, the loss does
+            return nn.functional.cross_entropy(out, y) + (out.mean(0) ** 2).sum() * ("{how}" == "loss")
+
+        @workload(global_batch=16, lr=0.1)
+        def net():
+            x = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+            return Pieces(model=Net, train=(x, x[:, :4].argmax(1)), loss=loss)
+    ''', "mix.py")
+    w = workloads.get(f"{path}:net")
+    workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:net", options=[], world_size=2), 4)
+    assert w.batch_dependent and w.batch_mixing == where
+    text = batch_dependent_failure(w, adapters.get("ddp")({}, "cpu"), "ddp")
+    if where:
+        assert f"a sample's activations first depend on the other samples of its batch in {where} (" in text
+        assert "fix: make it per sample to check equivalence (LayerNorm or GroupNorm" in text
+    else:
+        assert "a loss term over the whole batch, such as a load-balancing or contrastive one" in text
