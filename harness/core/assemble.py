@@ -557,6 +557,10 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
         return out
     largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
     out["largest_diffs"] = largest
+    started = first_step_differs(workload, ranks, reference_losses)
+    if started:
+        out["why_failed"] = started
+        return out
     missing = adapter.missing_gradient() if adapter is not None else None
     why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful,
                       (getattr(r0, "adapter", None) or {}).get("note"), workload.optimizer_class,
@@ -625,6 +629,39 @@ CONTRASTIVE_FIX = ("a contrastive loss takes its negatives from every rank's sam
                    "their gradients (torch.distributed.nn.functional.all_gather behind dist.is_initialized(); "
                    "torch.distributed.all_gather's result carries none) and compute the loss over the gathered batch")
 """The fix of a failed check for a contrastive (SimCLR, CLIP) loss over the batch's other samples."""
+
+
+FIRST_STEP_TOLERANCE = 1e-4
+"""Relative difference between a row's first loss (the mean of its ranks' over their slices) and the single process's
+over the global batch, both before any update, beyond which they did not compute the same thing: fp32 sums in another
+order differ by about 1e-7."""
+
+
+def first_step_differs(workload, ranks, reference_losses: list[float] | None) -> str | None:
+    """Why a row whose very first loss, before any update, differs from the single process's: its ranks did not start
+    from the same weights or did not see the same data (a model or data built from the process id, the time, the
+    rank, or a random state the workload's seed does not set), or its forward depends on the rank. None where the
+    losses agree, cannot be compared, or a cause found before launching explains a difference (a count that differs
+    between the ranks)."""
+    if not reference_losses or not ranks or workload.varying_counts or getattr(workload, "summed_loss", None):
+        return None
+    firsts = [r.losses[0] for r in ranks if r.losses]
+    if len(firsts) != len(ranks) or not all(math.isfinite(v) for v in [*firsts, reference_losses[0]]):
+        return None
+    mean, single = sum(firsts) / len(firsts), reference_losses[0]
+    if abs(mean - single) <= FIRST_STEP_TOLERANCE * max(abs(single), 1e-12):
+        return None
+    checked = getattr(workload, "count_losses", None) is not None  # the batch check ran: the loss is per sample
+    many = f"the mean of its {len(firsts)} ranks' losses over their slices" if len(firsts) > 1 else "its loss"
+    return (f"at step 1, before any update, the single process's loss over the global batch was {single:.6g} and "
+            f"{many} {mean:.6g}"
+            + (", where the check before launching, with the same weights and data, found them equal" if checked
+               else "") +
+            ": this row's ranks did not start from the single process's weights or did not see its data, or their "
+            "forward depends on the rank (a model or data built from the process id, the time, the rank, or Python's "
+            "or NumPy's random state, which the workload's seed does not set; no backend moves the data); fix: build "
+            "the model and the data from torch's generator as the workload's seed leaves it (or a torch.Generator "
+            "with a constant seed), and keep the forward the same on every rank")
 
 
 def batch_dependent_failure(workload, adapter, label: str) -> str:

@@ -1684,3 +1684,25 @@ def test_where_the_samples_of_a_batch_first_mix_is_named(tmp_path, how, where):
         assert "fix: make it per sample to check equivalence (LayerNorm or GroupNorm" in text
     else:
         assert "a loss term over the whole batch, such as a load-balancing or contrastive one" in text
+
+
+def test_a_first_loss_that_differs_before_any_update_is_told_as_other_weights_data_or_a_rank_dependent_forward():
+    # An outside check: data seeded from the process id, and a forward scaled by the rank, failed every row with
+    # "no parameter left without one explains the difference" and no cause; the first loss, before any update,
+    # already differed from the single process's (1.6804 against 1.57252)
+    from types import SimpleNamespace
+
+    from harness.core.assemble import first_step_differs
+
+    w = SimpleNamespace(varying_counts=None, summed_loss=None, count_losses={})
+    ranks = [SimpleNamespace(losses=[1.70, 1.2]), SimpleNamespace(losses=[1.6608, 1.1])]
+    text = first_step_differs(w, ranks, [1.57252, 1.0])
+    assert text.startswith("at step 1, before any update, the single process's loss over the global batch was 1.57252 "
+                           "and the mean of its 2 ranks' losses over their slices 1.6804, where the check before "
+                           "launching, with the same weights and data, found them equal: this row's ranks did not start "
+                           "from the single process's weights or did not see its data, or their forward depends on "
+                           "the rank")
+    # the same first loss up to summation order: nothing to say; a count that differs between ranks: said apart
+    assert first_step_differs(w, [SimpleNamespace(losses=[1.5725201]), SimpleNamespace(losses=[1.5725199])],
+                              [1.57252]) is None
+    assert first_step_differs(SimpleNamespace(varying_counts=["labels"], summed_loss=None), ranks, [1.57252]) is None
