@@ -198,6 +198,16 @@ def _notes(records, tab, sweep, over) -> list[str]:
                       f"throughput and efficiency (marked †) are not what that many real workers would give, and no "
                       f"summary above includes them.")
     notes += machine.note(records, lambda r: f"{r['label']}@{r['scale']['point']}#{r['repeat']}")
+    from harness.reports.verdict import interference_line
+
+    points = [r for r in records if r.get("scale") and r.get("status") == "ok"]
+    hit = [r for r in points if (r.get("noise") or {}).get("flags")]
+    loaded = interference_line(points, "each point and the model's calibration from them", "the sweep's",
+                               "the points: " + ", ".join(f"{r['label']}@{r['scale']['point']}#{r['repeat']}"
+                                                          for r in hit[:12])
+                               + (f" and {len(hit) - 12} more" if len(hit) > 12 else ""))
+    if loaded:  # said only in a per-world-size verdict of 3 repeats or more, where a sweep of 1 repeat had none
+        notes.append(loaded)
     straggler = sweep.get("straggler")
     if straggler:
         notes.append(f"**Straggler**: rank {straggler['rank']} computes {straggler['factor']:g}x slower at every "

@@ -222,7 +222,8 @@ def _lines(a: dict[str, Any], launches) -> list[str]:
     return out
 
 
-def interference_line(launches: list[dict[str, Any]]) -> str | None:
+def interference_line(launches: list[dict[str, Any]], subject: str = "this verdict", of: str = "the verdict's",
+                      named: str = "the notes name each launch") -> str | None:
     """Where the verdict's launches were measured under interference (their records' `noise`, read from /proc/stat
     over each timed window: harness/core/assemble.py), how many and how much, beside the verdict: the notes name each
     launch, but a verdict over a loaded machine must say so where it is read."""
@@ -243,9 +244,9 @@ def interference_line(launches: list[dict[str, Any]]) -> str | None:
     if beside:
         said.append(f"another compare run measuring at the same time as {beside} of them")
     said = said or sorted({f for r in hit for f in r["noise"]["flags"]})  # flags of records before the shares
-    every = "every launch" if len(hit) == len(launches) else f"{len(hit)} of the verdict's {len(launches)} launches"
-    return (f"**Measured under interference: {every}** ({'; '.join(said)}): every figure keeps them, so this verdict "
-            "describes the machine as loaded as it then was; the notes name each launch.")
+    every = "every launch" if len(hit) == len(launches) else f"{len(hit)} of {of} {len(launches)} launches"
+    return (f"**Measured under interference: {every}** ({'; '.join(said)}): every figure keeps them, so {subject} "
+            f"describes the machine as loaded as it then was; {named}.")
 
 
 def _pair_text(a, p) -> str:
