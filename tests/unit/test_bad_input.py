@@ -1893,7 +1893,7 @@ def test_strict_makes_a_run_with_a_row_that_did_not_finish_exit_1(tmp_path, caps
 def test_a_run_killed_before_its_first_record_is_told_as_such_by_report(tmp_path):
     # An outside check: compare killed (SIGKILL) after its reference but before its first row's record left a
     # directory of logs/ and its lock, of which report said "give a directory written by compare run": it was one
-    from harness.ground.outdir import LOCK_NAME
+    from harness.ground.outdir import LOCK_NAME  # the name record.py reads
 
     d = tmp_path / "killed"
     (d / "logs").mkdir(parents=True)
