@@ -540,6 +540,8 @@ class Workload(ABC):
         model may shift itself), an output without logits, targets that are not a class index per row of them."""
         if data.test_y is None:
             return f"its batches are dicts with the labels inside, and {fix}"
+        if not hasattr(data.test_y, "is_floating_point"):  # a dict of targets beside the inputs, a list of them
+            return (f"its targets are a {type(data.test_y).__name__}, not one tensor of class indices, and {fix}")
         if data.test_y.is_floating_point():
             return f"its targets are floats, and {fix}"
         logits = None if output is None else batches.logits(output)

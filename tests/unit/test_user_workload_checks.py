@@ -1706,3 +1706,46 @@ def test_a_first_loss_that_differs_before_any_update_is_told_as_other_weights_da
     assert first_step_differs(w, [SimpleNamespace(losses=[1.5725201]), SimpleNamespace(losses=[1.5725199])],
                               [1.57252]) is None
     assert first_step_differs(SimpleNamespace(varying_counts=["labels"], summed_loss=None), ranks, [1.57252]) is None
+
+
+def test_a_dict_batch_with_a_test_set_and_no_metric_runs_with_no_accuracy(tmp_path):
+    # An outside check: every dict-batch model with a test set and no metric (CTC, detection, a model returning its
+    # own loss) was refused before launching with "AttributeError: 'dict' object has no attribute
+    # 'is_floating_point'" blamed on the user's code, with no traceback: the check's two test samples held the
+    # targets as a dict
+    path = write(tmp_path, '''
+        import torch
+        from torch import nn
+        from workloads import Pieces, workload
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.l = nn.Linear(8, 3)
+            def forward(self, x, y):
+                logits = self.l(x)
+                return {"loss": nn.functional.cross_entropy(logits, y), "logits": logits}
+
+        @workload(global_batch=16, lr=0.05)
+        def dict_tensors():
+            x = torch.randn(256, 8, generator=torch.Generator().manual_seed(0))
+            y = x[:, :3].argmax(1)
+            return Pieces(model=M, train={"x": x[:200], "y": y[:200]}, test={"x": x[200:], "y": y[200:]})
+    ''', "dicts.py")
+    w = workloads.get(f"{path}:dict_tensors")
+    workload_checks.check_user_code(w, requests.RunRequest(workload=f"{path}:dict_tensors", options=[],
+                                                           world_size=2), 4)
+    data = w.materialize("cpu", 16)
+    assert w.why_not_evaluated(data, None).startswith("its batches are dicts with the labels inside")
+    from workloads.base import Workload
+
+    _, targets = data.test(slice(0, 2))  # the check's two samples: targets as a dict
+    assert Workload.default_accuracy_problem(_Held(targets), None, "fix") == (
+        f"its targets are a {type(targets).__name__}, not one tensor of class indices, and fix")
+
+
+class _Held:
+    """Data as default_accuracy_problem reads it: its test targets alone."""
+
+    def __init__(self, test_y):
+        self.test_y = test_y
