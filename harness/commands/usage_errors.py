@@ -14,7 +14,7 @@ import typer
 
 from harness.commands.common import Group
 from harness.ground.errors import BadInput
-from harness.shared.registry import UserCodeError, raised_in_user_code
+from harness.shared.registry import UserCodeError, raised_in_compare, raised_in_user_code
 from harness.shared.text import newlines_shown
 
 try:  # typer vendors click from 0.20 on
@@ -70,6 +70,13 @@ class OneLineUsageErrors(Group):
             typer.echo(f"error: {newlines_shown(str(exc))}", err=True)
             sys.exit(2)
         except UserCodeError as exc:  # the user's own workload raised: their traceback, not ours
+            if raised_in_compare(exc.exc):  # raised in compare's code, no frame of theirs: compare's own bug
+                import traceback
+
+                sys.stderr.write("".join(traceback.format_exception(exc.exc)))
+                sys.stderr.write(f"error: {exc.doing} raised {type(exc.exc).__name__} in compare's own code, not "
+                                 f"yours (traceback above: a bug in compare); nothing was run or written\n")
+                sys.exit(1)
             sys.stderr.write(exc.user_traceback())
             sys.stderr.write(f"error: {exc.doing} raised {type(exc.exc).__name__} in your code (traceback above); "
                              f"nothing was run or written" + (f"; {exc.hint}" if getattr(exc, "hint", None) else "")

@@ -127,6 +127,13 @@ def raised_in_user_code(exc: BaseException) -> bool:
                for f in traceback.extract_tb(exc.__traceback__))
 
 
+def raised_in_compare(exc: BaseException) -> bool:
+    """Whether the exception was raised in this project's own code with no frame of the user's on the way: a bug of
+    compare's met while it handled their workload (one raised in torch from their model, say, is not)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and frames[-1].filename.startswith(_OURS) and not raised_in_user_code(exc)
+
+
 def _where(exc: BaseException) -> str:
     """" (at models.py:12)": the innermost frame of the user's code in the exception's traceback ("" if none)."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)

@@ -1749,3 +1749,32 @@ class _Held:
 
     def __init__(self, test_y):
         self.test_y = test_y
+
+
+def test_compares_own_failure_while_checking_a_workload_is_not_blamed_on_the_users_code(monkeypatch, capsys):
+    # the dict-batch failure above read "raised AttributeError in your code (traceback above)" over an empty
+    # traceback: raised in compare's own code, with no frame of the user's, it is said to be compare's, in full
+    from harness.commands.usage_errors import OneLineUsageErrors
+    from harness.shared.registry import UserCodeError
+
+    from types import SimpleNamespace
+
+    from workloads.base import Workload
+
+    try:  # a TypeError raised in compare's own frame (workloads/base.py), as the AttributeError was
+        Workload.default_accuracy_problem(SimpleNamespace(test_y=SimpleNamespace(is_floating_point=None)), None, "")
+    except TypeError as exc:
+        exc.__traceback__ = exc.__traceback__.tb_next  # as compare's caller meets it: no frame of this test's
+        raised = UserCodeError("evaluating workload x on 2 test samples", exc)
+    group = OneLineUsageErrors()
+
+    def boom(*a, **k):
+        raise raised
+
+    monkeypatch.setattr("typer.core.TyperGroup.main", boom)
+    with pytest.raises(SystemExit) as code:
+        group.main(["run"])
+    err = capsys.readouterr().err
+    assert code.value.code == 1 and "in default_accuracy_problem" in err  # compare's frames shown
+    assert err.endswith("error: evaluating workload x on 2 test samples raised TypeError in compare's own code, "
+                        "not yours (traceback above: a bug in compare); nothing was run or written\n")
