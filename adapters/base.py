@@ -324,6 +324,19 @@ def flat_layout(facts: ModelFacts, who: str, empty_too: bool, scalar_too: bool =
     return None
 
 
+PER_TENSOR_OPTIMIZERS = ("Adafactor", "Lamb", "LAMB", "FusedLAMB", "Lars", "LARS", "NovoGrad", "Shampoo", "Muon",
+                         "SOAP")
+"""Optimizers (by class name, the class or one it derives from) whose step depends on each parameter's shape and whole
+values: Adafactor factors a matrix's second moment over its rows and columns and scales by the parameter's RMS, LAMB,
+LARS and NovoGrad scale by each tensor's norm, Shampoo, Muon and SOAP precondition each matrix whole. A backend that
+hands the optimizer shards or flat partitions makes it compute something else."""
+
+
+def per_tensor_optimizer(optimizer) -> str | None:
+    """The name of `optimizer`'s class (or the one it derives from) among PER_TENSOR_OPTIMIZERS, or None."""
+    return next((c.__name__ for c in type(optimizer).__mro__ if c.__name__ in PER_TENSOR_OPTIMIZERS), None)
+
+
 EVERY_PARAMETER_FIX = ("let every rank's forward reach every parameter in every step: add 0 times the output of a "
                        "branch or expert that a batch may skip (run it on no samples, as MoE layers run an expert "
                        "on zero tokens), so that each parameter gets a gradient, zero where it did no work")

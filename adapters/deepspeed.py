@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Adapter, Availability, Cost, DeviceKnobError,
                            KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm,
-                           flat_layout, interpreter, rank_command)
+                           flat_layout, interpreter, per_tensor_optimizer, rank_command)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm
@@ -438,6 +438,7 @@ class DeepSpeedStrategy(Strategy):
         owner = next((c for c in type(optimizer).__mro__ if "step" in vars(c)), None)
         self.own_step = (f"{owner.__qualname__}.step" if owner is not None
                          and not owner.__module__.startswith(("torch.", "deepspeed.")) else None)
+        self.per_tensor = per_tensor_optimizer(optimizer)
         return super().wrap(engine, ds_optimizer)
 
     def cast_input(self, x):
@@ -588,6 +589,16 @@ class DeepSpeedStrategy(Strategy):
         per parameter group under a schedule that counts steps, and a step() of the workload's own on a partition."""
         notes = []
         stage = self.knobs.zero_stage
+        if stage >= 1 and self.per_tensor:
+            # measured (an outside check): torch.optim.Adafactor 8.3e-03 ✗ at ZeRO-2 and 1.5e-08 ✓ at ZeRO-0; one
+            # 64x32 weight stepped whole against flattened differed by 7.4e-02 after 3 steps in one process
+            notes.append(f"the workload's optimizer is {self.per_tensor}, whose step depends on each parameter's "
+                         f"shape and whole values (Adafactor factors a matrix's second moment over its rows and "
+                         f"columns and scales by the parameter's RMS; LAMB and LARS scale by each tensor's norm), and "
+                         f"ZeRO-{stage} hands it this rank's flat 1-D partition of the fp32 parameters instead, so it "
+                         f"computes other statistics than a single process; fix: zero_stage=0 "
+                         f"(-a {self.name}:zero_stage=0), or an optimizer whose step is elementwise (Adam, AdamW, SGD) "
+                         f"to check equivalence")
         if stage >= 1 and self.groups > 1 and (self.own_step or self.step_hooked):
             # measured: a warm-up counted in step(), or LambdaLR stepped from a hook, with two param groups: ZeRO-3
             # 6.1e-03 ✗ where every other row matched; counted per group, every row matched at 3.0e-8
@@ -762,6 +773,7 @@ class DeepSpeedAdapter(DeepSpeedLaunch, DeepSpeedStrategy, DeepSpeedCost, Adapte
         self.jit_built: list[str] = []
         self.stale_locks_removed: list[str] = []
         self.own_step: str | None = None  # the workload optimizer's own step(), where it has one (wrap)
+        self.per_tensor: str | None = None  # its class among PER_TENSOR_OPTIMIZERS, where it is one (wrap)
         self.groups, self.step_hooked = 1, False  # its param groups, and whether a hook runs on its step (wrap)
 
     def precision(self) -> Precision:

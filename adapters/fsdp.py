@@ -112,6 +112,15 @@ class FSDPLaunch(DDPLaunch):
                     "as a shard; give `units=` that leaves its module to the root, where its parameters stay "
                     "gathered through the forward and the loss (units=lambda m: [m.encoder] naming the others, or "
                     "units=lambda m: [] for the whole model as one unit)")
+        if "in-place operations that require placement changes are not supported" in error:
+            # measured (an outside check): torch.optim.Adafactor's step on FSDP2's parameters, "aten.pow_.Scalar:
+            # in-place operations that require placement changes are not supported" on either rank
+            return ("the optimizer's step computes, in place, a statistic over each parameter's whole tensor "
+                    "(torch.optim.Adafactor's factored moments, a LAMB or LARS norm), and FSDP2 hands it each "
+                    "parameter as a sharded DTensor, on which DTensor refuses such an in-place operation (and a "
+                    "shard's statistic would not be the whole tensor's); fix: an optimizer whose step is elementwise "
+                    "(Adam, AdamW, SGD) to compare FSDP2, or a backend that gives the optimizer whole tensors (ddp, "
+                    "horovod, deepspeed:zero_stage=0)")
         return None
 
     def edited_parameters_fix(self):

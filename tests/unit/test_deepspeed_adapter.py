@@ -150,6 +150,36 @@ def test_a_schedule_counted_per_call_of_step_with_two_groups_is_told_zero_steps_
     assert zero0._notes() == []
 
 
+def test_an_optimizer_whose_step_reads_each_tensor_whole_is_told_zero_hands_it_flat_partitions():
+    # An outside check: torch.optim.Adafactor failed ZeRO-2 (8.3e-3 ✗) with a ✗ that ruled causes out and named
+    # none; it matched at ZeRO-0 (1.5e-8): ZeRO-1/2/3 step flat 1-D partitions, where Adafactor factors each matrix
+    import torch
+
+    from adapters.base import per_tensor_optimizer
+
+    params = [torch.nn.Parameter(torch.zeros(4, 3))]
+    assert per_tensor_optimizer(torch.optim.Adafactor(params)) == "Adafactor"
+    assert per_tensor_optimizer(type("Warm", (torch.optim.Adafactor,), {})(params)) == "Adafactor"
+    assert per_tensor_optimizer(torch.optim.AdamW(params)) is None
+    a = ds.DeepSpeedAdapter({"zero_stage": "2"}, "cpu")
+    a.per_tensor = "Adafactor"
+    assert a._notes()[0].startswith("the workload's optimizer is Adafactor, whose step depends on each parameter's "
+                                    "shape and whole values")
+    assert a._notes()[0].endswith("ZeRO-2 hands it this rank's flat 1-D partition of the fp32 parameters instead, "
+                                  "so it computes other statistics than a single process; fix: zero_stage=0 (-a "
+                                  "deepspeed:zero_stage=0), or an optimizer whose step is elementwise (Adam, AdamW, "
+                                  "SGD) to check equivalence")
+    zero0 = ds.DeepSpeedAdapter({}, "cpu")
+    zero0.per_tensor = "Adafactor"
+    assert zero0._notes() == []
+    # FSDP2: DTensor refuses the step's in-place statistic; the raw error now carries its cause and fix
+    import adapters
+
+    fix = adapters.get("fsdp")({}, "cpu").failure_fix(
+        "RuntimeError: aten.pow_.Scalar: in-place operations that require placement changes are not supported.")
+    assert fix.startswith("the optimizer's step computes, in place, a statistic over each parameter's whole tensor")
+
+
 def test_unknown_precision_is_refused():
     with pytest.raises(KnobError, match="knob 'precision' must be fp32, bf16 or fp16; got 'fp8'"):
         ds.DeepSpeedAdapter({"precision": "fp8"}, "cpu")
