@@ -39,7 +39,8 @@ def _where(plan: Plan) -> str:
         net = (f"{c.nics_per_node} x {c.nic_gbps:g} Gb/s NIC{'s' if c.nics_per_node > 1 else ''} per node "
                f"({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce bus bandwidth at {NIC_EFFICIENCY:.0%} of line rate)")
     else:
-        net = f"the profile's network ({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce bus bandwidth across nodes"
+        net = (f"the profile's network ({f.inter_busbw_Bps / 1e9:.3g} GB/s all-reduce bus bandwidth across nodes"
+               + (", unused: one node" if c.nodes == 1 else ""))
         kept, nics = profile_nics(c.profile, c.gpus_per_node)
         if kept < nics:  # the profile's figure is its full node's NICs summed
             full = hardware.load_profile(c.profile).devices_per_node
@@ -195,7 +196,8 @@ def lines(plan: Plan) -> list[str]:
     frozen = ", T trainable of them" if s.frozen else ""
     out.append(f"model states (P parameters{frozen}, N = {c.gpus} {pers}, L = {s.largest['module']:,.0f} "
                f"parameters in the largest module, U = {s.largest['unit']:,.0f} in the largest shard unit; bytes): "
-               + "; ".join(f"{', '.join(labels)}: {rule}" for rule, labels in rules.items()))
+               + "; ".join(f"{', '.join(labels)}: {rule if pers != 'processes' else rule.replace('every GPU', 'every process')}"
+                           for rule, labels in rules.items()))
     if s.param_bytes != 4:  # a model built in fp64 (or another dtype) trains as built: no mixed-precision row
         out.append(f"parameters as built: {'+'.join(s.param_dtypes)}, {s.param_bytes:g} bytes an element: every row "
                    f"trains the model as built (a mixed precision is defined over an fp32 model, so none is planned), "
