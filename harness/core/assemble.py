@@ -69,8 +69,9 @@ def param_diffs(params_path: Path, reference: dict | None) -> dict[str, float] |
 
 def gradient_at(params_path: Path, reference: dict, peaks: dict, tolerance: float) -> dict[str, Any]:
     """{"at": {name: the reference's largest gradient, over its steps, among the elements of that parameter that
-    differ most (NaN, or by more than `tolerance` and half its largest difference)}, "median": the median element's largest gradient over the model}: for
-    a failed check, whether what differs had a gradient near zero (`peaks`: Strategy.gradient_peaks)."""
+    differ most (NaN, or by more than `tolerance` and half its largest difference)}, "median": the median element's
+    largest gradient over the model}: for a failed check, whether what differs had a gradient near zero (`peaks`:
+    Strategy.gradient_peaks)."""
     import torch
 
     params = torch.load(params_path)
@@ -124,7 +125,7 @@ def largest_diffs(diffs: dict[str, float], tolerance: float, gradients: dict | N
 
 
 NEAR_ZERO = 1e-4
-"""A parameter's largest gradient over the reference's steps, as a share of the model's median parameter's, below
+"""An element's largest gradient over the reference's steps, as a share of the model's median element's, below
 which an adaptive optimizer's step of it is summation-order noise: fp32 sums carry a relative error of about 1e-7 of
 their terms, which is then a sizeable part of such a gradient, and Adam divides that part by the gradient's own size."""
 

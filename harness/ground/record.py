@@ -282,7 +282,8 @@ def read_results(directory: Path, kinds: tuple[str, ...] = KINDS, given: str = "
     path = records_file(directory)
     if path is None:
         logs = directory / "logs"  # and outdir.LOCK_NAME, named here: outdir sits a floor above this module
-        kept = sorted(p.name for p in logs.iterdir()) if logs.is_dir() and (directory / ".compare.lock").exists() else []
+        ours = logs.is_dir() and (directory / ".compare.lock").exists()
+        kept = sorted(p.name for p in logs.iterdir()) if ours else []
         if kept:  # compare's own layout: a run stopped (killed) before its first row's record was saved
             raise BadInput(f"{where} holds no {RECORDS}: the run that wrote it ended before its first row's record "
                            f"was saved (its logs/ holds only {', '.join(kept[:3])}"

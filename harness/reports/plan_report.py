@@ -196,7 +196,7 @@ def lines(plan: Plan) -> list[str]:
     frozen = ", T trainable of them" if s.frozen else ""
     out.append(f"model states (P parameters{frozen}, N = {c.gpus} {pers}, L = {s.largest['module']:,.0f} "
                f"parameters in the largest module, U = {s.largest['unit']:,.0f} in the largest shard unit; bytes): "
-               + "; ".join(f"{', '.join(labels)}: {rule if pers != 'processes' else rule.replace('every GPU', 'every process')}"
+               + "; ".join(f"{', '.join(labels)}: {rule.replace('every GPU', 'every process') if f is None else rule}"
                            for rule, labels in rules.items()))
     if s.param_bytes != 4:  # a model built in fp64 (or another dtype) trains as built: no mixed-precision row
         out.append(f"parameters as built: {'+'.join(s.param_dtypes)}, {s.param_bytes:g} bytes an element: every row "

@@ -219,7 +219,8 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     # the claim the outlying session made alone, which the sessions together do not support, is named with it
     overturned = next(line for line in text.splitlines() if line.startswith("Pairs a session alone resolved"))
     said = next(part for part in overturned.split(" · ") if "ddp vs spawn, " in part)
-    assert said.split("ddp vs spawn, ")[1].startswith(f"not resolved over the sessions ({verdict.ratio_text(ddp_spawn)}): ")
+    pooled = verdict.ratio_text(ddp_spawn)
+    assert said.split("ddp vs spawn, ")[1].startswith(f"not resolved over the sessions ({pooled}): ")
     assert "; ddp ahead in S6 (1.08× [" in said and "S1" not in said  # S1 agreed with the sessions, S6 did not
     # re-rendered from the runs' records alone, identically
     before = text
