@@ -469,14 +469,13 @@ class Workload(ABC):
         epoch, within = divmod(step, per_epoch)
         if n_train > RANDPERM_LIMIT:  # a permutation of it all would take 8 bytes a sample in every process
             batch = affine_batch(self.seed * 100_003 + epoch, n_train, within * global_batch, global_batch)
-            per_rank = global_batch // data_world
-            return batch[data_rank * per_rank:(data_rank + 1) * per_rank].clone()
-        key = (self.seed, epoch, n_train)
-        cached = getattr(self, "_epoch_perm", None)
-        if cached is None or cached[0] != key:  # one permutation per epoch, kept while the steps walk through it
-            gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-            self._epoch_perm = cached = (key, torch.randperm(n_train, generator=gen))
-        batch = cached[1][within * global_batch:(within + 1) * global_batch]
+        else:
+            key = (self.seed, epoch, n_train)
+            cached = getattr(self, "_epoch_perm", None)
+            if cached is None or cached[0] != key:  # one permutation per epoch, kept while the steps walk through it
+                gen = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+                self._epoch_perm = cached = (key, torch.randperm(n_train, generator=gen))
+            batch = cached[1][within * global_batch:(within + 1) * global_batch]
         per_rank = global_batch // data_world
         # A copy: a view would keep the epoch's whole permutation alive with every step's indices (12 KB a step on
         # digits, which a run that kept every step's indices counted in its peak memory).

@@ -55,8 +55,8 @@ def final_loss(curve: list[float], uncounted=()) -> tuple[float | None, int]:
     return (sum(window) / len(window) if window else None), len(window)
 
 
-def param_diffs(params_path: Path, reference: dict | None) -> dict[str, float] | None:
-    """Each parameter's largest absolute difference from the reference's, by name (None without both)."""
+def snapshot(params_path: Path, reference: dict | None) -> dict | None:
+    """A row's parameter snapshot, by the reference's names (None without both)."""
     if reference is None or not params_path.exists():
         return None
     import torch
@@ -64,17 +64,26 @@ def param_diffs(params_path: Path, reference: dict | None) -> dict[str, float] |
     params = torch.load(params_path)
     if set(params) != set(reference):
         raise ValueError(f"parameter names differ from the reference: {sorted(set(params) ^ set(reference))[:4]}")
+    return params
+
+
+def param_diffs(params: Path | dict | None, reference: dict | None) -> dict[str, float] | None:
+    """Each parameter's largest absolute difference from the reference's, by name (None without both): of a
+    snapshot, or of the file that holds it."""
+    if isinstance(params, Path):
+        params = snapshot(params, reference)
+    if params is None or reference is None:
+        return None
     return {n: float((params[n] - reference[n]).abs().max()) if params[n].numel() else 0.0 for n in params}
 
 
-def gradient_at(params_path: Path, reference: dict, peaks: dict, tolerance: float) -> dict[str, Any]:
+def gradient_at(params: dict, reference: dict, peaks: dict, tolerance: float) -> dict[str, Any]:
     """{"at": {name: the reference's largest gradient, over its steps, among the elements of that parameter that
     differ most (NaN, or by more than `tolerance` and half its largest difference)}, "median": the median element's
     largest gradient over the model}: for a failed check, whether what differs had a gradient near zero (`peaks`:
     Strategy.gradient_peaks)."""
     import torch
 
-    params = torch.load(params_path)
     at = {}
     for n, peak in peaks.items():
         if n not in params or n not in reference or params[n].shape != peak.shape:
@@ -422,12 +431,13 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     rec["eval"] = _eval(r0, ranks, workload)
     if rec["eval"] is None and r0.eval_skipped:
         rec["eval_skipped"] = r0.eval_skipped
-    diffs = param_diffs(spec.params_path, reference)
+    params = snapshot(spec.params_path, reference)  # read once: the differences, and where a check failed
+    diffs = param_diffs(params, reference)
     rec["max_param_diff"] = max_param_diff(diffs)
     peaks = (reference_gradients or {}).get("peaks")
     if peaks is not None and diffs and not rec["max_param_diff"] <= workload.equiv_tolerance:
         reference_gradients = {**reference_gradients,
-                               **gradient_at(spec.params_path, reference, peaks, workload.equiv_tolerance)}
+                               **gradient_at(params, reference, peaks, workload.equiv_tolerance)}
     rec["equivalence"] = equivalence(spec, r0, workload, adapter, diffs, reference_gradients,
                                      label=rec.get("label", rec.get("adapter", "")), ranks=ranks,
                                      reference_losses=reference_losses, no_reference=no_reference)
@@ -558,16 +568,15 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
         return out
     largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
     out["largest_diffs"] = largest
+    note = (getattr(r0, "adapter", None) or {}).get("note")
     # a backend's own note (Horovod's broadcast of the optimizer state moves the weights before the first step)
     # names a cause of its own: the first loss is not then the seed's
-    started = None if (getattr(r0, "adapter", None) or {}).get("note") else first_step_differs(workload, ranks,
-                                                                                                reference_losses)
+    started = None if note else first_step_differs(workload, ranks, reference_losses)
     if started:
         out["why_failed"] = started
         return out
     missing = adapter.missing_gradient() if adapter is not None else None
-    why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful,
-                      (getattr(r0, "adapter", None) or {}).get("note"), workload.optimizer_class,
+    why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful, note, workload.optimizer_class,
                       workload.equiv_tolerance, getattr(r0, "lr", None))
     # a declared count that may miss a shift, unless the check before launching found it right at that step
     maybe = normalisation.suspect(workload.varying_counts or [], getattr(workload, "count_losses", None))

@@ -75,6 +75,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
     ranks = len(order) >= 2 and all(p["p"] is not None for p in pairs)
     # the launches of the rows each session's pairs rest on: a row a session measured too few times is not among them
     counts = sorted({a["rows"][k]["n"] for k in ranked for _, a in ok[k]})
+    fewer = _fewer(per, ok, ranked)
     launches = "no" if not counts else f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     out = {"rows": rows, "ranked": ranked, "left_out": left_out, "baseline": base, "asked_baseline": base,
            "ratios": ratios, "n_min": len(sessions), "margin": margin, "pairs": pairs, "order": order,
@@ -99,7 +100,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                          "failed": failed(records)} for (name, records), (_, a) in zip(sessions, per)],
            # "in each" of sessions of which one measured 2 and was left out read as false: it is of those counted
            "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each"
-                           f"{' session that counts it' if _fewer(per, ok, ranked) else ''}{_fewer(per, ok, ranked)}; "
+                           f"{' session that counts it' if fewer else ''}{fewer}; "
                            f"{m} pair"
                            f"{'s' if m != 1 else ''}: each session's ratio paired within its rounds{_unpaired(per)}, "
                            "combined over "
@@ -348,12 +349,6 @@ def _said(a: dict[str, Any], p: dict[str, Any]) -> str:
     return p["outcome"]
 
 
-def _holm(p: dict[str, Any]) -> str:
-    """", p = 0.064 after Holm's correction" where the interval alone excludes 1 (verdict.holm_note's, in a bracket)."""
-    note = verdict_mod.holm_note(p)
-    return f", {note[2:-1]}" if note else ""
-
-
 def _overturned(a: dict[str, Any], names: dict[str, str]) -> list[str]:
     """"ddp vs horovod, not resolved over the sessions (1.39× [1.15–1.69], p = ...): ddp ahead in S1 (1.24× [...]),
     S2 (...)" for every pair that a session's own verdict resolved (apart, or equivalent) otherwise than the joined
@@ -369,7 +364,7 @@ def _overturned(a: dict[str, Any], names: dict[str, str]) -> list[str]:
                 claims.setdefault(_said(a, own), []).append(f"{names[name]} ({verdict_mod.ratio_text(own)})")
         if claims:
             out.append(f"{verdict_mod.name_of(a, p['a'])} vs {verdict_mod.name_of(a, p['b'])}, {_said(a, p)} over the "
-                       f"sessions ({verdict_mod.ratio_text(p)}{_holm(p)}): "
+                       f"sessions ({verdict_mod.ratio_text(p)}{verdict_mod.holm_note(p, ', {}')}): "
                        + "; ".join(f"{said} in {', '.join(where)}" for said, where in claims.items()))
     return out
 
@@ -392,11 +387,11 @@ def apart_from_the_others(estimates: list[tuple[float, float]], each: list[dict[
             di, dj = each[i].get("df"), each[j].get("df")
             if not (di and dj) or vi + vj <= 0:
                 continue
-            df = (vi + vj) ** 2 / (vi ** 2 / di + vj ** 2 / dj) if vi ** 2 / di + vj ** 2 / dj > 0 else min(di, dj)
+            df = (vi + vj) ** 2 / (vi ** 2 / di + vj ** 2 / dj)  # Satterthwaite's
             if 2 * float(sp.t.sf(abs(yi - yj) / math.sqrt(vi + vj), df)) < ALPHA:
                 against[i] += 1
                 against[j] += 1
-    return [e["session"] for e, n in zip(each, against) if k > 1 and n > (k - 1) / 2]
+    return [e["session"] for e, n in zip(each, against) if n > (k - 1) / 2]
 
 
 def _alone(session: dict[str, Any]) -> str:

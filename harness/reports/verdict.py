@@ -255,13 +255,13 @@ def _pair_text(a, p) -> str:
     return f"{name_of(a, p['a'])} vs {name_of(a, p['b'])} {ratio_text(p)}" + holm_note(p)
 
 
-def holm_note(p: dict[str, Any]) -> str:
-    """" (p = 0.21 after Holm's correction)" for a pair whose interval alone excludes 1 but which the family's
-    correction leaves unresolved (a reader sees the interval and would otherwise ask), else "" (an equivalent pair
-    has said what it is)."""
+def holm_note(p: dict[str, Any], form: str = " ({})") -> str:
+    """" (p = 0.21 after Holm's correction)" (its words in `form`) for a pair whose interval alone excludes 1 but
+    which the family's correction leaves unresolved (a reader sees the interval and would otherwise ask), else ""
+    (an equivalent pair has said what it is)."""
     if p["lo"] is None or p["p_holm"] < ALPHA or p["lo"] <= 1 <= p["hi"] or p.get("outcome") == "equivalent":
         return ""
-    return f" (p = {p_text(p['p_holm'])} after Holm's correction)"
+    return form.format(f"p = {p_text(p['p_holm'])} after Holm's correction")
 
 
 def p_text(p: float) -> str:
