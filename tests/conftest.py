@@ -244,6 +244,15 @@ def tune_records(finished: bool = True) -> list[dict]:
     return out
 
 
+def write(tmp_path: Path, text: str, name: str = "mine.py") -> Path:
+    """A user's workload file, `text` dedented, written under tmp_path: the path `-w PATH:NAME` takes."""
+    import textwrap
+
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
 def write_run(directory: Path, records: list[dict]) -> Path:
     """records.jsonl of these records in `directory` (made), as a run writes it."""
     from harness.ground.record import write_records

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import write
 from workloads.base import shard_groups
 
 
@@ -84,12 +85,9 @@ def test_the_default_units_leave_to_the_root_what_is_read_outside_its_own_forwar
     # reads (no forward of its own), and nanoGPT's head F.linear(h, self.emb.weight), which reads the embedding's
     # weight after FSDP2 has resharded it at the end of the embedding's forward; a buffer the forward updates is
     # left as it was (the forward ran on a copy of meta tensors)
-    import textwrap
-
     import workloads
 
-    path = tmp_path / "reads.py"
-    path.write_text(textwrap.dedent('''
+    path = write(tmp_path, '''
         import torch
         from torch import nn
         import torch.nn.functional as F
@@ -125,7 +123,7 @@ def test_the_default_units_leave_to_the_root_what_is_read_outside_its_own_forwar
         def lm():
             x = torch.randint(0, 16, (16, 5))
             return Pieces(model=LM, train=(x, x.roll(-1, 1)))
-    '''))
+    ''', "reads.py")
     w = workloads.get(f"{path}:scales")
     model = w.new_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -143,12 +141,9 @@ def test_a_parameter_the_forward_returns_or_differentiates_through_is_left_to_th
     # in the loss ("got mixed torch.Tensor and DTensor" in the loss), and MAML's torch.autograd.grad over the
     # network's parameters in the forward, which raised under the check's no_grad, so that no unit was found
     # ("appears to not have been used in the graph"); with those modules left to the root both matched
-    import textwrap
-
     import workloads
 
-    path = tmp_path / "reads.py"
-    path.write_text(textwrap.dedent('''
+    path = write(tmp_path, '''
         import torch
         from torch import nn
         from torch.func import functional_call
@@ -179,7 +174,7 @@ def test_a_parameter_the_forward_returns_or_differentiates_through_is_left_to_th
         def maml():
             x = torch.randn(16, 4)
             return dict(model=Maml, train=(x, torch.randint(0, 2, (16,))))
-    '''))
+    ''', "reads.py")
     w = workloads.get(f"{path}:two_tower")
     model = w.new_model()
     assert names(model, [w.shard_units(model)]) == [["user"]]

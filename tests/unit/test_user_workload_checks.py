@@ -22,7 +22,7 @@ from harness.shared.options import OptionError
 from harness.shared.registry import BadReference
 from harness.reports.run_report import equivalence_notes
 
-from conftest import REPO, compare_cli
+from conftest import REPO, compare_cli, write
 
 FUNCTION = '''
 import torch
@@ -70,12 +70,6 @@ class Mine(Workload):
 REGRESSION = '\n    def loss(self, output, target):\n        return torch.nn.functional.mse_loss(output, target)\n'
 OWN_SCORE = ("\n    def score(self, output, target):\n"
              "        return 0.0, float(len(target)), float(((output - target) ** 2).sum())\n")
-
-
-def write(tmp_path, text, name="mine.py"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 def invoke(*args):
