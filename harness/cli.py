@@ -73,7 +73,7 @@ command(app, plan.PlanRequest, "plan", short_help="Which backend for a cluster: 
 command(app, CommRequest, "comm", short_help="Benchmark and check collectives per backend.")(comm.comm)
 command(app, report.ReportRequest, "report", short_help="Re-render a run's report.md and plots from its records.")(
     report.report)
-command(app, diff.DiffRequest, "diff", short_help="The same rows of two runs: per-row ratios, intervals, outcomes.")(
+command(app, diff.DiffRequest, "diff", short_help="The same rows of two runs: per-row ratios, intervals, outcomes, and what each learned.")(
     diff.diff)
 command(app, join.JoinRequest, "join", short_help="Earlier runs of one request as sessions of one verdict "
                                                   "that includes the variation between runs.")(join.join)

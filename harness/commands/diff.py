@@ -48,7 +48,9 @@ def _side(directory: Path) -> list[tuple[str, list[dict]]]:
 def diff(req: DiffRequest) -> None:
     """The rows measured in both, B against A: per row the ratio of samples/s with its 95% interval and whether B is
     faster, slower, equivalent within the margin or not resolved (Holm-adjusted over the rows); another torch,
-    framework version or knob. Two single runs cannot separate a change from run-to-run variation, and the report
+    framework version or knob; and what each row learned on each side (its check against the single-process
+    reference, final loss, metric), saying each that changed. A row of one adapter under another label a side
+    (`ddp`, `ddp:sync_bn=true`) is paired with it where it is that adapter's only one. Two single runs cannot separate a change from run-to-run variation, and the report
     says so; with two runs or more joined a side (`compare join`), each row's sessions are the unit. Writes
     nothing."""
     from harness.core.checks import parse_precision

@@ -13,11 +13,14 @@ geometric mean counted once, B's against A's by Welch's t over the two sets of s
 between sessions, and pooling the join's launches as one run's would drop the join's. Either way a difference and an
 equivalence within the margin (TOST) are tested per row, each family Holm-adjusted over the rows. Runs of different workloads,
 workload options, world sizes or global batches are refused (their samples/s measure different things), and so is a
-change of machine unless asked for (`--across-machines`: then it compares the machines).
+change of machine unless asked for (`--across-machines`: then it compares the machines). Beside the speed, what
+each row learned on each side (its check against the single-process reference, final loss, metric) and each change of
+it in words: a regression check that reads only samples/s passes a change that broke what a backend learns.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from harness.core import joins
@@ -25,7 +28,7 @@ from harness.core.analysis import RESOLVED, outcome
 from harness.ground.errors import BadInput
 from harness.ground.record import MEASURED, throughput_clock
 from harness.ground.stats import (DEFAULT_MARGIN, MIN_LAUNCHES, adjust, compare_pair, geomean_interval,
-                                  random_effects, random_effects_difference, session_estimate)
+                                  random_effects, random_effects_difference, session_estimate, worst)
 from harness.reports.verdict import holm_note
 
 IDENTITY = (("workload", lambda r: r.get("workload")),
@@ -118,6 +121,10 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
                 raise NotComparable(f"{names[0]} and {names[1]} ran on different machines ({what} {shown(x)} against "
                                     f"{shown(y)}): a diff of them compares the machines, not the change; say "
                                     "--across-machines to compare them")
+    paired = _paired(sa, sb)
+    if paired:  # B's row under A's label from here on: its conditions and knobs then read as what changed
+        sb = [(name, [{**r, "label": paired[r["label"]]} if r.get("label") in paired else r for r in records])
+              for name, records in sb]
     per_a = [_measured(records) for _, records in sa]
     per_b = [_measured(records) for _, records in sb]
     labels = list(dict.fromkeys(k for m in per_a + per_b for k in m))
@@ -179,11 +186,66 @@ def compare(a, b, margin: float = DEFAULT_MARGIN, names: tuple[str, str] = ("A",
     missing = {**{k: (names[1], why_not(sb, k)) for k in in_a if k not in in_b},
                **{k: (names[0], why_not(sa, k)) for k in in_b if k not in in_a}}
     return {"rows": rows, "against_unchanged": against, "missing": missing,
+            "paired": {a_label: b_label for b_label, a_label in paired.items()},
+            "learned": [_learned(k, sa, sb) for k in common],
             "only_a": [k for k in in_a if k not in in_b], "only_b": [k for k in in_b if k not in in_a],
             "unmeasured": sorted(every - set(in_a) - set(in_b)), "margin": margin,
             "names": names, "workload": fa.get("workload"), "world_size": fa.get("world_size"), "context": context,
             "sessions": (len(sa), len(sb)), "by_sessions": sessions, "across_machines": across_machines,
             "disturbed": (_disturbed(sa), _disturbed(sb))}
+
+
+def _paired(sa, sb) -> dict[str, str]:
+    """{B's label: A's label} for the rows of one adapter measured under another label a side (`ddp` in A,
+    `ddp:sync_bn=true` in B): where an adapter has exactly one such row in each, they are that adapter's row under
+    two conditions, as a knob given with -k is one row under two."""
+    def unmatched(side, other):
+        labels = {r["label"]: r.get("adapter") for _, records in side for r in records
+                  if r.get("label") and r.get("status") in MEASURED and r.get("samples_per_s")}
+        theirs = {r.get("label") for _, records in other for r in records}
+        by_adapter: dict[str, list[str]] = {}
+        for label, adapter in labels.items():
+            if label not in theirs and adapter:
+                by_adapter.setdefault(adapter, []).append(label)
+        return by_adapter
+    in_a, in_b = unmatched(sa, sb), unmatched(sb, sa)
+    return {in_b[adapter][0]: in_a[adapter][0] for adapter in in_a
+            if len(in_a[adapter]) == 1 and len(in_b.get(adapter, [])) == 1}
+
+
+LOSS_MOVED = 1e-3
+"""A row's final loss that moved by more than this, relatively, between the runs is said: the same seeds, data and
+steps give the same loss to within rounding of the reductions' order, and a change of the code, a knob or a
+version that alters what is learned moves it further."""
+
+
+def _learned(label: str, sa, sb) -> dict[str, Any]:
+    """What a row learned on each side, over its launches of every session: the largest parameter difference from
+    the single-process reference with the check's tolerance (✓/✗ as the report marks it), the median final loss, the
+    median evaluation metric and whether each launch met its target."""
+    def side(sessions):
+        ok = [r for _, records in sessions for r in records
+              if r.get("label") == label and r.get("status") in MEASURED and r.get("samples_per_s")]
+        losses = [r["final_loss"] for r in ok if r.get("final_loss") is not None]
+        evaluated = [r["eval"] for r in ok if isinstance(r.get("eval"), dict) and r["eval"].get("accuracy")
+                     is not None]
+        diffs = [r.get("max_param_diff") for r in ok]
+        met = [e.get("target_met") for e in evaluated if e.get("target") is not None]
+        return {"max_param_diff": worst(diffs) if diffs and None not in diffs else None,
+                "first": ok[0] if ok else {},
+                "final_loss": statistics.median(losses) if losses else None,
+                "accuracy": statistics.median(e["accuracy"] for e in evaluated) if evaluated else None,
+                "target_met": all(met) if met else None}
+    return {"label": label, "a": side(sa), "b": side(sb)}
+
+
+def _verdict(row: dict[str, Any]) -> str | None:
+    """A row's equivalence check in one word: passed, failed or None where it was not checked."""
+    eq = (row.get("first") or {}).get("equivalence") or {}
+    d = row.get("max_param_diff")
+    if d is None or not eq.get("checked"):
+        return None
+    return "passed" if d <= eq["tolerance"] else "failed"
 
 
 def _against_unchanged(ma, mb, changed: list[str], common: list[str], margin: float,
@@ -244,10 +306,15 @@ def lines(d: dict[str, Any]) -> list[str]:
                 "Join two runs or more a side (`compare run --join DIR`, or `compare join`) and diff the joins: each "
                 "row's sessions are then the unit.", ""]
     out += [f"| row | {a} samples/s [95%] | {b} samples/s [95%] | {b} / {a} [95%] | outcome |", "|---|---|---|---|---|"]
+    paired = d.get("paired") or {}
+
+    def named(label):  # a row paired across labels names both
+        return f"{label} → {paired[label]}" if label in paired else label
     for r in d["rows"]:
         ratio = (f"{r['estimate']:.3f}× (no interval)" if r["lo"] is None else
                  f"{r['estimate']:.3f}× [{r['lo']:.3f}–{r['hi']:.3f}]")
-        out.append(f"| {r['label']} | {_iv(r['a'])} | {_iv(r['b'])} | {ratio} | {r['outcome']}{holm_note(r)} |")
+        out.append(f"| {named(r['label'])} | {_iv(r['a'])} | {_iv(r['b'])} | {ratio} | {r['outcome']}"
+                   f"{holm_note(r)} |")
     out.append("")
     said = {}
     for r in d["rows"]:
@@ -288,6 +355,9 @@ def lines(d: dict[str, Any]) -> list[str]:
             out.append(f"Only measured in {name}: {', '.join(labels)}" + (f" ({why})" if why else "") + ".")
     if d["unmeasured"]:
         out.append(f"Measured in neither: {', '.join(d['unmeasured'])}.")
+    if paired:
+        out.append("Paired across labels, the only row of its adapter measured under another label a side: "
+                   + "; ".join(f"{x} in {a} with {y} in {b}" for x, y in paired.items()) + ".")
     if d["context"]:
         out.append("What differs: " + "; ".join(f"{what} {x} → {y}" for what, x, y in d["context"]) + ".")
     against = d.get("against_unchanged") or []
@@ -302,4 +372,63 @@ def lines(d: dict[str, Any]) -> list[str]:
     if d["across_machines"] and any(what == "CPU" for what, _, _ in d["context"]):
         out.append("The runs are on different machines (--across-machines): the ratios compare the machines, "
                    "with whatever else changed.")
+    return out + _learned_lines(d, named)
+
+
+def _learned_lines(d: dict[str, Any], named) -> list[str]:
+    """What each row learned in A and in B, beside how fast it ran: its check against the single-process reference
+    (✓/✗ as the run's report marks it), its final loss and its evaluation metric; then, in words, each check that
+    passed on one side and failed on the other (with the failed side's reason), each final loss that moved by more
+    than LOSS_MOVED, or that nothing did."""
+    from harness.reports.run_rows import accuracy_text, diff_text
+
+    learned = [x for x in d.get("learned") or [] if x["a"]["first"] or x["b"]["first"]]
+    if not learned:
+        return []
+    a, b = d["names"]
+    metrics = {x[s]["first"].get("eval", {}).get("metric") for x in learned for s in "ab"
+               if isinstance(x[s]["first"].get("eval"), dict)} - {None}
+    metric = metrics.pop() if len(metrics) == 1 else "test accuracy"
+    out = ["", f"What each row learned ({a} → {b}): its largest parameter difference from the single-process "
+           f"reference (✓ within the check's tolerance, ✗ not), its final loss and its {metric}, medians over "
+           f"launches.", "", f"| row | max_param_diff {a} → {b} | final loss {a} → {b} | {metric} {a} → {b} |",
+           "|---|---|---|---|"]
+    for x in learned:
+        out.append(f"| {named(x['label'])} | {diff_text(x['a'], short=True)} → {diff_text(x['b'], short=True)} | "
+                   f"{_loss(x['a'])} → {_loss(x['b'])} | {accuracy_text(x['a'])} → {accuracy_text(x['b'])} |")
+    out.append("")
+    said = []
+    for x in learned:
+        va, vb = _verdict(x["a"]), _verdict(x["b"])
+        if {va, vb} == {"passed", "failed"}:
+            failed = a if va == "failed" else b
+            why = " ".join(str((x["a"] if va == "failed" else x["b"])["first"]["equivalence"].get("why_failed")
+                               or "").split())
+            said.append(f"{named(x['label'])} matched the reference in {b if failed == a else a} and not in {failed}"
+                        + (f" ({failed}'s report: {why})" if why else ""))
+        elif va != vb:
+            said.append(f"{named(x['label'])}'s check {_checked(va)} in {a}, {_checked(vb)} in {b}")
+    # a row that trained other steps (timed or warm-up) learned to another point
+    steps = any(what == "timed steps" or what.endswith("warm-up steps") for what, _, _ in d["context"])
+    moved = [x for x in learned if x["a"]["final_loss"] is not None and x["b"]["final_loss"] is not None
+             and not abs(x["b"]["final_loss"] - x["a"]["final_loss"]) <= LOSS_MOVED * abs(x["a"]["final_loss"])]
+    if moved and not steps:
+        said.append("final loss moved by more than " + f"{LOSS_MOVED:.1%}: " + ", ".join(
+            f"{named(x['label'])} {x['a']['final_loss']:.5g} → {x['b']['final_loss']:.5g}" for x in moved))
+    if said:
+        out.append("What changed in what was learned: " + "; ".join(said) + ".")
+    elif steps:
+        out.append("Every row's check reads the same in both; their final losses are after different numbers of "
+                   "timed steps, so they differ by that too.")
+    else:
+        out.append(f"Every row's check reads the same in both, and every final loss is within {LOSS_MOVED:.1%} of "
+                   f"{a}'s.")
     return out
+
+
+def _checked(verdict: str | None) -> str:
+    return "was not made" if verdict is None else verdict
+
+
+def _loss(row: dict[str, Any]) -> str:
+    return "–" if row["final_loss"] is None else f"{row['final_loss']:.4g}"

@@ -416,3 +416,53 @@ def test_a_run_made_with_join_is_diffed_alone_by_its_records_file(tmp_path):
     a = _run(tmp_path, "a", {"ddp": [100.0, 101.0, 99.0]})
     result = CliRunner().invoke(app, ["diff", str(a), str(d / "records.jsonl")])
     assert result.exit_code == 0 and "| ddp | 100 [" in result.output, result.output
+
+
+def _learning(values, diffs, losses, knobs=None, why=None):
+    """_records with what each row learned: its largest parameter difference (checked at 1e-5), final loss and
+    accuracy, and each row's adapter (its label up to the first colon)."""
+    out = _records(values)
+    for r in out:
+        r.update(adapter=r["label"].split(":")[0], max_param_diff=diffs[r["label"]], final_loss=losses[r["label"]],
+                 eval={"accuracy": 0.9, "target": 0.8, "target_met": True, "metric": "test accuracy"},
+                 equivalence={"checked": True, "tolerance": 1e-5,
+                              **({"why_failed": why} if why and diffs[r["label"]] > 1e-5 else {})})
+    return out
+
+
+def test_what_each_row_learned_is_set_beside_its_speed_and_a_check_that_changed_is_said_with_its_reason():
+    # an outside check: a diff of a run against one with a knob that broke equivalence said only how fast each row
+    # ran, and every row read "not resolved" while ddp had gone from ✓ to ✗
+    a = _learning({"ddp": [100.0, 101.0, 99.0], "spawn": [90.0, 91.0, 89.0]},
+                  {"ddp": 2e-8, "spawn": 2e-8}, {"ddp": 0.5, "spawn": 0.5})
+    b = _learning({"ddp": [100.0, 101.0, 99.0], "spawn": [90.0, 91.0, 89.0]},
+                  {"ddp": 3e-3, "spawn": 2e-8}, {"ddp": 0.61, "spawn": 0.50001}, why="BatchNorm  statistics per rank.")
+    text = "\n".join(diff.lines(diff.compare(a, b)))
+    assert "| ddp | 2.0e-08 ✓ → 3.0e-03 ✗ | 0.5 → 0.61 | 0.9000 ✓ → 0.9000 ✓ |" in text, text
+    assert ("What changed in what was learned: ddp matched the reference in A and not in B (B's report: BatchNorm "
+            "statistics per rank.); final loss moved by more than 0.1%: ddp 0.5 → 0.61.") in text
+    same = "\n".join(diff.lines(diff.compare(a, _learning({"ddp": [100.0, 101.0, 99.0]}, {"ddp": 2e-8},
+                                                          {"ddp": 0.5}))))
+    assert "Every row's check reads the same in both, and every final loss is within 0.1% of A's." in same
+
+
+def test_one_adapters_row_under_another_label_a_side_is_paired_and_its_knob_is_what_differs():
+    # an outside check: A ran ddp, B ddp:sync_bn=true; the diff refused with "no row was measured in both runs"
+    a = _learning({"ddp": [100.0, 101.0, 99.0], "spawn": [90.0, 91.0, 89.0]},
+                  {"ddp": 3e-3, "spawn": 3e-3}, {"ddp": 0.5, "spawn": 0.5})
+    b = _learning({"ddp:sync_bn=true": [80.0, 81.0, 79.0], "spawn": [90.0, 91.0, 89.0]},
+                  {"ddp:sync_bn=true": 2e-8, "spawn": 3e-3}, {"ddp:sync_bn=true": 0.5, "spawn": 0.5})
+    for r in a + b:
+        # a run records every knob of a row, a default one too
+        r["controls"]["knobs"] = {"sync_bn": r["label"] == "ddp:sync_bn=true"}
+    d = diff.compare(a, b)
+    assert [r["label"] for r in d["rows"]] == ["ddp", "spawn"] and d["only_a"] == d["only_b"] == []
+    text = "\n".join(diff.lines(d))
+    assert "| ddp → ddp:sync_bn=true | 100 [" in text and "| ddp → ddp:sync_bn=true | 3.0e-03 ✗ → 2.0e-08 ✓ |" in text
+    assert "Paired across labels, the only row of its adapter measured under another label a side: ddp in A with " \
+           "ddp:sync_bn=true in B." in text
+    assert "ddp's knob sync_bn False → True" in text
+    # two rows of one adapter on a side: which is which is not known, and none is paired
+    b2 = b + _learning({"ddp:bucket_cap_mb=1": [80.0, 81.0, 79.0]}, {"ddp:bucket_cap_mb=1": 2e-8},
+                       {"ddp:bucket_cap_mb=1": 0.5})
+    assert diff.compare(a, b2)["only_a"] == ["ddp"]
