@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -272,12 +273,14 @@ class ModelFacts:
         return f"{shown} ({when} {self.checked_steps} checked)"
 
 
-SYNC_BN_FIX = ("build the model with nn.BatchNorm layers: ddp, spawn and amp with sync_bn=true compute "
-               "SyncBatchNorm's statistics over gloo on the CPU")
-"""The fix for a model holding SyncBatchNorm on the CPU, for a backend with no sync_bn of its own."""
+def sync_bn_cpu_fix(name: str) -> str:
+    """The fix for a model holding SyncBatchNorm on the CPU, for a backend with a sync_bn knob
+    (sync_batch_norm_in_place)."""
+    return (f"the knob sync_bn=true (-a {name}:sync_bn=true) makes each such layer a BatchNorm whose statistics are "
+            f"summed over the ranks, on the CPU too")
 
 
-def cpu_sync_batch_norm(facts: ModelFacts, device: str, fix: str = SYNC_BN_FIX) -> Availability | None:
+def cpu_sync_batch_norm(facts: ModelFacts, device: str, fix: str) -> Availability | None:
     """A refusal for a model holding torch.nn.SyncBatchNorm layers on the CPU, for a backend that starts
     torch.distributed: torch's runs on CUDA only ("SyncBatchNorm expected input tensor to be on GPU"; DDP refuses a CPU
     model holding one). None where that is not the case."""
@@ -285,6 +288,95 @@ def cpu_sync_batch_norm(facts: ModelFacts, device: str, fix: str = SYNC_BN_FIX) 
         return None
     return Availability(False, "the model holds torch.nn.SyncBatchNorm layers, which torch runs on CUDA only (on the "
                                "CPU: \"SyncBatchNorm expected input tensor to be on GPU\")", fix)
+
+
+def sync_bn_fix(name: str) -> str:
+    """The fix for a row whose BatchNorm statistics are per process, for a backend with a sync_bn knob that sums them
+    over the ranks (sync_batch_norm_in_place)."""
+    return (f"knob sync_bn=true computes their statistics over every rank's samples, as SyncBatchNorm does "
+            f"(-a {name}:sync_bn=true)")
+
+
+def torch_world_size() -> int:
+    """How many ranks torch.distributed joins (1 where it is not started)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def sync_batch_norm_in_place(model, all_reduce, world_size) -> int:
+    """Make every BatchNorm layer of `model` compute its training statistics over every rank's samples, as
+    torch.nn.SyncBatchNorm does, by a differentiable sum over the ranks (`all_reduce`: the framework's, e.g.
+    torch.distributed.nn's or Horovod's; `world_size()` how many ranks it sums over). In place: each layer keeps its
+    parameters, buffers and hooks (the optimizer made over the model, a wrapper's units, still hold them), and only its
+    class changes; a torch.nn.SyncBatchNorm of the model's own becomes a plain one first (torch's runs on CUDA only).
+    Returns how many layers it changed."""
+    import torch
+
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for layer in layers:
+        kind = _any_dim_batch_norm() if isinstance(layer, torch.nn.SyncBatchNorm) else type(layer)
+        layer.__class__ = _synced(kind, all_reduce, world_size)
+    return len(layers)
+
+
+def _synced(cls, all_reduce, world_size):
+    """A subclass of the BatchNorm class `cls` whose training forward computes torch.nn.SyncBatchNorm's statistics
+    with `all_reduce`: the mean and biased variance over every rank's samples for the normalisation, the running
+    variance updated with the unbiased one over the global count, as a single process's BatchNorm computes them over
+    the whole batch. The sums' backward sums the gradients flowing into them over the ranks, as SyncBatchNorm's
+    backward does. Made once per class and reduction."""
+    if getattr(cls, "_synced_over", None) is not None:
+        return cls
+    key = (cls, all_reduce)
+    if key in _SYNCED:
+        return _SYNCED[key]
+    import torch
+
+    def forward(self, x):
+        if not (self.training and world_size() > 1):
+            return cls.forward(self, x)
+        self._check_input_dim(x)
+        given, x = x.dtype, x.float()  # statistics in fp32 and the output in the input's dtype, as under autocast
+        dims = [0, *range(2, x.dim())]
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        local = torch.tensor([x.numel() // x.shape[1]], dtype=x.dtype, device=x.device)
+        # Two passes, as a single process's batch norm: the mean, then the squared deviations from it.
+        total = all_reduce(torch.cat([x.sum(dims), local]))
+        count = total[-1]
+        mean = total[:-1] / count
+        var = all_reduce(((x - mean.view(shape)) ** 2).sum(dims)) / count
+        if self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                self.running_mean.mul_(1 - factor).add_(mean.detach(), alpha=factor)
+                self.running_var.mul_(1 - factor).add_(var.detach() * count / (count - 1), alpha=factor)
+        out = (x - mean.view(shape)) * torch.rsqrt(var + self.eps).view(shape)
+        if self.affine:
+            out = out * self.weight.view(shape) + self.bias.view(shape)
+        return out.to(given)
+
+    _SYNCED[key] = type(f"Synced{cls.__name__}", (cls,), {"forward": forward, "_synced_over": all_reduce,
+                                                           "__module__": __name__})
+    return _SYNCED[key]
+
+
+_SYNCED: dict = {}
+
+
+@functools.cache
+def _any_dim_batch_norm():
+    """A plain BatchNorm class that takes input of any rank from 2 up, as torch.nn.SyncBatchNorm does: what a model's
+    own SyncBatchNorm layer becomes before its statistics are summed over the ranks."""
+    import torch
+
+    class BatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+        def _check_input_dim(self, x):
+            if x.dim() < 2:
+                raise ValueError(f"expected at least 2D input (got {x.dim()}D input)")
+
+    return BatchNorm
 
 
 def flat_layout(facts: ModelFacts, who: str, empty_too: bool, scalar_too: bool = False) -> Availability | None:

@@ -7,14 +7,14 @@ what DDP resolved them to.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import dataclass
 from typing import Literal
 from pathlib import Path
 
 from adapters.base import (NO_GRAD_CHECKPOINT, REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch,
-                           LaunchPlan, Strategy, cpu_sync_batch_norm)
+                           LaunchPlan, Strategy, cpu_sync_batch_norm, sync_batch_norm_in_place, sync_bn_cpu_fix,
+                           torch_world_size)
 from adapters.launchers import torchrun, torchrun_nodes
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.comm_primitives import Comm
@@ -52,9 +52,7 @@ class DDPLaunch(Launch):
     def model_availability(self, facts):
         k = self.knobs
         if not k.sync_bn:  # with it, the CPU's statistics over gloo replace SyncBatchNorm's (_sync_batch_norm)
-            refused = cpu_sync_batch_norm(facts, self.device_kind,
-                                          f"the knob sync_bn=true (-a {self.name}:sync_bn=true) computes the same "
-                                          f"statistics over gloo on the CPU")
+            refused = cpu_sync_batch_norm(facts, self.device_kind, sync_bn_cpu_fix(self.name))
             if refused is not None:
                 return refused
         if not facts.no_gradient or k.find_unused_parameters:
@@ -138,20 +136,18 @@ class DDPStrategy(Strategy):
         becomes a torch.nn.SyncBatchNorm holding the same parameters and buffers (convert_sync_batchnorm; the
         optimizer made over the model still updates them). torch's runs on CUDA only (it refuses CPU input, and DDP
         refuses a CPU model holding one: "SyncBatchNorm layers only work with GPU modules"), so on the CPU each layer
-        keeps its class and gets the same statistics over gloo instead (_gloo_synced)."""
+        keeps its parameters and gets the same statistics over gloo instead (adapters/base.py:
+        sync_batch_norm_in_place)."""
         import torch
 
         if self.info.device.startswith("cuda"):
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
             layers = [m for m in model.modules() if isinstance(m, torch.nn.SyncBatchNorm)]
-        else:
-            layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-            for layer in layers:
-                # the same module, state and parameters; a SyncBatchNorm of the model's own becomes a plain one
-                # first (DDP refuses a CPU model that holds one)
-                kind = _any_dim_batch_norm() if isinstance(layer, torch.nn.SyncBatchNorm) else type(layer)
-                layer.__class__ = _gloo_synced(kind)
-        self.synced_batch_norm = len(layers)
+            self.synced_batch_norm = len(layers)
+        else:  # a SyncBatchNorm of the model's own becomes a plain one first: DDP refuses a CPU model that holds one
+            from torch.distributed.nn.functional import all_reduce
+
+            self.synced_batch_norm = sync_batch_norm_in_place(model, all_reduce, torch_world_size)
         return model
 
     def _register_hook(self, model) -> None:
@@ -348,63 +344,6 @@ class DDPAdapter(DDPLaunch, DDPStrategy, DDPCost, Adapter):
         if hook == "powersgd":
             return f"powersgd rank {self.knobs.powersgd_rank}"
         return "none" if hook == "none" else hook
-
-
-def _gloo_synced(cls):
-    """A subclass of the BatchNorm class `cls` whose training forward computes torch.nn.SyncBatchNorm's statistics
-    on the CPU over gloo: the mean and biased variance over every rank's samples for the normalisation, the running
-    variance updated with the unbiased one over the global count, as a single process's BatchNorm computes them
-    over the whole batch. They are summed over the ranks with torch.distributed.nn's all_reduce, whose backward
-    all-reduces the gradients flowing into them, as SyncBatchNorm's backward does. Made once per class."""
-    if cls in _GLOO_SYNCED or cls in _GLOO_SYNCED.values():
-        return _GLOO_SYNCED.get(cls, cls)
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.nn.functional import all_reduce
-
-    def forward(self, x):
-        if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
-            return cls.forward(self, x)
-        self._check_input_dim(x)
-        given, x = x.dtype, x.float()  # statistics in fp32 and the output in the input's dtype, as under autocast
-        dims = [0, *range(2, x.dim())]
-        shape = [1, -1] + [1] * (x.dim() - 2)
-        local = torch.tensor([x.numel() // x.shape[1]], dtype=x.dtype)
-        # Two passes, as a single process's batch norm: the mean, then the squared deviations from it.
-        total = all_reduce(torch.cat([x.sum(dims), local]))
-        count = total[-1]
-        mean = total[:-1] / count
-        var = all_reduce(((x - mean.view(shape)) ** 2).sum(dims)) / count
-        if self.track_running_stats:
-            with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-                self.running_mean.mul_(1 - factor).add_(mean.detach(), alpha=factor)
-                self.running_var.mul_(1 - factor).add_(var.detach() * count / (count - 1), alpha=factor)
-        out = (x - mean.view(shape)) * torch.rsqrt(var + self.eps).view(shape)
-        if self.affine:
-            out = out * self.weight.view(shape) + self.bias.view(shape)
-        return out.to(given)
-
-    _GLOO_SYNCED[cls] = type(f"GlooSynced{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__})
-    return _GLOO_SYNCED[cls]
-
-
-_GLOO_SYNCED: dict = {}
-
-
-@functools.cache
-def _any_dim_batch_norm():
-    """A plain BatchNorm class that takes input of any rank from 2 up, as torch.nn.SyncBatchNorm does: what a model's
-    own SyncBatchNorm layer becomes on the CPU before its statistics go over gloo."""
-    import torch
-
-    class BatchNorm(torch.nn.modules.batchnorm._BatchNorm):
-        def _check_input_dim(self, x):
-            if x.dim() < 2:
-                raise ValueError(f"expected at least 2D input (got {x.dim()}D input)")
-
-    return BatchNorm
 
 
 class TorchComm(Comm):

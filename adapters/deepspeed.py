@@ -36,7 +36,8 @@ from typing import Any, Literal
 
 from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Adapter, Availability, Cost, DeviceKnobError,
                            KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm,
-                           flat_layout, interpreter, per_tensor_optimizer, rank_command)
+                           flat_layout, interpreter, per_tensor_optimizer, rank_command, sync_batch_norm_in_place,
+                           sync_bn_cpu_fix, sync_bn_fix, torch_world_size)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm
@@ -112,7 +113,9 @@ class DeepSpeedLaunch(Launch):
         # ranks with different gradients reduce different buckets (measured: gloo's "collective mismatch", or an
         # abort), and their flat partitions take no sparse tensor (aten::view has no SparseCPU kernel).
         stage = self.knobs.zero_stage
-        for refused in (cpu_sync_batch_norm(facts, self.device_kind),  # a refusal is falsy: never joined with `or`
+        # with sync_bn a model's own SyncBatchNorm becomes a plain BatchNorm summed over the ranks (wrap)
+        for refused in (None if self.knobs.sync_bn else cpu_sync_batch_norm(facts, self.device_kind,
+                                                                          sync_bn_cpu_fix(self.name)),
                         flat_layout(facts, f"DeepSpeed (it views each parameter's storage as bytes"
                                            f"{' and shards it' if stage == 3 else ''})", empty_too=stage == 3,
                                     scalar_too=True)):
@@ -288,6 +291,10 @@ class DeepSpeedLaunch(Launch):
                     "change to them is dropped), or do that work outside the forward")
         return None
 
+    def batch_norm(self):
+        # DeepSpeed has no SyncBatchNorm of its own: with the knob, the statistics are summed over the ranks (wrap)
+        return None if self.knobs.sync_bn else sync_bn_fix(self.name)
+
     def missing_gradient(self):
         # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").
         moves = ("so the optimizer steps it: its running state (SGD's momentum, Adam's moment estimates) and weight "
@@ -413,6 +420,10 @@ class DeepSpeedStrategy(Strategy):
         self.step_hooked = bool(getattr(optimizer, "_optimizer_step_pre_hooks", None)
                                 or getattr(optimizer, "_optimizer_step_post_hooks", None))
         cached_before = set(jit_cached_ops())
+        if self.knobs.sync_bn:  # in place: the optimizer given to initialize holds the same parameters
+            from torch.distributed.nn.functional import all_reduce
+
+            self.synced_batch_norm = sync_batch_norm_in_place(model, all_reduce, torch_world_size)
         self.config = self._ds_config()
         t0 = time.perf_counter()
         engine, ds_optimizer, _, scheduler = deepspeed.initialize(model=model, optimizer=optimizer,
@@ -572,7 +583,8 @@ class DeepSpeedStrategy(Strategy):
             e = self.engine
             d.update({"ds_config": self.config, "client_optimizer": self.client_optimizer,
                       "engine_optimizer": type(e.optimizer).__name__,
-                      "resolved": {"zero_stage": e.zero_optimization_stage(), "train_batch_size": e.train_batch_size(),
+                      "resolved": {"sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0),
+                                   "zero_stage": e.zero_optimization_stage(), "train_batch_size": e.train_batch_size(),
                                    "micro_batch_per_rank": e.train_micro_batch_size_per_gpu(),
                                    "gradient_accumulation_steps": e.gradient_accumulation_steps(),
                                    "bf16": e.bfloat16_enabled(), "fp16": e.fp16_enabled(),
@@ -758,6 +770,12 @@ class DeepSpeedAdapter(DeepSpeedLaunch, DeepSpeedStrategy, DeepSpeedCost, Adapte
         compile: bool = False
         """torch.compile the engine's module with DeepSpeed's own `engine.compile()` (its accelerator's backend:
         inductor): compiled in the warm-up, its time reported apart."""
+        sync_bn: bool = False
+        """Compute the model's BatchNorm statistics over every rank's samples, as torch.nn.SyncBatchNorm does
+        (DeepSpeed has none of its own and leaves it to the model): each layer keeps its parameters and sums its mean
+        and variance over the ranks with torch.distributed.nn's differentiable all_reduce, so the statistics are the
+        single process's and the equivalence check applies. A model's own SyncBatchNorm becomes such a layer
+        (torch's runs on CUDA only)."""
 
         def __post_init__(self):
             if self.offload_optimizer and self.zero_stage == 0:

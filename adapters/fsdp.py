@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Availability, DeviceKnobError, KnobError, Precision,
-                           cpu_sync_batch_norm, flat_layout)
+                           cpu_sync_batch_norm, flat_layout, sync_batch_norm_in_place, sync_bn_cpu_fix, sync_bn_fix,
+                           torch_world_size)
 from adapters.probes import torch_build
 from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Fsdp
@@ -51,7 +52,9 @@ class FSDPLaunch(DDPLaunch):
         # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, post_backward: fsdp_params_with_grad), so
         # ranks with different ones send different sizes: gloo aborts ("Received data size doesn't match expected
         # size"), NCCL hangs.
-        for refused in (cpu_sync_batch_norm(facts, self.device_kind),  # a refusal is falsy: never joined with `or`
+        # with sync_bn a model's own SyncBatchNorm becomes a plain BatchNorm summed over the ranks (wrap)
+        for refused in (None if self.knobs.sync_bn else cpu_sync_batch_norm(facts, self.device_kind,
+                                                                          sync_bn_cpu_fix(self.name)),
                         flat_layout(facts, "FSDP2 (it shards each parameter's storage)", empty_too=True,
                                     scalar_too=True)):
             if refused is not None:
@@ -96,7 +99,8 @@ class FSDPLaunch(DDPLaunch):
         return Availability(True)
 
     def batch_norm(self):
-        return ""  # each rank normalises its own samples; FSDP2 has no SyncBatchNorm of its own
+        # FSDP2 has no SyncBatchNorm of its own: with the knob, the statistics are summed over the ranks (wrap)
+        return None if self.knobs.sync_bn else sync_bn_fix(self.name)
 
     def failure_fix(self, error):
         if ("got mixed torch.Tensor and DTensor" in error
@@ -147,6 +151,10 @@ class FSDPStrategy(DDPStrategy):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
         k = self.knobs
+        if k.sync_bn:  # in place, before the units are sharded: each unit still holds its layers
+            from torch.distributed.nn.functional import all_reduce
+
+            self.synced_batch_norm = sync_batch_norm_in_place(model, all_reduce, torch_world_size)
         mesh = None
         if k.replicas > 1:
             from torch.distributed.device_mesh import init_device_mesh
@@ -221,7 +229,7 @@ class FSDPStrategy(DDPStrategy):
         d = {"knobs": dataclasses.asdict(self.knobs), "framework": f"torch {torch.__version__}",
              "backend": self.info.backend if self.info else None}
         if getattr(self, "units", None) is not None:
-            d["resolved"] = {"units": self.units, "units_sharing_parameters": getattr(self, "shared_groups", []),
+            d["resolved"] = {"sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0), "units": self.units, "units_sharing_parameters": getattr(self, "shared_groups", []),
                              "mesh": (f"{self.knobs.replicas} x "
                                                            f"{self.info.world_size // self.knobs.replicas}"
                                                            if self.knobs.replicas > 1 else f"{self.info.world_size}")}
@@ -297,6 +305,11 @@ class FSDPAdapter(FSDPLaunch, FSDPStrategy, FSDPCost, DDPAdapter):
         compile: bool = False
         """torch.compile each sharded unit in place (the root where the workload declares none), as torchtitan
         compiles each block; compiled in the warm-up, its time reported apart."""
+        sync_bn: bool = False
+        """Compute the model's BatchNorm statistics over every rank's samples, as torch.nn.SyncBatchNorm does
+        (FSDP2 has none of its own): each layer keeps its parameters and sums its mean and variance over the ranks
+        with torch.distributed.nn's differentiable all_reduce, so the statistics are the single process's and the
+        equivalence check applies. A model's own SyncBatchNorm becomes such a layer (torch's runs on CUDA only)."""
 
         def __post_init__(self):
             if self.replicas < 1:

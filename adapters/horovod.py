@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from adapters.base import (REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, RankInfo,
-                           Strategy, flat_layout, interpreter, rank_command)
+                           Strategy, flat_layout, interpreter, rank_command, sync_batch_norm_in_place, sync_bn_fix)
 from adapters.probes import cuda_world_check
 from adapters.comm_primitives import Comm
 from harness.shared import cache
@@ -233,12 +233,25 @@ class HorovodLaunch(Launch):
             return REENTRANT_FIX  # twice in one backward
         return None
 
+    def batch_norm(self):
+        # hvd.SyncBatchNorm computes its statistics with torch.batch_norm_stats, which torch implements for CUDA only
+        # (on the CPU: "Could not run 'aten::batch_norm_stats' with arguments from the 'CPU' backend", measured with
+        # torch 2.13): the knob sums them over the ranks with hvd.allreduce instead, on either device (wrap)
+        return None if self.knobs.sync_bn else sync_bn_fix(self.name)
+
     def missing_gradient(self):
         # Read in Horovod 0.28.1's source and measured (docs/your-model.md, "What each backend does differently").
         return ("hvd.DistributedOptimizer gives a parameter without a gradient a zero one to all-reduce "
                 "(horovod/torch/optimizer.py, _allreduce_grad_async: \"Gradient was not computed, but we still need "
                 "to submit a tensor to allreduce\"), so the optimizer steps it: its running state (SGD's momentum, "
                 "Adam's moment estimates) and weight decay keep moving it where a single process leaves it alone")
+
+
+def _sum_over_ranks(tensor):
+    """The sum of `tensor` over every rank, differentiable (hvd.allreduce's backward all-reduces the gradient)."""
+    import horovod.torch as hvd
+
+    return hvd.allreduce(tensor, op=hvd.Sum)
 
 
 class HorovodStrategy(Strategy):
@@ -271,6 +284,8 @@ class HorovodStrategy(Strategy):
         import torch
 
         hvd = self.hvd
+        if self.knobs.sync_bn:  # in place: the optimizer holds the same parameters
+            self.synced_batch_norm = sync_batch_norm_in_place(model, _sum_over_ranks, hvd.size)
         # Same start everywhere: rank 0's parameters and buffers, and its optimizer state. Horovod 0.28.1 broadcasts
         # no bool, bf16 or complex tensor ("Tensor type torch.BoolTensor is not supported", measured): those go as
         # the same bytes in a type it takes (a bool flag buffer, a bf16 buffer of a model that trains in fp32).
@@ -375,7 +390,7 @@ class HorovodStrategy(Strategy):
 
         d = {**super().describe(), "framework": f"horovod {horovod.__version__}", "lr_scaling": "none",
              # What horovodrun handed the ranks (it exports the tunables it was given), else its documented default.
-             "resolved": {"fusion_threshold_mb": int(_env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20)) / 2**20,
+             "resolved": {"sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0), "fusion_threshold_mb": int(_env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20)) / 2**20,
                           "cycle_time_ms": _env_number("HOROVOD_CYCLE_TIME", 1.0)}}
         notes = []
         log = os.environ.get("HOROVOD_AUTOTUNE_LOG")
@@ -472,6 +487,11 @@ class HorovodAdapter(HorovodLaunch, HorovodStrategy, HorovodCost, Adapter):
         (neither for a hung rank nor for ranks submitting different tensors): the harness's --timeout is what
         turns a hang into a `timeout` row. A dead rank is caught by horovodrun itself (`failed`)."""
 
+        sync_bn: bool = False
+        """Compute the model's BatchNorm statistics over every rank's samples, as hvd.SyncBatchNorm does: each layer
+        keeps its parameters and sums its mean and variance over the ranks with hvd.allreduce (differentiable: its
+        backward sums the gradients), so the statistics are the single process's and the equivalence check applies.
+        Not hvd.SyncBatchNorm itself: it needs torch.batch_norm_stats, which torch implements for CUDA only."""
         autotune: bool = False
         """Horovod's own autotuner (horovodrun --autotune): during the run it tries fusion thresholds, cycle
         times and its other tunables (Bayesian optimisation, scored by bytes all-reduced per second) and ends on its

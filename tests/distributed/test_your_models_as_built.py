@@ -15,7 +15,7 @@ pytestmark = pytest.mark.distributed
 MODELS = REPO / "tests" / "fixtures" / "models.py"
 
 
-BN = ("ddp", "ddp:sync_bn=true", "fsdp", "dp")
+BN = ("ddp", "ddp:sync_bn=true", "fsdp", "fsdp:sync_bn=true", "dp")
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,8 @@ def batchnorm(tmp_path_factory):
 
 def test_batchnorm_found_without_a_declaration_skips_the_check_saying_why(batchnorm):
     for label, fix in (("ddp", "; knob sync_bn=true converts them to SyncBatchNorm (-a ddp:sync_bn=true)"),
-                       ("fsdp", "")):
+                       ("fsdp", "; knob sync_bn=true computes their statistics over every rank's samples, as "
+                                "SyncBatchNorm does (-a fsdp:sync_bn=true)")):
         eq = ran_ok(batchnorm, label)["equivalence"]
         assert eq["checked"] is False and eq["why_not_checked"] == (
             "BatchNorm statistics per process (BatchNorm1d): each process normalises its own 8 samples where the "
@@ -44,6 +45,11 @@ def test_sync_bn_computes_the_single_process_statistics_so_its_rows_are_checked_
     matches_reference(one)
     assert rec["eval"]["loss"] == pytest.approx(one["eval"]["loss"], rel=1e-5, abs=1e-6)
     assert rec["eval"]["loss"] != pytest.approx(ran_ok(batchnorm, "ddp")["eval"]["loss"], rel=1e-5, abs=1e-6)
+    # FSDP2 has no SyncBatchNorm of its own: its knob sums the statistics over the ranks in the sharded units
+    sharded = ran_ok(batchnorm, "fsdp:sync_bn=true")
+    matches_reference(sharded)
+    assert sharded["adapter_info"]["resolved"]["sync_batch_norm_layers"] == 1
+    assert sharded["eval"]["loss"] == pytest.approx(one["eval"]["loss"], rel=1e-5, abs=1e-6)
 
 
 def test_a_model_built_in_fp64_with_bool_buffers_runs_as_built_on_fsdp_and_horovod(tmp_path):
@@ -65,12 +71,20 @@ def test_a_model_built_in_fp64_with_bool_buffers_runs_as_built_on_fsdp_and_horov
 def test_a_models_own_sync_batch_norm_runs_on_the_cpu_with_sync_bn(tmp_path):
     # torch's SyncBatchNorm runs on CUDA only and DDP refuses a CPU model holding one: with sync_bn=true the layer
     # becomes a plain BatchNorm whose statistics go over gloo, and the row matches the single process
-    rows, _ = run_compare(tmp_path / "run", "-w", f"{MODELS}:syncbn", "-a", "spawn:sync_bn=true,fsdp", "--repeats",
+    # becomes a plain BatchNorm whose statistics go over gloo, and the row matches the single process; DeepSpeed and
+    # Horovod (hvd.SyncBatchNorm needs torch.batch_norm_stats, CUDA only) sum them over the ranks by the same knob
+    synced = ["spawn:sync_bn=true", "deepspeed:sync_bn=true"] + (
+        ["horovod:sync_bn=true"] if adapters.availability("horovod", "cpu", 2) else [])
+    rows, _ = run_compare(tmp_path / "run", "-w", f"{MODELS}:syncbn", "-a", ",".join(synced + ["fsdp"]), "--repeats",
                           "1", "--no-plots")
-    rec = ran_ok(rows, "spawn:sync_bn=true")
-    matches_reference(rec)
-    assert rec["equivalence"]["batch_norm"] == {"layers": "SyncBatchNorm", "statistics": "global batch"}
+    for label in synced:
+        rec = ran_ok(rows, label)
+        matches_reference(rec)
+        assert rec["equivalence"]["batch_norm"] == {"layers": "SyncBatchNorm", "statistics": "global batch"}, label
+        assert rec["adapter_info"]["resolved"]["sync_batch_norm_layers"] == 1, label
     assert rows["fsdp"]["status"] == "unavailable" and "SyncBatchNorm" in rows["fsdp"]["reason"]
+    assert rows["fsdp"]["reason"].endswith("(fix: the knob sync_bn=true (-a fsdp:sync_bn=true) makes each such layer "
+                                           "a BatchNorm whose statistics are summed over the ranks, on the CPU too)")
 
 
 def test_a_models_own_optimizer_class_is_kept_as_built_by_fsdp_and_horovod(tmp_path):

@@ -351,13 +351,13 @@ def test_a_models_own_sync_batch_norm_is_refused_on_the_cpu_where_torch_cannot_r
     facts = checked("syncbn").model_facts
     assert facts.batch_norm == ["SyncBatchNorm"]
     ddp = adapters.get("ddp")({}, "cpu").model_availability(facts)
-    assert not ddp and ddp.fix == ("the knob sync_bn=true (-a ddp:sync_bn=true) computes the same statistics over gloo "
-                                   "on the CPU")
-    assert adapters.get("ddp")({"sync_bn": "true"}, "cpu").model_availability(facts)
-    for name in ("fsdp", "deepspeed"):
+    for name in ("ddp", "fsdp", "deepspeed"):
         refused = adapters.get(name)({}, "cpu").model_availability(facts)
         assert not refused and refused.reason.startswith("the model holds torch.nn.SyncBatchNorm layers, which torch "
                                                          "runs on CUDA only"), name
+        assert refused.fix == (f"the knob sync_bn=true (-a {name}:sync_bn=true) makes each such layer a BatchNorm "
+                               f"whose statistics are summed over the ranks, on the CPU too")
+        assert adapters.get(name)({"sync_bn": "true"}, "cpu").model_availability(facts), name
     assert adapters.get("horovod")({}, "cpu").model_availability(facts)  # no torch.distributed: per-process BatchNorm
     assert adapters.get("ddp")({}, "cuda").model_availability(facts)
 
@@ -451,7 +451,11 @@ def test_batchnorm_skips_the_check_with_the_reason_unless_the_row_syncs_the_stat
         "BatchNorm statistics per process (BatchNorm1d): each process normalises its own 8 samples where the single "
         "process normalises all 16; knob sync_bn=true converts them to SyncBatchNorm (-a ddp:sync_bn=true)")
     assert eq["batch_norm"] == {"layers": "BatchNorm1d", "statistics": "per process"}
-    assert _equivalence(w, adapters.get("fsdp")({}, "cpu"))["why_not_checked"].endswith("all 16")
+    for name in ("fsdp", "deepspeed", "horovod"):  # none has a SyncBatchNorm of its own: the knob sums them
+        assert _equivalence(w, adapters.get(name)({}, "cpu"))["why_not_checked"].endswith(
+            f"all 16; knob sync_bn=true computes their statistics over every rank's samples, as SyncBatchNorm does "
+            f"(-a {name}:sync_bn=true)"), name
+        assert _equivalence(w, adapters.get(name)({"sync_bn": "true"}, "cpu"))["checked"] is True, name
     synced = _equivalence(w, adapters.get("amp")({"sync_bn": "true"}, "cpu"))
     assert synced["checked"] is True and synced["passed"] is True
     assert synced["batch_norm"] == {"layers": "BatchNorm1d", "statistics": "global batch"}
