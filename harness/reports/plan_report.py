@@ -137,10 +137,14 @@ def lines(plan: Plan) -> list[str]:
                 how = "on 1 GPU nothing is communicated, so the model prices every configuration's step alike"
             room = f" of {capacity:.4g}" if capacity else ""
             text += (f", the least sharded ({SHARDED[rec.get('partitions', 0)]}) of the {len(rec['tied']) + 1} "
-                     f"configurations the model does not rank by speed ({how}): {', '.join(rec['tied'])}; it fits "
-                     f"({_gib(memory[rec['label']])}{room} GiB per {per}, the allocator's headroom included), and "
-                     f"sharding more would buy memory it does not need at costs the model does not price (a sharded "
-                     f"framework's per-unit gathers and casts, its partition bookkeeping)")
+                     f"configurations the model does not rank by speed ({how}): {', '.join(rec['tied'])}; "
+                     + (f"it fits ({_gib(memory[rec['label']])}{room} GiB per {per}, the allocator's headroom "
+                        f"included), and sharding more would buy memory it does not need at costs" if acts else
+                        f"its model states and buffers fit ({_gib(memory[rec['label']])}{room} GiB per {per}, the "
+                        f"allocator's headroom included), but its activations are not counted (give --hidden), so "
+                        f"whether the whole fits is not known; sharding more has costs")
+                     + " the model does not price (a sharded framework's per-unit gathers and casts, its partition "
+                       "bookkeeping)")
         devices = {r["label"]: r["devices"] for r in plan.rows}
         if rec.get("fastest"):
             cost = rec["slower"]
@@ -153,7 +157,8 @@ def lines(plan: Plan) -> list[str]:
         if rec.get("least_memory"):
             cost, least = rec["least_memory_ratio"], rec["least_memory"]
             what = "its step takes" if devices[rec["label"]] == devices[least] else "it takes per sample"
-            text += (f"; {least} holds the least ({_gib(memory[least])} GiB per {per}, "
+            text += (f"; {least} holds the least of the {len(rec['tied']) + 1} configurations the model does not "
+                     f"rank by speed ({_gib(memory[least])} GiB per {per}, "
                      f"{_gib(memory[rec['label']] - memory[least])} less): {what} {cost['mid']:.2f}x "
                      f"[{cost['low']:.2f}-{cost['high']:.2f}] that of {rec['label']}")
         if rec["next"]:
@@ -257,7 +262,10 @@ def lines(plan: Plan) -> list[str]:
 
 def as_json(plan: Plan) -> dict[str, Any]:
     """The plan with every input and assumption it was made with, so a plan can be diffed against a later one."""
-    rows = [{k: v for k, v in r.items() if not k.startswith("_")} for r in plan.rows]
+    # what "fits" counted: without --hidden the activations are not, and a row that "fits" may not
+    counted = ("model states, buffers, activations, loss and allocator headroom" if plan.shape.activations else
+               "model states, buffers and allocator headroom; activations not counted (not known without --hidden)")
+    rows = [{**{k: v for k, v in r.items() if not k.startswith("_")}, "fits_counts": counted} for r in plan.rows]
     f = plan.cluster.fabric()
     source = plan.source or Assumed()
     assumptions = {

@@ -955,3 +955,20 @@ def test_rows_that_reduce_gradients_at_different_precisions_say_so():
     fp = plan.make(s, plan.cluster("h100", 8, None, "fp32"), 1)
     assert len({r["reduce_bytes"] for r in fp.rows}) == 1
     assert not any(x.startswith("gradients reduced") for x in plan_report.lines(fp))
+
+
+def test_without_the_activations_the_recommendation_does_not_say_it_fits():
+    # an outside check: `plan --params 7e9 --layers 32` (no --hidden) said "it fits (29.6 of 80 GiB per GPU ...),
+    # and sharding more would buy memory it does not need", and its JSON "fits": true, where 8 sequences of that
+    # model's activations alone need 85 GiB
+    args = ["--params", "7e9", "--layers", "32", "--gpu", "h100", "--nodes", "1"]
+    out = CliRunner().invoke(app, ["plan", *args])
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.stdout.splitlines() if x.startswith("recommendation: "))
+    assert "; it fits (" not in line and "sharding more would buy memory it does not need" not in line
+    assert ("its model states and buffers fit (" in line and "), but its activations are not counted (give --hidden), "
+            "so whether the whole fits is not known; sharding more has costs the model does not price" in line), line
+    assert {r["fits_counts"] for r in _plan_json(*args)["rows"]} == {
+        "model states, buffers and allocator headroom; activations not counted (not known without --hidden)"}
+    counted = _plan_json(*args, "--hidden", "4096")["rows"]
+    assert {r["fits_counts"] for r in counted} == {"model states, buffers, activations, loss and allocator headroom"}
