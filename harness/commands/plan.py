@@ -258,9 +258,17 @@ def _source(run, target, compile_: bool):
 
     source = measured.FromRun(run, target.dtype, compile_)
     # the run's verdict, pair by pair, as its report computes it: the plan claims no order it does not support
-    pairs = analysis.analyse(run.records)["pairs"]
+    from harness.reports.verdict import swamped
+
+    a = analysis.analyse(run.records)
+    pairs = a["pairs"]
     source.verdict = {(x, y): analysis.oriented(pairs, x, y) for p in pairs for x, y in ((p["a"], p["b"]),
                                                                                          (p["b"], p["a"]))}
+    # a pair the run resolves where the sessions joined before on this machine expect a new session's estimate
+    # either way (the run report's "this run alone, not this machine"): its 95% prediction interval, each way
+    known = a.get("between_sessions") or {}
+    source.swamped = {key: (bounds, known.get("sessions")) for p, lo, hi in swamped(a)
+                      for key, bounds in (((p["a"], p["b"]), (lo, hi)), ((p["b"], p["a"]), (1 / hi, 1 / lo)))}
     if target.profile is None:
         source.configurations(target)  # BadRun, before anything is built, where no row can be priced
     if target.profile is not None:

@@ -321,6 +321,10 @@ class FromRun:
     verdict: dict[tuple[str, str], dict[str, Any]] | None = None
     """The run's own verdict, pair by pair: (a, b) -> a against b as harness/core/analysis.py compares them (its
     `oriented` pair), for both orders of every pair of its ranked rows; None: not given (no pair resolved)."""
+    swamped: dict[tuple[str, str], tuple[tuple[float, float], int]] | None = None
+    """(a, b) -> (the 95% prediction interval of a new session's a / b, how many sessions it is from), for each pair
+    the run resolves where the sessions joined before on this machine expect a new session's estimate either way
+    (harness/reports/verdict.py: swamped); None: not given."""
 
     # ---- which configurations ----
     def configurations(self, cluster):
@@ -374,7 +378,9 @@ class FromRun:
         """The run's own verdict on `fast` against `slow` (`verdict`: its pairs as harness/core/analysis.py made
         them, paired by round where its rounds are complete, Holm-adjusted over every pair of its ranked rows):
         {"factors": its 95% interval relative to its estimate (None: no interval), "resolved": whether the verdict
-        resolves fast ahead, "p_holm", "outcome"}; None for one row (its launches move both alike). A pair the
+        resolves fast ahead, "p_holm", "outcome", "swamped": where the sessions joined before on this machine put a
+        new session's estimate of it either way, their 95% prediction interval of fast over slow and how many they
+        were (`swamped`, set by the caller), else None}; None for one row (its launches move both alike). A pair the
         verdict did not compare (a row it left out) is not resolved."""
         if slow is fast:
             return None
@@ -383,7 +389,7 @@ class FromRun:
             return {"factors": None, "resolved": False, "p_holm": None, "outcome": "not compared"}
         factors = (p["lo"] / p["estimate"], p["hi"] / p["estimate"]) if p["lo"] is not None else None
         return {"factors": factors, "resolved": p["outcome"] == "faster", "p_holm": p.get("p_holm"),
-                "outcome": p["outcome"]}
+                "outcome": p["outcome"], "swamped": (self.swamped or {}).get((fast.label, slow.label))}
 
     def _interval(self, row: Row) -> tuple[float, float, float]:
         """Step multipliers (fastest, middle, slowest) from the row's samples/s over its launches."""

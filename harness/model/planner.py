@@ -445,7 +445,8 @@ def recommend(rows: list[dict[str, Any]], pair=None, capacity_bytes: float | Non
             shared = [b / a for a, b in zip(fast["_assumed"], slow["_assumed"])]
             out = {"low": min(shared) * got["factors"][0], "mid": shared[1],
                    "high": max(shared) * got["factors"][1], "interval": True}
-        out.update(resolved=got["resolved"] and out["high"] > 1 + TIE, verdict=got["outcome"], p_holm=got["p_holm"])
+        out.update(resolved=got["resolved"] and out["high"] > 1 + TIE, verdict=got["outcome"], p_holm=got["p_holm"],
+                   swamped=got.get("swamped"))
         return out
 
     def held(r):

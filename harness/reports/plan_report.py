@@ -53,6 +53,16 @@ def _where(plan: Plan) -> str:
             f"{c.dtype}")
 
 
+def _swamped(r: dict) -> str:
+    """Where the run resolved the pair but the sessions joined before on its machine put a new session's estimate of
+    it either way (the run report's "this run alone, not this machine"), that prediction; else ""."""
+    if not r.get("swamped") or not r.get("resolved"):
+        return ""
+    (lo, hi), sessions = r["swamped"]
+    return (f", but the {sessions} sessions joined before on that machine expect a new session's ratio anywhere in "
+            f"[{lo:.2f}-{hi:.2f}] (95% prediction interval): that run alone does not rank them on its machine")
+
+
 def _unresolved(r: dict) -> str:
     """", not resolved ..." where a ratio does not rank its rows: by the run's own verdict for two measured rows (the
     p-value after Holm's correction that it gives), else where its range reaches 1; "" where it is resolved."""
@@ -165,8 +175,9 @@ def lines(plan: Plan) -> list[str]:
             r = rec["ratio"]
             # named: after a clause about another row, a bare "faster than" was read as that row's
             text += (f"; {rec['label']} is {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"
-                     + (" (95% interval of the measured rows' ratio)" if r.get("interval") else "")
-                     + _unresolved(r))
+                     + (" (95% interval of the measured rows' ratio, in that run alone)" if r.get("interval")
+                        else "")
+                     + _unresolved(r) + _swamped(r))
         if rec.get("measured_memory"):
             text += (f" (memory of {', '.join(rec['measured_memory'])}: the peak the run measured, more than "
                      f"the plan counts)")

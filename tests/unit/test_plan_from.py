@@ -355,7 +355,28 @@ def test_the_margin_between_two_measured_rows_is_the_runs_verdict_on_them():
     assert rec["ratio"]["mid"] == pytest.approx(want["estimate"], rel=1e-9)
     assert (rec["ratio"]["low"], rec["ratio"]["high"]) == pytest.approx((want["lo"], want["hi"]), rel=1e-9)
     assert (f"{want['estimate']:.2f}x [{want['lo']:.2f}-{want['hi']:.2f}] faster than horovod (95% interval of the "
-            f"measured rows' ratio)" in _plan("--from", str(WIDEMLP)).stdout)
+            f"measured rows' ratio, in that run alone)" in _plan("--from", str(WIDEMLP)).stdout)
+
+
+def test_a_margin_the_sessions_joined_before_on_the_machine_put_either_way_says_so(tmp_path):
+    # an outside check: a plan --from a run repeated its 1.91x [1.53-2.38] where the run's own report said that the
+    # sessions joined before on the machine put a new session's estimate of the pair anywhere in [0.14-32.28]
+    import json
+
+    from harness.ground.record import read_records
+
+    records = read_records(next(WIDEMLP.glob("records.jsonl*")))
+    for r in records:
+        r["between_sessions"] = {"sessions": 4, "date": "2026-11-30", "per_pair": [
+            {"a": "horovod", "b": "ddp", "prediction": [0.25, 2.5]}]}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rec = _json("--from", str(run))["recommendation"]
+    assert rec["ratio"]["swamped"] == [[pytest.approx(0.4), pytest.approx(4.0)], 4]
+    assert ("(95% interval of the measured rows' ratio, in that run alone), but the 4 sessions joined before on that "
+            "machine expect a new session's ratio anywhere in [0.40-4.00] (95% prediction interval): that run alone "
+            "does not rank them on its machine") in _plan("--from", str(run)).stdout
 
 
 def test_the_plan_claims_no_order_the_runs_verdict_does_not_resolve(tmp_path):
@@ -422,9 +443,9 @@ def test_two_measured_rows_the_runs_verdict_does_not_tell_apart_tie_where_their_
     got = plan.recommend(rows, _verdict_of({(fast, other), (slow, other)}))
     assert got["label"] == "ddp" and got["tied"] == ["spawn"] and got["next"] == "horovod"
     assert got["slower"] == pytest.approx({"low": 0.75, "mid": 1.25, "high": 2.0, "interval": True, "resolved": False,
-                                           "verdict": "not resolved", "p_holm": 0.3})
+                                           "verdict": "not resolved", "p_holm": 0.3, "swamped": None})
     assert got["ratio"] == pytest.approx({"low": 4 * 0.6, "mid": 4.0, "high": 4 * 1.6, "interval": True,
-                                          "resolved": True, "verdict": "faster", "p_holm": 0.01})
+                                          "resolved": True, "verdict": "faster", "p_holm": 0.01, "swamped": None})
     # rows priced from one measured row share its launches: their ratio is taken figure by figure
     same = [dict(r, _measured=fast) for r in rows]
     assert plan.recommend(same, _verdict_of(set()))["label"] == "spawn"
