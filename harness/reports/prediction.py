@@ -197,8 +197,9 @@ def section(out: Path, records: list[dict[str, Any]], tab) -> tuple[list[str], l
                    f"step: {within(real, 'error_median')} of {len(real)}."]
         if has_intervals(records):
             verdicts = [judgement(r) for r in real]
-            md += ["", f"Judged against each point's own 95% interval over its repeats (pass: within ±10%; fail: "
-                       f"beyond 10% plus the interval's half-width; undecidable: between, or fewer than 3 repeats): "
+            md += ["", f"Judged against each point's own 95% interval over its repeats (pass: within ±10%, at any "
+                       f"number of repeats; fail: beyond 10% plus the interval's half-width; undecidable: between, or "
+                       f"beyond 10% with fewer than 3 repeats): "
                        f"{verdicts.count('pass')} pass, {verdicts.count('fail')} fail, "
                        f"{verdicts.count('undecidable')} undecidable of {len(real)}."]
         spread = [r for r in real if len(r["measured_repeats_s"]) > 1]
@@ -539,8 +540,8 @@ def validation_lines(judged_sweeps: list[tuple[Path, list[dict], list[dict]]]) -
     current = [(d, rec, rows) for d, rec, rows in judged_sweeps if sweep_version(rec) == VERSION]
     older = [(d, rec) for d, rec, _ in judged_sweeps if sweep_version(rec) != VERSION]
     lines = [f"model version {VERSION} (fingerprint {FINGERPRINT}): validation on the {len(current)} sweep(s) made "
-             f"with it (PASS: within ±10% of the measured mean step; FAIL: beyond 10% plus the point's own 95% "
-             f"half-width; UNDECIDABLE: between, or fewer than 3 repeats)"]
+             f"with it (PASS: within ±10% of the measured mean step, at any number of repeats; FAIL: beyond 10% plus "
+             f"the point's own 95% half-width; UNDECIDABLE: between, or beyond 10% with fewer than 3 repeats)"]
     each = [scores(rows) for _, _, rows in current]
     for (d, _, _), s in zip(current, each):
         lines.append(f"  {d}: {_score_line(s)}")
