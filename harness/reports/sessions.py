@@ -96,6 +96,9 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                                           if r.get("status") in MEASURED and r.get("label") != "reference"),
                          "measured": sum(r.get("status") in MEASURED and r.get("label") != "reference"
                                          for r in records),
+                         # and those whose timed window was too short to read that from (not known either way)
+                         "unchecked": sum(bool((r.get("noise") or {}).get("unchecked")) for r in records
+                                          if r.get("status") in MEASURED and r.get("label") != "reference"),
                          "time": max(str(r.get("time_utc") or "") for r in records),
                          "failed": failed(records)} for (name, records), (_, a) in zip(sessions, per)],
            # "in each" of sessions of which one measured 2 and was left out read as false: it is of those counted
@@ -447,9 +450,11 @@ def provenance(joined: dict[str, Any], sessions: list[tuple[str, list[dict[str, 
 
 
 def _disturbed(joined: dict[str, Any], names: dict[str, str], unit: str) -> str:
-    """"S1 23 of 156; S2 52 of 138": the sessions with launches measured under interference, "" where none was."""
-    return "; ".join(f"{names[s['name']]} {s['disturbed']} of {s['measured']}{unit}" for s in joined["sessions"]
-                     if s.get("disturbed"))
+    """"S1 23 of 156; S2 52 of 138, 4 not checked": the sessions with launches measured under interference, or
+    with launches whose timed windows were too short to check, "" where none was."""
+    return "; ".join(f"{names[s['name']]} {s['disturbed']} of {s['measured']}{unit}"
+                     + (f", {s['unchecked']} not checked (windows too short to read)" if s.get("unchecked") else "")
+                     for s in joined["sessions"] if s.get("disturbed") or s.get("unchecked"))
 
 
 def console_lines(joined: dict[str, Any]) -> list[str]:

@@ -228,8 +228,12 @@ def interference_line(launches: list[dict[str, Any]], subject: str = "this verdi
     over each timed window: harness/core/assemble.py), how many and how much, beside the verdict: the notes name each
     launch, but a verdict over a loaded machine must say so where it is read."""
     hit = [r for r in launches if (r.get("noise") or {}).get("flags")]
+    # a launch whose timed window was too short to read the machine's load from is not known either way
+    unchecked = sum(bool((r.get("noise") or {}).get("unchecked")) for r in launches)
+    short = (f"{unchecked} of {of} {len(launches)} launches had timed windows too short to check for interference "
+             f"(/proc/stat counts 10 ms ticks)") if unchecked else ""
     if not hit:
-        return None
+        return f"**Not checked for interference: {short[0].lower()}{short[1:]}**; {named}." if short else None
 
     def span(key: str, flag: str) -> str | None:
         shares = sorted(r["noise"][key] for r in hit if any(f.startswith(flag) for f in r["noise"]["flags"])
@@ -246,7 +250,8 @@ def interference_line(launches: list[dict[str, Any]], subject: str = "this verdi
     said = said or sorted({f for r in hit for f in r["noise"]["flags"]})  # flags of records before the shares
     every = "every launch" if len(hit) == len(launches) else f"{len(hit)} of {of} {len(launches)} launches"
     return (f"**Measured under interference: {every}** ({'; '.join(said)}): every figure keeps them, so {subject} "
-            f"describes the machine as loaded as it then was; {named}.")
+            f"describes the machine as loaded as it then was" + (f"; {short}, so more may have been" if short else "")
+            + f"; {named}.")
 
 
 def _pair_text(a, p) -> str:

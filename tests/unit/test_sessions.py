@@ -610,19 +610,22 @@ def test_a_join_says_how_many_launches_of_each_session_were_measured_under_inter
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
     rng = random.Random(5)
     runs = [_run(tmp_path, f"s{i}", _values(rng, 0.0)) for i in range(3)]
-    for run, flagged in zip(runs, (12, 0, 3)):
+    for run, flagged, short in zip(runs, (12, 0, 3), (0, 0, 4)):
         recs = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
         for k, r in enumerate(recs):
             r["noise"] = {**(r.get("noise") or {}), "flags": ["other processes 40%"] if k < flagged else []}
+            if flagged <= k < flagged + short:  # and launches whose windows were too short to read it from
+                r["noise"]["unchecked"] = "its timed window was 6 ticks of /proc/stat, too short"
         (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert CliRunner().invoke(app, ["join", str(tmp_path / "j"), *map(str, runs)]).exit_code == 0
     assert ("Launches measured under interference (other processes or steal over their timed windows; each session's "
-            "report names them): S1 12 of 12; S3 3 of 12. They are kept in every figure") in (
+            "report names them): S1 12 of 12; S3 3 of 12, 4 not checked (windows too short to read). They are kept "
+            "in every figure") in (
         tmp_path / "j" / "report.md").read_text()
     # and the terminal says it beside the joined verdict, where it said nothing
     lines = sessions.console_lines(sessions.analyse(joins.load(tmp_path / "j")))
-    assert ("Measured under interference (other processes or steal): S1 12 of 12 launches; S3 3 of 12 launches; kept "
-            "in every figure (each session's report names them).") in lines
+    assert ("Measured under interference (other processes or steal): S1 12 of 12 launches; S3 3 of 12 launches, 4 not "
+            "checked (windows too short to read); kept in every figure (each session's report names them).") in lines
 
 
 def test_join_says_when_a_directory_it_is_given_brings_other_sessions_and_records_the_command_as_typed(tmp_path,

@@ -645,6 +645,25 @@ def test_a_verdict_over_launches_measured_under_interference_says_so_beside_it()
                                                          "processes used 50% of the CPUs over their timed windows)")
 
 
+def test_launches_whose_windows_were_too_short_to_check_for_interference_are_counted_beside_the_verdict():
+    # an outside check: a session beside two busy loops read "Measured under interference: 1 of the verdict's 9
+    # launches", the cleanest of four, while 4 more of its windows had been too short to read the load from
+    recs = _records({"ddp": [100.0, 101.0, 99.0], "spawn": [90.0, 91.0, 89.0]})
+    for k, r in enumerate(recs):
+        r["noise"] = {"other_cpu_share": 0.01, "steal_share": 0.0, "flags": []}
+        if k < 2:
+            r["noise"]["unchecked"] = "its timed window was 6 ticks of /proc/stat, too short to read from"
+    assert verdict.analyse(recs)["lines"][-1] == (
+        "**Not checked for interference: 2 of the verdict's 6 launches had timed windows too short to check for "
+        "interference (/proc/stat counts 10 ms ticks)**; the notes name each launch.")
+    recs[5]["noise"].update(other_cpu_share=0.5, flags=["other processes used 50% of the CPUs"])
+    assert verdict.analyse(recs)["lines"][-1] == (
+        "**Measured under interference: 1 of the verdict's 6 launches** (other processes used 50% of the CPUs over "
+        "their timed windows): every figure keeps them, so this verdict describes the machine as loaded as it then "
+        "was; 2 of the verdict's 6 launches had timed windows too short to check for interference (/proc/stat counts "
+        "10 ms ticks), so more may have been; the notes name each launch.")
+
+
 def test_a_slow_row_with_a_narrow_interval_beside_wide_fast_rows_is_not_said_to_have_a_wide_interval():
     # a repeated run's shape: fsdp ~5x slower than ddp and spawn with the narrowest interval of the four, in the top
     # group only because ddp's and spawn's intervals were wide; the verdict blamed fsdp's own interval
