@@ -67,6 +67,9 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                              "half_width": half_width(sim) if sim["lo"] is not None else None}
         c["each"] = each
         c["outside"] = apart_from_the_others(estimates, each)
+        # where no session stands apart, the sessions that disagree two by two (a significant Q says some do)
+        c["disagree"] = [] if c["outside"] else [(each[i]["session"], each[j]["session"])
+                                                 for i, j in disagreeing(estimates, each)]
         pairs.append({"a": x, "b": y, **c})
     analysis.decide(pairs)
     base = first[0].get("baseline") if first[0].get("baseline") in ranked else (ranked[0] if ranked else None)
@@ -311,7 +314,7 @@ def markdown(joined: dict[str, Any]) -> list[str]:
         pred = "–" if not p.get("prediction") else f"[{p['prediction'][0]:.2f}–{p['prediction'][1]:.2f}]"
         md.append(f"| {verdict_mod.name_of(a, p['a'])} / {verdict_mod.name_of(a, p['b'])} | {verdict_mod.ratio_text(p)} | "
                   f"{p['tau']:.1%} | {statistics.median(ses):.1%} | {p['i2']:.0%} | {p['p_q']:.2g} | {pred} | "
-                  + " | ".join(cells) + f" | {', '.join(names[n] for n in p['outside']) or 'none'} |")
+                  + " | ".join(cells) + f" | {_apart(p, names)} |")
     md += ["", "Sessions: " + "; ".join(
         f"{names[s['name']]} [{s['name']}]({s['name']}/report.md) ({_session_text(s)})"
         for s in a["sessions"]) + ".", ""]
@@ -373,28 +376,44 @@ def _overturned(a: dict[str, Any], names: dict[str, str]) -> list[str]:
 
 
 def apart_from_the_others(estimates: list[tuple[float, float]], each: list[dict[str, Any]]) -> list[str]:
-    """The sessions that disagree with more than half of the other sessions: two sessions disagree where their
-    estimates of the pair differ by more than their within-session uncertainties allow (|y_i - y_j| over
-    sqrt(v_i + v_j), two-sided Welch t, Satterthwaite's df from each session's own, p < 0.05). Two sessions that
-    disagree are each apart from the other. Not "outside the pooled interval": with 2 to 4 sessions no session can lie
-    outside an interval of t(k-1) s / sqrt(k) about their own mean (Samuelson's bound: |y_i - mean| <= s (k-1) /
-    sqrt(k)), so that test never named the run that stood apart; nor against the mean of the others, which with 3 an
-    outlier drags as far as to set the other two apart too."""
-    from scipy import stats as sp
-
+    """The sessions that disagree with more than half of the other sessions (`disagreeing`). Not "outside the pooled
+    interval": with 2 to 4 sessions no session can lie outside an interval of t(k-1) s / sqrt(k) about their own mean
+    (Samuelson's bound: |y_i - mean| <= s (k-1) / sqrt(k)), so that test never named the run that stood apart; nor
+    against the mean of the others, which with 3 an outlier drags as far as to set the other two apart too."""
     k = len(estimates)
     against = [0] * k
-    for i in range(k):
-        for j in range(i + 1, k):
+    for i, j in disagreeing(estimates, each):
+        against[i] += 1
+        against[j] += 1
+    return [e["session"] for e, n in zip(each, against) if n > (k - 1) / 2]
+
+
+def disagreeing(estimates: list[tuple[float, float]], each: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(i, j) for every two sessions whose estimates of the pair differ by more than their within-session
+    uncertainties allow (|y_i - y_j| over sqrt(v_i + v_j), two-sided Welch t, Satterthwaite's df from each session's
+    own, p < 0.05)."""
+    from scipy import stats as sp
+
+    out = []
+    for i in range(len(estimates)):
+        for j in range(i + 1, len(estimates)):
             (yi, vi), (yj, vj) = estimates[i], estimates[j]
             di, dj = each[i].get("df"), each[j].get("df")
             if not (di and dj) or vi + vj <= 0:
                 continue
             df = (vi + vj) ** 2 / (vi ** 2 / di + vj ** 2 / dj)  # Satterthwaite's
             if 2 * float(sp.t.sf(abs(yi - yj) / math.sqrt(vi + vj), df)) < ALPHA:
-                against[i] += 1
-                against[j] += 1
-    return [e["session"] for e, n in zip(each, against) if n > (k - 1) / 2]
+                out.append((i, j))
+    return out
+
+
+def _apart(p: dict[str, Any], names: dict[str, str]) -> str:
+    """The sessions apart from the others ("S2"), or "none", with the sessions that disagree two by two where none
+    is apart ("none; S2 and S4 disagree")."""
+    if p["outside"]:
+        return ", ".join(names[n] for n in p["outside"])
+    pairs = [f"{names[x]} and {names[y]}" for x, y in p.get("disagree") or []]
+    return "none" + (f"; {', '.join(pairs)} disagree" if pairs else "")
 
 
 def _alone(session: dict[str, Any]) -> str:
@@ -469,7 +488,7 @@ def console_lines(joined: dict[str, Any]) -> list[str]:
     for p in joined["pairs"]:
         if p.get("tau") is None:
             continue
-        away = f"; apart from the others: {', '.join(names[n] for n in p['outside'])}" if p["outside"] else ""
+        away = f"; apart from the others: {_apart(p, names)}" if p["outside"] or p.get("disagree") else ""
         out.append(f"  {p['a']} / {p['b']} {verdict_mod.ratio_text(p)}: τ {p['tau']:.1%}, I² {p['i2']:.0%}{away}")
     return out
 

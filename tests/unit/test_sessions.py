@@ -957,3 +957,19 @@ def test_a_session_apart_from_the_others_is_named_with_2_to_4_sessions(k):
     # sessions that agree within their noise: none named
     calm = [(math.log(1.5) + d, 0.10 ** 2) for d in (0.0, 0.05, -0.04, 0.02)[:k]]
     assert sessions.apart_from_the_others(calm, each) == []
+
+
+def test_where_no_session_stands_apart_the_two_that_disagree_are_named():
+    # an outside check: four sessions, S2 1.91 (se 5.1%) and S4 1.06 (se 6.9%) of the pair, Q p = 8.7e-11, and the
+    # column read "none": neither disagreed with more than half of the others, and nothing said which did
+    import math
+
+    each = [{"session": name, "df": 4} for name in ("a", "b", "c", "d")]
+    estimates = [(math.log(1.45), 0.2 ** 2), (math.log(1.91), 0.051 ** 2), (math.log(1.4), 0.3 ** 2),
+                 (math.log(1.06), 0.069 ** 2)]
+    assert sessions.apart_from_the_others(estimates, each) == []
+    assert [(each[i]["session"], each[j]["session"]) for i, j in sessions.disagreeing(estimates, each)] == [
+        ("b", "d")]
+    names = {"a": "S1", "b": "S2", "c": "S3", "d": "S4"}
+    assert sessions._apart({"outside": [], "disagree": [("b", "d")]}, names) == "none; S2 and S4 disagree"
+    assert sessions._apart({"outside": ["b"], "disagree": []}, names) == "S2"
