@@ -20,7 +20,8 @@ class JoinRequest:
     out: Path | None = field(default=None, metadata=cli(argument=True, required=True, parser=typed_path))
     """The join's directory: its sessions.json and report.md (created; the runs' records stay where they are)."""
     runs: list[Path] = field(default_factory=list, metadata=cli(argument=True, required=True, parser=typed_path))
-    """Two or more run directories (or joins, whose sessions are taken) of the same request on this machine."""
+    """Two or more run directories (or joins, whose sessions are taken) of the same request on this machine; a run
+    made with `compare run --join` is the join of its sessions, and DIR/records.jsonl that run alone."""
     force: bool = field(default=False, metadata=cli("--force"))
     """Replace an earlier join in OUT."""
 
@@ -41,11 +42,15 @@ def join(req: JoinRequest) -> None:
     expanded = []
     for d in req.runs:
         try:
-            found = joins.session_dirs(d)  # a run stands for itself: read (and refused where it is none) below
+            # a run's records file stands for that run alone (a run made with `compare run --join` is, as a
+            # directory, the join of its sessions), as compare diff takes it
+            alone = d.is_file() and d.name in ("records.jsonl", "records.jsonl.gz")
+            found = [d.parent] if alone else joins.session_dirs(d)  # a run stands for itself: read (and refused
+            # where it is none) below
             d.resolve(), [x.resolve() for x in found]
         except (OSError, RuntimeError):  # a symlink loop: "Symlink loop from ..." as a traceback
             fail(f"{d} cannot be read (a symlink loop?); give a directory written by `compare run`")
-        if len(found) > 1 or found[0].resolve() != d.resolve():  # a join (or a run made with --join): its sessions
+        if not alone and (len(found) > 1 or found[0].resolve() != d.resolve()):  # a join: its sessions
             expanded.append(f"{d} is a join of {len(found)} sessions ({', '.join(map(str, found))}), each taken")
         for x in found:  # a session counted twice would weigh twice in every pooled estimate
             if x.resolve() in given:

@@ -973,3 +973,16 @@ def test_where_no_session_stands_apart_the_two_that_disagree_are_named():
     names = {"a": "S1", "b": "S2", "c": "S3", "d": "S4"}
     assert sessions._apart({"outside": [], "disagree": [("b", "d")]}, names) == "none; S2 and S4 disagree"
     assert sessions._apart({"outside": ["b"], "disagree": []}, names) == "S2"
+
+
+def test_join_takes_a_run_made_with_join_alone_by_its_records_file(tmp_path, monkeypatch):
+    # an outside check: `compare diff` took D4/records.jsonl as the run D4 made with --join, alone; `compare join`
+    # refused it ("is not a directory"), and the one way to join it apart from its earlier sessions was a copy
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(7)
+    runs = [_run(tmp_path, f"s{i}", _values(rng, 0.0)) for i in range(3)]
+    joins.write_manifest(runs[2], [runs[0], runs[2]], "compare run --join s0")  # s2 made with --join s0
+    result = CliRunner().invoke(app, ["join", str(tmp_path / "j"), str(runs[1]), str(runs[2] / "records.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert [name for name, _ in joins.load(tmp_path / "j")] == ["../s1", "../s2"]
+    assert "is a join of" not in result.output
