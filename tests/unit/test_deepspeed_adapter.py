@@ -106,7 +106,7 @@ def test_knobs_from_row_labels_are_coerced():
     ({"reduce_bucket_elems": "0"}, "knob 'reduce_bucket_elems' must be positive; got 0"),
     ({"zero_stage": "two"}, "knob 'zero_stage' must be 0, 1, 2 or 3; got 'two'"),
     ({"stage": "1"}, "unknown knob 'stage'; valid knobs: compile, offload_optimizer, precision, reduce_bucket_elems, "
-                     "zero_stage"),
+                     "sync_bn, zero_stage"),
 ])
 def test_bad_knobs_are_refused_before_launch(knobs, message):
     with pytest.raises(KnobError) as exc:
