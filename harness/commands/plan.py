@@ -34,7 +34,7 @@ class PlanRequest:
     hidden: int | None = field(default=None, metadata=cli("--hidden"))
     """Its hidden size: lays it out as Llama (per-matrix gradients, separate embedding and head, activations)."""
     heads: int | None = field(default=None, metadata=cli("--heads"))
-    """Its attention heads (default: hidden / 128)."""
+    """Its attention heads (default: hidden / 128, or the largest count below it that divides hidden)."""
     kv_heads: int | None = field(default=None, metadata=cli("--kv-heads"))
     """Its key/value heads: fewer than --heads is grouped-query attention (default: as many)."""
     ffn: int | None = field(default=None, metadata=cli("--ffn"))
