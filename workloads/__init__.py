@@ -138,6 +138,12 @@ def get(name: str, options: dict[str, Any] | None = None) -> Workload:
     """The workload `name` with `options` over its preset (UnknownName, BadReference, UserCodeError, OptionError
     on bad input)."""
     cls, preset = workload_class(name)
+    # a variant is its preset: an option that overrides it would run another variant under this one's name
+    for key, value in preset.items():
+        if key in (options or {}) and str(options[key]) != str(value):
+            base = next((n for n, m in _MODULES.items() if m == _MODULES[name][0]), None)
+            raise OptionError(f"it is {base or cls.__name__} with {key}={value}; -o {key}={options[key]} "
+                              f"would run another under its name: give -w {base or name} -o {key}={options[key]}")
     options = {**preset, **(options or {})}
     if cls.__init__ is not Workload.__init__:
         try:

@@ -40,8 +40,13 @@ def knobs(req: KnobsRequest) -> None:
         fail(f"unknown adapter or workload '{name}'; valid choices: {', '.join(adapters.names())} (adapters), "
              f"{', '.join(workloads.names())} (workloads)")
     for kind, n in names:
+        preset: dict = {}
         try:
-            cls = adapters.get(n).Knobs if kind == "adapter" else workloads.workload_class(n)[0].Options
+            if kind == "adapter":
+                cls = adapters.get(n).Knobs
+            else:  # a variant (resnet50) sets some options itself: they are fixed, not defaults
+                found, preset = workloads.workload_class(n)
+                cls = found.Options
         except (workloads.BadReference, workloads.UserCodeError):
             raise  # a user's file: one line, or their traceback (harness/cli.py), as for compare run
         except Exception as exc:  # noqa: BLE001 - an adapter whose module fails to import still lists the others
@@ -52,6 +57,10 @@ def knobs(req: KnobsRequest) -> None:
         how = f"compare run -a {n}:KNOB=VALUE" if kind == "adapter" else f"compare run -w {n} -o OPTION=VALUE"
         console.print(f"[bold]{escape(n)}[/] ({kind}; {escape(how)})" + ("" if rows else ": none"))
         for r in rows:
+            if r["name"] in preset:
+                console.print(f"  [bold]{escape(r['name'])}[/]: {escape(str(preset[r['name']]))}, set by the name {n} "
+                              f"(another value: its base workload)")
+                continue
             console.print(f"  [bold]{escape(r['name'])}[/]: {escape(r['values'])}; default {escape(r['default'])}")
             if r["doc"]:
                 console.print(f"      {escape(r['doc'])}")

@@ -57,7 +57,7 @@ def list_all(req: ListRequest) -> None:
         w.add_column(col)
     for name in workloads.names():
         try:
-            wl, _ = workloads.workload_class(name)
+            wl, preset = workloads.workload_class(name)
         except Exception as exc:  # noqa: BLE001 - an installed package's entry point that fails: said, not fatal
             w.add_row(name, escape(workloads.source(name)), "", "", "", f"[red]cannot load[/]: {escape(str(exc))}")
             continue
@@ -65,7 +65,8 @@ def list_all(req: ListRequest) -> None:
         w.add_row(name, escape(workloads.source(name)), str(wl.global_batch), f"{wl.warmup}+{wl.steps}",
                   "–" if wl.target is None else f"acc ≥ {wl.target} (--until-target: every {wl.eval_every} steps, "
                                                 f"≤ {wl.max_steps_to_target})",
-                  escape(wl.summary) if not reason else f"[red]unavailable[/]: {escape(reason)}")
+                  escape(wl.summary + "".join(f" ({k}={v})" for k, v in preset.items())) if not reason
+                  else f"[red]unavailable[/]: {escape(reason)}")
     console.print(w)
     for what, hidden in (("adapter", adapters.shadowed()), ("workload", workloads.shadowed())):
         for entry in hidden:

@@ -79,12 +79,13 @@ def render(out: Path, records: list[dict[str, Any]]) -> Path:
             md.append("| " + " | ".join(row) + " |")
         md.append("")
     md += ["## Provenance", "", f"- Command: `{r0['command']}`", f"- Run: {r0['run_id']} at {r0['time_utc']}; "
-           f"git commit {e.get('git_commit')}",
+           f"git commit {e.get('git_commit') or 'unknown'}",
            f"- Hardware: {e['cpu_model']}, {e['cpu_cores_usable']} usable cores; GPUs: "
            f"{', '.join(e.get('gpus', [])) or 'none'}",
            f"- Software: Python {e['python']}, torch {e['torch']}; " + "; ".join(
                sorted({f"{r['backend']}: {r.get('framework')} via {r.get('launcher')}" for r in records
                        if r.get("framework")})), *tuning_line(e),
+           *_load_lines(records),
            "- Every rank checks one result of every cell against the expected values before timing; timed "
            "iterations run on zero-filled buffers after warm-up, with a barrier before each cell.", ""]
     png = plot(out, records, ops, ok_backends)
@@ -165,3 +166,20 @@ def _cell(text: str) -> str:
     """Text for one Markdown table cell: on one line, without the column separator (records written before the
     ranks kept only a message's first line may hold a C++ stack trace)."""
     return " ".join(text.split()).replace("|", "/")
+
+
+def _load_lines(records) -> list[str]:
+    """What the machine was doing when each backend's launch began (the 1-minute load average before it), and the
+    other compare runs that measured at the same time: a table of bus bandwidths on a loaded machine says so, as a
+    run's report does."""
+    loads = dict.fromkeys((r.get("backend") or r.get("adapter"), r["load_avg_before"][0]) for r in records
+                          if r.get("load_avg_before"))
+    out = ["- Load average (1 min) before each launch: " + ", ".join(f"{b} {v:.2f}" for b, v in loads)] if loads else []
+    beside = {b: r["concurrent_compare_runs"] for r in records if r.get("concurrent_compare_runs")
+              for b in [r.get("backend") or r.get("adapter")]}
+    if beside:
+        out.append("- Another compare run measured at the same time as: " + "; ".join(
+            f"{b} (" + ", ".join(f"pid {x.get('pid')}: `{x.get('command')}`" if isinstance(x, dict) else str(x)
+                                 for x in runs) + ")" for b, runs in beside.items())
+            + ": its figures may be lower than this machine gives alone")
+    return out

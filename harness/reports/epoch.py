@@ -56,10 +56,11 @@ def epoch_rows(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> lis
     ordered = sorted(rows, key=lambda r: places[r["first"]["adapter"]][0] if places[r["first"]["adapter"]]
                      else float("inf"))  # sorted() is stable: our other rows keep their order
     out = []
+    aside = figures.not_ranked(records)  # a row the verdict leaves out says so where its epoch is read
     for row in ordered:
         f = row["first"]
         entry = {"label": row["adapter"], "adapter": f["adapter"], "blog_label": (places[f["adapter"]] or (0, None))[1],
-                 "measured": row["measured"], "status": row["status"],
+                 "measured": row["measured"], "status": row["status"], "not_ranked": aside.get(row["adapter"]),
                  "reason": "; ".join(row["reasons"]) or row["status"]}
         if row["measured"]:
             ctl = f["controls"]
@@ -78,6 +79,11 @@ def epoch_rows(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> lis
                 entry.update(eval_every=every, eval_s=each, eval_per_epoch_s=each * steps / every)
         out.append(entry)
     return out
+
+
+def _s(seconds: float) -> str:
+    """Seconds to three significant digits, trailing zeros kept ("2.60", beside "2.68"), whole from 100 on."""
+    return f"{seconds:.0f}" if seconds >= 100 else f"{seconds:#.3g}"
 
 
 def section(entries: list[dict[str, Any]]) -> list[str]:
@@ -104,8 +110,9 @@ def section(entries: list[dict[str, Any]]) -> list[str]:
         if with_eval:
             extra = (" – |" if e.get("eval_per_epoch_s") is None else
                      f" {e['eval_per_epoch_s']:.3g} ({e['steps'] / e['eval_every']:.3g} × {e['eval_s'] * 1e3:.3g} ms) |")
-        span = f" [{e['epoch_interval'][0]:.3g}–{e['epoch_interval'][1]:.3g}]" if e.get("epoch_interval") else ""
-        lines.append(f"| {e['label']} | {name} | {e['samples_per_s']:,.0f} | {e['epoch_s']:.3g}{span} |{extra}")
+        span = f" [{_s(e['epoch_interval'][0])}–{_s(e['epoch_interval'][1])}]" if e.get("epoch_interval") else ""
+        aside = f" ({e['not_ranked']})" if e.get("not_ranked") else ""
+        lines.append(f"| {e['label']}{aside} | {name} | {e['samples_per_s']:,.0f} | {_s(e['epoch_s'])}{span} |{extra}")
     return lines
 
 
@@ -145,7 +152,8 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
         return None
 
     labels = [figures.wrap_label((f"{e['blog_label']} ({e['label']})" if e["blog_label"] else e["label"])
-                                 + (f" [{e['precision']}]" if e.get("precision", "fp32") != "fp32" else ""), 34)
+                                 + (f" [{e['precision']}]" if e.get("precision", "fp32") != "fp32" else "")
+                                 + (f" [{e['not_ranked']}]" if e.get("not_ranked") else ""), 34)
               for e in entries]
     train = [e.get("epoch_s") or 0.0 for e in entries]
     ev = [e.get("eval_per_epoch_s") or 0.0 for e in entries]
@@ -172,7 +180,7 @@ def plot(out: Path, records: list[dict[str, Any]], entries: list[dict[str, Any]]
                         ecolor="#222222", elinewidth=1, capsize=3, zorder=3)
         if e["measured"]:
             end = max(train[i] + ev[i], e["epoch_interval"][1] if e.get("epoch_interval") else 0.0)
-            ax.text(end, i, f"  {train[i] + ev[i]:.3g} s", va="center", ha="left", fontsize=9)
+            ax.text(end, i, f"  {_s(train[i] + ev[i])} s", va="center", ha="left", fontsize=9)
         else:
             ax.text(top * 0.02, i, f"{e['status']}: {shorten(e['reason'], 70)}", va="center", ha="left", fontsize=8,
                     color="#888888")

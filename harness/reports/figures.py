@@ -106,6 +106,18 @@ def of_run(records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> tuple[A
     return plt, measured, run_title(records)
 
 
+def not_ranked(records: list[dict[str, Any]]) -> dict[str, str]:
+    """{row: what its bar must say} for the rows the verdict leaves out of its ranking, where they ran on fewer
+    devices than the world size ("dp, 1 of 2 devices: not ranked"): their bar, the shortest epoch of a CPU run (one
+    process over the whole batch), would be read as a backend's win where it is not a data-parallel one."""
+    out = {}
+    for r in records:
+        used = (r.get("topology") or {}).get("devices_used")
+        if r.get("label") and used is not None and used < (r.get("world_size") or 0):
+            out[r["label"]] = f"{used} of {r['world_size']} devices: not ranked"
+    return out
+
+
 LABEL_WIDTH = 26
 """Characters of a row's label on one line of a figure: a longer one (a row with several knobs,
 `fsdp:param_dtype=bf16:reshard_after_forward=false`) squeezed the axes of a 7-inch figure until its own value

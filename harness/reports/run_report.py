@@ -322,9 +322,12 @@ def _controls(rows) -> list[str]:
 def provenance(records) -> list[str]:
     r = records[0]
     e = r["env"]
+    again = r.get("rerun_command")  # the request with what it resolved: the steps a design chose, the order seed
     return [
         f"- Command: `{r['command']}`",
-        f"- Run: {r['run_id']} at {r['time_utc']}; git commit {e.get('git_commit')}",
+        *([f"- To rerun it exactly (what it resolved written back: steps, warm-up, rows, order seed): `{again}`"]
+          if again and again != r["command"] else []),
+        f"- Run: {r['run_id']} at {r['time_utc']}; git commit {e.get('git_commit') or 'unknown'}",
         f"- Hardware: {hardware_text(e)}",
         f"- Software: {software_text(records)}",
         *tuning_line(e),

@@ -1903,3 +1903,13 @@ def test_a_run_killed_before_its_first_record_is_told_as_such_by_report(tmp_path
     assert result.exit_code == 2
     assert result.stderr == (f"error: {d} holds no records.jsonl: the run that wrote it ended before its first row's "
                              f"record was saved (its logs/ holds only reference.log.gz; killed?); run it again\n")
+
+
+def test_a_workload_variants_own_option_cannot_be_overridden_under_its_name():
+    # an outside check: -w resnet50 -o arch=resnet18 built a ResNet-18 labelled "resnet50 (arch=resnet18)"
+    result = invoke("plan", "-w", "resnet50", "-o", "arch=resnet18", "--gpu", "h100")
+    assert result.exit_code == 2 and result.stderr == (
+        "error: workload resnet50: it is resnet with arch=resnet50; -o arch=resnet18 would run another under its "
+        "name: give -w resnet -o arch=resnet18\n"), result.stderr
+    knobs = invoke("knobs", "resnet50")
+    assert "arch: resnet50, set by the name resnet50 (another value: its base workload)" in knobs.stdout

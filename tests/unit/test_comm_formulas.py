@@ -123,3 +123,18 @@ def test_a_gap_keeps_every_rank_busy_before_each_call_and_is_not_timed(monkeypat
             assert events[1:] == [("spin", gap), "call"] * (warm + timed)
         else:
             assert events == ["call"] * calls
+
+
+def test_a_comm_report_says_the_load_each_launch_began_under_and_any_compare_run_beside_it():
+    # an outside check: comm reports said nothing of the load they were measured under, where a run's report does
+    from harness.reports.comm_report import _load_lines
+
+    records = [{"backend": "torch", "load_avg_before": [2.32, 2.2, 2.1]},
+               {"backend": "torch", "load_avg_before": [2.32, 2.2, 2.1]},
+               {"backend": "horovod", "load_avg_before": [3.5, 2.2, 2.1],
+                "concurrent_compare_runs": [{"pid": 41, "command": "compare run -a ddp"}]}]
+    assert _load_lines(records) == [
+        "- Load average (1 min) before each launch: torch 2.32, horovod 3.50",
+        "- Another compare run measured at the same time as: horovod (pid 41: `compare run -a ddp`): its figures "
+        "may be lower than this machine gives alone"]
+

@@ -387,3 +387,22 @@ def test_an_evaluation_that_did_not_finish_says_where_a_model_may_fail_in_eval_m
     assert (f"**{first['label']}** repeat {first['repeat']}: its evaluation did not finish (rank 1 exited with code 1; "
             f"first error: AssertionError: NestedTensor); its timed measurement was complete before it began and is "
             f"kept.{EVAL_MODE}") in md
+
+
+def test_a_run_reports_provenance_gives_the_command_that_reruns_it_exactly():
+    # an outside check: two runs of `compare run -a dp,ddp,horovod,apex` designed 222 and 172 timed steps, and each
+    # report's command named neither: rerun from the report, a run designs its steps anew
+    from pathlib import Path
+
+    from harness.ground.record import read_records
+    from harness.reports.run_report import provenance
+
+    run = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "digits_cpu2_20261126-045209"
+    records = read_records(run / "records.jsonl.gz")
+    assert not any(line.startswith("- To rerun it exactly") for line in provenance(records))  # none recorded
+    records[0].update(command="compare run -a ddp", rerun_command="compare run -a ddp --steps 172 --warmup 20")
+    records[0]["env"]["git_commit"] = None
+    lines = provenance(records)
+    assert lines[1] == ("- To rerun it exactly (what it resolved written back: steps, warm-up, rows, order seed): "
+                        "`compare run -a ddp --steps 172 --warmup 20`")
+    assert lines[2].endswith("; git commit unknown")

@@ -93,6 +93,13 @@ def test_epoch_arithmetic_and_the_seed_blogs_order():
         assert e["epoch_s"] == pytest.approx(22 * 64 / by_label[e["label"]]["samples_per_s"])
         assert e["eval_per_epoch_s"] is None  # a fixed-length run measures no periodic evaluation
     assert epoch.samples_per_epoch(1408, 64) == (22, 1408) and epoch.samples_per_epoch(63, 64) == (0, 0)
+    # an outside check: the chart a blog copies drew dp, one process on one device of 2 on the CPU, as the shortest
+    # epoch and said nowhere on it that the verdict leaves dp out of its ranking; its table row says so too now
+    assert [e["not_ranked"] for e in entries if e["measured"]] == [
+        "1 of 2 devices: not ranked" if e["label"] == "dp" else None for e in entries if e["measured"]]
+    line = next(x for x in epoch.section(entries) if x.startswith("| dp "))
+    assert line.startswith("| dp (1 of 2 devices: not ranked) | nn.DataParallel |")
+    assert epoch._s(2.6) == "2.60" and epoch._s(0.0162) == "0.0162" and epoch._s(123.4) == "123"
 
 
 def test_evaluation_per_epoch_in_an_until_target_run():
