@@ -181,7 +181,17 @@ def raised_place(path: Path, error: str) -> str | None:
     except OSError:
         return None
     return next((place for i, line in enumerate(lines)
-                 if _unprefixed(line) == error and (place := _users_frame(lines, i))), None)
+                 if _same_error(_unprefixed(line), error) and (place := _users_frame(lines, i))), None)
+
+
+def _same_error(line: str, error: str) -> bool:
+    """Whether a traceback's last line is the error a rank recorded: the same, or the same with its class's module
+    before it (Python names a class outside builtins so: "compare_user_fw_27e454c0.MyErr: ...", where the rank
+    recorded "MyErr: ...")."""
+    if line == error:
+        return True
+    head = line[:len(line) - len(error)]
+    return line.endswith(error) and head.endswith(".") and " " not in head and head[:1].isidentifier()
 
 
 def crash_place(path: Path) -> str | None:

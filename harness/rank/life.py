@@ -238,8 +238,8 @@ def run(spec_path: str | Path) -> None:
     try:
         _work(spec, marks)
     except BaseException as exc:  # noqa: BLE001 - the worker always leaves through os._exit below
+        code = exit_status(exc)  # first: what the failure's account raises must not leave this rank exiting 0
         failed(exc, rank_dir)
-        code = exit_status(exc)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -256,13 +256,26 @@ def failed(exc: BaseException, rank_dir: Path) -> None:
     from harness.shared.registry import UserCodeError
 
     shown = exc.exc if isinstance(exc, UserCodeError) else exc
+    text = _text(shown)
     try:  # before the traceback and the exit: a peer's failure that this one causes comes after it
         write_json(failed_path(rank_dir, launcher_rank()),
                    {"rank": launcher_rank(), "time": time.time(),
-                    "error": shorten(f"{type(shown).__name__}: {shown}" if str(shown) else type(shown).__name__)})
+                    "error": shorten(f"{type(shown).__name__}: {text}" if text else type(shown).__name__)})
     except OSError:
         pass
-    traceback.print_exception(shown)
+    try:
+        traceback.print_exception(shown)  # prints "<exception str() failed>" itself where str() raises
+    except Exception:  # noqa: BLE001 - a traceback that cannot be printed: the record above says the error
+        pass
+
+
+def _text(exc: BaseException) -> str:
+    """str(exc), or what Python's own traceback prints where that raises (an exception class whose __str__ is
+    broken: the rank must still say it failed, and with which exception)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - the user's __str__
+        return "<exception str() failed>"
 
 
 def exit_status(exc: BaseException) -> int:

@@ -509,3 +509,34 @@ def test_a_rank_whose_model_builder_raised_leaves_the_users_exception_and_its_fr
     assert "UserCodeError" not in err
     assert json.loads((tmp_path / "failed-rank1.json").read_text())["error"] == ("RuntimeError: builder fails on "
                                                                                 "rank 1 only")
+
+
+def test_an_exception_class_of_the_users_own_is_placed_by_its_module_qualified_traceback_line(rd):
+    # an outside check: "first error: MyErr: a plain custom exception" with no place, where Python's traceback names
+    # the class with its module ("compare_user_fw_27e454c0.MyErr: ...") and the rank recorded "MyErr: ..."
+    _start(rd, 0), _start(rd, 1)
+    (rd / "launch.log").write_text(
+        "[rank0]: RuntimeError: Connection reset by peer\n[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/home/u/fw.py", line 33, in fire\n[rank1]:     raise MyErr("a plain custom exception")\n'
+        "[rank1]: compare_user_fw_27e454c0.MyErr: a plain custom exception\n")
+    _failed(rd, 1, T + 5.0, "MyErr: a plain custom exception")
+    _exit(rd, 1, T + 5.01, code=1)
+    _failed(rd, 0, T + 5.02, "RuntimeError: Connection reset by peer")
+    _exit(rd, 0, T + 5.03, code=1)
+    assert culprit(rd, [_launcher(rd, 1, T + 5.5)]) == ("rank 1 exited with code 1; first error: MyErr: a plain "
+                                                        "custom exception (raised in fire (fw.py:33))")
+
+
+def test_an_exception_whose_str_raises_still_fails_its_rank_with_its_class(tmp_path, monkeypatch):
+    # an outside check: an exception class whose __str__ raised left its rank exiting 0 with no record ("exited with
+    # code 0 before it finished (an exit in the model's code?)"): the ValueError from str() escaped the account
+    from harness.rank import life
+
+    class BadStr(Exception):
+        def __str__(self):
+            raise ValueError("no")
+
+    monkeypatch.setattr(life, "launcher_rank", lambda: 1)
+    life.failed(BadStr(), tmp_path)
+    got = json.loads(next(tmp_path.rglob("*.json")).read_text())
+    assert got["error"] == "BadStr: <exception str() failed>" and life.exit_status(BadStr()) == 1
