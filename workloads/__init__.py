@@ -55,13 +55,41 @@ def resolvable(name: str) -> str:
 
 def provenance(name: str) -> str:
     """`source(name)`, and for a file the SHA-256 of its text, so that a record says which version of it ran."""
+    where = source(name)
+    got = digest(name)
+    return where + (f" (sha256 {got})" if got else "")
+
+
+def digest(name: str) -> str | None:
+    """The first 16 hex digits of the SHA-256 of the workload's file, for a file reference; None for any other (a
+    name, a module) or a file that cannot be read."""
     import hashlib
 
     where = source(name)
-    if where.startswith("file "):
-        path = Path(where.removeprefix("file "))
-        where += f" (sha256 {hashlib.sha256(path.read_bytes()).hexdigest()[:16]})"
-    return where
+    if not where.startswith("file "):
+        return None
+    try:
+        return hashlib.sha256(Path(where.removeprefix("file ")).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
+
+
+class WorkloadChanged(Exception):
+    """The workload's file is no longer the one the run began with: a launch would train another model."""
+
+
+def check_unchanged(name: str, began: str | None) -> None:
+    """WorkloadChanged where the file of workload `name` no longer has the digest `began` (the run's, taken before
+    it first imported the file): an edit during a comparison would have the rows after it train another model
+    than the rows before, under one name and one recorded digest."""
+    if began is None:
+        return
+    now = digest(name)
+    if now != began:
+        path = source(name).removeprefix("file ")
+        raise WorkloadChanged(f"the workload file {path} changed since this run began (sha256 {began}, now "
+                              f"{now or 'unreadable'}): this row would train another model than the rows before it; "
+                              f"run the comparison again once the file is as you want it")
 
 
 def slug(name: str) -> str:

@@ -85,6 +85,7 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
     # importing the user's file and calling NAME run their code too: a hang or a crash there is bounded and said
     # as in the check below (it had printed nothing until killed)
     before = set(threading.enumerate())
+    began = workloads.digest(req.workload)  # before the file is imported: every launch checks its file still has it
     with bounded(f"importing and calling workload {req.workload}", req.stall_s):
         workload = load_workload(req)
         params = check_fits(workload, req, max((n.slots for n in topology.nodes), default=1) if topology
@@ -120,7 +121,8 @@ def _plan_rows(req: RunRequest, cores_fix: str | None) -> RunPlan:
     refuse_for_model(req, built, workload, explicit)
     return RunPlan(req, None, built, oversubscribed=over, workload=workload, global_batch=gb, steps=steps,
                    warmup=warmup, equiv_steps=equiv, until_target=until, topology=topology,
-                   loader_workers=loader_workers, spec_extra=_breakdown(req), param_count=params,
+                   loader_workers=loader_workers, param_count=params,
+                   spec_extra={**_breakdown(req), **({"workload_digest": began} if began else {})},
                    max_grad_norm=workload.max_grad_norm if req.max_grad_norm is None else req.max_grad_norm,
                    left_threads=_left_threads(left), moved=_moved(req, moved))
 

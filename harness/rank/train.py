@@ -40,6 +40,7 @@ def run(spec, adapter, info, marks, progress, fault, keep=lambda result: None) -
     stall or interruption there costs the breakdown, never the measurement."""
     import torch
 
+    workloads.check_unchanged(spec.workload, getattr(spec, "workload_digest", None))
     workload = workloads.get(spec.workload, spec.workload_options)
     total = spec.warmup + spec.steps
     torch.manual_seed(workload.seed)  # identical initial weights in every process and every adapter

@@ -102,6 +102,9 @@ class RunSpec:
     None: no clipping."""
     knobs: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
+    workload_digest: str | None = None
+    """The SHA-256 (16 hex digits) of a user's workload file when the run began (workloads.digest): a rank whose
+    file no longer has it fails at once, saying so (workloads.check_unchanged). None for a built-in workload."""
     bind_cores: bool = False
     """Bind this process's threads to its own `threads` cores (harness/rank/life.py: bind_cores)."""
     fault: str | None = None

@@ -1772,3 +1772,24 @@ def test_compares_own_failure_while_checking_a_workload_is_not_blamed_on_the_use
     assert code.value.code == 1 and "in default_accuracy_problem" in err  # compare's frames shown
     assert err.endswith("error: evaluating workload x on 2 test samples raised TypeError in compare's own code, "
                         "not yours (traceback above: a bug in compare); nothing was run or written\n")
+
+
+def test_a_workload_file_edited_during_a_run_fails_the_launches_after_the_edit_saying_so(tmp_path):
+    # an outside check: a file edited while a comparison ran had its later rows train the edited model (✗, blamed
+    # on the seeding) or lose their record, and every record named the digest of the file before the edit
+    path = write(tmp_path, """
+        import torch
+        def f():
+            return dict(model=torch.nn.Linear(4, 2), data=(torch.randn(64, 4), torch.randint(0, 2, (64,))))
+    """)
+    name = f"{path}:f"
+    began = workloads.digest(name)
+    assert len(began) == 16 and workloads.provenance(name).endswith(f"(sha256 {began})")
+    workloads.check_unchanged(name, began)  # unchanged: nothing to say
+    workloads.check_unchanged(name, None)  # a built-in workload has no digest
+    path.write_text(path.read_text().replace("Linear(4, 2)", "Linear(4, 3)"))
+    with pytest.raises(workloads.WorkloadChanged) as exc:
+        workloads.check_unchanged(name, began)
+    assert str(exc.value) == (f"the workload file {path} changed since this run began (sha256 {began}, now "
+                              f"{workloads.digest(name)}): this row would train another model than the rows before "
+                              f"it; run the comparison again once the file is as you want it")
