@@ -241,6 +241,10 @@ class Workload(ABC):
     """Where the user's code called torch.distributed while that check ran ("gather (model.py:52)"), for a model
     found to depend on the rest of its batch: run alone it skips its gather, and under a backend it may gather the
     rest from the other ranks (a SimCLR or CLIP loss), so no row's ✗ claims that no backend can match it."""
+    calls_distributed: str | None = None
+    """Where the user's code called torch.distributed while the check before launching ran ("logged_loss
+    (model.py:31)"), found or not to depend on its batch: one process skips such code (no process group), a backend
+    that starts one runs it, and a ✗ nothing else explains says so (harness/core/assemble.py: _code_clues)."""
     empty_slice: dict[str, Any] | None = None
     """For a loss without a count, the first step and rank whose slice holds none of the items it averages over
     (harness/core/normalisation.py, empty_slice), found by the same check: a row whose loss becomes NaN there is

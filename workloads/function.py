@@ -140,7 +140,7 @@ class FunctionWorkload(Workload):
         import torch
 
         if isinstance(made, torch.nn.Module):
-            return copy.deepcopy(made)
+            return _copied(made)
         try:
             with user_code(f"building the model of workload {self.ref}"):
                 model = made()
@@ -545,3 +545,22 @@ def _stack(dataset):
     from torch.utils.data import default_collate
 
     return default_collate([dataset[i] for i in range(len(dataset))])
+
+
+def _copied(model):
+    """A deep copy of the model a workload returned as built, with the hooks on its parameters too: deepcopy copies
+    a module's own hooks but not a tensor's (param.register_hook, register_post_accumulate_grad_hook), so a copy
+    trained without the user's gradient hooks, on every row and in the single process alike."""
+    twin = copy.deepcopy(model)
+    mine = dict(twin.named_parameters(remove_duplicate=False))
+    done = set()  # a parameter shared by two modules (tied weights) is one tensor: its hooks once
+    for name, p in model.named_parameters(remove_duplicate=False):
+        q = mine.get(name)
+        if q is None or q is p or id(q) in done:
+            continue
+        done.add(id(q))
+        for hook in (getattr(p, "_backward_hooks", None) or {}).values():
+            q.register_hook(hook)
+        for hook in (getattr(p, "_post_accumulate_grad_hooks", None) or {}).values():
+            q.register_post_accumulate_grad_hook(hook)
+    return twin

@@ -178,6 +178,11 @@ def step_list(steps: list[int]) -> str:
     return f"step{'s' if len(steps) > 1 else ''} {', '.join(parts)}"
 
 
+NOT_EXPLAINED = "so no parameter left without one explains the difference"
+"""How a ✗'s reason ends where the parameters that differ most had a gradient in every step and nothing else was
+named: the check's other clues (assemble._code_clues) are then said after it."""
+
+
 def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: str | None,
                 stateful: str | None, note: str | None = None, optimizer: str | None = None,
                 tolerance: float | None = None, lr: float | None = None) -> str | None:
@@ -222,7 +227,7 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
     every = [p for p in largest if not p["steps_without_gradient"]]
     if not without:
         text = (f"the parameters that differ most, {named(every)}, had a gradient in every one of the {steps} steps "
-                f"compared, so no parameter left without one explains the difference")
+                f"compared, {NOT_EXPLAINED}")
         if note:
             text += f"; {label}'s own note: {note}"
         if stateful:
@@ -582,8 +587,38 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     maybe = normalisation.suspect(workload.varying_counts or [], getattr(workload, "count_losses", None))
     if why and maybe:
         why = f"{why}; besides, {maybe}"
+    if not maybe and (why is None or why.endswith(NOT_EXPLAINED)):  # nothing found yet: what the check saw the code do
+        clues = _code_clues(workload)
+        if clues:
+            why = f"{why}; " + "; ".join(clues) if why else "; ".join(clues)
     if why or maybe:
         out["why_failed"] = why or maybe
+    return out
+
+
+def _code_clues(workload) -> list[str]:
+    """What the check before launching saw the model's code do that a backend runs otherwise than one process does,
+    for a ✗ nothing else explains: hooks on its parameters' gradients, which run on each rank's own gradient before
+    the average (the single process's on the whole batch's); calls of torch.distributed, which one process skips
+    (no process group: `dist.is_initialized()` is False) and a backend that starts a group runs."""
+    out = []
+    facts = getattr(workload, "model_facts", None)
+    hooks = list(getattr(facts, "grad_hooks", None) or [])
+    if hooks:
+        out.append(f"the model registers hooks on its parameters' gradients ({listed(hooks)}), and each rank's hook "
+                   f"runs on its own slice's gradient before the backend averages them, where the single process's "
+                   f"runs on the whole batch's: a hook that is not linear in the gradient (a clamp, a normalisation, "
+                   f"a threshold) gives another average; fix: do that work after the average, in the optimizer's "
+                   f"step (a subclass, or register_step_pre_hook), or make the hook linear (a constant scale)")
+    called = getattr(workload, "calls_distributed", None)
+    if called:
+        out.append(f"the model's code calls torch.distributed ({called}), which the single process skips (it starts "
+                   f"no process group: dist.is_initialized() is False there) and a backend that starts one runs: "
+                   f"what that code changes (a loss all-reduced and divided by the world size, as logging often does, "
+                   f"which scales every gradient by 1/world size) trains this row away from the single process, and "
+                   f"a backend that starts no torch.distributed group (Horovod, dp) skips it as one process does; "
+                   f"fix: compute what you log from a detached copy of the loss, or keep the code the same in one "
+                   f"process and in many")
     return out
 
 

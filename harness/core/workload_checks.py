@@ -231,6 +231,8 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             workload.batch_dependent = found
             workload.batch_buffers = getattr(found, "buffers", None) or None
             workload.consults_distributed = consulted[0] if found and consulted else None
+        # where the code calls torch.distributed whatever else it does: a ✗ nothing else explains says so
+        workload.calls_distributed = ", ".join(consulted[:3]) if consulted else None
 
 
 class BatchBuffers(str):

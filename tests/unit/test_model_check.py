@@ -6,6 +6,8 @@ apart from state, and a failed check explained by the parameters that differ mos
 import sys
 from types import SimpleNamespace
 
+import textwrap
+
 import pytest
 import torch
 from torch import nn
@@ -1087,3 +1089,66 @@ def test_horovods_fp16_compression_is_read_from_the_class_it_holds():
     assert hvd.dtypes(model)["reduce"] == "fp16"
     hvd.optimizer = SimpleNamespace(_compression=type("NoneCompressor", (), {}), state={})
     assert hvd.dtypes(model)["reduce"] == "fp32"
+
+
+def test_a_failed_check_nothing_else_explains_names_gradient_hooks_and_calls_of_torch_distributed(tmp_path):
+    # an outside check: a loss all-reduced and divided by the world size (logging), and a clamp registered on a
+    # weight's gradient, each gave every torch.distributed row a ✗ ending "no parameter left without one explains the
+    # difference", though the check had seen both
+    path = tmp_path / "planted.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.distributed as dist
+        from workloads import workload
+
+        def _loss(out, y):
+            loss = torch.nn.functional.cross_entropy(out, y)
+            if dist.is_initialized():
+                dist.all_reduce(loss)
+                loss = loss / dist.get_world_size()
+            return loss
+
+        @workload(global_batch=16, lr=0.1)
+        def logged():
+            torch.manual_seed(0)
+            x, y = torch.randn(64, 8), torch.randint(0, 4, (64,))
+
+            def model():
+                m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+                m[0].weight.register_hook(lambda g: g.clamp(-0.02, 0.02))
+                return m
+            return dict(model=model, train=(x, y), loss=_loss)
+    """))
+    w = checked("logged", path=path)
+    assert w.calls_distributed.startswith("_loss (planted.py:")
+    clues = assemble._code_clues(w)
+    assert clues[0].startswith("the model registers hooks on its parameters' gradients (0.weight), and each rank's "
+                               "hook runs on its own slice's gradient before the backend averages them")
+    assert clues[1].startswith(f"the model's code calls torch.distributed ({w.calls_distributed}), which the single "
+                               f"process skips")
+    largest = [{"parameter": "2.weight", "diff": 5.5e-2, "steps_without_gradient": [], "gradient_ratio": None}]
+    why = assemble.why_differs(largest, 4, "ddp", None, None)
+    assert why.endswith(assemble.NOT_EXPLAINED)
+
+
+def test_a_model_given_as_built_keeps_the_hooks_on_its_parameters_in_every_copy(tmp_path):
+    # deepcopy copies a module's hooks but not a tensor's: a model returned as built (model=instance) with a hook on
+    # a weight's gradient trained without it in every row and in the single process alike, silently
+    path = tmp_path / "hooked.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from workloads import workload
+
+        @workload(global_batch=16, lr=0.1)
+        def hooked():
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+            model[0].weight.register_hook(lambda g: g * 0)
+            return dict(model=model, train=(torch.randn(64, 8), torch.randint(0, 2, (64,))))
+    """))
+    w = checked("hooked", path=path)
+    assert w.model_facts.grad_hooks == ["0.weight"]
+    copy = w.new_model()
+    copy(torch.randn(4, 8)).sum().backward()
+    assert torch.count_nonzero(copy[0].weight.grad) == 0 and torch.count_nonzero(copy[1].weight.grad) > 0
+    assert len(copy[0].weight._backward_hooks) == 1
