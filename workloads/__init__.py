@@ -65,13 +65,20 @@ def digest(name: str) -> str | None:
     name, a module) or a file that cannot be read."""
     import hashlib
 
-    where = source(name)
-    if not where.startswith("file "):
+    path = _file_of(name)
+    if path is None:
         return None
     try:
-        return hashlib.sha256(Path(where.removeprefix("file ")).read_bytes()).hexdigest()[:16]
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     except OSError:
         return None
+
+
+def _file_of(name: str) -> Path | None:
+    """The file a reference `path/to/file.py:NAME` names, read from the reference alone (importing it runs the
+    user's code: that is bounded where it is done); None for a name or a module."""
+    head = name.rpartition(":")[0] if ":" in name else ""
+    return Path(head).resolve() if head.endswith(".py") else None
 
 
 class WorkloadChanged(Exception):
@@ -86,7 +93,7 @@ def check_unchanged(name: str, began: str | None) -> None:
         return
     now = digest(name)
     if now != began:
-        path = source(name).removeprefix("file ")
+        path = _file_of(name)
         raise WorkloadChanged(f"the workload file {path} changed since this run began (sha256 {began}, now "
                               f"{now or 'unreadable'}): this row would train another model than the rows before it; "
                               f"run the comparison again once the file is as you want it")
