@@ -518,6 +518,8 @@ class Launch(Role):
     """Where the framework's ranks start no torch.distributed process group (they talk through the framework's own
     library), how a model gathers tensors across them instead, in words: a model's own torch.distributed gather
     (a SimCLR or CLIP loss's, behind `dist.is_initialized()`) is skipped there. "" where a group is started."""
+    NO_PROCESS_GROUP_REDUCE: ClassVar[str] = ""
+    """As NO_PROCESS_GROUP, for a statistic a buffer takes from every rank: the framework's own all-reduce."""
 
     COMM_PATHS: ClassVar[tuple[str, ...]] = ()
     """Folders of the framework's installed package where a rank waits for its peers (its communication module, as

@@ -124,6 +124,10 @@ class HorovodLaunch(Launch):
                         "averages it back over the ranks where torch.distributed.nn.functional.all_gather sums it: "
                         "multiply that loss by hvd.size() (a gather under no_grad, a queue of keys, needs no factor)")
 
+    # a statistic a buffer takes from every rank (an EMA of the batch's mean): a sum, not a gather
+    NO_PROCESS_GROUP_REDUCE = ("all-reduce with Horovod's own (t = hvd.allreduce(t, op=hvd.Sum), horovod.torch, "
+                               "behind hvd.is_initialized()) the slice's sum and count the buffer is updated from")
+
     # ---- parent side -------------------------------------------------------------------------------------
     @classmethod
     def availability(cls, device: str, world_size: int) -> Availability:

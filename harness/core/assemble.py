@@ -653,10 +653,15 @@ def _consulted(workload) -> str:
             f"under a backend it may gather the rest from the other ranks")
 
 
-def _no_group(adapter, label: str) -> str:
-    """Where the row's ranks start no torch.distributed process group: that the model's gather is skipped, and the
-    framework's own way to gather (its adapter's words); "" where they start one."""
+def _no_group(adapter, label: str, buffers: bool = False) -> str:
+    """Where the row's ranks start no torch.distributed process group: that the model's gather (or, for a buffer the
+    forward updates, its all-reduce: `buffers`) is skipped, and the framework's own way (its adapter's words); ""
+    where they start one."""
     gather = getattr(adapter, "NO_PROCESS_GROUP", "") if adapter is not None else ""
+    reduce = getattr(adapter, "NO_PROCESS_GROUP_REDUCE", "") if adapter is not None else ""
+    if buffers and reduce:
+        return (f"{label} starts no torch.distributed process group, so that all-reduce does not run under it and "
+                f"each rank's buffer follows its own slice alone; fix: {reduce}")
     return (f"{label} starts no torch.distributed process group, so that gather does not run under it and each "
             f"rank's loss sees its own slice alone; fix: {gather}") if gather else ""
 
@@ -719,7 +724,7 @@ def batch_dependent_failure(workload, adapter, label: str) -> str:
     group is told its gather is skipped there and the framework's own; another, what a gather must do to match."""
     gather = getattr(adapter, "NO_PROCESS_GROUP", "") if adapter is not None else ""
     if getattr(workload, "consults_distributed", None):
-        no_group = _no_group(adapter, label)
+        no_group = _no_group(adapter, label, buffers=bool(getattr(workload, "batch_buffers", None)))
         if no_group:
             return f"{_consulted(workload)}, but {no_group}"
         return (f"{_consulted(workload)}, yet this row still differs from the single process: a gather matches it "

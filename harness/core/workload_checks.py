@@ -136,7 +136,8 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             # traceback is torch's alone, so one line says it
             raise BadInput(f"workload {req.workload}: its training samples' tensors differ in shape ({exc}), and the "
                            f"default collate stacks each batch's items into one tensor; give them one shape in "
-                           f"__getitem__ (a sequence padded or cut to a fixed length, its padded labels -100)") from None
+                           f"__getitem__ (a sequence padded or cut to a fixed length, its padded labels -100; a bag "
+                           f"of ids padded with an id that nn.EmbeddingBag's padding_idx leaves out)") from None
         raise UserCodeError(f"reading the training samples of workload {req.workload}", exc) from None
     facts = workload.model_facts = ModelFacts()
     params = counted = random = None

@@ -1152,3 +1152,17 @@ def test_a_model_given_as_built_keeps_the_hooks_on_its_parameters_in_every_copy(
     copy(torch.randn(4, 8)).sum().backward()
     assert torch.count_nonzero(copy[0].weight.grad) == 0 and torch.count_nonzero(copy[1].weight.grad) > 0
     assert len(copy[0].weight._backward_hooks) == 1
+
+
+def test_a_buffer_all_reduced_by_the_users_code_is_told_horovods_all_reduce_not_its_allgather():
+    # an outside check: an EMA buffer updated from an all-reduced statistic (behind dist.is_initialized()) got, on
+    # Horovod, the contrastive loss's fix: "gather with Horovod's own allgather ... multiply that loss by hvd.size()"
+    w = SimpleNamespace(consults_distributed="update (m.py:12)", batch_buffers=["ema"],
+                        batch_dependent="the buffer ema follows the batch")
+    why = assemble.batch_dependent_failure(w, adapters.get("horovod")({}, "cpu"), "horovod")
+    assert ("horovod starts no torch.distributed process group, so that all-reduce does not run under it and each "
+            "rank's buffer follows its own slice alone; fix: all-reduce with Horovod's own (t = hvd.allreduce(t, "
+            "op=hvd.Sum), horovod.torch, behind hvd.is_initialized())") in why, why
+    w.batch_buffers = None  # a gather (a contrastive loss's): the allgather, as before
+    assert "fix: gather with Horovod's own allgather" in assemble.batch_dependent_failure(
+        w, adapters.get("horovod")({}, "cpu"), "horovod")

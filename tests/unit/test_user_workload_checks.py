@@ -1203,7 +1203,7 @@ def test_items_of_different_shapes_are_one_line_with_what_it_means_and_the_fix(t
         f"error: workload {path}:f: its training samples' tensors differ in shape (stack expects each tensor to be "
         f"equal size, but got [2] at entry 0 and [3] at entry 1), and the default collate stacks each batch's items "
         f"into one tensor; give them one shape in __getitem__ (a sequence padded or cut to a fixed length, its "
-        f"padded labels -100)\n")
+        f"padded labels -100; a bag of ids padded with an id that nn.EmbeddingBag's padding_idx leaves out)\n")
 
 
 @pytest.mark.parametrize("built", ["in the function", "on meta"])
