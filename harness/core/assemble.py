@@ -15,7 +15,7 @@ from typing import Any
 
 from adapters.base import EVERY_PARAMETER_FIX, NO_GRAD_CHECKPOINT
 from harness.core import normalisation
-from harness.core.model_check import RANDOM_LOSS
+from harness.core.model_check import DIFFERENT_BUILDS, RANDOM_LOSS, RESEEDED
 from harness.ground.record import LOAD_BALANCE_METHOD, SCHEMA_VERSION
 from harness.ground.stats import slowest_rank_steps, step_stats, worst
 from harness.launching import hosts
@@ -507,7 +507,11 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
     if out["passed"] is not False or diffs is None:  # passed, not checked, or no reference to compare with
         return out
     if workload.nondeterministic:
-        if workload.nondeterministic.startswith(RANDOM_LOSS):
+        if workload.nondeterministic.startswith(DIFFERENT_BUILDS):  # its own reason and fix: not a random forward
+            random = f"the model is not built alike: {workload.nondeterministic}"
+        elif workload.nondeterministic.startswith(RESEEDED):  # its fix is the data's draws, not a dropout of 0
+            random = f"the model is not deterministic: {workload.nondeterministic}"
+        elif workload.nondeterministic.startswith(RANDOM_LOSS):
             # measured: negatives drawn in a sampled softmax's loss, 3.7e-2 ✗; drawn with the data, 1.2e-7 ✓
             random = (f"the model is not deterministic: {workload.nondeterministic}: draw them with the data (in the "
                       f"dataset, or as part of the batch), so that each sample's draws go where the sample goes")

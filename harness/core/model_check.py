@@ -216,6 +216,44 @@ RANDOM_LOSS = "the same outputs gave different losses under two torch seeds: the
 in the loss): its fix is to draw them with the data, not a dropout of 0."""
 
 
+DIFFERENT_BUILDS = "two copies built under the same torch seed hold different parameters"
+"""How `diagnose` begins where the model's initial values do not follow torch's seed: its own reason and fix, not
+a random forward's (harness/core/assemble.py)."""
+RESEEDED = "the forward seeds torch's generator itself"
+"""How `diagnose` begins where the user's forward calls torch.manual_seed: its draws repeat whatever seed the run
+sets, so two seeds cannot tell them from a deterministic forward."""
+
+
+@contextlib.contextmanager
+def _reseeds():
+    """The places in the user's code ("forward (m.py:40)") that call torch.manual_seed (or torch.random's) while the
+    block runs; the calls behave as they do unwatched."""
+    import sys
+
+    import torch
+
+    from harness.launching.launch_logs import users_place
+
+    found: list[str] = []
+    originals = [(torch, "manual_seed", torch.manual_seed), (torch.random, "manual_seed", torch.random.manual_seed)]
+
+    def watched(original):
+        def call(*args, **kwargs):
+            caller = sys._getframe(1)
+            place = users_place(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
+            if place and place not in found:
+                found.append(place)
+            return original(*args, **kwargs)
+        return call
+    try:
+        for module, name, original in originals:
+            setattr(module, name, watched(original))
+        yield found
+    finally:
+        for module, name, original in originals:
+            setattr(module, name, original)
+
+
 def diagnose(build, forward, seed: int, loss=None) -> tuple[str | None, str | None]:
     """(why the training-mode forward, or the loss over its output, is random, or None; what it changes in its
     modules, or None), from copies built by `build()` under torch seed `seed` and called once each by
@@ -223,12 +261,18 @@ def diagnose(build, forward, seed: int, loss=None) -> tuple[str | None, str | No
     say why it does not fit)."""
     import torch
 
+    built: list[dict[str, Any]] = []
+    reseeded: list[str] = []
+
     def run(call_seed: int):
         torch.manual_seed(seed)
         model = build()
+        built.append({n: p.detach().clone() for n, p in model.named_parameters()})
         before = state_of(model)
         torch.manual_seed(call_seed)
-        out = forward(model)
+        with _reseeds() as found:
+            out = forward(model)
+        reseeded.extend(x for x in found if x not in reseeded)
         value = None
         if loss is not None:
             try:
@@ -241,6 +285,19 @@ def diagnose(build, forward, seed: int, loss=None) -> tuple[str | None, str | No
     first, changed, lost = run(1)
     again, _, lost_again = run(1)
     other, _, lost_other = run(2)
+    differ = [n for n in built[0] if n in built[1] and not same(built[0][n], built[1][n])]
+    if differ:  # before any forward: the copies start from other values, whatever their forward does
+        return (f"{DIFFERENT_BUILDS} ({listed(differ, 3)}): the "
+                f"model draws them from a generator torch's seed does not control (os.urandom, NumPy, Python's "
+                f"random, a torch.Generator seeded from the clock), so the single process and every rank build "
+                f"their own, and a backend that does not broadcast rank 0's (FSDP2; none broadcasts to the single "
+                f"process) trains from others; fix: build the model from torch's generator as the workload's seed "
+                f"leaves it (or seed that generator with a constant)", changed)
+    if reseeded:  # its draws then repeat whatever the seed: the two-seed test below cannot see them
+        return (f"{RESEEDED} ({', '.join(reseeded[:3])}): every rank then draws the same numbers for its own slice, "
+                f"which match the single process's draw over the whole batch only in its first rows; fix: draw them "
+                f"with the data (in the dataset, or as part of the batch), so that each sample's draws go where the "
+                f"sample goes, or leave the seed to the workload", changed)
     where = ("outputs" if not same(first, again, NOISE) else
              "losses" if lost is not None and not same(lost, lost_again, NOISE) else None)
     if where:

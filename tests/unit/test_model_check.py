@@ -1166,3 +1166,34 @@ def test_a_buffer_all_reduced_by_the_users_code_is_told_horovods_all_reduce_not_
     w.batch_buffers = None  # a gather (a contrastive loss's): the allgather, as before
     assert "fix: gather with Horovod's own allgather" in assemble.batch_dependent_failure(
         w, adapters.get("horovod")({}, "cpu"), "horovod")
+
+
+def test_a_model_built_from_a_generator_torchs_seed_does_not_control_or_reseeding_in_forward_is_named():
+    # an outside check: a frozen projection drawn from os.urandom was called a random forward ("make it deterministic,
+    # e.g. dropout 0"), and torch.manual_seed(step) in forward was called a dependence on the batch
+    import os
+
+    def unseeded():
+        m = nn.Linear(4, 3)
+        g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+        with torch.no_grad():
+            m.weight.copy_(torch.randn(3, 4, generator=g))
+        return m
+
+    x = torch.randn(8, 4)
+    why, _ = model_check.diagnose(unseeded, lambda m: m(x), seed=0)
+    assert why.startswith(f"{model_check.DIFFERENT_BUILDS} (weight): the model draws them from a generator torch's "
+                          f"seed does not control")
+
+    class Reseeding(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
+
+        def forward(self, x):
+            torch.manual_seed(7)
+            return self.lin(x) + torch.randn(x.shape[0], 3)
+
+    why, _ = model_check.diagnose(Reseeding, lambda m: m(x), seed=0)
+    assert why.startswith(f"{model_check.RESEEDED} (forward (") and "test_model_check.py:" in why, why
+    assert torch.manual_seed is torch.random.manual_seed or torch.manual_seed.__name__ == "manual_seed"
