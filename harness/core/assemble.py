@@ -317,6 +317,8 @@ def from_outcome(rec: dict[str, Any], outcome, spec, reference: dict | None, wor
     if outcome.concurrent_runs:  # another compare run measured at the same time (harness/launching/machine.py)
         rec["concurrent_compare_runs"] = outcome.concurrent_runs
     rec["controls"] = controls(spec, workload)
+    if getattr(outcome, "log_not_kept", None):
+        rec["log_not_kept"] = outcome.log_not_kept
     if outcome.stalled_rank is not None:
         rec["stalled_rank"] = outcome.stalled_rank
     if outcome.status != "ok":

@@ -117,10 +117,13 @@ class Session:
         try:
             with open(outcome.log_path, "rb") as src, (gzip.open if clean else open)(dest, "wb") as kept:
                 shutil.copyfileobj(src, kept)
-        except OSError:
-            # A cut-off copy would pass for the whole log (and a cut-off .gz does not even open): none is better.
+        except OSError as exc:
+            # A cut-off copy would pass for the whole log (and a cut-off .gz does not even open): none is better, and
+            # the record says so (a failed row's log is the one its reader wants)
             with contextlib.suppress(OSError):
                 dest.unlink(missing_ok=True)
+            if Path(outcome.log_path).exists():  # a launch that never started has no log to keep
+                outcome.log_not_kept = f"logs/{dest.name} could not be written ({exc.strerror or exc})"
 
     def keep_traces(self, rec: dict, name: str) -> None:
         """Move a launch's profiler traces (rank 0's and the slowest other rank's) into traces/ as

@@ -164,6 +164,8 @@ class Run(TypedDict):
     """Why a row is not ok: the first error line, the unavailable framework's reason and fix."""
     log_tail: NotRequired[str]
     """The last lines of a failed launch's log (a stall's: each rank's Python stacks)."""
+    log_not_kept: NotRequired[str]
+    """Why the launch's log is not in logs/ (it could not be written there: a full disk); log_tail keeps its end."""
     reached: NotRequired[dict[str, Any]]
     """Where rank 0 was when a launch failed: its phase, step and total."""
     stalled_rank: NotRequired[int]

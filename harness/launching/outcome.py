@@ -51,6 +51,8 @@ class Outcome:
     and exit code."""
     leftovers_killed: int = 0
     """Processes of this launch still alive after it ended, killed by the harness."""
+    log_not_kept: str | None = None
+    """Why the launch's log could not be kept in the results' logs/ (a full disk), where it could not."""
     concurrent_runs: list[dict] = field(default_factory=list)
     """Other compare runs that were alive on this machine when the timed steps began or when the launch ended
     ({pid, command, out, started}): their ranks shared the cores with this launch's."""

@@ -263,6 +263,9 @@ def _notes(rows, records) -> list[str]:
                 tail = "\n".join(r["log_tail"].splitlines()[-15:])
                 notes.append(f"**{r['label']}** repeat {r['repeat']} {r['status']}: {r['reason']}\n\n"
                              f"  ```\n{_indent(tail)}\n  ```")
+            if r["label"] == row["adapter"] and r.get("log_not_kept"):
+                notes.append(f"**{r['label']}** repeat {r['repeat']}: its log is not kept: {r['log_not_kept']}"
+                             + ("; the lines above are its end" if r.get("log_tail") else ""))
     return notes
 
 
