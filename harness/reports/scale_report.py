@@ -118,8 +118,12 @@ def summary_lines(tab) -> list[str]:
         if r.get("balance"):
             frac = statistics.mean(p["wait_s"] / p["step_s"] for p in r["balance"] if p["step_s"] > 0)
             waits = f"; its ranks spend {frac:.0%} of a step waiting on average"
+        # a figure from one launch a point says so where it is read (the table's "no interval" is far from it)
+        few = min((x.get("ok_repeats") or 0) for x in rows if x["n"] in (1, r["n"]) and x["status"] == "ok")
+        one = (f" (from {few} launch{'es' if few > 1 else ''} a point: no interval, and it may move by more than "
+               f"launches vary; `--repeats 3` gives one)") if few < 3 else ""
         lines.append(f"**{label}** at {r['n']} ranks: {r['samples_per_s']:,.0f} samples/s, speed-up "
-                     f"{_x(r['speedup_self'])} over itself at N=1 ({eff}){base}{waits}.")
+                     f"{_x(r['speedup_self'])} over itself at N=1 ({eff}){base}{waits}{one}.")
     return lines
 
 

@@ -41,6 +41,9 @@ def test_speedup_and_efficiency_against_itself_and_the_single_process():
     # the summary sentence is about the largest point that is not oversubscribed
     (line,) = scale.summary_lines(tab)
     assert line.startswith("**ddp** at 2 ranks") and "parallel efficiency 83%" in line
+    # an outside check: "parallel efficiency 17%" from one launch a point, said only in the table far below
+    assert line.endswith("(from 1 launch a point: no interval, and it may move by more than launches vary; "
+                         "`--repeats 3` gives one).")
 
 
 def test_load_balance_splits_each_ranks_step_into_compute_and_wait():
