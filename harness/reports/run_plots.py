@@ -103,7 +103,8 @@ def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any], scop
     logs = [[0.0 if c is None else math.log2(c["estimate"]) for c in row] for row in cells]
     span = max(0.05, max(abs(v) for row in logs for v in row))
     size = 1.1 * len(order) + 2.5
-    fig, ax = plt.subplots(figsize=(size, size * 0.8))
+    # at least as wide as the title's longest line takes at 9 points (two rows cut it off at both sides)
+    fig, ax = plt.subplots(figsize=(max(size, 6.5), size * 0.8))
     ax.imshow(logs, cmap="RdBu", vmin=-span, vmax=span)
     for i, row in enumerate(cells):
         for j, c in enumerate(row):
@@ -117,6 +118,6 @@ def pairs_plot(out: Path, records: list[dict[str, Any]], a: dict[str, Any], scop
     r0 = records[0]
     ax.set_title(f"Row ÷ column, samples/s ({r0['workload']}, world size {r0['world_size']}; {a['n_min']}+ launches "
                  f"per row)\n▲ faster, ▼ slower, ≈ equivalent within ±{a['margin'] * 100:g}%, ? not resolved "
-                 f"(Holm over {len(a['pairs'])} pairs)\n{scope}", fontsize=9)
+                 f"(Holm over {len(a['pairs'])} pair{'s' if len(a['pairs']) != 1 else ''})\n{scope}", fontsize=9)
     path = figures.save(fig, out / "pairs.png")
     return [path]
