@@ -622,7 +622,7 @@ def _code_clues(workload) -> list[str]:
                    f"no process group: dist.is_initialized() is False there) and a backend that starts one runs: "
                    f"what that code changes (a loss all-reduced and divided by the world size, as logging often does, "
                    f"which scales every gradient by 1/world size) trains this row away from the single process, and "
-                   f"a backend that starts no torch.distributed group (Horovod, dp) skips it as one process does; "
+                   f"a backend that starts no torch.distributed group skips it as one process does; "
                    f"fix: compute what you log from a detached copy of the loss, or keep the code the same in one "
                    f"process and in many")
     return out
