@@ -453,6 +453,12 @@ class Role(ABC):
     class Knobs:
         """Framework options; subclasses replace this with their own dataclass."""
 
+    def _synced_layers(self) -> dict[str, int]:
+        """{"sync_batch_norm_layers": how many} where the row's knob sync_bn summed its BatchNorm statistics over the
+        ranks (sync_batch_norm_in_place); {} where it has no such knob or it is off."""
+        on = getattr(getattr(self, "knobs", None), "sync_bn", False)
+        return {"sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0)} if on else {}
+
     def __init__(self, knobs: dict[str, Any] | None = None, device: str = "cpu"):
         """Build the knobs from `knobs` (text or typed values; KnobError if refused) for `device` (cpu|cuda)."""
         self.knobs = options.build(self.Knobs, knobs or {}, what="knob")

@@ -583,8 +583,8 @@ class DeepSpeedStrategy(Strategy):
             e = self.engine
             d.update({"ds_config": self.config, "client_optimizer": self.client_optimizer,
                       "engine_optimizer": type(e.optimizer).__name__,
-                      "resolved": {"sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0),
-                                   "zero_stage": e.zero_optimization_stage(), "train_batch_size": e.train_batch_size(),
+                      "resolved": {**self._synced_layers(), "zero_stage": e.zero_optimization_stage(),
+                                   "train_batch_size": e.train_batch_size(),
                                    "micro_batch_per_rank": e.train_micro_batch_size_per_gpu(),
                                    "gradient_accumulation_steps": e.gradient_accumulation_steps(),
                                    "bf16": e.bfloat16_enabled(), "fp16": e.fp16_enabled(),

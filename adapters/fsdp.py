@@ -229,7 +229,8 @@ class FSDPStrategy(DDPStrategy):
         d = {"knobs": dataclasses.asdict(self.knobs), "framework": f"torch {torch.__version__}",
              "backend": self.info.backend if self.info else None}
         if getattr(self, "units", None) is not None:
-            d["resolved"] = {"sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0), "units": self.units, "units_sharing_parameters": getattr(self, "shared_groups", []),
+            d["resolved"] = {**self._synced_layers(), "units": self.units,
+                             "units_sharing_parameters": getattr(self, "shared_groups", []),
                              "mesh": (f"{self.knobs.replicas} x "
                                                            f"{self.info.world_size // self.knobs.replicas}"
                                                            if self.knobs.replicas > 1 else f"{self.info.world_size}")}

@@ -394,7 +394,8 @@ class HorovodStrategy(Strategy):
 
         d = {**super().describe(), "framework": f"horovod {horovod.__version__}", "lr_scaling": "none",
              # What horovodrun handed the ranks (it exports the tunables it was given), else its documented default.
-             "resolved": {"sync_batch_norm_layers": getattr(self, "synced_batch_norm", 0), "fusion_threshold_mb": int(_env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20)) / 2**20,
+             "resolved": {**self._synced_layers(),
+                          "fusion_threshold_mb": int(_env_number("HOROVOD_FUSION_THRESHOLD", 128 * 2**20)) / 2**20,
                           "cycle_time_ms": _env_number("HOROVOD_CYCLE_TIME", 1.0)}}
         notes = []
         log = os.environ.get("HOROVOD_AUTOTUNE_LOG")
