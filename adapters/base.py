@@ -273,46 +273,39 @@ class ModelFacts:
         return f"{shown} ({when} {self.checked_steps} checked)"
 
 
-def sync_bn_cpu_fix(name: str) -> str:
-    """The fix for a model holding SyncBatchNorm on the CPU, for a backend with a sync_bn knob
-    (sync_batch_norm_in_place)."""
-    return (f"the knob sync_bn=true (-a {name}:sync_bn=true) makes each such layer a BatchNorm whose statistics are "
-            f"summed over the ranks, on the CPU too")
-
-
-def cpu_sync_batch_norm(facts: ModelFacts, device: str, fix: str) -> Availability | None:
+def cpu_sync_batch_norm(facts: ModelFacts, device: str, name: str, synced: bool) -> Availability | None:
     """A refusal for a model holding torch.nn.SyncBatchNorm layers on the CPU, for a backend that starts
     torch.distributed: torch's runs on CUDA only ("SyncBatchNorm expected input tensor to be on GPU"; DDP refuses a CPU
-    model holding one). None where that is not the case."""
-    if device.startswith("cuda") or not any(layer.startswith("SyncBatchNorm") for layer in facts.batch_norm):
+    model holding one), with the backend's knob sync_bn as the fix. None where that is not the case, or where the
+    row's knob is on (`synced`): each such layer then becomes a plain BatchNorm summed over the ranks
+    (sync_batch_norm_in_place)."""
+    if synced or device.startswith("cuda") or not any(layer.startswith("SyncBatchNorm") for layer in facts.batch_norm):
         return None
     return Availability(False, "the model holds torch.nn.SyncBatchNorm layers, which torch runs on CUDA only (on the "
-                               "CPU: \"SyncBatchNorm expected input tensor to be on GPU\")", fix)
+                               "CPU: \"SyncBatchNorm expected input tensor to be on GPU\")",
+                        f"the knob sync_bn=true (-a {name}:sync_bn=true) makes each such layer a BatchNorm whose "
+                        f"statistics are summed over the ranks, on the CPU too")
 
 
-def sync_bn_fix(name: str) -> str:
-    """The fix for a row whose BatchNorm statistics are per process, for a backend with a sync_bn knob that sums them
-    over the ranks (sync_batch_norm_in_place)."""
-    return (f"knob sync_bn=true computes their statistics over every rank's samples, as SyncBatchNorm does "
-            f"(-a {name}:sync_bn=true)")
-
-
-def torch_world_size() -> int:
+def _torch_world_size() -> int:
     """How many ranks torch.distributed joins (1 where it is not started)."""
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def sync_batch_norm_in_place(model, all_reduce, world_size) -> int:
+def sync_batch_norm_in_place(model, all_reduce=None, world_size=None) -> int:
     """Make every BatchNorm layer of `model` compute its training statistics over every rank's samples, as
-    torch.nn.SyncBatchNorm does, by a differentiable sum over the ranks (`all_reduce`: the framework's, e.g.
-    torch.distributed.nn's or Horovod's; `world_size()` how many ranks it sums over). In place: each layer keeps its
+    torch.nn.SyncBatchNorm does, by a differentiable sum over the ranks (`all_reduce`: the framework's, by default
+    torch.distributed.nn's; `world_size()` how many ranks it sums over, by default torch.distributed's). In place: each layer keeps its
     parameters, buffers and hooks (the optimizer made over the model, a wrapper's units, still hold them), and only its
     class changes; a torch.nn.SyncBatchNorm of the model's own becomes a plain one first (torch's runs on CUDA only).
     Returns how many layers it changed."""
     import torch
 
+    if all_reduce is None:
+        from torch.distributed.nn.functional import all_reduce
+    world_size = world_size or _torch_world_size
     layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     for layer in layers:
         kind = _any_dim_batch_norm() if isinstance(layer, torch.nn.SyncBatchNorm) else type(layer)
@@ -581,8 +574,12 @@ class Launch(Role):
         """How this row computes BatchNorm statistics in training: None where over the global batch, as the single
         process does (SyncBatchNorm), so that the equivalence check applies to a model whose BatchNorm is its only
         batch dependence; otherwise per process, and this says how to make them global with this framework, in
-        words ("" where it cannot)."""
-        return ""
+        words ("" where it cannot). By default: a backend whose knobs have sync_bn (sync_batch_norm_in_place) is
+        global with it on, and names it otherwise."""
+        if not hasattr(self.knobs, "sync_bn"):
+            return ""
+        return None if self.knobs.sync_bn else (f"knob sync_bn=true computes their statistics over every rank's "
+                                                f"samples, as SyncBatchNorm does (-a {self.name}:sync_bn=true)")
 
     def missing_gradient(self) -> str | None:
         """What this backend does with these knobs to a parameter that got no gradient in a step, where that

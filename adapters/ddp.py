@@ -13,8 +13,7 @@ from typing import Literal
 from pathlib import Path
 
 from adapters.base import (NO_GRAD_CHECKPOINT, REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch,
-                           LaunchPlan, Strategy, cpu_sync_batch_norm, sync_batch_norm_in_place, sync_bn_cpu_fix,
-                           torch_world_size)
+                           LaunchPlan, Strategy, cpu_sync_batch_norm, sync_batch_norm_in_place)
 from adapters.launchers import torchrun, torchrun_nodes
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.comm_primitives import Comm
@@ -51,10 +50,10 @@ class DDPLaunch(Launch):
 
     def model_availability(self, facts):
         k = self.knobs
-        if not k.sync_bn:  # with it, the CPU's statistics over gloo replace SyncBatchNorm's (_sync_batch_norm)
-            refused = cpu_sync_batch_norm(facts, self.device_kind, sync_bn_cpu_fix(self.name))
-            if refused is not None:
-                return refused
+        # with sync_bn, the CPU's statistics over gloo replace SyncBatchNorm's (_sync_batch_norm)
+        refused = cpu_sync_batch_norm(facts, self.device_kind, self.name, k.sync_bn)
+        if refused is not None:
+            return refused
         if not facts.no_gradient or k.find_unused_parameters:
             return Availability(True)
         never = set(facts.never_used) == set(facts.no_gradient)
@@ -145,9 +144,7 @@ class DDPStrategy(Strategy):
             layers = [m for m in model.modules() if isinstance(m, torch.nn.SyncBatchNorm)]
             self.synced_batch_norm = len(layers)
         else:  # a SyncBatchNorm of the model's own becomes a plain one first: DDP refuses a CPU model that holds one
-            from torch.distributed.nn.functional import all_reduce
-
-            self.synced_batch_norm = sync_batch_norm_in_place(model, all_reduce, torch_world_size)
+            self.synced_batch_norm = sync_batch_norm_in_place(model)
         return model
 
     def _register_hook(self, model) -> None:

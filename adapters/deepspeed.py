@@ -36,8 +36,7 @@ from typing import Any, Literal
 
 from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Adapter, Availability, Cost, DeviceKnobError,
                            KnobError, Launch, LaunchPlan, Precision, RankInfo, Strategy, cpu_sync_batch_norm,
-                           flat_layout, interpreter, per_tensor_optimizer, rank_command, sync_batch_norm_in_place,
-                           sync_bn_cpu_fix, sync_bn_fix, torch_world_size)
+                           flat_layout, interpreter, per_tensor_optimizer, rank_command, sync_batch_norm_in_place)
 from adapters.launchers import AGENT_STORE_ENV, agent_store, on_node
 from adapters.probes import compile_availability, cuda_world_check, torch_build
 from adapters.rank_side import ranks_from_slurm
@@ -113,9 +112,7 @@ class DeepSpeedLaunch(Launch):
         # ranks with different gradients reduce different buckets (measured: gloo's "collective mismatch", or an
         # abort), and their flat partitions take no sparse tensor (aten::view has no SparseCPU kernel).
         stage = self.knobs.zero_stage
-        # with sync_bn a model's own SyncBatchNorm becomes a plain BatchNorm summed over the ranks (wrap)
-        for refused in (None if self.knobs.sync_bn else cpu_sync_batch_norm(facts, self.device_kind,
-                                                                          sync_bn_cpu_fix(self.name)),
+        for refused in (cpu_sync_batch_norm(facts, self.device_kind, self.name, self.knobs.sync_bn),
                         flat_layout(facts, f"DeepSpeed (it views each parameter's storage as bytes"
                                            f"{' and shards it' if stage == 3 else ''})", empty_too=stage == 3,
                                     scalar_too=True)):
@@ -291,10 +288,6 @@ class DeepSpeedLaunch(Launch):
                     "change to them is dropped), or do that work outside the forward")
         return None
 
-    def batch_norm(self):
-        # DeepSpeed has no SyncBatchNorm of its own: with the knob, the statistics are summed over the ranks (wrap)
-        return None if self.knobs.sync_bn else sync_bn_fix(self.name)
-
     def missing_gradient(self):
         # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").
         moves = ("so the optimizer steps it: its running state (SGD's momentum, Adam's moment estimates) and weight "
@@ -421,9 +414,7 @@ class DeepSpeedStrategy(Strategy):
                                 or getattr(optimizer, "_optimizer_step_post_hooks", None))
         cached_before = set(jit_cached_ops())
         if self.knobs.sync_bn:  # in place: the optimizer given to initialize holds the same parameters
-            from torch.distributed.nn.functional import all_reduce
-
-            self.synced_batch_norm = sync_batch_norm_in_place(model, all_reduce, torch_world_size)
+            self.synced_batch_norm = sync_batch_norm_in_place(model)
         self.config = self._ds_config()
         t0 = time.perf_counter()
         engine, ds_optimizer, _, scheduler = deepspeed.initialize(model=model, optimizer=optimizer,

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from adapters.base import (EVERY_PARAMETER_FIX, REENTRANT_FIX, Availability, DeviceKnobError, KnobError, Precision,
-                           cpu_sync_batch_norm, flat_layout, sync_batch_norm_in_place, sync_bn_cpu_fix, sync_bn_fix,
-                           torch_world_size)
+                           Launch, cpu_sync_batch_norm, flat_layout, sync_batch_norm_in_place)
 from adapters.probes import torch_build
 from adapters.ddp import DDPAdapter, DDPCost, DDPLaunch, DDPStrategy
 from harness.shared.comm_schedule import Fsdp
@@ -52,9 +51,7 @@ class FSDPLaunch(DDPLaunch):
         # (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, post_backward: fsdp_params_with_grad), so
         # ranks with different ones send different sizes: gloo aborts ("Received data size doesn't match expected
         # size"), NCCL hangs.
-        # with sync_bn a model's own SyncBatchNorm becomes a plain BatchNorm summed over the ranks (wrap)
-        for refused in (None if self.knobs.sync_bn else cpu_sync_batch_norm(facts, self.device_kind,
-                                                                          sync_bn_cpu_fix(self.name)),
+        for refused in (cpu_sync_batch_norm(facts, self.device_kind, self.name, self.knobs.sync_bn),
                         flat_layout(facts, "FSDP2 (it shards each parameter's storage)", empty_too=True,
                                     scalar_too=True)):
             if refused is not None:
@@ -98,9 +95,9 @@ class FSDPLaunch(DDPLaunch):
                 "and scales its gradient by s), or in the optimizer's step")
         return Availability(True)
 
-    def batch_norm(self):
-        # FSDP2 has no SyncBatchNorm of its own: with the knob, the statistics are summed over the ranks (wrap)
-        return None if self.knobs.sync_bn else sync_bn_fix(self.name)
+    # FSDP2 has no SyncBatchNorm of its own: its knob sync_bn sums the statistics over the ranks (wrap), as every
+    # backend's with that knob does, not DDP's conversion to SyncBatchNorm
+    batch_norm = Launch.batch_norm
 
     def failure_fix(self, error):
         if ("got mixed torch.Tensor and DTensor" in error
@@ -152,9 +149,7 @@ class FSDPStrategy(DDPStrategy):
 
         k = self.knobs
         if k.sync_bn:  # in place, before the units are sharded: each unit still holds its layers
-            from torch.distributed.nn.functional import all_reduce
-
-            self.synced_batch_norm = sync_batch_norm_in_place(model, all_reduce, torch_world_size)
+            self.synced_batch_norm = sync_batch_norm_in_place(model)
         mesh = None
         if k.replicas > 1:
             from torch.distributed.device_mesh import init_device_mesh

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from adapters.base import (REENTRANT_FIX, Adapter, Availability, Cost, KnobError, Launch, LaunchPlan, RankInfo,
-                           Strategy, flat_layout, interpreter, rank_command, sync_batch_norm_in_place, sync_bn_fix)
+                           Strategy, flat_layout, interpreter, rank_command, sync_batch_norm_in_place)
 from adapters.probes import cuda_world_check
 from adapters.comm_primitives import Comm
 from harness.shared import cache
@@ -236,12 +236,6 @@ class HorovodLaunch(Launch):
         if "Gradients were computed more than backward_passes_per_step times" in error:  # a gradient hook fired
             return REENTRANT_FIX  # twice in one backward
         return None
-
-    def batch_norm(self):
-        # hvd.SyncBatchNorm computes its statistics with torch.batch_norm_stats, which torch implements for CUDA only
-        # (on the CPU: "Could not run 'aten::batch_norm_stats' with arguments from the 'CPU' backend", measured with
-        # torch 2.13): the knob sums them over the ranks with hvd.allreduce instead, on either device (wrap)
-        return None if self.knobs.sync_bn else sync_bn_fix(self.name)
 
     def missing_gradient(self):
         # Read in Horovod 0.28.1's source and measured (docs/your-model.md, "What each backend does differently").
@@ -496,7 +490,9 @@ class HorovodAdapter(HorovodLaunch, HorovodStrategy, HorovodCost, Adapter):
         """Compute the model's BatchNorm statistics over every rank's samples, as hvd.SyncBatchNorm does: each layer
         keeps its parameters and sums its mean and variance over the ranks with hvd.allreduce (differentiable: its
         backward sums the gradients), so the statistics are the single process's and the equivalence check applies.
-        Not hvd.SyncBatchNorm itself: it needs torch.batch_norm_stats, which torch implements for CUDA only."""
+        Not hvd.SyncBatchNorm itself: it needs torch.batch_norm_stats, which torch implements for CUDA only (on the
+        CPU: "Could not run 'aten::batch_norm_stats' with arguments from the 'CPU' backend", measured with torch
+        2.13)."""
         autotune: bool = False
         """Horovod's own autotuner (horovodrun --autotune): during the run it tries fusion thresholds, cycle
         times and its other tunables (Bayesian optimisation, scored by bytes all-reduced per second) and ends on its

@@ -224,20 +224,16 @@ RESEEDED = "the forward seeds torch's generator itself"
 sets, so two seeds cannot tell them from a deterministic forward."""
 
 
-@contextlib.contextmanager
-def _reseeds():
-    """The places in the user's code ("forward (m.py:40)") that call torch.manual_seed (or torch.random's) while the
-    block runs; the calls behave as they do unwatched."""
+def _recording(found: list[str]):
+    """A wrapper maker: `watched(original)` behaves as `original` and adds to `found` the place in the user's code
+    ("forward (m.py:40)") it was called from, once each (torch's own calls are not the user's: users_place)."""
+    import functools
     import sys
-
-    import torch
 
     from harness.launching.launch_logs import users_place
 
-    found: list[str] = []
-    originals = [(torch, "manual_seed", torch.manual_seed), (torch.random, "manual_seed", torch.random.manual_seed)]
-
     def watched(original):
+        @functools.wraps(original)
         def call(*args, **kwargs):
             caller = sys._getframe(1)
             place = users_place(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
@@ -245,6 +241,18 @@ def _reseeds():
                 found.append(place)
             return original(*args, **kwargs)
         return call
+    return watched
+
+
+@contextlib.contextmanager
+def _reseeds():
+    """The places in the user's code ("forward (m.py:40)") that call torch.manual_seed (or torch.random's) while the
+    block runs; the calls behave as they do unwatched."""
+    import torch
+
+    found: list[str] = []
+    originals = [(torch, "manual_seed", torch.manual_seed), (torch.random, "manual_seed", torch.random.manual_seed)]
+    watched = _recording(found)
     try:
         for module, name, original in originals:
             setattr(module, name, watched(original))
@@ -388,7 +396,6 @@ def distributed_calls():
     own calls are not the user's). The functions behave as they do unwatched: in the parent no process group is
     started, so `dist.is_initialized()` is False and the user's gather path is skipped, which is why a loss over the
     gathered batch looks, run alone, as though it depended on the rest of its batch."""
-    import functools
     import sys
 
     import torch.distributed as dist
@@ -404,15 +411,7 @@ def distributed_calls():
         import torch.distributed.nn.functional as dist_nn
         modules.append(dist_nn)
 
-    def watched(original):
-        @functools.wraps(original)
-        def call(*args, **kwargs):
-            caller = sys._getframe(1)
-            place = users_place(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
-            if place and place not in found:
-                found.append(place)
-            return original(*args, **kwargs)
-        return call
+    watched = _recording(found)
 
     saved = [(m, name, getattr(m, name)) for m in modules for name in DISTRIBUTED_CALLS
              if callable(getattr(m, name, None))]
