@@ -20,7 +20,7 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Any
 
-from harness.ground.record import MEASURED, precision_of
+from harness.ground.record import MEASURED, fewer_devices, precision_of
 from harness.ground.stats import (ALPHA, DEFAULT_MARGIN, INTERVAL_METHOD, MIN_LAUNCHES, adjust, compare_pair,
                                   geomean_interval, half_width, letter_groups)
 
@@ -106,9 +106,7 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
     for label in order:
         if label not in launches:
             continue
-        first = launches[label][0]
-        used, ws = first["topology"].get("devices_used"), first["world_size"]
-        (ranked if used is None or used >= ws else left_out).append(label)
+        (left_out if fewer_devices(launches[label][0]) is not None else ranked).append(label)
     for k in launches:
         launches[k].sort(key=lambda r: (round_key(r), r.get("position") or 0))
     values = {k: [r["samples_per_s"] for r in launches[k]] for k in launches}

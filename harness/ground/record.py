@@ -33,6 +33,13 @@ def has_intervals(records: list[dict[str, Any]]) -> bool:
     return bool(records) and all(r.get("schema_version", 1) >= 2 for r in records)
 
 
+def fewer_devices(rec: dict[str, Any]) -> int | None:
+    """The devices a launch computed on, where fewer than its world size (dp on the CPU: 1 of 2), else None: such a
+    row is not data-parallel across the world size, and the verdict leaves it out of its ranking."""
+    used = (rec.get("topology") or {}).get("devices_used")
+    return used if used is not None and used < (rec.get("world_size") or 0) else None
+
+
 def throughput_clock(rec: dict[str, Any]) -> str:
     """What a record's samples/s divides by: "wall clock" (schema 3: its timed window by the wall clock), "summed
     steps" (schema 2: the summed slowest-rank step times) or "median step" (schema 1). Runs whose records differ in

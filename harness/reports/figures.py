@@ -110,12 +110,10 @@ def not_ranked(records: list[dict[str, Any]]) -> dict[str, str]:
     """{row: what its bar must say} for the rows the verdict leaves out of its ranking, where they ran on fewer
     devices than the world size ("dp, 1 of 2 devices: not ranked"): their bar, the shortest epoch of a CPU run (one
     process over the whole batch), would be read as a backend's win where it is not a data-parallel one."""
-    out = {}
-    for r in records:
-        used = (r.get("topology") or {}).get("devices_used")
-        if r.get("label") and used is not None and used < (r.get("world_size") or 0):
-            out[r["label"]] = f"{used} of {r['world_size']} devices: not ranked"
-    return out
+    from harness.ground.record import fewer_devices
+
+    return {r["label"]: f"{fewer_devices(r)} of {r['world_size']} devices: not ranked" for r in records
+            if r.get("label") and fewer_devices(r) is not None}
 
 
 LABEL_WIDTH = 26

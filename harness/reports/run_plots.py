@@ -22,9 +22,11 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], s
     paths = []
     legend = palette.legend_of(records)
 
-    aside = figures.not_ranked(records)  # a row the verdict leaves out says so on its bar
-    labels = [figures.wrap_label(f"{r['adapter']} ({precision_of(r['first'])})"
-                                 + (f" [{aside[r['adapter']]}]" if r["adapter"] in aside else "")) for r in ok]
+    aside = figures.not_ranked(records)
+
+    def named(r, text):  # a row the verdict leaves out says so on its bar
+        return text + (f" [{aside[r['adapter']]}]" if r["adapter"] in aside else "")
+    labels = [figures.wrap_label(named(r, f"{r['adapter']} ({precision_of(r['first'])})")) for r in ok]
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 0.2 * sum(label.count("\n") for label in labels) + 1.5))
     sps = [r["samples_per_s"] for r in ok]
     gb = [r["first"]["controls"]["global_batch"] for r in ok]
@@ -78,8 +80,7 @@ def plot(out: Path, records: list[dict[str, Any]], rows: list[dict[str, Any]], s
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(ok) + 1.5))
     data = [[t * 1e3 for rec in records if rec["label"] == r["adapter"] and rec["status"] in MEASURED
              for t in rec["step_times_s"]] for r in ok]
-    ax.boxplot(data, orientation="horizontal", tick_labels=[figures.wrap_label(
-        r["adapter"] + (f" [{aside[r['adapter']]}]" if r["adapter"] in aside else "")) for r in ok],
+    ax.boxplot(data, orientation="horizontal", tick_labels=[figures.wrap_label(named(r, r["adapter"])) for r in ok],
                whis=(10, 90), showfliers=False)
     ax.invert_yaxis()
     ax.set_xlabel("step time, ms (slowest rank; box: p25..p75, whiskers: p10..p90)")
