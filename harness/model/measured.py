@@ -539,19 +539,28 @@ class FromRun:
             out.append(f"not used: {label} ({why})")
         return out
 
-    def row_lines(self, rows: list[dict[str, Any]], cluster) -> list[str]:
-        """Where each planned row's compute came from, and, on the run's own GPU, its memory against the peaks the
-        run measured for the same configuration."""
+    def row_lines(self, rows: list[dict[str, Any]], cluster, batch: int | None = None) -> list[str]:
+        """Where each planned row's compute came from; where the plan's per-GPU batch is not the one the run measured,
+        what carrying the compute in proportion to the batch leaves out; and, on the run's own GPU at the batch it
+        measured, each row's memory against the peaks the run measured for the same configuration."""
         how: dict[str, list[str]] = {}
         for r in rows:
             how.setdefault(r["compute_from"], []).append(r["label"])
         out = ["compute of each row: " + "; ".join(f"{', '.join(labels)}: {h}" for h, labels in how.items())]
+        measured_at = sorted({r.per_rank_batch for r in self.run.rows.values()})
+        if batch is not None and batch not in measured_at:
+            out.append(f"batch: planned at {batch} per GPU, measured at {'/'.join(map(str, measured_at))} per "
+                       f"process: each row's forward and backward carried in proportion to the batch; a step partly "
+                       f"bound by the host (kernel launches, a framework's own Python per parameter) grows less than "
+                       f"that, so the planned samples/s is low at a larger batch and high at a smaller one")
         if cluster.profile is None or cluster.profile != profile_of(self.run.gpu):
             return out
         pairs = []
         for r in rows:
             m = self._match(r["adapter"], r["knobs"])
             if m is None or not m.peak_memory_bytes or r["total_bytes"] is None or m.processes != cluster.gpus:
+                continue
+            if batch is not None and batch != m.per_rank_batch:  # peaks at another batch: nothing to check against
                 continue
             allocated = r["total_bytes"] - r["headroom_bytes"]
             gib = 2**30

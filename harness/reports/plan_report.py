@@ -256,7 +256,7 @@ def lines(plan: Plan) -> list[str]:
                    "libraries and the allocator's own overhead come on top")
     out += source.footer()
     if hasattr(source, "row_lines"):
-        out += source.row_lines(plan.rows, c)
+        out += source.row_lines(plan.rows, c, plan.batch)
     if f is not None:
         slow = f.overlap_slowdown
         overlap = (f"compute overlapping communication takes {1 + slow:.3g}x as long (the profile's "

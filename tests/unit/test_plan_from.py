@@ -138,6 +138,16 @@ def test_the_h200_run_plans_its_own_gpu_as_it_measured_and_other_rows_from_its_f
     assert "memory against the run's own peaks (the largest over its launches): amp:precision=bf16 " in text
 
 
+def test_at_another_batch_the_plan_says_how_it_carried_the_compute_and_sets_no_memory_against_the_runs_peaks():
+    # The H200 run measured 8 a GPU. Planned at 16, the memory had been set beside the peaks measured at 8 (+48%
+    # for amp, read as the plan's error); at 16 there is no measured peak to check it against
+    text = _plan("--from", str(H200), "--batch", "16").stdout
+    assert "memory against the run's own peaks" not in text
+    assert ("batch: planned at 16 per GPU, measured at 8 per process: each row's forward and backward carried in "
+            "proportion to the batch; a step partly bound by the host") in text
+    assert "batch: planned at" not in _plan("--from", str(H200), "--batch", "8").stdout
+
+
 @pytest.mark.slow  # seconds: left out of make test-fast
 def test_another_gpu_is_reached_by_the_ratio_of_peaks_and_the_range_widens_as_stated():
     own = {r["label"]: r for r in _json("--from", str(H200))["rows"]}
