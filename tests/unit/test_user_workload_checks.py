@@ -1024,6 +1024,43 @@ def test_a_hang_or_a_crash_in_the_check_before_launching_says_where_and_writes_n
                      "-w", f"{path}:faulty", "-o", f"kind={kind}")
 
 
+
+FLOP_HANG = '''
+import threading
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from workloads import Pieces, workload
+
+
+class CountHang(nn.Linear):
+    def __init__(self):
+        super().__init__(4, 2)
+
+    def forward(self, x):
+        if any("FlopCounter" in type(m).__name__ for m in _get_current_dispatch_mode_stack()):
+            threading.Event().wait()  # forever, and only while compare counts the model's FLOPs
+        return super().forward(x)
+
+
+@workload(global_batch=8)
+def counthang():
+    x = torch.randn(32, 4)
+    return Pieces(model=CountHang, train=(x, (x.sum(1) > 0).long()))
+'''
+
+
+@pytest.mark.slow  # seconds: left out of make test-fast
+def test_a_hang_while_compare_counts_the_models_flops_is_bounded_by_the_stall_timeout(tmp_path):
+    # The FLOP count (for MFU) runs the model's forward and backward in compare itself after the check: it sat
+    # outside the check's guard, so a hang there was never stopped (--stall-timeout did not apply, Ctrl-C was only
+    # noted), and what the model printed there reached the terminal before the run's first line: both guarded now
+    path = write(tmp_path, FLOP_HANG)
+    _a_fault_is_said(tmp_path, path, "hang", f"counting the FLOPs of workload {path}:counthang", 10,
+                     "-w", f"{path}:counthang")
+
+
 def _a_fault_is_said(tmp_path, path, kind, what, stall, *args):
     """`compare run ARGS` with a hang or a segfault in the user's code at `path` while compare runs `what`: one line
     and the stacks after --stall-timeout `stall` (exit 1), or the crash's Python stack (SIGSEGV); the line of their
