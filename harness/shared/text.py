@@ -5,13 +5,23 @@ Runs in: the parent and every rank."""
 from __future__ import annotations
 
 import math
+import re
 
 ELLIPSIS = "…"
 
 
+# A terminal's escape sequences (ESC [ ... a letter: colours, "\x1b[2J" clearing the screen) that a framework's
+# coloured log or a hostile message holds are dropped; what split() leaves of the other C0 controls and DEL (ESC
+# alone, NUL, BEL) is shown escaped: a message quoted from a log or an exception neither drives the terminal nor
+# lands raw in report.md
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
+
+
 def one_line(text: str) -> str:
-    """`text` with every run of whitespace (newlines too) as one space."""
-    return " ".join(str(text).split())
+    """`text` with every run of whitespace (newlines too) as one space, a terminal's escape sequences dropped and
+    other control characters escaped."""
+    return " ".join(_ESCAPES.sub("", str(text)).split()).translate(_CONTROLS)
 
 
 def newlines_shown(text: str) -> str:
