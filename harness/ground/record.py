@@ -346,7 +346,10 @@ def read_records(path: Path) -> list[Record]:
 
         try:
             text = gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
-        except (OSError, EOFError) as exc:  # not gzip, or cut short
+        except EOFError:  # gzip, cut short (a copy that stopped, a disk that filled)
+            raise ValueError(f"{path}: a truncated gzip file (it ends before gzip's end-of-stream marker); copy it "
+                             f"again whole") from None
+        except OSError as exc:  # not gzip, or its data corrupt
             raise ValueError(f"{path}: not a gzip file ({exc})") from None
     else:
         text = path.read_text(encoding="utf-8", errors="replace")

@@ -1913,3 +1913,31 @@ def test_a_workload_variants_own_option_cannot_be_overridden_under_its_name():
         "name: give -w resnet -o arch=resnet18\n"), result.stderr
     knobs = invoke("knobs", "resnet50")
     assert "arch: resnet50, set by the name resnet50 (another value: its base workload)" in knobs.stdout
+
+
+@pytest.mark.parametrize("cut, said", [
+    (True, "a truncated gzip file (it ends before gzip's end-of-stream marker); copy it again whole"),
+    (False, "not a gzip file"),
+])
+def test_a_cut_records_gz_is_called_truncated_not_a_gzip_file_that_is_not_one(tmp_path, cut, said):
+    # A records.jsonl.gz cut short (a copy that stopped) was called "not a gzip file"
+    import gzip
+
+    d = tmp_path / "run"
+    d.mkdir()
+    data = gzip.compress(records_text(RUNS / "digits_cpu2_20261123-101734").encode())
+    (d / "records.jsonl.gz").write_bytes(data[:2000] if cut else b"plain text, not gzip")
+    result = invoke("report", d)
+    assert result.exit_code == 2 and result.stderr.startswith(
+        f"error: {d} holds records this compare cannot read ({d / 'records.jsonl.gz'}: {said}"), result.stderr
+    assert sorted(p.name for p in d.iterdir()) == ["records.jsonl.gz"]
+
+
+def test_control_characters_in_a_quoted_message_are_shown_escaped_not_sent_to_the_terminal():
+    # A rank's exception "\x1b[2J\x1b[31mred" cleared the user's terminal and landed raw in report.md: a terminal's
+    # escape sequences are dropped (a framework's coloured log line reads as its text), other controls escaped
+    from harness.shared.text import one_line, shorten
+
+    assert one_line("RuntimeError: \x1b[2J\x1b[31mred\x1b[0m\rcarriage\x00nul\x7f \x1bX") == \
+        "RuntimeError: red carriage\\x00nul\\x7f \\x1bX"
+    assert "\x1b" not in shorten("\x1b[2J" * 100 + "\x1b", 40) and shorten("a\tb\n c", 40) == "a b c"
