@@ -166,6 +166,13 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             units = workload.shard_units(model)
             facts.bad_unit = model_check.bad_unit(units, model)
             facts.mixed_unit = None if facts.bad_unit else model_check.mixed_dtype_unit(units, model)
+            given = getattr(getattr(workload, "pieces", lambda: None)(), "units", None)
+            if given and not facts.bad_unit:  # the default units leave such a module to the root; given ones not
+                from workloads.base import read_outside
+
+                where = {id(m): name for name, m in model.named_modules()}
+                outside = read_outside(model, units, batches.to(x, "meta"), workload.forward)
+                facts.unit_read_outside = [where[id(units[i])] for i in sorted(outside)]
         except Exception:  # noqa: BLE001 - the user's units that fail to be listed fail the row that asks for them
             pass
         _check_gradients(facts, workload, "meta", [[(batches.to(a, "meta"), batches.to(b, "meta")) for a, b in steps]
@@ -201,7 +208,13 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             _module_facts(facts, model)
             if not facts.checked_steps:  # meta could not run it: on the CPU
                 _check_gradients(facts, workload, "cpu", first_steps)
-        check_finite(outputs[0], loss, req.workload, batches.length(x), y)
+        try:  # a declared count (or a loss's (sum, count)) of nothing on these samples: the loss is 0/0 by design,
+            # and the harness adds nothing for it (docs/your-model.md), so only the rest of the output is checked
+            none_counted = workload.loss_terms(outputs[0], y)[1]
+            none_counted = none_counted is not None and float(none_counted) == 0
+        except Exception:  # noqa: BLE001 - the loss's own failure is reported where it is taken
+            none_counted = False
+        check_finite(outputs[0], loss, req.workload, batches.length(x), y, none_counted=none_counted)
         workload.nondeterministic = (_dropout(model) or random) if random else None
     _batch_norm(workload, facts)
     form = "pieces" if isinstance(workload, workloads.FunctionWorkload) else "subclass"
@@ -598,14 +611,18 @@ def loss_takes(workload, output, target, name: str, model=None):
     return loss
 
 
-def check_finite(output, loss, name: str, samples: int, target=None) -> None:
+def check_finite(output, loss, name: str, samples: int, target=None, none_counted: bool = False) -> None:
     """Refuse a model whose output or loss on two training samples is NaN or infinite before any backend ran:
     every row would train on it, and two NaN outputs never compare equal (which read as randomness in forward). A
     NaN loss over samples whose targets are all -100 (`target`) is a mean over none: told so, with the count's fix."""
     import torch
     from torch.utils._pytree import tree_leaves
 
-    leaves = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    own = batches.own_loss(output) if none_counted else None
+    leaves = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()
+              and t is not own]
+    if none_counted:
+        loss = None  # a mean over no counted item: 0/0, which every row and the single process skip alike
     bad = sum(int((~torch.isfinite(t.detach())).sum()) for t in leaves)
     if bad:
         total = sum(t.numel() for t in leaves)

@@ -1830,3 +1830,45 @@ def test_a_workload_file_edited_during_a_run_fails_the_launches_after_the_edit_s
     assert str(exc.value) == (f"the workload file {path} changed since this run began (sha256 {began}, now "
                               f"{workloads.digest(name)}): this row would train another model than the rows before "
                               f"it; run the comparison again once the file is as you want it")
+
+
+OWN_LOSS_COUNTED = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+from workloads import Pieces, workload
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(16, 8)
+        self.head = nn.Linear(8, 16)
+
+    def forward(self, input_ids, attention_mask):
+        logits = self.head(self.emb(input_ids))
+        m = attention_mask[:, 1:].flatten().float()
+        ce = F.cross_entropy(logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten(), reduction="none")
+        return {"loss": (ce * m).sum() / m.sum(), "logits": logits}  # transformers' way: its own mean
+
+
+@workload(global_batch=8)
+def lm(first_empty: bool = True):
+    ids = torch.randint(1, 16, (32, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    if first_empty:
+        mask[:4, 1:] = 0  # one-token lines (WikiText's empty ones): nothing to predict
+    return Pieces(model=LM, train={"input_ids": ids * mask, "attention_mask": mask},
+                  count=lambda b: b["attention_mask"][:, 1:].sum())
+'''
+
+
+def test_a_models_own_loss_with_a_declared_count_of_nothing_on_the_first_samples_is_not_refused_as_nan(tmp_path):
+    # An outside check: the model's own mean over no counted token (0/0) on the two samples the check runs was
+    # refused as "its model's output ... holds NaN values", where docs/your-model.md says a declared count adds
+    # nothing for such a slice; only the rest of the output is checked there
+    from harness.core import comparison
+    from harness.core.requests import RunRequest
+
+    path = write(tmp_path, OWN_LOSS_COUNTED)
+    comparison.plan(RunRequest(workload=f"{path}:lm", adapters=["ddp"], repeats=1, out=tmp_path / "out"))
