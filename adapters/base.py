@@ -204,6 +204,9 @@ class ModelFacts:
     that is not the model's), in words; None where every unit can (or they were not checked)."""
     mixed_unit: str | None = None
     """A shard unit holding parameters of more than one dtype (fp32 beside fp64), in words; None where none does."""
+    unit_read_outside: list[str] = field(default_factory=list)
+    """Modules among the units the workload gave (units=) whose parameters one forward on meta read outside the
+    unit's own forward (F.linear(h, self.wte.weight) with wte a unit): FSDP2 would hand that read a shard."""
     empty: list[str] = field(default_factory=list)
     """Parameters that train and hold no element (nn.Linear(n, 0)), by name."""
     non_contiguous: list[str] = field(default_factory=list)

@@ -69,7 +69,9 @@ class DDPLaunch(Launch):
                    f"launching, and DDP's reducer waits for every parameter's gradient, so its launch would fail "
                    f"(\"Expected to have finished reduction in the prior iteration\")",
             f"{own}add the knob find_unused_parameters=true (-a {self.name}:find_unused_parameters=true)"
-            + (", or static_graph=true: the same parameters go unused in every step" if never else ""))
+            + (f", or static_graph=true if they stay unused in every later step too (the check saw only the first "
+               f"{facts.checked_steps}; a parameter first used later fails "
+               f"static_graph at that step)" if never else ""))
 
     def batch_norm(self):
         if getattr(self.knobs, "sync_bn", False):
@@ -81,6 +83,11 @@ class DDPLaunch(Launch):
             return (f"a step left parameters without a gradient, which DDP's reducer waits for: add the knob "
                     f"find_unused_parameters=true (-a {self.name}:find_unused_parameters=true), or static_graph=true "
                     f"where the same parameters go unused in every step")
+        if "training graph has changed" in error:
+            # static_graph=true where a parameter unused in the first iteration is used in a later one
+            return (f"a parameter unused in the first step was used in a later one, which static_graph=true cannot "
+                    f"take: use the knob find_unused_parameters=true (-a {self.name}:find_unused_parameters=true) "
+                    f"instead of static_graph=true")
         if "mark a variable ready only once" in error:
             # a parameter whose gradient hook fires twice in one backward: reentrant activation checkpointing (its
             # recomputed forward runs inside backward) of a module used more than once, or a parameter shared

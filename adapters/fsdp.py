@@ -66,6 +66,14 @@ class FSDPLaunch(DDPLaunch):
             return Availability(False, f"{facts.bad_unit} (FSDP2 wraps each unit with fully_shard)",
                                 "give the model's own modules that run a forward, one by one (a ModuleList's "
                                 "layers: list(model.layers))")
+        if facts.unit_read_outside:
+            return Availability(
+                False, f"the units given (units=) include {listed(facts.unit_read_outside)}, whose parameters the "
+                       f"forward reads outside that module's own forward (F.linear(h, self.emb.weight), say), and "
+                       f"FSDP2 reshards a unit after its own forward, so that read would meet a shard (\"got mixed "
+                       f"torch.Tensor and DTensor\")",
+                f"leave {listed(facts.unit_read_outside)} out of units= (its parameters then stay with the root, "
+                f"gathered through the whole forward), as the default units do")
         if facts.mixed_unit:
             return Availability(False, f"{facts.mixed_unit}, and FSDP2 gathers a unit's parameters in one "
                                        f"buffer of one dtype (\"FSDP expects uniform original parameter dtype\")",

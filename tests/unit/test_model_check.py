@@ -196,7 +196,8 @@ def test_ddp_refuses_such_a_model_naming_the_knob_and_the_knob_or_a_static_graph
     never = checked("aux", "every=0").model_facts
     assert adapters.get("ddp")({"static_graph": "true"}, "cpu").model_availability(never)
     assert adapters.get("ddp")({}, "cpu").model_availability(never).fix.endswith(
-        ", or static_graph=true: the same parameters go unused in every step")
+        ", or static_graph=true if they stay unused in every later step too (the check saw only the first 4; a "
+        "parameter first used later fails static_graph at that step)")
     for name in ("fsdp", "deepspeed", "horovod", "dp"):
         assert adapters.get(name)({}, "cpu").model_availability(facts), name
 
@@ -1197,3 +1198,63 @@ def test_a_model_built_from_a_generator_torchs_seed_does_not_control_or_reseedin
     why, _ = model_check.diagnose(Reseeding, lambda m: m(x), seed=0)
     assert why.startswith(f"{model_check.RESEEDED} (forward (") and "test_model_check.py:" in why, why
     assert torch.manual_seed is torch.random.manual_seed or torch.manual_seed.__name__ == "manual_seed"
+
+
+def test_static_graph_meeting_a_parameter_first_used_after_the_first_step_names_find_unused_parameters():
+    # An outside check: a head used every 5th step; the refusal offered static_graph=true, which then failed with
+    # "Your training graph has changed in this iteration" and no fix
+    ddp = adapters.get("ddp")({"static_graph": "true"}, "cpu")
+    reason = ("rank 0 exited with code 1; first error: RuntimeError: Your training graph has changed in this "
+              "iteration, e.g., one parameter is unused in first iteration, but then got used in the second iteration")
+    assert ddp.failure_fix(reason) == (
+        "a parameter unused in the first step was used in a later one, which static_graph=true cannot take: use the "
+        "knob find_unused_parameters=true (-a ddp:find_unused_parameters=true) instead of static_graph=true")
+
+
+TIED_UNITS = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+from workloads import Pieces, workload
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(16, 8)
+        self.blocks = nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 8)])
+
+    def forward(self, ids):
+        h = self.wte(ids)
+        for b in self.blocks:
+            h = torch.tanh(b(h))
+        return F.linear(h, self.wte.weight)  # nanoGPT's head: the embedding's weight read outside its forward
+
+
+@workload(global_batch=8)
+def tied(units: str = "each"):
+    ids = torch.randint(0, 16, (32, 6), generator=torch.Generator().manual_seed(0))
+    pick = {"each": lambda m: [m.wte, *m.blocks], "blocks": lambda m: list(m.blocks)}[units]
+    return Pieces(model=Tied, train=(ids, ids), units=pick,
+                  loss=lambda o, t: F.cross_entropy(o.flatten(0, 1), t.flatten()))
+'''
+
+
+@pytest.mark.parametrize("units", ["each", "blocks"])
+def test_units_given_that_include_a_module_whose_weight_the_forward_reads_elsewhere_refuse_fsdp_before_launching(
+        tmp_path, units):
+    # An outside check: units= listing a nanoGPT head's embedding (F.linear(h, self.wte.weight)) failed at launch
+    # with "got mixed torch.Tensor and DTensor" and a fix about the default units and an `encoder` the model lacks;
+    # the default units already leave such a module to the root, and units given are now checked the same way
+    path = tmp_path / "tied_units.py"
+    path.write_text(TIED_UNITS)
+    facts = checked("tied", f"units={units}", path=path).model_facts
+    why = adapters.get("fsdp")({}, "cpu").model_availability(facts)
+    if units == "blocks":
+        assert why and facts.unit_read_outside == []
+        return
+    assert facts.unit_read_outside == ["wte"]
+    assert not why and why.reason.startswith("the units given (units=) include wte, whose parameters the forward "
+                                             "reads outside that module's own forward")
+    assert why.fix.startswith("leave wte out of units=")
+    assert adapters.get("ddp")({}, "cpu").model_availability(facts)  # units are FSDP2's alone
