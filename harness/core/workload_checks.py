@@ -166,7 +166,8 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
             units = workload.shard_units(model)
             facts.bad_unit = model_check.bad_unit(units, model)
             facts.mixed_unit = None if facts.bad_unit else model_check.mixed_dtype_unit(units, model)
-            given = getattr(getattr(workload, "pieces", lambda: None)(), "units", None)
+            given = (workload.pieces().units if isinstance(workload, workloads.FunctionWorkload)
+                     else type(workload).shard_units is not workloads.Workload.shard_units)  # a subclass's own
             if given and not facts.bad_unit:  # the default units leave such a module to the root; given ones not
                 from workloads.base import read_outside
 

@@ -1258,3 +1258,32 @@ def test_units_given_that_include_a_module_whose_weight_the_forward_reads_elsewh
                                              "reads outside that module's own forward")
     assert why.fix.startswith("leave wte out of units=")
     assert adapters.get("ddp")({}, "cpu").model_availability(facts)  # units are FSDP2's alone
+
+
+def test_a_workload_subclass_whose_own_units_include_such_a_module_is_refused_on_fsdp_alike(tmp_path):
+    path = tmp_path / "tied_subclass.py"
+    path.write_text(TIED_UNITS + '''
+
+from workloads import Data, Workload
+
+
+class TiedSub(Workload):
+    name = "tiedsub"
+    summary = "a nanoGPT-style tied head, units of its own"
+    global_batch, base_lr, base_batch, steps, warmup = 8, 0.1, 8, 3, 1
+
+    def build_model(self):
+        return Tied()
+
+    def materialize(self, device, global_batch):
+        ids = torch.randint(0, 16, (32, 6), generator=torch.Generator().manual_seed(0))
+        return Data(ids, ids)
+
+    def loss(self, output, target):
+        return F.cross_entropy(output.flatten(0, 1), target.flatten())
+
+    def shard_units(self, model):
+        return [model.wte, *model.blocks]
+''')
+    facts = checked("TiedSub", path=path).model_facts
+    assert facts.unit_read_outside == ["wte"] and not adapters.get("fsdp")({}, "cpu").model_availability(facts)
