@@ -389,7 +389,8 @@ class FromRun:
             return {"factors": None, "resolved": False, "p_holm": None, "outcome": "not compared"}
         factors = (p["lo"] / p["estimate"], p["hi"] / p["estimate"]) if p["lo"] is not None else None
         return {"factors": factors, "resolved": p["outcome"] == "faster", "p_holm": p.get("p_holm"),
-                "outcome": p["outcome"], "swamped": (self.swamped or {}).get((fast.label, slow.label))}
+                "outcome": p["outcome"], "estimate": p["estimate"],
+                "swamped": (self.swamped or {}).get((fast.label, slow.label))}
 
     def _interval(self, row: Row) -> tuple[float, float, float]:
         """Step multipliers (fastest, middle, slowest) from the row's samples/s over its launches."""
@@ -550,9 +551,10 @@ class FromRun:
         measured_at = sorted({r.per_rank_batch for r in self.run.rows.values()})
         if batch is not None and batch not in measured_at:
             out.append(f"batch: planned at {batch} per GPU, measured at {'/'.join(map(str, measured_at))} per "
-                       f"process: each row's forward and backward carried in proportion to the batch; a step partly "
-                       f"bound by the host (kernel launches, a framework's own Python per parameter) grows less than "
-                       f"that, so the planned samples/s is low at a larger batch and high at a smaller one")
+                       f"process: each row's forward and backward carried in proportion to the batch; a step does "
+                       f"not grow in proportion to its batch (a GPU's larger matmuls run closer to its peak, and the "
+                       f"host's part is fixed), so the planned samples/s is low at a larger batch and high at a "
+                       f"smaller one")
         if cluster.profile is None or cluster.profile != profile_of(self.run.gpu):
             return out
         pairs = []

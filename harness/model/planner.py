@@ -445,6 +445,8 @@ def recommend(rows: list[dict[str, Any]], pair=None, capacity_bytes: float | Non
             shared = [b / a for a, b in zip(fast["_assumed"], slow["_assumed"])]
             out = {"low": min(shared) * got["factors"][0], "mid": shared[1],
                    "high": max(shared) * got["factors"][1], "interval": True}
+            if got.get("estimate") is not None:  # the run's own ratio: the label says whether mid is it
+                out["measured"] = got["estimate"]
         out.update(resolved=got["resolved"] and out["high"] > 1 + TIE, verdict=got["outcome"], p_holm=got["p_holm"],
                    swamped=got.get("swamped"))
         return out

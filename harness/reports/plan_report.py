@@ -175,8 +175,10 @@ def lines(plan: Plan) -> list[str]:
             r = rec["ratio"]
             # named: after a clause about another row, a bare "faster than" was read as that row's
             text += (f"; {rec['label']} is {r['mid']:.2f}x [{r['low']:.2f}-{r['high']:.2f}] faster than {rec['next']}"
-                     + (" (95% interval of the measured rows' ratio, in that run alone)" if r.get("interval")
-                        else "")
+                     + ((" (95% interval of the measured rows' ratio, in that run alone)"
+                         if r.get("measured") is None or abs(r["mid"] / r["measured"] - 1) < 0.005 else
+                         f" (planned here, the run measured {r['measured']:.2f}x: its 95% interval's width, in that "
+                         f"run alone, around the planned ratio)") if r.get("interval") else "")
                      + _unresolved(r) + _swamped(r))
         if rec.get("measured_memory"):
             text += (f" (memory of {', '.join(rec['measured_memory'])}: the peak the run measured, more than "

@@ -144,7 +144,7 @@ def test_at_another_batch_the_plan_says_how_it_carried_the_compute_and_sets_no_m
     text = _plan("--from", str(H200), "--batch", "16").stdout
     assert "memory against the run's own peaks" not in text
     assert ("batch: planned at 16 per GPU, measured at 8 per process: each row's forward and backward carried in "
-            "proportion to the batch; a step partly bound by the host") in text
+            "proportion to the batch; a step does not grow in proportion to its batch") in text
     assert "batch: planned at" not in _plan("--from", str(H200), "--batch", "8").stdout
 
 
@@ -499,3 +499,14 @@ def test_a_gpu_run_from_before_flops_were_counted_is_carried_by_its_gpus_own_pea
     text = _plan("--from", str(run), "--gpu", "a100", "--gpus-per-node", "1").stdout
     assert ("compute carried from NVIDIA H200 (989.4 TFLOP/s dense bf16) to NVIDIA A100 SXM4 (40GB or 80GB) "
             "(312 TFLOP/s): x3.17 by the ratio of peaks") in text
+
+
+def test_a_planned_ratio_that_is_not_the_runs_own_says_so_and_gives_the_measured_one():
+    # An audit: at a batch the run did not measure, the plan's ratio (2.56x at batch 16) was labelled "95% interval of
+    # the measured rows' ratio" where the run measured 2.53x; at the run's own batch the ratio is the run's
+    own = _plan("--from", str(WIDEMLP)).stdout
+    assert "faster than horovod (95% interval of the measured rows' ratio, in that run alone)" in own
+    other = _plan("--from", str(WIDEMLP), "--batch", "64").stdout
+    assert "(95% interval of the measured rows' ratio" not in other
+    assert ("faster than horovod (planned here, the run measured 1.35x: its 95% interval's width, in that run alone, "
+            "around the planned ratio)") in other
