@@ -115,7 +115,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                            f"mean of the sessions' own variances{_floored_pairs(pairs)}), so every interval "
                            f"includes the variation between runs at other times{span(sessions)}; differences and "
                            "equivalence (TOST, "
-                           f"margin ±{margin:.0%}) each Holm-adjusted over the pairs.)")}
+                           f"margin ±{margin:.0%}) each tested with Holm's adjustment over the pairs.)")}
     out["widest"] = analysis.widest(out) if ranks else None
     if len(ranked) < 2:
         out["lines"] = ["**Verdict over the sessions: nothing to rank** — fewer than two rows have 3 launches in two "

@@ -396,8 +396,9 @@ def ranked_lines(a: dict[str, Any], launches) -> list[str]:
             f", intervals {statistics.median(narrowed):.0%} of the unpaired width (median)" if narrowed else ""))
     else:
         blocks = f"unpaired (Welch), as {a['why_unblocked']}"
-    out.append(f"({n} launches per row; {len(pairs)} pair{'s' if len(pairs) != 1 else ''}, 95% intervals, "
-               f"differences and equivalence (TOST, margin ±{margin:.0%}) each Holm-adjusted over the pairs; {blocks}.)")
+    out.append(f"({n} launches per row; {len(pairs)} pair{'s' if len(pairs) != 1 else ''}, each with its own 95% "
+               f"interval; differences and equivalence (TOST, margin ±{margin:.0%}) each tested with Holm's "
+               f"adjustment over the pairs; {blocks}.)")
     return out + [one_session_line(a.get("between_sessions"))]
 
 
