@@ -642,13 +642,15 @@ def synthetic_classification(n: int, shape: tuple[int, ...], classes: int, seed:
     return x, y
 
 
-def read_outside(model, units, inputs, forward) -> set[int]:
+def read_outside(model, units, inputs, forward, beside_activations: bool = False) -> set[int]:
     """The indices of `units` whose parameters the model's forward reads while that unit's own forward is not
     running (a parameter of an nn.ParameterList the parent reads, an embedding's weight used as the output head by
     F.linear): one forward of `inputs` on the meta device through a copy of the model whose parameters and buffers
     are meta tensors (`copy.deepcopy` given them in its memo: nothing of the model's storage is copied), so nothing
     of the model itself runs or changes (a forward that counts its calls, alternating a head between steps, kept
-    its count)."""
+    its count). `beside_activations`: only reads in a call that also takes a tensor that is no unit's parameter (an
+    activation: F.linear(h, self.emb.weight)), which meet a shard as "mixed torch.Tensor and DTensor"; an update
+    between units' parameters alone (an EMA teacher's from its student's) changes their shards in place."""
     import copy
 
     import torch
@@ -673,10 +675,12 @@ def read_outside(model, units, inputs, forward) -> set[int]:
 
     class Reads(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            for t in tree_flatten((args, kwargs or {}))[0]:
-                held = holders.get(id(t))
-                if held and not held.intersection(active):
-                    outside.update(held)
+            tensors = [t for t in tree_flatten((args, kwargs or {}))[0] if isinstance(t, torch.Tensor)]
+            if not beside_activations or any(id(t) not in holders for t in tensors):
+                for t in tensors:
+                    held = holders.get(id(t))
+                    if held and not held.intersection(active):
+                        outside.update(held)
             return func(*args, **(kwargs or {}))
 
     for i, unit in enumerate(twins):

@@ -172,7 +172,7 @@ def check_user_code(workload, req: RunRequest, global_batch: int) -> None:
                 from workloads.base import read_outside
 
                 where = {id(m): name for name, m in model.named_modules()}
-                outside = read_outside(model, units, batches.to(x, "meta"), workload.forward)
+                outside = read_outside(model, units, batches.to(x, "meta"), workload.forward, beside_activations=True)
                 facts.unit_read_outside = [where[id(units[i])] for i in sorted(outside)]
         except Exception:  # noqa: BLE001 - the user's units that fail to be listed fail the row that asks for them
             pass
