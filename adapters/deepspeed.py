@@ -288,6 +288,18 @@ class DeepSpeedLaunch(Launch):
                     "change to them is dropped), or do that work outside the forward")
         return None
 
+    def edited_parameters_fix(self):
+        # measured (an outside check): a DINO teacher updated in place after the networks' forward, ZeRO-3 5.3e-2 ✗
+        # (its update ran on empty partitions: nothing changed); within GatheredParameters(modifier_rank=0) 4.5e-8 ✓;
+        # the same update moved to an optimizer step post-hook: ZeRO-1 1.9e-2 ✗, ZeRO-3 7.0e-2 ✗
+        if self.knobs.zero_stage != 3:
+            return None
+        return ("ZeRO-3 holds each parameter as an empty partition outside its own module's forward, so code that "
+                "reads or writes another module's parameters there (the teacher's update from the student's) runs on "
+                "empty tensors and changes nothing, and the same update after the optimizer's step (a step hook) "
+                "does too; fix: keep it in the forward, after the networks' forward, within "
+                "`deepspeed.zero.GatheredParameters(params, modifier_rank=0)`")
+
     def missing_gradient(self):
         # Read in DeepSpeed 0.19.8's source and measured (docs/your-model.md, "What each backend does differently").
         moves = ("so the optimizer steps it: its running state (SGD's momentum, Adam's moment estimates) and weight "

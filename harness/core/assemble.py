@@ -185,7 +185,7 @@ named: the check's other clues (assemble._code_clues) are then said after it."""
 
 def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: str | None,
                 stateful: str | None, note: str | None = None, optimizer: str | None = None,
-                tolerance: float | None = None, lr: float | None = None) -> str | None:
+                tolerance: float | None = None, lr: float | None = None, edited: str | None = None) -> str | None:
     """Why a row's parameters differ from the reference's, from the parameters that differ most: those a step
     left without a gradient, and what the backend does with such a parameter (`missing`: Adapter.missing_gradient),
     or that they had one every step (then the row's own note, `note`, where its adapter wrote one); None without
@@ -196,6 +196,19 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
     def named(items):
         return ", ".join(f"{p['parameter']} by {p['diff']:.1e}" for p in items)
 
+    always = [p for p in largest if p.get("steps_frozen") and len(p["steps_frozen"]) >= steps]
+    if always and len(always) == len([p for p in largest if p.get("steps_frozen")]):
+        # frozen in every step compared: no optimizer moved them, so code of the user's did (an EMA teacher)
+        text = (f"the parameters that differ most, {named(always)}, were frozen (requires_grad False) in every one of "
+                f"the {steps} steps compared, so no optimizer step moved them: code of yours changed them (an EMA "
+                f"teacher updated from the online network, an in-place write), which {label} did not see as the "
+                f"single process did"
+                + (f"; on {label}: {edited}" if edited else "; fix: make that change in the forward, after the "
+                   "networks' forward"))
+        rest = [p for p in largest if not p.get("steps_frozen")]
+        if rest:
+            text += f"; the next, {named(rest)}, {'were' if len(rest) > 1 else 'was'} never frozen"
+        return text
     unfrozen = [p for p in largest if p.get("steps_frozen")]
     late = [p for p in unfrozen if 0 not in p["steps_frozen"]]
     if unfrozen and len(late) == len(unfrozen):  # trainable when the backend wrapped the model, frozen later
@@ -560,11 +573,11 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
                              f"and no backend synchronises parameters after the start, only gradients: a change that "
                              f"depends on the batch (max_norm's rows) leaves each rank's copy changed where its own "
                              f"slice took it, and a sharding backend (ZeRO-3, FSDP2) may drop a change made to the "
-                             f"copy it gathered for the forward; fix: move the change out of the forward (a "
-                             f"parametrization, or after the optimizer's step) to check equivalence")
+                             f"copy it gathered for the forward")
         own = adapter.edited_parameters_fix() if adapter is not None else None
-        if own:
-            out["why_failed"] += f"; on {label}: {own}"
+        # the backend's own fix where it has one (ZeRO-3's GatheredParameters, in the forward), else the general one
+        out["why_failed"] += (f"; on {label}: {own}" if own else "; fix: move the change out of the forward (a "
+                              "parametrization, or after the optimizer's step) to check equivalence")
         return out
     if getattr(workload, "summed_loss", None):
         out["why_failed"] = (f"the model's loss is a sum over its batch's samples, not a mean: {workload.summed_loss} "
@@ -588,7 +601,8 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
         return out
     missing = adapter.missing_gradient() if adapter is not None else None
     why = why_differs(largest, spec.equiv_steps, label, missing, workload.stateful, note, workload.optimizer_class,
-                      workload.equiv_tolerance, getattr(r0, "lr", None))
+                      workload.equiv_tolerance, getattr(r0, "lr", None),
+                      adapter.edited_parameters_fix() if adapter is not None else None)
     # a declared count that may miss a shift, unless the check before launching found it right at that step
     maybe = normalisation.suspect(workload.varying_counts or [], getattr(workload, "count_losses", None))
     if why and maybe:
@@ -686,7 +700,11 @@ def _also_batch_dependent(workload, adapter, bn_fix: str | None, label: str) -> 
 
 CONTRASTIVE_FIX = ("a contrastive loss takes its negatives from every rank's samples: gather the embeddings with "
                    "their gradients (torch.distributed.nn.functional.all_gather behind dist.is_initialized(); "
-                   "torch.distributed.all_gather's result carries none) and compute the loss over the gathered batch")
+                   "torch.distributed.all_gather's result carries none) and compute the loss over the gathered batch; a "
+                   "load-balancing term over the batch's tokens (Switch's E * sum(f * P)) all-reduces its "
+                   "statistic that carries no gradient, the fraction of tokens each expert got, across the ranks "
+                   "(dist.all_reduce of f, divided by the world size, behind dist.is_initialized()): each rank's "
+                   "term then averages to the single process's")
 """The fix of a failed check for a contrastive (SimCLR, CLIP) loss over the batch's other samples."""
 
 

@@ -1325,3 +1325,41 @@ def test_units_given_that_an_ema_update_writes_between_parameters_alone_are_not_
     path.write_text(EMA_UNITS)
     facts = checked("ema", path=path).model_facts
     assert facts.unit_read_outside == [] and adapters.get("fsdp")({}, "cpu").model_availability(facts)
+
+
+def test_a_forward_drawing_one_coin_a_call_is_found_random_though_two_seeds_draw_the_same_side():
+    # An outside check: stochastic depth dropping a whole block for the whole batch draws one number a block; under
+    # torch seeds 1 and 2 the coin fell the same way (torch.rand() 0.76 and 0.61), the forward was called
+    # deterministic, and the ZeRO rows' ✗ blamed the model's batch dependence; a few more seeds tell
+    import torch
+
+    from harness.core.model_check import diagnose
+
+    class Coin(torch.nn.Linear):
+        def forward(self, x):
+            out = super().forward(x)
+            return out if float(torch.rand(())) < 0.5 else 0 * out  # a block kept or dropped whole
+
+    why, _ = diagnose(lambda: Coin(2, 2), lambda m: m(torch.ones(4, 2)), seed=0)
+    assert why is not None and why.startswith("the same samples from the same state gave different outputs under two "
+                                              "torch seeds"), why
+
+
+def test_parameters_frozen_in_every_step_compared_are_named_as_changed_by_the_users_code_not_as_unfrozen():
+    # An outside check: an EMA teacher (requires_grad False throughout) updated in an optimizer step hook got ZeRO-1
+    # and ZeRO-3 ✗ saying it was "frozen ... in steps 1, ..., 8 of the 8 compared and trained in the others"
+    w = checked("aux")
+    gradients = {"no_gradient": {}, "frozen": {"teacher.weight": [0, 1, 2, 3]}}
+    eq = _equivalence(w, adapters.get("deepspeed")({"zero_stage": "3"}, "cpu"), {"teacher.weight": 7e-2}, gradients,
+                      label="deepspeed:zero_stage=3")
+    assert eq["why_failed"].startswith(
+        "the parameters that differ most, teacher.weight by 7.0e-02, were frozen (requires_grad False) in every one "
+        "of the 4 steps compared, so no optimizer step moved them: code of yours changed them"), eq["why_failed"]
+    assert "deepspeed.zero.GatheredParameters(params, modifier_rank=0)" in eq["why_failed"]
+    assert "trained in the others" not in eq["why_failed"]
+
+
+def test_zero3_names_gathered_parameters_for_a_forward_that_edits_parameters_and_other_stages_add_nothing():
+    fix = adapters.get("deepspeed")({"zero_stage": "3"}, "cpu").edited_parameters_fix()
+    assert fix.endswith("`deepspeed.zero.GatheredParameters(params, modifier_rank=0)`")
+    assert adapters.get("deepspeed")({"zero_stage": "2"}, "cpu").edited_parameters_fix() is None
