@@ -281,6 +281,7 @@ def diagnose(build, forward, seed: int, loss=None) -> tuple[str | None, str | No
         built.append({n: p.detach().clone() for n, p in model.named_parameters()})
         before = state_of(model)
         torch.manual_seed(call_seed)
+        drawn = torch.random.get_rng_state()
         with _reseeds() as found:
             out = forward(model)
         reseeded.extend(x for x in found if x not in reseeded)
@@ -291,13 +292,16 @@ def diagnose(build, forward, seed: int, loss=None) -> tuple[str | None, str | No
                     value = loss(out)
             except Exception:  # noqa: BLE001 - the user's loss: loss_takes says why it does not fit
                 value = None
+        draws.append(not torch.equal(drawn, torch.random.get_rng_state()))
         return out, changes(before, state_of(model)), value
 
+    draws: list[bool] = []  # whether each call drew from torch's generator
     first, changed, lost = run(1)
     again, _, lost_again = run(1)
     # A forward that draws few numbers (stochastic depth dropping a whole block for the whole batch: one coin per
-    # block) gives the same output under two seeds often; try a few more seeds before calling it deterministic.
-    for call_seed in range(2, 2 + OTHER_SEEDS):
+    # block) gives the same output under two seeds often; where it drew any, a few more seeds are tried before it is
+    # called deterministic (one that drew none needs no more: the seed cannot change it)
+    for call_seed in range(2, 2 + (OTHER_SEEDS if draws[0] else 1)):
         other, _, lost_other = run(call_seed)
         if not same(first, other, NOISE) or (lost is not None and lost_other is not None
                                               and not same(lost, lost_other, NOISE)):
