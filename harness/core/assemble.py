@@ -196,8 +196,9 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
     def named(items):
         return ", ".join(f"{p['parameter']} by {p['diff']:.1e}" for p in items)
 
-    always = [p for p in largest if p.get("steps_frozen") and len(p["steps_frozen"]) >= steps]
-    if always and len(always) == len([p for p in largest if p.get("steps_frozen")]):
+    unfrozen = [p for p in largest if p.get("steps_frozen")]
+    always = [p for p in unfrozen if len(p["steps_frozen"]) >= steps]
+    if always and len(always) == len(unfrozen):
         # frozen in every step compared: no optimizer moved them, so code of the user's did (an EMA teacher)
         text = (f"the parameters that differ most, {named(always)}, were frozen (requires_grad False) in every one of "
                 f"the {steps} steps compared, so no optimizer step moved them: code of yours changed them (an EMA "
@@ -209,7 +210,6 @@ def why_differs(largest: list[dict[str, Any]], steps: int, label: str, missing: 
         if rest:
             text += f"; the next, {named(rest)}, {'were' if len(rest) > 1 else 'was'} never frozen"
         return text
-    unfrozen = [p for p in largest if p.get("steps_frozen")]
     late = [p for p in unfrozen if 0 not in p["steps_frozen"]]
     if unfrozen and len(late) == len(unfrozen):  # trainable when the backend wrapped the model, frozen later
         frozen = sorted({s for p in late for s in p["steps_frozen"]})

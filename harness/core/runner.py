@@ -268,11 +268,9 @@ def run_header(p: RunPlan, kind: str, row_order: list[str], started: float | Non
     if workload and workloads.source(workload) != "built-in":  # a user's: where it came from, with its digest
         info["workload_source"] = workloads.provenance(workload)
     if getattr(p, "workload", None) is not None:
-        from harness.core.workload_checks import bounded
-
         # the count runs the workload's forward and backward in compare's own process, as the check before
         # launching does: its prints are held back and a hang in it is bounded by --stall-timeout the same way
-        with bounded(f"counting the FLOPs of workload {workload}", getattr(req, "stall_s", 0)):
+        with bounded(f"counting the FLOPs of workload {workload}", req.stall_s):
             split = flop_split(p.workload, p.global_batch)
         if split and split["flops_per_sample"]:
             info["flops_per_sample"] = split["flops_per_sample"]
