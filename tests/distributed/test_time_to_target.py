@@ -111,12 +111,15 @@ def test_time_accounting(reached, name):
     assert t["e2e_time_to_target_s"] == pytest.approx(
         t["target_step_end_s"] - t["eval_time_before_target_s"] - snapshot, rel=1e-9)
     # End to end holds the start-up before the first step (measured apart, from the launch to rank 0's first
-    # step end) as well as the training, and fits inside the launch. The sum of per-step maxima over ranks can
-    # exceed the wall time spent in steps by the ranks' skew (whichever rank waited, in each step), so the
-    # start-up part is bounded with a margin rather than to the microsecond.
+    # step end) as well as the training, and fits inside the launch. The sum of per-step maxima over ranks exceeds
+    # the wall time spent in steps by the ranks' skew (whichever rank waited, in each step; 0.7 s of 1.6 s for
+    # Horovod on a loaded 2-core machine), and end to end less that sum is short of the start-up by as much. The
+    # record has both: the skew is the summed steps less the timed window by the wall clock (the whole run here).
+    assert t["steps_run"] == n and rec["timed_window_wall_s"] > 0
+    skew = sum(steps[:n]) - rec["timed_window_wall_s"]
     assert t["e2e_time_to_target_s"] >= t["train_time_to_target_s"], name
     assert t["e2e_time_to_target_s"] > rec["time_to_first_step_s"], name
-    assert t["startup_to_target_s"] >= 0.9 * (rec["time_to_first_step_s"] - steps[0]), name
+    assert t["startup_to_target_s"] >= 0.95 * (rec["time_to_first_step_s"] - steps[0]) - skew, (name, skew)
     assert t["e2e_time_to_target_s"] + t["eval_time_before_target_s"] < rec["wall_time_s"], name
     assert t["startup_to_target_s"] == pytest.approx(t["e2e_time_to_target_s"] - t["train_time_to_target_s"])
 
