@@ -66,6 +66,14 @@ def diff(req: DiffRequest) -> None:
 
 
 def _diff(req: DiffRequest, margin: float, diffs) -> None:
+    from harness.core import joins
+
+    for given in (req.run_a, req.run_b):  # a run still being written: its records are part of a run, as for join
+        try:
+            joins.unfinished([given.parent] if given.is_file() else
+                             joins.session_dirs(given) if given.is_dir() else [given])
+        except joins.NotJoinable as exc:
+            fail(str(exc).replace("join it when it ends", "diff it when it ends"))
     a, b = _side(req.run_a), _side(req.run_b)
     same = _same_run(req.run_a, req.run_b, a, b)
     if same:

@@ -121,7 +121,7 @@ def _joins(req: RunRequest, p: RunPlan) -> list:
            "tuning_env": envmod.tuning_env(), "torch": envmod.packaged_torch()}
     base = {"schema_version": SCHEMA_VERSION, "kind": "run", "workload": req.workload, "world_size": req.world_size,
             "status": "ok", "env": env, "row_order": [row.label for row in p.rows], "topology": {"device": req.device},
-            "oversubscribed": p.oversubscribed}
+            "oversubscribed": p.oversubscribed, "margin": p.margin}
     # each row as its launches will record it, so its knobs, threads and the rest are held to the earlier sessions'
     # before anything runs
     this = [{**base, "label": row.label, "controls": assemble.controls(row_spec(p, row, Path(), 0), p.workload)}

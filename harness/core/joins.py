@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.ground.errors import BadInput
 from harness.ground.record import MEASURED, throughput_clock
+from harness.ground.stats import DEFAULT_MARGIN
 
 SESSIONS = "sessions.json"
 
@@ -54,7 +55,13 @@ IDENTITY = (("workload", lambda rs: rs[0].get("workload")),
             ("world size", lambda rs: rs[0].get("world_size")),
             ("global batch", lambda rs: (_measured(rs) or {}).get("controls", {}).get("global_batch")),
             ("timed steps", lambda rs: (_measured(rs) or {}).get("controls", {}).get("steps")),
-            ("device", lambda rs: (_measured(rs) or {}).get("topology", {}).get("device")))
+            ("device", lambda rs: (_measured(rs) or {}).get("topology", {}).get("device")),
+            # clipping adds a norm (and, for some backends, a collective) to every step: another request
+            ("gradient clip (--max-grad-norm)",
+             lambda rs: (_measured(rs) or {}).get("controls", {}).get("max_grad_norm") or "none"),
+            # the joined verdict takes one margin: which session's must not depend on the order they were given in
+            ("equivalence margin (--margin)",
+             lambda rs: next((r["margin"] for r in rs if r.get("margin")), None) or DEFAULT_MARGIN))
 """What sessions of one request share: their rows' samples/s measure the same thing."""
 MACHINE = (("CPU", lambda env: env.get("cpu_model")), ("usable cores", lambda env: env.get("cpu_cores_usable")),
            ("GPUs", lambda env: env.get("gpus") or []))

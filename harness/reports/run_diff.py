@@ -44,6 +44,7 @@ CONTEXT = (("torch", lambda r: (r.get("env") or {}).get("torch")),
            ("tuning variables", lambda r: None if (r.get("env") or {}).get("tuning_env") is None else ",".join(
                f"{k}={v}" for k, v in r["env"]["tuning_env"].items()) or "none"),
            ("timed steps", lambda r: (r.get("controls") or {}).get("steps")),
+           ("gradient clip (--max-grad-norm)", lambda r: (r.get("controls") or {}).get("max_grad_norm") or "none"),
            ("nodes", lambda r: (r.get("topology") or {}).get("nodes") or 1),
            ("processes per node", lambda r: (r.get("topology") or {}).get("processes_per_node")
             or [(r.get("topology") or {}).get("processes")]),
