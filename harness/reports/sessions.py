@@ -24,8 +24,8 @@ from typing import Any
 
 from harness.core import analysis, joins
 from harness.ground.record import MEASURED, hardware_text, software_text
-from harness.ground.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, compare_pair, half_width, letter_groups,
-                                  random_effects, session_estimate)
+from harness.ground.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, compare_pair, half_width, holm,
+                                  letter_groups, random_effects, session_estimate)
 from harness.reports import verdict as verdict_mod
 
 TEST = ("t tests over the sessions' estimates (each session counted once, sessions - 1 degrees of freedom), "
@@ -303,7 +303,8 @@ def markdown(joined: dict[str, Any]) -> list[str]:
            "of no spread, where a new session's own estimate should fall (95% prediction interval, from 3 sessions), "
            "and each session's own estimate (paired within its rounds" + _unpaired(a["per_session"]) + ") — a session "
            "that disagrees with more than half of the others is named (two sessions disagree where their estimates "
-           "differ by more than their own within-run uncertainties allow: Welch's t, p < 0.05):", "",
+           "differ by more than their own within-run uncertainties allow: Welch's t, Holm-adjusted over the pairs of "
+           "sessions, p < 0.05):", "",
            "| pair | pooled [95%] | τ | within-session SE | I² | Q test p | a new session [95% prediction] | "
            + " | ".join(names.values()) + " | apart from the others |",
            "|---|---|---|---|---|---|---|" + "---|" * len(names) + "---|"]
@@ -391,10 +392,12 @@ def apart_from_the_others(estimates: list[tuple[float, float]], each: list[dict[
 def disagreeing(estimates: list[tuple[float, float]], each: list[dict[str, Any]]) -> list[tuple[int, int]]:
     """(i, j) for every two sessions whose estimates of the pair differ by more than their within-session
     uncertainties allow (|y_i - y_j| over sqrt(v_i + v_j), two-sided Welch t, Satterthwaite's df from each session's
-    own, p < 0.05)."""
+    own), Holm-adjusted over the k (k - 1) / 2 pairs of sessions, p < 0.05. Unadjusted, 5 sessions that do not
+    differ at all had some two of them named as disagreeing in 28% of a joined table's rows (an outside check's
+    simulation); adjusted, in 4.3% of 4,000 such simulated joins."""
     from scipy import stats as sp
 
-    out = []
+    tested, pvalues = [], []
     for i in range(len(estimates)):
         for j in range(i + 1, len(estimates)):
             (yi, vi), (yj, vj) = estimates[i], estimates[j]
@@ -402,9 +405,9 @@ def disagreeing(estimates: list[tuple[float, float]], each: list[dict[str, Any]]
             if not (di and dj) or vi + vj <= 0:
                 continue
             df = (vi + vj) ** 2 / (vi ** 2 / di + vj ** 2 / dj)  # Satterthwaite's
-            if 2 * float(sp.t.sf(abs(yi - yj) / math.sqrt(vi + vj), df)) < ALPHA:
-                out.append((i, j))
-    return out
+            tested.append((i, j))
+            pvalues.append(2 * float(sp.t.sf(abs(yi - yj) / math.sqrt(vi + vj), df)))
+    return [ij for ij, p in zip(tested, holm(pvalues)) if p < ALPHA]
 
 
 def _apart(p: dict[str, Any], names: dict[str, str]) -> str:

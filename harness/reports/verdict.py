@@ -114,7 +114,13 @@ def interval_text(row: dict[str, Any], fmt: str = ",.0f") -> str:
 def ratio_text(ratio: dict[str, Any]) -> str:
     if ratio["lo"] is None:
         return f"{ratio['estimate']:.2f}× (no interval)"
-    return f"{ratio['estimate']:.2f}× [{ratio['lo']:.2f}–{ratio['hi']:.2f}]"
+    return f"{_ratio(ratio['estimate'])}× [{_ratio(ratio['lo'])}–{_ratio(ratio['hi'])}]"
+
+
+def _ratio(x: float) -> str:
+    """Two decimals, or two significant figures below 0.01: a bound of 0.0006 (two sessions, t with 1 degree of
+    freedom) read as "0.00", a ratio of zero."""
+    return f"{x:.2f}" if x >= 0.01 or x <= 0 else f"{x:.2g}"
 
 
 def scope(analysis) -> str:

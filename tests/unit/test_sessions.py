@@ -190,7 +190,7 @@ def _values(rng, shift):
 def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_outside_it(tmp_path, monkeypatch):
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
     rng = random.Random(4)
-    shifts = [0.0, 0.005, -0.005, 0.0, 0.002, 0.08]  # ddp's lead over spawn, per session; the last much larger
+    shifts = [0.0, 0.005, -0.005, 0.0, 0.002, 0.2]  # ddp's lead over spawn, per session; the last much larger
     runs = [_run(tmp_path, f"s{i}", _values(rng, shift), here=True) for i, shift in enumerate(shifts)]
     out = tmp_path / "joined"
     shown = CliRunner().invoke(app, ["join", str(out), *map(str, runs)])
@@ -221,7 +221,7 @@ def test_compare_join_gives_one_verdict_over_the_sessions_and_names_a_session_ou
     said = next(part for part in overturned.split(" · ") if "ddp vs spawn, " in part)
     pooled = verdict.ratio_text(ddp_spawn)
     assert said.split("ddp vs spawn, ")[1].startswith(f"not resolved over the sessions ({pooled}): ")
-    assert "; ddp ahead in S6 (1.08× [" in said and "S1" not in said  # S1 agreed with the sessions, S6 did not
+    assert "; ddp ahead in S6 (1.22× [" in said and "S1" not in said  # S1 agreed with the sessions, S6 did not
     # re-rendered from the runs' records alone, identically
     before = text
     again = CliRunner().invoke(app, ["report", str(out)])
@@ -345,6 +345,14 @@ def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_mac
           change=lambda r: r["adapter_info"].update(framework="deepspeed 0.18.0") if r["label"] == "deepspeed" else 0),
      "ran row deepspeed with deepspeed 0.18.0 against deepspeed 0.19.8 in {a}: sessions are runs of the same "
      "software; `compare diff` compares two conditions\n"),
+    # an outside check: clipped and unclipped runs were joined as one request, and a join of runs made with
+    # different margins took the first one's, so the same sessions gave another verdict in another order
+    (dict(change=lambda r: r["controls"].update(max_grad_norm=1.0)),
+     "differs from {a} in gradient clip (--max-grad-norm) (1.0 against none): sessions are runs of the same "
+     "request\n"),
+    (dict(change=lambda r: r.update(margin=0.2)),
+     "differs from {a} in equivalence margin (--margin) (0.2 against 0.05): sessions are runs of the same "
+     "request\n"),
 ])
 def test_runs_of_another_request_or_machine_are_not_joined(tmp_path, monkeypatch, other, message):
     monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
@@ -458,6 +466,13 @@ def test_an_edited_or_trimmed_copy_of_a_run_is_one_session_however_it_is_joined(
                           "sessions are runs of the same request; its request again: compare run --adapters "
                           "ddp,spawn,horovod --steps 280 --repeats 4 --join {d}\n"),
     (["-a", "ddp,spawn,horovod", "--steps", "280"], "--join {d}: this run ran on another machine than {d} (CPU "),
+    (["-a", "ddp,spawn,horovod", "--steps", "280", "--margin", "10%"],
+     "--join {d}: this run differs from {d} in equivalence margin (--margin) (0.1 against 0.05): sessions are runs of "
+     "the same request; its request again: compare run --adapters ddp,spawn,horovod --steps 280 --repeats 4 --join "
+     "{d}\n"),
+    (["-a", "ddp,spawn,horovod", "--steps", "280", "--max-grad-norm", "1"],
+     "--join {d}: this run differs from {d} in gradient clip (--max-grad-norm) (1.0 against none): sessions are runs "
+     "of the same request; its request again: "),
     (["--until-target"], "--join adds a session to a throughput comparison; it does not apply to --until-target "
                          "runs\n"),
 ])
@@ -753,6 +768,27 @@ def test_a_run_still_being_written_is_not_joined(tmp_path, monkeypatch):
         claim.release()
 
 
+def test_diff_refuses_a_run_still_being_written(tmp_path, monkeypatch):
+    """An outside check: `compare diff` read a run a live `compare run` was still writing, called its rows measured
+    once and advised `--repeats 3`, which the run had been given; join and report refused the same directory."""
+    import os
+
+    from harness.ground import outdir
+
+    monkeypatch.setenv("COMPARE_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(4)
+    a, b = (_run(tmp_path, name, _values(rng, 0.0), here=True) for name in ("a", "b"))
+    live = f"is being written by a compare run that has not finished (pid {os.getpid()}); diff it when it ends\n"
+    claim = outdir.Claim(b)
+    try:
+        for given in (b, b / "records.jsonl"):
+            shown = CliRunner().invoke(app, ["diff", str(a), str(given)])
+            assert (shown.exit_code, shown.stdout, shown.stderr) == (2, "", f"error: {b} {live}"), shown.output
+    finally:
+        claim.release()
+    assert CliRunner().invoke(app, ["diff", str(a), str(b)]).exit_code == 0
+
+
 def test_only_a_complete_join_is_kept_and_the_one_of_the_newest_sessions_per_request(tmp_path, monkeypatch):
     """The spread every later single run quotes came from whichever join of 3 sessions was written last: one with a
     failed launch, one with a row short of launches in a session (a pair pooled over fewer sessions), an older join
@@ -973,6 +1009,17 @@ def test_where_no_session_stands_apart_the_two_that_disagree_are_named():
     names = {"a": "S1", "b": "S2", "c": "S3", "d": "S4"}
     assert sessions._apart({"outside": [], "disagree": [("b", "d")]}, names) == "none; S2 and S4 disagree"
     assert sessions._apart({"outside": ["b"], "disagree": []}, names) == "S2"
+
+
+def test_sessions_that_disagree_are_named_after_holms_adjustment_over_the_pairs_of_sessions():
+    # an outside check: Welch's test unadjusted over the 10 pairs of 5 sessions named two of them as disagreeing in
+    # 28% of the rows of joins where no session differed at all; the column now holds the family's 5%
+    each = [{"session": f"s{i}", "df": 24} for i in range(5)]
+    near = [(y, 0.05 ** 2) for y in (0.0, 0.16, 0.08, 0.08, 0.08)]  # s0 / s1: t = 2.26, p = 0.03 alone, 0.3 after
+    assert sessions.disagreeing(near, each) == [] and sessions.apart_from_the_others(near, each) == []
+    far = [(y, 0.05 ** 2) for y in (0.0, 0.5, 0.08, 0.08, 0.08)]  # s1 beyond every other's noise, after the 10 tests
+    assert sessions.apart_from_the_others(far, each) == ["s1"]
+    assert sessions.disagreeing(far, each) == [(0, 1), (1, 2), (1, 3), (1, 4)]
 
 
 def test_join_takes_a_run_made_with_join_alone_by_its_records_file(tmp_path, monkeypatch):
