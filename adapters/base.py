@@ -687,7 +687,22 @@ class Strategy(Role):
         if self.max_grad_norm is not None:
             import torch
 
-            torch.nn.utils.clip_grad_norm_(self.unwrap(self.model).parameters(), self.max_grad_norm)
+            params = [p for p in self.unwrap(self.model).parameters() if p.grad is not None]
+            if any(p.grad.is_sparse for p in params):  # nn.Embedding(sparse=True): torch's clip_grad_norm_ has no
+                # sparse norm kernel ("Could not run 'aten::linalg_vector_norm' ... 'SparseCPU'"). The same clip by
+                # hand: a sparse gradient's norm is its coalesced values' (a row looked up twice is one row)
+                for p in params:
+                    if p.grad.is_sparse:
+                        p.grad = p.grad.coalesce()
+                total = torch.stack([(p.grad._values() if p.grad.is_sparse else p.grad).norm(2) for p in params])
+                coef = (self.max_grad_norm / (total.norm(2) + 1e-6)).clamp(max=1.0)  # torch's own formula
+                for p in params:
+                    if p.grad.is_sparse:
+                        p.grad = p.grad * coef
+                    else:
+                        p.grad.mul_(coef)  # in place, as torch's: DDP's gradient_as_bucket_view keeps its view
+                return
+            torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
 
     def step(self) -> None:
         """The optimizer step, after gradients are averaged over the ranks (and clipped: `clip_gradients`)."""

@@ -287,7 +287,7 @@ class HorovodStrategy(Strategy):
         # Same start everywhere: rank 0's parameters and buffers, and its optimizer state. Horovod 0.28.1 broadcasts
         # no bool, bf16 or complex tensor ("Tensor type torch.BoolTensor is not supported", measured): those go as
         # the same bytes in a type it takes (a bool flag buffer, a bf16 buffer of a model that trains in fp32).
-        state = []
+        state, laid_out = [], []
         for name, t in model.state_dict().items():
             if t.dtype == torch.bool:
                 t = t.view(torch.uint8)
@@ -295,8 +295,14 @@ class HorovodStrategy(Strategy):
                 t = t.view(torch.int16)
             elif t.is_complex():
                 t = torch.view_as_real(t)
+            if not t.is_contiguous():  # Horovod refuses one ("Tensor is required to be contiguous."): a buffer such
+                whole = t.contiguous()  # as orthogonal()'s transposed `base` goes as a copy, written back after
+                laid_out.append((t, whole))
+                t = whole
             state.append((name, t))
         hvd.broadcast_parameters(state, root_rank=0)
+        for t, whole in laid_out:
+            t.copy_(whole)
         self.state_init_change = self.state_init_moved = None
         if self.knobs.broadcast_optimizer_state:
             fresh = len(optimizer.state_dict()["state"]) == 0

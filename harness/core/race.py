@@ -144,7 +144,10 @@ def candidates(name: str, device: str, chosen: dict[str, list[str] | None] | Non
                 raise BadInput(f"--tune {name}.{knob}={value} changes the numerics ({'/'.join(base)} -> "
                                f"{'/'.join(tried)}): compare it as a row of its own (compare run -a "
                                f"{name}:{knob}={value}), not as a tuning of speed")
-            if getattr(built, knob) == getattr(default_knobs, knob):
+            own = getattr(default_knobs, knob)
+            if own is None:  # unset: the framework's own value, where the adapter says what it is
+                own = getattr(cls, "FRAMEWORK_DEFAULTS", {}).get(knob)
+            if getattr(built, knob) == own:
                 if chosen is not None:  # named by the user: a candidate that would never be raced is a mistake
                     raise BadInput(f"--tune {name}.{knob}={value}: {value} is {name}'s own value of '{knob}', which "
                                    f"its defaults row already races; give other values")

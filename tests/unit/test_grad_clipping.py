@@ -102,6 +102,30 @@ def test_the_default_step_clips_the_global_norm_before_the_optimizers_step(clip,
     assert adapter.optimizer.seen == pytest.approx(expected, rel=1e-5)
 
 
+def test_a_sparse_gradient_is_clipped_by_the_global_norm_as_a_dense_one_would_be():
+    # an outside check: nn.Embedding(sparse=True) with a max_grad_norm failed the reference and every torch row at
+    # their first step (torch's clip_grad_norm_ has no sparse kernel); a row looked up twice is one row of the norm
+    torch.manual_seed(0)
+
+    def build(sparse):
+        torch.manual_seed(0)
+        emb, head = nn.Embedding(10, 4, sparse=sparse), nn.Linear(4, 2)
+        ids = torch.tensor([[1, 1, 3], [3, 7, 1]])  # rows looked up more than once: an uncoalesced sparse gradient
+        (head(emb(ids)).sum() * 3).backward()
+        return nn.ModuleDict({"emb": emb, "head": head})
+
+    dense, sparse = build(False), build(True)
+    assert sparse["emb"].weight.grad.is_sparse and not sparse["emb"].weight.grad.is_coalesced()
+    for model in (dense, sparse):
+        adapter = ReferenceAdapter()
+        adapter.max_grad_norm = 0.5
+        adapter.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        adapter.clip_gradients()
+    assert sparse["emb"].weight.grad.to_dense() == pytest.approx(dense["emb"].weight.grad, abs=1e-7)
+    assert sparse["head"].weight.grad == pytest.approx(dense["head"].weight.grad, abs=1e-7)
+    assert _grad_norm(dense) == pytest.approx(0.5, rel=1e-5)
+
+
 def _amp(clip, scale: float | None) -> amp_adapter.AmpAdapter:
     a = amp_adapter.AmpAdapter({}, "cpu")
     a.info = RankInfo(rank=0, world_size=1, local_rank=0, device="cpu", backend=None, data_rank=0, data_world=1)

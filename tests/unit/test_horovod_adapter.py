@@ -281,3 +281,37 @@ def test_autotune_adds_horovodruns_own_flags_with_its_log_in_the_launch_director
     i = argv.index("--autotune")
     assert argv[i + 1:i + 3] == ["--autotune-log-file", str(tmp_path / AUTOTUNE_LOG)]
     assert "--autotune" not in HorovodAdapter({}).launch(tmp_path / "spec.json", spec).argv
+
+
+def test_a_buffer_not_laid_out_contiguously_is_broadcast_as_a_copy_and_written_back():
+    # an outside check: torch's orthogonal() parametrization keeps a transposed `base` buffer that Horovod refused
+    # ("Tensor is required to be contiguous."), failing the row at its set-up with nothing the user could change
+    import torch
+    from torch import nn
+    from torch.nn.utils import parametrizations
+
+    model = nn.Sequential(nn.Linear(4, 6), parametrizations.orthogonal(nn.Linear(6, 6)))
+    laid_out = {name: t.is_contiguous() for name, t in model.state_dict().items()}
+    assert not all(laid_out.values()), laid_out  # the case itself: some tensor of the state is not contiguous
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def broadcast_parameters(state, root_rank):  # Horovod's refusal, and rank 0's values written into every tensor
+        for name, t in state:
+            if not t.is_contiguous():
+                raise ValueError("Tensor is required to be contiguous.")
+            seen.append(name)
+            t.fill_(7.0)
+
+    def distributed_optimizer(*args, **kwargs):
+        raise Stop
+
+    a = hv.HorovodAdapter({"broadcast_optimizer_state": False}, "cpu")
+    a.hvd = SimpleNamespace(broadcast_parameters=broadcast_parameters, DistributedOptimizer=distributed_optimizer,
+                            size=lambda: 2, Compression=SimpleNamespace(fp16="fp16", none=None), Average="avg")
+    with pytest.raises(Stop):
+        a.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert seen == list(laid_out)
+    assert all(bool((t == 7.0).all()) for t in model.state_dict().values())  # the copies were written back

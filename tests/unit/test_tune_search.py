@@ -218,6 +218,14 @@ def test_the_budget_forms():
     (["-a", "ddp", "--tune", "ddp.compile=false"],
      "--tune ddp.compile=false: false is ddp's own value of 'compile', which its defaults row already races; give "
      "other values"),
+    # an outside check: a knob left unset (None, DDP's own) was not matched against DDP's own value, so the tune raced
+    # the defaults row against itself and could name it a winner
+    (["-a", "ddp", "--tune", "ddp.gradient_as_bucket_view=false"],
+     "--tune ddp.gradient_as_bucket_view=false: false is ddp's own value of 'gradient_as_bucket_view', which its "
+     "defaults row already races; give other values"),
+    (["-a", "ddp", "--tune", "ddp.static_graph=false"],
+     "--tune ddp.static_graph=false: false is ddp's own value of 'static_graph', which its defaults row already "
+     "races"),
 ])
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, args, message):
     out = tmp_path / "o"
