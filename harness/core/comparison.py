@@ -61,9 +61,16 @@ def check(req: RunRequest) -> RunPlan:
     return p
 
 
-def plan(req: RunRequest) -> RunPlan:
+def check_room(p: RunPlan, launches: int) -> None:
+    """Refuse an --out on a filesystem with less free space than `launches` launches of `p` write at least."""
+    outdir.check_room(p.out, outdir.least_written(launches, p.steps + p.warmup, p.request.plots),
+                      f"records, report{', plots' if p.request.plots else ''} and logs of {launches} launch(es)")
+
+
+def plan(req: RunRequest, room: bool = True) -> RunPlan:
     """Check `req` (`check`) and resolve it into a plan on this machine, refusing anything wrong (BadInput) before
-    anything is written."""
+    anything is written. `room=False`: the caller checks the free space itself (a tune, whose launches are not
+    the rows times the rounds)."""
     p = check(req)
     req = p.request
     if req.steps is None and req.repeats is None and not req.until_target and p.until_target is None:
@@ -86,9 +93,8 @@ def plan(req: RunRequest) -> RunPlan:
         p.out = req.results_dir / f"{workloads.slug(req.workload)}_{envmod.hardware_slug(req.device)}{nodes}_{stamp}"
         outdir.check(p.out, req.force, RESULT_FILES)
     rounds = req.repeats or MIN_ROUNDS  # by default and with --precision, at least MIN_ROUNDS
-    launches = len(p.rows) * rounds + (1 if p.equiv_steps else 0)
-    outdir.check_room(p.out, outdir.least_written(launches, p.steps + p.warmup, req.plots),
-                      f"records, report{', plots' if req.plots else ''} and logs of {launches} launch(es)")
+    if room:
+        check_room(p, len(p.rows) * rounds + (1 if p.equiv_steps else 0))
     if req.join is not None:
         p.join = _joins(req, p)
     p.rerun = shlex.join(["compare", "run", *to_argv(resolved(p))])

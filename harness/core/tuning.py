@@ -71,7 +71,7 @@ def plan(req) -> TunePlan:
     backends = {n: candidates(n, req.device, chosen.get(n), fixed.get(n)) for n in names}
     labels = [c for cs in backends.values() for c in cs]
     run_req = RunRequest(**{**taken(req, RunRequest), "adapters": labels, "repeats": 1, "budget": None})
-    p = comparison.plan(run_req)  # every row checked; --out claimed only once all of this passed
+    p = comparison.plan(run_req, room=False)  # every row checked; --out claimed only once all of this passed
     cannot = {row.label: row.reason for row in p.unavailable}
     unavailable, skipped = {}, {}
     for name in list(backends):
@@ -83,6 +83,12 @@ def plan(req) -> TunePlan:
             backends[name] = [c for c in backends[name] if c not in cannot]
     if not backends:
         raise BadInput("no backend to tune can run here: " + "; ".join(f"{n}: {r}" for n, r in unavailable.items()))
+    # the least a tune writes: every candidate's race rounds, each backend's defaults and best confirmed, the
+    # reference (comparison.plan counted one launch a row, the run it was asked for)
+    from harness.core.race import MIN_ROUNDS
+
+    comparison.check_room(p, (sum(len(cs) for cs in backends.values()) + 2 * len(backends)) * MIN_ROUNDS
+                          + (1 if p.equiv_steps else 0))
     p.order_seed = req.order_seed if req.order_seed is not None else random.SystemRandom().randrange(2**32)
     again = comparison.resolved(p)
     rerun = TuneRequest(**{**taken(again, TuneRequest), "adapters": list(backends) + list(unavailable),

@@ -1643,7 +1643,7 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-@pytest.mark.parametrize("sub", ["run", "comm", "scale"])
+@pytest.mark.parametrize("sub", ["run", "comm", "scale", "tune"])
 @pytest.mark.parametrize("fill", [0, 60 * 1024], ids=["empty", "full"])
 def test_an_out_on_a_filesystem_too_small_for_the_run_is_refused_before_anything_is_created(tiny_disk, sub, fill):
     # a full filesystem was found at the first launch's records, after the directories were made
@@ -1654,7 +1654,8 @@ def test_an_out_on_a_filesystem_too_small_for_the_run_is_refused_before_anything
     free = shutil.disk_usage(tiny_disk).free
     out = tiny_disk / "runs" / "o"
     args = {"run": ["-a", "ddp", "--steps", "5", "--repeats", "1"], "comm": ["--backends", "torch"],
-            "scale": ["-a", "ddp", "--world-sizes", "1,2", "--no-model"]}[sub]
+            "scale": ["-a", "ddp", "--world-sizes", "1,2", "--no-model"],
+            "tune": ["-a", "ddp", "--tune", "ddp.bucket_cap_mb=1", "--steps", "5"]}[sub]
     result = invoke(sub, *args, "--out", out)
     assert result.exit_code == 2, result.output
     shown = f"{free / 2**10:,.0f} KiB" if free >= 1024 else f"{free} bytes"
@@ -1662,6 +1663,8 @@ def test_an_out_on_a_filesystem_too_small_for_the_run_is_refused_before_anything
                                     f"the "), result.stderr
     assert result.stderr.endswith("; free some space or choose another --out\n") and result.stderr.count("\n") == 1
     assert not (tiny_disk / "runs").exists()
+    if sub == "tune":  # an outside check: it counted 3 (one launch a row); 2 candidates raced and confirmed are 12
+        assert "logs of 13 launch(es)" in result.stderr, result.stderr
 
 
 # ---- a row's interpreter and environment (python=PATH, env.NAME=VALUE; issue 65) ------------------------------------
