@@ -16,7 +16,8 @@ from conftest import run_compare
 
 pytestmark = pytest.mark.distributed
 EXAMPLE = "examples/my_model.py"
-EVERY = ("ddp", "spawn", "fsdp", "deepspeed", "deepspeed:zero_stage=3", "horovod")
+# spawn wraps the model in the same DDP as ddp (only the launcher differs, which test_comparison.py covers)
+EVERY = ("ddp", "fsdp", "deepspeed", "deepspeed:zero_stage=3", "horovod")
 STEPS = ("--steps", "2", "--warmup", "1", "--equiv-steps", "3", "--repeats", "1")
 
 
