@@ -103,7 +103,8 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                          "unchecked": sum(bool((r.get("noise") or {}).get("unchecked")) for r in records
                                           if r.get("status") in MEASURED and r.get("label") != "reference"),
                          "time": max(str(r.get("time_utc") or "") for r in records),
-                         "failed": failed(records)} for (name, records), (_, a) in zip(sessions, per)],
+                         "failed": failed(records), "not_measured": not_measured(records)}
+                        for (name, records), (_, a) in zip(sessions, per)],
            # "in each" of sessions of which one measured 2 and was left out read as false: it is of those counted
            "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each"
                            f"{' session that counts it' if fewer else ''}{fewer}; "
@@ -185,7 +186,9 @@ def _session_text(s: dict[str, Any]) -> str:
     """"2026-11-30, 2–3 launches per row, 1 failed; unpaired (Welch), as ...": what a session's own analysis
     measured, its failed launches and, where its rounds were incomplete, that its pairs were not paired."""
     n = f"{s['launches']}" if s.get("fewest", s["launches"]) == s["launches"] else f"{s['fewest']}–{s['launches']}"
-    failed_ = f", {s['failed']} launch{'es' if s['failed'] != 1 else ''} failed" if s.get("failed") else ""
+    by = s.get("not_measured") or ({"failed": s["failed"]} if s.get("failed") else {})  # records before it was kept
+    failed_ = (", " + ", ".join(f"{n} launch{'es' if n != 1 else ''} {_STATUS_WORDS.get(k, k)}" for k, n in by.items())
+               if by else "")
     unpaired = f"; its pairs unpaired (Welch), as {s['unpaired']}" if s.get("unpaired") else ""
     return f"{s['date']}, {n} launches per row{failed_}{unpaired}"
 
@@ -202,6 +205,21 @@ def unavailable(sessions: list[tuple[str, list[dict[str, Any]]]]) -> dict[str, t
                 where.append(f"S{i}")
                 reasons += [x for x in dict.fromkeys(str(r.get("reason") or "no reason recorded") for r in mine)
                             if x not in reasons]
+    return out
+
+
+_STATUS_WORDS = {"not_run": "never run", "timeout": "timed out", "failed": "failed", "interrupted": "interrupted",
+                 "diverged": "diverged"}
+"""A launch's status as the Sessions line says it ("1 launch interrupted, 2 launches never run")."""
+
+
+def not_measured(records: list[dict[str, Any]]) -> dict[str, int]:
+    """{status: launches} of a run's launches that were neither measured nor a row unavailable here (`failed`), by
+    status: an interrupted session read "3 launches failed" where one was interrupted and two never ran."""
+    out: dict[str, int] = {}
+    for r in records:
+        if r.get("status") not in (*MEASURED, "unavailable") and r.get("label") != "reference":
+            out[str(r.get("status"))] = out.get(str(r.get("status")), 0) + 1
     return out
 
 

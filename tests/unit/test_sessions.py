@@ -1033,3 +1033,15 @@ def test_join_takes_a_run_made_with_join_alone_by_its_records_file(tmp_path, mon
     assert result.exit_code == 0, result.output
     assert [name for name, _ in joins.load(tmp_path / "j")] == ["../s1", "../s2"]
     assert "is a join of" not in result.output
+
+
+def test_a_sessions_launches_not_measured_are_named_by_what_became_of_them():
+    # an outside check: an interrupted session read "3 launches failed" in the join's Sessions line, where one was
+    # interrupted and two never ran
+    records = [{"label": "ddp", "status": "ok"}, {"label": "spawn", "status": "interrupted"},
+               {"label": "ddp", "status": "not_run"}, {"label": "spawn", "status": "not_run"},
+               {"label": "horovod", "status": "unavailable"}, {"label": "reference", "status": "failed"}]
+    assert sessions.not_measured(records) == {"interrupted": 1, "not_run": 2} and sessions.failed(records) == 3
+    text = sessions._session_text({"date": "2026-11-30", "launches": 3, "failed": 3,
+                                   "not_measured": sessions.not_measured(records)})
+    assert text == "2026-11-30, 3 launches per row, 1 launch interrupted, 2 launches never run"
