@@ -216,8 +216,13 @@ def check(named: list[tuple[str, list[dict[str, Any]]]], machines: bool = True) 
         changed = condition_changes(first, records)
         if changed:
             label, what, was, now = changed[0]
-            more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-            raise NotJoinable(f"{name} ran row {label} with {what} {_condition(now)} against {_condition(was)} in "
+            # a setting of the whole run (--bind-cores, --warmup) changes every row alike: said once, of every row
+            alike = [c for c in changed if c[1:] == (what, was, now)]
+            rows = set(row_conditions(first)) & set(row_conditions(records))
+            whom = "every row" if len(alike) == len(rows) > 1 else f"row {label}"
+            rest = len(changed) - (len(alike) if whom == "every row" else 1)
+            more = f" (and {rest} more)" if rest else ""
+            raise NotJoinable(f"{name} ran {whom} with {what} {_condition(now)} against {_condition(was)} in "
                               f"{first_name}{more}: sessions are runs of the same request; `compare diff` compares "
                               "two conditions")
         clock, first_clock = (throughput_clock(_measured(rs) or rs[0]) for rs in (records, first))

@@ -322,11 +322,11 @@ def test_one_runs_verdict_says_its_intervals_hold_for_that_run_and_what_this_mac
      "ran row ddp with knob bucket_cap_mb 1.0 against its default in {a}: sessions are runs of the same request; "
      "`compare diff` compares two conditions"),
     (dict(change=lambda r: r["controls"].update(bind_cores=False)),
-     "ran row ddp with cores bound False against True in {a} (and 2 more): sessions are runs of the same request"),
+     "ran every row with cores bound False against True in {a}: sessions are runs of the same request"),
     (dict(change=lambda r: r["controls"].update(threads_requested=2)),
-     "ran row ddp with threads per rank 2 against 1 in {a} (and 2 more)"),
-    (dict(change=lambda r: r["controls"].update(warmup=5)), "ran row ddp with warm-up steps 5 against 20 in {a}"),
-    (dict(change=lambda r: r.update(oversubscribed=True)), "ran row ddp with oversubscribed True against False in {a}"),
+     "ran every row with threads per rank 2 against 1 in {a}: "),
+    (dict(change=lambda r: r["controls"].update(warmup=5)), "ran every row with warm-up steps 5 against 20 in {a}: "),
+    (dict(change=lambda r: r.update(oversubscribed=True)), "ran every row with oversubscribed True against False in {a}: "),
     # another torch, Python, framework or tuning variables is another condition, not another session (an audit joined
     # runs of DeepSpeed 0.19.8 and 0.18.0, and of torch 2.12 and 2.13, and the join said neither); another commit of
     # compare stays joinable, and is said
@@ -496,7 +496,7 @@ def test_run_join_refuses_a_row_under_another_knob_or_binding_before_anything_ru
 
     d = _run(tmp_path, "earlier", _values(random.Random(6), 0.0), here=True)  # bound to cores, default knobs
     out = tmp_path / "new"
-    for args, message in [([], "ran row ddp with cores bound False against True in {d} (and 2 more)"),
+    for args, message in [([], "ran every row with cores bound False against True in {d}: "),
                           (["--bind-cores", "--knob", "ddp.bucket_cap_mb=1"],
                            "ran row ddp with knob bucket_cap_mb 1.0 against its default in {d}: sessions are runs of "
                            "the same request; `compare diff` compares two conditions")]:
