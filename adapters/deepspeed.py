@@ -446,6 +446,8 @@ class DeepSpeedStrategy(Strategy):
         if self.knobs.compile:
             engine.compile()  # DeepSpeed's own entry to torch.compile (the engine's module, its hooks kept)
         self.engine = engine
+        if self.config["gradient_clipping"] > 0 and self.knobs.zero_stage == 0 and self.knobs.precision == "fp32":
+            self._clip_sparse_too(engine)
         self.client_optimizer = type(optimizer).__name__
         # A step() of the workload's own (a class that clips or normalises inside it): from ZeRO-1 on, DeepSpeed
         # calls it on this rank's partition of the flat fp32 parameters alone
@@ -454,6 +456,33 @@ class DeepSpeedStrategy(Strategy):
                          and not owner.__module__.startswith(("torch.", "deepspeed.")) else None)
         self.per_tensor = per_tensor_optimizer(optimizer)
         return super().wrap(engine, ds_optimizer)
+
+    def _clip_sparse_too(self, engine):
+        """ZeRO-0 fp32 clips in engine.clip_fp32_gradients with runtime/utils.py clip_grad_norm_, which takes the
+        right global norm (a sparse gradient's is its coalesced values', every rank's alike) but scales each gradient
+        with `p.grad.data.mul_(clip_coef)`: for a sparse tensor `.data` is a shallow copy whose in-place mul gets new
+        values and leaves p.grad unscaled (torch 2.13), so DeepSpeed 0.19.8 clips the dense gradients alone
+        (measured on a recommender with nn.Embedding(sparse=True), max_grad_norm 0.05: the dense gradients scaled by
+        0.14, the embeddings' by 1.0; 7.5e-4 ✗). Its own clip is kept; the sparse gradients get the same coefficient,
+        from the norm it returns."""
+        import torch
+        from deepspeed.runtime.utils import clip_grad_norm_
+
+        self.sparse_clip_fixed, self.sparse_clip_least = 0, 1.0
+
+        def clip_fp32_gradients():
+            total = clip_grad_norm_(parameters=engine.module.parameters(), max_norm=engine.gradient_clipping(),
+                                    mpu=engine.mpu)
+            sparse = [p for p in engine.module.parameters() if p.grad is not None and p.grad.is_sparse]
+            if sparse:
+                coef = torch.clamp(engine.gradient_clipping() / (total + 1e-6), max=1.0)  # DeepSpeed's own formula
+                for p in sparse:
+                    p.grad.mul_(coef.to(p.grad.dtype))  # on p.grad itself, not its .data copy
+                self.sparse_clip_fixed += 1
+                self.sparse_clip_least = min(self.sparse_clip_least, float(coef))
+            return total
+
+        engine.clip_fp32_gradients = clip_fp32_gradients
 
     def cast_input(self, x):
         # DeepSpeed casts the whole model to bf16/fp16, so float inputs must match (integer token ids stay).
@@ -594,6 +623,12 @@ class DeepSpeedStrategy(Strategy):
                                    "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
                                    "reduce_bucket_size": e.zero_reduce_bucket_size(),
                                    "overlap_comm": e.zero_overlap_comm()}})
+            if getattr(self, "sparse_clip_fixed", 0):
+                d["sparse_gradient_clip"] = (
+                    f"DeepSpeed {deepspeed.__version__}'s clip_grad_norm_ leaves sparse gradients unscaled "
+                    f"(p.grad.data.mul_ on a sparse tensor changes a copy); the adapter scaled them by DeepSpeed's own "
+                    f"clip coefficient in {self.sparse_clip_fixed} step(s), by {self.sparse_clip_least:.3g} at the "
+                    f"least")
         notes = self._notes()
         if notes:
             d["note"] = "; besides, ".join(notes)

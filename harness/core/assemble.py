@@ -544,7 +544,10 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
             out["why_failed"] = (why_differs(largest, spec.equiv_steps, label, missing, workload.stateful)
                                  + f"; besides, {random}")
             return out
-        out["why_failed"] = random
+        note = (getattr(r0, "adapter", None) or {}).get("note")
+        # a backend's own cause (Horovod's zero-gradient step decaying the weights before training) is still its
+        # own where the model is random too: said beside the randomness, not hidden by it
+        out["why_failed"] = random + (f"; besides, {label}'s own note: {note}" if note else "")
         return out
     empty = getattr(workload, "empty_slice", None)
     if (empty is not None and empty["step"] < spec.equiv_steps and len(ranks) > empty["rank"]

@@ -795,6 +795,14 @@ def test_a_random_model_whose_differing_parameter_missed_a_gradient_is_told_the_
     assert eq["why_failed"].startswith("the model is not deterministic: its outputs differed under two torch seeds; "
                                        "each process draws its own random numbers, which match the single process's "
                                        "only where no draw depends on the batch")
+    assert "own note" not in eq["why_failed"]
+    # an outside check: a dropout model under Horovod's optimizer-state broadcast (SGD with weight decay) was told
+    # the randomness alone; the adapter's own note (the zero-gradient step that moved the weights) is said beside it
+    said = "hvd.broadcast_optimizer_state's step on zero gradients moved the parameters by 2.2e-04 before training"
+    r0.adapter = {"note": said}
+    eq = assemble.equivalence(spec, r0, w, horovod, {"head.weight": 1e-2}, _gradients({}), label="horovod")
+    assert eq["why_failed"].startswith("the model is not deterministic: its outputs differed under two torch seeds; ")
+    assert eq["why_failed"].endswith(f"; besides, horovod's own note: {said}")
 
 
 def test_a_batch_coupled_loss_is_found_behind_batchnorm_and_sync_bn_is_not_offered_as_its_fix():
