@@ -210,8 +210,21 @@ def _notes(rows, records) -> list[str]:
     for label, names in by_precision.items():
         frameworks = {r["first"]["adapter"] for r in rows if r["adapter"] in names}
         if label != "fp32" and len(frameworks) > 1:
-            notes.append(f"Same precision ({label}): {', '.join(names)}: differences between these rows come from "
-                         "the frameworks, not from mixed precision itself.")
+            held = {r["adapter"]: _recipe(r["first"].get("dtypes")) for r in rows if r["adapter"] in names}
+            if len(set(held.values()) - {None}) > 1:  # one label, other recipes: DeepSpeed's bf16 keeps its weights,
+                # gradients and all-reduce in bf16, autocast's keeps them in fp32
+                alike: dict[str | None, list[str]] = {}
+                for name, recipe in held.items():
+                    alike.setdefault(recipe, []).append(name)
+                notes.append(f"Same precision label ({label}), not the same recipe: "
+                             + "; ".join(f"{', '.join(them)} hold{'s' if len(them) == 1 else ''} "
+                                         f"{recipe or 'dtypes not recorded'}" for recipe, them in alike.items())
+                             + ": differences between these rows come from the frameworks and from what each keeps "
+                               f"in {label}.")
+            else:
+                itself = "the compression of the gradients" if "wire" in label else "mixed precision"
+                notes.append(f"Same precision ({label}): {', '.join(names)}: differences between these rows come "
+                             f"from the frameworks, not from {itself} itself.")
     for row in rows:
         f = row["first"]
         info = f.get("adapter_info") or {}
@@ -675,3 +688,15 @@ def console_table(records: list[dict[str, Any]]):
                   format_mib(row["peak_memory_bytes"]), fmt(row["final_loss"], ".4f"), accuracy_text(row),
                   diff_text(row, short=True), status_text(row))
     return t
+
+
+RECIPE = ("params", "master", "compute", "grads", "reduce")
+"""The dtypes (Adapter.dtypes) that make a precision's recipe: a row's parameters, fp32 master copy, compute,
+gradients and all-reduce."""
+
+
+def _recipe(dtypes: dict[str, str] | None) -> str | None:
+    """"params fp32, compute bf16, grads fp32, reduce fp32" (no master copy left out), or None where not recorded."""
+    if not dtypes:
+        return None
+    return ", ".join(f"{k} {dtypes[k]}" for k in RECIPE if dtypes.get(k) not in (None, "none"))

@@ -57,6 +57,16 @@ def test_rows_of_the_same_mixed_precision_from_different_frameworks_are_called_o
     assert ("Same precision (bf16): amp, apex: differences between these rows come from the frameworks, not from "
             "mixed precision itself.") in notes
     assert not any(n.startswith("Same precision") for n in run_report._notes(run_report.table_rows(records), records))
+    # an outside check: DeepSpeed's bf16 (weights, gradients and all-reduce in bf16) was grouped with autocast's
+    # (all in fp32 but the compute) as the same precision, "not from mixed precision itself"
+    autocast = {"params": "fp32", "master": "none", "compute": "bf16", "grads": "fp32", "reduce": "fp32"}
+    for r in records + [other]:
+        r["dtypes"] = dict(autocast)
+    other["dtypes"] = {"params": "bf16", "master": "fp32", "compute": "bf16", "grads": "bf16", "reduce": "bf16"}
+    notes = run_report._notes(run_report.table_rows(records + [other]), records + [other])
+    assert ("Same precision label (bf16), not the same recipe: amp holds params fp32, compute bf16, grads fp32, reduce "
+            "fp32; apex holds params bf16, master fp32, compute bf16, grads bf16, reduce bf16: differences between "
+            "these rows come from the frameworks and from what each keeps in bf16.") in notes
 
 
 def test_compression_is_shown_beside_precision():
