@@ -591,7 +591,8 @@ def equivalence(spec, r0, workload, adapter, diffs: dict[str, float] | None, ref
                              f"make it a mean (reduction=\"mean\") and the learning rate to match")
         return out
     if workload.batch_dependent:
-        out["why_failed"] = batch_dependent_failure(workload, adapter, label)
+        out["why_failed"] = batch_dependent_failure(workload, adapter, label,
+                                                    counted=bool(getattr(r0, "loss_counted", None)))
         return out
     largest = largest_diffs(diffs, workload.equiv_tolerance, reference_gradients)
     out["largest_diffs"] = largest
@@ -744,7 +745,7 @@ def first_step_differs(workload, ranks, reference_losses: list[float] | None) ->
             "with a constant seed), and keep the forward the same on every rank")
 
 
-def batch_dependent_failure(workload, adapter, label: str) -> str:
+def batch_dependent_failure(workload, adapter, label: str, counted: bool = False) -> str:
     """Why a row whose model depends on the rest of its batch (found before launching) differs from the single
     process, with the fix. A model that consults torch.distributed may gather the rest from the other ranks and
     match (rows of the same table did), so it is never told that no backend can: a row whose ranks start no process
@@ -800,7 +801,13 @@ def batch_dependent_failure(workload, adapter, label: str) -> str:
             + (f" (under {label}, which starts no torch.distributed process group: {gather})" if gather else "")
             + "; otherwise make the loss a mean of per-sample terms (and a branch a choice per sample) to check "
               "equivalence, or declare batch_dependence=\"...\" in @workload (the check is then skipped, with that "
-              "reason)")
+              "reason)"
+            # an outside check: a cross-entropy over every sample plus a regression mean over the boxed ones, returned
+            # with count= the boxed samples, was told the generic causes and not that its count weighs both terms
+            + (". This loss came with a count (count=, or (sum, count)), which divides the whole loss, every term: "
+               "a term over other samples than those counted (a mean over every sample beside a mean over the "
+               "labelled ones) must be divided by a count of its own before it is added (one that does not depend on "
+               "the batch, as above)" if counted else ""))
 
 
 EXACT_DTYPES = {"fp32", "fp64", "complex64", "complex128"}

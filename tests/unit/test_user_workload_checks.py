@@ -1715,6 +1715,15 @@ def test_where_the_samples_of_a_batch_first_mix_is_named(tmp_path, how, where):
         assert "fix: make it per sample to check equivalence (LayerNorm or GroupNorm" in text
     else:
         assert "a loss term over the whole batch, such as a load-balancing or contrastive one" in text
+        assert "came with a count" not in text
+        # an outside check: a loss with count= the boxed samples, a cross-entropy over every sample plus a box mean,
+        # was not told that its count divides both terms
+        counted = batch_dependent_failure(w, adapters.get("ddp")({}, "cpu"), "ddp", counted=True)
+        assert counted.startswith(text) and counted.endswith(
+            ". This loss came with a count (count=, or (sum, count)), which divides the whole loss, every term: a term "
+            "over other samples than those counted (a mean over every sample beside a mean over the labelled ones) "
+            "must be divided by a count of its own before it is added (one that does not depend on the batch, as "
+            "above)")
 
 
 def test_a_first_loss_that_differs_before_any_update_is_told_as_other_weights_data_or_a_rank_dependent_forward():
