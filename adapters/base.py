@@ -781,6 +781,10 @@ class Cost(Role):
     change speed or memory, never the maths: a candidate's precision and wire compression are the defaults' (a
     test holds every adapter to it). Empty: nothing to tune (the adapter is left out of a tune, saying so)."""
 
+    FRAMEWORK_DEFAULTS: ClassVar[dict[str, Any]] = {}
+    """Knob -> the framework's own value for a knob whose default here is None (unset: the framework decides), so
+    that `compare tune` knows a candidate of that value is the defaults row again."""
+
     def comm_schedule(self) -> Schedule | None:
         """How this framework moves gradients in one training step with these knobs (its defaults where a knob is
         unset), for the scaling model (harness/model/costmodel.py); recorded in every row. None: no communication.

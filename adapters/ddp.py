@@ -261,7 +261,6 @@ class DDPCost(Cost):
     # (same maths in fp32, up to the order of floating-point operations: the reference check shows how close).
     TUNE = {"bucket_cap_mb": (1, 5, 100), "gradient_as_bucket_view": (True,), "static_graph": (True,),
             "compile": (True,)}
-    # What DDP itself does where a knob is unset (None): a candidate of that value is the defaults row again.
     FRAMEWORK_DEFAULTS = {"gradient_as_bucket_view": False, "static_graph": False, "find_unused_parameters": False,
                           "broadcast_buffers": True}
 

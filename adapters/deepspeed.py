@@ -338,6 +338,11 @@ every row matched at 3.0e-8 with it)."""
 class DeepSpeedStrategy(Strategy):
     """DeepSpeed: every rank's role (adapters/base.py: Strategy)."""
 
+    sparse_clip_fixed: int = 0
+    """Steps whose sparse gradients the adapter clipped after DeepSpeed's own clip left them unscaled
+    (`_clip_sparse_too`), and `sparse_clip_least` the smallest coefficient it applied."""
+    sparse_clip_least: float = 1.0
+
     # ---- rank side ---------------------------------------------------------------------------------------
     def import_framework(self) -> None:
         with contextlib.redirect_stdout(sys.stderr):  # its accelerator banner
@@ -467,8 +472,6 @@ class DeepSpeedStrategy(Strategy):
         from the norm it returns."""
         import torch
         from deepspeed.runtime.utils import clip_grad_norm_
-
-        self.sparse_clip_fixed, self.sparse_clip_least = 0, 1.0
 
         def clip_fp32_gradients():
             total = clip_grad_norm_(parameters=engine.module.parameters(), max_norm=engine.gradient_clipping(),
@@ -623,7 +626,7 @@ class DeepSpeedStrategy(Strategy):
                                    "gradient_clipping": e.gradient_clipping(), "lr": e.get_lr(),
                                    "reduce_bucket_size": e.zero_reduce_bucket_size(),
                                    "overlap_comm": e.zero_overlap_comm()}})
-            if getattr(self, "sparse_clip_fixed", 0):
+            if self.sparse_clip_fixed:
                 d["sparse_gradient_clip"] = (
                     f"DeepSpeed {deepspeed.__version__}'s clip_grad_norm_ leaves sparse gradients unscaled "
                     f"(p.grad.data.mul_ on a sparse tensor changes a copy); the adapter scaled them by DeepSpeed's own "

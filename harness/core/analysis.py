@@ -21,8 +21,8 @@ from itertools import combinations
 from typing import Any
 
 from harness.ground.record import MEASURED, fewer_devices, precision_of
-from harness.ground.stats import (ALPHA, DEFAULT_MARGIN, INTERVAL_METHOD, MIN_LAUNCHES, adjust, compare_pair,
-                                  geomean_interval, half_width, letter_groups)
+from harness.ground.stats import (ALPHA, INTERVAL_METHOD, MIN_LAUNCHES, adjust, compare_pair, geomean_interval,
+                                  half_width, letter_groups, recorded_margin)
 
 RESOLVED = ("faster", "slower")
 """The outcomes of a pair whose difference is resolved."""
@@ -100,7 +100,7 @@ def analyse(records: list[dict[str, Any]], baseline: str | None = None, margin: 
     order = [k for k in asked_order if any(r["label"] == k for r in records)]
     order += [k for k in dict.fromkeys(r["label"] for r in records) if k not in order]
     if margin is None:
-        margin = records[0].get("margin") or DEFAULT_MARGIN
+        margin = recorded_margin(records)
     launches = _launches(records)
     ranked, left_out = [], []
     for label in order:

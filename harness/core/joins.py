@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.ground.errors import BadInput
 from harness.ground.record import MEASURED, throughput_clock
-from harness.ground.stats import DEFAULT_MARGIN
+from harness.ground.stats import recorded_margin
 
 SESSIONS = "sessions.json"
 
@@ -61,7 +61,7 @@ IDENTITY = (("workload", lambda rs: rs[0].get("workload")),
              lambda rs: (_measured(rs) or {}).get("controls", {}).get("max_grad_norm") or "none"),
             # the joined verdict takes one margin: which session's must not depend on the order they were given in
             ("equivalence margin (--margin)",
-             lambda rs: next((r["margin"] for r in rs if r.get("margin")), None) or DEFAULT_MARGIN))
+             recorded_margin))
 """What sessions of one request share: their rows' samples/s measure the same thing."""
 MACHINE = (("CPU", lambda env: env.get("cpu_model")), ("usable cores", lambda env: env.get("cpu_cores_usable")),
            ("GPUs", lambda env: env.get("gpus") or []))

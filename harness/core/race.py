@@ -146,7 +146,7 @@ def candidates(name: str, device: str, chosen: dict[str, list[str] | None] | Non
                                f"{name}:{knob}={value}), not as a tuning of speed")
             own = getattr(default_knobs, knob)
             if own is None:  # unset: the framework's own value, where the adapter says what it is
-                own = getattr(cls, "FRAMEWORK_DEFAULTS", {}).get(knob)
+                own = cls.FRAMEWORK_DEFAULTS.get(knob)
             if getattr(built, knob) == own:
                 if chosen is not None:  # named by the user: a candidate that would never be raced is a mistake
                     raise BadInput(f"--tune {name}.{knob}={value}: {value} is {name}'s own value of '{knob}', which "
@@ -525,11 +525,11 @@ def confirmed(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per backend: its defaults, the race's best, the confirmation's launches of each, the best's gain over the
     defaults (paired over the confirmation rounds: ratio, 95% interval, outcome, Holm over the backends) and the
     winner: the best where the confirmation resolved it faster than the defaults, else the defaults."""
-    from harness.ground.stats import DEFAULT_MARGIN
+    from harness.ground.stats import recorded_margin
 
     backends = backends_of(records)
     races = replay(records, backends, budget_of(records))
-    margin = next((r.get("margin") for r in records if r.get("margin")), None) or DEFAULT_MARGIN
+    margin = recorded_margin(records)
     summary = next((r.get("tune_summary") for r in records if r.get("tune_summary")), None) or {}
     out: dict[str, dict[str, Any]] = {}
     pairs = []

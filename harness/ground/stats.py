@@ -184,6 +184,12 @@ def spearman(a: list[float], b: list[float]) -> float | None:
 
 DEFAULT_MARGIN = 0.05
 """Equivalence margin: two rows whose ratio's 90% interval lies within [1/1.05, 1.05] are equivalent."""
+
+
+def recorded_margin(records: list[dict]) -> float:
+    """The equivalence margin a run's records were made with (its --margin, which every record of the run holds),
+    or DEFAULT_MARGIN where none was given."""
+    return next((r["margin"] for r in records if r.get("margin")), None) or DEFAULT_MARGIN
 def compare_pair(a: list[float], b: list[float], paired: bool, margin: float = DEFAULT_MARGIN,
                  confidence: float = CONFIDENCE, pilot: int | None = None) -> dict:
     """Row a against row b from per-launch values: {"estimate" (geomean ratio a/b), "lo", "hi" (its interval),

@@ -690,9 +690,9 @@ def console_table(records: list[dict[str, Any]]):
     return t
 
 
-RECIPE = ("params", "master", "compute", "grads", "reduce")
-"""The dtypes (Adapter.dtypes) that make a precision's recipe: a row's parameters, fp32 master copy, compute,
-gradients and all-reduce."""
+RECIPE = tuple(k for k in step_report.DTYPE_HEADS if k != "optimizer")
+"""The dtypes (Adapter.dtypes, the dtypes table's columns) that make a precision's recipe: a row's parameters, fp32
+master copy, compute, gradients and all-reduce (not the optimizer's state)."""
 
 
 def _recipe(dtypes: dict[str, str] | None) -> str | None:

@@ -24,8 +24,8 @@ from typing import Any
 
 from harness.core import analysis, joins
 from harness.ground.record import MEASURED, hardware_text, software_text
-from harness.ground.stats import (ALPHA, DEFAULT_MARGIN, MIN_LAUNCHES, compare_pair, half_width, holm,
-                                  letter_groups, random_effects, session_estimate)
+from harness.ground.stats import (ALPHA, MIN_LAUNCHES, compare_pair, half_width, holm, letter_groups, random_effects,
+                                  recorded_margin, session_estimate)
 from harness.reports import verdict as verdict_mod
 
 TEST = ("t tests over the sessions' estimates (each session counted once, sessions - 1 degrees of freedom), "
@@ -40,7 +40,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
     are built the same way, plus `sessions` (names, dates, launches) and `per_session` (each session's analysis)."""
     first = sessions[0][1]
     if margin is None:
-        margin = first[0].get("margin") or DEFAULT_MARGIN
+        margin = recorded_margin(first)
     per = [(name, verdict_mod.analyse(records, margin=margin)) for name, records in sessions]
     asked = first[0].get("row_order") or list(per[0][1]["rows"])
     ok = {k: [(name, a) for name, a in per if k in a["ranked"] and a["rows"][k]["n"] >= MIN_LAUNCHES] for k in asked}
@@ -103,7 +103,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                          "unchecked": sum(bool((r.get("noise") or {}).get("unchecked")) for r in records
                                           if r.get("status") in MEASURED and r.get("label") != "reference"),
                          "time": max(str(r.get("time_utc") or "") for r in records),
-                         "failed": failed(records), "not_measured": not_measured(records)}
+                         "not_measured": not_measured(records)}
                         for (name, records), (_, a) in zip(sessions, per)],
            # "in each" of sessions of which one measured 2 and was left out read as false: it is of those counted
            "method_line": (f"({len(sessions)} sessions, {launches} launches per row in each"
@@ -133,7 +133,7 @@ def analyse(sessions: list[tuple[str, list[dict[str, Any]]]], margin: float | No
                                                                                          *a["unmeasured"]]}]
     # every session ranked every row with its launches, none failed: what a spread kept for later runs rests on
     out["complete"] = (ranks and not missing and all(len(ok[k]) == len(sessions) for k in ranked)
-                       and not any(s["failed"] for s in out["sessions"]))
+                       and not any(s["not_measured"] for s in out["sessions"]))
     gone = unavailable(sessions)
     if gone:  # as a single run's table lists such a row with its reason, not only in the title
         out["lines"].append("Unavailable, not run: " + "; ".join(
@@ -186,9 +186,8 @@ def _session_text(s: dict[str, Any]) -> str:
     """"2026-11-30, 2–3 launches per row, 1 failed; unpaired (Welch), as ...": what a session's own analysis
     measured, its failed launches and, where its rounds were incomplete, that its pairs were not paired."""
     n = f"{s['launches']}" if s.get("fewest", s["launches"]) == s["launches"] else f"{s['fewest']}–{s['launches']}"
-    by = s.get("not_measured") or ({"failed": s["failed"]} if s.get("failed") else {})  # records before it was kept
-    failed_ = (", " + ", ".join(f"{n} launch{'es' if n != 1 else ''} {_STATUS_WORDS.get(k, k)}" for k, n in by.items())
-               if by else "")
+    failed_ = "".join(f", {count} launch{'es' if count != 1 else ''} {_STATUS_WORDS.get(status, status)}"
+                      for status, count in s["not_measured"].items())
     unpaired = f"; its pairs unpaired (Welch), as {s['unpaired']}" if s.get("unpaired") else ""
     return f"{s['date']}, {n} launches per row{failed_}{unpaired}"
 
@@ -226,7 +225,7 @@ def not_measured(records: list[dict[str, Any]]) -> dict[str, int]:
 def failed(records: list[dict[str, Any]]) -> int:
     """How many of a run's launches failed (timed out, diverged, interrupted, not run: neither measured nor a row
     unavailable here)."""
-    return sum(r.get("status") not in (*MEASURED, "unavailable") and r.get("label") != "reference" for r in records)
+    return sum(not_measured(records).values())
 
 
 def span(sessions: list[tuple[str, list[dict[str, Any]]]]) -> str:
