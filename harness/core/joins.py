@@ -60,8 +60,7 @@ IDENTITY = (("workload", lambda rs: rs[0].get("workload")),
             ("gradient clip (--max-grad-norm)",
              lambda rs: (_measured(rs) or {}).get("controls", {}).get("max_grad_norm") or "none"),
             # the joined verdict takes one margin: which session's must not depend on the order they were given in
-            ("equivalence margin (--margin)",
-             recorded_margin))
+            ("equivalence margin (--margin)", recorded_margin))
 """What sessions of one request share: their rows' samples/s measure the same thing."""
 MACHINE = (("CPU", lambda env: env.get("cpu_model")), ("usable cores", lambda env: env.get("cpu_cores_usable")),
            ("GPUs", lambda env: env.get("gpus") or []))

@@ -84,7 +84,7 @@ def plan(req) -> TunePlan:
     if not backends:
         raise BadInput("no backend to tune can run here: " + "; ".join(f"{n}: {r}" for n, r in unavailable.items()))
     # the least a tune writes: every candidate's race rounds, each backend's defaults and best confirmed, the
-    # reference (comparison.plan counted one launch a row, the run it was asked for)
+    # reference (room=False above: the run comparison.plan was asked for, one launch a row, is not what a tune makes)
     from harness.core.race import MIN_ROUNDS
 
     comparison.check_room(p, (sum(len(cs) for cs in backends.values()) + 2 * len(backends)) * MIN_ROUNDS
